@@ -1,0 +1,28 @@
+"""Linnet: a statically checked language for neural-network models.
+
+The front end (syntax, semantics, ops, the std library) is importable without torch, jax or
+onnx. Public entry points:
+
+- `linnet.check(source, path=None)`: diagnostics of a source text or file;
+- `linnet.semantics.program.Document`: the incremental document model (language server);
+- the `linnet` command line (`linnet.cli`).
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+__all__ = ["check", "__version__"]
+
+
+def check(source: str, path: str | None = None):
+    """Check a Linnet source: `source` is the text, or a path when `path` is None and a file
+    of that name exists. Returns the list of `Diagnostic`s (errors and warnings), each naming
+    the configs it occurs under. Raises OSError when a path cannot be read."""
+    from pathlib import Path
+
+    from .semantics.program import Document
+
+    if path is None and "\n" not in source and source.endswith(".linnet") and Path(source).is_file():
+        path, source = source, Path(source).read_text(encoding="utf-8")
+    return Document(path or "<source>", source).analyze().diagnostics

@@ -1,0 +1,164 @@
+"""The `linnet` command line (also `python -m linnet`).
+
+Subcommands import only what they need: `check` and `fmt` load the front end alone, never
+`linnet.compiler`, `linnet.runtimes`, torch or jax (a test holds them to it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+EXIT_OK, EXIT_ERRORS, EXIT_USAGE = 0, 1, 2
+
+
+def _collect(paths: list[str]) -> tuple[list[Path], list[str]]:
+    """`.linnet` files under `paths` (files as given, folders searched), and I/O problems."""
+    files: list[Path] = []
+    problems: list[str] = []
+    for raw in paths:
+        p = Path(raw)
+        if p.is_dir():
+            found = sorted(f for f in p.rglob("*.linnet") if f.is_file())
+            if not found:
+                problems.append(f"{raw}: no .linnet files in this folder")
+            files.extend(found)
+        elif p.is_file():
+            files.append(p)
+        else:
+            problems.append(f"{raw}: no such file or folder")
+    return files, problems
+
+
+def _display(path: str) -> str:
+    try:
+        rel = os.path.relpath(path)
+        return rel if not rel.startswith("..") else path
+    except ValueError:
+        return path
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from .semantics.program import Document
+    from .semantics.render import render_github, render_json, render_text, use_color
+
+    files, problems = _collect(args.paths)
+    for p in problems:
+        print(f"linnet check: {p}", file=sys.stderr)
+    if problems:
+        return EXIT_USAGE
+    texts: dict[str, str] = {}
+    all_diags = []
+    preset_seen = False
+    for f in files:
+        try:
+            text = f.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as err:
+            print(f"linnet check: {f}: cannot read ({err})", file=sys.stderr)
+            return EXIT_USAGE
+        path = str(f)
+        texts[path] = text
+        analysis = Document(path, text).analyze()
+        diags = analysis.diagnostics
+        if args.preset:
+            if args.preset in analysis.presets:
+                preset_seen = True
+                diags = [d for d in diags if d.presets is None or args.preset in d.presets]
+        all_diags.extend(diags)
+    if args.preset and not preset_seen:
+        print(f"linnet check: no file declares preset `{args.preset}`", file=sys.stderr)
+        return EXIT_USAGE
+
+    def read_source(path: str) -> str | None:
+        if path not in texts:
+            try:
+                texts[path] = Path(path).read_text(encoding="utf-8")
+            except OSError:
+                return None
+        return texts[path]
+
+    if args.format == "json":
+        print(render_json(all_diags))
+    elif args.format == "github":
+        for d in all_diags:
+            print(render_github(d, _display))
+    else:
+        color = use_color(sys.stdout)
+        for d in all_diags:
+            print(render_text(d, read_source, _display, color))
+            print()
+    n_err = sum(1 for d in all_diags if d.is_error)
+    n_warn = len(all_diags) - n_err
+    if args.format == "text":
+        print(f"checked {len(files)} file{'s' if len(files) != 1 else ''}: {n_err} error{'s' if n_err != 1 else ''}, "
+              f"{n_warn} warning{'s' if n_warn != 1 else ''}", file=sys.stderr)
+    return EXIT_ERRORS if n_err else EXIT_OK
+
+
+def cmd_fmt(args: argparse.Namespace) -> int:
+    from .syntax.fmt import FormatError, format_source
+
+    files, problems = _collect(args.paths)
+    for p in problems:
+        print(f"linnet fmt: {p}", file=sys.stderr)
+    if problems:
+        return EXIT_USAGE
+    status = EXIT_OK
+    changed = 0
+    for f in files:
+        text = f.read_text(encoding="utf-8")
+        try:
+            formatted = format_source(text)
+        except FormatError as err:
+            print(f"linnet fmt: {_display(str(f))}:{err.line}:{err.column}: cannot format: {err}", file=sys.stderr)
+            status = EXIT_ERRORS
+            continue
+        if formatted == text:
+            continue
+        changed += 1
+        if args.check:
+            print(f"would reformat {_display(str(f))}")
+            status = EXIT_ERRORS
+        else:
+            f.write_text(formatted, encoding="utf-8")
+            print(f"reformatted {_display(str(f))}")
+    if args.check and changed == 0 and status == EXIT_OK:
+        print(f"{len(files)} file{'s' if len(files) != 1 else ''} already formatted", file=sys.stderr)
+    return status
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="linnet", description="Linnet: statically checked neural-network models.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    check = sub.add_parser("check", help="check .linnet files under the config defaults and every preset")
+    check.add_argument("paths", nargs="+", metavar="PATH", help="files or folders")
+    check.add_argument("--format", choices=("text", "json", "github"), default="text")
+    check.add_argument("--preset", metavar="NAME", help="report only what fails under this preset")
+    check.set_defaults(func=cmd_check)
+
+    fmt = sub.add_parser("fmt", help="format .linnet files (comments kept)")
+    fmt.add_argument("paths", nargs="+", metavar="PATH", help="files or folders")
+    fmt.add_argument("--check", action="store_true", help="change nothing; exit 1 if a file would change")
+    fmt.set_defaults(func=cmd_fmt)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:
+        return EXIT_USAGE if exit_.code not in (0, None) else EXIT_OK
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,232 @@
+"""The primitive op registry: one `OpDef` per primitive (name, signature, shape rule, dtype
+rule, docs, numpy reference). Backends add one lowering table each, keyed by op name.
+
+Shape and dtype rules see plain values: tensor arguments as `TensorT`, compile-time
+arguments as Python values (`Dim` for ints, lists of `Dim`, `bool`, `str`, `DType`). They
+raise `OpError` without spans; the checker places the error on the argument it names
+(Typst's approach: the algebra knows nothing of source positions).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ..semantics.dims import Dim, DivisionError, divide, format_dim
+from ..semantics.types import BOOL, WORK, DType, Shape, TensorT, format_shape
+
+REQUIRED = object()
+
+# Argument kinds, as the checker converts them:
+#   tensor      a TensorT
+#   operand     a TensorT or a compile-time scalar (weak: takes the tensor's dtype)
+#   tensors     a list of TensorT (a list literal)
+#   int         a compile-time int (a Dim, possibly symbolic)
+#   index       a compile-time int that must be a known constant (a dim index)
+#   ints        a list of compile-time ints (a list literal of dims)
+#   indices     a list of known constant ints
+#   bool, float, str, dtype
+#   sizes       the remaining keyword arguments, each a compile-time int (rearrange's axis sizes)
+KINDS = ("tensor", "operand", "tensors", "int", "index", "ints", "indices", "bool", "float", "str",
+         "dtype", "sizes")
+
+
+@dataclass(frozen=True, slots=True)
+class OpParam:
+    name: str
+    kind: str
+    default: Any = REQUIRED
+    doc: str = ""
+
+
+class OpError(Exception):
+    """A shape or dtype rule's refusal. `code` is the diagnostic code; `arg` names the argument
+    to point at (None: the whole call); `inner` is a (start, end) range inside a string argument
+    (rearrange patterns); `arg_labels` maps argument names to label texts."""
+
+    def __init__(self, code: str, message: str, arg: str | None = None, *, notes=(), inner=None,
+                 arg_labels: dict[str, str] | None = None):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.arg = arg
+        self.notes = list(notes)
+        self.inner = inner
+        self.arg_labels = arg_labels or {}
+
+
+@dataclass(slots=True)
+class OpDef:
+    """A primitive.
+
+    shape_rule(args) -> Shape or list[Shape]; dtype_rule(args) -> DType or list[DType].
+    `fold` computes the value when every argument is a compile-time scalar (e.g. `sqrt(64)`).
+    `reference(**args)` is the numpy definition of the op: the oracle each backend is compared
+    against, and a check that `shape_rule` says what the op really produces.
+    """
+
+    name: str
+    params: list[OpParam]
+    doc: str
+    shape_rule: Callable[[dict], Any]
+    dtype_rule: Callable[[dict], Any]
+    reference: Callable[..., Any] | None = None
+    fold: Callable[..., Any] | None = None
+    category: str = "misc"
+    operator: str | None = None  # the infix operator that lowers to this op, if any
+    aliases: tuple[str, ...] = field(default_factory=tuple)
+
+    def signature(self) -> str:
+        parts = []
+        for p in self.params:
+            s = f"{p.name}: {p.kind}"
+            if p.default is not REQUIRED:
+                d = p.default
+                s += f" = {str(d).lower() if isinstance(d, bool) else d}"
+            parts.append(s)
+        return f"{self.name}({', '.join(parts)})"
+
+    def describe(self) -> str:
+        return f"op {self.signature()}"
+
+
+REGISTRY: dict[str, OpDef] = {}
+
+
+def register(op: OpDef) -> OpDef:
+    if op.name in REGISTRY:
+        raise ValueError(f"op {op.name} registered twice")
+    REGISTRY[op.name] = op
+    return op
+
+
+# ----------------------------------------------------------------------------- shared rules
+
+
+def dim_index(shape: Shape, dim: int, arg: str = "dim", extra: int = 0) -> int:
+    """Normalise a dim index against `shape` (rank + `extra` positions, for unsqueeze).
+    Returns a negative index (from the end), which stays valid under a leading `...`."""
+    n = len(shape.dims) + extra
+    if shape.prefix is None:
+        if not -n <= dim < n:
+            raise OpError("L208", f"dim {dim} is out of range for {format_shape(shape)} (rank {len(shape.dims)})", arg)
+        return dim - n if dim >= 0 else dim
+    if dim >= 0:
+        raise OpError("L208", f"dim {dim} of {format_shape(shape)} is not known: `...` has unknown rank; "
+                      f"count from the end (dim={dim - n if dim < n else -1})", arg)
+    if dim < -n:
+        raise OpError("L208", f"dim {dim} reaches into the `...` of {format_shape(shape)}", arg)
+    return dim
+
+
+def same_dim(a: Dim | None, b: Dim | None) -> bool:
+    return a is None or b is None or a.same(b)
+
+
+def broadcast(a: Shape, b: Shape, names=("x", "y")) -> Shape:
+    """numpy broadcasting of two shapes, aligned from the right."""
+    la, lb = len(a.dims), len(b.dims)
+    out: list[Dim | None] = []
+    for i in range(1, max(la, lb) + 1):
+        da = a.dims[-i] if i <= la else _MISSING
+        db = b.dims[-i] if i <= lb else _MISSING
+        if da is _MISSING:
+            out.append(db)
+        elif db is _MISSING:
+            out.append(da)
+        elif da is None or db is None:
+            out.append(da if db is None else db)
+        elif da.same(db) or db.as_int() == 1:
+            out.append(da)
+        elif da.as_int() == 1:
+            out.append(db)
+        else:
+            n = max(la, lb)
+            pos = n - i if a.prefix is None and b.prefix is None else -i
+            raise OpError("L201", f"shapes don't broadcast: {format_shape(a)} and {format_shape(b)} "
+                          f"(dim {pos}: {format_dim(da.val)} vs {format_dim(db.val)})",
+                          arg_labels={names[0]: format_shape(a), names[1]: format_shape(b)})
+    out.reverse()
+    prefix = a.prefix or b.prefix
+    if a.prefix is not None and b.prefix is not None and a.prefix is not b.prefix:
+        raise OpError("L201", f"shapes don't broadcast: {format_shape(a)} and {format_shape(b)} have "
+                      "different `...`", arg_labels={names[0]: format_shape(a), names[1]: format_shape(b)})
+    for shape, other in ((a, b), (b, a)):
+        if shape.prefix is not None and other.prefix is None and len(other.dims) > len(shape.dims):
+            raise OpError("L208", f"cannot broadcast {format_shape(shape)} with {format_shape(other)}: "
+                          "`...` has unknown rank", arg_labels={names[0]: format_shape(a), names[1]: format_shape(b)})
+    return Shape(tuple(out), prefix)
+
+
+class _Missing:
+    pass
+
+
+_MISSING = _Missing()
+
+
+def describe_dtype(d: DType) -> str:
+    if d is WORK:
+        return "the working dtype"
+    if d.var:
+        return f"dtype variable {d.name}"
+    return d.name
+
+
+def join_dtypes(a: DType, b: DType, op: str) -> DType:
+    """The dtype of `a op b` for two tensors: equal dtypes only (no implicit promotion)."""
+    if a == b:
+        return a
+    if a.is_float and b.is_float:
+        raise OpError("L301", f"mixed float dtypes in `{op}`: {describe_dtype(a)} and {describe_dtype(b)}",
+                      notes=["consider an explicit cast: `cast(y, x.dtype)`"])
+    if a.kind != b.kind or a.is_int:
+        raise OpError("L302", f"`{op}` mixes {describe_dtype(a)} and {describe_dtype(b)}",
+                      notes=["consider an explicit cast"])
+    raise OpError("L303", f"`{op}` mixes {describe_dtype(a)} and {describe_dtype(b)}")
+
+
+def operand_dtype(args: dict, names=("x", "y"), op: str = "") -> DType:
+    """Dtype of a binary elementwise op whose operands may be weak scalars."""
+    a, b = args[names[0]], args[names[1]]
+    ta = a.dtype if isinstance(a, TensorT) else None
+    tb = b.dtype if isinstance(b, TensorT) else None
+    if ta is not None and tb is not None:
+        try:
+            return join_dtypes(ta, tb, op)
+        except OpError as err:
+            err.arg_labels = {names[0]: _type_text(a), names[1]: _type_text(b)}
+            raise
+    tensor_dtype, scalar = (ta, b) if ta is not None else (tb, a)
+    kind = scalar_kind(scalar)
+    if kind == "float" and not tensor_dtype.is_float:
+        raise OpError("L302", f"`{op}` mixes {describe_dtype(tensor_dtype)} with a float",
+                      names[1] if ta is not None else names[0], notes=["consider `cast(x, f32)` first"])
+    if kind == "bool" and tensor_dtype != BOOL:
+        raise OpError("L303", f"`{op}` mixes {describe_dtype(tensor_dtype)} with a bool")
+    return tensor_dtype
+
+
+def _type_text(t) -> str:
+    prefix = "" if t.dtype is WORK else t.dtype.name
+    return prefix + format_shape(t.shape)
+
+
+def scalar_kind(value) -> str:
+    """Kind of a compile-time scalar handed to an op: "int", "float" or "bool"."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, (Dim, int)):
+        return "int"
+    return "float"
+
+
+def shape_of(value) -> Shape:
+    return value.shape if isinstance(value, TensorT) else Shape(())
+
+
+def exact(num: Dim, den: Dim, what: str, arg: str | None = None) -> Dim:
+    q = divide(num, den)
+    if isinstance(q, DivisionError):
+        raise OpError("L206", f"{what}: {format_dim(num)} / {format_dim(den)} is not exact ({q.reason})", arg)
+    return q

@@ -1,0 +1,449 @@
+"""Configs as checked data: evaluating `config` defaults, derived fields and `preset`s.
+
+A `ConfigValue` is one concrete config: every field's value (int, float, bool, str, None
+for `none`, a nested ConfigValue, or `MISSING` when no default exists and nothing set it).
+Fields are evaluated lazily in dependency order, so a derived field
+(`head_dim: int = hidden_size / num_attention_heads`) may name fields declared after it, and
+a preset may override it (Llama 3.1 sets `head_dim`). Integer division must be exact.
+
+Scenarios are what the checker runs under: "defaults" (every config at its defaults) and one
+per preset. `values_by_type` collects, per config type, every distinct value occurring in
+them (nested records included), so a function taking `RopeScaling?` is checked under `none`
+and under Llama 3.1's llama3 scaling alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..syntax import ast as A
+from ..syntax.items import Item
+from .diagnostics import Finding, Label, LocalAnchor, SymbolAnchor
+from .dims import Atom, Dim, const
+from .suggest import closest
+from .types import NONE, ConfigT, ScalarT, Type
+
+MISSING = object()
+SCALAR_TYPES = ("int", "float", "bool", "str")
+
+
+@dataclass(eq=False)
+class ConfigValue:
+    """One concrete value of a config type. `origins[field]` anchors where the value was
+    written (a preset's field init, the config's default); `scenarios` are the names of the
+    scenarios it occurs in."""
+
+    type_name: str
+    item: Item
+    values: dict[str, Any]
+    origins: dict[str, Any]
+    scenarios: list[str] = field(default_factory=list)
+    _atoms: dict[str, Atom] = field(default_factory=dict)
+    _key: tuple | None = None
+
+    def key(self) -> tuple:
+        if self._key is None:
+            parts = []
+            for name, v in self.values.items():
+                if isinstance(v, ConfigValue):
+                    v = v.key()
+                elif v is MISSING:
+                    v = "<missing>"
+                parts.append((name, type(v).__name__, v))
+            self._key = (self.type_name, tuple(parts))
+        return self._key
+
+    @property
+    def config_def(self) -> A.ConfigDef:
+        return self.item.ast
+
+    def field_def(self, name: str) -> A.ConfigField | None:
+        for f in self.config_def.fields:
+            if isinstance(f, A.ConfigField) and f.name.id == name:
+                return f
+        return None
+
+    def atom(self, name: str, display: str) -> Atom:
+        """The dim atom of an int field: shown as `display` (`c.hidden_size`), valued when known."""
+        a = self._atoms.get(name)
+        if a is None:
+            v = self.values.get(name, MISSING)
+            a = const(display, Dim.of(v) if isinstance(v, int) and not isinstance(v, bool) else None,
+                      origin=self.origins.get(name))
+            self._atoms[name] = a
+        return a
+
+    def field_type(self, name: str, display: str) -> Type:
+        """The Linnet type of reading field `name` (as `display`, e.g. `c.hidden_size`)."""
+        fdef = self.field_def(name)
+        v = self.values.get(name, MISSING)
+        kind = _field_kind(fdef.type) if fdef is not None else None
+        if isinstance(v, ConfigValue):
+            return ConfigT(v)
+        if v is None:
+            return NONE
+        if kind == "int":
+            return ScalarT("int", Dim.atom(self.atom(name, display)))
+        if kind in ("float", "bool", "str"):
+            lits = tuple(s.value for s in fdef.type.values) if isinstance(fdef.type, A.LiteralType) else None
+            return ScalarT(kind, None if v is MISSING else v, lits)
+        return ScalarT(kind or "int", None)
+
+    def describe(self) -> str:
+        return self.type_name
+
+
+def _field_kind(t: A.Type) -> str | None:
+    if isinstance(t, A.LiteralType):
+        return "str"
+    if isinstance(t, A.NamedType) and t.name.id in SCALAR_TYPES:
+        return t.name.id
+    return None
+
+
+class ConfigEvaluator:
+    """Evaluates configs and presets. `lookup(name)` finds an item by name (file, then std);
+    findings are appended to `findings[item]`."""
+
+    def __init__(self, lookup):
+        self.lookup = lookup
+        self.findings: dict[Item, list[Finding]] = {}
+        self._defaults: dict[str, ConfigValue] = {}
+
+    def _report(self, item: Item, finding: Finding) -> None:
+        self.findings.setdefault(item, []).append(finding)
+
+    # ----- public
+    def config_item(self, name: str) -> Item | None:
+        item = self.lookup(name)
+        if item is not None and item.kind == "config" and item.ast is not None:
+            return item
+        return None
+
+    def defaults(self, type_name: str) -> ConfigValue | None:
+        if type_name not in self._defaults:
+            item = self.config_item(type_name)
+            if item is None:
+                return None
+            self._defaults[type_name] = self._evaluate(item, None, item, (type_name,), silent_missing=True)
+        return self._defaults[type_name]
+
+    def preset(self, item: Item) -> ConfigValue | None:
+        """Evaluate a preset item; None when its config type is unknown (reported)."""
+        record = item.ast.value
+        cfg = self.config_item(record.type_name.id)
+        if cfg is None:
+            names = [i.name for i in self._all_configs()]
+            hint = closest(record.type_name.id, names)
+            self._report(item, Finding(
+                "L407", f"unknown config `{record.type_name.id}`" + (f"; did you mean `{hint}`?" if hint else ""),
+                LocalAnchor(item, record.type_name.span)))
+            return None
+        return self._evaluate(cfg, record, item, (item.name,))
+
+    def _all_configs(self):
+        return getattr(self.lookup, "configs", lambda: [])()
+
+    # ----- evaluation
+    def _evaluate(self, cfg: Item, record: A.RecordLit | None, owner: Item, path: tuple,
+                  silent_missing: bool = False) -> ConfigValue:
+        """Evaluate config `cfg` with the field inits of `record` (from item `owner`)."""
+        cdef: A.ConfigDef = cfg.ast
+        fields = {f.name.id: f for f in cdef.fields if isinstance(f, A.ConfigField)}
+        given: dict[str, A.FieldInit] = {}
+        if record is not None:
+            for init in record.fields:
+                if not isinstance(init, A.FieldInit):
+                    continue
+                name = init.name.id
+                if name not in fields:
+                    hint = closest(name, list(fields))
+                    self._report(owner, Finding(
+                        "L402", f"config `{cdef.name.id}` has no field `{name}`" + (f"; did you mean `{hint}`?" if hint else ""),
+                        LocalAnchor(owner, init.name.span), label="unknown field",
+                        fixes=_rename_fix(owner, init.name.span, hint)))
+                elif name in given:
+                    self._report(owner, Finding("L105", f"field `{name}` is set twice", LocalAnchor(owner, init.name.span),
+                                                labels=[Label(LocalAnchor(owner, given[name].name.span), "first set here")]))
+                else:
+                    given[name] = init
+        value = ConfigValue(cdef.name.id, cfg, {}, {})
+        computing: set[str] = set()
+
+        def get(name: str):
+            if name in value.values:
+                return value.values[name]
+            fdef = fields[name]
+            if name in computing:
+                self._report(cfg, Finding("L404", f"field `{name}` depends on itself", LocalAnchor(cfg, fdef.name.span)))
+                value.values[name] = MISSING
+                return MISSING
+            computing.add(name)
+            if name in given:
+                init = given[name]
+                v = self._value(init.value, fdef, owner, path + (name,), lambda n: None, where="preset")
+                value.origins[name] = SymbolAnchor(path + (name,))
+            elif fdef.default is not None:
+                v = self._value(fdef.default, fdef, cfg, (cdef.name.id, name), get, where="default",
+                                preset_owner=owner if record is not None else None, origins=value.origins)
+                value.origins[name] = SymbolAnchor((cdef.name.id, name))
+            else:
+                v = MISSING
+                if not silent_missing:
+                    anchor = LocalAnchor(owner, record.type_name.span) if record is not None else LocalAnchor(cfg, fdef.name.span)
+                    self._report(owner, Finding(
+                        "L403", f"`{cdef.name.id}.{name}` has no default and is not set",
+                        anchor, labels=[Label(SymbolAnchor((cdef.name.id, name)), "declared without a default here")]))
+            computing.discard(name)
+            value.values[name] = v
+            return v
+
+        for name in fields:
+            get(name)
+        return value
+
+    def _value(self, expr, fdef: A.ConfigField, item: Item, path: tuple, get, where: str,
+               preset_owner: Item | None = None, origins: dict | None = None):
+        """Evaluate one field value and check it against the field's type."""
+        ftype = fdef.type
+        if isinstance(expr, A.RecordLit):
+            expected = ftype.name.id if isinstance(ftype, A.NamedType) else None
+            if expr.type_name.id != expected:
+                self._report(item, Finding("L401", f"`{fdef.name.id}` is a {_type_text(ftype)}, got a "
+                                           f"`{expr.type_name.id}` record", LocalAnchor(item, expr.type_name.span)))
+                return MISSING
+            cfg = self.config_item(expected)
+            if cfg is None:
+                return MISSING
+            return self._evaluate(cfg, expr, item, path)
+        ev = _ConstEval(self, item, get, fdef, preset_owner, origins or {})
+        v = ev.eval(expr)
+        if v is MISSING:
+            return v
+        return self._check_type(v, ftype, fdef, item, expr)
+
+    def _check_type(self, v, ftype: A.Type, fdef: A.ConfigField, item: Item, expr):
+        anchor = LocalAnchor(item, expr.span)
+        if isinstance(ftype, A.LiteralType):
+            allowed = [s.value for s in ftype.values]
+            if not isinstance(v, str) or v not in allowed:
+                hint = closest(v, allowed) if isinstance(v, str) else None
+                self._report(item, Finding(
+                    "L401", f"`{fdef.name.id}` is one of {', '.join(repr(a).replace(chr(39), chr(34)) for a in allowed)}; "
+                    f"got {_show(v)}" + (f"; did you mean \"{hint}\"?" if hint else ""), anchor,
+                    fixes=_rename_fix(item, expr.span, f'"{hint}"' if hint else None)))
+                return MISSING
+            return v
+        if isinstance(ftype, A.NamedType):
+            name = ftype.name.id
+            if v is None:
+                if ftype.optional:
+                    return None
+                self._report(item, Finding("L401", f"`{fdef.name.id}` is not optional; it cannot be `none`", anchor,
+                                           notes=[f"declare it as `{name}?` to allow `none`"]))
+                return MISSING
+            ok = {"int": isinstance(v, int) and not isinstance(v, bool),
+                  "float": isinstance(v, (int, float)) and not isinstance(v, bool),
+                  "bool": isinstance(v, bool), "str": isinstance(v, str)}.get(name)
+            if ok is None:  # a config type given a scalar
+                self._report(item, Finding("L401", f"`{fdef.name.id}` is a `{name}` record, got {_show(v)}", anchor))
+                return MISSING
+            if not ok:
+                self._report(item, Finding("L401", f"`{fdef.name.id}` is {_a(name)}, got {_show(v)}", anchor))
+                return MISSING
+            return float(v) if name == "float" else v
+        return v
+
+    # ----- scenarios
+    def scenarios(self, presets: list[Item], config_names: list[str]) -> list["Scenario"]:
+        """"defaults" then one scenario per preset, in source order."""
+        out = [Scenario("defaults", {n: self.defaults(n) for n in config_names if self.defaults(n) is not None}, None)]
+        for p in presets:
+            value = self.preset(p)
+            if value is None:
+                continue
+            configs = {n: self.defaults(n) for n in config_names if self.defaults(n) is not None}
+            configs[value.type_name] = value
+            out.append(Scenario(p.name, configs, p))
+        return out
+
+
+@dataclass
+class Scenario:
+    name: str
+    configs: dict[str, ConfigValue]
+    preset: Item | None
+
+
+def values_by_type(scenarios: list[Scenario]) -> dict[str, list[tuple[Any, list[str]]]]:
+    """Per config type, the distinct values (None for `none`) occurring in any scenario, each
+    with the scenario names it occurs in."""
+    found: dict[str, dict[Any, tuple[Any, list[str]]]] = {}
+
+    def add(type_name: str, v, scenario: str):
+        key = v.key() if isinstance(v, ConfigValue) else None
+        slot = found.setdefault(type_name, {})
+        if key not in slot:
+            slot[key] = (v, [])
+        if scenario not in slot[key][1]:
+            slot[key][1].append(scenario)
+
+    def visit(cv: ConfigValue, scenario: str):
+        add(cv.type_name, cv, scenario)
+        for name, v in cv.values.items():
+            fdef = cv.field_def(name)
+            if fdef is None or not isinstance(fdef.type, A.NamedType) or fdef.type.name.id in SCALAR_TYPES:
+                continue
+            if isinstance(v, ConfigValue):
+                visit(v, scenario)
+            elif v is None:
+                add(fdef.type.name.id, None, scenario)
+
+    for s in scenarios:
+        for cv in s.configs.values():
+            visit(cv, s.name)
+    return {t: list(slot.values()) for t, slot in found.items()}
+
+
+class _ConstEval:
+    """Evaluates constant expressions of config defaults and presets to Python values."""
+
+    def __init__(self, evaluator: ConfigEvaluator, item: Item, get, fdef, preset_owner, origins: dict):
+        self.ev = evaluator
+        self.item = item
+        self.get = get
+        self.fdef = fdef
+        self.preset_owner = preset_owner
+        self.origins = origins
+
+    def fail(self, code: str, message: str, node, **kw):
+        self.ev._report(self.item, Finding(code, message, LocalAnchor(self.item, node.span), **kw))
+        return MISSING
+
+    def eval(self, e):
+        if isinstance(e, A.IntLit):
+            return e.value
+        if isinstance(e, A.FloatLit):
+            return e.value
+        if isinstance(e, A.StrLit):
+            return e.value
+        if isinstance(e, A.BoolLit):
+            return e.value
+        if isinstance(e, A.NoneLit):
+            return None
+        if isinstance(e, A.Neg):
+            v = self.eval(e.operand)
+            return MISSING if v is MISSING else (-v if isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                 else self.fail("L401", "`-` needs a number", e))
+        if isinstance(e, A.Not):
+            v = self.eval(e.operand)
+            return MISSING if v is MISSING else not v
+        if isinstance(e, A.Name):
+            if self.item.kind != "config":
+                return self.fail("L101", f"unknown name `{e.id}`: preset values are constants", e)
+            fields = self._fields()
+            if e.id not in fields:
+                hint = closest(e.id, sorted(fields))
+                return self.fail("L101", f"unknown name `{e.id}`" + (f"; did you mean `{hint}`?" if hint else ""), e,
+                                 fixes=_rename_fix(self.item, e.span, hint))
+            return self.get(e.id)
+        if isinstance(e, A.BinOp):
+            return self.binop(e)
+        if isinstance(e, A.Compare):
+            a, b = self.eval(e.left), self.eval(e.right)
+            if a is MISSING or b is MISSING:
+                return MISSING
+            return {"==": a == b, "!=": a != b, "<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b}[e.op]
+        return self.fail("L111", "config values are constants: literals, other fields and arithmetic", e)
+
+    def _fields(self):
+        if self.item.kind != "config":
+            return set()
+        return {f.name.id for f in self.item.ast.fields if isinstance(f, A.ConfigField)}
+
+    def binop(self, e: A.BinOp):
+        a, b = self.eval(e.left), self.eval(e.right)
+        if a is MISSING or b is MISSING:
+            return MISSING
+        if e.op in ("and", "or"):
+            return (a and b) if e.op == "and" else (a or b)
+        if isinstance(a, bool) or isinstance(b, bool) or not isinstance(a, (int, float)) or not isinstance(b, (int, float)):
+            return self.fail("L401", f"`{e.op}` needs numbers, got {_show(a)} and {_show(b)}", e)
+        if e.op == "+":
+            return a + b
+        if e.op == "-":
+            return a - b
+        if e.op == "*":
+            return a * b
+        if e.op == "**":
+            return a ** b
+        if e.op == "%":
+            return a % b if b else self.fail("L404", "remainder by zero", e)
+        if e.op == "/":
+            if b == 0:
+                return self.fail("L404", "division by zero", e)
+            if isinstance(a, int) and isinstance(b, int):
+                if a % b:
+                    return self._not_divisible(e, a, b)
+                return a // b
+            return a / b
+        return self.fail("L111", f"`{e.op}` is not allowed in a config value", e)
+
+    def _not_divisible(self, e: A.BinOp, a: int, b: int):
+        left = _text(e.left)
+        right = _text(e.right)
+        if self.preset_owner is not None:
+            # A preset's values break a derived field: report it on the preset.
+            owner = self.preset_owner
+            labels = []
+            for side, value in ((e.right, b), (e.left, a)):
+                if isinstance(side, A.Name) and side.id in self.origins:
+                    labels.append(Label(self.origins[side.id], f"`{side.id}` = {value}"))
+            self.ev._report(owner, Finding(
+                "L404", f"{left} ({a}) is not divisible by {right} ({b}), as `{self.fdef.name.id}` requires",
+                LocalAnchor(owner, owner.name_span),
+                labels=labels +
+                       [Label(LocalAnchor(self.item, e.span), f"`{self.fdef.name.id}` is derived here")]))
+            return MISSING
+        return self.fail("L404", f"{left} ({a}) is not divisible by {right} ({b})", e)
+
+
+def _text(e) -> str:
+    if isinstance(e, A.Name):
+        return f"`{e.id}`"
+    if isinstance(e, A.IntLit):
+        return str(e.value)
+    return "the numerator"
+
+
+def _show(v) -> str:
+    if isinstance(v, bool):
+        return f"`{str(v).lower()}`"
+    if isinstance(v, str):
+        return f'"{v}"'
+    if v is None:
+        return "`none`"
+    if isinstance(v, float):
+        return f"the float {v!r}"
+    if isinstance(v, int):
+        return f"the int {v}"
+    return "a record"
+
+
+def _a(kind: str) -> str:
+    return {"int": "an int", "float": "a float", "bool": "a bool", "str": "a str"}.get(kind, kind)
+
+
+def _type_text(t: A.Type) -> str:
+    if isinstance(t, A.NamedType):
+        return f"`{t.name.id}{'?' if t.optional else ''}`"
+    return "value"
+
+
+def _rename_fix(item: Item, span: A.Span, hint: str | None):
+    from .diagnostics import Fix
+
+    if not hint:
+        return []
+    return [Fix(f"replace with `{hint}`", [(LocalAnchor(item, span), hint)])]

@@ -1,0 +1,317 @@
+"""The dim algebra: dims are polynomials with integer coefficients over atoms.
+
+Atoms are either dim variables (`B`, `S`: universally quantified, bound per call by
+unification) or named constants (`c.hidden_size`, a module parameter `in_features`, the
+load-time `max_positions`) whose value may be known (under a preset) or not. A `Dim` keeps
+the form it was written in (`sym`, shown in hover as `c.hidden_size`) and compares by its
+value (`val`: constants substituted, so `c.num_attention_heads * c.head_dim` equals `576`
+under SmolLM2's preset). Division is exact or refused: `divide` returns a `DivisionError`
+naming both sides instead of rounding.
+
+Unknown dims (after an error) are represented by `None` in shapes, never by a Dim: they
+match anything, which is what keeps one error from cascading.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Iterable
+
+Monomial = tuple  # tuple[tuple[Atom, int], ...] sorted by atom key
+
+_uid = itertools.count(1)
+
+
+class Atom:
+    """A symbol in a dim polynomial.
+
+    kind: "var" (dim variable bound by a signature), "const" (a named constant, `value` may
+    be known) or "quot" (an exact quotient that is not a polynomial in its own right,
+    e.g. `c.hidden_size / 2`; shown as written, valued when both sides are known).
+    `origin` is an opaque reference to where the value came from (a preset field), used by
+    diagnostics to label it.
+    """
+
+    __slots__ = ("kind", "name", "uid", "value", "origin", "_key")
+
+    def __init__(self, kind: str, name: str, value: "Dim | None" = None, origin=None):
+        self.kind = kind
+        self.name = name
+        self.uid = next(_uid)
+        self.value = value
+        self.origin = origin
+        self._key = self.uid  # creation order: factors print in the order they were written
+
+    def __repr__(self) -> str:
+        return self.name
+
+    def __lt__(self, other: "Atom") -> bool:
+        return self._key < other._key
+
+
+def var(name: str) -> Atom:
+    return Atom("var", name)
+
+
+def const(name: str, value: "Dim | int | None" = None, origin=None) -> Atom:
+    if isinstance(value, int):
+        value = Dim.of(value)
+    return Atom("const", name, value, origin)
+
+
+class Dim:
+    """An immutable polynomial over atoms with integer coefficients."""
+
+    __slots__ = ("terms", "_val")
+
+    def __init__(self, terms: dict[Monomial, int] | None = None):
+        self.terms: tuple[tuple[Monomial, int], ...] = tuple(
+            sorted(((m, c) for m, c in (terms or {}).items() if c != 0), key=_term_order)
+        )
+        self._val: Dim | None = None
+
+    # ----- constructors
+    @staticmethod
+    def of(n: int) -> "Dim":
+        return Dim({(): n}) if n else Dim()
+
+    @staticmethod
+    def atom(a: Atom) -> "Dim":
+        return Dim({((a, 1),): 1})
+
+    # ----- inspection
+    def as_int(self) -> int | None:
+        """The integer this dim equals after substituting known constants, else None."""
+        v = self.val
+        if not v.terms:
+            return 0
+        if len(v.terms) == 1 and v.terms[0][0] == ():
+            return v.terms[0][1]
+        return None
+
+    def is_int(self) -> bool:
+        return self.as_int() is not None
+
+    def atoms(self) -> set[Atom]:
+        return {a for m, _ in self.terms for a, _ in m}
+
+    def free_vars(self) -> set[Atom]:
+        """Dim variables in the value (after substitution)."""
+        return {a for a in self.val.atoms() if a.kind == "var"}
+
+    @property
+    def val(self) -> "Dim":
+        """This dim with every known constant substituted (recursively)."""
+        if self._val is None:
+            if all(a.value is None for a in self.atoms()):
+                self._val = self
+            else:
+                result = Dim()
+                for mono, coeff in self.terms:
+                    term = Dim.of(coeff)
+                    for a, p in mono:
+                        base = a.value.val if a.value is not None else Dim.atom(a)
+                        for _ in range(p):
+                            term = term * base
+                    result = result + term
+                self._val = result
+        return self._val
+
+    def same(self, other: "Dim") -> bool:
+        """Equal values (the comparison the checker uses)."""
+        return self.val.terms == other.val.terms
+
+    def key(self):
+        return self.terms
+
+    # ----- arithmetic
+    def _combine(self, other: "Dim", sign: int) -> "Dim":
+        out: dict[Monomial, int] = dict(self.terms)
+        for m, c in other.terms:
+            out[m] = out.get(m, 0) + sign * c
+        return Dim(out)
+
+    def __add__(self, other: "Dim") -> "Dim":
+        return self._combine(other, 1)
+
+    def __sub__(self, other: "Dim") -> "Dim":
+        return self._combine(other, -1)
+
+    def __neg__(self) -> "Dim":
+        return Dim({m: -c for m, c in self.terms})
+
+    def __mul__(self, other: "Dim") -> "Dim":
+        out: dict[Monomial, int] = {}
+        for m1, c1 in self.terms:
+            for m2, c2 in other.terms:
+                m = _mono_mul(m1, m2)
+                out[m] = out.get(m, 0) + c1 * c2
+        return Dim(out)
+
+    def __pow__(self, n: int) -> "Dim":
+        result = Dim.of(1)
+        for _ in range(n):
+            result = result * self
+        return result
+
+    def __repr__(self) -> str:
+        return format_dim(self)
+
+    def __eq__(self, other) -> bool:  # structural (symbolic) equality
+        return isinstance(other, Dim) and self.terms == other.terms
+
+    def __hash__(self) -> int:
+        return hash(self.terms)
+
+
+def _term_order(term):
+    mono, _ = term
+    return (-sum(p for _, p in mono), [(a.uid, p) for a, p in mono])
+
+
+def _mono_mul(m1: Monomial, m2: Monomial) -> Monomial:
+    powers: dict[Atom, int] = dict(m1)
+    for a, p in m2:
+        powers[a] = powers.get(a, 0) + p
+    return tuple(sorted(powers.items(), key=lambda ap: ap[0]._key))
+
+
+def _mono_div(m1: Monomial, m2: Monomial) -> Monomial | None:
+    powers: dict[Atom, int] = dict(m1)
+    for a, p in m2:
+        have = powers.get(a, 0)
+        if have < p:
+            return None
+        if have == p:
+            del powers[a]
+        else:
+            powers[a] = have - p
+    return tuple(sorted(powers.items(), key=lambda ap: ap[0]._key))
+
+
+@dataclass(frozen=True, slots=True)
+class DivisionError:
+    """`numerator / denominator` is not exact (or not provably so)."""
+
+    numerator: Dim
+    denominator: Dim
+    reason: str
+
+
+def _poly_div(num: Dim, den: Dim) -> Dim | None:
+    """Exact quotient when `den` is a single term dividing every term of `num`."""
+    if len(den.terms) != 1:
+        if num.terms == den.terms and num.terms:
+            return Dim.of(1)
+        return None
+    dm, dc = den.terms[0]
+    if dc == 0:
+        return None
+    out: dict[Monomial, int] = {}
+    for m, c in num.terms:
+        if c % dc:
+            return None
+        q = _mono_div(m, dm)
+        if q is None:
+            return None
+        out[q] = out.get(q, 0) + c // dc
+    return Dim(out)
+
+
+def divide(num: Dim, den: Dim) -> Dim | DivisionError:
+    """Exact division. The result keeps a symbolic form (`c.hidden_size / 2`) when the
+    written operands don't divide symbolically but their values do."""
+    dv = den.val
+    if not dv.terms:
+        return DivisionError(num, den, "division by zero")
+    nv = num.val
+    value = _poly_div(nv, dv)
+    if value is None:
+        n_int, d_int = _int(nv), _int(dv)
+        if n_int is not None and d_int is not None:
+            return DivisionError(num, den, f"{n_int} is not divisible by {d_int}")
+        free = {a for a in nv.atoms() | dv.atoms() if a.kind == "var"}
+        if free:
+            return DivisionError(num, den, "not provably exact")
+        # Only constants of unknown value: keep an opaque quotient.
+        return Dim.atom(Atom("quot", _quot_name(num, den)))
+    sym = _poly_div(num, den)
+    if sym is not None:
+        return sym
+    return Dim.atom(Atom("quot", _quot_name(num, den), value=value))
+
+
+def _int(d: Dim) -> int | None:
+    if not d.terms:
+        return 0
+    if len(d.terms) == 1 and d.terms[0][0] == ():
+        return d.terms[0][1]
+    return None
+
+
+def _quot_name(num: Dim, den: Dim) -> str:
+    def wrap(d: Dim) -> str:
+        s = format_dim(d)
+        return f"({s})" if len(d.terms) > 1 or (d.terms and len(d.terms[0][0]) + (d.terms[0][1] != 1) > 1) else s
+    return f"{wrap(num)} / {wrap(den)}"
+
+
+def format_dim(d: Dim | None) -> str:
+    """Render a dim in Linnet notation: `B`, `576`, `2 * S + 1`, `c.hidden_size / 2`."""
+    if d is None:
+        return "?"
+    if not d.terms:
+        return "0"
+    parts = []
+    for i, (mono, coeff) in enumerate(d.terms):
+        factors = []
+        for a, p in mono:
+            name = f"({a.name})" if a.kind == "quot" and len(mono) + (abs(coeff) != 1) > 1 else a.name
+            factors.extend([name] * p)
+        mag = abs(coeff)
+        if not factors:
+            body = str(mag)
+        elif mag == 1:
+            body = " * ".join(factors)
+        else:
+            body = " * ".join([str(mag)] + factors)
+        if i == 0:
+            parts.append(("-" if coeff < 0 else "") + body)
+        else:
+            parts.append(("- " if coeff < 0 else "+ ") + body)
+    return " ".join(parts)
+
+
+def format_value(d: Dim | None) -> str:
+    return format_dim(d.val) if d is not None else "?"
+
+
+def solve_linear(pattern: Dim, target: Dim, unknown: Atom) -> Dim | DivisionError | None:
+    """Solve `pattern == target` for `unknown` when `pattern` is `k * unknown + rest` with no
+    other occurrence of `unknown`. Returns None when `pattern` is not of that form."""
+    k = Dim()
+    rest: dict[Monomial, int] = {}
+    for mono, coeff in pattern.val.terms:
+        powers = dict(mono)
+        p = powers.get(unknown, 0)
+        if p == 0:
+            rest[mono] = rest.get(mono, 0) + coeff
+        elif p == 1:
+            del powers[unknown]
+            m = tuple(sorted(powers.items(), key=lambda ap: ap[0]._key))
+            k = k + Dim({m: coeff})
+        else:
+            return None
+    if not k.terms:
+        return None
+    return divide(target - Dim(rest), k)
+
+
+def product(dims: Iterable[Dim | None]) -> Dim | None:
+    result = Dim.of(1)
+    for d in dims:
+        if d is None:
+            return None
+        result = result * d
+    return result

@@ -1,0 +1,196 @@
+"""The root `model`: its parameter tree (checkpoint names and shapes) and its entry functions.
+
+ARCHITECTURE.md, "Models and entry points": a loadable file declares one root `model`;
+decoders (models with `state`, i.e. a KV cache) implement `forward(input_ids: i64[B, S]) ->
+[B, S, vocab]` and `step(input_ids: i64[B, S], positions: i64[B], rows: i64[B]) -> [B, vocab]`;
+encoders implement `forward(input_ids: i64[B, S], attention_mask: i64[B, S]) -> [B, S, hidden]`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..syntax import ast as A
+from ..syntax.items import Item
+from .checker import ItemChecker, _Binder
+from .diagnostics import Finding, Label, LocalAnchor, SymbolAnchor
+from .dims import Dim
+from .scope import Binding, Instance, Scope
+from .types import I64, UNKNOWN, ModuleListT, ModuleT, ScalarT, TensorT, Type, UnknownT, format_type
+
+
+@dataclass(frozen=True, slots=True)
+class TensorInfo:
+    """A parameter or state tensor of the model tree.
+
+    path: the checkpoint name (`model.layers.0.self_attn.q_proj.weight`).
+    type: its Linnet type; dims hold config atoms whose values are known under a preset.
+    anchor: where it is declared.
+    """
+
+    path: str
+    type: TensorT
+    anchor: SymbolAnchor
+    kind: str  # "param" | "state"
+
+    def shape(self) -> tuple[int | None, ...]:
+        """Concrete dims (None where not known, e.g. load-time dims of state)."""
+        return tuple(d.as_int() if d is not None else None for d in self.type.shape.dims)
+
+    def numel(self) -> int | None:
+        n = 1
+        for d in self.shape():
+            if d is None:
+                return None
+            n *= d
+        return n
+
+
+@dataclass
+class ModelTree:
+    """The elaborated tree of the root model under one config."""
+
+    params: list[TensorInfo] = field(default_factory=list)
+    state: list[TensorInfo] = field(default_factory=list)
+    entries: dict[str, A.FnDef] = field(default_factory=dict)
+
+    @property
+    def is_decoder(self) -> bool:
+        return bool(self.state)
+
+    def param_count(self) -> int | None:
+        total = 0
+        for p in self.params:
+            n = p.numel()
+            if n is None:
+                return None
+            total += n
+        return total
+
+
+def elaborate(checker: ItemChecker, inst: Instance, prefix: str = "", tree: ModelTree | None = None,
+              findings: list | None = None) -> ModelTree:
+    """Walk the module tree from `inst`: every parameter and state tensor with its path."""
+    tree = tree if tree is not None else ModelTree()
+    members = checker.members(inst, report=False)
+    seen: dict[str, TensorInfo] = {p.path: p for p in tree.params}
+    for info in members.order:
+        if info.present is False:
+            continue
+        name = info.checkpoint_name or info.name
+        path = f"{prefix}{name}"
+        anchor = SymbolAnchor((inst.module.name.id, "member", info.name))
+        if info.kind == "param" and isinstance(info.type, TensorT):
+            t = TensorInfo(path, info.type, anchor, "param")
+            if path in seen and findings is not None:
+                findings.append(Finding("L105", f"two parameters have the checkpoint name `{path}`", anchor,
+                                        labels=[Label(seen[path].anchor, "the other one")]))
+            seen[path] = t
+            tree.params.append(t)
+        elif info.kind == "state" and isinstance(info.type, TensorT):
+            tree.state.append(TensorInfo(path, info.type, anchor, "state"))
+        elif info.kind == "submodule" and isinstance(info.type, ModuleT):
+            elaborate(checker, info.type.instance, path + ".", tree, findings)
+        elif info.kind == "list" and isinstance(info.type, ModuleListT):
+            count = info.type.count.as_int() if info.type.count is not None else None
+            if count is None:
+                continue
+            sub = elaborate(checker, info.type.instance, "", ModelTree(), findings)
+            for i in range(count):
+                for p in sub.params:
+                    tree.params.append(TensorInfo(f"{path}.{i}.{p.path}", p.type, p.anchor, "param"))
+                for s in sub.state:
+                    tree.state.append(TensorInfo(f"{path}.{i}.{s.path}", s.type, s.anchor, "state"))
+    return tree
+
+
+def check_model(checker: ItemChecker, item: Item) -> ModelTree | None:
+    """Elaborate the root model under the checker's binding and check its entry contract.
+    Findings go to the checker's result."""
+    mdef: A.ModuleDef = item.ast
+    scope = Scope(checker.global_scope(), "module")
+    args: dict[str, Type] = {}
+    for p in mdef.params:
+        t = checker.param_value(p, scope, generic=True)
+        if isinstance(t, ScalarT) or not _is_config_param(p):
+            checker.report("L110", "a root `model` takes only configs as parameters (it is built from a preset "
+                           "and a checkpoint)", p)
+            return None
+        args[p.name.id] = t
+    inst = Instance(item, args)
+    findings: list[Finding] = []
+    tree = elaborate(checker, inst, "", None, findings)
+    checker.result.findings.extend(findings)
+    members = checker.members(inst, report=False)
+    for info in members.order:
+        if info.kind == "fn" and info.node.entry and info.present is not False:
+            tree.entries[info.name] = info.node
+    if not tree.entries:
+        checker.report("L110", f"model `{mdef.name.id}` has no entry functions", mdef.name,
+                       notes=["mark the functions a runtime calls with `entry fn`"])
+        return tree
+    if tree.is_decoder:
+        for name in ("forward", "step"):
+            if name not in tree.entries:
+                checker.report("L110", f"model `{mdef.name.id}` has `state` (a KV cache), so it is a decoder and "
+                               f"needs `entry fn {name}`", mdef.name, notes=[_CONTRACT[name]])
+    for name, fn in tree.entries.items():
+        _check_entry(checker, inst, fn, tree.is_decoder)
+    return tree
+
+
+_CONTRACT = {
+    "forward": "decoders: `entry fn forward(input_ids: i64[B, S]) -> [B, S, vocab_size]`; encoders: "
+               "`entry fn forward(input_ids: i64[B, S], attention_mask: i64[B, S]) -> [B, S, hidden_size]`",
+    "step": "`entry fn step(input_ids: i64[B, S], positions: i64[B], rows: i64[B]) -> [B, vocab_size]`",
+}
+
+_STEP_PARAMS = (("input_ids", 2), ("positions", 1), ("rows", 1))
+
+
+def _check_entry(checker: ItemChecker, inst: Instance, fn: A.FnDef, decoder: bool) -> None:
+    binder = _Binder("rigid", checker.generics(fn, report=False))
+    scope = Scope(checker.module_scope(inst), "fn")
+    sub = ItemChecker(checker.ctx, checker.item, checker.binding)
+    params = {}
+    for p in fn.params:
+        params[p.name.id] = (p, sub.fn_param_type(p, scope, binder))
+    for name, atom, node in binder.new_dims:
+        scope.bind(name, Binding(ScalarT("int", Dim.atom(atom)), "dim"))
+    binder.frozen = True
+    ret = sub.eval_type(fn.ret, scope, binder) if fn.ret is not None else UNKNOWN
+
+    def bad(message, node, which):
+        checker.report("L110", message, node, notes=[_CONTRACT[which]])
+
+    if fn.name.id == "step":
+        names = [p.name.id for p in fn.params]
+        if names != [n for n, _ in _STEP_PARAMS]:
+            bad(f"`step` takes (input_ids, positions, rows), got ({', '.join(names)})", fn.name, "step")
+            return
+        for (pname, rank) in _STEP_PARAMS:
+            p, t = params[pname]
+            if not _is_i64(t, rank):
+                bad(f"`{pname}` of `step` is i64 of rank {rank}, got {format_type(t)}", p.type, "step")
+        if isinstance(ret, TensorT) and len(ret.shape.dims) != 2:
+            bad(f"`step` returns the last token's logits [B, vocab_size], got {format_type(ret)}", fn.ret, "step")
+    elif fn.name.id == "forward":
+        for pname in ("input_ids", "attention_mask"):
+            if pname in params:
+                p, t = params[pname]
+                if not _is_i64(t, 2):
+                    bad(f"`{pname}` of `forward` is i64[B, S], got {format_type(t)}", p.type, "forward")
+        if decoder and list(params) != ["input_ids"]:
+            bad(f"a decoder's `forward` takes (input_ids), got ({', '.join(params)})", fn.name, "forward")
+        if "input_ids" in params and isinstance(ret, TensorT) and len(ret.shape.dims) != 3:
+            bad(f"`forward` returns [B, S, ...], got {format_type(ret)}", fn.ret, "forward")
+
+
+def _is_i64(t: Type, rank: int) -> bool:
+    if isinstance(t, UnknownT):
+        return True
+    return isinstance(t, TensorT) and t.dtype == I64 and t.shape.prefix is None and len(t.shape.dims) == rank
+
+
+def _is_config_param(p: A.Param) -> bool:
+    return isinstance(p.type, A.NamedType) and p.type.name.id not in ("int", "float", "bool", "str")

@@ -1,0 +1,485 @@
+"""Documents and their analysis: the incremental front end shared by `linnet check`, the
+language server and the compiler.
+
+A `Document` holds a source's items. `update(text)` re-splits the text (a line scan) and
+reparses only items whose text changed; `analyze()` rechecks only items whose own text, or
+the interface of something they use (`Item.interface`: an item without its function
+bodies), changed, under each config binding. Everything else is reused, which is what keeps
+an edit inside one function body to one item's work.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+from ..syntax import ast as A
+from ..syntax.ast import Span
+from ..syntax.items import Item, Location, Source, make_item, split_items
+from .checker import CheckContext, ItemChecker, ItemResult
+from .configs import ConfigEvaluator, ConfigValue, Scenario, values_by_type
+from .diagnostics import Diagnostic, Finding, Label, LocalAnchor, SymbolAnchor, locate
+from .model import ModelTree, check_model
+from .types import NONE, ConfigT, Type, format_type
+
+STD_FILES = ("nn.linnet", "functional.linnet", "rope.linnet", "attention.linnet")
+
+
+# ----------------------------------------------------------------------------- standard library
+
+
+class StdLib:
+    """The standard library: Linnet sources shipped in `linnet/std`, parsed once per process."""
+
+    def __init__(self, files: dict[str, str]):
+        self.documents = [Document(path, text, std=None, is_std=True) for path, text in files.items()]
+        for doc in self.documents:
+            doc._std = self  # std files see each other (a document skips its own path)
+
+    @property
+    def items(self) -> list[Item]:
+        return [i for d in self.documents for i in d.items]
+
+    def paths(self) -> list[str]:
+        return [d.source.path for d in self.documents]
+
+
+@lru_cache(maxsize=1)
+def std_library() -> StdLib:
+    base = resources.files("linnet") / "std"
+    files = {}
+    for name in STD_FILES:
+        ref = base / name
+        files[str(ref)] = ref.read_text(encoding="utf-8")
+    return StdLib(files)
+
+
+# ----------------------------------------------------------------------------- name lookup
+
+
+class Globals:
+    """Top-level names: the document's items first, then the standard library."""
+
+    def __init__(self, items: list[Item], std_items: list[Item]):
+        self.by_name: dict[str, Item] = {}
+        self.duplicates: list[tuple[Item, Item]] = []
+        for item in items:
+            if item.name is None:
+                continue
+            if item.name in self.by_name:
+                self.duplicates.append((self.by_name[item.name], item))
+                continue
+            self.by_name[item.name] = item
+        for item in std_items:
+            if item.name is not None and item.name not in self.by_name:
+                self.by_name[item.name] = item
+
+    def __call__(self, name: str) -> Item | None:
+        return self.by_name.get(name)
+
+    def names(self):
+        return self.by_name.keys()
+
+    def configs(self) -> list[Item]:
+        return [i for i in self.by_name.values() if i.kind == "config"]
+
+
+# ----------------------------------------------------------------------------- results
+
+
+@dataclass
+class TypeInfo:
+    """What hover shows for a position: the node's span, its type as written and with the
+    preset's values, and the config it was computed under."""
+
+    location: Location
+    symbolic: str
+    concrete: str
+    scenario: str | None
+    type: Type
+
+
+@dataclass
+class ItemAnalysis:
+    """An item's check results, one per config binding (scenario names, result)."""
+
+    item: Item
+    results: list[tuple[list[str] | None, ItemResult]] = field(default_factory=list)
+
+
+@dataclass
+class Stats:
+    items_parsed: int = 0
+    items_checked: int = 0
+    checks_run: int = 0
+    checked_names: list[str] = field(default_factory=list)
+
+
+class Analysis:
+    """The analysis of one document version."""
+
+    def __init__(self, document: "Document"):
+        self.document = document
+        self.diagnostics: list[Diagnostic] = []
+        self.items: dict[Item, ItemAnalysis] = {}
+        self.scenarios: list[Scenario] = []
+        self.stats = Stats()
+        self.model: Item | None = None
+        self.trees: dict[str, ModelTree] = {}
+        self.globals: Globals | None = None
+
+    @property
+    def presets(self) -> list[str]:
+        return [s.name for s in self.scenarios if s.preset is not None]
+
+    @property
+    def errors(self) -> list[Diagnostic]:
+        return [d for d in self.diagnostics if d.is_error]
+
+    # ----- position queries (used by hover, go-to-definition, references)
+    def item_at(self, offset: int) -> Item | None:
+        for item in self.document.items:
+            if item.offset <= offset <= item.offset + len(item.text):
+                return item
+        return None
+
+    def _results_for(self, item: Item, preset: str | None):
+        ia = self.items.get(item)
+        if ia is None or not ia.results:
+            return []
+        wanted = preset or (self.presets[0] if self.presets else "defaults")
+        ordered = sorted(ia.results, key=lambda r: 0 if (r[0] is None or wanted in r[0]) else 1)
+        return ordered
+
+    def type_at(self, offset: int, preset: str | None = None) -> TypeInfo | None:
+        """The type of the innermost expression or name at `offset` (character offset)."""
+        item = self.item_at(offset)
+        if item is None or item.ast is None:
+            return None
+        rel = offset - item.offset
+        chain = A.node_at(item.ast, rel)
+        for names, result in self._results_for(item, preset):
+            for node in reversed(chain):
+                t = result.types.get(node)
+                if t is not None:
+                    return TypeInfo(item.resolve(node.span), format_type(t), format_type(t, concrete=True),
+                                    names[0] if names else None, t)
+        return None
+
+    def definition_at(self, offset: int) -> Location | None:
+        target = self.symbol_at(offset)
+        return self.resolve(target) if target is not None else None
+
+    def symbol_at(self, offset: int):
+        """The definition anchor of the name at `offset` (a use or the definition itself)."""
+        item = self.item_at(offset)
+        if item is None:
+            return None
+        rel = offset - item.offset
+        ia = self.items.get(item)
+        if ia is not None:
+            for _, result in ia.results:
+                for span, target in result.refs:
+                    if span.start <= rel <= span.end:
+                        return target
+        return None
+
+    def resolve(self, anchor) -> Location | None:
+        return self.document.resolve(anchor, self.globals)
+
+
+# ----------------------------------------------------------------------------- documents
+
+
+class Document:
+    """A `.linnet` source being checked or edited. Keeps items and check results across
+    versions; see the module docstring."""
+
+    def __init__(self, path: str, text: str = "", std: "StdLib | None | bool" = True, is_std: bool = False):
+        self.source = Source(path, text)
+        self.items: list[Item] = []
+        self.is_std = is_std
+        self._std = std
+        self._results: dict[tuple[Item, Any], ItemResult] = {}
+        self.last_parsed = 0
+        self.update(text)
+
+    @property
+    def std(self) -> StdLib | None:
+        if self._std is True:
+            self._std = std_library()
+        return self._std or None
+
+    @property
+    def text(self) -> str:
+        return self.source.text
+
+    def update(self, text: str) -> None:
+        """Replace the text; items whose text is unchanged keep their parse."""
+        by_text: dict[str, list[Item]] = {}
+        for item in self.items:
+            by_text.setdefault(item.text, []).append(item)
+        self.source.set_text(text)
+        items = []
+        parsed = 0
+        for offset, chunk in split_items(text):
+            reuse = by_text.get(chunk)
+            if reuse:
+                item = reuse.pop(0)
+                item.offset = offset
+            else:
+                item = make_item(self.source, offset, chunk)
+                item.is_std = self.is_std
+                parsed += 1
+            items.append(item)
+        self.items = items
+        self.last_parsed = parsed
+        live = set(items)
+        self._results = {k: v for k, v in self._results.items() if k[0] in live}
+
+    def edit(self, start: int, end: int, new_text: str) -> None:
+        """Replace characters `start:end` with `new_text`."""
+        text = self.source.text
+        self.update(text[:start] + new_text + text[end:])
+
+    # ----- analysis
+    def analyze(self) -> Analysis:
+        analysis = Analysis(self)
+        analysis.stats.items_parsed = self.last_parsed
+        self.last_parsed = 0
+        std_items = []
+        if self.std is not None:
+            std_items = [i for i in self.std.items if i.source.path != self.source.path]
+        globals_ = Globals(self.items, std_items)
+        analysis.globals = globals_
+        evaluator = ConfigEvaluator(globals_)
+        presets = [i for i in self.items if i.kind == "preset" and i.ast is not None]
+        config_names = [i.name for i in globals_.configs()]
+        scenarios = evaluator.scenarios(presets, config_names)
+        analysis.scenarios = scenarios
+        values = values_by_type(scenarios)
+        ctx = CheckContext(globals_, evaluator)
+        findings: list[Finding] = []
+        problems = []
+
+        for first, dup in globals_.duplicates:
+            findings.append(Finding("L105", f"`{dup.name}` is defined twice", LocalAnchor(dup, dup.name_span),
+                                    labels=[Label(LocalAnchor(first, first.name_span), "first defined here")]))
+        for item in self.items:
+            for p in item.problems:
+                problems.append((item, p))
+            if item.ast is None or item.kind not in ("module", "fn"):
+                continue
+            ia = ItemAnalysis(item)
+            checked = False
+            for binding, key, names in self._bindings(item, values):
+                cached = self._results.get((item, key))
+                if cached is not None and self._valid(cached, globals_):
+                    result = cached
+                else:
+                    result = ItemChecker(ctx, item, binding).run()
+                    if isinstance(item.ast, A.ModuleDef) and item.ast.is_model:
+                        tree = check_model(_ModelChecker(ctx, item, binding, result), item)
+                        if tree is not None:
+                            result.tree = tree  # type: ignore[attr-defined]
+                    self._results[(item, key)] = result
+                    analysis.stats.checks_run += 1
+                    checked = True
+                ia.results.append((names, result))
+                tree = getattr(result, "tree", None)
+                if tree is not None:
+                    for n in (names or ["defaults"]):
+                        analysis.trees.setdefault(n, tree)
+            if checked:
+                analysis.stats.items_checked += 1
+                analysis.stats.checked_names.append(item.name)
+            analysis.items[item] = ia
+            findings.extend(_merge(ia))
+        for item, found in evaluator.findings.items():
+            if item.source is self.source:
+                findings.extend(found)
+        models = [i for i in self.items if i.kind == "module" and isinstance(i.ast, A.ModuleDef) and i.ast.is_model]
+        if models:
+            analysis.model = models[0]
+            for extra in models[1:]:
+                findings.append(Finding("L110", "a file declares at most one root `model`", LocalAnchor(extra, extra.name_span),
+                                        labels=[Label(LocalAnchor(models[0], models[0].name_span), "the first one")],
+                                        notes=["make the others `module`s"]))
+        for item in self.items:
+            if item.kind == "preset" and item.ast is not None:
+                for attr in item.ast.attributes:
+                    if attr.name.id != "weights":
+                        findings.append(Finding("L111", f"unknown attribute `@{attr.name.id}` on a preset",
+                                                LocalAnchor(item, attr.name.span)))
+        diagnostics = []
+        for item, p in problems:
+            from .diagnostics import Finding as F
+
+            f = F(p.code, p.message, LocalAnchor(item, p.span),
+                  labels=[Label(LocalAnchor(item, s), t) for s, t in p.labels], notes=list(p.notes))
+            d = locate(f, lambda a: self.resolve(a, globals_))
+            if d is not None:
+                diagnostics.append(d)
+        seen = set()
+        for f in findings:
+            d = locate(f, lambda a: self.resolve(a, globals_))
+            if d is None:
+                continue
+            key = (d.code, d.location.start.offset, d.location.end.offset, d.message)
+            if key in seen:
+                continue
+            seen.add(key)
+            diagnostics.append(d)
+        diagnostics.sort(key=lambda d: (d.location.path != self.source.path, d.location.start.offset, d.code))
+        analysis.diagnostics = diagnostics
+        return analysis
+
+    def _valid(self, result: ItemResult, globals_: Globals) -> bool:
+        for name, iface in result.deps.items():
+            item = globals_(name)
+            if (item.interface if item is not None else None) != iface:
+                return False
+        return True
+
+    def _bindings(self, item: Item, values: dict) -> list[tuple[dict[str, Type], Any, list[str] | None]]:
+        """The config bindings to check `item` under: one per distinct value of its config
+        parameters across the scenarios (plain items: one, with no config)."""
+        ast = item.ast
+        params = ast.params
+        slots = []
+        for p in params:
+            t = p.type
+            if not isinstance(t, A.NamedType) or t.name.id in ("int", "float", "bool", "str"):
+                continue
+            options = values.get(t.name.id, [])
+            if not t.optional:
+                options = [o for o in options if o[0] is not None]
+            if not options:
+                continue
+            slots.append((p.name.id, options))
+        if not slots:
+            return [({}, (), None)]
+        out = []
+        total = 1
+        for _, options in slots:
+            total *= len(options)
+        for combo in itertools.product(*[options for _, options in slots]):
+            binding: dict[str, Type] = {}
+            key = []
+            names: list[str] = []
+            for (pname, _), (value, scen) in zip(slots, combo):
+                binding[pname] = ConfigT(value) if isinstance(value, ConfigValue) else NONE
+                key.append((pname, value.key() if isinstance(value, ConfigValue) else None))
+                names = scen if not names else [n for n in names if n in scen] or names + scen
+            out.append((binding, tuple(key), names if total > 1 else None))
+        return out
+
+    # ----- anchors
+    def resolve(self, anchor, globals_: Globals | None) -> Location | None:
+        if isinstance(anchor, LocalAnchor):
+            return anchor.item.resolve(anchor.span)
+        if isinstance(anchor, SymbolAnchor) and globals_ is not None:
+            found = _find_symbol(anchor.path, globals_)
+            if found is not None:
+                item, span = found
+                return item.resolve(span)
+        return None
+
+
+class _ModelChecker(ItemChecker):
+    """An ItemChecker that reports into an existing result (the model item's)."""
+
+    def __init__(self, ctx, item, binding, result):
+        super().__init__(ctx, item, binding)
+        self.result = result
+
+
+def _merge(ia: ItemAnalysis) -> list[Finding]:
+    """Findings of all bindings of one item, each once, naming the configs it occurs under
+    when that is not all of them."""
+    if len(ia.results) == 1:
+        return list(ia.results[0][1].findings)
+    occurrences: dict[Any, tuple[Finding, list[str], int]] = {}
+    order = []
+    for names, result in ia.results:
+        for f in result.findings:
+            key = (f.code, f.key()[1])
+            if key not in occurrences:
+                occurrences[key] = (f, [], 0)
+                order.append(key)
+            first, scen, count = occurrences[key]
+            occurrences[key] = (first, scen + [n for n in (names or []) if n not in scen], count + 1)
+    total = len(ia.results)
+    out = []
+    for key in order:
+        f, scen, count = occurrences[key]
+        if count < total:
+            f = Finding(f.code, f.message, f.anchor, f.label, f.labels, f.notes, f.fixes, f.severity, tuple(scen))
+        out.append(f)
+    return out
+
+
+def _find_symbol(path: tuple[str, ...], globals_: Globals) -> tuple[Item, Span] | None:
+    """Resolve a SymbolAnchor path to (item, span) in the current items."""
+    item = globals_(path[0])
+    if item is None or item.ast is None:
+        return None
+    node = item.ast
+    if len(path) == 1:
+        return item, node.name.span
+    rest = path[1:]
+    if isinstance(node, A.ConfigDef):
+        for f in node.fields:
+            if isinstance(f, A.ConfigField) and f.name.id == rest[0]:
+                return item, f.name.span
+        return None
+    if isinstance(node, A.PresetDef):
+        record = node.value
+        target = None
+        for name in rest:
+            found = None
+            for init in record.fields if record is not None else []:
+                if isinstance(init, A.FieldInit) and init.name.id == name:
+                    found = init
+            if found is None:
+                return (item, target.span) if target is not None else (item, node.name.span)
+            target = found
+            record = found.value if isinstance(found.value, A.RecordLit) else None
+        return item, target.span
+    if isinstance(node, A.ModuleDef):
+        kind = rest[0]
+        if kind == "param" and len(rest) == 2:
+            for p in node.params:
+                if p.name.id == rest[1]:
+                    return item, p.name.span
+            return None
+        members = list(_members(node.members))
+        if kind in ("member", "fn"):
+            for m in members:
+                if getattr(m, "name", None) is not None and m.name.id == rest[1]:
+                    if len(rest) == 4 and rest[2] == "param" and isinstance(m, A.FnDef):
+                        for p in m.params:
+                            if p.name.id == rest[3]:
+                                return item, p.type.span if p.type is not None else p.name.span
+                        return None
+                    return item, m.name.span
+        return None
+    if isinstance(node, A.FnDef):
+        if rest[0] == "param":
+            for p in node.params:
+                if p.name.id == rest[1]:
+                    return item, p.type.span
+        return None
+    return None
+
+
+def _members(members):
+    for m in members:
+        if isinstance(m, A.MemberIf):
+            yield from _members(m.then)
+            yield from _members(m.orelse)
+        else:
+            yield m

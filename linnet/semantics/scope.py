@@ -1,0 +1,155 @@
+"""Scopes, bindings, module instances and callables: what names mean while checking."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..syntax import ast as A
+from ..syntax.items import Item
+from .dims import Dim
+from .types import ConfigT, ModuleListT, ModuleT, NoneT, ScalarT, Type, UnknownT, format_type
+
+
+@dataclass(eq=False, slots=True)
+class Binding:
+    """What a name is bound to in a scope.
+
+    kind: "local" (let), "param" (function parameter), "dim" (dim variable), "loop" (for
+    variable), "member", "module_param", "dtype" (generic dtype variable).
+    `anchor` is where it is defined (for go-to-definition and labels).
+    """
+
+    type: Type
+    kind: str
+    anchor: Any = None
+    node: A.Node | None = None
+    uses: int = 0
+
+
+class Scope:
+    def __init__(self, parent: "Scope | None" = None, kind: str = "block"):
+        self.parent = parent
+        self.kind = kind
+        self.names: dict[str, Binding] = {}
+
+    def lookup(self, name: str) -> Binding | None:
+        s: Scope | None = self
+        while s is not None:
+            b = s.names.get(name)
+            if b is not None:
+                return b
+            s = s.parent
+        return None
+
+    def lookup_in_fn(self, name: str) -> Binding | None:
+        """Lookup stopping at the function boundary (for shadowing warnings)."""
+        s: Scope | None = self
+        while s is not None:
+            b = s.names.get(name)
+            if b is not None:
+                return b
+            if s.kind == "fn":
+                return None
+            s = s.parent
+        return None
+
+    def bind(self, name: str, binding: Binding) -> None:
+        self.names[name] = binding
+
+    def all_names(self) -> list[str]:
+        out, s = [], self
+        while s is not None:
+            out.extend(s.names)
+            s = s.parent
+        return out
+
+
+def type_key(t: Type):
+    """A hashable key for a compile-time argument value (instance caching)."""
+    if isinstance(t, ScalarT):
+        v = t.value
+        return (t.kind, v.val.key() if isinstance(v, Dim) else v)
+    if isinstance(t, ConfigT):
+        return ("config", t.value.key())
+    if isinstance(t, NoneT):
+        return ("none",)
+    if isinstance(t, UnknownT):
+        return ("unknown",)
+    return ("other", id(t))
+
+
+@dataclass(eq=False)
+class Instance:
+    """A module bound to its argument values (config values, compile-time ints and bools)."""
+
+    item: Item
+    args: dict[str, Type]
+    generic: bool = False  # the instance a module is checked as (parameters unknown)
+
+    @property
+    def module(self) -> A.ModuleDef:
+        return self.item.ast
+
+    def key(self):
+        return (id(self.item), tuple((k, type_key(v)) for k, v in self.args.items()))
+
+    def describe(self) -> str:
+        parts = []
+        for name, t in self.args.items():
+            if isinstance(t, ConfigT):
+                parts.append(name)
+            elif isinstance(t, ScalarT) and t.value is not None:
+                shown = format_type(t, concrete=True).split(" = ", 1)[-1]
+                parts.append(f"{name}={shown}")
+        return f"{self.module.name.id}({', '.join(parts)})"
+
+
+@dataclass(eq=False)
+class MemberInfo:
+    """A module member as seen in one instance.
+
+    kind: "param" | "submodule" | "list" | "state" | "fn" | "error" (skipped by recovery).
+    present: True, False (its `if` is false in this instance) or None (its `if` is not known:
+    uses must be under the same condition, listed in `conditions` as (key, polarity)).
+    """
+
+    name: str
+    kind: str
+    node: A.Node | None
+    type: Type
+    present: bool | None = True
+    conditions: tuple[tuple[str, bool], ...] = ()
+    cond_text: str = ""
+    checkpoint_name: str | None = None
+
+
+@dataclass(eq=False)
+class FnTarget:
+    """A callable function: a top-level fn (instance None) or a method of an instance."""
+
+    item: Item
+    fn: A.FnDef
+    instance: Instance | None = None
+
+    def describe(self) -> str:
+        owner = f"{self.instance.module.name.id}." if self.instance is not None else ""
+        return f"fn {owner}{self.fn.name.id}"
+
+
+@dataclass(eq=False)
+class Members:
+    """All members of an instance, with the findings their evaluation produced."""
+
+    by_name: dict[str, MemberInfo] = field(default_factory=dict)
+    order: list[MemberInfo] = field(default_factory=list)
+    findings: list = field(default_factory=list)
+    poisoned: set[str] = field(default_factory=set)
+
+
+def module_type(instance: Instance) -> ModuleT:
+    return ModuleT(instance)
+
+
+def module_list_type(instance: Instance, count) -> ModuleListT:
+    return ModuleListT(instance, count)

@@ -1,0 +1,220 @@
+"""Types of Linnet values: tensors (dtype + shape), compile-time scalars, configs, modules.
+
+A tensor type is a dtype and a `Shape`; a shape is an optional leading `...` (a sequence of
+dims bound once per call, like jaxtyping's `*batch`) followed by dims. Shapes print in
+Linnet notation: `[B, S, c.hidden_size]`, `f32[..., 32]`, `i64[B]`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+from .dims import Dim, format_dim
+
+_uid = itertools.count(1)
+
+# ----------------------------------------------------------------------------- dtypes
+
+
+@dataclass(frozen=True, slots=True)
+class DType:
+    """A dtype. `work` is the model's working dtype (f32, bf16 or f16, chosen at load time):
+    opaque to the checker, so code right for one is right for all. Generic dtype variables
+    (`fn softmax<T: float>`) have `var=True`; in a body they are rigid, at a call bound."""
+
+    name: str
+    kind: str  # "float" | "int" | "bool" | "any"
+    var: bool = False
+    uid: int = 0
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def is_float(self) -> bool:
+        return self.kind == "float"
+
+    @property
+    def is_int(self) -> bool:
+        return self.kind == "int"
+
+
+F64 = DType("f64", "float")
+F32 = DType("f32", "float")
+F16 = DType("f16", "float")
+BF16 = DType("bf16", "float")
+I64 = DType("i64", "int")
+I32 = DType("i32", "int")
+BOOL = DType("bool", "bool")
+WORK = DType("work", "float")
+
+DTYPES = {d.name: d for d in (F64, F32, F16, BF16, I64, I32, BOOL)}
+
+
+def dtype_var(name: str, kind: str) -> DType:
+    return DType(name, kind, var=True, uid=next(_uid))
+
+
+# ----------------------------------------------------------------------------- shapes
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class EllipsisVar:
+    """The `...` of one function's signature (rigid in its body, bound at each call)."""
+
+    uid: int = field(default_factory=lambda: next(_uid))
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """`prefix` is the leading `...` or None; `dims` follow it. A None dim is unknown."""
+
+    dims: tuple[Dim | None, ...]
+    prefix: EllipsisVar | None = None
+
+    @property
+    def rank(self) -> int | None:
+        return None if self.prefix is not None else len(self.dims)
+
+    def __len__(self) -> int:
+        return len(self.dims)
+
+
+def format_shape(shape: Shape, concrete: bool = False) -> str:
+    parts = ["..."] if shape.prefix is not None else []
+    for d in shape.dims:
+        parts.append(format_dim(d.val if (concrete and d is not None) else d))
+    return "[" + ", ".join(parts) + "]"
+
+
+# ----------------------------------------------------------------------------- value types
+
+
+class Type:
+    """Base of all value types."""
+
+    __slots__ = ()
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class TensorT(Type):
+    dtype: DType
+    shape: Shape
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ScalarT(Type):
+    """A compile-time scalar: `int` (value a Dim), `float`, `bool` or `str`; `value` None when
+    not known (a module parameter in a generic check). Literal floats and config floats are
+    weak: they take the dtype of the tensor they meet."""
+
+    kind: str
+    value: Any = None
+    literals: tuple[str, ...] | None = None  # allowed values of a literal-union `str`
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class DTypeT(Type):
+    dtype: DType
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class TupleT(Type):
+    items: tuple[Type, ...]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ListT(Type):
+    """A list literal (`[B, S, 4]` given to reshape, `[a, b]` given to concat)."""
+
+    items: tuple[Type, ...]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class NoneT(Type):
+    """`none`: an absent optional config value."""
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ConfigT(Type):
+    """A config record value (`c`, `c.rope_scaling`)."""
+
+    value: Any  # configs.ConfigValue
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ModuleT(Type):
+    """An instance of a module (a submodule member, or a loop variable over a list)."""
+
+    instance: Any  # checker.Instance
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ModuleListT(Type):
+    instance: Any
+    count: Dim | None
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class FnRefT(Type):
+    """A callable name: a function, a primitive op, a method bound to an instance."""
+
+    target: Any
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class UnitT(Type):
+    """What a statement without a value produces."""
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class UnknownT(Type):
+    """The poisoned type of a value after an error: accepted everywhere, reported nowhere."""
+
+
+UNKNOWN = UnknownT()
+UNIT = UnitT()
+NONE = NoneT()
+
+
+def tensor(dtype: DType, dims, prefix: EllipsisVar | None = None) -> TensorT:
+    return TensorT(dtype, Shape(tuple(dims), prefix))
+
+
+def format_type(t: Type, concrete: bool = False) -> str:
+    """`[B, S, c.hidden_size]`, `f32[B, S]`, `int = 576`, `(…, …)`; with `concrete`, dims are
+    shown with known constants substituted."""
+    if isinstance(t, TensorT):
+        prefix = "" if t.dtype is WORK else t.dtype.name
+        return prefix + format_shape(t.shape, concrete)
+    if isinstance(t, ScalarT):
+        if t.kind == "int" and t.value is not None:
+            shown = format_dim(t.value.val if concrete else t.value)
+            return f"int = {shown}" if concrete or t.value.is_int() else "int"
+        if t.value is not None and t.kind in ("float", "bool"):
+            v = t.value
+            return f"{t.kind} = {str(v).lower() if isinstance(v, bool) else v!r}"
+        if t.kind == "str" and t.value is not None:
+            return f'str = "{t.value}"'
+        return t.kind
+    if isinstance(t, DTypeT):
+        return f"dtype {t.dtype.name}"
+    if isinstance(t, TupleT):
+        return "(" + ", ".join(format_type(i, concrete) for i in t.items) + ")"
+    if isinstance(t, ListT):
+        return "[" + ", ".join(format_type(i, concrete) for i in t.items) + "]"
+    if isinstance(t, NoneT):
+        return "none"
+    if isinstance(t, ConfigT):
+        return t.value.type_name
+    if isinstance(t, ModuleT):
+        return t.instance.describe()
+    if isinstance(t, ModuleListT):
+        return f"[{t.instance.describe()}; {format_dim(t.count.val if concrete and t.count is not None else t.count)}]"
+    if isinstance(t, FnRefT):
+        return getattr(t.target, "describe", lambda: "function")()
+    if isinstance(t, UnitT):
+        return "()"
+    return "?"

@@ -1,0 +1,196 @@
+"""Unification of a callee's parameter types with the argument types at a call.
+
+The callee's signature is evaluated with a fresh "pattern" atom for each of its dim
+variables (and a pattern for its `...` and its dtype variables). Each argument dim gives an
+equation `pattern == actual`; equations with one unknown that appears linearly are solved by
+exact division (`Hkv * G == 32` with `Hkv = 5` fails: 32 is not divisible by 5, which is how
+GQA head counts that don't divide are caught at the call site), the rest are compared.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .dims import Atom, Dim, DivisionError, format_dim, solve_linear
+from .types import DType, EllipsisVar, Shape, format_shape
+
+
+def substitute(d: Dim | None, mapping: dict[Atom, Dim | None]) -> Dim | None:
+    """Replace atoms by dims; None (unknown) if any replaced atom is unknown."""
+    if d is None:
+        return None
+    if not mapping or not (d.atoms() & mapping.keys()):
+        return d
+    result = Dim()
+    for mono, coeff in d.terms:
+        term = Dim.of(coeff)
+        for a, p in mono:
+            if a in mapping:
+                rep = mapping[a]
+                if rep is None:
+                    return None
+            else:
+                rep = Dim.atom(a)
+            for _ in range(p):
+                term = term * rep
+        result = result + term
+    return result
+
+
+def substitute_shape(shape: Shape, mapping: dict[Atom, Dim | None],
+                     prefixes: dict[EllipsisVar, tuple[EllipsisVar | None, tuple]]) -> Shape:
+    dims = tuple(substitute(d, mapping) for d in shape.dims)
+    if shape.prefix is not None and shape.prefix in prefixes:
+        pvar, pdims = prefixes[shape.prefix]
+        return Shape(tuple(pdims) + dims, pvar)
+    return Shape(dims, shape.prefix)
+
+
+@dataclass(slots=True)
+class Mismatch:
+    """One failed equation. kind: "differ" (a dim is not what the signature says),
+    "divide" (solving for a variable needs an inexact division), "infer" (a variable appears
+    nowhere alone). `dim` is the dim's index in the argument's shape (negative under `...`)."""
+
+    arg: int
+    dim: int | None
+    kind: str
+    pattern: Dim | None = None
+    expected: Dim | None = None
+    actual: Dim | None = None
+    reason: str = ""
+
+    @property
+    def code(self) -> str:
+        return {"differ": "L203", "divide": "L206", "infer": "L209"}[self.kind]
+
+
+@dataclass
+class Unifier:
+    """Solves the dim and dtype variables of one call."""
+
+    patterns: set[Atom]
+    dtype_patterns: set[DType] = field(default_factory=set)
+    ellipsis: EllipsisVar | None = None
+    solved: dict[Atom, Dim | None] = field(default_factory=dict)
+    dtypes: dict[DType, DType] = field(default_factory=dict)
+    prefixes: dict[EllipsisVar, tuple[EllipsisVar | None, tuple]] = field(default_factory=dict)
+    pending: list[tuple[Dim, Dim | None, int, int]] = field(default_factory=list)
+    errors: list[Mismatch] = field(default_factory=list)
+    origins: dict[Atom, int] = field(default_factory=dict)  # which argument fixed each variable
+    shown: list[Dim] = field(default_factory=list)  # the arguments' dims, to display results with
+
+    def unify_dtype(self, pattern: DType, actual: DType, arg: int) -> str | None:
+        """Returns an error message, or None when `actual` fits `pattern`."""
+        if pattern in self.dtype_patterns:
+            bound = self.dtypes.get(pattern)
+            if bound is None:
+                if pattern.kind != "any" and actual.kind != pattern.kind:
+                    return f"dtype variable {pattern.name} is a {pattern.kind} dtype, got {_dt(actual)}"
+                self.dtypes[pattern] = actual
+                return None
+            pattern = bound
+        if pattern != actual:
+            return f"expected {_dt(pattern)}, got {_dt(actual)}"
+        return None
+
+    def unify_shape(self, pattern: Shape, actual: Shape, arg: int) -> str | None:
+        """Queue the dim equations of one argument; returns a rank error message or None."""
+        if pattern.prefix is not None:
+            n = len(pattern.dims)
+            if len(actual.dims) < n:
+                if actual.prefix is not None:
+                    return (f"rank of {format_shape(actual)} is not known to be at least {n} "
+                            f"(expected {format_shape(pattern)})")
+                return f"rank {len(actual.dims)} is too small for {format_shape(pattern)}"
+            head = (actual.prefix, tuple(actual.dims[: len(actual.dims) - n]))
+            tail = actual.dims[len(actual.dims) - n:]
+            first = len(actual.dims) - n if actual.prefix is None else -n
+            if pattern.prefix in self.prefixes:
+                have = self.prefixes[pattern.prefix]
+                if have[0] is not head[0] or len(have[1]) != len(head[1]) or not all(
+                        a is None or b is None or a.same(b) for a, b in zip(have[1], head[1])):
+                    return (f"`...` was bound to {_prefix_text(have)} by an earlier argument, "
+                            f"here it is {_prefix_text(head)}")
+            else:
+                self.prefixes[pattern.prefix] = head
+        else:
+            if actual.prefix is not None:
+                return f"expected rank {len(pattern.dims)} ({format_shape(pattern)}), got {format_shape(actual)} of unknown rank"
+            if len(actual.dims) != len(pattern.dims):
+                return (f"expected rank {len(pattern.dims)} ({format_shape(pattern)}), got rank "
+                        f"{len(actual.dims)} ({format_shape(actual)})")
+            tail = actual.dims
+            first = 0
+        for i, (p, a) in enumerate(zip(pattern.dims, tail)):
+            if p is None:
+                continue
+            self.pending.append((p, a, arg, first + i))
+        return None
+
+    def solve(self) -> None:
+        """Solve queued equations; unsolvable ones become `errors`."""
+        progress = True
+        while progress and self.pending:
+            progress = False
+            rest = []
+            for p, a, arg, dim in self.pending:
+                ps = substitute(p, self.solved)
+                if ps is None:
+                    progress = True
+                    continue
+                unknown = [x for x in ps.val.atoms() if x in self.patterns and x not in self.solved]
+                if not unknown:
+                    progress = True
+                    if a is not None and not ps.same(a):
+                        self.errors.append(Mismatch(arg, dim, "differ", p, ps, a))
+                    continue
+                if len(unknown) == 1:
+                    if a is None:
+                        self.solved[unknown[0]] = None
+                        progress = True
+                        continue
+                    sol = solve_linear(ps, a, unknown[0])
+                    if sol is None:
+                        rest.append((p, a, arg, dim))
+                        continue
+                    progress = True
+                    self.origins[unknown[0]] = arg
+                    if isinstance(sol, DivisionError):
+                        self.errors.append(Mismatch(arg, dim, "divide", p, ps, a, sol.reason))
+                        self.solved[unknown[0]] = None
+                        continue
+                    self.solved[unknown[0]] = sol
+                    continue
+                rest.append((p, a, arg, dim))
+            self.pending = rest
+        for p, a, arg, dim in self.pending:
+            self.errors.append(Mismatch(arg, dim, "infer", p, substitute(p, self.solved), a))
+            for x in p.atoms():
+                if x in self.patterns and x not in self.solved:
+                    self.solved[x] = None
+        self.pending = []
+
+    def bindings_text(self, pattern: Dim, names: list[str]) -> str:
+        """`Hkv = 5 (from `k`)` for the solved variables of `pattern`."""
+        parts = []
+        for a in sorted(pattern.atoms(), key=lambda x: x.uid):
+            if a in self.patterns and self.solved.get(a) is not None:
+                origin = self.origins.get(a)
+                src = f" (from `{names[origin]}`)" if origin is not None and origin < len(names) else ""
+                parts.append(f"{a.name} = {format_dim(self.solved[a].val)}{src}")
+        return ", ".join(parts)
+
+
+def _dt(d: DType) -> str:
+    from ..ops.registry import describe_dtype
+
+    return describe_dtype(d)
+
+
+def _prefix_text(prefix) -> str:
+    var, dims = prefix
+    parts = (["..."] if var is not None else []) + [format_dim(d.val) if d is not None else "?" for d in dims]
+    return "[" + ", ".join(parts) + "]"
+
+

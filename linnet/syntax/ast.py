@@ -1,0 +1,406 @@
+"""The Linnet syntax tree.
+
+Every node carries a `Span`: character offsets relative to the start of its top-level item
+(see `items.py`). Relative spans are what make item-level reuse cheap: when an edit above an
+item moves it, the item's nodes stay valid and only `Item.offset` changes. `Item.resolve(span)`
+turns a span into absolute offsets, byte offsets, 1-based line/column and LSP (UTF-16)
+positions.
+
+Nodes compare by identity (`eq=False`) so checker results can be keyed by node.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple, Union
+
+
+class Span(NamedTuple):
+    """Half-open range `[start, end)` of character offsets, relative to an item's text."""
+
+    start: int
+    end: int
+
+    def contains(self, offset: int) -> bool:
+        return self.start <= offset <= self.end
+
+
+@dataclass(eq=False, slots=True)
+class Node:
+    span: Span
+
+
+# ----------------------------------------------------------------------------- expressions
+
+
+@dataclass(eq=False, slots=True)
+class Name(Node):
+    id: str
+
+
+@dataclass(eq=False, slots=True)
+class IntLit(Node):
+    value: int
+
+
+@dataclass(eq=False, slots=True)
+class FloatLit(Node):
+    value: float
+    text: str
+
+
+@dataclass(eq=False, slots=True)
+class StrLit(Node):
+    value: str
+
+
+@dataclass(eq=False, slots=True)
+class BoolLit(Node):
+    value: bool
+
+
+@dataclass(eq=False, slots=True)
+class NoneLit(Node):
+    pass
+
+
+@dataclass(eq=False, slots=True)
+class Neg(Node):
+    operand: Expr
+
+
+@dataclass(eq=False, slots=True)
+class Not(Node):
+    operand: Expr
+
+
+@dataclass(eq=False, slots=True)
+class BinOp(Node):
+    """`left op right` for op in + - * / % @ ** and or."""
+
+    op: str
+    left: Expr
+    right: Expr
+    op_span: Span
+
+
+@dataclass(eq=False, slots=True)
+class Compare(Node):
+    op: str
+    left: Expr
+    right: Expr
+    op_span: Span
+
+
+@dataclass(eq=False, slots=True)
+class Arg(Node):
+    """A call argument; `name` is set for keyword arguments (`dim=-1`)."""
+
+    name: Name | None
+    value: Expr
+
+
+@dataclass(eq=False, slots=True)
+class Call(Node):
+    func: Expr
+    args: list[Arg]
+
+
+@dataclass(eq=False, slots=True)
+class Attr(Node):
+    value: Expr
+    name: Name
+
+
+@dataclass(eq=False, slots=True)
+class Slice(Node):
+    start: Expr | None
+    stop: Expr | None
+
+
+@dataclass(eq=False, slots=True)
+class EllipsisLit(Node):
+    pass
+
+
+@dataclass(eq=False, slots=True)
+class Index(Node):
+    value: Expr
+    items: list[Expr | Slice | EllipsisLit]
+
+
+@dataclass(eq=False, slots=True)
+class TupleLit(Node):
+    items: list[Expr]
+
+
+@dataclass(eq=False, slots=True)
+class ListLit(Node):
+    items: list[Expr]
+
+
+@dataclass(eq=False, slots=True)
+class Block(Node):
+    stmts: list[Stmt]
+
+
+@dataclass(eq=False, slots=True)
+class IfExpr(Node):
+    """Compile-time `if`: the condition must be known when the model is loaded."""
+
+    cond: Expr
+    then: Block
+    orelse: Block | IfExpr | None
+
+
+@dataclass(eq=False, slots=True)
+class RecordLit(Node):
+    """`Llama { hidden_size = 576, ... }`: a config value (presets and config defaults)."""
+
+    type_name: Name
+    fields: list[FieldInit]
+
+
+@dataclass(eq=False, slots=True)
+class FieldInit(Node):
+    name: Name
+    value: Expr | RecordLit
+
+
+Expr = Union[
+    Name, IntLit, FloatLit, StrLit, BoolLit, NoneLit, Neg, Not, BinOp, Compare, Call, Attr,
+    Index, TupleLit, ListLit, IfExpr,
+]
+
+# ----------------------------------------------------------------------------- statements
+
+
+@dataclass(eq=False, slots=True)
+class Let(Node):
+    targets: list[Name]
+    annotation: Type | None
+    value: Expr
+    is_tuple: bool = False
+
+
+@dataclass(eq=False, slots=True)
+class Assign(Node):
+    """`h = layer(h)` (a local declared by `let`) or `k_cache = ...` (module state)."""
+
+    target: Name
+    value: Expr
+
+
+@dataclass(eq=False, slots=True)
+class For(Node):
+    var: Name
+    iter: Expr
+    body: Block
+
+
+@dataclass(eq=False, slots=True)
+class ExprStmt(Node):
+    expr: Expr
+
+
+@dataclass(eq=False, slots=True)
+class ErrorStmt(Node):
+    """Text that did not parse and was skipped by error recovery.
+
+    `bound` holds the names a `let` in the skipped text would have bound, so that their uses
+    are not reported again as unknown names.
+    """
+
+    bound: list[str]
+
+
+Stmt = Union[Let, Assign, For, ExprStmt, ErrorStmt]
+
+# ----------------------------------------------------------------------------- types
+
+
+@dataclass(eq=False, slots=True)
+class EllipsisDim(Node):
+    pass
+
+
+@dataclass(eq=False, slots=True)
+class TensorType(Node):
+    """`f32[B, S]`, or `[B, S, c.hidden_size]` in the working dtype (`dtype is None`)."""
+
+    dtype: Name | None
+    dims: list[Expr | EllipsisDim]
+
+
+@dataclass(eq=False, slots=True)
+class NamedType(Node):
+    """`int`, `float`, `bool`, `str`, a config name; `optional` for `RopeScaling?`."""
+
+    name: Name
+    optional: bool = False
+
+
+@dataclass(eq=False, slots=True)
+class LiteralType(Node):
+    """`"default" | "linear" | "llama3"`."""
+
+    values: list[StrLit]
+
+
+@dataclass(eq=False, slots=True)
+class TupleType(Node):
+    items: list[Type]
+
+
+Type = Union[TensorType, NamedType, LiteralType, TupleType]
+
+# ----------------------------------------------------------------------------- items
+
+
+@dataclass(eq=False, slots=True)
+class Attribute(Node):
+    """`@name("LayerNorm")`, `@weights("smollm2-135m-instruct")`."""
+
+    name: Name
+    args: list[Arg]
+
+
+@dataclass(eq=False, slots=True)
+class Param(Node):
+    name: Name
+    type: Type
+    default: Expr | None
+
+
+@dataclass(eq=False, slots=True)
+class Generic(Node):
+    """A dtype variable of a function: `<T>` or `<T: float>`."""
+
+    name: Name
+    kind: Name | None
+
+
+@dataclass(eq=False, slots=True)
+class FnDef(Node):
+    name: Name
+    params: list[Param]
+    ret: Type | None
+    body: Block
+    entry: bool = False
+    generics: list[Generic] = field(default_factory=list)
+    attributes: list[Attribute] = field(default_factory=list)
+    doc: str | None = None
+
+
+@dataclass(eq=False, slots=True)
+class FieldDecl(Node):
+    """A module member: a parameter (`weight: [out, in]`), a submodule (`q_proj: Linear(...)`)
+    or a list of submodules (`layers: [Block(c); c.num_hidden_layers]`)."""
+
+    name: Name
+    kind: str  # "param" | "submodule" | "list"
+    type: TensorType | None = None
+    ctor: Call | None = None
+    count: Expr | None = None
+    attributes: list[Attribute] = field(default_factory=list)
+    doc: str | None = None
+
+
+@dataclass(eq=False, slots=True)
+class StateDecl(Node):
+    """Module state (a KV cache): a buffer whose dims may use the load-time dims."""
+
+    name: Name
+    type: TensorType
+    attributes: list[Attribute] = field(default_factory=list)
+    doc: str | None = None
+
+
+@dataclass(eq=False, slots=True)
+class MemberIf(Node):
+    """Members present only under a compile-time condition (`if c.attention_bias { ... }`)."""
+
+    cond: Expr
+    then: list[Member]
+    orelse: list[Member]
+
+
+Member = Union[FieldDecl, StateDecl, FnDef, MemberIf]
+
+
+@dataclass(eq=False, slots=True)
+class ModuleDef(Node):
+    """`module Name(params) { members }`; `is_model` for the loadable root `model`."""
+
+    name: Name
+    params: list[Param]
+    members: list[Member]
+    is_model: bool = False
+    attributes: list[Attribute] = field(default_factory=list)
+    doc: str | None = None
+
+
+@dataclass(eq=False, slots=True)
+class ConfigField(Node):
+    name: Name
+    type: Type
+    default: Expr | RecordLit | None
+    attributes: list[Attribute] = field(default_factory=list)
+    doc: str | None = None
+
+
+@dataclass(eq=False, slots=True)
+class ConfigDef(Node):
+    name: Name
+    fields: list[ConfigField]
+    attributes: list[Attribute] = field(default_factory=list)
+    doc: str | None = None
+
+
+@dataclass(eq=False, slots=True)
+class PresetDef(Node):
+    name: Name
+    value: RecordLit
+    attributes: list[Attribute] = field(default_factory=list)
+    doc: str | None = None
+
+
+ItemDef = Union[ConfigDef, PresetDef, ModuleDef, FnDef]
+
+
+def children(node: Node):
+    """Yield the direct child nodes of `node`, in source order."""
+    for name in node.__slots__:
+        if name == "span" or name.endswith("_span"):
+            continue
+        value = getattr(node, name)
+        if isinstance(value, Node):
+            yield value
+        elif isinstance(value, list):
+            for v in value:
+                if isinstance(v, Node):
+                    yield v
+
+
+def walk(node: Node):
+    """Yield `node` and all its descendants, parents before children."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        yield n
+        stack.extend(reversed(list(children(n))))
+
+
+def node_at(root: Node, offset: int) -> list[Node]:
+    """The chain of nodes containing the item-relative `offset`, outermost first."""
+    chain = []
+    node = root
+    while node is not None and node.span.contains(offset):
+        chain.append(node)
+        nxt = None
+        for child in children(node):
+            if child.span.contains(offset):
+                nxt = child
+                # prefer the last child that starts at or before offset (adjacent spans)
+        node = nxt
+    return chain

@@ -1,0 +1,168 @@
+"""Splitting a source into top-level items, and the item-level reuse behind incremental parsing.
+
+An item starts at a line that begins, in column 0, with `config`, `preset`, `module`,
+`model` or `fn`; the `##`/`#` comment and `@attribute` lines directly above it belong to it.
+Items partition the text exactly: an item runs to the start of the next one. The rule needs
+no parse, so one malformed item cannot swallow its neighbours, and an edit touches only the
+items whose text it changes.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from . import ast as A
+from .ast import Span
+from .parser import ParsedItem, SyntaxProblem, parse_item
+from .positions import LineIndex, Position
+
+ITEM_KEYWORDS = ("config", "preset", "module", "model", "fn")
+_HEADER = re.compile(r"^(config|preset|module|model|fn)\b[ \t]*([A-Za-z_]\w*)?", re.M)
+
+
+class Source:
+    """One source text (a file or an editor buffer) and its line index. Mutable: a document
+    updates it in place, and items point at it to resolve their positions."""
+
+    def __init__(self, path: str, text: str):
+        self.path = path
+        self.set_text(text)
+
+    def set_text(self, text: str) -> None:
+        self.text = text
+        self.index = LineIndex(text)
+
+    def __repr__(self) -> str:
+        return f"Source({self.path!r})"
+
+
+@dataclass(frozen=True, slots=True)
+class Location:
+    """A span resolved in its source: absolute character offsets and both positions."""
+
+    path: str
+    start: Position
+    end: Position
+
+    @property
+    def line(self) -> int:
+        return self.start.line
+
+    @property
+    def column(self) -> int:
+        return self.start.column
+
+
+@dataclass(eq=False)
+class Item:
+    """A top-level item of a source: its text, where it starts, and what parsing found.
+
+    `ast` is None when nothing could be recovered; `kind` and `name` then still come from the
+    header line so that references to the item are not reported as unknown.
+    """
+
+    source: Source
+    offset: int
+    text: str
+    kind: str | None
+    name: str | None
+    ast: A.ItemDef | None
+    problems: list[SyntaxProblem]
+    is_std: bool = False
+    interface: str = field(default="")
+
+    def resolve(self, span: Span) -> Location:
+        index = self.source.index
+        return Location(self.source.path, index.position(self.offset + span.start),
+                        index.position(self.offset + span.end))
+
+    def absolute(self, span: Span) -> tuple[int, int]:
+        return self.offset + span.start, self.offset + span.end
+
+    @property
+    def name_span(self) -> Span:
+        if self.ast is not None:
+            return self.ast.name.span
+        m = _HEADER.search(self.text)
+        if m and m.group(2):
+            return Span(m.start(2), m.end(2))
+        return Span(0, 0)
+
+    def __repr__(self) -> str:
+        return f"Item({self.kind} {self.name} @{self.offset})"
+
+
+def split_items(text: str) -> list[tuple[int, str]]:
+    """Split `text` into `(offset, item_text)` chunks that partition it exactly. A leading
+    chunk with no item header (comments, or stray text) is included when non-empty."""
+    starts = []
+    for m in _HEADER.finditer(text):
+        s = m.start()
+        while s > 0:
+            prev = text.rfind("\n", 0, s - 1) + 1
+            if text.startswith(("#", "@"), prev):
+                s = prev
+            else:
+                break
+        if starts and s <= starts[-1]:
+            s = m.start()
+        starts.append(s)
+    if not starts or starts[0] != 0:
+        starts.insert(0, 0)
+    bounds = starts + [len(text)]
+    return [(bounds[i], text[bounds[i]:bounds[i + 1]]) for i in range(len(starts))
+            if bounds[i + 1] > bounds[i] or len(starts) == 1]
+
+
+def _header(text: str) -> tuple[str | None, str | None]:
+    m = _HEADER.search(text)
+    if not m:
+        return None, None
+    return m.group(1), m.group(2)
+
+
+def make_item(source: Source, offset: int, text: str, parsed: ParsedItem | None = None) -> Item:
+    """Parse `text` (unless `parsed` is given) into an Item of `source` at `offset`."""
+    kind, name = _header(text)
+    if kind is None:
+        if text.strip() and any(not ln.lstrip().startswith("#") for ln in text.splitlines() if ln.strip()):
+            stray = len(text) - len(text.lstrip())
+            problem = SyntaxProblem(
+                "L004", "expected an item: `config`, `preset`, `module`, `model` or `fn` at the start of a line",
+                Span(stray, stray + max(1, len(text.strip().split()[0]))), [],
+                ["items start in column 0; indented lines belong to the item above"])
+            return Item(source, offset, text, None, None, None, [problem])
+        return Item(source, offset, text, None, None, None, [])
+    if parsed is None:
+        parsed = parse_item(text)
+    if kind == "model":
+        kind = "module"
+    item = Item(source, offset, text, kind, name, parsed.ast, parsed.problems)
+    if parsed.ast is not None:
+        item.name = parsed.ast.name.id
+    item.interface = interface_key(item)
+    return item
+
+
+def interface_key(item: Item) -> str:
+    """What other items can see of `item`: its text without function bodies. Two versions of
+    an item with equal keys look the same from outside, so an edit inside a function body
+    leaves every other item's analysis valid."""
+    if item.ast is None:
+        return f"<unparsed {item.kind} {item.name}>"
+    text = item.text
+    cut = []
+    for node in A.walk(item.ast):
+        if isinstance(node, A.FnDef):
+            cut.append(node.body.span)
+    if not cut:
+        return " ".join(text.split())
+    parts, pos = [], 0
+    for span in sorted(cut):
+        if span.start < pos:
+            continue
+        parts.append(text[pos:span.start])
+        pos = span.end
+    parts.append(text[pos:])
+    return " ".join(" ".join(parts).split())
