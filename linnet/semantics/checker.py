@@ -36,6 +36,7 @@ SCALAR_TYPE_NAMES = ("int", "float", "bool", "str")
 LOAD_TIME_DIMS = {"max_batch": const("max_batch"), "max_positions": const("max_positions")}
 BUILTIN_CONSTANTS = {"pi": math.pi, "inf": math.inf}
 KNOWN_ATTRIBUTES = {"name", "weights"}
+NAMES_DEP = "<names>"  # the dependency of a result on the set of top-level names
 
 
 class CheckContext:
@@ -46,6 +47,7 @@ class CheckContext:
         self.lookup = lookup
         self.evaluator = evaluator
         self.members_cache: dict[Any, Members] = {}
+        self.computing: set = set()  # instances whose members are being evaluated
 
 
 @dataclass
@@ -146,10 +148,13 @@ class ItemChecker:
         for p in mdef.params:
             t = self.param_value(p, scope, generic=True)
             args[p.name.id] = t
-            scope.bind(p.name.id, Binding(t, "module_param", SymbolAnchor((mdef.name.id, "param", p.name.id)), p.name))
+            anchor = SymbolAnchor((mdef.name.id, "param", p.name.id))
+            scope.bind(p.name.id, Binding(t, "module_param", anchor, p.name))
+            self.ref(p.name, anchor)
             self.record(p.name, t)
             if p.default is not None:
                 self.expr(p.default, scope)
+        self.check_containment(mdef)
         inst = Instance(self.item, args, generic=True)
         self.instance = inst
         members = self.members(inst, report=True)
@@ -166,6 +171,31 @@ class ItemChecker:
         for info in members.order:
             if info.kind == "fn" and info.node.entry and not mdef.is_model:
                 self.report("L111", "`entry` marks functions of a `model`; this is a `module`", info.node.name)
+
+    def check_containment(self, mdef: A.ModuleDef) -> None:
+        """A module may not contain itself, directly or through its submodules."""
+        def submodules(m: A.ModuleDef):
+            for member in _flat_members(m.members):
+                if isinstance(member, A.FieldDecl) and member.ctor is not None and isinstance(member.ctor.func, A.Name):
+                    yield member, member.ctor.func.id
+
+        for member, name in submodules(mdef):
+            path = [mdef.name.id, name]
+            stack = [(name, path)]
+            seen = set()
+            while stack:
+                current, chain = stack.pop()
+                if current == mdef.name.id:
+                    self.report("L111", f"`{mdef.name.id}` contains itself: {' -> '.join(chain)}", member.ctor.func)
+                    return
+                if current in seen:
+                    continue
+                seen.add(current)
+                item = self.global_item(current)
+                if item is None or not isinstance(item.ast, A.ModuleDef):
+                    continue
+                for _, sub in submodules(item.ast):
+                    stack.append((sub, chain + [sub]))
 
     def param_value(self, p: A.Param, scope: Scope, generic: bool) -> Type:
         """The value a module or function parameter has in its own generic check."""
@@ -195,7 +225,7 @@ class ItemChecker:
         return UNKNOWN
 
     def unknown_type_name(self, node: A.Name, scope: Scope) -> None:
-        item = self.ctx.lookup(node.id)
+        item = self.global_item(node.id)
         if item is not None:
             self.report("L107", f"`{node.id}` is a {item.kind}, not a type", node)
             return
@@ -205,11 +235,16 @@ class ItemChecker:
                     fixes=self._fix(node, hint))
 
     def _global_names(self) -> list[str]:
+        """All top-level names (for suggestions); the result then depends on the set of names."""
         names = getattr(self.ctx.lookup, "names", None)
-        return list(names()) if names else []
+        if names is None:
+            return []
+        found = list(names())
+        self.result.deps[NAMES_DEP] = self.ctx.lookup.names_key()
+        return found
 
     def _is_config(self, name: str) -> bool:
-        item = self.ctx.lookup(name)
+        item = self.global_item(name)
         return item is not None and item.kind == "config"
 
     def _fix(self, node, hint):
@@ -327,8 +362,13 @@ class ItemChecker:
         cache = self.ctx.members_cache
         if key in cache and not report:
             return cache[key]
-        ev = _MemberEvaluator(self, inst)
-        members = ev.run()
+        if key in self.ctx.computing:
+            return Members()  # asked again while being evaluated (a did-you-mean, a cycle)
+        self.ctx.computing.add(key)
+        try:
+            members = _MemberEvaluator(self, inst).run()
+        finally:
+            self.ctx.computing.discard(key)
         cache[key] = members
         if report:
             self.result.findings.extend(members.findings)
@@ -342,12 +382,16 @@ class ItemChecker:
         scope = Scope(parent, "fn")
         self._check_params_unique(fn.params)
         owner = (inst.module.name.id, "fn", fn.name.id) if inst is not None else (fn.name.id,)
+        self.ref(fn.name, SymbolAnchor(owner))
         for p in fn.params:
             t = self.fn_param_type(p, scope, binder)
-            scope.bind(p.name.id, Binding(t, "param", SymbolAnchor(owner + ("param", p.name.id)), p.name))
+            anchor = SymbolAnchor(owner + ("param", p.name.id))
+            scope.bind(p.name.id, Binding(t, "param", anchor, p.name))
+            self.ref(p.name, anchor)
             self.record(p.name, t)
         for name, atom, node in binder.new_dims:
             scope.bind(name, Binding(ScalarT("int", Dim.atom(atom)), "dim", self.anchor(node), node))
+            self.ref(node, self.anchor(node))
         binder.frozen = True
         declared = self.eval_type(fn.ret, scope, binder) if fn.ret is not None else None
         saved_locals = self.fn_locals
@@ -385,7 +429,7 @@ class ItemChecker:
 
     def _warn_unused(self) -> None:
         for name, b in self.fn_locals:
-            if b.uses == 0 and not name.startswith("_"):
+            if b.uses == 0 and not name.startswith("_") and not isinstance(b.type, UnknownT):
                 self.report("L901", f"`{name}` is never used", b.node, severity="warning",
                             notes=["prefix the name with `_` to keep it deliberately"])
 
@@ -540,9 +584,14 @@ class ItemChecker:
         for d in dims:
             if d is None:
                 continue
-            for a in d.atoms():
+            for a in sorted(d.atoms(), key=lambda x: x.uid):
                 origin = a.origin
-                if isinstance(origin, SymbolAnchor) and origin.path not in seen and a.value is not None:
+                if not isinstance(origin, SymbolAnchor):
+                    continue
+                owner = self.global_item(origin.path[0])
+                if owner is None or owner.kind != "preset":
+                    continue
+                if origin.path not in seen and a.value is not None:
                     seen.add(origin.path)
                     out.append(Label(origin, f"`{origin.path[-1]}` = {format_dim(a.value.val)}"))
         return out
@@ -559,9 +608,10 @@ class ItemChecker:
             members = self.members(inst, report=False)
             info = members.by_name.get(name)
             if info is not None:
-                return Binding(info, "member", SymbolAnchor((inst.module.name.id, "member", name)), info.node)
+                kind = "fn" if info.kind == "fn" else "member"
+                return Binding(info, "member", SymbolAnchor((inst.module.name.id, kind, name)), info.node)
             if name in members.poisoned:
-                return Binding(UNKNOWN, "member")
+                return Binding(UNKNOWN, "poisoned")
         b = scope.lookup(name)
         if b is not None:
             return b
@@ -603,10 +653,9 @@ class ItemChecker:
         b = self.lookup_value(e.id, scope)
         if b is not None:
             return self.use_binding(e, b)
-        if e.id in REGISTRY:
-            self.result.deps[e.id] = None if self.ctx.lookup(e.id) is None else self.ctx.lookup(e.id).interface
-            return FnRefT(REGISTRY[e.id])
         item = self.global_item(e.id)
+        if item is None and e.id in REGISTRY:
+            return FnRefT(REGISTRY[e.id])
         if item is not None:
             self.ref(e, SymbolAnchor((e.id,)))
             if item.ast is None:
@@ -709,6 +758,7 @@ class ItemChecker:
                         labels=[Label(previous.anchor, "first bound here")] if isinstance(previous.anchor, LocalAnchor) else [],
                         notes=[f"to update it, assign: `{target.id} = ...`"])
         b = Binding(t, "local", self.anchor(target), target)
+        self.ref(target, b.anchor)
         scope.bind(target.id, b)
         self.fn_locals.append((target.id, b))
         self.record(target, t)
@@ -768,6 +818,7 @@ class ItemChecker:
                         label=format_type(t))
             elem = UNKNOWN
         b = Binding(elem, "loop", self.anchor(s.var), s.var, uses=1)
+        self.ref(s.var, b.anchor)
         inner.bind(s.var.id, b)
         self.record(s.var, elem)
         self.block(s.body, inner)
@@ -872,6 +923,8 @@ class ItemChecker:
 
     def binop(self, e: A.BinOp, scope: Scope) -> Type:
         a = self.expr(e.left, scope)
+        if e.op in ("and", "or") and isinstance(a, ScalarT) and a.kind == "bool" and a.value is (e.op == "or"):
+            return ScalarT("bool", a.value)  # compile-time short circuit: the right side is not used
         b = self.expr(e.right, scope)
         if isinstance(a, UnknownT) or isinstance(b, UnknownT):
             return UNKNOWN
@@ -1122,7 +1175,7 @@ class ItemChecker:
         func = e.func
         if isinstance(func, A.Name):
             b = self.lookup_value(func.id, scope)
-            if b is None and func.id in REGISTRY and self.ctx.lookup(func.id) is None:
+            if b is None and func.id in REGISTRY and self.global_item(func.id) is None:
                 self.ref(func, None)
                 return self.call_op(REGISTRY[func.id], e, scope)
             target = self.expr(func, scope)
@@ -1317,10 +1370,7 @@ class ItemChecker:
             dtype = op.dtype_rule(values)
         except OpError as err:
             self.op_error(err, e, nodes, values)
-            tensors = [v for v in values.values() if isinstance(v, TensorT)]
-            if not tensors:
-                return UNKNOWN
-            dtype = tensors[0].dtype
+            return UNKNOWN
         try:
             shape = op.shape_rule(values)
         except OpError as err:
@@ -1456,6 +1506,7 @@ class ItemChecker:
         names = [p.name.id for p in fn.params]
         defaults = {p.name.id: p.default is not None for p in fn.params}
         arg_types = {id(a): self.expr(a.value, scope) for a in e.args}
+        findings_before = len(self.result.findings)
         matched = self.match_args(names, defaults, e.args, callee, e, owner_path=owner + ("param",))
         if target.item is not self.item:
             self.result.deps.setdefault(target.item.name, target.item.interface)
@@ -1465,7 +1516,7 @@ class ItemChecker:
         binder = _Binder("pattern", generics)
         unifier = Unifier(set(), set(generics.values()))
         if matched is None:
-            return self.call_result(fn, sig_scope, binder, unifier, target.item)
+            return UNKNOWN
         # Compile-time parameters first: tensor types may use them.
         tensor_params = []
         for p in fn.params:
@@ -1482,6 +1533,7 @@ class ItemChecker:
             checked = self.check_compile_time_arg(p, t, node, callee)
             sig_scope.bind(p.name.id, Binding(checked if checked is not None else UNKNOWN, "param"))
         pattern_types: list[Type] = []
+        unknown_arg = False
         for i, p in enumerate(tensor_params):
             sub = ItemChecker(self.ctx, target.item, {})
             pattern = sub.eval_type(p.type, sig_scope, binder)
@@ -1492,7 +1544,10 @@ class ItemChecker:
                 continue
             arg = matched[p.name.id]
             actual = arg_types[id(arg)]
-            if isinstance(actual, UnknownT) or isinstance(pattern, UnknownT):
+            if isinstance(actual, UnknownT):
+                unknown_arg = True
+                continue
+            if isinstance(pattern, UnknownT):
                 continue
             if not isinstance(pattern, TensorT):
                 continue
@@ -1523,8 +1578,8 @@ class ItemChecker:
             written = self._pattern_text(p, sig_scope, target.item)
             labels = [Label(SymbolAnchor(owner + ("param", p.name.id)), f"declared `{p.name.id}: {written}` here")]
             labels += self.def_labels(arg.value)
-            if isinstance(actual, TensorT):
-                labels += self.atom_labels(list(actual.shape.dims))
+            sources = [err.actual] + [unifier.sources.get(a) for a in (err.pattern.atoms() if err.pattern else ())]
+            labels += self.atom_labels(sources)
             a = format_dim(err.actual.val) if err.actual is not None else "?"
             if err.kind == "differ":
                 expected = pattern_types[err.arg]
@@ -1540,6 +1595,8 @@ class ItemChecker:
                            f"{', '.join(sorted({x.name for x in err.pattern.atoms() if x in unifier.patterns}))} "
                            f"from dim {err.dim} ({format_dim(err.pattern)} = {a})")
             self.report(err.code, message, arg.value, label=format_type(actual, concrete=True), labels=labels)
+        if len(self.result.findings) > findings_before or unknown_arg:
+            return UNKNOWN  # the call is wrong, or its input unknown: what it returns would only cascade
         return self.call_result(fn, sig_scope, binder, unifier, target.item)
 
     def _pattern_text(self, p: A.Param, scope: Scope, item: Item) -> str:
@@ -1721,6 +1778,7 @@ class _MemberEvaluator:
             info = self.member(m)
             if info is None:
                 continue
+            self.c.ref(m.name, SymbolAnchor((self.inst.module.name.id, "fn" if info.kind == "fn" else "member", info.name)))
             info.present = present
             info.conditions = conditions
             info.cond_text = getattr(self, "cond_text", "")
@@ -1784,6 +1842,15 @@ class _MemberEvaluator:
             c.record(m.name, t)
             return MemberInfo(m.name.id, "list", m, t, checkpoint_name=checkpoint)
         return None
+
+
+def _flat_members(members):
+    for m in members:
+        if isinstance(m, A.MemberIf):
+            yield from _flat_members(m.then)
+            yield from _flat_members(m.orelse)
+        else:
+            yield m
 
 
 def _exclusive(a: MemberInfo, b: MemberInfo) -> bool:

@@ -20,7 +20,7 @@ from typing import Any
 from ..syntax import ast as A
 from ..syntax.items import Item
 from .diagnostics import Finding, Label, LocalAnchor, SymbolAnchor
-from .dims import Atom, Dim, const
+from .dims import Atom, Dim, const, new_uid
 from .suggest import closest
 from .types import NONE, ConfigT, ScalarT, Type
 
@@ -41,6 +41,13 @@ class ConfigValue:
     scenarios: list[str] = field(default_factory=list)
     _atoms: dict[str, Atom] = field(default_factory=dict)
     _key: tuple | None = None
+    _uids: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self):
+        # Atom ids in declaration order: products print as written (`c.heads * c.head_dim`).
+        for f in self.config_def.fields:
+            if isinstance(f, A.ConfigField):
+                self._uids[f.name.id] = new_uid()
 
     def key(self) -> tuple:
         if self._key is None:
@@ -70,7 +77,7 @@ class ConfigValue:
         if a is None:
             v = self.values.get(name, MISSING)
             a = const(display, Dim.of(v) if isinstance(v, int) and not isinstance(v, bool) else None,
-                      origin=self.origins.get(name))
+                      origin=self.origins.get(name), uid=self._uids.get(name))
             self._atoms[name] = a
         return a
 
@@ -257,11 +264,13 @@ class ConfigEvaluator:
 
     # ----- scenarios
     def scenarios(self, presets: list[Item], config_names: list[str]) -> list["Scenario"]:
-        """"defaults" then one scenario per preset, in source order."""
+        """"defaults" then one scenario per preset, in source order. A preset whose config has
+        errors is reported and not checked under: what it would produce is noise."""
         out = [Scenario("defaults", {n: self.defaults(n) for n in config_names if self.defaults(n) is not None}, None)]
         for p in presets:
+            before = len(self.findings.get(p, []))
             value = self.preset(p)
-            if value is None:
+            if value is None or len(self.findings.get(p, [])) > before:
                 continue
             configs = {n: self.defaults(n) for n in config_names if self.defaults(n) is not None}
             configs[value.type_name] = value

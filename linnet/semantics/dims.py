@@ -35,10 +35,10 @@ class Atom:
 
     __slots__ = ("kind", "name", "uid", "value", "origin", "_key")
 
-    def __init__(self, kind: str, name: str, value: "Dim | None" = None, origin=None):
+    def __init__(self, kind: str, name: str, value: "Dim | None" = None, origin=None, uid: int | None = None):
         self.kind = kind
         self.name = name
-        self.uid = next(_uid)
+        self.uid = next(_uid) if uid is None else uid
         self.value = value
         self.origin = origin
         self._key = self.uid  # creation order: factors print in the order they were written
@@ -54,10 +54,15 @@ def var(name: str) -> Atom:
     return Atom("var", name)
 
 
-def const(name: str, value: "Dim | int | None" = None, origin=None) -> Atom:
+def const(name: str, value: "Dim | int | None" = None, origin=None, uid: int | None = None) -> Atom:
     if isinstance(value, int):
         value = Dim.of(value)
-    return Atom("const", name, value, origin)
+    return Atom("const", name, value, origin, uid)
+
+
+def new_uid() -> int:
+    """A fresh atom id; ids order the factors of a product when it is printed."""
+    return next(_uid)
 
 
 class Dim:

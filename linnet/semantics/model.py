@@ -69,9 +69,12 @@ class ModelTree:
 
 
 def elaborate(checker: ItemChecker, inst: Instance, prefix: str = "", tree: ModelTree | None = None,
-              findings: list | None = None) -> ModelTree:
+              findings: list | None = None, open_modules: tuple = ()) -> ModelTree:
     """Walk the module tree from `inst`: every parameter and state tensor with its path."""
     tree = tree if tree is not None else ModelTree()
+    if inst.item in open_modules:
+        return tree  # a module that contains itself (reported where it is declared)
+    open_modules = open_modules + (inst.item,)
     members = checker.members(inst, report=False)
     seen: dict[str, TensorInfo] = {p.path: p for p in tree.params}
     for info in members.order:
@@ -90,12 +93,12 @@ def elaborate(checker: ItemChecker, inst: Instance, prefix: str = "", tree: Mode
         elif info.kind == "state" and isinstance(info.type, TensorT):
             tree.state.append(TensorInfo(path, info.type, anchor, "state"))
         elif info.kind == "submodule" and isinstance(info.type, ModuleT):
-            elaborate(checker, info.type.instance, path + ".", tree, findings)
+            elaborate(checker, info.type.instance, path + ".", tree, findings, open_modules)
         elif info.kind == "list" and isinstance(info.type, ModuleListT):
             count = info.type.count.as_int() if info.type.count is not None else None
             if count is None:
                 continue
-            sub = elaborate(checker, info.type.instance, "", ModelTree(), findings)
+            sub = elaborate(checker, info.type.instance, "", ModelTree(), findings, open_modules)
             for i in range(count):
                 for p in sub.params:
                     tree.params.append(TensorInfo(f"{path}.{i}.{p.path}", p.type, p.anchor, "param"))

@@ -19,7 +19,7 @@ from typing import Any
 from ..syntax import ast as A
 from ..syntax.ast import Span
 from ..syntax.items import Item, Location, Source, make_item, split_items
-from .checker import CheckContext, ItemChecker, ItemResult
+from .checker import NAMES_DEP, CheckContext, ItemChecker, ItemResult
 from .configs import ConfigEvaluator, ConfigValue, Scenario, values_by_type
 from .diagnostics import Diagnostic, Finding, Label, LocalAnchor, SymbolAnchor, locate
 from .model import ModelTree, check_model
@@ -66,6 +66,7 @@ class Globals:
     def __init__(self, items: list[Item], std_items: list[Item]):
         self.by_name: dict[str, Item] = {}
         self.duplicates: list[tuple[Item, Item]] = []
+        self._names_key: str | None = None
         for item in items:
             if item.name is None:
                 continue
@@ -82,6 +83,11 @@ class Globals:
 
     def names(self):
         return self.by_name.keys()
+
+    def names_key(self) -> str:
+        if self._names_key is None:
+            self._names_key = "\n".join(sorted(self.by_name))
+        return self._names_key
 
     def configs(self) -> list[Item]:
         return [i for i in self.by_name.values() if i.kind == "config"]
@@ -130,6 +136,7 @@ class Analysis:
         self.model: Item | None = None
         self.trees: dict[str, ModelTree] = {}
         self.globals: Globals | None = None
+        self.item_refs: dict[Item, list[tuple[Span, Any]]] = {}
 
     @property
     def presets(self) -> list[str]:
@@ -179,13 +186,40 @@ class Analysis:
         if item is None:
             return None
         rel = offset - item.offset
+        best = None
+        for span, target in self._refs_of(item):
+            if span.start <= rel <= span.end and (best is None or span.end - span.start < best[0].end - best[0].start):
+                best = (span, target)
+        return best[1] if best is not None else None
+
+    def _refs_of(self, item: Item):
+        yield from self.item_refs.get(item, ())
         ia = self.items.get(item)
         if ia is not None:
             for _, result in ia.results:
-                for span, target in result.refs:
-                    if span.start <= rel <= span.end:
-                        return target
-        return None
+                yield from result.refs
+
+    def references(self, offset: int, include_definition: bool = True) -> list[Location]:
+        """Every place in this document naming the symbol at `offset` (its definition first
+        when it is in this document), for find-references, rename and highlights."""
+        target = self.symbol_at(offset)
+        if target is None:
+            return []
+        out: list[Location] = []
+        seen = set()
+        definition = self.resolve(target)
+        if include_definition and definition is not None and definition.path == self.document.source.path:
+            out.append(definition)
+            seen.add((definition.start.offset, definition.end.offset))
+        for item in self.document.items:
+            for span, t in self._refs_of(item):
+                if t == target:
+                    loc = item.resolve(span)
+                    key = (loc.start.offset, loc.end.offset)
+                    if key not in seen and (include_definition or loc != definition):
+                        seen.add(key)
+                        out.append(loc)
+        return out
 
     def resolve(self, anchor) -> Location | None:
         return self.document.resolve(anchor, self.globals)
@@ -301,6 +335,8 @@ class Document:
         for item, found in evaluator.findings.items():
             if item.source is self.source:
                 findings.extend(found)
+        for item in self.items:
+            analysis.item_refs[item] = _item_refs(item)
         models = [i for i in self.items if i.kind == "module" and isinstance(i.ast, A.ModuleDef) and i.ast.is_model]
         if models:
             analysis.model = models[0]
@@ -339,6 +375,10 @@ class Document:
 
     def _valid(self, result: ItemResult, globals_: Globals) -> bool:
         for name, iface in result.deps.items():
+            if name == NAMES_DEP:
+                if iface != globals_.names_key():
+                    return False
+                continue
             item = globals_(name)
             if (item.interface if item is not None else None) != iface:
                 return False
@@ -363,9 +403,6 @@ class Document:
         if not slots:
             return [({}, (), None)]
         out = []
-        total = 1
-        for _, options in slots:
-            total *= len(options)
         for combo in itertools.product(*[options for _, options in slots]):
             binding: dict[str, Type] = {}
             key = []
@@ -374,7 +411,7 @@ class Document:
                 binding[pname] = ConfigT(value) if isinstance(value, ConfigValue) else NONE
                 key.append((pname, value.key() if isinstance(value, ConfigValue) else None))
                 names = scen if not names else [n for n in names if n in scen] or names + scen
-            out.append((binding, tuple(key), names if total > 1 else None))
+            out.append((binding, tuple(key), names))
         return out
 
     # ----- anchors
@@ -422,6 +459,36 @@ def _merge(ia: ItemAnalysis) -> list[Finding]:
     return out
 
 
+def _item_refs(item: Item) -> list[tuple[Span, Any]]:
+    """Names that need no checking to resolve: item names, config fields, preset field inits."""
+    ast = item.ast
+    if ast is None:
+        return []
+    refs: list[tuple[Span, Any]] = [(ast.name.span, SymbolAnchor((ast.name.id,)))]
+    if isinstance(ast, A.ConfigDef):
+        for f in ast.fields:
+            if isinstance(f, A.ConfigField):
+                refs.append((f.name.span, SymbolAnchor((ast.name.id, f.name.id))))
+                if isinstance(f.type, A.NamedType):
+                    refs.append((f.type.name.span, SymbolAnchor((f.type.name.id,))))
+
+    def record(rec: A.RecordLit):
+        refs.append((rec.type_name.span, SymbolAnchor((rec.type_name.id,))))
+        for init in rec.fields:
+            if isinstance(init, A.FieldInit):
+                refs.append((init.name.span, SymbolAnchor((rec.type_name.id, init.name.id))))
+                if isinstance(init.value, A.RecordLit):
+                    record(init.value)
+
+    if isinstance(ast, A.PresetDef):
+        record(ast.value)
+    if isinstance(ast, A.ConfigDef):
+        for f in ast.fields:
+            if isinstance(f, A.ConfigField) and isinstance(f.default, A.RecordLit):
+                record(f.default)
+    return refs
+
+
 def _find_symbol(path: tuple[str, ...], globals_: Globals) -> tuple[Item, Span] | None:
     """Resolve a SymbolAnchor path to (item, span) in the current items."""
     item = globals_(path[0])
@@ -463,7 +530,7 @@ def _find_symbol(path: tuple[str, ...], globals_: Globals) -> tuple[Item, Span] 
                     if len(rest) == 4 and rest[2] == "param" and isinstance(m, A.FnDef):
                         for p in m.params:
                             if p.name.id == rest[3]:
-                                return item, p.type.span if p.type is not None else p.name.span
+                                return item, p.span
                         return None
                     return item, m.name.span
         return None
@@ -471,7 +538,7 @@ def _find_symbol(path: tuple[str, ...], globals_: Globals) -> tuple[Item, Span] 
         if rest[0] == "param":
             for p in node.params:
                 if p.name.id == rest[1]:
-                    return item, p.type.span
+                    return item, p.span
         return None
     return None
 

@@ -44,7 +44,9 @@ def render_text(diag: Diagnostic, read_source: Callable[[str], str | None], disp
     bar = paint(" " * width + " |", "gutter")
     lines.append(bar)
     last_path = loc.path
-    for i, (where, text, primary) in enumerate(_ordered(marks)):
+    groups = _grouped(_ordered(marks))
+    for i, group in enumerate(groups):
+        where = group[0][0]
         if where.path != last_path:
             lines.append(paint(" " * width + "--> ", "gutter") + f"{display_path(where.path)}:{where.line}:{where.column}")
             lines.append(bar)
@@ -53,16 +55,15 @@ def render_text(diag: Diagnostic, read_source: Callable[[str], str | None], disp
         if source is None:
             continue
         line_text = _line(source, where.line).expandtabs(4)
-        start_col = where.start.column - 1
-        end_col = where.end.column - 1 if where.end.line == where.line else len(line_text)
-        if end_col <= start_col:
-            end_col = start_col + 1
-        gutter = paint(f"{where.line:>{width}} |", "gutter")
-        lines.append(f"{gutter} {line_text}".rstrip())
-        mark = ("^" if primary else "-") * (end_col - start_col)
-        underline = " " * start_col + paint(mark + (f" {text}" if text else ""), diag.severity if primary else "gutter")
-        lines.append(f"{bar} {underline}".rstrip())
-        if i + 1 < len(marks):
+        lines.append(f"{paint(f'{where.line:>{width}} |', 'gutter')} {line_text}".rstrip())
+        for mark_loc, text, primary in group:
+            start_col = mark_loc.start.column - 1
+            end_col = mark_loc.end.column - 1 if mark_loc.end.line == mark_loc.line else len(line_text)
+            end_col = max(end_col, start_col + 1)
+            mark = ("^" if primary else "-") * (end_col - start_col)
+            underline = " " * start_col + paint(mark + (f" {text}" if text else ""), diag.severity if primary else "gutter")
+            lines.append(f"{bar} {underline}".rstrip())
+        if i + 1 < len(groups):
             lines.append(bar)
     for note in diag.notes:
         lines.append(f"{' ' * width} = {paint('note', 'note')}: {note}")
@@ -83,6 +84,21 @@ def _ordered(marks: list[tuple[Location, str, bool]]):
         seen.add(key)
         out.append(m)
     return out
+
+
+def _grouped(marks):
+    """Marks on the same line of the same file share one excerpt (the primary's group first)."""
+    groups: list[list] = []
+    index: dict[tuple[str, int], list] = {}
+    for m in marks:
+        key = (m[0].path, m[0].line)
+        if key not in index:
+            index[key] = []
+            groups.append(index[key])
+        index[key].append(m)
+    for g in groups:
+        g.sort(key=lambda m: (not m[2], m[0].start.column))
+    return groups
 
 
 def _line(source: str, line: int) -> str:

@@ -79,6 +79,7 @@ class Unifier:
     errors: list[Mismatch] = field(default_factory=list)
     origins: dict[Atom, int] = field(default_factory=dict)  # which argument fixed each variable
     shown: list[Dim] = field(default_factory=list)  # the arguments' dims, to display results with
+    sources: dict[Atom, Dim] = field(default_factory=dict)  # the argument dim each variable was solved from
 
     def unify_dtype(self, pattern: DType, actual: DType, arg: int) -> str | None:
         """Returns an error message, or None when `actual` fits `pattern`."""
@@ -161,6 +162,7 @@ class Unifier:
                         self.solved[unknown[0]] = None
                         continue
                     self.solved[unknown[0]] = sol
+                    self.sources[unknown[0]] = a
                     continue
                 rest.append((p, a, arg, dim))
             self.pending = rest

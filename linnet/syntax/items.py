@@ -126,13 +126,17 @@ def make_item(source: Source, offset: int, text: str, parsed: ParsedItem | None 
     """Parse `text` (unless `parsed` is given) into an Item of `source` at `offset`."""
     kind, name = _header(text)
     if kind is None:
-        if text.strip() and any(not ln.lstrip().startswith("#") for ln in text.splitlines() if ln.strip()):
-            stray = len(text) - len(text.lstrip())
-            problem = SyntaxProblem(
-                "L004", "expected an item: `config`, `preset`, `module`, `model` or `fn` at the start of a line",
-                Span(stray, stray + max(1, len(text.strip().split()[0]))), [],
-                ["items start in column 0; indented lines belong to the item above"])
-            return Item(source, offset, text, None, None, None, [problem])
+        pos = 0
+        for line in text.splitlines(keepends=True):
+            code = line.strip()
+            if code and not code.startswith("#"):
+                start = pos + len(line) - len(line.lstrip())
+                problem = SyntaxProblem(
+                    "L004", "expected an item: `config`, `preset`, `module`, `model` or `fn` at the start of a line",
+                    Span(start, start + len(code.split()[0])), [],
+                    ["items start in column 0; indented lines belong to the item above"])
+                return Item(source, offset, text, None, None, None, [problem])
+            pos += len(line)
         return Item(source, offset, text, None, None, None, [])
     if parsed is None:
         parsed = parse_item(text)

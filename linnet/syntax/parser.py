@@ -130,10 +130,10 @@ def _expected_text(expected: set[str]) -> str:
     if not parts:
         return ""
     if len(parts) > 6:
-        parts = parts[:6] + ["…"]
+        return "one of " + ", ".join(parts[:6]) + ", …"
     if len(parts) == 1:
         return parts[0]
-    return "one of " + ", ".join(parts)
+    return ", ".join(parts[:-1]) + " or " + parts[-1]
 
 
 # ----------------------------------------------------------------------------- scanning helpers

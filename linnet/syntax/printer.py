@@ -22,6 +22,8 @@ def _dump(node: A.Node, base: int, indent: int, lines: list[str], label: str | N
     for name in _SCALARS:
         if name in node.__slots__:
             value = getattr(node, name)
+            if isinstance(value, A.Node):
+                continue
             if name == "doc" and value is None:
                 continue
             if isinstance(node, A.FloatLit) and name == "value":
@@ -32,9 +34,9 @@ def _dump(node: A.Node, base: int, indent: int, lines: list[str], label: str | N
     head = f"{'  ' * indent}{label + ': ' if label else ''}{type(node).__name__}@{base + node.span.start}..{base + node.span.end}"
     lines.append(" ".join([head] + attrs))
     for name in node.__slots__:
-        if name in _SCALARS or name == "span" or name.endswith("_span"):
-            continue
         value = getattr(node, name)
+        if (name in _SCALARS and not isinstance(value, A.Node)) or name == "span" or name.endswith("_span"):
+            continue
         if isinstance(value, A.Node):
             _dump(value, base, indent + 1, lines, name)
         elif isinstance(value, list) and value and isinstance(value[0], A.Node):

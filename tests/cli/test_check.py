@@ -1,0 +1,113 @@
+"""`linnet check`, `linnet fmt` and `python -m linnet`: exit codes, output formats, rendered
+snapshots, and the promise that checking loads neither backends nor torch/jax."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from linnet.cli import main
+from tests.conftest import EXAMPLES, ROOT, check_golden
+
+GOLDEN = Path(__file__).parent / "golden"
+CASES = ROOT / "tests" / "semantics" / "cases"
+
+
+def run_cli(*args, cwd=ROOT):
+    return subprocess.run([sys.executable, "-m", "linnet", *args], cwd=cwd, capture_output=True, text=True,
+                          env={"PATH": "/usr/bin:/bin", "NO_COLOR": "1", "PYTHONPATH": str(ROOT)})
+
+
+def test_examples_check_clean():
+    result = run_cli("check", "examples")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout == ""
+    assert "checked 4 files: 0 errors, 0 warnings" in result.stderr
+
+
+def test_check_loads_no_backend_and_no_framework():
+    code = ("import sys\nfrom linnet.cli import main\nrc = main(['check', 'examples'])\n"
+            "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'jax', 'jaxlib', 'onnx', "
+            "'onnxruntime', 'numpy', 'pygls') or m.startswith(('linnet.compiler', 'linnet.runtimes', 'linnet.lsp')))\n"
+            "print(rc, heavy)")
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert result.stdout.strip() == "0 []", result.stdout + result.stderr
+
+
+def test_errors_exit_1_with_path_line_col(capsys):
+    rc = main(["check", str(CASES / "gqa.linnet")])
+    out = capsys.readouterr().out
+    assert rc == 1
+    first = out.splitlines()[0]
+    assert first.endswith("gqa.linnet:16:19: error[L206]: argument `q` of `attention`: dim 1 is 32, but must be "
+                          "Hkv * G with Hkv = 5 (from `k`): 32 is not divisible by 5")
+
+
+def test_usage_and_io_errors_exit_2(tmp_path, capsys):
+    assert main(["check", str(tmp_path / "missing.linnet")]) == 2
+    assert main(["check", str(tmp_path)]) == 2  # a folder without .linnet files
+    assert main(["check"]) == 2
+    assert main(["check", "--format", "xml", str(EXAMPLES)]) == 2
+    assert main(["check", "--preset", "nonexistent", str(EXAMPLES)]) == 2
+    assert "no such file" in capsys.readouterr().err
+
+
+def test_json_format(capsys):
+    rc = main(["check", "--format", "json", str(CASES / "gqa.linnet")])
+    data = json.loads(capsys.readouterr().out)
+    assert rc == 1
+    assert [(d["code"], d["location"]["start"]["line"], d["presets"]) for d in data] == [("L206", 16, ["bad_kv"])]
+    assert {Path(l["location"]["path"]).name for l in data[0]["labels"]} == {"gqa.linnet", "attention.linnet"}
+    assert data[0]["docs"] == "docs/diagnostics.md#l206"
+
+
+def test_github_format(capsys):
+    rc = main(["check", "--format", "github", str(CASES / "gqa.linnet")])
+    lines = capsys.readouterr().out.splitlines()
+    assert rc == 1 and len(lines) == 1
+    assert lines[0].startswith("::error file=")
+    assert ",line=16,col=19,endLine=16,endColumn=20,title=L206::argument `q`" in lines[0]
+    assert "%0Aunder preset `bad_kv`" in lines[0]
+
+
+def test_preset_filter(capsys):
+    assert main(["check", "--preset", "bad_kv", str(CASES / "gqa.linnet")]) == 1
+    capsys.readouterr()
+    # the defaults are fine: filtering to a preset without the fault reports nothing
+    text = (CASES / "presets.linnet").read_text()
+    assert "preset wide" in text
+    assert main(["check", "--preset", "wide", str(CASES / "presets.linnet")]) == 0
+
+
+@pytest.mark.parametrize("case", ["gqa", "presets", "syntax", "dtypes"])
+def test_rendered_snapshots(case, capsys):
+    main(["check", str((CASES / f"{case}.linnet").relative_to(ROOT))]) if Path.cwd() == ROOT else None
+    result = run_cli("check", str((CASES / f"{case}.linnet").relative_to(ROOT)))
+    check_golden(GOLDEN / f"{case}.txt", result.stdout)
+
+
+def test_fmt_check_and_write(tmp_path, capsys):
+    messy = tmp_path / "m.linnet"
+    messy.write_text("fn f(x:[N])->[N]{\n  x*2.0  # twice\n}\n")
+    assert main(["fmt", "--check", str(messy)]) == 1
+    assert "would reformat" in capsys.readouterr().out
+    assert main(["fmt", str(messy)]) == 0
+    assert messy.read_text() == "fn f(x: [N]) -> [N] {\n    x * 2.0  # twice\n}\n"
+    assert main(["fmt", "--check", str(messy)]) == 0
+    broken = tmp_path / "b.linnet"
+    broken.write_text("fn f(x: [N]) -> [N] {\n    let y = (x + ) * 2\n    y\n}\n")
+    assert main(["fmt", str(broken)]) == 1
+    assert "b.linnet:2:" in capsys.readouterr().err
+    assert broken.read_text().startswith("fn f(x: [N]) -> [N] {\n    let y = (x + ) * 2")  # untouched
+
+
+def test_python_api():
+    import linnet
+
+    diags = linnet.check("fn f(x: [N]) -> [M] { x }")
+    assert [d.code for d in diags] == ["L101"]
+    assert linnet.check(str(EXAMPLES / "mlp.linnet")) == []

@@ -1,0 +1,37 @@
+"""Shared test helpers: paths, golden files, documents."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+UPDATE_GOLDEN = os.environ.get("LINNET_UPDATE_GOLDEN") == "1"
+
+
+def check_golden(path: Path, actual: str) -> None:
+    """Compare `actual` with the golden file at `path`. A missing golden is written (and the
+    test fails so that it gets reviewed); LINNET_UPDATE_GOLDEN=1 rewrites goldens."""
+    if UPDATE_GOLDEN or not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        existed = path.exists()
+        path.write_text(actual, encoding="utf-8")
+        if not UPDATE_GOLDEN and not existed:
+            pytest.fail(f"golden file {path.relative_to(ROOT)} was missing and has been written; review it")
+        return
+    expected = path.read_text(encoding="utf-8")
+    assert actual == expected, f"output differs from {path.relative_to(ROOT)} (LINNET_UPDATE_GOLDEN=1 rewrites it)"
+
+
+@pytest.fixture
+def analyze():
+    """Analyse a source text: `analyze(text, path="t.linnet")` returns the Analysis."""
+    from linnet.semantics.program import Document
+
+    def run(text: str, path: str = "test.linnet"):
+        return Document(path, text).analyze()
+
+    return run

@@ -1,0 +1,88 @@
+"""Incremental analysis: reuse across edits equals a fresh analysis, and an edit inside one
+function body re-checks that one item."""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from linnet.semantics.program import Document
+from tests.conftest import EXAMPLES
+
+LLAMA = (EXAMPLES / "llama.linnet").read_text()
+GPT2 = (EXAMPLES / "gpt2.linnet").read_text()
+SNIPPETS = ["x", " + 1.0", "\n", "let q = x\n", "}", "{", "(", "c.hidden_size", "c.hiden_size", "#", "fn ",
+            "module ", "preset p = Llama { hidden_size = 100 }\n", "  ", "rearrange(x, \"b s -> s b\")", "[B, S]"]
+
+
+def summary(analysis):
+    return sorted((d.location.start.offset, d.location.end.offset, d.code, d.message, d.notes, d.presets)
+                  for d in analysis.diagnostics)
+
+
+@st.composite
+def edits(draw, length):
+    out = []
+    for _ in range(draw(st.integers(1, 6))):
+        start = draw(st.integers(0, length))
+        end = min(length, start + draw(st.integers(0, 40)))
+        text = draw(st.sampled_from(SNIPPETS)) if draw(st.booleans()) else ""
+        out.append((start, end, text))
+        length += len(text) - (end - start)
+    return out
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.sampled_from([LLAMA, GPT2]), st.data())
+def test_incremental_equals_full(source, data):
+    doc = Document("t.linnet", source)
+    doc.analyze()
+    text = source
+    for start, end, new in data.draw(edits(len(source))):
+        start, end = min(start, len(text)), min(end, len(text))
+        doc.edit(start, end, new)
+        text = text[:start] + new + text[end:]
+        incremental = doc.analyze()
+    assert doc.text == text
+    fresh = Document("t.linnet", text).analyze()
+    assert summary(incremental) == summary(fresh)
+    # types too: hover at a few places
+    for offset in range(0, len(text), max(1, len(text) // 25)):
+        a, b = incremental.type_at(offset), fresh.type_at(offset)
+        assert (a and (a.symbolic, a.concrete)) == (b and (b.symbolic, b.concrete))
+
+
+def test_edit_inside_a_function_body_rechecks_one_item():
+    doc = Document("llama.linnet", LLAMA)
+    first = doc.analyze()
+    assert first.stats.items_checked == 5
+    at = LLAMA.index("        down_proj(silu(gate_proj(x)) * up_proj(x))") + 8
+    doc.edit(at, at, "let unused_probe = x\n        ")
+    again = doc.analyze()
+    assert again.stats.items_parsed == 1
+    assert again.stats.checked_names == ["LlamaMLP"]
+    assert [d.code for d in again.diagnostics] == ["L901"]
+
+
+def test_signature_edit_rechecks_the_users():
+    doc = Document("llama.linnet", LLAMA)
+    doc.analyze()
+    at = LLAMA.index("fn forward(x: [..., c.hidden_size]) -> [..., c.hidden_size] {\n        down_proj")
+    sig_end = LLAMA.index("-> [..., c.hidden_size]", at)
+    doc.edit(sig_end, sig_end + len("-> [..., c.hidden_size]"), "-> [..., c.intermediate_size]")
+    again = doc.analyze()
+    assert "LlamaMLP" in again.stats.checked_names and "LlamaDecoderLayer" in again.stats.checked_names
+    assert "LlamaAttention" not in again.stats.checked_names
+    codes = sorted(d.code for d in again.diagnostics)
+    assert codes == ["L201", "L201", "L204"]  # the body no longer fits; both users add the wrong shape
+
+
+def test_preset_edit_rechecks_under_that_preset_only():
+    doc = Document("llama.linnet", LLAMA)
+    doc.analyze()
+    at = LLAMA.index("num_key_value_heads = 3")
+    doc.edit(at, at + len("num_key_value_heads = 3"), "num_key_value_heads = 4")
+    again = doc.analyze()
+    assert again.stats.checks_run == 5  # one check of each module, under the edited preset
+    errors = [d for d in again.diagnostics if d.code == "L206"]
+    assert errors and all(d.presets == ("smollm2_135m",) for d in errors)

@@ -1,0 +1,121 @@
+"""The grammar and the parser: goldens, recovery, contextual keywords, never raising."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from lark import Lark
+
+from linnet.semantics.program import Document
+from linnet.syntax import ast as A
+from linnet.syntax.items import Source, make_item, split_items
+from linnet.syntax.parser import GRAMMAR_PATH, parse_item
+from linnet.syntax.printer import dump
+from tests.conftest import EXAMPLES, check_golden
+
+GOLDEN = Path(__file__).parent / "golden"
+
+
+def test_grammar_has_no_conflicts():
+    # strict mode refuses shift/reduce conflicts and colliding terminals
+    Lark(GRAMMAR_PATH.read_text(), parser="lalr", lexer="contextual", start="item_source", strict=True)
+
+
+def _dump_source(text: str) -> str:
+    source = Source("golden", text)
+    out = []
+    for offset, chunk in split_items(text):
+        item = make_item(source, offset, chunk)
+        out.append(f"# item {item.kind} {item.name} @{offset}")
+        for p in item.problems:
+            out.append(f"# {p.code} @{offset + p.span.start}..{offset + p.span.end}: {p.message}")
+        if item.ast is not None:
+            out.append(dump(item.ast, base=offset))
+    return "\n".join(out) + "\n"
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in GOLDEN.glob("*.linnet") if not p.stem.startswith("fmt_")))
+def test_parser_golden(name):
+    text = (GOLDEN / f"{name}.linnet").read_text(encoding="utf-8")
+    check_golden(GOLDEN / f"{name}.ast", _dump_source(text))
+
+
+def test_spans_cover_their_text():
+    text = (EXAMPLES / "llama.linnet").read_text()
+    source = Source("llama", text)
+    for offset, chunk in split_items(text):
+        item = make_item(source, offset, chunk)
+        if item.ast is None:
+            continue
+        for node in A.walk(item.ast):
+            if isinstance(node, A.Name):
+                assert chunk[node.span.start:node.span.end] == node.id
+            elif isinstance(node, A.IntLit):
+                assert chunk[node.span.start:node.span.end].replace("_", "") == str(node.value)
+
+
+def test_several_syntax_errors_are_all_reported_and_the_rest_checked():
+    text = (GOLDEN / "recovery.linnet").read_text()
+    diags = Document("r.linnet", text).analyze().diagnostics
+    syntax = [(d.location.line, d.code) for d in diags if d.code.startswith("L0")]
+    assert syntax == [(3, "L001"), (8, "L001"), (13, "L003")]
+    # `w` and `b` survive recovery: no unknown-name cascade from the skipped lines
+    assert not [d for d in diags if d.code == "L101"]
+
+
+def test_skipped_let_keeps_its_name():
+    text = "fn f(x: [N]) -> [N] {\n    let y = (x + ) * 2.0\n    y\n}\n"
+    item = make_item(Source("t", text), 0, text)
+    stmts = item.ast.body.stmts
+    assert isinstance(stmts[0], A.ErrorStmt) and stmts[0].bound == ["y"]
+    assert [d.code for d in Document("t", text).analyze().diagnostics] == ["L001"]
+
+
+def test_keywords_are_names_where_a_keyword_cannot_stand():
+    text = ("module M(c: C) {\n    model: Inner(c)\n    self: Inner(c)\n    output: Inner(c)\n"
+            "    fn f(x: [N]) -> [N] { model.layer.self.output(x) }\n}\n")
+    parsed = parse_item(text)
+    assert not parsed.problems
+    names = [m.name.id for m in parsed.ast.members]
+    assert names == ["model", "self", "output", "f"]
+
+
+def test_missing_closing_brace_is_supplied():
+    text = "fn f(x: [N]) -> [N] {\n    x\n"
+    parsed = parse_item(text)
+    assert parsed.ast is not None
+    assert [p.code for p in parsed.problems] == ["L003"]
+
+
+_ALPHABET = st.sampled_from(list("abcxyz_019 .,:;()[]{}<>=+-*/%@!?#\"\n\t\\") +
+                            ["fn ", "let ", "module ", "config ", "preset ", "model ", "if ", "else ",
+                             "for ", "in ", "state ", "entry ", "[B, S]", "->", "...", "**", "é", "🦜"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_ALPHABET, max_size=60).map("".join))
+def test_random_text_never_raises(text):
+    analysis = Document("fuzz.linnet", text).analyze()
+    for d in analysis.diagnostics:
+        assert 1 <= d.location.line and d.location.start.offset <= len(text)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.binary(max_size=200))
+def test_random_bytes_never_raise(data):
+    Document("fuzz.linnet", data.decode("utf-8", errors="replace")).analyze()
+
+
+@pytest.mark.parametrize("example", sorted(p.name for p in EXAMPLES.glob("*.linnet")))
+def test_truncations_and_deletions_of_examples_never_raise(example):
+    text = (EXAMPLES / example).read_text()
+    rng = random.Random(example)
+    cuts = sorted(rng.sample(range(len(text)), 25))
+    for cut in cuts:
+        Document("t.linnet", text[:cut]).analyze()
+        start = rng.randrange(len(text))
+        Document("t.linnet", text[:start] + text[start + rng.randrange(1, 200):]).analyze()
