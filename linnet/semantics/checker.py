@@ -23,7 +23,7 @@ from ..syntax.items import Item
 from .configs import MISSING, ConfigEvaluator, ConfigValue
 from .diagnostics import Finding, Fix, Label, LocalAnchor, SymbolAnchor
 from .dims import Atom, Dim, DivisionError, const, divide, format_dim, var
-from .scope import Binding, FnTarget, Instance, MemberInfo, Members, Scope
+from .scope import Binding, FnTarget, Instance, MemberInfo, Members, Scope, type_key
 from .suggest import closest, suggestions
 from .types import (
     BOOL, DTYPES, NONE, UNIT, UNKNOWN, WORK, ConfigT, DType, DTypeT, EllipsisVar, FnRefT, ListT,
@@ -43,11 +43,16 @@ class CheckContext:
     """What every item check of one analysis shares: name lookup across the file and the
     standard library, config evaluation, and caches of module instances' members."""
 
-    def __init__(self, lookup: Callable[[str], Item | None], evaluator: ConfigEvaluator):
+    def __init__(self, lookup: Callable[[str], Item | None], evaluator: ConfigEvaluator,
+                 previous: "CheckContext | None" = None):
         self.lookup = lookup
         self.evaluator = evaluator
-        self.members_cache: dict[Any, Members] = {}
         self.computing: set = set()  # instances whose members are being evaluated
+        # Members of module instances and callee signatures depend only on the items'
+        # interfaces and the config values: `previous` (the last analysis's context, when
+        # those are unchanged) lends its caches, so a body edit does not recompute them.
+        self.members_cache: dict[Any, Members] = previous.members_cache if previous else {}
+        self.signatures: dict[Any, Any] = previous.signatures if previous else {}
 
 
 @dataclass
@@ -58,6 +63,7 @@ class ItemResult:
     types: dict[A.Node, Type] = field(default_factory=dict)
     refs: list[tuple[Span, Any]] = field(default_factory=list)
     deps: dict[str, str | None] = field(default_factory=dict)
+    world: Any = None  # the analysis's world key when last known valid (program.Document)
 
 
 class _Binder:
@@ -261,6 +267,10 @@ class ItemChecker:
             seen[p.name.id] = p
 
     def module_scope(self, inst: Instance) -> Scope:
+        """The scope of a module's members and functions: its parameters bound to the
+        instance's values, and the load-time dims. Shared: nothing binds into it later."""
+        if inst.scope is not None:
+            return inst.scope
         scope = Scope(self.global_scope(), "module")
         mdef = inst.module
         for p in mdef.params:
@@ -269,6 +279,7 @@ class ItemChecker:
         for name, atom in LOAD_TIME_DIMS.items():
             scope.bind(name, Binding(ScalarT("int", Dim.atom(atom)), "dim", None))
         scope.instance = inst
+        inst.scope = scope
         return scope
 
     # ------------------------------------------------------------------ instances and members
@@ -358,10 +369,13 @@ class ItemChecker:
         return None
 
     def members(self, inst: Instance, report: bool) -> Members:
+        if not report and inst.members is not None:
+            return inst.members
         key = inst.key()
         cache = self.ctx.members_cache
         if key in cache and not report:
-            return cache[key]
+            inst.members = cache[key]
+            return inst.members
         if key in self.ctx.computing:
             return Members()  # asked again while being evaluated (a did-you-mean, a cycle)
         self.ctx.computing.add(key)
@@ -370,6 +384,7 @@ class ItemChecker:
         finally:
             self.ctx.computing.discard(key)
         cache[key] = members
+        inst.members = members
         if report:
             self.result.findings.extend(members.findings)
         return members
@@ -1510,44 +1525,35 @@ class ItemChecker:
         matched = self.match_args(names, defaults, e.args, callee, e, owner_path=owner + ("param",))
         if target.item is not self.item:
             self.result.deps.setdefault(target.item.name, target.item.interface)
-        sig_scope = self.module_scope(inst) if inst is not None else self.global_scope()
-        sig_scope = Scope(sig_scope, "fn")
-        generics = self.generics(fn, report=False)
-        binder = _Binder("pattern", generics)
-        unifier = Unifier(set(), set(generics.values()))
         if matched is None:
             return UNKNOWN
-        # Compile-time parameters first: tensor types may use them.
-        tensor_params = []
+        sig_scope = Scope(self.module_scope(inst) if inst is not None else self.global_scope(), "fn")
+        # Compile-time parameters first (checked per call): tensor types may use them.
+        tensor_params = [p for p in fn.params if isinstance(p.type, (A.TensorType, A.TupleType))]
+        compile_time: dict[str, Type] = {}
         for p in fn.params:
-            if isinstance(p.type, (A.TensorType, A.TupleType)):
-                tensor_params.append(p)
+            if p in tensor_params:
                 continue
             if p.name.id in matched:
                 arg = matched[p.name.id]
-                t = arg_types[id(arg)]
-                node = arg.value
+                t, node = arg_types[id(arg)], arg.value
             else:
-                t = self.silent_expr(p.default, sig_scope, target.item)
-                node = e
+                t, node = self.silent_expr(p.default, sig_scope, target.item), e
             checked = self.check_compile_time_arg(p, t, node, callee)
-            sig_scope.bind(p.name.id, Binding(checked if checked is not None else UNKNOWN, "param"))
-        pattern_types: list[Type] = []
+            compile_time[p.name.id] = checked if checked is not None else UNKNOWN
+            sig_scope.bind(p.name.id, Binding(compile_time[p.name.id], "param"))
+        sig = self.signature(target, tensor_params, compile_time, sig_scope)
+        pattern_types = sig.params
+        unifier = Unifier(set(sig.patterns), set(sig.dtype_patterns))
         unknown_arg = False
         for i, p in enumerate(tensor_params):
-            sub = ItemChecker(self.ctx, target.item, {})
-            pattern = sub.eval_type(p.type, sig_scope, binder)
-            pattern_types.append(pattern)
-            for k, v in sub.result.deps.items():
-                self.result.deps.setdefault(k, v)
+            pattern = pattern_types[i]
             if p.name.id not in matched:
                 continue
             arg = matched[p.name.id]
             actual = arg_types[id(arg)]
             if isinstance(actual, UnknownT):
                 unknown_arg = True
-                continue
-            if isinstance(pattern, UnknownT):
                 continue
             if not isinstance(pattern, TensorT):
                 continue
@@ -1561,12 +1567,10 @@ class ItemChecker:
                             labels=[Label(SymbolAnchor(owner + ("param", p.name.id)), "parameter declared here")],
                             notes=[f"consider `cast({_dotted(arg.value) or 'x'}, {pattern.dtype.name})`"]
                             if not pattern.dtype.var and pattern.dtype is not WORK else [])
-            unifier.patterns |= set(binder.dims.values())
             msg = unifier.unify_shape(pattern.shape, actual.shape, i)
             if msg is not None:
                 self.report("L203", f"argument `{p.name.id}` of {callee}: {msg}", arg.value, label=format_type(actual),
                             labels=[Label(SymbolAnchor(owner + ("param", p.name.id)), f"declared {format_type(pattern)} here")])
-        unifier.patterns |= set(binder.dims.values())
         unifier.shown = [d for a in matched.values() for t in [arg_types.get(id(a))]
                          if isinstance(t, TensorT) for d in t.shape.dims if d is not None]
         unifier.solve()
@@ -1597,21 +1601,44 @@ class ItemChecker:
             self.report(err.code, message, arg.value, label=format_type(actual, concrete=True), labels=labels)
         if len(self.result.findings) > findings_before or unknown_arg:
             return UNKNOWN  # the call is wrong, or its input unknown: what it returns would only cascade
-        return self.call_result(fn, sig_scope, binder, unifier, target.item)
+        return _substitute_type(sig.ret, unifier, unifier.shown)
+
+    def signature(self, target: FnTarget, tensor_params: list[A.Param], compile_time: dict[str, Type],
+                  sig_scope: Scope) -> "_Signature":
+        """A callee's parameter and return types with pattern atoms for its dim variables,
+        cached per callee, instance and compile-time argument values."""
+        inst = target.instance
+        key = (target.fn, inst.key() if inst is not None else None,
+               tuple((k, type_key(v)) for k, v in compile_time.items()))
+        sig = self.ctx.signatures.get(key)
+        if sig is None:
+            generics = self.generics(target.fn, report=False)
+            binder = _Binder("pattern", generics)
+            sub = ItemChecker(self.ctx, target.item, {})
+            params = [sub.eval_type(p.type, sig_scope, binder) for p in tensor_params]
+            binder.frozen = True
+            ret = sub.eval_type(target.fn.ret, sig_scope, binder) if target.fn.ret is not None else UNIT
+            sig = _Signature(params, ret, frozenset(binder.dims.values()), frozenset(generics.values()),
+                             dict(sub.result.deps))
+            self.ctx.signatures[key] = sig
+        for k, v in sig.deps.items():
+            self.result.deps.setdefault(k, v)
+        return sig
 
     def _pattern_text(self, p: A.Param, scope: Scope, item: Item) -> str:
         return " ".join(item.text[p.type.span.start:p.type.span.end].split())
 
-    def call_result(self, fn: A.FnDef, sig_scope: Scope, binder: _Binder, unifier: Unifier, item: Item) -> Type:
-        if fn.ret is None:
-            return UNIT
-        binder.frozen = True
-        sub = ItemChecker(self.ctx, item, {})
-        ret = sub.eval_type(fn.ret, sig_scope, binder)
-        return _substitute_type(ret, unifier, unifier.shown)
-
 
 _FAILED = object()
+
+
+@dataclass(frozen=True)
+class _Signature:
+    params: list
+    ret: Type
+    patterns: frozenset
+    dtype_patterns: frozenset
+    deps: dict
 
 
 def fn_entry_misplaced(fn, mdef) -> bool:

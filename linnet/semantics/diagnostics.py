@@ -71,25 +71,25 @@ class Finding:
 # ----------------------------------------------------------------------------- located
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class LocatedLabel:
     location: Location
     message: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class TextEdit:
     location: Location
     new_text: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class LocatedFix:
     message: str
     edits: tuple[TextEdit, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Diagnostic:
     """A diagnostic ready to show.
 

@@ -66,40 +66,61 @@ def new_uid() -> int:
 
 
 class Dim:
-    """An immutable polynomial over atoms with integer coefficients."""
+    """An immutable polynomial over atoms with integer coefficients.
 
-    __slots__ = ("terms", "_val")
+    Terms are kept in a dict (monomial -> coefficient, no zeros); comparisons use the dict,
+    and the canonical order is computed only to print or hash."""
+
+    __slots__ = ("_t", "_val", "_sorted", "_hash", "_key")
 
     def __init__(self, terms: dict[Monomial, int] | None = None):
-        self.terms: tuple[tuple[Monomial, int], ...] = tuple(
-            sorted(((m, c) for m, c in (terms or {}).items() if c != 0), key=_term_order)
-        )
+        self._t: dict[Monomial, int] = {m: c for m, c in terms.items() if c} if terms else {}
         self._val: Dim | None = None
+        self._sorted = None
+        self._hash = None
+        self._key = None
+
+    @staticmethod
+    def _raw(terms: dict[Monomial, int]) -> "Dim":
+        d = Dim.__new__(Dim)
+        d._t = terms
+        d._val = d._sorted = d._hash = d._key = None
+        return d
 
     # ----- constructors
     @staticmethod
     def of(n: int) -> "Dim":
-        return Dim({(): n}) if n else Dim()
+        d = _SMALL.get(n)
+        if d is None:
+            d = Dim._raw({(): n} if n else {})
+        return d
 
     @staticmethod
     def atom(a: Atom) -> "Dim":
-        return Dim({((a, 1),): 1})
+        return Dim._raw({((a, 1),): 1})
+
+    @property
+    def terms(self) -> tuple[tuple[Monomial, int], ...]:
+        """The terms in canonical order (highest degree first, then atoms by creation)."""
+        if self._sorted is None:
+            self._sorted = tuple(sorted(self._t.items(), key=_term_order))
+        return self._sorted
 
     # ----- inspection
     def as_int(self) -> int | None:
         """The integer this dim equals after substituting known constants, else None."""
-        v = self.val
-        if not v.terms:
+        t = self.val._t
+        if not t:
             return 0
-        if len(v.terms) == 1 and v.terms[0][0] == ():
-            return v.terms[0][1]
+        if len(t) == 1:
+            return t.get(())
         return None
 
     def is_int(self) -> bool:
         return self.as_int() is not None
 
     def atoms(self) -> set[Atom]:
-        return {a for m, _ in self.terms for a, _ in m}
+        return {a for m in self._t for a, _ in m}
 
     def free_vars(self) -> set[Atom]:
         """Dim variables in the value (after substitution)."""
@@ -109,11 +130,11 @@ class Dim:
     def val(self) -> "Dim":
         """This dim with every known constant substituted (recursively)."""
         if self._val is None:
-            if all(a.value is None for a in self.atoms()):
+            if not any(a.value is not None for m in self._t for a, _ in m):
                 self._val = self
             else:
                 result = Dim()
-                for mono, coeff in self.terms:
+                for mono, coeff in self._t.items():
                     term = Dim.of(coeff)
                     for a, p in mono:
                         base = a.value.val if a.value is not None else Dim.atom(a)
@@ -125,34 +146,48 @@ class Dim:
 
     def same(self, other: "Dim") -> bool:
         """Equal values (the comparison the checker uses)."""
-        return self.val.terms == other.val.terms
+        return self.val._t == other.val._t
 
     def key(self):
-        return self.terms
+        if self._key is None:
+            self._key = frozenset(self._t.items())
+        return self._key
 
     # ----- arithmetic
-    def _combine(self, other: "Dim", sign: int) -> "Dim":
-        out: dict[Monomial, int] = dict(self.terms)
-        for m, c in other.terms:
-            out[m] = out.get(m, 0) + sign * c
-        return Dim(out)
-
     def __add__(self, other: "Dim") -> "Dim":
-        return self._combine(other, 1)
+        out = dict(self._t)
+        for m, c in other._t.items():
+            v = out.get(m, 0) + c
+            if v:
+                out[m] = v
+            else:
+                out.pop(m, None)
+        return Dim._raw(out)
 
     def __sub__(self, other: "Dim") -> "Dim":
-        return self._combine(other, -1)
+        out = dict(self._t)
+        for m, c in other._t.items():
+            v = out.get(m, 0) - c
+            if v:
+                out[m] = v
+            else:
+                out.pop(m, None)
+        return Dim._raw(out)
 
     def __neg__(self) -> "Dim":
-        return Dim({m: -c for m, c in self.terms})
+        return Dim._raw({m: -c for m, c in self._t.items()})
 
     def __mul__(self, other: "Dim") -> "Dim":
         out: dict[Monomial, int] = {}
-        for m1, c1 in self.terms:
-            for m2, c2 in other.terms:
-                m = _mono_mul(m1, m2)
-                out[m] = out.get(m, 0) + c1 * c2
-        return Dim(out)
+        for m1, c1 in self._t.items():
+            for m2, c2 in other._t.items():
+                m = _mono_mul(m1, m2) if m1 and m2 else (m1 or m2)
+                v = out.get(m, 0) + c1 * c2
+                if v:
+                    out[m] = v
+                else:
+                    out.pop(m, None)
+        return Dim._raw(out)
 
     def __pow__(self, n: int) -> "Dim":
         result = Dim.of(1)
@@ -164,10 +199,15 @@ class Dim:
         return format_dim(self)
 
     def __eq__(self, other) -> bool:  # structural (symbolic) equality
-        return isinstance(other, Dim) and self.terms == other.terms
+        return isinstance(other, Dim) and self._t == other._t
 
     def __hash__(self) -> int:
-        return hash(self.terms)
+        if self._hash is None:
+            self._hash = hash(self.key())
+        return self._hash
+
+
+_SMALL = {n: Dim._raw({(): n} if n else {}) for n in range(-8, 257)}
 
 
 def _term_order(term):
@@ -195,7 +235,7 @@ def _mono_div(m1: Monomial, m2: Monomial) -> Monomial | None:
     return tuple(sorted(powers.items(), key=lambda ap: ap[0]._key))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class DivisionError:
     """`numerator / denominator` is not exact (or not provably so)."""
 
@@ -206,15 +246,15 @@ class DivisionError:
 
 def _poly_div(num: Dim, den: Dim) -> Dim | None:
     """Exact quotient when `den` is a single term dividing every term of `num`."""
-    if len(den.terms) != 1:
-        if num.terms == den.terms and num.terms:
+    if len(den._t) != 1:
+        if num._t == den._t and num._t:
             return Dim.of(1)
         return None
-    dm, dc = den.terms[0]
+    (dm, dc), = den._t.items()
     if dc == 0:
         return None
     out: dict[Monomial, int] = {}
-    for m, c in num.terms:
+    for m, c in num._t.items():
         if c % dc:
             return None
         q = _mono_div(m, dm)
@@ -248,10 +288,10 @@ def divide(num: Dim, den: Dim) -> Dim | DivisionError:
 
 
 def _int(d: Dim) -> int | None:
-    if not d.terms:
+    if not d._t:
         return 0
-    if len(d.terms) == 1 and d.terms[0][0] == ():
-        return d.terms[0][1]
+    if len(d._t) == 1:
+        return d._t.get(())
     return None
 
 

@@ -19,7 +19,7 @@ from .scope import Binding, Instance, Scope
 from .types import I64, UNKNOWN, ModuleListT, ModuleT, ScalarT, TensorT, Type, UnknownT, format_type
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class TensorInfo:
     """A parameter or state tensor of the model tree.
 

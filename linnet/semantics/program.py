@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 from functools import lru_cache
-from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from ..syntax import ast as A
@@ -49,12 +49,8 @@ class StdLib:
 
 @lru_cache(maxsize=1)
 def std_library() -> StdLib:
-    base = resources.files("linnet") / "std"
-    files = {}
-    for name in STD_FILES:
-        ref = base / name
-        files[str(ref)] = ref.read_text(encoding="utf-8")
-    return StdLib(files)
+    base = Path(__file__).resolve().parent.parent / "std"
+    return StdLib({str(base / name): (base / name).read_text(encoding="utf-8") for name in STD_FILES})
 
 
 # ----------------------------------------------------------------------------- name lookup
@@ -238,6 +234,8 @@ class Document:
         self.is_std = is_std
         self._std = std
         self._results: dict[tuple[Item, Any], ItemResult] = {}
+        self._context = None  # (world key, CheckContext) of the last analysis
+        self._binding_cache: dict[Item, tuple] = {}
         self.last_parsed = 0
         self.update(text)
 
@@ -273,6 +271,7 @@ class Document:
         self.last_parsed = parsed
         live = set(items)
         self._results = {k: v for k, v in self._results.items() if k[0] in live}
+        self._binding_cache = {k: v for k, v in self._binding_cache.items() if k in live}
 
     def edit(self, start: int, end: int, new_text: str) -> None:
         """Replace characters `start:end` with `new_text`."""
@@ -295,7 +294,13 @@ class Document:
         scenarios = evaluator.scenarios(presets, config_names)
         analysis.scenarios = scenarios
         values = values_by_type(scenarios)
-        ctx = CheckContext(globals_, evaluator)
+        values_key = tuple(sorted((t, tuple(v.key() if v is not None else None for v, _ in vs)) for t, vs in values.items()))
+        # Everything an item's check can depend on besides its own text: when this is unchanged,
+        # cached results are valid without looking at their dependencies one by one.
+        world = (tuple(sorted((n, i.interface) for n, i in globals_.by_name.items())), values_key)
+        previous = self._context if self._context is not None and self._context[0] == world else None
+        ctx = CheckContext(globals_, evaluator, previous[1] if previous else None)
+        self._context = (world, ctx)
         findings: list[Finding] = []
         problems = []
 
@@ -309,12 +314,14 @@ class Document:
                 continue
             ia = ItemAnalysis(item)
             checked = False
-            for binding, key, names in self._bindings(item, values):
+            for binding, key, names in self._bindings(item, values, values_key):
                 cached = self._results.get((item, key))
-                if cached is not None and self._valid(cached, globals_):
+                if cached is not None and (cached.world == world or self._valid(cached, globals_)):
                     result = cached
+                    result.world = world
                 else:
                     result = ItemChecker(ctx, item, binding).run()
+                    result.world = world
                     if isinstance(item.ast, A.ModuleDef) and item.ast.is_model:
                         tree = check_model(_ModelChecker(ctx, item, binding, result), item)
                         if tree is not None:
@@ -384,9 +391,17 @@ class Document:
                 return False
         return True
 
-    def _bindings(self, item: Item, values: dict) -> list[tuple[dict[str, Type], Any, list[str] | None]]:
+    def _bindings(self, item: Item, values: dict, values_key) -> list[tuple[dict[str, Type], Any, list[str] | None]]:
         """The config bindings to check `item` under: one per distinct value of its config
         parameters across the scenarios (plain items: one, with no config)."""
+        cached = self._binding_cache.get(item)
+        if cached is not None and cached[0] == values_key:
+            return cached[1]
+        out = self._compute_bindings(item, values)
+        self._binding_cache[item] = (values_key, out)
+        return out
+
+    def _compute_bindings(self, item: Item, values: dict):
         ast = item.ast
         params = ast.params
         slots = []

@@ -86,13 +86,18 @@ class Instance:
     item: Item
     args: dict[str, Type]
     generic: bool = False  # the instance a module is checked as (parameters unknown)
+    _key: Any = None
+    scope: Any = None  # its module scope, made once (checker.module_scope)
+    members: Any = None  # its Members, evaluated once per analysis (checker.members)
 
     @property
     def module(self) -> A.ModuleDef:
         return self.item.ast
 
     def key(self):
-        return (id(self.item), tuple((k, type_key(v)) for k, v in self.args.items()))
+        if self._key is None:
+            self._key = (self.item, tuple((k, type_key(v)) for k, v in self.args.items()))
+        return self._key
 
     def describe(self) -> str:
         parts = []

@@ -60,14 +60,14 @@ def dtype_var(name: str, kind: str) -> DType:
 # ----------------------------------------------------------------------------- shapes
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(slots=True, eq=False)
 class EllipsisVar:
     """The `...` of one function's signature (rigid in its body, bound at each call)."""
 
     uid: int = field(default_factory=lambda: next(_uid))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Shape:
     """`prefix` is the leading `...` or None; `dims` follow it. A None dim is unknown."""
 
@@ -98,13 +98,13 @@ class Type:
     __slots__ = ()
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(slots=True, eq=False)
 class TensorT(Type):
     dtype: DType
     shape: Shape
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(slots=True, eq=False)
 class ScalarT(Type):
     """A compile-time scalar: `int` (value a Dim), `float`, `bool` or `str`; `value` None when
     not known (a module parameter in a generic check). Literal floats and config floats are
@@ -120,56 +120,56 @@ class DTypeT(Type):
     dtype: DType
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(slots=True, eq=False)
 class TupleT(Type):
     items: tuple[Type, ...]
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(slots=True, eq=False)
 class ListT(Type):
     """A list literal (`[B, S, 4]` given to reshape, `[a, b]` given to concat)."""
 
     items: tuple[Type, ...]
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(slots=True, eq=False)
 class NoneT(Type):
     """`none`: an absent optional config value."""
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(slots=True, eq=False)
 class ConfigT(Type):
     """A config record value (`c`, `c.rope_scaling`)."""
 
     value: Any  # configs.ConfigValue
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(slots=True, eq=False)
 class ModuleT(Type):
     """An instance of a module (a submodule member, or a loop variable over a list)."""
 
     instance: Any  # checker.Instance
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(slots=True, eq=False)
 class ModuleListT(Type):
     instance: Any
     count: Dim | None
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(slots=True, eq=False)
 class FnRefT(Type):
     """A callable name: a function, a primitive op, a method bound to an instance."""
 
     target: Any
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(slots=True, eq=False)
 class UnitT(Type):
     """What a statement without a value produces."""
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(slots=True, eq=False)
 class UnknownT(Type):
     """The poisoned type of a value after an error: accepted everywhere, reported nowhere."""
 

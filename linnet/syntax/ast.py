@@ -391,6 +391,22 @@ def walk(node: Node):
         stack.extend(reversed(list(children(n))))
 
 
+def definitions(item: Node):
+    """The item and the definitions inside it (members, functions, config fields), without
+    descending into expressions: what docs and interfaces are made of."""
+    yield item
+    if isinstance(item, ModuleDef):
+        stack = list(item.members)
+        while stack:
+            m = stack.pop(0)
+            if isinstance(m, MemberIf):
+                stack[:0] = list(m.then) + list(m.orelse)
+            else:
+                yield m
+    elif isinstance(item, ConfigDef):
+        yield from item.fields
+
+
 def node_at(root: Node, offset: int) -> list[Node]:
     """The chain of nodes containing the item-relative `offset`, outermost first."""
     chain = []

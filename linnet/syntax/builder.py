@@ -1,32 +1,68 @@
-"""Builds the AST (`ast.py`) from lark's parse tree of one item."""
+"""Builds the AST (`ast.py`) from lark's parse tree of one item.
+
+The grammar keeps every token that bounds a rule (brackets, leading keywords), so a node's
+span runs from its first child to its last. Lark's own position propagation is not used: it
+triples the parse time.
+"""
 
 from __future__ import annotations
 
 import ast as pyast
 
-from lark import Token, Transformer, Tree, v_args
+from lark import Token, Transformer, Tree
 
 from . import ast as A
 from .ast import Span
+
+
+def _start(x) -> int | None:
+    if isinstance(x, Token):
+        return x.start_pos
+    if isinstance(x, A.Node):
+        return x.span.start
+    if isinstance(x, list):
+        for y in x:
+            s = _start(y)
+            if s is not None:
+                return s
+    return None
+
+
+def _end(x) -> int | None:
+    if isinstance(x, Token):
+        return x.end_pos
+    if isinstance(x, A.Node):
+        return x.span.end
+    if isinstance(x, list):
+        for y in reversed(x):
+            e = _end(y)
+            if e is not None:
+                return e
+    return None
+
+
+def _span(children) -> Span:
+    """From the first child that has a position to the last."""
+    start = end = None
+    for c in children:
+        start = _start(c)
+        if start is not None:
+            break
+    for c in reversed(children):
+        end = _end(c)
+        if end is not None:
+            break
+    if start is None or end is None:
+        return Span(0, 0)
+    return Span(start, end)
 
 
 def _tok_span(tok: Token) -> Span:
     return Span(tok.start_pos, tok.end_pos)
 
 
-def _span(meta) -> Span:
-    if getattr(meta, "empty", True):
-        return Span(0, 0)
-    return Span(meta.start_pos, meta.end_pos)
-
-
 def _name(tok: Token) -> A.Name:
     return A.Name(_tok_span(tok), str(tok))
-
-
-def _cover(*nodes) -> Span:
-    spans = [n.span for n in nodes if n is not None]
-    return Span(min(s.start for s in spans), max(s.end for s in spans))
 
 
 def _unquote(text: str) -> str:
@@ -36,224 +72,228 @@ def _unquote(text: str) -> str:
         return text[1:-1]
 
 
-@v_args(meta=True)
+def _inner(c) -> list:
+    """Children between a leading and a trailing bracket token."""
+    return list(c[1:-1])
+
+
 class Builder(Transformer):
     """lark Transformer: one method per named rule or alias of `grammar.lark`."""
 
     # ----- atoms
-    def name(self, meta, c):
+    def name(self, c):
         return _name(c[0])
 
-    def int_lit(self, meta, c):
+    def int_lit(self, c):
         return A.IntLit(_tok_span(c[0]), int(str(c[0]).replace("_", "")))
 
-    def float_lit(self, meta, c):
+    def float_lit(self, c):
         text = str(c[0])
         return A.FloatLit(_tok_span(c[0]), float(text.replace("_", "")), text)
 
-    def str_lit(self, meta, c):
+    def str_lit(self, c):
         return A.StrLit(_tok_span(c[0]), _unquote(str(c[0])))
 
-    def true_lit(self, meta, c):
-        return A.BoolLit(_span(meta), True)
+    def true_lit(self, c):
+        return A.BoolLit(_tok_span(c[0]), True)
 
-    def false_lit(self, meta, c):
-        return A.BoolLit(_span(meta), False)
+    def false_lit(self, c):
+        return A.BoolLit(_tok_span(c[0]), False)
 
-    def none_lit(self, meta, c):
-        return A.NoneLit(_span(meta))
+    def none_lit(self, c):
+        return A.NoneLit(_tok_span(c[0]))
 
-    def tuple_lit(self, meta, c):
-        return A.TupleLit(_span(meta), list(c))
+    def tuple_lit(self, c):
+        return A.TupleLit(_span(c), _inner(c))
 
-    def list_lit(self, meta, c):
-        return A.ListLit(_span(meta), list(c))
+    def list_lit(self, c):
+        return A.ListLit(_span(c), _inner(c))
 
     # ----- operators
-    def neg(self, meta, c):
-        return A.Neg(_span(meta), c[0])
+    def neg(self, c):
+        return A.Neg(_span(c), c[1])
 
-    def not_op(self, meta, c):
-        return A.Not(_span(meta), c[0])
+    def not_op(self, c):
+        return A.Not(_span(c), c[1])
 
-    def binary(self, meta, c):
+    def binary(self, c):
         left, op, right = c
-        return A.BinOp(_span(meta), str(op), left, right, _tok_span(op))
+        return A.BinOp(_span(c), str(op), left, right, _tok_span(op))
 
-    def pow_op(self, meta, c):
+    def pow_op(self, c):
         left, right = c
-        op_start = left.span.end
-        return A.BinOp(_span(meta), "**", left, right, Span(op_start, right.span.start))
+        return A.BinOp(_span(c), "**", left, right, Span(left.span.end, right.span.start))
 
-    def and_op(self, meta, c):
-        return A.BinOp(_span(meta), "and", c[0], c[1], Span(c[0].span.end, c[1].span.start))
+    def and_op(self, c):
+        return A.BinOp(_span(c), "and", c[0], c[1], Span(c[0].span.end, c[1].span.start))
 
-    def or_op(self, meta, c):
-        return A.BinOp(_span(meta), "or", c[0], c[1], Span(c[0].span.end, c[1].span.start))
+    def or_op(self, c):
+        return A.BinOp(_span(c), "or", c[0], c[1], Span(c[0].span.end, c[1].span.start))
 
-    def compare(self, meta, c):
+    def compare(self, c):
         left, op, right = c
-        return A.Compare(_span(meta), str(op), left, right, _tok_span(op))
+        return A.Compare(_span(c), str(op), left, right, _tok_span(op))
 
     # ----- postfix
-    def call(self, meta, c):
-        func = c[0]
-        args = c[1] if len(c) > 1 and c[1] is not None else []
-        return A.Call(_span(meta), func, args)
+    def call(self, c):
+        args = c[2] if len(c) == 4 else []
+        return A.Call(_span(c), c[0], args)
 
-    def args(self, meta, c):
-        out = []
-        for a in c:
-            out.append(a if isinstance(a, A.Arg) else A.Arg(a.span, None, a))
-        return out
+    def args(self, c):
+        return [a if isinstance(a, A.Arg) else A.Arg(a.span, None, a) for a in c]
 
-    def kwarg(self, meta, c):
-        return A.Arg(_span(meta), _name(c[0]), c[1])
+    def kwarg(self, c):
+        return A.Arg(_span(c), _name(c[0]), c[1])
 
-    def attr(self, meta, c):
-        return A.Attr(_span(meta), c[0], _name(c[1]))
+    def attr(self, c):
+        return A.Attr(_span(c), c[0], _name(c[1]))
 
-    def index(self, meta, c):
-        return A.Index(_span(meta), c[0], list(c[1:]))
+    def index(self, c):
+        return A.Index(_span(c), c[0], list(c[2:-1]))
 
-    def slice(self, meta, c):
-        return A.Slice(_span(meta), c[0], c[1])
+    def slice(self, c):
+        start, _colon, stop = c
+        return A.Slice(_span(c), start, stop)
 
-    def ellipsis_index(self, meta, c):
+    def ellipsis_index(self, c):
         return A.EllipsisLit(_tok_span(c[0]))
 
-    def if_expr(self, meta, c):
-        return A.IfExpr(_span(meta), c[0], c[1], c[2])
+    def if_expr(self, c):
+        _if, cond, then, orelse = c
+        return A.IfExpr(_span(c), cond, then, orelse)
 
     # ----- statements
-    def block(self, meta, c):
-        return A.Block(_span(meta), list(c))
+    def block(self, c):
+        return A.Block(_span(c), _inner(c))
 
-    def let_stmt(self, meta, c):
-        target, annotation, value = c
+    def let_stmt(self, c):
+        _let, target, annotation, value = c
         if isinstance(target, list):
-            return A.Let(_span(meta), target, annotation, value, is_tuple=True)
-        return A.Let(_span(meta), [_name(target)], annotation, value)
+            return A.Let(_span(c), target, annotation, value, is_tuple=True)
+        return A.Let(_span(c), [_name(target)], annotation, value)
 
-    def let_tuple(self, meta, c):
-        return [_name(t) for t in c]
+    def let_tuple(self, c):
+        return [_name(t) for t in c if t.type == "NAME"]
 
-    def assign_stmt(self, meta, c):
-        return A.Assign(_span(meta), _name(c[0]), c[1])
+    def assign_stmt(self, c):
+        return A.Assign(_span(c), _name(c[0]), c[1])
 
-    def for_stmt(self, meta, c):
-        return A.For(_span(meta), _name(c[0]), c[1], c[2])
+    def for_stmt(self, c):
+        _for, var, iterable, body = c
+        return A.For(_span(c), _name(var), iterable, body)
 
-    def expr_stmt(self, meta, c):
+    def expr_stmt(self, c):
         return A.ExprStmt(c[0].span, c[0])
 
     # ----- types
-    def tensor_type(self, meta, c):
+    def tensor_type(self, c):
         dtype = _name(c[0]) if c[0] is not None else None
-        return A.TensorType(_span(meta), dtype, list(c[1:]))
+        return A.TensorType(_span(c), dtype, list(c[2:-1]))
 
-    def ellipsis_dim(self, meta, c):
+    def ellipsis_dim(self, c):
         return A.EllipsisDim(_tok_span(c[0]))
 
-    def named_type(self, meta, c):
-        return A.NamedType(_span(meta), _name(c[0]))
+    def named_type(self, c):
+        return A.NamedType(_span(c), _name(c[0]))
 
-    def optional_type(self, meta, c):
-        return A.NamedType(_span(meta), _name(c[0]), optional=True)
+    def optional_type(self, c):
+        return A.NamedType(_span(c), _name(c[0]), optional=True)
 
-    def literal_type(self, meta, c):
-        return A.LiteralType(_span(meta), [A.StrLit(_tok_span(t), _unquote(str(t))) for t in c])
+    def literal_type(self, c):
+        return A.LiteralType(_span(c), [A.StrLit(_tok_span(t), _unquote(str(t))) for t in c])
 
-    def tuple_type(self, meta, c):
-        return A.TupleType(_span(meta), list(c))
+    def tuple_type(self, c):
+        return A.TupleType(_span(c), _inner(c))
 
     # ----- items
-    def attribute(self, meta, c):
-        args = c[1] if len(c) > 1 and c[1] is not None else []
-        return A.Attribute(_span(meta), _name(c[0]), args)
+    def attribute(self, c):
+        args = c[3] if len(c) == 5 else []
+        return A.Attribute(_span(c), _name(c[1]), args)
 
-    def attributes(self, meta, c):
+    def attributes(self, c):
         return list(c)
 
-    def param(self, meta, c):
-        return A.Param(_span(meta), _name(c[0]), c[1], c[2])
+    def param(self, c):
+        return A.Param(_span(c), _name(c[0]), c[1], c[2])
 
-    def params(self, meta, c):
+    def params(self, c):
+        return _inner(c)
+
+    def generics(self, c):
         return list(c)
 
-    def generics(self, meta, c):
+    def generic(self, c):
+        return A.Generic(_span(c), _name(c[0]), _name(c[1]) if c[1] is not None else None)
+
+    def fn_def(self, c):
+        attrs, entry, _fn, name, generics, params, ret, body = c
+        return A.FnDef(_span(c), _name(name), params, ret, body, entry=entry is not None,
+                       generics=generics or [], attributes=attrs)
+
+    def members(self, c):
         return list(c)
 
-    def generic(self, meta, c):
-        return A.Generic(_span(meta), _name(c[0]), _name(c[1]) if c[1] is not None else None)
-
-    def fn_def(self, meta, c):
-        attrs, entry, name, generics, params, ret, body = c
-        return A.FnDef(
-            _span(meta), _name(name), params, ret, body, entry=entry is not None,
-            generics=generics or [], attributes=attrs,
-        )
-
-    def members(self, meta, c):
-        return list(c)
-
-    def field_decl(self, meta, c):
+    def field_decl(self, c):
         attrs, name, ftype = c
-        span = _span(meta)
+        span = _span(c)
         if isinstance(ftype, A.TensorType):
             return A.FieldDecl(span, _name(name), "param", type=ftype, attributes=attrs)
         if isinstance(ftype, tuple) and ftype[0] == "list":
-            return A.FieldDecl(span, _name(name), "list", ctor=ftype[1], count=ftype[2], attributes=attrs)
+            return A.FieldDecl(Span(span.start, ftype[3]), _name(name), "list", ctor=ftype[1], count=ftype[2],
+                               attributes=attrs)
         return A.FieldDecl(span, _name(name), "submodule", ctor=ftype, attributes=attrs)
 
-    def ctor(self, meta, c):
-        args = c[1] if len(c) > 1 and c[1] is not None else []
-        return A.Call(_span(meta), _name(c[0]), args)
+    def ctor(self, c):
+        args = c[2] if len(c) == 4 else []
+        return A.Call(_span(c), _name(c[0]), args)
 
-    def submodule_type(self, meta, c):
+    def submodule_type(self, c):
         return c[0]
 
-    def submodule_list_type(self, meta, c):
-        return ("list", c[0], c[1])
+    def submodule_list_type(self, c):
+        _open, ctor, count, close = c
+        return ("list", ctor, count, close.end_pos)
 
-    def state_decl(self, meta, c):
-        attrs, name, ttype = c
-        return A.StateDecl(_span(meta), _name(name), ttype, attributes=attrs)
+    def state_decl(self, c):
+        attrs, _state, name, ttype = c
+        return A.StateDecl(_span(c), _name(name), ttype, attributes=attrs)
 
-    def member_if(self, meta, c):
-        cond, then, orelse = c
-        return A.MemberIf(_span(meta), cond, then, orelse or [])
+    def member_if(self, c):
+        _if, cond, _open, then, close, orelse = c
+        span = _span([_if, close] + ([orelse[1]] if orelse else []))
+        return A.MemberIf(span, cond, then, orelse[0] if orelse else [])
 
-    def member_else(self, meta, c):
-        return c[0]
+    def member_else(self, c):
+        _open, members, close = c
+        return (members, close)
 
-    def module_def(self, meta, c):
-        attrs, name, params, members = c
-        return A.ModuleDef(_span(meta), _name(name), params, members, attributes=attrs)
+    def module_def(self, c):
+        attrs, _kw, name, params, _open, members, _close = c
+        return A.ModuleDef(_span(c), _name(name), params, members, attributes=attrs)
 
-    def model_def(self, meta, c):
-        attrs, name, params, members = c
-        return A.ModuleDef(_span(meta), _name(name), params, members, is_model=True, attributes=attrs)
+    def model_def(self, c):
+        attrs, _kw, name, params, _open, members, _close = c
+        return A.ModuleDef(_span(c), _name(name), params, members, is_model=True, attributes=attrs)
 
-    def config_field(self, meta, c):
+    def config_field(self, c):
         attrs, name, ftype, default = c
-        return A.ConfigField(_span(meta), _name(name), ftype, default, attributes=attrs)
+        return A.ConfigField(_span(c), _name(name), ftype, default, attributes=attrs)
 
-    def config_def(self, meta, c):
-        attrs, name, *fields = c
-        return A.ConfigDef(_span(meta), _name(name), list(fields), attributes=attrs)
+    def config_def(self, c):
+        attrs, _kw, name, *fields = c
+        return A.ConfigDef(_span(c), _name(name), fields[1:-1], attributes=attrs)
 
-    def record_lit(self, meta, c):
-        return A.RecordLit(_span(meta), _name(c[0]), list(c[1:]))
+    def record_lit(self, c):
+        return A.RecordLit(_span(c), _name(c[0]), list(c[2:-1]))
 
-    def field_init(self, meta, c):
-        return A.FieldInit(_span(meta), _name(c[0]), c[1])
+    def field_init(self, c):
+        return A.FieldInit(_span(c), _name(c[0]), c[1])
 
-    def preset_def(self, meta, c):
-        attrs, name, value = c
-        return A.PresetDef(_span(meta), _name(name), value, attributes=attrs)
+    def preset_def(self, c):
+        attrs, _kw, name, value = c
+        return A.PresetDef(_span(c), _name(name), value, attributes=attrs)
 
-    def item_source(self, meta, c):
+    def item_source(self, c):
         return c[0]
 
 

@@ -37,7 +37,7 @@ class Source:
         return f"Source({self.path!r})"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Location:
     """A span resolved in its source: absolute character offsets and both positions."""
 
@@ -156,10 +156,7 @@ def interface_key(item: Item) -> str:
     if item.ast is None:
         return f"<unparsed {item.kind} {item.name}>"
     text = item.text
-    cut = []
-    for node in A.walk(item.ast):
-        if isinstance(node, A.FnDef):
-            cut.append(node.body.span)
+    cut = [node.body.span for node in A.definitions(item.ast) if isinstance(node, A.FnDef)]
     if not cut:
         return " ".join(text.split())
     parts, pos = [], 0

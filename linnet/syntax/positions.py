@@ -11,7 +11,7 @@ from bisect import bisect_right
 from dataclasses import dataclass
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Position:
     """A resolved position. `line`/`column` are 1-based; `character` is the 0-based UTF-16
     column LSP expects (on 0-based line `line - 1`); `byte` is the UTF-8 offset."""
