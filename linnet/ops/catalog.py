@@ -13,7 +13,7 @@ from ..semantics.dims import Dim, format_dim, product
 from ..semantics.types import BOOL, I64, DType, Shape, TensorT, format_shape
 from .rearrange import rearrange_reference, rearrange_shape
 from .registry import (
-    REGISTRY, REQUIRED, OpDef, OpError, OpParam, broadcast, describe_dtype, dim_index, exact, join_dtypes,
+    REGISTRY, OpDef, OpError, OpParam, broadcast, describe_dtype, dim_index, exact, join_dtypes,
     operand_dtype, register, same_dim, shape_of,
 )
 

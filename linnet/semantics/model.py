@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 
 from ..syntax import ast as A
 from ..syntax.items import Item
-from .checker import ItemChecker, _Binder
-from .diagnostics import Finding, Label, LocalAnchor, SymbolAnchor
+from .checker import ItemChecker
+from .names import Binder
+from .diagnostics import Finding, Label, SymbolAnchor
 from .dims import Dim
 from .scope import Binding, Instance, Scope
 from .types import I64, UNKNOWN, ModuleListT, ModuleT, ScalarT, TensorT, Type, UnknownT, format_type
@@ -152,7 +153,7 @@ _STEP_PARAMS = (("input_ids", 2), ("positions", 1), ("rows", 1))
 
 
 def _check_entry(checker: ItemChecker, inst: Instance, fn: A.FnDef, decoder: bool) -> None:
-    binder = _Binder("rigid", checker.generics(fn, report=False))
+    binder = Binder("rigid", checker.generics(fn, report=False))
     scope = Scope(checker.module_scope(inst), "fn")
     sub = ItemChecker(checker.ctx, checker.item, checker.binding)
     params = {}

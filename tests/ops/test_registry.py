@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from linnet.ops import REGISTRY, OpError
-from linnet.ops.registry import KINDS, REQUIRED
+from linnet.ops.registry import KINDS
 from linnet.semantics.dims import Dim
 from linnet.semantics.types import BOOL, F32, I64, Shape, TensorT
 

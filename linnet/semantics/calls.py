@@ -1,0 +1,502 @@
+"""Calls: argument matching, primitive ops through the registry, and calls to Linnet
+functions, whose signatures are unified with the arguments (`unify.py`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..ops import REGISTRY, REQUIRED, OpDef, OpError
+from ..syntax import ast as A
+from ..syntax.ast import Span
+from ..syntax.items import Item
+from .describe import dotted, kind_text, number
+from .diagnostics import Label, LocalAnchor, SymbolAnchor
+from .dims import Dim, format_dim
+from .scope import Binding, FnTarget, Instance, Scope, type_key
+from .suggest import closest
+from .types import (
+    UNIT, UNKNOWN, WORK, DTypeT, FnRefT, ListT, ModuleT, NoneT, ScalarT, Shape, TensorT, TupleT, Type,
+    UnknownT, format_shape, format_type,
+)
+from .names import Binder
+from .unify import Unifier, substitute_shape
+
+_FAILED = object()
+
+
+class CallsMixin:
+    """Call checking for `ItemChecker`."""
+
+    def call(self, e: A.Call, scope: Scope) -> Type:
+        func = e.func
+        if isinstance(func, A.Name):
+            b = self.lookup_value(func.id, scope)
+            if b is None and func.id in REGISTRY and self.global_item(func.id) is None:
+                self.ref(func, None)
+                return self.call_op(REGISTRY[func.id], e, scope)
+            target = self.expr(func, scope)
+        elif isinstance(func, A.Attr):
+            base = self.expr(func.value, scope)
+            if isinstance(base, ModuleT):
+                inst: Instance = base.instance
+                fn = self.find_method(inst, func.name, report=True)
+                if fn is None:
+                    self.eval_args(e.args, scope)
+                    return UNKNOWN
+                self.ref(func.name, SymbolAnchor((inst.module.name.id, "fn", func.name.id)))
+                target = FnRefT(FnTarget(inst.item, fn, inst))
+                self.record(func, target)
+            else:
+                target = self.attr(func, scope) if not isinstance(base, UnknownT) else UNKNOWN
+                self.record(func, target)
+        else:
+            target = self.expr(func, scope)
+        if isinstance(target, UnknownT):
+            self.eval_args(e.args, scope)
+            return UNKNOWN
+        if isinstance(target, ModuleT):
+            inst = target.instance
+            fn = self.find_method(inst, A.Name(func.span, "forward"), report=False)
+            if fn is None:
+                self.report("L106", f"`{inst.module.name.id}` has no `forward`; call a method: `x.name(...)`", func)
+                self.eval_args(e.args, scope)
+                return UNKNOWN
+            return self.call_fn(FnTarget(inst.item, fn, inst), e, scope)
+        if isinstance(target, FnRefT):
+            t = target.target
+            if isinstance(t, OpDef):
+                return self.call_op(t, e, scope)
+            if isinstance(t, FnTarget):
+                return self.call_fn(t, e, scope)
+            if isinstance(t, Item):
+                self.report("L111", f"`{t.name}` is a module: declare it as a member (`name: {t.name}(...)`) and "
+                            "call the member", func)
+                self.eval_args(e.args, scope)
+                return UNKNOWN
+        self.report("L106", f"{kind_text(target)} is not callable", func, label=format_type(target))
+        self.eval_args(e.args, scope)
+        return UNKNOWN
+
+    def find_method(self, inst: Instance, name: A.Name, report: bool) -> A.FnDef | None:
+        members = self.members(inst, report=False)
+        info = members.by_name.get(name.id)
+        if info is not None and info.kind == "fn":
+            if info.present is False:
+                if report:
+                    self.report("L108", f"`{inst.module.name.id}.{name.id}` exists only when {info.cond_text}", name)
+                return None
+            return info.node
+        if report and name.id not in members.poisoned:
+            methods = [m.name for m in members.order if m.kind == "fn"]
+            hint = closest(name.id, methods)
+            self.report("L102", f"`{inst.module.name.id}` has no method `{name.id}`" +
+                        (f"; did you mean `{hint}`?" if hint else ""), name, fixes=self._fix(name, hint))
+        return None
+
+    def eval_args(self, args: list[A.Arg], scope: Scope) -> list[Type]:
+        return [self.expr(a.value, scope) for a in args]
+
+    def match_args(self, names: list[str], has_default: dict[str, bool], args: list[A.Arg], callee: str,
+                   call: A.Node, extra_kwargs: bool = False, owner_path: tuple | None = None) -> dict[str, A.Arg] | None:
+        """Match positional and keyword arguments to parameter names (arity errors)."""
+        matched: dict[str, A.Arg] = {}
+        positional = [a for a in args if a.name is None]
+        keywords = [a for a in args if a.name is not None]
+        ok = True
+        if keywords and args.index(keywords[0]) < len(positional):
+            self.report("L111", "positional arguments come before keyword arguments", keywords[0])
+            return None
+        if len(positional) > len(names):
+            self.report("L103", f"{callee} takes {len(names)} argument{'s' if len(names) != 1 else ''}, "
+                        f"got {len(positional)}", positional[len(names)],
+                        notes=[f"parameters: {', '.join(names) or 'none'}"])
+            ok = False
+        for name, a in zip(names, positional):
+            matched[name] = a
+        extras = {}
+        for a in keywords:
+            k = a.name.id
+            if k in matched:
+                self.report("L111", f"`{k}` is given twice", a.name)
+                ok = False
+            elif k not in names:
+                if extra_kwargs:
+                    extras[k] = a
+                    continue
+                hint = closest(k, [n for n in names if n not in matched])
+                self.report("L104", f"{callee} has no parameter `{k}`" + (f"; did you mean `{hint}`?" if hint else ""),
+                            a.name, fixes=self._fix(a.name, hint), notes=[f"parameters: {', '.join(names)}"])
+                ok = False
+            else:
+                matched[k] = a
+                if owner_path is not None:
+                    self.ref(a.name, SymbolAnchor(owner_path + (k,)))
+        missing = [n for n in names if n not in matched and not has_default.get(n)]
+        if missing:
+            self.report("L103", f"{callee} is missing {', '.join(f'`{m}`' for m in missing)}", call,
+                        notes=[f"parameters: {', '.join(names)}"])
+            ok = False
+        if not ok:
+            for a in args:
+                if a.value not in self.result.types:
+                    self.expr(a.value, Scope(None))  # keep hover alive; errors here are not news
+            return None
+        if extra_kwargs:
+            matched["**"] = extras  # type: ignore[assignment]
+        return matched
+
+    def call_op(self, op: OpDef, e: A.Call, scope: Scope) -> Type:
+        names = [p.name for p in op.params if p.kind != "sizes"]
+        defaults = {p.name: p.default is not REQUIRED for p in op.params}
+        takes_sizes = any(p.kind == "sizes" for p in op.params)
+        for a in e.args:
+            if a.value not in self.result.types:
+                pass
+        # Positional scalars only: fold (`sqrt(c.head_dim)`).
+        arg_types = {id(a): self.expr(a.value, scope) for a in e.args}
+        if op.fold is not None and e.args and all(isinstance(arg_types[id(a)], ScalarT) for a in e.args) and \
+                all(a.name is None for a in e.args):
+            return self.fold_op(op, [arg_types[id(a)] for a in e.args], e)
+        matched = self.match_args(names, defaults, e.args, f"`{op.name}`", e, extra_kwargs=takes_sizes)
+        if matched is None:
+            return UNKNOWN
+        values: dict[str, tuple[Type, A.Node]] = {}
+        for p in op.params:
+            if p.kind == "sizes":
+                values[p.name] = {k: (arg_types[id(a)], a.value) for k, a in matched.get("**", {}).items()}
+                continue
+            if p.name in matched:
+                a = matched[p.name]
+                values[p.name] = (arg_types[id(a)], a.value)
+        return self.apply_op(op, values, e)
+
+    def fold_op(self, op: OpDef, args: list[ScalarT], e) -> Type:
+        nums = [number(a) for a in args]
+        if any(a.kind not in ("int", "float") for a in args):
+            self.report("L107", f"`{op.name}` needs numbers or tensors", e)
+            return UNKNOWN
+        if any(n is None for n in nums):
+            return ScalarT("float", None)
+        try:
+            v = op.fold(*nums)
+        except (ValueError, OverflowError, ZeroDivisionError, TypeError):
+            self.report("L107", f"`{op.name}` has no value for {', '.join(map(str, nums))}", e)
+            return ScalarT("float", None)
+        if all(a.kind == "int" for a in args) and isinstance(v, int) and not isinstance(v, bool):
+            return ScalarT("int", Dim.of(v))
+        if isinstance(v, bool):
+            return ScalarT("bool", v)
+        return ScalarT("float", float(v))
+
+    def apply_op(self, op: OpDef, args: dict, e, op_symbol: str | None = None) -> Type:
+        """Convert arguments to the op's kinds, then run its dtype and shape rules."""
+        values: dict[str, Any] = {}
+        nodes: dict[str, A.Node] = {}
+        what = f"`{op_symbol}`" if op_symbol else f"`{op.name}`"
+        for p in op.params:
+            if p.name not in args:
+                if p.default is REQUIRED:
+                    return UNKNOWN
+                values[p.name] = p.default
+                continue
+            if p.kind == "sizes":
+                sizes = {}
+                for k, (t, node) in args[p.name].items():
+                    nodes[k] = node
+                    if isinstance(t, UnknownT):
+                        return UNKNOWN
+                    if not (isinstance(t, ScalarT) and t.kind == "int"):
+                        self.report("L107", f"size `{k}` of {what} is a compile-time int, got {kind_text(t)}", node)
+                        return UNKNOWN
+                    sizes[k] = t.value
+                values[p.name] = sizes
+                continue
+            t, node = args[p.name]
+            nodes[p.name] = node
+            if isinstance(t, UnknownT):
+                return UNKNOWN
+            v = self.convert(p.kind, t, node, p.name, what)
+            if v is _FAILED:
+                return UNKNOWN
+            values[p.name] = v
+        if op.fold is not None and all(not isinstance(values[p.name], TensorT) for p in op.params if p.kind == "operand"):
+            if any(p.kind == "operand" for p in op.params):
+                return self.fold_op(op, [args[p.name][0] for p in op.params if p.kind == "operand"], e)
+        try:
+            dtype = op.dtype_rule(values)
+        except OpError as err:
+            self.op_error(err, e, nodes, values)
+            return UNKNOWN
+        try:
+            shape = op.shape_rule(values)
+        except OpError as err:
+            self.op_error(err, e, nodes, values)
+            return UNKNOWN
+        if isinstance(shape, list):
+            dts = dtype if isinstance(dtype, list) else [dtype] * len(shape)
+            return TupleT(tuple(TensorT(d, s) for d, s in zip(dts, shape)))
+        return TensorT(dtype, shape)
+
+    def op_error(self, err: OpError, e, nodes: dict, values: dict) -> None:
+        node = nodes.get(err.arg, e) if err.arg else e
+        span = node.span
+        if err.inner is not None and isinstance(node, A.StrLit):
+            raw = self.item.text[node.span.start:node.span.end]
+            if "\\" not in raw:
+                span = Span(node.span.start + 1 + err.inner[0], node.span.start + 1 + err.inner[1])
+        labels = []
+        for arg, text in err.arg_labels.items():
+            n = nodes.get(arg)
+            if n is None:
+                continue
+            labels.append(Label(self.anchor(n), text))
+            labels += self.def_labels(n)
+        if err.code in ("L206", "L205"):
+            dims = []
+            for v in values.values():
+                if isinstance(v, TensorT):
+                    dims += list(v.shape.dims)
+                elif isinstance(v, dict):
+                    dims += list(v.values())
+            labels += self.atom_labels(dims)
+        self.report(err.code, err.message, span, labels=labels, notes=err.notes)
+
+    def def_labels(self, node) -> list[Label]:
+        """Where a local named in an error got its value."""
+        if isinstance(node, A.Name):
+            for name, b in reversed(self.fn_locals):
+                if name == node.id and isinstance(b.anchor, LocalAnchor) and b.anchor.span != node.span:
+                    return [Label(b.anchor, f"`{name}` is {format_type(b.type)} from here")]
+        return []
+
+    def convert(self, kind: str, t: Type, node, name: str, what: str):
+        """An op argument in the form its rules expect, or _FAILED (reported)."""
+        if kind == "tensor":
+            if isinstance(t, TensorT):
+                return t
+            self.report("L107", f"`{name}` of {what} is a tensor, got {kind_text(t)}", node, label=format_type(t))
+            return _FAILED
+        if kind == "operand":
+            if isinstance(t, TensorT):
+                return t
+            if isinstance(t, ScalarT) and t.kind in ("int", "float", "bool"):
+                return t.value if t.kind != "float" else (t.value if t.value is not None else 0.0)
+            self.report("L107", f"`{name}` of {what} is a tensor or a number, got {kind_text(t)}", node)
+            return _FAILED
+        if kind == "tensors":
+            items = t.items if isinstance(t, (ListT, TupleT)) else None
+            if items is None or not all(isinstance(i, (TensorT, UnknownT)) for i in items):
+                self.report("L107", f"`{name}` of {what} is a list of tensors `[a, b]`, got {kind_text(t)}", node)
+                return _FAILED
+            if any(isinstance(i, UnknownT) for i in items):
+                return _FAILED
+            return list(items)
+        if kind in ("int", "index"):
+            if isinstance(t, ScalarT) and t.kind == "int":
+                if kind == "index":
+                    v = t.value.as_int() if t.value is not None else None
+                    if v is None:
+                        self.report("L107", f"`{name}` of {what} is a dim index and must be a known constant", node)
+                        return _FAILED
+                    return v
+                return t.value
+            if isinstance(t, NoneT) and kind == "int":
+                return None
+            self.report("L107", f"`{name}` of {what} is a compile-time int, got {kind_text(t)}", node,
+                        label=format_type(t))
+            return _FAILED
+        if kind in ("ints", "indices"):
+            items = t.items if isinstance(t, (ListT, TupleT)) else None
+            if items is None:
+                self.report("L107", f"`{name}` of {what} is a list of ints `[B, S, 4]`, got {kind_text(t)}", node)
+                return _FAILED
+            out = []
+            for i in items:
+                if isinstance(i, UnknownT):
+                    out.append(None)
+                    continue
+                if not (isinstance(i, ScalarT) and i.kind == "int"):
+                    self.report("L107", f"`{name}` of {what} is a list of ints, got an element {kind_text(i)}", node)
+                    return _FAILED
+                if kind == "indices":
+                    v = i.value.as_int() if i.value is not None else None
+                    if v is None:
+                        self.report("L107", f"`{name}` of {what} needs known constants", node)
+                        return _FAILED
+                    out.append(v)
+                else:
+                    out.append(i.value)
+            return out
+        if kind == "bool":
+            if isinstance(t, ScalarT) and t.kind == "bool":
+                if t.value is None:
+                    self.report("L405", f"`{name}` of {what} must be known at compile time", node)
+                    return _FAILED
+                return t.value
+            self.report("L107", f"`{name}` of {what} is a bool, got {kind_text(t)}", node)
+            return _FAILED
+        if kind == "float":
+            if isinstance(t, ScalarT) and t.kind in ("int", "float", "bool"):
+                return number(t) if t.kind != "bool" else t.value
+            self.report("L107", f"`{name}` of {what} is a number, got {kind_text(t)}", node)
+            return _FAILED
+        if kind == "str":
+            if isinstance(t, ScalarT) and t.kind == "str" and t.value is not None:
+                return t.value
+            self.report("L107", f"`{name}` of {what} is a string literal, got {kind_text(t)}", node)
+            return _FAILED
+        if kind == "dtype":
+            if isinstance(t, DTypeT):
+                return t.dtype
+            self.report("L107", f"`{name}` of {what} is a dtype (`f32`, `x.dtype`), got {kind_text(t)}", node)
+            return _FAILED
+        raise AssertionError(kind)
+
+    def call_fn(self, target: FnTarget, e: A.Call, scope: Scope) -> Type:
+        """Check a call to a Linnet function: unify arguments with its signature."""
+        fn = target.fn
+        inst = target.instance
+        owner = (inst.module.name.id, "fn", fn.name.id) if inst is not None else (fn.name.id,)
+        written = dotted(e.func)
+        callee = f"`{written}`" if written else f"`{fn.name.id}`"
+        names = [p.name.id for p in fn.params]
+        defaults = {p.name.id: p.default is not None for p in fn.params}
+        arg_types = {id(a): self.expr(a.value, scope) for a in e.args}
+        findings_before = len(self.result.findings)
+        matched = self.match_args(names, defaults, e.args, callee, e, owner_path=owner + ("param",))
+        if target.item is not self.item:
+            self.result.deps.setdefault(target.item.name, target.item.interface)
+        if matched is None:
+            return UNKNOWN
+        sig_scope = Scope(self.module_scope(inst) if inst is not None else self.global_scope(), "fn")
+        # Compile-time parameters first (checked per call): tensor types may use them.
+        tensor_params = [p for p in fn.params if isinstance(p.type, (A.TensorType, A.TupleType))]
+        compile_time: dict[str, Type] = {}
+        for p in fn.params:
+            if p in tensor_params:
+                continue
+            if p.name.id in matched:
+                arg = matched[p.name.id]
+                t, node = arg_types[id(arg)], arg.value
+            else:
+                t, node = self.silent_expr(p.default, sig_scope, target.item), e
+            checked = self.check_compile_time_arg(p, t, node, callee)
+            compile_time[p.name.id] = checked if checked is not None else UNKNOWN
+            sig_scope.bind(p.name.id, Binding(compile_time[p.name.id], "param"))
+        sig = self.signature(target, tensor_params, compile_time, sig_scope)
+        pattern_types = sig.params
+        unifier = Unifier(set(sig.patterns), set(sig.dtype_patterns))
+        unknown_arg = False
+        for i, p in enumerate(tensor_params):
+            pattern = pattern_types[i]
+            if p.name.id not in matched:
+                continue
+            arg = matched[p.name.id]
+            actual = arg_types[id(arg)]
+            if isinstance(actual, UnknownT):
+                unknown_arg = True
+                continue
+            if not isinstance(pattern, TensorT):
+                continue
+            if not isinstance(actual, TensorT):
+                self.report("L107", f"`{p.name.id}` of {callee} is a tensor {format_type(pattern)}, got {kind_text(actual)}",
+                            arg.value, label=format_type(actual))
+                continue
+            msg = unifier.unify_dtype(pattern.dtype, actual.dtype, i)
+            if msg is not None:
+                self.report("L304", f"argument `{p.name.id}` of {callee}: {msg}", arg.value, label=format_type(actual),
+                            labels=[Label(SymbolAnchor(owner + ("param", p.name.id)), "parameter declared here")],
+                            notes=[f"consider `cast({dotted(arg.value) or 'x'}, {pattern.dtype.name})`"]
+                            if not pattern.dtype.var and pattern.dtype is not WORK else [])
+            msg = unifier.unify_shape(pattern.shape, actual.shape, i)
+            if msg is not None:
+                self.report("L203", f"argument `{p.name.id}` of {callee}: {msg}", arg.value, label=format_type(actual),
+                            labels=[Label(SymbolAnchor(owner + ("param", p.name.id)), f"declared {format_type(pattern)} here")])
+        unifier.shown = [d for a in matched.values() for t in [arg_types.get(id(a))]
+                         if isinstance(t, TensorT) for d in t.shape.dims if d is not None]
+        unifier.solve()
+        tensor_names = [p.name.id for p in tensor_params]
+        for err in unifier.errors:
+            p = tensor_params[err.arg]
+            arg = matched[p.name.id]
+            actual = arg_types[id(arg)]
+            written = self._pattern_text(p, sig_scope, target.item)
+            labels = [Label(SymbolAnchor(owner + ("param", p.name.id)), f"declared `{p.name.id}: {written}` here")]
+            labels += self.def_labels(arg.value)
+            sources = [err.actual] + [unifier.sources.get(a) for a in (err.pattern.atoms() if err.pattern else ())]
+            labels += self.atom_labels(sources)
+            a = format_dim(err.actual.val) if err.actual is not None else "?"
+            if err.kind == "differ":
+                expected = pattern_types[err.arg]
+                shown = format_shape(substitute_shape(expected.shape, unifier.solved, unifier.prefixes), concrete=True)
+                message = (f"argument `{p.name.id}` of {callee} is {format_shape(actual.shape, concrete=True)}, "
+                           f"expected {shown} (dim {err.dim}: {a} vs {format_dim(err.expected.val)})")
+            elif err.kind == "divide":
+                bound = unifier.bindings_text(err.pattern, tensor_names)
+                message = (f"argument `{p.name.id}` of {callee}: dim {err.dim} is {a}, but must be "
+                           f"{format_dim(err.pattern)}" + (f" with {bound}" if bound else "") + f": {err.reason}")
+            else:
+                message = (f"argument `{p.name.id}` of {callee}: cannot infer "
+                           f"{', '.join(sorted({x.name for x in err.pattern.atoms() if x in unifier.patterns}))} "
+                           f"from dim {err.dim} ({format_dim(err.pattern)} = {a})")
+            self.report(err.code, message, arg.value, label=format_type(actual, concrete=True), labels=labels)
+        if len(self.result.findings) > findings_before or unknown_arg:
+            return UNKNOWN  # the call is wrong, or its input unknown: what it returns would only cascade
+        return _substitute_type(sig.ret, unifier, unifier.shown)
+
+    def signature(self, target: FnTarget, tensor_params: list[A.Param], compile_time: dict[str, Type],
+                  sig_scope: Scope) -> "_Signature":
+        """A callee's parameter and return types with pattern atoms for its dim variables,
+        cached per callee, instance and compile-time argument values."""
+        inst = target.instance
+        key = (target.fn, inst.key() if inst is not None else None,
+               tuple((k, type_key(v)) for k, v in compile_time.items()))
+        sig = self.ctx.signatures.get(key)
+        if sig is None:
+            generics = self.generics(target.fn, report=False)
+            binder = Binder("pattern", generics)
+            sub = type(self)(self.ctx, target.item, {})
+            params = [sub.eval_type(p.type, sig_scope, binder) for p in tensor_params]
+            binder.frozen = True
+            ret = sub.eval_type(target.fn.ret, sig_scope, binder) if target.fn.ret is not None else UNIT
+            sig = _Signature(params, ret, frozenset(binder.dims.values()), frozenset(generics.values()),
+                             dict(sub.result.deps))
+            self.ctx.signatures[key] = sig
+        for k, v in sig.deps.items():
+            self.result.deps.setdefault(k, v)
+        return sig
+
+    def _pattern_text(self, p: A.Param, scope: Scope, item: Item) -> str:
+        return " ".join(item.text[p.type.span.start:p.type.span.end].split())
+
+
+@dataclass(frozen=True)
+class _Signature:
+    params: list
+    ret: Type
+    patterns: frozenset
+    dtype_patterns: frozenset
+    deps: dict
+
+
+def _substitute_type(t: Type, u: Unifier, shown: list[Dim] | None = None) -> Type:
+    """The callee's return type in the caller's terms. Dims that were solved for are shown
+    as the argument dim of the same value when there is one (`c.num_attention_heads`, not
+    `c.num_key_value_heads * (c.num_attention_heads / 4)`)."""
+    if isinstance(t, TensorT):
+        dtype = u.dtypes.get(t.dtype, t.dtype)
+        if dtype.var and dtype in u.dtype_patterns:
+            dtype = t.dtype
+        shape = substitute_shape(t.shape, u.solved, u.prefixes)
+        if shown:
+            dims = []
+            for orig, d in zip((None,) * (len(shape.dims) - len(t.shape.dims)) + t.shape.dims, shape.dims):
+                if d is not None and orig is not None and orig.atoms() & u.patterns:
+                    d = next((a for a in shown if a.same(d)), d)
+                dims.append(d)
+            shape = Shape(tuple(dims), shape.prefix)
+        return TensorT(dtype, shape)
+    if isinstance(t, TupleT):
+        return TupleT(tuple(_substitute_type(i, u, shown) for i in t.items))
+    return t

@@ -1,0 +1,369 @@
+"""Expressions: operators, compile-time folding of scalars, attributes, indexing, and the
+compile-time `if`."""
+
+from __future__ import annotations
+
+import math
+
+from ..ops import OPERATORS, REGISTRY, OpDef, OpError
+from ..syntax import ast as A
+from .configs import ConfigValue
+from .describe import cond_key, dotted, dtype_text, kind_text, number, tail_node, types_equal
+from .diagnostics import Fix, Label, SymbolAnchor
+from .dims import Dim, DivisionError, divide
+from .scope import Instance, Scope
+from .suggest import closest
+from .types import (
+    NONE, UNIT, UNKNOWN, ConfigT, DTypeT, ListT, ModuleListT, ModuleT, NoneT, ScalarT, Shape, TensorT, TupleT,
+    Type, UnknownT, format_shape, format_type,
+)
+
+
+class ExpressionsMixin:
+    """Expression typing for `ItemChecker`."""
+
+    def expr(self, e, scope: Scope) -> Type:
+        t = self._expr(e, scope)
+        self.result.types[e] = t
+        return t
+
+    def _expr(self, e, scope: Scope) -> Type:
+        if isinstance(e, A.IntLit):
+            return ScalarT("int", Dim.of(e.value))
+        if isinstance(e, A.FloatLit):
+            return ScalarT("float", e.value)
+        if isinstance(e, A.StrLit):
+            return ScalarT("str", e.value)
+        if isinstance(e, A.BoolLit):
+            return ScalarT("bool", e.value)
+        if isinstance(e, A.NoneLit):
+            return NONE
+        if isinstance(e, A.Name):
+            return self.name_value(e, scope)
+        if isinstance(e, A.Attr):
+            return self.attr(e, scope)
+        if isinstance(e, A.Call):
+            return self.call(e, scope)
+        if isinstance(e, A.BinOp):
+            return self.binop(e, scope)
+        if isinstance(e, A.Compare):
+            return self.compare(e, scope)
+        if isinstance(e, A.Neg):
+            return self.unary(e, "neg", scope)
+        if isinstance(e, A.Not):
+            return self.unary(e, "logical_not", scope)
+        if isinstance(e, A.Index):
+            return self.index(e, scope)
+        if isinstance(e, A.TupleLit):
+            return TupleT(tuple(self.expr(i, scope) for i in e.items))
+        if isinstance(e, A.ListLit):
+            return ListT(tuple(self.expr(i, scope) for i in e.items))
+        if isinstance(e, A.IfExpr):
+            return self.if_expr(e, scope)
+        if isinstance(e, A.RecordLit):
+            self.report("L111", "record literals are config values: use them in presets and config defaults", e)
+            return UNKNOWN
+        self.report("L111", "this expression is not allowed here", e)
+        return UNKNOWN
+
+    def attr(self, e: A.Attr, scope: Scope) -> Type:
+        base = self.expr(e.value, scope)
+        name = e.name.id
+        if isinstance(base, UnknownT):
+            return UNKNOWN
+        if isinstance(base, ConfigT):
+            cv: ConfigValue = base.value
+            fdef = cv.field_def(name)
+            if fdef is None:
+                hint = closest(name, list(cv.values))
+                self.report("L102", f"config `{cv.type_name}` has no field `{name}`" +
+                            (f"; did you mean `{hint}`?" if hint else ""), e.name, fixes=self._fix(e.name, hint),
+                            labels=[Label(SymbolAnchor((cv.type_name,)), "config declared here")])
+                return UNKNOWN
+            self.ref(e.name, SymbolAnchor((cv.type_name, name)))
+            self.result.deps.setdefault(cv.type_name, cv.item.interface)
+            prefix = dotted(e.value)
+            return cv.field_type(name, f"{prefix}.{name}" if prefix else name)
+        if isinstance(base, NoneT):
+            self.report("L406", f"`{dotted(e.value) or 'this value'}` is `none` here, so it has no `{name}`", e.name,
+                        notes=["guard the use with `if ... != none { ... }`"])
+            return UNKNOWN
+        if isinstance(base, TensorT):
+            if name == "dtype":
+                return DTypeT(base.dtype)
+            self.report("L102", f"tensors have no field `{name}`; the only one is `dtype`", e.name)
+            return UNKNOWN
+        if isinstance(base, ModuleT):
+            inst: Instance = base.instance
+            members = self.members(inst, report=False)
+            info = members.by_name.get(name)
+            if info is None:
+                if name in members.poisoned:
+                    return UNKNOWN
+                hint = closest(name, list(members.by_name))
+                self.report("L102", f"`{inst.module.name.id}` has no member `{name}`" +
+                            (f"; did you mean `{hint}`?" if hint else ""), e.name, fixes=self._fix(e.name, hint))
+                return UNKNOWN
+            self.ref(e.name, SymbolAnchor((inst.module.name.id, "member", name)))
+            if info.present is False:
+                self.report("L108", f"`{inst.module.name.id}.{name}` exists only when {info.cond_text}, which is "
+                            "false here", e.name)
+                return UNKNOWN
+            if info.conditions:
+                self.report("L108", f"`{name}` exists only when {info.cond_text} in `{inst.module.name.id}`", e.name)
+                return UNKNOWN
+            return info.type
+        if isinstance(base, ModuleListT):
+            self.report("L102", f"a list of submodules has no member `{name}`; iterate with `for`", e.name)
+            return UNKNOWN
+        self.report("L102", f"{kind_text(base)} has no field `{name}`", e.name)
+        return UNKNOWN
+
+    def binop(self, e: A.BinOp, scope: Scope) -> Type:
+        a = self.expr(e.left, scope)
+        if e.op in ("and", "or") and isinstance(a, ScalarT) and a.kind == "bool" and a.value is (e.op == "or"):
+            return ScalarT("bool", a.value)  # compile-time short circuit: the right side is not used
+        b = self.expr(e.right, scope)
+        if isinstance(a, UnknownT) or isinstance(b, UnknownT):
+            return UNKNOWN
+        if isinstance(a, ScalarT) and isinstance(b, ScalarT):
+            return self.fold(e, e.op, a, b)
+        op = REGISTRY[OPERATORS[e.op]]
+        return self.apply_op(op, {"x": (a, e.left), "y": (b, e.right)}, e, op_symbol=e.op)
+
+    def compare(self, e: A.Compare, scope: Scope) -> Type:
+        a = self.expr(e.left, scope)
+        b = self.expr(e.right, scope)
+        if isinstance(a, UnknownT) or isinstance(b, UnknownT):
+            return UNKNOWN
+        if isinstance(a, (ScalarT, NoneT, ConfigT)) and isinstance(b, (ScalarT, NoneT, ConfigT)):
+            return self.fold_compare(e, a, b)
+        op = REGISTRY[OPERATORS[e.op]]
+        return self.apply_op(op, {"x": (a, e.left), "y": (b, e.right)}, e, op_symbol=e.op)
+
+    def unary(self, e, op_name: str, scope: Scope) -> Type:
+        t = self.expr(e.operand, scope)
+        if isinstance(t, UnknownT):
+            return UNKNOWN
+        if isinstance(t, ScalarT):
+            if op_name == "neg":
+                if t.kind == "int":
+                    return ScalarT("int", -t.value if t.value is not None else None)
+                if t.kind == "float":
+                    return ScalarT("float", -t.value if t.value is not None else None)
+                self.report("L107", f"`-` needs a number, got {kind_text(t)}", e)
+                return UNKNOWN
+            if t.kind != "bool":
+                self.report("L107", f"`not` needs a bool, got {kind_text(t)}", e)
+                return UNKNOWN
+            return ScalarT("bool", (not t.value) if t.value is not None else None)
+        return self.apply_op(REGISTRY[op_name], {"x": (t, e.operand)}, e, op_symbol="-" if op_name == "neg" else "not")
+
+    def fold(self, e: A.BinOp, op: str, a: ScalarT, b: ScalarT) -> Type:
+        """Compile-time arithmetic on scalars. `/` between ints is exact division."""
+        if op in ("and", "or"):
+            if a.kind != "bool" or b.kind != "bool":
+                self.report("L107", f"`{op}` needs bools, got {kind_text(a)} and {kind_text(b)}", e)
+                return UNKNOWN
+            if a.value is not None and b.value is not None:
+                return ScalarT("bool", (a.value and b.value) if op == "and" else (a.value or b.value))
+            if op == "and" and (a.value is False or b.value is False):
+                return ScalarT("bool", False)
+            if op == "or" and (a.value is True or b.value is True):
+                return ScalarT("bool", True)
+            return ScalarT("bool", None)
+        if a.kind not in ("int", "float") or b.kind not in ("int", "float"):
+            self.report("L107", f"`{op}` needs numbers, got {kind_text(a)} and {kind_text(b)}", e)
+            return UNKNOWN
+        if op == "@":
+            self.report("L107", "`@` needs tensors", e)
+            return UNKNOWN
+        if a.kind == "int" and b.kind == "int" and op in ("+", "-", "*", "/") and a.value is not None and b.value is not None:
+            if op == "+":
+                return ScalarT("int", a.value + b.value)
+            if op == "-":
+                return ScalarT("int", a.value - b.value)
+            if op == "*":
+                return ScalarT("int", a.value * b.value)
+            q = divide(a.value, b.value)
+            if isinstance(q, DivisionError):
+                self.division_error(e, a.value, b.value, q)
+                return ScalarT("int", None)
+            return ScalarT("int", q)
+        x, y = number(a), number(b)
+        if a.kind == "int" and b.kind == "int":
+            if op == "%" and x is not None and y is not None and y != 0:
+                return ScalarT("int", Dim.of(x % y))
+            if op == "**" and x is not None and y is not None and y >= 0:
+                return ScalarT("int", Dim.of(x ** y))
+            if op in ("%", "**") and (y is None or y >= 0):
+                return ScalarT("int", None)
+        if x is None or y is None:
+            return ScalarT("float", None)
+        try:
+            value = {"+": x + y, "-": x - y, "*": x * y}.get(op)
+            if value is None:
+                value = x / y if op in ("/",) else (x ** y if op == "**" else math.fmod(x, y))
+        except (ZeroDivisionError, OverflowError, ValueError):
+            self.report("L206", f"`{op}` of {x} and {y} has no value", e)
+            return ScalarT("float", None)
+        return ScalarT("float", float(value))
+
+    def fold_compare(self, e: A.Compare, a: Type, b: Type) -> Type:
+        if isinstance(a, (NoneT, ConfigT)) or isinstance(b, (NoneT, ConfigT)):
+            if e.op not in ("==", "!="):
+                self.report("L107", f"`{e.op}` cannot compare {kind_text(a)} and {kind_text(b)}", e)
+                return UNKNOWN
+            same = isinstance(a, NoneT) and isinstance(b, NoneT) or (
+                isinstance(a, ConfigT) and isinstance(b, ConfigT) and a.value is b.value)
+            if isinstance(a, ScalarT) or isinstance(b, ScalarT):
+                same = False
+            return ScalarT("bool", same if e.op == "==" else not same)
+        for s, other, node in ((a, b, e.right), (b, a, e.left)):
+            if s.kind == "str" and s.literals and other.kind == "str" and other.value is not None \
+                    and other.value not in s.literals:
+                hint = closest(other.value, list(s.literals))
+                self.report("L401", f'this is never true: the value is one of {", ".join(chr(34) + v + chr(34) for v in s.literals)}'
+                            + (f'; did you mean "{hint}"?' if hint else ""), node,
+                            fixes=[Fix(f'replace with "{hint}"', [(self.anchor(node), f'"{hint}"')])] if hint else [])
+                return ScalarT("bool", None)
+        kinds = {a.kind, b.kind}
+        if len(kinds) > 1 and kinds != {"int", "float"}:
+            self.report("L107", f"cannot compare {kind_text(a)} and {kind_text(b)}", e)
+            return UNKNOWN
+        if a.kind == "int" and b.kind == "int" and a.value is not None and b.value is not None and e.op in ("==", "!="):
+            if a.value.same(b.value):
+                return ScalarT("bool", e.op == "==")
+            diff = (a.value - b.value).as_int()
+            if diff is not None:
+                return ScalarT("bool", e.op == "!=")
+            return ScalarT("bool", None)
+        x = number(a) if a.kind in ("int", "float") else a.value
+        y = number(b) if b.kind in ("int", "float") else b.value
+        if x is None or y is None:
+            return ScalarT("bool", None)
+        return ScalarT("bool", {"==": x == y, "!=": x != y, "<": x < y, "<=": x <= y, ">": x > y, ">=": x >= y}[e.op])
+
+    def if_expr(self, e: A.IfExpr, scope: Scope) -> Type:
+        c = self.expr(e.cond, scope)
+        cond = self.compile_time_bool(c, e.cond)
+        key = cond_key(e.cond, self.item.text)
+        then_t: Type | None = None
+        else_t: Type | None = None
+        if cond is not False:
+            self.assumptions.append(key)
+            then_t = self.block(e.then, Scope(scope, "block"))
+            self.assumptions.pop()
+        if cond is not True and e.orelse is not None:
+            self.assumptions.append((key[0], not key[1]))
+            if isinstance(e.orelse, A.Block):
+                else_t = self.block(e.orelse, Scope(scope, "block"))
+            else:
+                else_t = self.expr(e.orelse, scope)
+            self.assumptions.pop()
+        if e.orelse is None:
+            return UNIT
+        if cond is True:
+            return then_t
+        if cond is False:
+            return else_t
+        if isinstance(then_t, UnknownT) or isinstance(else_t, UnknownT):
+            return UNKNOWN
+        if not types_equal(then_t, else_t):
+            self.report("L306", f"the branches of `if` differ: {format_type(then_t)} and {format_type(else_t)}", e,
+                        labels=[Label(self.anchor(tail_node(e.then)), format_type(then_t)),
+                                Label(self.anchor(tail_node(e.orelse) if isinstance(e.orelse, A.Block) else e.orelse),
+                                      format_type(else_t))])
+            return UNKNOWN
+        return then_t
+
+    def compile_time_bool(self, t: Type, node) -> bool | None:
+        if isinstance(t, UnknownT):
+            return None
+        if isinstance(t, ScalarT) and t.kind == "bool":
+            return t.value
+        if isinstance(t, TensorT):
+            self.report("L405", "the condition of `if` must be known at compile time; this is a tensor", node,
+                        label=format_type(t), notes=["for a per-element choice use `where(cond, a, b)`"])
+            return None
+        self.report("L405", f"the condition of `if` must be a compile-time bool, got {kind_text(t)}", node)
+        return None
+
+    def index(self, e: A.Index, scope: Scope) -> Type:
+        base = self.expr(e.value, scope)
+        if isinstance(base, ModuleListT):
+            if len(e.items) == 1 and not isinstance(e.items[0], (A.Slice, A.EllipsisLit)):
+                self.expr(e.items[0], scope)
+                return ModuleT(base.instance)
+        if isinstance(base, UnknownT):
+            for item in e.items:
+                if not isinstance(item, (A.Slice, A.EllipsisLit)):
+                    self.expr(item, scope)
+            return UNKNOWN
+        if not isinstance(base, TensorT):
+            self.report("L107", f"only tensors can be indexed, got {kind_text(base)}", e.value)
+            return UNKNOWN
+        ell = [i for i, it in enumerate(e.items) if isinstance(it, A.EllipsisLit)]
+        if len(ell) > 1:
+            self.report("L208", "an index has at most one `...`", e.items[ell[1]])
+            return UNKNOWN
+        pre = e.items[: ell[0]] if ell else e.items
+        post = e.items[ell[0] + 1:] if ell else []
+        shape = base.shape
+        n = len(shape.dims)
+        if shape.prefix is not None and pre:
+            self.report("L208", f"indexing leading dims of {format_shape(shape)}, whose `...` has unknown rank", e,
+                        notes=["index from the end: `x[..., i]`"])
+            return UNKNOWN
+        if len(pre) + len(post) > n:
+            self.report("L208", f"{len(pre) + len(post)} indices for {format_shape(shape)} of rank {n}", e)
+            return UNKNOWN
+        out_pre: list = []
+        out_post: list = []
+        prefix = shape.prefix
+        for items, dims, out in ((pre, shape.dims[: len(pre)], out_pre),
+                                 (post, shape.dims[n - len(post):], out_post)):
+            for it, d in zip(items, dims):
+                one = TensorT(base.dtype, Shape((d,)))
+                if isinstance(it, A.Slice):
+                    start = self.int_arg(it.start, scope) if it.start is not None else None
+                    stop = self.int_arg(it.stop, scope) if it.stop is not None else None
+                    if it.start is None and it.stop is None:
+                        out.append(d)
+                        continue
+                    r = self.run_rule(REGISTRY["slice"], {"x": one, "dim": 0, "start": start or Dim.of(0), "stop": stop}, it)
+                    out.extend(r.dims if isinstance(r, Shape) else [None])
+                    continue
+                t = self.expr(it, scope)
+                if isinstance(t, ScalarT) and t.kind == "int":
+                    self.run_rule(REGISTRY["select"], {"x": one, "dim": 0, "index": t.value}, it)
+                    continue
+                if isinstance(t, TensorT):
+                    if not t.dtype.is_int:
+                        self.report("L303", f"tensor indices must be integers, got {dtype_text(t.dtype)}", it)
+                        return UNKNOWN
+                    if t.shape.prefix is not None:
+                        self.report("L208", "tensor indices with `...` are not supported", it)
+                        return UNKNOWN
+                    out.extend(t.shape.dims)
+                    continue
+                if not isinstance(t, UnknownT):
+                    self.report("L107", f"an index is an int, a slice or an integer tensor, got {kind_text(t)}", it)
+                return UNKNOWN
+        middle = shape.dims[len(pre): n - len(post)]
+        return TensorT(base.dtype, Shape(tuple(out_pre) + tuple(middle) + tuple(out_post), prefix))
+
+    def int_arg(self, e, scope: Scope) -> Dim | None:
+        t = self.expr(e, scope)
+        if isinstance(t, ScalarT) and t.kind == "int":
+            return t.value
+        if not isinstance(t, UnknownT):
+            self.report("L107", f"a slice bound is a compile-time int, got {kind_text(t)}", e)
+        return None
+
+    def run_rule(self, op: OpDef, values: dict, node) -> Shape | None:
+        try:
+            return op.shape_rule(values)
+        except OpError as err:
+            self.report(err.code, err.message, node, notes=err.notes)
+            return None

@@ -1,0 +1,310 @@
+"""Module instances and their members: binding a module's parameters to a constructor call,
+evaluating its members (parameters, submodules, lists, state, methods, what `if` guards),
+and refusing modules that contain themselves."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..syntax import ast as A
+from ..syntax.items import Item
+from .describe import cond_key, kind_text
+from .diagnostics import Label, SymbolAnchor
+from .dims import Dim
+from .scope import Binding, FnTarget, Instance, MemberInfo, Members, Scope
+from .types import (
+    UNKNOWN, ConfigT, FnRefT, ModuleListT, ModuleT, NoneT, ScalarT, TensorT, Type, UnknownT, format_type,
+)
+from .names import KNOWN_ATTRIBUTES, LOAD_TIME_DIMS, SCALAR_TYPE_NAMES
+
+if TYPE_CHECKING:
+    from .checker import ItemChecker
+
+
+class MembersMixin:
+    """Instances and members for `ItemChecker`."""
+
+    def check_containment(self, mdef: A.ModuleDef) -> None:
+        """A module may not contain itself, directly or through its submodules."""
+        def submodules(m: A.ModuleDef):
+            for member in _flat_members(m.members):
+                if isinstance(member, A.FieldDecl) and member.ctor is not None and isinstance(member.ctor.func, A.Name):
+                    yield member, member.ctor.func.id
+
+        for member, name in submodules(mdef):
+            path = [mdef.name.id, name]
+            stack = [(name, path)]
+            seen = set()
+            while stack:
+                current, chain = stack.pop()
+                if current == mdef.name.id:
+                    self.report("L111", f"`{mdef.name.id}` contains itself: {' -> '.join(chain)}", member.ctor.func)
+                    return
+                if current in seen:
+                    continue
+                seen.add(current)
+                item = self.global_item(current)
+                if item is None or not isinstance(item.ast, A.ModuleDef):
+                    continue
+                for _, sub in submodules(item.ast):
+                    stack.append((sub, chain + [sub]))
+
+    def module_scope(self, inst: Instance) -> Scope:
+        """The scope of a module's members and functions: its parameters bound to the
+        instance's values, and the load-time dims. Shared: nothing binds into it later."""
+        if inst.scope is not None:
+            return inst.scope
+        scope = Scope(self.global_scope(), "module")
+        mdef = inst.module
+        for p in mdef.params:
+            t = inst.args.get(p.name.id, UNKNOWN)
+            scope.bind(p.name.id, Binding(t, "module_param", SymbolAnchor((mdef.name.id, "param", p.name.id)), p.name))
+        for name, atom in LOAD_TIME_DIMS.items():
+            scope.bind(name, Binding(ScalarT("int", Dim.atom(atom)), "dim", None))
+        scope.instance = inst
+        inst.scope = scope
+        return scope
+
+    def instantiate(self, item: Item, args: list[A.Arg], scope: Scope, call: A.Node) -> Instance | None:
+        """Bind a module's parameters to a constructor call's arguments."""
+        mdef: A.ModuleDef = item.ast
+        matched = self.match_args([p.name.id for p in mdef.params],
+                                  {p.name.id: p.default is not None for p in mdef.params},
+                                  args, f"`{mdef.name.id}`", call, owner_path=(mdef.name.id, "param"))
+        if matched is None:
+            return None
+        callee_scope = Scope(self.global_scope(), "module")
+        values: dict[str, Type] = {}
+        ok = True
+        for p in mdef.params:
+            name = p.name.id
+            if name in matched:
+                arg = matched[name]
+                t = self.expr(arg.value, scope)
+                node = arg.value
+            else:
+                t = self.silent_expr(p.default, callee_scope, item)
+                node = call
+            t = self.check_compile_time_arg(p, t, node, f"`{mdef.name.id}`")
+            if t is None:
+                ok = False
+                t = UNKNOWN
+            values[name] = t
+            callee_scope.bind(name, Binding(t, "module_param"))
+        inst = Instance(item, values)
+        if ok:
+            members = self.members(inst, report=False)
+            for f in members.findings:
+                if f.code[1] in "24":
+                    self.report(f.code, f"in `{inst.describe()}`: {f.message}", call, notes=f.notes,
+                                labels=[Label(f.anchor, "required here")])
+                    break
+        return inst
+
+    def silent_expr(self, e: A.Expr, scope: Scope, item: Item) -> Type:
+        """Evaluate an expression of another item (a callee's default) without recording."""
+        sub = type(self)(self.ctx, item, {})
+        sub.instance = None
+        t = sub.expr(e, scope)
+        for name, v in sub.result.deps.items():
+            self.result.deps.setdefault(name, v)
+        return t
+
+    def check_compile_time_arg(self, p: A.Param, t: Type, node, callee: str) -> Type | None:
+        """Check a value against a module (or scalar function) parameter's type."""
+        if isinstance(t, UnknownT):
+            return t
+        pt = p.type
+        if isinstance(pt, A.LiteralType):
+            allowed = [s.value for s in pt.values]
+            if not (isinstance(t, ScalarT) and t.kind == "str"):
+                self.report("L107", f"`{p.name.id}` of {callee} is a str, got {kind_text(t)}", node)
+                return None
+            if t.value is not None and t.value not in allowed:
+                self.report("L401", f'`{p.name.id}` of {callee} is one of {", ".join(chr(34) + a + chr(34) for a in allowed)}; '
+                            f'got "{t.value}"', node)
+                return None
+            return ScalarT("str", t.value, tuple(allowed))
+        if not isinstance(pt, A.NamedType):
+            return t
+        name = pt.name.id
+        if name in SCALAR_TYPE_NAMES:
+            if isinstance(t, ScalarT) and (t.kind == name or (name == "float" and t.kind == "int")):
+                if name == "float" and t.kind == "int":
+                    iv = t.value.as_int() if t.value is not None else None
+                    return ScalarT("float", float(iv) if iv is not None else None)
+                return t
+            self.report("L107", f"`{p.name.id}` of {callee} is a compile-time {name}, got {kind_text(t)}", node,
+                        label=format_type(t))
+            return None
+        if isinstance(t, NoneT):
+            if pt.optional:
+                return t
+            self.report("L406", f"`{p.name.id}` of {callee} is a `{name}`, not optional; got `none`", node)
+            return None
+        if isinstance(t, ConfigT):
+            if t.value.type_name != name:
+                self.report("L107", f"`{p.name.id}` of {callee} is a `{name}` config, got a `{t.value.type_name}`", node)
+                return None
+            return t
+        self.report("L107", f"`{p.name.id}` of {callee} is a `{name}` config, got {kind_text(t)}", node)
+        return None
+
+    def members(self, inst: Instance, report: bool) -> Members:
+        if not report and inst.members is not None:
+            return inst.members
+        key = inst.key()
+        cache = self.ctx.members_cache
+        if key in cache and not report:
+            inst.members = cache[key]
+            return inst.members
+        if key in self.ctx.computing:
+            return Members()  # asked again while being evaluated (a did-you-mean, a cycle)
+        self.ctx.computing.add(key)
+        try:
+            members = _MemberEvaluator(self, inst).run()
+        finally:
+            self.ctx.computing.discard(key)
+        cache[key] = members
+        inst.members = members
+        if report:
+            self.result.findings.extend(members.findings)
+        return members
+
+
+class _MemberEvaluator:
+    """Evaluates the member declarations of one module instance."""
+
+    def __init__(self, checker: ItemChecker, inst: Instance):
+        self.outer = checker
+        self.inst = inst
+        # findings land in a private checker anchored at the module's own item
+        self.c = type(checker)(checker.ctx, inst.item, {})
+        self.c.instance = inst
+        self.members = Members()
+        self.scope = checker.module_scope(inst)
+
+    def run(self) -> Members:
+        self.walk(self.inst.module.members, True, ())
+        self.members.findings = self.c.result.findings
+        if self.inst.generic:
+            self.outer.result.types.update(self.c.result.types)
+            self.outer.result.refs.extend(self.c.result.refs)
+        for k, v in self.c.result.deps.items():
+            self.outer.result.deps.setdefault(k, v)
+        return self.members
+
+    def walk(self, members: list, present: bool | None, conditions: tuple) -> None:
+        for m in members:
+            if isinstance(m, A.MemberIf):
+                t = self.c.expr(m.cond, self.scope)
+                cond = self.c.compile_time_bool(t, m.cond)
+                key = cond_key(m.cond, self.inst.item.text)
+                text = " ".join(self.inst.item.text[m.cond.span.start:m.cond.span.end].split())
+                for branch, pol in ((m.then, True), (m.orelse, False)):
+                    if cond is None:
+                        sub_present = present
+                        sub_cond = conditions + ((key[0], key[1] if pol else not key[1]),)
+                    else:
+                        sub_present = present if cond == pol else False
+                        sub_cond = conditions
+                    self.cond_text = f"`{text}`" if pol else f"`not ({text})`" if " " in text else f"`not {text}`"
+                    self.walk(branch, sub_present, sub_cond)
+                continue
+            if isinstance(m, A.ErrorStmt):
+                self.members.poisoned.update(m.bound)
+                continue
+            info = self.member(m)
+            if info is None:
+                continue
+            self.c.ref(m.name, SymbolAnchor((self.inst.module.name.id, "fn" if info.kind == "fn" else "member", info.name)))
+            info.present = present
+            info.conditions = conditions
+            info.cond_text = getattr(self, "cond_text", "")
+            prev = self.members.by_name.get(info.name)
+            if prev is not None and (prev.present is not False and present is not False) and not _exclusive(prev, info):
+                self.c.report("L105", f"`{info.name}` is declared twice in `{self.inst.module.name.id}`", m.name,
+                              labels=[Label(self.c.anchor(prev.node.name), "first declared here")])
+                continue
+            if prev is not None and prev.present is not False and present is False:
+                continue
+            self.members.by_name[info.name] = info
+            self.members.order.append(info)
+
+    def member(self, m) -> MemberInfo | None:
+        c = self.c
+        for attr in getattr(m, "attributes", []):
+            if attr.name.id not in KNOWN_ATTRIBUTES or (attr.name.id == "weights"):
+                c.report("L111", f"unknown attribute `@{attr.name.id}` here" if attr.name.id not in KNOWN_ATTRIBUTES
+                         else "`@weights` names a preset's default weights; it belongs on a `preset`", attr.name)
+        checkpoint = _name_attribute(c, m)
+        if isinstance(m, A.FnDef):
+            return MemberInfo(m.name.id, "fn", m, FnRefT(FnTarget(self.inst.item, m, self.inst)),
+                              checkpoint_name=None)
+        if isinstance(m, A.StateDecl):
+            t = c.eval_type(m.type, self.scope, None)
+            c.record(m.name, t)
+            return MemberInfo(m.name.id, "state", m, t)
+        if isinstance(m, A.FieldDecl):
+            if m.kind == "param":
+                t = c.eval_type(m.type, self.scope, None)
+                if isinstance(t, TensorT) and any(
+                        a.kind == "var" or a.name in LOAD_TIME_DIMS for d in t.shape.dims if d is not None
+                        for a in d.atoms()):
+                    c.report("L111", "parameter shapes are fixed when the model is loaded: load-time dims belong "
+                             "to `state`", m.type)
+                c.record(m.name, t)
+                return MemberInfo(m.name.id, "param", m, t, checkpoint_name=checkpoint)
+            ctor = m.ctor
+            item = c.global_item(ctor.func.id) if isinstance(ctor.func, A.Name) else None
+            if item is None:
+                c.unknown_name(ctor.func, self.scope)
+                c.eval_args(ctor.args, self.scope)
+                return MemberInfo(m.name.id, "submodule" if m.kind == "submodule" else "list", m, UNKNOWN)
+            c.ref(ctor.func, SymbolAnchor((item.name,)))
+            if item.kind != "module" or item.ast is None:
+                if item.ast is not None:
+                    c.report("L107", f"`{item.name}` is a {item.kind}, not a module", ctor.func)
+                return MemberInfo(m.name.id, "submodule", m, UNKNOWN)
+            inst = c.instantiate(item, ctor.args, self.scope, ctor)
+            if inst is None:
+                return MemberInfo(m.name.id, "submodule", m, UNKNOWN)
+            if m.kind == "submodule":
+                t = ModuleT(inst)
+                c.record(m.name, t)
+                return MemberInfo(m.name.id, "submodule", m, t, checkpoint_name=checkpoint)
+            count_t = c.expr(m.count, self.scope)
+            count = count_t.value if isinstance(count_t, ScalarT) and count_t.kind == "int" else None
+            if not isinstance(count_t, (UnknownT,)) and not (isinstance(count_t, ScalarT) and count_t.kind == "int"):
+                c.report("L107", f"the length of a submodule list is a compile-time int, got {kind_text(count_t)}", m.count)
+            t = ModuleListT(inst, count)
+            c.record(m.name, t)
+            return MemberInfo(m.name.id, "list", m, t, checkpoint_name=checkpoint)
+        return None
+
+
+def _flat_members(members):
+    for m in members:
+        if isinstance(m, A.MemberIf):
+            yield from _flat_members(m.then)
+            yield from _flat_members(m.orelse)
+        else:
+            yield m
+
+
+def _exclusive(a: MemberInfo, b: MemberInfo) -> bool:
+    """Two members under opposite conditions (`if x { a } else { a }`) don't clash."""
+    for ca in a.conditions:
+        for cb in b.conditions:
+            if ca[0] == cb[0] and ca[1] != cb[1]:
+                return True
+    return False
+
+
+def _name_attribute(c: ItemChecker, m) -> str | None:
+    for attr in getattr(m, "attributes", []):
+        if attr.name.id == "name":
+            if len(attr.args) == 1 and isinstance(attr.args[0].value, A.StrLit):
+                return attr.args[0].value.value
+            c.report("L111", '`@name` takes one string: the checkpoint name of this member (`@name("LayerNorm")`)', attr)
+    return None

@@ -1,0 +1,330 @@
+"""Names, types and dims: how a name resolves (locals, members, module parameters, the
+file's items, the standard library, ops), how type annotations and dims evaluate, and the
+did-you-mean of an unknown name."""
+
+from __future__ import annotations
+
+import math
+
+from ..ops import REGISTRY
+from ..syntax import ast as A
+from ..syntax.items import Item
+from .describe import cond_text, kind_text
+from .diagnostics import Fix, Label, SymbolAnchor
+from .dims import Atom, Dim, DivisionError, const, divide, format_dim, var
+from .scope import Binding, FnTarget, MemberInfo, Scope
+from .suggest import closest, suggestions
+from .types import (
+    DTYPES, UNKNOWN, WORK, ConfigT, DType, DTypeT, EllipsisVar, FnRefT, ScalarT, Shape, TensorT, TupleT, Type,
+    UnknownT, format_type,
+)
+
+SCALAR_TYPE_NAMES = ("int", "float", "bool", "str")
+LOAD_TIME_DIMS = {"max_batch": const("max_batch"), "max_positions": const("max_positions")}
+BUILTIN_CONSTANTS = {"pi": math.pi, "inf": math.inf}
+KNOWN_ATTRIBUTES = {"name", "weights"}
+NAMES_DEP = "<names>"  # the dependency of a result on the set of top-level names
+
+
+class Binder:
+    """Dim variables, `...` and dtype variables of one signature.
+
+    mode "rigid": a function body is being checked; new names become dim variables.
+    mode "pattern": a call is being checked; new names become atoms to solve for.
+    After the parameters, `frozen` is set: new names are then errors (in bodies) or unknown
+    (at calls, where the callee's own check reports them).
+    """
+
+    def __init__(self, mode: str, generics: dict[str, DType] | None = None):
+        self.mode = mode
+        self.dims: dict[str, Atom] = {}
+        self.ellipsis: EllipsisVar | None = None
+        self.dtypes: dict[str, DType] = dict(generics or {})
+        self.frozen = False
+        self.new_dims: list[tuple[str, Atom, A.Name]] = []
+
+    def get_ellipsis(self) -> EllipsisVar:
+        if self.ellipsis is None:
+            self.ellipsis = EllipsisVar()
+        return self.ellipsis
+
+
+class NamesMixin:
+    """Name resolution and type evaluation for `ItemChecker`."""
+
+    def global_item(self, name: str) -> Item | None:
+        item = self.ctx.lookup(name)
+        self.result.deps[name] = item.interface if item is not None else None
+        return item
+
+    def unknown_type_name(self, node: A.Name, scope: Scope) -> None:
+        item = self.global_item(node.id)
+        if item is not None:
+            self.report("L107", f"`{node.id}` is a {item.kind}, not a type", node)
+            return
+        candidates = list(SCALAR_TYPE_NAMES) + [i for i in self._global_names() if self._is_config(i)]
+        hint = closest(node.id, candidates)
+        self.report("L101", f"unknown type `{node.id}`" + (f"; did you mean `{hint}`?" if hint else ""), node,
+                    fixes=self._fix(node, hint))
+
+    def _global_names(self) -> list[str]:
+        """All top-level names (for suggestions); the result then depends on the set of names."""
+        names = getattr(self.ctx.lookup, "names", None)
+        if names is None:
+            return []
+        found = list(names())
+        self.result.deps[NAMES_DEP] = self.ctx.lookup.names_key()
+        return found
+
+    def _is_config(self, name: str) -> bool:
+        item = self.global_item(name)
+        return item is not None and item.kind == "config"
+
+    def _fix(self, node, hint):
+        if not hint:
+            return []
+        return [Fix(f"replace with `{hint}`", [(self.anchor(node), hint)])]
+
+    def eval_type(self, t: A.Type, scope: Scope, binder: Binder | None) -> Type:
+        if isinstance(t, A.TensorType):
+            dtype = self.eval_dtype_name(t.dtype, scope, binder) if t.dtype is not None else WORK
+            dims: list[Dim | None] = []
+            prefix = None
+            for i, d in enumerate(t.dims):
+                if isinstance(d, A.EllipsisDim):
+                    if i != 0:
+                        self.report("L208", "`...` stands for leading dims: it must come first", d)
+                        continue
+                    if binder is None:
+                        self.report("L111", "`...` is only allowed in function signatures", d)
+                        return UNKNOWN
+                    if binder.frozen and binder.ellipsis is None:
+                        self.report("L101", "`...` is not bound by any parameter of this function", d)
+                        return UNKNOWN
+                    prefix = binder.get_ellipsis()
+                    continue
+                dims.append(self.eval_dim(d, scope, binder))
+            result = TensorT(dtype if dtype is not None else WORK, Shape(tuple(dims), prefix))
+            return self.record(t, result)
+        if isinstance(t, A.TupleType):
+            return TupleT(tuple(self.eval_type(i, scope, binder) for i in t.items))
+        if isinstance(t, A.NamedType):
+            name = t.name.id
+            if name in SCALAR_TYPE_NAMES:
+                return ScalarT(name, None)
+            item = self.global_item(name)
+            if item is not None and item.kind == "config":
+                self.ref(t.name, SymbolAnchor((name,)))
+                cv = self.ctx.evaluator.defaults(name)
+                return ConfigT(cv) if cv is not None else UNKNOWN
+            self.unknown_type_name(t.name, scope)
+            return UNKNOWN
+        if isinstance(t, A.LiteralType):
+            return ScalarT("str", None, tuple(s.value for s in t.values))
+        return UNKNOWN
+
+    def eval_dtype_name(self, node: A.Name, scope: Scope, binder: Binder | None) -> DType | None:
+        name = node.id
+        if name in DTYPES:
+            return DTYPES[name]
+        if binder is not None and name in binder.dtypes:
+            return binder.dtypes[name]
+        candidates = list(DTYPES) + (list(binder.dtypes) if binder is not None else [])
+        hint = closest(name, candidates)
+        self.report("L101", f"unknown dtype `{name}`" + (f"; did you mean `{hint}`?" if hint else "") +
+                    ("" if hint else "; generic dtypes are declared as `fn name<T: float>(...)`"),
+                    node, fixes=self._fix(node, hint))
+        return None
+
+    def eval_dim(self, e: A.Expr, scope: Scope, binder: Binder | None) -> Dim | None:
+        """A dim expression: int literals, dim variables, int config fields and module
+        parameters, and + - * / over them (division exact)."""
+        if isinstance(e, A.IntLit):
+            return Dim.of(e.value)
+        if isinstance(e, A.Name):
+            if binder is not None and e.id in binder.dims:
+                b = scope.lookup(e.id)
+                if b is not None:
+                    b.uses += 1
+                    self.ref(e, b.anchor)
+                self.record(e, ScalarT("int", Dim.atom(binder.dims[e.id])))
+                return Dim.atom(binder.dims[e.id])
+            b = self.lookup_value(e.id, scope)
+            if b is None:
+                if binder is not None and not binder.frozen:
+                    atom = var(e.id)
+                    binder.dims[e.id] = atom
+                    binder.new_dims.append((e.id, atom, e))
+                    self.record(e, ScalarT("int", Dim.atom(atom)))
+                    return Dim.atom(atom)
+                if binder is not None and binder.mode == "pattern":
+                    return None
+                self.unknown_name(e, scope, dim=True)
+                return None
+            t = self.use_binding(e, b)
+            return self._dim_of(t, e)
+        if isinstance(e, A.Attr):
+            t = self.expr(e, scope)
+            return self._dim_of(t, e)
+        if isinstance(e, A.Neg):
+            d = self.eval_dim(e.operand, scope, binder)
+            return -d if d is not None else None
+        if isinstance(e, A.BinOp) and e.op in ("+", "-", "*", "/"):
+            a = self.eval_dim(e.left, scope, binder)
+            b = self.eval_dim(e.right, scope, binder)
+            if a is None or b is None:
+                return None
+            if e.op == "+":
+                return a + b
+            if e.op == "-":
+                return a - b
+            if e.op == "*":
+                return a * b
+            q = divide(a, b)
+            if isinstance(q, DivisionError):
+                self.division_error(e, a, b, q)
+                return None
+            return q
+        self.report("L107", "a dim is an int: a literal, a dim variable, an int config field or parameter, "
+                    "or + - * / of those", e)
+        return None
+
+    def _dim_of(self, t: Type, node) -> Dim | None:
+        if isinstance(t, ScalarT) and t.kind == "int":
+            return t.value
+        if isinstance(t, UnknownT):
+            return None
+        self.report("L107", f"a dim must be an int, got {kind_text(t)}", node, label=format_type(t))
+        return None
+
+    def division_error(self, e: A.BinOp, a: Dim, b: Dim, err: DivisionError) -> None:
+        labels = self.atom_labels([a, b])
+        self.report("L206", f"{format_dim(a)} / {format_dim(b)} is not exact: {err.reason}", e,
+                    label=f"{format_dim(a.val)} / {format_dim(b.val)}", labels=labels,
+                    notes=[] if "provably" not in err.reason else
+                    ["in a signature, write the multiple instead: `[H * D]` binds D by exact division"])
+
+    def atom_labels(self, dims: list[Dim | None]) -> list[Label]:
+        """Labels at the preset fields that gave the dims their values."""
+        out, seen = [], set()
+        for d in dims:
+            if d is None:
+                continue
+            for a in sorted(d.atoms(), key=lambda x: x.uid):
+                origin = a.origin
+                if not isinstance(origin, SymbolAnchor):
+                    continue
+                owner = self.global_item(origin.path[0])
+                if owner is None or owner.kind != "preset":
+                    continue
+                if origin.path not in seen and a.value is not None:
+                    seen.add(origin.path)
+                    out.append(Label(origin, f"`{origin.path[-1]}` = {format_dim(a.value.val)}"))
+        return out
+
+    def lookup_value(self, name: str, scope: Scope) -> Binding | None:
+        """Locals and parameters, then members of the current module, then module
+        parameters, load-time dims and the file's items."""
+        b = scope.lookup_in_fn(name)
+        if b is not None:
+            return b
+        inst = getattr(self._module_scope(scope), "instance", None)
+        if inst is not None:
+            members = self.members(inst, report=False)
+            info = members.by_name.get(name)
+            if info is not None:
+                kind = "fn" if info.kind == "fn" else "member"
+                return Binding(info, "member", SymbolAnchor((inst.module.name.id, kind, name)), info.node)
+            if name in members.poisoned:
+                return Binding(UNKNOWN, "poisoned")
+        b = scope.lookup(name)
+        if b is not None:
+            return b
+        return None
+
+    def _module_scope(self, scope: Scope) -> Scope | None:
+        s = scope
+        while s is not None:
+            if s.kind == "module":
+                return s
+            s = s.parent
+        return None
+
+    def use_binding(self, node: A.Name, b: Binding) -> Type:
+        b.uses += 1
+        self.ref(node, b.anchor)
+        if b.kind == "member":
+            return self.member_value(b.type, node)
+        return b.type
+
+    def member_value(self, info: MemberInfo, node: A.Node) -> Type:
+        if info.present is False:
+            self.report("L108", f"`{info.name}` exists only when {info.cond_text}, which is false here", node,
+                        labels=[Label(SymbolAnchor(self._member_path(info)), "declared under that condition here")])
+            return UNKNOWN
+        missing = [c for c in info.conditions if c not in self.assumptions]
+        if missing:
+            self.report("L108", f"`{info.name}` exists only when {info.cond_text}", node,
+                        labels=[Label(SymbolAnchor(self._member_path(info)), "declared under that condition here")],
+                        notes=[f"consider wrapping this use in `if {cond_text(missing[0])} {{ ... }}`"])
+            return UNKNOWN
+        return info.type
+
+    def _member_path(self, info: MemberInfo) -> tuple:
+        owner = self.instance.module.name.id if self.instance is not None else ""
+        return (owner, "member", info.name)
+
+    def name_value(self, e: A.Name, scope: Scope) -> Type:
+        b = self.lookup_value(e.id, scope)
+        if b is not None:
+            return self.use_binding(e, b)
+        item = self.global_item(e.id)
+        if item is None and e.id in REGISTRY:
+            return FnRefT(REGISTRY[e.id])
+        if item is not None:
+            self.ref(e, SymbolAnchor((e.id,)))
+            if item.ast is None:
+                return UNKNOWN
+            if item.kind == "fn":
+                return FnRefT(FnTarget(item, item.ast))
+            if item.kind == "module":
+                return FnRefT(item)
+            self.report("L107", f"`{e.id}` is a {item.kind}, not a value", e)
+            return UNKNOWN
+        if e.id in DTYPES:
+            return DTypeT(DTYPES[e.id])
+        binder = getattr(self, "current_binder", None)
+        if binder is not None and e.id in binder.dtypes:
+            return DTypeT(binder.dtypes[e.id])
+        if e.id in BUILTIN_CONSTANTS:
+            return ScalarT("float", BUILTIN_CONSTANTS[e.id])
+        self.unknown_name(e, scope)
+        return UNKNOWN
+
+    def unknown_name(self, e: A.Name, scope: Scope, dim: bool = False) -> None:
+        candidates = set(scope.all_names())
+        inst = getattr(self._module_scope(scope), "instance", None)
+        if inst is not None:
+            candidates |= set(self.members(inst, report=False).by_name)
+        candidates |= set(self._global_names()) | set(REGISTRY) | set(DTYPES) | set(BUILTIN_CONSTANTS)
+        # config fields are reached through the config parameter: offer `c.field`
+        config_hints = []
+        for name in scope.all_names():
+            b = scope.lookup(name)
+            if b is not None and isinstance(b.type, ConfigT):
+                for f in b.type.value.values:
+                    if closest(e.id, [f]) or f == e.id:
+                        config_hints.append(f"{name}.{f}")
+        found = suggestions(e.id, candidates, 3)
+        hints = config_hints[:1] + [h for h in found if h not in config_hints]
+        what = "unknown dim" if dim else "unknown name"
+        message = f"{what} `{e.id}`"
+        if hints:
+            message += f"; did you mean `{hints[0]}`?"
+        notes = []
+        if dim:
+            notes.append("dim variables are introduced by the parameter types of a function")
+        if len(hints) > 1:
+            notes.append("other close names: " + ", ".join(f"`{h}`" for h in hints[1:]))
+        self.report("L101", message, e, label="not found in this scope", notes=notes,
+                    fixes=[Fix(f"replace with `{h}`", [(self.anchor(e), h)]) for h in hints])
