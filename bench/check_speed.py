@@ -115,17 +115,15 @@ def time_big_file(edits: int) -> dict:
     anchors = [i for i in range(len(text)) if text.startswith("        let up = up_proj(x)", i)]
     times, rechecked = [], []
     for n in range(edits):
+        # `up_proj(x)` becomes `up_proj((x))`, timed, then goes back (untimed)
         at = anchors[(n * 7) % len(anchors)] + len("        let up = up_proj(")
-        old = doc.text[at:at + 1]
-        new = "x" if n % 2 == 0 else old
         t0 = time.perf_counter()
-        doc.edit(at, at + 1, "(x)" if n % 2 == 0 else "x")
+        doc.edit(at, at + 1, "(x)")
         a = doc.analyze()
         times.append(time.perf_counter() - t0)
         rechecked.append(a.stats.items_checked)
-        if n % 2 == 0:
-            doc.edit(at, at + 3, "x")
-            doc.analyze()
+        doc.edit(at, at + 3, "x")
+        doc.analyze()
     times.sort()
     return {
         "lines": text.count("\n"),

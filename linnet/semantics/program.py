@@ -338,7 +338,7 @@ class Document:
                 analysis.stats.items_checked += 1
                 analysis.stats.checked_names.append(item.name)
             analysis.items[item] = ia
-            findings.extend(_merge(ia))
+            findings.extend(_merge(ia, presets[0].name if presets else None))
         for item, found in evaluator.findings.items():
             if item.source is self.source:
                 findings.extend(found)
@@ -449,14 +449,16 @@ class _ModelChecker(ItemChecker):
         self.result = result
 
 
-def _merge(ia: ItemAnalysis) -> list[Finding]:
+def _merge(ia: ItemAnalysis, preferred: str | None) -> list[Finding]:
     """Findings of all bindings of one item, each once, naming the configs it occurs under
-    when that is not all of them."""
+    when that is not all of them. A finding's message is taken from the `preferred` config
+    (the first preset, as hover does) when it occurs there."""
     if len(ia.results) == 1:
         return list(ia.results[0][1].findings)
     occurrences: dict[Any, tuple[Finding, list[str], int]] = {}
     order = []
-    for names, result in ia.results:
+    results = sorted(ia.results, key=lambda r: 0 if preferred and r[0] and preferred in r[0] else 1)
+    for names, result in results:
         for f in result.findings:
             key = (f.code, f.key()[1])
             if key not in occurrences:
