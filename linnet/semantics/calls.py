@@ -98,7 +98,8 @@ class CallsMixin:
         return [self.expr(a.value, scope) for a in args]
 
     def match_args(self, names: list[str], has_default: dict[str, bool], args: list[A.Arg], callee: str,
-                   call: A.Node, extra_kwargs: bool = False, owner_path: tuple | None = None) -> dict[str, A.Arg] | None:
+                   call: A.Node, scope: Scope, extra_kwargs: bool = False,
+                   owner_path: tuple | None = None) -> dict[str, A.Arg] | None:
         """Match positional and keyword arguments to parameter names (arity errors)."""
         matched: dict[str, A.Arg] = {}
         positional = [a for a in args if a.name is None]
@@ -140,7 +141,7 @@ class CallsMixin:
         if not ok:
             for a in args:
                 if a.value not in self.result.types:
-                    self.expr(a.value, Scope(None))  # keep hover alive; errors here are not news
+                    self.expr(a.value, scope)  # arguments are still checked (and hover knows them)
             return None
         if extra_kwargs:
             matched["**"] = extras  # type: ignore[assignment]
@@ -158,7 +159,7 @@ class CallsMixin:
         if op.fold is not None and e.args and all(isinstance(arg_types[id(a)], ScalarT) for a in e.args) and \
                 all(a.name is None for a in e.args):
             return self.fold_op(op, [arg_types[id(a)] for a in e.args], e)
-        matched = self.match_args(names, defaults, e.args, f"`{op.name}`", e, extra_kwargs=takes_sizes)
+        matched = self.match_args(names, defaults, e.args, f"`{op.name}`", e, scope, extra_kwargs=takes_sizes)
         if matched is None:
             return UNKNOWN
         values: dict[str, tuple[Type, A.Node]] = {}
@@ -364,7 +365,7 @@ class CallsMixin:
         defaults = {p.name.id: p.default is not None for p in fn.params}
         arg_types = {id(a): self.expr(a.value, scope) for a in e.args}
         findings_before = len(self.result.findings)
-        matched = self.match_args(names, defaults, e.args, callee, e, owner_path=owner + ("param",))
+        matched = self.match_args(names, defaults, e.args, callee, e, scope, owner_path=owner + ("param",))
         if target.item is not self.item:
             self.result.deps.setdefault(target.item.name, target.item.interface)
         if matched is None:
@@ -385,6 +386,11 @@ class CallsMixin:
             compile_time[p.name.id] = checked if checked is not None else UNKNOWN
             sig_scope.bind(p.name.id, Binding(compile_time[p.name.id], "param"))
         sig = self.signature(target, tensor_params, compile_time, sig_scope)
+        if sig.errors:
+            first = sig.errors[0]
+            self.report(first.code, f"{callee} cannot take these arguments: {first.message}", e,
+                        labels=[Label(first.anchor, "required here")])
+            return UNKNOWN
         pattern_types = sig.params
         unifier = Unifier(set(sig.patterns), set(sig.dtype_patterns))
         unknown_arg = False
@@ -460,8 +466,11 @@ class CallsMixin:
             params = [sub.eval_type(p.type, sig_scope, binder) for p in tensor_params]
             binder.frozen = True
             ret = sub.eval_type(target.fn.ret, sig_scope, binder) if target.fn.ret is not None else UNIT
+            # Errors here depend on this call's values (the callee's own check did not know them):
+            # `n / 2` in a return type when `n` is 7.
+            errors = [f for f in sub.result.findings if f.code[1] in "24"]
             sig = _Signature(params, ret, frozenset(binder.dims.values()), frozenset(generics.values()),
-                             dict(sub.result.deps))
+                             dict(sub.result.deps), errors)
             self.ctx.signatures[key] = sig
         for k, v in sig.deps.items():
             self.result.deps.setdefault(k, v)
@@ -478,6 +487,7 @@ class _Signature:
     patterns: frozenset
     dtype_patterns: frozenset
     deps: dict
+    errors: list
 
 
 def _substitute_type(t: Type, u: Unifier, shown: list[Dim] | None = None) -> Type:

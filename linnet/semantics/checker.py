@@ -31,6 +31,8 @@ from .types import UNIT, UNKNOWN, WORK, ConfigT, DType, ModuleListT, ModuleT, Sc
 
 __all__ = ["NAMES_DEP", "CheckContext", "ItemChecker", "ItemResult"]
 
+EXPRESSION_KEYWORDS = {"true", "false", "none", "not", "and", "or", "if", "else", "let", "for", "in"}
+
 
 class CheckContext:
     """What every item check of one analysis shares: name lookup across the file and the
@@ -165,6 +167,7 @@ class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
     def _check_params_unique(self, params: list[A.Param]) -> None:
         seen: dict[str, A.Param] = {}
         for p in params:
+            self.check_bindable(p.name)
             if p.name.id in seen:
                 self.report("L105", f"parameter `{p.name.id}` is declared twice", p.name,
                             labels=[Label(self.anchor(seen[p.name.id].name), "first declared here")])
@@ -195,7 +198,13 @@ class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
         body = self.block(fn.body, Scope(scope, "block"))
         if declared is not None and not isinstance(body, UnknownT):
             if isinstance(body, UnitT):
-                if not has_error_stmt(fn.body):
+                tail = fn.body.stmts[-1] if fn.body.stmts else None
+                if isinstance(tail, A.ExprStmt):
+                    self.report("L204", f"`{fn.name.id}` declares {format_type(declared)} but its last expression "
+                                "has no value", tail.expr, labels=[Label(self.anchor(fn.ret), "declared here")],
+                                notes=["a call of a function without `->` has no value"]
+                                if isinstance(tail.expr, A.Call) else [])
+                elif not has_error_stmt(fn.body):
                     self.report("L204", f"`{fn.name.id}` declares {format_type(declared)} but its body has no value",
                                 fn.body, labels=[Label(self.anchor(fn.ret), "declared here")],
                                 notes=["the last expression of a block is its value"])
@@ -299,13 +308,20 @@ class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
             for name in s.bound:
                 scope.bind(name, Binding(UNKNOWN, "local", None, None, uses=1))
 
+    def check_bindable(self, name: A.Name) -> None:
+        """Words that are keywords inside expressions cannot name a binding: no use could
+        reach it (`let true = ...`)."""
+        if name.id in EXPRESSION_KEYWORDS:
+            self.report("L111", f"`{name.id}` is a keyword: it cannot name a binding", name)
+
     def bind_local(self, target: A.Name, t: Type, scope: Scope) -> None:
+        self.check_bindable(target)
         previous = scope.lookup_in_fn(target.id)
         if previous is not None and previous.kind in ("local", "param") and not target.id.startswith("_"):
             self.report("L902", f"`{target.id}` shadows an earlier binding", target, severity="warning",
                         labels=[Label(previous.anchor, "first bound here")] if isinstance(previous.anchor, LocalAnchor) else [],
                         notes=[f"to update it, assign: `{target.id} = ...`"])
-        b = Binding(t, "local", self.anchor(target), target)
+        b = Binding(t, "local", self.anchor(target), target, uses=int(target.id in EXPRESSION_KEYWORDS))
         self.ref(target, b.anchor)
         scope.bind(target.id, b)
         self.fn_locals.append((target.id, b))

@@ -14,6 +14,7 @@ and under Llama 3.1's llama3 scaling alike.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,12 +73,18 @@ class ConfigValue:
         return None
 
     def atom(self, name: str, display: str) -> Atom:
-        """The dim atom of an int field: shown as `display` (`c.hidden_size`), valued when known."""
+        """The dim atom of an int field: shown as `display` (`c.hidden_size`), valued when known.
+        Atoms are shared by equal config values, across analyses too: a field whose value is
+        not known compares by atom, and cached results of an earlier analysis must agree."""
         a = self._atoms.get(name)
         if a is None:
-            v = self.values.get(name, MISSING)
-            a = const(display, Dim.of(v) if isinstance(v, int) and not isinstance(v, bool) else None,
-                      origin=self.origins.get(name), uid=self._uids.get(name))
+            key = (self.key(), name)
+            a = _FIELD_ATOMS.get(key)
+            if a is None:
+                v = self.values.get(name, MISSING)
+                a = const(display, Dim.of(v) if isinstance(v, int) and not isinstance(v, bool) else None,
+                          origin=self.origins.get(name), uid=self._uids.get(name))
+                _FIELD_ATOMS[key] = a
             self._atoms[name] = a
         return a
 
@@ -107,6 +114,9 @@ def _field_kind(t: A.Type) -> str | None:
     if isinstance(t, A.NamedType) and t.name.id in SCALAR_TYPES:
         return t.name.id
     return None
+
+
+_FIELD_ATOMS: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
 
 
 class ConfigEvaluator:
@@ -141,6 +151,9 @@ class ConfigEvaluator:
         record = item.ast.value
         cfg = self.config_item(record.type_name.id)
         if cfg is None:
+            known = self.lookup(record.type_name.id)
+            if known is not None and known.ast is None:
+                return None  # the config did not parse: its syntax error says it all
             names = [i.name for i in self._all_configs()]
             hint = closest(record.type_name.id, names)
             self._report(item, Finding(

@@ -15,6 +15,7 @@ match anything, which is what keeps one error from cascading.
 from __future__ import annotations
 
 import itertools
+import weakref
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -33,7 +34,7 @@ class Atom:
     diagnostics to label it.
     """
 
-    __slots__ = ("kind", "name", "uid", "value", "origin", "_key")
+    __slots__ = ("kind", "name", "uid", "value", "origin", "_key", "__weakref__")
 
     def __init__(self, kind: str, name: str, value: "Dim | None" = None, origin=None, uid: int | None = None):
         self.kind = kind
@@ -280,11 +281,24 @@ def divide(num: Dim, den: Dim) -> Dim | DivisionError:
         if free:
             return DivisionError(num, den, "not provably exact")
         # Only constants of unknown value: keep an opaque quotient.
-        return Dim.atom(Atom("quot", _quot_name(num, den)))
+        return Dim.atom(_quot_atom(num, den, None))
     sym = _poly_div(num, den)
     if sym is not None:
         return sym
-    return Dim.atom(Atom("quot", _quot_name(num, den), value=value))
+    return Dim.atom(_quot_atom(num, den, value))
+
+
+_QUOTIENTS: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
+
+
+def _quot_atom(num: Dim, den: Dim, value: Dim | None) -> Atom:
+    """One atom per written quotient, so `n / 2` equals `n / 2` wherever it is written."""
+    key = (num.key(), den.key(), value.key() if value is not None else None)
+    atom = _QUOTIENTS.get(key)
+    if atom is None:
+        atom = Atom("quot", _quot_name(num, den), value=value)
+        _QUOTIENTS[key] = atom
+    return atom
 
 
 def _int(d: Dim) -> int | None:

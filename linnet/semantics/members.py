@@ -15,7 +15,7 @@ from .scope import Binding, FnTarget, Instance, MemberInfo, Members, Scope
 from .types import (
     UNKNOWN, ConfigT, FnRefT, ModuleListT, ModuleT, NoneT, ScalarT, TensorT, Type, UnknownT, format_type,
 )
-from .names import KNOWN_ATTRIBUTES, LOAD_TIME_DIMS, SCALAR_TYPE_NAMES
+from .names import LOAD_TIME_DIMS, SCALAR_TYPE_NAMES
 
 if TYPE_CHECKING:
     from .checker import ItemChecker
@@ -70,7 +70,7 @@ class MembersMixin:
         mdef: A.ModuleDef = item.ast
         matched = self.match_args([p.name.id for p in mdef.params],
                                   {p.name.id: p.default is not None for p in mdef.params},
-                                  args, f"`{mdef.name.id}`", call, owner_path=(mdef.name.id, "param"))
+                                  args, f"`{mdef.name.id}`", call, scope, owner_path=(mdef.name.id, "param"))
         if matched is None:
             return None
         callee_scope = Scope(self.global_scope(), "module")
@@ -233,11 +233,7 @@ class _MemberEvaluator:
 
     def member(self, m) -> MemberInfo | None:
         c = self.c
-        for attr in getattr(m, "attributes", []):
-            if attr.name.id not in KNOWN_ATTRIBUTES or (attr.name.id == "weights"):
-                c.report("L111", f"unknown attribute `@{attr.name.id}` here" if attr.name.id not in KNOWN_ATTRIBUTES
-                         else "`@weights` names a preset's default weights; it belongs on a `preset`", attr.name)
-        checkpoint = _name_attribute(c, m)
+        checkpoint = _name_attribute(m)
         if isinstance(m, A.FnDef):
             return MemberInfo(m.name.id, "fn", m, FnRefT(FnTarget(self.inst.item, m, self.inst)),
                               checkpoint_name=None)
@@ -301,10 +297,9 @@ def _exclusive(a: MemberInfo, b: MemberInfo) -> bool:
     return False
 
 
-def _name_attribute(c: ItemChecker, m) -> str | None:
+def _name_attribute(m) -> str | None:
+    """The checkpoint name given by `@name("...")` (validated in `attributes.py`)."""
     for attr in getattr(m, "attributes", []):
-        if attr.name.id == "name":
-            if len(attr.args) == 1 and isinstance(attr.args[0].value, A.StrLit):
-                return attr.args[0].value.value
-            c.report("L111", '`@name` takes one string: the checkpoint name of this member (`@name("LayerNorm")`)', attr)
+        if attr.name.id == "name" and len(attr.args) == 1 and isinstance(attr.args[0].value, A.StrLit):
+            return attr.args[0].value.value
     return None

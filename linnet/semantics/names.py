@@ -22,7 +22,6 @@ from .types import (
 SCALAR_TYPE_NAMES = ("int", "float", "bool", "str")
 LOAD_TIME_DIMS = {"max_batch": const("max_batch"), "max_positions": const("max_positions")}
 BUILTIN_CONSTANTS = {"pi": math.pi, "inf": math.inf}
-KNOWN_ATTRIBUTES = {"name", "weights"}
 NAMES_DEP = "<names>"  # the dependency of a result on the set of top-level names
 
 
@@ -302,18 +301,25 @@ class NamesMixin:
         return UNKNOWN
 
     def unknown_name(self, e: A.Name, scope: Scope, dim: bool = False) -> None:
-        candidates = set(scope.all_names())
-        inst = getattr(self._module_scope(scope), "instance", None)
-        if inst is not None:
-            candidates |= set(self.members(inst, report=False).by_name)
-        candidates |= set(self._global_names()) | set(REGISTRY) | set(DTYPES) | set(BUILTIN_CONSTANTS)
+        if dim:
+            # a dim is an int: suggest only names that are ints where the dim was written
+            candidates = {n for n in scope.all_names()
+                          if isinstance(getattr(scope.lookup(n), "type", None), ScalarT) and scope.lookup(n).type.kind == "int"}
+        else:
+            candidates = set(scope.all_names())
+            inst = getattr(self._module_scope(scope), "instance", None)
+            if inst is not None:
+                candidates |= set(self.members(inst, report=False).by_name)
+            candidates |= set(self._global_names()) | set(REGISTRY) | set(DTYPES) | set(BUILTIN_CONSTANTS)
         # config fields are reached through the config parameter: offer `c.field`
         config_hints = []
         for name in scope.all_names():
             b = scope.lookup(name)
             if b is not None and isinstance(b.type, ConfigT):
                 for f in b.type.value.values:
-                    if closest(e.id, [f]) or f == e.id:
+                    if (closest(e.id, [f]) or f == e.id) and (not dim or b.type.value.field_def(f) is not None
+                                                            and getattr(b.type.value.field_def(f).type, "name", None)
+                                                            and b.type.value.field_def(f).type.name.id == "int"):
                         config_hints.append(f"{name}.{f}")
         found = suggestions(e.id, candidates, 3)
         hints = config_hints[:1] + [h for h in found if h not in config_hints]

@@ -22,6 +22,7 @@ from ..syntax.items import Item, Location, Source, make_item, split_items
 from .checker import NAMES_DEP, CheckContext, ItemChecker, ItemResult
 from .configs import ConfigEvaluator, ConfigValue, Scenario, values_by_type
 from .diagnostics import Diagnostic, Finding, Label, LocalAnchor, SymbolAnchor, locate
+from .attributes import check_attributes
 from .model import ModelTree, check_model
 from .types import NONE, ConfigT, Type, format_type
 
@@ -352,11 +353,7 @@ class Document:
                                         labels=[Label(LocalAnchor(models[0], models[0].name_span), "the first one")],
                                         notes=["make the others `module`s"]))
         for item in self.items:
-            if item.kind == "preset" and item.ast is not None:
-                for attr in item.ast.attributes:
-                    if attr.name.id != "weights":
-                        findings.append(Finding("L111", f"unknown attribute `@{attr.name.id}` on a preset",
-                                                LocalAnchor(item, attr.name.span)))
+            findings.extend(check_attributes(item))
         diagnostics = []
         for item, p in problems:
             from .diagnostics import Finding as F

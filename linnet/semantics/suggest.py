@@ -31,6 +31,9 @@ def suggestions(name: str, candidates, limit: int = 3) -> list[str]:
     for c in set(candidates):
         if not c or c == name:
             continue
+        short, long_ = sorted((lowered, c.lower()), key=len)
+        if len(name) <= 2 and not (short == long_ or (long_.startswith(short) and len(long_) - len(short) == 1)):
+            continue  # one- and two-letter names are too short to guess from by edit distance
         d = edit_distance(lowered, c.lower())
         if d <= max_dist or (len(name) > 3 and SequenceMatcher(None, lowered, c.lower()).ratio() >= 0.8):
             scored.append((d, c))

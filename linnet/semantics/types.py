@@ -194,8 +194,8 @@ def format_type(t: Type, concrete: bool = False) -> str:
             shown = format_dim(t.value.val if concrete else t.value)
             return f"int = {shown}" if concrete or t.value.is_int() else "int"
         if t.value is not None and t.kind in ("float", "bool"):
-            v = t.value
-            return f"{t.kind} = {str(v).lower() if isinstance(v, bool) else v!r}"
+            shown = str(t.value).lower() if isinstance(t.value, bool) else repr(t.value)
+            return f"{t.kind} = {shown}"
         if t.kind == "str" and t.value is not None:
             return f'str = "{t.value}"'
         return t.kind

@@ -333,8 +333,8 @@ def _recover(work: str, err: UnexpectedInput, problems: list[SyntaxProblem], rep
                [(Span(pos, pos), f"expected `{_OPENERS[work[opener]]}` before the end of the item")])
         return work + "\n" + closers, None
     if at_end:
-        if not work.strip():
-            return None
+        if not work.strip() or problems:
+            return None  # after an error, an early end is its consequence, not news
         report("L001", "unexpected end of item", Span(pos, pos),
                notes=[f"expected {_expected_text(err.expected)}"] if getattr(err, "expected", None) else [])
         return None
@@ -358,7 +358,10 @@ def _recover(work: str, err: UnexpectedInput, problems: list[SyntaxProblem], rep
         span = Span(pos, tok.end_pos if tok.end_pos is not None else pos + 1)
         notes = [f"expected {expected}"] if expected else []
         report("L001", f"unexpected {_describe_token(tok)}", span, notes=notes)
-    region = _statement_region(work, mask, pos)
+    if not isinstance(err, UnexpectedCharacters) and err.token.type == "_NL":
+        # the line ended too early (`let y = x *`): skip the statement that line ends
+        pos = len(work[:pos].rstrip()) - 1
+    region = _statement_region(work, mask, max(pos, 0))
     if not work[region.start:region.end].strip():
         return None
     return _blank(work, region), region
