@@ -29,7 +29,7 @@ def check_attributes(item: Item) -> list[Finding]:
             where = _WHAT.get(type(node), "this")
             if allowed is None or allowed[0] != name:
                 hint = f"; `@{allowed[0]}` is" if allowed else "; attributes are"
-                hint += f" allowed here" if allowed else " `@weights` on presets and `@name` on members"
+                hint += " allowed here" if allowed else " `@weights` on presets and `@name` on members"
                 out.append(Finding("L111", f"`@{name}` is not an attribute of {where}{hint}",
                                    LocalAnchor(item, attr.name.span)))
             elif len(attr.args) != 1 or attr.args[0].name is not None or not isinstance(attr.args[0].value, A.StrLit):

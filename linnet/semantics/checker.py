@@ -75,10 +75,8 @@ class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
         self.binding = binding
         self.result = ItemResult()
         self.instance: Instance | None = None
-        self.members_of_self: Members | None = None
         self.assumptions: list[tuple[str, bool]] = []
         self.fn_locals: list[tuple[str, Binding]] = []
-        self.fn_ret_allowed_dims: set[str] = set()
 
     def report(self, code: str, message: str, node_or_span, **kw) -> None:
         span = node_or_span if isinstance(node_or_span, Span) else node_or_span.span
@@ -125,7 +123,6 @@ class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
         inst = Instance(self.item, args, generic=True)
         self.instance = inst
         members = self.members(inst, report=True)
-        self.members_of_self = members
         for info in members.order:
             if info.kind == "fn" and info.present is not False:
                 fn = info.node

@@ -123,10 +123,6 @@ class Dim:
     def atoms(self) -> set[Atom]:
         return {a for m in self._t for a, _ in m}
 
-    def free_vars(self) -> set[Atom]:
-        """Dim variables in the value (after substitution)."""
-        return {a for a in self.val.atoms() if a.kind == "var"}
-
     @property
     def val(self) -> "Dim":
         """This dim with every known constant substituted (recursively)."""
@@ -340,10 +336,6 @@ def format_dim(d: Dim | None) -> str:
         else:
             parts.append(("- " if coeff < 0 else "+ ") + body)
     return " ".join(parts)
-
-
-def format_value(d: Dim | None) -> str:
-    return format_dim(d.val) if d is not None else "?"
 
 
 def solve_linear(pattern: Dim, target: Dim, unknown: Atom) -> Dim | DivisionError | None:

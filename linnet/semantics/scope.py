@@ -8,7 +8,7 @@ from typing import Any
 from ..syntax import ast as A
 from ..syntax.items import Item
 from .dims import Dim
-from .types import ConfigT, ModuleListT, ModuleT, NoneT, ScalarT, Type, UnknownT, format_type
+from .types import ConfigT, NoneT, ScalarT, Type, UnknownT, format_type
 
 
 @dataclass(eq=False, slots=True)
@@ -151,10 +151,3 @@ class Members:
     findings: list = field(default_factory=list)
     poisoned: set[str] = field(default_factory=set)
 
-
-def module_type(instance: Instance) -> ModuleT:
-    return ModuleT(instance)
-
-
-def module_list_type(instance: Instance, count) -> ModuleListT:
-    return ModuleListT(instance, count)

@@ -205,11 +205,6 @@ def _line_start(text: str, pos: int) -> int:
     return text.rfind("\n", 0, pos) + 1
 
 
-def _line_end(text: str, pos: int) -> int:
-    j = text.find("\n", pos)
-    return len(text) if j == -1 else j
-
-
 def _statement_region(text: str, mask: list[bool], pos: int) -> Span:
     """The statement or member around `pos`: from the start of its line to the end of the
     line where its ( [ { balance, stopping before a `}` that closes an enclosing block."""

@@ -37,10 +37,6 @@ class LineIndex:
         self._byte_starts: list[int] | None = None
         self.ascii = text.isascii()
 
-    @property
-    def line_count(self) -> int:
-        return len(self.line_starts)
-
     def line_of(self, offset: int) -> int:
         """0-based line containing `offset`."""
         return bisect_right(self.line_starts, offset) - 1
