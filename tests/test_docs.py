@@ -20,9 +20,11 @@ def test_every_code_used_is_registered():
     assert used - set(CODES) == set()
 
 
-def test_every_code_but_checkpoint_ones_is_exercised_by_a_case():
+def test_every_user_facing_code_is_exercised_by_a_case():
+    """L5xx need weights (the loader's tests) and L000 is the checker's own failure (tested in
+    tests/syntax/test_parser.py with nesting too deep to follow)."""
     expected = set()
     for path in (ROOT / "tests" / "semantics" / "cases").glob("*.linnet"):
         expected |= set(re.findall(r"#\s*(?:error|warning)\[(L\d{3})\]", path.read_text()))
-    missing = {c for c in CODES if not c.startswith("L5")} - expected
+    missing = {c for c in CODES if not c.startswith("L5") and c != "L000"} - expected
     assert missing == set(), sorted(missing)

@@ -10,7 +10,7 @@ from ..ops import REGISTRY, REQUIRED, OpDef, OpError
 from ..syntax import ast as A
 from ..syntax.ast import Span
 from ..syntax.items import Item
-from .describe import dotted, kind_text, number
+from .describe import finite_float, dotted, kind_text, number
 from .diagnostics import Label, LocalAnchor, SymbolAnchor
 from .dims import Dim, format_dim
 from .scope import Binding, FnTarget, Instance, Scope, type_key
@@ -182,13 +182,16 @@ class CallsMixin:
         try:
             v = op.fold(*nums)
         except (ValueError, OverflowError, ZeroDivisionError, TypeError):
-            self.report("L107", f"`{op.name}` has no value for {', '.join(map(str, nums))}", e)
-            return ScalarT("float", None)
-        if all(a.kind == "int" for a in args) and isinstance(v, int) and not isinstance(v, bool):
-            return ScalarT("int", Dim.of(v))
+            v = None
         if isinstance(v, bool):
             return ScalarT("bool", v)
-        return ScalarT("float", float(v))
+        if all(a.kind == "int" for a in args) and isinstance(v, int):
+            return ScalarT("int", Dim.of(v))
+        value = finite_float(v) if v is not None else None
+        if value is None:
+            self.report("L408", f"`{op.name}` has no finite real value for {', '.join(map(str, nums))}", e)
+            return ScalarT("float", None)
+        return ScalarT("float", value)
 
     def apply_op(self, op: OpDef, args: dict, e, op_symbol: str | None = None) -> Type:
         """Convert arguments to the op's kinds, then run its dtype and shape rules."""

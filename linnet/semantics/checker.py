@@ -69,11 +69,11 @@ class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
     holds the entry points, functions and statements.
     """
 
-    def __init__(self, ctx: CheckContext, item: Item, binding: dict[str, Type]):
+    def __init__(self, ctx: CheckContext, item: Item, binding: dict[str, Type], result: ItemResult | None = None):
         self.ctx = ctx
         self.item = item
         self.binding = binding
-        self.result = ItemResult()
+        self.result = result if result is not None else ItemResult()
         self.instance: Instance | None = None
         self.assumptions: list[tuple[str, bool]] = []
         self.fn_locals: list[tuple[str, Binding]] = []

@@ -21,6 +21,10 @@ class Code:
 
 
 _ALL = [
+    Code("L000", "internal error", "error",
+         "The checker could not finish this item: a bug in Linnet, or nesting deeper than it can "
+         "follow (thousands of levels). The rest of the file is still checked.",
+         "x + x + x + ... # twenty thousand terms", "Report the file; split very deep expressions."),
     # ----- L0xx syntax
     Code("L001", "syntax error", "error",
          "The parser met a token it cannot accept here. Linnet recovers by skipping the statement "
@@ -178,6 +182,10 @@ _ALL = [
     Code("L406", "optional config value is none", "error",
          "A field of an optional config record is read where the record is `none` under this config.",
          "c.rope_scaling.factor  # rope_scaling = none", "Guard the use with `if c.rope_scaling != none { ... }`."),
+    Code("L408", "constant has no value", "error",
+         "Compile-time arithmetic (config values, literals, scalars folded in a body) gave no finite "
+         "real number: division by zero, a complex root, an overflow, an int over 4096 bits.",
+         "v: float = 0.0 ** -1.0", "Fix the arithmetic."),
     Code("L407", "unknown config type", "error",
          "A preset or record literal names a type that is not a config.", "preset p = Lama { }",
          "Use the suggested config name."),

@@ -21,6 +21,7 @@ from typing import Any
 from ..syntax import ast as A
 from ..syntax.items import Item
 from .diagnostics import Finding, Label, LocalAnchor, SymbolAnchor
+from .describe import finite_float, int_power_fits
 from .dims import Atom, Dim, const, new_uid
 from .suggest import closest
 from .types import NONE, ConfigT, ScalarT, Type
@@ -376,7 +377,11 @@ class _ConstEval:
             a, b = self.eval(e.left), self.eval(e.right)
             if a is MISSING or b is MISSING:
                 return MISSING
-            return {"==": a == b, "!=": a != b, "<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b}[e.op]
+            if e.op in ("==", "!="):
+                return (a == b) == (e.op == "==")
+            if not (_is_number(a) and _is_number(b)):
+                return self.fail("L401", f"`{e.op}` compares numbers, got {_show(a)} and {_show(b)}", e)
+            return {"<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b}[e.op]
         return self.fail("L111", "config values are constants: literals, other fields and arithmetic", e)
 
     def _fields(self):
@@ -390,8 +395,21 @@ class _ConstEval:
             return MISSING
         if e.op in ("and", "or"):
             return (a and b) if e.op == "and" else (a or b)
-        if isinstance(a, bool) or isinstance(b, bool) or not isinstance(a, (int, float)) or not isinstance(b, (int, float)):
+        if not (_is_number(a) and _is_number(b)):
             return self.fail("L401", f"`{e.op}` needs numbers, got {_show(a)} and {_show(b)}", e)
+        try:
+            value = self._arith(e, a, b)
+        except (ZeroDivisionError, OverflowError, ValueError):
+            value = None
+        if value is MISSING:
+            return value
+        if value is None or (isinstance(value, float) and finite_float(value) is None) or isinstance(value, complex):
+            return self.fail("L408", f"`{e.op}` of {a} and {b} has no finite real value", e)
+        return value
+
+    def _arith(self, e: A.BinOp, a, b):
+        if e.op == "**" and isinstance(a, int) and isinstance(b, int) and not int_power_fits(a, b):
+            return None
         if e.op == "+":
             return a + b
         if e.op == "-":
@@ -429,6 +447,10 @@ class _ConstEval:
                        [Label(LocalAnchor(self.item, e.span), f"`{self.fdef.name.id}` is derived here")]))
             return MISSING
         return self.fail("L404", f"{left} ({a}) is not divisible by {right} ({b})", e)
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def _text(e) -> str:

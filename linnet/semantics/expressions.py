@@ -9,6 +9,7 @@ from ..ops import OPERATORS, REGISTRY, OpDef, OpError
 from ..syntax import ast as A
 from .configs import ConfigValue
 from .describe import cond_key, dotted, dtype_text, kind_text, number, tail_node, types_equal
+from .describe import finite_float, int_power_fits
 from .diagnostics import Fix, Label, SymbolAnchor
 from .dims import Dim, DivisionError, divide
 from .scope import Instance, Scope
@@ -195,19 +196,34 @@ class ExpressionsMixin:
             if op == "%" and x is not None and y is not None and y != 0:
                 return ScalarT("int", Dim.of(x % y))
             if op == "**" and x is not None and y is not None and y >= 0:
+                if not int_power_fits(x, y):
+                    self.report("L408", f"`{x} ** {y}` is too large for a compile-time int", e)
+                    return ScalarT("int", None)
                 return ScalarT("int", Dim.of(x ** y))
             if op in ("%", "**") and (y is None or y >= 0):
                 return ScalarT("int", None)
         if x is None or y is None:
             return ScalarT("float", None)
         try:
-            value = {"+": x + y, "-": x - y, "*": x * y}.get(op)
-            if value is None:
-                value = x / y if op in ("/",) else (x ** y if op == "**" else math.fmod(x, y))
+            if op == "+":
+                value = x + y
+            elif op == "-":
+                value = x - y
+            elif op == "*":
+                value = x * y
+            elif op == "/":
+                value = x / y
+            elif op == "**":
+                value = x ** y
+            else:
+                value = math.fmod(x, y)
+            result = finite_float(value)
         except (ZeroDivisionError, OverflowError, ValueError):
-            self.report("L206", f"`{op}` of {x} and {y} has no value", e)
+            result = None
+        if result is None:
+            self.report("L408", f"`{op}` of {x} and {y} has no finite real value", e)
             return ScalarT("float", None)
-        return ScalarT("float", float(value))
+        return ScalarT("float", result)
 
     def fold_compare(self, e: A.Compare, a: Type, b: Type) -> Type:
         if isinstance(a, (NoneT, ConfigT)) or isinstance(b, (NoneT, ConfigT)):

@@ -23,6 +23,7 @@ from .checker import NAMES_DEP, CheckContext, ItemChecker, ItemResult
 from .configs import ConfigEvaluator, ConfigValue, Scenario, values_by_type
 from .diagnostics import Diagnostic, Finding, Label, LocalAnchor, SymbolAnchor, locate
 from .attributes import check_attributes
+from ..syntax.recursion import RECURSION_LIMIT, deep_recursion
 from .model import ModelTree, check_model
 from .types import NONE, ConfigT, Type, format_type
 
@@ -321,12 +322,8 @@ class Document:
                     result = cached
                     result.world = world
                 else:
-                    result = ItemChecker(ctx, item, binding).run()
+                    result = _check_item(ctx, item, binding)
                     result.world = world
-                    if isinstance(item.ast, A.ModuleDef) and item.ast.is_model:
-                        tree = check_model(_ModelChecker(ctx, item, binding, result), item)
-                        if tree is not None:
-                            result.tree = tree  # type: ignore[attr-defined]
                     self._results[(item, key)] = result
                     analysis.stats.checks_run += 1
                     checked = True
@@ -438,12 +435,25 @@ class Document:
         return None
 
 
-class _ModelChecker(ItemChecker):
-    """An ItemChecker that reports into an existing result (the model item's)."""
 
-    def __init__(self, ctx, item, binding, result):
-        super().__init__(ctx, item, binding)
-        self.result = result
+def _check_item(ctx: CheckContext, item: Item, binding: dict[str, Type]) -> ItemResult:
+    """Check one item under one binding. A bug in the checker becomes a diagnostic on the
+    item (L000), never an exception: a malformed source must not take a client down."""
+    result = ItemResult()
+    try:
+        with deep_recursion():
+            ItemChecker(ctx, item, binding, result).run()
+            if isinstance(item.ast, A.ModuleDef) and item.ast.is_model:
+                result.tree = check_model(ItemChecker(ctx, item, binding, result), item)  # type: ignore[attr-defined]
+    except RecursionError:
+        result = ItemResult(findings=[Finding(
+            "L000", "this item nests too deeply to check", LocalAnchor(item, item.name_span),
+            notes=[f"more than about {RECURSION_LIMIT // 20} levels of nested expressions or modules"])])
+    except Exception as err:  # noqa: BLE001 - the checker must not raise on any input
+        result = ItemResult(findings=[Finding(
+            "L000", f"internal error while checking `{item.name}`: {type(err).__name__}: {err}",
+            LocalAnchor(item, item.name_span), notes=["this is a bug in Linnet; please report it with this file"])])
+    return result
 
 
 def _merge(ia: ItemAnalysis, preferred: str | None) -> list[Finding]:

@@ -142,11 +142,17 @@ def make_item(source: Source, offset: int, text: str, parsed: ParsedItem | None 
         parsed = parse_item(text)
     if kind == "model":
         kind = "module"
-    item = Item(source, offset, text, kind, name, parsed.ast, parsed.problems)
+    ast = parsed.ast
+    if ast is not None and _AST_KIND.get(type(ast)) != kind:
+        ast = None  # recovery skipped the header and found another item's shape: keep only the errors
+    item = Item(source, offset, text, kind, name, ast, parsed.problems)
     if parsed.ast is not None:
         item.name = parsed.ast.name.id
     item.interface = interface_key(item)
     return item
+
+
+_AST_KIND = {A.ConfigDef: "config", A.PresetDef: "preset", A.ModuleDef: "module", A.FnDef: "fn"}
 
 
 def interface_key(item: Item) -> str:

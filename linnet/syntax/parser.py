@@ -22,6 +22,7 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 from . import ast as A
 from .ast import Span
 from .builder import build
+from .recursion import deep_recursion
 
 GRAMMAR_PATH = Path(__file__).with_name("grammar.lark")
 MAX_RECOVERIES = 40
@@ -286,7 +287,11 @@ def parse_item(text: str) -> ParsedItem:
             problems.append(SyntaxProblem("L001", "cannot parse this item", Span(0, 0), [], []))
         return ParsedItem(None, problems)
     try:
-        item = build(tree)
+        with deep_recursion():
+            item = build(tree)
+    except RecursionError:
+        problems.append(SyntaxProblem("L000", "this item nests too deeply to build", Span(0, 0), [], []))
+        return ParsedItem(None, problems)
     except Exception as err:  # a builder bug must not take the checker down
         problems.append(SyntaxProblem("L001", f"cannot build this item ({type(err).__name__}: {err})",
                                       Span(0, 0), [], []))

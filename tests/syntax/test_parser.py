@@ -119,3 +119,13 @@ def test_truncations_and_deletions_of_examples_never_raise(example):
         Document("t.linnet", text[:cut]).analyze()
         start = rng.randrange(len(text))
         Document("t.linnet", text[:start] + text[start + rng.randrange(1, 200):]).analyze()
+
+
+def test_nesting_too_deep_is_a_diagnostic_not_a_crash():
+    shallow = "fn f(x: [N]) -> [N] {\n    " + " + ".join(["x"] * 400) + "\n}\n"
+    assert Document("t.linnet", shallow).analyze().diagnostics == []
+    calls = "fn g(x: [N]) -> [N] {\n    " + "exp(" * 200 + "x" + ")" * 200 + "\n}\n"
+    assert Document("t.linnet", calls).analyze().diagnostics == []
+    deep = "fn f(x: [N]) -> [N] {\n    " + " + ".join(["x"] * 12000) + "\n}\n"
+    diags = Document("t.linnet", deep).analyze().diagnostics
+    assert [d.code for d in diags] == ["L000"] and "too deeply" in diags[0].message
