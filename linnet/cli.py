@@ -32,6 +32,12 @@ def _collect(paths: list[str]) -> tuple[list[Path], list[str]]:
     return files, problems
 
 
+def read_source(path: Path) -> str:
+    """A source file's text: UTF-8, a leading byte-order mark dropped. Raises OSError and
+    UnicodeDecodeError."""
+    return path.read_text(encoding="utf-8-sig")
+
+
 def _display(path: str) -> str:
     try:
         rel = os.path.relpath(path)
@@ -54,7 +60,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     preset_seen = False
     for f in files:
         try:
-            text = f.read_text(encoding="utf-8")
+            text = read_source(f)
         except (OSError, UnicodeDecodeError) as err:
             print(f"linnet check: {f}: cannot read ({err})", file=sys.stderr)
             return EXIT_USAGE
@@ -71,11 +77,11 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(f"linnet check: no file declares preset `{args.preset}`", file=sys.stderr)
         return EXIT_USAGE
 
-    def read_source(path: str) -> str | None:
+    def source_of(path: str) -> str | None:
         if path not in texts:
             try:
-                texts[path] = Path(path).read_text(encoding="utf-8")
-            except OSError:
+                texts[path] = read_source(Path(path))
+            except (OSError, UnicodeDecodeError):
                 return None
         return texts[path]
 
@@ -87,7 +93,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     else:
         color = use_color(sys.stdout)
         for d in all_diags:
-            print(render_text(d, read_source, _display, color))
+            print(render_text(d, source_of, _display, color))
             print()
     n_err = sum(1 for d in all_diags if d.is_error)
     n_warn = len(all_diags) - n_err
@@ -108,7 +114,12 @@ def cmd_fmt(args: argparse.Namespace) -> int:
     status = EXIT_OK
     changed = 0
     for f in files:
-        text = f.read_text(encoding="utf-8")
+        try:
+            text = read_source(f)
+        except (OSError, UnicodeDecodeError) as err:
+            print(f"linnet fmt: {_display(str(f))}: cannot read ({err})", file=sys.stderr)
+            status = EXIT_USAGE
+            continue
         try:
             formatted = format_source(text)
         except FormatError as err:

@@ -51,6 +51,9 @@ T = OpParam  # short alias for the tables below
 def _unary(name, doc, ref, fold=None, float_only=True):
     def dtype_rule(a, _name=name):
         d = a["x"].dtype
+        if not float_only and d == BOOL:
+            raise OpError("L303", f"`{_name}` requires numbers, got bool", "x",
+                          notes=["for bools use `not`"] if _name == "neg" else [])
         return _require_float(d, _name) if float_only else d
 
     register(OpDef(name, [T("x", "tensor")], doc, lambda a: a["x"].shape, dtype_rule,
@@ -218,10 +221,17 @@ def _matmul_shape(a):
     return Shape(tuple(dims), batch.prefix)
 
 
+def _matmul_dtype(a):
+    d = join_dtypes(a["x"].dtype, a["y"].dtype, "@")
+    if d == BOOL:
+        raise OpError("L303", "`@` requires numbers, got bool tensors", notes=["consider `cast(x, f32)` first"])
+    return d
+
+
 register(OpDef("matmul", [T("x", "tensor"), T("y", "tensor")],
                "Matrix product `x @ y` with numpy semantics: batch dims broadcast; rank-1 operands are "
                "treated as a row or column vector.",
-               _matmul_shape, lambda a: join_dtypes(a["x"].dtype, a["y"].dtype, "@"),
+               _matmul_shape, _matmul_dtype,
                reference=lambda x, y: _np().matmul(x, y), category="linalg", operator="@"))
 
 # ----------------------------------------------------------------------------- shape
@@ -494,6 +504,11 @@ def _select_shape(a):
     i, n = (idx.as_int() if idx is not None else None), (dims[d].as_int() if dims[d] is not None else None)
     if i is not None and n is not None and not -n <= i < n:
         raise OpError("L212", f"index {i} is out of range for a dim of size {n}", "index")
+    if idx is not None and dims[d] is not None and n is None:
+        past = (dims[d] - idx).as_int()  # size - index known although the size is not
+        if past is not None and past <= 0:
+            raise OpError("L212", f"index {format_dim(idx)} is past the end of a dim of size {format_dim(dims[d])}",
+                          "index")
     del dims[d]
     return Shape(tuple(dims), x.prefix)
 

@@ -152,6 +152,9 @@ def rearrange_shape(x: Shape, pattern_text: str, sizes: dict[str, Dim | None]) -
         matched = list(zip(pat.lhs, dims))
 
     known: dict[str, Dim | None] = dict(sizes)
+    for name, size in sizes.items():
+        if size is not None and (size.as_int() or 0) <= 0:
+            raise OpError("L213", f"axis `{name}` has size {format_dim(size)}: sizes are positive", name)
     for group, dim in matched:
         unknown = [a for a in group.axes if a.name is not None and a.name not in known]
         if len(unknown) > 1:

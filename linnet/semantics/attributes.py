@@ -34,4 +34,7 @@ def check_attributes(item: Item) -> list[Finding]:
                                    LocalAnchor(item, attr.name.span)))
             elif len(attr.args) != 1 or attr.args[0].name is not None or not isinstance(attr.args[0].value, A.StrLit):
                 out.append(Finding("L111", f"`@{name}` takes one string: {allowed[1]}", LocalAnchor(item, attr.span)))
+            elif name == "name" and not attr.args[0].value.value.isidentifier():
+                out.append(Finding("L111", "`@name` gives one segment of a checkpoint name: a name without `.`",
+                                   LocalAnchor(item, attr.args[0].value.span)))
     return out

@@ -237,6 +237,11 @@ class CallsMixin:
         except OpError as err:
             self.op_error(err, e, nodes, values)
             return UNKNOWN
+        for s_ in (shape if isinstance(shape, list) else [shape]):
+            negative = [d for d in s_.dims if d is not None and (d.as_int() or 0) < 0]
+            if negative:
+                self.report("L213", f"`{op.name}` would make a dim of {negative[0].as_int()}: dims are sizes", e)
+                return UNKNOWN
         if isinstance(shape, list):
             dts = dtype if isinstance(dtype, list) else [dtype] * len(shape)
             return TupleT(tuple(TensorT(d, s) for d, s in zip(dts, shape)))

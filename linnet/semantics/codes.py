@@ -137,6 +137,10 @@ _ALL = [
     Code("L212", "index out of range", "error",
          "A constant index or slice bound lies outside a dim of known size.",
          "x[:, 5]  # x: [B, 4]", "Index within the dim."),
+    Code("L213", "negative dim", "error",
+         "Dims are sizes: a dim (or a submodule list's length) that comes out negative under a config, "
+         "or an op that would make one (`zeros([N, -1])`), is refused.",
+         "preset p = C { hidden = -8 }   # w: [c.hidden, 4]", "Use sizes of 0 or more."),
     # ----- L3xx dtypes
     Code("L301", "mixed float dtypes", "error",
          "Float dtypes never mix implicitly: the working dtype with f32, or f16 with bf16. This is what "

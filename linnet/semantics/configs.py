@@ -24,7 +24,7 @@ from .diagnostics import Finding, Label, LocalAnchor, SymbolAnchor
 from .describe import finite_float, int_power_fits
 from .dims import Atom, Dim, const, new_uid
 from .suggest import closest
-from .types import NONE, ConfigT, ScalarT, Type
+from .types import NONE, UNKNOWN, ConfigT, ScalarT, Type
 
 MISSING = object()
 SCALAR_TYPES = ("int", "float", "bool", "str")
@@ -44,6 +44,7 @@ class ConfigValue:
     _atoms: dict[str, Atom] = field(default_factory=dict)
     _key: tuple | None = None
     _uids: dict[str, int] = field(default_factory=dict)
+    poisoned: set[str] = field(default_factory=set)  # fields whose value an error left unknown
 
     def __post_init__(self):
         # Atom ids in declaration order: products print as written (`c.heads * c.head_dim`).
@@ -60,7 +61,7 @@ class ConfigValue:
                 elif v is MISSING:
                     v = "<missing>"
                 parts.append((name, type(v).__name__, v))
-            self._key = (self.type_name, tuple(parts))
+            self._key = (self.type_name, tuple(parts), tuple(sorted(self.poisoned)))
         return self._key
 
     @property
@@ -91,6 +92,8 @@ class ConfigValue:
 
     def field_type(self, name: str, display: str) -> Type:
         """The Linnet type of reading field `name` (as `display`, e.g. `c.hidden_size`)."""
+        if name in self.poisoned:
+            return UNKNOWN
         fdef = self.field_def(name)
         v = self.values.get(name, MISSING)
         kind = _field_kind(fdef.type) if fdef is not None else None
@@ -128,9 +131,13 @@ class ConfigEvaluator:
         self.lookup = lookup
         self.findings: dict[Item, list[Finding]] = {}
         self._defaults: dict[str, ConfigValue] = {}
+        self._type_checked: dict[Item, set[str]] = {}
 
     def _report(self, item: Item, finding: Finding) -> None:
         self.findings.setdefault(item, []).append(finding)
+
+    def _count(self) -> int:
+        return sum(len(f) for f in self.findings.values())
 
     # ----- public
     def config_item(self, name: str) -> Item | None:
@@ -172,12 +179,15 @@ class ConfigEvaluator:
         """Evaluate config `cfg` with the field inits of `record` (from item `owner`)."""
         cdef: A.ConfigDef = cfg.ast
         fields = {f.name.id: f for f in cdef.fields if isinstance(f, A.ConfigField)}
+        skipped = {n for f in cdef.fields if isinstance(f, A.ErrorStmt) for n in f.bound}
         given: dict[str, A.FieldInit] = {}
         if record is not None:
             for init in record.fields:
                 if not isinstance(init, A.FieldInit):
                     continue
                 name = init.name.id
+                if name in skipped:
+                    continue  # the field's declaration did not parse: its syntax error says it all
                 if name not in fields:
                     hint = closest(name, list(fields))
                     self._report(owner, Finding(
@@ -190,11 +200,19 @@ class ConfigEvaluator:
                 else:
                     given[name] = init
         value = ConfigValue(cdef.name.id, cfg, {}, {})
+        value.poisoned |= skipped | self._bad_field_types(cfg)
         computing: set[str] = set()
 
         def get(name: str):
             if name in value.values:
                 return value.values[name]
+            findings_before = self._count()
+            used: set[str] = set()
+
+            def dependency(dep: str):
+                used.add(dep)
+                return get(dep)
+
             fdef = fields[name]
             if name in computing:
                 self._report(cfg, Finding("L404", f"field `{name}` depends on itself", LocalAnchor(cfg, fdef.name.span)))
@@ -206,7 +224,7 @@ class ConfigEvaluator:
                 v = self._value(init.value, fdef, owner, path + (name,), lambda n: None, where="preset")
                 value.origins[name] = SymbolAnchor(path + (name,))
             elif fdef.default is not None:
-                v = self._value(fdef.default, fdef, cfg, (cdef.name.id, name), get, where="default",
+                v = self._value(fdef.default, fdef, cfg, (cdef.name.id, name), dependency, where="default",
                                 preset_owner=owner if record is not None else None, origins=value.origins)
                 value.origins[name] = SymbolAnchor((cdef.name.id, name))
             else:
@@ -218,11 +236,34 @@ class ConfigEvaluator:
                         anchor, labels=[Label(SymbolAnchor((cdef.name.id, name)), "declared without a default here")]))
             computing.discard(name)
             value.values[name] = v
+            if v is MISSING and (self._count() > findings_before or used & value.poisoned):
+                value.poisoned.add(name)  # an error made it, or it derives from one: unknown, not symbolic
             return v
 
         for name in fields:
             get(name)
         return value
+
+    def _bad_field_types(self, cfg: Item) -> set[str]:
+        """Fields whose declared type is unknown (each reported once, on the config)."""
+        if cfg in self._type_checked:
+            return self._type_checked[cfg]
+        bad = set()
+        for f in cfg.ast.fields:
+            if not isinstance(f, A.ConfigField) or not isinstance(f.type, A.NamedType):
+                continue
+            name = f.type.name.id
+            if name in SCALAR_TYPES or self.config_item(name) is not None:
+                continue
+            bad.add(f.name.id)
+            known = self.lookup(name)
+            if known is not None and known.ast is None:
+                continue  # a config that did not parse: its syntax error says it all
+            hint = closest(name, list(SCALAR_TYPES) + [i.name for i in self._all_configs()])
+            self._report(cfg, Finding("L101", f"unknown type `{name}`" + (f"; did you mean `{hint}`?" if hint else ""),
+                                      LocalAnchor(cfg, f.type.name.span), fixes=_rename_fix(cfg, f.type.name.span, hint)))
+        self._type_checked[cfg] = bad
+        return bad
 
     def _value(self, expr, fdef: A.ConfigField, item: Item, path: tuple, get, where: str,
                preset_owner: Item | None = None, origins: dict | None = None):
@@ -258,6 +299,8 @@ class ConfigEvaluator:
             return v
         if isinstance(ftype, A.NamedType):
             name = ftype.name.id
+            if name not in SCALAR_TYPES and self.config_item(name) is None:
+                return MISSING  # an unknown type: reported once on the config (`_field_types`)
             if v is None:
                 if ftype.optional:
                     return None
@@ -280,7 +323,8 @@ class ConfigEvaluator:
     def scenarios(self, presets: list[Item], config_names: list[str]) -> list["Scenario"]:
         """"defaults" then one scenario per preset, in source order. A preset whose config has
         errors is reported and not checked under: what it would produce is noise."""
-        out = [Scenario("defaults", {n: self.defaults(n) for n in config_names if self.defaults(n) is not None}, None)]
+        defaults = {n: self.defaults(n) for n in config_names if self.defaults(n) is not None}
+        out = [Scenario("defaults", defaults, None)]
         for p in presets:
             before = len(self.findings.get(p, []))
             value = self.preset(p)

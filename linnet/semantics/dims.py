@@ -34,14 +34,16 @@ class Atom:
     diagnostics to label it.
     """
 
-    __slots__ = ("kind", "name", "uid", "value", "origin", "_key", "__weakref__")
+    __slots__ = ("kind", "name", "uid", "value", "origin", "quot", "_key", "__weakref__")
 
-    def __init__(self, kind: str, name: str, value: "Dim | None" = None, origin=None, uid: int | None = None):
+    def __init__(self, kind: str, name: str, value: "Dim | None" = None, origin=None, uid: int | None = None,
+                 quot: "tuple[Dim, int] | None" = None):
         self.kind = kind
         self.name = name
         self.uid = next(_uid) if uid is None else uid
         self.value = value
         self.origin = origin
+        self.quot = quot  # (numerator, integer denominator) of a quotient assumed exact
         self._key = self.uid  # creation order: factors print in the order they were written
 
     def __repr__(self) -> str:
@@ -125,15 +127,25 @@ class Dim:
 
     @property
     def val(self) -> "Dim":
-        """This dim with every known constant substituted (recursively)."""
+        """This dim with every known constant substituted (recursively), and quotients of
+        unknown values cancelled where a coefficient is a multiple of the denominator
+        (`2 * (h / 2)` is `h`: the quotient was accepted as exact when it was written)."""
         if self._val is None:
-            if not any(a.value is not None for m in self._t for a, _ in m):
+            if not any(a.value is not None or a.quot is not None for m in self._t for a, _ in m):
                 self._val = self
             else:
                 result = Dim()
                 for mono, coeff in self._t.items():
                     term = Dim.of(coeff)
+                    cancelled = None
                     for a, p in mono:
+                        if a.value is None and a.quot is not None and p == 1 and coeff % a.quot[1] == 0:
+                            cancelled = a
+                            term = Dim.of(coeff // a.quot[1]) * a.quot[0].val
+                            break
+                    for a, p in mono:
+                        if a is cancelled:
+                            continue
                         base = a.value.val if a.value is not None else Dim.atom(a)
                         for _ in range(p):
                             term = term * base
@@ -292,7 +304,8 @@ def _quot_atom(num: Dim, den: Dim, value: Dim | None) -> Atom:
     key = (num.key(), den.key(), value.key() if value is not None else None)
     atom = _QUOTIENTS.get(key)
     if atom is None:
-        atom = Atom("quot", _quot_name(num, den), value=value)
+        d = _int(den.val)
+        atom = Atom("quot", _quot_name(num, den), value=value, quot=(num, d) if d else None)
         _QUOTIENTS[key] = atom
     return atom
 

@@ -75,6 +75,8 @@ class ExpressionsMixin:
         if isinstance(base, ConfigT):
             cv: ConfigValue = base.value
             fdef = cv.field_def(name)
+            if fdef is None and name in cv.poisoned:
+                return UNKNOWN  # declared on a line that did not parse
             if fdef is None:
                 hint = closest(name, list(cv.values))
                 self.report("L102", f"config `{cv.type_name}` has no field `{name}`" +
@@ -193,7 +195,10 @@ class ExpressionsMixin:
             return ScalarT("int", q)
         x, y = number(a), number(b)
         if a.kind == "int" and b.kind == "int":
-            if op == "%" and x is not None and y is not None and y != 0:
+            if op == "%" and y == 0:
+                self.report("L408", "`%` by zero has no value", e)
+                return ScalarT("int", None)
+            if op == "%" and x is not None and y is not None:
                 return ScalarT("int", Dim.of(x % y))
             if op == "**" and x is not None and y is not None and y >= 0:
                 if not int_power_fits(x, y):
@@ -309,7 +314,12 @@ class ExpressionsMixin:
         base = self.expr(e.value, scope)
         if isinstance(base, ModuleListT):
             if len(e.items) == 1 and not isinstance(e.items[0], (A.Slice, A.EllipsisLit)):
-                self.expr(e.items[0], scope)
+                t = self.expr(e.items[0], scope)
+                i = number(t) if isinstance(t, ScalarT) and t.kind == "int" else None
+                n = base.count.as_int() if base.count is not None else None
+                if i is not None and n is not None and not -n <= i < n:
+                    self.report("L212", f"index {i} is out of range for a list of {n} submodules", e.items[0])
+                    return UNKNOWN
                 return ModuleT(base.instance)
         if isinstance(base, UnknownT):
             for item in e.items:

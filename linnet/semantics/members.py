@@ -98,7 +98,7 @@ class MembersMixin:
                 if f.code[1] in "24":
                     self.report(f.code, f"in `{inst.describe()}`: {f.message}", call, notes=f.notes,
                                 labels=[Label(f.anchor, "required here")])
-                    break
+                    return None  # a broken instance: its uses would only repeat this
         return inst
 
     def silent_expr(self, e: A.Expr, scope: Scope, item: Item) -> Type:
@@ -228,6 +228,12 @@ class _MemberEvaluator:
                 continue
             if prev is not None and prev.present is not False and present is False:
                 continue
+            path = info.checkpoint_name or info.name
+            clash = next((o for o in self.members.order if o.kind in ("param", "submodule", "list")
+                          and (o.checkpoint_name or o.name) == path and not _exclusive(o, info)), None)
+            if clash is not None and info.kind in ("param", "submodule", "list") and present is not False:
+                self.c.report("L105", f"`{info.name}` and `{clash.name}` have the same checkpoint name `{path}`",
+                              m.name, labels=[Label(self.c.anchor(clash.node.name), "the other one")])
             self.members.by_name[info.name] = info
             self.members.order.append(info)
 
@@ -271,6 +277,9 @@ class _MemberEvaluator:
                 return MemberInfo(m.name.id, "submodule", m, t, checkpoint_name=checkpoint)
             count_t = c.expr(m.count, self.scope)
             count = count_t.value if isinstance(count_t, ScalarT) and count_t.kind == "int" else None
+            if count is not None and (count.as_int() or 0) < 0:
+                c.report("L213", f"a list of {count.as_int()} submodules: the length is negative", m.count)
+                count = None
             if not isinstance(count_t, (UnknownT,)) and not (isinstance(count_t, ScalarT) and count_t.kind == "int"):
                 c.report("L107", f"the length of a submodule list is a compile-time int, got {kind_text(count_t)}", m.count)
             t = ModuleListT(inst, count)

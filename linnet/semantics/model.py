@@ -14,10 +14,13 @@ from ..syntax import ast as A
 from ..syntax.items import Item
 from .checker import ItemChecker
 from .names import Binder
-from .diagnostics import Finding, Label, SymbolAnchor
+from .diagnostics import Finding, SymbolAnchor
 from .dims import Dim
 from .scope import Binding, Instance, Scope
 from .types import I64, UNKNOWN, ModuleListT, ModuleT, ScalarT, TensorT, Type, UnknownT, format_type
+
+
+MAX_TENSORS = 1_000_000  # a model tree's parameters and state, listed one by one
 
 
 @dataclass(slots=True)
@@ -77,7 +80,6 @@ def elaborate(checker: ItemChecker, inst: Instance, prefix: str = "", tree: Mode
         return tree  # a module that contains itself (reported where it is declared)
     open_modules = open_modules + (inst.item,)
     members = checker.members(inst, report=False)
-    seen: dict[str, TensorInfo] = {p.path: p for p in tree.params}
     for info in members.order:
         if info.present is False:
             continue
@@ -85,21 +87,23 @@ def elaborate(checker: ItemChecker, inst: Instance, prefix: str = "", tree: Mode
         path = f"{prefix}{name}"
         anchor = SymbolAnchor((inst.module.name.id, "member", info.name))
         if info.kind == "param" and isinstance(info.type, TensorT):
-            t = TensorInfo(path, info.type, anchor, "param")
-            if path in seen and findings is not None:
-                findings.append(Finding("L105", f"two parameters have the checkpoint name `{path}`", anchor,
-                                        labels=[Label(seen[path].anchor, "the other one")]))
-            seen[path] = t
-            tree.params.append(t)
+            tree.params.append(TensorInfo(path, info.type, anchor, "param"))
         elif info.kind == "state" and isinstance(info.type, TensorT):
             tree.state.append(TensorInfo(path, info.type, anchor, "state"))
         elif info.kind == "submodule" and isinstance(info.type, ModuleT):
             elaborate(checker, info.type.instance, path + ".", tree, findings, open_modules)
         elif info.kind == "list" and isinstance(info.type, ModuleListT):
             count = info.type.count.as_int() if info.type.count is not None else None
-            if count is None:
+            if count is None or count < 0:
                 continue
             sub = elaborate(checker, info.type.instance, "", ModelTree(), findings, open_modules)
+            size = count * (len(sub.params) + len(sub.state))
+            if len(tree.params) + len(tree.state) + size > MAX_TENSORS:
+                if findings is not None:
+                    findings.append(Finding("L111", f"`{path}` makes the model tree larger than {MAX_TENSORS:,} "
+                                            f"tensors ({count:,} copies of {len(sub.params) + len(sub.state)})",
+                                            anchor))
+                continue
             for i in range(count):
                 for p in sub.params:
                     tree.params.append(TensorInfo(f"{path}.{i}.{p.path}", p.type, p.anchor, "param"))

@@ -103,6 +103,10 @@ class NamesMixin:
                     prefix = binder.get_ellipsis()
                     continue
                 dims.append(self.eval_dim(d, scope, binder))
+            for d, node in zip(dims, [x for x in t.dims if not isinstance(x, A.EllipsisDim)]):
+                if d is not None and (d.as_int() or 0) < 0:
+                    shown = format_dim(d) if format_dim(d) == str(d.as_int()) else f"{format_dim(d)} = {d.as_int()}"
+                    self.report("L213", f"dims are sizes: {shown} is negative", node, labels=self.atom_labels([d]))
             result = TensorT(dtype if dtype is not None else WORK, Shape(tuple(dims), prefix))
             return self.record(t, result)
         if isinstance(t, A.TupleType):

@@ -309,12 +309,16 @@ class Document:
         for first, dup in globals_.duplicates:
             findings.append(Finding("L105", f"`{dup.name}` is defined twice", LocalAnchor(dup, dup.name_span),
                                     labels=[Label(LocalAnchor(first, first.name_span), "first defined here")]))
+        previous_unclosed = False
         for item in self.items:
             for p in item.problems:
                 problems.append((item, p))
+            unclosed = any(p.code == "L003" and p.message == "unclosed `{`" for p in item.problems)
             if item.ast is None or item.kind not in ("module", "fn"):
+                previous_unclosed = unclosed
                 continue
             ia = ItemAnalysis(item)
+            after_unclosed = previous_unclosed
             checked = False
             for binding, key, names in self._bindings(item, values, values_key):
                 cached = self._results.get((item, key))
@@ -336,7 +340,13 @@ class Document:
                 analysis.stats.items_checked += 1
                 analysis.stats.checked_names.append(item.name)
             analysis.items[item] = ia
-            findings.extend(_merge(ia, presets[0].name if presets else None))
+            merged = _merge(ia, presets[0].name if presets else None)
+            if after_unclosed:
+                # This item likely belongs inside the one above, whose `{` never closed (a
+                # column-0 `fn` inside a module): names from there are not news.
+                merged = [f for f in merged if f.code not in ("L101", "L102")]
+            findings.extend(merged)
+            previous_unclosed = unclosed
         for item, found in evaluator.findings.items():
             if item.source is self.source:
                 findings.extend(found)
