@@ -58,22 +58,23 @@ def cmd_check(args: argparse.Namespace) -> int:
     texts: dict[str, str] = {}
     all_diags = []
     preset_seen = False
+    unreadable = 0
     for f in files:
         try:
             text = read_source(f)
         except (OSError, UnicodeDecodeError) as err:
             print(f"linnet check: {f}: cannot read ({err})", file=sys.stderr)
-            return EXIT_USAGE
+            unreadable += 1
+            continue
         path = str(f)
         texts[path] = text
-        analysis = Document(path, text).analyze()
+        analysis = Document(path, text).analyze(args.preset)
         diags = analysis.diagnostics
-        if args.preset:
-            if args.preset in analysis.presets:
-                preset_seen = True
-                diags = [d for d in diags if d.presets is None or args.preset in d.presets]
+        if args.preset and args.preset in analysis.declared_presets:
+            preset_seen = True
+            diags = [d for d in diags if d.presets is None or args.preset in d.presets]
         all_diags.extend(diags)
-    if args.preset and not preset_seen:
+    if args.preset and not preset_seen and not unreadable:
         print(f"linnet check: no file declares preset `{args.preset}`", file=sys.stderr)
         return EXIT_USAGE
 
@@ -98,8 +99,12 @@ def cmd_check(args: argparse.Namespace) -> int:
     n_err = sum(1 for d in all_diags if d.is_error)
     n_warn = len(all_diags) - n_err
     if args.format == "text":
-        print(f"checked {len(files)} file{'s' if len(files) != 1 else ''}: {n_err} error{'s' if n_err != 1 else ''}, "
-              f"{n_warn} warning{'s' if n_warn != 1 else ''}", file=sys.stderr)
+        checked = len(files) - unreadable
+        print(f"checked {checked} file{'s' if checked != 1 else ''}: {n_err} error{'s' if n_err != 1 else ''}, "
+              f"{n_warn} warning{'s' if n_warn != 1 else ''}" + (f"; {unreadable} unreadable" if unreadable else ""),
+              file=sys.stderr)
+    if unreadable:
+        return EXIT_USAGE
     return EXIT_ERRORS if n_err else EXIT_OK
 
 
@@ -141,7 +146,10 @@ def cmd_fmt(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
     parser = argparse.ArgumentParser(prog="linnet", description="Linnet: statically checked neural-network models.")
+    parser.add_argument("--version", action="version", version=f"linnet {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     check = sub.add_parser("check", help="check .linnet files under the config defaults and every preset")

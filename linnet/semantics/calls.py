@@ -376,6 +376,8 @@ class CallsMixin:
         matched = self.match_args(names, defaults, e.args, callee, e, scope, owner_path=owner + ("param",))
         if target.item is not self.item:
             self.result.deps.setdefault(target.item.name, target.item.interface)
+        if self.current_fn is not None:
+            self.result.calls.append((self.current_fn, owner, e.func.span))
         if matched is None:
             return UNKNOWN
         sig_scope = Scope(self.module_scope(inst) if inst is not None else self.global_scope(), "fn")
@@ -444,8 +446,10 @@ class CallsMixin:
             if err.kind == "differ":
                 expected = pattern_types[err.arg]
                 shown = format_shape(substitute_shape(expected.shape, unifier.solved, unifier.prefixes), concrete=True)
+                bound = unifier.bindings_text(err.pattern, tensor_names, parens=False)
                 message = (f"argument `{p.name.id}` of {callee} is {format_shape(actual.shape, concrete=True)}, "
-                           f"expected {shown} (dim {err.dim}: {a} vs {format_dim(err.expected.val)})")
+                           f"expected {shown} (dim {err.dim}: {a} vs {format_dim(err.expected.val)}"
+                           + (f"; {bound})" if bound else ")"))
             elif err.kind == "divide":
                 bound = unifier.bindings_text(err.pattern, tensor_names)
                 message = (f"argument `{p.name.id}` of {callee}: dim {err.dim} is {a}, but must be "

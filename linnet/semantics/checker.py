@@ -59,6 +59,7 @@ class ItemResult:
     refs: list[tuple[Span, Any]] = field(default_factory=list)
     deps: dict[str, str | None] = field(default_factory=dict)
     world: Any = None  # the analysis's world key when last known valid (program.Document)
+    calls: list[tuple[tuple, tuple, Span]] = field(default_factory=list)  # (caller, callee, span) of fn calls
 
 
 class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
@@ -77,6 +78,7 @@ class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
         self.instance: Instance | None = None
         self.assumptions: list[tuple[str, bool]] = []
         self.fn_locals: list[tuple[str, Binding]] = []
+        self.current_fn: tuple | None = None  # the symbol path of the function being checked
 
     def report(self, code: str, message: str, node_or_span, **kw) -> None:
         span = node_or_span if isinstance(node_or_span, Span) else node_or_span.span
@@ -177,6 +179,7 @@ class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
         scope = Scope(parent, "fn")
         self._check_params_unique(fn.params)
         owner = (inst.module.name.id, "fn", fn.name.id) if inst is not None else (fn.name.id,)
+        self.current_fn = owner
         self.ref(fn.name, SymbolAnchor(owner))
         for p in fn.params:
             t = self.fn_param_type(p, scope, binder)

@@ -178,7 +178,16 @@ class ConfigEvaluator:
                   silent_missing: bool = False) -> ConfigValue:
         """Evaluate config `cfg` with the field inits of `record` (from item `owner`)."""
         cdef: A.ConfigDef = cfg.ast
-        fields = {f.name.id: f for f in cdef.fields if isinstance(f, A.ConfigField)}
+        fields: dict[str, A.ConfigField] = {}
+        for f in cdef.fields:
+            if not isinstance(f, A.ConfigField):
+                continue
+            if f.name.id in fields:
+                self._report(cfg, Finding("L105", f"field `{f.name.id}` is declared twice in `{cdef.name.id}`",
+                                          LocalAnchor(cfg, f.name.span),
+                                          labels=[Label(LocalAnchor(cfg, fields[f.name.id].name.span), "first declared here")]))
+                continue
+            fields[f.name.id] = f
         skipped = {n for f in cdef.fields if isinstance(f, A.ErrorStmt) for n in f.bound}
         given: dict[str, A.FieldInit] = {}
         if record is not None:
@@ -422,6 +431,9 @@ class _ConstEval:
             if a is MISSING or b is MISSING:
                 return MISSING
             if e.op in ("==", "!="):
+                if _is_number(a) != _is_number(b) or (isinstance(a, bool) != isinstance(b, bool)) or \
+                        (isinstance(a, str) != isinstance(b, str) and a is not None and b is not None):
+                    return self.fail("L401", f"`{e.op}` compares {_show(a)} with {_show(b)}: never equal", e)
                 return (a == b) == (e.op == "==")
             if not (_is_number(a) and _is_number(b)):
                 return self.fail("L401", f"`{e.op}` compares numbers, got {_show(a)} and {_show(b)}", e)
@@ -475,8 +487,8 @@ class _ConstEval:
         return self.fail("L111", f"`{e.op}` is not allowed in a config value", e)
 
     def _not_divisible(self, e: A.BinOp, a: int, b: int):
-        left = _text(e.left)
-        right = _text(e.right)
+        left = _text(e.left, a)
+        right = _text(e.right, b)
         if self.preset_owner is not None:
             # A preset's values break a derived field: report it on the preset.
             owner = self.preset_owner
@@ -485,24 +497,23 @@ class _ConstEval:
                 if isinstance(side, A.Name) and side.id in self.origins:
                     labels.append(Label(self.origins[side.id], f"`{side.id}` = {value}"))
             self.ev._report(owner, Finding(
-                "L404", f"{left} ({a}) is not divisible by {right} ({b}), as `{self.fdef.name.id}` requires",
+                "L404", f"{left} is not divisible by {right}, as `{self.fdef.name.id}` requires",
                 LocalAnchor(owner, owner.name_span),
                 labels=labels +
                        [Label(LocalAnchor(self.item, e.span), f"`{self.fdef.name.id}` is derived here")]))
             return MISSING
-        return self.fail("L404", f"{left} ({a}) is not divisible by {right} ({b})", e)
+        return self.fail("L404", f"{left} is not divisible by {right}", e)
 
 
 def _is_number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def _text(e) -> str:
+def _text(e, value) -> str:
+    """How a division's operand is named in a message: `hidden_size` (576), or just 7."""
     if isinstance(e, A.Name):
-        return f"`{e.id}`"
-    if isinstance(e, A.IntLit):
-        return str(e.value)
-    return "the numerator"
+        return f"`{e.id}` ({value})"
+    return str(value)
 
 
 def _show(v) -> str:

@@ -214,7 +214,12 @@ class _MemberEvaluator:
             if isinstance(m, A.ErrorStmt):
                 self.members.poisoned.update(m.bound)
                 continue
-            info = self.member(m)
+            if present is False:
+                # Under a condition that is false here the member does not exist: its
+                # declaration is not evaluated (it may read `c.extra.n` guarded by `c.extra != none`).
+                info = _absent(m)
+            else:
+                info = self.member(m)
             if info is None:
                 continue
             self.c.ref(m.name, SymbolAnchor((self.inst.module.name.id, "fn" if info.kind == "fn" else "member", info.name)))
@@ -286,6 +291,17 @@ class _MemberEvaluator:
             c.record(m.name, t)
             return MemberInfo(m.name.id, "list", m, t, checkpoint_name=checkpoint)
         return None
+
+
+def _absent(m) -> MemberInfo | None:
+    """A member whose condition is false in this instance: its name and kind only."""
+    if isinstance(m, A.FnDef):
+        return MemberInfo(m.name.id, "fn", m, UNKNOWN)
+    if isinstance(m, A.StateDecl):
+        return MemberInfo(m.name.id, "state", m, UNKNOWN)
+    if isinstance(m, A.FieldDecl):
+        return MemberInfo(m.name.id, m.kind, m, UNKNOWN, checkpoint_name=_name_attribute(m))
+    return None
 
 
 def _flat_members(members):

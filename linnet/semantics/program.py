@@ -138,7 +138,13 @@ class Analysis:
 
     @property
     def presets(self) -> list[str]:
+        """The presets checked under (those whose config evaluated without errors)."""
         return [s.name for s in self.scenarios if s.preset is not None]
+
+    @property
+    def declared_presets(self) -> list[str]:
+        """Every preset the document declares, checked or not."""
+        return [i.name for i in self.document.items if i.kind == "preset" and i.name]
 
     @property
     def errors(self) -> list[Diagnostic]:
@@ -166,12 +172,17 @@ class Analysis:
             return None
         rel = offset - item.offset
         chain = A.node_at(item.ast, rel)
+        # the innermost node that has a type of its own: an expression, a name, a type
+        # annotation; statements and blocks are passed over, an expression is not (a branch
+        # not taken under this config has no types, and shows none rather than its `if`'s)
         for names, result in self._results_for(item, preset):
             for node in reversed(chain):
                 t = result.types.get(node)
                 if t is not None:
                     return TypeInfo(item.resolve(node.span), format_type(t), format_type(t, concrete=True),
                                     names[0] if names else None, t)
+                if isinstance(node, _TYPED_NODES):
+                    break
         return None
 
     def definition_at(self, offset: int) -> Location | None:
@@ -222,6 +233,9 @@ class Analysis:
     def resolve(self, anchor) -> Location | None:
         return self.document.resolve(anchor, self.globals)
 
+
+_TYPED_NODES = (A.Name, A.IntLit, A.FloatLit, A.StrLit, A.BoolLit, A.NoneLit, A.Neg, A.Not, A.BinOp, A.Compare,
+                A.Call, A.Attr, A.Index, A.TupleLit, A.ListLit, A.IfExpr, A.TensorType)
 
 # ----------------------------------------------------------------------------- documents
 
@@ -276,12 +290,17 @@ class Document:
         self._binding_cache = {k: v for k, v in self._binding_cache.items() if k in live}
 
     def edit(self, start: int, end: int, new_text: str) -> None:
-        """Replace characters `start:end` with `new_text`."""
+        """Replace characters `start:end` with `new_text`. Raises ValueError for a range
+        outside the text."""
         text = self.source.text
+        if not 0 <= start <= end <= len(text):
+            raise ValueError(f"edit range {start}:{end} is outside the text (0:{len(text)})")
         self.update(text[:start] + new_text + text[end:])
 
     # ----- analysis
-    def analyze(self) -> Analysis:
+    def analyze(self, preset: str | None = None) -> Analysis:
+        """Analyse the current text. `preset` (else the first preset) is the config whose
+        numbers a diagnostic quotes when it occurs under several."""
         analysis = Analysis(self)
         analysis.stats.items_parsed = self.last_parsed
         self.last_parsed = 0
@@ -340,7 +359,7 @@ class Document:
                 analysis.stats.items_checked += 1
                 analysis.stats.checked_names.append(item.name)
             analysis.items[item] = ia
-            merged = _merge(ia, presets[0].name if presets else None)
+            merged = _merge(ia, preset or (presets[0].name if presets else None))
             if after_unclosed:
                 # This item likely belongs inside the one above, whose `{` never closed (a
                 # column-0 `fn` inside a module): names from there are not news.
@@ -350,6 +369,7 @@ class Document:
         for item, found in evaluator.findings.items():
             if item.source is self.source:
                 findings.extend(found)
+        findings.extend(_recursion(analysis))
         for item in self.items:
             analysis.item_refs[item] = _item_refs(item)
         models = [i for i in self.items if i.kind == "module" and isinstance(i.ast, A.ModuleDef) and i.ast.is_model]
@@ -464,6 +484,35 @@ def _check_item(ctx: CheckContext, item: Item, binding: dict[str, Type]) -> Item
             "L000", f"internal error while checking `{item.name}`: {type(err).__name__}: {err}",
             LocalAnchor(item, item.name_span), notes=["this is a bug in Linnet; please report it with this file"])])
     return result
+
+
+def _recursion(analysis: "Analysis") -> list[Finding]:
+    """Functions that call themselves, directly or through others. The compiler inlines
+    every call into straight-line code, so a call cycle has no meaning."""
+    edges: dict[tuple, list[tuple[tuple, Item, Span]]] = {}
+    for item, ia in analysis.items.items():
+        for _, result in ia.results[:1]:
+            for caller, callee, span in result.calls:
+                edges.setdefault(caller, []).append((callee, item, span))
+    out, reported = [], set()
+    for start in list(edges):
+        stack = [(start, [start], None)]
+        seen = set()
+        while stack:
+            node, path, first = stack.pop()
+            for callee, item, span in edges.get(node, ()):
+                call = first or (item, span)
+                if callee == start:
+                    cycle = frozenset(path)
+                    if cycle not in reported:
+                        reported.add(cycle)
+                        names = " -> ".join(".".join(p for p in part if p != "fn") for part in path + [start])
+                        out.append(Finding("L111", f"recursive call: {names}", LocalAnchor(*call),
+                                           notes=["calls are inlined when compiling: they cannot cycle"]))
+                elif callee not in seen:
+                    seen.add(callee)
+                    stack.append((callee, path + [callee], call))
+    return out
 
 
 def _merge(ia: ItemAnalysis, preferred: str | None) -> list[Finding]:

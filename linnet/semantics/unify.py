@@ -173,13 +173,16 @@ class Unifier:
                     self.solved[x] = None
         self.pending = []
 
-    def bindings_text(self, pattern: Dim, names: list[str]) -> str:
-        """`Hkv = 5 (from `k`)` for the solved variables of `pattern`."""
+    def bindings_text(self, pattern: Dim, names: list[str], parens: bool = True) -> str:
+        """`Hkv = 5 (from `k`)` for the solved variables of `pattern` (without parentheses:
+        `Hkv = 5 from `k``)."""
         parts = []
         for a in sorted(pattern.atoms(), key=lambda x: x.uid):
             if a in self.patterns and self.solved.get(a) is not None:
                 origin = self.origins.get(a)
-                src = f" (from `{names[origin]}`)" if origin is not None and origin < len(names) else ""
+                src = ""
+                if origin is not None and origin < len(names):
+                    src = f" (from `{names[origin]}`)" if parens else f" from `{names[origin]}`"
                 parts.append(f"{a.name} = {format_dim(self.solved[a].val)}{src}")
         return ", ".join(parts)
 

@@ -175,10 +175,10 @@ class _Formatter:
             return False
         if k == "LESSTHAN" and _is_name(prev) and prev2 is not None and str(prev2) == "fn":
             return False
+        if pk == "MINUS" and not (prev2 is not None and (prev2.type in OPERANDS or _is_name(prev2))):
+            return False  # unary minus: `-x`, `-(a + b)`
         if k in ("LPAR", "LSQB"):
             return not (_is_name(prev) or pk in ("RPAR", "RSQB"))
         if k == "EQUAL" or pk == "EQUAL":
             return not (inner == "LPAR" and not annotated[-1])
-        if pk == "MINUS" and not (prev2 is not None and (prev2.type in OPERANDS or _is_name(prev2))):
-            return False  # unary minus
         return True

@@ -350,7 +350,8 @@ def _recover(work: str, err: UnexpectedInput, problems: list[SyntaxProblem], rep
 
     if isinstance(err, UnexpectedCharacters):
         ch = work[pos] if pos < len(work) else ""
-        message = "unterminated string" if ch == '"' else f"unexpected character `{ch}`"
+        shown = f"`{ch}`" if ch.isprintable() and not ch.isspace() else f"U+{ord(ch):04X}" if ch else "end"
+        message = "unterminated string" if ch == '"' else f"unexpected character {shown}"
         report("L002", message, Span(pos, pos + 1))
     else:
         tok = err.token

@@ -111,3 +111,27 @@ def test_python_api():
     diags = linnet.check("fn f(x: [N]) -> [M] { x }")
     assert [d.code for d in diags] == ["L101"]
     assert linnet.check(str(EXAMPLES / "mlp.linnet")) == []
+
+
+def test_preset_with_its_own_config_error(tmp_path, capsys):
+    f = tmp_path / "p.linnet"
+    f.write_text("config C {\n    n: int = 2\n}\n\npreset bad = C { n = true }\n")
+    assert main(["check", "--preset", "bad", str(f)]) == 1
+    assert "error[L401]" in capsys.readouterr().out
+
+
+def test_an_unreadable_file_does_not_hide_the_others(tmp_path, capsys):
+    (tmp_path / "a.linnet").write_bytes("# caf\xe9\n".encode("latin-1"))
+    (tmp_path / "b.linnet").write_text("fn f(x: [N]) -> [M] {\n    x\n}\n")
+    (tmp_path / "c.linnet").write_text("\ufefffn g(x: [N]) -> [N] {\n    x\n}\n")  # a BOM is fine
+    assert main(["check", str(tmp_path)]) == 2
+    captured = capsys.readouterr()
+    assert "a.linnet: cannot read" in captured.err
+    assert "b.linnet:1:18: error[L101]: unknown dim `M`" in captured.out
+    assert "c.linnet" not in captured.out
+    assert main(["fmt", "--check", str(tmp_path / "a.linnet")]) == 2
+
+
+def test_version(capsys):
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.startswith("linnet ")

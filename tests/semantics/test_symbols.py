@@ -46,3 +46,23 @@ def test_members_methods_and_loops():
     assert TEXT.split("\n")[step.line - 1].strip().startswith("fn step")
     loop_var = at("for layer in layers", 4)
     assert len(ANALYSIS.references(loop_var)) == 2
+
+
+def test_no_type_shown_in_a_branch_not_taken():
+    text = ("config C {\n    flag: bool = true\n}\n\nmodule M(c: C) {\n    fn f(x: [N]) -> [N] {\n"
+            "        if c.flag { x } else { x * 2.0 }\n    }\n}\n")
+    from linnet.semantics.program import Document
+
+    analysis = Document("t.linnet", text).analyze()
+    assert analysis.type_at(text.index("{ x }") + 2).concrete == "[N]"
+    assert analysis.type_at(text.index("x * 2.0")) is None  # never checked: flag is true
+
+
+def test_edit_ranges_are_checked():
+    import pytest
+
+    from linnet.semantics.program import Document
+
+    doc = Document("t.linnet", "fn f(x: [N]) -> [N] { x }\n")
+    with pytest.raises(ValueError):
+        doc.edit(-1, 5, "")

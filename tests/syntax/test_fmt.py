@@ -89,3 +89,8 @@ def test_formatting_ignores_whitespace_and_is_idempotent(path, seed):
     assert format_source(out) == out
     assert _shape(messy) == _shape(out)
     assert _comments(messy) == _comments(out)
+
+
+def test_unary_minus_hugs_its_operand():
+    assert format_source("fn f(x: [N]) -> [N] {\n    - (x + x) * - x\n}\n") == \
+        "fn f(x: [N]) -> [N] {\n    -(x + x) * -x\n}\n"
