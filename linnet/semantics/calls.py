@@ -376,7 +376,7 @@ class CallsMixin:
         matched = self.match_args(names, defaults, e.args, callee, e, scope, owner_path=owner + ("param",))
         if target.item is not self.item:
             self.result.deps.setdefault(target.item.name, target.item.interface)
-        if self.current_fn is not None:
+        if self.current_fn is not None and not target.item.is_std:  # the standard library calls no user code
             self.result.calls.append((self.current_fn, owner, e.func.span))
         if matched is None:
             return UNKNOWN

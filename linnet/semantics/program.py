@@ -371,7 +371,9 @@ class Document:
                 findings.extend(found)
         findings.extend(_recursion(analysis))
         for item in self.items:
-            analysis.item_refs[item] = _item_refs(item)
+            if item._refs is None:
+                item._refs = _item_refs(item)
+            analysis.item_refs[item] = item._refs
         models = [i for i in self.items if i.kind == "module" and isinstance(i.ast, A.ModuleDef) and i.ast.is_model]
         if models:
             analysis.model = models[0]
@@ -380,7 +382,9 @@ class Document:
                                         labels=[Label(LocalAnchor(models[0], models[0].name_span), "the first one")],
                                         notes=["make the others `module`s"]))
         for item in self.items:
-            findings.extend(check_attributes(item))
+            if item._attribute_findings is None:
+                item._attribute_findings = check_attributes(item)
+            findings.extend(item._attribute_findings)
         diagnostics = []
         for item, p in problems:
             from .diagnostics import Finding as F
@@ -488,30 +492,69 @@ def _check_item(ctx: CheckContext, item: Item, binding: dict[str, Type]) -> Item
 
 def _recursion(analysis: "Analysis") -> list[Finding]:
     """Functions that call themselves, directly or through others. The compiler inlines
-    every call into straight-line code, so a call cycle has no meaning."""
+    every call into straight-line code, so a call cycle has no meaning. One finding per cycle
+    (strongly connected component of the call graph, Tarjan's algorithm, iterative)."""
     edges: dict[tuple, list[tuple[tuple, Item, Span]]] = {}
     for item, ia in analysis.items.items():
         for _, result in ia.results[:1]:
             for caller, callee, span in result.calls:
                 edges.setdefault(caller, []).append((callee, item, span))
-    out, reported = [], set()
-    for start in list(edges):
-        stack = [(start, [start], None)]
-        seen = set()
-        while stack:
-            node, path, first = stack.pop()
-            for callee, item, span in edges.get(node, ()):
-                call = first or (item, span)
-                if callee == start:
-                    cycle = frozenset(path)
-                    if cycle not in reported:
-                        reported.add(cycle)
-                        names = " -> ".join(".".join(p for p in part if p != "fn") for part in path + [start])
-                        out.append(Finding("L111", f"recursive call: {names}", LocalAnchor(*call),
-                                           notes=["calls are inlined when compiling: they cannot cycle"]))
-                elif callee not in seen:
-                    seen.add(callee)
-                    stack.append((callee, path + [callee], call))
+    # only functions checked here can close a cycle (the standard library calls no user code)
+    edges = {k: [e for e in v if e[0] in edges] for k, v in edges.items()}
+    edges = {k: v for k, v in edges.items() if v}
+    if not edges:
+        return []
+    index: dict[tuple, int] = {}
+    low: dict[tuple, int] = {}
+    on_stack: set[tuple] = set()
+    stack: list[tuple] = []
+    components: list[list[tuple]] = []
+    for root in edges:
+        if root in index:
+            continue
+        work = [(root, 0)]
+        while work:
+            node, i = work.pop()
+            if i == 0:
+                index[node] = low[node] = len(index)
+                stack.append(node)
+                on_stack.add(node)
+            succ = edges.get(node, ())
+            if i < len(succ):
+                work.append((node, i + 1))
+                nxt = succ[i][0]
+                if nxt not in index:
+                    work.append((nxt, 0))
+                elif nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+                continue
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    top = stack.pop()
+                    on_stack.discard(top)
+                    component.append(top)
+                    if top == node:
+                        break
+                components.append(component)
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+    out = []
+    for component in components:
+        first = min(component)
+        if len(component) == 1 and not any(callee == first for callee, _, _ in edges.get(first, ())):
+            continue  # a single function that does not call itself
+        members = set(component)
+        calls = [(callee, item, span) for callee, item, span in edges.get(first, ()) if callee in members]
+        order = [first]
+        while calls and calls[0][0] != first and len(order) < len(members):
+            order.append(calls[0][0])
+            calls = [c for c in edges.get(order[-1], ()) if c[0] in members] or calls
+        names = " -> ".join(".".join(p for p in part if p != "fn") for part in order + [first])
+        _, item, span = next(c for c in edges[first] if c[0] in members)
+        out.append(Finding("L111", f"recursive call: {names}", LocalAnchor(item, span),
+                           notes=["calls are inlined when compiling: they cannot cycle"]))
     return out
 
 

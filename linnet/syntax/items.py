@@ -71,6 +71,9 @@ class Item:
     problems: list[SyntaxProblem]
     is_std: bool = False
     interface: str = field(default="")
+    # what analyses derive from the item's text alone, computed once (semantics.program)
+    _refs: list | None = field(default=None, repr=False)
+    _attribute_findings: list | None = field(default=None, repr=False)
 
     def resolve(self, span: Span) -> Location:
         index = self.source.index
