@@ -145,8 +145,12 @@ def main() -> None:
     args = parser.parse_args()
     result = {
         "benchmark": "check_speed",
-        "machine": {"python": platform.python_version(), "platform": platform.platform(),
-                    "processor": platform.processor() or platform.machine(), "cpus": os.cpu_count()},
+        "machine": {
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "processor": platform.processor() or platform.machine(),
+            "cpus": os.cpu_count(),
+        },
         "versions": {"linnet": __import__("linnet").__version__, "lark": __import__("lark").__version__},
         "check_examples": time_cli(args.runs),
         "generated_5000_lines": time_big_file(args.edits),

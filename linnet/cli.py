@@ -100,9 +100,11 @@ def cmd_check(args: argparse.Namespace) -> int:
     n_warn = len(all_diags) - n_err
     if args.format == "text":
         checked = len(files) - unreadable
-        print(f"checked {checked} file{'s' if checked != 1 else ''}: {n_err} error{'s' if n_err != 1 else ''}, "
-              f"{n_warn} warning{'s' if n_warn != 1 else ''}" + (f"; {unreadable} unreadable" if unreadable else ""),
-              file=sys.stderr)
+        print(
+            f"checked {checked} file{'s' if checked != 1 else ''}: {n_err} error{'s' if n_err != 1 else ''}, "
+            f"{n_warn} warning{'s' if n_warn != 1 else ''}" + (f"; {unreadable} unreadable" if unreadable else ""),
+            file=sys.stderr,
+        )
     if unreadable:
         return EXIT_USAGE
     return EXIT_ERRORS if n_err else EXIT_OK

@@ -9,8 +9,7 @@ from tests.conftest import ROOT
 
 
 def test_docs_page_is_generated_from_the_registry():
-    assert (ROOT / "docs" / "diagnostics.md").read_text() == docs_markdown(), \
-        "regenerate with `make docs`"
+    assert (ROOT / "docs" / "diagnostics.md").read_text() == docs_markdown(), "regenerate with `make docs`"
 
 
 def test_every_code_used_is_registered():

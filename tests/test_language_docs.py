@@ -13,8 +13,10 @@ from linnet.syntax.fmt import format_source
 from tests.conftest import ROOT
 
 DOC = (ROOT / "docs" / "language.md").read_text()
-BLOCKS = [(m.group(1), m.group(2), DOC[: m.start()].count("\n") + 1, m.start(), m.end())
-          for m in re.finditer(r"^```(\w*)\n(.*?)^```$", DOC, re.S | re.M)]
+BLOCKS = [
+    (m.group(1), m.group(2), DOC[: m.start()].count("\n") + 1, m.start(), m.end())
+    for m in re.finditer(r"^```(\w*)\n(.*?)^```$", DOC, re.S | re.M)
+]
 
 
 def _shows(output: str, body: str) -> bool:
@@ -25,7 +27,7 @@ def _shows(output: str, body: str) -> bool:
 
 
 def _cases():
-    for i, (lang, body, line, _, end) in enumerate(BLOCKS):
+    for i, (lang, body, line, _, _end) in enumerate(BLOCKS):
         if lang != "linnet":
             continue
         nxt = BLOCKS[i + 1] if i + 1 < len(BLOCKS) else None
@@ -49,8 +51,9 @@ def test_language_doc_examples(body, output, tmp_path, capsys, monkeypatch):
     (tmp_path / name).write_text(body)
     main(["check", name])
     printed = capsys.readouterr().out.split("\n")
-    expected = [l for l in output.split("\n")[1:] if re.match(rf"{re.escape(name)}:\d+:\d+: (error|warning)\[", l)]
+    expected = [x for x in output.split("\n")[1:] if re.match(rf"{re.escape(name)}:\d+:\d+: (error|warning)\[", x)]
     assert expected, "the doc shows no diagnostic"
     for line in expected:
         assert line in printed, f"the doc shows\n  {line}\nbut linnet check prints\n  " + "\n  ".join(
-            l for l in printed if l.startswith(name))
+            x for x in printed if x.startswith(name)
+        )

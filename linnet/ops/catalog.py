@@ -13,8 +13,19 @@ from ..semantics.dims import Dim, format_dim, product
 from ..semantics.types import BOOL, I64, DType, Shape, TensorT, format_shape
 from .rearrange import rearrange_reference, rearrange_shape
 from .registry import (
-    REGISTRY, OpDef, OpError, OpParam, broadcast, describe_dtype, dim_index, exact, join_dtypes,
-    operand_dtype, register, same_dim, shape_of,
+    REGISTRY,
+    OpDef,
+    OpError,
+    OpParam,
+    broadcast,
+    describe_dtype,
+    dim_index,
+    exact,
+    join_dtypes,
+    operand_dtype,
+    register,
+    same_dim,
+    shape_of,
 )
 
 
@@ -26,8 +37,12 @@ def _np():
 
 def _require_float(d: DType, op: str, arg: str = "x") -> DType:
     if not d.is_float and d.kind != "any":
-        raise OpError("L303", f"`{op}` requires a float tensor, got {describe_dtype(d)}", arg,
-                      notes=["consider `cast(x, f32)` first"])
+        raise OpError(
+            "L303",
+            f"`{op}` requires a float tensor, got {describe_dtype(d)}",
+            arg,
+            notes=["consider `cast(x, f32)` first"],
+        )
     return d
 
 
@@ -52,12 +67,26 @@ def _unary(name, doc, ref, fold=None, float_only=True):
     def dtype_rule(a, _name=name):
         d = a["x"].dtype
         if not float_only and d == BOOL:
-            raise OpError("L303", f"`{_name}` requires numbers, got bool", "x",
-                          notes=["for bools use `not`"] if _name == "neg" else [])
+            raise OpError(
+                "L303",
+                f"`{_name}` requires numbers, got bool",
+                "x",
+                notes=["for bools use `not`"] if _name == "neg" else [],
+            )
         return _require_float(d, _name) if float_only else d
 
-    register(OpDef(name, [T("x", "tensor")], doc, lambda a: a["x"].shape, dtype_rule,
-                   reference=ref, fold=fold, category="elementwise"))
+    register(
+        OpDef(
+            name,
+            [T("x", "tensor")],
+            doc,
+            lambda a: a["x"].shape,
+            dtype_rule,
+            reference=ref,
+            fold=fold,
+            category="elementwise",
+        )
+    )
 
 
 def _sigmoid(x):
@@ -98,8 +127,9 @@ def _binary(name, op, doc, ref, fold, result=None):
             return result(d, _op)
         return d
 
-    register(OpDef(name, params, doc, shape_rule, dtype_rule, reference=ref, fold=fold,
-                   category="elementwise", operator=op))
+    register(
+        OpDef(name, params, doc, shape_rule, dtype_rule, reference=ref, fold=fold, category="elementwise", operator=op)
+    )
 
 
 def _int_only(d, op):
@@ -125,12 +155,30 @@ def _bool_only(d, op):
 _binary("add", "+", "Elementwise sum with broadcasting.", lambda x, y: x + y, lambda a, b: a + b)
 _binary("sub", "-", "Elementwise difference with broadcasting.", lambda x, y: x - y, lambda a, b: a - b)
 _binary("mul", "*", "Elementwise product with broadcasting.", lambda x, y: x * y, lambda a, b: a * b)
-_binary("div", "/", "Elementwise true division with broadcasting (floats only).", lambda x, y: x / y,
-        lambda a, b: a / b, result=_float_only)
-_binary("mod", "%", "Elementwise remainder with broadcasting (integers only).", lambda x, y: x % y,
-        lambda a, b: a % b, result=_int_only)
-_binary("pow", "**", "Elementwise power with broadcasting (floats only).", lambda x, y: x ** y,
-        lambda a, b: a ** b, result=_float_only)
+_binary(
+    "div",
+    "/",
+    "Elementwise true division with broadcasting (floats only).",
+    lambda x, y: x / y,
+    lambda a, b: a / b,
+    result=_float_only,
+)
+_binary(
+    "mod",
+    "%",
+    "Elementwise remainder with broadcasting (integers only).",
+    lambda x, y: x % y,
+    lambda a, b: a % b,
+    result=_int_only,
+)
+_binary(
+    "pow",
+    "**",
+    "Elementwise power with broadcasting (floats only).",
+    lambda x, y: x**y,
+    lambda a, b: a**b,
+    result=_float_only,
+)
 _binary("maximum", None, "Elementwise maximum with broadcasting.", lambda x, y: _np().maximum(x, y), max)
 _binary("minimum", None, "Elementwise minimum with broadcasting.", lambda x, y: _np().minimum(x, y), min)
 _binary("eq", "==", "Elementwise `==`; gives bool.", lambda x, y: x == y, lambda a, b: a == b, result=_to_bool)
@@ -139,15 +187,36 @@ _binary("lt", "<", "Elementwise `<`; gives bool.", lambda x, y: x < y, lambda a,
 _binary("le", "<=", "Elementwise `<=`; gives bool.", lambda x, y: x <= y, lambda a, b: a <= b, result=_to_bool)
 _binary("gt", ">", "Elementwise `>`; gives bool.", lambda x, y: x > y, lambda a, b: a > b, result=_to_bool)
 _binary("ge", ">=", "Elementwise `>=`; gives bool.", lambda x, y: x >= y, lambda a, b: a >= b, result=_to_bool)
-_binary("logical_and", "and", "Elementwise `and` of bool tensors.", lambda x, y: _np().logical_and(x, y),
-        lambda a, b: a and b, result=_bool_only)
-_binary("logical_or", "or", "Elementwise `or` of bool tensors.", lambda x, y: _np().logical_or(x, y),
-        lambda a, b: a or b, result=_bool_only)
+_binary(
+    "logical_and",
+    "and",
+    "Elementwise `and` of bool tensors.",
+    lambda x, y: _np().logical_and(x, y),
+    lambda a, b: a and b,
+    result=_bool_only,
+)
+_binary(
+    "logical_or",
+    "or",
+    "Elementwise `or` of bool tensors.",
+    lambda x, y: _np().logical_or(x, y),
+    lambda a, b: a or b,
+    result=_bool_only,
+)
 
-register(OpDef("logical_not", [T("x", "tensor")], "Elementwise `not` of a bool tensor.",
-               lambda a: a["x"].shape, lambda a: _require_bool(a["x"].dtype, "not", "x"),
-               reference=lambda x: _np().logical_not(x), fold=lambda v: not v, category="elementwise",
-               operator="not"))
+register(
+    OpDef(
+        "logical_not",
+        [T("x", "tensor")],
+        "Elementwise `not` of a bool tensor.",
+        lambda a: a["x"].shape,
+        lambda a: _require_bool(a["x"].dtype, "not", "x"),
+        reference=lambda x: _np().logical_not(x),
+        fold=lambda v: not v,
+        category="elementwise",
+        operator="not",
+    )
+)
 
 # ----------------------------------------------------------------------------- reductions
 
@@ -164,23 +233,51 @@ def _reduce_shape(a):
 
 
 def _reduction(name, doc, ref, dtype_rule):
-    register(OpDef(name, [T("x", "tensor"), T("dim", "index", -1), T("keepdim", "bool", False)], doc,
-                   _reduce_shape, dtype_rule, reference=ref, category="reduction"))
+    register(
+        OpDef(
+            name,
+            [T("x", "tensor"), T("dim", "index", -1), T("keepdim", "bool", False)],
+            doc,
+            _reduce_shape,
+            dtype_rule,
+            reference=ref,
+            category="reduction",
+        )
+    )
 
 
-_reduction("sum", "Sum over one dim (`keepdim` keeps it as size 1).",
-           lambda x, dim=-1, keepdim=False: _np().sum(x, axis=dim, keepdims=keepdim).astype(x.dtype),
-           lambda a: a["x"].dtype if a["x"].dtype != BOOL else I64)
-_reduction("mean", "Mean over one dim (floats only).",
-           lambda x, dim=-1, keepdim=False: _np().mean(x, axis=dim, keepdims=keepdim).astype(x.dtype),
-           lambda a: _require_float(a["x"].dtype, "mean"))
-_reduction("max", "Maximum over one dim.",
-           lambda x, dim=-1, keepdim=False: _np().max(x, axis=dim, keepdims=keepdim), lambda a: a["x"].dtype)
-_reduction("min", "Minimum over one dim.",
-           lambda x, dim=-1, keepdim=False: _np().min(x, axis=dim, keepdims=keepdim), lambda a: a["x"].dtype)
-_reduction("argmax", "Index of the maximum over one dim (i64; first index on ties).",
-           lambda x, dim=-1, keepdim=False: _np().expand_dims(_np().argmax(x, axis=dim), dim) if keepdim
-           else _np().argmax(x, axis=dim), lambda a: I64)
+_reduction(
+    "sum",
+    "Sum over one dim (`keepdim` keeps it as size 1).",
+    lambda x, dim=-1, keepdim=False: _np().sum(x, axis=dim, keepdims=keepdim).astype(x.dtype),
+    lambda a: a["x"].dtype if a["x"].dtype != BOOL else I64,
+)
+_reduction(
+    "mean",
+    "Mean over one dim (floats only).",
+    lambda x, dim=-1, keepdim=False: _np().mean(x, axis=dim, keepdims=keepdim).astype(x.dtype),
+    lambda a: _require_float(a["x"].dtype, "mean"),
+)
+_reduction(
+    "max",
+    "Maximum over one dim.",
+    lambda x, dim=-1, keepdim=False: _np().max(x, axis=dim, keepdims=keepdim),
+    lambda a: a["x"].dtype,
+)
+_reduction(
+    "min",
+    "Minimum over one dim.",
+    lambda x, dim=-1, keepdim=False: _np().min(x, axis=dim, keepdims=keepdim),
+    lambda a: a["x"].dtype,
+)
+_reduction(
+    "argmax",
+    "Index of the maximum over one dim (i64; first index on ties).",
+    lambda x, dim=-1, keepdim=False: (
+        _np().expand_dims(_np().argmax(x, axis=dim), dim) if keepdim else _np().argmax(x, axis=dim)
+    ),
+    lambda a: I64,
+)
 
 # ----------------------------------------------------------------------------- linear algebra
 
@@ -193,10 +290,13 @@ def _matmul_shape(a):
     if x.prefix is not None and len(xd) >= 1 and y.prefix is None and len(yd) == 2:
         # [..., K] @ [K, N] is [..., N] whether `x` is a vector or a batch of rows.
         if not same_dim(xd[-1], yd[0]):
-            raise OpError("L202", f"cannot matmul {format_shape(x)} with {format_shape(y)}: "
-                          f"{format_dim(xd[-1].val)} vs {format_dim(yd[0].val)}",
-                          arg_labels={"x": format_shape(x), "y": format_shape(y)},
-                          notes=["`a @ b` contracts the last dim of `a` with the second-to-last of `b`"])
+            raise OpError(
+                "L202",
+                f"cannot matmul {format_shape(x)} with {format_shape(y)}: "
+                f"{format_dim(xd[-1].val)} vs {format_dim(yd[0].val)}",
+                arg_labels={"x": format_shape(x), "y": format_shape(y)},
+                notes=["`a @ b` contracts the last dim of `a` with the second-to-last of `b`"],
+            )
         return Shape(tuple(xd[:-1]) + (yd[1],), x.prefix)
     x_vec = x.prefix is None and len(xd) == 1
     y_vec = y.prefix is None and len(yd) == 1
@@ -208,10 +308,12 @@ def _matmul_shape(a):
         raise OpError("L208", f"cannot matmul {format_shape(x)} with {format_shape(y)}: rank unknown")
     k1, k2 = xd[-1], yd[-2]
     if not same_dim(k1, k2):
-        raise OpError("L202", f"cannot matmul {format_shape(x)} with {format_shape(y)}: "
-                      f"{format_dim(k1.val)} vs {format_dim(k2.val)}",
-                      arg_labels={"x": format_shape(x), "y": format_shape(y)},
-                      notes=["`a @ b` contracts the last dim of `a` with the second-to-last of `b`"])
+        raise OpError(
+            "L202",
+            f"cannot matmul {format_shape(x)} with {format_shape(y)}: {format_dim(k1.val)} vs {format_dim(k2.val)}",
+            arg_labels={"x": format_shape(x), "y": format_shape(y)},
+            notes=["`a @ b` contracts the last dim of `a` with the second-to-last of `b`"],
+        )
     batch = broadcast(Shape(tuple(xd[:-2]), x.prefix), Shape(tuple(yd[:-2]), y.prefix))
     dims = list(batch.dims)
     if not x_vec:
@@ -228,11 +330,19 @@ def _matmul_dtype(a):
     return d
 
 
-register(OpDef("matmul", [T("x", "tensor"), T("y", "tensor")],
-               "Matrix product `x @ y` with numpy semantics: batch dims broadcast; rank-1 operands are "
-               "treated as a row or column vector.",
-               _matmul_shape, _matmul_dtype,
-               reference=lambda x, y: _np().matmul(x, y), category="linalg", operator="@"))
+register(
+    OpDef(
+        "matmul",
+        [T("x", "tensor"), T("y", "tensor")],
+        "Matrix product `x @ y` with numpy semantics: batch dims broadcast; rank-1 operands are "
+        "treated as a row or column vector.",
+        _matmul_shape,
+        _matmul_dtype,
+        reference=lambda x, y: _np().matmul(x, y),
+        category="linalg",
+        operator="@",
+    )
+)
 
 # ----------------------------------------------------------------------------- shape
 
@@ -241,19 +351,31 @@ def _reshape_shape(a):
     x: Shape = a["x"].shape
     target = list(a["shape"])
     if x.prefix is not None:
-        raise OpError("L208", f"reshape needs a known rank, got {format_shape(x)}",
-                      notes=["consider rearrange with `...`"])
+        raise OpError(
+            "L208", f"reshape needs a known rank, got {format_shape(x)}", notes=["consider rearrange with `...`"]
+        )
     before, after = product(x.dims), product(target)
     if before is not None and after is not None and not before.same(after):
-        raise OpError("L205", f"reshape from {format_shape(x)} to {format_shape(Shape(tuple(target)))} changes the "
-                      f"element count: {format_dim(before.val)} vs {format_dim(after.val)}", "shape")
+        raise OpError(
+            "L205",
+            f"reshape from {format_shape(x)} to {format_shape(Shape(tuple(target)))} changes the "
+            f"element count: {format_dim(before.val)} vs {format_dim(after.val)}",
+            "shape",
+        )
     return Shape(tuple(target))
 
 
-register(OpDef("reshape", [T("x", "tensor"), T("shape", "ints")],
-               "The same elements in a new shape (row-major); the element count must be equal.",
-               _reshape_shape, lambda a: a["x"].dtype,
-               reference=lambda x, shape: _np().reshape(x, [int(s) for s in shape]), category="shape"))
+register(
+    OpDef(
+        "reshape",
+        [T("x", "tensor"), T("shape", "ints")],
+        "The same elements in a new shape (row-major); the element count must be equal.",
+        _reshape_shape,
+        lambda a: a["x"].dtype,
+        reference=lambda x, shape: _np().reshape(x, [int(s) for s in shape]),
+        category="shape",
+    )
+)
 
 
 def _transpose_shape(a):
@@ -264,10 +386,17 @@ def _transpose_shape(a):
     return Shape(tuple(dims), x.prefix)
 
 
-register(OpDef("transpose", [T("x", "tensor"), T("dim0", "index", -2), T("dim1", "index", -1)],
-               "Swap two dims (by default the last two, so `transpose(w)` of a matrix is its transpose).",
-               _transpose_shape, lambda a: a["x"].dtype,
-               reference=lambda x, dim0=-2, dim1=-1: _np().swapaxes(x, dim0, dim1), category="shape"))
+register(
+    OpDef(
+        "transpose",
+        [T("x", "tensor"), T("dim0", "index", -2), T("dim1", "index", -1)],
+        "Swap two dims (by default the last two, so `transpose(w)` of a matrix is its transpose).",
+        _transpose_shape,
+        lambda a: a["x"].dtype,
+        reference=lambda x, dim0=-2, dim1=-1: _np().swapaxes(x, dim0, dim1),
+        category="shape",
+    )
+)
 
 
 def _permute_shape(a):
@@ -282,9 +411,17 @@ def _permute_shape(a):
     return Shape(tuple(x.dims[p] for p in norm))
 
 
-register(OpDef("permute", [T("x", "tensor"), T("dims", "indices")], "Reorder all dims (torch.permute).",
-               _permute_shape, lambda a: a["x"].dtype,
-               reference=lambda x, dims: _np().transpose(x, dims), category="shape"))
+register(
+    OpDef(
+        "permute",
+        [T("x", "tensor"), T("dims", "indices")],
+        "Reorder all dims (torch.permute).",
+        _permute_shape,
+        lambda a: a["x"].dtype,
+        reference=lambda x, dims: _np().transpose(x, dims),
+        category="shape",
+    )
+)
 
 
 def _unsqueeze_shape(a):
@@ -296,9 +433,17 @@ def _unsqueeze_shape(a):
     return Shape(tuple(dims), x.prefix)
 
 
-register(OpDef("unsqueeze", [T("x", "tensor"), T("dim", "index")],
-               "Insert a dim of size 1 at `dim` (of the result).", _unsqueeze_shape, lambda a: a["x"].dtype,
-               reference=lambda x, dim: _np().expand_dims(x, dim), category="shape"))
+register(
+    OpDef(
+        "unsqueeze",
+        [T("x", "tensor"), T("dim", "index")],
+        "Insert a dim of size 1 at `dim` (of the result).",
+        _unsqueeze_shape,
+        lambda a: a["x"].dtype,
+        reference=lambda x, dim: _np().expand_dims(x, dim),
+        category="shape",
+    )
+)
 
 
 def _squeeze_shape(a):
@@ -306,15 +451,26 @@ def _squeeze_shape(a):
     d = dim_index(x, a["dim"])
     dims = list(x.dims)
     if dims[d] is not None and dims[d].as_int() != 1:
-        raise OpError("L208", f"squeeze needs a dim of size 1, dim {a['dim']} of {format_shape(x)} is "
-                      f"{format_dim(dims[d].val)}", "dim")
+        raise OpError(
+            "L208",
+            f"squeeze needs a dim of size 1, dim {a['dim']} of {format_shape(x)} is {format_dim(dims[d].val)}",
+            "dim",
+        )
     del dims[d]
     return Shape(tuple(dims), x.prefix)
 
 
-register(OpDef("squeeze", [T("x", "tensor"), T("dim", "index")], "Remove a dim of size 1.",
-               _squeeze_shape, lambda a: a["x"].dtype,
-               reference=lambda x, dim: _np().squeeze(x, axis=dim), category="shape"))
+register(
+    OpDef(
+        "squeeze",
+        [T("x", "tensor"), T("dim", "index")],
+        "Remove a dim of size 1.",
+        _squeeze_shape,
+        lambda a: a["x"].dtype,
+        reference=lambda x, dim: _np().squeeze(x, axis=dim),
+        category="shape",
+    )
+)
 
 
 def _expand_shape(a):
@@ -328,22 +484,40 @@ def _expand_shape(a):
         dx, dt = x.dims[-i], target.dims[-i]
         if dx is None or dt is None or dx.same(dt) or dx.as_int() == 1:
             continue
-        raise OpError("L201", f"cannot expand {format_shape(x)} to {format_shape(target)} "
-                      f"(dim {len(x.dims) - i}: {format_dim(dx.val)} vs {format_dim(dt.val)})", "shape")
+        raise OpError(
+            "L201",
+            f"cannot expand {format_shape(x)} to {format_shape(target)} "
+            f"(dim {len(x.dims) - i}: {format_dim(dx.val)} vs {format_dim(dt.val)})",
+            "shape",
+        )
     return target
 
 
-register(OpDef("expand", [T("x", "tensor"), T("shape", "ints")],
-               "Broadcast to a shape (dims of size 1 repeat; numpy.broadcast_to).", _expand_shape,
-               lambda a: a["x"].dtype,
-               reference=lambda x, shape: _np().broadcast_to(x, [int(s) for s in shape]).copy(), category="shape"))
+register(
+    OpDef(
+        "expand",
+        [T("x", "tensor"), T("shape", "ints")],
+        "Broadcast to a shape (dims of size 1 repeat; numpy.broadcast_to).",
+        _expand_shape,
+        lambda a: a["x"].dtype,
+        reference=lambda x, shape: _np().broadcast_to(x, [int(s) for s in shape]).copy(),
+        category="shape",
+    )
+)
 
-register(OpDef("rearrange", [T("x", "tensor"), T("pattern", "str"), T("sizes", "sizes")],
-               'einops-style reshape and transpose: `rearrange(x, "b s (h d) -> b h s d", h=9)`. Every '
-               "axis on one side appears on the other; sizes of split groups are given as keywords or "
-               "inferred by exact division.",
-               lambda a: rearrange_shape(a["x"].shape, a["pattern"], a["sizes"]), lambda a: a["x"].dtype,
-               reference=rearrange_reference, category="shape"))
+register(
+    OpDef(
+        "rearrange",
+        [T("x", "tensor"), T("pattern", "str"), T("sizes", "sizes")],
+        'einops-style reshape and transpose: `rearrange(x, "b s (h d) -> b h s d", h=9)`. Every '
+        "axis on one side appears on the other; sizes of split groups are given as keywords or "
+        "inferred by exact division.",
+        lambda a: rearrange_shape(a["x"].shape, a["pattern"], a["sizes"]),
+        lambda a: a["x"].dtype,
+        reference=rearrange_reference,
+        category="shape",
+    )
+)
 
 
 def _concat_shape(a):
@@ -354,14 +528,19 @@ def _concat_shape(a):
     d = dim_index(first, a["dim"])
     total = Dim()
     dims = list(first.dims)
-    for i, t in enumerate(xs):
+    for t in xs:
         s = t.shape
         if len(s.dims) != len(first.dims) or (s.prefix is None) != (first.prefix is None):
-            raise OpError("L211", f"concat needs tensors of one rank: {format_shape(first)} and {format_shape(s)}", "xs")
+            raise OpError(
+                "L211", f"concat needs tensors of one rank: {format_shape(first)} and {format_shape(s)}", "xs"
+            )
         for j, (p, q) in enumerate(zip(first.dims, s.dims)):
             if j != len(dims) + d and not same_dim(p, q):
-                raise OpError("L211", f"concat along dim {a['dim']}: {format_shape(first)} and {format_shape(s)} "
-                              f"differ in dim {j}", "xs")
+                raise OpError(
+                    "L211",
+                    f"concat along dim {a['dim']}: {format_shape(first)} and {format_shape(s)} differ in dim {j}",
+                    "xs",
+                )
         if total is not None:
             total = None if s.dims[d] is None else total + s.dims[d]
     dims[d] = total
@@ -375,9 +554,17 @@ def _concat_dtype(a):
     return d
 
 
-register(OpDef("concat", [T("xs", "tensors"), T("dim", "index", -1)],
-               "Join tensors along one dim (torch.cat); the other dims must agree.", _concat_shape, _concat_dtype,
-               reference=lambda xs, dim=-1: _np().concatenate(xs, axis=dim), category="shape"))
+register(
+    OpDef(
+        "concat",
+        [T("xs", "tensors"), T("dim", "index", -1)],
+        "Join tensors along one dim (torch.cat); the other dims must agree.",
+        _concat_shape,
+        _concat_dtype,
+        reference=lambda xs, dim=-1: _np().concatenate(xs, axis=dim),
+        category="shape",
+    )
+)
 
 
 def _split_shapes(a):
@@ -390,8 +577,12 @@ def _split_shapes(a):
     total = acc
     have = x.dims[d]
     if total is not None and have is not None and not total.same(have):
-        raise OpError("L211", f"split sizes add up to {format_dim(total.val)} but dim {a['dim']} of "
-                      f"{format_shape(x)} is {format_dim(have.val)}", "sizes")
+        raise OpError(
+            "L211",
+            f"split sizes add up to {format_dim(total.val)} but dim {a['dim']} of "
+            f"{format_shape(x)} is {format_dim(have.val)}",
+            "sizes",
+        )
     out = []
     for s in sizes:
         dims = list(x.dims)
@@ -406,11 +597,18 @@ def _split_reference(x, sizes, dim=-1):
     return tuple(np.split(x, cuts, axis=dim))
 
 
-register(OpDef("split", [T("x", "tensor"), T("sizes", "ints"), T("dim", "index", -1)],
-               "Cut a tensor into pieces of the given sizes along one dim; gives a tuple "
-               "(`let (q, k, v) = split(qkv, [d, d, d], dim=-1)`).",
-               _split_shapes, lambda a: [a["x"].dtype] * len(a["sizes"]), reference=_split_reference,
-               category="shape"))
+register(
+    OpDef(
+        "split",
+        [T("x", "tensor"), T("sizes", "ints"), T("dim", "index", -1)],
+        "Cut a tensor into pieces of the given sizes along one dim; gives a tuple "
+        "(`let (q, k, v) = split(qkv, [d, d, d], dim=-1)`).",
+        _split_shapes,
+        lambda a: [a["x"].dtype] * len(a["sizes"]),
+        reference=_split_reference,
+        category="shape",
+    )
+)
 
 
 def _repeat_shape(a):
@@ -422,11 +620,18 @@ def _repeat_shape(a):
     return Shape(tuple(dims), x.prefix)
 
 
-register(OpDef("repeat_interleave", [T("x", "tensor"), T("repeats", "int"), T("dim", "index")],
-               "Repeat each slice along `dim` `repeats` times in place (torch.repeat_interleave): with "
-               "dim=1 on [B, Hkv, S, D], query head h reads KV head h // repeats (GQA).",
-               _repeat_shape, lambda a: a["x"].dtype,
-               reference=lambda x, repeats, dim: _np().repeat(x, int(repeats), axis=dim), category="shape"))
+register(
+    OpDef(
+        "repeat_interleave",
+        [T("x", "tensor"), T("repeats", "int"), T("dim", "index")],
+        "Repeat each slice along `dim` `repeats` times in place (torch.repeat_interleave): with "
+        "dim=1 on [B, Hkv, S, D], query head h reads KV head h // repeats (GQA).",
+        _repeat_shape,
+        lambda a: a["x"].dtype,
+        reference=lambda x, repeats, dim: _np().repeat(x, int(repeats), axis=dim),
+        category="shape",
+    )
+)
 
 # ----------------------------------------------------------------------------- indexing
 
@@ -438,18 +643,25 @@ def _take_shape(a):
     if x.prefix is not None and idx.prefix is not None:
         raise OpError("L208", "take: both the tensor and the indices have a `...`")
     n = len(x.dims)
-    dims = list(x.dims[: n + d]) + list(idx.dims) + list(x.dims[n + d + 1:])
+    dims = list(x.dims[: n + d]) + list(idx.dims) + list(x.dims[n + d + 1 :])
     prefix = x.prefix if x.prefix is not None else idx.prefix
     if idx.prefix is not None and n + d > 0:
         raise OpError("L208", "take: indices with `...` must index the first dim")
     return Shape(tuple(dims), prefix)
 
 
-register(OpDef("take", [T("x", "tensor"), T("indices", "tensor"), T("dim", "index", 0)],
-               "Gather slices of `x` along `dim` at integer `indices` (numpy.take; torch.index_select "
-               "generalised to any index shape). `take(weight, ids, dim=0)` is an embedding lookup.",
-               _take_shape, lambda a: (_require_int(a["indices"].dtype, "take", "indices"), a["x"].dtype)[1],
-               reference=lambda x, indices, dim=0: _np().take(x, indices, axis=dim), category="indexing"))
+register(
+    OpDef(
+        "take",
+        [T("x", "tensor"), T("indices", "tensor"), T("dim", "index", 0)],
+        "Gather slices of `x` along `dim` at integer `indices` (numpy.take; torch.index_select "
+        "generalised to any index shape). `take(weight, ids, dim=0)` is an embedding lookup.",
+        _take_shape,
+        lambda a: (_require_int(a["indices"].dtype, "take", "indices"), a["x"].dtype)[1],
+        reference=lambda x, indices, dim=0: _np().take(x, indices, axis=dim),
+        category="indexing",
+    )
+)
 
 
 def _slice_shape(a):
@@ -472,8 +684,9 @@ def _slice_shape(a):
                 stop = Dim.of(n_int + e_int)
                 e_int = n_int + e_int
             if (s_int is not None and not 0 <= s_int <= n_int) or (e_int is not None and not 0 <= e_int <= n_int):
-                raise OpError("L212", f"slice {format_dim(start)}:{format_dim(stop)} is out of range for a dim of "
-                              f"size {n_int}")
+                raise OpError(
+                    "L212", f"slice {format_dim(start)}:{format_dim(stop)} is out of range for a dim of size {n_int}"
+                )
         elif (s_int is not None and s_int < 0) or (e_int is not None and e_int < 0):
             if size is None:
                 dims[d] = None
@@ -488,12 +701,19 @@ def _slice_shape(a):
     return Shape(tuple(dims), x.prefix)
 
 
-register(OpDef("slice", [T("x", "tensor"), T("dim", "index"), T("start", "int", None), T("stop", "int", None)],
-               "Elements `start:stop` of one dim (what `x[..., a:b]` means). Negative bounds count from "
-               "the end.", _slice_shape, lambda a: a["x"].dtype,
-               reference=lambda x, dim, start=None, stop=None: _np().take(
-                   x, range(*slice(start, stop).indices(x.shape[dim])), axis=dim),
-               category="indexing"))
+register(
+    OpDef(
+        "slice",
+        [T("x", "tensor"), T("dim", "index"), T("start", "int", None), T("stop", "int", None)],
+        "Elements `start:stop` of one dim (what `x[..., a:b]` means). Negative bounds count from the end.",
+        _slice_shape,
+        lambda a: a["x"].dtype,
+        reference=lambda x, dim, start=None, stop=None: _np().take(
+            x, range(*slice(start, stop).indices(x.shape[dim])), axis=dim
+        ),
+        category="indexing",
+    )
+)
 
 
 def _select_shape(a):
@@ -507,16 +727,24 @@ def _select_shape(a):
     if idx is not None and dims[d] is not None and n is None:
         past = (dims[d] - idx).as_int()  # size - index known although the size is not
         if past is not None and past <= 0:
-            raise OpError("L212", f"index {format_dim(idx)} is past the end of a dim of size {format_dim(dims[d])}",
-                          "index")
+            raise OpError(
+                "L212", f"index {format_dim(idx)} is past the end of a dim of size {format_dim(dims[d])}", "index"
+            )
     del dims[d]
     return Shape(tuple(dims), x.prefix)
 
 
-register(OpDef("select", [T("x", "tensor"), T("dim", "index"), T("index", "int")],
-               "One element of one dim, removing it (what `x[:, -1]` means).", _select_shape,
-               lambda a: a["x"].dtype,
-               reference=lambda x, dim, index: _np().take(x, int(index), axis=dim), category="indexing"))
+register(
+    OpDef(
+        "select",
+        [T("x", "tensor"), T("dim", "index"), T("index", "int")],
+        "One element of one dim, removing it (what `x[:, -1]` means).",
+        _select_shape,
+        lambda a: a["x"].dtype,
+        reference=lambda x, dim, index: _np().take(x, int(index), axis=dim),
+        category="indexing",
+    )
+)
 
 
 def _where_shape(a):
@@ -532,22 +760,37 @@ def _where_dtype(a):
     try:
         return operand_dtype(a, ("x", "y"), "where")
     except OpError as err:
-        raise OpError("L306", f"where's branches differ: {err.message.split(': ', 1)[-1]}", "y",
-                      notes=err.notes) from err
+        raise OpError(
+            "L306", f"where's branches differ: {err.message.split(': ', 1)[-1]}", "y", notes=err.notes
+        ) from err
 
 
-register(OpDef("where", [T("cond", "tensor"), T("x", "operand"), T("y", "operand")],
-               "Elementwise choice: `x` where `cond` is true, else `y` (broadcast; one dtype).",
-               _where_shape, _where_dtype, reference=lambda cond, x, y: _np().where(cond, x, y),
-               category="indexing"))
+register(
+    OpDef(
+        "where",
+        [T("cond", "tensor"), T("x", "operand"), T("y", "operand")],
+        "Elementwise choice: `x` where `cond` is true, else `y` (broadcast; one dtype).",
+        _where_shape,
+        _where_dtype,
+        reference=lambda cond, x, y: _np().where(cond, x, y),
+        category="indexing",
+    )
+)
 
 # ----------------------------------------------------------------------------- construction and dtype
 
 
-register(OpDef("cast", [T("x", "tensor"), T("dtype", "dtype")],
-               "Convert to another dtype (`cast(h, f32)`, `cast(h, x.dtype)`): the only way dtypes change.",
-               lambda a: a["x"].shape, lambda a: a["dtype"],
-               reference=lambda x, dtype: x.astype(dtype), category="dtype"))
+register(
+    OpDef(
+        "cast",
+        [T("x", "tensor"), T("dtype", "dtype")],
+        "Convert to another dtype (`cast(h, f32)`, `cast(h, x.dtype)`): the only way dtypes change.",
+        lambda a: a["x"].shape,
+        lambda a: a["dtype"],
+        reference=lambda x, dtype: x.astype(dtype),
+        category="dtype",
+    )
+)
 
 
 def _arange_shape(a):
@@ -566,36 +809,71 @@ def _arange_shape(a):
     return Shape((exact(span, step, "arange length", "stop"),))
 
 
-register(OpDef("arange", [T("start", "int"), T("stop", "int", None), T("step", "int", Dim.of(1))],
-               "i64[n]: start, start + step, ... below stop (`arange(S)` is 0..S-1).",
-               _arange_shape, lambda a: I64,
-               reference=lambda start, stop=None, step=1: _np().arange(int(start), None if stop is None else int(stop),
-                                                                        int(step), dtype="int64"),
-               category="construction"))
+register(
+    OpDef(
+        "arange",
+        [T("start", "int"), T("stop", "int", None), T("step", "int", Dim.of(1))],
+        "i64[n]: start, start + step, ... below stop (`arange(S)` is 0..S-1).",
+        _arange_shape,
+        lambda a: I64,
+        reference=lambda start, stop=None, step=1: _np().arange(
+            int(start), None if stop is None else int(stop), int(step), dtype="int64"
+        ),
+        category="construction",
+    )
+)
 
-register(OpDef("full", [T("shape", "ints"), T("value", "float"), T("dtype", "dtype")],
-               "A tensor of one value.", lambda a: Shape(tuple(a["shape"])), lambda a: a["dtype"],
-               reference=lambda shape, value, dtype: _np().full([int(s) for s in shape], value, dtype=dtype),
-               category="construction"))
-register(OpDef("zeros", [T("shape", "ints"), T("dtype", "dtype")], "A tensor of zeros.",
-               lambda a: Shape(tuple(a["shape"])), lambda a: a["dtype"],
-               reference=lambda shape, dtype: _np().zeros([int(s) for s in shape], dtype=dtype),
-               category="construction"))
-register(OpDef("ones", [T("shape", "ints"), T("dtype", "dtype")], "A tensor of ones.",
-               lambda a: Shape(tuple(a["shape"])), lambda a: a["dtype"],
-               reference=lambda shape, dtype: _np().ones([int(s) for s in shape], dtype=dtype),
-               category="construction"))
+register(
+    OpDef(
+        "full",
+        [T("shape", "ints"), T("value", "float"), T("dtype", "dtype")],
+        "A tensor of one value.",
+        lambda a: Shape(tuple(a["shape"])),
+        lambda a: a["dtype"],
+        reference=lambda shape, value, dtype: _np().full([int(s) for s in shape], value, dtype=dtype),
+        category="construction",
+    )
+)
+register(
+    OpDef(
+        "zeros",
+        [T("shape", "ints"), T("dtype", "dtype")],
+        "A tensor of zeros.",
+        lambda a: Shape(tuple(a["shape"])),
+        lambda a: a["dtype"],
+        reference=lambda shape, dtype: _np().zeros([int(s) for s in shape], dtype=dtype),
+        category="construction",
+    )
+)
+register(
+    OpDef(
+        "ones",
+        [T("shape", "ints"), T("dtype", "dtype")],
+        "A tensor of ones.",
+        lambda a: Shape(tuple(a["shape"])),
+        lambda a: a["dtype"],
+        reference=lambda shape, dtype: _np().ones([int(s) for s in shape], dtype=dtype),
+        category="construction",
+    )
+)
 
 
 def _min_value_dtype(a):
     return _require_float(a["dtype"], "min_value", "dtype")
 
 
-register(OpDef("min_value", [T("dtype", "dtype")],
-               "The most negative finite value of a float dtype, as a 0-d tensor (torch.finfo(dtype).min; "
-               "transformers fills masked attention scores with it).",
-               lambda a: Shape(()), _min_value_dtype,
-               reference=lambda dtype: _np().array(_np().finfo(dtype).min, dtype=dtype), category="construction"))
+register(
+    OpDef(
+        "min_value",
+        [T("dtype", "dtype")],
+        "The most negative finite value of a float dtype, as a 0-d tensor (torch.finfo(dtype).min; "
+        "transformers fills masked attention scores with it).",
+        lambda a: Shape(()),
+        _min_value_dtype,
+        reference=lambda dtype: _np().array(_np().finfo(dtype).min, dtype=dtype),
+        category="construction",
+    )
+)
 
 # ----------------------------------------------------------------------------- state
 
@@ -607,12 +885,18 @@ def _cache_write_shape(a):
             raise OpError("L208", f"cache_write needs `{name}` of rank {rank}, got {format_shape(s)}", name)
     for i, what in ((1, "heads"), (3, "head size")):
         if not same_dim(cache.dims[i], new.dims[i]):
-            raise OpError("L203", f"cache_write: `new` {format_shape(new)} and `cache` {format_shape(cache)} differ "
-                          f"in {what} (dim {i})", "new")
+            raise OpError(
+                "L203",
+                f"cache_write: `new` {format_shape(new)} and `cache` {format_shape(cache)} differ in {what} (dim {i})",
+                "new",
+            )
     for name, s in (("rows", rows), ("positions", positions)):
         if not same_dim(s.dims[0], new.dims[0]):
-            raise OpError("L203", f"cache_write: `{name}` {format_shape(s)} has one entry per batch row of `new` "
-                          f"{format_shape(new)}", name)
+            raise OpError(
+                "L203",
+                f"cache_write: `{name}` {format_shape(s)} has one entry per batch row of `new` {format_shape(new)}",
+                name,
+            )
     return cache
 
 
@@ -626,15 +910,23 @@ def _cache_write_reference(cache, rows, positions, new):
     out = cache.copy()
     s = new.shape[2]
     for b in range(new.shape[0]):
-        out[rows[b], :, positions[b]:positions[b] + s, :] = new[b]
+        out[rows[b], :, positions[b] : positions[b] + s, :] = new[b]
     return out
 
 
-register(OpDef("cache_write", [T("cache", "tensor"), T("rows", "tensor"), T("positions", "tensor"), T("new", "tensor")],
-               "KV-cache update: cache [max_batch, H, max_positions, D] with new [B, H, S, D] written at row "
-               "rows[b], positions positions[b] .. positions[b] + S - 1. Returns the updated cache (backends "
-               "update it in place).", _cache_write_shape, _cache_write_dtype,
-               reference=_cache_write_reference, category="state"))
+register(
+    OpDef(
+        "cache_write",
+        [T("cache", "tensor"), T("rows", "tensor"), T("positions", "tensor"), T("new", "tensor")],
+        "KV-cache update: cache [max_batch, H, max_positions, D] with new [B, H, S, D] written at row "
+        "rows[b], positions positions[b] .. positions[b] + S - 1. Returns the updated cache (backends "
+        "update it in place).",
+        _cache_write_shape,
+        _cache_write_dtype,
+        reference=_cache_write_reference,
+        category="state",
+    )
+)
 
 # The binary operators and the ops they mean.
 OPERATORS = {op.operator: op.name for op in REGISTRY.values() if op.operator}

@@ -113,12 +113,20 @@ def rearrange_shape(x: Shape, pattern_text: str, sizes: dict[str, Dim | None]) -
     right_names = {a.name for a in right}
     for a in right:
         if a.name not in left_names:
-            raise OpError("L207", f"axis `{a.name}` is on the right of the pattern but not on the left",
-                          "pattern", inner=(a.start, a.end))
+            raise OpError(
+                "L207",
+                f"axis `{a.name}` is on the right of the pattern but not on the left",
+                "pattern",
+                inner=(a.start, a.end),
+            )
     for a in left:
         if a.name not in right_names:
-            raise OpError("L207", f"axis `{a.name}` is dropped: rearrange keeps every axis (use a reduction)",
-                          "pattern", inner=(a.start, a.end))
+            raise OpError(
+                "L207",
+                f"axis `{a.name}` is dropped: rearrange keeps every axis (use a reduction)",
+                "pattern",
+                inner=(a.start, a.end),
+            )
     for name in sizes:
         if name not in left_names:
             raise OpError("L207", f"size given for `{name}`, which the pattern doesn't use", name)
@@ -127,27 +135,43 @@ def rearrange_shape(x: Shape, pattern_text: str, sizes: dict[str, Dim | None]) -
 
     # Match the left side against the input's dims.
     pre = pat.lhs[: pat.lhs.index("...")] if "..." in pat.lhs else pat.lhs
-    post = pat.lhs[pat.lhs.index("...") + 1:] if "..." in pat.lhs else []
+    post = pat.lhs[pat.lhs.index("...") + 1 :] if "..." in pat.lhs else []
     dims = x.dims
     if x.prefix is not None:
         if "..." not in pat.lhs or pre:
-            raise OpError("L208", f"the pattern names leading dims of {format_shape(x)}, whose `...` has unknown rank",
-                          "pattern", inner=pat.lhs_span)
+            raise OpError(
+                "L208",
+                f"the pattern names leading dims of {format_shape(x)}, whose `...` has unknown rank",
+                "pattern",
+                inner=pat.lhs_span,
+            )
         if len(post) > len(dims):
-            raise OpError("L208", f"the pattern has {len(post)} dims after `...`, {format_shape(x)} has {len(dims)}",
-                          "pattern", inner=pat.lhs_span)
+            raise OpError(
+                "L208",
+                f"the pattern has {len(post)} dims after `...`, {format_shape(x)} has {len(dims)}",
+                "pattern",
+                inner=pat.lhs_span,
+            )
         ell_dims = dims[: len(dims) - len(post)]
-        matched = list(zip(post, dims[len(dims) - len(post):]))
+        matched = list(zip(post, dims[len(dims) - len(post) :]))
     elif "..." in pat.lhs:
         if len(pre) + len(post) > len(dims):
-            raise OpError("L208", f"the pattern has {len(pre) + len(post)} dims besides `...`, "
-                          f"{format_shape(x)} has {len(dims)}", "pattern", inner=pat.lhs_span)
-        ell_dims = dims[len(pre): len(dims) - len(post)]
-        matched = list(zip(pre, dims[: len(pre)])) + list(zip(post, dims[len(dims) - len(post):]))
+            raise OpError(
+                "L208",
+                f"the pattern has {len(pre) + len(post)} dims besides `...`, {format_shape(x)} has {len(dims)}",
+                "pattern",
+                inner=pat.lhs_span,
+            )
+        ell_dims = dims[len(pre) : len(dims) - len(post)]
+        matched = list(zip(pre, dims[: len(pre)])) + list(zip(post, dims[len(dims) - len(post) :]))
     else:
         if len(pat.lhs) != len(dims):
-            raise OpError("L208", f"the pattern's left side has {len(pat.lhs)} dims, {format_shape(x)} has {len(dims)}",
-                          "pattern", inner=pat.lhs_span)
+            raise OpError(
+                "L208",
+                f"the pattern's left side has {len(pat.lhs)} dims, {format_shape(x)} has {len(dims)}",
+                "pattern",
+                inner=pat.lhs_span,
+            )
         ell_dims = ()
         matched = list(zip(pat.lhs, dims))
 
@@ -159,8 +183,12 @@ def rearrange_shape(x: Shape, pattern_text: str, sizes: dict[str, Dim | None]) -
         unknown = [a for a in group.axes if a.name is not None and a.name not in known]
         if len(unknown) > 1:
             names = " and ".join(f"`{a.name}`" for a in unknown)
-            raise OpError("L207", f"cannot infer both {names} in this group: give one size as a keyword",
-                          "pattern", inner=(group.start, group.end))
+            raise OpError(
+                "L207",
+                f"cannot infer both {names} in this group: give one size as a keyword",
+                "pattern",
+                inner=(group.start, group.end),
+            )
         given = product(Dim.of(1) if a.name is None else known[a.name] for a in group.axes if a not in unknown)
         if dim is None or given is None:
             if unknown:
@@ -172,11 +200,19 @@ def rearrange_shape(x: Shape, pattern_text: str, sizes: dict[str, Dim | None]) -
             try:
                 known[unknown[0].name] = exact(dim, given, what, "pattern")
             except OpError as err:
-                raise OpError("L205", f"{what}: {format_dim(dim.val)} is not divisible by {format_dim(given.val)}",
-                              "pattern", inner=(group.start, group.end)) from err
+                raise OpError(
+                    "L205",
+                    f"{what}: {format_dim(dim.val)} is not divisible by {format_dim(given.val)}",
+                    "pattern",
+                    inner=(group.start, group.end),
+                ) from err
         elif not given.same(dim):
-            raise OpError("L205", f"{text} is {format_dim(given.val)} but the input dim is {format_dim(dim.val)}",
-                          "pattern", inner=(group.start, group.end))
+            raise OpError(
+                "L205",
+                f"{text} is {format_dim(given.val)} but the input dim is {format_dim(dim.val)}",
+                "pattern",
+                inner=(group.start, group.end),
+            )
 
     out: list[Dim | None] = []
     prefix = None
@@ -190,12 +226,15 @@ def rearrange_shape(x: Shape, pattern_text: str, sizes: dict[str, Dim | None]) -
 
 
 def _group_text(pattern: str, group: Group) -> str:
-    return " ".join(pattern[group.start:group.end].split())
+    return " ".join(pattern[group.start : group.end].split())
 
 
 def _given_text(group: Group, unknown: list[Axis], known: dict) -> str:
-    parts = [f"{a.name} = {format_dim(known[a.name].val)}" for a in group.axes
-             if a.name is not None and a not in unknown and known.get(a.name) is not None]
+    parts = [
+        f"{a.name} = {format_dim(known[a.name].val)}"
+        for a in group.axes
+        if a.name is not None and a not in unknown and known.get(a.name) is not None
+    ]
     return ", ".join(parts) if parts else "no sizes given"
 
 
@@ -206,7 +245,7 @@ def rearrange_reference(x, pattern: str, **sizes):
     pat = parse_pattern(pattern)
     x = np.asarray(x)
     pre = pat.lhs[: pat.lhs.index("...")] if "..." in pat.lhs else pat.lhs
-    post = pat.lhs[pat.lhs.index("...") + 1:] if "..." in pat.lhs else []
+    post = pat.lhs[pat.lhs.index("...") + 1 :] if "..." in pat.lhs else []
     n_ell = x.ndim - len(pre) - len(post)
     shape_by_axis: dict[str, int] = {k: int(v) for k, v in sizes.items()}
     axes_order: list[str] = []

@@ -27,8 +27,7 @@ REQUIRED = object()
 #   indices     a list of known constant ints
 #   bool, float, str, dtype
 #   sizes       the remaining keyword arguments, each a compile-time int (rearrange's axis sizes)
-KINDS = ("tensor", "operand", "tensors", "int", "index", "ints", "indices", "bool", "float", "str",
-         "dtype", "sizes")
+KINDS = ("tensor", "operand", "tensors", "int", "index", "ints", "indices", "bool", "float", "str", "dtype", "sizes")
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,8 +43,16 @@ class OpError(Exception):
     to point at (None: the whole call); `inner` is a (start, end) range inside a string argument
     (rearrange patterns); `arg_labels` maps argument names to label texts."""
 
-    def __init__(self, code: str, message: str, arg: str | None = None, *, notes=(), inner=None,
-                 arg_labels: dict[str, str] | None = None):
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        arg: str | None = None,
+        *,
+        notes=(),
+        inner=None,
+        arg_labels: dict[str, str] | None = None,
+    ):
         super().__init__(message)
         self.code = code
         self.message = message
@@ -112,8 +119,12 @@ def dim_index(shape: Shape, dim: int, arg: str = "dim", extra: int = 0) -> int:
             raise OpError("L208", f"dim {dim} is out of range for {format_shape(shape)} (rank {len(shape.dims)})", arg)
         return dim - n if dim >= 0 else dim
     if dim >= 0:
-        raise OpError("L208", f"dim {dim} of {format_shape(shape)} is not known: `...` has unknown rank; "
-                      f"count from the end (dim={dim - n if dim < n else -1})", arg)
+        raise OpError(
+            "L208",
+            f"dim {dim} of {format_shape(shape)} is not known: `...` has unknown rank; "
+            f"count from the end (dim={dim - n if dim < n else -1})",
+            arg,
+        )
     if dim < -n:
         raise OpError("L208", f"dim {dim} reaches into the `...` of {format_shape(shape)}", arg)
     return dim
@@ -143,18 +154,27 @@ def broadcast(a: Shape, b: Shape, names=("x", "y")) -> Shape:
         else:
             n = max(la, lb)
             pos = n - i if a.prefix is None and b.prefix is None else -i
-            raise OpError("L201", f"shapes don't broadcast: {format_shape(a)} and {format_shape(b)} "
-                          f"(dim {pos}: {format_dim(da.val)} vs {format_dim(db.val)})",
-                          arg_labels={names[0]: format_shape(a), names[1]: format_shape(b)})
+            raise OpError(
+                "L201",
+                f"shapes don't broadcast: {format_shape(a)} and {format_shape(b)} "
+                f"(dim {pos}: {format_dim(da.val)} vs {format_dim(db.val)})",
+                arg_labels={names[0]: format_shape(a), names[1]: format_shape(b)},
+            )
     out.reverse()
     prefix = a.prefix or b.prefix
     if a.prefix is not None and b.prefix is not None and a.prefix is not b.prefix:
-        raise OpError("L201", f"shapes don't broadcast: {format_shape(a)} and {format_shape(b)} have "
-                      "different `...`", arg_labels={names[0]: format_shape(a), names[1]: format_shape(b)})
+        raise OpError(
+            "L201",
+            f"shapes don't broadcast: {format_shape(a)} and {format_shape(b)} have different `...`",
+            arg_labels={names[0]: format_shape(a), names[1]: format_shape(b)},
+        )
     for shape, other in ((a, b), (b, a)):
         if shape.prefix is not None and other.prefix is None and len(other.dims) > len(shape.dims):
-            raise OpError("L208", f"cannot broadcast {format_shape(shape)} with {format_shape(other)}: "
-                          "`...` has unknown rank", arg_labels={names[0]: format_shape(a), names[1]: format_shape(b)})
+            raise OpError(
+                "L208",
+                f"cannot broadcast {format_shape(shape)} with {format_shape(other)}: `...` has unknown rank",
+                arg_labels={names[0]: format_shape(a), names[1]: format_shape(b)},
+            )
     return Shape(tuple(out), prefix)
 
 
@@ -178,11 +198,15 @@ def join_dtypes(a: DType, b: DType, op: str) -> DType:
     if a == b:
         return a
     if a.is_float and b.is_float:
-        raise OpError("L301", f"mixed float dtypes in `{op}`: {describe_dtype(a)} and {describe_dtype(b)}",
-                      notes=["consider an explicit cast: `cast(y, x.dtype)`"])
+        raise OpError(
+            "L301",
+            f"mixed float dtypes in `{op}`: {describe_dtype(a)} and {describe_dtype(b)}",
+            notes=["consider an explicit cast: `cast(y, x.dtype)`"],
+        )
     if a.kind != b.kind or a.is_int:
-        raise OpError("L302", f"`{op}` mixes {describe_dtype(a)} and {describe_dtype(b)}",
-                      notes=["consider an explicit cast"])
+        raise OpError(
+            "L302", f"`{op}` mixes {describe_dtype(a)} and {describe_dtype(b)}", notes=["consider an explicit cast"]
+        )
     raise OpError("L303", f"`{op}` mixes {describe_dtype(a)} and {describe_dtype(b)}")
 
 
@@ -200,8 +224,12 @@ def operand_dtype(args: dict, names=("x", "y"), op: str = "") -> DType:
     tensor_dtype, scalar = (ta, b) if ta is not None else (tb, a)
     kind = scalar_kind(scalar)
     if kind == "float" and not tensor_dtype.is_float:
-        raise OpError("L302", f"`{op}` mixes {describe_dtype(tensor_dtype)} with a float",
-                      names[1] if ta is not None else names[0], notes=["consider `cast(x, f32)` first"])
+        raise OpError(
+            "L302",
+            f"`{op}` mixes {describe_dtype(tensor_dtype)} with a float",
+            names[1] if ta is not None else names[0],
+            notes=["consider `cast(x, f32)` first"],
+        )
     if kind == "bool" and tensor_dtype != BOOL:
         raise OpError("L303", f"`{op}` mixes {describe_dtype(tensor_dtype)} with a bool")
     return tensor_dtype

@@ -9,12 +9,19 @@ from ..syntax.items import Item
 from .diagnostics import Finding, LocalAnchor
 
 _ALLOWED = {
-    A.PresetDef: ("weights", "a preset's default weights: an embedded id (`@weights(\"smollm2-135m-instruct\")`)"),
-    A.FieldDecl: ("name", "the checkpoint name of this member (`@name(\"LayerNorm\")`)"),
+    A.PresetDef: ("weights", 'a preset\'s default weights: an embedded id (`@weights("smollm2-135m-instruct")`)'),
+    A.FieldDecl: ("name", 'the checkpoint name of this member (`@name("LayerNorm")`)'),
 }
 
-_WHAT = {A.PresetDef: "a preset", A.ConfigDef: "a config", A.ConfigField: "a config field", A.ModuleDef: "a module",
-         A.FnDef: "a function", A.FieldDecl: "a member", A.StateDecl: "module state"}
+_WHAT = {
+    A.PresetDef: "a preset",
+    A.ConfigDef: "a config",
+    A.ConfigField: "a config field",
+    A.ModuleDef: "a module",
+    A.FnDef: "a function",
+    A.FieldDecl: "a member",
+    A.StateDecl: "module state",
+}
 
 
 def check_attributes(item: Item) -> list[Finding]:
@@ -30,11 +37,19 @@ def check_attributes(item: Item) -> list[Finding]:
             if allowed is None or allowed[0] != name:
                 hint = f"; `@{allowed[0]}` is" if allowed else "; attributes are"
                 hint += " allowed here" if allowed else " `@weights` on presets and `@name` on members"
-                out.append(Finding("L111", f"`@{name}` is not an attribute of {where}{hint}",
-                                   LocalAnchor(item, attr.name.span)))
+                out.append(
+                    Finding(
+                        "L111", f"`@{name}` is not an attribute of {where}{hint}", LocalAnchor(item, attr.name.span)
+                    )
+                )
             elif len(attr.args) != 1 or attr.args[0].name is not None or not isinstance(attr.args[0].value, A.StrLit):
                 out.append(Finding("L111", f"`@{name}` takes one string: {allowed[1]}", LocalAnchor(item, attr.span)))
             elif name == "name" and not attr.args[0].value.value.isidentifier():
-                out.append(Finding("L111", "`@name` gives one segment of a checkpoint name: a name without `.`",
-                                   LocalAnchor(item, attr.args[0].value.span)))
+                out.append(
+                    Finding(
+                        "L111",
+                        "`@name` gives one segment of a checkpoint name: a name without `.`",
+                        LocalAnchor(item, attr.args[0].value.span),
+                    )
+                )
     return out

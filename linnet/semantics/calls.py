@@ -10,16 +10,30 @@ from ..ops import REGISTRY, REQUIRED, OpDef, OpError
 from ..syntax import ast as A
 from ..syntax.ast import Span
 from ..syntax.items import Item
-from .describe import finite_float, dotted, kind_text, number
+from .describe import dotted, finite_float, kind_text, number
 from .diagnostics import Label, LocalAnchor, SymbolAnchor
 from .dims import Dim, format_dim
+from .names import Binder
 from .scope import Binding, FnTarget, Instance, Scope, type_key
 from .suggest import closest
 from .types import (
-    UNIT, UNKNOWN, WORK, DTypeT, FnRefT, ListT, ModuleT, NoneT, ScalarT, Shape, TensorT, TupleT, Type,
-    UnknownT, format_shape, format_type,
+    UNIT,
+    UNKNOWN,
+    WORK,
+    DTypeT,
+    FnRefT,
+    ListT,
+    ModuleT,
+    NoneT,
+    ScalarT,
+    Shape,
+    TensorT,
+    TupleT,
+    Type,
+    UnknownT,
+    format_shape,
+    format_type,
 )
-from .names import Binder
 from .unify import Unifier, substitute_shape
 
 _FAILED = object()
@@ -70,8 +84,11 @@ class CallsMixin:
             if isinstance(t, FnTarget):
                 return self.call_fn(t, e, scope)
             if isinstance(t, Item):
-                self.report("L111", f"`{t.name}` is a module: declare it as a member (`name: {t.name}(...)`) and "
-                            "call the member", func)
+                self.report(
+                    "L111",
+                    f"`{t.name}` is a module: declare it as a member (`name: {t.name}(...)`) and call the member",
+                    func,
+                )
                 self.eval_args(e.args, scope)
                 return UNKNOWN
         self.report("L106", f"{kind_text(target)} is not callable", func, label=format_type(target))
@@ -90,16 +107,28 @@ class CallsMixin:
         if report and name.id not in members.poisoned:
             methods = [m.name for m in members.order if m.kind == "fn"]
             hint = closest(name.id, methods)
-            self.report("L102", f"`{inst.module.name.id}` has no method `{name.id}`" +
-                        (f"; did you mean `{hint}`?" if hint else ""), name, fixes=self._fix(name, hint))
+            self.report(
+                "L102",
+                f"`{inst.module.name.id}` has no method `{name.id}`" + (f"; did you mean `{hint}`?" if hint else ""),
+                name,
+                fixes=self._fix(name, hint),
+            )
         return None
 
     def eval_args(self, args: list[A.Arg], scope: Scope) -> list[Type]:
         return [self.expr(a.value, scope) for a in args]
 
-    def match_args(self, names: list[str], has_default: dict[str, bool], args: list[A.Arg], callee: str,
-                   call: A.Node, scope: Scope, extra_kwargs: bool = False,
-                   owner_path: tuple | None = None) -> dict[str, A.Arg] | None:
+    def match_args(
+        self,
+        names: list[str],
+        has_default: dict[str, bool],
+        args: list[A.Arg],
+        callee: str,
+        call: A.Node,
+        scope: Scope,
+        extra_kwargs: bool = False,
+        owner_path: tuple | None = None,
+    ) -> dict[str, A.Arg] | None:
         """Match positional and keyword arguments to parameter names (arity errors)."""
         matched: dict[str, A.Arg] = {}
         positional = [a for a in args if a.name is None]
@@ -109,9 +138,12 @@ class CallsMixin:
             self.report("L111", "positional arguments come before keyword arguments", keywords[0])
             return None
         if len(positional) > len(names):
-            self.report("L103", f"{callee} takes {len(names)} argument{'s' if len(names) != 1 else ''}, "
-                        f"got {len(positional)}", positional[len(names)],
-                        notes=[f"parameters: {', '.join(names) or 'none'}"])
+            self.report(
+                "L103",
+                f"{callee} takes {len(names)} argument{'s' if len(names) != 1 else ''}, got {len(positional)}",
+                positional[len(names)],
+                notes=[f"parameters: {', '.join(names) or 'none'}"],
+            )
             ok = False
         for name, a in zip(names, positional):
             matched[name] = a
@@ -126,8 +158,13 @@ class CallsMixin:
                     extras[k] = a
                     continue
                 hint = closest(k, [n for n in names if n not in matched])
-                self.report("L104", f"{callee} has no parameter `{k}`" + (f"; did you mean `{hint}`?" if hint else ""),
-                            a.name, fixes=self._fix(a.name, hint), notes=[f"parameters: {', '.join(names)}"])
+                self.report(
+                    "L104",
+                    f"{callee} has no parameter `{k}`" + (f"; did you mean `{hint}`?" if hint else ""),
+                    a.name,
+                    fixes=self._fix(a.name, hint),
+                    notes=[f"parameters: {', '.join(names)}"],
+                )
                 ok = False
             else:
                 matched[k] = a
@@ -135,8 +172,12 @@ class CallsMixin:
                     self.ref(a.name, SymbolAnchor(owner_path + (k,)))
         missing = [n for n in names if n not in matched and not has_default.get(n)]
         if missing:
-            self.report("L103", f"{callee} is missing {', '.join(f'`{m}`' for m in missing)}", call,
-                        notes=[f"parameters: {', '.join(names)}"])
+            self.report(
+                "L103",
+                f"{callee} is missing {', '.join(f'`{m}`' for m in missing)}",
+                call,
+                notes=[f"parameters: {', '.join(names)}"],
+            )
             ok = False
         if not ok:
             for a in args:
@@ -151,13 +192,14 @@ class CallsMixin:
         names = [p.name for p in op.params if p.kind != "sizes"]
         defaults = {p.name: p.default is not REQUIRED for p in op.params}
         takes_sizes = any(p.kind == "sizes" for p in op.params)
-        for a in e.args:
-            if a.value not in self.result.types:
-                pass
         # Positional scalars only: fold (`sqrt(c.head_dim)`).
         arg_types = {id(a): self.expr(a.value, scope) for a in e.args}
-        if op.fold is not None and e.args and all(isinstance(arg_types[id(a)], ScalarT) for a in e.args) and \
-                all(a.name is None for a in e.args):
+        if (
+            op.fold is not None
+            and e.args
+            and all(isinstance(arg_types[id(a)], ScalarT) for a in e.args)
+            and all(a.name is None for a in e.args)
+        ):
             return self.fold_op(op, [arg_types[id(a)] for a in e.args], e)
         matched = self.match_args(names, defaults, e.args, f"`{op.name}`", e, scope, extra_kwargs=takes_sizes)
         if matched is None:
@@ -224,7 +266,9 @@ class CallsMixin:
             if v is _FAILED:
                 return UNKNOWN
             values[p.name] = v
-        if op.fold is not None and all(not isinstance(values[p.name], TensorT) for p in op.params if p.kind == "operand"):
+        if op.fold is not None and all(
+            not isinstance(values[p.name], TensorT) for p in op.params if p.kind == "operand"
+        ):
             if any(p.kind == "operand" for p in op.params):
                 return self.fold_op(op, [args[p.name][0] for p in op.params if p.kind == "operand"], e)
         try:
@@ -237,7 +281,7 @@ class CallsMixin:
         except OpError as err:
             self.op_error(err, e, nodes, values)
             return UNKNOWN
-        for s_ in (shape if isinstance(shape, list) else [shape]):
+        for s_ in shape if isinstance(shape, list) else [shape]:
             negative = [d for d in s_.dims if d is not None and (d.as_int() or 0) < 0]
             if negative:
                 self.report("L213", f"`{op.name}` would make a dim of {negative[0].as_int()}: dims are sizes", e)
@@ -251,7 +295,7 @@ class CallsMixin:
         node = nodes.get(err.arg, e) if err.arg else e
         span = node.span
         if err.inner is not None and isinstance(node, A.StrLit):
-            raw = self.item.text[node.span.start:node.span.end]
+            raw = self.item.text[node.span.start : node.span.end]
             if "\\" not in raw:
                 span = Span(node.span.start + 1 + err.inner[0], node.span.start + 1 + err.inner[1])
         labels = []
@@ -312,8 +356,9 @@ class CallsMixin:
                 return t.value
             if isinstance(t, NoneT) and kind == "int":
                 return None
-            self.report("L107", f"`{name}` of {what} is a compile-time int, got {kind_text(t)}", node,
-                        label=format_type(t))
+            self.report(
+                "L107", f"`{name}` of {what} is a compile-time int, got {kind_text(t)}", node, label=format_type(t)
+            )
             return _FAILED
         if kind in ("ints", "indices"):
             items = t.items if isinstance(t, (ListT, TupleT)) else None
@@ -398,8 +443,12 @@ class CallsMixin:
         sig = self.signature(target, tensor_params, compile_time, sig_scope)
         if sig.errors:
             first = sig.errors[0]
-            self.report(first.code, f"{callee} cannot take these arguments: {first.message}", e,
-                        labels=[Label(first.anchor, "required here")])
+            self.report(
+                first.code,
+                f"{callee} cannot take these arguments: {first.message}",
+                e,
+                labels=[Label(first.anchor, "required here")],
+            )
             return UNKNOWN
         pattern_types = sig.params
         unifier = Unifier(set(sig.patterns), set(sig.dtype_patterns))
@@ -416,21 +465,42 @@ class CallsMixin:
             if not isinstance(pattern, TensorT):
                 continue
             if not isinstance(actual, TensorT):
-                self.report("L107", f"`{p.name.id}` of {callee} is a tensor {format_type(pattern)}, got {kind_text(actual)}",
-                            arg.value, label=format_type(actual))
+                self.report(
+                    "L107",
+                    f"`{p.name.id}` of {callee} is a tensor {format_type(pattern)}, got {kind_text(actual)}",
+                    arg.value,
+                    label=format_type(actual),
+                )
                 continue
             msg = unifier.unify_dtype(pattern.dtype, actual.dtype, i)
             if msg is not None:
-                self.report("L304", f"argument `{p.name.id}` of {callee}: {msg}", arg.value, label=format_type(actual),
-                            labels=[Label(SymbolAnchor(owner + ("param", p.name.id)), "parameter declared here")],
-                            notes=[f"consider `cast({dotted(arg.value) or 'x'}, {pattern.dtype.name})`"]
-                            if not pattern.dtype.var and pattern.dtype is not WORK else [])
+                self.report(
+                    "L304",
+                    f"argument `{p.name.id}` of {callee}: {msg}",
+                    arg.value,
+                    label=format_type(actual),
+                    labels=[Label(SymbolAnchor(owner + ("param", p.name.id)), "parameter declared here")],
+                    notes=[f"consider `cast({dotted(arg.value) or 'x'}, {pattern.dtype.name})`"]
+                    if not pattern.dtype.var and pattern.dtype is not WORK
+                    else [],
+                )
             msg = unifier.unify_shape(pattern.shape, actual.shape, i)
             if msg is not None:
-                self.report("L203", f"argument `{p.name.id}` of {callee}: {msg}", arg.value, label=format_type(actual),
-                            labels=[Label(SymbolAnchor(owner + ("param", p.name.id)), f"declared {format_type(pattern)} here")])
-        unifier.shown = [d for a in matched.values() for t in [arg_types.get(id(a))]
-                         if isinstance(t, TensorT) for d in t.shape.dims if d is not None]
+                self.report(
+                    "L203",
+                    f"argument `{p.name.id}` of {callee}: {msg}",
+                    arg.value,
+                    label=format_type(actual),
+                    labels=[Label(SymbolAnchor(owner + ("param", p.name.id)), f"declared {format_type(pattern)} here")],
+                )
+        unifier.shown = [
+            d
+            for a in matched.values()
+            for t in [arg_types.get(id(a))]
+            if isinstance(t, TensorT)
+            for d in t.shape.dims
+            if d is not None
+        ]
         unifier.solve()
         tensor_names = [p.name.id for p in tensor_params]
         for err in unifier.errors:
@@ -447,29 +517,39 @@ class CallsMixin:
                 expected = pattern_types[err.arg]
                 shown = format_shape(substitute_shape(expected.shape, unifier.solved, unifier.prefixes), concrete=True)
                 bound = unifier.bindings_text(err.pattern, tensor_names, parens=False)
-                message = (f"argument `{p.name.id}` of {callee} is {format_shape(actual.shape, concrete=True)}, "
-                           f"expected {shown} (dim {err.dim}: {a} vs {format_dim(err.expected.val)}"
-                           + (f"; {bound})" if bound else ")"))
+                message = (
+                    f"argument `{p.name.id}` of {callee} is {format_shape(actual.shape, concrete=True)}, "
+                    f"expected {shown} (dim {err.dim}: {a} vs {format_dim(err.expected.val)}"
+                    + (f"; {bound})" if bound else ")")
+                )
             elif err.kind == "divide":
                 bound = unifier.bindings_text(err.pattern, tensor_names)
-                message = (f"argument `{p.name.id}` of {callee}: dim {err.dim} is {a}, but must be "
-                           f"{format_dim(err.pattern)}" + (f" with {bound}" if bound else "") + f": {err.reason}")
+                message = (
+                    f"argument `{p.name.id}` of {callee}: dim {err.dim} is {a}, but must be "
+                    f"{format_dim(err.pattern)}" + (f" with {bound}" if bound else "") + f": {err.reason}"
+                )
             else:
-                message = (f"argument `{p.name.id}` of {callee}: cannot infer "
-                           f"{', '.join(sorted({x.name for x in err.pattern.atoms() if x in unifier.patterns}))} "
-                           f"from dim {err.dim} ({format_dim(err.pattern)} = {a})")
+                message = (
+                    f"argument `{p.name.id}` of {callee}: cannot infer "
+                    f"{', '.join(sorted({x.name for x in err.pattern.atoms() if x in unifier.patterns}))} "
+                    f"from dim {err.dim} ({format_dim(err.pattern)} = {a})"
+                )
             self.report(err.code, message, arg.value, label=format_type(actual, concrete=True), labels=labels)
         if len(self.result.findings) > findings_before or unknown_arg:
             return UNKNOWN  # the call is wrong, or its input unknown: what it returns would only cascade
         return _substitute_type(sig.ret, unifier, unifier.shown)
 
-    def signature(self, target: FnTarget, tensor_params: list[A.Param], compile_time: dict[str, Type],
-                  sig_scope: Scope) -> "_Signature":
+    def signature(
+        self, target: FnTarget, tensor_params: list[A.Param], compile_time: dict[str, Type], sig_scope: Scope
+    ) -> "_Signature":
         """A callee's parameter and return types with pattern atoms for its dim variables,
         cached per callee, instance and compile-time argument values."""
         inst = target.instance
-        key = (target.fn, inst.key() if inst is not None else None,
-               tuple((k, type_key(v)) for k, v in compile_time.items()))
+        key = (
+            target.fn,
+            inst.key() if inst is not None else None,
+            tuple((k, type_key(v)) for k, v in compile_time.items()),
+        )
         sig = self.ctx.signatures.get(key)
         if sig is None:
             generics = self.generics(target.fn, report=False)
@@ -481,15 +561,21 @@ class CallsMixin:
             # Errors here depend on this call's values (the callee's own check did not know them):
             # `n / 2` in a return type when `n` is 7.
             errors = [f for f in sub.result.findings if f.code[1] in "24"]
-            sig = _Signature(params, ret, frozenset(binder.dims.values()), frozenset(generics.values()),
-                             dict(sub.result.deps), errors)
+            sig = _Signature(
+                params,
+                ret,
+                frozenset(binder.dims.values()),
+                frozenset(generics.values()),
+                dict(sub.result.deps),
+                errors,
+            )
             self.ctx.signatures[key] = sig
         for k, v in sig.deps.items():
             self.result.deps.setdefault(k, v)
         return sig
 
     def _pattern_text(self, p: A.Param, scope: Scope, item: Item) -> str:
-        return " ".join(item.text[p.type.span.start:p.type.span.end].split())
+        return " ".join(item.text[p.type.span.start : p.type.span.end].split())
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,24 @@ from .expressions import ExpressionsMixin
 from .members import MembersMixin
 from .names import NAMES_DEP, SCALAR_TYPE_NAMES, Binder, NamesMixin
 from .scope import Binding, Instance, MemberInfo, Members, Scope
-from .types import UNIT, UNKNOWN, WORK, ConfigT, DType, ModuleListT, ModuleT, ScalarT, TensorT, TupleT, Type, UnitT, UnknownT, dtype_var, format_shape, format_type
+from .types import (
+    UNIT,
+    UNKNOWN,
+    WORK,
+    ConfigT,
+    DType,
+    ModuleListT,
+    ModuleT,
+    ScalarT,
+    TensorT,
+    TupleT,
+    Type,
+    UnitT,
+    UnknownT,
+    dtype_var,
+    format_shape,
+    format_type,
+)
 
 __all__ = ["NAMES_DEP", "CheckContext", "ItemChecker", "ItemResult"]
 
@@ -38,8 +55,9 @@ class CheckContext:
     """What every item check of one analysis shares: name lookup across the file and the
     standard library, config evaluation, and caches of module instances' members."""
 
-    def __init__(self, lookup: Callable[[str], Item | None], evaluator: ConfigEvaluator,
-                 previous: "CheckContext | None" = None):
+    def __init__(
+        self, lookup: Callable[[str], Item | None], evaluator: ConfigEvaluator, previous: "CheckContext | None" = None
+    ):
         self.lookup = lookup
         self.evaluator = evaluator
         self.computing: set = set()  # instances whose members are being evaluated
@@ -113,7 +131,7 @@ class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
         scope = Scope(self.global_scope(), "module")
         self._check_params_unique(mdef.params)
         for p in mdef.params:
-            t = self.param_value(p, scope, generic=True)
+            t = self.param_value(p, scope)
             args[p.name.id] = t
             anchor = SymbolAnchor((mdef.name.id, "param", p.name.id))
             scope.bind(p.name.id, Binding(t, "module_param", anchor, p.name))
@@ -136,7 +154,7 @@ class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
             if info.kind == "fn" and info.node.entry and not mdef.is_model:
                 self.report("L111", "`entry` marks functions of a `model`; this is a `module`", info.node.name)
 
-    def param_value(self, p: A.Param, scope: Scope, generic: bool) -> Type:
+    def param_value(self, p: A.Param, scope: Scope) -> Type:
         """The value a module or function parameter has in its own generic check."""
         t = p.type
         if isinstance(t, A.NamedType):
@@ -168,8 +186,12 @@ class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
         for p in params:
             self.check_bindable(p.name)
             if p.name.id in seen:
-                self.report("L105", f"parameter `{p.name.id}` is declared twice", p.name,
-                            labels=[Label(self.anchor(seen[p.name.id].name), "first declared here")])
+                self.report(
+                    "L105",
+                    f"parameter `{p.name.id}` is declared twice",
+                    p.name,
+                    labels=[Label(self.anchor(seen[p.name.id].name), "first declared here")],
+                )
             seen[p.name.id] = p
 
     def check_fn(self, fn: A.FnDef, inst: Instance | None, parent: Scope) -> None:
@@ -200,17 +222,25 @@ class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
             if isinstance(body, UnitT):
                 tail = fn.body.stmts[-1] if fn.body.stmts else None
                 if isinstance(tail, A.ExprStmt):
-                    self.report("L204", f"`{fn.name.id}` declares {format_type(declared)} but its last expression "
-                                "has no value", tail.expr, labels=[Label(self.anchor(fn.ret), "declared here")],
-                                notes=["a call of a function without `->` has no value"]
-                                if isinstance(tail.expr, A.Call) else [])
+                    self.report(
+                        "L204",
+                        f"`{fn.name.id}` declares {format_type(declared)} but its last expression has no value",
+                        tail.expr,
+                        labels=[Label(self.anchor(fn.ret), "declared here")],
+                        notes=["a call of a function without `->` has no value"]
+                        if isinstance(tail.expr, A.Call)
+                        else [],
+                    )
                 elif not has_error_stmt(fn.body):
-                    self.report("L204", f"`{fn.name.id}` declares {format_type(declared)} but its body has no value",
-                                fn.body, labels=[Label(self.anchor(fn.ret), "declared here")],
-                                notes=["the last expression of a block is its value"])
+                    self.report(
+                        "L204",
+                        f"`{fn.name.id}` declares {format_type(declared)} but its body has no value",
+                        fn.body,
+                        labels=[Label(self.anchor(fn.ret), "declared here")],
+                        notes=["the last expression of a block is its value"],
+                    )
             else:
-                self.check_same(body, declared, tail_node(fn.body), fn.ret, f"`{fn.name.id}` returns",
-                                "L204", "L305")
+                self.check_same(body, declared, tail_node(fn.body), fn.ret, f"`{fn.name.id}` returns", "L204", "L305")
         self._warn_unused()
         self.fn_locals = saved_locals
 
@@ -229,38 +259,58 @@ class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
         t = p.type
         if isinstance(t, (A.TensorType, A.TupleType)):
             return self.eval_type(t, scope, binder)
-        return self.param_value(p, scope, generic=True)
+        return self.param_value(p, scope)
 
     def _warn_unused(self) -> None:
         for name, b in self.fn_locals:
             if b.uses == 0 and not name.startswith("_") and not isinstance(b.type, UnknownT):
-                self.report("L901", f"`{name}` is never used", b.node, severity="warning",
-                            notes=["prefix the name with `_` to keep it deliberately"])
+                self.report(
+                    "L901",
+                    f"`{name}` is never used",
+                    b.node,
+                    severity="warning",
+                    notes=["prefix the name with `_` to keep it deliberately"],
+                )
 
-    def check_same(self, actual: Type, declared: Type, actual_node, declared_node, what: str,
-                   shape_code: str, dtype_code: str) -> None:
+    def check_same(
+        self, actual: Type, declared: Type, actual_node, declared_node, what: str, shape_code: str, dtype_code: str
+    ) -> None:
         """Report when `actual` is not the `declared` type (return values, annotations)."""
         if isinstance(actual, UnknownT) or isinstance(declared, UnknownT):
             return
         if isinstance(actual, TensorT) and isinstance(declared, TensorT):
             if actual.dtype != declared.dtype:
-                self.report(dtype_code, f"{what} {dtype_text(actual.dtype)}, declared {dtype_text(declared.dtype)}",
-                            actual_node, label=format_type(actual),
-                            labels=[Label(self.anchor(declared_node), "declared here")],
-                            notes=[f"consider `cast(..., {declared.dtype.name})`"] if not declared.dtype.var and declared.dtype is not WORK else [])
+                self.report(
+                    dtype_code,
+                    f"{what} {dtype_text(actual.dtype)}, declared {dtype_text(declared.dtype)}",
+                    actual_node,
+                    label=format_type(actual),
+                    labels=[Label(self.anchor(declared_node), "declared here")],
+                    notes=[f"consider `cast(..., {declared.dtype.name})`"]
+                    if not declared.dtype.var and declared.dtype is not WORK
+                    else [],
+                )
                 return
             if not shapes_equal(actual.shape, declared.shape):
-                self.report(shape_code, f"{what} {shape_pair(actual.shape, declared.shape)}",
-                            actual_node, label=format_type(actual),
-                            labels=[Label(self.anchor(declared_node), f"declared {format_type(declared)} here")])
+                self.report(
+                    shape_code,
+                    f"{what} {shape_pair(actual.shape, declared.shape)}",
+                    actual_node,
+                    label=format_type(actual),
+                    labels=[Label(self.anchor(declared_node), f"declared {format_type(declared)} here")],
+                )
             return
         if isinstance(actual, TupleT) and isinstance(declared, TupleT) and len(actual.items) == len(declared.items):
             for a, d in zip(actual.items, declared.items):
                 self.check_same(a, d, actual_node, declared_node, what, shape_code, dtype_code)
             return
         if type(actual) is not type(declared):
-            self.report(shape_code, f"{what} {format_type(actual)}, declared {format_type(declared)}", actual_node,
-                        labels=[Label(self.anchor(declared_node), "declared here")])
+            self.report(
+                shape_code,
+                f"{what} {format_type(actual)}, declared {format_type(declared)}",
+                actual_node,
+                labels=[Label(self.anchor(declared_node), "declared here")],
+            )
 
     def block(self, block: A.Block, scope: Scope) -> Type:
         value: Type = UNIT
@@ -272,8 +322,13 @@ class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
                 if last:
                     value = t
                 elif not isinstance(s.expr, (A.Call, A.IfExpr)) and not isinstance(t, (UnitT, UnknownT)):
-                    self.report("L903", "this value is discarded", s.expr, severity="warning",
-                                notes=["only the last expression of a block is its value"])
+                    self.report(
+                        "L903",
+                        "this value is discarded",
+                        s.expr,
+                        severity="warning",
+                        notes=["only the last expression of a block is its value"],
+                    )
             else:
                 self.stmt(s, scope)
                 if last:
@@ -318,9 +373,14 @@ class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
         self.check_bindable(target)
         previous = scope.lookup_in_fn(target.id)
         if previous is not None and previous.kind in ("local", "param") and not target.id.startswith("_"):
-            self.report("L902", f"`{target.id}` shadows an earlier binding", target, severity="warning",
-                        labels=[Label(previous.anchor, "first bound here")] if isinstance(previous.anchor, LocalAnchor) else [],
-                        notes=[f"to update it, assign: `{target.id} = ...`"])
+            self.report(
+                "L902",
+                f"`{target.id}` shadows an earlier binding",
+                target,
+                severity="warning",
+                labels=[Label(previous.anchor, "first bound here")] if isinstance(previous.anchor, LocalAnchor) else [],
+                notes=[f"to update it, assign: `{target.id} = ...`"],
+            )
         b = Binding(t, "local", self.anchor(target), target, uses=int(target.id in EXPRESSION_KEYWORDS))
         self.ref(target, b.anchor)
         scope.bind(target.id, b)
@@ -337,16 +397,24 @@ class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
             info: MemberInfo = b.type
             self.ref(s.target, b.anchor)
             if info.kind != "state":
-                self.report("L109", f"cannot assign to `{s.target.id}`: only module `state` and `let` locals can be "
-                            "assigned", s.target, notes=[f"`{s.target.id}` is a {info.kind}"])
+                self.report(
+                    "L109",
+                    f"cannot assign to `{s.target.id}`: only module `state` and `let` locals can be assigned",
+                    s.target,
+                    notes=[f"`{s.target.id}` is a {info.kind}"],
+                )
                 return
             declared = self.member_value(info, s.target)
             self.record(s.target, declared)
             self.check_assign_type(t, declared, s, "state")
             return
         if b.kind not in ("local",):
-            self.report("L109", f"cannot assign to `{s.target.id}`: only module `state` and `let` locals can be "
-                        "assigned", s.target, notes=[f"`{s.target.id}` is a {binding_kind(b.kind)}"])
+            self.report(
+                "L109",
+                f"cannot assign to `{s.target.id}`: only module `state` and `let` locals can be assigned",
+                s.target,
+                notes=[f"`{s.target.id}` is a {binding_kind(b.kind)}"],
+            )
             return
         self.ref(s.target, b.anchor)
         self.record(s.target, b.type)
@@ -357,18 +425,26 @@ class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
             return
         if isinstance(t, TensorT) and isinstance(declared, TensorT):
             if t.dtype != declared.dtype:
-                self.report("L301" if t.dtype.is_float and declared.dtype.is_float else "L302",
-                            f"assignment changes the dtype of `{s.target.id}` from {dtype_text(declared.dtype)} to "
-                            f"{dtype_text(t.dtype)}", s.value)
+                self.report(
+                    "L301" if t.dtype.is_float and declared.dtype.is_float else "L302",
+                    f"assignment changes the dtype of `{s.target.id}` from {dtype_text(declared.dtype)} to "
+                    f"{dtype_text(t.dtype)}",
+                    s.value,
+                )
             elif not shapes_equal(t.shape, declared.shape):
-                self.report("L210", f"assignment changes the shape of `{s.target.id}` from "
-                            f"{format_shape(declared.shape)} to {format_shape(t.shape)}", s.value,
-                            label=format_type(t),
-                            notes=["a loop-carried value and module state keep one shape; use a new `let`"])
+                self.report(
+                    "L210",
+                    f"assignment changes the shape of `{s.target.id}` from "
+                    f"{format_shape(declared.shape)} to {format_shape(t.shape)}",
+                    s.value,
+                    label=format_type(t),
+                    notes=["a loop-carried value and module state keep one shape; use a new `let`"],
+                )
             return
         if type(t) is not type(declared):
-            self.report("L210", f"assignment changes `{s.target.id}` from {format_type(declared)} to {format_type(t)}",
-                        s.value)
+            self.report(
+                "L210", f"assignment changes `{s.target.id}` from {format_type(declared)} to {format_type(t)}", s.value
+            )
 
     def for_loop(self, s: A.For, scope: Scope) -> None:
         t = self.expr(s.iter, scope)
@@ -378,8 +454,9 @@ class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
         elif isinstance(t, UnknownT):
             elem = UNKNOWN
         else:
-            self.report("L107", f"`for` iterates over a list of submodules, got {kind_text(t)}", s.iter,
-                        label=format_type(t))
+            self.report(
+                "L107", f"`for` iterates over a list of submodules, got {kind_text(t)}", s.iter, label=format_type(t)
+            )
             elem = UNKNOWN
         b = Binding(elem, "loop", self.anchor(s.var), s.var, uses=1)
         self.ref(s.var, b.anchor)

@@ -21,197 +21,432 @@ class Code:
 
 
 _ALL = [
-    Code("L000", "internal error", "error",
-         "The checker could not finish this item: a bug in Linnet, or nesting deeper than it can "
-         "follow (thousands of levels). The rest of the file is still checked.",
-         "x + x + x + ... # twenty thousand terms", "Report the file; split very deep expressions."),
+    Code(
+        "L000",
+        "internal error",
+        "error",
+        "The checker could not finish this item: a bug in Linnet, or nesting deeper than it can "
+        "follow (thousands of levels). The rest of the file is still checked.",
+        "x + x + x + ... # twenty thousand terms",
+        "Report the file; split very deep expressions.",
+    ),
     # ----- L0xx syntax
-    Code("L001", "syntax error", "error",
-         "The parser met a token it cannot accept here. Linnet recovers by skipping the statement "
-         "or member around the error, so the rest of the file is still checked and several syntax "
-         "errors are reported at once.",
-         "let x = (a + ) * 2", "Complete or remove the expression; the note lists what was expected."),
-    Code("L002", "unexpected character", "error",
-         "A character that no Linnet token starts with (or a string that runs to the end of the line).",
-         "let x = a $ b", "Remove the character; strings are written in double quotes on one line."),
-    Code("L003", "unclosed delimiter", "error",
-         "A `(`, `[` or `{` is never closed. Newlines inside `(` and `[` are not statement ends, so an "
-         "unclosed parenthesis would swallow the following lines; the error points at the opener.",
-         "let q = q_proj(x\nlet k = k_proj(x)", "Add the missing closing delimiter."),
-    Code("L004", "expected an item", "error",
-         "Top-level text must be an item: `config`, `preset`, `module`, `model` or `fn`, starting in "
-         "column 0. Indented lines belong to the item above them.",
-         "let x = 1   # at the top level", "Move the code into a function or module."),
+    Code(
+        "L001",
+        "syntax error",
+        "error",
+        "The parser met a token it cannot accept here. Linnet recovers by skipping the statement "
+        "or member around the error, so the rest of the file is still checked and several syntax "
+        "errors are reported at once.",
+        "let x = (a + ) * 2",
+        "Complete or remove the expression; the note lists what was expected.",
+    ),
+    Code(
+        "L002",
+        "unexpected character",
+        "error",
+        "A character that no Linnet token starts with (or a string that runs to the end of the line).",
+        "let x = a $ b",
+        "Remove the character; strings are written in double quotes on one line.",
+    ),
+    Code(
+        "L003",
+        "unclosed delimiter",
+        "error",
+        "A `(`, `[` or `{` is never closed. Newlines inside `(` and `[` are not statement ends, so an "
+        "unclosed parenthesis would swallow the following lines; the error points at the opener.",
+        "let q = q_proj(x\nlet k = k_proj(x)",
+        "Add the missing closing delimiter.",
+    ),
+    Code(
+        "L004",
+        "expected an item",
+        "error",
+        "Top-level text must be an item: `config`, `preset`, `module`, `model` or `fn`, starting in "
+        "column 0. Indented lines belong to the item above them.",
+        "let x = 1   # at the top level",
+        "Move the code into a function or module.",
+    ),
     # ----- L1xx names
-    Code("L101", "unknown name", "error",
-         "The name is not defined in any enclosing scope: locals, function parameters, module members "
-         "and parameters, the file's items and the standard library. Dim variables are introduced only "
-         "by the parameter types of a function (and `max_batch`/`max_positions` in module state), so a "
-         "misspelled dim is an error, not a new dim.",
-         "fn f(x: [B, S]) -> [B, Q] { x }", "Use the suggested name, or bind it in a parameter type."),
-    Code("L102", "unknown field or member", "error",
-         "The config has no such field, or the module no such member or method.",
-         "c.hiden_size", "Use the suggested field name."),
-    Code("L103", "wrong number of arguments", "error",
-         "A call passes more positional arguments than the callee has parameters, or misses a "
-         "required one.",
-         "rms_norm(x)", "Pass every required argument; the callee's signature is in the note."),
-    Code("L104", "unknown keyword argument", "error",
-         "A keyword argument names no parameter of the callee.",
-         "softmax(x, axis=-1)", "Use one of the parameter names in the note."),
-    Code("L105", "duplicate definition", "error",
-         "Two definitions share a name in one scope (items of a file, members of a module, fields of a "
-         "config, parameters of a function).",
-         "config Llama { ... }\nconfig Llama { ... }", "Rename or remove one of them."),
-    Code("L106", "not callable", "error",
-         "The value called is not a function, a module instance or an op.",
-         "let y = x(2)", "Call a function or a submodule; index a tensor with `x[...]`."),
-    Code("L107", "wrong kind of value", "error",
-         "A value of one kind is used where another is needed: a module where a tensor is expected, "
-         "a tensor where a compile-time int is expected, and so on.",
-         "reshape(x, q_proj)", "Pass a value of the kind named in the message."),
-    Code("L108", "member exists only under a condition", "error",
-         "The member is declared inside `if cond { ... }` in its module, and this use is not under the "
-         "same condition (or the condition is false under this config).",
-         "x @ transpose(lm_head.weight)  # lm_head only if not c.tie_word_embeddings",
-         "Wrap the use in the same compile-time `if`."),
-    Code("L109", "invalid assignment", "error",
-         "Only locals declared with `let` and module `state` can be assigned.",
-         "weight = weight * 2", "Declare a new local with `let`."),
-    Code("L110", "invalid model", "error",
-         "A loadable file declares at most one root `model`, and its entry functions follow the entry "
-         "contract: decoders (models with `state`) declare `forward(input_ids: i64[B, S]) -> "
-         "[B, S, vocab]` and `step(input_ids: i64[B, S], positions: i64[B], rows: i64[B]) -> [B, vocab]`; "
-         "encoders declare `forward(input_ids: i64[B, S], attention_mask: i64[B, S]) -> [B, S, hidden]`.",
-         "model Llama(c: Llama) { fn forward(...) }  # no `entry`",
-         "Mark entry functions with `entry` and give them the contract's signature."),
-    Code("L111", "not allowed here", "error",
-         "A construct is used where the language does not allow it: a constructor call outside a member "
-         "declaration, `state` outside a module, a function without a body value, `entry` outside a "
-         "`model`, an attribute the language does not know.",
-         "fn f(x: [N]) -> [N] { let l = Linear(4, 4) }", "Declare submodules as module members."),
+    Code(
+        "L101",
+        "unknown name",
+        "error",
+        "The name is not defined in any enclosing scope: locals, function parameters, module members "
+        "and parameters, the file's items and the standard library. Dim variables are introduced only "
+        "by the parameter types of a function (and `max_batch`/`max_positions` in module state), so a "
+        "misspelled dim is an error, not a new dim.",
+        "fn f(x: [B, S]) -> [B, Q] { x }",
+        "Use the suggested name, or bind it in a parameter type.",
+    ),
+    Code(
+        "L102",
+        "unknown field or member",
+        "error",
+        "The config has no such field, or the module no such member or method.",
+        "c.hiden_size",
+        "Use the suggested field name.",
+    ),
+    Code(
+        "L103",
+        "wrong number of arguments",
+        "error",
+        "A call passes more positional arguments than the callee has parameters, or misses a required one.",
+        "rms_norm(x)",
+        "Pass every required argument; the callee's signature is in the note.",
+    ),
+    Code(
+        "L104",
+        "unknown keyword argument",
+        "error",
+        "A keyword argument names no parameter of the callee.",
+        "softmax(x, axis=-1)",
+        "Use one of the parameter names in the note.",
+    ),
+    Code(
+        "L105",
+        "duplicate definition",
+        "error",
+        "Two definitions share a name in one scope (items of a file, members of a module, fields of a "
+        "config, parameters of a function).",
+        "config Llama { ... }\nconfig Llama { ... }",
+        "Rename or remove one of them.",
+    ),
+    Code(
+        "L106",
+        "not callable",
+        "error",
+        "The value called is not a function, a module instance or an op.",
+        "let y = x(2)",
+        "Call a function or a submodule; index a tensor with `x[...]`.",
+    ),
+    Code(
+        "L107",
+        "wrong kind of value",
+        "error",
+        "A value of one kind is used where another is needed: a module where a tensor is expected, "
+        "a tensor where a compile-time int is expected, and so on.",
+        "reshape(x, q_proj)",
+        "Pass a value of the kind named in the message.",
+    ),
+    Code(
+        "L108",
+        "member exists only under a condition",
+        "error",
+        "The member is declared inside `if cond { ... }` in its module, and this use is not under the "
+        "same condition (or the condition is false under this config).",
+        "x @ transpose(lm_head.weight)  # lm_head only if not c.tie_word_embeddings",
+        "Wrap the use in the same compile-time `if`.",
+    ),
+    Code(
+        "L109",
+        "invalid assignment",
+        "error",
+        "Only locals declared with `let` and module `state` can be assigned.",
+        "weight = weight * 2",
+        "Declare a new local with `let`.",
+    ),
+    Code(
+        "L110",
+        "invalid model",
+        "error",
+        "A loadable file declares at most one root `model`, and its entry functions follow the entry "
+        "contract: decoders (models with `state`) declare `forward(input_ids: i64[B, S]) -> "
+        "[B, S, vocab]` and `step(input_ids: i64[B, S], positions: i64[B], rows: i64[B]) -> [B, vocab]`; "
+        "encoders declare `forward(input_ids: i64[B, S], attention_mask: i64[B, S]) -> [B, S, hidden]`.",
+        "model Llama(c: Llama) { fn forward(...) }  # no `entry`",
+        "Mark entry functions with `entry` and give them the contract's signature.",
+    ),
+    Code(
+        "L111",
+        "not allowed here",
+        "error",
+        "A construct is used where the language does not allow it: a constructor call outside a member "
+        "declaration, `state` outside a module, a function without a body value, `entry` outside a "
+        "`model`, an attribute the language does not know.",
+        "fn f(x: [N]) -> [N] { let l = Linear(4, 4) }",
+        "Declare submodules as module members.",
+    ),
     # ----- L2xx shapes
-    Code("L201", "shapes don't broadcast", "error",
-         "Elementwise operands must have equal dims or a dim of 1, aligned from the right. Dims are "
-         "compared by value under the config being checked.",
-         "q + k   # [B, S, 576] and [B, S, 192]", "Project or rearrange one operand first."),
-    Code("L202", "matmul shapes don't match", "error",
-         "`a @ b` contracts the last dim of `a` with the second-to-last of `b` (batch dims broadcast).",
-         "x @ w   # [B, S, 576] @ [1536, 576]", "Transpose the weight: `x @ transpose(w)`."),
-    Code("L203", "argument shape mismatch", "error",
-         "An argument's shape does not unify with the callee's parameter type: a dim differs from the "
-         "one the signature requires (possibly bound by an earlier argument), or the ranks differ.",
-         "rms_norm(x, weight, eps)  # x: [B, S, 192], weight: [576]", "Pass a tensor of the declared shape."),
-    Code("L204", "return type mismatch", "error",
-         "A function's value does not have its declared return type.",
-         "fn f(x: [B, S, 4]) -> [B, S, 8] { x }", "Fix the body or the declared type."),
-    Code("L205", "element counts don't match", "error",
-         "`reshape` and `rearrange` keep the number of elements: the product of the dims before must "
-         "equal the product after, and a group `(h d)` must equal the dim it splits.",
-         'rearrange(x, "b s (h d) -> b h s d", h=9, d=60)  # 540 != 576', "Fix the sizes."),
-    Code("L206", "not divisible", "error",
-         "Dims are integers and division must be exact: `a / b` where `b` does not divide `a` (a head "
-         "count that doesn't divide the hidden size, GQA query heads that the KV heads don't divide), "
-         "or a division that is not provably exact for every value of a dim variable.",
-         "attention(q, k, v, ...)  # 32 query heads, 5 KV heads",
-         "Use sizes that divide; in a generic signature write the multiple (`[Hkv * G, ...]`)."),
-    Code("L207", "invalid rearrange pattern", "error",
-         "The einops-style pattern is malformed, uses an axis on the right that is not on the left, "
-         "repeats an axis, or leaves a group with more than one unknown size.",
-         'rearrange(x, "b s (h d) -> b h s e", h=9)', "Fix the pattern; the error points inside the string."),
-    Code("L208", "rank mismatch", "error",
-         "A dim index is out of range for the tensor's rank, or an op needs a rank it doesn't have "
-         "(including a leading `...` whose rank is not known).",
-         "sum(x, dim=3)  # x: [B, S, D]", "Use a dim in range; negative dims count from the end."),
-    Code("L209", "cannot infer dim", "error",
-         "A dim variable of the callee's signature cannot be determined from the arguments.",
-         "fn f(x: [A * B]) -> [A] { ... }", "Give each dim variable a position where it stands alone."),
-    Code("L210", "shape changes on assignment", "error",
-         "Assigning to a local or to module state must keep its type: a loop-carried value and a KV "
-         "cache have one shape.",
-         "h = mlp_up(h)   # [B, S, 576] becomes [B, S, 1536]", "Use a new `let` for the new value."),
-    Code("L211", "split or concat sizes don't match", "error",
-         "The sizes given to `split` must add up to the dim split; tensors given to `concat` must agree "
-         "on every other dim.",
-         "split(qkv, [768, 768, 768], dim=-1)  # qkv: [B, S, 2304]", "Fix the sizes."),
-    Code("L212", "index out of range", "error",
-         "A constant index or slice bound lies outside a dim of known size.",
-         "x[:, 5]  # x: [B, 4]", "Index within the dim."),
-    Code("L213", "negative dim", "error",
-         "Dims are sizes: a dim (or a submodule list's length) that comes out negative under a config, "
-         "or an op that would make one (`zeros([N, -1])`), is refused.",
-         "preset p = C { hidden = -8 }   # w: [c.hidden, 4]", "Use sizes of 0 or more."),
+    Code(
+        "L201",
+        "shapes don't broadcast",
+        "error",
+        "Elementwise operands must have equal dims or a dim of 1, aligned from the right. Dims are "
+        "compared by value under the config being checked.",
+        "q + k   # [B, S, 576] and [B, S, 192]",
+        "Project or rearrange one operand first.",
+    ),
+    Code(
+        "L202",
+        "matmul shapes don't match",
+        "error",
+        "`a @ b` contracts the last dim of `a` with the second-to-last of `b` (batch dims broadcast).",
+        "x @ w   # [B, S, 576] @ [1536, 576]",
+        "Transpose the weight: `x @ transpose(w)`.",
+    ),
+    Code(
+        "L203",
+        "argument shape mismatch",
+        "error",
+        "An argument's shape does not unify with the callee's parameter type: a dim differs from the "
+        "one the signature requires (possibly bound by an earlier argument), or the ranks differ.",
+        "rms_norm(x, weight, eps)  # x: [B, S, 192], weight: [576]",
+        "Pass a tensor of the declared shape.",
+    ),
+    Code(
+        "L204",
+        "return type mismatch",
+        "error",
+        "A function's value does not have its declared return type.",
+        "fn f(x: [B, S, 4]) -> [B, S, 8] { x }",
+        "Fix the body or the declared type.",
+    ),
+    Code(
+        "L205",
+        "element counts don't match",
+        "error",
+        "`reshape` and `rearrange` keep the number of elements: the product of the dims before must "
+        "equal the product after, and a group `(h d)` must equal the dim it splits.",
+        'rearrange(x, "b s (h d) -> b h s d", h=9, d=60)  # 540 != 576',
+        "Fix the sizes.",
+    ),
+    Code(
+        "L206",
+        "not divisible",
+        "error",
+        "Dims are integers and division must be exact: `a / b` where `b` does not divide `a` (a head "
+        "count that doesn't divide the hidden size, GQA query heads that the KV heads don't divide), "
+        "or a division that is not provably exact for every value of a dim variable.",
+        "attention(q, k, v, ...)  # 32 query heads, 5 KV heads",
+        "Use sizes that divide; in a generic signature write the multiple (`[Hkv * G, ...]`).",
+    ),
+    Code(
+        "L207",
+        "invalid rearrange pattern",
+        "error",
+        "The einops-style pattern is malformed, uses an axis on the right that is not on the left, "
+        "repeats an axis, or leaves a group with more than one unknown size.",
+        'rearrange(x, "b s (h d) -> b h s e", h=9)',
+        "Fix the pattern; the error points inside the string.",
+    ),
+    Code(
+        "L208",
+        "rank mismatch",
+        "error",
+        "A dim index is out of range for the tensor's rank, or an op needs a rank it doesn't have "
+        "(including a leading `...` whose rank is not known).",
+        "sum(x, dim=3)  # x: [B, S, D]",
+        "Use a dim in range; negative dims count from the end.",
+    ),
+    Code(
+        "L209",
+        "cannot infer dim",
+        "error",
+        "A dim variable of the callee's signature cannot be determined from the arguments.",
+        "fn f(x: [A * B]) -> [A] { ... }",
+        "Give each dim variable a position where it stands alone.",
+    ),
+    Code(
+        "L210",
+        "shape changes on assignment",
+        "error",
+        "Assigning to a local or to module state must keep its type: a loop-carried value and a KV "
+        "cache have one shape.",
+        "h = mlp_up(h)   # [B, S, 576] becomes [B, S, 1536]",
+        "Use a new `let` for the new value.",
+    ),
+    Code(
+        "L211",
+        "split or concat sizes don't match",
+        "error",
+        "The sizes given to `split` must add up to the dim split; tensors given to `concat` must agree "
+        "on every other dim.",
+        "split(qkv, [768, 768, 768], dim=-1)  # qkv: [B, S, 2304]",
+        "Fix the sizes.",
+    ),
+    Code(
+        "L212",
+        "index out of range",
+        "error",
+        "A constant index or slice bound lies outside a dim of known size.",
+        "x[:, 5]  # x: [B, 4]",
+        "Index within the dim.",
+    ),
+    Code(
+        "L213",
+        "negative dim",
+        "error",
+        "Dims are sizes: a dim (or a submodule list's length) that comes out negative under a config, "
+        "or an op that would make one (`zeros([N, -1])`), is refused.",
+        "preset p = C { hidden = -8 }   # w: [c.hidden, 4]",
+        "Use sizes of 0 or more.",
+    ),
     # ----- L3xx dtypes
-    Code("L301", "mixed float dtypes", "error",
-         "Float dtypes never mix implicitly: the working dtype with f32, or f16 with bf16. This is what "
-         "lets `equivalent` numerics follow the reference's casts exactly.",
-         "h + variance  # [B, S, D] (working dtype) and f32[B, S, 1]", "Cast one side: `cast(variance, h.dtype)`."),
-    Code("L302", "int and float mixed", "error",
-         "Integer tensors don't meet float tensors or float literals without a cast, and integer widths "
-         "don't mix.",
-         "positions * 0.5", "Cast first: `cast(positions, f32) * 0.5`."),
-    Code("L303", "wrong dtype", "error",
-         "An op or parameter needs a dtype class the value doesn't have: indices must be integers, a "
-         "`where` condition bool, `exp` a float.",
-         "take(weight, cast(ids, f32), dim=0)", "Pass a value of the dtype named."),
-    Code("L304", "argument dtype mismatch", "error",
-         "An argument's dtype does not match the callee's parameter (the working dtype, a fixed dtype or "
-         "a dtype variable bound by an earlier argument).",
-         "rms_norm(cast(x, f32), weight, eps)", "Cast the argument to the declared dtype."),
-    Code("L305", "return dtype mismatch", "error",
-         "A function's value does not have its declared dtype.",
-         "fn f(x: [N]) -> f32[N] { x }", "Cast the result."),
-    Code("L306", "branches differ", "error",
-         "The two branches of an `if` (or of `where`) produce values of different types.",
-         "if c.flag { x } else { cast(x, f32) }", "Make both branches produce one type."),
+    Code(
+        "L301",
+        "mixed float dtypes",
+        "error",
+        "Float dtypes never mix implicitly: the working dtype with f32, or f16 with bf16. This is what "
+        "lets `equivalent` numerics follow the reference's casts exactly.",
+        "h + variance  # [B, S, D] (working dtype) and f32[B, S, 1]",
+        "Cast one side: `cast(variance, h.dtype)`.",
+    ),
+    Code(
+        "L302",
+        "int and float mixed",
+        "error",
+        "Integer tensors don't meet float tensors or float literals without a cast, and integer widths don't mix.",
+        "positions * 0.5",
+        "Cast first: `cast(positions, f32) * 0.5`.",
+    ),
+    Code(
+        "L303",
+        "wrong dtype",
+        "error",
+        "An op or parameter needs a dtype class the value doesn't have: indices must be integers, a "
+        "`where` condition bool, `exp` a float.",
+        "take(weight, cast(ids, f32), dim=0)",
+        "Pass a value of the dtype named.",
+    ),
+    Code(
+        "L304",
+        "argument dtype mismatch",
+        "error",
+        "An argument's dtype does not match the callee's parameter (the working dtype, a fixed dtype or "
+        "a dtype variable bound by an earlier argument).",
+        "rms_norm(cast(x, f32), weight, eps)",
+        "Cast the argument to the declared dtype.",
+    ),
+    Code(
+        "L305",
+        "return dtype mismatch",
+        "error",
+        "A function's value does not have its declared dtype.",
+        "fn f(x: [N]) -> f32[N] { x }",
+        "Cast the result.",
+    ),
+    Code(
+        "L306",
+        "branches differ",
+        "error",
+        "The two branches of an `if` (or of `where`) produce values of different types.",
+        "if c.flag { x } else { cast(x, f32) }",
+        "Make both branches produce one type.",
+    ),
     # ----- L4xx configs and presets
-    Code("L401", "config value has the wrong type", "error",
-         "A preset or default gives a config field a value of the wrong type, or a string outside the "
-         "field's literal union.",
-         'rope_type = "lama3"', "Use a value of the field's type; literal unions list the allowed values."),
-    Code("L402", "unknown config field", "error",
-         "A preset or record literal sets a field the config does not declare.",
-         "preset p = Llama { hiden_size = 576 }", "Use the suggested field name."),
-    Code("L403", "missing config field", "error",
-         "A config field has no default and the preset does not set it.",
-         "preset p = Llama { }  # vocab_size has no default", "Set the field in the preset."),
-    Code("L404", "config value doesn't divide", "error",
-         "A derived field divides by a value that doesn't divide it under a preset (a head count that "
-         "doesn't divide the hidden size).",
-         "head_dim: int = hidden_size / num_attention_heads  # 576 / 10", "Fix the preset's values."),
-    Code("L405", "condition not known at compile time", "error",
-         "`if` selects code and members when the model is loaded, so its condition must be a "
-         "compile-time bool (config fields, module parameters, comparisons of them).",
-         "if x > 0 { ... }  # x is a tensor", "For a per-element choice use `where(cond, a, b)`."),
-    Code("L406", "optional config value is none", "error",
-         "A field of an optional config record is read where the record is `none` under this config.",
-         "c.rope_scaling.factor  # rope_scaling = none", "Guard the use with `if c.rope_scaling != none { ... }`."),
-    Code("L408", "constant has no value", "error",
-         "Compile-time arithmetic (config values, literals, scalars folded in a body) gave no finite "
-         "real number: division by zero, a complex root, an overflow, an int over 4096 bits.",
-         "v: float = 0.0 ** -1.0", "Fix the arithmetic."),
-    Code("L407", "unknown config type", "error",
-         "A preset or record literal names a type that is not a config.", "preset p = Lama { }",
-         "Use the suggested config name."),
+    Code(
+        "L401",
+        "config value has the wrong type",
+        "error",
+        "A preset or default gives a config field a value of the wrong type, or a string outside the "
+        "field's literal union.",
+        'rope_type = "lama3"',
+        "Use a value of the field's type; literal unions list the allowed values.",
+    ),
+    Code(
+        "L402",
+        "unknown config field",
+        "error",
+        "A preset or record literal sets a field the config does not declare.",
+        "preset p = Llama { hiden_size = 576 }",
+        "Use the suggested field name.",
+    ),
+    Code(
+        "L403",
+        "missing config field",
+        "error",
+        "A config field has no default and the preset does not set it.",
+        "preset p = Llama { }  # vocab_size has no default",
+        "Set the field in the preset.",
+    ),
+    Code(
+        "L404",
+        "config value doesn't divide",
+        "error",
+        "A derived field divides by a value that doesn't divide it under a preset (a head count that "
+        "doesn't divide the hidden size).",
+        "head_dim: int = hidden_size / num_attention_heads  # 576 / 10",
+        "Fix the preset's values.",
+    ),
+    Code(
+        "L405",
+        "condition not known at compile time",
+        "error",
+        "`if` selects code and members when the model is loaded, so its condition must be a "
+        "compile-time bool (config fields, module parameters, comparisons of them).",
+        "if x > 0 { ... }  # x is a tensor",
+        "For a per-element choice use `where(cond, a, b)`.",
+    ),
+    Code(
+        "L406",
+        "optional config value is none",
+        "error",
+        "A field of an optional config record is read where the record is `none` under this config.",
+        "c.rope_scaling.factor  # rope_scaling = none",
+        "Guard the use with `if c.rope_scaling != none { ... }`.",
+    ),
+    Code(
+        "L408",
+        "constant has no value",
+        "error",
+        "Compile-time arithmetic (config values, literals, scalars folded in a body) gave no finite "
+        "real number: division by zero, a complex root, an overflow, an int over 4096 bits.",
+        "v: float = 0.0 ** -1.0",
+        "Fix the arithmetic.",
+    ),
+    Code(
+        "L407",
+        "unknown config type",
+        "error",
+        "A preset or record literal names a type that is not a config.",
+        "preset p = Lama { }",
+        "Use the suggested config name.",
+    ),
     # ----- L5xx checkpoints
-    Code("L501", "parameter shape doesn't match checkpoint", "error",
-         "A tensor in the checkpoint has a different shape from the parameter the source declares at "
-         "that path. The message names the tensor and both shapes.",
-         "model.layers.0.self_attn.k_proj.weight: checkpoint [192, 576], source [576, 576]",
-         "Check the preset against the checkpoint's config.json."),
-    Code("L502", "checkpoint names don't match", "error",
-         "Names are checked both ways: a parameter missing from the checkpoint, or a checkpoint tensor "
-         "no parameter takes.", "missing: lm_head.weight", "Fix the module tree or add `@name(...)`."),
+    Code(
+        "L501",
+        "parameter shape doesn't match checkpoint",
+        "error",
+        "A tensor in the checkpoint has a different shape from the parameter the source declares at "
+        "that path. The message names the tensor and both shapes.",
+        "model.layers.0.self_attn.k_proj.weight: checkpoint [192, 576], source [576, 576]",
+        "Check the preset against the checkpoint's config.json.",
+    ),
+    Code(
+        "L502",
+        "checkpoint names don't match",
+        "error",
+        "Names are checked both ways: a parameter missing from the checkpoint, or a checkpoint tensor "
+        "no parameter takes.",
+        "missing: lm_head.weight",
+        "Fix the module tree or add `@name(...)`.",
+    ),
     # ----- L9xx style warnings
-    Code("L901", "unused binding", "warning",
-         "A `let` binding is never used. Prefix the name with `_` to keep it deliberately.",
-         "let unused = x * 2", "Remove it or use it."),
-    Code("L902", "shadowed binding", "warning",
-         "A `let` redeclares a name already bound in the same function, hiding the first value.",
-         "let h = ...\nlet h = ...", "Assign with `h = ...`, or choose a new name."),
-    Code("L903", "unused value", "warning",
-         "An expression statement's value is discarded (only the last expression of a block is its "
-         "value).", "x + 1\nlet y = x", "Bind it with `let` or remove it."),
+    Code(
+        "L901",
+        "unused binding",
+        "warning",
+        "A `let` binding is never used. Prefix the name with `_` to keep it deliberately.",
+        "let unused = x * 2",
+        "Remove it or use it.",
+    ),
+    Code(
+        "L902",
+        "shadowed binding",
+        "warning",
+        "A `let` redeclares a name already bound in the same function, hiding the first value.",
+        "let h = ...\nlet h = ...",
+        "Assign with `h = ...`, or choose a new name.",
+    ),
+    Code(
+        "L903",
+        "unused value",
+        "warning",
+        "An expression statement's value is discarded (only the last expression of a block is its value).",
+        "x + 1\nlet y = x",
+        "Bind it with `let` or remove it.",
+    ),
 ]
 
 CODES: dict[str, Code] = {c.code: c for c in _ALL}

@@ -20,8 +20,8 @@ from typing import Any
 
 from ..syntax import ast as A
 from ..syntax.items import Item
-from .diagnostics import Finding, Label, LocalAnchor, SymbolAnchor
 from .describe import finite_float, int_power_fits
+from .diagnostics import Finding, Label, LocalAnchor, SymbolAnchor
 from .dims import Atom, Dim, const, new_uid
 from .suggest import closest
 from .types import NONE, UNKNOWN, ConfigT, ScalarT, Type
@@ -84,8 +84,12 @@ class ConfigValue:
             a = _FIELD_ATOMS.get(key)
             if a is None:
                 v = self.values.get(name, MISSING)
-                a = const(display, Dim.of(v) if isinstance(v, int) and not isinstance(v, bool) else None,
-                          origin=self.origins.get(name), uid=self._uids.get(name))
+                a = const(
+                    display,
+                    Dim.of(v) if isinstance(v, int) and not isinstance(v, bool) else None,
+                    origin=self.origins.get(name),
+                    uid=self._uids.get(name),
+                )
                 _FIELD_ATOMS[key] = a
             self._atoms[name] = a
         return a
@@ -164,9 +168,14 @@ class ConfigEvaluator:
                 return None  # the config did not parse: its syntax error says it all
             names = [i.name for i in self._all_configs()]
             hint = closest(record.type_name.id, names)
-            self._report(item, Finding(
-                "L407", f"unknown config `{record.type_name.id}`" + (f"; did you mean `{hint}`?" if hint else ""),
-                LocalAnchor(item, record.type_name.span)))
+            self._report(
+                item,
+                Finding(
+                    "L407",
+                    f"unknown config `{record.type_name.id}`" + (f"; did you mean `{hint}`?" if hint else ""),
+                    LocalAnchor(item, record.type_name.span),
+                ),
+            )
             return None
         return self._evaluate(cfg, record, item, (item.name,))
 
@@ -174,8 +183,9 @@ class ConfigEvaluator:
         return getattr(self.lookup, "configs", lambda: [])()
 
     # ----- evaluation
-    def _evaluate(self, cfg: Item, record: A.RecordLit | None, owner: Item, path: tuple,
-                  silent_missing: bool = False) -> ConfigValue:
+    def _evaluate(
+        self, cfg: Item, record: A.RecordLit | None, owner: Item, path: tuple, silent_missing: bool = False
+    ) -> ConfigValue:
         """Evaluate config `cfg` with the field inits of `record` (from item `owner`)."""
         cdef: A.ConfigDef = cfg.ast
         fields: dict[str, A.ConfigField] = {}
@@ -183,9 +193,15 @@ class ConfigEvaluator:
             if not isinstance(f, A.ConfigField):
                 continue
             if f.name.id in fields:
-                self._report(cfg, Finding("L105", f"field `{f.name.id}` is declared twice in `{cdef.name.id}`",
-                                          LocalAnchor(cfg, f.name.span),
-                                          labels=[Label(LocalAnchor(cfg, fields[f.name.id].name.span), "first declared here")]))
+                self._report(
+                    cfg,
+                    Finding(
+                        "L105",
+                        f"field `{f.name.id}` is declared twice in `{cdef.name.id}`",
+                        LocalAnchor(cfg, f.name.span),
+                        labels=[Label(LocalAnchor(cfg, fields[f.name.id].name.span), "first declared here")],
+                    ),
+                )
                 continue
             fields[f.name.id] = f
         skipped = {n for f in cdef.fields if isinstance(f, A.ErrorStmt) for n in f.bound}
@@ -199,13 +215,27 @@ class ConfigEvaluator:
                     continue  # the field's declaration did not parse: its syntax error says it all
                 if name not in fields:
                     hint = closest(name, list(fields))
-                    self._report(owner, Finding(
-                        "L402", f"config `{cdef.name.id}` has no field `{name}`" + (f"; did you mean `{hint}`?" if hint else ""),
-                        LocalAnchor(owner, init.name.span), label="unknown field",
-                        fixes=_rename_fix(owner, init.name.span, hint)))
+                    self._report(
+                        owner,
+                        Finding(
+                            "L402",
+                            f"config `{cdef.name.id}` has no field `{name}`"
+                            + (f"; did you mean `{hint}`?" if hint else ""),
+                            LocalAnchor(owner, init.name.span),
+                            label="unknown field",
+                            fixes=_rename_fix(owner, init.name.span, hint),
+                        ),
+                    )
                 elif name in given:
-                    self._report(owner, Finding("L105", f"field `{name}` is set twice", LocalAnchor(owner, init.name.span),
-                                                labels=[Label(LocalAnchor(owner, given[name].name.span), "first set here")]))
+                    self._report(
+                        owner,
+                        Finding(
+                            "L105",
+                            f"field `{name}` is set twice",
+                            LocalAnchor(owner, init.name.span),
+                            labels=[Label(LocalAnchor(owner, given[name].name.span), "first set here")],
+                        ),
+                    )
                 else:
                     given[name] = init
         value = ConfigValue(cdef.name.id, cfg, {}, {})
@@ -224,7 +254,9 @@ class ConfigEvaluator:
 
             fdef = fields[name]
             if name in computing:
-                self._report(cfg, Finding("L404", f"field `{name}` depends on itself", LocalAnchor(cfg, fdef.name.span)))
+                self._report(
+                    cfg, Finding("L404", f"field `{name}` depends on itself", LocalAnchor(cfg, fdef.name.span))
+                )
                 value.values[name] = MISSING
                 return MISSING
             computing.add(name)
@@ -233,16 +265,34 @@ class ConfigEvaluator:
                 v = self._value(init.value, fdef, owner, path + (name,), lambda n: None, where="preset")
                 value.origins[name] = SymbolAnchor(path + (name,))
             elif fdef.default is not None:
-                v = self._value(fdef.default, fdef, cfg, (cdef.name.id, name), dependency, where="default",
-                                preset_owner=owner if record is not None else None, origins=value.origins)
+                v = self._value(
+                    fdef.default,
+                    fdef,
+                    cfg,
+                    (cdef.name.id, name),
+                    dependency,
+                    where="default",
+                    preset_owner=owner if record is not None else None,
+                    origins=value.origins,
+                )
                 value.origins[name] = SymbolAnchor((cdef.name.id, name))
             else:
                 v = MISSING
                 if not silent_missing:
-                    anchor = LocalAnchor(owner, record.type_name.span) if record is not None else LocalAnchor(cfg, fdef.name.span)
-                    self._report(owner, Finding(
-                        "L403", f"`{cdef.name.id}.{name}` has no default and is not set",
-                        anchor, labels=[Label(SymbolAnchor((cdef.name.id, name)), "declared without a default here")]))
+                    anchor = (
+                        LocalAnchor(owner, record.type_name.span)
+                        if record is not None
+                        else LocalAnchor(cfg, fdef.name.span)
+                    )
+                    self._report(
+                        owner,
+                        Finding(
+                            "L403",
+                            f"`{cdef.name.id}.{name}` has no default and is not set",
+                            anchor,
+                            labels=[Label(SymbolAnchor((cdef.name.id, name)), "declared without a default here")],
+                        ),
+                    )
             computing.discard(name)
             value.values[name] = v
             if v is MISSING and (self._count() > findings_before or used & value.poisoned):
@@ -269,20 +319,42 @@ class ConfigEvaluator:
             if known is not None and known.ast is None:
                 continue  # a config that did not parse: its syntax error says it all
             hint = closest(name, list(SCALAR_TYPES) + [i.name for i in self._all_configs()])
-            self._report(cfg, Finding("L101", f"unknown type `{name}`" + (f"; did you mean `{hint}`?" if hint else ""),
-                                      LocalAnchor(cfg, f.type.name.span), fixes=_rename_fix(cfg, f.type.name.span, hint)))
+            self._report(
+                cfg,
+                Finding(
+                    "L101",
+                    f"unknown type `{name}`" + (f"; did you mean `{hint}`?" if hint else ""),
+                    LocalAnchor(cfg, f.type.name.span),
+                    fixes=_rename_fix(cfg, f.type.name.span, hint),
+                ),
+            )
         self._type_checked[cfg] = bad
         return bad
 
-    def _value(self, expr, fdef: A.ConfigField, item: Item, path: tuple, get, where: str,
-               preset_owner: Item | None = None, origins: dict | None = None):
+    def _value(
+        self,
+        expr,
+        fdef: A.ConfigField,
+        item: Item,
+        path: tuple,
+        get,
+        where: str,
+        preset_owner: Item | None = None,
+        origins: dict | None = None,
+    ):
         """Evaluate one field value and check it against the field's type."""
         ftype = fdef.type
         if isinstance(expr, A.RecordLit):
             expected = ftype.name.id if isinstance(ftype, A.NamedType) else None
             if expr.type_name.id != expected:
-                self._report(item, Finding("L401", f"`{fdef.name.id}` is a {_type_text(ftype)}, got a "
-                                           f"`{expr.type_name.id}` record", LocalAnchor(item, expr.type_name.span)))
+                self._report(
+                    item,
+                    Finding(
+                        "L401",
+                        f"`{fdef.name.id}` is a {_type_text(ftype)}, got a `{expr.type_name.id}` record",
+                        LocalAnchor(item, expr.type_name.span),
+                    ),
+                )
                 return MISSING
             cfg = self.config_item(expected)
             if cfg is None:
@@ -300,10 +372,16 @@ class ConfigEvaluator:
             allowed = [s.value for s in ftype.values]
             if not isinstance(v, str) or v not in allowed:
                 hint = closest(v, allowed) if isinstance(v, str) else None
-                self._report(item, Finding(
-                    "L401", f"`{fdef.name.id}` is one of {', '.join(repr(a).replace(chr(39), chr(34)) for a in allowed)}; "
-                    f"got {_show(v)}" + (f"; did you mean \"{hint}\"?" if hint else ""), anchor,
-                    fixes=_rename_fix(item, expr.span, f'"{hint}"' if hint else None)))
+                self._report(
+                    item,
+                    Finding(
+                        "L401",
+                        f"`{fdef.name.id}` is one of {', '.join(repr(a).replace(chr(39), chr(34)) for a in allowed)}; "
+                        f"got {_show(v)}" + (f'; did you mean "{hint}"?' if hint else ""),
+                        anchor,
+                        fixes=_rename_fix(item, expr.span, f'"{hint}"' if hint else None),
+                    ),
+                )
                 return MISSING
             return v
         if isinstance(ftype, A.NamedType):
@@ -313,12 +391,22 @@ class ConfigEvaluator:
             if v is None:
                 if ftype.optional:
                     return None
-                self._report(item, Finding("L401", f"`{fdef.name.id}` is not optional; it cannot be `none`", anchor,
-                                           notes=[f"declare it as `{name}?` to allow `none`"]))
+                self._report(
+                    item,
+                    Finding(
+                        "L401",
+                        f"`{fdef.name.id}` is not optional; it cannot be `none`",
+                        anchor,
+                        notes=[f"declare it as `{name}?` to allow `none`"],
+                    ),
+                )
                 return MISSING
-            ok = {"int": isinstance(v, int) and not isinstance(v, bool),
-                  "float": isinstance(v, (int, float)) and not isinstance(v, bool),
-                  "bool": isinstance(v, bool), "str": isinstance(v, str)}.get(name)
+            ok = {
+                "int": isinstance(v, int) and not isinstance(v, bool),
+                "float": isinstance(v, (int, float)) and not isinstance(v, bool),
+                "bool": isinstance(v, bool),
+                "str": isinstance(v, str),
+            }.get(name)
             if ok is None:  # a config type given a scalar
                 self._report(item, Finding("L401", f"`{fdef.name.id}` is a `{name}` record, got {_show(v)}", anchor))
                 return MISSING
@@ -330,7 +418,7 @@ class ConfigEvaluator:
 
     # ----- scenarios
     def scenarios(self, presets: list[Item], config_names: list[str]) -> list["Scenario"]:
-        """"defaults" then one scenario per preset, in source order. A preset whose config has
+        """ "defaults" then one scenario per preset, in source order. A preset whose config has
         errors is reported and not checked under: what it would produce is noise."""
         defaults = {n: self.defaults(n) for n in config_names if self.defaults(n) is not None}
         out = [Scenario("defaults", defaults, None)]
@@ -410,8 +498,15 @@ class _ConstEval:
             return None
         if isinstance(e, A.Neg):
             v = self.eval(e.operand)
-            return MISSING if v is MISSING else (-v if isinstance(v, (int, float)) and not isinstance(v, bool)
-                                                 else self.fail("L401", "`-` needs a number", e))
+            return (
+                MISSING
+                if v is MISSING
+                else (
+                    -v
+                    if isinstance(v, (int, float)) and not isinstance(v, bool)
+                    else self.fail("L401", "`-` needs a number", e)
+                )
+            )
         if isinstance(e, A.Not):
             v = self.eval(e.operand)
             return MISSING if v is MISSING else not v
@@ -421,8 +516,12 @@ class _ConstEval:
             fields = self._fields()
             if e.id not in fields:
                 hint = closest(e.id, sorted(fields))
-                return self.fail("L101", f"unknown name `{e.id}`" + (f"; did you mean `{hint}`?" if hint else ""), e,
-                                 fixes=_rename_fix(self.item, e.span, hint))
+                return self.fail(
+                    "L101",
+                    f"unknown name `{e.id}`" + (f"; did you mean `{hint}`?" if hint else ""),
+                    e,
+                    fixes=_rename_fix(self.item, e.span, hint),
+                )
             return self.get(e.id)
         if isinstance(e, A.BinOp):
             return self.binop(e)
@@ -431,8 +530,11 @@ class _ConstEval:
             if a is MISSING or b is MISSING:
                 return MISSING
             if e.op in ("==", "!="):
-                if _is_number(a) != _is_number(b) or (isinstance(a, bool) != isinstance(b, bool)) or \
-                        (isinstance(a, str) != isinstance(b, str) and a is not None and b is not None):
+                if (
+                    _is_number(a) != _is_number(b)
+                    or (isinstance(a, bool) != isinstance(b, bool))
+                    or (isinstance(a, str) != isinstance(b, str) and a is not None and b is not None)
+                ):
                     return self.fail("L401", f"`{e.op}` compares {_show(a)} with {_show(b)}: never equal", e)
                 return (a == b) == (e.op == "==")
             if not (_is_number(a) and _is_number(b)):
@@ -473,7 +575,7 @@ class _ConstEval:
         if e.op == "*":
             return a * b
         if e.op == "**":
-            return a ** b
+            return a**b
         if e.op == "%":
             return a % b if b else self.fail("L404", "remainder by zero", e)
         if e.op == "/":
@@ -496,11 +598,15 @@ class _ConstEval:
             for side, value in ((e.right, b), (e.left, a)):
                 if isinstance(side, A.Name) and side.id in self.origins:
                     labels.append(Label(self.origins[side.id], f"`{side.id}` = {value}"))
-            self.ev._report(owner, Finding(
-                "L404", f"{left} is not divisible by {right}, as `{self.fdef.name.id}` requires",
-                LocalAnchor(owner, owner.name_span),
-                labels=labels +
-                       [Label(LocalAnchor(self.item, e.span), f"`{self.fdef.name.id}` is derived here")]))
+            self.ev._report(
+                owner,
+                Finding(
+                    "L404",
+                    f"{left} is not divisible by {right}, as `{self.fdef.name.id}` requires",
+                    LocalAnchor(owner, owner.name_span),
+                    labels=labels + [Label(LocalAnchor(self.item, e.span), f"`{self.fdef.name.id}` is derived here")],
+                ),
+            )
             return MISSING
         return self.fail("L404", f"{left} is not divisible by {right}", e)
 

@@ -6,8 +6,22 @@ import math
 
 from ..syntax import ast as A
 from .types import (
-    ConfigT, DTypeT, DType, FnRefT, ListT, ModuleListT, ModuleT, NoneT, ScalarT, Shape, TensorT, TupleT, Type,
-    UnitT, format_shape, format_type,
+    ConfigT,
+    DType,
+    DTypeT,
+    FnRefT,
+    ListT,
+    ModuleListT,
+    ModuleT,
+    NoneT,
+    ScalarT,
+    Shape,
+    TensorT,
+    TupleT,
+    Type,
+    UnitT,
+    format_shape,
+    format_type,
 )
 
 
@@ -16,7 +30,7 @@ def cond_key(e: A.Node, text: str) -> tuple[str, bool]:
     while isinstance(e, A.Not):
         polarity = not polarity
         e = e.operand
-    return " ".join(text[e.span.start:e.span.end].split()), polarity
+    return " ".join(text[e.span.start : e.span.end].split()), polarity
 
 
 def number(t: ScalarT):
@@ -58,8 +72,12 @@ def dtype_text(d: DType) -> str:
 
 
 def binding_kind(kind: str) -> str:
-    return {"param": "function parameter", "dim": "dim variable", "loop": "loop variable",
-            "module_param": "module parameter"}.get(kind, kind)
+    return {
+        "param": "function parameter",
+        "dim": "dim variable",
+        "loop": "loop variable",
+        "module_param": "module parameter",
+    }.get(kind, kind)
 
 
 def dotted(e) -> str | None:

@@ -120,13 +120,23 @@ class Diagnostic:
         return self.severity == "error"
 
     def to_json(self) -> dict[str, Any]:
-        def loc(l: Location) -> dict[str, Any]:
+        def loc(where: Location) -> dict[str, Any]:
             return {
-                "path": l.path,
-                "start": {"line": l.start.line, "column": l.start.column, "offset": l.start.offset,
-                          "byte": l.start.byte, "utf16": [l.start.line - 1, l.start.character]},
-                "end": {"line": l.end.line, "column": l.end.column, "offset": l.end.offset,
-                        "byte": l.end.byte, "utf16": [l.end.line - 1, l.end.character]},
+                "path": where.path,
+                "start": {
+                    "line": where.start.line,
+                    "column": where.start.column,
+                    "offset": where.start.offset,
+                    "byte": where.start.byte,
+                    "utf16": [where.start.line - 1, where.start.character],
+                },
+                "end": {
+                    "line": where.end.line,
+                    "column": where.end.column,
+                    "offset": where.end.offset,
+                    "byte": where.end.byte,
+                    "utf16": [where.end.line - 1, where.end.character],
+                },
             }
 
         return {
@@ -135,11 +145,15 @@ class Diagnostic:
             "message": self.message,
             "location": loc(self.location),
             "label": self.label,
-            "labels": [{"location": loc(l.location), "message": l.message} for l in self.labels],
+            "labels": [{"location": loc(lab.location), "message": lab.message} for lab in self.labels],
             "notes": list(self.notes),
-            "fixes": [{"message": f.message,
-                       "edits": [{"location": loc(e.location), "new_text": e.new_text} for e in f.edits]}
-                      for f in self.fixes],
+            "fixes": [
+                {
+                    "message": f.message,
+                    "edits": [{"location": loc(e.location), "new_text": e.new_text} for e in f.edits],
+                }
+                for f in self.fixes
+            ],
             "presets": list(self.presets) if self.presets is not None else None,
             "docs": f"docs/diagnostics.md#{self.code.lower()}",
         }
@@ -171,8 +185,12 @@ def locate(finding: Finding, resolve: Resolver) -> Diagnostic | None:
     notes = list(finding.notes)
     if finding.scenarios:
         names = ", ".join(f"`{s}`" for s in finding.scenarios)
-        notes.insert(0, f"under {'preset' if len(finding.scenarios) == 1 else 'presets'} {names}"
-                     if "defaults" not in finding.scenarios else f"under {names.replace('`defaults`', 'the config defaults')}")
+        notes.insert(
+            0,
+            f"under {'preset' if len(finding.scenarios) == 1 else 'presets'} {names}"
+            if "defaults" not in finding.scenarios
+            else f"under {names.replace('`defaults`', 'the config defaults')}",
+        )
     return Diagnostic(
         code=finding.code,
         severity=finding.severity or info.severity,

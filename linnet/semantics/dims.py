@@ -36,8 +36,15 @@ class Atom:
 
     __slots__ = ("kind", "name", "uid", "value", "origin", "quot", "_key", "__weakref__")
 
-    def __init__(self, kind: str, name: str, value: "Dim | None" = None, origin=None, uid: int | None = None,
-                 quot: "tuple[Dim, int] | None" = None):
+    def __init__(
+        self,
+        kind: str,
+        name: str,
+        value: "Dim | None" = None,
+        origin=None,
+        uid: int | None = None,
+        quot: "tuple[Dim, int] | None" = None,
+    ):
         self.kind = kind
         self.name = name
         self.uid = next(_uid) if uid is None else uid
@@ -259,7 +266,7 @@ def _poly_div(num: Dim, den: Dim) -> Dim | None:
         if num._t == den._t and num._t:
             return Dim.of(1)
         return None
-    (dm, dc), = den._t.items()
+    ((dm, dc),) = den._t.items()
     if dc == 0:
         return None
     out: dict[Monomial, int] = {}
@@ -322,6 +329,7 @@ def _quot_name(num: Dim, den: Dim) -> str:
     def wrap(d: Dim) -> str:
         s = format_dim(d)
         return f"({s})" if len(d.terms) > 1 or (d.terms and len(d.terms[0][0]) + (d.terms[0][1] != 1) > 1) else s
+
     return f"{wrap(num)} / {wrap(den)}"
 
 

@@ -8,15 +8,39 @@ import math
 from ..ops import OPERATORS, REGISTRY, OpDef, OpError
 from ..syntax import ast as A
 from .configs import ConfigValue
-from .describe import cond_key, dotted, dtype_text, kind_text, number, tail_node, types_equal
-from .describe import finite_float, int_power_fits
+from .describe import (
+    cond_key,
+    dotted,
+    dtype_text,
+    finite_float,
+    int_power_fits,
+    kind_text,
+    number,
+    tail_node,
+    types_equal,
+)
 from .diagnostics import Fix, Label, SymbolAnchor
 from .dims import Dim, DivisionError, divide
 from .scope import Instance, Scope
 from .suggest import closest
 from .types import (
-    NONE, UNIT, UNKNOWN, ConfigT, DTypeT, ListT, ModuleListT, ModuleT, NoneT, ScalarT, Shape, TensorT, TupleT,
-    Type, UnknownT, format_shape, format_type,
+    NONE,
+    UNIT,
+    UNKNOWN,
+    ConfigT,
+    DTypeT,
+    ListT,
+    ModuleListT,
+    ModuleT,
+    NoneT,
+    ScalarT,
+    Shape,
+    TensorT,
+    TupleT,
+    Type,
+    UnknownT,
+    format_shape,
+    format_type,
 )
 
 
@@ -79,17 +103,25 @@ class ExpressionsMixin:
                 return UNKNOWN  # declared on a line that did not parse
             if fdef is None:
                 hint = closest(name, list(cv.values))
-                self.report("L102", f"config `{cv.type_name}` has no field `{name}`" +
-                            (f"; did you mean `{hint}`?" if hint else ""), e.name, fixes=self._fix(e.name, hint),
-                            labels=[Label(SymbolAnchor((cv.type_name,)), "config declared here")])
+                self.report(
+                    "L102",
+                    f"config `{cv.type_name}` has no field `{name}`" + (f"; did you mean `{hint}`?" if hint else ""),
+                    e.name,
+                    fixes=self._fix(e.name, hint),
+                    labels=[Label(SymbolAnchor((cv.type_name,)), "config declared here")],
+                )
                 return UNKNOWN
             self.ref(e.name, SymbolAnchor((cv.type_name, name)))
             self.result.deps.setdefault(cv.type_name, cv.item.interface)
             prefix = dotted(e.value)
             return cv.field_type(name, f"{prefix}.{name}" if prefix else name)
         if isinstance(base, NoneT):
-            self.report("L406", f"`{dotted(e.value) or 'this value'}` is `none` here, so it has no `{name}`", e.name,
-                        notes=["guard the use with `if ... != none { ... }`"])
+            self.report(
+                "L406",
+                f"`{dotted(e.value) or 'this value'}` is `none` here, so it has no `{name}`",
+                e.name,
+                notes=["guard the use with `if ... != none { ... }`"],
+            )
             return UNKNOWN
         if isinstance(base, TensorT):
             if name == "dtype":
@@ -104,13 +136,20 @@ class ExpressionsMixin:
                 if name in members.poisoned:
                     return UNKNOWN
                 hint = closest(name, list(members.by_name))
-                self.report("L102", f"`{inst.module.name.id}` has no member `{name}`" +
-                            (f"; did you mean `{hint}`?" if hint else ""), e.name, fixes=self._fix(e.name, hint))
+                self.report(
+                    "L102",
+                    f"`{inst.module.name.id}` has no member `{name}`" + (f"; did you mean `{hint}`?" if hint else ""),
+                    e.name,
+                    fixes=self._fix(e.name, hint),
+                )
                 return UNKNOWN
             self.ref(e.name, SymbolAnchor((inst.module.name.id, "member", name)))
             if info.present is False:
-                self.report("L108", f"`{inst.module.name.id}.{name}` exists only when {info.cond_text}, which is "
-                            "false here", e.name)
+                self.report(
+                    "L108",
+                    f"`{inst.module.name.id}.{name}` exists only when {info.cond_text}, which is false here",
+                    e.name,
+                )
                 return UNKNOWN
             if info.conditions:
                 self.report("L108", f"`{name}` exists only when {info.cond_text} in `{inst.module.name.id}`", e.name)
@@ -181,7 +220,13 @@ class ExpressionsMixin:
         if op == "@":
             self.report("L107", "`@` needs tensors", e)
             return UNKNOWN
-        if a.kind == "int" and b.kind == "int" and op in ("+", "-", "*", "/") and a.value is not None and b.value is not None:
+        if (
+            a.kind == "int"
+            and b.kind == "int"
+            and op in ("+", "-", "*", "/")
+            and a.value is not None
+            and b.value is not None
+        ):
             if op == "+":
                 return ScalarT("int", a.value + b.value)
             if op == "-":
@@ -204,7 +249,7 @@ class ExpressionsMixin:
                 if not int_power_fits(x, y):
                     self.report("L408", f"`{x} ** {y}` is too large for a compile-time int", e)
                     return ScalarT("int", None)
-                return ScalarT("int", Dim.of(x ** y))
+                return ScalarT("int", Dim.of(x**y))
             if op in ("%", "**") and (y is None or y >= 0):
                 return ScalarT("int", None)
         if x is None or y is None:
@@ -219,7 +264,7 @@ class ExpressionsMixin:
             elif op == "/":
                 value = x / y
             elif op == "**":
-                value = x ** y
+                value = x**y
             else:
                 value = math.fmod(x, y)
             result = finite_float(value)
@@ -235,18 +280,30 @@ class ExpressionsMixin:
             if e.op not in ("==", "!="):
                 self.report("L107", f"`{e.op}` cannot compare {kind_text(a)} and {kind_text(b)}", e)
                 return UNKNOWN
-            same = isinstance(a, NoneT) and isinstance(b, NoneT) or (
-                isinstance(a, ConfigT) and isinstance(b, ConfigT) and a.value is b.value)
+            same = (
+                isinstance(a, NoneT)
+                and isinstance(b, NoneT)
+                or (isinstance(a, ConfigT) and isinstance(b, ConfigT) and a.value is b.value)
+            )
             if isinstance(a, ScalarT) or isinstance(b, ScalarT):
                 same = False
             return ScalarT("bool", same if e.op == "==" else not same)
         for s, other, node in ((a, b, e.right), (b, a, e.left)):
-            if s.kind == "str" and s.literals and other.kind == "str" and other.value is not None \
-                    and other.value not in s.literals:
+            if (
+                s.kind == "str"
+                and s.literals
+                and other.kind == "str"
+                and other.value is not None
+                and other.value not in s.literals
+            ):
                 hint = closest(other.value, list(s.literals))
-                self.report("L401", f'this is never true: the value is one of {", ".join(chr(34) + v + chr(34) for v in s.literals)}'
-                            + (f'; did you mean "{hint}"?' if hint else ""), node,
-                            fixes=[Fix(f'replace with "{hint}"', [(self.anchor(node), f'"{hint}"')])] if hint else [])
+                self.report(
+                    "L401",
+                    f"this is never true: the value is one of {', '.join(chr(34) + v + chr(34) for v in s.literals)}"
+                    + (f'; did you mean "{hint}"?' if hint else ""),
+                    node,
+                    fixes=[Fix(f'replace with "{hint}"', [(self.anchor(node), f'"{hint}"')])] if hint else [],
+                )
                 return ScalarT("bool", None)
         kinds = {a.kind, b.kind}
         if len(kinds) > 1 and kinds != {"int", "float"}:
@@ -291,10 +348,18 @@ class ExpressionsMixin:
         if isinstance(then_t, UnknownT) or isinstance(else_t, UnknownT):
             return UNKNOWN
         if not types_equal(then_t, else_t):
-            self.report("L306", f"the branches of `if` differ: {format_type(then_t)} and {format_type(else_t)}", e,
-                        labels=[Label(self.anchor(tail_node(e.then)), format_type(then_t)),
-                                Label(self.anchor(tail_node(e.orelse) if isinstance(e.orelse, A.Block) else e.orelse),
-                                      format_type(else_t))])
+            self.report(
+                "L306",
+                f"the branches of `if` differ: {format_type(then_t)} and {format_type(else_t)}",
+                e,
+                labels=[
+                    Label(self.anchor(tail_node(e.then)), format_type(then_t)),
+                    Label(
+                        self.anchor(tail_node(e.orelse) if isinstance(e.orelse, A.Block) else e.orelse),
+                        format_type(else_t),
+                    ),
+                ],
+            )
             return UNKNOWN
         return then_t
 
@@ -304,8 +369,13 @@ class ExpressionsMixin:
         if isinstance(t, ScalarT) and t.kind == "bool":
             return t.value
         if isinstance(t, TensorT):
-            self.report("L405", "the condition of `if` must be known at compile time; this is a tensor", node,
-                        label=format_type(t), notes=["for a per-element choice use `where(cond, a, b)`"])
+            self.report(
+                "L405",
+                "the condition of `if` must be known at compile time; this is a tensor",
+                node,
+                label=format_type(t),
+                notes=["for a per-element choice use `where(cond, a, b)`"],
+            )
             return None
         self.report("L405", f"the condition of `if` must be a compile-time bool, got {kind_text(t)}", node)
         return None
@@ -334,12 +404,16 @@ class ExpressionsMixin:
             self.report("L208", "an index has at most one `...`", e.items[ell[1]])
             return UNKNOWN
         pre = e.items[: ell[0]] if ell else e.items
-        post = e.items[ell[0] + 1:] if ell else []
+        post = e.items[ell[0] + 1 :] if ell else []
         shape = base.shape
         n = len(shape.dims)
         if shape.prefix is not None and pre:
-            self.report("L208", f"indexing leading dims of {format_shape(shape)}, whose `...` has unknown rank", e,
-                        notes=["index from the end: `x[..., i]`"])
+            self.report(
+                "L208",
+                f"indexing leading dims of {format_shape(shape)}, whose `...` has unknown rank",
+                e,
+                notes=["index from the end: `x[..., i]`"],
+            )
             return UNKNOWN
         if len(pre) + len(post) > n:
             self.report("L208", f"{len(pre) + len(post)} indices for {format_shape(shape)} of rank {n}", e)
@@ -347,8 +421,7 @@ class ExpressionsMixin:
         out_pre: list = []
         out_post: list = []
         prefix = shape.prefix
-        for items, dims, out in ((pre, shape.dims[: len(pre)], out_pre),
-                                 (post, shape.dims[n - len(post):], out_post)):
+        for items, dims, out in ((pre, shape.dims[: len(pre)], out_pre), (post, shape.dims[n - len(post) :], out_post)):
             for it, d in zip(items, dims):
                 one = TensorT(base.dtype, Shape((d,)))
                 if isinstance(it, A.Slice):
@@ -357,7 +430,9 @@ class ExpressionsMixin:
                     if it.start is None and it.stop is None:
                         out.append(d)
                         continue
-                    r = self.run_rule(REGISTRY["slice"], {"x": one, "dim": 0, "start": start or Dim.of(0), "stop": stop}, it)
+                    r = self.run_rule(
+                        REGISTRY["slice"], {"x": one, "dim": 0, "start": start or Dim.of(0), "stop": stop}, it
+                    )
                     out.extend(r.dims if isinstance(r, Shape) else [None])
                     continue
                 t = self.expr(it, scope)
@@ -376,7 +451,7 @@ class ExpressionsMixin:
                 if not isinstance(t, UnknownT):
                     self.report("L107", f"an index is an int, a slice or an integer tensor, got {kind_text(t)}", it)
                 return UNKNOWN
-        middle = shape.dims[len(pre): n - len(post)]
+        middle = shape.dims[len(pre) : n - len(post)]
         return TensorT(base.dtype, Shape(tuple(out_pre) + tuple(middle) + tuple(out_post), prefix))
 
     def int_arg(self, e, scope: Scope) -> Dim | None:

@@ -11,11 +11,21 @@ from ..syntax.items import Item
 from .describe import cond_key, kind_text
 from .diagnostics import Label, SymbolAnchor
 from .dims import Dim
+from .names import LOAD_TIME_DIMS, SCALAR_TYPE_NAMES
 from .scope import Binding, FnTarget, Instance, MemberInfo, Members, Scope
 from .types import (
-    UNKNOWN, ConfigT, FnRefT, ModuleListT, ModuleT, NoneT, ScalarT, TensorT, Type, UnknownT, format_type,
+    UNKNOWN,
+    ConfigT,
+    FnRefT,
+    ModuleListT,
+    ModuleT,
+    NoneT,
+    ScalarT,
+    TensorT,
+    Type,
+    UnknownT,
+    format_type,
 )
-from .names import LOAD_TIME_DIMS, SCALAR_TYPE_NAMES
 
 if TYPE_CHECKING:
     from .checker import ItemChecker
@@ -26,8 +36,9 @@ class MembersMixin:
 
     def check_containment(self, mdef: A.ModuleDef) -> None:
         """A module may not contain itself, directly or through its submodules."""
+
         def submodules(m: A.ModuleDef):
-            for member in _flat_members(m.members):
+            for member in A.flat_members(m.members):
                 if isinstance(member, A.FieldDecl) and member.ctor is not None and isinstance(member.ctor.func, A.Name):
                     yield member, member.ctor.func.id
 
@@ -68,9 +79,15 @@ class MembersMixin:
     def instantiate(self, item: Item, args: list[A.Arg], scope: Scope, call: A.Node) -> Instance | None:
         """Bind a module's parameters to a constructor call's arguments."""
         mdef: A.ModuleDef = item.ast
-        matched = self.match_args([p.name.id for p in mdef.params],
-                                  {p.name.id: p.default is not None for p in mdef.params},
-                                  args, f"`{mdef.name.id}`", call, scope, owner_path=(mdef.name.id, "param"))
+        matched = self.match_args(
+            [p.name.id for p in mdef.params],
+            {p.name.id: p.default is not None for p in mdef.params},
+            args,
+            f"`{mdef.name.id}`",
+            call,
+            scope,
+            owner_path=(mdef.name.id, "param"),
+        )
         if matched is None:
             return None
         callee_scope = Scope(self.global_scope(), "module")
@@ -96,8 +113,13 @@ class MembersMixin:
             members = self.members(inst, report=False)
             for f in members.findings:
                 if f.code[1] in "24":
-                    self.report(f.code, f"in `{inst.describe()}`: {f.message}", call, notes=f.notes,
-                                labels=[Label(f.anchor, "required here")])
+                    self.report(
+                        f.code,
+                        f"in `{inst.describe()}`: {f.message}",
+                        call,
+                        notes=f.notes,
+                        labels=[Label(f.anchor, "required here")],
+                    )
                     return None  # a broken instance: its uses would only repeat this
         return inst
 
@@ -121,8 +143,12 @@ class MembersMixin:
                 self.report("L107", f"`{p.name.id}` of {callee} is a str, got {kind_text(t)}", node)
                 return None
             if t.value is not None and t.value not in allowed:
-                self.report("L401", f'`{p.name.id}` of {callee} is one of {", ".join(chr(34) + a + chr(34) for a in allowed)}; '
-                            f'got "{t.value}"', node)
+                self.report(
+                    "L401",
+                    f"`{p.name.id}` of {callee} is one of {', '.join(chr(34) + a + chr(34) for a in allowed)}; "
+                    f'got "{t.value}"',
+                    node,
+                )
                 return None
             return ScalarT("str", t.value, tuple(allowed))
         if not isinstance(pt, A.NamedType):
@@ -134,8 +160,12 @@ class MembersMixin:
                     iv = t.value.as_int() if t.value is not None else None
                     return ScalarT("float", float(iv) if iv is not None else None)
                 return t
-            self.report("L107", f"`{p.name.id}` of {callee} is a compile-time {name}, got {kind_text(t)}", node,
-                        label=format_type(t))
+            self.report(
+                "L107",
+                f"`{p.name.id}` of {callee} is a compile-time {name}, got {kind_text(t)}",
+                node,
+                label=format_type(t),
+            )
             return None
         if isinstance(t, NoneT):
             if pt.optional:
@@ -144,7 +174,9 @@ class MembersMixin:
             return None
         if isinstance(t, ConfigT):
             if t.value.type_name != name:
-                self.report("L107", f"`{p.name.id}` of {callee} is a `{name}` config, got a `{t.value.type_name}`", node)
+                self.report(
+                    "L107", f"`{p.name.id}` of {callee} is a `{name}` config, got a `{t.value.type_name}`", node
+                )
                 return None
             return t
         self.report("L107", f"`{p.name.id}` of {callee} is a `{name}` config, got {kind_text(t)}", node)
@@ -200,7 +232,7 @@ class _MemberEvaluator:
                 t = self.c.expr(m.cond, self.scope)
                 cond = self.c.compile_time_bool(t, m.cond)
                 key = cond_key(m.cond, self.inst.item.text)
-                text = " ".join(self.inst.item.text[m.cond.span.start:m.cond.span.end].split())
+                text = " ".join(self.inst.item.text[m.cond.span.start : m.cond.span.end].split())
                 for branch, pol in ((m.then, True), (m.orelse, False)):
                     if cond is None:
                         sub_present = present
@@ -222,23 +254,41 @@ class _MemberEvaluator:
                 info = self.member(m)
             if info is None:
                 continue
-            self.c.ref(m.name, SymbolAnchor((self.inst.module.name.id, "fn" if info.kind == "fn" else "member", info.name)))
+            self.c.ref(
+                m.name, SymbolAnchor((self.inst.module.name.id, "fn" if info.kind == "fn" else "member", info.name))
+            )
             info.present = present
             info.conditions = conditions
             info.cond_text = getattr(self, "cond_text", "")
             prev = self.members.by_name.get(info.name)
             if prev is not None and (prev.present is not False and present is not False) and not _exclusive(prev, info):
-                self.c.report("L105", f"`{info.name}` is declared twice in `{self.inst.module.name.id}`", m.name,
-                              labels=[Label(self.c.anchor(prev.node.name), "first declared here")])
+                self.c.report(
+                    "L105",
+                    f"`{info.name}` is declared twice in `{self.inst.module.name.id}`",
+                    m.name,
+                    labels=[Label(self.c.anchor(prev.node.name), "first declared here")],
+                )
                 continue
             if prev is not None and prev.present is not False and present is False:
                 continue
             path = info.checkpoint_name or info.name
-            clash = next((o for o in self.members.order if o.kind in ("param", "submodule", "list")
-                          and (o.checkpoint_name or o.name) == path and not _exclusive(o, info)), None)
+            clash = next(
+                (
+                    o
+                    for o in self.members.order
+                    if o.kind in ("param", "submodule", "list")
+                    and (o.checkpoint_name or o.name) == path
+                    and not _exclusive(o, info)
+                ),
+                None,
+            )
             if clash is not None and info.kind in ("param", "submodule", "list") and present is not False:
-                self.c.report("L105", f"`{info.name}` and `{clash.name}` have the same checkpoint name `{path}`",
-                              m.name, labels=[Label(self.c.anchor(clash.node.name), "the other one")])
+                self.c.report(
+                    "L105",
+                    f"`{info.name}` and `{clash.name}` have the same checkpoint name `{path}`",
+                    m.name,
+                    labels=[Label(self.c.anchor(clash.node.name), "the other one")],
+                )
             self.members.by_name[info.name] = info
             self.members.order.append(info)
 
@@ -246,8 +296,7 @@ class _MemberEvaluator:
         c = self.c
         checkpoint = _name_attribute(m)
         if isinstance(m, A.FnDef):
-            return MemberInfo(m.name.id, "fn", m, FnRefT(FnTarget(self.inst.item, m, self.inst)),
-                              checkpoint_name=None)
+            return MemberInfo(m.name.id, "fn", m, FnRefT(FnTarget(self.inst.item, m, self.inst)), checkpoint_name=None)
         if isinstance(m, A.StateDecl):
             t = c.eval_type(m.type, self.scope, None)
             c.record(m.name, t)
@@ -256,10 +305,16 @@ class _MemberEvaluator:
             if m.kind == "param":
                 t = c.eval_type(m.type, self.scope, None)
                 if isinstance(t, TensorT) and any(
-                        a.kind == "var" or a.name in LOAD_TIME_DIMS for d in t.shape.dims if d is not None
-                        for a in d.atoms()):
-                    c.report("L111", "parameter shapes are fixed when the model is loaded: load-time dims belong "
-                             "to `state`", m.type)
+                    a.kind == "var" or a.name in LOAD_TIME_DIMS
+                    for d in t.shape.dims
+                    if d is not None
+                    for a in d.atoms()
+                ):
+                    c.report(
+                        "L111",
+                        "parameter shapes are fixed when the model is loaded: load-time dims belong to `state`",
+                        m.type,
+                    )
                 c.record(m.name, t)
                 return MemberInfo(m.name.id, "param", m, t, checkpoint_name=checkpoint)
             ctor = m.ctor
@@ -286,7 +341,9 @@ class _MemberEvaluator:
                 c.report("L213", f"a list of {count.as_int()} submodules: the length is negative", m.count)
                 count = None
             if not isinstance(count_t, (UnknownT,)) and not (isinstance(count_t, ScalarT) and count_t.kind == "int"):
-                c.report("L107", f"the length of a submodule list is a compile-time int, got {kind_text(count_t)}", m.count)
+                c.report(
+                    "L107", f"the length of a submodule list is a compile-time int, got {kind_text(count_t)}", m.count
+                )
             t = ModuleListT(inst, count)
             c.record(m.name, t)
             return MemberInfo(m.name.id, "list", m, t, checkpoint_name=checkpoint)
@@ -302,15 +359,6 @@ def _absent(m) -> MemberInfo | None:
     if isinstance(m, A.FieldDecl):
         return MemberInfo(m.name.id, m.kind, m, UNKNOWN, checkpoint_name=_name_attribute(m))
     return None
-
-
-def _flat_members(members):
-    for m in members:
-        if isinstance(m, A.MemberIf):
-            yield from _flat_members(m.then)
-            yield from _flat_members(m.orelse)
-        else:
-            yield m
 
 
 def _exclusive(a: MemberInfo, b: MemberInfo) -> bool:

@@ -13,12 +13,11 @@ from dataclasses import dataclass, field
 from ..syntax import ast as A
 from ..syntax.items import Item
 from .checker import ItemChecker
-from .names import Binder
 from .diagnostics import Finding, SymbolAnchor
 from .dims import Dim
+from .names import Binder
 from .scope import Binding, Instance, Scope
 from .types import I64, UNKNOWN, ModuleListT, ModuleT, ScalarT, TensorT, Type, UnknownT, format_type
-
 
 MAX_TENSORS = 1_000_000  # a model tree's parameters and state, listed one by one
 
@@ -72,8 +71,14 @@ class ModelTree:
         return total
 
 
-def elaborate(checker: ItemChecker, inst: Instance, prefix: str = "", tree: ModelTree | None = None,
-              findings: list | None = None, open_modules: tuple = ()) -> ModelTree:
+def elaborate(
+    checker: ItemChecker,
+    inst: Instance,
+    prefix: str = "",
+    tree: ModelTree | None = None,
+    findings: list | None = None,
+    open_modules: tuple = (),
+) -> ModelTree:
     """Walk the module tree from `inst`: every parameter and state tensor with its path."""
     tree = tree if tree is not None else ModelTree()
     if inst.item in open_modules:
@@ -100,9 +105,14 @@ def elaborate(checker: ItemChecker, inst: Instance, prefix: str = "", tree: Mode
             size = count * (len(sub.params) + len(sub.state))
             if len(tree.params) + len(tree.state) + size > MAX_TENSORS:
                 if findings is not None:
-                    findings.append(Finding("L111", f"`{path}` makes the model tree larger than {MAX_TENSORS:,} "
-                                            f"tensors ({count:,} copies of {len(sub.params) + len(sub.state)})",
-                                            anchor))
+                    findings.append(
+                        Finding(
+                            "L111",
+                            f"`{path}` makes the model tree larger than {MAX_TENSORS:,} "
+                            f"tensors ({count:,} copies of {len(sub.params) + len(sub.state)})",
+                            anchor,
+                        )
+                    )
                 continue
             for i in range(count):
                 for p in sub.params:
@@ -119,10 +129,13 @@ def check_model(checker: ItemChecker, item: Item) -> ModelTree | None:
     scope = Scope(checker.global_scope(), "module")
     args: dict[str, Type] = {}
     for p in mdef.params:
-        t = checker.param_value(p, scope, generic=True)
+        t = checker.param_value(p, scope)
         if isinstance(t, ScalarT) or not _is_config_param(p):
-            checker.report("L110", "a root `model` takes only configs as parameters (it is built from a preset "
-                           "and a checkpoint)", p)
+            checker.report(
+                "L110",
+                "a root `model` takes only configs as parameters (it is built from a preset and a checkpoint)",
+                p,
+            )
             return None
         args[p.name.id] = t
     inst = Instance(item, args)
@@ -134,22 +147,30 @@ def check_model(checker: ItemChecker, item: Item) -> ModelTree | None:
         if info.kind == "fn" and info.node.entry and info.present is not False:
             tree.entries[info.name] = info.node
     if not tree.entries:
-        checker.report("L110", f"model `{mdef.name.id}` has no entry functions", mdef.name,
-                       notes=["mark the functions a runtime calls with `entry fn`"])
+        checker.report(
+            "L110",
+            f"model `{mdef.name.id}` has no entry functions",
+            mdef.name,
+            notes=["mark the functions a runtime calls with `entry fn`"],
+        )
         return tree
     if tree.is_decoder:
         for name in ("forward", "step"):
             if name not in tree.entries:
-                checker.report("L110", f"model `{mdef.name.id}` has `state` (a KV cache), so it is a decoder and "
-                               f"needs `entry fn {name}`", mdef.name, notes=[_CONTRACT[name]])
-    for name, fn in tree.entries.items():
+                checker.report(
+                    "L110",
+                    f"model `{mdef.name.id}` has `state` (a KV cache), so it is a decoder and needs `entry fn {name}`",
+                    mdef.name,
+                    notes=[_CONTRACT[name]],
+                )
+    for fn in tree.entries.values():
         _check_entry(checker, inst, fn, tree.is_decoder)
     return tree
 
 
 _CONTRACT = {
     "forward": "decoders: `entry fn forward(input_ids: i64[B, S]) -> [B, S, vocab_size]`; encoders: "
-               "`entry fn forward(input_ids: i64[B, S], attention_mask: i64[B, S]) -> [B, S, hidden_size]`",
+    "`entry fn forward(input_ids: i64[B, S], attention_mask: i64[B, S]) -> [B, S, hidden_size]`",
     "step": "`entry fn step(input_ids: i64[B, S], positions: i64[B], rows: i64[B]) -> [B, vocab_size]`",
 }
 
@@ -163,7 +184,7 @@ def _check_entry(checker: ItemChecker, inst: Instance, fn: A.FnDef, decoder: boo
     params = {}
     for p in fn.params:
         params[p.name.id] = (p, sub.fn_param_type(p, scope, binder))
-    for name, atom, node in binder.new_dims:
+    for name, atom, _node in binder.new_dims:
         scope.bind(name, Binding(ScalarT("int", Dim.atom(atom)), "dim"))
     binder.frozen = True
     ret = sub.eval_type(fn.ret, scope, binder) if fn.ret is not None else UNKNOWN
@@ -176,7 +197,7 @@ def _check_entry(checker: ItemChecker, inst: Instance, fn: A.FnDef, decoder: boo
         if names != [n for n, _ in _STEP_PARAMS]:
             bad(f"`step` takes (input_ids, positions, rows), got ({', '.join(names)})", fn.name, "step")
             return
-        for (pname, rank) in _STEP_PARAMS:
+        for pname, rank in _STEP_PARAMS:
             p, t = params[pname]
             if not _is_i64(t, rank):
                 bad(f"`{pname}` of `step` is i64 of rank {rank}, got {format_type(t)}", p.type, "step")

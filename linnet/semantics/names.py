@@ -15,8 +15,21 @@ from .dims import Atom, Dim, DivisionError, const, divide, format_dim, var
 from .scope import Binding, FnTarget, MemberInfo, Scope
 from .suggest import closest, suggestions
 from .types import (
-    DTYPES, UNKNOWN, WORK, ConfigT, DType, DTypeT, EllipsisVar, FnRefT, ScalarT, Shape, TensorT, TupleT, Type,
-    UnknownT, format_type,
+    DTYPES,
+    UNKNOWN,
+    WORK,
+    ConfigT,
+    DType,
+    DTypeT,
+    EllipsisVar,
+    FnRefT,
+    ScalarT,
+    Shape,
+    TensorT,
+    TupleT,
+    Type,
+    UnknownT,
+    format_type,
 )
 
 SCALAR_TYPE_NAMES = ("int", "float", "bool", "str")
@@ -63,8 +76,12 @@ class NamesMixin:
             return
         candidates = list(SCALAR_TYPE_NAMES) + [i for i in self._global_names() if self._is_config(i)]
         hint = closest(node.id, candidates)
-        self.report("L101", f"unknown type `{node.id}`" + (f"; did you mean `{hint}`?" if hint else ""), node,
-                    fixes=self._fix(node, hint))
+        self.report(
+            "L101",
+            f"unknown type `{node.id}`" + (f"; did you mean `{hint}`?" if hint else ""),
+            node,
+            fixes=self._fix(node, hint),
+        )
 
     def _global_names(self) -> list[str]:
         """All top-level names (for suggestions); the result then depends on the set of names."""
@@ -134,9 +151,14 @@ class NamesMixin:
             return binder.dtypes[name]
         candidates = list(DTYPES) + (list(binder.dtypes) if binder is not None else [])
         hint = closest(name, candidates)
-        self.report("L101", f"unknown dtype `{name}`" + (f"; did you mean `{hint}`?" if hint else "") +
-                    ("" if hint else "; generic dtypes are declared as `fn name<T: float>(...)`"),
-                    node, fixes=self._fix(node, hint))
+        self.report(
+            "L101",
+            f"unknown dtype `{name}`"
+            + (f"; did you mean `{hint}`?" if hint else "")
+            + ("" if hint else "; generic dtypes are declared as `fn name<T: float>(...)`"),
+            node,
+            fixes=self._fix(node, hint),
+        )
         return None
 
     def eval_dim(self, e: A.Expr, scope: Scope, binder: Binder | None) -> Dim | None:
@@ -188,8 +210,11 @@ class NamesMixin:
                 self.division_error(e, a, b, q)
                 return None
             return q
-        self.report("L107", "a dim is an int: a literal, a dim variable, an int config field or parameter, "
-                    "or + - * / of those", e)
+        self.report(
+            "L107",
+            "a dim is an int: a literal, a dim variable, an int config field or parameter, or + - * / of those",
+            e,
+        )
         return None
 
     def _dim_of(self, t: Type, node) -> Dim | None:
@@ -202,10 +227,16 @@ class NamesMixin:
 
     def division_error(self, e: A.BinOp, a: Dim, b: Dim, err: DivisionError) -> None:
         labels = self.atom_labels([a, b])
-        self.report("L206", f"{format_dim(a)} / {format_dim(b)} is not exact: {err.reason}", e,
-                    label=f"{format_dim(a.val)} / {format_dim(b.val)}", labels=labels,
-                    notes=[] if "provably" not in err.reason else
-                    ["in a signature, write the multiple instead: `[H * D]` binds D by exact division"])
+        self.report(
+            "L206",
+            f"{format_dim(a)} / {format_dim(b)} is not exact: {err.reason}",
+            e,
+            label=f"{format_dim(a.val)} / {format_dim(b.val)}",
+            labels=labels,
+            notes=[]
+            if "provably" not in err.reason
+            else ["in a signature, write the multiple instead: `[H * D]` binds D by exact division"],
+        )
 
     def atom_labels(self, dims: list[Dim | None]) -> list[Label]:
         """Labels at the preset fields that gave the dims their values."""
@@ -262,14 +293,22 @@ class NamesMixin:
 
     def member_value(self, info: MemberInfo, node: A.Node) -> Type:
         if info.present is False:
-            self.report("L108", f"`{info.name}` exists only when {info.cond_text}, which is false here", node,
-                        labels=[Label(SymbolAnchor(self._member_path(info)), "declared under that condition here")])
+            self.report(
+                "L108",
+                f"`{info.name}` exists only when {info.cond_text}, which is false here",
+                node,
+                labels=[Label(SymbolAnchor(self._member_path(info)), "declared under that condition here")],
+            )
             return UNKNOWN
         missing = [c for c in info.conditions if c not in self.assumptions]
         if missing:
-            self.report("L108", f"`{info.name}` exists only when {info.cond_text}", node,
-                        labels=[Label(SymbolAnchor(self._member_path(info)), "declared under that condition here")],
-                        notes=[f"consider wrapping this use in `if {cond_text(missing[0])} {{ ... }}`"])
+            self.report(
+                "L108",
+                f"`{info.name}` exists only when {info.cond_text}",
+                node,
+                labels=[Label(SymbolAnchor(self._member_path(info)), "declared under that condition here")],
+                notes=[f"consider wrapping this use in `if {cond_text(missing[0])} {{ ... }}`"],
+            )
             return UNKNOWN
         return info.type
 
@@ -307,8 +346,11 @@ class NamesMixin:
     def unknown_name(self, e: A.Name, scope: Scope, dim: bool = False) -> None:
         if dim:
             # a dim is an int: suggest only names that are ints where the dim was written
-            candidates = {n for n in scope.all_names()
-                          if isinstance(getattr(scope.lookup(n), "type", None), ScalarT) and scope.lookup(n).type.kind == "int"}
+            candidates = {
+                n
+                for n in scope.all_names()
+                if isinstance(getattr(scope.lookup(n), "type", None), ScalarT) and scope.lookup(n).type.kind == "int"
+            }
         else:
             candidates = set(scope.all_names())
             inst = getattr(self._module_scope(scope), "instance", None)
@@ -321,9 +363,12 @@ class NamesMixin:
             b = scope.lookup(name)
             if b is not None and isinstance(b.type, ConfigT):
                 for f in b.type.value.values:
-                    if (closest(e.id, [f]) or f == e.id) and (not dim or b.type.value.field_def(f) is not None
-                                                            and getattr(b.type.value.field_def(f).type, "name", None)
-                                                            and b.type.value.field_def(f).type.name.id == "int"):
+                    if (closest(e.id, [f]) or f == e.id) and (
+                        not dim
+                        or b.type.value.field_def(f) is not None
+                        and getattr(b.type.value.field_def(f).type, "name", None)
+                        and b.type.value.field_def(f).type.name.id == "int"
+                    ):
                         config_hints.append(f"{name}.{f}")
         found = suggestions(e.id, candidates, 3)
         hints = config_hints[:1] + [h for h in found if h not in config_hints]
@@ -336,5 +381,11 @@ class NamesMixin:
             notes.append("dim variables are introduced by the parameter types of a function")
         if len(hints) > 1:
             notes.append("other close names: " + ", ".join(f"`{h}`" for h in hints[1:]))
-        self.report("L101", message, e, label="not found in this scope", notes=notes,
-                    fixes=[Fix(f"replace with `{h}`", [(self.anchor(e), h)]) for h in hints])
+        self.report(
+            "L101",
+            message,
+            e,
+            label="not found in this scope",
+            notes=notes,
+            fixes=[Fix(f"replace with `{h}`", [(self.anchor(e), h)]) for h in hints],
+        )

@@ -19,11 +19,11 @@ from typing import Any
 from ..syntax import ast as A
 from ..syntax.ast import Span
 from ..syntax.items import Item, Location, Source, make_item, split_items
+from ..syntax.recursion import RECURSION_LIMIT, deep_recursion
+from .attributes import check_attributes
 from .checker import NAMES_DEP, CheckContext, ItemChecker, ItemResult
 from .configs import ConfigEvaluator, ConfigValue, Scenario, values_by_type
 from .diagnostics import Diagnostic, Finding, Label, LocalAnchor, SymbolAnchor, locate
-from .attributes import check_attributes
-from ..syntax.recursion import RECURSION_LIMIT, deep_recursion
 from .model import ModelTree, check_model
 from .types import NONE, ConfigT, Type, format_type
 
@@ -179,8 +179,13 @@ class Analysis:
             for node in reversed(chain):
                 t = result.types.get(node)
                 if t is not None:
-                    return TypeInfo(item.resolve(node.span), format_type(t), format_type(t, concrete=True),
-                                    names[0] if names else None, t)
+                    return TypeInfo(
+                        item.resolve(node.span),
+                        format_type(t),
+                        format_type(t, concrete=True),
+                        names[0] if names else None,
+                        t,
+                    )
                 if isinstance(node, _TYPED_NODES):
                     break
         return None
@@ -234,8 +239,25 @@ class Analysis:
         return self.document.resolve(anchor, self.globals)
 
 
-_TYPED_NODES = (A.Name, A.IntLit, A.FloatLit, A.StrLit, A.BoolLit, A.NoneLit, A.Neg, A.Not, A.BinOp, A.Compare,
-                A.Call, A.Attr, A.Index, A.TupleLit, A.ListLit, A.IfExpr, A.TensorType)
+_TYPED_NODES = (
+    A.Name,
+    A.IntLit,
+    A.FloatLit,
+    A.StrLit,
+    A.BoolLit,
+    A.NoneLit,
+    A.Neg,
+    A.Not,
+    A.BinOp,
+    A.Compare,
+    A.Call,
+    A.Attr,
+    A.Index,
+    A.TupleLit,
+    A.ListLit,
+    A.IfExpr,
+    A.TensorType,
+)
 
 # ----------------------------------------------------------------------------- documents
 
@@ -315,7 +337,9 @@ class Document:
         scenarios = evaluator.scenarios(presets, config_names)
         analysis.scenarios = scenarios
         values = values_by_type(scenarios)
-        values_key = tuple(sorted((t, tuple(v.key() if v is not None else None for v, _ in vs)) for t, vs in values.items()))
+        values_key = tuple(
+            sorted((t, tuple(v.key() if v is not None else None for v, _ in vs)) for t, vs in values.items())
+        )
         # Everything an item's check can depend on besides its own text: when this is unchanged,
         # cached results are valid without looking at their dependencies one by one.
         world = (tuple(sorted((n, i.interface) for n, i in globals_.by_name.items())), values_key)
@@ -326,8 +350,14 @@ class Document:
         problems = []
 
         for first, dup in globals_.duplicates:
-            findings.append(Finding("L105", f"`{dup.name}` is defined twice", LocalAnchor(dup, dup.name_span),
-                                    labels=[Label(LocalAnchor(first, first.name_span), "first defined here")]))
+            findings.append(
+                Finding(
+                    "L105",
+                    f"`{dup.name}` is defined twice",
+                    LocalAnchor(dup, dup.name_span),
+                    labels=[Label(LocalAnchor(first, first.name_span), "first defined here")],
+                )
+            )
         previous_unclosed = False
         for item in self.items:
             for p in item.problems:
@@ -353,7 +383,7 @@ class Document:
                 ia.results.append((names, result))
                 tree = getattr(result, "tree", None)
                 if tree is not None:
-                    for n in (names or ["defaults"]):
+                    for n in names or ["defaults"]:
                         analysis.trees.setdefault(n, tree)
             if checked:
                 analysis.stats.items_checked += 1
@@ -378,9 +408,15 @@ class Document:
         if models:
             analysis.model = models[0]
             for extra in models[1:]:
-                findings.append(Finding("L110", "a file declares at most one root `model`", LocalAnchor(extra, extra.name_span),
-                                        labels=[Label(LocalAnchor(models[0], models[0].name_span), "the first one")],
-                                        notes=["make the others `module`s"]))
+                findings.append(
+                    Finding(
+                        "L110",
+                        "a file declares at most one root `model`",
+                        LocalAnchor(extra, extra.name_span),
+                        labels=[Label(LocalAnchor(models[0], models[0].name_span), "the first one")],
+                        notes=["make the others `module`s"],
+                    )
+                )
         for item in self.items:
             if item._attribute_findings is None:
                 item._attribute_findings = check_attributes(item)
@@ -389,8 +425,13 @@ class Document:
         for item, p in problems:
             from .diagnostics import Finding as F
 
-            f = F(p.code, p.message, LocalAnchor(item, p.span),
-                  labels=[Label(LocalAnchor(item, s), t) for s, t in p.labels], notes=list(p.notes))
+            f = F(
+                p.code,
+                p.message,
+                LocalAnchor(item, p.span),
+                labels=[Label(LocalAnchor(item, s), t) for s, t in p.labels],
+                notes=list(p.notes),
+            )
             d = locate(f, lambda a: self.resolve(a, globals_))
             if d is not None:
                 diagnostics.append(d)
@@ -469,7 +510,6 @@ class Document:
         return None
 
 
-
 def _check_item(ctx: CheckContext, item: Item, binding: dict[str, Type]) -> ItemResult:
     """Check one item under one binding. A bug in the checker becomes a diagnostic on the
     item (L000), never an exception: a malformed source must not take a client down."""
@@ -480,13 +520,27 @@ def _check_item(ctx: CheckContext, item: Item, binding: dict[str, Type]) -> Item
             if isinstance(item.ast, A.ModuleDef) and item.ast.is_model:
                 result.tree = check_model(ItemChecker(ctx, item, binding, result), item)  # type: ignore[attr-defined]
     except RecursionError:
-        result = ItemResult(findings=[Finding(
-            "L000", "this item nests too deeply to check", LocalAnchor(item, item.name_span),
-            notes=[f"more than about {RECURSION_LIMIT // 20} levels of nested expressions or modules"])])
+        result = ItemResult(
+            findings=[
+                Finding(
+                    "L000",
+                    "this item nests too deeply to check",
+                    LocalAnchor(item, item.name_span),
+                    notes=[f"more than about {RECURSION_LIMIT // 20} levels of nested expressions or modules"],
+                )
+            ]
+        )
     except Exception as err:  # noqa: BLE001 - the checker must not raise on any input
-        result = ItemResult(findings=[Finding(
-            "L000", f"internal error while checking `{item.name}`: {type(err).__name__}: {err}",
-            LocalAnchor(item, item.name_span), notes=["this is a bug in Linnet; please report it with this file"])])
+        result = ItemResult(
+            findings=[
+                Finding(
+                    "L000",
+                    f"internal error while checking `{item.name}`: {type(err).__name__}: {err}",
+                    LocalAnchor(item, item.name_span),
+                    notes=["this is a bug in Linnet; please report it with this file"],
+                )
+            ]
+        )
     return result
 
 
@@ -553,8 +607,14 @@ def _recursion(analysis: "Analysis") -> list[Finding]:
             calls = [c for c in edges.get(order[-1], ()) if c[0] in members] or calls
         names = " -> ".join(".".join(p for p in part if p != "fn") for part in order + [first])
         _, item, span = next(c for c in edges[first] if c[0] in members)
-        out.append(Finding("L111", f"recursive call: {names}", LocalAnchor(item, span),
-                           notes=["calls are inlined when compiling: they cannot cycle"]))
+        out.append(
+            Finding(
+                "L111",
+                f"recursive call: {names}",
+                LocalAnchor(item, span),
+                notes=["calls are inlined when compiling: they cannot cycle"],
+            )
+        )
     return out
 
 
@@ -649,7 +709,7 @@ def _find_symbol(path: tuple[str, ...], globals_: Globals) -> tuple[Item, Span] 
                 if p.name.id == rest[1]:
                     return item, p.name.span
             return None
-        members = list(_members(node.members))
+        members = list(A.flat_members(node.members))
         if kind in ("member", "fn"):
             for m in members:
                 if getattr(m, "name", None) is not None and m.name.id == rest[1]:
@@ -667,12 +727,3 @@ def _find_symbol(path: tuple[str, ...], globals_: Globals) -> tuple[Item, Span] 
                     return item, p.span
         return None
     return None
-
-
-def _members(members):
-    for m in members:
-        if isinstance(m, A.MemberIf):
-            yield from _members(m.then)
-            yield from _members(m.orelse)
-        else:
-            yield m

@@ -21,8 +21,14 @@ from typing import Callable, Iterable
 from ..syntax.items import Location
 from .diagnostics import Diagnostic
 
-_COLORS = {"error": "\033[1;31m", "warning": "\033[1;33m", "note": "\033[1;36m", "gutter": "\033[1;34m",
-           "bold": "\033[1m", "reset": "\033[0m"}
+_COLORS = {
+    "error": "\033[1;31m",
+    "warning": "\033[1;33m",
+    "note": "\033[1;36m",
+    "gutter": "\033[1;34m",
+    "bold": "\033[1m",
+    "reset": "\033[0m",
+}
 
 
 def _painter(color: bool) -> Callable[[str, str], str]:
@@ -31,14 +37,20 @@ def _painter(color: bool) -> Callable[[str, str], str]:
     return lambda text, kind: f"{_COLORS[kind]}{text}{_COLORS['reset']}"
 
 
-def render_text(diag: Diagnostic, read_source: Callable[[str], str | None], display_path: Callable[[str], str] = str,
-                color: bool = False) -> str:
+def render_text(
+    diag: Diagnostic,
+    read_source: Callable[[str], str | None],
+    display_path: Callable[[str], str] = str,
+    color: bool = False,
+) -> str:
     """rustc-style rendering: the header line, then labelled source excerpts, notes, fixes."""
     paint = _painter(color)
     loc = diag.location
-    head = (f"{display_path(loc.path)}:{loc.line}:{loc.column}: "
-            f"{paint(f'{diag.severity}[{diag.code}]', diag.severity)}: {paint(diag.message, 'bold')}")
-    marks = [(loc, diag.label, True)] + [(l.location, l.message, False) for l in diag.labels]
+    head = (
+        f"{display_path(loc.path)}:{loc.line}:{loc.column}: "
+        f"{paint(f'{diag.severity}[{diag.code}]', diag.severity)}: {paint(diag.message, 'bold')}"
+    )
+    marks = [(loc, diag.label, True)] + [(lab.location, lab.message, False) for lab in diag.labels]
     width = max(len(str(m[0].line)) for m in marks)
     lines = [head]
     bar = paint(" " * width + " |", "gutter")
@@ -48,7 +60,9 @@ def render_text(diag: Diagnostic, read_source: Callable[[str], str | None], disp
     for i, group in enumerate(groups):
         where = group[0][0]
         if where.path != last_path:
-            lines.append(paint(" " * width + "--> ", "gutter") + f"{display_path(where.path)}:{where.line}:{where.column}")
+            lines.append(
+                paint(" " * width + "--> ", "gutter") + f"{display_path(where.path)}:{where.line}:{where.column}"
+            )
             lines.append(bar)
             last_path = where.path
         source = read_source(where.path)
@@ -61,7 +75,9 @@ def render_text(diag: Diagnostic, read_source: Callable[[str], str | None], disp
             end_col = mark_loc.end.column - 1 if mark_loc.end.line == mark_loc.line else len(line_text)
             end_col = max(end_col, start_col + 1)
             mark = ("^" if primary else "-") * (end_col - start_col)
-            underline = " " * start_col + paint(mark + (f" {text}" if text else ""), diag.severity if primary else "gutter")
+            underline = " " * start_col + paint(
+                mark + (f" {text}" if text else ""), diag.severity if primary else "gutter"
+            )
             lines.append(f"{bar} {underline}".rstrip())
         if i + 1 < len(groups):
             lines.append(bar)
@@ -122,8 +138,10 @@ def render_github(diag: Diagnostic, display_path: Callable[[str], str] = str) ->
     """A GitHub Actions workflow command (`::error file=...,line=...::message`)."""
     loc = diag.location
     kind = "error" if diag.severity == "error" else "warning"
-    props = (f"file={_escape_property(display_path(loc.path))},line={loc.line},col={loc.column},"
-             f"endLine={loc.end.line},endColumn={loc.end.column},title={_escape_property(diag.code)}")
+    props = (
+        f"file={_escape_property(display_path(loc.path))},line={loc.line},col={loc.column},"
+        f"endLine={loc.end.line},endColumn={loc.end.column},title={_escape_property(diag.code)}"
+    )
     message = diag.message + "".join(f"\n{n}" for n in diag.notes)
     return f"::{kind} {props}::{_escape_data(message)}"
 

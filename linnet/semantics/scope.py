@@ -150,4 +150,3 @@ class Members:
     order: list[MemberInfo] = field(default_factory=list)
     findings: list = field(default_factory=list)
     poisoned: set[str] = field(default_factory=set)
-

@@ -37,8 +37,9 @@ def substitute(d: Dim | None, mapping: dict[Atom, Dim | None]) -> Dim | None:
     return result
 
 
-def substitute_shape(shape: Shape, mapping: dict[Atom, Dim | None],
-                     prefixes: dict[EllipsisVar, tuple[EllipsisVar | None, tuple]]) -> Shape:
+def substitute_shape(
+    shape: Shape, mapping: dict[Atom, Dim | None], prefixes: dict[EllipsisVar, tuple[EllipsisVar | None, tuple]]
+) -> Shape:
     dims = tuple(substitute(d, mapping) for d in shape.dims)
     if shape.prefix is not None and shape.prefix in prefixes:
         pvar, pdims = prefixes[shape.prefix]
@@ -101,26 +102,38 @@ class Unifier:
             n = len(pattern.dims)
             if len(actual.dims) < n:
                 if actual.prefix is not None:
-                    return (f"rank of {format_shape(actual)} is not known to be at least {n} "
-                            f"(expected {format_shape(pattern)})")
+                    return (
+                        f"rank of {format_shape(actual)} is not known to be at least {n} "
+                        f"(expected {format_shape(pattern)})"
+                    )
                 return f"rank {len(actual.dims)} is too small for {format_shape(pattern)}"
             head = (actual.prefix, tuple(actual.dims[: len(actual.dims) - n]))
-            tail = actual.dims[len(actual.dims) - n:]
+            tail = actual.dims[len(actual.dims) - n :]
             first = len(actual.dims) - n if actual.prefix is None else -n
             if pattern.prefix in self.prefixes:
                 have = self.prefixes[pattern.prefix]
-                if have[0] is not head[0] or len(have[1]) != len(head[1]) or not all(
-                        a is None or b is None or a.same(b) for a, b in zip(have[1], head[1])):
-                    return (f"`...` was bound to {_prefix_text(have)} by an earlier argument, "
-                            f"here it is {_prefix_text(head)}")
+                if (
+                    have[0] is not head[0]
+                    or len(have[1]) != len(head[1])
+                    or not all(a is None or b is None or a.same(b) for a, b in zip(have[1], head[1]))
+                ):
+                    return (
+                        f"`...` was bound to {_prefix_text(have)} by an earlier argument, "
+                        f"here it is {_prefix_text(head)}"
+                    )
             else:
                 self.prefixes[pattern.prefix] = head
         else:
             if actual.prefix is not None:
-                return f"expected rank {len(pattern.dims)} ({format_shape(pattern)}), got {format_shape(actual)} of unknown rank"
+                return (
+                    f"expected rank {len(pattern.dims)} ({format_shape(pattern)}), got {format_shape(actual)} "
+                    "of unknown rank"
+                )
             if len(actual.dims) != len(pattern.dims):
-                return (f"expected rank {len(pattern.dims)} ({format_shape(pattern)}), got rank "
-                        f"{len(actual.dims)} ({format_shape(actual)})")
+                return (
+                    f"expected rank {len(pattern.dims)} ({format_shape(pattern)}), got rank "
+                    f"{len(actual.dims)} ({format_shape(actual)})"
+                )
             tail = actual.dims
             first = 0
         for i, (p, a) in enumerate(zip(pattern.dims, tail)):
@@ -197,5 +210,3 @@ def _prefix_text(prefix) -> str:
     var, dims = prefix
     parts = (["..."] if var is not None else []) + [format_dim(d.val) if d is not None else "?" for d in dims]
     return "[" + ", ".join(parts) + "]"
-
-

@@ -7,4 +7,14 @@ from .ast import Span
 from .items import Item, Location, Source, make_item, split_items
 from .parser import ParsedItem, SyntaxProblem, parse_item
 
-__all__ = ["Item", "Location", "ParsedItem", "Source", "Span", "SyntaxProblem", "make_item", "parse_item", "split_items"]
+__all__ = [
+    "Item",
+    "Location",
+    "ParsedItem",
+    "Source",
+    "Span",
+    "SyntaxProblem",
+    "make_item",
+    "parse_item",
+    "split_items",
+]

@@ -12,7 +12,7 @@ Nodes compare by identity (`eq=False`) so checker results can be keyed by node.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NamedTuple, Union
+from typing import Iterator, NamedTuple, Union
 
 
 class Span(NamedTuple):
@@ -168,8 +168,22 @@ class FieldInit(Node):
 
 
 Expr = Union[
-    Name, IntLit, FloatLit, StrLit, BoolLit, NoneLit, Neg, Not, BinOp, Compare, Call, Attr,
-    Index, TupleLit, ListLit, IfExpr,
+    Name,
+    IntLit,
+    FloatLit,
+    StrLit,
+    BoolLit,
+    NoneLit,
+    Neg,
+    Not,
+    BinOp,
+    Compare,
+    Call,
+    Attr,
+    Index,
+    TupleLit,
+    ListLit,
+    IfExpr,
 ]
 
 # ----------------------------------------------------------------------------- statements
@@ -391,18 +405,22 @@ def walk(node: Node):
         stack.extend(reversed(list(children(n))))
 
 
+def flat_members(members: list) -> "Iterator[Member]":
+    """A module's members with the `if` blocks around them flattened away."""
+    for m in members:
+        if isinstance(m, MemberIf):
+            yield from flat_members(m.then)
+            yield from flat_members(m.orelse)
+        else:
+            yield m
+
+
 def definitions(item: Node):
     """The item and the definitions inside it (members, functions, config fields), without
     descending into expressions: what docs and interfaces are made of."""
     yield item
     if isinstance(item, ModuleDef):
-        stack = list(item.members)
-        while stack:
-            m = stack.pop(0)
-            if isinstance(m, MemberIf):
-                stack[:0] = list(m.then) + list(m.orelse)
-            else:
-                yield m
+        yield from flat_members(item.members)
     elif isinstance(item, ConfigDef):
         yield from item.fields
 

@@ -227,8 +227,9 @@ class Builder(Transformer):
 
     def fn_def(self, c):
         attrs, entry, _fn, name, generics, params, ret, body = c
-        return A.FnDef(_span(c), _name(name), params, ret, body, entry=entry is not None,
-                       generics=generics or [], attributes=attrs)
+        return A.FnDef(
+            _span(c), _name(name), params, ret, body, entry=entry is not None, generics=generics or [], attributes=attrs
+        )
 
     def members(self, c):
         return list(c)
@@ -239,8 +240,9 @@ class Builder(Transformer):
         if isinstance(ftype, A.TensorType):
             return A.FieldDecl(span, _name(name), "param", type=ftype, attributes=attrs)
         if isinstance(ftype, tuple) and ftype[0] == "list":
-            return A.FieldDecl(Span(span.start, ftype[3]), _name(name), "list", ctor=ftype[1], count=ftype[2],
-                               attributes=attrs)
+            return A.FieldDecl(
+                Span(span.start, ftype[3]), _name(name), "list", ctor=ftype[1], count=ftype[2], attributes=attrs
+            )
         return A.FieldDecl(span, _name(name), "submodule", ctor=ftype, attributes=attrs)
 
     def ctor(self, c):

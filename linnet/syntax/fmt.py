@@ -26,8 +26,24 @@ from .parser import GRAMMAR_PATH
 
 OPENERS = {"LPAR": "RPAR", "LSQB": "RSQB", "LBRACE": "RBRACE"}
 CLOSERS = set(OPENERS.values())
-BINARY = {"PLUS", "MINUS", "STAR", "SLASH", "PERCENT", "AT", "POW", "EQUAL", "ARROW", "VBAR",
-          "EQEQ", "NOTEQ", "LE", "GE", "LESSTHAN", "MORETHAN"}
+BINARY = {
+    "PLUS",
+    "MINUS",
+    "STAR",
+    "SLASH",
+    "PERCENT",
+    "AT",
+    "POW",
+    "EQUAL",
+    "ARROW",
+    "VBAR",
+    "EQEQ",
+    "NOTEQ",
+    "LE",
+    "GE",
+    "LESSTHAN",
+    "MORETHAN",
+}
 # keywords after which a bracket is not a call or an index: `if (`, `not (`, `let (`
 OPERATOR_KEYWORDS = {"if", "else", "not", "and", "or", "in", "let", "for"}
 OPERANDS = {"NAME", "INT", "FLOAT", "STRING", "RPAR", "RSQB", "ELLIPSIS"}
@@ -131,7 +147,13 @@ class _Formatter:
             if prev is not None and self.space(t, prev, prev2, brackets, annotated, generics, closed_generic is prev):
                 parts.append(" ")
             parts.append(str(t))
-            if t.type == "LESSTHAN" and prev is not None and _is_name(prev) and prev2 is not None and str(prev2) == "fn":
+            if (
+                t.type == "LESSTHAN"
+                and prev is not None
+                and _is_name(prev)
+                and prev2 is not None
+                and str(prev2) == "fn"
+            ):
                 generics += 1
             elif t.type == "MORETHAN" and generics:
                 generics -= 1

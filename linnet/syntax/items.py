@@ -77,8 +77,9 @@ class Item:
 
     def resolve(self, span: Span) -> Location:
         index = self.source.index
-        return Location(self.source.path, index.position(self.offset + span.start),
-                        index.position(self.offset + span.end))
+        return Location(
+            self.source.path, index.position(self.offset + span.start), index.position(self.offset + span.end)
+        )
 
     def absolute(self, span: Span) -> tuple[int, int]:
         return self.offset + span.start, self.offset + span.end
@@ -114,8 +115,11 @@ def split_items(text: str) -> list[tuple[int, str]]:
     if not starts or starts[0] != 0:
         starts.insert(0, 0)
     bounds = starts + [len(text)]
-    return [(bounds[i], text[bounds[i]:bounds[i + 1]]) for i in range(len(starts))
-            if bounds[i + 1] > bounds[i] or len(starts) == 1]
+    return [
+        (bounds[i], text[bounds[i] : bounds[i + 1]])
+        for i in range(len(starts))
+        if bounds[i + 1] > bounds[i] or len(starts) == 1
+    ]
 
 
 def _header(text: str) -> tuple[str | None, str | None]:
@@ -135,9 +139,12 @@ def make_item(source: Source, offset: int, text: str, parsed: ParsedItem | None 
             if code and not code.startswith("#"):
                 start = pos + len(line) - len(line.lstrip())
                 problem = SyntaxProblem(
-                    "L004", "expected an item: `config`, `preset`, `module`, `model` or `fn` at the start of a line",
-                    Span(start, start + len(code.split()[0])), [],
-                    ["items start in column 0; indented lines belong to the item above"])
+                    "L004",
+                    "expected an item: `config`, `preset`, `module`, `model` or `fn` at the start of a line",
+                    Span(start, start + len(code.split()[0])),
+                    [],
+                    ["items start in column 0; indented lines belong to the item above"],
+                )
                 return Item(source, offset, text, None, None, None, [problem])
             pos += len(line)
         return Item(source, offset, text, None, None, None, [])
@@ -172,7 +179,7 @@ def interface_key(item: Item) -> str:
     for span in sorted(cut):
         if span.start < pos:
             continue
-        parts.append(text[pos:span.start])
+        parts.append(text[pos : span.start])
         pos = span.end
     parts.append(text[pos:])
     return " ".join(" ".join(parts).split())

@@ -16,8 +16,8 @@ from functools import lru_cache
 from pathlib import Path
 
 from lark import Lark, Token
-from lark.lexer import BasicLexer
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
+from lark.lexer import BasicLexer
 
 from . import ast as A
 from .ast import Span
@@ -115,8 +115,14 @@ class ParsedItem:
 # ----------------------------------------------------------------------------- messages
 
 _TERMINAL_TEXT = {
-    "NAME": "a name", "INT": "an integer", "FLOAT": "a number", "STRING": "a string",
-    "_NL": "a new line", "$END": "the end of the item", "ELLIPSIS": "`...`", "ENTRY": "`entry`",
+    "NAME": "a name",
+    "INT": "an integer",
+    "FLOAT": "a number",
+    "STRING": "a string",
+    "_NL": "a new line",
+    "$END": "the end of the item",
+    "ELLIPSIS": "`...`",
+    "ENTRY": "`entry`",
 }
 _EXPR_STARTS = {"NAME", "INT", "FLOAT", "STRING", "LPAR", "LSQB", "MINUS", "TRUE", "FALSE", "NONE", "NOT", "IF"}
 
@@ -251,8 +257,8 @@ def _bound_names(text: str) -> list[str]:
 
 
 def _blank(text: str, span: Span) -> str:
-    piece = "".join(ch if ch == "\n" else " " for ch in text[span.start:span.end])
-    return text[: span.start] + piece + text[span.end:]
+    piece = "".join(ch if ch == "\n" else " " for ch in text[span.start : span.end])
+    return text[: span.start] + piece + text[span.end :]
 
 
 # ----------------------------------------------------------------------------- recovery
@@ -279,8 +285,11 @@ def parse_item(text: str) -> ParsedItem:
             if region is not None:
                 skipped.append(region)
         except Exception as err:  # lark internals: never let them escape
-            problems.append(SyntaxProblem("L001", f"cannot parse this item ({type(err).__name__})",
-                                          Span(0, min(len(text), 1)), [], []))
+            problems.append(
+                SyntaxProblem(
+                    "L001", f"cannot parse this item ({type(err).__name__})", Span(0, min(len(text), 1)), [], []
+                )
+            )
             break
     if tree is None:
         if not problems:
@@ -293,8 +302,9 @@ def parse_item(text: str) -> ParsedItem:
         problems.append(SyntaxProblem("L000", "this item nests too deeply to build", Span(0, 0), [], []))
         return ParsedItem(None, problems)
     except Exception as err:  # a builder bug must not take the checker down
-        problems.append(SyntaxProblem("L001", f"cannot build this item ({type(err).__name__}: {err})",
-                                      Span(0, 0), [], []))
+        problems.append(
+            SyntaxProblem("L001", f"cannot build this item ({type(err).__name__}: {err})", Span(0, 0), [], [])
+        )
         return ParsedItem(None, problems)
     if len(work) > len(text):  # closers were supplied past the end
         _clamp_spans(item, len(text))
@@ -307,9 +317,7 @@ def parse_item(text: str) -> ParsedItem:
 def _recover(work: str, err: UnexpectedInput, problems: list[SyntaxProblem], reported_lines: set[int]):
     """Record `err` and return the text to try next (and the region skipped), or None."""
     mask = _code_mask(work)
-    at_end = isinstance(err, UnexpectedEOF) or (
-        isinstance(err, UnexpectedToken) and err.token.type == "$END"
-    )
+    at_end = isinstance(err, UnexpectedEOF) or (isinstance(err, UnexpectedToken) and err.token.type == "$END")
     if at_end:
         pos = len(work.rstrip())
     elif isinstance(err, UnexpectedCharacters):
@@ -329,20 +337,32 @@ def _recover(work: str, err: UnexpectedInput, problems: list[SyntaxProblem], rep
     if at_end and open_stack:
         closers = "".join(_OPENERS[work[i]] for i in reversed(open_stack))
         opener = open_stack[-1]
-        report("L003", f"unclosed `{work[opener]}`", Span(opener, opener + 1),
-               [(Span(pos, pos), f"expected `{_OPENERS[work[opener]]}` before the end of the item")])
+        report(
+            "L003",
+            f"unclosed `{work[opener]}`",
+            Span(opener, opener + 1),
+            [(Span(pos, pos), f"expected `{_OPENERS[work[opener]]}` before the end of the item")],
+        )
         return work + "\n" + closers, None
     if at_end:
         if not work.strip() or problems:
             return None  # after an error, an early end is its consequence, not news
-        report("L001", "unexpected end of item", Span(pos, pos),
-               notes=[f"expected {_expected_text(err.expected)}"] if getattr(err, "expected", None) else [])
+        report(
+            "L001",
+            "unexpected end of item",
+            Span(pos, pos),
+            notes=[f"expected {_expected_text(err.expected)}"] if getattr(err, "expected", None) else [],
+        )
         return None
     parens = [i for i in open_stack if work[i] in "(["]
     if parens and work.count("\n", parens[-1], pos) > 0:
         opener = parens[-1]
-        report("L003", f"unclosed `{work[opener]}`", Span(opener, opener + 1),
-               [(Span(pos, pos), "the next line starts here")])
+        report(
+            "L003",
+            f"unclosed `{work[opener]}`",
+            Span(opener, opener + 1),
+            [(Span(pos, pos), "the next line starts here")],
+        )
         region = Span(_line_start(work, opener), _line_start(work, pos) - 1)
         if region.end <= region.start:
             return None
@@ -363,7 +383,7 @@ def _recover(work: str, err: UnexpectedInput, problems: list[SyntaxProblem], rep
         # the line ended too early (`let y = x *`): skip the statement that line ends
         pos = len(work[:pos].rstrip()) - 1
     region = _statement_region(work, mask, max(pos, 0))
-    if not work[region.start:region.end].strip():
+    if not work[region.start : region.end].strip():
         return None
     return _blank(work, region), region
 
@@ -376,7 +396,7 @@ def _clamp_spans(item: A.Node, length: int) -> None:
 
 def _insert_error_stmt(item: A.Node, region: Span, text: str) -> None:
     """Put an ErrorStmt for a skipped region into the innermost block or member list."""
-    stmt = A.ErrorStmt(region, _bound_names(text[region.start:region.end]))
+    stmt = A.ErrorStmt(region, _bound_names(text[region.start : region.end]))
     best = None
     for node in A.walk(item):
         if node.span.start <= region.start and region.end <= node.span.end:
@@ -410,7 +430,7 @@ def _attach_docs(item: A.Node, text: str) -> None:
         pos = _line_start(text, node.span.start)
         while pos > 0:
             prev = _line_start(text, pos - 1)
-            line = text[prev:pos - 1].strip()
+            line = text[prev : pos - 1].strip()
             if not line.startswith("##"):
                 break
             lines.append(line[2:].strip() if not line[2:3] == " " else line[3:].rstrip())

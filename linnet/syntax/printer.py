@@ -31,7 +31,8 @@ def _dump(node: A.Node, base: int, indent: int, lines: list[str], label: str | N
             if value is False and name in ("entry", "is_model", "optional", "is_tuple"):
                 continue
             attrs.append(f"{name}={value!r}")
-    head = f"{'  ' * indent}{label + ': ' if label else ''}{type(node).__name__}@{base + node.span.start}..{base + node.span.end}"
+    where = f"{base + node.span.start}..{base + node.span.end}"
+    head = f"{'  ' * indent}{label + ': ' if label else ''}{type(node).__name__}@{where}"
     lines.append(" ".join([head] + attrs))
     for name in node.__slots__:
         value = getattr(node, name)

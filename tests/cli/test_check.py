@@ -18,8 +18,13 @@ CASES = ROOT / "tests" / "semantics" / "cases"
 
 
 def run_cli(*args, cwd=ROOT):
-    return subprocess.run([sys.executable, "-m", "linnet", *args], cwd=cwd, capture_output=True, text=True,
-                          env={"PATH": "/usr/bin:/bin", "NO_COLOR": "1", "PYTHONPATH": str(ROOT)})
+    return subprocess.run(
+        [sys.executable, "-m", "linnet", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "NO_COLOR": "1", "PYTHONPATH": str(ROOT)},
+    )
 
 
 def test_examples_check_clean():
@@ -30,10 +35,12 @@ def test_examples_check_clean():
 
 
 def test_check_loads_no_backend_and_no_framework():
-    code = ("import sys\nfrom linnet.cli import main\nrc = main(['check', 'examples'])\n"
-            "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'jax', 'jaxlib', 'onnx', "
-            "'onnxruntime', 'numpy', 'pygls') or m.startswith(('linnet.compiler', 'linnet.runtimes', 'linnet.lsp')))\n"
-            "print(rc, heavy)")
+    code = (
+        "import sys\nfrom linnet.cli import main\nrc = main(['check', 'examples'])\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'jax', 'jaxlib', 'onnx', "
+        "'onnxruntime', 'numpy', 'pygls') or m.startswith(('linnet.compiler', 'linnet.runtimes', 'linnet.lsp')))\n"
+        "print(rc, heavy)"
+    )
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert result.stdout.strip() == "0 []", result.stdout + result.stderr
 
@@ -43,8 +50,10 @@ def test_errors_exit_1_with_path_line_col(capsys):
     out = capsys.readouterr().out
     assert rc == 1
     first = out.splitlines()[0]
-    assert first.endswith("gqa.linnet:16:19: error[L206]: argument `q` of `attention`: dim 1 is 32, but must be "
-                          "Hkv * G with Hkv = 5 (from `k`): 32 is not divisible by 5")
+    assert first.endswith(
+        "gqa.linnet:16:19: error[L206]: argument `q` of `attention`: dim 1 is 32, but must be "
+        "Hkv * G with Hkv = 5 (from `k`): 32 is not divisible by 5"
+    )
 
 
 def test_usage_and_io_errors_exit_2(tmp_path, capsys):
@@ -61,7 +70,7 @@ def test_json_format(capsys):
     data = json.loads(capsys.readouterr().out)
     assert rc == 1
     assert [(d["code"], d["location"]["start"]["line"], d["presets"]) for d in data] == [("L206", 16, ["bad_kv"])]
-    assert {Path(l["location"]["path"]).name for l in data[0]["labels"]} == {"gqa.linnet", "attention.linnet"}
+    assert {Path(lab["location"]["path"]).name for lab in data[0]["labels"]} == {"gqa.linnet", "attention.linnet"}
     assert data[0]["docs"] == "docs/diagnostics.md#l206"
 
 

@@ -47,7 +47,7 @@ shapes = st.lists(st.integers(1, 4), min_size=0, max_size=4).map(tuple)
 def broadcastable(draw, shape):
     """A shape that broadcasts with `shape`: a suffix of it, some dims replaced by 1."""
     k = draw(st.integers(0, len(shape)))
-    tail = list(shape[len(shape) - k:])
+    tail = list(shape[len(shape) - k :])
     return tuple(1 if draw(st.booleans()) else d for d in tail)
 
 
@@ -82,8 +82,9 @@ def test_binary_broadcasting(name, shape, data):
     a, b = (shape, other) if data.draw(st.booleans()) else (other, shape)
     dtype = BOOL if name.startswith("logical") else I64 if name == "mod" else F32
     with np.errstate(all="ignore"):
-        check(name, {"x": tensor_type(a, dtype), "y": tensor_type(b, dtype)},
-              {"x": array(a, dtype), "y": array(b, dtype)})
+        check(
+            name, {"x": tensor_type(a, dtype), "y": tensor_type(b, dtype)}, {"x": array(a, dtype), "y": array(b, dtype)}
+        )
 
 
 @settings(max_examples=40, deadline=None)
@@ -91,8 +92,11 @@ def test_binary_broadcasting(name, shape, data):
 def test_reductions(name, shape, data):
     dim = data.draw(st.integers(-len(shape), len(shape) - 1))
     keepdim = data.draw(st.booleans())
-    check(name, {"x": tensor_type(shape), "dim": dim, "keepdim": keepdim},
-          {"x": array(shape), "dim": dim, "keepdim": keepdim})
+    check(
+        name,
+        {"x": tensor_type(shape), "dim": dim, "keepdim": keepdim},
+        {"x": array(shape), "dim": dim, "keepdim": keepdim},
+    )
 
 
 @settings(max_examples=40, deadline=None)
@@ -100,8 +104,9 @@ def test_reductions(name, shape, data):
 def test_matmul(batch, m, k, n):
     a, b = batch + (m, k), (k, n)
     check("matmul", {"x": tensor_type(a), "y": tensor_type(b)}, {"x": array(a), "y": array(b)})
-    check("matmul", {"x": tensor_type(b), "y": tensor_type(batch + (n, m))},
-          {"x": array(b), "y": array(batch + (n, m))})
+    check(
+        "matmul", {"x": tensor_type(b), "y": tensor_type(batch + (n, m))}, {"x": array(b), "y": array(batch + (n, m))}
+    )
 
 
 def test_matmul_mismatch():
@@ -129,17 +134,26 @@ def test_shape_ops(shape, data):
     check("concat", {"xs": [x, x], "dim": d0}, {"xs": [arr, arr], "dim": d0})
     size = shape[d0]
     cut = data.draw(st.integers(0, size))
-    check("split", {"x": x, "sizes": [Dim.of(cut), Dim.of(size - cut)], "dim": d0},
-          {"x": arr, "sizes": [cut, size - cut], "dim": d0})
+    check(
+        "split",
+        {"x": x, "sizes": [Dim.of(cut), Dim.of(size - cut)], "dim": d0},
+        {"x": arr, "sizes": [cut, size - cut], "dim": d0},
+    )
     start = data.draw(st.integers(-size, size))
-    check("slice", {"x": x, "dim": d0, "start": Dim.of(start), "stop": None},
-          {"x": arr, "dim": d0, "start": start, "stop": None})
+    check(
+        "slice",
+        {"x": x, "dim": d0, "start": Dim.of(start), "stop": None},
+        {"x": arr, "dim": d0, "start": start, "stop": None},
+    )
     index = data.draw(st.integers(-size, size - 1))
     check("select", {"x": x, "dim": d0, "index": Dim.of(index)}, {"x": arr, "dim": d0, "index": index})
     ones = tuple(1 if data.draw(st.booleans()) else d for d in shape)
-    check("expand", {"x": tensor_type(ones), "shape": [Dim.of(d) for d in shape]},
-          {"x": array(ones), "shape": list(shape)})
-    squeezable = shape[:d0 % n] + (1,) + shape[d0 % n + 1:]
+    check(
+        "expand",
+        {"x": tensor_type(ones), "shape": [Dim.of(d) for d in shape]},
+        {"x": array(ones), "shape": list(shape)},
+    )
+    squeezable = shape[: d0 % n] + (1,) + shape[d0 % n + 1 :]
     check("squeeze", {"x": tensor_type(squeezable), "dim": d0}, {"x": array(squeezable), "dim": d0})
 
 
@@ -153,24 +167,39 @@ def test_rearrange(b, s, h, d):
         ("... (h d) -> ... h d", (b, s, h * d), {"d": d}),
     ]
     for pattern, shape, sizes in cases:
-        check("rearrange", {"x": tensor_type(shape), "pattern": pattern, "sizes": {k: Dim.of(v) for k, v in sizes.items()}},
-              {"x": array(shape), "pattern": pattern, **sizes})
+        check(
+            "rearrange",
+            {"x": tensor_type(shape), "pattern": pattern, "sizes": {k: Dim.of(v) for k, v in sizes.items()}},
+            {"x": array(shape), "pattern": pattern, **sizes},
+        )
 
 
 @settings(max_examples=30, deadline=None)
 @given(st.integers(1, 5), st.integers(1, 4), shapes)
 def test_take_where_cast_and_construction(v, dsize, idx_shape):
     w = (v, dsize)
-    check("take", {"x": tensor_type(w), "indices": tensor_type(idx_shape, I64), "dim": 0},
-          {"x": array(w), "indices": np.minimum(array(idx_shape, I64), v - 1), "dim": 0})
-    check("where", {"cond": tensor_type(idx_shape, BOOL), "x": tensor_type(idx_shape), "y": 0.0},
-          {"cond": array(idx_shape, BOOL), "x": array(idx_shape), "y": np.float32(0.0)})
+    check(
+        "take",
+        {"x": tensor_type(w), "indices": tensor_type(idx_shape, I64), "dim": 0},
+        {"x": array(w), "indices": np.minimum(array(idx_shape, I64), v - 1), "dim": 0},
+    )
+    check(
+        "where",
+        {"cond": tensor_type(idx_shape, BOOL), "x": tensor_type(idx_shape), "y": 0.0},
+        {"cond": array(idx_shape, BOOL), "x": array(idx_shape), "y": np.float32(0.0)},
+    )
     check("cast", {"x": tensor_type(idx_shape), "dtype": I64}, {"x": array(idx_shape), "dtype": np.int64})
     dims = [Dim.of(d) for d in idx_shape]
     check("zeros", {"shape": dims, "dtype": F32}, {"shape": list(idx_shape), "dtype": np.float32})
-    check("full", {"shape": dims, "value": 2.0, "dtype": F32}, {"shape": list(idx_shape), "value": 2.0, "dtype": np.float32})
+    check(
+        "full",
+        {"shape": dims, "value": 2.0, "dtype": F32},
+        {"shape": list(idx_shape), "value": 2.0, "dtype": np.float32},
+    )
     check("arange", {"start": Dim.of(v), "stop": None, "step": Dim.of(1)}, {"start": v})
-    check("arange", {"start": Dim.of(0), "stop": Dim.of(2 * v), "step": Dim.of(2)}, {"start": 0, "stop": 2 * v, "step": 2})
+    check(
+        "arange", {"start": Dim.of(0), "stop": Dim.of(2 * v), "step": Dim.of(2)}, {"start": 0, "stop": 2 * v, "step": 2}
+    )
     check("min_value", {"dtype": F32}, {"dtype": np.float32})
 
 
@@ -181,10 +210,18 @@ def test_cache_write(b, h, s, d, data):
     cache = (max_batch, h, max_positions, d)
     rows = np.array(data.draw(st.permutations(range(max_batch)))[:b], dtype=np.int64)
     positions = np.array([data.draw(st.integers(0, max_positions - s)) for _ in range(b)], dtype=np.int64)
-    args = {"cache": tensor_type(cache), "rows": tensor_type((b,), I64), "positions": tensor_type((b,), I64),
-            "new": tensor_type((b, h, s, d))}
-    check("cache_write", args, {"cache": array(cache), "rows": rows, "positions": positions, "new": array((b, h, s, d))})
-    out = REGISTRY["cache_write"].reference(np.zeros(cache, np.float32), rows, positions, np.ones((b, h, s, d), np.float32))
+    args = {
+        "cache": tensor_type(cache),
+        "rows": tensor_type((b,), I64),
+        "positions": tensor_type((b,), I64),
+        "new": tensor_type((b, h, s, d)),
+    }
+    check(
+        "cache_write", args, {"cache": array(cache), "rows": rows, "positions": positions, "new": array((b, h, s, d))}
+    )
+    out = REGISTRY["cache_write"].reference(
+        np.zeros(cache, np.float32), rows, positions, np.ones((b, h, s, d), np.float32)
+    )
     assert out.sum() == b * h * s * d  # each new entry lands once
 
 

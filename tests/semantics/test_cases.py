@@ -49,8 +49,9 @@ def test_case(case: Path):
     text = case.read_text(encoding="utf-8")
     expected, types = expectations(text)
     analysis = Document(str(case), text).analyze()
-    actual = [(d.location.line, d.severity, d.code, d.message) for d in analysis.diagnostics
-              if d.location.path == str(case)]
+    actual = [
+        (d.location.line, d.severity, d.code, d.message) for d in analysis.diagnostics if d.location.path == str(case)
+    ]
     unmatched = list(actual)
     missing = []
     for line, sev, code, msg in expected:
@@ -59,13 +60,12 @@ def test_case(case: Path):
             missing.append(f"line {line}: {sev}[{code}]: {msg}")
         else:
             unmatched.remove(hit)
-    extra = [f"line {l}: {s}[{c}]: {m}" for l, s, c, m in unmatched]
-    assert not missing and not extra, (
-        "\nmissing:\n  " + "\n  ".join(missing) + "\nunexpected:\n  " + "\n  ".join(extra))
+    extra = [f"line {n}: {s}[{c}]: {m}" for n, s, c, m in unmatched]
+    assert not missing and not extra, "\nmissing:\n  " + "\n  ".join(missing) + "\nunexpected:\n  " + "\n  ".join(extra)
     lines = text.split("\n")
     for line, preset, typ in types:
         col = lines[line - 1].index("let ") + 4
-        offset = sum(len(l) + 1 for l in lines[: line - 1]) + col
+        offset = sum(len(text_line) + 1 for text_line in lines[: line - 1]) + col
         info = analysis.type_at(offset, preset)
         assert info is not None, f"line {line}: no type"
         shown = {info.symbolic, info.concrete, f"{info.symbolic} = {info.concrete}"}

@@ -33,8 +33,9 @@ def evaluate(d: Dim, env: dict) -> int:
     return total
 
 
-ENV = st.fixed_dictionaries({B: st.integers(1, 9), S: st.integers(1, 9), H: st.integers(1, 9),
-                             K: st.just(576), U: st.integers(1, 9)})
+ENV = st.fixed_dictionaries(
+    {B: st.integers(1, 9), S: st.integers(1, 9), H: st.integers(1, 9), K: st.just(576), U: st.integers(1, 9)}
+)
 
 
 @given(dims(), dims(), dims())

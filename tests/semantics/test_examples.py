@@ -98,8 +98,11 @@ def line_of(text: str, needle: str) -> int:
 
 
 def test_wrong_num_key_value_heads():
-    text = plant((EXAMPLES / "llama.linnet").read_text(), "num_attention_heads = 32, num_key_value_heads = 4,",
-                 "num_attention_heads = 32, num_key_value_heads = 5,")
+    text = plant(
+        (EXAMPLES / "llama.linnet").read_text(),
+        "num_attention_heads = 32, num_key_value_heads = 4,",
+        "num_attention_heads = 32, num_key_value_heads = 5,",
+    )
     diags = analyze("llama.linnet", text).diagnostics
     assert {(d.code, d.presets) for d in diags} == {("L206", ("tinyllama_1_1b",))}
     lines = {d.location.line for d in diags}
@@ -108,28 +111,44 @@ def test_wrong_num_key_value_heads():
 
 
 def test_hidden_size_the_heads_do_not_divide():
-    text = plant((EXAMPLES / "llama.linnet").read_text(), "vocab_size = 49152, hidden_size = 576,",
-                 "vocab_size = 49152, hidden_size = 580,")
+    text = plant(
+        (EXAMPLES / "llama.linnet").read_text(),
+        "vocab_size = 49152, hidden_size = 576,",
+        "vocab_size = 49152, hidden_size = 580,",
+    )
     diags = analyze("llama.linnet", text).diagnostics
     assert [(d.code, d.location.line) for d in diags] == [("L404", line_of(text, "preset smollm2_135m"))]
-    assert diags[0].message == "`hidden_size` (580) is not divisible by `num_attention_heads` (9), as `head_dim` requires"
+    assert (
+        diags[0].message == "`hidden_size` (580) is not divisible by `num_attention_heads` (9), as `head_dim` requires"
+    )
 
 
 def test_projection_with_swapped_features():
-    text = plant((EXAMPLES / "llama.linnet").read_text(),
-                 "gate_proj: Linear(c.hidden_size, c.intermediate_size, use_bias=c.mlp_bias)",
-                 "gate_proj: Linear(c.intermediate_size, c.hidden_size, use_bias=c.mlp_bias)")
+    text = plant(
+        (EXAMPLES / "llama.linnet").read_text(),
+        "gate_proj: Linear(c.hidden_size, c.intermediate_size, use_bias=c.mlp_bias)",
+        "gate_proj: Linear(c.intermediate_size, c.hidden_size, use_bias=c.mlp_bias)",
+    )
     diags = analyze("llama.linnet", text).diagnostics
-    assert [(d.code, d.location.line) for d in diags] == [("L203", line_of(text, "        down_proj(silu(gate_proj(x))"))]
-    assert diags[0].message.startswith("argument `x` of `gate_proj` is [..., 576], expected [..., 1536]")  # the first preset's numbers
+    assert [(d.code, d.location.line) for d in diags] == [
+        ("L203", line_of(text, "        down_proj(silu(gate_proj(x))"))
+    ]
+    assert diags[0].message.startswith(
+        "argument `x` of `gate_proj` is [..., 576], expected [..., 1536]"
+    )  # the first preset's numbers
     assert diags[0].presets is None  # wrong under every config
 
 
 def test_syntax_error_beside_a_shape_error():
     text = (EXAMPLES / "llama.linnet").read_text()
-    text = plant(text, "let x = h + self_attn(input_layernorm(h), cos, sin, mask)\n",
-                 "let x = h + self_attn(input_layernorm(h), cos, sin, mask) +\n")
-    text = plant(text, "        down_proj(silu(gate_proj(x)) * up_proj(x))", "        down_proj(silu(gate_proj(x)) * x)")
+    text = plant(
+        text,
+        "let x = h + self_attn(input_layernorm(h), cos, sin, mask)\n",
+        "let x = h + self_attn(input_layernorm(h), cos, sin, mask) +\n",
+    )
+    text = plant(
+        text, "        down_proj(silu(gate_proj(x)) * up_proj(x))", "        down_proj(silu(gate_proj(x)) * x)"
+    )
     diags = analyze("llama.linnet", text).diagnostics
     assert [(d.code, d.location.line) for d in diags] == [
         ("L201", line_of(text, "        down_proj(silu(gate_proj(x)) * x)")),

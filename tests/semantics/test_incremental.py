@@ -11,13 +11,31 @@ from tests.conftest import EXAMPLES
 
 LLAMA = (EXAMPLES / "llama.linnet").read_text()
 GPT2 = (EXAMPLES / "gpt2.linnet").read_text()
-SNIPPETS = ["x", " + 1.0", "\n", "let q = x\n", "}", "{", "(", "c.hidden_size", "c.hiden_size", "#", "fn ",
-            "module ", "preset p = Llama { hidden_size = 100 }\n", "  ", "rearrange(x, \"b s -> s b\")", "[B, S]"]
+SNIPPETS = [
+    "x",
+    " + 1.0",
+    "\n",
+    "let q = x\n",
+    "}",
+    "{",
+    "(",
+    "c.hidden_size",
+    "c.hiden_size",
+    "#",
+    "fn ",
+    "module ",
+    "preset p = Llama { hidden_size = 100 }\n",
+    "  ",
+    'rearrange(x, "b s -> s b")',
+    "[B, S]",
+]
 
 
 def summary(analysis):
-    return sorted((d.location.start.offset, d.location.end.offset, d.code, d.message, d.notes, d.presets)
-                  for d in analysis.diagnostics)
+    return sorted(
+        (d.location.start.offset, d.location.end.offset, d.code, d.message, d.notes, d.presets)
+        for d in analysis.diagnostics
+    )
 
 
 @st.composite

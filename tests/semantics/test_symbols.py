@@ -49,8 +49,10 @@ def test_members_methods_and_loops():
 
 
 def test_no_type_shown_in_a_branch_not_taken():
-    text = ("config C {\n    flag: bool = true\n}\n\nmodule M(c: C) {\n    fn f(x: [N]) -> [N] {\n"
-            "        if c.flag { x } else { x * 2.0 }\n    }\n}\n")
+    text = (
+        "config C {\n    flag: bool = true\n}\n\nmodule M(c: C) {\n    fn f(x: [N]) -> [N] {\n"
+        "        if c.flag { x } else { x * 2.0 }\n    }\n}\n"
+    )
     from linnet.semantics.program import Document
 
     analysis = Document("t.linnet", text).analyze()

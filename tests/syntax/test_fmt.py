@@ -92,5 +92,7 @@ def test_formatting_ignores_whitespace_and_is_idempotent(path, seed):
 
 
 def test_unary_minus_hugs_its_operand():
-    assert format_source("fn f(x: [N]) -> [N] {\n    - (x + x) * - x\n}\n") == \
-        "fn f(x: [N]) -> [N] {\n    -(x + x) * -x\n}\n"
+    assert (
+        format_source("fn f(x: [N]) -> [N] {\n    - (x + x) * - x\n}\n")
+        == "fn f(x: [N]) -> [N] {\n    -(x + x) * -x\n}\n"
+    )

@@ -9,7 +9,9 @@ from linnet.syntax.items import split_items
 from tests.conftest import EXAMPLES
 
 
-@given(st.lists(st.sampled_from(list("ab #@\n{}") + ["fn ", "config ", "module ", "preset "]), max_size=80).map("".join))
+@given(
+    st.lists(st.sampled_from(list("ab #@\n{}") + ["fn ", "config ", "module ", "preset "]), max_size=80).map("".join)
+)
 def test_items_partition_the_text(text):
     chunks = split_items(text)
     assert "".join(c for _, c in chunks) == text
@@ -20,9 +22,9 @@ def test_items_partition_the_text(text):
 
 
 def test_comments_and_attributes_belong_to_the_item_below():
-    text = "config A {\n}\n\n## doc of B\n@weights(\"x\")\npreset b = A {}\n"
+    text = 'config A {\n}\n\n## doc of B\n@weights("x")\npreset b = A {}\n'
     chunks = split_items(text)
-    assert [c for _, c in chunks] == ["config A {\n}\n\n", "## doc of B\n@weights(\"x\")\npreset b = A {}\n"]
+    assert [c for _, c in chunks] == ["config A {\n}\n\n", '## doc of B\n@weights("x")\npreset b = A {}\n']
 
 
 def test_examples_split_at_their_items():

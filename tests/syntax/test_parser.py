@@ -53,9 +53,9 @@ def test_spans_cover_their_text():
             continue
         for node in A.walk(item.ast):
             if isinstance(node, A.Name):
-                assert chunk[node.span.start:node.span.end] == node.id
+                assert chunk[node.span.start : node.span.end] == node.id
             elif isinstance(node, A.IntLit):
-                assert chunk[node.span.start:node.span.end].replace("_", "") == str(node.value)
+                assert chunk[node.span.start : node.span.end].replace("_", "") == str(node.value)
 
 
 def test_several_syntax_errors_are_all_reported_and_the_rest_checked():
@@ -76,8 +76,10 @@ def test_skipped_let_keeps_its_name():
 
 
 def test_keywords_are_names_where_a_keyword_cannot_stand():
-    text = ("module M(c: C) {\n    model: Inner(c)\n    self: Inner(c)\n    output: Inner(c)\n"
-            "    fn f(x: [N]) -> [N] { model.layer.self.output(x) }\n}\n")
+    text = (
+        "module M(c: C) {\n    model: Inner(c)\n    self: Inner(c)\n    output: Inner(c)\n"
+        "    fn f(x: [N]) -> [N] { model.layer.self.output(x) }\n}\n"
+    )
     parsed = parse_item(text)
     assert not parsed.problems
     names = [m.name.id for m in parsed.ast.members]
@@ -91,9 +93,29 @@ def test_missing_closing_brace_is_supplied():
     assert [p.code for p in parsed.problems] == ["L003"]
 
 
-_ALPHABET = st.sampled_from(list("abcxyz_019 .,:;()[]{}<>=+-*/%@!?#\"\n\t\\") +
-                            ["fn ", "let ", "module ", "config ", "preset ", "model ", "if ", "else ",
-                             "for ", "in ", "state ", "entry ", "[B, S]", "->", "...", "**", "é", "🦜"])
+_ALPHABET = st.sampled_from(
+    list('abcxyz_019 .,:;()[]{}<>=+-*/%@!?#"\n\t\\')
+    + [
+        "fn ",
+        "let ",
+        "module ",
+        "config ",
+        "preset ",
+        "model ",
+        "if ",
+        "else ",
+        "for ",
+        "in ",
+        "state ",
+        "entry ",
+        "[B, S]",
+        "->",
+        "...",
+        "**",
+        "é",
+        "🦜",
+    ]
+)
 
 
 @settings(max_examples=300, deadline=None)
@@ -118,7 +140,7 @@ def test_truncations_and_deletions_of_examples_never_raise(example):
     for cut in cuts:
         Document("t.linnet", text[:cut]).analyze()
         start = rng.randrange(len(text))
-        Document("t.linnet", text[:start] + text[start + rng.randrange(1, 200):]).analyze()
+        Document("t.linnet", text[:start] + text[start + rng.randrange(1, 200) :]).analyze()
 
 
 def test_nesting_too_deep_is_a_diagnostic_not_a_crash():
