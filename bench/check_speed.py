@@ -138,6 +138,17 @@ def time_big_file(edits: int) -> dict:
     }
 
 
+def calibration_s() -> float:
+    """Seconds for a fixed pure-Python workload, measured beside the benchmark: this machine's
+    speed varies by half from one minute to the next, and results are comparable only
+    relative to it."""
+    start = time.perf_counter()
+    total = 0
+    for i in range(3_000_000):
+        total += i % 7
+    return time.perf_counter() - start
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=15)
@@ -152,8 +163,10 @@ def main() -> None:
             "cpus": os.cpu_count(),
         },
         "versions": {"linnet": __import__("linnet").__version__, "lark": __import__("lark").__version__},
+        "calibration_before_s": calibration_s(),
         "check_examples": time_cli(args.runs),
         "generated_5000_lines": time_big_file(args.edits),
+        "calibration_after_s": calibration_s(),
         "goals": {"check_examples_s": 0.3, "recheck_s": 0.03},
     }
     out = ROOT / "bench" / "results" / "check_speed.json"

@@ -344,6 +344,8 @@ class Document:
         # cached results are valid without looking at their dependencies one by one.
         world = (tuple(sorted((n, i.interface) for n, i in globals_.by_name.items())), values_key)
         previous = self._context if self._context is not None and self._context[0] == world else None
+        if previous is not None:
+            world = previous[0]  # the same object: every cached result then compares by identity
         ctx = CheckContext(globals_, evaluator, previous[1] if previous else None)
         self._context = (world, ctx)
         findings: list[Finding] = []
