@@ -164,6 +164,10 @@ def build_parser() -> argparse.ArgumentParser:
     fmt.add_argument("paths", nargs="+", metavar="PATH", help="files or folders")
     fmt.add_argument("--check", action="store_true", help="change nothing; exit 1 if a file would change")
     fmt.set_defaults(func=cmd_fmt)
+
+    from .cli_backends import register
+
+    register(sub)
     return parser
 
 

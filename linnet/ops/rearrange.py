@@ -238,63 +238,67 @@ def _given_text(group: Group, unknown: list[Axis], known: dict) -> str:
     return ", ".join(parts) if parts else "no sizes given"
 
 
-def rearrange_reference(x, pattern: str, **sizes):
-    """numpy reference: reshape into axes, transpose, reshape into the right side's groups."""
-    import numpy as np
+def rearrange_plan(dims: list[Dim], pattern: str, sizes: dict[str, Dim]) -> tuple[list[Dim], list[int], list[Dim]]:
+    """How `rearrange` runs: reshape `x` (dims `dims`) into one dim per axis (`expanded`),
+    permute them (`perm`), reshape into the right side's groups (`out`). Dims may be
+    symbolic; an axis inferred from a group is found by exact division."""
+    from ..semantics.dims import DivisionError, divide
 
     pat = parse_pattern(pattern)
-    x = np.asarray(x)
     pre = pat.lhs[: pat.lhs.index("...")] if "..." in pat.lhs else pat.lhs
     post = pat.lhs[pat.lhs.index("...") + 1 :] if "..." in pat.lhs else []
-    n_ell = x.ndim - len(pre) - len(post)
-    shape_by_axis: dict[str, int] = {k: int(v) for k, v in sizes.items()}
+    n_ell = len(dims) - len(pre) - len(post)
+    shape_by_axis: dict[str, Dim] = dict(sizes)
     axes_order: list[str] = []
-    expanded: list[int] = []
-    dims = list(x.shape)
+    expanded: list[Dim] = []
     pos = 0
     for g in pat.lhs:
         if g == "...":
             for i in range(n_ell):
-                name = f"...{i}"
-                shape_by_axis[name] = dims[pos]
-                axes_order.append(name)
+                shape_by_axis[f"...{i}"] = dims[pos]
+                axes_order.append(f"...{i}")
                 expanded.append(dims[pos])
                 pos += 1
             continue
         dim = dims[pos]
         pos += 1
-        known = 1
+        known = Dim.of(1)
         unknown = None
         for a in g.axes:
             if a.name is None:
                 continue
             if a.name in shape_by_axis:
-                known *= shape_by_axis[a.name]
+                known = known * shape_by_axis[a.name]
             else:
                 unknown = a.name
         if unknown is not None:
-            shape_by_axis[unknown] = dim // known
+            q = divide(dim, known)
+            if isinstance(q, DivisionError):
+                raise OpError("L206", f"rearrange: {format_dim(dim)} / {format_dim(known)} is not exact", "pattern")
+            shape_by_axis[unknown] = q
         for a in g.axes:
-            if a.name is None:
-                continue
-            axes_order.append(a.name)
-            expanded.append(shape_by_axis[a.name])
-    y = x.reshape(expanded)
+            if a.name is not None:
+                axes_order.append(a.name)
+                expanded.append(shape_by_axis[a.name])
     rhs_order: list[str] = []
+    out: list[Dim] = []
     for g in pat.rhs:
         if g == "...":
             rhs_order += [f"...{i}" for i in range(n_ell)]
+            out += [shape_by_axis[f"...{i}"] for i in range(n_ell)]
         else:
             rhs_order += [a.name for a in g.axes if a.name is not None]
-    y = y.transpose([axes_order.index(n) for n in rhs_order])
-    out_shape = []
-    for g in pat.rhs:
-        if g == "...":
-            out_shape += [shape_by_axis[f"...{i}"] for i in range(n_ell)]
-        else:
-            size = 1
-            for a in g.axes:
-                if a.name is not None:
-                    size *= shape_by_axis[a.name]
-            out_shape.append(size)
-    return y.reshape(out_shape)
+            out.append(product(shape_by_axis[a.name] for a in g.axes if a.name is not None))
+    return expanded, [axes_order.index(n) for n in rhs_order], out
+
+
+def rearrange_reference(x, pattern: str, **sizes):
+    """numpy reference: reshape into axes, transpose, reshape into the right side's groups."""
+    import numpy as np
+
+    x = np.asarray(x)
+    expanded, perm, out = rearrange_plan(
+        [Dim.of(d) for d in x.shape], pattern, {k: Dim.of(int(v)) for k, v in sizes.items()}
+    )
+    y = x.reshape([d.as_int() for d in expanded]).transpose(perm)
+    return y.reshape([d.as_int() for d in out])

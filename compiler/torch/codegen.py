@@ -1,0 +1,508 @@
+"""Core IR to PyTorch source: one statement per op, readable, importing only torch.
+
+Used two ways: `generate(program)` writes a module with one function per entry
+(`linnet torch FILE -o model.py`), and the interpreter (`interpret.py`) runs the same
+statements one op at a time. This file does not import torch: the language server shows
+generated code in its own process.
+
+Numerics (ARCHITECTURE.md): a `composite` runs as a native kernel when that kernel is what
+the reference implementation calls (softmax, SiLU, erf GELU and layer norm: transformers calls
+them natively) and, under `fast`, also where it is only close (SDPA for attention, fused RMS
+norm, tanh GELU); otherwise its body, op by op, in transformers' op order.
+"""
+
+from __future__ import annotations
+
+import builtins
+import keyword
+import re
+from dataclasses import dataclass, field
+from typing import Callable
+
+from linnet.ir.core import Graph, Op, Program, Value, format_tensor_type
+from linnet.ops.rearrange import rearrange_plan
+from linnet.semantics.dims import Dim, format_dim
+from linnet.semantics.types import DType
+
+TORCH_DTYPES = {
+    "f64": "torch.float64",
+    "f32": "torch.float32",
+    "f16": "torch.float16",
+    "bf16": "torch.bfloat16",
+    "i64": "torch.int64",
+    "i32": "torch.int32",
+    "bool": "torch.bool",
+}
+NUMERICS = ("equivalent", "fast")
+RESERVED = {"torch", "F", "p", "device", "math"} | set(dir(builtins))
+
+
+class CodegenError(Exception):
+    """An op or argument the PyTorch backend cannot express (names the op)."""
+
+
+# ----------------------------------------------------------------------------- rendering
+
+
+@dataclass
+class Emitter:
+    """Emits the statements of one graph. `names` maps value ids to Python names."""
+
+    numerics: str = "equivalent"
+    names: dict[int, str] = field(default_factory=dict)
+    taken: set[str] = field(default_factory=set)
+    uses: dict[int, int] = field(default_factory=dict)
+    skipped: set[int] = field(default_factory=set)
+    dim_names: set[str] = field(default_factory=set)
+
+    def fresh(self, hint: str) -> str:
+        base = re.sub(r"_\d+$", "", hint or "") or "t"
+        if keyword.iskeyword(base) or base in RESERVED or base in self.dim_names:
+            base += "_"
+        name, n = base, 0
+        while name in self.taken:
+            n += 1
+            name = f"{base}_{n}"
+        self.taken.add(name)
+        return name
+
+    def bind(self, v: Value, hint: str | None = None) -> str:
+        name = self.fresh(hint if hint is not None else v.name)
+        self.names[id(v)] = name
+        return name
+
+    def r(self, v) -> str:
+        """Render an argument as Python text."""
+        if isinstance(v, Value):
+            try:
+                return self.names[id(v)]
+            except KeyError:
+                raise CodegenError(f"%{v.name} is used before it is defined") from None
+        if isinstance(v, Dim):
+            return dim_text(v)
+        if isinstance(v, bool):
+            return "True" if v else "False"
+        if isinstance(v, DType):
+            return TORCH_DTYPES[v.name]
+        if isinstance(v, float):
+            return repr(v)
+        if isinstance(v, (list, tuple)):
+            return "[" + ", ".join(self.r(x) for x in v) + "]"
+        if v is None:
+            return "None"
+        return repr(v)
+
+    def count_uses(self, g: Graph) -> None:
+        for op in g.ops:
+            for v in op.inputs():
+                self.uses[id(v)] = self.uses.get(id(v), 0) + 1
+        for v in list(g.outputs) + list(g.state_updates.values()):
+            self.uses[id(v)] = self.uses.get(id(v), 0) + 1
+
+    # ----- graphs
+    def graph_lines(self, g: Graph) -> list[str]:
+        """Statements computing `g`'s ops (inputs must already be named)."""
+        self.count_uses(g)
+        self._mark_linear(g)
+        lines: list[str] = []
+        for op in g.ops:
+            if id(op) in self.skipped:
+                continue
+            lines += self.op_lines(op)
+        return lines
+
+    def _mark_linear(self, g: Graph) -> None:
+        """`x @ transpose(w)` with a 2-d `w` used once is `F.linear(x, w)`, as nn.Linear runs it."""
+        for op in g.ops:
+            if op.name != "matmul":
+                continue
+            y = op.args["y"]
+            t = y.producer
+            if (
+                t is not None
+                and t.name == "transpose"
+                and t.args["x"].rank == 2
+                and {t.args["dim0"], t.args["dim1"]} in ({-2, -1}, {0, 1})
+                and self.uses.get(id(y)) == 1
+            ):
+                self.skipped.add(id(t))
+                op.attrs["linear_weight"] = t.args["x"]
+
+    def op_lines(self, op: Op) -> list[str]:
+        if op.name == "composite":
+            return self.composite_lines(op)
+        emit = EMITTERS.get(op.name)
+        if emit is None:
+            raise CodegenError(f"the PyTorch backend has no lowering for `{op.name}`")
+        out = emit(self, op)
+        stmts, expr = out if isinstance(out, tuple) else ([], out)
+        results = op.results
+        if len(results) == 1:
+            lhs = self.bind(results[0])
+        else:
+            lhs = ", ".join(self.bind(v) for v in results)
+        comment = self.comment(op)
+        return stmts + [f"{lhs} = {expr}{comment}"]
+
+    def comment(self, op: Op) -> str:
+        if op.name in ("reshape", "rearrange", "expand", "permute", "transpose", "squeeze", "unsqueeze", "concat"):
+            return f"  # {shape_text(op.result)}"
+        return ""
+
+    def composite_lines(self, op: Op) -> list[str]:
+        name = op.attrs["name"]
+        native = NATIVE.get(name)
+        if native is not None and self.numerics in native[0]:
+            expr = native[1](self, op)
+            return [f"{self.bind(op.result)} = {expr}  # {name}{self._shape_note(op)}"]
+        body = op.body
+        for iv in body.inputs:
+            self.names[id(iv)] = self.r(op.args[iv.name] if iv.name in op.args else None)
+        lines = [f"# {name}({', '.join(self.r(op.args[k]) for k in op.args if isinstance(op.args[k], Value))})"]
+        lines += self.graph_lines(body)
+        for outer, inner in zip(op.results, body.outputs):
+            self.names[id(outer)] = self.r(inner)
+        return lines
+
+    def _shape_note(self, op: Op) -> str:
+        return f": {shape_text(op.result)}"
+
+
+def dim_text(d: Dim) -> str:
+    n = d.as_int()
+    if n is not None:
+        return str(n)
+    return format_dim(d)
+
+
+def shape_text(v: Value) -> str:
+    return "[" + ", ".join(dim_text(d) for d in v.dims) + "]"
+
+
+def _index(rank: int, dim: int, item: str) -> str:
+    """`x[:, :, item]` addressing one dim."""
+    dim = dim if dim >= 0 else rank + dim
+    return ", ".join([":"] * dim + [item])
+
+
+# ----------------------------------------------------------------------------- op emitters
+
+Emit = Callable[[Emitter, Op], "str | tuple[list[str], str]"]
+EMITTERS: dict[str, Emit] = {}
+
+
+def _unary(name: str, fmt: str) -> None:
+    EMITTERS[name] = lambda e, op: fmt.format(x=e.r(op.args["x"]))
+
+
+for _name, _fmt in {
+    "exp": "torch.exp({x})",
+    "log": "torch.log({x})",
+    "sqrt": "torch.sqrt({x})",
+    "rsqrt": "torch.rsqrt({x})",
+    "sin": "torch.sin({x})",
+    "cos": "torch.cos({x})",
+    "tanh": "torch.tanh({x})",
+    "sigmoid": "torch.sigmoid({x})",
+    "erf": "torch.erf({x})",
+    "abs": "torch.abs({x})",
+    "neg": "-{x}",
+    "logical_not": "~{x}",
+}.items():
+    _unary(_name, _fmt)
+
+_INFIX = {
+    "add": "+",
+    "sub": "-",
+    "mul": "*",
+    "div": "/",
+    "mod": "%",
+    "pow": "**",
+    "eq": "==",
+    "ne": "!=",
+    "lt": "<",
+    "le": "<=",
+    "gt": ">",
+    "ge": ">=",
+    "logical_and": "&",
+    "logical_or": "|",
+}
+
+
+def _infix(symbol: str) -> Emit:
+    return lambda e, op: f"{e.r(op.args['x'])} {symbol} {e.r(op.args['y'])}"
+
+
+for _name, _sym in _INFIX.items():
+    EMITTERS[_name] = _infix(_sym)
+
+
+def _minmax(fn: str, clamp: str) -> Emit:
+    def emit(e: Emitter, op: Op) -> str:
+        x, y = op.args["x"], op.args["y"]
+        if isinstance(x, Value) and isinstance(y, Value):
+            return f"torch.{fn}({e.r(x)}, {e.r(y)})"
+        t, s = (x, y) if isinstance(x, Value) else (y, x)
+        return f"torch.clamp({e.r(t)}, {clamp}={e.r(s)})"
+
+    return emit
+
+
+EMITTERS["maximum"] = _minmax("maximum", "min")
+EMITTERS["minimum"] = _minmax("minimum", "max")
+
+
+def _reduction(method: str) -> Emit:
+    return lambda e, op: f"{e.r(op.args['x'])}.{method}(dim={op.args['dim']}, keepdim={e.r(op.args['keepdim'])})"
+
+
+for _name, _method in {"sum": "sum", "mean": "mean", "max": "amax", "min": "amin", "argmax": "argmax"}.items():
+    EMITTERS[_name] = _reduction(_method)
+
+
+def _matmul(e: Emitter, op: Op) -> str:
+    w = op.attrs.get("linear_weight")
+    if w is not None:
+        return f"F.linear({e.r(op.args['x'])}, {e.r(w)})"
+    return f"{e.r(op.args['x'])} @ {e.r(op.args['y'])}"
+
+
+EMITTERS["matmul"] = _matmul
+EMITTERS["reshape"] = lambda e, op: f"{e.r(op.args['x'])}.reshape({_dims(op.args['shape'])})"
+EMITTERS["transpose"] = lambda e, op: f"{e.r(op.args['x'])}.transpose({op.args['dim0']}, {op.args['dim1']})"
+EMITTERS["permute"] = lambda e, op: f"{e.r(op.args['x'])}.permute({', '.join(map(str, op.args['dims']))})"
+EMITTERS["unsqueeze"] = lambda e, op: f"{e.r(op.args['x'])}.unsqueeze({op.args['dim']})"
+EMITTERS["squeeze"] = lambda e, op: f"{e.r(op.args['x'])}.squeeze({op.args['dim']})"
+EMITTERS["expand"] = lambda e, op: f"{e.r(op.args['x'])}.expand({_dims(op.args['shape'])})"
+EMITTERS["concat"] = lambda e, op: f"torch.cat({e.r(op.args['xs'])}, dim={op.args['dim']})"
+EMITTERS["split"] = lambda e, op: (
+    f"torch.split({e.r(op.args['x'])}, {_dims(op.args['sizes'], True)}, dim={op.args['dim']})"
+)
+EMITTERS["repeat_interleave"] = lambda e, op: (
+    f"{e.r(op.args['x'])}.repeat_interleave({e.r(op.args['repeats'])}, dim={op.args['dim']})"
+)
+EMITTERS["cast"] = lambda e, op: f"{e.r(op.args['x'])}.to({e.r(op.args['dtype'])})"
+
+
+def _dims(dims, as_list: bool = False) -> str:
+    text = ", ".join(dim_text(d) if isinstance(d, Dim) else str(d) for d in dims)
+    return f"[{text}]" if as_list else text
+
+
+def _rearrange(e: Emitter, op: Op) -> str:
+    x: Value = op.args["x"]
+    expanded, perm, out = rearrange_plan(list(x.dims), op.args["pattern"], dict(op.args["sizes"]))
+    text = e.r(x)
+    if [d.key() for d in expanded] != [d.key() for d in x.dims]:
+        text += f".reshape({_dims(expanded)})"
+    if perm != list(range(len(perm))):
+        moved = [i for i, p in enumerate(perm) if p != i]
+        if len(moved) == 2:
+            text += f".transpose({moved[0]}, {moved[1]})"
+        else:
+            text += f".permute({', '.join(map(str, perm))})"
+    if [d.key() for d in out] != [d.key() for d in expanded] or len(out) != len(expanded):
+        permuted = [expanded[i] for i in perm]
+        if [d.key() for d in out] != [d.key() for d in permuted]:
+            text += f".reshape({_dims(out)})"
+    return text
+
+
+EMITTERS["rearrange"] = _rearrange
+
+
+def _take(e: Emitter, op: Op) -> str:
+    x, idx, dim = op.args["x"], op.args["indices"], op.args["dim"]
+    if (dim == 0 or dim == -x.rank) and x.rank == 2:
+        return f"F.embedding({e.r(idx)}, {e.r(x)})"
+    return f"{e.r(x)}[{_index(x.rank, dim, e.r(idx))}]"
+
+
+def _slice(e: Emitter, op: Op) -> str:
+    x = op.args["x"]
+    start, stop = op.args["start"], op.args["stop"]
+    a = "" if start is None or (isinstance(start, Dim) and start.as_int() == 0) else e.r(start)
+    b = "" if stop is None else e.r(stop)
+    return f"{e.r(x)}[{_index(x.rank, op.args['dim'], f'{a}:{b}')}]"
+
+
+EMITTERS["take"] = _take
+EMITTERS["slice"] = _slice
+EMITTERS["select"] = lambda e, op: (
+    f"{e.r(op.args['x'])}[{_index(op.args['x'].rank, op.args['dim'], e.r(op.args['index']))}]"
+)
+EMITTERS["where"] = lambda e, op: f"torch.where({e.r(op.args['cond'])}, {e.r(op.args['x'])}, {e.r(op.args['y'])})"
+
+
+def _arange(e: Emitter, op: Op) -> str:
+    start, stop, step = op.args["start"], op.args["stop"], op.args["step"]
+    parts = [e.r(start)] if stop is None else [e.r(start), e.r(stop)]
+    if stop is not None and step is not None and step.as_int() != 1:
+        parts.append(e.r(step))
+    return f"torch.arange({', '.join(parts)}, device=device)"
+
+
+EMITTERS["arange"] = _arange
+EMITTERS["full"] = lambda e, op: (
+    f"torch.full(({_dims(op.args['shape'])},), {e.r(op.args['value'])}, dtype={e.r(op.args['dtype'])}, device=device)"
+)
+EMITTERS["zeros"] = lambda e, op: (
+    f"torch.zeros(({_dims(op.args['shape'])},), dtype={e.r(op.args['dtype'])}, device=device)"
+)
+EMITTERS["ones"] = lambda e, op: (
+    f"torch.ones(({_dims(op.args['shape'])},), dtype={e.r(op.args['dtype'])}, device=device)"
+)
+EMITTERS["min_value"] = lambda e, op: (
+    f"torch.full((), torch.finfo({e.r(op.args['dtype'])}).min, dtype={e.r(op.args['dtype'])}, device=device)"
+)
+
+
+def _cache_write(e: Emitter, op: Op):
+    """In place: row `rows[b]`, positions `positions[b] + 0..S-1` (the verifier guarantees the
+    old cache value is not read again)."""
+    cache, rows, positions, new = (e.r(op.args[k]) for k in ("cache", "rows", "positions", "new"))
+    s = dim_text(op.args["new"].dims[2])
+    stmt = (
+        f"{cache}[{rows}[:, None], :, {positions}[:, None] + torch.arange({s}, device=device)] = {new}.transpose(1, 2)"
+    )
+    return [stmt], cache
+
+
+EMITTERS["cache_write"] = _cache_write
+EMITTERS["param"] = lambda e, op: f"p[{op.attrs['path']!r}]"
+EMITTERS["state"] = lambda e, op: f"p[{op.attrs['path']!r}]"
+EMITTERS["const"] = lambda e, op: f"p[{('const:' + e.names[('const', id(op))])!r}]"
+
+
+# ----------------------------------------------------------------------------- native composites
+
+
+def _last_dim(v: Value) -> str:
+    return dim_text(v.dims[-1])
+
+
+NATIVE: dict[str, tuple[tuple[str, ...], Callable[[Emitter, Op], str]]] = {
+    "softmax": (NUMERICS, lambda e, op: f"torch.softmax({e.r(op.args['x'])}, dim=-1)"),
+    "silu": (NUMERICS, lambda e, op: f"F.silu({e.r(op.args['x'])})"),
+    "gelu": (NUMERICS, lambda e, op: f"F.gelu({e.r(op.args['x'])})"),
+    "layer_norm": (
+        NUMERICS,
+        lambda e, op: (
+            f"F.layer_norm({e.r(op.args['x'])}, ({_last_dim(op.args['x'])},), "
+            f"{e.r(op.args['weight'])}, None, {e.r(op.args['eps'])})"
+        ),
+    ),
+    "gelu_tanh": (("fast",), lambda e, op: f'F.gelu({e.r(op.args["x"])}, approximate="tanh")'),
+    "rms_norm": (
+        ("fast",),
+        lambda e, op: (
+            f"F.rms_norm({e.r(op.args['x'])}, ({_last_dim(op.args['x'])},), "
+            f"{e.r(op.args['weight'])}, {e.r(op.args['eps'])})"
+        ),
+    ),
+    "attention": (
+        ("fast",),
+        lambda e, op: (
+            f"F.scaled_dot_product_attention({e.r(op.args['q'])}, {e.r(op.args['k'])}, "
+            f"{e.r(op.args['v'])}, attn_mask={e.r(op.args['mask'])}.unsqueeze(1), "
+            f"scale={e.r(op.args['scale'])}, enable_gqa=True)"
+        ),
+    ),
+}
+
+
+# ----------------------------------------------------------------------------- whole functions
+
+
+def function_source(g: Graph, numerics: str = "equivalent", constants: dict | None = None) -> str:
+    """The source of one entry as `def NAME(p, inputs...)`. Its folded constants are added to
+    `constants` (key -> numpy array; an equal array already there is reused)."""
+    e = Emitter(numerics)
+    e.dim_names = set(g.dim_vars)
+    e.taken |= e.dim_names
+    args = [e.bind(v) for v in g.inputs]
+    sig = ", ".join(format_tensor_type(v.type) for v in g.inputs)
+    outs = ", ".join(format_tensor_type(v.type) for v in g.outputs)
+    lines = [f"def {g.name}(p, {', '.join(args)}):", f'    """{sig} -> {outs}"""']
+    by_input: dict[int, list[tuple[int, str]]] = {}
+    for name, (i, axis) in g.dim_sources.items():
+        by_input.setdefault(i, []).append((axis, name))
+    for i, dims in by_input.items():
+        rank = g.inputs[i].rank
+        if sorted(a for a, _ in dims) == list(range(rank)):
+            lines.append(f"    {', '.join(n for _, n in sorted(dims))} = {args[i]}.shape")
+        else:
+            for axis, name in dims:
+                lines.append(f"    {name} = {args[i]}.shape[{axis}]")
+    lines.append(f"    device = {args[0]}.device")
+    constants = {} if constants is None else constants
+    for op in _all_ops(g):
+        if op.name == "const":
+            e.names[("const", id(op))] = add_constant(constants, op.result.name or "c", op.attrs["value"])
+    body = e.graph_lines(g)
+    lines += ["    " + line for line in body]
+    for path, v in g.state_updates.items():
+        if v.producer is None or v.producer.name != "cache_write":
+            raise CodegenError(f"state `{path}` is updated by `{v.producer.name}`; only cache_write updates in place")
+    rets = ", ".join(e.r(v) for v in g.outputs)
+    lines.append(f"    return {rets}")
+    return "\n".join(lines)
+
+
+def add_constant(constants: dict, hint: str, value) -> str:
+    """The key of `value` in `constants` (without the `const:` prefix), added if new."""
+    for k, v in constants.items():
+        if v.dtype == value.dtype and v.shape == value.shape and (v == value).all():
+            return k.split(":", 1)[1]
+    base = re.sub(r"_\d+$", "", hint) or "c"
+    key, n = base, 0
+    while f"const:{key}" in constants:
+        n += 1
+        key = f"{base}_{n}"
+    constants[f"const:{key}"] = value
+    return key
+
+
+def _all_ops(g: Graph):
+    for op in g.ops:
+        yield op
+        if op.body is not None:
+            yield from _all_ops(op.body)
+
+
+def generate(program: Program, numerics: str = "equivalent") -> str:
+    """A Python module with one function per entry, each `f(p, *inputs)` where `p` maps
+    checkpoint names (and `const:` keys) to tensors. Imports only torch."""
+    if numerics not in NUMERICS:
+        raise CodegenError(f"numerics must be one of {', '.join(NUMERICS)}, got {numerics!r}")
+    funcs = []
+    constants: dict[str, object] = {}
+    for g in program.entries.values():
+        funcs.append(function_source(g, numerics, constants))
+    head = [
+        f'"""{program.model} from {program.source}, generated by linnet.',
+        "",
+        f"Preset {program.preset or '(defaults)'}, working dtype {program.dtype.name}, numerics {numerics}, "
+        f"max_batch {program.max_batch}, max_positions {program.max_positions}.",
+        "Each entry takes `p`, the parameters and state by checkpoint name plus the constants",
+        "from `constants(device)`; the KV cache tensors in `p` are updated in place.",
+        '"""',
+        "",
+        "import torch",
+        "import torch.nn.functional as F",
+        "",
+        "",
+        "def constants(device):",
+        '    """Small folded constants (no weights), made once per load."""',
+        "    return {",
+    ]
+    for k, v in constants.items():
+        head.append(f"        {k!r}: torch.tensor({v.tolist()!r}, dtype={TORCH_DTYPES[_np_name(v)]}, device=device),")
+    head.append("    }")
+    return "\n".join(head + [""] + ["\n" + f + "\n" for f in funcs]).rstrip() + "\n"
+
+
+def _np_name(v) -> str:
+    return {"float64": "f64", "float32": "f32", "float16": "f16", "int64": "i64", "int32": "i32", "bool": "bool"}[
+        str(v.dtype)
+    ]

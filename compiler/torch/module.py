@@ -1,0 +1,208 @@
+"""A Core IR program as a `torch.nn.Module` in one of the backend's modes.
+
+`compile_program(program, mode=..., numerics=..., device=...)` returns a `LinnetModule`:
+parameters live in a module tree that mirrors the checkpoint names (so `state_dict()` keys
+are `model.layers.0.self_attn.q_proj.weight`...), state (the KV cache) in non-persistent
+buffers, and each entry is a method (`forward`, `step`) running the mode's code. Parameters
+are allocated empty; `linnet.runtimes` binds real weights with `bind`.
+
+Modes (ARCHITECTURE.md, "Backends"): "interpret" (the IR op by op), "generated" (the
+generated source, eager), "inductor" (the generated source under `torch.compile`, compiled
+once per input shape; the decode step's shapes never change), "cuda-graphs" (decode steps
+replayed as a CUDA graph; needs CUDA).
+"""
+
+from __future__ import annotations
+
+import linecache
+from typing import Callable
+
+import torch
+from torch import nn
+
+from linnet.ir.core import Program
+
+from .codegen import NUMERICS, TORCH_DTYPES, generate
+from .interpret import Interpreter
+
+MODES = ("interpret", "generated", "inductor", "cuda-graphs")
+
+
+class BackendError(Exception):
+    """A mode this machine cannot run (cuda-graphs without CUDA), or a bad argument."""
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    return getattr(torch, TORCH_DTYPES[name].split(".")[1])
+
+
+class _Node(nn.Module):
+    """An inner node of the parameter tree (`model`, `layers`, `0`, `self_attn`...)."""
+
+
+class LinnetModule(nn.Module):
+    """The model: parameters by checkpoint name, state buffers, and one method per entry.
+
+    Entries take and return tensors on `device`: decoders' `forward(input_ids: i64[B, S]) ->
+    [B, S, vocab]` and `step(input_ids: i64[B, S], positions: i64[B], rows: i64[B]) -> [B, vocab]`
+    (the cache is updated in place)."""
+
+    def __init__(self, program: Program, mode: str, numerics: str, device: str | torch.device):
+        super().__init__()
+        if mode not in MODES:
+            raise BackendError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+        if numerics not in NUMERICS:
+            raise BackendError(f"numerics must be one of {', '.join(NUMERICS)}, got {numerics!r}")
+        if mode == "cuda-graphs" and not (torch.cuda.is_available() and torch.device(device).type == "cuda"):
+            raise BackendError(
+                "mode cuda-graphs replays the decode step as a CUDA graph and needs a CUDA device "
+                f"(device={device!r}, torch.cuda.is_available()={torch.cuda.is_available()}); "
+                "use --backend torch or torch-compile on this machine"
+            )
+        self.program = program
+        self.mode = mode
+        self.numerics = numerics
+        self.device_ = torch.device(device)
+        self._leaves: dict[str, tuple[nn.Module, str]] = {}
+        for spec in program.params:
+            owner, leaf = self._owner(spec.path)
+            t = torch.empty(spec.shape, dtype=torch_dtype(spec.type.dtype.name), device=self.device_)
+            owner.register_parameter(leaf, nn.Parameter(t, requires_grad=False))
+            self._leaves[spec.path] = (owner, leaf)
+        for spec in program.state:
+            owner, leaf = self._owner(spec.path)
+            t = torch.zeros(spec.shape, dtype=torch_dtype(spec.type.dtype.name), device=self.device_)
+            owner.register_buffer(leaf, t, persistent=False)
+            self._leaves[spec.path] = (owner, leaf)
+        self.source = generate(program, numerics) if mode != "interpret" else None
+        self._entries: dict[str, Callable] = {}
+        self._constants: dict[str, torch.Tensor] = {}
+        self._build_entries()
+        self.tensors = self._tensor_dict()
+
+    # ----- the parameter tree
+    def _owner(self, path: str) -> tuple[nn.Module, str]:
+        parts = path.split(".")
+        node: nn.Module = self
+        for part in parts[:-1]:
+            child = node._modules.get(part)
+            if child is None:
+                child = _Node()
+                node.add_module(part, child)
+            node = child
+        return node, parts[-1]
+
+    def _tensor_dict(self) -> dict[str, torch.Tensor]:
+        out = {}
+        for path, (owner, leaf) in self._leaves.items():
+            out[path] = getattr(owner, leaf)
+        out.update(self._constants)
+        return out
+
+    def bind(self, path: str, tensor: torch.Tensor) -> None:
+        """Use `tensor` (cast to the working dtype, moved to the device) as parameter `path`.
+        Raises KeyError for an unknown path and ValueError for a shape that differs."""
+        owner, leaf = self._leaves[path]
+        current = getattr(owner, leaf)
+        if tuple(tensor.shape) != tuple(current.shape):
+            raise ValueError(f"`{path}`: the checkpoint has {list(tensor.shape)}, the model {list(current.shape)}")
+        t = tensor.to(device=self.device_, dtype=current.dtype)
+        if isinstance(current, nn.Parameter):
+            owner.register_parameter(leaf, nn.Parameter(t, requires_grad=False))
+        else:
+            current.copy_(t)
+        self.tensors[path] = getattr(owner, leaf)
+
+    def reset_state(self) -> None:
+        """Zero the KV cache (not needed between requests: a step only reads what it wrote)."""
+        for spec in self.program.state:
+            self.tensors[spec.path].zero_()
+
+    # ----- entries
+    def _build_entries(self) -> None:
+        if self.mode == "interpret":
+            for name, g in self.program.entries.items():
+                interp = Interpreter(g, "equivalent" if self.numerics == "equivalent" else self.numerics)
+                self._add_constants(interp.constants)
+                self._entries[name] = interp.run
+            return
+        namespace = self._exec_source()
+        self._add_constants(namespace["constants"](self.device_))
+        for name in self.program.entries:
+            fn = namespace[name]
+            if self.mode == "inductor":
+                fn = torch.compile(fn, fullgraph=True, dynamic=False)
+            elif self.mode == "cuda-graphs" and name == "step":
+                fn = _CudaGraphStep(fn)
+            self._entries[name] = fn
+
+    def _exec_source(self) -> dict:
+        filename = f"<linnet generated: {self.program.source}>"
+        # Tracebacks and torch.compile show the generated lines.
+        linecache.cache[filename] = (len(self.source), None, self.source.splitlines(True), filename)
+        namespace: dict = {"__name__": "linnet_generated"}
+        exec(compile(self.source, filename, "exec"), namespace)
+        return namespace
+
+    def _add_constants(self, consts: dict) -> None:
+        for k, v in consts.items():
+            t = v if isinstance(v, torch.Tensor) else torch.from_numpy(v.copy())
+            self._constants[k] = t.to(self.device_)
+
+    def entry(self, name: str) -> Callable:
+        """The entry `name` as a function of tensors. Raises KeyError naming the entries."""
+        if name not in self._entries:
+            raise KeyError(f"no entry `{name}` (entries: {', '.join(self._entries)})")
+        fn = self._entries[name]
+        tensors = self.tensors
+
+        def call(*inputs):
+            return fn(tensors, *inputs)
+
+        return call
+
+    def forward(self, *inputs):
+        return self._entries["forward"](self.tensors, *inputs)
+
+    def step(self, input_ids, positions, rows):
+        return self._entries["step"](self.tensors, input_ids, positions, rows)
+
+
+class _CudaGraphStep:
+    """Decode steps (S = 1) replayed from a CUDA graph captured per batch size; prefill runs
+    eagerly. Inputs are copied into static tensors; the KV cache is updated in place inside
+    the graph, so it keeps its storage across steps."""
+
+    def __init__(self, fn: Callable):
+        self.fn = fn
+        self.graphs: dict[int, tuple] = {}
+
+    def __call__(self, p, input_ids, positions, rows):
+        if input_ids.shape[1] != 1:
+            return self.fn(p, input_ids, positions, rows)
+        b = input_ids.shape[0]
+        entry = self.graphs.get(b)
+        if entry is None:
+            static = (input_ids.clone(), positions.clone(), rows.clone())
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                for _ in range(2):  # warm-up writes what the real step writes: idempotent
+                    self.fn(p, *static)
+            torch.cuda.current_stream().wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                out = self.fn(p, *static)
+            entry = self.graphs[b] = (graph, static, out)
+        graph, static, out = entry
+        for s, x in zip(static, (input_ids, positions, rows)):
+            s.copy_(x)
+        graph.replay()
+        return out
+
+
+def compile_program(
+    program: Program, mode: str = "generated", numerics: str = "equivalent", device: str = "cpu"
+) -> LinnetModule:
+    """The program as a runnable `LinnetModule` (parameters empty until bound). Raises BackendError."""
+    return LinnetModule(program, mode, numerics, device)

@@ -1,0 +1,298 @@
+"""`linnet ir`, `linnet torch`, `linnet run` and `linnet generate`.
+
+Like the rest of the CLI these import lazily: `ir` and `torch` need the front end and the
+code generator (no torch); `run` and `generate` load a backend.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+EXIT_OK, EXIT_ERRORS, EXIT_USAGE = 0, 1, 2
+TORCH_BACKENDS = ("torch-interpret", "torch", "torch-compile", "cuda-graphs")
+
+
+def parse_config(items: list[str] | None) -> dict:
+    """`--config key=value` pairs as a dict; values read as JSON (`8`, `1e-5`, `true`,
+    `null`, `{"rope_type": "llama3"}`), else as strings. Raises ValueError for a pair
+    without `=`."""
+    out: dict = {}
+    for item in items or []:
+        if "=" not in item:
+            raise ValueError(f"--config takes key=value, got {item!r}")
+        key, raw = item.split("=", 1)
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError:
+            value = {"none": None, "True": True, "False": False}.get(raw, raw)
+        out[key.strip()] = value
+    return out
+
+
+def add_common(p: argparse.ArgumentParser, weights: bool = True) -> None:
+    p.add_argument("file", metavar="FILE", help="a .linnet source with a root model")
+    p.add_argument("--preset", metavar="NAME", help="the preset to build (default: the first with default weights)")
+    p.add_argument("--config", action="append", metavar="KEY=VALUE", help="override a config field (repeatable)")
+    p.add_argument("--dtype", choices=("f32", "bf16", "f16"), default="f32", help="working dtype (default f32)")
+    p.add_argument("--max-positions", type=int, default=768, metavar="N", help="cache positions per row (768)")
+    p.add_argument("--max-batch", type=int, default=1, metavar="N", help="cache rows (1)")
+    if weights:
+        p.add_argument("--weights", metavar="W", help="HF directory, .gguf file or embedded id")
+        p.add_argument("--numerics", choices=("equivalent", "fast"), default="equivalent")
+        p.add_argument("--device", default="cpu", help="cpu or cuda")
+
+
+def _fail(cmd: str, err: Exception) -> int:
+    print(f"linnet {cmd}: {err}", file=sys.stderr)
+    return EXIT_ERRORS
+
+
+def _build(args: argparse.Namespace, entries=None):
+    from .ir import build
+
+    return build(
+        args.file,
+        preset=args.preset,
+        config=parse_config(args.config),
+        dtype=args.dtype,
+        max_batch=args.max_batch,
+        max_positions=args.max_positions,
+        entries=entries,
+    )
+
+
+def _write(text: str, out: str | None) -> None:
+    if out:
+        Path(out).write_text(text, encoding="utf-8")
+        print(f"wrote {out}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+
+
+def cmd_ir(args: argparse.Namespace) -> int:
+    from .ir import ProgramError, format_program
+
+    try:
+        program = _build(args, [args.entry] if args.entry else None)
+    except (ProgramError, ValueError, OSError) as err:
+        return _fail("ir", err)
+    _write(format_program(program), args.output)
+    return EXIT_OK
+
+
+def cmd_torch(args: argparse.Namespace) -> int:
+    from .compiler.torch.codegen import CodegenError, generate
+    from .ir import ProgramError
+
+    try:
+        program = _build(args)
+        text = generate(program, args.numerics)
+    except (ProgramError, CodegenError, ValueError, OSError) as err:
+        return _fail("torch", err)
+    _write(text, args.output)
+    return EXIT_OK
+
+
+def _load(args: argparse.Namespace, cmd: str, random_weights: bool):
+    from .runtimes.torch_backend import BACKEND_MODES, load
+
+    return load(
+        args.file,
+        args.weights,
+        preset=args.preset,
+        config=parse_config(args.config),
+        dtype=args.dtype,
+        numerics=args.numerics,
+        device=args.device,
+        max_batch=args.max_batch,
+        max_positions=args.max_positions,
+        mode=BACKEND_MODES[args.backend],
+        random_weights=random_weights,
+        progress=sys.stderr.isatty(),
+    )
+
+
+def _load_errors():
+    from .compiler.torch.module import BackendError
+    from .runtimes.loading import LoadError
+
+    return (LoadError, BackendError, ValueError, OSError)
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from .runtimes.chat import render_chat
+    from .runtimes.generation import Generator
+    from .runtimes.sampling import SamplingParams
+
+    try:
+        params = SamplingParams(
+            temperature=args.temperature,
+            top_k=args.top_k,
+            top_p=args.top_p,
+            seed=args.seed,
+            max_new_tokens=args.max_new_tokens,
+        )
+    except ValueError as err:
+        print(f"linnet generate: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        model = _load(args, "generate", random_weights=False)
+    except _load_errors() as err:
+        return _fail("generate", err)
+    for note in model.notes:
+        print(f"note: {note}", file=sys.stderr)
+    tok = model.tokenizer()
+    if tok is None:
+        return _fail("generate", ValueError(f"{model.prepared.weights} has no tokenizer"))
+    if "step" not in model.program.entries:
+        return _fail("generate", ValueError(f"{args.file}: generation needs a decoder with `entry fn step`"))
+    if args.chat:
+        if not tok.chat_template:
+            return _fail("generate", ValueError(f"{model.prepared.weights} has no chat template; drop --chat"))
+        text = render_chat(
+            tok.chat_template,
+            [{"role": "user", "content": args.prompt}],
+            add_generation_prompt=True,
+            bos_token=_token_text(tok, tok.bos_token_id),
+            eos_token=_token_text(tok, tok.eos_token_id),
+        )
+        ids = tok.encode(text, add_special_tokens=False)
+    else:
+        ids = tok.encode(args.prompt)
+    print(
+        f"loaded {args.file} with {model.prepared.weights} in {model.load_s:.2f} s "
+        f"({args.backend}, {args.dtype}, compiled for {args.max_positions} positions)",
+        file=sys.stderr,
+    )
+    gen = Generator(model.step_model(), tok)
+    try:
+        stream = gen.stream_text(ids, params)
+        for piece in stream:
+            sys.stdout.write(piece)
+            sys.stdout.flush()
+    except ValueError as err:
+        return _fail("generate", err)
+    sys.stdout.write("\n")
+    sys.stdout.flush()
+    r = gen.last_result
+    print(
+        f"prompt {r.prompt_tokens} tokens, {len(r.token_ids)} generated ({r.finish_reason}); "
+        f"time to first token {r.prefill_s * 1000:.0f} ms, decode {r.decode_tokens_per_s:.1f} tokens/s",
+        file=sys.stderr,
+    )
+    return EXIT_OK
+
+
+def _token_text(tok, token_id):
+    if token_id is None:
+        return None
+    return tok.decode([token_id], skip_special_tokens=False)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import torch
+
+    try:
+        model = _load(args, "run", random_weights=args.weights is None)
+    except _load_errors() as err:
+        return _fail("run", err)
+    program = model.program
+    entry = args.entry or next(iter(program.entries))
+    if entry not in program.entries:
+        return _fail("run", KeyError(f"no entry `{entry}` (entries: {', '.join(program.entries)})"))
+    graph = program.entries[entry]
+    sizes = {"B": args.batch, "S": args.seq}
+    gen = torch.Generator().manual_seed(args.seed)
+    vocab = program.config.get("vocab_size", 100)
+    inputs = []
+    for v in graph.inputs:
+        shape = [_concrete(d, sizes) for d in v.dims]
+        if v.dtype.name == "i64":
+            if v.name == "input_ids":
+                t = torch.randint(0, int(vocab), shape, generator=gen)
+            elif v.name == "rows":
+                t = torch.arange(shape[0])
+            elif v.name == "attention_mask":
+                t = torch.ones(shape, dtype=torch.int64)
+            else:
+                t = torch.zeros(shape, dtype=torch.int64)
+        elif v.dtype.name == "bool":
+            t = torch.ones(shape, dtype=torch.bool)
+        else:
+            t = torch.randn(shape, generator=gen)
+        inputs.append(t.to(args.device))
+    fn = model.module.entry(entry)
+    with torch.inference_mode():
+        fn(*inputs)  # warm-up
+        t0 = time.perf_counter()
+        out = fn(*inputs)
+        elapsed = time.perf_counter() - t0
+    outs = out if isinstance(out, tuple) else (out,)
+    weights = model.prepared.weights or "random weights"
+    print(
+        f"{args.file}: entry {entry} ({args.backend}, {weights}), inputs "
+        + ", ".join(f"{v.name}{list(t.shape)}" for v, t in zip(graph.inputs, inputs))
+    )
+    status = EXIT_OK
+    for v, t in zip(graph.outputs, outs):
+        expected = [_concrete(d, sizes) for d in v.dims]
+        f = t.float()
+        print(
+            f"  output {list(t.shape)} {str(t.dtype).replace('torch.', '')}: mean {f.mean().item():.6g}, "
+            f"std {f.std().item():.6g}, min {f.min().item():.6g}, max {f.max().item():.6g}"
+        )
+        if list(t.shape) != expected:
+            print(f"  disagreement: the checker says {expected}, the runtime gave {list(t.shape)}")
+            status = EXIT_ERRORS
+    print(f"  time {elapsed * 1000:.2f} ms (after one warm-up call)")
+    return status
+
+
+def _concrete(d, sizes: dict) -> int:
+    n = d.as_int()
+    if n is not None:
+        return n
+    from .semantics.dims import format_dim
+
+    text = format_dim(d)
+    return int(eval(text, {"__builtins__": {}}, dict(sizes)))  # a polynomial over B and S
+
+
+def register(sub) -> None:
+    """Add the backend subcommands to the `linnet` parser."""
+    ir = sub.add_parser("ir", help="print the Core IR of a model")
+    add_common(ir, weights=False)
+    ir.add_argument("--entry", metavar="NAME", help="only this entry")
+    ir.add_argument("-o", "--output", metavar="OUT")
+    ir.set_defaults(func=cmd_ir)
+
+    tor = sub.add_parser("torch", help="emit the model as PyTorch source")
+    add_common(tor, weights=False)
+    tor.add_argument("--numerics", choices=("equivalent", "fast"), default="equivalent")
+    tor.add_argument("-o", "--output", metavar="OUT")
+    tor.set_defaults(func=cmd_torch)
+
+    run = sub.add_parser("run", help="run an entry on random inputs (and random weights unless --weights)")
+    add_common(run)
+    run.add_argument("--entry", metavar="NAME")
+    run.add_argument("--backend", choices=TORCH_BACKENDS, default="torch")
+    run.add_argument("--batch", type=int, default=1, help="B of the random inputs (1)")
+    run.add_argument("--seq", type=int, default=8, help="S of the random inputs (8)")
+    run.add_argument("--seed", type=int, default=0)
+    run.set_defaults(func=cmd_run)
+
+    gen = sub.add_parser("generate", help="generate text (only the text goes to stdout)")
+    add_common(gen)
+    gen.add_argument("--prompt", required=True)
+    gen.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
+    gen.add_argument("--max-new-tokens", type=int, default=128, metavar="N")
+    gen.add_argument("--temperature", type=float, default=0.0, help="0 (default) is greedy")
+    gen.add_argument("--top-k", type=int, default=0)
+    gen.add_argument("--top-p", type=float, default=1.0)
+    gen.add_argument("--seed", type=int, default=None)
+    gen.add_argument("--backend", choices=TORCH_BACKENDS, default="torch")
+    gen.set_defaults(func=cmd_generate)

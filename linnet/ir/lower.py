@@ -1,0 +1,910 @@
+"""Lowering: the checked AST of a root model, under one concrete config, to Core IR.
+
+Lowering evaluates the program the way the checker typed it, with concrete values: config
+fields are numbers, compile-time `if`s pick a branch, modules are inlined (a parameter read
+becomes a `param` op named by its checkpoint path), layer lists are unrolled, and calls of
+Linnet functions are inlined with their dim variables solved from the arguments' shapes.
+Only the entry's own dims (`B`, `S`) stay symbolic.
+
+Lowering runs after a clean check; what the checker guarantees (names resolve, shapes agree,
+conditions are compile-time) is assumed, and a violation raises `LoweringError` naming the
+source position rather than producing a wrong graph.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..ops import OPERATORS, REGISTRY, REQUIRED, OpDef, OpError
+from ..semantics.configs import MISSING, ConfigValue
+from ..semantics.dims import Dim, DivisionError, divide, solve_linear, var
+from ..semantics.names import BUILTIN_CONSTANTS
+from ..semantics.types import BOOL, DTYPES, I64, WORK, DType, Shape, TensorT
+from ..syntax import ast as A
+from ..syntax.items import Item
+from .core import Graph, Op, Program, TensorSpec, Value, tensor_type
+
+# Standard-library functions lowered as `composite` ops: backends may run a native kernel for
+# them (ARCHITECTURE.md, "Numerics": `fast` may fuse). The body is always their meaning.
+COMPOSITES = frozenset({"softmax", "rms_norm", "layer_norm", "silu", "gelu", "gelu_tanh", "attention"})
+
+
+class LoweringError(Exception):
+    """The program cannot be lowered under this config; the message names the source position."""
+
+
+# ----------------------------------------------------------------------------- runtime values
+
+
+@dataclass(eq=False)
+class ModInst:
+    """A module instance: its item, argument values and checkpoint path prefix."""
+
+    item: Item
+    args: dict[str, Any]
+    path: str
+    members: dict[str, Any] | None = None
+
+    @property
+    def mdef(self) -> A.ModuleDef:
+        return self.item.ast
+
+
+@dataclass(eq=False)
+class ModList:
+    """`layers: [Block(c); n]`: `count` instances of one constructor call."""
+
+    owner: ModInst
+    ctor: A.Call
+    count: int
+    path: str
+    _items: list | None = None
+
+
+@dataclass(eq=False)
+class FnRef:
+    item: Item
+    fn: A.FnDef
+    inst: ModInst | None
+
+
+@dataclass(eq=False)
+class ParamMember:
+    path: str
+    decl: A.FieldDecl
+    owner: ModInst
+
+
+@dataclass(eq=False)
+class StateMember:
+    path: str
+    decl: A.StateDecl
+    owner: ModInst
+
+
+UNIT = ()
+
+
+class _Unbound(Exception):
+    def __init__(self, name: str):
+        self.name = name
+
+
+class Env:
+    """A lexical scope of locals."""
+
+    def __init__(self, parent: "Env | None" = None, inst: ModInst | None = None, item: Item | None = None):
+        self.parent = parent
+        self.vars: dict[str, Any] = {}
+        self.inst = inst if inst is not None or parent is None else parent.inst
+        self.item = item if item is not None or parent is None else parent.item
+
+    def lookup(self, name: str):
+        e = self
+        while e is not None:
+            if name in e.vars:
+                return True, e.vars[name]
+            e = e.parent
+        return False, None
+
+    def assign(self, name: str, value) -> bool:
+        e = self
+        while e is not None:
+            if name in e.vars:
+                e.vars[name] = value
+                return True
+            e = e.parent
+        return False
+
+
+# ----------------------------------------------------------------------------- the lowering
+
+
+@dataclass
+class Lowering:
+    """Lowers entries of a root model. `globals_` finds items by name (the file, then std);
+    `config` binds the model's config parameters; `dtype` is the working dtype."""
+
+    globals_: Any
+    model: Item
+    configs: dict[str, ConfigValue]
+    dtype: DType
+    max_batch: int
+    max_positions: int
+    graph: Graph | None = None
+    params: dict[str, TensorSpec] = field(default_factory=dict)
+    state: dict[str, TensorSpec] = field(default_factory=dict)
+    _param_values: dict[str, Value] = field(default_factory=dict)
+    _state_values: dict[str, Value] = field(default_factory=dict)
+    _depth: int = 0
+
+    # ----- entry points
+    def root(self) -> ModInst:
+        mdef: A.ModuleDef = self.model.ast
+        args = {}
+        for p in mdef.params:
+            tname = p.type.name.id
+            if tname not in self.configs:
+                raise LoweringError(f"no value for config `{tname}` of model `{mdef.name.id}`")
+            args[p.name.id] = self.configs[tname]
+        return ModInst(self.model, args, "")
+
+    def collect_tensors(self, inst: ModInst) -> None:
+        """Every parameter and state tensor of the tree, in declaration order."""
+        for m in self.members(inst).values():
+            if isinstance(m, ParamMember):
+                self.param_spec(m)
+            elif isinstance(m, StateMember):
+                self.state_spec(m)
+            elif isinstance(m, ModInst):
+                self.collect_tensors(m)
+            elif isinstance(m, ModList):
+                for sub in self.list_items(m):
+                    self.collect_tensors(sub)
+
+    def lower_entry(self, root: ModInst, fn: A.FnDef) -> Graph:
+        self.graph = Graph(fn.name.id, [])
+        self._item = root.item
+        self._param_values = {}
+        self._state_values = {}
+        env = Env(None, root, root.item)
+        fenv = Env(env)
+        bound: dict[str, Dim] = {}
+        for p in fn.params:
+            if not isinstance(p.type, A.TensorType):
+                raise LoweringError(self.where(root.item, p) + f"entry parameter `{p.name.id}` must be a tensor")
+            dims = []
+            for axis, d in enumerate(p.type.dims):
+                if isinstance(d, A.EllipsisDim):
+                    raise LoweringError(self.where(root.item, d) + "entry parameters have a known rank (no `...`)")
+                if isinstance(d, A.Name) and d.id not in bound and not self._known(d.id, fenv):
+                    bound[d.id] = Dim.atom(var(d.id))
+                    self.graph.dim_vars.append(d.id)
+                    self.graph.dim_sources[d.id] = (len(self.graph.inputs), axis)
+                dims.append(self.dim_expr(d, fenv, bound))
+            dtype = self.dtype_of(p.type.dtype, {})
+            v = Value(tensor_type(dtype, dims), p.name.id)
+            self.graph.inputs.append(v)
+            fenv.vars[p.name.id] = v
+        for name, d in bound.items():
+            fenv.vars[name] = d
+        result = self.block(fn.body, Env(fenv))
+        outs = result if isinstance(result, tuple) else (result,)
+        for o in outs:
+            if not isinstance(o, Value):
+                raise LoweringError(self.where(root.item, fn.name) + "an entry returns tensors")
+        self.graph.outputs = list(outs)
+        for path, v in self._state_values.items():
+            if v.producer is not None and v.producer.name != "state":
+                self.graph.state_updates[path] = v
+        self.graph.name_values()
+        return self.graph
+
+    def _known(self, name: str, env: Env) -> bool:
+        found, _ = env.lookup(name)
+        return found or self.config_name(name)
+
+    def config_name(self, name: str) -> bool:
+        return name in ("max_batch", "max_positions")
+
+    # ----- emitting ops
+    def emit(self, name: str, args: dict, types: list[TensorT], hint: str = "", node=None, **attrs) -> list[Value]:
+        op = Op(name, args, [], attrs)
+        op.results = [Value(t, hint, op) for t in types]
+        if node is not None and self._item is not None:
+            op.origin = self._origin(node)
+        self.graph.ops.append(op)
+        return op.results
+
+    _item: Item | None = None
+
+    def _origin(self, node) -> str:
+        item = self._item
+        line = item.resolve(node.span).start.line
+        path = item.source.path.rsplit("/", 1)[-1]
+        return f"{path}:{line}"
+
+    def apply(self, op: OpDef, args: dict, node, hint: str = "") -> Any:
+        """Apply a registry op to converted arguments: fold scalars, else emit."""
+        if op.name == "cast" and isinstance(args.get("x"), Value) and args["x"].dtype == args.get("dtype"):
+            return args["x"]  # a cast to the dtype it has is the identity
+        operands = [args[p.name] for p in op.params if p.kind == "operand" and p.name in args]
+        if op.fold is not None and operands and not any(isinstance(a, Value) for a in operands):
+            return self.fold(op, operands, node)
+        values = {
+            k: (v.type if isinstance(v, Value) else [x.type for x in v] if _values(v) else v) for k, v in args.items()
+        }
+        for p in op.params:
+            if p.name not in values:
+                values[p.name] = p.default if p.default is not REQUIRED else None
+                args.setdefault(p.name, values[p.name])
+        try:
+            dtype = op.dtype_rule(values)
+            shape = op.shape_rule(values)
+        except OpError as err:
+            raise LoweringError(self.where(self._item, node) + f"{op.name}: {err.message}") from err
+        if isinstance(shape, list):
+            dts = dtype if isinstance(dtype, list) else [dtype] * len(shape)
+            types = [TensorT(d, s) for d, s in zip(dts, shape)]
+            return tuple(self.emit(op.name, args, types, hint, node))
+        return self.emit(op.name, args, [TensorT(dtype, shape)], hint, node)[0]
+
+    def fold(self, op: OpDef, operands: list, node):
+        nums = [_number(a) for a in operands]
+        v = op.fold(*nums)
+        if isinstance(v, bool):
+            return v
+        if all(isinstance(a, Dim) for a in operands) and isinstance(v, int):
+            return Dim.of(v)
+        return float(v)
+
+    # ----- members
+    def members(self, inst: ModInst) -> dict[str, Any]:
+        if inst.members is not None:
+            return inst.members
+        out: dict[str, Any] = {}
+        env = self.module_env(inst)
+        self._members(inst, inst.mdef.members, env, out)
+        inst.members = out
+        return out
+
+    def _members(self, inst: ModInst, members: list, env: Env, out: dict) -> None:
+        saved = self._item
+        self._item = inst.item
+        try:
+            for m in members:
+                if isinstance(m, A.MemberIf):
+                    cond = self.expr(m.cond, env)
+                    if not isinstance(cond, bool):
+                        raise LoweringError(self.where(inst.item, m.cond) + "a member condition must be a known bool")
+                    self._members(inst, m.then if cond else m.orelse, env, out)
+                elif isinstance(m, A.FieldDecl):
+                    seg = _checkpoint_name(m)
+                    path = f"{inst.path}{seg}"
+                    if m.kind == "param":
+                        out[m.name.id] = ParamMember(path, m, inst)
+                    elif m.kind == "submodule":
+                        out[m.name.id] = self.instantiate(m.ctor, env, path + ".")
+                    else:
+                        count = self.expr(m.count, env)
+                        n = count.as_int() if isinstance(count, Dim) else None
+                        if n is None:
+                            raise LoweringError(self.where(inst.item, m.count) + "a list length must be a known int")
+                        out[m.name.id] = ModList(inst, m.ctor, n, path)
+                elif isinstance(m, A.StateDecl):
+                    out[m.name.id] = StateMember(f"{inst.path}{m.name.id}", m, inst)
+                elif isinstance(m, A.FnDef):
+                    out[m.name.id] = FnRef(inst.item, m, inst)
+        finally:
+            self._item = saved
+
+    def list_items(self, ml: ModList) -> list[ModInst]:
+        if ml._items is None:
+            env = self.module_env(ml.owner)
+            saved = self._item
+            self._item = ml.owner.item
+            try:
+                ml._items = [self.instantiate(ml.ctor, env, f"{ml.path}.{i}.") for i in range(ml.count)]
+            finally:
+                self._item = saved
+        return ml._items
+
+    def module_env(self, inst: ModInst) -> Env:
+        env = Env(None, inst, inst.item)
+        env.vars.update(inst.args)
+        return env
+
+    def instantiate(self, ctor: A.Call, env: Env, path: str) -> ModInst:
+        if not isinstance(ctor.func, A.Name):
+            raise LoweringError(self.where(env.item, ctor) + "a submodule is built by calling a module by name")
+        item = self.globals_(ctor.func.id)
+        if item is None or item.kind != "module":
+            raise LoweringError(self.where(env.item, ctor.func) + f"`{ctor.func.id}` is not a module")
+        mdef: A.ModuleDef = item.ast
+        matched = self.match(mdef.params, ctor.args, env, item)
+        args = {}
+        for p in mdef.params:
+            if p.name.id in matched:
+                args[p.name.id] = matched[p.name.id]
+            else:
+                denv = Env(None, None, item)
+                denv.vars.update(args)
+                saved = self._item
+                self._item = item
+                try:
+                    args[p.name.id] = self.expr(p.default, denv)
+                finally:
+                    self._item = saved
+        return ModInst(item, args, path)
+
+    def match(self, params: list[A.Param], args: list[A.Arg], env: Env, callee: Item) -> dict[str, Any]:
+        """Evaluate call arguments in `env` and match them to parameter names."""
+        names = [p.name.id for p in params]
+        out: dict[str, Any] = {}
+        positional = [a for a in args if a.name is None]
+        for name, a in zip(names, positional):
+            out[name] = self.expr(a.value, env)
+        for a in args:
+            if a.name is not None:
+                out[a.name.id] = self.expr(a.value, env)
+        return out
+
+    def param_spec(self, m: ParamMember) -> TensorSpec:
+        spec = self.params.get(m.path)
+        if spec is None:
+            env = self.module_env(m.owner)
+            saved = self._item
+            self._item = m.owner.item
+            try:
+                dims = [self.dim_expr(d, env, {}) for d in m.decl.type.dims]
+            finally:
+                self._item = saved
+            spec = TensorSpec(m.path, tensor_type(self.dtype_of(m.decl.type.dtype, {}), dims), "param")
+            self.params[m.path] = spec
+        return spec
+
+    def state_spec(self, m: StateMember) -> TensorSpec:
+        spec = self.state.get(m.path)
+        if spec is None:
+            env = self.module_env(m.owner)
+            saved = self._item
+            self._item = m.owner.item
+            try:
+                dims = [self.dim_expr(d, env, {}) for d in m.decl.type.dims]
+            finally:
+                self._item = saved
+            spec = TensorSpec(m.path, tensor_type(self.dtype_of(m.decl.type.dtype, {}), dims), "state")
+            self.state[m.path] = spec
+        return spec
+
+    def member_value(self, m, node=None):
+        if isinstance(m, ParamMember):
+            v = self._param_values.get(m.path)
+            if v is None:
+                spec = self.param_spec(m)
+                v = self._param_values[m.path] = self._emit_front("param", spec, m.decl.name.id)
+            return v
+        if isinstance(m, StateMember):
+            v = self._state_values.get(m.path)
+            if v is None:
+                spec = self.state_spec(m)
+                v = self._state_values[m.path] = self._emit_front("state", spec, m.decl.name.id)
+            return v
+        return m
+
+    def _emit_front(self, kind: str, spec: TensorSpec, hint: str) -> Value:
+        op = Op(kind, {}, [], {"path": spec.path})
+        op.results = [Value(spec.type, _hint_from_path(spec.path), op)]
+        self.graph.ops.append(op)
+        return op.result
+
+    # ----- types and dims
+    def dtype_of(self, name: A.Name | None, generics: dict[str, DType]) -> DType:
+        if name is None:
+            return self.dtype
+        if name.id in generics:
+            return generics[name.id]
+        d = DTYPES.get(name.id)
+        if d is None:
+            raise LoweringError(f"unknown dtype `{name.id}`")
+        return d
+
+    def dim_expr(self, e, env: Env, bound: dict[str, Dim]) -> Dim:
+        v = self._dim_eval(e, env, bound)
+        if not isinstance(v, Dim):
+            raise LoweringError(self.where(env.item, e) + "a dim is a compile-time int")
+        return v
+
+    def _dim_eval(self, e, env: Env, bound: dict[str, Dim]):
+        """Evaluate a dim expression; names not bound anywhere raise `_Unbound`."""
+        if isinstance(e, A.Name):
+            if e.id in bound:
+                return bound[e.id]
+            found, v = env.lookup(e.id)
+            if found:
+                return v
+            if env.inst is not None and e.id in self.members(env.inst):
+                return self.members(env.inst)[e.id]
+            if e.id == "max_batch":
+                return Dim.of(self.max_batch)
+            if e.id == "max_positions":
+                return Dim.of(self.max_positions)
+            raise _Unbound(e.id)
+        if isinstance(e, A.IntLit):
+            return Dim.of(e.value)
+        if isinstance(e, A.BinOp):
+            a = self._dim_eval(e.left, env, bound)
+            b = self._dim_eval(e.right, env, bound)
+            return self.scalar_binop(e.op, a, b, e, env)
+        if isinstance(e, A.Neg):
+            return -self._dim_eval(e.operand, env, bound)
+        return self.expr(e, env)
+
+    def bind_signature(self, fn: A.FnDef, callee_env: Env, args: dict[str, Any], item: Item) -> dict[str, DType]:
+        """Bind a callee's dim variables and dtype variables from its tensor arguments."""
+        generics = {g.name.id for g in fn.generics}
+        dtypes: dict[str, DType] = {}
+        bound: dict[str, Dim] = {}
+        pairs = []
+        for p in fn.params:
+            v = args.get(p.name.id)
+            if not isinstance(p.type, A.TensorType) or not isinstance(v, Value):
+                continue
+            if p.type.dtype is not None and p.type.dtype.id in generics:
+                dtypes[p.type.dtype.id] = v.dtype
+            dims = p.type.dims
+            ell = [i for i, d in enumerate(dims) if isinstance(d, A.EllipsisDim)]
+            if ell:
+                pre, post = dims[: ell[0]], dims[ell[0] + 1 :]
+                actual = list(v.dims[: len(pre)]) + (list(v.dims[len(v.dims) - len(post) :]) if post else [])
+                pattern = list(pre) + list(post)
+            else:
+                pattern, actual = list(dims), list(v.dims)
+            pairs += list(zip(pattern, actual))
+        pending = pairs
+        while pending:
+            left = []
+            for pat, actual in pending:
+                try:
+                    self._dim_eval(pat, callee_env, bound)
+                except _Unbound as u:
+                    left.append((pat, actual, u.name))
+            progress = False
+            still = []
+            for pat, actual, name in left:
+                if name in bound:
+                    still.append((pat, actual))
+                    continue
+                atom = var("?" + name)
+                try:
+                    poly = self._dim_eval(pat, callee_env, {**bound, name: Dim.atom(atom)})
+                except _Unbound:
+                    still.append((pat, actual))
+                    continue
+                sol = solve_linear(poly, actual, atom)
+                if sol is None or isinstance(sol, DivisionError):
+                    raise LoweringError(
+                        self.where(item, pat) + f"cannot solve `{name}` from a dim of {_show_dim(actual)}"
+                    )
+                bound[name] = sol
+                progress = True
+            if not still:
+                break
+            if not progress:
+                pat = still[0][0]
+                raise LoweringError(self.where(item, pat) + "cannot infer the dims of this parameter")
+            pending = still
+        for name, d in bound.items():
+            callee_env.vars[name] = d
+        return dtypes
+
+    # ----- statements and blocks
+    def block(self, b: A.Block, env: Env):
+        value = UNIT
+        for i, s in enumerate(b.stmts):
+            last = i == len(b.stmts) - 1
+            if isinstance(s, A.ExprStmt):
+                v = self.expr(s.expr, env)
+                value = v if last else UNIT
+            else:
+                self.stmt(s, env)
+                value = UNIT
+        return value
+
+    def stmt(self, s, env: Env) -> None:
+        if isinstance(s, A.Let):
+            v = self.expr(s.value, env)
+            if s.is_tuple:
+                if not isinstance(v, tuple) or len(v) != len(s.targets):
+                    raise LoweringError(self.where(env.item, s) + "cannot unpack this value")
+                for t, x in zip(s.targets, v):
+                    env.vars[t.id] = _named(x, t.id)
+            else:
+                env.vars[s.targets[0].id] = _named(v, s.targets[0].id)
+        elif isinstance(s, A.Assign):
+            v = self.expr(s.value, env)
+            if env.assign(s.target.id, _named(v, s.target.id)):
+                return
+            m = self.members(env.inst).get(s.target.id) if env.inst is not None else None
+            if isinstance(m, StateMember):
+                if not isinstance(v, Value):
+                    raise LoweringError(self.where(env.item, s) + "state is assigned a tensor")
+                self.state_spec(m)
+                self._state_values[m.path] = _named(v, s.target.id)
+                return
+            raise LoweringError(self.where(env.item, s.target) + f"cannot assign `{s.target.id}`")
+        elif isinstance(s, A.For):
+            seq = self.expr(s.iter, env)
+            items = self.list_items(seq) if isinstance(seq, ModList) else seq
+            if not isinstance(items, (list, tuple)):
+                raise LoweringError(self.where(env.item, s.iter) + "`for` iterates over a list of submodules")
+            for x in items:
+                inner = Env(env)
+                inner.vars[s.var.id] = x
+                self.block(s.body, inner)
+        elif isinstance(s, A.ErrorStmt):
+            raise LoweringError(self.where(env.item, s) + "this statement did not parse")
+        else:
+            raise LoweringError(self.where(env.item, s) + "unsupported statement")
+
+    # ----- expressions
+    def expr(self, e, env: Env):
+        self._depth += 1
+        try:
+            return self._expr(e, env)
+        finally:
+            self._depth -= 1
+
+    def _expr(self, e, env: Env):
+        if isinstance(e, A.IntLit):
+            return Dim.of(e.value)
+        if isinstance(e, A.FloatLit):
+            return float(e.value)
+        if isinstance(e, A.StrLit):
+            return e.value
+        if isinstance(e, A.BoolLit):
+            return e.value
+        if isinstance(e, A.NoneLit):
+            return None
+        if isinstance(e, A.Name):
+            return self.name(e, env)
+        if isinstance(e, A.Attr):
+            return self.attr(e, env)
+        if isinstance(e, A.Call):
+            return self.call(e, env)
+        if isinstance(e, A.BinOp):
+            return self.binop(e, env)
+        if isinstance(e, A.Compare):
+            return self.compare(e, env)
+        if isinstance(e, A.Neg):
+            v = self.expr(e.operand, env)
+            if isinstance(v, Value):
+                return self.apply(REGISTRY["neg"], {"x": v}, e)
+            return -v
+        if isinstance(e, A.Not):
+            v = self.expr(e.operand, env)
+            if isinstance(v, Value):
+                return self.apply(REGISTRY["logical_not"], {"x": v}, e)
+            return not v
+        if isinstance(e, A.Index):
+            return self.index(e, env)
+        if isinstance(e, A.TupleLit):
+            return tuple(self.expr(i, env) for i in e.items)
+        if isinstance(e, A.ListLit):
+            return [self.expr(i, env) for i in e.items]
+        if isinstance(e, A.IfExpr):
+            cond = self.expr(e.cond, env)
+            if not isinstance(cond, bool):
+                raise LoweringError(self.where(env.item, e.cond) + "the condition of `if` must be a known bool")
+            if cond:
+                return self.block(e.then, Env(env))
+            if e.orelse is None:
+                return UNIT
+            if isinstance(e.orelse, A.Block):
+                return self.block(e.orelse, Env(env))
+            return self.expr(e.orelse, env)
+        raise LoweringError(self.where(env.item, e) + "unsupported expression")
+
+    def name(self, e: A.Name, env: Env):
+        found, v = env.lookup(e.id)
+        if found:
+            return self.member_value(v) if isinstance(v, (ParamMember, StateMember)) else v
+        if env.inst is not None:
+            members = self.members(env.inst)
+            if e.id in members:
+                return self.member_value(members[e.id], e)
+        if e.id == "max_batch":
+            return Dim.of(self.max_batch)
+        if e.id == "max_positions":
+            return Dim.of(self.max_positions)
+        item = self.globals_(e.id)
+        if item is not None:
+            if item.kind == "fn":
+                return FnRef(item, item.ast, None)
+            raise LoweringError(self.where(env.item, e) + f"`{e.id}` is a {item.kind}, not a value")
+        if e.id in REGISTRY:
+            return REGISTRY[e.id]
+        if e.id in DTYPES:
+            return DTYPES[e.id]
+        if e.id in BUILTIN_CONSTANTS:
+            return BUILTIN_CONSTANTS[e.id]
+        raise LoweringError(self.where(env.item, e) + f"unknown name `{e.id}`")
+
+    def attr(self, e: A.Attr, env: Env):
+        base = self.expr(e.value, env)
+        name = e.name.id
+        if isinstance(base, ConfigValue):
+            v = base.values.get(name, MISSING)
+            if v is MISSING:
+                raise LoweringError(self.where(env.item, e) + f"config field `{name}` has no value")
+            return _config_scalar(v)
+        if isinstance(base, Value):
+            if name == "dtype":
+                return base.dtype
+        if isinstance(base, ModInst):
+            m = self.members(base).get(name)
+            if m is not None:
+                return self.member_value(m, e)
+        raise LoweringError(self.where(env.item, e) + f"no field `{name}` here")
+
+    def binop(self, e: A.BinOp, env: Env):
+        a = self.expr(e.left, env)
+        if e.op in ("and", "or") and isinstance(a, bool):
+            if a is (e.op == "or"):
+                return a
+        b = self.expr(e.right, env)
+        if isinstance(a, Value) or isinstance(b, Value):
+            return self.apply(REGISTRY[OPERATORS[e.op]], {"x": a, "y": b}, e)
+        return self.scalar_binop(e.op, a, b, e, env)
+
+    def scalar_binop(self, op: str, a, b, e, env: Env):
+        if op in ("and", "or"):
+            return (a and b) if op == "and" else (a or b)
+        if isinstance(a, Dim) and isinstance(b, Dim):
+            if op == "+":
+                return a + b
+            if op == "-":
+                return a - b
+            if op == "*":
+                return a * b
+            if op == "/":
+                q = divide(a, b)
+                if isinstance(q, DivisionError):
+                    raise LoweringError(self.where(env.item, e) + f"division is not exact: {q.reason}")
+                return q
+            x, y = _number(a), _number(b)
+            if op == "%":
+                return Dim.of(x % y)
+            if op == "**" and y >= 0:
+                return Dim.of(x**y)
+        x, y = _number(a), _number(b)
+        if op == "+":
+            return x + y
+        if op == "-":
+            return x - y
+        if op == "*":
+            return x * y
+        if op == "/":
+            return x / y
+        if op == "**":
+            return float(x) ** y
+        if op == "%":
+            return math.fmod(x, y)
+        raise LoweringError(self.where(env.item, e) + f"`{op}` needs tensors")
+
+    def compare(self, e: A.Compare, env: Env):
+        a = self.expr(e.left, env)
+        b = self.expr(e.right, env)
+        if isinstance(a, Value) or isinstance(b, Value):
+            return self.apply(REGISTRY[OPERATORS[e.op]], {"x": a, "y": b}, e)
+        if a is None or b is None or isinstance(a, ConfigValue) or isinstance(b, ConfigValue):
+            same = a is b
+            return same if e.op == "==" else not same
+        x = _number(a) if isinstance(a, Dim) else a
+        y = _number(b) if isinstance(b, Dim) else b
+        return {"==": x == y, "!=": x != y, "<": x < y, "<=": x <= y, ">": x > y, ">=": x >= y}[e.op]
+
+    def index(self, e: A.Index, env: Env):
+        base = self.expr(e.value, env)
+        if isinstance(base, ModList):
+            i = self.expr(e.items[0], env)
+            return self.list_items(base)[_number(i)]
+        if not isinstance(base, Value):
+            raise LoweringError(self.where(env.item, e) + "only tensors can be indexed")
+        ell = [i for i, it in enumerate(e.items) if isinstance(it, A.EllipsisLit)]
+        pre = e.items[: ell[0]] if ell else e.items
+        post = e.items[ell[0] + 1 :] if ell else []
+        n = base.rank
+        steps = [(i, it) for i, it in enumerate(pre)] + [(n - len(post) + j, it) for j, it in enumerate(post)]
+        x = base
+        for pos, it in sorted(steps, key=lambda s: -s[0]):
+            if isinstance(it, A.Slice):
+                if it.start is None and it.stop is None:
+                    continue
+                start = self.expr(it.start, env) if it.start is not None else Dim.of(0)
+                stop = self.expr(it.stop, env) if it.stop is not None else None
+                x = self.apply(REGISTRY["slice"], {"x": x, "dim": pos, "start": start, "stop": stop}, it)
+                continue
+            v = self.expr(it, env)
+            if isinstance(v, Value):
+                x = self.apply(REGISTRY["take"], {"x": x, "indices": v, "dim": pos}, it)
+            else:
+                x = self.apply(REGISTRY["select"], {"x": x, "dim": pos, "index": v}, it)
+        return x
+
+    # ----- calls
+    def call(self, e: A.Call, env: Env):
+        func = e.func
+        if isinstance(func, A.Attr):
+            base = self.expr(func.value, env)
+            if isinstance(base, ModInst):
+                m = self.members(base).get(func.name.id)
+                if not isinstance(m, FnRef):
+                    raise LoweringError(self.where(env.item, func) + f"no method `{func.name.id}`")
+                return self.call_fn(m, e, env)
+            target = self.attr(func, env)
+        else:
+            target = self.expr(func, env)
+        if isinstance(target, ModInst):
+            m = self.members(target).get("forward")
+            if not isinstance(m, FnRef):
+                raise LoweringError(self.where(env.item, func) + "this module has no `forward`")
+            return self.call_fn(m, e, env)
+        if isinstance(target, OpDef):
+            return self.call_op(target, e, env)
+        if isinstance(target, FnRef):
+            return self.call_fn(target, e, env)
+        raise LoweringError(self.where(env.item, func) + "this is not callable")
+
+    def call_op(self, op: OpDef, e: A.Call, env: Env):
+        values = [self.expr(a.value, env) for a in e.args]
+        if (
+            op.fold is not None
+            and values
+            and all(a.name is None for a in e.args)
+            and not any(isinstance(v, Value) for v in values)
+        ):
+            return self.fold(op, values, e)
+        names = [p.name for p in op.params if p.kind != "sizes"]
+        args: dict[str, Any] = {}
+        sizes: dict[str, Any] = {}
+        positional = [v for a, v in zip(e.args, values) if a.name is None]
+        for name, v in zip(names, positional):
+            args[name] = v
+        for a, v in zip(e.args, values):
+            if a.name is not None:
+                if a.name.id in names:
+                    args[a.name.id] = v
+                else:
+                    sizes[a.name.id] = v
+        for p in op.params:
+            if p.kind == "sizes":
+                args[p.name] = sizes
+            elif p.kind == "index" and isinstance(args.get(p.name), Dim):
+                args[p.name] = args[p.name].as_int()
+            elif p.kind == "indices" and isinstance(args.get(p.name), list):
+                args[p.name] = [d.as_int() for d in args[p.name]]
+            elif p.kind == "float" and isinstance(args.get(p.name), Dim):
+                args[p.name] = float(_number(args[p.name]))
+        return self.apply(op, args, e, _hint_of(op.name))
+
+    def call_fn(self, ref: FnRef, e: A.Call, env: Env):
+        fn = ref.fn
+        args = self.match(fn.params, e.args, env, ref.item)
+        if self._depth > 5000:
+            raise LoweringError(self.where(env.item, e) + "calls nest too deeply")
+        base = self.module_env(ref.inst) if ref.inst is not None else Env(None, None, ref.item)
+        callee = Env(base, ref.inst, ref.item)
+        saved = self._item
+        origin = self._origin(e) if saved is not None else ""
+        self._item = ref.item
+        try:
+            for p in fn.params:
+                if p.name.id not in args:
+                    args[p.name.id] = self.expr(p.default, callee)
+                callee.vars[p.name.id] = args[p.name.id]
+            generics = self.bind_signature(fn, callee, args, ref.item)
+            for g, d in generics.items():
+                callee.vars[g] = d
+            if ref.item.is_std and fn.name.id in COMPOSITES and ref.inst is None:
+                return self.composite(fn, callee, args, origin)
+            return self.block(fn.body, Env(callee))
+        finally:
+            self._item = saved
+
+    def composite(self, fn: A.FnDef, callee: Env, args: dict[str, Any], origin: str):
+        """Lower a std function as a `composite` op whose body is its decomposition."""
+        outer = self.graph
+        tensor_args = {k: v for k, v in args.items() if isinstance(v, Value)}
+        attrs = {k: v for k, v in args.items() if not isinstance(v, Value)}
+        body = Graph(f"composite:{fn.name.id}", [])
+        inner_env = Env(callee)
+        for k, v in tensor_args.items():
+            iv = Value(v.type, k)
+            body.inputs.append(iv)
+            inner_env.vars[k] = iv
+        self.graph = body
+        saved_params, saved_state = self._param_values, self._state_values
+        try:
+            result = self.block(fn.body, Env(inner_env))
+        finally:
+            self.graph = outer
+            self._param_values, self._state_values = saved_params, saved_state
+        outs = result if isinstance(result, tuple) else (result,)
+        body.outputs = list(outs)
+        op = Op("composite", dict(tensor_args) | attrs, [], {"name": fn.name.id}, body)
+        op.results = [Value(o.type, fn.name.id, op) for o in outs]
+        op.origin = origin  # the call site, in the caller's file
+        self.graph.ops.append(op)
+        return op.results[0] if len(op.results) == 1 else tuple(op.results)
+
+    # ----- messages
+    def where(self, item: Item | None, node) -> str:
+        if item is None or node is None or not hasattr(node, "span"):
+            return ""
+        loc = item.resolve(node.span)
+        return f"{item.source.path}:{loc.start.line}:{loc.start.column}: "
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _values(v) -> bool:
+    return isinstance(v, list) and bool(v) and all(isinstance(x, Value) for x in v)
+
+
+def _number(v):
+    if isinstance(v, Dim):
+        n = v.as_int()
+        if n is None:
+            raise LoweringError(f"a symbolic dim ({_show_dim(v)}) is used as a number")
+        return n
+    return v
+
+
+def _show_dim(d: Dim) -> str:
+    from ..semantics.dims import format_dim
+
+    return format_dim(d)
+
+
+def _config_scalar(v):
+    if isinstance(v, bool) or v is None or isinstance(v, (str, float, ConfigValue)):
+        return v
+    if isinstance(v, int):
+        return Dim.of(v)
+    return v
+
+
+def _named(v, name: str):
+    """Name a value after the local it is bound to (inputs, parameters and state keep theirs)."""
+    if isinstance(v, Value) and v.producer is not None and v.producer.name not in ("param", "state"):
+        v.name = name
+    return v
+
+
+def _hint_of(op_name: str) -> str:
+    return ""
+
+
+def _hint_from_path(path: str) -> str:
+    """A short readable name for a parameter: `model.layers.3.self_attn.q_proj.weight` -> `l3_q_proj`."""
+    parts = path.split(".")
+    layer = next((p for p in reversed(parts) if p.isdigit()), None)
+    names = [p for p in parts if not p.isdigit()]
+    name = names[-1]
+    if name in ("weight", "bias") and len(names) > 1:
+        name = names[-2] + ("_bias" if name == "bias" else "")
+    return f"l{layer}_{name}" if layer is not None else name
+
+
+def _checkpoint_name(m: A.FieldDecl) -> str:
+    for attr in m.attributes:
+        if attr.name.id == "name" and attr.args and isinstance(attr.args[0].value, A.StrLit):
+            return attr.args[0].value.value
+    return m.name.id
+
+
+__all__ = ["Lowering", "LoweringError", "COMPOSITES", "Program", "I64", "BOOL", "WORK", "Shape"]

@@ -1,0 +1,157 @@
+"""Core IR passes: dead-code elimination, common subexpressions, constant folding.
+
+Constant folding only evaluates ops whose result is exactly rounded in IEEE arithmetic
+(integer and shape ops, casts, + - * /, comparisons), with the registry's numpy reference,
+so a folded graph computes bit for bit what the unfolded one does on every backend. Pow,
+exp, sin and the like are never folded: libm and vectorised kernels differ in the last bit.
+Results are folded only while small (`FOLD_LIMIT` elements): a constant becomes text in
+generated code, and a large one is better computed than read.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..ops import REGISTRY
+from ..semantics.dims import Dim
+from .core import Graph, Op, Value
+
+FOLD_LIMIT = 64
+EXACT_OPS = frozenset(
+    {
+        "add", "sub", "mul", "div", "neg", "abs", "mod", "maximum", "minimum",
+        "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_not",
+        "cast", "reshape", "transpose", "permute", "unsqueeze", "squeeze", "expand", "concat",
+        "slice", "select", "take", "where", "repeat_interleave", "arange", "full", "zeros", "ones",
+    }
+)  # fmt: skip
+_NP_DTYPES = {"f64": "float64", "f32": "float32", "f16": "float16", "i64": "int64", "i32": "int32", "bool": "bool"}
+
+
+def optimize(g: Graph) -> None:
+    """Fold constants, merge common subexpressions, drop dead code (in place)."""
+    fold_constants(g)
+    eliminate_common_subexpressions(g)
+    eliminate_dead_code(g)
+    for op in g.ops:
+        if op.body is not None:
+            optimize(op.body)
+
+
+def eliminate_dead_code(g: Graph) -> int:
+    """Remove ops none of whose results reach an output or a state update. Returns the count."""
+    live = {id(v) for v in g.outputs} | {id(v) for v in g.state_updates.values()}
+    kept = []
+    for op in reversed(g.ops):
+        if any(id(r) in live for r in op.results):
+            kept.append(op)
+            live |= {id(v) for v in op.inputs()}
+    removed = len(g.ops) - len(kept)
+    g.ops = list(reversed(kept))
+    return removed
+
+
+def _key(v: Any):
+    if isinstance(v, Value):
+        return ("v", id(v))
+    if isinstance(v, Dim):
+        return ("d", v.key())
+    if isinstance(v, (list, tuple)):
+        return ("l", tuple(_key(x) for x in v))
+    if isinstance(v, dict):
+        return ("m", tuple((k, _key(x)) for k, x in v.items()))
+    if isinstance(v, float):
+        return ("f", repr(v))
+    return ("o", type(v).__name__, repr(v))
+
+
+def eliminate_common_subexpressions(g: Graph) -> int:
+    """Merge ops with the same name, arguments and attributes (all ops are pure: state
+    updates are values). Returns the number of ops merged."""
+    seen: dict[Any, Op] = {}
+    replace: dict[int, Value] = {}
+    kept = []
+    for op in g.ops:
+        _rewrite(op, replace)
+        if op.name == "const":
+            key = ("const", op.attrs["value"].dtype.str, op.attrs["value"].shape, op.attrs["value"].tobytes())
+        elif op.body is not None:
+            key = ("composite", op.attrs["name"], _key(op.args), id(op))  # bodies are not compared
+        else:
+            key = (op.name, _key(op.args), _key(op.attrs))
+        prior = seen.get(key)
+        if prior is not None and len(prior.results) == len(op.results):
+            for a, b in zip(op.results, prior.results):
+                replace[id(a)] = b
+            continue
+        seen[key] = op
+        kept.append(op)
+    g.ops = kept
+    g.outputs = [replace.get(id(v), v) for v in g.outputs]
+    g.state_updates = {k: replace.get(id(v), v) for k, v in g.state_updates.items()}
+    return len(replace)
+
+
+def _rewrite(op: Op, replace: dict[int, Value]) -> None:
+    for k, v in op.args.items():
+        if isinstance(v, Value):
+            op.args[k] = replace.get(id(v), v)
+        elif isinstance(v, list):
+            op.args[k] = [replace.get(id(x), x) if isinstance(x, Value) else x for x in v]
+
+
+def fold_constants(g: Graph) -> int:
+    """Replace small exact computations on known values by `const` ops. Returns the count."""
+    import numpy as np
+
+    known: dict[int, Any] = {}
+    folded = 0
+    for i, op in enumerate(g.ops):
+        if op.name == "const":
+            known[id(op.result)] = op.attrs["value"]
+            continue
+        if op.name not in EXACT_OPS or len(op.results) != 1:
+            continue
+        r = op.result
+        if any(r.dtype.name not in _NP_DTYPES for r in op.results) or any(d.as_int() is None for d in r.dims):
+            continue
+        inputs = op.inputs()
+        if any(id(v) not in known for v in inputs):
+            continue
+        args = {}
+        for k, v in op.args.items():
+            args[k] = _numpy_arg(v, known, np)
+            if args[k] is _NO:
+                break
+        else:
+            try:
+                value = np.asarray(REGISTRY[op.name].reference(**args)).astype(_NP_DTYPES[r.dtype.name])
+            except Exception:  # a reference that cannot take these arguments: leave the op alone
+                continue
+            known[id(r)] = value
+            if inputs and value.size <= FOLD_LIMIT:
+                g.ops[i] = Op("const", {}, [r], {"value": value}, origin=op.origin)
+                r.producer = g.ops[i]
+                folded += 1
+    return folded
+
+
+_NO = object()
+
+
+def _numpy_arg(v, known, np):
+    from ..semantics.types import DType
+
+    if isinstance(v, Value):
+        return known[id(v)]
+    if isinstance(v, list):
+        out = [_numpy_arg(x, known, np) for x in v]
+        return _NO if any(x is _NO for x in out) else out
+    if isinstance(v, Dim):
+        n = v.as_int()
+        return _NO if n is None else n
+    if isinstance(v, DType):
+        return np.dtype(_NP_DTYPES[v.name]) if v.name in _NP_DTYPES else _NO
+    if isinstance(v, dict):
+        return _NO
+    return v

@@ -1,0 +1,23 @@
+"""`linnet.torch`: load a Linnet source for PyTorch (imports torch lazily, on first use).
+
+`load(source, weights=None, preset=None, config=None, dtype="f32", numerics="equivalent",
+device="cpu", max_batch=1, max_positions=768, mode="generated")` returns a `TorchModel`
+whose entries (`forward`, `step`) are methods and whose `module.state_dict()` keys are the
+checkpoint names. See `linnet.runtimes.torch_backend.load`.
+"""
+
+from __future__ import annotations
+
+
+def load(source, weights=None, **kwargs):
+    from linnet.runtimes.torch_backend import load as _load
+
+    return _load(source, weights, **kwargs)
+
+
+def generate_source(source, preset=None, config=None, dtype="f32", numerics="equivalent", **kwargs) -> str:
+    """The generated PyTorch module for `source` as text (what `linnet torch` writes)."""
+    from linnet.compiler.torch.codegen import generate
+    from linnet.ir import build
+
+    return generate(build(source, preset=preset, config=config, dtype=dtype, **kwargs), numerics)

@@ -1,0 +1,400 @@
+"""The one backend-neutral generation runner: prefill, decode, sampling and stop conditions over a `StepModel`.
+
+Every backend (torch, XLA, ONNX Runtime, ...) hands the runner an object with a `step` entry point that reads and
+writes its own KV cache (ARCHITECTURE.md, "Models and entry points"); the runner works in numpy only, so the same
+prompt, parameters and seed give the same tokens on every backend whose logits agree.
+
+Cache layout: `max_batch` fixed rows of `max_positions` positions. A request in row r with a prompt of P tokens
+is prefilled at positions 0..P-1 (one `step` with S = P, or chunks of `prefill_chunk` tokens); each generated
+token that is fed back is written at the next position by a decode `step` with S = 1. A row is reused by simply
+prefilling it again from position 0: `step` attends only to positions below the ones it writes, so stale entries
+further on are never read and no explicit reset is needed. A sequence (prompt plus generated tokens) never
+exceeds `max_positions` tokens, so the runner never writes past the cache.
+"""
+
+from __future__ import annotations
+
+import operator
+import time
+from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Generator as _PyGenerator
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from .sampling import SamplingParams, sample
+
+__all__ = ["GenerationResult", "Generator", "IncrementalDetokenizer", "StepModel", "Tokenizer"]
+
+
+@runtime_checkable
+class StepModel(Protocol):
+    """What every backend hands the runner.
+
+    - `max_batch`: the number of fixed cache rows.
+    - `max_positions`: the number of positions per row ("compiled for N positions", `--max-positions`).
+    - `vocab_size`: V, the width of the logits.
+    - `step(input_ids, positions, rows)`: `input_ids` i64 `[B, S]`, `positions` i64 `[B]` (the position of each
+      entry's first token), `rows` i64 `[B]` (the cache row of each entry), B <= max_batch; writes the KV cache of
+      row `rows[b]` at positions `positions[b] .. positions[b] + S - 1` and returns f32 `[B, V]`, the logits of
+      each entry's last token.
+    """
+
+    max_batch: int
+    max_positions: int
+    vocab_size: int
+
+    def step(self, input_ids: np.ndarray, positions: np.ndarray, rows: np.ndarray) -> np.ndarray: ...
+
+
+class Tokenizer(Protocol):
+    """What the runner needs of a tokenizer: `encode(text) -> list[int]`, `decode(ids, skip_special_tokens=True)
+    -> str` and `eos_token_ids: set[int]`, the ids that end a generation."""
+
+    eos_token_ids: set[int]
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str: ...
+
+
+@dataclass
+class GenerationResult:
+    """One finished generation.
+
+    - `token_ids`: the new tokens only (not the prompt, not the stop token).
+    - `text`: `tokenizer.decode(token_ids, skip_special_tokens=True)`.
+    - `finish_reason`: "stop" (an EOS or stop token was drawn; it is in `stop_token_id`, not in `token_ids`) or
+      "length" (`max_new_tokens` reached, or the row's `max_positions` are full).
+    - `prompt_tokens`: the prompt's length in tokens.
+    - `prefill_s`: seconds from the start of the request's prefill to its first sampled token (time to first
+      token), spent in `step` and sampling.
+    - `decode_s`: seconds spent in the decode steps (S = 1) and their sampling; for `generate_batch`, the wall time
+      of the shared batched steps until this row finished.
+    - `decode_steps`: the number of decode steps this request took part in.
+    - `decode_tokens_per_s`: `decode_steps / decode_s` (tokens/s), 0.0 when there was no decode step.
+    - `row`: the cache row used.
+    """
+
+    token_ids: list[int]
+    text: str
+    finish_reason: str
+    prompt_tokens: int
+    prefill_s: float
+    decode_s: float
+    decode_steps: int
+    decode_tokens_per_s: float
+    row: int
+    stop_token_id: int | None = None
+
+
+class IncrementalDetokenizer:
+    """Turns a stream of token ids into text pieces that are safe to show.
+
+    The usual incremental-detokenize scheme (as in text-generation-inference and vLLM): keep a small window of ids
+    `ids[prefix_offset:]`; after each new id, `decode(window) - decode(window without the ids not yet shown)` is the
+    new text, released only when the decoded window no longer ends in U+FFFD (a multi-byte UTF-8 character split
+    across tokens). Decoding both from the same start keeps tokenizers that strip a leading space consistent.
+    `flush()` releases whatever remains at the end, so for tokenizers whose decode of a prefix is a prefix of the
+    decode of the whole (byte-level BPE, bytes), the pieces concatenate to `decode(all ids)`.
+    """
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.ids: list[int] = []
+        self.emitted = ""
+        self._prefix_offset = 0
+        self._read_offset = 0
+
+    def _decode(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True) if ids else ""
+
+    def push(self, token_id: int) -> str:
+        """Add one token id; returns the newly complete text ("" when nothing is complete yet)."""
+        self.ids.append(int(token_id))
+        prefix_text = self._decode(self.ids[self._prefix_offset : self._read_offset])
+        new_text = self._decode(self.ids[self._prefix_offset :])
+        if len(new_text) > len(prefix_text) and not new_text.endswith("\ufffd"):
+            piece = new_text[len(prefix_text) :]
+            self._prefix_offset = self._read_offset
+            self._read_offset = len(self.ids)
+            self.emitted += piece
+            return piece
+        return ""
+
+    def flush(self) -> str:
+        """The text not yet released: `decode(all ids)` minus what `push` returned (it may end in U+FFFD when the
+        ids end inside a character)."""
+        full = self._decode(self.ids)
+        piece = full[len(self.emitted) :] if full.startswith(self.emitted) else ""
+        self.emitted += piece
+        return piece
+
+
+class Generator:
+    """Drives a `StepModel` to generate text: prefill, decode, sampling and stop conditions.
+
+    `model`: the backend's step model (see `StepModel`). `tokenizer`: see `Tokenizer`; its `eos_token_ids` stop
+    generation (None: no EOS ids, and results have empty `text`). `prefill_chunk`: when set (>= 1), prompts are
+    prefilled in steps of at most this many tokens (each at its own positions) instead of one step of the whole
+    prompt.
+
+    Raises `ValueError` when the model's `max_batch`, `max_positions` or `vocab_size` is not a positive integer
+    (`max_positions` must be >= 2) or `prefill_chunk` is < 1.
+    """
+
+    def __init__(self, model: StepModel, tokenizer: Tokenizer | None, *, prefill_chunk: int | None = None) -> None:
+        for name, least in (("max_batch", 1), ("max_positions", 2), ("vocab_size", 1)):
+            value = getattr(model, name, None)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
+                raise ValueError(f"model.{name} must be an integer >= {least}, got {value!r}")
+        if prefill_chunk is not None and (not isinstance(prefill_chunk, (int, np.integer)) or prefill_chunk < 1):
+            raise ValueError(f"prefill_chunk must be an integer >= 1 or None, got {prefill_chunk!r}")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.prefill_chunk = None if prefill_chunk is None else int(prefill_chunk)
+        self.last_result: GenerationResult | None = None
+
+    # ---- public API -------------------------------------------------------------------------------------------
+
+    def generate(
+        self,
+        prompt_ids: Sequence[int],
+        params: SamplingParams,
+        *,
+        row: int = 0,
+        on_token: Callable[[int], None] | None = None,
+    ) -> GenerationResult:
+        """Generate from `prompt_ids` (token ids, 1 <= length <= max_positions - 1) in cache row `row`.
+
+        One prefill (`step` with B = 1, S = prompt length, or chunks of `prefill_chunk`), then decode steps with
+        B = 1, S = 1 until a stop token (finish "stop"), `params.max_new_tokens` tokens, or a full row (prompt plus
+        generated tokens = max_positions; finish "length"). `on_token(token_id)` is called for each new token as
+        it is drawn (not for the stop token). Samples with `params.make_rng()`.
+
+        Raises `ValueError` for an empty prompt, a token id outside [0, vocab_size), a prompt that does not fit the
+        cache ("prompt of N tokens does not fit the cache compiled for M positions (--max-positions)"), a row
+        outside [0, max_batch), or a model whose `step` returns logits that are not `[B, vocab_size]`.
+        """
+        steps = self._run(prompt_ids, params, row)
+        try:
+            while True:
+                token = next(steps)
+                if on_token is not None:
+                    on_token(token)
+        except StopIteration as done:
+            result: GenerationResult = done.value
+        self.last_result = result
+        return result
+
+    def stream_text(self, prompt_ids: Sequence[int], params: SamplingParams, *, row: int = 0) -> Iterator[str]:
+        """Generate as `generate` does, yielding decoded text pieces as they become complete (see
+        `IncrementalDetokenizer`); the pieces concatenate to the final `text`. When the iterator is exhausted the
+        `GenerationResult` is in `self.last_result` (and is the iterator's return value). Raises as `generate`
+        does, at the call (the arguments are checked before the iterator is returned)."""
+        return self._stream(self._run(prompt_ids, params, row))
+
+    def _stream(self, steps: _PyGenerator[int, None, GenerationResult]) -> _PyGenerator[str, None, GenerationResult]:
+        detok = IncrementalDetokenizer(self.tokenizer) if self.tokenizer is not None else None
+        try:
+            while True:
+                token = next(steps)
+                if detok is not None and (piece := detok.push(token)):
+                    yield piece
+        except StopIteration as done:
+            result: GenerationResult = done.value
+        if detok is not None and (piece := detok.flush()):
+            yield piece
+        self.last_result = result
+        return result
+
+    def generate_batch(
+        self, prompts: Sequence[Sequence[int]], params: SamplingParams | Sequence[SamplingParams]
+    ) -> list[GenerationResult]:
+        """Generate for several prompts at once, prompt i in cache row i (so len(prompts) <= max_batch).
+
+        Each row is prefilled on its own (B = 1, S = its length, or chunks), then all rows still running decode
+        together: one `step` per token with B = the number of active rows (in row order), `input_ids` `[B, 1]`,
+        per-row `positions`; a row that stops drops out of the batch. `params` is one `SamplingParams` for all
+        or one per prompt; each row samples with its own `params.make_rng()`, so each row gets exactly the tokens
+        `generate` would give it alone (given a deterministic model). Returns one result per prompt, in order.
+
+        Raises `ValueError` as `generate` does (naming the prompt), for more prompts than `max_batch`, or for a
+        `params` list of the wrong length.
+        """
+        n = len(prompts)
+        if n == 0:
+            return []
+        if n > self.model.max_batch:
+            raise ValueError(f"{n} prompts do not fit the cache compiled for {self.model.max_batch} rows (--max-batch)")
+        if isinstance(params, SamplingParams):
+            per_row = [params] * n
+        else:
+            per_row = list(params)
+            if len(per_row) != n:
+                raise ValueError(f"got {len(per_row)} SamplingParams for {n} prompts")
+        checked = []
+        for i, prompt in enumerate(prompts):
+            try:
+                checked.append(self._check_prompt(prompt))
+            except ValueError as error:
+                raise ValueError(f"prompt {i}: {error}") from None
+        stop_ids = [self._stop_ids(p) for p in per_row]
+        rngs = [None if p.greedy else p.make_rng() for p in per_row]
+        tokens: list[list[int]] = [[] for _ in range(n)]
+        finish: list[str | None] = [None] * n
+        stop_token: list[int | None] = [None] * n
+        prefill_s = [0.0] * n
+        decode_s = [0.0] * n
+        decode_steps = [0] * n
+
+        def take(i: int, token: int) -> None:
+            """Record row i's new token and decide whether the row is finished."""
+            if token in stop_ids[i]:
+                finish[i], stop_token[i] = "stop", token
+                return
+            tokens[i].append(token)
+            if len(tokens[i]) >= per_row[i].max_new_tokens or len(checked[i]) + len(tokens[i]) >= self.max_positions:
+                finish[i] = "length"
+
+        for i in range(n):
+            start = time.perf_counter()
+            logits = self._prefill(checked[i], i)
+            take(i, int(sample(logits, per_row[i], rngs[i])[0]))
+            prefill_s[i] = time.perf_counter() - start
+
+        while active := [i for i in range(n) if finish[i] is None]:
+            start = time.perf_counter()
+            input_ids = np.array([[tokens[i][-1]] for i in active], dtype=np.int64)
+            positions = np.array([len(checked[i]) + len(tokens[i]) - 1 for i in active], dtype=np.int64)
+            logits = self._step(input_ids, positions, np.array(active, dtype=np.int64))
+            for b, i in enumerate(active):
+                take(i, int(sample(logits[b : b + 1], per_row[i], rngs[i])[0]))
+            elapsed = time.perf_counter() - start
+            for i in active:
+                decode_s[i] += elapsed
+                decode_steps[i] += 1
+
+        return [
+            self._result(
+                tokens[i], finish[i], len(checked[i]), prefill_s[i], decode_s[i], decode_steps[i], i, stop_token[i]
+            )
+            for i in range(n)
+        ]
+
+    # ---- internals --------------------------------------------------------------------------------------------
+
+    @property
+    def max_positions(self) -> int:
+        return int(self.model.max_positions)
+
+    def _check_prompt(self, prompt_ids: Sequence[int]) -> list[int]:
+        ids = [operator.index(t) for t in prompt_ids]
+        if not ids:
+            raise ValueError("the prompt is empty; generation needs at least one prompt token")
+        vocab = int(self.model.vocab_size)
+        bad = [t for t in ids if not 0 <= t < vocab]
+        if bad:
+            raise ValueError(f"prompt token ids {bad[:5]} are outside the vocabulary [0, {vocab})")
+        if len(ids) > self.max_positions - 1:
+            raise ValueError(
+                f"prompt of {len(ids)} tokens does not fit the cache compiled for {self.max_positions} positions "
+                "(--max-positions)"
+            )
+        return ids
+
+    def _check_row(self, row: int) -> int:
+        if isinstance(row, bool) or not isinstance(row, (int, np.integer)) or not 0 <= row < self.model.max_batch:
+            raise ValueError(f"row {row!r} is outside the cache's rows [0, {self.model.max_batch}) (--max-batch)")
+        return int(row)
+
+    def _stop_ids(self, params: SamplingParams) -> frozenset[int]:
+        eos = getattr(self.tokenizer, "eos_token_ids", None) or ()
+        return frozenset(int(t) for t in eos) | params.stop_token_ids
+
+    def _step(self, input_ids: np.ndarray, positions: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """One `model.step`; checks that it returned `[B, vocab_size]` logits."""
+        logits = np.asarray(self.model.step(input_ids, positions, rows))
+        expected = (input_ids.shape[0], int(self.model.vocab_size))
+        if logits.shape != expected:
+            raise ValueError(f"model.step returned logits of shape {tuple(logits.shape)}, expected {expected}")
+        return logits
+
+    def _prefill(self, ids: list[int], row: int) -> np.ndarray:
+        """Write `ids` into `row` at positions 0..len-1; returns f32 `[1, V]`, the logits of the last token."""
+        chunk = self.prefill_chunk or len(ids)
+        rows = np.array([row], dtype=np.int64)
+        logits = None
+        for start in range(0, len(ids), chunk):
+            piece = np.array([ids[start : start + chunk]], dtype=np.int64)
+            logits = self._step(piece, np.array([start], dtype=np.int64), rows)
+        return logits
+
+    def _run(
+        self, prompt_ids: Sequence[int], params: SamplingParams, row: int
+    ) -> _PyGenerator[int, None, GenerationResult]:
+        """Validate eagerly, then return the generator that yields each new token and returns the result."""
+        if not isinstance(params, SamplingParams):
+            raise TypeError(f"params must be SamplingParams, got {type(params).__name__}")
+        ids = self._check_prompt(prompt_ids)
+        row = self._check_row(row)
+        return self._tokens(ids, params, row)
+
+    def _tokens(self, ids: list[int], params: SamplingParams, row: int) -> _PyGenerator[int, None, GenerationResult]:
+        stop_ids = self._stop_ids(params)
+        rng = None if params.greedy else params.make_rng()
+        rows = np.array([row], dtype=np.int64)
+        tokens: list[int] = []
+        finish, stop_token = None, None
+        decode_s, decode_steps = 0.0, 0
+
+        start = time.perf_counter()
+        logits = self._prefill(ids, row)
+        token = int(sample(logits, params, rng)[0])
+        prefill_s = time.perf_counter() - start
+        while True:
+            if token in stop_ids:
+                finish, stop_token = "stop", token
+                break
+            tokens.append(token)
+            yield token
+            if len(tokens) >= params.max_new_tokens or len(ids) + len(tokens) >= self.max_positions:
+                finish = "length"
+                break
+            start = time.perf_counter()
+            position = np.array([len(ids) + len(tokens) - 1], dtype=np.int64)
+            logits = self._step(np.array([[token]], dtype=np.int64), position, rows)
+            token = int(sample(logits, params, rng)[0])
+            decode_s += time.perf_counter() - start
+            decode_steps += 1
+        return self._result(tokens, finish, len(ids), prefill_s, decode_s, decode_steps, row, stop_token)
+
+    def _result(
+        self,
+        tokens: list[int],
+        finish: str,
+        prompt_tokens: int,
+        prefill_s: float,
+        decode_s: float,
+        decode_steps: int,
+        row: int,
+        stop_token: int | None,
+    ) -> GenerationResult:
+        text = (
+            self.tokenizer.decode(list(tokens), skip_special_tokens=True)
+            if self.tokenizer is not None and tokens
+            else ""
+        )
+        return GenerationResult(
+            token_ids=list(tokens),
+            text=text,
+            finish_reason=finish,
+            prompt_tokens=prompt_tokens,
+            prefill_s=prefill_s,
+            decode_s=decode_s,
+            decode_steps=decode_steps,
+            decode_tokens_per_s=decode_steps / decode_s if decode_steps and decode_s > 0 else 0.0,
+            row=row,
+            stop_token_id=stop_token,
+        )

@@ -1,0 +1,159 @@
+"""Backend-neutral loading: a source, a preset and weights become a configured `Program` and
+a plan binding each parameter to a checkpoint tensor.
+
+Weights (ARCHITECTURE.md, "Weights"): a Hugging Face directory, a `.gguf` file or an embedded
+id. With none given, the preset's `@weights(...)` default is used; a file whose presets name
+no default weights needs `weights=` (or `random_weights=True`, for `linnet run`).
+
+Names are checked both ways and every shape against the checker's: a mismatch is an
+`L501`/`L502` error naming the tensor (and both shapes). A checkpoint whose names lack (or
+add) a leading prefix the source has, like GPT-2 files saved without `transformer.`, is
+matched by that prefix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from linnet.ir.build import (
+    ProgramError,
+    SourceInfo,
+    bind_config,
+    check_source,
+    lower_program,
+    preset_weights,
+    read_source,
+)
+from linnet.ir.core import Program
+
+from .checkpoints import Checkpoint, CheckpointError, open_checkpoint
+
+
+class LoadError(Exception):
+    """Loading failed: a source error, bad weights, or names and shapes that don't match.
+    The message names the file, field or tensor."""
+
+
+@dataclass
+class Prepared:
+    """What a backend needs: the program, the checkpoint (None for random weights) and the
+    parameter path -> checkpoint name plan. `notes` are remarks for stderr."""
+
+    program: Program
+    info: SourceInfo
+    checkpoint: Checkpoint | None
+    plan: dict[str, str] = field(default_factory=dict)
+    weights: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def tokenizer(self):
+        return self.checkpoint.tokenizer() if self.checkpoint is not None else None
+
+
+def default_preset(info: SourceInfo) -> str | None:
+    """The first preset with default weights, else None (the config defaults)."""
+    for name in info.analysis.declared_presets:
+        if preset_weights(info, name) is not None:
+            return name
+    return None
+
+
+def prepare(
+    source: str | Path,
+    weights: str | Path | None = None,
+    preset: str | None = None,
+    config: dict[str, Any] | None = None,
+    dtype: str = "f32",
+    max_batch: int = 1,
+    max_positions: int = 768,
+    entries: list[str] | None = None,
+    random_weights: bool = False,
+) -> Prepared:
+    """Check the source, open the weights, merge configs, lower, and match names and shapes.
+
+    Raises LoadError (OSError for an unreadable source)."""
+    try:
+        path, text = read_source(source)
+        info = check_source(path, text, preset)
+        if preset is None and weights is None and not random_weights:
+            preset = info.preset = default_preset(info)
+        if weights is None and not random_weights:
+            weights = preset_weights(info, preset) if preset is not None else None
+            if weights is None:
+                which = f"preset `{preset}`" if preset else f"{path} (no preset)"
+                raise LoadError(
+                    f"{which} names no default weights: give --weights (a HF directory, .gguf or embedded id)"
+                )
+        checkpoint = None
+        notes: list[str] = []
+        if weights is not None:
+            checkpoint = open_checkpoint(weights)
+            info = bind_config(info, checkpoint.config, config or {}, labels=(f"{weights} config", "--config"))
+        else:
+            info = bind_config(info, config or {}, labels=("--config",))
+        notes += info.notes
+        program = lower_program(info, dtype, max_batch, max_positions, entries)
+    except (ProgramError, CheckpointError) as err:
+        raise LoadError(str(err)) from err
+    prepared = Prepared(program, info, checkpoint, weights=str(weights) if weights is not None else None, notes=notes)
+    if checkpoint is not None:
+        prepared.plan = match_weights(program, checkpoint, prepared.notes)
+    return prepared
+
+
+def match_weights(program: Program, ckpt: Checkpoint, notes: list[str]) -> dict[str, str]:
+    """Parameter path -> checkpoint name, every shape checked. Raises LoadError (L501, L502)."""
+    model = [p.path for p in program.params]
+    names = [n for n in ckpt.tensor_names if n not in ckpt.buffer_names]
+    rename = _prefix_map(model, set(names))
+    plan = {m: rename(m) for m in model}
+    taken = set(plan.values())
+    missing = [m for m, c in plan.items() if c not in set(names)]
+    extra = [n for n in names if n not in taken]
+    tied = program.config.get("tie_word_embeddings")
+    if extra and tied:
+        heads = [n for n in extra if n.endswith("lm_head.weight")]
+        for n in heads:
+            notes.append(f"{ckpt.source}: `{n}` is not used (the source ties the head to the embeddings)")
+        extra = [n for n in extra if n not in heads]
+    if missing or extra:
+        lines = [f"error[L502]: the names of {ckpt.source} don't match {program.source}"]
+        if missing:
+            lines.append(f"  {len(missing)} parameter(s) missing from the checkpoint: " + _few(missing))
+        if extra:
+            lines.append(f"  {len(extra)} checkpoint tensor(s) no parameter takes: " + _few(extra))
+        raise LoadError("\n".join(lines))
+    for spec in program.params:
+        have = tuple(ckpt.shape(plan[spec.path]))
+        if have != spec.shape:
+            raise LoadError(
+                f"error[L501]: `{plan[spec.path]}` in {ckpt.source} is {list(have)}, but {program.source} "
+                f"declares `{spec.path}` as {list(spec.shape)}"
+            )
+    return plan
+
+
+def _prefix_map(model: list[str], names: set[str]):
+    """A renaming model path -> checkpoint name: identity, or dropping/adding a leading
+    segment the two sides disagree on (`transformer.`, `bert.`)."""
+    if all(m in names for m in model):
+        return lambda m: m
+    heads = {m.split(".", 1)[0] for m in model}
+    for head in heads:
+        prefix = head + "."
+        stripped = {m: m[len(prefix) :] for m in model if m.startswith(prefix)}
+        if stripped and all(s in names for s in stripped.values()):
+            return lambda m, p=prefix: m[len(p) :] if m.startswith(p) else m
+    extra = {n.split(".", 1)[0] for n in names if "." in n} - heads
+    for head in extra:
+        prefix = head + "."
+        if all(prefix + m in names for m in model):
+            return lambda m, p=prefix: p + m
+    return lambda m: m
+
+
+def _few(names: list[str], n: int = 6) -> str:
+    shown = ", ".join(f"`{x}`" for x in names[:n])
+    return shown + (f" and {len(names) - n} more" if len(names) > n else "")
