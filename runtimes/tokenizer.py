@@ -1,0 +1,395 @@
+"""Tokenizers for checkpoints: a thin wrapper over `tokenizers.Tokenizer` (the Rust library transformers uses),
+built from a Hugging Face directory (`tokenizer.json` + `tokenizer_config.json`) or from a GGUF file's metadata.
+
+The GGUF builder reproduces what transformers 5 does for `AutoTokenizer.from_pretrained(dir, gguf_file=...)`
+(`transformers/integrations/gguf/gguf_tokenizer_mapping.py`), so token ids agree with the reference:
+
+- `tokenizer.ggml.model == "gpt2"`: byte-level BPE over `tokenizer.ggml.tokens` / `.merges`; tokens outside the
+  GPT-2 byte alphabet are respelled byte by byte (GPT-2's `bytes_to_unicode`).
+- tokens of `tokenizer.ggml.token_type` 3 (control) become special added tokens, 4 (user-defined) plain added
+  tokens; the bos/eos/unk/pad tokens are special too. Added tokens are matched whole in any text.
+- The split regex comes from `tokenizer.ggml.pre` for the names transformers knows (llama-bpe, qwen2, gpt-4o...;
+  `_PRE_TOKENIZER_SPLITS` below, copied from transformers); any other name, `"smollm"` included, gets GPT-2's
+  `ByteLevel` split. NB: that is transformers' behaviour, not llama.cpp's: llama.cpp's `smollm` pre-tokenizer
+  (and SmolLM2's own tokenizer.json) first isolates every digit (`\\p{N}`), so a run of spaces before a digit
+  tokenizes differently ("a  1": transformers `a Ġ Ġ 1`, llama.cpp `a ĠĠ 1`). We follow transformers, the
+  reference every backend is compared with.
+- BOS/EOS are added by a `TemplateProcessing` post-processor from `tokenizer.ggml.add_bos_token` /
+  `add_eos_token` (both false for SmolLM2), as transformers' `update_post_processor` does.
+
+Only the `tokenizers` library is needed (no torch, no transformers).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Tokenizer", "TokenizerError"]
+
+
+class TokenizerError(Exception):
+    """A tokenizer cannot be built: missing or malformed files, or an unsupported GGUF tokenizer model."""
+
+
+# From transformers/integrations/gguf/gguf_tokenizer_mapping.py (transformers 5.24), which takes them from
+# llama.cpp's llama-vocab.cpp pre-tokenizer regexes.
+_LLAMA3_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+_TEKKEN_SPLIT = (
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"
+    r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*"
+    r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+_GPT4O_SPLIT = (
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+    r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+    r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+# transformers.models.qwen2.tokenization_qwen2.PRETOKENIZE_REGEX
+_QWEN2_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+_PRE_TOKENIZER_SPLITS = {
+    **dict.fromkeys(
+        ["llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2", "jina-v5-nano"],
+        _LLAMA3_SPLIT,
+    ),
+    **dict.fromkeys(["dbrx", "smaug-bpe"], _LLAMA3_SPLIT),
+    "tekken": _TEKKEN_SPLIT,
+    **dict.fromkeys(["qwen2", "deepseek-r1-qwen", "kormo", "f2llmv2", "megrez"], _QWEN2_SPLIT),
+    **dict.fromkeys(["gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2"], _GPT4O_SPLIT),
+}
+
+_CONTROL, _USER_DEFINED = 3, 4  # llama.cpp `llama_token_type` values in tokenizer.ggml.token_type
+
+
+@lru_cache(maxsize=1)
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's reversible byte -> printable character map (openai/gpt-2 encoder.py `bytes_to_unicode`)."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return dict(zip(bs, map(chr, cs)))
+
+
+def _token_text(value: Any) -> str | None:
+    """A token as tokenizer_config.json writes it: a string or an AddedToken dict with "content"."""
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) else None
+
+
+def _ids(value: Any) -> list[int]:
+    if value is None:
+        return []
+    if isinstance(value, int) and not isinstance(value, bool):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [v for v in value if isinstance(v, int) and not isinstance(v, bool)]
+    return []
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise TokenizerError(f"{path}: cannot read JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise TokenizerError(f"{path}: expected a JSON object")
+    return data
+
+
+class Tokenizer:
+    """Text <-> token ids for one checkpoint.
+
+    Attributes:
+        backend: the `tokenizers.Tokenizer` doing the work.
+        bos_token_id / eos_token_id: ints or None. `eos_token_ids`: every id that ends generation (the tokenizer's
+            eos plus the checkpoint config's and generation config's `eos_token_id`, int or list).
+        add_bos_token: whether `encode(..., add_special_tokens=True)` puts BOS first (observed, not just declared).
+        chat_template: the Jinja chat template, or None.
+        special_tokens: text -> id of every special added token (skipped by `decode(skip_special_tokens=True)`).
+    """
+
+    def __init__(
+        self,
+        backend: Any,
+        *,
+        bos_token_id: int | None = None,
+        eos_token_id: int | None = None,
+        eos_token_ids: set[int] | None = None,
+        chat_template: str | None = None,
+        source: str = "",
+    ):
+        self.backend = backend
+        self.source = source
+        self.bos_token_id = bos_token_id
+        self.eos_token_id = eos_token_id
+        self.eos_token_ids: set[int] = set(eos_token_ids or ())
+        if eos_token_id is not None:
+            self.eos_token_ids.add(eos_token_id)
+        self.chat_template = chat_template
+        self.special_tokens: dict[str, int] = {
+            tok.content: i for i, tok in sorted(backend.get_added_tokens_decoder().items()) if tok.special
+        }
+        probe = backend.encode("a", add_special_tokens=True).ids
+        self.add_bos_token = bool(bos_token_id is not None and probe and probe[0] == bos_token_id)
+
+    # -- use ---------------------------------------------------------------------------------------------------
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        """Token ids of `text`. Special tokens written in the text (e.g. `<|im_start|>`) are always matched whole;
+        `add_special_tokens` only controls the post-processor (BOS/EOS, BERT's [CLS]/[SEP])."""
+        return self.backend.encode(text, add_special_tokens=add_special_tokens).ids
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        """Text of `ids`; special tokens are dropped when `skip_special_tokens`. Byte-level tokens that end in the
+        middle of a UTF-8 character decode to U+FFFD, so decode whole sequences, not single tokens."""
+        return self.backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    def token_to_id(self, tok: str) -> int | None:
+        """The id of a token string as the vocabulary spells it (e.g. "<|im_end|>", "Ġthe"), or None."""
+        return self.backend.token_to_id(tok)
+
+    def id_to_token(self, token_id: int) -> str | None:
+        """The vocabulary spelling of `token_id`, or None."""
+        return self.backend.id_to_token(token_id)
+
+    @property
+    def bos_token(self) -> str | None:
+        """The BOS token's text (for chat templates' `bos_token`), or None."""
+        return self.id_to_token(self.bos_token_id) if self.bos_token_id is not None else None
+
+    @property
+    def eos_token(self) -> str | None:
+        """The EOS token's text (for chat templates' `eos_token`), or None."""
+        return self.id_to_token(self.eos_token_id) if self.eos_token_id is not None else None
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of ids, added tokens included."""
+        return self.backend.get_vocab_size(with_added_tokens=True)
+
+    def __repr__(self) -> str:
+        ids = f"bos={self.bos_token_id}, eos={sorted(self.eos_token_ids)}"
+        return f"Tokenizer({self.source!r}, vocab_size={self.vocab_size}, {ids})"
+
+    # -- construction ------------------------------------------------------------------------------------------
+
+    @classmethod
+    def from_file(cls, tokenizer_json: str | os.PathLike[str], config: Mapping[str, Any] | None = None) -> Tokenizer:
+        """From a `tokenizer.json` and a dict merging what tokenizer_config.json / config.json /
+        generation_config.json say: `bos_token`, `eos_token` (strings or AddedToken dicts), `bos_token_id`,
+        `eos_token_id` (int or list), `add_bos_token`, `add_eos_token`, `chat_template` (string, or a list of
+        `{"name", "template"}` from which "default" is taken).
+
+        As transformers 5 does (`TokenizersBackend.__init__`), an explicit `add_bos_token`/`add_eos_token`, or a
+        tokenizer.json without a post-processor, replaces the post-processor with one adding exactly those.
+        Padding and truncation stored in tokenizer.json are switched off: `encode` returns every id.
+        Raises TokenizerError for a missing or malformed file.
+        """
+        from tokenizers import Tokenizer as _Backend
+
+        path = Path(tokenizer_json)
+        config = dict(config or {})
+        try:
+            backend = _Backend.from_file(str(path))
+        except Exception as e:  # tokenizers raises its own Exception subclass with the parse error
+            raise TokenizerError(f"{path}: cannot load tokenizer ({e})") from None
+        backend.no_padding()
+        backend.no_truncation()
+
+        def token_id(key: str) -> int | None:
+            text = _token_text(config.get(key))
+            return backend.token_to_id(text) if text is not None else None
+
+        bos_id = token_id("bos_token")
+        if bos_id is None:
+            bos_id = next(iter(_ids(config.get("bos_token_id"))), None)
+        eos_id = token_id("eos_token")
+        eos_ids = set(_ids(config.get("eos_token_id")))
+        if eos_id is None and eos_ids:
+            eos_id = min(eos_ids)
+        if "add_bos_token" in config or "add_eos_token" in config or backend.post_processor is None:
+            _set_post_processor(
+                backend,
+                bos=(_token_text(config.get("bos_token")), bos_id) if config.get("add_bos_token") else None,
+                eos=(_token_text(config.get("eos_token")), eos_id) if config.get("add_eos_token") else None,
+            )
+        template = config.get("chat_template")
+        if isinstance(template, list):
+            named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+            template = named.get("default") or next(iter(named.values()), None)
+        return cls(
+            backend,
+            bos_token_id=bos_id,
+            eos_token_id=eos_id,
+            eos_token_ids=eos_ids,
+            chat_template=template if isinstance(template, str) else None,
+            source=str(path),
+        )
+
+    @classmethod
+    def from_hf_dir(cls, path: str | os.PathLike[str]) -> Tokenizer | None:
+        """From a Hugging Face model folder: tokenizer.json, tokenizer_config.json, special_tokens_map.json,
+        chat_template.jinja / chat_template.json, and the eos ids of generation_config.json and config.json.
+        Returns None when the folder has no tokenizer.json (a slow-only tokenizer is not converted).
+        Raises TokenizerError for malformed files."""
+        folder = Path(path)
+        if not (folder / "tokenizer.json").is_file():
+            return None
+        config: dict[str, Any] = {}
+        for name in ("config.json", "generation_config.json"):  # eos ids: both count
+            if (folder / name).is_file():
+                data = _read_json(folder / name)
+                for key in ("bos_token_id", "eos_token_id"):
+                    if key in data:
+                        if key == "eos_token_id":
+                            config[key] = _ids(config.get(key)) + _ids(data[key])
+                        else:
+                            config[key] = data[key]
+        if (folder / "special_tokens_map.json").is_file():
+            config.update(
+                {k: v for k, v in _read_json(folder / "special_tokens_map.json").items() if k.endswith("_token")}
+            )
+        if (folder / "tokenizer_config.json").is_file():
+            tc = _read_json(folder / "tokenizer_config.json")
+            for key in ("bos_token", "eos_token", "add_bos_token", "add_eos_token", "chat_template"):
+                if key in tc and tc[key] is not None:
+                    config[key] = tc[key]
+        if (folder / "chat_template.json").is_file() and "chat_template" not in config:
+            config["chat_template"] = _read_json(folder / "chat_template.json").get("chat_template")
+        if (folder / "chat_template.jinja").is_file():
+            config["chat_template"] = (folder / "chat_template.jinja").read_text(encoding="utf-8")
+        return cls.from_file(folder / "tokenizer.json", config)
+
+    @classmethod
+    def from_gguf(cls, reader: Any) -> Tokenizer:
+        """From GGUF metadata (see the module docstring for the rules). `reader` is a
+        `linnet.runtimes.gguf_reader.GGUFFile`, a `gguf.GGUFReader`, or a path to a .gguf file.
+        Raises TokenizerError when the file has no tokenizer or one other than `gpt2` (byte-level BPE)."""
+        md = _gguf_metadata(reader)
+        where = str(getattr(reader, "path", reader))
+        kind = md.get("tokenizer.ggml.model")
+        if kind is None or "tokenizer.ggml.tokens" not in md:
+            raise TokenizerError(f"{where}: no tokenizer in the GGUF metadata (tokenizer.ggml.model/tokens)")
+        if kind != "gpt2":
+            raise TokenizerError(
+                f"{where}: GGUF tokenizer model {kind!r} is not supported yet (only 'gpt2', byte-level BPE)"
+            )
+        if "tokenizer.ggml.merges" not in md:
+            raise TokenizerError(f"{where}: GGUF byte-level BPE tokenizer without tokenizer.ggml.merges")
+        return cls._from_gguf_bpe(md, where)
+
+    @classmethod
+    def _from_gguf_bpe(cls, md: Mapping[str, Any], where: str) -> Tokenizer:
+        from tokenizers import AddedToken, Regex, decoders, pre_tokenizers
+        from tokenizers import Tokenizer as _Backend
+        from tokenizers.models import BPE
+
+        tokens: list[str] = list(md["tokenizer.ggml.tokens"])
+        types: list[int] = list(md.get("tokenizer.ggml.token_type") or [])
+        spelling = _bytes_to_unicode()
+        alphabet = set(spelling.values())
+        # transformers byte_level_tokenizer(): keep tokens already in the byte alphabet, respell the others
+        vocab = {
+            tok if set(tok) <= alphabet else "".join(spelling[b] for b in tok.encode("utf-8")): i
+            for i, tok in enumerate(tokens)
+        }
+        merges = [tuple(m.split(" ")) for m in md["tokenizer.ggml.merges"]]
+        try:
+            backend = _Backend(
+                BPE(
+                    vocab=vocab,
+                    merges=merges,
+                    dropout=None,
+                    continuing_subword_prefix="",
+                    end_of_word_suffix="",
+                    fuse_unk=False,
+                )
+            )
+        except Exception as e:
+            raise TokenizerError(f"{where}: GGUF vocabulary/merges do not form a BPE model ({e})") from None
+        split = _PRE_TOKENIZER_SPLITS.get(md.get("tokenizer.ggml.pre"))
+        if split is None:
+            backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        else:
+            backend.pre_tokenizer = pre_tokenizers.Sequence(
+                [
+                    pre_tokenizers.Split(Regex(split), behavior="isolated"),
+                    pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+                ]
+            )
+        backend.decoder = decoders.ByteLevel()
+
+        def token_of(key: str) -> str | None:
+            i = md.get(f"tokenizer.ggml.{key}")
+            return tokens[i] if isinstance(i, int) and 0 <= i < len(tokens) else None
+
+        named = [token_of(k) for k in ("bos_token_id", "eos_token_id", "unknown_token_id", "padding_token_id")]
+        special = [t for t in named if t is not None and t in vocab]
+        special += [t for t, ty in zip(tokens, types) if ty == _CONTROL and set(t) <= alphabet]
+        backend.add_special_tokens([AddedToken(t, normalized=False, special=True) for t in dict.fromkeys(special)])
+        user = [t for t, ty in zip(tokens, types) if ty == _USER_DEFINED and t in vocab]
+        if user:
+            backend.add_tokens([AddedToken(t, normalized=False, special=False) for t in user])
+
+        bos, eos = md.get("tokenizer.ggml.bos_token_id"), md.get("tokenizer.ggml.eos_token_id")
+        _set_post_processor(
+            backend,
+            bos=(token_of("bos_token_id"), bos) if md.get("tokenizer.ggml.add_bos_token") else None,
+            eos=(token_of("eos_token_id"), eos) if md.get("tokenizer.ggml.add_eos_token") else None,
+        )
+        eos_ids = {md[k] for k in ("tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id") if k in md}
+        return cls(
+            backend,
+            bos_token_id=bos,
+            eos_token_id=eos,
+            eos_token_ids=eos_ids,
+            chat_template=md.get("tokenizer.chat_template"),
+            source=where,
+        )
+
+
+def _set_post_processor(backend: Any, bos: tuple[str | None, int | None] | None, eos: tuple | None) -> None:
+    """transformers' `TokenizersBackend.update_post_processor`: `[bos] $A [eos]` (pair: `... [bos] $B [eos]`)."""
+    from tokenizers import processors
+
+    if bos is not None and (bos[0] is None or bos[1] is None):
+        bos = None
+    if eos is not None and (eos[0] is None or eos[1] is None):
+        eos = None
+    single = f"{bos[0] + ':0 ' if bos else ''}$A:0{' ' + eos[0] + ':0' if eos else ''}"
+    pair = f"{single}{' ' + bos[0] + ':1' if bos else ''} $B:1{' ' + eos[0] + ':1' if eos else ''}"
+    special = [t for t in (bos, eos) if t is not None]
+    backend.post_processor = processors.TemplateProcessing(single=single, pair=pair, special_tokens=special)
+
+
+def _gguf_metadata(reader: Any) -> Mapping[str, Any]:
+    """Metadata of a GGUFFile, a gguf.GGUFReader, or a path."""
+    from .gguf_reader import GGUFError, GGUFFile
+
+    if isinstance(reader, GGUFFile):
+        return reader.metadata
+    if isinstance(reader, (str, os.PathLike)):
+        try:
+            with GGUFFile(reader) as f:
+                return f.metadata
+        except (OSError, GGUFError) as e:
+            raise TokenizerError(f"{reader}: cannot read GGUF metadata ({e})") from None
+    fields = getattr(reader, "fields", None)
+    if fields is not None:  # gguf.GGUFReader
+        return {k: f.contents() for k, f in fields.items() if k.startswith("tokenizer.")}
+    raise TypeError(f"expected a GGUFFile, gguf.GGUFReader or path, got {type(reader).__name__}")

@@ -1,0 +1,104 @@
+"""The PyTorch backend's modes on a small Llama: interpret and generated agree bit for bit,
+inductor compiles the decode step once, and a decode step has what a CUDA graph needs (no
+host synchronisation, the cache keeps its storage)."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.torch
+
+import linnet.torch as lt  # noqa: E402
+from linnet.compiler.torch.module import BackendError, compile_program  # noqa: E402
+from linnet.ir import build  # noqa: E402
+
+SMALL = {
+    "vocab_size": 96,
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 64,
+}
+
+
+def small(mode: str, **kw):
+    return lt.load(
+        "examples/llama.linnet", config=SMALL, mode=mode, random_weights=True, max_positions=32, progress=False, **kw
+    )
+
+
+def decode(model, prompt: torch.Tensor, steps: int) -> list[torch.Tensor]:
+    """Prefill then greedy decode; the logits of every step."""
+    out = [model.step(prompt, torch.tensor([0]), torch.tensor([0]))]
+    pos = prompt.shape[1]
+    for _ in range(steps):
+        tok = out[-1].argmax(-1, keepdim=True)
+        out.append(model.step(tok, torch.tensor([pos]), torch.tensor([0])))
+        pos += 1
+    return out
+
+
+def test_interpret_and_generated_agree_exactly():
+    prompt = torch.tensor([[3, 14, 15, 92, 65]])
+    a = decode(small("interpret"), prompt, 4)
+    b = decode(small("generated"), prompt, 4)
+    for x, y in zip(a, b):
+        assert torch.equal(x, y)
+
+
+@pytest.mark.slow
+def test_inductor_compiles_the_decode_step_once():
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    model = small("inductor")
+    reference = small("generated")
+    prompt = torch.tensor([[3, 14, 15, 92, 65]])
+    first = decode(model, prompt, 1)  # compiles prefill (S = 5) and decode (S = 1)
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        rest = [model.step(torch.tensor([[7 + i]]), torch.tensor([6 + i]), torch.tensor([0])) for i in range(6)]
+    ref = decode(reference, prompt, 1)
+    ref += [reference.step(torch.tensor([[7 + i]]), torch.tensor([6 + i]), torch.tensor([0])) for i in range(6)]
+    for x, y in zip(first + rest, ref):
+        torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-4)
+
+
+class _HostSyncs(torch.utils._python_dispatch.TorchDispatchMode):
+    """Records ops that need the host to see device data: `.item()`, data-dependent shapes."""
+
+    SYNCING = ("_local_scalar_dense", "nonzero", "masked_select", "unique", "_assert_async", "equal")
+
+    def __init__(self):
+        super().__init__()
+        self.found: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        if name in self.SYNCING:
+            self.found.append(name)
+        return func(*args, **(kwargs or {}))
+
+
+def test_decode_step_is_cuda_graph_ready():
+    model = small("generated", max_batch=2)
+    module = model.module
+    caches = {k: (t.data_ptr(), t) for k, t in module.tensors.items() if k.endswith("_cache")}
+    assert len(caches) == 2 * SMALL["num_hidden_layers"]
+    model.step(torch.tensor([[1, 2, 3]]), torch.tensor([0]), torch.tensor([1]))
+    with _HostSyncs() as mode:
+        model.step(torch.tensor([[4], [5]]), torch.tensor([3, 0]), torch.tensor([1, 0]))
+    assert mode.found == []
+    for k, (ptr, t) in caches.items():
+        assert module.tensors[k] is t and t.data_ptr() == ptr, f"{k} was reallocated"
+    assert t.abs().sum() > 0  # the steps wrote into the same storage
+
+
+def test_cuda_graphs_without_cuda_fails_clearly():
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    program = build("examples/llama.linnet", config=SMALL, max_positions=16)
+    with pytest.raises(BackendError, match="needs a CUDA device"):
+        compile_program(program, "cuda-graphs")

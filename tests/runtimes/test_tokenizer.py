@@ -1,0 +1,218 @@
+"""The GGUF tokenizer gives transformers' token ids; HF-folder tokenizers read their configs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from linnet.runtimes.embedded import EmbeddedError, resolve_embedded
+from linnet.runtimes.gguf_reader import GGUFFile
+from linnet.runtimes.tokenizer import Tokenizer, TokenizerError
+
+TEXTS = [
+    "Hello world",
+    "What is the capital of France?",
+    "café, naïve, Ålborg, é",
+    "中文测试，日本語のテキスト",
+    "emoji 😀🎉👍🏽 and a flag 🇫🇷",
+    "12345 3.14159 -0.5e10 1,000,000",
+    "a  1   b",
+    "spaces    and\n\n\nnewlines\r\n  \n\t\tend   ",
+    "   leading spaces",
+    "def f(x):\n\tif x > 0:\n        return x * 2  # double\n\treturn None\n",
+    "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n",
+    "text<|im_end|>glued<|endoftext|> and <repo_name>x",
+    "I'm sure they'll say it's 'quoted' — ok?",
+    "",
+]
+
+
+@pytest.fixture(scope="module")
+def smollm2_path():
+    try:
+        path, _ = resolve_embedded("smollm2-135m-instruct")
+    except EmbeddedError as e:
+        pytest.skip(str(e))
+    return path
+
+
+@pytest.fixture(scope="module")
+def ours(smollm2_path):
+    return Tokenizer.from_gguf(GGUFFile(smollm2_path))
+
+
+@pytest.fixture(scope="module")
+def reference(smollm2_path):
+    transformers = pytest.importorskip("transformers")
+    return transformers.AutoTokenizer.from_pretrained(str(smollm2_path.parent), gguf_file=smollm2_path.name)
+
+
+# -- against transformers ------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("text", TEXTS)
+def test_gguf_ids_match_transformers(ours, reference, text):
+    assert ours.encode(text) == reference(text)["input_ids"]
+    assert ours.encode(text, add_special_tokens=False) == reference(text, add_special_tokens=False)["input_ids"]
+
+
+@pytest.mark.slow
+def test_gguf_backend_is_transformers_backend(ours, reference):
+    """Same vocabulary, merges, added tokens, pre-tokenizer, post-processor and decoder, field for field."""
+    theirs = json.loads(reference.backend_tokenizer.to_str())
+    mine = json.loads(ours.backend.to_str())
+    for key in theirs:
+        assert mine[key] == theirs[key], key
+
+
+@pytest.mark.slow
+def test_gguf_decode_matches_transformers(ours, reference):
+    for text in TEXTS:
+        ids = reference(text)["input_ids"]
+        assert ours.decode(ids, skip_special_tokens=True) == reference.decode(ids, skip_special_tokens=True)
+        assert ours.decode(ids, skip_special_tokens=False) == reference.decode(ids, skip_special_tokens=False)
+
+
+@pytest.mark.slow
+def test_gguf_special_tokens_match_transformers(ours, reference):
+    assert ours.bos_token_id == reference.bos_token_id
+    assert ours.eos_token_id == reference.eos_token_id
+    assert ours.chat_template == reference.chat_template
+    assert ours.special_tokens == {t.content: i for i, t in reference.added_tokens_decoder.items() if t.special}
+
+
+# -- on its own ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text", TEXTS)
+def test_gguf_decode_round_trips(ours, text):
+    assert ours.decode(ours.encode(text), skip_special_tokens=False) == text
+
+
+def test_gguf_known_ids(ours):
+    """Ids transformers 5.24 gives (checked by the slow tests above); pinned so a fast run catches drift."""
+    assert ours.encode("Hello world") == [19556, 905]
+    assert ours.encode("<|im_start|>user\nhi<|im_end|>\n") == [1, 4093, 198, 6004, 2, 198]
+    assert ours.encode("12345 3.14") == [33, 34, 35, 36, 37, 216, 35, 30, 33, 36]
+    # transformers' split, not llama.cpp's `smollm` one (which isolates digits first and gives `a ĠĠ 1`)
+    assert ours.encode("a  1") == [81, 216, 216, 33]
+
+
+def test_gguf_fields(ours):
+    assert ours.bos_token_id == 1 and ours.bos_token == "<|im_start|>"
+    assert ours.eos_token_id == 2 and ours.eos_token == "<|im_end|>"
+    assert ours.eos_token_ids == {2}
+    assert ours.add_bos_token is False
+    assert ours.special_tokens["<|im_start|>"] == 1 and ours.special_tokens["<|endoftext|>"] == 0
+    assert len(ours.special_tokens) == 17
+    assert ours.chat_template.startswith("{% for message in messages %}")
+    assert ours.vocab_size == 49152
+    assert ours.token_to_id("<|im_end|>") == 2 and ours.token_to_id("no such token") is None
+    assert ours.decode(ours.encode("<|im_start|>user\nhi<|im_end|>")) == "user\nhi"
+
+
+def test_gguf_from_path(ours, smollm2_path):
+    text = "Tabs\tand <|im_end|> 中文"
+    assert Tokenizer.from_gguf(smollm2_path).encode(text) == ours.encode(text)
+
+
+def _write_tiny_gguf(path, *, add_bos: bool, model: str = "gpt2", pre: str = "smollm"):
+    """A GGUF holding only a tokenizer: two control tokens, the 256 byte characters and a few merges."""
+    gguf = pytest.importorskip("gguf")
+    from linnet.runtimes.tokenizer import _bytes_to_unicode
+
+    alphabet = sorted(set(_bytes_to_unicode().values()))
+    tokens = ["<s>", "</s>", *alphabet, "ab", "Ġab", "<think>"]
+    types = [3, 3] + [1] * (len(alphabet) + 2) + [4]
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_tokenizer_model(model)
+    w.add_string("tokenizer.ggml.pre", pre)
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges(["a b", "Ġ ab"])
+    w.add_bos_token_id(0)
+    w.add_eos_token_id(1)
+    w.add_add_bos_token(add_bos)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return tokens
+
+
+def test_gguf_add_bos_token_and_user_defined_tokens(tmp_path):
+    tokens = _write_tiny_gguf(tmp_path / "bos.gguf", add_bos=True)
+    tok = Tokenizer.from_gguf(tmp_path / "bos.gguf")
+    ab, gab, think = tokens.index("ab"), tokens.index("Ġab"), tokens.index("<think>")
+    assert tok.add_bos_token is True
+    assert tok.encode("ab ab") == [0, ab, gab]
+    assert tok.encode("ab ab", add_special_tokens=False) == [ab, gab]
+    assert tok.encode("x<think>") == [0, tokens.index("x"), think]  # user-defined: matched whole, not special
+    assert tok.decode([0, ab, think, 1]) == "ab<think>"
+    assert "<think>" not in tok.special_tokens and tok.special_tokens == {"<s>": 0, "</s>": 1}
+
+
+def test_gguf_from_gguf_reader(tmp_path):
+    gguf = pytest.importorskip("gguf")
+    _write_tiny_gguf(tmp_path / "t.gguf", add_bos=True)
+    text = "ab ab<think></s> é"
+    from_reader = Tokenizer.from_gguf(gguf.GGUFReader(tmp_path / "t.gguf"))
+    assert from_reader.encode(text) == Tokenizer.from_gguf(GGUFFile(tmp_path / "t.gguf")).encode(text)
+    assert from_reader.add_bos_token and from_reader.special_tokens == {"<s>": 0, "</s>": 1}
+
+
+def test_gguf_unsupported_tokenizer_model(tmp_path):
+    _write_tiny_gguf(tmp_path / "spm.gguf", add_bos=False, model="llama")
+    with pytest.raises(TokenizerError, match="'llama' is not supported"):
+        Tokenizer.from_gguf(tmp_path / "spm.gguf")
+
+
+def test_gguf_file_without_tokenizer(tmp_path):
+    gguf = pytest.importorskip("gguf")
+    w = gguf.GGUFWriter(str(tmp_path / "none.gguf"), "llama")
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(TokenizerError, match="no tokenizer"):
+        Tokenizer.from_gguf(tmp_path / "none.gguf")
+
+
+# -- Hugging Face folders ------------------------------------------------------------------------------------
+
+
+def test_hf_dir_reads_configs(ours, tmp_path):
+    """tokenizer_config.json's add_bos_token rebuilds the post-processor; chat_template.jinja wins over
+    tokenizer_config.json; eos ids gather config.json and generation_config.json."""
+    ours.backend.save(str(tmp_path / "tokenizer.json"))
+    (tmp_path / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "bos_token": {"content": "<|im_start|>", "__type": "AddedToken"},
+                "eos_token": "<|im_end|>",
+                "add_bos_token": True,
+                "chat_template": "old",
+            }
+        )
+    )
+    (tmp_path / "chat_template.jinja").write_text("{{ bos_token }}new")
+    (tmp_path / "config.json").write_text(json.dumps({"eos_token_id": 2, "bos_token_id": 1}))
+    (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": [2, 0]}))
+    tok = Tokenizer.from_hf_dir(tmp_path)
+    assert tok.add_bos_token is True
+    assert tok.encode("Hello world") == [1, 19556, 905]
+    assert tok.encode("Hello world", add_special_tokens=False) == [19556, 905]
+    assert tok.bos_token_id == 1 and tok.eos_token_id == 2 and tok.eos_token_ids == {0, 2}
+    assert tok.chat_template == "{{ bos_token }}new"
+
+
+def test_hf_dir_without_tokenizer_json(tmp_path):
+    assert Tokenizer.from_hf_dir(tmp_path) is None
+
+
+def test_hf_dir_corrupt_tokenizer_json(tmp_path):
+    (tmp_path / "tokenizer.json").write_text("{not json")
+    with pytest.raises(TokenizerError, match="tokenizer.json"):
+        Tokenizer.from_hf_dir(tmp_path)
