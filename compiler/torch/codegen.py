@@ -151,7 +151,7 @@ class Emitter:
 
     def composite_lines(self, op: Op) -> list[str]:
         name = op.attrs["name"]
-        native = NATIVE.get(name)
+        native = NATIVE.get(f"{name}@{self.numerics}") or NATIVE.get(name)
         if native is not None and self.numerics in native[0]:
             expr = native[1](self, op)
             return [f"{self.bind(op.result)} = {expr}  # {name}{self._shape_note(op)}"]
@@ -313,6 +313,10 @@ EMITTERS["rearrange"] = _rearrange
 
 def _take(e: Emitter, op: Op) -> str:
     x, idx, dim = op.args["x"], op.args["indices"], op.args["dim"]
+    if (dim == 0 or dim == -x.rank) and x.dims[0].as_int() == 1 and x.producer is not None:
+        if x.producer.name in ("state", "cache_write"):
+            # One cache row: every valid index is 0, so reading rows is reading the cache (no copy).
+            return f"{e.r(x)}.expand({_dims(op.result.dims)})"
     if (dim == 0 or dim == -x.rank) and x.rank == 2:
         return f"F.embedding({e.r(idx)}, {e.r(x)})"
     return f"{e.r(x)}[{_index(x.rank, dim, e.r(idx))}]"
@@ -377,6 +381,27 @@ EMITTERS["const"] = lambda e, op: f"p[{('const:' + e.names[('const', id(op))])!r
 # ----------------------------------------------------------------------------- native composites
 
 
+def _grouped_attention(e: Emitter, op: Op) -> str:
+    """transformers' eager attention (matmul, scale, mask with the dtype's minimum, softmax,
+    matmul) with the query heads of one KV head batched together instead of repeating the
+    keys and values: the same dot products, without copying the cache G times."""
+    q, k, v, mask = (op.args[n] for n in ("q", "k", "v", "mask"))
+    b, h, s, d = (dim_text(x) for x in q.dims)
+    hkv, t = dim_text(k.dims[1]), dim_text(k.dims[2])
+    g = q.dims[1].as_int() // k.dims[1].as_int()
+    qn, kn, vn, mn = e.r(q), e.r(k), e.r(v), e.r(mask)
+    dtype = TORCH_DTYPES[q.dtype.name]
+    scores = f"({qn}.reshape({b}, {hkv}, {g} * {s}, {d}) @ {kn}.transpose(-2, -1)).reshape({b}, {h}, {s}, {t})"
+    scores = f"{scores} * {e.r(op.args['scale'])}"
+    masked = f"torch.where({mn}.unsqueeze(1), {scores}, torch.finfo({dtype}).min)"
+    probs = (
+        f"torch.softmax({masked}, dim=-1, dtype=torch.float32).to({dtype})"
+        if op.args.get("upcast")
+        else (f"torch.softmax({masked}, dim=-1)")
+    )
+    return f"({probs}.reshape({b}, {hkv}, {g} * {s}, {t}) @ {vn}).reshape({b}, {h}, {s}, {d})"
+
+
 def _last_dim(v: Value) -> str:
     return dim_text(v.dims[-1])
 
@@ -400,7 +425,8 @@ NATIVE: dict[str, tuple[tuple[str, ...], Callable[[Emitter, Op], str]]] = {
             f"{e.r(op.args['weight'])}, {e.r(op.args['eps'])})"
         ),
     ),
-    "attention": (
+    "attention": (NUMERICS[:1], lambda e, op: _grouped_attention(e, op)),
+    "attention@fast": (
         ("fast",),
         lambda e, op: (
             f"F.scaled_dot_product_attention({e.r(op.args['q'])}, {e.r(op.args['k'])}, "

@@ -169,8 +169,7 @@ class Lowering:
         self._item = root.item
         self._param_values = {}
         self._state_values = {}
-        env = Env(None, root, root.item)
-        fenv = Env(env)
+        fenv = Env(self.module_env(root))
         bound: dict[str, Dim] = {}
         for p in fn.params:
             if not isinstance(p.type, A.TensorType):
