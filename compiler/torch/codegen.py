@@ -56,7 +56,7 @@ class Emitter:
     dim_names: set[str] = field(default_factory=set)
 
     def fresh(self, hint: str) -> str:
-        base = re.sub(r"_\d+$", "", hint or "") or "t"
+        base = hint or "t"
         if keyword.iskeyword(base) or base in RESERVED or base in self.dim_names:
             base += "_"
         name, n = base, 0
@@ -67,7 +67,7 @@ class Emitter:
         return name
 
     def bind(self, v: Value, hint: str | None = None) -> str:
-        name = self.fresh(hint if hint is not None else v.name)
+        name = self.fresh(hint if hint is not None else (v.hint or v.name))
         self.names[id(v)] = name
         return name
 
@@ -153,8 +153,9 @@ class Emitter:
         name = op.attrs["name"]
         native = NATIVE.get(f"{name}@{self.numerics}") or NATIVE.get(name)
         if native is not None and self.numerics in native[0]:
-            expr = native[1](self, op)
-            return [f"{self.bind(op.result)} = {expr}  # {name}{self._shape_note(op)}"]
+            out = native[1](self, op)
+            stmts, expr = out if isinstance(out, tuple) else ([], out)
+            return stmts + [f"{self.bind(op.result)} = {expr}  # {name}{self._shape_note(op)}"]
         body = op.body
         for iv in body.inputs:
             self.names[id(iv)] = self.r(op.args[iv.name] if iv.name in op.args else None)
@@ -381,25 +382,32 @@ EMITTERS["const"] = lambda e, op: f"p[{('const:' + e.names[('const', id(op))])!r
 # ----------------------------------------------------------------------------- native composites
 
 
-def _grouped_attention(e: Emitter, op: Op) -> str:
+def _grouped_attention(e: Emitter, op: Op):
     """transformers' eager attention (matmul, scale, mask with the dtype's minimum, softmax,
     matmul) with the query heads of one KV head batched together instead of repeating the
-    keys and values: the same dot products, without copying the cache G times."""
+    keys and values (`repeat_kv`): the same dot products, without copying the cache G times."""
     q, k, v, mask = (op.args[n] for n in ("q", "k", "v", "mask"))
     b, h, s, d = (dim_text(x) for x in q.dims)
     hkv, t = dim_text(k.dims[1]), dim_text(k.dims[2])
     g = q.dims[1].as_int() // k.dims[1].as_int()
     qn, kn, vn, mn = e.r(q), e.r(k), e.r(v), e.r(mask)
     dtype = TORCH_DTYPES[q.dtype.name]
-    scores = f"({qn}.reshape({b}, {hkv}, {g} * {s}, {d}) @ {kn}.transpose(-2, -1)).reshape({b}, {h}, {s}, {t})"
-    scores = f"{scores} * {e.r(op.args['scale'])}"
-    masked = f"torch.where({mn}.unsqueeze(1), {scores}, torch.finfo({dtype}).min)"
-    probs = (
-        f"torch.softmax({masked}, dim=-1, dtype=torch.float32).to({dtype})"
-        if op.args.get("upcast")
-        else (f"torch.softmax({masked}, dim=-1)")
-    )
-    return f"({probs}.reshape({b}, {hkv}, {g} * {s}, {t}) @ {vn}).reshape({b}, {h}, {s}, {d})"
+    scores, probs = e.fresh("scores"), e.fresh("probs")
+    if g == 1:
+        lines = [f"{scores} = ({qn} @ {kn}.transpose(-2, -1)) * {e.r(op.args['scale'])}"]
+    else:
+        lines = [
+            f"{scores} = {qn}.reshape({b}, {hkv}, {g} * {s}, {d}) @ {kn}.transpose(-2, -1)  # {g} heads per KV head",
+            f"{scores} = {scores}.reshape({b}, {h}, {s}, {t}) * {e.r(op.args['scale'])}",
+        ]
+    lines.append(f"{scores} = torch.where({mn}.unsqueeze(1), {scores}, torch.finfo({dtype}).min)")
+    if op.args.get("upcast"):
+        lines.append(f"{probs} = torch.softmax({scores}, dim=-1, dtype=torch.float32).to({dtype})")
+    else:
+        lines.append(f"{probs} = torch.softmax({scores}, dim=-1)")
+    if g == 1:
+        return lines, f"{probs} @ {vn}"
+    return lines, f"({probs}.reshape({b}, {hkv}, {g} * {s}, {t}) @ {vn}).reshape({b}, {h}, {s}, {d})"
 
 
 def _last_dim(v: Value) -> str:
@@ -450,9 +458,16 @@ def function_source(g: Graph, numerics: str = "equivalent", constants: dict | No
     sig = ", ".join(format_tensor_type(v.type) for v in g.inputs)
     outs = ", ".join(format_tensor_type(v.type) for v in g.outputs)
     lines = [f"def {g.name}(p, {', '.join(args)}):", f'    """{sig} -> {outs}"""']
+    constants = {} if constants is None else constants
+    for op in _all_ops(g):
+        if op.name == "const":
+            e.names[("const", id(op))] = add_constant(constants, op.result.name or "c", op.attrs["value"])
+    body = ["    " + line for line in e.graph_lines(g)]
+    used = set(re.findall(r"[A-Za-z_]\w*", "\n".join(body) + " ".join(e.r(v) for v in g.outputs)))
     by_input: dict[int, list[tuple[int, str]]] = {}
     for name, (i, axis) in g.dim_sources.items():
-        by_input.setdefault(i, []).append((axis, name))
+        if name in used:
+            by_input.setdefault(i, []).append((axis, name))
     for i, dims in by_input.items():
         rank = g.inputs[i].rank
         if sorted(a for a, _ in dims) == list(range(rank)):
@@ -460,13 +475,9 @@ def function_source(g: Graph, numerics: str = "equivalent", constants: dict | No
         else:
             for axis, name in dims:
                 lines.append(f"    {name} = {args[i]}.shape[{axis}]")
-    lines.append(f"    device = {args[0]}.device")
-    constants = {} if constants is None else constants
-    for op in _all_ops(g):
-        if op.name == "const":
-            e.names[("const", id(op))] = add_constant(constants, op.result.name or "c", op.attrs["value"])
-    body = e.graph_lines(g)
-    lines += ["    " + line for line in body]
+    if "device" in used:
+        lines.append(f"    device = {args[0]}.device")
+    lines += body
     for path, v in g.state_updates.items():
         if v.producer is None or v.producer.name != "cache_write":
             raise CodegenError(f"state `{path}` is updated by `{v.producer.name}`; only cache_write updates in place")

@@ -25,6 +25,15 @@ from .passes import optimize
 from .verify import verify
 
 BOUND_PRESET = "linnet_loaded"
+# Keys of a checkpoint's config.json that describe the file, not the model: ignored silently.
+METADATA_KEYS = frozenset(
+    {
+        "architectures", "model_type", "torch_dtype", "dtype", "transformers_version", "bos_token_id",
+        "eos_token_id", "pad_token_id", "sep_token_id", "unk_token_id", "decoder_start_token_id", "_name_or_path",
+        "use_cache", "quantization_config", "auto_map", "task_specific_params", "id2label", "label2id",
+        "output_attentions", "output_hidden_states", "return_dict", "gradient_checkpointing",
+    }
+)  # fmt: skip
 
 
 class ProgramError(Exception):
@@ -42,6 +51,7 @@ class SourceInfo:
     config_type: str
     preset: str | None
     notes: list[str] = field(default_factory=list)
+    label: str | None = None  # the preset and the overrides bound into it, for headers
 
 
 def read_source(source: str | Path) -> tuple[str, str]:
@@ -101,13 +111,16 @@ def bind_config(info: SourceInfo, *overrides: dict[str, Any], labels: tuple[str,
     for i, values in enumerate(overrides):
         label = labels[i] if i < len(labels) else "overrides"
         for key, value in values.items():
+            if key in METADATA_KEYS and label != "--config":
+                continue
             text = _literal(globals_, info.config_type, key, value, notes, label)
             if text is not None:
                 inits[key] = text
-    body = ",\n".join(f"    {k} = {v}" for k, v in inits.items())
-    text = info.text.rstrip("\n") + f"\n\npreset {BOUND_PRESET} = {info.config_type} {{\n{body},\n}}\n"
+    body = "".join(f"    {k} = {v},\n" for k, v in inits.items())
+    text = info.text.rstrip("\n") + f"\n\npreset {BOUND_PRESET} = {info.config_type} {{\n{body}}}\n"
     bound = check_source(info.path, text, BOUND_PRESET)
     bound.notes = notes
+    bound.label = f"{info.preset or 'defaults'} + {' + '.join(lab for lab, o in zip(labels, overrides) if o)}"
     return bound
 
 
@@ -176,7 +189,7 @@ def lower_program(
         program = Program(
             info.path,
             analysis.model.name,
-            info.preset if info.preset != BOUND_PRESET else "(checkpoint)",
+            info.label or info.preset,
             DTYPES[dtype],
             max_batch,
             max_positions,

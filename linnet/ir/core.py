@@ -40,6 +40,7 @@ class Value:
     type: TensorT
     name: str = ""
     producer: "Op | None" = None
+    hint: str = ""  # the name before it was made unique
 
     @property
     def dims(self) -> tuple[Dim, ...]:
@@ -104,7 +105,8 @@ class Graph:
         taken: dict[str, int] = {}
 
         def fresh(v: Value) -> None:
-            base = _identifier(v.name) or "t"
+            v.hint = v.hint or v.name
+            base = _identifier(v.hint) or "t"
             n = taken.get(base, 0)
             taken[base] = n + 1
             v.name = base if n == 0 else f"{base}_{n}"
