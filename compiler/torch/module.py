@@ -7,9 +7,9 @@ buffers, and each entry is a method (`forward`, `step`) running the mode's code.
 are allocated empty; `linnet.runtimes` binds real weights with `bind`.
 
 Modes (ARCHITECTURE.md, "Backends"): "interpret" (the IR op by op), "generated" (the
-generated source, eager), "inductor" (the generated source under `torch.compile`, compiled
-once per input shape; the decode step's shapes never change), "cuda-graphs" (decode steps
-replayed as a CUDA graph; needs CUDA).
+generated source, eager), "inductor" (the generated source under `torch.compile`: the decode
+step compiled once, with static shapes that never change between steps; prefill eager),
+"cuda-graphs" (decode steps replayed as a CUDA graph; needs CUDA).
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ class LinnetModule(nn.Module):
         for name in self.program.entries:
             fn = namespace[name]
             if self.mode == "inductor":
-                fn = torch.compile(fn, fullgraph=True, dynamic=False)
+                fn = _decode_compiled(fn) if name == "step" else torch.compile(fn, fullgraph=True, dynamic=True)
             elif self.mode == "cuda-graphs" and name == "step":
                 fn = _CudaGraphStep(fn)
             self._entries[name] = fn
@@ -166,6 +166,20 @@ class LinnetModule(nn.Module):
 
     def step(self, input_ids, positions, rows):
         return self._entries["step"](self.tensors, input_ids, positions, rows)
+
+
+def _decode_compiled(fn: Callable) -> Callable:
+    """`step` with decode (S = 1) under torch.compile, static shapes, compiled once per batch
+    size; prefill (S > 1) runs the same generated code eagerly, so a new prompt length never
+    recompiles (prefill is matmul-bound: little for inductor to win)."""
+    compiled = torch.compile(fn, fullgraph=True, dynamic=False)
+
+    def step(p, input_ids, positions, rows):
+        if input_ids.shape[1] == 1:
+            return compiled(p, input_ids, positions, rows)
+        return fn(p, input_ids, positions, rows)
+
+    return step
 
 
 class _CudaGraphStep:

@@ -1,0 +1,70 @@
+"""`linnet ir`, `linnet torch`, `linnet run` and `linnet generate` as a user runs them."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+
+
+def run_cli(*args):
+    return subprocess.run(
+        [sys.executable, "-m", "linnet", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "NO_COLOR": "1", "PYTHONPATH": str(ROOT), "HOME": str(ROOT / ".venv")},
+    )
+
+
+def test_ir_prints_the_entry():
+    r = run_cli("ir", "examples/mlp.linnet", "--preset", "tiny", "--entry", "forward")
+    assert r.returncode == 0, r.stderr
+    assert "entry forward(%x: f32[B, 8]) -> (f32[B, 2])" in r.stdout
+    assert 'param "fc1.weight"' in r.stdout
+
+
+def test_ir_reports_a_bad_config_field():
+    r = run_cli("ir", "examples/llama.linnet", "--config", "num_attention_heads=7", "--preset", "smollm2_135m")
+    assert r.returncode == 1
+    assert "error[" in r.stderr and r.stdout == ""
+
+
+def test_torch_writes_a_module(tmp_path):
+    out = tmp_path / "model.py"
+    r = run_cli("torch", "examples/gpt2.linnet", "--config", "n_layer=1", "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    text = out.read_text()
+    compile(text, str(out), "exec")
+    imports = [line for line in text.splitlines() if re.match(r"(import \S+|from \S+ import )", line)]
+    assert imports == ["import torch", "import torch.nn.functional as F"]
+    assert "def forward(p, input_ids):" in text and "def step(p, input_ids, positions, rows):" in text
+
+
+@pytest.mark.torch
+def test_run_prints_shapes_that_agree_with_the_checker():
+    pytest.importorskip("torch")
+    r = run_cli("run", "examples/bert.linnet", "--preset", "all_minilm_l6_v2", "--batch", "2", "--seq", "5")
+    assert r.returncode == 0, r.stderr
+    assert "output [2, 5, 384] float32" in r.stdout
+    assert "disagreement" not in r.stdout
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_main_job_answers_from_the_embedded_checkpoint():
+    pytest.importorskip("torch")
+    r = run_cli("generate", "examples/llama.linnet", "--chat", "--prompt", "What is the capital of France?")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "The capital of France is Paris.\n"  # only the text on stdout
+    assert "time to first token" in r.stderr
+
+
+def test_generate_without_default_weights_is_a_clear_error():
+    r = run_cli("generate", "examples/gpt2.linnet", "--prompt", "hi")
+    assert r.returncode == 1
+    assert "names no default weights" in r.stderr and "--weights" in r.stderr
