@@ -27,6 +27,7 @@ from linnet.ir.build import (
     read_source,
 )
 from linnet.ir.core import Program
+from linnet.syntax import ast as A
 
 from .checkpoints import Checkpoint, CheckpointError, open_checkpoint
 
@@ -90,7 +91,8 @@ def prepare(
         notes: list[str] = []
         if weights is not None:
             checkpoint = open_checkpoint(weights)
-            info = bind_config(info, checkpoint.config, config or {}, labels=(f"{weights} config", "--config"))
+            ckpt_config = _drop_unset(info, checkpoint.config)
+            info = bind_config(info, ckpt_config, config or {}, labels=(f"{weights} config", "--config"))
         else:
             info = bind_config(info, config or {}, labels=("--config",))
         notes += info.notes
@@ -101,6 +103,22 @@ def prepare(
     if checkpoint is not None:
         prepared.plan = match_weights(program, checkpoint, prepared.notes)
     return prepared
+
+
+def _drop_unset(info: SourceInfo, config: dict[str, Any]) -> dict[str, Any]:
+    """The checkpoint config without the `null`s of fields the source declares non-optional with a default:
+    transformers writes `null` for a field it leaves to its default (GPT-2's `n_inner`, meaning 4 * n_embd),
+    so the preset's value or the source's default stands."""
+    item = info.analysis.globals(info.config_type)
+    fields = {f.name.id: f for f in item.ast.fields if isinstance(f, A.ConfigField)} if item is not None else {}
+
+    def unset(key: str, value: Any) -> bool:
+        f = fields.get(key)
+        if value is not None or f is None or f.default is None:
+            return False
+        return not (isinstance(f.type, A.NamedType) and f.type.optional)
+
+    return {k: v for k, v in config.items() if not unset(k, v)}
 
 
 def match_weights(program: Program, ckpt: Checkpoint, notes: list[str]) -> dict[str, str]:

