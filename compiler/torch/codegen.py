@@ -13,16 +13,23 @@ norm, tanh GELU); otherwise its body, op by op, in transformers' op order.
 
 from __future__ import annotations
 
-import builtins
-import keyword
 import re
-from dataclasses import dataclass, field
 from typing import Callable
 
 from linnet.ir.core import Graph, Op, Program, Value, format_tensor_type
+from linnet.ir.render import (
+    GraphEmitter,
+    RenderError,
+    add_constant,
+    all_ops,
+    dim_text,
+    dims_text,
+    index_text,
+    np_dtype_name,
+    python_reserved,
+)
 from linnet.ops.rearrange import rearrange_plan
-from linnet.semantics.dims import Dim, format_dim
-from linnet.semantics.types import DType
+from linnet.semantics.dims import Dim
 
 TORCH_DTYPES = {
     "f64": "torch.float64",
@@ -34,82 +41,21 @@ TORCH_DTYPES = {
     "bool": "torch.bool",
 }
 NUMERICS = ("equivalent", "fast")
-RESERVED = {"torch", "F", "p", "device", "math"} | set(dir(builtins))
+RESERVED = python_reserved("torch", "F", "p", "device", "math")
 
 
-class CodegenError(Exception):
+class CodegenError(RenderError):
     """An op or argument the PyTorch backend cannot express (names the op)."""
 
 
 # ----------------------------------------------------------------------------- rendering
 
 
-@dataclass
-class Emitter:
-    """Emits the statements of one graph. `names` maps value ids to Python names."""
+class Emitter(GraphEmitter):
+    """Emits the PyTorch statements of one graph (tables below; machinery in linnet.ir.render)."""
 
-    numerics: str = "equivalent"
-    names: dict[int, str] = field(default_factory=dict)
-    taken: set[str] = field(default_factory=set)
-    uses: dict[int, int] = field(default_factory=dict)
-    skipped: set[int] = field(default_factory=set)
-    dim_names: set[str] = field(default_factory=set)
-
-    def fresh(self, hint: str) -> str:
-        base = hint or "t"
-        if keyword.iskeyword(base) or base in RESERVED or base in self.dim_names:
-            base += "_"
-        name, n = base, 0
-        while name in self.taken:
-            n += 1
-            name = f"{base}_{n}"
-        self.taken.add(name)
-        return name
-
-    def bind(self, v: Value, hint: str | None = None) -> str:
-        name = self.fresh(hint if hint is not None else (v.hint or v.name))
-        self.names[id(v)] = name
-        return name
-
-    def r(self, v) -> str:
-        """Render an argument as Python text."""
-        if isinstance(v, Value):
-            try:
-                return self.names[id(v)]
-            except KeyError:
-                raise CodegenError(f"%{v.name} is used before it is defined") from None
-        if isinstance(v, Dim):
-            return dim_text(v)
-        if isinstance(v, bool):
-            return "True" if v else "False"
-        if isinstance(v, DType):
-            return TORCH_DTYPES[v.name]
-        if isinstance(v, float):
-            return repr(v)
-        if isinstance(v, (list, tuple)):
-            return "[" + ", ".join(self.r(x) for x in v) + "]"
-        if v is None:
-            return "None"
-        return repr(v)
-
-    def count_uses(self, g: Graph) -> None:
-        for op in g.ops:
-            for v in op.inputs():
-                self.uses[id(v)] = self.uses.get(id(v), 0) + 1
-        for v in list(g.outputs) + list(g.state_updates.values()):
-            self.uses[id(v)] = self.uses.get(id(v), 0) + 1
-
-    # ----- graphs
-    def graph_lines(self, g: Graph) -> list[str]:
-        """Statements computing `g`'s ops (inputs must already be named)."""
-        self.count_uses(g)
+    def prepare_graph(self, g: Graph) -> None:
         self._mark_linear(g)
-        lines: list[str] = []
-        for op in g.ops:
-            if id(op) in self.skipped:
-                continue
-            lines += self.op_lines(op)
-        return lines
 
     def _mark_linear(self, g: Graph) -> None:
         """`x @ transpose(w)` with a 2-d `w` used once is `F.linear(x, w)`, as nn.Linear runs it."""
@@ -128,62 +74,11 @@ class Emitter:
                 self.skipped.add(id(t))
                 op.attrs["linear_weight"] = t.args["x"]
 
-    def op_lines(self, op: Op) -> list[str]:
-        if op.name == "composite":
-            return self.composite_lines(op)
-        emit = EMITTERS.get(op.name)
-        if emit is None:
-            raise CodegenError(f"the PyTorch backend has no lowering for `{op.name}`")
-        out = emit(self, op)
-        stmts, expr = out if isinstance(out, tuple) else ([], out)
-        results = op.results
-        if len(results) == 1:
-            lhs = self.bind(results[0])
-        else:
-            lhs = ", ".join(self.bind(v) for v in results)
-        comment = self.comment(op)
-        return stmts + [f"{lhs} = {expr}{comment}"]
 
-    def comment(self, op: Op) -> str:
-        if op.name in ("reshape", "rearrange", "expand", "permute", "transpose", "squeeze", "unsqueeze", "concat"):
-            return f"  # {shape_text(op.result)}"
-        return ""
-
-    def composite_lines(self, op: Op) -> list[str]:
-        name = op.attrs["name"]
-        native = NATIVE.get(f"{name}@{self.numerics}") or NATIVE.get(name)
-        if native is not None and self.numerics in native[0]:
-            out = native[1](self, op)
-            stmts, expr = out if isinstance(out, tuple) else ([], out)
-            return stmts + [f"{self.bind(op.result)} = {expr}  # {name}{self._shape_note(op)}"]
-        body = op.body
-        for iv in body.inputs:
-            self.names[id(iv)] = self.r(op.args[iv.name] if iv.name in op.args else None)
-        lines = [f"# {name}({', '.join(self.r(op.args[k]) for k in op.args if isinstance(op.args[k], Value))})"]
-        lines += self.graph_lines(body)
-        for outer, inner in zip(op.results, body.outputs):
-            self.names[id(outer)] = self.r(inner)
-        return lines
-
-    def _shape_note(self, op: Op) -> str:
-        return f": {shape_text(op.result)}"
-
-
-def dim_text(d: Dim) -> str:
-    n = d.as_int()
-    if n is not None:
-        return str(n)
-    return format_dim(d)
-
-
-def shape_text(v: Value) -> str:
-    return "[" + ", ".join(dim_text(d) for d in v.dims) + "]"
-
-
-def _index(rank: int, dim: int, item: str) -> str:
-    """`x[:, :, item]` addressing one dim."""
-    dim = dim if dim >= 0 else rank + dim
-    return ", ".join([":"] * dim + [item])
+_index = index_text
+_dims = dims_text
+_all_ops = all_ops
+_np_name = np_dtype_name
 
 
 # ----------------------------------------------------------------------------- op emitters
@@ -285,11 +180,6 @@ EMITTERS["repeat_interleave"] = lambda e, op: (
 EMITTERS["cast"] = lambda e, op: f"{e.r(op.args['x'])}.to({e.r(op.args['dtype'])})"
 
 
-def _dims(dims, as_list: bool = False) -> str:
-    text = ", ".join(dim_text(d) if isinstance(d, Dim) else str(d) for d in dims)
-    return f"[{text}]" if as_list else text
-
-
 def _rearrange(e: Emitter, op: Op) -> str:
     x: Value = op.args["x"]
     expanded, perm, out = rearrange_plan(list(x.dims), op.args["pattern"], dict(op.args["sizes"]))
@@ -364,13 +254,18 @@ EMITTERS["min_value"] = lambda e, op: (
 
 def _cache_write(e: Emitter, op: Op):
     """In place: row `rows[b]`, positions `positions[b] + 0..S-1` (the verifier guarantees the
-    old cache value is not read again)."""
+    old cache value is not read again). The index tensors are made once per step."""
     cache, rows, positions, new = (e.r(op.args[k]) for k in ("cache", "rows", "positions", "new"))
     s = dim_text(op.args["new"].dims[2])
-    stmt = (
-        f"{cache}[{rows}[:, None], :, {positions}[:, None] + torch.arange({s}, device=device)] = {new}.transpose(1, 2)"
-    )
-    return [stmt], cache
+    stmts = []
+    key = ("cache_index", rows, positions, s)
+    if key not in e.names:
+        r, t = e.fresh("row_index"), e.fresh("position_index")
+        stmts += [f"{r} = {rows}[:, None]", f"{t} = {positions}[:, None] + torch.arange({s}, device=device)"]
+        e.names[key] = (r, t)
+    r, t = e.names[key]
+    stmts.append(f"{cache}[{r}, :, {t}] = {new}.transpose(1, 2)")
+    return stmts, cache
 
 
 EMITTERS["cache_write"] = _cache_write
@@ -486,27 +381,6 @@ def function_source(g: Graph, numerics: str = "equivalent", constants: dict | No
     return "\n".join(lines)
 
 
-def add_constant(constants: dict, hint: str, value) -> str:
-    """The key of `value` in `constants` (without the `const:` prefix), added if new."""
-    for k, v in constants.items():
-        if v.dtype == value.dtype and v.shape == value.shape and (v == value).all():
-            return k.split(":", 1)[1]
-    base = re.sub(r"_\d+$", "", hint) or "c"
-    key, n = base, 0
-    while f"const:{key}" in constants:
-        n += 1
-        key = f"{base}_{n}"
-    constants[f"const:{key}"] = value
-    return key
-
-
-def _all_ops(g: Graph):
-    for op in g.ops:
-        yield op
-        if op.body is not None:
-            yield from _all_ops(op.body)
-
-
 def generate(program: Program, numerics: str = "equivalent") -> str:
     """A Python module with one function per entry, each `f(p, *inputs)` where `p` maps
     checkpoint names (and `const:` keys) to tensors. Imports only torch."""
@@ -539,7 +413,9 @@ def generate(program: Program, numerics: str = "equivalent") -> str:
     return "\n".join(head + [""] + ["\n" + f + "\n" for f in funcs]).rstrip() + "\n"
 
 
-def _np_name(v) -> str:
-    return {"float64": "f64", "float32": "f32", "float16": "f16", "int64": "i64", "int32": "i32", "bool": "bool"}[
-        str(v.dtype)
-    ]
+Emitter.dtypes = TORCH_DTYPES
+Emitter.emitters = EMITTERS
+Emitter.native = NATIVE
+Emitter.reserved = RESERVED
+Emitter.backend = "PyTorch"
+Emitter.error = CodegenError

@@ -111,10 +111,12 @@ def step(p, input_ids, positions, rows):
     k_1 = k.reshape(B, S, 2, 8).transpose(1, 2)  # [B, 2, S, 8]
     v_1 = v.reshape(B, S, 2, 8).transpose(1, 2)  # [B, 2, S, 8]
     l0_k_cache = p['transformer.h.0.attn.k_cache']
-    l0_k_cache[rows[:, None], :, positions[:, None] + torch.arange(S, device=device)] = k_1.transpose(1, 2)
+    row_index = rows[:, None]
+    position_index = positions[:, None] + torch.arange(S, device=device)
+    l0_k_cache[row_index, :, position_index] = k_1.transpose(1, 2)
     k_cache = l0_k_cache
     l0_v_cache = p['transformer.h.0.attn.v_cache']
-    l0_v_cache[rows[:, None], :, positions[:, None] + torch.arange(S, device=device)] = v_1.transpose(1, 2)
+    l0_v_cache[row_index, :, position_index] = v_1.transpose(1, 2)
     v_cache = l0_v_cache
     t_10 = k_cache.expand(B, 2, 16, 8)
     t_11 = v_cache.expand(B, 2, 16, 8)

@@ -222,10 +222,12 @@ def step(p, input_ids, positions, rows):
     t_24 = t_22 * t_17
     k_1 = t_20 + t_24
     l0_k_cache = p['model.layers.0.self_attn.k_cache']
-    l0_k_cache[rows[:, None], :, positions[:, None] + torch.arange(S, device=device)] = k_1.transpose(1, 2)
+    row_index = rows[:, None]
+    position_index = positions[:, None] + torch.arange(S, device=device)
+    l0_k_cache[row_index, :, position_index] = k_1.transpose(1, 2)
     k_cache = l0_k_cache
     l0_v_cache = p['model.layers.0.self_attn.v_cache']
-    l0_v_cache[rows[:, None], :, positions[:, None] + torch.arange(S, device=device)] = v.transpose(1, 2)
+    l0_v_cache[row_index, :, position_index] = v.transpose(1, 2)
     v_cache = l0_v_cache
     t_25 = k_cache.expand(B, 2, 16, 8)
     t_26 = v_cache.expand(B, 2, 16, 8)
@@ -287,10 +289,10 @@ def step(p, input_ids, positions, rows):
     t_47 = t_45 * t_17
     k_3 = t_43 + t_47
     l1_k_cache = p['model.layers.1.self_attn.k_cache']
-    l1_k_cache[rows[:, None], :, positions[:, None] + torch.arange(S, device=device)] = k_3.transpose(1, 2)
+    l1_k_cache[row_index, :, position_index] = k_3.transpose(1, 2)
     k_cache_1 = l1_k_cache
     l1_v_cache = p['model.layers.1.self_attn.v_cache']
-    l1_v_cache[rows[:, None], :, positions[:, None] + torch.arange(S, device=device)] = v_1.transpose(1, 2)
+    l1_v_cache[row_index, :, position_index] = v_1.transpose(1, 2)
     v_cache_1 = l1_v_cache
     t_48 = k_cache_1.expand(B, 2, 16, 8)
     t_49 = v_cache_1.expand(B, 2, 16, 8)

@@ -1,0 +1,152 @@
+"""A Core IR program as jitted JAX functions, or as StableHLO through `jax.export`.
+
+`compile_program(program, numerics=...)` executes the generated source (`codegen.generate`)
+and returns a `JaxProgram`: per entry, a pure function `(params, state, *inputs)` returning
+the outputs and, for an entry that writes state, the new state (`entry_fn`), and its
+`jax.jit` with the state donated (`jitted`), so XLA writes the KV cache in place.
+`export_entry(...)` exports one entry with symbolic batch and sequence dims; `exported_fn`
+runs an `Exported` (fresh or deserialized) with the same calling convention.
+
+Parameters and state are arguments, never constants: the folded constants of the IR (a few
+small arrays, such as the rotary exponents) are the only values baked into a trace.
+
+Integer inputs and indices are i64, as in the IR: this module turns on `jax_enable_x64`
+(process-wide; f32 stays f32, since Python scalars are weakly typed).
+"""
+
+from __future__ import annotations
+
+import linecache
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from linnet.ir.core import Graph, Program
+from linnet.ir.render import dim_text
+
+from .codegen import JAX_DTYPES, NUMERICS, generate
+
+MODES = ("generated", "stablehlo")
+
+
+class BackendError(Exception):
+    """A mode or device this backend cannot run, or a bad argument."""
+
+
+def enable_x64() -> None:
+    if not jax.config.jax_enable_x64:
+        jax.config.update("jax_enable_x64", True)
+
+
+def jax_dtype(name: str):
+    return getattr(jnp, JAX_DTYPES[name].split(".")[1])
+
+
+@dataclass
+class JaxProgram:
+    """The generated functions of a program (see the module docstring)."""
+
+    program: Program
+    numerics: str
+    source: str
+    namespace: dict = field(repr=False)
+    constants: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def stateful(self, name: str) -> bool:
+        return bool(self.program.entries[name].state_updates)
+
+    def entry_fn(self, name: str) -> Callable:
+        """`f(params, state, *inputs)`: outputs (a value or a tuple), and for an entry that writes
+        state `(outputs, new_state)`. The new state has every state tensor (unwritten ones passed
+        through), so it can replace the old dict."""
+        if name not in self.program.entries:
+            raise KeyError(f"no entry `{name}` (entries: {', '.join(self.program.entries)})")
+        fn = self.namespace[name]
+        consts = self.namespace["constants"]
+        stateful = self.stateful(name)
+
+        def run(params, state, *inputs):
+            p = {**params, **state, **consts()}  # constants are made inside the trace: small literals
+            out = fn(p, *inputs)
+            if not stateful:
+                return out
+            *outs, new = out
+            outs = outs[0] if len(outs) == 1 else tuple(outs)
+            return outs, {k: new.get(k, v) for k, v in state.items()}
+
+        run.__name__ = name
+        return run
+
+    def jitted(self, name: str) -> Callable:
+        """The entry under `jax.jit`, the state (argument 1) donated when the entry writes it."""
+        return jax.jit(self.entry_fn(name), donate_argnums=(1,) if self.stateful(name) else ())
+
+
+def compile_program(program: Program, numerics: str = "equivalent") -> JaxProgram:
+    """The program's generated JAX, executed (nothing is traced or compiled yet)."""
+    if numerics not in NUMERICS:
+        raise BackendError(f"numerics must be one of {', '.join(NUMERICS)}, got {numerics!r}")
+    enable_x64()
+    source = generate(program, numerics)
+    filename = f"<linnet generated jax: {program.source}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)  # tracebacks show it
+    namespace: dict = {"__name__": "linnet_generated_jax"}
+    exec(compile(source, filename, "exec"), namespace)
+    return JaxProgram(program, numerics, source, namespace)
+
+
+# ----------------------------------------------------------------------------- StableHLO
+
+
+def param_specs(program: Program) -> tuple[dict, dict]:
+    """ShapeDtypeStructs of the parameters and the state, by checkpoint name."""
+    params = {t.path: jax.ShapeDtypeStruct(t.shape, jax_dtype(t.type.dtype.name)) for t in program.params}
+    state = {t.path: jax.ShapeDtypeStruct(t.shape, jax_dtype(t.type.dtype.name)) for t in program.state}
+    return params, state
+
+
+def input_specs(graph: Graph, scope=None) -> list:
+    """ShapeDtypeStructs of an entry's inputs, with its dims (`B`, `S`) symbolic."""
+    scope = scope or jax.export.SymbolicScope()
+    specs = []
+    for v in graph.inputs:
+        text = ", ".join(dim_text(d) for d in v.dims)
+        shape = jax.export.symbolic_shape(text, scope=scope) if graph.dim_vars else tuple(d.as_int() for d in v.dims)
+        specs.append(jax.ShapeDtypeStruct(shape, jax_dtype(v.dtype.name)))
+    return specs
+
+
+def export_entry(compiled: JaxProgram, name: str, platforms: list[str] | None = None):
+    """Entry `name` as a `jax.export.Exported`: arguments `(params, state, *inputs)` (params
+    and state as dicts by checkpoint name), batch and sequence dims symbolic. The weights are
+    arguments; nothing but the small folded constants is in the artifact."""
+    enable_x64()
+    graph = compiled.program.entries[name]
+    params, state = param_specs(compiled.program)
+    fn = compiled.jitted(name)
+    return jax.export.export(fn, platforms=platforms)(params, state, *input_specs(graph))
+
+
+def exported_fn(exported, stateful: bool) -> Callable:
+    """A jitted `f(params, state, *inputs)` running `exported` (the state donated when the entry
+    writes it). Each new input shape is a new specialisation of the artifact (one compile)."""
+    enable_x64()
+    return jax.jit(exported.call, donate_argnums=(1,) if stateful else ())
+
+
+def exported_signature(exported) -> tuple[dict, dict, list]:
+    """(params, state, inputs) of an exported entry, as ShapeDtypeStructs (params and state by
+    checkpoint name), read from the artifact alone."""
+    args, _ = jax.tree_util.tree_unflatten(exported.in_tree, list(exported.in_avals))
+    params, state, *inputs = args
+    return params, state, inputs
+
+
+def zeros_like_specs(specs: dict, device=None) -> dict:
+    out = {}
+    for k, s in specs.items():
+        out[k] = jax.device_put(np.zeros(s.shape, dtype=s.dtype), device)
+    return out
