@@ -1,7 +1,8 @@
-"""`linnet ir`, `linnet torch`, `linnet run` and `linnet generate`.
+"""`linnet ir`, `linnet torch`, `linnet jax`, `linnet stablehlo`, `linnet run` and `linnet generate`.
 
-Like the rest of the CLI these import lazily: `ir` and `torch` need the front end and the
-code generator (no torch); `run` and `generate` load a backend.
+Like the rest of the CLI these import lazily: `ir`, `torch` and `jax` need the front end and
+the code generator (no framework); `stablehlo` needs jax; `run` and `generate` load a backend
+(`--backend`: the PyTorch modes, `jax` or `xla`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from pathlib import Path
 
 EXIT_OK, EXIT_ERRORS, EXIT_USAGE = 0, 1, 2
 TORCH_BACKENDS = ("torch-interpret", "torch", "torch-compile", "cuda-graphs")
+JAX_BACKENDS = ("jax", "xla")
+BACKENDS = TORCH_BACKENDS + JAX_BACKENDS
 
 
 def parse_config(items: list[str] | None) -> dict:
@@ -97,7 +100,78 @@ def cmd_torch(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_jax(args: argparse.Namespace) -> int:
+    from .compiler.jax.codegen import CodegenError, generate
+    from .ir import ProgramError
+
+    try:
+        program = _build(args)
+        text = generate(program, args.numerics)
+    except (ProgramError, CodegenError, ValueError, OSError) as err:
+        return _fail("jax", err)
+    _write(text, args.output)
+    return EXIT_OK
+
+
+def cmd_stablehlo(args: argparse.Namespace) -> int:
+    """The entry as StableHLO text (`-o` or stdout) and, with `--serialized`, the serialized
+    `jax.export` artifact plus a JSON sidecar (entry, max_batch, max_positions, dtype)."""
+    from .compiler.jax.codegen import CodegenError
+    from .ir import ProgramError
+
+    try:
+        from .compiler.jax.module import BackendError, compile_program, export_entry
+    except ImportError as err:
+        return _fail("stablehlo", ImportError(f"needs jax ({err}); pip install linnet[jax]"))
+    try:
+        program = _build(args)
+        entry = args.entry or next(iter(program.entries))
+        if entry not in program.entries:
+            raise ValueError(f"no entry `{entry}` (entries: {', '.join(program.entries)})")
+        exported = export_entry(compile_program(program, args.numerics), entry, platforms=args.platform)
+    except (ProgramError, CodegenError, BackendError, ValueError, OSError) as err:
+        return _fail("stablehlo", err)
+    if args.serialized:
+        from .runtimes.jax_backend import save_exported
+
+        meta = {
+            "entry": entry,
+            "source": args.file,
+            "model": program.model,
+            "preset": program.preset,
+            "dtype": program.dtype.name,
+            "numerics": args.numerics,
+            "max_batch": program.max_batch,
+            "max_positions": program.max_positions,
+            "inputs": [v.name for v in program.entries[entry].inputs],
+            "platforms": list(exported.platforms),
+        }
+        for path in save_exported(exported, args.serialized, meta):
+            print(f"wrote {path}", file=sys.stderr)
+    if args.output or not args.serialized:
+        _write(exported.mlir_module(), args.output)
+    return EXIT_OK
+
+
 def _load(args: argparse.Namespace, cmd: str, random_weights: bool):
+    if args.backend in JAX_BACKENDS:
+        from .runtimes.jax_backend import BACKEND_MODES as JAX_MODES
+        from .runtimes.jax_backend import load as jax_load
+
+        return jax_load(
+            args.file,
+            args.weights,
+            preset=args.preset,
+            config=parse_config(args.config),
+            dtype=args.dtype,
+            numerics=args.numerics,
+            device=args.device,
+            max_batch=args.max_batch,
+            max_positions=args.max_positions,
+            mode=JAX_MODES[args.backend],
+            random_weights=random_weights,
+            progress=sys.stderr.isatty(),
+        )
     from .runtimes.torch_backend import BACKEND_MODES, load
 
     return load(
@@ -116,10 +190,13 @@ def _load(args: argparse.Namespace, cmd: str, random_weights: bool):
     )
 
 
-def _load_errors():
-    from .compiler.torch.module import BackendError
+def _load_errors(backend: str = "torch"):
     from .runtimes.loading import LoadError
 
+    if backend in JAX_BACKENDS:
+        from .compiler.jax.module import BackendError
+    else:
+        from .compiler.torch.module import BackendError
     return (LoadError, BackendError, ValueError, OSError)
 
 
@@ -141,7 +218,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     try:
         model = _load(args, "generate", random_weights=False)
-    except _load_errors() as err:
+    except _load_errors(args.backend) as err:
         return _fail("generate", err)
     for note in model.notes:
         print(f"note: {note}", file=sys.stderr)
@@ -194,11 +271,11 @@ def _token_text(tok, token_id):
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    import torch
+    import numpy as np
 
     try:
         model = _load(args, "run", random_weights=args.weights is None)
-    except _load_errors() as err:
+    except _load_errors(args.backend) as err:
         return _fail("run", err)
     program = model.program
     entry = args.entry or next(iter(program.entries))
@@ -206,50 +283,71 @@ def cmd_run(args: argparse.Namespace) -> int:
         return _fail("run", KeyError(f"no entry `{entry}` (entries: {', '.join(program.entries)})"))
     graph = program.entries[entry]
     sizes = {"B": args.batch, "S": args.seq}
-    gen = torch.Generator().manual_seed(args.seed)
+    rng = np.random.default_rng(args.seed)
     vocab = program.config.get("vocab_size", 100)
     inputs = []
     for v in graph.inputs:
         shape = [_concrete(d, sizes) for d in v.dims]
         if v.dtype.name == "i64":
             if v.name == "input_ids":
-                t = torch.randint(0, int(vocab), shape, generator=gen)
+                a = rng.integers(0, int(vocab), shape, dtype=np.int64)
             elif v.name == "rows":
-                t = torch.arange(shape[0])
+                a = np.arange(shape[0], dtype=np.int64)
             elif v.name == "attention_mask":
-                t = torch.ones(shape, dtype=torch.int64)
+                a = np.ones(shape, dtype=np.int64)
             else:
-                t = torch.zeros(shape, dtype=torch.int64)
+                a = np.zeros(shape, dtype=np.int64)
         elif v.dtype.name == "bool":
-            t = torch.ones(shape, dtype=torch.bool)
+            a = np.ones(shape, dtype=np.bool_)
         else:
-            t = torch.randn(shape, generator=gen)
-        inputs.append(t.to(args.device))
-    fn = model.module.entry(entry)
-    with torch.inference_mode():
-        fn(*inputs)  # warm-up
-        t0 = time.perf_counter()
-        out = fn(*inputs)
-        elapsed = time.perf_counter() - t0
-    outs = out if isinstance(out, tuple) else (out,)
+            a = rng.standard_normal(shape).astype(np.float32)
+        inputs.append(a)
+    outs, elapsed = _run_entry(model, args, entry, inputs)
     weights = model.prepared.weights or "random weights"
     print(
         f"{args.file}: entry {entry} ({args.backend}, {weights}), inputs "
-        + ", ".join(f"{v.name}{list(t.shape)}" for v, t in zip(graph.inputs, inputs))
+        + ", ".join(f"{v.name}{list(a.shape)}" for v, a in zip(graph.inputs, inputs))
     )
     status = EXIT_OK
-    for v, t in zip(graph.outputs, outs):
+    for v, (shape, dtype, f) in zip(graph.outputs, outs):
         expected = [_concrete(d, sizes) for d in v.dims]
-        f = t.float()
         print(
-            f"  output {list(t.shape)} {str(t.dtype).replace('torch.', '')}: mean {f.mean().item():.6g}, "
-            f"std {f.std().item():.6g}, min {f.min().item():.6g}, max {f.max().item():.6g}"
+            f"  output {shape} {dtype}: mean {f.mean():.6g}, "
+            f"std {f.std(ddof=1) if f.size > 1 else 0.0:.6g}, min {f.min():.6g}, max {f.max():.6g}"
         )
-        if list(t.shape) != expected:
-            print(f"  disagreement: the checker says {expected}, the runtime gave {list(t.shape)}")
+        if shape != expected:
+            print(f"  disagreement: the checker says {expected}, the runtime gave {shape}")
             status = EXIT_ERRORS
     print(f"  time {elapsed * 1000:.2f} ms (after one warm-up call)")
     return status
+
+
+def _run_entry(model, args, entry: str, inputs: list):
+    """Run `entry` once to warm up (compile), then time one call. Returns ([(shape, dtype name,
+    f64 numpy values)] per output, seconds)."""
+    import numpy as np
+
+    if args.backend in JAX_BACKENDS:
+        import jax
+
+        fn = model.entry(entry)
+        jax.block_until_ready(fn(*inputs))  # warm-up (compiles)
+        t0 = time.perf_counter()
+        out = jax.block_until_ready(fn(*inputs))
+        elapsed = time.perf_counter() - t0
+        outs = out if isinstance(out, tuple) else (out,)
+        return [(list(o.shape), str(o.dtype), np.asarray(o, dtype=np.float64)) for o in outs], elapsed
+    import torch
+
+    tensors = [torch.from_numpy(a).to(args.device) for a in inputs]
+    fn = model.module.entry(entry)
+    with torch.inference_mode():
+        fn(*tensors)  # warm-up
+        t0 = time.perf_counter()
+        out = fn(*tensors)
+        elapsed = time.perf_counter() - t0
+    outs = out if isinstance(out, tuple) else (out,)
+    return [(list(t.shape), str(t.dtype).replace("torch.", ""), t.double().cpu().numpy()) for t in outs], elapsed
 
 
 def _concrete(d, sizes: dict) -> int:
@@ -276,10 +374,30 @@ def register(sub) -> None:
     tor.add_argument("-o", "--output", metavar="OUT")
     tor.set_defaults(func=cmd_torch)
 
+    jx = sub.add_parser("jax", help="emit the model as JAX source")
+    add_common(jx, weights=False)
+    jx.add_argument("--numerics", choices=("equivalent", "fast"), default="equivalent")
+    jx.add_argument("-o", "--output", metavar="OUT")
+    jx.set_defaults(func=cmd_jax)
+
+    hlo = sub.add_parser("stablehlo", help="export an entry as StableHLO through jax.export (needs jax)")
+    add_common(hlo, weights=False)
+    hlo.add_argument("--numerics", choices=("equivalent", "fast"), default="equivalent")
+    hlo.add_argument("--entry", metavar="NAME", help="the entry to export (default: the first)")
+    hlo.add_argument("-o", "--output", metavar="OUT", help="the StableHLO text (.mlir); stdout without --serialized")
+    hlo.add_argument("--serialized", metavar="OUT", help="the serialized artifact (plus OUT.json) for load_exported")
+    hlo.add_argument(
+        "--platform",
+        action="append",
+        choices=("cpu", "cuda", "rocm", "tpu"),
+        help="target platform(s) (default: this machine's)",
+    )
+    hlo.set_defaults(func=cmd_stablehlo)
+
     run = sub.add_parser("run", help="run an entry on random inputs (and random weights unless --weights)")
     add_common(run)
     run.add_argument("--entry", metavar="NAME")
-    run.add_argument("--backend", choices=TORCH_BACKENDS, default="torch")
+    run.add_argument("--backend", choices=BACKENDS, default="torch")
     run.add_argument("--batch", type=int, default=1, help="B of the random inputs (1)")
     run.add_argument("--seq", type=int, default=8, help="S of the random inputs (8)")
     run.add_argument("--seed", type=int, default=0)
@@ -294,5 +412,5 @@ def register(sub) -> None:
     gen.add_argument("--top-k", type=int, default=0)
     gen.add_argument("--top-p", type=float, default=1.0)
     gen.add_argument("--seed", type=int, default=None)
-    gen.add_argument("--backend", choices=TORCH_BACKENDS, default="torch")
+    gen.add_argument("--backend", choices=BACKENDS, default="torch")
     gen.set_defaults(func=cmd_generate)

@@ -336,9 +336,8 @@ def _grouped_attention(e: Emitter, op: Op):
         lines.append(f"{probs} = jax.nn.softmax({scores}, axis=-1)")
     if g == 1:
         return lines, f"jnp.matmul({probs}, {vn}, precision=PRECISION)"
-    return lines, (
-        f"jnp.matmul({probs}.reshape({b}, {hkv}, {g} * {s}, {t}), {vn}, precision=PRECISION).reshape({b}, {h}, {s}, {d})"
-    )
+    grouped = f"{probs}.reshape({b}, {hkv}, {g} * {s}, {t})"
+    return lines, f"jnp.matmul({grouped}, {vn}, precision=PRECISION).reshape({b}, {h}, {s}, {d})"
 
 
 NATIVE: dict[str, tuple[tuple[str, ...], Callable[[Emitter, Op], "str | tuple[list[str], str]"]]] = {

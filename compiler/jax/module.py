@@ -126,6 +126,7 @@ def export_entry(compiled: JaxProgram, name: str, platforms: list[str] | None = 
     enable_x64()
     graph = compiled.program.entries[name]
     params, state = param_specs(compiled.program)
+    state = state if compiled.stateful(name) else {}  # an entry that writes no state takes none
     fn = compiled.jitted(name)
     return jax.export.export(fn, platforms=platforms)(params, state, *input_specs(graph))
 

@@ -1,0 +1,30 @@
+"""`linnet.jax`: load a Linnet source for JAX/XLA (imports jax lazily, on first use).
+
+`load(source, weights=None, preset=None, config=None, dtype="f32", numerics="equivalent",
+device="cpu", max_batch=1, max_positions=768, mode="generated"|"stablehlo")` returns a
+`JaxModel` whose entries (`forward`, `step`) are attributes, with `params` (by checkpoint
+name) and the threaded, donated KV cache in `state`. `load_exported(path, params=...|weights=...)`
+runs a serialized StableHLO artifact without its source. See `linnet.runtimes.jax_backend`.
+"""
+
+from __future__ import annotations
+
+
+def load(source, weights=None, **kwargs):
+    from linnet.runtimes.jax_backend import load as _load
+
+    return _load(source, weights, **kwargs)
+
+
+def load_exported(path, params=None, weights=None, device="cpu"):
+    from linnet.runtimes.jax_backend import load_exported as _load_exported
+
+    return _load_exported(path, params=params, weights=weights, device=device)
+
+
+def generate_source(source, preset=None, config=None, dtype="f32", numerics="equivalent", **kwargs) -> str:
+    """The generated JAX module for `source` as text (what `linnet jax` writes)."""
+    from linnet.compiler.jax.codegen import generate
+    from linnet.ir import build
+
+    return generate(build(source, preset=preset, config=config, dtype=dtype, **kwargs), numerics)

@@ -1,0 +1,424 @@
+"""`linnet.jax.load`: a source and its weights as jitted JAX (`mode="generated"`) or as the
+exported StableHLO artifact (`mode="stablehlo"`, `--backend xla`); `load_exported`: a
+serialized artifact run without its `.linnet` source.
+
+Parameters are a dict by checkpoint name of device arrays (the checkpoint's tensors, cast to
+the working dtype), passed as arguments: nothing is baked into the compiled code. The KV
+cache is a second dict, threaded through `step` and donated, so XLA updates it in place.
+
+Prefill and padding. `step` returns the logits of each entry's *last* token, so a prompt
+padded on the right would give the logits of a padding token. `JaxStepModel` therefore
+prefills a prompt of P tokens as: the first P - 1 tokens, padded on the right to a length
+bucket (16, 32, 64, ... up to `max_positions`), then the last token as one decode step
+(S = 1), whose logits are the answer. This is exact: the padding sits at positions after
+the real tokens, which causal attention hides from them; its cache entries (at positions
+P - 1 and later; past the cache they are dropped) are overwritten before they are read,
+since a step writes position p before it attends to positions <= p (the runner's
+contract). So each bucket compiles once, decode compiles once per batch size, and the cost
+is one decode step per prompt.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from .loading import Prepared
+
+BACKEND_MODES = {"jax": "generated", "xla": "stablehlo"}
+MIN_BUCKET = 16
+
+
+def _load_error(message: str) -> Exception:
+    """A `LoadError` (imported here: `load_exported` runs without the front end's loading or torch)."""
+    from .loading import LoadError
+
+    return LoadError(message)
+
+
+def __getattr__(name: str):
+    if name == "LoadError":
+        from .loading import LoadError
+
+        return LoadError
+    raise AttributeError(name)
+
+
+def _jax():
+    import jax
+
+    from linnet.compiler.jax.module import enable_x64
+
+    enable_x64()
+    return jax
+
+
+def _device(device: str):
+    jax = _jax()
+    from linnet.compiler.jax.module import BackendError
+
+    platform = {"cuda": "gpu", "gpu": "gpu", "cpu": "cpu", "tpu": "tpu"}.get(device.split(":")[0])
+    if platform is None:
+        raise BackendError(f"device must be cpu, cuda (gpu) or tpu, got {device!r}")
+    try:
+        devices = jax.devices(platform)
+    except RuntimeError as err:
+        raise BackendError(f"device {device!r}: JAX has no {platform} backend here ({err})") from None
+    index = int(device.split(":")[1]) if ":" in device else 0
+    return devices[index]
+
+
+def buckets(max_positions: int) -> list[int]:
+    """Prefill lengths: powers of two from MIN_BUCKET, and max_positions itself."""
+    out, n = [], MIN_BUCKET
+    while n < max_positions:
+        out.append(n)
+        n *= 2
+    return out + [max_positions]
+
+
+def bucket_for(length: int, max_positions: int) -> int:
+    for b in buckets(max_positions):
+        if b >= length:
+            return b
+    return length
+
+
+@dataclass
+class JaxModel:
+    """A loaded model. Entries are attributes (`forward`, `step`) taking numpy or JAX arrays
+    and returning JAX arrays; `step` updates `state` (the KV cache, donated). `params` and
+    `state` are dicts of device arrays by checkpoint name. `step_model()` adapts `step` to the
+    generation runner. `load_s`: checking, lowering, exporting and binding weights (compiles
+    happen on first call, per shape)."""
+
+    mode: str
+    params: dict
+    state: dict
+    functions: dict[str, Callable]  # name -> jitted f(params, state, *inputs)
+    stateful: dict[str, bool]
+    max_batch: int
+    max_positions: int
+    vocab_size: int | None
+    prepared: Prepared | None = None
+    source: str | None = None  # the generated JAX (mode "generated")
+    exported: dict = field(default_factory=dict)  # name -> jax.export.Exported (mode "stablehlo")
+    device: Any = None
+    load_s: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def program(self):
+        return self.prepared.program if self.prepared is not None else None
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return self.prepared.program.config if self.prepared is not None else {}
+
+    def tokenizer(self):
+        return self.prepared.tokenizer() if self.prepared is not None else None
+
+    def entry(self, name: str) -> Callable:
+        if name not in self.functions:
+            raise KeyError(f"no entry `{name}` (entries: {', '.join(self.functions)})")
+        fn = self.functions[name]
+        jax = _jax()
+
+        def call(*inputs):
+            inputs = [jax.device_put(np.asarray(x), self.device) if isinstance(x, np.ndarray) else x for x in inputs]
+            if not self.stateful[name]:
+                return fn(self.params, {}, *inputs)
+            out, self.state = fn(self.params, self.state, *inputs)
+            return out
+
+        return call
+
+    def __getattr__(self, name: str):
+        functions = self.__dict__.get("functions")
+        if functions is not None and name in functions:
+            return self.entry(name)
+        raise AttributeError(name)
+
+    def reset_state(self) -> None:
+        """Zero the KV cache (not needed between requests: a step only reads what it wrote)."""
+        jax = _jax()
+        self.state = {k: jax.device_put(np.zeros(v.shape, v.dtype), self.device) for k, v in self.state.items()}
+
+    def step_model(self) -> "JaxStepModel":
+        return JaxStepModel(self)
+
+
+class JaxStepModel:
+    """The runner's `StepModel` over a JAX `step`: numpy in, numpy f32 logits out; prefill
+    padded to length buckets (see the module docstring), decode (S = 1) compiled once per
+    batch size."""
+
+    def __init__(self, model: JaxModel):
+        if "step" not in model.functions:
+            raise ValueError("generation needs a decoder with `entry fn step`")
+        self.model = model
+        self.max_batch = model.max_batch
+        self.max_positions = model.max_positions
+        self.vocab_size = model.vocab_size
+        self._fn = model.functions["step"]
+        self._jax = _jax()
+
+    def _call(self, ids: np.ndarray, positions: np.ndarray, rows: np.ndarray):
+        put = lambda a: self._jax.device_put(np.ascontiguousarray(a, dtype=np.int64), self.model.device)  # noqa: E731
+        m = self.model
+        logits, m.state = self._fn(m.params, m.state, put(ids), put(positions), put(rows))
+        return logits
+
+    def step(self, input_ids: np.ndarray, positions: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        input_ids = np.asarray(input_ids, dtype=np.int64)
+        positions = np.asarray(positions, dtype=np.int64)
+        b, s = input_ids.shape
+        if s > 1:
+            head = input_ids[:, :-1]
+            width = bucket_for(s - 1, self.max_positions)
+            padded = np.zeros((b, width), dtype=np.int64)
+            padded[:, : s - 1] = head
+            self._call(padded, positions, rows)  # logits discarded: they are the padding's
+        logits = self._call(input_ids[:, -1:], positions + (s - 1), rows)
+        return np.asarray(logits, dtype=np.float32)
+
+
+def load(
+    source: str | Path,
+    weights: str | Path | None = None,
+    preset: str | None = None,
+    config: dict[str, Any] | None = None,
+    dtype: str = "f32",
+    numerics: str = "equivalent",
+    device: str = "cpu",
+    max_batch: int = 1,
+    max_positions: int = 768,
+    mode: str = "generated",
+    random_weights: bool = False,
+    seed: int = 0,
+    progress: bool = True,
+) -> JaxModel:
+    """Load `source` with `weights` for JAX in `mode` ("generated": the generated JAX under
+    jax.jit; "stablehlo": each entry exported through jax.export, symbolic batch and sequence
+    dims, and run from the artifact). Without weights and with `random_weights`, parameters
+    are drawn from N(0, 0.02) (norm scales 1, biases 0) with `seed`.
+
+    Raises LoadError (source, config, names or shapes) and BackendError (mode, device)."""
+    from linnet.compiler.jax.module import (
+        MODES,
+        BackendError,
+        compile_program,
+        export_entry,
+        exported_fn,
+        jax_dtype,
+    )
+
+    from .loading import prepare
+
+    t0 = time.perf_counter()
+    if mode not in MODES:
+        raise BackendError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if dtype not in ("f32", "bf16"):
+        raise BackendError(f"the JAX backend runs f32 or bf16, got {dtype!r}")
+    jax = _jax()
+    dev = _device(device)
+    prepared = prepare(source, weights, preset, config, dtype, max_batch, max_positions, random_weights=random_weights)
+    program = prepared.program
+    compiled = compile_program(program, numerics)
+    if prepared.checkpoint is not None:
+        params = _checkpoint_params(prepared, progress, dev)
+    else:
+        params = _random_params(program, seed, dev)
+    state = {t.path: jax.device_put(np.zeros(t.shape, dtype=jax_dtype(t.type.dtype.name)), dev) for t in program.state}
+    stateful = {name: compiled.stateful(name) for name in program.entries}
+    exported = {}
+    if mode == "generated":
+        functions = {name: compiled.jitted(name) for name in program.entries}
+    else:
+        platform = dev.platform
+        exported = {name: export_entry(compiled, name, platforms=[platform]) for name in program.entries}
+        functions = {name: exported_fn(exp, stateful[name]) for name, exp in exported.items()}
+    vocab = program.entries["step"].outputs[0].dims[-1].as_int() if "step" in program.entries else None
+    return JaxModel(
+        mode=mode,
+        params=params,
+        state=state,
+        functions=functions,
+        stateful=stateful,
+        max_batch=max_batch,
+        max_positions=max_positions,
+        vocab_size=vocab,
+        prepared=prepared,
+        source=compiled.source,
+        exported=exported,
+        device=dev,
+        load_s=time.perf_counter() - t0,
+        notes=list(prepared.notes),
+    )
+
+
+def _to_numpy(tensor, dtype: str) -> np.ndarray:
+    """A torch tensor from a checkpoint as numpy in the working dtype (bf16 through f32)."""
+    import torch
+
+    if tensor.dtype == torch.bfloat16 or not tensor.is_floating_point():
+        tensor = tensor.float() if tensor.is_floating_point() else tensor
+    a = tensor.numpy()
+    if a.dtype.kind == "f":
+        a = a.astype(np.float32 if dtype == "f32" else _bf16())
+    return a
+
+
+def _bf16():
+    import ml_dtypes
+
+    return ml_dtypes.bfloat16
+
+
+def _checkpoint_params(prepared: Prepared, progress: bool, device) -> dict:
+    from tqdm import tqdm
+
+    jax = _jax()
+    ckpt = prepared.checkpoint
+    dtype = prepared.program.dtype.name
+    specs = {t.path: t for t in prepared.program.params}
+    bar = tqdm(
+        total=len(prepared.plan),
+        desc=f"loading {Path(str(prepared.weights)).name}",
+        unit="tensor",
+        file=sys.stderr,
+        delay=1.0,
+        disable=not progress,
+        leave=False,
+    )
+    params = {}
+    with bar:
+        for path, name in prepared.plan.items():
+            a = _to_numpy(ckpt.load(name), dtype)
+            if a.shape != specs[path].shape:
+                raise _load_error(
+                    f"error[L501]: `{path}`: the checkpoint has {list(a.shape)}, the model {list(specs[path].shape)}"
+                )
+            params[path] = jax.device_put(a, device)
+            bar.update(1)
+    return params
+
+
+def _random_params(program, seed: int, device) -> dict:
+    jax = _jax()
+    rng = np.random.default_rng(seed)
+    dtype = np.float32 if program.dtype.name == "f32" else _bf16()
+    out = {}
+    for spec in program.params:
+        shape = spec.shape
+        if spec.path.endswith("bias"):
+            a = np.zeros(shape, np.float32)
+        elif len(shape) == 1:
+            a = np.ones(shape, np.float32)
+        else:
+            a = (rng.standard_normal(shape) * 0.02).astype(np.float32)
+        out[spec.path] = jax.device_put(a.astype(dtype), device)
+    return out
+
+
+# ----------------------------------------------------------------------------- serialized artifacts
+
+
+def save_exported(exported, path: str | Path, metadata: dict[str, Any]) -> list[Path]:
+    """Write `exported.serialize()` to `path` and `metadata` (entry, max_batch, max_positions,
+    weights...) as JSON to `path` + ".json". Returns the paths written."""
+    path = Path(path)
+    path.write_bytes(exported.serialize())
+    meta = path.with_name(path.name + ".json")
+    meta.write_text(json.dumps(metadata, indent=2) + "\n", encoding="utf-8")
+    return [path, meta]
+
+
+def load_exported(
+    path: str | Path, params: dict | None = None, weights: str | Path | None = None, device: str = "cpu"
+) -> JaxModel:
+    """Run a serialized StableHLO entry (`linnet stablehlo FILE --entry NAME --serialized PATH`)
+    without its `.linnet` source: the argument names and shapes come from the artifact. The
+    parameters are `params` (a dict by checkpoint name of arrays) or read from `weights` (a
+    checkpoint; its names are matched to the artifact's, allowing one leading segment more or
+    less, as loading from source does). Returns a `JaxModel` with the one entry.
+
+    Raises LoadError for missing or mis-shaped parameters."""
+    jax = _jax()
+    from linnet.compiler.jax.module import exported_fn, exported_signature
+
+    t0 = time.perf_counter()
+    path = Path(path)
+    exported = jax.export.deserialize(bytearray(path.read_bytes()))
+    meta_path = path.with_name(path.name + ".json")
+    meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.exists() else {}
+    name = meta.get("entry", "entry")
+    dev = _device(device)
+    param_specs, state_specs, _ = exported_signature(exported)
+    if params is None:
+        if weights is None:
+            raise _load_error(f"{path}: give params= (a dict by checkpoint name) or weights= (a checkpoint)")
+        params = _weights_by_name(weights, param_specs)
+    missing = [k for k in param_specs if k not in params]
+    if missing:
+        raise _load_error(f"error[L502]: {len(missing)} parameter(s) the artifact takes are missing: {missing[:6]}")
+    bound = {}
+    for k, spec in param_specs.items():
+        a = np.asarray(params[k])
+        if tuple(a.shape) != tuple(spec.shape):
+            raise _load_error(f"error[L501]: `{k}` is {list(a.shape)}, the artifact takes {list(spec.shape)}")
+        bound[k] = jax.device_put(a.astype(spec.dtype), dev)
+    state = {k: jax.device_put(np.zeros(s.shape, s.dtype), dev) for k, s in state_specs.items()}
+    stateful = bool(state_specs)
+    vocab = None
+    if name == "step":
+        vocab = int(exported.out_avals[0].shape[-1])
+    return JaxModel(
+        mode="stablehlo",
+        params=bound,
+        state=state,
+        functions={name: exported_fn(exported, stateful)},
+        stateful={name: stateful},
+        max_batch=int(meta.get("max_batch", next(iter(state_specs.values())).shape[0] if state_specs else 1)),
+        max_positions=int(meta.get("max_positions", 0)),
+        vocab_size=vocab,
+        exported={name: exported},
+        device=dev,
+        load_s=time.perf_counter() - t0,
+    )
+
+
+def _weights_by_name(weights, specs: dict) -> dict:
+    from .checkpoints import CheckpointError, open_checkpoint
+    from .loading import _prefix_map
+
+    try:
+        with open_checkpoint(weights) as ckpt:
+            rename = _prefix_map(list(specs), set(ckpt.tensor_names))
+            out = {}
+            for k, spec in specs.items():
+                name = rename(k)
+                if name not in ckpt:
+                    raise _load_error(f"error[L502]: {weights} has no tensor for `{k}`")
+                out[k] = _to_numpy(ckpt.load(name), "f32").astype(spec.dtype)
+            return out
+    except CheckpointError as err:
+        raise _load_error(str(err)) from err
+
+
+__all__ = [
+    "load",
+    "load_exported",
+    "save_exported",
+    "JaxModel",
+    "JaxStepModel",
+    "BACKEND_MODES",
+    "buckets",
+]

@@ -1,0 +1,154 @@
+"""The JAX/XLA backend on a small Llama (8 query heads over 2 KV heads, random weights): cached
+steps equal the uncached forward, padded prefill is exact, decode never recompiles, the
+KV cache is donated, and a serialized StableHLO artifact runs in a fresh process without
+its source. Parity with transformers is in test_parity_jax.py."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests.runtimes.conftest import LLAMA
+
+jax = pytest.importorskip("jax")
+pytestmark = pytest.mark.jax
+
+import linnet.jax as lj  # noqa: E402
+from linnet.runtimes.generation import Generator  # noqa: E402
+from linnet.runtimes.jax_backend import bucket_for, buckets  # noqa: E402
+from linnet.runtimes.sampling import SamplingParams  # noqa: E402
+
+SMALL = {
+    "vocab_size": 96,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 2,
+    "rms_norm_eps": 1e-5,
+}
+MAX_POSITIONS = 64
+
+
+def small(mode: str = "generated", **kw):
+    return lj.load(
+        LLAMA, config=SMALL, mode=mode, max_positions=MAX_POSITIONS, random_weights=True, seed=1, progress=False, **kw
+    )
+
+
+@pytest.fixture(scope="module", params=["generated", "stablehlo"])
+def model(request):
+    return small(request.param)
+
+
+def test_buckets():
+    assert buckets(768) == [16, 32, 64, 128, 256, 512, 768]
+    assert bucket_for(1, 768) == 16 and bucket_for(17, 768) == 32 and bucket_for(600, 768) == 768
+    assert buckets(16) == [16]
+
+
+def test_step_equals_forward_and_padded_prefill_is_exact(model):
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, SMALL["vocab_size"], (1, 21)).astype(np.int64)
+    full = np.asarray(model.forward(ids))[0]
+    sm = model.step_model()
+    t = lambda *x: np.array(x, dtype=np.int64)  # noqa: E731
+    # Prefill 13 tokens through the bucketed path (12 padded to 16, then the 13th as a decode step).
+    got = [sm.step(ids[:, :13], t(0), t(0))[0]]
+    for p in range(13, ids.shape[1]):
+        got.append(sm.step(ids[:, p : p + 1], t(p), t(0))[0])
+    delta = np.abs(np.stack(got) - full[12:]).max()
+    print(f"max|Δ| small Llama ({model.mode}) step vs forward: {delta:.3e}")
+    assert delta < 1e-5
+    # The unpadded entry (S = 13 exactly) agrees with the padded path.
+    direct = np.asarray(model.step(ids[:, :13], t(0), t(0)))[0]
+    assert np.abs(direct - full[12]).max() < 1e-5
+
+
+@pytest.mark.parametrize("mode", ["generated", "stablehlo"])
+def test_decode_never_recompiles(mode):
+    model = small(mode)
+    gen = Generator(model.step_model(), None)
+    fn = model.functions["step"]
+    gen.generate([1, 2, 3, 4, 5], SamplingParams(max_new_tokens=4))
+    after_first = fn._cache_size()
+    assert after_first == 2  # one prefill bucket (16) and decode (S = 1)
+    # Other prompt lengths in the same bucket, and many more decode steps: nothing new.
+    for n in (3, 9, 15):
+        gen.generate(list(range(1, n + 1)), SamplingParams(max_new_tokens=20))
+    assert fn._cache_size() == after_first
+    # A longer prompt compiles its bucket once.
+    gen.generate(list(range(1, 21)), SamplingParams(max_new_tokens=3))
+    gen.generate(list(range(1, 25)), SamplingParams(max_new_tokens=3))
+    assert fn._cache_size() == after_first + 1
+
+
+def test_cache_is_donated(model):
+    before = dict(model.state)
+    model.step_model().step(np.array([[3]]), np.array([0]), np.array([0]))
+    assert all(before[k].is_deleted() for k in before), "the old cache buffers were donated to the step"
+    assert set(model.state) == set(before)
+
+
+@pytest.mark.slow
+def test_generation_matches_between_modes_and_with_chunked_prefill():
+    prompt = [7, 3, 9, 1, 4, 4, 2, 8, 5, 6, 1, 3, 3, 7, 2, 9, 8, 1, 2]
+    a = Generator(small("generated").step_model(), None).generate(prompt, SamplingParams(max_new_tokens=12))
+    b = Generator(small("stablehlo").step_model(), None).generate(prompt, SamplingParams(max_new_tokens=12))
+    c = Generator(small("generated").step_model(), None, prefill_chunk=5).generate(
+        prompt, SamplingParams(max_new_tokens=12)
+    )
+    assert a.token_ids == b.token_ids == c.token_ids
+
+
+@pytest.mark.slow
+def test_batched_decode_rows():
+    m = small(max_batch=2)
+    prompts = [[5, 6, 7, 8, 9], [1, 2, 3]]
+    params = SamplingParams(max_new_tokens=6)
+    batch = Generator(m.step_model(), None).generate_batch(prompts, params)
+    alone = [Generator(small(max_batch=2).step_model(), None).generate(p, params).token_ids for p in prompts]
+    assert [r.token_ids for r in batch] == alone
+
+
+def test_weights_are_arguments_not_constants(tmp_path):
+    m = small("stablehlo")
+    text = m.exported["step"].mlir_module()
+    # Every parameter is an argument of the artifact, by its checkpoint name; the artifact is small.
+    for path in list(m.params)[:5]:
+        assert f"params['{path}']" in text
+    assert len(m.exported["step"].serialize()) < 200_000
+
+
+def test_serialized_artifact_runs_in_a_fresh_process_without_source(tmp_path):
+    cli = [sys.executable, "-m", "linnet", "stablehlo", str(LLAMA), "--entry", "step"]
+    cli += [x for k, v in SMALL.items() for x in ("--config", f"{k}={v}")]
+    cli += ["--max-positions", str(MAX_POSITIONS), "--serialized", str(tmp_path / "step.bin")]
+    out = subprocess.run(cli, capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    meta = json.loads((tmp_path / "step.bin.json").read_text())
+    assert meta["entry"] == "step" and meta["max_positions"] == MAX_POSITIONS
+
+    m = small()
+    np.savez(tmp_path / "weights.npz", **{k: np.asarray(v) for k, v in m.params.items()})
+    ids = [[4, 8, 15, 16, 23, 42]]
+    want = np.asarray(m.step(np.array(ids), np.array([0]), np.array([0])))
+    code = (
+        "import sys, numpy as np\n"
+        "import linnet.jax as lj\n"
+        "w = dict(np.load('weights.npz'))\n"
+        "m = lj.load_exported('step.bin', params=w)\n"
+        f"out = np.asarray(m.step(np.array({ids}), np.array([0]), np.array([0])))\n"
+        "np.save('out.npy', out)\n"
+        "print(sorted(x for x in sys.modules if x.split('.')[0] == 'torch'))\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert not list(tmp_path.glob("*.linnet"))
+    assert run.stdout.strip() == "[]", "the artifact and a dict of weights: no torch, no source"
+    got = np.load(tmp_path / "out.npy")
+    assert np.abs(got - want).max() < 1e-5
