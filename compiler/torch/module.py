@@ -4,7 +4,7 @@
 parameters live in a module tree that mirrors the checkpoint names (so `state_dict()` keys
 are `model.layers.0.self_attn.q_proj.weight`...), state (the KV cache) in non-persistent
 buffers, and each entry is a method (`forward`, `step`) running the mode's code. Parameters
-are allocated empty; `linnet.runtimes` binds real weights with `bind`.
+have no storage (the meta device) until `linnet.runtimes` binds real weights with `bind`.
 
 Modes (ARCHITECTURE.md, "Backends"): "interpret" (the IR op by op), "generated" (the
 generated source, eager), "inductor" (the generated source under `torch.compile`: the decode
@@ -66,7 +66,8 @@ class LinnetModule(nn.Module):
         self._leaves: dict[str, tuple[nn.Module, str]] = {}
         for spec in program.params:
             owner, leaf = self._owner(spec.path)
-            t = torch.empty(spec.shape, dtype=torch_dtype(spec.type.dtype.name), device=self.device_)
+            # No storage until `bind`: a load never holds two copies of the weights.
+            t = torch.empty(spec.shape, dtype=torch_dtype(spec.type.dtype.name), device="meta")
             owner.register_parameter(leaf, nn.Parameter(t, requires_grad=False))
             self._leaves[spec.path] = (owner, leaf)
         for spec in program.state:
