@@ -1,8 +1,9 @@
-"""`linnet ir`, `linnet torch`, `linnet jax`, `linnet stablehlo`, `linnet run` and `linnet generate`.
+"""`linnet ir`, `linnet torch`, `linnet jax`, `linnet stablehlo`, `linnet onnx`, `linnet run` and
+`linnet generate`.
 
 Like the rest of the CLI these import lazily: `ir`, `torch` and `jax` need the front end and
-the code generator (no framework); `stablehlo` needs jax; `run` and `generate` load a backend
-(`--backend`: the PyTorch modes, `jax` or `xla`).
+the code generator (no framework); `stablehlo` needs jax; `onnx` needs onnx and onnx-ir; `run`
+and `generate` load a backend (`--backend`: the PyTorch modes, `jax`, `xla` or `onnxruntime`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from pathlib import Path
 EXIT_OK, EXIT_ERRORS, EXIT_USAGE = 0, 1, 2
 TORCH_BACKENDS = ("torch-interpret", "torch", "torch-compile", "cuda-graphs")
 JAX_BACKENDS = ("jax", "xla")
-BACKENDS = TORCH_BACKENDS + JAX_BACKENDS
+ONNX_BACKENDS = ("onnxruntime",)
+BACKENDS = TORCH_BACKENDS + JAX_BACKENDS + ONNX_BACKENDS
 
 
 def parse_config(items: list[str] | None) -> dict:
@@ -153,7 +155,59 @@ def cmd_stablehlo(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_onnx(args: argparse.Namespace) -> int:
+    """One entry as an .onnx file (checked and shape-inferred): parameters as initializers from
+    `--weights` (or the preset's default weights), else as graph inputs."""
+    from .ir import ProgramError
+
+    try:
+        from .compiler.onnx.lower import LoweringError
+        from .runtimes.loading import LoadError
+        from .runtimes.onnx_backend import export
+    except ImportError as err:
+        return _fail("onnx", ImportError(f"needs onnx and onnx-ir ({err}); pip install linnet[onnx]"))
+    try:
+        written, notes = export(
+            args.file,
+            args.entry,
+            args.output,
+            args.weights,
+            preset=args.preset,
+            config=parse_config(args.config),
+            dtype=args.dtype,
+            numerics=args.numerics,
+            max_batch=args.max_batch,
+            max_positions=args.max_positions,
+            progress=sys.stderr.isatty(),
+            with_weights=not args.no_weights,
+        )
+    except (ProgramError, LoweringError, LoadError, ValueError, OSError) as err:
+        return _fail("onnx", err)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+    for path in written:
+        print(f"wrote {path}", file=sys.stderr)
+    return EXIT_OK
+
+
 def _load(args: argparse.Namespace, cmd: str, random_weights: bool):
+    if args.backend in ONNX_BACKENDS:
+        from .runtimes.onnx_backend import load as onnx_load
+
+        return onnx_load(
+            args.file,
+            args.weights,
+            preset=args.preset,
+            config=parse_config(args.config),
+            dtype=args.dtype,
+            numerics=args.numerics,
+            device=args.device,
+            max_batch=args.max_batch,
+            max_positions=args.max_positions,
+            providers=args.provider,
+            random_weights=random_weights,
+            progress=sys.stderr.isatty(),
+        )
     if args.backend in JAX_BACKENDS:
         from .runtimes.jax_backend import BACKEND_MODES as JAX_MODES
         from .runtimes.jax_backend import load as jax_load
@@ -193,7 +247,9 @@ def _load(args: argparse.Namespace, cmd: str, random_weights: bool):
 def _load_errors(backend: str = "torch"):
     from .runtimes.loading import LoadError
 
-    if backend in JAX_BACKENDS:
+    if backend in ONNX_BACKENDS:
+        from .runtimes.onnx_backend import BackendError
+    elif backend in JAX_BACKENDS:
         from .compiler.jax.module import BackendError
     else:
         from .compiler.torch.module import BackendError
@@ -327,6 +383,14 @@ def _run_entry(model, args, entry: str, inputs: list):
     f64 numpy values)] per output, seconds)."""
     import numpy as np
 
+    if args.backend in ONNX_BACKENDS:
+        fn = model.entry(entry)
+        fn(*inputs)  # warm-up (makes the session)
+        t0 = time.perf_counter()
+        out = fn(*inputs)
+        elapsed = time.perf_counter() - t0
+        outs = out if isinstance(out, tuple) else (out,)
+        return [(list(o.shape), str(o.dtype), np.asarray(o, dtype=np.float64)) for o in outs], elapsed
     if args.backend in JAX_BACKENDS:
         import jax
 
@@ -394,6 +458,13 @@ def register(sub) -> None:
     )
     hlo.set_defaults(func=cmd_stablehlo)
 
+    ox = sub.add_parser("onnx", help="write an entry as an .onnx model (needs onnx and onnx-ir)")
+    add_common(ox)
+    ox.add_argument("--entry", metavar="NAME", help="the entry to write (default: the first)")
+    ox.add_argument("-o", "--output", metavar="OUT", required=True, help="the .onnx file")
+    ox.add_argument("--no-weights", action="store_true", help="parameters as graph inputs, even with default weights")
+    ox.set_defaults(func=cmd_onnx)
+
     run = sub.add_parser("run", help="run an entry on random inputs (and random weights unless --weights)")
     add_common(run)
     run.add_argument("--entry", metavar="NAME")
@@ -401,6 +472,7 @@ def register(sub) -> None:
     run.add_argument("--batch", type=int, default=1, help="B of the random inputs (1)")
     run.add_argument("--seq", type=int, default=8, help="S of the random inputs (8)")
     run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--provider", action="append", choices=("cpu", "cuda", "tensorrt"), help="onnxruntime providers")
     run.set_defaults(func=cmd_run)
 
     gen = sub.add_parser("generate", help="generate text (only the text goes to stdout)")
@@ -413,4 +485,5 @@ def register(sub) -> None:
     gen.add_argument("--top-p", type=float, default=1.0)
     gen.add_argument("--seed", type=int, default=None)
     gen.add_argument("--backend", choices=BACKENDS, default="torch")
+    gen.add_argument("--provider", action="append", choices=("cpu", "cuda", "tensorrt"), help="onnxruntime providers")
     gen.set_defaults(func=cmd_generate)

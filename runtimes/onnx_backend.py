@@ -1,0 +1,433 @@
+"""`linnet.onnx.load`: a source and its weights as ONNX graphs on ONNX Runtime
+(`--backend onnxruntime`), and `export`: the same graph written as an `.onnx` file.
+
+Each entry is lowered by `linnet.compiler.onnx` with the checkpoint's tensors (cast to the
+working dtype) as initializers named by checkpoint name, and run in its own
+`InferenceSession` (made on first use). Providers: `CPUExecutionProvider` here; with
+`device="cuda"` (onnxruntime-gpu) CUDA, or TensorRT with `providers=["tensorrt", ...]`.
+
+The KV cache. Layer i's cache is the graph input `past_key_values.i.key/value` and output
+`present.i.key/value`; `present` is `past` with the step's block written (a ScatterND). The
+cache lives in `OrtValue`s on the session's device and each step binds them with I/O binding,
+`present` to the *same* OrtValue as `past` (`share_buffer=True`, the default: the scatter
+then writes in place) or to a second set that is swapped after the step
+(`share_buffer=False`). Either way no step copies the cache to or from the host: only the
+token ids, positions and rows go in, and only the logits come out.
+
+Prefill runs unpadded: the graph's batch and sequence dims are symbolic, so a new prompt
+length costs no compile, and the step's last-token logits are the prompt's last token's.
+
+Numerics: `equivalent` runs with ORT's basic graph optimisations (constant folding and
+redundant-node removal, which change no arithmetic); `fast` enables all of them (ORT's
+fusions of normalisation, GELU and attention patterns) and says so in `notes`.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from .loading import Prepared
+
+PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider", "tensorrt": "TensorrtExecutionProvider"}
+DTYPES = ("f32", "f16")
+TWO_GB = 2**31 - 1
+
+
+class BackendError(Exception):
+    """A provider, device or dtype this backend cannot run, or a bad argument."""
+
+
+def _ort():
+    import onnxruntime
+
+    return onnxruntime
+
+
+def resolve_providers(device: str, providers) -> list[str]:
+    """ORT provider names from `providers` (short names `cpu`, `cuda`, `tensorrt` or full
+    names) or, when None, from `device`. Raises BackendError for a provider this build lacks."""
+    ort = _ort()
+    if providers is None:
+        kind = device.split(":")[0]
+        if kind not in ("cpu", "cuda", "gpu"):
+            raise BackendError(f"device must be cpu or cuda, got {device!r}")
+        providers = ["cpu"] if kind == "cpu" else ["cuda", "cpu"]
+    names = [PROVIDERS.get(p, p) for p in providers]
+    available = set(ort.get_available_providers())
+    missing = [n for n in names if n not in available]
+    if missing:
+        raise BackendError(
+            f"ONNX Runtime here has no {', '.join(missing)} (available: {', '.join(sorted(available))}); "
+            "GPU providers come with the onnxruntime-gpu package"
+        )
+    return names
+
+
+@dataclass
+class OnnxModel:
+    """A loaded model. Entries are attributes (`forward`, `step`) taking numpy arrays and
+    returning numpy arrays; `step` reads and writes the KV cache in `state` (OrtValues by
+    checkpoint path, on the session's device). `step_model()` adapts `step` to the generation
+    runner. `load_s`: checking, lowering and binding weights (sessions are made on first use of
+    an entry; `session_s` records how long each took)."""
+
+    prepared: Prepared
+    params: dict[str, np.ndarray] = field(repr=False)
+    numerics: str = "equivalent"
+    providers: list[str] = field(default_factory=lambda: ["CPUExecutionProvider"])
+    threads: int | None = None
+    share_buffer: bool = True
+    max_batch: int = 1
+    max_positions: int = 768
+    vocab_size: int | None = None
+    load_s: float = 0.0
+    session_s: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    sessions: dict[str, Any] = field(default_factory=dict, repr=False)
+    state: dict[str, Any] = field(default_factory=dict, repr=False)
+    _spare: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def program(self):
+        return self.prepared.program
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return self.prepared.program.config
+
+    def tokenizer(self):
+        return self.prepared.tokenizer()
+
+    @property
+    def device_type(self) -> str:
+        return "cuda" if self.providers[0] in (PROVIDERS["cuda"], PROVIDERS["tensorrt"]) else "cpu"
+
+    def model_proto(self, name: str):
+        from linnet.compiler.onnx.lower import lower_entry, to_proto
+
+        return to_proto(lower_entry(self.program, name, self.params, self.numerics))
+
+    def session(self, name: str):
+        """The InferenceSession of entry `name` (made on first use)."""
+        if name not in self.program.entries:
+            raise KeyError(f"no entry `{name}` (entries: {', '.join(self.program.entries)})")
+        if name not in self.sessions:
+            t0 = time.perf_counter()
+            self.sessions[name] = make_session(self.model_proto(name), self.providers, self.numerics, self.threads)
+            self.session_s[name] = time.perf_counter() - t0
+        return self.sessions[name]
+
+    def cache_names(self) -> dict[str, tuple[str, str]]:
+        from linnet.compiler.onnx.lower import cache_names
+
+        return cache_names(self.program)
+
+    def reset_state(self) -> None:
+        """Zero the KV cache (not needed between requests: a step only reads what it wrote)."""
+        ort = _ort()
+        self.state = {
+            t.path: ort.OrtValue.ortvalue_from_numpy(np.zeros(t.shape, _np(t.type.dtype.name)), self.device_type, 0)
+            for t in self.program.state
+        }
+        self._spare = {}
+
+    def run(self, name: str, *inputs) -> list[np.ndarray]:
+        """Entry `name` on numpy inputs; returns its outputs (the new cache stays in `state`)."""
+        g = self.program.entries[name]
+        sess = self.session(name)
+        arrays = {
+            v.name: np.ascontiguousarray(np.asarray(x, dtype=_np(v.dtype.name))) for v, x in zip(g.inputs, inputs)
+        }
+        if not g.state_updates and not any(op.name == "state" for op in g.ops):
+            return sess.run(None, arrays)
+        if not self.state:
+            self.reset_state()
+        names = self.cache_names()
+        binding = sess.io_binding()
+        for k, a in arrays.items():
+            binding.bind_cpu_input(k, a)
+        outputs = [o.name for o in sess.get_outputs()]
+        n_plain = len(g.outputs)
+        for o in outputs[:n_plain]:
+            binding.bind_output(o, self.device_type)
+        new = {}
+        for path, (iname, oname) in names.items():
+            binding.bind_ortvalue_input(iname, self.state[path])
+            if path in g.state_updates:
+                if self.share_buffer:
+                    target = self.state[path]
+                else:
+                    target = self._spare.get(path)
+                    if target is None:
+                        t = self.state[path]
+                        target = _ort().OrtValue.ortvalue_from_shape_and_type(t.shape(), _np_of(t), self.device_type, 0)
+                binding.bind_ortvalue_output(oname, target)
+                new[path] = target
+        sess.run_with_iobinding(binding)
+        if not self.share_buffer:
+            for path, target in new.items():
+                self._spare[path], self.state[path] = self.state[path], target
+        return [v.numpy() for v in binding.get_outputs()[:n_plain]]
+
+    def entry(self, name: str):
+        if name not in self.program.entries:
+            raise KeyError(f"no entry `{name}` (entries: {', '.join(self.program.entries)})")
+
+        def call(*inputs):
+            outs = self.run(name, *inputs)
+            return outs[0] if len(outs) == 1 else tuple(outs)
+
+        call.__name__ = name
+        return call
+
+    def __getattr__(self, name: str):
+        prepared = self.__dict__.get("prepared")
+        if prepared is not None and name in prepared.program.entries:
+            return self.entry(name)
+        raise AttributeError(name)
+
+    def step_model(self) -> "OnnxStepModel":
+        return OnnxStepModel(self)
+
+    def save(self, path: str | Path, entry: str) -> list[Path]:
+        """Write entry `entry` as an .onnx file (external data beside it when over 2 GB)."""
+        return save_model(self.model_proto(entry), path)
+
+
+class OnnxStepModel:
+    """The runner's `StepModel` over the ONNX `step`: numpy in, numpy f32 logits out, the cache
+    bound on the device (see the module docstring); prefill unpadded."""
+
+    def __init__(self, model: OnnxModel):
+        if "step" not in model.program.entries:
+            raise ValueError("generation needs a decoder with `entry fn step`")
+        self.model = model
+        self.max_batch = model.max_batch
+        self.max_positions = model.max_positions
+        self.vocab_size = model.vocab_size
+        model.session("step")
+
+    def step(self, input_ids: np.ndarray, positions: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        (logits,) = self.model.run("step", input_ids, positions, rows)
+        return np.asarray(logits, dtype=np.float32)
+
+
+def make_session(proto, providers: list[str], numerics: str = "equivalent", threads: int | None = None):
+    ort = _ort()
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = (
+        ort.GraphOptimizationLevel.ORT_ENABLE_ALL if numerics == "fast" else ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    )
+    if threads:
+        opts.intra_op_num_threads = threads
+        opts.inter_op_num_threads = 1
+    if proto.ByteSize() < TWO_GB:
+        return ort.InferenceSession(proto.SerializeToString(), opts, providers=providers)
+    with tempfile.TemporaryDirectory(prefix="linnet-onnx-") as tmp:
+        path = Path(tmp) / "model.onnx"
+        save_model(proto, path)
+        return ort.InferenceSession(str(path), opts, providers=providers)
+
+
+def save_model(proto, path: str | Path) -> list[Path]:
+    """Write `proto` to `path`, its tensors as external data (`path` + ".data") when the model
+    is over 2 GB. Returns the paths written."""
+    import onnx
+
+    path = Path(path)
+    if proto.ByteSize() < TWO_GB:
+        onnx.save(proto, str(path))
+        return [path]
+    data = path.name + ".data"
+    onnx.save(proto, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location=data)
+    return [path, path.with_name(data)]
+
+
+def _np(name: str):
+    return {"f32": np.float32, "f16": np.float16, "i64": np.int64, "i32": np.int32, "bool": np.bool_}[name]
+
+
+def _np_of(ortvalue):
+    return {"tensor(float)": np.float32, "tensor(float16)": np.float16}[ortvalue.data_type()]
+
+
+def load(
+    source: str | Path,
+    weights: str | Path | None = None,
+    preset: str | None = None,
+    config: dict[str, Any] | None = None,
+    dtype: str = "f32",
+    numerics: str = "equivalent",
+    device: str = "cpu",
+    max_batch: int = 1,
+    max_positions: int = 768,
+    providers: list[str] | None = None,
+    random_weights: bool = False,
+    seed: int = 0,
+    params: dict[str, Any] | None = None,
+    threads: int | None = None,
+    share_buffer: bool = True,
+    progress: bool = True,
+) -> OnnxModel:
+    """Load `source` with `weights` for ONNX Runtime. `params` (a dict by checkpoint name of
+    arrays) gives the parameters directly; without weights and with `random_weights`, they are
+    drawn from N(0, 0.02) (norm scales 1, biases 0) with `seed`. `threads`: ORT intra-op threads
+    (default: ORT's choice).
+
+    Raises LoadError (source, config, names or shapes) and BackendError (dtype, provider)."""
+    from .loading import LoadError, prepare
+
+    t0 = time.perf_counter()
+    if dtype not in DTYPES:
+        raise BackendError(
+            f"the ONNX Runtime backend runs {' or '.join(DTYPES)}, got {dtype!r} (its CPU kernels lack bf16)"
+        )
+    if numerics not in ("equivalent", "fast"):
+        raise BackendError(f"numerics must be equivalent or fast, got {numerics!r}")
+    names = resolve_providers(device, providers)
+    prepared = prepare(
+        source,
+        weights,
+        preset,
+        config,
+        dtype,
+        max_batch,
+        max_positions,
+        random_weights=random_weights or params is not None,
+    )
+    program = prepared.program
+    if params is not None:
+        values = {}
+        for spec in program.params:
+            if spec.path not in params:
+                raise LoadError(f"error[L502]: no value for parameter `{spec.path}`")
+            a = np.asarray(params[spec.path])
+            if tuple(a.shape) != spec.shape:
+                raise LoadError(f"error[L501]: `{spec.path}` is {list(a.shape)}, the model {list(spec.shape)}")
+            values[spec.path] = a.astype(_np(dtype)) if a.dtype.kind == "f" else a
+    elif prepared.checkpoint is not None:
+        values = _checkpoint_params(prepared, progress)
+    else:
+        values = _random_params(program, seed)
+    notes = list(prepared.notes)
+    if numerics == "fast":
+        notes.append("numerics fast: ONNX Runtime's graph fusions are on (normalisation, GELU, attention patterns)")
+    vocab = program.entries["step"].outputs[0].dims[-1].as_int() if "step" in program.entries else None
+    model = OnnxModel(
+        prepared=prepared,
+        params=values,
+        numerics=numerics,
+        providers=names,
+        threads=threads,
+        share_buffer=share_buffer,
+        max_batch=max_batch,
+        max_positions=max_positions,
+        vocab_size=vocab,
+        notes=notes,
+    )
+    model.load_s = time.perf_counter() - t0
+    return model
+
+
+def export(
+    source: str | Path,
+    entry: str | None,
+    output: str | Path,
+    weights: str | Path | None = None,
+    preset: str | None = None,
+    config: dict[str, Any] | None = None,
+    dtype: str = "f32",
+    numerics: str = "equivalent",
+    max_batch: int = 1,
+    max_positions: int = 768,
+    progress: bool = True,
+    with_weights: bool = True,
+) -> tuple[list[Path], list[str]]:
+    """`linnet onnx`: write entry `entry` (default: the first) as an .onnx file, checked by
+    `onnx.checker` and shape-inferred. With weights (given, or the preset's default) the
+    parameters are initializers; with none (or `with_weights=False`), they are graph inputs
+    named by checkpoint name.
+    Returns (paths written, notes). Imports no onnxruntime."""
+    import onnx
+
+    from linnet.compiler.onnx.lower import lower_entry, to_proto
+    from linnet.ir.build import check_source, preset_weights, read_source
+
+    from .loading import LoadError, default_preset, prepare
+
+    path, text = read_source(source)
+    info = check_source(path, text, preset)
+    preset = preset if preset is not None else default_preset(info)
+    has_weights = weights is not None or (preset is not None and preset_weights(info, preset) is not None)
+    has_weights = has_weights and with_weights
+    weights = weights if has_weights else None
+    prepared = prepare(source, weights, preset, config, dtype, max_batch, max_positions, random_weights=not has_weights)
+    program = prepared.program
+    entry = entry or next(iter(program.entries))
+    if entry not in program.entries:
+        raise LoadError(f"no entry `{entry}` (entries: {', '.join(program.entries)})")
+    notes = list(prepared.notes)
+    if prepared.checkpoint is not None:
+        params: Any = _checkpoint_params(prepared, progress)
+    else:
+        params = "inputs"
+        notes.append("no weights: the parameters are graph inputs named by checkpoint name")
+    proto = to_proto(lower_entry(program, entry, params, numerics))
+    written = save_model(proto, output)
+    onnx.checker.check_model(str(written[0]), full_check=True)
+    return written, notes
+
+
+def _checkpoint_params(prepared: Prepared, progress: bool) -> dict[str, np.ndarray]:
+    import torch
+    from tqdm import tqdm
+
+    ckpt = prepared.checkpoint
+    dtype = _np(prepared.program.dtype.name)
+    bar = tqdm(
+        total=len(prepared.plan),
+        desc=f"loading {Path(str(prepared.weights)).name}",
+        unit="tensor",
+        file=sys.stderr,
+        delay=1.0,
+        disable=not progress,
+        leave=False,
+    )
+    out = {}
+    with bar:
+        for path, name in prepared.plan.items():
+            t = ckpt.load(name)
+            if t.is_floating_point():
+                a = t.to(torch.float32).numpy().astype(dtype, copy=False)
+            else:
+                a = t.numpy()
+            out[path] = np.ascontiguousarray(a)
+            bar.update(1)
+    return out
+
+
+def _random_params(program, seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    dtype = _np(program.dtype.name)
+    out = {}
+    for spec in program.params:
+        shape = spec.shape
+        if spec.path.endswith("bias"):
+            a = np.zeros(shape, np.float32)
+        elif len(shape) == 1:
+            a = np.ones(shape, np.float32)
+        else:
+            a = (rng.standard_normal(shape) * 0.02).astype(np.float32)
+        out[spec.path] = a.astype(dtype)
+    return out
+
+
+__all__ = ["load", "export", "OnnxModel", "OnnxStepModel", "BackendError", "resolve_providers"]

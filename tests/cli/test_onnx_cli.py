@@ -1,0 +1,55 @@
+"""`linnet onnx`, and `linnet run` / `linnet generate` with `--backend onnxruntime`, as a user runs them."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.cli.test_backends import run_cli
+
+onnx = pytest.importorskip("onnx")
+pytest.importorskip("onnx_ir")
+
+
+def test_onnx_writes_a_checked_model(tmp_path):
+    out = tmp_path / "step.onnx"
+    r = run_cli(
+        "onnx", "examples/gpt2.linnet", "--config", "n_layer=2", "--entry", "step", "--max-positions", "16",
+        "-o", str(out), "--no-weights",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert f"wrote {out}" in r.stderr and "graph inputs" in r.stderr
+    model = onnx.load(str(out))
+    onnx.checker.check_model(model, full_check=True)
+    names = [i.name for i in model.graph.input]
+    assert names[:3] == ["input_ids", "positions", "rows"]
+    assert "transformer.wte.weight" in names and "past_key_values.1.value" in names
+    assert [o.name for o in model.graph.output] == [
+        "logits", "present.0.key", "present.0.value", "present.1.key", "present.1.value",
+    ]  # fmt: skip
+
+
+def test_onnx_reports_a_missing_entry(tmp_path):
+    r = run_cli("onnx", "examples/mlp.linnet", "--preset", "tiny", "--entry", "nope", "-o", str(tmp_path / "x.onnx"))
+    assert r.returncode == 1 and "no entry `nope`" in r.stderr
+
+
+@pytest.mark.onnxruntime
+def test_run_on_onnxruntime_prints_shapes_that_agree_with_the_checker():
+    pytest.importorskip("onnxruntime")
+    r = run_cli("run", "examples/mlp.linnet", "--preset", "tiny", "--backend", "onnxruntime", "--batch", "3")
+    assert r.returncode == 0, r.stderr
+    assert "entry forward (onnxruntime, random weights)" in r.stdout
+    assert "output [3, 2] float32" in r.stdout and "disagreement" not in r.stdout
+
+
+@pytest.mark.onnxruntime
+@pytest.mark.slow
+def test_main_job_answers_on_onnxruntime():
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("torch")
+    r = run_cli(
+        "generate", "examples/llama.linnet", "--backend", "onnxruntime", "--chat", "--max-new-tokens", "12",
+        "--max-positions", "128", "--prompt", "What is the capital of France?",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "Paris" in r.stdout

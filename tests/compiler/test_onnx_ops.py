@@ -1,0 +1,141 @@
+"""Every registry op through the ONNX backend: it has a lowering (or an explicit "unsupported:
+reason"); the lowered graph passes `onnx.checker` and strict shape inference; on ONNX Runtime
+the output shape equals the registry's shape rule and the values equal the op's numpy reference
+and the PyTorch backend's output, on random inputs. Also: lowering imports no onnxruntime, and
+the examples' entries lower to checked graphs with symbolic batch and sequence dims."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from linnet.ir import build
+from linnet.ir.core import Program
+from linnet.ops import REGISTRY
+from linnet.semantics.types import F32
+from tests.compiler.op_cases import case, reference, single_op_graph
+from tests.conftest import EXAMPLES
+
+onnx = pytest.importorskip("onnx")
+pytest.importorskip("onnx_ir")
+
+from linnet.compiler.onnx.lower import LOWERINGS, UNSUPPORTED, cache_names, lower_entry, to_proto  # noqa: E402
+
+HAVE_TORCH = importlib.util.find_spec("torch") is not None
+
+
+def test_every_op_has_an_onnx_lowering_or_a_reason():
+    structural = {"const"}
+    assert set(REGISTRY) == (set(LOWERINGS) - structural) | set(UNSUPPORTED)
+    assert not set(LOWERINGS) & set(UNSUPPORTED)
+    assert all(reason.strip() for reason in UNSUPPORTED.values())
+
+
+def test_onnx_lowering_imports_no_runtime():
+    code = (
+        "import sys\nfrom linnet.ir import build\nfrom linnet.compiler.onnx.lower import lower_entry\n"
+        "lower_entry(build('examples/llama.linnet', preset='smollm2_135m', config={'num_hidden_layers': 1}), 'step')\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'jax', 'onnxruntime')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=EXAMPLES.parent)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def checked(model):
+    proto = to_proto(model)
+    onnx.checker.check_model(proto, full_check=True)
+    onnx.shape_inference.infer_shapes(proto, strict_mode=True)
+    return proto
+
+
+def dims(value_info) -> list:
+    return [d.dim_param or d.dim_value for d in value_info.type.tensor_type.shape.dim]
+
+
+@pytest.mark.parametrize(
+    "file, preset, config",
+    [
+        ("llama.linnet", "smollm2_135m", {"num_hidden_layers": 2}),
+        ("gpt2.linnet", None, {"n_layer": 2, "n_embd": 64, "n_head": 4, "vocab_size": 100}),
+        ("bert.linnet", "all_minilm_l6_v2", {"num_hidden_layers": 1}),
+    ],
+)
+def test_examples_lower_to_checked_graphs(file, preset, config):
+    program = build(EXAMPLES / file, preset=preset, config=config, max_positions=16)
+    for name, g in program.entries.items():
+        proto = checked(lower_entry(program, name))
+        ins = {i.name: dims(i) for i in proto.graph.input}
+        assert [v.name for v in g.inputs] == list(ins)[: len(g.inputs)]
+        assert ins["input_ids"] == ["B", "S"]
+        assert {i.name for i in proto.graph.initializer} <= {p.path for p in program.params}
+        if g.state_updates:
+            names = cache_names(program)
+            outs = [o.name for o in proto.graph.output]
+            assert outs[0] == "logits" and dims(proto.graph.output[0])[0] == "B"
+            assert outs[1:] == [names[p][1] for p in g.state_updates]
+            assert outs[1:3] == ["present.0.key", "present.0.value"]
+            assert "past_key_values.1.value" in ins
+
+
+def test_parameters_as_graph_inputs():
+    program = build(EXAMPLES / "llama.linnet", preset="smollm2_135m", config={"num_hidden_layers": 1}, max_positions=8)
+    proto = checked(lower_entry(program, "forward", params="inputs"))
+    assert not proto.graph.initializer
+    assert "model.embed_tokens.weight" in {i.name for i in proto.graph.input}
+
+
+# ----------------------------------------------------------------------------- running (needs onnxruntime)
+
+
+@pytest.fixture(scope="module")
+def ort():
+    return pytest.importorskip("onnxruntime")
+
+
+def run_onnx(ort, g, inputs):
+    program = Program("<test>", "f", None, F32, 1, 1, entries={"f": g})
+    proto = checked(lower_entry(program, "f"))
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    sess = ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    names = [i.name for i in sess.get_inputs()]
+    return sess.run(None, dict(zip(names, inputs)))
+
+
+def run_torch(g, inputs):
+    import torch
+
+    from linnet.compiler.torch.codegen import function_source as torch_source
+
+    ns: dict = {}
+    exec("import torch\nimport torch.nn.functional as F\n" + torch_source(g), ns)
+    out = ns["f"]({}, *[torch.from_numpy(np.array(a)) for a in inputs])
+    return [o.numpy() for o in (out if isinstance(out, (tuple, list)) else [out])]
+
+
+@pytest.mark.onnxruntime
+@pytest.mark.parametrize("name", sorted(set(REGISTRY) - set(UNSUPPORTED)))
+@settings(max_examples=5, deadline=None)
+@given(shape=st.lists(st.integers(1, 4), min_size=1, max_size=3).map(tuple), seed=st.integers(0, 2**16))
+def test_op_matches_registry_reference_and_torch(ort, name, shape, seed):
+    rng = np.random.default_rng(seed)
+    tensors, const = case(name, rng, shape)
+    expected = reference(name, tensors, const)
+    g, types, inputs = single_op_graph(name, tensors, const)
+    outs = run_onnx(ort, g, inputs)
+    refs = list(expected) if isinstance(expected, (tuple, list)) else [np.asarray(expected)]
+    theirs = run_torch(g, inputs) if HAVE_TORCH else refs
+    assert len(outs) == len(types) == len(refs) == len(theirs)
+    for o, t, ref, tor in zip(outs, types, refs, theirs):
+        assert o.shape == tuple(d.as_int() for d in t.shape.dims), (name, o.shape, t)
+        assert o.shape == np.asarray(ref).shape
+        assert o.dtype == np.asarray(ref).dtype, (name, o.dtype, np.asarray(ref).dtype)
+        np.testing.assert_allclose(o.astype(np.float64), np.asarray(ref).astype(np.float64), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(o.astype(np.float64), tor.astype(np.float64), rtol=1e-5, atol=1e-6)
