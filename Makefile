@@ -17,10 +17,13 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 # The main job: check every example, then answer a prompt from the embedded SmolLM2 checkpoint
-# through the generated PyTorch code.
+# on each runtime family: generated PyTorch, the exported StableHLO on XLA, ONNX Runtime.
+PROMPT := "What is the capital of France?"
 run: $(STAMP)
 	$(VENV)/bin/linnet check examples
-	$(VENV)/bin/linnet generate examples/llama.linnet --chat --prompt "What is the capital of France?"
+	$(VENV)/bin/linnet generate examples/llama.linnet --chat --prompt $(PROMPT)
+	$(VENV)/bin/linnet generate examples/llama.linnet --chat --prompt $(PROMPT) --backend xla
+	$(VENV)/bin/linnet generate examples/llama.linnet --chat --prompt $(PROMPT) --backend onnxruntime
 
 test: $(STAMP)
 	$(PY) -m pytest -q
