@@ -102,3 +102,13 @@ def test_cuda_graphs_without_cuda_fails_clearly():
     program = build("examples/llama.linnet", config=SMALL, max_positions=16)
     with pytest.raises(BackendError, match="needs a CUDA device"):
         compile_program(program, "cuda-graphs")
+
+
+def test_fast_numerics_stay_close_to_equivalent():
+    """`fast` swaps in SDPA (with enable_gqa) and fused RMS norm; the result stays within f32 rounding."""
+    prompt = torch.tensor([[3, 14, 15, 92, 65]])
+    exact, fast = small("generated"), small("generated", numerics="fast")
+    assert "scaled_dot_product_attention" in fast.module.source and "F.rms_norm" in fast.module.source
+    torch.testing.assert_close(fast.forward(prompt), exact.forward(prompt), rtol=0, atol=1e-5)
+    for x, y in zip(decode(fast, prompt, 3), decode(exact, prompt, 3)):
+        torch.testing.assert_close(x, y, rtol=0, atol=1e-5)
