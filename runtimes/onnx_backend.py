@@ -3,7 +3,9 @@
 
 Each entry is lowered by `linnet.compiler.onnx` with the checkpoint's tensors (cast to the
 working dtype) as initializers named by checkpoint name, and run in its own
-`InferenceSession` (made on first use). Providers: `CPUExecutionProvider` here; with
+`InferenceSession` (made on first use). The weights reach ORT from memory: the proto names
+them as external data and `add_external_initializers` supplies the arrays, so the model is
+neither serialized to bytes nor parsed back (see `make_session`). Providers: `CPUExecutionProvider` here; with
 `device="cuda"` (onnxruntime-gpu) CUDA, or TensorRT with `providers=["tensorrt", ...]`.
 
 The KV cache. Layer i's cache is the graph input `past_key_values.i.key/value` and output
@@ -110,10 +112,16 @@ class OnnxModel:
     def device_type(self) -> str:
         return "cuda" if self.providers[0] in (PROVIDERS["cuda"], PROVIDERS["tensorrt"]) else "cpu"
 
-    def model_proto(self, name: str):
-        from linnet.compiler.onnx.lower import lower_entry, to_proto
+    def model_ir(self, name: str):
+        """Entry `name` as an `onnx_ir.Model` whose initializers wrap `params` (no copy)."""
+        from linnet.compiler.onnx.lower import lower_entry
 
-        return to_proto(lower_entry(self.program, name, self.params, self.numerics))
+        return lower_entry(self.program, name, self.params, self.numerics)
+
+    def model_proto(self, name: str):
+        from linnet.compiler.onnx.lower import to_proto
+
+        return to_proto(self.model_ir(name))
 
     def session(self, name: str):
         """The InferenceSession of entry `name` (made on first use)."""
@@ -121,7 +129,7 @@ class OnnxModel:
             raise KeyError(f"no entry `{name}` (entries: {', '.join(self.program.entries)})")
         if name not in self.sessions:
             t0 = time.perf_counter()
-            self.sessions[name] = make_session(self.model_proto(name), self.providers, self.numerics, self.threads)
+            self.sessions[name] = make_session(self.model_ir(name), self.providers, self.numerics, self.threads)
             self.session_s[name] = time.perf_counter() - t0
         return self.sessions[name]
 
@@ -220,7 +228,11 @@ class OnnxStepModel:
         return np.asarray(logits, dtype=np.float32)
 
 
-def make_session(proto, providers: list[str], numerics: str = "equivalent", threads: int | None = None):
+IN_MEMORY = "linnet-in-memory"  # the external-data location of initializers handed to ORT from memory
+IN_MEMORY_MIN_BYTES = 1024  # smaller initializers stay in the proto (ORT reads small shape constants there)
+
+
+def session_options(numerics: str = "equivalent", threads: int | None = None):
     ort = _ort()
     opts = ort.SessionOptions()
     opts.graph_optimization_level = (
@@ -229,12 +241,56 @@ def make_session(proto, providers: list[str], numerics: str = "equivalent", thre
     if threads:
         opts.intra_op_num_threads = threads
         opts.inter_op_num_threads = 1
+    return opts
+
+
+def make_session(model, providers: list[str], numerics: str = "equivalent", threads: int | None = None):
+    """An InferenceSession of `model` (an `onnx_ir.Model`, or an `onnx.ModelProto`).
+
+    An `onnx_ir.Model`'s large initializers are not serialized: the proto names them as
+    external data at a placeholder location, and their arrays are handed to ORT from memory
+    (`add_external_initializers`, one copy into the session), so a 540 MB model is neither
+    written to bytes nor parsed back, and the 2 GB protobuf limit does not apply."""
+    ort = _ort()
+    opts = session_options(numerics, threads)
+    if not hasattr(model, "SerializeToString"):
+        proto, names, values = _weightless_proto(model)
+        if names:
+            opts.add_external_initializers(names, values)
+        return ort.InferenceSession(proto.SerializeToString(), opts, providers=providers)
+    proto = model
     if proto.ByteSize() < TWO_GB:
         return ort.InferenceSession(proto.SerializeToString(), opts, providers=providers)
     with tempfile.TemporaryDirectory(prefix="linnet-onnx-") as tmp:
         path = Path(tmp) / "model.onnx"
         save_model(proto, path)
         return ort.InferenceSession(str(path), opts, providers=providers)
+
+
+def _weightless_proto(model):
+    """(proto, names, OrtValues): `model` serialized with its large initializers as external data
+    at `IN_MEMORY`, and their values as OrtValues over the arrays (no copy). Restores `model`."""
+    import onnx_ir as ir
+
+    from linnet.compiler.onnx.lower import to_proto
+
+    ort = _ort()
+    names, values, saved = [], [], []
+    for name, v in model.graph.initializers.items():
+        t = v.const_value
+        if t is None or t.nbytes < IN_MEMORY_MIN_BYTES:
+            continue
+        array = np.ascontiguousarray(t.numpy())
+        saved.append((v, t))
+        v.const_value = ir.ExternalTensor(IN_MEMORY, 0, t.nbytes, t.dtype, shape=t.shape, name=name)
+        names.append(name)
+        values.append(ort.OrtValue.ortvalue_from_numpy(array))
+    try:
+        proto = to_proto(model)
+    finally:
+        for v, t in saved:
+            v.const_value = t
+    return proto, names, values
 
 
 def save_model(proto, path: str | Path) -> list[Path]:

@@ -13,10 +13,14 @@ protobuf). This file imports onnx-ir and numpy, never onnxruntime: lowering need
   `.value`; `cache_write` is a `ScatterND` over (row, head, position) index triples, so the
   present tensor is the past one with the new block written and a runtime may bind both to
   one buffer;
-- a `composite` is lowered by its body (its meaning), except where a native ONNX op computes
+- a `composite` is lowered by its body (its meaning), except where native ONNX ops compute
   what the reference implementation computes (`NATIVE`: Softmax, Gelu, LayerNormalization
-  under `equivalent`). GQA is the body's `repeat_interleave` (query head h reads KV head
-  h // G), lowered as Unsqueeze + Expand + Reshape, never as a Tile.
+  under `equivalent`, and `attention`). Attention batches the G query heads of one KV head
+  (query head h reads KV head h // G, the body's `repeat_interleave` routing) instead of
+  repeating the keys and values; over the KV cache, decode reads the cache in place and prefill
+  skips keys after the last attended position (`_grouped_attention`: exact rewrites only). A
+  one-row cache (max_batch 1) is read without a Gather. `repeat_interleave` itself is
+  Unsqueeze + Expand + Reshape, never a Tile.
 
 `UNSUPPORTED` lists registry ops without a lowering, each with its reason (the op test
 holds every registry op to one of the two).
@@ -188,6 +192,40 @@ class Lowering:
         parts = [self.dim(d) for d in dims]
         return self.op("Concat", parts, {"axis": 0}, hint="shape")
 
+    def attended_length(self, mask: Value) -> ir.Value:
+        """int64[1]: one past the last key position that some query of `mask` [B, S, T] may
+        attend (T when a query attends none: its softmax is uniform over every key). Keys after
+        it are masked for every query; skipping them leaves every softmax and every weighted sum
+        unchanged (their weights are exact zeros). Made once per mask."""
+        key = ("attended", id(mask))
+        if key not in self.dim_cache:
+            t = mask.dims[-1].as_int()
+            i64 = lambda a: self.const(np.array(a, dtype=np.int64), "attended")  # noqa: E731
+            cols = self.const(np.arange(1, t + 1, dtype=np.int64), "key_index")
+            last = self.op("Where", [self.get(mask), cols, i64(0)], hint="attended")
+            per_query = self.op("ReduceMax", [last, i64([-1])], {"keepdims": 0}, hint="attended")
+            length = self.op("ReduceMax", [per_query], {"keepdims": 0}, hint="attended")
+            none = self.op("Equal", [self.op("ReduceMin", [per_query], {"keepdims": 0}, hint="attended"), i64(0)])
+            length = self.op("Where", [none, i64(t), length], hint="attended")
+            length = self.op("Unsqueeze", [length, i64([0])], hint="attended_length")
+            length.dtype, length.shape = ir.DataType.INT64, ir.Shape([1])
+            self.dim_cache[key] = length
+        return self.dim_cache[key]
+
+    def branch(self, build: Callable[[], ir.Value], name: str) -> ir.Graph:
+        """A subgraph (for `If`) of the nodes `build` makes; it may read values of the enclosing
+        graph. Constants and cached values made inside stay inside."""
+        tape, consts, cache = self.tape, self.consts, self.dim_cache
+        self.tape, self.consts, self.dim_cache = ir.tape.Tape(), {}, dict(cache)
+        try:
+            out = build()
+            if out.producer() is None or out.producer() not in self.tape.nodes:
+                out = self.op("Identity", [out], hint=name)
+            nodes = self.tape.nodes
+        finally:
+            self.tape, self.consts, self.dim_cache = tape, consts, cache
+        return ir.Graph([], [out], nodes=nodes, name=self.fresh(name))
+
     # ----- graphs
     def graph(self, g: Graph) -> None:
         for op in g.ops:
@@ -201,6 +239,11 @@ class Lowering:
             return
         if op.name == "state":
             self.values[id(op.result)] = self.state_values[op.attrs["path"]]
+            return
+        if op.name == "take" and _one_row_cache(op):
+            # One cache row (max_batch 1): every valid index is 0, so reading rows is reading the
+            # cache itself; no Gather copies it (B <= max_batch = 1, so the shapes agree at run time).
+            self.values[id(op.result)] = self.get(op.args["x"])
             return
         lower = LOWERINGS.get(op.name)
         if lower is None:
@@ -531,7 +574,156 @@ def _layer_norm(L: Lowering, op: Op) -> ir.Value:
     )
 
 
+# Attention over a static key length (the KV cache's max_positions) at least this long skips the
+# keys after the last attended position in prefill (see `Lowering.attended_length`).
+TRIM_MIN_KEYS = 64
+
+
+def _dims(dims) -> list:
+    return [d.as_int() if d.as_int() is not None else format_dim(d) for d in dims]
+
+
+def _typed(x: ir.Value, shape, dtype) -> ir.Value:
+    x.dtype, x.shape = dtype, ir.Shape(shape)
+    return x
+
+
+def _mask_bias(L: Lowering, mask: ir.Value, dt: DType, key) -> ir.Value:
+    """[B, 1, S, T]: 0 where `mask` holds, the dtype's minimum elsewhere (made once per mask).
+    `scores + bias` equals `where(mask, scores, min)` exactly in f32 and bf16 for |scores| below
+    half the spacing of floats at the minimum (2**103 in f32): x + 0 = x, and min + x rounds to
+    min. ONNX Runtime's broadcast Add is several times faster than its broadcast Where."""
+    key = ("mask_bias", key, dt.name)
+    if key not in L.dim_cache:
+        zero = L.const(np.array(0, dtype=np_dtype(dt)), "zero")
+        bias = L.op("Where", [mask, zero, _lowest(L, dt)], hint="mask_bias")
+        bias = L.op("Unsqueeze", [bias, L.const(np.array([1], dtype=np.int64), "axes")], hint="mask_bias")
+        L.dim_cache[key] = bias
+    return L.dim_cache[key]
+
+
+def _lowest(L: Lowering, dt: DType) -> ir.Value:
+    if dt.name == "bf16":
+        import ml_dtypes
+
+        return L.const(np.array(ml_dtypes.finfo(ml_dtypes.bfloat16).min, dtype=ml_dtypes.bfloat16), "min_value")
+    return L.const(np.array(np.finfo(np_dtype(dt)).min, dtype=np_dtype(dt)), "min_value")
+
+
+def _grouped_attention(L: Lowering, op: Op) -> ir.Value:
+    """The body of `attention` (matmul, scale, mask with the dtype's minimum, softmax, upcast
+    to f32 when asked, matmul) with the G query heads of one KV head batched together: q
+    [B, Hkv * G, S, D] is viewed as [B, Hkv, G * S, D] (query head h = kv * G + g reads KV head
+    h // G, repeat-interleave's routing) and multiplied by that KV head's keys, instead of
+    repeating the keys and values G times (transformers' `repeat_kv`). The same dot products.
+
+    Exact rewrites, value for value: a power-of-two scale multiplies q before the matmul
+    (scaling by 2**k is exact, so every dot product is the scaled one); in f32 and bf16 the mask
+    is an added bias (see `_mask_bias`). Over the KV cache (a static key length), decode (S = 1)
+    computes K @ q^T, which reads the cache where it lies, and prefill (S > 1) first drops the
+    keys after the last attended position (their weights are exact zeros; see
+    `Lowering.attended_length`); with a symbolic S an `If` picks one per step."""
+    q, k, v, mask = (op.args[n] for n in ("q", "k", "v", "mask"))
+    t, s = k.dims[2], q.dims[2]
+    dt = q.dtype
+    i64 = lambda a: L.const(np.array(a, dtype=np.int64), "attn")  # noqa: E731
+    scale = float(op.args["scale"])
+    qv = L.get(q)
+    if scale > 0 and np.log2(scale).is_integer():
+        qv = _typed(L.op("Mul", [qv, L.operand(scale, dt)], hint="q_scaled"), _dims(q.dims), ONNX_DTYPES[dt.name])
+        scale = None
+    use_bias = dt.name in ("f32", "bf16")
+    cached = t.as_int() is not None and t.as_int() >= TRIM_MIN_KEYS
+    full_mask = L.get(mask)
+    full = (full_mask if not use_bias else _mask_bias(L, full_mask, dt, id(mask)), L.get(k), L.get(v), _dims([t])[0])
+    if not cached:
+        return _attention_body(L, op, qv, full, scale, use_bias, keys_first=False)
+    end = L.attended_length(mask)
+    start, axis = i64([0]), i64([2])
+    t_att = L.fresh("T_attended")
+    trimmed_mask = _typed(
+        L.op("Slice", [full_mask, start, end, axis], hint="mask"), _dims(mask.dims[:2]) + [t_att], ir.DataType.BOOL
+    )
+    trimmed_mask = trimmed_mask if not use_bias else _mask_bias(L, trimmed_mask, dt, ("trimmed", id(mask)))
+
+    def prefill():
+        kv = _typed(
+            L.op("Slice", [L.get(k), start, end, axis], hint="keys"),
+            _dims(k.dims[:2]) + [t_att, _dims(k.dims)[3]],
+            ONNX_DTYPES[dt.name],
+        )
+        vv = _typed(
+            L.op("Slice", [L.get(v), start, end, axis], hint="values"),
+            _dims(v.dims[:2]) + [t_att, _dims(v.dims)[3]],
+            ONNX_DTYPES[dt.name],
+        )
+        return _attention_body(L, op, qv, (trimmed_mask, kv, vv, t_att), scale, use_bias, keys_first=False)
+
+    def decode():
+        return _attention_body(L, op, qv, full, scale, use_bias, keys_first=True)
+
+    if s.as_int() is not None:
+        return decode() if s.as_int() == 1 else prefill()
+    cond_key = ("is_decode", s.key())
+    if cond_key not in L.dim_cache:
+        L.dim_cache[cond_key] = L.op(
+            "Equal", [L.scalar_dim(s), L.const(np.array(1, dtype=np.int64), "one")], hint="is_decode"
+        )
+    then_graph = L.branch(decode, "decode_attention")
+    else_graph = L.branch(prefill, "prefill_attention")
+    out = L.op("If", [L.dim_cache[cond_key]], {"then_branch": then_graph, "else_branch": else_graph}, hint="attention")
+    return out
+
+
+def _attention_body(L: Lowering, op: Op, qv: ir.Value, kvm, scale, use_bias: bool, keys_first: bool) -> ir.Value:
+    """scores = (q @ k^T) [* scale], masked, softmax (in f32 when `upcast`), @ v, grouped.
+    `keys_first`: scores^T = k @ q^T, then transposed (reads the keys in place; for decode)."""
+    q, k = op.args["q"], op.args["k"]
+    maskv, kv, vv, t_dim = kvm
+    h, hkv = q.dims[1].as_int(), k.dims[1].as_int()
+    g = h // hkv
+    dt = q.dtype
+    odt = ONNX_DTYPES[dt.name]
+    b, _, s, d = _dims(q.dims)
+    i64 = lambda a: L.const(np.array(a, dtype=np.int64), "attn")  # noqa: E731
+    if g > 1:
+        qv = _typed(L.op("Reshape", [qv, i64([0, hkv, -1, 0])], hint="q_grouped"), [b, hkv, None, d], odt)
+    if keys_first:
+        q_t = _typed(L.op("Transpose", [qv], {"perm": [0, 1, 3, 2]}, hint="q_t"), [b, hkv, d, None], odt)
+        scores = _typed(L.op("MatMul", [kv, q_t], hint="scores_t"), [None, hkv, t_dim, None], odt)
+        scores = L.op("Transpose", [scores], {"perm": [0, 1, 3, 2]}, hint="scores")
+    else:
+        keys_t = L.op("Transpose", [kv], {"perm": [0, 1, 3, 2]}, hint="keys_t")
+        scores = L.op("MatMul", [qv, keys_t], hint="scores")
+    scores = _typed(scores, [b, hkv, None, t_dim], odt)
+    if g > 1:
+        scores = L.op("Reshape", [scores, i64([0, h, -1, 0])], hint="scores")
+    scores = _typed(scores, [b, h, s, t_dim], odt)
+    if scale is not None:
+        scores = _typed(L.op("Mul", [scores, L.operand(scale, dt)], hint="scores"), [b, h, s, t_dim], odt)
+    if use_bias:
+        masked = L.op("Add", [scores, maskv], hint="masked")
+    else:
+        mask4 = L.op("Unsqueeze", [maskv, i64([1])], hint="mask")
+        masked = L.op("Where", [mask4, scores, _lowest(L, dt)], hint="masked")
+    masked = _typed(masked, [b, h, s, t_dim], odt)
+    if op.args.get("upcast", True) and dt.name != "f32":
+        up = L.op("Cast", [masked], {"to": ir.DataType.FLOAT}, hint="masked")
+        probs = L.op("Softmax", [up], {"axis": -1}, hint="probs")
+        probs = L.op("Cast", [probs], {"to": odt}, hint="probs")
+    else:
+        probs = L.op("Softmax", [masked], {"axis": -1}, hint="probs")
+    probs = _typed(probs, [b, h, s, t_dim], odt)
+    if g > 1:
+        probs = _typed(L.op("Reshape", [probs, i64([0, hkv, -1, 0])], hint="probs_grouped"), [b, hkv, None, t_dim], odt)
+    out = L.op("MatMul", [probs, vv], hint="attention")
+    if g > 1:
+        out = L.op("Reshape", [_typed(out, [b, hkv, None, d], odt), i64([0, h, -1, 0])], hint="attention")
+    return _typed(out, [b, h, s, d], odt)
+
+
 NATIVE: dict[str, tuple[tuple[str, ...], Lower]] = {
+    "attention": (NUMERICS, _grouped_attention),
     "softmax": (NUMERICS, lambda L, op: L.op("Softmax", [L.get(op.args["x"])], {"axis": -1}, hint=op.result.name)),
     "gelu": (NUMERICS, lambda L, op: L.op("Gelu", [L.get(op.args["x"])], {"approximate": "none"}, hint="gelu")),
     "gelu_tanh": (("fast",), lambda L, op: L.op("Gelu", [L.get(op.args["x"])], {"approximate": "tanh"}, hint="gelu")),
@@ -623,6 +815,8 @@ def lower_entry(
         opset_imports={"": OPSET},
         name=f"{program.model}_{name}",
     )
+    if _fuse_shared_input_matmuls(graph):
+        graph.sort()
     return ir.Model(
         graph,
         ir_version=IR_VERSION,
@@ -643,6 +837,76 @@ def _output_name(program: Program, i: int, v: Value, taken: set[str]) -> str:
         n += 1
         name = f"{base}_{n}"
     return name
+
+
+def _weight_operand(v: ir.Value) -> bool:
+    """A [K, N] matrix that is an initializer, or an initializer transposed (a Linear's weight)."""
+    if v.shape is None or len(v.shape) != 2:
+        return False
+    if v.is_initializer():
+        return True
+    node = v.producer()
+    return (
+        node is not None
+        and node.op_type == "Transpose"
+        and list(node.attributes.get_ints("perm", [])) == [1, 0]
+        and node.inputs[0] is not None
+        and node.inputs[0].is_initializer()
+    )
+
+
+def _fuse_shared_input_matmuls(graph: ir.Graph) -> bool:
+    """MatMuls of one input by weight matrices (q/k/v, gate/up projections) become one MatMul by
+    the weights concatenated along N (a Concat of initializers, folded when the session is made)
+    and a Split. Each output column is the same dot product, computed the same way (checked
+    bitwise on ONNX Runtime's CPU kernels); one larger product instead of several small ones.
+    Returns whether anything changed (the graph then needs sorting)."""
+    groups: dict[int, list[ir.Node]] = {}
+    for node in graph:
+        if node.op_type == "MatMul" and node.domain == "" and _weight_operand(node.inputs[1]):
+            groups.setdefault(id(node.inputs[0]), []).append(node)
+    changed = False
+    for nodes in groups.values():
+        ws = [n.inputs[1] for n in nodes]
+        if len(nodes) < 2 or len({(w.dtype, w.shape[0]) for w in ws}) != 1:
+            continue
+        sizes = [w.shape[1] for w in ws]
+        if not all(isinstance(n, int) for n in sizes):
+            continue
+        a = nodes[0].inputs[0]
+        concat = ir.node("Concat", ws, {"axis": 1}, name=f"{nodes[0].name}_weights")
+        concat.outputs[0].name = f"{nodes[0].outputs[0].name}_weights"
+        concat.outputs[0].dtype, concat.outputs[0].shape = ws[0].dtype, ir.Shape([ws[0].shape[0], sum(sizes)])
+        matmul = ir.node("MatMul", [a, concat.outputs[0]], name=f"{nodes[0].name}_fused")
+        matmul.outputs[0].name = f"{nodes[0].outputs[0].name}_fused"
+        matmul.outputs[0].dtype = nodes[0].outputs[0].dtype
+        sizes_c = ir.node("Constant", [], {"value": ir.tensor(np.array(sizes, dtype=np.int64))})
+        sizes_c.outputs[0].name = f"{nodes[0].outputs[0].name}_sizes"
+        split = ir.node(
+            "Split",
+            [matmul.outputs[0], sizes_c.outputs[0]],
+            {"axis": -1},
+            num_outputs=len(nodes),
+            name=f"{nodes[0].name}_split",
+        )
+        graph.extend([concat, matmul, sizes_c, split])
+        for old, new in zip(nodes, split.outputs):
+            out = old.outputs[0]
+            new.dtype, new.shape = out.dtype, out.shape
+            out.replace_all_uses_with(new)
+            name = out.name
+            graph.remove(old, safe=True)
+            new.name = name
+        changed = True
+    return changed
+
+
+def _one_row_cache(op: Op) -> bool:
+    """`take(cache, rows, dim=0)` of a cache with one row (max_batch 1)."""
+    x = op.args["x"]
+    if op.args["dim"] % x.rank != 0 or x.dims[0].as_int() != 1 or x.producer is None:
+        return False
+    return x.producer.name in ("state", "cache_write") and op.result.dims[1:] == x.dims[1:]
 
 
 def _all_ops(g: Graph):

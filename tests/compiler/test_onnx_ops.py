@@ -139,3 +139,41 @@ def test_op_matches_registry_reference_and_torch(ort, name, shape, seed):
         assert o.dtype == np.asarray(ref).dtype, (name, o.dtype, np.asarray(ref).dtype)
         np.testing.assert_allclose(o.astype(np.float64), np.asarray(ref).astype(np.float64), rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(o.astype(np.float64), tor.astype(np.float64), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("max_batch", [1, 2])
+def test_attention_over_the_cache_is_grouped_and_reads_the_cache_in_place(max_batch):
+    """Attention batches the query heads of a KV head (no repeated keys or values); over a cache of at least
+    TRIM_MIN_KEYS positions an `If` on S picks decode (K @ q^T, the cache read in place) or prefill (keys after
+    the last attended position skipped); a one-row cache is read without a Gather."""
+    from linnet.compiler.onnx.lower import TRIM_MIN_KEYS
+
+    program = build(
+        EXAMPLES / "llama.linnet",
+        preset="smollm2_135m",
+        config={"num_hidden_layers": 1},
+        max_batch=max_batch,
+        max_positions=TRIM_MIN_KEYS + 16,
+    )
+    proto = checked(lower_entry(program, "step"))
+    ops = [n.op_type for n in proto.graph.node]
+    assert ops.count("Expand") == 3  # the cache index triples only: no repeated keys or values
+    assert ops.count("If") == 1
+    # the embedding and the last token; with several cache rows, also the two row reads
+    assert ops.count("Gather") == (4 if max_batch > 1 else 2)
+    branches = {a.name: a.g for n in proto.graph.node if n.op_type == "If" for a in n.attribute}
+    decode = [n.op_type for n in branches["then_branch"].node]
+    prefill = [n.op_type for n in branches["else_branch"].node]
+    assert "Slice" not in decode and decode.count("MatMul") == 2
+    assert prefill.count("Slice") == 2 and prefill.count("MatMul") == 2
+
+
+def test_projections_of_one_input_are_one_matmul():
+    """q/k/v and gate/up (weights of one input) are one MatMul by the concatenated weights and a Split; with the
+    parameters as graph inputs nothing is concatenated (it would run every step)."""
+    program = build(EXAMPLES / "llama.linnet", preset="smollm2_135m", config={"num_hidden_layers": 1}, max_positions=8)
+    ops = [n.op_type for n in checked(lower_entry(program, "step")).graph.node]
+    # qkv, o, gate/up, down, the head, and attention's two
+    assert ops.count("MatMul") == 7 and ops.count("Split") == 2
+    ops = [n.op_type for n in checked(lower_entry(program, "step", params="inputs")).graph.node]
+    assert ops.count("MatMul") == 10 and "Split" not in ops
