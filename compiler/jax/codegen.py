@@ -11,8 +11,11 @@ Numerics (ARCHITECTURE.md): a `composite` runs as a native function when that fu
 what the reference implementation computes (`jax.nn.softmax`, `jax.nn.silu`, erf
 `jax.nn.gelu`), otherwise as its body, op by op, in transformers' op order; attention is
 transformers' eager attention with the query heads of one KV head batched together (the
-same dot products as `repeat_kv`, without copying the cache). Under `equivalent`, matmuls
-ask for full f32 precision (`PRECISION = "highest"`: no TF32 or bf16 passes on GPUs/TPUs).
+same dot products as `repeat_kv`, without copying the cache), and keys and values read from
+the KV cache are contracted one KV head at a time, so XLA writes the donated cache in place
+(see `_grouped_attention`). Under `equivalent`, matmuls ask for full f32 precision
+(`PRECISION = "highest"`: no TF32 or bf16 passes on GPUs/TPUs; on CPU f32 dots are f32 either
+way, and it measured no slower).
 """
 
 from __future__ import annotations
@@ -308,25 +311,52 @@ EMITTERS["const"] = lambda e, op: f"p[{('const:' + e.names[('const', id(op))])!r
 # ----------------------------------------------------------------------------- native composites
 
 
+def _reads_cache(v: Value) -> bool:
+    """`v` is rows of a KV cache (`take` of a `state` or `cache_write` value)."""
+    t = v.producer
+    if t is None or t.name != "take":
+        return False
+    x = t.args["x"]
+    return x.producer is not None and x.producer.name in ("state", "cache_write")
+
+
 def _grouped_attention(e: Emitter, op: Op):
     """transformers' eager attention (matmul, scale, mask with the dtype's minimum, softmax,
     matmul) with the query heads of one KV head batched together instead of repeating the
-    keys and values (`repeat_kv`): the same dot products, without copying the cache G times."""
+    keys and values (`repeat_kv`): the same dot products, without copying the cache G times.
+
+    Keys and values read from the KV cache are contracted one KV head at a time (`k[:, i]`):
+    XLA on CPU fuses the cache write into a dot's operand when the dot reads the whole cache
+    through a reshape, once per reader, and each fused copy of the write gets its own copy of
+    the cache (four per cache per step); a dot over a slice reads the written cache in place."""
     q, k, v, mask = (op.args[n] for n in ("q", "k", "v", "mask"))
     b, h, s, d = (dim_text(x) for x in q.dims)
     hkv, t = dim_text(k.dims[1]), dim_text(k.dims[2])
-    g = q.dims[1].as_int() // k.dims[1].as_int()
+    nkv = k.dims[1].as_int()
+    g = q.dims[1].as_int() // nkv
     qn, kn, vn, mn = e.r(q), e.r(k), e.r(v), e.r(mask)
     dtype = JAX_DTYPES[q.dtype.name]
     scores, probs = e.fresh("scores"), e.fresh("probs")
     scale = e.r(op.args["scale"])
-    qk = '"bhsd,bhtd->bhst"'  # q @ k^T, contracting both where they lie
-    if g == 1:
-        lines = [f"{scores} = jnp.einsum({qk}, {qn}, {kn}, precision=PRECISION) * {scale}"]
+    per_head = _reads_cache(k) and _reads_cache(v) and nkv is not None
+    note = f"  # {g} heads per KV head" if g > 1 else ""
+    qg = qn if g == 1 else f"{qn}.reshape({b}, {hkv}, {g} * {s}, {d})"
+    if per_head:
+        qi = e.fresh("q_grouped") if g > 1 else qn
+        lines = [f"{qi} = {qg}{note}"] if g > 1 else []
+        lines.append(
+            f'{scores} = jnp.stack([jnp.einsum("bsd,btd->bst", {qi}[:, i], {kn}[:, i], precision=PRECISION) '
+            f"for i in range({nkv})], axis=1)  # one KV head at a time"
+        )
+        if g > 1:
+            lines.append(f"{scores} = {scores}.reshape({b}, {h}, {s}, {t}) * {scale}")
+        else:
+            lines[-1] = lines[-1].replace("], axis=1)", f"], axis=1) * {scale}", 1)
+    elif g == 1:
+        lines = [f'{scores} = jnp.einsum("bhsd,bhtd->bhst", {qn}, {kn}, precision=PRECISION) * {scale}']
     else:
         lines = [
-            f"{scores} = jnp.einsum({qk}, {qn}.reshape({b}, {hkv}, {g} * {s}, {d}), {kn}, precision=PRECISION)"
-            f"  # {g} heads per KV head",
+            f'{scores} = jnp.einsum("bhsd,bhtd->bhst", {qg}, {kn}, precision=PRECISION){note}',
             f"{scores} = {scores}.reshape({b}, {h}, {s}, {t}) * {scale}",
         ]
     lines.append(f"{scores} = jnp.where(jnp.expand_dims({mn}, 1), {scores}, jnp.finfo({dtype}).min)")
@@ -334,10 +364,17 @@ def _grouped_attention(e: Emitter, op: Op):
         lines.append(f"{probs} = jax.nn.softmax({scores}.astype(jnp.float32), axis=-1).astype({dtype})")
     else:
         lines.append(f"{probs} = jax.nn.softmax({scores}, axis=-1)")
+    pg = probs if g == 1 else f"{probs}.reshape({b}, {hkv}, {g} * {s}, {t})"
+    if per_head:
+        if g > 1:
+            pi = e.fresh("probs_grouped")
+            lines.append(f"{pi} = {pg}")
+            pg = pi
+        out = f"jnp.stack([jnp.matmul({pg}[:, i], {vn}[:, i], precision=PRECISION) for i in range({nkv})], axis=1)"
+        return lines, out if g == 1 else f"{out}.reshape({b}, {h}, {s}, {d})"
     if g == 1:
         return lines, f"jnp.matmul({probs}, {vn}, precision=PRECISION)"
-    grouped = f"{probs}.reshape({b}, {hkv}, {g} * {s}, {t})"
-    return lines, f"jnp.matmul({grouped}, {vn}, precision=PRECISION).reshape({b}, {h}, {s}, {d})"
+    return lines, f"jnp.matmul({pg}, {vn}, precision=PRECISION).reshape({b}, {h}, {s}, {d})"
 
 
 NATIVE: dict[str, tuple[tuple[str, ...], Callable[[Emitter, Op], "str | tuple[list[str], str]"]]] = {

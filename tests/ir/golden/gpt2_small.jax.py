@@ -152,10 +152,10 @@ def step(p, input_ids, positions, rows):
     v_cache = l0_v_cache.at[rows[:, None], :, positions[:, None] + lax.iota(jnp.int64, S)].set(jnp.swapaxes(v_1, 1, 2), mode='drop')
     t_10 = jnp.broadcast_to(k_cache, (B, 2, 16, 8))
     t_11 = jnp.broadcast_to(v_cache, (B, 2, 16, 8))
-    scores = jnp.einsum("bhsd,bhtd->bhst", q_1, t_10, precision=PRECISION) * 0.35355339059327373
+    scores = jnp.stack([jnp.einsum("bsd,btd->bst", q_1[:, i], t_10[:, i], precision=PRECISION) for i in range(2)], axis=1) * 0.35355339059327373  # one KV head at a time
     scores = jnp.where(jnp.expand_dims(mask, 1), scores, jnp.finfo(jnp.float32).min)
     probs = jax.nn.softmax(scores, axis=-1)
-    out = jnp.matmul(probs, t_11, precision=PRECISION)  # attention: [B, 2, S, 8]
+    out = jnp.stack([jnp.matmul(probs[:, i], t_11[:, i], precision=PRECISION) for i in range(2)], axis=1)  # attention: [B, 2, S, 8]
     t_12 = jnp.swapaxes(out, 1, 2).reshape(B, S, 16)  # [B, S, 16]
     l0_c_proj = p['transformer.h.0.attn.c_proj.weight']
     t_13 = jnp.matmul(t_12, l0_c_proj, precision=PRECISION)

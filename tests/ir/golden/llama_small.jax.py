@@ -231,11 +231,13 @@ def step(p, input_ids, positions, rows):
     v_cache = l0_v_cache.at[rows[:, None], :, positions[:, None] + lax.iota(jnp.int64, S)].set(jnp.swapaxes(v, 1, 2), mode='drop')
     t_25 = jnp.broadcast_to(k_cache, (B, 2, 16, 8))
     t_26 = jnp.broadcast_to(v_cache, (B, 2, 16, 8))
-    scores = jnp.einsum("bhsd,bhtd->bhst", q_1.reshape(B, 2, 2 * S, 8), t_25, precision=PRECISION)  # 2 heads per KV head
+    q_grouped = q_1.reshape(B, 2, 2 * S, 8)  # 2 heads per KV head
+    scores = jnp.stack([jnp.einsum("bsd,btd->bst", q_grouped[:, i], t_25[:, i], precision=PRECISION) for i in range(2)], axis=1)  # one KV head at a time
     scores = scores.reshape(B, 4, S, 16) * 0.3535533905932738
     scores = jnp.where(jnp.expand_dims(mask, 1), scores, jnp.finfo(jnp.float32).min)
     probs = jax.nn.softmax(scores.astype(jnp.float32), axis=-1).astype(jnp.float32)
-    out = jnp.matmul(probs.reshape(B, 2, 2 * S, 16), t_26, precision=PRECISION).reshape(B, 4, S, 8)  # attention: [B, 4, S, 8]
+    probs_grouped = probs.reshape(B, 2, 2 * S, 16)
+    out = jnp.stack([jnp.matmul(probs_grouped[:, i], t_26[:, i], precision=PRECISION) for i in range(2)], axis=1).reshape(B, 4, S, 8)  # attention: [B, 4, S, 8]
     t_27 = jnp.swapaxes(out, 1, 2).reshape(B, S, 32)  # [B, S, 32]
     l0_o_proj = p['model.layers.0.self_attn.o_proj.weight']
     y_3 = jnp.einsum("...i,oi->...o", t_27, l0_o_proj, precision=PRECISION)
@@ -294,11 +296,13 @@ def step(p, input_ids, positions, rows):
     v_cache_1 = l1_v_cache.at[rows[:, None], :, positions[:, None] + lax.iota(jnp.int64, S)].set(jnp.swapaxes(v_1, 1, 2), mode='drop')
     t_48 = jnp.broadcast_to(k_cache_1, (B, 2, 16, 8))
     t_49 = jnp.broadcast_to(v_cache_1, (B, 2, 16, 8))
-    scores_1 = jnp.einsum("bhsd,bhtd->bhst", q_3.reshape(B, 2, 2 * S, 8), t_48, precision=PRECISION)  # 2 heads per KV head
+    q_grouped_1 = q_3.reshape(B, 2, 2 * S, 8)  # 2 heads per KV head
+    scores_1 = jnp.stack([jnp.einsum("bsd,btd->bst", q_grouped_1[:, i], t_48[:, i], precision=PRECISION) for i in range(2)], axis=1)  # one KV head at a time
     scores_1 = scores_1.reshape(B, 4, S, 16) * 0.3535533905932738
     scores_1 = jnp.where(jnp.expand_dims(mask, 1), scores_1, jnp.finfo(jnp.float32).min)
     probs_1 = jax.nn.softmax(scores_1.astype(jnp.float32), axis=-1).astype(jnp.float32)
-    out_1 = jnp.matmul(probs_1.reshape(B, 2, 2 * S, 16), t_49, precision=PRECISION).reshape(B, 4, S, 8)  # attention: [B, 4, S, 8]
+    probs_grouped_1 = probs_1.reshape(B, 2, 2 * S, 16)
+    out_1 = jnp.stack([jnp.matmul(probs_grouped_1[:, i], t_49[:, i], precision=PRECISION) for i in range(2)], axis=1).reshape(B, 4, S, 8)  # attention: [B, 4, S, 8]
     t_50 = jnp.swapaxes(out_1, 1, 2).reshape(B, S, 32)  # [B, S, 32]
     l1_o_proj = p['model.layers.1.self_attn.o_proj.weight']
     y_10 = jnp.einsum("...i,oi->...o", t_50, l1_o_proj, precision=PRECISION)
