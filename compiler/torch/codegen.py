@@ -13,6 +13,7 @@ norm, tanh GELU); otherwise its body, op by op, in transformers' op order.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Callable
 
@@ -280,22 +281,41 @@ EMITTERS["const"] = lambda e, op: f"p[{('const:' + e.names[('const', id(op))])!r
 def _grouped_attention(e: Emitter, op: Op):
     """transformers' eager attention (matmul, scale, mask with the dtype's minimum, softmax,
     matmul) with the query heads of one KV head batched together instead of repeating the
-    keys and values (`repeat_kv`): the same dot products, without copying the cache G times."""
+    keys and values (`repeat_kv`): the same dot products, without copying the cache G times.
+
+    Two rewrites that change no value: a power-of-two scale multiplies the queries instead of
+    the scores (exact either way); and over a cache of fixed length, prefill (S > 1) drops
+    the keys after the last one any query attends, whose weights are exact zeros (a host
+    synchronisation, in prefill only: decode steps stay free of them)."""
     q, k, v, mask = (op.args[n] for n in ("q", "k", "v", "mask"))
     b, h, s, d = (dim_text(x) for x in q.dims)
     hkv, t = dim_text(k.dims[1]), dim_text(k.dims[2])
     g = q.dims[1].as_int() // k.dims[1].as_int()
     qn, kn, vn, mn = e.r(q), e.r(k), e.r(v), e.r(mask)
     dtype = TORCH_DTYPES[q.dtype.name]
+    scale = op.args["scale"]
+    exact_scale = isinstance(scale, float) and scale > 0 and math.frexp(scale)[0] == 0.5
     scores, probs = e.fresh("scores"), e.fresh("probs")
-    if g == 1:
-        lines = [f"{scores} = ({qn} @ {kn}.transpose(-2, -1)) * {e.r(op.args['scale'])}"]
-    else:
-        lines = [
-            f"{scores} = {qn}.reshape({b}, {hkv}, {g} * {s}, {d}) @ {kn}.transpose(-2, -1)  # {g} heads per KV head",
-            f"{scores} = {scores}.reshape({b}, {h}, {s}, {t}) * {e.r(op.args['scale'])}",
+    lines = []
+    if k.dims[2].as_int() is not None and q.dims[2].as_int() != 1:
+        keys, kt, vt, mt = e.fresh("keys"), e.fresh("k_used"), e.fresh("v_used"), e.fresh("mask_used")
+        lines += [
+            f"{keys}, {kt}, {vt}, {mt} = {dim_text(k.dims[2])}, {kn}, {vn}, {mn}",
+            f"if {s} > 1 and bool({mn}.any()):  # prefill: keys after the last attended one weigh exactly 0",
+            f"    {keys} = int({mn}.flatten(0, 1).any(0).nonzero().max()) + 1",
+            f"    {kt}, {vt}, {mt} = {kn}[:, :, :{keys}], {vn}[:, :, :{keys}], {mn}[:, :, :{keys}]",
         ]
-    lines.append(f"{scores} = torch.where({mn}.unsqueeze(1), {scores}, torch.finfo({dtype}).min)")
+        t, kn, vn, mn = keys, kt, vt, mt
+    qs = f"({qn} * {e.r(scale)})" if exact_scale else qn
+    tail = "" if exact_scale else f" * {e.r(scale)}"
+    if g == 1:
+        lines.append(f"{scores} = ({qs} @ {kn}.transpose(-2, -1)){tail}")
+    else:
+        lines += [
+            f"{scores} = {qs}.reshape({b}, {hkv}, {g} * {s}, {d}) @ {kn}.transpose(-2, -1)  # {g} heads per KV head",
+            f"{scores} = {scores}.reshape({b}, {h}, {s}, {t}){tail}",
+        ]
+    lines.append(f"{scores} = {scores}.masked_fill_(~{mn}.unsqueeze(1), torch.finfo({dtype}).min)")
     if op.args.get("upcast"):
         lines.append(f"{probs} = torch.softmax({scores}, dim=-1, dtype=torch.float32).to({dtype})")
     else:

@@ -54,7 +54,7 @@ def forward(p, input_ids, attention_mask):
     t_15 = y_2 + l0_value_bias
     v = t_15.reshape(B, S, 2, 8).transpose(1, 2)  # [B, 2, S, 8]
     scores = (q @ k.transpose(-2, -1)) * 0.3535533905932738
-    scores = torch.where(t_9.unsqueeze(1), scores, torch.finfo(torch.float32).min)
+    scores = scores.masked_fill_(~t_9.unsqueeze(1), torch.finfo(torch.float32).min)
     probs = torch.softmax(scores, dim=-1)
     attention = probs @ v  # attention: [B, 2, S, 8]
     t_16 = attention.transpose(1, 2).reshape(B, S, 16)  # [B, S, 16]

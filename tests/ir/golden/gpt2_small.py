@@ -43,7 +43,7 @@ def forward(p, input_ids):
     k_1 = k.reshape(B, S, 2, 8).transpose(1, 2)  # [B, 2, S, 8]
     v_1 = v.reshape(B, S, 2, 8).transpose(1, 2)  # [B, 2, S, 8]
     scores = (q_1 @ k_1.transpose(-2, -1)) * 0.35355339059327373
-    scores = torch.where(mask.unsqueeze(1), scores, torch.finfo(torch.float32).min)
+    scores = scores.masked_fill_(~mask.unsqueeze(1), torch.finfo(torch.float32).min)
     probs = torch.softmax(scores, dim=-1)
     out = probs @ v_1  # attention: [B, 2, S, 8]
     t_10 = out.transpose(1, 2).reshape(B, S, 16)  # [B, S, 16]
@@ -120,10 +120,14 @@ def step(p, input_ids, positions, rows):
     v_cache = l0_v_cache
     t_10 = k_cache.expand(B, 2, 16, 8)
     t_11 = v_cache.expand(B, 2, 16, 8)
-    scores = (q_1 @ t_10.transpose(-2, -1)) * 0.35355339059327373
-    scores = torch.where(mask.unsqueeze(1), scores, torch.finfo(torch.float32).min)
+    keys, k_used, v_used, mask_used = 16, t_10, t_11, mask
+    if S > 1 and bool(mask.any()):  # prefill: keys after the last attended one weigh exactly 0
+        keys = int(mask.flatten(0, 1).any(0).nonzero().max()) + 1
+        k_used, v_used, mask_used = t_10[:, :, :keys], t_11[:, :, :keys], mask[:, :, :keys]
+    scores = (q_1 @ k_used.transpose(-2, -1)) * 0.35355339059327373
+    scores = scores.masked_fill_(~mask_used.unsqueeze(1), torch.finfo(torch.float32).min)
     probs = torch.softmax(scores, dim=-1)
-    out = probs @ t_11  # attention: [B, 2, S, 8]
+    out = probs @ v_used  # attention: [B, 2, S, 8]
     t_12 = out.transpose(1, 2).reshape(B, S, 16)  # [B, S, 16]
     l0_c_proj = p['transformer.h.0.attn.c_proj.weight']
     t_13 = t_12 @ l0_c_proj

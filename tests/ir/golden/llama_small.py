@@ -72,7 +72,7 @@ def forward(p, input_ids):
     k_1 = t_20 + t_24
     scores = q_1.reshape(B, 2, 2 * S, 8) @ k_1.transpose(-2, -1)  # 2 heads per KV head
     scores = scores.reshape(B, 4, S, S) * 0.3535533905932738
-    scores = torch.where(mask.unsqueeze(1), scores, torch.finfo(torch.float32).min)
+    scores = scores.masked_fill_(~mask.unsqueeze(1), torch.finfo(torch.float32).min)
     probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(torch.float32)
     out = (probs.reshape(B, 2, 2 * S, S) @ v).reshape(B, 4, S, 8)  # attention: [B, 4, S, 8]
     t_25 = out.transpose(1, 2).reshape(B, S, 32)  # [B, S, 32]
@@ -129,7 +129,7 @@ def forward(p, input_ids):
     k_3 = t_41 + t_45
     scores_1 = q_3.reshape(B, 2, 2 * S, 8) @ k_3.transpose(-2, -1)  # 2 heads per KV head
     scores_1 = scores_1.reshape(B, 4, S, S) * 0.3535533905932738
-    scores_1 = torch.where(mask.unsqueeze(1), scores_1, torch.finfo(torch.float32).min)
+    scores_1 = scores_1.masked_fill_(~mask.unsqueeze(1), torch.finfo(torch.float32).min)
     probs_1 = torch.softmax(scores_1, dim=-1, dtype=torch.float32).to(torch.float32)
     out_1 = (probs_1.reshape(B, 2, 2 * S, S) @ v_1).reshape(B, 4, S, 8)  # attention: [B, 4, S, 8]
     t_46 = out_1.transpose(1, 2).reshape(B, S, 32)  # [B, S, 32]
@@ -231,11 +231,15 @@ def step(p, input_ids, positions, rows):
     v_cache = l0_v_cache
     t_25 = k_cache.expand(B, 2, 16, 8)
     t_26 = v_cache.expand(B, 2, 16, 8)
-    scores = q_1.reshape(B, 2, 2 * S, 8) @ t_25.transpose(-2, -1)  # 2 heads per KV head
-    scores = scores.reshape(B, 4, S, 16) * 0.3535533905932738
-    scores = torch.where(mask.unsqueeze(1), scores, torch.finfo(torch.float32).min)
+    keys, k_used, v_used, mask_used = 16, t_25, t_26, mask
+    if S > 1 and bool(mask.any()):  # prefill: keys after the last attended one weigh exactly 0
+        keys = int(mask.flatten(0, 1).any(0).nonzero().max()) + 1
+        k_used, v_used, mask_used = t_25[:, :, :keys], t_26[:, :, :keys], mask[:, :, :keys]
+    scores = q_1.reshape(B, 2, 2 * S, 8) @ k_used.transpose(-2, -1)  # 2 heads per KV head
+    scores = scores.reshape(B, 4, S, keys) * 0.3535533905932738
+    scores = scores.masked_fill_(~mask_used.unsqueeze(1), torch.finfo(torch.float32).min)
     probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(torch.float32)
-    out = (probs.reshape(B, 2, 2 * S, 16) @ t_26).reshape(B, 4, S, 8)  # attention: [B, 4, S, 8]
+    out = (probs.reshape(B, 2, 2 * S, keys) @ v_used).reshape(B, 4, S, 8)  # attention: [B, 4, S, 8]
     t_27 = out.transpose(1, 2).reshape(B, S, 32)  # [B, S, 32]
     l0_o_proj = p['model.layers.0.self_attn.o_proj.weight']
     y_3 = F.linear(t_27, l0_o_proj)
@@ -296,11 +300,15 @@ def step(p, input_ids, positions, rows):
     v_cache_1 = l1_v_cache
     t_48 = k_cache_1.expand(B, 2, 16, 8)
     t_49 = v_cache_1.expand(B, 2, 16, 8)
-    scores_1 = q_3.reshape(B, 2, 2 * S, 8) @ t_48.transpose(-2, -1)  # 2 heads per KV head
-    scores_1 = scores_1.reshape(B, 4, S, 16) * 0.3535533905932738
-    scores_1 = torch.where(mask.unsqueeze(1), scores_1, torch.finfo(torch.float32).min)
+    keys_1, k_used_1, v_used_1, mask_used_1 = 16, t_48, t_49, mask
+    if S > 1 and bool(mask.any()):  # prefill: keys after the last attended one weigh exactly 0
+        keys_1 = int(mask.flatten(0, 1).any(0).nonzero().max()) + 1
+        k_used_1, v_used_1, mask_used_1 = t_48[:, :, :keys_1], t_49[:, :, :keys_1], mask[:, :, :keys_1]
+    scores_1 = q_3.reshape(B, 2, 2 * S, 8) @ k_used_1.transpose(-2, -1)  # 2 heads per KV head
+    scores_1 = scores_1.reshape(B, 4, S, keys_1) * 0.3535533905932738
+    scores_1 = scores_1.masked_fill_(~mask_used_1.unsqueeze(1), torch.finfo(torch.float32).min)
     probs_1 = torch.softmax(scores_1, dim=-1, dtype=torch.float32).to(torch.float32)
-    out_1 = (probs_1.reshape(B, 2, 2 * S, 16) @ t_49).reshape(B, 4, S, 8)  # attention: [B, 4, S, 8]
+    out_1 = (probs_1.reshape(B, 2, 2 * S, keys_1) @ v_used_1).reshape(B, 4, S, 8)  # attention: [B, 4, S, 8]
     t_50 = out_1.transpose(1, 2).reshape(B, S, 32)  # [B, S, 32]
     l1_o_proj = p['model.layers.1.self_attn.o_proj.weight']
     y_10 = F.linear(t_50, l1_o_proj)
