@@ -392,13 +392,50 @@ def function_source(g: Graph, numerics: str = "equivalent", constants: dict | No
                 lines.append(f"    {name} = {args[i]}.shape[{axis}]")
     if "device" in used:
         lines.append(f"    device = {args[0]}.device")
-    lines += body
+    rets = ", ".join(e.r(v) for v in g.outputs)
+    lines += release_dead(body, keep=set(args) | set(re.findall(r"[A-Za-z_]\w*", rets)) | {"p", "device"})
     for path, v in g.state_updates.items():
         if v.producer is None or v.producer.name != "cache_write":
             raise CodegenError(f"state `{path}` is updated by `{v.producer.name}`; only cache_write updates in place")
-    rets = ", ".join(e.r(v) for v in g.outputs)
     lines.append(f"    return {rets}")
     return "\n".join(lines)
+
+
+_ASSIGNED = re.compile(r"^    ([A-Za-z_]\w*(?:, [A-Za-z_]\w*)*) = ")
+_NAME = re.compile(r"(?<![.\w])[A-Za-z_]\w*")
+_STRING = re.compile(r"'[^']*'|\"[^\"]*\"")
+
+
+def release_dead(body: list[str], keep: set[str]) -> list[str]:
+    """`del` each local after its last use, so a step holds one layer's intermediates rather
+    than every layer's (a straight-line function keeps its locals alive until it returns:
+    over 30 layers of a 512-token prefill that is gigabytes). `body` lines are indented four
+    spaces; deeper lines belong to the `if` above them."""
+    defined: set[str] = set()
+    last: dict[str, int] = {}
+    block_end: list[int] = []
+    end = len(body)
+    for i in range(len(body) - 1, -1, -1):
+        if not body[i].startswith("        "):
+            end = i
+        block_end.append(end)
+    block_end.reverse()
+    for i, line in enumerate(body):
+        m = _ASSIGNED.match(line)
+        if m and not line.split(" = ", 1)[1].startswith("p["):  # parameters stay alive in `p` anyway
+            defined |= set(m.group(1).split(", "))
+        code = _STRING.sub("", line.split("  #", 1)[0])
+        for name in _NAME.findall(code):
+            last[name] = block_end[i]
+    out: list[str] = []
+    dying: dict[int, list[str]] = {}
+    for name in defined - keep:
+        dying.setdefault(last[name], []).append(name)
+    for i, line in enumerate(body):
+        out.append(line)
+        if i in dying:
+            out.append("    del " + ", ".join(sorted(dying[i], key=lambda n: (len(n), n))))
+    return out
 
 
 def generate(program: Program, numerics: str = "equivalent") -> str:

@@ -22,63 +22,96 @@ def forward(p, input_ids, attention_mask):
     t = torch.zeros((B, S,), dtype=torch.int64, device=device)
     token_type_embeddings = p['embeddings.token_type_embeddings.weight']
     token_types = F.embedding(t, token_type_embeddings)
+    del t
     t_1 = torch.arange(S, device=device)
     t_2 = t_1.unsqueeze(0)  # [1, S]
+    del t_1
     t_3 = t_2.expand(B, S)  # [B, S]
+    del t_2
     position_embeddings = p['embeddings.position_embeddings.weight']
     positions = F.embedding(t_3, position_embeddings)
+    del t_3
     word_embeddings = p['embeddings.word_embeddings.weight']
     t_4 = F.embedding(input_ids, word_embeddings)
     t_5 = t_4 + token_types
+    del t_4, token_types
     t_6 = t_5 + positions
+    del t_5, positions
     LayerNorm = p['embeddings.LayerNorm.weight']
     layer_norm = F.layer_norm(t_6, (16,), LayerNorm, None, 1e-12)  # layer_norm: [B, S, 16]
+    del t_6
     LayerNorm_bias = p['embeddings.LayerNorm.bias']
     h = layer_norm + LayerNorm_bias
+    del layer_norm
     t_7 = attention_mask != 0
     t_8 = t_7.unsqueeze(1)  # [B, 1, S]
+    del t_7
     t_9 = t_8.expand(B, S, S)  # [B, S, S]
+    del t_8
     l0_query = p['encoder.layer.0.attention.self.query.weight']
     y = F.linear(h, l0_query)
     l0_query_bias = p['encoder.layer.0.attention.self.query.bias']
     t_11 = y + l0_query_bias
+    del y
     q = t_11.reshape(B, S, 2, 8).transpose(1, 2)  # [B, 2, S, 8]
+    del t_11
     l0_key = p['encoder.layer.0.attention.self.key.weight']
     y_1 = F.linear(h, l0_key)
     l0_key_bias = p['encoder.layer.0.attention.self.key.bias']
     t_13 = y_1 + l0_key_bias
+    del y_1
     k = t_13.reshape(B, S, 2, 8).transpose(1, 2)  # [B, 2, S, 8]
+    del t_13
     l0_value = p['encoder.layer.0.attention.self.value.weight']
     y_2 = F.linear(h, l0_value)
     l0_value_bias = p['encoder.layer.0.attention.self.value.bias']
     t_15 = y_2 + l0_value_bias
+    del y_2
     v = t_15.reshape(B, S, 2, 8).transpose(1, 2)  # [B, 2, S, 8]
+    del t_15
     scores = (q @ k.transpose(-2, -1)) * 0.3535533905932738
+    del k, q
     scores = scores.masked_fill_(~t_9.unsqueeze(1), torch.finfo(torch.float32).min)
+    del t_9
     probs = torch.softmax(scores, dim=-1)
+    del scores
     attention = probs @ v  # attention: [B, 2, S, 8]
+    del v, probs
     t_16 = attention.transpose(1, 2).reshape(B, S, 16)  # [B, S, 16]
+    del attention
     l0_dense = p['encoder.layer.0.attention.output.dense.weight']
     y_3 = F.linear(t_16, l0_dense)
+    del t_16
     l0_dense_bias = p['encoder.layer.0.attention.output.dense.bias']
     t_18 = y_3 + l0_dense_bias
+    del y_3
     t_19 = t_18 + h
+    del h, t_18
     l0_LayerNorm = p['encoder.layer.0.attention.output.LayerNorm.weight']
     layer_norm_1 = F.layer_norm(t_19, (16,), l0_LayerNorm, None, 1e-12)  # layer_norm: [B, S, 16]
+    del t_19
     l0_LayerNorm_bias = p['encoder.layer.0.attention.output.LayerNorm.bias']
     a = layer_norm_1 + l0_LayerNorm_bias
+    del layer_norm_1
     l0_dense_1 = p['encoder.layer.0.intermediate.dense.weight']
     y_4 = F.linear(a, l0_dense_1)
     l0_dense_bias_1 = p['encoder.layer.0.intermediate.dense.bias']
     t_21 = y_4 + l0_dense_bias_1
+    del y_4
     gelu = F.gelu(t_21)  # gelu: [B, S, 32]
+    del t_21
     l0_dense_2 = p['encoder.layer.0.output.dense.weight']
     y_5 = F.linear(gelu, l0_dense_2)
+    del gelu
     l0_dense_bias_2 = p['encoder.layer.0.output.dense.bias']
     t_23 = y_5 + l0_dense_bias_2
+    del y_5
     t_24 = t_23 + a
+    del a, t_23
     l0_LayerNorm_1 = p['encoder.layer.0.output.LayerNorm.weight']
     layer_norm_2 = F.layer_norm(t_24, (16,), l0_LayerNorm_1, None, 1e-12)  # layer_norm: [B, S, 16]
+    del t_24
     l0_LayerNorm_bias_1 = p['encoder.layer.0.output.LayerNorm.bias']
     h_1 = layer_norm_2 + l0_LayerNorm_bias_1
+    del layer_norm_2
     return h_1

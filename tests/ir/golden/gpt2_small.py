@@ -22,63 +22,98 @@ def forward(p, input_ids):
     t = torch.arange(S, device=device)
     t_1 = t.unsqueeze(0)  # [1, S]
     position_ids = t_1.expand(B, S)  # [B, S]
+    del t_1
     wte = p['transformer.wte.weight']
     t_2 = F.embedding(input_ids, wte)
     wpe = p['transformer.wpe.weight']
     t_3 = F.embedding(position_ids, wpe)
     x = t_2 + t_3
+    del t_2, t_3
     t_5 = t.reshape(1, 1, S)  # [1, 1, S]
+    del t
     t_6 = position_ids.unsqueeze(2)  # [B, S, 1]
+    del position_ids
     mask = t_5 <= t_6
+    del t_5, t_6
     l0_ln_1 = p['transformer.h.0.ln_1.weight']
     layer_norm = F.layer_norm(x, (16,), l0_ln_1, None, 1e-05)  # layer_norm: [B, S, 16]
     l0_ln_1_bias = p['transformer.h.0.ln_1.bias']
     t_7 = layer_norm + l0_ln_1_bias
+    del layer_norm
     l0_c_attn = p['transformer.h.0.attn.c_attn.weight']
     t_8 = t_7 @ l0_c_attn
+    del t_7
     l0_c_attn_bias = p['transformer.h.0.attn.c_attn.bias']
     t_9 = t_8 + l0_c_attn_bias
+    del t_8
     q, k, v = torch.split(t_9, [16, 16, 16], dim=-1)
+    del t_9
     q_1 = q.reshape(B, S, 2, 8).transpose(1, 2)  # [B, 2, S, 8]
+    del q
     k_1 = k.reshape(B, S, 2, 8).transpose(1, 2)  # [B, 2, S, 8]
+    del k
     v_1 = v.reshape(B, S, 2, 8).transpose(1, 2)  # [B, 2, S, 8]
+    del v
     scores = (q_1 @ k_1.transpose(-2, -1)) * 0.35355339059327373
+    del k_1, q_1
     scores = scores.masked_fill_(~mask.unsqueeze(1), torch.finfo(torch.float32).min)
+    del mask
     probs = torch.softmax(scores, dim=-1)
+    del scores
     out = probs @ v_1  # attention: [B, 2, S, 8]
+    del v_1, probs
     t_10 = out.transpose(1, 2).reshape(B, S, 16)  # [B, S, 16]
+    del out
     l0_c_proj = p['transformer.h.0.attn.c_proj.weight']
     t_11 = t_10 @ l0_c_proj
+    del t_10
     l0_c_proj_bias = p['transformer.h.0.attn.c_proj.bias']
     t_12 = t_11 + l0_c_proj_bias
+    del t_11
     x_1 = x + t_12
+    del x, t_12
     l0_ln_2 = p['transformer.h.0.ln_2.weight']
     layer_norm_1 = F.layer_norm(x_1, (16,), l0_ln_2, None, 1e-05)  # layer_norm: [B, S, 16]
     l0_ln_2_bias = p['transformer.h.0.ln_2.bias']
     t_13 = layer_norm_1 + l0_ln_2_bias
+    del layer_norm_1
     l0_c_fc = p['transformer.h.0.mlp.c_fc.weight']
     t_14 = t_13 @ l0_c_fc
+    del t_13
     l0_c_fc_bias = p['transformer.h.0.mlp.c_fc.bias']
     h = t_14 + l0_c_fc_bias
+    del t_14
     # gelu_tanh(h)
     t_4 = 0.5 * h
     t_1_1 = h ** 3.0
     t_2_1 = 0.044715 * t_1_1
+    del t_1_1
     t_3_1 = h + t_2_1
+    del h, t_2_1
     t_4_1 = 0.7978845608028654 * t_3_1
+    del t_3_1
     t_5_1 = torch.tanh(t_4_1)
+    del t_4_1
     t_6_1 = 1.0 + t_5_1
+    del t_5_1
     t_7_1 = t_4 * t_6_1
+    del t_4, t_6_1
     l0_c_proj_1 = p['transformer.h.0.mlp.c_proj.weight']
     t_15 = t_7_1 @ l0_c_proj_1
+    del t_7_1
     l0_c_proj_bias_1 = p['transformer.h.0.mlp.c_proj.bias']
     t_16 = t_15 + l0_c_proj_bias_1
+    del t_15
     x_2 = x_1 + t_16
+    del x_1, t_16
     ln_f = p['transformer.ln_f.weight']
     layer_norm_2 = F.layer_norm(x_2, (16,), ln_f, None, 1e-05)  # layer_norm: [B, S, 16]
+    del x_2
     ln_f_bias = p['transformer.ln_f.bias']
     t_17 = layer_norm_2 + ln_f_bias
+    del layer_norm_2
     t_19 = F.linear(t_17, wte)
+    del t_17
     return t_19
 
 
@@ -89,77 +124,117 @@ def step(p, input_ids, positions, rows):
     t = positions.unsqueeze(1)  # [B, 1]
     t_1 = torch.arange(S, device=device)
     position_ids = t + t_1
+    del t, t_1
     wte = p['transformer.wte.weight']
     t_2 = F.embedding(input_ids, wte)
     wpe = p['transformer.wpe.weight']
     t_3 = F.embedding(position_ids, wpe)
     x = t_2 + t_3
+    del t_2, t_3
     t_4 = torch.arange(16, device=device)
     t_5 = t_4.reshape(1, 1, 16)  # [1, 1, 16]
+    del t_4
     t_6 = position_ids.unsqueeze(2)  # [B, S, 1]
+    del position_ids
     mask = t_5 <= t_6
+    del t_5, t_6
     l0_ln_1 = p['transformer.h.0.ln_1.weight']
     layer_norm = F.layer_norm(x, (16,), l0_ln_1, None, 1e-05)  # layer_norm: [B, S, 16]
     l0_ln_1_bias = p['transformer.h.0.ln_1.bias']
     t_7 = layer_norm + l0_ln_1_bias
+    del layer_norm
     l0_c_attn = p['transformer.h.0.attn.c_attn.weight']
     t_8 = t_7 @ l0_c_attn
+    del t_7
     l0_c_attn_bias = p['transformer.h.0.attn.c_attn.bias']
     t_9 = t_8 + l0_c_attn_bias
+    del t_8
     q, k, v = torch.split(t_9, [16, 16, 16], dim=-1)
+    del t_9
     q_1 = q.reshape(B, S, 2, 8).transpose(1, 2)  # [B, 2, S, 8]
+    del q
     k_1 = k.reshape(B, S, 2, 8).transpose(1, 2)  # [B, 2, S, 8]
+    del k
     v_1 = v.reshape(B, S, 2, 8).transpose(1, 2)  # [B, 2, S, 8]
+    del v
     l0_k_cache = p['transformer.h.0.attn.k_cache']
     row_index = rows[:, None]
     position_index = positions[:, None] + torch.arange(S, device=device)
     l0_k_cache[row_index, :, position_index] = k_1.transpose(1, 2)
+    del k_1
     k_cache = l0_k_cache
     l0_v_cache = p['transformer.h.0.attn.v_cache']
     l0_v_cache[row_index, :, position_index] = v_1.transpose(1, 2)
+    del v_1, row_index, position_index
     v_cache = l0_v_cache
     t_10 = k_cache.expand(B, 2, 16, 8)
+    del k_cache
     t_11 = v_cache.expand(B, 2, 16, 8)
+    del v_cache
     keys, k_used, v_used, mask_used = 16, t_10, t_11, mask
     if S > 1 and bool(mask.any()):  # prefill: keys after the last attended one weigh exactly 0
         keys = int(mask.flatten(0, 1).any(0).nonzero().max()) + 1
         k_used, v_used, mask_used = t_10[:, :, :keys], t_11[:, :, :keys], mask[:, :, :keys]
     scores = (q_1 @ k_used.transpose(-2, -1)) * 0.35355339059327373
+    del q_1, keys, mask, t_10, t_11, k_used
     scores = scores.masked_fill_(~mask_used.unsqueeze(1), torch.finfo(torch.float32).min)
+    del mask_used
     probs = torch.softmax(scores, dim=-1)
+    del scores
     out = probs @ v_used  # attention: [B, 2, S, 8]
+    del probs, v_used
     t_12 = out.transpose(1, 2).reshape(B, S, 16)  # [B, S, 16]
+    del out
     l0_c_proj = p['transformer.h.0.attn.c_proj.weight']
     t_13 = t_12 @ l0_c_proj
+    del t_12
     l0_c_proj_bias = p['transformer.h.0.attn.c_proj.bias']
     t_14 = t_13 + l0_c_proj_bias
+    del t_13
     x_1 = x + t_14
+    del x, t_14
     l0_ln_2 = p['transformer.h.0.ln_2.weight']
     layer_norm_1 = F.layer_norm(x_1, (16,), l0_ln_2, None, 1e-05)  # layer_norm: [B, S, 16]
     l0_ln_2_bias = p['transformer.h.0.ln_2.bias']
     t_15 = layer_norm_1 + l0_ln_2_bias
+    del layer_norm_1
     l0_c_fc = p['transformer.h.0.mlp.c_fc.weight']
     t_16 = t_15 @ l0_c_fc
+    del t_15
     l0_c_fc_bias = p['transformer.h.0.mlp.c_fc.bias']
     h = t_16 + l0_c_fc_bias
+    del t_16
     # gelu_tanh(h)
     t_17 = 0.5 * h
     t_1_1 = h ** 3.0
     t_2_1 = 0.044715 * t_1_1
+    del t_1_1
     t_3_1 = h + t_2_1
+    del h, t_2_1
     t_4_1 = 0.7978845608028654 * t_3_1
+    del t_3_1
     t_5_1 = torch.tanh(t_4_1)
+    del t_4_1
     t_6_1 = 1.0 + t_5_1
+    del t_5_1
     t_7_1 = t_17 * t_6_1
+    del t_17, t_6_1
     l0_c_proj_1 = p['transformer.h.0.mlp.c_proj.weight']
     t_17_1 = t_7_1 @ l0_c_proj_1
+    del t_7_1
     l0_c_proj_bias_1 = p['transformer.h.0.mlp.c_proj.bias']
     t_18 = t_17_1 + l0_c_proj_bias_1
+    del t_17_1
     x_2 = x_1 + t_18
+    del x_1, t_18
     ln_f = p['transformer.ln_f.weight']
     layer_norm_2 = F.layer_norm(x_2, (16,), ln_f, None, 1e-05)  # layer_norm: [B, S, 16]
+    del x_2
     ln_f_bias = p['transformer.ln_f.bias']
     h_1 = layer_norm_2 + ln_f_bias
+    del layer_norm_2
     t_19 = h_1[:, -1]
+    del h_1
     t_21 = F.linear(t_19, wte)
+    del t_19
     return t_21

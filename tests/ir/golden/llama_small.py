@@ -25,144 +25,233 @@ def forward(p, input_ids):
     t = torch.arange(S, device=device)
     t_1 = t.unsqueeze(0)  # [1, S]
     position_ids = t_1.expand(B, S)  # [B, S]
+    del t_1
     exponents = p['const:exponents']
     t_4 = 10000.0 ** exponents
     inv_freq = 1.0 / t_4
+    del t_4
     t_5 = position_ids.to(torch.float32)
     t_6 = t_5.unsqueeze(-1)  # [B, S, 1]
+    del t_5
     freqs = t_6 * inv_freq
+    del t_6, inv_freq
     emb = torch.cat([freqs, freqs], dim=-1)  # [B, S, 8]
+    del freqs
     cos = torch.cos(emb)
     sin = torch.sin(emb)
+    del emb
     t_8 = t.reshape(1, 1, S)  # [1, 1, S]
+    del t
     t_9 = position_ids.unsqueeze(2)  # [B, S, 1]
+    del position_ids
     mask = t_8 <= t_9
+    del t_8, t_9
     l0_input_layernorm = p['model.layers.0.input_layernorm.weight']
     # rms_norm(h, l0_input_layernorm)
     t_2 = h ** 2
     variance = t_2.mean(dim=-1, keepdim=True)
+    del t_2
     t_1_1 = variance + 1e-06
+    del variance
     t_2_1 = torch.rsqrt(t_1_1)
+    del t_1_1
     h_1 = h * t_2_1
+    del t_2_1
     t_3 = l0_input_layernorm * h_1
+    del h_1
     l0_q_proj = p['model.layers.0.self_attn.q_proj.weight']
     y = F.linear(t_3, l0_q_proj)
     q = y.reshape(B, S, 4, 8).transpose(1, 2)  # [B, 4, S, 8]
+    del y
     l0_k_proj = p['model.layers.0.self_attn.k_proj.weight']
     y_1 = F.linear(t_3, l0_k_proj)
     k = y_1.reshape(B, S, 2, 8).transpose(1, 2)  # [B, 2, S, 8]
+    del y_1
     l0_v_proj = p['model.layers.0.self_attn.v_proj.weight']
     y_2 = F.linear(t_3, l0_v_proj)
+    del t_3
     v = y_2.reshape(B, S, 2, 8).transpose(1, 2)  # [B, 2, S, 8]
+    del y_2
     t_13 = cos.unsqueeze(1)  # [B, 1, S, 8]
+    del cos
     t_14 = q * t_13
     x1 = q[:, :, :, :4]
     x2 = q[:, :, :, 4:]
+    del q
     t_15 = -x2
+    del x2
     t_16 = torch.cat([t_15, x1], dim=-1)  # [B, 4, S, 8]
+    del x1, t_15
     t_17 = sin.unsqueeze(1)  # [B, 1, S, 8]
+    del sin
     t_18 = t_16 * t_17
+    del t_16
     q_1 = t_14 + t_18
+    del t_14, t_18
     t_20 = k * t_13
     x1_1 = k[:, :, :, :4]
     x2_1 = k[:, :, :, 4:]
+    del k
     t_21 = -x2_1
+    del x2_1
     t_22 = torch.cat([t_21, x1_1], dim=-1)  # [B, 2, S, 8]
+    del t_21, x1_1
     t_24 = t_22 * t_17
+    del t_22
     k_1 = t_20 + t_24
+    del t_20, t_24
     scores = q_1.reshape(B, 2, 2 * S, 8) @ k_1.transpose(-2, -1)  # 2 heads per KV head
+    del k_1, q_1
     scores = scores.reshape(B, 4, S, S) * 0.3535533905932738
     scores = scores.masked_fill_(~mask.unsqueeze(1), torch.finfo(torch.float32).min)
     probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(torch.float32)
+    del scores
     out = (probs.reshape(B, 2, 2 * S, S) @ v).reshape(B, 4, S, 8)  # attention: [B, 4, S, 8]
+    del v, probs
     t_25 = out.transpose(1, 2).reshape(B, S, 32)  # [B, S, 32]
+    del out
     l0_o_proj = p['model.layers.0.self_attn.o_proj.weight']
     y_3 = F.linear(t_25, l0_o_proj)
+    del t_25
     x = h + y_3
+    del h, y_3
     l0_post_attention_layernorm = p['model.layers.0.post_attention_layernorm.weight']
     # rms_norm(x, l0_post_attention_layernorm)
     t_7 = x ** 2
     variance_1 = t_7.mean(dim=-1, keepdim=True)
+    del t_7
     t_1_2 = variance_1 + 1e-06
+    del variance_1
     t_2_2 = torch.rsqrt(t_1_2)
+    del t_1_2
     h_2 = x * t_2_2
+    del t_2_2
     t_3_1 = l0_post_attention_layernorm * h_2
+    del h_2
     l0_gate_proj = p['model.layers.0.mlp.gate_proj.weight']
     y_4 = F.linear(t_3_1, l0_gate_proj)
     silu = F.silu(y_4)  # silu: [B, S, 64]
+    del y_4
     l0_up_proj = p['model.layers.0.mlp.up_proj.weight']
     y_5 = F.linear(t_3_1, l0_up_proj)
+    del t_3_1
     t_29 = silu * y_5
+    del y_5, silu
     l0_down_proj = p['model.layers.0.mlp.down_proj.weight']
     y_6 = F.linear(t_29, l0_down_proj)
+    del t_29
     h_3 = x + y_6
+    del x, y_6
     l1_input_layernorm = p['model.layers.1.input_layernorm.weight']
     # rms_norm(h_3, l1_input_layernorm)
     t_10 = h_3 ** 2
     variance_2 = t_10.mean(dim=-1, keepdim=True)
+    del t_10
     t_1_3 = variance_2 + 1e-06
+    del variance_2
     t_2_3 = torch.rsqrt(t_1_3)
+    del t_1_3
     h_4 = h_3 * t_2_3
+    del t_2_3
     t_3_2 = l1_input_layernorm * h_4
+    del h_4
     l1_q_proj = p['model.layers.1.self_attn.q_proj.weight']
     y_7 = F.linear(t_3_2, l1_q_proj)
     q_2 = y_7.reshape(B, S, 4, 8).transpose(1, 2)  # [B, 4, S, 8]
+    del y_7
     l1_k_proj = p['model.layers.1.self_attn.k_proj.weight']
     y_8 = F.linear(t_3_2, l1_k_proj)
     k_2 = y_8.reshape(B, S, 2, 8).transpose(1, 2)  # [B, 2, S, 8]
+    del y_8
     l1_v_proj = p['model.layers.1.self_attn.v_proj.weight']
     y_9 = F.linear(t_3_2, l1_v_proj)
+    del t_3_2
     v_1 = y_9.reshape(B, S, 2, 8).transpose(1, 2)  # [B, 2, S, 8]
+    del y_9
     t_35 = q_2 * t_13
     x1_2 = q_2[:, :, :, :4]
     x2_2 = q_2[:, :, :, 4:]
+    del q_2
     t_36 = -x2_2
+    del x2_2
     t_37 = torch.cat([t_36, x1_2], dim=-1)  # [B, 4, S, 8]
+    del t_36, x1_2
     t_39 = t_37 * t_17
+    del t_37
     q_3 = t_35 + t_39
+    del t_35, t_39
     t_41 = k_2 * t_13
+    del t_13
     x1_3 = k_2[:, :, :, :4]
     x2_3 = k_2[:, :, :, 4:]
+    del k_2
     t_42 = -x2_3
+    del x2_3
     t_43 = torch.cat([t_42, x1_3], dim=-1)  # [B, 2, S, 8]
+    del t_42, x1_3
     t_45 = t_43 * t_17
+    del t_17, t_43
     k_3 = t_41 + t_45
+    del t_41, t_45
     scores_1 = q_3.reshape(B, 2, 2 * S, 8) @ k_3.transpose(-2, -1)  # 2 heads per KV head
+    del k_3, q_3
     scores_1 = scores_1.reshape(B, 4, S, S) * 0.3535533905932738
     scores_1 = scores_1.masked_fill_(~mask.unsqueeze(1), torch.finfo(torch.float32).min)
+    del mask
     probs_1 = torch.softmax(scores_1, dim=-1, dtype=torch.float32).to(torch.float32)
+    del scores_1
     out_1 = (probs_1.reshape(B, 2, 2 * S, S) @ v_1).reshape(B, 4, S, 8)  # attention: [B, 4, S, 8]
+    del v_1, probs_1
     t_46 = out_1.transpose(1, 2).reshape(B, S, 32)  # [B, S, 32]
+    del out_1
     l1_o_proj = p['model.layers.1.self_attn.o_proj.weight']
     y_10 = F.linear(t_46, l1_o_proj)
+    del t_46
     x_1 = h_3 + y_10
+    del h_3, y_10
     l1_post_attention_layernorm = p['model.layers.1.post_attention_layernorm.weight']
     # rms_norm(x_1, l1_post_attention_layernorm)
     t_11 = x_1 ** 2
     variance_3 = t_11.mean(dim=-1, keepdim=True)
+    del t_11
     t_1_4 = variance_3 + 1e-06
+    del variance_3
     t_2_4 = torch.rsqrt(t_1_4)
+    del t_1_4
     h_5 = x_1 * t_2_4
+    del t_2_4
     t_3_3 = l1_post_attention_layernorm * h_5
+    del h_5
     l1_gate_proj = p['model.layers.1.mlp.gate_proj.weight']
     y_11 = F.linear(t_3_3, l1_gate_proj)
     silu_1 = F.silu(y_11)  # silu: [B, S, 64]
+    del y_11
     l1_up_proj = p['model.layers.1.mlp.up_proj.weight']
     y_12 = F.linear(t_3_3, l1_up_proj)
+    del t_3_3
     t_50 = silu_1 * y_12
+    del y_12, silu_1
     l1_down_proj = p['model.layers.1.mlp.down_proj.weight']
     y_13 = F.linear(t_50, l1_down_proj)
+    del t_50
     h_6 = x_1 + y_13
+    del x_1, y_13
     norm = p['model.norm.weight']
     # rms_norm(h_6, norm)
     t_12 = h_6 ** 2
     variance_4 = t_12.mean(dim=-1, keepdim=True)
+    del t_12
     t_1_5 = variance_4 + 1e-06
+    del variance_4
     t_2_5 = torch.rsqrt(t_1_5)
+    del t_1_5
     h_7 = h_6 * t_2_5
+    del h_6, t_2_5
     t_3_4 = norm * h_7
+    del h_7
     lm_head = p['lm_head.weight']
     y_14 = F.linear(t_3_4, lm_head)
+    del t_3_4
     return y_14
 
 
@@ -175,170 +264,269 @@ def step(p, input_ids, positions, rows):
     t = positions.unsqueeze(1)  # [B, 1]
     t_1 = torch.arange(S, device=device)
     position_ids = t + t_1
+    del t, t_1
     exponents = p['const:exponents']
     t_4 = 10000.0 ** exponents
     inv_freq = 1.0 / t_4
+    del t_4
     t_5 = position_ids.to(torch.float32)
     t_6 = t_5.unsqueeze(-1)  # [B, S, 1]
+    del t_5
     freqs = t_6 * inv_freq
+    del t_6, inv_freq
     emb = torch.cat([freqs, freqs], dim=-1)  # [B, S, 8]
+    del freqs
     cos = torch.cos(emb)
     sin = torch.sin(emb)
+    del emb
     t_7 = torch.arange(16, device=device)
     t_8 = t_7.reshape(1, 1, 16)  # [1, 1, 16]
+    del t_7
     t_9 = position_ids.unsqueeze(2)  # [B, S, 1]
+    del position_ids
     mask = t_8 <= t_9
+    del t_8, t_9
     l0_input_layernorm = p['model.layers.0.input_layernorm.weight']
     # rms_norm(h, l0_input_layernorm)
     t_2 = h ** 2
     variance = t_2.mean(dim=-1, keepdim=True)
+    del t_2
     t_1_1 = variance + 1e-06
+    del variance
     t_2_1 = torch.rsqrt(t_1_1)
+    del t_1_1
     h_1 = h * t_2_1
+    del t_2_1
     t_3 = l0_input_layernorm * h_1
+    del h_1
     l0_q_proj = p['model.layers.0.self_attn.q_proj.weight']
     y = F.linear(t_3, l0_q_proj)
     q = y.reshape(B, S, 4, 8).transpose(1, 2)  # [B, 4, S, 8]
+    del y
     l0_k_proj = p['model.layers.0.self_attn.k_proj.weight']
     y_1 = F.linear(t_3, l0_k_proj)
     k = y_1.reshape(B, S, 2, 8).transpose(1, 2)  # [B, 2, S, 8]
+    del y_1
     l0_v_proj = p['model.layers.0.self_attn.v_proj.weight']
     y_2 = F.linear(t_3, l0_v_proj)
+    del t_3
     v = y_2.reshape(B, S, 2, 8).transpose(1, 2)  # [B, 2, S, 8]
+    del y_2
     t_13 = cos.unsqueeze(1)  # [B, 1, S, 8]
+    del cos
     t_14 = q * t_13
     x1 = q[:, :, :, :4]
     x2 = q[:, :, :, 4:]
+    del q
     t_15 = -x2
+    del x2
     t_16 = torch.cat([t_15, x1], dim=-1)  # [B, 4, S, 8]
+    del x1, t_15
     t_17 = sin.unsqueeze(1)  # [B, 1, S, 8]
+    del sin
     t_18 = t_16 * t_17
+    del t_16
     q_1 = t_14 + t_18
+    del t_14, t_18
     t_20 = k * t_13
     x1_1 = k[:, :, :, :4]
     x2_1 = k[:, :, :, 4:]
+    del k
     t_21 = -x2_1
+    del x2_1
     t_22 = torch.cat([t_21, x1_1], dim=-1)  # [B, 2, S, 8]
+    del t_21, x1_1
     t_24 = t_22 * t_17
+    del t_22
     k_1 = t_20 + t_24
+    del t_20, t_24
     l0_k_cache = p['model.layers.0.self_attn.k_cache']
     row_index = rows[:, None]
     position_index = positions[:, None] + torch.arange(S, device=device)
     l0_k_cache[row_index, :, position_index] = k_1.transpose(1, 2)
+    del k_1
     k_cache = l0_k_cache
     l0_v_cache = p['model.layers.0.self_attn.v_cache']
     l0_v_cache[row_index, :, position_index] = v.transpose(1, 2)
+    del v
     v_cache = l0_v_cache
     t_25 = k_cache.expand(B, 2, 16, 8)
+    del k_cache
     t_26 = v_cache.expand(B, 2, 16, 8)
+    del v_cache
     keys, k_used, v_used, mask_used = 16, t_25, t_26, mask
     if S > 1 and bool(mask.any()):  # prefill: keys after the last attended one weigh exactly 0
         keys = int(mask.flatten(0, 1).any(0).nonzero().max()) + 1
         k_used, v_used, mask_used = t_25[:, :, :keys], t_26[:, :, :keys], mask[:, :, :keys]
     scores = q_1.reshape(B, 2, 2 * S, 8) @ k_used.transpose(-2, -1)  # 2 heads per KV head
+    del q_1, t_25, t_26, k_used
     scores = scores.reshape(B, 4, S, keys) * 0.3535533905932738
     scores = scores.masked_fill_(~mask_used.unsqueeze(1), torch.finfo(torch.float32).min)
+    del mask_used
     probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(torch.float32)
+    del scores
     out = (probs.reshape(B, 2, 2 * S, keys) @ v_used).reshape(B, 4, S, 8)  # attention: [B, 4, S, 8]
+    del keys, probs, v_used
     t_27 = out.transpose(1, 2).reshape(B, S, 32)  # [B, S, 32]
+    del out
     l0_o_proj = p['model.layers.0.self_attn.o_proj.weight']
     y_3 = F.linear(t_27, l0_o_proj)
+    del t_27
     x = h + y_3
+    del h, y_3
     l0_post_attention_layernorm = p['model.layers.0.post_attention_layernorm.weight']
     # rms_norm(x, l0_post_attention_layernorm)
     t_10 = x ** 2
     variance_1 = t_10.mean(dim=-1, keepdim=True)
+    del t_10
     t_1_2 = variance_1 + 1e-06
+    del variance_1
     t_2_2 = torch.rsqrt(t_1_2)
+    del t_1_2
     h_2 = x * t_2_2
+    del t_2_2
     t_3_1 = l0_post_attention_layernorm * h_2
+    del h_2
     l0_gate_proj = p['model.layers.0.mlp.gate_proj.weight']
     y_4 = F.linear(t_3_1, l0_gate_proj)
     silu = F.silu(y_4)  # silu: [B, S, 64]
+    del y_4
     l0_up_proj = p['model.layers.0.mlp.up_proj.weight']
     y_5 = F.linear(t_3_1, l0_up_proj)
+    del t_3_1
     t_31 = silu * y_5
+    del y_5, silu
     l0_down_proj = p['model.layers.0.mlp.down_proj.weight']
     y_6 = F.linear(t_31, l0_down_proj)
+    del t_31
     h_3 = x + y_6
+    del x, y_6
     l1_input_layernorm = p['model.layers.1.input_layernorm.weight']
     # rms_norm(h_3, l1_input_layernorm)
     t_11 = h_3 ** 2
     variance_2 = t_11.mean(dim=-1, keepdim=True)
+    del t_11
     t_1_3 = variance_2 + 1e-06
+    del variance_2
     t_2_3 = torch.rsqrt(t_1_3)
+    del t_1_3
     h_4 = h_3 * t_2_3
+    del t_2_3
     t_3_2 = l1_input_layernorm * h_4
+    del h_4
     l1_q_proj = p['model.layers.1.self_attn.q_proj.weight']
     y_7 = F.linear(t_3_2, l1_q_proj)
     q_2 = y_7.reshape(B, S, 4, 8).transpose(1, 2)  # [B, 4, S, 8]
+    del y_7
     l1_k_proj = p['model.layers.1.self_attn.k_proj.weight']
     y_8 = F.linear(t_3_2, l1_k_proj)
     k_2 = y_8.reshape(B, S, 2, 8).transpose(1, 2)  # [B, 2, S, 8]
+    del y_8
     l1_v_proj = p['model.layers.1.self_attn.v_proj.weight']
     y_9 = F.linear(t_3_2, l1_v_proj)
+    del t_3_2
     v_1 = y_9.reshape(B, S, 2, 8).transpose(1, 2)  # [B, 2, S, 8]
+    del y_9
     t_37 = q_2 * t_13
     x1_2 = q_2[:, :, :, :4]
     x2_2 = q_2[:, :, :, 4:]
+    del q_2
     t_38 = -x2_2
+    del x2_2
     t_39 = torch.cat([t_38, x1_2], dim=-1)  # [B, 4, S, 8]
+    del t_38, x1_2
     t_41 = t_39 * t_17
+    del t_39
     q_3 = t_37 + t_41
+    del t_37, t_41
     t_43 = k_2 * t_13
+    del t_13
     x1_3 = k_2[:, :, :, :4]
     x2_3 = k_2[:, :, :, 4:]
+    del k_2
     t_44 = -x2_3
+    del x2_3
     t_45 = torch.cat([t_44, x1_3], dim=-1)  # [B, 2, S, 8]
+    del t_44, x1_3
     t_47 = t_45 * t_17
+    del t_17, t_45
     k_3 = t_43 + t_47
+    del t_43, t_47
     l1_k_cache = p['model.layers.1.self_attn.k_cache']
     l1_k_cache[row_index, :, position_index] = k_3.transpose(1, 2)
+    del k_3
     k_cache_1 = l1_k_cache
     l1_v_cache = p['model.layers.1.self_attn.v_cache']
     l1_v_cache[row_index, :, position_index] = v_1.transpose(1, 2)
+    del v_1, row_index, position_index
     v_cache_1 = l1_v_cache
     t_48 = k_cache_1.expand(B, 2, 16, 8)
+    del k_cache_1
     t_49 = v_cache_1.expand(B, 2, 16, 8)
+    del v_cache_1
     keys_1, k_used_1, v_used_1, mask_used_1 = 16, t_48, t_49, mask
     if S > 1 and bool(mask.any()):  # prefill: keys after the last attended one weigh exactly 0
         keys_1 = int(mask.flatten(0, 1).any(0).nonzero().max()) + 1
         k_used_1, v_used_1, mask_used_1 = t_48[:, :, :keys_1], t_49[:, :, :keys_1], mask[:, :, :keys_1]
     scores_1 = q_3.reshape(B, 2, 2 * S, 8) @ k_used_1.transpose(-2, -1)  # 2 heads per KV head
+    del q_3, mask, t_48, t_49, k_used_1
     scores_1 = scores_1.reshape(B, 4, S, keys_1) * 0.3535533905932738
     scores_1 = scores_1.masked_fill_(~mask_used_1.unsqueeze(1), torch.finfo(torch.float32).min)
+    del mask_used_1
     probs_1 = torch.softmax(scores_1, dim=-1, dtype=torch.float32).to(torch.float32)
+    del scores_1
     out_1 = (probs_1.reshape(B, 2, 2 * S, keys_1) @ v_used_1).reshape(B, 4, S, 8)  # attention: [B, 4, S, 8]
+    del keys_1, probs_1, v_used_1
     t_50 = out_1.transpose(1, 2).reshape(B, S, 32)  # [B, S, 32]
+    del out_1
     l1_o_proj = p['model.layers.1.self_attn.o_proj.weight']
     y_10 = F.linear(t_50, l1_o_proj)
+    del t_50
     x_1 = h_3 + y_10
+    del h_3, y_10
     l1_post_attention_layernorm = p['model.layers.1.post_attention_layernorm.weight']
     # rms_norm(x_1, l1_post_attention_layernorm)
     t_12 = x_1 ** 2
     variance_3 = t_12.mean(dim=-1, keepdim=True)
+    del t_12
     t_1_4 = variance_3 + 1e-06
+    del variance_3
     t_2_4 = torch.rsqrt(t_1_4)
+    del t_1_4
     h_5 = x_1 * t_2_4
+    del t_2_4
     t_3_3 = l1_post_attention_layernorm * h_5
+    del h_5
     l1_gate_proj = p['model.layers.1.mlp.gate_proj.weight']
     y_11 = F.linear(t_3_3, l1_gate_proj)
     silu_1 = F.silu(y_11)  # silu: [B, S, 64]
+    del y_11
     l1_up_proj = p['model.layers.1.mlp.up_proj.weight']
     y_12 = F.linear(t_3_3, l1_up_proj)
+    del t_3_3
     t_54 = silu_1 * y_12
+    del y_12, silu_1
     l1_down_proj = p['model.layers.1.mlp.down_proj.weight']
     y_13 = F.linear(t_54, l1_down_proj)
+    del t_54
     h_6 = x_1 + y_13
+    del x_1, y_13
     norm = p['model.norm.weight']
     # rms_norm(h_6, norm)
     t_19 = h_6 ** 2
     variance_4 = t_19.mean(dim=-1, keepdim=True)
+    del t_19
     t_1_5 = variance_4 + 1e-06
+    del variance_4
     t_2_5 = torch.rsqrt(t_1_5)
+    del t_1_5
     h_7 = h_6 * t_2_5
+    del h_6, t_2_5
     t_3_4 = norm * h_7
+    del h_7
     t_56 = t_3_4[:, -1]
+    del t_3_4
     lm_head = p['lm_head.weight']
     y_14 = F.linear(t_56, lm_head)
+    del t_56
     return y_14

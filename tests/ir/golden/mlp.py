@@ -22,9 +22,13 @@ def forward(p, x):
     y = F.linear(x, fc1)
     fc1_bias = p['fc1.bias']
     t_1 = y + fc1_bias
+    del y
     h = F.gelu(t_1)  # gelu: [B, 32]
+    del t_1
     fc2 = p['fc2.weight']
     y_1 = F.linear(h, fc2)
+    del h
     fc2_bias = p['fc2.bias']
     t_3 = y_1 + fc2_bias
+    del y_1
     return t_3
