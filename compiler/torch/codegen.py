@@ -26,7 +26,9 @@ from linnet.ir.render import (
     dim_text,
     dims_text,
     index_text,
+    infix_emitter,
     np_dtype_name,
+    python_infix,
     python_reserved,
 )
 from linnet.ops.rearrange import rearrange_plan
@@ -108,30 +110,8 @@ for _name, _fmt in {
 }.items():
     _unary(_name, _fmt)
 
-_INFIX = {
-    "add": "+",
-    "sub": "-",
-    "mul": "*",
-    "div": "/",
-    "mod": "%",
-    "pow": "**",
-    "eq": "==",
-    "ne": "!=",
-    "lt": "<",
-    "le": "<=",
-    "gt": ">",
-    "ge": ">=",
-    "logical_and": "&",
-    "logical_or": "|",
-}
-
-
-def _infix(symbol: str) -> Emit:
-    return lambda e, op: f"{e.r(op.args['x'])} {symbol} {e.r(op.args['y'])}"
-
-
-for _name, _sym in _INFIX.items():
-    EMITTERS[_name] = _infix(_sym)
+for _name, _sym in python_infix().items():
+    EMITTERS[_name] = infix_emitter(_sym)
 
 
 def _minmax(fn: str, clamp: str) -> Emit:

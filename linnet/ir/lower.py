@@ -21,10 +21,10 @@ from ..ops import OPERATORS, REGISTRY, REQUIRED, OpDef, OpError
 from ..semantics.configs import MISSING, ConfigValue
 from ..semantics.dims import Dim, DivisionError, divide, solve_linear, var
 from ..semantics.names import BUILTIN_CONSTANTS
-from ..semantics.types import BOOL, DTYPES, I64, WORK, DType, Shape, TensorT
+from ..semantics.types import DTYPES, DType, TensorT
 from ..syntax import ast as A
 from ..syntax.items import Item
-from .core import Graph, Op, Program, TensorSpec, Value, tensor_type
+from .core import Graph, Op, TensorSpec, Value, tensor_type
 
 # Standard-library functions lowered as `composite` ops: backends may run a native kernel for
 # them (ARCHITECTURE.md, "Numerics": `fast` may fuse). The body is always their meaning.
@@ -787,7 +787,7 @@ class Lowering:
                 args[p.name] = [d.as_int() for d in args[p.name]]
             elif p.kind == "float" and isinstance(args.get(p.name), Dim):
                 args[p.name] = float(_number(args[p.name]))
-        return self.apply(op, args, e, _hint_of(op.name))
+        return self.apply(op, args, e)
 
     def call_fn(self, ref: FnRef, e: A.Call, env: Env):
         fn = ref.fn
@@ -884,10 +884,6 @@ def _named(v, name: str):
     return v
 
 
-def _hint_of(op_name: str) -> str:
-    return ""
-
-
 def _hint_from_path(path: str) -> str:
     """A short readable name for a parameter: `model.layers.3.self_attn.q_proj.weight` -> `l3_q_proj`."""
     parts = path.split(".")
@@ -906,4 +902,4 @@ def _checkpoint_name(m: A.FieldDecl) -> str:
     return m.name.id
 
 
-__all__ = ["Lowering", "LoweringError", "COMPOSITES", "Program", "I64", "BOOL", "WORK", "Shape"]
+__all__ = ["Lowering", "LoweringError", "COMPOSITES"]

@@ -25,6 +25,20 @@ class RenderError(Exception):
     """An op or argument a backend cannot express (names the op)."""
 
 
+def python_infix() -> dict[str, str]:
+    """Registry op name -> the Python operator both torch and JAX arrays overload for it
+    (`and`/`or` on bool tensors are `&`/`|`), from the registry's own `operator` fields."""
+    from ..ops import OPERATORS
+
+    spelled = {"and": "&", "or": "|"}
+    return {name: spelled.get(sym, sym) for sym, name in OPERATORS.items() if sym not in ("@", "not")}
+
+
+def infix_emitter(symbol: str):
+    """An emitter writing `x <symbol> y` (operands may be tensors or numbers)."""
+    return lambda e, op: f"{e.r(op.args['x'])} {symbol} {e.r(op.args['y'])}"
+
+
 def dim_text(d: Dim) -> str:
     n = d.as_int()
     if n is not None:
