@@ -147,6 +147,16 @@ def cmd_fmt(args: argparse.Namespace) -> int:
     return status
 
 
+def cmd_lsp(args: argparse.Namespace) -> int:
+    try:
+        from .lsp.server import main as serve
+    except ImportError as err:
+        print(f"linnet lsp: needs pygls and lsprotocol ({err}); pip install 'linnet[lsp]'", file=sys.stderr)
+        return EXIT_USAGE
+    serve()
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
 
@@ -164,6 +174,9 @@ def build_parser() -> argparse.ArgumentParser:
     fmt.add_argument("paths", nargs="+", metavar="PATH", help="files or folders")
     fmt.add_argument("--check", action="store_true", help="change nothing; exit 1 if a file would change")
     fmt.set_defaults(func=cmd_fmt)
+
+    lsp = sub.add_parser("lsp", help="the language server on stdio (needs linnet[lsp])")
+    lsp.set_defaults(func=cmd_lsp)
 
     from .cli_backends import register
 

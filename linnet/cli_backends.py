@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -166,25 +167,35 @@ def cmd_onnx(args: argparse.Namespace) -> int:
         from .runtimes.onnx_backend import export
     except ImportError as err:
         return _fail("onnx", ImportError(f"needs onnx and onnx-ir ({err}); pip install linnet[onnx]"))
-    try:
-        written, notes = export(
-            args.file,
-            args.entry,
-            args.output,
-            args.weights,
-            preset=args.preset,
-            config=parse_config(args.config),
-            dtype=args.dtype,
-            numerics=args.numerics,
-            max_batch=args.max_batch,
-            max_positions=args.max_positions,
-            progress=sys.stderr.isatty(),
-            with_weights=not args.no_weights,
-        )
-    except (ProgramError, LoweringError, LoadError, ValueError, OSError) as err:
-        return _fail("onnx", err)
-    for note in notes:
-        print(f"note: {note}", file=sys.stderr)
+    if args.output is None and not args.text:
+        return _fail("onnx", ValueError("give -o OUT (the .onnx file) or --text"))
+    with tempfile.TemporaryDirectory() as tmp:
+        # --text: the graph without weights in ONNX's textual syntax (what the language server shows)
+        output = Path(tmp) / "model.onnx" if args.text else args.output
+        try:
+            written, notes = export(
+                args.file,
+                args.entry,
+                output,
+                None if args.text else args.weights,
+                preset=args.preset,
+                config=parse_config(args.config),
+                dtype=args.dtype,
+                numerics=args.numerics,
+                max_batch=args.max_batch,
+                max_positions=args.max_positions,
+                progress=sys.stderr.isatty() and not args.text,
+                with_weights=not (args.no_weights or args.text),
+            )
+        except (ProgramError, LoweringError, LoadError, ValueError, OSError) as err:
+            return _fail("onnx", err)
+        for note in notes:
+            print(f"note: {note}", file=sys.stderr)
+        if args.text:
+            import onnx
+
+            sys.stdout.write(onnx.printer.to_text(onnx.load(str(output))) + "\n")
+            return EXIT_OK
     for path in written:
         print(f"wrote {path}", file=sys.stderr)
     return EXIT_OK
@@ -360,22 +371,50 @@ def cmd_run(args: argparse.Namespace) -> int:
         inputs.append(a)
     outs, elapsed = _run_entry(model, args, entry, inputs)
     weights = model.prepared.weights or "random weights"
-    print(
-        f"{args.file}: entry {entry} ({args.backend}, {weights}), inputs "
-        + ", ".join(f"{v.name}{list(a.shape)}" for v, a in zip(graph.inputs, inputs))
-    )
-    status = EXIT_OK
+    report = {
+        "file": args.file,
+        "entry": entry,
+        "backend": args.backend,
+        "preset": program.preset,
+        "weights": str(weights),
+        "inputs": [
+            {"name": v.name, "shape": list(a.shape), "dtype": str(a.dtype)} for v, a in zip(graph.inputs, inputs)
+        ],
+        "outputs": [],
+        "time_ms": elapsed * 1000,
+        "disagreements": [],
+    }
     for v, (shape, dtype, f) in zip(graph.outputs, outs):
         expected = [_concrete(d, sizes) for d in v.dims]
-        print(
-            f"  output {shape} {dtype}: mean {f.mean():.6g}, "
-            f"std {f.std(ddof=1) if f.size > 1 else 0.0:.6g}, min {f.min():.6g}, max {f.max():.6g}"
+        report["outputs"].append(
+            {
+                "shape": list(shape),
+                "dtype": str(dtype),
+                "checker_shape": expected,
+                "mean": float(f.mean()),
+                "std": float(f.std(ddof=1)) if f.size > 1 else 0.0,
+                "min": float(f.min()),
+                "max": float(f.max()),
+            }
         )
-        if shape != expected:
-            print(f"  disagreement: the checker says {expected}, the runtime gave {shape}")
-            status = EXIT_ERRORS
+        if list(shape) != expected:
+            report["disagreements"].append(f"the checker says {expected}, the runtime gave {list(shape)}")
+    if args.format == "json":
+        print(json.dumps(report))
+        return EXIT_ERRORS if report["disagreements"] else EXIT_OK
+    print(
+        f"{args.file}: entry {entry} ({args.backend}, {weights}), inputs "
+        + ", ".join(f"{i['name']}{i['shape']}" for i in report["inputs"])
+    )
+    for out in report["outputs"]:
+        print(
+            f"  output {out['shape']} {out['dtype']}: mean {out['mean']:.6g}, "
+            f"std {out['std']:.6g}, min {out['min']:.6g}, max {out['max']:.6g}"
+        )
+    for d in report["disagreements"]:
+        print(f"  disagreement: {d}")
     print(f"  time {elapsed * 1000:.2f} ms (after one warm-up call)")
-    return status
+    return EXIT_ERRORS if report["disagreements"] else EXIT_OK
 
 
 def _run_entry(model, args, entry: str, inputs: list):
@@ -461,7 +500,8 @@ def register(sub) -> None:
     ox = sub.add_parser("onnx", help="write an entry as an .onnx model (needs onnx and onnx-ir)")
     add_common(ox)
     ox.add_argument("--entry", metavar="NAME", help="the entry to write (default: the first)")
-    ox.add_argument("-o", "--output", metavar="OUT", required=True, help="the .onnx file")
+    ox.add_argument("-o", "--output", metavar="OUT", help="the .onnx file")
+    ox.add_argument("--text", action="store_true", help="print the graph (no weights) as ONNX text instead")
     ox.add_argument("--no-weights", action="store_true", help="parameters as graph inputs, even with default weights")
     ox.set_defaults(func=cmd_onnx)
 
@@ -473,6 +513,9 @@ def register(sub) -> None:
     run.add_argument("--seq", type=int, default=8, help="S of the random inputs (8)")
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--provider", action="append", choices=("cpu", "cuda", "tensorrt"), help="onnxruntime providers")
+    run.add_argument(
+        "--format", choices=("text", "json"), default="text", help="json: one object (the language server)"
+    )
     run.set_defaults(func=cmd_run)
 
     gen = sub.add_parser("generate", help="generate text (only the text goes to stdout)")

@@ -1,2 +1,3 @@
-"""The language server (`linnet.lsp`). Not landed yet; see ARCHITECTURE.md, "Language server
-contract". It will analyse documents through `linnet.semantics.program.Document`."""
+"""The Linnet language server (`linnet lsp`): pygls 2 over stdio. `server.py` wires LSP
+methods to the features, each in its own module; documents are analysed by the same
+incremental front end as `linnet check` (`linnet.semantics.program.Document`)."""

@@ -157,7 +157,9 @@ class Analysis:
                 return item
         return None
 
-    def _results_for(self, item: Item, preset: str | None):
+    def results_for(self, item: Item, preset: str | None):
+        """The item's (scenario names, result) pairs, those under `preset` (else the first
+        preset) first."""
         ia = self.items.get(item)
         if ia is None or not ia.results:
             return []
@@ -175,7 +177,7 @@ class Analysis:
         # the innermost node that has a type of its own: an expression, a name, a type
         # annotation; statements and blocks are passed over, an expression is not (a branch
         # not taken under this config has no types, and shows none rather than its `if`'s)
-        for names, result in self._results_for(item, preset):
+        for names, result in self.results_for(item, preset):
             for node in reversed(chain):
                 t = result.types.get(node)
                 if t is not None:
@@ -201,12 +203,12 @@ class Analysis:
             return None
         rel = offset - item.offset
         best = None
-        for span, target in self._refs_of(item):
+        for span, target in self.refs_of(item):
             if span.start <= rel <= span.end and (best is None or span.end - span.start < best[0].end - best[0].start):
                 best = (span, target)
         return best[1] if best is not None else None
 
-    def _refs_of(self, item: Item):
+    def refs_of(self, item: Item):
         yield from self.item_refs.get(item, ())
         ia = self.items.get(item)
         if ia is not None:
@@ -226,7 +228,7 @@ class Analysis:
             out.append(definition)
             seen.add((definition.start.offset, definition.end.offset))
         for item in self.document.items:
-            for span, t in self._refs_of(item):
+            for span, t in self.refs_of(item):
                 if t == target:
                     loc = item.resolve(span)
                     key = (loc.start.offset, loc.end.offset)

@@ -1,0 +1,311 @@
+"""textDocument/completion and textDocument/signatureHelp.
+
+Completion offers, after `x.`, the members of what `x` is (a config's fields, a module's
+members and methods, a tensor's `dtype`); elsewhere the names in scope at the cursor
+(function and module parameters, `let`s above it, loop variables, dims, members), the
+file's and the standard library's items, the primitive ops with their signatures and docs,
+keywords, dtypes, and item snippets at the start of a line. It reads the text before the
+cursor, so it works while the statement being typed does not parse.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from linnet.ops import REGISTRY
+from linnet.semantics.describe import dotted
+from linnet.semantics.program import Analysis
+from linnet.semantics.types import DTYPES, ConfigT, ModuleListT, ModuleT, TensorT
+from linnet.syntax import ast as A
+from linnet.syntax.items import Item
+
+from .lookup import doc_of, header
+from .navigation import KEYWORDS
+
+LOAD_TIME_DIMS = ("max_batch", "max_positions")
+
+SNIPPETS = {
+    "module": (
+        "module ${1:Name}(c: ${2:Config}) {\n    ${3:member}: ${4:Linear(c.hidden_size, c.hidden_size)}\n\n"
+        "    fn forward(x: [B, S, c.hidden_size]) -> [B, S, c.hidden_size] {\n        ${0:x}\n    }\n}"
+    ),
+    "model": (
+        "model ${1:Name}(c: ${2:Config}) {\n    entry fn forward(input_ids: i64[B, S]) -> [B, S, c.vocab_size] {\n"
+        "        ${0}\n    }\n}"
+    ),
+    "fn": "fn ${1:name}(${2:x: [..., D]}) -> ${3:[..., D]} {\n    ${0:x}\n}",
+    "config": "config ${1:Name} {\n    ${2:hidden_size}: ${3:int} = ${4:768}\n}",
+    "preset": "preset ${1:name} = ${2:Config} {\n    ${0}\n}",
+}
+BODY_SNIPPETS = {
+    "let": "let ${1:name} = ${0}",
+    "for": "for ${1:layer} in ${2:layers} {\n    ${0}\n}",
+    "if": "if ${1:cond} {\n    ${2}\n} else {\n    ${0}\n}",
+}
+
+
+@dataclass
+class Completion:
+    """One completion: label, kind (an LSP CompletionItemKind name), detail (a signature or
+    type), documentation (markdown) and, for snippets, the snippet text."""
+
+    label: str
+    kind: str
+    detail: str = ""
+    documentation: str | None = None
+    snippet: str | None = None
+    sort: str = "5"
+
+
+def _chain_before(text: str, end: int) -> str:
+    """The dotted name ending at `end` (`model.embed_tokens` before a `.`)."""
+    start = end
+    while start > 0 and (text[start - 1].isalnum() or text[start - 1] in "_."):
+        start -= 1
+    return text[start:end].strip(".")
+
+
+def _type_of_chain(analysis: Analysis, item: Item, chain: str, preset: str | None):
+    """The type of a dotted name as recorded anywhere in the item's check (the statement being
+    typed may not parse, but the name usually occurs elsewhere)."""
+    for _, result in analysis.results_for(item, preset):
+        for node, t in result.types.items():
+            if isinstance(node, (A.Name, A.Attr)) and dotted(node) == chain:
+                return t
+    if item.ast is not None and "." not in chain:
+        params = list(getattr(item.ast, "params", []))
+        for node in A.walk(item.ast):
+            if isinstance(node, A.FnDef):
+                params.extend(node.params)
+        for p in params:
+            if p.name.id == chain and isinstance(p.type, A.NamedType) and analysis.globals is not None:
+                target = analysis.globals(p.type.name.id)
+                if target is not None and target.kind == "config":
+                    return target
+    return None
+
+
+def _config_fields(config: Item) -> list[Completion]:
+    out = []
+    if isinstance(config.ast, A.ConfigDef):
+        for f in config.ast.fields:
+            if isinstance(f, A.ConfigField):
+                out.append(Completion(f.name.id, "Field", header(config, f), doc_of(f), sort="1"))
+    return out
+
+
+def _module_members(module: Item) -> list[Completion]:
+    out = []
+    if isinstance(module.ast, A.ModuleDef):
+        for m in A.flat_members(module.ast.members):
+            if isinstance(m, A.FnDef):
+                out.append(Completion(m.name.id, "Method", header(module, m), doc_of(m), sort="1"))
+            elif isinstance(m, (A.FieldDecl, A.StateDecl)):
+                kind = "Module" if isinstance(m, A.FieldDecl) and m.kind != "param" else "Field"
+                out.append(Completion(m.name.id, kind, header(module, m), doc_of(m), sort="1"))
+    return out
+
+
+def member_completions(analysis: Analysis, item: Item, chain: str, preset: str | None) -> list[Completion]:
+    t = _type_of_chain(analysis, item, chain, preset)
+    if isinstance(t, Item):
+        return _config_fields(t)
+    if isinstance(t, ConfigT) and analysis.globals is not None:
+        config = analysis.globals(t.value.type_name)
+        return _config_fields(config) if config is not None else []
+    if isinstance(t, (ModuleT, ModuleListT)):
+        return _module_members(t.instance.item)
+    if isinstance(t, TensorT):
+        return [Completion("dtype", "Property", "the tensor's dtype", sort="1")]
+    return []
+
+
+def _scope_names(item: Item, rel: int) -> list[Completion]:
+    """Names bound at item-relative offset `rel`: parameters, generics, members, `let`s and
+    loop variables of enclosing blocks above it, and dims named in the signature."""
+    if item.ast is None:
+        return []
+    out: dict[str, Completion] = {}
+
+    def add(name: str, kind: str, detail: str = "", doc: str | None = None):
+        out.setdefault(name, Completion(name, kind, detail, doc, sort="0"))
+
+    chain = A.node_at(item.ast, rel)
+    for node in chain:
+        if isinstance(node, A.ModuleDef):
+            for p in node.params:
+                add(p.name.id, "Variable", header(item, p))
+            for m in A.flat_members(node.members):
+                if isinstance(m, A.FnDef):
+                    add(m.name.id, "Method", header(item, m), doc_of(m))
+                elif isinstance(m, (A.FieldDecl, A.StateDecl)):
+                    add(m.name.id, "Field", header(item, m), doc_of(m))
+            for name in LOAD_TIME_DIMS:
+                add(name, "Constant", "load-time dim")
+        elif isinstance(node, A.FnDef):
+            for g in node.generics:
+                add(g.name.id, "TypeParameter", "dtype variable")
+            for p in node.params:
+                add(p.name.id, "Variable", header(item, p))
+                for sub in A.walk(p.type):
+                    if isinstance(sub, A.TensorType):
+                        for d in sub.dims:
+                            if isinstance(d, A.Name) and d.id[:1].isupper():
+                                add(d.id, "TypeParameter", "dim")
+        elif isinstance(node, A.Block):
+            for stmt in node.stmts:
+                if stmt.span.start >= rel:
+                    break
+                if isinstance(stmt, A.Let):
+                    for target in stmt.targets:
+                        add(target.id, "Variable", "let")
+                elif isinstance(stmt, A.ErrorStmt):
+                    for name in stmt.bound:
+                        add(name, "Variable", "let")
+        elif isinstance(node, A.For):
+            add(node.var.id, "Variable", "loop variable")
+    return list(out.values())
+
+
+def completions(analysis: Analysis, offset: int, preset: str | None) -> list[Completion]:
+    """Completions at character `offset`."""
+    text = analysis.document.text
+    start = offset
+    while start > 0 and (text[start - 1].isalnum() or text[start - 1] == "_"):
+        start -= 1
+    item = analysis.item_at(max(0, start - 1)) or analysis.item_at(start)
+    line_start = text.rfind("\n", 0, start) + 1
+    if start > 0 and text[start - 1] == ".":
+        chain = _chain_before(text, start - 1)
+        if item is None or not chain:
+            return []
+        return member_completions(analysis, item, chain, preset)
+    if text[line_start:start].strip() == "" and start == line_start:
+        return [Completion(k, "Snippet", f"{k} …", snippet=s, sort="0") for k, s in SNIPPETS.items()] + [
+            Completion(k, "Keyword", sort="1") for k in ("entry",)
+        ]
+    out: list[Completion] = []
+    if item is not None:
+        out.extend(_scope_names(item, start - item.offset))
+    seen = {c.label for c in out}
+    if analysis.globals is not None:
+        kinds = {"module": "Class", "fn": "Function", "config": "Struct", "preset": "Constant"}
+        for name, it in analysis.globals.by_name.items():
+            if name in seen or it.kind not in kinds:
+                continue
+            node = it.ast
+            out.append(
+                Completion(
+                    name, kinds[it.kind], header(it, node) if node is not None else it.kind, doc_of(node), sort="2"
+                )
+            )
+            seen.add(name)
+    for name, op in REGISTRY.items():
+        if name not in seen:
+            out.append(Completion(name, "Function", op.describe(), op.doc or None, sort="3"))
+            seen.add(name)
+    for name in sorted(DTYPES):
+        out.append(Completion(name, "TypeParameter", "dtype", sort="4"))
+    for k in sorted(KEYWORDS - {"config", "preset", "module", "model"}):
+        out.append(Completion(k, "Keyword", sort="4"))
+    for k, s in BODY_SNIPPETS.items():
+        out.append(Completion(f"{k} …", "Snippet", k, snippet=s, sort="4"))
+    return out
+
+
+# ----------------------------------------------------------------------------- signature help
+
+
+@dataclass
+class Signature:
+    """A callee's signature: its label, the parameters' labels, its doc, and the index of the
+    argument the cursor is in."""
+
+    label: str
+    parameters: list[tuple[str, str | None]]
+    documentation: str | None
+    active: int
+
+
+def _open_call(text: str, offset: int, floor: int) -> tuple[int, int, str | None] | None:
+    """The innermost unclosed `(` before `offset` (not before `floor`): its offset, the index
+    of the argument the cursor is in, and the keyword of that argument if it has one."""
+    depth = 0
+    commas = 0
+    i = offset - 1
+    last_arg_start = offset
+    while i >= floor:
+        ch = text[i]
+        if ch in ")]}":
+            depth += 1
+        elif ch in "([{":
+            if depth == 0:
+                if ch != "(":
+                    return None
+                segment = text[last_arg_start:offset] if commas else text[i + 1 : offset]
+                keyword = None
+                eq = segment.find("=")
+                if eq > 0 and segment[eq + 1 : eq + 2] != "=" and segment[:eq].strip().isidentifier():
+                    keyword = segment[:eq].strip()
+                return i, commas, keyword
+            depth -= 1
+        elif ch == "," and depth == 0:
+            if commas == 0:
+                last_arg_start = i + 1
+            commas += 1
+        elif ch == "\n" and text[i + 1 : i + 2].strip().startswith("#"):
+            pass
+        i -= 1
+    return None
+
+
+def _fn_signature(owner: Item, fn: A.FnDef | A.ModuleDef, active: int, keyword: str | None) -> Signature:
+    params = [(" ".join(owner.text[p.span.start : p.span.end].split()), None) for p in fn.params]
+    names = [p.name.id for p in fn.params]
+    if keyword in names:
+        active = names.index(keyword)
+    return Signature(header(owner, fn), params, doc_of(fn), active)
+
+
+def signature_help(analysis: Analysis, offset: int, preset: str | None) -> Signature | None:
+    text = analysis.document.text
+    item = analysis.item_at(offset)
+    if item is None:
+        return None
+    found = _open_call(text, offset, item.offset)
+    if found is None:
+        return None
+    paren, active, keyword = found
+    chain = _chain_before(text, paren)
+    if not chain:
+        return None
+    last = chain.rsplit(".", 1)[-1]
+    if "." not in chain and last in REGISTRY and (analysis.globals is None or analysis.globals(last) is None):
+        op = REGISTRY[last]
+        params = [(f"{p.name}: {p.kind}", p.doc or None) for p in op.params]
+        names = [p.name for p in op.params]
+        if keyword in names:
+            active = names.index(keyword)
+        return Signature(op.signature(), params, op.doc or None, active)
+    if "." not in chain and analysis.globals is not None:
+        target = analysis.globals(chain)
+        if target is not None and isinstance(target.ast, (A.FnDef, A.ModuleDef)):
+            return _fn_signature(target, target.ast, active, keyword)
+    # a submodule called (its `forward`) or a method of one (`self_attn.step`)
+    owner_chain, method = (chain, "forward")
+    t = _type_of_chain(analysis, item, chain, preset)
+    if not isinstance(t, ModuleT) and "." in chain:
+        owner_chain, method = chain.rsplit(".", 1)
+        t = _type_of_chain(analysis, item, owner_chain, preset)
+    if not isinstance(t, ModuleT) and "." not in chain and isinstance(item.ast, A.ModuleDef):
+        # a method of the enclosing module called by its bare name
+        for m in A.flat_members(item.ast.members):
+            if isinstance(m, A.FnDef) and m.name.id == chain:
+                return _fn_signature(item, m, active, keyword)
+    if isinstance(t, ModuleT):
+        module = t.instance.item
+        if isinstance(module.ast, A.ModuleDef):
+            for m in A.flat_members(module.ast.members):
+                if isinstance(m, A.FnDef) and m.name.id == method:
+                    return _fn_signature(module, m, active, keyword)
+    return None

@@ -1,0 +1,84 @@
+"""Between Linnet's values and LSP's: URIs and paths, positions and ranges, diagnostics.
+
+Linnet keeps character offsets; LSP speaks 0-based lines and UTF-16 columns (the default
+`positionEncoding`). `Location`s already carry both (`Position.character`), so converting a
+span needs no text; converting an LSP position needs the document's `LineIndex`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lsprotocol import types as T
+from pygls import uris
+
+from linnet.semantics.diagnostics import Diagnostic
+from linnet.syntax.items import Location
+from linnet.syntax.positions import LineIndex
+
+DOCS_DIAGNOSTICS = Path(__file__).resolve().parent.parent / "docs" / "diagnostics.md"
+
+
+def path_of(uri: str) -> str:
+    """The filesystem path of a `file:` URI; other URIs (`untitled:`) stand for themselves."""
+    if uri.startswith("file:"):
+        return uris.to_fs_path(uri) or uri
+    return uri
+
+
+def uri_of(path: str) -> str:
+    """The URI of a path produced by `path_of` (or of a standard-library file)."""
+    if "://" in path or path.startswith("untitled:"):
+        return path
+    return uris.from_fs_path(path) or path
+
+
+def lsp_range(location: Location) -> T.Range:
+    return T.Range(
+        T.Position(location.start.line - 1, location.start.character),
+        T.Position(location.end.line - 1, location.end.character),
+    )
+
+
+def lsp_location(location: Location) -> T.Location:
+    return T.Location(uri_of(location.path), lsp_range(location))
+
+
+def offset_at(index: LineIndex, position: T.Position) -> int:
+    """The character offset of an LSP position, clamped into the text."""
+    return index.offset_of_utf16(position.line, position.character)
+
+
+def range_of_offsets(index: LineIndex, start: int, end: int) -> T.Range:
+    a, b = index.position(start), index.position(end)
+    return T.Range(T.Position(a.line - 1, a.character), T.Position(b.line - 1, b.character))
+
+
+def docs_link(code: str) -> str:
+    """The docs entry of a diagnostic code: docs/diagnostics.md in the repository, one `## L201`
+    heading per code (GitHub anchors are lower case)."""
+    return f"{uri_of(str(DOCS_DIAGNOSTICS))}#{code.lower()}"
+
+
+_SEVERITY = {"error": T.DiagnosticSeverity.Error, "warning": T.DiagnosticSeverity.Warning}
+
+
+def lsp_diagnostic(d: Diagnostic) -> T.Diagnostic:
+    """A Linnet diagnostic as LSP shows it: the label and notes follow the message on their own
+    lines (clients show `relatedInformation` less prominently, if at all), and each secondary
+    label is a `relatedInformation` entry pointing where that shape came from."""
+    lines = [d.message]
+    if d.label and d.label != d.message:
+        lines.append(d.label)
+    lines.extend(f"note: {n}" for n in d.notes)
+    related = [T.DiagnosticRelatedInformation(lsp_location(lab.location), lab.message) for lab in d.labels]
+    return T.Diagnostic(
+        range=lsp_range(d.location),
+        message="\n".join(lines),
+        severity=_SEVERITY.get(d.severity, T.DiagnosticSeverity.Information),
+        code=d.code,
+        code_description=T.CodeDescription(href=docs_link(d.code)),
+        source="linnet",
+        related_information=related or None,
+        tags=[T.DiagnosticTag.Unnecessary] if "unnecessary" in d.tags else None,
+    )

@@ -1,0 +1,144 @@
+"""Open documents and their analyses, and the server's settings.
+
+The client's text (`OpenDocument.text`, `.version`) changes on the event loop as
+notifications arrive. The front end's incremental `Document` is touched only by
+`OpenDocument.analyzed()`, under a lock, in a worker thread: while one analysis runs, the
+server keeps reading, and every edit that arrives meanwhile is folded into the next analysis
+(bursts coalesce with no fixed delay). A result whose version is no longer the client's is
+never published.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator
+
+from lsprotocol import types as T
+
+from linnet.semantics.program import Analysis, Document
+from linnet.syntax.positions import LineIndex
+
+from .convert import offset_at, path_of
+
+
+@dataclass
+class Settings:
+    """`linnet.*` settings (ARCHITECTURE.md, "Language server contract").
+
+    preset: the preset whose numbers hover, hints and diagnostics quote (None: the first).
+    inlay_shapes: show shapes after `let` bindings and call results.
+    inlay_max_length: the longest hint in characters; longer ones end in `…`.
+    interpreter: the Python that runs entries (None: the server's own).
+    """
+
+    preset: str | None = None
+    inlay_shapes: bool = True
+    inlay_max_length: int = 40
+    interpreter: str | None = None
+
+    def update(self, values: Any) -> None:
+        """Apply a `linnet` settings object (initializationOptions, workspace/configuration or
+        didChangeConfiguration); unknown or ill-typed values are ignored."""
+        if not isinstance(values, dict):
+            return
+        if "linnet" in values and isinstance(values["linnet"], dict):
+            values = values["linnet"]
+        if "preset" in values:
+            self.preset = values["preset"] if isinstance(values["preset"], str) and values["preset"] else None
+        hints = values.get("inlayHints")
+        if isinstance(hints, dict):
+            if isinstance(hints.get("shapes"), bool):
+                self.inlay_shapes = hints["shapes"]
+            if isinstance(hints.get("maxLength"), int) and hints["maxLength"] > 0:
+                self.inlay_max_length = hints["maxLength"]
+        if "interpreter" in values:
+            value = values["interpreter"]
+            self.interpreter = value if isinstance(value, str) and value else None
+
+
+@dataclass
+class OpenDocument:
+    """A document the client has open: its latest text and the analysis of some version."""
+
+    uri: str
+    text: str
+    version: int
+    path: str = ""
+    _document: Document | None = None
+    _analysis: Analysis | None = None
+    _analysis_key: tuple[int, str | None] | None = None
+    _index: LineIndex | None = None
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    published_version: int | None = None
+    diagnose_task: asyncio.Task | None = None
+
+    def __post_init__(self) -> None:
+        self.path = path_of(self.uri)
+
+    @property
+    def index(self) -> LineIndex:
+        """The line index of the client's current text (for positions in requests)."""
+        if self._index is None or self._index.text is not self.text:
+            self._index = LineIndex(self.text)
+        return self._index
+
+    def apply_changes(self, changes: list, version: int) -> None:
+        """Apply didChange content changes in order (ranged or whole-text)."""
+        text = self.text
+        for change in changes:
+            if isinstance(change, T.TextDocumentContentChangePartial) and change.range is not None:
+                index = self.index if text is self.text else LineIndex(text)
+                start = offset_at(index, change.range.start)
+                end = offset_at(index, change.range.end)
+                if end < start:
+                    start, end = end, start
+                text = text[:start] + change.text + text[end:]
+            else:
+                text = change.text
+        self.text = text
+        self.version = version
+
+    def _analyze(self, text: str, preset: str | None) -> Analysis:
+        if self._document is None:
+            self._document = Document(self.path, text)
+        elif self._document.text != text:
+            self._document.update(text)
+        return self._document.analyze(preset)
+
+    @contextlib.asynccontextmanager
+    async def analyzed(self, preset: str | None) -> AsyncIterator[Analysis]:
+        """The analysis of the current text under `preset`, held for the `async with` block:
+        offsets and items stay valid until it ends (the next analysis moves items)."""
+        async with self._lock:
+            key = (self.version, preset)
+            if self._analysis is None or self._analysis_key != key:
+                text = self.text
+                self._analysis = await asyncio.to_thread(self._analyze, text, preset)
+                self._analysis_key = key
+            yield self._analysis
+
+    def is_current(self, analysis: Analysis) -> bool:
+        return analysis is self._analysis and self._analysis_key is not None and self._analysis_key[0] == self.version
+
+
+class Documents:
+    """The open documents by URI."""
+
+    def __init__(self) -> None:
+        self.by_uri: dict[str, OpenDocument] = {}
+
+    def open(self, uri: str, text: str, version: int) -> OpenDocument:
+        doc = OpenDocument(uri, text, version)
+        self.by_uri[uri] = doc
+        return doc
+
+    def get(self, uri: str) -> OpenDocument | None:
+        return self.by_uri.get(uri)
+
+    def close(self, uri: str) -> OpenDocument | None:
+        return self.by_uri.pop(uri, None)
+
+    def __iter__(self):
+        return iter(list(self.by_uri.values()))

@@ -1,0 +1,589 @@
+"""The Linnet language server (pygls 2 over stdio): `linnet lsp`.
+
+Each feature is a small function in its own module (`hover`, `hints`, `navigation`,
+`symbols`, `completion`, `tokens`, `views`); this module wires them to LSP methods. Every
+handler runs under `guarded`: an exception in a feature is logged to the client and answered
+with nothing, so no request can take the server down. The server never imports torch, jax or
+onnxruntime (runs and StableHLO/ONNX views go to a worker process; `views.py`).
+
+Names of custom requests, commands and settings: ARCHITECTURE.md, "Language server contract".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import logging
+import traceback
+import uuid
+from typing import Any
+
+from lsprotocol import types as T
+from pygls.exceptions import JsonRpcInvalidRequest
+from pygls.lsp.server import LanguageServer
+
+from linnet import __version__
+from linnet.semantics.program import Analysis
+from linnet.syntax import ast as A
+from linnet.syntax.fmt import FormatError, format_source
+
+from . import completion as completion_
+from . import hints as hints_
+from . import navigation, symbols, views
+from .convert import lsp_diagnostic, lsp_location, lsp_range, offset_at, path_of, range_of_offsets, uri_of
+from .documents import Documents, OpenDocument, Settings
+from .hover import hover_markdown
+from .tokens import TOKEN_MODIFIERS, TOKEN_TYPES, semantic_tokens
+
+log = logging.getLogger("linnet.lsp")
+
+SHOW_IR = "linnet/showIR"
+SHOW_GENERATED = "linnet/showGenerated"
+PRESETS = "linnet/presets"
+RUN_COMMAND = "linnet.run"
+SELECT_PRESET_COMMAND = "linnet.selectPreset"
+LENS_BACKENDS = (("torch", "PyTorch"), ("xla", "XLA"))
+
+
+class LinnetServer(LanguageServer):
+    """The server's state: open documents, settings, workspace roots."""
+
+    def __init__(self) -> None:
+        super().__init__("linnet", __version__, text_document_sync_kind=T.TextDocumentSyncKind.Incremental)
+        self.documents = Documents()
+        self.settings = Settings()
+        self.roots: list[str] = []
+        self._workspace_items: dict[str, tuple[float, list]] = {}
+
+    # ----- helpers shared by handlers
+    def log_error(self, what: str, err: BaseException) -> None:
+        text = f"linnet: {what} failed: {type(err).__name__}: {err}\n{''.join(traceback.format_exception(err))}"
+        log.error(text)
+        try:
+            self.window_log_message(T.LogMessageParams(T.MessageType.Error, text))
+        except Exception:  # noqa: BLE001 - the connection may be gone
+            pass
+
+    def client_supports(self, *path: str) -> bool:
+        node: Any = self.client_capabilities
+        for name in path:
+            node = getattr(node, name, None)
+            if node is None:
+                return False
+        return bool(node)
+
+    def preset_for(self, analysis: Analysis) -> str | None:
+        """The selected preset if this document declares it, else None (the first preset)."""
+        preset = self.settings.preset
+        return preset if preset in analysis.declared_presets else None
+
+    def schedule_diagnostics(self, doc: OpenDocument) -> None:
+        if doc.diagnose_task is None or doc.diagnose_task.done():
+            doc.diagnose_task = asyncio.ensure_future(self._diagnose(doc))
+
+    async def _diagnose(self, doc: OpenDocument) -> None:
+        """Analyse the latest text and publish, until what was analysed is still the client's
+        version when done: edits that arrive during an analysis fold into the next one, and a
+        stale result is never published."""
+        try:
+            while self.documents.get(doc.uri) is doc:
+                preset = self.settings.preset
+                async with doc.analyzed(preset) as analysis:
+                    if not doc.is_current(analysis):
+                        continue
+                    version = doc.version
+                    diagnostics = [lsp_diagnostic(d) for d in analysis.diagnostics if d.location.path == doc.path]
+                if self.documents.get(doc.uri) is not doc or version != doc.version:
+                    continue
+                self.text_document_publish_diagnostics(T.PublishDiagnosticsParams(doc.uri, diagnostics, version))
+                doc.published_version = version
+                return
+        except Exception as err:  # noqa: BLE001
+            self.log_error("diagnostics", err)
+
+    def refresh(self) -> None:
+        """After a setting changed: diagnostics again, and ask the client to re-request hints
+        and lenses."""
+        for doc in self.documents:
+            self.schedule_diagnostics(doc)
+        if self.client_supports("workspace", "inlay_hint", "refresh_support"):
+            self.workspace_inlay_hint_refresh(None)
+        if self.client_supports("workspace", "code_lens", "refresh_support"):
+            self.workspace_code_lens_refresh(None)
+
+    def workspace_items(self) -> list[tuple[str, list]]:
+        """(path, items) of every `.linnet` file under the workspace roots (parsed once per
+        modification time) and of every open document."""
+        out = []
+        open_paths = {d.path for d in self.documents}
+        for f in symbols.workspace_files(self.roots):
+            path = str(f)
+            if path in open_paths:
+                continue
+            try:
+                mtime = f.stat().st_mtime
+                cached = self._workspace_items.get(path)
+                if cached is None or cached[0] != mtime:
+                    cached = (mtime, symbols.file_items(path, f.read_text(encoding="utf-8")))
+                    self._workspace_items[path] = cached
+            except (OSError, UnicodeDecodeError):
+                continue
+            out.append((path, cached[1]))
+        for d in self.documents:
+            out.append((d.path, symbols.file_items(d.path, d.text)))
+        return out
+
+
+def guarded(default: Any = None):
+    """Run a handler; on an exception log it to the client and return `default`. User-facing
+    refusals (a rename that cannot be done, a view that cannot be made) are answered as
+    request errors with their message."""
+
+    def wrap(fn):
+        def failed(ls: LinnetServer, err: Exception):
+            if isinstance(err, (navigation.RenameError, views.ViewError)):
+                raise JsonRpcInvalidRequest(str(err)) from err
+            ls.log_error(fn.__name__, err)
+            return default
+
+        if inspect.iscoroutinefunction(fn):
+
+            @functools.wraps(fn)
+            async def run_async(ls: LinnetServer, params):
+                try:
+                    return await fn(ls, params)
+                except Exception as err:  # noqa: BLE001
+                    return failed(ls, err)
+
+            return run_async
+
+        # notifications stay synchronous: didOpen/didChange must apply in arrival order
+        @functools.wraps(fn)
+        def run(ls: LinnetServer, params):
+            try:
+                return fn(ls, params)
+            except Exception as err:  # noqa: BLE001
+                return failed(ls, err)
+
+        return run
+
+    return wrap
+
+
+def document_feature(server: LinnetServer, method: str, options: Any = None, default: Any = None):
+    """Register `fn(ls, params, doc, analysis)` for a request about an open document: it runs,
+    guarded, with the analysis of the document's current text held for the call; a document
+    that is not open gets `default`."""
+
+    def wrap(fn):
+        async def handler(ls: LinnetServer, params):
+            doc = ls.documents.get(params.text_document.uri)
+            if doc is None:
+                return default
+            async with doc.analyzed(ls.settings.preset) as analysis:
+                return fn(ls, params, doc, analysis)
+
+        handler.__name__ = fn.__name__
+        server.feature(method, options)(guarded(default)(handler))
+        return fn
+
+    return wrap
+
+
+def _field(params: Any, name: str, default: Any = None) -> Any:
+    """A field of custom-request params, which arrive as dicts or as attribute objects."""
+    if isinstance(params, dict):
+        return params.get(name, default)
+    return getattr(params, name, default)
+
+
+def create_server() -> LinnetServer:
+    """A server with every feature registered."""
+    server = LinnetServer()
+
+    # ----------------------------------------------------------------- lifecycle, settings
+    @server.feature(T.INITIALIZE)
+    @guarded()
+    def initialize(ls: LinnetServer, params: T.InitializeParams):
+        ls.settings.update(params.initialization_options)
+        if params.workspace_folders:
+            ls.roots = [path_of(f.uri) for f in params.workspace_folders]
+        elif params.root_uri:
+            ls.roots = [path_of(params.root_uri)]
+
+    @server.feature(T.INITIALIZED)
+    @guarded()
+    async def initialized(ls: LinnetServer, params: T.InitializedParams):
+        await _pull_settings(ls)
+
+    @server.feature(T.WORKSPACE_DID_CHANGE_CONFIGURATION)
+    @guarded()
+    async def did_change_configuration(ls: LinnetServer, params: T.DidChangeConfigurationParams):
+        if isinstance(params.settings, dict) and isinstance(params.settings.get("linnet"), dict):
+            ls.settings.update(params.settings["linnet"])
+        else:
+            await _pull_settings(ls)
+        ls.refresh()
+
+    # ----------------------------------------------------------------- text sync, diagnostics
+    @server.feature(T.TEXT_DOCUMENT_DID_OPEN)
+    @guarded()
+    def did_open(ls: LinnetServer, params: T.DidOpenTextDocumentParams):
+        d = params.text_document
+        ls.schedule_diagnostics(ls.documents.open(d.uri, d.text, d.version))
+
+    @server.feature(T.TEXT_DOCUMENT_DID_CHANGE)
+    @guarded()
+    def did_change(ls: LinnetServer, params: T.DidChangeTextDocumentParams):
+        doc = ls.documents.get(params.text_document.uri)
+        if doc is None:
+            return
+        doc.apply_changes(params.content_changes, params.text_document.version)
+        ls.schedule_diagnostics(doc)
+
+    @server.feature(T.TEXT_DOCUMENT_DID_SAVE)
+    @guarded()
+    def did_save(ls: LinnetServer, params: T.DidSaveTextDocumentParams):
+        doc = ls.documents.get(params.text_document.uri)
+        if doc is not None:
+            if params.text is not None and params.text != doc.text:
+                doc.text = params.text
+            doc.published_version = None
+            ls.schedule_diagnostics(doc)
+
+    @server.feature(T.TEXT_DOCUMENT_DID_CLOSE)
+    @guarded()
+    def did_close(ls: LinnetServer, params: T.DidCloseTextDocumentParams):
+        if ls.documents.close(params.text_document.uri) is not None:
+            ls.text_document_publish_diagnostics(T.PublishDiagnosticsParams(params.text_document.uri, []))
+
+    # ----------------------------------------------------------------- hover, hints
+    @document_feature(server, T.TEXT_DOCUMENT_HOVER)
+    def hover(ls: LinnetServer, params: T.HoverParams, doc: OpenDocument, a: Analysis):
+        index = a.document.source.index
+        found = hover_markdown(a, offset_at(index, params.position), ls.preset_for(a))
+        if found is None:
+            return None
+        markdown, (start, end) = found
+        return T.Hover(T.MarkupContent(T.MarkupKind.Markdown, markdown), range_of_offsets(index, start, end))
+
+    @document_feature(server, T.TEXT_DOCUMENT_INLAY_HINT, T.InlayHintOptions(resolve_provider=False), default=[])
+    def inlay_hint(ls: LinnetServer, params: T.InlayHintParams, doc: OpenDocument, a: Analysis):
+        if not ls.settings.inlay_shapes:
+            return []
+        index = a.document.source.index
+        start, end = offset_at(index, params.range.start), offset_at(index, params.range.end)
+        found = hints_.inlay_hints(a, start, end, ls.preset_for(a), ls.settings.inlay_max_length)
+        return [
+            T.InlayHint(
+                position=range_of_offsets(index, h.offset, h.offset).start,
+                label=h.label,
+                kind=T.InlayHintKind.Type,
+                padding_left=h.kind == "result",
+            )
+            for h in found
+        ]
+
+    # ----------------------------------------------------------------- navigation
+    @document_feature(server, T.TEXT_DOCUMENT_DEFINITION)
+    def definition(ls: LinnetServer, params: T.DefinitionParams, doc: OpenDocument, a: Analysis):
+        loc = navigation.definition(a, offset_at(a.document.source.index, params.position))
+        return lsp_location(loc) if loc is not None else None
+
+    @document_feature(server, T.TEXT_DOCUMENT_REFERENCES, default=[])
+    def references(ls: LinnetServer, params: T.ReferenceParams, doc: OpenDocument, a: Analysis):
+        offset = offset_at(a.document.source.index, params.position)
+        return [lsp_location(loc) for loc in navigation.references(a, offset, params.context.include_declaration)]
+
+    @document_feature(server, T.TEXT_DOCUMENT_PREPARE_RENAME)
+    def prepare_rename(ls: LinnetServer, params: T.PrepareRenameParams, doc: OpenDocument, a: Analysis):
+        index = a.document.source.index
+        found = navigation.rename_range(a, offset_at(index, params.position))
+        return range_of_offsets(index, *found) if found is not None else None
+
+    @document_feature(server, T.TEXT_DOCUMENT_RENAME, T.RenameOptions(prepare_provider=True))
+    def rename(ls: LinnetServer, params: T.RenameParams, doc: OpenDocument, a: Analysis):
+        offset = offset_at(a.document.source.index, params.position)
+        locs = navigation.rename_edits(a, offset, params.new_name)
+        return T.WorkspaceEdit(changes={doc.uri: [T.TextEdit(lsp_range(loc), params.new_name) for loc in locs]})
+
+    @document_feature(server, T.TEXT_DOCUMENT_DOCUMENT_HIGHLIGHT, default=[])
+    def document_highlight(ls: LinnetServer, params: T.DocumentHighlightParams, doc: OpenDocument, a: Analysis):
+        found = navigation.highlights(a, offset_at(a.document.source.index, params.position))
+        write, read = T.DocumentHighlightKind.Write, T.DocumentHighlightKind.Read
+        return [T.DocumentHighlight(lsp_range(loc), write if is_def else read) for loc, is_def in found]
+
+    # ----------------------------------------------------------------- symbols, folding
+    @document_feature(server, T.TEXT_DOCUMENT_DOCUMENT_SYMBOL, default=[])
+    def document_symbol(ls: LinnetServer, params: T.DocumentSymbolParams, doc: OpenDocument, a: Analysis):
+        def convert(item, s: symbols.Symbol) -> T.DocumentSymbol:
+            return T.DocumentSymbol(
+                name=s.name,
+                kind=s.kind,
+                detail=s.detail,
+                range=lsp_range(item.resolve(s.span)),
+                selection_range=lsp_range(item.resolve(s.name_span)),
+                children=[convert(item, c) for c in s.children] or None,
+            )
+
+        return [convert(item, s) for item in a.document.items for s in symbols.item_symbols(item)]
+
+    @server.feature(T.WORKSPACE_SYMBOL)
+    @guarded([])
+    def workspace_symbol(ls: LinnetServer, params: T.WorkspaceSymbolParams):
+        out = []
+        for path, items in ls.workspace_items():
+            for item in items:
+                for s, container in symbols.flatten(symbols.item_symbols(item)):
+                    if symbols.matches(params.query, s.name):
+                        location = T.Location(uri_of(path), lsp_range(item.resolve(s.name_span)))
+                        out.append(
+                            T.WorkspaceSymbol(name=s.name, kind=s.kind, location=location, container_name=container)
+                        )
+                if len(out) >= symbols.MAX_WORKSPACE_SYMBOLS:
+                    return out
+        return out
+
+    @document_feature(server, T.TEXT_DOCUMENT_FOLDING_RANGE, default=[])
+    def folding_range(ls: LinnetServer, params: T.FoldingRangeParams, doc: OpenDocument, a: Analysis):
+        return [
+            T.FoldingRange(start, end, kind=T.FoldingRangeKind.Comment if kind == "comment" else None)
+            for start, end, kind in symbols.folding_ranges(a.document.items)
+        ]
+
+    # ----------------------------------------------------------------- completion, signatures
+    @document_feature(server, T.TEXT_DOCUMENT_COMPLETION, T.CompletionOptions(trigger_characters=["."]))
+    def completion(ls: LinnetServer, params: T.CompletionParams, doc: OpenDocument, a: Analysis):
+        found = completion_.completions(a, offset_at(a.document.source.index, params.position), ls.preset_for(a))
+        items = [
+            T.CompletionItem(
+                label=c.label,
+                kind=getattr(T.CompletionItemKind, c.kind, T.CompletionItemKind.Text),
+                detail=c.detail or None,
+                documentation=T.MarkupContent(T.MarkupKind.Markdown, c.documentation) if c.documentation else None,
+                insert_text=c.snippet,
+                insert_text_format=T.InsertTextFormat.Snippet if c.snippet else None,
+                sort_text=f"{c.sort}{c.label}",
+            )
+            for c in found
+        ]
+        return T.CompletionList(is_incomplete=False, items=items)
+
+    signature_options = T.SignatureHelpOptions(trigger_characters=["(", ","], retrigger_characters=[","])
+
+    @document_feature(server, T.TEXT_DOCUMENT_SIGNATURE_HELP, signature_options)
+    def signature_help(ls: LinnetServer, params: T.SignatureHelpParams, doc: OpenDocument, a: Analysis):
+        sig = completion_.signature_help(a, offset_at(a.document.source.index, params.position), ls.preset_for(a))
+        if sig is None:
+            return None
+        information = T.SignatureInformation(
+            label=sig.label,
+            documentation=T.MarkupContent(T.MarkupKind.Markdown, sig.documentation) if sig.documentation else None,
+            parameters=[T.ParameterInformation(label=label, documentation=d or None) for label, d in sig.parameters],
+            active_parameter=sig.active,
+        )
+        return T.SignatureHelp(signatures=[information], active_signature=0, active_parameter=sig.active)
+
+    # ----------------------------------------------------------------- tokens, formatting, actions
+    legend = T.SemanticTokensLegend(token_types=TOKEN_TYPES, token_modifiers=TOKEN_MODIFIERS)
+
+    @document_feature(server, T.TEXT_DOCUMENT_SEMANTIC_TOKENS_FULL, legend)
+    def semantic_tokens_full(ls: LinnetServer, params: T.SemanticTokensParams, doc: OpenDocument, a: Analysis):
+        return T.SemanticTokens(data=semantic_tokens(a))
+
+    @server.feature(T.TEXT_DOCUMENT_FORMATTING)
+    @guarded()
+    def formatting(ls: LinnetServer, params: T.DocumentFormattingParams):
+        doc = ls.documents.get(params.text_document.uri)
+        if doc is None:
+            return None
+        text = doc.text
+        try:
+            formatted = format_source(text)
+        except FormatError as err:
+            message = f"linnet: cannot format {doc.path}:{err.line}:{err.column}: {err}"
+            ls.window_show_message(T.ShowMessageParams(T.MessageType.Warning, message))
+            return None
+        if formatted == text:
+            return []
+        return [T.TextEdit(range_of_offsets(doc.index, 0, len(text)), formatted)]
+
+    code_action_options = T.CodeActionOptions(code_action_kinds=[T.CodeActionKind.QuickFix])
+
+    @document_feature(server, T.TEXT_DOCUMENT_CODE_ACTION, code_action_options, default=[])
+    def code_action(ls: LinnetServer, params: T.CodeActionParams, doc: OpenDocument, a: Analysis):
+        index = a.document.source.index
+        start, end = offset_at(index, params.range.start), offset_at(index, params.range.end)
+        out = []
+        for d in a.diagnostics:
+            if d.location.path != doc.path or d.location.end.offset < start or d.location.start.offset > end:
+                continue
+            for fix in d.fixes:
+                edits = [
+                    T.TextEdit(lsp_range(e.location), e.new_text) for e in fix.edits if e.location.path == doc.path
+                ]
+                if edits:
+                    out.append(
+                        T.CodeAction(
+                            title=fix.message,
+                            kind=T.CodeActionKind.QuickFix,
+                            diagnostics=[lsp_diagnostic(d)],
+                            edit=T.WorkspaceEdit(changes={doc.uri: edits}),
+                            is_preferred=len(d.fixes) == 1,
+                        )
+                    )
+        return out
+
+    # ----------------------------------------------------------------- run-in-editor, views
+    @document_feature(server, T.TEXT_DOCUMENT_CODE_LENS, T.CodeLensOptions(resolve_provider=False), default=[])
+    def code_lens(ls: LinnetServer, params: T.CodeLensParams, doc: OpenDocument, a: Analysis):
+        model = a.model
+        if model is None or model.ast is None:
+            return []
+        preset = ls.preset_for(a)
+        out = []
+        for fn in model.ast.members:
+            if isinstance(fn, A.FnDef) and fn.entry:
+                rng = lsp_range(model.resolve(fn.name.span))
+                for backend, title in LENS_BACKENDS:
+                    args = {"uri": doc.uri, "entry": fn.name.id, "backend": backend, "preset": preset}
+                    out.append(T.CodeLens(rng, T.Command(f"Run ▸ {title}", RUN_COMMAND, [args])))
+        return out
+
+    @server.command(RUN_COMMAND)
+    async def run_command(ls: LinnetServer, *args):
+        try:
+            return await _run(ls, args)
+        except views.ViewError as err:
+            ls.window_show_message(T.ShowMessageParams(T.MessageType.Error, f"linnet run: {err}"))
+            raise JsonRpcInvalidRequest(str(err)) from err
+        except Exception as err:  # noqa: BLE001
+            ls.log_error(RUN_COMMAND, err)
+            raise JsonRpcInvalidRequest(f"{type(err).__name__}: {err}") from err
+
+    @server.command(SELECT_PRESET_COMMAND)
+    async def select_preset(ls: LinnetServer, *args):
+        try:
+            return await _select_preset(ls, args)
+        except Exception as err:  # noqa: BLE001
+            ls.log_error(SELECT_PRESET_COMMAND, err)
+            return None
+
+    @server.feature(SHOW_IR)
+    @guarded()
+    async def show_ir(ls: LinnetServer, params):
+        doc = _document_param(ls, params)
+        preset = _field(params, "preset") or ls.settings.preset
+        return await asyncio.to_thread(views.show_ir, doc.path, doc.text, _known_preset(doc, preset))
+
+    @server.feature(SHOW_GENERATED)
+    @guarded()
+    async def show_generated(ls: LinnetServer, params):
+        doc = _document_param(ls, params)
+        preset = _field(params, "preset") or ls.settings.preset
+        target = _field(params, "target") or "torch"
+        return await views.show_generated(
+            ls.settings.interpreter, doc.path, doc.text, target, _known_preset(doc, preset)
+        )
+
+    @server.feature(PRESETS)
+    @guarded([])
+    async def presets(ls: LinnetServer, params):
+        doc = _document_param(ls, params)
+        async with doc.analyzed(ls.settings.preset) as a:
+            return a.declared_presets
+
+    return server
+
+
+def _document_param(ls: LinnetServer, params) -> OpenDocument:
+    uri = _field(params, "uri")
+    if isinstance(uri, dict):
+        uri = uri.get("uri")
+    doc = ls.documents.get(uri) if isinstance(uri, str) else None
+    if doc is None:
+        raise views.ViewError(f"the document {uri!r} is not open")
+    return doc
+
+
+def _known_preset(doc: OpenDocument, preset: str | None) -> str | None:
+    """`preset` if the text declares it (a workspace-wide setting may name another file's)."""
+    if preset and f"preset {preset}" in doc.text:
+        return preset
+    return None
+
+
+async def _pull_settings(ls: LinnetServer) -> None:
+    if not ls.client_supports("workspace", "configuration"):
+        return
+    try:
+        result = await ls.workspace_configuration_async(T.ConfigurationParams([T.ConfigurationItem(section="linnet")]))
+    except Exception as err:  # noqa: BLE001 - a client may refuse; keep the settings we have
+        log.warning("workspace/configuration failed: %s", err)
+        return
+    if result:
+        ls.settings.update(result[0])
+
+
+async def _run(ls: LinnetServer, args: tuple) -> dict:
+    spec = args[0] if args else {}
+    if not isinstance(spec, dict):
+        raise views.ViewError("linnet.run takes one argument {uri, entry, backend, preset}")
+    doc = _document_param(ls, spec)
+    entry = spec.get("entry") or "forward"
+    backend = spec.get("backend") or "torch"
+    preset = _known_preset(doc, spec.get("preset") or ls.settings.preset)
+    title = f"Running {entry} on {views.RUN_BACKENDS.get(backend, backend)}"
+    token = None
+    if ls.client_supports("window", "work_done_progress"):
+        token = str(uuid.uuid4())
+        try:
+            await ls.work_done_progress.create_async(token)
+            ls.work_done_progress.begin(token, T.WorkDoneProgressBegin(title=title, message="starting a worker"))
+        except Exception:  # noqa: BLE001 - progress is a nicety
+            token = None
+    try:
+        report = await views.run_entry(ls.settings.interpreter, doc.path, doc.text, entry, backend, preset)
+    finally:
+        if token is not None:
+            ls.work_done_progress.end(token, T.WorkDoneProgressEnd(message="done"))
+    summary = views.summary(report)
+    kind = T.MessageType.Warning if report.get("disagreements") else T.MessageType.Info
+    ls.window_show_message(T.ShowMessageParams(kind, summary))
+    ls.window_log_message(T.LogMessageParams(T.MessageType.Log, f"linnet run: {summary}"))
+    return report
+
+
+async def _select_preset(ls: LinnetServer, args: tuple) -> str | None:
+    """`linnet.selectPreset [preset]` or `[{uri, preset}]`: select the preset that hover, hints
+    and diagnostics quote; without one, ask the user to pick among the open files' presets."""
+    spec = args[0] if args else None
+    preset = spec.get("preset") if isinstance(spec, dict) else spec
+    if preset is None:
+        names: list[str] = []
+        for doc in ls.documents:
+            async with doc.analyzed(ls.settings.preset) as a:
+                names.extend(n for n in a.declared_presets if n not in names)
+        if not names:
+            ls.window_show_message(T.ShowMessageParams(T.MessageType.Info, "linnet: no presets in the open files"))
+            return None
+        choice = await ls.window_show_message_request_async(
+            T.ShowMessageRequestParams(
+                T.MessageType.Info, "Linnet: select a preset", [T.MessageActionItem(n) for n in names]
+            )
+        )
+        if choice is None:
+            return None
+        preset = choice.title
+    if not isinstance(preset, str):
+        return None
+    ls.settings.preset = preset or None
+    ls.refresh()
+    return ls.settings.preset
+
+
+def main() -> None:
+    """`linnet lsp`: serve on stdio until the client exits."""
+    logging.basicConfig(level=logging.WARNING, format="linnet-lsp %(levelname)s %(message)s")
+    create_server().start_io()

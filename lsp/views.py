@@ -1,0 +1,154 @@
+"""`linnet/showIR`, `linnet/showGenerated` and the `linnet.run` command.
+
+The Core IR and the generated PyTorch and JAX sources are made in the server's process: the
+code generators emit text without importing their framework. StableHLO (needs jax), the
+ONNX graph (needs onnx) and runs (need torch, jax or onnxruntime) go to a worker: the
+`linnet` CLI in a subprocess (`linnet stablehlo`, `linnet onnx --text`,
+`linnet run --format json`), run on a copy of the editor's text, so unsaved edits count and
+the server never imports a framework.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+TARGETS = ("torch", "jax", "stablehlo", "onnx")
+RUN_BACKENDS = {
+    "torch": "PyTorch",
+    "xla": "XLA",
+    "jax": "JAX",
+    "onnxruntime": "ONNX Runtime",
+    "torch-interpret": "PyTorch (interpreter)",
+}
+WORKER_TIMEOUT_S = 600.0
+
+
+class ViewError(Exception):
+    """The source cannot be shown or run as asked; the message says why (shown to the user)."""
+
+
+def _program(path: str, text: str, preset: str | None):
+    from linnet.ir import ProgramError
+    from linnet.ir.build import bind_config, check_source, lower_program
+
+    try:
+        info = check_source(path, text, preset)
+        return lower_program(bind_config(info, {}))
+    except ProgramError as err:
+        raise ViewError(str(err)) from err
+
+
+def show_ir(path: str, text: str, preset: str | None) -> str:
+    """The Core IR of the file's root model under `preset` (`linnet ir`). Raises ViewError."""
+    from linnet.ir import format_program
+
+    return format_program(_program(path, text, preset))
+
+
+def show_generated_in_process(path: str, text: str, target: str, preset: str | None) -> str:
+    """Generated PyTorch or JAX source (`linnet torch`, `linnet jax`). Raises ViewError."""
+    program = _program(path, text, preset)
+    if target == "torch":
+        from linnet.compiler.torch.codegen import CodegenError, generate
+    else:
+        from linnet.compiler.jax.codegen import CodegenError, generate
+    try:
+        return generate(program)
+    except CodegenError as err:
+        raise ViewError(str(err)) from err
+
+
+@dataclass
+class WorkerResult:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+async def run_worker(interpreter: str | None, args: list[str], path: str, text: str, timeout: float) -> WorkerResult:
+    """Run `python -m linnet ARGS...` on a temporary copy of `text` named like `path` (the
+    placeholder `{file}` in `args`), with the copy's path replaced by `path` in the output.
+    Raises ViewError when the interpreter cannot start or the run exceeds `timeout` seconds."""
+    name = Path(path).name if path.endswith(".linnet") else "source.linnet"
+    with tempfile.TemporaryDirectory(prefix="linnet-lsp-") as tmp:
+        copy = Path(tmp) / name
+        copy.write_text(text, encoding="utf-8")
+        argv = [interpreter or sys.executable, "-m", "linnet", *[str(copy) if a == "{file}" else a for a in args]]
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, stdin=asyncio.subprocess.DEVNULL
+            )
+        except OSError as err:
+            raise ViewError(f"cannot start the worker `{argv[0]}`: {err}") from err
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(), timeout)
+        except asyncio.TimeoutError:
+            proc.kill()
+            await proc.wait()
+            raise ViewError(f"`linnet {args[0]}` took longer than {timeout:.0f} s and was stopped") from None
+        except asyncio.CancelledError:
+            proc.kill()
+            await proc.wait()
+            raise
+
+    def restore(s: bytes) -> str:
+        return s.decode("utf-8", "replace").replace(str(copy), path)
+
+    return WorkerResult(proc.returncode or 0, restore(out), restore(err))
+
+
+async def show_generated(interpreter: str | None, path: str, text: str, target: str, preset: str | None) -> str:
+    """`linnet/showGenerated`: the file as `target` source. Raises ViewError."""
+    if target not in TARGETS:
+        raise ViewError(f"unknown target `{target}` (targets: {', '.join(TARGETS)})")
+    if target in ("torch", "jax"):
+        return await asyncio.to_thread(show_generated_in_process, path, text, target, preset)
+    args = ["stablehlo" if target == "stablehlo" else "onnx", "{file}"]
+    if target == "onnx":
+        args.append("--text")
+    if preset:
+        args += ["--preset", preset]
+    result = await run_worker(interpreter, args, path, text, WORKER_TIMEOUT_S)
+    if result.returncode != 0:
+        raise ViewError(result.stderr.strip() or f"`linnet {args[0]}` failed with exit code {result.returncode}")
+    return result.stdout
+
+
+async def run_entry(
+    interpreter: str | None, path: str, text: str, entry: str, backend: str, preset: str | None
+) -> dict:
+    """`linnet.run`: the entry on random inputs (and random weights) in a worker; the report of
+    `linnet run --format json` (output shapes, dtypes, summary values, time in ms, and any
+    disagreement between the checker's shapes and the runtime's). Raises ViewError."""
+    if backend not in RUN_BACKENDS:
+        raise ViewError(f"unknown backend `{backend}` (backends: {', '.join(RUN_BACKENDS)})")
+    args = ["run", "{file}", "--entry", entry, "--backend", backend, "--format", "json"]
+    if preset:
+        args += ["--preset", preset]
+    result = await run_worker(interpreter, args, path, text, WORKER_TIMEOUT_S)
+    lines = [ln for ln in result.stdout.splitlines() if ln.startswith("{")]
+    if not lines:
+        raise ViewError(result.stderr.strip() or f"`linnet run` failed with exit code {result.returncode}")
+    try:
+        return json.loads(lines[-1])
+    except json.JSONDecodeError as err:
+        raise ViewError(f"`linnet run` printed something that is not its report: {err}") from err
+
+
+def summary(report: dict) -> str:
+    """One line for the editor: `forward on PyTorch: [1, 8, 49152] float32 (mean …) in 12.3 ms`."""
+    outs = "; ".join(
+        f"{o['shape']} {o['dtype']} (mean {o['mean']:.4g}, std {o['std']:.4g}, min {o['min']:.4g}, max {o['max']:.4g})"
+        for o in report.get("outputs", [])
+    )
+    backend = RUN_BACKENDS.get(report.get("backend", ""), report.get("backend", ""))
+    preset = f" under preset `{report['preset']}`" if report.get("preset") else ""
+    text = f"{report.get('entry')} on {backend}{preset}: {outs} in {report.get('time_ms', 0):.1f} ms"
+    for d in report.get("disagreements", []):
+        text += f"; disagreement: {d}"
+    return text
