@@ -448,7 +448,7 @@ def create_server() -> LinnetServer:
                 rng = lsp_range(model.resolve(fn.name.span))
                 for backend, title in LENS_BACKENDS:
                     args = {"uri": doc.uri, "entry": fn.name.id, "backend": backend, "preset": preset}
-                    out.append(T.CodeLens(rng, T.Command(f"Run ▸ {title}", RUN_COMMAND, [args])))
+                    out.append(T.CodeLens(rng, T.Command(f"Run ▸ {title}", RUN_COMMAND, arguments=[args])))
         return out
 
     @server.command(RUN_COMMAND)

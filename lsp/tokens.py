@@ -54,8 +54,12 @@ def _declarations(item: Item) -> dict[A.Span, tuple[str, int]]:
     return out
 
 
-def _kind_of_target(target, analysis: Analysis, params: set[A.Span], item: Item) -> tuple[str, int] | None:
+def _kind_of_target(
+    target, analysis: Analysis, params: set[A.Span], dims: set[A.Span], span: A.Span, item: Item
+) -> tuple[str, int] | None:
     if isinstance(target, LocalAnchor):
+        if span in dims:
+            return "typeParameter", 0
         return ("parameter", 0) if target.item is item and target.span in params else ("variable", 0)
     if not isinstance(target, SymbolAnchor):
         return None
@@ -86,25 +90,30 @@ def semantic_tokens(analysis: Analysis) -> list[int]:
         for span, target in analysis.refs_of(item):
             refs.setdefault(span, target)
         classified: dict[A.Span, tuple[str, int]] = dict(declared)
+        dims = {  # capitalised names in a tensor type's dims: dim variables (`B`, `S`)
+            sub.span
+            for node in A.walk(item.ast)
+            if isinstance(node, A.TensorType)
+            for d in node.dims
+            for sub in A.walk(d)
+            if isinstance(sub, A.Name) and sub.id[:1].isupper()
+        }
         for span, target in refs.items():
             if span in classified:
                 continue
-            kind = _kind_of_target(target, analysis, params, item)
+            kind = _kind_of_target(target, analysis, params, dims, span, item)
             if kind is not None:
                 classified[span] = kind
         for node in A.walk(item.ast):
-            if isinstance(node, A.TensorType):
-                if node.dtype is not None:
-                    classified.setdefault(node.dtype.span, ("type", _LIBRARY))
-                for d in node.dims:
-                    for sub in A.walk(d):
-                        if isinstance(sub, A.Name) and sub.span not in refs and sub.id[:1].isupper():
-                            classified.setdefault(sub.span, ("typeParameter", 0))
+            if isinstance(node, A.TensorType) and node.dtype is not None:
+                classified.setdefault(node.dtype.span, ("type", _LIBRARY))
             elif isinstance(node, A.Name) and node.span not in classified:
                 if node.id in DTYPES:
                     classified[node.span] = ("type", _LIBRARY)
                 elif node.id in REGISTRY:
                     classified[node.span] = ("function", _LIBRARY)
+        for span in dims:
+            classified.setdefault(span, ("typeParameter", 0))
         for span, (kind, mods) in classified.items():
             if span.end <= span.start:
                 continue

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..semantics.dims import Dim, DivisionError, divide, format_dim
-from ..semantics.types import BOOL, WORK, DType, Shape, TensorT, format_shape
+from ..semantics.types import BOOL, F32, WORK, DType, Shape, TensorT, format_shape
 
 REQUIRED = object()
 
@@ -41,7 +41,9 @@ class OpParam:
 class OpError(Exception):
     """A shape or dtype rule's refusal. `code` is the diagnostic code; `arg` names the argument
     to point at (None: the whole call); `inner` is a (start, end) range inside a string argument
-    (rearrange patterns); `arg_labels` maps argument names to label texts."""
+    (rearrange patterns); `arg_labels` maps argument names to label texts; `casts` maps
+    argument names to the dtype a `cast` would make them agree with (quick fixes), preferred
+    first."""
 
     def __init__(
         self,
@@ -52,6 +54,7 @@ class OpError(Exception):
         notes=(),
         inner=None,
         arg_labels: dict[str, str] | None = None,
+        casts: dict[str, DType] | None = None,
     ):
         super().__init__(message)
         self.code = code
@@ -60,6 +63,7 @@ class OpError(Exception):
         self.notes = list(notes)
         self.inner = inner
         self.arg_labels = arg_labels or {}
+        self.casts = casts or {}
 
 
 @dataclass(slots=True)
@@ -220,6 +224,13 @@ def operand_dtype(args: dict, names=("x", "y"), op: str = "") -> DType:
             return join_dtypes(ta, tb, op)
         except OpError as err:
             err.arg_labels = {names[0]: _type_text(a), names[1]: _type_text(b)}
+            # cast the int operand to the float one's dtype; two floats: the second to the first's
+            if tb.is_float and not ta.is_float:
+                err.casts = {names[0]: tb}
+            elif ta.is_float and not tb.is_float:
+                err.casts = {names[1]: ta}
+            else:
+                err.casts = {names[1]: ta, names[0]: tb}
             raise
     tensor_dtype, scalar = (ta, b) if ta is not None else (tb, a)
     kind = scalar_kind(scalar)
@@ -229,6 +240,7 @@ def operand_dtype(args: dict, names=("x", "y"), op: str = "") -> DType:
             f"`{op}` mixes {describe_dtype(tensor_dtype)} with a float",
             names[1] if ta is not None else names[0],
             notes=["consider `cast(x, f32)` first"],
+            casts={names[0] if ta is not None else names[1]: F32},
         )
     if kind == "bool" and tensor_dtype != BOOL:
         raise OpError("L303", f"`{op}` mixes {describe_dtype(tensor_dtype)} with a bool")

@@ -11,7 +11,7 @@ from ..syntax import ast as A
 from ..syntax.ast import Span
 from ..syntax.items import Item
 from .describe import dotted, finite_float, kind_text, number
-from .diagnostics import Label, LocalAnchor, SymbolAnchor
+from .diagnostics import Fix, Label, LocalAnchor, SymbolAnchor
 from .dims import Dim, format_dim
 from .names import Binder
 from .scope import Binding, FnTarget, Instance, Scope, type_key
@@ -313,7 +313,22 @@ class CallsMixin:
                 elif isinstance(v, dict):
                     dims += list(v.values())
             labels += self.atom_labels(dims)
-        self.report(err.code, err.message, span, labels=labels, notes=err.notes)
+        fixes = [fix for arg, dtype in err.casts.items() if (fix := self.cast_fix(nodes.get(arg), dtype, nodes))]
+        self.report(err.code, err.message, span, labels=labels, notes=err.notes, fixes=fixes)
+
+    def cast_fix(self, node, dtype, nodes: dict) -> Fix | None:
+        """`x` -> `cast(x, f32)`; for the working dtype, `cast(x, other.dtype)` after the
+        other operand when it is a name."""
+        if node is None:
+            return None
+        text = self.item.text[node.span.start : node.span.end]
+        target = dtype.name
+        if dtype is WORK:
+            others = [n for n in nodes.values() if n is not node and isinstance(n, (A.Name, A.Attr))]
+            if not others:
+                return None
+            target = f"{self.item.text[others[0].span.start : others[0].span.end]}.dtype"
+        return Fix(f"cast `{text}` to {target}", [(self.anchor(node), f"cast({text}, {target})")])
 
     def def_labels(self, node) -> list[Label]:
         """Where a local named in an error got its value."""

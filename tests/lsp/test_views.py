@@ -1,0 +1,132 @@
+"""Run-in-editor (code lenses, `linnet.run` in a worker process), `linnet/showIR`,
+`linnet/showGenerated`, `linnet/presets`, and that the server itself never loads a framework."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+from lsprotocol import types as T
+from pygls.exceptions import JsonRpcException
+
+from .conftest import EXAMPLES, WORKSPACE, open_doc
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+async def test_code_lenses_on_entry_functions(client):
+    doc = await open_doc(client, EXAMPLES / "llama.linnet")
+    lenses = await client.text_document_code_lens_async(T.CodeLensParams(doc.id))
+    assert [(doc.slice(lens.range), lens.command.title) for lens in lenses] == [
+        ("forward", "Run ▸ PyTorch"),
+        ("forward", "Run ▸ XLA"),
+        ("step", "Run ▸ PyTorch"),
+        ("step", "Run ▸ XLA"),
+    ]
+    assert lenses[0].range.start == doc.pos("entry fn forward", 9)
+    (args,) = lenses[1].command.arguments
+    assert lenses[1].command.command == "linnet.run"
+    assert args == {"uri": doc.uri, "entry": "forward", "backend": "xla", "preset": None}
+    doc.close()
+    # a library file (no model) has none
+    doc = await open_doc(client, WORKSPACE / "lib.linnet", "fn double(x: [N]) -> [N] {\n    x + x\n}\n")
+    assert not await client.text_document_code_lens_async(T.CodeLensParams(doc.id))
+    doc.close()
+
+
+async def run(client, doc, entry, backend, preset=None) -> dict:
+    args = {"uri": doc.uri, "entry": entry, "backend": backend, "preset": preset}
+    return await client.workspace_execute_command_async(T.ExecuteCommandParams("linnet.run", [args]))
+
+
+@pytest.mark.slow
+async def test_run_entry_on_pytorch_and_xla_in_a_worker(client):
+    # unsaved edits count: the worker runs the editor's text (here with a preset that exists
+    # only in the buffer)
+    text = (
+        EXAMPLES / "mlp.linnet"
+    ).read_text() + "\npreset wide = MlpConfig { in_features = 3, hidden_features = 5 }\n"
+    doc = await open_doc(client, EXAMPLES / "mlp.linnet", text)
+    before = len(client.messages)
+    for backend in ("torch", "xla"):
+        report = await run(client, doc, "forward", backend, "wide")
+        assert report["entry"] == "forward" and report["backend"] == backend and report["preset"] == "wide"
+        assert report["inputs"] == [{"name": "x", "shape": [1, 3], "dtype": "float32"}]
+        (out,) = report["outputs"]
+        assert out["shape"] == [1, 4] == out["checker_shape"]
+        assert out["dtype"] == "float32" and out["min"] <= out["mean"] <= out["max"]
+        assert report["disagreements"] == [] and report["time_ms"] > 0
+        assert report["file"] == doc.uri.removeprefix("file://")  # the worker's copy is not shown
+    shown = [m.message for m in client.messages[before:]]
+    assert shown[0].startswith("forward on PyTorch under preset `wide`: [1, 4] float32 (mean ")
+    assert shown[1].startswith("forward on XLA under preset `wide`: [1, 4] float32")
+    assert any(reports and reports[-1].kind == "end" for reports in client.progress_reports.values())
+    doc.close()
+
+
+async def test_run_reports_a_source_that_does_not_check(client):
+    doc = await open_doc(client, WORKSPACE / "faults.linnet")
+    with pytest.raises(JsonRpcException, match="has errors"):
+        await run(client, doc, "forward", "torch")
+    assert "L204" in client.messages[-1].message
+    doc.close()
+
+
+async def test_show_ir_and_generated_sources(client):
+    doc = await open_doc(client, EXAMPLES / "mlp.linnet")
+    ir = await client.protocol.send_request_async("linnet/showIR", {"uri": doc.uri, "preset": "tiny"})
+    assert ir.startswith(f"# {doc.uri.removeprefix('file://')}: model Mlp, preset tiny, dtype f32")
+    assert "entry forward(%x: f32[B, 8]) -> (f32[B, 2]) {" in ir
+    torch_src = await client.protocol.send_request_async(
+        "linnet/showGenerated", {"uri": doc.uri, "target": "torch", "preset": "tiny"}
+    )
+    ast.parse(torch_src)
+    assert "import torch" in torch_src and "def forward(p, x):" in torch_src
+    jax_src = await client.protocol.send_request_async("linnet/showGenerated", {"uri": doc.uri, "target": "jax"})
+    ast.parse(jax_src)
+    assert "import jax" in jax_src
+    with pytest.raises(JsonRpcException, match="unknown target"):
+        await client.protocol.send_request_async("linnet/showGenerated", {"uri": doc.uri, "target": "tflite"})
+    with pytest.raises(JsonRpcException, match="not open"):
+        await client.protocol.send_request_async("linnet/showIR", {"uri": "file:///nowhere.linnet"})
+    doc.close()
+
+
+@pytest.mark.slow
+async def test_show_stablehlo_and_onnx_from_a_worker(client):
+    doc = await open_doc(client, EXAMPLES / "mlp.linnet")
+    hlo = await client.protocol.send_request_async("linnet/showGenerated", {"uri": doc.uri, "target": "stablehlo"})
+    assert "stablehlo" in hlo and "func.func public @main" in hlo
+    graph = await client.protocol.send_request_async("linnet/showGenerated", {"uri": doc.uri, "target": "onnx"})
+    assert "Mlp_forward (float[B,16] x" in graph and "Gelu" in graph
+    doc.close()
+
+
+async def test_presets_request_and_preset_picker(client):
+    doc = await open_doc(client, EXAMPLES / "llama.linnet")
+    names = await client.protocol.send_request_async("linnet/presets", {"uri": doc.uri})
+    assert names == ["smollm2_135m", "tinyllama_1_1b", "llama_3_1_8b"]
+    # no argument: the server asks (the test client picks the last action)
+    chosen = await client.workspace_execute_command_async(T.ExecuteCommandParams("linnet.selectPreset"))
+    assert chosen == "llama_3_1_8b"
+    assert [a.title for a in client.message_requests[-1].actions] == names
+    lenses = await client.text_document_code_lens_async(T.CodeLensParams(doc.id))
+    assert lenses[0].command.arguments[0]["preset"] == "llama_3_1_8b"
+    await client.workspace_execute_command_async(T.ExecuteCommandParams("linnet.selectPreset", [""]))
+    doc.close()
+
+
+def _mapped_libraries(pid: int) -> str:
+    return Path(f"/proc/{pid}/maps").read_text()
+
+
+async def test_the_server_process_loads_no_framework(client):
+    """After showing generated PyTorch and JAX and running entries (in workers), the server's
+    own process has mapped none of torch, jax or onnxruntime."""
+    pid = client._server.pid
+    if not Path(f"/proc/{pid}/maps").exists():
+        pytest.skip("needs /proc")
+    maps = _mapped_libraries(pid)
+    for lib in ("libtorch", "jaxlib", "onnxruntime", "xla_extension"):
+        assert lib not in maps, lib
