@@ -1,0 +1,2 @@
+" Linnet model sources.
+au BufRead,BufNewFile *.linnet set filetype=linnet
