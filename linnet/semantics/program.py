@@ -349,6 +349,8 @@ class Document:
         if previous is not None:
             world = previous[0]  # the same object: every cached result then compares by identity
         ctx = CheckContext(globals_, evaluator, previous[1] if previous else None)
+        if previous is not None and analysis.stats.items_parsed:
+            _prune_caches(ctx, self.items + std_items)
         self._context = (world, ctx)
         findings: list[Finding] = []
         problems = []
@@ -512,6 +514,20 @@ class Document:
                 item, span = found
                 return item.resolve(span)
         return None
+
+
+def _prune_caches(ctx: CheckContext, items: list[Item]) -> None:
+    """Drop cached members and signatures of items an edit replaced. Their keys hold the old
+    `Item` (or its function nodes), so they are never hit again; kept, they would grow the
+    server's memory with every edit."""
+    live = set(items)
+    live_fns = {
+        id(node) for i in items if i.ast is not None for node in A.definitions(i.ast) if isinstance(node, A.FnDef)
+    }
+    ctx.members_cache = {k: v for k, v in ctx.members_cache.items() if k[0] in live}
+    ctx.signatures = {
+        k: v for k, v in ctx.signatures.items() if id(k[0]) in live_fns and (k[1] is None or k[1][0] in live)
+    }
 
 
 def _check_item(ctx: CheckContext, item: Item, binding: dict[str, Type]) -> ItemResult:

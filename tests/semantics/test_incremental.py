@@ -104,3 +104,20 @@ def test_preset_edit_rechecks_under_that_preset_only():
     assert again.stats.checks_run == 5  # one check of each module, under the edited preset
     errors = [d for d in again.diagnostics if d.code == "L206"]
     assert errors and all(d.presets == ("smollm2_135m",) for d in errors)
+
+
+def test_repeated_body_edits_do_not_grow_the_check_caches():
+    """The language server analyses after every keystroke: caches keyed by replaced items must
+    not accumulate (they held every old version's AST)."""
+    text = (EXAMPLES / "llama.linnet").read_text()
+    at = text.index("let q = ") + len("let q =")
+    edited = text[:at] + " " + text[at:]
+    doc = Document("llama.linnet", text)
+    doc.analyze()
+    sizes = []
+    for n in range(1, 21):
+        doc.update(edited if n % 2 else text)
+        doc.analyze()
+        ctx = doc._context[1]
+        sizes.append((len(ctx.members_cache), len(ctx.signatures)))
+    assert sizes[-1] == sizes[1] and sizes[-1][0] > 0
