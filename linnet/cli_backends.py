@@ -340,6 +340,17 @@ def _token_text(tok, token_id):
 def cmd_run(args: argparse.Namespace) -> int:
     import numpy as np
 
+    if args.preset is None and args.weights is None:
+        # random weights under a real checkpoint's config, not the config's defaults (Llama's
+        # are 7B parameters): the first preset with default weights, as generation uses
+        from .ir import ProgramError
+        from .ir.build import check_source, read_source
+        from .runtimes.loading import default_preset
+
+        try:
+            args.preset = default_preset(check_source(*read_source(args.file)))
+        except (ProgramError, OSError) as err:
+            return _fail("run", err)
     try:
         model = _load(args, "run", random_weights=args.weights is None)
     except _load_errors(args.backend) as err:
@@ -347,7 +358,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     program = model.program
     entry = args.entry or next(iter(program.entries))
     if entry not in program.entries:
-        return _fail("run", KeyError(f"no entry `{entry}` (entries: {', '.join(program.entries)})"))
+        return _fail("run", ValueError(f"no entry `{entry}` (entries: {', '.join(program.entries)})"))
     graph = program.entries[entry]
     sizes = {"B": args.batch, "S": args.seq}
     rng = np.random.default_rng(args.seed)

@@ -18,6 +18,7 @@ from linnet.semantics.program import Analysis
 from linnet.semantics.types import DTYPES, ConfigT, ModuleListT, ModuleT, TensorT
 from linnet.syntax import ast as A
 from linnet.syntax.items import Item
+from linnet.syntax.parser import code_mask
 
 from .lookup import doc_of, header
 from .navigation import KEYWORDS
@@ -167,9 +168,32 @@ def _scope_names(item: Item, rel: int) -> list[Completion]:
     return list(out.values())
 
 
+def place_kind(text: str, offset: int) -> str:
+    """ "code", "comment" or "string": what a character typed at `offset` would be part of.
+    Comments and strings end at the line's end (as in `linnet.syntax.parser.code_mask`)."""
+    line = text[text.rfind("\n", 0, offset) + 1 : offset]
+    in_string = False
+    i = 0
+    while i < len(line):
+        ch = line[i]
+        if in_string:
+            if ch == "\\":
+                i += 1
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch == "#":
+            return "comment"
+        i += 1
+    return "string" if in_string else "code"
+
+
 def completions(analysis: Analysis, offset: int, preset: str | None) -> list[Completion]:
-    """Completions at character `offset`."""
+    """Completions at character `offset`; none inside comments and strings."""
     text = analysis.document.text
+    if place_kind(text, offset) != "code":
+        return []
     start = offset
     while start > 0 and (text[start - 1].isalnum() or text[start - 1] == "_"):
         start -= 1
@@ -228,15 +252,19 @@ class Signature:
 
 
 def _open_call(text: str, offset: int, floor: int) -> tuple[int, int, str | None] | None:
-    """The innermost unclosed `(` before `offset` (not before `floor`): its offset, the index
-    of the argument the cursor is in, and the keyword of that argument if it has one."""
+    """The innermost unclosed `(` before `offset` (not before `floor`), brackets in comments
+    and strings aside: its offset, the index of the argument the cursor is in, and the keyword
+    of that argument if it has one."""
+    mask = code_mask(text[floor:offset] + '"')  # the quote closes a string the cursor is in
     depth = 0
     commas = 0
     i = offset - 1
     last_arg_start = offset
     while i >= floor:
         ch = text[i]
-        if ch in ")]}":
+        if not mask[i - floor]:
+            pass
+        elif ch in ")]}":
             depth += 1
         elif ch in "([{":
             if depth == 0:
@@ -253,8 +281,6 @@ def _open_call(text: str, offset: int, floor: int) -> tuple[int, int, str | None
             if commas == 0:
                 last_arg_start = i + 1
             commas += 1
-        elif ch == "\n" and text[i + 1 : i + 2].strip().startswith("#"):
-            pass
         i -= 1
     return None
 
@@ -270,7 +296,7 @@ def _fn_signature(owner: Item, fn: A.FnDef | A.ModuleDef, active: int, keyword: 
 def signature_help(analysis: Analysis, offset: int, preset: str | None) -> Signature | None:
     text = analysis.document.text
     item = analysis.item_at(offset)
-    if item is None:
+    if item is None or place_kind(text, offset) == "comment":
         return None
     found = _open_call(text, offset, item.offset)
     if found is None:

@@ -25,7 +25,7 @@ from .convert import offset_at, path_of
 
 @dataclass
 class Settings:
-    """`linnet.*` settings (ARCHITECTURE.md, "Language server contract").
+    """`linnet.*` settings (docs/editors.md).
 
     preset: the preset whose numbers hover, hints and diagnostics quote (None: the first).
     inlay_shapes: show shapes after `let` bindings and call results.
@@ -69,9 +69,9 @@ class OpenDocument:
     _document: Document | None = None
     _analysis: Analysis | None = None
     _analysis_key: tuple[int, str | None] | None = None
+    revision: int = 0  # counts text changes: a save with text, or a client reusing a version, still re-analyses
     _index: LineIndex | None = None
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    published_version: int | None = None
     diagnose_task: asyncio.Task | None = None
 
     def __post_init__(self) -> None:
@@ -99,6 +99,13 @@ class OpenDocument:
                 text = change.text
         self.text = text
         self.version = version
+        self.revision += 1
+
+    def replace_text(self, text: str) -> None:
+        """The whole text, as a didSave with `includeText` sends it, keeping the version."""
+        if text != self.text:
+            self.text = text
+            self.revision += 1
 
     def _analyze(self, text: str, preset: str | None) -> Analysis:
         if self._document is None:
@@ -112,7 +119,7 @@ class OpenDocument:
         """The analysis of the current text under `preset`, held for the `async with` block:
         offsets and items stay valid until it ends (the next analysis moves items)."""
         async with self._lock:
-            key = (self.version, preset)
+            key = (self.revision, preset)
             if self._analysis is None or self._analysis_key != key:
                 text = self.text
                 self._analysis = await asyncio.to_thread(self._analyze, text, preset)
@@ -120,7 +127,9 @@ class OpenDocument:
             yield self._analysis
 
     def is_current(self, analysis: Analysis) -> bool:
-        return analysis is self._analysis and self._analysis_key is not None and self._analysis_key[0] == self.version
+        """Whether `analysis` is of the client's current text."""
+        key = self._analysis_key
+        return analysis is self._analysis and key is not None and key[0] == self.revision
 
 
 class Documents:

@@ -6,7 +6,8 @@ handler runs under `guarded`: an exception in a feature is logged to the client 
 with nothing, so no request can take the server down. The server never imports torch, jax or
 onnxruntime (runs and StableHLO/ONNX views go to a worker process; `views.py`).
 
-Names of custom requests, commands and settings: ARCHITECTURE.md, "Language server contract".
+Names of custom requests, commands and settings: docs/editors.md (the design's "Language server
+contract", plus `linnet/presets`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import uuid
 from typing import Any
 
 from lsprotocol import types as T
-from pygls.exceptions import JsonRpcInvalidRequest
+from pygls.exceptions import FeatureRequestError, JsonRpcInvalidRequest
 from pygls.lsp.server import LanguageServer
 
 from linnet import __version__
@@ -56,6 +57,14 @@ class LinnetServer(LanguageServer):
         self.roots: list[str] = []
         self._workspace_items: dict[str, tuple[float, list]] = {}
 
+    def report_server_error(self, error: Exception, source) -> None:
+        """Errors outside our handlers (a notification pygls's own workspace rejects, such as a
+        didChange for a document never opened, or params it cannot read) go to the log, not
+        to a pop-up. A request's error already went back as its response."""
+        if source is FeatureRequestError:
+            return
+        self.log_error(f"pygls ({getattr(source, '__name__', source)})", error)
+
     # ----- helpers shared by handlers
     def log_error(self, what: str, err: BaseException) -> None:
         text = f"linnet: {what} failed: {type(err).__name__}: {err}\n{''.join(traceback.format_exception(err))}"
@@ -78,6 +87,12 @@ class LinnetServer(LanguageServer):
         preset = self.settings.preset
         return preset if preset in analysis.declared_presets else None
 
+    def effective_preset(self, analysis: Analysis) -> str | None:
+        """The preset hover and hints quote, named: the selected one if declared here, else the
+        file's first (checked) preset, else None (the config defaults). Runs and views use it,
+        so what runs is what the editor shows."""
+        return self.preset_for(analysis) or (analysis.presets[0] if analysis.presets else None)
+
     def schedule_diagnostics(self, doc: OpenDocument) -> None:
         if doc.diagnose_task is None or doc.diagnose_task.done():
             doc.diagnose_task = asyncio.ensure_future(self._diagnose(doc))
@@ -92,12 +107,11 @@ class LinnetServer(LanguageServer):
                 async with doc.analyzed(preset) as analysis:
                     if not doc.is_current(analysis):
                         continue
-                    version = doc.version
+                    version, revision = doc.version, doc.revision
                     diagnostics = [lsp_diagnostic(d) for d in analysis.diagnostics if d.location.path == doc.path]
-                if self.documents.get(doc.uri) is not doc or version != doc.version:
+                if self.documents.get(doc.uri) is not doc or revision != doc.revision:
                     continue
                 self.text_document_publish_diagnostics(T.PublishDiagnosticsParams(doc.uri, diagnostics, version))
-                doc.published_version = version
                 return
         except Exception as err:  # noqa: BLE001
             self.log_error("diagnostics", err)
@@ -247,9 +261,8 @@ def create_server() -> LinnetServer:
     def did_save(ls: LinnetServer, params: T.DidSaveTextDocumentParams):
         doc = ls.documents.get(params.text_document.uri)
         if doc is not None:
-            if params.text is not None and params.text != doc.text:
-                doc.text = params.text
-            doc.published_version = None
+            if params.text is not None:
+                doc.replace_text(params.text)
             ls.schedule_diagnostics(doc)
 
     @server.feature(T.TEXT_DOCUMENT_DID_CLOSE)
@@ -399,8 +412,11 @@ def create_server() -> LinnetServer:
         if doc is None:
             return None
         text = doc.text
+        crlf = "\r\n" in text
         try:
-            formatted = format_source(text)
+            formatted = format_source(text.replace("\r\n", "\n") if crlf else text)
+            if crlf:  # keep the file's line endings
+                formatted = formatted.replace("\n", "\r\n")
         except FormatError as err:
             message = f"linnet: cannot format {doc.path}:{err.line}:{err.column}: {err}"
             ls.window_show_message(T.ShowMessageParams(T.MessageType.Warning, message))
@@ -441,7 +457,7 @@ def create_server() -> LinnetServer:
         model = a.model
         if model is None or model.ast is None:
             return []
-        preset = ls.preset_for(a)
+        preset = ls.effective_preset(a)
         out = []
         for fn in model.ast.members:
             if isinstance(fn, A.FnDef) and fn.entry:
@@ -456,7 +472,8 @@ def create_server() -> LinnetServer:
         try:
             return await _run(ls, args)
         except views.ViewError as err:
-            ls.window_show_message(T.ShowMessageParams(T.MessageType.Error, f"linnet run: {err}"))
+            text = str(err) if str(err).startswith("linnet") else f"linnet run: {err}"
+            ls.window_show_message(T.ShowMessageParams(T.MessageType.Error, text))
             raise JsonRpcInvalidRequest(str(err)) from err
         except Exception as err:  # noqa: BLE001
             ls.log_error(RUN_COMMAND, err)
@@ -474,18 +491,16 @@ def create_server() -> LinnetServer:
     @guarded()
     async def show_ir(ls: LinnetServer, params):
         doc = _document_param(ls, params)
-        preset = _field(params, "preset") or ls.settings.preset
-        return await asyncio.to_thread(views.show_ir, doc.path, doc.text, _known_preset(doc, preset))
+        preset = await _preset_param(ls, doc, _field(params, "preset"))
+        return await asyncio.to_thread(views.show_ir, doc.path, doc.text, preset)
 
     @server.feature(SHOW_GENERATED)
     @guarded()
     async def show_generated(ls: LinnetServer, params):
         doc = _document_param(ls, params)
-        preset = _field(params, "preset") or ls.settings.preset
+        preset = await _preset_param(ls, doc, _field(params, "preset"))
         target = _field(params, "target") or "torch"
-        return await views.show_generated(
-            ls.settings.interpreter, doc.path, doc.text, target, _known_preset(doc, preset)
-        )
+        return await views.show_generated(ls.settings.interpreter, doc.path, doc.text, target, preset)
 
     @server.feature(PRESETS)
     @guarded([])
@@ -507,11 +522,18 @@ def _document_param(ls: LinnetServer, params) -> OpenDocument:
     return doc
 
 
-def _known_preset(doc: OpenDocument, preset: str | None) -> str | None:
-    """`preset` if the text declares it (a workspace-wide setting may name another file's)."""
-    if preset and f"preset {preset}" in doc.text:
-        return preset
-    return None
+async def _preset_param(ls: LinnetServer, doc: OpenDocument, requested: Any) -> str | None:
+    """The preset a view or run of `doc` uses: `requested` when given (it must be declared
+    there), else the effective preset (`LinnetServer.effective_preset`). Raises ViewError."""
+    if requested is not None and not isinstance(requested, str):
+        raise views.ViewError(f"a preset is a name, got {requested!r}")
+    async with doc.analyzed(ls.settings.preset) as a:
+        if requested:
+            if requested not in a.declared_presets:
+                known = ", ".join(f"`{p}`" for p in a.declared_presets) or "none"
+                raise views.ViewError(f"{doc.path} declares no preset `{requested}` (presets: {known})")
+            return requested
+        return ls.effective_preset(a)
 
 
 async def _pull_settings(ls: LinnetServer) -> None:
@@ -533,21 +555,35 @@ async def _run(ls: LinnetServer, args: tuple) -> dict:
     doc = _document_param(ls, spec)
     entry = spec.get("entry") or "forward"
     backend = spec.get("backend") or "torch"
-    preset = _known_preset(doc, spec.get("preset") or ls.settings.preset)
+    if not isinstance(entry, str) or not entry.isidentifier():
+        raise views.ViewError(f"an entry is a function name, got {entry!r}")
+    if not isinstance(backend, str):
+        raise views.ViewError(f"a backend is a name, got {backend!r}")
+    preset = await _preset_param(ls, doc, spec.get("preset"))
     title = f"Running {entry} on {views.RUN_BACKENDS.get(backend, backend)}"
     token = None
     if ls.client_supports("window", "work_done_progress"):
         token = str(uuid.uuid4())
         try:
             await ls.work_done_progress.create_async(token)
-            ls.work_done_progress.begin(token, T.WorkDoneProgressBegin(title=title, message="starting a worker"))
+            begin = T.WorkDoneProgressBegin(title=title, message="starting a worker", cancellable=True)
+            ls.work_done_progress.begin(token, begin)
+            # the progress's cancel button stops the worker (pygls runs a command as a nested
+            # handler, so `$/cancelRequest` for the command does not reach this task)
+            task = asyncio.current_task()
+            ls.work_done_progress.tokens[token].add_done_callback(
+                lambda f: task.cancel() if f.cancelled() and task is not None else None
+            )
         except Exception:  # noqa: BLE001 - progress is a nicety
             token = None
     try:
         report = await views.run_entry(ls.settings.interpreter, doc.path, doc.text, entry, backend, preset)
+    except asyncio.CancelledError:
+        raise views.ViewError(f"the run of {entry} was cancelled") from None
     finally:
         if token is not None:
             ls.work_done_progress.end(token, T.WorkDoneProgressEnd(message="done"))
+            ls.work_done_progress.tokens.pop(token, None)
     summary = views.summary(report)
     kind = T.MessageType.Warning if report.get("disagreements") else T.MessageType.Info
     ls.window_show_message(T.ShowMessageParams(kind, summary))
@@ -560,11 +596,15 @@ async def _select_preset(ls: LinnetServer, args: tuple) -> str | None:
     and diagnostics quote; without one, ask the user to pick among the open files' presets."""
     spec = args[0] if args else None
     preset = spec.get("preset") if isinstance(spec, dict) else spec
+    names: list[str] = []
+    for doc in ls.documents:
+        async with doc.analyzed(ls.settings.preset) as a:
+            names.extend(n for n in a.declared_presets if n not in names)
+    if preset and isinstance(preset, str) and preset not in names:
+        message = f"linnet: no open file declares preset `{preset}`; the selection stays as it was"
+        ls.window_show_message(T.ShowMessageParams(T.MessageType.Warning, message))
+        return ls.settings.preset
     if preset is None:
-        names: list[str] = []
-        for doc in ls.documents:
-            async with doc.analyzed(ls.settings.preset) as a:
-                names.extend(n for n in a.declared_presets if n not in names)
         if not names:
             ls.window_show_message(T.ShowMessageParams(T.MessageType.Info, "linnet: no presets in the open files"))
             return None

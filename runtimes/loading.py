@@ -97,12 +97,45 @@ def prepare(
             info = bind_config(info, config or {}, labels=("--config",))
         notes += info.notes
         program = lower_program(info, dtype, max_batch, max_positions, entries)
+        if checkpoint is None:
+            _check_random_weights_fit(program)
     except (ProgramError, CheckpointError) as err:
         raise LoadError(str(err)) from err
     prepared = Prepared(program, info, checkpoint, weights=str(weights) if weights is not None else None, notes=notes)
     if checkpoint is not None:
         prepared.plan = match_weights(program, checkpoint, prepared.notes)
     return prepared
+
+
+RANDOM_WEIGHTS_SHARE = 0.5  # of the memory available now, the most random weights and state may take
+
+
+def _check_random_weights_fit(program: Program) -> None:
+    """Refuse random weights that would not fit in memory (bytes of parameters and state
+    against MemAvailable, Linux only), rather than let the process be killed. Raises LoadError."""
+    try:
+        meminfo = Path("/proc/meminfo").read_text()
+    except OSError:
+        return
+    available = next(
+        (int(line.split()[1]) * 1024 for line in meminfo.splitlines() if line.startswith("MemAvailable:")), None
+    )
+    if available is None:
+        return
+    itemsize = {"f64": 8, "f32": 4, "i64": 8, "i32": 4, "bf16": 2, "f16": 2, "bool": 1}
+    total = 0
+    for spec in program.params + program.state:
+        n = 1
+        for d in spec.shape:
+            n *= d
+        dt = program.dtype.name if spec.type.dtype.name == "work" else spec.type.dtype.name
+        total += n * itemsize.get(dt, 4)
+    if total > RANDOM_WEIGHTS_SHARE * available:
+        label = f"preset `{program.preset}`" if program.preset else "the config defaults"
+        raise LoadError(
+            f"random weights for {program.model} under {label} need {total / 2**30:.1f} GiB, "
+            f"more than half the {available / 2**30:.1f} GiB available: pick a smaller preset (--preset)"
+        )
 
 
 def _drop_unset(info: SourceInfo, config: dict[str, Any]) -> dict[str, Any]:

@@ -44,6 +44,7 @@ class ConfigValue:
     _atoms: dict[str, Atom] = field(default_factory=dict)
     _key: tuple | None = None
     _uids: dict[str, int] = field(default_factory=dict)
+    _fields: dict[str, A.ConfigField] | None = None
     poisoned: set[str] = field(default_factory=set)  # fields whose value an error left unknown
 
     def __post_init__(self):
@@ -69,10 +70,12 @@ class ConfigValue:
         return self.item.ast
 
     def field_def(self, name: str) -> A.ConfigField | None:
-        for f in self.config_def.fields:
-            if isinstance(f, A.ConfigField) and f.name.id == name:
-                return f
-        return None
+        if self._fields is None:  # built once: a scan per lookup made a config quadratic in its fields
+            self._fields = {}
+            for f in self.config_def.fields:
+                if isinstance(f, A.ConfigField):
+                    self._fields.setdefault(f.name.id, f)
+        return self._fields.get(name)
 
     def atom(self, name: str, display: str) -> Atom:
         """The dim atom of an int field: shown as `display` (`c.hidden_size`), valued when known.

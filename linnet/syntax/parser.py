@@ -168,7 +168,7 @@ def _expected_text(expected: set[str]) -> str:
 # ----------------------------------------------------------------------------- scanning helpers
 
 
-def _code_mask(text: str) -> list[bool]:
+def code_mask(text: str) -> list[bool]:
     """True for characters that are code (not inside a string or a comment)."""
     mask = [True] * len(text)
     i, n = 0, len(text)
@@ -316,7 +316,7 @@ def parse_item(text: str) -> ParsedItem:
 
 def _recover(work: str, err: UnexpectedInput, problems: list[SyntaxProblem], reported_lines: set[int]):
     """Record `err` and return the text to try next (and the region skipped), or None."""
-    mask = _code_mask(work)
+    mask = code_mask(work)
     at_end = isinstance(err, UnexpectedEOF) or (isinstance(err, UnexpectedToken) and err.token.type == "$END")
     if at_end:
         pos = len(work.rstrip())

@@ -76,6 +76,7 @@ class Doc:
     uri: str
     text: str
     version: int = 1
+    first_publish: int = 0  # publishes before this index belong to an earlier open of the URI
 
     @property
     def id(self) -> T.TextDocumentIdentifier:
@@ -116,7 +117,7 @@ class Doc:
         """The diagnostics published for `version` (default: the current one)."""
         version = self.version if version is None else version
         for _ in range(int(TIMEOUT_S / 0.02)):
-            for p in reversed(self.client.published):
+            for p in reversed(self.client.published[self.first_publish :]):
                 if p.uri == self.uri and p.version == version:
                     return list(p.diagnostics)
             await asyncio.sleep(0.02)
@@ -128,7 +129,7 @@ class Doc:
 
 async def open_doc(client: LanguageClient, path: Path, text: str | None = None) -> Doc:
     text = path.read_text(encoding="utf-8") if text is None else text
-    doc = Doc(client, path.as_uri(), text)
+    doc = Doc(client, path.as_uri(), text, first_publish=len(client.published))
     client.text_document_did_open(T.DidOpenTextDocumentParams(T.TextDocumentItem(doc.uri, "linnet", 1, text)))
     await doc.diagnostics(1)
     return doc

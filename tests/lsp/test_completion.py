@@ -106,3 +106,23 @@ async def test_signature_help_for_ops_functions_modules_and_methods(client):
     # outside any call
     assert await signature(client, doc, doc.pos("config Llama")) is None
     doc.close()
+
+
+async def test_nothing_inside_comments_and_strings(client):
+    text = (
+        (EXAMPLES / "mlp.linnet").read_text().replace("fc2(h)\n", 'fc2(h)  # gelu(fc1(\n        let s = "gelu(x, "\n')
+    )
+    doc = await open_doc(client, EXAMPLES / "mlp.linnet", text)
+    in_comment = doc.pos("# gelu(fc1(", len("# gelu(fc1("))
+    assert await signature(client, doc, in_comment) is None
+    assert not await complete(client, doc, in_comment)
+    in_string = doc.pos('"gelu(x, "', len('"gelu(x, '))
+    assert not await complete(client, doc, in_string)
+    # brackets inside a string argument do not count: this is `rearrange`'s second argument
+    help_ = await signature(client, doc, doc.pos("let s", 0))
+    assert help_ is None
+    doc.close()
+    doc = await open_doc(client, EXAMPLES / "llama.linnet")
+    help_ = await signature(client, doc, doc.pos('"b s (h d) -> b h s d"', len('"b s (h d')))
+    assert help_.signatures[0].label.startswith("rearrange(") and help_.active_parameter == 1
+    doc.close()

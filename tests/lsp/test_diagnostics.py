@@ -112,3 +112,29 @@ async def test_syntax_errors_are_diagnostics_not_crashes(client):
     result = await client.text_document_hover_async(T.HoverParams(doc.id, T.Position(0, 8)))
     assert result is None or isinstance(result, T.Hover)
     doc.close()
+
+
+async def test_a_save_with_new_text_is_analysed(client):
+    doc = await open_doc(client, EXAMPLES / "mlp.linnet")
+    saved = doc.text.replace("fc2(h)", "fc2(hh)")
+    client.text_document_did_save(T.DidSaveTextDocumentParams(doc.id, text=saved))
+    for _ in range(500):
+        last = [p for p in client.published if p.uri == doc.uri][-1]
+        if last.diagnostics:
+            break
+        await asyncio.sleep(0.02)
+    assert "L101" in [d.code for d in last.diagnostics]
+    doc.close()
+
+
+async def test_a_change_to_a_document_never_opened_is_not_a_popup(client):
+    before = len(client.messages)
+    client.text_document_did_change(
+        T.DidChangeTextDocumentParams(
+            T.VersionedTextDocumentIdentifier(version=2, uri=(WORKSPACE / "never.linnet").as_uri()),
+            [T.TextDocumentContentChangeWholeDocument(text="fn f() {}")],
+        )
+    )
+    doc = await open_doc(client, EXAMPLES / "mlp.linnet")  # the server still answers
+    assert len(client.messages) == before
+    doc.close()

@@ -107,3 +107,15 @@ async def test_cast_quick_fix_for_a_dtype_error(client):
     await doc.change(edit.range.start, edit.range.end, edit.new_text)
     assert await doc.diagnostics() == []
     doc.close()
+
+
+async def test_formatting_keeps_crlf_line_endings(client):
+    text = (EXAMPLES / "mlp.linnet").read_text().replace("\n", "\r\n")
+    doc = await open_doc(client, WORKSPACE / "crlf.linnet", text)
+    params = T.DocumentFormattingParams(doc.id, T.FormattingOptions(tab_size=4, insert_spaces=True))
+    assert not await client.text_document_formatting_async(params)  # already formatted
+    messy = text.replace("let h = gelu", "let h =  gelu")
+    await doc.change(doc.at(0), doc.at(len(doc.text)), messy)
+    (edit,) = await client.text_document_formatting_async(params)
+    assert edit.new_text == text
+    doc.close()

@@ -155,3 +155,41 @@ async def test_folding_ranges(client):
     assert (model, len(doc.text.rstrip("\n").split("\n")) - 1, None) in spans
     assert (0, 1, T.FoldingRangeKind.Comment) in spans  # the header comment
     doc.close()
+
+
+async def test_renaming_a_parameter_edits_names_only(client):
+    doc = await open_doc(client, EXAMPLES / "mlp.linnet")
+    at = doc.pos("forward(x", len("forward("))
+    refs = await client.text_document_references_async(
+        T.ReferenceParams(text_document=doc.id, position=at, context=T.ReferenceContext(include_declaration=True))
+    )
+    assert [doc.slice(r.range) for r in refs] == ["x", "x"]
+    loc = await definition(client, doc, "fc1(x)", 4, nth=1)  # the first is in the doc comment
+    assert doc.slice(loc.range) == "x" and loc.range.start == at
+    edit = await client.text_document_rename_async(T.RenameParams(doc.id, at, "inputs"))
+    edits = sorted(edit.changes[doc.uri], key=lambda e: (e.range.start.line, e.range.start.character), reverse=True)
+    assert [doc.slice(e.range) for e in edits] == ["x", "x"]
+    for e in edits:
+        await doc.change(e.range.start, e.range.end, e.new_text)
+    assert "forward(inputs: [B, c.in_features])" in doc.text and "fc1(inputs)" in doc.text
+    assert await doc.diagnostics() == []
+    doc.close()
+
+
+@pytest.mark.parametrize(
+    "needle, new_name, why",
+    [
+        ("let h", "x", "already a name"),  # would be captured: `fc1(x)` then reads `h`'s value
+        ("let h", "fc1", "already a name"),  # a member
+        ("let h", "gelu", "already a name"),  # an op
+        ("let h", "héllo", "not a valid name"),  # the grammar's names are ASCII
+        ("model Mlp", "Linear", "already a name"),  # a std module
+        ("in_features: int", "out_features", "already a name"),  # another field
+    ],
+)
+async def test_rename_refuses_names_that_change_meaning(client, needle, new_name, why):
+    doc = await open_doc(client, EXAMPLES / "mlp.linnet")
+    delta = 4 if needle == "let h" else (6 if needle == "model Mlp" else 0)
+    with pytest.raises(JsonRpcException, match=why):
+        await client.text_document_rename_async(T.RenameParams(doc.id, doc.pos(needle, delta), new_name))
+    doc.close()

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ast
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -27,7 +28,8 @@ async def test_code_lenses_on_entry_functions(client):
     assert lenses[0].range.start == doc.pos("entry fn forward", 9)
     (args,) = lenses[1].command.arguments
     assert lenses[1].command.command == "linnet.run"
-    assert args == {"uri": doc.uri, "entry": "forward", "backend": "xla", "preset": None}
+    # runs use the preset hovers quote (here the first), so what runs is what the editor shows
+    assert args == {"uri": doc.uri, "entry": "forward", "backend": "xla", "preset": "smollm2_135m"}
     doc.close()
     # a library file (no model) has none
     doc = await open_doc(client, WORKSPACE / "lib.linnet", "fn double(x: [N]) -> [N] {\n    x + x\n}\n")
@@ -99,7 +101,7 @@ async def test_show_stablehlo_and_onnx_from_a_worker(client):
     hlo = await client.protocol.send_request_async("linnet/showGenerated", {"uri": doc.uri, "target": "stablehlo"})
     assert "stablehlo" in hlo and "func.func public @main" in hlo
     graph = await client.protocol.send_request_async("linnet/showGenerated", {"uri": doc.uri, "target": "onnx"})
-    assert "Mlp_forward (float[B,16] x" in graph and "Gelu" in graph
+    assert "Mlp_forward (float[B,8] x" in graph and "Gelu" in graph  # preset `tiny`, the first
     doc.close()
 
 
@@ -130,3 +132,57 @@ async def test_the_server_process_loads_no_framework(client):
     maps = _mapped_libraries(pid)
     for lib in ("libtorch", "jaxlib", "onnxruntime", "xla_extension"):
         assert lib not in maps, lib
+
+
+async def test_bad_presets_and_entries_are_refused_clearly(client):
+    doc = await open_doc(client, EXAMPLES / "mlp.linnet")
+    with pytest.raises(JsonRpcException, match="declares no preset `tin` \\(presets: `tiny`\\)"):
+        await client.protocol.send_request_async("linnet/showIR", {"uri": doc.uri, "preset": "tin"})
+    for entry, why in ((5, "an entry is a function name"), ("--help", "an entry is a function name")):
+        with pytest.raises(JsonRpcException, match=why):
+            await run(client, doc, entry, "torch")
+    with pytest.raises(JsonRpcException, match="no entry `nope` \\(entries: forward\\)"):
+        await run(client, doc, "nope", "torch")
+    assert client.messages[-1].message.startswith("linnet run: no entry `nope`")
+    before = len(client.messages)
+    kept = await client.workspace_execute_command_async(T.ExecuteCommandParams("linnet.selectPreset", ["nope"]))
+    assert kept is None and "no open file declares preset `nope`" in client.messages[before].message
+    doc.close()
+
+
+@pytest.mark.slow
+async def test_cancelling_a_runs_progress_stops_its_worker(client):
+    doc = await open_doc(client, EXAMPLES / "llama.linnet")
+    tokens = set(client.progress_reports)
+    task = asyncio.ensure_future(run(client, doc, "forward", "torch"))
+    for _ in range(1000):
+        new = [t for t in set(client.progress_reports) - tokens if client.progress_reports[t]]
+        if new:
+            break
+        await asyncio.sleep(0.01)
+    (token,) = new  # the run has begun
+    assert client.progress_reports[token][0].cancellable
+    for _ in range(500):
+        if _workers(client._server.pid):
+            break
+        await asyncio.sleep(0.01)
+    assert _workers(client._server.pid), "the worker is running"
+    client.protocol.notify(T.WINDOW_WORK_DONE_PROGRESS_CANCEL, T.WorkDoneProgressCancelParams(token=token))
+    with pytest.raises(JsonRpcException, match="cancelled"):
+        await asyncio.wait_for(task, 20)
+    assert _workers(client._server.pid) == [], "the worker is killed, not left running"
+    doc.close()
+
+
+def _workers(pid: int) -> list[str]:
+    """Command lines of `linnet run` processes whose parent is `pid` (Linux /proc)."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            cmdline = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and " run " in cmdline:
+            out.append(cmdline)
+    return out
