@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -52,6 +53,30 @@ def test_run_prints_shapes_that_agree_with_the_checker():
     assert r.returncode == 0, r.stderr
     assert "output [2, 5, 384] float32" in r.stdout
     assert "disagreement" not in r.stdout
+
+
+@pytest.mark.torch
+def test_run_defaults_to_a_real_checkpoints_config_and_reports_json():
+    """Without --preset, random weights under the first preset with default weights (SmolLM2's
+    config), not Llama's 7B defaults."""
+    pytest.importorskip("torch")
+    r = run_cli("run", "examples/llama.linnet", "--entry", "forward", "--seq", "3", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout)
+    assert report["preset"] == "smollm2_135m" and report["weights"] == "random weights"
+    (out,) = report["outputs"]
+    assert out["shape"] == out["checker_shape"] == [1, 3, 49152] and report["disagreements"] == []
+
+
+def test_random_weights_that_do_not_fit_are_refused(monkeypatch):
+    from linnet.ir.build import build
+    from linnet.runtimes import loading
+
+    program = build(ROOT / "examples/mlp.linnet")
+    loading._check_random_weights_fit(program)  # a few kB fit
+    monkeypatch.setattr(loading, "RANDOM_WEIGHTS_SHARE", 1e-9)
+    with pytest.raises(loading.LoadError, match=r"random weights for Mlp under the config defaults need 0\.0 GiB"):
+        loading._check_random_weights_fit(program)
 
 
 @pytest.mark.torch
