@@ -31,6 +31,7 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(PY) bench/check_speed.py
 	$(PY) bench/generate_speed.py
+	$(PY) bench/lsp_latency.py
 
 docs: $(STAMP)
 	$(PY) -m linnet.semantics.codes > docs/diagnostics.md

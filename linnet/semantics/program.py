@@ -276,6 +276,7 @@ class Document:
         self._results: dict[tuple[Item, Any], ItemResult] = {}
         self._context = None  # (world key, CheckContext) of the last analysis
         self._binding_cache: dict[Item, tuple] = {}
+        self._replaced: list[Item] = []  # items dropped since the last analysis (cache pruning)
         self.last_parsed = 0
         self.update(text)
 
@@ -307,6 +308,7 @@ class Document:
                 item.is_std = self.is_std
                 parsed += 1
             items.append(item)
+        self._replaced.extend(i for reusable in by_text.values() for i in reusable)  # not reused
         self.items = items
         self.last_parsed = parsed
         live = set(items)
@@ -349,8 +351,9 @@ class Document:
         if previous is not None:
             world = previous[0]  # the same object: every cached result then compares by identity
         ctx = CheckContext(globals_, evaluator, previous[1] if previous else None)
-        if previous is not None and analysis.stats.items_parsed:
-            _prune_caches(ctx, self.items + std_items)
+        if previous is not None and self._replaced:
+            _prune_caches(ctx, self._replaced)
+        self._replaced = []
         self._context = (world, ctx)
         findings: list[Finding] = []
         problems = []
@@ -516,17 +519,17 @@ class Document:
         return None
 
 
-def _prune_caches(ctx: CheckContext, items: list[Item]) -> None:
+def _prune_caches(ctx: CheckContext, replaced: list[Item]) -> None:
     """Drop cached members and signatures of items an edit replaced. Their keys hold the old
     `Item` (or its function nodes), so they are never hit again; kept, they would grow the
     server's memory with every edit."""
-    live = set(items)
-    live_fns = {
-        id(node) for i in items if i.ast is not None for node in A.definitions(i.ast) if isinstance(node, A.FnDef)
+    dead = set(replaced)
+    dead_fns = {
+        id(node) for i in replaced if i.ast is not None for node in A.definitions(i.ast) if isinstance(node, A.FnDef)
     }
-    ctx.members_cache = {k: v for k, v in ctx.members_cache.items() if k[0] in live}
+    ctx.members_cache = {k: v for k, v in ctx.members_cache.items() if k[0] not in dead}
     ctx.signatures = {
-        k: v for k, v in ctx.signatures.items() if id(k[0]) in live_fns and (k[1] is None or k[1][0] in live)
+        k: v for k, v in ctx.signatures.items() if id(k[0]) not in dead_fns and (k[1] is None or k[1][0] not in dead)
     }
 
 
