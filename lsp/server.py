@@ -23,6 +23,8 @@ from typing import Any
 from lsprotocol import types as T
 from pygls.exceptions import FeatureRequestError, JsonRpcInvalidRequest
 from pygls.lsp.server import LanguageServer
+from pygls.protocol import LanguageServerProtocol
+from pygls.protocol.language_server import lsp_method
 
 from linnet import __version__
 from linnet.semantics.program import Analysis
@@ -47,11 +49,38 @@ SELECT_PRESET_COMMAND = "linnet.selectPreset"
 LENS_BACKENDS = (("torch", "PyTorch"), ("xla", "XLA"))
 
 
+class LinnetProtocol(LanguageServerProtocol):
+    """pygls's protocol without its own copy of open documents: `LinnetServer.documents` holds
+    the text, and keeping pygls's workspace in step too cost ~5 ms per edit of a 5,000-line
+    file (and raised on a change to a document never opened)."""
+
+    def _user_handler(self, method: str, params):
+        if (handler := self.fm.features.get(method)) is not None:
+            yield handler, (params,), None
+
+    @lsp_method(T.TEXT_DOCUMENT_DID_OPEN)
+    def lsp_text_document__did_open(self, params: T.DidOpenTextDocumentParams):
+        yield from self._user_handler(T.TEXT_DOCUMENT_DID_OPEN, params)
+
+    @lsp_method(T.TEXT_DOCUMENT_DID_CHANGE)
+    def lsp_text_document__did_change(self, params: T.DidChangeTextDocumentParams):
+        yield from self._user_handler(T.TEXT_DOCUMENT_DID_CHANGE, params)
+
+    @lsp_method(T.TEXT_DOCUMENT_DID_CLOSE)
+    def lsp_text_document__did_close(self, params: T.DidCloseTextDocumentParams):
+        yield from self._user_handler(T.TEXT_DOCUMENT_DID_CLOSE, params)
+
+
 class LinnetServer(LanguageServer):
     """The server's state: open documents, settings, workspace roots."""
 
     def __init__(self) -> None:
-        super().__init__("linnet", __version__, text_document_sync_kind=T.TextDocumentSyncKind.Incremental)
+        super().__init__(
+            "linnet",
+            __version__,
+            text_document_sync_kind=T.TextDocumentSyncKind.Incremental,
+            protocol_cls=LinnetProtocol,
+        )
         self.documents = Documents()
         self.settings = Settings()
         self.roots: list[str] = []
