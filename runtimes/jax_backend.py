@@ -21,7 +21,6 @@ is one decode step per prompt.
 from __future__ import annotations
 
 import json
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -283,31 +282,19 @@ def _bf16():
 
 
 def _checkpoint_params(prepared: Prepared, progress: bool, device) -> dict:
-    from tqdm import tqdm
+    from .loading import planned_tensors
 
     jax = _jax()
-    ckpt = prepared.checkpoint
     dtype = prepared.program.dtype.name
     specs = {t.path: t for t in prepared.program.params}
-    bar = tqdm(
-        total=len(prepared.plan),
-        desc=f"loading {Path(str(prepared.weights)).name}",
-        unit="tensor",
-        file=sys.stderr,
-        delay=1.0,
-        disable=not progress,
-        leave=False,
-    )
     params = {}
-    with bar:
-        for path, name in prepared.plan.items():
-            a = _to_numpy(ckpt.load(name), dtype)
-            if a.shape != specs[path].shape:
-                raise _load_error(
-                    f"error[L501]: `{path}`: the checkpoint has {list(a.shape)}, the model {list(specs[path].shape)}"
-                )
-            params[path] = jax.device_put(a, device)
-            bar.update(1)
+    for path, tensor in planned_tensors(prepared, progress):
+        a = _to_numpy(tensor, dtype)
+        if a.shape != specs[path].shape:
+            raise _load_error(
+                f"error[L501]: `{path}`: the checkpoint has {list(a.shape)}, the model {list(specs[path].shape)}"
+            )
+        params[path] = jax.device_put(a, device)
     return params
 
 

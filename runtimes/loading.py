@@ -138,6 +138,29 @@ def _check_random_weights_fit(program: Program) -> None:
         )
 
 
+def planned_tensors(prepared: Prepared, progress: bool, dtype=None):
+    """Yield (parameter path, checkpoint tensor) for every entry of `prepared.plan`, each read as
+    `Checkpoint.load(name, dtype)` (a torch tensor), with a progress bar on stderr for loads
+    that take over a second. Raises CheckpointError for unreadable data."""
+    import sys
+
+    from tqdm import tqdm
+
+    bar = tqdm(
+        total=len(prepared.plan),
+        desc=f"loading {Path(str(prepared.weights)).name}",
+        unit="tensor",
+        file=sys.stderr,
+        delay=1.0,
+        disable=not progress,
+        leave=False,
+    )
+    with bar:
+        for path, name in prepared.plan.items():
+            yield path, prepared.checkpoint.load(name, dtype=dtype)
+            bar.update(1)
+
+
 def _drop_unset(info: SourceInfo, config: dict[str, Any]) -> dict[str, Any]:
     """The checkpoint config without the `null`s of fields the source declares non-optional with a default:
     transformers writes `null` for a field it leaves to its default (GPT-2's `n_inner`, meaning 4 * n_embd),

@@ -26,7 +26,6 @@ fusions of normalisation, GELU and attention patterns) and says so in `notes`.
 
 from __future__ import annotations
 
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -444,29 +443,14 @@ def export(
 
 def _checkpoint_params(prepared: Prepared, progress: bool) -> dict[str, np.ndarray]:
     import torch
-    from tqdm import tqdm
 
-    ckpt = prepared.checkpoint
+    from .loading import planned_tensors
+
     dtype = _np(prepared.program.dtype.name)
-    bar = tqdm(
-        total=len(prepared.plan),
-        desc=f"loading {Path(str(prepared.weights)).name}",
-        unit="tensor",
-        file=sys.stderr,
-        delay=1.0,
-        disable=not progress,
-        leave=False,
-    )
     out = {}
-    with bar:
-        for path, name in prepared.plan.items():
-            t = ckpt.load(name)
-            if t.is_floating_point():
-                a = t.to(torch.float32).numpy().astype(dtype, copy=False)
-            else:
-                a = t.numpy()
-            out[path] = np.ascontiguousarray(a)
-            bar.update(1)
+    for path, t in planned_tensors(prepared, progress):
+        a = t.to(torch.float32).numpy().astype(dtype, copy=False) if t.is_floating_point() else t.numpy()
+        out[path] = np.ascontiguousarray(a)
     return out
 
 

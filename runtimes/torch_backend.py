@@ -7,7 +7,6 @@ cast to the working dtype, with a progress bar on stderr for loads over a second
 
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +17,7 @@ import torch
 
 from linnet.compiler.torch.module import BackendError, LinnetModule, compile_program, torch_dtype
 
-from .loading import LoadError, Prepared, prepare
+from .loading import LoadError, Prepared, planned_tensors, prepare
 
 BACKEND_MODES = {
     "torch-interpret": "interpret",
@@ -113,26 +112,11 @@ def load(
 
 
 def _bind_checkpoint(module: LinnetModule, prepared: Prepared, progress: bool) -> None:
-    from tqdm import tqdm
-
-    ckpt = prepared.checkpoint
-    dtype = torch_dtype(prepared.program.dtype.name)
-    bar = tqdm(
-        total=len(prepared.plan),
-        desc=f"loading {Path(str(prepared.weights)).name}",
-        unit="tensor",
-        file=sys.stderr,
-        delay=1.0,
-        disable=not progress,
-        leave=False,
-    )
-    with bar:
-        for path, name in prepared.plan.items():
-            try:
-                module.bind(path, ckpt.load(name, dtype=dtype))
-            except ValueError as err:
-                raise LoadError(f"error[L501]: {err}") from err
-            bar.update(1)
+    for path, tensor in planned_tensors(prepared, progress, torch_dtype(prepared.program.dtype.name)):
+        try:
+            module.bind(path, tensor)
+        except ValueError as err:
+            raise LoadError(f"error[L501]: {err}") from err
 
 
 def _bind_random(module: LinnetModule, prepared: Prepared, seed: int) -> None:
