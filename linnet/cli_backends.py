@@ -91,27 +91,25 @@ def cmd_ir(args: argparse.Namespace) -> int:
 
 
 def cmd_torch(args: argparse.Namespace) -> int:
-    from .compiler.torch.codegen import CodegenError, generate
-    from .ir import ProgramError
+    from .compiler.torch import codegen
 
-    try:
-        program = _build(args)
-        text = generate(program, args.numerics)
-    except (ProgramError, CodegenError, ValueError, OSError) as err:
-        return _fail("torch", err)
-    _write(text, args.output)
-    return EXIT_OK
+    return _emit_source(args, "torch", codegen)
 
 
 def cmd_jax(args: argparse.Namespace) -> int:
-    from .compiler.jax.codegen import CodegenError, generate
+    from .compiler.jax import codegen
+
+    return _emit_source(args, "jax", codegen)
+
+
+def _emit_source(args: argparse.Namespace, cmd: str, codegen) -> int:
+    """`linnet torch` / `linnet jax`: the model as source from a code generator module."""
     from .ir import ProgramError
 
     try:
-        program = _build(args)
-        text = generate(program, args.numerics)
-    except (ProgramError, CodegenError, ValueError, OSError) as err:
-        return _fail("jax", err)
+        text = codegen.generate(_build(args), args.numerics)
+    except (ProgramError, codegen.CodegenError, ValueError, OSError) as err:
+        return _fail(cmd, err)
     _write(text, args.output)
     return EXIT_OK
 

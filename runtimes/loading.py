@@ -53,6 +53,24 @@ class Prepared:
         return self.checkpoint.tokenizer() if self.checkpoint is not None else None
 
 
+class LoadedModel:
+    """What every backend's loaded model exposes from its `prepared` (a `Prepared`): the
+    configured program, the merged config and the checkpoint's tokenizer."""
+
+    prepared: Prepared
+
+    @property
+    def program(self) -> Program:
+        return self.prepared.program
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return self.prepared.program.config
+
+    def tokenizer(self):
+        return self.prepared.tokenizer()
+
+
 def default_preset(info: SourceInfo) -> str | None:
     """The first preset with default weights, else None (the config defaults)."""
     for name in info.analysis.declared_presets:

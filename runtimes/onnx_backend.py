@@ -34,6 +34,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .loading import LoadedModel
+
 if TYPE_CHECKING:
     from .loading import Prepared
 
@@ -73,7 +75,7 @@ def resolve_providers(device: str, providers) -> list[str]:
 
 
 @dataclass
-class OnnxModel:
+class OnnxModel(LoadedModel):
     """A loaded model. Entries are attributes (`forward`, `step`) taking numpy arrays and
     returning numpy arrays; `step` reads and writes the KV cache in `state` (OrtValues by
     checkpoint path, on the session's device). `step_model()` adapts `step` to the generation
@@ -95,17 +97,6 @@ class OnnxModel:
     sessions: dict[str, Any] = field(default_factory=dict, repr=False)
     state: dict[str, Any] = field(default_factory=dict, repr=False)
     _spare: dict[str, Any] = field(default_factory=dict, repr=False)
-
-    @property
-    def program(self):
-        return self.prepared.program
-
-    @property
-    def config(self) -> dict[str, Any]:
-        return self.prepared.program.config
-
-    def tokenizer(self):
-        return self.prepared.tokenizer()
 
     @property
     def device_type(self) -> str:

@@ -17,7 +17,7 @@ import torch
 
 from linnet.compiler.torch.module import BackendError, LinnetModule, compile_program, torch_dtype
 
-from .loading import LoadError, Prepared, planned_tensors, prepare
+from .loading import LoadedModel, LoadError, Prepared, planned_tensors, prepare
 
 BACKEND_MODES = {
     "torch-interpret": "interpret",
@@ -28,7 +28,7 @@ BACKEND_MODES = {
 
 
 @dataclass
-class TorchModel:
+class TorchModel(LoadedModel):
     """A loaded model. Entries are methods taking and returning torch tensors on `device`
     (`forward`, `step`, ...); `step_model()` adapts `step` to the generation runner (numpy).
     `load_s` is the load time in seconds (checking, lowering, compiling, binding weights)."""
@@ -37,17 +37,6 @@ class TorchModel:
     prepared: Prepared
     load_s: float = 0.0
     notes: list[str] = field(default_factory=list)
-
-    @property
-    def program(self):
-        return self.prepared.program
-
-    @property
-    def config(self) -> dict[str, Any]:
-        return self.prepared.program.config
-
-    def tokenizer(self):
-        return self.prepared.tokenizer()
 
     def __getattr__(self, name: str):
         module = self.__dict__.get("module")
