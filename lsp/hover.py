@@ -40,7 +40,7 @@ def hover_markdown(analysis: Analysis, offset: int, preset: str | None) -> tuple
     definition = find_definition(analysis, target) if target is not None else None
     if definition is not None and definition.node is not None:
         signature = header(definition.item, definition.node)
-        if not sections or not _same_line(sections[0], signature):
+        if not sections or signature not in sections[0]:
             sections.append(f"```linnet\n{signature}\n```")
         doc = doc_of(definition.node)
         if doc:
@@ -62,10 +62,6 @@ def hover_markdown(analysis: Analysis, offset: int, preset: str | None) -> tuple
         word = word_at(text, offset)
         span = (word[1], word[2]) if word is not None else (offset, offset)
     return "\n\n".join(sections), span
-
-
-def _same_line(code_block: str, signature: str) -> bool:
-    return signature in code_block
 
 
 def _checkpoint_names(analysis: Analysis, target, preset: str | None) -> str | None:

@@ -81,14 +81,3 @@ def header(item: Item, node: A.Node) -> str:
 
 def doc_of(node: A.Node | None) -> str | None:
     return getattr(node, "doc", None) if node is not None else None
-
-
-def enclosing_item(analysis: Analysis, offset: int) -> Item | None:
-    return analysis.item_at(offset)
-
-
-def enclosing_nodes(item: Item, offset: int) -> list[A.Node]:
-    """The AST chain (outermost first) around an absolute `offset` in `item`."""
-    if item.ast is None:
-        return []
-    return A.node_at(item.ast, offset - item.offset)
