@@ -22,10 +22,21 @@ length costs no compile, and the step's last-token logits are the prompt's last 
 Numerics: `equivalent` runs with ORT's basic graph optimisations (constant folding and
 redundant-node removal, which change no arithmetic); `fast` enables all of them (ORT's
 fusions of normalisation, GELU and attention patterns) and says so in `notes`.
+
+Dtypes: f32, f16 and bf16. ORT's CPU provider computes nothing in bf16 (it moves, gathers and
+converts it; `linnet.compiler.onnx.kernels` has the measured table), so on CPU a bf16 model under
+`equivalent` is refused at `load`, before the weights are read: the BackendError names the ops
+without kernels. Under `fast` those ops run in f32 (`linnet.compiler.onnx.upcast`, applied in
+`model_ir`; the entries are lowered at `load` so that `notes` says how many ops of each run
+upcast). The weights stay bf16 initializers whose Casts ORT folds into f32 copies when the session
+is made. The KV cache stays bf16 and the outputs are `ml_dtypes.bfloat16` arrays. numpy has no
+bf16, so bf16 goes in and out of ORT as uint16 bits (`_ortvalue`, `_numpy`), and bf16 outputs are
+bound to host memory. Providers other than CPU get no upcast (not measured).
 """
 
 from __future__ import annotations
 
+import ctypes
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -40,7 +51,8 @@ if TYPE_CHECKING:
     from .loading import Prepared
 
 PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider", "tensorrt": "TensorrtExecutionProvider"}
-DTYPES = ("f32", "f16")
+DTYPES = ("f32", "f16", "bf16")
+BFLOAT16 = 16  # onnx.TensorProto.BFLOAT16: numpy has no bf16, so ORT is told the type of a uint16 view
 TWO_GB = 2**31 - 1
 
 
@@ -97,16 +109,21 @@ class OnnxModel(LoadedModel):
     sessions: dict[str, Any] = field(default_factory=dict, repr=False)
     state: dict[str, Any] = field(default_factory=dict, repr=False)
     _spare: dict[str, Any] = field(default_factory=dict, repr=False)
+    lowered: dict[str, Any] = field(default_factory=dict, repr=False)  # entry -> onnx_ir.Model (see model_ir)
 
     @property
     def device_type(self) -> str:
         return "cuda" if self.providers[0] in (PROVIDERS["cuda"], PROVIDERS["tensorrt"]) else "cpu"
 
     def model_ir(self, name: str):
-        """Entry `name` as an `onnx_ir.Model` whose initializers wrap `params` (no copy)."""
-        from linnet.compiler.onnx.lower import lower_entry
-
-        return lower_entry(self.program, name, self.params, self.numerics)
+        """Entry `name` as an `onnx_ir.Model` whose initializers wrap `params` (no copy), with the
+        ops the provider lacks a kernel for in the model's dtype computed in f32 under `fast`
+        (`linnet.compiler.onnx.upcast`; bf16 on CPU). Raises BackendError under `equivalent` when
+        some op has no kernel in the model's dtype."""
+        if name not in self.lowered:
+            self.lowered[name], notes = _lower_for(self.program, name, self.params, self.numerics, self.providers[0])
+            self.notes += [n for n in notes if n not in self.notes]
+        return self.lowered[name]
 
     def model_proto(self, name: str):
         from linnet.compiler.onnx.lower import to_proto
@@ -130,10 +147,8 @@ class OnnxModel(LoadedModel):
 
     def reset_state(self) -> None:
         """Zero the KV cache (not needed between requests: a step only reads what it wrote)."""
-        ort = _ort()
         self.state = {
-            t.path: ort.OrtValue.ortvalue_from_numpy(np.zeros(t.shape, _np(t.type.dtype.name)), self.device_type, 0)
-            for t in self.program.state
+            t.path: _ortvalue(np.zeros(t.shape, _np(t.type.dtype.name)), self.device_type) for t in self.program.state
         }
         self._spare = {}
 
@@ -144,18 +159,24 @@ class OnnxModel(LoadedModel):
         arrays = {
             v.name: np.ascontiguousarray(np.asarray(x, dtype=_np(v.dtype.name))) for v, x in zip(g.inputs, inputs)
         }
+        bf16 = self.program.dtype.name == "bf16"
         if not g.state_updates and not any(op.name == "state" for op in g.ops):
-            return sess.run(None, arrays)
+            if not bf16:
+                return sess.run(None, arrays)
+            return [_numpy(v) for v in sess.run_with_ort_values(None, {k: _ortvalue(a) for k, a in arrays.items()})]
         if not self.state:
             self.reset_state()
         names = self.cache_names()
         binding = sess.io_binding()
         for k, a in arrays.items():
-            binding.bind_cpu_input(k, a)
+            if a.dtype == _np("bf16"):
+                binding.bind_ortvalue_input(k, _ortvalue(a))
+            else:
+                binding.bind_cpu_input(k, a)
         outputs = [o.name for o in sess.get_outputs()]
         n_plain = len(g.outputs)
         for o in outputs[:n_plain]:
-            binding.bind_output(o, self.device_type)
+            binding.bind_output(o, "cpu" if bf16 else self.device_type)  # bf16 is read from host memory
         new = {}
         for path, (iname, oname) in names.items():
             binding.bind_ortvalue_input(iname, self.state[path])
@@ -166,14 +187,16 @@ class OnnxModel(LoadedModel):
                     target = self._spare.get(path)
                     if target is None:
                         t = self.state[path]
-                        target = _ort().OrtValue.ortvalue_from_shape_and_type(t.shape(), _np_of(t), self.device_type, 0)
+                        target = _ort().OrtValue.ortvalue_from_shape_and_type(
+                            t.shape(), _onnx_type_of(t), self.device_type, 0
+                        )
                 binding.bind_ortvalue_output(oname, target)
                 new[path] = target
         sess.run_with_iobinding(binding)
         if not self.share_buffer:
             for path, target in new.items():
                 self._spare[path], self.state[path] = self.state[path], target
-        return [v.numpy() for v in binding.get_outputs()[:n_plain]]
+        return [_numpy(v) for v in binding.get_outputs()[:n_plain]]
 
     def entry(self, name: str):
         if name not in self.program.entries:
@@ -274,7 +297,10 @@ def _weightless_proto(model):
         saved.append((v, t))
         v.const_value = ir.ExternalTensor(IN_MEMORY, 0, t.nbytes, t.dtype, shape=t.shape, name=name)
         names.append(name)
-        values.append(ort.OrtValue.ortvalue_from_numpy(array))
+        if array.dtype == _np("bf16"):  # a view over the same memory (the OrtValue keeps it alive)
+            values.append(ort.OrtValue.ortvalue_from_numpy_with_onnx_type(array.view(np.uint16), BFLOAT16))
+        else:
+            values.append(ort.OrtValue.ortvalue_from_numpy(array))
     try:
         proto = to_proto(model)
     finally:
@@ -298,11 +324,54 @@ def save_model(proto, path: str | Path) -> list[Path]:
 
 
 def _np(name: str):
+    """The numpy dtype of a Linnet dtype name (bf16: `ml_dtypes.bfloat16`)."""
+    if name == "bf16":
+        import ml_dtypes
+
+        return ml_dtypes.bfloat16
     return {"f32": np.float32, "f16": np.float16, "i64": np.int64, "i32": np.int32, "bool": np.bool_}[name]
 
 
-def _np_of(ortvalue):
-    return {"tensor(float)": np.float32, "tensor(float16)": np.float16}[ortvalue.data_type()]
+def _onnx_type_of(ortvalue):
+    """An OrtValue's element type as `ortvalue_from_shape_and_type` takes it (bf16: the ONNX enum)."""
+    types = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(bfloat16)": BFLOAT16}
+    return types[ortvalue.data_type()]
+
+
+def _ortvalue(a: np.ndarray, device_type: str = "cpu"):
+    """A numpy array as an OrtValue on `device_type` (bf16 arrays are copied in as uint16 bits)."""
+    ort = _ort()
+    if a.dtype != _np("bf16"):
+        return ort.OrtValue.ortvalue_from_numpy(a, device_type, 0)
+    v = ort.OrtValue.ortvalue_from_shape_and_type(list(a.shape), BFLOAT16, device_type, 0)
+    v.update_inplace(np.ascontiguousarray(a).view(np.uint16))
+    return v
+
+
+def _numpy(v) -> np.ndarray:
+    """An OrtValue (in host memory) as a numpy array; bf16 is copied out of its buffer, since ORT's
+    `numpy()` knows no numpy bf16 type."""
+    if v.data_type() != "tensor(bfloat16)":
+        return v.numpy()
+    n = v.tensor_size_in_bytes()
+    if n == 0:
+        return np.zeros(v.shape(), _np("bf16"))
+    buf = (ctypes.c_uint8 * n).from_address(v.data_ptr())
+    return np.frombuffer(buf, _np("bf16")).reshape(v.shape()).copy()
+
+
+def _lower_for(program, name: str, params, numerics: str, provider: str):
+    """(entry `name` lowered for `provider`, notes): the ops `provider` lacks a kernel for in the
+    model's dtype are refused under `equivalent` (BackendError) and upcast under `fast`."""
+    from linnet.compiler.onnx.lower import lower_entry
+    from linnet.compiler.onnx.upcast import MissingKernels, upcast
+
+    model = lower_entry(program, name, params, numerics)
+    try:
+        notes = upcast(model, program.dtype.name, provider, numerics, entry=name)
+    except MissingKernels as err:
+        raise BackendError(str(err)) from None
+    return model, notes
 
 
 def load(
@@ -329,13 +398,13 @@ def load(
     (default: ORT's choice).
 
     Raises LoadError (source, config, names or shapes) and BackendError (dtype, provider)."""
+    from linnet.compiler.onnx.kernels import has_table
+
     from .loading import LoadError, prepare
 
     t0 = time.perf_counter()
     if dtype not in DTYPES:
-        raise BackendError(
-            f"the ONNX Runtime backend runs {' or '.join(DTYPES)}, got {dtype!r} (its CPU kernels lack bf16)"
-        )
+        raise BackendError(f"the ONNX Runtime backend runs {', '.join(DTYPES)}, got {dtype!r}")
     if numerics not in ("equivalent", "fast"):
         raise BackendError(f"numerics must be equivalent or fast, got {numerics!r}")
     names = resolve_providers(device, providers)
@@ -350,6 +419,9 @@ def load(
         random_weights=random_weights or params is not None,
     )
     program = prepared.program
+    if numerics == "equivalent" and has_table(names[0], dtype):
+        for entry in program.entries:  # refuse ops without kernels before reading the weights
+            _lower_for(program, entry, "inputs", numerics, names[0])
     if params is not None:
         values = {}
         for spec in program.params:
@@ -379,6 +451,9 @@ def load(
         vocab_size=vocab,
         notes=notes,
     )
+    if has_table(names[0], dtype):
+        for entry in program.entries:  # lowered now, so that `notes` says what runs upcast
+            model.model_ir(entry)
     model.load_s = time.perf_counter() - t0
     return model
 
