@@ -53,3 +53,35 @@ def test_main_job_answers_on_onnxruntime():
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert "Paris" in r.stdout
+
+
+def test_onnx_writes_bf16_as_lowered(tmp_path):
+    """`--dtype bf16` writes a bf16 model for any runtime: weights, cache and logits in bf16, and its
+    MatMuls multiply bf16 (no upcast: that is `--backend onnxruntime --numerics fast`'s business)."""
+    out = tmp_path / "step.onnx"
+    r = run_cli(
+        "onnx", "examples/gpt2.linnet", "--config", "n_layer=2", "--entry", "step", "--max-positions", "16",
+        "--dtype", "bf16", "-o", str(out), "--no-weights",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    model = onnx.shape_inference.infer_shapes(onnx.load(str(out)), strict_mode=True)
+    onnx.checker.check_model(model, full_check=True)
+    bf16 = onnx.TensorProto.BFLOAT16
+    g = model.graph
+    types = {v.name: v.type.tensor_type.elem_type for v in [*g.input, *g.value_info, *g.output]}
+    assert types["transformer.wte.weight"] == bf16 and types["past_key_values.0.key"] == bf16
+    assert {o.type.tensor_type.elem_type for o in model.graph.output} == {bf16}
+    matmuls = [n for n in model.graph.node if n.op_type == "MatMul"]
+    assert matmuls and {types[i] for n in matmuls for i in n.input} == {bf16}
+
+
+@pytest.mark.onnxruntime
+def test_run_bf16_on_onnxruntime_needs_numerics_fast():
+    pytest.importorskip("onnxruntime")
+    args = ("run", "examples/mlp.linnet", "--preset", "tiny", "--backend", "onnxruntime", "--dtype", "bf16")
+    r = run_cli(*args)
+    assert r.returncode == 1 and "no bf16 kernel" in r.stderr and "MatMul (e.g." in r.stderr
+    assert "--numerics fast" in r.stderr
+    r = run_cli(*args, "--numerics", "fast")
+    assert r.returncode == 0, r.stderr
+    assert "output [1, 2] bfloat16" in r.stdout
