@@ -145,8 +145,10 @@ def test_op_matches_registry_reference_and_torch(ort, name, shape, seed):
 def test_attention_over_the_cache_is_grouped_and_reads_the_cache_in_place(max_batch):
     """Attention batches the query heads of a KV head (no repeated keys or values); over a cache of at least
     TRIM_MIN_KEYS positions an `If` on S picks decode (K @ q^T, the cache read in place) or prefill (keys after
-    the last attended position skipped); a one-row cache is read without a Gather."""
-    from linnet.compiler.onnx.lower import TRIM_MIN_KEYS
+    the last attended position skipped), and in prefill a second `If` splits PREFILL_BLOCK_MIN_ROWS rows or more
+    into PREFILL_BLOCKS blocks of query rows, each over its own keys; a one-row cache is read without a
+    Gather."""
+    from linnet.compiler.onnx.lower import PREFILL_BLOCKS, TRIM_MIN_KEYS
 
     program = build(
         EXAMPLES / "llama.linnet",
@@ -163,9 +165,15 @@ def test_attention_over_the_cache_is_grouped_and_reads_the_cache_in_place(max_ba
     assert ops.count("Gather") == (4 if max_batch > 1 else 2)
     branches = {a.name: a.g for n in proto.graph.node if n.op_type == "If" for a in n.attribute}
     decode = [n.op_type for n in branches["then_branch"].node]
-    prefill = [n.op_type for n in branches["else_branch"].node]
+    (by_length,) = branches["else_branch"].node
+    assert by_length.op_type == "If"
+    prefills = {a.name: [n.op_type for n in a.g.node] for a in by_length.attribute}
     assert "Slice" not in decode and decode.count("MatMul") == 2
-    assert prefill.count("Slice") == 2 and prefill.count("MatMul") == 2
+    assert prefills["else_branch"].count("Slice") == 2 and prefills["else_branch"].count("MatMul") == 2
+    blocks = prefills["then_branch"]
+    # per block: its queries, its mask rows, that mask's keys, and the keys and values
+    assert blocks.count("Slice") == 5 * PREFILL_BLOCKS and blocks.count("MatMul") == 2 * PREFILL_BLOCKS
+    assert blocks.count("Concat") == 2 * PREFILL_BLOCKS + 1  # each mask window's starts and ends, the output
 
 
 def test_projections_of_one_input_are_one_matmul():
