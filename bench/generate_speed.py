@@ -723,6 +723,15 @@ def goals(rows: list[dict]) -> dict:
     return out
 
 
+def measured_optimum_peer() -> dict | None:
+    """bench/optimum_peer.py's result (the issue-6 peer measured here, in its own environment), if present."""
+    path = ROOT / "bench" / "results" / "optimum_peer.json"
+    if not path.exists():
+        return None
+    data = json.loads(path.read_text())
+    return data if "ttft_ms" in data else None
+
+
 def markdown(result: dict) -> str:
     m, v, s = result["machine"], result["versions"], result["settings"]
     cb, ca = result["calibration_before"], result["calibration_after"]
@@ -829,6 +838,16 @@ def markdown(result: dict) -> str:
             f"TTFT {ort_f32['ttft_ms_median']:.0f} ms, {ort_f32['decode_tok_s_median']:.1f} tok/s "
             "(goal: faster on both)."
         )
+        measured = measured_optimum_peer()
+        if measured is not None:
+            lines.append(
+                f"The same peer measured on this machine by `bench/optimum_peer.py` ({measured['date']} UTC, "
+                f"optimum-onnx {measured['versions'].get('optimum-onnx')}, transformers "
+                f"{measured['versions'].get('transformers')}, its own environment; results/optimum_peer.json): "
+                f"TTFT {measured['ttft_ms']:.0f} ms, {measured['decode_tok_s']:.1f} tok/s decode, load "
+                f"{measured['load_s']:.1f} s; greedy tokens equal to onnxruntime-f32's: "
+                f"{measured['linnet_onnx_f32_common_prefix']}/{measured['linnet_onnx_f32_compared']}."
+            )
     jax_rows = [r for r in result["rows"] if r.get("mode") in ("jax", "xla") and "error" not in r]
     if jax_rows:
         kp = KERASHUB_PEER
