@@ -310,8 +310,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
         f"({args.backend}, {args.dtype}, compiled for {args.max_positions} positions)",
         file=sys.stderr,
     )
-    gen = Generator(model.step_model(), tok)
     try:
+        gen = Generator(model.step_model(), tok)
         stream = gen.stream_text(ids, params)
         for piece in stream:
             sys.stdout.write(piece)
@@ -358,6 +358,27 @@ def cmd_run(args: argparse.Namespace) -> int:
     if entry not in program.entries:
         return _fail("run", ValueError(f"no entry `{entry}` (entries: {', '.join(program.entries)})"))
     graph = program.entries[entry]
+    if args.batch < 1 or args.seq < 1:
+        return _fail("run", ValueError(f"--batch and --seq must be at least 1, got {args.batch} and {args.seq}"))
+    if graph.state_updates or any(op.name == "state" for op in graph.ops):
+        if args.batch > program.max_batch:
+            return _fail(
+                "run",
+                ValueError(
+                    f"--batch {args.batch} is more than the cache's {program.max_batch} rows; raise --max-batch"
+                ),
+            )
+        if args.seq > program.max_positions:
+            return _fail(
+                "run",
+                ValueError(
+                    f"--seq {args.seq} is more than the cache's {program.max_positions} "
+                    f"positions; raise --max-positions"
+                ),
+            )
+    for note in model.notes:
+        if args.format != "json":
+            print(f"note: {note}", file=sys.stderr)
     sizes = {"B": args.batch, "S": args.seq}
     rng = np.random.default_rng(args.seed)
     vocab = program.config.get("vocab_size", 100)
@@ -392,6 +413,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         "outputs": [],
         "time_ms": elapsed * 1000,
         "disagreements": [],
+        "notes": list(model.notes),
     }
     for v, (shape, dtype, f) in zip(graph.outputs, outs):
         expected = [_concrete(d, sizes) for d in v.dims]

@@ -501,6 +501,11 @@ def export(
     else:
         params = "inputs"
         notes.append("no weights: the parameters are graph inputs named by checkpoint name")
+    if dtype == "bf16" and numerics == "fast":
+        notes.append(
+            "bf16 is written as lowered, for any runtime: the f32 upcast of ops ONNX Runtime's CPU provider "
+            "has no bf16 kernel for is made when `--backend onnxruntime` loads the model, not in the file"
+        )
     proto = to_proto(lower_entry(program, entry, params, numerics))
     written = save_model(proto, output)
     onnx.checker.check_model(str(written[0]), full_check=True)

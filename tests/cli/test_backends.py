@@ -68,6 +68,32 @@ def test_run_defaults_to_a_real_checkpoints_config_and_reports_json():
     assert out["shape"] == out["checker_shape"] == [1, 3, 49152] and report["disagreements"] == []
 
 
+@pytest.mark.torch
+@pytest.mark.parametrize(
+    "sizes, message",
+    [
+        (("--batch", "2"), "--batch 2 is more than the cache's 1 rows; raise --max-batch"),
+        (("--seq", "40"), "--seq 40 is more than the cache's 32 positions; raise --max-positions"),
+        (("--seq", "0"), "--batch and --seq must be at least 1, got 1 and 0"),
+    ],
+)
+def test_run_refuses_sizes_the_cache_cannot_hold(sizes, message):
+    """A step that would write outside the KV cache is refused by the CLI in one line, not by the runtime's
+    index error."""
+    pytest.importorskip("torch")
+    r = run_cli("run", "examples/llama.linnet", "--entry", "step", "--max-positions", "32", *sizes)
+    assert r.returncode == 1
+    assert r.stderr.strip().splitlines()[-1] == f"linnet run: {message}" and "Traceback" not in r.stderr
+
+
+@pytest.mark.torch
+def test_generate_with_a_one_position_cache_is_a_clear_error():
+    pytest.importorskip("torch")
+    r = run_cli("generate", "examples/llama.linnet", "--max-positions", "1", "--prompt", "hi")
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert "linnet generate: model.max_positions must be an integer >= 2, got 1" in r.stderr
+
+
 def test_random_weights_that_do_not_fit_are_refused(monkeypatch):
     from linnet.ir.build import build
     from linnet.runtimes import loading

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.cli.test_backends import run_cli
@@ -73,6 +75,13 @@ def test_onnx_writes_bf16_as_lowered(tmp_path):
     assert {o.type.tensor_type.elem_type for o in model.graph.output} == {bf16}
     matmuls = [n for n in model.graph.node if n.op_type == "MatMul"]
     assert matmuls and {types[i] for n in matmuls for i in n.input} == {bf16}
+    assert "upcast" not in r.stderr
+    r = run_cli(
+        "onnx", "examples/gpt2.linnet", "--config", "n_layer=2", "--entry", "step", "--max-positions", "16",
+        "--dtype", "bf16", "--numerics", "fast", "-o", str(out), "--no-weights",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "bf16 is written as lowered, for any runtime" in r.stderr  # fast does not upcast the file, and says so
 
 
 @pytest.mark.onnxruntime
@@ -85,3 +94,6 @@ def test_run_bf16_on_onnxruntime_needs_numerics_fast():
     r = run_cli(*args, "--numerics", "fast")
     assert r.returncode == 0, r.stderr
     assert "output [1, 2] bfloat16" in r.stdout
+    assert "note: numerics fast:" in r.stderr and "run in f32 (upcast)" in r.stderr  # what ran upcast is said
+    r = run_cli(*args, "--numerics", "fast", "--format", "json")
+    assert any("run in f32 (upcast)" in n for n in json.loads(r.stdout)["notes"])
