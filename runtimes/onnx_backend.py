@@ -166,6 +166,7 @@ class OnnxModel(LoadedModel):
             return [_numpy(v) for v in sess.run_with_ort_values(None, {k: _ortvalue(a) for k, a in arrays.items()})]
         if not self.state:
             self.reset_state()
+        _check_cache_bounds(g, arrays, self.max_batch, self.max_positions)
         names = self.cache_names()
         binding = sess.io_binding()
         for k, a in arrays.items():
@@ -321,6 +322,23 @@ def save_model(proto, path: str | Path) -> list[Path]:
     data = path.name + ".data"
     onnx.save(proto, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location=data)
     return [path, path.with_name(data)]
+
+
+def _check_cache_bounds(graph, arrays: dict[str, np.ndarray], max_batch: int, max_positions: int) -> None:
+    """Raise ValueError when a step would read or write outside the KV cache: `rows` not in
+    [0, max_batch), or `positions` + S past max_positions (ONNX Runtime's ScatterND would only say
+    "invalid indice")."""
+    ids = arrays.get(graph.inputs[0].name)
+    rows, positions = arrays.get("rows"), arrays.get("positions")
+    if rows is not None and rows.size and (rows.min() < 0 or rows.max() >= max_batch):
+        raise ValueError(f"rows {rows.tolist()} are outside the cache's {max_batch} rows (max_batch)")
+    if positions is not None and ids is not None and ids.ndim == 2 and positions.size:
+        end = int(positions.max()) + ids.shape[1]
+        if positions.min() < 0 or end > max_positions:
+            raise ValueError(
+                f"positions {positions.tolist()} with {ids.shape[1]} tokens reach position {end - 1}, outside the "
+                f"cache's {max_positions} positions (max_positions)"
+            )
 
 
 def _np(name: str):

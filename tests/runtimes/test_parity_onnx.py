@@ -143,6 +143,17 @@ def test_long_prefill_in_blocks_matches_torch(dtype, bound):
         assert delta < bound
 
 
+def test_steps_outside_the_cache_are_refused(gqa_pair):
+    """A row or position outside the KV cache is a ValueError naming it, before ONNX Runtime runs."""
+    _, om = gqa_pair
+    step = om.step_model().step
+    with pytest.raises(ValueError, match=r"rows \[2\] are outside the cache's 2 rows"):
+        step(np.array([[3]]), np.array([0]), np.array([2]))
+    with pytest.raises(ValueError, match=r"reach position 80, outside the cache's 80 positions"):
+        step(np.array([[3, 4]]), np.array([79]), np.array([0]))
+    step(np.array([[3]]), np.array([79]), np.array([1]))  # the last position of the last row is fine
+
+
 def test_gqa_query_head_1_reads_kv_head_0():
     """Uniform attention (zero queries) over KV heads holding distinct values: query heads 0 and 1 read KV head
     0 (+1), heads 2 and 3 read KV head 1 (-1). A Tile-based expansion would give head 1 the -1 of KV head 1."""
