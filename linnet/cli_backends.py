@@ -321,9 +321,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
     sys.stdout.write("\n")
     sys.stdout.flush()
     r = gen.last_result
+    decode = f"decode {r.decode_tokens_per_s:.1f} tokens/s" if len(r.token_ids) > 1 else "no decode step"
     print(
         f"prompt {r.prompt_tokens} tokens, {len(r.token_ids)} generated ({r.finish_reason}); "
-        f"time to first token {r.prefill_s * 1000:.0f} ms, decode {r.decode_tokens_per_s:.1f} tokens/s",
+        f"time to first token {r.prefill_s * 1000:.0f} ms, {decode}",
         file=sys.stderr,
     )
     return EXIT_OK

@@ -300,7 +300,8 @@ class Generator:
         if len(ids) > self.max_positions - 1:
             raise ValueError(
                 f"prompt of {len(ids)} tokens does not fit the cache compiled for {self.max_positions} positions "
-                "(--max-positions)"
+                f"(--max-positions): it needs at least {len(ids) + 1}, one position more than the prompt for a "
+                "generated token"
             )
         return ids
 

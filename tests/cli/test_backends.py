@@ -94,6 +94,17 @@ def test_generate_with_a_one_position_cache_is_a_clear_error():
     assert "linnet generate: model.max_positions must be an integer >= 2, got 1" in r.stderr
 
 
+@pytest.mark.torch
+def test_generate_reports_a_prompt_that_fills_the_cache_and_a_single_token():
+    """A prompt that leaves no position to generate into says so; one generated token has no decode rate."""
+    pytest.importorskip("torch")
+    r = run_cli("generate", "examples/llama.linnet", "--max-positions", "2", "--prompt", "one two three")
+    assert r.returncode == 1 and "one position more than the prompt for a generated token" in r.stderr
+    r = run_cli("generate", "examples/llama.linnet", "--max-new-tokens", "1", "--prompt", "The capital of France is")
+    assert r.returncode == 0, r.stderr
+    assert "1 generated (length)" in r.stderr and "no decode step" in r.stderr and "0.0 tokens/s" not in r.stderr
+
+
 def test_random_weights_that_do_not_fit_are_refused(monkeypatch):
     from linnet.ir.build import build
     from linnet.runtimes import loading

@@ -308,7 +308,9 @@ def test_a_prompt_of_max_positions_minus_one_gets_one_token():
 def test_prompt_errors():
     runner = Generator(ToyLM(max_positions=6), NamesTokenizer())
     with pytest.raises(
-        ValueError, match=r"prompt of 6 tokens does not fit the cache compiled for 6 positions \(--max-positions\)"
+        ValueError,
+        match=r"prompt of 6 tokens does not fit the cache compiled for 6 positions \(--max-positions\): it needs at "
+        r"least 7, one position more than the prompt for a generated token",
     ):
         runner.generate(PROMPT, SamplingParams())
     with pytest.raises(ValueError, match="empty"):
