@@ -285,8 +285,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         model = _load(args, "generate", random_weights=False)
     except _load_errors(args.backend) as err:
         return _fail("generate", err)
-    for note in model.notes:
-        print(f"note: {note}", file=sys.stderr)
+    _print_notes(model)
     tok = model.tokenizer()
     if tok is None:
         return _fail("generate", ValueError(f"{model.prepared.weights} has no tokenizer"))
@@ -330,6 +329,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _print_notes(model) -> None:
+    for note in model.notes:
+        print(f"note: {note}", file=sys.stderr)
+
+
 def _token_text(tok, token_id):
     if token_id is None:
         return None
@@ -361,7 +365,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     graph = program.entries[entry]
     if args.batch < 1 or args.seq < 1:
         return _fail("run", ValueError(f"--batch and --seq must be at least 1, got {args.batch} and {args.seq}"))
-    if graph.state_updates or any(op.name == "state" for op in graph.ops):
+    if graph.uses_state:
         if args.batch > program.max_batch:
             return _fail(
                 "run",
@@ -377,9 +381,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                     f"positions; raise --max-positions"
                 ),
             )
-    for note in model.notes:
-        if args.format != "json":
-            print(f"note: {note}", file=sys.stderr)
+    if args.format != "json":
+        _print_notes(model)
     sizes = {"B": args.batch, "S": args.seq}
     rng = np.random.default_rng(args.seed)
     vocab = program.config.get("vocab_size", 100)

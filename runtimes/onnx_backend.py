@@ -160,7 +160,7 @@ class OnnxModel(LoadedModel):
             v.name: np.ascontiguousarray(np.asarray(x, dtype=_np(v.dtype.name))) for v, x in zip(g.inputs, inputs)
         }
         bf16 = self.program.dtype.name == "bf16"
-        if not g.state_updates and not any(op.name == "state" for op in g.ops):
+        if not g.uses_state:
             if not bf16:
                 return sess.run(None, arrays)
             return [_numpy(v) for v in sess.run_with_ort_values(None, {k: _ortvalue(a) for k, a in arrays.items()})]

@@ -670,16 +670,14 @@ def _grouped_attention(L: Lowering, op: Op) -> ir.Value:
     trimmed_mask = trimmed_mask if not use_bias else _mask_bias(L, trimmed_mask, dt, ("trimmed", id(mask)))
 
     def keys_up_to(end: ir.Value, t_att: str) -> tuple[ir.Value, ir.Value]:
-        sliced = []
-        for x in (k, v):
-            sliced.append(
-                _typed(
-                    L.op("Slice", [L.get(x), start, end, axis], hint="keys" if x is k else "values"),
-                    _dims(x.dims[:2]) + [t_att, _dims(x.dims)[3]],
-                    ONNX_DTYPES[dt.name],
-                )
+        return tuple(  # type: ignore[return-value]
+            _typed(
+                L.op("Slice", [L.get(x), start, end, axis], hint=hint),
+                _dims(x.dims[:2]) + [t_att, _dims(x.dims)[3]],
+                odt,
             )
-        return sliced[0], sliced[1]
+            for x, hint in ((k, "keys"), (v, "values"))
+        )
 
     def prefill():
         kv, vv = keys_up_to(end, t_att)
@@ -703,14 +701,10 @@ def _grouped_attention(L: Lowering, op: Op) -> ir.Value:
                 L.op("Slice", [qv, a, b, axis], hint="q_block"), _dims(q.dims[:2]) + [rows, _dims(q.dims)[3]], odt
             )
             end_j = L.attended_end(L.op("Slice", [per_query, a, b, i64([1])], hint="attended"), t.as_int())
-            if use_bias:  # full_bias is [B, 1, S, T]
-                window = [L.op("Concat", [a, start], {"axis": 0}), L.op("Concat", [b, end_j], {"axis": 0}), i64([2, 3])]
-                mask_j = _typed(L.op("Slice", [full[0], *window], hint="mask_block"), [b_dim, 1, rows, t_j], odt)
-            else:  # full_mask is [B, S, T]
-                window = [L.op("Concat", [a, start], {"axis": 0}), L.op("Concat", [b, end_j], {"axis": 0}), i64([1, 2])]
-                mask_j = _typed(
-                    L.op("Slice", [full_mask, *window], hint="mask_block"), [b_dim, rows, t_j], ir.DataType.BOOL
-                )
+            # rows a:b and keys 0:end_j of the bias [B, 1, S, T] (f32, bf16) or of the mask [B, S, T]
+            window = [L.op("Concat", [a, start], {"axis": 0}), L.op("Concat", [b, end_j], {"axis": 0})]
+            axes, shape, mdt = ([2, 3], [b_dim, 1], odt) if use_bias else ([1, 2], [b_dim], ir.DataType.BOOL)
+            mask_j = _typed(L.op("Slice", [full[0], *window, i64(axes)], hint="mask_block"), shape + [rows, t_j], mdt)
             kv, vv = keys_up_to(end_j, t_j)
             outs.append(
                 _attention_body(L, op, q_j, (mask_j, kv, vv, t_j), scale, use_bias, keys_first=False, rows=rows)

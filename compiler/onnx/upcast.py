@@ -94,10 +94,8 @@ def nodes_computing_in(model: ir.Model, dtype: str) -> list[tuple[ir.Graph, ir.N
 
 def _walk(graph: ir.Graph):
     """(graph, node) for every node, subgraphs (If branches) included, in order."""
-    for node in graph:
-        yield graph, node
-        for sub in _subgraphs(node):
-            yield from _walk(sub)
+    for node in ir.traversal.RecursiveGraphIterator(graph):
+        yield node.graph, node
 
 
 def _subgraphs(node: ir.Node) -> list[ir.Graph]:

@@ -100,6 +100,11 @@ class Graph:
     dim_vars: list[str] = field(default_factory=list)  # symbolic dims, with where they come from
     dim_sources: dict[str, tuple[int, int]] = field(default_factory=dict)  # name -> (input index, axis)
 
+    @property
+    def uses_state(self) -> bool:
+        """Whether the graph reads or writes state (a KV cache): a runtime must bind it."""
+        return bool(self.state_updates) or any(op.name == "state" for op in self.ops)
+
     def name_values(self) -> None:
         """Give every value a unique readable name (its hint, suffixed when taken)."""
         taken: dict[str, int] = {}
