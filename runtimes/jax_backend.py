@@ -3,7 +3,10 @@ exported StableHLO artifact (`mode="stablehlo"`, `--backend xla`); `load_exporte
 serialized artifact run without its `.linnet` source.
 
 Parameters are a dict by checkpoint name of device arrays (the checkpoint's tensors, cast to
-the working dtype), passed as arguments: nothing is baked into the compiled code. The KV
+the working dtype), passed as arguments: nothing is baked into the compiled code. The weights
+of linear layers that share an input are held concatenated under one key instead
+(`model.layers.0.self_attn.{q,k,v}_proj.weight`; `linnet.compiler.jax.codegen.fused_key`), so
+each group is one dot. The KV
 cache is a second dict, threaded through `step` and donated, so XLA updates it in place.
 
 Prefill and padding. `step` returns the logits of each entry's *last* token, so a prompt
@@ -94,7 +97,9 @@ def bucket_for(length: int, max_positions: int) -> int:
 class JaxModel:
     """A loaded model. Entries are attributes (`forward`, `step`) taking numpy or JAX arrays
     and returning JAX arrays; `step` updates `state` (the KV cache, donated). `params` and
-    `state` are dicts of device arrays by checkpoint name. `step_model()` adapts `step` to the
+    `state` are dicts of device arrays by checkpoint name (fused weights by their fused key;
+    KV caches in the shape the backend holds them, [max_batch * H, T, D],
+    `codegen.state_shape`). `step_model()` adapts `step` to the
     generation runner. `load_s`: checking, lowering, exporting and binding weights (compiles
     happen on first call, per shape)."""
 
@@ -210,6 +215,7 @@ def load(
     are drawn from N(0, 0.02) (norm scales 1, biases 0) with `seed`.
 
     Raises LoadError (source, config, names or shapes) and BackendError (mode, device)."""
+    from linnet.compiler.jax.codegen import state_shape
     from linnet.compiler.jax.module import (
         MODES,
         BackendError,
@@ -232,10 +238,11 @@ def load(
     program = prepared.program
     compiled = compile_program(program, numerics)
     if prepared.checkpoint is not None:
-        params = _checkpoint_params(prepared, progress, dev)
+        params = _checkpoint_params(prepared, progress, dev, compiled.fused)
     else:
-        params = _random_params(program, seed, dev)
-    state = {t.path: jax.device_put(np.zeros(t.shape, dtype=jax_dtype(t.type.dtype.name)), dev) for t in program.state}
+        params = _random_params(program, seed, dev, compiled.fused)
+    held = {t.path: (state_shape(t.shape), jax_dtype(t.type.dtype.name)) for t in program.state}
+    state = {path: jax.device_put(np.zeros(shape, dtype=dt), dev) for path, (shape, dt) in held.items()}
     stateful = {name: compiled.stateful(name) for name in program.entries}
     exported = {}
     if mode == "generated":
@@ -281,28 +288,58 @@ def _bf16():
     return ml_dtypes.bfloat16
 
 
-def _checkpoint_params(prepared: Prepared, progress: bool, device) -> dict:
+class _Binder:
+    """Puts parameters on the device as they are read, by checkpoint name, except the members of
+    a fused group (`fused`: key -> names), held on the host until the group is complete and then
+    put concatenated under its key (`module.fuse_params`)."""
+
+    def __init__(self, device, fused: dict[str, list[str]]):
+        self.jax, self.device, self.fused = _jax(), device, fused
+        self.group = {n: key for key, names in fused.items() for n in names}
+        self.pending: dict[str, dict[str, np.ndarray]] = {}
+        self.params: dict = {}
+
+    def put(self, path: str, a: np.ndarray) -> None:
+        from linnet.compiler.jax.module import fuse_params
+
+        key = self.group.get(path)
+        if key is None:
+            self.params[path] = self.jax.device_put(a, self.device)
+            return
+        held = self.pending.setdefault(key, {})
+        held[path] = a
+        if len(held) == len(self.fused[key]):
+            self.params[key] = self.jax.device_put(
+                fuse_params(self.pending.pop(key), {key: self.fused[key]})[key], self.device
+            )
+
+    def done(self) -> dict:
+        for key, held in self.pending.items():
+            missing = [n for n in self.fused[key] if n not in held]
+            raise _load_error(f"error[L502]: no tensor for {', '.join(f'`{n}`' for n in missing)} (fused as `{key}`)")
+        return self.params
+
+
+def _checkpoint_params(prepared: Prepared, progress: bool, device, fused: dict[str, list[str]]) -> dict:
     from .loading import planned_tensors
 
-    jax = _jax()
     dtype = prepared.program.dtype.name
     specs = {t.path: t for t in prepared.program.params}
-    params = {}
+    binder = _Binder(device, fused)
     for path, tensor in planned_tensors(prepared, progress):
         a = _to_numpy(tensor, dtype)
         if a.shape != specs[path].shape:
             raise _load_error(
                 f"error[L501]: `{path}`: the checkpoint has {list(a.shape)}, the model {list(specs[path].shape)}"
             )
-        params[path] = jax.device_put(a, device)
-    return params
+        binder.put(path, a)
+    return binder.done()
 
 
-def _random_params(program, seed: int, device) -> dict:
-    jax = _jax()
+def _random_params(program, seed: int, device, fused: dict[str, list[str]]) -> dict:
+    binder = _Binder(device, fused)
     rng = np.random.default_rng(seed)
     dtype = np.float32 if program.dtype.name == "f32" else _bf16()
-    out = {}
     for spec in program.params:
         shape = spec.shape
         if spec.path.endswith("bias"):
@@ -311,8 +348,8 @@ def _random_params(program, seed: int, device) -> dict:
             a = np.ones(shape, np.float32)
         else:
             a = (rng.standard_normal(shape) * 0.02).astype(np.float32)
-        out[spec.path] = jax.device_put(a.astype(dtype), device)
-    return out
+        binder.put(spec.path, a.astype(dtype))
+    return binder.done()
 
 
 # ----------------------------------------------------------------------------- serialized artifacts
@@ -335,7 +372,9 @@ def load_exported(
     without its `.linnet` source: the argument names and shapes come from the artifact. The
     parameters are `params` (a dict by checkpoint name of arrays) or read from `weights` (a
     checkpoint; its names are matched to the artifact's, allowing one leading segment more or
-    less, as loading from source does). Returns a `JaxModel` with the one entry.
+    less, as loading from source does). Where the artifact takes fused weights (a key such as
+    `model.layers.0.mlp.{gate,up}_proj.weight`, `codegen.fused_key`), they are made from their
+    members by checkpoint name. Returns a `JaxModel` with the one entry.
 
     Raises LoadError for missing or mis-shaped parameters."""
     jax = _jax()
@@ -353,6 +392,7 @@ def load_exported(
         if weights is None:
             raise _load_error(f"{path}: give params= (a dict by checkpoint name) or weights= (a checkpoint)")
         params = _weights_by_name(weights, param_specs)
+    params = _fused_from_members(params, param_specs)
     missing = [k for k in param_specs if k not in params]
     if missing:
         raise _load_error(f"error[L502]: {len(missing)} parameter(s) the artifact takes are missing: {missing[:6]}")
@@ -382,19 +422,41 @@ def load_exported(
     )
 
 
+def _fused_from_members(params: dict, specs: dict) -> dict:
+    """`params` with each fused key the artifact takes (`codegen.fused_key`) that `params` lacks
+    made from its members by checkpoint name, when they are all there."""
+    from linnet.compiler.jax.codegen import fused_names
+    from linnet.compiler.jax.module import fuse_params
+
+    groups = {k: fused_names(k) for k in specs if k not in params}
+    groups = {k: names for k, names in groups.items() if names and all(n in params for n in names)}
+    if not groups:
+        return params
+    kept = {n: np.asarray(params[n]) for names in groups.values() for n in names}
+    return {**params, **fuse_params(kept, groups)}
+
+
 def _weights_by_name(weights, specs: dict) -> dict:
+    """The artifact's parameters read from a checkpoint: by checkpoint name, a fused key's
+    members concatenated under it (`codegen.fused_names`)."""
+    from linnet.compiler.jax.codegen import fused_names
+    from linnet.compiler.jax.module import fuse_params
+
     from .checkpoints import CheckpointError, open_checkpoint
     from .loading import _prefix_map
 
     try:
         with open_checkpoint(weights) as ckpt:
-            rename = _prefix_map(list(specs), set(ckpt.tensor_names))
+            names = {k: fused_names(k) or [k] for k in specs}
+            rename = _prefix_map([n for group in names.values() for n in group], set(ckpt.tensor_names))
             out = {}
             for k, spec in specs.items():
-                name = rename(k)
-                if name not in ckpt:
-                    raise _load_error(f"error[L502]: {weights} has no tensor for `{k}`")
-                out[k] = _to_numpy(ckpt.load(name), "f32").astype(spec.dtype)
+                parts = {}
+                for n in names[k]:
+                    if rename(n) not in ckpt:
+                        raise _load_error(f"error[L502]: {weights} has no tensor for `{n}`")
+                    parts[n] = _to_numpy(ckpt.load(rename(n)), "f32").astype(spec.dtype)
+                out[k] = parts[k] if k in parts else fuse_params(parts, {k: names[k]})[k]
             return out
     except CheckpointError as err:
         raise _load_error(str(err)) from err

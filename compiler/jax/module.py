@@ -3,7 +3,10 @@
 `compile_program(program, numerics=...)` executes the generated source (`codegen.generate`)
 and returns a `JaxProgram`: per entry, a pure function `(params, state, *inputs)` returning
 the outputs and, for an entry that writes state, the new state (`entry_fn`), and its
-`jax.jit` with the state donated (`jitted`), so XLA writes the KV cache in place.
+`jax.jit` with the state donated (`jitted`), so XLA writes the KV cache in place. The
+parameters an entry takes are the checkpoint's by name, except the weights of linear layers
+that share an input, which it reads concatenated under one key (`codegen.fused_key`, e.g.
+`model.layers.0.self_attn.{q,k,v}_proj.weight`): `fuse_params` makes them once, at load.
 `export_entry(...)` exports one entry with symbolic batch and sequence dims; `exported_fn`
 runs an `Exported` (fresh or deserialized) with the same calling convention.
 
@@ -27,7 +30,7 @@ import numpy as np
 from linnet.ir.core import Graph, Program
 from linnet.ir.render import dim_text
 
-from .codegen import JAX_DTYPES, NUMERICS, generate
+from .codegen import JAX_DTYPES, NUMERICS, generate, state_shape
 
 MODES = ("generated", "stablehlo")
 
@@ -54,6 +57,7 @@ class JaxProgram:
     source: str
     namespace: dict = field(repr=False)
     constants: dict[str, Any] = field(default_factory=dict, repr=False)
+    fused: dict[str, list[str]] = field(default_factory=dict)  # fused weight key -> checkpoint names
 
     def stateful(self, name: str) -> bool:
         return bool(self.program.entries[name].state_updates)
@@ -90,21 +94,41 @@ def compile_program(program: Program, numerics: str = "equivalent") -> JaxProgra
     if numerics not in NUMERICS:
         raise BackendError(f"numerics must be one of {', '.join(NUMERICS)}, got {numerics!r}")
     enable_x64()
-    source = generate(program, numerics)
+    fused: dict[str, list[str]] = {}
+    source = generate(program, numerics, fused)
     filename = f"<linnet generated jax: {program.source}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)  # tracebacks show it
     namespace: dict = {"__name__": "linnet_generated_jax"}
     exec(compile(source, filename, "exec"), namespace)
-    return JaxProgram(program, numerics, source, namespace)
+    return JaxProgram(program, numerics, source, namespace, fused=fused)
+
+
+def fuse_params(params: dict, fused: dict[str, list[str]]) -> dict:
+    """The parameters the generated entries take, from `params` by checkpoint name (numpy or
+    JAX arrays): each fused group's weights [N_i, K] concatenated along dim 0 under its key
+    (`codegen.fused_key`), in place of them; as the generated module's `fuse_weights`.
+
+    Raises KeyError naming a missing member."""
+    out = dict(params)
+    for key, names in fused.items():
+        parts = [out.pop(n) for n in names]
+        cat = np.concatenate if all(isinstance(a, np.ndarray) for a in parts) else jnp.concatenate
+        out[key] = cat(parts, axis=0)
+    return out
 
 
 # ----------------------------------------------------------------------------- StableHLO
 
 
-def param_specs(program: Program) -> tuple[dict, dict]:
-    """ShapeDtypeStructs of the parameters and the state, by checkpoint name."""
+def param_specs(program: Program, fused: dict[str, list[str]] | None = None) -> tuple[dict, dict]:
+    """ShapeDtypeStructs of the parameters (by checkpoint name, and the `fused` groups by their
+    key in place of their members) and of the state, in the shape the backend holds it
+    (`codegen.state_shape`)."""
     params = {t.path: jax.ShapeDtypeStruct(t.shape, jax_dtype(t.type.dtype.name)) for t in program.params}
-    state = {t.path: jax.ShapeDtypeStruct(t.shape, jax_dtype(t.type.dtype.name)) for t in program.state}
+    for key, names in (fused or {}).items():
+        parts = [params.pop(n) for n in names]
+        params[key] = jax.ShapeDtypeStruct((sum(a.shape[0] for a in parts), *parts[0].shape[1:]), parts[0].dtype)
+    state = {t.path: jax.ShapeDtypeStruct(state_shape(t.shape), jax_dtype(t.type.dtype.name)) for t in program.state}
     return params, state
 
 
@@ -125,7 +149,7 @@ def export_entry(compiled: JaxProgram, name: str, platforms: list[str] | None = 
     arguments; nothing but the small folded constants is in the artifact."""
     enable_x64()
     graph = compiled.program.entries[name]
-    params, state = param_specs(compiled.program)
+    params, state = param_specs(compiled.program, compiled.fused)
     state = state if compiled.stateful(name) else {}  # an entry that writes no state takes none
     fn = compiled.jitted(name)
     return jax.export.export(fn, platforms=platforms)(params, state, *input_specs(graph))
@@ -139,8 +163,8 @@ def exported_fn(exported, stateful: bool) -> Callable:
 
 
 def exported_signature(exported) -> tuple[dict, dict, list]:
-    """(params, state, inputs) of an exported entry, as ShapeDtypeStructs (params and state by
-    checkpoint name), read from the artifact alone."""
+    """(params, state, inputs) of an exported entry, as ShapeDtypeStructs (params by checkpoint
+    name or fused key, state by checkpoint name), read from the artifact alone."""
     args, _ = jax.tree_util.tree_unflatten(exported.in_tree, list(exported.in_avals))
     params, state, *inputs = args
     return params, state, inputs

@@ -15,7 +15,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from linnet.compiler.jax.codegen import EMITTERS, UNSUPPORTED, function_source, generate
+from linnet.compiler.jax.codegen import (
+    EMITTERS,
+    UNSUPPORTED,
+    WRITE_CACHE,
+    function_source,
+    fused_key,
+    fused_names,
+    generate,
+)
 from linnet.ir import build
 from linnet.ops import REGISTRY
 from tests.compiler.op_cases import case, reference, single_op_graph
@@ -115,3 +123,66 @@ def test_cache_write_drops_positions_past_the_cache(jax):
     want[2, :, 5] = tensors["new"][0, :, 0]
     want[0, :, 0:2] = tensors["new"][1]
     np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.jax
+def test_write_cache_on_a_cache_held_flat_matches_the_reference(jax):
+    """The generated `write_cache` on a cache held as [rows * H, T, D] (how the backend holds
+    KV caches) writes what the registry's reference writes into [rows, H, T, D]: rows out of
+    order; a write running past the cache is dropped there, the rest untouched."""
+    rng = np.random.default_rng(1)
+    tensors, _ = case("cache_write", rng, (2,))
+    tensors["positions"] = np.array([5, 0], dtype=np.int64)  # row 2 at 5, 6: 6 is past the 6 positions
+    ns: dict = {}
+    exec("import jax.numpy as jnp\nfrom jax import lax\n" + WRITE_CACHE, ns)
+    cache = tensors["cache"]
+    n, h, t, d = cache.shape
+    out = jax.jit(ns["write_cache"])(cache.reshape(n * h, t, d), tensors["rows"], tensors["positions"], tensors["new"])
+    want = cache.copy()  # the registry's reference, with the write past the cache cut off
+    want[2, :, 5] = tensors["new"][0, :, 0]
+    want[0, :, 0:2] = tensors["new"][1]
+    np.testing.assert_array_equal(np.asarray(out).reshape(n, h, t, d), want)
+    tensors["positions"] = np.array([1, 3], dtype=np.int64)  # all in range: the reference itself
+    out = jax.jit(ns["write_cache"])(cache.reshape(n * h, t, d), tensors["rows"], tensors["positions"], tensors["new"])
+    np.testing.assert_array_equal(np.asarray(out).reshape(n, h, t, d), reference("cache_write", tensors, {}))
+
+
+@pytest.mark.parametrize(
+    "names, key",
+    [
+        (
+            ["l.0.attn.q_proj.weight", "l.0.attn.k_proj.weight", "l.0.attn.v_proj.weight"],
+            "l.0.attn.{q,k,v}_proj.weight",
+        ),
+        (["mlp.gate_proj.weight", "mlp.up_proj.weight"], "mlp.{gate,up}_proj.weight"),
+        (["blk.1.w", "blk.11.w"], "blk.1{,1}.w"),  # one name a prefix of the other
+        (["a.weight", "b.c.weight"], "{a,b.c}.weight"),
+    ],
+)
+def test_fused_key_names_its_members_in_order(names, key):
+    assert fused_key(names) == key
+    assert fused_names(key) == names
+    assert fused_names(names[0]) is None  # a checkpoint name is not a fused key
+
+
+TWO_LAYERS = """
+config C { d: int = 8 }
+model M(c: C) {
+    a: Linear(c.d, c.d)
+    b: Linear(c.d, c.d)
+    entry fn both(x: [B, c.d]) -> [B, c.d] { a(x) + b(x) }
+ONLY_A}
+"""
+
+
+@pytest.mark.parametrize("only_a", [False, True])
+def test_layers_sharing_an_input_are_fused_unless_another_entry_reads_one_alone(tmp_path, only_a):
+    entry = "    entry fn only_a(x: [B, c.d]) -> [B, c.d] { a(x) }\n" if only_a else ""
+    (tmp_path / "m.linnet").write_text(TWO_LAYERS.replace("ONLY_A", entry))
+    fused: dict = {}
+    text = generate(build(tmp_path / "m.linnet"), fused=fused)
+    if only_a:
+        assert fused == {} and "FUSED_WEIGHTS" not in text and "p['a.weight']" in text
+    else:
+        assert fused == {"{a,b}.weight": ["a.weight", "b.weight"]}
+        assert "p['{a,b}.weight']" in text and "p['a.weight']" not in text

@@ -125,10 +125,58 @@ def test_compiled_decode_step_does_not_copy_the_cache(mode):
     z = np.zeros(1, dtype=np.int64)
     text = fn.lower(m.params, m.state, np.zeros((1, 1), dtype=np.int64), z, z).compile().as_text()
     shape = next(iter(m.state.values())).shape
+    assert shape == (SMALL["num_key_value_heads"], MAX_POSITIONS, 8)  # held as [max_batch * H_kv, T, D]
     cache = "f32[" + ",".join(map(str, shape)) + "]"
     copies = [ln.strip()[:160] for ln in text.splitlines() if " copy(" in ln and cache in ln.split("=", 1)[-1][:40]]
     assert not copies, copies
+    # Nor a piece of it: the attention dots read the written cache where it lies (one KV head's
+    # slice, f32[1,T,D] or f32[T,D], was a copy per head per step).
+    head = [f"f32[1,{MAX_POSITIONS},8]", f"f32[{MAX_POSITIONS},8]"]
+    pieces = [ln.strip()[:160] for ln in text.splitlines() if any(f"= {h}" in ln for h in head)]
+    assert not pieces, pieces
     assert "input_output_alias" in text  # the cache is donated to the step
+
+
+def test_linear_layers_sharing_an_input_are_one_dot(model):
+    """q, k and v (and gate and up) read one fused weight, concatenated along the output dim
+    under a key naming its members; their own names are not parameters any more."""
+    hd = SMALL["hidden_size"] // SMALL["num_attention_heads"]
+    qkv = model.params["model.layers.1.self_attn.{q,k,v}_proj.weight"]
+    assert qkv.shape == ((SMALL["num_attention_heads"] + 2 * SMALL["num_key_value_heads"]) * hd, SMALL["hidden_size"])
+    assert model.params["model.layers.0.mlp.{gate,up}_proj.weight"].shape == (2 * SMALL["intermediate_size"], 64)
+    assert not any(k.endswith(("q_proj.weight", "gate_proj.weight")) for k in model.params)
+    assert "model.layers.0.self_attn.o_proj.weight" in model.params  # its input is not shared
+
+
+def test_artifact_binds_fused_weights_from_checkpoint_names(tmp_path):
+    """An exported step takes fused weights; `load_exported` makes them from a checkpoint (by
+    checkpoint name) or from a dict by checkpoint name, and runs as the model loaded from source."""
+    from safetensors.numpy import save_file
+
+    from linnet.runtimes.jax_backend import save_exported
+
+    spec = small().program.params
+    rng = np.random.default_rng(3)
+    tensors = {t.path: (rng.standard_normal(t.shape) * 0.1).astype(np.float32) for t in spec}
+    save_file(tensors, tmp_path / "model.safetensors")
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama", **SMALL}))
+    m = lj.load(LLAMA, tmp_path, mode="stablehlo", max_positions=MAX_POSITIONS, progress=False)
+    ids, pos = np.array([[4, 8, 15, 16, 23, 42]]), np.array([0])
+    want = np.asarray(m.step(ids, pos, pos))
+    save_exported(m.exported["step"], tmp_path / "step.bin", {"entry": "step", "max_positions": MAX_POSITIONS})
+    for kw in ({"weights": tmp_path}, {"params": tensors}):
+        e = lj.load_exported(tmp_path / "step.bin", **kw)
+        assert "model.layers.0.self_attn.{q,k,v}_proj.weight" in e.params
+        np.testing.assert_array_equal(np.asarray(e.step(ids, pos, pos)), want)
+    del tensors["model.layers.1.mlp.up_proj.weight"]
+    with pytest.raises(lj_load_error(), match=r"model\.layers\.1\.mlp\.\{gate,up\}_proj\.weight"):
+        lj.load_exported(tmp_path / "step.bin", params=tensors)
+
+
+def lj_load_error():
+    from linnet.runtimes.loading import LoadError
+
+    return LoadError
 
 
 def test_weights_are_arguments_not_constants(tmp_path):

@@ -5,6 +5,8 @@ Each entry takes `p`, the parameters and state by checkpoint name plus the const
 from `constants()`, and is pure: an entry that writes state (the KV cache) returns its
 outputs and a dict of the new state by checkpoint name. Integer inputs are i64
 (run with `jax.config.update("jax_enable_x64", True)`).
+Linear layers that share an input are one dot: their weights are read fused, made
+once from the checkpoint's by `fuse_weights(params)` (see FUSED_WEIGHTS).
 """
 
 import jax
@@ -19,6 +21,24 @@ def constants():
     """Small folded constants (no weights)."""
     return {
     }
+
+
+# Weights of linear layers that share an input, concatenated along the output dim: the key
+# `prefix{a,b}suffix` stands for the checkpoint names prefix + a + suffix, prefix + b + suffix.
+FUSED_WEIGHTS = [
+    'encoder.layer.0.attention.self.{query,key,value}.weight',
+]
+
+
+def fuse_weights(params):
+    """The parameters the entries take, from `params` by checkpoint name: each group of
+    FUSED_WEIGHTS concatenated under its key, in place of its members. Run once, at load."""
+    out = dict(params)
+    for key in FUSED_WEIGHTS:
+        prefix, rest = key.split("{")
+        middles, suffix = rest.split("}")
+        out[key] = jnp.concatenate([out.pop(prefix + m + suffix) for m in middles.split(",")], axis=0)
+    return out
 
 
 def forward(p, input_ids, attention_mask):
@@ -51,18 +71,16 @@ def forward(p, input_ids, attention_mask):
     t_7_1 = attention_mask != 0
     t_8 = jnp.expand_dims(t_7_1, 1)  # [B, 1, S]
     t_9 = jnp.broadcast_to(t_8, (B, S, S))  # [B, S, S]
-    l0_query = p['encoder.layer.0.attention.self.query.weight']
-    y = jnp.einsum("...i,oi->...o", h, l0_query, precision=PRECISION)
+    query_key_value = jnp.einsum("...i,oi->...o", h, p['encoder.layer.0.attention.self.{query,key,value}.weight'], precision=PRECISION)
+    y = query_key_value[..., 0:16]
     l0_query_bias = p['encoder.layer.0.attention.self.query.bias']
     t_11 = y + l0_query_bias
     q = jnp.swapaxes(t_11.reshape(B, S, 2, 8), 1, 2)  # [B, 2, S, 8]
-    l0_key = p['encoder.layer.0.attention.self.key.weight']
-    y_1 = jnp.einsum("...i,oi->...o", h, l0_key, precision=PRECISION)
+    y_1 = query_key_value[..., 16:32]
     l0_key_bias = p['encoder.layer.0.attention.self.key.bias']
     t_13 = y_1 + l0_key_bias
     k = jnp.swapaxes(t_13.reshape(B, S, 2, 8), 1, 2)  # [B, 2, S, 8]
-    l0_value = p['encoder.layer.0.attention.self.value.weight']
-    y_2 = jnp.einsum("...i,oi->...o", h, l0_value, precision=PRECISION)
+    y_2 = query_key_value[..., 32:48]
     l0_value_bias = p['encoder.layer.0.attention.self.value.bias']
     t_15 = y_2 + l0_value_bias
     v = jnp.swapaxes(t_15.reshape(B, S, 2, 8), 1, 2)  # [B, 2, S, 8]

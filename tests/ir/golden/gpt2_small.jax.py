@@ -5,6 +5,8 @@ Each entry takes `p`, the parameters and state by checkpoint name plus the const
 from `constants()`, and is pure: an entry that writes state (the KV cache) returns its
 outputs and a dict of the new state by checkpoint name. Integer inputs are i64
 (run with `jax.config.update("jax_enable_x64", True)`).
+KV caches declared [max_batch, H, T, D] are held as [max_batch * H, T, D], so XLA
+writes them in place and the attention dots read them where they lie.
 """
 
 import jax
@@ -19,6 +21,19 @@ def constants():
     """Small folded constants (no weights)."""
     return {
     }
+
+
+def write_cache(cache, rows, positions, new):
+    """`cache` [max_batch * H, T, D] with `new` [B, H, S, D] written at row `rows[b]`, positions
+    `positions[b] + 0..S-1`; positions past the cache are dropped (a padded prefill's tail)."""
+    h, s = new.shape[1], new.shape[2]
+    rows_and_positions = jnp.broadcast_arrays(rows[:, None] * h, positions[:, None] + lax.iota(jnp.int64, s))
+    window = lax.ScatterDimensionNumbers(
+        update_window_dims=(1, 3), inserted_window_dims=(1,), scatter_dims_to_operand_dims=(0, 1)
+    )
+    return lax.scatter(
+        cache, jnp.stack(rows_and_positions, axis=-1), new, window, mode=lax.GatherScatterMode.FILL_OR_DROP
+    )
 
 
 def forward(p, input_ids):
@@ -147,15 +162,16 @@ def step(p, input_ids, positions, rows):
     k_1 = jnp.swapaxes(k.reshape(B, S, 2, 8), 1, 2)  # [B, 2, S, 8]
     v_1 = jnp.swapaxes(v.reshape(B, S, 2, 8), 1, 2)  # [B, 2, S, 8]
     l0_k_cache = p['transformer.h.0.attn.k_cache']
-    k_cache = l0_k_cache.at[rows[:, None], :, positions[:, None] + lax.iota(jnp.int64, S)].set(jnp.swapaxes(k_1, 1, 2), mode='drop')
+    k_cache = write_cache(l0_k_cache, rows, positions, k_1)
     l0_v_cache = p['transformer.h.0.attn.v_cache']
-    v_cache = l0_v_cache.at[rows[:, None], :, positions[:, None] + lax.iota(jnp.int64, S)].set(jnp.swapaxes(v_1, 1, 2), mode='drop')
-    t_10 = jnp.broadcast_to(k_cache, (B, 2, 16, 8))
-    t_11 = jnp.broadcast_to(v_cache, (B, 2, 16, 8))
-    scores = jnp.stack([jnp.einsum("bsd,btd->bst", q_1[:, i], t_10[:, i], precision=PRECISION) for i in range(2)], axis=1) * 0.35355339059327373  # one KV head at a time
+    v_cache = write_cache(l0_v_cache, rows, positions, v_1)
+    t_10 = jnp.broadcast_to(k_cache.reshape(1, 2, 16, 8), (B, 2, 16, 8)).reshape(2 * B, 16, 8)
+    t_11 = jnp.broadcast_to(v_cache.reshape(1, 2, 16, 8), (B, 2, 16, 8)).reshape(2 * B, 16, 8)
+    q_grouped = q_1.reshape(2 * B, 1 * S, 8)
+    scores = jnp.einsum("ksd,ktd->kst", q_grouped, t_10, precision=PRECISION).reshape(B, 2, S, 16) * 0.35355339059327373
     scores = jnp.where(jnp.expand_dims(mask, 1), scores, jnp.finfo(jnp.float32).min)
     probs = jax.nn.softmax(scores, axis=-1)
-    out = jnp.stack([jnp.matmul(probs[:, i], t_11[:, i], precision=PRECISION) for i in range(2)], axis=1)  # attention: [B, 2, S, 8]
+    out = jnp.einsum("kst,ktd->ksd", probs.reshape(2 * B, 1 * S, 16), t_11, precision=PRECISION).reshape(B, 2, S, 8)  # attention: [B, 2, S, 8]
     t_12 = jnp.swapaxes(out, 1, 2).reshape(B, S, 16)  # [B, S, 16]
     l0_c_proj = p['transformer.h.0.attn.c_proj.weight']
     t_13 = jnp.matmul(t_12, l0_c_proj, precision=PRECISION)

@@ -5,6 +5,10 @@ Each entry takes `p`, the parameters and state by checkpoint name plus the const
 from `constants()`, and is pure: an entry that writes state (the KV cache) returns its
 outputs and a dict of the new state by checkpoint name. Integer inputs are i64
 (run with `jax.config.update("jax_enable_x64", True)`).
+Linear layers that share an input are one dot: their weights are read fused, made
+once from the checkpoint's by `fuse_weights(params)` (see FUSED_WEIGHTS).
+KV caches declared [max_batch, H, T, D] are held as [max_batch * H, T, D], so XLA
+writes them in place and the attention dots read them where they lie.
 """
 
 import jax
@@ -20,6 +24,40 @@ def constants():
     return {
         'const:exponents': jnp.array([0.0, 0.25, 0.5, 0.75], dtype=jnp.float32),
     }
+
+
+# Weights of linear layers that share an input, concatenated along the output dim: the key
+# `prefix{a,b}suffix` stands for the checkpoint names prefix + a + suffix, prefix + b + suffix.
+FUSED_WEIGHTS = [
+    'model.layers.0.self_attn.{q,k,v}_proj.weight',
+    'model.layers.0.mlp.{gate,up}_proj.weight',
+    'model.layers.1.self_attn.{q,k,v}_proj.weight',
+    'model.layers.1.mlp.{gate,up}_proj.weight',
+]
+
+
+def fuse_weights(params):
+    """The parameters the entries take, from `params` by checkpoint name: each group of
+    FUSED_WEIGHTS concatenated under its key, in place of its members. Run once, at load."""
+    out = dict(params)
+    for key in FUSED_WEIGHTS:
+        prefix, rest = key.split("{")
+        middles, suffix = rest.split("}")
+        out[key] = jnp.concatenate([out.pop(prefix + m + suffix) for m in middles.split(",")], axis=0)
+    return out
+
+
+def write_cache(cache, rows, positions, new):
+    """`cache` [max_batch * H, T, D] with `new` [B, H, S, D] written at row `rows[b]`, positions
+    `positions[b] + 0..S-1`; positions past the cache are dropped (a padded prefill's tail)."""
+    h, s = new.shape[1], new.shape[2]
+    rows_and_positions = jnp.broadcast_arrays(rows[:, None] * h, positions[:, None] + lax.iota(jnp.int64, s))
+    window = lax.ScatterDimensionNumbers(
+        update_window_dims=(1, 3), inserted_window_dims=(1,), scatter_dims_to_operand_dims=(0, 1)
+    )
+    return lax.scatter(
+        cache, jnp.stack(rows_and_positions, axis=-1), new, window, mode=lax.GatherScatterMode.FILL_OR_DROP
+    )
 
 
 def forward(p, input_ids):
@@ -50,14 +88,12 @@ def forward(p, input_ids):
     t_2_1 = lax.rsqrt(t_1_1)
     h_1 = h * t_2_1
     t_3 = l0_input_layernorm * h_1
-    l0_q_proj = p['model.layers.0.self_attn.q_proj.weight']
-    y = jnp.einsum("...i,oi->...o", t_3, l0_q_proj, precision=PRECISION)
+    q_k_v = jnp.einsum("...i,oi->...o", t_3, p['model.layers.0.self_attn.{q,k,v}_proj.weight'], precision=PRECISION)
+    y = q_k_v[..., 0:32]
     q = jnp.swapaxes(y.reshape(B, S, 4, 8), 1, 2)  # [B, 4, S, 8]
-    l0_k_proj = p['model.layers.0.self_attn.k_proj.weight']
-    y_1 = jnp.einsum("...i,oi->...o", t_3, l0_k_proj, precision=PRECISION)
+    y_1 = q_k_v[..., 32:48]
     k = jnp.swapaxes(y_1.reshape(B, S, 2, 8), 1, 2)  # [B, 2, S, 8]
-    l0_v_proj = p['model.layers.0.self_attn.v_proj.weight']
-    y_2 = jnp.einsum("...i,oi->...o", t_3, l0_v_proj, precision=PRECISION)
+    y_2 = q_k_v[..., 48:64]
     v = jnp.swapaxes(y_2.reshape(B, S, 2, 8), 1, 2)  # [B, 2, S, 8]
     t_13 = jnp.expand_dims(cos, 1)  # [B, 1, S, 8]
     t_14 = q * t_13
@@ -92,11 +128,10 @@ def forward(p, input_ids):
     t_2_2 = lax.rsqrt(t_1_2)
     h_2 = x * t_2_2
     t_3_1 = l0_post_attention_layernorm * h_2
-    l0_gate_proj = p['model.layers.0.mlp.gate_proj.weight']
-    y_4 = jnp.einsum("...i,oi->...o", t_3_1, l0_gate_proj, precision=PRECISION)
+    gate_up = jnp.einsum("...i,oi->...o", t_3_1, p['model.layers.0.mlp.{gate,up}_proj.weight'], precision=PRECISION)
+    y_4 = gate_up[..., 0:64]
     silu = jax.nn.silu(y_4)  # silu: [B, S, 64]
-    l0_up_proj = p['model.layers.0.mlp.up_proj.weight']
-    y_5 = jnp.einsum("...i,oi->...o", t_3_1, l0_up_proj, precision=PRECISION)
+    y_5 = gate_up[..., 64:128]
     t_29 = silu * y_5
     l0_down_proj = p['model.layers.0.mlp.down_proj.weight']
     y_6 = jnp.einsum("...i,oi->...o", t_29, l0_down_proj, precision=PRECISION)
@@ -109,14 +144,12 @@ def forward(p, input_ids):
     t_2_3 = lax.rsqrt(t_1_3)
     h_4 = h_3 * t_2_3
     t_3_2 = l1_input_layernorm * h_4
-    l1_q_proj = p['model.layers.1.self_attn.q_proj.weight']
-    y_7 = jnp.einsum("...i,oi->...o", t_3_2, l1_q_proj, precision=PRECISION)
+    q_k_v_1 = jnp.einsum("...i,oi->...o", t_3_2, p['model.layers.1.self_attn.{q,k,v}_proj.weight'], precision=PRECISION)
+    y_7 = q_k_v_1[..., 0:32]
     q_2 = jnp.swapaxes(y_7.reshape(B, S, 4, 8), 1, 2)  # [B, 4, S, 8]
-    l1_k_proj = p['model.layers.1.self_attn.k_proj.weight']
-    y_8 = jnp.einsum("...i,oi->...o", t_3_2, l1_k_proj, precision=PRECISION)
+    y_8 = q_k_v_1[..., 32:48]
     k_2 = jnp.swapaxes(y_8.reshape(B, S, 2, 8), 1, 2)  # [B, 2, S, 8]
-    l1_v_proj = p['model.layers.1.self_attn.v_proj.weight']
-    y_9 = jnp.einsum("...i,oi->...o", t_3_2, l1_v_proj, precision=PRECISION)
+    y_9 = q_k_v_1[..., 48:64]
     v_1 = jnp.swapaxes(y_9.reshape(B, S, 2, 8), 1, 2)  # [B, 2, S, 8]
     t_35 = q_2 * t_13
     x1_2 = q_2[:, :, :, :4]
@@ -149,11 +182,10 @@ def forward(p, input_ids):
     t_2_4 = lax.rsqrt(t_1_4)
     h_5 = x_1 * t_2_4
     t_3_3 = l1_post_attention_layernorm * h_5
-    l1_gate_proj = p['model.layers.1.mlp.gate_proj.weight']
-    y_11 = jnp.einsum("...i,oi->...o", t_3_3, l1_gate_proj, precision=PRECISION)
+    gate_up_1 = jnp.einsum("...i,oi->...o", t_3_3, p['model.layers.1.mlp.{gate,up}_proj.weight'], precision=PRECISION)
+    y_11 = gate_up_1[..., 0:64]
     silu_1 = jax.nn.silu(y_11)  # silu: [B, S, 64]
-    l1_up_proj = p['model.layers.1.mlp.up_proj.weight']
-    y_12 = jnp.einsum("...i,oi->...o", t_3_3, l1_up_proj, precision=PRECISION)
+    y_12 = gate_up_1[..., 64:128]
     t_50 = silu_1 * y_12
     l1_down_proj = p['model.layers.1.mlp.down_proj.weight']
     y_13 = jnp.einsum("...i,oi->...o", t_50, l1_down_proj, precision=PRECISION)
@@ -200,14 +232,12 @@ def step(p, input_ids, positions, rows):
     t_2_1 = lax.rsqrt(t_1_1)
     h_1 = h * t_2_1
     t_3 = l0_input_layernorm * h_1
-    l0_q_proj = p['model.layers.0.self_attn.q_proj.weight']
-    y = jnp.einsum("...i,oi->...o", t_3, l0_q_proj, precision=PRECISION)
+    q_k_v = jnp.einsum("...i,oi->...o", t_3, p['model.layers.0.self_attn.{q,k,v}_proj.weight'], precision=PRECISION)
+    y = q_k_v[..., 0:32]
     q = jnp.swapaxes(y.reshape(B, S, 4, 8), 1, 2)  # [B, 4, S, 8]
-    l0_k_proj = p['model.layers.0.self_attn.k_proj.weight']
-    y_1 = jnp.einsum("...i,oi->...o", t_3, l0_k_proj, precision=PRECISION)
+    y_1 = q_k_v[..., 32:48]
     k = jnp.swapaxes(y_1.reshape(B, S, 2, 8), 1, 2)  # [B, 2, S, 8]
-    l0_v_proj = p['model.layers.0.self_attn.v_proj.weight']
-    y_2 = jnp.einsum("...i,oi->...o", t_3, l0_v_proj, precision=PRECISION)
+    y_2 = q_k_v[..., 48:64]
     v = jnp.swapaxes(y_2.reshape(B, S, 2, 8), 1, 2)  # [B, 2, S, 8]
     t_13 = jnp.expand_dims(cos, 1)  # [B, 1, S, 8]
     t_14 = q * t_13
@@ -226,18 +256,16 @@ def step(p, input_ids, positions, rows):
     t_24 = t_22 * t_17
     k_1 = t_20 + t_24
     l0_k_cache = p['model.layers.0.self_attn.k_cache']
-    k_cache = l0_k_cache.at[rows[:, None], :, positions[:, None] + lax.iota(jnp.int64, S)].set(jnp.swapaxes(k_1, 1, 2), mode='drop')
+    k_cache = write_cache(l0_k_cache, rows, positions, k_1)
     l0_v_cache = p['model.layers.0.self_attn.v_cache']
-    v_cache = l0_v_cache.at[rows[:, None], :, positions[:, None] + lax.iota(jnp.int64, S)].set(jnp.swapaxes(v, 1, 2), mode='drop')
-    t_25 = jnp.broadcast_to(k_cache, (B, 2, 16, 8))
-    t_26 = jnp.broadcast_to(v_cache, (B, 2, 16, 8))
-    q_grouped = q_1.reshape(B, 2, 2 * S, 8)  # 2 heads per KV head
-    scores = jnp.stack([jnp.einsum("bsd,btd->bst", q_grouped[:, i], t_25[:, i], precision=PRECISION) for i in range(2)], axis=1)  # one KV head at a time
-    scores = scores.reshape(B, 4, S, 16) * 0.3535533905932738
+    v_cache = write_cache(l0_v_cache, rows, positions, v)
+    t_25 = jnp.broadcast_to(k_cache.reshape(1, 2, 16, 8), (B, 2, 16, 8)).reshape(2 * B, 16, 8)
+    t_26 = jnp.broadcast_to(v_cache.reshape(1, 2, 16, 8), (B, 2, 16, 8)).reshape(2 * B, 16, 8)
+    q_grouped = q_1.reshape(2 * B, 2 * S, 8)  # 2 heads per KV head
+    scores = jnp.einsum("ksd,ktd->kst", q_grouped, t_25, precision=PRECISION).reshape(B, 4, S, 16) * 0.3535533905932738
     scores = jnp.where(jnp.expand_dims(mask, 1), scores, jnp.finfo(jnp.float32).min)
     probs = jax.nn.softmax(scores.astype(jnp.float32), axis=-1).astype(jnp.float32)
-    probs_grouped = probs.reshape(B, 2, 2 * S, 16)
-    out = jnp.stack([jnp.matmul(probs_grouped[:, i], t_26[:, i], precision=PRECISION) for i in range(2)], axis=1).reshape(B, 4, S, 8)  # attention: [B, 4, S, 8]
+    out = jnp.einsum("kst,ktd->ksd", probs.reshape(2 * B, 2 * S, 16), t_26, precision=PRECISION).reshape(B, 4, S, 8)  # attention: [B, 4, S, 8]
     t_27 = jnp.swapaxes(out, 1, 2).reshape(B, S, 32)  # [B, S, 32]
     l0_o_proj = p['model.layers.0.self_attn.o_proj.weight']
     y_3 = jnp.einsum("...i,oi->...o", t_27, l0_o_proj, precision=PRECISION)
@@ -250,11 +278,10 @@ def step(p, input_ids, positions, rows):
     t_2_2 = lax.rsqrt(t_1_2)
     h_2 = x * t_2_2
     t_3_1 = l0_post_attention_layernorm * h_2
-    l0_gate_proj = p['model.layers.0.mlp.gate_proj.weight']
-    y_4 = jnp.einsum("...i,oi->...o", t_3_1, l0_gate_proj, precision=PRECISION)
+    gate_up = jnp.einsum("...i,oi->...o", t_3_1, p['model.layers.0.mlp.{gate,up}_proj.weight'], precision=PRECISION)
+    y_4 = gate_up[..., 0:64]
     silu = jax.nn.silu(y_4)  # silu: [B, S, 64]
-    l0_up_proj = p['model.layers.0.mlp.up_proj.weight']
-    y_5 = jnp.einsum("...i,oi->...o", t_3_1, l0_up_proj, precision=PRECISION)
+    y_5 = gate_up[..., 64:128]
     t_31 = silu * y_5
     l0_down_proj = p['model.layers.0.mlp.down_proj.weight']
     y_6 = jnp.einsum("...i,oi->...o", t_31, l0_down_proj, precision=PRECISION)
@@ -267,14 +294,12 @@ def step(p, input_ids, positions, rows):
     t_2_3 = lax.rsqrt(t_1_3)
     h_4 = h_3 * t_2_3
     t_3_2 = l1_input_layernorm * h_4
-    l1_q_proj = p['model.layers.1.self_attn.q_proj.weight']
-    y_7 = jnp.einsum("...i,oi->...o", t_3_2, l1_q_proj, precision=PRECISION)
+    q_k_v_1 = jnp.einsum("...i,oi->...o", t_3_2, p['model.layers.1.self_attn.{q,k,v}_proj.weight'], precision=PRECISION)
+    y_7 = q_k_v_1[..., 0:32]
     q_2 = jnp.swapaxes(y_7.reshape(B, S, 4, 8), 1, 2)  # [B, 4, S, 8]
-    l1_k_proj = p['model.layers.1.self_attn.k_proj.weight']
-    y_8 = jnp.einsum("...i,oi->...o", t_3_2, l1_k_proj, precision=PRECISION)
+    y_8 = q_k_v_1[..., 32:48]
     k_2 = jnp.swapaxes(y_8.reshape(B, S, 2, 8), 1, 2)  # [B, 2, S, 8]
-    l1_v_proj = p['model.layers.1.self_attn.v_proj.weight']
-    y_9 = jnp.einsum("...i,oi->...o", t_3_2, l1_v_proj, precision=PRECISION)
+    y_9 = q_k_v_1[..., 48:64]
     v_1 = jnp.swapaxes(y_9.reshape(B, S, 2, 8), 1, 2)  # [B, 2, S, 8]
     t_37 = q_2 * t_13
     x1_2 = q_2[:, :, :, :4]
@@ -291,18 +316,16 @@ def step(p, input_ids, positions, rows):
     t_47 = t_45 * t_17
     k_3 = t_43 + t_47
     l1_k_cache = p['model.layers.1.self_attn.k_cache']
-    k_cache_1 = l1_k_cache.at[rows[:, None], :, positions[:, None] + lax.iota(jnp.int64, S)].set(jnp.swapaxes(k_3, 1, 2), mode='drop')
+    k_cache_1 = write_cache(l1_k_cache, rows, positions, k_3)
     l1_v_cache = p['model.layers.1.self_attn.v_cache']
-    v_cache_1 = l1_v_cache.at[rows[:, None], :, positions[:, None] + lax.iota(jnp.int64, S)].set(jnp.swapaxes(v_1, 1, 2), mode='drop')
-    t_48 = jnp.broadcast_to(k_cache_1, (B, 2, 16, 8))
-    t_49 = jnp.broadcast_to(v_cache_1, (B, 2, 16, 8))
-    q_grouped_1 = q_3.reshape(B, 2, 2 * S, 8)  # 2 heads per KV head
-    scores_1 = jnp.stack([jnp.einsum("bsd,btd->bst", q_grouped_1[:, i], t_48[:, i], precision=PRECISION) for i in range(2)], axis=1)  # one KV head at a time
-    scores_1 = scores_1.reshape(B, 4, S, 16) * 0.3535533905932738
+    v_cache_1 = write_cache(l1_v_cache, rows, positions, v_1)
+    t_48 = jnp.broadcast_to(k_cache_1.reshape(1, 2, 16, 8), (B, 2, 16, 8)).reshape(2 * B, 16, 8)
+    t_49 = jnp.broadcast_to(v_cache_1.reshape(1, 2, 16, 8), (B, 2, 16, 8)).reshape(2 * B, 16, 8)
+    q_grouped_1 = q_3.reshape(2 * B, 2 * S, 8)  # 2 heads per KV head
+    scores_1 = jnp.einsum("ksd,ktd->kst", q_grouped_1, t_48, precision=PRECISION).reshape(B, 4, S, 16) * 0.3535533905932738
     scores_1 = jnp.where(jnp.expand_dims(mask, 1), scores_1, jnp.finfo(jnp.float32).min)
     probs_1 = jax.nn.softmax(scores_1.astype(jnp.float32), axis=-1).astype(jnp.float32)
-    probs_grouped_1 = probs_1.reshape(B, 2, 2 * S, 16)
-    out_1 = jnp.stack([jnp.matmul(probs_grouped_1[:, i], t_49[:, i], precision=PRECISION) for i in range(2)], axis=1).reshape(B, 4, S, 8)  # attention: [B, 4, S, 8]
+    out_1 = jnp.einsum("kst,ktd->ksd", probs_1.reshape(2 * B, 2 * S, 16), t_49, precision=PRECISION).reshape(B, 4, S, 8)  # attention: [B, 4, S, 8]
     t_50 = jnp.swapaxes(out_1, 1, 2).reshape(B, S, 32)  # [B, S, 32]
     l1_o_proj = p['model.layers.1.self_attn.o_proj.weight']
     y_10 = jnp.einsum("...i,oi->...o", t_50, l1_o_proj, precision=PRECISION)
@@ -315,11 +338,10 @@ def step(p, input_ids, positions, rows):
     t_2_4 = lax.rsqrt(t_1_4)
     h_5 = x_1 * t_2_4
     t_3_3 = l1_post_attention_layernorm * h_5
-    l1_gate_proj = p['model.layers.1.mlp.gate_proj.weight']
-    y_11 = jnp.einsum("...i,oi->...o", t_3_3, l1_gate_proj, precision=PRECISION)
+    gate_up_1 = jnp.einsum("...i,oi->...o", t_3_3, p['model.layers.1.mlp.{gate,up}_proj.weight'], precision=PRECISION)
+    y_11 = gate_up_1[..., 0:64]
     silu_1 = jax.nn.silu(y_11)  # silu: [B, S, 64]
-    l1_up_proj = p['model.layers.1.mlp.up_proj.weight']
-    y_12 = jnp.einsum("...i,oi->...o", t_3_3, l1_up_proj, precision=PRECISION)
+    y_12 = gate_up_1[..., 64:128]
     t_54 = silu_1 * y_12
     l1_down_proj = p['model.layers.1.mlp.down_proj.weight']
     y_13 = jnp.einsum("...i,oi->...o", t_54, l1_down_proj, precision=PRECISION)
