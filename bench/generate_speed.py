@@ -723,9 +723,10 @@ def goals(rows: list[dict]) -> dict:
     return out
 
 
-def measured_optimum_peer() -> dict | None:
-    """bench/optimum_peer.py's result (the issue-6 peer measured here, in its own environment), if present."""
-    path = ROOT / "bench" / "results" / "optimum_peer.json"
+def measured_peer(name: str) -> dict | None:
+    """bench/NAME.py's result (optimum_peer: issue 6's peer; kerashub_peer: issue 5's), measured here in its own
+    environment, if present."""
+    path = ROOT / "bench" / "results" / f"{name}.json"
     if not path.exists():
         return None
     data = json.loads(path.read_text())
@@ -838,7 +839,7 @@ def markdown(result: dict) -> str:
             f"TTFT {ort_f32['ttft_ms_median']:.0f} ms, {ort_f32['decode_tok_s_median']:.1f} tok/s "
             "(goal: faster on both)."
         )
-        measured = measured_optimum_peer()
+        measured = measured_peer("optimum_peer")
         if measured is not None:
             lines.append(
                 f"The same peer measured on this machine by `bench/optimum_peer.py` ({measured['date']} UTC, "
@@ -862,6 +863,16 @@ def markdown(result: dict) -> str:
             f"{kp['jit_warmup_s'][0]}–{kp['jit_warmup_s'][1]} s of JIT warm-up. Here: {here} "
             f"(goal: ≥ 2× its decode, {2 * kp['decode_tok_s']:.0f} tok/s, with greedy tokens equal to transformers')."
         )
+        measured = measured_peer("kerashub_peer")
+        if measured is not None:
+            wait = measured.get("contention", {}).get("cpu_wait_pct")
+            lines.append(
+                f"The same peer measured on this machine by `bench/kerashub_peer.py` ({measured['date']} UTC, "
+                f"keras-hub {measured['versions'].get('keras-hub')}, its own environment; results/kerashub_peer.json"
+                f"{f', CPU wait {wait:.0f} %' if wait is not None else ''}): TTFT {measured['ttft_ms']:.0f} ms, "
+                f"{measured['decode_tok_s']:.1f} tok/s decode, load {measured['load_s']:.1f} s + warm-up "
+                f"{measured['warmup_s']:.1f} s; 2× its decode: {2 * measured['decode_tok_s']:.1f} tok/s."
+            )
     return "\n".join(lines).rstrip() + "\n"
 
 
