@@ -116,7 +116,8 @@ def _emit_source(args: argparse.Namespace, cmd: str, codegen) -> int:
 
 def cmd_stablehlo(args: argparse.Namespace) -> int:
     """The entry as StableHLO text (`-o` or stdout) and, with `--serialized`, the serialized
-    `jax.export` artifact plus a JSON sidecar (entry, max_batch, max_positions, dtype)."""
+    `jax.export` artifact plus a JSON sidecar (entry, max_batch, max_positions, dtype, and the
+    fused weights' members with their shapes)."""
     from .compiler.jax.codegen import CodegenError
     from .ir import ProgramError
 
@@ -129,12 +130,15 @@ def cmd_stablehlo(args: argparse.Namespace) -> int:
         entry = args.entry or next(iter(program.entries))
         if entry not in program.entries:
             raise ValueError(f"no entry `{entry}` (entries: {', '.join(program.entries)})")
-        exported = export_entry(compile_program(program, args.numerics), entry, platforms=args.platform)
+        compiled = compile_program(program, args.numerics)
+        exported = export_entry(compiled, entry, platforms=args.platform)
     except (ProgramError, CodegenError, BackendError, ValueError, OSError) as err:
         return _fail("stablehlo", err)
     if args.serialized:
+        from .compiler.jax.module import exported_signature, fused_member_shapes
         from .runtimes.jax_backend import save_exported
 
+        takes = exported_signature(exported)[0]
         meta = {
             "entry": entry,
             "source": args.file,
@@ -146,6 +150,7 @@ def cmd_stablehlo(args: argparse.Namespace) -> int:
             "max_positions": program.max_positions,
             "inputs": [v.name for v in program.entries[entry].inputs],
             "platforms": list(exported.platforms),
+            "fused_weights": {k: v for k, v in fused_member_shapes(program, compiled.fused).items() if k in takes},
         }
         for path in save_exported(exported, args.serialized, meta):
             print(f"wrote {path}", file=sys.stderr)

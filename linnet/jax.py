@@ -3,7 +3,9 @@
 `load(source, weights=None, preset=None, config=None, dtype="f32", numerics="equivalent",
 device="cpu", max_batch=1, max_positions=768, mode="generated"|"stablehlo")` returns a
 `JaxModel` whose entries (`forward`, `step`) are attributes, with `params` (by checkpoint
-name) and the threaded, donated KV cache in `state`. `load_exported(path, params=...|weights=...)`
+name, except weights fused for one dot, under a key naming their members such as
+`model.layers.0.self_attn.{q,k,v}_proj.weight`) and the threaded, donated KV cache in `state`
+(held as [max_batch * H_kv, T, D]). `load_exported(path, params=...|weights=...)`
 runs a serialized StableHLO artifact without its source. See `linnet.runtimes.jax_backend`.
 """
 

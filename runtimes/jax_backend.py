@@ -388,11 +388,17 @@ def load_exported(
     name = meta.get("entry", "entry")
     dev = _device(device)
     param_specs, state_specs, _ = exported_signature(exported)
+    if state_specs and "max_batch" not in meta:
+        raise _load_error(
+            f"{meta_path}: missing or without `max_batch`; an entry with a KV cache needs it (written next to the "
+            "artifact by `linnet stablehlo --serialized`: the entry, max_batch and max_positions)"
+        )
+    members = meta.get("fused_weights", {})
     if params is None:
         if weights is None:
             raise _load_error(f"{path}: give params= (a dict by checkpoint name) or weights= (a checkpoint)")
-        params = _weights_by_name(weights, param_specs)
-    params = _fused_from_members(params, param_specs)
+        params = _weights_by_name(weights, param_specs, members)
+    params = _fused_from_members(params, param_specs, members)
     missing = [k for k in param_specs if k not in params]
     if missing:
         raise _load_error(f"error[L502]: {len(missing)} parameter(s) the artifact takes are missing: {missing[:6]}")
@@ -413,7 +419,7 @@ def load_exported(
         state=state,
         functions={name: exported_fn(exported, stateful)},
         stateful={name: stateful},
-        max_batch=int(meta.get("max_batch", next(iter(state_specs.values())).shape[0] if state_specs else 1)),
+        max_batch=int(meta.get("max_batch", 1)),
         max_positions=int(meta.get("max_positions", 0)),
         vocab_size=vocab,
         exported={name: exported},
@@ -422,25 +428,49 @@ def load_exported(
     )
 
 
-def _fused_from_members(params: dict, specs: dict) -> dict:
+def _fused_from_members(params: dict, specs: dict, members: dict) -> dict:
     """`params` with each fused key the artifact takes (`codegen.fused_key`) that `params` lacks
-    made from its members by checkpoint name, when they are all there."""
+    made from its members by checkpoint name (`_fuse_members`)."""
     from linnet.compiler.jax.codegen import fused_names
+
+    out = dict(params)
+    for key, spec in specs.items():
+        names = fused_names(key) if key not in params else None
+        if names:
+            missing = [n for n in names if n not in params]
+            if missing:
+                raise _load_error(
+                    f"error[L502]: no tensor for {', '.join(f'`{n}`' for n in missing)} (fused as `{key}`)"
+                )
+            out[key] = _fuse_members(key, {n: np.asarray(params[n]) for n in names}, spec, members.get(key))
+    return out
+
+
+def _fuse_members(key: str, parts: dict, spec, shapes: dict | None) -> np.ndarray:
+    """The members of fused weight `key` concatenated along dim 0, each checked first against its
+    shape in the artifact's metadata (`shapes`: name -> shape; `fused_weights` in the JSON), or,
+    without it, against the fused weight's row length.
+
+    Raises LoadError (L501) naming the member and both shapes."""
     from linnet.compiler.jax.module import fuse_params
 
-    groups = {k: fused_names(k) for k in specs if k not in params}
-    groups = {k: names for k, names in groups.items() if names and all(n in params for n in names)}
-    if not groups:
-        return params
-    kept = {n: np.asarray(params[n]) for names in groups.values() for n in names}
-    return {**params, **fuse_params(kept, groups)}
+    for n, a in parts.items():
+        want = shapes.get(n) if shapes else None
+        if want is not None and list(a.shape) != list(want):
+            raise _load_error(
+                f"error[L501]: `{n}` is {list(a.shape)}, the artifact takes {list(want)} (fused as `{key}`)"
+            )
+        if want is None and (a.ndim != 2 or a.shape[1] != spec.shape[1]):
+            raise _load_error(
+                f"error[L501]: `{n}` is {list(a.shape)}, the artifact takes [rows, {spec.shape[1]}] (fused as `{key}`)"
+            )
+    return fuse_params(parts, {key: list(parts)})[key]
 
 
-def _weights_by_name(weights, specs: dict) -> dict:
+def _weights_by_name(weights, specs: dict, members: dict) -> dict:
     """The artifact's parameters read from a checkpoint: by checkpoint name, a fused key's
-    members concatenated under it (`codegen.fused_names`)."""
+    members concatenated under it (`codegen.fused_names`, `_fuse_members`)."""
     from linnet.compiler.jax.codegen import fused_names
-    from linnet.compiler.jax.module import fuse_params
 
     from .checkpoints import CheckpointError, open_checkpoint
     from .loading import _prefix_map
@@ -456,7 +486,7 @@ def _weights_by_name(weights, specs: dict) -> dict:
                     if rename(n) not in ckpt:
                         raise _load_error(f"error[L502]: {weights} has no tensor for `{n}`")
                     parts[n] = _to_numpy(ckpt.load(rename(n)), "f32").astype(spec.dtype)
-                out[k] = parts[k] if k in parts else fuse_params(parts, {k: names[k]})[k]
+                out[k] = parts[k] if k in parts else _fuse_members(k, parts, spec, members.get(k))
             return out
     except CheckpointError as err:
         raise _load_error(str(err)) from err

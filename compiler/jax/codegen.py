@@ -590,15 +590,15 @@ def generate(program: Program, numerics: str = "equivalent", fused: dict | None 
         "outputs and a dict of the new state by checkpoint name. Integer inputs are i64",
         '(run with `jax.config.update("jax_enable_x64", True)`).',
     ]
-    if fused:
-        head += [
-            "Linear layers that share an input are one dot: their weights are read fused, made",
-            "once from the checkpoint's by `fuse_weights(params)` (see FUSED_WEIGHTS).",
-        ]
+    head += [
+        "Pass `p = {**fuse_weights(params), **state, **constants()}`: linear layers that share an",
+        "input are one dot over their weights fused (FUSED_WEIGHTS), made once by `fuse_weights`.",
+    ]
     if any(len(t.shape) == 4 for t in program.state):
         head += [
-            "KV caches declared [max_batch, H, T, D] are held as [max_batch * H, T, D], so XLA",
-            "writes them in place and the attention dots read them where they lie.",
+            "KV caches declared [max_batch, H, T, D] are held as [max_batch * H, T, D], so that XLA",
+            "writes them in place (when the caller donates them: `jax.jit(..., donate_argnums=...)`)",
+            "and the attention dots read them where they lie.",
         ]
     head += [
         '"""',
@@ -620,9 +620,9 @@ def generate(program: Program, numerics: str = "equivalent", fused: dict | None 
     head.append("    }")
     if any("write_cache(" in f for f in funcs):
         funcs.insert(0, WRITE_CACHE)
-    if fused:
-        keys = "\n".join(f"    {k!r}," for k in fused)
-        funcs.insert(0, FUSE_WEIGHTS.replace("    KEYS", keys))
+    # Emitted with no groups too, so every generated module has the same API.
+    keys = "".join(f"\n    {k!r}," for k in fused)
+    funcs.insert(0, FUSE_WEIGHTS.replace("[\n    KEYS\n]", f"[{keys}\n]" if keys else "[]"))
     return "\n".join(head + [""] + ["\n" + f + "\n" for f in funcs]).rstrip() + "\n"
 
 

@@ -120,6 +120,13 @@ def fuse_params(params: dict, fused: dict[str, list[str]]) -> dict:
 # ----------------------------------------------------------------------------- StableHLO
 
 
+def fused_member_shapes(program: Program, fused: dict[str, list[str]]) -> dict[str, dict[str, list[int]]]:
+    """Each fused weight's members and their shapes, by checkpoint name (what an artifact's JSON
+    records, so that `load_exported` can check each member, not only their concatenation)."""
+    shapes = {t.path: list(t.shape) for t in program.params}
+    return {key: {n: shapes[n] for n in names} for key, names in fused.items()}
+
+
 def param_specs(program: Program, fused: dict[str, list[str]] | None = None) -> tuple[dict, dict]:
     """ShapeDtypeStructs of the parameters (by checkpoint name, and the `fused` groups by their
     key in place of their members) and of the state, in the shape the backend holds it

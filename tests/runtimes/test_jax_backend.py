@@ -150,9 +150,13 @@ def test_linear_layers_sharing_an_input_are_one_dot(model):
 
 def test_artifact_binds_fused_weights_from_checkpoint_names(tmp_path):
     """An exported step takes fused weights; `load_exported` makes them from a checkpoint (by
-    checkpoint name) or from a dict by checkpoint name, and runs as the model loaded from source."""
+    checkpoint name) or from a dict by checkpoint name, and runs as the model loaded from source.
+    Each member is checked against its shape in the artifact's JSON: a member swapped with
+    another (the fused shape unchanged), mis-shaped or missing is named."""
     from safetensors.numpy import save_file
 
+    from linnet.compiler.jax.codegen import fused_names
+    from linnet.compiler.jax.module import fused_member_shapes
     from linnet.runtimes.jax_backend import save_exported
 
     spec = small().program.params
@@ -163,13 +167,31 @@ def test_artifact_binds_fused_weights_from_checkpoint_names(tmp_path):
     m = lj.load(LLAMA, tmp_path, mode="stablehlo", max_positions=MAX_POSITIONS, progress=False)
     ids, pos = np.array([[4, 8, 15, 16, 23, 42]]), np.array([0])
     want = np.asarray(m.step(ids, pos, pos))
-    save_exported(m.exported["step"], tmp_path / "step.bin", {"entry": "step", "max_positions": MAX_POSITIONS})
+    fused = {k: fused_names(k) for k in m.params if fused_names(k)}
+    meta = {"entry": "step", "max_batch": 1, "max_positions": MAX_POSITIONS}
+    save_exported(
+        m.exported["step"], tmp_path / "step.bin", meta | {"fused_weights": fused_member_shapes(m.program, fused)}
+    )
     for kw in ({"weights": tmp_path}, {"params": tensors}):
         e = lj.load_exported(tmp_path / "step.bin", **kw)
         assert "model.layers.0.self_attn.{q,k,v}_proj.weight" in e.params
         np.testing.assert_array_equal(np.asarray(e.step(ids, pos, pos)), want)
+
+    q, k = "model.layers.0.self_attn.q_proj.weight", "model.layers.0.self_attn.k_proj.weight"
+    swapped = {**tensors, q: tensors[q][: tensors[k].shape[0]], k: np.concatenate([tensors[k], tensors[q]])[:64]}
+    with pytest.raises(
+        lj_load_error(),
+        match=r"`model\.layers\.0\.self_attn\.q_proj\.weight` is \[16, 64\], the artifact takes \[64, 64\]",
+    ):
+        lj.load_exported(tmp_path / "step.bin", params=swapped)
+    transposed = {**tensors, "model.layers.1.mlp.gate_proj.weight": tensors["model.layers.1.mlp.gate_proj.weight"].T}
+    with pytest.raises(lj_load_error(), match=r"`model\.layers\.1\.mlp\.gate_proj\.weight` is \[64, 128\]"):
+        lj.load_exported(tmp_path / "step.bin", params=transposed)
     del tensors["model.layers.1.mlp.up_proj.weight"]
-    with pytest.raises(lj_load_error(), match=r"model\.layers\.1\.mlp\.\{gate,up\}_proj\.weight"):
+    with pytest.raises(lj_load_error(), match=r"no tensor for `model\.layers\.1\.mlp\.up_proj\.weight`"):
+        lj.load_exported(tmp_path / "step.bin", params=tensors)
+    (tmp_path / "step.bin.json").unlink()
+    with pytest.raises(lj_load_error(), match=r"without `max_batch`"):
         lj.load_exported(tmp_path / "step.bin", params=tensors)
 
 

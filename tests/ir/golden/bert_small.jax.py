@@ -5,8 +5,8 @@ Each entry takes `p`, the parameters and state by checkpoint name plus the const
 from `constants()`, and is pure: an entry that writes state (the KV cache) returns its
 outputs and a dict of the new state by checkpoint name. Integer inputs are i64
 (run with `jax.config.update("jax_enable_x64", True)`).
-Linear layers that share an input are one dot: their weights are read fused, made
-once from the checkpoint's by `fuse_weights(params)` (see FUSED_WEIGHTS).
+Pass `p = {**fuse_weights(params), **state, **constants()}`: linear layers that share an
+input are one dot over their weights fused (FUSED_WEIGHTS), made once by `fuse_weights`.
 """
 
 import jax

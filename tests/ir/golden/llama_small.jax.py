@@ -5,10 +5,11 @@ Each entry takes `p`, the parameters and state by checkpoint name plus the const
 from `constants()`, and is pure: an entry that writes state (the KV cache) returns its
 outputs and a dict of the new state by checkpoint name. Integer inputs are i64
 (run with `jax.config.update("jax_enable_x64", True)`).
-Linear layers that share an input are one dot: their weights are read fused, made
-once from the checkpoint's by `fuse_weights(params)` (see FUSED_WEIGHTS).
-KV caches declared [max_batch, H, T, D] are held as [max_batch * H, T, D], so XLA
-writes them in place and the attention dots read them where they lie.
+Pass `p = {**fuse_weights(params), **state, **constants()}`: linear layers that share an
+input are one dot over their weights fused (FUSED_WEIGHTS), made once by `fuse_weights`.
+KV caches declared [max_batch, H, T, D] are held as [max_batch * H, T, D], so that XLA
+writes them in place (when the caller donates them: `jax.jit(..., donate_argnums=...)`)
+and the attention dots read them where they lie.
 """
 
 import jax

@@ -5,6 +5,8 @@ Each entry takes `p`, the parameters and state by checkpoint name plus the const
 from `constants()`, and is pure: an entry that writes state (the KV cache) returns its
 outputs and a dict of the new state by checkpoint name. Integer inputs are i64
 (run with `jax.config.update("jax_enable_x64", True)`).
+Pass `p = {**fuse_weights(params), **state, **constants()}`: linear layers that share an
+input are one dot over their weights fused (FUSED_WEIGHTS), made once by `fuse_weights`.
 """
 
 import jax
@@ -19,6 +21,22 @@ def constants():
     """Small folded constants (no weights)."""
     return {
     }
+
+
+# Weights of linear layers that share an input, concatenated along the output dim: the key
+# `prefix{a,b}suffix` stands for the checkpoint names prefix + a + suffix, prefix + b + suffix.
+FUSED_WEIGHTS = []
+
+
+def fuse_weights(params):
+    """The parameters the entries take, from `params` by checkpoint name: each group of
+    FUSED_WEIGHTS concatenated under its key, in place of its members. Run once, at load."""
+    out = dict(params)
+    for key in FUSED_WEIGHTS:
+        prefix, rest = key.split("{")
+        middles, suffix = rest.split("}")
+        out[key] = jnp.concatenate([out.pop(prefix + m + suffix) for m in middles.split(",")], axis=0)
+    return out
 
 
 def forward(p, x):
