@@ -291,7 +291,7 @@ def _bf16():
 class _Binder:
     """Puts parameters on the device as they are read, by checkpoint name, except the members of
     a fused group (`fused`: key -> names), held on the host until the group is complete and then
-    put concatenated under its key (`module.fuse_params`)."""
+    put concatenated under its key."""
 
     def __init__(self, device, fused: dict[str, list[str]]):
         self.jax, self.device, self.fused = _jax(), device, fused
@@ -300,8 +300,6 @@ class _Binder:
         self.params: dict = {}
 
     def put(self, path: str, a: np.ndarray) -> None:
-        from linnet.compiler.jax.module import fuse_params
-
         key = self.group.get(path)
         if key is None:
             self.params[path] = self.jax.device_put(a, self.device)
@@ -309,15 +307,17 @@ class _Binder:
         held = self.pending.setdefault(key, {})
         held[path] = a
         if len(held) == len(self.fused[key]):
-            self.params[key] = self.jax.device_put(
-                fuse_params(self.pending.pop(key), {key: self.fused[key]})[key], self.device
-            )
+            held = self.pending.pop(key)
+            self.params[key] = self.jax.device_put(np.concatenate([held[n] for n in self.fused[key]]), self.device)
 
     def done(self) -> dict:
         for key, held in self.pending.items():
-            missing = [n for n in self.fused[key] if n not in held]
-            raise _load_error(f"error[L502]: no tensor for {', '.join(f'`{n}`' for n in missing)} (fused as `{key}`)")
+            raise _missing_members(key, [n for n in self.fused[key] if n not in held])
         return self.params
+
+
+def _missing_members(key: str, missing: list[str]) -> Exception:
+    return _load_error(f"error[L502]: no tensor for {', '.join(f'`{n}`' for n in missing)} (fused as `{key}`)")
 
 
 def _checkpoint_params(prepared: Prepared, progress: bool, device, fused: dict[str, list[str]]) -> dict:
@@ -397,7 +397,7 @@ def load_exported(
     if params is None:
         if weights is None:
             raise _load_error(f"{path}: give params= (a dict by checkpoint name) or weights= (a checkpoint)")
-        params = _weights_by_name(weights, param_specs, members)
+        params = _weights_by_name(weights, param_specs)
     params = _fused_from_members(params, param_specs, members)
     missing = [k for k in param_specs if k not in params]
     if missing:
@@ -439,9 +439,7 @@ def _fused_from_members(params: dict, specs: dict, members: dict) -> dict:
         if names:
             missing = [n for n in names if n not in params]
             if missing:
-                raise _load_error(
-                    f"error[L502]: no tensor for {', '.join(f'`{n}`' for n in missing)} (fused as `{key}`)"
-                )
+                raise _missing_members(key, missing)
             out[key] = _fuse_members(key, {n: np.asarray(params[n]) for n in names}, spec, members.get(key))
     return out
 
@@ -452,8 +450,6 @@ def _fuse_members(key: str, parts: dict, spec, shapes: dict | None) -> np.ndarra
     without it, against the fused weight's row length.
 
     Raises LoadError (L501) naming the member and both shapes."""
-    from linnet.compiler.jax.module import fuse_params
-
     for n, a in parts.items():
         want = shapes.get(n) if shapes else None
         if want is not None and list(a.shape) != list(want):
@@ -464,12 +460,12 @@ def _fuse_members(key: str, parts: dict, spec, shapes: dict | None) -> np.ndarra
             raise _load_error(
                 f"error[L501]: `{n}` is {list(a.shape)}, the artifact takes [rows, {spec.shape[1]}] (fused as `{key}`)"
             )
-    return fuse_params(parts, {key: list(parts)})[key]
+    return np.concatenate(list(parts.values()))
 
 
-def _weights_by_name(weights, specs: dict, members: dict) -> dict:
-    """The artifact's parameters read from a checkpoint: by checkpoint name, a fused key's
-    members concatenated under it (`codegen.fused_names`, `_fuse_members`)."""
+def _weights_by_name(weights, specs: dict) -> dict:
+    """The tensors the artifact's parameters need, read from a checkpoint by checkpoint name (a
+    fused key's members by theirs; `_fused_from_members` then fuses them), in its dtypes."""
     from linnet.compiler.jax.codegen import fused_names
 
     from .checkpoints import CheckpointError, open_checkpoint
@@ -481,12 +477,10 @@ def _weights_by_name(weights, specs: dict, members: dict) -> dict:
             rename = _prefix_map([n for group in names.values() for n in group], set(ckpt.tensor_names))
             out = {}
             for k, spec in specs.items():
-                parts = {}
                 for n in names[k]:
                     if rename(n) not in ckpt:
                         raise _load_error(f"error[L502]: {weights} has no tensor for `{n}`")
-                    parts[n] = _to_numpy(ckpt.load(rename(n)), "f32").astype(spec.dtype)
-                out[k] = parts[k] if k in parts else _fuse_members(k, parts, spec, members.get(k))
+                    out[n] = _to_numpy(ckpt.load(rename(n)), "f32").astype(spec.dtype)
             return out
     except CheckpointError as err:
         raise _load_error(str(err)) from err

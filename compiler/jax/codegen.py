@@ -73,11 +73,17 @@ def fused_key(names: list[str]) -> str:
     return f"{prefix}{{{','.join(middles)}}}{suffix}"
 
 
+def split_fused_key(key: str) -> tuple[str, list[str], str] | None:
+    """`prefix{a,b,c}suffix` as (prefix, [a, b, c], suffix); None for a plain checkpoint name."""
+    m = re.fullmatch(r"([^{}]*)\{([^{}]*)\}([^{}]*)", key)
+    return None if m is None else (m[1], m[2].split(","), m[3])
+
+
 def fused_names(key: str) -> list[str] | None:
     """The checkpoint names of a `fused_key`, in order (concatenated along dim 0); None for a
     plain checkpoint name."""
-    m = re.fullmatch(r"([^{}]*)\{([^{}]*)\}([^{}]*)", key)
-    return None if m is None else [m[1] + middle + m[3] for middle in m[2].split(",")]
+    parts = split_fused_key(key)
+    return None if parts is None else [parts[0] + middle + parts[2] for middle in parts[1]]
 
 
 def state_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -247,7 +253,7 @@ def _matmul(e: Emitter, op: Op) -> "str | tuple[list[str], str]":
         key, start, stop = fused
         lines = []
         if key not in e.fused_vars:  # the group's first layer: the one dot
-            middles = re.fullmatch(r"[^{]*\{(.*)\}.*", key)[1].split(",")
+            middles = split_fused_key(key)[1]
             hint = "_".join(middles) if all(m.isidentifier() for m in middles) else "fused"
             e.fused_vars[key] = var = e.fresh(hint)
             lines.append(f'{var} = jnp.einsum("...i,oi->...o", {e.r(op.args["x"])}, p[{key!r}], precision=PRECISION)')
@@ -480,12 +486,12 @@ def _grouped_attention(e: Emitter, op: Op):
     else:
         kn, vn = e.r(k), e.r(v)
         qg = e.r(q) if g == 1 else f"{e.r(q)}.reshape({b}, {hkv}, {g} * {s}, {d})"
-        lines = [
-            f'{scores} = jnp.einsum("bhsd,bhtd->bhst", {qg}, {kn}, precision=PRECISION){note}',
-            f"{scores} = {scores}.reshape({b}, {h}, {s}, {t}) * {scale}",
-        ]
-        if g == 1:
-            lines = [lines[0].replace(note, "") + f" * {scale}"]
+        einsum = f'jnp.einsum("bhsd,bhtd->bhst", {qg}, {kn}, precision=PRECISION)'
+        lines = (
+            [f"{scores} = {einsum} * {scale}"]
+            if g == 1
+            else [f"{scores} = {einsum}{note}", f"{scores} = {scores}.reshape({b}, {h}, {s}, {t}) * {scale}"]
+        )
         grouped = lambda x, n: x if g == 1 else f"{x}.reshape({b}, {hkv}, {g} * {s}, {n})"  # noqa: E731
         product = lambda p: f"jnp.matmul({p}, {vn}, precision=PRECISION)"  # noqa: E731
     lines.append(f"{scores} = jnp.where(jnp.expand_dims({e.r(mask)}, 1), {scores}, jnp.finfo({dtype}).min)")

@@ -6,7 +6,7 @@ the outputs and, for an entry that writes state, the new state (`entry_fn`), and
 `jax.jit` with the state donated (`jitted`), so XLA writes the KV cache in place. The
 parameters an entry takes are the checkpoint's by name, except the weights of linear layers
 that share an input, which it reads concatenated under one key (`codegen.fused_key`, e.g.
-`model.layers.0.self_attn.{q,k,v}_proj.weight`): `fuse_params` makes them once, at load.
+`model.layers.0.self_attn.{q,k,v}_proj.weight`), made once at load (`runtimes.jax_backend`).
 `export_entry(...)` exports one entry with symbolic batch and sequence dims; `exported_fn`
 runs an `Exported` (fresh or deserialized) with the same calling convention.
 
@@ -101,20 +101,6 @@ def compile_program(program: Program, numerics: str = "equivalent") -> JaxProgra
     namespace: dict = {"__name__": "linnet_generated_jax"}
     exec(compile(source, filename, "exec"), namespace)
     return JaxProgram(program, numerics, source, namespace, fused=fused)
-
-
-def fuse_params(params: dict, fused: dict[str, list[str]]) -> dict:
-    """The parameters the generated entries take, from `params` by checkpoint name (numpy or
-    JAX arrays): each fused group's weights [N_i, K] concatenated along dim 0 under its key
-    (`codegen.fused_key`), in place of them; as the generated module's `fuse_weights`.
-
-    Raises KeyError naming a missing member."""
-    out = dict(params)
-    for key, names in fused.items():
-        parts = [out.pop(n) for n in names]
-        cat = np.concatenate if all(isinstance(a, np.ndarray) for a in parts) else jnp.concatenate
-        out[key] = cat(parts, axis=0)
-    return out
 
 
 # ----------------------------------------------------------------------------- StableHLO
