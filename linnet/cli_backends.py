@@ -497,7 +497,7 @@ def _concrete(d, sizes: dict) -> int:
     n = d.as_int()
     if n is not None:
         return n
-    from .semantics.dims import format_dim
+    from .types.dims import format_dim
 
     text = format_dim(d)
     return int(eval(text, {"__builtins__": {}}, dict(sizes)))  # a polynomial over B and S

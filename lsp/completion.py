@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from linnet.ops import REGISTRY
 from linnet.semantics.describe import dotted
 from linnet.semantics.program import Analysis
-from linnet.semantics.types import DTYPES, ConfigT, ModuleListT, ModuleT, TensorT
 from linnet.syntax import ast as A
 from linnet.syntax.items import Item
 from linnet.syntax.parser import code_mask
+from linnet.types.core import DTYPES, ConfigT, ModuleListT, ModuleT, TensorT
 
 from .lookup import doc_of, header
 from .navigation import KEYWORDS

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from linnet.semantics.program import Analysis
-from linnet.semantics.types import TensorT, TupleT, Type, format_type
 from linnet.syntax import ast as A
+from linnet.types.core import TensorT, TupleT, Type, format_type
 
 
 @dataclass

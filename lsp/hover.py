@@ -7,7 +7,7 @@ from __future__ import annotations
 from linnet.ops import REGISTRY
 from linnet.semantics.diagnostics import SymbolAnchor
 from linnet.semantics.program import Analysis
-from linnet.semantics.types import ModuleListT, ModuleT, TensorT
+from linnet.types.core import ModuleListT, ModuleT, TensorT
 
 from .lookup import doc_of, find_definition, header, word_at
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 from linnet.ops import REGISTRY
 from linnet.semantics.diagnostics import LocalAnchor, SymbolAnchor
 from linnet.semantics.program import Analysis
-from linnet.semantics.types import DTYPES
 from linnet.syntax import ast as A
 from linnet.syntax.items import Item
+from linnet.types.core import DTYPES
 
 TOKEN_TYPES = [
     "class",  # modules

@@ -11,7 +11,7 @@ import pytest
 from tests.conftest import ROOT
 
 FRAMEWORKS = {"torch", "jax", "jaxlib", "onnx", "onnx_ir", "onnxruntime", "pygls", "lsprotocol"}
-FRONT_END = ["linnet/syntax", "linnet/semantics", "linnet/ir", "linnet/ops"]
+FRONT_END = ["linnet/syntax", "linnet/types", "linnet/semantics", "linnet/ir", "linnet/ops"]
 BACKENDS = {"torch": "compiler/torch", "jax": "compiler/jax", "onnx": "compiler/onnx"}
 
 

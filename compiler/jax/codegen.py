@@ -40,7 +40,7 @@ from linnet.ir.render import (
     python_reserved,
 )
 from linnet.ops.rearrange import rearrange_plan
-from linnet.semantics.dims import Dim
+from linnet.types.dims import Dim
 
 JAX_DTYPES = {
     "f64": "jnp.float64",

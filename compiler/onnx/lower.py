@@ -37,8 +37,8 @@ import onnx_ir as ir
 
 from linnet.ir.core import Graph, Op, Program, Value
 from linnet.ops.rearrange import rearrange_plan
-from linnet.semantics.dims import Dim, format_dim
-from linnet.semantics.types import DType
+from linnet.types.core import DType
+from linnet.types.dims import Dim, format_dim
 
 OPSET = 21
 IR_VERSION = 10

@@ -17,8 +17,8 @@ from typing import Any
 
 from ..semantics.program import Analysis, Document
 from ..semantics.render import render_text
-from ..semantics.types import DTYPES
 from ..syntax import ast as A
+from ..types.core import DTYPES
 from .core import Program
 from .lower import Lowering, LoweringError
 from .passes import optimize

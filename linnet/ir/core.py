@@ -28,8 +28,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..semantics.dims import Dim, format_dim
-from ..semantics.types import DType, Shape, TensorT
+from ..types.core import DType, Shape, TensorT
+from ..types.dims import Dim, format_dim
 
 
 @dataclass(eq=False)

@@ -19,11 +19,11 @@ from typing import Any
 
 from ..ops import OPERATORS, REGISTRY, REQUIRED, OpDef, OpError
 from ..semantics.configs import MISSING, ConfigValue
-from ..semantics.dims import Dim, DivisionError, divide, solve_linear, var
 from ..semantics.names import BUILTIN_CONSTANTS
-from ..semantics.types import DTYPES, DType, TensorT
 from ..syntax import ast as A
 from ..syntax.items import Item
+from ..types.core import DTYPES, DType, TensorT
+from ..types.dims import Dim, DivisionError, divide, solve_linear, var
 from .core import Graph, Op, TensorSpec, Value, tensor_type
 
 # Standard-library functions lowered as `composite` ops: backends may run a native kernel for
@@ -864,7 +864,7 @@ def _number(v):
 
 
 def _show_dim(d: Dim) -> str:
-    from ..semantics.dims import format_dim
+    from ..types.dims import format_dim
 
     return format_dim(d)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..ops import REGISTRY
-from ..semantics.dims import Dim
+from ..types.dims import Dim
 from .core import Graph, Op, Value
 
 FOLD_LIMIT = 64
@@ -140,7 +140,7 @@ _NO = object()
 
 
 def _numpy_arg(v, known, np):
-    from ..semantics.types import DType
+    from ..types.core import DType
 
     if isinstance(v, Value):
         return known[id(v)]

@@ -16,8 +16,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar
 
-from ..semantics.dims import Dim, format_dim
-from ..semantics.types import DType
+from ..types.core import DType
+from ..types.dims import Dim, format_dim
 from .core import Graph, Op, Value
 
 

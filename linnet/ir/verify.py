@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..ops import REGISTRY
-from ..semantics.types import WORK
+from ..types.core import WORK
 from .core import Graph, Program
 
 STRUCTURAL = ("param", "state", "const", "composite")

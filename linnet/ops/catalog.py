@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import math
 
-from ..semantics.dims import Dim, format_dim, product
-from ..semantics.types import BOOL, I64, DType, Shape, TensorT, format_shape
+from ..types.core import BOOL, I64, DType, Shape, TensorT, format_shape
+from ..types.dims import Dim, format_dim, product
 from .rearrange import rearrange_reference, rearrange_shape
 from .registry import (
     REGISTRY,

@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..semantics.dims import Dim, format_dim, product
-from ..semantics.types import Shape, format_shape
+from ..types.core import Shape, format_shape
+from ..types.dims import Dim, format_dim, product
 from .registry import OpError, exact
 
 _TOKEN = re.compile(r"\s*(?:(?P<name>[A-Za-z_]\w*)|(?P<one>1)|(?P<ell>\.\.\.)|(?P<open>\()|(?P<close>\))|(?P<bad>\S))")
@@ -242,7 +242,7 @@ def rearrange_plan(dims: list[Dim], pattern: str, sizes: dict[str, Dim]) -> tupl
     """How `rearrange` runs: reshape `x` (dims `dims`) into one dim per axis (`expanded`),
     permute them (`perm`), reshape into the right side's groups (`out`). Dims may be
     symbolic; an axis inferred from a group is found by exact division."""
-    from ..semantics.dims import DivisionError, divide
+    from ..types.dims import DivisionError, divide
 
     pat = parse_pattern(pattern)
     pre = pat.lhs[: pat.lhs.index("...")] if "..." in pat.lhs else pat.lhs

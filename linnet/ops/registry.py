@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..semantics.dims import Dim, DivisionError, divide, format_dim
-from ..semantics.types import BOOL, F32, WORK, DType, Shape, TensorT, format_shape
+from ..types.core import BOOL, F32, WORK, DType, Shape, TensorT, format_shape
+from ..types.dims import Dim, DivisionError, divide, format_dim
 
 REQUIRED = object()
 

@@ -10,13 +10,7 @@ from ..ops import REGISTRY, REQUIRED, OpDef, OpError
 from ..syntax import ast as A
 from ..syntax.ast import Span
 from ..syntax.items import Item
-from .describe import dotted, finite_float, kind_text, number
-from .diagnostics import Fix, Label, LocalAnchor, SymbolAnchor
-from .dims import Dim, format_dim
-from .names import Binder
-from .scope import Binding, FnTarget, Instance, Scope, type_key
-from .suggest import closest
-from .types import (
+from ..types.core import (
     UNIT,
     UNKNOWN,
     WORK,
@@ -34,6 +28,12 @@ from .types import (
     format_shape,
     format_type,
 )
+from ..types.dims import Dim, format_dim
+from .describe import dotted, finite_float, kind_text, number
+from .diagnostics import Fix, Label, LocalAnchor, SymbolAnchor
+from .names import Binder
+from .scope import Binding, FnTarget, Instance, Scope, type_key
+from .suggest import closest
 from .unify import Unifier, substitute_shape
 
 _FAILED = object()

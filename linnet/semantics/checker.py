@@ -18,16 +18,7 @@ from typing import Any, Callable
 from ..syntax import ast as A
 from ..syntax.ast import Span
 from ..syntax.items import Item
-from .calls import CallsMixin
-from .configs import ConfigEvaluator
-from .describe import binding_kind, dtype_text, has_error_stmt, kind_text, shape_pair, shapes_equal, tail_node
-from .diagnostics import Finding, Label, LocalAnchor, SymbolAnchor
-from .dims import Dim, const
-from .expressions import ExpressionsMixin
-from .members import MembersMixin
-from .names import NAMES_DEP, SCALAR_TYPE_NAMES, Binder, NamesMixin
-from .scope import Binding, Instance, MemberInfo, Members, Scope
-from .types import (
+from ..types.core import (
     UNIT,
     UNKNOWN,
     WORK,
@@ -45,6 +36,15 @@ from .types import (
     format_shape,
     format_type,
 )
+from ..types.dims import Dim, const
+from .calls import CallsMixin
+from .configs import ConfigEvaluator
+from .describe import binding_kind, dtype_text, has_error_stmt, kind_text, shape_pair, shapes_equal, tail_node
+from .diagnostics import Finding, Label, LocalAnchor, SymbolAnchor
+from .expressions import ExpressionsMixin
+from .members import MembersMixin
+from .names import NAMES_DEP, SCALAR_TYPE_NAMES, Binder, NamesMixin
+from .scope import Binding, Instance, MemberInfo, Members, Scope
 
 __all__ = ["NAMES_DEP", "CheckContext", "ItemChecker", "ItemResult"]
 

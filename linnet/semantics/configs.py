@@ -20,11 +20,11 @@ from typing import Any
 
 from ..syntax import ast as A
 from ..syntax.items import Item
+from ..types.core import NONE, UNKNOWN, ConfigT, ScalarT, Type
+from ..types.dims import Atom, Dim, const, new_uid
 from .describe import finite_float, int_power_fits
 from .diagnostics import Finding, Label, LocalAnchor, SymbolAnchor
-from .dims import Atom, Dim, const, new_uid
 from .suggest import closest
-from .types import NONE, UNKNOWN, ConfigT, ScalarT, Type
 
 MISSING = object()
 SCALAR_TYPES = ("int", "float", "bool", "str")

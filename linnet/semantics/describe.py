@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from ..syntax import ast as A
-from .types import (
+from ..types.core import (
     ConfigT,
     DType,
     DTypeT,

@@ -7,23 +7,7 @@ import math
 
 from ..ops import OPERATORS, REGISTRY, OpDef, OpError
 from ..syntax import ast as A
-from .configs import ConfigValue
-from .describe import (
-    cond_key,
-    dotted,
-    dtype_text,
-    finite_float,
-    int_power_fits,
-    kind_text,
-    number,
-    tail_node,
-    types_equal,
-)
-from .diagnostics import Fix, Label, SymbolAnchor
-from .dims import Dim, DivisionError, divide
-from .scope import Instance, Scope
-from .suggest import closest
-from .types import (
+from ..types.core import (
     NONE,
     UNIT,
     UNKNOWN,
@@ -42,6 +26,22 @@ from .types import (
     format_shape,
     format_type,
 )
+from ..types.dims import Dim, DivisionError, divide
+from .configs import ConfigValue
+from .describe import (
+    cond_key,
+    dotted,
+    dtype_text,
+    finite_float,
+    int_power_fits,
+    kind_text,
+    number,
+    tail_node,
+    types_equal,
+)
+from .diagnostics import Fix, Label, SymbolAnchor
+from .scope import Instance, Scope
+from .suggest import closest
 
 
 class ExpressionsMixin:

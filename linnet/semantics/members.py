@@ -8,12 +8,7 @@ from typing import TYPE_CHECKING
 
 from ..syntax import ast as A
 from ..syntax.items import Item
-from .describe import cond_key, kind_text
-from .diagnostics import Label, SymbolAnchor
-from .dims import Dim
-from .names import LOAD_TIME_DIMS, SCALAR_TYPE_NAMES
-from .scope import Binding, FnTarget, Instance, MemberInfo, Members, Scope
-from .types import (
+from ..types.core import (
     UNKNOWN,
     ConfigT,
     FnRefT,
@@ -26,6 +21,11 @@ from .types import (
     UnknownT,
     format_type,
 )
+from ..types.dims import Dim
+from .describe import cond_key, kind_text
+from .diagnostics import Label, SymbolAnchor
+from .names import LOAD_TIME_DIMS, SCALAR_TYPE_NAMES
+from .scope import Binding, FnTarget, Instance, MemberInfo, Members, Scope
 
 if TYPE_CHECKING:
     from .checker import ItemChecker

@@ -12,12 +12,12 @@ from dataclasses import dataclass, field
 
 from ..syntax import ast as A
 from ..syntax.items import Item
+from ..types.core import I64, UNKNOWN, ModuleListT, ModuleT, ScalarT, TensorT, Type, UnknownT, format_type
+from ..types.dims import Dim
 from .checker import ItemChecker
 from .diagnostics import Finding, SymbolAnchor
-from .dims import Dim
 from .names import Binder
 from .scope import Binding, Instance, Scope
-from .types import I64, UNKNOWN, ModuleListT, ModuleT, ScalarT, TensorT, Type, UnknownT, format_type
 
 MAX_TENSORS = 1_000_000  # a model tree's parameters and state, listed one by one
 

@@ -9,12 +9,7 @@ import math
 from ..ops import REGISTRY
 from ..syntax import ast as A
 from ..syntax.items import Item
-from .describe import cond_text, kind_text
-from .diagnostics import Fix, Label, SymbolAnchor
-from .dims import Atom, Dim, DivisionError, const, divide, format_dim, var
-from .scope import Binding, FnTarget, MemberInfo, Scope
-from .suggest import closest, suggestions
-from .types import (
+from ..types.core import (
     DTYPES,
     UNKNOWN,
     WORK,
@@ -31,6 +26,11 @@ from .types import (
     UnknownT,
     format_type,
 )
+from ..types.dims import Atom, Dim, DivisionError, const, divide, format_dim, var
+from .describe import cond_text, kind_text
+from .diagnostics import Fix, Label, SymbolAnchor
+from .scope import Binding, FnTarget, MemberInfo, Scope
+from .suggest import closest, suggestions
 
 SCALAR_TYPE_NAMES = ("int", "float", "bool", "str")
 LOAD_TIME_DIMS = {"max_batch": const("max_batch"), "max_positions": const("max_positions")}

@@ -20,12 +20,12 @@ from ..syntax import ast as A
 from ..syntax.ast import Span
 from ..syntax.items import Item, Location, Source, make_item, split_items
 from ..syntax.recursion import RECURSION_LIMIT, deep_recursion
+from ..types.core import NONE, ConfigT, Type, format_type
 from .attributes import check_attributes
 from .checker import NAMES_DEP, CheckContext, ItemChecker, ItemResult
 from .configs import ConfigEvaluator, ConfigValue, Scenario, values_by_type
 from .diagnostics import Diagnostic, Finding, Label, LocalAnchor, SymbolAnchor, locate
 from .model import ModelTree, check_model
-from .types import NONE, ConfigT, Type, format_type
 
 STD_FILES = ("nn.linnet", "functional.linnet", "rope.linnet", "attention.linnet")
 

@@ -7,8 +7,8 @@ from typing import Any
 
 from ..syntax import ast as A
 from ..syntax.items import Item
-from .dims import Dim
-from .types import ConfigT, NoneT, ScalarT, Type, UnknownT, format_type
+from ..types.core import ConfigT, NoneT, ScalarT, Type, UnknownT, format_type
+from ..types.dims import Dim
 
 
 @dataclass(eq=False, slots=True)

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .dims import Atom, Dim, DivisionError, format_dim, solve_linear
-from .types import DType, EllipsisVar, Shape, format_shape
+from ..types.core import DType, EllipsisVar, Shape, format_shape
+from ..types.dims import Atom, Dim, DivisionError, format_dim, solve_linear
 
 
 def substitute(d: Dim | None, mapping: dict[Atom, Dim | None]) -> Dim | None:

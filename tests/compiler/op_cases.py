@@ -7,8 +7,8 @@ import numpy as np
 
 from linnet.ir.core import Graph, Op, Value
 from linnet.ops import REGISTRY
-from linnet.semantics.dims import Dim
-from linnet.semantics.types import BOOL, F32, I64, Shape, TensorT
+from linnet.types.core import BOOL, F32, I64, Shape, TensorT
+from linnet.types.dims import Dim
 
 NP = {F32: np.float32, I64: np.int64, BOOL: np.bool_}
 

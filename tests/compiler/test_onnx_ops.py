@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from linnet.ir import build
 from linnet.ir.core import Program
 from linnet.ops import REGISTRY
-from linnet.semantics.types import F32
+from linnet.types.core import F32
 from tests.compiler.op_cases import case, reference, single_op_graph
 from tests.conftest import EXAMPLES
 

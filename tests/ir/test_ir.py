@@ -12,7 +12,7 @@ from linnet.ir.build import bind_config, check_source
 from linnet.ir.core import Graph, Op, Value, tensor_type
 from linnet.ir.passes import eliminate_common_subexpressions, eliminate_dead_code, fold_constants
 from linnet.ir.verify import VerifyError, verify
-from linnet.semantics.types import F32, I64
+from linnet.types.core import F32, I64
 from tests.conftest import EXAMPLES, check_golden
 
 GOLDEN = Path(__file__).parent / "golden"

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from linnet.ops import REGISTRY, OpError
 from linnet.ops.registry import KINDS
-from linnet.semantics.dims import Dim
-from linnet.semantics.types import BOOL, F32, I64, Shape, TensorT
+from linnet.types.core import BOOL, F32, I64, Shape, TensorT
+from linnet.types.dims import Dim
 
 NP_DTYPES = {F32: np.float32, I64: np.int64, BOOL: np.bool_}
 

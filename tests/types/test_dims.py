@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from linnet.semantics.dims import Dim, DivisionError, const, divide, format_dim, solve_linear, var
+from linnet.types.dims import Dim, DivisionError, const, divide, format_dim, solve_linear, var
 
 B, S, H = var("B"), var("S"), var("H")
 K = const("c.hidden_size", 576)
