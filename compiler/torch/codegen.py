@@ -1,30 +1,35 @@
-"""Core IR to PyTorch source: one statement per op, readable, importing only torch.
+"""Core IR to PyTorch source: a model file a person can read, importing only torch.
 
-Used two ways: `generate(program)` writes a module with one function per entry
-(`linnet torch FILE -o model.py`), and the interpreter (`interpret.py`) runs the same
-statements one op at a time. This file does not import torch: the language server shows
-generated code in its own process.
+`generate(program)` writes one `nn.Module` class per module class with methods (its parameters
+and state declared by checkpoint name, its submodules as children), one function per Linnet
+function, and the entries as methods of the root model's class (`linnet torch FILE -o
+model.py`; the PyTorch backend runs the same text). The interpreter (`interpret.py`) runs the
+flattened program one op at a time with the same statements. This file does not import
+torch: the language server shows generated code in its own process.
 
-Numerics (ARCHITECTURE.md): a `composite` runs as a native kernel when that kernel is what
-the reference implementation calls (softmax, SiLU, erf GELU and layer norm: transformers calls
-them natively) and, under `fast`, also where it is only close (SDPA for attention, fused RMS
-norm, tanh GELU); otherwise its body, op by op, in transformers' op order.
+What runs natively is decided by the passes (`PASSES`, `linnet.ir.pipeline`), not here:
+a composite runs as a native kernel when that kernel is what the reference implementation
+calls (softmax, SiLU, erf GELU and layer norm: transformers calls them natively) and, under
+`fast`, also where it is only close (SDPA for attention, fused RMS norm, tanh GELU);
+otherwise its body, op by op, in transformers' op order. Attention runs grouped (see
+`_grouped_attention`) with the variants the passes found exact for each call.
 """
 
 from __future__ import annotations
 
-import math
-import re
+from dataclasses import replace
 from typing import Callable
 
-from linnet.ir.core import Graph, Op, Program, Value, format_tensor_type
+from linnet.ir.core import Op, Program, Value
+from linnet.ir.pipeline import NUMERICS, PassOptions, prepare
 from linnet.ir.render import (
     GraphEmitter,
+    ModuleWriter,
     RenderError,
-    add_constant,
-    all_ops,
+    constant_values,
     dim_text,
     dims_text,
+    function_lines,
     index_text,
     infix_emitter,
     np_dtype_name,
@@ -43,45 +48,30 @@ TORCH_DTYPES = {
     "i32": "torch.int32",
     "bool": "torch.bool",
 }
-NUMERICS = ("equivalent", "fast")
-RESERVED = python_reserved("torch", "F", "p", "device", "math")
+RESERVED = python_reserved("torch", "F", "nn", "self", "device", "math", "Module")
+
+# What the passes do for this backend: composites native under these numerics, and the
+# attention variants `_grouped_attention` (and SDPA, under fast) can emit.
+PASSES = PassOptions(
+    native={
+        "softmax": NUMERICS,
+        "silu": NUMERICS,
+        "gelu": NUMERICS,
+        "layer_norm": NUMERICS,
+        "gelu_tanh": ("fast",),
+        "rms_norm": ("fast",),
+        "attention": NUMERICS,
+    },
+    attention=("scale_queries", "trim_keys", "sdpa"),
+)
 
 
 class CodegenError(RenderError):
     """An op or argument the PyTorch backend cannot express (names the op)."""
 
 
-# ----------------------------------------------------------------------------- rendering
-
-
 class Emitter(GraphEmitter):
     """Emits the PyTorch statements of one graph (tables below; machinery in linnet.ir.render)."""
-
-    def prepare_graph(self, g: Graph) -> None:
-        self._mark_linear(g)
-
-    def _mark_linear(self, g: Graph) -> None:
-        """`x @ transpose(w)` with a 2-d `w` used once is `F.linear(x, w)`, as nn.Linear runs it."""
-        for op in g.ops:
-            if op.name != "matmul":
-                continue
-            y = op.args["y"]
-            t = y.producer
-            if (
-                t is not None
-                and t.name == "transpose"
-                and t.args["x"].rank == 2
-                and {t.args["dim0"], t.args["dim1"]} in ({-2, -1}, {0, 1})
-                and self.uses.get(id(y)) == 1
-            ):
-                self.skipped.add(id(t))
-                op.attrs["linear_weight"] = t.args["x"]
-
-
-_index = index_text
-_dims = dims_text
-_all_ops = all_ops
-_np_name = np_dtype_name
 
 
 # ----------------------------------------------------------------------------- op emitters
@@ -137,23 +127,17 @@ for _name, _method in {"sum": "sum", "mean": "mean", "max": "amax", "min": "amin
     EMITTERS[_name] = _reduction(_method)
 
 
-def _matmul(e: Emitter, op: Op) -> str:
-    w = op.attrs.get("linear_weight")
-    if w is not None:
-        return f"F.linear({e.r(op.args['x'])}, {e.r(w)})"
-    return f"{e.r(op.args['x'])} @ {e.r(op.args['y'])}"
-
-
-EMITTERS["matmul"] = _matmul
-EMITTERS["reshape"] = lambda e, op: f"{e.r(op.args['x'])}.reshape({_dims(op.args['shape'])})"
+EMITTERS["matmul"] = lambda e, op: f"{e.r(op.args['x'])} @ {e.r(op.args['y'])}"
+EMITTERS["linear"] = lambda e, op: f"F.linear({e.r(op.args['x'])}, {e.r(op.args['weight'])})"
+EMITTERS["reshape"] = lambda e, op: f"{e.r(op.args['x'])}.reshape({dims_text(op.args['shape'])})"
 EMITTERS["transpose"] = lambda e, op: f"{e.r(op.args['x'])}.transpose({op.args['dim0']}, {op.args['dim1']})"
 EMITTERS["permute"] = lambda e, op: f"{e.r(op.args['x'])}.permute({', '.join(map(str, op.args['dims']))})"
 EMITTERS["unsqueeze"] = lambda e, op: f"{e.r(op.args['x'])}.unsqueeze({op.args['dim']})"
 EMITTERS["squeeze"] = lambda e, op: f"{e.r(op.args['x'])}.squeeze({op.args['dim']})"
-EMITTERS["expand"] = lambda e, op: f"{e.r(op.args['x'])}.expand({_dims(op.args['shape'])})"
+EMITTERS["expand"] = lambda e, op: f"{e.r(op.args['x'])}.expand({dims_text(op.args['shape'])})"
 EMITTERS["concat"] = lambda e, op: f"torch.cat({e.r(op.args['xs'])}, dim={op.args['dim']})"
 EMITTERS["split"] = lambda e, op: (
-    f"torch.split({e.r(op.args['x'])}, {_dims(op.args['sizes'], True)}, dim={op.args['dim']})"
+    f"torch.split({e.r(op.args['x'])}, {dims_text(op.args['sizes'], True)}, dim={op.args['dim']})"
 )
 EMITTERS["repeat_interleave"] = lambda e, op: (
     f"{e.r(op.args['x'])}.repeat_interleave({e.r(op.args['repeats'])}, dim={op.args['dim']})"
@@ -166,7 +150,7 @@ def _rearrange(e: Emitter, op: Op) -> str:
     expanded, perm, out = rearrange_plan(list(x.dims), op.args["pattern"], dict(op.args["sizes"]))
     text = e.r(x)
     if [d.key() for d in expanded] != [d.key() for d in x.dims]:
-        text += f".reshape({_dims(expanded)})"
+        text += f".reshape({dims_text(expanded)})"
     if perm != list(range(len(perm))):
         moved = [i for i, p in enumerate(perm) if p != i]
         if len(moved) == 2:
@@ -176,7 +160,7 @@ def _rearrange(e: Emitter, op: Op) -> str:
     if [d.key() for d in out] != [d.key() for d in expanded] or len(out) != len(expanded):
         permuted = [expanded[i] for i in perm]
         if [d.key() for d in out] != [d.key() for d in permuted]:
-            text += f".reshape({_dims(out)})"
+            text += f".reshape({dims_text(out)})"
     return text
 
 
@@ -188,10 +172,10 @@ def _take(e: Emitter, op: Op) -> str:
     if (dim == 0 or dim == -x.rank) and x.dims[0].as_int() == 1 and x.producer is not None:
         if x.producer.name in ("state", "cache_write"):
             # One cache row: every valid index is 0, so reading rows is reading the cache (no copy).
-            return f"{e.r(x)}.expand({_dims(op.result.dims)})"
+            return f"{e.r(x)}.expand({dims_text(op.result.dims)})"
     if (dim == 0 or dim == -x.rank) and x.rank == 2:
         return f"F.embedding({e.r(idx)}, {e.r(x)})"
-    return f"{e.r(x)}[{_index(x.rank, dim, e.r(idx))}]"
+    return f"{e.r(x)}[{index_text(x.rank, dim, e.r(idx))}]"
 
 
 def _slice(e: Emitter, op: Op) -> str:
@@ -199,13 +183,13 @@ def _slice(e: Emitter, op: Op) -> str:
     start, stop = op.args["start"], op.args["stop"]
     a = "" if start is None or (isinstance(start, Dim) and start.as_int() == 0) else e.r(start)
     b = "" if stop is None else e.r(stop)
-    return f"{e.r(x)}[{_index(x.rank, op.args['dim'], f'{a}:{b}')}]"
+    return f"{e.r(x)}[{index_text(x.rank, op.args['dim'], f'{a}:{b}')}]"
 
 
 EMITTERS["take"] = _take
 EMITTERS["slice"] = _slice
 EMITTERS["select"] = lambda e, op: (
-    f"{e.r(op.args['x'])}[{_index(op.args['x'].rank, op.args['dim'], e.r(op.args['index']))}]"
+    f"{e.r(op.args['x'])}[{index_text(op.args['x'].rank, op.args['dim'], e.r(op.args['index']))}]"
 )
 EMITTERS["where"] = lambda e, op: f"torch.where({e.r(op.args['cond'])}, {e.r(op.args['x'])}, {e.r(op.args['y'])})"
 
@@ -220,13 +204,14 @@ def _arange(e: Emitter, op: Op) -> str:
 
 EMITTERS["arange"] = _arange
 EMITTERS["full"] = lambda e, op: (
-    f"torch.full(({_dims(op.args['shape'])},), {e.r(op.args['value'])}, dtype={e.r(op.args['dtype'])}, device=device)"
+    f"torch.full(({dims_text(op.args['shape'])},), {e.r(op.args['value'])}, "
+    f"dtype={e.r(op.args['dtype'])}, device=device)"
 )
 EMITTERS["zeros"] = lambda e, op: (
-    f"torch.zeros(({_dims(op.args['shape'])},), dtype={e.r(op.args['dtype'])}, device=device)"
+    f"torch.zeros(({dims_text(op.args['shape'])},), dtype={e.r(op.args['dtype'])}, device=device)"
 )
 EMITTERS["ones"] = lambda e, op: (
-    f"torch.ones(({_dims(op.args['shape'])},), dtype={e.r(op.args['dtype'])}, device=device)"
+    f"torch.ones(({dims_text(op.args['shape'])},), dtype={e.r(op.args['dtype'])}, device=device)"
 )
 EMITTERS["min_value"] = lambda e, op: (
     f"torch.full((), torch.finfo({e.r(op.args['dtype'])}).min, dtype={e.r(op.args['dtype'])}, device=device)"
@@ -235,7 +220,8 @@ EMITTERS["min_value"] = lambda e, op: (
 
 def _cache_write(e: Emitter, op: Op):
     """In place: row `rows[b]`, positions `positions[b] + 0..S-1` (the verifier guarantees the
-    old cache value is not read again). The index tensors are made once per step."""
+    old cache value is not read again, so the result is the cache itself). The index tensors
+    are made once per function."""
     cache, rows, positions, new = (e.r(op.args[k]) for k in ("cache", "rows", "positions", "new"))
     s = dim_text(op.args["new"].dims[2])
     stmts = []
@@ -246,13 +232,19 @@ def _cache_write(e: Emitter, op: Op):
         e.names[key] = (r, t)
     r, t = e.names[key]
     stmts.append(f"{cache}[{r}, :, {t}] = {new}.transpose(1, 2)")
-    return stmts, cache
+    e.names[id(op.result)] = cache
+    return stmts, None
 
 
 EMITTERS["cache_write"] = _cache_write
-EMITTERS["param"] = lambda e, op: f"p[{op.attrs['path']!r}]"
-EMITTERS["state"] = lambda e, op: f"p[{op.attrs['path']!r}]"
-EMITTERS["const"] = lambda e, op: f"p[{('const:' + e.names[('const', id(op))])!r}]"
+
+
+def _const(e: Emitter, op: Op) -> str:
+    value = op.attrs["value"]
+    return f"torch.tensor({constant_values(e, op)}, dtype={TORCH_DTYPES[np_dtype_name(value)]}, device=device)"
+
+
+EMITTERS["const"] = _const
 
 
 # ----------------------------------------------------------------------------- native composites
@@ -262,22 +254,26 @@ def _grouped_attention(e: Emitter, op: Op):
     """transformers' eager attention (matmul, scale, mask with the dtype's minimum, softmax,
     matmul) with the query heads of one KV head batched together instead of repeating the
     keys and values (`repeat_kv`): the same dot products, without copying the cache G times.
-
-    Two rewrites that change no value: a power-of-two scale multiplies the queries instead of
-    the scores (exact either way); and over a cache of fixed length, prefill (S > 1) drops
-    the keys after the last one any query attends, whose weights are exact zeros (a host
-    synchronisation, in prefill only: decode steps stay free of them)."""
+    The variants the passes recorded (`linnet.ir.attention`) change no value: `scale_queries`
+    scales the queries by a power of two instead of the scores; `trim_keys` drops, in prefill,
+    the keys after the last one any query attends (a host synchronisation, in prefill only:
+    decode steps stay free of them). `sdpa` (fast numerics) is PyTorch's fused kernel."""
     q, k, v, mask = (op.args[n] for n in ("q", "k", "v", "mask"))
+    variant = op.attrs.get("variant", {})
+    if variant.get("sdpa"):
+        return (
+            f"F.scaled_dot_product_attention({e.r(q)}, {e.r(k)}, {e.r(v)}, attn_mask={e.r(mask)}.unsqueeze(1), "
+            f"scale={e.r(op.args['scale'])}, enable_gqa=True)"
+        )
     b, h, s, d = (dim_text(x) for x in q.dims)
     hkv, t = dim_text(k.dims[1]), dim_text(k.dims[2])
     g = q.dims[1].as_int() // k.dims[1].as_int()
     qn, kn, vn, mn = e.r(q), e.r(k), e.r(v), e.r(mask)
     dtype = TORCH_DTYPES[q.dtype.name]
     scale = op.args["scale"]
-    exact_scale = isinstance(scale, float) and scale > 0 and math.frexp(scale)[0] == 0.5
     scores, probs = e.fresh("scores"), e.fresh("probs")
     lines = []
-    if k.dims[2].as_int() is not None and q.dims[2].as_int() != 1:
+    if variant.get("trim_keys"):
         keys, kt, vt, mt = e.fresh("keys"), e.fresh("k_used"), e.fresh("v_used"), e.fresh("mask_used")
         lines += [
             f"{keys}, {kt}, {vt}, {mt} = {dim_text(k.dims[2])}, {kn}, {vn}, {mn}",
@@ -286,8 +282,9 @@ def _grouped_attention(e: Emitter, op: Op):
             f"    {kt}, {vt}, {mt} = {kn}[:, :, :{keys}], {vn}[:, :, :{keys}], {mn}[:, :, :{keys}]",
         ]
         t, kn, vn, mn = keys, kt, vt, mt
-    qs = f"({qn} * {e.r(scale)})" if exact_scale else qn
-    tail = "" if exact_scale else f" * {e.r(scale)}"
+    queries_scaled = variant.get("scale_queries")
+    qs = f"({qn} * {e.r(scale)})" if queries_scaled else qn
+    tail = "" if queries_scaled else f" * {e.r(scale)}"
     if g == 1:
         lines.append(f"{scores} = ({qs} @ {kn}.transpose(-2, -1)){tail}")
     else:
@@ -305,149 +302,129 @@ def _grouped_attention(e: Emitter, op: Op):
     return lines, f"({probs}.reshape({b}, {hkv}, {g} * {s}, {t}) @ {vn}).reshape({b}, {h}, {s}, {d})"
 
 
-def _last_dim(v: Value) -> str:
+def _last_dim(v) -> str:
     return dim_text(v.dims[-1])
 
 
-NATIVE: dict[str, tuple[tuple[str, ...], Callable[[Emitter, Op], str]]] = {
-    "softmax": (NUMERICS, lambda e, op: f"torch.softmax({e.r(op.args['x'])}, dim=-1)"),
-    "silu": (NUMERICS, lambda e, op: f"F.silu({e.r(op.args['x'])})"),
-    "gelu": (NUMERICS, lambda e, op: f"F.gelu({e.r(op.args['x'])})"),
-    "layer_norm": (
-        NUMERICS,
-        lambda e, op: (
-            f"F.layer_norm({e.r(op.args['x'])}, ({_last_dim(op.args['x'])},), "
-            f"{e.r(op.args['weight'])}, None, {e.r(op.args['eps'])})"
-        ),
+NATIVE: dict[str, Callable[[Emitter, Op], "str | tuple[list[str], str]"]] = {
+    "softmax": lambda e, op: f"torch.softmax({e.r(op.args['x'])}, dim=-1)",
+    "silu": lambda e, op: f"F.silu({e.r(op.args['x'])})",
+    "gelu": lambda e, op: f"F.gelu({e.r(op.args['x'])})",
+    "layer_norm": lambda e, op: (
+        f"F.layer_norm({e.r(op.args['x'])}, ({_last_dim(op.args['x'])},), "
+        f"{e.r(op.args['weight'])}, None, {e.r(op.args['eps'])})"
     ),
-    "gelu_tanh": (("fast",), lambda e, op: f'F.gelu({e.r(op.args["x"])}, approximate="tanh")'),
-    "rms_norm": (
-        ("fast",),
-        lambda e, op: (
-            f"F.rms_norm({e.r(op.args['x'])}, ({_last_dim(op.args['x'])},), "
-            f"{e.r(op.args['weight'])}, {e.r(op.args['eps'])})"
-        ),
+    "gelu_tanh": lambda e, op: f'F.gelu({e.r(op.args["x"])}, approximate="tanh")',
+    "rms_norm": lambda e, op: (
+        f"F.rms_norm({e.r(op.args['x'])}, ({_last_dim(op.args['x'])},), "
+        f"{e.r(op.args['weight'])}, {e.r(op.args['eps'])})"
     ),
-    "attention": (NUMERICS[:1], lambda e, op: _grouped_attention(e, op)),
-    "attention@fast": (
-        ("fast",),
-        lambda e, op: (
-            f"F.scaled_dot_product_attention({e.r(op.args['q'])}, {e.r(op.args['k'])}, "
-            f"{e.r(op.args['v'])}, attn_mask={e.r(op.args['mask'])}.unsqueeze(1), "
-            f"scale={e.r(op.args['scale'])}, enable_gqa=True)"
-        ),
-    ),
+    "attention": _grouped_attention,
 }
 
 
-# ----------------------------------------------------------------------------- whole functions
+# ----------------------------------------------------------------------------- the module
+
+MODULE_BASE = '''
+class Module(nn.Module):
+    """A module of the checkpoint's tree. PARAMS and STATE map dotted paths to (shape, dtype):
+    parameters have no storage (the meta device) until a checkpoint is loaded, state is zeroed
+    buffers on `device`. CHILDREN maps a name to a class, or to (class, count) for a list."""
+
+    PARAMS: dict = {}
+    STATE: dict = {}
+    CHILDREN: dict = {}
+
+    def __init__(self, device="cpu"):
+        super().__init__()
+        for name, child in self.CHILDREN.items():
+            if isinstance(child, tuple):
+                self.add_module(name, nn.ModuleList(child[0](device) for _ in range(child[1])))
+            else:
+                self.add_module(name, child(device))
+        for path, (shape, dtype) in self.PARAMS.items():
+            owner, name = self.owner(path)
+            empty = torch.empty(shape, dtype=dtype, device="meta")
+            owner.register_parameter(name, nn.Parameter(empty, requires_grad=False))
+        for path, (shape, dtype) in self.STATE.items():
+            owner, name = self.owner(path)
+            owner.register_buffer(name, torch.zeros(shape, dtype=dtype, device=device), persistent=False)
+
+    def owner(self, path):
+        """The submodule holding `path` (made on the way: lists as ModuleLists) and its name there."""
+        *parents, name = path.split(".")
+        module = self
+        for i, part in enumerate(parents):
+            if part not in module._modules:
+                child = nn.ModuleList() if (parents + [name])[i + 1].isdigit() else nn.Module()
+                if isinstance(module, nn.ModuleList):
+                    module.append(child)
+                else:
+                    module.add_module(part, child)
+            module = module._modules[part]
+        return module, name
+'''.strip()
 
 
-def function_source(g: Graph, numerics: str = "equivalent", constants: dict | None = None) -> str:
-    """The source of one entry as `def NAME(p, inputs...)`. Its folded constants are added to
-    `constants` (key -> numpy array; an equal array already there is reused)."""
-    e = Emitter(numerics)
-    e.dim_names = set(g.dim_vars)
-    e.taken |= e.dim_names
-    args = [e.bind(v) for v in g.inputs]
-    sig = ", ".join(format_tensor_type(v.type) for v in g.inputs)
-    outs = ", ".join(format_tensor_type(v.type) for v in g.outputs)
-    lines = [f"def {g.name}(p, {', '.join(args)}):", f'    """{sig} -> {outs}"""']
-    constants = {} if constants is None else constants
-    for op in _all_ops(g):
-        if op.name == "const":
-            e.names[("const", id(op))] = add_constant(constants, op.result.name or "c", op.attrs["value"])
-    body = ["    " + line for line in e.graph_lines(g)]
-    used = set(re.findall(r"[A-Za-z_]\w*", "\n".join(body) + " ".join(e.r(v) for v in g.outputs)))
-    by_input: dict[int, list[tuple[int, str]]] = {}
-    for name, (i, axis) in g.dim_sources.items():
-        if name in used:
-            by_input.setdefault(i, []).append((axis, name))
-    for i, dims in by_input.items():
-        rank = g.inputs[i].rank
-        if sorted(a for a, _ in dims) == list(range(rank)):
-            lines.append(f"    {', '.join(n for _, n in sorted(dims))} = {args[i]}.shape")
-        else:
-            for axis, name in dims:
-                lines.append(f"    {name} = {args[i]}.shape[{axis}]")
-    if "device" in used:
-        lines.append(f"    device = {args[0]}.device")
-    rets = ", ".join(e.r(v) for v in g.outputs)
-    lines += release_dead(body, keep=set(args) | set(re.findall(r"[A-Za-z_]\w*", rets)) | {"p", "device"})
-    for path, v in g.state_updates.items():
-        if v.producer is None or v.producer.name != "cache_write":
-            raise CodegenError(f"state `{path}` is updated by `{v.producer.name}`; only cache_write updates in place")
-    lines.append(f"    return {rets}")
-    return "\n".join(lines)
+class TorchModule(ModuleWriter):
+    """The PyTorch module: classes of `nn.Module` whose PARAMS/STATE are (shape, dtype)."""
 
+    emitter = Emitter
+    reserved = RESERVED
+    base = MODULE_BASE
 
-_ASSIGNED = re.compile(r"^    ([A-Za-z_]\w*(?:, [A-Za-z_]\w*)*) = ")
-_NAME = re.compile(r"(?<![.\w])[A-Za-z_]\w*")
-_STRING = re.compile(r"'[^']*'|\"[^\"]*\"")
+    def head(self) -> list[str]:
+        p = self.program
+        return [
+            f'"""{p.model} from {p.source}, generated by linnet.',
+            "",
+            f"Preset {p.preset or '(defaults)'}, working dtype {p.dtype.name}, numerics {self.numerics}, "
+            f"max_batch {p.max_batch}, max_positions {p.max_positions}.",
+            f"`{p.root}(device)` is the model: its parameters are named by checkpoint name and have no",
+            "storage until a checkpoint is loaded (`model.load_state_dict(tensors, strict=False, assign=True)`);",
+            "its KV cache is zeroed buffers on `device`, updated in place by the entries that write it.",
+            '"""',
+            "",
+            "import torch",
+            "import torch.nn.functional as F",
+            "from torch import nn",
+        ]
 
-
-def release_dead(body: list[str], keep: set[str]) -> list[str]:
-    """`del` each local after its last use, so a step holds one layer's intermediates rather
-    than every layer's (a straight-line function keeps its locals alive until it returns:
-    over 30 layers of a 512-token prefill that is gigabytes). `body` lines are indented four
-    spaces; deeper lines belong to the `if` above them."""
-    defined: set[str] = set()
-    last: dict[str, int] = {}
-    block_end: list[int] = []
-    end = len(body)
-    for i in range(len(body) - 1, -1, -1):
-        if not body[i].startswith("        "):
-            end = i
-        block_end.append(end)
-    block_end.reverse()
-    for i, line in enumerate(body):
-        m = _ASSIGNED.match(line)
-        if m and not line.split(" = ", 1)[1].startswith("p["):  # parameters stay alive in `p` anyway
-            defined |= set(m.group(1).split(", "))
-        code = _STRING.sub("", line.split("  #", 1)[0])
-        for name in _NAME.findall(code):
-            last[name] = block_end[i]
-    out: list[str] = []
-    dying: dict[int, list[str]] = {}
-    for name in defined - keep:
-        dying.setdefault(last[name], []).append(name)
-    for i, line in enumerate(body):
-        out.append(line)
-        if i in dying:
-            out.append("    del " + ", ".join(sorted(dying[i], key=lambda n: (len(n), n))))
-    return out
+    def table(self, name: str, items: dict) -> list[str]:
+        if not items:
+            return []
+        rows = [f"    {k!r}: (({_shape(t)}), {TORCH_DTYPES[t.dtype.name]})," for k, t in items.items()]
+        return [f"{name} = {{", *rows, "}"]
 
 
 def generate(program: Program, numerics: str = "equivalent") -> str:
-    """A Python module with one function per entry, each `f(p, *inputs)` where `p` maps
-    checkpoint names (and `const:` keys) to tensors. Imports only torch."""
+    """The model as a Python module (see the module docstring): `Root(device)` builds it with
+    empty parameters named by checkpoint name; entries are its methods. Imports only torch.
+    Raises CodegenError."""
     if numerics not in NUMERICS:
         raise CodegenError(f"numerics must be one of {', '.join(NUMERICS)}, got {numerics!r}")
-    funcs = []
-    constants: dict[str, object] = {}
-    for g in program.entries.values():
-        funcs.append(function_source(g, numerics, constants))
-    head = [
-        f'"""{program.model} from {program.source}, generated by linnet.',
-        "",
-        f"Preset {program.preset or '(defaults)'}, working dtype {program.dtype.name}, numerics {numerics}, "
-        f"max_batch {program.max_batch}, max_positions {program.max_positions}.",
-        "Each entry takes `p`, the parameters and state by checkpoint name plus the constants",
-        "from `constants(device)`; the KV cache tensors in `p` are updated in place.",
-        '"""',
-        "",
-        "import torch",
-        "import torch.nn.functional as F",
-        "",
-        "",
-        "def constants(device):",
-        '    """Small folded constants (no weights), made once per load."""',
-        "    return {",
-    ]
-    for k, v in constants.items():
-        head.append(f"        {k!r}: torch.tensor({v.tolist()!r}, dtype={TORCH_DTYPES[_np_name(v)]}, device=device),")
-    head.append("    }")
-    return "\n".join(head + [""] + ["\n" + f + "\n" for f in funcs]).rstrip() + "\n"
+    return TorchModule(prepare(program, PASSES, numerics), numerics).write()
+
+
+def _shape(t) -> str:
+    dims = [str(d.as_int()) for d in t.shape.dims]
+    return ", ".join(dims) + ("," if len(dims) == 1 else "")
+
+
+def graph_function(g, numerics: str = "equivalent") -> str:
+    """A flat graph (no calls or loops) as a standalone `def NAME(p, inputs...)`, parameters and
+    state read from the dict `p` by checkpoint name (op tests; the interpreter's statements)."""
+    e = Emitter(numerics, member_style="dict")
+    e.taken |= RESERVED | {"p"}
+    text = function_lines(g, e, g.name, method=False)
+    head = text[0].replace("(", "(p, ", 1) if g.inputs else text[0].replace("()", "(p)")
+    return "\n".join([head] + text[1:])
+
+
+def flat_program(program: Program, numerics: str = "equivalent") -> Program:
+    """`program` flattened (every call inlined, every loop unrolled) and prepared as this
+    backend runs it: what the interpreter executes."""
+    return prepare(program, replace(PASSES, flatten=True), numerics)
 
 
 Emitter.dtypes = TORCH_DTYPES

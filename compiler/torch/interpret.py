@@ -1,15 +1,17 @@
-"""The Core IR interpreter: runs a graph one op at a time (`mode="interpret"`).
+"""The Core IR interpreter: runs a flattened graph one op at a time (`mode="interpret"`).
 
-Each op is turned into the statement the code generator would write for it and executed on
-its own, with the `equivalent` numerics: this is the reference every other mode is compared
-with, and a failing op is reported with its IR text and source position.
+The program is flattened first (every call inlined, every loop unrolled: `codegen.flat_program`),
+and each op is turned into the statement the code generator would write for it, reading
+parameters and state from a dict by checkpoint name, and executed on its own, with the
+`equivalent` numerics: this is the reference every other mode is compared with, and a failing
+op is reported with its IR text and source position.
 """
 
 from __future__ import annotations
 
 from linnet.ir.core import Graph, format_op
 
-from .codegen import Emitter, add_constant
+from .codegen import Emitter
 
 
 class InterpretError(RuntimeError):
@@ -17,8 +19,8 @@ class InterpretError(RuntimeError):
 
 
 class Interpreter:
-    """Runs `graph`: `run(p, *inputs)` with `p` the tensors by checkpoint name (and `const:`
-    keys, see `constants`). Returns the entry's output tensor(s)."""
+    """Runs `graph` (a flat entry): `run(p, *inputs)` with `p` the tensors by checkpoint name.
+    Returns the entry's output tensor(s)."""
 
     def __init__(self, graph: Graph, numerics: str = "equivalent"):
         import torch
@@ -26,20 +28,18 @@ class Interpreter:
 
         self.graph = graph
         self._globals = {"torch": torch, "F": F}
-        e = Emitter(numerics)
+        e = Emitter(numerics, member_style="dict")
         e.dim_names = set(graph.dim_vars)
-        e.taken |= e.dim_names
+        e.taken |= e.dim_names | {"p"}
         self.input_names = [e.bind(v) for v in graph.inputs]
-        self.constants: dict = {}
-        for op in graph.ops:
-            if op.name == "const":
-                e.names[("const", id(op))] = add_constant(self.constants, op.result.name or "c", op.attrs["value"])
         e.count_uses(graph)
+        e.graph = graph
         self.steps = []
         for op in graph.ops:
             lines = e.op_lines(op)
-            source = "\n".join(lines)
-            code = compile(source, f"<linnet ir: {graph.name}>", "exec")
+            if not lines:  # a parameter or state read: rendered where it is used
+                continue
+            code = compile("\n".join(lines), f"<linnet ir: {graph.name}>", "exec")
             self.steps.append((code, op))
         self.outputs = [e.r(v) for v in graph.outputs]
 
@@ -57,5 +57,5 @@ class Interpreter:
             except Exception as err:
                 text = "\n".join(format_op(op))
                 raise InterpretError(f"{type(err).__name__}: {err}\n  while running{'  ' + text}") from err
-        outs = [env[n] for n in self.outputs]
+        outs = [eval(n, env) for n in self.outputs]
         return outs[0] if len(outs) == 1 else tuple(outs)

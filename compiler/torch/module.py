@@ -22,7 +22,7 @@ from torch import nn
 
 from linnet.ir.core import Program
 
-from .codegen import NUMERICS, TORCH_DTYPES, generate
+from .codegen import NUMERICS, TORCH_DTYPES, flat_program, generate
 from .interpret import Interpreter
 
 MODES = ("interpret", "generated", "inductor", "cuda-graphs")
@@ -36,16 +36,14 @@ def torch_dtype(name: str) -> torch.dtype:
     return getattr(torch, TORCH_DTYPES[name].split(".")[1])
 
 
-class _Node(nn.Module):
-    """An inner node of the parameter tree (`model`, `layers`, `0`, `self_attn`...)."""
-
-
 class LinnetModule(nn.Module):
     """The model: parameters by checkpoint name, state buffers, and one method per entry.
 
-    Entries take and return tensors on `device`: decoders' `forward(input_ids: i64[B, S]) ->
-    [B, S, vocab]` and `step(input_ids: i64[B, S], positions: i64[B], rows: i64[B]) -> [B, vocab]`
-    (the cache is updated in place)."""
+    The generated source's root class builds the module tree (its submodules are this
+    module's, so `state_dict()` keys are the checkpoint names). Entries take and return tensors
+    on `device`: decoders' `forward(input_ids: i64[B, S]) -> [B, S, vocab]` and
+    `step(input_ids: i64[B, S], positions: i64[B], rows: i64[B]) -> [B, vocab]` (the cache is
+    updated in place)."""
 
     def __init__(self, program: Program, mode: str, numerics: str, device: str | torch.device):
         super().__init__()
@@ -63,42 +61,34 @@ class LinnetModule(nn.Module):
         self.mode = mode
         self.numerics = numerics
         self.device_ = torch.device(device)
+        self.source = generate(program, numerics)
+        namespace = self._exec_source()
+        root = namespace[program.root](self.device_)
+        object.__setattr__(self, "root", root)  # not a submodule: its children are ours
+        for name, child in root._modules.items():
+            self.add_module(name, child)
+        for name, param in root._parameters.items():
+            self.register_parameter(name, param)
+        for name, buffer in root._buffers.items():
+            self.register_buffer(name, buffer, persistent=False)
         self._leaves: dict[str, tuple[nn.Module, str]] = {}
-        for spec in program.params:
-            owner, leaf = self._owner(spec.path)
-            # No storage until `bind`: a load never holds two copies of the weights.
-            t = torch.empty(spec.shape, dtype=torch_dtype(spec.type.dtype.name), device="meta")
-            owner.register_parameter(leaf, nn.Parameter(t, requires_grad=False))
-            self._leaves[spec.path] = (owner, leaf)
-        for spec in program.state:
-            owner, leaf = self._owner(spec.path)
-            t = torch.zeros(spec.shape, dtype=torch_dtype(spec.type.dtype.name), device=self.device_)
-            owner.register_buffer(leaf, t, persistent=False)
-            self._leaves[spec.path] = (owner, leaf)
-        self.source = generate(program, numerics) if mode != "interpret" else None
+        for path, _ in [*root.named_parameters(), *root.named_buffers()]:
+            self._leaves[path] = self._owner(root, path)
         self._entries: dict[str, Callable] = {}
-        self._constants: dict[str, torch.Tensor] = {}
         self._build_entries()
         self.tensors = self._tensor_dict()
 
     # ----- the parameter tree
-    def _owner(self, path: str) -> tuple[nn.Module, str]:
-        parts = path.split(".")
-        node: nn.Module = self
-        for part in parts[:-1]:
-            child = node._modules.get(part)
-            if child is None:
-                child = _Node()
-                node.add_module(part, child)
-            node = child
-        return node, parts[-1]
+    @staticmethod
+    def _owner(root: nn.Module, path: str) -> tuple[nn.Module, str]:
+        *parents, leaf = path.split(".")
+        node = root
+        for part in parents:
+            node = node._modules[part]
+        return node, leaf
 
     def _tensor_dict(self) -> dict[str, torch.Tensor]:
-        out = {}
-        for path, (owner, leaf) in self._leaves.items():
-            out[path] = getattr(owner, leaf)
-        out.update(self._constants)
-        return out
+        return {path: getattr(owner, leaf) for path, (owner, leaf) in self._leaves.items()}
 
     def bind(self, path: str, tensor: torch.Tensor) -> None:
         """Use `tensor` (cast to the working dtype, moved to the device) as parameter `path`.
@@ -109,7 +99,10 @@ class LinnetModule(nn.Module):
             raise ValueError(f"`{path}`: the checkpoint has {list(tensor.shape)}, the model {list(current.shape)}")
         t = tensor.to(device=self.device_, dtype=current.dtype)
         if isinstance(current, nn.Parameter):
-            owner.register_parameter(leaf, nn.Parameter(t, requires_grad=False))
+            param = nn.Parameter(t, requires_grad=False)
+            owner.register_parameter(leaf, param)
+            if owner is self.root:
+                self.register_parameter(leaf, param)
         else:
             current.copy_(t)
         self.tensors[path] = getattr(owner, leaf)
@@ -122,15 +115,13 @@ class LinnetModule(nn.Module):
     # ----- entries
     def _build_entries(self) -> None:
         if self.mode == "interpret":
-            for name, g in self.program.entries.items():
-                interp = Interpreter(g, "equivalent" if self.numerics == "equivalent" else self.numerics)
-                self._add_constants(interp.constants)
-                self._entries[name] = interp.run
+            flat = flat_program(self.program, self.numerics)
+            for name, g in flat.entries.items():
+                interp = Interpreter(g, self.numerics)
+                self._entries[name] = lambda *inputs, run=interp.run: run(self.tensors, *inputs)
             return
-        namespace = self._exec_source()
-        self._add_constants(namespace["constants"](self.device_))
         for name in self.program.entries:
-            fn = namespace[name]
+            fn = getattr(self.root, name)
             if self.mode == "inductor":
                 fn = _decode_compiled(fn) if name == "step" else torch.compile(fn, fullgraph=True, dynamic=True)
             elif self.mode == "cuda-graphs" and name == "step":
@@ -145,28 +136,17 @@ class LinnetModule(nn.Module):
         exec(compile(self.source, filename, "exec"), namespace)
         return namespace
 
-    def _add_constants(self, consts: dict) -> None:
-        for k, v in consts.items():
-            t = v if isinstance(v, torch.Tensor) else torch.from_numpy(v.copy())
-            self._constants[k] = t.to(self.device_)
-
     def entry(self, name: str) -> Callable:
         """The entry `name` as a function of tensors. Raises KeyError naming the entries."""
         if name not in self._entries:
             raise KeyError(f"no entry `{name}` (entries: {', '.join(self._entries)})")
-        fn = self._entries[name]
-        tensors = self.tensors
-
-        def call(*inputs):
-            return fn(tensors, *inputs)
-
-        return call
+        return self._entries[name]
 
     def forward(self, *inputs):
-        return self._entries["forward"](self.tensors, *inputs)
+        return self._entries["forward"](*inputs)
 
     def step(self, input_ids, positions, rows):
-        return self._entries["step"](self.tensors, input_ids, positions, rows)
+        return self._entries["step"](input_ids, positions, rows)
 
 
 def _decode_compiled(fn: Callable) -> Callable:
@@ -175,10 +155,10 @@ def _decode_compiled(fn: Callable) -> Callable:
     recompiles (prefill is matmul-bound: little for inductor to win)."""
     compiled = torch.compile(fn, fullgraph=True, dynamic=False)
 
-    def step(p, input_ids, positions, rows):
+    def step(input_ids, positions, rows):
         if input_ids.shape[1] == 1:
-            return compiled(p, input_ids, positions, rows)
-        return fn(p, input_ids, positions, rows)
+            return compiled(input_ids, positions, rows)
+        return fn(input_ids, positions, rows)
 
     return step
 
@@ -192,9 +172,9 @@ class _CudaGraphStep:
         self.fn = fn
         self.graphs: dict[int, tuple] = {}
 
-    def __call__(self, p, input_ids, positions, rows):
+    def __call__(self, input_ids, positions, rows):
         if input_ids.shape[1] != 1:
-            return self.fn(p, input_ids, positions, rows)
+            return self.fn(input_ids, positions, rows)
         b = input_ids.shape[0]
         entry = self.graphs.get(b)
         if entry is None:
@@ -203,11 +183,11 @@ class _CudaGraphStep:
             stream.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(stream):
                 for _ in range(2):  # warm-up writes what the real step writes: idempotent
-                    self.fn(p, *static)
+                    self.fn(*static)
             torch.cuda.current_stream().wait_stream(stream)
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
-                out = self.fn(p, *static)
+                out = self.fn(*static)
             entry = self.graphs[b] = (graph, static, out)
         graph, static, out = entry
         for s, x in zip(static, (input_ids, positions, rows)):

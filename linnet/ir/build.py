@@ -21,8 +21,8 @@ from ..syntax import ast as A
 from ..types.core import DTYPES
 from .core import Program
 from .lower import Lowering, LoweringError
-from .passes import optimize
-from .verify import verify
+from .passes import optimize_program
+from .verify import verify_program
 
 BOUND_PRESET = "linnet_loaded"
 # Keys of a checkpoint's config.json that describe the file, not the model: ignored silently.
@@ -196,16 +196,18 @@ def lower_program(
             params=list(lowering.params.values()),
             state=list(lowering.state.values()),
             config=_plain(scenario.configs[info.config_type]),
+            modules=lowering.modules,
+            root=lowering.module_class(root),
         )
         fns = {f.name.id: f for f in A.flat_members(analysis.model.ast.members) if isinstance(f, A.FnDef) and f.entry}
         for name in entries or list(fns):
             if name not in fns:
                 raise ProgramError(f"{info.path}: no entry `{name}` (entries: {', '.join(fns)})")
-            graph = lowering.lower_entry(root, fns[name])
-            if optimize_ir:
-                optimize(graph)
-            verify(graph, program)
-            program.entries[name] = graph
+            program.entries[name] = lowering.lower_entry(root, fns[name])
+        program.functions = lowering.functions
+        if optimize_ir:
+            optimize_program(program)
+        verify_program(program)
     except (LoweringError, RecursionError) as err:
         raise ProgramError(str(err)) from err
     return program

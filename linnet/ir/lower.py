@@ -1,10 +1,18 @@
 """Lowering: the checked AST of a root model, under one concrete config, to Core IR.
 
 Lowering evaluates the program the way the checker typed it, with concrete values: config
-fields are numbers, compile-time `if`s pick a branch, modules are inlined (a parameter read
-becomes a `param` op named by its checkpoint path), layer lists are unrolled, and calls of
-Linnet functions are inlined with their dim variables solved from the arguments' shapes.
-Only the entry's own dims (`B`, `S`) stay symbolic.
+fields are numbers and compile-time `if`s pick a branch. The program keeps its structure:
+each module method and Linnet function called becomes a function of the program
+(`Program.functions`), specialised for its receiver's class (`Program.modules`: the modules of
+one kind with one set of arguments) and for its arguments' types and compile-time values, so
+thirty identical decoder layers share one function; a parameter read is a `param` op named
+by its path relative to the receiver (`q_proj.weight`); `for layer in layers` over identical
+submodules is one `loop` op whose body has the item as receiver (`layers.{i0}.`). Calls of
+standard-library functions named in `COMPOSITES` become `composite` ops. Only the entries'
+dims (`B`, `S`, one atom each for the whole program) stay symbolic.
+
+What cannot be a function is inlined, as before: a call whose arguments include lists of
+tensors or modules, or whose callee returns something other than tensors.
 
 Lowering runs after a clean check; what the checker guarantees (names resolve, shapes agree,
 conditions are compile-time) is assumed, and a violation raises `LoweringError` naming the
@@ -23,8 +31,8 @@ from ..semantics.names import BUILTIN_CONSTANTS
 from ..syntax import ast as A
 from ..syntax.items import Item
 from ..types.core import DTYPES, DType, TensorT
-from ..types.dims import Dim, DivisionError, divide, solve_linear, var
-from .core import Graph, Op, TensorSpec, Value, tensor_type
+from ..types.dims import Atom, Dim, DivisionError, divide, solve_linear, var
+from .core import LOOP_INDEX, Graph, ModuleClass, Op, TensorSpec, Value, tensor_type
 
 # Standard-library functions lowered as `composite` ops: backends may run a native kernel for
 # them (ARCHITECTURE.md, "Numerics": `fast` may fuse). The body is always their meaning.
@@ -123,6 +131,21 @@ class Env:
 
 
 @dataclass
+class Frame:
+    """What lowering one graph keeps: the graph, the
+    parameter and state values read or written so far (by path relative to the graph's
+    receiver), and, for a loop body, the values it captures from the enclosing graph."""
+
+    graph: Graph
+    param_values: dict[str, Value] = field(default_factory=dict)
+    state_values: dict[str, Value] = field(default_factory=dict)
+    defined: set[int] = field(default_factory=set)
+    parent: "Frame | None" = None
+    captures: dict[int, Value] = field(default_factory=dict)  # outer value id -> body input
+    captured: list[Value] = field(default_factory=list)  # outer values, in body input order
+
+
+@dataclass
 class Lowering:
     """Lowers entries of a root model. `globals_` finds items by name (the file, then std);
     `config` binds the model's config parameters; `dtype` is the working dtype."""
@@ -133,12 +156,30 @@ class Lowering:
     dtype: DType
     max_batch: int
     max_positions: int
-    graph: Graph | None = None
     params: dict[str, TensorSpec] = field(default_factory=dict)
     state: dict[str, TensorSpec] = field(default_factory=dict)
-    _param_values: dict[str, Value] = field(default_factory=dict)
-    _state_values: dict[str, Value] = field(default_factory=dict)
+    functions: dict[str, Graph] = field(default_factory=dict)
+    modules: dict[str, ModuleClass] = field(default_factory=dict)
+    frame: Frame | None = None
     _depth: int = 0
+    _specialised: dict[Any, Graph | None] = field(default_factory=dict)  # specialisation key -> function
+    _dim_atoms: dict[str, Atom] = field(default_factory=dict)  # the program's dim variables
+    _class_keys: dict[Any, str] = field(default_factory=dict)
+    _loop_depth: int = 0
+    _item: Item | None = None  # the item whose source is being lowered (for positions)
+
+    # The current frame's parts, as the lowering of expressions uses them.
+    @property
+    def graph(self) -> Graph:
+        return self.frame.graph
+
+    @property
+    def _param_values(self) -> dict[str, Value]:
+        return self.frame.param_values
+
+    @property
+    def _state_values(self) -> dict[str, Value]:
+        return self.frame.state_values
 
     # ----- entry points
     def root(self) -> ModInst:
@@ -152,7 +193,9 @@ class Lowering:
         return ModInst(self.model, args, "")
 
     def collect_tensors(self, inst: ModInst) -> None:
-        """Every parameter and state tensor of the tree, in declaration order."""
+        """Every parameter and state tensor of the tree (absolute checkpoint paths), in
+        declaration order, and the module classes of the tree."""
+        self.module_class(inst)
         for m in self.members(inst).values():
             if isinstance(m, ParamMember):
                 self.param_spec(m)
@@ -165,27 +208,25 @@ class Lowering:
                     self.collect_tensors(sub)
 
     def lower_entry(self, root: ModInst, fn: A.FnDef) -> Graph:
-        self.graph = Graph(fn.name.id, [])
+        graph = Graph(fn.name.id, [], kind="entry", qualname=f"{root.mdef.name.id}.{fn.name.id}")
+        graph.receiver = self.module_class(root)
+        graph.origin = self._origin_in(root.item, fn.name)
+        self.frame = Frame(graph)
         self._item = root.item
-        self._param_values = {}
-        self._state_values = {}
         fenv = Env(self.module_env(root))
         bound: dict[str, Dim] = {}
         for p in fn.params:
             if not isinstance(p.type, A.TensorType):
                 raise LoweringError(self.where(root.item, p) + f"entry parameter `{p.name.id}` must be a tensor")
             dims = []
-            for axis, d in enumerate(p.type.dims):
+            for d in p.type.dims:
                 if isinstance(d, A.EllipsisDim):
                     raise LoweringError(self.where(root.item, d) + "entry parameters have a known rank (no `...`)")
                 if isinstance(d, A.Name) and d.id not in bound and not self._known(d.id, fenv):
-                    bound[d.id] = Dim.atom(var(d.id))
-                    self.graph.dim_vars.append(d.id)
-                    self.graph.dim_sources[d.id] = (len(self.graph.inputs), axis)
+                    bound[d.id] = Dim.atom(self._dim_atoms.setdefault(d.id, var(d.id)))
                 dims.append(self.dim_expr(d, fenv, bound))
             dtype = self.dtype_of(p.type.dtype, {})
-            v = Value(tensor_type(dtype, dims), p.name.id)
-            self.graph.inputs.append(v)
+            v = self.input(tensor_type(dtype, dims), p.name.id)
             fenv.vars[p.name.id] = v
         for name, d in bound.items():
             fenv.vars[name] = d
@@ -194,12 +235,56 @@ class Lowering:
         for o in outs:
             if not isinstance(o, Value):
                 raise LoweringError(self.where(root.item, fn.name) + "an entry returns tensors")
-        self.graph.outputs = list(outs)
+        self.finish(graph, list(outs), root.item, fn.name)
+        self.frame = None
+        return graph
+
+    def input(self, t: TensorT, name: str) -> Value:
+        """A new input of the current graph."""
+        v = Value(t, name)
+        self.graph.inputs.append(v)
+        self.frame.defined.add(id(v))
+        return v
+
+    def finish(self, graph: Graph, outs: list[Value], item: Item, node) -> None:
+        """Set a lowered graph's outputs, state updates and dim sources, and name its values."""
+        graph.outputs = outs
         for path, v in self._state_values.items():
             if v.producer is not None and v.producer.name != "state":
-                self.graph.state_updates[path] = v
-        self.graph.name_values()
-        return self.graph
+                graph.state_updates[path] = v
+        self.bind_dims(graph, item, node)
+        graph.name_values()
+
+    def bind_dims(self, graph: Graph, item: Item, node) -> None:
+        """`graph.dim_vars`/`dim_sources`: each dim variable its ops use, read from the first
+        input axis that is exactly that variable. Raises LoweringError when none is."""
+        used: dict[str, Atom] = {}
+        for v in _graph_values(graph):
+            for d in v.dims:
+                for a in d.atoms():
+                    if a.kind == "var":
+                        used.setdefault(a.name, a)
+        for op in _graph_ops(graph):
+            for d in _arg_dims(op.args):
+                for a in d.atoms():
+                    if a.kind == "var":
+                        used.setdefault(a.name, a)
+        for name, atom in sorted(used.items(), key=lambda kv: kv[1]):
+            source = next(
+                (
+                    (i, axis)
+                    for i, v in enumerate(graph.inputs)
+                    for axis, d in enumerate(v.dims)
+                    if d.key() == Dim.atom(atom).key()
+                ),
+                None,
+            )
+            if source is None:
+                raise LoweringError(
+                    self.where(item, node) + f"the dim `{name}` is used here but no tensor argument has it as a dim"
+                )
+            graph.dim_vars.append(name)
+            graph.dim_sources[name] = source
 
     def _known(self, name: str, env: Env) -> bool:
         found, _ = env.lookup(name)
@@ -208,19 +293,79 @@ class Lowering:
     def config_name(self, name: str) -> bool:
         return name in ("max_batch", "max_positions")
 
+    # ----- module classes
+    def module_class(self, inst: ModInst) -> str:
+        """The key of `inst`'s class in `modules` (registered, with its children, on first use):
+        the module's name, suffixed when another set of arguments came first."""
+        spec = (id(inst.item), tuple((k, _spec_key(v)) for k, v in inst.args.items()))
+        key = self._class_keys.get(spec)
+        if key is not None:
+            return key
+        name = inst.mdef.name.id
+        key, n = name, 1
+        while key in self.modules:
+            n += 1
+            key = f"{name}_{n}"
+        self._class_keys[spec] = key
+        cls = ModuleClass(key, name, self._origin_in(inst.item, inst.mdef.name), std=inst.item.is_std)
+        self.modules[key] = cls
+        rel = ModInst(inst.item, inst.args, "")
+        saved, saved_item = self.frame, self._item
+        self.frame, self._item = Frame(Graph("", [])), inst.item
+        try:
+            for name_, m in self.members(rel).items():
+                if isinstance(m, ParamMember):
+                    cls.params[m.path] = self.member_type(m)
+                elif isinstance(m, StateMember):
+                    cls.state[m.path] = self.member_type(m)
+                elif isinstance(m, ModInst):
+                    cls.children[name_] = (self.module_class(m), None)
+                elif isinstance(m, ModList):
+                    items = self.list_items(m)
+                    keys = {self.module_class(x) for x in items}
+                    if len(keys) == 1:
+                        cls.children[name_] = (keys.pop(), m.count)
+        finally:
+            self.frame, self._item = saved, saved_item
+        return key
+
     # ----- emitting ops
     def emit(self, name: str, args: dict, types: list[TensorT], hint: str = "", node=None, **attrs) -> list[Value]:
+        args = {k: self.local(v) for k, v in args.items()}
         op = Op(name, args, [], attrs)
         op.results = [Value(t, hint, op) for t in types]
         if node is not None and self._item is not None:
             op.origin = self._origin(node)
         self.graph.ops.append(op)
+        self.frame.defined.update(id(r) for r in op.results)
         return op.results
 
-    _item: Item | None = None
+    def local(self, v):
+        """`v` as the current graph sees it: a value of an enclosing graph (a loop body's free
+        variable) is captured as an input of the body; lists are mapped item by item."""
+        if isinstance(v, Value):
+            return self._capture(self.frame, v)
+        if isinstance(v, list):
+            return [self.local(x) for x in v]
+        return v
+
+    def _capture(self, frame: Frame, v: Value) -> Value:
+        if id(v) in frame.defined or frame.parent is None:
+            return v
+        inner = frame.captures.get(id(v))
+        if inner is None:
+            outer = self._capture(frame.parent, v)
+            inner = Value(v.type, v.name or v.hint)
+            frame.graph.inputs.append(inner)
+            frame.defined.add(id(inner))
+            frame.captures[id(v)] = inner
+            frame.captured.append(outer)
+        return inner
 
     def _origin(self, node) -> str:
-        item = self._item
+        return self._origin_in(self._item, node)
+
+    def _origin_in(self, item: Item, node) -> str:
         line = item.resolve(node.span).start.line
         path = item.source.path.rsplit("/", 1)[-1]
         return f"{path}:{line}"
@@ -350,53 +495,68 @@ class Lowering:
                 out[a.name.id] = self.expr(a.value, env)
         return out
 
+    def member_type(self, m: "ParamMember | StateMember") -> TensorT:
+        """The concrete type of a parameter or state member, from its declaration."""
+        env = self.module_env(m.owner)
+        saved = self.frame
+        self.frame = Frame(Graph("", [])) if saved is None else saved
+        item = self._item
+        self._item = m.owner.item
+        try:
+            dims = [self.dim_expr(d, env, {}) for d in m.decl.type.dims]
+        finally:
+            self._item = item
+            self.frame = saved
+        return tensor_type(self.dtype_of(m.decl.type.dtype, {}), dims)
+
     def param_spec(self, m: ParamMember) -> TensorSpec:
+        """The program's parameter at `m`'s (absolute) path."""
         spec = self.params.get(m.path)
         if spec is None:
-            env = self.module_env(m.owner)
-            saved = self._item
-            self._item = m.owner.item
-            try:
-                dims = [self.dim_expr(d, env, {}) for d in m.decl.type.dims]
-            finally:
-                self._item = saved
-            spec = TensorSpec(m.path, tensor_type(self.dtype_of(m.decl.type.dtype, {}), dims), "param")
-            self.params[m.path] = spec
+            spec = self.params[m.path] = TensorSpec(m.path, self.member_type(m), "param")
         return spec
 
     def state_spec(self, m: StateMember) -> TensorSpec:
+        """The program's state tensor at `m`'s (absolute) path."""
         spec = self.state.get(m.path)
         if spec is None:
-            env = self.module_env(m.owner)
-            saved = self._item
-            self._item = m.owner.item
-            try:
-                dims = [self.dim_expr(d, env, {}) for d in m.decl.type.dims]
-            finally:
-                self._item = saved
-            spec = TensorSpec(m.path, tensor_type(self.dtype_of(m.decl.type.dtype, {}), dims), "state")
-            self.state[m.path] = spec
+            spec = self.state[m.path] = TensorSpec(m.path, self.member_type(m), "state")
         return spec
 
     def member_value(self, m, node=None):
+        """A member's value in the current graph: a parameter or state tensor is read once per
+        graph (by its path relative to the receiver), other members are themselves."""
         if isinstance(m, ParamMember):
             v = self._param_values.get(m.path)
             if v is None:
-                spec = self.param_spec(m)
-                v = self._param_values[m.path] = self._emit_front("param", spec, m.decl.name.id)
+                v = self._param_values[m.path] = self._read("param", m)
             return v
         if isinstance(m, StateMember):
             v = self._state_values.get(m.path)
             if v is None:
-                spec = self.state_spec(m)
-                v = self._state_values[m.path] = self._emit_front("state", spec, m.decl.name.id)
+                if m.path in self._loop_writes():
+                    raise LoweringError(
+                        self.where(self._item, node)
+                        + f"state `{m.path}` is read after a loop that writes it; read it in the loop"
+                    )
+                v = self._state_values[m.path] = self._read("state", m)
             return v
         return m
 
-    def _emit_front(self, kind: str, spec: TensorSpec, hint: str) -> Value:
-        op = Op(kind, {}, [], {"path": spec.path})
-        op.results = [Value(spec.type, _hint_from_path(spec.path), op)]
+    def _loop_writes(self) -> set[str]:
+        """State paths a loop of the current graph wrote, with every index substituted."""
+        out: set[str] = set()
+        for op in self.graph.ops:
+            if op.name == "loop":
+                for w in op.writes:
+                    out |= {w.replace(op.attrs["index"], str(i)) for i in range(op.attrs["count"])}
+        return out
+
+    def _read(self, kind: str, m) -> Value:
+        op = Op(kind, {}, [], {"path": m.path})
+        op.results = [Value(self.member_type(m), _hint_from_path(m.path), op)]
         self.graph.ops.append(op)
+        self.frame.defined.add(id(op.result))
         return op.result
 
     # ----- types and dims
@@ -536,7 +696,10 @@ class Lowering:
             raise LoweringError(self.where(env.item, s.target) + f"cannot assign `{s.target.id}`")
         elif isinstance(s, A.For):
             seq = self.expr(s.iter, env)
-            items = self.list_items(seq) if isinstance(seq, ModList) else seq
+            if isinstance(seq, ModList):
+                self.loop(s, seq, env)
+                return
+            items = seq
             if not isinstance(items, (list, tuple)):
                 raise LoweringError(self.where(env.item, s.iter) + "`for` iterates over a list of submodules")
             for x in items:
@@ -804,40 +967,175 @@ class Lowering:
                 if p.name.id not in args:
                     args[p.name.id] = self.expr(p.default, callee)
                 callee.vars[p.name.id] = args[p.name.id]
-            generics = self.bind_signature(fn, callee, args, ref.item)
-            for g, d in generics.items():
-                callee.vars[g] = d
             if ref.item.is_std and fn.name.id in COMPOSITES and ref.inst is None:
+                for g, d in self.bind_signature(fn, callee, args, ref.item).items():
+                    callee.vars[g] = d
                 return self.composite(fn, callee, args, origin)
-            return self.block(fn.body, Env(callee))
+            graph = self.specialise(ref, args)
+            if graph is None:  # not a function of tensors: evaluated in place
+                for g, d in self.bind_signature(fn, callee, args, ref.item).items():
+                    callee.vars[g] = d
+                return self.block(fn.body, Env(callee))
         finally:
             self._item = saved
+        return self.emit_call(graph, ref, args, e)
+
+    def specialise(self, ref: FnRef, args: dict[str, Any]) -> Graph | None:
+        """The function of `Program.functions` that runs `ref` on arguments like `args`
+        (lowered on first use), or None when the call must be evaluated in place: an argument
+        that is a list of tensors or a module, or a result that is not tensors."""
+        fn = ref.fn
+        try:
+            static = tuple((k, _spec_key(v)) for k, v in args.items() if not isinstance(v, Value))
+        except _Unspecialisable:
+            return None
+        tensors = tuple((k, _type_key(v.type)) for k, v in args.items() if isinstance(v, Value))
+        receiver = self.module_class(ref.inst) if ref.inst is not None else None
+        key = (id(fn), receiver, tensors, static)
+        if key in self._specialised:
+            return self._specialised[key]
+        name = f"{self.modules[receiver].name}.{fn.name.id}" if receiver is not None else fn.name.id
+        graph = Graph(name, [], kind="method" if receiver is not None else "function", qualname=name)
+        graph.receiver, graph.origin = receiver, self._origin_in(ref.item, fn.name)
+        rel = ModInst(ref.inst.item, ref.inst.args, "") if ref.inst is not None else None
+        saved, depth = self.frame, self._loop_depth
+        self.frame, self._loop_depth = Frame(graph), 0
+        try:
+            base = self.module_env(rel) if rel is not None else Env(None, None, ref.item)
+            callee = Env(base, rel, ref.item)
+            for p in fn.params:
+                v = args[p.name.id]
+                callee.vars[p.name.id] = self.input(v.type, p.name.id) if isinstance(v, Value) else v
+            inputs = {p.name.id: callee.vars[p.name.id] for p in fn.params}
+            for g, d in self.bind_signature(fn, callee, inputs, ref.item).items():
+                callee.vars[g] = d
+            result = self.block(fn.body, Env(callee))
+            outs = list(result) if isinstance(result, tuple) else [result]
+            if not outs or not all(isinstance(o, Value) for o in outs):
+                self._specialised[key] = None
+                return None
+            self.finish(graph, outs, ref.item, fn.name)
+        finally:
+            self.frame, self._loop_depth = saved, depth
+        graph.name = _fresh_key(self.functions, _identifier_path(name))
+        self.functions[graph.name] = graph
+        self._specialised[key] = graph
+        return graph
+
+    def emit_call(self, graph: Graph, ref: FnRef, args: dict[str, Any], e: A.Call):
+        """A `call` of `graph` with the tensor arguments of `args`; the callee's state writes,
+        prefixed with its receiver, become the caller's (their new values follow the outputs)."""
+        prefix = ref.inst.path if ref.inst is not None else None
+        shift = lambda w: _shift_indices(w, self._loop_depth)  # noqa: E731
+        writes = [(prefix or "") + shift(w) for w in sorted(graph.written_state())]
+        updates = [(prefix or "") + w for w in graph.state_updates]
+        op_args = {p.name.id: args[p.name.id] for p in ref.fn.params if isinstance(args[p.name.id], Value)}
+        types = [o.type for o in graph.outputs] + [v.type for v in graph.state_updates.values()]
+        attrs = {"fn": graph.name, "receiver": prefix, "writes": writes, "updates": updates}
+        hint = graph.outputs[0].hint if len(graph.outputs) == 1 else ""
+        results = self.emit("call", op_args, types, hint or ref.fn.name.id, e, **attrs)
+        results[0].producer.callee = graph
+        outs = results[: len(graph.outputs)]
+        for path, v in zip(updates, results[len(graph.outputs) :]):
+            v.name = _hint_from_path(path)
+            self._state_values[path] = v
+        return outs[0] if len(outs) == 1 else tuple(outs)
 
     def composite(self, fn: A.FnDef, callee: Env, args: dict[str, Any], origin: str):
         """Lower a std function as a `composite` op whose body is its decomposition."""
-        outer = self.graph
         tensor_args = {k: v for k, v in args.items() if isinstance(v, Value)}
         attrs = {k: v for k, v in args.items() if not isinstance(v, Value)}
-        body = Graph(f"composite:{fn.name.id}", [])
+        body = Graph(f"composite:{fn.name.id}", [], kind="composite", qualname=fn.name.id)
+        body.origin = self._origin_in(self._item, fn.name)
         inner_env = Env(callee)
-        for k, v in tensor_args.items():
-            iv = Value(v.type, k)
-            body.inputs.append(iv)
-            inner_env.vars[k] = iv
-        self.graph = body
-        saved_params, saved_state = self._param_values, self._state_values
+        saved = self.frame
+        self.frame = Frame(body)
         try:
+            for k, v in tensor_args.items():
+                inner_env.vars[k] = self.input(v.type, k)
             result = self.block(fn.body, Env(inner_env))
         finally:
-            self.graph = outer
-            self._param_values, self._state_values = saved_params, saved_state
+            self.frame = saved
         outs = result if isinstance(result, tuple) else (result,)
         body.outputs = list(outs)
-        op = Op("composite", dict(tensor_args) | attrs, [], {"name": fn.name.id}, body)
+        op = Op("composite", {k: self.local(v) for k, v in tensor_args.items()} | attrs, [], {"name": fn.name.id}, body)
         op.results = [Value(o.type, fn.name.id, op) for o in outs]
         op.origin = origin  # the call site, in the caller's file
         self.graph.ops.append(op)
+        self.frame.defined.update(id(r) for r in op.results)
         return op.results[0] if len(op.results) == 1 else tuple(op.results)
+
+    # ----- loops
+    def loop(self, s: A.For, ml: "ModList", env: Env) -> None:
+        """`for x in list { ... }` over a list of submodules as one `loop` op: the body is
+        lowered once, with the item `{list}.{iN}.` as receiver prefix, the outer locals it
+        assigns as loop-carried values and the outer values it reads as captured inputs.
+        Unrolled instead when a carried value is not a tensor or changes type."""
+        carried = []
+        for name in _assigned_names(s.body):
+            found, v = env.lookup(name)
+            if found and isinstance(v, Value):
+                carried.append((name, v))
+            elif found:
+                return self.unrolled(s, ml, env)
+        if ml.count == 0:
+            return None
+        index = LOOP_INDEX % self._loop_depth
+        saved_item = self._item
+        self._item = ml.owner.item
+        try:
+            item = self.instantiate(ml.ctor, self.module_env(ml.owner), f"{ml.path}.{index}.")
+        finally:
+            self._item = saved_item
+        body = Graph(f"{s.var.id} in {ml.path}", [], kind="loop", qualname=s.var.id, receiver=self.graph.receiver)
+        parent = self.frame
+        frame = Frame(body, parent=parent)
+        self.frame = frame
+        self._loop_depth += 1
+        try:
+            inner = Env(env)
+            for name, v in carried:
+                inner.vars[name] = self.input(v.type, name)
+            inner.vars[s.var.id] = item
+            self.block(s.body, Env(inner))
+            outs = [self.local(inner.vars[name]) for name, _ in carried]
+            body.outputs = outs
+            for path, v in frame.state_values.items():
+                if v.producer is not None and v.producer.name != "state":
+                    body.state_updates[path] = v
+        finally:
+            self.frame = parent
+            self._loop_depth -= 1
+        if any(_type_key(o.type) != _type_key(v.type) for o, (_, v) in zip(outs, carried)):
+            return self.unrolled(s, ml, env)
+        attrs = {
+            "list": ml.path,
+            "count": ml.count,
+            "index": index,
+            "var": s.var.id,
+            "writes": sorted(body.written_state()),
+        }
+        results = self.emit(
+            "loop",
+            {"carried": [v for _, v in carried], "captured": frame.captured},
+            [v.type for _, v in carried],
+            "",
+            s,
+            **attrs,
+        )
+        loop_op = self.graph.ops[-1]
+        loop_op.body = body
+        for (name, _), r in zip(carried, results):
+            r.name = name
+            env.assign(name, r)
+        return None
+
+    def unrolled(self, s: A.For, ml: "ModList", env: Env) -> None:
+        """The loop's body once per item, in place."""
+        for x in self.list_items(ml):
+            inner = Env(env)
+            inner.vars[s.var.id] = x
+            self.block(s.body, inner)
 
     # ----- messages
     def where(self, item: Item | None, node) -> str:
@@ -848,6 +1146,108 @@ class Lowering:
 
 
 # ----------------------------------------------------------------------------- helpers
+
+
+class _Unspecialisable(Exception):
+    """A compile-time argument a function cannot be specialised on (a module, a list of tensors)."""
+
+
+def _spec_key(v) -> Any:
+    """A hashable key of a compile-time value, equal for equal values."""
+    if isinstance(v, Dim):
+        return ("dim", v.key())
+    if isinstance(v, float):
+        return ("float", repr(v))
+    if v is None or isinstance(v, (bool, int, str)):
+        return (type(v).__name__, v)
+    if isinstance(v, DType):
+        return ("dtype", v.name)
+    if isinstance(v, ConfigValue):
+        return ("config", v.type_name, tuple((k, _spec_key(x)) for k, x in v.values.items()))
+    if v is MISSING:
+        return ("missing",)
+    if isinstance(v, (list, tuple)) and not any(isinstance(x, Value) for x in v):
+        return ("seq", tuple(_spec_key(x) for x in v))
+    raise _Unspecialisable()
+
+
+def _type_key(t: TensorT) -> Any:
+    return (t.dtype.name, tuple(d.key() for d in t.shape.dims))
+
+
+def _fresh_key(taken: dict, name: str) -> str:
+    key, n = name, 1
+    while key in taken:
+        n += 1
+        key = f"{name}_{n}"
+    return key
+
+
+def _identifier_path(name: str) -> str:
+    """`LlamaAttention.step` as a key usable in IR text and generated code (dots kept)."""
+    return "".join(ch if ch.isalnum() or ch in "._" else "_" for ch in name)
+
+
+def _shift_indices(path: str, by: int) -> str:
+    """A callee's loop placeholders (`{i0}`) renumbered past the caller's `by` enclosing loops."""
+    if not by or "{" not in path:
+        return path
+    import re
+
+    return re.sub(r"\{i(\d+)\}", lambda m: LOOP_INDEX % (int(m.group(1)) + by), path)
+
+
+def _assigned_names(block: A.Block) -> list[str]:
+    """Names assigned (`x = ...`, not `let`) anywhere in a block, in order, once each."""
+    out: list[str] = []
+
+    def visit(node) -> None:
+        if isinstance(node, A.Assign) and node.target.id not in out:
+            out.append(node.target.id)
+        for child in _children(node):
+            visit(child)
+
+    visit(block)
+    return out
+
+
+def _children(node):
+    if isinstance(node, list):
+        return node
+    if not hasattr(node, "__dataclass_fields__"):
+        return []
+    out = []
+    for name in node.__dataclass_fields__:
+        v = getattr(node, name, None)
+        if isinstance(v, list):
+            out.extend(x for x in v if hasattr(x, "__dataclass_fields__"))
+        elif hasattr(v, "__dataclass_fields__") and not isinstance(v, A.Span):
+            out.append(v)
+    return out
+
+
+def _graph_ops(g: Graph):
+    """The ops of `g` and of its composites' and loops' bodies."""
+    for op in g.ops:
+        yield op
+        if op.body is not None:
+            yield from _graph_ops(op.body)
+
+
+def _graph_values(g: Graph):
+    yield from g.inputs
+    for op in _graph_ops(g):
+        yield from op.results
+
+
+def _arg_dims(args: dict):
+    for v in args.values():
+        if isinstance(v, Dim):
+            yield v
+        elif isinstance(v, (list, tuple)):
+            yield from (x for x in v if isinstance(x, Dim))
+        elif isinstance(v, dict):
+            yield from (x for x in v.values() if isinstance(x, Dim))
 
 
 def _values(v) -> bool:

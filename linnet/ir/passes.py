@@ -1,4 +1,5 @@
-"""Core IR passes: dead-code elimination, common subexpressions, constant folding.
+"""Core IR simplifications: dead-code elimination, common subexpressions, constant folding,
+over every graph of a program (entries, functions, loop and composite bodies).
 
 Constant folding only evaluates ops whose result is exactly rounded in IEEE arithmetic
 (integer and shape ops, casts, + - * /, comparisons), with the registry's numpy reference,
@@ -14,7 +15,7 @@ from typing import Any
 
 from ..ops import REGISTRY
 from ..types.dims import Dim
-from .core import Graph, Op, Value
+from .core import Graph, Op, Program, Value, walk_ops
 
 FOLD_LIMIT = 64
 EXACT_OPS = frozenset(
@@ -28,6 +29,13 @@ EXACT_OPS = frozenset(
 _NP_DTYPES = {"f64": "float64", "f32": "float32", "f16": "float16", "i64": "int64", "i32": "int32", "bool": "bool"}
 
 
+def optimize_program(program: Program) -> None:
+    """`optimize` every graph of `program`, then drop the functions no entry calls (in place)."""
+    for g in program.graphs():
+        optimize(g)
+    drop_unused_functions(program)
+
+
 def optimize(g: Graph) -> None:
     """Fold constants, merge common subexpressions, drop dead code (in place)."""
     fold_constants(g)
@@ -38,12 +46,19 @@ def optimize(g: Graph) -> None:
             optimize(op.body)
 
 
+def drop_unused_functions(program: Program) -> None:
+    """Remove the functions that no entry calls, directly or not."""
+    called = {op.attrs["fn"] for g in program.entries.values() for op in walk_ops(g) if op.name == "call"}
+    program.functions = {k: g for k, g in program.functions.items() if k in called}
+
+
 def eliminate_dead_code(g: Graph) -> int:
-    """Remove ops none of whose results reach an output or a state update. Returns the count."""
+    """Remove ops none of whose results reach an output or a state update, and that write no
+    state (a call or loop that writes the KV cache stays). Returns the count."""
     live = {id(v) for v in g.outputs} | {id(v) for v in g.state_updates.values()}
     kept = []
     for op in reversed(g.ops):
-        if any(id(r) in live for r in op.results):
+        if op.writes or any(id(r) in live for r in op.results):
             kept.append(op)
             live |= {id(v) for v in op.inputs()}
     removed = len(g.ops) - len(kept)
@@ -75,8 +90,8 @@ def eliminate_common_subexpressions(g: Graph) -> int:
         _rewrite(op, replace)
         if op.name == "const":
             key = ("const", op.attrs["value"].dtype.str, op.attrs["value"].shape, op.attrs["value"].tobytes())
-        elif op.body is not None:
-            key = ("composite", op.attrs["name"], _key(op.args), id(op))  # bodies are not compared
+        elif op.body is not None or op.writes:
+            key = ("unique", id(op))  # bodies are not compared; state writes never merge
         else:
             key = (op.name, _key(op.args), _key(op.attrs))
         prior = seen.get(key)

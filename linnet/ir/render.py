@@ -1,10 +1,18 @@
 """Shared machinery of the text code generators (PyTorch, JAX): naming values, rendering
-arguments, walking graphs and composites, and folded constants.
+arguments and members, and writing a program as a module of classes and functions.
+
+A program prepared for a backend (`pipeline.prepare`) is written as one class per module class
+that has methods (its parameters and state declared in `PARAMS`/`STATE`, its submodules in
+`CHILDREN`), one method per function of that class, one function per Linnet function, and the
+entries as methods of the root model's class. A call is a method call on the receiver
+(`self.self_attn.step(...)`), a loop is `for layer in self.layers:`, a parameter is read where
+it is used (`self.q_proj.weight`), and each statement that comes from the source says where:
+`# [B, 9, S, 64] llama.linnet:77`.
 
 A backend subclasses `GraphEmitter` and sets its tables: `dtypes` (dtype name -> text),
-`emitters` (registry op -> emitter), `native` (composite -> (numerics, emitter)), `reserved`
-(names generated code must not shadow) and `error` (the exception it raises). Nothing here
-imports a framework: generated code is text.
+`emitters` (registry op -> emitter), `native` (composite -> emitter, used where the passes
+recorded `attrs["native"]`), `reserved` (names generated code must not shadow) and `error`
+(the exception it raises). Nothing here imports a framework: generated code is text.
 """
 
 from __future__ import annotations
@@ -13,12 +21,13 @@ import builtins
 import keyword
 import math
 import re
+import textwrap
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar
 
 from ..types.core import DType
 from ..types.dims import Dim, format_dim
-from .core import Graph, Op, Value
+from .core import Graph, Op, Program, Value, format_tensor_type
 
 
 class RenderError(Exception):
@@ -61,28 +70,6 @@ def dims_text(dims, as_list: bool = False) -> str:
     return f"[{text}]" if as_list else text
 
 
-def add_constant(constants: dict, hint: str, value) -> str:
-    """The key of `value` in `constants` (without the `const:` prefix), added if new."""
-    for k, v in constants.items():
-        if v.dtype == value.dtype and v.shape == value.shape and (v == value).all():
-            return k.split(":", 1)[1]
-    base = re.sub(r"_\d+$", "", hint) or "c"
-    key, n = base, 0
-    while f"const:{key}" in constants:
-        n += 1
-        key = f"{base}_{n}"
-    constants[f"const:{key}"] = value
-    return key
-
-
-def all_ops(g: Graph):
-    """The ops of `g`, composites' bodies included (depth first)."""
-    for op in g.ops:
-        yield op
-        if op.body is not None:
-            yield from all_ops(op.body)
-
-
 def np_dtype_name(v) -> str:
     """The Linnet dtype name of a numpy array."""
     return {"float64": "f64", "float32": "f32", "float16": "f16", "int64": "i64", "int32": "i32", "bool": "bool"}[
@@ -90,19 +77,51 @@ def np_dtype_name(v) -> str:
     ]
 
 
-RESHAPING = ("reshape", "rearrange", "expand", "permute", "transpose", "squeeze", "unsqueeze", "concat")
+def all_ops(g: Graph):
+    """The ops of `g`, composites' and loops' bodies included (depth first)."""
+    for op in g.ops:
+        yield op
+        if op.body is not None:
+            yield from all_ops(op.body)
+
+
+RESHAPING = ("reshape", "rearrange", "expand", "permute", "transpose", "squeeze", "unsqueeze", "concat", "split")
+_IDENTIFIER = re.compile(r"^[A-Za-z_]\w*$")
+_PLACEHOLDER = re.compile(r"\{i\d+\}")
+
+
+def member_chain(base: str, path: str) -> str:
+    """`self.q_proj.weight` for `q_proj.weight` under `self`; list items by index
+    (`self.layers[3]`), names that are not identifiers through getattr (a fused weight's
+    `{q,k,v}_proj`)."""
+    text = base
+    for seg in path.split("."):
+        if seg.isdigit():
+            text += f"[{seg}]"
+        elif _IDENTIFIER.match(seg) and not keyword.iskeyword(seg):
+            text += f".{seg}"
+        else:
+            text = f"getattr({text}, {seg!r})"
+    return text
 
 
 @dataclass
 class GraphEmitter:
-    """Emits the statements of one graph. `names` maps value ids to Python names."""
+    """Emits the statements of one graph. `names` maps value ids to Python expressions;
+    `receivers` maps a path prefix to the Python name holding that module (`""` -> `self`,
+    `layers.{i0}.` -> `layer` inside a loop)."""
 
     numerics: str = "equivalent"
     names: dict[Any, str] = field(default_factory=dict)
     taken: set[str] = field(default_factory=set)
     uses: dict[int, int] = field(default_factory=dict)
-    skipped: set[int] = field(default_factory=set)
     dim_names: set[str] = field(default_factory=set)
+    receivers: dict[str, str] = field(default_factory=lambda: {"": "self"})
+    methods: dict[str, str] = field(default_factory=dict)  # function key -> method or function name
+    member_style: str = "attribute"  # "attribute": self.q_proj.weight; "dict": p['model...weight']
+    prebound: dict[int, str] = field(default_factory=dict)  # value id -> the name `bind` gives it
+    graph: Graph | None = None  # the graph being emitted
+    helpers: "Helpers | None" = None  # where composites that run as their bodies become functions
 
     # Set by each backend (class attributes of its subclass).
     dtypes: ClassVar[dict[str, str]] = {}
@@ -113,7 +132,9 @@ class GraphEmitter:
     error: ClassVar[type] = RenderError
 
     def fresh(self, hint: str) -> str:
-        base = hint or "t"
+        base = re.sub(r"\W", "_", hint or "t") or "t"
+        if base[0].isdigit():
+            base = "t" + base
         if keyword.iskeyword(base) or base in self.reserved or base in self.dim_names:
             base += "_"
         name, n = base, 0
@@ -124,7 +145,7 @@ class GraphEmitter:
         return name
 
     def bind(self, v: Value, hint: str | None = None) -> str:
-        name = self.fresh(hint if hint is not None else (v.hint or v.name))
+        name = self.prebound.pop(id(v), None) or self.fresh(hint if hint is not None else (v.hint or v.name))
         self.names[id(v)] = name
         return name
 
@@ -154,6 +175,22 @@ class GraphEmitter:
             return repr(v)
         return repr(f"{v}").join(("float(", ")"))
 
+    def member(self, path: str) -> str:
+        """A parameter or state tensor (path relative to the graph's receiver) as Python."""
+        if self.member_style == "dict":
+            return f"p[{path!r}]"
+        best = max((p for p in self.receivers if path.startswith(p)), key=len)
+        return member_chain(self.receivers[best], path[len(best) :])
+
+    def receiver(self, prefix: str) -> str:
+        """The module at a path prefix (`self_attn.` -> `self.self_attn`)."""
+        path = prefix.rstrip(".")
+        if not path:
+            return self.receivers[""]
+        best = max((p for p in self.receivers if prefix.startswith(p)), key=len)
+        rest = prefix[len(best) :].rstrip(".")
+        return member_chain(self.receivers[best], rest) if rest else self.receivers[best]
+
     def count_uses(self, g: Graph) -> None:
         for op in g.ops:
             for v in op.inputs():
@@ -165,56 +202,195 @@ class GraphEmitter:
     def graph_lines(self, g: Graph) -> list[str]:
         """Statements computing `g`'s ops (inputs must already be named)."""
         self.count_uses(g)
-        self.prepare_graph(g)
+        outer, self.graph = self.graph, g
         lines: list[str] = []
-        for op in g.ops:
-            if id(op) in self.skipped:
-                continue
-            lines += self.op_lines(op)
+        try:
+            for op in g.ops:
+                lines += self.op_lines(op)
+        finally:
+            self.graph = outer
         return lines
 
-    def prepare_graph(self, g: Graph) -> None:
-        """A backend's hook before a graph is emitted (fusing patterns into `skipped` ops)."""
-
     def op_lines(self, op: Op) -> list[str]:
+        if op.name in ("param", "state"):
+            self.names[id(op.result)] = self.member(op.attrs["path"])
+            return []
         if op.name == "composite":
             return self.composite_lines(op)
+        if op.name == "call":
+            return self.call_lines(op)
+        if op.name == "loop":
+            return self.loop_lines(op)
         emit = self.emitters.get(op.name)
         if emit is None:
             raise self.error(f"the {self.backend} backend has no lowering for `{op.name}`")
         out = emit(self, op)
         stmts, expr = out if isinstance(out, tuple) else ([], out)
+        if expr is None:  # the emitter bound the results itself
+            return self.commented(stmts, op)
         results = op.results
-        if len(results) == 1:
-            lhs = self.bind(results[0])
-        else:
-            lhs = ", ".join(self.bind(v) for v in results)
-        comment = self.comment(op)
-        return stmts + [f"{lhs} = {expr}{comment}"]
+        lhs = ", ".join(self.bind(v) for v in results)
+        return self.commented(stmts + [f"{lhs} = {expr}"], op)
 
-    def comment(self, op: Op) -> str:
-        if op.name in RESHAPING:
-            return f"  # {shape_text(op.result)}"
-        return ""
+    def commented(self, lines: list[str], op: Op, shape: bool | None = None) -> list[str]:
+        """`lines` with the op's shape (for reshaping ops) and source position on the last."""
+        if not lines:
+            return lines
+        notes = []
+        if (op.name in RESHAPING if shape is None else shape) and len(op.results) == 1:
+            notes.append(shape_text(op.result))
+        if op.origin:
+            notes.append(op.origin)
+        if notes:
+            lines = lines[:-1] + [f"{lines[-1]}  # {' '.join(notes)}"]
+        return lines
 
     def composite_lines(self, op: Op) -> list[str]:
         name = op.attrs["name"]
-        native = self.native.get(f"{name}@{self.numerics}") or self.native.get(name)
-        if native is not None and self.numerics in native[0]:
-            out = native[1](self, op)
+        if op.attrs.get("native"):
+            emit = self.native.get(name)
+            if emit is None:
+                raise self.error(f"the {self.backend} backend has no native form of `{name}`")
+            out = emit(self, op)
             stmts, expr = out if isinstance(out, tuple) else ([], out)
-            return stmts + [f"{self.bind(op.result)} = {expr}  # {name}{self._shape_note(op)}"]
+            lhs = ", ".join(self.bind(v) for v in op.results)
+            return self.commented(stmts + [f"{lhs} = {expr}"], op, shape=True)
         body = op.body
+        if self.helpers is not None:  # a function of the module, written once
+            fn = self.helpers.function(op, self)
+            args = ", ".join(self.r(op.args[iv.name]) for iv in body.inputs)
+            lhs = ", ".join(self.bind(v) for v in op.results)
+            return self.commented([f"{lhs} = {fn}({args})"], op, shape=False)
         for iv in body.inputs:
             self.names[id(iv)] = self.r(op.args[iv.name] if iv.name in op.args else None)
-        lines = [f"# {name}({', '.join(self.r(op.args[k]) for k in op.args if isinstance(op.args[k], Value))})"]
+        args = ", ".join(self.r(op.args[k]) for k in op.args if isinstance(op.args[k], Value))
+        lines = [f"# {name}({args})" + (f"  {op.origin}" if op.origin else "")]
         lines += self.graph_lines(body)
         for outer, inner in zip(op.results, body.outputs):
             self.names[id(outer)] = self.r(inner)
         return lines
 
-    def _shape_note(self, op: Op) -> str:
-        return f": {shape_text(op.result)}"
+    def call_lines(self, op: Op) -> list[str]:
+        callee = op.callee
+        args = ", ".join(self.r(v) for v in op.inputs())
+        name = self.methods[callee.name]
+        receiver = op.attrs.get("receiver")
+        if receiver is None:
+            fn = name
+            if callee_needs_device(self, callee):
+                args = f"{args}, device=device" if args else "device=device"
+        else:
+            fn = f"{self.receiver(receiver)}.{name}"
+        n = len(callee.outputs)
+        for v, path in zip(op.results[n:], op.attrs.get("updates", [])):
+            self.names[id(v)] = self.member(path)  # the callee wrote the receiver's state
+        lhs = ", ".join(self.bind(v) for v in op.results[:n])
+        return self.commented([f"{lhs} = {fn}({args})"], op, shape=False)
+
+    def loop_lines(self, op: Op) -> list[str]:
+        """`for layer in self.layers:` with the body inside; a carried value keeps its name
+        (`h = layer.step(h, ...)`), copied first when the enclosing graph reads it after the loop."""
+        body = op.body
+        carried, captured = op.args["carried"], op.args["captured"]
+        items = self.receiver(op.attrs["list"] + ".")
+        var = self.fresh(op.attrs["var"])
+        self.receivers[f"{op.attrs['list']}.{op.attrs['index']}."] = var
+        later = self._read_after(op)
+        lines, names = [], []
+        for outer, inner, result in zip(carried, body.inputs, op.results):
+            name = self.r(outer)
+            if id(outer) in later or not _IDENTIFIER.match(name):
+                copy = self.fresh(result.hint or result.name)
+                lines.append(f"{copy} = {name}")
+                name = copy
+            names.append(name)
+            self.names[id(inner)] = name
+        for outer, inner in zip(captured, body.inputs[len(carried) :]):
+            self.names[id(inner)] = self.r(outer)
+        for i, (out_value, name) in enumerate(zip(body.outputs, names)):
+            producer = out_value.producer
+            n = len(producer.callee.outputs) if producer is not None and producer.callee is not None else 1
+            if producer is None or out_value not in producer.results[:n] or n != 1:
+                continue
+            if not self._read_after(producer, body, body.inputs[i]):
+                self.prebound[id(out_value)] = name  # computed into the carried variable
+        inner_lines = self.graph_lines(body)
+        for out_value, name in zip(body.outputs, names):
+            if self.r(out_value) != name:
+                inner_lines.append(f"{name} = {self.r(out_value)}")
+        for result, name in zip(op.results, names):
+            self.names[id(result)] = name
+        head = f"for {var} in {items}:" + (f"  # {op.origin}" if op.origin else "")
+        return lines + [head] + ["    " + line for line in (inner_lines or ["pass"])]
+
+    def _read_after(self, op: Op, g: Graph | None = None, value: Value | None = None) -> set[int] | bool:
+        """The ids of values read after `op` in `g` (the graph being emitted); with `value`,
+        whether that value is read after `op` (or returned)."""
+        g = g or self.graph
+        i = g.ops.index(op)
+        read = {id(v) for later in g.ops[i + 1 :] for v in later.inputs()}
+        read |= {id(v) for v in list(g.outputs) + list(g.state_updates.values())}
+        if value is None:
+            return read
+        return id(value) in read or any(v is value for v in g.outputs)
+
+
+def callee_needs_device(e: GraphEmitter, g: Graph) -> bool:
+    """Whether a function takes `device` as an argument: it makes tensors and has no tensor
+    argument to read the device from."""
+    return not g.inputs and _makes_tensors(g)
+
+
+def _makes_tensors(g: Graph) -> bool:
+    return any(op.name in ("arange", "full", "zeros", "ones", "min_value", "const") for op in all_ops(g))
+
+
+class Helpers:
+    """What the module declares once for its functions: composites that run as their bodies,
+    each a function (`rms_norm(x, weight)` rather than its six statements at every use:
+    `function(op)` gives its name, identical bodies share one), and folded constants too long
+    to write inline (`constant(hint, values)`)."""
+
+    def __init__(self, write: Callable[[Graph, "GraphEmitter", str], list[str]], taken: set[str]):
+        self.write = write  # (body graph, fresh emitter, name) -> the function's lines
+        self.taken = set(taken)  # names a helper may not take
+        self.reserved = taken  # names a helper's locals may not take
+        self.sources: list[list[str]] = []
+        self.constant_sources: list[list[str]] = []
+        self._by_text: dict[str, str] = {}
+        self._constants: dict[str, str] = {}
+
+    def constant(self, hint: str, values: list) -> str:
+        """The name of a module-level list of `values` (a folded constant too long to write
+        where it is used), made on first use."""
+        text = repr(values)
+        if text not in self._constants:
+            name = _unique(re.sub(r"_\d+$", "", _python_name(hint or "c")).upper(), self.taken)
+            self._constants[text] = name
+            wrapped = textwrap.wrap(text[1:-1], 96, break_on_hyphens=False)
+            self.constant_sources.append([f"{name} = ["] + [f"    {line}" for line in wrapped] + ["]"])
+        return self._constants[text]
+
+    def function(self, op: Op, e: "GraphEmitter") -> str:
+        name = op.attrs["name"]
+        fresh = type(e)(e.numerics, methods=e.methods, helpers=self)
+        fresh.taken |= self.reserved
+        lines = self.write(op.body, fresh, "NAME")
+        text = "\n".join(lines)
+        if text not in self._by_text:
+            fn = _unique(_python_name(name), self.taken)
+            self._by_text[text] = fn
+            self.sources.append([line.replace("def NAME(", f"def {fn}(", 1) for line in lines])
+        return self._by_text[text]
+
+
+def constant_values(e: GraphEmitter, op: Op) -> str:
+    """A folded constant's values as text: inline when short, else a module-level name."""
+    values = op.attrs["value"].tolist()
+    text = repr(values)
+    if len(text) <= 60 or e.helpers is None:
+        return text
+    return e.helpers.constant(op.result.hint or op.result.name, values)
 
 
 def python_reserved(*extra: str) -> set[str]:
@@ -222,4 +398,260 @@ def python_reserved(*extra: str) -> set[str]:
     return set(extra) | set(dir(builtins))
 
 
-Emit = Callable[[GraphEmitter, Op], "str | tuple[list[str], str]"]
+Emit = Callable[[GraphEmitter, Op], "str | tuple[list[str], str | None]"]
+
+
+# ----------------------------------------------------------------------------- modules
+
+
+@dataclass
+class ModuleLayout:
+    """How a program is written as Python: which module classes become classes (those with
+    methods, the root, and what holds them), each function's Python name, and what each class
+    declares."""
+
+    program: Program
+    classes: list[str] = field(default_factory=list)  # emitted class keys, children first
+    names: dict[str, str] = field(default_factory=dict)  # function key -> method/function name
+    methods: dict[str, list[str]] = field(default_factory=dict)  # class key -> function keys
+    free: list[str] = field(default_factory=list)  # function keys without receiver
+
+    @classmethod
+    def of(cls, program: Program, reserved: set[str]) -> "ModuleLayout":
+        layout = cls(program)
+        for key, g in program.functions.items():
+            if g.receiver is None:
+                layout.free.append(key)
+            else:
+                layout.methods.setdefault(g.receiver, []).append(key)
+        for name in reversed(program.entries):
+            layout.methods.setdefault(program.root, []).insert(0, name)
+        emitted = set(layout.methods) | {program.root}
+        changed = True
+        while changed:  # a class holding an emitted class is emitted too
+            changed = False
+            for key, m in program.modules.items():
+                if key not in emitted and any(c in emitted for c, _ in m.children.values()):
+                    emitted.add(key)
+                    changed = True
+        layout.classes = [k for k in _children_first(program) if k in emitted]
+        taken = set(reserved) | {class_name(program, k) for k in layout.classes}
+        for key in layout.free:
+            layout.names[key] = _unique(_python_name(key), taken)
+        for keys in layout.methods.values():
+            used: set[str] = set()
+            for key in keys:
+                g = program.entries.get(key) or program.functions[key]
+                base = key if key in program.entries else g.qualname.rsplit(".", 1)[-1]
+                layout.names[key] = _unique(_python_name(base), used | {"PARAMS", "STATE", "CHILDREN"})
+                used.add(layout.names[key])
+        return layout
+
+    def declarations(self, key: str) -> tuple[dict, dict, dict]:
+        """(PARAMS, STATE, CHILDREN) of an emitted class: its own tensors and those of the
+        submodules that are not classes, by dotted path; children that are classes by name
+        (a list of submodules as (class name, count))."""
+        params: dict[str, Any] = {}
+        state: dict[str, Any] = {}
+        children: dict[str, tuple[str, int | None]] = {}
+
+        def collect(k: str, prefix: str) -> None:
+            m = self.program.modules[k]
+            params.update({prefix + p: t for p, t in m.params.items()})
+            state.update({prefix + p: t for p, t in m.state.items()})
+            for name, (child, count) in m.children.items():
+                if child in self.classes:
+                    if prefix:
+                        raise RenderError(f"{name}: a module class inside a module without methods")
+                    children[name] = (class_name(self.program, child), count)
+                elif count is None:
+                    collect(child, f"{prefix}{name}.")
+                else:
+                    for i in range(count):
+                        collect(child, f"{prefix}{name}.{i}.")
+
+        collect(key, "")
+        return params, state, children
+
+
+def class_name(program: Program, key: str) -> str:
+    return _python_name(key)
+
+
+def _children_first(program: Program) -> list[str]:
+    out: list[str] = []
+
+    def visit(key: str) -> None:
+        if key in out:
+            return
+        for child, _ in program.modules[key].children.values():
+            visit(child)
+        out.append(key)
+
+    if program.root:
+        visit(program.root)
+    return out
+
+
+def _python_name(name: str) -> str:
+    text = re.sub(r"\W", "_", name.replace(".", "_"))
+    return text if not keyword.iskeyword(text) else text + "_"
+
+
+def _unique(name: str, taken: set[str]) -> str:
+    out, n = name, 1
+    while out in taken:
+        n += 1
+        out = f"{name}_{n}"
+    taken.add(out)
+    return out
+
+
+def signature_text(g: Graph) -> str:
+    """`f32[B, S, 576], f32[B, S, 64] -> f32[B, S, 576]`."""
+    ins = ", ".join(format_tensor_type(v.type) for v in g.inputs) or "()"
+    outs = ", ".join(format_tensor_type(v.type) for v in g.outputs)
+    return f"{ins} -> {outs}"
+
+
+def dim_sources(g: Graph) -> dict[str, tuple[int, int]]:
+    """Each symbolic dim of `g`'s inputs: name -> (input index, axis) of its first occurrence as
+    a whole dim (what a composite's body, which records none, reads its dims from)."""
+    if g.dim_sources:
+        return g.dim_sources
+    out: dict[str, tuple[int, int]] = {}
+    for i, v in enumerate(g.inputs):
+        for axis, d in enumerate(v.dims):
+            atoms = d.atoms()
+            if len(atoms) == 1 and d.key() == Dim.atom(next(iter(atoms))).key():
+                out.setdefault(format_dim(d), (i, axis))
+    return out
+
+
+def dims_lines(g: Graph, args: list[str], used: set[str]) -> list[str]:
+    """Statements reading the graph's symbolic dims from its inputs' shapes."""
+    by_input: dict[int, list[tuple[int, str]]] = {}
+    for name, (i, axis) in dim_sources(g).items():
+        if name in used:
+            by_input.setdefault(i, []).append((axis, name))
+    lines = []
+    for i, dims in by_input.items():
+        dims.sort()
+        axes = [a for a, _ in dims]
+        names = ", ".join(n for _, n in dims)
+        if axes == list(range(g.inputs[i].rank)):
+            lines.append(f"{names} = {args[i]}.shape")
+        elif axes == list(range(len(axes))):
+            lines.append(f"{names} = {args[i]}.shape[:{len(axes)}]")
+        else:
+            lines += [f"{n} = {args[i]}.shape[{a}]" for a, n in dims]
+    return lines
+
+
+def identifiers(text: str) -> set[str]:
+    """The identifiers a piece of code mentions (strings and comments removed)."""
+    code = re.sub(r"'[^']*'|\"[^\"]*\"", "", text)
+    code = re.sub(r"#[^\n]*", "", code)
+    return set(re.findall(r"(?<![.\w])[A-Za-z_]\w*", code))
+
+
+# ----------------------------------------------------------------------------- module writer
+
+
+class ModuleWriter:
+    """Writes a prepared program as a Python module (see the module docstring). A backend
+    subclasses it and sets `emitter` (its `GraphEmitter` subclass), `reserved`, and the hooks:
+    `head` (docstring and imports), `base` (the `Module` base class's source), `table` (a
+    class's PARAMS/STATE declaration) and `tail` (what follows the classes: entry functions)."""
+
+    emitter: ClassVar[type[GraphEmitter]] = GraphEmitter
+    reserved: ClassVar[set[str]] = set()
+    base: ClassVar[str] = ""
+
+    def __init__(self, program: Program, numerics: str):
+        self.program = program
+        self.numerics = numerics
+        self.layout = ModuleLayout.of(program, self.reserved)
+
+    def head(self) -> list[str]:
+        return []
+
+    def table(self, name: str, items: dict) -> list[str]:
+        return []
+
+    def tail(self) -> list[str]:
+        return []
+
+    def write(self) -> str:
+        """The module's text."""
+        layout, program = self.layout, self.program
+        helper_names: set[str] = set()
+        while True:  # twice: the second time no local may take a helper's name
+            reserved = self.reserved | set(layout.names.values()) | set(layout.classes) | helper_names
+            write = lambda body, e, name: self.function(body, e, name, method=False)  # noqa: E731
+            self.helpers = Helpers(write, reserved - helper_names)
+            self._reserved = reserved
+            body: list[str] = []
+            for key in layout.free:
+                g = program.functions[key]
+                body += ["", ""] + self.function(g, self.new_emitter(), layout.names[key], method=False)
+            for key in layout.classes:
+                body += ["", ""] + self.class_source(key)
+            made = set(self.helpers._by_text.values())
+            if made <= helper_names:
+                break
+            helper_names |= made
+        out = self.head()
+        for source in self.helpers.constant_sources:
+            out += [""] + source
+        out += ["", "", self.base]
+        for source in self.helpers.sources:
+            out += ["", ""] + source
+        return "\n".join(out + body + self.tail()).rstrip() + "\n"
+
+    def new_emitter(self) -> GraphEmitter:
+        e = self.emitter(self.numerics, methods=dict(self.layout.names), helpers=self.helpers)
+        e.taken |= self._reserved
+        return e
+
+    def class_source(self, key: str) -> list[str]:
+        cls = self.program.modules[key]
+        params, state, children = self.layout.declarations(key)
+        lines = [f"class {key}(Module):", f'    """{cls.name} ({cls.origin})."""']
+        for name, items in (("PARAMS", params), ("STATE", state)):
+            rows = self.table(name, items)
+            if rows:
+                lines += [""] + ["    " + row for row in rows]
+        if children:
+            rows = [f"        {k!r}: {c if n is None else f'({c}, {n})'}," for k, (c, n) in children.items()]
+            lines += ["", "    CHILDREN = {", *rows, "    }"]
+        for fkey in self.layout.methods.get(key, []):
+            g = self.program.entries.get(fkey) or self.program.functions[fkey]
+            lines += [""] + self.function(g, self.new_emitter(), self.layout.names[fkey], method=True)
+        return lines
+
+    def function(self, g: Graph, e: GraphEmitter, name: str, method: bool) -> list[str]:
+        return function_lines(g, e, name, method)
+
+
+def function_lines(g: Graph, e: GraphEmitter, name: str, method: bool) -> list[str]:
+    """One graph as a method (`def name(self, ...)`, indented for a class body) or a function.
+    A function that makes tensors and has no tensor argument takes `device`."""
+    args = [e.bind(v) for v in g.inputs]
+    body = e.graph_lines(g)
+    rets = [e.r(v) for v in g.outputs]
+    used = identifiers("\n".join(body + rets))
+    params = (["self"] if method else []) + args
+    needs_device = "device" in used
+    if not method and callee_needs_device(e, g):
+        params.append("device")
+        needs_device = False
+    where = f" ({g.origin})" if g.origin else ""
+    head = [f"def {name}({', '.join(params)}):", f'    """{signature_text(g)}{where}"""']
+    prelude = dims_lines(g, args, used)
+    if needs_device:
+        if not args:
+            raise e.error(f"`{g.qualname}` makes tensors but has no tensor argument to take the device from")
+        prelude.append(f"device = {args[0]}.device")
+    lines = head + ["    " + line for line in prelude + body + [f"return {', '.join(rets)}"]]
+    return ["    " + line for line in lines] if method else lines

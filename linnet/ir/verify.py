@@ -2,27 +2,38 @@
 
 from __future__ import annotations
 
+import re
+
 from ..ops import REGISTRY
-from ..types.core import WORK
+from ..types.core import WORK, TensorT
 from .core import Graph, Program
 
-STRUCTURAL = ("param", "state", "const", "composite")
+STRUCTURAL = ("param", "state", "const", "composite", "call", "loop")
 
 
 class VerifyError(Exception):
     """The graph breaks an IR invariant (a lowering or pass bug); the message names the op."""
 
 
+def verify_program(program: Program) -> None:
+    """`verify` every entry and function of `program`. Raises VerifyError."""
+    for g in program.graphs():
+        verify(g, program)
+
+
 def verify(g: Graph, program: Program | None = None) -> None:
     """Check SSA form (each value defined once, before use), known ops with their required
-    arguments, concrete dtypes, params and state that exist in the program, and that a state
-    tensor's old value is not read after it was overwritten (so backends may update in place).
-    Raises VerifyError."""
+    arguments, concrete dtypes, params and state that exist (in the program for an entry, in
+    the receiver's module class for a method), calls whose arguments and results match their
+    callee, and that a state tensor's old value is not read after it was overwritten (so
+    backends may update it in place). Raises VerifyError."""
+    _verify(g, program, g.receiver if g.kind != "composite" else None, set())
+
+
+def _verify(g: Graph, program: Program | None, receiver: str | None, outer: set[int]) -> None:
     defined: set[int] = {id(v) for v in g.inputs}
     state_current: dict[str, int] = {}  # path -> id of the state's newest value
     state_reads: dict[int, str] = {}
-    params = {p.path: p for p in program.params} if program is not None else None
-    state = {s.path: s for s in program.state} if program is not None else None
     for i, op in enumerate(g.ops):
         where = f"{g.name}: op {i} ({op.name} -> %{op.results[0].name if op.results else '?'})"
         if op.name not in STRUCTURAL and op.name not in REGISTRY:
@@ -43,21 +54,76 @@ def verify(g: Graph, program: Program | None = None) -> None:
             if r.dtype is WORK or r.dtype.var:
                 raise VerifyError(f"{where}: %{r.name} has no concrete dtype")
             defined.add(id(r))
-        if op.name == "param" and params is not None and op.attrs["path"] not in params:
-            raise VerifyError(f"{where}: unknown parameter `{op.attrs['path']}`")
+        if op.name in ("param", "state") and program is not None and receiver is not None:
+            t = member_type(program, receiver, op.attrs["path"], op.name)
+            if t is None:
+                raise VerifyError(f"{where}: unknown {op.name} `{op.attrs['path']}`")
         if op.name == "state":
-            if state is not None and op.attrs["path"] not in state:
-                raise VerifyError(f"{where}: unknown state `{op.attrs['path']}`")
             state_reads[id(op.result)] = op.attrs["path"]
             state_current[op.attrs["path"]] = id(op.result)
         if op.name == "cache_write":
-            cache = op.args["cache"]
-            path = state_reads.get(id(cache))
+            path = state_reads.get(id(op.args["cache"]))
             if path is not None:
                 state_reads[id(op.result)] = path
                 state_current[path] = id(op.result)
-        if op.body is not None:
-            verify(op.body, None)
+        if op.name == "call":
+            _verify_call(op, program, where)
+            for path, r in zip(op.attrs.get("updates", []), op.results[len(op.results) - len(op.attrs["updates"]) :]):
+                state_reads[id(r)] = path
+                state_current[path] = id(r)
+        if op.name == "loop":
+            body = op.body
+            n = len(op.args["carried"])
+            if len(body.inputs) != n + len(op.args["captured"]) or len(body.outputs) != n or len(op.results) != n:
+                raise VerifyError(f"{where}: the loop's carried and captured values do not match its body")
+            _verify(body, program, receiver, outer | defined)
+        elif op.body is not None:
+            _verify(op.body, None, None, set())
     for v in list(g.outputs) + list(g.state_updates.values()):
         if id(v) not in defined:
             raise VerifyError(f"{g.name}: output %{v.name} is not defined")
+
+
+def _verify_call(op, program: Program | None, where: str) -> None:
+    callee = op.callee
+    if callee is None:
+        raise VerifyError(f"{where}: a call without its callee")
+    if program is not None and program.functions.get(op.attrs["fn"]) is not callee:
+        raise VerifyError(f"{where}: calls `{op.attrs['fn']}`, which is not a function of the program")
+    args = op.inputs()
+    if len(args) != len(callee.inputs) or any(not _same(a.type, b.type) for a, b in zip(args, callee.inputs)):
+        raise VerifyError(f"{where}: its arguments do not match the inputs of `{callee.name}`")
+    want = [o.type for o in callee.outputs] + [v.type for v in callee.state_updates.values()]
+    if len(want) != len(op.results) or any(not _same(a, r.type) for a, r in zip(want, op.results)):
+        raise VerifyError(f"{where}: its results do not match the outputs of `{callee.name}`")
+
+
+def _same(a: TensorT, b: TensorT) -> bool:
+    return a.dtype == b.dtype and [d.key() for d in a.shape.dims] == [d.key() for d in b.shape.dims]
+
+
+_INDEX = re.compile(r"^(\d+|\{i\d+\})$")
+
+
+def member_type(program: Program, receiver: str, path: str, kind: str = "param") -> TensorT | None:
+    """The type of the parameter (or state) `path` relative to an instance of module class
+    `receiver`, through its children (`self_attn.q_proj.weight`, `layers.{i0}.mlp...`); None
+    when the class has no such member. A name that `param_transforms` makes (a fused weight)
+    is found by its name in the class it belongs to."""
+    cls = program.modules.get(receiver)
+    parts = path.split(".")
+    while cls is not None:
+        table = cls.params if kind == "param" else cls.state
+        rest = ".".join(parts)
+        if rest in table:
+            return table[rest]
+        if not parts or parts[0] not in cls.children:
+            return None
+        key, count = cls.children[parts[0]]
+        parts = parts[1:]
+        if count is not None:
+            if not parts or not _INDEX.match(parts[0]):
+                return None
+            parts = parts[1:]
+        cls = program.modules.get(key)
+    return None

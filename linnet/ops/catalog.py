@@ -344,6 +344,38 @@ register(
     )
 )
 
+
+def _linear_shape(a):
+    x, w = a["x"].shape, a["weight"].shape
+    if w.prefix is not None or len(w.dims) != 2:
+        raise OpError("L208", f"linear requires a weight [out_features, in_features], got {format_shape(w)}", "weight")
+    if x.prefix is None and len(x.dims) == 0:
+        raise OpError("L208", "linear requires an input of rank 1 or more", "x")
+    k, n = x.dims[-1], w.dims
+    if not same_dim(k, n[1]):
+        raise OpError(
+            "L202",
+            f"cannot apply a weight {format_shape(w)} to {format_shape(x)}: {format_dim(k.val)} vs {format_dim(n[1].val)}",
+            arg_labels={"x": format_shape(x), "weight": format_shape(w)},
+            notes=["`linear(x, weight)` is `x @ transpose(weight)`: weight is [out_features, in_features]"],
+        )
+    return Shape(tuple(x.dims[:-1]) + (n[0],), x.prefix)
+
+
+register(
+    OpDef(
+        "linear",
+        [T("x", "tensor"), T("weight", "tensor")],
+        "A linear layer without bias, `x @ transpose(weight)` with `weight` [out_features, in_features] as "
+        "PyTorch stores it (torch.nn.functional.linear). Passes make it from that matmul so backends contract "
+        "the weight where it lies.",
+        _linear_shape,
+        lambda a: _matmul_dtype({"x": a["x"], "y": a["weight"]}),
+        reference=lambda x, weight: _np().matmul(x, _np().swapaxes(weight, -1, -2)),
+        category="linalg",
+    )
+)
+
 # ----------------------------------------------------------------------------- shape
 
 

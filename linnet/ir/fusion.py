@@ -1,0 +1,270 @@
+"""Linear layers: recognising them, and fusing the weights of those that share an input.
+
+`recognize_linear`: `x @ transpose(w)` with a 2-d `w` whose transpose nothing else reads is
+the `linear(x, w)` op (what `torch.nn.functional.linear` computes), so every backend contracts
+the weight in the layout it is stored in, without materialising its transpose.
+
+`fuse_linear_weights`: linear layers of one input whose weights are parameters that nothing
+else reads (q, k and v; gate and up) become one `linear` over their weights concatenated along
+the output dim, and a `split` of its result. The concatenated weight is a tensor the program
+makes at load (`Program.param_transforms`), named `fused_key(names)`
+(`model.layers.0.self_attn.{q,k,v}_proj.weight`). Each output column is the same dot product
+as before; on XLA's and ONNX Runtime's CPU backends one larger product is faster than several
+small ones at batch 1 (a SmolLM2 decode step: 33 ms against 37 on XLA, measured when the JAX
+backend did this itself).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import Counter
+
+from ..types.dims import Dim
+from .core import Graph, Op, ParamTransform, Program, Value, tensor_type
+
+_INDEX = re.compile(r"\{i\d+\}")
+
+
+def recognize_linear(program: Program) -> None:
+    """Turn `matmul(x, transpose(w))` into `linear(x, w)` in every graph (in place; the
+    transposes left unread are removed by the next dead-code pass)."""
+    for g in program.graphs():
+        _recognize(g)
+
+
+def _recognize(g: Graph) -> None:
+    uses = Counter(id(v) for op in g.ops for v in op.inputs())
+    uses.update(id(v) for v in list(g.outputs) + list(g.state_updates.values()))
+    for op in g.ops:
+        if op.name == "loop":
+            _recognize(op.body)
+        if op.name != "matmul":
+            continue
+        t = op.args["y"].producer
+        if (
+            t is not None
+            and t.name == "transpose"
+            and t.args["x"].rank == 2
+            and {t.args["dim0"], t.args["dim1"]} in ({-2, -1}, {0, 1})
+            and uses[id(op.args["y"])] == 1
+        ):
+            op.name = "linear"
+            op.args = {"x": op.args["x"], "weight": t.args["x"]}
+
+
+# ----------------------------------------------------------------------------- weight fusion
+
+
+def fused_key(names: list[str]) -> str:
+    """The name of weights fused for one dot: their names as `prefix{a,b,c}suffix`
+    (`model.layers.0.self_attn.{q,k,v}_proj.weight`); `fused_names` reads it back."""
+    prefix = os.path.commonprefix(names)
+    suffix = os.path.commonprefix([n[len(prefix) :][::-1] for n in names])[::-1]
+    middles = [n[len(prefix) : len(n) - len(suffix)] for n in names]
+    return f"{prefix}{{{','.join(middles)}}}{suffix}"
+
+
+def split_fused_key(key: str) -> tuple[str, list[str], str] | None:
+    """`prefix{a,b,c}suffix` as (prefix, [a, b, c], suffix); None for a plain name."""
+    m = re.fullmatch(r"([^{}]*)\{([^{}]*)\}([^{}]*)", key)
+    return None if m is None else (m[1], m[2].split(","), m[3])
+
+
+def fused_names(key: str) -> list[str] | None:
+    """The names of a `fused_key`, in order (concatenated along dim 0); None for a plain name."""
+    parts = split_fused_key(key)
+    return None if parts is None else [parts[0] + middle + parts[2] for middle in parts[1]]
+
+
+def fuse_linear_weights(program: Program) -> None:
+    """Fuse the weights of linear layers that share an input (see the module docstring), in
+    every graph, recording the fused weights in `program.param_transforms` and in their module
+    classes (in place). A weight that something else reads too (a tied embedding) is not fused,
+    nor is its group."""
+    where = instances(program)
+    candidates = [
+        (g, receiver, ops, paths) for g, receiver in _graphs_with_receivers(program) for ops, paths in _groups(g)
+    ]
+    reads = _param_reads(program, where)
+    while True:
+        claimed: Counter = Counter()
+        groups: dict[str, set[str]] = {}
+        for _, receiver, _, paths in candidates:
+            for prefix in where.get(receiver, []):
+                key = prefix + fused_key(paths)
+                for p in paths:
+                    for concrete in _expand(prefix + p, program):
+                        claimed[concrete] += 1
+                        groups.setdefault(concrete, set()).add(key)
+        bad = {p for p, n in claimed.items() if n != reads[p] or len(groups[p]) != 1}
+        kept = [
+            c
+            for c in candidates
+            if not any(x in bad for prefix in where.get(c[1], []) for p in c[3] for x in _expand(prefix + p, program))
+        ]
+        if len(kept) == len(candidates):
+            break
+        candidates = kept
+    made: set[str] = set()
+    for g, receiver, ops, paths in candidates:
+        _fuse(program, g, receiver, ops, paths, where, made)
+
+
+def _groups(g: Graph):
+    """Groups of `linear` ops of `g` sharing their input, each weight a `param` read only by it."""
+    uses = Counter(id(v) for op in g.ops for v in op.inputs())
+    by_input: dict[int, list[Op]] = {}
+    for op in g.ops:
+        w = op.args.get("weight") if op.name == "linear" else None
+        if (
+            w is not None
+            and w.producer is not None
+            and w.producer.name == "param"
+            and uses[id(w)] == 1
+            and w.dims[0].as_int() is not None
+            and not set("{},") & set(_INDEX.sub("", w.producer.attrs["path"]))
+        ):
+            by_input.setdefault(id(op.args["x"]), []).append(op)
+    for ops in by_input.values():
+        weights = [op.args["weight"] for op in ops]
+        if len(ops) >= 2 and len({(w.dims[1].key(), w.dtype.name) for w in weights}) == 1:
+            yield ops, [w.producer.attrs["path"] for w in weights]
+
+
+def _fuse(program: Program, g: Graph, receiver: str, ops: list[Op], paths: list[str], where, made: set) -> None:
+    weights = [op.args["weight"] for op in ops]
+    key = fused_key(paths)
+    rows = [w.dims[0].as_int() for w in weights]
+    fused_type = tensor_type(weights[0].dtype, [sum(rows), weights[0].dims[1]])
+    first = g.ops.index(ops[0])
+    read = Op("param", {}, [], {"path": key})
+    read.results = [Value(fused_type, _hint(paths), read)]
+    dot = Op("linear", {"x": ops[0].args["x"], "weight": read.result}, [], origin=ops[0].origin)
+    out_dims = list(ops[0].result.dims[:-1])
+    dot.results = [Value(tensor_type(fused_type.dtype, out_dims + [Dim.of(sum(rows))]), read.result.hint, dot)]
+    split = Op("split", {"x": dot.result, "sizes": [Dim.of(n) for n in rows], "dim": -1}, [], origin=ops[0].origin)
+    split.results = [Value(op.result.type, op.result.name, split) for op in ops]
+    replace = {id(op.result): r for op, r in zip(ops, split.results)}
+    g.ops[first:first] = [read, dot, split]
+    g.ops = [op for op in g.ops if op not in ops]
+    _replace_uses(g, replace)
+    cls_path, rel = _owner(program, receiver, key)
+    program.modules[cls_path].params.setdefault(rel, fused_type)
+    for prefix in where.get(receiver, []):
+        for concrete in _expand(prefix + key, program):
+            if concrete not in made:
+                made.add(concrete)
+                program.param_transforms.append(ParamTransform(concrete, fused_names(concrete)))
+
+
+def _replace_uses(g: Graph, replace: dict[int, Value]) -> None:
+    for op in g.ops:
+        for k, v in op.args.items():
+            if isinstance(v, Value) and id(v) in replace:
+                op.args[k] = replace[id(v)]
+            elif isinstance(v, list):
+                op.args[k] = [replace.get(id(x), x) if isinstance(x, Value) else x for x in v]
+    g.outputs = [replace.get(id(v), v) for v in g.outputs]
+    g.state_updates = {k: replace.get(id(v), v) for k, v in g.state_updates.items()}
+
+
+def _hint(paths: list[str]) -> str:
+    parts = split_fused_key(fused_key(paths))
+    middles = parts[1] if parts else []
+    return "_".join(middles) if middles and all(m.isidentifier() for m in middles) else "fused"
+
+
+def _owner(program: Program, receiver: str, key: str) -> tuple[str, str]:
+    """The module class holding the fused weight `key` (relative to `receiver`) and its name
+    there: the class of the members' common parent (`self_attn.{q,k,v}_proj.weight` read in a
+    decoder layer belongs to the attention's class as `{q,k,v}_proj.weight`)."""
+    prefix = key[: key.index("{")]
+    head, _, _ = prefix.rpartition(".")
+    cls = receiver
+    rel = key
+    if head:
+        parts = head.split(".")
+        i = 0
+        while i < len(parts):
+            child, count = program.modules[cls].children[parts[i]]
+            i += 2 if count is not None else 1
+            cls = child
+        rel = key[len(head) + 1 :]
+    return cls, rel
+
+
+# ----------------------------------------------------------------------------- instances and reads
+
+
+def instances(program: Program) -> dict[str, list[str]]:
+    """Module class key -> the path prefixes of its instances in the model (`""` for the
+    root, `model.layers.3.self_attn.`...)."""
+    out: dict[str, list[str]] = {}
+
+    def visit(key: str, prefix: str) -> None:
+        out.setdefault(key, []).append(prefix)
+        for name, (child, count) in program.modules[key].children.items():
+            if count is None:
+                visit(child, f"{prefix}{name}.")
+            else:
+                for i in range(count):
+                    visit(child, f"{prefix}{name}.{i}.")
+
+    if program.root:
+        visit(program.root, "")
+    return out
+
+
+def _graphs_with_receivers(program: Program):
+    """Every graph and loop body with the class its paths are relative to."""
+
+    def bodies(g: Graph):
+        yield g
+        for op in g.ops:
+            if op.name == "loop":
+                yield from bodies(op.body)
+
+    for top in program.graphs():
+        if top.receiver is not None:
+            for g in bodies(top):
+                yield g, top.receiver
+
+
+def _param_reads(program: Program, where) -> Counter:
+    """Absolute parameter path -> how many `param` ops read it, over every graph and instance."""
+    reads: Counter = Counter()
+    for g, receiver in _graphs_with_receivers(program):
+        for op in g.ops:
+            if op.name == "param":
+                for prefix in where.get(receiver, []):
+                    for p in _expand(prefix + op.attrs["path"], program):
+                        reads[p] += 1
+    return reads
+
+
+def _expand(path: str, program: Program) -> list[str]:
+    """A path with loop placeholders as every concrete path it stands for."""
+    m = _INDEX.search(path)
+    if m is None:
+        return [path]
+    head = path[: m.start()].rstrip(".")
+    count = _list_count(program, head)
+    out = []
+    for i in range(count):
+        out += _expand(path[: m.start()] + str(i) + path[m.end() :], program)
+    return out
+
+
+def _list_count(program: Program, path: str) -> int:
+    """The length of the list of submodules at absolute `path` (`model.layers`)."""
+    cls = program.modules[program.root]
+    parts = path.split(".")
+    i = 0
+    while i < len(parts):
+        child, count = cls.children[parts[i]]
+        if i == len(parts) - 1:
+            return count or 0
+        i += 2 if count is not None else 1
+        cls = program.modules[child]
+    return 0

@@ -1,0 +1,81 @@
+"""The passes a backend runs before it emits, chosen by the backend's `PassOptions`.
+
+`prepare(program, options, numerics)` returns a new program (the given one is never changed):
+
+1. inline the calls of the standard library's small modules (`Linear`, `RMSNorm`...), or,
+   with `flatten`, every call and loop (ONNX, the interpreter);
+2. `linear` ops from `x @ transpose(w)` (`fusion.recognize_linear`);
+3. fold, merge, drop dead code;
+4. with `fuse_linear_weights`, one dot over the weights of linear layers sharing an input;
+5. with `flat_caches`, KV caches held [max_batch * H, T, D] (`attention.hold_caches_flat`);
+6. which composites run natively (`native`: composite -> the numerics under which the
+   backend's native form is what the reference computes) and which attention variants apply
+   (`attention.choose_attention_variants`), recorded on the ops (`attrs["native"]`,
+   `attrs["variant"]`);
+7. verify.
+
+Emitters read what the passes recorded; none of them decides a rewrite or changes the program.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .attention import choose_attention_variants, hold_caches_flat
+from .core import Graph, Program
+from .fusion import fuse_linear_weights, recognize_linear
+from .inline import flatten, inline_calls, std_module_call
+from .passes import optimize_program
+from .verify import verify_program
+
+NUMERICS = ("equivalent", "fast")
+
+
+@dataclass(frozen=True)
+class PassOptions:
+    """What a backend asks of the passes. `native` maps a composite's name to the numerics
+    under which the backend runs its native form; `attention` lists the attention variants it
+    can emit (`attention.VARIANTS`); `decompose` names composites to run as their bodies
+    whatever `native` says (tests compare the two)."""
+
+    flatten: bool = False
+    linear: bool = True
+    fuse_linear_weights: bool = False
+    flat_caches: bool = False
+    native: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    attention: tuple[str, ...] = ()
+    decompose: frozenset[str] = frozenset()
+
+
+def prepare(program: Program, options: PassOptions, numerics: str = "equivalent") -> Program:
+    """`program` as a backend with `options` emits it, under `numerics` (see the module
+    docstring). Raises ValueError for unknown numerics."""
+    if numerics not in NUMERICS:
+        raise ValueError(f"numerics must be one of {', '.join(NUMERICS)}, got {numerics!r}")
+    p = flatten(program) if options.flatten else inline_calls(program, std_module_call(program))
+    if options.linear:
+        recognize_linear(p)
+    optimize_program(p)
+    if options.fuse_linear_weights:
+        fuse_linear_weights(p)
+        optimize_program(p)
+    if options.flat_caches:
+        hold_caches_flat(p)
+    for g in p.graphs():
+        _choose_native(g, options, numerics)
+    choose_attention_variants(p, options.attention, numerics)
+    for g in p.graphs():
+        g.name_values()
+    verify_program(p)
+    return p
+
+
+def _choose_native(g: Graph, options: PassOptions, numerics: str) -> None:
+    for op in g.ops:
+        if op.name == "composite":
+            name = op.attrs["name"]
+            op.attrs["native"] = name not in options.decompose and numerics in options.native.get(name, ())
+            if not op.attrs["native"]:
+                _choose_native(op.body, options, numerics)
+        elif op.name == "loop":
+            _choose_native(op.body, options, numerics)
