@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from linnet import docgen
 from linnet.ops import REGISTRY, OpDef, OpParam
+from linnet.ops.registry import KINDS
 from tests.compiler.op_cases import NP, case, reference, single_op_graph
 from tests.conftest import ROOT
 
@@ -46,6 +47,8 @@ def missing_facts(op: OpDef) -> list[str]:
         missing.append("a case generator (`cases=`, see linnet/ops/cases.py): the backends' op tests draw from it")
     if len(op.doc) <= 15 or not op.doc.rstrip().endswith((".", ")")):
         missing.append("a doc of a sentence or more")
+    if any(p.kind not in KINDS for p in op.params):
+        missing.append(f"parameter kinds among {', '.join(KINDS)}")
     if op.docs_row() not in LANGUAGE_DOC.split("\n"):
         missing.append("its row in docs/language.md's op table: run `make docs`")
     for editor, names in (("TextMate", textmate_builtins()), ("Vim", vim_builtins())):
