@@ -23,6 +23,10 @@ import sys
 from pathlib import Path
 from typing import Callable
 
+from .ops import REGISTRY
+from .semantics.codes import docs_markdown
+from .semantics.program import std_library
+
 OP_TABLE_START = (
     "<!-- generated from the op registry by `make docs` (python -m linnet.docgen): "
     "edit the entries in linnet/ops/catalog.py, not this table -->"
@@ -44,17 +48,12 @@ class StaleInput(Exception):
 
 def op_table() -> str:
     """The op table of docs/language.md: one row per registry op, in registry order."""
-    from .ops import REGISTRY
-
     return "\n".join(["| op | meaning |", "|---|---|", *(op.docs_row() for op in REGISTRY.values())])
 
 
 def builtin_names() -> tuple[list[str], list[str], list[str]]:
     """What the editors highlight as built in: the ops whose entry says `keyword`, the standard
     library's functions, and its modules and configs (types); each list sorted."""
-    from .ops import REGISTRY
-    from .semantics.program import std_library
-
     items = [i for i in std_library().items if i.name]
     ops = sorted(name for name, op in REGISTRY.items() if op.keyword)
     functions = sorted(i.name for i in items if i.kind == "fn")
@@ -71,8 +70,6 @@ def _longest_first(names: list[str]) -> list[str]:
 
 
 def diagnostics_page(_current: str) -> str:
-    from .semantics.codes import docs_markdown
-
     return docs_markdown()
 
 

@@ -122,6 +122,8 @@ _unary("neg", "Negation, elementwise: the unary `-`.", lambda x: -x, lambda v: -
 
 
 def _binary(name, op, doc, ref, fold, result=None, exact=True, draw=cases.binary):
+    """An elementwise binary op: exact (correctly rounded, foldable) unless `exact=False`;
+    the backends' op tests hold every exact op to the reference bit for bit."""
     params = [T("x", "operand"), T("y", "operand")]
 
     def shape_rule(a):
