@@ -33,8 +33,10 @@ bench: $(STAMP)
 	$(PY) bench/generate_speed.py
 	$(PY) bench/lsp_latency.py
 
+# The generated docs and editor lists (linnet/docgen.py): docs/diagnostics.md, the op table of
+# docs/language.md, the builtin lists of the TextMate and Vim grammars.
 docs: $(STAMP)
-	$(PY) -m linnet.semantics.codes > docs/diagnostics.md
+	$(PY) -m linnet.docgen
 
 clean:
 	rm -rf $(VENV)

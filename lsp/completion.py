@@ -308,7 +308,7 @@ def signature_help(analysis: Analysis, offset: int, preset: str | None) -> Signa
     last = chain.rsplit(".", 1)[-1]
     if "." not in chain and last in REGISTRY and (analysis.globals is None or analysis.globals(last) is None):
         op = REGISTRY[last]
-        params = [(f"{p.name}: {p.kind}", p.doc or None) for p in op.params]
+        params = [(p.text(), p.doc or None) for p in op.params]  # each a substring of the label
         names = [p.name for p in op.params]
         if keyword in names:
             active = names.index(keyword)

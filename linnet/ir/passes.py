@@ -18,14 +18,6 @@ from ..types.dims import Dim
 from .core import Graph, Op, Program, Value, walk_ops
 
 FOLD_LIMIT = 64
-EXACT_OPS = frozenset(
-    {
-        "add", "sub", "mul", "div", "neg", "abs", "mod", "maximum", "minimum",
-        "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_not",
-        "cast", "reshape", "transpose", "permute", "unsqueeze", "squeeze", "expand", "concat",
-        "slice", "select", "take", "where", "repeat_interleave", "arange", "full", "zeros", "ones",
-    }
-)  # fmt: skip
 _NP_DTYPES = {"f64": "float64", "f32": "float32", "f16": "float16", "i64": "int64", "i32": "int32", "bool": "bool"}
 
 
@@ -125,7 +117,7 @@ def fold_constants(g: Graph) -> int:
         if op.name == "const":
             known[id(op.result)] = op.attrs["value"]
             continue
-        if op.name not in EXACT_OPS or len(op.results) != 1:
+        if op.name not in REGISTRY or not REGISTRY[op.name].exact or len(op.results) != 1:
             continue
         r = op.result
         if any(r.dtype.name not in _NP_DTYPES for r in op.results) or any(d.as_int() is None for d in r.dims):

@@ -1,16 +1,20 @@
 """The primitives, grouped: elementwise, comparison and logic, reductions, linear algebra,
-shape, indexing, construction, dtype, state. One `register(OpDef(...))` per op.
+shape, indexing, construction, dtype, state. One `register(OpDef(...))` per op, holding all
+of the op's facts (see `OpDef`): rules, doc, numpy reference, exactness, test cases.
 
-Each entry's `reference` is its numpy definition (numpy is imported lazily, only by tests
-and backends' parity checks; the checker never calls it).
+Each entry's `reference` is its numpy definition and its `cases` draw the inputs the backends'
+op tests compare against it (numpy is imported lazily, only by tests, constant folding and
+backends' parity checks; the checker never calls either).
 """
 
 from __future__ import annotations
 
 import math
 
-from ..types.core import BOOL, I64, DType, Shape, TensorT, format_shape
+from ..types.core import BOOL, F32, I64, DType, Shape, TensorT, format_shape
 from ..types.dims import Dim, format_dim, product
+from . import cases
+from .cases import array, dims
 from .rearrange import rearrange_reference, rearrange_shape
 from .registry import (
     REGISTRY,
@@ -63,7 +67,7 @@ T = OpParam  # short alias for the tables below
 # ----------------------------------------------------------------------------- elementwise unary
 
 
-def _unary(name, doc, ref, fold=None, float_only=True):
+def _unary(name, doc, ref, fold=None, float_only=True, exact=False):
     def dtype_rule(a, _name=name):
         d = a["x"].dtype
         if not float_only and d == BOOL:
@@ -85,6 +89,8 @@ def _unary(name, doc, ref, fold=None, float_only=True):
             reference=ref,
             fold=fold,
             category="elementwise",
+            exact=exact,
+            cases=cases.unary,
         )
     )
 
@@ -108,14 +114,16 @@ _unary("cos", "Cosine of each element (radians).", lambda x: _np().cos(x), math.
 _unary("tanh", "Hyperbolic tangent of each element.", lambda x: _np().tanh(x), math.tanh)
 _unary("sigmoid", "1 / (1 + exp(-x)), elementwise.", _sigmoid, lambda v: 1.0 / (1.0 + math.exp(-v)))
 _unary("erf", "The Gauss error function, elementwise (used by exact GELU).", _erf, math.erf)
-_unary("abs", "Absolute value of each element.", lambda x: _np().abs(x), abs, float_only=False)
-_unary("neg", "Negation, elementwise: the unary `-`.", lambda x: -x, lambda v: -v, float_only=False)
+_unary("abs", "Absolute value of each element.", lambda x: _np().abs(x), abs, float_only=False, exact=True)
+_unary("neg", "Negation, elementwise: the unary `-`.", lambda x: -x, lambda v: -v, float_only=False, exact=True)
 
 
 # ----------------------------------------------------------------------------- elementwise binary
 
 
-def _binary(name, op, doc, ref, fold, result=None):
+def _binary(name, op, doc, ref, fold, result=None, exact=True, draw=cases.binary):
+    """An elementwise binary op: exact (correctly rounded, foldable) unless `exact=False`;
+    the backends' op tests hold every exact op to the reference bit for bit."""
     params = [T("x", "operand"), T("y", "operand")]
 
     def shape_rule(a):
@@ -128,7 +136,19 @@ def _binary(name, op, doc, ref, fold, result=None):
         return d
 
     register(
-        OpDef(name, params, doc, shape_rule, dtype_rule, reference=ref, fold=fold, category="elementwise", operator=op)
+        OpDef(
+            name,
+            params,
+            doc,
+            shape_rule,
+            dtype_rule,
+            reference=ref,
+            fold=fold,
+            category="elementwise",
+            operator=op,
+            exact=exact,
+            cases=draw,
+        )
     )
 
 
@@ -170,6 +190,7 @@ _binary(
     lambda x, y: x % y,
     lambda a, b: a % b,
     result=_int_only,
+    draw=cases.int_binary,
 )
 _binary(
     "pow",
@@ -178,6 +199,7 @@ _binary(
     lambda x, y: x**y,
     lambda a, b: a**b,
     result=_float_only,
+    exact=False,  # libm's pow and vectorised kernels differ in the last bit
 )
 _binary("maximum", None, "Elementwise maximum with broadcasting.", lambda x, y: _np().maximum(x, y), max)
 _binary("minimum", None, "Elementwise minimum with broadcasting.", lambda x, y: _np().minimum(x, y), min)
@@ -194,6 +216,7 @@ _binary(
     lambda x, y: _np().logical_and(x, y),
     lambda a, b: a and b,
     result=_bool_only,
+    draw=cases.bool_binary,
 )
 _binary(
     "logical_or",
@@ -202,6 +225,7 @@ _binary(
     lambda x, y: _np().logical_or(x, y),
     lambda a, b: a or b,
     result=_bool_only,
+    draw=cases.bool_binary,
 )
 
 register(
@@ -215,6 +239,8 @@ register(
         fold=lambda v: not v,
         category="elementwise",
         operator="not",
+        exact=True,
+        cases=cases.bool_unary,
     )
 )
 
@@ -242,6 +268,7 @@ def _reduction(name, doc, ref, dtype_rule):
             dtype_rule,
             reference=ref,
             category="reduction",
+            cases=cases.reduction,
         )
     )
 
@@ -330,6 +357,10 @@ def _matmul_dtype(a):
     return d
 
 
+def _matmul_cases(rng, s):
+    return {"x": array(rng, s[:-1] + (3,)), "y": array(rng, (3, 4))}, {}
+
+
 register(
     OpDef(
         "matmul",
@@ -341,6 +372,7 @@ register(
         reference=lambda x, y: _np().matmul(x, y),
         category="linalg",
         operator="@",
+        cases=_matmul_cases,
     )
 )
 
@@ -406,6 +438,8 @@ register(
         lambda a: a["x"].dtype,
         reference=lambda x, shape: _np().reshape(x, [int(s) for s in shape]),
         category="shape",
+        exact=True,
+        cases=lambda rng, s: ({"x": array(rng, s)}, {"shape": [Dim.of(math.prod(s))]}),
     )
 )
 
@@ -427,6 +461,8 @@ register(
         lambda a: a["x"].dtype,
         reference=lambda x, dim0=-2, dim1=-1: _np().swapaxes(x, dim0, dim1),
         category="shape",
+        exact=True,
+        cases=lambda rng, s: ({"x": array(rng, s)}, {"dim0": 0, "dim1": len(s) - 1}),
     )
 )
 
@@ -452,6 +488,8 @@ register(
         lambda a: a["x"].dtype,
         reference=lambda x, dims: _np().transpose(x, dims),
         category="shape",
+        exact=True,
+        cases=lambda rng, s: ({"x": array(rng, s)}, {"dims": rng.permutation(len(s)).tolist()}),
     )
 )
 
@@ -474,6 +512,8 @@ register(
         lambda a: a["x"].dtype,
         reference=lambda x, dim: _np().expand_dims(x, dim),
         category="shape",
+        exact=True,
+        cases=lambda rng, s: ({"x": array(rng, s)}, {"dim": int(rng.integers(-len(s) - 1, len(s) + 1))}),
     )
 )
 
@@ -501,6 +541,8 @@ register(
         lambda a: a["x"].dtype,
         reference=lambda x, dim: _np().squeeze(x, axis=dim),
         category="shape",
+        exact=True,
+        cases=lambda rng, s: ({"x": array(rng, s + (1,))}, {"dim": -1}),
     )
 )
 
@@ -534,6 +576,8 @@ register(
         lambda a: a["x"].dtype,
         reference=lambda x, shape: _np().broadcast_to(x, [int(s) for s in shape]).copy(),
         category="shape",
+        exact=True,
+        cases=lambda rng, s: ({"x": array(rng, (1,) + s)}, {"shape": dims((3,) + s)}),
     )
 )
 
@@ -548,6 +592,10 @@ register(
         lambda a: a["x"].dtype,
         reference=rearrange_reference,
         category="shape",
+        cases=lambda rng, s: (
+            {"x": array(rng, (2, 3, 4 * 5))},
+            {"pattern": "b s (h d) -> b h s d", "sizes": {"h": Dim.of(4)}},
+        ),
     )
 )
 
@@ -595,6 +643,8 @@ register(
         _concat_dtype,
         reference=lambda xs, dim=-1: _np().concatenate(xs, axis=dim),
         category="shape",
+        exact=True,
+        cases=lambda rng, s: ({"xs": [array(rng, s), array(rng, s)]}, {"dim": -1}),
     )
 )
 
@@ -639,6 +689,7 @@ register(
         lambda a: [a["x"].dtype] * len(a["sizes"]),
         reference=_split_reference,
         category="shape",
+        cases=lambda rng, s: ({"x": array(rng, s[:-1] + (5,))}, {"sizes": dims((2, 3)), "dim": -1}),
     )
 )
 
@@ -662,6 +713,8 @@ register(
         lambda a: a["x"].dtype,
         reference=lambda x, repeats, dim: _np().repeat(x, int(repeats), axis=dim),
         category="shape",
+        exact=True,
+        cases=lambda rng, s: ({"x": array(rng, s)}, {"repeats": Dim.of(3), "dim": 0}),
     )
 )
 
@@ -682,6 +735,11 @@ def _take_shape(a):
     return Shape(tuple(dims), prefix)
 
 
+def _take_cases(rng, s):
+    indices = rng.integers(0, s[0], size=(2, 3)).astype("int64")
+    return {"x": array(rng, s), "indices": indices}, {"dim": 0}
+
+
 register(
     OpDef(
         "take",
@@ -692,6 +750,8 @@ register(
         lambda a: (_require_int(a["indices"].dtype, "take", "indices"), a["x"].dtype)[1],
         reference=lambda x, indices, dim=0: _np().take(x, indices, axis=dim),
         category="indexing",
+        exact=True,
+        cases=_take_cases,
     )
 )
 
@@ -744,6 +804,11 @@ register(
             x, range(*slice(start, stop).indices(x.shape[dim])), axis=dim
         ),
         category="indexing",
+        exact=True,
+        cases=lambda rng, s: (
+            {"x": array(rng, s)},
+            {"dim": len(s) - 1, "start": Dim.of(0), "stop": Dim.of(max(1, s[-1] - 1))},
+        ),
     )
 )
 
@@ -775,6 +840,8 @@ register(
         lambda a: a["x"].dtype,
         reference=lambda x, dim, index: _np().take(x, int(index), axis=dim),
         category="indexing",
+        exact=True,
+        cases=lambda rng, s: ({"x": array(rng, s)}, {"dim": len(s) - 1, "index": Dim.of(-1)}),
     )
 )
 
@@ -806,6 +873,8 @@ register(
         _where_dtype,
         reference=lambda cond, x, y: _np().where(cond, x, y),
         category="indexing",
+        exact=True,
+        cases=lambda rng, s: ({"cond": array(rng, s, BOOL), "x": array(rng, s), "y": array(rng, s[-1:])}, {}),
     )
 )
 
@@ -821,6 +890,8 @@ register(
         lambda a: a["dtype"],
         reference=lambda x, dtype: x.astype(dtype),
         category="dtype",
+        exact=True,
+        cases=lambda rng, s: ({"x": array(rng, s) * 3}, {"dtype": I64}),
     )
 )
 
@@ -852,6 +923,8 @@ register(
             int(start), None if stop is None else int(stop), int(step), dtype="int64"
         ),
         category="construction",
+        exact=True,
+        cases=lambda rng, s: ({}, {"start": Dim.of(1), "stop": Dim.of(9), "step": Dim.of(2)}),
     )
 )
 
@@ -864,6 +937,8 @@ register(
         lambda a: a["dtype"],
         reference=lambda shape, value, dtype: _np().full([int(s) for s in shape], value, dtype=dtype),
         category="construction",
+        exact=True,
+        cases=lambda rng, s: ({}, {"shape": dims(s), "value": 2.5, "dtype": F32}),
     )
 )
 register(
@@ -875,6 +950,8 @@ register(
         lambda a: a["dtype"],
         reference=lambda shape, dtype: _np().zeros([int(s) for s in shape], dtype=dtype),
         category="construction",
+        exact=True,
+        cases=cases.filled,
     )
 )
 register(
@@ -886,6 +963,8 @@ register(
         lambda a: a["dtype"],
         reference=lambda shape, dtype: _np().ones([int(s) for s in shape], dtype=dtype),
         category="construction",
+        exact=True,
+        cases=cases.filled,
     )
 )
 
@@ -904,6 +983,7 @@ register(
         _min_value_dtype,
         reference=lambda dtype: _np().array(_np().finfo(dtype).min, dtype=dtype),
         category="construction",
+        cases=lambda rng, s: ({}, {"dtype": F32}),
     )
 )
 
@@ -946,6 +1026,18 @@ def _cache_write_reference(cache, rows, positions, new):
     return out
 
 
+def _cache_write_cases(rng, s):
+    """A cache of 3 rows, 2 heads, 6 positions, head size 4; two new entries of 2 positions
+    written out of order (into rows 2 and 0, at positions 1 and 3)."""
+    np = _np()
+    return {
+        "cache": array(rng, (3, 2, 6, 4)),
+        "rows": np.array([2, 0], dtype=np.int64),
+        "positions": np.array([1, 3], dtype=np.int64),
+        "new": array(rng, (2, 2, 2, 4)),
+    }, {}
+
+
 register(
     OpDef(
         "cache_write",
@@ -957,6 +1049,7 @@ register(
         _cache_write_dtype,
         reference=_cache_write_reference,
         category="state",
+        cases=_cache_write_cases,
     )
 )
 

@@ -1,5 +1,13 @@
-"""The primitive op registry: one `OpDef` per primitive (name, signature, shape rule, dtype
-rule, docs, numpy reference). Backends add one lowering table each, keyed by op name.
+"""The primitive op registry: one `OpDef` per primitive, carrying everything known about the
+op: name, signature, shape rule, dtype rule, docs, numpy reference, whether constant folding
+it is exact, its random test cases, and whether the editors highlight it. Backends add one
+lowering table each, keyed by op name (or name it in their `UNSUPPORTED` table, with a reason).
+
+What is generated from the entries: the op table of docs/language.md and the builtin lists of
+the editors' grammars (`python -m linnet.docgen`); what reads them: the checker (rules), the
+IR's constant folding (`exact`, `reference`), the language server (signature, docs), and the
+backends' op tests (`cases`, `reference`). tests/ops/test_op_facts.py fails when an entry
+lacks one of these.
 
 Shape and dtype rules see plain values: tensor arguments as `TensorT`, compile-time
 arguments as Python values (`Dim` for ints, lists of `Dim`, `bool`, `str`, `DType`). They
@@ -37,6 +45,24 @@ class OpParam:
     default: Any = REQUIRED
     doc: str = ""
 
+    def text(self) -> str:
+        """The parameter as a signature shows it, in Linnet's spelling: `dim: index = -1`,
+        `stop: int = none`; the `sizes` kind is rearrange's keyword sizes, `name=size, ...`."""
+        if self.kind == "sizes":
+            return "name=size, ..."
+        if self.default is REQUIRED:
+            return f"{self.name}: {self.kind}"
+        return f"{self.name}: {self.kind} = {_literal(self.default)}"
+
+
+def _literal(value: Any) -> str:
+    """A default value as Linnet source writes it (`true`, `none`, `-1`)."""
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)
+
 
 class OpError(Exception):
     """A shape or dtype rule's refusal. `code` is the diagnostic code; `arg` names the argument
@@ -66,6 +92,12 @@ class OpError(Exception):
         self.casts = casts or {}
 
 
+# A test-case generator: `cases(rng, shape)` draws one call of the op around `shape` (a
+# non-empty tuple of small sizes) with the numpy Generator `rng`, as (tensor arguments as numpy
+# arrays, compile-time arguments as the rules see them). See `cases.py`.
+CaseGenerator = Callable[[Any, tuple[int, ...]], tuple[dict[str, Any], dict[str, Any]]]
+
+
 @dataclass(slots=True)
 class OpDef:
     """A primitive.
@@ -74,6 +106,12 @@ class OpDef:
     `fold` computes the value when every argument is a compile-time scalar (e.g. `sqrt(64)`).
     `reference(**args)` is the numpy definition of the op: the oracle each backend is compared
     against, and a check that `shape_rule` says what the op really produces.
+    `exact`: the reference's result is exactly what every backend computes, bit for bit
+    (integer and shape ops, casts, IEEE `+ - * /`, comparisons), so constant folding may
+    replace the op by the reference's value (`linnet.ir.passes.fold_constants`). Transcendental
+    ops (exp, sin, erf...) and reductions whose order of summation varies are not.
+    `cases` draws random test cases (`CaseGenerator`); every backend's op test runs them.
+    `keyword`: the editors' grammars highlight the op's name as a builtin.
     """
 
     name: str
@@ -86,19 +124,23 @@ class OpDef:
     category: str = "misc"
     operator: str | None = None  # the infix operator that lowers to this op, if any
     aliases: tuple[str, ...] = field(default_factory=tuple)
+    exact: bool = False
+    cases: CaseGenerator | None = None
+    keyword: bool = True
 
     def signature(self) -> str:
-        parts = []
-        for p in self.params:
-            s = f"{p.name}: {p.kind}"
-            if p.default is not REQUIRED:
-                d = p.default
-                s += f" = {str(d).lower() if isinstance(d, bool) else d}"
-            parts.append(s)
-        return f"{self.name}({', '.join(parts)})"
+        """`name(param: kind = default, ...)`, as hover, signature help and the docs show it."""
+        return f"{self.name}({', '.join(p.text() for p in self.params)})"
 
     def describe(self) -> str:
         return f"op {self.signature()}"
+
+    def docs_row(self) -> str:
+        """The op's row in the op table of docs/language.md: its signature (and infix operator)
+        and its doc."""
+        operator = f" (`{self.operator}`)" if self.operator else ""
+        doc = self.doc.replace("|", "\\|")  # a `|` would end the cell
+        return f"| `{self.signature()}`{operator} | {doc} |"
 
 
 REGISTRY: dict[str, OpDef] = {}

@@ -1,5 +1,5 @@
 """The registry of diagnostic codes. docs/diagnostics.md is generated from it
-(`python -m linnet.semantics.codes > docs/diagnostics.md`; a test keeps them in sync).
+(`make docs`, which runs `python -m linnet.docgen`; a test keeps them in sync).
 
 Ranges: L0xx syntax, L1xx names and scopes, L2xx shapes, L3xx dtypes, L4xx configs and
 presets, L5xx checkpoints and weights, L9xx style warnings.

@@ -512,7 +512,7 @@ class Document:
         if isinstance(anchor, LocalAnchor):
             return anchor.item.resolve(anchor.span)
         if isinstance(anchor, SymbolAnchor) and globals_ is not None:
-            found = _find_symbol(anchor.path, globals_)
+            found = find_symbol(anchor.path, globals_)
             if found is not None:
                 item, span = found
                 return item.resolve(span)
@@ -698,8 +698,12 @@ def _item_refs(item: Item) -> list[tuple[Span, Any]]:
     return refs
 
 
-def _find_symbol(path: tuple[str, ...], globals_: Globals) -> tuple[Item, Span] | None:
-    """Resolve a SymbolAnchor path to (item, span) in the current items."""
+def find_symbol(path: tuple[str, ...], globals_: Globals) -> tuple[Item, Span] | None:
+    """The definition a `SymbolAnchor` path names, among the items `globals_` sees: (its item,
+    the span of its name, item-relative), or None when no such definition exists (any more).
+    Paths: `(item,)`, `(config, field)`, `(preset, field, ...)`, `(module, "param", name)`,
+    `(module, "member" | "fn", name)`, `(module, "fn", name, "param", name)`,
+    `(fn, "param", name)`."""
     item = globals_(path[0])
     if item is None or item.ast is None:
         return None

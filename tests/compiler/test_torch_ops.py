@@ -1,6 +1,7 @@
 """Every registry op through the PyTorch backend: the output shape equals the registry's shape
-rule and the values equal the op's numpy reference, on random inputs, both in the
-interpreter and in generated code."""
+rule and the values equal the op's numpy reference (bit for bit where the op is `exact`), on
+the op's own random cases, both in the interpreter and in generated code. That every op has a
+lowering is tests/compiler/test_op_coverage.py's job."""
 
 from __future__ import annotations
 
@@ -10,12 +11,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from linnet.ops import REGISTRY
-from tests.compiler.op_cases import case, reference, single_op_graph
+from tests.compiler.op_cases import assert_matches, case, reference, single_op_graph
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
 
-from linnet.compiler.torch.codegen import EMITTERS, function_source  # noqa: E402
+from linnet.compiler.torch.codegen import UNSUPPORTED, function_source  # noqa: E402
 from linnet.compiler.torch.interpret import Interpreter  # noqa: E402
 
 
@@ -31,12 +32,8 @@ def run_op(name: str, tensors: dict, const: dict, generated: bool):
     return out, types
 
 
-def test_every_op_has_a_torch_lowering():
-    assert set(REGISTRY) - set(EMITTERS) == set()
-
-
 @pytest.mark.parametrize("generated", [False, True], ids=["interpret", "generated"])
-@pytest.mark.parametrize("name", sorted(REGISTRY))
+@pytest.mark.parametrize("name", sorted(set(REGISTRY) - set(UNSUPPORTED)))
 @settings(max_examples=8, deadline=None)
 @given(shape=st.lists(st.integers(1, 4), min_size=1, max_size=3).map(tuple), seed=st.integers(0, 2**16))
 def test_op_matches_registry_and_reference(name, generated, shape, seed):
@@ -52,4 +49,4 @@ def test_op_matches_registry_and_reference(name, generated, shape, seed):
         assert tuple(o.shape) == np.asarray(ref).shape
         got = o.numpy()
         assert got.dtype == np.asarray(ref).dtype, (name, got.dtype, np.asarray(ref).dtype)
-        np.testing.assert_allclose(got.astype(np.float64), np.asarray(ref).astype(np.float64), rtol=1e-5, atol=1e-6)
+        assert_matches(name, got, ref, "torch")

@@ -83,6 +83,8 @@ async def test_signature_help_for_ops_functions_modules_and_methods(client):
     help_ = await signature(client, doc, doc.pos('rearrange(q_proj(x), "b s', len('rearrange(q_proj(x), "')))
     assert help_.signatures[0].label.startswith("rearrange(")
     assert help_.active_parameter == 1
+    # each parameter's label is a substring of the signature's, as LSP requires (`name=size, ...` too)
+    assert all(p.label in help_.signatures[0].label for p in help_.signatures[0].parameters)
     # a keyword argument selects its parameter
     help_ = await signature(client, doc, doc.pos("take(k_cache, rows, dim=0)", len("take(k_cache, rows, dim=")))
     names = [p.label.split(":")[0] for p in help_.signatures[0].parameters]

@@ -1,5 +1,5 @@
-"""The primitive registry: every op is documented, and every shape rule says what its numpy
-reference really produces, on random concrete shapes."""
+"""The primitive registry: every shape rule says what its numpy reference really produces, on
+random concrete shapes (that every op has its doc, reference and the rest: test_op_facts.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from linnet.ops import REGISTRY, OpError
-from linnet.ops.registry import KINDS
 from linnet.types.core import BOOL, F32, I64, Shape, TensorT
 from linnet.types.dims import Dim
 
@@ -30,15 +29,6 @@ def array(shape, dtype=F32, rng=np.random.default_rng(0)):
 
 def concrete(shape: Shape) -> tuple[int, ...]:
     return tuple(d.as_int() for d in shape.dims)
-
-
-@pytest.mark.parametrize("name", sorted(REGISTRY))
-def test_every_op_is_documented(name):
-    op = REGISTRY[name]
-    assert len(op.doc) > 15 and op.doc.rstrip().endswith((".", ")"))
-    assert all(p.kind in KINDS for p in op.params)
-    assert op.reference is not None, f"{name} has no numpy reference"
-    assert op.signature().startswith(name + "(")
 
 
 shapes = st.lists(st.integers(1, 4), min_size=0, max_size=4).map(tuple)
