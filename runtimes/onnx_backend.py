@@ -179,9 +179,10 @@ class OnnxModel(LoadedModel):
         for o in outputs[:n_plain]:
             binding.bind_output(o, "cpu" if bf16 else self.device_type)  # bf16 is read from host memory
         new = {}
+        written = set(self.program.state_written(name))
         for path, (iname, oname) in names.items():
             binding.bind_ortvalue_input(iname, self.state[path])
-            if path in g.state_updates:
+            if path in written:
                 if self.share_buffer:
                     target = self.state[path]
                 else:

@@ -1,36 +1,38 @@
-"""Core IR to JAX source: one statement per op, readable, pure and functional.
+"""Core IR to JAX source: a model file a person can read, pure and functional.
 
-`generate(program)` writes a module with one function per entry (`linnet jax FILE -o
-model.py`): `def step(p, input_ids, positions, rows)` reads parameters, state and folded
-constants from the dict `p` by checkpoint name and returns its outputs; an entry that writes
-state (the KV cache) returns `(outputs..., {checkpoint name: new value})`, so the cache is
-threaded through the call (and donated by the runtime, so XLA updates it in place). This
-file does not import jax: the language server shows generated code in its own process.
+`generate(program)` writes one class per module class with methods, one function per Linnet
+function, the root model's class with the entries as methods (`linnet jax FILE -o model.py`),
+and one module-level function per entry, `step(p, input_ids, positions, rows)`, which builds
+the model over `p` (a dict of arrays by checkpoint name: parameters, the weights fused at load
+by `fuse_weights`, and the state) and runs the entry. An entry that writes state (the KV
+cache) returns `(outputs..., {checkpoint name: new value})`: a method writing a cache assigns
+the new array where it read the old one (`self.k_cache = write_cache(...)`), and the entry
+collects what was assigned (`Module.state`), so the cache is threaded through the call (and
+donated by the runtime, so XLA updates it in place). This file does not import jax: the
+language server shows generated code in its own process.
 
-Numerics (ARCHITECTURE.md): a `composite` runs as a native function when that function is
-what the reference implementation computes (`jax.nn.softmax`, `jax.nn.silu`, erf
-`jax.nn.gelu`), otherwise as its body, op by op, in transformers' op order; attention is
-transformers' eager attention with the query heads of one KV head batched together (the
-same dot products as `repeat_kv`, without copying the cache), and keys and values read from
-the KV cache are contracted one KV head at a time, so XLA writes the donated cache in place
-(see `_grouped_attention`). Under `equivalent`, matmuls ask for full f32 precision
-(`PRECISION = "highest"`: no TF32 or bf16 passes on GPUs/TPUs; on CPU f32 dots are f32 either
-way, and it measured no slower).
+What runs natively is decided by the passes (`PASSES`, `linnet.ir.pipeline`): a composite
+runs as a native function when that function is what the reference implementation computes
+(`jax.nn.softmax`, `jax.nn.silu`, erf `jax.nn.gelu`), otherwise as its body, in
+transformers' op order; linear layers that share an input are one dot over their weights
+fused at load, and KV caches are held [max_batch * H, T, D] (`linnet.ir.attention`). Under
+`equivalent`, matmuls ask for full f32 precision (`PRECISION = "highest"`: no TF32 or bf16
+passes on GPUs/TPUs; on CPU f32 dots are f32 either way, and it measured no slower).
 """
 
 from __future__ import annotations
 
-import os
-import re
-from dataclasses import dataclass, field
 from typing import Callable
 
-from linnet.ir.core import Graph, Op, Program, Value, format_tensor_type
+from linnet.ir import render
+from linnet.ir.core import Op, Program, Value
+from linnet.ir.fusion import fused_key, fused_names, split_fused_key
+from linnet.ir.pipeline import NUMERICS, PassOptions, prepare
 from linnet.ir.render import (
     GraphEmitter,
+    ModuleWriter,
     RenderError,
-    add_constant,
-    all_ops,
+    constant_values,
     dim_text,
     dims_text,
     index_text,
@@ -51,143 +53,61 @@ JAX_DTYPES = {
     "i32": "jnp.int32",
     "bool": "jnp.bool_",
 }
-NUMERICS = ("equivalent", "fast")
-RESERVED = python_reserved("jax", "jnp", "lax", "p", "math", "PRECISION", "constants", "write_cache")
+RESERVED = python_reserved(
+    "jax", "jnp", "lax", "p", "self", "math", "PRECISION", "Module", "write_cache", "fuse_weights", "FUSED_WEIGHTS"
+)
 
 # Registry ops the JAX backend cannot express, with the reason (none at present: the test
 # accepts an op that is either lowered or listed here).
 UNSUPPORTED: dict[str, str] = {}
+
+# What the passes do for this backend: composites native under these numerics, one dot per
+# group of linear layers sharing an input, KV caches held flat, and attention reading them so.
+PASSES = PassOptions(
+    fuse_linear_weights=True,
+    flat_caches=True,
+    native={
+        "softmax": NUMERICS,
+        "silu": NUMERICS,
+        "gelu": NUMERICS,
+        "gelu_tanh": ("fast",),
+        "attention": NUMERICS,
+    },
+    attention=("kv_flat",),
+)
+
+__all__ = ["generate", "state_shape", "fused_key", "fused_names", "split_fused_key", "CodegenError", "PASSES"]
 
 
 class CodegenError(RenderError):
     """An op or argument the JAX backend cannot express (names the op)."""
 
 
-def fused_key(names: list[str]) -> str:
-    """The parameter key of weights fused for one dot: their checkpoint names as
-    `prefix{a,b,c}suffix` (`model.layers.0.self_attn.{q,k,v}_proj.weight`); `fused_names`
-    reads it back."""
-    prefix = os.path.commonprefix(names)
-    suffix = os.path.commonprefix([n[len(prefix) :][::-1] for n in names])[::-1]
-    middles = [n[len(prefix) : len(n) - len(suffix)] for n in names]
-    return f"{prefix}{{{','.join(middles)}}}{suffix}"
-
-
-def split_fused_key(key: str) -> tuple[str, list[str], str] | None:
-    """`prefix{a,b,c}suffix` as (prefix, [a, b, c], suffix); None for a plain checkpoint name."""
-    m = re.fullmatch(r"([^{}]*)\{([^{}]*)\}([^{}]*)", key)
-    return None if m is None else (m[1], m[2].split(","), m[3])
-
-
-def fused_names(key: str) -> list[str] | None:
-    """The checkpoint names of a `fused_key`, in order (concatenated along dim 0); None for a
-    plain checkpoint name."""
-    parts = split_fused_key(key)
-    return None if parts is None else [parts[0] + middle + parts[2] for middle in parts[1]]
-
-
 def state_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
-    """The shape the JAX backend holds a state tensor in: a KV cache [max_batch, H, T, D] (rank 4,
-    what `cache_write` writes) as [max_batch * H, T, D], other state as declared.
-
-    Why: the attention dots then read a cache row's heads as one batched operand with no reshape,
-    and XLA on CPU writes the donated cache in place and lets the dots read it where it lies. Read
-    through a reshape ([1, H, T, D] viewed as [H, T, D]), XLA fuses the cache write into the
-    reshape once per reader and copies the cache for each fused write; read one head at a time,
-    each head's slice is a copy (5 ms of a 36 ms SmolLM2 decode step, measured)."""
+    """The shape the JAX backend holds a state tensor in: a KV cache [max_batch, H, T, D] (rank
+    4) as [max_batch * H, T, D], other state as declared (`linnet.ir.attention.hold_caches_flat`
+    says why)."""
     return (shape[0] * shape[1], *shape[2:]) if len(shape) == 4 else tuple(shape)
 
 
-@dataclass
 class Emitter(GraphEmitter):
     """Emits the JAX statements of one graph (tables below; machinery in linnet.ir.render).
 
-    Values in `flat` are KV caches held as [rows * H, T, D] (`state_shape`): the state, its
-    `cache_write` results and the rows `take`n from them. `r` renders them as their declared
-    [rows, H, T, D] (a reshape) for any op; `flat_name` gives the array as held, for the ops that
-    work on it directly (cache_write, take, attention and the returned state)."""
-
-    flat: dict[int, str] = field(default_factory=dict)  # value id -> its declared shape's text
-    fused: dict[str, list[str]] = field(default_factory=dict)  # fused weight key -> checkpoint names
-    fused_ops: dict[int, tuple[str, int, int]] = field(default_factory=dict)  # matmul id -> key, start, stop
-    fused_vars: dict[str, str] = field(default_factory=dict)  # fused weight key -> its dot's variable
-    unfused: frozenset[str] = frozenset()  # fused keys not to make (a member is also read alone)
+    A value held as a flat KV cache ([rows * H, T, D]: the ops the passes marked `layout`
+    flat) renders as its declared [rows, H, T, D] (a reshape) for any op; `flat_name` gives the
+    array as held, for the ops that work on it directly (cache_write, take, attention)."""
 
     def flat_name(self, v: Value) -> str:
         return super().r(v)
 
     def r(self, v) -> str:
-        if isinstance(v, Value) and id(v) in self.flat:
-            return f"{super().r(v)}.reshape({self.flat[id(v)]})"
+        if isinstance(v, Value) and _held_flat(v):
+            return f"{super().r(v)}.reshape({dims_text(v.dims)})"
         return super().r(v)
 
-    def mark_flat(self, g: Graph) -> None:
-        for op in g.ops:
-            v = op.results[0] if op.results else None
-            if op.name == "state" and v.rank == 4:
-                self.flat[id(v)] = dims_text(v.dims)
-            elif op.name == "cache_write" and id(op.args["cache"]) in self.flat:
-                self.flat[id(v)] = dims_text(v.dims)
-            elif op.name == "take" and id(op.args["x"]) in self.flat and op.args["dim"] in (0, -4) and v.rank == 4:
-                self.flat[id(v)] = dims_text(v.dims)
-
-    def prepare_graph(self, g: Graph) -> None:
-        """`x @ transpose(w)` with a 2-d `w` used once contracts `w` where it lies, as a
-        linear layer: `jnp.einsum("...i,oi->...o", x, w)` (XLA then reads the weight in its
-        stored layout instead of materialising its transpose)."""
-        self.mark_flat(g)
-        for op in g.ops:
-            if op.name != "matmul":
-                continue
-            y = op.args["y"]
-            t = y.producer
-            if (
-                t is not None
-                and t.name == "transpose"
-                and t.args["x"].rank == 2
-                and {t.args["dim0"], t.args["dim1"]} in ({-2, -1}, {0, 1})
-                and self.uses.get(id(y)) == 1
-            ):
-                self.skipped.add(id(t))
-                op.attrs["linear_weight"] = t.args["x"]
-        self.fuse_linear_layers(g)
-
-    def fuse_linear_layers(self, g: Graph) -> None:
-        """Linear layers of one input whose weights are parameters read only there (q, k and v;
-        gate and up) become one dot over the weights concatenated along the output dim, under the
-        key `fused_key(names)`; each layer's result is a slice of it. XLA on CPU runs each dot as
-        a library call over the whole weight, so at batch 1 fewer, larger calls are faster (a
-        SmolLM2 decode step: 33 ms against 37, measured). The weights are concatenated once, at
-        load (`fuse_weights`)."""
-        in_graph = {id(op) for op in g.ops}
-        groups: dict[int, list[Op]] = {}
-        for op in g.ops:
-            w = op.attrs.get("linear_weight") if op.name == "matmul" else None
-            if (
-                w is not None
-                and w.producer is not None
-                and w.producer.name == "param"
-                and id(w.producer) in in_graph
-                and self.uses.get(id(w)) == 1
-                and w.dims[0].as_int() is not None
-                and not set("{},") & set(w.producer.attrs["path"])
-            ):
-                groups.setdefault(id(op.args["x"]), []).append(op)
-        for ops in groups.values():
-            weights = [op.attrs["linear_weight"] for op in ops]
-            if len(ops) < 2 or len({(w.dims[1].key(), w.dtype.name) for w in weights}) != 1:
-                continue
-            names = [w.producer.attrs["path"] for w in weights]
-            key = fused_key(names)
-            if key in self.unfused:
-                continue
-            self.fused[key] = names
-            start = 0
-            for op, w in zip(ops, weights):
-                self.skipped.add(id(w.producer))
-                stop = start + w.dims[0].as_int()
-                self.fused_ops[id(op)] = (key, start, stop)
-                start = stop
+    def is_member(self, text: str) -> bool:
+        """Whether `text` is a member of a module (`self.k_cache`), which an assignment updates."""
+        return text.startswith(tuple(f"{r}." for r in self.receivers.values())) or text.startswith("getattr(")
 
     def float_text(self, v: float) -> str:
         if v != v:
@@ -195,6 +115,10 @@ class Emitter(GraphEmitter):
         if v in (float("inf"), float("-inf")):
             return "jnp.inf" if v > 0 else "-jnp.inf"
         return repr(v)
+
+
+def _held_flat(v: Value) -> bool:
+    return v.producer is not None and v.producer.attrs.get("layout") == "flat"
 
 
 # ----------------------------------------------------------------------------- op emitters
@@ -247,24 +171,10 @@ def _sum(e: Emitter, op: Op) -> str:
 EMITTERS["sum"] = _sum
 
 
-def _matmul(e: Emitter, op: Op) -> "str | tuple[list[str], str]":
-    fused = e.fused_ops.get(id(op))
-    if fused is not None:
-        key, start, stop = fused
-        lines = []
-        if key not in e.fused_vars:  # the group's first layer: the one dot
-            middles = split_fused_key(key)[1]
-            hint = "_".join(middles) if all(m.isidentifier() for m in middles) else "fused"
-            e.fused_vars[key] = var = e.fresh(hint)
-            lines.append(f'{var} = jnp.einsum("...i,oi->...o", {e.r(op.args["x"])}, p[{key!r}], precision=PRECISION)')
-        return lines, f"{e.fused_vars[key]}[..., {start}:{stop}]"
-    w = op.attrs.get("linear_weight")
-    if w is not None:
-        return f'jnp.einsum("...i,oi->...o", {e.r(op.args["x"])}, {e.r(w)}, precision=PRECISION)'
-    return f"jnp.matmul({e.r(op.args['x'])}, {e.r(op.args['y'])}, precision=PRECISION)"
-
-
-EMITTERS["matmul"] = _matmul
+EMITTERS["matmul"] = lambda e, op: f"jnp.matmul({e.r(op.args['x'])}, {e.r(op.args['y'])}, precision=PRECISION)"
+EMITTERS["linear"] = lambda e, op: (
+    f'jnp.einsum("...i,oi->...o", {e.r(op.args["x"])}, {e.r(op.args["weight"])}, precision=PRECISION)'
+)
 EMITTERS["reshape"] = lambda e, op: f"{e.r(op.args['x'])}.reshape({_shape(op.args['shape'])})"
 EMITTERS["transpose"] = lambda e, op: f"jnp.swapaxes({e.r(op.args['x'])}, {op.args['dim0']}, {op.args['dim1']})"
 EMITTERS["permute"] = lambda e, op: f"jnp.transpose({e.r(op.args['x'])}, ({_tuple(op.args['dims'])}))"
@@ -336,7 +246,7 @@ EMITTERS["rearrange"] = _rearrange
 
 def _take(e: Emitter, op: Op) -> str:
     x, idx, dim = op.args["x"], op.args["indices"], op.args["dim"]
-    if id(op.result) in e.flat:
+    if op.attrs.get("layout") == "flat":
         # Rows of a cache held as [rows * H, T, D], held the same way: [B * H, T, D].
         b, h, t, d = op.result.dims
         rows = (
@@ -394,63 +304,40 @@ EMITTERS["min_value"] = lambda e, op: (
 )
 
 
-def _cache_write(e: Emitter, op: Op) -> str:
+def _cache_write(e: Emitter, op: Op):
     """A new cache: row `rows[b]`, positions `positions[b] + 0..S-1` set to `new[b]`. The two
     index arrays broadcast to [B, S] and are split by the head slice, so the indexed block is
     [B, S, H, D] (numpy's rule for separated advanced indices): `new` goes in as [B, S, H, D].
     Positions past the cache are dropped (a padded prefill's tail). A cache held as [rows * H, T,
-    D] (`state_shape`) is written by the generated module's `write_cache` (WRITE_CACHE)."""
-    if id(op.args["cache"]) in e.flat:
-        rows, positions, new = (e.r(op.args[k]) for k in ("rows", "positions", "new"))
-        return f"write_cache({e.flat_name(op.args['cache'])}, {rows}, {positions}, {new})"
-    cache, rows, positions, new = (e.r(op.args[k]) for k in ("cache", "rows", "positions", "new"))
-    s = dim_text(op.args["new"].dims[2])
-    return (
-        f"{cache}.at[{rows}[:, None], :, {positions}[:, None] + lax.iota(jnp.int64, {s})]"
-        f".set(jnp.swapaxes({new}, 1, 2), mode='drop')"
-    )
+    D] (`layout` flat) is written by the generated module's `write_cache` (WRITE_CACHE). The new
+    cache is assigned where the old one was read (`self.k_cache = ...`), which is how the entry
+    returns it."""
+    rows, positions, new = (e.r(op.args[k]) for k in ("rows", "positions", "new"))
+    if op.attrs.get("layout") == "flat":
+        cache = e.flat_name(op.args["cache"])
+        expr = f"write_cache({cache}, {rows}, {positions}, {new})"
+    else:
+        cache = e.r(op.args["cache"])
+        s = dim_text(op.args["new"].dims[2])
+        expr = (
+            f"{cache}.at[{rows}[:, None], :, {positions}[:, None] + lax.iota(jnp.int64, {s})]"
+            f".set(jnp.swapaxes({new}, 1, 2), mode='drop')"
+        )
+    if e.is_member(cache):
+        e.names[id(op.result)] = cache
+        return [f"{cache} = {expr}"], None
+    return expr
 
 
 EMITTERS["cache_write"] = _cache_write
 
-# The generated module's fused weights (`Emitter.fuse_linear_layers`), made from the checkpoint's.
-FUSE_WEIGHTS = '''
-# Weights of linear layers that share an input, concatenated along the output dim: the key
-# `prefix{a,b}suffix` stands for the checkpoint names prefix + a + suffix, prefix + b + suffix.
-FUSED_WEIGHTS = [
-    KEYS
-]
+
+def _const(e: Emitter, op: Op) -> str:
+    value = op.attrs["value"]
+    return f"jnp.array({constant_values(e, op)}, dtype={JAX_DTYPES[np_dtype_name(value)]})"
 
 
-def fuse_weights(params):
-    """The parameters the entries take, from `params` by checkpoint name: each group of
-    FUSED_WEIGHTS concatenated under its key, in place of its members. Run once, at load."""
-    out = dict(params)
-    for key in FUSED_WEIGHTS:
-        prefix, rest = key.split("{")
-        middles, suffix = rest.split("}")
-        out[key] = jnp.concatenate([out.pop(prefix + m + suffix) for m in middles.split(",")], axis=0)
-    return out
-'''.strip()
-
-# The generated module's helper for caches held as [rows * H, T, D]: one scatter whose window is a
-# row's H heads at one position, so a single-token write is one dynamic-update-slice in place.
-WRITE_CACHE = '''
-def write_cache(cache, rows, positions, new):
-    """`cache` [max_batch * H, T, D] with `new` [B, H, S, D] written at row `rows[b]`, positions
-    `positions[b] + 0..S-1`; positions past the cache are dropped (a padded prefill's tail)."""
-    h, s = new.shape[1], new.shape[2]
-    rows_and_positions = jnp.broadcast_arrays(rows[:, None] * h, positions[:, None] + lax.iota(jnp.int64, s))
-    window = lax.ScatterDimensionNumbers(
-        update_window_dims=(1, 3), inserted_window_dims=(1,), scatter_dims_to_operand_dims=(0, 1)
-    )
-    return lax.scatter(
-        cache, jnp.stack(rows_and_positions, axis=-1), new, window, mode=lax.GatherScatterMode.FILL_OR_DROP
-    )
-'''.strip()
-EMITTERS["param"] = lambda e, op: f"p[{op.attrs['path']!r}]"
-EMITTERS["state"] = lambda e, op: f"p[{op.attrs['path']!r}]"
-EMITTERS["const"] = lambda e, op: f"p[{('const:' + e.names[('const', id(op))])!r}]"
+EMITTERS["const"] = _const
 
 
 # ----------------------------------------------------------------------------- native composites
@@ -461,9 +348,9 @@ def _grouped_attention(e: Emitter, op: Op):
     matmul) with the query heads of one KV head batched together instead of repeating the
     keys and values (`repeat_kv`): the same dot products, without copying the cache G times.
 
-    Keys and values read from a KV cache come held as [B * H_kv, T, D] (`state_shape`): the
-    queries are grouped as [B * H_kv, G * S, D] and each product is one dot batched over
-    B * H_kv, reading the cache where XLA wrote it."""
+    With the `kv_flat` variant the keys and values come held as [B * H_kv, T, D]: the queries
+    are grouped as [B * H_kv, G * S, D] and each product is one dot batched over B * H_kv,
+    reading the cache where XLA wrote it."""
     q, k, v, mask = (op.args[n] for n in ("q", "k", "v", "mask"))
     b, h, s, d = (dim_text(x) for x in q.dims)
     hkv, t = dim_text(k.dims[1]), dim_text(k.dims[2])
@@ -472,7 +359,8 @@ def _grouped_attention(e: Emitter, op: Op):
     scores, probs = e.fresh("scores"), e.fresh("probs")
     scale = e.r(op.args["scale"])
     note = f"  # {g} heads per KV head" if g > 1 else ""
-    if id(k) in e.flat and id(v) in e.flat:
+    flat = op.attrs.get("variant", {}).get("kv_flat")
+    if flat:
         kn, vn = e.flat_name(k), e.flat_name(v)
         rows = dims_text([q.dims[0] * k.dims[1]])
         qg = e.fresh("q_grouped")
@@ -500,136 +388,188 @@ def _grouped_attention(e: Emitter, op: Op):
     else:
         lines.append(f"{probs} = jax.nn.softmax({scores}, axis=-1)")
     out = product(grouped(probs, t))
-    return lines, out if id(k) not in e.flat and g == 1 else f"{out}.reshape({b}, {h}, {s}, {d})"
+    return lines, out if not flat and g == 1 else f"{out}.reshape({b}, {h}, {s}, {d})"
 
 
-NATIVE: dict[str, tuple[tuple[str, ...], Callable[[Emitter, Op], "str | tuple[list[str], str]"]]] = {
-    "softmax": (NUMERICS, lambda e, op: f"jax.nn.softmax({e.r(op.args['x'])}, axis=-1)"),
-    "silu": (NUMERICS, lambda e, op: f"jax.nn.silu({e.r(op.args['x'])})"),
-    "gelu": (NUMERICS, lambda e, op: f"jax.nn.gelu({e.r(op.args['x'])}, approximate=False)"),
-    "gelu_tanh": (("fast",), lambda e, op: f"jax.nn.gelu({e.r(op.args['x'])}, approximate=True)"),
-    "attention": (NUMERICS, _grouped_attention),
+NATIVE: dict[str, Callable[[Emitter, Op], "str | tuple[list[str], str]"]] = {
+    "softmax": lambda e, op: f"jax.nn.softmax({e.r(op.args['x'])}, axis=-1)",
+    "silu": lambda e, op: f"jax.nn.silu({e.r(op.args['x'])})",
+    "gelu": lambda e, op: f"jax.nn.gelu({e.r(op.args['x'])}, approximate=False)",
+    "gelu_tanh": lambda e, op: f"jax.nn.gelu({e.r(op.args['x'])}, approximate=True)",
+    "attention": _grouped_attention,
 }
 
 
-# ----------------------------------------------------------------------------- whole functions
+# ----------------------------------------------------------------------------- the module
+
+MODULE_BASE = '''
+class Module:
+    """A module of the checkpoint's tree over `arrays` (a dict by checkpoint name): the tensors
+    named in PARAMS and STATE (dotted paths) and the submodules in CHILDREN (a class, or (class,
+    count) for a list) are attributes (None for state `arrays` lacks). Assigning a state tensor
+    records its new value: `state()` gives every state tensor of the tree by checkpoint name."""
+
+    PARAMS: tuple = ()
+    STATE: tuple = ()
+    CHILDREN: dict = {}
+
+    def __init__(self, arrays, prefix=""):
+        self._prefix = prefix
+        for name, child in self.CHILDREN.items():
+            if isinstance(child, tuple):
+                setattr(self, name, [child[0](arrays, f"{prefix}{name}.{i}.") for i in range(child[1])])
+            else:
+                setattr(self, name, child(arrays, f"{prefix}{name}."))
+        for path in self.PARAMS + self.STATE:
+            *parents, name = path.split(".")
+            node = self
+            for part in parents:
+                if not hasattr(node, part):
+                    setattr(node, part, Module({}, ""))
+                node = getattr(node, part)
+            setattr(node, name, arrays.get(prefix + path))  # state is absent for an entry that reads none
+
+    def state(self):
+        """The state tensors of this module and its submodules, by checkpoint name."""
+        out = {}
+        for path in self.STATE:
+            node = self
+            for part in path.split("."):
+                node = getattr(node, part)
+            out[self._prefix + path] = node
+        for name, child in self.CHILDREN.items():
+            for module in getattr(self, name) if isinstance(child, tuple) else [getattr(self, name)]:
+                out.update(module.state())
+        return out
+'''.strip()
+
+# The generated module's fused weights (`Program.param_transforms`), made from the checkpoint's.
+FUSE_WEIGHTS = """
+# Weights of linear layers that share an input, concatenated along the output dim: the key
+# `prefix{a,b}suffix` stands for the checkpoint names prefix + a + suffix, prefix + b + suffix.
+FUSED_WEIGHTS = [
+    KEYS
+]
 
 
-def function_source(
-    g: Graph,
-    numerics: str = "equivalent",
-    constants: dict | None = None,
-    fused: dict | None = None,
-    unfused: frozenset[str] = frozenset(),
-) -> str:
-    """The source of one entry as `def NAME(p, inputs...)`; an entry that writes state returns
-    `(outputs..., {path: new value})`. Its folded constants are added to `constants`, the weights
-    it reads fused (`fused_key` -> checkpoint names, except the keys in `unfused`) to `fused`."""
-    e = Emitter(numerics, unfused=unfused)
-    e.dim_names = set(g.dim_vars)
-    e.taken |= e.dim_names
-    args = [e.bind(v) for v in g.inputs]
-    sig = ", ".join(format_tensor_type(v.type) for v in g.inputs)
-    outs = ", ".join(format_tensor_type(v.type) for v in g.outputs)
-    if g.state_updates:
-        outs += ", {new state by checkpoint name}"
-    lines = [f"def {g.name}(p, {', '.join(args)}):", f'    """{sig} -> {outs}"""']
-    constants = {} if constants is None else constants
-    for op in all_ops(g):
-        if op.name == "const":
-            e.names[("const", id(op))] = add_constant(constants, op.result.name or "c", op.attrs["value"])
-    body = ["    " + line for line in e.graph_lines(g)]
-    used = set(re.findall(r"[A-Za-z_]\w*", "\n".join(body) + " ".join(e.r(v) for v in g.outputs)))
-    by_input: dict[int, list[tuple[int, str]]] = {}
-    for name, (i, axis) in g.dim_sources.items():
-        if name in used:
-            by_input.setdefault(i, []).append((axis, name))
-    for i, dims in by_input.items():
-        rank = g.inputs[i].rank
-        if sorted(a for a, _ in dims) == list(range(rank)):
-            lines.append(f"    {', '.join(n for _, n in sorted(dims))} = {args[i]}.shape")
-        else:
-            for axis, name in dims:
-                lines.append(f"    {name} = {args[i]}.shape[{axis}]")
-    lines += body
-    rets = [e.r(v) for v in g.outputs]
-    if g.state_updates:
-        for path, v in g.state_updates.items():
-            if v.producer is None or v.producer.name != "cache_write":
-                raise CodegenError(f"state `{path}` is updated by `{v.producer.name}`; only cache_write writes state")
-        lines.append("    state = {")
-        lines += [f"        {path!r}: {e.flat_name(v)}," for path, v in g.state_updates.items()]
-        lines.append("    }")
-        rets.append("state")
-    lines.append(f"    return {', '.join(rets)}")
-    if fused is not None:
-        fused.update(e.fused)
-    return "\n".join(lines)
+def fuse_weights(params):
+    \"\"\"The parameters the entries take, from `params` by checkpoint name: each group of
+    FUSED_WEIGHTS concatenated under its key, in place of its members. Run once, at load.\"\"\"
+    out = dict(params)
+    for key in FUSED_WEIGHTS:
+        prefix, rest = key.split("{")
+        middles, suffix = rest.split("}")
+        out[key] = jnp.concatenate([out.pop(prefix + m + suffix) for m in middles.split(",")], axis=0)
+    return out
+""".strip()
+
+# The generated module's helper for caches held as [rows * H, T, D]: one scatter whose window is a
+# row's H heads at one position, so a single-token write is one dynamic-update-slice in place.
+WRITE_CACHE = '''
+def write_cache(cache, rows, positions, new):
+    """`cache` [max_batch * H, T, D] with `new` [B, H, S, D] written at row `rows[b]`, positions
+    `positions[b] + 0..S-1`; positions past the cache are dropped (a padded prefill's tail)."""
+    h, s = new.shape[1], new.shape[2]
+    rows_and_positions = jnp.broadcast_arrays(rows[:, None] * h, positions[:, None] + lax.iota(jnp.int64, s))
+    window = lax.ScatterDimensionNumbers(
+        update_window_dims=(1, 3), inserted_window_dims=(1,), scatter_dims_to_operand_dims=(0, 1)
+    )
+    return lax.scatter(
+        cache, jnp.stack(rows_and_positions, axis=-1), new, window, mode=lax.GatherScatterMode.FILL_OR_DROP
+    )
+'''.strip()
 
 
-def generate(program: Program, numerics: str = "equivalent", fused: dict | None = None) -> str:
-    """A Python module with one function per entry, each `f(p, *inputs)` where `p` maps
-    checkpoint names (parameters and state), the keys of the weights fused for one dot (made by
-    its `fuse_weights`; also added to `fused`: key -> checkpoint names) and the `const:` keys of
-    `constants()` to arrays. Imports only jax."""
+class JaxModule(ModuleWriter):
+    """The JAX module: plain classes over a dict of arrays, entries as module-level functions."""
+
+    emitter = Emitter
+    reserved = RESERVED
+    base = MODULE_BASE
+
+    def head(self) -> list[str]:
+        p = self.program
+        lines = [
+            f'"""{p.model} from {p.source}, generated by linnet.',
+            "",
+            f"Preset {p.preset or '(defaults)'}, working dtype {p.dtype.name}, numerics {self.numerics}, "
+            f"max_batch {p.max_batch}, max_positions {p.max_positions}.",
+            "Each entry function takes `p`, the parameters and state by checkpoint name, and is pure:",
+            "an entry that writes state (the KV cache) returns its outputs and a dict of the new state.",
+            "Pass `p = {**fuse_weights(params), **state}`: linear layers that share an input are one dot",
+            "over their weights fused (FUSED_WEIGHTS), made once by `fuse_weights`.",
+        ]
+        if p.state_layouts:
+            lines += [
+                "KV caches declared [max_batch, H, T, D] are held as [max_batch * H, T, D], so that XLA",
+                "writes them in place (when the caller donates them: `jax.jit(..., donate_argnums=...)`)",
+                "and the attention dots read them where they lie.",
+            ]
+        lines += [
+            'Integer inputs are i64 (run with `jax.config.update("jax_enable_x64", True)`).',
+            '"""',
+            "",
+            "import jax",
+            "import jax.numpy as jnp",
+            "import jax.scipy.special",
+            "from jax import lax",
+            "",
+            f"PRECISION = {'highest' if self.numerics == 'equivalent' else None!r}",
+        ]
+        return lines
+
+    def table(self, name: str, items: dict) -> list[str]:
+        if not items:
+            return []
+        return [f"{name} = (", *[f"    {k!r}," for k in items], ")"]
+
+    def tail(self) -> list[str]:
+        p = self.program
+        keys = "".join(f"\n    {t.key!r}," for t in p.param_transforms)
+        out = ["", "", FUSE_WEIGHTS.replace("[\n    KEYS\n]", f"[{keys}\n]" if keys else "[]")]
+        if any(op.attrs.get("layout") == "flat" and op.name == "cache_write" for g in p.graphs() for op in _ops(g)):
+            out += ["", "", WRITE_CACHE]
+        for name, g in p.entries.items():
+            args = [v.name for v in g.inputs]
+            writes = bool(g.written_state())
+            out += [
+                "",
+                "",
+                f"def {name}(p, {', '.join(args)}):",
+                f'    """The entry `{name}` of {p.root} on `p`, the arrays by checkpoint name'
+                + (', with the new state."""' if writes else '."""'),
+                f"    model = {p.root}(p)",
+                f"    out = model.{self.layout.names[name]}({', '.join(args)})",
+                "    return (*out, model.state()) if isinstance(out, tuple) else (out, model.state())"
+                if writes
+                else "    return out",
+            ]
+        return out
+
+
+def _ops(g):
+    for op in g.ops:
+        yield op
+        if op.body is not None:
+            yield from _ops(op.body)
+
+
+def generate(program: Program, numerics: str = "equivalent") -> str:
+    """The model as a JAX module (see the module docstring). Imports only jax. Raises
+    CodegenError."""
     if numerics not in NUMERICS:
         raise CodegenError(f"numerics must be one of {', '.join(NUMERICS)}, got {numerics!r}")
-    fused = {} if fused is None else fused
-    unfused: frozenset[str] = frozenset()
-    while True:
-        funcs, constants = [], {}
-        fused.clear()
-        for g in program.entries.values():
-            funcs.append(function_source(g, numerics, constants, fused, unfused))
-        # An entry that reads a member of another entry's group alone: that group stays unfused.
-        alone = {k for k, names in fused.items() for n in names if any(f"p[{n!r}]" in f for f in funcs)}
-        if not alone:
-            break
-        unfused |= alone
-    head = [
-        f'"""{program.model} from {program.source}, generated by linnet.',
-        "",
-        f"Preset {program.preset or '(defaults)'}, working dtype {program.dtype.name}, numerics {numerics}, "
-        f"max_batch {program.max_batch}, max_positions {program.max_positions}.",
-        "Each entry takes `p`, the parameters and state by checkpoint name plus the constants",
-        "from `constants()`, and is pure: an entry that writes state (the KV cache) returns its",
-        "outputs and a dict of the new state by checkpoint name. Integer inputs are i64",
-        '(run with `jax.config.update("jax_enable_x64", True)`).',
-    ]
-    head += [
-        "Pass `p = {**fuse_weights(params), **state, **constants()}`: linear layers that share an",
-        "input are one dot over their weights fused (FUSED_WEIGHTS), made once by `fuse_weights`.",
-    ]
-    if any(len(t.shape) == 4 for t in program.state):
-        head += [
-            "KV caches declared [max_batch, H, T, D] are held as [max_batch * H, T, D], so that XLA",
-            "writes them in place (when the caller donates them: `jax.jit(..., donate_argnums=...)`)",
-            "and the attention dots read them where they lie.",
-        ]
-    head += [
-        '"""',
-        "",
-        "import jax",
-        "import jax.numpy as jnp",
-        "import jax.scipy.special",
-        "from jax import lax",
-        "",
-        f"PRECISION = {'highest' if numerics == 'equivalent' else None!r}",
-        "",
-        "",
-        "def constants():",
-        '    """Small folded constants (no weights)."""',
-        "    return {",
-    ]
-    for k, v in constants.items():
-        head.append(f"        {k!r}: jnp.array({v.tolist()!r}, dtype={JAX_DTYPES[np_dtype_name(v)]}),")
-    head.append("    }")
-    if any("write_cache(" in f for f in funcs):
-        funcs.insert(0, WRITE_CACHE)
-    # Emitted with no groups too, so every generated module has the same API.
-    keys = "".join(f"\n    {k!r}," for k in fused)
-    funcs.insert(0, FUSE_WEIGHTS.replace("[\n    KEYS\n]", f"[{keys}\n]" if keys else "[]"))
-    return "\n".join(head + [""] + ["\n" + f + "\n" for f in funcs]).rstrip() + "\n"
+    return module_source(prepare(program, PASSES, numerics), numerics)
+
+
+def graph_function(g, numerics: str = "equivalent") -> str:
+    """A flat graph as a standalone JAX `def NAME(p, inputs...)` (`render.graph_function`)."""
+    return render.graph_function(Emitter, g, numerics)
+
+
+def module_source(program: Program, numerics: str) -> str:
+    """The module text of a program already prepared with `PASSES`."""
+    return JaxModule(program, numerics).write()
 
 
 Emitter.dtypes = JAX_DTYPES
@@ -638,3 +578,4 @@ Emitter.native = NATIVE
 Emitter.reserved = RESERVED
 Emitter.backend = "JAX"
 Emitter.error = CodegenError
+Emitter.uses_device = False

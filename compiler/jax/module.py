@@ -28,9 +28,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from linnet.ir.core import Graph, Program
+from linnet.ir.pipeline import prepare
 from linnet.ir.render import dim_text
 
-from .codegen import JAX_DTYPES, NUMERICS, generate, state_shape
+from .codegen import JAX_DTYPES, NUMERICS, PASSES, module_source, state_shape
 
 MODES = ("generated", "stablehlo")
 
@@ -60,7 +61,7 @@ class JaxProgram:
     fused: dict[str, list[str]] = field(default_factory=dict)  # fused weight key -> checkpoint names
 
     def stateful(self, name: str) -> bool:
-        return bool(self.program.entries[name].state_updates)
+        return bool(self.program.entries[name].written_state())
 
     def entry_fn(self, name: str) -> Callable:
         """`f(params, state, *inputs)`: outputs (a value or a tuple), and for an entry that writes
@@ -69,12 +70,10 @@ class JaxProgram:
         if name not in self.program.entries:
             raise KeyError(f"no entry `{name}` (entries: {', '.join(self.program.entries)})")
         fn = self.namespace[name]
-        consts = self.namespace["constants"]
         stateful = self.stateful(name)
 
         def run(params, state, *inputs):
-            p = {**params, **state, **consts()}  # constants are made inside the trace: small literals
-            out = fn(p, *inputs)
+            out = fn({**params, **state}, *inputs)
             if not stateful:
                 return out
             *outs, new = out
@@ -94,8 +93,9 @@ def compile_program(program: Program, numerics: str = "equivalent") -> JaxProgra
     if numerics not in NUMERICS:
         raise BackendError(f"numerics must be one of {', '.join(NUMERICS)}, got {numerics!r}")
     enable_x64()
-    fused: dict[str, list[str]] = {}
-    source = generate(program, numerics, fused)
+    prepared = prepare(program, PASSES, numerics)
+    fused = {t.key: list(t.sources) for t in prepared.param_transforms}
+    source = module_source(prepared, numerics)
     filename = f"<linnet generated jax: {program.source}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)  # tracebacks show it
     namespace: dict = {"__name__": "linnet_generated_jax"}

@@ -29,13 +29,14 @@ holds every registry op to one of the two).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import numpy as np
 import onnx_ir as ir
 
 from linnet.ir.core import Graph, Op, Program, Value
+from linnet.ir.pipeline import PassOptions, prepare
 from linnet.ops.rearrange import rearrange_plan
 from linnet.types.core import DType
 from linnet.types.dims import Dim, format_dim
@@ -271,10 +272,8 @@ class Lowering:
             self.values[id(v)] = o
 
     def composite(self, op: Op) -> None:
-        name = op.attrs["name"]
-        native = NATIVE.get(name)
-        if native is not None and self.numerics in native[0]:
-            out = native[1](self, op)
+        if op.attrs.get("native"):
+            out = NATIVE[op.attrs["name"]](self, op)
             set_type(out, op.result)
             self.values[id(op.result)] = out
             return
@@ -387,6 +386,11 @@ LOWERINGS["argmax"] = lambda L, op: L.op(
     hint=op.result.name,
 )
 LOWERINGS["matmul"] = lambda L, op: L.op("MatMul", [L.get(op.args["x"]), L.get(op.args["y"])], hint=op.result.name)
+LOWERINGS["linear"] = lambda L, op: L.op(
+    "MatMul",
+    [L.get(op.args["x"]), L.op("Transpose", [L.get(op.args["weight"])], {"perm": [1, 0]}, hint="weight_t")],
+    hint=op.result.name,
+)
 LOWERINGS["reshape"] = lambda L, op: L.op(
     "Reshape", [L.get(op.args["x"]), L.shape(op.args["shape"])], hint=op.result.name
 )
@@ -651,12 +655,14 @@ def _grouped_attention(L: Lowering, op: Op) -> ir.Value:
     odt = ONNX_DTYPES[dt.name]
     b_dim = _dims(q.dims)[0]
     scale = float(op.args["scale"])
+    variant = op.attrs.get("variant", {})
     qv = L.get(q)
-    if scale > 0 and np.log2(scale).is_integer():
+    if variant.get("scale_queries"):
         qv = _typed(L.op("Mul", [qv, L.operand(scale, dt)], hint="q_scaled"), _dims(q.dims), ONNX_DTYPES[dt.name])
         scale = None
     use_bias = dt.name in ("f32", "bf16")
-    cached = t.as_int() is not None and t.as_int() >= TRIM_MIN_KEYS
+    # Skipping keys is worth its slices from TRIM_MIN_KEYS keys on (the passes said it is exact).
+    cached = (variant.get("trim_keys") or variant.get("keys_first")) and t.as_int() >= TRIM_MIN_KEYS
     full_mask = L.get(mask)
     full = (full_mask if not use_bias else _mask_bias(L, full_mask, dt, id(mask)), L.get(k), L.get(v), _dims([t])[0])
     if not cached:
@@ -689,7 +695,7 @@ def _grouped_attention(L: Lowering, op: Op) -> ir.Value:
         zeros too, so about 3/8 of the scores are never computed (4 blocks). Each block's mask is
         a slice of the whole mask's (made once per step)."""
         s_len = L.dim(s)
-        n = PREFILL_BLOCKS
+        n = blocks or PREFILL_BLOCKS
         size = L.op("Div", [L.op("Add", [s_len, i64([n - 1])], hint="block_rows"), i64([n])], hint="block_rows")
         bounds = [start] + [L.op("Mul", [size, i64([j])], hint="block_bound") for j in range(1, n)] + [s_len]
         per_query = L.attended_per_query(mask)
@@ -712,14 +718,15 @@ def _grouped_attention(L: Lowering, op: Op) -> ir.Value:
         return _typed(L.op("Concat", outs, {"axis": 2}, hint="attention"), _dims(q.dims), odt)
 
     def decode():
-        return _attention_body(L, op, qv, full, scale, use_bias, keys_first=True)
+        return _attention_body(L, op, qv, full, scale, use_bias, keys_first=bool(variant.get("keys_first")))
 
+    blocks = variant.get("prefill_blocks")
     if s.as_int() is not None:
         if s.as_int() == 1:
             return decode()
-        return prefill_blocks() if s.as_int() >= PREFILL_BLOCK_MIN_ROWS else prefill()
+        return prefill_blocks() if blocks and s.as_int() >= PREFILL_BLOCK_MIN_ROWS else prefill()
     any_prefill = L.branch(prefill, "prefill_attention")
-    long_prefill = L.branch(prefill_blocks, "prefill_attention_blocks")
+    long_prefill = L.branch(prefill_blocks if blocks else prefill, "prefill_attention_blocks")
     cond_key, long_key = ("is_decode", s.key()), ("is_long_prefill", s.key())
     if cond_key not in L.dim_cache:
         L.dim_cache[cond_key] = L.op(
@@ -790,13 +797,30 @@ def _attention_body(
     return _typed(out, [b, h, s, d], odt)
 
 
-NATIVE: dict[str, tuple[tuple[str, ...], Lower]] = {
-    "attention": (NUMERICS, _grouped_attention),
-    "softmax": (NUMERICS, lambda L, op: L.op("Softmax", [L.get(op.args["x"])], {"axis": -1}, hint=op.result.name)),
-    "gelu": (NUMERICS, lambda L, op: L.op("Gelu", [L.get(op.args["x"])], {"approximate": "none"}, hint="gelu")),
-    "gelu_tanh": (("fast",), lambda L, op: L.op("Gelu", [L.get(op.args["x"])], {"approximate": "tanh"}, hint="gelu")),
-    "layer_norm": (NUMERICS, _layer_norm),
+NATIVE: dict[str, Lower] = {
+    "attention": _grouped_attention,
+    "softmax": lambda L, op: L.op("Softmax", [L.get(op.args["x"])], {"axis": -1}, hint=op.result.name),
+    "gelu": lambda L, op: L.op("Gelu", [L.get(op.args["x"])], {"approximate": "none"}, hint="gelu"),
+    "gelu_tanh": lambda L, op: L.op("Gelu", [L.get(op.args["x"])], {"approximate": "tanh"}, hint="gelu"),
+    "layer_norm": _layer_norm,
 }
+
+# What the passes do for this backend: every call inlined and every loop unrolled (an ONNX graph is
+# flat), one MatMul per group of linear layers sharing an input (its weight a Concat of the
+# members' initializers, which ONNX Runtime folds when it makes the session), composites native
+# under these numerics, and the attention variants `_grouped_attention` can emit.
+PASSES = PassOptions(
+    flatten=True,
+    fuse_linear_weights=True,
+    native={
+        "attention": NUMERICS,
+        "softmax": NUMERICS,
+        "gelu": NUMERICS,
+        "gelu_tanh": ("fast",),
+        "layer_norm": NUMERICS,
+    },
+    attention=("scale_queries", "trim_keys", "keys_first", "prefill_blocks"),
+)
 
 
 # ----------------------------------------------------------------------------- whole entries
@@ -807,15 +831,21 @@ def lower_entry(
     name: str,
     params: dict[str, np.ndarray] | str | None = None,
     numerics: str = "equivalent",
+    passes: PassOptions = PASSES,
 ) -> ir.Model:
-    """Entry `name` of `program` as an ONNX model (see the module docstring). `params`: the
-    parameters' values by checkpoint name (initializers), or "inputs" (graph inputs), or None
-    (zero-filled initializers of the right shapes, as a placeholder)."""
+    """Entry `name` of `program` as an ONNX model (see the module docstring). The program is
+    flattened and prepared with `passes` first (`PASSES`; tests ask for composites' bodies). `params`: the parameters' values by checkpoint
+    name (initializers), or "inputs" (graph inputs), or None (zero-filled initializers of the
+    right shapes, as a placeholder). A weight the passes fused (with initializers only) is a
+    Concat of its members."""
     if numerics not in NUMERICS:
         raise LoweringError(f"numerics must be one of {', '.join(NUMERICS)}, got {numerics!r}")
     if name not in program.entries:
         raise LoweringError(f"no entry `{name}` (entries: {', '.join(program.entries)})")
-    g = program.entries[name]
+    # With weights as graph inputs a fused weight would be concatenated at every run: not fused.
+    passes = replace(passes, flatten=True, fuse_linear_weights=passes.fuse_linear_weights and params != "inputs")
+    prepared = prepare(program, passes, numerics)
+    g = prepared.entries[name]
     L = Lowering(numerics)
     inputs: list[ir.Value] = []
     for v in g.inputs:
@@ -825,8 +855,10 @@ def lower_entry(
         inputs.append(iv)
     for dim, (i, axis) in g.dim_sources.items():
         L.dim_sources[dim] = L.op("Shape", [inputs[i]], {"start": axis, "end": axis + 1}, hint=dim)
-    used_params = {op.attrs["path"] for op in _all_ops(g) if op.name == "param"}
+    read = {op.attrs["path"] for op in _all_ops(g) if op.name == "param"}
     used_state = {op.attrs["path"] for op in _all_ops(g) if op.name == "state"}
+    fused = {t.key: t for t in prepared.param_transforms if t.key in read}
+    used_params = read | {s for t in fused.values() for s in t.sources}
     initializers: list[ir.Value] = []
     for spec in program.params:
         if spec.path not in used_params:
@@ -847,6 +879,9 @@ def lower_entry(
             pv.const_value = ir.tensor(np.ascontiguousarray(array, dtype=np_dtype(spec.type.dtype)), name=spec.path)
             initializers.append(pv)
         L.param_values[spec.path] = pv
+    for key, t in fused.items():
+        out = L.op("Concat", [L.param_values[s] for s in t.sources], {"axis": t.axis}, hint=key)
+        L.param_values[key] = out
     names = cache_names(program)
     outputs: list[ir.Value] = []
     for spec in program.state:
@@ -883,8 +918,6 @@ def lower_entry(
         opset_imports={"": OPSET},
         name=f"{program.model}_{name}",
     )
-    if _fuse_shared_input_matmuls(graph):
-        graph.sort()
     return ir.Model(
         graph,
         ir_version=IR_VERSION,
@@ -905,68 +938,6 @@ def _output_name(program: Program, i: int, v: Value, taken: set[str]) -> str:
         n += 1
         name = f"{base}_{n}"
     return name
-
-
-def _weight_operand(v: ir.Value) -> bool:
-    """A [K, N] matrix that is an initializer, or an initializer transposed (a Linear's weight)."""
-    if v.shape is None or len(v.shape) != 2:
-        return False
-    if v.is_initializer():
-        return True
-    node = v.producer()
-    return (
-        node is not None
-        and node.op_type == "Transpose"
-        and list(node.attributes.get_ints("perm", [])) == [1, 0]
-        and node.inputs[0] is not None
-        and node.inputs[0].is_initializer()
-    )
-
-
-def _fuse_shared_input_matmuls(graph: ir.Graph) -> bool:
-    """MatMuls of one input by weight matrices (q/k/v, gate/up projections) become one MatMul by
-    the weights concatenated along N (a Concat of initializers, folded when the session is made)
-    and a Split. Each output column is the same dot product, computed the same way (checked
-    bitwise on ONNX Runtime's CPU kernels); one larger product instead of several small ones.
-    Returns whether anything changed (the graph then needs sorting)."""
-    groups: dict[int, list[ir.Node]] = {}
-    for node in graph:
-        if node.op_type == "MatMul" and node.domain == "" and _weight_operand(node.inputs[1]):
-            groups.setdefault(id(node.inputs[0]), []).append(node)
-    changed = False
-    for nodes in groups.values():
-        ws = [n.inputs[1] for n in nodes]
-        if len(nodes) < 2 or len({(w.dtype, w.shape[0]) for w in ws}) != 1:
-            continue
-        sizes = [w.shape[1] for w in ws]
-        if not all(isinstance(n, int) for n in sizes):
-            continue
-        a = nodes[0].inputs[0]
-        concat = ir.node("Concat", ws, {"axis": 1}, name=f"{nodes[0].name}_weights")
-        concat.outputs[0].name = f"{nodes[0].outputs[0].name}_weights"
-        concat.outputs[0].dtype, concat.outputs[0].shape = ws[0].dtype, ir.Shape([ws[0].shape[0], sum(sizes)])
-        matmul = ir.node("MatMul", [a, concat.outputs[0]], name=f"{nodes[0].name}_fused")
-        matmul.outputs[0].name = f"{nodes[0].outputs[0].name}_fused"
-        matmul.outputs[0].dtype = nodes[0].outputs[0].dtype
-        sizes_c = ir.node("Constant", [], {"value": ir.tensor(np.array(sizes, dtype=np.int64))})
-        sizes_c.outputs[0].name = f"{nodes[0].outputs[0].name}_sizes"
-        split = ir.node(
-            "Split",
-            [matmul.outputs[0], sizes_c.outputs[0]],
-            {"axis": -1},
-            num_outputs=len(nodes),
-            name=f"{nodes[0].name}_split",
-        )
-        graph.extend([concat, matmul, sizes_c, split])
-        for old, new in zip(nodes, split.outputs):
-            out = old.outputs[0]
-            new.dtype, new.shape = out.dtype, out.shape
-            out.replace_all_uses_with(new)
-            name = out.name
-            graph.remove(old, safe=True)
-            new.name = name
-        changed = True
-    return changed
 
 
 def _one_row_cache(op: Op) -> bool:

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Callable
 
+from linnet.ir import render
 from linnet.ir.core import Op, Program, Value
 from linnet.ir.pipeline import NUMERICS, PassOptions, prepare
 from linnet.ir.render import (
@@ -29,7 +30,6 @@ from linnet.ir.render import (
     constant_values,
     dim_text,
     dims_text,
-    function_lines,
     index_text,
     infix_emitter,
     np_dtype_name,
@@ -416,13 +416,8 @@ def _shape(t) -> str:
 
 
 def graph_function(g, numerics: str = "equivalent") -> str:
-    """A flat graph (no calls or loops) as a standalone `def NAME(p, inputs...)`, parameters and
-    state read from the dict `p` by checkpoint name (op tests; the interpreter's statements)."""
-    e = Emitter(numerics, member_style="dict")
-    e.taken |= RESERVED | {"p"}
-    text = function_lines(g, e, g.name, method=False)
-    head = text[0].replace("(", "(p, ", 1) if g.inputs else text[0].replace("()", "(p)")
-    return "\n".join([head] + text[1:])
+    """A flat graph as a standalone PyTorch `def NAME(p, inputs...)` (`render.graph_function`)."""
+    return render.graph_function(Emitter, g, numerics)
 
 
 def flat_program(program: Program, numerics: str = "equivalent") -> Program:

@@ -20,6 +20,7 @@ from ..semantics.render import render_text
 from ..syntax import ast as A
 from ..types.core import DTYPES
 from .core import Program
+from .inline import inline_calls, layer_calls
 from .lower import Lowering, LoweringError
 from .passes import optimize_program
 from .verify import verify_program
@@ -171,7 +172,9 @@ def lower_program(
 ) -> Program:
     """Lower the root model of a checked source under its preset (or the config defaults).
 
-    Returns a verified `Program` with one graph per entry (all entries unless `entries`).
+    Returns a verified `Program` with one graph per entry (all entries unless `entries`) and
+    the functions they call; with `optimize_ir`, layers are inlined where they are used
+    (`inline.layer_calls`) and the graphs folded, merged and pruned.
     Raises ProgramError (unknown entry or dtype, a lowering failure)."""
     if dtype not in ("f32", "f16", "bf16", "f64"):
         raise ProgramError(f"dtype must be f32, f16 or bf16, got {dtype!r}")
@@ -206,6 +209,8 @@ def lower_program(
             program.entries[name] = lowering.lower_entry(root, fns[name])
         program.functions = lowering.functions
         if optimize_ir:
+            # layers (`Linear`, `RMSNorm`...) read where they are used; then fold, merge, prune
+            program = inline_calls(program, layer_calls(program))
             optimize_program(program)
         verify_program(program)
     except (LoweringError, RecursionError) as err:

@@ -40,6 +40,7 @@ values, `Dim`s for ints.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,7 +58,10 @@ class Value:
     type: TensorT
     name: str = ""
     producer: "Op | None" = None
-    hint: str = ""  # the name before it was made unique
+    hint: str = ""  # the readable name it was given (`name` is it made unique)
+
+    def __post_init__(self) -> None:
+        self.hint = self.hint or self.name
 
     @property
     def dims(self) -> tuple[Dim, ...]:
@@ -153,12 +157,18 @@ class Graph:
         """Give every value a unique readable name (its hint, suffixed when taken)."""
         taken: dict[str, int] = {}
 
+        used: set[str] = set()
+
         def fresh(v: Value) -> None:
-            v.hint = v.hint or v.name
             base = _identifier(v.hint) or "t"
             n = taken.get(base, 0)
+            name = base if n == 0 else f"{base}_{n}"
+            while name in used:  # a hint may itself look suffixed (`t_1`)
+                n += 1
+                name = f"{base}_{n}"
             taken[base] = n + 1
-            v.name = base if n == 0 else f"{base}_{n}"
+            used.add(name)
+            v.name = name
 
         for v in self.inputs:
             fresh(v)
@@ -201,7 +211,8 @@ class ModuleClass:
     model): what its methods may read. `params` and `state` by path relative to an instance
     (`q_proj.weight`), `children` by member name: (class key, None) for a submodule, (class
     key, count) for a list of submodules. `name` is the source module's name, `origin` its
-    definition's "file:line"."""
+    definition's "file:line". `fused` records the weights a pass fused (`{q,k,v}_proj.weight`,
+    also in `params`) and the paths each replaces, which the code no longer reads."""
 
     key: str
     name: str
@@ -210,10 +221,18 @@ class ModuleClass:
     state: dict[str, TensorT] = field(default_factory=dict)
     children: dict[str, tuple[str, int | None]] = field(default_factory=dict)
     std: bool = False  # a module of the standard library (`Linear`, `RMSNorm`...)
+    fused: dict[str, list[str]] = field(default_factory=dict)  # fused weight -> the paths it replaces
 
     def copy(self) -> "ModuleClass":
         return ModuleClass(
-            self.key, self.name, self.origin, dict(self.params), dict(self.state), dict(self.children), self.std
+            self.key,
+            self.name,
+            self.origin,
+            dict(self.params),
+            dict(self.state),
+            dict(self.children),
+            self.std,
+            {k: list(v) for k, v in self.fused.items()},
         )
 
 
@@ -266,6 +285,24 @@ class Program:
         """Every graph of the program: entries, then functions."""
         yield from self.entries.values()
         yield from self.functions.values()
+
+    def state_written(self, entry: str) -> list[str]:
+        """The checkpoint paths of the state tensors `entry` writes, itself or through the
+        functions and loops it runs, in program order."""
+        out: set[str] = set()
+
+        def visit(g: Graph, prefix: str, indices: dict[str, str]) -> None:
+            sub = lambda path: prefix + re.sub(r"\{i\d+\}", lambda m: indices.get(m.group(0), m.group(0)), path)  # noqa: E731
+            out.update(sub(path) for path in g.state_updates)
+            for op in g.ops:
+                if op.name == "call" and op.writes:
+                    visit(op.callee, sub(op.attrs["receiver"] or ""), {})
+                elif op.name == "loop" and op.writes:
+                    for i in range(op.attrs["count"]):
+                        visit(op.body, prefix, {**indices, op.attrs["index"]: str(i)})
+
+        visit(self.entries[entry], "", {})
+        return [t.path for t in self.state if t.path in out]
 
     def code_params(self) -> dict[str, tuple[int, ...]]:
         """The tensors the compiled code reads, by name, with their shapes: the parameters,
@@ -331,10 +368,7 @@ def format_op(op: Op, indent: str = "  ") -> list[str]:
     elif op.name == "loop":
         carried = ", ".join(format_arg(v) for v in op.args["carried"])
         captured = ", ".join(format_arg(v) for v in op.args["captured"])
-        rhs = (
-            f"loop {op.attrs['var']} in {op.attrs['list']}[{op.attrs['count']}] "
-            f"carry ({carried}) with ({captured})"
-        )
+        rhs = f"loop {op.attrs['var']} in {op.attrs['list']}[{op.attrs['count']}] carry ({carried}) with ({captured})"
         if op.writes:
             rhs += " writes " + ", ".join(op.writes)
     else:

@@ -144,13 +144,15 @@ def _fuse(program: Program, g: Graph, receiver: str, ops: list[Op], paths: list[
     out_dims = list(ops[0].result.dims[:-1])
     dot.results = [Value(tensor_type(fused_type.dtype, out_dims + [Dim.of(sum(rows))]), read.result.hint, dot)]
     split = Op("split", {"x": dot.result, "sizes": [Dim.of(n) for n in rows], "dim": -1}, [], origin=ops[0].origin)
-    split.results = [Value(op.result.type, op.result.name, split) for op in ops]
+    split.results = [Value(op.result.type, op.result.hint, split) for op in ops]
     replace = {id(op.result): r for op, r in zip(ops, split.results)}
     g.ops[first:first] = [read, dot, split]
     g.ops = [op for op in g.ops if op not in ops]
     _replace_uses(g, replace)
-    cls_path, rel = _owner(program, receiver, key)
-    program.modules[cls_path].params.setdefault(rel, fused_type)
+    cls_key, rel = _owner(program, receiver, key)
+    cls = program.modules[cls_key]
+    cls.params.setdefault(rel, fused_type)
+    cls.fused[rel] = [path[len(key) - len(rel) :] for path in paths]
     for prefix in where.get(receiver, []):
         for concrete in _expand(prefix + key, program):
             if concrete not in made:

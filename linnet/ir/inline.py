@@ -6,8 +6,9 @@ prefixed with the call's receiver) and a `loop` by one copy of its body per item
 placeholder `{iN}` replaced by the item's index). Three passes use it:
 
 - `copy_program`: a deep copy, so that passes never change the program they were given;
-- `inline_calls(program, should_inline)`: inline the calls a policy picks (the standard
-  library's small modules, so a `Linear` becomes a `linear` op of its caller);
+- `inline_calls(program, should_inline)`: inline the calls a policy picks (`layer_calls`: the
+  standard library's small modules and leaf layers, so a `Linear` becomes a `linear` op of its
+  caller);
 - `flatten(program)`: inline every call and unroll every loop, giving one flat graph per entry
   with absolute checkpoint paths, which is what ONNX export and the interpreter run.
 
@@ -134,7 +135,7 @@ class Rebuilder:
         start = len(s.out.ops)
         self.run(callee, inner)
         cls = self.program.modules.get(callee.receiver) if callee.receiver is not None else None
-        if cls is not None and cls.std and op.origin:
+        if cls is not None and (cls.std or not cls.children) and op.origin:
             for copy in s.out.ops[start:]:
                 copy.origin = op.origin
         for r, o in zip(op.results, callee.outputs):
@@ -153,7 +154,7 @@ class Rebuilder:
         attrs = dict(op.attrs, receiver=prefix, writes=writes, updates=updates)
         copy = Op("call", self.args(op.args, s), [], attrs, origin=op.origin, callee=callee)
         n = len(callee.outputs)
-        copy.results = [Value(r.type, r.hint or r.name, copy) for r in op.results[:n]]
+        copy.results = [Value(r.type, r.hint, copy) for r in op.results[:n]]
         for path, v in zip(updates, callee.state_updates.values()):
             copy.results.append(Value(v.type, _state_hint(path), copy))
         old = {self.path(w, s): r for w, r in zip(op.attrs.get("updates", []), op.results[n:])}
@@ -211,14 +212,14 @@ class Rebuilder:
         return args
 
     def emit(self, s: _Scope, copy: Op, source: Op) -> list[Value]:
-        copy.results = [Value(r.type, r.hint or r.name, copy) for r in source.results]
+        copy.results = [Value(r.type, r.hint, copy) for r in source.results]  # named anew
         for r, c in zip(source.results, copy.results):
             s.env[id(r)] = c
         s.out.ops.append(copy)
         return copy.results
 
     def _input(self, out: Graph, v: Value) -> Value:
-        new = Value(v.type, v.hint or v.name)
+        new = Value(v.type, v.hint)
         out.inputs.append(new)
         return new
 
@@ -245,14 +246,30 @@ def flatten(program: Program) -> Program:
     return out
 
 
-def std_module_call(program: Program) -> Callable[[Op], bool]:
-    """The default inlining policy: calls of the standard library's modules' methods
-    (`Linear`, `Embedding`, `RMSNorm`, `LayerNorm`): they are one or two ops, which read
-    best, and fuse, where they are used."""
+SMALL_LAYER_OPS = 4  # a leaf module's method of at most this many ops is inlined
+
+
+def layer_calls(program: Program) -> Callable[[Op], bool]:
+    """The default inlining policy: calls of the methods of layers, the modules that read best
+    as the line that uses them: the standard library's (`Linear`, `Embedding`, `RMSNorm`,
+    `LayerNorm`) and leaf modules (no state, no submodules) whose method is at most
+    SMALL_LAYER_OPS ops and calls nothing (GPT-2's `Conv1D`: `x @ weight + bias`). Their
+    parameters are then read, and linear layers fused, where they are used."""
 
     def pick(op: Op) -> bool:
-        cls = program.modules.get(op.callee.receiver) if op.callee.receiver is not None else None
-        return cls is not None and cls.std
+        callee = op.callee
+        cls = program.modules.get(callee.receiver) if callee.receiver is not None else None
+        if cls is None:
+            return False
+        if cls.std:
+            return True
+        work = [o for o in callee.ops if o.name not in ("param", "state", "const")]
+        return (
+            not cls.state
+            and not cls.children
+            and len(work) <= SMALL_LAYER_OPS
+            and not any(o.name in ("call", "loop", "composite") for o in work)
+        )
 
     return pick
 

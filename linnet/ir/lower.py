@@ -1032,12 +1032,14 @@ class Lowering:
         op_args = {p.name.id: args[p.name.id] for p in ref.fn.params if isinstance(args[p.name.id], Value)}
         types = [o.type for o in graph.outputs] + [v.type for v in graph.state_updates.values()]
         attrs = {"fn": graph.name, "receiver": prefix, "writes": writes, "updates": updates}
-        hint = graph.outputs[0].hint if len(graph.outputs) == 1 else ""
-        results = self.emit("call", op_args, types, hint or ref.fn.name.id, e, **attrs)
+        # named after the submodule called (`mlp`), else the function (`apply_rope`)
+        member = (prefix or "").rstrip(".").rsplit(".", 1)[-1]
+        hint = member if member.isidentifier() else ref.fn.name.id
+        results = self.emit("call", op_args, types, hint, e, **attrs)
         results[0].producer.callee = graph
         outs = results[: len(graph.outputs)]
         for path, v in zip(updates, results[len(graph.outputs) :]):
-            v.name = _hint_from_path(path)
+            v.name = v.hint = _hint_from_path(path)
             self._state_values[path] = v
         return outs[0] if len(outs) == 1 else tuple(outs)
 
@@ -1126,7 +1128,7 @@ class Lowering:
         loop_op = self.graph.ops[-1]
         loop_op.body = body
         for (name, _), r in zip(carried, results):
-            r.name = name
+            r.name = r.hint = name
             env.assign(name, r)
         return None
 
@@ -1280,7 +1282,7 @@ def _config_scalar(v):
 def _named(v, name: str):
     """Name a value after the local it is bound to (inputs, parameters and state keep theirs)."""
     if isinstance(v, Value) and v.producer is not None and v.producer.name not in ("param", "state"):
-        v.name = name
+        v.name = v.hint = name
     return v
 
 

@@ -2,8 +2,8 @@
 
 `prepare(program, options, numerics)` returns a new program (the given one is never changed):
 
-1. inline the calls of the standard library's small modules (`Linear`, `RMSNorm`...), or,
-   with `flatten`, every call and loop (ONNX, the interpreter);
+1. inline the calls of layers (`inline.layer_calls`: `Linear`, `RMSNorm`, GPT-2's `Conv1D`...),
+   or, with `flatten`, every call and loop (ONNX, the interpreter);
 2. `linear` ops from `x @ transpose(w)` (`fusion.recognize_linear`);
 3. fold, merge, drop dead code;
 4. with `fuse_linear_weights`, one dot over the weights of linear layers sharing an input;
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from .attention import choose_attention_variants, hold_caches_flat
 from .core import Graph, Program
 from .fusion import fuse_linear_weights, recognize_linear
-from .inline import flatten, inline_calls, std_module_call
+from .inline import flatten, inline_calls, layer_calls
 from .passes import optimize_program
 from .verify import verify_program
 
@@ -52,7 +52,7 @@ def prepare(program: Program, options: PassOptions, numerics: str = "equivalent"
     docstring). Raises ValueError for unknown numerics."""
     if numerics not in NUMERICS:
         raise ValueError(f"numerics must be one of {', '.join(NUMERICS)}, got {numerics!r}")
-    p = flatten(program) if options.flatten else inline_calls(program, std_module_call(program))
+    p = flatten(program) if options.flatten else inline_calls(program, layer_calls(program))
     if options.linear:
         recognize_linear(p)
     optimize_program(p)

@@ -130,6 +130,7 @@ class GraphEmitter:
     reserved: ClassVar[set[str]] = set()
     backend: ClassVar[str] = ""
     error: ClassVar[type] = RenderError
+    uses_device: ClassVar[bool] = True  # tensors are made on a `device` (PyTorch; not JAX)
 
     def fresh(self, hint: str) -> str:
         base = re.sub(r"\W", "_", hint or "t") or "t"
@@ -145,7 +146,7 @@ class GraphEmitter:
         return name
 
     def bind(self, v: Value, hint: str | None = None) -> str:
-        name = self.prebound.pop(id(v), None) or self.fresh(hint if hint is not None else (v.hint or v.name))
+        name = self.prebound.pop(id(v), None) or self.fresh(hint if hint is not None else (v.hint or "t"))
         self.names[id(v)] = name
         return name
 
@@ -337,8 +338,8 @@ class GraphEmitter:
 
 def callee_needs_device(e: GraphEmitter, g: Graph) -> bool:
     """Whether a function takes `device` as an argument: it makes tensors and has no tensor
-    argument to read the device from."""
-    return not g.inputs and _makes_tensors(g)
+    argument to read the device from (on a backend whose tensors have one)."""
+    return e.uses_device and not g.inputs and _makes_tensors(g)
 
 
 def _makes_tensors(g: Graph) -> bool:
@@ -458,6 +459,7 @@ class ModuleLayout:
         def collect(k: str, prefix: str) -> None:
             m = self.program.modules[k]
             params.update({prefix + p: t for p, t in m.params.items()})
+            replaced = {prefix + member for members in m.fused.values() for member in members}
             state.update({prefix + p: t for p, t in m.state.items()})
             for name, (child, count) in m.children.items():
                 if child in self.classes:
@@ -469,6 +471,8 @@ class ModuleLayout:
                 else:
                     for i in range(count):
                         collect(child, f"{prefix}{name}.{i}.")
+            for path in replaced:  # read through a fused weight instead
+                params.pop(path, None)
 
         collect(key, "")
         return params, state, children
@@ -642,7 +646,7 @@ def function_lines(g: Graph, e: GraphEmitter, name: str, method: bool) -> list[s
     rets = [e.r(v) for v in g.outputs]
     used = identifiers("\n".join(body + rets))
     params = (["self"] if method else []) + args
-    needs_device = "device" in used
+    needs_device = e.uses_device and "device" in used
     if not method and callee_needs_device(e, g):
         params.append("device")
         needs_device = False
@@ -655,3 +659,13 @@ def function_lines(g: Graph, e: GraphEmitter, name: str, method: bool) -> list[s
         prelude.append(f"device = {args[0]}.device")
     lines = head + ["    " + line for line in prelude + body + [f"return {', '.join(rets)}"]]
     return ["    " + line for line in lines] if method else lines
+
+
+def graph_function(emitter: type[GraphEmitter], g: Graph, numerics: str = "equivalent") -> str:
+    """A flat graph (no calls or loops) as a standalone `def NAME(p, inputs...)`, parameters and
+    state read from the dict `p` by checkpoint name (the backends' op tests)."""
+    e = emitter(numerics, member_style="dict")
+    e.taken |= emitter.reserved | {"p"}
+    text = function_lines(g, e, g.name, method=False)
+    head = text[0].replace("(", "(p, ", 1) if g.inputs else text[0].replace("()", "(p)")
+    return "\n".join([head] + text[1:])

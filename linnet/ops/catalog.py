@@ -387,7 +387,8 @@ def _linear_shape(a):
     if not same_dim(k, n[1]):
         raise OpError(
             "L202",
-            f"cannot apply a weight {format_shape(w)} to {format_shape(x)}: {format_dim(k.val)} vs {format_dim(n[1].val)}",
+            f"cannot apply a weight {format_shape(w)} to {format_shape(x)}: "
+            f"{format_dim(k.val)} vs {format_dim(n[1].val)}",
             arg_labels={"x": format_shape(x), "weight": format_shape(w)},
             notes=["`linear(x, weight)` is `x @ transpose(weight)`: weight is [out_features, in_features]"],
         )
@@ -405,6 +406,7 @@ register(
         lambda a: _matmul_dtype({"x": a["x"], "y": a["weight"]}),
         reference=lambda x, weight: _np().matmul(x, _np().swapaxes(weight, -1, -2)),
         category="linalg",
+        cases=lambda rng, s: ({"x": array(rng, s[:-1] + (3,)), "weight": array(rng, (4, 3))}, {}),
     )
 )
 

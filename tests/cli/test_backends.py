@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import EXAMPLES, ROOT
 
 
 def run_cli(*args):
@@ -42,8 +42,37 @@ def test_torch_writes_a_module(tmp_path):
     text = out.read_text()
     compile(text, str(out), "exec")
     imports = [line for line in text.splitlines() if re.match(r"(import \S+|from \S+ import )", line)]
-    assert imports == ["import torch", "import torch.nn.functional as F"]
-    assert "def forward(p, input_ids):" in text and "def step(p, input_ids, positions, rows):" in text
+    assert imports == ["import torch", "import torch.nn.functional as F", "from torch import nn"]
+    assert "class GPT2LMHeadModel(Module):" in text and "for block in self.h:" in text
+    assert "    def forward(self, input_ids):" in text and "    def step(self, input_ids, positions, rows):" in text
+
+
+@pytest.mark.torch
+def test_the_written_module_runs_on_its_own(tmp_path):
+    """What `linnet torch -o` writes is a model file: build the root class, load a checkpoint's
+    tensors into it as its docstring says, and it computes what the backend computes."""
+    torch = pytest.importorskip("torch")
+    import importlib.util
+
+    import linnet.torch as lt
+
+    config = {"n_layer": 2, "n_embd": 16, "n_head": 2, "vocab_size": 64}
+    out = tmp_path / "gpt2_model.py"
+    args = [f"--config={k}={v}" for k, v in config.items()]
+    r = run_cli("torch", "examples/gpt2.linnet", *args, "--max-positions", "16", "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    spec = importlib.util.spec_from_file_location("gpt2_model", out)
+    generated = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generated)
+    loaded = lt.load(EXAMPLES / "gpt2.linnet", config=config, random_weights=True, max_positions=16, progress=False)
+    model = generated.GPT2LMHeadModel("cpu")
+    missing, unexpected = model.load_state_dict(loaded.module.state_dict(), strict=False, assign=True)
+    assert not unexpected and not [m for m in missing if not m.endswith("_cache")]
+    ids = torch.randint(0, 64, (2, 7))
+    with torch.inference_mode():
+        torch.testing.assert_close(model.forward(ids), loaded.module.forward(ids), rtol=0, atol=0)
+        logits = model.step(ids[:1], torch.tensor([0]), torch.tensor([0]))
+        torch.testing.assert_close(logits, model.forward(ids[:1])[:, -1], rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.torch

@@ -17,14 +17,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from linnet.compiler.jax.codegen import (
+    PASSES,
     UNSUPPORTED,
     WRITE_CACHE,
-    function_source,
     fused_key,
     fused_names,
     generate,
+    graph_function,
+    module_source,
 )
 from linnet.ir import build
+from linnet.ir.pipeline import prepare
 from linnet.ops import REGISTRY
 from tests.compiler.op_cases import assert_matches, case, reference, single_op_graph
 from tests.conftest import EXAMPLES, check_golden
@@ -67,7 +70,7 @@ def jax():
 def run_jax(jax, g, inputs):
     ns: dict = {}
     exec("import jax\nimport jax.numpy as jnp\nimport jax.scipy.special\nfrom jax import lax\nPRECISION = 'highest'\n"
-         + function_source(g), ns)  # fmt: skip
+         + graph_function(g), ns)  # fmt: skip
     out = jax.jit(ns["f"])({}, *inputs)
     return [np.asarray(o) for o in (out if isinstance(out, (tuple, list)) else [out])]
 
@@ -75,7 +78,7 @@ def run_jax(jax, g, inputs):
 def run_torch(g, inputs):
     import torch
 
-    from linnet.compiler.torch.codegen import function_source as torch_source
+    from linnet.compiler.torch.codegen import graph_function as torch_source
 
     ns: dict = {}
     exec("import torch\nimport torch.nn.functional as F\n" + torch_source(g), ns)
@@ -172,10 +175,11 @@ ONLY_A}
 def test_layers_sharing_an_input_are_fused_unless_another_entry_reads_one_alone(tmp_path, only_a):
     entry = "    entry fn only_a(x: [B, c.d]) -> [B, c.d] { a(x) }\n" if only_a else ""
     (tmp_path / "m.linnet").write_text(TWO_LAYERS.replace("ONLY_A", entry))
-    fused: dict = {}
-    text = generate(build(tmp_path / "m.linnet"), fused=fused)
+    prepared = prepare(build(tmp_path / "m.linnet"), PASSES)
+    fused = {t.key: t.sources for t in prepared.param_transforms}
+    text = module_source(prepared, "equivalent")
     if only_a:
-        assert fused == {} and "FUSED_WEIGHTS = []" in text and "p['a.weight']" in text
+        assert fused == {} and "FUSED_WEIGHTS = []" in text and "self.a.weight" in text
     else:
         assert fused == {"{a,b}.weight": ["a.weight", "b.weight"]}
-        assert "p['{a,b}.weight']" in text and "p['a.weight']" not in text
+        assert "getattr(self, '{a,b}').weight" in text and "self.a.weight" not in text

@@ -106,7 +106,7 @@ def run_onnx(ort, g, inputs):
 def run_torch(g, inputs):
     import torch
 
-    from linnet.compiler.torch.codegen import function_source as torch_source
+    from linnet.compiler.torch.codegen import graph_function as torch_source
 
     ns: dict = {}
     exec("import torch\nimport torch.nn.functional as F\n" + torch_source(g), ns)

@@ -16,7 +16,7 @@ from tests.compiler.op_cases import assert_matches, case, reference, single_op_g
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
 
-from linnet.compiler.torch.codegen import UNSUPPORTED, function_source  # noqa: E402
+from linnet.compiler.torch.codegen import UNSUPPORTED, graph_function  # noqa: E402
 from linnet.compiler.torch.interpret import Interpreter  # noqa: E402
 
 
@@ -25,7 +25,7 @@ def run_op(name: str, tensors: dict, const: dict, generated: bool):
     flat = [torch.from_numpy(np.array(a)) for a in inputs]
     if generated:
         ns: dict = {}
-        exec("import torch\nimport torch.nn.functional as F\n" + function_source(g), ns)
+        exec("import torch\nimport torch.nn.functional as F\n" + graph_function(g), ns)
         out = ns["f"]({}, *flat)
     else:
         out = Interpreter(g).run({}, *flat)

@@ -1,0 +1,161 @@
+"""Core IR structure and passes: functions and loops, inlining and flattening, linear layers and
+weight fusion, attention variants, and that no pass or emitter changes the program it is given.
+Runs without torch, jax or onnx."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from linnet.ir import build, format_program
+from linnet.ir.core import walk_ops
+from linnet.ir.fusion import fused_names
+from linnet.ir.inline import copy_program, flatten, inline_calls, layer_calls
+from linnet.ir.pipeline import PassOptions, prepare
+from linnet.ir.verify import VerifyError, verify_program
+from tests.conftest import EXAMPLES
+from tests.ir.test_ir import SMALL_LLAMA
+
+
+def llama(layers: int = 2, **config):
+    return build(
+        EXAMPLES / "llama.linnet", config={**SMALL_LLAMA, "num_hidden_layers": layers, **config}, max_positions=16
+    )
+
+
+def test_layers_are_one_loop_and_functions_do_not_grow_with_depth():
+    two, thirty = llama(2), llama(30)
+    assert sorted(two.functions) == sorted(thirty.functions)
+    loops = [op for op in walk_ops(thirty.entries["step"]) if op.name == "loop"]
+    assert [(op.attrs["list"], op.attrs["count"]) for op in loops] == [("layers", 30)]
+    body_calls = [op.attrs["fn"] for op in loops[0].body.ops if op.name == "call"]
+    assert body_calls == ["LlamaDecoderLayer.step"]
+    assert loops[0].attrs["writes"] == ["layers.{i0}.self_attn.k_cache", "layers.{i0}.self_attn.v_cache"]
+
+
+def test_module_classes_and_relative_paths():
+    p = llama()
+    attention = p.modules["LlamaAttention"]
+    assert set(attention.state) == {"k_cache", "v_cache"}
+    assert attention.children["q_proj"][1] is None
+    assert p.modules["LlamaModel"].children["layers"] == ("LlamaDecoderLayer", 2)
+    paths = {op.attrs["path"] for op in p.functions["LlamaAttention.step"].ops if op.name == "state"}
+    assert paths == {"k_cache", "v_cache"}
+
+
+def test_state_written_follows_calls_and_loops():
+    p = llama(3)
+    assert p.state_written("step") == [t.path for t in p.state]
+    assert p.state_written("forward") == []
+    assert p.entries["step"].uses_state and not p.entries["forward"].uses_state
+
+
+def test_flatten_gives_flat_entries_with_absolute_paths():
+    p = llama(3)
+    flat = flatten(p)
+    verify_program(flat)
+    assert flat.functions == {}
+    for g in flat.entries.values():
+        assert not [op for op in walk_ops(g) if op.name in ("call", "loop")]
+    names = {t.path for t in p.params}
+    read = {op.attrs["path"] for op in walk_ops(flat.entries["step"]) if op.name == "param"}
+    assert read <= names and "model.layers.2.mlp.down_proj.weight" in read
+    assert set(flat.entries["step"].state_updates) == {t.path for t in p.state}
+
+
+def test_layers_are_inlined_where_they_are_used():
+    p = inline_calls(llama(), layer_calls(llama()))
+    assert not [k for k in p.functions if k.split(".")[0] in ("Linear", "RMSNorm", "Embedding")]
+    project = p.functions["LlamaAttention.project"]
+    assert [op.attrs["path"] for op in project.ops if op.name == "param"] == [
+        "q_proj.weight",
+        "k_proj.weight",
+        "v_proj.weight",
+    ]
+
+
+def test_gpt2_conv1d_is_a_layer_inlined_and_its_matmul_kept():
+    p = build(EXAMPLES / "gpt2.linnet", config={"n_layer": 1, "n_embd": 16, "n_head": 2, "vocab_size": 64})
+    prepared = prepare(p, PassOptions())
+    assert not [k for k in prepared.functions if k.startswith("Conv1D")]
+    # Conv1D's weight is [in, out]: `x @ weight`, no transpose, so no linear op
+    attn = prepared.functions["GPT2Attention.project"]
+    assert [op.name for op in attn.ops if op.name in ("matmul", "linear")] == ["matmul"]
+
+
+def test_linear_layers_sharing_an_input_are_fused_per_class():
+    p = prepare(llama(3), PassOptions(fuse_linear_weights=True))
+    keys = [t.key for t in p.param_transforms]
+    assert "model.layers.2.self_attn.{q,k,v}_proj.weight" in keys
+    assert "model.layers.0.mlp.{gate,up}_proj.weight" in keys and len(keys) == 6
+    for t in p.param_transforms:
+        assert fused_names(t.key) == t.sources
+    shapes = p.code_params()
+    assert shapes["model.layers.0.self_attn.{q,k,v}_proj.weight"] == (64, 32)
+    assert "model.layers.0.self_attn.q_proj.weight" not in shapes
+    assert p.modules["LlamaAttention"].fused == {
+        "{q,k,v}_proj.weight": ["q_proj.weight", "k_proj.weight", "v_proj.weight"]
+    }
+
+
+def test_a_tied_embedding_is_not_fused():
+    p = build(EXAMPLES / "gpt2.linnet", config={"n_layer": 1, "n_embd": 16, "n_head": 2, "vocab_size": 64})
+    prepared = prepare(p, PassOptions(fuse_linear_weights=True))
+    assert not [t for t in prepared.param_transforms if "wte" in t.key]
+
+
+def test_attention_variants_recorded_where_they_apply():
+    p = prepare(llama(1, head_dim=16), PassOptions(attention=("scale_queries", "trim_keys", "keys_first", "kv_flat")))
+    attention_ops = {
+        g.name: [op for op in walk_ops(g) if op.name == "composite" and op.attrs["name"] == "attention"]
+        for g in p.functions.values()
+    }
+    (forward,) = attention_ops["LlamaAttention.forward"]
+    (step,) = attention_ops["LlamaAttention.step"]
+    assert forward.attrs["variant"] == {"scale_queries": True}  # no cache: nothing to trim
+    assert step.attrs["variant"] == {"scale_queries": True, "trim_keys": True, "keys_first": True}
+    flat = prepare(llama(1), PassOptions(flat_caches=True, attention=("kv_flat",)))
+    (step,) = [op for op in walk_ops(flat.functions["LlamaAttention.step"]) if op.attrs.get("name") == "attention"]
+    assert step.attrs["variant"] == {"kv_flat": True}
+    assert flat.state_layouts["model.layers.0.self_attn.k_cache"] == (2, 16, 8)
+
+
+def test_passes_and_emitters_do_not_change_the_program():
+    p = llama()
+    before = format_program(p)
+    prepare(p, PassOptions(fuse_linear_weights=True, flat_caches=True, attention=("kv_flat",)))
+    prepare(p, PassOptions(flatten=True, fuse_linear_weights=True))
+    copy_program(p)
+    from linnet.compiler.jax.codegen import generate as jax_generate
+    from linnet.compiler.torch.codegen import generate as torch_generate
+
+    assert torch_generate(p) == torch_generate(p)
+    assert jax_generate(p) == jax_generate(p)
+    assert format_program(p) == before
+    assert not p.param_transforms and not p.state_layouts
+
+
+def test_verifier_refuses_a_call_that_does_not_match_its_callee():
+    p = llama()
+    g = p.functions["LlamaDecoderLayer.step"]
+    call = next(op for op in g.ops if op.name == "call" and op.attrs["fn"] == "LlamaAttention.step")
+    call.args.pop(next(iter(call.args)))
+    with pytest.raises(VerifyError, match="arguments do not match"):
+        verify_program(p)
+
+
+def test_verifier_refuses_an_unknown_member():
+    p = llama()
+    op = next(op for op in p.functions["LlamaAttention.step"].ops if op.name == "state")
+    op.attrs["path"] = "no_cache"
+    with pytest.raises(VerifyError, match="unknown state `no_cache`"):
+        verify_program(p)
+
+
+def test_decompose_runs_a_composite_as_its_body():
+    p = prepare(
+        llama(), replace(PassOptions(native={"attention": ("equivalent",)}), decompose=frozenset({"attention"}))
+    )
+    ops = [op for g in p.graphs() for op in walk_ops(g) if op.attrs.get("name") == "attention"]
+    assert ops and not any(op.attrs["native"] for op in ops)
