@@ -1,7 +1,10 @@
 """Core IR to ONNX, built with onnx-ir (the builder torch's own exporter uses; no hand-written
 protobuf). This file imports onnx-ir and numpy, never onnxruntime: lowering needs no runtime.
 
-`lower_entry(program, name, params=...)` gives one `onnx_ir.Model` per entry:
+`lower_entry(program, name, params=...)` gives one `onnx_ir.Model` per entry, from the program
+prepared with `PASSES` (`linnet.ir.pipeline`): every call inlined and every loop unrolled (an
+ONNX graph is flat), linear layers that share an input fused, composites native where the
+passes said so, attention variants recorded by the passes:
 
 - inputs named as the entry's parameters (`input_ids`, `positions`, `rows`); the entry's
   symbolic dims (`B`, `S`) are symbolic ONNX dims, and so are the dims computed from them
@@ -13,12 +16,16 @@ protobuf). This file imports onnx-ir and numpy, never onnxruntime: lowering need
   `.value`; `cache_write` is a `ScatterND` over (row, head, position) index triples, so the
   present tensor is the past one with the new block written and a runtime may bind both to
   one buffer;
-- a `composite` is lowered by its body (its meaning), except where native ONNX ops compute
-  what the reference implementation computes (`NATIVE`: Softmax, Gelu, LayerNormalization
-  under `equivalent`, and `attention`). Attention batches the G query heads of one KV head
-  (query head h reads KV head h // G, the body's `repeat_interleave` routing) instead of
-  repeating the keys and values; over the KV cache, decode reads the cache in place and prefill
-  skips keys after the last attended position (`_grouped_attention`: exact rewrites only). A
+- a weight the passes fused (`Program.param_transforms`) is a Concat of its members'
+  initializers, which ONNX Runtime folds when it makes the session; the graph's parameters
+  stay the checkpoint's names;
+- a `composite` is lowered by its body (its meaning), except where the passes marked it native
+  (`NATIVE`: Softmax, Gelu, LayerNormalization under `equivalent`, and `attention`). Attention
+  batches the G query heads of one KV head (query head h reads KV head h // G, the body's
+  `repeat_interleave` routing) instead of
+  repeating the keys and values; over the KV cache, decode reads the cache in place
+  (`keys_first`) and prefill skips keys after the last attended position (`trim_keys`,
+  `prefill_blocks`: exact rewrites the passes found to apply; `_grouped_attention`). A
   one-row cache (max_batch 1) is read without a Gather. `repeat_interleave` itself is
   Unsqueeze + Expand + Reshape, never a Tile.
 
@@ -834,10 +841,10 @@ def lower_entry(
     passes: PassOptions = PASSES,
 ) -> ir.Model:
     """Entry `name` of `program` as an ONNX model (see the module docstring). The program is
-    flattened and prepared with `passes` first (`PASSES`; tests ask for composites' bodies). `params`: the parameters' values by checkpoint
-    name (initializers), or "inputs" (graph inputs), or None (zero-filled initializers of the
-    right shapes, as a placeholder). A weight the passes fused (with initializers only) is a
-    Concat of its members."""
+    flattened and prepared with `passes` first (`PASSES`; tests ask for composites' bodies).
+    `params`: the parameters' values by checkpoint name (initializers), or "inputs" (graph
+    inputs), or None (zero-filled initializers of the right shapes, as a placeholder). A weight
+    the passes fused (with initializers only) is a Concat of its members."""
     if numerics not in NUMERICS:
         raise LoweringError(f"numerics must be one of {', '.join(NUMERICS)}, got {numerics!r}")
     if name not in program.entries:

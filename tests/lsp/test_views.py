@@ -84,7 +84,7 @@ async def test_show_ir_and_generated_sources(client):
         "linnet/showGenerated", {"uri": doc.uri, "target": "torch", "preset": "tiny"}
     )
     ast.parse(torch_src)
-    assert "import torch" in torch_src and "def forward(p, x):" in torch_src
+    assert "import torch" in torch_src and "class Mlp(Module):" in torch_src and "def forward(self, x):" in torch_src
     jax_src = await client.protocol.send_request_async("linnet/showGenerated", {"uri": doc.uri, "target": "jax"})
     ast.parse(jax_src)
     assert "import jax" in jax_src
