@@ -671,7 +671,7 @@ def _merge(ia: ItemAnalysis, preferred: str | None) -> list[Finding]:
 def _item_refs(item: Item) -> list[tuple[Span, Any]]:
     """Names that need no checking to resolve: item names, config fields, preset field inits."""
     ast = item.ast
-    if ast is None:
+    if ast is None or isinstance(ast, A.ImportDef):
         return []
     refs: list[tuple[Span, Any]] = [(ast.name.span, SymbolAnchor((ast.name.id,)))]
     if isinstance(ast, A.ConfigDef):
