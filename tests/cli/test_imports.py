@@ -11,17 +11,10 @@ import pytest
 
 from tests.cli.test_backends import run_cli
 from tests.conftest import ROOT
+from tests.ir.test_ir import SMALL_LLAMA
 
 SPLIT = "tests/fixtures/imports/causal_lm.linnet"
-SMALL = {
-    "vocab_size": 96,
-    "hidden_size": 32,
-    "intermediate_size": 64,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "max_position_embeddings": 64,
-}
+SMALL = {**SMALL_LLAMA, "max_position_embeddings": 64}  # the fixture's preset `tiny`
 
 
 def test_check_checks_the_imported_files_too():
