@@ -62,8 +62,8 @@ _ALL = [
         "L004",
         "expected an item",
         "error",
-        "Top-level text must be an item: `config`, `preset`, `module`, `model` or `fn`, starting in "
-        "column 0. Indented lines belong to the item above them.",
+        "Top-level text must be an item: `config`, `preset`, `module`, `model`, `fn` or an import "
+        "(`from ... import ...`), starting in column 0. Indented lines belong to the item above them.",
         "let x = 1   # at the top level",
         "Move the code into a function or module.",
     ),
