@@ -203,6 +203,13 @@ class Analysis:
         """`anchor`, naming its definition by the file that defines it (imports.canonical)."""
         return canonical(anchor, self.globals)
 
+    def source_of(self, path: str) -> Source | None:
+        """The source of a file this analysis read (the document, a file it imports, the
+        standard library), by path; None for any other."""
+        docs = list(self.namespaces.files) if self.namespaces is not None else [self.document]
+        docs += self.document.std.documents if self.document.std is not None else []
+        return next((d.source for d in docs if d.source.path == path), None)
+
     def references(self, offset: int, include_definition: bool = True) -> list[Location]:
         """Every place in this document naming the symbol at `offset` (its definition first
         when it is in this document), for find-references, rename and highlights."""
@@ -287,6 +294,7 @@ class Document:
         self._binding_cache: dict[Item, tuple] = {}
         self._replaced: list[Item] = []  # items dropped since the last analysis (cache pruning)
         self.last_parsed = 0
+        self.version = 0  # counts changes of the text
         self.update(text)
 
     @property
@@ -308,6 +316,9 @@ class Document:
 
     def update(self, text: str) -> None:
         """Replace the text; items whose text is unchanged keep their parse."""
+        if self.items and text == self.source.text:
+            return
+        self.version += 1
         by_text: dict[str, list[Item]] = {}
         for item in self.items:
             by_text.setdefault(item.text, []).append(item)

@@ -11,7 +11,8 @@ Documents are keyed by their absolute path; a document keeps the path it was fir
 (relative paths stay relative, so diagnostics print them as the user wrote them).
 
 Analyses of documents that share a workspace must not run at the same time (the language
-server analyses in worker threads): hold `lock` around `Document.update` and `analyze`.
+server analyses in worker threads): hold `lock` around `open`, `get`, `Document.update` and
+`analyze`. `file_changed` and `stamp` may be called without it.
 """
 
 from __future__ import annotations
@@ -31,8 +32,9 @@ class Workspace:
         self._given: dict[str, Document] = {}
         self._disk: dict[str, tuple[tuple[int, int], Document]] = {}
         self._problems: dict[str, str] = {}
+        self._stale: set[str] = set()  # files reported changed on disk: read again
+        self._changes: dict[str, int] = {}  # per file, how often it was reported changed
         self.lock = threading.RLock()
-        self.generation = 0  # counts text changes of any document: a cache of analyses keys on it
 
     @staticmethod
     def key(path: str) -> str:
@@ -53,7 +55,6 @@ class Workspace:
             self._given[key] = doc
         if doc.text != text:
             doc.update(text)
-            self.generation += 1
         return doc
 
     def add(self, doc: Document) -> None:
@@ -62,8 +63,9 @@ class Workspace:
 
     def close(self, path: str) -> None:
         """Forget the given text of `path`: from now on the file on disk is what others see."""
-        if self._given.pop(self.key(path), None) is not None:
-            self.generation += 1
+        key = self.key(path)
+        if self._given.pop(key, None) is not None:
+            self._changes[key] = self._changes.get(key, 0) + 1
 
     def is_open(self, path: str) -> bool:
         return self.key(path) in self._given
@@ -83,11 +85,26 @@ class Workspace:
         return self._problems.get(self.key(path))
 
     def file_changed(self, path: str) -> None:
-        """A file changed on disk (or was created or deleted): read it again when next needed."""
+        """A file changed on disk (or was created or deleted): read it again when next needed
+        (a file is also read again when its modification time or size changes)."""
         key = self.key(path)
-        self._disk.pop(key, None)
-        self._problems.pop(key, None)
-        self.generation += 1
+        self._stale.add(key)
+        self._changes[key] = self._changes.get(key, 0) + 1
+
+    def stamp(self, paths: list[str]) -> tuple:
+        """What changes when one of `paths` changes (its text, or a report that it changed on
+        disk), without reading anything: a cache of analyses keys on it."""
+        out = []
+        for path in paths:
+            key = self.key(path)
+            doc = self._given.get(key)
+            cached = self._disk.get(key) if doc is None else None
+            if cached is not None:
+                doc = cached[1]
+            out.append(
+                (key, doc is not None and key in self._given, doc.version if doc else -1, self._changes.get(key))
+            )
+        return tuple(out)
 
     def documents(self) -> list[Document]:
         """Every document loaded: given ones first, then those read from disk."""
@@ -104,8 +121,9 @@ class Workspace:
             return self._missing(key, "not a file")
         stamp = (st.st_mtime_ns, st.st_size)
         cached = self._disk.get(key)
-        if cached is not None and cached[0] == stamp:
+        if cached is not None and cached[0] == stamp and key not in self._stale:
             return cached[1]
+        self._stale.discard(key)
         try:
             with open(key, encoding="utf-8-sig") as f:
                 text = f.read()
@@ -116,16 +134,14 @@ class Workspace:
         self._problems.pop(key, None)
         if cached is not None:
             doc = cached[1]
-            if doc.text != text:
-                doc.update(text)
+            doc.update(text)
         else:
             doc = Document(path, text, workspace=self, given=False)
         self._disk[key] = (stamp, doc)
-        self.generation += 1
         return doc
 
     def _missing(self, key: str, problem: str) -> None:
-        if self._disk.pop(key, None) is not None:
-            self.generation += 1
+        self._disk.pop(key, None)
+        self._stale.discard(key)
         self._problems[key] = problem
         return None
