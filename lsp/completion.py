@@ -114,9 +114,8 @@ def member_completions(analysis: Analysis, item: Item, chain: str, preset: str |
     t = _type_of_chain(analysis, item, chain, preset)
     if isinstance(t, Item):
         return _config_fields(t)
-    if isinstance(t, ConfigT) and analysis.globals is not None:
-        config = analysis.globals(t.value.type_name)
-        return _config_fields(config) if config is not None else []
+    if isinstance(t, ConfigT):
+        return _config_fields(t.value.item)
     if isinstance(t, (ModuleT, ModuleListT)):
         return _module_members(t.instance.item)
     if isinstance(t, TensorT):

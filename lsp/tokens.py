@@ -65,7 +65,7 @@ def _kind_of_target(
         return None
     path = target.path
     if len(path) == 1:
-        found = analysis.globals(path[0]) if analysis.globals is not None else None
+        found = analysis.globals.anchor_item(target) if analysis.globals is not None else None
         if found is None:
             return None
         mods = _LIBRARY if found.is_std else 0

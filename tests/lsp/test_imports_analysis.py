@@ -108,3 +108,18 @@ def test_completion_inside_imports(files):
     doc = ws.open(user.document.source.path, 'from "lib.linnet" import double as \n')
     assert import_completions(doc.analyze(), len('from "lib.linnet" import double as '), lambda p: LIB) == []
     assert import_completions(a["lib.linnet"], LIB.index("x * factor"), lambda p: None) is None
+
+
+def test_semantic_tokens_classify_imported_names_through_aliases(files):
+    from linnet.lsp.tokens import TOKEN_TYPES, semantic_tokens
+
+    _, a = files
+    data = semantic_tokens(a["aliased.linnet"])
+    line = char = 0
+    found = {}
+    for i in range(0, len(data), 5):
+        d_line, d_char, length, kind, _ = data[i : i + 5]
+        line, char = line + d_line, (char + d_char if d_line == 0 else d_char)
+        found[(line, char)] = (ALIASED.split("\n")[line][char : char + length], TOKEN_TYPES[kind])
+    assert found[(3, 4)] == ("twice", "function")  # a use through the alias
+    assert found[(0, 25)] == ("double", "function")  # the imported name
