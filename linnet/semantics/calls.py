@@ -442,7 +442,7 @@ class CallsMixin:
         if target.item is not self.item:
             self.result.deps.setdefault((owner_file, target.item.name), target.item.interface)
         if self.current_fn is not None and not target.item.is_std:  # the standard library calls no user code
-            self.result.calls.append((self.current_fn, owner, e.func.span))
+            self.result.calls.append((self.current_fn, (owner_file,) + owner, e.func.span))
         if matched is None:
             return UNKNOWN
         sig_scope = Scope(self.module_scope(inst) if inst is not None else self.global_scope(), "fn")

@@ -82,7 +82,8 @@ class ItemResult:
     # (file, name) -> the interface of the item the name found there (None: nothing)
     deps: dict[tuple[str, str], str | None] = field(default_factory=dict)
     world: Any = None  # the analysis's world key when last known valid (program.Document)
-    calls: list[tuple[tuple, tuple, Span]] = field(default_factory=list)  # (caller, callee, span) of fn calls
+    # (caller, callee, span) of fn calls; caller and callee are (file, *symbol path)
+    calls: list[tuple[tuple, tuple, Span]] = field(default_factory=list)
 
 
 class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
@@ -101,7 +102,7 @@ class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
         self.instance: Instance | None = None
         self.assumptions: list[tuple[str, bool]] = []
         self.fn_locals: list[tuple[str, Binding]] = []
-        self.current_fn: tuple | None = None  # the symbol path of the function being checked
+        self.current_fn: tuple | None = None  # the file and symbol path of the function being checked
 
     def report(self, code: str, message: str, node_or_span, **kw) -> None:
         span = node_or_span if isinstance(node_or_span, Span) else node_or_span.span
@@ -206,7 +207,7 @@ class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
         scope = Scope(parent, "fn")
         self._check_params_unique(fn.params)
         owner = (inst.module.name.id, "fn", fn.name.id) if inst is not None else (fn.name.id,)
-        self.current_fn = owner
+        self.current_fn = (self.item.source.path,) + owner
         self.ref(fn.name, SymbolAnchor(owner, self.item.source.path))
         for p in fn.params:
             t = self.fn_param_type(p, scope, binder)

@@ -670,7 +670,7 @@ def _recursion(analysis: "Analysis") -> list[Finding]:
         while calls and calls[0][0] != first and len(order) < len(members):
             order.append(calls[0][0])
             calls = [c for c in edges.get(order[-1], ()) if c[0] in members] or calls
-        names = " -> ".join(".".join(p for p in part if p != "fn") for part in order + [first])
+        names = " -> ".join(".".join(p for p in part[1:] if p != "fn") for part in order + [first])
         _, item, span = next(c for c in edges[first] if c[0] in members)
         out.append(
             Finding(

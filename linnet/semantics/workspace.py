@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .program import Document
 
+MAX_SOURCE_BYTES = 16 * 2**20  # an import of anything larger is refused, not read (a checkpoint, say)
+
 
 class Workspace:
     """Documents by path; see the module docstring."""
@@ -119,6 +121,9 @@ class Workspace:
             return self._missing(key, "no such file" if isinstance(err, FileNotFoundError) else err.strerror)
         if not os.path.isfile(key):
             return self._missing(key, "not a file")
+        if st.st_size > MAX_SOURCE_BYTES:
+            limit = f"{MAX_SOURCE_BYTES:,} at most"
+            return self._missing(key, f"{st.st_size:,} bytes is more than a Linnet source ({limit})")
         stamp = (st.st_mtime_ns, st.st_size)
         cached = self._disk.get(key)
         if cached is not None and cached[0] == stamp and key not in self._stale:

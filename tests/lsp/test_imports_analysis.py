@@ -123,3 +123,19 @@ def test_semantic_tokens_classify_imported_names_through_aliases(files):
         found[(line, char)] = (ALIASED.split("\n")[line][char : char + length], TOKEN_TYPES[kind])
     assert found[(3, 4)] == ("twice", "function")  # a use through the alias
     assert found[(0, 25)] == ("double", "function")  # the imported name
+
+
+def test_a_worker_runs_the_editors_text_with_its_imports(files):
+    """Runs and the StableHLO/ONNX views go to a worker on a copy of the editor's text: the copy
+    must find what the text imports, relative to the original, and leave nothing behind."""
+    import asyncio
+
+    from linnet.lsp import views
+
+    folder, _ = files
+    unsaved = USER.replace("    double(double(y)", "    let unused = y\n    double(double(y)")
+    result = asyncio.run(views.run_worker(None, ["check", "{file}"], str(folder / "user.linnet"), unsaved, 120))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"{folder / 'user.linnet'}:4:9: warning[L901]: `unused` is never used" in result.stdout
+    assert "checked 2 files" in result.stderr
+    assert sorted(p.name for p in folder.iterdir()) == ["aliased.linnet", "lib.linnet", "user.linnet"]

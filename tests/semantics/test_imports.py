@@ -130,3 +130,29 @@ def test_incremental_equals_full_with_imports(tmp_path):
         assert [(d.code, d.message, d.location.start.offset) for d in incremental.diagnostics] == [
             (d.code, d.message, d.location.start.offset) for d in fresh.diagnostics
         ]
+
+
+def test_a_function_calling_an_imported_one_of_the_same_name_is_no_recursion(tmp_path):
+    ws = Workspace()
+    ws.open(str(tmp_path / "blocks.linnet"), BLOCKS)
+    doc = ws.open(
+        str(tmp_path / "main.linnet"),
+        'from "blocks.linnet" import double as base\n\nfn double(x: [N]) -> [N] {\n    base(x)\n}\n',
+    )
+    assert _codes(doc.analyze()) == []
+
+
+def test_an_import_of_something_that_is_not_a_source_is_a_located_error(tmp_path, monkeypatch):
+    from linnet.semantics import workspace
+
+    monkeypatch.setattr(workspace, "MAX_SOURCE_BYTES", 1000)
+    (tmp_path / "weights.linnet").write_bytes(b"\0" * 2000)
+    (tmp_path / "binary.linnet").write_bytes(b"\xff\xfe\x00garbage")
+    (tmp_path / "folder.linnet").mkdir()
+    main = 'from "weights.linnet" import W\nfrom "binary.linnet" import B\nfrom "folder.linnet" import F\n'
+    found = Document(str(tmp_path / "main.linnet"), main).analyze()
+    assert [(d.code, d.location.line, d.message.split(": ", 1)[1].split(" (")[0]) for d in found.diagnostics] == [
+        ("L120", 1, "2,000 bytes is more than a Linnet source"),
+        ("L120", 2, "not UTF-8 text"),
+        ("L120", 3, "not a file"),
+    ]
