@@ -49,6 +49,23 @@ def test_ir_origins_name_each_line_in_its_own_file():
     assert 'param "model.layers.1.self_attn.q_proj.weight"' in r.stdout
 
 
+@pytest.mark.parametrize("emitter", ["torch", "jax"])
+def test_code_emitters_write_the_imported_modules(emitter, tmp_path):
+    out = tmp_path / "model.py"
+    r = run_cli(emitter, SPLIT, "--preset", "tiny", "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    compile(out.read_text(), str(out), "exec")
+    assert "model.layers.1.mlp.down_proj.weight" in out.read_text()
+
+
+@pytest.mark.torch
+def test_run_runs_the_split_model():
+    r = run_cli("run", SPLIT, "--preset", "tiny", "--entry", "step", "--seq", "3", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout)
+    assert report["outputs"][0]["shape"] == [1, 96] and report["disagreements"] == []
+
+
 @pytest.mark.torch
 def test_the_split_model_runs_as_the_one_file_model_on_torch():
     import torch
