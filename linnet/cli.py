@@ -47,7 +47,8 @@ def _display(path: str) -> str:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from .semantics.program import Document
+    """Check the files given, and every file they import (each once)."""
+    from .semantics.program import Workspace
     from .semantics.render import render_github, render_json, render_text, use_color
 
     files, problems = _collect(args.paths)
@@ -59,6 +60,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     all_diags = []
     preset_seen = False
     unreadable = 0
+    workspace = Workspace()
+    documents = []
     for f in files:
         try:
             text = read_source(f)
@@ -66,9 +69,16 @@ def cmd_check(args: argparse.Namespace) -> int:
             print(f"linnet check: {f}: cannot read ({err})", file=sys.stderr)
             unreadable += 1
             continue
-        path = str(f)
-        texts[path] = text
-        analysis = Document(path, text).analyze(args.preset)
+        texts[str(f)] = text
+        documents.append(workspace.open(str(f), text))
+    checked = {workspace.key(d.source.path) for d in documents}
+    for doc in documents:  # grows with the files they import
+        analysis = doc.analyze(args.preset)
+        for path in analysis.files:
+            if workspace.key(path) not in checked and (imported := workspace.get(path)) is not None:
+                checked.add(workspace.key(path))
+                documents.append(imported)
+                texts[imported.source.path] = imported.text
         diags = analysis.diagnostics
         if args.preset and args.preset in analysis.declared_presets:
             preset_seen = True
@@ -99,7 +109,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     n_err = sum(1 for d in all_diags if d.is_error)
     n_warn = len(all_diags) - n_err
     if args.format == "text":
-        checked = len(files) - unreadable
+        checked = len(documents)
         print(
             f"checked {checked} file{'s' if checked != 1 else ''}: {n_err} error{'s' if n_err != 1 else ''}, "
             f"{n_warn} warning{'s' if n_warn != 1 else ''}" + (f"; {unreadable} unreadable" if unreadable else ""),

@@ -37,6 +37,7 @@ SNIPPETS = {
     "fn": "fn ${1:name}(${2:x: [..., D]}) -> ${3:[..., D]} {\n    ${0:x}\n}",
     "config": "config ${1:Name} {\n    ${2:hidden_size}: ${3:int} = ${4:768}\n}",
     "preset": "preset ${1:name} = ${2:Config} {\n    ${0}\n}",
+    "from": 'from "${1:file.linnet}" import ${0:Name}',
 }
 BODY_SNIPPETS = {
     "let": "let ${1:name} = ${0}",
@@ -48,7 +49,8 @@ BODY_SNIPPETS = {
 @dataclass
 class Completion:
     """One completion: label, kind (an LSP CompletionItemKind name), detail (a signature or
-    type), documentation (markdown) and, for snippets, the snippet text."""
+    type), documentation (markdown), for snippets the snippet text, and the character range
+    the label replaces when it is not the word before the cursor (a path in a string)."""
 
     label: str
     kind: str
@@ -56,6 +58,7 @@ class Completion:
     documentation: str | None = None
     snippet: str | None = None
     sort: str = "5"
+    replace: tuple[int, int] | None = None
 
 
 def _chain_before(text: str, end: int) -> str:
@@ -111,9 +114,8 @@ def member_completions(analysis: Analysis, item: Item, chain: str, preset: str |
     t = _type_of_chain(analysis, item, chain, preset)
     if isinstance(t, Item):
         return _config_fields(t)
-    if isinstance(t, ConfigT) and analysis.globals is not None:
-        config = analysis.globals(t.value.type_name)
-        return _config_fields(config) if config is not None else []
+    if isinstance(t, ConfigT):
+        return _config_fields(t.value.item)
     if isinstance(t, (ModuleT, ModuleListT)):
         return _module_members(t.instance.item)
     if isinstance(t, TensorT):

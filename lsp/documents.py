@@ -1,11 +1,13 @@
 """Open documents and their analyses, and the server's settings.
 
 The client's text (`OpenDocument.text`, `.version`) changes on the event loop as
-notifications arrive. The front end's incremental `Document` is touched only by
-`OpenDocument.analyzed()`, under a lock, in a worker thread: while one analysis runs, the
-server keeps reading, and every edit that arrives meanwhile is folded into the next analysis
-(bursts coalesce with no fixed delay). A result whose version is no longer the client's is
-never published.
+notifications arrive. The front end's incremental `Document`s live in one `Workspace` (open
+documents with the text of their last analysis, and the files they import, read from disk).
+A document's `Document` is touched only by its own `OpenDocument.analyzed()`, in a worker
+thread, under the document's lock and the workspace's: while one analysis runs, the server
+keeps reading, and every edit that arrives meanwhile is folded into the next analysis (bursts
+coalesce with no fixed delay). A result whose version is no longer the client's, or that read
+an imported file that has changed since, is never published.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any, AsyncIterator
 
 from lsprotocol import types as T
 
-from linnet.semantics.program import Analysis, Document
+from linnet.semantics.program import Analysis, Workspace
 from linnet.syntax.positions import LineIndex
 
 from .convert import offset_at, path_of
@@ -65,10 +67,12 @@ class OpenDocument:
     uri: str
     text: str
     version: int
+    workspace: Workspace = field(default_factory=Workspace)
     path: str = ""
-    _document: Document | None = None
+    files: list[str] = field(default_factory=list)  # what its last analysis read: itself, then its imports
+    notified_version: int = 0  # the text version its importers were last re-checked for
     _analysis: Analysis | None = None
-    _analysis_key: tuple[int, str | None] | None = None
+    _analysis_key: tuple | None = None  # (revision, preset, stamp of the imported files)
     revision: int = 0  # counts text changes: a save with text, or a client reusing a version, still re-analyses
     _index: LineIndex | None = None
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -107,39 +111,52 @@ class OpenDocument:
             self.text = text
             self.revision += 1
 
-    def _analyze(self, text: str, preset: str | None) -> Analysis:
-        if self._document is None:
-            self._document = Document(self.path, text)
-        elif self._document.text != text:
-            self._document.update(text)
-        return self._document.analyze(preset)
+    def _analyze(self, text: str, preset: str | None) -> tuple[Analysis, tuple]:
+        with self.workspace.lock:
+            analysis = self.workspace.open(self.path, text).analyze(preset)
+            return analysis, self.workspace.stamp(analysis.files[1:])
+
+    @property
+    def text_version(self) -> int:
+        """The version of the text the workspace holds for this document (its last analysis)."""
+        doc = self._analysis.document if self._analysis is not None else None
+        return doc.version if doc is not None else 0
 
     @contextlib.asynccontextmanager
     async def analyzed(self, preset: str | None) -> AsyncIterator[Analysis]:
-        """The analysis of the current text under `preset`, held for the `async with` block:
-        offsets and items stay valid until it ends (the next analysis moves items)."""
+        """The analysis of the current text (and of the current text of what it imports) under
+        `preset`, held for the `async with` block: offsets and items stay valid until it ends
+        (the next analysis moves items)."""
         async with self._lock:
-            key = (self.revision, preset)
+            key = (self.revision, preset, self.workspace.stamp(self.files[1:]))
             if self._analysis is None or self._analysis_key != key:
-                text = self.text
-                self._analysis = await asyncio.to_thread(self._analyze, text, preset)
-                self._analysis_key = key
+                revision, text = self.revision, self.text
+                self._analysis, stamp = await asyncio.to_thread(self._analyze, text, preset)
+                self.files = self._analysis.files
+                self._analysis_key = (revision, preset, stamp)
             yield self._analysis
 
     def is_current(self, analysis: Analysis) -> bool:
-        """Whether `analysis` is of the client's current text."""
+        """Whether `analysis` is of the client's current text and of the current text of what
+        it imports."""
         key = self._analysis_key
-        return analysis is self._analysis and key is not None and key[0] == self.revision
+        return (
+            analysis is self._analysis
+            and key is not None
+            and key[0] == self.revision
+            and key[2] == self.workspace.stamp(self.files[1:])
+        )
 
 
 class Documents:
-    """The open documents by URI."""
+    """The open documents by URI, and the workspace their analyses share."""
 
     def __init__(self) -> None:
         self.by_uri: dict[str, OpenDocument] = {}
+        self.workspace = Workspace()
 
     def open(self, uri: str, text: str, version: int) -> OpenDocument:
-        doc = OpenDocument(uri, text, version)
+        doc = OpenDocument(uri, text, version, self.workspace)
         self.by_uri[uri] = doc
         return doc
 
@@ -147,7 +164,19 @@ class Documents:
         return self.by_uri.get(uri)
 
     def close(self, uri: str) -> OpenDocument | None:
-        return self.by_uri.pop(uri, None)
+        """Forget a document; the files that import it now read it from disk."""
+        doc = self.by_uri.pop(uri, None)
+        if doc is not None:
+            self.workspace.close(doc.path)
+        return doc
+
+    def importers(self, path: str) -> list[OpenDocument]:
+        """Open documents whose last analysis read the file at `path` (they import it,
+        directly or through other files)."""
+        key = self.workspace.key(path)
+        return [
+            d for d in self.by_uri.values() if d.path != path and any(self.workspace.key(f) == key for f in d.files[1:])
+        ]
 
     def __iter__(self):
         return iter(list(self.by_uri.values()))

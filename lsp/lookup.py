@@ -44,7 +44,7 @@ def find_definition(analysis: Analysis, target) -> Definition | None:
         node = _definition_node(target.item, target.span)
         return Definition(target.item, node, target.span)
     if isinstance(target, SymbolAnchor) and analysis.globals is not None:
-        found = find_symbol(target.path, analysis.globals)
+        found = find_symbol(target, analysis.globals, analysis.document.workspace)
         if found is None:
             return None
         item, span = found

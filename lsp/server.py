@@ -18,7 +18,7 @@ import inspect
 import logging
 import traceback
 import uuid
-from typing import Any
+from typing import Any, Callable
 
 from lsprotocol import types as T
 from pygls.exceptions import FeatureRequestError, JsonRpcInvalidRequest
@@ -37,6 +37,7 @@ from . import navigation, symbols, views
 from .convert import lsp_diagnostic, lsp_location, lsp_range, offset_at, path_of, range_of_offsets, uri_of
 from .documents import Documents, OpenDocument, Settings
 from .hover import hover_markdown
+from .import_completion import import_completions
 from .tokens import TOKEN_MODIFIERS, TOKEN_TYPES, semantic_tokens
 
 log = logging.getLogger("linnet.lsp")
@@ -141,9 +142,49 @@ class LinnetServer(LanguageServer):
                 if self.documents.get(doc.uri) is not doc or revision != doc.revision:
                     continue
                 self.text_document_publish_diagnostics(T.PublishDiagnosticsParams(doc.uri, diagnostics, version))
+                if doc.text_version != doc.notified_version:  # its importers read this text now
+                    doc.notified_version = doc.text_version
+                    self.schedule_importers(doc.path)
                 return
         except Exception as err:  # noqa: BLE001
             self.log_error("diagnostics", err)
+
+    def schedule_importers(self, path: str) -> None:
+        """Diagnostics again for the open documents that import the file at `path`."""
+        for importer in self.documents.importers(path):
+            self.schedule_diagnostics(importer)
+
+    async def across(self, home: str, skip: OpenDocument, collect: Callable[[Analysis], list]) -> list:
+        """`collect(analysis)` for every document that can name what file `home` defines: open
+        documents (but `skip`) and files under the workspace roots that read `home` (itself,
+        or importing it, directly or not), and `home` itself. Open documents are analysed as
+        usual; the others in a worker thread, one workspace lock held for all of them."""
+        out: list = []
+        ws = self.documents.workspace
+        home_key = ws.key(home)
+        for doc in self.documents:
+            if doc is skip:
+                continue
+            async with doc.analyzed(self.settings.preset) as analysis:
+                if home_key in {ws.key(f) for f in analysis.files}:
+                    out.extend(collect(analysis))
+        open_keys = {ws.key(d.path) for d in self.documents}
+        paths = [str(f) for f in symbols.workspace_files(self.roots)] + [home]
+        paths = list(dict.fromkeys(p for p in paths if ws.key(p) not in open_keys))
+
+        def on_disk() -> list:
+            found: list = []
+            with ws.lock:
+                for path in paths:
+                    doc = ws.get(path)
+                    if doc is None:
+                        continue
+                    analysis = doc.analyze()
+                    if home_key in {ws.key(f) for f in analysis.files}:
+                        found.extend(collect(analysis))
+            return found
+
+        return out + await asyncio.to_thread(on_disk)
 
     def refresh(self) -> None:
         """After a setting changed: diagnostics again, and ask the client to re-request hints
@@ -154,6 +195,18 @@ class LinnetServer(LanguageServer):
             self.workspace_inlay_hint_refresh(None)
         if self.client_supports("workspace", "code_lens", "refresh_support"):
             self.workspace_code_lens_refresh(None)
+
+    def text_of(self, path: str) -> str | None:
+        """A file's text: the editor's, when it is open, else the file's (None if unreadable)."""
+        key = self.documents.workspace.key(path)
+        for doc in self.documents:
+            if self.documents.workspace.key(doc.path) == key:
+                return doc.text
+        try:
+            with open(path, encoding="utf-8-sig") as f:
+                return f.read()
+        except (OSError, UnicodeDecodeError):
+            return None
 
     def workspace_items(self) -> list[tuple[str, list]]:
         """(path, items) of every `.linnet` file under the workspace roots (parsed once per
@@ -259,6 +312,7 @@ def create_server() -> LinnetServer:
     @guarded()
     async def initialized(ls: LinnetServer, params: T.InitializedParams):
         await _pull_settings(ls)
+        await _watch_files(ls)
 
     @server.feature(T.WORKSPACE_DID_CHANGE_CONFIGURATION)
     @guarded()
@@ -297,8 +351,20 @@ def create_server() -> LinnetServer:
     @server.feature(T.TEXT_DOCUMENT_DID_CLOSE)
     @guarded()
     def did_close(ls: LinnetServer, params: T.DidCloseTextDocumentParams):
-        if ls.documents.close(params.text_document.uri) is not None:
+        doc = ls.documents.close(params.text_document.uri)
+        if doc is not None:
             ls.text_document_publish_diagnostics(T.PublishDiagnosticsParams(params.text_document.uri, []))
+            ls.schedule_importers(doc.path)  # they read the file on disk now
+
+    @server.feature(T.WORKSPACE_DID_CHANGE_WATCHED_FILES)
+    @guarded()
+    def did_change_watched_files(ls: LinnetServer, params: T.DidChangeWatchedFilesParams):
+        """A `.linnet` file changed on disk: the open documents that import it are checked
+        again (an open document's own text is the editor's, not the file's)."""
+        for change in params.changes:
+            path = path_of(change.uri)
+            ls.documents.workspace.file_changed(path)
+            ls.schedule_importers(path)
 
     # ----------------------------------------------------------------- hover, hints
     @document_feature(server, T.TEXT_DOCUMENT_HOVER)
@@ -333,10 +399,21 @@ def create_server() -> LinnetServer:
         loc = navigation.definition(a, offset_at(a.document.source.index, params.position))
         return lsp_location(loc) if loc is not None else None
 
-    @document_feature(server, T.TEXT_DOCUMENT_REFERENCES, default=[])
-    def references(ls: LinnetServer, params: T.ReferenceParams, doc: OpenDocument, a: Analysis):
-        offset = offset_at(a.document.source.index, params.position)
-        return [lsp_location(loc) for loc in navigation.references(a, offset, params.context.include_declaration)]
+    @server.feature(T.TEXT_DOCUMENT_REFERENCES)
+    @guarded([])
+    async def references(ls: LinnetServer, params: T.ReferenceParams):
+        doc = ls.documents.get(params.text_document.uri)
+        if doc is None:
+            return []
+        include = params.context.include_declaration
+        async with doc.analyzed(ls.settings.preset) as a:
+            target = navigation.target_at(a, offset_at(a.document.source.index, params.position))
+            if target is None:
+                return []
+            found = navigation.references_to(a, target.anchor, include)
+        if target.home is not None:  # and in the files that define it and import it
+            found += await ls.across(target.home, doc, lambda b: navigation.references_to(b, target.anchor, include))
+        return [lsp_location(loc) for loc in navigation.unique(found)]
 
     @document_feature(server, T.TEXT_DOCUMENT_PREPARE_RENAME)
     def prepare_rename(ls: LinnetServer, params: T.PrepareRenameParams, doc: OpenDocument, a: Analysis):
@@ -344,17 +421,41 @@ def create_server() -> LinnetServer:
         found = navigation.rename_range(a, offset_at(index, params.position))
         return range_of_offsets(index, *found) if found is not None else None
 
-    @document_feature(server, T.TEXT_DOCUMENT_RENAME, T.RenameOptions(prepare_provider=True))
-    def rename(ls: LinnetServer, params: T.RenameParams, doc: OpenDocument, a: Analysis):
-        offset = offset_at(a.document.source.index, params.position)
-        locs = navigation.rename_edits(a, offset, params.new_name)
-        return T.WorkspaceEdit(changes={doc.uri: [T.TextEdit(lsp_range(loc), params.new_name) for loc in locs]})
+    @server.feature(T.TEXT_DOCUMENT_RENAME, T.RenameOptions(prepare_provider=True))
+    @guarded()
+    async def rename(ls: LinnetServer, params: T.RenameParams):
+        """Every place spelled as the name that names its definition: in this file, the file
+        that defines it and every file that imports it (an importer's alias is kept)."""
+        doc = ls.documents.get(params.text_document.uri)
+        if doc is None:
+            return None
+        new_name = params.new_name
+        async with doc.analyzed(ls.settings.preset) as a:
+            plan = navigation.plan_rename(a, offset_at(a.document.source.index, params.position), new_name)
+            locs = navigation.rename_edits([a], plan, new_name)
+        if plan.target.home is not None:
+            locs += await ls.across(plan.target.home, doc, lambda b: navigation.rename_edits([b], plan, new_name))
+        changes: dict[str, list[T.TextEdit]] = {}
+        for loc in navigation.unique(locs):
+            changes.setdefault(uri_of(loc.path), []).append(T.TextEdit(lsp_range(loc), new_name))
+        return T.WorkspaceEdit(changes=changes)
 
     @document_feature(server, T.TEXT_DOCUMENT_DOCUMENT_HIGHLIGHT, default=[])
     def document_highlight(ls: LinnetServer, params: T.DocumentHighlightParams, doc: OpenDocument, a: Analysis):
         found = navigation.highlights(a, offset_at(a.document.source.index, params.position))
         write, read = T.DocumentHighlightKind.Write, T.DocumentHighlightKind.Read
         return [T.DocumentHighlight(lsp_range(loc), write if is_def else read) for loc, is_def in found]
+
+    @document_feature(server, T.TEXT_DOCUMENT_DOCUMENT_LINK, T.DocumentLinkOptions(resolve_provider=False), default=[])
+    def document_link(ls: LinnetServer, params: T.DocumentLinkParams, doc: OpenDocument, a: Analysis):
+        """Each import's file (or standard-library module) is a link to it."""
+        resolved = a.imports.resolved if a.imports is not None else []
+        return [
+            T.DocumentLink(
+                lsp_range(r.item.resolve(r.node.source.span)), uri_of(r.target.source.path), r.target.source.path
+            )
+            for r in resolved
+        ]
 
     # ----------------------------------------------------------------- symbols, folding
     @document_feature(server, T.TEXT_DOCUMENT_DOCUMENT_SYMBOL, default=[])
@@ -395,9 +496,15 @@ def create_server() -> LinnetServer:
         ]
 
     # ----------------------------------------------------------------- completion, signatures
-    @document_feature(server, T.TEXT_DOCUMENT_COMPLETION, T.CompletionOptions(trigger_characters=["."]))
+    completion_options = T.CompletionOptions(trigger_characters=[".", '"', "/"])
+
+    @document_feature(server, T.TEXT_DOCUMENT_COMPLETION, completion_options)
     def completion(ls: LinnetServer, params: T.CompletionParams, doc: OpenDocument, a: Analysis):
-        found = completion_.completions(a, offset_at(a.document.source.index, params.position), ls.preset_for(a))
+        index = a.document.source.index
+        offset = offset_at(index, params.position)
+        found = import_completions(a, offset, ls.text_of)
+        if found is None:
+            found = completion_.completions(a, offset, ls.preset_for(a))
         items = [
             T.CompletionItem(
                 label=c.label,
@@ -406,6 +513,7 @@ def create_server() -> LinnetServer:
                 documentation=T.MarkupContent(T.MarkupKind.Markdown, c.documentation) if c.documentation else None,
                 insert_text=c.snippet,
                 insert_text_format=T.InsertTextFormat.Snippet if c.snippet else None,
+                text_edit=T.TextEdit(range_of_offsets(index, *c.replace), c.label) if c.replace else None,
                 sort_text=f"{c.sort}{c.label}",
             )
             for c in found
@@ -563,6 +671,20 @@ async def _preset_param(ls: LinnetServer, doc: OpenDocument, requested: Any) -> 
                 raise views.ViewError(f"{doc.path} declares no preset `{requested}` (presets: {known})")
             return requested
         return ls.effective_preset(a)
+
+
+async def _watch_files(ls: LinnetServer) -> None:
+    """Ask the client to report changes of `.linnet` files on disk (dynamic registration of
+    workspace/didChangeWatchedFiles), when it can: an import can name a file no editor has
+    open."""
+    if not ls.client_supports("workspace", "did_change_watched_files", "dynamic_registration"):
+        return
+    options = T.DidChangeWatchedFilesRegistrationOptions(watchers=[T.FileSystemWatcher(glob_pattern="**/*.linnet")])
+    registration = T.Registration(str(uuid.uuid4()), T.WORKSPACE_DID_CHANGE_WATCHED_FILES, options)
+    try:
+        await ls.client_register_capability_async(T.RegistrationParams([registration]))
+    except Exception as err:  # noqa: BLE001 - a client may refuse; disk files are still re-read when they change
+        log.warning("registering workspace/didChangeWatchedFiles failed: %s", err)
 
 
 async def _pull_settings(ls: LinnetServer) -> None:

@@ -33,7 +33,7 @@ def _declarations(item: Item) -> dict[A.Span, tuple[str, int]]:
     """Name spans that declare something, with their token type and modifiers."""
     out: dict[A.Span, tuple[str, int]] = {}
     ast = item.ast
-    if ast is None:
+    if ast is None or isinstance(ast, A.ImportDef):
         return out
     kind = _ITEM_KIND.get(item.kind or "", "variable")
     out[ast.name.span] = (kind, _DECLARATION | (_READONLY if item.kind == "preset" else 0))
@@ -65,7 +65,7 @@ def _kind_of_target(
         return None
     path = target.path
     if len(path) == 1:
-        found = analysis.globals(path[0]) if analysis.globals is not None else None
+        found = analysis.globals.anchor_item(target) if analysis.globals is not None else None
         if found is None:
             return None
         mods = _LIBRARY if found.is_std else 0

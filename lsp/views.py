@@ -5,15 +5,18 @@ code generators emit text without importing their framework. StableHLO (needs ja
 ONNX graph (needs onnx) and runs (need torch, jax or onnxruntime) go to a worker: the
 `linnet` CLI in a subprocess (`linnet stablehlo`, `linnet onnx --text`,
 `linnet run --format json`), run on a copy of the editor's text, so unsaved edits count and
-the server never imports a framework.
+the server never imports a framework. The copy sits in a temporary folder, or, when the text
+imports files (found relative to it), next to the original as a hidden file, deleted after.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sys
 import tempfile
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,24 +80,41 @@ async def run_worker(interpreter: str | None, args: list[str], path: str, text: 
     name = Path(path).name if path.endswith(".linnet") else "source.linnet"
     with tempfile.TemporaryDirectory(prefix="linnet-lsp-") as tmp:
         copy = Path(tmp) / name
+        beside = Path(path).parent
+        if _imports_files(text) and beside.is_dir():
+            copy = beside / f".{Path(name).stem}.linnet-lsp-{uuid.uuid4().hex[:8]}.linnet"
         copy.write_text(text, encoding="utf-8")
-        argv = [interpreter or sys.executable, "-m", "linnet", *[str(copy) if a == "{file}" else a for a in args]]
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, stdin=asyncio.subprocess.DEVNULL
-            )
-        except OSError as err:
-            raise ViewError(f"cannot start the worker `{argv[0]}`: {err}") from err
-        try:
-            out, err = await asyncio.wait_for(proc.communicate(), timeout)
-        except asyncio.TimeoutError:
-            proc.kill()
-            await proc.wait()
-            raise ViewError(f"`linnet {args[0]}` took longer than {timeout:.0f} s and was stopped") from None
-        except asyncio.CancelledError:
-            proc.kill()
-            await proc.wait()
-            raise
+            return await _run(interpreter, args, path, copy, timeout)
+        finally:
+            if copy.parent != Path(tmp):
+                copy.unlink(missing_ok=True)
+
+
+def _imports_files(text: str) -> bool:
+    """Whether a source imports a file (a path relative to it), not only std modules."""
+    return re.search(r'^from[ \t]+"', text, re.M) is not None
+
+
+async def _run(interpreter: str | None, args: list[str], path: str, copy: Path, timeout: float) -> WorkerResult:
+    """Run the worker on `copy`; its output names `path` instead."""
+    argv = [interpreter or sys.executable, "-m", "linnet", *[str(copy) if a == "{file}" else a for a in args]]
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, stdin=asyncio.subprocess.DEVNULL
+        )
+    except OSError as err:
+        raise ViewError(f"cannot start the worker `{argv[0]}`: {err}") from err
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    except asyncio.TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise ViewError(f"`linnet {args[0]}` took longer than {timeout:.0f} s and was stopped") from None
+    except asyncio.CancelledError:
+        proc.kill()
+        await proc.wait()
+        raise
 
     def restore(s: bytes) -> str:
         return s.decode("utf-8", "replace").replace(str(copy), path)

@@ -1,6 +1,8 @@
 """docs/language.md stays true: every `linnet` block checks clean and is formatted, unless the
 next `text` block shows `$ linnet check FILE` with excerpts of this block; then checking the
-block as FILE prints the diagnostic header lines shown there."""
+block as FILE prints the diagnostic header lines shown there. A block whose first line is
+`# file: NAME.linnet` is also written as NAME.linnet next to every block checked, so that
+examples can import it."""
 
 from __future__ import annotations
 
@@ -37,10 +39,15 @@ def _cases():
             yield pytest.param(body, None, id=f"line{line}")
 
 
+NAMED = {m.group(1): body for lang, body, *_ in BLOCKS if (m := re.match(r"# file: (\S+\.linnet)\n", body))}
+
+
 @pytest.mark.parametrize("body,output", list(_cases()))
 def test_language_doc_examples(body, output, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("NO_COLOR", "1")
+    for name, text in NAMED.items():
+        (tmp_path / name).write_text(text)
     if output is None:
         path = tmp_path / "example.linnet"
         path.write_text(body)

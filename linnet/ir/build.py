@@ -71,6 +71,8 @@ def check_source(path: str, text: str, preset: str | None = None) -> SourceInfo:
         texts = {path: text}
         for std_path in analysis.document.std.paths() if analysis.document.std else []:
             texts[std_path] = Path(std_path).read_text(encoding="utf-8")
+        for doc in analysis.namespaces.files if analysis.namespaces is not None else []:
+            texts.setdefault(doc.source.path, doc.text)  # files it imports
         rendered = "\n\n".join(render_text(d, texts.get) for d in errors)
         raise ProgramError(f"{path} has errors:\n{rendered}")
     if analysis.model is None:
@@ -125,8 +127,10 @@ def bind_config(info: SourceInfo, *overrides: dict[str, Any], labels: tuple[str,
     return bound
 
 
-def _literal(globals_, config_type: str, key: str, value: Any, notes: list[str], label: str) -> str | None:
-    item = globals_(config_type)
+def _literal(globals_, config_type: str, key: str, value: Any, notes: list[str], label: str, site=None) -> str | None:
+    """`value` as Linnet source for field `key` of the config that item `site`'s file (default:
+    the loaded file) calls `config_type`."""
+    item = globals_(config_type, site)
     fdef = None
     for f in item.ast.fields:
         if isinstance(f, A.ConfigField) and f.name.id == key:
@@ -152,10 +156,10 @@ def _literal(globals_, config_type: str, key: str, value: Any, notes: list[str],
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise ProgramError(f"{label}: `{key}` is a float in `{config_type}`, got {value!r}")
         return repr(float(value))
-    if isinstance(value, dict) and name is not None and globals_(name) is not None:
+    if isinstance(value, dict) and name is not None and globals_(name, item) is not None:
         parts = []
         for k, v in value.items():
-            text = _literal(globals_, name, k, v, notes, f"{label} `{key}`")
+            text = _literal(globals_, name, k, v, notes, f"{label} `{key}`", item)
             if text is not None:
                 parts.append(f"{k} = {text}")
         return f"{name} {{ {', '.join(parts)} }}"

@@ -147,7 +147,8 @@ class Frame:
 
 @dataclass
 class Lowering:
-    """Lowers entries of a root model. `globals_` finds items by name (the file, then std);
+    """Lowers entries of a root model. `globals_(name, site)` finds the item `name` names in
+    the file that defines item `site` (its items, its imports, then std: imports.Globals);
     `config` binds the model's config parameters; `dtype` is the working dtype."""
 
     globals_: Any
@@ -463,7 +464,7 @@ class Lowering:
     def instantiate(self, ctor: A.Call, env: Env, path: str) -> ModInst:
         if not isinstance(ctor.func, A.Name):
             raise LoweringError(self.where(env.item, ctor) + "a submodule is built by calling a module by name")
-        item = self.globals_(ctor.func.id)
+        item = self.globals_(ctor.func.id, env.item)
         if item is None or item.kind != "module":
             raise LoweringError(self.where(env.item, ctor.func) + f"`{ctor.func.id}` is not a module")
         mdef: A.ModuleDef = item.ast
@@ -781,7 +782,7 @@ class Lowering:
             return Dim.of(self.max_batch)
         if e.id == "max_positions":
             return Dim.of(self.max_positions)
-        item = self.globals_(e.id)
+        item = self.globals_(e.id, env.item)
         if item is not None:
             if item.kind == "fn":
                 return FnRef(item, item.ast, None)

@@ -30,7 +30,7 @@ from ..types.core import (
 )
 from ..types.dims import Dim, format_dim
 from .describe import dotted, finite_float, kind_text, number
-from .diagnostics import Fix, Label, LocalAnchor, SymbolAnchor
+from .diagnostics import Fix, Label, LocalAnchor, SymbolAnchor, symbol
 from .names import Binder
 from .scope import Binding, FnTarget, Instance, Scope, type_key
 from .suggest import closest
@@ -58,7 +58,7 @@ class CallsMixin:
                 if fn is None:
                     self.eval_args(e.args, scope)
                     return UNKNOWN
-                self.ref(func.name, SymbolAnchor((inst.module.name.id, "fn", func.name.id)))
+                self.ref(func.name, symbol(inst.item, "fn", func.name.id))
                 target = FnRefT(FnTarget(inst.item, fn, inst))
                 self.record(func, target)
             else:
@@ -128,8 +128,10 @@ class CallsMixin:
         scope: Scope,
         extra_kwargs: bool = False,
         owner_path: tuple | None = None,
+        owner_file: str = "",
     ) -> dict[str, A.Arg] | None:
-        """Match positional and keyword arguments to parameter names (arity errors)."""
+        """Match positional and keyword arguments to parameter names (arity errors). Keyword
+        names refer to the callee's parameters, `owner_path` in file `owner_file`."""
         matched: dict[str, A.Arg] = {}
         positional = [a for a in args if a.name is None]
         keywords = [a for a in args if a.name is not None]
@@ -169,7 +171,7 @@ class CallsMixin:
             else:
                 matched[k] = a
                 if owner_path is not None:
-                    self.ref(a.name, SymbolAnchor(owner_path + (k,)))
+                    self.ref(a.name, SymbolAnchor(owner_path + (k,), owner_file))
         missing = [n for n in names if n not in matched and not has_default.get(n)]
         if missing:
             self.report(
@@ -433,11 +435,14 @@ class CallsMixin:
         defaults = {p.name.id: p.default is not None for p in fn.params}
         arg_types = {id(a): self.expr(a.value, scope) for a in e.args}
         findings_before = len(self.result.findings)
-        matched = self.match_args(names, defaults, e.args, callee, e, scope, owner_path=owner + ("param",))
+        owner_file = target.item.source.path
+        matched = self.match_args(
+            names, defaults, e.args, callee, e, scope, owner_path=owner + ("param",), owner_file=owner_file
+        )
         if target.item is not self.item:
-            self.result.deps.setdefault(target.item.name, target.item.interface)
+            self.result.deps.setdefault((owner_file, target.item.name), target.item.interface)
         if self.current_fn is not None and not target.item.is_std:  # the standard library calls no user code
-            self.result.calls.append((self.current_fn, owner, e.func.span))
+            self.result.calls.append((self.current_fn, (owner_file,) + owner, e.func.span))
         if matched is None:
             return UNKNOWN
         sig_scope = Scope(self.module_scope(inst) if inst is not None else self.global_scope(), "fn")
@@ -452,7 +457,7 @@ class CallsMixin:
                 t, node = arg_types[id(arg)], arg.value
             else:
                 t, node = self.silent_expr(p.default, sig_scope, target.item), e
-            checked = self.check_compile_time_arg(p, t, node, callee)
+            checked = self.check_compile_time_arg(p, t, node, callee, target.item)
             compile_time[p.name.id] = checked if checked is not None else UNKNOWN
             sig_scope.bind(p.name.id, Binding(compile_time[p.name.id], "param"))
         sig = self.signature(target, tensor_params, compile_time, sig_scope)
@@ -487,6 +492,7 @@ class CallsMixin:
                     label=format_type(actual),
                 )
                 continue
+            param_anchor = SymbolAnchor(owner + ("param", p.name.id), owner_file)
             msg = unifier.unify_dtype(pattern.dtype, actual.dtype, i)
             if msg is not None:
                 self.report(
@@ -494,7 +500,7 @@ class CallsMixin:
                     f"argument `{p.name.id}` of {callee}: {msg}",
                     arg.value,
                     label=format_type(actual),
-                    labels=[Label(SymbolAnchor(owner + ("param", p.name.id)), "parameter declared here")],
+                    labels=[Label(param_anchor, "parameter declared here")],
                     notes=[f"consider `cast({dotted(arg.value) or 'x'}, {pattern.dtype.name})`"]
                     if not pattern.dtype.var and pattern.dtype is not WORK
                     else [],
@@ -506,7 +512,7 @@ class CallsMixin:
                     f"argument `{p.name.id}` of {callee}: {msg}",
                     arg.value,
                     label=format_type(actual),
-                    labels=[Label(SymbolAnchor(owner + ("param", p.name.id)), f"declared {format_type(pattern)} here")],
+                    labels=[Label(param_anchor, f"declared {format_type(pattern)} here")],
                 )
         unifier.shown = [
             d
@@ -523,7 +529,8 @@ class CallsMixin:
             arg = matched[p.name.id]
             actual = arg_types[id(arg)]
             written = self._pattern_text(p, sig_scope, target.item)
-            labels = [Label(SymbolAnchor(owner + ("param", p.name.id)), f"declared `{p.name.id}: {written}` here")]
+            param_anchor = SymbolAnchor(owner + ("param", p.name.id), owner_file)
+            labels = [Label(param_anchor, f"declared `{p.name.id}: {written}` here")]
             labels += self.def_labels(arg.value)
             sources = [err.actual] + [unifier.sources.get(a) for a in (err.pattern.atoms() if err.pattern else ())]
             labels += self.atom_labels(sources)

@@ -40,7 +40,7 @@ from ..types.dims import Dim, const
 from .calls import CallsMixin
 from .configs import ConfigEvaluator
 from .describe import binding_kind, dtype_text, has_error_stmt, kind_text, shape_pair, shapes_equal, tail_node
-from .diagnostics import Finding, Label, LocalAnchor, SymbolAnchor
+from .diagnostics import Finding, Label, LocalAnchor, SymbolAnchor, symbol
 from .expressions import ExpressionsMixin
 from .members import MembersMixin
 from .names import NAMES_DEP, SCALAR_TYPE_NAMES, Binder, NamesMixin
@@ -52,11 +52,15 @@ EXPRESSION_KEYWORDS = {"true", "false", "none", "not", "and", "or", "if", "else"
 
 
 class CheckContext:
-    """What every item check of one analysis shares: name lookup across the file and the
-    standard library, config evaluation, and caches of module instances' members."""
+    """What every item check of one analysis shares: name lookup (`lookup(name, site)`: the
+    item that `name` names in the file of item `site`, imports.Globals), config evaluation,
+    and caches of module instances' members."""
 
     def __init__(
-        self, lookup: Callable[[str], Item | None], evaluator: ConfigEvaluator, previous: "CheckContext | None" = None
+        self,
+        lookup: Callable[[str, Item | None], Item | None],
+        evaluator: ConfigEvaluator,
+        previous: "CheckContext | None" = None,
     ):
         self.lookup = lookup
         self.evaluator = evaluator
@@ -75,9 +79,11 @@ class ItemResult:
     findings: list[Finding] = field(default_factory=list)
     types: dict[A.Node, Type] = field(default_factory=dict)
     refs: list[tuple[Span, Any]] = field(default_factory=list)
-    deps: dict[str, str | None] = field(default_factory=dict)
+    # (file, name) -> the interface of the item the name found there (None: nothing)
+    deps: dict[tuple[str, str], str | None] = field(default_factory=dict)
     world: Any = None  # the analysis's world key when last known valid (program.Document)
-    calls: list[tuple[tuple, tuple, Span]] = field(default_factory=list)  # (caller, callee, span) of fn calls
+    # (caller, callee, span) of fn calls; caller and callee are (file, *symbol path)
+    calls: list[tuple[tuple, tuple, Span]] = field(default_factory=list)
 
 
 class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
@@ -96,7 +102,7 @@ class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
         self.instance: Instance | None = None
         self.assumptions: list[tuple[str, bool]] = []
         self.fn_locals: list[tuple[str, Binding]] = []
-        self.current_fn: tuple | None = None  # the symbol path of the function being checked
+        self.current_fn: tuple | None = None  # the file and symbol path of the function being checked
 
     def report(self, code: str, message: str, node_or_span, **kw) -> None:
         span = node_or_span if isinstance(node_or_span, Span) else node_or_span.span
@@ -133,7 +139,7 @@ class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
         for p in mdef.params:
             t = self.param_value(p, scope)
             args[p.name.id] = t
-            anchor = SymbolAnchor((mdef.name.id, "param", p.name.id))
+            anchor = symbol(self.item, "param", p.name.id)
             scope.bind(p.name.id, Binding(t, "module_param", anchor, p.name))
             self.ref(p.name, anchor)
             self.record(p.name, t)
@@ -164,14 +170,14 @@ class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
                     return ScalarT("int", Dim.atom(const(p.name.id)))
                 return ScalarT(name, None)
             item = self.global_item(name)
-            self.ref(t.name, SymbolAnchor((name,)) if item is not None else None)
+            self.ref(t.name, symbol(item) if item is not None else None)
             if item is None or item.kind != "config":
                 self.unknown_type_name(t.name, scope)
                 return UNKNOWN
             v = self.binding.get(p.name.id)
             if v is not None:
                 return v
-            cv = self.ctx.evaluator.defaults(name)
+            cv = self.ctx.evaluator.defaults(item)
             return ConfigT(cv) if cv is not None else UNKNOWN
         if isinstance(t, A.LiteralType):
             return ScalarT("str", None, tuple(s.value for s in t.values))
@@ -201,11 +207,11 @@ class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
         scope = Scope(parent, "fn")
         self._check_params_unique(fn.params)
         owner = (inst.module.name.id, "fn", fn.name.id) if inst is not None else (fn.name.id,)
-        self.current_fn = owner
-        self.ref(fn.name, SymbolAnchor(owner))
+        self.current_fn = (self.item.source.path,) + owner
+        self.ref(fn.name, SymbolAnchor(owner, self.item.source.path))
         for p in fn.params:
             t = self.fn_param_type(p, scope, binder)
-            anchor = SymbolAnchor(owner + ("param", p.name.id))
+            anchor = SymbolAnchor(owner + ("param", p.name.id), self.item.source.path)
             scope.bind(p.name.id, Binding(t, "param", anchor, p.name))
             self.ref(p.name, anchor)
             self.record(p.name, t)

@@ -1,7 +1,7 @@
 """The registry of diagnostic codes. docs/diagnostics.md is generated from it
 (`make docs`, which runs `python -m linnet.docgen`; a test keeps them in sync).
 
-Ranges: L0xx syntax, L1xx names and scopes, L2xx shapes, L3xx dtypes, L4xx configs and
+Ranges: L0xx syntax, L1xx names and scopes (L12x imports), L2xx shapes, L3xx dtypes, L4xx configs and
 presets, L5xx checkpoints and weights, L9xx style warnings.
 """
 
@@ -62,8 +62,8 @@ _ALL = [
         "L004",
         "expected an item",
         "error",
-        "Top-level text must be an item: `config`, `preset`, `module`, `model` or `fn`, starting in "
-        "column 0. Indented lines belong to the item above them.",
+        "Top-level text must be an item: `config`, `preset`, `module`, `model`, `fn` or an import "
+        "(`from ... import ...`), starting in column 0. Indented lines belong to the item above them.",
         "let x = 1   # at the top level",
         "Move the code into a function or module.",
     ),
@@ -166,6 +166,57 @@ _ALL = [
         "`model`, an attribute the language does not know.",
         "fn f(x: [N]) -> [N] { let l = Linear(4, 4) }",
         "Declare submodules as module members.",
+    ),
+    # ----- L12x imports
+    Code(
+        "L120",
+        "imported file not found",
+        "error",
+        "An import names a file that cannot be read, or a standard-library module that does not exist. "
+        'A file is found relative to the importing file (`from "llama.linnet" import ...` in '
+        "`models/qwen2.linnet` reads `models/llama.linnet`); a standard-library module is named without "
+        "quotes (`from std.nn import Linear`). The names it would import are not reported again where "
+        "they are used.",
+        'from "lama.linnet" import LlamaMLP',
+        "Fix the path (relative to this file, with its `.linnet` suffix) or the module name.",
+    ),
+    Code(
+        "L121",
+        "imported name not found",
+        "error",
+        "The imported file does not define the name. A file exports the modules, functions and configs "
+        "it defines; what it imports itself is not exported again, so import a name from the file that "
+        "defines it.",
+        'from "llama.linnet" import LlamaMPL',
+        "Use the suggested name, or import it from the file that defines it.",
+    ),
+    Code(
+        "L122",
+        "import cycle",
+        "error",
+        "Files import each other in a cycle (or a file imports itself). Imports form a tree of files "
+        "from the model down to the blocks it shares, so every file can be checked on its own; the "
+        "message lists the files of the cycle.",
+        'from "b.linnet" import B   # in a.linnet, while b.linnet imports from "a.linnet"',
+        "Move what both files need into a third file that both import.",
+    ),
+    Code(
+        "L123",
+        "import name clash",
+        "error",
+        "An import binds a name that this file already defines, or that an earlier import binds. The "
+        "file's own definition (or the first import) keeps the name.",
+        'from "llama.linnet" import LlamaMLP\nmodule LlamaMLP(c: Llama) { ... }',
+        'Import it under another name: `from "llama.linnet" import LlamaMLP as BaseMLP`.',
+    ),
+    Code(
+        "L124",
+        "not importable",
+        "error",
+        "Only modules (and models), functions and configs can be imported. A preset is a way to load the "
+        "file that declares it, and a file is checked under its own presets, so presets stay in their file.",
+        'from "llama.linnet" import smollm2_135m',
+        "Declare the preset in this file, with the imported config: `preset p = Llama { ... }`.",
     ),
     # ----- L2xx shapes
     Code(

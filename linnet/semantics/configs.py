@@ -131,13 +131,13 @@ _FIELD_ATOMS: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
 
 
 class ConfigEvaluator:
-    """Evaluates configs and presets. `lookup(name)` finds an item by name (file, then std);
-    findings are appended to `findings[item]`."""
+    """Evaluates configs and presets. `lookup(name, site)` finds an item by the name item
+    `site` uses for it (imports.Globals); findings are appended to `findings[item]`."""
 
     def __init__(self, lookup):
         self.lookup = lookup
         self.findings: dict[Item, list[Finding]] = {}
-        self._defaults: dict[str, ConfigValue] = {}
+        self._defaults: dict[Item, ConfigValue] = {}
         self._type_checked: dict[Item, set[str]] = {}
 
     def _report(self, item: Item, finding: Finding) -> None:
@@ -147,28 +147,29 @@ class ConfigEvaluator:
         return sum(len(f) for f in self.findings.values())
 
     # ----- public
-    def config_item(self, name: str) -> Item | None:
-        item = self.lookup(name)
+    def config_item(self, name: str, site: Item | None = None) -> Item | None:
+        """The config that item `site` (default: the analysed file) calls `name`."""
+        item = self.lookup(name, site)
         if item is not None and item.kind == "config" and item.ast is not None:
             return item
         return None
 
-    def defaults(self, type_name: str) -> ConfigValue | None:
-        if type_name not in self._defaults:
-            item = self.config_item(type_name)
-            if item is None:
-                return None
-            self._defaults[type_name] = self._evaluate(item, None, item, (type_name,), silent_missing=True)
-        return self._defaults[type_name]
+    def defaults(self, config: Item) -> ConfigValue | None:
+        """Config item `config` with every field at its default."""
+        if config.kind != "config" or config.ast is None:
+            return None
+        if config not in self._defaults:
+            self._defaults[config] = self._evaluate(config, None, config, (config.name,), silent_missing=True)
+        return self._defaults[config]
 
     def preset(self, item: Item) -> ConfigValue | None:
         """Evaluate a preset item; None when its config type is unknown (reported)."""
         record = item.ast.value
-        cfg = self.config_item(record.type_name.id)
+        cfg = self.config_item(record.type_name.id, item)
         if cfg is None:
-            known = self.lookup(record.type_name.id)
-            if known is not None and known.ast is None:
-                return None  # the config did not parse: its syntax error says it all
+            known = self.lookup(record.type_name.id, item)
+            if (known is not None and known.ast is None) or self._failed_import(record.type_name.id, item):
+                return None  # the config did not parse, or its import failed: that error says it all
             names = [i.name for i in self._all_configs()]
             hint = closest(record.type_name.id, names)
             self._report(
@@ -184,6 +185,9 @@ class ConfigEvaluator:
 
     def _all_configs(self):
         return getattr(self.lookup, "configs", lambda: [])()
+
+    def _failed_import(self, name: str, site: Item) -> bool:
+        return getattr(self.lookup, "is_failed", lambda n, s: False)(name, site)
 
     # ----- evaluation
     def _evaluate(
@@ -265,12 +269,13 @@ class ConfigEvaluator:
             computing.add(name)
             if name in given:
                 init = given[name]
-                v = self._value(init.value, fdef, owner, path + (name,), lambda n: None, where="preset")
-                value.origins[name] = SymbolAnchor(path + (name,))
+                v = self._value(init.value, fdef, cfg, owner, path + (name,), lambda n: None, where="preset")
+                value.origins[name] = SymbolAnchor(path + (name,), owner.source.path)
             elif fdef.default is not None:
                 v = self._value(
                     fdef.default,
                     fdef,
+                    cfg,
                     cfg,
                     (cdef.name.id, name),
                     dependency,
@@ -278,7 +283,7 @@ class ConfigEvaluator:
                     preset_owner=owner if record is not None else None,
                     origins=value.origins,
                 )
-                value.origins[name] = SymbolAnchor((cdef.name.id, name))
+                value.origins[name] = SymbolAnchor((cdef.name.id, name), cfg.source.path)
             else:
                 v = MISSING
                 if not silent_missing:
@@ -293,7 +298,12 @@ class ConfigEvaluator:
                             "L403",
                             f"`{cdef.name.id}.{name}` has no default and is not set",
                             anchor,
-                            labels=[Label(SymbolAnchor((cdef.name.id, name)), "declared without a default here")],
+                            labels=[
+                                Label(
+                                    SymbolAnchor((cdef.name.id, name), cfg.source.path),
+                                    "declared without a default here",
+                                )
+                            ],
                         ),
                     )
             computing.discard(name)
@@ -315,12 +325,12 @@ class ConfigEvaluator:
             if not isinstance(f, A.ConfigField) or not isinstance(f.type, A.NamedType):
                 continue
             name = f.type.name.id
-            if name in SCALAR_TYPES or self.config_item(name) is not None:
+            if name in SCALAR_TYPES or self.config_item(name, cfg) is not None:
                 continue
             bad.add(f.name.id)
-            known = self.lookup(name)
-            if known is not None and known.ast is None:
-                continue  # a config that did not parse: its syntax error says it all
+            known = self.lookup(name, cfg)
+            if (known is not None and known.ast is None) or self._failed_import(name, cfg):
+                continue  # a config that did not parse, or whose import failed: that error says it all
             hint = closest(name, list(SCALAR_TYPES) + [i.name for i in self._all_configs()])
             self._report(
                 cfg,
@@ -338,6 +348,7 @@ class ConfigEvaluator:
         self,
         expr,
         fdef: A.ConfigField,
+        config: Item,
         item: Item,
         path: tuple,
         get,
@@ -345,11 +356,15 @@ class ConfigEvaluator:
         preset_owner: Item | None = None,
         origins: dict | None = None,
     ):
-        """Evaluate one field value and check it against the field's type."""
+        """Evaluate one field value (written in `item`) of a field `fdef` of `config` and check
+        it against the field's type."""
         ftype = fdef.type
         if isinstance(expr, A.RecordLit):
             expected = ftype.name.id if isinstance(ftype, A.NamedType) else None
-            if expr.type_name.id != expected:
+            expected_item = self.config_item(expected, config) if expected is not None else None
+            written = self.config_item(expr.type_name.id, item)
+            same = written is expected_item if written is not None else expr.type_name.id == expected
+            if expected is None or not same:
                 self._report(
                     item,
                     Finding(
@@ -359,17 +374,16 @@ class ConfigEvaluator:
                     ),
                 )
                 return MISSING
-            cfg = self.config_item(expected)
-            if cfg is None:
+            if expected_item is None:
                 return MISSING
-            return self._evaluate(cfg, expr, item, path)
+            return self._evaluate(expected_item, expr, item, path)
         ev = _ConstEval(self, item, get, fdef, preset_owner, origins or {})
         v = ev.eval(expr)
         if v is MISSING:
             return v
-        return self._check_type(v, ftype, fdef, item, expr)
+        return self._check_type(v, ftype, fdef, config, item, expr)
 
-    def _check_type(self, v, ftype: A.Type, fdef: A.ConfigField, item: Item, expr):
+    def _check_type(self, v, ftype: A.Type, fdef: A.ConfigField, config: Item, item: Item, expr):
         anchor = LocalAnchor(item, expr.span)
         if isinstance(ftype, A.LiteralType):
             allowed = [s.value for s in ftype.values]
@@ -389,7 +403,7 @@ class ConfigEvaluator:
             return v
         if isinstance(ftype, A.NamedType):
             name = ftype.name.id
-            if name not in SCALAR_TYPES and self.config_item(name) is None:
+            if name not in SCALAR_TYPES and self.config_item(name, config) is None:
                 return MISSING  # an unknown type: reported once on the config (`_field_types`)
             if v is None:
                 if ftype.optional:
@@ -422,16 +436,27 @@ class ConfigEvaluator:
     # ----- scenarios
     def scenarios(self, presets: list[Item], config_names: list[str]) -> list["Scenario"]:
         """ "defaults" then one scenario per preset, in source order. A preset whose config has
-        errors is reported and not checked under: what it would produce is noise."""
-        defaults = {n: self.defaults(n) for n in config_names if self.defaults(n) is not None}
-        out = [Scenario("defaults", defaults, None)]
+        errors is reported and not checked under: what it would produce is noise.
+        `config_names` are the analysed file's names for the configs it sees; a scenario's
+        `configs` are keyed by them."""
+
+        def defaults() -> dict[str, ConfigValue]:
+            out = {}
+            for n in config_names:
+                config = self.config_item(n)
+                value = self.defaults(config) if config is not None else None
+                if value is not None:
+                    out[n] = value
+            return out
+
+        out = [Scenario("defaults", defaults(), None)]
         for p in presets:
             before = len(self.findings.get(p, []))
             value = self.preset(p)
             if value is None or len(self.findings.get(p, [])) > before:
                 continue
-            configs = {n: self.defaults(n) for n in config_names if self.defaults(n) is not None}
-            configs[value.type_name] = value
+            configs = defaults()
+            configs[p.ast.value.type_name.id] = value
             out.append(Scenario(p.name, configs, p))
         return out
 
@@ -439,25 +464,26 @@ class ConfigEvaluator:
 @dataclass
 class Scenario:
     name: str
-    configs: dict[str, ConfigValue]
+    configs: dict[str, ConfigValue]  # by the analysed file's name of each config
     preset: Item | None
 
 
-def values_by_type(scenarios: list[Scenario]) -> dict[str, list[tuple[Any, list[str]]]]:
-    """Per config type, the distinct values (None for `none`) occurring in any scenario, each
-    with the scenario names it occurs in."""
-    found: dict[str, dict[Any, tuple[Any, list[str]]]] = {}
+def values_by_type(scenarios: list[Scenario], lookup) -> dict[Item, list[tuple[Any, list[str]]]]:
+    """Per config (item), the distinct values (None for `none`) occurring in any scenario, each
+    with the scenario names it occurs in. `lookup(name, site)` finds the config a field's type
+    names (imports.Globals)."""
+    found: dict[Item, dict[Any, tuple[Any, list[str]]]] = {}
 
-    def add(type_name: str, v, scenario: str):
+    def add(config: Item, v, scenario: str):
         key = v.key() if isinstance(v, ConfigValue) else None
-        slot = found.setdefault(type_name, {})
+        slot = found.setdefault(config, {})
         if key not in slot:
             slot[key] = (v, [])
         if scenario not in slot[key][1]:
             slot[key][1].append(scenario)
 
     def visit(cv: ConfigValue, scenario: str):
-        add(cv.type_name, cv, scenario)
+        add(cv.item, cv, scenario)
         for name, v in cv.values.items():
             fdef = cv.field_def(name)
             if fdef is None or not isinstance(fdef.type, A.NamedType) or fdef.type.name.id in SCALAR_TYPES:
@@ -465,7 +491,9 @@ def values_by_type(scenarios: list[Scenario]) -> dict[str, list[tuple[Any, list[
             if isinstance(v, ConfigValue):
                 visit(v, scenario)
             elif v is None:
-                add(fdef.type.name.id, None, scenario)
+                config = lookup(fdef.type.name.id, cv.item)
+                if config is not None and config.kind == "config":
+                    add(config, None, scenario)
 
     for s in scenarios:
         for cv in s.configs.values():

@@ -28,9 +28,21 @@ class LocalAnchor:
 class SymbolAnchor:
     """A definition named by path: `("Llama", "hidden_size")` is the config field,
     `("smollm2_135m", "rope_scaling", "factor")` a preset's nested field init,
-    `("attention", "param", "q")` a function parameter, `("Linear", "member", "weight")`."""
+    `("attention", "param", "q")` a function parameter, `("Linear", "member", "weight")`.
+
+    `file` is the path of the file that defines `path[0]` (what `symbol` makes), so that an
+    anchor names one definition across files and imports' aliases. An empty `file` means
+    "`path[0]` as the analysed file names it" (its own items, its imports, the standard
+    library); `Analysis.canonical` turns those into the first kind."""
 
     path: tuple[str, ...]
+    file: str = ""
+
+
+def symbol(item: Item, *rest: str) -> SymbolAnchor:
+    """The anchor of top-level `item`, or of a definition inside it (`symbol(linear, "member",
+    "weight")`)."""
+    return SymbolAnchor((item.name or "",) + rest, item.source.path)
 
 
 Anchor = LocalAnchor | SymbolAnchor

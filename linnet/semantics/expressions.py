@@ -39,7 +39,7 @@ from .describe import (
     tail_node,
     types_equal,
 )
-from .diagnostics import Fix, Label, SymbolAnchor
+from .diagnostics import Fix, Label, symbol
 from .scope import Instance, Scope
 from .suggest import closest
 
@@ -108,11 +108,11 @@ class ExpressionsMixin:
                     f"config `{cv.type_name}` has no field `{name}`" + (f"; did you mean `{hint}`?" if hint else ""),
                     e.name,
                     fixes=self._fix(e.name, hint),
-                    labels=[Label(SymbolAnchor((cv.type_name,)), "config declared here")],
+                    labels=[Label(symbol(cv.item), "config declared here")],
                 )
                 return UNKNOWN
-            self.ref(e.name, SymbolAnchor((cv.type_name, name)))
-            self.result.deps.setdefault(cv.type_name, cv.item.interface)
+            self.ref(e.name, symbol(cv.item, name))
+            self.result.deps.setdefault((cv.item.source.path, cv.item.name), cv.item.interface)
             prefix = dotted(e.value)
             return cv.field_type(name, f"{prefix}.{name}" if prefix else name)
         if isinstance(base, NoneT):
@@ -143,7 +143,7 @@ class ExpressionsMixin:
                     fixes=self._fix(e.name, hint),
                 )
                 return UNKNOWN
-            self.ref(e.name, SymbolAnchor((inst.module.name.id, "member", name)))
+            self.ref(e.name, symbol(inst.item, "member", name))
             if info.present is False:
                 self.report(
                     "L108",

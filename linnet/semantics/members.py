@@ -23,7 +23,7 @@ from ..types.core import (
 )
 from ..types.dims import Dim
 from .describe import cond_key, kind_text
-from .diagnostics import Label, SymbolAnchor
+from .diagnostics import Label, symbol
 from .names import LOAD_TIME_DIMS, SCALAR_TYPE_NAMES
 from .scope import Binding, FnTarget, Instance, MemberInfo, Members, Scope
 
@@ -44,21 +44,19 @@ class MembersMixin:
 
         for member, name in submodules(mdef):
             path = [mdef.name.id, name]
-            stack = [(name, path)]
+            stack = [(name, self.item, path)]  # a name, the item that uses it, the chain to it
             seen = set()
             while stack:
-                current, chain = stack.pop()
-                if current == mdef.name.id:
+                current, site, chain = stack.pop()
+                item = self.global_item(current, site)
+                if item is self.item:
                     self.report("L111", f"`{mdef.name.id}` contains itself: {' -> '.join(chain)}", member.ctor.func)
                     return
-                if current in seen:
+                if item is None or item in seen or not isinstance(item.ast, A.ModuleDef):
                     continue
-                seen.add(current)
-                item = self.global_item(current)
-                if item is None or not isinstance(item.ast, A.ModuleDef):
-                    continue
+                seen.add(item)
                 for _, sub in submodules(item.ast):
-                    stack.append((sub, chain + [sub]))
+                    stack.append((sub, item, chain + [sub]))
 
     def module_scope(self, inst: Instance) -> Scope:
         """The scope of a module's members and functions: its parameters bound to the
@@ -69,7 +67,7 @@ class MembersMixin:
         mdef = inst.module
         for p in mdef.params:
             t = inst.args.get(p.name.id, UNKNOWN)
-            scope.bind(p.name.id, Binding(t, "module_param", SymbolAnchor((mdef.name.id, "param", p.name.id)), p.name))
+            scope.bind(p.name.id, Binding(t, "module_param", symbol(inst.item, "param", p.name.id), p.name))
         for name, atom in LOAD_TIME_DIMS.items():
             scope.bind(name, Binding(ScalarT("int", Dim.atom(atom)), "dim", None))
         scope.instance = inst
@@ -87,6 +85,7 @@ class MembersMixin:
             call,
             scope,
             owner_path=(mdef.name.id, "param"),
+            owner_file=item.source.path,
         )
         if matched is None:
             return None
@@ -102,7 +101,7 @@ class MembersMixin:
             else:
                 t = self.silent_expr(p.default, callee_scope, item)
                 node = call
-            t = self.check_compile_time_arg(p, t, node, f"`{mdef.name.id}`")
+            t = self.check_compile_time_arg(p, t, node, f"`{mdef.name.id}`", item)
             if t is None:
                 ok = False
                 t = UNKNOWN
@@ -132,8 +131,9 @@ class MembersMixin:
             self.result.deps.setdefault(name, v)
         return t
 
-    def check_compile_time_arg(self, p: A.Param, t: Type, node, callee: str) -> Type | None:
-        """Check a value against a module (or scalar function) parameter's type."""
+    def check_compile_time_arg(self, p: A.Param, t: Type, node, callee: str, site: Item) -> Type | None:
+        """Check a value against a module (or scalar function) parameter's type (`p` of item
+        `site`, whose file names its config type)."""
         if isinstance(t, UnknownT):
             return t
         pt = p.type
@@ -173,7 +173,7 @@ class MembersMixin:
             self.report("L406", f"`{p.name.id}` of {callee} is a `{name}`, not optional; got `none`", node)
             return None
         if isinstance(t, ConfigT):
-            if t.value.type_name != name:
+            if t.value.item is not self.global_item(name, site):
                 self.report(
                     "L107", f"`{p.name.id}` of {callee} is a `{name}` config, got a `{t.value.type_name}`", node
                 )
@@ -254,9 +254,7 @@ class _MemberEvaluator:
                 info = self.member(m)
             if info is None:
                 continue
-            self.c.ref(
-                m.name, SymbolAnchor((self.inst.module.name.id, "fn" if info.kind == "fn" else "member", info.name))
-            )
+            self.c.ref(m.name, symbol(self.inst.item, "fn" if info.kind == "fn" else "member", info.name))
             info.present = present
             info.conditions = conditions
             info.cond_text = getattr(self, "cond_text", "")
@@ -320,10 +318,11 @@ class _MemberEvaluator:
             ctor = m.ctor
             item = c.global_item(ctor.func.id) if isinstance(ctor.func, A.Name) else None
             if item is None:
-                c.unknown_name(ctor.func, self.scope)
+                if not (isinstance(ctor.func, A.Name) and c.failed_import(ctor.func.id)):
+                    c.unknown_name(ctor.func, self.scope)
                 c.eval_args(ctor.args, self.scope)
                 return MemberInfo(m.name.id, "submodule" if m.kind == "submodule" else "list", m, UNKNOWN)
-            c.ref(ctor.func, SymbolAnchor((item.name,)))
+            c.ref(ctor.func, symbol(item))
             if item.kind != "module" or item.ast is None:
                 if item.ast is not None:
                     c.report("L107", f"`{item.name}` is a {item.kind}, not a module", ctor.func)

@@ -15,7 +15,7 @@ from ..syntax.items import Item
 from ..types.core import I64, UNKNOWN, ModuleListT, ModuleT, ScalarT, TensorT, Type, UnknownT, format_type
 from ..types.dims import Dim
 from .checker import ItemChecker
-from .diagnostics import Finding, SymbolAnchor
+from .diagnostics import Finding, SymbolAnchor, symbol
 from .names import Binder
 from .scope import Binding, Instance, Scope
 
@@ -90,7 +90,7 @@ def elaborate(
             continue
         name = info.checkpoint_name or info.name
         path = f"{prefix}{name}"
-        anchor = SymbolAnchor((inst.module.name.id, "member", info.name))
+        anchor = symbol(inst.item, "member", info.name)
         if info.kind == "param" and isinstance(info.type, TensorT):
             tree.params.append(TensorInfo(path, info.type, anchor, "param"))
         elif info.kind == "state" and isinstance(info.type, TensorT):

@@ -28,7 +28,7 @@ from ..types.core import (
 )
 from ..types.dims import Atom, Dim, DivisionError, const, divide, format_dim, var
 from .describe import cond_text, kind_text
-from .diagnostics import Fix, Label, SymbolAnchor
+from .diagnostics import Fix, Label, SymbolAnchor, symbol
 from .scope import Binding, FnTarget, MemberInfo, Scope
 from .suggest import closest, suggestions
 
@@ -64,15 +64,25 @@ class Binder:
 class NamesMixin:
     """Name resolution and type evaluation for `ItemChecker`."""
 
-    def global_item(self, name: str) -> Item | None:
-        item = self.ctx.lookup(name)
-        self.result.deps[name] = item.interface if item is not None else None
+    def global_item(self, name: str, site: Item | None = None) -> Item | None:
+        """The top-level item that `name` names where `site` (default: the item being checked)
+        is defined: its file's items and imports, then the standard library."""
+        site = site if site is not None else self.item
+        item = self.ctx.lookup(name, site)
+        self.result.deps[(site.source.path, name)] = item.interface if item is not None else None
         return item
+
+    def failed_import(self, name: str) -> bool:
+        """Whether `name` was to come from an import that failed (reported on the import)."""
+        is_failed = getattr(self.ctx.lookup, "is_failed", None)
+        return is_failed is not None and is_failed(name, self.item)
 
     def unknown_type_name(self, node: A.Name, scope: Scope) -> None:
         item = self.global_item(node.id)
         if item is not None:
             self.report("L107", f"`{node.id}` is a {item.kind}, not a type", node)
+            return
+        if self.failed_import(node.id):
             return
         candidates = list(SCALAR_TYPE_NAMES) + [i for i in self._global_names() if self._is_config(i)]
         hint = closest(node.id, candidates)
@@ -88,8 +98,8 @@ class NamesMixin:
         names = getattr(self.ctx.lookup, "names", None)
         if names is None:
             return []
-        found = list(names())
-        self.result.deps[NAMES_DEP] = self.ctx.lookup.names_key()
+        found = list(names(self.item))
+        self.result.deps[(self.item.source.path, NAMES_DEP)] = self.ctx.lookup.names_key(self.item)
         return found
 
     def _is_config(self, name: str) -> bool:
@@ -134,8 +144,8 @@ class NamesMixin:
                 return ScalarT(name, None)
             item = self.global_item(name)
             if item is not None and item.kind == "config":
-                self.ref(t.name, SymbolAnchor((name,)))
-                cv = self.ctx.evaluator.defaults(name)
+                self.ref(t.name, symbol(item))
+                cv = self.ctx.evaluator.defaults(item)
                 return ConfigT(cv) if cv is not None else UNKNOWN
             self.unknown_type_name(t.name, scope)
             return UNKNOWN
@@ -248,7 +258,8 @@ class NamesMixin:
                 origin = a.origin
                 if not isinstance(origin, SymbolAnchor):
                     continue
-                owner = self.global_item(origin.path[0])
+                anchor_item = getattr(self.ctx.lookup, "anchor_item", None)
+                owner = anchor_item(origin) if anchor_item is not None else self.global_item(origin.path[0])
                 if owner is None or owner.kind != "preset":
                     continue
                 if origin.path not in seen and a.value is not None:
@@ -268,7 +279,7 @@ class NamesMixin:
             info = members.by_name.get(name)
             if info is not None:
                 kind = "fn" if info.kind == "fn" else "member"
-                return Binding(info, "member", SymbolAnchor((inst.module.name.id, kind, name)), info.node)
+                return Binding(info, "member", symbol(inst.item, kind, name), info.node)
             if name in members.poisoned:
                 return Binding(UNKNOWN, "poisoned")
         b = scope.lookup(name)
@@ -297,7 +308,7 @@ class NamesMixin:
                 "L108",
                 f"`{info.name}` exists only when {info.cond_text}, which is false here",
                 node,
-                labels=[Label(SymbolAnchor(self._member_path(info)), "declared under that condition here")],
+                labels=[Label(self._member_anchor(info), "declared under that condition here")],
             )
             return UNKNOWN
         missing = [c for c in info.conditions if c not in self.assumptions]
@@ -306,15 +317,16 @@ class NamesMixin:
                 "L108",
                 f"`{info.name}` exists only when {info.cond_text}",
                 node,
-                labels=[Label(SymbolAnchor(self._member_path(info)), "declared under that condition here")],
+                labels=[Label(self._member_anchor(info), "declared under that condition here")],
                 notes=[f"consider wrapping this use in `if {cond_text(missing[0])} {{ ... }}`"],
             )
             return UNKNOWN
         return info.type
 
-    def _member_path(self, info: MemberInfo) -> tuple:
-        owner = self.instance.module.name.id if self.instance is not None else ""
-        return (owner, "member", info.name)
+    def _member_anchor(self, info: MemberInfo) -> SymbolAnchor:
+        if self.instance is None:
+            return SymbolAnchor(("", "member", info.name))
+        return symbol(self.instance.item, "member", info.name)
 
     def name_value(self, e: A.Name, scope: Scope) -> Type:
         b = self.lookup_value(e.id, scope)
@@ -324,7 +336,7 @@ class NamesMixin:
         if item is None and e.id in REGISTRY:
             return FnRefT(REGISTRY[e.id])
         if item is not None:
-            self.ref(e, SymbolAnchor((e.id,)))
+            self.ref(e, symbol(item))
             if item.ast is None:
                 return UNKNOWN
             if item.kind == "fn":
@@ -340,6 +352,8 @@ class NamesMixin:
             return DTypeT(binder.dtypes[e.id])
         if e.id in BUILTIN_CONSTANTS:
             return ScalarT("float", BUILTIN_CONSTANTS[e.id])
+        if self.failed_import(e.id):
+            return UNKNOWN
         self.unknown_name(e, scope)
         return UNKNOWN
 

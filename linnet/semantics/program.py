@@ -6,6 +6,10 @@ reparses only items whose text changed; `analyze()` rechecks only items whose ow
 the interface of something they use (`Item.interface`: an item without its function
 bodies), changed, under each config binding. Everything else is reused, which is what keeps
 an edit inside one function body to one item's work.
+
+Documents live in a `Workspace` (the files a session can reach, by path): what a document
+imports is found there, so an importer's analysis sees the imported file's current text, and
+an edit inside an imported function body rechecks nothing in the importer.
 """
 
 from __future__ import annotations
@@ -25,7 +29,11 @@ from .attributes import check_attributes
 from .checker import NAMES_DEP, CheckContext, ItemChecker, ItemResult
 from .configs import ConfigEvaluator, ConfigValue, Scenario, values_by_type
 from .diagnostics import Diagnostic, Finding, Label, LocalAnchor, SymbolAnchor, locate
+from .imports import FileImports, Globals, Namespaces, canonical, namespaces
 from .model import ModelTree, check_model
+from .workspace import Workspace
+
+__all__ = ["Analysis", "Document", "Globals", "StdLib", "TypeInfo", "Workspace", "std_library"]
 
 STD_FILES = ("nn.linnet", "functional.linnet", "rope.linnet", "attention.linnet")
 
@@ -53,42 +61,6 @@ class StdLib:
 def std_library() -> StdLib:
     base = Path(__file__).resolve().parent.parent / "std"
     return StdLib({str(base / name): (base / name).read_text(encoding="utf-8") for name in STD_FILES})
-
-
-# ----------------------------------------------------------------------------- name lookup
-
-
-class Globals:
-    """Top-level names: the document's items first, then the standard library."""
-
-    def __init__(self, items: list[Item], std_items: list[Item]):
-        self.by_name: dict[str, Item] = {}
-        self.duplicates: list[tuple[Item, Item]] = []
-        self._names_key: str | None = None
-        for item in items:
-            if item.name is None:
-                continue
-            if item.name in self.by_name:
-                self.duplicates.append((self.by_name[item.name], item))
-                continue
-            self.by_name[item.name] = item
-        for item in std_items:
-            if item.name is not None and item.name not in self.by_name:
-                self.by_name[item.name] = item
-
-    def __call__(self, name: str) -> Item | None:
-        return self.by_name.get(name)
-
-    def names(self):
-        return self.by_name.keys()
-
-    def names_key(self) -> str:
-        if self._names_key is None:
-            self._names_key = "\n".join(sorted(self.by_name))
-        return self._names_key
-
-    def configs(self) -> list[Item]:
-        return [i for i in self.by_name.values() if i.kind == "config"]
 
 
 # ----------------------------------------------------------------------------- results
@@ -134,7 +106,15 @@ class Analysis:
         self.model: Item | None = None
         self.trees: dict[str, ModelTree] = {}
         self.globals: Globals | None = None
+        self.namespaces: Namespaces | None = None  # every file the analysis reached, by path
+        self.imports: FileImports | None = None  # what the document's imports bound
         self.item_refs: dict[Item, list[tuple[Span, Any]]] = {}
+
+    @property
+    def files(self) -> list[str]:
+        """The paths of the files this analysis read: the document's and every file it
+        imports, transitively (not the standard library)."""
+        return [d.source.path for d in self.namespaces.files] if self.namespaces is not None else []
 
     @property
     def presets(self) -> list[str]:
@@ -209,11 +189,26 @@ class Analysis:
         return best[1] if best is not None else None
 
     def refs_of(self, item: Item):
-        yield from self.item_refs.get(item, ())
+        """(span, anchor) of every name in `item` that names a definition; anchors of
+        top-level definitions name their defining file (`canonical`)."""
+        for span, target in self.item_refs.get(item, ()):
+            yield span, self.canonical(target)
         ia = self.items.get(item)
         if ia is not None:
             for _, result in ia.results:
-                yield from result.refs
+                for span, target in result.refs:
+                    yield span, self.canonical(target)
+
+    def canonical(self, anchor):
+        """`anchor`, naming its definition by the file that defines it (imports.canonical)."""
+        return canonical(anchor, self.globals)
+
+    def source_of(self, path: str) -> Source | None:
+        """The source of a file this analysis read (the document, a file it imports, the
+        standard library), by path; None for any other."""
+        docs = list(self.namespaces.files) if self.namespaces is not None else [self.document]
+        docs += self.document.std.documents if self.document.std is not None else []
+        return next((d.source for d in docs if d.source.path == path), None)
 
     def references(self, offset: int, include_definition: bool = True) -> list[Location]:
         """Every place in this document naming the symbol at `offset` (its definition first
@@ -221,6 +216,13 @@ class Analysis:
         target = self.symbol_at(offset)
         if target is None:
             return []
+        return self.references_to(target, include_definition)
+
+    def references_to(self, target, include_definition: bool = True) -> list[Location]:
+        """Every place in this document naming definition `target` (an anchor from
+        `symbol_at`, possibly of another document's analysis), its definition first when it
+        is in this document."""
+        target = self.canonical(target)
         out: list[Location] = []
         seen = set()
         definition = self.resolve(target)
@@ -268,8 +270,22 @@ class Document:
     """A `.linnet` source being checked or edited. Keeps items and check results across
     versions; see the module docstring."""
 
-    def __init__(self, path: str, text: str = "", std: "StdLib | None | bool" = True, is_std: bool = False):
+    def __init__(
+        self,
+        path: str,
+        text: str = "",
+        std: "StdLib | None | bool" = True,
+        is_std: bool = False,
+        workspace: Workspace | None = None,
+        given: bool = True,
+    ):
+        """`workspace` is where imports are found (None: a workspace of this document alone,
+        reading what it imports from disk); `given` registers the text as the one the
+        workspace uses for `path` (False for a file the workspace read from disk)."""
         self.source = Source(path, text)
+        self._workspace = workspace
+        if workspace is not None and given:
+            workspace.add(self)
         self.items: list[Item] = []
         self.is_std = is_std
         self._std = std
@@ -278,6 +294,7 @@ class Document:
         self._binding_cache: dict[Item, tuple] = {}
         self._replaced: list[Item] = []  # items dropped since the last analysis (cache pruning)
         self.last_parsed = 0
+        self.version = 0  # counts changes of the text
         self.update(text)
 
     @property
@@ -290,8 +307,18 @@ class Document:
     def text(self) -> str:
         return self.source.text
 
+    @property
+    def workspace(self) -> Workspace:
+        if self._workspace is None:
+            self._workspace = Workspace()
+            self._workspace.add(self)
+        return self._workspace
+
     def update(self, text: str) -> None:
         """Replace the text; items whose text is unchanged keep their parse."""
+        if self.items and text == self.source.text:
+            return
+        self.version += 1
         by_text: dict[str, list[Item]] = {}
         for item in self.items:
             by_text.setdefault(item.text, []).append(item)
@@ -330,23 +357,26 @@ class Document:
         analysis = Analysis(self)
         analysis.stats.items_parsed = self.last_parsed
         self.last_parsed = 0
-        std_items = []
-        if self.std is not None:
-            std_items = [i for i in self.std.items if i.source.path != self.source.path]
-        globals_ = Globals(self.items, std_items)
+        ns, own_imports = namespaces(self)
+        globals_ = ns.by_source[self.source]
         analysis.globals = globals_
+        analysis.namespaces = ns
+        analysis.imports = own_imports
         evaluator = ConfigEvaluator(globals_)
         presets = [i for i in self.items if i.kind == "preset" and i.ast is not None]
-        config_names = [i.name for i in globals_.configs()]
-        scenarios = evaluator.scenarios(presets, config_names)
+        scenarios = evaluator.scenarios(presets, globals_.config_names())
         analysis.scenarios = scenarios
-        values = values_by_type(scenarios)
+        values = values_by_type(scenarios, globals_)
         values_key = tuple(
-            sorted((t, tuple(v.key() if v is not None else None for v, _ in vs)) for t, vs in values.items())
+            sorted(
+                ((t.source.path, t.name), tuple(v.key() if v is not None else None for v, _ in vs))
+                for t, vs in values.items()
+            )
         )
-        # Everything an item's check can depend on besides its own text: when this is unchanged,
-        # cached results are valid without looking at their dependencies one by one.
-        world = (tuple(sorted((n, i.interface) for n, i in globals_.by_name.items())), values_key)
+        # Everything an item's check can depend on besides its own text (the interfaces of
+        # every file it reaches): when this is unchanged, cached results are valid without
+        # looking at their dependencies one by one.
+        world = (ns.world(), values_key)
         previous = self._context if self._context is not None and self._context[0] == world else None
         if previous is not None:
             world = previous[0]  # the same object: every cached result then compares by identity
@@ -355,7 +385,7 @@ class Document:
             _prune_caches(ctx, self._replaced)
         self._replaced = []
         self._context = (world, ctx)
-        findings: list[Finding] = []
+        findings: list[Finding] = list(own_imports.findings)
         problems = []
 
         for first, dup in globals_.duplicates:
@@ -378,9 +408,9 @@ class Document:
             ia = ItemAnalysis(item)
             after_unclosed = previous_unclosed
             checked = False
-            for binding, key, names in self._bindings(item, values, values_key):
+            for binding, key, names in self._bindings(item, values, world, globals_):
                 cached = self._results.get((item, key))
-                if cached is not None and (cached.world == world or self._valid(cached, globals_)):
+                if cached is not None and (cached.world == world or self._valid(cached, ns)):
                     result = cached
                     result.world = world
                 else:
@@ -410,6 +440,9 @@ class Document:
                 findings.extend(found)
         findings.extend(_recursion(analysis))
         for item in self.items:
+            if item.kind == "import":
+                analysis.item_refs[item] = own_imports.refs.get(item, [])
+                continue
             if item._refs is None:
                 item._refs = _item_refs(item)
             analysis.item_refs[item] = item._refs
@@ -458,28 +491,36 @@ class Document:
         analysis.diagnostics = diagnostics
         return analysis
 
-    def _valid(self, result: ItemResult, globals_: Globals) -> bool:
-        for name, iface in result.deps.items():
+    def _valid(self, result: ItemResult, ns: Namespaces) -> bool:
+        """Whether every name the result looked up (in its file's namespace) still names an
+        item with the same interface."""
+        for (path, name), iface in result.deps.items():
+            globals_ = ns.by_path.get(path)
+            if globals_ is None:
+                return False
             if name == NAMES_DEP:
                 if iface != globals_.names_key():
                     return False
                 continue
-            item = globals_(name)
+            item = globals_.by_name.get(name)
             if (item.interface if item is not None else None) != iface:
                 return False
         return True
 
-    def _bindings(self, item: Item, values: dict, values_key) -> list[tuple[dict[str, Type], Any, list[str] | None]]:
+    def _bindings(
+        self, item: Item, values: dict, key, globals_: Globals
+    ) -> list[tuple[dict[str, Type], Any, list[str] | None]]:
         """The config bindings to check `item` under: one per distinct value of its config
-        parameters across the scenarios (plain items: one, with no config)."""
+        parameters across the scenarios (plain items: one, with no config). `key` stands for
+        the values and the names that find the configs."""
         cached = self._binding_cache.get(item)
-        if cached is not None and cached[0] == values_key:
+        if cached is not None and cached[0] == key:
             return cached[1]
-        out = self._compute_bindings(item, values)
-        self._binding_cache[item] = (values_key, out)
+        out = self._compute_bindings(item, values, globals_)
+        self._binding_cache[item] = (key, out)
         return out
 
-    def _compute_bindings(self, item: Item, values: dict):
+    def _compute_bindings(self, item: Item, values: dict, globals_: Globals):
         ast = item.ast
         params = ast.params
         slots = []
@@ -487,7 +528,8 @@ class Document:
             t = p.type
             if not isinstance(t, A.NamedType) or t.name.id in ("int", "float", "bool", "str"):
                 continue
-            options = values.get(t.name.id, [])
+            config = globals_(t.name.id)
+            options = values.get(config, []) if config is not None else []
             if not t.optional:
                 options = [o for o in options if o[0] is not None]
             if not options:
@@ -512,7 +554,7 @@ class Document:
         if isinstance(anchor, LocalAnchor):
             return anchor.item.resolve(anchor.span)
         if isinstance(anchor, SymbolAnchor) and globals_ is not None:
-            found = find_symbol(anchor.path, globals_)
+            found = find_symbol(anchor, globals_, self.workspace)
             if found is not None:
                 item, span = found
                 return item.resolve(span)
@@ -628,7 +670,7 @@ def _recursion(analysis: "Analysis") -> list[Finding]:
         while calls and calls[0][0] != first and len(order) < len(members):
             order.append(calls[0][0])
             calls = [c for c in edges.get(order[-1], ()) if c[0] in members] or calls
-        names = " -> ".join(".".join(p for p in part if p != "fn") for part in order + [first])
+        names = " -> ".join(".".join(p for p in part[1:] if p != "fn") for part in order + [first])
         _, item, span = next(c for c in edges[first] if c[0] in members)
         out.append(
             Finding(
@@ -671,7 +713,7 @@ def _merge(ia: ItemAnalysis, preferred: str | None) -> list[Finding]:
 def _item_refs(item: Item) -> list[tuple[Span, Any]]:
     """Names that need no checking to resolve: item names, config fields, preset field inits."""
     ast = item.ast
-    if ast is None:
+    if ast is None or isinstance(ast, A.ImportDef):
         return []
     refs: list[tuple[Span, Any]] = [(ast.name.span, SymbolAnchor((ast.name.id,)))]
     if isinstance(ast, A.ConfigDef):
@@ -698,13 +740,20 @@ def _item_refs(item: Item) -> list[tuple[Span, Any]]:
     return refs
 
 
-def find_symbol(path: tuple[str, ...], globals_: Globals) -> tuple[Item, Span] | None:
-    """The definition a `SymbolAnchor` path names, among the items `globals_` sees: (its item,
-    the span of its name, item-relative), or None when no such definition exists (any more).
-    Paths: `(item,)`, `(config, field)`, `(preset, field, ...)`, `(module, "param", name)`,
-    `(module, "member" | "fn", name)`, `(module, "fn", name, "param", name)`,
-    `(fn, "param", name)`."""
-    item = globals_(path[0])
+def find_symbol(
+    anchor: SymbolAnchor, globals_: Globals, workspace: Workspace | None = None
+) -> tuple[Item, Span] | None:
+    """The definition a `SymbolAnchor` names: (its item, the span of its name, item-relative), or
+    None when no such definition exists (any more). Found by the analysed file's names
+    (`globals_`), or, for an anchor that names its file, in that file (among the files the
+    analysis reached, else the workspace's). Paths: `(item,)`, `(config, field)`,
+    `(preset, field, ...)`, `(module, "param", name)`, `(module, "member" | "fn", name)`,
+    `(module, "fn", name, "param", name)`, `(fn, "param", name)`."""
+    path = anchor.path
+    item = globals_.anchor_item(anchor)
+    if item is None and anchor.file and workspace is not None:
+        doc = workspace.get(anchor.file)
+        item = next((i for i in doc.items if i.name == path[0]), None) if doc is not None else None
     if item is None or item.ast is None:
         return None
     node = item.ast

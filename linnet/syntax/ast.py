@@ -379,7 +379,40 @@ class PresetDef(Node):
     doc: str | None = None
 
 
-ItemDef = Union[ConfigDef, PresetDef, ModuleDef, FnDef]
+@dataclass(eq=False, slots=True)
+class ModulePath(Node):
+    """`std.nn`: a standard-library module named by dotted names."""
+
+    parts: list[Name]
+
+    @property
+    def dotted(self) -> str:
+        return ".".join(p.id for p in self.parts)
+
+
+@dataclass(eq=False, slots=True)
+class ImportedName(Node):
+    """`LlamaAttention as Attention` in an import: the item's name in the imported file, and
+    the name it is bound to here (`alias`, else the same name)."""
+
+    name: Name
+    alias: Name | None = None
+
+    @property
+    def local(self) -> Name:
+        return self.alias if self.alias is not None else self.name
+
+
+@dataclass(eq=False, slots=True)
+class ImportDef(Node):
+    """`from "llama.linnet" import LlamaMLP, LlamaAttention as Attention` (a file, relative to
+    the importing file) or `from std.nn import Linear` (a standard-library module)."""
+
+    source: StrLit | ModulePath
+    names: list[ImportedName]
+
+
+ItemDef = Union[ConfigDef, PresetDef, ModuleDef, FnDef, ImportDef]
 
 
 def children(node: Node):

@@ -295,6 +295,23 @@ class Builder(Transformer):
         attrs, _kw, name, value = c
         return A.PresetDef(_span(c), _name(name), value, attributes=attrs)
 
+    def import_def(self, c):
+        names = next(x for x in c[3:] if isinstance(x, list))
+        return A.ImportDef(_span(c), c[1], names)
+
+    def import_path(self, c):
+        return A.StrLit(_tok_span(c[0]), _unquote(str(c[0])))
+
+    def module_path(self, c):
+        return A.ModulePath(_span(c), [_name(t) for t in c])
+
+    def import_names(self, c):
+        return list(c)
+
+    def import_name(self, c):
+        name, _as, alias = c
+        return A.ImportedName(_span(c), _name(name), _name(alias) if alias is not None else None)
+
     def item_source(self, c):
         return c[0]
 

@@ -9,7 +9,7 @@ between tokens and the indentation of each line:
   inside brackets, around `.`, in keyword arguments (`dim=-1`), in slices (`x[:, 1:]`),
   after a unary `-`, or in generics (`fn softmax<T: float>`);
 - at most one blank line, none after an opening or before a closing bracket, exactly one
-  between top-level items;
+  between top-level items (consecutive imports keep the author's grouping);
 - two spaces before a trailing comment; no trailing whitespace; one final newline.
 
 A file with syntax errors is not formatted (`FormatError`).
@@ -108,6 +108,7 @@ class _Formatter:
         out: list[str] = []
         stack: list[int] = []  # line index of each open bracket
         prev_ended_item = False
+        prev_item_import = False  # the last top-level item was an import
         for idx, (toks, blanks) in enumerate(self.lines()):
             leading_closers = 0
             for t in toks:
@@ -120,7 +121,13 @@ class _Formatter:
             want = 1 if blanks else 0
             if out and (out[-1].endswith(("{", "(", "[")) or toks[0].type in CLOSERS):
                 want = 0
-            if level == 0 and prev_ended_item and (str(toks[0]) in ITEM_KEYWORDS or toks[0].type in ("AT", "COMMENT")):
+            starts_import = level == 0 and toks[0].type == "FROM"
+            if (
+                level == 0
+                and prev_ended_item
+                and (str(toks[0]) in ITEM_KEYWORDS or toks[0].type in ("AT", "COMMENT") or starts_import)
+                and not (starts_import and prev_item_import)
+            ):
                 want = 1
             if want and out:
                 out.append("")
@@ -130,6 +137,8 @@ class _Formatter:
                     stack.append(idx)
                 elif t.type in CLOSERS and stack:
                     stack.pop()
+            if level == 0 and toks[0].type not in ("COMMENT", "AT"):
+                prev_item_import = starts_import
             prev_ended_item = not stack and toks[0].type not in ("COMMENT", "AT")
         return "\n".join(out) + "\n" if out else ""
 
@@ -199,6 +208,8 @@ class _Formatter:
             return False
         if pk == "MINUS" and not (prev2 is not None and (prev2.type in OPERANDS or _is_name(prev2))):
             return False  # unary minus: `-x`, `-(a + b)`
+        if k == "LPAR" and pk == "IMPORT" and prev2 is not None and prev2.type in ("STRING", "NAME"):
+            return True  # `from "x.linnet" import (`
         if k in ("LPAR", "LSQB"):
             return not (_is_name(prev) or pk in ("RPAR", "RSQB"))
         if k == "EQUAL" or pk == "EQUAL":

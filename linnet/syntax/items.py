@@ -1,7 +1,8 @@
 """Splitting a source into top-level items, and the item-level reuse behind incremental parsing.
 
 An item starts at a line that begins, in column 0, with `config`, `preset`, `module`,
-`model` or `fn`; the `##`/`#` comment and `@attribute` lines directly above it belong to it.
+`model`, `fn` or `from` (an import); the `##`/`#` comment and `@attribute` lines directly
+above it belong to it.
 Items partition the text exactly: an item runs to the start of the next one. The rule needs
 no parse, so one malformed item cannot swallow its neighbours, and an edit touches only the
 items whose text it changes.
@@ -17,8 +18,8 @@ from .ast import Span
 from .parser import ParsedItem, SyntaxProblem, parse_item
 from .positions import LineIndex, Position
 
-ITEM_KEYWORDS = ("config", "preset", "module", "model", "fn")
-_HEADER = re.compile(r"^(config|preset|module|model|fn)\b[ \t]*([A-Za-z_]\w*)?", re.M)
+ITEM_KEYWORDS = ("config", "preset", "module", "model", "fn", "from", "import")
+_HEADER = re.compile(r"^(config|preset|module|model|fn|from|import)\b[ \t]*([A-Za-z_]\w*)?", re.M)
 
 
 class Source:
@@ -59,7 +60,8 @@ class Item:
     """A top-level item of a source: its text, where it starts, and what parsing found.
 
     `ast` is None when nothing could be recovered; `kind` and `name` then still come from the
-    header line so that references to the item are not reported as unknown.
+    header line so that references to the item are not reported as unknown. An import
+    (`kind` "import") has no name: the names it binds are in its `ImportDef`.
     """
 
     source: Source
@@ -86,6 +88,8 @@ class Item:
 
     @property
     def name_span(self) -> Span:
+        if isinstance(self.ast, A.ImportDef):
+            return self.ast.source.span
         if self.ast is not None:
             return self.ast.name.span
         m = _HEADER.search(self.text)
@@ -126,6 +130,8 @@ def _header(text: str) -> tuple[str | None, str | None]:
     m = _HEADER.search(text)
     if not m:
         return None, None
+    if m.group(1) in ("from", "import"):
+        return m.group(1), None
     return m.group(1), m.group(2)
 
 
@@ -140,7 +146,7 @@ def make_item(source: Source, offset: int, text: str, parsed: ParsedItem | None 
                 start = pos + len(line) - len(line.lstrip())
                 problem = SyntaxProblem(
                     "L004",
-                    "expected an item: `config`, `preset`, `module`, `model` or `fn` at the start of a line",
+                    "expected an item: `config`, `preset`, `module`, `model`, `fn` or `from` at the start of a line",
                     Span(start, start + len(code.split()[0])),
                     [],
                     ["items start in column 0; indented lines belong to the item above"],
@@ -148,21 +154,43 @@ def make_item(source: Source, offset: int, text: str, parsed: ParsedItem | None 
                 return Item(source, offset, text, None, None, None, [problem])
             pos += len(line)
         return Item(source, offset, text, None, None, None, [])
+    if kind == "import":
+        return _bare_import(source, offset, text)
     if parsed is None:
         parsed = parse_item(text)
     if kind == "model":
         kind = "module"
+    elif kind == "from":
+        kind = "import"
     ast = parsed.ast
     if ast is not None and _AST_KIND.get(type(ast)) != kind:
         ast = None  # recovery skipped the header and found another item's shape: keep only the errors
     item = Item(source, offset, text, kind, name, ast, parsed.problems)
-    if parsed.ast is not None:
-        item.name = parsed.ast.name.id
+    if ast is not None and not isinstance(ast, A.ImportDef):
+        item.name = ast.name.id
     item.interface = interface_key(item)
     return item
 
 
-_AST_KIND = {A.ConfigDef: "config", A.PresetDef: "preset", A.ModuleDef: "module", A.FnDef: "fn"}
+_AST_KIND = {A.ConfigDef: "config", A.PresetDef: "preset", A.ModuleDef: "module", A.FnDef: "fn", A.ImportDef: "import"}
+
+
+def _bare_import(source: Source, offset: int, text: str) -> Item:
+    """`import "llama.linnet"` (Python's and TypeScript's whole-module form), which Linnet does
+    not have: an error that shows the form it has."""
+    start = len(text) - len(text.lstrip())
+    start += text[start:].find("import")
+    line = text[start:].split("\n", 1)[0]
+    quoted = re.search(r'"[^"\n]*"', line)
+    path = quoted.group(0) if quoted else '"file.linnet"'
+    problem = SyntaxProblem(
+        "L001",
+        "a file's items are imported by name",
+        Span(start, start + len("import")),
+        [],
+        [f"consider `from {path} import Name, Other as Alias`"],
+    )
+    return Item(source, offset, text, "import", None, None, [problem])
 
 
 def interface_key(item: Item) -> str:

@@ -38,14 +38,20 @@ def _refresh(client: LanguageClient, params: None):
     client.refreshes.append(True)
 
 
+def _register(client: LanguageClient, params: T.RegistrationParams):
+    client.registrations.extend(params.registrations)
+
+
 def _factory() -> LanguageClient:
-    """pytest-lsp's client, keeping every publishDiagnostics with its version and answering
-    showMessageRequest with the last action."""
+    """pytest-lsp's client, keeping every publishDiagnostics with its version, answering
+    showMessageRequest with the last action and accepting (and keeping) registrations."""
     client = LanguageClient(converter_factory=default_converter)
     client.published = []
     client.message_requests = []
     client.refreshes = []
+    client.registrations = []
     features = dict(DEFAULT_CLIENT_FEATURES)
+    features[T.CLIENT_REGISTER_CAPABILITY] = _register
     features[T.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS] = _publish
     features[T.WINDOW_SHOW_MESSAGE_REQUEST] = _pick_last
     for method in (T.WORKSPACE_CODE_LENS_REFRESH, T.WORKSPACE_INLAY_HINT_REFRESH, T.WORKSPACE_SEMANTIC_TOKENS_REFRESH):

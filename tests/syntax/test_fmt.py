@@ -96,3 +96,21 @@ def test_unary_minus_hugs_its_operand():
         format_source("fn f(x: [N]) -> [N] {\n    - (x + x) * - x\n}\n")
         == "fn f(x: [N]) -> [N] {\n    -(x + x) * -x\n}\n"
     )
+
+
+def test_imports_keep_their_grouping_and_leave_a_blank_line_before_other_items():
+    messy = (
+        'from  "llama.linnet"  import LlamaMLP,LlamaAttention  as Attention\n'
+        "from std . nn import (\n  Linear,\n  RMSNorm as Norm,\n)\n"
+        "fn f(x: [N]) -> [N] {\n    x\n}\n"
+        "from std.rope import rotate_half\n"
+    )
+    out = format_source(messy)
+    assert out == (
+        'from "llama.linnet" import LlamaMLP, LlamaAttention as Attention\n'
+        "from std.nn import (\n    Linear,\n    RMSNorm as Norm,\n)\n\n"
+        "fn f(x: [N]) -> [N] {\n    x\n}\n\n"
+        "from std.rope import rotate_half\n"
+    )
+    assert format_source(out) == out
+    assert _shape(out) == _shape(messy)

@@ -32,3 +32,14 @@ def test_examples_split_at_their_items():
     heads = [c.split("\n")[0] for _, c in split_items(text)]
     assert sum(1 for _, c in split_items(text) if "module " in c or "model " in c) >= 6
     assert heads[0].startswith("#")
+
+
+def test_an_import_is_an_item_with_no_name():
+    from linnet.syntax.items import Source, make_item
+
+    text = 'from "llama.linnet" import LlamaMLP\n## doc\nfn f(x: [N]) -> [N] {\n    x\n}\n'
+    chunks = split_items(text)
+    assert [c for _, c in chunks] == ['from "llama.linnet" import LlamaMLP\n', text[text.index("##") :]]
+    item = make_item(Source("t", text), 0, chunks[0][1])
+    assert (item.kind, item.name, item.problems) == ("import", None, [])
+    assert chunks[0][1][item.name_span.start : item.name_span.end] == '"llama.linnet"'

@@ -60,6 +60,10 @@ syn match linnetDefine "\%(^\|)\s\+\)\@<=\%(config\|module\|model\)\>" nextgroup
 syn match linnetDefine "\%(^\|)\s\+\)\@<=preset\>" nextgroup=linnetPresetName skipwhite
 syn match linnetTypeDef "\h\w*" contained
 syn match linnetPresetName "\h\w*" contained
+" Imports: `from "llama.linnet" import A, B as C`, `from std.nn import Linear`; `import` and
+" `as` are keywords only on a line that starts with `from`.
+syn match linnetInclude "^from\>"
+syn match linnetInclude "\%(^from\s.*\)\@200<=\<\%(import\|as\)\>"
 " `@name("...")`, `@weights("...")`; `x @ w` is the matmul operator.
 syn match linnetAttribute "\%([[:alnum:]_)\]]\)\@1<!@\h\w*\ze\s*("
 
@@ -97,6 +101,7 @@ hi def link linnetStatement     Statement
 hi def link linnetEntry         StorageClass
 hi def link linnetDefine        Keyword
 hi def link linnetAttribute     PreProc
+hi def link linnetInclude       Include
 hi def link linnetComment       Comment
 hi def link linnetDocComment    SpecialComment
 hi def link linnetDocCode       Special
