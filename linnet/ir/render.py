@@ -16,12 +16,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar
 
+from ..errors import CodegenError
 from ..types.core import DType
 from ..types.dims import Dim, format_dim
 from .core import Graph, Op, Value
 
 
-class RenderError(Exception):
+class RenderError(CodegenError):
     """An op or argument a backend cannot express (names the op)."""
 
 
