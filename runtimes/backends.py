@@ -195,7 +195,7 @@ BACKENDS: dict[str, Backend] = {
             "the generated JAX under jax.jit", "jax", ("f32", "bf16"), ("cpu", "cuda", "tpu"), ("jax", "jaxlib"),
         ),
         Backend(
-            "xla", "XLA (StableHLO)", "jax", "jax_backend", "stablehlo",
+            "xla", "XLA", "jax", "jax_backend", "stablehlo",
             "the exported StableHLO artifact on XLA", "stablehlo", ("f32", "bf16"), ("cpu", "cuda", "tpu"),
             ("jax", "jaxlib"),
         ),
