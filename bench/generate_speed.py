@@ -4,6 +4,8 @@ Side by side, in one run on one machine: SmolLM2-135M-Instruct (the embedded Q4_
 configuration runs the same weights), a prompt of 512 token ids, 128 new tokens, greedy, batch 1, for Linnet
 (interpret / generated / inductor, f32 and bf16; ONNX Runtime f32, f16 and bf16; generated JAX under jax.jit and
 the exported StableHLO artifact on XLA, f32 and bf16) and transformers (eager f32 and bf16, `generate` compiled f32).
+Every Linnet row is one runner over the backend registry (`run_linnet`: `Backend.load`, `step_model()`, the
+`Generator`, numpy logits from `forward`); the JAX and ONNX Runtime rows never import torch.
 
 - Each configuration runs in its own process (`--one NAME`, which prints one JSON line), so load time and peak RSS
   are its own; the parent runs them one after another, transformers eager f32 first (the reference).
@@ -107,6 +109,16 @@ CONFIGS: dict[str, tuple[str, str, str]] = {
     "xla-bf16": ("linnet", "xla", "bf16"),
 }
 
+# A Linnet row's mode (the JSON's `mode` field, as in earlier results) -> its backend in the registry
+LINNET_BACKENDS = {
+    "interpret": "torch-interpret",
+    "generated": "torch",
+    "inductor": "torch-compile",
+    "onnxruntime": "onnxruntime",
+    "jax": "jax",
+    "xla": "xla",
+}
+
 # Configurations that run under given numerics whatever `--numerics` says: ONNX Runtime's CPU kernels lack bf16, and
 # only `fast` may compute the ops without kernels in f32 (`linnet.compiler.onnx.upcast`).
 NUMERICS_OF = {"onnxruntime-bf16": "fast"}
@@ -199,79 +211,28 @@ def timing(starts: float, stamps: list[float]) -> tuple[float, float]:
 # ---- one configuration (child process) --------------------------------------------------------------------------
 
 
-def run_linnet(mode: str, dtype: str, prompt: list[int], new_tokens: int, runs: int, numerics: str) -> dict:
+def run_linnet(backend_name: str, dtype: str, prompt: list[int], new_tokens: int, runs: int, numerics: str) -> dict:
+    """One Linnet backend of the registry (`linnet.runtimes.backends`), loaded and driven alike for every
+    backend through the same `Generator`. Load time is `Backend.load` plus `step_model()` (for ONNX Runtime that
+    makes the `step` session; XLA compiles on first call, one prefill bucket and the decode step, so its compile
+    time is in the warm-up). A backend that takes `threads` (ONNX Runtime) gets THREADS intra-op threads; for
+    the JAX family the process is pinned to THREADS cores before jax is imported (XLA's CPU thread pool is as
+    wide as the cores it may use); torch gets THREADS threads in `run_one`."""
     import numpy as np
-    import torch
 
-    import linnet.torch as lt
+    from linnet.runtimes.backends import get_backend
     from linnet.runtimes.generation import Generator
     from linnet.runtimes.sampling import SamplingParams
 
+    backend = get_backend(backend_name)
+    if backend.family == "jax" and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:THREADS])
+    options = {"threads": THREADS} if "threads" in backend.options else {}
     t0 = time.perf_counter()
-    m = lt.load(
-        SOURCE, dtype=dtype, mode=mode, max_positions=len(prompt) + new_tokens, numerics=numerics, progress=False
+    m = backend.load(
+        SOURCE, dtype=dtype, max_positions=len(prompt) + new_tokens, numerics=numerics, progress=False, **options
     )
-    load_s = time.perf_counter() - t0
-    rss_after_load = rss_mb()
     step_model = m.step_model()
-    runner = Generator(step_model, None)  # no tokenizer: no EOS ids, so every run makes `new_tokens` tokens
-    params = SamplingParams(max_new_tokens=new_tokens, stop_token_ids=frozenset())
-
-    def one() -> tuple[float, float, list[int], dict]:
-        stamps: list[float] = []
-        start = time.perf_counter()
-        result = runner.generate(prompt, params, on_token=lambda _t: stamps.append(time.perf_counter()))
-        ttft, decode = timing(start, stamps)
-        own = {"prefill_s": result.prefill_s, "decode_tokens_per_s": result.decode_tokens_per_s}
-        assert len(result.token_ids) == new_tokens, (result.finish_reason, len(result.token_ids))
-        return ttft, decode, list(result.token_ids), own
-
-    t0 = time.perf_counter()
-    one()
-    warmup_s = time.perf_counter() - t0
-    timed, contention = timed_runs(one, runs)
-    peak = peak_rss_mb()
-
-    with torch.inference_mode():
-        ids = torch.tensor([prompt], dtype=torch.int64)
-        t0 = time.perf_counter()
-        all_logits = m.forward(ids)[0].float().numpy()
-        forward_s = time.perf_counter() - t0
-    last_logits = step_model.step(
-        np.array([prompt], dtype=np.int64), np.array([0], dtype=np.int64), np.array([0], dtype=np.int64)
-    )[0]
-    return dict(
-        load_s=load_s,
-        rss_after_load_mb=rss_after_load,
-        warmup_s=warmup_s,
-        timed=timed,
-        contention=contention,
-        peak=peak,
-        all_logits=all_logits,
-        last_logits=np.asarray(last_logits, dtype=np.float32),
-        extra={"forward_s": forward_s, "numerics": numerics, "linnet_load_s": m.load_s},
-    )
-
-
-def run_onnxruntime(dtype: str, prompt: list[int], new_tokens: int, runs: int, numerics: str) -> dict:
-    """Linnet's ONNX backend on ONNX Runtime (CPU provider, THREADS intra-op threads), through the same `Generator`.
-    Load time includes making the `step` session (the graph lowered, the weights handed to ORT)."""
-    import numpy as np
-
-    import linnet.onnx as lo
-    from linnet.runtimes.generation import Generator
-    from linnet.runtimes.sampling import SamplingParams
-
-    t0 = time.perf_counter()
-    m = lo.load(
-        SOURCE,
-        dtype=dtype,
-        max_positions=len(prompt) + new_tokens,
-        numerics=numerics,
-        threads=THREADS,
-        progress=False,
-    )
-    step_model = m.step_model()  # makes the step session
     load_s = time.perf_counter() - t0
     rss_after_load = rss_mb()
     runner = Generator(step_model, None)  # no tokenizer: no EOS ids, so every run makes `new_tokens` tokens
@@ -294,7 +255,7 @@ def run_onnxruntime(dtype: str, prompt: list[int], new_tokens: int, runs: int, n
 
     ids = np.array([prompt], dtype=np.int64)
     t0 = time.perf_counter()
-    all_logits = np.asarray(m.forward(ids)[0], dtype=np.float32)  # makes the forward session first
+    all_logits = np.asarray(m.forward(ids)[0], dtype=np.float32)  # numpy out; compiles `forward` first on XLA/ORT
     forward_s = time.perf_counter() - t0
     m.reset_state()
     last_logits = step_model.step(ids, np.array([0], dtype=np.int64), np.array([0], dtype=np.int64))[0]
@@ -308,89 +269,33 @@ def run_onnxruntime(dtype: str, prompt: list[int], new_tokens: int, runs: int, n
         all_logits=all_logits,
         last_logits=np.asarray(last_logits, dtype=np.float32),
         extra={
+            "backend": backend.name,
             "forward_s": forward_s,
             "numerics": numerics,
             "linnet_load_s": m.load_s,
+            "notes": list(m.notes),
+            **backend_details(backend.family, m),
+        },
+    )
+
+
+def backend_details(family: str, m) -> dict:
+    """What a row records about its backend beyond the common fields (the JSON's keys, as before)."""
+    if family == "onnx":
+        return {
             "session_s": dict(m.session_s),
             "providers": m.providers,
             "onnxruntime": __import__("onnxruntime").__version__,
-            "notes": list(m.notes),
             "upcast": any("(upcast)" in n for n in m.notes),
-        },
-    )
-
-
-def run_jax(mode: str, dtype: str, prompt: list[int], new_tokens: int, runs: int, numerics: str) -> dict:
-    """Linnet's JAX backend through the same `Generator`: `jax` is the generated JAX under jax.jit
-    (`linnet.jax.load(..., mode="generated")`), `xla` the exported StableHLO artifact (`mode="stablehlo"`). Load
-    time includes checking, lowering, exporting (xla) and binding the weights; XLA compiles on first call (one
-    prefill bucket and the decode step), so compile time is in the warm-up. The process is pinned to THREADS
-    cores before jax is imported (XLA's CPU thread pool is as wide as the cores it may use)."""
-    import numpy as np
-
-    if hasattr(os, "sched_setaffinity"):
-        cores = sorted(os.sched_getaffinity(0))[:THREADS]
-        os.sched_setaffinity(0, cores)
-    import jax
-
-    import linnet.jax as lj
-    from linnet.runtimes.generation import Generator
-    from linnet.runtimes.sampling import SamplingParams
-
-    t0 = time.perf_counter()
-    m = lj.load(
-        SOURCE,
-        dtype=dtype,
-        mode={"jax": "generated", "xla": "stablehlo"}[mode],
-        max_positions=len(prompt) + new_tokens,
-        numerics=numerics,
-        progress=False,
-    )
-    load_s = time.perf_counter() - t0
-    rss_after_load = rss_mb()
-    step_model = m.step_model()
-    runner = Generator(step_model, None)  # no tokenizer: no EOS ids, so every run makes `new_tokens` tokens
-    params = SamplingParams(max_new_tokens=new_tokens, stop_token_ids=frozenset())
-
-    def one() -> tuple[float, float, list[int], dict]:
-        stamps: list[float] = []
-        start = time.perf_counter()
-        result = runner.generate(prompt, params, on_token=lambda _t: stamps.append(time.perf_counter()))
-        ttft, decode = timing(start, stamps)
-        own = {"prefill_s": result.prefill_s, "decode_tokens_per_s": result.decode_tokens_per_s}
-        assert len(result.token_ids) == new_tokens, (result.finish_reason, len(result.token_ids))
-        return ttft, decode, list(result.token_ids), own
-
-    t0 = time.perf_counter()
-    one()
-    warmup_s = time.perf_counter() - t0
-    timed, contention = timed_runs(one, runs)
-    peak = peak_rss_mb()
-
-    ids = np.array([prompt], dtype=np.int64)
-    t0 = time.perf_counter()
-    all_logits = np.asarray(m.forward(ids)[0], dtype=np.float32)  # compiles `forward` for this length first
-    forward_s = time.perf_counter() - t0
-    last_logits = step_model.step(ids, np.array([0], dtype=np.int64), np.array([0], dtype=np.int64))[0]
-    return dict(
-        load_s=load_s,
-        rss_after_load_mb=rss_after_load,
-        warmup_s=warmup_s,
-        timed=timed,
-        contention=contention,
-        peak=peak,
-        all_logits=all_logits,
-        last_logits=np.asarray(last_logits, dtype=np.float32),
-        extra={
-            "forward_s": forward_s,
-            "numerics": numerics,
-            "linnet_load_s": m.load_s,
-            "jax": jax.__version__,
+        }
+    if family == "jax":
+        return {
+            "jax": __import__("jax").__version__,
             "jax_mode": m.mode,
             "xla_cpu_threads": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
             "compiled_step_shapes": m.functions["step"]._cache_size(),
-        },
-    )
+        }
+    return {}
 
 
 def run_transformers(mode: str, dtype: str, prompt: list[int], new_tokens: int, runs: int) -> dict:
@@ -476,22 +381,23 @@ def run_transformers(mode: str, dtype: str, prompt: list[int], new_tokens: int, 
 
 def run_one(args: argparse.Namespace) -> None:
     import numpy as np
-    import torch
 
-    torch.set_num_threads(THREADS)
+    from linnet.runtimes.backends import BACKENDS
+
     side, mode, dtype = CONFIGS[args.one]
+    backend = LINNET_BACKENDS.get(mode) if side == "linnet" else None
+    if side == "transformers" or BACKENDS[backend].family == "torch":  # the JAX and ONNX rows never import torch
+        import torch
+
+        torch.set_num_threads(THREADS)
     prompt = json.loads(Path(args.prompt_file).read_text())
     new_tokens, runs = args.new_tokens, args.runs
     if mode == "interpret":
         new_tokens, runs = min(new_tokens, INTERPRET_NEW_TOKENS), 1
     loadavg_before = os.getloadavg()
     numerics = NUMERICS_OF.get(args.one, args.numerics)
-    if side == "linnet" and mode == "onnxruntime":
-        r = run_onnxruntime(dtype, prompt, new_tokens, runs, numerics)
-    elif side == "linnet" and mode in ("jax", "xla"):
-        r = run_jax(mode, dtype, prompt, new_tokens, runs, numerics)
-    elif side == "linnet":
-        r = run_linnet(mode, dtype, prompt, new_tokens, runs, numerics)
+    if side == "linnet":
+        r = run_linnet(backend, dtype, prompt, new_tokens, runs, numerics)
     else:
         r = run_transformers(mode, dtype, prompt, new_tokens, runs)
     out_dir = Path(args.out_dir)

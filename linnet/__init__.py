@@ -4,6 +4,8 @@ The front end (syntax, semantics, ops, the std library) is importable without to
 onnx. Public entry points:
 
 - `linnet.check(source, path=None)`: diagnostics of a source text or file;
+- `linnet.load(source, weights=None, backend="torch", ...)`: a model on any backend of the
+  registry (`linnet.runtimes.backends`), numpy in and out (`LoadedModel`);
 - `linnet.semantics.program.Document`: the incremental document model (language server);
 - the `linnet` command line (`linnet.cli`).
 """
@@ -12,7 +14,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["check", "__version__"]
+__all__ = ["check", "load", "__version__"]
 
 
 def check(source: str, path: str | None = None):
@@ -26,3 +28,14 @@ def check(source: str, path: str | None = None):
     if path is None and "\n" not in source and source.endswith(".linnet") and Path(source).is_file():
         path, source = source, Path(source).read_text(encoding="utf-8")
     return Document(path or "<source>", source).analyze().diagnostics
+
+
+def load(source, weights=None, backend: str = "torch", **kwargs):
+    """Load `source` with `weights` on `backend` (a name of `linnet.runtimes.backends.BACKENDS`:
+    `torch-interpret`, `torch`, `torch-compile`, `cuda-graphs`, `jax`, `xla`, `onnxruntime`), with
+    the common options of `Backend.load` (`preset`, `config`, `dtype`, `numerics`, `device`,
+    `max_batch`, `max_positions`, `random_weights`, `seed`, ...). Returns a `LoadedModel`: numpy in,
+    numpy out. Raises `linnet.errors.LinnetError` (BackendError, LoadError) or OSError."""
+    from .runtimes.backends import get_backend
+
+    return get_backend(backend).load(source, weights, **kwargs)

@@ -200,8 +200,13 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exit_:
         return EXIT_USAGE if exit_.code not in (0, None) else EXIT_OK
+    from .errors import LinnetError
+
     try:
         return args.func(args)
+    except LinnetError as err:  # each command reports its own; this keeps a traceback from any that slips
+        print(f"linnet {args.command}: {err}", file=sys.stderr)
+        return EXIT_ERRORS
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

@@ -1,9 +1,11 @@
-"""`linnet ir`, `linnet torch`, `linnet jax`, `linnet stablehlo`, `linnet onnx`, `linnet run` and
-`linnet generate`.
+"""`linnet ir`, `linnet torch`, `linnet jax`, `linnet stablehlo`, `linnet onnx`, `linnet run`,
+`linnet generate` and `linnet backends`.
 
 Like the rest of the CLI these import lazily: `ir`, `torch` and `jax` need the front end and
 the code generator (no framework); `stablehlo` needs jax; `onnx` needs onnx and onnx-ir; `run`
-and `generate` load a backend (`--backend`: the PyTorch modes, `jax`, `xla` or `onnxruntime`).
+and `generate` load a backend of the registry (`linnet.runtimes.backends`, read only when
+`--backend` is parsed or help is printed, so `linnet check` never imports it), and handle
+every backend alike: numpy in, numpy out (`LoadedModel.run`).
 """
 
 from __future__ import annotations
@@ -15,11 +17,31 @@ import tempfile
 import time
 from pathlib import Path
 
+from .errors import BackendError, LinnetError
+
 EXIT_OK, EXIT_ERRORS, EXIT_USAGE = 0, 1, 2
-TORCH_BACKENDS = ("torch-interpret", "torch", "torch-compile", "cuda-graphs")
-JAX_BACKENDS = ("jax", "xla")
-ONNX_BACKENDS = ("onnxruntime",)
-BACKENDS = TORCH_BACKENDS + JAX_BACKENDS + ONNX_BACKENDS
+# what a command reports as a one-line error (exit 1): Linnet's errors, bad values, unreadable files
+FAILURES = (LinnetError, ValueError, OSError)
+
+
+class _BackendNames:
+    """The registry's backend names as argparse `choices`, read on first use (parsing `--backend`,
+    or printing help or a usage error), so that building the parser imports no runtime."""
+
+    def _names(self) -> list[str]:
+        from .runtimes.backends import BACKENDS
+
+        return list(BACKENDS)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names()
+
+    def __iter__(self):
+        return iter(self._names())
+
+
+BACKEND_NAMES = _BackendNames()
+BACKEND_HELP = "one of %(choices)s (default %(default)s; `linnet backends` lists them)"
 
 
 def parse_config(items: list[str] | None) -> dict:
@@ -80,11 +102,11 @@ def _write(text: str, out: str | None) -> None:
 
 
 def cmd_ir(args: argparse.Namespace) -> int:
-    from .ir import ProgramError, format_program
+    from .ir import format_program
 
     try:
         program = _build(args, [args.entry] if args.entry else None)
-    except (ProgramError, ValueError, OSError) as err:
+    except FAILURES as err:
         return _fail("ir", err)
     _write(format_program(program), args.output)
     return EXIT_OK
@@ -104,11 +126,9 @@ def cmd_jax(args: argparse.Namespace) -> int:
 
 def _emit_source(args: argparse.Namespace, cmd: str, codegen) -> int:
     """`linnet torch` / `linnet jax`: the model as source from a code generator module."""
-    from .ir import ProgramError
-
     try:
         text = codegen.generate(_build(args), args.numerics)
-    except (ProgramError, codegen.CodegenError, ValueError, OSError) as err:
+    except FAILURES as err:
         return _fail(cmd, err)
     _write(text, args.output)
     return EXIT_OK
@@ -118,11 +138,8 @@ def cmd_stablehlo(args: argparse.Namespace) -> int:
     """The entry as StableHLO text (`-o` or stdout) and, with `--serialized`, the serialized
     `jax.export` artifact plus a JSON sidecar (entry, max_batch, max_positions, dtype, and the
     fused weights' members with their shapes)."""
-    from .compiler.jax.codegen import CodegenError
-    from .ir import ProgramError
-
     try:
-        from .compiler.jax.module import BackendError, compile_program, export_entry
+        from .compiler.jax.module import compile_program, export_entry
     except ImportError as err:
         return _fail("stablehlo", ImportError(f"needs jax ({err}); pip install linnet[jax]"))
     try:
@@ -132,7 +149,7 @@ def cmd_stablehlo(args: argparse.Namespace) -> int:
             raise ValueError(f"no entry `{entry}` (entries: {', '.join(program.entries)})")
         compiled = compile_program(program, args.numerics)
         exported = export_entry(compiled, entry, platforms=args.platform)
-    except (ProgramError, CodegenError, BackendError, ValueError, OSError) as err:
+    except FAILURES as err:
         return _fail("stablehlo", err)
     if args.serialized:
         from .compiler.jax.module import exported_signature, fused_member_shapes
@@ -162,11 +179,7 @@ def cmd_stablehlo(args: argparse.Namespace) -> int:
 def cmd_onnx(args: argparse.Namespace) -> int:
     """One entry as an .onnx file (checked and shape-inferred): parameters as initializers from
     `--weights` (or the preset's default weights), else as graph inputs."""
-    from .ir import ProgramError
-
     try:
-        from .compiler.onnx.lower import LoweringError
-        from .runtimes.loading import LoadError
         from .runtimes.onnx_backend import export
     except ImportError as err:
         return _fail("onnx", ImportError(f"needs onnx and onnx-ir ({err}); pip install linnet[onnx]"))
@@ -190,7 +203,7 @@ def cmd_onnx(args: argparse.Namespace) -> int:
                 progress=sys.stderr.isatty() and not args.text,
                 with_weights=not (args.no_weights or args.text),
             )
-        except (ProgramError, LoweringError, LoadError, ValueError, OSError) as err:
+        except FAILURES as err:
             return _fail("onnx", err)
         for note in notes:
             print(f"note: {note}", file=sys.stderr)
@@ -204,45 +217,19 @@ def cmd_onnx(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _load(args: argparse.Namespace, cmd: str, random_weights: bool):
-    if args.backend in ONNX_BACKENDS:
-        from .runtimes.onnx_backend import load as onnx_load
+def _load(args: argparse.Namespace, random_weights: bool):
+    """The model of `args.file` on `--backend`, through the registry. Raises LinnetError (a
+    backend option it lacks included), ValueError (a bad `--config`) or OSError."""
+    from .runtimes.backends import BACKENDS, get_backend
 
-        return onnx_load(
-            args.file,
-            args.weights,
-            preset=args.preset,
-            config=parse_config(args.config),
-            dtype=args.dtype,
-            numerics=args.numerics,
-            device=args.device,
-            max_batch=args.max_batch,
-            max_positions=args.max_positions,
-            providers=args.provider,
-            random_weights=random_weights,
-            progress=sys.stderr.isatty(),
-        )
-    if args.backend in JAX_BACKENDS:
-        from .runtimes.jax_backend import BACKEND_MODES as JAX_MODES
-        from .runtimes.jax_backend import load as jax_load
-
-        return jax_load(
-            args.file,
-            args.weights,
-            preset=args.preset,
-            config=parse_config(args.config),
-            dtype=args.dtype,
-            numerics=args.numerics,
-            device=args.device,
-            max_batch=args.max_batch,
-            max_positions=args.max_positions,
-            mode=JAX_MODES[args.backend],
-            random_weights=random_weights,
-            progress=sys.stderr.isatty(),
-        )
-    from .runtimes.torch_backend import BACKEND_MODES, load
-
-    return load(
+    backend = get_backend(args.backend)
+    options = {}
+    if args.provider:
+        if "providers" not in backend.options:
+            takes = ", ".join(b.name for b in BACKENDS.values() if "providers" in b.options)
+            raise BackendError(f"--provider is an option of {takes}, not of {backend.name}")
+        options["providers"] = args.provider
+    return backend.load(
         args.file,
         args.weights,
         preset=args.preset,
@@ -252,22 +239,10 @@ def _load(args: argparse.Namespace, cmd: str, random_weights: bool):
         device=args.device,
         max_batch=args.max_batch,
         max_positions=args.max_positions,
-        mode=BACKEND_MODES[args.backend],
         random_weights=random_weights,
         progress=sys.stderr.isatty(),
+        **options,
     )
-
-
-def _load_errors(backend: str = "torch"):
-    from .runtimes.loading import LoadError
-
-    if backend in ONNX_BACKENDS:
-        from .runtimes.onnx_backend import BackendError
-    elif backend in JAX_BACKENDS:
-        from .compiler.jax.module import BackendError
-    else:
-        from .compiler.torch.module import BackendError
-    return (LoadError, BackendError, ValueError, OSError)
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -287,18 +262,18 @@ def cmd_generate(args: argparse.Namespace) -> int:
         print(f"linnet generate: {err}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        model = _load(args, "generate", random_weights=False)
-    except _load_errors(args.backend) as err:
+        model = _load(args, random_weights=False)
+    except FAILURES as err:
         return _fail("generate", err)
     _print_notes(model)
     tok = model.tokenizer()
     if tok is None:
-        return _fail("generate", ValueError(f"{model.prepared.weights} has no tokenizer"))
+        return _fail("generate", ValueError(f"{model.weights} has no tokenizer"))
     if "step" not in model.program.entries:
         return _fail("generate", ValueError(f"{args.file}: generation needs a decoder with `entry fn step`"))
     if args.chat:
         if not tok.chat_template:
-            return _fail("generate", ValueError(f"{model.prepared.weights} has no chat template; drop --chat"))
+            return _fail("generate", ValueError(f"{model.weights} has no chat template; drop --chat"))
         text = render_chat(
             tok.chat_template,
             [{"role": "user", "content": args.prompt}],
@@ -310,7 +285,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     else:
         ids = tok.encode(args.prompt)
     print(
-        f"loaded {args.file} with {model.prepared.weights} in {model.load_s:.2f} s "
+        f"loaded {args.file} with {model.weights} in {model.load_s:.2f} s "
         f"({args.backend}, {args.dtype}, compiled for {args.max_positions} positions)",
         file=sys.stderr,
     )
@@ -320,7 +295,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         for piece in stream:
             sys.stdout.write(piece)
             sys.stdout.flush()
-    except ValueError as err:
+    except FAILURES as err:
         return _fail("generate", err)
     sys.stdout.write("\n")
     sys.stdout.flush()
@@ -346,22 +321,21 @@ def _token_text(tok, token_id):
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    import numpy as np
+    from .runtimes.model import concrete_dim, random_inputs
 
     if args.preset is None and args.weights is None:
         # random weights under a real checkpoint's config, not the config's defaults (Llama's
         # are 7B parameters): the first preset with default weights, as generation uses
-        from .ir import ProgramError
         from .ir.build import check_source, read_source
         from .runtimes.loading import default_preset
 
         try:
             args.preset = default_preset(check_source(*read_source(args.file)))
-        except (ProgramError, OSError) as err:
+        except FAILURES as err:
             return _fail("run", err)
     try:
-        model = _load(args, "run", random_weights=args.weights is None)
-    except _load_errors(args.backend) as err:
+        model = _load(args, random_weights=args.weights is None)
+    except FAILURES as err:
         return _fail("run", err)
     program = model.program
     entry = args.entry or next(iter(program.entries))
@@ -389,27 +363,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.format != "json":
         _print_notes(model)
     sizes = {"B": args.batch, "S": args.seq}
-    rng = np.random.default_rng(args.seed)
-    vocab = program.config.get("vocab_size", 100)
-    inputs = []
-    for v in graph.inputs:
-        shape = [_concrete(d, sizes) for d in v.dims]
-        if v.dtype.name == "i64":
-            if v.name == "input_ids":
-                a = rng.integers(0, int(vocab), shape, dtype=np.int64)
-            elif v.name == "rows":
-                a = np.arange(shape[0], dtype=np.int64)
-            elif v.name == "attention_mask":
-                a = np.ones(shape, dtype=np.int64)
-            else:
-                a = np.zeros(shape, dtype=np.int64)
-        elif v.dtype.name == "bool":
-            a = np.ones(shape, dtype=np.bool_)
-        else:
-            a = rng.standard_normal(shape).astype(np.float32)
-        inputs.append(a)
-    outs, elapsed = _run_entry(model, args, entry, inputs)
-    weights = model.prepared.weights or "random weights"
+    inputs = random_inputs(graph, sizes, args.seed, program.config.get("vocab_size", 100))
+    try:
+        outs, elapsed = _run_entry(model, entry, inputs)
+    except FAILURES as err:
+        return _fail("run", err)
+    weights = model.weights or "random weights"
     report = {
         "file": args.file,
         "entry": entry,
@@ -425,7 +384,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         "notes": list(model.notes),
     }
     for v, (shape, dtype, f) in zip(graph.outputs, outs):
-        expected = [_concrete(d, sizes) for d in v.dims]
+        expected = [concrete_dim(d, sizes) for d in v.dims]
         report["outputs"].append(
             {
                 "shape": list(shape),
@@ -457,50 +416,37 @@ def cmd_run(args: argparse.Namespace) -> int:
     return EXIT_ERRORS if report["disagreements"] else EXIT_OK
 
 
-def _run_entry(model, args, entry: str, inputs: list):
-    """Run `entry` once to warm up (compile), then time one call. Returns ([(shape, dtype name,
-    f64 numpy values)] per output, seconds)."""
+def _run_entry(model, entry: str, inputs: list):
+    """Run `entry` once to warm up (compile, make sessions), then time one call, numpy in and out
+    on every backend (the time includes copying the inputs in and the outputs out). Returns
+    ([(shape, dtype name, f64 values)] per output, seconds)."""
     import numpy as np
 
-    if args.backend in ONNX_BACKENDS:
-        fn = model.entry(entry)
-        fn(*inputs)  # warm-up (makes the session)
-        t0 = time.perf_counter()
-        out = fn(*inputs)
-        elapsed = time.perf_counter() - t0
-        outs = out if isinstance(out, tuple) else (out,)
-        return [(list(o.shape), str(o.dtype), np.asarray(o, dtype=np.float64)) for o in outs], elapsed
-    if args.backend in JAX_BACKENDS:
-        import jax
-
-        fn = model.entry(entry)
-        jax.block_until_ready(fn(*inputs))  # warm-up (compiles)
-        t0 = time.perf_counter()
-        out = jax.block_until_ready(fn(*inputs))
-        elapsed = time.perf_counter() - t0
-        outs = out if isinstance(out, tuple) else (out,)
-        return [(list(o.shape), str(o.dtype), np.asarray(o, dtype=np.float64)) for o in outs], elapsed
-    import torch
-
-    tensors = [torch.from_numpy(a).to(args.device) for a in inputs]
-    fn = model.module.entry(entry)
-    with torch.inference_mode():
-        fn(*tensors)  # warm-up
-        t0 = time.perf_counter()
-        out = fn(*tensors)
-        elapsed = time.perf_counter() - t0
-    outs = out if isinstance(out, tuple) else (out,)
-    return [(list(t.shape), str(t.dtype).replace("torch.", ""), t.double().cpu().numpy()) for t in outs], elapsed
+    model.run(entry, *inputs)
+    t0 = time.perf_counter()
+    outs = model.run(entry, *inputs)
+    elapsed = time.perf_counter() - t0
+    return [(list(o.shape), o.dtype.name, np.asarray(o, dtype=np.float64)) for o in outs], elapsed
 
 
-def _concrete(d, sizes: dict) -> int:
-    n = d.as_int()
-    if n is not None:
-        return n
-    from .types.dims import format_dim
+def cmd_backends(args: argparse.Namespace) -> int:
+    """`linnet backends`: the registry, one backend per line, and whether each can run here on
+    `--device` (asking the framework, so this imports the installed ones)."""
+    from .runtimes.backends import BACKENDS
 
-    text = format_dim(d)
-    return int(eval(text, {"__builtins__": {}}, dict(sizes)))  # a polynomial over B and S
+    rows = [b.describe(args.device, probe=True) for b in BACKENDS.values()]
+    if args.format == "json":
+        print(json.dumps(rows))
+        return EXIT_OK
+    width = max(len(r["name"]) for r in rows)
+    for r in rows:
+        view = r["codeView"] or "-"
+        where = "ok" if r["available"] else f"unavailable: {r['reason']}"
+        print(
+            f"{r['name']:<{width}}  {r['label']:<24} code {view:<9} dtypes {','.join(r['dtypes']):<12} "
+            f"devices {','.join(r['devices']):<14} {where}"
+        )
+    return EXIT_OK
 
 
 def register(sub) -> None:
@@ -548,7 +494,7 @@ def register(sub) -> None:
     run = sub.add_parser("run", help="run an entry on random inputs (and random weights unless --weights)")
     add_common(run)
     run.add_argument("--entry", metavar="NAME")
-    run.add_argument("--backend", choices=BACKENDS, default="torch")
+    run.add_argument("--backend", choices=BACKEND_NAMES, default="torch", metavar="BACKEND", help=BACKEND_HELP)
     run.add_argument("--batch", type=int, default=1, help="B of the random inputs (1)")
     run.add_argument("--seq", type=int, default=8, help="S of the random inputs (8)")
     run.add_argument("--seed", type=int, default=0)
@@ -567,6 +513,11 @@ def register(sub) -> None:
     gen.add_argument("--top-k", type=int, default=0)
     gen.add_argument("--top-p", type=float, default=1.0)
     gen.add_argument("--seed", type=int, default=None)
-    gen.add_argument("--backend", choices=BACKENDS, default="torch")
+    gen.add_argument("--backend", choices=BACKEND_NAMES, default="torch", metavar="BACKEND", help=BACKEND_HELP)
     gen.add_argument("--provider", action="append", choices=("cpu", "cuda", "tensorrt"), help="onnxruntime providers")
     gen.set_defaults(func=cmd_generate)
+
+    be = sub.add_parser("backends", help="list the backends and whether each can run here")
+    be.add_argument("--device", default="cpu", help="the device to ask about (cpu, cuda)")
+    be.add_argument("--format", choices=("text", "json"), default="text")
+    be.set_defaults(func=cmd_backends)

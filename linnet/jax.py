@@ -2,7 +2,8 @@
 
 `load(source, weights=None, preset=None, config=None, dtype="f32", numerics="equivalent",
 device="cpu", max_batch=1, max_positions=768, mode="generated"|"stablehlo")` returns a
-`JaxModel` whose entries (`forward`, `step`) are attributes, with `params` (by checkpoint
+`JaxModel` (a `LoadedModel`): `run(entry, *arrays)` and the entries as attributes (`forward`,
+`step`) take and return numpy arrays, `native.forward(...)` returns JAX arrays; `params` (by checkpoint
 name, except weights fused for one dot, under a key naming their members such as
 `model.layers.0.self_attn.{q,k,v}_proj.weight`) and the threaded, donated KV cache in `state`
 (held as [max_batch * H_kv, T, D]). `load_exported(path, params=...|weights=...)`

@@ -2,10 +2,10 @@
 (imports onnx/onnxruntime lazily, on first use).
 
 `load(source, weights=None, preset=None, config=None, dtype="f32", numerics="equivalent",
-device="cpu", max_batch=1, max_positions=768, providers=None)` returns an `OnnxModel` whose
-entries (`forward`, `step`) are attributes, the KV cache kept on the device between steps
-(I/O binding). `export(source, entry, output, weights=...)` writes one entry as an .onnx
-file. See `linnet.runtimes.onnx_backend`.
+device="cpu", max_batch=1, max_positions=768, providers=None)` returns an `OnnxModel` (a
+`LoadedModel`): `run(entry, *arrays)` and the entries as attributes (`forward`, `step`) take and
+return numpy arrays, the KV cache kept on the device between steps (I/O binding).
+`export(source, entry, output, weights=...)` writes one entry as an .onnx file. See `linnet.runtimes.onnx_backend`.
 """
 
 from __future__ import annotations

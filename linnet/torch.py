@@ -1,9 +1,11 @@
 """`linnet.torch`: load a Linnet source for PyTorch (imports torch lazily, on first use).
 
 `load(source, weights=None, preset=None, config=None, dtype="f32", numerics="equivalent",
-device="cpu", max_batch=1, max_positions=768, mode="generated")` returns a `TorchModel`
-whose entries (`forward`, `step`) are methods and whose `module.state_dict()` keys are the
-checkpoint names. See `linnet.runtimes.torch_backend.load`.
+device="cpu", max_batch=1, max_positions=768, mode="generated")` returns a `TorchModel` (a
+`LoadedModel`): `run(entry, *arrays)` and the entries as attributes (`forward`, `step`) take
+and return numpy arrays; `native.forward(...)` takes and returns torch tensors; the
+`module.state_dict()` keys are the checkpoint names. See `linnet.runtimes.torch_backend.load`
+(and `linnet.load(..., backend=...)` for any backend of the registry).
 """
 
 from __future__ import annotations

@@ -45,9 +45,10 @@ log = logging.getLogger("linnet.lsp")
 SHOW_IR = "linnet/showIR"
 SHOW_GENERATED = "linnet/showGenerated"
 PRESETS = "linnet/presets"
+BACKENDS = "linnet/backends"
 RUN_COMMAND = "linnet.run"
 SELECT_PRESET_COMMAND = "linnet.selectPreset"
-LENS_BACKENDS = (("torch", "PyTorch"), ("xla", "XLA"))
+LENS_BACKENDS = ("torch", "xla")  # registry names; a client lists the rest with `linnet/backends`
 
 
 class LinnetProtocol(LanguageServerProtocol):
@@ -599,9 +600,10 @@ def create_server() -> LinnetServer:
         for fn in model.ast.members:
             if isinstance(fn, A.FnDef) and fn.entry:
                 rng = lsp_range(model.resolve(fn.name.span))
-                for backend, title in LENS_BACKENDS:
+                for backend in LENS_BACKENDS:
                     args = {"uri": doc.uri, "entry": fn.name.id, "backend": backend, "preset": preset}
-                    out.append(T.CodeLens(rng, T.Command(f"Run ▸ {title}", RUN_COMMAND, arguments=[args])))
+                    title = f"Run ▸ {views.backend_label(backend)}"
+                    out.append(T.CodeLens(rng, T.Command(title, RUN_COMMAND, arguments=[args])))
         return out
 
     @server.command(RUN_COMMAND)
@@ -645,6 +647,11 @@ def create_server() -> LinnetServer:
         doc = _document_param(ls, params)
         async with doc.analyzed(ls.settings.preset) as a:
             return a.declared_presets
+
+    @server.feature(BACKENDS)
+    @guarded([])
+    async def backends(ls: LinnetServer, params):
+        return views.backend_list()
 
     return server
 
@@ -711,7 +718,7 @@ async def _run(ls: LinnetServer, args: tuple) -> dict:
     if not isinstance(backend, str):
         raise views.ViewError(f"a backend is a name, got {backend!r}")
     preset = await _preset_param(ls, doc, spec.get("preset"))
-    title = f"Running {entry} on {views.RUN_BACKENDS.get(backend, backend)}"
+    title = f"Running {entry} on {views.backend_label(backend)}"
     token = None
     if ls.client_supports("window", "work_done_progress"):
         token = str(uuid.uuid4())

@@ -1,12 +1,14 @@
-"""`linnet/showIR`, `linnet/showGenerated` and the `linnet.run` command.
+"""`linnet/showIR`, `linnet/showGenerated`, `linnet/backends` and the `linnet.run` command.
 
-The Core IR and the generated PyTorch and JAX sources are made in the server's process: the
-code generators emit text without importing their framework. StableHLO (needs jax), the
-ONNX graph (needs onnx) and runs (need torch, jax or onnxruntime) go to a worker: the
-`linnet` CLI in a subprocess (`linnet stablehlo`, `linnet onnx --text`,
-`linnet run --format json`), run on a copy of the editor's text, so unsaved edits count and
-the server never imports a framework. The copy sits in a temporary folder, or, when the text
-imports files (found relative to it), next to the original as a hidden file, deleted after.
+Backends, their labels and their code views come from the registry
+(`linnet.runtimes.backends`, which imports no framework). The Core IR and the generated
+PyTorch and JAX sources are made in the server's process: the code generators emit text
+without importing their framework. StableHLO (needs jax), the ONNX graph (needs onnx) and runs
+(need torch, jax or onnxruntime) go to a worker: the `linnet` CLI in a subprocess
+(`linnet stablehlo`, `linnet onnx --text`, `linnet run --format json`), run on a copy of the
+editor's text, so unsaved edits count and the server never imports a framework. The copy sits
+in a temporary folder, or, when the text imports files (found relative to it), next to the
+original as a hidden file, deleted after.
 """
 
 from __future__ import annotations
@@ -20,15 +22,26 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-TARGETS = ("torch", "jax", "stablehlo", "onnx")
-RUN_BACKENDS = {
-    "torch": "PyTorch",
-    "xla": "XLA",
-    "jax": "JAX",
-    "onnxruntime": "ONNX Runtime",
-    "torch-interpret": "PyTorch (interpreter)",
-}
+from linnet.errors import LinnetError
+from linnet.runtimes.backends import BACKENDS, CODE_VIEWS
+
+# How each code view is made: in this process (a code generator, no framework) or by a worker's
+# `linnet` command. The views offered are the registry's (`CODE_VIEWS`).
+IN_PROCESS_VIEWS = ("torch", "jax")
+WORKER_VIEWS = {"stablehlo": ["stablehlo"], "onnx": ["onnx", "--text"]}
+TARGETS = CODE_VIEWS
 WORKER_TIMEOUT_S = 600.0
+
+
+def backend_list() -> list[dict]:
+    """`linnet/backends`: every backend of the registry with its label, code view, dtypes, devices
+    and numerics, and whether the worker's Python can run it on the CPU (judged from what is
+    installed in this one, without importing a framework)."""
+    return [b.describe("cpu", probe=False) for b in BACKENDS.values()]
+
+
+def backend_label(name: str) -> str:
+    return BACKENDS[name].label if name in BACKENDS else name
 
 
 class ViewError(Exception):
@@ -36,13 +49,12 @@ class ViewError(Exception):
 
 
 def _program(path: str, text: str, preset: str | None):
-    from linnet.ir import ProgramError
     from linnet.ir.build import bind_config, check_source, lower_program
 
     try:
         info = check_source(path, text, preset)
         return lower_program(bind_config(info, {}))
-    except ProgramError as err:
+    except LinnetError as err:
         raise ViewError(str(err)) from err
 
 
@@ -57,12 +69,12 @@ def show_generated_in_process(path: str, text: str, target: str, preset: str | N
     """Generated PyTorch or JAX source (`linnet torch`, `linnet jax`). Raises ViewError."""
     program = _program(path, text, preset)
     if target == "torch":
-        from linnet.compiler.torch.codegen import CodegenError, generate
+        from linnet.compiler.torch.codegen import generate
     else:
-        from linnet.compiler.jax.codegen import CodegenError, generate
+        from linnet.compiler.jax.codegen import generate
     try:
         return generate(program)
-    except CodegenError as err:
+    except LinnetError as err:
         raise ViewError(str(err)) from err
 
 
@@ -126,11 +138,10 @@ async def show_generated(interpreter: str | None, path: str, text: str, target: 
     """`linnet/showGenerated`: the file as `target` source. Raises ViewError."""
     if target not in TARGETS:
         raise ViewError(f"unknown target `{target}` (targets: {', '.join(TARGETS)})")
-    if target in ("torch", "jax"):
+    if target in IN_PROCESS_VIEWS:
         return await asyncio.to_thread(show_generated_in_process, path, text, target, preset)
-    args = ["stablehlo" if target == "stablehlo" else "onnx", "{file}"]
-    if target == "onnx":
-        args.append("--text")
+    command, *options = WORKER_VIEWS[target]
+    args = [command, "{file}", *options]
     if preset:
         args += ["--preset", preset]
     result = await run_worker(interpreter, args, path, text, WORKER_TIMEOUT_S)
@@ -145,8 +156,8 @@ async def run_entry(
     """`linnet.run`: the entry on random inputs (and random weights) in a worker; the report of
     `linnet run --format json` (output shapes, dtypes, summary values, time in ms, and any
     disagreement between the checker's shapes and the runtime's). Raises ViewError."""
-    if backend not in RUN_BACKENDS:
-        raise ViewError(f"unknown backend `{backend}` (backends: {', '.join(RUN_BACKENDS)})")
+    if backend not in BACKENDS:
+        raise ViewError(f"unknown backend `{backend}` (backends: {', '.join(BACKENDS)})")
     args = ["run", "{file}", "--entry", entry, "--backend", backend, "--format", "json"]
     if preset:
         args += ["--preset", preset]
@@ -166,7 +177,7 @@ def summary(report: dict) -> str:
         f"{o['shape']} {o['dtype']} (mean {o['mean']:.4g}, std {o['std']:.4g}, min {o['min']:.4g}, max {o['max']:.4g})"
         for o in report.get("outputs", [])
     )
-    backend = RUN_BACKENDS.get(report.get("backend", ""), report.get("backend", ""))
+    backend = backend_label(report.get("backend", ""))
     preset = f" under preset `{report['preset']}`" if report.get("preset") else ""
     text = f"{report.get('entry')} on {backend}{preset}: {outs} in {report.get('time_ms', 0):.1f} ms"
     for d in report.get("disagreements", []):

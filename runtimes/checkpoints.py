@@ -3,13 +3,15 @@
     with open_checkpoint("smollm2-135m-instruct") as ckpt:
         ckpt.config["hidden_size"]                          # 576, Hugging Face field names
         ckpt.shape("model.layers.0.self_attn.k_proj.weight")  # (192, 576), PyTorch order, nothing read
-        w = ckpt.load("model.layers.0.self_attn.k_proj.weight", torch.float32)  # one tensor, dequantized
+        w = ckpt.load("model.layers.0.self_attn.k_proj.weight", "f32")  # one numpy array, dequantized
         tok = ckpt.tokenizer()
 
-Opening reads only headers and metadata (safetensors headers, the GGUF metadata and tensor table), so it needs
-neither torch nor the tensor data; `load` imports torch and reads one tensor (safetensors `safe_open`, or a view of
-the memory-mapped GGUF dequantized with `gguf.quants`). Nothing is ever unpickled: `.bin`/`.pt` weights are
-refused.
+Opening reads only headers and metadata (safetensors headers, the GGUF metadata and tensor table), not the tensor
+data. `load` returns numpy arrays, never torch tensors: a safetensors tensor is a read-only view of the
+memory-mapped file (the header gives its offset; nothing is read until it is used), a GGUF tensor a view of the
+memory-mapped file or its dequantization by `gguf.quants`. bf16 is `ml_dtypes.bfloat16`. Each runtime converts
+the arrays once (`torch.from_numpy`, `jax.device_put`, ONNX initializers), so reading checkpoints needs numpy,
+ml_dtypes and gguf, never torch. Nothing is ever unpickled: `.bin`/`.pt` weights are refused.
 
 Names and layouts are Hugging Face's in every format: a GGUF `blk.3.attn_k.weight` is served as
 `model.layers.3.self_attn.k_proj.weight`, with llama.cpp's rotary row permutation undone (see `_unpermute_rows`).
@@ -18,21 +20,31 @@ Names and layouts are Hugging Face's in every format: a GGUF `blk.3.attn_k.weigh
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import re
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import numpy as np
+
+from linnet.errors import CheckpointError
 
 from .embedded import EMBEDDED, EmbeddedError, resolve_embedded
 from .gguf_reader import GGUFError, GGUFFile
 from .tokenizer import Tokenizer, TokenizerError
 
-if TYPE_CHECKING:
-    import torch
-
-__all__ = ["Checkpoint", "CheckpointError", "open_checkpoint", "normalize_config", "EMBEDDED_IDS"]
+__all__ = [
+    "Checkpoint",
+    "CheckpointError",
+    "open_checkpoint",
+    "normalize_config",
+    "numpy_dtype",
+    "cast_floating",
+    "EMBEDDED_IDS",
+]
 
 EMBEDDED_IDS = tuple(EMBEDDED)
 
@@ -40,12 +52,6 @@ _EXPECTED = (
     "expected a Hugging Face folder (config.json + model.safetensors or model.safetensors.index.json), "
     f"a .gguf file, or an embedded id ({', '.join(EMBEDDED_IDS)})"
 )
-
-
-class CheckpointError(Exception):
-    """A checkpoint that cannot be opened or read. The message names the path (or embedded id) and what was
-    expected or what is wrong: missing path, no config.json, pickle-only weights, truncated or corrupt file,
-    unknown tensor name, unsupported GGUF architecture or tensor type."""
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -122,11 +128,13 @@ class Checkpoint:
         quantization, e.g. "q4_1", "q8_0". Raises CheckpointError for an unknown name."""
         raise NotImplementedError
 
-    def load(self, name: str, dtype: torch.dtype | None = None) -> torch.Tensor:
-        """Read one tensor: dequantized, Hugging Face layout, PyTorch order, a fresh CPU tensor the caller owns.
-        Quantized GGUF tensors come back as float32; others keep their stored dtype unless `dtype` is given, which
-        casts floating-point tensors only (integer buffers keep theirs). Raises CheckpointError for an unknown
-        name or unreadable data."""
+    def load(self, name: str, dtype: str | np.dtype | None = None) -> np.ndarray:
+        """Read one tensor as a numpy array: dequantized, Hugging Face layout, PyTorch order. An array read as
+        stored is a read-only view of the memory-mapped file (copy it to write to it); a dequantized, permuted
+        or cast one is a fresh array. Quantized GGUF tensors come back as float32; others keep their stored
+        dtype (bf16 as `ml_dtypes.bfloat16`) unless `dtype` is given (a Linnet dtype name such as "f32",
+        "bf16", "f16", or a numpy dtype), which casts floating-point tensors only (integer buffers keep
+        theirs), rounding to nearest even. Raises CheckpointError for an unknown name or unreadable data."""
         raise NotImplementedError
 
     def tokenizer(self) -> Tokenizer | None:
@@ -150,10 +158,43 @@ class Checkpoint:
         self.close()
 
 
-def _cast(t: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
-    if dtype is not None and t.is_floating_point() and t.dtype != dtype:
-        return t.to(dtype)
-    return t
+# numpy has no bf16 nor f8: ml_dtypes' types stand in (what JAX uses too)
+_ML_DTYPES = {"bf16": "bfloat16", "f8_e4m3": "float8_e4m3fn", "f8_e5m2": "float8_e5m2"}
+
+
+def numpy_dtype(dtype: str | np.dtype) -> np.dtype:
+    """The numpy dtype of a Linnet dtype name ("f32", "bf16": `ml_dtypes.bfloat16`, "i64"...) or of a numpy
+    dtype. Raises ValueError for an unknown name."""
+    if not isinstance(dtype, str):
+        return np.dtype(dtype)
+    if dtype in _ML_DTYPES:
+        import ml_dtypes
+
+        return np.dtype(getattr(ml_dtypes, _ML_DTYPES[dtype]))
+    names = {"f64": "<f8", "f32": "<f4", "f16": "<f2", "i64": "<i8", "i32": "<i4", "i16": "<i2", "i8": "i1"}
+    names |= {"u64": "<u8", "u32": "<u4", "u16": "<u2", "u8": "u1", "bool": "?"}
+    if dtype not in names:
+        raise ValueError(f"unknown dtype {dtype!r} (known: {', '.join([*_ML_DTYPES, *names])})")
+    return np.dtype(names[dtype])
+
+
+def is_floating(a: np.ndarray) -> bool:
+    """Whether `a` holds floating-point values (numpy's kinds, and the ml_dtypes types such as bfloat16)."""
+    return a.dtype.kind == "f" or a.dtype.name in _ML_DTYPES.values()
+
+
+def cast_floating(a: np.ndarray, dtype: str | np.dtype | None) -> np.ndarray:
+    """`a` in `dtype` when `a` is floating point (integer buffers keep theirs). Between an ml_dtypes type (bf16)
+    and a numpy one other than f32, the cast goes through f32 (exact) and rounds once, to nearest even, as
+    `torch.Tensor.to` does."""
+    if dtype is None or not is_floating(a):
+        return a
+    want = numpy_dtype(dtype)
+    if a.dtype == want:
+        return a
+    if np.float32 not in (a.dtype, want) and "V" in (a.dtype.kind, want.kind):
+        a = a.astype(np.float32)
+    return a.astype(want)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -191,9 +232,21 @@ def _is_buffer(name: str, dtype: str) -> bool:
     return bool(_BUFFER_PATTERNS.search(name)) or dtype in _INTEGER_DTYPES
 
 
-def _read_safetensors_header(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
-    """`{name: (dtype, shape)}` from a .safetensors header (8-byte little-endian length + JSON), checking that
-    the file is long enough for every tensor. Raises CheckpointError for a missing, truncated or corrupt file."""
+@dataclass(frozen=True)
+class _Stored:
+    """Where a safetensors tensor lives: its file, dtype (our short name), shape and byte offset in the file."""
+
+    file: Path
+    dtype: str
+    shape: tuple[int, ...]
+    offset: int
+    nbytes: int
+
+
+def _read_safetensors_header(path: Path) -> dict[str, _Stored]:
+    """`{name: _Stored}` from a .safetensors header (8-byte little-endian length + JSON, then the data; offsets in
+    the JSON count from the end of the header), checking that the file is long enough for every tensor. Raises
+    CheckpointError for a missing, truncated or corrupt file."""
     try:
         size = path.stat().st_size
         with open(path, "rb") as f:
@@ -210,7 +263,7 @@ def _read_safetensors_header(path: Path) -> dict[str, tuple[str, tuple[int, ...]
         raise CheckpointError(f"{path}: corrupt safetensors header ({e})") from None
     if not isinstance(header, dict):
         raise CheckpointError(f"{path}: corrupt safetensors header (not a JSON object)")
-    out: dict[str, tuple[str, tuple[int, ...]]] = {}
+    out: dict[str, _Stored] = {}
     for name, entry in header.items():
         if name == "__metadata__":
             continue
@@ -223,7 +276,7 @@ def _read_safetensors_header(path: Path) -> dict[str, tuple[str, tuple[int, ...]
                 f"{path}: truncated safetensors file: tensor {name!r} ends at byte {8 + n + end}, "
                 f"the file has {size} bytes"
             )
-        out[name] = (_ST_DTYPES.get(dtype, dtype.lower()), shape)
+        out[name] = _Stored(path, _ST_DTYPES.get(dtype, dtype.lower()), shape, 8 + n + begin, end - begin)
     return out
 
 
@@ -232,8 +285,8 @@ class HFCheckpoint(Checkpoint):
     """A Hugging Face folder: config.json plus model.safetensors, or shards listed by
     model.safetensors.index.json (or, lacking both, every *.safetensors in the folder)."""
 
-    _where: dict[str, tuple[Path, str, tuple[int, ...]]] = field(default_factory=dict, repr=False)
-    _handles: dict[Path, Any] = field(default_factory=dict, repr=False)
+    _where: dict[str, _Stored] = field(default_factory=dict, repr=False)
+    _maps: dict[Path, mmap.mmap] = field(default_factory=dict, repr=False)
     _tokenizer: Any = field(default=None, repr=False)
 
     @classmethod
@@ -249,14 +302,14 @@ class HFCheckpoint(Checkpoint):
             raise CheckpointError(f"{cfg_path}: expected a JSON object")
 
         files = _safetensors_files(folder)
-        where: dict[str, tuple[Path, str, tuple[int, ...]]] = {}
+        where: dict[str, _Stored] = {}
         index = folder / "model.safetensors.index.json"
         headers = {file: _read_safetensors_header(file) for file in dict.fromkeys(files.values())}
         if files:  # from the index: keep its order and check that every listed tensor is where it says
             for name, file in files.items():
                 if name not in headers[file]:
                     raise CheckpointError(f"{index}: lists {name!r} in {file.name}, which does not hold it")
-                where[name] = (file, *headers[file][name])
+                where[name] = headers[file][name]
         else:
             singles = [folder / "model.safetensors"] if (folder / "model.safetensors").is_file() else []
             singles = singles or sorted(folder.glob("*.safetensors"))
@@ -269,17 +322,19 @@ class HFCheckpoint(Checkpoint):
                     )
                 raise CheckpointError(f"{folder}: no *.safetensors weights; {_EXPECTED}")
             for file in singles:
-                for name, (dtype, shape) in _read_safetensors_header(file).items():
+                for name, stored in _read_safetensors_header(file).items():
                     if name in where:
-                        raise CheckpointError(f"{folder}: tensor {name!r} is in both {where[name][0].name} and {file}")
-                    where[name] = (file, dtype, shape)
+                        raise CheckpointError(
+                            f"{folder}: tensor {name!r} is in both {where[name].file.name} and {file}"
+                        )
+                    where[name] = stored
         names = list(where)
         return cls(
             source=source,
             format="hf",
             config=normalize_config(config),
             tensor_names=names,
-            buffer_names={n for n in names if _is_buffer(n, where[n][1])},
+            buffer_names={n for n in names if _is_buffer(n, where[n].dtype)},
             path=folder,
             _where=where,
         )
@@ -287,30 +342,40 @@ class HFCheckpoint(Checkpoint):
     def shape(self, name: str) -> tuple[int, ...]:
         if name not in self._where:
             raise self._unknown(name)
-        return self._where[name][2]
+        return self._where[name].shape
 
     def dtype(self, name: str) -> str:
         if name not in self._where:
             raise self._unknown(name)
-        return self._where[name][1]
+        return self._where[name].dtype
 
-    def load(self, name: str, dtype: torch.dtype | None = None) -> torch.Tensor:
+    def load(self, name: str, dtype: str | np.dtype | None = None) -> np.ndarray:
         if name not in self._where:
             raise self._unknown(name)
-        file = self._where[name][0]
-        handle = self._handles.get(file)
-        if handle is None:
-            from safetensors import safe_open
-
-            try:
-                handle = self._handles[file] = safe_open(str(file), framework="pt")
-            except Exception as e:  # safetensors raises SafetensorError / OSError
-                raise CheckpointError(f"{file}: cannot open ({e})") from None
+        stored = self._where[name]
         try:
-            t = handle.get_tensor(name)
-        except Exception as e:
-            raise CheckpointError(f"{file}: cannot read tensor {name!r} ({e})") from None
-        return _cast(t, dtype)
+            stored_dtype = numpy_dtype(stored.dtype)
+        except ValueError:
+            raise CheckpointError(
+                f"{stored.file}: tensor {name!r} has dtype {stored.dtype}, which Linnet cannot read"
+            ) from None
+        count = 1
+        for d in stored.shape:
+            count *= d
+        if count * stored_dtype.itemsize != stored.nbytes:
+            raise CheckpointError(
+                f"{stored.file}: tensor {name!r} takes {stored.nbytes} bytes, but {stored.dtype} {list(stored.shape)} "
+                f"needs {count * stored_dtype.itemsize}"
+            )
+        mapped = self._maps.get(stored.file)
+        if mapped is None:
+            try:
+                with open(stored.file, "rb") as f:
+                    mapped = self._maps[stored.file] = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            except (OSError, ValueError) as e:
+                raise CheckpointError(f"{stored.file}: cannot open ({e})") from None
+        a = np.frombuffer(mapped, dtype=stored_dtype, count=count, offset=stored.offset).reshape(stored.shape)
+        return cast_floating(a, dtype)
 
     def tokenizer(self) -> Tokenizer | None:
         if self._tokenizer is None:
@@ -321,7 +386,12 @@ class HFCheckpoint(Checkpoint):
         return self._tokenizer or None
 
     def close(self) -> None:
-        self._handles.clear()
+        maps, self._maps = self._maps, {}
+        for mapped in maps.values():
+            try:
+                mapped.close()
+            except BufferError:  # an array from `load` is still alive; the mapping goes when it does
+                pass
 
 
 def _safetensors_files(folder: Path) -> dict[str, Path]:
@@ -437,7 +507,7 @@ def _gguf_config(f: GGUFFile, arch: str) -> dict[str, Any]:
     return cfg
 
 
-def _unpermute_rows(t: torch.Tensor, n_head: int) -> torch.Tensor:
+def _unpermute_rows(t: np.ndarray, n_head: int) -> np.ndarray:
     """Undo llama.cpp's rotary permutation of Q/K projection rows (weights or biases).
 
     llama.cpp convert_hf_to_gguf.py `LlamaModel.permute` writes rows of head h as
@@ -448,7 +518,7 @@ def _unpermute_rows(t: torch.Tensor, n_head: int) -> torch.Tensor:
     """
     rows = t.shape[0]
     half = rows // n_head // 2
-    return t.reshape(n_head, half, 2, *t.shape[1:]).transpose(1, 2).reshape(t.shape).contiguous()
+    return np.ascontiguousarray(t.reshape(n_head, half, 2, *t.shape[1:]).swapaxes(1, 2)).reshape(t.shape)
 
 
 @dataclass(eq=False)
@@ -511,10 +581,7 @@ class GGUFCheckpoint(Checkpoint):
     def dtype(self, name: str) -> str:
         return self._info(name).type_name
 
-    def load(self, name: str, dtype: torch.dtype | None = None) -> torch.Tensor:
-        import numpy as np
-        import torch
-
+    def load(self, name: str, dtype: str | np.dtype | None = None) -> np.ndarray:
         info = self._info(name)
         raw = self._file.raw(info.name)
         try:
@@ -522,11 +589,11 @@ class GGUFCheckpoint(Checkpoint):
                 from gguf import GGMLQuantizationType
                 from gguf.quants import dequantize
 
-                t = torch.from_numpy(np.ascontiguousarray(dequantize(raw, GGMLQuantizationType(info.ggml_type))))
+                t = np.ascontiguousarray(dequantize(raw, GGMLQuantizationType(info.ggml_type)))
             elif info.type_name == "bf16":
-                t = torch.from_numpy(raw.view(np.int16).copy()).view(torch.bfloat16)
+                t = raw.view(numpy_dtype("bf16"))
             else:
-                t = torch.from_numpy(raw.copy())
+                t = raw
         except (NotImplementedError, ValueError) as e:
             raise CheckpointError(f"{self.path}: cannot dequantize {info.name!r} ({info.type_name}): {e}") from None
         if tuple(t.shape) != info.shape:
@@ -538,7 +605,7 @@ class GGUFCheckpoint(Checkpoint):
             if t.shape[0] % (2 * heads):
                 raise CheckpointError(f"{self.path}: {info.name!r} has {t.shape[0]} rows, not 2 x {heads} heads")
             t = _unpermute_rows(t, heads)
-        return _cast(t, dtype)
+        return cast_floating(t, dtype)
 
     def tokenizer(self) -> Tokenizer | None:
         if self._tokenizer is None:

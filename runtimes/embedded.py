@@ -23,10 +23,12 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from linnet.errors import CheckpointError
+
 __all__ = ["EMBEDDED", "EmbeddedError", "resolve_embedded", "cache_dir"]
 
 
-class EmbeddedError(Exception):
+class EmbeddedError(CheckpointError):
     """An embedded id whose package is not installed or whose files are missing or unreadable."""
 
 

@@ -26,10 +26,12 @@ from typing import Any
 
 import numpy as np
 
+from linnet.errors import CheckpointError
+
 __all__ = ["GGUFError", "GGUFFile", "GGUFTensorInfo", "GGML_TYPES"]
 
 
-class GGUFError(ValueError):
+class GGUFError(CheckpointError, ValueError):
     """The file is not a well-formed GGUF file (bad magic, unsupported version, truncated, unknown type)."""
 
 

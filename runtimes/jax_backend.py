@@ -2,8 +2,9 @@
 exported StableHLO artifact (`mode="stablehlo"`, `--backend xla`); `load_exported`: a
 serialized artifact run without its `.linnet` source.
 
-Parameters are a dict by checkpoint name of device arrays (the checkpoint's tensors, cast to
-the working dtype), passed as arguments: nothing is baked into the compiled code. The weights
+Parameters are a dict by checkpoint name of device arrays (the checkpoint's numpy arrays, cast
+to the working dtype and put on the device once), passed as arguments: nothing is baked into
+the compiled code. Loading, running and generating import neither torch nor transformers. The weights
 of linear layers that share an input are held concatenated under one key instead
 (`model.layers.0.self_attn.{q,k,v}_proj.weight`; `linnet.compiler.jax.codegen.fused_key`), so
 each group is one dot. The KV
@@ -31,26 +32,17 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
+from linnet.errors import BackendError, LoadError
+
+from .backends import backend_for, check_options
+from .checkpoints import cast_floating
+from .model import ModelBase
+
 if TYPE_CHECKING:
     from .loading import Prepared
 
 BACKEND_MODES = {"jax": "generated", "xla": "stablehlo"}
 MIN_BUCKET = 16
-
-
-def _load_error(message: str) -> Exception:
-    """A `LoadError` (imported here: `load_exported` runs without the front end's loading or torch)."""
-    from .loading import LoadError
-
-    return LoadError(message)
-
-
-def __getattr__(name: str):
-    if name == "LoadError":
-        from .loading import LoadError
-
-        return LoadError
-    raise AttributeError(name)
 
 
 def _jax():
@@ -64,8 +56,6 @@ def _jax():
 
 def _device(device: str):
     jax = _jax()
-    from linnet.compiler.jax.module import BackendError
-
     platform = {"cuda": "gpu", "gpu": "gpu", "cpu": "cpu", "tpu": "tpu"}.get(device.split(":")[0])
     if platform is None:
         raise BackendError(f"device must be cpu, cuda (gpu) or tpu, got {device!r}")
@@ -75,6 +65,15 @@ def _device(device: str):
         raise BackendError(f"device {device!r}: JAX has no {platform} backend here ({err})") from None
     index = int(device.split(":")[1]) if ":" in device else 0
     return devices[index]
+
+
+def device_problem(device: str) -> str | None:
+    """Why JAX cannot use `device` here, or None."""
+    try:
+        _device(device)
+    except (BackendError, IndexError, ValueError) as err:
+        return str(err) or f"no device {device!r}"
+    return None
 
 
 def buckets(max_positions: int) -> list[int]:
@@ -94,12 +93,13 @@ def bucket_for(length: int, max_positions: int) -> int:
 
 
 @dataclass
-class JaxModel:
-    """A loaded model. Entries are attributes (`forward`, `step`) taking numpy or JAX arrays
-    and returning JAX arrays; `step` updates `state` (the KV cache, donated). `params` and
-    `state` are dicts of device arrays by checkpoint name (fused weights by their fused key;
-    KV caches in the shape the backend holds them, [max_batch * H, T, D],
-    `codegen.state_shape`). `step_model()` adapts `step` to the
+class JaxModel(ModelBase):
+    """A loaded model (`LoadedModel`): `run(entry, *arrays)` and the entries as attributes
+    (`model.forward(ids)`) take and return numpy; `native` takes numpy or JAX arrays and returns
+    JAX arrays (`model.native.forward(ids)`, nothing copied to the host). An entry with a KV
+    cache updates `state` (donated). `params` and `state` are dicts of device arrays by
+    checkpoint name (fused weights by their fused key; KV caches in the shape the backend holds
+    them, [max_batch * H, T, D], `codegen.state_shape`). `step_model()` adapts `step` to the
     generation runner. `load_s`: checking, lowering, exporting and binding weights (compiles
     happen on first call, per shape)."""
 
@@ -117,21 +117,14 @@ class JaxModel:
     device: Any = None
     load_s: float = 0.0
     notes: list[str] = field(default_factory=list)
+    backend: str = "jax"
 
     @property
-    def program(self):
-        return self.prepared.program if self.prepared is not None else None
+    def entries(self) -> tuple[str, ...]:
+        return tuple(self.__dict__.get("functions") or ())
 
-    @property
-    def config(self) -> dict[str, Any]:
-        return self.prepared.program.config if self.prepared is not None else {}
-
-    def tokenizer(self):
-        return self.prepared.tokenizer() if self.prepared is not None else None
-
-    def entry(self, name: str) -> Callable:
-        if name not in self.functions:
-            raise KeyError(f"no entry `{name}` (entries: {', '.join(self.functions)})")
+    def _native_entry(self, name: str) -> Callable:
+        self.graph(name)
         fn = self.functions[name]
         jax = _jax()
 
@@ -142,13 +135,12 @@ class JaxModel:
             out, self.state = fn(self.params, self.state, *inputs)
             return out
 
+        call.__name__ = name
         return call
 
-    def __getattr__(self, name: str):
-        functions = self.__dict__.get("functions")
-        if functions is not None and name in functions:
-            return self.entry(name)
-        raise AttributeError(name)
+    def _run_arrays(self, entry: str, arrays: list[np.ndarray]) -> list[np.ndarray]:
+        out = self._native_entry(entry)(*arrays)
+        return [np.asarray(o) for o in (out if isinstance(out, tuple) else (out,))]
 
     def reset_state(self) -> None:
         """Zero the KV cache (not needed between requests: a step only reads what it wrote)."""
@@ -214,24 +206,15 @@ def load(
     dims, and run from the artifact). Without weights and with `random_weights`, parameters
     are drawn from N(0, 0.02) (norm scales 1, biases 0) with `seed`.
 
-    Raises LoadError (source, config, names or shapes) and BackendError (mode, device)."""
+    Raises LoadError (source, config, names or shapes) and BackendError (mode, dtype, device)."""
     from linnet.compiler.jax.codegen import state_shape
-    from linnet.compiler.jax.module import (
-        MODES,
-        BackendError,
-        compile_program,
-        export_entry,
-        exported_fn,
-        jax_dtype,
-    )
+    from linnet.compiler.jax.module import compile_program, export_entry, exported_fn, jax_dtype
 
     from .loading import prepare
 
     t0 = time.perf_counter()
-    if mode not in MODES:
-        raise BackendError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
-    if dtype not in ("f32", "bf16"):
-        raise BackendError(f"the JAX backend runs f32 or bf16, got {dtype!r}")
+    backend = backend_for("jax_backend", mode)
+    check_options(backend, dtype, numerics, device)
     jax = _jax()
     dev = _device(device)
     prepared = prepare(source, weights, preset, config, dtype, max_batch, max_positions, random_weights=random_weights)
@@ -267,25 +250,8 @@ def load(
         device=dev,
         load_s=time.perf_counter() - t0,
         notes=list(prepared.notes),
+        backend=backend.name,
     )
-
-
-def _to_numpy(tensor, dtype: str) -> np.ndarray:
-    """A torch tensor from a checkpoint as numpy in the working dtype (bf16 through f32)."""
-    import torch
-
-    if tensor.dtype == torch.bfloat16 or not tensor.is_floating_point():
-        tensor = tensor.float() if tensor.is_floating_point() else tensor
-    a = tensor.numpy()
-    if a.dtype.kind == "f":
-        a = a.astype(np.float32 if dtype == "f32" else _bf16())
-    return a
-
-
-def _bf16():
-    import ml_dtypes
-
-    return ml_dtypes.bfloat16
 
 
 class _Binder:
@@ -317,38 +283,30 @@ class _Binder:
 
 
 def _missing_members(key: str, missing: list[str]) -> Exception:
-    return _load_error(f"error[L502]: no tensor for {', '.join(f'`{n}`' for n in missing)} (fused as `{key}`)")
+    return LoadError(f"no tensor for {', '.join(f'`{n}`' for n in missing)} (fused as `{key}`)", code="L502")
 
 
 def _checkpoint_params(prepared: Prepared, progress: bool, device, fused: dict[str, list[str]]) -> dict:
+    """The checkpoint's arrays in the working dtype, put on `device` once (fused groups concatenated)."""
     from .loading import planned_tensors
 
-    dtype = prepared.program.dtype.name
     specs = {t.path: t for t in prepared.program.params}
     binder = _Binder(device, fused)
-    for path, tensor in planned_tensors(prepared, progress):
-        a = _to_numpy(tensor, dtype)
+    for path, a in planned_tensors(prepared, progress, prepared.program.dtype.name):
         if a.shape != specs[path].shape:
-            raise _load_error(
-                f"error[L501]: `{path}`: the checkpoint has {list(a.shape)}, the model {list(specs[path].shape)}"
+            raise LoadError(
+                f"`{path}`: the checkpoint has {list(a.shape)}, the model {list(specs[path].shape)}", code="L501"
             )
         binder.put(path, a)
     return binder.done()
 
 
 def _random_params(program, seed: int, device, fused: dict[str, list[str]]) -> dict:
+    from .loading import random_params
+
     binder = _Binder(device, fused)
-    rng = np.random.default_rng(seed)
-    dtype = np.float32 if program.dtype.name == "f32" else _bf16()
-    for spec in program.params:
-        shape = spec.shape
-        if spec.path.endswith("bias"):
-            a = np.zeros(shape, np.float32)
-        elif len(shape) == 1:
-            a = np.ones(shape, np.float32)
-        else:
-            a = (rng.standard_normal(shape) * 0.02).astype(np.float32)
-        binder.put(spec.path, a.astype(dtype))
+    for path, a in random_params(program, seed).items():
+        binder.put(path, a)
     return binder.done()
 
 
@@ -389,24 +347,24 @@ def load_exported(
     dev = _device(device)
     param_specs, state_specs, _ = exported_signature(exported)
     if state_specs and "max_batch" not in meta:
-        raise _load_error(
+        raise LoadError(
             f"{meta_path}: missing or without `max_batch`; an entry with a KV cache needs it (written next to the "
             "artifact by `linnet stablehlo --serialized`: the entry, max_batch and max_positions)"
         )
     members = meta.get("fused_weights", {})
     if params is None:
         if weights is None:
-            raise _load_error(f"{path}: give params= (a dict by checkpoint name) or weights= (a checkpoint)")
+            raise LoadError(f"{path}: give params= (a dict by checkpoint name) or weights= (a checkpoint)")
         params = _weights_by_name(weights, param_specs)
     params = _fused_from_members(params, param_specs, members)
     missing = [k for k in param_specs if k not in params]
     if missing:
-        raise _load_error(f"error[L502]: {len(missing)} parameter(s) the artifact takes are missing: {missing[:6]}")
+        raise LoadError(f"{len(missing)} parameter(s) the artifact takes are missing: {missing[:6]}", code="L502")
     bound = {}
     for k, spec in param_specs.items():
         a = np.asarray(params[k])
         if tuple(a.shape) != tuple(spec.shape):
-            raise _load_error(f"error[L501]: `{k}` is {list(a.shape)}, the artifact takes {list(spec.shape)}")
+            raise LoadError(f"`{k}` is {list(a.shape)}, the artifact takes {list(spec.shape)}", code="L501")
         bound[k] = jax.device_put(a.astype(spec.dtype), dev)
     state = {k: jax.device_put(np.zeros(s.shape, s.dtype), dev) for k, s in state_specs.items()}
     stateful = bool(state_specs)
@@ -415,6 +373,7 @@ def load_exported(
         vocab = int(exported.out_avals[0].shape[-1])
     return JaxModel(
         mode="stablehlo",
+        backend="xla",
         params=bound,
         state=state,
         functions={name: exported_fn(exported, stateful)},
@@ -453,12 +412,12 @@ def _fuse_members(key: str, parts: dict, spec, shapes: dict | None) -> np.ndarra
     for n, a in parts.items():
         want = shapes.get(n) if shapes else None
         if want is not None and list(a.shape) != list(want):
-            raise _load_error(
-                f"error[L501]: `{n}` is {list(a.shape)}, the artifact takes {list(want)} (fused as `{key}`)"
+            raise LoadError(
+                f"`{n}` is {list(a.shape)}, the artifact takes {list(want)} (fused as `{key}`)", code="L501"
             )
         if want is None and (a.ndim != 2 or a.shape[1] != spec.shape[1]):
-            raise _load_error(
-                f"error[L501]: `{n}` is {list(a.shape)}, the artifact takes [rows, {spec.shape[1]}] (fused as `{key}`)"
+            raise LoadError(
+                f"`{n}` is {list(a.shape)}, the artifact takes [rows, {spec.shape[1]}] (fused as `{key}`)", code="L501"
             )
     return np.concatenate(list(parts.values()))
 
@@ -468,22 +427,19 @@ def _weights_by_name(weights, specs: dict) -> dict:
     fused key's members by theirs; `_fused_from_members` then fuses them), in its dtypes."""
     from linnet.compiler.jax.codegen import fused_names
 
-    from .checkpoints import CheckpointError, open_checkpoint
+    from .checkpoints import open_checkpoint
     from .loading import _prefix_map
 
-    try:
-        with open_checkpoint(weights) as ckpt:
-            names = {k: fused_names(k) or [k] for k in specs}
-            rename = _prefix_map([n for group in names.values() for n in group], set(ckpt.tensor_names))
-            out = {}
-            for k, spec in specs.items():
-                for n in names[k]:
-                    if rename(n) not in ckpt:
-                        raise _load_error(f"error[L502]: {weights} has no tensor for `{n}`")
-                    out[n] = _to_numpy(ckpt.load(rename(n)), "f32").astype(spec.dtype)
-            return out
-    except CheckpointError as err:
-        raise _load_error(str(err)) from err
+    with open_checkpoint(weights) as ckpt:
+        names = {k: fused_names(k) or [k] for k in specs}
+        rename = _prefix_map([n for group in names.values() for n in group], set(ckpt.tensor_names))
+        out = {}
+        for k, spec in specs.items():
+            for n in names[k]:
+                if rename(n) not in ckpt:
+                    raise LoadError(f"{weights} has no tensor for `{n}`", code="L502")
+                out[n] = cast_floating(ckpt.load(rename(n)), "f32").astype(spec.dtype)
+        return out
 
 
 __all__ = [

@@ -9,6 +9,9 @@ Names are checked both ways and every shape against the checker's: a mismatch is
 `L501`/`L502` error naming the tensor (and both shapes). A checkpoint whose names lack (or
 add) a leading prefix the source has, like GPT-2 files saved without `transformer.`, is
 matched by that prefix.
+
+Tensors travel as numpy arrays (`planned_tensors`, `random_params`); each runtime converts
+them once to its own arrays. Nothing here imports torch, jax or onnxruntime.
 """
 
 from __future__ import annotations
@@ -17,8 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from linnet.errors import LoadError, SourceError
 from linnet.ir.build import (
-    ProgramError,
     SourceInfo,
     bind_config,
     check_source,
@@ -29,12 +34,19 @@ from linnet.ir.build import (
 from linnet.ir.core import Program
 from linnet.syntax import ast as A
 
-from .checkpoints import Checkpoint, CheckpointError, open_checkpoint
+from .checkpoints import Checkpoint, numpy_dtype, open_checkpoint
+from .model import LoadedModel
 
-
-class LoadError(Exception):
-    """Loading failed: a source error, bad weights, or names and shapes that don't match.
-    The message names the file, field or tensor."""
+__all__ = [
+    "LoadError",
+    "LoadedModel",
+    "Prepared",
+    "prepare",
+    "default_preset",
+    "planned_tensors",
+    "random_params",
+    "match_weights",
+]
 
 
 @dataclass
@@ -51,24 +63,6 @@ class Prepared:
 
     def tokenizer(self):
         return self.checkpoint.tokenizer() if self.checkpoint is not None else None
-
-
-class LoadedModel:
-    """What every backend's loaded model exposes from its `prepared` (a `Prepared`): the
-    configured program, the merged config and the checkpoint's tokenizer."""
-
-    prepared: Prepared
-
-    @property
-    def program(self) -> Program:
-        return self.prepared.program
-
-    @property
-    def config(self) -> dict[str, Any]:
-        return self.prepared.program.config
-
-    def tokenizer(self):
-        return self.prepared.tokenizer()
 
 
 def default_preset(info: SourceInfo) -> str | None:
@@ -117,8 +111,8 @@ def prepare(
         program = lower_program(info, dtype, max_batch, max_positions, entries)
         if checkpoint is None:
             _check_random_weights_fit(program)
-    except (ProgramError, CheckpointError) as err:
-        raise LoadError(str(err)) from err
+    except SourceError as err:  # a source or config error met while loading (CheckpointError is a LoadError)
+        raise LoadError(err.message, code=err.code) from err
     prepared = Prepared(program, info, checkpoint, weights=str(weights) if weights is not None else None, notes=notes)
     if checkpoint is not None:
         prepared.plan = match_weights(program, checkpoint, prepared.notes)
@@ -156,9 +150,10 @@ def _check_random_weights_fit(program: Program) -> None:
         )
 
 
-def planned_tensors(prepared: Prepared, progress: bool, dtype=None):
-    """Yield (parameter path, checkpoint tensor) for every entry of `prepared.plan`, each read as
-    `Checkpoint.load(name, dtype)` (a torch tensor), with a progress bar on stderr for loads
+def planned_tensors(prepared: Prepared, progress: bool, dtype: str | None = None):
+    """Yield (parameter path, numpy array) for every entry of `prepared.plan`, each read as
+    `Checkpoint.load(name, dtype)` (a read-only memory map where the format allows; `dtype` a
+    Linnet dtype name casts floating-point tensors), with a progress bar on stderr for loads
     that take over a second. Raises CheckpointError for unreadable data."""
     import sys
 
@@ -211,20 +206,40 @@ def match_weights(program: Program, ckpt: Checkpoint, notes: list[str]) -> dict[
             notes.append(f"{ckpt.source}: `{n}` is not used (the source ties the head to the embeddings)")
         extra = [n for n in extra if n not in heads]
     if missing or extra:
-        lines = [f"error[L502]: the names of {ckpt.source} don't match {program.source}"]
+        lines = [f"the names of {ckpt.source} don't match {program.source}"]
         if missing:
             lines.append(f"  {len(missing)} parameter(s) missing from the checkpoint: " + _few(missing))
         if extra:
             lines.append(f"  {len(extra)} checkpoint tensor(s) no parameter takes: " + _few(extra))
-        raise LoadError("\n".join(lines))
+        raise LoadError("\n".join(lines), code="L502")
     for spec in program.params:
         have = tuple(ckpt.shape(plan[spec.path]))
         if have != spec.shape:
             raise LoadError(
-                f"error[L501]: `{plan[spec.path]}` in {ckpt.source} is {list(have)}, but {program.source} "
-                f"declares `{spec.path}` as {list(spec.shape)}"
+                f"`{plan[spec.path]}` in {ckpt.source} is {list(have)}, but {program.source} "
+                f"declares `{spec.path}` as {list(spec.shape)}",
+                code="L501",
             )
     return plan
+
+
+def random_params(program: Program, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random weights for `program` by parameter path, the same on every backend: biases 0, other
+    1-d parameters (norm scales) 1, the rest N(0, 0.02) drawn in parameter order from numpy's
+    PCG64 with `seed`; f32, cast to the working dtype (bf16 rounds to nearest even)."""
+    rng = np.random.default_rng(seed)
+    dtype = numpy_dtype(program.dtype.name)
+    out = {}
+    for spec in program.params:
+        shape = spec.shape
+        if spec.path.endswith("bias"):
+            a = np.zeros(shape, np.float32)
+        elif len(shape) == 1:
+            a = np.ones(shape, np.float32)
+        else:
+            a = (rng.standard_normal(shape) * 0.02).astype(np.float32)
+        out[spec.path] = a.astype(dtype)
+    return out
 
 
 def _prefix_map(model: list[str], names: set[str]):

@@ -45,19 +45,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .loading import LoadedModel
+from linnet.errors import BackendError, LoadError
+
+from .backends import backend_for, check_options
+from .model import ModelBase
 
 if TYPE_CHECKING:
     from .loading import Prepared
 
 PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider", "tensorrt": "TensorrtExecutionProvider"}
-DTYPES = ("f32", "f16", "bf16")
 BFLOAT16 = 16  # onnx.TensorProto.BFLOAT16: numpy has no bf16, so ORT is told the type of a uint16 view
 TWO_GB = 2**31 - 1
-
-
-class BackendError(Exception):
-    """A provider, device or dtype this backend cannot run, or a bad argument."""
 
 
 def _ort():
@@ -86,10 +84,20 @@ def resolve_providers(device: str, providers) -> list[str]:
     return names
 
 
+def device_problem(device: str) -> str | None:
+    """Why ONNX Runtime cannot use `device` here (no such provider in this build), or None."""
+    try:
+        resolve_providers(device, None)
+    except BackendError as err:
+        return str(err)
+    return None
+
+
 @dataclass
-class OnnxModel(LoadedModel):
-    """A loaded model. Entries are attributes (`forward`, `step`) taking numpy arrays and
-    returning numpy arrays; `step` reads and writes the KV cache in `state` (OrtValues by
+class OnnxModel(ModelBase):
+    """A loaded model (`LoadedModel`): `run(entry, *arrays)` and the entries as attributes
+    (`model.forward(ids)`) take and return numpy arrays, which are also ONNX Runtime's own
+    (`native` is the same); `step` reads and writes the KV cache in `state` (OrtValues by
     checkpoint path, on the session's device). `step_model()` adapts `step` to the generation
     runner. `load_s`: checking, lowering and binding weights (sessions are made on first use of
     an entry; `session_s` records how long each took)."""
@@ -110,6 +118,7 @@ class OnnxModel(LoadedModel):
     state: dict[str, Any] = field(default_factory=dict, repr=False)
     _spare: dict[str, Any] = field(default_factory=dict, repr=False)
     lowered: dict[str, Any] = field(default_factory=dict, repr=False)  # entry -> onnx_ir.Model (see model_ir)
+    backend: str = "onnxruntime"
 
     @property
     def device_type(self) -> str:
@@ -152,13 +161,12 @@ class OnnxModel(LoadedModel):
         }
         self._spare = {}
 
-    def run(self, name: str, *inputs) -> list[np.ndarray]:
-        """Entry `name` on numpy inputs; returns its outputs (the new cache stays in `state`)."""
+    def _run_arrays(self, name: str, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        """Entry `name` on checked numpy inputs (`model.check_inputs`); returns its outputs (the new
+        cache stays in `state`)."""
         g = self.program.entries[name]
         sess = self.session(name)
-        arrays = {
-            v.name: np.ascontiguousarray(np.asarray(x, dtype=_np(v.dtype.name))) for v, x in zip(g.inputs, inputs)
-        }
+        arrays = {v.name: x for v, x in zip(g.inputs, inputs)}
         bf16 = self.program.dtype.name == "bf16"
         if not g.uses_state:
             if not bf16:
@@ -166,7 +174,6 @@ class OnnxModel(LoadedModel):
             return [_numpy(v) for v in sess.run_with_ort_values(None, {k: _ortvalue(a) for k, a in arrays.items()})]
         if not self.state:
             self.reset_state()
-        _check_cache_bounds(g, arrays, self.max_batch, self.max_positions)
         names = self.cache_names()
         binding = sess.io_binding()
         for k, a in arrays.items():
@@ -200,22 +207,8 @@ class OnnxModel(LoadedModel):
                 self._spare[path], self.state[path] = self.state[path], target
         return [_numpy(v) for v in binding.get_outputs()[:n_plain]]
 
-    def entry(self, name: str):
-        if name not in self.program.entries:
-            raise KeyError(f"no entry `{name}` (entries: {', '.join(self.program.entries)})")
-
-        def call(*inputs):
-            outs = self.run(name, *inputs)
-            return outs[0] if len(outs) == 1 else tuple(outs)
-
-        call.__name__ = name
-        return call
-
-    def __getattr__(self, name: str):
-        prepared = self.__dict__.get("prepared")
-        if prepared is not None and name in prepared.program.entries:
-            return self.entry(name)
-        raise AttributeError(name)
+    def _native_entry(self, name: str):
+        return self.entry(name)  # ONNX Runtime's arrays are numpy
 
     def step_model(self) -> "OnnxStepModel":
         return OnnxStepModel(self)
@@ -325,23 +318,6 @@ def save_model(proto, path: str | Path) -> list[Path]:
     return [path, path.with_name(data)]
 
 
-def _check_cache_bounds(graph, arrays: dict[str, np.ndarray], max_batch: int, max_positions: int) -> None:
-    """Raise ValueError when a step would read or write outside the KV cache: `rows` not in
-    [0, max_batch), or `positions` + S past max_positions (ONNX Runtime's ScatterND would only say
-    "invalid indice")."""
-    ids = arrays.get(graph.inputs[0].name)
-    rows, positions = arrays.get("rows"), arrays.get("positions")
-    if rows is not None and rows.size and (rows.min() < 0 or rows.max() >= max_batch):
-        raise ValueError(f"rows {rows.tolist()} are outside the cache's {max_batch} rows (max_batch)")
-    if positions is not None and ids is not None and ids.ndim == 2 and positions.size:
-        end = int(positions.max()) + ids.shape[1]
-        if positions.min() < 0 or end > max_positions:
-            raise ValueError(
-                f"positions {positions.tolist()} with {ids.shape[1]} tokens reach position {end - 1}, outside the "
-                f"cache's {max_positions} positions (max_positions)"
-            )
-
-
 def _np(name: str):
     """The numpy dtype of a Linnet dtype name (bf16: `ml_dtypes.bfloat16`)."""
     if name == "bf16":
@@ -419,13 +395,10 @@ def load(
     Raises LoadError (source, config, names or shapes) and BackendError (dtype, provider)."""
     from linnet.compiler.onnx.kernels import has_table
 
-    from .loading import LoadError, prepare
+    from .loading import prepare, random_params
 
     t0 = time.perf_counter()
-    if dtype not in DTYPES:
-        raise BackendError(f"the ONNX Runtime backend runs {', '.join(DTYPES)}, got {dtype!r}")
-    if numerics not in ("equivalent", "fast"):
-        raise BackendError(f"numerics must be equivalent or fast, got {numerics!r}")
+    check_options(backend_for("onnx_backend", None), dtype, numerics, device)
     names = resolve_providers(device, providers)
     prepared = prepare(
         source,
@@ -445,15 +418,15 @@ def load(
         values = {}
         for spec in program.params:
             if spec.path not in params:
-                raise LoadError(f"error[L502]: no value for parameter `{spec.path}`")
+                raise LoadError(f"no value for parameter `{spec.path}`", code="L502")
             a = np.asarray(params[spec.path])
             if tuple(a.shape) != spec.shape:
-                raise LoadError(f"error[L501]: `{spec.path}` is {list(a.shape)}, the model {list(spec.shape)}")
+                raise LoadError(f"`{spec.path}` is {list(a.shape)}, the model {list(spec.shape)}", code="L501")
             values[spec.path] = a.astype(_np(dtype)) if a.dtype.kind == "f" else a
     elif prepared.checkpoint is not None:
         values = _checkpoint_params(prepared, progress)
     else:
-        values = _random_params(program, seed)
+        values = random_params(program, seed)
     notes = list(prepared.notes)
     if numerics == "fast":
         notes.append("numerics fast: ONNX Runtime's graph fusions are on (normalisation, GELU, attention patterns)")
@@ -501,7 +474,7 @@ def export(
     from linnet.compiler.onnx.lower import lower_entry, to_proto
     from linnet.ir.build import check_source, preset_weights, read_source
 
-    from .loading import LoadError, default_preset, prepare
+    from .loading import default_preset, prepare
 
     path, text = read_source(source)
     info = check_source(path, text, preset)
@@ -532,32 +505,13 @@ def export(
 
 
 def _checkpoint_params(prepared: Prepared, progress: bool) -> dict[str, np.ndarray]:
-    import torch
-
+    """The checkpoint's arrays in the working dtype, by parameter path: the initializers (an array
+    read as stored stays a view of the memory-mapped file; ORT copies it once into the session)."""
     from .loading import planned_tensors
 
-    dtype = _np(prepared.program.dtype.name)
-    out = {}
-    for path, t in planned_tensors(prepared, progress):
-        a = t.to(torch.float32).numpy().astype(dtype, copy=False) if t.is_floating_point() else t.numpy()
-        out[path] = np.ascontiguousarray(a)
-    return out
+    return {
+        path: np.ascontiguousarray(a) for path, a in planned_tensors(prepared, progress, prepared.program.dtype.name)
+    }
 
 
-def _random_params(program, seed: int) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    dtype = _np(program.dtype.name)
-    out = {}
-    for spec in program.params:
-        shape = spec.shape
-        if spec.path.endswith("bias"):
-            a = np.zeros(shape, np.float32)
-        elif len(shape) == 1:
-            a = np.ones(shape, np.float32)
-        else:
-            a = (rng.standard_normal(shape) * 0.02).astype(np.float32)
-        out[spec.path] = a.astype(dtype)
-    return out
-
-
-__all__ = ["load", "export", "OnnxModel", "OnnxStepModel", "BackendError", "resolve_providers"]
+__all__ = ["load", "export", "OnnxModel", "OnnxStepModel", "BackendError", "resolve_providers", "device_problem"]

@@ -29,10 +29,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from linnet.errors import CheckpointError
+
 __all__ = ["Tokenizer", "TokenizerError"]
 
 
-class TokenizerError(Exception):
+class TokenizerError(CheckpointError):
     """A tokenizer cannot be built: missing or malformed files, or an unsupported GGUF tokenizer model."""
 
 

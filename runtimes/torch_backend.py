@@ -1,13 +1,16 @@
-"""`linnet.torch.load`: a source and its weights as a runnable PyTorch model.
+"""`linnet.torch.load`: a source and its weights as a runnable PyTorch model (backends
+`torch-interpret`, `torch`, `torch-compile`, `cuda-graphs`).
 
 The backend (`linnet.compiler.torch`) turns the Core IR into an `nn.Module` with empty
-parameters; this binds the checkpoint's tensors to it (dequantized GGUF tensors included),
-cast to the working dtype, with a progress bar on stderr for loads over a second.
+parameters; this binds the checkpoint's numpy arrays to it (dequantized GGUF tensors included),
+each converted once (`torch.from_numpy`, then cast to the working dtype on the device), with a
+progress bar on stderr for loads over a second.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,37 +18,84 @@ from typing import Any
 import numpy as np
 import torch
 
-from linnet.compiler.torch.module import BackendError, LinnetModule, compile_program, torch_dtype
+from linnet.compiler.torch.module import BackendError, LinnetModule, compile_program
+from linnet.errors import LoadError
 
-from .loading import LoadedModel, LoadError, Prepared, planned_tensors, prepare
+from .backends import BACKENDS, backend_for, check_options, device_kind
+from .loading import Prepared, planned_tensors, prepare, random_params
+from .model import ModelBase
 
-BACKEND_MODES = {
-    "torch-interpret": "interpret",
-    "torch": "generated",
-    "torch-compile": "inductor",
-    "cuda-graphs": "cuda-graphs",
-}
+# --backend -> the `mode` of `load` (the registry's records for this runtime)
+BACKEND_MODES = {b.name: b.mode for b in BACKENDS.values() if b.runtime == "torch_backend"}
 
 
 @dataclass
-class TorchModel(LoadedModel):
-    """A loaded model. Entries are methods taking and returning torch tensors on `device`
-    (`forward`, `step`, ...); `step_model()` adapts `step` to the generation runner (numpy).
-    `load_s` is the load time in seconds (checking, lowering, compiling, binding weights)."""
+class TorchModel(ModelBase):
+    """A loaded model (`LoadedModel`): `run(entry, *arrays)` and the entries as attributes
+    (`model.forward(ids)`) take and return numpy; `native` and `module.entry(name)` take and
+    return torch tensors on the model's device (`model.native.forward(ids)`). `module` is the
+    `nn.Module` (its `state_dict()` keys are the checkpoint names). `step_model()` adapts `step`
+    to the generation runner. `load_s` is the load time in seconds (checking, lowering,
+    compiling, binding weights)."""
 
     module: LinnetModule
     prepared: Prepared
     load_s: float = 0.0
     notes: list[str] = field(default_factory=list)
+    backend: str = "torch"
 
-    def __getattr__(self, name: str):
-        module = self.__dict__.get("module")
-        if module is not None and name in module.program.entries:
-            return module.entry(name)
-        raise AttributeError(name)
+    @property
+    def max_batch(self) -> int:
+        return self.module.program.max_batch
+
+    @property
+    def max_positions(self) -> int:
+        return self.module.program.max_positions
+
+    def _native_entry(self, entry: str) -> Callable:
+        return self.module.entry(entry)
+
+    def _run_arrays(self, entry: str, arrays: list[np.ndarray]) -> list[np.ndarray]:
+        fn = self.module.entry(entry)
+        device = self.module.device_
+        with torch.inference_mode():
+            out = fn(*[to_torch(a).to(device) for a in arrays])
+            outs = out if isinstance(out, tuple) else (out,)
+            return [to_numpy(t) for t in outs]
+
+    def reset_state(self) -> None:
+        """Zero the KV cache (not needed between requests: a step only reads what it wrote)."""
+        self.module.reset_state()
 
     def step_model(self) -> "TorchStepModel":
         return TorchStepModel(self.module)
+
+
+def to_torch(a: np.ndarray) -> torch.Tensor:
+    """A numpy array as a CPU tensor over the same memory (bf16 through its bit pattern). A read-only
+    array, such as a memory-mapped checkpoint tensor, is copied first: torch tensors are writable."""
+    if not a.flags.writeable:
+        a = a.copy()
+    if a.dtype.name == "bfloat16":
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(a)
+
+
+def to_numpy(t: torch.Tensor) -> np.ndarray:
+    """A tensor as a numpy array on the host (bf16 as `ml_dtypes.bfloat16`)."""
+    t = t.detach().cpu()
+    if t.dtype == torch.bfloat16:
+        import ml_dtypes
+
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return t.numpy()
+
+
+def device_problem(device: str) -> str | None:
+    """Why PyTorch cannot use `device` here, or None."""
+    if device_kind(device) == "cuda" and not torch.cuda.is_available():
+        return f"device {device!r} needs CUDA, and torch.cuda.is_available() is False here"
+    return None
 
 
 class TorchStepModel:
@@ -86,39 +136,36 @@ def load(
     progress: bool = True,
 ) -> TorchModel:
     """Load `source` with `weights` for PyTorch in `mode` ("interpret", "generated",
-    "inductor", "cuda-graphs"). Without weights and with `random_weights`, parameters are
-    drawn from N(0, 0.02) (norm scales 1, biases 0) with `seed`.
+    "inductor", "cuda-graphs"; the backends `torch-interpret`, `torch`, `torch-compile`,
+    `cuda-graphs`). Without weights and with `random_weights`, the parameters are
+    `loading.random_params(program, seed)` (the same on every backend).
 
-    Raises LoadError (source, config, names or shapes) and BackendError (mode, device)."""
+    Raises LoadError (source, config, names or shapes) and BackendError (mode, dtype, device)."""
     t0 = time.perf_counter()
+    backend = backend_for("torch_backend", mode)
+    check_options(backend, dtype, numerics, device)
     prepared = prepare(source, weights, preset, config, dtype, max_batch, max_positions, random_weights=random_weights)
     module = compile_program(prepared.program, mode, numerics, device)
     if prepared.checkpoint is not None:
-        _bind_checkpoint(module, prepared, progress)
+        tensors = planned_tensors(prepared, progress)
     else:
-        _bind_random(module, prepared, seed)
-    return TorchModel(module, prepared, time.perf_counter() - t0, list(prepared.notes))
-
-
-def _bind_checkpoint(module: LinnetModule, prepared: Prepared, progress: bool) -> None:
-    for path, tensor in planned_tensors(prepared, progress, torch_dtype(prepared.program.dtype.name)):
+        tensors = random_params(prepared.program, seed).items()
+    for path, array in tensors:
         try:
-            module.bind(path, tensor)
+            module.bind(path, to_torch(array))  # cast to the working dtype on the device
         except ValueError as err:
-            raise LoadError(f"error[L501]: {err}") from err
+            raise LoadError(str(err), code="L501") from err
+    return TorchModel(module, prepared, time.perf_counter() - t0, list(prepared.notes), backend.name)
 
 
-def _bind_random(module: LinnetModule, prepared: Prepared, seed: int) -> None:
-    g = torch.Generator().manual_seed(seed)
-    for spec in prepared.program.params:
-        shape = spec.shape
-        if spec.path.endswith("bias"):
-            t = torch.zeros(shape)
-        elif len(shape) == 1:
-            t = torch.ones(shape)
-        else:
-            t = torch.randn(shape, generator=g) * 0.02
-        module.bind(spec.path, t)
-
-
-__all__ = ["load", "TorchModel", "TorchStepModel", "LoadError", "BackendError", "BACKEND_MODES"]
+__all__ = [
+    "load",
+    "TorchModel",
+    "TorchStepModel",
+    "LoadError",
+    "BackendError",
+    "BACKEND_MODES",
+    "to_torch",
+    "to_numpy",
+    "device_problem",
+]

@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from linnet.errors import BackendError
 from linnet.ir.core import Graph, Program
 from linnet.ir.pipeline import prepare
 from linnet.ir.render import dim_text
@@ -34,10 +35,6 @@ from linnet.ir.render import dim_text
 from .codegen import JAX_DTYPES, NUMERICS, PASSES, module_source, state_shape
 
 MODES = ("generated", "stablehlo")
-
-
-class BackendError(Exception):
-    """A mode or device this backend cannot run, or a bad argument."""
 
 
 def enable_x64() -> None:

@@ -42,6 +42,7 @@ from typing import Any, Callable
 import numpy as np
 import onnx_ir as ir
 
+from linnet.errors import CodegenError
 from linnet.ir.core import Graph, Op, Program, Value
 from linnet.ir.pipeline import PassOptions, prepare
 from linnet.ops.rearrange import rearrange_plan
@@ -75,7 +76,7 @@ NP_DTYPES = {
 UNSUPPORTED: dict[str, str] = {}
 
 
-class LoweringError(Exception):
+class LoweringError(CodegenError):
     """An op, dtype or argument the ONNX backend cannot express (names the op)."""
 
 

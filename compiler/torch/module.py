@@ -20,16 +20,13 @@ from typing import Callable
 import torch
 from torch import nn
 
+from linnet.errors import BackendError
 from linnet.ir.core import Program
 
 from .codegen import NUMERICS, TORCH_DTYPES, flat_program, generate
 from .interpret import Interpreter
 
 MODES = ("interpret", "generated", "inductor", "cuda-graphs")
-
-
-class BackendError(Exception):
-    """A mode this machine cannot run (cuda-graphs without CUDA), or a bad argument."""
 
 
 def torch_dtype(name: str) -> torch.dtype:

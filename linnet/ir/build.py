@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..errors import ConfigError, SourceError
 from ..semantics.program import Analysis, Document
 from ..semantics.render import render_text
 from ..syntax import ast as A
@@ -37,9 +38,10 @@ METADATA_KEYS = frozenset(
 )  # fmt: skip
 
 
-class ProgramError(Exception):
-    """The source does not check, or cannot be lowered under the requested config. The
-    message holds the rendered diagnostics or names the offending field."""
+# The source does not check, or cannot be lowered under the requested config: the message holds
+# the rendered diagnostics or names the offending field (`linnet.errors`; a config value of the
+# wrong kind is its subclass `ConfigError`).
+ProgramError = SourceError
 
 
 @dataclass
@@ -150,11 +152,11 @@ def _literal(globals_, config_type: str, key: str, value: Any, notes: list[str],
         if isinstance(value, float) and value.is_integer():
             value = int(value)
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ProgramError(f"{label}: `{key}` is an int in `{config_type}`, got {value!r}")
+            raise ConfigError(f"{label}: `{key}` is an int in `{config_type}`, got {value!r}")
         return str(value)
     if name == "float":
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise ProgramError(f"{label}: `{key}` is a float in `{config_type}`, got {value!r}")
+            raise ConfigError(f"{label}: `{key}` is a float in `{config_type}`, got {value!r}")
         return repr(float(value))
     if isinstance(value, dict) and name is not None and globals_(name, item) is not None:
         parts = []
@@ -163,7 +165,7 @@ def _literal(globals_, config_type: str, key: str, value: Any, notes: list[str],
             if text is not None:
                 parts.append(f"{k} = {text}")
         return f"{name} {{ {', '.join(parts)} }}"
-    raise ProgramError(f"{label}: cannot use {value!r} for `{key}` of `{config_type}`")
+    raise ConfigError(f"{label}: cannot use {value!r} for `{key}` of `{config_type}`")
 
 
 def lower_program(

@@ -25,12 +25,13 @@ import textwrap
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar
 
+from ..errors import CodegenError
 from ..types.core import DType
 from ..types.dims import Dim, format_dim
 from .core import Graph, Op, Program, Value, format_tensor_type
 
 
-class RenderError(Exception):
+class RenderError(CodegenError):
     """An op or argument a backend cannot express (names the op)."""
 
 

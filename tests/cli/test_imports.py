@@ -84,10 +84,8 @@ def test_the_split_model_runs_as_the_one_file_model_on_torch():
     assert sorted(split.module.state_dict()) == sorted(weights)
     split.module.load_state_dict(weights)
     ids = torch.tensor([[5, 17, 3, 88, 41, 9]])
-    assert torch.equal(split.forward(ids), whole.forward(ids))
+    assert torch.equal(split.native.forward(ids), whole.native.forward(ids))
     for model in (split, whole):
-        model.step(ids, torch.tensor([0]), torch.tensor([0]))  # prefill
-    token = torch.tensor([[7]])
-    assert torch.equal(
-        split.step(token, torch.tensor([6]), torch.tensor([0])), whole.step(token, torch.tensor([6]), torch.tensor([0]))
-    )
+        model.native.step(ids, torch.tensor([0]), torch.tensor([0]))  # prefill
+    token, at, row = torch.tensor([[7]]), torch.tensor([6]), torch.tensor([0])
+    assert torch.equal(split.native.step(token, at, row), whole.native.step(token, at, row))

@@ -31,12 +31,12 @@ def small(mode: str, **kw):
 
 
 def decode(model, prompt: torch.Tensor, steps: int) -> list[torch.Tensor]:
-    """Prefill then greedy decode; the logits of every step."""
-    out = [model.step(prompt, torch.tensor([0]), torch.tensor([0]))]
+    """Prefill then greedy decode through the torch-native entries; the logits of every step."""
+    out = [model.native.step(prompt, torch.tensor([0]), torch.tensor([0]))]
     pos = prompt.shape[1]
     for _ in range(steps):
         tok = out[-1].argmax(-1, keepdim=True)
-        out.append(model.step(tok, torch.tensor([pos]), torch.tensor([0])))
+        out.append(model.native.step(tok, torch.tensor([pos]), torch.tensor([0])))
         pos += 1
     return out
 
@@ -59,9 +59,9 @@ def test_inductor_compiles_the_decode_step_once():
     prompt = torch.tensor([[3, 14, 15, 92, 65]])
     first = decode(model, prompt, 1)  # compiles prefill (S = 5) and decode (S = 1)
     with torch._dynamo.config.patch(error_on_recompile=True):
-        rest = [model.step(torch.tensor([[7 + i]]), torch.tensor([6 + i]), torch.tensor([0])) for i in range(6)]
+        rest = [model.native.step(torch.tensor([[7 + i]]), torch.tensor([6 + i]), torch.tensor([0])) for i in range(6)]
     ref = decode(reference, prompt, 1)
-    ref += [reference.step(torch.tensor([[7 + i]]), torch.tensor([6 + i]), torch.tensor([0])) for i in range(6)]
+    ref += [reference.native.step(torch.tensor([[7 + i]]), torch.tensor([6 + i]), torch.tensor([0])) for i in range(6)]
     for x, y in zip(first + rest, ref):
         torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-4)
 
@@ -87,9 +87,9 @@ def test_decode_step_is_cuda_graph_ready():
     module = model.module
     caches = {k: (t.data_ptr(), t) for k, t in module.tensors.items() if k.endswith("_cache")}
     assert len(caches) == 2 * SMALL["num_hidden_layers"]
-    model.step(torch.tensor([[1, 2, 3]]), torch.tensor([0]), torch.tensor([1]))
+    model.native.step(torch.tensor([[1, 2, 3]]), torch.tensor([0]), torch.tensor([1]))
     with _HostSyncs() as mode:
-        model.step(torch.tensor([[4], [5]]), torch.tensor([3, 0]), torch.tensor([1, 0]))
+        model.native.step(torch.tensor([[4], [5]]), torch.tensor([3, 0]), torch.tensor([1, 0]))
     assert mode.found == []
     for k, (ptr, t) in caches.items():
         assert module.tensors[k] is t and t.data_ptr() == ptr, f"{k} was reallocated"
@@ -109,6 +109,6 @@ def test_fast_numerics_stay_close_to_equivalent():
     prompt = torch.tensor([[3, 14, 15, 92, 65]])
     exact, fast = small("generated"), small("generated", numerics="fast")
     assert "scaled_dot_product_attention" in fast.module.source and "F.rms_norm" in fast.module.source
-    torch.testing.assert_close(fast.forward(prompt), exact.forward(prompt), rtol=0, atol=1e-5)
+    torch.testing.assert_close(fast.native.forward(prompt), exact.native.forward(prompt), rtol=0, atol=1e-5)
     for x, y in zip(decode(fast, prompt, 3), decode(exact, prompt, 3)):
         torch.testing.assert_close(x, y, rtol=0, atol=1e-5)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -35,6 +36,22 @@ async def test_code_lenses_on_entry_functions(client):
     doc = await open_doc(client, WORKSPACE / "lib.linnet", "fn double(x: [N]) -> [N] {\n    x + x\n}\n")
     assert not await client.text_document_code_lens_async(T.CodeLensParams(doc.id))
     doc.close()
+
+
+async def test_backends_request_serves_the_registry(client):
+    """The editor's backend list is the registry's, with what each supports and whether it can run."""
+    from linnet.runtimes.backends import BACKENDS
+
+    listed = await client.protocol.send_request_async("linnet/backends", {})
+    assert [b["name"] for b in listed] == list(BACKENDS)
+    by_name = {b["name"]: b for b in listed}
+    assert by_name["torch"]["label"] == "PyTorch" and by_name["torch"]["codeView"] == "torch"
+    assert by_name["xla"]["codeView"] == "stablehlo" and by_name["torch-interpret"]["codeView"] is None
+    assert by_name["onnxruntime"]["dtypes"] == ["f32", "f16", "bf16"]
+    assert by_name["cuda-graphs"]["devices"] == ["cuda"] and not by_name["cuda-graphs"]["available"]
+    assert "runs on cuda" in by_name["cuda-graphs"]["reason"]
+    assert all(b["canTrain"] is False and b["numerics"] == ["equivalent", "fast"] for b in listed)
+    assert by_name["torch"]["available"] == (importlib.util.find_spec("torch") is not None)
 
 
 async def run(client, doc, entry, backend, preset=None) -> dict:

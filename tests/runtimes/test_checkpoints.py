@@ -1,5 +1,6 @@
 """Checkpoint reading: Hugging Face folders, GGUF (SmolLM2 against transformers, and a synthetic file written in
-llama.cpp's layout), the embedded all-MiniLM, config normalisation, and errors that name the path."""
+llama.cpp's layout), the embedded all-MiniLM, config normalisation, and errors that name the path. Tensors come
+back as numpy arrays (bf16 as ml_dtypes.bfloat16), compared here with torch's through `to_torch`."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from linnet.runtimes import embedded
@@ -123,12 +125,20 @@ def _tiny_llama(tmp_path: Path, **save_kwargs):
     return model
 
 
+def _torch(a):
+    """A numpy array from a checkpoint as a torch tensor (bf16 kept), to compare with transformers'."""
+    from linnet.runtimes.torch_backend import to_torch
+
+    assert isinstance(a, np.ndarray), type(a)
+    return to_torch(a)
+
+
 def _assert_same_tensors(ckpt, state_dict, skip=()):
     torch = pytest.importorskip("torch")
     assert set(ckpt.tensor_names) == set(state_dict) - set(skip)
     for name in ckpt.tensor_names:
         expected = state_dict[name]
-        got = ckpt.load(name)
+        got = _torch(ckpt.load(name))
         assert ckpt.shape(name) == tuple(expected.shape), name
         assert got.dtype == expected.dtype, name
         assert torch.equal(got, expected), f"{name} differs"
@@ -174,9 +184,9 @@ def test_hf_gpt2_untied_sharded(tmp_path):
         _assert_same_tensors(ckpt, model.state_dict())
         assert ckpt.config["n_embd"] == 32 and ckpt.config["tie_word_embeddings"] is False
         assert "rope_theta" not in ckpt.config and "rope_scaling" not in ckpt.config
-        half = ckpt.load("transformer.wte.weight", torch.float16)
-        assert half.dtype == torch.float16
-        assert torch.equal(half, model.state_dict()["transformer.wte.weight"].half())
+        half = ckpt.load("transformer.wte.weight", "f16")
+        assert half.dtype == np.float16
+        assert torch.equal(_torch(half), model.state_dict()["transformer.wte.weight"].half())
 
 
 @pytest.mark.torch
@@ -195,9 +205,13 @@ def test_hf_bf16_and_integer_buffers(tmp_path):
         assert ckpt.buffer_names == {"embeddings.position_ids", "step"}
         assert ckpt.dtype("embeddings.position_ids") == "i64" and ckpt.shape("embeddings.position_ids") == (1, 16)
         assert ckpt.dtype("embeddings.word_embeddings.weight") == "bf16"
-        assert ckpt.load("embeddings.word_embeddings.weight").dtype == torch.bfloat16
-        ids = ckpt.load("embeddings.position_ids", torch.float32)  # integer tensors are never cast
-        assert ids.dtype == torch.int64 and torch.equal(ids, tensors["embeddings.position_ids"])
+        words = ckpt.load("embeddings.word_embeddings.weight")
+        assert words.dtype.name == "bfloat16"
+        assert torch.equal(_torch(words), tensors["embeddings.word_embeddings.weight"])
+        ids = ckpt.load("embeddings.position_ids", "f32")  # integer tensors are never cast
+        assert ids.dtype == np.int64 and torch.equal(_torch(ids), tensors["embeddings.position_ids"])
+        # read as stored: a read-only view of the memory-mapped file; a cast makes a fresh array
+        assert not ids.flags.writeable and ckpt.load("embeddings.word_embeddings.weight", "f32").flags.writeable
 
 
 # -- all-MiniLM (embedded zip) -------------------------------------------------------------------------------
@@ -233,8 +247,8 @@ def test_minilm_against_sentence_transformers(minilm):
     # transformers does not save the non-persistent position_ids buffer; it is the only extra name
     assert set(minilm.tensor_names) - set(state) == {"embeddings.position_ids"}
     for name in state:
-        assert torch.equal(minilm.load(name), state[name]), f"{name} differs"
-    assert torch.equal(minilm.load("embeddings.position_ids")[0], torch.arange(512))
+        assert torch.equal(_torch(minilm.load(name)), state[name]), f"{name} differs"
+    assert np.array_equal(minilm.load("embeddings.position_ids")[0], np.arange(512))
 
 
 # -- GGUF: SmolLM2 -------------------------------------------------------------------------------------------
@@ -274,11 +288,10 @@ def test_smollm2_config_names_dtypes(smollm2):
 
 @pytest.mark.torch
 def test_smollm2_load_shapes_and_dtypes(smollm2):
-    torch = pytest.importorskip("torch")
     for name in ["model.embed_tokens.weight", "model.layers.7.self_attn.k_proj.weight", "model.norm.weight"]:
         t = smollm2.load(name)
-        assert tuple(t.shape) == smollm2.shape(name) and t.dtype == torch.float32, name
-    assert smollm2.load("model.norm.weight", torch.bfloat16).dtype == torch.bfloat16
+        assert isinstance(t, np.ndarray) and t.shape == smollm2.shape(name) and t.dtype == np.float32, name
+    assert smollm2.load("model.norm.weight", "bf16").dtype.name == "bfloat16"
 
 
 @pytest.fixture(scope="module")
@@ -299,7 +312,7 @@ def test_smollm2_tensors_match_transformers(smollm2, smollm2_reference):
     _, state = smollm2_reference
     assert set(smollm2.tensor_names) == set(state) - {"lm_head.weight"}
     for name in smollm2.tensor_names:
-        got, expected = smollm2.load(name), state[name]
+        got, expected = _torch(smollm2.load(name)), state[name]
         assert got.shape == expected.shape and got.dtype == expected.dtype, name
         if not torch.equal(got, expected):
             err = (got - expected).abs().max().item()
@@ -448,14 +461,14 @@ def test_synthetic_gguf_undoes_llamacpp_layout(tmp_path):
         assert ckpt.dtype("model.layers.0.self_attn.k_proj.bias") == "f32"
         assert ckpt.dtype("model.layers.0.self_attn.v_proj.weight") == "bf16"
         for name in ckpt.tensor_names:
-            got = ckpt.load(name)
+            got = _torch(ckpt.load(name))
             assert got.dtype == expected[name].dtype, name
             assert torch.equal(got, expected[name]), f"{name} differs"
         # K uses the KV head count: with the query head count its rows come back scrambled
         assert torch.equal(
-            ckpt.load("model.layers.1.self_attn.k_proj.weight"), state["model.layers.1.self_attn.k_proj.weight"]
+            _torch(ckpt.load("model.layers.1.self_attn.k_proj.weight")), state["model.layers.1.self_attn.k_proj.weight"]
         )
-        assert ckpt.load("model.layers.0.mlp.up_proj.weight", torch.float32).dtype == torch.float32
+        assert ckpt.load("model.layers.0.mlp.up_proj.weight", "f32").dtype == np.float32
 
 
 def test_gguf_unknown_tensor_name(tmp_path):
@@ -565,16 +578,18 @@ def test_closed_checkpoint(tmp_path):
         ckpt.load("model.norm.weight")
 
 
-# -- torch is needed to load, not to open --------------------------------------------------------------------
+# -- reading needs no torch -----------------------------------------------------------------------------------
 
 
-def test_opening_needs_no_torch():
+def test_opening_and_loading_need_no_torch():
     _embedded_path("smollm2-135m-instruct")
     code = (
         "import sys\n"
         "from linnet.runtimes.checkpoints import open_checkpoint\n"
         "c = open_checkpoint('smollm2-135m-instruct')\n"
         "c.shape('model.embed_tokens.weight'); c.tokenizer().encode('hi')\n"
+        "w = c.load('model.layers.0.self_attn.q_proj.weight', 'bf16')\n"  # Q4_1, dequantized and unpermuted
+        "assert w.shape == (576, 576) and w.dtype.name == 'bfloat16', (w.shape, w.dtype)\n"
         "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, 'torch imported'\n"
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)

@@ -63,7 +63,7 @@ def test_minilm_mean_pooled_embeddings_match_sentence_transformers(sentence_tran
     assert torch.equal(input_ids, theirs_tok["input_ids"]) and torch.equal(mask, theirs_tok["attention_mask"])
 
     with torch.inference_mode():
-        states = m.forward(input_ids, mask)
+        states = m.native.forward(input_ids, mask)
         ref_states = st[0].auto_model(input_ids=input_ids, attention_mask=mask).last_hidden_state
         ref = st.encode(SENTENCES, convert_to_tensor=True, batch_size=len(SENTENCES))
     keep = mask.bool()

@@ -88,7 +88,7 @@ def test_gpt2_logits_and_greedy_tokens(gpt2, mode):
 
     ids = prompts(2, 20, seed=2)
     with torch.inference_mode():
-        ours = m.forward(ids)
+        ours = m.native.forward(ids)
         theirs = ref(input_ids=ids).logits
     delta = max_abs_diff(ours, theirs)
     report(f"small GPT-2 ({mode}) logits [2, 20, {VOCAB}]", delta)
@@ -140,10 +140,10 @@ def test_gpt2_cached_decode_equals_recompute(gpt2, mode):
     ids = prompts(1, 12, seed=4)
     t = torch.tensor
     with torch.inference_mode():
-        full_logits = m.forward(ids)[0]
-        got = [m.step(ids[:, :4], t([0]), t([0]))[0]]
+        full_logits = m.native.forward(ids)[0]
+        got = [m.native.step(ids[:, :4], t([0]), t([0]))[0]]
         for p in range(4, ids.shape[1]):
-            got.append(m.step(ids[:, p : p + 1], t([p]), t([0]))[0])
+            got.append(m.native.step(ids[:, p : p + 1], t([p]), t([0]))[0])
     delta = max_abs_diff(torch.stack(got), full_logits[3:])
     report(f"small GPT-2 ({mode}) step vs forward, every position", delta)
     assert delta < 1e-4

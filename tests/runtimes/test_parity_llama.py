@@ -114,8 +114,8 @@ def test_small_llama_logits_and_greedy_tokens(small_llama, mode):
     assert set(m.module.state_dict()) == names
 
     ids = prompts(2, 24, seed=3)
+    ours = torch.from_numpy(m.forward(ids.numpy()))  # numpy in and out, as on every backend
     with torch.inference_mode():
-        ours = m.forward(ids)
         theirs = ref(input_ids=ids).logits
     delta = max_abs_diff(ours, theirs)
     report(f"small Llama ({'tied' if tied else 'untied'}, {mode}) logits [2, 24, {VOCAB}]", delta)
@@ -159,11 +159,11 @@ def test_cached_decode_equals_recompute(tied_llama, mode, prefill):
     m = lt.load(LLAMA, weights=folder, mode=mode, max_positions=MAX_POSITIONS, progress=False)
     ids = prompts(1, 16, seed=4)
     with torch.inference_mode():
-        full = m.forward(ids)[0]
+        full = m.native.forward(ids)[0]
         poison_cache(m)
-        got = [m.step(ids[:, :prefill], torch.tensor([0]), torch.tensor([0]))[0]]
+        got = [m.native.step(ids[:, :prefill], torch.tensor([0]), torch.tensor([0]))[0]]
         for p in range(prefill, ids.shape[1]):
-            got.append(m.step(ids[:, p : p + 1], torch.tensor([p]), torch.tensor([0]))[0])
+            got.append(m.native.step(ids[:, p : p + 1], torch.tensor([p]), torch.tensor([0]))[0])
     delta = max_abs_diff(torch.stack(got), full[prefill - 1 :])
     report(f"small Llama ({mode}) step (prefill {prefill}, then decode) vs forward, every position", delta)
     assert delta < 1e-4
@@ -177,29 +177,29 @@ def test_batch_of_two_rows_at_different_positions(tied_llama, mode):
     t = torch.tensor
 
     def prefill(row: int, tokens: torch.Tensor) -> None:
-        m.step(tokens[None], t([0]), t([row]))
+        m.native.step(tokens[None], t([0]), t([row]))
 
     with torch.inference_mode():
         poison_cache(m)
         # Each row alone: A in row 0 (positions 0..4, then 5..6), B in row 1 (0..9, then 10..11).
         prefill(0, a[:5])
-        alone_a = m.step(a[None, 5:7], t([5]), t([0]))[0]
+        alone_a = m.native.step(a[None, 5:7], t([5]), t([0]))[0]
         prefill(1, b[:10])
-        alone_b = m.step(b[None, 10:12], t([10]), t([1]))[0]
+        alone_b = m.native.step(b[None, 10:12], t([10]), t([1]))[0]
         # Both together, in one step of B = 2 at different positions; then one more decode step of both.
         poison_cache(m)
         prefill(0, a[:5])
         prefill(1, b[:10])
-        both = m.step(torch.stack([a[5:7], b[10:12]]), t([5, 10]), t([0, 1]))
+        both = m.native.step(torch.stack([a[5:7], b[10:12]]), t([5, 10]), t([0, 1]))
         nxt = prompts(2, 1, seed=7)
-        both_next = m.step(nxt, t([7, 12]), t([0, 1]))
+        both_next = m.native.step(nxt, t([7, 12]), t([0, 1]))
         # The same with the entries in the other order (entry 0 uses row 1).
         poison_cache(m)
         prefill(0, a[:5])
         prefill(1, b[:10])
-        swapped = m.step(torch.stack([b[10:12], a[5:7]]), t([10, 5]), t([1, 0]))
-        ref_a = m.forward(torch.cat([a, nxt[0]])[None])[0]
-        ref_b = m.forward(torch.cat([b, nxt[1]])[None])[0]
+        swapped = m.native.step(torch.stack([b[10:12], a[5:7]]), t([10, 5]), t([1, 0]))
+        ref_a = m.native.forward(torch.cat([a, nxt[0]])[None])[0]
+        ref_b = m.native.forward(torch.cat([b, nxt[1]])[None])[0]
 
     assert max_abs_diff(alone_a, ref_a[6]) < 1e-4 and max_abs_diff(alone_b, ref_b[11]) < 1e-4
     delta = max(max_abs_diff(both[0], alone_a), max_abs_diff(both[1], alone_b))

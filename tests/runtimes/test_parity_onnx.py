@@ -51,8 +51,7 @@ def test_smollm2_logits_and_greedy_tokens(smollm2, smollm2_torch, reference, kin
     print(f"onnxruntime, {kind}: {tok.decode(tokens)!r}")
     assert tokens == expected, (tok.decode(tokens), tok.decode(expected))
     assert tokens == linnet_greedy(smollm2_torch, prompt, GREEDY_TOKENS)
-    with torch.inference_mode():
-        theirs = smollm2_torch.forward(torch.tensor([prompt + expected])).numpy()
+    theirs = smollm2_torch.forward(np.array([prompt + expected]))
     report(f"SmolLM2-135M (onnxruntime vs torch generated, {kind} prompt) logits", max_abs_diff(logits, theirs))
     # The step's last-token logits after an unpadded prefill equal forward's at that position.
     smollm2.reset_state()
@@ -105,7 +104,7 @@ def test_gqa_decoder_matches_torch(gqa_pair):
     tm, om = gqa_pair
     ids = np.random.default_rng(0).integers(2, 64, (2, 9))
     with torch.inference_mode():
-        theirs = tm.forward(torch.from_numpy(ids)).numpy()
+        theirs = tm.forward(ids)
     ours = om.forward(ids)
     delta = max_abs_diff(ours, theirs)
     report("GQA Llama 4/2 heads (onnxruntime vs torch) logits", delta)
@@ -135,8 +134,11 @@ def test_long_prefill_in_blocks_matches_torch(dtype, bound):
     step(head, np.array([0]), np.array([1]))
     ours = [step(ids, np.array([0, 9]), np.array([0, 1])), step(last, np.array([n, n + 9]), np.array([0, 1]))]
     with torch.inference_mode():
-        tm.step(t(head), t([0]), t([1]))
-        theirs = [tm.step(t(ids), t([0, 9]), t([0, 1])).numpy(), tm.step(t(last), t([n, n + 9]), t([0, 1])).numpy()]
+        tm.native.step(t(head), t([0]), t([1]))
+        theirs = [
+            tm.native.step(t(ids), t([0, 9]), t([0, 1])).numpy(),
+            tm.native.step(t(last), t([n, n + 9]), t([0, 1])).numpy(),
+        ]
     for what, a, b in zip(("prefill", "decode after it"), ours, theirs):
         delta = max_abs_diff(a, b)
         report(f"GQA Llama (onnxruntime {dtype} vs torch f32) {n}-row prefill in blocks, two rows: {what}", delta)
@@ -191,9 +193,9 @@ def test_cache_stays_in_bound_ortvalues_and_batches_rows(gqa_pair):
     assert all(om.state[k] is v for k, v in before.items())
     t = torch.tensor
     with torch.inference_mode():
-        tm.step(t(a[None, :5]), t([0]), t([0]))
-        tm.step(t(b[None, :10]), t([0]), t([1]))
-        theirs = tm.step(t(np.stack([a[5:7], b[10:12]])), t([5, 10]), t([0, 1])).numpy()
+        tm.native.step(t(a[None, :5]), t([0]), t([0]))
+        tm.native.step(t(b[None, :10]), t([0]), t([1]))
+        theirs = tm.native.step(t(np.stack([a[5:7], b[10:12]])), t([5, 10]), t([0, 1])).numpy()
     delta = max_abs_diff(both, theirs)
     report("GQA Llama (onnxruntime vs torch) batched rows at different positions", delta)
     assert delta < 1e-5

@@ -9,17 +9,25 @@ import {
   ServerOptions,
   State,
 } from "vscode-languageclient/node";
+import { backendPickItems, codeViewPickItems, entriesFromLenses } from "./backends";
 import { SERVER_ARGS, resolveInterpreter } from "./interpreter";
 import { presetPickItems, presetStatusText } from "./presets";
 import {
+  BACKENDS_REQUEST,
+  BackendInfo,
   OutputView,
   PICK_PRESET_COMMAND,
   PRESETS_REQUEST,
   RESTART_SERVER_COMMAND,
+  RUN_COMMAND,
+  RUN_ENTRY_COMMAND,
   SHOW_COMMANDS,
+  SHOW_GENERATED_PICK_COMMAND,
   languageForView,
   outputDocumentPath,
+  parseBackends,
   presetsParams,
+  runArguments,
   showRequest,
   viewTitle,
 } from "./protocol";
@@ -47,6 +55,10 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     ...SHOW_COMMANDS.map(({ command, view }) =>
       vscode.commands.registerCommand(command, (uri?: unknown) => showOutput(view, editors.sourceUri(uri), outputs)),
     ),
+    vscode.commands.registerCommand(SHOW_GENERATED_PICK_COMMAND, (uri?: unknown) =>
+      pickCodeView(editors.sourceUri(uri), outputs),
+    ),
+    vscode.commands.registerCommand(RUN_ENTRY_COMMAND, (uri?: unknown) => runEntry(editors.sourceUri(uri))),
     vscode.commands.registerCommand(PICK_PRESET_COMMAND, (uri?: unknown) => pickPreset(editors.sourceUri(uri))),
     vscode.commands.registerCommand(RESTART_SERVER_COMMAND, () => server?.restart()),
     vscode.workspace.onDidChangeConfiguration((event) => {
@@ -289,6 +301,83 @@ async function showOutput(view: OutputView, source: vscode.Uri | undefined, outp
     if (!(error instanceof vscode.CancellationError)) {
       void vscode.window.showErrorMessage(`Linnet: could not show ${viewTitle(view)}: ${messageOf(error)}`);
     }
+  }
+}
+
+/** The server's backend registry (`linnet/backends`), or undefined (with a warning) when it cannot answer. */
+async function serverBackends(): Promise<BackendInfo[] | undefined> {
+  try {
+    const backends = parseBackends(await server!.request<unknown>(BACKENDS_REQUEST, {}));
+    if (backends.length === 0) {
+      void vscode.window.showWarningMessage("Linnet: the server lists no backends (is it an older version?).");
+      return undefined;
+    }
+    return backends;
+  } catch (error) {
+    void vscode.window.showWarningMessage(`Linnet: could not list backends: ${messageOf(error)}`);
+    return undefined;
+  }
+}
+
+/** "Show Generated Code…": one of the code views the server's backends have. */
+async function pickCodeView(source: vscode.Uri | undefined, outputs: OutputDocuments): Promise<void> {
+  if (!source) {
+    void vscode.window.showWarningMessage("Linnet: open a .linnet file first.");
+    return;
+  }
+  const backends = await serverBackends();
+  if (!backends) {
+    return;
+  }
+  const choice = await vscode.window.showQuickPick(codeViewPickItems(backends), {
+    title: "Linnet: generated code",
+    placeHolder: "The code a backend runs, under the selected preset",
+    matchOnDescription: true,
+  });
+  if (choice) {
+    await showOutput({ kind: "generated", target: choice.target }, source, outputs);
+  }
+}
+
+/** "Run Entry…": an entry of the file (as the server's code lenses name them) on one of the server's
+ * backends, run by the server's `linnet.run` (which reports the result itself). */
+async function runEntry(source: vscode.Uri | undefined): Promise<void> {
+  if (!source) {
+    void vscode.window.showWarningMessage("Linnet: open a .linnet file first.");
+    return;
+  }
+  const backends = await serverBackends();
+  if (!backends) {
+    return;
+  }
+  const lenses = await vscode.commands.executeCommand<unknown[]>("vscode.executeCodeLensProvider", source);
+  const entries = entriesFromLenses(lenses as Parameters<typeof entriesFromLenses>[0]);
+  if (entries.length === 0) {
+    void vscode.window.showWarningMessage("Linnet: this file has no entry function to run (`entry fn` in a `model`).");
+    return;
+  }
+  const entry =
+    entries.length === 1 ? entries[0] : await vscode.window.showQuickPick(entries, { title: "Linnet: entry to run" });
+  if (!entry) {
+    return;
+  }
+  const choice = await vscode.window.showQuickPick(backendPickItems(backends), {
+    title: `Linnet: run ${entry} on`,
+    matchOnDescription: true,
+    matchOnDetail: true,
+  });
+  if (!choice) {
+    return;
+  }
+  if (!choice.available) {
+    void vscode.window.showWarningMessage(`Linnet: ${choice.label} ${choice.detail ?? "cannot run here"}`);
+    return;
+  }
+  const preset = readSettings(settingReader(source)).preset;
+  try {
+    await vscode.commands.executeCommand(RUN_COMMAND, runArguments(source.toString(), entry, choice.backend, preset));
+  } catch {
+    // The server has shown the failure (window/showMessage); nothing to add.
   }
 }
 

@@ -6,12 +6,75 @@ import { presetOrNull } from "./settings";
 export const SHOW_IR_REQUEST = "linnet/showIR";
 export const SHOW_GENERATED_REQUEST = "linnet/showGenerated";
 export const PRESETS_REQUEST = "linnet/presets";
+export const BACKENDS_REQUEST = "linnet/backends";
 
+export const RUN_COMMAND = "linnet.run";
 /** Commands the server registers through workspace/executeCommand (code lenses invoke them).
  * vscode-languageclient registers these names itself, so the client must not. */
-export const SERVER_COMMANDS = ["linnet.run", "linnet.selectPreset"] as const;
+export const SERVER_COMMANDS = [RUN_COMMAND, "linnet.selectPreset"] as const;
 
-export type GeneratedTarget = "torch" | "jax" | "stablehlo" | "onnx";
+/** A code view the server can show (`linnet/showGenerated`'s target): the registry's `codeView`s,
+ * of which these four have a command of their own. */
+export type GeneratedTarget = "torch" | "jax" | "stablehlo" | "onnx" | (string & {});
+
+/** One backend of the server's registry, as `linnet/backends` answers. */
+export interface BackendInfo {
+  name: string;
+  label: string;
+  family: string;
+  summary: string;
+  codeView: string | null;
+  dtypes: string[];
+  devices: string[];
+  numerics: string[];
+  canTrain: boolean;
+  available: boolean;
+  reason: string | null;
+}
+
+/** `linnet/backends`' answer as a list of backends; entries that are not well-formed are dropped
+ * (an older or newer server may answer something else). */
+export function parseBackends(answer: unknown): BackendInfo[] {
+  if (!Array.isArray(answer)) {
+    return [];
+  }
+  const strings = (value: unknown): string[] =>
+    Array.isArray(value) ? value.filter((item): item is string => typeof item === "string") : [];
+  const out: BackendInfo[] = [];
+  for (const item of answer) {
+    if (typeof item !== "object" || item === null || typeof (item as { name?: unknown }).name !== "string") {
+      continue;
+    }
+    const b = item as Record<string, unknown>;
+    const name = b.name as string;
+    out.push({
+      name,
+      label: typeof b.label === "string" ? b.label : name,
+      family: typeof b.family === "string" ? b.family : "",
+      summary: typeof b.summary === "string" ? b.summary : "",
+      codeView: typeof b.codeView === "string" ? b.codeView : null,
+      dtypes: strings(b.dtypes),
+      devices: strings(b.devices),
+      numerics: strings(b.numerics),
+      canTrain: b.canTrain === true,
+      available: b.available !== false,
+      reason: typeof b.reason === "string" ? b.reason : null,
+    });
+  }
+  return out;
+}
+
+export interface RunArguments {
+  uri: string;
+  entry: string;
+  backend: string;
+  preset: string | null;
+}
+
+/** The one argument of the server's `linnet.run` command. */
+export function runArguments(uri: string, entry: string, backend: string, preset: string | undefined): RunArguments {
+  return { uri, entry, backend, preset: presetOrNull(preset) };
+}
 
 /** What a "show" command displays: the Core IR or one backend's generated code. */
 export type OutputView = { kind: "ir" } | { kind: "generated"; target: GeneratedTarget };
@@ -61,10 +124,16 @@ export const SHOW_COMMANDS: readonly ShowCommand[] = [
 
 export const PICK_PRESET_COMMAND = "linnet.pickPreset";
 export const RESTART_SERVER_COMMAND = "linnet.restartServer";
+/** Pick a code view among the server's backends' (`linnet/backends`) and show it. */
+export const SHOW_GENERATED_PICK_COMMAND = "linnet.showGenerated";
+/** Pick an entry and one of the server's backends (`linnet/backends`), then run it (`linnet.run`). */
+export const RUN_ENTRY_COMMAND = "linnet.runEntry";
 
 /** Every command the client registers; package.json contributes exactly these. */
 export const CLIENT_COMMANDS: readonly string[] = [
   ...SHOW_COMMANDS.map((c) => c.command),
+  SHOW_GENERATED_PICK_COMMAND,
+  RUN_ENTRY_COMMAND,
   PICK_PRESET_COMMAND,
   RESTART_SERVER_COMMAND,
 ];
@@ -77,7 +146,7 @@ export function languageForView(view: OutputView): "python" | "plaintext" {
   return "plaintext";
 }
 
-const VIEW_SUFFIX: Record<GeneratedTarget | "ir", string> = {
+const VIEW_SUFFIX: Record<string, string> = {
   ir: "ir.txt",
   torch: "torch.py",
   jax: "jax.py",
@@ -85,11 +154,14 @@ const VIEW_SUFFIX: Record<GeneratedTarget | "ir", string> = {
   onnx: "onnx.txt",
 };
 
+const VIEW_TITLE: Record<string, string> = { torch: "PyTorch", jax: "JAX", stablehlo: "StableHLO", onnx: "ONNX" };
+
 /** The path of the read-only output document: `/gpt2.torch.py` for examples/gpt2.linnet. */
 export function outputDocumentPath(sourceUri: string, view: OutputView): string {
   const lastSegment = sourceUri.replace(/[?#].*$/, "").split(/[\\/]/).pop() || "untitled";
   const stem = decodeURIComponentSafe(lastSegment).replace(/\.linnet$/, "");
-  const suffix = VIEW_SUFFIX[view.kind === "ir" ? "ir" : view.target];
+  const key = view.kind === "ir" ? "ir" : view.target;
+  const suffix = VIEW_SUFFIX[key] ?? `${key.replace(/[^\w.-]/g, "_")}.txt`;
   return `/${stem}.${suffix}`;
 }
 
@@ -105,6 +177,6 @@ export function viewTitle(view: OutputView): string {
   if (view.kind === "ir") {
     return "Core IR";
   }
-  return { torch: "PyTorch", jax: "JAX", stablehlo: "StableHLO", onnx: "ONNX" }[view.target];
+  return VIEW_TITLE[view.target] ?? view.target;
 }
 

@@ -134,7 +134,14 @@ function createVscodeStub(state) {
           state.commands.set(id, handler);
           return new Disposable(() => state.commands.delete(id));
         },
-        executeCommand: async () => undefined,
+        executeCommand: async (id, ...args) => {
+          if (id === "vscode.executeCodeLensProvider") {
+            // what the server's code lenses carry for examples/mlp.linnet (its one entry)
+            return [{ command: { command: "linnet.run", arguments: [{ uri: args[0].toString(), entry: "forward" }] } }];
+          }
+          const registered = state.commands.get(id);
+          return registered ? registered(...args) : undefined;
+        },
         getCommands: async () => [...state.commands.keys()],
       },
       "commands",
@@ -160,11 +167,12 @@ function createVscodeStub(state) {
         },
         showQuickPick: async (items) => {
           state.quickPicks.push(items);
-          return items.find((item) => item.preset === "tiny");
+          // the preset `tiny`, the JAX code view, the PyTorch backend
+          return items.find((item) => item.preset === "tiny" || item.target === "jax" || item.backend === "torch");
         },
         showErrorMessage: async (message) => void state.messages.push(message),
         showWarningMessage: async (message) => void state.messages.push(message),
-        showInformationMessage: async () => undefined,
+        showInformationMessage: async (message) => void state.infos.push(message),
       },
       "window",
     ),
@@ -224,6 +232,7 @@ test("the extension starts `linnet lsp` and its commands reach the server", { sk
     quickPicks: [],
     settingUpdates: [],
     messages: [],
+    infos: [],
   };
   const vscode = createVscodeStub(state);
   const load = Module._load;
@@ -261,6 +270,18 @@ test("the extension starts `linnet lsp` and its commands reach the server", { sk
     await state.commands.get("linnet.pickPreset")();
     assert.deepEqual(state.quickPicks[0].map((item) => item.preset), ["", "tiny"]);
     assert.deepEqual(state.settingUpdates, [["preset", "tiny", vscode.ConfigurationTarget.Workspace]]);
+
+    // The code views and the backends come from the server's registry (`linnet/backends`).
+    await state.commands.get("linnet.showGenerated")();
+    assert.deepEqual(state.quickPicks[1].map((item) => item.target), ["torch", "jax", "stablehlo", "onnx"]);
+    assert.equal(state.shown.at(-1).uri.path, "/mlp.jax.py");
+    assert.match(state.shown.at(-1).getText(), /import jax/);
+    await state.commands.get("linnet.runEntry")();
+    const backends = state.quickPicks[2];
+    assert.ok(backends.some((item) => item.backend === "onnxruntime"), "every backend is offered");
+    assert.equal(backends.find((item) => item.backend === "cuda-graphs").available, false);
+    assert.deepEqual(state.messages, []);
+    assert.match(state.infos.at(-1), /^forward on PyTorch under preset `tiny`: \[1, 2\] float32/);
   } finally {
     await extension.deactivate();
     Module._load = load;

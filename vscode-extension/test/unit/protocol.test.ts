@@ -7,7 +7,9 @@ import {
   languageForView,
   outputDocumentPath,
   presetsParams,
+  runArguments,
   showRequest,
+  viewTitle,
 } from "../../src/protocol";
 
 const source = "file:///work/main/examples/gpt2.linnet";
@@ -31,6 +33,16 @@ describe("showRequest", () => {
 
   it("asks linnet/presets with the document", () => {
     assert.deepEqual(presetsParams(source), { uri: source });
+  });
+
+  it("runs an entry with the server's linnet.run argument", () => {
+    assert.deepEqual(runArguments(source, "step", "onnxruntime", ""), {
+      uri: source,
+      entry: "step",
+      backend: "onnxruntime",
+      preset: null,
+    });
+    assert.equal(runArguments(source, "forward", "torch", "gpt2").preset, "gpt2");
   });
 });
 
@@ -67,5 +79,11 @@ describe("output documents", () => {
       outputDocumentPath("file:///c%3A/models/my%20net.linnet", { kind: "generated", target: "onnx" }),
       "/my net.onnx.txt",
     );
+  });
+
+  it("names a code view it has no table entry for after the server's target", () => {
+    assert.equal(outputDocumentPath(source, { kind: "generated", target: "tflite" }), "/gpt2.tflite.txt");
+    assert.equal(viewTitle({ kind: "generated", target: "tflite" }), "tflite");
+    assert.equal(languageForView({ kind: "generated", target: "tflite" }), "plaintext");
   });
 });

@@ -1,0 +1,96 @@
+"""One error hierarchy for the whole project (`linnet.errors`).
+
+Everything Linnet raises for bad input (a source, a config, a checkpoint, a backend option, an
+entry's inputs) is a `LinnetError`, so a caller (the CLI, the language server, a user's script)
+catches one class and prints one line or block, never a traceback:
+
+    LinnetError
+    ├── SourceError        the source does not check, or cannot be lowered (`linnet.ir.ProgramError`)
+    │   └── ConfigError    a config value (preset, checkpoint config, --config) the config type refuses
+    ├── LoadError          a model cannot be loaded: names or shapes that don't match (L501, L502),
+    │   │                  no weights to load, random weights that would not fit in memory
+    │   └── CheckpointError  a checkpoint that cannot be opened or read (path, format, corrupt data)
+    ├── BackendError       what this backend cannot run here: mode, device, dtype, numerics, provider,
+    │                      ops without kernels; or a bad backend argument
+    ├── RunError           an entry called with inputs that don't fit its signature or the KV cache
+    │                      (also a ValueError)
+    └── CodegenError       an op or argument a code generator or exporter cannot express
+
+An error that has a diagnostic code (docs/diagnostics.md; today the L5xx checkpoint codes) carries
+it in `code`, not pasted into its message; `str(err)` renders both in one place
+(`error[L501]: message`), the form `linnet check` prints. The front end's own diagnostics are
+`linnet.semantics.diagnostics.Diagnostic` values, not exceptions: a `SourceError` carries them
+rendered in its message.
+
+This module imports nothing, so every layer may use it.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "LinnetError",
+    "SourceError",
+    "ConfigError",
+    "LoadError",
+    "CheckpointError",
+    "BackendError",
+    "RunError",
+    "CodegenError",
+]
+
+
+class LinnetError(Exception):
+    """The base of every error Linnet raises for bad input.
+
+    Args:
+        message: what went wrong, naming the file, field, tensor or option (lowercase, no
+            trailing period, as diagnostics are written).
+        code: the diagnostic code (`"L501"`), or None; rendered by `__str__` as `error[L501]: ...`.
+    """
+
+    def __init__(self, message: str = "", *, code: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+    def __str__(self) -> str:
+        return f"error[{self.code}]: {self.message}" if self.code else self.message
+
+
+class SourceError(LinnetError):
+    """The source does not check (the message holds the rendered diagnostics), declares no
+    root model, or cannot be lowered under the requested config and sizes."""
+
+
+class ConfigError(SourceError):
+    """A config value that does not fit the source's config type: a `--config` override, or a
+    checkpoint's config.json / GGUF metadata field of the wrong kind. Names the field."""
+
+
+class LoadError(LinnetError):
+    """A model cannot be loaded: a source or config error met while loading, checkpoint names
+    or shapes that don't match the source (codes L502, L501), no weights given where the preset
+    names none, or random weights too big for memory. The message names the file, field or
+    tensor (and both shapes)."""
+
+
+class CheckpointError(LoadError):
+    """A checkpoint that cannot be opened or read. The message names the path (or embedded id)
+    and what was expected or what is wrong: missing path, no config.json, pickle-only weights,
+    truncated or corrupt file, unknown tensor name, unsupported GGUF architecture or type."""
+
+
+class BackendError(LinnetError):
+    """What a backend cannot run here: a mode, device, dtype or numerics it does not support,
+    a missing provider or framework, ops without kernels in the model's dtype; or a bad
+    backend argument. The message says what is supported."""
+
+
+class RunError(LinnetError, ValueError):
+    """An entry called with inputs that don't fit it: the wrong number of arrays, a rank, dim or
+    dtype its signature refuses, or rows and positions outside the KV cache. Names the input."""
+
+
+class CodegenError(LinnetError):
+    """An op, dtype or argument a code generator (PyTorch, JAX) or exporter (ONNX) cannot
+    express. Names the op."""
