@@ -13,7 +13,6 @@ source position rather than producing a wrong graph.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +22,8 @@ from ..semantics.names import BUILTIN_CONSTANTS
 from ..syntax import ast as A
 from ..syntax.items import Item
 from ..types.core import DTYPES, DType, TensorT
-from ..types.dims import Dim, DivisionError, divide, solve_linear, var
+from ..types.dims import Dim, DivisionError, solve_linear, var
+from ..types.scalars import ScalarError, arithmetic, compare
 from .core import Graph, Op, TensorSpec, Value, tensor_type
 
 # Standard-library functions lowered as `composite` ops: backends may run a native kernel for
@@ -659,39 +659,17 @@ class Lowering:
         return self.scalar_binop(e.op, a, b, e, env)
 
     def scalar_binop(self, op: str, a, b, e, env: Env):
+        """Compile-time arithmetic: the one scalar semantics of configs and the checker
+        (`types/scalars.py`)."""
         if op in ("and", "or"):
             return (a and b) if op == "and" else (a or b)
-        if isinstance(a, Dim) and isinstance(b, Dim):
-            if op == "+":
-                return a + b
-            if op == "-":
-                return a - b
-            if op == "*":
-                return a * b
-            if op == "/":
-                q = divide(a, b)
-                if isinstance(q, DivisionError):
-                    raise LoweringError(self.where(env.item, e) + f"division is not exact: {q.reason}")
-                return q
-            x, y = _number(a), _number(b)
-            if op == "%":
-                return Dim.of(x % y)
-            if op == "**" and y >= 0:
-                return Dim.of(x**y)
-        x, y = _number(a), _number(b)
-        if op == "+":
-            return x + y
-        if op == "-":
-            return x - y
-        if op == "*":
-            return x * y
-        if op == "/":
-            return x / y
-        if op == "**":
-            return float(x) ** y
-        if op == "%":
-            return math.fmod(x, y)
-        raise LoweringError(self.where(env.item, e) + f"`{op}` needs tensors")
+        try:
+            value = arithmetic(op, a, b)
+        except ScalarError as err:
+            raise LoweringError(self.where(env.item, e) + err.message) from err
+        if value is None:
+            raise LoweringError(self.where(env.item, e) + f"`{op}` has no value known at compile time here")
+        return Dim.of(value) if isinstance(value, int) else value
 
     def compare(self, e: A.Compare, env: Env):
         a = self.expr(e.left, env)
@@ -701,9 +679,10 @@ class Lowering:
         if a is None or b is None or isinstance(a, ConfigValue) or isinstance(b, ConfigValue):
             same = a is b
             return same if e.op == "==" else not same
-        x = _number(a) if isinstance(a, Dim) else a
-        y = _number(b) if isinstance(b, Dim) else b
-        return {"==": x == y, "!=": x != y, "<": x < y, "<=": x <= y, ">": x > y, ">=": x >= y}[e.op]
+        result = compare(e.op, a, b)
+        if result is None:
+            raise LoweringError(self.where(env.item, e) + f"`{e.op}` of symbolic dims is not known at compile time")
+        return result
 
     def index(self, e: A.Index, env: Env):
         base = self.expr(e.value, env)

@@ -11,6 +11,7 @@ import math
 
 from ..types.core import BOOL, I64, DType, Shape, TensorT, format_shape
 from ..types.dims import Dim, format_dim, product
+from ..types.scalars import arithmetic
 from .rearrange import rearrange_reference, rearrange_shape
 from .registry import (
     REGISTRY,
@@ -132,12 +133,6 @@ def _binary(name, op, doc, ref, fold, result=None):
     )
 
 
-def _int_only(d, op):
-    if not d.is_int:
-        raise OpError("L303", f"`{op}` requires integer tensors, got {describe_dtype(d)}")
-    return d
-
-
 def _float_only(d, op):
     return _require_float(d, op)
 
@@ -152,31 +147,52 @@ def _bool_only(d, op):
     return BOOL
 
 
-_binary("add", "+", "Elementwise sum with broadcasting.", lambda x, y: x + y, lambda a, b: a + b)
-_binary("sub", "-", "Elementwise difference with broadcasting.", lambda x, y: x - y, lambda a, b: a - b)
-_binary("mul", "*", "Elementwise product with broadcasting.", lambda x, y: x * y, lambda a, b: a * b)
+def _scalar(symbol: str):
+    """The fold of an operator's op: the one scalar semantics (`types/scalars.py`)."""
+    return lambda a, b: arithmetic(symbol, a, b)
+
+
+def _numbers(d, op):
+    if not (d.is_int or d.is_float):
+        raise OpError("L303", f"`{op}` requires numbers, got {describe_dtype(d)}")
+    return d
+
+
+_binary("add", "+", "Elementwise sum with broadcasting.", lambda x, y: x + y, _scalar("+"))
+_binary("sub", "-", "Elementwise difference with broadcasting.", lambda x, y: x - y, _scalar("-"))
+_binary("mul", "*", "Elementwise product with broadcasting.", lambda x, y: x * y, _scalar("*"))
 _binary(
     "div",
     "/",
     "Elementwise true division with broadcasting (floats only).",
     lambda x, y: x / y,
-    lambda a, b: a / b,
+    _scalar("/"),
     result=_float_only,
+)
+_binary(
+    "floor_divide",
+    "//",
+    "Elementwise floor division with broadcasting (torch.floor_divide): the quotient rounded toward "
+    "minus infinity, `-7 // 2` is -4 and `7.5 // -2.0` is -4.0.",
+    lambda x, y: _np().floor_divide(x, y),
+    _scalar("//"),
+    result=_numbers,
 )
 _binary(
     "mod",
     "%",
-    "Elementwise remainder with broadcasting (integers only).",
-    lambda x, y: x % y,
-    lambda a, b: a % b,
-    result=_int_only,
+    "Elementwise remainder of floor division with broadcasting (torch.remainder): it has the divisor's "
+    "sign, `-7 % 2` is 1 and `-7.5 % 2.0` is 0.5.",
+    lambda x, y: _np().remainder(x, y),
+    _scalar("%"),
+    result=_numbers,
 )
 _binary(
     "pow",
     "**",
     "Elementwise power with broadcasting (floats only).",
     lambda x, y: x**y,
-    lambda a, b: a**b,
+    _scalar("**"),
     result=_float_only,
 )
 _binary("maximum", None, "Elementwise maximum with broadcasting.", lambda x, y: _np().maximum(x, y), max)

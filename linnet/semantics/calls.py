@@ -29,7 +29,8 @@ from ..types.core import (
     format_type,
 )
 from ..types.dims import Dim, format_dim
-from .describe import dotted, finite_float, kind_text, number
+from ..types.scalars import ARITHMETIC, finite_float
+from .describe import dotted, kind_text, number
 from .diagnostics import Fix, Label, LocalAnchor, SymbolAnchor
 from .names import Binder
 from .scope import Binding, FnTarget, Instance, Scope, type_key
@@ -219,6 +220,8 @@ class CallsMixin:
         if any(a.kind not in ("int", "float") for a in args):
             self.report("L107", f"`{op.name}` needs numbers or tensors", e)
             return UNKNOWN
+        if op.operator in ARITHMETIC and len(args) == 2:
+            return self.fold_arithmetic(e, op.operator, *args)  # `mod(a, b)` is `a % b`
         if any(n is None for n in nums):
             return ScalarT("float", None)
         try:

@@ -26,7 +26,8 @@ from ..types.core import (
     UnknownT,
     format_type,
 )
-from ..types.dims import Atom, Dim, DivisionError, const, divide, format_dim, var
+from ..types.dims import Atom, Dim, DivisionError, const, format_dim, var
+from ..types.scalars import ScalarError, arithmetic
 from .describe import cond_text, kind_text
 from .diagnostics import Fix, Label, SymbolAnchor
 from .scope import Binding, FnTarget, MemberInfo, Scope
@@ -35,6 +36,7 @@ from .suggest import closest, suggestions
 SCALAR_TYPE_NAMES = ("int", "float", "bool", "str")
 LOAD_TIME_DIMS = {"max_batch": const("max_batch"), "max_positions": const("max_positions")}
 BUILTIN_CONSTANTS = {"pi": math.pi, "inf": math.inf}
+DIM_OPERATORS = ("+", "-", "*", "/", "//", "%")
 NAMES_DEP = "<names>"  # the dependency of a result on the set of top-level names
 
 
@@ -163,7 +165,7 @@ class NamesMixin:
 
     def eval_dim(self, e: A.Expr, scope: Scope, binder: Binder | None) -> Dim | None:
         """A dim expression: int literals, dim variables, int config fields and module
-        parameters, and + - * / over them (division exact)."""
+        parameters, and + - * / // % over them (`/` exact, `//` and `%` floor)."""
         if isinstance(e, A.IntLit):
             return Dim.of(e.value)
         if isinstance(e, A.Name):
@@ -194,25 +196,22 @@ class NamesMixin:
         if isinstance(e, A.Neg):
             d = self.eval_dim(e.operand, scope, binder)
             return -d if d is not None else None
-        if isinstance(e, A.BinOp) and e.op in ("+", "-", "*", "/"):
+        if isinstance(e, A.BinOp) and e.op in DIM_OPERATORS:
             a = self.eval_dim(e.left, scope, binder)
             b = self.eval_dim(e.right, scope, binder)
             if a is None or b is None:
                 return None
-            if e.op == "+":
-                return a + b
-            if e.op == "-":
-                return a - b
-            if e.op == "*":
-                return a * b
-            q = divide(a, b)
-            if isinstance(q, DivisionError):
-                self.division_error(e, a, b, q)
+            try:
+                return arithmetic(e.op, a, b)
+            except ScalarError as err:
+                if err.kind == "inexact":
+                    self.division_error(e, a, b, err.division)
+                else:
+                    self.report("L408", err.message, e)
                 return None
-            return q
         self.report(
             "L107",
-            "a dim is an int: a literal, a dim variable, an int config field or parameter, or + - * / of those",
+            "a dim is an int: a literal, a dim variable, an int config field or parameter, or + - * / // % of those",
             e,
         )
         return None

@@ -32,8 +32,12 @@ def case(name: str, rng, shape: tuple[int, ...]):
         return {"x": arr(rng, s, BOOL)}, {}
     if name in ("logical_and", "logical_or"):
         return {"x": arr(rng, s, BOOL), "y": arr(rng, s[-1:], BOOL)}, {}
-    if name == "mod":
-        return {"x": arr(rng, s, I64) + 5, "y": arr(rng, s[-1:], I64) + 1}, {}
+    if name in ("mod", "floor_divide"):
+        # both signs, ints or floats: floor semantics differ from truncation exactly there
+        divisors = [-4, -3, -1, 1, 2, 5] if rng.integers(0, 2) else [-2.5, -2.0, -0.75, 0.5, 2.0, 3.0]
+        dtype = np.int64 if isinstance(divisors[0], int) else np.float32
+        x = (rng.integers(-9, 10, size=s) * (1 if dtype == np.int64 else 1.25)).astype(dtype)
+        return {"x": x, "y": rng.choice(np.array(divisors, dtype=dtype), size=s[-1:])}, {}
     if REGISTRY[name].category == "elementwise":
         return {"x": x, "y": arr(rng, (1,) + s[-1:])}, {}
     if name in ("sum", "mean", "max", "min", "argmax"):
