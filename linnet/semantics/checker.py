@@ -203,7 +203,10 @@ class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
         owner = (inst.module.name.id, "fn", fn.name.id) if inst is not None else (fn.name.id,)
         self.current_fn = owner
         self.ref(fn.name, SymbolAnchor(owner))
-        for p in fn.params:
+        # compile-time parameters first, as at a call: a tensor type may use one declared after
+        # it (`fn split_heads(x: [B, S, heads * D], heads: int)`)
+        tensors_last = sorted(fn.params, key=lambda p: isinstance(p.type, (A.TensorType, A.TupleType)))
+        for p in tensors_last:
             t = self.fn_param_type(p, scope, binder)
             anchor = SymbolAnchor(owner + ("param", p.name.id))
             scope.bind(p.name.id, Binding(t, "param", anchor, p.name))

@@ -52,7 +52,7 @@ class Atom:
         value: "Dim | None" = None,
         origin=None,
         uid: int | None = None,
-        quot: "tuple[Dim, int] | None" = None,
+        quot: "tuple[Dim, Dim] | None" = None,
         args: "tuple[Dim, Dim] | None" = None,
     ):
         self.kind = kind
@@ -60,7 +60,7 @@ class Atom:
         self.uid = next(_uid) if uid is None else uid
         self.value = value
         self.origin = origin
-        self.quot = quot  # (numerator, integer denominator) of a quotient assumed exact
+        self.quot = quot  # (numerator, denominator) of a quotient assumed exact
         self.args = args  # (numerator, denominator) of a floor quotient or remainder
         self._key = self.uid  # creation order: factors print in the order they were written
 
@@ -151,7 +151,7 @@ class Dim:
                     if a.args is not None:
                         out |= a.args[0].atoms() | a.args[1].atoms()
                     elif a.quot is not None:
-                        out |= a.quot[0].atoms()
+                        out |= a.quot[0].atoms() | a.quot[1].atoms()
         return out
 
     def substitute(self, mapping: "dict[Atom, Dim]") -> "Dim":
@@ -179,27 +179,21 @@ class Dim:
     @property
     def val(self) -> "Dim":
         """This dim with every known constant substituted (recursively), and quotients of
-        unknown values cancelled where a coefficient is a multiple of the denominator
-        (`2 * (h / 2)` is `h`: the quotient was accepted as exact when it was written)."""
+        unknown values cancelled where the rest of their term is a multiple of the
+        denominator (`2 * (h / 2)` is `h`, `c.heads * (c.hidden / c.heads)` is `c.hidden`:
+        the quotient was accepted as exact when it was written)."""
         if self._val is None:
             if not any(a.value is not None or a.quot is not None for m in self._t for a, _ in m):
                 self._val = self
             else:
                 result = Dim()
                 for mono, coeff in self._t.items():
-                    term = Dim.of(coeff)
-                    cancelled = None
-                    for a, p in mono:
-                        if a.value is None and a.quot is not None and p == 1 and coeff % a.quot[1] == 0:
-                            cancelled = a
-                            term = Dim.of(coeff // a.quot[1]) * a.quot[0].val
-                            break
-                    for a, p in mono:
-                        if a is cancelled:
-                            continue
-                        base = a.value.val if a.value is not None else Dim.atom(a)
-                        for _ in range(p):
-                            term = term * base
+                    term = _cancel_quotient(mono, coeff)
+                    if term is None:
+                        term = Dim.of(coeff)
+                        for a, p in mono:
+                            base = a.value.val if a.value is not None else Dim.atom(a)
+                            term = term * base**p
                     result = result + term
                 self._val = result
         return self._val
@@ -268,6 +262,19 @@ class Dim:
 
 
 _SMALL = {n: Dim._raw({(): n} if n else {}) for n in range(-8, 257)}
+
+
+def _cancel_quotient(mono: Monomial, coeff: int) -> Dim | None:
+    """The value of the term `coeff * mono` when it holds a quotient of unknown value whose
+    denominator divides the rest of the term: `rest / den * num`; else None."""
+    for a, p in mono:
+        if a.value is None and a.quot is not None and p == 1:
+            num, den = a.quot
+            rest = Dim._raw({tuple(x for x in mono if x[0] is not a): coeff}).val
+            q = _poly_div(rest, den.val)
+            if q is not None:
+                return q * num.val
+    return None
 
 
 def _term_order(term):
@@ -355,8 +362,7 @@ def _quot_atom(num: Dim, den: Dim, value: Dim | None) -> Atom:
     key = (num.key(), den.key(), value.key() if value is not None else None)
     atom = _QUOTIENTS.get(key)
     if atom is None:
-        d = _int(den.val)
-        atom = Atom("quot", _quot_name(num, den), value=value, quot=(num, d) if d else None)
+        atom = Atom("quot", _quot_name(num, den), value=value, quot=(num, den))
         _QUOTIENTS[key] = atom
     return atom
 
