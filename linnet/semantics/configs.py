@@ -46,6 +46,7 @@ class ConfigValue:
     _uids: dict[str, int] = field(default_factory=dict)
     _fields: dict[str, A.ConfigField] | None = None
     poisoned: set[str] = field(default_factory=set)  # fields whose value an error left unknown
+    shared_atoms: "weakref.WeakValueDictionary | None" = None  # the document's (ConfigEvaluator)
 
     def __post_init__(self):
         # Atom ids in declaration order: products print as written (`c.heads * c.head_dim`).
@@ -79,12 +80,15 @@ class ConfigValue:
 
     def atom(self, name: str, display: str) -> Atom:
         """The dim atom of an int field: shown as `display` (`c.hidden_size`), valued when known.
-        Atoms are shared by equal config values, across analyses too: a field whose value is
-        not known compares by atom, and cached results of an earlier analysis must agree."""
+        Atoms are shared by equal config values across analyses of one document: a field whose
+        value is not known compares by atom, and cached results of an earlier analysis must
+        agree. Never across documents: an atom's creation orders the factors it is printed
+        with, and another file's declaration order must not decide how this one prints."""
         a = self._atoms.get(name)
         if a is None:
             key = (self.key(), name)
-            a = _FIELD_ATOMS.get(key)
+            shared = self.shared_atoms if self.shared_atoms is not None else weakref.WeakValueDictionary()
+            a = shared.get(key)
             if a is None:
                 v = self.values.get(name, MISSING)
                 a = const(
@@ -93,7 +97,7 @@ class ConfigValue:
                     origin=self.origins.get(name),
                     uid=self._uids.get(name),
                 )
-                _FIELD_ATOMS[key] = a
+                shared[key] = a
             self._atoms[name] = a
         return a
 
@@ -127,15 +131,14 @@ def _field_kind(t: A.Type) -> str | None:
     return None
 
 
-_FIELD_ATOMS: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
-
-
 class ConfigEvaluator:
     """Evaluates configs and presets. `lookup(name)` finds an item by name (file, then std);
-    findings are appended to `findings[item]`."""
+    findings are appended to `findings[item]`. `atoms` holds the dim atoms of int fields,
+    shared by the analyses of one document (`ConfigValue.atom`)."""
 
-    def __init__(self, lookup):
+    def __init__(self, lookup, atoms: "weakref.WeakValueDictionary | None" = None):
         self.lookup = lookup
+        self.atoms = atoms if atoms is not None else weakref.WeakValueDictionary()
         self.findings: dict[Item, list[Finding]] = {}
         self._defaults: dict[str, ConfigValue] = {}
         self._type_checked: dict[Item, set[str]] = {}
@@ -241,7 +244,7 @@ class ConfigEvaluator:
                     )
                 else:
                     given[name] = init
-        value = ConfigValue(cdef.name.id, cfg, {}, {})
+        value = ConfigValue(cdef.name.id, cfg, {}, {}, shared_atoms=self.atoms)
         value.poisoned |= skipped | self._bad_field_types(cfg)
         computing: set[str] = set()
 

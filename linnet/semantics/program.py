@@ -11,6 +11,7 @@ an edit inside one function body to one item's work.
 from __future__ import annotations
 
 import itertools
+import weakref
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -277,6 +278,7 @@ class Document:
         self._context = None  # (world key, CheckContext) of the last analysis
         self._binding_cache: dict[Item, tuple] = {}
         self._replaced: list[Item] = []  # items dropped since the last analysis (cache pruning)
+        self._field_atoms = weakref.WeakValueDictionary()  # config fields' dim atoms (ConfigValue.atom)
         self.last_parsed = 0
         self.update(text)
 
@@ -335,7 +337,7 @@ class Document:
             std_items = [i for i in self.std.items if i.source.path != self.source.path]
         globals_ = Globals(self.items, std_items)
         analysis.globals = globals_
-        evaluator = ConfigEvaluator(globals_)
+        evaluator = ConfigEvaluator(globals_, self._field_atoms)
         presets = [i for i in self.items if i.kind == "preset" and i.ast is not None]
         config_names = [i.name for i in globals_.configs()]
         scenarios = evaluator.scenarios(presets, config_names)
