@@ -917,8 +917,18 @@ def _cache_write_shape(a):
 
 
 def _cache_write_dtype(a):
-    _require_int(a["rows"].dtype, "cache_write", "rows")
-    _require_int(a["positions"].dtype, "cache_write", "positions")
+    # i64 only: every backend builds the cache indices in i64 (ONNX Runtime refused i32
+    # positions at run time, after they had checked clean)
+    for arg in ("rows", "positions"):
+        d = a[arg].dtype
+        if d != I64:
+            raise OpError(
+                "L303",
+                f"`cache_write` requires i64 `{arg}`, got {describe_dtype(d)}",
+                arg,
+                notes=["cache rows and token positions are i64 (as `step` takes them)"],
+                casts={arg: I64} if d.is_int or d.is_float else {},
+            )
     return join_dtypes(a["cache"].dtype, a["new"].dtype, "cache_write")
 
 
@@ -935,8 +945,8 @@ register(
         "cache_write",
         [T("cache", "tensor"), T("rows", "tensor"), T("positions", "tensor"), T("new", "tensor")],
         "KV-cache update: cache [max_batch, H, max_positions, D] with new [B, H, S, D] written at row "
-        "rows[b], positions positions[b] .. positions[b] + S - 1. Returns the updated cache (backends "
-        "update it in place).",
+        "rows[b], positions positions[b] .. positions[b] + S - 1 (rows and positions i64). Returns the "
+        "updated cache (backends update it in place).",
         _cache_write_shape,
         _cache_write_dtype,
         reference=_cache_write_reference,
