@@ -311,6 +311,7 @@ def _matmul_shape(a):
                 f"cannot matmul {format_shape(x)} with {format_shape(y)}: "
                 f"{format_dim(xd[-1].val)} vs {format_dim(yd[0].val)}",
                 arg_labels={"x": format_shape(x), "y": format_shape(y)},
+                dims=(xd[-1], yd[0]),
                 notes=["`a @ b` contracts the last dim of `a` with the second-to-last of `b`"],
             )
         return Shape(tuple(xd[:-1]) + (yd[1],), x.prefix)
@@ -328,6 +329,7 @@ def _matmul_shape(a):
             "L202",
             f"cannot matmul {format_shape(x)} with {format_shape(y)}: {format_dim(k1.val)} vs {format_dim(k2.val)}",
             arg_labels={"x": format_shape(x), "y": format_shape(y)},
+            dims=(k1, k2),
             notes=["`a @ b` contracts the last dim of `a` with the second-to-last of `b`"],
         )
     batch = broadcast(Shape(tuple(xd[:-2]), x.prefix), Shape(tuple(yd[:-2]), y.prefix))

@@ -316,6 +316,7 @@ class CallsMixin:
                 elif isinstance(v, dict):
                     dims += list(v.values())
             labels += self.atom_labels(dims)
+        labels += self.atom_labels(list(err.dims))
         fixes = [fix for arg, dtype in err.casts.items() if (fix := self.cast_fix(nodes.get(arg), dtype, nodes))]
         self.report(err.code, err.message, span, labels=labels, notes=err.notes, fixes=fixes)
 
@@ -334,12 +335,39 @@ class CallsMixin:
         return Fix(f"cast `{text}` to {target}", [(self.anchor(node), f"cast({text}, {target})")])
 
     def def_labels(self, node) -> list[Label]:
-        """Where a local named in an error got its value."""
+        """Where a value named in an error was declared, for a fault that may originate there:
+        the `let` that bound a local, the declaration of a member or a parameter, the submodule
+        a field is read from (`up.weight`: `up: Linear(...)`)."""
         if isinstance(node, A.Name):
             for name, b in reversed(self.fn_locals):
                 if name == node.id and isinstance(b.anchor, LocalAnchor) and b.anchor.span != node.span:
                     return [Label(b.anchor, f"`{name}` is {format_type(b.type)} from here")]
+            anchor = self._declaration(node)
+            if anchor is None or not _is_member(anchor):
+                return []
+            t = self.result.types.get(node)
+            shown = f" {format_type(t)}" if isinstance(t, TensorT) else ""
+            return [Label(anchor, f"`{node.id}` is declared{shown} here")]
+        if isinstance(node, A.Attr):
+            base = node.value
+            while isinstance(base, A.Attr):
+                base = base.value
+            anchor = self._declaration(base) if isinstance(base, A.Name) else None
+            t = self.result.types.get(node)
+            written = dotted(node)
+            if anchor is None or written is None or not _is_member(anchor):
+                return []
+            if isinstance(t, TensorT):
+                return [Label(anchor, f"`{written}` is {format_type(t)}: `{base.id}` is declared here")]
+            return [Label(anchor, f"`{base.id}` is declared here")]
         return []
+
+    def _declaration(self, name: A.Name) -> SymbolAnchor | None:
+        """The member or parameter a name use resolved to (its reference), if any."""
+        for span, target in reversed(self.result.refs):
+            if span == name.span and isinstance(target, SymbolAnchor) and len(target.path) > 2:
+                return target
+        return None
 
     def convert(self, kind: str, t: Type, node, name: str, what: str):
         """An op argument in the form its rules expect, or _FAILED (reported)."""
@@ -527,8 +555,10 @@ class CallsMixin:
             actual = arg_types[id(arg)]
             written = self._pattern_text(p, sig_scope, target.item)
             labels = [Label(SymbolAnchor(owner + ("param", p.name.id)), f"declared `{p.name.id}: {written}` here")]
-            labels += self.def_labels(arg.value)
-            sources = [err.actual] + [unifier.sources.get(a) for a in (err.pattern.atoms() if err.pattern else ())]
+            labels += self.def_labels(arg.value) + self.def_labels(e.func)
+            sources = [err.actual, err.expected] + [
+                unifier.sources.get(a) for a in (err.pattern.atoms() if err.pattern else ())
+            ]
             labels += self.atom_labels(sources)
             a = format_dim(err.actual.val) if err.actual is not None else "?"
             if err.kind == "differ":
@@ -594,6 +624,10 @@ class CallsMixin:
 
     def _pattern_text(self, p: A.Param, scope: Scope, item: Item) -> str:
         return " ".join(item.text[p.type.span.start : p.type.span.end].split())
+
+
+def _is_member(anchor: SymbolAnchor) -> bool:
+    return anchor.path[1] == "member"
 
 
 @dataclass(frozen=True)

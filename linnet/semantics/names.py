@@ -238,7 +238,8 @@ class NamesMixin:
         )
 
     def atom_labels(self, dims: list[Dim | None]) -> list[Label]:
-        """Labels at the preset fields that gave the dims their values."""
+        """Labels at the preset fields, or the config defaults, that gave the dims their
+        values (`inter` = 1536): a fault may originate in a config value."""
         out, seen = [], set()
         for d in dims:
             if d is None:
@@ -248,7 +249,7 @@ class NamesMixin:
                 if not isinstance(origin, SymbolAnchor):
                     continue
                 owner = self.global_item(origin.path[0])
-                if owner is None or owner.kind != "preset":
+                if owner is None or owner.kind not in ("preset", "config"):
                     continue
                 if origin.path not in seen and a.value is not None:
                     seen.add(origin.path)
