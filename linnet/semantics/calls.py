@@ -33,6 +33,7 @@ from ..types.scalars import ARITHMETIC, finite_float
 from .describe import dotted, kind_text, number
 from .diagnostics import Fix, Label, LocalAnchor, SymbolAnchor
 from .names import Binder
+from .resolved import Arg, CallInfo
 from .scope import Binding, FnTarget, Instance, Scope, type_key
 from .suggest import closest
 from .unify import Unifier, substitute_shape
@@ -49,6 +50,7 @@ class CallsMixin:
             b = self.lookup_value(func.id, scope)
             if b is None and func.id in REGISTRY and self.global_item(func.id) is None:
                 self.ref(func, None)
+                self.resolve(func, "op", value=REGISTRY[func.id])
                 return self.call_op(REGISTRY[func.id], e, scope)
             target = self.expr(func, scope)
         elif isinstance(func, A.Attr):
@@ -60,8 +62,10 @@ class CallsMixin:
                     self.eval_args(e.args, scope)
                     return UNKNOWN
                 self.ref(func.name, SymbolAnchor((inst.module.name.id, "fn", func.name.id)))
+                self.resolve(func.name, "member", node=fn, item=inst.item, value="fn")
                 target = FnRefT(FnTarget(inst.item, fn, inst))
                 self.record(func, target)
+                return self.call_fn(target.target, e, scope, kind="method", receiver=func.value)
             else:
                 target = self.attr(func, scope) if not isinstance(base, UnknownT) else UNKNOWN
                 self.record(func, target)
@@ -77,7 +81,7 @@ class CallsMixin:
                 self.report("L106", f"`{inst.module.name.id}` has no `forward`; call a method: `x.name(...)`", func)
                 self.eval_args(e.args, scope)
                 return UNKNOWN
-            return self.call_fn(FnTarget(inst.item, fn, inst), e, scope)
+            return self.call_fn(FnTarget(inst.item, fn, inst), e, scope, kind="forward", receiver=func)
         if isinstance(target, FnRefT):
             t = target.target
             if isinstance(t, OpDef):
@@ -201,7 +205,12 @@ class CallsMixin:
             and all(isinstance(arg_types[id(a)], ScalarT) for a in e.args)
             and all(a.name is None for a in e.args)
         ):
-            return self.fold_op(op, [arg_types[id(a)] for a in e.args], e)
+            folded = self.fold_op(op, [arg_types[id(a)] for a in e.args], e)
+            info = CallInfo("op", op, None, folded=folded.value if isinstance(folded, ScalarT) else None)
+            info.args = {p: Arg(p, a.value, arg_types[id(a)]) for p, a in zip(names, e.args)}
+            self.result.call_info[e] = info
+            return folded
+        info = self.result.call_info[e] = CallInfo("op", op, None)
         matched = self.match_args(names, defaults, e.args, f"`{op.name}`", e, scope, extra_kwargs=takes_sizes)
         if matched is None:
             return UNKNOWN
@@ -213,7 +222,7 @@ class CallsMixin:
             if p.name in matched:
                 a = matched[p.name]
                 values[p.name] = (arg_types[id(a)], a.value)
-        return self.apply_op(op, values, e)
+        return self.apply_op(op, values, e, info=info)
 
     def fold_op(self, op: OpDef, args: list[ScalarT], e) -> Type:
         nums = [number(a) for a in args]
@@ -238,10 +247,22 @@ class CallsMixin:
             return ScalarT("float", None)
         return ScalarT("float", value)
 
-    def apply_op(self, op: OpDef, args: dict, e, op_symbol: str | None = None) -> Type:
-        """Convert arguments to the op's kinds, then run its dtype and shape rules."""
+    def apply_op(self, op: OpDef, args: dict, e, op_symbol: str | None = None, info: CallInfo | None = None) -> Type:
+        """Convert arguments to the op's kinds, then run its dtype and shape rules. `info`
+        (a call's CallInfo) receives the arguments as converted."""
         values: dict[str, Any] = {}
         nodes: dict[str, A.Node] = {}
+        try:
+            return self._apply_op(op, args, e, op_symbol, values, nodes, info)
+        finally:
+            if info is not None:
+                info.args = {
+                    p.name: Arg(p.name, nodes.get(p.name), values[p.name])
+                    for p in op.params
+                    if p.kind != "sizes" and p.name in values
+                }
+
+    def _apply_op(self, op: OpDef, args: dict, e, op_symbol, values: dict, nodes: dict, info) -> Type:
         what = f"`{op_symbol}`" if op_symbol else f"`{op.name}`"
         for p in op.params:
             if p.name not in args:
@@ -259,6 +280,8 @@ class CallsMixin:
                         self.report("L107", f"size `{k}` of {what} is a compile-time int, got {kind_text(t)}", node)
                         return UNKNOWN
                     sizes[k] = t.value
+                    if info is not None:
+                        info.sizes[k] = Arg(k, node, t.value)
                 values[p.name] = sizes
                 continue
             t, node = args[p.name]
@@ -453,10 +476,16 @@ class CallsMixin:
             return _FAILED
         raise AssertionError(kind)
 
-    def call_fn(self, target: FnTarget, e: A.Call, scope: Scope) -> Type:
-        """Check a call to a Linnet function: unify arguments with its signature."""
+    def call_fn(
+        self, target: FnTarget, e: A.Call, scope: Scope, kind: str = "fn", receiver: A.Expr | None = None
+    ) -> Type:
+        """Check a call to a Linnet function: unify arguments with its signature. `kind` and
+        `receiver` say how it was called (resolved.CallInfo)."""
         fn = target.fn
         inst = target.instance
+        if kind == "fn" and inst is not None:
+            kind = "method"  # a method called by its name inside its module: on the same instance
+        info = self.result.call_info[e] = CallInfo(kind, fn, target.item, receiver=receiver)
         owner = (inst.module.name.id, "fn", fn.name.id) if inst is not None else (fn.name.id,)
         written = dotted(e.func)
         callee = f"`{written}`" if written else f"`{fn.name.id}`"
@@ -485,6 +514,10 @@ class CallsMixin:
                 t, node = self.silent_expr(p.default, sig_scope, target.item), e
             checked = self.check_compile_time_arg(p, t, node, callee)
             compile_time[p.name.id] = checked if checked is not None else UNKNOWN
+            given = matched.get(p.name.id)
+            info.args[p.name.id] = Arg(
+                p.name.id, given.value if given else None, compile_time[p.name.id], None if given else p.default
+            )
             sig_scope.bind(p.name.id, Binding(compile_time[p.name.id], "param"))
         sig = self.signature(target, tensor_params, compile_time, sig_scope)
         if sig.errors:
@@ -583,6 +616,14 @@ class CallsMixin:
                     f"from dim {err.dim} ({format_dim(err.pattern)} = {a})"
                 )
             self.report(err.code, message, arg.value, label=format_type(actual, concrete=True), labels=labels)
+        for p in tensor_params:
+            given = matched.get(p.name.id)
+            info.args[p.name.id] = Arg(
+                p.name.id, given.value if given else None, arg_types[id(given)] if given else UNKNOWN
+            )
+        info.args = {p.name.id: info.args[p.name.id] for p in fn.params}  # declaration order
+        info.dims = {a.name: unifier.solved.get(a) for a in sorted(sig.patterns, key=lambda a: a.uid)}
+        info.dtypes = {d.name: unifier.dtypes.get(d) for d in sig.dtype_patterns}
         if len(self.result.findings) > findings_before or unknown_arg:
             return UNKNOWN  # the call is wrong, or its input unknown: what it returns would only cascade
         return _substitute_type(sig.ret, unifier, unifier.shown)

@@ -44,6 +44,7 @@ from .diagnostics import Finding, Label, LocalAnchor, SymbolAnchor
 from .expressions import ExpressionsMixin
 from .members import MembersMixin
 from .names import NAMES_DEP, SCALAR_TYPE_NAMES, Binder, NamesMixin
+from .resolved import CallInfo, Ref, Resolved
 from .scope import Binding, Instance, MemberInfo, Members, Scope
 
 __all__ = ["NAMES_DEP", "CheckContext", "ItemChecker", "ItemResult"]
@@ -78,6 +79,13 @@ class ItemResult:
     deps: dict[str, str | None] = field(default_factory=dict)
     world: Any = None  # the analysis's world key when last known valid (program.Document)
     calls: list[tuple[tuple, tuple, Span]] = field(default_factory=list)  # (caller, callee, span) of fn calls
+    names: dict[A.Name, Ref] = field(default_factory=dict)  # what each name use refers to (resolved.py)
+    call_info: dict[A.Call, CallInfo] = field(default_factory=dict)  # how each call binds (resolved.py)
+
+    @property
+    def resolved(self) -> Resolved:
+        """This result in resolved form: names, calls and types (`resolved.Resolved`)."""
+        return Resolved(self.names, self.call_info, self.types)
 
 
 class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
@@ -396,6 +404,7 @@ class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
         if b is None:
             self.unknown_name(s.target, scope)
             return
+        self.resolve_binding(s.target, b)
         if b.kind == "member":
             info: MemberInfo = b.type
             self.ref(s.target, b.anchor)

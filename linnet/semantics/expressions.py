@@ -109,6 +109,7 @@ class ExpressionsMixin:
                 )
                 return UNKNOWN
             self.ref(e.name, SymbolAnchor((cv.type_name, name)))
+            self.resolve(e.name, "config_field", node=fdef, item=cv.item, value=cv)
             self.result.deps.setdefault(cv.type_name, cv.item.interface)
             prefix = dotted(e.value)
             return cv.field_type(name, f"{prefix}.{name}" if prefix else name)
@@ -141,6 +142,7 @@ class ExpressionsMixin:
                 )
                 return UNKNOWN
             self.ref(e.name, SymbolAnchor((inst.module.name.id, "member", name)))
+            self.resolve(e.name, "member", node=info.node, item=inst.item, value=info.kind)
             if info.present is False:
                 self.report(
                     "L108",

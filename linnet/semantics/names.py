@@ -30,6 +30,7 @@ from ..types.dims import Atom, Dim, DivisionError, const, format_dim, var
 from ..types.scalars import ScalarError, arithmetic
 from .describe import cond_text, kind_text
 from .diagnostics import Fix, Label, SymbolAnchor
+from .resolved import Ref
 from .scope import Binding, FnTarget, MemberInfo, Scope
 from .suggest import closest, suggestions
 
@@ -174,6 +175,8 @@ class NamesMixin:
                 if b is not None:
                     b.uses += 1
                     self.ref(e, b.anchor)
+                introduced = next((n for name, _, n in binder.new_dims if name == e.id), None)
+                self.resolve(e, "dim", node=introduced, item=self.item, value=binder.dims[e.id])
                 self.record(e, ScalarT("int", Dim.atom(binder.dims[e.id])))
                 return Dim.atom(binder.dims[e.id])
             b = self.lookup_value(e.id, scope)
@@ -182,6 +185,7 @@ class NamesMixin:
                     atom = var(e.id)
                     binder.dims[e.id] = atom
                     binder.new_dims.append((e.id, atom, e))
+                    self.resolve(e, "dim", node=e, item=self.item, value=atom)
                     self.record(e, ScalarT("int", Dim.atom(atom)))
                     return Dim.atom(atom)
                 if binder is not None and binder.mode == "pattern":
@@ -268,7 +272,8 @@ class NamesMixin:
             info = members.by_name.get(name)
             if info is not None:
                 kind = "fn" if info.kind == "fn" else "member"
-                return Binding(info, "member", SymbolAnchor((inst.module.name.id, kind, name)), info.node)
+                anchor = SymbolAnchor((inst.module.name.id, kind, name))
+                return Binding(info, "member", anchor, info.node, item=inst.item)
             if name in members.poisoned:
                 return Binding(UNKNOWN, "poisoned")
         b = scope.lookup(name)
@@ -287,9 +292,24 @@ class NamesMixin:
     def use_binding(self, node: A.Name, b: Binding) -> Type:
         b.uses += 1
         self.ref(node, b.anchor)
+        self.resolve_binding(node, b)
         if b.kind == "member":
             return self.member_value(b.type, node)
         return b.type
+
+    def resolve(self, use: A.Name, kind: str, **kw) -> None:
+        """Record what the name `use` refers to (`resolved.Ref`)."""
+        self.result.names[use] = Ref(kind, use.id, **kw)
+
+    def resolve_binding(self, node: A.Name, b: Binding) -> None:
+        if b.kind == "member":
+            self.resolve(node, "member", node=b.node, item=b.item, value=b.type.kind)
+        elif b.kind == "dim" and b.node is None:
+            self.resolve(node, "load_dim", value=_atom_of(b.type))
+        elif b.kind in ("dim", "module_param"):
+            self.resolve(node, b.kind, node=b.node, item=self.item, value=_atom_of(b.type))
+        elif b.kind in ("local", "loop", "param"):
+            self.resolve(node, b.kind, node=b.node, item=self.item)
 
     def member_value(self, info: MemberInfo, node: A.Node) -> Type:
         if info.present is False:
@@ -322,23 +342,29 @@ class NamesMixin:
             return self.use_binding(e, b)
         item = self.global_item(e.id)
         if item is None and e.id in REGISTRY:
+            self.resolve(e, "op", value=REGISTRY[e.id])
             return FnRefT(REGISTRY[e.id])
         if item is not None:
             self.ref(e, SymbolAnchor((e.id,)))
             if item.ast is None:
                 return UNKNOWN
             if item.kind == "fn":
+                self.resolve(e, "fn", node=item.ast, item=item)
                 return FnRefT(FnTarget(item, item.ast))
             if item.kind == "module":
+                self.resolve(e, "module", node=item.ast, item=item)
                 return FnRefT(item)
             self.report("L107", f"`{e.id}` is a {item.kind}, not a value", e)
             return UNKNOWN
         if e.id in DTYPES:
+            self.resolve(e, "dtype", value=DTYPES[e.id])
             return DTypeT(DTYPES[e.id])
         binder = getattr(self, "current_binder", None)
         if binder is not None and e.id in binder.dtypes:
+            self.resolve(e, "dtype_var", value=binder.dtypes[e.id])
             return DTypeT(binder.dtypes[e.id])
         if e.id in BUILTIN_CONSTANTS:
+            self.resolve(e, "constant", value=BUILTIN_CONSTANTS[e.id])
             return ScalarT("float", BUILTIN_CONSTANTS[e.id])
         self.unknown_name(e, scope)
         return UNKNOWN
@@ -389,3 +415,12 @@ class NamesMixin:
             notes=notes,
             fixes=[Fix(f"replace with `{h}`", [(self.anchor(e), h)]) for h in hints],
         )
+
+
+def _atom_of(t: Type):
+    """The atom an int binding stands for (a dim variable, a module's int parameter)."""
+    if isinstance(t, ScalarT) and t.kind == "int" and t.value is not None:
+        atoms = t.value.atoms()
+        if len(atoms) == 1 and Dim.atom(next(iter(atoms))) == t.value:
+            return next(iter(atoms))
+    return None
