@@ -252,7 +252,10 @@ class Lowering:
 
     def fold(self, op: OpDef, operands: list, node):
         nums = [_number(a) for a in operands]
-        v = op.fold(*nums)
+        try:
+            v = op.fold(*nums)  # an operator's op folds with the one scalar semantics
+        except ScalarError as err:
+            raise LoweringError(self.where(self._item, node) + err.message) from err
         if isinstance(v, bool):
             return v
         if all(isinstance(a, Dim) for a in operands) and isinstance(v, int):

@@ -507,8 +507,13 @@ def _operand(d: Dim, right: bool) -> str:
     if not terms:
         return s
     mono, coeff = terms[0]
+    if not mono:
+        return f"({s})" if coeff < 0 and right else s
+    single = sum(p for _, p in mono) == 1
     compound = any(a.kind == "quot" or a.args is not None for a, _ in mono)
-    if coeff < 0 or (mono and (coeff != 1 or sum(p for _, p in mono) > 1)) or (right and compound):
+    if single and coeff == -1 and not right and not compound:
+        return s  # `-S // 2` is `(-S) // 2`: unary minus binds tighter, in Linnet as in Python
+    if coeff != 1 or not single or (right and compound):
         return f"({s})"
     return s
 
