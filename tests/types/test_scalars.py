@@ -33,7 +33,8 @@ def test_ints_are_pythons(op, a, b):
     try:
         value = arithmetic(op, a, b)
     except ScalarError as err:
-        assert err.kind == expected
+        # 0 ** -1 is Python's ZeroDivisionError; here, as for floats, a power with no finite value
+        assert err.kind == expected or (op == "**" and expected == "zero" and err.kind == "nonfinite")
         return
     assert value == expected and type(value) is type(expected)
 
@@ -56,7 +57,7 @@ def test_floats_are_pythons(op, a, b):
     try:
         value = arithmetic(op, a, b)
     except ScalarError as err:
-        assert err.kind == expected or (expected == "zero" and op == "**")
+        assert err.kind == expected or (op == "**" and expected == "zero" and err.kind == "nonfinite")
         return
     assert value == expected and isinstance(value, float)
 
