@@ -74,6 +74,8 @@ def arithmetic(op: str, a, b):
     Dim, a float when either is a float; None when the value cannot be known at compile time
     (a symbolic dim meeting a float, an int power with a symbolic exponent). Raises
     ScalarError."""
+    if op not in ARITHMETIC:
+        raise ScalarError("operands", f"`{op}` is not an arithmetic operator on numbers")
     if not (is_number(a) and is_number(b)):
         raise ScalarError("operands", f"`{op}` needs numbers")
     if is_int(a) and is_int(b):

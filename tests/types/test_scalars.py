@@ -85,4 +85,6 @@ def test_operands_must_be_numbers():
     assert err.value.kind == "operands"
     with pytest.raises(ScalarError):
         compare("<", "a", 1)
+    with pytest.raises(ScalarError):
+        arithmetic("@", 2, 3)
     assert compare("<", "a", "b") is True
