@@ -63,7 +63,8 @@ class ConfigValue:
                 elif v is MISSING:
                     v = "<missing>"
                 parts.append((name, type(v).__name__, v))
-            self._key = (self.type_name, tuple(parts), tuple(sorted(self.poisoned)))
+            # the declaration order too: it orders the factors of a product (`ConfigValue.atom`)
+            self._key = (self.type_name, tuple(parts), tuple(sorted(self.poisoned)), tuple(self._uids))
         return self._key
 
     @property
