@@ -371,7 +371,36 @@ for _name, _onnx in {
 }.items():
     LOWERINGS[_name] = _binary(_onnx)
 LOWERINGS["ne"] = _binary("Equal", negate=True)
-LOWERINGS["mod"] = _binary("Mod", {"fmod": 0})  # integers; the divisor's sign, as Python's and torch's %
+
+
+def _floor_division(want: str) -> Lower:
+    """Python's `//` and `%` (torch.floor_divide, torch.remainder: the remainder has the
+    divisor's sign). ONNX's Mod with fmod=0 is that remainder for integers only, and Div
+    truncates integers; floats start from the truncated remainder (fmod=1) and correct it
+    where its sign differs from the divisor's, as CPython's float_divmod and torch do."""
+
+    def lower(L: Lowering, op: Op) -> ir.Value:
+        dtype = _operand_dtype(op)
+        x, y = L.operand(op.args["x"], dtype), L.operand(op.args["y"], dtype)
+        hint = op.result.name
+        if dtype.is_int:
+            mod = L.op("Mod", [x, y], {"fmod": 0}, hint=hint)
+            return mod if want == "mod" else L.op("Div", [L.op("Sub", [x, mod], hint=hint), y], hint=hint)
+        zero = L.operand(0.0, dtype)
+        mod = L.op("Mod", [x, y], {"fmod": 1}, hint=hint)
+        signs_differ = L.op("Xor", [L.op("Less", [y, zero]), L.op("Less", [mod, zero])])
+        fix = L.op("And", [L.op("Not", [L.op("Equal", [mod, zero])]), signs_differ], hint=hint)
+        if want == "mod":
+            return L.op("Where", [fix, L.op("Add", [mod, y]), mod], hint=hint)
+        quotient = L.op("Div", [L.op("Sub", [x, mod]), y])  # an integer up to rounding
+        quotient = L.op("Where", [fix, L.op("Sub", [quotient, L.operand(1.0, dtype)]), quotient])
+        return L.op("Round", [quotient], hint=hint)
+
+    return lower
+
+
+LOWERINGS["mod"] = _floor_division("mod")
+LOWERINGS["floor_divide"] = _floor_division("floor_divide")
 
 
 def _reduction(onnx_op: str) -> Lower:

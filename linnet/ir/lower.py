@@ -21,7 +21,6 @@ source position rather than producing a wrong graph.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,7 +30,8 @@ from ..semantics.names import BUILTIN_CONSTANTS
 from ..syntax import ast as A
 from ..syntax.items import Item
 from ..types.core import DTYPES, DType, TensorT
-from ..types.dims import Atom, Dim, DivisionError, divide, solve_linear, var
+from ..types.dims import Atom, Dim, DivisionError, solve_linear, var
+from ..types.scalars import ScalarError, arithmetic, compare
 from .core import LOOP_INDEX, Graph, ModuleClass, Op, TensorSpec, Value, tensor_type
 
 # Standard-library functions lowered as `composite` ops: backends may run a native kernel for
@@ -398,7 +398,10 @@ class Lowering:
 
     def fold(self, op: OpDef, operands: list, node):
         nums = [_number(a) for a in operands]
-        v = op.fold(*nums)
+        try:
+            v = op.fold(*nums)  # an operator's op folds with the one scalar semantics
+        except ScalarError as err:
+            raise LoweringError(self.where(self._item, node) + err.message) from err
         if isinstance(v, bool):
             return v
         if all(isinstance(a, Dim) for a in operands) and isinstance(v, int):
@@ -823,39 +826,17 @@ class Lowering:
         return self.scalar_binop(e.op, a, b, e, env)
 
     def scalar_binop(self, op: str, a, b, e, env: Env):
+        """Compile-time arithmetic: the one scalar semantics of configs and the checker
+        (`types/scalars.py`)."""
         if op in ("and", "or"):
             return (a and b) if op == "and" else (a or b)
-        if isinstance(a, Dim) and isinstance(b, Dim):
-            if op == "+":
-                return a + b
-            if op == "-":
-                return a - b
-            if op == "*":
-                return a * b
-            if op == "/":
-                q = divide(a, b)
-                if isinstance(q, DivisionError):
-                    raise LoweringError(self.where(env.item, e) + f"division is not exact: {q.reason}")
-                return q
-            x, y = _number(a), _number(b)
-            if op == "%":
-                return Dim.of(x % y)
-            if op == "**" and y >= 0:
-                return Dim.of(x**y)
-        x, y = _number(a), _number(b)
-        if op == "+":
-            return x + y
-        if op == "-":
-            return x - y
-        if op == "*":
-            return x * y
-        if op == "/":
-            return x / y
-        if op == "**":
-            return float(x) ** y
-        if op == "%":
-            return math.fmod(x, y)
-        raise LoweringError(self.where(env.item, e) + f"`{op}` needs tensors")
+        try:
+            value = arithmetic(op, a, b)
+        except ScalarError as err:
+            raise LoweringError(self.where(env.item, e) + err.message) from err
+        if value is None:
+            raise LoweringError(self.where(env.item, e) + f"`{op}` has no value known at compile time here")
+        return Dim.of(value) if isinstance(value, int) else value
 
     def compare(self, e: A.Compare, env: Env):
         a = self.expr(e.left, env)
@@ -865,9 +846,10 @@ class Lowering:
         if a is None or b is None or isinstance(a, ConfigValue) or isinstance(b, ConfigValue):
             same = a is b
             return same if e.op == "==" else not same
-        x = _number(a) if isinstance(a, Dim) else a
-        y = _number(b) if isinstance(b, Dim) else b
-        return {"==": x == y, "!=": x != y, "<": x < y, "<=": x <= y, ">": x > y, ">=": x >= y}[e.op]
+        result = compare(e.op, a, b)
+        if result is None:
+            raise LoweringError(self.where(env.item, e) + f"`{e.op}` of symbolic dims is not known at compile time")
+        return result
 
     def index(self, e: A.Index, env: Env):
         base = self.expr(e.value, env)

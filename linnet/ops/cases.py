@@ -62,6 +62,18 @@ def int_binary(rng, shape):
     return {"x": array(rng, shape, I64) + 5, "y": array(rng, shape[-1:], I64) + 1}, {}
 
 
+def signed_division(rng, shape):
+    """`x` of `shape` and a divisor `y` of [shape[-1]], both signs, ints or floats (never 0): where
+    floor division and its remainder differ from truncation's."""
+    import numpy as np
+
+    ints = bool(rng.integers(0, 2))
+    divisors = [-4, -3, -1, 1, 2, 5] if ints else [-2.5, -2.0, -0.75, 0.5, 2.0, 3.0]
+    dtype = np.int64 if ints else np.float32
+    x = (rng.integers(-9, 10, size=shape) * (1 if ints else 1.25)).astype(dtype)
+    return {"x": x, "y": rng.choice(np.array(divisors, dtype=dtype), size=shape[-1:])}, {}
+
+
 def reduction(rng, shape):
     """`x` of `shape` (f32), a random `dim` of it (either sign) and `keepdim`."""
     rank = len(shape)

@@ -13,6 +13,7 @@ import math
 
 from ..types.core import BOOL, F32, I64, DType, Shape, TensorT, format_shape
 from ..types.dims import Dim, format_dim, product
+from ..types.scalars import arithmetic
 from . import cases
 from .cases import array, dims
 from .rearrange import rearrange_reference, rearrange_shape
@@ -152,12 +153,6 @@ def _binary(name, op, doc, ref, fold, result=None, exact=True, draw=cases.binary
     )
 
 
-def _int_only(d, op):
-    if not d.is_int:
-        raise OpError("L303", f"`{op}` requires integer tensors, got {describe_dtype(d)}")
-    return d
-
-
 def _float_only(d, op):
     return _require_float(d, op)
 
@@ -172,32 +167,54 @@ def _bool_only(d, op):
     return BOOL
 
 
-_binary("add", "+", "Elementwise sum with broadcasting.", lambda x, y: x + y, lambda a, b: a + b)
-_binary("sub", "-", "Elementwise difference with broadcasting.", lambda x, y: x - y, lambda a, b: a - b)
-_binary("mul", "*", "Elementwise product with broadcasting.", lambda x, y: x * y, lambda a, b: a * b)
+def _scalar(symbol: str):
+    """The fold of an operator's op: the one scalar semantics (`types/scalars.py`)."""
+    return lambda a, b: arithmetic(symbol, a, b)
+
+
+def _numbers(d, op):
+    if not (d.is_int or d.is_float):
+        raise OpError("L303", f"`{op}` requires numbers, got {describe_dtype(d)}")
+    return d
+
+
+_binary("add", "+", "Elementwise sum with broadcasting.", lambda x, y: x + y, _scalar("+"))
+_binary("sub", "-", "Elementwise difference with broadcasting.", lambda x, y: x - y, _scalar("-"))
+_binary("mul", "*", "Elementwise product with broadcasting.", lambda x, y: x * y, _scalar("*"))
 _binary(
     "div",
     "/",
     "Elementwise true division with broadcasting (floats only).",
     lambda x, y: x / y,
-    lambda a, b: a / b,
+    _scalar("/"),
     result=_float_only,
+)
+_binary(
+    "floor_divide",
+    "//",
+    "Elementwise floor division with broadcasting (torch.floor_divide): the quotient rounded toward "
+    "minus infinity, `-7 // 2` is -4 and `7.5 // -2.0` is -4.0.",
+    lambda x, y: _np().floor_divide(x, y),
+    _scalar("//"),
+    result=_numbers,
+    draw=cases.signed_division,
 )
 _binary(
     "mod",
     "%",
-    "Elementwise remainder with broadcasting (integers only).",
-    lambda x, y: x % y,
-    lambda a, b: a % b,
-    result=_int_only,
-    draw=cases.int_binary,
+    "Elementwise remainder of floor division with broadcasting (torch.remainder): it has the divisor's "
+    "sign, `-7 % 2` is 1 and `-7.5 % 2.0` is 0.5.",
+    lambda x, y: _np().remainder(x, y),
+    _scalar("%"),
+    result=_numbers,
+    draw=cases.signed_division,
 )
 _binary(
     "pow",
     "**",
     "Elementwise power with broadcasting (floats only).",
     lambda x, y: x**y,
-    lambda a, b: a**b,
+    _scalar("**"),
     result=_float_only,
     exact=False,  # libm's pow and vectorised kernels differ in the last bit
 )
@@ -322,6 +339,7 @@ def _matmul_shape(a):
                 f"cannot matmul {format_shape(x)} with {format_shape(y)}: "
                 f"{format_dim(xd[-1].val)} vs {format_dim(yd[0].val)}",
                 arg_labels={"x": format_shape(x), "y": format_shape(y)},
+                dims=(xd[-1], yd[0]),
                 notes=["`a @ b` contracts the last dim of `a` with the second-to-last of `b`"],
             )
         return Shape(tuple(xd[:-1]) + (yd[1],), x.prefix)
@@ -339,6 +357,7 @@ def _matmul_shape(a):
             "L202",
             f"cannot matmul {format_shape(x)} with {format_shape(y)}: {format_dim(k1.val)} vs {format_dim(k2.val)}",
             arg_labels={"x": format_shape(x), "y": format_shape(y)},
+            dims=(k1, k2),
             notes=["`a @ b` contracts the last dim of `a` with the second-to-last of `b`"],
         )
     batch = broadcast(Shape(tuple(xd[:-2]), x.prefix), Shape(tuple(yd[:-2]), y.prefix))
@@ -1015,8 +1034,18 @@ def _cache_write_shape(a):
 
 
 def _cache_write_dtype(a):
-    _require_int(a["rows"].dtype, "cache_write", "rows")
-    _require_int(a["positions"].dtype, "cache_write", "positions")
+    # i64 only: every backend builds the cache indices in i64 (ONNX Runtime refused i32
+    # positions at run time, after they had checked clean)
+    for arg in ("rows", "positions"):
+        d = a[arg].dtype
+        if d != I64:
+            raise OpError(
+                "L303",
+                f"`cache_write` requires i64 `{arg}`, got {describe_dtype(d)}",
+                arg,
+                notes=["cache rows and token positions are i64 (as `step` takes them)"],
+                casts={arg: I64} if d.is_int or d.is_float else {},
+            )
     return join_dtypes(a["cache"].dtype, a["new"].dtype, "cache_write")
 
 
@@ -1045,8 +1074,8 @@ register(
         "cache_write",
         [T("cache", "tensor"), T("rows", "tensor"), T("positions", "tensor"), T("new", "tensor")],
         "KV-cache update: cache [max_batch, H, max_positions, D] with new [B, H, S, D] written at row "
-        "rows[b], positions positions[b] .. positions[b] + S - 1. Returns the updated cache (backends "
-        "update it in place).",
+        "rows[b], positions positions[b] .. positions[b] + S - 1 (rows and positions i64). Returns the "
+        "updated cache (backends update it in place).",
         _cache_write_shape,
         _cache_write_dtype,
         reference=_cache_write_reference,

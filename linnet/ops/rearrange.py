@@ -177,7 +177,8 @@ def rearrange_shape(x: Shape, pattern_text: str, sizes: dict[str, Dim | None]) -
 
     known: dict[str, Dim | None] = dict(sizes)
     for name, size in sizes.items():
-        if size is not None and (size.as_int() or 0) <= 0:
+        n = size.as_int() if size is not None else None
+        if n is not None and n <= 0:  # a size not known yet (`heads`, an int parameter) is no error
             raise OpError("L213", f"axis `{name}` has size {format_dim(size)}: sizes are positive", name)
     for group, dim in matched:
         unknown = [a for a in group.axes if a.name is not None and a.name not in known]

@@ -69,7 +69,8 @@ class OpError(Exception):
     to point at (None: the whole call); `inner` is a (start, end) range inside a string argument
     (rearrange patterns); `arg_labels` maps argument names to label texts; `casts` maps
     argument names to the dtype a `cast` would make them agree with (quick fixes), preferred
-    first."""
+    first; `dims` are the dims in conflict, whose declarations (a config value, a preset's)
+    the checker labels."""
 
     def __init__(
         self,
@@ -81,6 +82,7 @@ class OpError(Exception):
         inner=None,
         arg_labels: dict[str, str] | None = None,
         casts: dict[str, DType] | None = None,
+        dims: tuple = (),
     ):
         super().__init__(message)
         self.code = code
@@ -90,6 +92,7 @@ class OpError(Exception):
         self.inner = inner
         self.arg_labels = arg_labels or {}
         self.casts = casts or {}
+        self.dims = tuple(dims)
 
 
 # A test-case generator: `cases(rng, shape)` draws one call of the op around `shape` (a
@@ -205,6 +208,7 @@ def broadcast(a: Shape, b: Shape, names=("x", "y")) -> Shape:
                 f"shapes don't broadcast: {format_shape(a)} and {format_shape(b)} "
                 f"(dim {pos}: {format_dim(da.val)} vs {format_dim(db.val)})",
                 arg_labels={names[0]: format_shape(a), names[1]: format_shape(b)},
+                dims=(da, db),
             )
     out.reverse()
     prefix = a.prefix or b.prefix

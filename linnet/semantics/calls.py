@@ -29,9 +29,11 @@ from ..types.core import (
     format_type,
 )
 from ..types.dims import Dim, format_dim
-from .describe import dotted, finite_float, kind_text, number
+from ..types.scalars import ARITHMETIC, finite_float
+from .describe import dotted, kind_text, number
 from .diagnostics import Fix, Label, LocalAnchor, SymbolAnchor, symbol
 from .names import Binder
+from .resolved import Arg, CallInfo
 from .scope import Binding, FnTarget, Instance, Scope, type_key
 from .suggest import closest
 from .unify import Unifier, substitute_shape
@@ -48,6 +50,7 @@ class CallsMixin:
             b = self.lookup_value(func.id, scope)
             if b is None and func.id in REGISTRY and self.global_item(func.id) is None:
                 self.ref(func, None)
+                self.resolve(func, "op", value=REGISTRY[func.id])
                 return self.call_op(REGISTRY[func.id], e, scope)
             target = self.expr(func, scope)
         elif isinstance(func, A.Attr):
@@ -59,8 +62,10 @@ class CallsMixin:
                     self.eval_args(e.args, scope)
                     return UNKNOWN
                 self.ref(func.name, symbol(inst.item, "fn", func.name.id))
+                self.resolve(func.name, "member", node=fn, item=inst.item, value="fn")
                 target = FnRefT(FnTarget(inst.item, fn, inst))
                 self.record(func, target)
+                return self.call_fn(target.target, e, scope, kind="method", receiver=func.value)
             else:
                 target = self.attr(func, scope) if not isinstance(base, UnknownT) else UNKNOWN
                 self.record(func, target)
@@ -76,7 +81,7 @@ class CallsMixin:
                 self.report("L106", f"`{inst.module.name.id}` has no `forward`; call a method: `x.name(...)`", func)
                 self.eval_args(e.args, scope)
                 return UNKNOWN
-            return self.call_fn(FnTarget(inst.item, fn, inst), e, scope)
+            return self.call_fn(FnTarget(inst.item, fn, inst), e, scope, kind="forward", receiver=func)
         if isinstance(target, FnRefT):
             t = target.target
             if isinstance(t, OpDef):
@@ -202,7 +207,12 @@ class CallsMixin:
             and all(isinstance(arg_types[id(a)], ScalarT) for a in e.args)
             and all(a.name is None for a in e.args)
         ):
-            return self.fold_op(op, [arg_types[id(a)] for a in e.args], e)
+            folded = self.fold_op(op, [arg_types[id(a)] for a in e.args], e)
+            info = CallInfo("op", op, None, folded=folded.value if isinstance(folded, ScalarT) else None)
+            info.args = {p: Arg(p, a.value, arg_types[id(a)]) for p, a in zip(names, e.args)}
+            self.result.call_info[e] = info
+            return folded
+        info = self.result.call_info[e] = CallInfo("op", op, None)
         matched = self.match_args(names, defaults, e.args, f"`{op.name}`", e, scope, extra_kwargs=takes_sizes)
         if matched is None:
             return UNKNOWN
@@ -214,13 +224,15 @@ class CallsMixin:
             if p.name in matched:
                 a = matched[p.name]
                 values[p.name] = (arg_types[id(a)], a.value)
-        return self.apply_op(op, values, e)
+        return self.apply_op(op, values, e, info=info)
 
     def fold_op(self, op: OpDef, args: list[ScalarT], e) -> Type:
         nums = [number(a) for a in args]
         if any(a.kind not in ("int", "float") for a in args):
             self.report("L107", f"`{op.name}` needs numbers or tensors", e)
             return UNKNOWN
+        if op.operator in ARITHMETIC and len(args) == 2:
+            return self.fold_arithmetic(e, op.operator, *args)  # `mod(a, b)` is `a % b`
         if any(n is None for n in nums):
             return ScalarT("float", None)
         try:
@@ -237,10 +249,22 @@ class CallsMixin:
             return ScalarT("float", None)
         return ScalarT("float", value)
 
-    def apply_op(self, op: OpDef, args: dict, e, op_symbol: str | None = None) -> Type:
-        """Convert arguments to the op's kinds, then run its dtype and shape rules."""
+    def apply_op(self, op: OpDef, args: dict, e, op_symbol: str | None = None, info: CallInfo | None = None) -> Type:
+        """Convert arguments to the op's kinds, then run its dtype and shape rules. `info`
+        (a call's CallInfo) receives the arguments as converted."""
         values: dict[str, Any] = {}
         nodes: dict[str, A.Node] = {}
+        try:
+            return self._apply_op(op, args, e, op_symbol, values, nodes, info)
+        finally:
+            if info is not None:
+                info.args = {
+                    p.name: Arg(p.name, nodes.get(p.name), values[p.name])
+                    for p in op.params
+                    if p.kind != "sizes" and p.name in values
+                }
+
+    def _apply_op(self, op: OpDef, args: dict, e, op_symbol, values: dict, nodes: dict, info) -> Type:
         what = f"`{op_symbol}`" if op_symbol else f"`{op.name}`"
         for p in op.params:
             if p.name not in args:
@@ -258,6 +282,8 @@ class CallsMixin:
                         self.report("L107", f"size `{k}` of {what} is a compile-time int, got {kind_text(t)}", node)
                         return UNKNOWN
                     sizes[k] = t.value
+                    if info is not None:
+                        info.sizes[k] = Arg(k, node, t.value)
                 values[p.name] = sizes
                 continue
             t, node = args[p.name]
@@ -315,6 +341,7 @@ class CallsMixin:
                 elif isinstance(v, dict):
                     dims += list(v.values())
             labels += self.atom_labels(dims)
+        labels += self.atom_labels(list(err.dims))
         fixes = [fix for arg, dtype in err.casts.items() if (fix := self.cast_fix(nodes.get(arg), dtype, nodes))]
         self.report(err.code, err.message, span, labels=labels, notes=err.notes, fixes=fixes)
 
@@ -333,12 +360,39 @@ class CallsMixin:
         return Fix(f"cast `{text}` to {target}", [(self.anchor(node), f"cast({text}, {target})")])
 
     def def_labels(self, node) -> list[Label]:
-        """Where a local named in an error got its value."""
+        """Where a value named in an error was declared, for a fault that may originate there:
+        the `let` that bound a local, the declaration of a member or a parameter, the submodule
+        a field is read from (`up.weight`: `up: Linear(...)`)."""
         if isinstance(node, A.Name):
             for name, b in reversed(self.fn_locals):
                 if name == node.id and isinstance(b.anchor, LocalAnchor) and b.anchor.span != node.span:
                     return [Label(b.anchor, f"`{name}` is {format_type(b.type)} from here")]
+            anchor = self._declaration(node)
+            if anchor is None or not _is_member(anchor):
+                return []
+            t = self.result.types.get(node)
+            shown = f" {format_type(t)}" if isinstance(t, TensorT) else ""
+            return [Label(anchor, f"`{node.id}` is declared{shown} here")]
+        if isinstance(node, A.Attr):
+            base = node.value
+            while isinstance(base, A.Attr):
+                base = base.value
+            anchor = self._declaration(base) if isinstance(base, A.Name) else None
+            t = self.result.types.get(node)
+            written = dotted(node)
+            if anchor is None or written is None or not _is_member(anchor):
+                return []
+            if isinstance(t, TensorT):
+                return [Label(anchor, f"`{written}` is {format_type(t)}: `{base.id}` is declared here")]
+            return [Label(anchor, f"`{base.id}` is declared here")]
         return []
+
+    def _declaration(self, name: A.Name) -> SymbolAnchor | None:
+        """The member or parameter a name use resolved to (its reference), if any."""
+        for span, target in reversed(self.result.refs):
+            if span == name.span and isinstance(target, SymbolAnchor) and len(target.path) > 2:
+                return target
+        return None
 
     def convert(self, kind: str, t: Type, node, name: str, what: str):
         """An op argument in the form its rules expect, or _FAILED (reported)."""
@@ -424,10 +478,16 @@ class CallsMixin:
             return _FAILED
         raise AssertionError(kind)
 
-    def call_fn(self, target: FnTarget, e: A.Call, scope: Scope) -> Type:
-        """Check a call to a Linnet function: unify arguments with its signature."""
+    def call_fn(
+        self, target: FnTarget, e: A.Call, scope: Scope, kind: str = "fn", receiver: A.Expr | None = None
+    ) -> Type:
+        """Check a call to a Linnet function: unify arguments with its signature. `kind` and
+        `receiver` say how it was called (resolved.CallInfo)."""
         fn = target.fn
         inst = target.instance
+        if kind == "fn" and inst is not None:
+            kind = "method"  # a method called by its name inside its module: on the same instance
+        info = self.result.call_info[e] = CallInfo(kind, fn, target.item, receiver=receiver)
         owner = (inst.module.name.id, "fn", fn.name.id) if inst is not None else (fn.name.id,)
         written = dotted(e.func)
         callee = f"`{written}`" if written else f"`{fn.name.id}`"
@@ -459,6 +519,10 @@ class CallsMixin:
                 t, node = self.silent_expr(p.default, sig_scope, target.item), e
             checked = self.check_compile_time_arg(p, t, node, callee, target.item)
             compile_time[p.name.id] = checked if checked is not None else UNKNOWN
+            given = matched.get(p.name.id)
+            info.args[p.name.id] = Arg(
+                p.name.id, given.value if given else None, compile_time[p.name.id], None if given else p.default
+            )
             sig_scope.bind(p.name.id, Binding(compile_time[p.name.id], "param"))
         sig = self.signature(target, tensor_params, compile_time, sig_scope)
         if sig.errors:
@@ -531,8 +595,10 @@ class CallsMixin:
             written = self._pattern_text(p, sig_scope, target.item)
             param_anchor = SymbolAnchor(owner + ("param", p.name.id), owner_file)
             labels = [Label(param_anchor, f"declared `{p.name.id}: {written}` here")]
-            labels += self.def_labels(arg.value)
-            sources = [err.actual] + [unifier.sources.get(a) for a in (err.pattern.atoms() if err.pattern else ())]
+            labels += self.def_labels(arg.value) + self.def_labels(e.func)
+            sources = [err.actual, err.expected] + [
+                unifier.sources.get(a) for a in (err.pattern.atoms() if err.pattern else ())
+            ]
             labels += self.atom_labels(sources)
             a = format_dim(err.actual.val) if err.actual is not None else "?"
             if err.kind == "differ":
@@ -557,6 +623,14 @@ class CallsMixin:
                     f"from dim {err.dim} ({format_dim(err.pattern)} = {a})"
                 )
             self.report(err.code, message, arg.value, label=format_type(actual, concrete=True), labels=labels)
+        for p in tensor_params:
+            given = matched.get(p.name.id)
+            info.args[p.name.id] = Arg(
+                p.name.id, given.value if given else None, arg_types[id(given)] if given else UNKNOWN
+            )
+        info.args = {p.name.id: info.args[p.name.id] for p in fn.params}  # declaration order
+        info.dims = {a.name: unifier.solved.get(a) for a in sorted(sig.patterns, key=lambda a: a.uid)}
+        info.dtypes = {d.name: unifier.dtypes.get(d) for d in sig.dtype_patterns}
         if len(self.result.findings) > findings_before or unknown_arg:
             return UNKNOWN  # the call is wrong, or its input unknown: what it returns would only cascade
         return _substitute_type(sig.ret, unifier, unifier.shown)
@@ -598,6 +672,10 @@ class CallsMixin:
 
     def _pattern_text(self, p: A.Param, scope: Scope, item: Item) -> str:
         return " ".join(item.text[p.type.span.start : p.type.span.end].split())
+
+
+def _is_member(anchor: SymbolAnchor) -> bool:
+    return anchor.path[1] == "member"
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,7 @@ from .diagnostics import Finding, Label, LocalAnchor, SymbolAnchor, symbol
 from .expressions import ExpressionsMixin
 from .members import MembersMixin
 from .names import NAMES_DEP, SCALAR_TYPE_NAMES, Binder, NamesMixin
+from .resolved import CallInfo, Ref, Resolved
 from .scope import Binding, Instance, MemberInfo, Members, Scope
 
 __all__ = ["NAMES_DEP", "CheckContext", "ItemChecker", "ItemResult"]
@@ -84,6 +85,13 @@ class ItemResult:
     world: Any = None  # the analysis's world key when last known valid (program.Document)
     # (caller, callee, span) of fn calls; caller and callee are (file, *symbol path)
     calls: list[tuple[tuple, tuple, Span]] = field(default_factory=list)
+    names: dict[A.Name, Ref] = field(default_factory=dict)  # what each name use refers to (resolved.py)
+    call_info: dict[A.Call, CallInfo] = field(default_factory=dict)  # how each call binds (resolved.py)
+
+    @property
+    def resolved(self) -> Resolved:
+        """This result in resolved form: names, calls and types (`resolved.Resolved`)."""
+        return Resolved(self.names, self.call_info, self.types)
 
 
 class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
@@ -209,7 +217,10 @@ class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
         owner = (inst.module.name.id, "fn", fn.name.id) if inst is not None else (fn.name.id,)
         self.current_fn = (self.item.source.path,) + owner
         self.ref(fn.name, SymbolAnchor(owner, self.item.source.path))
-        for p in fn.params:
+        # compile-time parameters first, as at a call: a tensor type may use one declared after
+        # it (`fn split_heads(x: [B, S, heads * D], heads: int)`)
+        tensors_last = sorted(fn.params, key=lambda p: isinstance(p.type, (A.TensorType, A.TupleType)))
+        for p in tensors_last:
             t = self.fn_param_type(p, scope, binder)
             anchor = SymbolAnchor(owner + ("param", p.name.id), self.item.source.path)
             scope.bind(p.name.id, Binding(t, "param", anchor, p.name))
@@ -399,6 +410,7 @@ class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
         if b is None:
             self.unknown_name(s.target, scope)
             return
+        self.resolve_binding(s.target, b)
         if b.kind == "member":
             info: MemberInfo = b.type
             self.ref(s.target, b.anchor)

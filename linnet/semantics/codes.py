@@ -416,7 +416,7 @@ _ALL = [
         "config value doesn't divide",
         "error",
         "A derived field divides by a value that doesn't divide it under a preset (a head count that "
-        "doesn't divide the hidden size).",
+        "doesn't divide the hidden size), or a config value divides by zero (`/`, `//`, `%`).",
         "head_dim: int = hidden_size / num_attention_heads  # 576 / 10",
         "Fix the preset's values.",
     ),

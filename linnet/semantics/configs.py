@@ -22,7 +22,7 @@ from ..syntax import ast as A
 from ..syntax.items import Item
 from ..types.core import NONE, UNKNOWN, ConfigT, ScalarT, Type
 from ..types.dims import Atom, Dim, const, new_uid
-from .describe import finite_float, int_power_fits
+from ..types.scalars import ScalarError, arithmetic, compare, is_number
 from .diagnostics import Finding, Label, LocalAnchor, SymbolAnchor
 from .suggest import closest
 
@@ -46,6 +46,7 @@ class ConfigValue:
     _uids: dict[str, int] = field(default_factory=dict)
     _fields: dict[str, A.ConfigField] | None = None
     poisoned: set[str] = field(default_factory=set)  # fields whose value an error left unknown
+    shared_atoms: "weakref.WeakValueDictionary | None" = None  # the document's (ConfigEvaluator)
 
     def __post_init__(self):
         # Atom ids in declaration order: products print as written (`c.heads * c.head_dim`).
@@ -62,7 +63,8 @@ class ConfigValue:
                 elif v is MISSING:
                     v = "<missing>"
                 parts.append((name, type(v).__name__, v))
-            self._key = (self.type_name, tuple(parts), tuple(sorted(self.poisoned)))
+            # the declaration order too: it orders the factors of a product (`ConfigValue.atom`)
+            self._key = (self.type_name, tuple(parts), tuple(sorted(self.poisoned)), tuple(self._uids))
         return self._key
 
     @property
@@ -79,12 +81,15 @@ class ConfigValue:
 
     def atom(self, name: str, display: str) -> Atom:
         """The dim atom of an int field: shown as `display` (`c.hidden_size`), valued when known.
-        Atoms are shared by equal config values, across analyses too: a field whose value is
-        not known compares by atom, and cached results of an earlier analysis must agree."""
+        Atoms are shared by equal config values across analyses of one document: a field whose
+        value is not known compares by atom, and cached results of an earlier analysis must
+        agree. Never across documents: an atom's creation orders the factors it is printed
+        with, and another file's declaration order must not decide how this one prints."""
         a = self._atoms.get(name)
         if a is None:
             key = (self.key(), name)
-            a = _FIELD_ATOMS.get(key)
+            shared = self.shared_atoms if self.shared_atoms is not None else weakref.WeakValueDictionary()
+            a = shared.get(key)
             if a is None:
                 v = self.values.get(name, MISSING)
                 a = const(
@@ -93,7 +98,7 @@ class ConfigValue:
                     origin=self.origins.get(name),
                     uid=self._uids.get(name),
                 )
-                _FIELD_ATOMS[key] = a
+                shared[key] = a
             self._atoms[name] = a
         return a
 
@@ -127,15 +132,15 @@ def _field_kind(t: A.Type) -> str | None:
     return None
 
 
-_FIELD_ATOMS: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
-
-
 class ConfigEvaluator:
     """Evaluates configs and presets. `lookup(name, site)` finds an item by the name item
-    `site` uses for it (imports.Globals); findings are appended to `findings[item]`."""
+    `site` uses for it (imports.Globals); findings are appended to `findings[item]`. `atoms`
+    holds the dim atoms of int fields, shared by the analyses of one document
+    (`ConfigValue.atom`)."""
 
-    def __init__(self, lookup):
+    def __init__(self, lookup, atoms: "weakref.WeakValueDictionary | None" = None):
         self.lookup = lookup
+        self.atoms = atoms if atoms is not None else weakref.WeakValueDictionary()
         self.findings: dict[Item, list[Finding]] = {}
         self._defaults: dict[Item, ConfigValue] = {}
         self._type_checked: dict[Item, set[str]] = {}
@@ -245,7 +250,7 @@ class ConfigEvaluator:
                     )
                 else:
                     given[name] = init
-        value = ConfigValue(cdef.name.id, cfg, {}, {})
+        value = ConfigValue(cdef.name.id, cfg, {}, {}, shared_atoms=self.atoms)
         value.poisoned |= skipped | self._bad_field_types(cfg)
         computing: set[str] = set()
 
@@ -557,20 +562,7 @@ class _ConstEval:
         if isinstance(e, A.BinOp):
             return self.binop(e)
         if isinstance(e, A.Compare):
-            a, b = self.eval(e.left), self.eval(e.right)
-            if a is MISSING or b is MISSING:
-                return MISSING
-            if e.op in ("==", "!="):
-                if (
-                    _is_number(a) != _is_number(b)
-                    or (isinstance(a, bool) != isinstance(b, bool))
-                    or (isinstance(a, str) != isinstance(b, str) and a is not None and b is not None)
-                ):
-                    return self.fail("L401", f"`{e.op}` compares {_show(a)} with {_show(b)}: never equal", e)
-                return (a == b) == (e.op == "==")
-            if not (_is_number(a) and _is_number(b)):
-                return self.fail("L401", f"`{e.op}` compares numbers, got {_show(a)} and {_show(b)}", e)
-            return {"<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b}[e.op]
+            return self.compare(e)
         return self.fail("L111", "config values are constants: literals, other fields and arithmetic", e)
 
     def _fields(self):
@@ -578,46 +570,43 @@ class _ConstEval:
             return set()
         return {f.name.id for f in self.item.ast.fields if isinstance(f, A.ConfigField)}
 
+    def compare(self, e: A.Compare):
+        a, b = self.eval(e.left), self.eval(e.right)
+        if a is MISSING or b is MISSING:
+            return MISSING
+        if e.op in ("==", "!="):
+            if (
+                is_number(a) != is_number(b)
+                or (isinstance(a, bool) != isinstance(b, bool))
+                or (isinstance(a, str) != isinstance(b, str) and a is not None and b is not None)
+            ):
+                return self.fail("L401", f"`{e.op}` compares {_show(a)} with {_show(b)}: never equal", e)
+            if not is_number(a):
+                return (a == b) == (e.op == "==")
+        elif not (is_number(a) and is_number(b)):
+            return self.fail("L401", f"`{e.op}` compares numbers, got {_show(a)} and {_show(b)}", e)
+        return compare(e.op, a, b)
+
     def binop(self, e: A.BinOp):
+        """Arithmetic with the one scalar semantics (`types/scalars.py`), so a field's value
+        is what the same expression gives in a function body."""
         a, b = self.eval(e.left), self.eval(e.right)
         if a is MISSING or b is MISSING:
             return MISSING
         if e.op in ("and", "or"):
             return (a and b) if e.op == "and" else (a or b)
-        if not (_is_number(a) and _is_number(b)):
+        if e.op == "@":
+            return self.fail("L111", "`@` is not allowed in a config value", e)
+        if not (is_number(a) and is_number(b)):
             return self.fail("L401", f"`{e.op}` needs numbers, got {_show(a)} and {_show(b)}", e)
         try:
-            value = self._arith(e, a, b)
-        except (ZeroDivisionError, OverflowError, ValueError):
-            value = None
-        if value is MISSING:
-            return value
-        if value is None or (isinstance(value, float) and finite_float(value) is None) or isinstance(value, complex):
-            return self.fail("L408", f"`{e.op}` of {a} and {b} has no finite real value", e)
-        return value
-
-    def _arith(self, e: A.BinOp, a, b):
-        if e.op == "**" and isinstance(a, int) and isinstance(b, int) and not int_power_fits(a, b):
-            return None
-        if e.op == "+":
-            return a + b
-        if e.op == "-":
-            return a - b
-        if e.op == "*":
-            return a * b
-        if e.op == "**":
-            return a**b
-        if e.op == "%":
-            return a % b if b else self.fail("L404", "remainder by zero", e)
-        if e.op == "/":
-            if b == 0:
-                return self.fail("L404", "division by zero", e)
-            if isinstance(a, int) and isinstance(b, int):
-                if a % b:
-                    return self._not_divisible(e, a, b)
-                return a // b
-            return a / b
-        return self.fail("L111", f"`{e.op}` is not allowed in a config value", e)
+            return arithmetic(e.op, a, b)
+        except ScalarError as err:
+            if err.kind == "inexact":
+                return self._not_divisible(e, a, b)
+            if err.kind == "zero":
+                return self.fail("L404", err.message, e)
+            return self.fail("L408", err.message, e)
 
     def _not_divisible(self, e: A.BinOp, a: int, b: int):
         left = _text(e.left, a)
@@ -640,10 +629,6 @@ class _ConstEval:
             )
             return MISSING
         return self.fail("L404", f"{left} is not divisible by {right}", e)
-
-
-def _is_number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def _text(e, value) -> str:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 from ..syntax import ast as A
 from ..types.core import (
     ConfigT,
@@ -128,24 +126,3 @@ def has_error_stmt(block: A.Block) -> bool:
 def cond_text(key: tuple[str, bool]) -> str:
     text, polarity = key
     return text if polarity else f"not {text}"
-
-
-MAX_INT_BITS = 4096  # compile-time ints beyond this are refused rather than computed
-
-
-def finite_float(value) -> float | None:
-    """`value` as a finite real float, or None (complex, infinite, NaN, too large)."""
-    if isinstance(value, complex):
-        return None
-    try:
-        f = float(value)
-    except (OverflowError, TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
-
-
-def int_power_fits(base: int, exponent: int) -> bool:
-    """Whether `base ** exponent` stays within MAX_INT_BITS (checked before computing it)."""
-    if exponent < 0 or abs(base) <= 1:
-        return True
-    return exponent * math.log2(abs(base)) <= MAX_INT_BITS

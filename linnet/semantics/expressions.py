@@ -3,8 +3,6 @@ compile-time `if`."""
 
 from __future__ import annotations
 
-import math
-
 from ..ops import OPERATORS, REGISTRY, OpDef, OpError
 from ..syntax import ast as A
 from ..types.core import (
@@ -26,14 +24,13 @@ from ..types.core import (
     format_shape,
     format_type,
 )
-from ..types.dims import Dim, DivisionError, divide
+from ..types.dims import Dim
+from ..types.scalars import ScalarError, arithmetic, compare
 from .configs import ConfigValue
 from .describe import (
     cond_key,
     dotted,
     dtype_text,
-    finite_float,
-    int_power_fits,
     kind_text,
     number,
     tail_node,
@@ -112,6 +109,7 @@ class ExpressionsMixin:
                 )
                 return UNKNOWN
             self.ref(e.name, symbol(cv.item, name))
+            self.resolve(e.name, "config_field", node=fdef, item=cv.item, value=cv)
             self.result.deps.setdefault((cv.item.source.path, cv.item.name), cv.item.interface)
             prefix = dotted(e.value)
             return cv.field_type(name, f"{prefix}.{name}" if prefix else name)
@@ -144,6 +142,7 @@ class ExpressionsMixin:
                 )
                 return UNKNOWN
             self.ref(e.name, symbol(inst.item, "member", name))
+            self.resolve(e.name, "member", node=info.node, item=inst.item, value=info.kind)
             if info.present is False:
                 self.report(
                     "L108",
@@ -220,60 +219,28 @@ class ExpressionsMixin:
         if op == "@":
             self.report("L107", "`@` needs tensors", e)
             return UNKNOWN
-        if (
-            a.kind == "int"
-            and b.kind == "int"
-            and op in ("+", "-", "*", "/")
-            and a.value is not None
-            and b.value is not None
-        ):
-            if op == "+":
-                return ScalarT("int", a.value + b.value)
-            if op == "-":
-                return ScalarT("int", a.value - b.value)
-            if op == "*":
-                return ScalarT("int", a.value * b.value)
-            q = divide(a.value, b.value)
-            if isinstance(q, DivisionError):
-                self.division_error(e, a.value, b.value, q)
-                return ScalarT("int", None)
-            return ScalarT("int", q)
-        x, y = number(a), number(b)
-        if a.kind == "int" and b.kind == "int":
-            if op == "%" and y == 0:
-                self.report("L408", "`%` by zero has no value", e)
-                return ScalarT("int", None)
-            if op == "%" and x is not None and y is not None:
-                return ScalarT("int", Dim.of(x % y))
-            if op == "**" and x is not None and y is not None and y >= 0:
-                if not int_power_fits(x, y):
-                    self.report("L408", f"`{x} ** {y}` is too large for a compile-time int", e)
-                    return ScalarT("int", None)
-                return ScalarT("int", Dim.of(x**y))
-            if op in ("%", "**") and (y is None or y >= 0):
-                return ScalarT("int", None)
-        if x is None or y is None:
-            return ScalarT("float", None)
+        return self.fold_arithmetic(e, op, a, b)
+
+    def fold_arithmetic(self, node, op: str, a: ScalarT, b: ScalarT) -> ScalarT:
+        """`a op b` on compile-time numbers, with the one scalar semantics of configs, bodies
+        and lowering (`types/scalars.py`): ints stay exact (and symbolic), `/` of ints is
+        exact division (L206), `//` and `%` floor, a zero divisor or a non-finite float is L408."""
+        kind = "int" if a.kind == b.kind == "int" else "float"
+        if a.value is None or b.value is None:
+            return ScalarT(kind, None)
         try:
-            if op == "+":
-                value = x + y
-            elif op == "-":
-                value = x - y
-            elif op == "*":
-                value = x * y
-            elif op == "/":
-                value = x / y
-            elif op == "**":
-                value = x**y
+            value = arithmetic(op, a.value, b.value)
+        except ScalarError as err:
+            if err.kind == "inexact":
+                self.division_error(node, a.value, b.value, err.division)
             else:
-                value = math.fmod(x, y)
-            result = finite_float(value)
-        except (ZeroDivisionError, OverflowError, ValueError):
-            result = None
-        if result is None:
-            self.report("L408", f"`{op}` of {x} and {y} has no finite real value", e)
-            return ScalarT("float", None)
-        return ScalarT("float", result)
+                self.report("L408", err.message, node)
+            return ScalarT(kind, None)
+        if value is None:
+            return ScalarT(kind, None)
+        if isinstance(value, float):
+            return ScalarT("float", value)
+        return ScalarT("int", value if isinstance(value, Dim) else Dim.of(value))
 
     def fold_compare(self, e: A.Compare, a: Type, b: Type) -> Type:
         if isinstance(a, (NoneT, ConfigT)) or isinstance(b, (NoneT, ConfigT)):
@@ -309,18 +276,9 @@ class ExpressionsMixin:
         if len(kinds) > 1 and kinds != {"int", "float"}:
             self.report("L107", f"cannot compare {kind_text(a)} and {kind_text(b)}", e)
             return UNKNOWN
-        if a.kind == "int" and b.kind == "int" and a.value is not None and b.value is not None and e.op in ("==", "!="):
-            if a.value.same(b.value):
-                return ScalarT("bool", e.op == "==")
-            diff = (a.value - b.value).as_int()
-            if diff is not None:
-                return ScalarT("bool", e.op == "!=")
+        if a.value is None or b.value is None:
             return ScalarT("bool", None)
-        x = number(a) if a.kind in ("int", "float") else a.value
-        y = number(b) if b.kind in ("int", "float") else b.value
-        if x is None or y is None:
-            return ScalarT("bool", None)
-        return ScalarT("bool", {"==": x == y, "!=": x != y, "<": x < y, "<=": x <= y, ">": x > y, ">=": x >= y}[e.op])
+        return ScalarT("bool", compare(e.op, a.value, b.value))
 
     def if_expr(self, e: A.IfExpr, scope: Scope) -> Type:
         c = self.expr(e.cond, scope)

@@ -25,6 +25,7 @@ from ..types.dims import Dim
 from .describe import cond_key, kind_text
 from .diagnostics import Label, symbol
 from .names import LOAD_TIME_DIMS, SCALAR_TYPE_NAMES
+from .resolved import Arg, CallInfo
 from .scope import Binding, FnTarget, Instance, MemberInfo, Members, Scope
 
 if TYPE_CHECKING:
@@ -92,6 +93,7 @@ class MembersMixin:
         callee_scope = Scope(self.global_scope(), "module")
         values: dict[str, Type] = {}
         ok = True
+        info = self.result.call_info[call] = CallInfo("module", mdef, item) if isinstance(call, A.Call) else None
         for p in mdef.params:
             name = p.name.id
             if name in matched:
@@ -107,6 +109,9 @@ class MembersMixin:
                 t = UNKNOWN
             values[name] = t
             callee_scope.bind(name, Binding(t, "module_param"))
+            if info is not None:
+                given = matched.get(name)
+                info.args[name] = Arg(name, given.value if given else None, t, None if given else p.default)
         inst = Instance(item, values)
         if ok:
             members = self.members(inst, report=False)
@@ -222,6 +227,8 @@ class _MemberEvaluator:
         if self.inst.generic:
             self.outer.result.types.update(self.c.result.types)
             self.outer.result.refs.extend(self.c.result.refs)
+            self.outer.result.names.update(self.c.result.names)
+            self.outer.result.call_info.update(self.c.result.call_info)
         for k, v in self.c.result.deps.items():
             self.outer.result.deps.setdefault(k, v)
         return self.members

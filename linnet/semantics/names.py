@@ -26,15 +26,18 @@ from ..types.core import (
     UnknownT,
     format_type,
 )
-from ..types.dims import Atom, Dim, DivisionError, const, divide, format_dim, var
+from ..types.dims import Atom, Dim, DivisionError, const, format_dim, var
+from ..types.scalars import ScalarError, arithmetic
 from .describe import cond_text, kind_text
 from .diagnostics import Fix, Label, SymbolAnchor, symbol
+from .resolved import Ref
 from .scope import Binding, FnTarget, MemberInfo, Scope
 from .suggest import closest, suggestions
 
 SCALAR_TYPE_NAMES = ("int", "float", "bool", "str")
 LOAD_TIME_DIMS = {"max_batch": const("max_batch"), "max_positions": const("max_positions")}
 BUILTIN_CONSTANTS = {"pi": math.pi, "inf": math.inf}
+DIM_OPERATORS = ("+", "-", "*", "/", "//", "%")
 NAMES_DEP = "<names>"  # the dependency of a result on the set of top-level names
 
 
@@ -173,7 +176,7 @@ class NamesMixin:
 
     def eval_dim(self, e: A.Expr, scope: Scope, binder: Binder | None) -> Dim | None:
         """A dim expression: int literals, dim variables, int config fields and module
-        parameters, and + - * / over them (division exact)."""
+        parameters, and + - * / // % over them (`/` exact, `//` and `%` floor)."""
         if isinstance(e, A.IntLit):
             return Dim.of(e.value)
         if isinstance(e, A.Name):
@@ -182,6 +185,8 @@ class NamesMixin:
                 if b is not None:
                     b.uses += 1
                     self.ref(e, b.anchor)
+                introduced = next((n for name, _, n in binder.new_dims if name == e.id), None)
+                self.resolve(e, "dim", node=introduced, item=self.item, value=binder.dims[e.id])
                 self.record(e, ScalarT("int", Dim.atom(binder.dims[e.id])))
                 return Dim.atom(binder.dims[e.id])
             b = self.lookup_value(e.id, scope)
@@ -190,6 +195,7 @@ class NamesMixin:
                     atom = var(e.id)
                     binder.dims[e.id] = atom
                     binder.new_dims.append((e.id, atom, e))
+                    self.resolve(e, "dim", node=e, item=self.item, value=atom)
                     self.record(e, ScalarT("int", Dim.atom(atom)))
                     return Dim.atom(atom)
                 if binder is not None and binder.mode == "pattern":
@@ -204,25 +210,22 @@ class NamesMixin:
         if isinstance(e, A.Neg):
             d = self.eval_dim(e.operand, scope, binder)
             return -d if d is not None else None
-        if isinstance(e, A.BinOp) and e.op in ("+", "-", "*", "/"):
+        if isinstance(e, A.BinOp) and e.op in DIM_OPERATORS:
             a = self.eval_dim(e.left, scope, binder)
             b = self.eval_dim(e.right, scope, binder)
             if a is None or b is None:
                 return None
-            if e.op == "+":
-                return a + b
-            if e.op == "-":
-                return a - b
-            if e.op == "*":
-                return a * b
-            q = divide(a, b)
-            if isinstance(q, DivisionError):
-                self.division_error(e, a, b, q)
+            try:
+                return arithmetic(e.op, a, b)
+            except ScalarError as err:
+                if err.kind == "inexact":
+                    self.division_error(e, a, b, err.division)
+                else:
+                    self.report("L408", err.message, e)
                 return None
-            return q
         self.report(
             "L107",
-            "a dim is an int: a literal, a dim variable, an int config field or parameter, or + - * / of those",
+            "a dim is an int: a literal, a dim variable, an int config field or parameter, or + - * / // % of those",
             e,
         )
         return None
@@ -249,7 +252,8 @@ class NamesMixin:
         )
 
     def atom_labels(self, dims: list[Dim | None]) -> list[Label]:
-        """Labels at the preset fields that gave the dims their values."""
+        """Labels at the preset fields, or the config defaults, that gave the dims their
+        values (`inter` = 1536): a fault may originate in a config value."""
         out, seen = [], set()
         for d in dims:
             if d is None:
@@ -260,7 +264,7 @@ class NamesMixin:
                     continue
                 anchor_item = getattr(self.ctx.lookup, "anchor_item", None)
                 owner = anchor_item(origin) if anchor_item is not None else self.global_item(origin.path[0])
-                if owner is None or owner.kind != "preset":
+                if owner is None or owner.kind not in ("preset", "config"):
                     continue
                 if origin.path not in seen and a.value is not None:
                     seen.add(origin.path)
@@ -279,7 +283,7 @@ class NamesMixin:
             info = members.by_name.get(name)
             if info is not None:
                 kind = "fn" if info.kind == "fn" else "member"
-                return Binding(info, "member", symbol(inst.item, kind, name), info.node)
+                return Binding(info, "member", symbol(inst.item, kind, name), info.node, item=inst.item)
             if name in members.poisoned:
                 return Binding(UNKNOWN, "poisoned")
         b = scope.lookup(name)
@@ -298,9 +302,24 @@ class NamesMixin:
     def use_binding(self, node: A.Name, b: Binding) -> Type:
         b.uses += 1
         self.ref(node, b.anchor)
+        self.resolve_binding(node, b)
         if b.kind == "member":
             return self.member_value(b.type, node)
         return b.type
+
+    def resolve(self, use: A.Name, kind: str, **kw) -> None:
+        """Record what the name `use` refers to (`resolved.Ref`)."""
+        self.result.names[use] = Ref(kind, use.id, **kw)
+
+    def resolve_binding(self, node: A.Name, b: Binding) -> None:
+        if b.kind == "member":
+            self.resolve(node, "member", node=b.node, item=b.item, value=b.type.kind)
+        elif b.kind == "dim" and b.node is None:
+            self.resolve(node, "load_dim", value=_atom_of(b.type))
+        elif b.kind in ("dim", "module_param"):
+            self.resolve(node, b.kind, node=b.node, item=self.item, value=_atom_of(b.type))
+        elif b.kind in ("local", "loop", "param"):
+            self.resolve(node, b.kind, node=b.node, item=self.item)
 
     def member_value(self, info: MemberInfo, node: A.Node) -> Type:
         if info.present is False:
@@ -334,23 +353,29 @@ class NamesMixin:
             return self.use_binding(e, b)
         item = self.global_item(e.id)
         if item is None and e.id in REGISTRY:
+            self.resolve(e, "op", value=REGISTRY[e.id])
             return FnRefT(REGISTRY[e.id])
         if item is not None:
             self.ref(e, symbol(item))
             if item.ast is None:
                 return UNKNOWN
             if item.kind == "fn":
+                self.resolve(e, "fn", node=item.ast, item=item)
                 return FnRefT(FnTarget(item, item.ast))
             if item.kind == "module":
+                self.resolve(e, "module", node=item.ast, item=item)
                 return FnRefT(item)
             self.report("L107", f"`{e.id}` is a {item.kind}, not a value", e)
             return UNKNOWN
         if e.id in DTYPES:
+            self.resolve(e, "dtype", value=DTYPES[e.id])
             return DTypeT(DTYPES[e.id])
         binder = getattr(self, "current_binder", None)
         if binder is not None and e.id in binder.dtypes:
+            self.resolve(e, "dtype_var", value=binder.dtypes[e.id])
             return DTypeT(binder.dtypes[e.id])
         if e.id in BUILTIN_CONSTANTS:
+            self.resolve(e, "constant", value=BUILTIN_CONSTANTS[e.id])
             return ScalarT("float", BUILTIN_CONSTANTS[e.id])
         if self.failed_import(e.id):
             return UNKNOWN
@@ -403,3 +428,12 @@ class NamesMixin:
             notes=notes,
             fixes=[Fix(f"replace with `{h}`", [(self.anchor(e), h)]) for h in hints],
         )
+
+
+def _atom_of(t: Type):
+    """The atom an int binding stands for (a dim variable, a module's int parameter)."""
+    if isinstance(t, ScalarT) and t.kind == "int" and t.value is not None:
+        atoms = t.value.atoms()
+        if len(atoms) == 1 and Dim.atom(next(iter(atoms))) == t.value:
+            return next(iter(atoms))
+    return None

@@ -15,6 +15,7 @@ an edit inside an imported function body rechecks nothing in the importer.
 from __future__ import annotations
 
 import itertools
+import weakref
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -31,6 +32,7 @@ from .configs import ConfigEvaluator, ConfigValue, Scenario, values_by_type
 from .diagnostics import Diagnostic, Finding, Label, LocalAnchor, SymbolAnchor, locate
 from .imports import FileImports, Globals, Namespaces, canonical, namespaces
 from .model import ModelTree, check_model
+from .resolved import Resolved
 from .workspace import Workspace
 
 __all__ = ["Analysis", "Document", "Globals", "StdLib", "TypeInfo", "Workspace", "std_library"]
@@ -46,6 +48,7 @@ class StdLib:
 
     def __init__(self, files: dict[str, str]):
         self.documents = [Document(path, text, std=None, is_std=True) for path, text in files.items()]
+        self._analyses: dict[Document, Analysis] = {}
         for doc in self.documents:
             doc._std = self  # std files see each other (a document skips its own path)
 
@@ -55,6 +58,16 @@ class StdLib:
 
     def paths(self) -> list[str]:
         return [d.source.path for d in self.documents]
+
+    def analysis(self, item: Item) -> "Analysis | None":
+        """The analysis of the std file holding `item` (each checked once per process: its
+        functions and modules are generic, checked without a user's config)."""
+        for doc in self.documents:
+            if item in doc.items:
+                if self._analyses.get(doc) is None:
+                    self._analyses[doc] = doc.analyze()
+                return self._analyses[doc]
+        return None
 
 
 @lru_cache(maxsize=1)
@@ -80,10 +93,12 @@ class TypeInfo:
 
 @dataclass
 class ItemAnalysis:
-    """An item's check results, one per config binding (scenario names, result)."""
+    """An item's check results, one per config binding (scenario names, result); `bindings`
+    holds each result's binding (config parameter name -> ConfigT or NONE), in that order."""
 
     item: Item
     results: list[tuple[list[str] | None, ItemResult]] = field(default_factory=list)
+    bindings: list[dict[str, Type]] = field(default_factory=list)
 
 
 @dataclass
@@ -146,6 +161,35 @@ class Analysis:
         wanted = preset or (self.presets[0] if self.presets else "defaults")
         ordered = sorted(ia.results, key=lambda r: 0 if (r[0] is None or wanted in r[0]) else 1)
         return ordered
+
+    def resolved(self, item: Item | str, preset: str | None = None, config: dict | None = None) -> Resolved | None:
+        """The resolved, typed form of a checked module or function: what each name use refers
+        to, how each call binds (arguments to parameters, defaults filled, values converted,
+        dims solved) and each expression's type with folded compile-time values
+        (`resolved.Resolved`). `item` is an Item or a top-level name (the file's, then the
+        standard library's). A module or function taking configs is checked once per distinct
+        config value: `config` picks the check whose config parameters hold these values (name
+        -> ConfigValue, or None for `none`, as the `args` of a "module" CallInfo carry them
+        in `ConfigT`s); else the one under `preset` (else the first preset, else the defaults).
+        Standard-library items come from the standard library's own check. None for an item
+        that is not a checked module or function (a config, a preset, a parse error)."""
+        if isinstance(item, str):
+            item = self.globals(item) if self.globals is not None else None
+        if item is None:
+            return None
+        if item.is_std and item not in self.items:
+            std = self.document.std
+            analysis = std.analysis(item) if std is not None else None
+            return analysis.resolved(item, preset, config) if analysis is not None else None
+        ia = self.items.get(item)
+        if ia is None or not ia.results:
+            return None
+        if config is not None:
+            for binding, (_, result) in zip(ia.bindings, ia.results):
+                if all(_config_key(binding.get(k)) == _config_key(v) for k, v in config.items()):
+                    return result.resolved
+            return None
+        return self.results_for(item, preset)[0][1].resolved
 
     def type_at(self, offset: int, preset: str | None = None) -> TypeInfo | None:
         """The type of the innermost expression or name at `offset` (character offset)."""
@@ -243,6 +287,12 @@ class Analysis:
         return self.document.resolve(anchor, self.globals)
 
 
+def _config_key(v):
+    """A config argument's identity: its values (ConfigT, ConfigValue), or None for `none`."""
+    v = getattr(v, "value", v)
+    return v.key() if isinstance(v, ConfigValue) else None
+
+
 _TYPED_NODES = (
     A.Name,
     A.IntLit,
@@ -293,6 +343,7 @@ class Document:
         self._context = None  # (world key, CheckContext) of the last analysis
         self._binding_cache: dict[Item, tuple] = {}
         self._replaced: list[Item] = []  # items dropped since the last analysis (cache pruning)
+        self._field_atoms = weakref.WeakValueDictionary()  # config fields' dim atoms (ConfigValue.atom)
         self.last_parsed = 0
         self.version = 0  # counts changes of the text
         self.update(text)
@@ -362,7 +413,7 @@ class Document:
         analysis.globals = globals_
         analysis.namespaces = ns
         analysis.imports = own_imports
-        evaluator = ConfigEvaluator(globals_)
+        evaluator = ConfigEvaluator(globals_, self._field_atoms)
         presets = [i for i in self.items if i.kind == "preset" and i.ast is not None]
         scenarios = evaluator.scenarios(presets, globals_.config_names())
         analysis.scenarios = scenarios
@@ -420,6 +471,7 @@ class Document:
                     analysis.stats.checks_run += 1
                     checked = True
                 ia.results.append((names, result))
+                ia.bindings.append(binding)
                 tree = getattr(result, "tree", None)
                 if tree is not None:
                     for n in names or ["defaults"]:

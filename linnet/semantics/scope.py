@@ -17,7 +17,8 @@ class Binding:
 
     kind: "local" (let), "param" (function parameter), "dim" (dim variable), "loop" (for
     variable), "member", "module_param", "dtype" (generic dtype variable).
-    `anchor` is where it is defined (for go-to-definition and labels).
+    `anchor` is where it is defined (for go-to-definition and labels); `item` the module
+    instance's item for a member.
     """
 
     type: Type
@@ -25,6 +26,7 @@ class Binding:
     anchor: Any = None
     node: A.Node | None = None
     uses: int = 0
+    item: Any = None
 
 
 class Scope:

@@ -16,25 +16,18 @@ from ..types.dims import Atom, Dim, DivisionError, format_dim, solve_linear
 
 
 def substitute(d: Dim | None, mapping: dict[Atom, Dim | None]) -> Dim | None:
-    """Replace atoms by dims; None (unknown) if any replaced atom is unknown."""
+    """Replace atoms by dims (inside floor divisions too); None (unknown) if any replaced atom
+    is unknown."""
     if d is None:
         return None
-    if not mapping or not (d.atoms() & mapping.keys()):
+    if not mapping:
         return d
-    result = Dim()
-    for mono, coeff in d.terms:
-        term = Dim.of(coeff)
-        for a, p in mono:
-            if a in mapping:
-                rep = mapping[a]
-                if rep is None:
-                    return None
-            else:
-                rep = Dim.atom(a)
-            for _ in range(p):
-                term = term * rep
-        result = result + term
-    return result
+    used = d.atoms() & mapping.keys()
+    if not used:
+        return d
+    if any(mapping[a] is None for a in used):
+        return None
+    return d.substitute({a: mapping[a] for a in used})
 
 
 def substitute_shape(

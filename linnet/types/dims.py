@@ -5,8 +5,15 @@ unification) or named constants (`c.hidden_size`, a module parameter `in_feature
 load-time `max_positions`) whose value may be known (under a preset) or not. A `Dim` keeps
 the form it was written in (`sym`, shown in hover as `c.hidden_size`) and compares by its
 value (`val`: constants substituted, so `c.num_attention_heads * c.head_dim` equals `576`
-under SmolLM2's preset). Division is exact or refused: `divide` returns a `DivisionError`
-naming both sides instead of rounding.
+under SmolLM2's preset). `/` is exact or refused: `divide` returns a `DivisionError` naming
+both sides instead of rounding. Floor division, its remainder and ceil division
+(`floor_divide`, `remainder`, `ceil_divide`: Python's `//`, `%` and `-(-a // b)`) are symbolic
+too, so a convolution's output size `(H + 2 * p - k) // s + 1` is a dim: kept as written,
+valued once its atoms are known, and compared through a canonical form in which the terms the
+divisor divides are taken out (`(2 * a + r) // 2` is `a + r // 2`).
+
+Printing never depends on other documents: factors are ordered by atom creation, and atoms
+are created (and shared) per analysis of one document (semantics/configs.py).
 
 Unknown dims (after an error) are represented by `None` in shapes, never by a Dim: they
 match anything, which is what keeps one error from cascading.
@@ -28,13 +35,15 @@ class Atom:
     """A symbol in a dim polynomial.
 
     kind: "var" (dim variable bound by a signature), "const" (a named constant, `value` may
-    be known) or "quot" (an exact quotient that is not a polynomial in its own right,
-    e.g. `c.hidden_size / 2`; shown as written, valued when both sides are known).
+    be known), "quot" (an exact quotient that is not a polynomial in its own right,
+    e.g. `c.hidden_size / 2`; shown as written, valued when both sides are known), or one of
+    `DIVISIONS` ("//", "%": a floor quotient or remainder, `args` its operands as written,
+    `value` its canonical form, None when it is canonical itself).
     `origin` is an opaque reference to where the value came from (a preset field), used by
     diagnostics to label it.
     """
 
-    __slots__ = ("kind", "name", "uid", "value", "origin", "quot", "_key", "__weakref__")
+    __slots__ = ("kind", "name", "uid", "value", "origin", "quot", "args", "_key", "__weakref__")
 
     def __init__(
         self,
@@ -43,14 +52,16 @@ class Atom:
         value: "Dim | None" = None,
         origin=None,
         uid: int | None = None,
-        quot: "tuple[Dim, int] | None" = None,
+        quot: "tuple[Dim, Dim] | None" = None,
+        args: "tuple[Dim, Dim] | None" = None,
     ):
         self.kind = kind
         self.name = name
         self.uid = next(_uid) if uid is None else uid
         self.value = value
         self.origin = origin
-        self.quot = quot  # (numerator, integer denominator) of a quotient assumed exact
+        self.quot = quot  # (numerator, denominator) of a quotient assumed exact
+        self.args = args  # (numerator, denominator) of a floor quotient or remainder
         self._key = self.uid  # creation order: factors print in the order they were written
 
     def __repr__(self) -> str:
@@ -130,32 +141,59 @@ class Dim:
         return self.as_int() is not None
 
     def atoms(self) -> set[Atom]:
-        return {a for m in self._t for a, _ in m}
+        """Every atom this dim is made of, those inside a written quotient or floor division
+        included (`(H - 1) // 2` holds `H`)."""
+        out: set[Atom] = set()
+        for m in self._t:
+            for a, _ in m:
+                if a not in out:
+                    out.add(a)
+                    if a.args is not None:
+                        out |= a.args[0].atoms() | a.args[1].atoms()
+                    elif a.quot is not None:
+                        out |= a.quot[0].atoms() | a.quot[1].atoms()
+        return out
+
+    def substitute(self, mapping: "dict[Atom, Dim]") -> "Dim":
+        """This dim with atoms replaced by dims (`mapping`), inside floor divisions and
+        remainders too (they are recomputed, and fold when their operands become known)."""
+        if not mapping or not (self.atoms() & mapping.keys()):
+            return self
+        result = Dim()
+        for mono, coeff in self._t.items():
+            term = Dim.of(coeff)
+            for a, p in mono:
+                if a in mapping:
+                    rep = mapping[a]
+                elif a.args is not None and (a.args[0].atoms() | a.args[1].atoms()) & mapping.keys():
+                    num, den = (x.substitute(mapping) for x in a.args)
+                    rep = _DIVISION_FUNCTIONS[a.kind](num, den)
+                    if isinstance(rep, DivisionError):
+                        rep = Dim.atom(_division_atom(a.kind, num, den, None))
+                else:
+                    rep = Dim.atom(a)
+                term = term * rep**p
+            result = result + term
+        return result
 
     @property
     def val(self) -> "Dim":
         """This dim with every known constant substituted (recursively), and quotients of
-        unknown values cancelled where a coefficient is a multiple of the denominator
-        (`2 * (h / 2)` is `h`: the quotient was accepted as exact when it was written)."""
+        unknown values cancelled where the rest of their term is a multiple of the
+        denominator (`2 * (h / 2)` is `h`, `c.heads * (c.hidden / c.heads)` is `c.hidden`:
+        the quotient was accepted as exact when it was written)."""
         if self._val is None:
             if not any(a.value is not None or a.quot is not None for m in self._t for a, _ in m):
                 self._val = self
             else:
                 result = Dim()
                 for mono, coeff in self._t.items():
-                    term = Dim.of(coeff)
-                    cancelled = None
-                    for a, p in mono:
-                        if a.value is None and a.quot is not None and p == 1 and coeff % a.quot[1] == 0:
-                            cancelled = a
-                            term = Dim.of(coeff // a.quot[1]) * a.quot[0].val
-                            break
-                    for a, p in mono:
-                        if a is cancelled:
-                            continue
-                        base = a.value.val if a.value is not None else Dim.atom(a)
-                        for _ in range(p):
-                            term = term * base
+                    term = _cancel_quotient(mono, coeff)
+                    if term is None:
+                        term = Dim.of(coeff)
+                        for a, p in mono:
+                            base = a.value.val if a.value is not None else Dim.atom(a)
+                            term = term * base**p
                     result = result + term
                 self._val = result
         return self._val
@@ -224,6 +262,19 @@ class Dim:
 
 
 _SMALL = {n: Dim._raw({(): n} if n else {}) for n in range(-8, 257)}
+
+
+def _cancel_quotient(mono: Monomial, coeff: int) -> Dim | None:
+    """The value of the term `coeff * mono` when it holds a quotient of unknown value whose
+    denominator divides the rest of the term: `rest / den * num`; else None."""
+    for a, p in mono:
+        if a.value is None and a.quot is not None and p == 1:
+            num, den = a.quot
+            rest = Dim._raw({tuple(x for x in mono if x[0] is not a): coeff}).val
+            q = _poly_div(rest, den.val)
+            if q is not None:
+                return q * num.val
+    return None
 
 
 def _term_order(term):
@@ -311,8 +362,7 @@ def _quot_atom(num: Dim, den: Dim, value: Dim | None) -> Atom:
     key = (num.key(), den.key(), value.key() if value is not None else None)
     atom = _QUOTIENTS.get(key)
     if atom is None:
-        d = _int(den.val)
-        atom = Atom("quot", _quot_name(num, den), value=value, quot=(num, d) if d else None)
+        atom = Atom("quot", _quot_name(num, den), value=value, quot=(num, den))
         _QUOTIENTS[key] = atom
     return atom
 
@@ -333,8 +383,144 @@ def _quot_name(num: Dim, den: Dim) -> str:
     return f"{wrap(num)} / {wrap(den)}"
 
 
+# ----------------------------------------------------------------------------- floor division
+
+
+def floor_divide(num: Dim, den: Dim) -> Dim | DivisionError:
+    """`num // den`, Python's floor division (the quotient rounded toward minus infinity).
+
+    An int when both values are known; otherwise the terms of `num` that `den` divides
+    exactly are taken out and the rest stays a written floor division, valued when its atoms
+    are (`(H + 2 * p - k) // s`). Refused (a DivisionError) only for a zero divisor."""
+    return _division("//", num, den)
+
+
+def remainder(num: Dim, den: Dim) -> Dim | DivisionError:
+    """`num % den`, Python's modulo: `num - den * (num // den)`, with the divisor's sign."""
+    return _division("%", num, den)
+
+
+def ceil_divide(num: Dim, den: Dim) -> Dim | DivisionError:
+    """Ceil division, `-(-num // den)` (how it is written in Linnet and in Python): the
+    output size of a pooling window with `ceil_mode`, the number of blocks covering `num`."""
+    q = floor_divide(-num, den)
+    return q if isinstance(q, DivisionError) else -q
+
+
+def _division(kind: str, num: Dim, den: Dim) -> Dim | DivisionError:
+    dv = den.val
+    if not dv._t:
+        return DivisionError(num, den, "division by zero")
+    value = _CANONICAL[kind](num.val, dv)
+    if _int(num) is not None and _int(den) is not None:
+        return value  # literals: the number itself
+    if kind == "//":
+        split = _split(num, den)
+        if split is not None and not split[1]._t:
+            return split[0]  # the written operands divide exactly: `(2 * S) // 2` is `S`
+    if len(value._t) == 1:
+        ((mono, coeff),) = value._t.items()
+        if coeff == 1 and len(mono) == 1 and mono[0][1] == 1:
+            a = mono[0][0]
+            if a.kind == kind and a.value is None and a.args == (num, den):
+                return value  # written as its canonical form: one atom, not two
+    return Dim.atom(_division_atom(kind, num, den, value))
+
+
+def _split(num: Dim, den: Dim) -> tuple[Dim, Dim] | None:
+    """(q, r) with `num == q * den + r`, q holding the terms of `num` that `den` (a single
+    term) divides exactly; None when `den` has several terms."""
+    if len(den._t) != 1:
+        return None
+    ((dm, dc),) = den._t.items()
+    q: dict[Monomial, int] = {}
+    r: dict[Monomial, int] = {}
+    for m, c in num._t.items():
+        qm = _mono_div(m, dm)
+        if qm is not None and c % dc == 0:
+            q[qm] = q.get(qm, 0) + c // dc
+        else:
+            r[m] = c
+    return Dim(q), Dim(r)
+
+
+def _canonical_floor(num: Dim, den: Dim) -> Dim:
+    """The canonical form of `num // den` for canonical (`.val`) operands, `den` not zero.
+    Atoms are integers, so `floor((q * den + r) / den)` is `q + floor(r / den)`: an int
+    divisor reduces every coefficient modulo itself (`(2 * a + 5) // 2` is `a + 2`, the
+    constant rest 1 lying in [0, 2)), a one-term divisor takes out the terms it divides; what
+    remains is one `r // den` atom, shared by equal operands."""
+    n, d = _int(num), _int(den)
+    if n is not None and d is not None:
+        return Dim.of(n // d)
+    if d is not None:
+        q: dict[Monomial, int] = {}
+        r: dict[Monomial, int] = {}
+        for m, c in num._t.items():
+            q[m], r[m] = divmod(c, d)
+        rest = Dim(r)
+        if _int(rest) is not None:
+            return Dim(q)  # a constant rest lies in [0, d) (or (d, 0]): its floor quotient is 0
+        return Dim(q) + Dim.atom(_division_atom("//", rest, den, None))
+    split = _split(num, den)
+    if split is None:
+        return Dim.of(1) if num._t == den._t else Dim.atom(_division_atom("//", num, den, None))
+    q_dim, rest = split
+    if not rest._t:
+        return q_dim
+    return q_dim + Dim.atom(_division_atom("//", rest, den, None))
+
+
+def _canonical_remainder(num: Dim, den: Dim) -> Dim:
+    """`num % den` as `num - den * (num // den)`, so that `a == b * (a // b) + a % b` holds
+    symbolically."""
+    n, d = _int(num), _int(den)
+    if n is not None and d is not None:
+        return Dim.of(n % d)
+    return num - den * _canonical_floor(num, den)
+
+
+_CANONICAL = {"//": _canonical_floor, "%": _canonical_remainder}
+_DIVISION_FUNCTIONS = {"//": floor_divide, "%": remainder}
+DIVISIONS = tuple(_CANONICAL)
+_DIVISION_ATOMS: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
+
+
+def _division_atom(kind: str, num: Dim, den: Dim, value: Dim | None) -> Atom:
+    """One atom per written floor division (or remainder) and value, so that `n // 2` is the
+    same atom wherever it is written."""
+    key = (kind, num.key(), den.key(), value.key() if value is not None else None)
+    atom = _DIVISION_ATOMS.get(key)
+    if atom is None:
+        atom = Atom(kind, f"{_operand(num, False)} {kind} {_operand(den, True)}", value=value, args=(num, den))
+        _DIVISION_ATOMS[key] = atom
+    return atom
+
+
+def _operand(d: Dim, right: bool) -> str:
+    """An operand of a written `//` or `%`, parenthesised where Linnet's (and Python's)
+    precedence needs it: a sum, a product or negation, a division on the right."""
+    s = format_dim(d)
+    terms = d.terms
+    if len(terms) > 1:
+        return f"({s})"
+    if not terms:
+        return s
+    mono, coeff = terms[0]
+    if not mono:
+        return f"({s})" if coeff < 0 and right else s
+    single = sum(p for _, p in mono) == 1
+    compound = any(a.kind == "quot" or a.args is not None for a, _ in mono)
+    if single and coeff == -1 and not right and not compound:
+        return s  # `-S // 2` is `(-S) // 2`: unary minus binds tighter, in Linnet as in Python
+    if coeff != 1 or not single or (right and compound):
+        return f"({s})"
+    return s
+
+
 def format_dim(d: Dim | None) -> str:
-    """Render a dim in Linnet notation: `B`, `576`, `2 * S + 1`, `c.hidden_size / 2`."""
+    """Render a dim in Linnet notation (which is also Python's): `B`, `576`, `2 * S + 1`,
+    `c.hidden_size / 2`, `(H - 1) // 2 + 1`."""
     if d is None:
         return "?"
     if not d.terms:
@@ -342,8 +528,10 @@ def format_dim(d: Dim | None) -> str:
     parts = []
     for i, (mono, coeff) in enumerate(d.terms):
         factors = []
+        # a written division inside a product, or negated in front, keeps its parentheses
+        alone = sum(p for _, p in mono) == 1 and abs(coeff) == 1 and not (i == 0 and coeff < 0)
         for a, p in mono:
-            name = f"({a.name})" if a.kind == "quot" and len(mono) + (abs(coeff) != 1) > 1 else a.name
+            name = f"({a.name})" if (a.kind == "quot" or a.args is not None) and not alone else a.name
             factors.extend([name] * p)
         mag = abs(coeff)
         if not factors:
@@ -367,6 +555,8 @@ def solve_linear(pattern: Dim, target: Dim, unknown: Atom) -> Dim | DivisionErro
     for mono, coeff in pattern.val.terms:
         powers = dict(mono)
         p = powers.get(unknown, 0)
+        if any(a is not unknown and unknown in Dim.atom(a).atoms() for a in powers):
+            return None  # also inside a floor division: not linear
         if p == 0:
             rest[mono] = rest.get(mono, 0) + coeff
         elif p == 1:

@@ -144,3 +144,43 @@ def test_an_unreadable_file_does_not_hide_the_others(tmp_path, capsys):
 def test_version(capsys):
     assert main(["--version"]) == 0
     assert capsys.readouterr().out.startswith("linnet ")
+
+
+# Two files declaring one config with equal values, its fields in other orders: a dim prints as
+# written in its own file whatever was checked before it in the same run.
+DECLARED_LAST = """config C {
+    total: int = kv * hd
+    hd: int = 64
+    kv: int = 3
+}
+
+fn f(c: C, x: [B, c.hd * c.kv]) -> [B, c.hd] {
+    x
+}
+"""
+DECLARED_FIRST = """config C {
+    kv: int = 3
+    hd: int = 64
+    total: int = kv * hd
+}
+
+fn g(c: C, x: [B, c.kv * c.hd]) -> [B, c.kv] {
+    x
+}
+"""
+
+
+def test_dims_print_the_same_whatever_was_checked_before(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("NO_COLOR", "1")
+    (tmp_path / "a.linnet").write_text(DECLARED_LAST)
+    (tmp_path / "b.linnet").write_text(DECLARED_FIRST)
+
+    def headers(*names):
+        main(["check", *[str(tmp_path / n) for n in names]])
+        return sorted(line for line in capsys.readouterr().out.split("\n") if "error[" in line)
+
+    alone = headers("a.linnet") + headers("b.linnet")
+    assert any("returns [B, c.kv * c.hd], declared [B, c.kv]" in line for line in alone)
+    assert any("returns [B, c.hd * c.kv], declared [B, c.hd]" in line for line in alone)
+    assert headers("a.linnet", "b.linnet") == alone
+    assert headers("b.linnet", "a.linnet") == alone

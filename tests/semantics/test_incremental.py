@@ -121,3 +121,24 @@ def test_repeated_body_edits_do_not_grow_the_check_caches():
         ctx = doc._context[1]
         sizes.append((len(ctx.members_cache), len(ctx.signatures)))
     assert sizes[-1] == sizes[1] and sizes[-1][0] > 0
+
+
+def test_reordering_config_fields_reorders_printed_products():
+    """A product of config fields prints in declaration order (as a fresh check would), also
+    after an edit that only reorders the declarations (their atoms are not reused)."""
+    text = """config C {
+    total: int = kv * hd
+    hd: int = 64
+    kv: int = 3
+}
+
+fn g(c: C, x: [B, c.kv * c.hd]) -> [B, c.kv] {
+    x
+}
+"""
+    doc = Document("t.linnet", text)
+    (before,) = doc.analyze().errors
+    assert "returns [B, c.hd * c.kv]" in before.message
+    doc.update(text.replace("    hd: int = 64\n    kv: int = 3\n", "    kv: int = 3\n    hd: int = 64\n"))
+    (after,) = doc.analyze().errors
+    assert "returns [B, c.kv * c.hd]" in after.message

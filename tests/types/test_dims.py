@@ -5,7 +5,18 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from linnet.types.dims import Dim, DivisionError, const, divide, format_dim, solve_linear, var
+from linnet.types.dims import (
+    Dim,
+    DivisionError,
+    ceil_divide,
+    const,
+    divide,
+    floor_divide,
+    format_dim,
+    remainder,
+    solve_linear,
+    var,
+)
 
 B, S, H = var("B"), var("S"), var("H")
 K = const("c.hidden_size", 576)
@@ -92,3 +103,100 @@ def test_solve_linear():
     assert solve_linear(Dim.atom(kv) * Dim.atom(g), Dim.of(32), g).as_int() == 8
     assert isinstance(solve_linear(Dim.atom(const("kv5", 5)) * Dim.atom(g), Dim.of(32), g), DivisionError)
     assert solve_linear(Dim.atom(g) * Dim.atom(g), Dim.of(16), g) is None
+
+
+# ----------------------------------------------------------------------------- floor division
+
+
+def concrete(d: Dim, env: dict) -> int | None:
+    """The value of `d` with every atom of `env` replaced by its number (inside floor
+    divisions too), through the algebra's own substitution."""
+    value = d.substitute({a: Dim.of(v) for a, v in env.items()})
+    return value.as_int()
+
+
+NONZERO = st.integers(-7, 7).filter(bool)
+
+
+@given(dims(), st.integers(1, 7), st.integers(0, 6))
+def test_floor_division_takes_out_multiples_of_the_divisor(a, s, r):
+    # (a * s + r) // s == a + r // s for 0 <= r < s, symbolically
+    r = r % s
+    s_ = Dim.of(s)
+    assert floor_divide(a * s_ + Dim.of(r), s_).same(a + Dim.of(r // s))
+    assert floor_divide(a * s_ + Dim.of(r), s_).same(a)
+
+
+@given(dims())
+def test_floor_division_by_one_is_the_identity(a):
+    assert floor_divide(a, Dim.of(1)).same(a)
+    assert remainder(a, Dim.of(1)).same(Dim.of(0))
+
+
+@given(dims(), dims(), ENV)
+def test_floor_division_and_remainder_agree_with_python(a, b, env):
+    den = evaluate(b, env)
+    if den == 0:
+        return
+    q, m = floor_divide(a, b), remainder(a, b)
+    assert not isinstance(q, DivisionError) and not isinstance(m, DivisionError)
+    num = evaluate(a, env)
+    assert concrete(q, env) == num // den
+    assert concrete(m, env) == num % den
+    assert concrete(ceil_divide(a, b), env) == -(-num // den)
+
+
+@given(dims(), dims(), ENV)
+def test_floor_and_ceil(a, b, env):
+    den = evaluate(b, env)
+    if den == 0:
+        return
+    floor, ceil = concrete(floor_divide(a, b), env), concrete(ceil_divide(a, b), env)
+    assert floor <= ceil <= floor + 1
+    assert (ceil == floor) == (evaluate(a, env) % den == 0)
+    if den > 0:
+        assert ceil == concrete(floor_divide(a + b - Dim.of(1), b), env)
+
+
+@given(dims(), dims())
+def test_division_identity_holds_symbolically(a, b):
+    if not b.val.terms:
+        return
+    # a == b * (a // b) + a % b, and ceil is -floor of the negation
+    assert (b * floor_divide(a, b) + remainder(a, b)).same(a)
+    assert ceil_divide(a, b).same(-floor_divide(-a, b))
+
+
+@given(dims(), st.integers(1, 7), st.integers(-20, 20))
+def test_equal_floor_divisions_compare_equal(a, s, k):
+    # moving whole multiples of the divisor out of the numerator gives the same dim
+    s_ = Dim.of(s)
+    assert floor_divide(a + Dim.of(k * s), s_).same(floor_divide(a, s_) + Dim.of(k))
+
+
+def test_conv_output_size_is_symbolic_and_prints_as_written():
+    p, k, s = const("p"), const("k"), const("s")
+    size = floor_divide(Dim.atom(H) + Dim.of(2) * Dim.atom(p) - Dim.atom(k), Dim.atom(s)) + Dim.of(1)
+    assert format_dim(size) == "(H + 2 * p - k) // s + 1"
+    assert size.as_int() is None
+    known = {H: 224, p: 1, k: 3, s: 2}
+    assert concrete(size, known) == (224 + 2 - 3) // 2 + 1 == 112
+    image = const("c.image_size", 224)
+    written = floor_divide(Dim.atom(image) + Dim.of(2 * 1 - 3), Dim.of(2)) + Dim.of(1)
+    assert format_dim(written) == "(c.image_size - 1) // 2 + 1" and written.as_int() == 112
+    assert format_dim(ceil_divide(Dim.atom(S), Dim.of(2))) == "-(-S // 2)"
+    assert format_dim(Dim.of(2) * floor_divide(Dim.atom(S), Dim.of(2))) == "2 * (S // 2)"
+    assert format_dim(floor_divide(Dim.atom(S), floor_divide(Dim.atom(B), Dim.of(2)))) == "S // (B // 2)"
+    assert format_dim(remainder(Dim.atom(S), Dim.of(2))) == "S % 2"
+
+
+def test_floor_division_by_zero_is_refused():
+    assert isinstance(floor_divide(Dim.atom(S), Dim.of(0)), DivisionError)
+    assert isinstance(remainder(Dim.of(3), Dim.atom(const("z", 0))), DivisionError)
+
+
+def test_substitution_reaches_inside_floor_divisions():
+    half = floor_divide(Dim.atom(S) - Dim.of(1), Dim.of(2)) + Dim.of(1)
+    assert half.substitute({S: Dim.of(7)}).as_int() == 4
+    assert half.substitute({S: Dim.of(2) * Dim.atom(B) + Dim.of(1)}).same(Dim.atom(B) + Dim.of(1))
+    assert solve_linear(half, Dim.of(4), S) is None  # S only inside a floor division: not linear
