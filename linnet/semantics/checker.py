@@ -233,6 +233,10 @@ class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
             scope.bind(name, Binding(ScalarT("int", Dim.atom(atom)), "dim", self.anchor(node), node))
             self.ref(node, self.anchor(node))
         binder.frozen = True
+        for p in fn.params:
+            if p.default is not None:
+                # resolved here, generic in the parameters (a call binds its value: CallInfo)
+                self.expr(p.default, scope)
         declared = self.eval_type(fn.ret, scope, binder) if fn.ret is not None else None
         saved_locals = self.fn_locals
         self.fn_locals = []
