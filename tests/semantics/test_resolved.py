@@ -254,18 +254,11 @@ def test_an_imported_module_is_resolved_under_the_importers_config():
     assert r.call(call).args["half"].value.value.as_int() == 4 and r.errors == []
 
 
-def test_the_errors_of_a_check_on_demand_are_kept(tmp_path):
-    """A body that checks under the imported file's own config but not under the importer's:
-    the importer's analysis does not check imported bodies, its check on demand does."""
-    (tmp_path / "lib.linnet").write_text(
-        "config C {\n    d: int = 4\n}\n\nmodule Half(c: C) {\n    fn forward(x: [B, c.d]) -> [B, c.d] {\n"
-        "        let _half = c.d / 2\n        x\n    }\n}\n"
-    )
-    main = tmp_path / "main.linnet"
-    main.write_text(
-        'from "lib.linnet" import C, Half\n\npreset odd = C { d = 5 }\n\nmodel M(c: C) {\n    half: Half(c)\n\n'
-        "    entry fn forward(x: [B, c.d]) -> [B, c.d] {\n        half(x)\n    }\n}\n"
-    )
+def test_the_errors_of_a_check_on_demand_are_kept():
+    """tests/fixtures/imports/odd: a body that checks under its own file's config but not under
+    the importer's. The importer's analysis does not check imported bodies; its check on
+    demand does."""
+    main = ROOT / "tests" / "fixtures" / "imports" / "odd" / "main.linnet"
     analysis = Document(str(main), main.read_text()).analyze()
     assert [d for d in analysis.diagnostics if d.is_error] == []
     odd = next(s for s in analysis.scenarios if s.name == "odd").configs["C"]
