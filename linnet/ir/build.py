@@ -191,7 +191,7 @@ def lower_program(
     scenario = next((s for s in analysis.scenarios if s.name == scenario_name), None)
     if scenario is None:
         raise ProgramError(f"{info.path}: preset `{scenario_name}` did not evaluate")
-    lowering = Lowering(analysis.globals, analysis.model, scenario.configs, DTYPES[dtype], max_batch, max_positions)
+    lowering = Lowering(analysis, analysis.model, scenario.configs, DTYPES[dtype], max_batch, max_positions)
     try:
         root = lowering.root()
         lowering.collect_tensors(root)

@@ -1,15 +1,26 @@
-"""Lowering: the checked AST of a root model, under one concrete config, to Core IR.
+"""Lowering: the checked program of a root model, under one concrete config, to Core IR.
 
-Lowering evaluates the program the way the checker typed it, with concrete values: config
-fields are numbers and compile-time `if`s pick a branch. The program keeps its structure:
-each module method and Linnet function called becomes a function of the program
-(`Program.functions`), specialised for its receiver's class (`Program.modules`: the modules of
-one kind with one set of arguments) and for its arguments' types and compile-time values, so
-thirty identical decoder layers share one function; a parameter read is a `param` op named
-by its path relative to the receiver (`q_proj.weight`); `for layer in layers` over identical
-submodules is one `loop` op whose body has the item as receiver (`layers.{i0}.`). Calls of
-standard-library functions named in `COMPOSITES` become `composite` ops. Only the entries'
-dims (`B`, `S`, one atom each for the whole program) stay symbolic.
+The checker decides what the program means; lowering substitutes values and emits ops. The
+checker's resolved form (`semantics/resolved.py`, `Analysis.resolved`) says what each name
+use refers to and how each call binds: its callee, every parameter's argument or default,
+converted to the parameter's kind, and the callee's dims and dtypes solved at the call.
+Lowering reads it and never looks a name up, matches an argument or solves a signature
+itself. What it computes is what only a concrete instance knows: the checker checks a module
+once for all its instances (and a function once for all its calls), so its values are
+symbolic in the module's int parameters and the function's parameters and dim variables;
+lowering substitutes the instance's and the call's values for those atoms (`Context.subst`),
+picks the branch of a compile-time `if`, and computes the scalars the checker could not know
+(a module's float parameter, say) with the one scalar semantics (`types/scalars.py`).
+
+The program keeps its structure: each module method and Linnet function called becomes a
+function of the program (`Program.functions`), specialised for its receiver's class
+(`Program.modules`: the modules of one kind with one set of arguments) and for its
+arguments' types and compile-time values, so thirty identical decoder layers share one
+function; a parameter read is a `param` op named by its path relative to the receiver
+(`q_proj.weight`); `for layer in layers` over identical submodules is one `loop` op whose
+body has the item as receiver (`layers.{i0}.`). Calls of standard-library functions named in
+`COMPOSITES` become `composite` ops. Only the entries' dims (`B`, `S`, one atom each for the
+whole program) stay symbolic.
 
 What cannot be a function is inlined, as before: a call whose arguments include lists of
 tensors or modules, or whose callee returns something other than tensors.
@@ -21,22 +32,28 @@ source position rather than producing a wrong graph.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..ops import OPERATORS, REGISTRY, REQUIRED, OpDef, OpError
 from ..semantics.configs import MISSING, ConfigValue
-from ..semantics.names import BUILTIN_CONSTANTS
+from ..semantics.names import LOAD_TIME_DIMS, SCALAR_TYPE_NAMES
+from ..semantics.program import Analysis
+from ..semantics.resolved import Arg, CallInfo, Resolved
 from ..syntax import ast as A
 from ..syntax.items import Item
-from ..types.core import DTYPES, DType, TensorT
-from ..types.dims import Atom, Dim, DivisionError, solve_linear, var
+from ..types.core import WORK, ConfigT, DType, NoneT, ScalarT, TensorT, TupleT, Type
+from ..types.dims import Atom, Dim, DivisionError, divide, floor_divide, remainder, var
 from ..types.scalars import ScalarError, arithmetic, compare
 from .core import LOOP_INDEX, Graph, ModuleClass, Op, TensorSpec, Value, tensor_type
 
 # Standard-library functions lowered as `composite` ops: backends may run a native kernel for
 # them (ARCHITECTURE.md, "Numerics": `fast` may fuse). The body is always their meaning.
 COMPOSITES = frozenset({"softmax", "rms_norm", "layer_norm", "silu", "gelu", "gelu_tanh", "attention"})
+
+# A floor quotient's or remainder's atom, recomputed from its operands when they get values.
+_DIVISIONS = {"//": floor_divide, "%": remainder}
 
 
 class LoweringError(Exception):
@@ -48,16 +65,26 @@ class LoweringError(Exception):
 
 @dataclass(eq=False)
 class ModInst:
-    """A module instance: its item, argument values and checkpoint path prefix."""
+    """A module instance: its item, argument values (by parameter name: a `Dim` for an int,
+    a float, bool or str, a `ConfigValue` or None for a config) and checkpoint path prefix."""
 
     item: Item
     args: dict[str, Any]
     path: str
     members: dict[str, Any] | None = None
+    context: "Context | None" = None  # what its module's resolved form means in it
+    _spec: tuple | None = None
 
     @property
     def mdef(self) -> A.ModuleDef:
         return self.item.ast
+
+    @property
+    def spec(self) -> tuple:
+        """Its arguments as a key: equal for equal values."""
+        if self._spec is None:
+            self._spec = tuple((k, _spec_key(v)) for k, v in self.args.items())
+        return self._spec
 
 
 @dataclass(eq=False)
@@ -93,35 +120,60 @@ class StateMember:
 
 
 UNIT = ()
+_UNKNOWN = object()  # a compile-time value the checker did not know
 
 
-class _Unbound(Exception):
-    def __init__(self, name: str):
-        self.name = name
+@dataclass(eq=False)
+class Context:
+    """What the checker's resolved form of one body means where it is being lowered.
+
+    item: the item whose source the body is (its positions, and whose check `res` is).
+    res: that check, under the config values of this instance (and call).
+    inst: the module instance the body belongs to (members and module parameters), or None.
+    subst: the checker's atoms and their values here: the module's int parameters, a
+      function's int parameters and dim variables (solved at the call), the load-time dims.
+    dtypes: a function's generic dtype variables, by name, and their dtypes at the call."""
+
+    item: Item
+    res: Resolved
+    inst: ModInst | None
+    subst: dict[Atom, Dim]
+    dtypes: dict[str, DType] = field(default_factory=dict)
 
 
 class Env:
-    """A lexical scope of locals."""
+    """The values of a body's locals, parameters and loop variables, by the node that defines
+    each (the checker's `Ref.node`), block by block; `ctx` says what its other names mean."""
 
-    def __init__(self, parent: "Env | None" = None, inst: ModInst | None = None, item: Item | None = None):
+    def __init__(self, ctx: Context | None = None, parent: "Env | None" = None):
         self.parent = parent
-        self.vars: dict[str, Any] = {}
-        self.inst = inst if inst is not None or parent is None else parent.inst
-        self.item = item if item is not None or parent is None else parent.item
+        self.ctx = ctx if ctx is not None else parent.ctx
+        self.vars: dict[A.Name, Any] = {}
 
-    def lookup(self, name: str):
+    @property
+    def inst(self) -> ModInst | None:
+        return self.ctx.inst
+
+    @property
+    def item(self) -> Item:
+        return self.ctx.item
+
+    def child(self) -> "Env":
+        return Env(None, self)
+
+    def lookup(self, node: A.Name):
         e = self
         while e is not None:
-            if name in e.vars:
-                return True, e.vars[name]
+            if node in e.vars:
+                return True, e.vars[node]
             e = e.parent
         return False, None
 
-    def assign(self, name: str, value) -> bool:
+    def assign(self, node: A.Name, value) -> bool:
         e = self
         while e is not None:
-            if name in e.vars:
-                e.vars[name] = value
+            if node in e.vars:
+                e.vars[node] = value
                 return True
             e = e.parent
         return False
@@ -147,11 +199,11 @@ class Frame:
 
 @dataclass
 class Lowering:
-    """Lowers entries of a root model. `globals_(name, site)` finds the item `name` names in
-    the file that defines item `site` (its items, its imports, then std: imports.Globals);
-    `config` binds the model's config parameters; `dtype` is the working dtype."""
+    """Lowers entries of a root model. `analysis` is the clean analysis of its file (what the
+    checker resolved: `Analysis.resolved`); `configs` binds the model's config parameters by
+    config type name; `dtype` is the working dtype."""
 
-    globals_: Any
+    analysis: Analysis
     model: Item
     configs: dict[str, ConfigValue]
     dtype: DType
@@ -168,6 +220,9 @@ class Lowering:
     _class_keys: dict[Any, str] = field(default_factory=dict)
     _loop_depth: int = 0
     _item: Item | None = None  # the item whose source is being lowered (for positions)
+    _resolved: dict[Any, Resolved] = field(default_factory=dict)  # (item, config values) -> its check
+    _module_substs: dict[Any, dict[Atom, Dim]] = field(default_factory=dict)
+    _dim_vars: dict[Any, dict[str, Atom]] = field(default_factory=dict)
 
     # The current frame's parts, as the lowering of expressions uses them.
     @property
@@ -214,24 +269,23 @@ class Lowering:
         graph.origin = self._origin_in(root.item, fn.name)
         self.frame = Frame(graph)
         self._item = root.item
-        fenv = Env(self.module_env(root))
-        bound: dict[str, Dim] = {}
+        ctx = self.instance_context(root)
+        # The entry's dim variables are the program's (one atom per name: `B`, `S`).
+        subst = dict(ctx.subst)
         for p in fn.params:
             if not isinstance(p.type, A.TensorType):
                 raise LoweringError(self.where(root.item, p) + f"entry parameter `{p.name.id}` must be a tensor")
-            dims = []
             for d in p.type.dims:
                 if isinstance(d, A.EllipsisDim):
                     raise LoweringError(self.where(root.item, d) + "entry parameters have a known rank (no `...`)")
-                if isinstance(d, A.Name) and d.id not in bound and not self._known(d.id, fenv):
-                    bound[d.id] = Dim.atom(self._dim_atoms.setdefault(d.id, var(d.id)))
-                dims.append(self.dim_expr(d, fenv, bound))
-            dtype = self.dtype_of(p.type.dtype, {})
-            v = self.input(tensor_type(dtype, dims), p.name.id)
-            fenv.vars[p.name.id] = v
-        for name, d in bound.items():
-            fenv.vars[name] = d
-        result = self.block(fn.body, Env(fenv))
+            for node in A.walk(p.type):
+                ref = ctx.res.ref(node) if isinstance(node, A.Name) else None
+                if ref is not None and ref.kind == "dim" and ref.value not in subst:
+                    subst[ref.value] = Dim.atom(self._dim_atoms.setdefault(ref.value.name, var(ref.value.name)))
+        env = Env(dataclasses.replace(ctx, subst=subst))
+        for p in fn.params:
+            env.vars[p.name] = self.input(self.concrete_type(env.ctx, p.type), p.name.id)
+        result = self.block(fn.body, env.child())
         outs = result if isinstance(result, tuple) else (result,)
         for o in outs:
             if not isinstance(o, Value):
@@ -287,18 +341,186 @@ class Lowering:
             graph.dim_vars.append(name)
             graph.dim_sources[name] = source
 
-    def _known(self, name: str, env: Env) -> bool:
-        found, _ = env.lookup(name)
-        return found or self.config_name(name)
+    # ----- the checker's resolved form, in an instance and at a call
+    def resolved(self, item: Item, config: dict[str, Any], node=None) -> Resolved:
+        """The check of `item` whose config parameters hold `config` (name -> ConfigValue or
+        None). Raises LoweringError when that check (made now: an imported module under this
+        file's config) has errors."""
+        key = (item, tuple((k, _spec_key(v)) for k, v in config.items()))
+        res = self._resolved.get(key)
+        if res is None:
+            res = self.analysis.resolved(item, config=config)
+            if res is None:
+                raise LoweringError(self.where(self._item, node) + f"`{item.name}` was not checked")
+            if res.errors:
+                d = res.errors[0]
+                start = d.location.start
+                raise LoweringError(
+                    f"{d.location.path}:{start.line}:{start.column}: error[{d.code}]: {d.message} "
+                    f"(`{item.name}` under this config)"
+                )
+            self._resolved[key] = res
+        return res
 
-    def config_name(self, name: str) -> bool:
-        return name in ("max_batch", "max_positions")
+    def instance_context(self, inst: ModInst) -> Context:
+        """What the resolved form of `inst`'s module means in `inst`: its check under the
+        instance's config values, its int parameters' atoms bound to the instance's values."""
+        if inst.context is None:
+            res = self.resolved(inst.item, _config_args(inst.mdef.params, inst.args))
+            inst.context = Context(inst.item, res, inst, self.module_subst(res, inst))
+        return inst.context
+
+    def module_subst(self, res: Resolved, inst: ModInst) -> dict[Atom, Dim]:
+        """The atoms of a module's int parameters in check `res`, bound to `inst`'s values, and
+        the load-time dims. Shared by the instances of one class: do not modify."""
+        key = (id(res), inst.spec)
+        subst = self._module_substs.get(key)
+        if subst is None:
+            subst = self.load_dims()
+            for p in inst.mdef.params:
+                atom = _param_atom(res, p)
+                if atom is not None and isinstance(inst.args.get(p.name.id), Dim):
+                    subst[atom] = inst.args[p.name.id]
+            self._module_substs[key] = subst
+        return subst
+
+    def call_context(self, ref: FnRef, info: CallInfo, args: dict[str, Any], caller: Context, e: A.Call) -> Context:
+        """What the resolved form of the function `ref` means at the call `e`: its check under
+        the config arguments (a method's: its module's check, its own config parameters
+        bound there too), its int parameters' atoms bound to `args`, its dim variables to the
+        dims the checker solved at the call (in the caller's terms, substituted here)."""
+        fn = ref.fn
+        config = _config_args(fn.params, args)
+        if ref.inst is not None:
+            module_config = _config_args(ref.inst.mdef.params, ref.inst.args)
+            if config.keys() & module_config.keys():
+                raise LoweringError(
+                    self.where(caller.item, e)
+                    + f"a config parameter of `{fn.name.id}` has the name of one of its module"
+                )
+            if config:
+                res = self.resolved(ref.item, module_config | config, e)
+                subst = dict(self.module_subst(res, ref.inst))
+            else:
+                base = self.instance_context(ref.inst)
+                res, subst = base.res, dict(base.subst)
+        else:
+            res = self.resolved(ref.item, config, e)
+            subst = self.load_dims()
+        for p in fn.params:
+            atom = _param_atom(res, p)
+            if atom is not None and isinstance(args.get(p.name.id), Dim):
+                subst[atom] = args[p.name.id]
+        for name, atom in self.dim_vars(res, fn).items():
+            solved = info.dims.get(name)
+            if solved is None:
+                raise LoweringError(
+                    self.where(caller.item, e)
+                    + f"the dim `{name}` of `{fn.name.id}` is not known at this call where it was checked"
+                )
+            subst[atom] = self.concrete_dim(caller, solved, e)
+        dtypes = {name: self.concrete_dtype(caller, d, e) for name, d in info.dtypes.items() if d is not None}
+        return Context(ref.item, res, ref.inst, subst, dtypes)
+
+    def load_dims(self) -> dict[Atom, Dim]:
+        """The load-time dims' atoms (`max_batch`, `max_positions`) and their values."""
+        return {
+            LOAD_TIME_DIMS["max_batch"]: Dim.of(self.max_batch),
+            LOAD_TIME_DIMS["max_positions"]: Dim.of(self.max_positions),
+        }
+
+    def dim_vars(self, res: Resolved, fn: A.FnDef) -> dict[str, Atom]:
+        """A function's dim variables in check `res`, by name (those its parameter types bind)."""
+        key = (id(res), id(fn))
+        found = self._dim_vars.get(key)
+        if found is None:
+            found = {}
+            for p in fn.params:
+                for node in A.walk(p.type):
+                    ref = res.ref(node) if isinstance(node, A.Name) else None
+                    if ref is not None and ref.kind == "dim":
+                        found.setdefault(ref.value.name, ref.value)
+            self._dim_vars[key] = found
+        return found
+
+    # ----- substituting values into what the checker computed
+    def concrete_dim(self, ctx: Context, d: Dim, node=None) -> Dim:
+        """`d` (a dim as the checker computed it) with this context's values substituted:
+        a number, or a polynomial in the program's dim variables. Raises LoweringError for an
+        atom that has no value here (a config field without a default) or a quotient that is
+        not exact with these values."""
+        d = d.val  # config values substituted (cached on the dim)
+        terms = d.terms
+        if not terms or not terms[0][0]:
+            return d  # a number
+        result = Dim.of(0)
+        for mono, coeff in terms:
+            if coeff == 1 and len(mono) == 1 and mono[0][1] == 1:
+                term = self._atom_value(ctx, mono[0][0], node)
+            else:
+                term = Dim.of(coeff)
+                for atom, power in mono:
+                    term = term * self._atom_value(ctx, atom, node) ** power
+            result = result + term if result.terms else term
+        return result
+
+    def _atom_value(self, ctx: Context, a: Atom, node) -> Dim:
+        value = ctx.subst.get(a)
+        if value is not None:
+            return value
+        if a.args is not None:  # a floor quotient or remainder: of its operands' values
+            num, den = (self.concrete_dim(ctx, x, node) for x in a.args)
+            found = _DIVISIONS[a.kind](num, den)
+        elif a.kind == "quot" and a.value is None:  # an exact quotient of unknown values
+            num, den = (self.concrete_dim(ctx, x, node) for x in a.quot)
+            found = divide(num, den)
+        elif a.value is not None:  # a config field's value, a quotient's
+            return self.concrete_dim(ctx, a.value, node)
+        elif a in self._dim_atoms.values():
+            return Dim.atom(a)
+        else:
+            raise LoweringError(self.where(ctx.item, node) + f"`{a.name}` has no value here")
+        if isinstance(found, DivisionError):
+            raise LoweringError(self.where(ctx.item, node) + f"`{a.name}` has no value here: {found.reason}")
+        return found
+
+    def concrete_dtype(self, ctx: Context, dtype: DType, node=None) -> DType:
+        """A dtype as the checker saw it, here: the working dtype for `work`, a generic dtype
+        variable's dtype at the call."""
+        if dtype == WORK:
+            return self.dtype
+        if dtype.var:
+            found = ctx.dtypes.get(dtype.name)
+            if found is None:
+                raise LoweringError(self.where(ctx.item, node) + f"the dtype `{dtype.name}` is not known here")
+            return found
+        return dtype
+
+    def concrete_type(self, ctx: Context, node: A.Node) -> TensorT:
+        """The tensor type the checker gave the annotation `node` (a member's, an entry
+        parameter's), here."""
+        t = ctx.res.types.get(node)
+        if not isinstance(t, TensorT) or t.shape.prefix is not None or any(d is None for d in t.shape.dims):
+            raise LoweringError(self.where(ctx.item, node) + "this type is not known where it was checked")
+        dims = [self.concrete_dim(ctx, d, node) for d in t.shape.dims]
+        return tensor_type(self.concrete_dtype(ctx, t.dtype, node), dims)
+
+    def static_value(self, ctx: Context, t: Type, node=None):
+        """The compile-time value the checker gave an argument (its converted type), here;
+        `_UNKNOWN` when the checker did not know it (a module's float parameter)."""
+        if isinstance(t, ConfigT):
+            return t.value
+        if isinstance(t, NoneT):
+            return None
+        if isinstance(t, ScalarT) and t.value is not None:
+            return self.concrete_dim(ctx, t.value, node) if isinstance(t.value, Dim) else t.value
+        return _UNKNOWN
 
     # ----- module classes
     def module_class(self, inst: ModInst) -> str:
         """The key of `inst`'s class in `modules` (registered, with its children, on first use):
         the module's name, suffixed when another set of arguments came first."""
-        spec = (id(inst.item), tuple((k, _spec_key(v)) for k, v in inst.args.items()))
+        spec = (id(inst.item), inst.spec)
         key = self._class_keys.get(spec)
         if key is not None:
             return key
@@ -310,7 +532,7 @@ class Lowering:
         self._class_keys[spec] = key
         cls = ModuleClass(key, name, self._origin_in(inst.item, inst.mdef.name), std=inst.item.is_std)
         self.modules[key] = cls
-        rel = ModInst(inst.item, inst.args, "")
+        rel = ModInst(inst.item, inst.args, "", _spec=inst.spec)
         saved, saved_item = self.frame, self._item
         self.frame, self._item = Frame(Graph("", [])), inst.item
         try:
@@ -330,7 +552,6 @@ class Lowering:
             self.frame, self._item = saved, saved_item
         return key
 
-    # ----- emitting ops
     def emit(self, name: str, args: dict, types: list[TensorT], hint: str = "", node=None, **attrs) -> list[Value]:
         args = {k: self.local(v) for k, v in args.items()}
         op = Op(name, args, [], attrs)
@@ -410,11 +631,11 @@ class Lowering:
 
     # ----- members
     def members(self, inst: ModInst) -> dict[str, Any]:
+        """The members of a concrete instance, by name: its member `if`s decided by its values."""
         if inst.members is not None:
             return inst.members
         out: dict[str, Any] = {}
-        env = self.module_env(inst)
-        self._members(inst, inst.mdef.members, env, out)
+        self._members(inst, inst.mdef.members, self.module_env(inst), out)
         inst.members = out
         return out
 
@@ -448,6 +669,13 @@ class Lowering:
         finally:
             self._item = saved
 
+    def member(self, inst: ModInst, name: str, node) -> Any:
+        """The member `name` of a concrete instance (the checker resolved the use to it)."""
+        m = self.members(inst).get(name)
+        if m is None:
+            raise LoweringError(self.where(self._item, node) + f"`{inst.mdef.name.id}` has no member `{name}` here")
+        return m
+
     def list_items(self, ml: ModList) -> list[ModInst]:
         if ml._items is None:
             env = self.module_env(ml.owner)
@@ -460,58 +688,46 @@ class Lowering:
         return ml._items
 
     def module_env(self, inst: ModInst) -> Env:
-        env = Env(None, inst, inst.item)
-        env.vars.update(inst.args)
-        return env
+        return Env(self.instance_context(inst))
 
     def instantiate(self, ctor: A.Call, env: Env, path: str) -> ModInst:
-        if not isinstance(ctor.func, A.Name):
-            raise LoweringError(self.where(env.item, ctor) + "a submodule is built by calling a module by name")
-        item = self.globals_(ctor.func.id, env.item)
-        if item is None or item.kind != "module":
-            raise LoweringError(self.where(env.item, ctor.func) + f"`{ctor.func.id}` is not a module")
-        mdef: A.ModuleDef = item.ast
-        matched = self.match(mdef.params, ctor.args, env, item)
-        args = {}
-        for p in mdef.params:
-            if p.name.id in matched:
-                args[p.name.id] = matched[p.name.id]
-            else:
-                denv = Env(None, None, item)
-                denv.vars.update(args)
-                saved = self._item
-                self._item = item
-                try:
-                    args[p.name.id] = self.expr(p.default, denv)
-                finally:
-                    self._item = saved
-        return ModInst(item, args, path)
+        """The submodule a constructor call makes, its arguments as the checker bound them
+        (`CallInfo` "module"), with the owner's values substituted."""
+        info = env.ctx.res.call(ctor)
+        if info is None or info.kind != "module":
+            raise LoweringError(self.where(env.item, ctor) + "this submodule was not checked")
+        args, unknown = self.static_args(info, env.ctx, ctor)
+        if unknown:
+            # what the checker could not know (a float parameter of the owner) is computed
+            # here: an argument in the owner, a default in the module, after the known ones
+            inst = ModInst(info.item, args, "")
+            callee = self.module_env(inst)
+            for p, arg in unknown:
+                value = self.expr(arg.node, env) if arg.node is not None else self.expr(arg.default, callee)
+                args[p.name.id] = _as_kind(value, arg.value)
+            args = {p.name.id: args[p.name.id] for p in info.callee.params}  # declaration order
+        return ModInst(info.item, args, path)
 
-    def match(self, params: list[A.Param], args: list[A.Arg], env: Env, callee: Item) -> dict[str, Any]:
-        """Evaluate call arguments in `env` and match them to parameter names."""
-        names = [p.name.id for p in params]
-        out: dict[str, Any] = {}
-        positional = [a for a in args if a.name is None]
-        for name, a in zip(names, positional):
-            out[name] = self.expr(a.value, env)
-        for a in args:
-            if a.name is not None:
-                out[a.name.id] = self.expr(a.value, env)
-        return out
+    def static_args(self, info: CallInfo, ctx: Context, node) -> tuple[dict[str, Any], list[tuple[A.Param, Arg]]]:
+        """The compile-time arguments of a call of a Linnet module or function, by parameter
+        name, as the checker converted them (in the caller's terms, substituted here), and
+        the (parameter, argument) pairs whose value the checker did not know."""
+        params = info.callee.params
+        args: dict[str, Any] = {}
+        unknown = []
+        for p, (name, arg) in zip(params, info.args.items()):
+            if isinstance(arg.value, (TensorT, TupleT)):
+                continue
+            value = self.static_value(ctx, arg.value, node)
+            if value is _UNKNOWN:
+                unknown.append((p, arg))
+            else:
+                args[name] = value
+        return args, unknown
 
     def member_type(self, m: "ParamMember | StateMember") -> TensorT:
-        """The concrete type of a parameter or state member, from its declaration."""
-        env = self.module_env(m.owner)
-        saved = self.frame
-        self.frame = Frame(Graph("", [])) if saved is None else saved
-        item = self._item
-        self._item = m.owner.item
-        try:
-            dims = [self.dim_expr(d, env, {}) for d in m.decl.type.dims]
-        finally:
-            self._item = item
-            self.frame = saved
-        return tensor_type(self.dtype_of(m.decl.type.dtype, {}), dims)
+        """The concrete type of a parameter or state member: the checker's, in its instance."""
+        return self.concrete_type(self.instance_context(m.owner), m.decl.type)
 
     def param_spec(self, m: ParamMember) -> TensorSpec:
         """The program's parameter at `m`'s (absolute) path."""
@@ -563,106 +779,6 @@ class Lowering:
         self.frame.defined.add(id(op.result))
         return op.result
 
-    # ----- types and dims
-    def dtype_of(self, name: A.Name | None, generics: dict[str, DType]) -> DType:
-        if name is None:
-            return self.dtype
-        if name.id in generics:
-            return generics[name.id]
-        d = DTYPES.get(name.id)
-        if d is None:
-            raise LoweringError(f"unknown dtype `{name.id}`")
-        return d
-
-    def dim_expr(self, e, env: Env, bound: dict[str, Dim]) -> Dim:
-        v = self._dim_eval(e, env, bound)
-        if not isinstance(v, Dim):
-            raise LoweringError(self.where(env.item, e) + "a dim is a compile-time int")
-        return v
-
-    def _dim_eval(self, e, env: Env, bound: dict[str, Dim]):
-        """Evaluate a dim expression; names not bound anywhere raise `_Unbound`."""
-        if isinstance(e, A.Name):
-            if e.id in bound:
-                return bound[e.id]
-            found, v = env.lookup(e.id)
-            if found:
-                return v
-            if env.inst is not None and e.id in self.members(env.inst):
-                return self.members(env.inst)[e.id]
-            if e.id == "max_batch":
-                return Dim.of(self.max_batch)
-            if e.id == "max_positions":
-                return Dim.of(self.max_positions)
-            raise _Unbound(e.id)
-        if isinstance(e, A.IntLit):
-            return Dim.of(e.value)
-        if isinstance(e, A.BinOp):
-            a = self._dim_eval(e.left, env, bound)
-            b = self._dim_eval(e.right, env, bound)
-            return self.scalar_binop(e.op, a, b, e, env)
-        if isinstance(e, A.Neg):
-            return -self._dim_eval(e.operand, env, bound)
-        return self.expr(e, env)
-
-    def bind_signature(self, fn: A.FnDef, callee_env: Env, args: dict[str, Any], item: Item) -> dict[str, DType]:
-        """Bind a callee's dim variables and dtype variables from its tensor arguments."""
-        generics = {g.name.id for g in fn.generics}
-        dtypes: dict[str, DType] = {}
-        bound: dict[str, Dim] = {}
-        pairs = []
-        for p in fn.params:
-            v = args.get(p.name.id)
-            if not isinstance(p.type, A.TensorType) or not isinstance(v, Value):
-                continue
-            if p.type.dtype is not None and p.type.dtype.id in generics:
-                dtypes[p.type.dtype.id] = v.dtype
-            dims = p.type.dims
-            ell = [i for i, d in enumerate(dims) if isinstance(d, A.EllipsisDim)]
-            if ell:
-                pre, post = dims[: ell[0]], dims[ell[0] + 1 :]
-                actual = list(v.dims[: len(pre)]) + (list(v.dims[len(v.dims) - len(post) :]) if post else [])
-                pattern = list(pre) + list(post)
-            else:
-                pattern, actual = list(dims), list(v.dims)
-            pairs += list(zip(pattern, actual))
-        pending = pairs
-        while pending:
-            left = []
-            for pat, actual in pending:
-                try:
-                    self._dim_eval(pat, callee_env, bound)
-                except _Unbound as u:
-                    left.append((pat, actual, u.name))
-            progress = False
-            still = []
-            for pat, actual, name in left:
-                if name in bound:
-                    still.append((pat, actual))
-                    continue
-                atom = var("?" + name)
-                try:
-                    poly = self._dim_eval(pat, callee_env, {**bound, name: Dim.atom(atom)})
-                except _Unbound:
-                    still.append((pat, actual))
-                    continue
-                sol = solve_linear(poly, actual, atom)
-                if sol is None or isinstance(sol, DivisionError):
-                    raise LoweringError(
-                        self.where(item, pat) + f"cannot solve `{name}` from a dim of {_show_dim(actual)}"
-                    )
-                bound[name] = sol
-                progress = True
-            if not still:
-                break
-            if not progress:
-                pat = still[0][0]
-                raise LoweringError(self.where(item, pat) + "cannot infer the dims of this parameter")
-            pending = still
-        for name, d in bound.items():
-            callee_env.vars[name] = d
-        return dtypes
-
     # ----- statements and blocks
     def block(self, b: A.Block, env: Env):
         value = UNIT
@@ -683,14 +799,15 @@ class Lowering:
                 if not isinstance(v, tuple) or len(v) != len(s.targets):
                     raise LoweringError(self.where(env.item, s) + "cannot unpack this value")
                 for t, x in zip(s.targets, v):
-                    env.vars[t.id] = _named(x, t.id)
+                    env.vars[t] = _named(x, t.id)
             else:
-                env.vars[s.targets[0].id] = _named(v, s.targets[0].id)
+                env.vars[s.targets[0]] = _named(v, s.targets[0].id)
         elif isinstance(s, A.Assign):
             v = self.expr(s.value, env)
-            if env.assign(s.target.id, _named(v, s.target.id)):
+            ref = self.ref(s.target, env)
+            if ref.kind == "local" and env.assign(ref.node, _named(v, s.target.id)):
                 return
-            m = self.members(env.inst).get(s.target.id) if env.inst is not None else None
+            m = self.member(env.inst, s.target.id, s.target) if ref.kind == "member" else None
             if isinstance(m, StateMember):
                 if not isinstance(v, Value):
                     raise LoweringError(self.where(env.item, s) + "state is assigned a tensor")
@@ -700,16 +817,9 @@ class Lowering:
             raise LoweringError(self.where(env.item, s.target) + f"cannot assign `{s.target.id}`")
         elif isinstance(s, A.For):
             seq = self.expr(s.iter, env)
-            if isinstance(seq, ModList):
-                self.loop(s, seq, env)
-                return
-            items = seq
-            if not isinstance(items, (list, tuple)):
+            if not isinstance(seq, ModList):
                 raise LoweringError(self.where(env.item, s.iter) + "`for` iterates over a list of submodules")
-            for x in items:
-                inner = Env(env)
-                inner.vars[s.var.id] = x
-                self.block(s.body, inner)
+            self.loop(s, seq, env)
         elif isinstance(s, A.ErrorStmt):
             raise LoweringError(self.where(env.item, s) + "this statement did not parse")
         else:
@@ -765,54 +875,59 @@ class Lowering:
             if not isinstance(cond, bool):
                 raise LoweringError(self.where(env.item, e.cond) + "the condition of `if` must be a known bool")
             if cond:
-                return self.block(e.then, Env(env))
+                return self.block(e.then, env.child())
             if e.orelse is None:
                 return UNIT
             if isinstance(e.orelse, A.Block):
-                return self.block(e.orelse, Env(env))
+                return self.block(e.orelse, env.child())
             return self.expr(e.orelse, env)
         raise LoweringError(self.where(env.item, e) + "unsupported expression")
 
+    def ref(self, e: A.Name, env: Env):
+        """What the checker resolved the name `e` to (`resolved.Ref`)."""
+        ref = env.ctx.res.ref(e)
+        if ref is None:
+            raise LoweringError(self.where(env.item, e) + f"`{e.id}` was not resolved by the checker")
+        return ref
+
     def name(self, e: A.Name, env: Env):
-        found, v = env.lookup(e.id)
-        if found:
-            return self.member_value(v) if isinstance(v, (ParamMember, StateMember)) else v
-        if env.inst is not None:
-            members = self.members(env.inst)
-            if e.id in members:
-                return self.member_value(members[e.id], e)
-        if e.id == "max_batch":
-            return Dim.of(self.max_batch)
-        if e.id == "max_positions":
-            return Dim.of(self.max_positions)
-        item = self.globals_(e.id, env.item)
-        if item is not None:
-            if item.kind == "fn":
-                return FnRef(item, item.ast, None)
-            raise LoweringError(self.where(env.item, e) + f"`{e.id}` is a {item.kind}, not a value")
-        if e.id in REGISTRY:
-            return REGISTRY[e.id]
-        if e.id in DTYPES:
-            return DTYPES[e.id]
-        if e.id in BUILTIN_CONSTANTS:
-            return BUILTIN_CONSTANTS[e.id]
-        raise LoweringError(self.where(env.item, e) + f"unknown name `{e.id}`")
+        """The value of a name use, as the checker resolved it, in this instance and call."""
+        ref = self.ref(e, env)
+        kind = ref.kind
+        if kind in ("local", "param", "loop"):
+            found, v = env.lookup(ref.node)
+            if not found:
+                raise LoweringError(self.where(env.item, e) + f"`{e.id}` has no value here")
+            return v
+        if kind in ("dim", "load_dim"):
+            return self.concrete_dim(env.ctx, Dim.atom(ref.value), e)
+        if kind == "module_param":
+            return env.inst.args[ref.node.id]
+        if kind == "member":
+            return self.member_value(self.member(env.inst, ref.node.name.id, e), e)
+        if kind == "fn":
+            return FnRef(ref.item, ref.node, None)
+        if kind in ("op", "dtype", "constant"):
+            return ref.value
+        if kind == "dtype_var":
+            return self.concrete_dtype(env.ctx, ref.value, e)
+        raise LoweringError(self.where(env.item, e) + f"`{e.id}` is a {kind}, not a value")
 
     def attr(self, e: A.Attr, env: Env):
+        """`a.b`: a field of a config value or a member of a module instance (as the checker
+        resolved `b`), or a tensor's dtype, read from the concrete value of `a`."""
         base = self.expr(e.value, env)
         name = e.name.id
-        if isinstance(base, ConfigValue):
+        if isinstance(base, Value) and name == "dtype":
+            return base.dtype
+        ref = self.ref(e.name, env)
+        if ref.kind == "config_field" and isinstance(base, ConfigValue):
             v = base.values.get(name, MISSING)
             if v is MISSING:
                 raise LoweringError(self.where(env.item, e) + f"config field `{name}` has no value")
             return _config_scalar(v)
-        if isinstance(base, Value):
-            if name == "dtype":
-                return base.dtype
-        if isinstance(base, ModInst):
-            m = self.members(base).get(name)
-            if m is not None:
-                return self.member_value(m, e)
+        if ref.kind == "member" and isinstance(base, ModInst):
+            return self.member_value(self.member(base, name, e), e)
         raise LoweringError(self.where(env.item, e) + f"no field `{name}` here")
 
     def binop(self, e: A.BinOp, env: Env):
@@ -881,92 +996,113 @@ class Lowering:
 
     # ----- calls
     def call(self, e: A.Call, env: Env):
-        func = e.func
-        if isinstance(func, A.Attr):
-            base = self.expr(func.value, env)
-            if isinstance(base, ModInst):
-                m = self.members(base).get(func.name.id)
-                if not isinstance(m, FnRef):
-                    raise LoweringError(self.where(env.item, func) + f"no method `{func.name.id}`")
-                return self.call_fn(m, e, env)
-            target = self.attr(func, env)
-        else:
-            target = self.expr(func, env)
-        if isinstance(target, ModInst):
-            m = self.members(target).get("forward")
-            if not isinstance(m, FnRef):
-                raise LoweringError(self.where(env.item, func) + "this module has no `forward`")
-            return self.call_fn(m, e, env)
-        if isinstance(target, OpDef):
-            return self.call_op(target, e, env)
-        if isinstance(target, FnRef):
-            return self.call_fn(target, e, env)
-        raise LoweringError(self.where(env.item, func) + "this is not callable")
+        """A call, bound as the checker bound it (`CallInfo`): an op, a function, or a method
+        of the concrete instance its receiver evaluates to."""
+        info = env.ctx.res.call(e)
+        if info is None:
+            raise LoweringError(self.where(env.item, e) + "this call was not checked")
+        if info.kind == "op":
+            return self.call_op(info, e, env)
+        if info.kind == "fn":
+            return self.call_fn(FnRef(info.item, info.callee, None), info, e, env)
+        if info.kind in ("method", "forward"):
+            receiver = env.inst if info.receiver is None else self.expr(info.receiver, env)
+            if not isinstance(receiver, ModInst):
+                raise LoweringError(self.where(env.item, e.func) + "this is not a module instance")
+            # the instance's own method of that name: its member `if`s are decided here
+            method = self.member(receiver, info.callee.name.id, e.func)
+            if not isinstance(method, FnRef):
+                raise LoweringError(self.where(env.item, e.func) + f"`{info.callee.name.id}` is not a method here")
+            return self.call_fn(method, info, e, env)
+        raise LoweringError(self.where(env.item, e) + "a module is constructed only as a member")
 
-    def call_op(self, op: OpDef, e: A.Call, env: Env):
-        values = [self.expr(a.value, env) for a in e.args]
-        if (
-            op.fold is not None
-            and values
-            and all(a.name is None for a in e.args)
-            and not any(isinstance(v, Value) for v in values)
-        ):
-            return self.fold(op, values, e)
-        names = [p.name for p in op.params if p.kind != "sizes"]
+    def call_op(self, info: CallInfo, e: A.Call, env: Env):
+        """An op call: tensor operands and dtypes evaluated here, the other arguments the
+        checker converted (with this instance's values), or computed here when it could not."""
+        op: OpDef = info.callee
+        if info.scalar:  # applied to compile-time numbers
+            return self.fold(op, [self.expr(a.value, env) for a in e.args], e)
         args: dict[str, Any] = {}
-        sizes: dict[str, Any] = {}
-        positional = [v for a, v in zip(e.args, values) if a.name is None]
-        for name, v in zip(names, positional):
-            args[name] = v
-        for a, v in zip(e.args, values):
-            if a.name is not None:
-                if a.name.id in names:
-                    args[a.name.id] = v
-                else:
-                    sizes[a.name.id] = v
         for p in op.params:
             if p.kind == "sizes":
-                args[p.name] = sizes
-            elif p.kind == "index" and isinstance(args.get(p.name), Dim):
-                args[p.name] = args[p.name].as_int()
-            elif p.kind == "indices" and isinstance(args.get(p.name), list):
-                args[p.name] = [d.as_int() for d in args[p.name]]
-            elif p.kind == "float" and isinstance(args.get(p.name), Dim):
-                args[p.name] = float(_number(args[p.name]))
+                args[p.name] = {k: self.concrete_dim(env.ctx, a.value, e) for k, a in info.sizes.items()}
+                continue
+            arg = info.args.get(p.name)
+            if arg is None:
+                continue
+            if arg.node is None:  # the op's default
+                args[p.name] = arg.value
+            elif p.kind in ("operand", "tensor", "tensors", "dtype"):
+                args[p.name] = self.expr(arg.node, env)
+            else:
+                args[p.name] = self.op_constant(p.kind, arg, env)
         return self.apply(op, args, e)
 
-    def call_fn(self, ref: FnRef, e: A.Call, env: Env):
+    def op_constant(self, kind: str, arg: Arg, env: Env):
+        """A compile-time argument of an op of kind `kind` ("int", "index", "float", ...) as
+        the checker converted it, in this instance; computed here where it was not known."""
+        value = arg.value
+        if kind in ("int", "ints"):
+            items = value if kind == "ints" else [value]
+            unknown = any(x is None for x in items) and not isinstance(env.ctx.res.types.get(arg.node), NoneT)
+            if not unknown:
+                found = [self.concrete_dim(env.ctx, x, arg.node) if isinstance(x, Dim) else x for x in items]
+                return found if kind == "ints" else found[0]
+        elif value is not None:
+            return value  # an index, a bool, a str: known where it was checked, or the check failed
+        computed = self.expr(arg.node, env)
+        if kind == "float" and isinstance(computed, Dim):
+            return float(_number(computed))
+        return computed
+
+    def call_fn(self, ref: FnRef, info: CallInfo, e: A.Call, env: Env):
         fn = ref.fn
-        args = self.match(fn.params, e.args, env, ref.item)
+        caller = env.ctx
+        args, unknown = self.static_args(info, caller, e)
+        # arguments in the order they are written (their ops come in that order), then defaults
+        order = sorted((a for a in info.args if info.args[a].node is not None), key=lambda a: info.args[a].node.span)
+        order += [a for a in info.args if info.args[a].node is None]
+        for name in order:
+            arg = info.args[name]
+            if isinstance(arg.value, (TensorT, TupleT)):
+                if arg.node is None:
+                    raise LoweringError(self.where(env.item, e) + f"`{name}` of `{fn.name.id}` has no argument")
+                args[name] = self.expr(arg.node, env)
         if self._depth > 5000:
             raise LoweringError(self.where(env.item, e) + "calls nest too deeply")
-        base = self.module_env(ref.inst) if ref.inst is not None else Env(None, None, ref.item)
-        callee = Env(base, ref.inst, ref.item)
+        ctx = self.call_context(ref, info, args, caller, e)
+        if unknown:
+            # what the checker could not know where it checked the call (a float parameter
+            # of the caller) is computed here: an argument in the caller, a default in the callee
+            callee = Env(ctx)
+            callee.vars.update({p.name: args[p.name.id] for p in fn.params if p.name.id in args})
+            for p, arg in unknown:
+                value = self.expr(arg.node, env) if arg.node is not None else self.expr(arg.default, callee)
+                args[p.name.id] = callee.vars[p.name] = _as_kind(value, arg.value)
+                atom = _param_atom(ctx.res, p)
+                if atom is not None and isinstance(args[p.name.id], Dim):
+                    ctx.subst[atom] = args[p.name.id]
         saved = self._item
         origin = self._origin(e) if saved is not None else ""
         self._item = ref.item
         try:
-            for p in fn.params:
-                if p.name.id not in args:
-                    args[p.name.id] = self.expr(p.default, callee)
-                callee.vars[p.name.id] = args[p.name.id]
             if ref.item.is_std and fn.name.id in COMPOSITES and ref.inst is None:
-                for g, d in self.bind_signature(fn, callee, args, ref.item).items():
-                    callee.vars[g] = d
-                return self.composite(fn, callee, args, origin)
-            graph = self.specialise(ref, args)
+                return self.composite(fn, ctx, {a: args[a] for a in order}, origin)
+            args = {p.name.id: args[p.name.id] for p in fn.params}  # declaration order
+            graph = self.specialise(ref, ctx, args)
             if graph is None:  # not a function of tensors: evaluated in place
-                for g, d in self.bind_signature(fn, callee, args, ref.item).items():
-                    callee.vars[g] = d
-                return self.block(fn.body, Env(callee))
+                callee = Env(ctx)
+                callee.vars.update({p.name: args[p.name.id] for p in fn.params})
+                return self.block(fn.body, callee.child())
         finally:
             self._item = saved
         return self.emit_call(graph, ref, args, e)
 
-    def specialise(self, ref: FnRef, args: dict[str, Any]) -> Graph | None:
+    def specialise(self, ref: FnRef, ctx: Context, args: dict[str, Any]) -> Graph | None:
         """The function of `Program.functions` that runs `ref` on arguments like `args`
-        (lowered on first use), or None when the call must be evaluated in place: an argument
-        that is a list of tensors or a module, or a result that is not tensors."""
+        (lowered on first use, in context `ctx`), or None when the call must be evaluated in
+        place: an argument that is a list of tensors or a module, or a result that is not
+        tensors."""
         fn = ref.fn
         try:
             static = tuple((k, _spec_key(v)) for k, v in args.items() if not isinstance(v, Value))
@@ -980,19 +1116,15 @@ class Lowering:
         name = f"{self.modules[receiver].name}.{fn.name.id}" if receiver is not None else fn.name.id
         graph = Graph(name, [], kind="method" if receiver is not None else "function", qualname=name)
         graph.receiver, graph.origin = receiver, self._origin_in(ref.item, fn.name)
-        rel = ModInst(ref.inst.item, ref.inst.args, "") if ref.inst is not None else None
+        rel = ModInst(ref.inst.item, ref.inst.args, "", _spec=ref.inst.spec) if ref.inst is not None else None
         saved, depth = self.frame, self._loop_depth
         self.frame, self._loop_depth = Frame(graph), 0
         try:
-            base = self.module_env(rel) if rel is not None else Env(None, None, ref.item)
-            callee = Env(base, rel, ref.item)
+            callee = Env(dataclasses.replace(ctx, inst=rel))  # members read relative to the receiver
             for p in fn.params:
                 v = args[p.name.id]
-                callee.vars[p.name.id] = self.input(v.type, p.name.id) if isinstance(v, Value) else v
-            inputs = {p.name.id: callee.vars[p.name.id] for p in fn.params}
-            for g, d in self.bind_signature(fn, callee, inputs, ref.item).items():
-                callee.vars[g] = d
-            result = self.block(fn.body, Env(callee))
+                callee.vars[p.name] = self.input(v.type, p.name.id) if isinstance(v, Value) else v
+            result = self.block(fn.body, callee.child())
             outs = list(result) if isinstance(result, tuple) else [result]
             if not outs or not all(isinstance(o, Value) for o in outs):
                 self._specialised[key] = None
@@ -1026,19 +1158,21 @@ class Lowering:
             self._state_values[path] = v
         return outs[0] if len(outs) == 1 else tuple(outs)
 
-    def composite(self, fn: A.FnDef, callee: Env, args: dict[str, Any], origin: str):
+    def composite(self, fn: A.FnDef, ctx: Context, args: dict[str, Any], origin: str):
         """Lower a std function as a `composite` op whose body is its decomposition."""
         tensor_args = {k: v for k, v in args.items() if isinstance(v, Value)}
         attrs = {k: v for k, v in args.items() if not isinstance(v, Value)}
         body = Graph(f"composite:{fn.name.id}", [], kind="composite", qualname=fn.name.id)
         body.origin = self._origin_in(self._item, fn.name)
-        inner_env = Env(callee)
+        params = {p.name.id: p.name for p in fn.params}
+        inner_env = Env(ctx)
+        inner_env.vars.update({params[k]: v for k, v in attrs.items()})
         saved = self.frame
         self.frame = Frame(body)
         try:
             for k, v in tensor_args.items():
-                inner_env.vars[k] = self.input(v.type, k)
-            result = self.block(fn.body, Env(inner_env))
+                inner_env.vars[params[k]] = self.input(v.type, k)
+            result = self.block(fn.body, inner_env.child())
         finally:
             self.frame = saved
         outs = result if isinstance(result, tuple) else (result,)
@@ -1056,11 +1190,14 @@ class Lowering:
         lowered once, with the item `{list}.{iN}.` as receiver prefix, the outer locals it
         assigns as loop-carried values and the outer values it reads as captured inputs.
         Unrolled instead when a carried value is not a tensor or changes type."""
-        carried = []
-        for name in _assigned_names(s.body):
-            found, v = env.lookup(name)
+        carried = []  # (the local's defining node, its value before the loop)
+        for target in _assigned(s.body):
+            ref = self.ref(target, env)
+            if ref.kind != "local" or any(node is ref.node for node, _ in carried):
+                continue
+            found, v = env.lookup(ref.node)
             if found and isinstance(v, Value):
-                carried.append((name, v))
+                carried.append((ref.node, v))
             elif found:
                 return self.unrolled(s, ml, env)
         if ml.count == 0:
@@ -1078,12 +1215,12 @@ class Lowering:
         self.frame = frame
         self._loop_depth += 1
         try:
-            inner = Env(env)
-            for name, v in carried:
-                inner.vars[name] = self.input(v.type, name)
-            inner.vars[s.var.id] = item
-            self.block(s.body, Env(inner))
-            outs = [self.local(inner.vars[name]) for name, _ in carried]
+            inner = env.child()
+            for node, v in carried:
+                inner.vars[node] = self.input(v.type, node.id)
+            inner.vars[s.var] = item
+            self.block(s.body, inner.child())
+            outs = [self.local(inner.vars[node]) for node, _ in carried]
             body.outputs = outs
             for path, v in frame.state_values.items():
                 if v.producer is not None and v.producer.name != "state":
@@ -1110,16 +1247,16 @@ class Lowering:
         )
         loop_op = self.graph.ops[-1]
         loop_op.body = body
-        for (name, _), r in zip(carried, results):
-            r.name = r.hint = name
-            env.assign(name, r)
+        for (node, _), r in zip(carried, results):
+            r.name = r.hint = node.id
+            env.assign(node, r)
         return None
 
     def unrolled(self, s: A.For, ml: "ModList", env: Env) -> None:
         """The loop's body once per item, in place."""
         for x in self.list_items(ml):
-            inner = Env(env)
-            inner.vars[s.var.id] = x
+            inner = env.child()
+            inner.vars[s.var] = x
             self.block(s.body, inner)
 
     # ----- messages
@@ -1148,7 +1285,7 @@ def _spec_key(v) -> Any:
     if isinstance(v, DType):
         return ("dtype", v.name)
     if isinstance(v, ConfigValue):
-        return ("config", v.type_name, tuple((k, _spec_key(x)) for k, x in v.values.items()))
+        return ("config", v.key())
     if v is MISSING:
         return ("missing",)
     if isinstance(v, (list, tuple)) and not any(isinstance(x, Value) for x in v):
@@ -1182,33 +1319,38 @@ def _shift_indices(path: str, by: int) -> str:
     return re.sub(r"\{i(\d+)\}", lambda m: LOOP_INDEX % (int(m.group(1)) + by), path)
 
 
-def _assigned_names(block: A.Block) -> list[str]:
-    """Names assigned (`x = ...`, not `let`) anywhere in a block, in order, once each."""
-    out: list[str] = []
-
-    def visit(node) -> None:
-        if isinstance(node, A.Assign) and node.target.id not in out:
-            out.append(node.target.id)
-        for child in _children(node):
-            visit(child)
-
-    visit(block)
-    return out
+def _assigned(block: A.Block) -> list[A.Name]:
+    """The names assigned (`x = ...`, not `let`) anywhere in a block, in order."""
+    return [node.target for node in A.walk(block) if isinstance(node, A.Assign)]
 
 
-def _children(node):
-    if isinstance(node, list):
-        return node
-    if not hasattr(node, "__dataclass_fields__"):
-        return []
-    out = []
-    for name in node.__dataclass_fields__:
-        v = getattr(node, name, None)
-        if isinstance(v, list):
-            out.extend(x for x in v if hasattr(x, "__dataclass_fields__"))
-        elif hasattr(v, "__dataclass_fields__") and not isinstance(v, A.Span):
-            out.append(v)
-    return out
+def _is_config_param(p: A.Param) -> bool:
+    """A parameter whose type is a config (its value picks the check: `Analysis.resolved`)."""
+    return isinstance(p.type, A.NamedType) and p.type.name.id not in SCALAR_TYPE_NAMES
+
+
+def _config_args(params: list[A.Param], args: dict[str, Any]) -> dict[str, Any]:
+    return {p.name.id: args[p.name.id] for p in params if _is_config_param(p) and p.name.id in args}
+
+
+def _param_atom(res: Resolved, p: A.Param) -> Atom | None:
+    """The atom an int parameter is in check `res` (a module's or a function's: its values
+    are symbolic in it), or None."""
+    t = res.types.get(p.name)
+    if not (isinstance(t, ScalarT) and t.kind == "int" and isinstance(t.value, Dim)):
+        return None
+    terms = t.value.terms
+    if len(terms) == 1 and terms[0][1] == 1 and len(terms[0][0]) == 1 and terms[0][0][0][1] == 1:
+        return terms[0][0][0][0]
+    return None
+
+
+def _as_kind(value, checked: Type):
+    """A value computed here, converted as the checker converts an argument of its type (an
+    int given for a `float` parameter is a float)."""
+    if isinstance(checked, ScalarT) and checked.kind == "float" and isinstance(value, Dim):
+        return float(_number(value))
+    return value
 
 
 def _graph_ops(g: Graph):

@@ -208,7 +208,7 @@ class CallsMixin:
             and all(a.name is None for a in e.args)
         ):
             folded = self.fold_op(op, [arg_types[id(a)] for a in e.args], e)
-            info = CallInfo("op", op, None, folded=folded.value if isinstance(folded, ScalarT) else None)
+            info = CallInfo("op", op, None, folded=folded.value if isinstance(folded, ScalarT) else None, scalar=True)
             info.args = {p: Arg(p, a.value, arg_types[id(a)]) for p, a in zip(names, e.args)}
             self.result.call_info[e] = info
             return folded

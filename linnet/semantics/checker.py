@@ -109,6 +109,9 @@ class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
         self.result = result if result is not None else ItemResult()
         self.instance: Instance | None = None
         self.assumptions: list[tuple[str, bool]] = []
+        # How many `for` bodies and branches of an `if` whose condition is not known enclose
+        # the code being checked: a compile-time local assigned there has no one value after.
+        self.unsure = 0
         self.fn_locals: list[tuple[str, Binding]] = []
         self.current_fn: tuple | None = None  # the file and symbol path of the function being checked
 
@@ -230,6 +233,10 @@ class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
             scope.bind(name, Binding(ScalarT("int", Dim.atom(atom)), "dim", self.anchor(node), node))
             self.ref(node, self.anchor(node))
         binder.frozen = True
+        for p in fn.params:
+            if p.default is not None:
+                # resolved here, generic in the parameters (a call binds its value: CallInfo)
+                self.expr(p.default, scope)
         declared = self.eval_type(fn.ret, scope, binder) if fn.ret is not None else None
         saved_locals = self.fn_locals
         self.fn_locals = []
@@ -398,7 +405,9 @@ class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
                 labels=[Label(previous.anchor, "first bound here")] if isinstance(previous.anchor, LocalAnchor) else [],
                 notes=[f"to update it, assign: `{target.id} = ...`"],
             )
-        b = Binding(t, "local", self.anchor(target), target, uses=int(target.id in EXPRESSION_KEYWORDS))
+        b = Binding(
+            t, "local", self.anchor(target), target, uses=int(target.id in EXPRESSION_KEYWORDS), depth=self.unsure
+        )
         self.ref(target, b.anchor)
         scope.bind(target.id, b)
         self.fn_locals.append((target.id, b))
@@ -437,6 +446,10 @@ class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
         self.ref(s.target, b.anchor)
         self.record(s.target, b.type)
         self.check_assign_type(t, b.type, s, "local")
+        if isinstance(b.type, ScalarT):
+            # A compile-time local holds what was assigned last; uses after an assignment in a
+            # loop or under a condition not known here see no one value (lowering computes it).
+            b.type = t if isinstance(t, ScalarT) and self.unsure == b.depth else ScalarT(b.type.kind, None)
 
     def check_assign_type(self, t: Type, declared: Type, s: A.Assign, what: str) -> None:
         if isinstance(t, UnknownT) or isinstance(declared, UnknownT):
@@ -480,4 +493,14 @@ class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
         self.ref(s.var, b.anchor)
         inner.bind(s.var.id, b)
         self.record(s.var, elem)
-        self.block(s.body, inner)
+        # The body runs once per item: a compile-time local it assigns has no one value in it.
+        for node in A.walk(s.body):
+            if isinstance(node, A.Assign):
+                outer = scope.lookup_in_fn(node.target.id)
+                if outer is not None and outer.kind == "local" and isinstance(outer.type, ScalarT):
+                    outer.type = ScalarT(outer.type.kind, None)
+        self.unsure += 1
+        try:
+            self.block(s.body, inner)
+        finally:
+            self.unsure -= 1

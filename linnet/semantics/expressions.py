@@ -286,17 +286,22 @@ class ExpressionsMixin:
         key = cond_key(e.cond, self.item.text)
         then_t: Type | None = None
         else_t: Type | None = None
-        if cond is not False:
-            self.assumptions.append(key)
-            then_t = self.block(e.then, Scope(scope, "block"))
-            self.assumptions.pop()
-        if cond is not True and e.orelse is not None:
-            self.assumptions.append((key[0], not key[1]))
-            if isinstance(e.orelse, A.Block):
-                else_t = self.block(e.orelse, Scope(scope, "block"))
-            else:
-                else_t = self.expr(e.orelse, scope)
-            self.assumptions.pop()
+        unsure = int(cond is None)  # either branch may run: what they assign is not known after
+        self.unsure += unsure
+        try:
+            if cond is not False:
+                self.assumptions.append(key)
+                then_t = self.block(e.then, Scope(scope, "block"))
+                self.assumptions.pop()
+            if cond is not True and e.orelse is not None:
+                self.assumptions.append((key[0], not key[1]))
+                if isinstance(e.orelse, A.Block):
+                    else_t = self.block(e.orelse, Scope(scope, "block"))
+                else:
+                    else_t = self.expr(e.orelse, scope)
+                self.assumptions.pop()
+        finally:
+            self.unsure -= unsure
         if e.orelse is None:
             return UNIT
         if cond is True:
@@ -319,6 +324,8 @@ class ExpressionsMixin:
                 ],
             )
             return UNKNOWN
+        if isinstance(then_t, ScalarT) and not _same_value(then_t.value, else_t.value):
+            return ScalarT(then_t.kind, None)  # `if flag { 2 } else { 4 }`: which one is not known
         return then_t
 
     def compile_time_bool(self, t: Type, node) -> bool | None:
@@ -426,3 +433,12 @@ class ExpressionsMixin:
         except OpError as err:
             self.report(err.code, err.message, node, notes=err.notes)
             return None
+
+
+def _same_value(a, b) -> bool:
+    """Whether two compile-time values are known and equal (dims by value)."""
+    if a is None or b is None:
+        return False
+    if isinstance(a, Dim) and isinstance(b, Dim):
+        return a.same(b)
+    return type(a) is type(b) and a == b

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import itertools
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,7 @@ from ..syntax import ast as A
 from ..syntax.ast import Span
 from ..syntax.items import Item, Location, Source, make_item, split_items
 from ..syntax.recursion import RECURSION_LIMIT, deep_recursion
-from ..types.core import NONE, ConfigT, Type, format_type
+from ..types.core import NONE, ConfigT, NoneT, Type, format_type
 from .attributes import check_attributes
 from .checker import NAMES_DEP, CheckContext, ItemChecker, ItemResult
 from .configs import ConfigEvaluator, ConfigValue, Scenario, values_by_type
@@ -124,6 +124,8 @@ class Analysis:
         self.namespaces: Namespaces | None = None  # every file the analysis reached, by path
         self.imports: FileImports | None = None  # what the document's imports bound
         self.item_refs: dict[Item, list[tuple[Span, Any]]] = {}
+        self.context: CheckContext | None = None  # what its item checks shared (for checks on demand)
+        self._checked_now: dict[Any, Resolved] = {}  # `resolved`'s checks under bindings made on demand
 
     @property
     def files(self) -> list[str]:
@@ -158,6 +160,9 @@ class Analysis:
         ia = self.items.get(item)
         if ia is None or not ia.results:
             return []
+        return self._results_of(ia, preset)
+
+    def _results_of(self, ia: ItemAnalysis, preset: str | None):
         wanted = preset or (self.presets[0] if self.presets else "defaults")
         ordered = sorted(ia.results, key=lambda r: 0 if (r[0] is None or wanted in r[0]) else 1)
         return ordered
@@ -167,29 +172,50 @@ class Analysis:
         to, how each call binds (arguments to parameters, defaults filled, values converted,
         dims solved) and each expression's type with folded compile-time values
         (`resolved.Resolved`). `item` is an Item or a top-level name (the file's, then the
-        standard library's). A module or function taking configs is checked once per distinct
-        config value: `config` picks the check whose config parameters hold these values (name
-        -> ConfigValue, or None for `none`, as the `args` of a "module" CallInfo carry them
-        in `ConfigT`s); else the one under `preset` (else the first preset, else the defaults).
-        Standard-library items come from the standard library's own check. None for an item
-        that is not a checked module or function (a config, a preset, a parse error)."""
+        standard library's). None for an item that is not a module or function.
+
+        A module or function taking configs is checked once per distinct config value:
+        `config` (config parameter name -> ConfigValue, or None for `none`, as the `args` of a
+        "module" CallInfo carry them in `ConfigT`s) picks the check whose config parameters
+        hold exactly these values (a method's config parameters may be among them: they are
+        then bound in the check of its module). Without `config`, the check under `preset`
+        (else the first preset, else the defaults). When no check of this analysis has those
+        values (an item imported under the importer's config, a standard-library function
+        under an argument no preset gives, a method's config argument), the item is checked
+        under them now, once per analysis, in its own file's namespace; that check's errors
+        are in `Resolved.errors` (the analysis's diagnostics do not have them)."""
         if isinstance(item, str):
             item = self.globals(item) if self.globals is not None else None
-        if item is None:
+        if item is None or item.kind not in ("module", "fn") or item.ast is None:
             return None
-        if item.is_std and item not in self.items:
-            std = self.document.std
-            analysis = std.analysis(item) if std is not None else None
-            return analysis.resolved(item, preset, config) if analysis is not None else None
         ia = self.items.get(item)
-        if ia is None or not ia.results:
-            return None
-        if config is not None:
-            for binding, (_, result) in zip(ia.bindings, ia.results):
-                if all(_config_key(binding.get(k)) == _config_key(v) for k, v in config.items()):
-                    return result.resolved
-            return None
-        return self.results_for(item, preset)[0][1].resolved
+        if ia is None and item.is_std and self.document.std is not None:
+            std = self.document.std.analysis(item)  # the standard library's own check of it
+            ia = std.items.get(item) if std is not None else None
+        if config is None:
+            if ia is not None and ia.results:
+                return self._results_of(ia, preset)[0][1].resolved
+            config = {}  # an imported item: under its config defaults
+        for binding, (_, result) in zip(ia.bindings, ia.results) if ia is not None else ():
+            if binding.keys() == config.keys() and all(
+                _config_key(binding[k]) == _config_key(v) for k, v in config.items()
+            ):
+                return result.resolved
+        return self._check_under(item, config)
+
+    def _check_under(self, item: Item, config: dict) -> Resolved:
+        """`item` checked now under the config values `config` (see `resolved`)."""
+        binding: dict[str, Type] = {
+            k: v if isinstance(v, (ConfigT, NoneT)) else ConfigT(v) if isinstance(v, ConfigValue) else NONE
+            for k, v in config.items()
+        }
+        key = (item, tuple(sorted((k, _config_key(v)) for k, v in binding.items())))
+        found = self._checked_now.get(key)
+        if found is None:
+            result = _check_item(self.context, item, binding)
+            errors = [d for f in result.findings if (d := locate(f, self.resolve)) is not None and d.is_error]
+            found = self._checked_now[key] = replace(result.resolved, errors=errors)
+        return found
 
     def type_at(self, offset: int, preset: str | None = None) -> TypeInfo | None:
         """The type of the innermost expression or name at `offset` (character offset)."""
@@ -432,6 +458,7 @@ class Document:
         if previous is not None:
             world = previous[0]  # the same object: every cached result then compares by identity
         ctx = CheckContext(globals_, evaluator, previous[1] if previous else None)
+        analysis.context = ctx
         if previous is not None and self._replaced:
             _prune_caches(ctx, self._replaced)
         self._replaced = []

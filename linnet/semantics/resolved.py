@@ -16,8 +16,15 @@ Reading it (`Analysis.resolved(item, preset)`):
   `forward`, or a submodule's constructor (`q_proj: Linear(...)`).
 - `dims` of a `CallInfo` are the callee's dim variables solved at that call, in the caller's
   terms; a module's bodies are checked once for all its instances, so their values are
-  symbolic in the atoms of the module's parameters (`Ref.value` of a `module_param`): lower
-  an instance by substituting them (`Dim.substitute`).
+  symbolic in the atoms of the module's parameters (`Ref.value` of a `module_param`; an int
+  parameter's type, `types[param.name]`, is its atom), and a function's in its int
+  parameters and dim variables: lowering substitutes an instance's and a call's values.
+- A value the checker did not know is None (a module's float parameter, a local assigned in
+  a loop): lowering computes it from the same expressions (a parameter's default is resolved
+  in its function, generic in the parameters before it).
+- Each config value gets its own check: `Analysis.resolved(item, config=...)` picks it, and
+  makes it on demand for values no preset of the file gives (an imported module under the
+  importer's config; `errors` then holds that check's errors).
 
 Keys are AST nodes of the checked item (and of the items it instantiates generically), so a
 `Resolved` is valid for as long as the item's parse is (it is cached with the item's result).
@@ -100,6 +107,8 @@ class CallInfo:
     dims: the callee's dim variables solved at this call (None: not known); dtypes: its
       generic dtype variables.
     folded: the compile-time value of a call folded by the checker (`sqrt(64)`), else None.
+    scalar: an op applied to compile-time numbers (folded; `folded` is None when the checker
+      did not know a number: a function's float parameter).
     """
 
     kind: str
@@ -111,15 +120,18 @@ class CallInfo:
     dims: dict[str, Any] = field(default_factory=dict)
     dtypes: dict[str, Any] = field(default_factory=dict)
     folded: Any = None
+    scalar: bool = False
 
 
 @dataclass(slots=True)
 class Resolved:
-    """Names and calls of one checked item (under one config binding), with its types."""
+    """Names and calls of one checked item (under one config binding), with its types.
+    `errors`: the located errors of a check made on demand (`Analysis.resolved`)."""
 
     names: dict[A.Name, Ref] = field(default_factory=dict)
     calls: dict[A.Call, CallInfo] = field(default_factory=dict)
     types: dict[A.Node, Type] = field(default_factory=dict)
+    errors: list = field(default_factory=list)
 
     def ref(self, node: A.Name) -> Ref | None:
         """What the name `node` refers to (None: not resolved, e.g. after an error)."""

@@ -18,7 +18,8 @@ class Binding:
     kind: "local" (let), "param" (function parameter), "dim" (dim variable), "loop" (for
     variable), "member", "module_param", "dtype" (generic dtype variable).
     `anchor` is where it is defined (for go-to-definition and labels); `item` the module
-    instance's item for a member.
+    instance's item for a member. `depth` (a local's): how many `for` bodies and branches of
+    an `if` whose condition is not known enclose its `let` (checker.ItemChecker.unsure).
     """
 
     type: Type
@@ -27,6 +28,7 @@ class Binding:
     node: A.Node | None = None
     uses: int = 0
     item: Any = None
+    depth: int = 0
 
 
 class Scope:

@@ -12,7 +12,7 @@ from linnet.semantics.program import Document, std_library
 from linnet.syntax import ast as A
 from linnet.types.core import F32, ConfigT, TensorT, UnknownT, format_type
 from linnet.types.dims import format_dim
-from tests.conftest import EXAMPLES
+from tests.conftest import EXAMPLES, ROOT
 
 SOURCE = """config C {
     hidden: int = 8
@@ -204,3 +204,63 @@ def test_every_name_use_and_call_is_resolved(path):
                     assert list(info.args) == wanted, (item.name, list(info.args), wanted)
                     for arg in info.args.values():
                         assert not isinstance(arg.value, UnknownT), (item.name, arg)
+
+
+DEFAULTS = """
+fn twice(x: [N], a: float, b: float = a * 2.0) -> [N] {
+    x * b * sqrt(4.0)
+}
+"""
+
+
+def test_a_default_is_resolved_in_its_function_and_an_op_on_numbers_is_marked():
+    analysis = Document("d.linnet", DEFAULTS).analyze()
+    assert [d for d in analysis.diagnostics if d.is_error] == []
+    r = analysis.resolved("twice")
+    fn = body_of_fn(analysis, "twice")
+    a_param, b_param = fn.params[1], fn.params[2]
+    (a_use,) = names_in(b_param.default, "a")
+    assert r.ref(a_use).kind == "param" and r.ref(a_use).node is a_param.name
+    calls = {c.func.id: r.call(c) for c in A.walk(fn.body) if isinstance(c, A.Call)}
+    assert calls["sqrt"].scalar and calls["sqrt"].folded == 2.0
+
+
+def test_a_config_value_no_check_has_is_checked_on_demand():
+    """`rope_inv_freq(half, theta, scaling: RopeScaling?)` is checked in the standard library
+    under the config's defaults: `scaling == none` is false there. Under `none` (what SmolLM2
+    passes) it is checked again, once, with `scaling == none` true."""
+    analysis = Document("r.linnet", SOURCE).analyze()
+    fn = body_of_fn(analysis, "rope_inv_freq")
+    test = next(n for n in A.walk(fn.body) if isinstance(n, A.Compare) and isinstance(n.right, A.NoneLit))
+    assert analysis.resolved("rope_inv_freq").value(test) is False
+    under_none = analysis.resolved("rope_inv_freq", config={"scaling": None})
+    assert under_none.value(test) is True and under_none.errors == []
+    assert analysis.resolved("rope_inv_freq", config={"scaling": None}) is under_none
+
+
+def test_an_imported_module_is_resolved_under_the_importers_config():
+    """`causal_lm.linnet` imports llama.linnet's LlamaModel and configures it with its own
+    preset `tiny` (head_dim 8), which llama.linnet's own analysis never checked it under."""
+    path = ROOT / "tests" / "fixtures" / "imports" / "causal_lm.linnet"
+    analysis = Document(str(path), path.read_text()).analyze()
+    model = analysis.resolved("CausalLM", "tiny")
+    mdef = analysis.globals("CausalLM").ast
+    ctor = next(m.ctor for m in A.flat_members(mdef.members) if isinstance(m, A.FieldDecl) and m.name.id == "model")
+    tiny = model.call(ctor).args["c"].value.value
+    decoder = analysis.globals("Decoder")
+    r = analysis.resolved(decoder, config={"c": tiny})
+    rotary = next(m for m in A.flat_members(decoder.ast.members) if isinstance(m, A.FnDef) and m.name.id == "rotary")
+    call = next(c for c in A.walk(rotary.body) if isinstance(c, A.Call) and c.func.id == "rope_inv_freq")
+    assert r.call(call).args["half"].value.value.as_int() == 4 and r.errors == []
+
+
+def test_the_errors_of_a_check_on_demand_are_kept():
+    """tests/fixtures/imports/odd: a body that checks under its own file's config but not under
+    the importer's. The importer's analysis does not check imported bodies; its check on
+    demand does."""
+    main = ROOT / "tests" / "fixtures" / "imports" / "odd" / "main.linnet"
+    analysis = Document(str(main), main.read_text()).analyze()
+    assert [d for d in analysis.diagnostics if d.is_error] == []
+    odd = next(s for s in analysis.scenarios if s.name == "odd").configs["C"]
+    (error,) = analysis.resolved(analysis.globals("Half"), config={"c": odd}).errors
+    assert error.code == "L206" and error.location.path.endswith("lib.linnet") and error.location.start.line == 7
