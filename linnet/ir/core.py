@@ -138,6 +138,7 @@ class Graph:
     qualname: str = ""
     receiver: str | None = None
     origin: str = ""
+    signature: str = ""  # as the source writes it: `apply_rope(x: [B, H, S, 2 * R], ...) -> [...]`
 
     @property
     def uses_state(self) -> bool:

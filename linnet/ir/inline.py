@@ -65,6 +65,7 @@ class Rebuilder:
             qualname=g.qualname,
             receiver=g.receiver,
             origin=g.origin,
+            signature=g.signature,
             dim_vars=list(g.dim_vars),
             dim_sources=dict(g.dim_sources),
         )

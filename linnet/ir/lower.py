@@ -33,6 +33,7 @@ source position rather than producing a wrong graph.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -1116,6 +1117,8 @@ class Lowering:
         name = f"{self.modules[receiver].name}.{fn.name.id}" if receiver is not None else fn.name.id
         graph = Graph(name, [], kind="method" if receiver is not None else "function", qualname=name)
         graph.receiver, graph.origin = receiver, self._origin_in(ref.item, fn.name)
+        header = " ".join(ref.item.text[fn.name.span.start : fn.body.span.start].split())
+        graph.signature = re.sub(r",?\s*\)", ")", re.sub(r"\(\s+", "(", header))
         rel = ModInst(ref.inst.item, ref.inst.args, "", _spec=ref.inst.spec) if ref.inst is not None else None
         saved, depth = self.frame, self._loop_depth
         self.frame, self._loop_depth = Frame(graph), 0

@@ -123,6 +123,7 @@ class GraphEmitter:
     prebound: dict[int, str] = field(default_factory=dict)  # value id -> the name `bind` gives it
     graph: Graph | None = None  # the graph being emitted
     helpers: "Helpers | None" = None  # where composites that run as their bodies become functions
+    shapes: bool = True  # shape comments on reshaping statements (not in a function for several shapes)
 
     # Set by each backend (class attributes of its subclass).
     dtypes: ClassVar[dict[str, str]] = {}
@@ -239,7 +240,7 @@ class GraphEmitter:
         if not lines:
             return lines
         notes = []
-        if (op.name in RESHAPING if shape is None else shape) and len(op.results) == 1:
+        if self.shapes and (op.name in RESHAPING if shape is None else shape) and len(op.results) == 1:
             notes.append(shape_text(op.result))
         if op.origin:
             notes.append(op.origin)
@@ -417,6 +418,7 @@ class ModuleLayout:
     names: dict[str, str] = field(default_factory=dict)  # function key -> method/function name
     methods: dict[str, list[str]] = field(default_factory=dict)  # class key -> function keys
     free: list[str] = field(default_factory=list)  # function keys without receiver
+    merged: dict[str, list[str]] = field(default_factory=dict)  # function key -> keys written as it
 
     @classmethod
     def of(cls, program: Program, reserved: set[str]) -> "ModuleLayout":
@@ -587,8 +589,35 @@ class ModuleWriter:
     def tail(self) -> list[str]:
         return []
 
+    def merge_identical(self) -> None:
+        """Specialisations of one source function whose code reads the same (`apply_rope` for
+        9 query heads and for 3 KV heads: Python is shape-polymorphic) become one function:
+        their keys all take the first one's name, and the others are not written."""
+        layout, program = self.layout, self.program
+        self.helpers = Helpers(lambda body, e, name: self.function(body, e, name, method=False), set())
+        self._reserved = self.reserved | set(layout.names.values()) | set(layout.classes)
+        while True:
+            seen: dict[tuple, str] = {}
+            merged = False
+            for owner, keys in [(None, layout.free), *layout.methods.items()]:
+                for key in list(keys):
+                    g = program.functions.get(key)
+                    if g is None:  # an entry
+                        continue
+                    body = self.function(g, self.new_emitter(), "NAME", method=owner is not None)[2:]
+                    code = tuple(re.sub(r"  #.*$", "", line) for line in body)  # shapes in comments differ
+                    found = seen.setdefault((owner, g.qualname, code), key)
+                    if found != key:
+                        layout.names[key] = layout.names[found]
+                        layout.merged.setdefault(found, []).append(key)
+                        keys.remove(key)
+                        merged = True
+            if not merged:
+                return
+
     def write(self) -> str:
         """The module's text."""
+        self.merge_identical()
         layout, program = self.layout, self.program
         helper_names: set[str] = set()
         while True:  # twice: the second time no local may take a helper's name
@@ -636,7 +665,12 @@ class ModuleWriter:
         return lines
 
     def function(self, g: Graph, e: GraphEmitter, name: str, method: bool) -> list[str]:
-        return function_lines(g, e, name, method)
+        e.shapes = g.name not in self.layout.merged
+        lines = function_lines(g, e, name, method)
+        if g.name in self.layout.merged:  # one function for several types: the source's signature
+            indent = "        " if method else "    "
+            lines[1] = f'{indent}"""{g.signature} ({g.origin})"""'
+        return lines
 
 
 def function_lines(g: Graph, e: GraphEmitter, name: str, method: bool) -> list[str]:

@@ -73,6 +73,12 @@ def test_the_written_module_runs_on_its_own(tmp_path):
         torch.testing.assert_close(model.forward(ids), loaded.module.forward(ids), rtol=0, atol=0)
         logits = model.step(ids[:1], torch.tensor([0]), torch.tensor([0]))
         torch.testing.assert_close(logits, model.forward(ids[:1])[:, -1], rtol=1e-5, atol=1e-6)
+    # what `.to(...)` does: new tensor objects; the methods then read the new ones
+    model._apply(lambda t: t.clone())
+    attn = model.transformer.h[0].attn
+    assert attn.k_cache is attn._buffers["k_cache"] and attn.c_attn.weight is attn.c_attn._parameters["weight"]
+    with torch.inference_mode():
+        torch.testing.assert_close(model.forward(ids), loaded.module.forward(ids), rtol=0, atol=0)
 
 
 @pytest.mark.torch

@@ -99,42 +99,22 @@ def causal_mask(query_positions, key_positions):
 
 
 def apply_rope(x, cos, sin):
-    """f32[B, 4, S, 8], f32[B, S, 8], f32[B, S, 8] -> f32[B, 4, S, 8] (rope.linnet:59)"""
-    t = jnp.expand_dims(cos, 1)  # [B, 1, S, 8] rope.linnet:60
+    """apply_rope(x: [B, H, S, 2 * R], cos: [B, S, 2 * R], sin: [B, S, 2 * R]) -> [B, H, S, 2 * R] (rope.linnet:59)"""
+    t = jnp.expand_dims(cos, 1)  # rope.linnet:60
     t_1 = x * t  # rope.linnet:60
     rotate_half_1 = rotate_half(x)  # rope.linnet:60
-    t_2 = jnp.expand_dims(sin, 1)  # [B, 1, S, 8] rope.linnet:60
+    t_2 = jnp.expand_dims(sin, 1)  # rope.linnet:60
     t_3 = rotate_half_1 * t_2  # rope.linnet:60
     t_4 = t_1 + t_3  # rope.linnet:60
     return t_4
 
 
 def rotate_half(x):
-    """f32[B, 4, S, 8] -> f32[B, 4, S, 8] (rope.linnet:51)"""
+    """rotate_half(x: [B, H, S, 2 * R]) -> [B, H, S, 2 * R] (rope.linnet:51)"""
     x1 = x[:, :, :, :4]  # rope.linnet:52
     x2 = x[:, :, :, 4:]  # rope.linnet:53
     t = -x2  # rope.linnet:54
-    t_1 = jnp.concatenate([t, x1], axis=-1)  # [B, 4, S, 8] rope.linnet:54
-    return t_1
-
-
-def apply_rope_2(x, cos, sin):
-    """f32[B, 2, S, 8], f32[B, S, 8], f32[B, S, 8] -> f32[B, 2, S, 8] (rope.linnet:59)"""
-    t = jnp.expand_dims(cos, 1)  # [B, 1, S, 8] rope.linnet:60
-    t_1 = x * t  # rope.linnet:60
-    rotate_half_1 = rotate_half_2(x)  # rope.linnet:60
-    t_2 = jnp.expand_dims(sin, 1)  # [B, 1, S, 8] rope.linnet:60
-    t_3 = rotate_half_1 * t_2  # rope.linnet:60
-    t_4 = t_1 + t_3  # rope.linnet:60
-    return t_4
-
-
-def rotate_half_2(x):
-    """f32[B, 2, S, 8] -> f32[B, 2, S, 8] (rope.linnet:51)"""
-    x1 = x[:, :, :, :4]  # rope.linnet:52
-    x2 = x[:, :, :, 4:]  # rope.linnet:53
-    t = -x2  # rope.linnet:54
-    t_1 = jnp.concatenate([t, x1], axis=-1)  # [B, 2, S, 8] rope.linnet:54
+    t_1 = jnp.concatenate([t, x1], axis=-1)  # rope.linnet:54
     return t_1
 
 
@@ -181,8 +161,8 @@ class LlamaAttention(Module):
         k = jnp.swapaxes(y_1.reshape(B, S, 2, 8), 1, 2)  # [B, 2, S, 8] llama.linnet:78
         v = jnp.swapaxes(y_2.reshape(B, S, 2, 8), 1, 2)  # [B, 2, S, 8] llama.linnet:79
         apply_rope_1 = apply_rope(q, cos, sin)  # llama.linnet:80
-        apply_rope_3 = apply_rope_2(k, cos, sin)  # llama.linnet:80
-        return apply_rope_1, apply_rope_3, v
+        apply_rope_2 = apply_rope(k, cos, sin)  # llama.linnet:80
+        return apply_rope_1, apply_rope_2, v
 
     def step(self, x, cos, sin, mask, positions, rows):
         """f32[B, S, 32], f32[B, S, 8], f32[B, S, 8], bool[B, S, 16], i64[B], i64[B] -> f32[B, S, 32] (llama.linnet:92)"""
@@ -323,16 +303,11 @@ class LlamaForCausalLM(Module):
         """i64[B, S], i64[B], i64[B] -> f32[B, 96] (llama.linnet:168)"""
         h = self.model.step(input_ids, positions, rows)  # llama.linnet:169
         t = h[:, -1]  # llama.linnet:170
-        logits_1 = self.logits_2(t)  # llama.linnet:170
+        logits_1 = self.logits(t)  # llama.linnet:170
         return logits_1
 
     def logits(self, h):
-        """f32[B, S, 32] -> f32[B, S, 96] (llama.linnet:173)"""
-        y = jnp.einsum("...i,oi->...o", h, self.lm_head.weight, precision=PRECISION)  # llama.linnet:177
-        return y
-
-    def logits_2(self, h):
-        """f32[B, 32] -> f32[B, 96] (llama.linnet:173)"""
+        """logits(h: [..., c.hidden_size]) -> [..., c.vocab_size] (llama.linnet:173)"""
         y = jnp.einsum("...i,oi->...o", h, self.lm_head.weight, precision=PRECISION)  # llama.linnet:177
         return y
 

@@ -41,13 +41,46 @@ class Module(nn.Module):
         module = self
         for i, part in enumerate(parents):
             if part not in module._modules:
-                child = nn.ModuleList() if (parents + [name])[i + 1].isdigit() else nn.Module()
+                child = nn.ModuleList() if (parents + [name])[i + 1].isdigit() else Module()
                 if isinstance(module, nn.ModuleList):
                     module.append(child)
                 else:
                     module.add_module(part, child)
             module = module._modules[part]
         return module, name
+
+    # A module's tensors and submodules are also plain attributes, so that methods read them as
+    # fast as attributes (nn.Module finds them through a Python __getattr__: 0.6 ms of a 30-layer
+    # decode step). Every way nn.Module stores or replaces one passes through these.
+    def register_parameter(self, name, param):
+        super().register_parameter(name, param)
+        self._mirror()
+
+    def register_buffer(self, name, tensor, persistent=True):
+        super().register_buffer(name, tensor, persistent)
+        self._mirror()
+
+    def add_module(self, name, module):
+        super().add_module(name, module)
+        self._mirror()
+
+    def __setattr__(self, name, value):
+        super().__setattr__(name, value)
+        self._mirror()
+
+    def __delattr__(self, name):
+        super().__delattr__(name)
+        self.__dict__.pop(name, None)
+
+    def _apply(self, fn, recurse=True):
+        out = super()._apply(fn, recurse)
+        self._mirror()
+        return out
+
+    def _mirror(self):
+        if "_modules" in self.__dict__:
+            for table in (self._parameters, self._buffers, self._modules):
+                self.__dict__.update(table)
 
 
 def rms_norm(x, weight):
@@ -90,42 +123,22 @@ def causal_mask(query_positions, key_positions):
 
 
 def apply_rope(x, cos, sin):
-    """f32[B, 4, S, 8], f32[B, S, 8], f32[B, S, 8] -> f32[B, 4, S, 8] (rope.linnet:59)"""
-    t = cos.unsqueeze(1)  # [B, 1, S, 8] rope.linnet:60
+    """apply_rope(x: [B, H, S, 2 * R], cos: [B, S, 2 * R], sin: [B, S, 2 * R]) -> [B, H, S, 2 * R] (rope.linnet:59)"""
+    t = cos.unsqueeze(1)  # rope.linnet:60
     t_1 = x * t  # rope.linnet:60
     rotate_half_1 = rotate_half(x)  # rope.linnet:60
-    t_2 = sin.unsqueeze(1)  # [B, 1, S, 8] rope.linnet:60
+    t_2 = sin.unsqueeze(1)  # rope.linnet:60
     t_3 = rotate_half_1 * t_2  # rope.linnet:60
     t_4 = t_1 + t_3  # rope.linnet:60
     return t_4
 
 
 def rotate_half(x):
-    """f32[B, 4, S, 8] -> f32[B, 4, S, 8] (rope.linnet:51)"""
+    """rotate_half(x: [B, H, S, 2 * R]) -> [B, H, S, 2 * R] (rope.linnet:51)"""
     x1 = x[:, :, :, :4]  # rope.linnet:52
     x2 = x[:, :, :, 4:]  # rope.linnet:53
     t = -x2  # rope.linnet:54
-    t_1 = torch.cat([t, x1], dim=-1)  # [B, 4, S, 8] rope.linnet:54
-    return t_1
-
-
-def apply_rope_2(x, cos, sin):
-    """f32[B, 2, S, 8], f32[B, S, 8], f32[B, S, 8] -> f32[B, 2, S, 8] (rope.linnet:59)"""
-    t = cos.unsqueeze(1)  # [B, 1, S, 8] rope.linnet:60
-    t_1 = x * t  # rope.linnet:60
-    rotate_half_1 = rotate_half_2(x)  # rope.linnet:60
-    t_2 = sin.unsqueeze(1)  # [B, 1, S, 8] rope.linnet:60
-    t_3 = rotate_half_1 * t_2  # rope.linnet:60
-    t_4 = t_1 + t_3  # rope.linnet:60
-    return t_4
-
-
-def rotate_half_2(x):
-    """f32[B, 2, S, 8] -> f32[B, 2, S, 8] (rope.linnet:51)"""
-    x1 = x[:, :, :, :4]  # rope.linnet:52
-    x2 = x[:, :, :, 4:]  # rope.linnet:53
-    t = -x2  # rope.linnet:54
-    t_1 = torch.cat([t, x1], dim=-1)  # [B, 2, S, 8] rope.linnet:54
+    t_1 = torch.cat([t, x1], dim=-1)  # rope.linnet:54
     return t_1
 
 
@@ -175,8 +188,8 @@ class LlamaAttention(Module):
         y_2 = F.linear(x, self.v_proj.weight)  # llama.linnet:79
         v = y_2.reshape(B, S, 2, 8).transpose(1, 2)  # [B, 2, S, 8] llama.linnet:79
         apply_rope_1 = apply_rope(q, cos, sin)  # llama.linnet:80
-        apply_rope_3 = apply_rope_2(k, cos, sin)  # llama.linnet:80
-        return apply_rope_1, apply_rope_3, v
+        apply_rope_2 = apply_rope(k, cos, sin)  # llama.linnet:80
+        return apply_rope_1, apply_rope_2, v
 
     def step(self, x, cos, sin, mask, positions, rows):
         """f32[B, S, 32], f32[B, S, 8], f32[B, S, 8], bool[B, S, 16], i64[B], i64[B] -> f32[B, S, 32] (llama.linnet:92)"""
@@ -184,7 +197,7 @@ class LlamaAttention(Module):
         device = x.device
         q, k, v = self.project(x, cos, sin)  # llama.linnet:93
         row_index = rows[:, None]
-        position_index = positions[:, None] + torch.arange(S, device=device)
+        position_index = positions[:, None] if S == 1 else positions[:, None] + torch.arange(S, device=device)
         self.k_cache[row_index, :, position_index] = k.transpose(1, 2)  # llama.linnet:94
         self.v_cache[row_index, :, position_index] = v.transpose(1, 2)  # llama.linnet:95
         t = self.k_cache.expand(B, 2, 16, 8)  # llama.linnet:96
@@ -328,15 +341,10 @@ class LlamaForCausalLM(Module):
         """i64[B, S], i64[B], i64[B] -> f32[B, 96] (llama.linnet:168)"""
         h = self.model.step(input_ids, positions, rows)  # llama.linnet:169
         t = h[:, -1]  # llama.linnet:170
-        logits_1 = self.logits_2(t)  # llama.linnet:170
+        logits_1 = self.logits(t)  # llama.linnet:170
         return logits_1
 
     def logits(self, h):
-        """f32[B, S, 32] -> f32[B, S, 96] (llama.linnet:173)"""
-        y = F.linear(h, self.lm_head.weight)  # llama.linnet:177
-        return y
-
-    def logits_2(self, h):
-        """f32[B, 32] -> f32[B, 96] (llama.linnet:173)"""
+        """logits(h: [..., c.hidden_size]) -> [..., c.vocab_size] (llama.linnet:173)"""
         y = F.linear(h, self.lm_head.weight)  # llama.linnet:177
         return y
