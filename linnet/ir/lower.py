@@ -18,8 +18,8 @@ function of the program (`Program.functions`), specialised for its receiver's cl
 arguments' types and compile-time values, so thirty identical decoder layers share one
 function; a parameter read is a `param` op named by its path relative to the receiver
 (`q_proj.weight`); `for layer in layers` over identical submodules is one `loop` op whose
-body has the item as receiver (`layers.{i0}.`). Calls of standard-library functions named in
-`COMPOSITES` become `composite` ops. Only the entries' dims (`B`, `S`, one atom each for the
+body has the item as receiver (`layers.{i0}.`). Calls of standard-library functions marked
+`@composite` become `composite` ops. Only the entries' dims (`B`, `S`, one atom each for the
 whole program) stay symbolic.
 
 What cannot be a function is inlined, as before: a call whose arguments include lists of
@@ -48,10 +48,6 @@ from ..types.core import WORK, ConfigT, DType, NoneT, ScalarT, TensorT, TupleT, 
 from ..types.dims import Atom, Dim, DivisionError, divide, floor_divide, remainder, var
 from ..types.scalars import ScalarError, arithmetic, compare
 from .core import LOOP_INDEX, Graph, ModuleClass, Op, TensorSpec, Value, tensor_type
-
-# Standard-library functions lowered as `composite` ops: backends may run a native kernel for
-# them (ARCHITECTURE.md, "Numerics": `fast` may fuse). The body is always their meaning.
-COMPOSITES = frozenset({"softmax", "rms_norm", "layer_norm", "silu", "gelu", "gelu_tanh", "attention"})
 
 # A floor quotient's or remainder's atom, recomputed from its operands when they get values.
 _DIVISIONS = {"//": floor_divide, "%": remainder}
@@ -1087,7 +1083,7 @@ class Lowering:
         origin = self._origin(e) if saved is not None else ""
         self._item = ref.item
         try:
-            if ref.item.is_std and fn.name.id in COMPOSITES and ref.inst is None:
+            if ref.item.is_std and is_composite(fn) and ref.inst is None:
                 return self.composite(fn, ctx, {a: args[a] for a in order}, origin)
             args = {p.name.id: args[p.name.id] for p in fn.params}  # declaration order
             graph = self.specialise(ref, ctx, args)
@@ -1432,4 +1428,11 @@ def _checkpoint_name(m: A.FieldDecl) -> str:
     return m.name.id
 
 
-__all__ = ["Lowering", "LoweringError", "COMPOSITES"]
+def is_composite(fn: A.FnDef) -> bool:
+    """Whether a standard-library function is marked `@composite`: lowered as a `composite` op,
+    which backends may run as a native kernel (ARCHITECTURE.md, "Numerics": `fast` may fuse);
+    its body is always its meaning."""
+    return any(a.name.id == "composite" for a in fn.attributes)
+
+
+__all__ = ["Lowering", "LoweringError", "is_composite"]

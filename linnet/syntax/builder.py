@@ -207,7 +207,7 @@ class Builder(Transformer):
 
     # ----- items
     def attribute(self, c):
-        args = c[3] if len(c) == 5 else []
+        args = c[3] if len(c) == 5 else []  # `@composite` has no parentheses, `@name()` none inside
         return A.Attribute(_span(c), _name(c[1]), args)
 
     def attributes(self, c):

@@ -57,24 +57,24 @@ class Module:
 
 
 def layer_norm(x, weight):
-    """f32[B, S, 16], f32[16] -> f32[B, S, 16] (functional.linnet:14)"""
-    t = jnp.mean(x, axis=-1, keepdims=True)  # functional.linnet:15
-    centered = x - t  # functional.linnet:15
-    t_1 = centered * centered  # functional.linnet:16
-    variance = jnp.mean(t_1, axis=-1, keepdims=True)  # functional.linnet:16
-    t_2 = variance + 1e-12  # functional.linnet:17
-    t_3 = lax.rsqrt(t_2)  # functional.linnet:17
-    t_4 = centered * t_3  # functional.linnet:17
-    t_5 = t_4 * weight  # functional.linnet:17
+    """f32[B, S, 16], f32[16] -> f32[B, S, 16] (functional.linnet:16)"""
+    t = jnp.mean(x, axis=-1, keepdims=True)  # functional.linnet:17
+    centered = x - t  # functional.linnet:17
+    t_1 = centered * centered  # functional.linnet:18
+    variance = jnp.mean(t_1, axis=-1, keepdims=True)  # functional.linnet:18
+    t_2 = variance + 1e-12  # functional.linnet:19
+    t_3 = lax.rsqrt(t_2)  # functional.linnet:19
+    t_4 = centered * t_3  # functional.linnet:19
+    t_5 = t_4 * weight  # functional.linnet:19
     return t_5
 
 
 def padding_mask(attention_mask):
-    """i64[B, S] -> bool[B, S, S] (attention.linnet:28)"""
+    """i64[B, S] -> bool[B, S, S] (attention.linnet:29)"""
     B, S = attention_mask.shape
-    t = attention_mask != 0  # attention.linnet:29
-    t_1 = jnp.expand_dims(t, 1)  # [B, 1, S] attention.linnet:29
-    t_2 = jnp.broadcast_to(t_1, (B, S, S))  # [B, S, S] attention.linnet:29
+    t = attention_mask != 0  # attention.linnet:30
+    t_1 = jnp.expand_dims(t, 1)  # [B, 1, S] attention.linnet:30
+    t_2 = jnp.broadcast_to(t_1, (B, S, S))  # [B, S, S] attention.linnet:30
     return t_2
 
 

@@ -84,11 +84,11 @@ class Module(nn.Module):
 
 
 def padding_mask(attention_mask):
-    """i64[B, S] -> bool[B, S, S] (attention.linnet:28)"""
+    """i64[B, S] -> bool[B, S, S] (attention.linnet:29)"""
     B, S = attention_mask.shape
-    t = attention_mask != 0  # attention.linnet:29
-    t_1 = t.unsqueeze(1)  # [B, 1, S] attention.linnet:29
-    t_2 = t_1.expand(B, S, S)  # [B, S, S] attention.linnet:29
+    t = attention_mask != 0  # attention.linnet:30
+    t_1 = t.unsqueeze(1)  # [B, 1, S] attention.linnet:30
+    t_2 = t_1.expand(B, S, S)  # [B, S, S] attention.linnet:30
     return t_2
 
 

@@ -84,32 +84,32 @@ class Module(nn.Module):
 
 
 def gelu_tanh(x):
-    """f32[B, S, 64] -> f32[B, S, 64] (functional.linnet:33)"""
-    t = 0.5 * x  # functional.linnet:34
-    t_1 = x ** 3.0  # functional.linnet:34
-    t_2 = 0.044715 * t_1  # functional.linnet:34
-    t_3 = x + t_2  # functional.linnet:34
-    t_4 = 0.7978845608028654 * t_3  # functional.linnet:34
-    t_5 = torch.tanh(t_4)  # functional.linnet:34
-    t_6 = 1.0 + t_5  # functional.linnet:34
-    t_7 = t * t_6  # functional.linnet:34
+    """f32[B, S, 64] -> f32[B, S, 64] (functional.linnet:38)"""
+    t = 0.5 * x  # functional.linnet:39
+    t_1 = x ** 3.0  # functional.linnet:39
+    t_2 = 0.044715 * t_1  # functional.linnet:39
+    t_3 = x + t_2  # functional.linnet:39
+    t_4 = 0.7978845608028654 * t_3  # functional.linnet:39
+    t_5 = torch.tanh(t_4)  # functional.linnet:39
+    t_6 = 1.0 + t_5  # functional.linnet:39
+    t_7 = t * t_6  # functional.linnet:39
     return t_7
 
 
 def causal_mask(query_positions, key_positions):
-    """i64[B, S], i64[S] -> bool[B, S, S] (attention.linnet:22)"""
+    """i64[B, S], i64[S] -> bool[B, S, S] (attention.linnet:23)"""
     S = query_positions.shape[1]
-    t = key_positions.reshape(1, 1, S)  # [1, 1, S] attention.linnet:23
-    t_1 = query_positions.unsqueeze(2)  # [B, S, 1] attention.linnet:23
-    t_2 = t <= t_1  # attention.linnet:23
+    t = key_positions.reshape(1, 1, S)  # [1, 1, S] attention.linnet:24
+    t_1 = query_positions.unsqueeze(2)  # [B, S, 1] attention.linnet:24
+    t_2 = t <= t_1  # attention.linnet:24
     return t_2
 
 
 def causal_mask_2(query_positions, key_positions):
-    """i64[B, S], i64[16] -> bool[B, S, 16] (attention.linnet:22)"""
-    t = key_positions.reshape(1, 1, 16)  # [1, 1, 16] attention.linnet:23
-    t_1 = query_positions.unsqueeze(2)  # [B, S, 1] attention.linnet:23
-    t_2 = t <= t_1  # attention.linnet:23
+    """i64[B, S], i64[16] -> bool[B, S, 16] (attention.linnet:23)"""
+    t = key_positions.reshape(1, 1, 16)  # [1, 1, 16] attention.linnet:24
+    t_1 = query_positions.unsqueeze(2)  # [B, S, 1] attention.linnet:24
+    t_2 = t <= t_1  # attention.linnet:24
     return t_2
 
 

@@ -60,13 +60,13 @@ class Module:
 
 
 def rms_norm(x, weight):
-    """f32[B, S, 32], f32[32] -> f32[B, S, 32] (functional.linnet:5)"""
-    t = x ** 2  # functional.linnet:7
-    variance = jnp.mean(t, axis=-1, keepdims=True)  # functional.linnet:7
-    t_1 = variance + 1e-06  # functional.linnet:8
-    t_2 = lax.rsqrt(t_1)  # functional.linnet:8
-    h = x * t_2  # functional.linnet:8
-    t_3 = weight * h  # functional.linnet:9
+    """f32[B, S, 32], f32[32] -> f32[B, S, 32] (functional.linnet:6)"""
+    t = x ** 2  # functional.linnet:8
+    variance = jnp.mean(t, axis=-1, keepdims=True)  # functional.linnet:8
+    t_1 = variance + 1e-06  # functional.linnet:9
+    t_2 = lax.rsqrt(t_1)  # functional.linnet:9
+    h = x * t_2  # functional.linnet:9
+    t_3 = weight * h  # functional.linnet:10
     return t_3
 
 
@@ -90,11 +90,11 @@ def rope_cos_sin(inv_freq, positions):
 
 
 def causal_mask(query_positions, key_positions):
-    """i64[B, S], i64[S] -> bool[B, S, S] (attention.linnet:22)"""
+    """i64[B, S], i64[S] -> bool[B, S, S] (attention.linnet:23)"""
     S = query_positions.shape[1]
-    t = key_positions.reshape(1, 1, S)  # [1, 1, S] attention.linnet:23
-    t_1 = jnp.expand_dims(query_positions, 2)  # [B, S, 1] attention.linnet:23
-    t_2 = t <= t_1  # attention.linnet:23
+    t = key_positions.reshape(1, 1, S)  # [1, 1, S] attention.linnet:24
+    t_1 = jnp.expand_dims(query_positions, 2)  # [B, S, 1] attention.linnet:24
+    t_2 = t <= t_1  # attention.linnet:24
     return t_2
 
 
@@ -119,10 +119,10 @@ def rotate_half(x):
 
 
 def causal_mask_2(query_positions, key_positions):
-    """i64[B, S], i64[16] -> bool[B, S, 16] (attention.linnet:22)"""
-    t = key_positions.reshape(1, 1, 16)  # [1, 1, 16] attention.linnet:23
-    t_1 = jnp.expand_dims(query_positions, 2)  # [B, S, 1] attention.linnet:23
-    t_2 = t <= t_1  # attention.linnet:23
+    """i64[B, S], i64[16] -> bool[B, S, 16] (attention.linnet:23)"""
+    t = key_positions.reshape(1, 1, 16)  # [1, 1, 16] attention.linnet:24
+    t_1 = jnp.expand_dims(query_positions, 2)  # [B, S, 1] attention.linnet:24
+    t_2 = t <= t_1  # attention.linnet:24
     return t_2
 
 
