@@ -147,6 +147,8 @@ def _literal(globals_, config_type: str, key: str, value: Any, notes: list[str],
         return json.dumps(str(value))
     name = t.name.id if isinstance(t, A.NamedType) else None
     if name == "bool":
+        if not isinstance(value, bool) and value not in (0, 1):  # `--config tied=no` is not true
+            raise ConfigError(f"{label}: `{key}` is a bool in `{config_type}`, got {value!r}")
         return "true" if value else "false"
     if name == "int":
         if isinstance(value, float) and value.is_integer():

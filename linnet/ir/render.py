@@ -546,7 +546,9 @@ def dims_lines(g: Graph, args: list[str], used: set[str]) -> list[str]:
         dims.sort()
         axes = [a for a, _ in dims]
         names = ", ".join(n for _, n in dims)
-        if axes == list(range(g.inputs[i].rank)):
+        if len(dims) == 1:  # `B = x.shape[0]`: a slice (`x.shape[:1]`) would bind a tuple
+            lines.append(f"{names} = {args[i]}.shape[{axes[0]}]")
+        elif axes == list(range(g.inputs[i].rank)):
             lines.append(f"{names} = {args[i]}.shape")
         elif axes == list(range(len(axes))):
             lines.append(f"{names} = {args[i]}.shape[:{len(axes)}]")

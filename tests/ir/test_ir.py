@@ -108,6 +108,13 @@ def test_unknown_keys_are_notes_and_bad_types_errors():
     assert bound.notes == ["ckpt: `not_a_field` is not a field of `Llama`; ignored"]
     with pytest.raises(ProgramError, match="`hidden_size` is an int"):
         bind_config(info, {"hidden_size": "big"})
+    # `--config tie_word_embeddings=no` reads as the string "no": refused, not taken as true
+    for value in ("no", "maybe", 2):
+        with pytest.raises(ProgramError, match="`tie_word_embeddings` is a bool"):
+            bind_config(info, {"tie_word_embeddings": value})
+    for value, tied in ((False, False), (0, False), (True, True), (1, True)):
+        program = build_bound(bind_config(info, {"tie_word_embeddings": value, "num_hidden_layers": 1}))
+        assert program.config["tie_word_embeddings"] is tied
 
 
 def test_unknown_entry_and_preset():
