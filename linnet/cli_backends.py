@@ -75,8 +75,10 @@ def add_common(p: argparse.ArgumentParser, weights: bool = True) -> None:
 
 
 def _fail(cmd: str, err: Exception) -> int:
+    """Print `err` for `cmd`; the exit status: 2 for a file that cannot be read or written (usage
+    or I/O), 1 for anything else."""
     print(f"linnet {cmd}: {err}", file=sys.stderr)
-    return EXIT_ERRORS
+    return EXIT_USAGE if isinstance(err, OSError) else EXIT_ERRORS
 
 
 def _build(args: argparse.Namespace, entries=None):
@@ -93,12 +95,19 @@ def _build(args: argparse.Namespace, entries=None):
     )
 
 
-def _write(text: str, out: str | None) -> None:
-    if out:
-        Path(out).write_text(text, encoding="utf-8")
-        print(f"wrote {out}", file=sys.stderr)
-    else:
+def _write(text: str, out: str | None, cmd: str) -> int:
+    """Write `text` to `out` (stdout without it). Returns the exit status: a path that cannot be
+    written is a usage error naming it, not a traceback."""
+    if not out:
         sys.stdout.write(text)
+        return EXIT_OK
+    try:
+        Path(out).write_text(text, encoding="utf-8")
+    except OSError as err:
+        print(f"linnet {cmd}: cannot write {out}: {err.strerror or err}", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"wrote {out}", file=sys.stderr)
+    return EXIT_OK
 
 
 def cmd_ir(args: argparse.Namespace) -> int:
@@ -108,8 +117,7 @@ def cmd_ir(args: argparse.Namespace) -> int:
         program = _build(args, [args.entry] if args.entry else None)
     except FAILURES as err:
         return _fail("ir", err)
-    _write(format_program(program), args.output)
-    return EXIT_OK
+    return _write(format_program(program), args.output, "ir")
 
 
 def cmd_torch(args: argparse.Namespace) -> int:
@@ -130,8 +138,7 @@ def _emit_source(args: argparse.Namespace, cmd: str, codegen) -> int:
         text = codegen.generate(_build(args), args.numerics)
     except FAILURES as err:
         return _fail(cmd, err)
-    _write(text, args.output)
-    return EXIT_OK
+    return _write(text, args.output, cmd)
 
 
 def cmd_stablehlo(args: argparse.Namespace) -> int:
@@ -169,10 +176,15 @@ def cmd_stablehlo(args: argparse.Namespace) -> int:
             "platforms": list(exported.platforms),
             "fused_weights": {k: v for k, v in fused_member_shapes(program, compiled.fused).items() if k in takes},
         }
-        for path in save_exported(exported, args.serialized, meta):
+        try:
+            written = save_exported(exported, args.serialized, meta)
+        except OSError as err:
+            print(f"linnet stablehlo: cannot write {args.serialized}: {err.strerror or err}", file=sys.stderr)
+            return EXIT_USAGE
+        for path in written:
             print(f"wrote {path}", file=sys.stderr)
     if args.output or not args.serialized:
-        _write(exported.mlir_module(), args.output)
+        return _write(exported.mlir_module(), args.output, "stablehlo")
     return EXIT_OK
 
 

@@ -106,6 +106,9 @@ class Backend:
         if missing:
             raise BackendError(missing)
         runtime = importlib.import_module(f"linnet.runtimes.{self.runtime}")
+        problem = runtime.device_problem(device)  # before anything is loaded: a reason, not a traceback
+        if problem is not None:
+            raise BackendError(f"backend {self.name}: {problem}")
         mode = {"mode": self.mode} if self.mode is not None else {}
         return runtime.load(
             source,

@@ -63,8 +63,10 @@ def _device(device: str):
         devices = jax.devices(platform)
     except RuntimeError as err:
         raise BackendError(f"device {device!r}: JAX has no {platform} backend here ({err})") from None
-    index = int(device.split(":")[1]) if ":" in device else 0
-    return devices[index]
+    index = device.split(":")[1] if ":" in device else "0"
+    if not index.isdigit() or int(index) >= len(devices):
+        raise BackendError(f"device {device!r}: JAX has {len(devices)} {platform} device(s) here, numbered from 0")
+    return devices[int(index)]
 
 
 def device_problem(device: str) -> str | None:

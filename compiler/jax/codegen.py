@@ -100,6 +100,9 @@ class Emitter(GraphEmitter):
     def flat_name(self, v: Value) -> str:
         return super().r(v)
 
+    def store_state(self, path: str, value: Value) -> str:
+        return f"{self.member(path)} = {self.r(value)}"  # what the entry returns as the new state
+
     def r(self, v) -> str:
         if isinstance(v, Value) and _held_flat(v):
             return f"{super().r(v)}.reshape({dims_text(v.dims)})"

@@ -941,7 +941,12 @@ def lower_entry(
         outputs.append(out)
     for path, v in g.state_updates.items():
         if v.producer is None or v.producer.name != "cache_write":
-            raise LoweringError(f"state `{path}` is updated by `{v.producer.name}`; only cache_write writes state")
+            where = f"{v.producer.origin}: " if v.producer.origin else ""
+            raise LoweringError(
+                f"{where}state `{path}` is assigned (by `{v.producer.name}`): the ONNX backend updates state "
+                "only through cache_write (its present output shares the past input's buffer); run this model on "
+                "the torch or jax backend"
+            )
         out = L.get(v)
         if out.name in taken or out in outputs:
             out = L.op("Identity", [out], like=v)

@@ -77,6 +77,11 @@ class CodegenError(RenderError):
 class Emitter(GraphEmitter):
     """Emits the PyTorch statements of one graph (tables below; machinery in linnet.ir.render)."""
 
+    def store_state(self, path: str, value: Value) -> str:
+        # in place: the buffer keeps its storage (CUDA graphs replay on it), and the verifier
+        # guarantees its old value is not read again
+        return f"{self.member(path)}.copy_({self.r(value)})"
+
 
 # ----------------------------------------------------------------------------- op emitters
 
@@ -304,8 +309,10 @@ def _grouped_attention(e: Emitter, op: Op):
             f"{scores} = {scores}.reshape({b}, {h}, {s}, {t}){tail}",
         ]
     lines.append(f"{scores} = {scores}.masked_fill_(~{mn}.unsqueeze(1), torch.finfo({dtype}).min)")
-    if op.args.get("upcast"):
+    if op.args.get("upcast") and q.dtype.name != "f32":
         lines.append(f"{probs} = torch.softmax({scores}, dim=-1, dtype=torch.float32).to({dtype})")
+    elif op.args.get("upcast"):
+        lines.append(f"{probs} = torch.softmax({scores}, dim=-1)")  # in f32 already
     else:
         lines.append(f"{probs} = torch.softmax({scores}, dim=-1)")
     if g == 1:

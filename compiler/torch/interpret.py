@@ -10,6 +10,7 @@ op is reported with its IR text and source position.
 from __future__ import annotations
 
 from linnet.ir.core import Graph, format_op
+from linnet.ir.render import assigned_state
 
 from .codegen import Emitter
 
@@ -35,8 +36,9 @@ class Interpreter:
         e.count_uses(graph)
         e.graph = graph
         self.steps = []
+        stored = assigned_state(graph)
         for op in graph.ops:
-            lines = e.op_lines(op)
+            lines = e.op_lines(op) + [e.store_state(path, r) for r in op.results for path in stored.get(id(r), ())]
             if not lines:  # a parameter or state read: rendered where it is used
                 continue
             code = compile("\n".join(lines), f"<linnet ir: {graph.name}>", "exec")

@@ -85,6 +85,8 @@ def hold_caches_flat(program: Program) -> None:
     """Hold every rank-4 state tensor (a KV cache) as [max_batch * H, T, D]: record its layout
     and mark the ops that read, write or gather it (in place). Run before
     `choose_attention_variants`, so that `kv_flat` sees the marks."""
+    if _assigned_state(program):  # a state tensor assigned whole keeps its declared shape
+        return
     for spec in program.state:
         if len(spec.shape) == 4:
             b, h, t, d = spec.shape
@@ -105,3 +107,16 @@ def _mark(g: Graph) -> None:
             op.attrs["layout"] = "flat"
         elif op.name == "loop":
             _mark(op.body)
+
+
+def _assigned_state(program: Program) -> bool:
+    """Whether some graph assigns a state tensor other than by `cache_write` (rare: the flat
+    layout is then not used at all, rather than tracked per tensor)."""
+
+    def assigns(g: Graph) -> bool:
+        if any(v.producer is not None and v.producer.name not in ("cache_write", "call", "state")
+               for v in g.state_updates.values()):  # fmt: skip
+            return True
+        return any(op.body is not None and op.name == "loop" and assigns(op.body) for op in g.ops)
+
+    return any(assigns(g) for g in program.graphs())

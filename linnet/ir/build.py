@@ -24,7 +24,7 @@ from .core import Program
 from .inline import inline_calls, layer_calls
 from .lower import Lowering, LoweringError
 from .passes import optimize_program
-from .verify import verify_program
+from .verify import VerifyError, verify_program
 
 BOUND_PRESET = "linnet_loaded"
 # Keys of a checkpoint's config.json that describe the file, not the model: ignored silently.
@@ -58,11 +58,23 @@ class SourceInfo:
 
 
 def read_source(source: str | Path) -> tuple[str, str]:
-    """(path, text) of a source given as a path or as text. Raises OSError when a path cannot be read."""
-    if isinstance(source, Path) or ("\n" not in str(source) and str(source).endswith(".linnet")):
+    """(path, text) of a source given as a path or as text: a `Path`, or a one-line string that
+    names a file that exists or ends in `.linnet`, is a path (so `model.txt` is read, and a
+    misspelt `model.linet` is not parsed as source text). Raises OSError when a path cannot be
+    read (a missing file, a folder)."""
+    text = str(source)
+    if isinstance(source, Path) or ("\n" not in text and (text.endswith(".linnet") or _names_a_path(text))):
         p = Path(source)
         return str(p), p.read_text(encoding="utf-8")
-    return "<source>", str(source)
+    return "<source>", text
+
+
+def _names_a_path(text: str) -> bool:
+    """A one-line string that is a path rather than source text: it exists, or looks like a file
+    name (no spaces, a suffix or a folder separator) without any of the language's brackets."""
+    if Path(text).exists():
+        return True
+    return " " not in text and not set("{}()[]=") & set(text) and ("/" in text or "." in text)
 
 
 def check_source(path: str, text: str, preset: str | None = None) -> SourceInfo:
@@ -223,6 +235,15 @@ def lower_program(
         verify_program(program)
     except (LoweringError, RecursionError) as err:
         raise ProgramError(str(err)) from err
+    except VerifyError as err:
+        if err.stale_state is None:
+            raise
+        where = err.op.origin if err.op is not None and err.op.origin else info.path
+        raise ProgramError(
+            f"{where}: state `{err.stale_state}` is used here after it was written (by a cache_write, or by "
+            "a call or loop that writes it): backends update state in place, so the value read before the "
+            "write is gone; read the state again after the write"
+        ) from err
     return program
 
 

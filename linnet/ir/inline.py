@@ -139,8 +139,11 @@ class Rebuilder:
         if cls is not None and (cls.std or not cls.children) and op.origin:
             for copy in s.out.ops[start:]:
                 copy.origin = op.origin
+        made = {id(r) for copy in s.out.ops[start:] for r in copy.results}
         for r, o in zip(op.results, callee.outputs):
-            s.env[id(r)] = inner.env[id(o)]
+            value = s.env[id(r)] = inner.env[id(o)]
+            if id(value) in made and r.hint:  # the caller's name for it (`let h = embed_tokens(ids)`)
+                value.hint = r.hint
         for r, path in zip(op.results[len(callee.outputs) :], op.attrs.get("updates", [])):
             s.env[id(r)] = s.cells[self.path(path, s)]
 

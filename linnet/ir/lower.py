@@ -47,7 +47,7 @@ from ..syntax.items import Item
 from ..types.core import WORK, ConfigT, DType, NoneT, ScalarT, TensorT, TupleT, Type
 from ..types.dims import Atom, Dim, DivisionError, divide, floor_divide, remainder, var
 from ..types.scalars import ScalarError, arithmetic, compare
-from .core import LOOP_INDEX, Graph, ModuleClass, Op, TensorSpec, Value, tensor_type
+from .core import LOOP_INDEX, Graph, ModuleClass, Op, TensorSpec, Value, format_tensor_type, tensor_type
 
 # A floor quotient's or remainder's atom, recomputed from its operands when they get values.
 _DIVISIONS = {"//": floor_divide, "%": remainder}
@@ -287,9 +287,34 @@ class Lowering:
         for o in outs:
             if not isinstance(o, Value):
                 raise LoweringError(self.where(root.item, fn.name) + "an entry returns tensors")
+        self.check_returns(env.ctx, fn, list(outs), root.item)
         self.finish(graph, list(outs), root.item, fn.name)
         self.frame = None
         return graph
+
+    def check_returns(self, ctx: Context, fn: A.FnDef, outs: list[Value], item: Item) -> None:
+        """The entry's results against its declared return type under this config: where the
+        checker could not know a size (a slice by a count a loop computes), the lowered
+        program is the first to see it, and a mismatch is an error, not a silently different
+        output. Raises LoweringError at the return type."""
+        if fn.ret is None:
+            return
+        declared = fn.ret.items if isinstance(fn.ret, A.TupleType) else [fn.ret]
+        if len(declared) != len(outs):
+            return  # the checker reports an arity mismatch
+        for t, o in zip(declared, outs):
+            if not isinstance(t, A.TensorType):
+                continue
+            try:
+                want = self.concrete_type(ctx, t)
+            except LoweringError:
+                continue
+            same = want.dtype == o.dtype and [d.key() for d in want.shape.dims] == [d.key() for d in o.dims]
+            if not same:
+                raise LoweringError(
+                    self.where(item, t) + f"`{fn.name.id}` returns {format_tensor_type(o.type)} under this config, "
+                    f"but declares {format_tensor_type(want)}"
+                )
 
     def input(self, t: TensorT, name: str) -> Value:
         """A new input of the current graph."""

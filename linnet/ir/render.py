@@ -206,13 +206,22 @@ class GraphEmitter:
         """Statements computing `g`'s ops (inputs must already be named)."""
         self.count_uses(g)
         outer, self.graph = self.graph, g
+        stored = assigned_state(g)
         lines: list[str] = []
         try:
             for op in g.ops:
                 lines += self.op_lines(op)
+                for r in op.results:
+                    for path in stored.get(id(r), ()):
+                        lines.append(self.store_state(path, r))
         finally:
             self.graph = outer
         return lines
+
+    def store_state(self, path: str, value: Value) -> str:
+        """The statement making `value` the new value of state `path` (a state assigned by
+        anything but `cache_write`, which writes in place itself)."""
+        raise self.error(f"the {self.backend} backend cannot assign state `{path}`")
 
     def op_lines(self, op: Op) -> list[str]:
         if op.name in ("param", "state"):
@@ -336,6 +345,16 @@ class GraphEmitter:
         if value is None:
             return read
         return id(value) in read or any(v is value for v in g.outputs)
+
+
+def assigned_state(g: Graph) -> dict[int, list[str]]:
+    """Value id -> the state paths `g` assigns it to, where no `cache_write` wrote it in place
+    (`GraphEmitter.store_state` writes those)."""
+    out: dict[int, list[str]] = {}
+    for path, v in g.state_updates.items():
+        if v.producer is not None and v.producer.name not in ("cache_write", "call", "state"):
+            out.setdefault(id(v), []).append(path)
+    return out
 
 
 def callee_needs_device(e: GraphEmitter, g: Graph) -> bool:

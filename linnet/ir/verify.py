@@ -12,7 +12,14 @@ STRUCTURAL = ("param", "state", "const", "composite", "call", "loop")
 
 
 class VerifyError(Exception):
-    """The graph breaks an IR invariant (a lowering or pass bug); the message names the op."""
+    """The graph breaks an IR invariant; the message names the op, `op` is the op at fault.
+    Most are lowering or pass bugs; one is the source's: a state value used after the state
+    was written (`stale_state` names its path), which `build` reports at the op's position."""
+
+    def __init__(self, message: str, op=None, stale_state: str | None = None):
+        super().__init__(message)
+        self.op = op
+        self.stale_state = stale_state
 
 
 def verify_program(program: Program) -> None:
@@ -47,7 +54,7 @@ def _verify(g: Graph, program: Program | None, receiver: str | None, outer: set[
                 raise VerifyError(f"{where}: uses %{v.name} before it is defined")
             path = state_reads.get(id(v))
             if path is not None and state_current[path] != id(v):
-                raise VerifyError(f"{where}: reads the old value of state `{path}` after it was written")
+                raise VerifyError(f"{where}: reads the old value of state `{path}` after it was written", op, path)
         for r in op.results:
             if id(r) in defined:
                 raise VerifyError(f"{where}: %{r.name} is defined twice")
@@ -66,6 +73,11 @@ def _verify(g: Graph, program: Program | None, receiver: str | None, outer: set[
             if path is not None:
                 state_reads[id(op.result)] = path
                 state_current[path] = id(op.result)
+        if op.writes:  # a call or loop writes these paths: values read before are old now
+            for pattern in [_path_pattern(w) for w in op.writes]:
+                for path in state_current:
+                    if pattern.fullmatch(path):
+                        state_current[path] = -1
         if op.name == "call":
             _verify_call(op, program, where)
             for path, r in zip(op.attrs.get("updates", []), op.results[len(op.results) - len(op.attrs["updates"]) :]):
@@ -82,6 +94,16 @@ def _verify(g: Graph, program: Program | None, receiver: str | None, outer: set[
     for v in list(g.outputs) + list(g.state_updates.values()):
         if id(v) not in defined:
             raise VerifyError(f"{g.name}: output %{v.name} is not defined")
+        path = state_reads.get(id(v))
+        if path is not None and state_current[path] != id(v):
+            raise VerifyError(
+                f"{g.name}: returns the old value of state `{path}` after it was written", v.producer, path
+            )
+
+
+def _path_pattern(path: str) -> re.Pattern:
+    """A written path as a pattern: a loop's `{iN}` stands for any index of the list."""
+    return re.compile(re.sub(r"\\\{i\d+\\\}", r"(\\d+|\\{i\\d+\\})", re.escape(path)))
 
 
 def _verify_call(op, program: Program | None, where: str) -> None:

@@ -165,3 +165,22 @@ def test_generate_without_default_weights_is_a_clear_error():
     r = run_cli("generate", "examples/gpt2.linnet", "--prompt", "hi")
     assert r.returncode == 1
     assert "names no default weights" in r.stderr and "--weights" in r.stderr
+
+
+def test_unwritable_output_and_missing_sources_are_usage_errors(tmp_path):
+    r = run_cli("torch", "examples/mlp.linnet", "-o", str(tmp_path / "no" / "such" / "model.py"))
+    assert r.returncode == 2 and "cannot write" in r.stderr and "Traceback" not in r.stderr
+    r = run_cli("ir", "examples/mlp.linet")  # misspelt: a path, not source text
+    assert r.returncode == 2 and "No such file" in r.stderr
+    (tmp_path / "mlp.txt").write_text((ROOT / "examples" / "mlp.linnet").read_text())
+    r = run_cli("ir", str(tmp_path / "mlp.txt"), "--preset", "tiny")  # another suffix is still a file
+    assert r.returncode == 0 and "model Mlp" in r.stdout
+
+
+@pytest.mark.torch
+def test_a_device_this_machine_lacks_is_refused_before_loading():
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    r = run_cli("run", "examples/mlp.linnet", "--device", "cuda")
+    assert r.returncode == 1 and "needs CUDA" in r.stderr and "Traceback" not in r.stderr

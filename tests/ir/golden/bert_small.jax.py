@@ -93,17 +93,17 @@ class BertEmbeddings(Module):
         """i64[B, S] -> f32[B, S, 16] (bert.linnet:30)"""
         B, S = input_ids.shape
         t = jnp.zeros((B, S), dtype=jnp.int64)  # bert.linnet:31
-        t_1 = jnp.take(self.token_type_embeddings.weight, t, axis=0, mode='clip')  # bert.linnet:31
-        t_2 = lax.iota(jnp.int64, S)  # bert.linnet:32
-        t_3 = jnp.expand_dims(t_2, 0)  # [1, S] bert.linnet:32
-        t_4 = jnp.broadcast_to(t_3, (B, S))  # [B, S] bert.linnet:32
-        t_5 = jnp.take(self.position_embeddings.weight, t_4, axis=0, mode='clip')  # bert.linnet:32
-        t_6 = jnp.take(self.word_embeddings.weight, input_ids, axis=0, mode='clip')  # bert.linnet:33
-        t_7 = t_6 + t_1  # bert.linnet:33
-        t_8 = t_7 + t_5  # bert.linnet:33
-        layer_norm_1 = layer_norm(t_8, self.LayerNorm.weight)  # bert.linnet:33
-        t_9 = layer_norm_1 + self.LayerNorm.bias  # bert.linnet:33
-        return t_9
+        token_types = jnp.take(self.token_type_embeddings.weight, t, axis=0, mode='clip')  # bert.linnet:31
+        t_1 = lax.iota(jnp.int64, S)  # bert.linnet:32
+        t_2 = jnp.expand_dims(t_1, 0)  # [1, S] bert.linnet:32
+        t_3 = jnp.broadcast_to(t_2, (B, S))  # [B, S] bert.linnet:32
+        positions = jnp.take(self.position_embeddings.weight, t_3, axis=0, mode='clip')  # bert.linnet:32
+        word_embeddings = jnp.take(self.word_embeddings.weight, input_ids, axis=0, mode='clip')  # bert.linnet:33
+        t_4 = word_embeddings + token_types  # bert.linnet:33
+        t_5 = t_4 + positions  # bert.linnet:33
+        layer_norm_1 = layer_norm(t_5, self.LayerNorm.weight)  # bert.linnet:33
+        LayerNorm = layer_norm_1 + self.LayerNorm.bias  # bert.linnet:33
+        return LayerNorm
 
 
 class BertSelfAttention(Module):
@@ -121,18 +121,18 @@ class BertSelfAttention(Module):
         B, S = x.shape[:2]
         query_key_value = jnp.einsum("...i,oi->...o", x, getattr(self, '{query,key,value}').weight, precision=PRECISION)  # bert.linnet:43
         y, y_1, y_2 = query_key_value[:, :, :16], query_key_value[:, :, 16:32], query_key_value[:, :, 32:48]  # bert.linnet:43
-        t = y + self.query.bias  # bert.linnet:43
-        q = jnp.swapaxes(t.reshape(B, S, 2, 8), 1, 2)  # [B, 2, S, 8] bert.linnet:43
-        t_1 = y_1 + self.key.bias  # bert.linnet:44
-        k = jnp.swapaxes(t_1.reshape(B, S, 2, 8), 1, 2)  # [B, 2, S, 8] bert.linnet:44
-        t_2 = y_2 + self.value.bias  # bert.linnet:45
-        v = jnp.swapaxes(t_2.reshape(B, S, 2, 8), 1, 2)  # [B, 2, S, 8] bert.linnet:45
+        query = y + self.query.bias  # bert.linnet:43
+        q = jnp.swapaxes(query.reshape(B, S, 2, 8), 1, 2)  # [B, 2, S, 8] bert.linnet:43
+        key = y_1 + self.key.bias  # bert.linnet:44
+        k = jnp.swapaxes(key.reshape(B, S, 2, 8), 1, 2)  # [B, 2, S, 8] bert.linnet:44
+        value = y_2 + self.value.bias  # bert.linnet:45
+        v = jnp.swapaxes(value.reshape(B, S, 2, 8), 1, 2)  # [B, 2, S, 8] bert.linnet:45
         scores = jnp.einsum("bhsd,bhtd->bhst", q, k, precision=PRECISION) * 0.3535533905932738
         scores = jnp.where(jnp.expand_dims(mask, 1), scores, jnp.finfo(jnp.float32).min)
         probs = jax.nn.softmax(scores, axis=-1)
         attention = jnp.matmul(probs, v, precision=PRECISION)  # [B, 2, S, 8] bert.linnet:46
-        t_3 = jnp.swapaxes(attention, 1, 2).reshape(B, S, 16)  # [B, S, 16] bert.linnet:46
-        return t_3
+        t = jnp.swapaxes(attention, 1, 2).reshape(B, S, 16)  # [B, S, 16] bert.linnet:46
+        return t
 
 
 class BertSelfOutput(Module):
@@ -148,11 +148,11 @@ class BertSelfOutput(Module):
     def forward(self, h, residual):
         """f32[B, S, 16], f32[B, S, 16] -> f32[B, S, 16] (bert.linnet:55)"""
         y = jnp.einsum("...i,oi->...o", h, self.dense.weight, precision=PRECISION)  # bert.linnet:56
-        t = y + self.dense.bias  # bert.linnet:56
-        t_1 = t + residual  # bert.linnet:56
-        layer_norm_1 = layer_norm(t_1, self.LayerNorm.weight)  # bert.linnet:56
-        t_2 = layer_norm_1 + self.LayerNorm.bias  # bert.linnet:56
-        return t_2
+        dense = y + self.dense.bias  # bert.linnet:56
+        t = dense + residual  # bert.linnet:56
+        layer_norm_1 = layer_norm(t, self.LayerNorm.weight)  # bert.linnet:56
+        LayerNorm = layer_norm_1 + self.LayerNorm.bias  # bert.linnet:56
+        return LayerNorm
 
 
 class BertAttention(Module):
@@ -181,8 +181,8 @@ class BertIntermediate(Module):
     def forward(self, x):
         """f32[B, S, 16] -> f32[B, S, 32] (bert.linnet:72)"""
         y = jnp.einsum("...i,oi->...o", x, self.dense.weight, precision=PRECISION)  # bert.linnet:73
-        t = y + self.dense.bias  # bert.linnet:73
-        gelu = jax.nn.gelu(t, approximate=False)  # [B, S, 32] bert.linnet:73
+        dense = y + self.dense.bias  # bert.linnet:73
+        gelu = jax.nn.gelu(dense, approximate=False)  # [B, S, 32] bert.linnet:73
         return gelu
 
 
@@ -199,11 +199,11 @@ class BertOutput(Module):
     def forward(self, h, residual):
         """f32[B, S, 32], f32[B, S, 16] -> f32[B, S, 16] (bert.linnet:81)"""
         y = jnp.einsum("...i,oi->...o", h, self.dense.weight, precision=PRECISION)  # bert.linnet:82
-        t = y + self.dense.bias  # bert.linnet:82
-        t_1 = t + residual  # bert.linnet:82
-        layer_norm_1 = layer_norm(t_1, self.LayerNorm.weight)  # bert.linnet:82
-        t_2 = layer_norm_1 + self.LayerNorm.bias  # bert.linnet:82
-        return t_2
+        dense = y + self.dense.bias  # bert.linnet:82
+        t = dense + residual  # bert.linnet:82
+        layer_norm_1 = layer_norm(t, self.LayerNorm.weight)  # bert.linnet:82
+        LayerNorm = layer_norm_1 + self.LayerNorm.bias  # bert.linnet:82
+        return LayerNorm
 
 
 class BertLayer(Module):

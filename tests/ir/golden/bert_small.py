@@ -108,17 +108,17 @@ class BertEmbeddings(Module):
         B, S = input_ids.shape
         device = input_ids.device
         t = torch.zeros((B, S,), dtype=torch.int64, device=device)  # bert.linnet:31
-        t_1 = F.embedding(t, self.token_type_embeddings.weight)  # bert.linnet:31
-        t_2 = torch.arange(S, device=device)  # bert.linnet:32
-        t_3 = t_2.unsqueeze(0)  # [1, S] bert.linnet:32
-        t_4 = t_3.expand(B, S)  # [B, S] bert.linnet:32
-        t_5 = F.embedding(t_4, self.position_embeddings.weight)  # bert.linnet:32
-        t_6 = F.embedding(input_ids, self.word_embeddings.weight)  # bert.linnet:33
-        t_7 = t_6 + t_1  # bert.linnet:33
-        t_8 = t_7 + t_5  # bert.linnet:33
-        layer_norm = F.layer_norm(t_8, (16,), self.LayerNorm.weight, None, 1e-12)  # [B, S, 16] bert.linnet:33
-        t_9 = layer_norm + self.LayerNorm.bias  # bert.linnet:33
-        return t_9
+        token_types = F.embedding(t, self.token_type_embeddings.weight)  # bert.linnet:31
+        t_1 = torch.arange(S, device=device)  # bert.linnet:32
+        t_2 = t_1.unsqueeze(0)  # [1, S] bert.linnet:32
+        t_3 = t_2.expand(B, S)  # [B, S] bert.linnet:32
+        positions = F.embedding(t_3, self.position_embeddings.weight)  # bert.linnet:32
+        word_embeddings = F.embedding(input_ids, self.word_embeddings.weight)  # bert.linnet:33
+        t_4 = word_embeddings + token_types  # bert.linnet:33
+        t_5 = t_4 + positions  # bert.linnet:33
+        layer_norm = F.layer_norm(t_5, (16,), self.LayerNorm.weight, None, 1e-12)  # [B, S, 16] bert.linnet:33
+        LayerNorm = layer_norm + self.LayerNorm.bias  # bert.linnet:33
+        return LayerNorm
 
 
 class BertSelfAttention(Module):
@@ -137,20 +137,20 @@ class BertSelfAttention(Module):
         """f32[B, S, 16], bool[B, S, S] -> f32[B, S, 16] (bert.linnet:42)"""
         B, S = x.shape[:2]
         y = F.linear(x, self.query.weight)  # bert.linnet:43
-        t = y + self.query.bias  # bert.linnet:43
-        q = t.reshape(B, S, 2, 8).transpose(1, 2)  # [B, 2, S, 8] bert.linnet:43
+        query = y + self.query.bias  # bert.linnet:43
+        q = query.reshape(B, S, 2, 8).transpose(1, 2)  # [B, 2, S, 8] bert.linnet:43
         y_1 = F.linear(x, self.key.weight)  # bert.linnet:44
-        t_1 = y_1 + self.key.bias  # bert.linnet:44
-        k = t_1.reshape(B, S, 2, 8).transpose(1, 2)  # [B, 2, S, 8] bert.linnet:44
+        key = y_1 + self.key.bias  # bert.linnet:44
+        k = key.reshape(B, S, 2, 8).transpose(1, 2)  # [B, 2, S, 8] bert.linnet:44
         y_2 = F.linear(x, self.value.weight)  # bert.linnet:45
-        t_2 = y_2 + self.value.bias  # bert.linnet:45
-        v = t_2.reshape(B, S, 2, 8).transpose(1, 2)  # [B, 2, S, 8] bert.linnet:45
+        value = y_2 + self.value.bias  # bert.linnet:45
+        v = value.reshape(B, S, 2, 8).transpose(1, 2)  # [B, 2, S, 8] bert.linnet:45
         scores = (q @ k.transpose(-2, -1)) * 0.3535533905932738
         scores = scores.masked_fill_(~mask.unsqueeze(1), torch.finfo(torch.float32).min)
         probs = torch.softmax(scores, dim=-1)
         attention = probs @ v  # [B, 2, S, 8] bert.linnet:46
-        t_3 = attention.transpose(1, 2).reshape(B, S, 16)  # [B, S, 16] bert.linnet:46
-        return t_3
+        t = attention.transpose(1, 2).reshape(B, S, 16)  # [B, S, 16] bert.linnet:46
+        return t
 
 
 class BertSelfOutput(Module):
@@ -166,11 +166,11 @@ class BertSelfOutput(Module):
     def forward(self, h, residual):
         """f32[B, S, 16], f32[B, S, 16] -> f32[B, S, 16] (bert.linnet:55)"""
         y = F.linear(h, self.dense.weight)  # bert.linnet:56
-        t = y + self.dense.bias  # bert.linnet:56
-        t_1 = t + residual  # bert.linnet:56
-        layer_norm = F.layer_norm(t_1, (16,), self.LayerNorm.weight, None, 1e-12)  # [B, S, 16] bert.linnet:56
-        t_2 = layer_norm + self.LayerNorm.bias  # bert.linnet:56
-        return t_2
+        dense = y + self.dense.bias  # bert.linnet:56
+        t = dense + residual  # bert.linnet:56
+        layer_norm = F.layer_norm(t, (16,), self.LayerNorm.weight, None, 1e-12)  # [B, S, 16] bert.linnet:56
+        LayerNorm = layer_norm + self.LayerNorm.bias  # bert.linnet:56
+        return LayerNorm
 
 
 class BertAttention(Module):
@@ -199,8 +199,8 @@ class BertIntermediate(Module):
     def forward(self, x):
         """f32[B, S, 16] -> f32[B, S, 32] (bert.linnet:72)"""
         y = F.linear(x, self.dense.weight)  # bert.linnet:73
-        t = y + self.dense.bias  # bert.linnet:73
-        gelu = F.gelu(t)  # [B, S, 32] bert.linnet:73
+        dense = y + self.dense.bias  # bert.linnet:73
+        gelu = F.gelu(dense)  # [B, S, 32] bert.linnet:73
         return gelu
 
 
@@ -217,11 +217,11 @@ class BertOutput(Module):
     def forward(self, h, residual):
         """f32[B, S, 32], f32[B, S, 16] -> f32[B, S, 16] (bert.linnet:81)"""
         y = F.linear(h, self.dense.weight)  # bert.linnet:82
-        t = y + self.dense.bias  # bert.linnet:82
-        t_1 = t + residual  # bert.linnet:82
-        layer_norm = F.layer_norm(t_1, (16,), self.LayerNorm.weight, None, 1e-12)  # [B, S, 16] bert.linnet:82
-        t_2 = layer_norm + self.LayerNorm.bias  # bert.linnet:82
-        return t_2
+        dense = y + self.dense.bias  # bert.linnet:82
+        t = dense + residual  # bert.linnet:82
+        layer_norm = F.layer_norm(t, (16,), self.LayerNorm.weight, None, 1e-12)  # [B, S, 16] bert.linnet:82
+        LayerNorm = layer_norm + self.LayerNorm.bias  # bert.linnet:82
+        return LayerNorm
 
 
 class BertLayer(Module):

@@ -127,14 +127,14 @@ class GPT2Attention(Module):
         out = jnp.matmul(probs, v, precision=PRECISION)  # [B, 2, S, 8] gpt2.linnet:48
         t = jnp.swapaxes(out, 1, 2).reshape(B, S, 16)  # [B, S, 16] gpt2.linnet:49
         t_1 = jnp.matmul(t, self.c_proj.weight, precision=PRECISION)  # gpt2.linnet:49
-        t_2 = t_1 + self.c_proj.bias  # gpt2.linnet:49
-        return t_2
+        c_proj = t_1 + self.c_proj.bias  # gpt2.linnet:49
+        return c_proj
 
     def project(self, x):
         """f32[B, S, 16] -> f32[B, 2, S, 8], f32[B, 2, S, 8], f32[B, 2, S, 8] (gpt2.linnet:37)"""
         t = jnp.matmul(x, self.c_attn.weight, precision=PRECISION)  # gpt2.linnet:38
-        t_1 = t + self.c_attn.bias  # gpt2.linnet:38
-        q, k, v = t_1[:, :, :16], t_1[:, :, 16:32], t_1[:, :, 32:48]  # gpt2.linnet:38
+        c_attn = t + self.c_attn.bias  # gpt2.linnet:38
+        q, k, v = c_attn[:, :, :16], c_attn[:, :, 16:32], c_attn[:, :, 32:48]  # gpt2.linnet:38
         heads_1 = self.heads(q)  # gpt2.linnet:39
         heads_2 = self.heads(k)  # gpt2.linnet:39
         heads_3 = self.heads(v)  # gpt2.linnet:39
@@ -161,8 +161,8 @@ class GPT2Attention(Module):
         out = jnp.einsum("kst,ktd->ksd", probs.reshape(2 * B, 1 * S, 16), t_1, precision=PRECISION).reshape(B, 2, S, 8)  # [B, 2, S, 8] gpt2.linnet:56
         t_2 = jnp.swapaxes(out, 1, 2).reshape(B, S, 16)  # [B, S, 16] gpt2.linnet:57
         t_3 = jnp.matmul(t_2, self.c_proj.weight, precision=PRECISION)  # gpt2.linnet:57
-        t_4 = t_3 + self.c_proj.bias  # gpt2.linnet:57
-        return t_4
+        c_proj = t_3 + self.c_proj.bias  # gpt2.linnet:57
+        return c_proj
 
 
 class GPT2MLP(Module):
@@ -178,11 +178,11 @@ class GPT2MLP(Module):
     def forward(self, x):
         """f32[B, S, 16] -> f32[B, S, 16] (gpt2.linnet:65)"""
         t = jnp.matmul(x, self.c_fc.weight, precision=PRECISION)  # gpt2.linnet:66
-        t_1 = t + self.c_fc.bias  # gpt2.linnet:66
-        gelu_tanh_1 = gelu_tanh(t_1)  # gpt2.linnet:68
-        t_2 = jnp.matmul(gelu_tanh_1, self.c_proj.weight, precision=PRECISION)  # gpt2.linnet:68
-        t_3 = t_2 + self.c_proj.bias  # gpt2.linnet:68
-        return t_3
+        h = t + self.c_fc.bias  # gpt2.linnet:66
+        gelu_tanh_1 = gelu_tanh(h)  # gpt2.linnet:68
+        t_1 = jnp.matmul(gelu_tanh_1, self.c_proj.weight, precision=PRECISION)  # gpt2.linnet:68
+        c_proj = t_1 + self.c_proj.bias  # gpt2.linnet:68
+        return c_proj
 
 
 class GPT2Block(Module):
@@ -203,26 +203,26 @@ class GPT2Block(Module):
     def forward(self, h, mask):
         """f32[B, S, 16], bool[B, S, S] -> f32[B, S, 16] (gpt2.linnet:82)"""
         layer_norm_1 = layer_norm(h, self.ln_1.weight)  # gpt2.linnet:83
-        t = layer_norm_1 + self.ln_1.bias  # gpt2.linnet:83
-        attn = self.attn.forward(t, mask)  # gpt2.linnet:83
+        ln_1 = layer_norm_1 + self.ln_1.bias  # gpt2.linnet:83
+        attn = self.attn.forward(ln_1, mask)  # gpt2.linnet:83
         x = h + attn  # gpt2.linnet:83
         layer_norm_2 = layer_norm(x, self.ln_2.weight)  # gpt2.linnet:84
-        t_1 = layer_norm_2 + self.ln_2.bias  # gpt2.linnet:84
-        mlp = self.mlp.forward(t_1)  # gpt2.linnet:84
-        t_2 = x + mlp  # gpt2.linnet:84
-        return t_2
+        ln_2 = layer_norm_2 + self.ln_2.bias  # gpt2.linnet:84
+        mlp = self.mlp.forward(ln_2)  # gpt2.linnet:84
+        t = x + mlp  # gpt2.linnet:84
+        return t
 
     def step(self, h, mask, positions, rows):
         """f32[B, S, 16], bool[B, S, 16], i64[B], i64[B] -> f32[B, S, 16] (gpt2.linnet:87)"""
         layer_norm_1 = layer_norm(h, self.ln_1.weight)  # gpt2.linnet:88
-        t = layer_norm_1 + self.ln_1.bias  # gpt2.linnet:88
-        attn = self.attn.step(t, mask, positions, rows)  # gpt2.linnet:88
+        ln_1 = layer_norm_1 + self.ln_1.bias  # gpt2.linnet:88
+        attn = self.attn.step(ln_1, mask, positions, rows)  # gpt2.linnet:88
         x = h + attn  # gpt2.linnet:88
         layer_norm_2 = layer_norm(x, self.ln_2.weight)  # gpt2.linnet:89
-        t_1 = layer_norm_2 + self.ln_2.bias  # gpt2.linnet:89
-        mlp = self.mlp.forward(t_1)  # gpt2.linnet:89
-        t_2 = x + mlp  # gpt2.linnet:89
-        return t_2
+        ln_2 = layer_norm_2 + self.ln_2.bias  # gpt2.linnet:89
+        mlp = self.mlp.forward(ln_2)  # gpt2.linnet:89
+        t = x + mlp  # gpt2.linnet:89
+        return t
 
 
 class GPT2Model(Module):
@@ -245,15 +245,15 @@ class GPT2Model(Module):
         t = lax.iota(jnp.int64, S)  # gpt2.linnet:100
         t_1 = jnp.expand_dims(t, 0)  # [1, S] gpt2.linnet:100
         position_ids = jnp.broadcast_to(t_1, (B, S))  # [B, S] gpt2.linnet:100
-        t_2 = jnp.take(self.wte.weight, input_ids, axis=0, mode='clip')  # gpt2.linnet:101
-        t_3 = jnp.take(self.wpe.weight, position_ids, axis=0, mode='clip')  # gpt2.linnet:101
-        x = t_2 + t_3  # gpt2.linnet:101
+        wte = jnp.take(self.wte.weight, input_ids, axis=0, mode='clip')  # gpt2.linnet:101
+        wpe = jnp.take(self.wpe.weight, position_ids, axis=0, mode='clip')  # gpt2.linnet:101
+        x = wte + wpe  # gpt2.linnet:101
         mask = causal_mask(position_ids, t)  # gpt2.linnet:102
         for block in self.h:  # gpt2.linnet:103
             x = block.forward(x, mask)  # gpt2.linnet:104
         layer_norm_1 = layer_norm(x, self.ln_f.weight)  # gpt2.linnet:106
-        t_4 = layer_norm_1 + self.ln_f.bias  # gpt2.linnet:106
-        return t_4
+        ln_f = layer_norm_1 + self.ln_f.bias  # gpt2.linnet:106
+        return ln_f
 
     def step(self, input_ids, positions, rows):
         """i64[B, S], i64[B], i64[B] -> f32[B, S, 16] (gpt2.linnet:109)"""
@@ -261,16 +261,16 @@ class GPT2Model(Module):
         t = jnp.expand_dims(positions, 1)  # [B, 1] gpt2.linnet:110
         t_1 = lax.iota(jnp.int64, S)  # gpt2.linnet:110
         position_ids = t + t_1  # gpt2.linnet:110
-        t_2 = jnp.take(self.wte.weight, input_ids, axis=0, mode='clip')  # gpt2.linnet:111
-        t_3 = jnp.take(self.wpe.weight, position_ids, axis=0, mode='clip')  # gpt2.linnet:111
-        x = t_2 + t_3  # gpt2.linnet:111
-        t_4 = lax.iota(jnp.int64, 16)  # gpt2.linnet:112
-        mask = causal_mask_2(position_ids, t_4)  # gpt2.linnet:112
+        wte = jnp.take(self.wte.weight, input_ids, axis=0, mode='clip')  # gpt2.linnet:111
+        wpe = jnp.take(self.wpe.weight, position_ids, axis=0, mode='clip')  # gpt2.linnet:111
+        x = wte + wpe  # gpt2.linnet:111
+        t_2 = lax.iota(jnp.int64, 16)  # gpt2.linnet:112
+        mask = causal_mask_2(position_ids, t_2)  # gpt2.linnet:112
         for block in self.h:  # gpt2.linnet:113
             x = block.step(x, mask, positions, rows)  # gpt2.linnet:114
         layer_norm_1 = layer_norm(x, self.ln_f.weight)  # gpt2.linnet:116
-        t_5 = layer_norm_1 + self.ln_f.bias  # gpt2.linnet:116
-        return t_5
+        ln_f = layer_norm_1 + self.ln_f.bias  # gpt2.linnet:116
+        return ln_f
 
 
 class GPT2LMHeadModel(Module):

@@ -138,14 +138,14 @@ class GPT2Attention(Module):
         out = probs @ v  # [B, 2, S, 8] gpt2.linnet:48
         t = out.transpose(1, 2).reshape(B, S, 16)  # [B, S, 16] gpt2.linnet:49
         t_1 = t @ self.c_proj.weight  # gpt2.linnet:49
-        t_2 = t_1 + self.c_proj.bias  # gpt2.linnet:49
-        return t_2
+        c_proj = t_1 + self.c_proj.bias  # gpt2.linnet:49
+        return c_proj
 
     def project(self, x):
         """f32[B, S, 16] -> f32[B, 2, S, 8], f32[B, 2, S, 8], f32[B, 2, S, 8] (gpt2.linnet:37)"""
         t = x @ self.c_attn.weight  # gpt2.linnet:38
-        t_1 = t + self.c_attn.bias  # gpt2.linnet:38
-        q, k, v = torch.split(t_1, [16, 16, 16], dim=-1)  # gpt2.linnet:38
+        c_attn = t + self.c_attn.bias  # gpt2.linnet:38
+        q, k, v = torch.split(c_attn, [16, 16, 16], dim=-1)  # gpt2.linnet:38
         heads_1 = self.heads(q)  # gpt2.linnet:39
         heads_2 = self.heads(k)  # gpt2.linnet:39
         heads_3 = self.heads(v)  # gpt2.linnet:39
@@ -178,8 +178,8 @@ class GPT2Attention(Module):
         out = probs @ v_used  # [B, 2, S, 8] gpt2.linnet:56
         t_2 = out.transpose(1, 2).reshape(B, S, 16)  # [B, S, 16] gpt2.linnet:57
         t_3 = t_2 @ self.c_proj.weight  # gpt2.linnet:57
-        t_4 = t_3 + self.c_proj.bias  # gpt2.linnet:57
-        return t_4
+        c_proj = t_3 + self.c_proj.bias  # gpt2.linnet:57
+        return c_proj
 
 
 class GPT2MLP(Module):
@@ -195,11 +195,11 @@ class GPT2MLP(Module):
     def forward(self, x):
         """f32[B, S, 16] -> f32[B, S, 16] (gpt2.linnet:65)"""
         t = x @ self.c_fc.weight  # gpt2.linnet:66
-        t_1 = t + self.c_fc.bias  # gpt2.linnet:66
-        gelu_tanh_1 = gelu_tanh(t_1)  # gpt2.linnet:68
-        t_2 = gelu_tanh_1 @ self.c_proj.weight  # gpt2.linnet:68
-        t_3 = t_2 + self.c_proj.bias  # gpt2.linnet:68
-        return t_3
+        h = t + self.c_fc.bias  # gpt2.linnet:66
+        gelu_tanh_1 = gelu_tanh(h)  # gpt2.linnet:68
+        t_1 = gelu_tanh_1 @ self.c_proj.weight  # gpt2.linnet:68
+        c_proj = t_1 + self.c_proj.bias  # gpt2.linnet:68
+        return c_proj
 
 
 class GPT2Block(Module):
@@ -220,26 +220,26 @@ class GPT2Block(Module):
     def forward(self, h, mask):
         """f32[B, S, 16], bool[B, S, S] -> f32[B, S, 16] (gpt2.linnet:82)"""
         layer_norm = F.layer_norm(h, (16,), self.ln_1.weight, None, 1e-05)  # [B, S, 16] gpt2.linnet:83
-        t = layer_norm + self.ln_1.bias  # gpt2.linnet:83
-        attn = self.attn.forward(t, mask)  # gpt2.linnet:83
+        ln_1 = layer_norm + self.ln_1.bias  # gpt2.linnet:83
+        attn = self.attn.forward(ln_1, mask)  # gpt2.linnet:83
         x = h + attn  # gpt2.linnet:83
         layer_norm_1 = F.layer_norm(x, (16,), self.ln_2.weight, None, 1e-05)  # [B, S, 16] gpt2.linnet:84
-        t_1 = layer_norm_1 + self.ln_2.bias  # gpt2.linnet:84
-        mlp = self.mlp.forward(t_1)  # gpt2.linnet:84
-        t_2 = x + mlp  # gpt2.linnet:84
-        return t_2
+        ln_2 = layer_norm_1 + self.ln_2.bias  # gpt2.linnet:84
+        mlp = self.mlp.forward(ln_2)  # gpt2.linnet:84
+        t = x + mlp  # gpt2.linnet:84
+        return t
 
     def step(self, h, mask, positions, rows):
         """f32[B, S, 16], bool[B, S, 16], i64[B], i64[B] -> f32[B, S, 16] (gpt2.linnet:87)"""
         layer_norm = F.layer_norm(h, (16,), self.ln_1.weight, None, 1e-05)  # [B, S, 16] gpt2.linnet:88
-        t = layer_norm + self.ln_1.bias  # gpt2.linnet:88
-        attn = self.attn.step(t, mask, positions, rows)  # gpt2.linnet:88
+        ln_1 = layer_norm + self.ln_1.bias  # gpt2.linnet:88
+        attn = self.attn.step(ln_1, mask, positions, rows)  # gpt2.linnet:88
         x = h + attn  # gpt2.linnet:88
         layer_norm_1 = F.layer_norm(x, (16,), self.ln_2.weight, None, 1e-05)  # [B, S, 16] gpt2.linnet:89
-        t_1 = layer_norm_1 + self.ln_2.bias  # gpt2.linnet:89
-        mlp = self.mlp.forward(t_1)  # gpt2.linnet:89
-        t_2 = x + mlp  # gpt2.linnet:89
-        return t_2
+        ln_2 = layer_norm_1 + self.ln_2.bias  # gpt2.linnet:89
+        mlp = self.mlp.forward(ln_2)  # gpt2.linnet:89
+        t = x + mlp  # gpt2.linnet:89
+        return t
 
 
 class GPT2Model(Module):
@@ -263,15 +263,15 @@ class GPT2Model(Module):
         t = torch.arange(S, device=device)  # gpt2.linnet:100
         t_1 = t.unsqueeze(0)  # [1, S] gpt2.linnet:100
         position_ids = t_1.expand(B, S)  # [B, S] gpt2.linnet:100
-        t_2 = F.embedding(input_ids, self.wte.weight)  # gpt2.linnet:101
-        t_3 = F.embedding(position_ids, self.wpe.weight)  # gpt2.linnet:101
-        x = t_2 + t_3  # gpt2.linnet:101
+        wte = F.embedding(input_ids, self.wte.weight)  # gpt2.linnet:101
+        wpe = F.embedding(position_ids, self.wpe.weight)  # gpt2.linnet:101
+        x = wte + wpe  # gpt2.linnet:101
         mask = causal_mask(position_ids, t)  # gpt2.linnet:102
         for block in self.h:  # gpt2.linnet:103
             x = block.forward(x, mask)  # gpt2.linnet:104
         layer_norm = F.layer_norm(x, (16,), self.ln_f.weight, None, 1e-05)  # [B, S, 16] gpt2.linnet:106
-        t_4 = layer_norm + self.ln_f.bias  # gpt2.linnet:106
-        return t_4
+        ln_f = layer_norm + self.ln_f.bias  # gpt2.linnet:106
+        return ln_f
 
     def step(self, input_ids, positions, rows):
         """i64[B, S], i64[B], i64[B] -> f32[B, S, 16] (gpt2.linnet:109)"""
@@ -280,16 +280,16 @@ class GPT2Model(Module):
         t = positions.unsqueeze(1)  # [B, 1] gpt2.linnet:110
         t_1 = torch.arange(S, device=device)  # gpt2.linnet:110
         position_ids = t + t_1  # gpt2.linnet:110
-        t_2 = F.embedding(input_ids, self.wte.weight)  # gpt2.linnet:111
-        t_3 = F.embedding(position_ids, self.wpe.weight)  # gpt2.linnet:111
-        x = t_2 + t_3  # gpt2.linnet:111
-        t_4 = torch.arange(16, device=device)  # gpt2.linnet:112
-        mask = causal_mask_2(position_ids, t_4)  # gpt2.linnet:112
+        wte = F.embedding(input_ids, self.wte.weight)  # gpt2.linnet:111
+        wpe = F.embedding(position_ids, self.wpe.weight)  # gpt2.linnet:111
+        x = wte + wpe  # gpt2.linnet:111
+        t_2 = torch.arange(16, device=device)  # gpt2.linnet:112
+        mask = causal_mask_2(position_ids, t_2)  # gpt2.linnet:112
         for block in self.h:  # gpt2.linnet:113
             x = block.step(x, mask, positions, rows)  # gpt2.linnet:114
         layer_norm = F.layer_norm(x, (16,), self.ln_f.weight, None, 1e-05)  # [B, S, 16] gpt2.linnet:116
-        t_5 = layer_norm + self.ln_f.bias  # gpt2.linnet:116
-        return t_5
+        ln_f = layer_norm + self.ln_f.bias  # gpt2.linnet:116
+        return ln_f
 
 
 class GPT2LMHeadModel(Module):

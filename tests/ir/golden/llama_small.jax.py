@@ -149,17 +149,17 @@ class LlamaAttention(Module):
         probs = jax.nn.softmax(scores.astype(jnp.float32), axis=-1).astype(jnp.float32)
         out = jnp.matmul(probs.reshape(B, 2, 2 * S, S), v, precision=PRECISION).reshape(B, 4, S, 8)  # [B, 4, S, 8] llama.linnet:86
         t = jnp.swapaxes(out, 1, 2).reshape(B, S, 32)  # [B, S, 32] llama.linnet:87
-        y = jnp.einsum("...i,oi->...o", t, self.o_proj.weight, precision=PRECISION)  # llama.linnet:87
-        return y
+        o_proj = jnp.einsum("...i,oi->...o", t, self.o_proj.weight, precision=PRECISION)  # llama.linnet:87
+        return o_proj
 
     def project(self, x, cos, sin):
         """f32[B, S, 32], f32[B, S, 8], f32[B, S, 8] -> f32[B, 4, S, 8], f32[B, 2, S, 8], f32[B, 2, S, 8] (llama.linnet:72)"""
         B, S = x.shape[:2]
         q_k_v = jnp.einsum("...i,oi->...o", x, getattr(self, '{q,k,v}_proj').weight, precision=PRECISION)  # llama.linnet:77
-        y, y_1, y_2 = q_k_v[:, :, :32], q_k_v[:, :, 32:48], q_k_v[:, :, 48:64]  # llama.linnet:77
-        q = jnp.swapaxes(y.reshape(B, S, 4, 8), 1, 2)  # [B, 4, S, 8] llama.linnet:77
-        k = jnp.swapaxes(y_1.reshape(B, S, 2, 8), 1, 2)  # [B, 2, S, 8] llama.linnet:78
-        v = jnp.swapaxes(y_2.reshape(B, S, 2, 8), 1, 2)  # [B, 2, S, 8] llama.linnet:79
+        q_proj, k_proj, v_proj = q_k_v[:, :, :32], q_k_v[:, :, 32:48], q_k_v[:, :, 48:64]  # llama.linnet:77
+        q = jnp.swapaxes(q_proj.reshape(B, S, 4, 8), 1, 2)  # [B, 4, S, 8] llama.linnet:77
+        k = jnp.swapaxes(k_proj.reshape(B, S, 2, 8), 1, 2)  # [B, 2, S, 8] llama.linnet:78
+        v = jnp.swapaxes(v_proj.reshape(B, S, 2, 8), 1, 2)  # [B, 2, S, 8] llama.linnet:79
         apply_rope_1 = apply_rope(q, cos, sin)  # llama.linnet:80
         apply_rope_2 = apply_rope(k, cos, sin)  # llama.linnet:80
         return apply_rope_1, apply_rope_2, v
@@ -178,8 +178,8 @@ class LlamaAttention(Module):
         probs = jax.nn.softmax(scores.astype(jnp.float32), axis=-1).astype(jnp.float32)
         out = jnp.einsum("kst,ktd->ksd", probs.reshape(2 * B, 2 * S, 16), t_1, precision=PRECISION).reshape(B, 4, S, 8)  # [B, 4, S, 8] llama.linnet:96
         t_2 = jnp.swapaxes(out, 1, 2).reshape(B, S, 32)  # [B, S, 32] llama.linnet:97
-        y = jnp.einsum("...i,oi->...o", t_2, self.o_proj.weight, precision=PRECISION)  # llama.linnet:97
-        return y
+        o_proj = jnp.einsum("...i,oi->...o", t_2, self.o_proj.weight, precision=PRECISION)  # llama.linnet:97
+        return o_proj
 
 
 class LlamaMLP(Module):
@@ -193,11 +193,11 @@ class LlamaMLP(Module):
     def forward(self, x):
         """f32[B, S, 32] -> f32[B, S, 32] (llama.linnet:56)"""
         gate_up = jnp.einsum("...i,oi->...o", x, getattr(self, '{gate,up}_proj').weight, precision=PRECISION)  # llama.linnet:57
-        y, y_1 = gate_up[:, :, :64], gate_up[:, :, 64:128]  # llama.linnet:57
-        silu = jax.nn.silu(y)  # [B, S, 64] llama.linnet:57
-        t = silu * y_1  # llama.linnet:57
-        y_2 = jnp.einsum("...i,oi->...o", t, self.down_proj.weight, precision=PRECISION)  # llama.linnet:57
-        return y_2
+        gate_proj, up_proj = gate_up[:, :, :64], gate_up[:, :, 64:128]  # llama.linnet:57
+        silu = jax.nn.silu(gate_proj)  # [B, S, 64] llama.linnet:57
+        t = silu * up_proj  # llama.linnet:57
+        down_proj = jnp.einsum("...i,oi->...o", t, self.down_proj.weight, precision=PRECISION)  # llama.linnet:57
+        return down_proj
 
 
 class LlamaDecoderLayer(Module):
@@ -215,21 +215,21 @@ class LlamaDecoderLayer(Module):
 
     def forward(self, h, cos, sin, mask):
         """f32[B, S, 32], f32[B, S, 8], f32[B, S, 8], bool[B, S, S] -> f32[B, S, 32] (llama.linnet:108)"""
-        rms_norm_1 = rms_norm(h, self.input_layernorm.weight)  # llama.linnet:109
-        self_attn = self.self_attn.forward(rms_norm_1, cos, sin, mask)  # llama.linnet:109
+        input_layernorm = rms_norm(h, self.input_layernorm.weight)  # llama.linnet:109
+        self_attn = self.self_attn.forward(input_layernorm, cos, sin, mask)  # llama.linnet:109
         x = h + self_attn  # llama.linnet:109
-        rms_norm_2 = rms_norm(x, self.post_attention_layernorm.weight)  # llama.linnet:110
-        mlp = self.mlp.forward(rms_norm_2)  # llama.linnet:110
+        post_attention_layernorm = rms_norm(x, self.post_attention_layernorm.weight)  # llama.linnet:110
+        mlp = self.mlp.forward(post_attention_layernorm)  # llama.linnet:110
         t = x + mlp  # llama.linnet:110
         return t
 
     def step(self, h, cos, sin, mask, positions, rows):
         """f32[B, S, 32], f32[B, S, 8], f32[B, S, 8], bool[B, S, 16], i64[B], i64[B] -> f32[B, S, 32] (llama.linnet:113)"""
-        rms_norm_1 = rms_norm(h, self.input_layernorm.weight)  # llama.linnet:114
-        self_attn = self.self_attn.step(rms_norm_1, cos, sin, mask, positions, rows)  # llama.linnet:114
+        input_layernorm = rms_norm(h, self.input_layernorm.weight)  # llama.linnet:114
+        self_attn = self.self_attn.step(input_layernorm, cos, sin, mask, positions, rows)  # llama.linnet:114
         x = h + self_attn  # llama.linnet:114
-        rms_norm_2 = rms_norm(x, self.post_attention_layernorm.weight)  # llama.linnet:115
-        mlp = self.mlp.forward(rms_norm_2)  # llama.linnet:115
+        post_attention_layernorm = rms_norm(x, self.post_attention_layernorm.weight)  # llama.linnet:115
+        mlp = self.mlp.forward(post_attention_layernorm)  # llama.linnet:115
         t = x + mlp  # llama.linnet:115
         return t
 
@@ -249,16 +249,16 @@ class LlamaModel(Module):
     def forward(self, input_ids):
         """i64[B, S] -> f32[B, S, 32] (llama.linnet:131)"""
         B, S = input_ids.shape
-        t = jnp.take(self.embed_tokens.weight, input_ids, axis=0, mode='clip')  # llama.linnet:132
-        t_1 = lax.iota(jnp.int64, S)  # llama.linnet:133
-        t_2 = jnp.expand_dims(t_1, 0)  # [1, S] llama.linnet:133
-        position_ids = jnp.broadcast_to(t_2, (B, S))  # [B, S] llama.linnet:133
+        h = jnp.take(self.embed_tokens.weight, input_ids, axis=0, mode='clip')  # llama.linnet:132
+        t = lax.iota(jnp.int64, S)  # llama.linnet:133
+        t_1 = jnp.expand_dims(t, 0)  # [1, S] llama.linnet:133
+        position_ids = jnp.broadcast_to(t_1, (B, S))  # [B, S] llama.linnet:133
         cos, sin = self.rotary(position_ids)  # llama.linnet:134
-        mask = causal_mask(position_ids, t_1)  # llama.linnet:135
+        mask = causal_mask(position_ids, t)  # llama.linnet:135
         for layer in self.layers:  # llama.linnet:136
-            t = layer.forward(t, cos, sin, mask)  # llama.linnet:137
-        rms_norm_1 = rms_norm(t, self.norm.weight)  # llama.linnet:139
-        return rms_norm_1
+            h = layer.forward(h, cos, sin, mask)  # llama.linnet:137
+        norm = rms_norm(h, self.norm.weight)  # llama.linnet:139
+        return norm
 
     def rotary(self, position_ids):
         """i64[B, S] -> f32[B, S, 8], f32[B, S, 8] (llama.linnet:126)"""
@@ -269,17 +269,17 @@ class LlamaModel(Module):
     def step(self, input_ids, positions, rows):
         """i64[B, S], i64[B], i64[B] -> f32[B, S, 32] (llama.linnet:142)"""
         S = input_ids.shape[1]
-        t = jnp.take(self.embed_tokens.weight, input_ids, axis=0, mode='clip')  # llama.linnet:143
-        t_1 = jnp.expand_dims(positions, 1)  # [B, 1] llama.linnet:144
-        t_2 = lax.iota(jnp.int64, S)  # llama.linnet:144
-        position_ids = t_1 + t_2  # llama.linnet:144
+        h = jnp.take(self.embed_tokens.weight, input_ids, axis=0, mode='clip')  # llama.linnet:143
+        t = jnp.expand_dims(positions, 1)  # [B, 1] llama.linnet:144
+        t_1 = lax.iota(jnp.int64, S)  # llama.linnet:144
+        position_ids = t + t_1  # llama.linnet:144
         cos, sin = self.rotary(position_ids)  # llama.linnet:145
-        t_3 = lax.iota(jnp.int64, 16)  # llama.linnet:146
-        mask = causal_mask_2(position_ids, t_3)  # llama.linnet:146
+        t_2 = lax.iota(jnp.int64, 16)  # llama.linnet:146
+        mask = causal_mask_2(position_ids, t_2)  # llama.linnet:146
         for layer in self.layers:  # llama.linnet:147
-            t = layer.step(t, cos, sin, mask, positions, rows)  # llama.linnet:148
-        rms_norm_1 = rms_norm(t, self.norm.weight)  # llama.linnet:150
-        return rms_norm_1
+            h = layer.step(h, cos, sin, mask, positions, rows)  # llama.linnet:148
+        norm = rms_norm(h, self.norm.weight)  # llama.linnet:150
+        return norm
 
 
 class LlamaForCausalLM(Module):
@@ -308,8 +308,8 @@ class LlamaForCausalLM(Module):
 
     def logits(self, h):
         """logits(h: [..., c.hidden_size]) -> [..., c.vocab_size] (llama.linnet:173)"""
-        y = jnp.einsum("...i,oi->...o", h, self.lm_head.weight, precision=PRECISION)  # llama.linnet:177
-        return y
+        lm_head = jnp.einsum("...i,oi->...o", h, self.lm_head.weight, precision=PRECISION)  # llama.linnet:177
+        return lm_head
 
 
 # Weights of linear layers that share an input, concatenated along the output dim: the key

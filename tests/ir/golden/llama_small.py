@@ -172,21 +172,21 @@ class LlamaAttention(Module):
         scores = q.reshape(B, 2, 2 * S, 8) @ k.transpose(-2, -1)  # 2 heads per KV head
         scores = scores.reshape(B, 4, S, S) * 0.3535533905932738
         scores = scores.masked_fill_(~mask.unsqueeze(1), torch.finfo(torch.float32).min)
-        probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(torch.float32)
+        probs = torch.softmax(scores, dim=-1)
         out = (probs.reshape(B, 2, 2 * S, S) @ v).reshape(B, 4, S, 8)  # [B, 4, S, 8] llama.linnet:86
         t = out.transpose(1, 2).reshape(B, S, 32)  # [B, S, 32] llama.linnet:87
-        y = F.linear(t, self.o_proj.weight)  # llama.linnet:87
-        return y
+        o_proj = F.linear(t, self.o_proj.weight)  # llama.linnet:87
+        return o_proj
 
     def project(self, x, cos, sin):
         """f32[B, S, 32], f32[B, S, 8], f32[B, S, 8] -> f32[B, 4, S, 8], f32[B, 2, S, 8], f32[B, 2, S, 8] (llama.linnet:72)"""
         B, S = x.shape[:2]
-        y = F.linear(x, self.q_proj.weight)  # llama.linnet:77
-        q = y.reshape(B, S, 4, 8).transpose(1, 2)  # [B, 4, S, 8] llama.linnet:77
-        y_1 = F.linear(x, self.k_proj.weight)  # llama.linnet:78
-        k = y_1.reshape(B, S, 2, 8).transpose(1, 2)  # [B, 2, S, 8] llama.linnet:78
-        y_2 = F.linear(x, self.v_proj.weight)  # llama.linnet:79
-        v = y_2.reshape(B, S, 2, 8).transpose(1, 2)  # [B, 2, S, 8] llama.linnet:79
+        q_proj = F.linear(x, self.q_proj.weight)  # llama.linnet:77
+        q = q_proj.reshape(B, S, 4, 8).transpose(1, 2)  # [B, 4, S, 8] llama.linnet:77
+        k_proj = F.linear(x, self.k_proj.weight)  # llama.linnet:78
+        k = k_proj.reshape(B, S, 2, 8).transpose(1, 2)  # [B, 2, S, 8] llama.linnet:78
+        v_proj = F.linear(x, self.v_proj.weight)  # llama.linnet:79
+        v = v_proj.reshape(B, S, 2, 8).transpose(1, 2)  # [B, 2, S, 8] llama.linnet:79
         apply_rope_1 = apply_rope(q, cos, sin)  # llama.linnet:80
         apply_rope_2 = apply_rope(k, cos, sin)  # llama.linnet:80
         return apply_rope_1, apply_rope_2, v
@@ -209,11 +209,11 @@ class LlamaAttention(Module):
         scores = q.reshape(B, 2, 2 * S, 8) @ k_used.transpose(-2, -1)  # 2 heads per KV head
         scores = scores.reshape(B, 4, S, keys) * 0.3535533905932738
         scores = scores.masked_fill_(~mask_used.unsqueeze(1), torch.finfo(torch.float32).min)
-        probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(torch.float32)
+        probs = torch.softmax(scores, dim=-1)
         out = (probs.reshape(B, 2, 2 * S, keys) @ v_used).reshape(B, 4, S, 8)  # [B, 4, S, 8] llama.linnet:96
         t_2 = out.transpose(1, 2).reshape(B, S, 32)  # [B, S, 32] llama.linnet:97
-        y = F.linear(t_2, self.o_proj.weight)  # llama.linnet:97
-        return y
+        o_proj = F.linear(t_2, self.o_proj.weight)  # llama.linnet:97
+        return o_proj
 
 
 class LlamaMLP(Module):
@@ -227,12 +227,12 @@ class LlamaMLP(Module):
 
     def forward(self, x):
         """f32[B, S, 32] -> f32[B, S, 32] (llama.linnet:56)"""
-        y = F.linear(x, self.gate_proj.weight)  # llama.linnet:57
-        silu = F.silu(y)  # [B, S, 64] llama.linnet:57
-        y_1 = F.linear(x, self.up_proj.weight)  # llama.linnet:57
-        t = silu * y_1  # llama.linnet:57
-        y_2 = F.linear(t, self.down_proj.weight)  # llama.linnet:57
-        return y_2
+        gate_proj = F.linear(x, self.gate_proj.weight)  # llama.linnet:57
+        silu = F.silu(gate_proj)  # [B, S, 64] llama.linnet:57
+        up_proj = F.linear(x, self.up_proj.weight)  # llama.linnet:57
+        t = silu * up_proj  # llama.linnet:57
+        down_proj = F.linear(t, self.down_proj.weight)  # llama.linnet:57
+        return down_proj
 
 
 class LlamaDecoderLayer(Module):
@@ -250,21 +250,21 @@ class LlamaDecoderLayer(Module):
 
     def forward(self, h, cos, sin, mask):
         """f32[B, S, 32], f32[B, S, 8], f32[B, S, 8], bool[B, S, S] -> f32[B, S, 32] (llama.linnet:108)"""
-        rms_norm_1 = rms_norm(h, self.input_layernorm.weight)  # llama.linnet:109
-        self_attn = self.self_attn.forward(rms_norm_1, cos, sin, mask)  # llama.linnet:109
+        input_layernorm = rms_norm(h, self.input_layernorm.weight)  # llama.linnet:109
+        self_attn = self.self_attn.forward(input_layernorm, cos, sin, mask)  # llama.linnet:109
         x = h + self_attn  # llama.linnet:109
-        rms_norm_2 = rms_norm(x, self.post_attention_layernorm.weight)  # llama.linnet:110
-        mlp = self.mlp.forward(rms_norm_2)  # llama.linnet:110
+        post_attention_layernorm = rms_norm(x, self.post_attention_layernorm.weight)  # llama.linnet:110
+        mlp = self.mlp.forward(post_attention_layernorm)  # llama.linnet:110
         t = x + mlp  # llama.linnet:110
         return t
 
     def step(self, h, cos, sin, mask, positions, rows):
         """f32[B, S, 32], f32[B, S, 8], f32[B, S, 8], bool[B, S, 16], i64[B], i64[B] -> f32[B, S, 32] (llama.linnet:113)"""
-        rms_norm_1 = rms_norm(h, self.input_layernorm.weight)  # llama.linnet:114
-        self_attn = self.self_attn.step(rms_norm_1, cos, sin, mask, positions, rows)  # llama.linnet:114
+        input_layernorm = rms_norm(h, self.input_layernorm.weight)  # llama.linnet:114
+        self_attn = self.self_attn.step(input_layernorm, cos, sin, mask, positions, rows)  # llama.linnet:114
         x = h + self_attn  # llama.linnet:114
-        rms_norm_2 = rms_norm(x, self.post_attention_layernorm.weight)  # llama.linnet:115
-        mlp = self.mlp.forward(rms_norm_2)  # llama.linnet:115
+        post_attention_layernorm = rms_norm(x, self.post_attention_layernorm.weight)  # llama.linnet:115
+        mlp = self.mlp.forward(post_attention_layernorm)  # llama.linnet:115
         t = x + mlp  # llama.linnet:115
         return t
 
@@ -285,16 +285,16 @@ class LlamaModel(Module):
         """i64[B, S] -> f32[B, S, 32] (llama.linnet:131)"""
         B, S = input_ids.shape
         device = input_ids.device
-        t = F.embedding(input_ids, self.embed_tokens.weight)  # llama.linnet:132
-        t_1 = torch.arange(S, device=device)  # llama.linnet:133
-        t_2 = t_1.unsqueeze(0)  # [1, S] llama.linnet:133
-        position_ids = t_2.expand(B, S)  # [B, S] llama.linnet:133
+        h = F.embedding(input_ids, self.embed_tokens.weight)  # llama.linnet:132
+        t = torch.arange(S, device=device)  # llama.linnet:133
+        t_1 = t.unsqueeze(0)  # [1, S] llama.linnet:133
+        position_ids = t_1.expand(B, S)  # [B, S] llama.linnet:133
         cos, sin = self.rotary(position_ids)  # llama.linnet:134
-        mask = causal_mask(position_ids, t_1)  # llama.linnet:135
+        mask = causal_mask(position_ids, t)  # llama.linnet:135
         for layer in self.layers:  # llama.linnet:136
-            t = layer.forward(t, cos, sin, mask)  # llama.linnet:137
-        rms_norm_1 = rms_norm(t, self.norm.weight)  # llama.linnet:139
-        return rms_norm_1
+            h = layer.forward(h, cos, sin, mask)  # llama.linnet:137
+        norm = rms_norm(h, self.norm.weight)  # llama.linnet:139
+        return norm
 
     def rotary(self, position_ids):
         """i64[B, S] -> f32[B, S, 8], f32[B, S, 8] (llama.linnet:126)"""
@@ -307,17 +307,17 @@ class LlamaModel(Module):
         """i64[B, S], i64[B], i64[B] -> f32[B, S, 32] (llama.linnet:142)"""
         S = input_ids.shape[1]
         device = input_ids.device
-        t = F.embedding(input_ids, self.embed_tokens.weight)  # llama.linnet:143
-        t_1 = positions.unsqueeze(1)  # [B, 1] llama.linnet:144
-        t_2 = torch.arange(S, device=device)  # llama.linnet:144
-        position_ids = t_1 + t_2  # llama.linnet:144
+        h = F.embedding(input_ids, self.embed_tokens.weight)  # llama.linnet:143
+        t = positions.unsqueeze(1)  # [B, 1] llama.linnet:144
+        t_1 = torch.arange(S, device=device)  # llama.linnet:144
+        position_ids = t + t_1  # llama.linnet:144
         cos, sin = self.rotary(position_ids)  # llama.linnet:145
-        t_3 = torch.arange(16, device=device)  # llama.linnet:146
-        mask = causal_mask_2(position_ids, t_3)  # llama.linnet:146
+        t_2 = torch.arange(16, device=device)  # llama.linnet:146
+        mask = causal_mask_2(position_ids, t_2)  # llama.linnet:146
         for layer in self.layers:  # llama.linnet:147
-            t = layer.step(t, cos, sin, mask, positions, rows)  # llama.linnet:148
-        rms_norm_1 = rms_norm(t, self.norm.weight)  # llama.linnet:150
-        return rms_norm_1
+            h = layer.step(h, cos, sin, mask, positions, rows)  # llama.linnet:148
+        norm = rms_norm(h, self.norm.weight)  # llama.linnet:150
+        return norm
 
 
 class LlamaForCausalLM(Module):
@@ -346,5 +346,5 @@ class LlamaForCausalLM(Module):
 
     def logits(self, h):
         """logits(h: [..., c.hidden_size]) -> [..., c.vocab_size] (llama.linnet:173)"""
-        y = F.linear(h, self.lm_head.weight)  # llama.linnet:177
-        return y
+        lm_head = F.linear(h, self.lm_head.weight)  # llama.linnet:177
+        return lm_head

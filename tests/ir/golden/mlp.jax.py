@@ -69,11 +69,11 @@ class Mlp(Module):
     def forward(self, x):
         """f32[B, 8] -> f32[B, 2] (mlp.linnet:18)"""
         y = jnp.einsum("...i,oi->...o", x, self.fc1.weight, precision=PRECISION)  # mlp.linnet:19
-        t = y + self.fc1.bias  # mlp.linnet:19
-        h = jax.nn.gelu(t, approximate=False)  # [B, 32] mlp.linnet:19
+        fc1 = y + self.fc1.bias  # mlp.linnet:19
+        h = jax.nn.gelu(fc1, approximate=False)  # [B, 32] mlp.linnet:19
         y_1 = jnp.einsum("...i,oi->...o", h, self.fc2.weight, precision=PRECISION)  # mlp.linnet:20
-        t_1 = y_1 + self.fc2.bias  # mlp.linnet:20
-        return t_1
+        fc2 = y_1 + self.fc2.bias  # mlp.linnet:20
+        return fc2
 
 
 # Weights of linear layers that share an input, concatenated along the output dim: the key

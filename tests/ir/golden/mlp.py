@@ -96,8 +96,8 @@ class Mlp(Module):
     def forward(self, x):
         """f32[B, 8] -> f32[B, 2] (mlp.linnet:18)"""
         y = F.linear(x, self.fc1.weight)  # mlp.linnet:19
-        t = y + self.fc1.bias  # mlp.linnet:19
-        h = F.gelu(t)  # [B, 32] mlp.linnet:19
+        fc1 = y + self.fc1.bias  # mlp.linnet:19
+        h = F.gelu(fc1)  # [B, 32] mlp.linnet:19
         y_1 = F.linear(h, self.fc2.weight)  # mlp.linnet:20
-        t_1 = y_1 + self.fc2.bias  # mlp.linnet:20
-        return t_1
+        fc2 = y_1 + self.fc2.bias  # mlp.linnet:20
+        return fc2
