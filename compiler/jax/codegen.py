@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Callable
 
 from linnet.ir import render
-from linnet.ir.core import Op, Program, Value
+from linnet.ir.core import Op, Program, Value, body_ops
 from linnet.ir.fusion import fused_key, fused_names, split_fused_key
 from linnet.ir.pipeline import NUMERICS, PassOptions, prepare
 from linnet.ir.render import (
@@ -530,7 +530,7 @@ class JaxModule(ModuleWriter):
         p = self.program
         keys = "".join(f"\n    {t.key!r}," for t in p.param_transforms)
         out = ["", "", FUSE_WEIGHTS.replace("[\n    KEYS\n]", f"[{keys}\n]" if keys else "[]")]
-        if any(op.attrs.get("layout") == "flat" and op.name == "cache_write" for g in p.graphs() for op in _ops(g)):
+        if any(op.attrs.get("layout") == "flat" and op.name == "cache_write" for g in p.graphs() for op in body_ops(g)):
             out += ["", "", WRITE_CACHE]
         for name, g in p.entries.items():
             args = [v.name for v in g.inputs]
@@ -548,13 +548,6 @@ class JaxModule(ModuleWriter):
                 else "    return out",
             ]
         return out
-
-
-def _ops(g):
-    for op in g.ops:
-        yield op
-        if op.body is not None:
-            yield from _ops(op.body)
 
 
 def generate(program: Program, numerics: str = "equivalent") -> str:

@@ -43,7 +43,7 @@ import numpy as np
 import onnx_ir as ir
 
 from linnet.errors import CodegenError
-from linnet.ir.core import Graph, Op, Program, Value
+from linnet.ir.core import Graph, Op, Program, Value, body_ops
 from linnet.ir.pipeline import PassOptions, prepare
 from linnet.ops.rearrange import rearrange_plan
 from linnet.types.core import DType
@@ -892,8 +892,8 @@ def lower_entry(
         inputs.append(iv)
     for dim, (i, axis) in g.dim_sources.items():
         L.dim_sources[dim] = L.op("Shape", [inputs[i]], {"start": axis, "end": axis + 1}, hint=dim)
-    read = {op.attrs["path"] for op in _all_ops(g) if op.name == "param"}
-    used_state = {op.attrs["path"] for op in _all_ops(g) if op.name == "state"}
+    read = {op.attrs["path"] for op in body_ops(g) if op.name == "param"}
+    used_state = {op.attrs["path"] for op in body_ops(g) if op.name == "state"}
     fused = {t.key: t for t in prepared.param_transforms if t.key in read}
     used_params = read | {s for t in fused.values() for s in t.sources}
     initializers: list[ir.Value] = []
@@ -988,13 +988,6 @@ def _one_row_cache(op: Op) -> bool:
     if op.args["dim"] % x.rank != 0 or x.dims[0].as_int() != 1 or x.producer is None:
         return False
     return x.producer.name in ("state", "cache_write") and op.result.dims[1:] == x.dims[1:]
-
-
-def _all_ops(g: Graph):
-    for op in g.ops:
-        yield op
-        if op.body is not None:
-            yield from _all_ops(op.body)
 
 
 def to_proto(model: ir.Model):

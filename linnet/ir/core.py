@@ -180,6 +180,14 @@ class Graph:
                 op.body.name_values()
 
 
+def body_ops(g: Graph):
+    """The ops of `g` and of its composites' and loops' bodies, depth first (not its callees)."""
+    for op in g.ops:
+        yield op
+        if op.body is not None:
+            yield from body_ops(op.body)
+
+
 def walk_ops(g: Graph, seen: set[int] | None = None):
     """Every op `g` runs: its own, composites' and loops' bodies, and the callees of its
     calls (each callee once)."""

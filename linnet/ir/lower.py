@@ -47,7 +47,17 @@ from ..syntax.items import Item
 from ..types.core import WORK, ConfigT, DType, NoneT, ScalarT, TensorT, TupleT, Type
 from ..types.dims import Atom, Dim, DivisionError, divide, floor_divide, remainder, var
 from ..types.scalars import ScalarError, arithmetic, compare
-from .core import LOOP_INDEX, Graph, ModuleClass, Op, TensorSpec, Value, format_tensor_type, tensor_type
+from .core import (
+    LOOP_INDEX,
+    Graph,
+    ModuleClass,
+    Op,
+    TensorSpec,
+    Value,
+    body_ops,
+    format_tensor_type,
+    tensor_type,
+)
 
 # A floor quotient's or remainder's atom, recomputed from its operands when they get values.
 _DIVISIONS = {"//": floor_divide, "%": remainder}
@@ -341,7 +351,7 @@ class Lowering:
                 for a in d.atoms():
                     if a.kind == "var":
                         used.setdefault(a.name, a)
-        for op in _graph_ops(graph):
+        for op in body_ops(graph):
             for d in _arg_dims(op.args):
                 for a in d.atoms():
                     if a.kind == "var":
@@ -1377,17 +1387,9 @@ def _as_kind(value, checked: Type):
     return value
 
 
-def _graph_ops(g: Graph):
-    """The ops of `g` and of its composites' and loops' bodies."""
-    for op in g.ops:
-        yield op
-        if op.body is not None:
-            yield from _graph_ops(op.body)
-
-
 def _graph_values(g: Graph):
     yield from g.inputs
-    for op in _graph_ops(g):
+    for op in body_ops(g):
         yield from op.results
 
 

@@ -28,7 +28,7 @@ from typing import Any, Callable, ClassVar
 from ..errors import CodegenError
 from ..types.core import DType
 from ..types.dims import Dim, format_dim
-from .core import Graph, Op, Program, Value, format_tensor_type
+from .core import Graph, Op, Program, Value, body_ops, format_tensor_type
 
 
 class RenderError(CodegenError):
@@ -76,14 +76,6 @@ def np_dtype_name(v) -> str:
     return {"float64": "f64", "float32": "f32", "float16": "f16", "int64": "i64", "int32": "i32", "bool": "bool"}[
         str(v.dtype)
     ]
-
-
-def all_ops(g: Graph):
-    """The ops of `g`, composites' and loops' bodies included (depth first)."""
-    for op in g.ops:
-        yield op
-        if op.body is not None:
-            yield from all_ops(op.body)
 
 
 RESHAPING = ("reshape", "rearrange", "expand", "permute", "transpose", "squeeze", "unsqueeze", "concat", "split")
@@ -364,7 +356,7 @@ def callee_needs_device(e: GraphEmitter, g: Graph) -> bool:
 
 
 def _makes_tensors(g: Graph) -> bool:
-    return any(op.name in ("arange", "full", "zeros", "ones", "min_value", "const") for op in all_ops(g))
+    return any(op.name in ("arange", "full", "zeros", "ones", "min_value", "const") for op in body_ops(g))
 
 
 class Helpers:
