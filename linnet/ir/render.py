@@ -293,7 +293,8 @@ class GraphEmitter:
 
     def loop_lines(self, op: Op) -> list[str]:
         """`for layer in self.layers:` with the body inside; a carried value keeps its name
-        (`h = layer.step(h, ...)`), copied first when the enclosing graph reads it after the loop."""
+        (`h = layer.step(h, ...)`), copied first when the enclosing graph reads it after the loop
+        or the body reads its value before the loop too."""
         body = op.body
         carried, captured = op.args["carried"], op.args["captured"]
         items = self.receiver(op.attrs["list"] + ".")
@@ -301,9 +302,10 @@ class GraphEmitter:
         self.receivers[f"{op.attrs['list']}.{op.attrs['index']}."] = var
         later = self._read_after(op)
         lines, names = [], []
+        also_captured = {id(v) for v in captured}  # `let x = h; for ... { h = l(h) + x }`
         for outer, inner, result in zip(carried, body.inputs, op.results):
             name = self.r(outer)
-            if id(outer) in later or not _IDENTIFIER.match(name):
+            if id(outer) in later or id(outer) in also_captured or not _IDENTIFIER.match(name):
                 copy = self.fresh(result.hint or result.name)
                 lines.append(f"{copy} = {name}")
                 name = copy

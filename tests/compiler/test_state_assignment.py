@@ -60,3 +60,19 @@ def test_an_entry_returning_another_shape_than_declared_is_a_located_error():
     message = r"loop_shape.linnet:\d+:\d+: `forward` returns f32\[B, 1\] under this config, but declares f32\[B, 4\]"
     with pytest.raises(ProgramError, match=message):
         build(FIXTURES / "loop_shape.linnet", config={"n": 1})
+
+
+@pytest.mark.parametrize("backend", ["torch", "jax"])
+def test_a_loop_body_reading_its_carried_value_from_before_the_loop(backend):
+    """`let first = h; for ... { h = layer(h) + first }`: the generated loop rebinds `h`, so
+    `first` must stay its own variable (the interpreter runs the unrolled program)."""
+    import linnet
+
+    pytest.importorskip("torch" if backend == "torch" else "jax")
+    pytest.importorskip("torch")
+    x = np.random.default_rng(0).standard_normal((2, 4)).astype(np.float32)
+    load = lambda b: linnet.load(
+        FIXTURES / "loop_reads_its_start.linnet", backend=b, random_weights=True, progress=False
+    )  # noqa: E731
+    reference = load("torch-interpret").run("forward", x)[0]
+    np.testing.assert_allclose(load(backend).run("forward", x)[0], reference, rtol=1e-6, atol=1e-6)
