@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import linecache
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
@@ -54,7 +54,6 @@ class JaxProgram:
     numerics: str
     source: str
     namespace: dict = field(repr=False)
-    constants: dict[str, Any] = field(default_factory=dict, repr=False)
     fused: dict[str, list[str]] = field(default_factory=dict)  # fused weight key -> checkpoint names
 
     def stateful(self, name: str) -> bool:

@@ -48,6 +48,17 @@ from ..types.core import DType, Shape, TensorT
 from ..types.dims import Dim, format_dim
 
 LOOP_INDEX = "{i%d}"  # the placeholder for a loop's index in receiver paths (`layers.{i0}.`)
+LOOP_PLACEHOLDER = re.compile(r"\{i(\d+)\}")
+
+
+def substitute_indices(path: str, indices: dict[str, str]) -> str:
+    """`path` with each loop placeholder (`{i0}`) that `indices` maps replaced by its value."""
+    return LOOP_PLACEHOLDER.sub(lambda m: indices.get(m.group(0), m.group(0)), path)
+
+
+def shift_indices(path: str, by: int) -> str:
+    """A callee's loop placeholders renumbered past the `by` loops enclosing its call."""
+    return LOOP_PLACEHOLDER.sub(lambda m: LOOP_INDEX % (int(m.group(1)) + by), path) if by else path
 
 
 @dataclass(eq=False)
@@ -301,7 +312,7 @@ class Program:
         out: set[str] = set()
 
         def visit(g: Graph, prefix: str, indices: dict[str, str]) -> None:
-            sub = lambda path: prefix + re.sub(r"\{i\d+\}", lambda m: indices.get(m.group(0), m.group(0)), path)  # noqa: E731
+            sub = lambda path: prefix + substitute_indices(path, indices)  # noqa: E731
             out.update(sub(path) for path in g.state_updates)
             for op in g.ops:
                 if op.name == "call" and op.writes:

@@ -21,9 +21,7 @@ import re
 from collections import Counter
 
 from ..types.dims import Dim
-from .core import Graph, Op, ParamTransform, Program, Value, tensor_type
-
-_INDEX = re.compile(r"\{i\d+\}")
+from .core import LOOP_PLACEHOLDER, Graph, Op, ParamTransform, Program, Value, tensor_type
 
 
 def recognize_linear(program: Program) -> None:
@@ -123,7 +121,7 @@ def _groups(g: Graph):
             and w.producer.name == "param"
             and uses[id(w)] == 1
             and w.dims[0].as_int() is not None
-            and not set("{},") & set(_INDEX.sub("", w.producer.attrs["path"]))
+            and not set("{},") & set(LOOP_PLACEHOLDER.sub("", w.producer.attrs["path"]))
         ):
             by_input.setdefault(id(op.args["x"]), []).append(op)
     for ops in by_input.values():
@@ -247,7 +245,7 @@ def _param_reads(program: Program, where) -> Counter:
 
 def _expand(path: str, program: Program) -> list[str]:
     """A path with loop placeholders as every concrete path it stands for."""
-    m = _INDEX.search(path)
+    m = LOOP_PLACEHOLDER.search(path)
     if m is None:
         return [path]
     head = path[: m.start()].rstrip(".")

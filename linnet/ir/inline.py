@@ -19,14 +19,11 @@ so that a state read after an inlined write reads the written value, and an entr
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .core import LOOP_INDEX, Graph, Op, Program, Value
+from .core import LOOP_INDEX, Graph, Op, Program, Value, shift_indices, substitute_indices
 from .passes import drop_unused_functions, optimize
-
-_PLACEHOLDER = re.compile(r"\{i(\d+)\}")
 
 
 @dataclass
@@ -153,7 +150,7 @@ class Rebuilder:
         callee = self.callee(op.attrs["fn"])
         receiver = op.attrs["receiver"]
         prefix = self.path(receiver, s) if receiver is not None else None
-        writes = [(prefix or "") + _shifted(w, s.depth) for w in sorted(callee.written_state())]
+        writes = [(prefix or "") + shift_indices(w, s.depth) for w in sorted(callee.written_state())]
         updates = [(prefix or "") + w for w in callee.state_updates]
         attrs = dict(op.attrs, receiver=prefix, writes=writes, updates=updates)
         copy = Op("call", self.args(op.args, s), [], attrs, origin=op.origin, callee=callee)
@@ -203,7 +200,7 @@ class Rebuilder:
     # ----- helpers
     def path(self, path: str, s: _Scope, prefixed: bool = True) -> str:
         """A source path as the copy names it: placeholders mapped, prefixed with the scope's."""
-        path = _PLACEHOLDER.sub(lambda m: s.indices.get(m.group(0), m.group(0)), path)
+        path = substitute_indices(path, s.indices)
         return s.prefix + path if prefixed else path
 
     def args(self, args, s: _Scope):
@@ -304,13 +301,6 @@ def _rebuilt(program: Program, inline: Callable[[Op], bool], unroll: bool) -> Pr
     for g in out.graphs():
         g.name_values()
     return out
-
-
-def _shifted(path: str, depth: int) -> str:
-    """A callee's loop placeholders renumbered past the `depth` loops enclosing its call."""
-    if not depth:
-        return path
-    return _PLACEHOLDER.sub(lambda m: LOOP_INDEX % (int(m.group(1)) + depth), path)
 
 
 def _state_hint(path: str) -> str:

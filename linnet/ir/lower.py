@@ -56,6 +56,7 @@ from .core import (
     Value,
     body_ops,
     format_tensor_type,
+    shift_indices,
     tensor_type,
 )
 
@@ -1175,7 +1176,7 @@ class Lowering:
         """A `call` of `graph` with the tensor arguments of `args`; the callee's state writes,
         prefixed with its receiver, become the caller's (their new values follow the outputs)."""
         prefix = ref.inst.path if ref.inst is not None else None
-        shift = lambda w: _shift_indices(w, self._loop_depth)  # noqa: E731
+        shift = lambda w: shift_indices(w, self._loop_depth)  # noqa: E731
         writes = [(prefix or "") + shift(w) for w in sorted(graph.written_state())]
         updates = [(prefix or "") + w for w in graph.state_updates]
         op_args = {p.name.id: args[p.name.id] for p in ref.fn.params if isinstance(args[p.name.id], Value)}
@@ -1342,15 +1343,6 @@ def _fresh_key(taken: dict, name: str) -> str:
 def _identifier_path(name: str) -> str:
     """`LlamaAttention.step` as a key usable in IR text and generated code (dots kept)."""
     return "".join(ch if ch.isalnum() or ch in "._" else "_" for ch in name)
-
-
-def _shift_indices(path: str, by: int) -> str:
-    """A callee's loop placeholders (`{i0}`) renumbered past the caller's `by` enclosing loops."""
-    if not by or "{" not in path:
-        return path
-    import re
-
-    return re.sub(r"\{i(\d+)\}", lambda m: LOOP_INDEX % (int(m.group(1)) + by), path)
 
 
 def _assigned(block: A.Block) -> list[A.Name]:

@@ -80,7 +80,6 @@ def np_dtype_name(v) -> str:
 
 RESHAPING = ("reshape", "rearrange", "expand", "permute", "transpose", "squeeze", "unsqueeze", "concat", "split")
 _IDENTIFIER = re.compile(r"^[A-Za-z_]\w*$")
-_PLACEHOLDER = re.compile(r"\{i\d+\}")
 
 
 def member_chain(base: str, path: str) -> str:

@@ -76,3 +76,27 @@ def test_a_loop_body_reading_its_carried_value_from_before_the_loop(backend):
     )  # noqa: E731
     reference = load("torch-interpret").run("forward", x)[0]
     np.testing.assert_allclose(load(backend).run("forward", x)[0], reference, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("backend", ["torch", "jax", "xla", "onnxruntime"])
+def test_nested_loops_over_modules_with_caches_agree_with_the_interpreter(backend):
+    """Two rows of a cache, prefill then decode then the other row, through loops inside loops."""
+    import linnet
+
+    pytest.importorskip("torch")
+    pytest.importorskip({"torch": "torch", "onnxruntime": "onnxruntime"}.get(backend, "jax"))
+    steps = [([[1, 2, 3]], [0], [1]), ([[4]], [3], [1]), ([[5]], [0], [0])]
+
+    def run(b):
+        model = linnet.load(
+            FIXTURES / "nested_loops.linnet",
+            backend=b,
+            random_weights=True,
+            progress=False,
+            max_positions=8,
+            max_batch=2,
+        )
+        return [model.run("step", *(np.array(a) for a in args))[0] for args in steps]
+
+    for ours, ref in zip(run(backend), run("torch-interpret")):
+        np.testing.assert_allclose(ours, ref, rtol=1e-6, atol=1e-6 * float(np.abs(ref).max()))
