@@ -24,6 +24,7 @@ import numpy as np
 
 from linnet.errors import LoadError, SourceError
 from linnet.ir.build import (
+    ConfigLayer,
     SourceInfo,
     bind_config,
     check_source,
@@ -103,8 +104,15 @@ def prepare(
         notes: list[str] = []
         if weights is not None:
             checkpoint = open_checkpoint(weights)
-            ckpt_config = _drop_unset(info, checkpoint.config)
-            info = bind_config(info, ckpt_config, config or {}, labels=(f"{weights} config", "--config"))
+            ckpt_config = ConfigLayer(_drop_unset(info, checkpoint.config), f"{weights} config")
+            if checkpoint.format == "hf":  # errors point at the key in config.json
+                config_json = Path(checkpoint.path) / "config.json"
+                ckpt_config.label = str(config_json)
+                try:
+                    ckpt_config.text, ckpt_config.path = config_json.read_text(encoding="utf-8"), str(config_json)
+                except (OSError, UnicodeDecodeError):
+                    pass  # read when the checkpoint opened; gone since: errors show the values
+            info = bind_config(info, ckpt_config, config or {}, labels=("", "--config"))
         else:
             info = bind_config(info, config or {}, labels=("--config",))
         notes += info.notes

@@ -11,14 +11,20 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, SourceError
+from ..semantics.attributes import inert_keys
+from ..semantics.diagnostics import Diagnostic, LocatedLabel
 from ..semantics.program import Analysis, Document
 from ..semantics.render import render_text
+from ..semantics.suggest import closest
 from ..syntax import ast as A
+from ..syntax.items import Location
+from ..syntax.positions import LineIndex
 from ..types.core import DTYPES
 from .core import Program
 from .inline import inline_calls, layer_calls
@@ -27,15 +33,58 @@ from .passes import optimize_program
 from .verify import VerifyError, verify_program
 
 BOUND_PRESET = "linnet_loaded"
-# Keys of a checkpoint's config.json that describe the file, not the model: ignored silently.
+# Keys transformers writes into the config.json of every model (PretrainedConfig's own attributes and the file's
+# bookkeeping). They describe the file, the tokenizer, task heads or generation defaults, never the outputs of the
+# model a source describes, so loading skips them for every source. A model's own keys that do not change its
+# computation (dropout rates, `initializer_range`, `use_cache`) are listed by its config's `@inert(...)`; any other
+# key a config does not declare is refused (L503): ignoring it could be silently wrong.
 METADATA_KEYS = frozenset(
     {
-        "architectures", "model_type", "torch_dtype", "dtype", "transformers_version", "bos_token_id",
-        "eos_token_id", "pad_token_id", "sep_token_id", "unk_token_id", "decoder_start_token_id", "_name_or_path",
-        "use_cache", "quantization_config", "auto_map", "task_specific_params", "id2label", "label2id",
-        "output_attentions", "output_hidden_states", "return_dict", "gradient_checkpointing",
+        # the file: what wrote it, which classes read it, the stored dtype
+        "architectures", "model_type", "transformers_version", "torch_dtype", "dtype", "_name_or_path",
+        "_commit_hash", "_attn_implementation", "_attn_implementation_autoset", "auto_map", "transformers.js_config",
+        # what a transformers forward returns besides the outputs, and training switches
+        "output_attentions", "output_hidden_states", "return_dict", "torchscript", "gradient_checkpointing",
+        # the feed-forward chunked over positions: the same values (`apply_chunking_to_forward`)
+        "chunk_size_feed_forward",
+        # the tokenizer's special tokens and class (generation's stop tokens come from the tokenizer files)
+        "bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "unk_token_id", "decoder_start_token_id",
+        "tokenizer_class", "prefix",
+        # task heads and pipelines (a source describes the base model or its LM head)
+        "id2label", "label2id", "num_labels", "problem_type", "finetuning_task", "task_specific_params",
+        # generation defaults transformers 4 wrote into config.json; `linnet generate` takes its own from flags
+        "max_length", "min_length", "do_sample", "early_stopping", "num_beams", "num_beam_groups",
+        "diversity_penalty", "temperature", "top_k", "top_p", "typical_p", "repetition_penalty", "length_penalty",
+        "no_repeat_ngram_size", "encoder_no_repeat_ngram_size", "bad_words_ids", "num_return_sequences",
+        "output_scores", "return_dict_in_generate", "forced_bos_token_id", "forced_eos_token_id",
+        "remove_invalid_values", "exponential_decay_length_penalty", "suppress_tokens", "begin_suppress_tokens",
     }
 )  # fmt: skip
+
+
+@dataclass
+class ConfigLayer:
+    """Config values laid over a source's preset (ARCHITECTURE.md, "Configuration precedence").
+
+    values: field name -> Python value (nested dicts for config-typed fields).
+    label: what they are, for messages (`"llama-dir/config.json"`, `"--config"`).
+    path, text: the file they were read from (a config.json), where errors point; without them
+        errors point into the values written as JSON under `label`.
+    checkpoint: a checkpoint's config, whose keys may also be bookkeeping (METADATA_KEYS) or
+        declared inert by the source (`@inert`), both skipped; `--config` values must be fields.
+    """
+
+    values: dict[str, Any]
+    label: str
+    path: str | None = None
+    text: str | None = None
+    checkpoint: bool = True
+
+    def where(self) -> tuple[str, str]:
+        """(path, text) errors about these values point into."""
+        if self.path is not None and self.text is not None:
+            return self.path, self.text
+        return self.label, json.dumps(self.values, indent=2, default=str) + "\n"
 
 
 # The source does not check, or cannot be lowered under the requested config: the message holds
@@ -80,15 +129,35 @@ def _names_a_path(text: str) -> bool:
 def check_source(path: str, text: str, preset: str | None = None) -> SourceInfo:
     """Check a source and find its root model and config type. Raises ProgramError."""
     analysis = Document(path, text).analyze(preset)
+    _raise_errors(analysis, f"{path} has errors:")
+    return _source_info(path, text, analysis, preset)
+
+
+def _raise_errors(analysis: Analysis, header: str, relocate=None, extra_texts: dict[str, str] | None = None) -> None:
+    """Raise ProgramError with the analysis's errors rendered, if it has any; `relocate` maps each
+    Diagnostic first (onto the config.json a bound value came from), `extra_texts` are the
+    texts of the files it points into besides the analysed ones."""
     errors = [d for d in analysis.diagnostics if d.severity == "error"]
-    if errors:
-        texts = {path: text}
-        for std_path in analysis.document.std.paths() if analysis.document.std else []:
-            texts[std_path] = Path(std_path).read_text(encoding="utf-8")
-        for doc in analysis.namespaces.files if analysis.namespaces is not None else []:
-            texts.setdefault(doc.source.path, doc.text)  # files it imports
-        rendered = "\n\n".join(render_text(d, texts.get) for d in errors)
-        raise ProgramError(f"{path} has errors:\n{rendered}")
+    if not errors:
+        return
+    if relocate is not None:
+        errors = [relocate(d) for d in errors]
+    texts = {**_source_texts(analysis), **(extra_texts or {})}
+    rendered = "\n\n".join(render_text(d, texts.get) for d in errors)
+    raise ProgramError(f"{header}\n{rendered}")
+
+
+def _source_texts(analysis: Analysis) -> dict[str, str]:
+    """path -> text of every file an analysis read: the document, the standard library, imports."""
+    texts = {analysis.document.source.path: analysis.document.source.text}
+    for std_path in analysis.document.std.paths() if analysis.document.std else []:
+        texts[std_path] = Path(std_path).read_text(encoding="utf-8")
+    for doc in analysis.namespaces.files if analysis.namespaces is not None else []:
+        texts.setdefault(doc.source.path, doc.text)  # files it imports
+    return texts
+
+
+def _source_info(path: str, text: str, analysis: Analysis, preset: str | None) -> SourceInfo:
     if analysis.model is None:
         raise ProgramError(f"{path} declares no root `model` to load")
     mdef: A.ModuleDef = analysis.model.ast
@@ -111,75 +180,222 @@ def preset_weights(info: SourceInfo, preset: str | None) -> str | None:
     return None
 
 
-def bind_config(info: SourceInfo, *overrides: dict[str, Any], labels: tuple[str, ...] = ()) -> SourceInfo:
-    """Check the source again under the preset overridden by `overrides` (later wins; each a
-    dict of field name -> Python value, nested dicts for config-typed fields). Unknown keys
-    are skipped with a note in the result's `notes`. Raises ProgramError when the merged
-    config does not check."""
-    if not any(overrides):
+def bind_config(info: SourceInfo, *overrides: dict[str, Any] | ConfigLayer, labels: tuple[str, ...] = ()) -> SourceInfo:
+    """Check the source again under its preset overridden by `overrides` (later wins; each a
+    `ConfigLayer`, or a dict of field name -> Python value labelled by `labels`, a "--config" label
+    making it command-line values).
+
+    Every key must be a field of the source's config (nested dicts: of the field's config type),
+    and is then checked against the field's type (a one-value type such as `hidden_act: "silu"`
+    refuses any other value); a checkpoint's keys may also be bookkeeping (METADATA_KEYS) or
+    declared inert by the config's `@inert(...)`, and are skipped. Raises ConfigError (L503 for an
+    undeclared key, L401 for a value of the wrong kind) and ProgramError when the merged config
+    does not check; each points at the key in its config.json (or the `--config` values) and at
+    the field's declaration in the source."""
+    layers = []
+    for i, o in enumerate(overrides):
+        name = labels[i] if i < len(labels) else "overrides"
+        layers.append(o if isinstance(o, ConfigLayer) else ConfigLayer(o, name, checkpoint=name != "--config"))
+    if not any(layer.values for layer in layers):
         return info
-    globals_ = info.analysis.globals
-    notes: list[str] = []
-    inits: dict[str, str] = {}
+    binder = _Binder(info)
     if info.preset is not None:
         item = next(i for i in info.analysis.document.items if i.kind == "preset" and i.name == info.preset)
         for f in item.ast.value.fields:
-            inits[f.name.id] = item.text[f.value.span.start : f.value.span.end]
-    for i, values in enumerate(overrides):
-        label = labels[i] if i < len(labels) else "overrides"
-        for key, value in values.items():
-            if key in METADATA_KEYS and label != "--config":
-                continue
-            text = _literal(globals_, info.config_type, key, value, notes, label)
-            if text is not None:
-                inits[key] = text
-    body = "".join(f"    {k} = {v},\n" for k, v in inits.items())
-    text = info.text.rstrip("\n") + f"\n\npreset {BOUND_PRESET} = {info.config_type} {{\n{body}}}\n"
-    bound = check_source(info.path, text, BOUND_PRESET)
-    bound.notes = notes
-    bound.label = f"{info.preset or 'defaults'} + {' + '.join(lab for lab, o in zip(labels, overrides) if o)}"
+            if isinstance(f, A.FieldInit):
+                value = item.text[f.value.span.start : f.value.span.end]
+                binder.inits[f.name.id] = (value, [], item.resolve(f.span), binder.declaration(f.name.id))
+    for layer in layers:
+        binder.bind(layer)
+    if binder.refused:
+        texts = {**_source_texts(info.analysis), **dict(layer.where() for layer in layers)}
+        raise ConfigError("\n\n".join(render_text(d, texts.get) for d in binder.refused))
+    prefix = info.text.rstrip("\n") + f"\n\npreset {BOUND_PRESET} = {info.config_type} {{\n"
+    body, marks = [], []
+    offset = len(prefix)
+    for key, (value, sub_marks, where, decl) in binder.inits.items():
+        line = f"    {key} = {value},\n"
+        start = offset + 4 + len(key) + 3
+        marks.append((offset, offset + len(line), where, decl))
+        marks += [(start + a, start + b, w, d) for a, b, w, d in sub_marks]
+        body.append(line)
+        offset += len(line)
+    text = prefix + "".join(body) + "}\n"
+    label = f"{info.preset or 'defaults'} + {' + '.join(layer.label for layer in layers if layer.values)}"
+    analysis = Document(info.path, text).analyze(BOUND_PRESET)
+    _raise_errors(
+        analysis,
+        f"{info.path} does not check under the loaded config ({label}):",
+        relocate=lambda d: _relocated(d, info.path, len(info.text.rstrip("\n")), marks, label),
+        extra_texts=dict(layer.where() for layer in layers),
+    )
+    bound = _source_info(info.path, text, analysis, BOUND_PRESET)
+    bound.label = label
     return bound
 
 
-def _literal(globals_, config_type: str, key: str, value: Any, notes: list[str], label: str, site=None) -> str | None:
-    """`value` as Linnet source for field `key` of the config that item `site`'s file (default:
-    the loaded file) calls `config_type`."""
-    item = globals_(config_type, site)
-    fdef = None
-    for f in item.ast.fields:
-        if isinstance(f, A.ConfigField) and f.name.id == key:
-            fdef = f
-    if fdef is None:
-        notes.append(f"{label}: `{key}` is not a field of `{config_type}`; ignored")
-        return None
-    t = fdef.type
+class _Binder:
+    """Turns config layers into Linnet source for the bound preset: `inits[key]` = (value text,
+    marks inside it, where the value came from, the field's declaration); `refused` collects
+    diagnostics for undeclared keys and values of the wrong kind."""
+
+    def __init__(self, info: SourceInfo):
+        self.info = info
+        self.globals = info.analysis.globals
+        self.inits: dict[str, tuple[str, list, Location]] = {}
+        self.refused: list[Diagnostic] = []
+
+    def declaration(self, key: str) -> Location | None:
+        """Where field `key` of the source's config is declared."""
+        item = self.globals(self.info.config_type)
+        fdef = next((f for f in item.ast.fields if isinstance(f, A.ConfigField) and f.name.id == key), None)
+        return item.resolve(fdef.span) if fdef is not None else None
+
+    def bind(self, layer: ConfigLayer) -> None:
+        item = self.globals(self.info.config_type)
+        for key, value in layer.values.items():
+            found = self._value(layer, item, (key,), value)
+            if found is not None:
+                self.inits[key] = found
+
+    def _value(self, layer: ConfigLayer, item, keys: tuple[str, ...], value: Any):
+        """(Linnet text of `value` for field `keys[-1]` of config `item`, marks, location,
+        declaration), or None when the key is skipped or refused."""
+        key = keys[-1]
+        cdef: A.ConfigDef = item.ast
+        fields = {f.name.id: f for f in cdef.fields if isinstance(f, A.ConfigField)}
+        fdef = fields.get(key)
+        at = _key_location(layer, keys)
+        if fdef is None:
+            if layer.checkpoint and ((len(keys) == 1 and key in METADATA_KEYS) or key in inert_keys(cdef)):
+                return None
+            self._refuse_unknown(layer, item, keys, sorted(fields), at)
+            return None
+        decl = item.resolve(fdef.span)
+        t = fdef.type
+        try:
+            if isinstance(value, dict) and isinstance(t, A.NamedType) and self.globals(t.name.id, item) is not None:
+                record = self.globals(t.name.id, item)
+                parts, marks, length = [], [], len(t.name.id) + 3
+                for k, v in value.items():
+                    found = self._value(layer, record, keys + (k,), v)
+                    if found is None:
+                        continue
+                    text, _, where, sub_decl = found
+                    part = f"{k} = {text}"
+                    marks.append((length, length + len(part), where, sub_decl))
+                    parts.append(part)
+                    length += len(part) + 2
+                return f"{t.name.id} {{ {', '.join(parts)} }}", marks, at, decl
+            return _literal(t, value), [], at, decl
+        except ValueError as err:
+            self.refused.append(
+                _diagnostic(
+                    "L401",
+                    f"`{'.'.join(keys)}` {err} in `{cdef.name.id}`, got {json.dumps(value, default=str)}",
+                    at,
+                    [LocatedLabel(decl, "declared here")],
+                )
+            )
+            return None
+
+    def _refuse_unknown(self, layer: ConfigLayer, item, keys: tuple[str, ...], fields: list[str], at: Location) -> None:
+        name = item.ast.name.id
+        dotted = ".".join(keys)
+        hint = closest(keys[-1], fields)
+        notes = [f"did you mean `{hint}`?"] if hint else []
+        if layer.checkpoint:
+            notes.append(
+                "Linnet refuses keys whose effect it cannot tell: ignoring one that changes the computation would "
+                f"be silently wrong; if `{keys[-1]}` does not, add it to `@inert(...)` on `config {name}`"
+            )
+            what = f"nor a key `{name}` declares inert"
+        else:
+            what = "so it cannot be set"
+        self.refused.append(
+            _diagnostic(
+                "L503",
+                f"`{dotted}` in {layer.label} is not a field of `{name}`, {what}",
+                at,
+                [LocatedLabel(item.resolve(item.ast.name.span), f"`config {name}` is declared here")],
+                notes,
+            )
+        )
+
+
+def _literal(t: A.Type, value: Any) -> str:
+    """`value` as Linnet source for a field of type `t`. Raises ValueError("is a bool") when it is
+    of the wrong kind; a value outside a literal type is written as it is, for the checker to
+    report on the field."""
     if value is None:
         return "none"
+    if isinstance(t, A.LiteralType) and t.kind == "bool":
+        t = A.NamedType(t.span, A.Name(t.span, "bool"))
     if isinstance(t, A.LiteralType) or (isinstance(t, A.NamedType) and t.name.id == "str"):
-        return json.dumps(str(value))
+        if not isinstance(value, str):
+            raise ValueError("is a str")
+        return json.dumps(value)
     name = t.name.id if isinstance(t, A.NamedType) else None
     if name == "bool":
         if not isinstance(value, bool) and value not in (0, 1):  # `--config tied=no` is not true
-            raise ConfigError(f"{label}: `{key}` is a bool in `{config_type}`, got {value!r}")
+            raise ValueError("is a bool")
         return "true" if value else "false"
     if name == "int":
         if isinstance(value, float) and value.is_integer():
             value = int(value)
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{label}: `{key}` is an int in `{config_type}`, got {value!r}")
+            raise ValueError("is an int")
         return str(value)
     if name == "float":
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise ConfigError(f"{label}: `{key}` is a float in `{config_type}`, got {value!r}")
+            raise ValueError("is a float")
         return repr(float(value))
-    if isinstance(value, dict) and name is not None and globals_(name, item) is not None:
-        parts = []
-        for k, v in value.items():
-            text = _literal(globals_, name, k, v, notes, f"{label} `{key}`", item)
-            if text is not None:
-                parts.append(f"{k} = {text}")
-        return f"{name} {{ {', '.join(parts)} }}"
-    raise ConfigError(f"{label}: cannot use {value!r} for `{key}` of `{config_type}`")
+    raise ValueError(f"is a `{name}` record" if name else "cannot take this value")
+
+
+def _key_location(layer: ConfigLayer, keys: tuple[str, ...]) -> Location:
+    """Where key path `keys` is written in the layer's file: the quoted key of each level in turn
+    (`"rope_scaling"`, then `"factor"` after it); the file's start if it is not found."""
+    path, text = layer.where()
+    start, span = 0, (0, 0)
+    for key in keys:
+        m = re.compile(r'"%s"\s*:' % re.escape(key)).search(text, start)
+        if m is None:
+            break
+        span, start = (m.start(), m.start() + len(key) + 2), m.end()
+    index = LineIndex(text)
+    return Location(path, index.position(span[0]), index.position(span[1]))
+
+
+def _diagnostic(code: str, message: str, at: Location, labels=(), notes=()) -> Diagnostic:
+    return Diagnostic(code, "error", message, at, labels=tuple(labels), notes=tuple(notes))
+
+
+def _relocated(d: Diagnostic, path: str, source_end: int, marks, label: str) -> Diagnostic:
+    """`d` with every place inside the bound preset (offsets past `source_end` of `path`) moved to
+    where its value came from: the key in config.json or `--config`, or the preset's field; the
+    primary place also gets a label on the field's declaration, and "preset `linnet_loaded`" in
+    the notes reads as the loaded config."""
+
+    def origin(loc: Location):
+        """(where the value came from, the field's declaration) of a place in the bound preset."""
+        if loc.path != path or loc.start.offset < source_end:
+            return None
+        inside = [m for m in marks if m[0] <= loc.start.offset < m[1]]
+        return min(inside, key=lambda m: m[1] - m[0])[2:] if inside else None
+
+    labels = []
+    for lab in d.labels:
+        moved = origin(lab.location)
+        labels.append(LocatedLabel(moved[0], lab.message) if moved is not None else lab)
+    notes = tuple(n.replace(f"preset `{BOUND_PRESET}`", f"the loaded config ({label})") for n in d.notes)
+    moved = origin(d.location)
+    if moved is None:
+        return replace(d, labels=tuple(labels), notes=notes)
+    location, decl = moved
+    if decl is not None:
+        labels.append(LocatedLabel(decl, "the source declares the field here"))
+    return replace(d, location=location, labels=tuple(labels), notes=notes)
 
 
 def lower_program(

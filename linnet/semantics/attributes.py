@@ -1,8 +1,11 @@
 """Attributes: `@weights("...")` on a preset names its default weights; `@name("...")` on a
 parameter or submodule gives its checkpoint name where it differs from the member's name;
 `@composite` on a standard-library function says backends may run it as a native kernel (it
-is lowered as a `composite` op whose body is its meaning). Nothing else takes attributes;
-`@weights` and `@name` take one string, `@composite` nothing."""
+is lowered as a `composite` op whose body is its meaning); `@inert("use_cache", ...)` on a
+config lists the keys a checkpoint's config may hold that do not affect the computation
+(loading skips them; any other key that is not a field is an error). Nothing else takes
+attributes; `@weights` and `@name` take one string, `@composite` nothing, `@inert` one or
+more strings."""
 
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ from .diagnostics import Finding, LocalAnchor
 
 _ALLOWED = {
     A.PresetDef: ("weights", 'a preset\'s default weights: an embedded id (`@weights("smollm2-135m-instruct")`)'),
+    A.ConfigDef: ("inert", 'the checkpoint config keys that do not affect the computation (`@inert("use_cache")`)'),
     A.FieldDecl: ("name", 'the checkpoint name of this member (`@name("LayerNorm")`)'),
     A.FnDef: ("composite", "a standard-library function backends may run as a native kernel"),
 }
@@ -49,7 +53,9 @@ def check_attributes(item: Item) -> list[Finding]:
             where = _WHAT.get(type(node), "this")
             if allowed is None or allowed[0] != name:
                 hint = f"; `@{allowed[0]}` is" if allowed else "; attributes are"
-                hint += " allowed here" if allowed else " `@weights` on presets and `@name` on members"
+                hint += (
+                    " allowed here" if allowed else " `@weights` on presets, `@inert` on configs and `@name` on members"
+                )
                 out.append(
                     Finding(
                         "L111", f"`@{name}` is not an attribute of {where}{hint}", LocalAnchor(item, attr.name.span)
@@ -67,6 +73,8 @@ def check_attributes(item: Item) -> list[Finding]:
                             LocalAnchor(item, attr.span),
                         )
                     )
+            elif name == "inert":
+                out += _check_inert(item, node, attr)
             elif len(attr.args) != 1 or attr.args[0].name is not None or not isinstance(attr.args[0].value, A.StrLit):
                 out.append(Finding("L111", f"`@{name}` takes one string: {allowed[1]}", LocalAnchor(item, attr.span)))
             elif name == "name" and not attr.args[0].value.value.isidentifier():
@@ -78,3 +86,35 @@ def check_attributes(item: Item) -> list[Finding]:
                     )
                 )
     return out
+
+
+def _check_inert(item: Item, config: A.ConfigDef, attr: A.Attribute) -> list[Finding]:
+    """`@inert` takes one or more strings, each a key that is not a field of the config (a field
+    is checked against the checkpoint; it cannot also be skipped) and not listed twice."""
+    if not attr.args or any(a.name is not None or not isinstance(a.value, A.StrLit) for a in attr.args):
+        message = f"`@inert` takes one or more strings: {_ALLOWED[A.ConfigDef][1]}"
+        return [Finding("L111", message, LocalAnchor(item, attr.span))]
+    fields = {f.name.id for f in config.fields if isinstance(f, A.ConfigField)}
+    out, seen = [], set()
+    for arg in attr.args:
+        key = arg.value.value
+        if key in fields:
+            message = f"`{key}` is a field of `{config.name.id}`: a field is checked against the checkpoint, not inert"
+        elif key in seen:
+            message = f"`{key}` is listed twice"
+        else:
+            seen.add(key)
+            continue
+        out.append(Finding("L111", message, LocalAnchor(item, arg.value.span)))
+    return out
+
+
+def inert_keys(config: A.ConfigDef) -> list[str]:
+    """The keys a config's `@inert(...)` attributes list, in order."""
+    return [
+        a.value.value
+        for attr in config.attributes
+        if attr.name.id == "inert"
+        for a in attr.args
+        if isinstance(a.value, A.StrLit)
+    ]

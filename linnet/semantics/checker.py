@@ -191,7 +191,7 @@ class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
             cv = self.ctx.evaluator.defaults(item)
             return ConfigT(cv) if cv is not None else UNKNOWN
         if isinstance(t, A.LiteralType):
-            return ScalarT("str", None, tuple(s.value for s in t.values))
+            return ScalarT(t.kind, None, tuple(s.value for s in t.values) if t.kind == "str" else None)
         if isinstance(t, A.TensorType):
             self.report("L111", "module parameters are compile-time values; tensors are declared as members", t)
             return UNKNOWN

@@ -473,6 +473,19 @@ _ALL = [
         "missing: lm_head.weight",
         "Fix the module tree or add `@name(...)`.",
     ),
+    Code(
+        "L503",
+        "checkpoint config key not declared",
+        "error",
+        "A checkpoint's config (config.json or GGUF metadata) or a `--config` override has a key that is "
+        "not a field of the source's config, not one of the bookkeeping keys transformers writes for every "
+        "model (`architectures`, `torch_dtype`, token ids, ...), and not listed by the config's `@inert(...)`. "
+        "Linnet cannot tell whether such a key changes the computation, and ignoring one that does "
+        "(Phi-3's `partial_rotary_factor` in a Llama file) would run silently wrong, so the load stops.",
+        '"partial_rotary_factor": 0.5  # in the config.json of a checkpoint loaded with llama.linnet',
+        "Load the checkpoint with a source that declares the key; if it does not change the outputs, list it "
+        'in `@inert("...")` on the config; fix a misspelt `--config` key.',
+    ),
     # ----- L9xx style warnings
     Code(
         "L901",

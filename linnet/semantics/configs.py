@@ -116,7 +116,8 @@ class ConfigValue:
         if kind == "int":
             return ScalarT("int", Dim.atom(self.atom(name, display)))
         if kind in ("float", "bool", "str"):
-            lits = tuple(s.value for s in fdef.type.values) if isinstance(fdef.type, A.LiteralType) else None
+            literal = isinstance(fdef.type, A.LiteralType) and kind == "str"
+            lits = tuple(s.value for s in fdef.type.values) if literal else None
             return ScalarT(kind, None if v is MISSING else v, lits)
         return ScalarT(kind or "int", None)
 
@@ -126,7 +127,7 @@ class ConfigValue:
 
 def _field_kind(t: A.Type) -> str | None:
     if isinstance(t, A.LiteralType):
-        return "str"
+        return t.kind
     if isinstance(t, A.NamedType) and t.name.id in SCALAR_TYPES:
         return t.name.id
     return None
@@ -392,13 +393,27 @@ class ConfigEvaluator:
         anchor = LocalAnchor(item, expr.span)
         if isinstance(ftype, A.LiteralType):
             allowed = [s.value for s in ftype.values]
+            if ftype.kind == "bool":  # a one-value type: the only value the source supports
+                if v is not allowed[0]:
+                    self._report(
+                        item,
+                        Finding(
+                            "L401",
+                            f"`{fdef.name.id}` can only be {_show(allowed[0])} (the source supports no other value); "
+                            f"got {_show(v)}",
+                            anchor,
+                        ),
+                    )
+                    return MISSING
+                return v
             if not isinstance(v, str) or v not in allowed:
                 hint = closest(v, allowed) if isinstance(v, str) else None
+                one = "can only be" if len(allowed) == 1 else "is one of"
                 self._report(
                     item,
                     Finding(
                         "L401",
-                        f"`{fdef.name.id}` is one of {', '.join(repr(a).replace(chr(39), chr(34)) for a in allowed)}; "
+                        f"`{fdef.name.id}` {one} {', '.join(repr(a).replace(chr(39), chr(34)) for a in allowed)}; "
                         f"got {_show(v)}" + (f'; did you mean "{hint}"?' if hint else ""),
                         anchor,
                         fixes=_rename_fix(item, expr.span, f'"{hint}"' if hint else None),

@@ -144,9 +144,14 @@ class MembersMixin:
         pt = p.type
         if isinstance(pt, A.LiteralType):
             allowed = [s.value for s in pt.values]
-            if not (isinstance(t, ScalarT) and t.kind == "str"):
-                self.report("L107", f"`{p.name.id}` of {callee} is a str, got {kind_text(t)}", node)
+            if not (isinstance(t, ScalarT) and t.kind == pt.kind):
+                self.report("L107", f"`{p.name.id}` of {callee} is a {pt.kind}, got {kind_text(t)}", node)
                 return None
+            if pt.kind == "bool":
+                if t.value is not None and t.value is not allowed[0]:
+                    self.report("L401", f"`{p.name.id}` of {callee} can only be `{str(allowed[0]).lower()}`", node)
+                    return None
+                return ScalarT("bool", t.value)
             if t.value is not None and t.value not in allowed:
                 self.report(
                     "L401",

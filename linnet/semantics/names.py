@@ -153,7 +153,7 @@ class NamesMixin:
             self.unknown_type_name(t.name, scope)
             return UNKNOWN
         if isinstance(t, A.LiteralType):
-            return ScalarT("str", None, tuple(s.value for s in t.values))
+            return ScalarT(t.kind, None, tuple(s.value for s in t.values) if t.kind == "str" else None)
         return UNKNOWN
 
     def eval_dtype_name(self, node: A.Name, scope: Scope, binder: Binder | None) -> DType | None:

@@ -256,9 +256,15 @@ class NamedType(Node):
 
 @dataclass(eq=False, slots=True)
 class LiteralType(Node):
-    """`"default" | "linear" | "llama3"`."""
+    """`"default" | "linear" | "llama3"`, or a one-value bool type (`false`): a config field
+    whose other values the source does not support (`is_decoder: false`)."""
 
-    values: list[StrLit]
+    values: list[StrLit | BoolLit]
+
+    @property
+    def kind(self) -> str:
+        """ "bool" for `true` or `false`, else "str"."""
+        return "bool" if any(isinstance(v, BoolLit) for v in self.values) else "str"
 
 
 @dataclass(eq=False, slots=True)

@@ -200,7 +200,13 @@ class Builder(Transformer):
         return A.NamedType(_span(c), _name(c[0]), optional=True)
 
     def literal_type(self, c):
-        return A.LiteralType(_span(c), [A.StrLit(_tok_span(t), _unquote(str(t))) for t in c])
+        # `"a" | "b"`, or one of `true` and `false`
+        bools = ("TRUE", "FALSE")
+        values = [
+            A.BoolLit(_tok_span(t), str(t) == "true") if t.type in bools else A.StrLit(_tok_span(t), _unquote(str(t)))
+            for t in c
+        ]
+        return A.LiteralType(_span(c), values)
 
     def tuple_type(self, c):
         return A.TupleType(_span(c), _inner(c))

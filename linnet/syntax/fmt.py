@@ -109,6 +109,7 @@ class _Formatter:
         stack: list[int] = []  # line index of each open bracket
         prev_ended_item = False
         prev_item_import = False  # the last top-level item was an import
+        in_attribute = False  # inside the brackets of a multi-line attribute (`@inert(...)`)
         for idx, (toks, blanks) in enumerate(self.lines()):
             leading_closers = 0
             for t in toks:
@@ -139,7 +140,10 @@ class _Formatter:
                     stack.pop()
             if level == 0 and toks[0].type not in ("COMMENT", "AT"):
                 prev_item_import = starts_import
-            prev_ended_item = not stack and toks[0].type not in ("COMMENT", "AT")
+            if level == 0 and toks[0].type == "AT":
+                in_attribute = bool(stack)
+            prev_ended_item = not stack and toks[0].type not in ("COMMENT", "AT") and not in_attribute
+            in_attribute = in_attribute and bool(stack)
         return "\n".join(out) + "\n" if out else ""
 
     def render(self, toks) -> str:

@@ -2,7 +2,7 @@
 
 An item starts at a line that begins, in column 0, with `config`, `preset`, `module`,
 `model`, `fn` or `from` (an import); the `##`/`#` comment and `@attribute` lines directly
-above it belong to it.
+above it belong to it (an attribute may continue over indented lines up to a `)` line).
 Items partition the text exactly: an item runs to the start of the next one. The rule needs
 no parse, so one malformed item cannot swallow its neighbours, and an edit touches only the
 items whose text it changes.
@@ -111,6 +111,8 @@ def split_items(text: str) -> list[tuple[int, str]]:
             prev = text.rfind("\n", 0, s - 1) + 1
             if text.startswith(("#", "@"), prev):
                 s = prev
+            elif text.startswith((" ", "\t", ")"), prev) and _attribute_above(text, prev) is not None:
+                s = _attribute_above(text, prev)  # the continuation lines of a multi-line `@inert(...)`
             else:
                 break
         if starts and s <= starts[-1]:
@@ -124,6 +126,19 @@ def split_items(text: str) -> list[tuple[int, str]]:
         for i in range(len(starts))
         if bounds[i + 1] > bounds[i] or len(starts) == 1
     ]
+
+
+def _attribute_above(text: str, line_start: int) -> int | None:
+    """The start of the `@name(` line that an indented or `)` line at `line_start` continues (the
+    lines between are indented too), or None."""
+    s = line_start
+    while s > 0:
+        s = text.rfind("\n", 0, s - 1) + 1
+        if text.startswith("@", s):
+            return s if "(" in text[s : text.find("\n", s)] else None
+        if not text.startswith((" ", "\t"), s):
+            return None
+    return None
 
 
 def _header(text: str) -> tuple[str | None, str | None]:

@@ -102,10 +102,14 @@ def test_checkpoint_config_that_breaks_a_shape_is_reported_on_the_field():
     assert "576" in str(err.value) and "7" in str(err.value)
 
 
-def test_unknown_keys_are_notes_and_bad_types_errors():
+def test_unknown_keys_and_bad_types_are_errors_bookkeeping_and_inert_keys_skipped():
     info = check_source(str(EXAMPLES / "llama.linnet"), (EXAMPLES / "llama.linnet").read_text(), None)
-    bound = bind_config(info, {"not_a_field": 1, "model_type": "llama"}, labels=("ckpt",))
-    assert bound.notes == ["ckpt: `not_a_field` is not a field of `Llama`; ignored"]
+    with pytest.raises(ProgramError, match=r"error\[L503\]: `not_a_field` in ckpt is not a field of `Llama`"):
+        bind_config(info, {"not_a_field": 1, "model_type": "llama"}, labels=("ckpt",))
+    bound = bind_config(info, {"model_type": "llama", "use_cache": False, "num_hidden_layers": 1}, labels=("ckpt",))
+    assert bound.notes == [] and build_bound(bound).config["num_hidden_layers"] == 1
+    with pytest.raises(ProgramError, match="`model_type` in --config is not a field"):  # flags must be fields
+        bind_config(info, {"model_type": "llama"}, labels=("--config",))
     with pytest.raises(ProgramError, match="`hidden_size` is an int"):
         bind_config(info, {"hidden_size": "big"})
     # `--config tie_word_embeddings=no` reads as the string "no": refused, not taken as true

@@ -103,7 +103,7 @@ def causal_mask_2(query_positions, key_positions):
 
 
 class GPT2Attention(Module):
-    """GPT2Attention (gpt2.linnet:31)."""
+    """GPT2Attention (gpt2.linnet:44)."""
 
     PARAMS = (
         'c_attn.weight',
@@ -118,55 +118,55 @@ class GPT2Attention(Module):
     )
 
     def forward(self, x, mask):
-        """f32[B, S, 16], bool[B, S, S] -> f32[B, S, 16] (gpt2.linnet:46)"""
+        """f32[B, S, 16], bool[B, S, S] -> f32[B, S, 16] (gpt2.linnet:59)"""
         B, S = x.shape[:2]
-        q, k, v = self.project(x)  # gpt2.linnet:47
+        q, k, v = self.project(x)  # gpt2.linnet:60
         scores = jnp.einsum("bhsd,bhtd->bhst", q, k, precision=PRECISION) * 0.35355339059327373
         scores = jnp.where(jnp.expand_dims(mask, 1), scores, jnp.finfo(jnp.float32).min)
         probs = jax.nn.softmax(scores, axis=-1)
-        out = jnp.matmul(probs, v, precision=PRECISION)  # [B, 2, S, 8] gpt2.linnet:48
-        t = jnp.swapaxes(out, 1, 2).reshape(B, S, 16)  # [B, S, 16] gpt2.linnet:49
-        t_1 = jnp.matmul(t, self.c_proj.weight, precision=PRECISION)  # gpt2.linnet:49
-        c_proj = t_1 + self.c_proj.bias  # gpt2.linnet:49
+        out = jnp.matmul(probs, v, precision=PRECISION)  # [B, 2, S, 8] gpt2.linnet:61
+        t = jnp.swapaxes(out, 1, 2).reshape(B, S, 16)  # [B, S, 16] gpt2.linnet:62
+        t_1 = jnp.matmul(t, self.c_proj.weight, precision=PRECISION)  # gpt2.linnet:62
+        c_proj = t_1 + self.c_proj.bias  # gpt2.linnet:62
         return c_proj
 
     def project(self, x):
-        """f32[B, S, 16] -> f32[B, 2, S, 8], f32[B, 2, S, 8], f32[B, 2, S, 8] (gpt2.linnet:37)"""
-        t = jnp.matmul(x, self.c_attn.weight, precision=PRECISION)  # gpt2.linnet:38
-        c_attn = t + self.c_attn.bias  # gpt2.linnet:38
-        q, k, v = c_attn[:, :, :16], c_attn[:, :, 16:32], c_attn[:, :, 32:48]  # gpt2.linnet:38
-        heads_1 = self.heads(q)  # gpt2.linnet:39
-        heads_2 = self.heads(k)  # gpt2.linnet:39
-        heads_3 = self.heads(v)  # gpt2.linnet:39
+        """f32[B, S, 16] -> f32[B, 2, S, 8], f32[B, 2, S, 8], f32[B, 2, S, 8] (gpt2.linnet:50)"""
+        t = jnp.matmul(x, self.c_attn.weight, precision=PRECISION)  # gpt2.linnet:51
+        c_attn = t + self.c_attn.bias  # gpt2.linnet:51
+        q, k, v = c_attn[:, :, :16], c_attn[:, :, 16:32], c_attn[:, :, 32:48]  # gpt2.linnet:51
+        heads_1 = self.heads(q)  # gpt2.linnet:52
+        heads_2 = self.heads(k)  # gpt2.linnet:52
+        heads_3 = self.heads(v)  # gpt2.linnet:52
         return heads_1, heads_2, heads_3
 
     def heads(self, x):
-        """f32[B, S, 16] -> f32[B, 2, S, 8] (gpt2.linnet:42)"""
+        """f32[B, S, 16] -> f32[B, 2, S, 8] (gpt2.linnet:55)"""
         B, S = x.shape[:2]
-        t = jnp.swapaxes(x.reshape(B, S, 2, 8), 1, 2)  # [B, 2, S, 8] gpt2.linnet:43
+        t = jnp.swapaxes(x.reshape(B, S, 2, 8), 1, 2)  # [B, 2, S, 8] gpt2.linnet:56
         return t
 
     def step(self, x, mask, positions, rows):
-        """f32[B, S, 16], bool[B, S, 16], i64[B], i64[B] -> f32[B, S, 16] (gpt2.linnet:52)"""
+        """f32[B, S, 16], bool[B, S, 16], i64[B], i64[B] -> f32[B, S, 16] (gpt2.linnet:65)"""
         B, S = x.shape[:2]
-        q, k, v = self.project(x)  # gpt2.linnet:53
-        self.k_cache = write_cache(self.k_cache, rows, positions, k)  # gpt2.linnet:54
-        self.v_cache = write_cache(self.v_cache, rows, positions, v)  # gpt2.linnet:55
-        t = jnp.broadcast_to(self.k_cache.reshape(1, 2, 16, 8), (B, 2, 16, 8)).reshape(2 * B, 16, 8)  # gpt2.linnet:56
-        t_1 = jnp.broadcast_to(self.v_cache.reshape(1, 2, 16, 8), (B, 2, 16, 8)).reshape(2 * B, 16, 8)  # gpt2.linnet:56
+        q, k, v = self.project(x)  # gpt2.linnet:66
+        self.k_cache = write_cache(self.k_cache, rows, positions, k)  # gpt2.linnet:67
+        self.v_cache = write_cache(self.v_cache, rows, positions, v)  # gpt2.linnet:68
+        t = jnp.broadcast_to(self.k_cache.reshape(1, 2, 16, 8), (B, 2, 16, 8)).reshape(2 * B, 16, 8)  # gpt2.linnet:69
+        t_1 = jnp.broadcast_to(self.v_cache.reshape(1, 2, 16, 8), (B, 2, 16, 8)).reshape(2 * B, 16, 8)  # gpt2.linnet:69
         q_grouped = q.reshape(2 * B, 1 * S, 8)
         scores = jnp.einsum("ksd,ktd->kst", q_grouped, t, precision=PRECISION).reshape(B, 2, S, 16) * 0.35355339059327373
         scores = jnp.where(jnp.expand_dims(mask, 1), scores, jnp.finfo(jnp.float32).min)
         probs = jax.nn.softmax(scores, axis=-1)
-        out = jnp.einsum("kst,ktd->ksd", probs.reshape(2 * B, 1 * S, 16), t_1, precision=PRECISION).reshape(B, 2, S, 8)  # [B, 2, S, 8] gpt2.linnet:56
-        t_2 = jnp.swapaxes(out, 1, 2).reshape(B, S, 16)  # [B, S, 16] gpt2.linnet:57
-        t_3 = jnp.matmul(t_2, self.c_proj.weight, precision=PRECISION)  # gpt2.linnet:57
-        c_proj = t_3 + self.c_proj.bias  # gpt2.linnet:57
+        out = jnp.einsum("kst,ktd->ksd", probs.reshape(2 * B, 1 * S, 16), t_1, precision=PRECISION).reshape(B, 2, S, 8)  # [B, 2, S, 8] gpt2.linnet:69
+        t_2 = jnp.swapaxes(out, 1, 2).reshape(B, S, 16)  # [B, S, 16] gpt2.linnet:70
+        t_3 = jnp.matmul(t_2, self.c_proj.weight, precision=PRECISION)  # gpt2.linnet:70
+        c_proj = t_3 + self.c_proj.bias  # gpt2.linnet:70
         return c_proj
 
 
 class GPT2MLP(Module):
-    """GPT2MLP (gpt2.linnet:61)."""
+    """GPT2MLP (gpt2.linnet:74)."""
 
     PARAMS = (
         'c_fc.weight',
@@ -176,17 +176,17 @@ class GPT2MLP(Module):
     )
 
     def forward(self, x):
-        """f32[B, S, 16] -> f32[B, S, 16] (gpt2.linnet:65)"""
-        t = jnp.matmul(x, self.c_fc.weight, precision=PRECISION)  # gpt2.linnet:66
-        h = t + self.c_fc.bias  # gpt2.linnet:66
-        gelu_tanh_1 = gelu_tanh(h)  # gpt2.linnet:68
-        t_1 = jnp.matmul(gelu_tanh_1, self.c_proj.weight, precision=PRECISION)  # gpt2.linnet:68
-        c_proj = t_1 + self.c_proj.bias  # gpt2.linnet:68
+        """f32[B, S, 16] -> f32[B, S, 16] (gpt2.linnet:78)"""
+        t = jnp.matmul(x, self.c_fc.weight, precision=PRECISION)  # gpt2.linnet:79
+        h = t + self.c_fc.bias  # gpt2.linnet:79
+        gelu_tanh_1 = gelu_tanh(h)  # gpt2.linnet:81
+        t_1 = jnp.matmul(gelu_tanh_1, self.c_proj.weight, precision=PRECISION)  # gpt2.linnet:81
+        c_proj = t_1 + self.c_proj.bias  # gpt2.linnet:81
         return c_proj
 
 
 class GPT2Block(Module):
-    """GPT2Block (gpt2.linnet:76)."""
+    """GPT2Block (gpt2.linnet:89)."""
 
     PARAMS = (
         'ln_1.weight',
@@ -201,32 +201,32 @@ class GPT2Block(Module):
     }
 
     def forward(self, h, mask):
-        """f32[B, S, 16], bool[B, S, S] -> f32[B, S, 16] (gpt2.linnet:82)"""
-        layer_norm_1 = layer_norm(h, self.ln_1.weight)  # gpt2.linnet:83
-        ln_1 = layer_norm_1 + self.ln_1.bias  # gpt2.linnet:83
-        attn = self.attn.forward(ln_1, mask)  # gpt2.linnet:83
-        x = h + attn  # gpt2.linnet:83
-        layer_norm_2 = layer_norm(x, self.ln_2.weight)  # gpt2.linnet:84
-        ln_2 = layer_norm_2 + self.ln_2.bias  # gpt2.linnet:84
-        mlp = self.mlp.forward(ln_2)  # gpt2.linnet:84
-        t = x + mlp  # gpt2.linnet:84
+        """f32[B, S, 16], bool[B, S, S] -> f32[B, S, 16] (gpt2.linnet:95)"""
+        layer_norm_1 = layer_norm(h, self.ln_1.weight)  # gpt2.linnet:96
+        ln_1 = layer_norm_1 + self.ln_1.bias  # gpt2.linnet:96
+        attn = self.attn.forward(ln_1, mask)  # gpt2.linnet:96
+        x = h + attn  # gpt2.linnet:96
+        layer_norm_2 = layer_norm(x, self.ln_2.weight)  # gpt2.linnet:97
+        ln_2 = layer_norm_2 + self.ln_2.bias  # gpt2.linnet:97
+        mlp = self.mlp.forward(ln_2)  # gpt2.linnet:97
+        t = x + mlp  # gpt2.linnet:97
         return t
 
     def step(self, h, mask, positions, rows):
-        """f32[B, S, 16], bool[B, S, 16], i64[B], i64[B] -> f32[B, S, 16] (gpt2.linnet:87)"""
-        layer_norm_1 = layer_norm(h, self.ln_1.weight)  # gpt2.linnet:88
-        ln_1 = layer_norm_1 + self.ln_1.bias  # gpt2.linnet:88
-        attn = self.attn.step(ln_1, mask, positions, rows)  # gpt2.linnet:88
-        x = h + attn  # gpt2.linnet:88
-        layer_norm_2 = layer_norm(x, self.ln_2.weight)  # gpt2.linnet:89
-        ln_2 = layer_norm_2 + self.ln_2.bias  # gpt2.linnet:89
-        mlp = self.mlp.forward(ln_2)  # gpt2.linnet:89
-        t = x + mlp  # gpt2.linnet:89
+        """f32[B, S, 16], bool[B, S, 16], i64[B], i64[B] -> f32[B, S, 16] (gpt2.linnet:100)"""
+        layer_norm_1 = layer_norm(h, self.ln_1.weight)  # gpt2.linnet:101
+        ln_1 = layer_norm_1 + self.ln_1.bias  # gpt2.linnet:101
+        attn = self.attn.step(ln_1, mask, positions, rows)  # gpt2.linnet:101
+        x = h + attn  # gpt2.linnet:101
+        layer_norm_2 = layer_norm(x, self.ln_2.weight)  # gpt2.linnet:102
+        ln_2 = layer_norm_2 + self.ln_2.bias  # gpt2.linnet:102
+        mlp = self.mlp.forward(ln_2)  # gpt2.linnet:102
+        t = x + mlp  # gpt2.linnet:102
         return t
 
 
 class GPT2Model(Module):
-    """GPT2Model (gpt2.linnet:93)."""
+    """GPT2Model (gpt2.linnet:106)."""
 
     PARAMS = (
         'wte.weight',
@@ -240,57 +240,57 @@ class GPT2Model(Module):
     }
 
     def forward(self, input_ids):
-        """i64[B, S] -> f32[B, S, 16] (gpt2.linnet:99)"""
+        """i64[B, S] -> f32[B, S, 16] (gpt2.linnet:112)"""
         B, S = input_ids.shape
-        t = lax.iota(jnp.int64, S)  # gpt2.linnet:100
-        t_1 = jnp.expand_dims(t, 0)  # [1, S] gpt2.linnet:100
-        position_ids = jnp.broadcast_to(t_1, (B, S))  # [B, S] gpt2.linnet:100
-        wte = jnp.take(self.wte.weight, input_ids, axis=0, mode='clip')  # gpt2.linnet:101
-        wpe = jnp.take(self.wpe.weight, position_ids, axis=0, mode='clip')  # gpt2.linnet:101
-        x = wte + wpe  # gpt2.linnet:101
-        mask = causal_mask(position_ids, t)  # gpt2.linnet:102
-        for block in self.h:  # gpt2.linnet:103
-            x = block.forward(x, mask)  # gpt2.linnet:104
-        layer_norm_1 = layer_norm(x, self.ln_f.weight)  # gpt2.linnet:106
-        ln_f = layer_norm_1 + self.ln_f.bias  # gpt2.linnet:106
+        t = lax.iota(jnp.int64, S)  # gpt2.linnet:113
+        t_1 = jnp.expand_dims(t, 0)  # [1, S] gpt2.linnet:113
+        position_ids = jnp.broadcast_to(t_1, (B, S))  # [B, S] gpt2.linnet:113
+        wte = jnp.take(self.wte.weight, input_ids, axis=0, mode='clip')  # gpt2.linnet:114
+        wpe = jnp.take(self.wpe.weight, position_ids, axis=0, mode='clip')  # gpt2.linnet:114
+        x = wte + wpe  # gpt2.linnet:114
+        mask = causal_mask(position_ids, t)  # gpt2.linnet:115
+        for block in self.h:  # gpt2.linnet:116
+            x = block.forward(x, mask)  # gpt2.linnet:117
+        layer_norm_1 = layer_norm(x, self.ln_f.weight)  # gpt2.linnet:119
+        ln_f = layer_norm_1 + self.ln_f.bias  # gpt2.linnet:119
         return ln_f
 
     def step(self, input_ids, positions, rows):
-        """i64[B, S], i64[B], i64[B] -> f32[B, S, 16] (gpt2.linnet:109)"""
+        """i64[B, S], i64[B], i64[B] -> f32[B, S, 16] (gpt2.linnet:122)"""
         S = input_ids.shape[1]
-        t = jnp.expand_dims(positions, 1)  # [B, 1] gpt2.linnet:110
-        t_1 = lax.iota(jnp.int64, S)  # gpt2.linnet:110
-        position_ids = t + t_1  # gpt2.linnet:110
-        wte = jnp.take(self.wte.weight, input_ids, axis=0, mode='clip')  # gpt2.linnet:111
-        wpe = jnp.take(self.wpe.weight, position_ids, axis=0, mode='clip')  # gpt2.linnet:111
-        x = wte + wpe  # gpt2.linnet:111
-        t_2 = lax.iota(jnp.int64, 16)  # gpt2.linnet:112
-        mask = causal_mask_2(position_ids, t_2)  # gpt2.linnet:112
-        for block in self.h:  # gpt2.linnet:113
-            x = block.step(x, mask, positions, rows)  # gpt2.linnet:114
-        layer_norm_1 = layer_norm(x, self.ln_f.weight)  # gpt2.linnet:116
-        ln_f = layer_norm_1 + self.ln_f.bias  # gpt2.linnet:116
+        t = jnp.expand_dims(positions, 1)  # [B, 1] gpt2.linnet:123
+        t_1 = lax.iota(jnp.int64, S)  # gpt2.linnet:123
+        position_ids = t + t_1  # gpt2.linnet:123
+        wte = jnp.take(self.wte.weight, input_ids, axis=0, mode='clip')  # gpt2.linnet:124
+        wpe = jnp.take(self.wpe.weight, position_ids, axis=0, mode='clip')  # gpt2.linnet:124
+        x = wte + wpe  # gpt2.linnet:124
+        t_2 = lax.iota(jnp.int64, 16)  # gpt2.linnet:125
+        mask = causal_mask_2(position_ids, t_2)  # gpt2.linnet:125
+        for block in self.h:  # gpt2.linnet:126
+            x = block.step(x, mask, positions, rows)  # gpt2.linnet:127
+        layer_norm_1 = layer_norm(x, self.ln_f.weight)  # gpt2.linnet:129
+        ln_f = layer_norm_1 + self.ln_f.bias  # gpt2.linnet:129
         return ln_f
 
 
 class GPT2LMHeadModel(Module):
-    """GPT2LMHeadModel (gpt2.linnet:121)."""
+    """GPT2LMHeadModel (gpt2.linnet:134)."""
 
     CHILDREN = {
         'transformer': GPT2Model,
     }
 
     def forward(self, input_ids):
-        """i64[B, S] -> f32[B, S, 64] (gpt2.linnet:124)"""
-        transformer = self.transformer.forward(input_ids)  # gpt2.linnet:125
-        t = jnp.einsum("...i,oi->...o", transformer, self.transformer.wte.weight, precision=PRECISION)  # gpt2.linnet:125
+        """i64[B, S] -> f32[B, S, 64] (gpt2.linnet:137)"""
+        transformer = self.transformer.forward(input_ids)  # gpt2.linnet:138
+        t = jnp.einsum("...i,oi->...o", transformer, self.transformer.wte.weight, precision=PRECISION)  # gpt2.linnet:138
         return t
 
     def step(self, input_ids, positions, rows):
-        """i64[B, S], i64[B], i64[B] -> f32[B, 64] (gpt2.linnet:128)"""
-        h = self.transformer.step(input_ids, positions, rows)  # gpt2.linnet:129
-        t = h[:, -1]  # gpt2.linnet:130
-        t_1 = jnp.einsum("...i,oi->...o", t, self.transformer.wte.weight, precision=PRECISION)  # gpt2.linnet:130
+        """i64[B, S], i64[B], i64[B] -> f32[B, 64] (gpt2.linnet:141)"""
+        h = self.transformer.step(input_ids, positions, rows)  # gpt2.linnet:142
+        t = h[:, -1]  # gpt2.linnet:143
+        t_1 = jnp.einsum("...i,oi->...o", t, self.transformer.wte.weight, precision=PRECISION)  # gpt2.linnet:143
         return t_1
 
 

@@ -114,7 +114,7 @@ def causal_mask_2(query_positions, key_positions):
 
 
 class GPT2Attention(Module):
-    """GPT2Attention (gpt2.linnet:31)."""
+    """GPT2Attention (gpt2.linnet:44)."""
 
     PARAMS = {
         'c_attn.weight': ((16, 48), torch.float32),
@@ -129,45 +129,45 @@ class GPT2Attention(Module):
     }
 
     def forward(self, x, mask):
-        """f32[B, S, 16], bool[B, S, S] -> f32[B, S, 16] (gpt2.linnet:46)"""
+        """f32[B, S, 16], bool[B, S, S] -> f32[B, S, 16] (gpt2.linnet:59)"""
         B, S = x.shape[:2]
-        q, k, v = self.project(x)  # gpt2.linnet:47
+        q, k, v = self.project(x)  # gpt2.linnet:60
         scores = (q @ k.transpose(-2, -1)) * 0.35355339059327373
         scores = scores.masked_fill_(~mask.unsqueeze(1), torch.finfo(torch.float32).min)
         probs = torch.softmax(scores, dim=-1)
-        out = probs @ v  # [B, 2, S, 8] gpt2.linnet:48
-        t = out.transpose(1, 2).reshape(B, S, 16)  # [B, S, 16] gpt2.linnet:49
-        t_1 = t @ self.c_proj.weight  # gpt2.linnet:49
-        c_proj = t_1 + self.c_proj.bias  # gpt2.linnet:49
+        out = probs @ v  # [B, 2, S, 8] gpt2.linnet:61
+        t = out.transpose(1, 2).reshape(B, S, 16)  # [B, S, 16] gpt2.linnet:62
+        t_1 = t @ self.c_proj.weight  # gpt2.linnet:62
+        c_proj = t_1 + self.c_proj.bias  # gpt2.linnet:62
         return c_proj
 
     def project(self, x):
-        """f32[B, S, 16] -> f32[B, 2, S, 8], f32[B, 2, S, 8], f32[B, 2, S, 8] (gpt2.linnet:37)"""
-        t = x @ self.c_attn.weight  # gpt2.linnet:38
-        c_attn = t + self.c_attn.bias  # gpt2.linnet:38
-        q, k, v = torch.split(c_attn, [16, 16, 16], dim=-1)  # gpt2.linnet:38
-        heads_1 = self.heads(q)  # gpt2.linnet:39
-        heads_2 = self.heads(k)  # gpt2.linnet:39
-        heads_3 = self.heads(v)  # gpt2.linnet:39
+        """f32[B, S, 16] -> f32[B, 2, S, 8], f32[B, 2, S, 8], f32[B, 2, S, 8] (gpt2.linnet:50)"""
+        t = x @ self.c_attn.weight  # gpt2.linnet:51
+        c_attn = t + self.c_attn.bias  # gpt2.linnet:51
+        q, k, v = torch.split(c_attn, [16, 16, 16], dim=-1)  # gpt2.linnet:51
+        heads_1 = self.heads(q)  # gpt2.linnet:52
+        heads_2 = self.heads(k)  # gpt2.linnet:52
+        heads_3 = self.heads(v)  # gpt2.linnet:52
         return heads_1, heads_2, heads_3
 
     def heads(self, x):
-        """f32[B, S, 16] -> f32[B, 2, S, 8] (gpt2.linnet:42)"""
+        """f32[B, S, 16] -> f32[B, 2, S, 8] (gpt2.linnet:55)"""
         B, S = x.shape[:2]
-        t = x.reshape(B, S, 2, 8).transpose(1, 2)  # [B, 2, S, 8] gpt2.linnet:43
+        t = x.reshape(B, S, 2, 8).transpose(1, 2)  # [B, 2, S, 8] gpt2.linnet:56
         return t
 
     def step(self, x, mask, positions, rows):
-        """f32[B, S, 16], bool[B, S, 16], i64[B], i64[B] -> f32[B, S, 16] (gpt2.linnet:52)"""
+        """f32[B, S, 16], bool[B, S, 16], i64[B], i64[B] -> f32[B, S, 16] (gpt2.linnet:65)"""
         B, S = x.shape[:2]
         device = x.device
-        q, k, v = self.project(x)  # gpt2.linnet:53
+        q, k, v = self.project(x)  # gpt2.linnet:66
         row_index = rows[:, None]
         position_index = positions[:, None] if S == 1 else positions[:, None] + torch.arange(S, device=device)
-        self.k_cache[row_index, :, position_index] = k.transpose(1, 2)  # gpt2.linnet:54
-        self.v_cache[row_index, :, position_index] = v.transpose(1, 2)  # gpt2.linnet:55
-        t = self.k_cache.expand(B, 2, 16, 8)  # gpt2.linnet:56
-        t_1 = self.v_cache.expand(B, 2, 16, 8)  # gpt2.linnet:56
+        self.k_cache[row_index, :, position_index] = k.transpose(1, 2)  # gpt2.linnet:67
+        self.v_cache[row_index, :, position_index] = v.transpose(1, 2)  # gpt2.linnet:68
+        t = self.k_cache.expand(B, 2, 16, 8)  # gpt2.linnet:69
+        t_1 = self.v_cache.expand(B, 2, 16, 8)  # gpt2.linnet:69
         keys, k_used, v_used, mask_used = 16, t, t_1, mask
         if S > 1 and bool(mask.any()):  # prefill: keys after the last attended one weigh exactly 0
             keys = int(mask.flatten(0, 1).any(0).nonzero().max()) + 1
@@ -175,15 +175,15 @@ class GPT2Attention(Module):
         scores = (q @ k_used.transpose(-2, -1)) * 0.35355339059327373
         scores = scores.masked_fill_(~mask_used.unsqueeze(1), torch.finfo(torch.float32).min)
         probs = torch.softmax(scores, dim=-1)
-        out = probs @ v_used  # [B, 2, S, 8] gpt2.linnet:56
-        t_2 = out.transpose(1, 2).reshape(B, S, 16)  # [B, S, 16] gpt2.linnet:57
-        t_3 = t_2 @ self.c_proj.weight  # gpt2.linnet:57
-        c_proj = t_3 + self.c_proj.bias  # gpt2.linnet:57
+        out = probs @ v_used  # [B, 2, S, 8] gpt2.linnet:69
+        t_2 = out.transpose(1, 2).reshape(B, S, 16)  # [B, S, 16] gpt2.linnet:70
+        t_3 = t_2 @ self.c_proj.weight  # gpt2.linnet:70
+        c_proj = t_3 + self.c_proj.bias  # gpt2.linnet:70
         return c_proj
 
 
 class GPT2MLP(Module):
-    """GPT2MLP (gpt2.linnet:61)."""
+    """GPT2MLP (gpt2.linnet:74)."""
 
     PARAMS = {
         'c_fc.weight': ((16, 64), torch.float32),
@@ -193,17 +193,17 @@ class GPT2MLP(Module):
     }
 
     def forward(self, x):
-        """f32[B, S, 16] -> f32[B, S, 16] (gpt2.linnet:65)"""
-        t = x @ self.c_fc.weight  # gpt2.linnet:66
-        h = t + self.c_fc.bias  # gpt2.linnet:66
-        gelu_tanh_1 = gelu_tanh(h)  # gpt2.linnet:68
-        t_1 = gelu_tanh_1 @ self.c_proj.weight  # gpt2.linnet:68
-        c_proj = t_1 + self.c_proj.bias  # gpt2.linnet:68
+        """f32[B, S, 16] -> f32[B, S, 16] (gpt2.linnet:78)"""
+        t = x @ self.c_fc.weight  # gpt2.linnet:79
+        h = t + self.c_fc.bias  # gpt2.linnet:79
+        gelu_tanh_1 = gelu_tanh(h)  # gpt2.linnet:81
+        t_1 = gelu_tanh_1 @ self.c_proj.weight  # gpt2.linnet:81
+        c_proj = t_1 + self.c_proj.bias  # gpt2.linnet:81
         return c_proj
 
 
 class GPT2Block(Module):
-    """GPT2Block (gpt2.linnet:76)."""
+    """GPT2Block (gpt2.linnet:89)."""
 
     PARAMS = {
         'ln_1.weight': ((16,), torch.float32),
@@ -218,32 +218,32 @@ class GPT2Block(Module):
     }
 
     def forward(self, h, mask):
-        """f32[B, S, 16], bool[B, S, S] -> f32[B, S, 16] (gpt2.linnet:82)"""
-        layer_norm = F.layer_norm(h, (16,), self.ln_1.weight, None, 1e-05)  # [B, S, 16] gpt2.linnet:83
-        ln_1 = layer_norm + self.ln_1.bias  # gpt2.linnet:83
-        attn = self.attn.forward(ln_1, mask)  # gpt2.linnet:83
-        x = h + attn  # gpt2.linnet:83
-        layer_norm_1 = F.layer_norm(x, (16,), self.ln_2.weight, None, 1e-05)  # [B, S, 16] gpt2.linnet:84
-        ln_2 = layer_norm_1 + self.ln_2.bias  # gpt2.linnet:84
-        mlp = self.mlp.forward(ln_2)  # gpt2.linnet:84
-        t = x + mlp  # gpt2.linnet:84
+        """f32[B, S, 16], bool[B, S, S] -> f32[B, S, 16] (gpt2.linnet:95)"""
+        layer_norm = F.layer_norm(h, (16,), self.ln_1.weight, None, 1e-05)  # [B, S, 16] gpt2.linnet:96
+        ln_1 = layer_norm + self.ln_1.bias  # gpt2.linnet:96
+        attn = self.attn.forward(ln_1, mask)  # gpt2.linnet:96
+        x = h + attn  # gpt2.linnet:96
+        layer_norm_1 = F.layer_norm(x, (16,), self.ln_2.weight, None, 1e-05)  # [B, S, 16] gpt2.linnet:97
+        ln_2 = layer_norm_1 + self.ln_2.bias  # gpt2.linnet:97
+        mlp = self.mlp.forward(ln_2)  # gpt2.linnet:97
+        t = x + mlp  # gpt2.linnet:97
         return t
 
     def step(self, h, mask, positions, rows):
-        """f32[B, S, 16], bool[B, S, 16], i64[B], i64[B] -> f32[B, S, 16] (gpt2.linnet:87)"""
-        layer_norm = F.layer_norm(h, (16,), self.ln_1.weight, None, 1e-05)  # [B, S, 16] gpt2.linnet:88
-        ln_1 = layer_norm + self.ln_1.bias  # gpt2.linnet:88
-        attn = self.attn.step(ln_1, mask, positions, rows)  # gpt2.linnet:88
-        x = h + attn  # gpt2.linnet:88
-        layer_norm_1 = F.layer_norm(x, (16,), self.ln_2.weight, None, 1e-05)  # [B, S, 16] gpt2.linnet:89
-        ln_2 = layer_norm_1 + self.ln_2.bias  # gpt2.linnet:89
-        mlp = self.mlp.forward(ln_2)  # gpt2.linnet:89
-        t = x + mlp  # gpt2.linnet:89
+        """f32[B, S, 16], bool[B, S, 16], i64[B], i64[B] -> f32[B, S, 16] (gpt2.linnet:100)"""
+        layer_norm = F.layer_norm(h, (16,), self.ln_1.weight, None, 1e-05)  # [B, S, 16] gpt2.linnet:101
+        ln_1 = layer_norm + self.ln_1.bias  # gpt2.linnet:101
+        attn = self.attn.step(ln_1, mask, positions, rows)  # gpt2.linnet:101
+        x = h + attn  # gpt2.linnet:101
+        layer_norm_1 = F.layer_norm(x, (16,), self.ln_2.weight, None, 1e-05)  # [B, S, 16] gpt2.linnet:102
+        ln_2 = layer_norm_1 + self.ln_2.bias  # gpt2.linnet:102
+        mlp = self.mlp.forward(ln_2)  # gpt2.linnet:102
+        t = x + mlp  # gpt2.linnet:102
         return t
 
 
 class GPT2Model(Module):
-    """GPT2Model (gpt2.linnet:93)."""
+    """GPT2Model (gpt2.linnet:106)."""
 
     PARAMS = {
         'wte.weight': ((64, 16), torch.float32),
@@ -257,57 +257,57 @@ class GPT2Model(Module):
     }
 
     def forward(self, input_ids):
-        """i64[B, S] -> f32[B, S, 16] (gpt2.linnet:99)"""
+        """i64[B, S] -> f32[B, S, 16] (gpt2.linnet:112)"""
         B, S = input_ids.shape
         device = input_ids.device
-        t = torch.arange(S, device=device)  # gpt2.linnet:100
-        t_1 = t.unsqueeze(0)  # [1, S] gpt2.linnet:100
-        position_ids = t_1.expand(B, S)  # [B, S] gpt2.linnet:100
-        wte = F.embedding(input_ids, self.wte.weight)  # gpt2.linnet:101
-        wpe = F.embedding(position_ids, self.wpe.weight)  # gpt2.linnet:101
-        x = wte + wpe  # gpt2.linnet:101
-        mask = causal_mask(position_ids, t)  # gpt2.linnet:102
-        for block in self.h:  # gpt2.linnet:103
-            x = block.forward(x, mask)  # gpt2.linnet:104
-        layer_norm = F.layer_norm(x, (16,), self.ln_f.weight, None, 1e-05)  # [B, S, 16] gpt2.linnet:106
-        ln_f = layer_norm + self.ln_f.bias  # gpt2.linnet:106
+        t = torch.arange(S, device=device)  # gpt2.linnet:113
+        t_1 = t.unsqueeze(0)  # [1, S] gpt2.linnet:113
+        position_ids = t_1.expand(B, S)  # [B, S] gpt2.linnet:113
+        wte = F.embedding(input_ids, self.wte.weight)  # gpt2.linnet:114
+        wpe = F.embedding(position_ids, self.wpe.weight)  # gpt2.linnet:114
+        x = wte + wpe  # gpt2.linnet:114
+        mask = causal_mask(position_ids, t)  # gpt2.linnet:115
+        for block in self.h:  # gpt2.linnet:116
+            x = block.forward(x, mask)  # gpt2.linnet:117
+        layer_norm = F.layer_norm(x, (16,), self.ln_f.weight, None, 1e-05)  # [B, S, 16] gpt2.linnet:119
+        ln_f = layer_norm + self.ln_f.bias  # gpt2.linnet:119
         return ln_f
 
     def step(self, input_ids, positions, rows):
-        """i64[B, S], i64[B], i64[B] -> f32[B, S, 16] (gpt2.linnet:109)"""
+        """i64[B, S], i64[B], i64[B] -> f32[B, S, 16] (gpt2.linnet:122)"""
         S = input_ids.shape[1]
         device = input_ids.device
-        t = positions.unsqueeze(1)  # [B, 1] gpt2.linnet:110
-        t_1 = torch.arange(S, device=device)  # gpt2.linnet:110
-        position_ids = t + t_1  # gpt2.linnet:110
-        wte = F.embedding(input_ids, self.wte.weight)  # gpt2.linnet:111
-        wpe = F.embedding(position_ids, self.wpe.weight)  # gpt2.linnet:111
-        x = wte + wpe  # gpt2.linnet:111
-        t_2 = torch.arange(16, device=device)  # gpt2.linnet:112
-        mask = causal_mask_2(position_ids, t_2)  # gpt2.linnet:112
-        for block in self.h:  # gpt2.linnet:113
-            x = block.step(x, mask, positions, rows)  # gpt2.linnet:114
-        layer_norm = F.layer_norm(x, (16,), self.ln_f.weight, None, 1e-05)  # [B, S, 16] gpt2.linnet:116
-        ln_f = layer_norm + self.ln_f.bias  # gpt2.linnet:116
+        t = positions.unsqueeze(1)  # [B, 1] gpt2.linnet:123
+        t_1 = torch.arange(S, device=device)  # gpt2.linnet:123
+        position_ids = t + t_1  # gpt2.linnet:123
+        wte = F.embedding(input_ids, self.wte.weight)  # gpt2.linnet:124
+        wpe = F.embedding(position_ids, self.wpe.weight)  # gpt2.linnet:124
+        x = wte + wpe  # gpt2.linnet:124
+        t_2 = torch.arange(16, device=device)  # gpt2.linnet:125
+        mask = causal_mask_2(position_ids, t_2)  # gpt2.linnet:125
+        for block in self.h:  # gpt2.linnet:126
+            x = block.step(x, mask, positions, rows)  # gpt2.linnet:127
+        layer_norm = F.layer_norm(x, (16,), self.ln_f.weight, None, 1e-05)  # [B, S, 16] gpt2.linnet:129
+        ln_f = layer_norm + self.ln_f.bias  # gpt2.linnet:129
         return ln_f
 
 
 class GPT2LMHeadModel(Module):
-    """GPT2LMHeadModel (gpt2.linnet:121)."""
+    """GPT2LMHeadModel (gpt2.linnet:134)."""
 
     CHILDREN = {
         'transformer': GPT2Model,
     }
 
     def forward(self, input_ids):
-        """i64[B, S] -> f32[B, S, 64] (gpt2.linnet:124)"""
-        transformer = self.transformer.forward(input_ids)  # gpt2.linnet:125
-        t = F.linear(transformer, self.transformer.wte.weight)  # gpt2.linnet:125
+        """i64[B, S] -> f32[B, S, 64] (gpt2.linnet:137)"""
+        transformer = self.transformer.forward(input_ids)  # gpt2.linnet:138
+        t = F.linear(transformer, self.transformer.wte.weight)  # gpt2.linnet:138
         return t
 
     def step(self, input_ids, positions, rows):
-        """i64[B, S], i64[B], i64[B] -> f32[B, 64] (gpt2.linnet:128)"""
-        h = self.transformer.step(input_ids, positions, rows)  # gpt2.linnet:129
-        t = h[:, -1]  # gpt2.linnet:130
-        t_1 = F.linear(t, self.transformer.wte.weight)  # gpt2.linnet:130
+        """i64[B, S], i64[B], i64[B] -> f32[B, 64] (gpt2.linnet:141)"""
+        h = self.transformer.step(input_ids, positions, rows)  # gpt2.linnet:142
+        t = h[:, -1]  # gpt2.linnet:143
+        t_1 = F.linear(t, self.transformer.wte.weight)  # gpt2.linnet:143
         return t_1
