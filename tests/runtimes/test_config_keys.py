@@ -1,0 +1,222 @@
+"""Every key of a checkpoint's config is accounted for (issue 14, "silently wrong" item 3): a field of the source's
+config (checked against its type; a one-value type such as `hidden_act: "silu"` refuses other values), a key
+transformers writes for every model (`linnet.ir.build.METADATA_KEYS`), or a key the config declares inert with
+`@inert(...)`. Anything else is error L503 naming the key and the config.json. Errors about a loaded config point at
+the config.json key and at the source field's declaration, never at lines past the end of the source.
+
+Small Llama checkpoints are made by transformers (seeded, perturbed, `save_pretrained`); the examples'
+classification is checked against transformers' own config classes."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tests.runtimes.conftest import BERT, GPT2, LLAMA, max_abs_diff, perturb
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+import linnet.torch as lt  # noqa: E402
+from linnet.ir.build import METADATA_KEYS, check_source  # noqa: E402
+from linnet.runtimes.loading import LoadError  # noqa: E402
+from linnet.semantics.attributes import inert_keys  # noqa: E402
+from linnet.syntax import ast as A  # noqa: E402
+
+pytestmark = [pytest.mark.torch, pytest.mark.usefixtures("one_torch_thread")]
+
+LLAMA_LINES = len(LLAMA.read_text(encoding="utf-8").splitlines())
+
+
+def small_llama_config(**changes):
+    return transformers.LlamaConfig(
+        vocab_size=96,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=64,
+        **changes,
+    )
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    """(folder, transformers model) of a seeded 2-layer Llama saved with save_pretrained."""
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(small_llama_config()).eval()
+    perturb(model, seed=1)
+    folder = tmp_path_factory.mktemp("llama")
+    model.save_pretrained(folder)
+    return folder, model
+
+
+def with_config(folder, tmp_path, **changes):
+    """A copy of the checkpoint folder whose config.json has `changes` (None deletes a key); returns
+    (folder, config.json path, config.json text)."""
+    out = tmp_path / "ckpt"
+    shutil.copytree(folder, out)
+    config = json.loads((out / "config.json").read_text())
+    for key, value in changes.items():
+        config.pop(key, None) if value is None else config.__setitem__(key, value)
+    text = json.dumps(config, indent=2, sort_keys=True) + "\n"
+    (out / "config.json").write_text(text)
+    return out, out / "config.json", text
+
+
+def line_of(text: str, key: str) -> int:
+    return next(i for i, line in enumerate(text.splitlines(), 1) if line.strip().startswith(f'"{key}"'))
+
+
+def source_line(fragment: str) -> int:
+    return next(i for i, line in enumerate(LLAMA.read_text().splitlines(), 1) if fragment in line)
+
+
+def test_a_transformers_llama_loads_exactly_without_notes(llama):
+    """The four "ignored" notes of every Hugging Face Llama load (hidden_act, initializer_range, pretraining_tp,
+    attention_dropout) are gone: each key is a checked field or declared inert."""
+    folder, model = llama
+    keys = set(json.loads((folder / "config.json").read_text()))
+    assert {"hidden_act", "initializer_range", "pretraining_tp", "attention_dropout", "use_cache"} <= keys
+    m = lt.load(LLAMA, weights=folder, mode="interpret", max_positions=16, progress=False)
+    assert m.notes == []
+    ids = torch.tensor([[5, 17, 3, 90, 41, 8]])
+    with torch.inference_mode():
+        assert max_abs_diff(m.native.forward(ids), model(ids).logits) < 1e-4
+
+
+def test_hidden_act_relu_is_an_error_on_the_field(llama, tmp_path):
+    """Before, `hidden_act: "relu"` was skipped with a note and the model ran SiLU: transformers' relu model is far
+    from it. Now the load stops at the config.json key, with the field's declaration as the label."""
+    folder, model = llama
+    relu = transformers.LlamaForCausalLM(small_llama_config(hidden_act="relu")).eval()
+    relu.load_state_dict(model.state_dict())
+    ids = torch.tensor([[5, 17, 3, 90, 41, 8]])
+    with torch.inference_mode():
+        assert max_abs_diff(relu(ids).logits, model(ids).logits) > 0.05  # ignoring the key would be silently wrong
+
+    ckpt, cfg, text = with_config(folder, tmp_path, hidden_act="relu")
+    with pytest.raises(LoadError) as err:
+        lt.load(LLAMA, weights=ckpt, mode="interpret", max_positions=16, progress=False)
+    line, decl = line_of(text, "hidden_act"), source_line('hidden_act: "silu"')
+    w = len(str(max(line, decl)))
+    assert err.value.message == "\n".join(
+        [
+            f"{LLAMA} does not check under the loaded config (defaults + {cfg}):",
+            f'{cfg}:{line}:3: error[L401]: `hidden_act` can only be "silu"; got "relu"',
+            f"{'':{w}} |",
+            f'{line:>{w}} |   "hidden_act": "relu",',
+            f"{'':{w}} |   ^^^^^^^^^^^^",
+            f"{'':{w}} |",
+            f"{'':{w}}--> {LLAMA}:{decl}:5",
+            f"{'':{w}} |",
+            f'{decl:>{w}} |     hidden_act: "silu" = "silu"',
+            f"{'':{w}} |     --------------------------- the source declares the field here",
+        ]
+    )
+
+
+def test_an_undeclared_key_is_refused_naming_it_and_the_file(llama, tmp_path):
+    """Phi-3's `partial_rotary_factor` in a file loaded as Llama changes the rotary embedding: refused (L503)."""
+    folder, _ = llama
+    ckpt, cfg, text = with_config(folder, tmp_path, partial_rotary_factor=0.5)
+    with pytest.raises(LoadError) as err:
+        lt.load(LLAMA, weights=ckpt, mode="interpret", max_positions=16, progress=False)
+    lines = err.value.message.splitlines()
+    assert lines[0] == (
+        f"{cfg}:{line_of(text, 'partial_rotary_factor')}:3: error[L503]: `partial_rotary_factor` in {cfg} "
+        "is not a field of `Llama`, nor a key `Llama` declares inert"
+    )
+    assert f"--> {LLAMA}:{source_line('config Llama {')}:8" in err.value.message
+    assert "add it to `@inert(...)` on `config Llama`" in err.value.message
+
+
+def test_a_config_that_breaks_a_shape_points_at_config_json_not_past_the_source(llama, tmp_path):
+    """Checker errors under the loaded config label the config.json keys the values came from; no line of
+    llama.linnet past its end is cited (the merged preset used to be shown as if it were in the file)."""
+    folder, _ = llama
+    ckpt, cfg, text = with_config(folder, tmp_path, num_key_value_heads=3)
+    with pytest.raises(LoadError) as err:
+        lt.load(LLAMA, weights=ckpt, mode="interpret", max_positions=16, progress=False)
+    message = err.value.message
+    assert "4 is not divisible by 3" in message
+    assert f"--> {cfg}:{line_of(text, 'num_attention_heads')}:3" in message
+    assert f'{line_of(text, "num_key_value_heads")} |   "num_key_value_heads": 3,' in message
+    assert "`num_key_value_heads` = 3" in message
+    assert "linnet_loaded" not in message
+    cited = [int(n) for n in __import__("re").findall(rf"{LLAMA}:(\d+):", message)]
+    assert cited and max(cited) <= LLAMA_LINES
+
+
+def test_bookkeeping_and_inert_keys_are_skipped(llama, tmp_path):
+    folder, _ = llama
+    ckpt, _, _ = with_config(
+        folder, tmp_path, torch_dtype="bfloat16", use_cache=False, initializer_range=0.5, max_length=20, num_labels=3
+    )
+    m = lt.load(LLAMA, weights=ckpt, mode="interpret", max_positions=16, progress=False)
+    assert m.notes == []
+
+
+def test_a_misspelt_config_flag_is_an_error_with_a_suggestion(llama):
+    folder, _ = llama
+    with pytest.raises(LoadError) as err:
+        lt.load(LLAMA, weights=folder, config={"hiden_size": 32}, mode="interpret", progress=False)
+    assert "error[L503]: `hiden_size` in --config is not a field of `Llama`, so it cannot be set" in err.value.message
+    assert "did you mean `hidden_size`?" in err.value.message
+
+
+def test_cli_reports_the_config_error_located_without_a_traceback(llama, tmp_path):
+    folder, _ = llama
+    ckpt, cfg, text = with_config(folder, tmp_path, hidden_act="relu")
+    r = subprocess.run(
+        [sys.executable, "-m", "linnet", "run", str(LLAMA), "--weights", str(ckpt)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 1, r.stderr
+    assert "Traceback" not in r.stderr
+    assert f'{cfg}:{line_of(text, "hidden_act")}:3: error[L401]: `hidden_act` can only be "silu"' in r.stderr
+
+
+# Keys of transformers' config classes the examples do not support, so that a checkpoint holding them is refused
+# (L503): each would change the computation.
+UNSUPPORTED = {
+    "LlamaConfig": {
+        "is_encoder_decoder": "an encoder-decoder wiring",
+        "is_decoder": "read by no Llama code, but true means cross-attention use elsewhere",
+        "add_cross_attention": "cross-attention layers",
+        "rope_parameters": "read as rope_theta and rope_scaling (checkpoints.normalize_config)",
+    },
+    "GPT2Config": {
+        "is_encoder_decoder": "an encoder-decoder wiring",
+        "is_decoder": "cross-attention use",
+        "n_inner": "a field; transformers writes null for its default",
+    },
+    "BertConfig": {"is_encoder_decoder": "an encoder-decoder wiring"},
+}
+
+
+@pytest.mark.parametrize(
+    "source, config_class", [(LLAMA, "LlamaConfig"), (GPT2, "GPT2Config"), (BERT, "BertConfig")], ids=str
+)
+def test_every_key_of_the_transformers_config_is_classified(source, config_class):
+    """Each attribute transformers' config class writes is a field of the example's config, a bookkeeping key, an
+    inert key of the example, or knowingly unsupported (refused); and no inert key is one that changes the maths
+    in transformers' modeling code (checked by name against the keys it reads)."""
+    info = check_source(str(source), source.read_text(encoding="utf-8"))
+    config = info.analysis.globals(info.config_type).ast
+    fields = {f.name.id for f in config.fields if isinstance(f, A.ConfigField)}
+    inert = set(inert_keys(config))
+    keys = set(getattr(transformers, config_class)().to_dict())
+    unclassified = keys - fields - METADATA_KEYS - inert - set(UNSUPPORTED[config_class])
+    assert unclassified == set()
+    assert not inert & METADATA_KEYS and not inert & fields
+    maths = {"hidden_act", "activation_function", "partial_rotary_factor", "rope_scaling", "rope_parameters"}
+    assert not inert & maths
