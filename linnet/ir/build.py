@@ -81,9 +81,13 @@ class ConfigLayer:
     checkpoint: bool = True
 
     def where(self) -> tuple[str, str]:
-        """(path, text) errors about these values point into."""
+        """(path, text) errors about these values point into: the file, else the values written as
+        JSON, or as the command line's `--config key=value` flags."""
         if self.path is not None and self.text is not None:
             return self.path, self.text
+        if not self.checkpoint:
+            flags = (f"--config {k}={v if isinstance(v, str) else json.dumps(v)}\n" for k, v in self.values.items())
+            return self.label, "".join(flags)
         return self.label, json.dumps(self.values, indent=2, default=str) + "\n"
 
 
@@ -242,7 +246,7 @@ class _Binder:
     def __init__(self, info: SourceInfo):
         self.info = info
         self.globals = info.analysis.globals
-        self.inits: dict[str, tuple[str, list, Location]] = {}
+        self.inits: dict[str, tuple[str, list, Location, Location | None]] = {}
         self.refused: list[Diagnostic] = []
 
     def declaration(self, key: str) -> Location | None:
@@ -355,14 +359,18 @@ def _literal(t: A.Type, value: Any) -> str:
 
 def _key_location(layer: ConfigLayer, keys: tuple[str, ...]) -> Location:
     """Where key path `keys` is written in the layer's file: the quoted key of each level in turn
-    (`"rope_scaling"`, then `"factor"` after it); the file's start if it is not found."""
+    (`"rope_scaling"`, then `"factor"` after it), or the key of a `--config key=value` line; the
+    file's start if it is not found."""
     path, text = layer.where()
     start, span = 0, (0, 0)
     for key in keys:
-        m = re.compile(r'"%s"\s*:' % re.escape(key)).search(text, start)
+        if layer.path is None and not layer.checkpoint:  # `--config key=value` lines
+            m = re.compile(r"^--config (%s)=" % re.escape(key), re.M).search(text, start)
+        else:
+            m = re.compile(r'("%s")\s*:' % re.escape(key)).search(text, start)
         if m is None:
             break
-        span, start = (m.start(), m.start() + len(key) + 2), m.end()
+        span, start = m.span(1), m.end()
     index = LineIndex(text)
     return Location(path, index.position(span[0]), index.position(span[1]))
 

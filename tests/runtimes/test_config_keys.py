@@ -167,7 +167,11 @@ def test_a_misspelt_config_flag_is_an_error_with_a_suggestion(llama):
     folder, _ = llama
     with pytest.raises(LoadError) as err:
         lt.load(LLAMA, weights=folder, config={"hiden_size": 32}, mode="interpret", progress=False)
-    assert "error[L503]: `hiden_size` in --config is not a field of `Llama`, so it cannot be set" in err.value.message
+    lines = err.value.message.splitlines()
+    assert lines[0] == (
+        "--config:1:10: error[L503]: `hiden_size` in --config is not a field of `Llama`, so it cannot be set"
+    )
+    assert lines[2:4] == [" 1 | --config hiden_size=32", "   |          ^^^^^^^^^^"]
     assert "did you mean `hidden_size`?" in err.value.message
 
 
