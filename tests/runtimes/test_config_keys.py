@@ -9,10 +9,13 @@ classification is checked against transformers' own config classes."""
 
 from __future__ import annotations
 
+import importlib
 import json
+import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -150,7 +153,7 @@ def test_a_config_that_breaks_a_shape_points_at_config_json_not_past_the_source(
     assert f'{line_of(text, "num_key_value_heads")} |   "num_key_value_heads": 3,' in message
     assert "`num_key_value_heads` = 3" in message
     assert "linnet_loaded" not in message
-    cited = [int(n) for n in __import__("re").findall(rf"{LLAMA}:(\d+):", message)]
+    cited = [int(n) for n in re.findall(rf"{LLAMA}:(\d+):", message)]
     assert cited and max(cited) <= LLAMA_LINES
 
 
@@ -189,21 +192,14 @@ def test_cli_reports_the_config_error_located_without_a_traceback(llama, tmp_pat
     assert f'{cfg}:{line_of(text, "hidden_act")}:3: error[L401]: `hidden_act` can only be "silu"' in r.stderr
 
 
-# Keys of transformers' config classes the examples do not support, so that a checkpoint holding them is refused
-# (L503): each would change the computation.
-UNSUPPORTED = {
-    "LlamaConfig": {
-        "is_encoder_decoder": "an encoder-decoder wiring",
-        "is_decoder": "read by no Llama code, but true means cross-attention use elsewhere",
-        "add_cross_attention": "cross-attention layers",
-        "rope_parameters": "read as rope_theta and rope_scaling (checkpoints.normalize_config)",
-    },
-    "GPT2Config": {
-        "is_encoder_decoder": "an encoder-decoder wiring",
-        "is_decoder": "cross-attention use",
-        "n_inner": "a field; transformers writes null for its default",
-    },
-    "BertConfig": {"is_encoder_decoder": "an encoder-decoder wiring"},
+# Keys of transformers' config classes that are not fields, bookkeeping or inert in the examples, and why.
+# transformers writes `is_encoder_decoder` only when true (`to_diff_dict`), and true changes the wiring (BERT reads
+# it), so a checkpoint holding it is refused (L503). transformers 5's `rope_parameters` is read as the `rope_theta`
+# and `rope_scaling` fields (`checkpoints.normalize_config`), so its values are checked there.
+NOT_FIELDS = {
+    "LlamaConfig": {"is_encoder_decoder", "rope_parameters"},
+    "GPT2Config": {"is_encoder_decoder"},
+    "BertConfig": {"is_encoder_decoder"},
 }
 
 
@@ -212,15 +208,24 @@ UNSUPPORTED = {
 )
 def test_every_key_of_the_transformers_config_is_classified(source, config_class):
     """Each attribute transformers' config class writes is a field of the example's config, a bookkeeping key, an
-    inert key of the example, or knowingly unsupported (refused); and no inert key is one that changes the maths
-    in transformers' modeling code (checked by name against the keys it reads)."""
+    inert key of the example, or one of NOT_FIELDS; and no inert key is one that changes the maths."""
     info = check_source(str(source), source.read_text(encoding="utf-8"))
     config = info.analysis.globals(info.config_type).ast
     fields = {f.name.id for f in config.fields if isinstance(f, A.ConfigField)}
     inert = set(inert_keys(config))
     keys = set(getattr(transformers, config_class)().to_dict())
-    unclassified = keys - fields - METADATA_KEYS - inert - set(UNSUPPORTED[config_class])
-    assert unclassified == set()
+    assert keys - fields - METADATA_KEYS - inert == NOT_FIELDS[config_class]
     assert not inert & METADATA_KEYS and not inert & fields
-    maths = {"hidden_act", "activation_function", "partial_rotary_factor", "rope_scaling", "rope_parameters"}
-    assert not inert & maths
+    # An inert key transformers' modeling code reads must be one that leaves inference outputs alone.
+    module = importlib.import_module(getattr(transformers, config_class.replace("Config", "Model")).__module__)
+    reads = set(re.findall(r"config\.(\w+)", Path(module.__file__).read_text(encoding="utf-8")))
+    assert inert & reads <= READ_BUT_INERT, inert & reads - READ_BUT_INERT
+
+
+# Keys modeling code reads that do not change inference outputs: dropout rates (eval mode runs none), the KV cache
+# switch (the same logits with or without it), the init scale, and GPT2DoubleHeadsModel's sequence-summary head.
+READ_BUT_INERT = {
+    "attention_dropout", "attn_pdrop", "resid_pdrop", "embd_pdrop", "hidden_dropout_prob",
+    "attention_probs_dropout_prob", "classifier_dropout", "use_cache", "initializer_range", "summary_type",
+    "summary_use_proj", "summary_activation", "summary_proj_to_labels", "summary_first_dropout",
+}  # fmt: skip
