@@ -1,0 +1,135 @@
+"""Every GGUF metadata key is read, or known not to change the computation, or refused by name (issue 14, the
+GGUF half of item 3): a llama.cpp-layout file with one key added at a time."""
+
+from __future__ import annotations
+
+import pytest
+
+from linnet.runtimes.checkpoints import (
+    GGUF_KEYS_NEUTRAL_VALUE,
+    GGUF_KEYS_WITHOUT_EFFECT,
+    CheckpointError,
+    open_checkpoint,
+)
+from tests.runtimes.gguf_writing import write_llama_gguf
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("gguf")
+
+pytestmark = pytest.mark.torch
+
+
+@pytest.fixture(scope="module")
+def model():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=32,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+    )
+    torch.manual_seed(0)
+    return LlamaForCausalLM(config).eval()
+
+
+def written(tmp_path, model, extra=None):
+    path = tmp_path / "m.gguf"
+    write_llama_gguf(path, model, extra_metadata=extra)
+    return path
+
+
+def refusal(tmp_path, model, extra) -> str:
+    path = written(tmp_path, model, extra)
+    with pytest.raises(CheckpointError) as e:
+        open_checkpoint(path)
+    assert str(path) in str(e.value)
+    return str(e.value)
+
+
+def test_the_keys_llamacpp_writes_are_all_read(tmp_path, model):
+    with open_checkpoint(written(tmp_path, model)) as ckpt:
+        c = ckpt.config
+        assert (c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]) == (32, 4, 2, 8)
+        assert c["vocab_size"] == 32 and c["max_position_embeddings"] == 64 and c["rope_scaling"] is None
+
+
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("llama.attention.layer_norm_epsilon", 1e-5),  # LayerNorm, not the RMS epsilon the source reads
+        ("llama.expert_feed_forward_length", 64),
+        ("llama.attention.sliding_window", 16),
+        ("llama.attention.causal", False),
+        ("llama.tensor_data_layout", "Meta AI original pth"),
+        ("llama.use_parallel_residual", True),
+        ("mystery.key", 1),  # outside every namespace
+    ],
+)
+def test_unread_keys_are_refused_by_name(tmp_path, model, key, value):
+    message = refusal(tmp_path, model, {key: value})
+    assert f"{key!r}" in message and "may change the computation" in message
+
+
+@pytest.mark.parametrize("key", sorted(GGUF_KEYS_NEUTRAL_VALUE))
+def test_neutral_keys_are_read_with_their_neutral_value_only(tmp_path, model, key):
+    neutral = GGUF_KEYS_NEUTRAL_VALUE[key]
+    with open_checkpoint(written(tmp_path, model, {f"llama.{key}": neutral})) as ckpt:
+        assert ckpt.config["hidden_size"] == 32
+    other = type(neutral)(8 if isinstance(neutral, int) else 1.5)
+    message = refusal(tmp_path, model, {f"llama.{key}": other})
+    assert f"llama.{key} = {other!r}" in message and "changes the computation" in message
+
+
+@pytest.mark.parametrize("key", sorted(GGUF_KEYS_WITHOUT_EFFECT))
+def test_keys_without_effect_are_accepted(tmp_path, model, key):
+    value = True if key.endswith("finetuned") else 32 if key.endswith("context_length") else 1.0
+    with open_checkpoint(written(tmp_path, model, {f"llama.{key}": value})) as ckpt:
+        assert ckpt.config["rope_scaling"] is None
+
+
+def test_provenance_namespaces_are_accepted(tmp_path, model):
+    extra = {"general.name": "tiny", "quantize.imatrix.dataset": "wiki", "split.count": 1}
+    with open_checkpoint(written(tmp_path, model, extra)) as ckpt:
+        assert ckpt.config["num_hidden_layers"] == 1
+
+
+def test_split_files_are_refused(tmp_path, model):
+    assert "llama-gguf-split --merge" in refusal(tmp_path, model, {"split.count": 3})
+
+
+@pytest.mark.parametrize("kind", ["yarn", "longrope", "llama3"])
+def test_rope_scaling_types_other_than_linear_are_refused(tmp_path, model, kind):
+    message = refusal(tmp_path, model, {"llama.rope.scaling.type": kind, "llama.rope.scaling.factor": 4.0})
+    assert f"llama.rope.scaling.type = {kind!r} is not supported" in message
+
+
+@pytest.mark.parametrize(
+    "extra, scaling",
+    [
+        ({"llama.rope.scaling.type": "linear", "llama.rope.scaling.factor": 2.0}, {"rope_type": "linear", "factor": 2}),
+        ({"llama.rope.scale_linear": 4.0}, {"rope_type": "linear", "factor": 4.0}),  # llama.cpp's older key
+        ({"llama.rope.scaling.type": "none", "llama.rope.scaling.factor": 2.0}, None),
+        ({"llama.rope.scaling.type": "linear", "llama.rope.scaling.factor": 1.0}, None),
+    ],
+)
+def test_linear_rope_scaling(tmp_path, model, extra, scaling):
+    with open_checkpoint(written(tmp_path, model, extra)) as ckpt:
+        assert ckpt.config["rope_scaling"] == scaling
+
+
+@pytest.mark.parametrize(
+    "key, value, words",
+    [
+        ("llama.rope.dimension_count", 4, "llama.rope.dimension_count = 4 differs from the head size 8"),
+        ("llama.attention.value_length", 16, "llama.attention.value_length = 16 differs from the head size 8"),
+        ("llama.vocab_size", 40, "llama.vocab_size = 40 but tokenizer.ggml.tokens lists 32 tokens"),
+    ],
+)
+def test_contradicting_keys_are_refused(tmp_path, model, key, value, words):
+    extra = {key: value, "tokenizer.ggml.tokens": [f"t{i}" for i in range(32)]}
+    assert words in refusal(tmp_path, model, extra)
