@@ -1,21 +1,22 @@
 """Tokenizers for checkpoints: a thin wrapper over `tokenizers.Tokenizer` (the Rust library transformers uses),
 built from a Hugging Face directory (`tokenizer.json` + `tokenizer_config.json`) or from a GGUF file's metadata.
 
-The GGUF builder reproduces what transformers 5 does for `AutoTokenizer.from_pretrained(dir, gguf_file=...)`
-(`transformers/integrations/gguf/gguf_tokenizer_mapping.py`), so token ids agree with the reference:
+The GGUF builder gives the token ids of the model's own tokenizer.json (the `tokenizers` reference), which is
+what llama.cpp's tokenizer reproduces too; transformers 5's GGUF loader (`gguf_tokenizer_mapping.py`) is followed
+where it agrees:
 
 - `tokenizer.ggml.model == "gpt2"`: byte-level BPE over `tokenizer.ggml.tokens` / `.merges`; tokens outside the
   GPT-2 byte alphabet are respelled byte by byte (GPT-2's `bytes_to_unicode`).
 - tokens of `tokenizer.ggml.token_type` 3 (control) become special added tokens, 4 (user-defined) plain added
   tokens; the bos/eos/unk/pad tokens are special too. Added tokens are matched whole in any text.
-- The split regex comes from `tokenizer.ggml.pre` for the names transformers knows (llama-bpe, qwen2, gpt-4o...;
-  `_PRE_TOKENIZER_SPLITS` below, copied from transformers); any other name, `"smollm"` included, gets GPT-2's
-  `ByteLevel` split. NB: that is transformers' behaviour, not llama.cpp's: llama.cpp's `smollm` pre-tokenizer
-  (and SmolLM2's own tokenizer.json) first isolates every digit (`\\p{N}`), so a run of spaces before a digit
-  tokenizes differently ("a  1": transformers `a Ġ Ġ 1`, llama.cpp `a ĠĠ 1`). We follow transformers, the
-  reference every backend is compared with.
+- `tokenizer.ggml.pre` names the family's normalizer and pre-tokenizer, each one mapped explicitly in
+  `GGUF_PRE_TOKENIZERS` (llama.cpp's regexes in src/llama-vocab.cpp, as the family's tokenizer.json writes them);
+  any other value, or none, is refused by name: a guessed split changes ids silently (llama.cpp #7881). Unlike
+  transformers, which gives `smollm` GPT-2's split, `smollm` isolates every digit first as SmolLM2's tokenizer.json
+  and llama.cpp do ("a  1": `a ĠĠ 1`, not `a Ġ Ġ1`).
 - BOS/EOS are added by a `TemplateProcessing` post-processor from `tokenizer.ggml.add_bos_token` /
-  `add_eos_token` (both false for SmolLM2), as transformers' `update_post_processor` does.
+  `add_eos_token` (both false for SmolLM2), as transformers' `update_post_processor` does; without the key, BOS
+  follows llama.cpp's default for the pre-tokenizer type (added for Llama 3 and tekken).
 
 Only the `tokenizers` library is needed (no torch, no transformers).
 """
@@ -25,21 +26,22 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from linnet.errors import CheckpointError
 
-__all__ = ["Tokenizer", "TokenizerError"]
+__all__ = ["Tokenizer", "TokenizerError", "GGUF_PRE_TOKENIZERS", "PreTokenizerType"]
 
 
 class TokenizerError(CheckpointError):
     """A tokenizer cannot be built: missing or malformed files, or an unsupported GGUF tokenizer model."""
 
 
-# From transformers/integrations/gguf/gguf_tokenizer_mapping.py (transformers 5.24), which takes them from
-# llama.cpp's llama-vocab.cpp pre-tokenizer regexes.
+# Split regexes of llama.cpp's src/llama-vocab.cpp (`llm_tokenizer_bpe`), as the models' own tokenizer.json files
+# write them for a `Split` pre-tokenizer.
 _LLAMA3_SPLIT = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
     r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
@@ -49,24 +51,56 @@ _TEKKEN_SPLIT = (
     r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*"
     r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
-_GPT4O_SPLIT = (
-    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
-    r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
-    r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
 # transformers.models.qwen2.tokenization_qwen2.PRETOKENIZE_REGEX
 _QWEN2_SPLIT = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
-_PRE_TOKENIZER_SPLITS = {
-    **dict.fromkeys(
-        ["llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2", "jina-v5-nano"],
-        _LLAMA3_SPLIT,
+
+
+@dataclass(frozen=True)
+class PreTokenizerType:
+    """How a `tokenizer.ggml.pre` value is tokenized: the normalizer and pre-tokenizer of the model family's own
+    tokenizer.json (`reference`), whether its BPE takes a whole pre-token found in the vocabulary before merging
+    (`ignore_merges`, tokenizer.json's and llama.cpp's), and whether BOS is added when the file does not say
+    (`add_bos`, llama.cpp's per-type default for an absent tokenizer.ggml.add_bos_token)."""
+
+    reference: str
+    split: str | None = None  # a Split regex before a regex-less ByteLevel; None: ByteLevel's own GPT-2 regex
+    digits: bool = False  # each digit its own pre-token first (tokenizers' Digits(individual_digits=True))
+    nfc: bool = False
+    ignore_merges: bool = False
+    add_bos: bool = False
+
+    def pre_tokenizer(self) -> Any:
+        from tokenizers import Regex, pre_tokenizers
+
+        if self.split is None:
+            steps = [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)]
+        else:
+            steps = [
+                pre_tokenizers.Split(Regex(self.split), behavior="isolated"),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+            ]
+        if self.digits:
+            steps.insert(0, pre_tokenizers.Digits(individual_digits=True))
+        return steps[0] if len(steps) == 1 else pre_tokenizers.Sequence(steps)
+
+
+_LLAMA3 = PreTokenizerType("meta-llama/Llama-3.x", split=_LLAMA3_SPLIT, ignore_merges=True, add_bos=True)
+_STARCODER = PreTokenizerType("bigcode/starcoder2, HuggingFaceTB/SmolLM2", digits=True)
+# `tokenizer.ggml.pre` -> its tokenization. Every value is explicit: a guessed split changes token ids without a
+# word (llama.cpp #7881), so any other value is refused by name.
+GGUF_PRE_TOKENIZERS: dict[str, PreTokenizerType] = {
+    "gpt-2": PreTokenizerType("openai-community/gpt2"),
+    "smollm": _STARCODER,
+    "starcoder": _STARCODER,
+    "llama-bpe": _LLAMA3,
+    "llama3": _LLAMA3,
+    "llama-v3": _LLAMA3,
+    "qwen2": PreTokenizerType("Qwen/Qwen2.5", split=_QWEN2_SPLIT, nfc=True),
+    "tekken": PreTokenizerType(
+        "mistralai/Mistral-Nemo (tekken)", split=_TEKKEN_SPLIT, ignore_merges=True, add_bos=True
     ),
-    **dict.fromkeys(["dbrx", "smaug-bpe"], _LLAMA3_SPLIT),
-    "tekken": _TEKKEN_SPLIT,
-    **dict.fromkeys(["qwen2", "deepseek-r1-qwen", "kormo", "f2llmv2", "megrez"], _QWEN2_SPLIT),
-    **dict.fromkeys(["gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2"], _GPT4O_SPLIT),
 }
 
 _CONTROL, _USER_DEFINED = 3, 4  # llama.cpp `llama_token_type` values in tokenizer.ggml.token_type
@@ -293,11 +327,19 @@ class Tokenizer:
             )
         if "tokenizer.ggml.merges" not in md:
             raise TokenizerError(f"{where}: GGUF byte-level BPE tokenizer without tokenizer.ggml.merges")
-        return cls._from_gguf_bpe(md, where)
+        pre = md.get("tokenizer.ggml.pre")
+        supported = ", ".join(repr(p) for p in GGUF_PRE_TOKENIZERS)
+        if pre not in GGUF_PRE_TOKENIZERS:
+            said = "has no tokenizer.ggml.pre" if pre is None else f"has tokenizer.ggml.pre = {pre!r}"
+            raise TokenizerError(
+                f"{where}: GGUF tokenizer {said}, which Linnet does not read (supported: {supported}); a guessed "
+                "pre-tokenizer changes token ids without a word (llama.cpp #7881)"
+            )
+        return cls._from_gguf_bpe(md, where, GGUF_PRE_TOKENIZERS[pre])
 
     @classmethod
-    def _from_gguf_bpe(cls, md: Mapping[str, Any], where: str) -> Tokenizer:
-        from tokenizers import AddedToken, Regex, decoders, pre_tokenizers
+    def _from_gguf_bpe(cls, md: Mapping[str, Any], where: str, pre: PreTokenizerType) -> Tokenizer:
+        from tokenizers import AddedToken, decoders, normalizers
         from tokenizers import Tokenizer as _Backend
         from tokenizers.models import BPE
 
@@ -320,20 +362,14 @@ class Tokenizer:
                     continuing_subword_prefix="",
                     end_of_word_suffix="",
                     fuse_unk=False,
+                    ignore_merges=pre.ignore_merges,
                 )
             )
         except Exception as e:
             raise TokenizerError(f"{where}: GGUF vocabulary/merges do not form a BPE model ({e})") from None
-        split = _PRE_TOKENIZER_SPLITS.get(md.get("tokenizer.ggml.pre"))
-        if split is None:
-            backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-        else:
-            backend.pre_tokenizer = pre_tokenizers.Sequence(
-                [
-                    pre_tokenizers.Split(Regex(split), behavior="isolated"),
-                    pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-                ]
-            )
+        if pre.nfc:
+            backend.normalizer = normalizers.NFC()
+        backend.pre_tokenizer = pre.pre_tokenizer()
         backend.decoder = decoders.ByteLevel()
 
         def token_of(key: str) -> str | None:
@@ -351,7 +387,7 @@ class Tokenizer:
         bos, eos = md.get("tokenizer.ggml.bos_token_id"), md.get("tokenizer.ggml.eos_token_id")
         _set_post_processor(
             backend,
-            bos=(token_of("bos_token_id"), bos) if md.get("tokenizer.ggml.add_bos_token") else None,
+            bos=(token_of("bos_token_id"), bos) if md.get("tokenizer.ggml.add_bos_token", pre.add_bos) else None,
             eos=(token_of("eos_token_id"), eos) if md.get("tokenizer.ggml.add_eos_token") else None,
         )
         eos_ids = {md[k] for k in ("tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id") if k in md}
