@@ -498,10 +498,11 @@ def _gguf_config(f: GGUFFile, arch: str) -> dict[str, Any]:
     Read: the `{arch}.*` keys of `_GGUF_CONFIG`; head_dim from `attention.key_length`, else
     `rope.dimension_count` (both, and `attention.value_length`, must agree: the source rotates and attends over
     the whole head); vocab_size from the token list (`{arch}.vocab_size` must agree); tie_word_embeddings = no
-    `output.weight`; model_type = arch; bos/eos/pad ids; rope_scaling from `rope.scaling.type` ("none", or
-    "linear" with `rope.scaling.factor` or the older `rope.scale_linear`; llama.cpp's default type is linear) and
-    from the tensor `rope_freqs.weight` (llama3, see `gguf_rope`). Floats are the stored f32 values widened, as
-    transformers reads them: SmolLM2's rms_norm_eps is 9.999999747378752e-06, not 1e-05.
+    `output.weight`; attention_bias / mlp_bias = the file has attention / feed-forward biases; model_type = arch;
+    bos/eos/pad ids; rope_scaling from `rope.scaling.type` ("none", or "linear" with `rope.scaling.factor` or the
+    older `rope.scale_linear`; llama.cpp's default type is linear) and from the tensor `rope_freqs.weight`
+    (llama3, see `gguf_rope`). Floats are the stored f32 values widened, as transformers reads them: SmolLM2's
+    rms_norm_eps is 9.999999747378752e-06, not 1e-05.
 
     Every metadata key is accounted for (`_check_gguf_keys`). Raises CheckpointError naming the file and the key
     for a key that is neither read nor listed as without effect, a value that contradicts another, a rope
@@ -546,6 +547,10 @@ def _gguf_config(f: GGUFFile, arch: str) -> dict[str, Any]:
         if hf not in cfg:
             raise CheckpointError(f"{f.path}: GGUF metadata lacks {key(_key_of(hf))}")
     cfg["tie_word_embeddings"] = "output.weight" not in f.tensors
+    # llama.cpp loads these biases when the file has them (LLM_ARCH_LLAMA, TENSOR_NOT_REQUIRED); a file with only
+    # some of them fails to load with the names missing
+    cfg["attention_bias"] = any(n.endswith((".attn_q.bias", ".attn_output.bias")) for n in f.tensors)
+    cfg["mlp_bias"] = any(n.endswith((".ffn_gate.bias", ".ffn_down.bias")) for n in f.tensors)
     cfg["rope_scaling"] = _gguf_rope_scaling(f, arch, cfg)
     for name, hf in (
         ("bos_token_id", "bos_token_id"),

@@ -133,3 +133,33 @@ def test_linear_rope_scaling(tmp_path, model, extra, scaling):
 def test_contradicting_keys_are_refused(tmp_path, model, key, value, words):
     extra = {key: value, "tokenizer.ggml.tokens": [f"t{i}" for i in range(32)]}
     assert words in refusal(tmp_path, model, extra)
+
+
+@pytest.mark.parametrize("attention_bias, mlp_bias", [(True, False), (False, True), (True, True)])
+def test_biases_are_read_from_the_tensors(tmp_path, attention_bias, mlp_bias):
+    """llama.cpp's llama graph adds the attention and feed-forward biases a file has; so does Linnet, exactly."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    import linnet.torch as lt
+    from tests.runtimes.conftest import LLAMA, LOGITS_ATOL, max_abs_diff, perturb
+
+    config = LlamaConfig(
+        vocab_size=32,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        attention_bias=attention_bias,
+        mlp_bias=mlp_bias,
+    )
+    torch.manual_seed(1)
+    ref = LlamaForCausalLM(config).eval()
+    perturb(ref, seed=2, scale=0.2)  # biases start at zero
+    path = written(tmp_path, ref)
+    with open_checkpoint(path) as ckpt:
+        assert (ckpt.config["attention_bias"], ckpt.config["mlp_bias"]) == (attention_bias, mlp_bias)
+    m = lt.load(LLAMA, weights=path, max_positions=16, progress=False)
+    x = torch.randint(0, 32, (1, 12), generator=torch.Generator().manual_seed(3))
+    with torch.inference_mode():
+        assert max_abs_diff(torch.from_numpy(m.forward(x.numpy())), ref(input_ids=x).logits) < LOGITS_ATOL
