@@ -7,6 +7,8 @@ where it agrees:
 
 - `tokenizer.ggml.model == "gpt2"`: byte-level BPE over `tokenizer.ggml.tokens` / `.merges`; tokens outside the
   GPT-2 byte alphabet are respelled byte by byte (GPT-2's `bytes_to_unicode`).
+- `tokenizer.ggml.model == "llama"`: SentencePiece BPE with byte fallback, as transformers' LlamaConverter builds
+  it (see `_from_gguf_spm`); ids are SentencePiece's.
 - tokens of `tokenizer.ggml.token_type` 3 (control) become special added tokens, 4 (user-defined) plain added
   tokens; the bos/eos/unk/pad tokens are special too. Added tokens are matched whole in any text.
 - `tokenizer.ggml.pre` names the family's normalizer and pre-tokenizer, each one mapped explicitly in
@@ -315,15 +317,19 @@ class Tokenizer:
     def from_gguf(cls, reader: Any) -> Tokenizer:
         """From GGUF metadata (see the module docstring for the rules). `reader` is a
         `linnet.runtimes.gguf_reader.GGUFFile`, a `gguf.GGUFReader`, or a path to a .gguf file.
-        Raises TokenizerError when the file has no tokenizer or one other than `gpt2` (byte-level BPE)."""
+        Raises TokenizerError when the file has no tokenizer, one other than `gpt2` (byte-level BPE) or `llama`
+        (SentencePiece BPE), or a `tokenizer.ggml.pre` not in `GGUF_PRE_TOKENIZERS`."""
         md = _gguf_metadata(reader)
         where = str(getattr(reader, "path", reader))
         kind = md.get("tokenizer.ggml.model")
         if kind is None or "tokenizer.ggml.tokens" not in md:
             raise TokenizerError(f"{where}: no tokenizer in the GGUF metadata (tokenizer.ggml.model/tokens)")
+        if kind == "llama":
+            return cls._from_gguf_spm(md, where)
         if kind != "gpt2":
             raise TokenizerError(
-                f"{where}: GGUF tokenizer model {kind!r} is not supported yet (only 'gpt2', byte-level BPE)"
+                f"{where}: GGUF tokenizer model {kind!r} is not supported (Linnet reads 'gpt2', byte-level BPE, and "
+                "'llama', SentencePiece BPE)"
             )
         if "tokenizer.ggml.merges" not in md:
             raise TokenizerError(f"{where}: GGUF byte-level BPE tokenizer without tokenizer.ggml.merges")
@@ -339,12 +345,11 @@ class Tokenizer:
 
     @classmethod
     def _from_gguf_bpe(cls, md: Mapping[str, Any], where: str, pre: PreTokenizerType) -> Tokenizer:
-        from tokenizers import AddedToken, decoders, normalizers
         from tokenizers import Tokenizer as _Backend
+        from tokenizers import decoders, normalizers
         from tokenizers.models import BPE
 
         tokens: list[str] = list(md["tokenizer.ggml.tokens"])
-        types: list[int] = list(md.get("tokenizer.ggml.token_type") or [])
         spelling = _bytes_to_unicode()
         alphabet = set(spelling.values())
         # transformers byte_level_tokenizer(): keep tokens already in the byte alphabet, respell the others
@@ -372,22 +377,97 @@ class Tokenizer:
         backend.pre_tokenizer = pre.pre_tokenizer()
         backend.decoder = decoders.ByteLevel()
 
+        return cls._from_gguf_backend(
+            backend, md, where, tokens, in_vocab=lambda t: t in vocab and set(t) <= alphabet, add_bos=pre.add_bos
+        )
+
+    @classmethod
+    def _from_gguf_spm(cls, md: Mapping[str, Any], where: str) -> Tokenizer:
+        """SentencePiece BPE (`tokenizer.ggml.model` "llama": Llama 1/2, TinyLlama, Mistral 7B) as transformers'
+        LlamaConverter builds it for a tokenizer.json: a BPE with byte fallback whose merges are every split of a
+        token into two tokens, ranked by the merged token's score (`SentencePieceExtractor`), which is how
+        SentencePiece and llama.cpp's `llm_tokenizer_spm` merge; spaces become "▁" and, with
+        `tokenizer.ggml.add_space_prefix` (default true), one is put before the text and after each special
+        token, as llama.cpp does. `tokenizer.ggml.pre` must be absent or "default" (llama.cpp reads none for
+        SentencePiece); `remove_extra_whitespaces` true is refused (not read)."""
+        from tokenizers import Tokenizer as _Backend
+        from tokenizers import decoders, normalizers
+        from tokenizers.models import BPE
+
+        pre = md.get("tokenizer.ggml.pre")
+        if pre not in (None, "default"):
+            raise TokenizerError(
+                f"{where}: GGUF SentencePiece tokenizer with tokenizer.ggml.pre = {pre!r}, which Linnet does not read "
+                "(SentencePiece files have 'default' or none; llama.cpp #7881)"
+            )
+        if md.get("tokenizer.ggml.remove_extra_whitespaces"):
+            raise TokenizerError(
+                f"{where}: GGUF tokenizer.ggml.remove_extra_whitespaces = true is not supported (Linnet reads "
+                "SentencePiece tokenizers that keep every space, as Llama's do)"
+            )
+        tokens: list[str] = list(md["tokenizer.ggml.tokens"])
+        scores: list[float] = list(md.get("tokenizer.ggml.scores") or [])
+        if len(scores) != len(tokens):
+            raise TokenizerError(
+                f"{where}: GGUF SentencePiece tokenizer has {len(scores)} tokenizer.ggml.scores for "
+                f"{len(tokens)} tokens"
+            )
+        vocab = {t: i for i, t in enumerate(tokens)}
+        ranked = []  # (-score of the merged token, its id, id of left, id of right, left, right)
+        for i, (merged, score) in enumerate(zip(tokens, scores)):
+            for cut in range(1, len(merged)):
+                left, right = merged[:cut], merged[cut:]
+                if left in vocab and right in vocab:
+                    ranked.append((-score, i, vocab[left], vocab[right], left, right))
+        merges = [(left, right) for *_, left, right in sorted(ranked, key=lambda m: m[:4])]
+        unk = md.get("tokenizer.ggml.unknown_token_id")
+        try:
+            backend = _Backend(
+                BPE(
+                    vocab=vocab,
+                    merges=merges,
+                    unk_token=tokens[unk] if isinstance(unk, int) and 0 <= unk < len(tokens) else None,
+                    fuse_unk=True,
+                    byte_fallback=True,
+                    dropout=None,
+                )
+            )
+        except Exception as e:
+            raise TokenizerError(f"{where}: GGUF SentencePiece vocabulary does not form a BPE model ({e})") from None
+        prefix = md.get("tokenizer.ggml.add_space_prefix", True)
+        steps = [normalizers.Prepend("▁")] if prefix else []
+        backend.normalizer = normalizers.Sequence([*steps, normalizers.Replace(" ", "▁")])
+        decode = [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()]
+        backend.decoder = decoders.Sequence([*decode, decoders.Strip(" ", 1, 0)] if prefix else decode)
+        return cls._from_gguf_backend(backend, md, where, tokens, in_vocab=vocab.__contains__, add_bos=True)
+
+    @classmethod
+    def _from_gguf_backend(
+        cls, backend: Any, md: Mapping[str, Any], where: str, tokens: list[str], *, in_vocab: Any, add_bos: bool
+    ) -> Tokenizer:
+        """Special and user-defined tokens, BOS/EOS and the chat template, common to both GGUF tokenizer models.
+        `in_vocab(token)`: whether a token text is the backend vocabulary's spelling; `add_bos`: the default
+        when `tokenizer.ggml.add_bos_token` is absent."""
+        from tokenizers import AddedToken
+
+        types: list[int] = list(md.get("tokenizer.ggml.token_type") or [])
+
         def token_of(key: str) -> str | None:
             i = md.get(f"tokenizer.ggml.{key}")
             return tokens[i] if isinstance(i, int) and 0 <= i < len(tokens) else None
 
         named = [token_of(k) for k in ("bos_token_id", "eos_token_id", "unknown_token_id", "padding_token_id")]
-        special = [t for t in named if t is not None and t in vocab]
-        special += [t for t, ty in zip(tokens, types) if ty == _CONTROL and set(t) <= alphabet]
+        special = [t for t in named if t is not None and in_vocab(t)]
+        special += [t for t, ty in zip(tokens, types) if ty == _CONTROL and in_vocab(t)]
         backend.add_special_tokens([AddedToken(t, normalized=False, special=True) for t in dict.fromkeys(special)])
-        user = [t for t, ty in zip(tokens, types) if ty == _USER_DEFINED and t in vocab]
+        user = [t for t, ty in zip(tokens, types) if ty == _USER_DEFINED and in_vocab(t)]
         if user:
             backend.add_tokens([AddedToken(t, normalized=False, special=False) for t in user])
 
         bos, eos = md.get("tokenizer.ggml.bos_token_id"), md.get("tokenizer.ggml.eos_token_id")
         _set_post_processor(
             backend,
-            bos=(token_of("bos_token_id"), bos) if md.get("tokenizer.ggml.add_bos_token", pre.add_bos) else None,
+            bos=(token_of("bos_token_id"), bos) if md.get("tokenizer.ggml.add_bos_token", add_bos) else None,
             eos=(token_of("eos_token_id"), eos) if md.get("tokenizer.ggml.add_eos_token") else None,
         )
         eos_ids = {md[k] for k in ("tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id") if k in md}

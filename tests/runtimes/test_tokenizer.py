@@ -174,9 +174,9 @@ def test_gguf_from_gguf_reader(tmp_path):
 
 
 def test_gguf_unsupported_tokenizer_model(tmp_path):
-    _write_tiny_gguf(tmp_path / "spm.gguf", add_bos=False, model="llama")
-    with pytest.raises(TokenizerError, match="'llama' is not supported"):
-        Tokenizer.from_gguf(tmp_path / "spm.gguf")
+    _write_tiny_gguf(tmp_path / "wpm.gguf", add_bos=False, model="bert")
+    with pytest.raises(TokenizerError, match="'bert' is not supported"):
+        Tokenizer.from_gguf(tmp_path / "wpm.gguf")
 
 
 def test_gguf_file_without_tokenizer(tmp_path):
