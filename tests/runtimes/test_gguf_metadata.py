@@ -163,3 +163,88 @@ def test_biases_are_read_from_the_tensors(tmp_path, attention_bias, mlp_bias):
     x = torch.randint(0, 32, (1, 12), generator=torch.Generator().manual_seed(3))
     with torch.inference_mode():
         assert max_abs_diff(torch.from_numpy(m.forward(x.numpy())), ref(input_ids=x).logits) < LOGITS_ATOL
+
+
+# -- the sweep: each key llama.cpp writes, and the rope keys it may write, changed one at a time ----------------
+
+# (GGUF key, another valid value, the transformers LlamaConfig change that computes the same, or None when the
+# change cannot describe these weights and Linnet must refuse)
+MUTATIONS = [
+    ("llama.context_length", 32, {"max_position_embeddings": 32}),
+    ("llama.embedding_length", 64, None),
+    ("llama.feed_forward_length", 96, None),
+    ("llama.block_count", 1, None),
+    ("llama.attention.head_count", 8, None),
+    ("llama.attention.head_count_kv", 4, None),
+    ("llama.attention.head_count_kv", 1, None),
+    ("llama.rope.freq_base", 500.0, {"rope_theta": 500.0}),
+    ("llama.attention.layer_norm_rms_epsilon", 0.5, {"rms_norm_eps": 0.5}),
+    ("llama.rope.dimension_count", 4, None),
+    ("llama.attention.key_length", 16, None),
+    ("llama.attention.value_length", 4, None),
+    ("llama.vocab_size", 64, None),
+    ("general.file_type", 1, {}),
+    ("llama.rope.scaling.type", "none", {}),
+    ("llama.rope.scaling.factor", 2.0, {"rope_scaling": {"rope_type": "linear", "factor": 2.0}}),
+    ("llama.rope.scale_linear", 3.0, {"rope_scaling": {"rope_type": "linear", "factor": 3.0}}),
+    ("llama.rope.scaling.type", "yarn", None),
+    ("llama.rope.scaling.attn_factor", 2.0, None),
+    ("llama.expert_count", 4, None),
+    ("llama.attention.layer_norm_epsilon", 1e-5, None),
+]
+
+
+def test_sweep_every_key_is_refused_or_exact(tmp_path):
+    """Each mutation is refused with an error naming the key or the tensor it breaks, or gives the logits of
+    transformers' model built from the mutated config with the same weights. Silently wrong: none."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    import linnet.torch as lt
+    from linnet.errors import LinnetError
+    from tests.runtimes.conftest import LLAMA, LOGITS_ATOL, max_abs_diff, perturb
+
+    base = {
+        "vocab_size": 32,
+        "hidden_size": 32,
+        "intermediate_size": 48,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 64,
+        "rope_theta": 10000.0,
+    }
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(**base)).eval()
+    perturb(model, seed=1, scale=0.3)
+    x = torch.randint(0, 32, (1, 24), generator=torch.Generator().manual_seed(2))
+    counts = {"refused": 0, "matched": 0, "silently wrong": 0}
+    wrong = []
+    for i, (key, value, change) in enumerate(MUTATIONS):
+        path = tmp_path / f"m{i}.gguf"
+        write_llama_gguf(path, model, extra_metadata={key: value})
+        try:
+            m = lt.load(LLAMA, weights=path, max_positions=32, progress=False)
+            ours = torch.from_numpy(m.forward(x.numpy()))
+        except LinnetError as e:
+            counts["refused"] += 1
+            assert str(path) in str(e) or "don't match" in str(e), (key, str(e))
+            if change is not None:
+                wrong.append(f"{key} = {value!r} refused, though transformers computes it: {e}")
+            continue
+        if change is None:
+            counts["silently wrong"] += 1
+            wrong.append(f"{key} = {value!r} loaded, though no config computes these weights with it")
+            continue
+        config = LlamaConfig(**{**base, **change})
+        reference = LlamaForCausalLM(config).eval()
+        reference.load_state_dict(model.state_dict())
+        with torch.inference_mode():
+            delta = max_abs_diff(ours, reference(input_ids=x).logits)
+        if delta < LOGITS_ATOL:
+            counts["matched"] += 1
+        else:
+            counts["silently wrong"] += 1
+            wrong.append(f"{key} = {value!r}: logits off by {delta:.3g}")
+    print(f"GGUF key sweep, {len(MUTATIONS)} mutations tried: {counts}")
+    assert not wrong, "\n".join(wrong)
+    assert counts["silently wrong"] == 0 and counts["matched"] >= 5 and counts["refused"] >= 10
