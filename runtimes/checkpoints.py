@@ -20,6 +20,7 @@ Names and layouts are Hugging Face's in every format: a GGUF `blk.3.attn_k.weigh
 from __future__ import annotations
 
 import json
+import math
 import mmap
 import os
 import re
@@ -501,8 +502,7 @@ def _gguf_config(f: GGUFFile, arch: str) -> dict[str, Any]:
     `output.weight`; attention_bias / mlp_bias = the file has attention / feed-forward biases; model_type = arch;
     bos/eos/pad ids; rope_scaling from `rope.scaling.type` ("none", or "linear" with `rope.scaling.factor` or the
     older `rope.scale_linear`; llama.cpp's default type is linear) and from the tensor `rope_freqs.weight`
-    (llama3, see `gguf_rope`). Floats are the stored f32 values widened, as transformers reads them: SmolLM2's
-    rms_norm_eps is 9.999999747378752e-06, not 1e-05.
+    (llama3, see `gguf_rope`). Values are type-checked (`_gguf_value`).
 
     Every metadata key is accounted for (`_check_gguf_keys`). Raises CheckpointError naming the file and the key
     for a key that is neither read nor listed as without effect, a value that contradicts another, a rope
@@ -514,13 +514,11 @@ def _gguf_config(f: GGUFFile, arch: str) -> dict[str, Any]:
     def key(name: str) -> str:
         return f"{arch}.{name}"
 
+    md = {k: _gguf_value(f, k, arch) for k in md}
     cfg: dict[str, Any] = {"model_type": arch}
     for name, hf in _GGUF_CONFIG.items():
         if key(name) in md:
             cfg[hf] = md[key(name)]
-    for hf, kind in (("rms_norm_eps", float), ("rope_theta", float)):
-        if hf in cfg:
-            cfg[hf] = kind(cfg[hf])
     head_keys = ("attention.key_length", "rope.dimension_count", "attention.value_length")
     dims = {n: md[key(n)] for n in head_keys if key(n) in md}
     if dims:
@@ -562,6 +560,36 @@ def _gguf_config(f: GGUFFile, arch: str) -> dict[str, Any]:
     return cfg
 
 
+# Value types of the `{arch}.*` keys read: a positive int, or a finite float (an f32 widened, as transformers reads
+# it: SmolLM2's rms_norm_eps is 9.999999747378752e-06, not 1e-05), or a string.
+_GGUF_FLOAT_KEYS = {"rope.freq_base", "attention.layer_norm_rms_epsilon", "rope.scaling.factor", "rope.scale_linear"}
+_GGUF_STRING_KEYS = {"rope.scaling.type"}
+
+
+def _gguf_value(f: GGUFFile, k: str, arch: str) -> Any:
+    """Metadata value `k`, checked against the type the reader expects for the `{arch}.*` keys it reads. A
+    per-layer array (llama.cpp allows one for head counts and feed-forward sizes) is read when every layer has the
+    same value. Raises CheckpointError naming the key and the file otherwise."""
+    v = f.metadata[k]
+    name = k[len(arch) + 1 :] if k.startswith(f"{arch}.") else None
+    if name not in _GGUF_CONFIG and name not in _GGUF_READ:
+        return v
+    if isinstance(v, list) and v and all(x == v[0] for x in v) and name not in _GGUF_STRING_KEYS:
+        v = v[0]
+    if name in _GGUF_STRING_KEYS:
+        ok, expected = isinstance(v, str), "a string"
+    elif name in _GGUF_FLOAT_KEYS:
+        ok, expected = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v), "a finite number"
+        v = float(v) if ok else v
+    else:
+        ok = isinstance(v, int) and not isinstance(v, bool) and v >= 1
+        expected = "a positive integer (the same for every layer)"
+    if not ok:
+        shown = f"a list of {len(v)} values" if isinstance(v, list) else repr(v)
+        raise CheckpointError(f"{f.path}: GGUF metadata {k} is {shown}, expected {expected}")
+    return v
+
+
 def _check_gguf_keys(f: GGUFFile, arch: str) -> None:
     """Refuse any metadata key that is neither read nor known to leave the computation unchanged (the lists
     above `_gguf_hf_name`), naming the key, its value and the file."""
@@ -599,7 +627,7 @@ def _gguf_rope_scaling(f: GGUFFile, arch: str, cfg: dict[str, Any]) -> dict[str,
     llama.cpp (llama-model.cpp) takes the scaling type from `rope.scaling.type`, linear when absent, and the
     factor from `rope.scaling.factor`, else `rope.scale_linear`; a factor of 0 or 1 scales nothing. Llama 3.x
     files carry their llama3 scaling only as `rope_freqs.weight` (see `gguf_rope`)."""
-    md = f.metadata
+    md = {k: _gguf_value(f, k, arch) for k in f.metadata if k.startswith(f"{arch}.rope.")}
     kind = md.get(f"{arch}.rope.scaling.type", "linear")
     factor = md.get(f"{arch}.rope.scaling.factor", md.get(f"{arch}.rope.scale_linear"))
     if kind not in ("none", "linear"):

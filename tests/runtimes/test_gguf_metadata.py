@@ -248,3 +248,22 @@ def test_sweep_every_key_is_refused_or_exact(tmp_path):
     print(f"GGUF key sweep, {len(MUTATIONS)} mutations tried: {counts}")
     assert not wrong, "\n".join(wrong)
     assert counts["silently wrong"] == 0 and counts["matched"] >= 5 and counts["refused"] >= 10
+
+
+@pytest.mark.parametrize(
+    "key, value, words",
+    [
+        ("llama.rope.freq_base", "fast", "llama.rope.freq_base is 'fast', expected a finite number"),
+        ("llama.attention.head_count", 0, "llama.attention.head_count is 0, expected a positive integer"),
+        ("llama.attention.head_count_kv", [2, 1], "llama.attention.head_count_kv is a list of 2 values"),
+        ("llama.rope.scaling.type", 1, "llama.rope.scaling.type is 1, expected a string"),
+        ("llama.attention.layer_norm_rms_epsilon", True, "expected a finite number"),
+    ],
+)
+def test_values_of_the_wrong_type_are_refused(tmp_path, model, key, value, words):
+    assert words in refusal(tmp_path, model, {key: value})
+
+
+def test_per_layer_arrays_with_one_value_are_read(tmp_path, model):
+    with open_checkpoint(written(tmp_path, model, {"llama.attention.head_count_kv": [2]})) as ckpt:
+        assert ckpt.config["num_key_value_heads"] == 2
