@@ -324,6 +324,15 @@ class Tokenizer:
         kind = md.get("tokenizer.ggml.model")
         if kind is None or "tokenizer.ggml.tokens" not in md:
             raise TokenizerError(f"{where}: no tokenizer in the GGUF metadata (tokenizer.ggml.model/tokens)")
+        for key, kinds, what in (
+            ("tokens", (str,), "strings"),
+            ("merges", (str,), "strings"),
+            ("token_type", (int,), "integers"),
+            ("scores", (int, float), "numbers"),
+        ):
+            values = md.get(f"tokenizer.ggml.{key}", [])
+            if not isinstance(values, list) or not all(isinstance(v, kinds) for v in values):
+                raise TokenizerError(f"{where}: GGUF metadata tokenizer.ggml.{key} is not a list of {what}")
         if kind == "llama":
             return cls._from_gguf_spm(md, where)
         if kind != "gpt2":

@@ -237,3 +237,18 @@ def test_refusal_reaches_the_checkpoint(tmp_path, vocab):
     with open_checkpoint(path) as ckpt, pytest.raises(CheckpointError) as e:
         ckpt.tokenizer()
     assert "tokenizer.ggml.pre = 'falcon3'" in str(e.value) and str(path) in str(e.value)
+
+
+@pytest.mark.parametrize("key", ["tokens", "merges"])
+def test_arrays_of_the_wrong_type_are_refused(tmp_path, key):
+    w = gguf.GGUFWriter(str(tmp_path / "t.gguf"), "llama")
+    w.add_tokenizer_model("gpt2")
+    w.add_string("tokenizer.ggml.pre", "gpt-2")
+    w.add_array("tokenizer.ggml.tokens", [1, 2, 3] if key == "tokens" else ["a", "b", "ab"])
+    w.add_array("tokenizer.ggml.merges", [7] if key == "merges" else ["a b"])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(TokenizerError, match=f"tokenizer.ggml.{key} is not a list of strings"):
+        Tokenizer.from_gguf(tmp_path / "t.gguf")
