@@ -20,6 +20,7 @@ Names and layouts are Hugging Face's in every format: a GGUF `blk.3.attn_k.weigh
 from __future__ import annotations
 
 import json
+import math
 import mmap
 import os
 import re
@@ -34,6 +35,7 @@ from linnet.errors import CheckpointError
 
 from .embedded import EMBEDDED, EmbeddedError, resolve_embedded
 from .gguf_reader import GGUFError, GGUFFile
+from .gguf_rope import llama3_scaling_from_rope_freqs
 from .tokenizer import Tokenizer, TokenizerError
 
 __all__ = [
@@ -435,7 +437,8 @@ _GGUF_BUFFERS = {"rope_freqs.weight"}
 _GGUF_ARCHS = {"llama"}
 _GGUF_NAME = re.compile(r"^(?:blk\.(\d+)\.)?(\w+)\.(weight|bias)$")
 
-# `{arch}.<key>` -> config.json field (transformers' GGUF_CONFIG_MAPPING for llama)
+# `{arch}.<key>` -> config.json field (transformers' GGUF_CONFIG_MAPPING for llama). head_dim, vocab_size and rope
+# scaling are read by `_gguf_config` itself, with the checks they need.
 _GGUF_CONFIG = {
     "context_length": "max_position_embeddings",
     "embedding_length": "hidden_size",
@@ -445,16 +448,36 @@ _GGUF_CONFIG = {
     "attention.head_count_kv": "num_key_value_heads",
     "rope.freq_base": "rope_theta",
     "attention.layer_norm_rms_epsilon": "rms_norm_eps",
-    "rope.dimension_count": "head_dim",
 }
-# `{arch}.rope.scaling.<key>` -> rope_scaling field
-_GGUF_ROPE_SCALING = {
-    "factor": "factor",
-    "original_context_length": "original_max_position_embeddings",
-    "attn_factor": "attention_factor",
-    "yarn_beta_fast": "beta_fast",
-    "yarn_beta_slow": "beta_slow",
+_GGUF_READ = {
+    "vocab_size",
+    "attention.key_length",
+    "attention.value_length",
+    "rope.dimension_count",
+    "rope.scaling.type",
+    "rope.scaling.factor",
+    "rope.scale_linear",
 }
+# `{arch}.<key>`s that do not change what the model computes, and why. Every other `{arch}.*` key is refused:
+# a key nobody reads may change the maths (llama.cpp reads it, we would not).
+GGUF_KEYS_WITHOUT_EFFECT = {
+    "rope.scaling.original_context_length": "read by YaRN only; linear scaling does not use it",
+    "rope.scaling.finetuned": "records whether the model was fine-tuned at the scaled length",
+    "rope.scaling.yarn_log_multiplier": "read by YaRN only (refused)",
+    "rope.scaling.yarn_ext_factor": "read by YaRN only (refused)",
+    "rope.scaling.yarn_beta_fast": "read by YaRN only (refused)",
+    "rope.scaling.yarn_beta_slow": "read by YaRN only (refused)",
+}
+# `{arch}.<key>`s accepted only with the one value that leaves the computation unchanged.
+GGUF_KEYS_NEUTRAL_VALUE = {
+    "rope.scaling.attn_factor": 1.0,  # llama.cpp multiplies cos and sin by it
+    "expert_count": 0,  # a dense model; Mixture-of-Experts GGUFs are not read
+    "expert_used_count": 0,
+}
+# Namespaces outside `{arch}.`: general.* is provenance (name, license, file type; general.alignment is read by
+# the reader), tokenizer.* is read by `Tokenizer.from_gguf`, quantize.* records llama-quantize's importance
+# matrix, split.* describes a model split over files (refused unless split.count is 1).
+_GGUF_OTHER_NAMESPACES = ("general.", "tokenizer.", "quantize.", "split.")
 
 
 def _gguf_hf_name(name: str) -> str | None:
@@ -471,40 +494,164 @@ def _gguf_hf_name(name: str) -> str | None:
 
 
 def _gguf_config(f: GGUFFile, arch: str) -> dict[str, Any]:
-    """config.json fields from GGUF metadata: the `{arch}.*` keys of `_GGUF_CONFIG`, vocab_size from the token
-    list, tie_word_embeddings = no `output.weight`, model_type = arch, bos/eos/pad ids, rope_scaling from
-    `{arch}.rope.scaling.*` (None when absent or type "none"). Floats are the stored f32 values widened, as
-    transformers reads them: SmolLM2's rms_norm_eps is 9.999999747378752e-06, not 1e-05."""
+    """config.json fields from GGUF metadata.
+
+    Read: the `{arch}.*` keys of `_GGUF_CONFIG`; head_dim from `attention.key_length`, else
+    `rope.dimension_count` (both, and `attention.value_length`, must agree: the source rotates and attends over
+    the whole head); vocab_size from the token list (`{arch}.vocab_size` must agree); tie_word_embeddings = no
+    `output.weight`; attention_bias / mlp_bias = the file has attention / feed-forward biases; model_type = arch;
+    bos/eos/pad ids; rope_scaling from `rope.scaling.type` ("none", or "linear" with `rope.scaling.factor` or the
+    older `rope.scale_linear`; llama.cpp's default type is linear) and from the tensor `rope_freqs.weight`
+    (llama3, see `gguf_rope`). Values are type-checked (`_gguf_value`).
+
+    Every metadata key is accounted for (`_check_gguf_keys`). Raises CheckpointError naming the file and the key
+    for a key that is neither read nor listed as without effect, a value that contradicts another, a rope
+    scaling type other than none/linear, and rope factors no llama3 parameters reproduce.
+    """
     md = f.metadata
+    _check_gguf_keys(f, arch)
+
+    def key(name: str) -> str:
+        return f"{arch}.{name}"
+
+    md = {k: _gguf_value(f, k, arch) for k in md}
     cfg: dict[str, Any] = {"model_type": arch}
-    for key, hf in _GGUF_CONFIG.items():
-        if f"{arch}.{key}" in md:
-            cfg[hf] = md[f"{arch}.{key}"]
-    for hf, kind in (("rms_norm_eps", float), ("rope_theta", float)):
-        if hf in cfg:
-            cfg[hf] = kind(cfg[hf])
+    for name, hf in _GGUF_CONFIG.items():
+        if key(name) in md:
+            cfg[hf] = md[key(name)]
+    head_keys = ("attention.key_length", "rope.dimension_count", "attention.value_length")
+    dims = {n: md[key(n)] for n in head_keys if key(n) in md}
+    if dims:
+        head_dim = next(iter(dims.values()))  # in head_keys' order: the key length first
+        for n, v in dims.items():
+            if v != head_dim:
+                raise CheckpointError(
+                    f"{f.path}: GGUF metadata {key(n)} = {v} differs from the head size {head_dim}; the source "
+                    "attends and rotates over whole heads of one size (partial rotary or other value heads are "
+                    "not read from GGUF)"
+                )
+        cfg["head_dim"] = head_dim
     tokens = md.get("tokenizer.ggml.tokens")
     if isinstance(tokens, list):
         cfg["vocab_size"] = len(tokens)
-    elif f"{arch}.vocab_size" in md:
-        cfg["vocab_size"] = md[f"{arch}.vocab_size"]
+        if key("vocab_size") in md and md[key("vocab_size")] != len(tokens):
+            raise CheckpointError(
+                f"{f.path}: GGUF metadata {key('vocab_size')} = {md[key('vocab_size')]} but tokenizer.ggml.tokens "
+                f"lists {len(tokens)} tokens"
+            )
+    elif key("vocab_size") in md:
+        cfg["vocab_size"] = md[key("vocab_size")]
+    for hf in ("hidden_size", "num_attention_heads", "num_hidden_layers"):
+        if hf not in cfg:
+            raise CheckpointError(f"{f.path}: GGUF metadata lacks {key(_key_of(hf))}")
     cfg["tie_word_embeddings"] = "output.weight" not in f.tensors
-    scaling_type = md.get(f"{arch}.rope.scaling.type")
-    scaling = None
-    if scaling_type not in (None, "none"):
-        scaling = {"rope_type": scaling_type}
-        for key, hf in _GGUF_ROPE_SCALING.items():
-            if f"{arch}.rope.scaling.{key}" in md:
-                scaling[hf] = md[f"{arch}.rope.scaling.{key}"]
-    cfg["rope_scaling"] = scaling
-    for key, hf in (
+    # llama.cpp loads these biases when the file has them (LLM_ARCH_LLAMA, TENSOR_NOT_REQUIRED); a file with only
+    # some of them fails to load with the names missing
+    cfg["attention_bias"] = any(n.endswith((".attn_q.bias", ".attn_output.bias")) for n in f.tensors)
+    cfg["mlp_bias"] = any(n.endswith((".ffn_gate.bias", ".ffn_down.bias")) for n in f.tensors)
+    cfg["rope_scaling"] = _gguf_rope_scaling(f, arch, cfg)
+    for name, hf in (
         ("bos_token_id", "bos_token_id"),
         ("eos_token_id", "eos_token_id"),
         ("padding_token_id", "pad_token_id"),
     ):
-        if f"tokenizer.ggml.{key}" in md:
-            cfg[hf] = md[f"tokenizer.ggml.{key}"]
+        if f"tokenizer.ggml.{name}" in md:
+            cfg[hf] = md[f"tokenizer.ggml.{name}"]
     return cfg
+
+
+# Value types of the `{arch}.*` keys read: a positive int, or a finite float (an f32 widened, as transformers reads
+# it: SmolLM2's rms_norm_eps is 9.999999747378752e-06, not 1e-05), or a string.
+_GGUF_FLOAT_KEYS = {"rope.freq_base", "attention.layer_norm_rms_epsilon", "rope.scaling.factor", "rope.scale_linear"}
+_GGUF_STRING_KEYS = {"rope.scaling.type"}
+
+
+def _gguf_value(f: GGUFFile, k: str, arch: str) -> Any:
+    """Metadata value `k`, checked against the type the reader expects for the `{arch}.*` keys it reads. A
+    per-layer array (llama.cpp allows one for head counts and feed-forward sizes) is read when every layer has the
+    same value. Raises CheckpointError naming the key and the file otherwise."""
+    v = f.metadata[k]
+    name = k[len(arch) + 1 :] if k.startswith(f"{arch}.") else None
+    if name not in _GGUF_CONFIG and name not in _GGUF_READ:
+        return v
+    if isinstance(v, list) and v and all(x == v[0] for x in v) and name not in _GGUF_STRING_KEYS:
+        v = v[0]
+    if name in _GGUF_STRING_KEYS:
+        ok, expected = isinstance(v, str), "a string"
+    elif name in _GGUF_FLOAT_KEYS:
+        ok, expected = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v), "a finite number"
+        v = float(v) if ok else v
+    else:
+        ok = isinstance(v, int) and not isinstance(v, bool) and v >= 1
+        expected = "a positive integer (the same for every layer)"
+    if not ok:
+        shown = f"a list of {len(v)} values" if isinstance(v, list) else repr(v)
+        raise CheckpointError(f"{f.path}: GGUF metadata {k} is {shown}, expected {expected}")
+    return v
+
+
+def _check_gguf_keys(f: GGUFFile, arch: str) -> None:
+    """Refuse any metadata key that is neither read nor known to leave the computation unchanged (the lists
+    above `_gguf_hf_name`), naming the key, its value and the file."""
+    prefix = f"{arch}."
+    for k, v in f.metadata.items():
+        if k.startswith(prefix):
+            name = k[len(prefix) :]
+            if name in _GGUF_CONFIG or name in _GGUF_READ or name in GGUF_KEYS_WITHOUT_EFFECT:
+                continue
+            if name in GGUF_KEYS_NEUTRAL_VALUE:
+                if v == GGUF_KEYS_NEUTRAL_VALUE[name]:
+                    continue
+                raise CheckpointError(
+                    f"{f.path}: GGUF metadata {k} = {v!r} changes the computation and is not supported (Linnet "
+                    f"reads {arch} files with {k} = {GGUF_KEYS_NEUTRAL_VALUE[name]!r} or without it)"
+                )
+        elif k.startswith(_GGUF_OTHER_NAMESPACES):
+            if k == "split.count" and v not in (0, 1):
+                raise CheckpointError(
+                    f"{f.path}: GGUF metadata split.count = {v!r}: the model is split over several files; merge "
+                    "them first (llama-gguf-split --merge)"
+                )
+            continue
+        shown = repr(v) if not isinstance(v, list) else f"a list of {len(v)}"
+        raise CheckpointError(
+            f"{f.path}: GGUF metadata key {k!r} ({shown}) is not read by Linnet and may change the computation; "
+            f"the {arch} keys read are {', '.join(prefix + n for n in sorted({*_GGUF_CONFIG, *_GGUF_READ}))}, "
+            f"and these are known to have no effect: {', '.join(prefix + n for n in sorted(GGUF_KEYS_WITHOUT_EFFECT))}"
+        )
+
+
+def _gguf_rope_scaling(f: GGUFFile, arch: str, cfg: dict[str, Any]) -> dict[str, Any] | None:
+    """rope_scaling from `{arch}.rope.scaling.*` / `rope.scale_linear` and the tensor `rope_freqs.weight`.
+
+    llama.cpp (llama-model.cpp) takes the scaling type from `rope.scaling.type`, linear when absent, and the
+    factor from `rope.scaling.factor`, else `rope.scale_linear`; a factor of 0 or 1 scales nothing. Llama 3.x
+    files carry their llama3 scaling only as `rope_freqs.weight` (see `gguf_rope`)."""
+    md = {k: _gguf_value(f, k, arch) for k in f.metadata if k.startswith(f"{arch}.rope.")}
+    kind = md.get(f"{arch}.rope.scaling.type", "linear")
+    factor = md.get(f"{arch}.rope.scaling.factor", md.get(f"{arch}.rope.scale_linear"))
+    if kind not in ("none", "linear"):
+        raise CheckpointError(
+            f"{f.path}: GGUF metadata {arch}.rope.scaling.type = {kind!r} is not supported (Linnet reads 'none' "
+            "and 'linear'; Llama 3's llama3 scaling comes from the tensor rope_freqs.weight)"
+        )
+    scaling = None
+    if kind == "linear" and factor not in (None, 0, 1):
+        scaling = {"rope_type": "linear", "factor": float(factor)}
+    if "rope_freqs.weight" not in f.tensors:
+        return scaling
+    if scaling is not None:
+        raise CheckpointError(
+            f"{f.path}: both linear rope scaling ({arch}.rope.scaling.factor {factor}) and per-frequency factors "
+            "(tensor rope_freqs.weight); Linnet reads one or the other"
+        )
+    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // max(1, cfg["num_attention_heads"])
+    info = f.tensors["rope_freqs.weight"]
+    if info.type_name not in ("f32", "f16"):
+        raise CheckpointError(f"{f.path}: tensor 'rope_freqs.weight' is {info.type_name}, expected f32")
+    stored = np.array(f.raw(info.name), dtype=np.float32)  # a copy: the mapping may close on error
+    theta = cfg.get("rope_theta", 10000.0)  # llama.cpp's and the source's default
+    return llama3_scaling_from_rope_freqs(stored, rope_theta=theta, head_dim=head_dim, where=str(f.path))
 
 
 def _unpermute_rows(t: np.ndarray, n_head: int) -> np.ndarray:
@@ -550,9 +697,6 @@ class GGUFCheckpoint(Checkpoint):
                     raise CheckpointError(f"{path}: unknown GGUF tensor {gname!r} (no Hugging Face name for it)")
                 hf_to_gguf[hf] = gname
             config = _gguf_config(f, arch)
-            for key in ("hidden_size", "num_attention_heads", "num_hidden_layers"):
-                if key not in config:
-                    raise CheckpointError(f"{path}: GGUF metadata lacks {arch}.{_key_of(key)}")
         except CheckpointError:
             f.close()
             raise

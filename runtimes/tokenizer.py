@@ -1,21 +1,24 @@
 """Tokenizers for checkpoints: a thin wrapper over `tokenizers.Tokenizer` (the Rust library transformers uses),
 built from a Hugging Face directory (`tokenizer.json` + `tokenizer_config.json`) or from a GGUF file's metadata.
 
-The GGUF builder reproduces what transformers 5 does for `AutoTokenizer.from_pretrained(dir, gguf_file=...)`
-(`transformers/integrations/gguf/gguf_tokenizer_mapping.py`), so token ids agree with the reference:
+The GGUF builder gives the token ids of the model's own tokenizer.json (the `tokenizers` reference), which is
+what llama.cpp's tokenizer reproduces too; transformers 5's GGUF loader (`gguf_tokenizer_mapping.py`) is followed
+where it agrees:
 
 - `tokenizer.ggml.model == "gpt2"`: byte-level BPE over `tokenizer.ggml.tokens` / `.merges`; tokens outside the
   GPT-2 byte alphabet are respelled byte by byte (GPT-2's `bytes_to_unicode`).
+- `tokenizer.ggml.model == "llama"`: SentencePiece BPE with byte fallback, as transformers' LlamaConverter builds
+  it (see `_from_gguf_spm`); ids are SentencePiece's.
 - tokens of `tokenizer.ggml.token_type` 3 (control) become special added tokens, 4 (user-defined) plain added
   tokens; the bos/eos/unk/pad tokens are special too. Added tokens are matched whole in any text.
-- The split regex comes from `tokenizer.ggml.pre` for the names transformers knows (llama-bpe, qwen2, gpt-4o...;
-  `_PRE_TOKENIZER_SPLITS` below, copied from transformers); any other name, `"smollm"` included, gets GPT-2's
-  `ByteLevel` split. NB: that is transformers' behaviour, not llama.cpp's: llama.cpp's `smollm` pre-tokenizer
-  (and SmolLM2's own tokenizer.json) first isolates every digit (`\\p{N}`), so a run of spaces before a digit
-  tokenizes differently ("a  1": transformers `a Ġ Ġ 1`, llama.cpp `a ĠĠ 1`). We follow transformers, the
-  reference every backend is compared with.
+- `tokenizer.ggml.pre` names the family's normalizer and pre-tokenizer, each one mapped explicitly in
+  `GGUF_PRE_TOKENIZERS` (llama.cpp's regexes in src/llama-vocab.cpp, as the family's tokenizer.json writes them);
+  any other value, or none, is refused by name: a guessed split changes ids silently (llama.cpp #7881). Unlike
+  transformers, which gives `smollm` GPT-2's split, `smollm` isolates every digit first as SmolLM2's tokenizer.json
+  and llama.cpp do ("a  1": `a ĠĠ 1`, not `a Ġ Ġ1`).
 - BOS/EOS are added by a `TemplateProcessing` post-processor from `tokenizer.ggml.add_bos_token` /
-  `add_eos_token` (both false for SmolLM2), as transformers' `update_post_processor` does.
+  `add_eos_token` (both false for SmolLM2), as transformers' `update_post_processor` does; without the key, BOS
+  follows llama.cpp's default for the pre-tokenizer type (added for Llama 3 and tekken).
 
 Only the `tokenizers` library is needed (no torch, no transformers).
 """
@@ -25,21 +28,22 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from linnet.errors import CheckpointError
 
-__all__ = ["Tokenizer", "TokenizerError"]
+__all__ = ["Tokenizer", "TokenizerError", "GGUF_PRE_TOKENIZERS", "PreTokenizerType"]
 
 
 class TokenizerError(CheckpointError):
     """A tokenizer cannot be built: missing or malformed files, or an unsupported GGUF tokenizer model."""
 
 
-# From transformers/integrations/gguf/gguf_tokenizer_mapping.py (transformers 5.24), which takes them from
-# llama.cpp's llama-vocab.cpp pre-tokenizer regexes.
+# Split regexes of llama.cpp's src/llama-vocab.cpp (`llm_tokenizer_bpe`), as the models' own tokenizer.json files
+# write them for a `Split` pre-tokenizer.
 _LLAMA3_SPLIT = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
     r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
@@ -49,24 +53,56 @@ _TEKKEN_SPLIT = (
     r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*"
     r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
-_GPT4O_SPLIT = (
-    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
-    r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
-    r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
 # transformers.models.qwen2.tokenization_qwen2.PRETOKENIZE_REGEX
 _QWEN2_SPLIT = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
-_PRE_TOKENIZER_SPLITS = {
-    **dict.fromkeys(
-        ["llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2", "jina-v5-nano"],
-        _LLAMA3_SPLIT,
+
+
+@dataclass(frozen=True)
+class PreTokenizerType:
+    """How a `tokenizer.ggml.pre` value is tokenized: the normalizer and pre-tokenizer of the model family's own
+    tokenizer.json (`reference`), whether its BPE takes a whole pre-token found in the vocabulary before merging
+    (`ignore_merges`, tokenizer.json's and llama.cpp's), and whether BOS is added when the file does not say
+    (`add_bos`, llama.cpp's per-type default for an absent tokenizer.ggml.add_bos_token)."""
+
+    reference: str
+    split: str | None = None  # a Split regex before a regex-less ByteLevel; None: ByteLevel's own GPT-2 regex
+    digits: bool = False  # each digit its own pre-token first (tokenizers' Digits(individual_digits=True))
+    nfc: bool = False
+    ignore_merges: bool = False
+    add_bos: bool = False
+
+    def pre_tokenizer(self) -> Any:
+        from tokenizers import Regex, pre_tokenizers
+
+        if self.split is None:
+            steps = [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)]
+        else:
+            steps = [
+                pre_tokenizers.Split(Regex(self.split), behavior="isolated"),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+            ]
+        if self.digits:
+            steps.insert(0, pre_tokenizers.Digits(individual_digits=True))
+        return steps[0] if len(steps) == 1 else pre_tokenizers.Sequence(steps)
+
+
+_LLAMA3 = PreTokenizerType("meta-llama/Llama-3.x", split=_LLAMA3_SPLIT, ignore_merges=True, add_bos=True)
+_STARCODER = PreTokenizerType("bigcode/starcoder2, HuggingFaceTB/SmolLM2", digits=True)
+# `tokenizer.ggml.pre` -> its tokenization. Every value is explicit: a guessed split changes token ids without a
+# word (llama.cpp #7881), so any other value is refused by name.
+GGUF_PRE_TOKENIZERS: dict[str, PreTokenizerType] = {
+    "gpt-2": PreTokenizerType("openai-community/gpt2"),
+    "smollm": _STARCODER,
+    "starcoder": _STARCODER,
+    "llama-bpe": _LLAMA3,
+    "llama3": _LLAMA3,
+    "llama-v3": _LLAMA3,
+    "qwen2": PreTokenizerType("Qwen/Qwen2.5", split=_QWEN2_SPLIT, nfc=True),
+    "tekken": PreTokenizerType(
+        "mistralai/Mistral-Nemo (tekken)", split=_TEKKEN_SPLIT, ignore_merges=True, add_bos=True
     ),
-    **dict.fromkeys(["dbrx", "smaug-bpe"], _LLAMA3_SPLIT),
-    "tekken": _TEKKEN_SPLIT,
-    **dict.fromkeys(["qwen2", "deepseek-r1-qwen", "kormo", "f2llmv2", "megrez"], _QWEN2_SPLIT),
-    **dict.fromkeys(["gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2"], _GPT4O_SPLIT),
 }
 
 _CONTROL, _USER_DEFINED = 3, 4  # llama.cpp `llama_token_type` values in tokenizer.ggml.token_type
@@ -281,28 +317,48 @@ class Tokenizer:
     def from_gguf(cls, reader: Any) -> Tokenizer:
         """From GGUF metadata (see the module docstring for the rules). `reader` is a
         `linnet.runtimes.gguf_reader.GGUFFile`, a `gguf.GGUFReader`, or a path to a .gguf file.
-        Raises TokenizerError when the file has no tokenizer or one other than `gpt2` (byte-level BPE)."""
+        Raises TokenizerError when the file has no tokenizer, one other than `gpt2` (byte-level BPE) or `llama`
+        (SentencePiece BPE), or a `tokenizer.ggml.pre` not in `GGUF_PRE_TOKENIZERS`."""
         md = _gguf_metadata(reader)
         where = str(getattr(reader, "path", reader))
         kind = md.get("tokenizer.ggml.model")
         if kind is None or "tokenizer.ggml.tokens" not in md:
             raise TokenizerError(f"{where}: no tokenizer in the GGUF metadata (tokenizer.ggml.model/tokens)")
+        for key, kinds, what in (
+            ("tokens", (str,), "strings"),
+            ("merges", (str,), "strings"),
+            ("token_type", (int,), "integers"),
+            ("scores", (int, float), "numbers"),
+        ):
+            values = md.get(f"tokenizer.ggml.{key}", [])
+            if not isinstance(values, list) or not all(isinstance(v, kinds) for v in values):
+                raise TokenizerError(f"{where}: GGUF metadata tokenizer.ggml.{key} is not a list of {what}")
+        if kind == "llama":
+            return cls._from_gguf_spm(md, where)
         if kind != "gpt2":
             raise TokenizerError(
-                f"{where}: GGUF tokenizer model {kind!r} is not supported yet (only 'gpt2', byte-level BPE)"
+                f"{where}: GGUF tokenizer model {kind!r} is not supported (Linnet reads 'gpt2', byte-level BPE, and "
+                "'llama', SentencePiece BPE)"
             )
         if "tokenizer.ggml.merges" not in md:
             raise TokenizerError(f"{where}: GGUF byte-level BPE tokenizer without tokenizer.ggml.merges")
-        return cls._from_gguf_bpe(md, where)
+        pre = md.get("tokenizer.ggml.pre")
+        supported = ", ".join(repr(p) for p in GGUF_PRE_TOKENIZERS)
+        if pre not in GGUF_PRE_TOKENIZERS:
+            said = "has no tokenizer.ggml.pre" if pre is None else f"has tokenizer.ggml.pre = {pre!r}"
+            raise TokenizerError(
+                f"{where}: GGUF tokenizer {said}, which Linnet does not read (supported: {supported}); a guessed "
+                "pre-tokenizer changes token ids without a word (llama.cpp #7881)"
+            )
+        return cls._from_gguf_bpe(md, where, GGUF_PRE_TOKENIZERS[pre])
 
     @classmethod
-    def _from_gguf_bpe(cls, md: Mapping[str, Any], where: str) -> Tokenizer:
-        from tokenizers import AddedToken, Regex, decoders, pre_tokenizers
+    def _from_gguf_bpe(cls, md: Mapping[str, Any], where: str, pre: PreTokenizerType) -> Tokenizer:
         from tokenizers import Tokenizer as _Backend
+        from tokenizers import decoders, normalizers
         from tokenizers.models import BPE
 
         tokens: list[str] = list(md["tokenizer.ggml.tokens"])
-        types: list[int] = list(md.get("tokenizer.ggml.token_type") or [])
         spelling = _bytes_to_unicode()
         alphabet = set(spelling.values())
         # transformers byte_level_tokenizer(): keep tokens already in the byte alphabet, respell the others
@@ -320,38 +376,107 @@ class Tokenizer:
                     continuing_subword_prefix="",
                     end_of_word_suffix="",
                     fuse_unk=False,
+                    ignore_merges=pre.ignore_merges,
                 )
             )
         except Exception as e:
             raise TokenizerError(f"{where}: GGUF vocabulary/merges do not form a BPE model ({e})") from None
-        split = _PRE_TOKENIZER_SPLITS.get(md.get("tokenizer.ggml.pre"))
-        if split is None:
-            backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-        else:
-            backend.pre_tokenizer = pre_tokenizers.Sequence(
-                [
-                    pre_tokenizers.Split(Regex(split), behavior="isolated"),
-                    pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-                ]
-            )
+        if pre.nfc:
+            backend.normalizer = normalizers.NFC()
+        backend.pre_tokenizer = pre.pre_tokenizer()
         backend.decoder = decoders.ByteLevel()
+
+        return cls._from_gguf_backend(
+            backend, md, where, tokens, in_vocab=lambda t: t in vocab and set(t) <= alphabet, add_bos=pre.add_bos
+        )
+
+    @classmethod
+    def _from_gguf_spm(cls, md: Mapping[str, Any], where: str) -> Tokenizer:
+        """SentencePiece BPE (`tokenizer.ggml.model` "llama": Llama 1/2, TinyLlama, Mistral 7B) as transformers'
+        LlamaConverter builds it for a tokenizer.json: a BPE with byte fallback whose merges are every split of a
+        token into two tokens, ranked by the merged token's score (`SentencePieceExtractor`), which is how
+        SentencePiece and llama.cpp's `llm_tokenizer_spm` merge; spaces become "▁" and, with
+        `tokenizer.ggml.add_space_prefix` (default true), one is put before the text and after each special
+        token, as llama.cpp does. `tokenizer.ggml.pre` must be absent or "default" (llama.cpp reads none for
+        SentencePiece); `remove_extra_whitespaces` true is refused (not read)."""
+        from tokenizers import Tokenizer as _Backend
+        from tokenizers import decoders, normalizers
+        from tokenizers.models import BPE
+
+        pre = md.get("tokenizer.ggml.pre")
+        if pre not in (None, "default"):
+            raise TokenizerError(
+                f"{where}: GGUF SentencePiece tokenizer with tokenizer.ggml.pre = {pre!r}, which Linnet does not read "
+                "(SentencePiece files have 'default' or none; llama.cpp #7881)"
+            )
+        if md.get("tokenizer.ggml.remove_extra_whitespaces"):
+            raise TokenizerError(
+                f"{where}: GGUF tokenizer.ggml.remove_extra_whitespaces = true is not supported (Linnet reads "
+                "SentencePiece tokenizers that keep every space, as Llama's do)"
+            )
+        tokens: list[str] = list(md["tokenizer.ggml.tokens"])
+        scores: list[float] = list(md.get("tokenizer.ggml.scores") or [])
+        if len(scores) != len(tokens):
+            raise TokenizerError(
+                f"{where}: GGUF SentencePiece tokenizer has {len(scores)} tokenizer.ggml.scores for "
+                f"{len(tokens)} tokens"
+            )
+        vocab = {t: i for i, t in enumerate(tokens)}
+        ranked = []  # (-score of the merged token, its id, id of left, id of right, left, right)
+        for i, (merged, score) in enumerate(zip(tokens, scores)):
+            for cut in range(1, len(merged)):
+                left, right = merged[:cut], merged[cut:]
+                if left in vocab and right in vocab:
+                    ranked.append((-score, i, vocab[left], vocab[right], left, right))
+        merges = [(left, right) for *_, left, right in sorted(ranked, key=lambda m: m[:4])]
+        unk = md.get("tokenizer.ggml.unknown_token_id")
+        try:
+            backend = _Backend(
+                BPE(
+                    vocab=vocab,
+                    merges=merges,
+                    unk_token=tokens[unk] if isinstance(unk, int) and 0 <= unk < len(tokens) else None,
+                    fuse_unk=True,
+                    byte_fallback=True,
+                    dropout=None,
+                )
+            )
+        except Exception as e:
+            raise TokenizerError(f"{where}: GGUF SentencePiece vocabulary does not form a BPE model ({e})") from None
+        prefix = md.get("tokenizer.ggml.add_space_prefix", True)
+        steps = [normalizers.Prepend("▁")] if prefix else []
+        backend.normalizer = normalizers.Sequence([*steps, normalizers.Replace(" ", "▁")])
+        decode = [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()]
+        backend.decoder = decoders.Sequence([*decode, decoders.Strip(" ", 1, 0)] if prefix else decode)
+        return cls._from_gguf_backend(backend, md, where, tokens, in_vocab=vocab.__contains__, add_bos=True)
+
+    @classmethod
+    def _from_gguf_backend(
+        cls, backend: Any, md: Mapping[str, Any], where: str, tokens: list[str], *, in_vocab: Any, add_bos: bool
+    ) -> Tokenizer:
+        """Special and user-defined tokens, BOS/EOS and the chat template, common to both GGUF tokenizer models.
+        `in_vocab(token)`: whether a token text is the backend vocabulary's spelling; `add_bos`: the default
+        when `tokenizer.ggml.add_bos_token` is absent."""
+        from tokenizers import AddedToken
+
+        types: list[int] = list(md.get("tokenizer.ggml.token_type") or [])
 
         def token_of(key: str) -> str | None:
             i = md.get(f"tokenizer.ggml.{key}")
             return tokens[i] if isinstance(i, int) and 0 <= i < len(tokens) else None
 
         named = [token_of(k) for k in ("bos_token_id", "eos_token_id", "unknown_token_id", "padding_token_id")]
-        special = [t for t in named if t is not None and t in vocab]
-        special += [t for t, ty in zip(tokens, types) if ty == _CONTROL and set(t) <= alphabet]
+        special = [t for t in named if t is not None and in_vocab(t)]
+        special += [t for t, ty in zip(tokens, types) if ty == _CONTROL and in_vocab(t)]
         backend.add_special_tokens([AddedToken(t, normalized=False, special=True) for t in dict.fromkeys(special)])
-        user = [t for t, ty in zip(tokens, types) if ty == _USER_DEFINED and t in vocab]
+        user = [t for t, ty in zip(tokens, types) if ty == _USER_DEFINED and in_vocab(t)]
         if user:
             backend.add_tokens([AddedToken(t, normalized=False, special=False) for t in user])
 
         bos, eos = md.get("tokenizer.ggml.bos_token_id"), md.get("tokenizer.ggml.eos_token_id")
         _set_post_processor(
             backend,
-            bos=(token_of("bos_token_id"), bos) if md.get("tokenizer.ggml.add_bos_token") else None,
+            bos=(token_of("bos_token_id"), bos) if md.get("tokenizer.ggml.add_bos_token", add_bos) else None,
             eos=(token_of("eos_token_id"), eos) if md.get("tokenizer.ggml.add_eos_token") else None,
         )
         eos_ids = {md[k] for k in ("tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id") if k in md}

@@ -15,6 +15,7 @@ import pytest
 from linnet.runtimes import embedded
 from linnet.runtimes.checkpoints import CheckpointError, normalize_config, open_checkpoint
 from linnet.runtimes.embedded import EmbeddedError, resolve_embedded
+from tests.runtimes.gguf_writing import TO_GGUF, llamacpp_permute
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -346,26 +347,6 @@ def test_smollm2_config_matches_transformers(smollm2, smollm2_reference):
 # -- GGUF: a synthetic llama written in llama.cpp's layout ---------------------------------------------------
 
 
-def _llamacpp_permute(w, n_head, n_head_kv):
-    """llama.cpp convert_hf_to_gguf.py `LlamaModel.permute`, verbatim in numpy."""
-    if n_head_kv is not None and n_head != n_head_kv:
-        n_head = n_head_kv
-    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
-
-
-_TO_GGUF = {
-    "self_attn.q_proj": "attn_q",
-    "self_attn.k_proj": "attn_k",
-    "self_attn.v_proj": "attn_v",
-    "self_attn.o_proj": "attn_output",
-    "mlp.gate_proj": "ffn_gate",
-    "mlp.up_proj": "ffn_up",
-    "mlp.down_proj": "ffn_down",
-    "input_layernorm": "attn_norm",
-    "post_attention_layernorm": "ffn_norm",
-}
-
-
 def _write_llama_gguf(path: Path, *, extra_tensor: str | None = None, arch: str = "llama"):
     """A tiny random llama (8 query heads, 2 KV heads, q/k/v biases, untied) written as llama.cpp would: Q/K
     rows permuted, Q weights Q8_0, up_proj F16, v_proj BF16, the rest F32. Returns the HF state dict and the
@@ -418,11 +399,11 @@ def _write_llama_gguf(path: Path, *, extra_tensor: str | None = None, arch: str 
         else:
             _, _, layer, *rest = name.split(".")
             module, suffix = ".".join(rest[:-1]), rest[-1]
-            gname = f"blk.{layer}.{_TO_GGUF[module]}.{suffix}"
+            gname = f"blk.{layer}.{TO_GGUF[module]}.{suffix}"
         if ".attn_q." in gname:
-            data = _llamacpp_permute(data, 8, 8)
+            data = llamacpp_permute(data, 8, 8)
         elif ".attn_k." in gname:
-            data = _llamacpp_permute(data, 8, 2)
+            data = llamacpp_permute(data, 8, 2)
         if gname.endswith("attn_q.weight"):
             qdata = gguf.quants.quantize(np.ascontiguousarray(data), gguf.GGMLQuantizationType.Q8_0)
             w.add_tensor(gname, qdata, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
@@ -477,13 +458,6 @@ def test_gguf_unknown_tensor_name(tmp_path):
     with pytest.raises(CheckpointError, match=r"unknown GGUF tensor 'blk.0.attn_mystery.weight'") as e:
         open_checkpoint(tmp_path / "odd.gguf")
     assert str(tmp_path / "odd.gguf") in str(e.value)
-
-
-def test_gguf_rope_freqs_is_a_buffer(tmp_path):
-    pytest.importorskip("torch")
-    _write_llama_gguf(tmp_path / "l3.gguf", extra_tensor="rope_freqs.weight")
-    with open_checkpoint(tmp_path / "l3.gguf") as ckpt:
-        assert ckpt.buffer_names == {"rope_freqs.weight"} and ckpt.shape("rope_freqs.weight") == (4,)
 
 
 def test_gguf_unsupported_architecture(tmp_path):

@@ -1,4 +1,5 @@
-"""The GGUF tokenizer gives transformers' token ids; HF-folder tokenizers read their configs."""
+"""The GGUF tokenizer gives transformers' token ids (with SmolLM2's own pre-tokenizer); HF-folder tokenizers read
+their configs. Each `tokenizer.ggml.pre` type against its family's tokenizer.json: test_gguf_pretokenizers.py."""
 
 from __future__ import annotations
 
@@ -44,8 +45,17 @@ def ours(smollm2_path):
 
 @pytest.fixture(scope="module")
 def reference(smollm2_path):
+    """transformers' tokenizer for the GGUF, with SmolLM2's own pre-tokenizer (its tokenizer.json's: each digit
+    first, then GPT-2's byte-level split, as llama.cpp's `smollm` type): transformers gives `smollm` GPT-2's split
+    alone, which tokenizes spaces before a digit differently ("a  1")."""
     transformers = pytest.importorskip("transformers")
-    return transformers.AutoTokenizer.from_pretrained(str(smollm2_path.parent), gguf_file=smollm2_path.name)
+    from tokenizers import pre_tokenizers
+
+    tok = transformers.AutoTokenizer.from_pretrained(str(smollm2_path.parent), gguf_file=smollm2_path.name)
+    tok.backend_tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
+    )
+    return tok
 
 
 # -- against transformers ------------------------------------------------------------------------------------
@@ -96,8 +106,8 @@ def test_gguf_known_ids(ours):
     assert ours.encode("Hello world") == [19556, 905]
     assert ours.encode("<|im_start|>user\nhi<|im_end|>\n") == [1, 4093, 198, 6004, 2, 198]
     assert ours.encode("12345 3.14") == [33, 34, 35, 36, 37, 216, 35, 30, 33, 36]
-    # transformers' split, not llama.cpp's `smollm` one (which isolates digits first and gives `a ĠĠ 1`)
-    assert ours.encode("a  1") == [81, 216, 216, 33]
+    # SmolLM2's and llama.cpp's split (digits isolated first), not transformers' GGUF one (`a Ġ Ġ1` -> 81 216 216 33)
+    assert ours.encode("a  1") == [81, 256, 33]
 
 
 def test_gguf_fields(ours):
@@ -164,9 +174,9 @@ def test_gguf_from_gguf_reader(tmp_path):
 
 
 def test_gguf_unsupported_tokenizer_model(tmp_path):
-    _write_tiny_gguf(tmp_path / "spm.gguf", add_bos=False, model="llama")
-    with pytest.raises(TokenizerError, match="'llama' is not supported"):
-        Tokenizer.from_gguf(tmp_path / "spm.gguf")
+    _write_tiny_gguf(tmp_path / "wpm.gguf", add_bos=False, model="bert")
+    with pytest.raises(TokenizerError, match="'bert' is not supported"):
+        Tokenizer.from_gguf(tmp_path / "wpm.gguf")
 
 
 def test_gguf_file_without_tokenizer(tmp_path):
