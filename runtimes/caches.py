@@ -100,7 +100,6 @@ def enable(family: str) -> Path | None:
         folder = Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])  # the user's choice
     if _ENABLED.get(framework) == folder:
         return folder
-    folder.mkdir(parents=True, exist_ok=True)
     if framework == "jax":
         _enable_jax(folder)
     elif framework == "inductor":
