@@ -37,6 +37,8 @@ bound to host memory. Providers other than CPU get no upcast (not measured).
 from __future__ import annotations
 
 import ctypes
+import os
+import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -299,11 +301,9 @@ def _cached_session(folder: Path, graph: bytes, names, values, arrays, providers
     optimizations off, since the file holds the optimized graph (with its folded weights, e.g. transposed
     matmul weights, in `model.data`). On a miss, or an entry ORT cannot read, the session is made from `graph`
     and `values` as without a cache, with ORT writing its optimized model into a fresh folder that is renamed
-    to <key> once complete, so a reader never sees half an entry and concurrent writers do not collide. Each
-    lookup is counted by `caches.record`."""
-    import os
-    import shutil
-
+    to <key> once complete, so a reader never sees half an entry and concurrent writers do not collide. A
+    folder that cannot be written (read-only, full) costs the cache, never the session. Each lookup is counted
+    by `caches.record`."""
     ort = _ort()
     opts = session_options(numerics, threads)
     key = caches.ort_key(graph, list(zip(names, arrays)), providers[0], str(opts.graph_optimization_level))
@@ -320,8 +320,11 @@ def _cached_session(folder: Path, graph: bytes, names, values, arrays, providers
             caches.record("onnxruntime", hit=True)
             return session
     caches.record("onnxruntime", hit=False)
-    folder.mkdir(parents=True, exist_ok=True)
-    fresh = Path(tempfile.mkdtemp(prefix=f"{key}.", suffix=".partial", dir=folder))
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fresh = Path(tempfile.mkdtemp(prefix=f"{key}.", suffix=".partial", dir=folder))
+    except OSError:
+        return make_session_uncached(graph, names, values, providers, numerics, threads)
     opts.optimized_model_filepath = str(fresh / OPTIMIZED_MODEL)
     opts.add_session_config_entry("session.optimized_model_external_initializers_file_name", OPTIMIZED_DATA)
     opts.add_session_config_entry(

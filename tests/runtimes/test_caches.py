@@ -154,6 +154,16 @@ def test_a_damaged_entry_is_rebuilt_not_used(ort_cache):
     assert hit.hits == 1
 
 
+@pytest.mark.onnxruntime
+def test_a_cache_folder_that_cannot_be_written_costs_the_cache_not_the_session(ort_cache, monkeypatch):
+    blocked = ort_cache / "a-file"
+    blocked.write_text("not a folder")
+    monkeypatch.setitem(caches._ENABLED, "onnxruntime", blocked / "onnxruntime")  # mkdir under a file fails
+    with caches.watch("onnx", "session build") as report:
+        out = logits(small_onnx())
+    assert report.misses == 1 and np.isfinite(out).all()
+
+
 def test_the_ort_key_covers_graph_weights_and_options():
     pytest.importorskip("onnxruntime")
     w = [("w", np.arange(6, dtype=np.float32).reshape(2, 3))]
