@@ -12,6 +12,8 @@ import sys
 import numpy as np
 import pytest
 
+from linnet.runtimes import threads
+from linnet.runtimes.threads import usable_cores
 from tests.conftest import ROOT
 
 PROMPT = "The capital of France is a city with a long history, and"
@@ -78,9 +80,14 @@ def assert_honest(lines: dict) -> None:
 def test_generate_on_eager_torch_says_it_does_not_compile_and_its_threads(tmp_path):
     lines = generated_lines("torch", tmp_path)
     assert lines["compile"] is None
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     if "OMP_NUM_THREADS" not in os.environ:
-        assert f"torch threads {cores} (the cores this process may use)" in lines["load"]["detail"]
+        cores = len(usable_cores())
+        chosen = re.search(r"torch threads (\d+) \((.*)\)$", lines["load"]["detail"])
+        assert chosen is not None, lines["load"]["detail"]
+        assert 1 <= int(chosen[1]) <= cores
+        assert chosen[2] == "the cores this process may use" or chosen[2].endswith(
+            f" of the {cores} cores this process may use are idle"
+        )
 
 
 @pytest.mark.slow
@@ -111,6 +118,42 @@ def test_torch_threads_follow_the_cpu_affinity_not_the_machine():
     code = code.replace("{min(os.sched_getaffinity(0))}", "os.sched_getaffinity(0)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT)
     assert r.stdout.strip() == "torch threads 1 (OMP_NUM_THREADS) 1", r.stderr
+
+
+def fake_cpu_times(monkeypatch, busy: dict[int, float]):
+    """/proc/stat as if CPU n had been busy `busy[n]` of the sample (100 ticks) and idle the rest."""
+    samples = iter([{n: (0, 0) for n in busy}, {n: (round(100 * (1 - b)), 100) for n, b in busy.items()}])
+    monkeypatch.setattr(threads, "_cpu_times", lambda: next(samples))
+    monkeypatch.setattr(threads, "usable_cores", lambda: set(busy))
+
+
+@pytest.mark.parametrize(
+    "busy, chosen",
+    [
+        ({0: 0.0, 1: 0.0}, (2, "the cores this process may use")),
+        ({0: 1.0, 1: 0.0}, (1, "1.0 of the 2 cores this process may use are idle")),
+        ({0: 1.0, 1: 1.0}, (1, "0.0 of the 2 cores this process may use are idle")),
+        ({2: 0.0, 3: 0.5, 4: 1.0, 5: 1.0}, (2, "1.5 of the 4 cores this process may use are idle")),
+    ],
+)
+def test_torch_threads_leave_out_the_cores_other_processes_keep_busy(monkeypatch, busy, chosen):
+    fake_cpu_times(monkeypatch, busy)
+    assert threads.choose_torch_threads() == chosen
+
+
+def test_torch_threads_without_per_cpu_counters_are_the_affinity(monkeypatch):
+    def unreadable():
+        raise OSError("no /proc/stat")
+
+    monkeypatch.setattr(threads, "_cpu_times", unreadable)
+    assert threads.choose_torch_threads() == (len(usable_cores()), "the cores this process may use")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="no /proc/stat")
+def test_proc_stat_names_the_cpus_of_the_affinity():
+    times = threads._cpu_times()
+    assert usable_cores() <= set(times) and all(0 <= idle <= total for idle, total in times.values())
+    assert 0.0 <= threads.idle_cores(usable_cores(), 0.05) <= len(usable_cores())
 
 
 @pytest.mark.torch
