@@ -231,8 +231,9 @@ def cmd_onnx(args: argparse.Namespace) -> int:
 
 def _load(args: argparse.Namespace, random_weights: bool):
     """The model of `args.file` on `--backend`, through the registry, with the backend's
-    persistent compile cache on (`linnet.runtimes.caches`) and, on PyTorch, as many threads as
-    this process may use cores (`linnet.runtimes.threads`); `args.setup` says what was chosen.
+    persistent compile cache on (`linnet.runtimes.caches`) and, on PyTorch, one thread per idle
+    core of the process's CPU affinity (`linnet.runtimes.threads`); `args.setup` says what was
+    chosen.
     Raises LinnetError (a backend option it lacks included), ValueError (a bad `--config`) or
     OSError."""
     from .runtimes import caches

@@ -54,6 +54,8 @@ FRAMEWORKS = ("jax", "inductor", "onnxruntime")
 # a backend family (`Backend.family`) -> the framework whose cache it uses
 FAMILY_CACHE = {"jax": "jax", "torch": "inductor", "onnx": "onnxruntime"}
 ENV_DIR, ENV_OFF = "LINNET_CACHE_DIR", "LINNET_NO_CACHE"
+# what one cache entry of each framework is, as the compile line counts them
+ENTRY_NOUN = {"jax": "program", "inductor": "FX graph", "onnxruntime": "optimized model"}
 
 # compiles seen in this process, per framework: [cache hits, cache misses, compiles that skip the cache] (ORT's
 # are recorded by the ONNX Runtime backend through `record`; JAX's by a monitoring listener; inductor's are read
@@ -167,7 +169,8 @@ class CompileReport:
     """What one block compiled (`watch`): `what` ("compile", "session build", or "" when nothing compiles, as in
     eager PyTorch), `seconds` (wall time of the block), `hits`/`misses` (persistent-cache lookups: programs found
     in the cache, programs compiled and written to it), `uncached` (compiles that skip the cache: ONNX Runtime
-    sessions of other providers than the CPU's), `folder` (the cache folder; None when caching is off)."""
+    sessions of other providers than the CPU's), `folder` (the cache folder; None when caching is off), `noun`
+    (what one entry is: "program", "FX graph", "optimized model")."""
 
     what: str
     seconds: float = 0.0
@@ -175,6 +178,7 @@ class CompileReport:
     misses: int = 0
     uncached: int = 0
     folder: Path | None = None
+    noun: str = "program"
 
     @property
     def cache(self) -> str:
@@ -196,17 +200,16 @@ class CompileReport:
             return "no compile (eager)"
         folder = _short(self.folder) if self.folder is not None else ""
         why = {
-            "hit": f"cache hit: {_programs(self.hits)} from {folder}",
-            "miss": f"compiled {_programs(self.misses)}, cache miss, written to {folder}",
-            "partial": f"cache hit for {self.hits}, compiled {_programs(self.misses)} into {folder}",
+            "hit": f"cache hit: {self._count(self.hits)} from {folder}",
+            "miss": f"compiled {self._count(self.misses)}, cache miss, written to {folder}",
+            "partial": f"cache hit for {self.hits}, compiled {self._count(self.misses)} into {folder}",
             "off": "compiled, not cached" + (f" ({ENV_OFF} is set)" if cache_root() is None else ""),
             "none": "nothing compiled: already compiled in this process",
         }[self.cache]
         return f"{self.what} {self.seconds:.2f} s ({why})"
 
-
-def _programs(n: int) -> str:
-    return f"{n} program{'s' if n != 1 else ''}"
+    def _count(self, n: int) -> str:
+        return f"{n} {self.noun}{'s' if n != 1 else ''}"
 
 
 def _short(path: Path) -> str:
@@ -221,7 +224,7 @@ def watch(family: str, what: str = "compile") -> Iterator[CompileReport]:
     """Time the block and count the persistent-cache lookups of family `family`'s framework in it; the report is
     filled in when the block ends. `what` names the work ("compile", "session build"; "" for none)."""
     framework = FAMILY_CACHE[family]
-    report = CompileReport(what, folder=enabled(framework))
+    report = CompileReport(what, folder=enabled(framework), noun=ENTRY_NOUN[framework])
     before = _counts(framework)
     start = time.perf_counter()
     try:

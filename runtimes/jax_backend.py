@@ -122,6 +122,8 @@ class JaxModel(ModelBase):
     load_s: float = 0.0
     notes: list[str] = field(default_factory=list)
     backend: str = "jax"
+    # the `step` compiled ahead of time per input_ids shape [B, S] (`JaxStepModel`), shared by its step models
+    step_executables: dict = field(default_factory=dict, repr=False)
 
     @property
     def entries(self) -> tuple[str, ...]:
@@ -173,7 +175,7 @@ class JaxStepModel:
         self.vocab_size = model.vocab_size
         self._fn = model.functions["step"]
         self._jax = _jax()
-        self._compiled: dict[tuple[int, int], Callable] = {}
+        self._compiled: dict[tuple[int, int], Callable] = model.step_executables
 
     @property
     def compiled_shapes(self) -> list[tuple[int, int]]:
