@@ -54,8 +54,9 @@ FRAMEWORKS = ("jax", "inductor", "onnxruntime")
 # a backend family (`Backend.family`) -> the framework whose cache it uses
 FAMILY_CACHE = {"jax": "jax", "torch": "inductor", "onnx": "onnxruntime"}
 ENV_DIR, ENV_OFF = "LINNET_CACHE_DIR", "LINNET_NO_CACHE"
-# what one cache entry of each framework is, as the compile line counts them
+# what one cache entry of each framework is, as the compile line counts them, and what making one is
 ENTRY_NOUN = {"jax": "program", "inductor": "FX graph", "onnxruntime": "optimized model"}
+ENTRY_VERB = {"program": "compiled", "FX graph": "compiled", "optimized model": "made"}
 
 # compiles seen in this process, per framework: [cache hits, cache misses, compiles that skip the cache] (ORT's
 # are recorded by the ONNX Runtime backend through `record`; JAX's by a monitoring listener; inductor's are read
@@ -201,8 +202,9 @@ class CompileReport:
         folder = _short(self.folder) if self.folder is not None else ""
         why = {
             "hit": f"cache hit: {self._count(self.hits)} from {folder}",
-            "miss": f"compiled {self._count(self.misses)}, cache miss, written to {folder}",
-            "partial": f"cache hit for {self.hits}, compiled {self._count(self.misses)} into {folder}",
+            "miss": f"cache miss: {self._count(self.misses)} {ENTRY_VERB[self.noun]} and written to {folder}",
+            "partial": f"partial cache hit: {self._count(self.hits)} from {folder}, {self.misses} "
+            f"{ENTRY_VERB[self.noun]} and written there",
             "off": "compiled, not cached" + (f" ({ENV_OFF} is set)" if cache_root() is None else ""),
             "none": "nothing compiled: already compiled in this process",
         }[self.cache]

@@ -49,6 +49,8 @@ def test_a_report_says_hit_miss_partial_or_off():
     assert caches.CompileReport("compile", 0.41, hits=3, folder=folder).describe() == (
         "compile 0.41 s (cache hit: 3 programs from /tmp/c)"
     )
+    miss = caches.CompileReport("session build", 2.0, misses=1, folder=folder, noun="optimized model")
+    assert miss.describe() == "session build 2.00 s (cache miss: 1 optimized model made and written to /tmp/c)"
     assert caches.CompileReport("").describe() == "no compile (eager)"
 
 
@@ -63,8 +65,8 @@ def test_a_report_says_hit_miss_partial_or_off():
 )
 def test_a_second_generate_in_a_fresh_process_hits_the_cache(backend, tmp_path):
     cold = generated_lines(backend, tmp_path)
-    assert cold["compile"]["cache"].startswith("compiled ")  # an empty cache: a miss, written
-    assert "cache miss, written to" in cold["compile"]["cache"]
+    assert cold["compile"]["cache"].startswith("cache miss: ")  # an empty cache: a miss, written
+    assert f"and written to {tmp_path}" in cold["compile"]["cache"]
     warm = generated_lines(backend, tmp_path)
     folder = tmp_path / ("onnxruntime" if backend == "onnxruntime" else "jax")
     assert warm["compile"]["cache"].startswith("cache hit: ") and str(folder) in warm["compile"]["cache"]
