@@ -5,7 +5,7 @@
     caches.enable("jax")                 # JAX's compilation cache in <root>/jax (before the first compile)
     with caches.watch("jax") as report:  # what the block compiled, and whether the cache had it
         model.step_model().warm_up([21], [1])
-    print(report.describe())             # "compile 0.41 s (cache hit: 3 programs, ~/.cache/linnet/jax)"
+    print(report.describe())             # "compile 0.41 s (cache hit: 3 programs from ~/.cache/linnet/jax)"
 
 The folder (`cache_root`): `$LINNET_CACHE_DIR` when set, else `$XDG_CACHE_HOME/linnet`, else `~/.cache/linnet`;
 `LINNET_NO_CACHE=1` turns every persistent cache off. Its subfolders:
@@ -18,7 +18,8 @@ The folder (`cache_root`): `$LINNET_CACHE_DIR` when set, else `$XDG_CACHE_HOME/l
 - `onnxruntime/`: ONNX Runtime's optimized models (`SessionOptions.optimized_model_filepath`), one folder per key, a
   SHA-256 of the serialized graph, the weights' bytes, the ORT version, the provider and the optimization level
   (`ort_key`), so a model whose graph or weights changed never finds a stale file. Only the CPU provider's
-  sessions are cached (ORT documents optimized models of other providers as tied to that provider's session).
+  sessions are cached: other providers' optimized graphs can hold nodes assigned to that provider, and only the
+  CPU's were tried.
 
 `linnet cache info` shows the folders and their sizes, `linnet cache clear` removes them (deleting the folder by
 hand is as good: every cache is rebuilt on the next run).
