@@ -30,6 +30,7 @@ def generate(backend: str, cache_dir, *extra: str) -> subprocess.CompletedProces
     """`linnet generate` of the embedded SmolLM2 in a fresh process, its caches in `cache_dir`."""
     env = dict(os.environ, LINNET_CACHE_DIR=str(cache_dir), NO_COLOR="1", PYTHONPATH=str(ROOT))
     env.pop("LINNET_NO_CACHE", None)
+    env.pop("TORCHINDUCTOR_CACHE_DIR", None)  # torch sets it in this process when it first compiles; a user's is kept
     args = ["generate", "examples/llama.linnet", "--prompt", PROMPT, "--max-new-tokens", "3", "--max-positions", "64"]
     return subprocess.run(
         [sys.executable, "-m", "linnet", *args, "--backend", backend, *extra],
