@@ -1,5 +1,5 @@
 """`linnet ir`, `linnet torch`, `linnet jax`, `linnet stablehlo`, `linnet onnx`, `linnet run`,
-`linnet generate` and `linnet backends`.
+`linnet generate`, `linnet cache` and `linnet backends`.
 
 Like the rest of the CLI these import lazily: `ir`, `torch` and `jax` need the front end and
 the code generator (no framework); `stablehlo` needs jax; `onnx` needs onnx and onnx-ir; `run`
@@ -230,11 +230,23 @@ def cmd_onnx(args: argparse.Namespace) -> int:
 
 
 def _load(args: argparse.Namespace, random_weights: bool):
-    """The model of `args.file` on `--backend`, through the registry. Raises LinnetError (a
-    backend option it lacks included), ValueError (a bad `--config`) or OSError."""
+    """The model of `args.file` on `--backend`, through the registry, with the backend's
+    persistent compile cache on (`linnet.runtimes.caches`) and, on PyTorch, one thread per idle
+    core of the process's CPU affinity (`linnet.runtimes.threads`); `args.setup` says what was
+    chosen.
+    Raises LinnetError (a backend option it lacks included), ValueError (a bad `--config`) or
+    OSError."""
+    from .runtimes import caches
     from .runtimes.backends import BACKENDS, get_backend
 
     backend = get_backend(args.backend)
+    args.setup = ""
+    if backend.unavailable(args.device, probe=False) is None:  # else `load` says why
+        caches.enable(backend.family)
+        if backend.family == "torch":
+            from .runtimes.threads import set_torch_threads
+
+            args.setup = set_torch_threads()
     options = {}
     if args.provider:
         if "providers" not in backend.options:
@@ -296,13 +308,18 @@ def cmd_generate(args: argparse.Namespace) -> int:
         ids = tok.encode(text, add_special_tokens=False)
     else:
         ids = tok.encode(args.prompt)
+    setup = f"; {args.setup}" if args.setup else ""
     print(
         f"loaded {args.file} with {model.weights} in {model.load_s:.2f} s "
-        f"({args.backend}, {args.dtype}, compiled for {args.max_positions} positions)",
+        f"({args.backend}, {args.dtype}, compiled for {args.max_positions} positions{setup})",
         file=sys.stderr,
     )
     try:
-        gen = Generator(model.step_model(), tok)
+        step_model = model.step_model()
+        gen = Generator(step_model, tok)
+        with _watch(args, getattr(step_model, "compile_kind", "")) as compiled:
+            gen.warm_up(len(ids))
+        print(compiled.describe(), file=sys.stderr)
         stream = gen.stream_text(ids, params)
         for piece in stream:
             sys.stdout.write(piece)
@@ -311,14 +328,30 @@ def cmd_generate(args: argparse.Namespace) -> int:
         return _fail("generate", err)
     sys.stdout.write("\n")
     sys.stdout.flush()
-    r = gen.last_result
-    decode = f"decode {r.decode_tokens_per_s:.1f} tokens/s" if len(r.token_ids) > 1 else "no decode step"
-    print(
-        f"prompt {r.prompt_tokens} tokens, {len(r.token_ids)} generated ({r.finish_reason}); "
-        f"time to first token {r.prefill_s * 1000:.0f} ms, {decode}",
-        file=sys.stderr,
-    )
+    print(_timing_line(gen.last_result), file=sys.stderr)
     return EXIT_OK
+
+
+def _watch(args: argparse.Namespace, what: str):
+    """`caches.watch` for `--backend`'s framework: times the block, counts its cache hits."""
+    from .runtimes import caches
+    from .runtimes.backends import get_backend
+
+    return caches.watch(get_backend(args.backend).family, what)
+
+
+def _timing_line(r) -> str:
+    """The last stderr line of `generate`: the time to first token (prefill and the first sampled
+    token) and the decode rate (decode steps over their own time); neither includes loading or
+    compiling, which have their lines."""
+    if r.decode_steps:
+        decode = f"decode {r.decode_tokens_per_s:.1f} tokens/s ({r.decode_steps} steps in {r.decode_s:.2f} s)"
+    else:
+        decode = "no decode step"
+    return (
+        f"prompt {r.prompt_tokens} tokens, {len(r.token_ids)} generated ({r.finish_reason}); "
+        f"time to first token {r.prefill_s * 1000:.0f} ms, {decode}"
+    )
 
 
 def _print_notes(model) -> None:
@@ -377,7 +410,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     sizes = {"B": args.batch, "S": args.seq}
     inputs = random_inputs(graph, sizes, args.seed, program.config.get("vocab_size", 100))
     try:
-        outs, elapsed = _run_entry(model, entry, inputs)
+        outs, elapsed, compiled = _run_entry(args, model, entry, inputs)
     except FAILURES as err:
         return _fail("run", err)
     weights = model.weights or "random weights"
@@ -392,6 +425,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         ],
         "outputs": [],
         "time_ms": elapsed * 1000,
+        "load_s": model.load_s,
+        "first_call": {
+            "what": compiled.what,
+            "seconds": compiled.seconds,
+            "cache": compiled.cache,
+            "cache_hits": compiled.hits,
+            "cache_misses": compiled.misses,
+        },
         "disagreements": [],
         "notes": list(model.notes),
     }
@@ -424,21 +465,25 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
     for d in report["disagreements"]:
         print(f"  disagreement: {d}")
-    print(f"  time {elapsed * 1000:.2f} ms (after one warm-up call)")
+    setup = f"; {args.setup}" if args.setup else ""
+    print(f"  load {model.load_s:.2f} s{setup}; first call: {compiled.describe()}")
+    print(f"  time {elapsed * 1000:.2f} ms (a second call)")
     return EXIT_ERRORS if report["disagreements"] else EXIT_OK
 
 
-def _run_entry(model, entry: str, inputs: list):
-    """Run `entry` once to warm up (compile, make sessions), then time one call, numpy in and out
-    on every backend (the time includes copying the inputs in and the outputs out). Returns
-    ([(shape, dtype name, f64 values)] per output, seconds)."""
+def _run_entry(args: argparse.Namespace, model, entry: str, inputs: list):
+    """Run `entry` once to warm up (compile, make sessions; watched with `caches.watch`), then
+    time one call, numpy in and out on every backend (the time includes copying the inputs in and
+    the outputs out). Returns ([(shape, dtype name, f64 values)] per output, seconds, the first
+    call's `CompileReport`)."""
     import numpy as np
 
-    model.run(entry, *inputs)
+    with _watch(args, getattr(model, "compile_kind", "")) as compiled:
+        model.run(entry, *inputs)
     t0 = time.perf_counter()
     outs = model.run(entry, *inputs)
     elapsed = time.perf_counter() - t0
-    return [(list(o.shape), o.dtype.name, np.asarray(o, dtype=np.float64)) for o in outs], elapsed
+    return [(list(o.shape), o.dtype.name, np.asarray(o, dtype=np.float64)) for o in outs], elapsed, compiled
 
 
 def cmd_backends(args: argparse.Namespace) -> int:
@@ -458,6 +503,30 @@ def cmd_backends(args: argparse.Namespace) -> int:
             f"{r['name']:<{width}}  {r['label']:<24} code {view:<9} dtypes {','.join(r['dtypes']):<12} "
             f"devices {','.join(r['devices']):<14} {where}"
         )
+    return EXIT_OK
+
+
+def cmd_cache(args: argparse.Namespace) -> int:
+    """`linnet cache [info|clear]`: the persistent compile caches' folders and sizes, or remove them."""
+    from .runtimes import caches
+
+    if args.action == "clear":
+        try:
+            removed = caches.clear()
+        except OSError as err:
+            return _fail("cache", err)
+        for folder in removed:
+            print(f"removed {folder}", file=sys.stderr)
+        if not removed:
+            print("nothing to remove", file=sys.stderr)
+        return EXIT_OK
+    root = caches.cache_root()
+    if root is None:
+        print(f"persistent caches are off ({caches.ENV_OFF} is set)")
+        return EXIT_OK
+    print(f"{root} (set {caches.ENV_DIR} to move it, {caches.ENV_OFF}=1 to turn caching off)")
+    for framework, folder, size in caches.info():
+        print(f"  {framework:<12} {size / 2**20:9.1f} MiB  {folder}")
     return EXIT_OK
 
 
@@ -528,6 +597,10 @@ def register(sub) -> None:
     gen.add_argument("--backend", choices=BACKEND_NAMES, default="torch", metavar="BACKEND", help=BACKEND_HELP)
     gen.add_argument("--provider", action="append", choices=("cpu", "cuda", "tensorrt"), help="onnxruntime providers")
     gen.set_defaults(func=cmd_generate)
+
+    ca = sub.add_parser("cache", help="show (info) or remove (clear) the persistent compile caches")
+    ca.add_argument("action", nargs="?", choices=("info", "clear"), default="info")
+    ca.set_defaults(func=cmd_cache)
 
     be = sub.add_parser("backends", help="list the backends and whether each can run here")
     be.add_argument("--device", default="cpu", help="the device to ask about (cpu, cuda)")

@@ -25,7 +25,7 @@ import numpy as np
 
 from .sampling import SamplingParams, sample
 
-__all__ = ["GenerationResult", "Generator", "IncrementalDetokenizer", "StepModel", "Tokenizer"]
+__all__ = ["GenerationResult", "Generator", "IncrementalDetokenizer", "StepModel", "Tokenizer", "WarmUp"]
 
 
 @runtime_checkable
@@ -46,6 +46,22 @@ class StepModel(Protocol):
     vocab_size: int
 
     def step(self, input_ids: np.ndarray, positions: np.ndarray, rows: np.ndarray) -> np.ndarray: ...
+
+
+class WarmUp(Protocol):
+    """What a `StepModel` that compiles (or builds a session, or captures a graph) may add, so that the work is
+    done and timed before generation and neither the time to first token nor the decode rate includes it:
+
+    - `compile_kind`: what `warm_up` does, as the timing line names it ("compile", "session build", "graph
+      capture"; "" when nothing).
+    - `warm_up(prefill_lengths, batch_sizes)`: do it now for prefill steps of these lengths (one entry each) and
+      decode steps of these batch sizes. It may run `step` on dummy tokens in rows 0..B-1 from position 0, whose
+      cache entries the runner overwrites before it reads them.
+    """
+
+    compile_kind: str
+
+    def warm_up(self, prefill_lengths: list[int], batch_sizes: list[int]) -> None: ...
 
 
 class Tokenizer(Protocol):
@@ -157,6 +173,19 @@ class Generator:
         self.last_result: GenerationResult | None = None
 
     # ---- public API -------------------------------------------------------------------------------------------
+
+    def warm_up(self, prompt_tokens: int, batch_size: int = 1) -> None:
+        """Compile now what generating from a prompt of `prompt_tokens` tokens with `batch_size` rows decoding
+        together will run (the prefill steps, chunked as `prefill_chunk` says, and the decode step), when the
+        model does such work (`WarmUp`; `model.compile_kind` names it). Time it apart (`caches.watch`):
+        afterwards `GenerationResult.prefill_s` and `decode_s` exclude it."""
+        warm_up = getattr(self.model, "warm_up", None)
+        if warm_up is None:
+            return
+        prompt_tokens = min(max(1, int(prompt_tokens)), self.max_positions - 1)
+        chunk = self.prefill_chunk or prompt_tokens
+        lengths = sorted({min(chunk, prompt_tokens - start) for start in range(0, prompt_tokens, chunk)})
+        warm_up(lengths, [max(1, min(int(batch_size), int(self.model.max_batch)))])
 
     def generate(
         self,

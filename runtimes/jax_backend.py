@@ -105,6 +105,8 @@ class JaxModel(ModelBase):
     generation runner. `load_s`: checking, lowering, exporting and binding weights (compiles
     happen on first call, per shape)."""
 
+    compile_kind = "compile"  # what the first call of an entry does (`caches.watch`)
+
     mode: str
     params: dict
     state: dict
@@ -120,6 +122,8 @@ class JaxModel(ModelBase):
     load_s: float = 0.0
     notes: list[str] = field(default_factory=list)
     backend: str = "jax"
+    # the `step` compiled ahead of time per input_ids shape [B, S] (`JaxStepModel`), shared by its step models
+    step_executables: dict = field(default_factory=dict, repr=False)
 
     @property
     def entries(self) -> tuple[str, ...]:
@@ -156,7 +160,11 @@ class JaxModel(ModelBase):
 class JaxStepModel:
     """The runner's `StepModel` over a JAX `step`: numpy in, numpy f32 logits out; prefill
     padded to length buckets (see the module docstring), decode (S = 1) compiled once per
-    batch size."""
+    batch size. Each input shape is compiled ahead of time (`jit(...).lower(...).compile()`)
+    and kept, so `warm_up` compiles the shapes a generation will use before it starts, and
+    the steps themselves never compile."""
+
+    compile_kind = "compile"
 
     def __init__(self, model: JaxModel):
         if "step" not in model.functions:
@@ -167,11 +175,43 @@ class JaxStepModel:
         self.vocab_size = model.vocab_size
         self._fn = model.functions["step"]
         self._jax = _jax()
+        self._compiled: dict[tuple[int, int], Callable] = model.step_executables
+
+    @property
+    def compiled_shapes(self) -> list[tuple[int, int]]:
+        """The `input_ids` shapes ([B, S]) compiled so far, in order."""
+        return sorted(self._compiled)
+
+    def _executable(self, shape: tuple[int, int]) -> Callable:
+        """The step compiled for `input_ids` of `shape` ([B, S]; `positions` and `rows` [B]), compiled on first
+        use. The compile goes through JAX's persistent cache when one is set (`caches.enable`)."""
+        exe = self._compiled.get(shape)
+        if exe is None:
+            jax, m = self._jax, self.model
+            sharding = jax.sharding.SingleDeviceSharding(m.device)
+            ids = jax.ShapeDtypeStruct(shape, np.int64, sharding=sharding)
+            vec = jax.ShapeDtypeStruct(shape[:1], np.int64, sharding=sharding)
+            exe = self._compiled[shape] = self._fn.lower(m.params, m.state, ids, vec, vec).compile()
+        return exe
+
+    def warm_up(self, prefill_lengths: list[int], batch_sizes: list[int]) -> None:
+        """Compile now the shapes that prefilling steps of `prefill_lengths` tokens (one entry each) and decoding
+        `batch_sizes` rows at once will run (each prefill's padded bucket, the decode step per batch size), and run
+        each once on zeros in rows 0..B-1 from position 0: XLA's first execution of a program pays a one-time setup
+        (about 0.4 s for SmolLM2's prefill on CPU) that would otherwise land in the first token's time. The cache
+        entries written are overwritten before they are read (the runner's contract)."""
+        shapes = {(b, 1) for b in batch_sizes} | {(1, 1)}
+        shapes |= {(1, bucket_for(n - 1, self.max_positions)) for n in prefill_lengths if n > 1}
+        for b, s in sorted(shapes):
+            self._executable((b, s))
+        for b, s in sorted(shapes):
+            zeros = np.zeros(b, dtype=np.int64)
+            np.asarray(self._call(np.zeros((b, s), dtype=np.int64), zeros, np.arange(b, dtype=np.int64)))
 
     def _call(self, ids: np.ndarray, positions: np.ndarray, rows: np.ndarray):
         put = lambda a: self._jax.device_put(np.ascontiguousarray(a, dtype=np.int64), self.model.device)  # noqa: E731
         m = self.model
-        logits, m.state = self._fn(m.params, m.state, put(ids), put(positions), put(rows))
+        logits, m.state = self._executable(ids.shape)(m.params, m.state, put(ids), put(positions), put(rows))
         return logits
 
     def step(self, input_ids: np.ndarray, positions: np.ndarray, rows: np.ndarray) -> np.ndarray:

@@ -52,7 +52,9 @@ class LoadedModel(Protocol):
     - `program`: the configured Core IR program (None for a JAX artifact loaded without source).
     - `config`: the merged config (HF field names).
     - `notes`: remarks for the user (stderr), e.g. unused checkpoint tensors, upcast ops.
-    - `load_s`: seconds spent loading (checking, lowering, compiling, binding weights).
+    - `load_s`: seconds spent loading (checking, lowering, binding weights; on xla exporting the artifact). Compiles
+      happen at the first call of an entry (per shape on JAX), and are timed apart (`caches.watch`).
+    - `compile_kind`: what that first call does beyond running ("compile", "session build"; "" on eager PyTorch).
     - `weights`: the weights loaded (path or embedded id), None for random weights.
     - `entries`: the entry names, in source order.
     - `tokenizer()`: the checkpoint's tokenizer, or None.
@@ -65,6 +67,7 @@ class LoadedModel(Protocol):
     backend: str
     notes: list[str]
     load_s: float
+    compile_kind: str
 
     @property
     def program(self) -> Program | None: ...

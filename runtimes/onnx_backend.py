@@ -37,6 +37,8 @@ bound to host memory. Providers other than CPU get no upcast (not measured).
 from __future__ import annotations
 
 import ctypes
+import os
+import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -47,6 +49,7 @@ import numpy as np
 
 from linnet.errors import BackendError, LoadError
 
+from . import caches
 from .backends import backend_for, check_options
 from .model import ModelBase
 
@@ -119,6 +122,7 @@ class OnnxModel(ModelBase):
     _spare: dict[str, Any] = field(default_factory=dict, repr=False)
     lowered: dict[str, Any] = field(default_factory=dict, repr=False)  # entry -> onnx_ir.Model (see model_ir)
     backend: str = "onnxruntime"
+    compile_kind = "session build"  # what the first call of an entry does (`caches.watch`)
 
     @property
     def device_type(self) -> str:
@@ -229,7 +233,14 @@ class OnnxStepModel:
         self.max_batch = model.max_batch
         self.max_positions = model.max_positions
         self.vocab_size = model.vocab_size
-        model.session("step")
+
+    compile_kind = "session build"
+
+    def warm_up(self, prefill_lengths: list[int], batch_sizes: list[int]) -> None:
+        """Make the `step` session now (ONNX Runtime optimizes the graph then; with the cache on it reads the
+        optimized model instead), so that the first token's time does not pay for it. The graph's dims are
+        symbolic: no shape needs a compile of its own."""
+        self.model.session("step")
 
     def step(self, input_ids: np.ndarray, positions: np.ndarray, rows: np.ndarray) -> np.ndarray:
         (logits,) = self.model.run("step", input_ids, positions, rows)
@@ -258,14 +269,20 @@ def make_session(model, providers: list[str], numerics: str = "equivalent", thre
     An `onnx_ir.Model`'s large initializers are not serialized: the proto names them as
     external data at a placeholder location, and their arrays are handed to ORT from memory
     (`add_external_initializers`, one copy into the session), so a 540 MB model is neither
-    written to bytes nor parsed back, and the 2 GB protobuf limit does not apply."""
+    written to bytes nor parsed back, and the 2 GB protobuf limit does not apply.
+
+    With ONNX Runtime's cache on (`caches.enable("onnx")`) and the CPU provider alone, the
+    session of an `onnx_ir.Model` is made from its cached optimized model (`_cached_session`)."""
     ort = _ort()
     opts = session_options(numerics, threads)
     if not hasattr(model, "SerializeToString"):
-        proto, names, values = _weightless_proto(model)
-        if names:
-            opts.add_external_initializers(names, values)
-        return ort.InferenceSession(proto.SerializeToString(), opts, providers=providers)
+        proto, names, values, arrays = _weightless_proto(model)
+        graph = proto.SerializeToString()
+        folder = caches.enabled("onnxruntime")
+        if folder is not None and providers == [PROVIDERS["cpu"]]:
+            return _cached_session(folder, graph, names, values, arrays, providers, numerics, threads)
+        caches.record("onnxruntime", hit=None)
+        return make_session_uncached(graph, names, values, providers, numerics, threads)
     proto = model
     if proto.ByteSize() < TWO_GB:
         return ort.InferenceSession(proto.SerializeToString(), opts, providers=providers)
@@ -275,15 +292,78 @@ def make_session(model, providers: list[str], numerics: str = "equivalent", thre
         return ort.InferenceSession(str(path), opts, providers=providers)
 
 
+OPTIMIZED_MODEL, OPTIMIZED_DATA = "model.onnx", "model.data"
+
+
+def _cached_session(folder: Path, graph: bytes, names, values, arrays, providers, numerics, threads):
+    """An InferenceSession from ONNX Runtime's optimized model cached under `folder`/<key> (`caches.ort_key`: the
+    graph, the weights' bytes, the ORT version, provider and optimization level), made with the graph
+    optimizations off, since the file holds the optimized graph (with its folded weights, e.g. transposed
+    matmul weights, in `model.data`). On a miss, or an entry ORT cannot read, the session is made from `graph`
+    and `values` as without a cache, with ORT writing its optimized model into a fresh folder that is renamed
+    to <key> once complete, so a reader never sees half an entry and concurrent writers do not collide. A
+    folder that cannot be written (read-only, full) costs the cache, never the session. Each lookup is counted
+    by `caches.record`."""
+    ort = _ort()
+    opts = session_options(numerics, threads)
+    key = caches.ort_key(graph, list(zip(names, arrays)), providers[0], str(opts.graph_optimization_level))
+    entry = folder / key
+    if (entry / OPTIMIZED_MODEL).is_file():
+        cached = session_options(numerics, threads)
+        cached.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        try:
+            session = ort.InferenceSession(str(entry / OPTIMIZED_MODEL), cached, providers=providers)
+        except Exception:  # noqa: BLE001
+            # ORT raises its own Fail, InvalidGraph...: a damaged entry is rebuilt
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            caches.record("onnxruntime", hit=True)
+            return session
+    caches.record("onnxruntime", hit=False)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fresh = Path(tempfile.mkdtemp(prefix=f"{key}.", suffix=".partial", dir=folder))
+    except OSError:
+        return make_session_uncached(graph, names, values, providers, numerics, threads)
+    opts.optimized_model_filepath = str(fresh / OPTIMIZED_MODEL)
+    opts.add_session_config_entry("session.optimized_model_external_initializers_file_name", OPTIMIZED_DATA)
+    opts.add_session_config_entry(
+        "session.optimized_model_external_initializers_min_size_in_bytes", str(IN_MEMORY_MIN_BYTES)
+    )
+    if names:
+        opts.add_external_initializers(names, values)
+    try:
+        try:
+            session = ort.InferenceSession(graph, opts, providers=providers)
+        except Exception:  # noqa: BLE001
+            # the optimized model cannot be written (a full disk...): the session is made without it
+            return make_session_uncached(graph, names, values, providers, numerics, threads)
+        try:
+            os.rename(fresh, entry)  # atomic; fails when another process wrote the entry first
+        except OSError:
+            pass
+    finally:
+        shutil.rmtree(fresh, ignore_errors=True)
+    return session
+
+
+def make_session_uncached(graph: bytes, names, values, providers, numerics, threads):
+    """An InferenceSession of the serialized `graph` with its large weights `values` (OrtValues by `names`)."""
+    opts = session_options(numerics, threads)
+    if names:
+        opts.add_external_initializers(names, values)
+    return _ort().InferenceSession(graph, opts, providers=providers)
+
+
 def _weightless_proto(model):
-    """(proto, names, OrtValues): `model` serialized with its large initializers as external data
-    at `IN_MEMORY`, and their values as OrtValues over the arrays (no copy). Restores `model`."""
+    """(proto, names, OrtValues, arrays): `model` serialized with its large initializers as external data
+    at `IN_MEMORY`, their values as OrtValues over the arrays (no copy), and the arrays. Restores `model`."""
     import onnx_ir as ir
 
     from linnet.compiler.onnx.lower import to_proto
 
     ort = _ort()
-    names, values, saved = [], [], []
+    names, values, arrays, saved = [], [], [], []
     for name, v in model.graph.initializers.items():
         t = v.const_value
         if t is None or t.nbytes < IN_MEMORY_MIN_BYTES:
@@ -292,6 +372,7 @@ def _weightless_proto(model):
         saved.append((v, t))
         v.const_value = ir.ExternalTensor(IN_MEMORY, 0, t.nbytes, t.dtype, shape=t.shape, name=name)
         names.append(name)
+        arrays.append(array)
         if array.dtype == _np("bf16"):  # a view over the same memory (the OrtValue keeps it alive)
             values.append(ort.OrtValue.ortvalue_from_numpy_with_onnx_type(array.view(np.uint16), BFLOAT16))
         else:
@@ -301,7 +382,7 @@ def _weightless_proto(model):
     finally:
         for v, t in saved:
             v.const_value = t
-    return proto, names, values
+    return proto, names, values, arrays
 
 
 def save_model(proto, path: str | Path) -> list[Path]:

@@ -45,6 +45,12 @@ class TorchModel(ModelBase):
     backend: str = "torch"
 
     @property
+    def compile_kind(self) -> str:
+        """What the first call of an entry does beyond running it (`caches.watch`): "compile" under
+        torch.compile, "" for eager modes (CUDA graphs capture only decode steps: `TorchStepModel`)."""
+        return "compile" if self.module.mode == "inductor" else ""
+
+    @property
     def max_batch(self) -> int:
         return self.module.program.max_batch
 
@@ -108,6 +114,19 @@ class TorchStepModel:
         self.max_positions = program.max_positions
         self.vocab_size = program.entries["step"].outputs[0].dims[-1].as_int()
         self._device = module.device_
+        # what `warm_up` does: torch.compile compiles, and CUDA graphs capture, the decode step per batch size
+        self.compile_kind = {"inductor": "compile", "cuda-graphs": "graph capture"}.get(module.mode, "")
+
+    def warm_up(self, prefill_lengths: list[int], batch_sizes: list[int]) -> None:
+        """Compile (torch-compile) or capture (cuda-graphs) now the decode step of each of `batch_sizes`, by running
+        it once on zeros in rows 0..B-1 at position 0 (entries the runner overwrites before it reads them), so
+        that neither the first token's time nor the decode rate pays for it. Prefill runs eagerly in these modes,
+        and every step of the eager modes does: nothing to do for `prefill_lengths` or for them."""
+        if not self.compile_kind:
+            return
+        for b in sorted(set(batch_sizes) | {1}):
+            zeros = np.zeros(b, dtype=np.int64)
+            self.step(np.zeros((b, 1), dtype=np.int64), zeros, np.arange(b, dtype=np.int64))
 
     def step(self, input_ids: np.ndarray, positions: np.ndarray, rows: np.ndarray) -> np.ndarray:
         d = self._device

@@ -72,19 +72,32 @@ def test_step_equals_forward_and_padded_prefill_is_exact(model):
 @pytest.mark.parametrize("mode", ["generated", "stablehlo"])
 def test_decode_never_recompiles(mode):
     model = small(mode)
-    gen = Generator(model.step_model(), None)
-    fn = model.functions["step"]
+    step_model = model.step_model()
+    gen = Generator(step_model, None)
     gen.generate([1, 2, 3, 4, 5], SamplingParams(max_new_tokens=4))
-    after_first = fn._cache_size()
-    assert after_first == 2  # one prefill bucket (16) and decode (S = 1)
+    assert step_model.compiled_shapes == [(1, 1), (1, 16)]  # one prefill bucket (16) and decode (S = 1)
     # Other prompt lengths in the same bucket, and many more decode steps: nothing new.
     for n in (3, 9, 15):
         gen.generate(list(range(1, n + 1)), SamplingParams(max_new_tokens=20))
-    assert fn._cache_size() == after_first
+    assert step_model.compiled_shapes == [(1, 1), (1, 16)]
     # A longer prompt compiles its bucket once.
     gen.generate(list(range(1, 21)), SamplingParams(max_new_tokens=3))
     gen.generate(list(range(1, 25)), SamplingParams(max_new_tokens=3))
-    assert fn._cache_size() == after_first + 1
+    assert step_model.compiled_shapes == [(1, 1), (1, 16), (1, 32)]
+
+
+@pytest.mark.parametrize("mode", ["generated", "stablehlo"])
+def test_warm_up_compiles_what_generation_runs(mode):
+    # After warm_up, generating from a prompt of that length compiles nothing more, and gives the same tokens.
+    prompt = [7, 3, 9, 1, 4, 4, 2, 8, 5, 6, 1, 3, 3, 7, 2, 9, 8, 1, 2]
+    cold = Generator(small(mode).step_model(), None).generate(prompt, SamplingParams(max_new_tokens=6))
+    step_model = small(mode).step_model()
+    gen = Generator(step_model, None, prefill_chunk=8)
+    gen.warm_up(len(prompt))
+    warmed = list(step_model.compiled_shapes)
+    assert warmed == [(1, 1), (1, 16)]  # chunks of 8, 8 and 3 tokens: buckets 16 (7 and 2 padded), decode
+    assert gen.generate(prompt, SamplingParams(max_new_tokens=6)).token_ids == cold.token_ids
+    assert step_model.compiled_shapes == warmed
 
 
 def test_cache_is_donated(model):
