@@ -232,8 +232,9 @@ def cmd_onnx(args: argparse.Namespace) -> int:
 def _load(args: argparse.Namespace, random_weights: bool):
     """The model of `args.file` on `--backend`, through the registry, with the backend's
     persistent compile cache on (`linnet.runtimes.caches`) and, on PyTorch, one thread per idle
-    core of the process's CPU affinity (`linnet.runtimes.threads`); `args.setup` says what was
-    chosen.
+    core of the process's CPU affinity (per core of it where the compiled kernels are specialised to
+    the thread count, `Backend.thread_specific`; `linnet.runtimes.threads`); `args.setup` says what
+    was chosen.
     Raises LinnetError (a backend option it lacks included), ValueError (a bad `--config`) or
     OSError."""
     from .runtimes import caches
@@ -246,7 +247,7 @@ def _load(args: argparse.Namespace, random_weights: bool):
         if backend.family == "torch":
             from .runtimes.threads import set_torch_threads
 
-            args.setup = set_torch_threads()
+            args.setup = set_torch_threads(follow_load=not backend.thread_specific)
     options = {}
     if args.provider:
         if "providers" not in backend.options:

@@ -58,6 +58,8 @@ class Backend:
         requires: the modules it imports (found with `find_spec`, never imported here).
         options: the keyword options its `load` takes beyond the common ones (`providers`).
         can_train: whether it computes gradients for training (none does yet).
+        thread_specific: whether the code it compiles is specialised to PyTorch's thread count (inductor's CPU
+            kernels are), so a thread count that changes between runs misses the persistent compile cache.
     """
 
     name: str
@@ -73,6 +75,7 @@ class Backend:
     numerics: tuple[str, ...] = NUMERICS
     options: tuple[str, ...] = ()
     can_train: bool = False
+    thread_specific: bool = False
 
     def load(
         self,
@@ -187,11 +190,12 @@ BACKENDS: dict[str, Backend] = {
         Backend(
             "torch-compile", "PyTorch (torch.compile)", "torch", "torch_backend", "inductor",
             "the generated PyTorch, decode step under torch.compile", "torch", TORCH_DTYPES, ("cpu", "cuda"),
-            ("torch",),
+            ("torch",), thread_specific=True,
         ),
         Backend(
             "cuda-graphs", "PyTorch (CUDA graphs)", "torch", "torch_backend", "cuda-graphs",
             "the decode step replayed as a CUDA graph", "torch", TORCH_DTYPES, ("cuda",), ("torch",),
+            thread_specific=True,
         ),
         Backend(
             "jax", "JAX", "jax", "jax_backend", "generated",

@@ -13,6 +13,10 @@ the per-CPU counters of `/proc/stat`, which name the same CPUs as the affinity, 
 many threads, at least 1, at most the affinity's size. Where `/proc/stat` cannot be read (macOS, Windows) it runs
 one thread per core of the affinity. `OMP_NUM_THREADS`, when set, is the user's choice and is kept (PyTorch reads
 it at start).
+
+A backend whose compiled kernels are specialised to the thread count (torch.compile: inductor's CPU kernels, and
+its FX graph cache key, depend on it) gets the affinity's size, idle or not: a count that followed the load would
+differ between runs and miss the persistent cache, recompiling for tens of seconds to save a share of a core.
 """
 
 from __future__ import annotations
@@ -66,11 +70,12 @@ def idle_cores(cpus: set[int], sample_s: float = SAMPLE_S) -> float | None:
     return idle
 
 
-def choose_torch_threads() -> tuple[int, str]:
+def choose_torch_threads(follow_load: bool = True) -> tuple[int, str]:
     """(threads, why): the idle cores of this process's affinity, rounded to the nearest, at least 1; the
-    affinity's size where idleness cannot be measured. Does not read `OMP_NUM_THREADS` (see `set_torch_threads`)."""
+    affinity's size where idleness cannot be measured or `follow_load` is false. Does not read `OMP_NUM_THREADS`
+    (see `set_torch_threads`)."""
     cpus = usable_cores()
-    idle = idle_cores(cpus)
+    idle = idle_cores(cpus) if follow_load else None
     if idle is None:
         return len(cpus), "the cores this process may use"
     n = max(1, min(len(cpus), round(idle)))
@@ -79,14 +84,15 @@ def choose_torch_threads() -> tuple[int, str]:
     return n, f"{idle:.1f} of the {len(cpus)} cores this process may use are idle"
 
 
-def set_torch_threads() -> str:
-    """Set PyTorch's intra-op threads (`choose_torch_threads`) unless `OMP_NUM_THREADS` is set; returns what was
-    chosen and why, for the load line ("torch threads 2 (the cores this process may use)")."""
+def set_torch_threads(follow_load: bool = True) -> str:
+    """Set PyTorch's intra-op threads (`choose_torch_threads(follow_load)`; false for a backend whose compiled
+    kernels are specialised to the thread count) unless `OMP_NUM_THREADS` is set; returns what was chosen and why,
+    for the load line ("torch threads 2 (the cores this process may use)")."""
     import torch
 
     if os.environ.get("OMP_NUM_THREADS"):
         return f"torch threads {torch.get_num_threads()} (OMP_NUM_THREADS)"
-    n, why = choose_torch_threads()
+    n, why = choose_torch_threads(follow_load)
     if torch.get_num_threads() != n:
         torch.set_num_threads(n)
     return f"torch threads {n} ({why})"

@@ -12,6 +12,20 @@ EXAMPLES = ROOT / "examples"
 UPDATE_GOLDEN = os.environ.get("LINNET_UPDATE_GOLDEN") == "1"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _private_compile_cache(tmp_path_factory):
+    """The CLI caches compiled programs under ~/.cache/linnet (runtimes/caches.py). The suite runs
+    with its own empty cache folder, inherited by the CLI processes it starts, so a test neither
+    fills the user's cache nor passes because of what an earlier run left there. Tests of the
+    cache itself point LINNET_CACHE_DIR at their own folders."""
+    if "LINNET_CACHE_DIR" in os.environ:
+        yield
+        return
+    os.environ["LINNET_CACHE_DIR"] = str(tmp_path_factory.mktemp("linnet-cache"))
+    yield
+    del os.environ["LINNET_CACHE_DIR"]
+
+
 def check_golden(path: Path, actual: str) -> None:
     """Compare `actual` with the golden file at `path`. A missing golden is written (and the
     test fails so that it gets reviewed); LINNET_UPDATE_GOLDEN=1 rewrites goldens."""

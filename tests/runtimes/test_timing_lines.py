@@ -151,6 +151,15 @@ def test_torch_threads_without_per_cpu_counters_are_the_affinity(monkeypatch):
     assert threads.choose_torch_threads() == (len(usable_cores()), "the cores this process may use")
 
 
+def test_torch_threads_for_thread_specific_kernels_ignore_the_load(monkeypatch):
+    """torch.compile's cached kernels depend on the thread count: it must not change with the load."""
+    fake_cpu_times(monkeypatch, {cpu: 1.0 for cpu in usable_cores()})
+    assert threads.choose_torch_threads(follow_load=False) == (len(usable_cores()), "the cores this process may use")
+    from linnet.runtimes.backends import BACKENDS
+
+    assert [b.name for b in BACKENDS.values() if b.thread_specific] == ["torch-compile", "cuda-graphs"]
+
+
 @pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="no /proc/stat")
 def test_proc_stat_names_the_cpus_of_the_affinity():
     times = threads._cpu_times()
