@@ -335,6 +335,11 @@ def _token_text(tok, token_id):
 def cmd_run(args: argparse.Namespace) -> int:
     from .runtimes.model import concrete_dim, random_inputs
 
+    try:
+        parse_dims(args.dim)  # a usage error before anything loads
+    except ValueError as err:
+        print(f"linnet run: {err}", file=sys.stderr)
+        return EXIT_USAGE
     if args.preset is None and args.weights is None:
         # random weights under a real checkpoint's config, not the config's defaults (Llama's
         # are 7B parameters): the first preset with default weights, as generation uses
@@ -354,27 +359,29 @@ def cmd_run(args: argparse.Namespace) -> int:
     if entry not in program.entries:
         return _fail("run", ValueError(f"no entry `{entry}` (entries: {', '.join(program.entries)})"))
     graph = program.entries[entry]
-    if args.batch < 1 or args.seq < 1:
-        return _fail("run", ValueError(f"--batch and --seq must be at least 1, got {args.batch} and {args.seq}"))
+    try:
+        sizes = _entry_sizes(graph, args)
+    except ValueError as err:
+        print(f"linnet run: {err}", file=sys.stderr)
+        return EXIT_USAGE
     if graph.uses_state:
-        if args.batch > program.max_batch:
+        if sizes.get("B", 1) > program.max_batch:
             return _fail(
                 "run",
                 ValueError(
-                    f"--batch {args.batch} is more than the cache's {program.max_batch} rows; raise --max-batch"
+                    f"--batch {sizes['B']} is more than the cache's {program.max_batch} rows; raise --max-batch"
                 ),
             )
-        if args.seq > program.max_positions:
+        if sizes.get("S", 1) > program.max_positions:
             return _fail(
                 "run",
                 ValueError(
-                    f"--seq {args.seq} is more than the cache's {program.max_positions} "
+                    f"--seq {sizes['S']} is more than the cache's {program.max_positions} "
                     f"positions; raise --max-positions"
                 ),
             )
     if args.format != "json":
         _print_notes(model)
-    sizes = {"B": args.batch, "S": args.seq}
     inputs = random_inputs(graph, sizes, args.seed, program.config.get("vocab_size", 100))
     try:
         outs, elapsed = _run_entry(model, entry, inputs)
@@ -426,6 +433,46 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"  disagreement: {d}")
     print(f"  time {elapsed * 1000:.2f} ms (after one warm-up call)")
     return EXIT_ERRORS if report["disagreements"] else EXIT_OK
+
+
+def parse_dims(items: list[str] | None) -> dict[str, int]:
+    """`--dim NAME=SIZE` pairs as a dict (`["N=8"]` -> `{"N": 8}`). Raises ValueError for a pair
+    without `=`, a name that is not an identifier, or a size that is not a positive integer."""
+    out: dict[str, int] = {}
+    for item in items or []:
+        name, eq, raw = item.partition("=")
+        name = name.strip()
+        if not eq or not name.isidentifier():
+            raise ValueError(f"--dim takes NAME=SIZE (for example N=8), got {item!r}")
+        try:
+            size = int(raw)
+        except ValueError:
+            size = 0
+        if size < 1:
+            raise ValueError(f"--dim {name} must be a positive integer, got {raw!r}")
+        out[name] = size
+    return out
+
+
+def _entry_sizes(graph, args: argparse.Namespace) -> dict[str, int]:
+    """The size of every dim variable of `graph`'s inputs: `B` from `--batch`, `S` from `--seq`,
+    any other (and B or S too) from `--dim NAME=SIZE`. Raises ValueError (a usage error) for a
+    bad `--dim`, a size below 1, or a dim variable no option sizes, naming it."""
+    from .types.dims import dim_variables
+
+    if args.batch < 1 or args.seq < 1:
+        raise ValueError(f"--batch and --seq must be at least 1, got {args.batch} and {args.seq}")
+    sizes = {"B": args.batch, "S": args.seq} | parse_dims(args.dim)
+    needed = sorted({name for v in graph.inputs for d in v.dims for name in dim_variables(d)})
+    missing = [name for name in needed if name not in sizes]
+    if missing:
+        flags = " ".join(f"--dim {name}=SIZE" for name in missing)
+        raise ValueError(f"entry `{graph.name}` has input dim(s) {', '.join(missing)} with no size: give {flags}")
+    unused = sorted(set(parse_dims(args.dim)) - set(needed))
+    if unused:
+        takes = ", ".join(needed) or "none"
+        raise ValueError(f"--dim {', '.join(unused)}: entry `{graph.name}` has no such dim (its dims: {takes})")
+    return sizes
 
 
 def _run_entry(model, entry: str, inputs: list):
@@ -509,6 +556,12 @@ def register(sub) -> None:
     run.add_argument("--backend", choices=BACKEND_NAMES, default="torch", metavar="BACKEND", help=BACKEND_HELP)
     run.add_argument("--batch", type=int, default=1, help="B of the random inputs (1)")
     run.add_argument("--seq", type=int, default=8, help="S of the random inputs (8)")
+    run.add_argument(
+        "--dim",
+        action="append",
+        metavar="NAME=SIZE",
+        help="the size of an input dim other than B and S, e.g. --dim N=8 (repeatable)",
+    )
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--provider", action="append", choices=("cpu", "cuda", "tensorrt"), help="onnxruntime providers")
     run.add_argument(
