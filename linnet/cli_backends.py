@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -270,6 +271,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
             seed=args.seed,
             max_new_tokens=args.max_new_tokens,
         )
+        _check_utf8("--prompt", args.prompt)
     except ValueError as err:
         print(f"linnet generate: {err}", file=sys.stderr)
         return EXIT_USAGE
@@ -319,6 +321,23 @@ def cmd_generate(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     return EXIT_OK
+
+
+def _check_utf8(flag: str, value: str) -> None:
+    """Refuse a command-line value with bytes that are not UTF-8 (Python passes them on as lone
+    surrogates, `os.fsdecode`'s surrogateescape). Raises ValueError naming the flag, the byte and
+    its position in the argument's bytes."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raw = os.fsencode(value)
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise ValueError(
+                f"{flag} is not valid UTF-8: byte 0x{raw[err.start]:02x} at byte {err.start} of {raw!r}"
+            ) from None
+        raise ValueError(f"{flag} is not valid Unicode (a lone surrogate)") from None
 
 
 def _print_notes(model) -> None:

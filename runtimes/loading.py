@@ -34,7 +34,7 @@ from linnet.ir.build import (
 from linnet.ir.core import Program
 from linnet.syntax import ast as A
 
-from .checkpoints import Checkpoint, numpy_dtype, open_checkpoint
+from .checkpoints import INTEGER_DTYPES, Checkpoint, numpy_dtype, open_checkpoint
 from .model import LoadedModel
 
 __all__ = [
@@ -191,12 +191,20 @@ def _drop_unset(info: SourceInfo, config: dict[str, Any]) -> dict[str, Any]:
 
 
 def match_weights(program: Program, ckpt: Checkpoint, notes: list[str]) -> dict[str, str]:
-    """Parameter path -> checkpoint name, every shape checked. Raises LoadError (L501, L502)."""
+    """Parameter path -> checkpoint name, every shape and dtype checked. Raises LoadError (L501
+    shape, L502 names, L503 an integer or bool tensor where a parameter is)."""
     model = [p.path for p in program.params]
     names = [n for n in ckpt.tensor_names if n not in ckpt.buffer_names]
     rename = _prefix_map(model, set(names))
     plan = {m: rename(m) for m in model}
     taken = set(plan.values())
+    for m, c in plan.items():  # a parameter's tensor read as a buffer because its dtype is not floating point
+        if c in ckpt.buffer_names and ckpt.dtype(c) in INTEGER_DTYPES:
+            raise LoadError(
+                f"`{c}` in {ckpt.source} is {ckpt.dtype(c)} {list(ckpt.shape(c))}, but {program.source} declares "
+                f"`{m}` as a parameter, which takes floating point (f32, f16, bf16)",
+                code="L503",
+            )
     missing = [m for m, c in plan.items() if c not in set(names)]
     extra = [n for n in names if n not in taken]
     tied = program.config.get("tie_word_embeddings")

@@ -29,7 +29,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from linnet.errors import CheckpointError
+from linnet.errors import CheckpointError, RunError
 
 __all__ = ["Tokenizer", "TokenizerError"]
 
@@ -153,7 +153,19 @@ class Tokenizer:
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         """Token ids of `text`. Special tokens written in the text (e.g. `<|im_start|>`) are always matched whole;
-        `add_special_tokens` only controls the post-processor (BOS/EOS, BERT's [CLS]/[SEP])."""
+        `add_special_tokens` only controls the post-processor (BOS/EOS, BERT's [CLS]/[SEP]).
+
+        Raises RunError for `text` that is not a str or not valid Unicode (a lone surrogate, which is how Python
+        hands over a command-line byte that is not UTF-8); `tokenizers` would raise a TypeError."""
+        if not isinstance(text, str):
+            raise RunError(f"text to encode must be a str, got {type(text).__name__}")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as err:
+            bad = text[err.start]
+            raise RunError(
+                f"text to encode is not valid Unicode: {bad!r} at character {err.start} (a byte that is not UTF-8?)"
+            ) from None
         return self.backend.encode(text, add_special_tokens=add_special_tokens).ids
 
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:

@@ -473,6 +473,16 @@ _ALL = [
         "missing: lm_head.weight",
         "Fix the module tree or add `@name(...)`.",
     ),
+    Code(
+        "L503",
+        "parameter dtype doesn't match checkpoint",
+        "error",
+        "The checkpoint stores the tensor a parameter takes with an integer or bool dtype; parameters are "
+        "floating point (f32, f16, bf16, f64, or a quantized GGUF type). The message names the tensor, "
+        "its dtype and shape, and the parameter.",
+        "model.layers.0.self_attn.q_proj.weight is i32 [64, 64], a parameter takes floating point",
+        "The checkpoint is corrupt or was written with the wrong dtype: convert it again.",
+    ),
     # ----- L9xx style warnings
     Code(
         "L901",
