@@ -312,7 +312,26 @@ def _read_safetensors_header(path: Path) -> dict[str, _Stored]:
         if name == "__metadata__":
             continue
         out[name] = _stored_entry(path, name, entry, 8 + n, size)
+    _check_contiguous(path, out, 8 + n, size)
     return out
+
+
+def _check_contiguous(path: Path, stored: dict[str, _Stored], data_start: int, size: int) -> None:
+    """The tensors' byte ranges tile the data section (from `data_start` to the end of the file) exactly, in offset
+    order, as the format requires (the `safetensors` library refuses the same files): an overlap or a gap means a
+    corrupt offset, which would otherwise read another tensor's bytes. Raises CheckpointError naming the tensor."""
+    at = 0
+    for name, s in sorted(stored.items(), key=lambda item: (item[1].offset, item[1].nbytes)):
+        begin = s.offset - data_start
+        if begin != at:
+            problem = "overlaps the tensor before it" if begin < at else f"leaves a gap of {begin - at} bytes before it"
+            raise CheckpointError(f"{path}: corrupt safetensors header: tensor {name!r} at data byte {begin} {problem}")
+        at = begin + s.nbytes
+    if data_start + at != size:
+        raise CheckpointError(
+            f"{path}: corrupt safetensors file: its tensors cover {at} bytes of data, "
+            f"the file holds {size - data_start}"
+        )
 
 
 def _is_count(x: object) -> bool:

@@ -20,6 +20,19 @@ BERT = EXAMPLES / "bert.linnet"
 # f32 against transformers in eager f32: the design targets about 1e-4 on logits (ARCHITECTURE.md, "Numerics
 # and reference"); what we see is ~1e-5 on SmolLM2 and ~1e-6 on the small models.
 LOGITS_ATOL = 1e-3
+
+# Hugging Face module -> llama.cpp GGUF block tensor name (gguf-py/gguf/tensor_mapping.py), to write GGUF files
+TO_GGUF = {
+    "self_attn.q_proj": "attn_q",
+    "self_attn.k_proj": "attn_k",
+    "self_attn.v_proj": "attn_v",
+    "self_attn.o_proj": "attn_output",
+    "mlp.gate_proj": "ffn_gate",
+    "mlp.up_proj": "ffn_up",
+    "mlp.down_proj": "ffn_down",
+    "input_layernorm": "attn_norm",
+    "post_attention_layernorm": "ffn_norm",
+}
 MODES = ("interpret", "generated")
 
 

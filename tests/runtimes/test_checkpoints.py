@@ -15,6 +15,7 @@ import pytest
 from linnet.runtimes import embedded
 from linnet.runtimes.checkpoints import CheckpointError, normalize_config, open_checkpoint
 from linnet.runtimes.embedded import EmbeddedError, resolve_embedded
+from tests.runtimes.conftest import TO_GGUF
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -353,19 +354,6 @@ def _llamacpp_permute(w, n_head, n_head_kv):
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-_TO_GGUF = {
-    "self_attn.q_proj": "attn_q",
-    "self_attn.k_proj": "attn_k",
-    "self_attn.v_proj": "attn_v",
-    "self_attn.o_proj": "attn_output",
-    "mlp.gate_proj": "ffn_gate",
-    "mlp.up_proj": "ffn_up",
-    "mlp.down_proj": "ffn_down",
-    "input_layernorm": "attn_norm",
-    "post_attention_layernorm": "ffn_norm",
-}
-
-
 def _write_llama_gguf(path: Path, *, extra_tensor: str | None = None, arch: str = "llama"):
     """A tiny random llama (8 query heads, 2 KV heads, q/k/v biases, untied) written as llama.cpp would: Q/K
     rows permuted, Q weights Q8_0, up_proj F16, v_proj BF16, the rest F32. Returns the HF state dict and the
@@ -418,7 +406,7 @@ def _write_llama_gguf(path: Path, *, extra_tensor: str | None = None, arch: str 
         else:
             _, _, layer, *rest = name.split(".")
             module, suffix = ".".join(rest[:-1]), rest[-1]
-            gname = f"blk.{layer}.{_TO_GGUF[module]}.{suffix}"
+            gname = f"blk.{layer}.{TO_GGUF[module]}.{suffix}"
         if ".attn_q." in gname:
             data = _llamacpp_permute(data, 8, 8)
         elif ".attn_k." in gname:
