@@ -34,7 +34,7 @@ from linnet.errors import CheckpointError
 
 from .embedded import EMBEDDED, EmbeddedError, resolve_embedded
 from .gguf_reader import GGUFError, GGUFFile
-from .tokenizer import Tokenizer, TokenizerError
+from .tokenizer import Tokenizer
 
 __all__ = [
     "Checkpoint",
@@ -467,10 +467,7 @@ class HFCheckpoint(Checkpoint):
 
     def tokenizer(self) -> Tokenizer | None:
         if self._tokenizer is None:
-            try:
-                self._tokenizer = Tokenizer.from_hf_dir(self.path) or False
-            except TokenizerError as e:
-                raise CheckpointError(f"{self.source}: {e}") from None
+            self._tokenizer = Tokenizer.from_hf_dir(self.path) or False  # a TokenizerError names the file
         return self._tokenizer or None
 
     def close(self) -> None:
@@ -568,9 +565,9 @@ def _gguf_config(f: GGUFFile, arch: str) -> dict[str, Any]:
     for key, hf in _GGUF_CONFIG.items():
         if f"{arch}.{key}" in md:
             cfg[hf] = md[f"{arch}.{key}"]
-    for hf, kind in (("rms_norm_eps", float), ("rope_theta", float)):
-        if hf in cfg:
-            cfg[hf] = kind(cfg[hf])
+    for hf in ("rms_norm_eps", "rope_theta"):  # a value of another type is left for the config type to refuse
+        if isinstance(cfg.get(hf), (int, float)) and not isinstance(cfg[hf], bool):
+            cfg[hf] = float(cfg[hf])
     tokens = md.get("tokenizer.ggml.tokens")
     if isinstance(tokens, list):
         cfg["vocab_size"] = len(tokens)
@@ -690,6 +687,8 @@ class GGUFCheckpoint(Checkpoint):
             heads = self.config["num_attention_heads"]
             if ".k_proj." in name:
                 heads = self.config.get("num_key_value_heads", heads)
+            if not isinstance(heads, int) or isinstance(heads, bool) or heads < 1:
+                raise CheckpointError(f"{self.path}: the GGUF metadata gives {heads!r} heads for {info.name!r}")
             if t.shape[0] % (2 * heads):
                 raise CheckpointError(f"{self.path}: {info.name!r} has {t.shape[0]} rows, not 2 x {heads} heads")
             t = _unpermute_rows(t, heads)
@@ -699,10 +698,7 @@ class GGUFCheckpoint(Checkpoint):
         if self._tokenizer is None:
             if self._file is None:
                 raise CheckpointError(f"{self.source}: checkpoint is closed")
-            try:
-                self._tokenizer = Tokenizer.from_gguf(self._file)
-            except TokenizerError as e:
-                raise CheckpointError(f"{self.source}: {e}") from None
+            self._tokenizer = Tokenizer.from_gguf(self._file)  # a TokenizerError names the file
         return self._tokenizer
 
     def close(self) -> None:

@@ -305,6 +305,7 @@ class Tokenizer:
             )
         if "tokenizer.ggml.merges" not in md:
             raise TokenizerError(f"{where}: GGUF byte-level BPE tokenizer without tokenizer.ggml.merges")
+        _check_gguf_tokenizer_types(md, where)
         return cls._from_gguf_bpe(md, where)
 
     @classmethod
@@ -375,6 +376,36 @@ class Tokenizer:
             chat_template=md.get("tokenizer.chat_template"),
             source=where,
         )
+
+
+# GGUF tokenizer keys and the type each must have: (a check of a value, what it should be)
+def _is_list_of(kind: type):
+    return lambda v: isinstance(v, list) and all(isinstance(t, kind) and not isinstance(t, bool) for t in v)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+# GGUF tokenizer keys and the type each must have: (a check of a value, what it should be)
+_GGUF_TOKENIZER_TYPES = {
+    "tokenizer.ggml.tokens": (_is_list_of(str), "a list of strings"),
+    "tokenizer.ggml.merges": (_is_list_of(str), "a list of strings"),
+    "tokenizer.ggml.token_type": (_is_list_of(int), "a list of integers"),
+    **{
+        f"tokenizer.ggml.{key}": (_is_int, "an integer")
+        for key in ("bos_token_id", "eos_token_id", "eot_token_id", "eom_token_id", "unknown_token_id")
+    },
+    "tokenizer.chat_template": (lambda v: isinstance(v, str), "a string"),
+}
+
+
+def _check_gguf_tokenizer_types(md: Mapping[str, Any], where: str) -> None:
+    """Refuse GGUF tokenizer metadata of the wrong type (a corrupt or hand-made file), naming the key. Raises
+    TokenizerError."""
+    for key, (ok, want) in _GGUF_TOKENIZER_TYPES.items():
+        if key in md and not ok(md[key]):
+            raise TokenizerError(f"{where}: GGUF metadata {key} must be {want}, got {type(md[key]).__name__}")
 
 
 def _set_post_processor(backend: Any, bos: tuple[str | None, int | None] | None, eos: tuple | None) -> None:

@@ -92,8 +92,9 @@ def write_hf_folder(folder: Path) -> Path:
     return folder
 
 
-def write_gguf(path: Path) -> Path:
-    """The same model as a llama GGUF (F32 tensors, Q8_0 for the embedding) with the tokenizer in its metadata."""
+def write_gguf(path: Path, metadata: dict | None = None) -> Path:
+    """The same model as a llama GGUF (F32 tensors, Q8_0 for the embedding) with the tokenizer in its metadata;
+    `metadata` adds or replaces keys (ints as uint32, floats as float32, strings, lists as arrays)."""
     import gguf
 
     tok = json.loads(tokenizer_json())
@@ -114,6 +115,11 @@ def write_gguf(path: Path) -> Path:
     w.add_token_list([t for t, _ in vocab])
     w.add_token_merges([" ".join(m) for m in tok["model"]["merges"]])
     w.add_eos_token_id(vocab[-1][1])
+    for key, value in (metadata or {}).items():
+        if key in w.kv_data[0]:
+            del w.kv_data[0][key]
+        add = {int: w.add_uint32, float: w.add_float32, str: w.add_string, list: w.add_array}[type(value)]
+        add(key, value)
     for name, data in llama_tensors().items():
         if name == "model.embed_tokens.weight":
             q = gguf.quants.quantize(data, gguf.GGMLQuantizationType.Q8_0)
@@ -341,3 +347,38 @@ def test_stablehlo_artifact_without_checksum(originals, tmp_path):
         assert_loads_or_refuses(lambda: load_exported(target, weights=originals / "hf"), target)
 
     sweep()
+
+
+@pytest.mark.parametrize(
+    "metadata, message",
+    [
+        ({"tokenizer.ggml.tokens": list(range(297))}, "tokenizer.ggml.tokens must be a list of strings"),
+        ({"tokenizer.ggml.merges": [1, 2]}, "tokenizer.ggml.merges must be a list of strings"),
+        ({"tokenizer.ggml.eot_token_id": [1, 2]}, "tokenizer.ggml.eot_token_id must be an integer"),
+        ({"llama.attention.head_count": 0}, "the GGUF metadata gives 0 heads for 'blk.0.attn_q.weight'"),
+        ({"llama.attention.head_count": "4"}, "the GGUF metadata gives '4' heads"),
+        ({"general.alignment": 3}, "general.alignment is 3, not a power of two"),
+        ({"general.alignment": "x"}, "general.alignment is 'x', not a power of two"),
+    ],
+)
+def test_gguf_metadata_of_the_wrong_type(tmp_path, metadata, message):
+    """Metadata that parses but has the wrong type or value for its key (each of these was a TypeError,
+    AttributeError or ZeroDivisionError, or with alignment 3 read tensors at the wrong offsets)."""
+    pytest.importorskip("gguf")
+    from linnet.errors import CheckpointError
+
+    path = write_gguf(tmp_path / "odd.gguf", metadata)
+    with pytest.raises(CheckpointError) as e:
+        read_everything(path)
+    assert str(path) in str(e.value) and message in str(e.value)
+
+
+def test_gguf_float_metadata_of_the_wrong_type_is_a_config_error(tmp_path):
+    """A string where the GGUF spec has a float reaches the config type, which names the field (was a ValueError
+    from float())."""
+    pytest.importorskip("gguf")
+    from linnet.runtimes.loading import prepare
+
+    path = write_gguf(tmp_path / "odd.gguf", {"llama.attention.layer_norm_rms_epsilon": "x"})
+    with pytest.raises(LinnetError, match=r"odd\.gguf config: `rms_norm_eps` is a float in `Llama`, got 'x'"):
+        prepare(LLAMA, path, max_positions=32)
