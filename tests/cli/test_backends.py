@@ -145,10 +145,10 @@ def test_random_weights_that_do_not_fit_are_refused(monkeypatch):
     from linnet.runtimes import loading
 
     program = build(ROOT / "examples/mlp.linnet")
-    loading._check_random_weights_fit(program)  # a few kB fit
+    loading._check_fits_in_memory(program, random_weights=True)  # a few kB fit
     monkeypatch.setattr(loading, "RANDOM_WEIGHTS_SHARE", 1e-9)
     with pytest.raises(loading.LoadError, match=r"random weights for Mlp under the config defaults need 0\.0 GiB"):
-        loading._check_random_weights_fit(program)
+        loading._check_fits_in_memory(program, random_weights=True)
 
 
 @pytest.mark.torch

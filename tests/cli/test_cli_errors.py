@@ -100,3 +100,18 @@ def test_tokenizer_refuses_text_that_is_not_unicode():
             tok.encode("caf\udce9")
         with pytest.raises(RunError, match="must be a str, got bytes"):
             tok.encode(b"cafe")
+
+
+def test_a_cache_too_big_for_memory_is_refused_before_allocating(tmp_path):
+    """With a checkpoint, `--max-positions 10**9` asked the framework for a 119 GiB KV cache and died in its
+    allocator with a traceback (or was killed); now it is refused against the memory available."""
+    from tests.runtimes.test_corrupt_files import write_hf_folder
+
+    folder = write_hf_folder(tmp_path / "tiny")
+    step = ("run", "examples/llama.linnet", "--weights", str(folder), "--entry", "step")
+    r = linnet(*step, "--max-positions", "1000000000")
+    line = one_line(r, 1)
+    assert line.startswith(
+        "linnet run: the state (KV cache) of LlamaForCausalLM for max_batch 1 and max_positions 1000000000 needs "
+        "119.2 GiB"
+    ) and line.endswith("available: lower --max-positions or --max-batch")
