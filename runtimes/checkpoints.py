@@ -206,12 +206,15 @@ def cast_floating(a: np.ndarray, dtype: str | np.dtype | None) -> np.ndarray:
 _MASK_BUFFERS = re.compile(r"(^|\.)(attn\.bias|masked_bias|[\w]*mask[\w]*)$")
 
 
-def check_finite(a: np.ndarray, name: str, where: object, stored: np.ndarray | None = None) -> np.ndarray:
+def check_finite(
+    a: np.ndarray, name: str, where: object, stored: np.ndarray | None = None, buffer: bool = False
+) -> np.ndarray:
     """`a` (a tensor `name` read from `where`) when it holds no NaN nor infinity, else CheckpointError naming the
     file, the tensor, how many values are non-finite and the first one's index: NaN or Inf weights give NaN
     logits and empty text, never an error, so they are refused at load. `stored` is the array before a cast: when
     it is finite and `a` is not, the message says the values overflow the cast's dtype (f32 beyond 65504 to f16).
-    Mask buffers (`_MASK_BUFFERS`) may hold +-inf, as additive masks do; never NaN. Integer arrays pass as they are.
+    A mask buffer (`buffer` true and a name `_MASK_BUFFERS` matches) may hold +-inf, as additive masks do; never NaN.
+    Integer arrays pass as they are.
 
     Cost: one f64 sum of the array (NaN and Inf propagate through a sum; an f64 sum of f16, bf16 or f32 values
     cannot overflow), without a boolean temporary the size of the tensor; the element-wise test runs only to word
@@ -220,7 +223,7 @@ def check_finite(a: np.ndarray, name: str, where: object, stored: np.ndarray | N
         return a
     wide = a.astype(np.float32, copy=False)
     bad, n_nan = ~np.isfinite(wide), int(np.isnan(wide).sum())
-    if not n_nan and _MASK_BUFFERS.search(name):
+    if not n_nan and buffer and _MASK_BUFFERS.search(name):
         return a
     first = tuple(int(i) for i in np.argwhere(bad)[0])
     value = float(wide[first])
@@ -463,7 +466,7 @@ class HFCheckpoint(Checkpoint):
             except (OSError, ValueError) as e:
                 raise CheckpointError(f"{stored.file}: cannot open ({e})") from None
         a = np.frombuffer(mapped, dtype=stored_dtype, count=count, offset=stored.offset).reshape(stored.shape)
-        return check_finite(cast_floating(a, dtype), name, stored.file, a)
+        return check_finite(cast_floating(a, dtype), name, stored.file, a, name in self.buffer_names)
 
     def tokenizer(self) -> Tokenizer | None:
         if self._tokenizer is None:
@@ -692,7 +695,7 @@ class GGUFCheckpoint(Checkpoint):
             if t.shape[0] % (2 * heads):
                 raise CheckpointError(f"{self.path}: {info.name!r} has {t.shape[0]} rows, not 2 x {heads} heads")
             t = _unpermute_rows(t, heads)
-        return check_finite(cast_floating(t, dtype), info.name, self.path, t)
+        return check_finite(cast_floating(t, dtype), info.name, self.path, t, name in self.buffer_names)
 
     def tokenizer(self) -> Tokenizer | None:
         if self._tokenizer is None:

@@ -64,12 +64,14 @@ def test_overflow_when_cast_to_f16_is_named(tmp_path):
 
 def test_mask_buffers_may_hold_infinity_but_not_nan():
     mask = np.triu(np.full((4, 4), -np.inf, dtype=np.float32), 1)
-    assert check_finite(mask, "h.0.attn.bias", "gpt2") is mask
-    assert check_finite(mask, "encoder.attention_mask", "x") is mask
+    assert check_finite(mask, "h.0.attn.bias", "gpt2", buffer=True) is mask
+    assert check_finite(mask, "encoder.attention_mask", "x", buffer=True) is mask
     assert check_finite(np.arange(4), "position_ids", "x") is not None  # integers pass
+    with pytest.raises(CheckpointError, match="'embeddings.mask_token' holds Inf"):  # a parameter (ViT's)
+        check_finite(mask, "embeddings.mask_token", "vit")
     mask[0, 0] = np.nan
     with pytest.raises(CheckpointError, match="'h.0.attn.bias' holds NaN and Inf"):
-        check_finite(mask, "h.0.attn.bias", "gpt2")
+        check_finite(mask, "h.0.attn.bias", "gpt2", buffer=True)
     with pytest.raises(CheckpointError, match="'h.0.attn.c_attn.weight' holds Inf"):
         check_finite(np.array([1.0, -np.inf], np.float32), "h.0.attn.c_attn.weight", "gpt2")
 
