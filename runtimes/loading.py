@@ -211,8 +211,8 @@ def match_weights(program: Program, ckpt: Checkpoint, notes: list[str]) -> dict[
     rename = _prefix_map(model, set(names))
     plan = {m: rename(m) for m in model}
     taken = set(plan.values())
-    for m, c in plan.items():  # a parameter's tensor read as a buffer because its dtype is not floating point
-        if c in ckpt.buffer_names and ckpt.dtype(c) in INTEGER_DTYPES:
+    for m, c in plan.items():  # an integer tensor where a parameter is (safetensors lists it as a buffer)
+        if c in ckpt and ckpt.dtype(c) in INTEGER_DTYPES:
             raise LoadError(
                 f"`{c}` in {ckpt.source} is {ckpt.dtype(c)} {list(ckpt.shape(c))}, but {program.source} declares "
                 f"`{m}` as a parameter, which takes floating point (f32, f16, bf16)",

@@ -382,3 +382,22 @@ def test_gguf_float_metadata_of_the_wrong_type_is_a_config_error(tmp_path):
     path = write_gguf(tmp_path / "odd.gguf", {"llama.attention.layer_norm_rms_epsilon": "x"})
     with pytest.raises(LinnetError, match=r"odd\.gguf config: `rms_norm_eps` is a float in `Llama`, got 'x'"):
         prepare(LLAMA, path, max_positions=32)
+
+
+def test_gguf_integer_tensor_where_a_parameter_is(tmp_path):
+    """A GGUF tensor stored as I32 where the source declares a parameter: error[L503] with its dtype (it loaded
+    as integers, which the backends then used or choked on)."""
+    gguf = pytest.importorskip("gguf")
+    from linnet.runtimes.loading import prepare
+
+    path = write_gguf(tmp_path / "int.gguf")
+    data = bytearray(path.read_bytes())
+    with open_checkpoint(path) as ckpt:
+        info = ckpt._file.tensors["output_norm.weight"]
+    f32, i32 = (int(t).to_bytes(4, "little") for t in (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.I32))
+    at = data.index(b"output_norm.weight") + len(b"output_norm.weight") + 4 + 8 * len(info.shape)
+    assert data[at : at + 4] == f32  # the tensor's ggml type, after its name, rank and dims
+    data[at : at + 4] = i32
+    path.write_bytes(bytes(data))
+    with pytest.raises(LinnetError, match=r"error\[L503\]: `model\.norm\.weight` in .*int\.gguf is i32 \[32\]"):
+        prepare(LLAMA, path, max_positions=32)
