@@ -22,12 +22,11 @@ def linnet(*args: str | bytes) -> subprocess.CompletedProcess:
 
 
 def one_line(r: subprocess.CompletedProcess, status: int) -> str:
-    """The one stderr line of a refused command, checked: the exit status, no traceback, nothing on stdout."""
+    """The error line of a refused command (the last on stderr; notes may come before it), checked: the exit
+    status, no traceback, nothing on stdout."""
     assert r.returncode == status, (r.returncode, r.stdout, r.stderr)
     assert "Traceback" not in r.stderr and r.stdout == ""
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1, r.stderr
-    return lines[0]
+    return r.stderr.strip().splitlines()[-1]
 
 
 def mlp_with_header_dtype(folder: Path, dtype: str) -> Path:
