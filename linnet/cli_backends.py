@@ -21,6 +21,12 @@ from pathlib import Path
 from .errors import BackendError, LinnetError
 
 EXIT_OK, EXIT_ERRORS, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(ValueError):
+    """An option value the command cannot take (`--config` without `=`, a bad `--dim`): exit 2."""
+
+
 # what a command reports as a one-line error (exit 1): Linnet's errors, bad values, unreadable files
 FAILURES = (LinnetError, ValueError, OSError)
 
@@ -47,12 +53,12 @@ BACKEND_HELP = "one of %(choices)s (default %(default)s; `linnet backends` lists
 
 def parse_config(items: list[str] | None) -> dict:
     """`--config key=value` pairs as a dict; values read as JSON (`8`, `1e-5`, `true`,
-    `null`, `{"rope_type": "llama3"}`), else as strings. Raises ValueError for a pair
+    `null`, `{"rope_type": "llama3"}`), else as strings. Raises UsageError for a pair
     without `=`."""
     out: dict = {}
     for item in items or []:
         if "=" not in item:
-            raise ValueError(f"--config takes key=value, got {item!r}")
+            raise UsageError(f"--config takes key=value, got {item!r}")
         key, raw = item.split("=", 1)
         try:
             value = json.loads(raw)
@@ -76,10 +82,10 @@ def add_common(p: argparse.ArgumentParser, weights: bool = True) -> None:
 
 
 def _fail(cmd: str, err: Exception) -> int:
-    """Print `err` for `cmd`; the exit status: 2 for a file that cannot be read or written (usage
-    or I/O), 1 for anything else."""
+    """Print `err` for `cmd`; the exit status: 2 for a file that cannot be read or written, or an
+    option value the command cannot take (usage or I/O), 1 for anything else."""
     print(f"linnet {cmd}: {err}", file=sys.stderr)
-    return EXIT_USAGE if isinstance(err, OSError) else EXIT_ERRORS
+    return EXIT_USAGE if isinstance(err, (OSError, UsageError)) else EXIT_ERRORS
 
 
 def _build(args: argparse.Namespace, entries=None):
@@ -197,7 +203,7 @@ def cmd_onnx(args: argparse.Namespace) -> int:
     except ImportError as err:
         return _fail("onnx", ImportError(f"needs onnx and onnx-ir ({err}); pip install linnet[onnx]"))
     if args.output is None and not args.text:
-        return _fail("onnx", ValueError("give -o OUT (the .onnx file) or --text"))
+        return _fail("onnx", UsageError("give -o OUT (the .onnx file) or --text"))
     with tempfile.TemporaryDirectory() as tmp:
         # --text: the graph without weights in ONNX's textual syntax (what the language server shows)
         output = Path(tmp) / "model.onnx" if args.text else args.output
@@ -356,9 +362,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     try:
         parse_dims(args.dim)  # a usage error before anything loads
-    except ValueError as err:
-        print(f"linnet run: {err}", file=sys.stderr)
-        return EXIT_USAGE
+    except UsageError as err:
+        return _fail("run", err)
     if args.preset is None and args.weights is None:
         # random weights under a real checkpoint's config, not the config's defaults (Llama's
         # are 7B parameters): the first preset with default weights, as generation uses
@@ -380,9 +385,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     graph = program.entries[entry]
     try:
         sizes = _entry_sizes(graph, args)
-    except ValueError as err:
-        print(f"linnet run: {err}", file=sys.stderr)
-        return EXIT_USAGE
+    except UsageError as err:
+        return _fail("run", err)
     if graph.uses_state:
         if sizes.get("B", 1) > program.max_batch:
             return _fail(
@@ -455,42 +459,42 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def parse_dims(items: list[str] | None) -> dict[str, int]:
-    """`--dim NAME=SIZE` pairs as a dict (`["N=8"]` -> `{"N": 8}`). Raises ValueError for a pair
+    """`--dim NAME=SIZE` pairs as a dict (`["N=8"]` -> `{"N": 8}`). Raises UsageError for a pair
     without `=`, a name that is not an identifier, or a size that is not a positive integer."""
     out: dict[str, int] = {}
     for item in items or []:
         name, eq, raw = item.partition("=")
         name = name.strip()
         if not eq or not name.isidentifier():
-            raise ValueError(f"--dim takes NAME=SIZE (for example N=8), got {item!r}")
+            raise UsageError(f"--dim takes NAME=SIZE (for example N=8), got {item!r}")
         try:
             size = int(raw)
         except ValueError:
             size = 0
         if size < 1:
-            raise ValueError(f"--dim {name} must be a positive integer, got {raw!r}")
+            raise UsageError(f"--dim {name} must be a positive integer, got {raw!r}")
         out[name] = size
     return out
 
 
 def _entry_sizes(graph, args: argparse.Namespace) -> dict[str, int]:
     """The size of every dim variable of `graph`'s inputs: `B` from `--batch`, `S` from `--seq`,
-    any other (and B or S too) from `--dim NAME=SIZE`. Raises ValueError (a usage error) for a
+    any other (and B or S too) from `--dim NAME=SIZE`. Raises UsageError for a
     bad `--dim`, a size below 1, or a dim variable no option sizes, naming it."""
     from .types.dims import dim_variables
 
     if args.batch < 1 or args.seq < 1:
-        raise ValueError(f"--batch and --seq must be at least 1, got {args.batch} and {args.seq}")
+        raise UsageError(f"--batch and --seq must be at least 1, got {args.batch} and {args.seq}")
     sizes = {"B": args.batch, "S": args.seq} | parse_dims(args.dim)
     needed = sorted({name for v in graph.inputs for d in v.dims for name in dim_variables(d)})
     missing = [name for name in needed if name not in sizes]
     if missing:
         flags = " ".join(f"--dim {name}=SIZE" for name in missing)
-        raise ValueError(f"entry `{graph.name}` has input dim(s) {', '.join(missing)} with no size: give {flags}")
+        raise UsageError(f"entry `{graph.name}` has input dim(s) {', '.join(missing)} with no size: give {flags}")
     unused = sorted(set(parse_dims(args.dim)) - set(needed))
     if unused:
         takes = ", ".join(needed) or "none"
-        raise ValueError(f"--dim {', '.join(unused)}: entry `{graph.name}` has no such dim (its dims: {takes})")
+        raise UsageError(f"--dim {', '.join(unused)}: entry `{graph.name}` has no such dim (its dims: {takes})")
     return sizes
 
 

@@ -114,3 +114,15 @@ def test_a_cache_too_big_for_memory_is_refused_before_allocating(tmp_path):
         "linnet run: the state (KV cache) of LlamaForCausalLM for max_batch 1 and max_positions 1000000000 needs "
         "119.2 GiB"
     ) and line.endswith("available: lower --max-positions or --max-batch")
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("ir", MLP, "--config", "in_features"), "linnet ir: --config takes key=value, got 'in_features'"),
+        (("onnx", MLP), "linnet onnx: give -o OUT (the .onnx file) or --text"),
+    ],
+)
+def test_option_values_a_command_cannot_take_are_usage_errors(args, message):
+    """Exit 2, as argparse's own usage errors (they were exit 1, like a model that fails to load)."""
+    assert one_line(linnet(*args), 2) == message
