@@ -325,20 +325,43 @@ def save_exported(exported, path: str | Path, metadata: dict[str, Any]) -> list[
     data = exported.serialize()
     path.write_bytes(data)
     meta = path.with_name(path.name + ".json")
-    meta.write_text(json.dumps({**metadata, "sha256": hashlib.sha256(data).hexdigest()}, indent=2) + "\n", "utf-8")
+    meta.write_text(json.dumps({**metadata, "sha256": _digest(data, metadata)}, indent=2) + "\n", "utf-8")
     return [path, meta]
 
 
+# The metadata fields that change what the artifact computes or how it is driven; the others (source, model, ...)
+# are for people, and may be edited.
+_BINDING_FIELDS = ("entry", "max_batch", "max_positions", "fused_weights")
+
+
+def _digest(data: bytes, meta: dict[str, Any]) -> str:
+    """sha256 of the artifact's bytes and its binding metadata fields (canonical JSON), as hex."""
+    fields = json.dumps({k: meta[k] for k in _BINDING_FIELDS if k in meta}, sort_keys=True).encode()
+    return hashlib.sha256(data + b"\0" + fields).hexdigest()
+
+
 # What `jax.export.deserialize` raises for bytes that are not a well-formed artifact (flatbuffers reads past the end,
-# indexes out of range, undecodable names, unknown enum values); only artifacts without a recorded sha256 get here.
-_DESERIALIZE_ERRORS = (ValueError, IndexError, KeyError, TypeError, AttributeError, struct.error, UnicodeDecodeError)
+# indexes out of range, undecodable names, unknown enum values, its own asserts); it documents none, and only
+# artifacts without a recorded sha256 reach it unchecked (tests/runtimes/test_corrupt_files.py sweeps them).
+_DESERIALIZE_ERRORS = (
+    ValueError,
+    IndexError,
+    KeyError,
+    TypeError,
+    AttributeError,
+    AssertionError,
+    OverflowError,
+    RecursionError,
+    struct.error,
+)
 
 
 def _read_exported(path: Path) -> tuple[bytes, dict[str, Any], Path]:
     """The artifact's bytes and its metadata (`{}` without a `.json` beside it), checked: the JSON is an
     object; `entry` a string; `max_batch` and `max_positions` positive integers; `fused_weights`
-    `{key: {member: [dims]}}`; and the bytes match the `sha256` it records (every artifact written
-    since it was added), so a truncated or bit-flipped artifact is refused before it is parsed.
+    `{key: {member: [dims]}}`; and the bytes and those fields match the `sha256` it records (every
+    artifact written since it was added, `_digest`), so a truncated, bit-flipped or mismatched
+    artifact is refused before it is parsed.
     Raises LoadError naming the file."""
     meta_path = path.with_name(path.name + ".json")
     try:
@@ -378,10 +401,10 @@ def _read_exported(path: Path) -> tuple[bytes, dict[str, Any], Path]:
         problems.append("`fused_weights` must map each fused key to {member: [dims]}")
     if problems:
         raise LoadError(f"{meta_path}: {'; '.join(problems)}")
-    if "sha256" in meta and hashlib.sha256(data).hexdigest() != meta["sha256"]:
+    if "sha256" in meta and _digest(data, meta) != meta["sha256"]:
         raise LoadError(
-            f"{path}: the artifact's bytes do not match the sha256 in {meta_path.name} (truncated, corrupt, or "
-            "written by another export): export it again"
+            f"{path}: the artifact and its {', '.join(_BINDING_FIELDS)} do not match the sha256 in {meta_path.name} "
+            "(truncated, corrupt, edited, or written by another export): export it again"
         )
     return data, meta, meta_path
 
