@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -20,6 +21,12 @@ from pathlib import Path
 from .errors import BackendError, LinnetError
 
 EXIT_OK, EXIT_ERRORS, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(ValueError):
+    """An option value the command cannot take (`--config` without `=`, a bad `--dim`): exit 2."""
+
+
 # what a command reports as a one-line error (exit 1): Linnet's errors, bad values, unreadable files
 FAILURES = (LinnetError, ValueError, OSError)
 
@@ -46,12 +53,12 @@ BACKEND_HELP = "one of %(choices)s (default %(default)s; `linnet backends` lists
 
 def parse_config(items: list[str] | None) -> dict:
     """`--config key=value` pairs as a dict; values read as JSON (`8`, `1e-5`, `true`,
-    `null`, `{"rope_type": "llama3"}`), else as strings. Raises ValueError for a pair
+    `null`, `{"rope_type": "llama3"}`), else as strings. Raises UsageError for a pair
     without `=`."""
     out: dict = {}
     for item in items or []:
         if "=" not in item:
-            raise ValueError(f"--config takes key=value, got {item!r}")
+            raise UsageError(f"--config takes key=value, got {item!r}")
         key, raw = item.split("=", 1)
         try:
             value = json.loads(raw)
@@ -75,10 +82,10 @@ def add_common(p: argparse.ArgumentParser, weights: bool = True) -> None:
 
 
 def _fail(cmd: str, err: Exception) -> int:
-    """Print `err` for `cmd`; the exit status: 2 for a file that cannot be read or written (usage
-    or I/O), 1 for anything else."""
+    """Print `err` for `cmd`; the exit status: 2 for a file that cannot be read or written, or an
+    option value the command cannot take (usage or I/O), 1 for anything else."""
     print(f"linnet {cmd}: {err}", file=sys.stderr)
-    return EXIT_USAGE if isinstance(err, OSError) else EXIT_ERRORS
+    return EXIT_USAGE if isinstance(err, (OSError, UsageError)) else EXIT_ERRORS
 
 
 def _build(args: argparse.Namespace, entries=None):
@@ -196,7 +203,7 @@ def cmd_onnx(args: argparse.Namespace) -> int:
     except ImportError as err:
         return _fail("onnx", ImportError(f"needs onnx and onnx-ir ({err}); pip install linnet[onnx]"))
     if args.output is None and not args.text:
-        return _fail("onnx", ValueError("give -o OUT (the .onnx file) or --text"))
+        return _fail("onnx", UsageError("give -o OUT (the .onnx file) or --text"))
     with tempfile.TemporaryDirectory() as tmp:
         # --text: the graph without weights in ONNX's textual syntax (what the language server shows)
         output = Path(tmp) / "model.onnx" if args.text else args.output
@@ -283,6 +290,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
             seed=args.seed,
             max_new_tokens=args.max_new_tokens,
         )
+        _check_utf8("--prompt", args.prompt)
     except ValueError as err:
         print(f"linnet generate: {err}", file=sys.stderr)
         return EXIT_USAGE
@@ -355,6 +363,23 @@ def _timing_line(r) -> str:
     )
 
 
+def _check_utf8(flag: str, value: str) -> None:
+    """Refuse a command-line value with bytes that are not UTF-8 (Python passes them on as lone
+    surrogates, `os.fsdecode`'s surrogateescape). Raises ValueError naming the flag, the byte and
+    its position in the argument's bytes."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raw = os.fsencode(value)
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise ValueError(
+                f"{flag} is not valid UTF-8: byte 0x{raw[err.start]:02x} at byte {err.start} of {raw!r}"
+            ) from None
+        raise ValueError(f"{flag} is not valid Unicode (a lone surrogate)") from None
+
+
 def _print_notes(model) -> None:
     for note in model.notes:
         print(f"note: {note}", file=sys.stderr)
@@ -369,6 +394,10 @@ def _token_text(tok, token_id):
 def cmd_run(args: argparse.Namespace) -> int:
     from .runtimes.model import concrete_dim, random_inputs
 
+    try:
+        parse_dims(args.dim)  # a usage error before anything loads
+    except UsageError as err:
+        return _fail("run", err)
     if args.preset is None and args.weights is None:
         # random weights under a real checkpoint's config, not the config's defaults (Llama's
         # are 7B parameters): the first preset with default weights, as generation uses
@@ -388,27 +417,28 @@ def cmd_run(args: argparse.Namespace) -> int:
     if entry not in program.entries:
         return _fail("run", ValueError(f"no entry `{entry}` (entries: {', '.join(program.entries)})"))
     graph = program.entries[entry]
-    if args.batch < 1 or args.seq < 1:
-        return _fail("run", ValueError(f"--batch and --seq must be at least 1, got {args.batch} and {args.seq}"))
+    try:
+        sizes = _entry_sizes(graph, args)
+    except UsageError as err:
+        return _fail("run", err)
     if graph.uses_state:
-        if args.batch > program.max_batch:
+        if sizes.get("B", 1) > program.max_batch:
             return _fail(
                 "run",
                 ValueError(
-                    f"--batch {args.batch} is more than the cache's {program.max_batch} rows; raise --max-batch"
+                    f"--batch {sizes['B']} is more than the cache's {program.max_batch} rows; raise --max-batch"
                 ),
             )
-        if args.seq > program.max_positions:
+        if sizes.get("S", 1) > program.max_positions:
             return _fail(
                 "run",
                 ValueError(
-                    f"--seq {args.seq} is more than the cache's {program.max_positions} "
+                    f"--seq {sizes['S']} is more than the cache's {program.max_positions} "
                     f"positions; raise --max-positions"
                 ),
             )
     if args.format != "json":
         _print_notes(model)
-    sizes = {"B": args.batch, "S": args.seq}
     inputs = random_inputs(graph, sizes, args.seed, program.config.get("vocab_size", 100))
     try:
         outs, elapsed, compiled = _run_entry(args, model, entry, inputs)
@@ -470,6 +500,46 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"  load {model.load_s:.2f} s{setup}; first call: {compiled.describe()}")
     print(f"  time {elapsed * 1000:.2f} ms (a second call)")
     return EXIT_ERRORS if report["disagreements"] else EXIT_OK
+
+
+def parse_dims(items: list[str] | None) -> dict[str, int]:
+    """`--dim NAME=SIZE` pairs as a dict (`["N=8"]` -> `{"N": 8}`). Raises UsageError for a pair
+    without `=`, a name that is not an identifier, or a size that is not a positive integer."""
+    out: dict[str, int] = {}
+    for item in items or []:
+        name, eq, raw = item.partition("=")
+        name = name.strip()
+        if not eq or not name.isidentifier():
+            raise UsageError(f"--dim takes NAME=SIZE (for example N=8), got {item!r}")
+        try:
+            size = int(raw)
+        except ValueError:
+            size = 0
+        if size < 1:
+            raise UsageError(f"--dim {name} must be a positive integer, got {raw!r}")
+        out[name] = size
+    return out
+
+
+def _entry_sizes(graph, args: argparse.Namespace) -> dict[str, int]:
+    """The size of every dim variable of `graph`'s inputs: `B` from `--batch`, `S` from `--seq`,
+    any other (and B or S too) from `--dim NAME=SIZE`. Raises UsageError for a
+    bad `--dim`, a size below 1, or a dim variable no option sizes, naming it."""
+    from .types.dims import dim_variables
+
+    if args.batch < 1 or args.seq < 1:
+        raise UsageError(f"--batch and --seq must be at least 1, got {args.batch} and {args.seq}")
+    sizes = {"B": args.batch, "S": args.seq} | parse_dims(args.dim)
+    needed = sorted({name for v in graph.inputs for d in v.dims for name in dim_variables(d)})
+    missing = [name for name in needed if name not in sizes]
+    if missing:
+        flags = " ".join(f"--dim {name}=SIZE" for name in missing)
+        raise UsageError(f"entry `{graph.name}` has input dim(s) {', '.join(missing)} with no size: give {flags}")
+    unused = sorted(set(parse_dims(args.dim)) - set(needed))
+    if unused:
+        takes = ", ".join(needed) or "none"
+        raise UsageError(f"--dim {', '.join(unused)}: entry `{graph.name}` has no such dim (its dims: {takes})")
+    return sizes
 
 
 def _run_entry(args: argparse.Namespace, model, entry: str, inputs: list):
@@ -579,6 +649,12 @@ def register(sub) -> None:
     run.add_argument("--backend", choices=BACKEND_NAMES, default="torch", metavar="BACKEND", help=BACKEND_HELP)
     run.add_argument("--batch", type=int, default=1, help="B of the random inputs (1)")
     run.add_argument("--seq", type=int, default=8, help="S of the random inputs (8)")
+    run.add_argument(
+        "--dim",
+        action="append",
+        metavar="NAME=SIZE",
+        help="the size of an input dim other than B and S, e.g. --dim N=8 (repeatable)",
+    )
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--provider", action="append", choices=("cpu", "cuda", "tensorrt"), help="onnxruntime providers")
     run.add_argument(

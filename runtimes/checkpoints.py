@@ -36,7 +36,7 @@ from linnet.errors import CheckpointError
 from .embedded import EMBEDDED, EmbeddedError, resolve_embedded
 from .gguf_reader import GGUFError, GGUFFile
 from .gguf_rope import llama3_scaling_from_rope_freqs
-from .tokenizer import Tokenizer, TokenizerError
+from .tokenizer import Tokenizer
 
 __all__ = [
     "Checkpoint",
@@ -46,6 +46,8 @@ __all__ = [
     "numpy_dtype",
     "cast_floating",
     "EMBEDDED_IDS",
+    "INTEGER_DTYPES",
+    "check_finite",
 ]
 
 EMBEDDED_IDS = tuple(EMBEDDED)
@@ -196,7 +198,48 @@ def cast_floating(a: np.ndarray, dtype: str | np.dtype | None) -> np.ndarray:
         return a
     if np.float32 not in (a.dtype, want) and "V" in (a.dtype.kind, want.kind):
         a = a.astype(np.float32)
-    return a.astype(want)
+    with np.errstate(over="ignore"):  # values beyond the dtype's range become inf: `check_finite` names them
+        return a.astype(want)
+
+
+# Buffers that legitimately hold -inf/+inf: additive attention masks (e.g. a causal `attn.bias`/`masked_bias`
+# written as -inf, or a `*mask*` buffer). Linnet builds its masks itself and binds no such buffer to a parameter;
+# NaN is refused in them too.
+_MASK_BUFFERS = re.compile(r"(^|\.)(attn\.bias|masked_bias|[\w]*mask[\w]*)$")
+
+
+def check_finite(
+    a: np.ndarray, name: str, where: object, stored: np.ndarray | None = None, buffer: bool = False
+) -> np.ndarray:
+    """`a` (a tensor `name` read from `where`) when it holds no NaN nor infinity, else CheckpointError naming the
+    file, the tensor, how many values are non-finite and the first one's index: NaN or Inf weights give NaN
+    logits and empty text, never an error, so they are refused at load. `stored` is the array before a cast: when
+    it is finite and `a` is not, the message says the values overflow the cast's dtype (f32 beyond 65504 to f16).
+    A mask buffer (`buffer` true and a name `_MASK_BUFFERS` matches) may hold +-inf, as additive masks do; never NaN.
+    Integer arrays pass as they are.
+
+    Cost: one f64 sum of the array (NaN and Inf propagate through a sum; an f64 sum of f16, bf16 or f32 values
+    cannot overflow), without a boolean temporary the size of the tensor; the element-wise test runs only to word
+    the message."""
+    if not is_floating(a) or a.size == 0 or np.isfinite(np.sum(a, dtype=np.float64)):
+        return a
+    wide = a.astype(np.float32, copy=False)
+    bad, n_nan = ~np.isfinite(wide), int(np.isnan(wide).sum())
+    if not n_nan and buffer and _MASK_BUFFERS.search(name):
+        return a
+    first = tuple(int(i) for i in np.argwhere(bad)[0])
+    value = float(wide[first])
+    n_inf = int(bad.sum()) - n_nan
+    kinds = "NaN and Inf" if n_nan and n_inf else ("NaN" if n_nan else "Inf")
+    if stored is not None and stored is not a and is_floating(stored) and np.isfinite(np.sum(stored, dtype=np.float64)):
+        raise CheckpointError(
+            f"{where}: tensor {name!r} overflows {a.dtype} when cast ({int(bad.sum())} of {a.size} values become "
+            f"infinite, the first at index {list(first)}); load it in a wider dtype (--dtype f32 or bf16)"
+        )
+    raise CheckpointError(
+        f"{where}: tensor {name!r} holds {kinds} ({int(bad.sum())} of {a.size} values, the first {value} at index "
+        f"{list(first)}); the checkpoint is corrupt or was saved after training diverged"
+    )
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -220,7 +263,7 @@ _ST_DTYPES = {
     "F8_E4M3": "f8_e4m3",
     "F8_E5M2": "f8_e5m2",
 }
-_INTEGER_DTYPES = {"i64", "i32", "i16", "i8", "u64", "u32", "u16", "u8", "bool"}
+INTEGER_DTYPES = {"i64", "i32", "i16", "i8", "u64", "u32", "u16", "u8", "bool"}
 
 # Names transformers registers as buffers, not parameters: BERT-style `position_ids`/`token_type_ids`, rotary
 # `inv_freq`, GPT-2's legacy causal mask `attn.bias`/`attn.masked_bias`.
@@ -231,7 +274,7 @@ _BUFFER_PATTERNS = re.compile(
 
 def _is_buffer(name: str, dtype: str) -> bool:
     """Known buffer names, and any integer or bool tensor (a parameter is always floating point)."""
-    return bool(_BUFFER_PATTERNS.search(name)) or dtype in _INTEGER_DTYPES
+    return bool(_BUFFER_PATTERNS.search(name)) or dtype in INTEGER_DTYPES
 
 
 @dataclass(frozen=True)
@@ -247,8 +290,12 @@ class _Stored:
 
 def _read_safetensors_header(path: Path) -> dict[str, _Stored]:
     """`{name: _Stored}` from a .safetensors header (8-byte little-endian length + JSON, then the data; offsets in
-    the JSON count from the end of the header), checking that the file is long enough for every tensor. Raises
-    CheckpointError for a missing, truncated or corrupt file."""
+    the JSON count from the end of the header), validated as the `safetensors` library does before anything is
+    read: every entry has a string dtype, a shape of non-negative integers and two data offsets in order, inside
+    the file; a dtype Linnet knows spans exactly shape x itemsize bytes (an F16 header over F32-sized data is
+    refused here, naming the tensor, its declared dtype and shape, and the bytes found). A dtype Linnet cannot
+    read is refused only when that tensor is loaded. Raises CheckpointError for a missing, truncated or corrupt
+    file."""
     try:
         size = path.stat().st_size
         with open(path, "rb") as f:
@@ -261,7 +308,7 @@ def _read_safetensors_header(path: Path) -> dict[str, _Stored]:
             header = json.loads(f.read(n))
     except OSError as e:
         raise CheckpointError(f"{path}: cannot read ({e.strerror or e})") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
         raise CheckpointError(f"{path}: corrupt safetensors header ({e})") from None
     if not isinstance(header, dict):
         raise CheckpointError(f"{path}: corrupt safetensors header (not a JSON object)")
@@ -269,17 +316,68 @@ def _read_safetensors_header(path: Path) -> dict[str, _Stored]:
     for name, entry in header.items():
         if name == "__metadata__":
             continue
-        try:
-            dtype, shape, (begin, end) = entry["dtype"], tuple(int(d) for d in entry["shape"]), entry["data_offsets"]
-        except (KeyError, TypeError, ValueError):
-            raise CheckpointError(f"{path}: corrupt safetensors header entry for {name!r}") from None
-        if 8 + n + end > size or begin > end:
-            raise CheckpointError(
-                f"{path}: truncated safetensors file: tensor {name!r} ends at byte {8 + n + end}, "
-                f"the file has {size} bytes"
-            )
-        out[name] = _Stored(path, _ST_DTYPES.get(dtype, dtype.lower()), shape, 8 + n + begin, end - begin)
+        out[name] = _stored_entry(path, name, entry, 8 + n, size)
+    _check_contiguous(path, out, 8 + n, size)
     return out
+
+
+def _check_contiguous(path: Path, stored: dict[str, _Stored], data_start: int, size: int) -> None:
+    """The tensors' byte ranges tile the data section (from `data_start` to the end of the file) exactly, in offset
+    order, as the format requires (the `safetensors` library refuses the same files): an overlap or a gap means a
+    corrupt offset, which would otherwise read another tensor's bytes. Raises CheckpointError naming the tensor."""
+    at = 0
+    for name, s in sorted(stored.items(), key=lambda item: (item[1].offset, item[1].nbytes)):
+        begin = s.offset - data_start
+        if begin != at:
+            problem = "overlaps the tensor before it" if begin < at else f"leaves a gap of {begin - at} bytes before it"
+            raise CheckpointError(f"{path}: corrupt safetensors header: tensor {name!r} at data byte {begin} {problem}")
+        at = begin + s.nbytes
+    if data_start + at != size:
+        raise CheckpointError(
+            f"{path}: corrupt safetensors file: its tensors cover {at} bytes of data, "
+            f"the file holds {size - data_start}"
+        )
+
+
+def _is_count(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
+
+
+def _stored_entry(path: Path, name: str, entry: object, data_start: int, size: int) -> _Stored:
+    """One validated header entry (see `_read_safetensors_header`). Raises CheckpointError naming the tensor."""
+    what = f"{path}: corrupt safetensors header entry for {name!r}"
+    if not isinstance(entry, dict):
+        raise CheckpointError(f"{what} (not a JSON object)")
+    dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
+    if not isinstance(dtype, str):
+        raise CheckpointError(f"{what} (dtype {dtype!r} is not a string)")
+    if not isinstance(shape, list) or not all(_is_count(d) for d in shape):
+        raise CheckpointError(f"{what} (shape {shape!r} is not a list of non-negative integers)")
+    if not isinstance(offsets, list) or len(offsets) != 2 or not all(_is_count(o) for o in offsets):
+        raise CheckpointError(f"{what} (data_offsets {offsets!r} is not two non-negative integers)")
+    begin, end = offsets
+    if begin > end:
+        raise CheckpointError(f"{what} (data_offsets [{begin}, {end}] run backwards)")
+    if data_start + end > size:
+        raise CheckpointError(
+            f"{path}: truncated safetensors file: tensor {name!r} ends at byte {data_start + end}, "
+            f"the file has {size} bytes"
+        )
+    ours = _ST_DTYPES.get(dtype, dtype.lower())
+    try:
+        itemsize = numpy_dtype(ours).itemsize
+    except ValueError:
+        itemsize = None  # refused when loaded (see HFCheckpoint.load): the tensor may never be needed
+    if itemsize is not None:
+        count = 1
+        for d in shape:
+            count *= d
+        if count * itemsize != end - begin:
+            raise CheckpointError(
+                f"{path}: tensor {name!r} is declared {dtype} {shape}, which takes {count * itemsize} bytes, "
+                f"but its data_offsets hold {end - begin} bytes"
+            )
+    return _Stored(path, ours, tuple(shape), data_start + begin, end - begin)
 
 
 @dataclass(eq=False)
@@ -361,14 +459,7 @@ class HFCheckpoint(Checkpoint):
             raise CheckpointError(
                 f"{stored.file}: tensor {name!r} has dtype {stored.dtype}, which Linnet cannot read"
             ) from None
-        count = 1
-        for d in stored.shape:
-            count *= d
-        if count * stored_dtype.itemsize != stored.nbytes:
-            raise CheckpointError(
-                f"{stored.file}: tensor {name!r} takes {stored.nbytes} bytes, but {stored.dtype} {list(stored.shape)} "
-                f"needs {count * stored_dtype.itemsize}"
-            )
+        count = stored.nbytes // stored_dtype.itemsize  # the header's sizes were checked when it was read
         mapped = self._maps.get(stored.file)
         if mapped is None:
             try:
@@ -377,14 +468,11 @@ class HFCheckpoint(Checkpoint):
             except (OSError, ValueError) as e:
                 raise CheckpointError(f"{stored.file}: cannot open ({e})") from None
         a = np.frombuffer(mapped, dtype=stored_dtype, count=count, offset=stored.offset).reshape(stored.shape)
-        return cast_floating(a, dtype)
+        return check_finite(cast_floating(a, dtype), name, stored.file, a, name in self.buffer_names)
 
     def tokenizer(self) -> Tokenizer | None:
         if self._tokenizer is None:
-            try:
-                self._tokenizer = Tokenizer.from_hf_dir(self.path) or False
-            except TokenizerError as e:
-                raise CheckpointError(f"{self.source}: {e}") from None
+            self._tokenizer = Tokenizer.from_hf_dir(self.path) or False  # a TokenizerError names the file
         return self._tokenizer or None
 
     def close(self) -> None:
@@ -746,19 +834,18 @@ class GGUFCheckpoint(Checkpoint):
             heads = self.config["num_attention_heads"]
             if ".k_proj." in name:
                 heads = self.config.get("num_key_value_heads", heads)
+            if not isinstance(heads, int) or isinstance(heads, bool) or heads < 1:
+                raise CheckpointError(f"{self.path}: the GGUF metadata gives {heads!r} heads for {info.name!r}")
             if t.shape[0] % (2 * heads):
                 raise CheckpointError(f"{self.path}: {info.name!r} has {t.shape[0]} rows, not 2 x {heads} heads")
             t = _unpermute_rows(t, heads)
-        return cast_floating(t, dtype)
+        return check_finite(cast_floating(t, dtype), info.name, self.path, t, name in self.buffer_names)
 
     def tokenizer(self) -> Tokenizer | None:
         if self._tokenizer is None:
             if self._file is None:
                 raise CheckpointError(f"{self.source}: checkpoint is closed")
-            try:
-                self._tokenizer = Tokenizer.from_gguf(self._file)
-            except TokenizerError as e:
-                raise CheckpointError(f"{self.source}: {e}") from None
+            self._tokenizer = Tokenizer.from_gguf(self._file)  # a TokenizerError names the file
         return self._tokenizer
 
     def close(self) -> None:

@@ -222,12 +222,23 @@ class GGUFFile:
             ggml_type, offset = struct.unpack_from("<IQ", mm, pos + 4 + 8 * n_dims)
             pos += 4 + 8 * n_dims + 12
             table.append((name, tuple(reversed(dims)), ggml_type, offset))
-        self.alignment = int(self.metadata.get("general.alignment", 32))
-        if self.alignment <= 0:
-            raise GGUFError(f"{self.path}: general.alignment is {self.alignment}")
+        alignment = self.metadata.get("general.alignment", 32)
+        # llama.cpp gguf.cpp refuses the same: a non-power-of-two alignment, and tensor data not laid out in table
+        # order, each at the running offset padded to the alignment (a corrupt offset would read other bytes)
+        if (
+            not isinstance(alignment, int)
+            or isinstance(alignment, bool)
+            or alignment <= 0
+            or alignment & (alignment - 1)
+        ):
+            raise GGUFError(f"{self.path}: general.alignment is {alignment!r}, not a power of two")
+        self.alignment = alignment
         self.data_start = (pos + self.alignment - 1) // self.alignment * self.alignment
         self.tensors: dict[str, GGUFTensorInfo] = {}
+        expected = 0
         for name, shape, ggml_type, offset in table:
+            if offset != expected:
+                raise GGUFError(f"{self.path}: tensor {name!r} has data offset {offset}, expected {expected}")
             if ggml_type not in GGML_TYPES:
                 raise GGUFError(f"{self.path}: tensor {name!r} has unknown ggml type {ggml_type}")
             _, block, block_bytes = GGML_TYPES[ggml_type]
@@ -235,6 +246,7 @@ class GGUFFile:
             if shape and shape[-1] % block:
                 raise GGUFError(f"{self.path}: tensor {name!r} row of {shape[-1]} is not a whole number of blocks")
             nbytes = n // block * block_bytes
+            expected = (offset + nbytes + self.alignment - 1) // self.alignment * self.alignment
             start = self.data_start + offset
             self._need(start, nbytes, f"tensor {name!r} data")
             if name in self.tensors:

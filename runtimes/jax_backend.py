@@ -24,7 +24,9 @@ is one decode step per prompt.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import struct
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -357,12 +359,94 @@ def _random_params(program, seed: int, device, fused: dict[str, list[str]]) -> d
 
 def save_exported(exported, path: str | Path, metadata: dict[str, Any]) -> list[Path]:
     """Write `exported.serialize()` to `path` and `metadata` (entry, max_batch, max_positions,
-    weights...) as JSON to `path` + ".json". Returns the paths written."""
+    weights...) plus the artifact's `sha256` as JSON to `path` + ".json". Returns the paths
+    written."""
     path = Path(path)
-    path.write_bytes(exported.serialize())
+    data = exported.serialize()
+    path.write_bytes(data)
     meta = path.with_name(path.name + ".json")
-    meta.write_text(json.dumps(metadata, indent=2) + "\n", encoding="utf-8")
+    meta.write_text(json.dumps({**metadata, "sha256": _digest(data, metadata)}, indent=2) + "\n", "utf-8")
     return [path, meta]
+
+
+# The metadata fields that change what the artifact computes or how it is driven; the others (source, model, ...)
+# are for people, and may be edited.
+_BINDING_FIELDS = ("entry", "max_batch", "max_positions", "fused_weights")
+
+
+def _digest(data: bytes, meta: dict[str, Any]) -> str:
+    """sha256 of the artifact's bytes and its binding metadata fields (canonical JSON), as hex."""
+    fields = json.dumps({k: meta[k] for k in _BINDING_FIELDS if k in meta}, sort_keys=True).encode()
+    return hashlib.sha256(data + b"\0" + fields).hexdigest()
+
+
+# What `jax.export.deserialize` raises for bytes that are not a well-formed artifact (flatbuffers reads past the end,
+# indexes out of range, undecodable names, unknown enum values, its own asserts); it documents none, and only
+# artifacts without a recorded sha256 reach it unchecked (tests/runtimes/test_corrupt_files.py sweeps them).
+_DESERIALIZE_ERRORS = (
+    ValueError,
+    IndexError,
+    KeyError,
+    TypeError,
+    AttributeError,
+    AssertionError,
+    OverflowError,
+    RecursionError,
+    struct.error,
+)
+
+
+def _read_exported(path: Path) -> tuple[bytes, dict[str, Any], Path]:
+    """The artifact's bytes and its metadata (`{}` without a `.json` beside it), checked: the JSON is an
+    object; `entry` a string; `max_batch` and `max_positions` positive integers; `fused_weights`
+    `{key: {member: [dims]}}`; and the bytes and those fields match the `sha256` it records (every
+    artifact written since it was added, `_digest`), so a truncated, bit-flipped or mismatched
+    artifact is refused before it is parsed.
+    Raises LoadError naming the file."""
+    meta_path = path.with_name(path.name + ".json")
+    try:
+        data = path.read_bytes()
+        text = meta_path.read_text(encoding="utf-8") if meta_path.exists() else None
+    except OSError as e:
+        raise LoadError(f"{e.filename}: cannot read ({e.strerror or e})") from None
+    except UnicodeDecodeError as e:
+        raise LoadError(f"{meta_path}: not UTF-8 ({e})") from None
+    if text is None:
+        return data, {}, meta_path
+    try:
+        meta = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as e:
+        raise LoadError(f"{meta_path}: corrupt JSON ({e})") from None
+    if not isinstance(meta, dict):
+        raise LoadError(f"{meta_path}: expected a JSON object, got {type(meta).__name__}")
+
+    def positive(key: str) -> bool:
+        v = meta[key]
+        return isinstance(v, int) and not isinstance(v, bool) and v >= 1
+
+    problems = [f"`{k}` must be a string" for k in ("entry", "sha256") if k in meta and not isinstance(meta[k], str)]
+    problems += [
+        f"`{k}` must be a positive integer" for k in ("max_batch", "max_positions") if k in meta and not positive(k)
+    ]
+    fused = meta.get("fused_weights", {})
+    if not (
+        isinstance(fused, dict)
+        and all(isinstance(members, dict) for members in fused.values())
+        and all(
+            isinstance(dims, list) and all(isinstance(d, int) and not isinstance(d, bool) for d in dims)
+            for members in fused.values()
+            for dims in members.values()
+        )
+    ):
+        problems.append("`fused_weights` must map each fused key to {member: [dims]}")
+    if problems:
+        raise LoadError(f"{meta_path}: {'; '.join(problems)}")
+    if "sha256" in meta and _digest(data, meta) != meta["sha256"]:
+        raise LoadError(
+            f"{path}: the artifact and its {', '.join(_BINDING_FIELDS)} do not match the sha256 in {meta_path.name} "
+            "(truncated, corrupt, edited, or written by another export): export it again"
+        )
+    return data, meta, meta_path
 
 
 def load_exported(
@@ -382,9 +466,13 @@ def load_exported(
 
     t0 = time.perf_counter()
     path = Path(path)
-    exported = jax.export.deserialize(bytearray(path.read_bytes()))
-    meta_path = path.with_name(path.name + ".json")
-    meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.exists() else {}
+    data, meta, meta_path = _read_exported(path)
+    try:
+        exported = jax.export.deserialize(bytearray(data))
+    except _DESERIALIZE_ERRORS as e:
+        raise LoadError(
+            f"{path}: not a serialized jax.export artifact, or a corrupt one ({type(e).__name__}: {e})"
+        ) from None
     name = meta.get("entry", "entry")
     dev = _device(device)
     param_specs, state_specs, _ = exported_signature(exported)
@@ -393,21 +481,25 @@ def load_exported(
             f"{meta_path}: missing or without `max_batch`; an entry with a KV cache needs it (written next to the "
             "artifact by `linnet stablehlo --serialized`: the entry, max_batch and max_positions)"
         )
+    _check_cache_sizes(meta, state_specs, meta_path)
     members = meta.get("fused_weights", {})
-    if params is None:
-        if weights is None:
-            raise LoadError(f"{path}: give params= (a dict by checkpoint name) or weights= (a checkpoint)")
-        params = _weights_by_name(weights, param_specs)
-    params = _fused_from_members(params, param_specs, members)
-    missing = [k for k in param_specs if k not in params]
-    if missing:
-        raise LoadError(f"{len(missing)} parameter(s) the artifact takes are missing: {missing[:6]}", code="L502")
-    bound = {}
-    for k, spec in param_specs.items():
-        a = np.asarray(params[k])
-        if tuple(a.shape) != tuple(spec.shape):
-            raise LoadError(f"`{k}` is {list(a.shape)}, the artifact takes {list(spec.shape)}", code="L501")
-        bound[k] = jax.device_put(a.astype(spec.dtype), dev)
+    try:
+        if params is None:
+            if weights is None:
+                raise LoadError("give params= (a dict by checkpoint name) or weights= (a checkpoint)")
+            params = _weights_by_name(weights, param_specs)
+        params = _fused_from_members(params, param_specs, members)
+        missing = [k for k in param_specs if k not in params]
+        if missing:
+            raise LoadError(f"{len(missing)} parameter(s) the artifact takes are missing: {missing[:6]}", code="L502")
+        bound = {}
+        for k, spec in param_specs.items():
+            a = np.asarray(params[k])
+            if tuple(a.shape) != tuple(spec.shape):
+                raise LoadError(f"`{k}` is {list(a.shape)}, the artifact takes {list(spec.shape)}", code="L501")
+            bound[k] = jax.device_put(a.astype(spec.dtype), dev)
+    except LoadError as err:  # name the artifact whose signature the weights do not fit
+        raise LoadError(f"{path}: {err.message}", code=err.code) from None
     state = {k: jax.device_put(np.zeros(s.shape, s.dtype), dev) for k, s in state_specs.items()}
     stateful = bool(state_specs)
     vocab = None
@@ -427,6 +519,20 @@ def load_exported(
         device=dev,
         load_s=time.perf_counter() - t0,
     )
+
+
+def _check_cache_sizes(meta: dict, state_specs: dict, meta_path: Path) -> None:
+    """Refuse metadata whose cache sizes the artifact's KV-cache arguments contradict (each held as
+    [max_batch * num_key_value_heads, max_positions, head_dim]): a wrong max_positions would let the
+    runner write past the cache, which XLA clamps silently. Raises LoadError naming the JSON."""
+    max_batch, max_positions = meta.get("max_batch", 1), meta.get("max_positions")
+    for key, spec in state_specs.items():
+        shape = tuple(spec.shape)
+        if len(shape) != 3 or shape[0] % max_batch or (max_positions is not None and shape[1] != max_positions):
+            raise LoadError(
+                f"{meta_path}: max_batch {max_batch} and max_positions {max_positions} do not fit the artifact's "
+                f"cache `{key}` of {list(shape)} ([max_batch * num_key_value_heads, max_positions, head_dim])"
+            )
 
 
 def _fused_from_members(params: dict, specs: dict, members: dict) -> dict:

@@ -35,7 +35,7 @@ from linnet.ir.build import (
 from linnet.ir.core import Program
 from linnet.syntax import ast as A
 
-from .checkpoints import Checkpoint, numpy_dtype, open_checkpoint
+from .checkpoints import INTEGER_DTYPES, Checkpoint, numpy_dtype, open_checkpoint
 from .model import LoadedModel
 
 __all__ = [
@@ -117,8 +117,7 @@ def prepare(
             info = bind_config(info, config or {}, labels=("--config",))
         notes += info.notes
         program = lower_program(info, dtype, max_batch, max_positions, entries)
-        if checkpoint is None:
-            _check_random_weights_fit(program)
+        _check_fits_in_memory(program, random_weights=checkpoint is None)
     except SourceError as err:  # a source or config error met while loading (CheckpointError is a LoadError)
         raise LoadError(err.message, code=err.code) from err
     prepared = Prepared(program, info, checkpoint, weights=str(weights) if weights is not None else None, notes=notes)
@@ -130,9 +129,11 @@ def prepare(
 RANDOM_WEIGHTS_SHARE = 0.5  # of the memory available now, the most random weights and state may take
 
 
-def _check_random_weights_fit(program: Program) -> None:
-    """Refuse random weights that would not fit in memory (bytes of parameters and state
-    against MemAvailable, Linux only), rather than let the process be killed. Raises LoadError."""
+def _check_fits_in_memory(program: Program, random_weights: bool) -> None:
+    """Refuse what would not fit in memory (bytes against MemAvailable, Linux only), rather than let
+    the allocation fail with a framework traceback or the process be killed: random weights and the
+    state (KV cache) together, or with a checkpoint the state alone (its size is set by
+    `--max-positions` and `--max-batch`; the checkpoint's own size is the user's choice). Raises LoadError."""
     try:
         meminfo = Path("/proc/meminfo").read_text()
     except OSError:
@@ -143,19 +144,31 @@ def _check_random_weights_fit(program: Program) -> None:
     if available is None:
         return
     itemsize = {"f64": 8, "f32": 4, "i64": 8, "i32": 4, "bf16": 2, "f16": 2, "bool": 1}
-    total = 0
-    for spec in program.params + program.state:
-        n = 1
-        for d in spec.shape:
-            n *= d
-        dt = program.dtype.name if spec.type.dtype.name == "work" else spec.type.dtype.name
-        total += n * itemsize.get(dt, 4)
-    if total > RANDOM_WEIGHTS_SHARE * available:
+
+    def nbytes(specs) -> int:
+        total = 0
+        for spec in specs:
+            n = 1
+            for d in spec.shape:
+                n *= d
+            dt = program.dtype.name if spec.type.dtype.name == "work" else spec.type.dtype.name
+            total += n * itemsize.get(dt, 4)
+        return total
+
+    total = nbytes(program.params + program.state) if random_weights else nbytes(program.state)
+    if total <= RANDOM_WEIGHTS_SHARE * available:
+        return
+    if random_weights:
         label = f"preset `{program.preset}`" if program.preset else "the config defaults"
         raise LoadError(
             f"random weights for {program.model} under {label} need {total / 2**30:.1f} GiB, "
             f"more than half the {available / 2**30:.1f} GiB available: pick a smaller preset (--preset)"
         )
+    raise LoadError(
+        f"the state (KV cache) of {program.model} for max_batch {program.max_batch} and max_positions "
+        f"{program.max_positions} needs {total / 2**30:.1f} GiB, more than half the {available / 2**30:.1f} GiB "
+        "available: lower --max-positions or --max-batch"
+    )
 
 
 def planned_tensors(prepared: Prepared, progress: bool, dtype: str | None = None):
@@ -199,12 +212,20 @@ def _drop_unset(info: SourceInfo, config: dict[str, Any]) -> dict[str, Any]:
 
 
 def match_weights(program: Program, ckpt: Checkpoint, notes: list[str]) -> dict[str, str]:
-    """Parameter path -> checkpoint name, every shape checked. Raises LoadError (L501, L502)."""
+    """Parameter path -> checkpoint name, every shape and dtype checked. Raises LoadError (L501
+    shape, L502 names, L504 an integer or bool tensor where a parameter is)."""
     model = [p.path for p in program.params]
     names = [n for n in ckpt.tensor_names if n not in ckpt.buffer_names]
     rename = _prefix_map(model, set(names))
     plan = {m: rename(m) for m in model}
     taken = set(plan.values())
+    for m, c in plan.items():  # an integer tensor where a parameter is (safetensors lists it as a buffer)
+        if c in ckpt and ckpt.dtype(c) in INTEGER_DTYPES:
+            raise LoadError(
+                f"`{c}` in {ckpt.source} is {ckpt.dtype(c)} {list(ckpt.shape(c))}, but {program.source} declares "
+                f"`{m}` as a parameter, which takes floating point (f32, f16, bf16)",
+                code="L504",
+            )
     missing = [m for m, c in plan.items() if c not in set(names)]
     extra = [n for n in names if n not in taken]
     tied = program.config.get("tie_word_embeddings")

@@ -307,15 +307,12 @@ def random_inputs(graph: Graph, sizes: dict[str, int], seed: int = 0, vocab_size
 
 
 def concrete_dim(d, sizes: dict[str, int]) -> int:
-    """A dim's size with its symbols set by `sizes` (a polynomial over `B` and `S`). Raises
-    RunError for a symbol `sizes` lacks."""
-    from linnet.types.dims import format_dim
+    """A dim's size with its dim variables set by `sizes` (`{"B": 1, "S": 8, "N": 4}`), computed
+    by the dim algebra (`linnet.types.dims.evaluate`). Raises RunError naming the dim and the
+    variables `sizes` lacks (or a `/` that is not whole under them)."""
+    from linnet.types.dims import evaluate
 
-    n = d.as_int()
-    if n is not None:
-        return n
-    text = format_dim(d)
     try:
-        return int(eval(text, {"__builtins__": {}}, dict(sizes)))  # a polynomial over the given symbols
-    except NameError as err:
-        raise RunError(f"dim `{text}` needs a size ({err})") from None
+        return evaluate(d, sizes)
+    except ValueError as err:
+        raise RunError(str(err)) from None

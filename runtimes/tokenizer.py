@@ -33,7 +33,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from linnet.errors import CheckpointError
+from linnet.errors import CheckpointError, RunError
 
 __all__ = ["Tokenizer", "TokenizerError", "GGUF_PRE_TOKENIZERS", "PreTokenizerType"]
 
@@ -189,7 +189,19 @@ class Tokenizer:
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         """Token ids of `text`. Special tokens written in the text (e.g. `<|im_start|>`) are always matched whole;
-        `add_special_tokens` only controls the post-processor (BOS/EOS, BERT's [CLS]/[SEP])."""
+        `add_special_tokens` only controls the post-processor (BOS/EOS, BERT's [CLS]/[SEP]).
+
+        Raises RunError for `text` that is not a str or not valid Unicode (a lone surrogate, which is how Python
+        hands over a command-line byte that is not UTF-8); `tokenizers` would raise a TypeError."""
+        if not isinstance(text, str):
+            raise RunError(f"text to encode must be a str, got {type(text).__name__}")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as err:
+            bad = text[err.start]
+            raise RunError(
+                f"text to encode is not valid Unicode: {bad!r} at character {err.start} (a byte that is not UTF-8?)"
+            ) from None
         return self.backend.encode(text, add_special_tokens=add_special_tokens).ids
 
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
@@ -342,6 +354,7 @@ class Tokenizer:
             )
         if "tokenizer.ggml.merges" not in md:
             raise TokenizerError(f"{where}: GGUF byte-level BPE tokenizer without tokenizer.ggml.merges")
+        _check_gguf_tokenizer_types(md, where)
         pre = md.get("tokenizer.ggml.pre")
         supported = ", ".join(repr(p) for p in GGUF_PRE_TOKENIZERS)
         if pre not in GGUF_PRE_TOKENIZERS:
@@ -488,6 +501,36 @@ class Tokenizer:
             chat_template=md.get("tokenizer.chat_template"),
             source=where,
         )
+
+
+# GGUF tokenizer keys and the type each must have: (a check of a value, what it should be)
+def _is_list_of(kind: type):
+    return lambda v: isinstance(v, list) and all(isinstance(t, kind) and not isinstance(t, bool) for t in v)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+# GGUF tokenizer keys and the type each must have: (a check of a value, what it should be)
+_GGUF_TOKENIZER_TYPES = {
+    "tokenizer.ggml.tokens": (_is_list_of(str), "a list of strings"),
+    "tokenizer.ggml.merges": (_is_list_of(str), "a list of strings"),
+    "tokenizer.ggml.token_type": (_is_list_of(int), "a list of integers"),
+    **{
+        f"tokenizer.ggml.{key}": (_is_int, "an integer")
+        for key in ("bos_token_id", "eos_token_id", "eot_token_id", "eom_token_id", "unknown_token_id")
+    },
+    "tokenizer.chat_template": (lambda v: isinstance(v, str), "a string"),
+}
+
+
+def _check_gguf_tokenizer_types(md: Mapping[str, Any], where: str) -> None:
+    """Refuse GGUF tokenizer metadata of the wrong type (a corrupt or hand-made file), naming the key. Raises
+    TokenizerError."""
+    for key, (ok, want) in _GGUF_TOKENIZER_TYPES.items():
+        if key in md and not ok(md[key]):
+            raise TokenizerError(f"{where}: GGUF metadata {key} must be {want}, got {type(md[key]).__name__}")
 
 
 def _set_post_processor(backend: Any, bos: tuple[str | None, int | None] | None, eos: tuple | None) -> None:

@@ -49,3 +49,31 @@ def analyze():
         return Document(path, text).analyze()
 
     return run
+
+
+def installed(module: str) -> bool:
+    """Whether `module` can be imported here (found, not imported)."""
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+def write_mlp_checkpoint(folder: Path, poison: dict | None = None, dtype=None) -> Path:
+    """Weights for examples/mlp.linnet's `tiny` preset (fc1 [32, 8], fc2 [2, 32]) as a Hugging Face folder,
+    written with numpy (config.json + model.safetensors, N(0, 1) values, seed 0). `poison` sets values,
+    `{tensor: (index, value)}`; `dtype` is the stored numpy dtype (f32). Returns the model.safetensors path."""
+    import json
+
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    rng = np.random.default_rng(0)
+    shapes = {"fc1.weight": (32, 8), "fc1.bias": (32,), "fc2.weight": (2, 32), "fc2.bias": (2,)}
+    tensors = {name: rng.standard_normal(shape) for name, shape in shapes.items()}
+    for name, (index, value) in (poison or {}).items():
+        tensors[name][index] = value
+    folder.mkdir(parents=True, exist_ok=True)
+    file = folder / "model.safetensors"
+    save_file({k: v.astype(dtype or np.float32) for k, v in tensors.items()}, str(file))
+    (folder / "config.json").write_text(json.dumps({"in_features": 8, "hidden_features": 32, "out_features": 2}))
+    return file

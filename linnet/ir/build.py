@@ -113,12 +113,17 @@ class SourceInfo:
 def read_source(source: str | Path) -> tuple[str, str]:
     """(path, text) of a source given as a path or as text: a `Path`, or a one-line string that
     names a file that exists or ends in `.linnet`, is a path (so `model.txt` is read, and a
-    misspelt `model.linet` is not parsed as source text). Raises OSError when a path cannot be
-    read (a missing file, a folder)."""
+    misspelt `model.linet` is not parsed as source text). A file is UTF-8, a leading byte-order
+    mark dropped (as `linnet check` reads it). Raises OSError when a path cannot be read (a missing
+    file, a folder) and SourceError for a file that is not UTF-8, naming the byte."""
     text = str(source)
     if isinstance(source, Path) or ("\n" not in text and (text.endswith(".linnet") or _names_a_path(text))):
         p = Path(source)
-        return str(p), p.read_text(encoding="utf-8")
+        try:
+            return str(p), p.read_text(encoding="utf-8-sig")
+        except UnicodeDecodeError as e:
+            byte = e.object[e.start]
+            raise SourceError(f"{p}: not UTF-8 text (byte 0x{byte:02x} at byte {e.start}): {e.reason}") from None
     return "<source>", text
 
 

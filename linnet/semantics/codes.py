@@ -486,6 +486,16 @@ _ALL = [
         "Load the checkpoint with a source that declares the key; if it does not change the outputs, list it "
         'in `@inert("...")` on the config; fix a misspelt `--config` key.',
     ),
+    Code(
+        "L504",
+        "parameter dtype doesn't match checkpoint",
+        "error",
+        "The checkpoint stores the tensor a parameter takes with an integer or bool dtype; parameters are "
+        "floating point (f32, f16, bf16, f64, or a quantized GGUF type). The message names the tensor, "
+        "its dtype and shape, and the parameter.",
+        "model.layers.0.self_attn.q_proj.weight is i32 [64, 64], a parameter takes floating point",
+        "The checkpoint is corrupt or was written with the wrong dtype: convert it again.",
+    ),
     # ----- L9xx style warnings
     Code(
         "L901",

@@ -4,9 +4,9 @@ and module types). Imports nothing else of Linnet, so syntax, ops, semantics and
 all build on it (ARCHITECTURE.md: the front end's layers form a line)."""
 
 from .core import DTYPES, DType, Shape, TensorT, Type, format_shape, format_type
-from .dims import Dim, DivisionError, divide, format_dim
+from .dims import Dim, DivisionError, dim_variables, divide, evaluate, format_dim
 
 __all__ = [
     "DTYPES", "DType", "Shape", "TensorT", "Type", "format_shape", "format_type",
-    "Dim", "DivisionError", "divide", "format_dim",
+    "Dim", "DivisionError", "dim_variables", "divide", "evaluate", "format_dim",
 ]  # fmt: skip

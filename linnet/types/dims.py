@@ -577,3 +577,43 @@ def product(dims: Iterable[Dim | None]) -> Dim | None:
             return None
         result = result * d
     return result
+
+
+def dim_variables(d: Dim) -> set[str]:
+    """The names of the dim variables (`B`, `S`, `N`) a dim is made of, those inside a written
+    division included: what `evaluate` needs sizes for."""
+    return {a.name for a in d.val.atoms() if a.kind == "var"}
+
+
+def evaluate(d: Dim, sizes: dict[str, int]) -> int:
+    """The integer value of `d` with its dim variables set by `sizes` (`{"B": 2, "S": 8}`),
+    computed by the algebra itself (never by evaluating the dim's text): known constants are
+    substituted, and `//` and `%` are Python's (an exact `/` never holds a dim variable: the
+    checker refuses one it cannot prove exact).
+
+    Raises ValueError naming what is missing: a dim variable `sizes` lacks (the message lists
+    them, sorted), or a constant with no known value."""
+    missing = sorted(dim_variables(d) - sizes.keys())
+    if missing:
+        raise ValueError(f"dim `{format_dim(d)}` needs a size for {', '.join(missing)}")
+    total = 0
+    for mono, coeff in d.val._t.items():
+        term = coeff
+        for a, p in mono:
+            term *= _atom_value(a, sizes) ** p
+        total += term
+    return total
+
+
+def _atom_value(a: Atom, sizes: dict[str, int]) -> int:
+    """The integer an atom stands for under `sizes` (see `evaluate`)."""
+    if a.kind == "var":
+        return sizes[a.name]
+    if a.value is not None:
+        return evaluate(a.value, sizes)
+    if a.args is not None:  # a written floor division or remainder
+        num, den = (evaluate(x, sizes) for x in a.args)
+        if den == 0:
+            raise ValueError(f"`{a.name}` divides by zero")
+        return num // den if a.kind == "//" else num % den
+    raise ValueError(f"`{a.name}` has no known value")

@@ -105,19 +105,19 @@ def test_run_defaults_to_a_real_checkpoints_config_and_reports_json():
 
 @pytest.mark.torch
 @pytest.mark.parametrize(
-    "sizes, message",
+    "sizes, message, status",
     [
-        (("--batch", "2"), "--batch 2 is more than the cache's 1 rows; raise --max-batch"),
-        (("--seq", "40"), "--seq 40 is more than the cache's 32 positions; raise --max-positions"),
-        (("--seq", "0"), "--batch and --seq must be at least 1, got 1 and 0"),
+        (("--batch", "2"), "--batch 2 is more than the cache's 1 rows; raise --max-batch", 1),
+        (("--seq", "40"), "--seq 40 is more than the cache's 32 positions; raise --max-positions", 1),
+        (("--seq", "0"), "--batch and --seq must be at least 1, got 1 and 0", 2),
     ],
 )
-def test_run_refuses_sizes_the_cache_cannot_hold(sizes, message):
+def test_run_refuses_sizes_the_cache_cannot_hold(sizes, message, status):
     """A step that would write outside the KV cache is refused by the CLI in one line, not by the runtime's
-    index error."""
+    index error; a size below 1 is a usage error."""
     pytest.importorskip("torch")
     r = run_cli("run", "examples/llama.linnet", "--entry", "step", "--max-positions", "32", *sizes)
-    assert r.returncode == 1
+    assert r.returncode == status
     assert r.stderr.strip().splitlines()[-1] == f"linnet run: {message}" and "Traceback" not in r.stderr
 
 
@@ -145,10 +145,10 @@ def test_random_weights_that_do_not_fit_are_refused(monkeypatch):
     from linnet.runtimes import loading
 
     program = build(ROOT / "examples/mlp.linnet")
-    loading._check_random_weights_fit(program)  # a few kB fit
+    loading._check_fits_in_memory(program, random_weights=True)  # a few kB fit
     monkeypatch.setattr(loading, "RANDOM_WEIGHTS_SHARE", 1e-9)
     with pytest.raises(loading.LoadError, match=r"random weights for Mlp under the config defaults need 0\.0 GiB"):
-        loading._check_random_weights_fit(program)
+        loading._check_fits_in_memory(program, random_weights=True)
 
 
 @pytest.mark.torch

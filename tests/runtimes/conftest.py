@@ -20,6 +20,7 @@ BERT = EXAMPLES / "bert.linnet"
 # f32 against transformers in eager f32: the design targets about 1e-4 on logits (ARCHITECTURE.md, "Numerics
 # and reference"); what we see is ~1e-5 on SmolLM2 and ~1e-6 on the small models.
 LOGITS_ATOL = 1e-3
+
 MODES = ("interpret", "generated")
 
 

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from linnet.types import dims as dim_algebra
 from linnet.types.dims import (
     Dim,
     DivisionError,
     ceil_divide,
     const,
+    dim_variables,
     divide,
     floor_divide,
     format_dim,
@@ -25,12 +28,12 @@ ATOMS = [B, S, H, K, U]
 
 
 @st.composite
-def dims(draw, depth=2):
+def dims(draw, depth=2, atoms=tuple(ATOMS)):
     if depth == 0 or draw(st.booleans()):
         if draw(st.booleans()):
             return Dim.of(draw(st.integers(-6, 6)))
-        return Dim.atom(draw(st.sampled_from(ATOMS)))
-    a, b = draw(dims(depth=depth - 1)), draw(dims(depth=depth - 1))
+        return Dim.atom(draw(st.sampled_from(atoms)))
+    a, b = draw(dims(depth - 1, atoms)), draw(dims(depth - 1, atoms))
     return draw(st.sampled_from([a + b, a - b, a * b]))
 
 
@@ -200,3 +203,31 @@ def test_substitution_reaches_inside_floor_divisions():
     assert half.substitute({S: Dim.of(7)}).as_int() == 4
     assert half.substitute({S: Dim.of(2) * Dim.atom(B) + Dim.of(1)}).same(Dim.atom(B) + Dim.of(1))
     assert solve_linear(half, Dim.of(4), S) is None  # S only inside a floor division: not linear
+
+
+# -- evaluate: a dim's integer value under sizes for its variables (what `linnet run` needs)
+
+SIZED = [B, S, H, K]  # U has no value: evaluating a dim that holds it is an error
+
+
+@given(dims(atoms=SIZED), dims(atoms=SIZED), ENV)
+def test_evaluate_agrees_with_integers(a, b, env):
+    sizes = {atom.name: v for atom, v in env.items() if atom.kind == "var"}
+    assert dim_algebra.evaluate(a, sizes) == evaluate(a, env)
+    den = evaluate(b, env)
+    if den:
+        num = evaluate(a, env)
+        assert dim_algebra.evaluate(floor_divide(a, b), sizes) == num // den
+        assert dim_algebra.evaluate(remainder(a, b), sizes) == num % den
+        assert dim_algebra.evaluate(ceil_divide(a, b), sizes) == -(-num // den)
+
+
+def test_evaluate_names_what_it_lacks():
+    d = Dim.atom(B) * Dim.atom(H) + Dim.atom(S)
+    assert dim_variables(d) == {"B", "S", "H"}
+    assert dim_algebra.evaluate(d, {"B": 2, "S": 3, "H": 4}) == 11
+    with pytest.raises(ValueError, match=r"dim `B \* H \+ S` needs a size for H, S"):
+        dim_algebra.evaluate(d, {"B": 2})
+    with pytest.raises(ValueError, match="`n` has no known value"):
+        dim_algebra.evaluate(Dim.atom(U) + Dim.atom(B), {"B": 1})
+    assert dim_algebra.evaluate(floor_divide(Dim.atom(S) - Dim.of(1), Dim.of(2)), {"S": 8}) == 3

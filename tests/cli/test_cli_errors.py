@@ -1,0 +1,128 @@
+"""Ordinary mistakes end in one located line on stderr and exit 1 or 2, never a traceback: a safetensors
+header whose dtype does not fit its data, an integer tensor where a parameter is, a prompt that is not UTF-8
+(the device checks are in test_backends.py, sizes for `linnet run` in test_run_dims.py)."""
+
+from __future__ import annotations
+
+import json
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, installed, write_mlp_checkpoint
+
+MLP = "examples/mlp.linnet"  # the `tiny` preset: fc1 [32, 8], fc2 [2, 32]
+
+
+def linnet(*args: str | bytes) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "linnet", *args], cwd=ROOT, capture_output=True, text=True)
+
+
+def one_line(r: subprocess.CompletedProcess, status: int) -> str:
+    """The error line of a refused command (the last on stderr; notes may come before it), checked: the exit
+    status, no traceback, nothing on stdout."""
+    assert r.returncode == status, (r.returncode, r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr and r.stdout == ""
+    return r.stderr.strip().splitlines()[-1]
+
+
+def mlp_with_header_dtype(folder: Path, dtype: str) -> Path:
+    """examples/mlp.linnet's weights in f32, then `fc1.weight`'s header dtype rewritten to `dtype` (the data and
+    data_offsets unchanged), as a corrupt or hand-edited file would have it."""
+    file = write_mlp_checkpoint(folder)
+    data = file.read_bytes()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8 : 8 + n])
+    header["fc1.weight"]["dtype"] = dtype
+    text = json.dumps(header, separators=(",", ":")).encode().ljust(n)
+    assert len(text) == n
+    file.write_bytes(data[:8] + text + data[8 + n :])
+    return file
+
+
+BACKENDS = [
+    pytest.param(backend, marks=pytest.mark.skipif(not installed(backend), reason=f"needs {backend}"))
+    for backend in ("torch", "jax", "onnxruntime")
+]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_f16_header_over_f32_data_names_tensor_dtype_shape_and_bytes(tmp_path, backend):
+    file = mlp_with_header_dtype(tmp_path / "mlp", "F16")
+    line = one_line(linnet("run", MLP, "--weights", str(file.parent), "--backend", backend), 1)
+    assert line == (
+        f"linnet run: {file}: tensor 'fc1.weight' is declared F16 [32, 8], which takes 512 bytes, "
+        "but its data_offsets hold 1024 bytes"
+    )
+
+
+def test_f16_header_over_f32_data_in_onnx_export(tmp_path):
+    pytest.importorskip("onnx")
+    file = mlp_with_header_dtype(tmp_path / "mlp", "F16")
+    r = linnet("onnx", MLP, "--weights", str(file.parent), "-o", str(tmp_path / "mlp.onnx"))
+    assert one_line(r, 1).startswith(f"linnet onnx: {file}: tensor 'fc1.weight' is declared F16 [32, 8]")
+    assert not (tmp_path / "mlp.onnx").exists()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_integer_header_where_a_parameter_is_says_the_dtype(tmp_path, backend):
+    """I32 over F32 data has the right size, so the file reads; the tensor was taken for an integer buffer and
+    reported as "parameter missing"."""
+    file = mlp_with_header_dtype(tmp_path / "mlp", "I32")
+    line = one_line(linnet("run", MLP, "--weights", str(file.parent), "--backend", backend), 1)
+    assert line == (
+        f"linnet run: error[L504]: `fc1.weight` in {file.parent} is i32 [32, 8], but {MLP} declares `fc1.weight` "
+        "as a parameter, which takes floating point (f32, f16, bf16)"
+    )
+
+
+def test_prompt_that_is_not_utf8_is_a_usage_error():
+    """A byte that is not UTF-8 reaches Python as a lone surrogate; `tokenizers` raised
+    `TypeError: TextInputSequence must be str`. Refused before anything loads."""
+    r = linnet("generate", "examples/llama.linnet", "--prompt", b"caf\xe9 au lait", "--max-new-tokens", "1")
+    assert one_line(r, 2) == (
+        "linnet generate: --prompt is not valid UTF-8: byte 0xe9 at byte 3 of b'caf\\xe9 au lait'"
+    )
+
+
+def test_tokenizer_refuses_text_that_is_not_unicode():
+    from linnet.errors import RunError
+    from linnet.runtimes.checkpoints import open_checkpoint
+
+    with open_checkpoint("smollm2-135m-instruct") as ckpt:
+        tok = ckpt.tokenizer()
+        assert tok.encode("café") == tok.encode("caf\u00e9")
+        with pytest.raises(RunError, match=r"not valid Unicode: '\\udce9' at character 3"):
+            tok.encode("caf\udce9")
+        with pytest.raises(RunError, match="must be a str, got bytes"):
+            tok.encode(b"cafe")
+
+
+def test_a_cache_too_big_for_memory_is_refused_before_allocating(tmp_path):
+    """With a checkpoint, `--max-positions 10**9` asked the framework for a 119 GiB KV cache and died in its
+    allocator with a traceback (or was killed); now it is refused against the memory available."""
+    from tests.runtimes.test_corrupt_files import write_hf_folder
+
+    folder = write_hf_folder(tmp_path / "tiny")
+    step = ("run", "examples/llama.linnet", "--weights", str(folder), "--entry", "step")
+    r = linnet(*step, "--max-positions", "1000000000")
+    line = one_line(r, 1)
+    assert line.startswith(
+        "linnet run: the state (KV cache) of LlamaForCausalLM for max_batch 1 and max_positions 1000000000 needs "
+        "119.2 GiB"
+    ) and line.endswith("available: lower --max-positions or --max-batch")
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("ir", MLP, "--config", "in_features"), "linnet ir: --config takes key=value, got 'in_features'"),
+        (("onnx", MLP), "linnet onnx: give -o OUT (the .onnx file) or --text"),
+    ],
+)
+def test_option_values_a_command_cannot_take_are_usage_errors(args, message):
+    """Exit 2, as argparse's own usage errors (they were exit 1, like a model that fails to load)."""
+    assert one_line(linnet(*args), 2) == message

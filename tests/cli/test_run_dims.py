@@ -1,0 +1,43 @@
+"""`linnet run` on an entry whose dims are not `B` and `S`: sizes from `--dim NAME=SIZE`, computed
+by the dim algebra (the CLI once `eval`ed a dim's text and died with a NameError on `N`)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.cli.test_backends import run_cli
+
+FIXTURE = "tests/fixtures/dims/vector_dims.linnet"  # forward(x: [N, c.features], weights: [K, N]) -> [K, c.features]
+
+
+@pytest.mark.torch
+def test_run_takes_sizes_for_any_dim():
+    pytest.importorskip("torch")
+    r = run_cli("run", FIXTURE, "--dim", "N=5", "--dim", "K=3", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout)
+    assert [i["shape"] for i in report["inputs"]] == [[5, 4], [3, 5]]
+    (out,) = report["outputs"]
+    assert out["shape"] == out["checker_shape"] == [3, 4] and report["disagreements"] == []
+
+
+@pytest.mark.parametrize(
+    "dims, message",
+    [
+        ((), "entry `forward` has input dim(s) K, N with no size: give --dim K=SIZE --dim N=SIZE"),
+        (("--dim", "N=4"), "entry `forward` has input dim(s) K with no size: give --dim K=SIZE"),
+        (("--dim", "N=4", "--dim", "K=2", "--dim", "M=1"), "--dim M: entry `forward` has no such dim (its dims: K, N)"),
+        (("--dim", "N=four"), "--dim N must be a positive integer, got 'four'"),
+        (("--dim", "N=0"), "--dim N must be a positive integer, got '0'"),
+        (("--dim", "N"), "--dim takes NAME=SIZE (for example N=8), got 'N'"),
+        (("--dim", "2=3"), "--dim takes NAME=SIZE (for example N=8), got '2=3'"),
+    ],
+)
+@pytest.mark.torch
+def test_a_dim_without_a_good_size_is_a_usage_error(dims, message):
+    pytest.importorskip("torch")
+    r = run_cli("run", FIXTURE, "--backend", "torch-interpret", *dims)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().splitlines()[-1] == f"linnet run: {message}" and "Traceback" not in r.stderr
