@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.runtimes.conftest import BERT, GPT2, LLAMA, max_abs_diff, perturb
+from tests.runtimes.conftest import BERT, GPT2, LLAMA, MISTRAL, max_abs_diff, perturb
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -72,6 +72,26 @@ FAMILIES = {
         # Phi-3 writes `partial_rotary_factor` (transformers 5 reads it from rope_parameters for every model);
         # Mistral and Qwen2 write `sliding_window`.
         extra={"rope_parameters.partial_rotary_factor": 0.5, "partial_rotary_factor": 0.5, "sliding_window": 4},
+    ),
+    "mistral": Family(
+        MISTRAL,
+        "MistralConfig",
+        "MistralForCausalLM",
+        dict(
+            vocab_size=96,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=8,
+            max_position_embeddings=64,
+            rope_parameters={"rope_type": "default", "rope_theta": 100.0},
+            rms_norm_eps=1e-5,
+            sliding_window=4,  # shorter than the sweep's 12 tokens, so a window ignored or changed shows
+        ),
+        # Qwen2 writes `max_window_layers` and `use_sliding_window` (windows in some layers only).
+        extra={"rope_parameters.partial_rotary_factor": 0.5, "max_window_layers": 1, "use_sliding_window": True},
     ),
     "gpt2": Family(
         GPT2,
