@@ -9,6 +9,8 @@ The reference is transformers' eager attention (`attn_implementation="eager"`), 
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -71,6 +73,20 @@ def test_preset_parameters_are_the_real_checkpoints(preset):
     ours = {p.path: p.shape() for p in tree.params}
     assert ours == theirs
     assert tree.param_count() == ref.num_parameters()
+
+
+@pytest.mark.parametrize("preset", sorted(REAL_CONFIGS))
+def test_preset_config_is_the_real_config_json(preset, tmp_path):
+    """Every field of the preset equals the value in the config.json transformers writes for the real config
+    (rotary settings read as `checkpoints.normalize_config` reads them), so a preset cannot drift from its
+    checkpoint in a value the parameter shapes do not show (rope_theta, rms_norm_eps, sliding_window)."""
+    from linnet.ir import build
+    from linnet.runtimes.checkpoints import normalize_config
+
+    transformers.MistralConfig(**REAL_CONFIGS[preset]).save_pretrained(tmp_path)
+    real = normalize_config(json.loads((tmp_path / "config.json").read_text()))
+    ours = build(MISTRAL, preset=preset).config
+    assert {key: real[key] for key in ours} == ours
 
 
 # std.attention's masks over queries at positions 10..21 (a decode-like offset) and keys 0..23.
