@@ -10,6 +10,7 @@ The reference is transformers' eager attention (`attn_implementation="eager"`), 
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -203,3 +204,33 @@ def test_the_window_would_show(small_mistral):
         theirs = full(input_ids=ids).logits
     assert max_abs_diff(m_full.run("forward", ids.numpy())[0], theirs) < LOGITS_ATOL
     assert max_abs_diff(m.run("forward", ids.numpy())[0][:, :WINDOW], theirs[:, :WINDOW]) < LOGITS_ATOL
+
+
+def test_a_config_json_written_as_v0_3_ships_loads(small_mistral, tmp_path):
+    """Mistral 7B Instruct v0.3's config.json spelling (transformers 4.42: flat `rope_theta`, no `head_dim`,
+    `"sliding_window": null`, `torch_dtype`) over the small weights: loaded as full causal attention, as
+    transformers loads it."""
+    folder, ref = small_mistral
+    out = tmp_path / "v0_3"
+    shutil.copytree(folder, out)
+    c = ref.config
+    config_json = {
+        "architectures": ["MistralForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 1, "eos_token_id": 2,
+        "hidden_act": "silu", "hidden_size": c.hidden_size, "initializer_range": 0.02,
+        "intermediate_size": c.intermediate_size, "max_position_embeddings": c.max_position_embeddings,
+        "model_type": "mistral", "num_attention_heads": c.num_attention_heads, "num_hidden_layers": 2,
+        "num_key_value_heads": c.num_key_value_heads, "rms_norm_eps": c.rms_norm_eps, "rope_theta": 100.0,
+        "sliding_window": None, "tie_word_embeddings": False, "torch_dtype": "float32",
+        "transformers_version": "4.42.0.dev0", "use_cache": True, "vocab_size": VOCAB,
+    }  # fmt: skip
+    (out / "config.json").write_text(json.dumps(config_json, indent=2))
+    theirs_model = transformers.MistralForCausalLM.from_pretrained(out, attn_implementation="eager").eval()
+    assert theirs_model.config.sliding_window is None
+    m = load("torch", out)
+    assert m.config["sliding_window"] is None and m.config["head_dim"] == 8
+    ids = prompts(2, 24, seed=3)
+    with torch.inference_mode():
+        theirs = theirs_model(input_ids=ids).logits
+    delta = max_abs_diff(m.run("forward", ids.numpy())[0], theirs)
+    report("small Mistral, v0.3-style config.json (no window), torch", delta)
+    assert delta < LOGITS_ATOL
