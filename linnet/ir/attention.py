@@ -20,6 +20,13 @@ against the body):
 - `kv_flat`: keys and values come from caches held as [max_batch * H_kv, T, D] (below);
 - `sdpa`: under `fast` numerics only, the framework's fused kernel (close, not exact).
 
+Which keys each query attends (causal, padding, a sliding window: `std.attention`'s
+`causal_mask`, `sliding_window_mask`, `padding_mask`) is the op's `mask` operand, and every
+variant reads the attended keys from it: `trim_keys` and `prefill_blocks` end at the last key
+some query attends, and keys before a window's start stay in, masked, with weights of exact
+zeros. So a window changes no backend's code, and each variant stays exact under it
+(tests/compiler/test_composites.py runs them with a window shorter than the prefill).
+
 `hold_caches_flat`: KV caches declared [max_batch, H, T, D] are held as [max_batch * H, T, D]
 (`Program.state_layouts`), their reads, writes and row gathers marked `attrs["layout"] =
 "flat"`. Why (XLA on CPU): the attention dots then read a cache row's heads as one batched

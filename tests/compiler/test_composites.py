@@ -35,6 +35,10 @@ LLAMA = dict(
     num_key_value_heads=2, head_dim=16,
 )  # fmt: skip
 LLAMA_POSITIONS = 160
+# Mistral's sliding window, shorter than the long prefill (so its later query blocks and trimmed keys start
+# behind masked keys) and than the decode positions.
+MISTRAL = dict(LLAMA, sliding_window=48)
+DECODERS = {"llama": ("llama.linnet", LLAMA), "mistral": ("mistral.linnet", MISTRAL)}
 BACKENDS = ("torch", "jax", "onnx")
 TOLERANCE = {"equivalent": dict(rtol=1e-5, atol=2e-6), "fast": dict(rtol=2e-3, atol=2e-3)}
 
@@ -152,15 +156,18 @@ def test_native_composite_equals_its_body(composite, backend, numerics):
 
 @pytest.mark.parametrize("numerics", NUMERICS)
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_native_attention_equals_its_body_in_every_variant(backend, numerics):
-    """forward (no cache), a long prefill (ONNX: blocked, keys trimmed; PyTorch: keys trimmed),
-    a short prefill, and decode steps (ONNX: keys first; JAX: the cache held flat)."""
-    program = build(EXAMPLES / "llama.linnet", config=LLAMA, max_positions=LLAMA_POSITIONS)
+@pytest.mark.parametrize("decoder", sorted(DECODERS))
+def test_native_attention_equals_its_body_in_every_variant(decoder, backend, numerics):
+    """forward (no cache, 60 tokens), a long prefill (ONNX: blocked, keys trimmed; PyTorch: keys trimmed),
+    a short prefill, and decode steps (ONNX: keys first; JAX: the cache held flat); causal, and
+    with a sliding window shorter than the prefill and than the decode positions (Mistral)."""
+    file, config = DECODERS[decoder]
+    program = build(EXAMPLES / file, config=config, max_positions=LLAMA_POSITIONS)
     native, body = both(backend, program, numerics, "attention")
     ids = np.random.default_rng(2).integers(0, 64, (1, 140))
     # logits after a layer and the head: grouped dots round differently from repeated ones
     tol = dict(rtol=1e-4, atol=2e-5) if numerics == "equivalent" else TOLERANCE[numerics]
-    np.testing.assert_allclose(native.run("forward", ids[:, :9]), body.run("forward", ids[:, :9]), **tol)
+    np.testing.assert_allclose(native.run("forward", ids[:, :60]), body.run("forward", ids[:, :60]), **tol)
     for start, stop in ((0, 130), (130, 135), (135, 136), (136, 137)):
         args = (ids[:, start:stop], np.array([start]), np.array([0]))
         np.testing.assert_allclose(native.run("step", *args), body.run("step", *args), **tol)
