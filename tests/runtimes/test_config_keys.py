@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import EXAMPLES
 from tests.runtimes.conftest import BERT, GPT2, LLAMA, max_abs_diff, perturb
 
 torch = pytest.importorskip("torch")
@@ -200,11 +201,14 @@ NOT_FIELDS = {
     "LlamaConfig": {"is_encoder_decoder", "rope_parameters"},
     "GPT2Config": {"is_encoder_decoder"},
     "BertConfig": {"is_encoder_decoder"},
+    "Phi3Config": {"is_encoder_decoder", "rope_parameters"},
 }
 
 
 @pytest.mark.parametrize(
-    "source, config_class", [(LLAMA, "LlamaConfig"), (GPT2, "GPT2Config"), (BERT, "BertConfig")], ids=str
+    "source, config_class",
+    [(LLAMA, "LlamaConfig"), (GPT2, "GPT2Config"), (BERT, "BertConfig"), (EXAMPLES / "phi3.linnet", "Phi3Config")],
+    ids=str,
 )
 def test_every_key_of_the_transformers_config_is_classified(source, config_class):
     """Each attribute transformers' config class writes is a field of the example's config, a bookkeeping key, an

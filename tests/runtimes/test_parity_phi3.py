@@ -6,6 +6,9 @@ path on every backend: logits at every position, 32 greedy tokens, and the KV ca
 
 from __future__ import annotations
 
+import json
+
+import numpy as np
 import pytest
 
 from linnet.runtimes.backends import BACKENDS
@@ -24,8 +27,10 @@ MAX_POSITIONS = 64
 ORIGINAL = 16  # LongRoPE's original context: prompts past it take `long_factor`
 WINDOW = 6
 GREEDY_TOKENS = 32
-FAST = ["torch-interpret", "torch", "jax", "xla", "onnxruntime"]
-SLOW = ["torch-compile"]  # inductor compiles each shape: tens of seconds on a shared core
+FAST = ["torch-interpret", "torch", "onnxruntime"]
+# each compiles every shape it meets (prefill, decode, both prompt lengths): tens of seconds on a shared core
+SLOW = ["jax", "xla", "torch-compile"]
+BACKENDS_RUN = FAST + [pytest.param(b, marks=pytest.mark.slow) for b in SLOW]
 SMALL = {
     # longrope: rotary_dim = int(8 * 0.5) = 4, so 2 factors per list; factor 64 / 16 = 4 > 1 scales cos and sin
     "longrope": dict(
@@ -101,7 +106,7 @@ def test_parameter_count_equals_transformers_at_the_real_size(preset):
     assert ours == {name: tuple(p.shape) for name, p in real.named_parameters()}
 
 
-@pytest.mark.parametrize("backend", FAST + [pytest.param(b, marks=pytest.mark.slow) for b in SLOW])
+@pytest.mark.parametrize("backend", BACKENDS_RUN)
 def test_logits_at_every_position_and_greedy_tokens(small_phi3, backend):
     kind, folder, ref = small_phi3
     m = load(backend, folder)
@@ -121,7 +126,7 @@ def test_logits_at_every_position_and_greedy_tokens(small_phi3, backend):
     assert linnet_greedy(m, prompt, GREEDY_TOKENS) == hf_greedy(ref, prompt, GREEDY_TOKENS)
 
 
-@pytest.mark.parametrize("backend", ["torch-interpret", "torch"])
+@pytest.mark.parametrize("backend", BACKENDS_RUN)
 @pytest.mark.parametrize("prefill", [1, 5])
 def test_cached_decode_equals_recompute(small_phi3, backend, prefill):
     """Step by step with the KV cache against `forward` over the whole prompt, at every position past the
@@ -130,12 +135,12 @@ def test_cached_decode_equals_recompute(small_phi3, backend, prefill):
     kind, folder, _ = small_phi3
     m = load(backend, folder)
     ids = prompts(1, ORIGINAL, seed=5)
-    with torch.inference_mode():
-        full = torch.from_numpy(m.run("forward", ids.numpy())[0][0])
-        got = [m.run("step", ids[:, :prefill].numpy(), [0], [0])[0][0]]
-        for p in range(prefill, ids.shape[1]):
-            got.append(m.run("step", ids[:, p : p + 1].numpy(), [p], [0])[0][0])
-    delta = max_abs_diff(torch.from_numpy(__import__("numpy").stack(got)), full[prefill - 1 :])
+    row = np.array([0])
+    full = m.run("forward", ids.numpy())[0][0]
+    got = [m.run("step", ids[:, :prefill].numpy(), np.array([0]), row)[0][0]]
+    for p in range(prefill, ids.shape[1]):
+        got.append(m.run("step", ids[:, p : p + 1].numpy(), np.array([p]), row)[0][0])
+    delta = max_abs_diff(np.stack(got), full[prefill - 1 :])
     report(f"small Phi-3 ({kind}, {backend}) step (prefill {prefill}, then decode) vs forward", delta)
     assert delta < 1e-4
 
@@ -159,3 +164,20 @@ def test_longrope_and_the_window_would_show(small_phi3):
             delta = max_abs_diff(other(input_ids=ids).logits, ref(input_ids=ids).logits)
         report(f"small Phi-3 with {change}, against the longrope model with its window", delta)
         assert delta > 100 * LOGITS_ATOL
+
+
+def test_a_factor_list_of_the_wrong_length_is_refused(small_phi3, tmp_path):
+    """LongRoPE needs one factor per rotary frequency (rotary_dim / 2 = 2 here): a config.json with 3 is an
+    error naming the broadcast, not a model that runs with some frequencies unscaled."""
+    kind, folder, _ = small_phi3
+    if kind != "longrope":
+        pytest.skip("the plain model has no factors")
+    for name in ("model.safetensors", "config.json"):
+        (tmp_path / name).write_bytes((folder / name).read_bytes())
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["rope_parameters"]["short_factor"] = [1.0, 1.5, 2.0]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    from linnet.runtimes.loading import LoadError
+
+    with pytest.raises(LoadError, match=r"L201.*\[2\] and \[3\]|L201.*\[3\] and \[2\]"):
+        load("torch-interpret", tmp_path)
