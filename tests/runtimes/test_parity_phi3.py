@@ -181,3 +181,55 @@ def test_a_factor_list_of_the_wrong_length_is_refused(small_phi3, tmp_path):
 
     with pytest.raises(LoadError, match=r"L201.*\[2\] and \[3\]|L201.*\[3\] and \[2\]"):
         load("torch-interpret", tmp_path)
+
+
+def header_only_checkpoint(folder, config, model) -> None:
+    """A checkpoint folder as transformers would save `model` (config.json, model.safetensors in bf16), with
+    the real header and the data left as a hole: a sparse file of the real size that takes no disk."""
+    config.save_pretrained(folder)
+    header, offset = {}, 0
+    for name, p in model.named_parameters():
+        size = p.numel() * 2
+        header[name] = {"dtype": "BF16", "shape": list(p.shape), "data_offsets": [offset, offset + size]}
+        offset += size
+    raw = json.dumps(header).encode()
+    raw += b" " * (-len(raw) % 8)
+    with open(folder / "model.safetensors", "wb") as f:
+        f.write(len(raw).to_bytes(8, "little") + raw)
+        f.truncate(8 + len(raw) + offset)
+
+
+@pytest.mark.parametrize("preset", list(REAL))
+def test_the_real_checkpoint_layout_fits_every_parameter(preset, tmp_path):
+    """L501/L502 against a header-only description of the real checkpoint: every tensor name and shape that
+    transformers saves for the real config fits the source under that config (its config.json bound as a
+    loaded checkpoint's), and one wrong shape is refused naming the tensor."""
+    from linnet.ir.build import bind_config, check_source, lower_program
+    from linnet.runtimes.checkpoints import open_checkpoint
+    from linnet.runtimes.loading import LoadError, match_weights
+
+    info = check_source(str(PHI3), PHI3.read_text(), preset)
+    scaling = lower_program(info, max_positions=16).config["rope_scaling"]
+    rope = {}
+    if scaling is not None:  # the 128K preset's lists, written to config.json as transformers writes them
+        assert scaling["rope_type"] == "longrope" and len(scaling["short_factor"]) == len(scaling["long_factor"]) == 48
+        rope = {"rope_scaling": {"type": "longrope", "short_factor": scaling["short_factor"],
+                                 "long_factor": scaling["long_factor"]}}  # fmt: skip
+    config = transformers.Phi3Config(**REAL[preset], **rope)
+    with torch.device("meta"):
+        model = transformers.Phi3ForCausalLM(config)
+    header_only_checkpoint(tmp_path, config, model)
+    ckpt = open_checkpoint(tmp_path)
+    program = lower_program(bind_config(info, ckpt.config, labels=(str(tmp_path),)), max_positions=16)
+    assert program.config["rope_scaling"] == (
+        None if scaling is None else {**scaling, "original_max_position_embeddings": 4096}
+    )
+    notes: list[str] = []
+    assert len(match_weights(program, ckpt, notes)) == len(ckpt.tensor_names) == 32 * 6 + 3 and notes == []
+
+    with torch.device("meta"):
+        model.model.layers[7].self_attn.qkv_proj = torch.nn.Linear(3072, 3 * 3072 + 8, bias=False)
+    header_only_checkpoint(tmp_path, config, model)
+    with pytest.raises(LoadError, match=r"model.layers.7.self_attn.qkv_proj.weight.*\[9224, 3072\]") as err:
+        match_weights(program, open_checkpoint(tmp_path), notes)
+    assert err.value.code == "L501"
