@@ -28,7 +28,7 @@ syn match linnetBuiltin "\<\%(apply_rope\|attention\|causal_mask\|gelu\|gelu_tan
 " ----- types
 syn keyword linnetDtype f64 f32 f16 bf16 i64 i32
 " `bool` is both a scalar type and a dtype (`bool[S, S]`); either way it is a type.
-syn keyword linnetPrimitive int float bool str
+syn keyword linnetPrimitive int float bool str list
 syn keyword linnetStdType Embedding LayerNorm Linear RMSNorm RopeScaling
 syn keyword linnetLoadTimeDim max_batch max_positions
 
