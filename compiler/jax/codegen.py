@@ -300,6 +300,7 @@ EMITTERS["arange"] = _arange
 EMITTERS["full"] = lambda e, op: (
     f"jnp.full(({_tuple(op.args['shape'])}), {e.r(op.args['value'])}, dtype={e.r(op.args['dtype'])})"
 )
+EMITTERS["tensor"] = lambda e, op: f"jnp.array({e.r(op.args['values'])}, dtype={e.r(op.args['dtype'])})"
 EMITTERS["zeros"] = lambda e, op: f"jnp.zeros(({_tuple(op.args['shape'])}), dtype={e.r(op.args['dtype'])})"
 EMITTERS["ones"] = lambda e, op: f"jnp.ones(({_tuple(op.args['shape'])}), dtype={e.r(op.args['dtype'])})"
 EMITTERS["min_value"] = lambda e, op: (

@@ -562,6 +562,11 @@ def _fill(L: Lowering, op: Op, value) -> ir.Value:
 LOWERINGS["arange"] = _arange
 LOWERINGS["full"] = lambda L, op: _fill(L, op, op.args["value"])
 LOWERINGS["zeros"] = lambda L, op: _fill(L, op, 0)
+LOWERINGS["tensor"] = lambda L, op: L.op(
+    "Identity",
+    [L.const(np.array(op.args["values"], dtype=np.float64).astype(np_dtype(op.args["dtype"])), "tensor")],
+    hint=op.result.name,
+)
 LOWERINGS["ones"] = lambda L, op: _fill(L, op, 1)
 
 

@@ -216,6 +216,9 @@ EMITTERS["full"] = lambda e, op: (
     f"torch.full(({dims_text(op.args['shape'])},), {e.r(op.args['value'])}, "
     f"dtype={e.r(op.args['dtype'])}, device=device)"
 )
+EMITTERS["tensor"] = lambda e, op: (
+    f"torch.tensor({e.r(op.args['values'])}, dtype={e.r(op.args['dtype'])}, device=device)"
+)
 EMITTERS["zeros"] = lambda e, op: (
     f"torch.zeros(({dims_text(op.args['shape'])},), dtype={e.r(op.args['dtype'])}, device=device)"
 )

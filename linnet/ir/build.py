@@ -338,6 +338,10 @@ def _literal(t: A.Type, value: Any) -> str:
     report on the field."""
     if value is None:
         return "none"
+    if isinstance(t, A.ListType):  # longrope's `short_factor`, `layer_types`
+        if not isinstance(value, list):
+            raise ValueError("is a list")
+        return "[" + ", ".join(_literal(t.item, v) for v in value) + "]"
     if isinstance(t, A.LiteralType) and t.kind == "bool":
         t = A.NamedType(t.span, A.Name(t.span, "bool"))
     if isinstance(t, A.LiteralType) or (isinstance(t, A.NamedType) and t.name.id == "str"):

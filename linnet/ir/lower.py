@@ -46,7 +46,7 @@ from ..syntax import ast as A
 from ..syntax.items import Item
 from ..types.core import WORK, ConfigT, DType, NoneT, ScalarT, TensorT, TupleT, Type
 from ..types.dims import Atom, Dim, DivisionError, divide, floor_divide, remainder, var
-from ..types.scalars import ScalarError, arithmetic, compare
+from ..types.scalars import CONVERSIONS, ScalarError, arithmetic, compare
 from .core import (
     LOOP_INDEX,
     Graph,
@@ -1004,6 +1004,8 @@ class Lowering:
         if isinstance(base, ModList):
             i = self.expr(e.items[0], env)
             return self.list_items(base)[_number(i)]
+        if isinstance(base, list):  # a `list[...]` config field, indexed by a known int (checked)
+            return _config_scalar(base[_number(self.expr(e.items[0], env))])
         if not isinstance(base, Value):
             raise LoweringError(self.where(env.item, e) + "only tensors can be indexed")
         ell = [i for i, it in enumerate(e.items) if isinstance(it, A.EllipsisLit)]
@@ -1034,6 +1036,9 @@ class Lowering:
         info = env.ctx.res.call(e)
         if info is None:
             raise LoweringError(self.where(env.item, e) + "this call was not checked")
+        if info.kind == "conversion":  # `int(x)`, `len(xs)`: the one definition, types/scalars.py
+            value = CONVERSIONS[info.callee](_number(self.expr(e.args[0].value, env)))
+            return Dim.of(value) if isinstance(value, int) else value
         if info.kind == "op":
             return self.call_op(info, e, env)
         if info.kind == "fn":

@@ -990,6 +990,28 @@ register(
 )
 
 
+def _tensor_dtype(a):
+    if a["dtype"] == BOOL:
+        raise OpError("L303", "`tensor` makes a numeric tensor, got bool", "dtype")
+    return a["dtype"]
+
+
+register(
+    OpDef(
+        "tensor",
+        [T("values", "numbers"), T("dtype", "dtype")],
+        "A 1-d tensor of compile-time numbers, rounded to `dtype` (`tensor(c.rope_scaling.short_factor, f32)`; "
+        "torch.tensor(values, dtype=dtype)).",
+        lambda a: Shape((Dim.of(len(a["values"])),)),
+        _tensor_dtype,
+        reference=lambda values, dtype: _np().array(values, dtype="float64").astype(dtype),
+        category="construction",
+        exact=True,
+        cases=lambda rng, s: ({}, {"values": [float(v) for v in rng.random(s[0]) * 4 - 2], "dtype": F32}),
+    )
+)
+
+
 def _min_value_dtype(a):
     return _require_float(a["dtype"], "min_value", "dtype")
 

@@ -33,9 +33,13 @@ REQUIRED = object()
 #   index       a compile-time int that must be a known constant (a dim index)
 #   ints        a list of compile-time ints (a list literal of dims)
 #   indices     a list of known constant ints
+#   numbers     a list of known compile-time numbers (a list literal, a `list[float]` config field)
 #   bool, float, str, dtype
 #   sizes       the remaining keyword arguments, each a compile-time int (rearrange's axis sizes)
-KINDS = ("tensor", "operand", "tensors", "int", "index", "ints", "indices", "bool", "float", "str", "dtype", "sizes")
+KINDS = (
+    "tensor", "operand", "tensors", "int", "index", "ints", "indices", "numbers", "bool", "float", "str", "dtype",
+    "sizes",
+)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,7 +29,7 @@ from ..types.core import (
     format_type,
 )
 from ..types.dims import Dim, format_dim
-from ..types.scalars import ARITHMETIC, finite_float
+from ..types.scalars import ARITHMETIC, CONVERSIONS, finite_float, to_int
 from .describe import dotted, kind_text, number
 from .diagnostics import Fix, Label, LocalAnchor, SymbolAnchor, symbol
 from .names import Binder
@@ -48,6 +48,8 @@ class CallsMixin:
         func = e.func
         if isinstance(func, A.Name):
             b = self.lookup_value(func.id, scope)
+            if b is None and func.id in CONVERSIONS and self.global_item(func.id) is None:
+                return self.call_conversion(e, scope)
             if b is None and func.id in REGISTRY and self.global_item(func.id) is None:
                 self.ref(func, None)
                 self.resolve(func, "op", value=REGISTRY[func.id])
@@ -98,6 +100,36 @@ class CallsMixin:
                 return UNKNOWN
         self.report("L106", f"{kind_text(target)} is not callable", func, label=format_type(target))
         self.eval_args(e.args, scope)
+        return UNKNOWN
+
+    def call_conversion(self, e: A.Call, scope: Scope) -> Type:
+        """`int(x)` or `len(xs)` on a compile-time value (types/scalars.py CONVERSIONS): an int,
+        folded where the argument is known. On tensors, `cast` converts."""
+        name = e.func.id
+        self.ref(e.func, None)
+        self.resolve(e.func, "conversion", value=CONVERSIONS[name])
+        args = self.eval_args(e.args, scope)
+        info = self.result.call_info[e] = CallInfo("conversion", name, None, scalar=True)
+        if len(e.args) != 1 or e.args[0].name is not None:
+            self.report("L106", f"`{name}` takes one argument", e)
+            return UNKNOWN
+        t, node = args[0], e.args[0].value
+        info.args = {"x": Arg("x", node, t)}
+        if isinstance(t, UnknownT):
+            return UNKNOWN
+        if name == "len":
+            if isinstance(t, ListT):
+                info.folded = Dim.of(len(t.items))
+                return ScalarT("int", info.folded)
+            self.report("L107", f"`len` takes a list (a `list[...]` config field), got {kind_text(t)}", node)
+            return UNKNOWN
+        if isinstance(t, ScalarT) and t.kind in ("int", "float"):
+            if t.value is None:
+                return ScalarT("int", None)
+            info.folded = to_int(t.value)
+            return ScalarT("int", info.folded if isinstance(info.folded, Dim) else Dim.of(info.folded))
+        hint = "; convert a tensor with `cast(x, i64)`" if isinstance(t, TensorT) else ""
+        self.report("L107", f"`int` converts a compile-time number, got {kind_text(t)}{hint}", node)
         return UNKNOWN
 
     def find_method(self, inst: Instance, name: A.Name, report: bool) -> A.FnDef | None:
@@ -453,6 +485,16 @@ class CallsMixin:
                 else:
                     out.append(i.value)
             return out
+        if kind == "numbers":
+            items = t.items if isinstance(t, (ListT, TupleT)) else None
+            if items is None or not all(isinstance(i, ScalarT) and i.kind in ("int", "float") for i in items):
+                self.report("L107", f"`{name}` of {what} is a list of compile-time numbers, got {kind_text(t)}", node)
+                return _FAILED
+            values = [number(i) for i in items]
+            if any(v is None for v in values):
+                self.report("L405", f"`{name}` of {what} must be known at compile time", node)
+                return _FAILED
+            return values
         if kind == "bool":
             if isinstance(t, ScalarT) and t.kind == "bool":
                 if t.value is None:

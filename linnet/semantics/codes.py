@@ -391,9 +391,11 @@ _ALL = [
         "config value has the wrong type",
         "error",
         "A preset or default gives a config field a value of the wrong type, or a string outside the "
-        "field's literal union.",
+        "field's literal union. A float is never an int silently, even a whole one: "
+        "`rotary_dim: int = head_dim * partial_rotary_factor` is refused.",
         'rope_type = "lama3"',
-        "Use a value of the field's type; literal unions list the allowed values.",
+        "Use a value of the field's type; literal unions list the allowed values; convert a float "
+        "with `int(...)`, which truncates toward zero as Python's `int()` does.",
     ),
     Code(
         "L402",

@@ -1,7 +1,8 @@
 """Configs as checked data: evaluating `config` defaults, derived fields and `preset`s.
 
-A `ConfigValue` is one concrete config: every field's value (int, float, bool, str, None
-for `none`, a nested ConfigValue, or `MISSING` when no default exists and nothing set it).
+A `ConfigValue` is one concrete config: every field's value (int, float, bool, str, a list
+of those for a `list[T]` field, None for `none`, a nested ConfigValue, or `MISSING` when no
+default exists and nothing set it).
 Fields are evaluated lazily in dependency order, so a derived field
 (`head_dim: int = hidden_size / num_attention_heads`) may name fields declared after it, and
 a preset may override it (Llama 3.1 sets `head_dim`). Integer division must be exact.
@@ -20,9 +21,9 @@ from typing import Any
 
 from ..syntax import ast as A
 from ..syntax.items import Item
-from ..types.core import NONE, UNKNOWN, ConfigT, ScalarT, Type
+from ..types.core import NONE, UNKNOWN, ConfigT, ListT, ScalarT, Type
 from ..types.dims import Atom, Dim, const, new_uid
-from ..types.scalars import ScalarError, arithmetic, compare, is_number
+from ..types.scalars import CONVERSIONS, ScalarError, arithmetic, compare, is_number
 from .diagnostics import Finding, Label, LocalAnchor, SymbolAnchor
 from .suggest import closest
 
@@ -60,6 +61,8 @@ class ConfigValue:
             for name, v in self.values.items():
                 if isinstance(v, ConfigValue):
                     v = v.key()
+                elif isinstance(v, list):
+                    v = tuple((type(x).__name__, x) for x in v)  # 1 and 1.0 are different values
                 elif v is MISSING:
                     v = "<missing>"
                 parts.append((name, type(v).__name__, v))
@@ -113,6 +116,8 @@ class ConfigValue:
             return ConfigT(v)
         if v is None:
             return NONE
+        if isinstance(fdef.type, A.ListType) if fdef is not None else False:
+            return UNKNOWN if v is MISSING else ListT(tuple(_scalar_type(x) for x in v))
         if kind == "int":
             return ScalarT("int", Dim.atom(self.atom(name, display)))
         if kind in ("float", "bool", "str"):
@@ -123,6 +128,15 @@ class ConfigValue:
 
     def describe(self) -> str:
         return self.type_name
+
+
+def _scalar_type(v) -> ScalarT:
+    """The type of one element of a list field: its value known (an int as a constant dim)."""
+    if isinstance(v, bool):
+        return ScalarT("bool", v)
+    if isinstance(v, int):
+        return ScalarT("int", Dim.of(v))
+    return ScalarT("float" if isinstance(v, float) else "str", v)
 
 
 def _field_kind(t: A.Type) -> str | None:
@@ -328,6 +342,22 @@ class ConfigEvaluator:
             return self._type_checked[cfg]
         bad = set()
         for f in cfg.ast.fields:
+            if isinstance(f, A.ConfigField) and isinstance(f.type, A.ListType):
+                item = f.type.item
+                if isinstance(item, A.LiteralType) or (
+                    isinstance(item, A.NamedType) and item.name.id in SCALAR_TYPES and not item.optional
+                ):
+                    continue
+                bad.add(f.name.id)
+                self._report(
+                    cfg,
+                    Finding(
+                        "L101",
+                        "a list field holds `int`, `float`, `bool`, `str` or a literal union",
+                        LocalAnchor(cfg, item.span),
+                    ),
+                )
+                continue
             if not isinstance(f, A.ConfigField) or not isinstance(f.type, A.NamedType):
                 continue
             name = f.type.name.id
@@ -391,6 +421,13 @@ class ConfigEvaluator:
 
     def _check_type(self, v, ftype: A.Type, fdef: A.ConfigField, config: Item, item: Item, expr):
         anchor = LocalAnchor(item, expr.span)
+        if isinstance(ftype, A.ListType):
+            if not isinstance(v, list):
+                self._report(item, Finding("L401", f"`{fdef.name.id}` is a list, got {_show(v)}", anchor))
+                return MISSING
+            nodes = expr.items if isinstance(expr, A.ListLit) and len(expr.items) == len(v) else [expr] * len(v)
+            out = [self._check_type(x, ftype.item, fdef, config, item, node) for x, node in zip(v, nodes)]
+            return MISSING if any(x is MISSING for x in out) else out
         if isinstance(ftype, A.LiteralType):
             allowed = [s.value for s in ftype.values]
             if ftype.kind == "bool":  # a one-value type: the only value the source supports
@@ -448,7 +485,11 @@ class ConfigEvaluator:
                 self._report(item, Finding("L401", f"`{fdef.name.id}` is a `{name}` record, got {_show(v)}", anchor))
                 return MISSING
             if not ok:
-                self._report(item, Finding("L401", f"`{fdef.name.id}` is {_a(name)}, got {_show(v)}", anchor))
+                truncate = name == "int" and is_number(v)
+                notes = ["convert explicitly: `int(...)` truncates toward zero"] if truncate else []
+                self._report(
+                    item, Finding("L401", f"`{fdef.name.id}` is {_a(name)}, got {_show(v)}", anchor, notes=notes)
+                )
                 return MISSING
             return float(v) if name == "float" else v
         return v
@@ -578,7 +619,45 @@ class _ConstEval:
             return self.binop(e)
         if isinstance(e, A.Compare):
             return self.compare(e)
-        return self.fail("L111", "config values are constants: literals, other fields and arithmetic", e)
+        if isinstance(e, A.ListLit):
+            items = [self.eval(i) for i in e.items]
+            return MISSING if any(i is MISSING for i in items) else items
+        if isinstance(e, A.Index):
+            return self.index(e)
+        if isinstance(e, A.Call) and isinstance(e.func, A.Name) and e.func.id in CONVERSIONS:
+            return self.convert(e)
+        return self.fail(
+            "L111", "config values are constants: literals, other fields, lists, arithmetic, `int` and `len`", e
+        )
+
+    def index(self, e: A.Index):
+        """`factors[i]`: an element of a list, by a constant int (negative counts from the end)."""
+        base = self.eval(e.value)
+        if len(e.items) != 1 or isinstance(e.items[0], (A.Slice, A.EllipsisLit)):
+            return self.fail("L107", "a list is indexed by one int", e)
+        i = self.eval(e.items[0])
+        if base is MISSING or i is MISSING:
+            return MISSING
+        if not isinstance(base, list):
+            return self.fail("L107", f"only lists can be indexed here, got {_show(base)}", e.value)
+        if not isinstance(i, int) or isinstance(i, bool):
+            return self.fail("L107", f"a list index is an int, got {_show(i)}", e.items[0])
+        if not -len(base) <= i < len(base):
+            return self.fail("L212", f"index {i} is out of range for a list of {len(base)}", e.items[0])
+        return base[i]
+
+    def convert(self, e: A.Call):
+        """`int(x)` (truncation toward zero, as Python's) and `len(list)`: `conversions.py`."""
+        name = e.func.id
+        if len(e.args) != 1 or e.args[0].name is not None:
+            return self.fail("L106", f"`{name}` takes one argument", e)
+        v = self.eval(e.args[0].value)
+        if v is MISSING:
+            return MISSING
+        try:
+            return CONVERSIONS[name](v)
+        except ScalarError as err:
+            return self.fail("L107", err.message, e.args[0].value)
 
     def _fields(self):
         if self.item.kind != "config":
@@ -664,6 +743,8 @@ def _show(v) -> str:
         return f"the float {v!r}"
     if isinstance(v, int):
         return f"the int {v}"
+    if isinstance(v, list):
+        return f"a list of {len(v)}"
     return "a record"
 
 

@@ -361,6 +361,8 @@ class ExpressionsMixin:
                 if not isinstance(item, (A.Slice, A.EllipsisLit)):
                     self.expr(item, scope)
             return UNKNOWN
+        if isinstance(base, ListT):
+            return self.list_element(e, base, scope)
         if not isinstance(base, TensorT):
             self.report("L107", f"only tensors can be indexed, got {kind_text(base)}", e.value)
             return UNKNOWN
@@ -418,6 +420,23 @@ class ExpressionsMixin:
                 return UNKNOWN
         middle = shape.dims[len(pre) : n - len(post)]
         return TensorT(base.dtype, Shape(tuple(out_pre) + tuple(middle) + tuple(out_post), prefix))
+
+    def list_element(self, e: A.Index, base: ListT, scope: Scope) -> Type:
+        """`c.short_factor[i]`: an element of a list-valued config field, by a known int."""
+        if len(e.items) != 1 or isinstance(e.items[0], (A.Slice, A.EllipsisLit)):
+            self.report("L107", "a list is indexed by one compile-time int", e)
+            return UNKNOWN
+        t = self.expr(e.items[0], scope)
+        i = number(t) if isinstance(t, ScalarT) and t.kind == "int" else None
+        if i is None:
+            if not isinstance(t, UnknownT):
+                self.report("L107", f"a list index is a known compile-time int, got {kind_text(t)}", e.items[0])
+            return UNKNOWN
+        n = len(base.items)
+        if not -n <= i < n:
+            self.report("L212", f"index {i} is out of range for a list of {n}", e.items[0])
+            return UNKNOWN
+        return base.items[i]
 
     def int_arg(self, e, scope: Scope) -> Dim | None:
         t = self.expr(e, scope)

@@ -55,9 +55,10 @@ from ..types.core import ScalarT, Type
 #   dtype        `f32`, `i64`...                       value: the DType
 #   dtype_var    a generic dtype variable (`T`)        value: the DType variable
 #   constant     `pi`, `inf`                           value: the float
+#   conversion   `int`, `len` (compile-time scalars)   value: the function (types/scalars.py CONVERSIONS)
 REF_KINDS = (
     "local", "loop", "param", "dim", "load_dim", "module_param", "member", "config_field",
-    "fn", "module", "op", "dtype", "dtype_var", "constant",
+    "fn", "module", "op", "dtype", "dtype_var", "constant", "conversion",
 )  # fmt: skip
 
 
@@ -99,8 +100,9 @@ class CallInfo:
 
     kind: "op" (a primitive, `callee` its OpDef), "fn" (a top-level function), "method"
       (`x.name(...)` on a module instance, `receiver` the instance expression), "forward"
-      (calling a module instance: `self_attn(x)`), "module" (a submodule's constructor).
-    callee: the OpDef, the A.FnDef, or for "module" the A.ModuleDef.
+      (calling a module instance: `self_attn(x)`), "module" (a submodule's constructor),
+      "conversion" (`int(x)`, `len(xs)` on compile-time values).
+    callee: the OpDef, the A.FnDef, for "module" the A.ModuleDef, for "conversion" its name.
     item: the callee's item (None for ops).
     args: every parameter in declaration order, defaults filled (an op's `sizes` aside).
     sizes: an op's `sizes` (`rearrange`'s axis sizes), by axis name.

@@ -272,7 +272,15 @@ class TupleType(Node):
     items: list[Type]
 
 
-Type = Union[TensorType, NamedType, LiteralType, TupleType]
+@dataclass(eq=False, slots=True)
+class ListType(Node):
+    """`list[float]`: a config field holding a list of compile-time values (longrope's
+    `short_factor`, `layer_types`)."""
+
+    item: Type
+
+
+Type = Union[TensorType, NamedType, LiteralType, TupleType, ListType]
 
 # ----------------------------------------------------------------------------- items
 

@@ -211,6 +211,9 @@ class Builder(Transformer):
     def tuple_type(self, c):
         return A.TupleType(_span(c), _inner(c))
 
+    def list_type(self, c):
+        return A.ListType(_span(c), c[2])
+
     # ----- items
     def attribute(self, c):
         args = c[3] if len(c) == 5 else []  # `@composite` has no parentheses, `@name()` none inside

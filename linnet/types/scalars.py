@@ -19,6 +19,11 @@ tests/compiler). The semantics are Python's, which are also PyTorch's and JAX's
 - comparisons compare values (an int and a float by value); on symbolic dims they are known
   only where the difference is a known number (`S + 1 > S`).
 
+Conversions (`CONVERSIONS`, called as functions in configs and bodies): `int(x)` truncates a
+float toward zero, as Python's `int()` does (`int(2.9) == 2`, `int(-2.9) == -2`; Phi-3's
+`int(head_dim * partial_rotary_factor)` in transformers), and keeps an int; `len(xs)` is the
+length of a list. Neither takes a bool or a str.
+
 Division by zero is an error for every operator and kind (`zero`), not an infinity.
 Errors are `ScalarError`s with a `kind`; each caller turns them into its own diagnostic
 (a config value, a function body) or exception (lowering).
@@ -194,3 +199,32 @@ def power_fits(base: int, exponent: int) -> bool:
     if exponent < 0 or abs(base) <= 1:
         return True
     return exponent * math.log2(abs(base)) <= MAX_INT_BITS
+
+
+def to_int(v) -> Int:
+    """`int(v)`: a float truncated toward zero (Python's `int()`), an int (or dim) unchanged."""
+    if is_int(v):
+        return v
+    if isinstance(v, float) and not isinstance(v, bool):
+        return math.trunc(v)
+    raise ScalarError("operands", f"`int` converts a number, got {_kind(v)}")
+
+
+def length(v) -> int:
+    """`len(v)`: the number of elements of a list."""
+    if isinstance(v, (list, tuple)):
+        return len(v)
+    raise ScalarError("operands", f"`len` takes a list, got {_kind(v)}")
+
+
+def _kind(v) -> str:
+    if isinstance(v, bool):
+        return "a bool"
+    if isinstance(v, str):
+        return "a str"
+    if v is None:
+        return "`none`"
+    return "a number" if is_number(v) else "a record"
+
+
+CONVERSIONS = {"int": to_int, "len": length}

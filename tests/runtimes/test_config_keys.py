@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import EXAMPLES
 from tests.runtimes.conftest import BERT, GPT2, LLAMA, MISTRAL, max_abs_diff, perturb
 
 torch = pytest.importorskip("torch")
@@ -201,12 +202,19 @@ NOT_FIELDS = {
     "GPT2Config": {"is_encoder_decoder"},
     "BertConfig": {"is_encoder_decoder"},
     "MistralConfig": {"is_encoder_decoder", "rope_parameters"},
+    "Phi3Config": {"is_encoder_decoder", "rope_parameters"},
 }
 
 
 @pytest.mark.parametrize(
     "source, config_class",
-    [(LLAMA, "LlamaConfig"), (GPT2, "GPT2Config"), (BERT, "BertConfig"), (MISTRAL, "MistralConfig")],
+    [
+        (LLAMA, "LlamaConfig"),
+        (GPT2, "GPT2Config"),
+        (BERT, "BertConfig"),
+        (MISTRAL, "MistralConfig"),
+        (EXAMPLES / "phi3.linnet", "Phi3Config"),
+    ],
     ids=str,
 )
 def test_every_key_of_the_transformers_config_is_classified(source, config_class):
