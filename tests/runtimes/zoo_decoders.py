@@ -1,4 +1,4 @@
-"""Helpers for the zoo's decoder tests (`test_parity_qwen2.py`, `test_parity_qwen3.py`): a source checked under
+"""Helpers for the zoo's decoder tests (`test_zoo_qwen.py`): a source checked under
 its presets at real size, against transformers' own parameter count and a header-only copy of the real checkpoint;
 and a shrunk checkpoint made by transformers, loaded through its folder on every backend, compared with
 transformers on logits at every position, 32 greedy tokens and cached decode against uncached.
@@ -78,15 +78,16 @@ def header_only_checkpoint(folder: Path, config_json: dict[str, Any]) -> Path:
     return folder
 
 
-def save_seeded(model_class, config, folder: Path, seed: int):
-    """A transformers model of `config` with seeded random init, every parameter perturbed away from its init
+def save_seeded(config, folder: Path, seed: int):
+    """The transformers causal LM of `config` with seeded random init, every parameter perturbed away from its init
     (norm scales from 1, biases from 0), saved into `folder` with `save_pretrained`; returned in eval mode."""
     import torch
+    from transformers import AutoModelForCausalLM
 
     from tests.runtimes.conftest import perturb
 
     torch.manual_seed(seed)
-    model = model_class(config).eval()
+    model = AutoModelForCausalLM.from_config(config).eval()
     perturb(model, seed=seed + 1)
     model.save_pretrained(folder)
     return model
