@@ -1,9 +1,9 @@
 """The sweep that shows a checkpoint config is never silently wrong (issue 14): for each example family (Llama,
-GPT-2, BERT), a small seeded checkpoint made by transformers has ONE config key changed at a time (every key of its
-config.json, nested `rope_parameters` fields one by one, plus keys other models of the family write, such as Phi-3's
-`partial_rotary_factor`). The reference is what transformers makes of that config.json: the config is read back
-with `from_pretrained`, a model is built from it (seeded, parameters perturbed) and its weights saved beside the
-mutated config.json. Linnet loads the folder through `linnet.runtimes` (torch-interpret) and must either refuse it
+GPT-2, BERT, Qwen2, Qwen3), a small seeded checkpoint made by transformers has ONE config key changed at a time
+(every key of its config.json, nested `rope_parameters` fields one by one, plus keys other models of the family write,
+such as Phi-3's `partial_rotary_factor`). The reference is what transformers makes of that config.json: the config is
+read back with `from_pretrained`, a model is built from it (seeded, parameters perturbed) and its weights saved beside
+the mutated config.json. Linnet loads the folder through `linnet.runtimes` (torch-interpret) and must either refuse it
 with an error naming the key, or give the reference's outputs within f32 tolerance.
 
 Each mutation is one of: refused (naming the key), matched, invalid (transformers itself refuses the config), or a
@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import EXAMPLES
 from tests.runtimes.conftest import BERT, GPT2, LLAMA, max_abs_diff, perturb
 
 torch = pytest.importorskip("torch")
@@ -43,6 +44,19 @@ class Family:
     extra: dict = field(default_factory=dict)  # keys the saved config.json lacks, to be added one at a time
     encoder: bool = False  # outputs are last_hidden_state (inputs: ids and an attention mask), not logits
 
+
+QWEN2, QWEN3 = EXAMPLES / "qwen2.linnet", EXAMPLES / "qwen3.linnet"
+QWEN_BASE = dict(
+    vocab_size=96,
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=64,
+    rope_parameters={"rope_type": "default", "rope_theta": 100.0},
+    rms_norm_eps=1e-5,
+)
 
 FAMILIES = {
     "llama": Family(
@@ -94,6 +108,23 @@ FAMILIES = {
         ),
         extra={"position_embedding_type": "relative_key", "gradient_checkpointing": True},
         encoder=True,
+    ),
+    # The sliding-window keys are inert while `use_sliding_window` is false (the one value the sources take): a
+    # window size must leave the outputs as they are. (Layer types naming sliding layers with no window is a config
+    # transformers itself cannot run.)
+    "qwen2": Family(
+        QWEN2,
+        "Qwen2Config",
+        "Qwen2ForCausalLM",
+        dict(QWEN_BASE, tie_word_embeddings=True),
+        extra={"sliding_window": 4, "head_dim": 16},
+    ),
+    "qwen3": Family(
+        QWEN3,
+        "Qwen3Config",
+        "Qwen3ForCausalLM",
+        dict(QWEN_BASE, head_dim=16),
+        extra={"sliding_window": 4},
     ),
 }
 
