@@ -19,8 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import EXAMPLES
-from tests.runtimes.conftest import BERT, GPT2, LLAMA, max_abs_diff, perturb
+from tests.runtimes.conftest import BERT, GPT2, LLAMA, QWEN2, QWEN3, max_abs_diff, perturb
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -204,7 +203,6 @@ NOT_FIELDS = {
     "Qwen2Config": {"is_encoder_decoder", "rope_parameters"},
     "Qwen3Config": {"is_encoder_decoder", "rope_parameters"},
 }
-QWEN2, QWEN3 = EXAMPLES / "qwen2.linnet", EXAMPLES / "qwen3.linnet"
 
 
 @pytest.mark.parametrize(

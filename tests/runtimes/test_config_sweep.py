@@ -19,8 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import EXAMPLES
-from tests.runtimes.conftest import BERT, GPT2, LLAMA, max_abs_diff, perturb
+from tests.runtimes.conftest import BERT, GPT2, LLAMA, QWEN2, QWEN3, max_abs_diff, perturb
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -45,7 +44,6 @@ class Family:
     encoder: bool = False  # outputs are last_hidden_state (inputs: ids and an attention mask), not logits
 
 
-QWEN2, QWEN3 = EXAMPLES / "qwen2.linnet", EXAMPLES / "qwen3.linnet"
 QWEN_BASE = dict(
     vocab_size=96,
     hidden_size=32,

@@ -19,8 +19,7 @@ import shutil
 import pytest
 
 from linnet.semantics.program import Document
-from tests.conftest import EXAMPLES
-from tests.runtimes.conftest import LOGITS_ATOL, max_abs_diff, report
+from tests.runtimes.conftest import LOGITS_ATOL, QWEN2, QWEN3, max_abs_diff, report
 from tests.runtimes.zoo_decoders import (
     BACKENDS,
     Reference,
@@ -39,7 +38,7 @@ from linnet.runtimes.loading import prepare  # noqa: E402
 
 pytestmark = [pytest.mark.torch, pytest.mark.usefixtures("one_torch_thread")]
 
-SOURCES = {"qwen2": EXAMPLES / "qwen2.linnet", "qwen3": EXAMPLES / "qwen3.linnet"}
+SOURCES = {"qwen2": QWEN2, "qwen3": QWEN3}
 VOCAB = 256
 
 # config.json of the real checkpoints, as published on the Hugging Face Hub.
