@@ -1,7 +1,7 @@
-"""Helpers for the zoo's decoder tests (`test_zoo_qwen.py`): a source checked under
+"""Helpers for the zoo's decoder tests (`test_zoo_qwen.py`; any decoder family can use them): a source checked under
 its presets at real size, against transformers' own parameter count and a header-only copy of the real checkpoint;
-and a shrunk checkpoint made by transformers, loaded through its folder on every backend, compared with
-transformers on logits at every position, 32 greedy tokens and cached decode against uncached.
+and a shrunk checkpoint made by transformers, loaded through its folder on every backend, compared with transformers
+on logits at every position, 32 greedy tokens and cached decode against uncached.
 
 Nothing here imports torch or transformers at import time. Nothing is fetched: the real checkpoints are described
 by their config.json (transcribed from the Hugging Face repositories) and the tensor names and shapes transformers
