@@ -1,9 +1,9 @@
 """The sweep that shows a checkpoint config is never silently wrong (issue 14): for each example family (Llama,
-GPT-2, BERT), a small seeded checkpoint made by transformers has ONE config key changed at a time (every key of its
-config.json, nested `rope_parameters` fields one by one, plus keys other models of the family write, such as Phi-3's
-`partial_rotary_factor`). The reference is what transformers makes of that config.json: the config is read back
-with `from_pretrained`, a model is built from it (seeded, parameters perturbed) and its weights saved beside the
-mutated config.json. Linnet loads the folder through `linnet.runtimes` (torch-interpret) and must either refuse it
+GPT-2, BERT, Qwen2, Qwen3), a small seeded checkpoint made by transformers has ONE config key changed at a time
+(every key of its config.json, nested `rope_parameters` fields one by one, plus keys other models of the family write,
+such as Phi-3's `partial_rotary_factor`). The reference is what transformers makes of that config.json: the config is
+read back with `from_pretrained`, a model is built from it (seeded, parameters perturbed) and its weights saved beside
+the mutated config.json. Linnet loads the folder through `linnet.runtimes` (torch-interpret) and must either refuse it
 with an error naming the key, or give the reference's outputs within f32 tolerance.
 
 Each mutation is one of: refused (naming the key), matched, invalid (transformers itself refuses the config), or a
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.runtimes.conftest import BERT, GPT2, LLAMA, MISTRAL, max_abs_diff, perturb
+from tests.runtimes.conftest import BERT, GPT2, LLAMA, MISTRAL, QWEN2, QWEN3, max_abs_diff, perturb
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -44,7 +44,7 @@ class Family:
     encoder: bool = False  # outputs are last_hidden_state (inputs: ids and an attention mask), not logits
 
 
-# The sizes of the small decoders (Llama, Mistral): GQA 4/2.
+# The sizes of the small decoders (Llama, Mistral, Qwen2, Qwen3): GQA 4/2.
 SMALL_DECODER = dict(
     vocab_size=96,
     hidden_size=32,
@@ -52,7 +52,6 @@ SMALL_DECODER = dict(
     num_hidden_layers=2,
     num_attention_heads=4,
     num_key_value_heads=2,
-    head_dim=8,
     max_position_embeddings=64,
     rms_norm_eps=1e-5,
 )
@@ -111,6 +110,23 @@ FAMILIES = {
         ),
         extra={"position_embedding_type": "relative_key", "gradient_checkpointing": True},
         encoder=True,
+    ),
+    # The sliding-window keys are inert while `use_sliding_window` is false (the one value the sources take): a
+    # window size must leave the outputs as they are. (Layer types naming sliding layers with no window is a config
+    # transformers itself cannot run.)
+    "qwen2": Family(
+        QWEN2,
+        "Qwen2Config",
+        "Qwen2ForCausalLM",
+        dict(SMALL_DECODER, rope_parameters={"rope_type": "default", "rope_theta": 100.0}, tie_word_embeddings=True),
+        extra={"sliding_window": 4, "head_dim": 16},
+    ),
+    "qwen3": Family(
+        QWEN3,
+        "Qwen3Config",
+        "Qwen3ForCausalLM",
+        dict(SMALL_DECODER, rope_parameters={"rope_type": "default", "rope_theta": 100.0}, head_dim=16),
+        extra={"sliding_window": 4},
     ),
 }
 
