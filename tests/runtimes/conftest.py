@@ -7,6 +7,8 @@ Models are built from configs with a fixed seed and saved into temporary folders
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
 from pathlib import Path
 
 import pytest
@@ -25,6 +27,18 @@ QWEN3 = EXAMPLES / "qwen3.linnet"
 LOGITS_ATOL = 1e-3
 
 MODES = ("interpret", "generated")
+# The backend (`linnet.runtimes.backends.BACKENDS`) of each mode of the older torch parity tests.
+MODE_BACKEND = {"interpret": "torch-interpret", "generated": "torch"}
+
+# `LINNET_RECORD_ZOO=bench/results/zoo_parity.json pytest tests/runtimes -m ""` records every `record` call into that
+# file, which docs/zoo.md's distance columns are generated from (`make docs`).
+RECORD_ENV = "LINNET_RECORD_ZOO"
+# `record`'s names of the checkpoints and references the older parity tests share.
+SEEDED = "seeded 2-layer"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct GGUF Q4_1 -> f32"
+MINILM = "all-MiniLM-L6-v2"
+SENTENCE_TRANSFORMERS = "sentence-transformers"
+_recorded_files: set[str] = set()  # the test files this process has recorded from
 
 
 @pytest.fixture(scope="module")
@@ -65,6 +79,34 @@ def max_abs_diff(a, b) -> float:
 def report(what: str, delta: float) -> None:
     """Print a distance from reference (shown with `pytest -s`, and in the captured output of a failure)."""
     print(f"max|Δ| {what}: {delta:.3e}")
+
+
+def record(what: str, delta: float, *, model: str, backend: str, checkpoint: str, against: str = "transformers"):
+    """`report` a distance from reference, and when LINNET_RECORD_ZOO names a JSON file, keep it there as a row
+    {model, checkpoint, backend, against, max_abs_diff, what, test} for docs/zoo.md.
+
+    `model` is the example's file stem (`mistral` for examples/mistral.linnet); `backend` a registry name
+    (`torch-compile`; `MODE_BACKEND` maps the older tests' modes); `checkpoint` what was loaded ("seeded 2-layer",
+    "SmolLM2-135M-Instruct GGUF"); `against` the reference: "transformers" (or the library the test compares
+    with), or "forward" for cached decode against recomputation. The first row a process records from a test
+    file replaces the rows recorded earlier from that file, so a rerun leaves no stale rows of renamed tests."""
+    report(what, delta)
+    path = os.environ.get(RECORD_ENV)
+    if not path:
+        return
+    path = Path(path)
+    rows = json.loads(path.read_text(encoding="utf-8"))["rows"] if path.is_file() else []
+    test = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0]
+    test_file = test.split("::")[0]
+    if test_file not in _recorded_files:
+        _recorded_files.add(test_file)
+        rows = [r for r in rows if r["test"].split("::")[0] != test_file]
+    row = dict(model=model, checkpoint=checkpoint, backend=backend, against=against, what=what, test=test)
+    rows = [r for r in rows if (r["what"], r["test"]) != (what, test)] + [{**row, "max_abs_diff": delta}]
+    rows.sort(key=lambda r: (r["model"], r["checkpoint"], r["backend"], r["against"], r["what"]))
+    text = json.dumps({"recorded_by": f"{RECORD_ENV}=... pytest (tests/runtimes/conftest.py: record)", "rows": rows},
+                      indent=1)  # fmt: skip
+    path.write_text(text + "\n", encoding="utf-8")
 
 
 def perturb(model, seed: int, scale: float = 0.05) -> None:

@@ -12,7 +12,16 @@ import zipfile
 
 import pytest
 
-from tests.runtimes.conftest import BERT, MODES, max_abs_diff, package_file, report
+from tests.runtimes.conftest import (
+    BERT,
+    MINILM,
+    MODE_BACKEND,
+    MODES,
+    SENTENCE_TRANSFORMERS,
+    max_abs_diff,
+    package_file,
+    record,
+)
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -68,7 +77,10 @@ def test_minilm_mean_pooled_embeddings_match_sentence_transformers(sentence_tran
         ref = st.encode(SENTENCES, convert_to_tensor=True, batch_size=len(SENTENCES))
     keep = mask.bool()
     delta_states = max_abs_diff(states[keep], ref_states[keep])
-    report(f"all-MiniLM-L6-v2 ({mode}) token states at real tokens [{int(keep.sum())}, 384]", delta_states)
+    what = f"all-MiniLM-L6-v2 ({mode}) token states at real tokens [{int(keep.sum())}, 384]"
+    record(
+        what, delta_states, model="bert", backend=MODE_BACKEND[mode], checkpoint=MINILM, against=SENTENCE_TRANSFORMERS
+    )
     assert delta_states < 1e-4
 
     weights = mask[..., None].to(states.dtype)
@@ -76,6 +88,7 @@ def test_minilm_mean_pooled_embeddings_match_sentence_transformers(sentence_tran
     ours = torch.nn.functional.normalize(pooled, dim=-1)
     cosine = torch.nn.functional.cosine_similarity(ours, ref, dim=-1)
     delta = max_abs_diff(ours, ref)
-    report(f"all-MiniLM-L6-v2 ({mode}) normalised sentence embeddings [{len(SENTENCES)}, 384]", delta)
+    what = f"all-MiniLM-L6-v2 ({mode}) normalised sentence embeddings [{len(SENTENCES)}, 384]"
+    record(what, delta, model="bert", backend=MODE_BACKEND[mode], checkpoint=MINILM, against=SENTENCE_TRANSFORMERS)
     print(f"all-MiniLM-L6-v2 ({mode}) least cosine similarity: {cosine.min().item():.8f}")
     assert cosine.min().item() >= 0.99999

@@ -13,11 +13,14 @@ import pytest
 from tests.runtimes.conftest import (
     GPT2,
     LOGITS_ATOL,
+    MODE_BACKEND,
     MODES,
+    SEEDED,
     hf_greedy,
     linnet_greedy,
     max_abs_diff,
     perturb,
+    record,
     report,
     rewrite_safetensors,
     safetensors_names,
@@ -91,7 +94,13 @@ def test_gpt2_logits_and_greedy_tokens(gpt2, mode):
         ours = m.native.forward(ids)
         theirs = ref(input_ids=ids).logits
     delta = max_abs_diff(ours, theirs)
-    report(f"small GPT-2 ({mode}) logits [2, 20, {VOCAB}]", delta)
+    record(
+        f"small GPT-2 ({mode}) logits [2, 20, {VOCAB}]",
+        delta,
+        model="gpt2",
+        backend=MODE_BACKEND[mode],
+        checkpoint=SEEDED,
+    )
     # This also checks the orientation of every Conv1D weight: `x @ weight` with weight [in, out]. The
     # non-square ones (c_attn [64, 192], mlp.c_fc [64, 256], mlp.c_proj [256, 64]) would fail the shape check
     # when loading; attn.c_proj is square [64, 64], so only this comparison catches a missing (or extra)
@@ -145,5 +154,6 @@ def test_gpt2_cached_decode_equals_recompute(gpt2, mode):
         for p in range(4, ids.shape[1]):
             got.append(m.native.step(ids[:, p : p + 1], t([p]), t([0]))[0])
     delta = max_abs_diff(torch.stack(got), full_logits[3:])
-    report(f"small GPT-2 ({mode}) step vs forward, every position", delta)
+    what = f"small GPT-2 ({mode}) step vs forward, every position"
+    record(what, delta, model="gpt2", backend=MODE_BACKEND[mode], checkpoint=SEEDED, against="forward")
     assert delta < 1e-4

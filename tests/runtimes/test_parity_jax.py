@@ -8,7 +8,21 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.runtimes.conftest import BERT, GPT2, LLAMA, LOGITS_ATOL, hf_greedy, linnet_greedy, max_abs_diff, report
+from tests.runtimes.conftest import (
+    BERT,
+    GPT2,
+    LLAMA,
+    LOGITS_ATOL,
+    MINILM,
+    SEEDED,
+    SENTENCE_TRANSFORMERS,
+    SMOLLM2_GGUF,
+    hf_greedy,
+    linnet_greedy,
+    max_abs_diff,
+    record,
+    report,
+)
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -22,6 +36,7 @@ from tests.runtimes.test_parity_smollm2 import GREEDY_TOKENS, MAX_POSITIONS, ref
 
 pytestmark = [pytest.mark.jax, pytest.mark.torch, pytest.mark.usefixtures("one_torch_thread")]
 JAX_MODES = ("generated", "stablehlo")
+JAX_BACKEND = {"generated": "jax", "stablehlo": "xla"}  # each mode's backend in the registry
 
 
 @pytest.fixture(scope="module")
@@ -43,10 +58,8 @@ def test_smollm2_logits_and_greedy_tokens(smollm2, smollm2_torch, reference, kin
     logits = np.array(smollm2.forward(np.array([prompt + expected])))
     n = len(prompt)
     overall = max_abs_diff(logits, ref_logits)
-    report(
-        f"SmolLM2-135M GGUF->f32 (jax {smollm2.mode}, {kind} prompt) logits at all {n + len(expected)} positions",
-        overall,
-    )
+    what = f"SmolLM2-135M GGUF->f32 (jax {smollm2.mode}, {kind} prompt) logits at all {n + len(expected)} positions"
+    record(what, overall, model="llama", backend=JAX_BACKEND[smollm2.mode], checkpoint=SMOLLM2_GGUF)
     assert overall < LOGITS_ATOL
 
     tokens = linnet_greedy(smollm2, prompt, GREEDY_TOKENS)
@@ -69,7 +82,8 @@ def test_gpt2_logits_and_greedy_tokens(gpt2, mode):  # noqa: F811
     with torch.inference_mode():
         theirs = ref(input_ids=ids).logits
     delta = max_abs_diff(ours, theirs)
-    report(f"small GPT-2 (jax {mode}) logits [2, 20, 256]", delta)
+    record(f"small GPT-2 (jax {mode}) logits [2, 20, 256]", delta, model="gpt2", backend=JAX_BACKEND[mode],
+           checkpoint=SEEDED)  # fmt: skip
     assert delta < LOGITS_ATOL
     prompt = ids[0, :10].tolist()
     assert linnet_greedy(m, prompt, 32) == hf_greedy(ref, prompt, 32)
@@ -97,11 +111,16 @@ def test_minilm_embeddings_match_sentence_transformers(sentence_transformer, mod
         ref = st.encode(SENTENCES, convert_to_tensor=True, batch_size=len(SENTENCES))
     keep = mask.bool()
     delta_states = max_abs_diff(states[keep], ref_states[keep])
-    report(f"all-MiniLM-L6-v2 (jax {mode}) token states at real tokens", delta_states)
+    what = f"all-MiniLM-L6-v2 (jax {mode}) token states at real tokens"
+    record(
+        what, delta_states, model="bert", backend=JAX_BACKEND[mode], checkpoint=MINILM, against=SENTENCE_TRANSFORMERS
+    )
     assert delta_states < 1e-4
     weights = mask[..., None].to(states.dtype)
     pooled = (states * weights).sum(1) / weights.sum(1).clamp(min=1e-9)
     ours = torch.nn.functional.normalize(pooled, dim=-1)
     cosine = torch.nn.functional.cosine_similarity(ours, ref, dim=-1)
-    report(f"all-MiniLM-L6-v2 (jax {mode}) normalised sentence embeddings", max_abs_diff(ours, ref))
+    what = f"all-MiniLM-L6-v2 (jax {mode}) normalised sentence embeddings"
+    record(what, max_abs_diff(ours, ref), model="bert", backend=JAX_BACKEND[mode], checkpoint=MINILM,
+           against=SENTENCE_TRANSFORMERS)  # fmt: skip
     assert cosine.min().item() >= 0.99999

@@ -12,11 +12,13 @@ import pytest
 from tests.runtimes.conftest import (
     LLAMA,
     LOGITS_ATOL,
+    MODE_BACKEND,
     MODES,
     hf_greedy,
     linnet_greedy,
     max_abs_diff,
     perturb,
+    record,
     report,
     rewrite_safetensors,
     safetensors_names,
@@ -118,7 +120,9 @@ def test_small_llama_logits_and_greedy_tokens(small_llama, mode):
     with torch.inference_mode():
         theirs = ref(input_ids=ids).logits
     delta = max_abs_diff(ours, theirs)
-    report(f"small Llama ({'tied' if tied else 'untied'}, {mode}) logits [2, 24, {VOCAB}]", delta)
+    checkpoint = f"seeded 2-layer, {'tied' if tied else 'untied'}"
+    what = f"small Llama ({'tied' if tied else 'untied'}, {mode}) logits [2, 24, {VOCAB}]"
+    record(what, delta, model="llama", backend=MODE_BACKEND[mode], checkpoint=checkpoint)
     assert delta < LOGITS_ATOL
     assert torch.equal(ours.argmax(-1), theirs.argmax(-1))
 
@@ -165,7 +169,8 @@ def test_cached_decode_equals_recompute(tied_llama, mode, prefill):
         for p in range(prefill, ids.shape[1]):
             got.append(m.native.step(ids[:, p : p + 1], torch.tensor([p]), torch.tensor([0]))[0])
     delta = max_abs_diff(torch.stack(got), full[prefill - 1 :])
-    report(f"small Llama ({mode}) step (prefill {prefill}, then decode) vs forward, every position", delta)
+    what = f"small Llama ({mode}) step (prefill {prefill}, then decode) vs forward, every position"
+    record(what, delta, model="llama", backend=MODE_BACKEND[mode], checkpoint="seeded 2-layer, tied", against="forward")
     assert delta < 1e-4
 
 

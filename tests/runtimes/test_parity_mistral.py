@@ -17,7 +17,16 @@ import pytest
 
 from linnet.runtimes.backends import BACKENDS
 from linnet.semantics.program import Document
-from tests.runtimes.conftest import LOGITS_ATOL, MISTRAL, hf_greedy, linnet_greedy, max_abs_diff, perturb, report
+from tests.runtimes.conftest import (
+    LOGITS_ATOL,
+    MISTRAL,
+    hf_greedy,
+    linnet_greedy,
+    max_abs_diff,
+    perturb,
+    record,
+    report,
+)
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -160,7 +169,8 @@ def test_logits_and_greedy_tokens(small_mistral, backend):
     with torch.inference_mode():
         theirs = ref(input_ids=ids).logits
     delta = max_abs_diff(ours, theirs)
-    report(f"small Mistral (window {WINDOW}, {backend}) logits [2, 24, {VOCAB}], every position", delta)
+    what = f"small Mistral (window {WINDOW}, {backend}) logits [2, 24, {VOCAB}], every position"
+    record(what, delta, model="mistral", backend=backend, checkpoint=f"seeded 2-layer, window {WINDOW}")
     assert delta < LOGITS_ATOL
     assert torch.equal(torch.from_numpy(ours).argmax(-1), theirs.argmax(-1))
 
@@ -182,7 +192,10 @@ def test_cached_decode_equals_recompute_past_the_window(small_mistral, backend, 
     for p in range(prefill, ids.shape[1]):
         got.append(m.run("step", ids[:, p : p + 1], np.array([p]), np.array([0]))[0][0])
     delta = max_abs_diff(np.stack(got), full[0, prefill - 1 :])
-    report(f"small Mistral ({backend}) step (prefill {prefill}, decode to 29) vs forward, every position", delta)
+    what = f"small Mistral ({backend}) step (prefill {prefill}, decode to 29) vs forward, every position"
+    record(
+        what, delta, model="mistral", backend=backend, checkpoint=f"seeded 2-layer, window {WINDOW}", against="forward"
+    )
     assert delta < 1e-4
 
 

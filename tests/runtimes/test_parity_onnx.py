@@ -9,7 +9,21 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.runtimes.conftest import BERT, GPT2, LLAMA, LOGITS_ATOL, hf_greedy, linnet_greedy, max_abs_diff, report
+from tests.runtimes.conftest import (
+    BERT,
+    GPT2,
+    LLAMA,
+    LOGITS_ATOL,
+    MINILM,
+    SEEDED,
+    SENTENCE_TRANSFORMERS,
+    SMOLLM2_GGUF,
+    hf_greedy,
+    linnet_greedy,
+    max_abs_diff,
+    record,
+    report,
+)
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -43,7 +57,8 @@ def test_smollm2_logits_and_greedy_tokens(smollm2, smollm2_torch, reference, kin
     logits = smollm2.forward(np.array([prompt + expected]))
     n = len(prompt)
     overall = max_abs_diff(logits, ref_logits)
-    report(f"SmolLM2-135M GGUF->f32 (onnxruntime, {kind} prompt) logits at all {n + len(expected)} positions", overall)
+    what = f"SmolLM2-135M GGUF->f32 (onnxruntime, {kind} prompt) logits at all {n + len(expected)} positions"
+    record(what, overall, model="llama", backend="onnxruntime", checkpoint=SMOLLM2_GGUF)
     assert overall < LOGITS_ATOL
 
     tokens = linnet_greedy(smollm2, prompt, GREEDY_TOKENS)
@@ -223,7 +238,9 @@ def test_gpt2_logits_and_greedy_tokens(gpt2):  # noqa: F811
     with torch.inference_mode():
         theirs = ref(input_ids=ids).logits
     delta = max_abs_diff(ours, theirs)
-    report("small GPT-2 (onnxruntime) logits [2, 20, 256]", delta)
+    record(
+        "small GPT-2 (onnxruntime) logits [2, 20, 256]", delta, model="gpt2", backend="onnxruntime", checkpoint=SEEDED
+    )
     assert delta < LOGITS_ATOL
     prompt = ids[0, :10].tolist()
     assert linnet_greedy(m, prompt, 32) == hf_greedy(ref, prompt, 32)
@@ -240,11 +257,20 @@ def test_minilm_embeddings_match_sentence_transformers(sentence_transformer):  #
         ref = st.encode(SENTENCES, convert_to_tensor=True, batch_size=len(SENTENCES))
     keep = mask.bool()
     delta_states = max_abs_diff(states[keep], ref_states[keep])
-    report("all-MiniLM-L6-v2 (onnxruntime) token states at real tokens", delta_states)
+    what = "all-MiniLM-L6-v2 (onnxruntime) token states at real tokens"
+    record(what, delta_states, model="bert", backend="onnxruntime", checkpoint=MINILM, against=SENTENCE_TRANSFORMERS)
     assert delta_states < 1e-4
     weights = mask[..., None].to(states.dtype)
     pooled = (states * weights).sum(1) / weights.sum(1).clamp(min=1e-9)
     ours = torch.nn.functional.normalize(pooled, dim=-1)
     cosine = torch.nn.functional.cosine_similarity(ours, ref, dim=-1)
-    report("all-MiniLM-L6-v2 (onnxruntime) normalised sentence embeddings", max_abs_diff(ours, ref))
+    what = "all-MiniLM-L6-v2 (onnxruntime) normalised sentence embeddings"
+    record(
+        what,
+        max_abs_diff(ours, ref),
+        model="bert",
+        backend="onnxruntime",
+        checkpoint=MINILM,
+        against=SENTENCE_TRANSFORMERS,
+    )
     assert cosine.min().item() >= 0.99999

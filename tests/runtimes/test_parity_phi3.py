@@ -14,7 +14,7 @@ import pytest
 from linnet.runtimes.backends import BACKENDS
 from linnet.semantics.program import Document
 from tests.conftest import EXAMPLES
-from tests.runtimes.conftest import LOGITS_ATOL, hf_greedy, linnet_greedy, max_abs_diff, perturb, report
+from tests.runtimes.conftest import LOGITS_ATOL, hf_greedy, linnet_greedy, max_abs_diff, perturb, record, report
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -119,7 +119,8 @@ def test_logits_at_every_position_and_greedy_tokens(small_phi3, backend):
         with torch.inference_mode():
             theirs = ref(input_ids=ids).logits
         delta = max_abs_diff(ours, theirs)
-        report(f"small Phi-3 ({kind}, {backend}) logits [2, {length}, {VOCAB}]", delta)
+        what = f"small Phi-3 ({kind}, {backend}) logits [2, {length}, {VOCAB}]"
+        record(what, delta, model="phi3", backend=backend, checkpoint=f"seeded 2-layer, {kind}")
         assert delta < LOGITS_ATOL
         assert torch.equal(ours.argmax(-1), theirs.argmax(-1))
     prompt = prompts(1, 12, seed=4)[0].tolist()  # decoding crosses the original context and the window
@@ -141,7 +142,8 @@ def test_cached_decode_equals_recompute(small_phi3, backend, prefill):
     for p in range(prefill, ids.shape[1]):
         got.append(m.run("step", ids[:, p : p + 1].numpy(), np.array([p]), row)[0][0])
     delta = max_abs_diff(np.stack(got), full[prefill - 1 :])
-    report(f"small Phi-3 ({kind}, {backend}) step (prefill {prefill}, then decode) vs forward", delta)
+    what = f"small Phi-3 ({kind}, {backend}) step (prefill {prefill}, then decode) vs forward"
+    record(what, delta, model="phi3", backend=backend, checkpoint=f"seeded 2-layer, {kind}", against="forward")
     assert delta < 1e-4
 
 

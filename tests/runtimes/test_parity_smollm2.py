@@ -14,11 +14,14 @@ import pytest
 from tests.runtimes.conftest import (
     LLAMA,
     LOGITS_ATOL,
+    MODE_BACKEND,
     MODES,
+    SMOLLM2_GGUF,
     hf_greedy,
     linnet_greedy,
     max_abs_diff,
     package_file,
+    record,
     report,
 )
 
@@ -96,7 +99,8 @@ def test_smollm2_logits_and_greedy_tokens(smollm2, reference, kind):
     at_prompt = max_abs_diff(logits[:, :n], ref_logits[:, :n])
     overall = max_abs_diff(logits, ref_logits)
     report(f"SmolLM2-135M GGUF->f32 ({mode}, {kind} prompt) logits at the {n} prompt positions", at_prompt)
-    report(f"SmolLM2-135M GGUF->f32 ({mode}, {kind} prompt) logits at all {n + len(expected)} positions", overall)
+    what = f"SmolLM2-135M GGUF->f32 ({mode}, {kind} prompt) logits at all {n + len(expected)} positions"
+    record(what, overall, model="llama", backend=MODE_BACKEND[mode], checkpoint=SMOLLM2_GGUF)
     assert overall < LOGITS_ATOL
 
     tokens = linnet_greedy(smollm2, prompt, GREEDY_TOKENS)

