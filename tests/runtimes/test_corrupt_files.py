@@ -347,11 +347,11 @@ def test_stablehlo_artifact_without_checksum(originals, tmp_path):
 @pytest.mark.parametrize(
     "metadata, message",
     [
-        ({"tokenizer.ggml.tokens": list(range(297))}, "tokenizer.ggml.tokens must be a list of strings"),
-        ({"tokenizer.ggml.merges": [1, 2]}, "tokenizer.ggml.merges must be a list of strings"),
+        ({"tokenizer.ggml.tokens": list(range(297))}, "GGUF metadata tokenizer.ggml.tokens is not a list of strings"),
+        ({"tokenizer.ggml.merges": [1, 2]}, "GGUF metadata tokenizer.ggml.merges is not a list of strings"),
         ({"tokenizer.ggml.eot_token_id": [1, 2]}, "tokenizer.ggml.eot_token_id must be an integer"),
-        ({"llama.attention.head_count": 0}, "the GGUF metadata gives 0 heads for 'blk.0.attn_q.weight'"),
-        ({"llama.attention.head_count": "4"}, "the GGUF metadata gives '4' heads"),
+        ({"llama.attention.head_count": 0}, "llama.attention.head_count is 0, expected a positive integer"),
+        ({"llama.attention.head_count": "4"}, "llama.attention.head_count is '4', expected a positive integer"),
         ({"general.alignment": 3}, "general.alignment is 3, not a power of two"),
         ({"general.alignment": "x"}, "general.alignment is 'x', not a power of two"),
     ],
@@ -369,13 +369,14 @@ def test_gguf_metadata_of_the_wrong_type(tmp_path, metadata, message):
 
 
 def test_gguf_float_metadata_of_the_wrong_type_is_a_config_error(tmp_path):
-    """A string where the GGUF spec has a float reaches the config type, which names the field (was a ValueError
-    from float())."""
+    """A string where the GGUF spec has a float is refused naming the metadata key (was a ValueError from
+    float())."""
     pytest.importorskip("gguf")
     from linnet.runtimes.loading import prepare
 
     path = write_gguf(tmp_path / "odd.gguf", {"llama.attention.layer_norm_rms_epsilon": "x"})
-    with pytest.raises(LinnetError, match=r"odd\.gguf config: `rms_norm_eps` is a float in `Llama`, got 'x'"):
+    expected = r"odd\.gguf: GGUF metadata llama\.attention\.layer_norm_rms_epsilon is 'x', expected a finite number"
+    with pytest.raises(LinnetError, match=expected):
         prepare(LLAMA, path, max_positions=32)
 
 

@@ -1,4 +1,4 @@
-"""Helpers for the zoo's decoder tests (`test_zoo_qwen.py`; any decoder family can use them): a source checked under
+"""Helpers for the zoo's decoder tests (`test_parity_qwen.py`; any decoder family can use them): a source checked under
 its presets at real size, against transformers' own parameter count and a header-only copy of the real checkpoint;
 and a shrunk checkpoint made by transformers, loaded through its folder on every backend, compared with transformers
 on logits at every position, 32 greedy tokens and cached decode against uncached.
@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.runtimes.conftest import LOGITS_ATOL, hf_greedy, linnet_greedy, max_abs_diff, report
+from tests.runtimes.conftest import LOGITS_ATOL, hf_greedy, linnet_greedy, max_abs_diff, record
 
 # Every backend of `linnet.runtimes.backends.BACKENDS` that runs on CPU; torch-compile compiles each step shape
 # (about 30 s for a 2-layer model), so its case is marked slow.
@@ -119,7 +119,8 @@ def check_decoder(source: Path, folder: Path, ref: Reference, backend: str, what
 
     ours = np.array(m.forward(ref.ids.numpy()))
     delta = max_abs_diff(ours, ref.logits)
-    report(f"{what} ({backend}) logits {list(ours.shape)} vs transformers", delta)
+    record(f"{what} ({backend}) logits {list(ours.shape)} vs transformers", delta, model=source.stem, backend=backend,
+           checkpoint=what)  # fmt: skip
     assert delta < LOGITS_ATOL
     assert np.array_equal(ours.argmax(-1), ref.logits.argmax(-1))
 
@@ -133,7 +134,8 @@ def check_decoder(source: Path, folder: Path, ref: Reference, backend: str, what
         cached.append(step(tokens[:, p : p + 1], np.array([p]), np.array([0]))[0])
     uncached = np.array(m.forward(tokens))[0, prefill - 1 :]
     delta = max_abs_diff(np.stack(cached), uncached)
-    report(f"{what} ({backend}) cached decode vs uncached forward, positions {prefill - 1}..15", delta)
+    record(f"{what} ({backend}) cached decode vs uncached forward, positions {prefill - 1}..15", delta,
+           model=source.stem, backend=backend, checkpoint=what, against="forward")  # fmt: skip
     assert delta < 1e-4
 
 
