@@ -114,6 +114,26 @@ def test_generate_picks_the_example_and_prints_the_ids_transformers_generates(ti
 
 
 @pytest.mark.torch
+def test_a_gguf_without_tokenizer_picks_the_example_by_its_architecture(tiny_llama, tmp_path):
+    """`general.architecture` names the example; the file has no `tokenizer.ggml.*`, so ids go in and out."""
+    import transformers
+
+    from tests.runtimes.gguf_writing import write_llama_gguf
+
+    folder, expected = tiny_llama
+    path = tmp_path / "tiny.gguf"
+    write_llama_gguf(path, transformers.LlamaForCausalLM.from_pretrained(folder))
+    assert zoo.choose(path).source == zoo.known_sources()["llama"]
+    r = run_cli(
+        "generate", "--weights", str(path), "--prompt-ids", ",".join(map(str, PROMPT)), "--print-ids",
+        "--max-new-tokens", "12", "--max-positions", "32",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == ",".join(map(str, expected)) + "\n"
+    assert "using examples/llama.linnet, preset smollm2_135m (closest: " in r.stderr
+
+
+@pytest.mark.torch
 def test_generate_stops_at_the_config_eos_without_a_tokenizer(tiny_llama, tmp_path):
     """config.json's eos_token_id ends generation as in transformers (the stop token itself is not printed);
     without --print-ids the ids are printed anyway, with a note that says why."""
