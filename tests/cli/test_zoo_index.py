@@ -99,15 +99,19 @@ def _config(folder):
     return json.loads((folder / "config.json").read_text())
 
 
+def generate_ids(*args: str):
+    """`linnet generate ARGS` on PROMPT's ids, 12 new tokens; the finished process (exit 0 asserted)."""
+    ids = ",".join(map(str, PROMPT))
+    r = run_cli("generate", *args, "--prompt-ids", ids, "--max-new-tokens", "12", "--max-positions", "32")
+    assert r.returncode == 0, r.stderr
+    return r
+
+
 @pytest.mark.torch
 def test_generate_picks_the_example_and_prints_the_ids_transformers_generates(tiny_llama):
     folder, expected = tiny_llama
     assert not (folder / "tokenizer.json").exists()
-    r = run_cli(
-        "generate", "--weights", str(folder), "--prompt-ids", ",".join(map(str, PROMPT)), "--print-ids",
-        "--max-new-tokens", "12", "--max-positions", "32",
-    )  # fmt: skip
-    assert r.returncode == 0, r.stderr
+    r = generate_ids("--weights", str(folder), "--print-ids")
     assert r.stdout == ",".join(map(str, expected)) + "\n"
     assert "using examples/llama.linnet, preset smollm2_135m (closest: " in r.stderr
     assert "hidden_size 32 (preset 576)" in r.stderr
@@ -124,11 +128,7 @@ def test_a_gguf_without_tokenizer_picks_the_example_by_its_architecture(tiny_lla
     path = tmp_path / "tiny.gguf"
     write_llama_gguf(path, transformers.LlamaForCausalLM.from_pretrained(folder))
     assert zoo.choose(path).source == zoo.known_sources()["llama"]
-    r = run_cli(
-        "generate", "--weights", str(path), "--prompt-ids", ",".join(map(str, PROMPT)), "--print-ids",
-        "--max-new-tokens", "12", "--max-positions", "32",
-    )  # fmt: skip
-    assert r.returncode == 0, r.stderr
+    r = generate_ids("--weights", str(path), "--print-ids")
     assert r.stdout == ",".join(map(str, expected)) + "\n"
     assert "using examples/llama.linnet, preset smollm2_135m (closest: " in r.stderr
 
@@ -142,11 +142,7 @@ def test_generate_stops_at_the_config_eos_without_a_tokenizer(tiny_llama, tmp_pa
     copy = tmp_path / "eos"
     shutil.copytree(folder, copy)
     (copy / "config.json").write_text(json.dumps(_config(folder) | {"eos_token_id": eos}))
-    r = run_cli(
-        "generate", str(EXAMPLES / "llama.linnet"), "--weights", str(copy), "--prompt-ids",
-        ",".join(map(str, PROMPT)), "--max-new-tokens", "12", "--max-positions", "32",
-    )  # fmt: skip
-    assert r.returncode == 0, r.stderr
+    r = generate_ids(str(EXAMPLES / "llama.linnet"), "--weights", str(copy))
     assert r.stdout == ",".join(map(str, expected[: expected.index(eos)])) + "\n"
     assert "has no tokenizer: printing token ids" in r.stderr
     assert "(stop)" in r.stderr.splitlines()[-1]
