@@ -16,6 +16,7 @@ import os
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from .errors import BackendError, LinnetError
@@ -68,8 +69,12 @@ def parse_config(items: list[str] | None) -> dict:
     return out
 
 
-def add_common(p: argparse.ArgumentParser, weights: bool = True) -> None:
-    p.add_argument("file", metavar="FILE", help="a .linnet source with a root model")
+def add_common(p: argparse.ArgumentParser, weights: bool = True, file_help: str | None = None) -> None:
+    """The options every model command takes; with `file_help`, FILE is optional and described by it."""
+    if file_help is None:
+        p.add_argument("file", metavar="FILE", help="a .linnet source with a root model")
+    else:
+        p.add_argument("file", metavar="FILE", nargs="?", help=file_help)
     p.add_argument("--preset", metavar="NAME", help="the preset to build (default: the first with default weights)")
     p.add_argument("--config", action="append", metavar="KEY=VALUE", help="override a config field (repeatable)")
     p.add_argument("--dtype", choices=("f32", "bf16", "f16"), default="f32", help="working dtype (default f32)")
@@ -278,11 +283,19 @@ def _load(args: argparse.Namespace, random_weights: bool):
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from .runtimes.chat import render_chat
     from .runtimes.generation import Generator
     from .runtimes.sampling import SamplingParams
 
     try:
+        prompt_ids = parse_ids(args.prompt_ids)
+        if (args.prompt is None) == (prompt_ids is None):
+            raise UsageError("give the prompt as text (--prompt) or as token ids (--prompt-ids), one of them")
+        if prompt_ids is not None and args.chat:
+            raise UsageError("--chat renders a text prompt; with --prompt-ids the ids are the whole prompt")
+        if args.prompt is not None:
+            _check_utf8("--prompt", args.prompt)
+        if args.file is None and args.weights is None:
+            raise UsageError("give a source FILE, or --weights alone to pick the example for its model_type")
         params = SamplingParams(
             temperature=args.temperature,
             top_k=args.top_k,
@@ -290,55 +303,129 @@ def cmd_generate(args: argparse.Namespace) -> int:
             seed=args.seed,
             max_new_tokens=args.max_new_tokens,
         )
-        _check_utf8("--prompt", args.prompt)
     except ValueError as err:
         print(f"linnet generate: {err}", file=sys.stderr)
         return EXIT_USAGE
     try:
+        if args.file is None:
+            _pick_example(args)
         model = _load(args, random_weights=False)
     except FAILURES as err:
         return _fail("generate", err)
     _print_notes(model)
     tok = model.tokenizer()
-    if tok is None:
-        return _fail("generate", ValueError(f"{model.weights} has no tokenizer"))
+    if tok is None and prompt_ids is None:
+        return _fail(
+            "generate",
+            UsageError(
+                f"{model.weights} has no tokenizer (no tokenizer.json): give the prompt as token ids, "
+                "--prompt-ids 1,2,3 (the output is then token ids too)"
+            ),
+        )
     if "step" not in model.program.entries:
         return _fail("generate", ValueError(f"{args.file}: generation needs a decoder with `entry fn step`"))
-    if args.chat:
-        if not tok.chat_template:
-            return _fail("generate", ValueError(f"{model.weights} has no chat template; drop --chat"))
-        text = render_chat(
-            tok.chat_template,
-            [{"role": "user", "content": args.prompt}],
-            add_generation_prompt=True,
-            bos_token=_token_text(tok, tok.bos_token_id),
-            eos_token=_token_text(tok, tok.eos_token_id),
-        )
-        ids = tok.encode(text, add_special_tokens=False)
-    else:
-        ids = tok.encode(args.prompt)
+    if tok is None:  # the EOS ids of config.json and generation_config.json still stop, as in transformers
+        params = replace(params, stop_token_ids=_checkpoint_eos_ids(model.weights))
+    try:
+        ids = prompt_ids if prompt_ids is not None else _prompt_ids(args, tok)
+    except FAILURES as err:
+        return _fail("generate", err)
     setup = f"; {args.setup}" if args.setup else ""
     print(
         f"loaded {args.file} with {model.weights} in {model.load_s:.2f} s "
         f"({args.backend}, {args.dtype}, compiled for {args.max_positions} positions{setup})",
         file=sys.stderr,
     )
+    if tok is None and not args.print_ids:
+        print(f"note: {model.weights} has no tokenizer: printing token ids", file=sys.stderr)
     try:
         step_model = model.step_model()
         gen = Generator(step_model, tok)
         with _watch(args, getattr(step_model, "compile_kind", "")) as compiled:
             gen.warm_up(len(ids))
         print(compiled.describe(), file=sys.stderr)
-        stream = gen.stream_text(ids, params)
-        for piece in stream:
-            sys.stdout.write(piece)
-            sys.stdout.flush()
+        if args.print_ids or tok is None:
+            _stream_ids(gen, ids, params)
+        else:
+            for piece in gen.stream_text(ids, params):
+                sys.stdout.write(piece)
+                sys.stdout.flush()
     except FAILURES as err:
         return _fail("generate", err)
     sys.stdout.write("\n")
     sys.stdout.flush()
     print(_timing_line(gen.last_result), file=sys.stderr)
     return EXIT_OK
+
+
+def parse_ids(text: str | None) -> list[int] | None:
+    """`--prompt-ids 1,2,3` as [1, 2, 3] (None without the option). Raises UsageError for an
+    item that is not an integer >= 0, naming it (the range of the vocabulary is checked later)."""
+    if text is None:
+        return None
+    items = [t.strip() for t in text.split(",")]
+    bad = next((t for t in items if not (t.isascii() and t.isdigit())), None)
+    if bad is not None:
+        raise UsageError(f"--prompt-ids takes token ids >= 0 separated by commas (1,2,3), got {bad!r} in {text!r}")
+    return [int(t) for t in items]
+
+
+def _pick_example(args: argparse.Namespace) -> None:
+    """Set `args.file` (and `args.preset`, unless given) from the zoo index for `--weights`, and
+    say which on stderr. Raises LoadError for an unknown model_type, naming the known ones."""
+    from .runtimes import zoo
+
+    choice = zoo.choose(args.weights)
+    args.file = str(choice.source)
+    shown = f"{choice.source.parent.name}/{choice.source.name}"  # examples/llama.linnet, wherever installed
+    if args.preset is None:
+        args.preset = choice.preset
+        print(choice.describe(shown), file=sys.stderr)
+    else:
+        print(f"using {shown}, preset {args.preset} (--preset)", file=sys.stderr)
+
+
+def _checkpoint_eos_ids(weights: str | None) -> frozenset[int]:
+    """The `eos_token_id`s of a Hugging Face folder's config.json and generation_config.json
+    (where transformers' `generate` stops); empty for anything else."""
+    from .runtimes.tokenizer import hf_eos_token_ids
+
+    if weights is None or not Path(weights).is_dir():
+        return frozenset()
+    return frozenset(hf_eos_token_ids(weights))
+
+
+def _stream_ids(gen, ids: list[int], params) -> None:
+    """Generate, writing each new token id to stdout as it comes, comma-separated (what
+    `--prompt-ids` reads back)."""
+    written = 0
+
+    def write(token: int) -> None:
+        nonlocal written
+        sys.stdout.write(("," if written else "") + str(token))
+        sys.stdout.flush()
+        written += 1
+
+    gen.generate(ids, params, on_token=write)
+
+
+def _prompt_ids(args: argparse.Namespace, tok) -> list[int]:
+    """`--prompt` as token ids, through the checkpoint's chat template with `--chat`. Raises
+    ValueError when it has none."""
+    from .runtimes.chat import render_chat
+
+    if not args.chat:
+        return tok.encode(args.prompt)
+    if not tok.chat_template:
+        raise ValueError(f"{args.weights} has no chat template; drop --chat")
+    text = render_chat(
+        tok.chat_template,
+        [{"role": "user", "content": args.prompt}],
+        add_generation_prompt=True,
+        bos_token=_token_text(tok, tok.bos_token_id),
+        eos_token=_token_text(tok, tok.eos_token_id),
+    )
+    return tok.encode(text, add_special_tokens=False)
 
 
 def _watch(args: argparse.Namespace, what: str):
@@ -663,8 +750,18 @@ def register(sub) -> None:
     run.set_defaults(func=cmd_run)
 
     gen = sub.add_parser("generate", help="generate text (only the text goes to stdout)")
-    add_common(gen)
-    gen.add_argument("--prompt", required=True)
+    add_common(
+        gen,
+        file_help="a .linnet source with a root model; without it, the shipped example for --weights' "
+        "model_type (config.json's, or a GGUF's general.architecture) under its closest preset",
+    )
+    gen.add_argument("--prompt", help="the prompt as text")
+    gen.add_argument(
+        "--prompt-ids", metavar="IDS", help="the prompt as token ids, comma-separated (1,2,3): no tokenizer needed"
+    )
+    gen.add_argument(
+        "--print-ids", action="store_true", help="print the generated token ids (comma-separated), not text"
+    )
     gen.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
     gen.add_argument("--max-new-tokens", type=int, default=128, metavar="N")
     gen.add_argument("--temperature", type=float, default=0.0, help="0 (default) is greedy")

@@ -842,10 +842,14 @@ class GGUFCheckpoint(Checkpoint):
         return check_finite(cast_floating(t, dtype), info.name, self.path, t, name in self.buffer_names)
 
     def tokenizer(self) -> Tokenizer | None:
+        """The tokenizer of the metadata; None for a file with no `tokenizer.ggml.*` model nor tokens at all
+        (a random-init export: generate takes token ids), a TokenizerError naming the file for a partial one."""
         if self._tokenizer is None:
             if self._file is None:
                 raise CheckpointError(f"{self.source}: checkpoint is closed")
-            self._tokenizer = Tokenizer.from_gguf(self._file)  # a TokenizerError names the file
+            if not {"tokenizer.ggml.model", "tokenizer.ggml.tokens"} & set(self._file.metadata):
+                return None
+            self._tokenizer = Tokenizer.from_gguf(self._file)
         return self._tokenizer
 
     def close(self) -> None:

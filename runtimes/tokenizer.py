@@ -35,7 +35,7 @@ from typing import Any
 
 from linnet.errors import CheckpointError, RunError
 
-__all__ = ["Tokenizer", "TokenizerError", "GGUF_PRE_TOKENIZERS", "PreTokenizerType"]
+__all__ = ["Tokenizer", "TokenizerError", "GGUF_PRE_TOKENIZERS", "PreTokenizerType", "hf_eos_token_ids"]
 
 
 class TokenizerError(CheckpointError):
@@ -147,6 +147,22 @@ def _read_json(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise TokenizerError(f"{path}: expected a JSON object")
     return data
+
+
+# where a Hugging Face folder keeps its special token ids (generation_config.json's win for bos; eos ids: both count)
+_HF_ID_FILES = ("config.json", "generation_config.json")
+
+
+def hf_eos_token_ids(path: str | os.PathLike[str]) -> list[int]:
+    """The `eos_token_id`s (each an int or a list) of a Hugging Face folder's config.json and
+    generation_config.json, in that order, the ids transformers' `generate` stops at; a folder
+    without them gives []. Raises TokenizerError for a file that is not a JSON object."""
+    folder = Path(path)
+    ids: list[int] = []
+    for name in _HF_ID_FILES:
+        if (folder / name).is_file():
+            ids += _ids(_read_json(folder / name).get("eos_token_id"))
+    return ids
 
 
 class Tokenizer:
@@ -301,15 +317,11 @@ class Tokenizer:
         if not (folder / "tokenizer.json").is_file():
             return None
         config: dict[str, Any] = {}
-        for name in ("config.json", "generation_config.json"):  # eos ids: both count
-            if (folder / name).is_file():
-                data = _read_json(folder / name)
-                for key in ("bos_token_id", "eos_token_id"):
-                    if key in data:
-                        if key == "eos_token_id":
-                            config[key] = _ids(config.get(key)) + _ids(data[key])
-                        else:
-                            config[key] = data[key]
+        for name in _HF_ID_FILES:
+            if (folder / name).is_file() and "bos_token_id" in (data := _read_json(folder / name)):
+                config["bos_token_id"] = data["bos_token_id"]
+        if eos := hf_eos_token_ids(folder):
+            config["eos_token_id"] = eos
         if (folder / "special_tokens_map.json").is_file():
             config.update(
                 {k: v for k, v in _read_json(folder / "special_tokens_map.json").items() if k.endswith("_token")}

@@ -189,6 +189,15 @@ def preset_weights(info: SourceInfo, preset: str | None) -> str | None:
     return None
 
 
+def preset_config(info: SourceInfo, preset: str | None) -> dict[str, Any]:
+    """The config values of `preset` (None: the config defaults) as Python values, every field
+    evaluated (nested configs as dicts). Raises ProgramError for a preset that did not evaluate."""
+    scenario = next((s for s in info.analysis.scenarios if s.name == (preset or "defaults")), None)
+    if scenario is None:
+        raise ProgramError(f"{info.path}: preset `{preset or 'defaults'}` did not evaluate")
+    return _plain(scenario.configs[info.config_type])
+
+
 def bind_config(info: SourceInfo, *overrides: dict[str, Any] | ConfigLayer, labels: tuple[str, ...] = ()) -> SourceInfo:
     """Check the source again under its preset overridden by `overrides` (later wins; each a
     `ConfigLayer`, or a dict of field name -> Python value labelled by `labels`, a "--config" label

@@ -125,7 +125,7 @@ async def test_show_stablehlo_and_onnx_from_a_worker(client):
 async def test_presets_request_and_preset_picker(client):
     doc = await open_doc(client, EXAMPLES / "llama.linnet")
     names = await client.protocol.send_request_async("linnet/presets", {"uri": doc.uri})
-    assert names == ["smollm2_135m", "tinyllama_1_1b", "llama_3_1_8b"]
+    assert names == ["smollm2_135m", "smollm2_1_7b_instruct", "tinyllama_1_1b", "llama_3_1_8b"]
     # no argument: the server asks (the test client picks the last action)
     chosen = await client.workspace_execute_command_async(T.ExecuteCommandParams("linnet.selectPreset"))
     assert chosen == "llama_3_1_8b"

@@ -10,18 +10,20 @@ from tests.conftest import EXAMPLES
 
 EXPECTED_PRESETS = {
     "mlp.linnet": ["tiny"],
-    "llama.linnet": ["smollm2_135m", "tinyllama_1_1b", "llama_3_1_8b"],
+    "llama.linnet": ["smollm2_135m", "smollm2_1_7b_instruct", "tinyllama_1_1b", "llama_3_1_8b"],
     "gpt2.linnet": ["gpt2"],
-    "bert.linnet": ["all_minilm_l6_v2"],
+    "bert.linnet": ["all_minilm_l6_v2", "bert_base_uncased"],
 }
 
 # Parameter counts of the real checkpoints (transformers' `num_parameters()`).
 PARAM_COUNTS = {
     ("llama.linnet", "smollm2_135m"): 134_515_008,
+    ("llama.linnet", "smollm2_1_7b_instruct"): 1_711_376_384,
     ("llama.linnet", "tinyllama_1_1b"): 1_100_048_384,
     ("llama.linnet", "llama_3_1_8b"): 8_030_261_248,
     ("gpt2.linnet", "gpt2"): 124_439_808,
     ("bert.linnet", "all_minilm_l6_v2"): 22_713_216,
+    ("bert.linnet", "bert_base_uncased"): 109_482_240,
 }
 
 

@@ -93,7 +93,7 @@ def padding_mask(attention_mask):
 
 
 class BertEmbeddings(Module):
-    """BertEmbeddings (bert.linnet:34)."""
+    """BertEmbeddings (bert.linnet:39)."""
 
     PARAMS = {
         'word_embeddings.weight': ((30522, 16), torch.float32),
@@ -104,25 +104,25 @@ class BertEmbeddings(Module):
     }
 
     def forward(self, input_ids):
-        """i64[B, S] -> f32[B, S, 16] (bert.linnet:40)"""
+        """i64[B, S] -> f32[B, S, 16] (bert.linnet:45)"""
         B, S = input_ids.shape
         device = input_ids.device
-        t = torch.zeros((B, S,), dtype=torch.int64, device=device)  # bert.linnet:41
-        token_types = F.embedding(t, self.token_type_embeddings.weight)  # bert.linnet:41
-        t_1 = torch.arange(S, device=device)  # bert.linnet:42
-        t_2 = t_1.unsqueeze(0)  # [1, S] bert.linnet:42
-        t_3 = t_2.expand(B, S)  # [B, S] bert.linnet:42
-        positions = F.embedding(t_3, self.position_embeddings.weight)  # bert.linnet:42
-        word_embeddings = F.embedding(input_ids, self.word_embeddings.weight)  # bert.linnet:43
-        t_4 = word_embeddings + token_types  # bert.linnet:43
-        t_5 = t_4 + positions  # bert.linnet:43
-        layer_norm = F.layer_norm(t_5, (16,), self.LayerNorm.weight, None, 1e-12)  # [B, S, 16] bert.linnet:43
-        LayerNorm = layer_norm + self.LayerNorm.bias  # bert.linnet:43
+        t = torch.zeros((B, S,), dtype=torch.int64, device=device)  # bert.linnet:46
+        token_types = F.embedding(t, self.token_type_embeddings.weight)  # bert.linnet:46
+        t_1 = torch.arange(S, device=device)  # bert.linnet:47
+        t_2 = t_1.unsqueeze(0)  # [1, S] bert.linnet:47
+        t_3 = t_2.expand(B, S)  # [B, S] bert.linnet:47
+        positions = F.embedding(t_3, self.position_embeddings.weight)  # bert.linnet:47
+        word_embeddings = F.embedding(input_ids, self.word_embeddings.weight)  # bert.linnet:48
+        t_4 = word_embeddings + token_types  # bert.linnet:48
+        t_5 = t_4 + positions  # bert.linnet:48
+        layer_norm = F.layer_norm(t_5, (16,), self.LayerNorm.weight, None, 1e-12)  # [B, S, 16] bert.linnet:48
+        LayerNorm = layer_norm + self.LayerNorm.bias  # bert.linnet:48
         return LayerNorm
 
 
 class BertSelfAttention(Module):
-    """BertSelfAttention (bert.linnet:47)."""
+    """BertSelfAttention (bert.linnet:52)."""
 
     PARAMS = {
         'query.weight': ((16, 16), torch.float32),
@@ -134,27 +134,27 @@ class BertSelfAttention(Module):
     }
 
     def forward(self, x, mask):
-        """f32[B, S, 16], bool[B, S, S] -> f32[B, S, 16] (bert.linnet:52)"""
+        """f32[B, S, 16], bool[B, S, S] -> f32[B, S, 16] (bert.linnet:57)"""
         B, S = x.shape[:2]
-        y = F.linear(x, self.query.weight)  # bert.linnet:53
-        query = y + self.query.bias  # bert.linnet:53
-        q = query.reshape(B, S, 2, 8).transpose(1, 2)  # [B, 2, S, 8] bert.linnet:53
-        y_1 = F.linear(x, self.key.weight)  # bert.linnet:54
-        key = y_1 + self.key.bias  # bert.linnet:54
-        k = key.reshape(B, S, 2, 8).transpose(1, 2)  # [B, 2, S, 8] bert.linnet:54
-        y_2 = F.linear(x, self.value.weight)  # bert.linnet:55
-        value = y_2 + self.value.bias  # bert.linnet:55
-        v = value.reshape(B, S, 2, 8).transpose(1, 2)  # [B, 2, S, 8] bert.linnet:55
+        y = F.linear(x, self.query.weight)  # bert.linnet:58
+        query = y + self.query.bias  # bert.linnet:58
+        q = query.reshape(B, S, 2, 8).transpose(1, 2)  # [B, 2, S, 8] bert.linnet:58
+        y_1 = F.linear(x, self.key.weight)  # bert.linnet:59
+        key = y_1 + self.key.bias  # bert.linnet:59
+        k = key.reshape(B, S, 2, 8).transpose(1, 2)  # [B, 2, S, 8] bert.linnet:59
+        y_2 = F.linear(x, self.value.weight)  # bert.linnet:60
+        value = y_2 + self.value.bias  # bert.linnet:60
+        v = value.reshape(B, S, 2, 8).transpose(1, 2)  # [B, 2, S, 8] bert.linnet:60
         scores = (q @ k.transpose(-2, -1)) * 0.3535533905932738
         scores = scores.masked_fill_(~mask.unsqueeze(1), torch.finfo(torch.float32).min)
         probs = torch.softmax(scores, dim=-1)
-        attention = probs @ v  # [B, 2, S, 8] bert.linnet:56
-        t = attention.transpose(1, 2).reshape(B, S, 16)  # [B, S, 16] bert.linnet:56
+        attention = probs @ v  # [B, 2, S, 8] bert.linnet:61
+        t = attention.transpose(1, 2).reshape(B, S, 16)  # [B, S, 16] bert.linnet:61
         return t
 
 
 class BertSelfOutput(Module):
-    """BertSelfOutput (bert.linnet:61)."""
+    """BertSelfOutput (bert.linnet:66)."""
 
     PARAMS = {
         'dense.weight': ((16, 16), torch.float32),
@@ -164,17 +164,17 @@ class BertSelfOutput(Module):
     }
 
     def forward(self, h, residual):
-        """f32[B, S, 16], f32[B, S, 16] -> f32[B, S, 16] (bert.linnet:65)"""
-        y = F.linear(h, self.dense.weight)  # bert.linnet:66
-        dense = y + self.dense.bias  # bert.linnet:66
-        t = dense + residual  # bert.linnet:66
-        layer_norm = F.layer_norm(t, (16,), self.LayerNorm.weight, None, 1e-12)  # [B, S, 16] bert.linnet:66
-        LayerNorm = layer_norm + self.LayerNorm.bias  # bert.linnet:66
+        """f32[B, S, 16], f32[B, S, 16] -> f32[B, S, 16] (bert.linnet:70)"""
+        y = F.linear(h, self.dense.weight)  # bert.linnet:71
+        dense = y + self.dense.bias  # bert.linnet:71
+        t = dense + residual  # bert.linnet:71
+        layer_norm = F.layer_norm(t, (16,), self.LayerNorm.weight, None, 1e-12)  # [B, S, 16] bert.linnet:71
+        LayerNorm = layer_norm + self.LayerNorm.bias  # bert.linnet:71
         return LayerNorm
 
 
 class BertAttention(Module):
-    """BertAttention (bert.linnet:70)."""
+    """BertAttention (bert.linnet:75)."""
 
     CHILDREN = {
         'self': BertSelfAttention,
@@ -182,14 +182,14 @@ class BertAttention(Module):
     }
 
     def forward(self, x, mask):
-        """f32[B, S, 16], bool[B, S, S] -> f32[B, S, 16] (bert.linnet:74)"""
-        self_ = self.self.forward(x, mask)  # bert.linnet:75
-        output = self.output.forward(self_, x)  # bert.linnet:75
+        """f32[B, S, 16], bool[B, S, S] -> f32[B, S, 16] (bert.linnet:79)"""
+        self_ = self.self.forward(x, mask)  # bert.linnet:80
+        output = self.output.forward(self_, x)  # bert.linnet:80
         return output
 
 
 class BertIntermediate(Module):
-    """BertIntermediate (bert.linnet:79)."""
+    """BertIntermediate (bert.linnet:84)."""
 
     PARAMS = {
         'dense.weight': ((32, 16), torch.float32),
@@ -197,15 +197,15 @@ class BertIntermediate(Module):
     }
 
     def forward(self, x):
-        """f32[B, S, 16] -> f32[B, S, 32] (bert.linnet:82)"""
-        y = F.linear(x, self.dense.weight)  # bert.linnet:83
-        dense = y + self.dense.bias  # bert.linnet:83
-        gelu = F.gelu(dense)  # [B, S, 32] bert.linnet:83
+        """f32[B, S, 16] -> f32[B, S, 32] (bert.linnet:87)"""
+        y = F.linear(x, self.dense.weight)  # bert.linnet:88
+        dense = y + self.dense.bias  # bert.linnet:88
+        gelu = F.gelu(dense)  # [B, S, 32] bert.linnet:88
         return gelu
 
 
 class BertOutput(Module):
-    """BertOutput (bert.linnet:87)."""
+    """BertOutput (bert.linnet:92)."""
 
     PARAMS = {
         'dense.weight': ((16, 32), torch.float32),
@@ -215,17 +215,17 @@ class BertOutput(Module):
     }
 
     def forward(self, h, residual):
-        """f32[B, S, 32], f32[B, S, 16] -> f32[B, S, 16] (bert.linnet:91)"""
-        y = F.linear(h, self.dense.weight)  # bert.linnet:92
-        dense = y + self.dense.bias  # bert.linnet:92
-        t = dense + residual  # bert.linnet:92
-        layer_norm = F.layer_norm(t, (16,), self.LayerNorm.weight, None, 1e-12)  # [B, S, 16] bert.linnet:92
-        LayerNorm = layer_norm + self.LayerNorm.bias  # bert.linnet:92
+        """f32[B, S, 32], f32[B, S, 16] -> f32[B, S, 16] (bert.linnet:96)"""
+        y = F.linear(h, self.dense.weight)  # bert.linnet:97
+        dense = y + self.dense.bias  # bert.linnet:97
+        t = dense + residual  # bert.linnet:97
+        layer_norm = F.layer_norm(t, (16,), self.LayerNorm.weight, None, 1e-12)  # [B, S, 16] bert.linnet:97
+        LayerNorm = layer_norm + self.LayerNorm.bias  # bert.linnet:97
         return LayerNorm
 
 
 class BertLayer(Module):
-    """BertLayer (bert.linnet:96)."""
+    """BertLayer (bert.linnet:101)."""
 
     CHILDREN = {
         'attention': BertAttention,
@@ -234,29 +234,29 @@ class BertLayer(Module):
     }
 
     def forward(self, x, mask):
-        """f32[B, S, 16], bool[B, S, S] -> f32[B, S, 16] (bert.linnet:101)"""
-        a = self.attention.forward(x, mask)  # bert.linnet:102
-        intermediate = self.intermediate.forward(a)  # bert.linnet:103
-        output = self.output.forward(intermediate, a)  # bert.linnet:103
+        """f32[B, S, 16], bool[B, S, S] -> f32[B, S, 16] (bert.linnet:106)"""
+        a = self.attention.forward(x, mask)  # bert.linnet:107
+        intermediate = self.intermediate.forward(a)  # bert.linnet:108
+        output = self.output.forward(intermediate, a)  # bert.linnet:108
         return output
 
 
 class BertEncoder(Module):
-    """BertEncoder (bert.linnet:107)."""
+    """BertEncoder (bert.linnet:112)."""
 
     CHILDREN = {
         'layer': (BertLayer, 1),
     }
 
     def forward(self, x, mask):
-        """f32[B, S, 16], bool[B, S, S] -> f32[B, S, 16] (bert.linnet:110)"""
-        for block in self.layer:  # bert.linnet:112
-            x = block.forward(x, mask)  # bert.linnet:113
+        """f32[B, S, 16], bool[B, S, S] -> f32[B, S, 16] (bert.linnet:115)"""
+        for block in self.layer:  # bert.linnet:117
+            x = block.forward(x, mask)  # bert.linnet:118
         return x
 
 
 class BertModel(Module):
-    """BertModel (bert.linnet:131)."""
+    """BertModel (bert.linnet:136)."""
 
     PARAMS = {
         'pooler.dense.weight': ((16, 16), torch.float32),
@@ -269,8 +269,8 @@ class BertModel(Module):
     }
 
     def forward(self, input_ids, attention_mask):
-        """i64[B, S], i64[B, S] -> f32[B, S, 16] (bert.linnet:136)"""
-        embeddings = self.embeddings.forward(input_ids)  # bert.linnet:137
-        padding_mask_1 = padding_mask(attention_mask)  # bert.linnet:137
-        encoder = self.encoder.forward(embeddings, padding_mask_1)  # bert.linnet:137
+        """i64[B, S], i64[B, S] -> f32[B, S, 16] (bert.linnet:141)"""
+        embeddings = self.embeddings.forward(input_ids)  # bert.linnet:142
+        padding_mask_1 = padding_mask(attention_mask)  # bert.linnet:142
+        encoder = self.encoder.forward(embeddings, padding_mask_1)  # bert.linnet:142
         return encoder

@@ -151,7 +151,7 @@ def causal_mask_2(query_positions, key_positions):
 
 
 class LlamaAttention(Module):
-    """LlamaAttention (llama.linnet:72)."""
+    """LlamaAttention (llama.linnet:80)."""
 
     PARAMS = {
         'q_proj.weight': ((32, 32), torch.float32),
@@ -166,42 +166,42 @@ class LlamaAttention(Module):
     }
 
     def forward(self, x, cos, sin, mask):
-        """f32[B, S, 32], f32[B, S, 8], f32[B, S, 8], bool[B, S, S] -> f32[B, S, 32] (llama.linnet:93)"""
+        """f32[B, S, 32], f32[B, S, 8], f32[B, S, 8], bool[B, S, S] -> f32[B, S, 32] (llama.linnet:101)"""
         B, S = x.shape[:2]
-        q, k, v = self.project(x, cos, sin)  # llama.linnet:94
+        q, k, v = self.project(x, cos, sin)  # llama.linnet:102
         scores = q.reshape(B, 2, 2 * S, 8) @ k.transpose(-2, -1)  # 2 heads per KV head
         scores = scores.reshape(B, 4, S, S) * 0.3535533905932738
         scores = scores.masked_fill_(~mask.unsqueeze(1), torch.finfo(torch.float32).min)
         probs = torch.softmax(scores, dim=-1)
-        out = (probs.reshape(B, 2, 2 * S, S) @ v).reshape(B, 4, S, 8)  # [B, 4, S, 8] llama.linnet:95
-        t = out.transpose(1, 2).reshape(B, S, 32)  # [B, S, 32] llama.linnet:96
-        o_proj = F.linear(t, self.o_proj.weight)  # llama.linnet:96
+        out = (probs.reshape(B, 2, 2 * S, S) @ v).reshape(B, 4, S, 8)  # [B, 4, S, 8] llama.linnet:103
+        t = out.transpose(1, 2).reshape(B, S, 32)  # [B, S, 32] llama.linnet:104
+        o_proj = F.linear(t, self.o_proj.weight)  # llama.linnet:104
         return o_proj
 
     def project(self, x, cos, sin):
-        """f32[B, S, 32], f32[B, S, 8], f32[B, S, 8] -> f32[B, 4, S, 8], f32[B, 2, S, 8], f32[B, 2, S, 8] (llama.linnet:81)"""
+        """f32[B, S, 32], f32[B, S, 8], f32[B, S, 8] -> f32[B, 4, S, 8], f32[B, 2, S, 8], f32[B, 2, S, 8] (llama.linnet:89)"""
         B, S = x.shape[:2]
-        q_proj = F.linear(x, self.q_proj.weight)  # llama.linnet:86
-        q = q_proj.reshape(B, S, 4, 8).transpose(1, 2)  # [B, 4, S, 8] llama.linnet:86
-        k_proj = F.linear(x, self.k_proj.weight)  # llama.linnet:87
-        k = k_proj.reshape(B, S, 2, 8).transpose(1, 2)  # [B, 2, S, 8] llama.linnet:87
-        v_proj = F.linear(x, self.v_proj.weight)  # llama.linnet:88
-        v = v_proj.reshape(B, S, 2, 8).transpose(1, 2)  # [B, 2, S, 8] llama.linnet:88
-        apply_rope_1 = apply_rope(q, cos, sin)  # llama.linnet:89
-        apply_rope_2 = apply_rope(k, cos, sin)  # llama.linnet:89
+        q_proj = F.linear(x, self.q_proj.weight)  # llama.linnet:94
+        q = q_proj.reshape(B, S, 4, 8).transpose(1, 2)  # [B, 4, S, 8] llama.linnet:94
+        k_proj = F.linear(x, self.k_proj.weight)  # llama.linnet:95
+        k = k_proj.reshape(B, S, 2, 8).transpose(1, 2)  # [B, 2, S, 8] llama.linnet:95
+        v_proj = F.linear(x, self.v_proj.weight)  # llama.linnet:96
+        v = v_proj.reshape(B, S, 2, 8).transpose(1, 2)  # [B, 2, S, 8] llama.linnet:96
+        apply_rope_1 = apply_rope(q, cos, sin)  # llama.linnet:97
+        apply_rope_2 = apply_rope(k, cos, sin)  # llama.linnet:97
         return apply_rope_1, apply_rope_2, v
 
     def step(self, x, cos, sin, mask, positions, rows):
-        """f32[B, S, 32], f32[B, S, 8], f32[B, S, 8], bool[B, S, 16], i64[B], i64[B] -> f32[B, S, 32] (llama.linnet:101)"""
+        """f32[B, S, 32], f32[B, S, 8], f32[B, S, 8], bool[B, S, 16], i64[B], i64[B] -> f32[B, S, 32] (llama.linnet:109)"""
         B, S = x.shape[:2]
         device = x.device
-        q, k, v = self.project(x, cos, sin)  # llama.linnet:102
+        q, k, v = self.project(x, cos, sin)  # llama.linnet:110
         row_index = rows[:, None]
         position_index = positions[:, None] if S == 1 else positions[:, None] + torch.arange(S, device=device)
-        self.k_cache[row_index, :, position_index] = k.transpose(1, 2)  # llama.linnet:103
-        self.v_cache[row_index, :, position_index] = v.transpose(1, 2)  # llama.linnet:104
-        t = self.k_cache.expand(B, 2, 16, 8)  # llama.linnet:105
-        t_1 = self.v_cache.expand(B, 2, 16, 8)  # llama.linnet:105
+        self.k_cache[row_index, :, position_index] = k.transpose(1, 2)  # llama.linnet:111
+        self.v_cache[row_index, :, position_index] = v.transpose(1, 2)  # llama.linnet:112
+        t = self.k_cache.expand(B, 2, 16, 8)  # llama.linnet:113
+        t_1 = self.v_cache.expand(B, 2, 16, 8)  # llama.linnet:113
         keys, k_used, v_used, mask_used = 16, t, t_1, mask
         if S > 1 and bool(mask.any()):  # prefill: keys after the last attended one weigh exactly 0
             keys = int(mask.flatten(0, 1).any(0).nonzero().max()) + 1
@@ -210,14 +210,14 @@ class LlamaAttention(Module):
         scores = scores.reshape(B, 4, S, keys) * 0.3535533905932738
         scores = scores.masked_fill_(~mask_used.unsqueeze(1), torch.finfo(torch.float32).min)
         probs = torch.softmax(scores, dim=-1)
-        out = (probs.reshape(B, 2, 2 * S, keys) @ v_used).reshape(B, 4, S, 8)  # [B, 4, S, 8] llama.linnet:105
-        t_2 = out.transpose(1, 2).reshape(B, S, 32)  # [B, S, 32] llama.linnet:106
-        o_proj = F.linear(t_2, self.o_proj.weight)  # llama.linnet:106
+        out = (probs.reshape(B, 2, 2 * S, keys) @ v_used).reshape(B, 4, S, 8)  # [B, 4, S, 8] llama.linnet:113
+        t_2 = out.transpose(1, 2).reshape(B, S, 32)  # [B, S, 32] llama.linnet:114
+        o_proj = F.linear(t_2, self.o_proj.weight)  # llama.linnet:114
         return o_proj
 
 
 class LlamaMLP(Module):
-    """LlamaMLP (llama.linnet:60)."""
+    """LlamaMLP (llama.linnet:68)."""
 
     PARAMS = {
         'gate_proj.weight': ((64, 32), torch.float32),
@@ -226,17 +226,17 @@ class LlamaMLP(Module):
     }
 
     def forward(self, x):
-        """f32[B, S, 32] -> f32[B, S, 32] (llama.linnet:65)"""
-        gate_proj = F.linear(x, self.gate_proj.weight)  # llama.linnet:66
-        silu = F.silu(gate_proj)  # [B, S, 64] llama.linnet:66
-        up_proj = F.linear(x, self.up_proj.weight)  # llama.linnet:66
-        t = silu * up_proj  # llama.linnet:66
-        down_proj = F.linear(t, self.down_proj.weight)  # llama.linnet:66
+        """f32[B, S, 32] -> f32[B, S, 32] (llama.linnet:73)"""
+        gate_proj = F.linear(x, self.gate_proj.weight)  # llama.linnet:74
+        silu = F.silu(gate_proj)  # [B, S, 64] llama.linnet:74
+        up_proj = F.linear(x, self.up_proj.weight)  # llama.linnet:74
+        t = silu * up_proj  # llama.linnet:74
+        down_proj = F.linear(t, self.down_proj.weight)  # llama.linnet:74
         return down_proj
 
 
 class LlamaDecoderLayer(Module):
-    """LlamaDecoderLayer (llama.linnet:111)."""
+    """LlamaDecoderLayer (llama.linnet:119)."""
 
     PARAMS = {
         'input_layernorm.weight': ((32,), torch.float32),
@@ -249,28 +249,28 @@ class LlamaDecoderLayer(Module):
     }
 
     def forward(self, h, cos, sin, mask):
-        """f32[B, S, 32], f32[B, S, 8], f32[B, S, 8], bool[B, S, S] -> f32[B, S, 32] (llama.linnet:117)"""
-        input_layernorm = rms_norm(h, self.input_layernorm.weight)  # llama.linnet:118
-        self_attn = self.self_attn.forward(input_layernorm, cos, sin, mask)  # llama.linnet:118
-        x = h + self_attn  # llama.linnet:118
-        post_attention_layernorm = rms_norm(x, self.post_attention_layernorm.weight)  # llama.linnet:119
-        mlp = self.mlp.forward(post_attention_layernorm)  # llama.linnet:119
-        t = x + mlp  # llama.linnet:119
+        """f32[B, S, 32], f32[B, S, 8], f32[B, S, 8], bool[B, S, S] -> f32[B, S, 32] (llama.linnet:125)"""
+        input_layernorm = rms_norm(h, self.input_layernorm.weight)  # llama.linnet:126
+        self_attn = self.self_attn.forward(input_layernorm, cos, sin, mask)  # llama.linnet:126
+        x = h + self_attn  # llama.linnet:126
+        post_attention_layernorm = rms_norm(x, self.post_attention_layernorm.weight)  # llama.linnet:127
+        mlp = self.mlp.forward(post_attention_layernorm)  # llama.linnet:127
+        t = x + mlp  # llama.linnet:127
         return t
 
     def step(self, h, cos, sin, mask, positions, rows):
-        """f32[B, S, 32], f32[B, S, 8], f32[B, S, 8], bool[B, S, 16], i64[B], i64[B] -> f32[B, S, 32] (llama.linnet:122)"""
-        input_layernorm = rms_norm(h, self.input_layernorm.weight)  # llama.linnet:123
-        self_attn = self.self_attn.step(input_layernorm, cos, sin, mask, positions, rows)  # llama.linnet:123
-        x = h + self_attn  # llama.linnet:123
-        post_attention_layernorm = rms_norm(x, self.post_attention_layernorm.weight)  # llama.linnet:124
-        mlp = self.mlp.forward(post_attention_layernorm)  # llama.linnet:124
-        t = x + mlp  # llama.linnet:124
+        """f32[B, S, 32], f32[B, S, 8], f32[B, S, 8], bool[B, S, 16], i64[B], i64[B] -> f32[B, S, 32] (llama.linnet:130)"""
+        input_layernorm = rms_norm(h, self.input_layernorm.weight)  # llama.linnet:131
+        self_attn = self.self_attn.step(input_layernorm, cos, sin, mask, positions, rows)  # llama.linnet:131
+        x = h + self_attn  # llama.linnet:131
+        post_attention_layernorm = rms_norm(x, self.post_attention_layernorm.weight)  # llama.linnet:132
+        mlp = self.mlp.forward(post_attention_layernorm)  # llama.linnet:132
+        t = x + mlp  # llama.linnet:132
         return t
 
 
 class LlamaModel(Module):
-    """LlamaModel (llama.linnet:129)."""
+    """LlamaModel (llama.linnet:137)."""
 
     PARAMS = {
         'embed_tokens.weight': ((96, 32), torch.float32),
@@ -282,46 +282,46 @@ class LlamaModel(Module):
     }
 
     def forward(self, input_ids):
-        """i64[B, S] -> f32[B, S, 32] (llama.linnet:140)"""
+        """i64[B, S] -> f32[B, S, 32] (llama.linnet:148)"""
         B, S = input_ids.shape
         device = input_ids.device
-        h = F.embedding(input_ids, self.embed_tokens.weight)  # llama.linnet:141
-        t = torch.arange(S, device=device)  # llama.linnet:142
-        t_1 = t.unsqueeze(0)  # [1, S] llama.linnet:142
-        position_ids = t_1.expand(B, S)  # [B, S] llama.linnet:142
-        cos, sin = self.rotary(position_ids)  # llama.linnet:143
-        mask = causal_mask(position_ids, t)  # llama.linnet:144
-        for layer in self.layers:  # llama.linnet:145
-            h = layer.forward(h, cos, sin, mask)  # llama.linnet:146
-        norm = rms_norm(h, self.norm.weight)  # llama.linnet:148
+        h = F.embedding(input_ids, self.embed_tokens.weight)  # llama.linnet:149
+        t = torch.arange(S, device=device)  # llama.linnet:150
+        t_1 = t.unsqueeze(0)  # [1, S] llama.linnet:150
+        position_ids = t_1.expand(B, S)  # [B, S] llama.linnet:150
+        cos, sin = self.rotary(position_ids)  # llama.linnet:151
+        mask = causal_mask(position_ids, t)  # llama.linnet:152
+        for layer in self.layers:  # llama.linnet:153
+            h = layer.forward(h, cos, sin, mask)  # llama.linnet:154
+        norm = rms_norm(h, self.norm.weight)  # llama.linnet:156
         return norm
 
     def rotary(self, position_ids):
-        """i64[B, S] -> f32[B, S, 8], f32[B, S, 8] (llama.linnet:135)"""
+        """i64[B, S] -> f32[B, S, 8], f32[B, S, 8] (llama.linnet:143)"""
         device = position_ids.device
-        inv_freq = rope_inv_freq(device=device)  # llama.linnet:136
-        rope_cos_sin_1, rope_cos_sin_2 = rope_cos_sin(inv_freq, position_ids)  # llama.linnet:137
+        inv_freq = rope_inv_freq(device=device)  # llama.linnet:144
+        rope_cos_sin_1, rope_cos_sin_2 = rope_cos_sin(inv_freq, position_ids)  # llama.linnet:145
         return rope_cos_sin_1, rope_cos_sin_2
 
     def step(self, input_ids, positions, rows):
-        """i64[B, S], i64[B], i64[B] -> f32[B, S, 32] (llama.linnet:151)"""
+        """i64[B, S], i64[B], i64[B] -> f32[B, S, 32] (llama.linnet:159)"""
         S = input_ids.shape[1]
         device = input_ids.device
-        h = F.embedding(input_ids, self.embed_tokens.weight)  # llama.linnet:152
-        t = positions.unsqueeze(1)  # [B, 1] llama.linnet:153
-        t_1 = torch.arange(S, device=device)  # llama.linnet:153
-        position_ids = t + t_1  # llama.linnet:153
-        cos, sin = self.rotary(position_ids)  # llama.linnet:154
-        t_2 = torch.arange(16, device=device)  # llama.linnet:155
-        mask = causal_mask_2(position_ids, t_2)  # llama.linnet:155
-        for layer in self.layers:  # llama.linnet:156
-            h = layer.step(h, cos, sin, mask, positions, rows)  # llama.linnet:157
-        norm = rms_norm(h, self.norm.weight)  # llama.linnet:159
+        h = F.embedding(input_ids, self.embed_tokens.weight)  # llama.linnet:160
+        t = positions.unsqueeze(1)  # [B, 1] llama.linnet:161
+        t_1 = torch.arange(S, device=device)  # llama.linnet:161
+        position_ids = t + t_1  # llama.linnet:161
+        cos, sin = self.rotary(position_ids)  # llama.linnet:162
+        t_2 = torch.arange(16, device=device)  # llama.linnet:163
+        mask = causal_mask_2(position_ids, t_2)  # llama.linnet:163
+        for layer in self.layers:  # llama.linnet:164
+            h = layer.step(h, cos, sin, mask, positions, rows)  # llama.linnet:165
+        norm = rms_norm(h, self.norm.weight)  # llama.linnet:167
         return norm
 
 
 class LlamaForCausalLM(Module):
-    """LlamaForCausalLM (llama.linnet:165)."""
+    """LlamaForCausalLM (llama.linnet:173)."""
 
     PARAMS = {
         'lm_head.weight': ((96, 32), torch.float32),
@@ -332,19 +332,19 @@ class LlamaForCausalLM(Module):
     }
 
     def forward(self, input_ids):
-        """i64[B, S] -> f32[B, S, 96] (llama.linnet:172)"""
-        model = self.model.forward(input_ids)  # llama.linnet:173
-        logits_1 = self.logits(model)  # llama.linnet:173
+        """i64[B, S] -> f32[B, S, 96] (llama.linnet:180)"""
+        model = self.model.forward(input_ids)  # llama.linnet:181
+        logits_1 = self.logits(model)  # llama.linnet:181
         return logits_1
 
     def step(self, input_ids, positions, rows):
-        """i64[B, S], i64[B], i64[B] -> f32[B, 96] (llama.linnet:177)"""
-        h = self.model.step(input_ids, positions, rows)  # llama.linnet:178
-        t = h[:, -1]  # llama.linnet:179
-        logits_1 = self.logits(t)  # llama.linnet:179
+        """i64[B, S], i64[B], i64[B] -> f32[B, 96] (llama.linnet:185)"""
+        h = self.model.step(input_ids, positions, rows)  # llama.linnet:186
+        t = h[:, -1]  # llama.linnet:187
+        logits_1 = self.logits(t)  # llama.linnet:187
         return logits_1
 
     def logits(self, h):
-        """logits(h: [..., c.hidden_size]) -> [..., c.vocab_size] (llama.linnet:182)"""
-        lm_head = F.linear(h, self.lm_head.weight)  # llama.linnet:186
+        """logits(h: [..., c.hidden_size]) -> [..., c.vocab_size] (llama.linnet:190)"""
+        lm_head = F.linear(h, self.lm_head.weight)  # llama.linnet:194
         return lm_head
