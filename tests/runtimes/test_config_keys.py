@@ -203,6 +203,7 @@ NOT_FIELDS = {
     "BertConfig": {"is_encoder_decoder"},
     "MistralConfig": {"is_encoder_decoder", "rope_parameters"},
     "Phi3Config": {"is_encoder_decoder", "rope_parameters"},
+    "RobertaConfig": {"is_encoder_decoder"},
 }
 
 
@@ -214,6 +215,7 @@ NOT_FIELDS = {
         (BERT, "BertConfig"),
         (MISTRAL, "MistralConfig"),
         (EXAMPLES / "phi3.linnet", "Phi3Config"),
+        (EXAMPLES / "roberta.linnet", "RobertaConfig"),
     ],
     ids=str,
 )
