@@ -169,3 +169,13 @@ def test_a_named_prefix_the_checkpoint_lacks_is_an_error(classifier, tmp_path):
     with pytest.raises(LoadError) as err:
         load(folder, without_takes_part(tmp_path, '@takes_part("model.encoder")\n'))
     assert err.value.code == "L502" and "parameter(s) missing from the checkpoint" in str(err.value)
+
+
+def test_the_encoder_of_a_masked_lm_checkpoint(tmp_path):
+    """RobertaForMaskedLM, the class of FacebookAI/roberta-base's checkpoint: `roberta.*` and `lm_head.*`."""
+    model = seeded(transformers.RobertaForMaskedLM, seed=9)
+    model.save_pretrained(tmp_path)
+    m = load(tmp_path)
+    assert max_abs_diff(linnet_states(m), encoder_states(model.roberta)) < STATES_ATOL
+    (note,) = [n for n in m.notes if "takes a part" in n]
+    assert "under `roberta.`" in note and "`lm_head.dense.weight`" in note
