@@ -16,7 +16,7 @@ import pytest
 
 from linnet.runtimes.backends import BACKENDS
 from linnet.semantics.program import Document
-from tests.runtimes.conftest import ROBERTA, max_abs_diff, perturb, report
+from tests.runtimes.conftest import ROBERTA, header_only_checkpoint, max_abs_diff, perturb, report
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -149,3 +149,33 @@ def test_position_ids_are_transformers(small_roberta):
     assert max_abs_diff(right[2], wrong[2]) > 100 * STATES_ATOL
     (states,) = load("torch", folder).run("forward", ids.numpy(), mask.numpy())
     assert max_abs_diff(states, right) < STATES_ATOL
+
+
+@pytest.mark.parametrize("preset", sorted(REAL_CONFIGS))
+def test_the_real_checkpoint_layout_fits_every_parameter(preset, tmp_path):
+    """L501/L502 against a header-only description of the real checkpoint: the names and shapes transformers saves
+    for RobertaForMaskedLM (roberta-base's class: `roberta.*` and `lm_head.*`) of the real config fit the source
+    under that config.json, the head left with a note; one wrong shape is refused naming the tensor."""
+    from linnet.ir.build import bind_config, check_source, lower_program
+    from linnet.runtimes.checkpoints import open_checkpoint
+    from linnet.runtimes.loading import LoadError, match_weights
+
+    info = check_source(str(ROBERTA), ROBERTA.read_text(), preset)
+    config = transformers.RobertaConfig(**REAL_CONFIGS[preset])
+    with torch.device("meta"):
+        model = transformers.RobertaForMaskedLM(config)
+    header_only_checkpoint(tmp_path, config, model)
+    ckpt = open_checkpoint(tmp_path)
+    program = lower_program(bind_config(info, ckpt.config, labels=(str(tmp_path),)), max_positions=16)
+    notes: list[str] = []
+    plan = match_weights(program, ckpt, notes)
+    assert len(plan) == len(program.params) == 12 * 16 + 5 and set(plan.values()) < set(ckpt.tensor_names)
+    (note,) = notes
+    assert "under `roberta.`" in note and "lm_head.bias" in note
+
+    with torch.device("meta"):
+        model.roberta.encoder.layer[7].attention.self.query = torch.nn.Linear(768, 776)
+    header_only_checkpoint(tmp_path, config, model)
+    with pytest.raises(LoadError, match=r"roberta.encoder.layer.7.attention.self.query.weight.*\[776, 768\]") as err:
+        match_weights(program, open_checkpoint(tmp_path), notes)
+    assert err.value.code == "L501"
