@@ -7,8 +7,10 @@ no default weights needs `weights=` (or `random_weights=True`, for `linnet run`)
 
 Names are checked both ways and every shape against the checker's: a mismatch is an
 `L501`/`L502` error naming the tensor (and both shapes). A checkpoint whose names lack (or
-add) a leading prefix the source has, like GPT-2 files saved without `transformer.`, is
-matched by that prefix.
+add) a leading prefix the source has, like GPT-2 files saved without `transformer.`, or a
+RoBERTa-for-X checkpoint's `roberta.`, is matched by that prefix. A model marked
+`@takes_part` takes a part of its checkpoint: the tensors none of its parameters takes are a
+note (how many, and a few), not an error.
 
 Tensors travel as numpy arrays (`planned_tensors`, `random_params`); each runtime converts
 them once to its own arrays. Nothing here imports torch, jax or onnxruntime.
@@ -212,11 +214,12 @@ def _drop_unset(info: SourceInfo, config: dict[str, Any]) -> dict[str, Any]:
 
 
 def match_weights(program: Program, ckpt: Checkpoint, notes: list[str]) -> dict[str, str]:
-    """Parameter path -> checkpoint name, every shape and dtype checked. Raises LoadError (L501
-    shape, L502 names, L504 an integer or bool tensor where a parameter is)."""
+    """Parameter path -> checkpoint name, every shape and dtype checked. Checkpoint tensors no
+    parameter takes are an error unless the model is `@takes_part` (then a note in `notes`).
+    Raises LoadError (L501 shape, L502 names, L504 an integer or bool tensor where a parameter is)."""
     model = [p.path for p in program.params]
     names = [n for n in ckpt.tensor_names if n not in ckpt.buffer_names]
-    rename = _prefix_map(model, set(names))
+    rename = _prefix_map(model, set(names), program.part_prefix if program.takes_part else None, ckpt.source)
     plan = {m: rename(m) for m in model}
     taken = set(plan.values())
     for m, c in plan.items():  # an integer tensor where a parameter is (safetensors lists it as a buffer)
@@ -234,12 +237,21 @@ def match_weights(program: Program, ckpt: Checkpoint, notes: list[str]) -> dict[
         for n in heads:
             notes.append(f"{ckpt.source}: `{n}` is not used (the source ties the head to the embeddings)")
         extra = [n for n in extra if n not in heads]
+    if extra and program.takes_part and not missing:
+        where = _part_prefix(plan)
+        notes.append(
+            f"{ckpt.source}: {program.source} takes a part of the checkpoint ({where}); "
+            f"{len(extra)} tensor(s) not used: " + _few(extra, 4)
+        )
+        extra = []
     if missing or extra:
         lines = [f"the names of {ckpt.source} don't match {program.source}"]
         if missing:
             lines.append(f"  {len(missing)} parameter(s) missing from the checkpoint: " + _few(missing))
         if extra:
             lines.append(f"  {len(extra)} checkpoint tensor(s) no parameter takes: " + _few(extra))
+            if len(extra) < len(names):
+                lines.append("  (a source that loads a part of a checkpoint says so with `@takes_part` on its model)")
         raise LoadError("\n".join(lines), code="L502")
     for spec in program.params:
         have = tuple(ckpt.shape(plan[spec.path]))
@@ -250,6 +262,12 @@ def match_weights(program: Program, ckpt: Checkpoint, notes: list[str]) -> dict[
                 code="L501",
             )
     return plan
+
+
+def _part_prefix(plan: dict[str, str]) -> str:
+    """How the plan places the parameters: "under `roberta.`" or "its names as the source's"."""
+    m, c = next(iter(plan.items()))
+    return f"under `{c[: len(c) - len(m)]}`" if c != m and c.endswith(m) else "names as the source's"
 
 
 def random_params(program: Program, seed: int = 0) -> dict[str, np.ndarray]:
@@ -271,22 +289,35 @@ def random_params(program: Program, seed: int = 0) -> dict[str, np.ndarray]:
     return out
 
 
-def _prefix_map(model: list[str], names: set[str]):
-    """A renaming model path -> checkpoint name: identity, or dropping/adding a leading
-    segment the two sides disagree on (`transformer.`, `bert.`)."""
-    if all(m in names for m in model):
+def _prefix_map(model: list[str], names: set[str], prefix: str | None = None, source: str = "the checkpoint"):
+    """A renaming model path -> checkpoint name: identity, dropping a leading segment the
+    checkpoint lacks (`transformer.` in GPT-2 files saved without it), or adding the prefix the
+    checkpoint has (`bert.`, `model.encoder.`: any number of segments). With `prefix` (a model's
+    `@takes_part("roberta")`), that prefix and nothing else. Raises LoadError (L502) when the
+    parameters are found whole under more than one prefix (name one with `@takes_part`)."""
+    if prefix is not None:
+        return lambda m, p=prefix + ".": p + m
+    if not model or all(m in names for m in model):
         return lambda m: m
     heads = {m.split(".", 1)[0] for m in model}
     for head in heads:
-        prefix = head + "."
-        stripped = {m: m[len(prefix) :] for m in model if m.startswith(prefix)}
+        drop = head + "."
+        stripped = {m: m[len(drop) :] for m in model if m.startswith(drop)}
         if stripped and all(s in names for s in stripped.values()):
-            return lambda m, p=prefix: m[len(p) :] if m.startswith(p) else m
-    extra = {n.split(".", 1)[0] for n in names if "." in n} - heads
-    for head in extra:
-        prefix = head + "."
-        if all(prefix + m in names for m in model):
-            return lambda m, p=prefix: p + m
+            return lambda m, p=drop: m[len(p) :] if m.startswith(p) else m
+    # prefixes under which the first parameter is found, then those that hold every parameter
+    first = model[0]
+    candidates = sorted({n[: -len(first)] for n in names if n.endswith("." + first)})
+    found = [p for p in candidates if all(p + m in names for m in model)]
+    if len(found) > 1:
+        shown = ", ".join(f"`{p}`" for p in found)
+        raise LoadError(
+            f"every parameter is in {source} under more than one prefix ({shown}): name the one to load with "
+            f'`@takes_part("{found[0][:-1]}")` on the model',
+            code="L502",
+        )
+    if found:
+        return lambda m, p=found[0]: p + m
     return lambda m: m
 
 

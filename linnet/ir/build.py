@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, SourceError
-from ..semantics.attributes import inert_keys
+from ..semantics.attributes import inert_keys, takes_part
 from ..semantics.diagnostics import Diagnostic, LocatedLabel
 from ..semantics.program import Analysis, Document
 from ..semantics.render import render_text
@@ -464,6 +464,7 @@ def lower_program(
             modules=lowering.modules,
             root=lowering.module_class(root),
         )
+        program.takes_part, program.part_prefix = takes_part(analysis.model.ast)
         fns = {f.name.id: f for f in A.flat_members(analysis.model.ast.members) if isinstance(f, A.FnDef) and f.entry}
         for name in entries or list(fns):
             if name not in fns:

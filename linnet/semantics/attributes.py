@@ -3,9 +3,11 @@ parameter or submodule gives its checkpoint name where it differs from the membe
 `@composite` on a standard-library function says backends may run it as a native kernel (it
 is lowered as a `composite` op whose body is its meaning); `@inert("use_cache", ...)` on a
 config lists the keys a checkpoint's config may hold that do not affect the computation
-(loading skips them; any other key that is not a field is an error). Nothing else takes
-attributes; `@weights` and `@name` take one string, `@composite` nothing, `@inert` one or
-more strings."""
+(loading skips them; any other key that is not a field is an error); `@takes_part` on a
+`model` says its parameters are a part of the checkpoints it loads (an encoder from a model
+with a task head), so the checkpoint tensors no parameter takes are a note, not an error.
+Nothing else takes attributes; `@weights` and `@name` take one string, `@composite` nothing,
+`@inert` one or more strings, `@takes_part` nothing or the checkpoint prefix (one string)."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ _ALLOWED = {
     A.ConfigDef: ("inert", 'the checkpoint config keys that do not affect the computation (`@inert("use_cache")`)'),
     A.FieldDecl: ("name", 'the checkpoint name of this member (`@name("LayerNorm")`)'),
     A.FnDef: ("composite", "a standard-library function backends may run as a native kernel"),
+    A.ModuleDef: ("takes_part", 'a model whose parameters are a part of its checkpoints (`@takes_part("roberta")`)'),
 }
 
 _WHAT = {
@@ -48,13 +51,17 @@ def check_attributes(item: Item) -> list[Finding]:
     out = []
     for node in A.definitions(item.ast):
         allowed = _ALLOWED.get(type(node))
+        if isinstance(node, A.ModuleDef) and not node.is_model:
+            allowed = None  # a module is a part of a model; only the loaded root takes a part of a checkpoint
         for attr in getattr(node, "attributes", ()):
             name = attr.name.id
-            where = _WHAT.get(type(node), "this")
+            where = "a model" if isinstance(node, A.ModuleDef) and node.is_model else _WHAT.get(type(node), "this")
             if allowed is None or allowed[0] != name:
                 hint = f"; `@{allowed[0]}` is" if allowed else "; attributes are"
                 hint += (
-                    " allowed here" if allowed else " `@weights` on presets, `@inert` on configs and `@name` on members"
+                    " allowed here"
+                    if allowed
+                    else " `@weights` on presets, `@inert` on configs, `@name` on members and `@takes_part` on a model"
                 )
                 out.append(
                     Finding(
@@ -75,6 +82,8 @@ def check_attributes(item: Item) -> list[Finding]:
                     )
             elif name == "inert":
                 out += _check_inert(item, node, attr)
+            elif name == "takes_part":
+                out += _check_takes_part(item, attr)
             elif len(attr.args) != 1 or attr.args[0].name is not None or not isinstance(attr.args[0].value, A.StrLit):
                 out.append(Finding("L111", f"`@{name}` takes one string: {allowed[1]}", LocalAnchor(item, attr.span)))
             elif name == "name" and not attr.args[0].value.value.isidentifier():
@@ -107,6 +116,31 @@ def _check_inert(item: Item, config: A.ConfigDef, attr: A.Attribute) -> list[Fin
             continue
         out.append(Finding("L111", message, LocalAnchor(item, arg.value.span)))
     return out
+
+
+def _check_takes_part(item: Item, attr: A.Attribute) -> list[Finding]:
+    """`@takes_part` takes nothing (the prefix is found in the checkpoint) or one string: the
+    checkpoint prefix of the model's parameters, segments joined by `.` (`"roberta"`,
+    `"model.encoder"`), without a leading or trailing `.`."""
+    if not attr.args:
+        return []
+    arg = attr.args[0].value
+    if len(attr.args) != 1 or attr.args[0].name is not None or not isinstance(arg, A.StrLit):
+        return [Finding("L111", f"`@takes_part` takes nothing or one string: {_ALLOWED[A.ModuleDef][1]}",
+                        LocalAnchor(item, attr.span))]  # fmt: skip
+    if not all(segment.isidentifier() or segment.isdigit() for segment in arg.value.split(".")):
+        message = '`@takes_part` gives the checkpoint prefix: names joined by `.` (`"model.encoder"`)'
+        return [Finding("L111", message, LocalAnchor(item, arg.span))]
+    return []
+
+
+def takes_part(model: A.ModuleDef) -> tuple[bool, str | None]:
+    """(whether the model takes a part of its checkpoints, the prefix its `@takes_part` names or None)."""
+    for attr in model.attributes:
+        if attr.name.id == "takes_part":
+            args = [a.value.value for a in attr.args if isinstance(a.value, A.StrLit)]
+            return True, (args[0] if args else None)
+    return False, None
 
 
 def inert_keys(config: A.ConfigDef) -> list[str]:

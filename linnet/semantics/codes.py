@@ -471,9 +471,12 @@ _ALL = [
         "checkpoint names don't match",
         "error",
         "Names are checked both ways: a parameter missing from the checkpoint, or a checkpoint tensor "
-        "no parameter takes.",
+        "no parameter takes (unless the model is `@takes_part`: then a note), or every parameter found "
+        "under two prefixes.",
         "missing: lm_head.weight",
-        "Fix the module tree or add `@name(...)`.",
+        "Fix the module tree or add `@name(...)`; a model that loads a part of its checkpoints (an "
+        'encoder without the task head) says so with `@takes_part`, or `@takes_part("prefix")` to '
+        "name the prefix to load.",
     ),
     Code(
         "L503",

@@ -21,6 +21,7 @@ BERT = EXAMPLES / "bert.linnet"
 MISTRAL = EXAMPLES / "mistral.linnet"
 QWEN2 = EXAMPLES / "qwen2.linnet"
 QWEN3 = EXAMPLES / "qwen3.linnet"
+ROBERTA = EXAMPLES / "roberta.linnet"
 
 # f32 against transformers in eager f32: the design targets about 1e-4 on logits (ARCHITECTURE.md, "Numerics
 # and reference"); what we see is ~1e-5 on SmolLM2 and ~1e-6 on the small models.
@@ -167,3 +168,21 @@ def safetensors_names(folder: Path) -> set[str]:
 
     with safe_open(str(folder / "model.safetensors"), framework="pt") as f:
         return set(f.keys())
+
+
+def header_only_checkpoint(folder, config, model) -> None:
+    """A checkpoint folder as transformers would save `model` (config.json, model.safetensors in bf16), with
+    the real header and the data left as a hole: a sparse file of the real size that takes no disk."""
+    import json
+
+    config.save_pretrained(folder)
+    header, offset = {}, 0
+    for name, p in model.named_parameters():
+        size = p.numel() * 2
+        header[name] = {"dtype": "BF16", "shape": list(p.shape), "data_offsets": [offset, offset + size]}
+        offset += size
+    raw = json.dumps(header).encode()
+    raw += b" " * (-len(raw) % 8)
+    with open(folder / "model.safetensors", "wb") as f:
+        f.write(len(raw).to_bytes(8, "little") + raw)
+        f.truncate(8 + len(raw) + offset)

@@ -205,6 +205,7 @@ NOT_FIELDS = {
     "Phi3Config": {"is_encoder_decoder", "rope_parameters"},
     "Qwen2Config": {"is_encoder_decoder", "rope_parameters"},
     "Qwen3Config": {"is_encoder_decoder", "rope_parameters"},
+    "RobertaConfig": {"is_encoder_decoder"},
 }
 
 
@@ -218,6 +219,7 @@ NOT_FIELDS = {
         (EXAMPLES / "phi3.linnet", "Phi3Config"),
         (QWEN2, "Qwen2Config"),
         (QWEN3, "Qwen3Config"),
+        (EXAMPLES / "roberta.linnet", "RobertaConfig"),
     ],
     ids=str,
 )

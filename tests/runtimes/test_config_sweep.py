@@ -1,10 +1,10 @@
-"""The sweep that shows a checkpoint config is never silently wrong (issue 14): for each example family (Llama,
-GPT-2, BERT, Qwen2, Qwen3), a small seeded checkpoint made by transformers has ONE config key changed at a time
-(every key of its config.json, nested `rope_parameters` fields one by one, plus keys other models of the family write,
-such as Phi-3's `partial_rotary_factor`). The reference is what transformers makes of that config.json: the config is
-read back with `from_pretrained`, a model is built from it (seeded, parameters perturbed) and its weights saved beside
-the mutated config.json. Linnet loads the folder through `linnet.runtimes` (torch-interpret) and must either refuse it
-with an error naming the key, or give the reference's outputs within f32 tolerance.
+"""The sweep that shows a checkpoint config is never silently wrong (issue 14): for each example family (Llama, GPT-2,
+BERT, RoBERTa, Mistral, Qwen2, Qwen3), a small seeded checkpoint made by transformers has ONE config key changed at a
+time (every key of its config.json, nested `rope_parameters` fields one by one, plus keys other models of the family
+write, such as Phi-3's `partial_rotary_factor`). The reference is what transformers makes of that config.json: the
+config is read back with `from_pretrained`, a model is built from it (seeded, parameters perturbed) and its weights
+saved beside the mutated config.json. Linnet loads the folder through `linnet.runtimes` (torch-interpret) and must
+either refuse it with an error naming the key, or give the reference's outputs within f32 tolerance.
 
 Each mutation is one of: refused (naming the key), matched, invalid (transformers itself refuses the config), or a
 failure: silently wrong (loaded, outputs differ) or refused without naming the key. The counts are printed
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.runtimes.conftest import BERT, GPT2, LLAMA, MISTRAL, QWEN2, QWEN3, max_abs_diff, perturb
+from tests.runtimes.conftest import BERT, GPT2, LLAMA, MISTRAL, QWEN2, QWEN3, ROBERTA, max_abs_diff, perturb
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -54,6 +54,16 @@ SMALL_DECODER = dict(
     num_key_value_heads=2,
     max_position_embeddings=64,
     rms_norm_eps=1e-5,
+)
+
+# The sizes of the small encoders (BERT, RoBERTa).
+SMALL_ENCODER = dict(
+    vocab_size=96,
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    intermediate_size=64,
+    max_position_embeddings=MAX_POSITIONS,
 )
 
 FAMILIES = {
@@ -100,14 +110,7 @@ FAMILIES = {
         BERT,
         "BertConfig",
         "BertModel",
-        dict(
-            vocab_size=96,
-            hidden_size=32,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            intermediate_size=64,
-            max_position_embeddings=MAX_POSITIONS,
-        ),
+        SMALL_ENCODER,
         extra={"position_embedding_type": "relative_key", "gradient_checkpointing": True},
         encoder=True,
     ),
@@ -127,6 +130,14 @@ FAMILIES = {
         "Qwen3ForCausalLM",
         dict(SMALL_DECODER, rope_parameters={"rope_type": "default", "rope_theta": 100.0}, head_dim=16),
         extra={"sliding_window": 4},
+    ),
+    "roberta": Family(
+        ROBERTA,
+        "RobertaConfig",
+        "RobertaModel",
+        dict(SMALL_ENCODER, type_vocab_size=1, layer_norm_eps=1e-5),
+        extra={"position_embedding_type": "relative_key"},
+        encoder=True,
     ),
 }
 
