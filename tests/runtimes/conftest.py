@@ -17,6 +17,7 @@ LLAMA = EXAMPLES / "llama.linnet"
 GPT2 = EXAMPLES / "gpt2.linnet"
 BERT = EXAMPLES / "bert.linnet"
 MISTRAL = EXAMPLES / "mistral.linnet"
+GPT_OSS = EXAMPLES / "gpt_oss.linnet"
 
 # f32 against transformers in eager f32: the design targets about 1e-4 on logits (ARCHITECTURE.md, "Numerics
 # and reference"); what we see is ~1e-5 on SmolLM2 and ~1e-6 on the small models.

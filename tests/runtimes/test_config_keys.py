@@ -203,6 +203,7 @@ NOT_FIELDS = {
     "BertConfig": {"is_encoder_decoder"},
     "MistralConfig": {"is_encoder_decoder", "rope_parameters"},
     "Phi3Config": {"is_encoder_decoder", "rope_parameters"},
+    "GptOssConfig": {"is_encoder_decoder", "rope_parameters"},
 }
 
 
@@ -214,6 +215,7 @@ NOT_FIELDS = {
         (BERT, "BertConfig"),
         (MISTRAL, "MistralConfig"),
         (EXAMPLES / "phi3.linnet", "Phi3Config"),
+        (EXAMPLES / "gpt_oss.linnet", "GptOssConfig"),
     ],
     ids=str,
 )
@@ -234,9 +236,11 @@ def test_every_key_of_the_transformers_config_is_classified(source, config_class
 
 
 # Keys modeling code reads that do not change inference outputs: dropout rates (eval mode runs none), the KV cache
-# switch (the same logits with or without it), the init scale, and GPT2DoubleHeadsModel's sequence-summary head.
+# switch (the same logits with or without it), the init scale, GPT2DoubleHeadsModel's sequence-summary head, and a
+# mixture of experts' load-balancing loss (its weight, and whether the router logits are returned to compute it).
 READ_BUT_INERT = {
     "attention_dropout", "attn_pdrop", "resid_pdrop", "embd_pdrop", "hidden_dropout_prob",
     "attention_probs_dropout_prob", "classifier_dropout", "use_cache", "initializer_range", "summary_type",
     "summary_use_proj", "summary_activation", "summary_proj_to_labels", "summary_first_dropout",
+    "router_aux_loss_coef", "output_router_logits",
 }  # fmt: skip
