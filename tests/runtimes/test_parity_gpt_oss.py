@@ -244,3 +244,34 @@ def test_a_quantized_checkpoint_is_refused(small_gpt_oss, tmp_path):
     (out / "config.json").write_text(json.dumps(cfg, indent=2))
     with pytest.raises(LoadError, match="L503.*quantization_config"):
         load("torch", out)
+
+
+TOP_K_SOURCE = """config C {
+    k: int = 2
+}
+model TopK(c: C) {
+    entry fn chosen(x: f32[B, S, N]) -> bool[B, S, N] {
+        top_k_mask(x, c.k)
+    }
+}
+"""
+
+
+@pytest.mark.parametrize("k", [1, 2, 5])
+def test_top_k_mask_is_torch_topk(tmp_path, k):
+    """std's `top_k_mask` marks the entries torch.topk returns (random logits over 5 experts), and with ties (small
+    integers) the first `k` of a stable sort by decreasing value: ties go to the lower index."""
+    source = tmp_path / "top_k.linnet"
+    source.write_text(TOP_K_SOURCE)
+    m = BACKENDS["torch-interpret"].load(source, config={"k": k}, random_weights=True, progress=False)
+    g = torch.Generator().manual_seed(k)
+    logits = torch.randn(3, 7, 5, generator=g)
+    (ours,) = m.run("chosen", logits.numpy())
+    theirs = torch.zeros_like(logits, dtype=torch.bool).scatter_(-1, torch.topk(logits, k, dim=-1).indices, True)
+    assert ours.tolist() == theirs.tolist()
+    ties = torch.randint(0, 3, (3, 7, 5), generator=g).float()
+    (ours,) = m.run("chosen", ties.numpy())
+    order = np.argsort(-ties.numpy(), axis=-1, kind="stable")[..., :k]
+    stable = np.zeros(ties.shape, dtype=bool)
+    np.put_along_axis(stable, order, True, axis=-1)
+    assert ours.tolist() == stable.tolist()
