@@ -124,3 +124,21 @@ def safetensors_names(folder: Path) -> set[str]:
 
     with safe_open(str(folder / "model.safetensors"), framework="pt") as f:
         return set(f.keys())
+
+
+def header_only_checkpoint(folder, config, model) -> None:
+    """A checkpoint folder as transformers would save `model` (config.json, model.safetensors in bf16), with
+    the real header and the data left as a hole: a sparse file of the real size that takes no disk."""
+    import json
+
+    config.save_pretrained(folder)
+    header, offset = {}, 0
+    for name, p in model.named_parameters():
+        size = p.numel() * 2
+        header[name] = {"dtype": "BF16", "shape": list(p.shape), "data_offsets": [offset, offset + size]}
+        offset += size
+    raw = json.dumps(header).encode()
+    raw += b" " * (-len(raw) % 8)
+    with open(folder / "model.safetensors", "wb") as f:
+        f.write(len(raw).to_bytes(8, "little") + raw)
+        f.truncate(8 + len(raw) + offset)

@@ -18,7 +18,16 @@ import pytest
 
 from linnet.runtimes.backends import BACKENDS
 from linnet.semantics.program import Document
-from tests.runtimes.conftest import GPT_OSS, LOGITS_ATOL, hf_greedy, linnet_greedy, max_abs_diff, perturb, report
+from tests.runtimes.conftest import (
+    GPT_OSS,
+    LOGITS_ATOL,
+    header_only_checkpoint,
+    hf_greedy,
+    linnet_greedy,
+    max_abs_diff,
+    perturb,
+    report,
+)
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -275,3 +284,31 @@ def test_top_k_mask_is_torch_topk(tmp_path, k):
     stable = np.zeros(ties.shape, dtype=bool)
     np.put_along_axis(stable, order, True, axis=-1)
     assert ours.tolist() == stable.tolist()
+
+
+@pytest.mark.parametrize("preset", sorted(REAL_CONFIGS))
+def test_the_real_checkpoint_layout_fits_every_parameter(preset, tmp_path):
+    """L501/L502 against a header-only description of the real checkpoint (unquantized, as transformers saves
+    GptOssForCausalLM for the real config): every tensor name and shape fits the source under that config.json,
+    and one wrong expert shape is refused naming the tensor."""
+    from linnet.ir.build import bind_config, check_source, lower_program
+    from linnet.runtimes.checkpoints import open_checkpoint
+    from linnet.runtimes.loading import LoadError, match_weights
+
+    info = check_source(str(GPT_OSS), GPT_OSS.read_text(), preset)
+    config = transformers.GptOssConfig(**REAL_CONFIGS[preset])
+    with torch.device("meta"):
+        model = transformers.GptOssForCausalLM(config)
+    header_only_checkpoint(tmp_path, config, model)
+    ckpt = open_checkpoint(tmp_path)
+    program = lower_program(bind_config(info, ckpt.config, labels=(str(tmp_path),)), max_positions=16)
+    assert program.config["layer_types"] == ["sliding_attention", "full_attention"] * 12
+    notes: list[str] = []
+    assert len(match_weights(program, ckpt, notes)) == len(ckpt.tensor_names) == 24 * 17 + 3 and notes == []
+
+    with torch.device("meta"):
+        model.model.layers[5].mlp.experts.down_proj = torch.nn.Parameter(torch.empty(32, 2880, 2881))
+    header_only_checkpoint(tmp_path, config, model)
+    with pytest.raises(LoadError, match=r"model.layers.5.mlp.experts.down_proj.*\[32, 2880, 2881\]") as err:
+        match_weights(program, open_checkpoint(tmp_path), notes)
+    assert err.value.code == "L501"

@@ -14,7 +14,15 @@ import pytest
 from linnet.runtimes.backends import BACKENDS
 from linnet.semantics.program import Document
 from tests.conftest import EXAMPLES
-from tests.runtimes.conftest import LOGITS_ATOL, hf_greedy, linnet_greedy, max_abs_diff, perturb, report
+from tests.runtimes.conftest import (
+    LOGITS_ATOL,
+    header_only_checkpoint,
+    hf_greedy,
+    linnet_greedy,
+    max_abs_diff,
+    perturb,
+    report,
+)
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -181,22 +189,6 @@ def test_a_factor_list_of_the_wrong_length_is_refused(small_phi3, tmp_path):
 
     with pytest.raises(LoadError, match=r"L201.*\[2\] and \[3\]|L201.*\[3\] and \[2\]"):
         load("torch-interpret", tmp_path)
-
-
-def header_only_checkpoint(folder, config, model) -> None:
-    """A checkpoint folder as transformers would save `model` (config.json, model.safetensors in bf16), with
-    the real header and the data left as a hole: a sparse file of the real size that takes no disk."""
-    config.save_pretrained(folder)
-    header, offset = {}, 0
-    for name, p in model.named_parameters():
-        size = p.numel() * 2
-        header[name] = {"dtype": "BF16", "shape": list(p.shape), "data_offsets": [offset, offset + size]}
-        offset += size
-    raw = json.dumps(header).encode()
-    raw += b" " * (-len(raw) % 8)
-    with open(folder / "model.safetensors", "wb") as f:
-        f.write(len(raw).to_bytes(8, "little") + raw)
-        f.truncate(8 + len(raw) + offset)
 
 
 @pytest.mark.parametrize("preset", list(REAL))
