@@ -179,7 +179,7 @@ def test_cached_decode_equals_recompute_past_the_window(small_gpt_oss, backend, 
     "what, change",
     [
         ("sinks at zero", lambda sd: {k: (v * 0 if k.endswith("sinks") else v) for k, v in sd.items()}),
-        ("the other expert biases", lambda sd: {k: (v.flip(0) if "experts" in k else v) for k, v in sd.items()}),
+        ("its experts in reverse order", lambda sd: {k: (v.flip(0) if "experts" in k else v) for k, v in sd.items()}),
     ],
 )
 def test_the_pieces_would_show(small_gpt_oss, what, change):
