@@ -934,15 +934,20 @@ def lower_entry(
         L.names.add(sv.name)
         inputs.append(sv)
         L.state_values[spec.path] = sv
-    L.graph(g)
     taken = {v.name for v in inputs}
+    out_names = []
     for i, v in enumerate(g.outputs):
-        out_name = _output_name(program, i, v, taken)
+        out_names.append(_output_name(program, i, v, taken))
+        taken.add(out_names[-1])
+    # the outputs' names are reserved before the body is named, so that no intermediate value
+    # takes one (a local called `logits` in a router, say)
+    L.names |= taken | {names[path][1] for path in g.state_updates}
+    L.graph(g)
+    for v, out_name in zip(g.outputs, out_names):
         out = L.get(v)
         if out.name in taken or out in inputs or out.producer() is None or out in outputs:
             out = L.op("Identity", [out], like=v)
         out.name = out_name
-        taken.add(out_name)
         outputs.append(out)
     for path, v in g.state_updates.items():
         if v.producer is None or v.producer.name != "cache_write":

@@ -1004,8 +1004,13 @@ class Lowering:
         if isinstance(base, ModList):
             i = self.expr(e.items[0], env)
             return self.list_items(base)[_number(i)]
-        if isinstance(base, list):  # a `list[...]` config field, indexed by a known int (checked)
-            return _config_scalar(base[_number(self.expr(e.items[0], env))])
+        if isinstance(base, list):  # a `list[...]` config field, indexed by a compile-time int
+            i = _number(self.expr(e.items[0], env))
+            if not -len(base) <= i < len(base):  # an int parameter's value, which the checker did not know
+                raise LoweringError(
+                    self.where(env.item, e.items[0]) + f"index {i} is out of range for a list of {len(base)}"
+                )
+            return _config_scalar(base[i])
         if not isinstance(base, Value):
             raise LoweringError(self.where(env.item, e) + "only tensors can be indexed")
         ell = [i for i, it in enumerate(e.items) if isinstance(it, A.EllipsisLit)]

@@ -427,6 +427,10 @@ class ExpressionsMixin:
             self.report("L107", "a list is indexed by one compile-time int", e)
             return UNKNOWN
         t = self.expr(e.items[0], scope)
+        if isinstance(t, ScalarT) and t.kind == "int" and number(t) is None:
+            # an int parameter (a function's `i: int`, checked once for all its values): the
+            # element's type without its value; lowering knows `i` and checks the range (L212)
+            return _element_type(base)
         i = number(t) if isinstance(t, ScalarT) and t.kind == "int" else None
         if i is None:
             if not isinstance(t, UnknownT):
@@ -452,6 +456,14 @@ class ExpressionsMixin:
         except OpError as err:
             self.report(err.code, err.message, node, notes=err.notes)
             return None
+
+
+def _element_type(base: ListT) -> Type:
+    """The type of any element of a list of compile-time scalars, its value unknown."""
+    kinds = {t.kind if isinstance(t, ScalarT) else None for t in base.items}
+    if len(kinds) != 1 or None in kinds:
+        return UNKNOWN
+    return ScalarT(kinds.pop())
 
 
 def _same_value(a, b) -> bool:

@@ -22,6 +22,7 @@ MISTRAL = EXAMPLES / "mistral.linnet"
 QWEN2 = EXAMPLES / "qwen2.linnet"
 QWEN3 = EXAMPLES / "qwen3.linnet"
 ROBERTA = EXAMPLES / "roberta.linnet"
+GPT_OSS = EXAMPLES / "gpt_oss.linnet"
 
 # f32 against transformers in eager f32: the design targets about 1e-4 on logits (ARCHITECTURE.md, "Numerics
 # and reference"); what we see is ~1e-5 on SmolLM2 and ~1e-6 on the small models.

@@ -206,6 +206,7 @@ NOT_FIELDS = {
     "Qwen2Config": {"is_encoder_decoder", "rope_parameters"},
     "Qwen3Config": {"is_encoder_decoder", "rope_parameters"},
     "RobertaConfig": {"is_encoder_decoder"},
+    "GptOssConfig": {"is_encoder_decoder", "rope_parameters"},
 }
 
 
@@ -220,6 +221,7 @@ NOT_FIELDS = {
         (QWEN2, "Qwen2Config"),
         (QWEN3, "Qwen3Config"),
         (EXAMPLES / "roberta.linnet", "RobertaConfig"),
+        (EXAMPLES / "gpt_oss.linnet", "GptOssConfig"),
     ],
     ids=str,
 )
@@ -248,11 +250,13 @@ def test_every_key_of_the_transformers_config_is_classified(source, config_class
 
 
 # Keys modeling code reads that do not change inference outputs: dropout rates (eval mode runs none), the KV cache
-# switch (the same logits with or without it), the init scale, and GPT2DoubleHeadsModel's sequence-summary head.
+# switch (the same logits with or without it), the init scale, GPT2DoubleHeadsModel's sequence-summary head, and a
+# mixture of experts' load-balancing loss (its weight, and whether the router logits are returned to compute it).
 READ_BUT_INERT = {
     "attention_dropout", "attn_pdrop", "resid_pdrop", "embd_pdrop", "hidden_dropout_prob",
     "attention_probs_dropout_prob", "classifier_dropout", "use_cache", "initializer_range", "summary_type",
     "summary_use_proj", "summary_activation", "summary_proj_to_labels", "summary_first_dropout",
+    "router_aux_loss_coef", "output_router_logits",
 }  # fmt: skip
 
 # Keys modeling code reads that change nothing while a flag is false, for a source that types that flag as the

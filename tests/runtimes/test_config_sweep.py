@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.runtimes.conftest import BERT, GPT2, LLAMA, MISTRAL, QWEN2, QWEN3, ROBERTA, max_abs_diff, perturb
+from tests.runtimes.conftest import BERT, GPT2, GPT_OSS, LLAMA, MISTRAL, QWEN2, QWEN3, ROBERTA, max_abs_diff, perturb
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -98,6 +98,35 @@ FAMILIES = {
         ),
         # Qwen2 writes `max_window_layers` and `use_sliding_window` (windows in some layers only).
         extra={"rope_parameters.partial_rotary_factor": 0.5, "max_window_layers": 1, "use_sliding_window": True},
+    ),
+    "gpt_oss": Family(
+        GPT_OSS,
+        "GptOssConfig",
+        "GptOssForCausalLM",
+        dict(
+            SMALL_DECODER,
+            intermediate_size=16,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            sliding_window=4,  # shorter than the sweep's 12 tokens
+            rope_parameters={
+                "rope_type": "yarn",
+                "rope_theta": 100.0,
+                "factor": 4.0,
+                "beta_fast": 32.0,
+                "beta_slow": 1.0,
+                "truncate": False,
+                "original_max_position_embeddings": 16,
+            },
+        ),
+        # YaRN's optional keys (DeepSeek writes the mscales); the original release's own spellings, which
+        # transformers does not read.
+        extra={
+            "rope_parameters.attention_factor": 1.3,
+            "rope_parameters.mscale": 0.9,
+            "experts_per_token": 3,
+            "initial_context_length": 8,
+        },
     ),
     "gpt2": Family(
         GPT2,
