@@ -307,13 +307,16 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if args.chat:
         if not tok.chat_template:
             return _fail("generate", ValueError(f"{model.weights} has no chat template; drop --chat"))
-        text = render_chat(
-            tok.chat_template,
-            [{"role": "user", "content": args.prompt}],
-            add_generation_prompt=True,
-            bos_token=_token_text(tok, tok.bos_token_id),
-            eos_token=_token_text(tok, tok.eos_token_id),
-        )
+        try:
+            text = render_chat(
+                tok.chat_template,
+                [{"role": "user", "content": args.prompt}],
+                add_generation_prompt=True,
+                bos_token=_token_text(tok, tok.bos_token_id),
+                eos_token=_token_text(tok, tok.eos_token_id),
+            )
+        except ValueError as err:  # the checkpoint's template is broken: say whose, exit 1
+            return _fail("generate", ValueError(f"{model.weights}: {err}"))
         ids = tok.encode(text, add_special_tokens=False)
     else:
         ids = tok.encode(args.prompt)

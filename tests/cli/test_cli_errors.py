@@ -126,3 +126,32 @@ def test_a_cache_too_big_for_memory_is_refused_before_allocating(tmp_path):
 def test_option_values_a_command_cannot_take_are_usage_errors(args, message):
     """Exit 2, as argparse's own usage errors (they were exit 1, like a model that fails to load)."""
     assert one_line(linnet(*args), 2) == message
+
+
+def test_a_chat_template_with_a_syntax_error_names_the_file_and_the_template_line(tmp_path):
+    """A GGUF whose `tokenizer.chat_template` does not parse: `--chat` ended in a traceback from
+    runtimes/chat.py (`ValueError: chat template error: expected token 'end of statement block'`)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("gguf")
+    from tests.runtimes.gguf_writing import write_llama_gguf
+
+    tokens = [chr(c) for c in range(ord("a"), ord("a") + 15)] + ["ab"]
+    config = transformers.LlamaConfig(
+        vocab_size=len(tokens), hidden_size=16, intermediate_size=16, num_hidden_layers=1, num_attention_heads=2
+    )
+    torch.manual_seed(0)
+    path = tmp_path / "m.gguf"
+    template = "{% for m in messages %}\n{{ m.content }}{% endfor %"
+    extra = {
+        "tokenizer.ggml.model": "gpt2",
+        "tokenizer.ggml.pre": "gpt-2",
+        "tokenizer.ggml.tokens": tokens,
+        "tokenizer.ggml.merges": ["a b"],
+        "tokenizer.chat_template": template,
+    }
+    write_llama_gguf(path, transformers.LlamaForCausalLM(config), extra_metadata=extra)
+    r = linnet("generate", "examples/llama.linnet", "--weights", str(path), "--chat", "--prompt", "hi")
+    assert one_line(r, 1) == (
+        f"linnet generate: {path}: chat template error at line 2: expected token 'end of statement block', got '%'"
+    )
