@@ -507,7 +507,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def parse_dims(items: list[str] | None) -> dict[str, int]:
     """`--dim NAME=SIZE` pairs as a dict (`["N=8"]` -> `{"N": 8}`). Raises UsageError for a pair
-    without `=`, a name that is not an identifier, or a size that is not a positive integer."""
+    without `=`, a name that is not an identifier, a size that is not a positive integer, or a
+    name given twice (the last one silently won)."""
     out: dict[str, int] = {}
     for item in items or []:
         name, eq, raw = item.partition("=")
@@ -520,6 +521,8 @@ def parse_dims(items: list[str] | None) -> dict[str, int]:
             size = 0
         if size < 1:
             raise UsageError(f"--dim {name} must be a positive integer, got {raw!r}")
+        if name in out:
+            raise UsageError(f"--dim {name} is given twice ({name}={out[name]} and {name}={size}): give it once")
         out[name] = size
     return out
 
@@ -527,7 +530,8 @@ def parse_dims(items: list[str] | None) -> dict[str, int]:
 def _entry_sizes(graph, args: argparse.Namespace) -> dict[str, int]:
     """The size of every dim variable of `graph`'s inputs: `B` from `--batch`, `S` from `--seq`,
     any other (and B or S too) from `--dim NAME=SIZE`. Raises UsageError for a
-    bad `--dim`, a size below 1, or a dim variable no option sizes, naming it."""
+    bad `--dim`, a size below 1, a dim variable no option sizes, naming it, or sizes whose random
+    inputs numpy cannot make or memory cannot hold (`_check_input_sizes`)."""
     from .types.dims import dim_variables
 
     if args.batch < 1 or args.seq < 1:
@@ -542,7 +546,52 @@ def _entry_sizes(graph, args: argparse.Namespace) -> dict[str, int]:
     if unused:
         takes = ", ".join(needed) or "none"
         raise UsageError(f"--dim {', '.join(unused)}: entry `{graph.name}` has no such dim (its dims: {takes})")
+    _check_input_sizes(graph, sizes, needed)
     return sizes
+
+
+INPUTS_SHARE = 0.5  # of the memory available now, the most the random inputs of `linnet run` may take
+
+
+def _check_input_sizes(graph, sizes: dict[str, int], needed: list[str]) -> None:
+    """Refuse sizes whose random inputs numpy cannot make (an array of more elements or bytes than
+    numpy's index type holds) or that would take more than half the memory available
+    (MemAvailable, Linux only), before anything is allocated: numpy died with a ValueError or an
+    `_ArrayMemoryError` traceback. Raises UsageError naming the sizes given."""
+    import numpy as np
+
+    from .runtimes.model import concrete_dim
+
+    itemsize = {"i64": 8, "f64": 8, "i32": 4, "bool": 1}
+    total = 0
+    for v in graph.inputs:
+        n = 1
+        for d in v.dims:
+            n *= concrete_dim(d, sizes)
+        size = n * itemsize.get(v.dtype.name, 4)
+        if size > np.iinfo(np.intp).max:
+            raise UsageError(
+                f"{_sizes_text(sizes, needed)}: input `{v.name}` would have {n} elements, more than numpy can hold"
+            )
+        total += size
+    try:
+        meminfo = Path("/proc/meminfo").read_text()
+    except OSError:
+        return
+    available = next(
+        (int(line.split()[1]) * 1024 for line in meminfo.splitlines() if line.startswith("MemAvailable:")), None
+    )
+    if available is not None and total > INPUTS_SHARE * available:
+        raise UsageError(
+            f"{_sizes_text(sizes, needed)}: the random inputs of entry `{graph.name}` need {total / 2**30:.1f} GiB, "
+            f"more than half the {available / 2**30:.1f} GiB available: give smaller sizes"
+        )
+
+
+def _sizes_text(sizes: dict[str, int], needed: list[str]) -> str:
+    """The sizes as the options that set them: `--batch 1 --dim N=100000`."""
+    flags = {"B": "--batch {}", "S": "--seq {}"}
+    return " ".join(flags.get(name, f"--dim {name}={{}}").format(sizes[name]) for name in needed)
 
 
 def _run_entry(args: argparse.Namespace, model, entry: str, inputs: list):
