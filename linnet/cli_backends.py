@@ -633,7 +633,11 @@ def cmd_cache(args: argparse.Namespace) -> int:
     """`linnet cache [info|clear]`: the persistent compile caches' folders and sizes, or remove them."""
     from .runtimes import caches
 
+    reason = caches.unusable()
     if args.action == "clear":
+        if reason:
+            print(f"nothing to remove: cache off: {reason} (set {caches.ENV_DIR} to another folder)", file=sys.stderr)
+            return EXIT_OK
         try:
             removed = caches.clear()
         except OSError as err:
@@ -646,6 +650,9 @@ def cmd_cache(args: argparse.Namespace) -> int:
     root = caches.cache_root()
     if root is None:
         print(f"persistent caches are off ({caches.ENV_OFF} is set)")
+        return EXIT_OK
+    if reason:
+        print(f"persistent caches are off: {reason} (set {caches.ENV_DIR} to another folder)")
         return EXIT_OK
     print(f"{root} (set {caches.ENV_DIR} to move it, {caches.ENV_OFF}=1 to turn caching off)")
     for framework, folder, size in caches.info():

@@ -32,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -48,6 +49,7 @@ __all__ = [
     "record",
     "info",
     "clear",
+    "unusable",
     "ort_key",
 ]
 
@@ -88,16 +90,42 @@ def cache_dir(framework: str) -> Path | None:
     return None if root is None else root / framework
 
 
+_UNUSABLE: dict[Path, str | None] = {}
+
+
+def unusable(root: Path | None = None) -> str | None:
+    """Why the cache folder `root` (default `cache_root()`) cannot hold a cache, or None when it can (or caching is
+    off): it, or the nearest folder above it that exists, must be a folder this process may write in (a missing
+    folder is made by the first compile). Checked once per folder per process, creating nothing. The reason reads
+    "<folder> is not a writable folder"."""
+    root = cache_root() if root is None else root
+    if root is None:
+        return None
+    if root not in _UNUSABLE:
+        probe = root
+        while not os.path.lexists(probe) and probe.parent != probe:
+            probe = probe.parent
+        ok = probe.is_dir()
+        if ok:  # a real try, not os.access: root may write where permission bits say no, yet not in /proc
+            try:
+                os.rmdir(tempfile.mkdtemp(prefix=".linnet-probe-", dir=probe))
+            except OSError:
+                ok = False
+        _UNUSABLE[root] = None if ok else f"{_short(root)} is not a writable folder"
+    return _UNUSABLE[root]
+
+
 def enable(family: str) -> Path | None:
     """Turn on the persistent cache of backend family `family` ("jax", "torch", "onnx") for this process, in
     `cache_dir`; returns the folder, or None when caching is off (`LINNET_NO_CACHE`). For JAX call it before the
     first compile you want cached (it resets JAX's cache state, so earlier compiles are simply not cached); for
     inductor it sets `TORCHINDUCTOR_CACHE_DIR` (read by inductor at each compile; a value the user set is kept, and
     returned) and turns the FX graph cache on; ONNX Runtime's is used by the backend's `make_session` when enabled
-    here. Idempotent."""
+    here. A cache folder that cannot be written (`unusable`: a regular file, a folder without write permission)
+    leaves caching off, as `LINNET_NO_CACHE` does, and returns None; the compile line says why. Idempotent."""
     framework = FAMILY_CACHE[family]
     folder = cache_dir(framework)
-    if folder is None:
+    if folder is None or unusable() is not None:
         _ENABLED.pop(framework, None)
         return None
     if framework == "inductor" and _ENABLED.get(framework) is None and os.environ.get("TORCHINDUCTOR_CACHE_DIR"):
@@ -206,10 +234,16 @@ class CompileReport:
             "miss": f"cache miss: {self._count(self.misses)} {ENTRY_VERB[self.noun]} and written to {folder}",
             "partial": f"partial cache hit: {self._count(self.hits)} from {folder}, {self.misses} "
             f"{ENTRY_VERB[self.noun]} and written there",
-            "off": "compiled, not cached" + (f" ({ENV_OFF} is set)" if cache_root() is None else ""),
+            "off": "compiled, not cached" + self._why_off(),
             "none": "nothing compiled: already compiled in this process",
         }[self.cache]
         return f"{self.what} {self.seconds:.2f} s ({why})"
+
+    def _why_off(self) -> str:
+        if cache_root() is None:
+            return f" ({ENV_OFF} is set)"
+        reason = unusable() if self.folder is None else None
+        return f"; cache off: {reason}" if reason else ""
 
     def _count(self, n: int) -> str:
         return f"{n} {self.noun}{'s' if n != 1 else ''}"
@@ -254,7 +288,8 @@ def ort_key(graph: bytes, weights: list, provider: str, optimization: str) -> st
 
 
 def info() -> list[tuple[str, Path | None, int]]:
-    """(framework, folder, bytes used) per framework's cache folder (None when caching is off)."""
+    """(framework, folder, bytes used) per framework's cache folder (None when caching is off). The folder of a
+    cache root that cannot be written (`unusable`) holds nothing: 0 bytes."""
     out = []
     for framework in FRAMEWORKS:
         folder = cache_dir(framework)
