@@ -122,6 +122,44 @@ def test_torch_threads_follow_the_cpu_affinity_not_the_machine():
     assert r.stdout.strip() == "torch threads 1 (OMP_NUM_THREADS) 1", r.stderr
 
 
+@pytest.mark.torch
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity on this platform")
+@pytest.mark.parametrize(
+    "value, line",
+    [
+        (
+            "abc",
+            "torch threads 1 (the cores this process may use; warning: OMP_NUM_THREADS='abc' is not a positive "
+            "integer, ignored) 1",
+        ),
+        (
+            "0",
+            "torch threads 1 (the cores this process may use; warning: OMP_NUM_THREADS='0' is not a positive "
+            "integer, ignored) 1",
+        ),
+        ("7", "torch threads {n} (OMP_NUM_THREADS=7, capped by PyTorch at {n}) {n}"),
+    ],
+)
+def test_omp_num_threads_is_reported_as_pytorch_took_it(value, line):
+    """OMP_NUM_THREADS=abc, 0 and 7 each printed `torch threads 2 (OMP_NUM_THREADS)` on 2 cores: an invalid value
+    was reported as the user's choice, and a capped one as taken."""
+    pytest.importorskip("torch")
+    code = (
+        "import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); "
+        "from linnet.runtimes.threads import set_torch_threads; import torch; "
+        "print(set_torch_threads(follow_load=False), torch.get_num_threads())"
+    )
+    env = dict(os.environ, OMP_NUM_THREADS=value)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    if value == "7":
+        n = int(r.stdout.split()[-1])
+        if n == 7:
+            pytest.skip("PyTorch took all 7 threads here")
+        line = line.format(n=n)
+    assert r.stdout.strip() == line
+
+
 def fake_cpu_times(monkeypatch, busy: dict[int, float]):
     """/proc/stat as if CPU n had been busy `busy[n]` of the sample (100 ticks) and idle the rest."""
     samples = iter([{n: (0, 0) for n in busy}, {n: (round(100 * (1 - b)), 100) for n, b in busy.items()}])
