@@ -323,7 +323,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     setup = f"; {args.setup}" if args.setup else ""
     print(
         f"loaded {args.file} with {model.weights} in {model.load_s:.2f} s "
-        f"({args.backend}, {args.dtype}, compiled for {args.max_positions} positions{setup})",
+        f"({args.backend}, {args.dtype}, cache for {args.max_positions} positions{setup})",
         file=sys.stderr,
     )
     try:
@@ -340,7 +340,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         return _fail("generate", err)
     sys.stdout.write("\n")
     sys.stdout.flush()
-    print(_timing_line(gen.last_result), file=sys.stderr)
+    print(_timing_line(gen.last_result, args.max_new_tokens, args.max_positions), file=sys.stderr)
     return EXIT_OK
 
 
@@ -352,16 +352,21 @@ def _watch(args: argparse.Namespace, what: str):
     return caches.watch(get_backend(args.backend).family, what)
 
 
-def _timing_line(r) -> str:
-    """The last stderr line of `generate`: the time to first token (prefill and the first sampled
-    token) and the decode rate (decode steps over their own time); neither includes loading or
-    compiling, which have their lines."""
+def _timing_line(r, max_new_tokens: int, max_positions: int) -> str:
+    """The last stderr line of `generate`: why it stopped, the time to first token (prefill and the
+    first sampled token) and the decode rate (decode steps over their own time); neither includes
+    loading or compiling, which have their lines. A "length" stop before `max_new_tokens` tokens
+    is the cache's row filling up, and says so: "(length: the cache's 16 positions are full; raise
+    --max-positions)"."""
+    reason = r.finish_reason
+    if reason == "length" and len(r.token_ids) < max_new_tokens:
+        reason = f"length: the cache's {max_positions} positions are full; raise --max-positions"
     if r.decode_steps:
         decode = f"decode {r.decode_tokens_per_s:.1f} tokens/s ({r.decode_steps} steps in {r.decode_s:.2f} s)"
     else:
         decode = "no decode step"
     return (
-        f"prompt {r.prompt_tokens} tokens, {len(r.token_ids)} generated ({r.finish_reason}); "
+        f"prompt {r.prompt_tokens} tokens, {len(r.token_ids)} generated ({reason}); "
         f"time to first token {r.prefill_s * 1000:.0f} ms, {decode}"
     )
 

@@ -20,7 +20,7 @@ PROMPT = "The capital of France is a city with a long history, and"
 LOAD = re.compile(r"^loaded \S+ with \S+ in (?P<load>[\d.]+) s \((?P<detail>.*)\)$")
 COMPILE = re.compile(r"^(?P<what>compile|session build|graph capture) (?P<seconds>[\d.]+) s \((?P<cache>[^)]*)\)$")
 TIMING = re.compile(
-    r"^prompt (?P<prompt>\d+) tokens, (?P<generated>\d+) generated \((?:length|stop)\); "
+    r"^prompt (?P<prompt>\d+) tokens, (?P<generated>\d+) generated \((?P<reason>length[^)]*|stop)\); "
     r"time to first token (?P<ttft>\d+) ms, decode (?P<rate>[\d.]+) tokens/s \((?P<steps>\d+) steps in "
     r"(?P<decode>[\d.]+) s\)$"
 )
@@ -89,6 +89,22 @@ def test_generate_on_eager_torch_says_it_does_not_compile_and_its_threads(tmp_pa
         assert chosen[2] == "the cores this process may use" or chosen[2].endswith(
             f" of the {cores} cores this process may use are idle"
         )
+
+
+@pytest.mark.torch
+def test_a_stop_at_the_cache_s_last_position_names_max_positions(tmp_path):
+    """`--max-new-tokens 2000 --max-positions 16` generated 15 tokens and said "(length)", as if 2000 were
+    reached; and the load line said "compiled for 16 positions" on eager PyTorch, which compiles nothing."""
+    pytest.importorskip("torch")
+    r = generate("torch", tmp_path, "--max-new-tokens", "2000", "--max-positions", "16")
+    assert r.returncode == 0, r.stderr
+    lines = timing_lines(r.stderr)
+    prompt, generated = int(lines["timing"]["prompt"]), int(lines["timing"]["generated"])
+    assert prompt + generated == 16
+    assert lines["timing"]["reason"] == "length: the cache's 16 positions are full; raise --max-positions"
+    assert lines["load"]["detail"].startswith("torch, f32, cache for 16 positions; ")
+    r = generate("torch", tmp_path, "--max-new-tokens", "2")  # max_new_tokens reached: a plain "length"
+    assert timing_lines(r.stderr)["timing"]["reason"] == "length"
 
 
 @pytest.mark.slow
