@@ -21,6 +21,7 @@ The folder (`cache_root`): `$LINNET_CACHE_DIR` when set, else `$XDG_CACHE_HOME/l
   sessions are cached: other providers' optimized graphs can hold nodes assigned to that provider, and only the
   CPU's were tried.
 
+`embedded/` (not a compile cache) holds the extracted copies of embedded checkpoints (`linnet.runtimes.embedded`).
 `linnet cache info` shows the folders and their sizes, `linnet cache clear` removes them (deleting the folder by
 hand is as good: every cache is rebuilt on the next run).
 
@@ -42,6 +43,7 @@ from pathlib import Path
 __all__ = [
     "CompileReport",
     "FRAMEWORKS",
+    "FOLDERS",
     "cache_root",
     "cache_dir",
     "enable",
@@ -54,6 +56,10 @@ __all__ = [
 ]
 
 FRAMEWORKS = ("jax", "inductor", "onnxruntime")
+# the folders `linnet cache` lists and clears: the compile caches, and `embedded/`, the extracted copies of embedded
+# checkpoints (`linnet.runtimes.embedded`; one per package install, so reinstalls leave stale ones), re-extracted
+# on next use
+FOLDERS = (*FRAMEWORKS, "embedded")
 # a backend family (`Backend.family`) -> the framework whose cache it uses
 FAMILY_CACHE = {"jax": "jax", "torch": "inductor", "onnx": "onnxruntime"}
 ENV_DIR, ENV_OFF = "LINNET_CACHE_DIR", "LINNET_NO_CACHE"
@@ -82,10 +88,10 @@ def cache_root() -> Path | None:
 
 
 def cache_dir(framework: str) -> Path | None:
-    """The folder of `framework`'s cache ("jax", "inductor", "onnxruntime") under `cache_root`, None when caching
-    is off. Raises ValueError for another name."""
-    if framework not in FRAMEWORKS:
-        raise ValueError(f"no cache for {framework!r} (caches: {', '.join(FRAMEWORKS)})")
+    """The folder of `framework`'s cache ("jax", "inductor", "onnxruntime"; or "embedded", the extracted embedded
+    checkpoints) under `cache_root`, None when caching is off. Raises ValueError for another name."""
+    if framework not in FOLDERS:
+        raise ValueError(f"no cache for {framework!r} (caches: {', '.join(FOLDERS)})")
     root = cache_root()
     return None if root is None else root / framework
 
@@ -288,10 +294,10 @@ def ort_key(graph: bytes, weights: list, provider: str, optimization: str) -> st
 
 
 def info() -> list[tuple[str, Path | None, int]]:
-    """(framework, folder, bytes used) per framework's cache folder (None when caching is off). The folder of a
-    cache root that cannot be written (`unusable`) holds nothing: 0 bytes."""
+    """(framework, folder, bytes used) per cache folder of `FOLDERS` (the compile caches, then "embedded"; the
+    folder None when caching is off)."""
     out = []
-    for framework in FRAMEWORKS:
+    for framework in FOLDERS:
         folder = cache_dir(framework)
         size = 0
         if folder is not None and folder.is_dir():
@@ -300,9 +306,10 @@ def info() -> list[tuple[str, Path | None, int]]:
     return out
 
 
-def clear(frameworks: tuple[str, ...] = FRAMEWORKS) -> list[Path]:
-    """Remove the cache folders of `frameworks` (each is rebuilt by the next run that compiles). Returns the
-    folders removed. Raises OSError when one cannot be removed."""
+def clear(frameworks: tuple[str, ...] = FOLDERS) -> list[Path]:
+    """Remove the cache folders of `frameworks` (each is rebuilt by the next run that compiles, the embedded
+    checkpoints' copies by their next use). Returns the folders removed. Raises OSError when one cannot be
+    removed."""
     removed = []
     for framework in frameworks:
         folder = cache_dir(framework)

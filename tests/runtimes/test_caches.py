@@ -235,3 +235,24 @@ def test_an_unwritable_cache_folder_runs_uncached_and_says_so(tmp_path, where):
     assert r.returncode == 0 and r.stdout.startswith(f"persistent caches are off: {folder} is not a writable folder")
     r = cli("cache", "clear")
     assert r.returncode == 0 and f"nothing to remove: cache off: {folder} is not a writable folder" in r.stderr
+
+
+def test_linnet_cache_lists_and_clears_the_extracted_embedded_checkpoints(clean_env, tmp_path):
+    """`<cache>/embedded` (the extracted all-MiniLM copies, one per package install: 262 MB with 3 stale ones in
+    the trial) was neither listed nor cleared by `linnet cache`."""
+    from linnet.runtimes.embedded import cache_dir as embedded_cache
+
+    env = dict(os.environ, LINNET_CACHE_DIR=str(tmp_path), PYTHONPATH=str(ROOT))
+    env.pop("LINNET_NO_CACHE", None)
+    stale = tmp_path / "embedded" / "all-minilm-l6-v2-1-1"
+    stale.mkdir(parents=True)
+    (stale / "model.safetensors").write_bytes(b"x" * 3 * 2**20)
+    clean_env.setenv(caches.ENV_DIR, str(tmp_path))
+    assert embedded_cache() / "embedded" == caches.cache_dir("embedded")  # the folder embedded.py extracts to
+    cli = [sys.executable, "-m", "linnet", "cache"]
+    r = subprocess.run(cli, capture_output=True, text=True, env=env, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert f"  embedded           3.0 MiB  {tmp_path / 'embedded'}" in r.stdout.splitlines()
+    r = subprocess.run([*cli, "clear"], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert r.returncode == 0 and f"removed {tmp_path / 'embedded'}" in r.stderr
+    assert not (tmp_path / "embedded").exists()
