@@ -54,9 +54,10 @@ BACKEND_HELP = "one of %(choices)s (default %(default)s; `linnet backends` lists
 def parse_config(items: list[str] | None) -> dict:
     """`--config key=value` pairs as a dict; values read as JSON (`8`, `1e-5`, `true`,
     `null`, `{"rope_type": "llama3"}`), else as strings. Raises UsageError for a pair
-    without `=`."""
+    without `=`, or one with bytes that are not UTF-8 (naming --config)."""
     out: dict = {}
     for item in items or []:
+        _check_utf8("--config", item)
         if "=" not in item:
             raise UsageError(f"--config takes key=value, got {item!r}")
         key, raw = item.split("=", 1)
@@ -88,9 +89,19 @@ def _fail(cmd: str, err: Exception) -> int:
     return EXIT_USAGE if isinstance(err, (OSError, UsageError)) else EXIT_ERRORS
 
 
+def _check_paths(args: argparse.Namespace) -> None:
+    """Refuse a FILE or --weights path with bytes that are not UTF-8: the generated code, ONNX's
+    metadata and JAX's locations quote the paths as text, and died with a bare "'utf-8' codec
+    can't encode character '\\udcff'". Raises UsageError naming the argument; rename the file."""
+    _check_utf8("FILE", args.file)
+    if getattr(args, "weights", None):
+        _check_utf8("--weights", args.weights)
+
+
 def _build(args: argparse.Namespace, entries=None):
     from .ir import build
 
+    _check_paths(args)
     return build(
         args.file,
         preset=args.preset,
@@ -204,6 +215,10 @@ def cmd_onnx(args: argparse.Namespace) -> int:
         return _fail("onnx", ImportError(f"needs onnx and onnx-ir ({err}); pip install linnet[onnx]"))
     if args.output is None and not args.text:
         return _fail("onnx", UsageError("give -o OUT (the .onnx file) or --text"))
+    try:
+        _check_paths(args)
+    except UsageError as err:
+        return _fail("onnx", err)
     with tempfile.TemporaryDirectory() as tmp:
         # --text: the graph without weights in ONNX's textual syntax (what the language server shows)
         output = Path(tmp) / "model.onnx" if args.text else args.output
@@ -247,6 +262,7 @@ def _load(args: argparse.Namespace, random_weights: bool):
     from .runtimes import caches
     from .runtimes.backends import BACKENDS, get_backend
 
+    _check_paths(args)
     backend = get_backend(args.backend)
     args.setup = ""
     if backend.unavailable(args.device, probe=False) is None:  # else `load` says why
@@ -373,8 +389,8 @@ def _timing_line(r, max_new_tokens: int, max_positions: int) -> str:
 
 def _check_utf8(flag: str, value: str) -> None:
     """Refuse a command-line value with bytes that are not UTF-8 (Python passes them on as lone
-    surrogates, `os.fsdecode`'s surrogateescape). Raises ValueError naming the flag, the byte and
-    its position in the argument's bytes."""
+    surrogates, `os.fsdecode`'s surrogateescape). Raises UsageError (a ValueError) naming the flag,
+    the byte and its position in the argument's bytes."""
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
@@ -382,10 +398,10 @@ def _check_utf8(flag: str, value: str) -> None:
         try:
             raw.decode("utf-8")
         except UnicodeDecodeError as err:
-            raise ValueError(
+            raise UsageError(
                 f"{flag} is not valid UTF-8: byte 0x{raw[err.start]:02x} at byte {err.start} of {raw!r}"
             ) from None
-        raise ValueError(f"{flag} is not valid Unicode (a lone surrogate)") from None
+        raise UsageError(f"{flag} is not valid Unicode (a lone surrogate)") from None
 
 
 def _print_notes(model) -> None:
@@ -404,6 +420,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     try:
         parse_dims(args.dim)  # a usage error before anything loads
+        _check_paths(args)
     except UsageError as err:
         return _fail("run", err)
     if args.preset is None and args.weights is None:

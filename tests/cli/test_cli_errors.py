@@ -155,3 +155,43 @@ def test_a_chat_template_with_a_syntax_error_names_the_file_and_the_template_lin
     assert one_line(r, 1) == (
         f"linnet generate: {path}: chat template error at line 2: expected token 'end of statement block', got '%'"
     )
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ("run", MLP, "--weights", b"t\xff.gguf"),
+            "linnet run: --weights is not valid UTF-8: byte 0xff at byte 1 of b't\\xff.gguf'",
+        ),
+        (("run", b"m\xfe.linnet"), "linnet run: FILE is not valid UTF-8: byte 0xfe at byte 1 of b'm\\xfe.linnet'"),
+        (("torch", b"m\xfe.linnet"), "linnet torch: FILE is not valid UTF-8: byte 0xfe at byte 1 of b'm\\xfe.linnet'"),
+        (
+            ("onnx", b"m\xfe.linnet", "--text"),
+            "linnet onnx: FILE is not valid UTF-8: byte 0xfe at byte 1 of b'm\\xfe.linnet'",
+        ),
+        (
+            ("run", MLP, "--config", b"in_features=\xff"),
+            "linnet run: --config is not valid UTF-8: byte 0xff at byte 12 of b'in_features=\\xff'",
+        ),
+    ],
+)
+def test_paths_and_values_that_are_not_utf8_name_the_argument(args, message):
+    """A bare "'utf-8' codec can't encode character '\\udcff' in position 102" named no argument (the generated
+    code, ONNX metadata and JAX locations quote paths as text)."""
+    assert one_line(linnet(*args), 2) == message
+
+
+def test_generated_torch_source_of_a_non_utf8_path_is_valid_utf8(tmp_path):
+    """From Python (no CLI check), `linnet.load` on torch compiled generated code that quotes the path; its lone
+    surrogates made `compile` raise UnicodeEncodeError. Each such byte is U+FFFD in the generated text."""
+    import os
+
+    from linnet.compiler.torch import codegen
+    from linnet.ir import build
+
+    path = os.fsdecode(bytes(tmp_path) + b"/m\xfe.linnet")
+    Path(path).write_text((ROOT / MLP).read_text())
+    text = codegen.generate(build(path))
+    compile(text, "<test>", "exec")
+    assert "m\ufffd.linnet" in text
