@@ -195,3 +195,11 @@ def test_generated_torch_source_of_a_non_utf8_path_is_valid_utf8(tmp_path):
     text = codegen.generate(build(path))
     compile(text, "<test>", "exec")
     assert "m\ufffd.linnet" in text
+
+
+@pytest.mark.parametrize("command", ["run", "torch", "onnx"])
+def test_a_source_that_is_a_folder_says_a_file_is_needed(command, tmp_path):
+    """It was a bare `[Errno 21] Is a directory: '...'`."""
+    extra = ("--text",) if command == "onnx" else ()
+    r = linnet(command, str(tmp_path), *extra)
+    assert one_line(r, 2) == f"linnet {command}: {tmp_path} is a folder: give a .linnet file"
