@@ -55,9 +55,10 @@ BACKEND_HELP = "one of %(choices)s (default %(default)s; `linnet backends` lists
 def parse_config(items: list[str] | None) -> dict:
     """`--config key=value` pairs as a dict; values read as JSON (`8`, `1e-5`, `true`,
     `null`, `{"rope_type": "llama3"}`), else as strings. Raises UsageError for a pair
-    without `=`."""
+    without `=`, or one with bytes that are not UTF-8 (naming --config)."""
     out: dict = {}
     for item in items or []:
+        _check_utf8("--config", item)
         if "=" not in item:
             raise UsageError(f"--config takes key=value, got {item!r}")
         key, raw = item.split("=", 1)
@@ -93,9 +94,19 @@ def _fail(cmd: str, err: Exception) -> int:
     return EXIT_USAGE if isinstance(err, (OSError, UsageError)) else EXIT_ERRORS
 
 
+def _check_paths(args: argparse.Namespace) -> None:
+    """Refuse a FILE or --weights path with bytes that are not UTF-8: the generated code, ONNX's
+    metadata and JAX's locations quote the paths as text, and died with a bare "'utf-8' codec
+    can't encode character '\\udcff'". Raises UsageError naming the argument; rename the file."""
+    _check_utf8("FILE", args.file)
+    if getattr(args, "weights", None):
+        _check_utf8("--weights", args.weights)
+
+
 def _build(args: argparse.Namespace, entries=None):
     from .ir import build
 
+    _check_paths(args)
     return build(
         args.file,
         preset=args.preset,
@@ -209,6 +220,10 @@ def cmd_onnx(args: argparse.Namespace) -> int:
         return _fail("onnx", ImportError(f"needs onnx and onnx-ir ({err}); pip install linnet[onnx]"))
     if args.output is None and not args.text:
         return _fail("onnx", UsageError("give -o OUT (the .onnx file) or --text"))
+    try:
+        _check_paths(args)
+    except UsageError as err:
+        return _fail("onnx", err)
     with tempfile.TemporaryDirectory() as tmp:
         # --text: the graph without weights in ONNX's textual syntax (what the language server shows)
         output = Path(tmp) / "model.onnx" if args.text else args.output
@@ -252,6 +267,7 @@ def _load(args: argparse.Namespace, random_weights: bool):
     from .runtimes import caches
     from .runtimes.backends import BACKENDS, get_backend
 
+    _check_paths(args)
     backend = get_backend(args.backend)
     args.setup = ""
     if backend.unavailable(args.device, probe=False) is None:  # else `load` says why
@@ -333,7 +349,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     setup = f"; {args.setup}" if args.setup else ""
     print(
         f"loaded {args.file} with {model.weights} in {model.load_s:.2f} s "
-        f"({args.backend}, {args.dtype}, compiled for {args.max_positions} positions{setup})",
+        f"({args.backend}, {args.dtype}, cache for {args.max_positions} positions{setup})",
         file=sys.stderr,
     )
     if tok is None and not args.print_ids:
@@ -354,7 +370,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         return _fail("generate", err)
     sys.stdout.write("\n")
     sys.stdout.flush()
-    print(_timing_line(gen.last_result), file=sys.stderr)
+    print(_timing_line(gen.last_result, args.max_new_tokens, args.max_positions), file=sys.stderr)
     return EXIT_OK
 
 
@@ -411,20 +427,23 @@ def _stream_ids(gen, ids: list[int], params) -> None:
 
 def _prompt_ids(args: argparse.Namespace, tok) -> list[int]:
     """`--prompt` as token ids, through the checkpoint's chat template with `--chat`. Raises
-    ValueError when it has none."""
+    ValueError when it has none or it does not parse (naming the weights and the template line)."""
     from .runtimes.chat import render_chat
 
     if not args.chat:
         return tok.encode(args.prompt)
     if not tok.chat_template:
         raise ValueError(f"{args.weights} has no chat template; drop --chat")
-    text = render_chat(
-        tok.chat_template,
-        [{"role": "user", "content": args.prompt}],
-        add_generation_prompt=True,
-        bos_token=_token_text(tok, tok.bos_token_id),
-        eos_token=_token_text(tok, tok.eos_token_id),
-    )
+    try:
+        text = render_chat(
+            tok.chat_template,
+            [{"role": "user", "content": args.prompt}],
+            add_generation_prompt=True,
+            bos_token=_token_text(tok, tok.bos_token_id),
+            eos_token=_token_text(tok, tok.eos_token_id),
+        )
+    except ValueError as err:  # the checkpoint's template is broken: say whose, exit 1
+        raise ValueError(f"{args.weights}: {err}") from None
     return tok.encode(text, add_special_tokens=False)
 
 
@@ -436,24 +455,29 @@ def _watch(args: argparse.Namespace, what: str):
     return caches.watch(get_backend(args.backend).family, what)
 
 
-def _timing_line(r) -> str:
-    """The last stderr line of `generate`: the time to first token (prefill and the first sampled
-    token) and the decode rate (decode steps over their own time); neither includes loading or
-    compiling, which have their lines."""
+def _timing_line(r, max_new_tokens: int, max_positions: int) -> str:
+    """The last stderr line of `generate`: why it stopped, the time to first token (prefill and the
+    first sampled token) and the decode rate (decode steps over their own time); neither includes
+    loading or compiling, which have their lines. A "length" stop before `max_new_tokens` tokens
+    is the cache's row filling up, and says so: "(length: the cache's 16 positions are full; raise
+    --max-positions)"."""
+    reason = r.finish_reason
+    if reason == "length" and len(r.token_ids) < max_new_tokens:
+        reason = f"length: the cache's {max_positions} positions are full; raise --max-positions"
     if r.decode_steps:
         decode = f"decode {r.decode_tokens_per_s:.1f} tokens/s ({r.decode_steps} steps in {r.decode_s:.2f} s)"
     else:
         decode = "no decode step"
     return (
-        f"prompt {r.prompt_tokens} tokens, {len(r.token_ids)} generated ({r.finish_reason}); "
+        f"prompt {r.prompt_tokens} tokens, {len(r.token_ids)} generated ({reason}); "
         f"time to first token {r.prefill_s * 1000:.0f} ms, {decode}"
     )
 
 
 def _check_utf8(flag: str, value: str) -> None:
     """Refuse a command-line value with bytes that are not UTF-8 (Python passes them on as lone
-    surrogates, `os.fsdecode`'s surrogateescape). Raises ValueError naming the flag, the byte and
-    its position in the argument's bytes."""
+    surrogates, `os.fsdecode`'s surrogateescape). Raises UsageError (a ValueError) naming the flag,
+    the byte and its position in the argument's bytes."""
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
@@ -461,10 +485,10 @@ def _check_utf8(flag: str, value: str) -> None:
         try:
             raw.decode("utf-8")
         except UnicodeDecodeError as err:
-            raise ValueError(
+            raise UsageError(
                 f"{flag} is not valid UTF-8: byte 0x{raw[err.start]:02x} at byte {err.start} of {raw!r}"
             ) from None
-        raise ValueError(f"{flag} is not valid Unicode (a lone surrogate)") from None
+        raise UsageError(f"{flag} is not valid Unicode (a lone surrogate)") from None
 
 
 def _print_notes(model) -> None:
@@ -483,6 +507,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     try:
         parse_dims(args.dim)  # a usage error before anything loads
+        _check_paths(args)
     except UsageError as err:
         return _fail("run", err)
     if args.preset is None and args.weights is None:
@@ -591,7 +616,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def parse_dims(items: list[str] | None) -> dict[str, int]:
     """`--dim NAME=SIZE` pairs as a dict (`["N=8"]` -> `{"N": 8}`). Raises UsageError for a pair
-    without `=`, a name that is not an identifier, or a size that is not a positive integer."""
+    without `=`, a name that is not an identifier, a size that is not a positive integer, or a
+    name given twice (the last one silently won)."""
     out: dict[str, int] = {}
     for item in items or []:
         name, eq, raw = item.partition("=")
@@ -604,6 +630,8 @@ def parse_dims(items: list[str] | None) -> dict[str, int]:
             size = 0
         if size < 1:
             raise UsageError(f"--dim {name} must be a positive integer, got {raw!r}")
+        if name in out:
+            raise UsageError(f"--dim {name} is given twice ({name}={out[name]} and {name}={size}): give it once")
         out[name] = size
     return out
 
@@ -611,7 +639,8 @@ def parse_dims(items: list[str] | None) -> dict[str, int]:
 def _entry_sizes(graph, args: argparse.Namespace) -> dict[str, int]:
     """The size of every dim variable of `graph`'s inputs: `B` from `--batch`, `S` from `--seq`,
     any other (and B or S too) from `--dim NAME=SIZE`. Raises UsageError for a
-    bad `--dim`, a size below 1, or a dim variable no option sizes, naming it."""
+    bad `--dim`, a size below 1, a dim variable no option sizes, naming it, or sizes whose random
+    inputs numpy cannot make or memory cannot hold (`_check_input_sizes`)."""
     from .types.dims import dim_variables
 
     if args.batch < 1 or args.seq < 1:
@@ -626,7 +655,52 @@ def _entry_sizes(graph, args: argparse.Namespace) -> dict[str, int]:
     if unused:
         takes = ", ".join(needed) or "none"
         raise UsageError(f"--dim {', '.join(unused)}: entry `{graph.name}` has no such dim (its dims: {takes})")
+    _check_input_sizes(graph, sizes, needed)
     return sizes
+
+
+INPUTS_SHARE = 0.5  # of the memory available now, the most the random inputs of `linnet run` may take
+
+
+def _check_input_sizes(graph, sizes: dict[str, int], needed: list[str]) -> None:
+    """Refuse sizes whose random inputs numpy cannot make (an array of more elements or bytes than
+    numpy's index type holds) or that would take more than half the memory available
+    (MemAvailable, Linux only), before anything is allocated: numpy died with a ValueError or an
+    `_ArrayMemoryError` traceback. Raises UsageError naming the sizes given."""
+    import numpy as np
+
+    from .runtimes.model import concrete_dim
+
+    itemsize = {"i64": 8, "f64": 8, "i32": 4, "bool": 1}
+    total = 0
+    for v in graph.inputs:
+        n = 1
+        for d in v.dims:
+            n *= concrete_dim(d, sizes)
+        size = n * itemsize.get(v.dtype.name, 4)
+        if size > np.iinfo(np.intp).max:
+            raise UsageError(
+                f"{_sizes_text(sizes, needed)}: input `{v.name}` would have {n} elements, more than numpy can hold"
+            )
+        total += size
+    try:
+        meminfo = Path("/proc/meminfo").read_text()
+    except OSError:
+        return
+    available = next(
+        (int(line.split()[1]) * 1024 for line in meminfo.splitlines() if line.startswith("MemAvailable:")), None
+    )
+    if available is not None and total > INPUTS_SHARE * available:
+        raise UsageError(
+            f"{_sizes_text(sizes, needed)}: the random inputs of entry `{graph.name}` need {total / 2**30:.1f} GiB, "
+            f"more than half the {available / 2**30:.1f} GiB available: give smaller sizes"
+        )
+
+
+def _sizes_text(sizes: dict[str, int], needed: list[str]) -> str:
+    """The sizes as the options that set them: `--batch 1 --dim N=100000`."""
+    flags = {"B": "--batch {}", "S": "--seq {}"}
+    return " ".join(flags.get(name, f"--dim {name}={{}}").format(sizes[name]) for name in needed)
 
 
 def _run_entry(args: argparse.Namespace, model, entry: str, inputs: list):
@@ -668,7 +742,11 @@ def cmd_cache(args: argparse.Namespace) -> int:
     """`linnet cache [info|clear]`: the persistent compile caches' folders and sizes, or remove them."""
     from .runtimes import caches
 
+    reason = caches.unusable()
     if args.action == "clear":
+        if reason:
+            print(f"nothing to remove: cache off: {reason} (set {caches.ENV_DIR} to another folder)", file=sys.stderr)
+            return EXIT_OK
         try:
             removed = caches.clear()
         except OSError as err:
@@ -681,6 +759,9 @@ def cmd_cache(args: argparse.Namespace) -> int:
     root = caches.cache_root()
     if root is None:
         print(f"persistent caches are off ({caches.ENV_OFF} is set)")
+        return EXIT_OK
+    if reason:
+        print(f"persistent caches are off: {reason} (set {caches.ENV_DIR} to another folder)")
         return EXIT_OK
     print(f"{root} (set {caches.ENV_DIR} to move it, {caches.ENV_OFF}=1 to turn caching off)")
     for framework, folder, size in caches.info():

@@ -21,6 +21,7 @@ The folder (`cache_root`): `$LINNET_CACHE_DIR` when set, else `$XDG_CACHE_HOME/l
   sessions are cached: other providers' optimized graphs can hold nodes assigned to that provider, and only the
   CPU's were tried.
 
+`embedded/` (not a compile cache) holds the extracted copies of embedded checkpoints (`linnet.runtimes.embedded`).
 `linnet cache info` shows the folders and their sizes, `linnet cache clear` removes them (deleting the folder by
 hand is as good: every cache is rebuilt on the next run).
 
@@ -32,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -41,6 +43,7 @@ from pathlib import Path
 __all__ = [
     "CompileReport",
     "FRAMEWORKS",
+    "FOLDERS",
     "cache_root",
     "cache_dir",
     "enable",
@@ -48,10 +51,15 @@ __all__ = [
     "record",
     "info",
     "clear",
+    "unusable",
     "ort_key",
 ]
 
 FRAMEWORKS = ("jax", "inductor", "onnxruntime")
+# the folders `linnet cache` lists and clears: the compile caches, and `embedded/`, the extracted copies of embedded
+# checkpoints (`linnet.runtimes.embedded`; one per package install, so reinstalls leave stale ones), re-extracted
+# on next use
+FOLDERS = (*FRAMEWORKS, "embedded")
 # a backend family (`Backend.family`) -> the framework whose cache it uses
 FAMILY_CACHE = {"jax": "jax", "torch": "inductor", "onnx": "onnxruntime"}
 ENV_DIR, ENV_OFF = "LINNET_CACHE_DIR", "LINNET_NO_CACHE"
@@ -80,12 +88,37 @@ def cache_root() -> Path | None:
 
 
 def cache_dir(framework: str) -> Path | None:
-    """The folder of `framework`'s cache ("jax", "inductor", "onnxruntime") under `cache_root`, None when caching
-    is off. Raises ValueError for another name."""
-    if framework not in FRAMEWORKS:
-        raise ValueError(f"no cache for {framework!r} (caches: {', '.join(FRAMEWORKS)})")
+    """The folder of `framework`'s cache ("jax", "inductor", "onnxruntime"; or "embedded", the extracted embedded
+    checkpoints) under `cache_root`, None when caching is off. Raises ValueError for another name."""
+    if framework not in FOLDERS:
+        raise ValueError(f"no cache for {framework!r} (caches: {', '.join(FOLDERS)})")
     root = cache_root()
     return None if root is None else root / framework
+
+
+_UNUSABLE: dict[Path, str | None] = {}
+
+
+def unusable(root: Path | None = None) -> str | None:
+    """Why the cache folder `root` (default `cache_root()`) cannot hold a cache, or None when it can (or caching is
+    off): it, or the nearest folder above it that exists, must be a folder this process may write in (a missing
+    folder is made by the first compile). Checked once per folder per process, creating nothing. The reason reads
+    "<folder> is not a writable folder"."""
+    root = cache_root() if root is None else root
+    if root is None:
+        return None
+    if root not in _UNUSABLE:
+        probe = root
+        while not os.path.lexists(probe) and probe.parent != probe:
+            probe = probe.parent
+        ok = probe.is_dir()
+        if ok:  # a real try, not os.access: root may write where permission bits say no, yet not in /proc
+            try:
+                os.rmdir(tempfile.mkdtemp(prefix=".linnet-probe-", dir=probe))
+            except OSError:
+                ok = False
+        _UNUSABLE[root] = None if ok else f"{_short(root)} is not a writable folder"
+    return _UNUSABLE[root]
 
 
 def enable(family: str) -> Path | None:
@@ -94,10 +127,11 @@ def enable(family: str) -> Path | None:
     first compile you want cached (it resets JAX's cache state, so earlier compiles are simply not cached); for
     inductor it sets `TORCHINDUCTOR_CACHE_DIR` (read by inductor at each compile; a value the user set is kept, and
     returned) and turns the FX graph cache on; ONNX Runtime's is used by the backend's `make_session` when enabled
-    here. Idempotent."""
+    here. A cache folder that cannot be written (`unusable`: a regular file, a folder without write permission)
+    leaves caching off, as `LINNET_NO_CACHE` does, and returns None; the compile line says why. Idempotent."""
     framework = FAMILY_CACHE[family]
     folder = cache_dir(framework)
-    if folder is None:
+    if folder is None or unusable() is not None:
         _ENABLED.pop(framework, None)
         return None
     if framework == "inductor" and _ENABLED.get(framework) is None and os.environ.get("TORCHINDUCTOR_CACHE_DIR"):
@@ -206,10 +240,16 @@ class CompileReport:
             "miss": f"cache miss: {self._count(self.misses)} {ENTRY_VERB[self.noun]} and written to {folder}",
             "partial": f"partial cache hit: {self._count(self.hits)} from {folder}, {self.misses} "
             f"{ENTRY_VERB[self.noun]} and written there",
-            "off": "compiled, not cached" + (f" ({ENV_OFF} is set)" if cache_root() is None else ""),
+            "off": "compiled, not cached" + self._why_off(),
             "none": "nothing compiled: already compiled in this process",
         }[self.cache]
         return f"{self.what} {self.seconds:.2f} s ({why})"
+
+    def _why_off(self) -> str:
+        if cache_root() is None:
+            return f" ({ENV_OFF} is set)"
+        reason = unusable() if self.folder is None else None
+        return f"; cache off: {reason}" if reason else ""
 
     def _count(self, n: int) -> str:
         return f"{n} {self.noun}{'s' if n != 1 else ''}"
@@ -254,9 +294,10 @@ def ort_key(graph: bytes, weights: list, provider: str, optimization: str) -> st
 
 
 def info() -> list[tuple[str, Path | None, int]]:
-    """(framework, folder, bytes used) per framework's cache folder (None when caching is off)."""
+    """(framework, folder, bytes used) per cache folder of `FOLDERS` (the compile caches, then "embedded"; the
+    folder None when caching is off)."""
     out = []
-    for framework in FRAMEWORKS:
+    for framework in FOLDERS:
         folder = cache_dir(framework)
         size = 0
         if folder is not None and folder.is_dir():
@@ -265,9 +306,10 @@ def info() -> list[tuple[str, Path | None, int]]:
     return out
 
 
-def clear(frameworks: tuple[str, ...] = FRAMEWORKS) -> list[Path]:
-    """Remove the cache folders of `frameworks` (each is rebuilt by the next run that compiles). Returns the
-    folders removed. Raises OSError when one cannot be removed."""
+def clear(frameworks: tuple[str, ...] = FOLDERS) -> list[Path]:
+    """Remove the cache folders of `frameworks` (each is rebuilt by the next run that compiles, the embedded
+    checkpoints' copies by their next use). Returns the folders removed. Raises OSError when one cannot be
+    removed."""
     removed = []
     for framework in frameworks:
         folder = cache_dir(framework)

@@ -51,7 +51,7 @@ def render_chat(
 
     Raises `ValueError` for an empty conversation, a message that is not a dict, and for any template error
     (syntax errors, `raise_exception(...)` calls, sandbox violations, undefined attributes), with the template's
-    message.
+    message (and, for a syntax error, its line in the template: "chat template error at line 3: ...").
     """
     import jinja2
 
@@ -76,6 +76,9 @@ def render_chat(
             add_generation_prompt=add_generation_prompt,
             **_plain_template_data(kwargs),
         )
+    except jinja2.TemplateSyntaxError as error:
+        # jinja2 knows the template line of a syntax error; the CLI names the file around this
+        raise ValueError(f"chat template error at line {error.lineno}: {error.message or error}") from error
     except jinja2.TemplateError as error:
         raise ValueError(f"chat template error: {error.message or error}") from error
 

@@ -380,6 +380,41 @@ def _stored_entry(path: Path, name: str, entry: object, data_start: int, size: i
     return _Stored(path, ours, tuple(shape), data_start + begin, end - begin)
 
 
+def load_json_without_duplicate_keys(text: str, path: Path) -> Any:
+    """`text` parsed as JSON, refusing an object that spells a key twice: Python's `json` (and transformers) keep
+    the last silently, while a reader's eye, and Linnet's located messages, find the first. Raises
+    CheckpointError naming `path`, the key and both lines; json.JSONDecodeError for text that is not JSON."""
+    from json.decoder import JSONObject
+    from json.scanner import py_make_scanner
+
+    spans: list[tuple[int, int]] = []  # every object parsed so far, (start, end): an object's children come first
+
+    def parse_object(s_and_end, strict, scan_once, object_hook, object_pairs_hook, memo=None, _w=None):
+        start = s_and_end[1]
+        pairs, end = JSONObject(s_and_end, strict, scan_once, None, list, memo)
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                children = [span for span in spans if start <= span[0] and span[1] <= end]
+                lines = [
+                    text.count("\n", 0, m.start()) + 1
+                    for m in re.finditer(r'"%s"\s*:' % re.escape(json.dumps(key)[1:-1]), text[:end])
+                    if m.start() >= start and not any(a <= m.start() < b for a, b in children)
+                ]
+                at = f" (lines {lines[0]} and {lines[1]})" if len(lines) >= 2 else ""
+                raise CheckpointError(
+                    f"{path}: key {key!r} is given twice{at}; JSON readers keep one or the other: give it once"
+                )
+            seen.add(key)
+        spans.append((start, end))
+        return dict(pairs), end
+
+    decoder = json.JSONDecoder()
+    decoder.parse_object = parse_object
+    decoder.scan_once = py_make_scanner(decoder)  # the pure-Python scanner, which calls parse_object
+    return decoder.decode(text)
+
+
 @dataclass(eq=False)
 class HFCheckpoint(Checkpoint):
     """A Hugging Face folder: config.json plus model.safetensors, or shards listed by
@@ -395,9 +430,11 @@ class HFCheckpoint(Checkpoint):
         if not cfg_path.is_file():
             raise CheckpointError(f"{folder}: no config.json in this folder; {_EXPECTED}")
         try:
-            config = json.loads(cfg_path.read_text(encoding="utf-8"))
+            config = load_json_without_duplicate_keys(cfg_path.read_text(encoding="utf-8"), cfg_path)
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
             raise CheckpointError(f"{cfg_path}: cannot read JSON ({e})") from None
+        except RecursionError:
+            raise CheckpointError(f"{cfg_path}: cannot read JSON (nested too deep)") from None
         if not isinstance(config, dict):
             raise CheckpointError(f"{cfg_path}: expected a JSON object")
 

@@ -11,8 +11,8 @@ gave 1.3 tokens/s and a 4.9 s first token, 1 thread 8.6 tokens/s and 0.24 s.
 So `choose_torch_threads` counts the cores of the affinity that sat idle over a short sample (`idle_cores`, from
 the per-CPU counters of `/proc/stat`, which name the same CPUs as the affinity, in a container too) and runs that
 many threads, at least 1, at most the affinity's size. Where `/proc/stat` cannot be read (macOS, Windows) it runs
-one thread per core of the affinity. `OMP_NUM_THREADS`, when set, is the user's choice and is kept (PyTorch reads
-it at start).
+one thread per core of the affinity. `OMP_NUM_THREADS`, when set to a positive integer, is the user's choice and is
+kept (PyTorch reads it at start, and caps it at the cores it sees); another value is ignored, with a warning.
 
 A backend whose compiled kernels are specialised to the thread count (torch.compile: inductor's CPU kernels, and
 its FX graph cache key, depend on it) gets the affinity's size, idle or not: a count that followed the load would
@@ -86,13 +86,24 @@ def choose_torch_threads(follow_load: bool = True) -> tuple[int, str]:
 
 def set_torch_threads(follow_load: bool = True) -> str:
     """Set PyTorch's intra-op threads (`choose_torch_threads(follow_load)`; false for a backend whose compiled
-    kernels are specialised to the thread count) unless `OMP_NUM_THREADS` is set; returns what was chosen and why,
-    for the load line ("torch threads 2 (the cores this process may use)")."""
+    kernels are specialised to the thread count) unless `OMP_NUM_THREADS` is set to a positive integer; returns what
+    was chosen and why, for the load line ("torch threads 2 (the cores this process may use)"). With
+    `OMP_NUM_THREADS` the count is the one PyTorch took from it, said to be capped where PyTorch lowered it
+    ("torch threads 2 (OMP_NUM_THREADS=7, capped by PyTorch at 2)"); a value that is not a positive integer
+    ("abc", "0") is ignored with a warning in the line, and Linnet's own choice applies."""
     import torch
 
-    if os.environ.get("OMP_NUM_THREADS"):
-        return f"torch threads {torch.get_num_threads()} (OMP_NUM_THREADS)"
+    raw = os.environ.get("OMP_NUM_THREADS", "")
+    ignored = ""
+    if raw.strip():
+        value = raw.strip()
+        if value.isdigit() and int(value) > 0:
+            n = torch.get_num_threads()  # what PyTorch made of it: it caps the count at the cores it sees
+            if n == int(value):
+                return f"torch threads {n} (OMP_NUM_THREADS)"
+            return f"torch threads {n} (OMP_NUM_THREADS={value}, capped by PyTorch at {n})"
+        ignored = f"; warning: OMP_NUM_THREADS={raw!r} is not a positive integer, ignored"
     n, why = choose_torch_threads(follow_load)
     if torch.get_num_threads() != n:
         torch.set_num_threads(n)
-    return f"torch threads {n} ({why})"
+    return f"torch threads {n} ({why}{ignored})"

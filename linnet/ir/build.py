@@ -115,10 +115,13 @@ def read_source(source: str | Path) -> tuple[str, str]:
     names a file that exists or ends in `.linnet`, is a path (so `model.txt` is read, and a
     misspelt `model.linet` is not parsed as source text). A file is UTF-8, a leading byte-order
     mark dropped (as `linnet check` reads it). Raises OSError when a path cannot be read (a missing
-    file, a folder) and SourceError for a file that is not UTF-8, naming the byte."""
+    file; a folder, as IsADirectoryError "PATH is a folder: give a .linnet file") and SourceError
+    for a file that is not UTF-8, naming the byte."""
     text = str(source)
     if isinstance(source, Path) or ("\n" not in text and (text.endswith(".linnet") or _names_a_path(text))):
         p = Path(source)
+        if p.is_dir():
+            raise IsADirectoryError(f"{p} is a folder: give a .linnet file")
         try:
             return str(p), p.read_text(encoding="utf-8-sig")
         except UnicodeDecodeError as e:

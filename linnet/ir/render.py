@@ -630,7 +630,9 @@ class ModuleWriter:
                 return
 
     def write(self) -> str:
-        """The module's text."""
+        """The module's text, valid UTF-8: a source path with bytes that are not UTF-8 (Python's lone surrogates,
+        from `os.fsdecode`), which the docstrings and location comments quote, has each such byte as U+FFFD, so that
+        `compile` and writing the file work (they raised UnicodeEncodeError)."""
         self.merge_identical()
         layout, program = self.layout, self.program
         helper_names: set[str] = set()
@@ -655,7 +657,8 @@ class ModuleWriter:
         out += ["", "", self.base]
         for source in self.helpers.sources:
             out += ["", ""] + source
-        return "\n".join(out + body + self.tail()).rstrip() + "\n"
+        text = "\n".join(out + body + self.tail()).rstrip() + "\n"
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
     def new_emitter(self) -> GraphEmitter:
         e = self.emitter(self.numerics, methods=dict(self.layout.names), helpers=self.helpers)

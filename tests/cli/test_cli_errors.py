@@ -126,3 +126,80 @@ def test_a_cache_too_big_for_memory_is_refused_before_allocating(tmp_path):
 def test_option_values_a_command_cannot_take_are_usage_errors(args, message):
     """Exit 2, as argparse's own usage errors (they were exit 1, like a model that fails to load)."""
     assert one_line(linnet(*args), 2) == message
+
+
+def test_a_chat_template_with_a_syntax_error_names_the_file_and_the_template_line(tmp_path):
+    """A GGUF whose `tokenizer.chat_template` does not parse: `--chat` ended in a traceback from
+    runtimes/chat.py (`ValueError: chat template error: expected token 'end of statement block'`)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("gguf")
+    from tests.runtimes.gguf_writing import write_llama_gguf
+
+    tokens = [chr(c) for c in range(ord("a"), ord("a") + 15)] + ["ab"]
+    config = transformers.LlamaConfig(
+        vocab_size=len(tokens), hidden_size=16, intermediate_size=16, num_hidden_layers=1, num_attention_heads=2
+    )
+    torch.manual_seed(0)
+    path = tmp_path / "m.gguf"
+    template = "{% for m in messages %}\n{{ m.content }}{% endfor %"
+    extra = {
+        "tokenizer.ggml.model": "gpt2",
+        "tokenizer.ggml.pre": "gpt-2",
+        "tokenizer.ggml.tokens": tokens,
+        "tokenizer.ggml.merges": ["a b"],
+        "tokenizer.chat_template": template,
+    }
+    write_llama_gguf(path, transformers.LlamaForCausalLM(config), extra_metadata=extra)
+    r = linnet("generate", "examples/llama.linnet", "--weights", str(path), "--chat", "--prompt", "hi")
+    assert one_line(r, 1) == (
+        f"linnet generate: {path}: chat template error at line 2: expected token 'end of statement block', got '%'"
+    )
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ("run", MLP, "--weights", b"t\xff.gguf"),
+            "linnet run: --weights is not valid UTF-8: byte 0xff at byte 1 of b't\\xff.gguf'",
+        ),
+        (("run", b"m\xfe.linnet"), "linnet run: FILE is not valid UTF-8: byte 0xfe at byte 1 of b'm\\xfe.linnet'"),
+        (("torch", b"m\xfe.linnet"), "linnet torch: FILE is not valid UTF-8: byte 0xfe at byte 1 of b'm\\xfe.linnet'"),
+        (
+            ("onnx", b"m\xfe.linnet", "--text"),
+            "linnet onnx: FILE is not valid UTF-8: byte 0xfe at byte 1 of b'm\\xfe.linnet'",
+        ),
+        (
+            ("run", MLP, "--config", b"in_features=\xff"),
+            "linnet run: --config is not valid UTF-8: byte 0xff at byte 12 of b'in_features=\\xff'",
+        ),
+    ],
+)
+def test_paths_and_values_that_are_not_utf8_name_the_argument(args, message):
+    """A bare "'utf-8' codec can't encode character '\\udcff' in position 102" named no argument (the generated
+    code, ONNX metadata and JAX locations quote paths as text)."""
+    assert one_line(linnet(*args), 2) == message
+
+
+def test_generated_torch_source_of_a_non_utf8_path_is_valid_utf8(tmp_path):
+    """From Python (no CLI check), `linnet.load` on torch compiled generated code that quotes the path; its lone
+    surrogates made `compile` raise UnicodeEncodeError. Each such byte is U+FFFD in the generated text."""
+    import os
+
+    from linnet.compiler.torch import codegen
+    from linnet.ir import build
+
+    path = os.fsdecode(bytes(tmp_path) + b"/m\xfe.linnet")
+    Path(path).write_text((ROOT / MLP).read_text())
+    text = codegen.generate(build(path))
+    compile(text, "<test>", "exec")
+    assert "m\ufffd.linnet" in text
+
+
+@pytest.mark.parametrize("command", ["run", "torch", "onnx"])
+def test_a_source_that_is_a_folder_says_a_file_is_needed(command, tmp_path):
+    """It was a bare `[Errno 21] Is a directory: '...'`."""
+    extra = ("--text",) if command == "onnx" else ()
+    r = linnet(command, str(tmp_path), *extra)
+    assert one_line(r, 2) == f"linnet {command}: {tmp_path} is a folder: give a .linnet file"

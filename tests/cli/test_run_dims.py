@@ -33,6 +33,12 @@ def test_run_takes_sizes_for_any_dim():
         (("--dim", "N=0"), "--dim N must be a positive integer, got '0'"),
         (("--dim", "N"), "--dim takes NAME=SIZE (for example N=8), got 'N'"),
         (("--dim", "2=3"), "--dim takes NAME=SIZE (for example N=8), got '2=3'"),
+        (("--dim", "N=3", "--dim", "N=5", "--dim", "K=1"), "--dim N is given twice (N=3 and N=5): give it once"),
+        (
+            ("--dim", "N=99999999999999999999", "--dim", "K=2"),
+            "--dim K=2 --dim N=99999999999999999999: input `x` would have 399999999999999999996 elements, "
+            "more than numpy can hold",
+        ),
     ],
 )
 @pytest.mark.torch
@@ -41,3 +47,16 @@ def test_a_dim_without_a_good_size_is_a_usage_error(dims, message):
     r = run_cli("run", FIXTURE, "--backend", "torch-interpret", *dims)
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip().splitlines()[-1] == f"linnet run: {message}" and "Traceback" not in r.stderr
+
+
+@pytest.mark.torch
+def test_inputs_too_big_for_memory_are_a_usage_error_before_allocating():
+    """`--dim N=100000 --dim K=100000` died in numpy with `_ArrayMemoryError` (a traceback); now the inputs'
+    bytes are checked against the memory available first (372.5 TiB here, more than any machine has)."""
+    pytest.importorskip("torch")
+    r = run_cli("run", FIXTURE, "--backend", "torch-interpret", "--dim", "N=10000000", "--dim", "K=10000000")
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    line = r.stderr.strip().splitlines()[-1]
+    assert line.startswith(
+        "linnet run: --dim K=10000000 --dim N=10000000: the random inputs of entry `forward` need 372529.2 GiB"
+    ) and line.endswith("available: give smaller sizes")

@@ -198,3 +198,61 @@ def test_linnet_cache_shows_and_clears_the_folders(tmp_path):
     assert not (tmp_path / "jax").exists()
     r = subprocess.run([*cli, "clear"], capture_output=True, text=True, env=env, cwd=ROOT)
     assert r.returncode == 0 and "nothing to remove" in r.stderr
+
+
+def test_a_cache_folder_that_cannot_be_written_is_found_without_making_anything(tmp_path):
+    a_file = tmp_path / "afile"
+    a_file.write_text("x")
+    assert caches.unusable(a_file) == f"{a_file} is not a writable folder"
+    assert caches.unusable(a_file / "below") == f"{a_file / 'below'} is not a writable folder"
+    assert caches.unusable(Path("/proc/nonexistent")) == "/proc/nonexistent is not a writable folder"
+    assert caches.unusable(tmp_path / "new" / "cache") is None  # made by the first compile
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+@pytest.mark.jax
+@pytest.mark.parametrize("where", ["afile", "/proc/nonexistent"])
+def test_an_unwritable_cache_folder_runs_uncached_and_says_so(tmp_path, where):
+    """LINNET_CACHE_DIR naming a regular file (or a folder under /proc) printed "cache miss: ... written to
+    /tmp/x/afile/jax" on every run though nothing was written; `linnet cache` listed the folders as empty."""
+    pytest.importorskip("jax")
+    folder = tmp_path / where if where == "afile" else Path(where)
+    if where == "afile":
+        folder.write_text("not a folder")
+    env = dict(os.environ, LINNET_CACHE_DIR=str(folder), PYTHONPATH=str(ROOT))
+    env.pop("LINNET_NO_CACHE", None)
+
+    def cli(*args):
+        return subprocess.run(
+            [sys.executable, "-m", "linnet", *args], capture_output=True, text=True, env=env, cwd=ROOT
+        )
+
+    r = cli("run", "examples/mlp.linnet", "--backend", "jax")
+    assert r.returncode == 0, r.stderr
+    assert f"(compiled, not cached; cache off: {folder} is not a writable folder)" in r.stdout
+    assert "written to" not in r.stdout + r.stderr
+    r = cli("cache")
+    assert r.returncode == 0 and r.stdout.startswith(f"persistent caches are off: {folder} is not a writable folder")
+    r = cli("cache", "clear")
+    assert r.returncode == 0 and f"nothing to remove: cache off: {folder} is not a writable folder" in r.stderr
+
+
+def test_linnet_cache_lists_and_clears_the_extracted_embedded_checkpoints(clean_env, tmp_path):
+    """`<cache>/embedded` (the extracted all-MiniLM copies, one per package install: 262 MB with 3 stale ones in
+    the trial) was neither listed nor cleared by `linnet cache`."""
+    from linnet.runtimes.embedded import cache_dir as embedded_cache
+
+    env = dict(os.environ, LINNET_CACHE_DIR=str(tmp_path), PYTHONPATH=str(ROOT))
+    env.pop("LINNET_NO_CACHE", None)
+    stale = tmp_path / "embedded" / "all-minilm-l6-v2-1-1"
+    stale.mkdir(parents=True)
+    (stale / "model.safetensors").write_bytes(b"x" * 3 * 2**20)
+    clean_env.setenv(caches.ENV_DIR, str(tmp_path))
+    assert embedded_cache() / "embedded" == caches.cache_dir("embedded")  # the folder embedded.py extracts to
+    cli = [sys.executable, "-m", "linnet", "cache"]
+    r = subprocess.run(cli, capture_output=True, text=True, env=env, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert f"  embedded           3.0 MiB  {tmp_path / 'embedded'}" in r.stdout.splitlines()
+    r = subprocess.run([*cli, "clear"], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert r.returncode == 0 and f"removed {tmp_path / 'embedded'}" in r.stderr
+    assert not (tmp_path / "embedded").exists()

@@ -568,3 +568,27 @@ def test_opening_and_loading_need_no_torch():
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+
+
+def test_a_config_json_key_given_twice_is_refused_naming_both_lines(tmp_path):
+    """`"hidden_act": "silu"` on line 11 then `"hidden_act": "relu"` on line 12: JSON readers keep the last (relu), and
+    the error then cited line 11 with "got relu". Keys repeated in different objects are fine."""
+    from linnet.runtimes.checkpoints import CheckpointError, load_json_without_duplicate_keys
+    from tests.runtimes.test_corrupt_files import write_hf_folder
+
+    folder = write_hf_folder(tmp_path / "hf")
+    config = folder / "config.json"
+    lines = config.read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if '"hidden_size"' in line)
+    lines[at + 1 : at + 1] = ['  "hidden_act": "silu",', '  "hidden_act": "relu",']
+    config.write_text("\n".join(lines))
+    with pytest.raises(CheckpointError) as e:
+        open_checkpoint(folder)
+    assert str(e.value) == (
+        f"{config}: key 'hidden_act' is given twice (lines {at + 2} and {at + 3}); JSON readers keep one or the "
+        "other: give it once"
+    )
+    nested = '{"rope_theta": 1.0, "rope_parameters": {"rope_theta": 1.0,\n"rope_type": "default"}}'
+    assert load_json_without_duplicate_keys(nested, config)["rope_parameters"]["rope_type"] == "default"
+    with pytest.raises(CheckpointError, match=r"key 'factor' is given twice \(lines 2 and 3\)"):
+        load_json_without_duplicate_keys('{"factor": 1, "rope_scaling": {\n"factor": 2,\n"factor": 3}}', config)

@@ -20,7 +20,7 @@ PROMPT = "The capital of France is a city with a long history, and"
 LOAD = re.compile(r"^loaded \S+ with \S+ in (?P<load>[\d.]+) s \((?P<detail>.*)\)$")
 COMPILE = re.compile(r"^(?P<what>compile|session build|graph capture) (?P<seconds>[\d.]+) s \((?P<cache>[^)]*)\)$")
 TIMING = re.compile(
-    r"^prompt (?P<prompt>\d+) tokens, (?P<generated>\d+) generated \((?:length|stop)\); "
+    r"^prompt (?P<prompt>\d+) tokens, (?P<generated>\d+) generated \((?P<reason>length[^)]*|stop)\); "
     r"time to first token (?P<ttft>\d+) ms, decode (?P<rate>[\d.]+) tokens/s \((?P<steps>\d+) steps in "
     r"(?P<decode>[\d.]+) s\)$"
 )
@@ -91,6 +91,22 @@ def test_generate_on_eager_torch_says_it_does_not_compile_and_its_threads(tmp_pa
         )
 
 
+@pytest.mark.torch
+def test_a_stop_at_the_cache_s_last_position_names_max_positions(tmp_path):
+    """`--max-new-tokens 2000 --max-positions 16` generated 15 tokens and said "(length)", as if 2000 were
+    reached; and the load line said "compiled for 16 positions" on eager PyTorch, which compiles nothing."""
+    pytest.importorskip("torch")
+    r = generate("torch", tmp_path, "--max-new-tokens", "2000", "--max-positions", "16")
+    assert r.returncode == 0, r.stderr
+    lines = timing_lines(r.stderr)
+    prompt, generated = int(lines["timing"]["prompt"]), int(lines["timing"]["generated"])
+    assert prompt + generated == 16
+    assert lines["timing"]["reason"] == "length: the cache's 16 positions are full; raise --max-positions"
+    assert lines["load"]["detail"].startswith("torch, f32, cache for 16 positions; ")
+    r = generate("torch", tmp_path, "--max-new-tokens", "2")  # max_new_tokens reached: a plain "length"
+    assert timing_lines(r.stderr)["timing"]["reason"] == "length"
+
+
 @pytest.mark.slow
 @pytest.mark.torch
 def test_torch_compile_reports_its_compile_apart_and_caches_it(tmp_path):
@@ -120,6 +136,44 @@ def test_torch_threads_follow_the_cpu_affinity_not_the_machine():
     code = code.replace("{min(os.sched_getaffinity(0))}", "os.sched_getaffinity(0)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT)
     assert r.stdout.strip() == "torch threads 1 (OMP_NUM_THREADS) 1", r.stderr
+
+
+@pytest.mark.torch
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity on this platform")
+@pytest.mark.parametrize(
+    "value, line",
+    [
+        (
+            "abc",
+            "torch threads 1 (the cores this process may use; warning: OMP_NUM_THREADS='abc' is not a positive "
+            "integer, ignored) 1",
+        ),
+        (
+            "0",
+            "torch threads 1 (the cores this process may use; warning: OMP_NUM_THREADS='0' is not a positive "
+            "integer, ignored) 1",
+        ),
+        ("7", "torch threads {n} (OMP_NUM_THREADS=7, capped by PyTorch at {n}) {n}"),
+    ],
+)
+def test_omp_num_threads_is_reported_as_pytorch_took_it(value, line):
+    """OMP_NUM_THREADS=abc, 0 and 7 each printed `torch threads 2 (OMP_NUM_THREADS)` on 2 cores: an invalid value
+    was reported as the user's choice, and a capped one as taken."""
+    pytest.importorskip("torch")
+    code = (
+        "import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); "
+        "from linnet.runtimes.threads import set_torch_threads; import torch; "
+        "print(set_torch_threads(follow_load=False), torch.get_num_threads())"
+    )
+    env = dict(os.environ, OMP_NUM_THREADS=value)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    if value == "7":
+        n = int(r.stdout.split()[-1])
+        if n == 7:
+            pytest.skip("PyTorch took all 7 threads here")
+        line = line.format(n=n)
+    assert r.stdout.strip() == line
 
 
 def fake_cpu_times(monkeypatch, busy: dict[int, float]):
