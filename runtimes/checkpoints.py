@@ -62,7 +62,53 @@ _EXPECTED = (
 # Config normalisation
 
 
-def normalize_config(config: dict[str, Any]) -> dict[str, Any]:
+def _scaling_spelling(scaling: object) -> object:
+    """A rope scaling dict as `normalize_config` spells it (`type` -> `rope_type`, "default" -> None), without
+    `rope_theta` and `partial_rotary_factor`: what two spellings must agree on."""
+    if not isinstance(scaling, dict):
+        return scaling
+    scaling = {k: v for k, v in scaling.items() if k not in ("rope_theta", "partial_rotary_factor")}
+    if "rope_type" not in scaling and "type" in scaling:
+        scaling["rope_type"] = scaling.pop("type")
+    else:
+        scaling.pop("type", None)
+    return None if scaling.get("rope_type", "default") == "default" else scaling
+
+
+def _check_rope_spellings(cfg: dict[str, Any], params: dict[str, Any], where: str) -> None:
+    """Refuse a config that has both `rope_scaling` (not null) and a flat `rope_parameters` saying different things.
+
+    transformers 5 reads `rope_scaling` when it is set and ignores `rope_parameters` (its rope_theta then comes
+    from `rope_scaling.rope_theta` or the flat `rope_theta`), so Linnet, which reads `rope_parameters`, would
+    compute something else. Raises CheckpointError naming both keys and `where`.
+    """
+    scaling = cfg.get("rope_scaling")
+    if scaling is None:
+        return  # transformers falls back to rope_parameters, as Linnet does
+    if not isinstance(scaling, dict):
+        raise CheckpointError(f"{where}: `rope_scaling` is {scaling!r}, expected an object or null")
+    problems = []
+    if _scaling_spelling(scaling) != _scaling_spelling(params):
+        problems.append(f"`rope_scaling` is {scaling!r} but `rope_parameters` is {params!r}")
+    if "rope_theta" in params:
+        theta = scaling.get("rope_theta", cfg.get("rope_theta"))
+        if theta is None:
+            problems.append(
+                f"`rope_parameters.rope_theta` is {params['rope_theta']!r} but neither `rope_scaling.rope_theta` "
+                "nor `rope_theta` is set (transformers would use its default)"
+            )
+        elif theta != params["rope_theta"]:
+            problems.append(
+                f"`rope_parameters.rope_theta` is {params['rope_theta']!r} but transformers reads {theta!r}"
+            )
+    if problems:
+        raise CheckpointError(
+            f"{where}: `rope_scaling` and `rope_parameters` disagree ({'; '.join(problems)}); transformers reads "
+            "`rope_scaling`, so keep one of them (or make them agree)"
+        )
+
+
+def normalize_config(config: dict[str, Any], where: str = "config.json") -> dict[str, Any]:
     """A config.json dict with rotary settings in one spelling: flat `rope_theta` and `rope_scaling`.
 
     - transformers 5 writes `rope_parameters = {"rope_type", "rope_theta", <scaling fields>}`: it becomes
@@ -70,11 +116,16 @@ def normalize_config(config: dict[str, Any]) -> dict[str, Any]:
       `rope_parameters` is removed. A `partial_rotary_factor` inside it moves to the top level. A per-layer-type
       `rope_parameters` (a dict of such dicts, e.g. Gemma 3's full/sliding attention) is left as is.
     - transformers 4's `rope_scaling` with `type` instead of `rope_type` is renamed; `{"type": "default"}` -> None.
+    - both `rope_scaling` (not null) and a flat `rope_parameters`: they must agree (the same scaling, the same
+      rope_theta as transformers reads), else CheckpointError naming both keys and `where` (the file, for
+      messages): transformers reads `rope_scaling`, Linnet would read `rope_parameters`.
     Every other key is kept untouched; the input is not modified.
     """
     cfg = dict(config)
     params = cfg.get("rope_parameters")
     if isinstance(params, dict) and not any(isinstance(v, dict) for v in params.values()):
+        if "rope_scaling" in cfg:
+            _check_rope_spellings(cfg, params, where)
         params = dict(params)
         del cfg["rope_parameters"]
         if "rope_theta" in params:
@@ -432,7 +483,7 @@ class HFCheckpoint(Checkpoint):
         return cls(
             source=source,
             format="hf",
-            config=normalize_config(config),
+            config=normalize_config(config, str(cfg_path)),
             tensor_names=names,
             buffer_names={n for n in names if _is_buffer(n, where[n].dtype)},
             path=folder,

@@ -96,6 +96,45 @@ def test_normalize_other_spellings(cfg, expected):
     assert normalize_config(cfg) == expected
 
 
+@pytest.mark.torch
+def test_rope_scaling_and_rope_parameters_that_disagree_are_refused(tmp_path):
+    """transformers 5 reads `rope_scaling` when both keys are set; Linnet read `rope_parameters` (logits off by
+    ~8 in the trial). Disagreeing duplicates are an error naming both keys and the file; agreeing ones load."""
+    transformers = pytest.importorskip("transformers")
+    _tiny_llama(tmp_path)
+    cfg_path = tmp_path / "config.json"
+    cfg = json.loads(cfg_path.read_text())
+    params = cfg["rope_parameters"]
+    cfg["rope_scaling"] = {"rope_type": "linear", "factor": 4.0}
+    cfg_path.write_text(json.dumps(cfg))
+    # what transformers does with the file: rope_scaling wins
+    assert transformers.AutoConfig.from_pretrained(tmp_path).rope_parameters["rope_type"] == "linear"
+    with pytest.raises(CheckpointError) as e:
+        open_checkpoint(tmp_path)
+    msg = str(e.value)
+    assert str(cfg_path) in msg and "`rope_scaling`" in msg and "`rope_parameters`" in msg and "disagree" in msg
+
+    # the same scaling but a rope_theta transformers would not read
+    cfg["rope_scaling"] = {k: v for k, v in params.items() if k != "rope_theta"}
+    cfg["rope_theta"] = 10000.0
+    cfg_path.write_text(json.dumps(cfg))
+    assert transformers.AutoConfig.from_pretrained(tmp_path).rope_parameters["rope_theta"] == 10000.0
+    with pytest.raises(CheckpointError, match="rope_theta"):
+        open_checkpoint(tmp_path)
+
+    # agreeing duplicates (also in transformers 4's `type` spelling) are fine
+    cfg["rope_theta"] = params["rope_theta"]
+    cfg["rope_scaling"] = {("type" if k == "rope_type" else k): v for k, v in params.items()}
+    cfg_path.write_text(json.dumps(cfg))
+    with open_checkpoint(tmp_path) as ckpt:
+        assert ckpt.config["rope_theta"] == 500000.0 and ckpt.config["rope_scaling"]["rope_type"] == "llama3"
+    # a null rope_scaling defers to rope_parameters, in transformers as in Linnet
+    cfg["rope_scaling"] = None
+    cfg_path.write_text(json.dumps(cfg))
+    with open_checkpoint(tmp_path) as ckpt:
+        assert ckpt.config["rope_scaling"]["factor"] == 8.0
+
+
 # -- Hugging Face folders ------------------------------------------------------------------------------------
 
 
