@@ -213,7 +213,8 @@ def _drop_unset(info: SourceInfo, config: dict[str, Any]) -> dict[str, Any]:
 
 def match_weights(program: Program, ckpt: Checkpoint, notes: list[str]) -> dict[str, str]:
     """Parameter path -> checkpoint name, every shape and dtype checked. Raises LoadError (L501
-    shape, L502 names, L504 an integer or bool tensor where a parameter is)."""
+    shape, L502 names, or a stored `lm_head.weight` under `tie_word_embeddings` that differs from the
+    embeddings, L504 an integer or bool tensor where a parameter is)."""
     model = [p.path for p in program.params]
     names = [n for n in ckpt.tensor_names if n not in ckpt.buffer_names]
     rename = _prefix_map(model, set(names))
@@ -232,7 +233,7 @@ def match_weights(program: Program, ckpt: Checkpoint, notes: list[str]) -> dict[
     if extra and tied:
         heads = [n for n in extra if n.endswith("lm_head.weight")]
         for n in heads:
-            notes.append(f"{ckpt.source}: `{n}` is not used (the source ties the head to the embeddings)")
+            _check_tied_head(ckpt, n, [c for c in taken if c in ckpt])
         extra = [n for n in extra if n not in heads]
     if missing or extra:
         lines = [f"the names of {ckpt.source} don't match {program.source}"]
@@ -250,6 +251,39 @@ def match_weights(program: Program, ckpt: Checkpoint, notes: list[str]) -> dict[
                 code="L501",
             )
     return plan
+
+
+_EMBEDDING_NAMES = ("embed_tokens", "wte", "word_embeddings", "token_embd")
+
+
+def _check_tied_head(ckpt: Checkpoint, head: str, taken: list[str]) -> None:
+    """A checkpoint that stores `head` while the config ties the head to the embeddings loads only when the
+    stored head equals the embeddings bit for bit: transformers 5 uses a stored head even when
+    `tie_word_embeddings` is true, so tying a different one would run silently wrong. The embeddings are the
+    tensor the model takes whose name says so (`embed_tokens`, `wte`, `word_embeddings`) with the head's shape.
+    Raises LoadError (L502) naming the tensor, the key and the file."""
+    where = (
+        str(Path(ckpt.path) / "config.json")
+        if ckpt.format == "hf" and ckpt.path is not None and "tie_word_embeddings" in ckpt.config
+        else "the config"
+    )
+    shape, dtype = tuple(ckpt.shape(head)), ckpt.dtype(head)
+    embeds = [c for c in taken if any(k in c for k in _EMBEDDING_NAMES) and tuple(ckpt.shape(c)) == shape]
+    for emb in embeds:
+        if ckpt.dtype(emb) != dtype:
+            continue
+        a, b = ckpt.load(head), ckpt.load(emb)
+        width = a.dtype.itemsize
+        as_bits = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}.get(width)
+        if as_bits is not None and np.array_equal(a.view(as_bits), b.view(as_bits)):
+            return
+    against = f", which differs from `{embeds[0]}`" if embeds else " (no embedding tensor of its shape to compare)"
+    raise LoadError(
+        f"{ckpt.source} stores its own `{head}`{against}, but `tie_word_embeddings` is true in {where}: "
+        "transformers uses the stored head, the source would use the embeddings; set `tie_word_embeddings` "
+        "to false (or drop the stored head if the model is meant to be tied)",
+        code="L502",
+    )
 
 
 def random_params(program: Program, seed: int = 0) -> dict[str, np.ndarray]:

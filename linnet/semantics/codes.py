@@ -471,7 +471,8 @@ _ALL = [
         "checkpoint names don't match",
         "error",
         "Names are checked both ways: a parameter missing from the checkpoint, or a checkpoint tensor "
-        "no parameter takes.",
+        "no parameter takes. A stored `lm_head.weight` under `tie_word_embeddings: true` is accepted only "
+        "when it equals the embeddings bit for bit (transformers uses a stored head even when tied).",
         "missing: lm_head.weight",
         "Fix the module tree or add `@name(...)`.",
     ),

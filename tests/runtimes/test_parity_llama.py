@@ -258,3 +258,41 @@ def test_untied_source_on_a_tied_checkpoint_misses_lm_head(tied_llama):
     with pytest.raises(LoadError) as err:
         lt.load(LLAMA, weights=tied_llama[0], config={"tie_word_embeddings": False}, progress=False)
     assert "`lm_head.weight`" in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("small_llama", [False], indirect=True, ids=["untied"])
+def test_tied_config_with_a_different_stored_head_is_refused(small_llama, tmp_path):
+    """`tie_word_embeddings: true` over a checkpoint that stores its own `lm_head.weight`: transformers 5 uses the
+    stored head, so tying it to the embeddings (as Linnet did, with a note) ran silently wrong (~9 in the trial).
+    A different head is an error naming the tensor, the key and the file; a head equal to the embeddings bit for
+    bit loads, without a note, and matches transformers."""
+    import json
+
+    from transformers import LlamaForCausalLM
+
+    folder, model = small_llama
+    copy = tmp_path / "tied-with-head"
+    shutil.copytree(folder, copy)
+    cfg = json.loads((copy / "config.json").read_text())
+    cfg["tie_word_embeddings"] = True
+    (copy / "config.json").write_text(json.dumps(cfg))
+    ids = prompts(2, 12, seed=5)
+    with torch.no_grad():
+        ref = LlamaForCausalLM.from_pretrained(copy).eval()
+        assert torch.equal(ref.lm_head.weight, model.lm_head.weight)  # transformers keeps the stored head
+        assert max_abs_diff(ref(ids).logits, model(ids).logits) == 0
+    with pytest.raises(LoadError) as err:
+        lt.load(LLAMA, weights=copy, progress=False)
+    msg = str(err.value)
+    assert "`lm_head.weight`" in msg and "`tie_word_embeddings`" in msg and str(copy / "config.json") in msg, msg
+    assert err.value.code == "L502"
+
+    # the stored head equal to the embeddings: tied and untied are one model
+    rewrite_safetensors(copy, lambda t: {**t, "lm_head.weight": t["model.embed_tokens.weight"].clone()})
+    with torch.no_grad():
+        ref = LlamaForCausalLM.from_pretrained(copy).eval()
+        expected = ref(ids).logits
+    m = lt.load(LLAMA, weights=copy, progress=False)
+    assert not any("lm_head" in n for n in m.notes), m.notes
+    got = torch.as_tensor(m.forward(ids.numpy()))
+    assert max_abs_diff(got, expected) < LOGITS_ATOL
