@@ -536,15 +536,40 @@ class HFCheckpoint(Checkpoint):
 
 
 def _safetensors_files(folder: Path) -> dict[str, Path]:
-    """`{name: shard}` from model.safetensors.index.json, or {} when there is no index."""
+    """`{name: shard}` from model.safetensors.index.json, or {} when there is no index.
+
+    Raises CheckpointError when the folder also has a model.safetensors (transformers reads that file, the
+    index's shards may hold other weights: which one is meant cannot be told), when a shard path is absolute or
+    leaves the folder (`../outside.safetensors`; compared as written, so a symlinked shard, as in the Hugging
+    Face cache, is fine), or when a listed shard is missing."""
     index = folder / "model.safetensors.index.json"
     if not index.is_file():
         return {}
+    single = folder / "model.safetensors"
+    if single.is_file():
+        raise CheckpointError(
+            f"{folder}: both {single.name} and {index.name} are here; transformers reads {single.name}, and the "
+            f"shards {index.name} lists may hold other weights: remove the one not meant"
+        )
     try:
         weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
         files = {str(k): folder / str(v) for k, v in weight_map.items()}
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
+    except (
+        OSError,
+        UnicodeDecodeError,
+        json.JSONDecodeError,
+        KeyError,
+        TypeError,
+        AttributeError,
+        RecursionError,
+    ) as e:
         raise CheckpointError(f"{index}: cannot read the weight map ({e!r})") from None
+    for name in files:
+        rel = os.path.normpath(str(weight_map[name]))
+        if os.path.isabs(rel) or rel == os.pardir or rel.startswith(os.pardir + os.sep):
+            raise CheckpointError(
+                f"{index}: lists {name!r} in {weight_map[name]!r}, a path outside the checkpoint folder {folder}"
+            )
     for file in set(files.values()):
         if not file.is_file():
             raise CheckpointError(f"{index}: lists shard {file.name}, which is missing from {folder}")

@@ -230,6 +230,63 @@ def test_hf_gpt2_untied_sharded(tmp_path):
 
 
 @pytest.mark.torch
+def test_single_file_beside_an_index_is_refused(tmp_path):
+    """model.safetensors beside model.safetensors.index.json: transformers reads model.safetensors, Linnet read
+    the shards (22.5 apart in the trial, where the shards held other weights). An error names both files."""
+    transformers = pytest.importorskip("transformers")
+    sharded = tmp_path / "sharded"
+    model = _tiny_llama(sharded, max_shard_size="20KB")
+    assert (sharded / "model.safetensors.index.json").is_file()
+    single = tmp_path / "single"
+    model.save_pretrained(single)
+    (sharded / "model.safetensors").write_bytes((single / "model.safetensors").read_bytes())
+    ref = transformers.LlamaForCausalLM.from_pretrained(sharded)  # transformers opens it, reading one of the two
+    assert ref.config.hidden_size == 64
+    with pytest.raises(CheckpointError) as e:
+        open_checkpoint(sharded)
+    msg = str(e.value)
+    assert str(sharded) in msg and "model.safetensors and model.safetensors.index.json" in msg, msg
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("shard", ["../outside.safetensors", "sub/../../outside.safetensors", "/abs/x.safetensors"])
+def test_index_path_outside_the_folder_is_refused(tmp_path, shard):
+    folder = tmp_path / "ckpt"
+    _tiny_llama(folder)
+    (tmp_path / "outside.safetensors").write_bytes((folder / "model.safetensors").read_bytes())
+    (folder / "model.safetensors").unlink()
+    index = {"metadata": {}, "weight_map": dict.fromkeys(_safetensors_keys(tmp_path / "outside.safetensors"), shard)}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(CheckpointError, match="outside the checkpoint folder") as e:
+        open_checkpoint(folder)
+    assert str(folder / "model.safetensors.index.json") in str(e.value) and shard in str(e.value)
+
+
+@pytest.mark.torch
+def test_index_shard_in_a_subfolder_and_symlinked_shard_load(tmp_path):
+    """Paths that stay in the folder load, also through a symlink out of it (the Hugging Face cache's layout)."""
+    folder = tmp_path / "ckpt"
+    model = _tiny_llama(folder)
+    blob = tmp_path / "blobs" / "abc"
+    blob.parent.mkdir()
+    (folder / "model.safetensors").rename(blob)
+    (folder / "sub").mkdir()
+    (folder / "sub" / "shard.safetensors").symlink_to(blob)
+    index = {"metadata": {}, "weight_map": dict.fromkeys(_safetensors_keys(blob), "sub/shard.safetensors")}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    with open_checkpoint(folder) as ckpt:
+        _assert_same_tensors(ckpt, model.state_dict(), skip={"lm_head.weight"})
+
+
+def _safetensors_keys(path: Path) -> list[str]:
+    """The tensor names of one safetensors file, read with the safetensors library."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="numpy") as f:
+        return list(f.keys())
+
+
+@pytest.mark.torch
 def test_hf_bf16_and_integer_buffers(tmp_path):
     torch = pytest.importorskip("torch")
     from safetensors.torch import save_file
