@@ -48,6 +48,7 @@ __all__ = [
     "EMBEDDED_IDS",
     "INTEGER_DTYPES",
     "check_finite",
+    "check_cast_fits",
 ]
 
 EMBEDDED_IDS = tuple(EMBEDDED)
@@ -291,6 +292,24 @@ def check_finite(
         f"{where}: tensor {name!r} holds {kinds} ({int(bad.sum())} of {a.size} values, the first {value} at index "
         f"{list(first)}); the checkpoint is corrupt or was saved after training diverged"
     )
+
+
+def check_cast_fits(a: np.ndarray, dtype: str | np.dtype | None, name: str, where: object) -> np.ndarray:
+    """`a` unchanged when casting it to `dtype` (as `cast_floating` does) leaves it finite, else CheckpointError
+    as `check_finite` words it (the tensor overflows the cast). For runtimes that cast on the device after the
+    load check (PyTorch's `to`): an f32 weight of 1e6 read for `--dtype f16` would become Inf there, unseen.
+    Cost: a max and a min over `a` (no temporary the size of the tensor), and the cast of those two values."""
+    if dtype is None or not is_floating(a) or a.size == 0 or a.dtype == numpy_dtype(dtype):
+        return a
+    import ml_dtypes
+
+    if float(ml_dtypes.finfo(numpy_dtype(dtype)).max) >= float(ml_dtypes.finfo(a.dtype).max):
+        return a  # a widening cast (f16 or bf16 to f32) cannot overflow
+    extremes = np.array([a.max(), a.min()], dtype=a.dtype)
+    if np.isfinite(cast_floating(extremes, dtype).astype(np.float32)).all():
+        return a
+    check_finite(cast_floating(a, dtype), name, where, a)
+    return a  # not reached: the cast overflowed, so check_finite raised
 
 
 # --------------------------------------------------------------------------------------------------------------

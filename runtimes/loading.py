@@ -35,7 +35,7 @@ from linnet.ir.build import (
 from linnet.ir.core import Program
 from linnet.syntax import ast as A
 
-from .checkpoints import INTEGER_DTYPES, Checkpoint, numpy_dtype, open_checkpoint
+from .checkpoints import INTEGER_DTYPES, Checkpoint, check_cast_fits, numpy_dtype, open_checkpoint
 from .model import LoadedModel
 
 __all__ = [
@@ -175,7 +175,9 @@ def planned_tensors(prepared: Prepared, progress: bool, dtype: str | None = None
     """Yield (parameter path, numpy array) for every entry of `prepared.plan`, each read as
     `Checkpoint.load(name, dtype)` (a read-only memory map where the format allows; `dtype` a
     Linnet dtype name casts floating-point tensors), with a progress bar on stderr for loads
-    that take over a second. Raises CheckpointError for unreadable data."""
+    that take over a second. Without `dtype` (the runtime casts on its device) each tensor is
+    still checked to fit the program's dtype (`check_cast_fits`). Raises CheckpointError for
+    unreadable data and for values that are, or become when cast, NaN or infinite."""
     import sys
 
     from tqdm import tqdm
@@ -191,7 +193,10 @@ def planned_tensors(prepared: Prepared, progress: bool, dtype: str | None = None
     )
     with bar:
         for path, name in prepared.plan.items():
-            yield path, prepared.checkpoint.load(name, dtype=dtype)
+            a = prepared.checkpoint.load(name, dtype=dtype)
+            if dtype is None:
+                check_cast_fits(a, prepared.program.dtype.name, name, prepared.checkpoint.path or prepared.weights)
+            yield path, a
             bar.update(1)
 
 
