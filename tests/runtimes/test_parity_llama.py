@@ -296,3 +296,43 @@ def test_tied_config_with_a_different_stored_head_is_refused(small_llama, tmp_pa
     assert not any("lm_head" in n for n in m.notes), m.notes
     got = torch.as_tensor(m.forward(ids.numpy()))
     assert max_abs_diff(got, expected) < LOGITS_ATOL
+
+
+@pytest.mark.parametrize(
+    "patch, key",
+    [
+        ({"rms_norm_eps": -1.0}, "rms_norm_eps"),
+        ({"rope_parameters": {"rope_type": "default", "rope_theta": -5.0}}, "rope_theta"),
+        ({"rope_parameters": {"rope_type": "default", "rope_theta": 0.0}}, "rope_theta"),
+        ({"rope_parameters": {"rope_type": "linear", "rope_theta": 100.0, "factor": 0.0}}, "rope_scaling.factor"),
+        ({"rope_parameters": {"rope_type": "linear", "rope_theta": 100.0, "factor": -2.0}}, "rope_scaling.factor"),
+    ],
+    ids=["eps-neg", "theta-neg", "theta-zero", "factor-zero", "factor-neg"],
+)
+def test_config_values_outside_their_range_are_refused(tied_llama, tmp_path, patch, key):
+    """Values transformers loads without a word and computes NaN (or meaningless positions) from: Linnet ran them
+    to NaN logits and empty text. Now L505 names the key in config.json."""
+    import json
+
+    from transformers import LlamaForCausalLM
+
+    copy = tmp_path / "bad-config"
+    shutil.copytree(tied_llama[0], copy)
+    cfg = json.loads((copy / "config.json").read_text())
+    cfg.pop("rope_scaling", None)
+    cfg.update(patch)
+    (copy / "config.json").write_text(json.dumps(cfg))
+    if key == "rms_norm_eps":  # what transformers makes of it: NaN logits
+        with torch.no_grad():
+            logits = LlamaForCausalLM.from_pretrained(copy).eval()(prompts(1, 8, seed=3)).logits
+        assert not torch.isfinite(logits).all()
+    with pytest.raises(LoadError) as err:
+        lt.load(LLAMA, weights=copy, progress=False)
+    msg = str(err.value)
+    assert "L505" in msg and f"`{key}` must be" in msg and str(copy / "config.json") in msg, msg
+
+
+def test_config_override_outside_its_range_is_refused(tied_llama):
+    with pytest.raises(LoadError) as err:
+        lt.load(LLAMA, weights=tied_llama[0], config={"rms_norm_eps": -1e-5}, progress=False)
+    assert "L505" in str(err.value) and "`rms_norm_eps` must be >= 0.0" in str(err.value)
