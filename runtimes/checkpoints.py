@@ -468,6 +468,8 @@ class HFCheckpoint(Checkpoint):
             config = json.loads(cfg_path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
             raise CheckpointError(f"{cfg_path}: cannot read JSON ({e})") from None
+        except RecursionError:
+            raise CheckpointError(f"{cfg_path}: cannot read JSON (arrays or objects nested too deeply)") from None
         if not isinstance(config, dict):
             raise CheckpointError(f"{cfg_path}: expected a JSON object")
 

@@ -144,6 +144,8 @@ def _read_json(path: Path) -> dict[str, Any]:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise TokenizerError(f"{path}: cannot read JSON ({e})") from None
+    except RecursionError:
+        raise TokenizerError(f"{path}: cannot read JSON (arrays or objects nested too deeply)") from None
     if not isinstance(data, dict):
         raise TokenizerError(f"{path}: expected a JSON object")
     return data

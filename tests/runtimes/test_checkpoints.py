@@ -594,6 +594,37 @@ def test_folder_with_bad_config(tmp_path):
         open_checkpoint(tmp_path)
 
 
+def test_deeply_nested_config_is_a_located_error(tmp_path):
+    """100 000 nested arrays ended in a RecursionError traceback from `json.loads`."""
+    (tmp_path / "config.json").write_text('{"use_cache": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    with pytest.raises(CheckpointError) as e:
+        open_checkpoint(tmp_path)
+    assert str(e.value) == f"{tmp_path / 'config.json'}: cannot read JSON (arrays or objects nested too deeply)"
+
+
+def test_deeply_nested_tokenizer_config_is_a_located_error(tmp_path):
+    from linnet.runtimes.tokenizer import TokenizerError, _read_json
+
+    path = tmp_path / "tokenizer_config.json"
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(TokenizerError, match="nested too deeply") as e:
+        _read_json(path)
+    assert str(path) in str(e.value)
+
+
+def test_cli_deeply_nested_config_override_is_a_usage_error():
+    deep = "[" * 20_000 + "]" * 20_000  # deeper than the recursion limit; argv strings stop at 128 KiB
+    r = subprocess.run(
+        [sys.executable, "-m", "linnet", "run", "examples/mlp.linnet", "--config", f"hidden={deep}"],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-500:]
+    assert "--config hidden=...: the value nests arrays or objects too deeply" in r.stderr
+
+
 @pytest.mark.torch
 def test_truncated_safetensors(tmp_path):
     _tiny_llama(tmp_path)
