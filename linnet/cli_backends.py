@@ -66,6 +66,8 @@ def parse_config(items: list[str] | None) -> dict:
             value = json.loads(raw)
         except json.JSONDecodeError:
             value = {"none": None, "True": True, "False": False}.get(raw, raw)
+        except RecursionError:
+            raise UsageError(f"--config {key.strip()}=...: the value nests arrays or objects too deeply") from None
         out[key.strip()] = value
     return out
 

@@ -48,6 +48,7 @@ __all__ = [
     "EMBEDDED_IDS",
     "INTEGER_DTYPES",
     "check_finite",
+    "check_cast_fits",
 ]
 
 EMBEDDED_IDS = tuple(EMBEDDED)
@@ -62,7 +63,53 @@ _EXPECTED = (
 # Config normalisation
 
 
-def normalize_config(config: dict[str, Any]) -> dict[str, Any]:
+def _scaling_spelling(scaling: object) -> object:
+    """A rope scaling dict as `normalize_config` spells it (`type` -> `rope_type`, "default" -> None), without
+    `rope_theta` and `partial_rotary_factor`: what two spellings must agree on."""
+    if not isinstance(scaling, dict):
+        return scaling
+    scaling = {k: v for k, v in scaling.items() if k not in ("rope_theta", "partial_rotary_factor")}
+    if "rope_type" not in scaling and "type" in scaling:
+        scaling["rope_type"] = scaling.pop("type")
+    else:
+        scaling.pop("type", None)
+    return None if scaling.get("rope_type", "default") == "default" else scaling
+
+
+def _check_rope_spellings(cfg: dict[str, Any], params: dict[str, Any], where: str) -> None:
+    """Refuse a config that has both `rope_scaling` (not null) and a flat `rope_parameters` saying different things.
+
+    transformers 5 reads `rope_scaling` when it is set and ignores `rope_parameters` (its rope_theta then comes
+    from `rope_scaling.rope_theta` or the flat `rope_theta`), so Linnet, which reads `rope_parameters`, would
+    compute something else. Raises CheckpointError naming both keys and `where`.
+    """
+    scaling = cfg.get("rope_scaling")
+    if scaling is None:
+        return  # transformers falls back to rope_parameters, as Linnet does
+    if not isinstance(scaling, dict):
+        raise CheckpointError(f"{where}: `rope_scaling` is {scaling!r}, expected an object or null")
+    problems = []
+    if _scaling_spelling(scaling) != _scaling_spelling(params):
+        problems.append(f"`rope_scaling` is {scaling!r} but `rope_parameters` is {params!r}")
+    if "rope_theta" in params:
+        theta = scaling.get("rope_theta", cfg.get("rope_theta"))
+        if theta is None:
+            problems.append(
+                f"`rope_parameters.rope_theta` is {params['rope_theta']!r} but neither `rope_scaling.rope_theta` "
+                "nor `rope_theta` is set (transformers would use its default)"
+            )
+        elif theta != params["rope_theta"]:
+            problems.append(
+                f"`rope_parameters.rope_theta` is {params['rope_theta']!r} but transformers reads {theta!r}"
+            )
+    if problems:
+        raise CheckpointError(
+            f"{where}: `rope_scaling` and `rope_parameters` disagree ({'; '.join(problems)}); transformers reads "
+            "`rope_scaling`, so keep one of them (or make them agree)"
+        )
+
+
+def normalize_config(config: dict[str, Any], where: str = "config.json") -> dict[str, Any]:
     """A config.json dict with rotary settings in one spelling: flat `rope_theta` and `rope_scaling`.
 
     - transformers 5 writes `rope_parameters = {"rope_type", "rope_theta", <scaling fields>}`: it becomes
@@ -70,11 +117,16 @@ def normalize_config(config: dict[str, Any]) -> dict[str, Any]:
       `rope_parameters` is removed. A `partial_rotary_factor` inside it moves to the top level. A per-layer-type
       `rope_parameters` (a dict of such dicts, e.g. Gemma 3's full/sliding attention) is left as is.
     - transformers 4's `rope_scaling` with `type` instead of `rope_type` is renamed; `{"type": "default"}` -> None.
+    - both `rope_scaling` (not null) and a flat `rope_parameters`: they must agree (the same scaling, the same
+      rope_theta as transformers reads), else CheckpointError naming both keys and `where` (the file, for
+      messages): transformers reads `rope_scaling`, Linnet would read `rope_parameters`.
     Every other key is kept untouched; the input is not modified.
     """
     cfg = dict(config)
     params = cfg.get("rope_parameters")
     if isinstance(params, dict) and not any(isinstance(v, dict) for v in params.values()):
+        if "rope_scaling" in cfg:
+            _check_rope_spellings(cfg, params, where)
         params = dict(params)
         del cfg["rope_parameters"]
         if "rope_theta" in params:
@@ -240,6 +292,24 @@ def check_finite(
         f"{where}: tensor {name!r} holds {kinds} ({int(bad.sum())} of {a.size} values, the first {value} at index "
         f"{list(first)}); the checkpoint is corrupt or was saved after training diverged"
     )
+
+
+def check_cast_fits(a: np.ndarray, dtype: str | np.dtype | None, name: str, where: object) -> np.ndarray:
+    """`a` unchanged when casting it to `dtype` (as `cast_floating` does) leaves it finite, else CheckpointError
+    as `check_finite` words it (the tensor overflows the cast). For runtimes that cast on the device after the
+    load check (PyTorch's `to`): an f32 weight of 1e6 read for `--dtype f16` would become Inf there, unseen.
+    Cost: a max and a min over `a` (no temporary the size of the tensor), and the cast of those two values."""
+    if dtype is None or not is_floating(a) or a.size == 0 or a.dtype == numpy_dtype(dtype):
+        return a
+    import ml_dtypes
+
+    if float(ml_dtypes.finfo(numpy_dtype(dtype)).max) >= float(ml_dtypes.finfo(a.dtype).max):
+        return a  # a widening cast (f16 or bf16 to f32) cannot overflow
+    extremes = np.array([a.max(), a.min()], dtype=a.dtype)
+    if np.isfinite(cast_floating(extremes, dtype).astype(np.float32)).all():
+        return a
+    check_finite(cast_floating(a, dtype), name, where, a)
+    return a  # not reached: the cast overflowed, so check_finite raised
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -434,7 +504,7 @@ class HFCheckpoint(Checkpoint):
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
             raise CheckpointError(f"{cfg_path}: cannot read JSON ({e})") from None
         except RecursionError:
-            raise CheckpointError(f"{cfg_path}: cannot read JSON (nested too deep)") from None
+            raise CheckpointError(f"{cfg_path}: cannot read JSON (arrays or objects nested too deeply)") from None
         if not isinstance(config, dict):
             raise CheckpointError(f"{cfg_path}: expected a JSON object")
 
@@ -469,7 +539,7 @@ class HFCheckpoint(Checkpoint):
         return cls(
             source=source,
             format="hf",
-            config=normalize_config(config),
+            config=normalize_config(config, str(cfg_path)),
             tensor_names=names,
             buffer_names={n for n in names if _is_buffer(n, where[n].dtype)},
             path=folder,
@@ -522,15 +592,40 @@ class HFCheckpoint(Checkpoint):
 
 
 def _safetensors_files(folder: Path) -> dict[str, Path]:
-    """`{name: shard}` from model.safetensors.index.json, or {} when there is no index."""
+    """`{name: shard}` from model.safetensors.index.json, or {} when there is no index.
+
+    Raises CheckpointError when the folder also has a model.safetensors (transformers reads that file, the
+    index's shards may hold other weights: which one is meant cannot be told), when a shard path is absolute or
+    leaves the folder (`../outside.safetensors`; compared as written, so a symlinked shard, as in the Hugging
+    Face cache, is fine), or when a listed shard is missing."""
     index = folder / "model.safetensors.index.json"
     if not index.is_file():
         return {}
+    single = folder / "model.safetensors"
+    if single.is_file():
+        raise CheckpointError(
+            f"{folder}: both {single.name} and {index.name} are here; transformers reads {single.name}, and the "
+            f"shards {index.name} lists may hold other weights: remove the one not meant"
+        )
     try:
         weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
         files = {str(k): folder / str(v) for k, v in weight_map.items()}
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
+    except (
+        OSError,
+        UnicodeDecodeError,
+        json.JSONDecodeError,
+        KeyError,
+        TypeError,
+        AttributeError,
+        RecursionError,
+    ) as e:
         raise CheckpointError(f"{index}: cannot read the weight map ({e!r})") from None
+    for name in files:
+        rel = os.path.normpath(str(weight_map[name]))
+        if os.path.isabs(rel) or rel == os.pardir or rel.startswith(os.pardir + os.sep):
+            raise CheckpointError(
+                f"{index}: lists {name!r} in {weight_map[name]!r}, a path outside the checkpoint folder {folder}"
+            )
     for file in set(files.values()):
         if not file.is_file():
             raise CheckpointError(f"{index}: lists shard {file.name}, which is missing from {folder}")

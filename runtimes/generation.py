@@ -23,6 +23,8 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from linnet.errors import RunError
+
 from .sampling import SamplingParams, sample
 
 __all__ = ["GenerationResult", "Generator", "IncrementalDetokenizer", "StepModel", "Tokenizer", "WarmUp"]
@@ -297,7 +299,8 @@ class Generator:
             start = time.perf_counter()
             input_ids = np.array([[tokens[i][-1]] for i in active], dtype=np.int64)
             positions = np.array([len(checked[i]) + len(tokens[i]) - 1 for i in active], dtype=np.int64)
-            logits = self._step(input_ids, positions, np.array(active, dtype=np.int64))
+            step = 1 + min(decode_steps[i] for i in active)
+            logits = self._step(input_ids, positions, np.array(active, dtype=np.int64), step)
             for b, i in enumerate(active):
                 take(i, int(sample(logits[b : b + 1], per_row[i], rngs[i])[0]))
             elapsed = time.perf_counter() - start
@@ -343,12 +346,27 @@ class Generator:
         eos = getattr(self.tokenizer, "eos_token_ids", None) or ()
         return frozenset(int(t) for t in eos) | params.stop_token_ids
 
-    def _step(self, input_ids: np.ndarray, positions: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        """One `model.step`; checks that it returned `[B, vocab_size]` logits."""
+    def _step(self, input_ids: np.ndarray, positions: np.ndarray, rows: np.ndarray, step: int = 0) -> np.ndarray:
+        """One `model.step`; checks that it returned `[B, vocab_size]` logits, all finite. `step` is 0 for the
+        prefill, k for the k-th decode step (for the message). Raises RunError (a ValueError) for NaN or
+        infinite logits, naming the row, the position and the step: sampling from them gave a token anyway (an
+        argmax of NaN is 0, often a special token), so the text came out empty or garbled with no error. Cost: one
+        `np.isfinite(...).all()` over B x V values, microseconds against the step itself."""
         logits = np.asarray(self.model.step(input_ids, positions, rows))
         expected = (input_ids.shape[0], int(self.model.vocab_size))
         if logits.shape != expected:
             raise ValueError(f"model.step returned logits of shape {tuple(logits.shape)}, expected {expected}")
+        if not np.isfinite(logits).all():
+            b = int(np.argwhere(~np.isfinite(logits).all(axis=1))[0][0])
+            bad = logits[b][~np.isfinite(logits[b])]
+            kinds = " and ".join(k for k, hit in (("NaN", np.isnan(bad).any()), ("Inf", np.isinf(bad).any())) if hit)
+            position = int(positions[b]) + input_ids.shape[1] - 1
+            when = f"decode step {step}" if step else "the prefill"
+            raise RunError(
+                f"the model's logits hold {kinds} ({bad.size} of {logits.shape[1]} values) at position {position} "
+                f"(row {int(rows[b])}, {when}); no token can be sampled from them: the weights or the config make "
+                "the model compute non-finite values (try --dtype f32 if it runs in f16)"
+            )
         return logits
 
     def _prefill(self, ids: list[int], row: int) -> np.ndarray:
@@ -394,7 +412,7 @@ class Generator:
                 break
             start = time.perf_counter()
             position = np.array([len(ids) + len(tokens) - 1], dtype=np.int64)
-            logits = self._step(np.array([[token]], dtype=np.int64), position, rows)
+            logits = self._step(np.array([[token]], dtype=np.int64), position, rows, decode_steps + 1)
             token = int(sample(logits, params, rng)[0])
             decode_s += time.perf_counter() - start
             decode_steps += 1

@@ -37,7 +37,7 @@ from linnet.ir.build import (
 from linnet.ir.core import Program
 from linnet.syntax import ast as A
 
-from .checkpoints import INTEGER_DTYPES, Checkpoint, numpy_dtype, open_checkpoint
+from .checkpoints import INTEGER_DTYPES, Checkpoint, check_cast_fits, numpy_dtype, open_checkpoint
 from .model import LoadedModel
 
 __all__ = [
@@ -177,7 +177,9 @@ def planned_tensors(prepared: Prepared, progress: bool, dtype: str | None = None
     """Yield (parameter path, numpy array) for every entry of `prepared.plan`, each read as
     `Checkpoint.load(name, dtype)` (a read-only memory map where the format allows; `dtype` a
     Linnet dtype name casts floating-point tensors), with a progress bar on stderr for loads
-    that take over a second. Raises CheckpointError for unreadable data."""
+    that take over a second. Without `dtype` (the runtime casts on its device) each tensor is
+    still checked to fit the program's dtype (`check_cast_fits`). Raises CheckpointError for
+    unreadable data and for values that are, or become when cast, NaN or infinite."""
     import sys
 
     from tqdm import tqdm
@@ -193,7 +195,10 @@ def planned_tensors(prepared: Prepared, progress: bool, dtype: str | None = None
     )
     with bar:
         for path, name in prepared.plan.items():
-            yield path, prepared.checkpoint.load(name, dtype=dtype)
+            a = prepared.checkpoint.load(name, dtype=dtype)
+            if dtype is None:
+                check_cast_fits(a, prepared.program.dtype.name, name, prepared.checkpoint.path or prepared.weights)
+            yield path, a
             bar.update(1)
 
 
@@ -216,7 +221,9 @@ def _drop_unset(info: SourceInfo, config: dict[str, Any]) -> dict[str, Any]:
 def match_weights(program: Program, ckpt: Checkpoint, notes: list[str]) -> dict[str, str]:
     """Parameter path -> checkpoint name, every shape and dtype checked. Checkpoint tensors no
     parameter takes are an error unless the model is `@takes_part` (then a note in `notes`).
-    Raises LoadError (L501 shape, L502 names, L504 an integer or bool tensor where a parameter is)."""
+    Raises LoadError (L501 shape, L502 names, or a stored `lm_head.weight` under
+    `tie_word_embeddings` that differs from the embeddings, L504 an integer or bool tensor where a
+    parameter is)."""
     model = [p.path for p in program.params]
     names = [n for n in ckpt.tensor_names if n not in ckpt.buffer_names]
     rename = _prefix_map(model, set(names), program.part_prefix if program.takes_part else None, ckpt.source)
@@ -235,7 +242,7 @@ def match_weights(program: Program, ckpt: Checkpoint, notes: list[str]) -> dict[
     if extra and tied:
         heads = [n for n in extra if n.endswith("lm_head.weight")]
         for n in heads:
-            notes.append(f"{ckpt.source}: `{n}` is not used (the source ties the head to the embeddings)")
+            _check_tied_head(ckpt, n, [c for c in taken if c in ckpt])
         extra = [n for n in extra if n not in heads]
     if extra and program.takes_part and not missing:
         where = _part_prefix(plan)
@@ -268,6 +275,39 @@ def _part_prefix(plan: dict[str, str]) -> str:
     """How the plan places the parameters: "under `roberta.`" or "its names as the source's"."""
     m, c = next(iter(plan.items()))
     return f"under `{c[: len(c) - len(m)]}`" if c != m and c.endswith(m) else "names as the source's"
+
+
+_EMBEDDING_NAMES = ("embed_tokens", "wte", "word_embeddings", "token_embd")
+
+
+def _check_tied_head(ckpt: Checkpoint, head: str, taken: list[str]) -> None:
+    """A checkpoint that stores `head` while the config ties the head to the embeddings loads only when the
+    stored head equals the embeddings bit for bit: transformers 5 uses a stored head even when
+    `tie_word_embeddings` is true, so tying a different one would run silently wrong. The embeddings are the
+    tensor the model takes whose name says so (`embed_tokens`, `wte`, `word_embeddings`) with the head's shape.
+    Raises LoadError (L502) naming the tensor, the key and the file."""
+    where = (
+        str(Path(ckpt.path) / "config.json")
+        if ckpt.format == "hf" and ckpt.path is not None and "tie_word_embeddings" in ckpt.config
+        else "the config"
+    )
+    shape, dtype = tuple(ckpt.shape(head)), ckpt.dtype(head)
+    embeds = [c for c in taken if any(k in c for k in _EMBEDDING_NAMES) and tuple(ckpt.shape(c)) == shape]
+    for emb in embeds:
+        if ckpt.dtype(emb) != dtype:
+            continue
+        a, b = ckpt.load(head), ckpt.load(emb)
+        width = a.dtype.itemsize
+        as_bits = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}.get(width)
+        if as_bits is not None and np.array_equal(a.view(as_bits), b.view(as_bits)):
+            return
+    against = f", which differs from `{embeds[0]}`" if embeds else " (no embedding tensor of its shape to compare)"
+    raise LoadError(
+        f"{ckpt.source} stores its own `{head}`{against}, but `tie_word_embeddings` is true in {where}: "
+        "transformers uses the stored head, the source would use the embeddings; set `tie_word_embeddings` "
+        "to false (or drop the stored head if the model is meant to be tied)",
+        code="L502",
+    )
 
 
 def random_params(program: Program, seed: int = 0) -> dict[str, np.ndarray]:

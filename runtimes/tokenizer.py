@@ -144,6 +144,8 @@ def _read_json(path: Path) -> dict[str, Any]:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise TokenizerError(f"{path}: cannot read JSON ({e})") from None
+    except RecursionError:
+        raise TokenizerError(f"{path}: cannot read JSON (arrays or objects nested too deeply)") from None
     if not isinstance(data, dict):
         raise TokenizerError(f"{path}: expected a JSON object")
     return data
@@ -481,8 +483,18 @@ class Tokenizer:
     ) -> Tokenizer:
         """Special and user-defined tokens, BOS/EOS and the chat template, common to both GGUF tokenizer models.
         `in_vocab(token)`: whether a token text is the backend vocabulary's spelling; `add_bos`: the default
-        when `tokenizer.ggml.add_bos_token` is absent."""
+        when `tokenizer.ggml.add_bos_token` is absent. Raises TokenizerError for a BOS, EOS, EOT, EOM or unknown
+        token id outside the vocabulary, naming the key and the vocabulary size: such a BOS was silently not
+        added, such an EOS never stopped generation."""
         from tokenizers import AddedToken
+
+        for key in ("bos_token_id", "eos_token_id", "eot_token_id", "eom_token_id", "unknown_token_id"):
+            i = md.get(f"tokenizer.ggml.{key}")
+            if isinstance(i, int) and not isinstance(i, bool) and not 0 <= i < len(tokens):
+                raise TokenizerError(
+                    f"{where}: GGUF metadata tokenizer.ggml.{key} = {i} is outside the vocabulary of {len(tokens)} "
+                    f"tokens (ids 0..{len(tokens) - 1})"
+                )
 
         types: list[int] = list(md.get("tokenizer.ggml.token_type") or [])
 

@@ -38,6 +38,17 @@ BOUND_PRESET = "linnet_loaded"
 # model a source describes, so loading skips them for every source. A model's own keys that do not change its
 # computation (dropout rates, `initializer_range`, `use_cache`) are listed by its config's `@inert(...)`; any other
 # key a config does not declare is refused (L503): ignoring it could be silently wrong.
+# Keys whose meaning is Hugging Face's, with the range their computation is defined on: (bound, bound allowed).
+# A value outside (from config.json, GGUF metadata or --config) is L505: it would run to NaN logits, no error.
+VALUE_RANGES: dict[str, tuple[float, bool]] = {
+    "rms_norm_eps": (0.0, True),
+    "layer_norm_eps": (0.0, True),
+    "layer_norm_epsilon": (0.0, True),
+    "norm_eps": (0.0, True),
+    "rope_theta": (0.0, False),
+    "factor": (0.0, False),  # rope scaling (linear, llama3, ...)
+}
+
 METADATA_KEYS = frozenset(
     {
         # the file: what wrote it, which classes read it, the stored dtype
@@ -210,9 +221,9 @@ def bind_config(info: SourceInfo, *overrides: dict[str, Any] | ConfigLayer, labe
     and is then checked against the field's type (a one-value type such as `hidden_act: "silu"`
     refuses any other value); a checkpoint's keys may also be bookkeeping (METADATA_KEYS) or
     declared inert by the config's `@inert(...)`, and are skipped. Raises ConfigError (L503 for an
-    undeclared key, L401 for a value of the wrong kind) and ProgramError when the merged config
-    does not check; each points at the key in its config.json (or the `--config` values) and at
-    the field's declaration in the source."""
+    undeclared key, L401 for a value of the wrong kind, L505 for a number outside `VALUE_RANGES`)
+    and ProgramError when the merged config does not check; each points at the key in its
+    config.json (or the `--config` values) and at the field's declaration in the source."""
     layers = []
     for i, o in enumerate(overrides):
         name = labels[i] if i < len(labels) else "overrides"
@@ -308,7 +319,9 @@ class _Binder:
                     parts.append(part)
                     length += len(part) + 2
                 return f"{t.name.id} {{ {', '.join(parts)} }}", marks, at, decl
-            return _literal(t, value), [], at, decl
+            text = _literal(t, value)
+            self._check_range(keys, value, cdef, at, decl)
+            return text, [], at, decl
         except ValueError as err:
             self.refused.append(
                 _diagnostic(
@@ -319,6 +332,25 @@ class _Binder:
                 )
             )
             return None
+
+    def _check_range(self, keys: tuple[str, ...], value: Any, cdef: A.ConfigDef, at: Location, decl) -> None:
+        """Refuse (L505) a number outside `VALUE_RANGES[key]`, naming the key and where it is written."""
+        rule = VALUE_RANGES.get(keys[-1])
+        if rule is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+            return
+        low, inclusive = rule
+        if value > low or (inclusive and value == low):
+            return
+        bound = f">= {low}" if inclusive else f"> {low}"
+        self.refused.append(
+            _diagnostic(
+                "L505",
+                f"`{'.'.join(keys)}` must be {bound}, got {json.dumps(value)} (in `{cdef.name.id}`): the model would "
+                "compute NaN or meaningless values",
+                at,
+                [LocatedLabel(decl, "declared here")],
+            )
+        )
 
     def _refuse_unknown(self, layer: ConfigLayer, item, keys: tuple[str, ...], fields: list[str], at: Location) -> None:
         name = item.ast.name.id

@@ -472,7 +472,8 @@ _ALL = [
         "error",
         "Names are checked both ways: a parameter missing from the checkpoint, or a checkpoint tensor "
         "no parameter takes (unless the model is `@takes_part`: then a note), or every parameter found "
-        "under two prefixes.",
+        "under two prefixes. A stored `lm_head.weight` under `tie_word_embeddings: true` is accepted only "
+        "when it equals the embeddings bit for bit (transformers uses a stored head even when tied).",
         "missing: lm_head.weight",
         "Fix the module tree or add `@name(...)`; a model that loads a part of its checkpoints (an "
         'encoder without the task head) says so with `@takes_part`, or `@takes_part("prefix")` to '
@@ -500,6 +501,18 @@ _ALL = [
         "its dtype and shape, and the parameter.",
         "model.layers.0.self_attn.q_proj.weight is i32 [64, 64], a parameter takes floating point",
         "The checkpoint is corrupt or was written with the wrong dtype: convert it again.",
+    ),
+    Code(
+        "L505",
+        "config value out of range",
+        "error",
+        "A checkpoint's config (config.json or GGUF metadata) or a `--config` value gives a number outside "
+        "the range the computation is defined on, for a key whose meaning is Hugging Face's: a negative "
+        "normalization epsilon (`rms_norm_eps`, `layer_norm_eps`, ...) takes the square root of a negative "
+        "number, a `rope_theta` or rope scaling `factor` of zero or less gives NaN or meaningless positions. "
+        "Such a model would run to NaN logits and empty text, so the load stops, naming the key.",
+        '"rms_norm_eps": -1.0  # in a config.json',
+        "Fix the value in the checkpoint's config (or override it with `--config`).",
     ),
     # ----- L9xx style warnings
     Code(

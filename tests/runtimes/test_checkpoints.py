@@ -96,6 +96,45 @@ def test_normalize_other_spellings(cfg, expected):
     assert normalize_config(cfg) == expected
 
 
+@pytest.mark.torch
+def test_rope_scaling_and_rope_parameters_that_disagree_are_refused(tmp_path):
+    """transformers 5 reads `rope_scaling` when both keys are set; Linnet read `rope_parameters` (logits off by
+    ~8 in the trial). Disagreeing duplicates are an error naming both keys and the file; agreeing ones load."""
+    transformers = pytest.importorskip("transformers")
+    _tiny_llama(tmp_path)
+    cfg_path = tmp_path / "config.json"
+    cfg = json.loads(cfg_path.read_text())
+    params = cfg["rope_parameters"]
+    cfg["rope_scaling"] = {"rope_type": "linear", "factor": 4.0}
+    cfg_path.write_text(json.dumps(cfg))
+    # what transformers does with the file: rope_scaling wins
+    assert transformers.AutoConfig.from_pretrained(tmp_path).rope_parameters["rope_type"] == "linear"
+    with pytest.raises(CheckpointError) as e:
+        open_checkpoint(tmp_path)
+    msg = str(e.value)
+    assert str(cfg_path) in msg and "`rope_scaling`" in msg and "`rope_parameters`" in msg and "disagree" in msg
+
+    # the same scaling but a rope_theta transformers would not read
+    cfg["rope_scaling"] = {k: v for k, v in params.items() if k != "rope_theta"}
+    cfg["rope_theta"] = 10000.0
+    cfg_path.write_text(json.dumps(cfg))
+    assert transformers.AutoConfig.from_pretrained(tmp_path).rope_parameters["rope_theta"] == 10000.0
+    with pytest.raises(CheckpointError, match="rope_theta"):
+        open_checkpoint(tmp_path)
+
+    # agreeing duplicates (also in transformers 4's `type` spelling) are fine
+    cfg["rope_theta"] = params["rope_theta"]
+    cfg["rope_scaling"] = {("type" if k == "rope_type" else k): v for k, v in params.items()}
+    cfg_path.write_text(json.dumps(cfg))
+    with open_checkpoint(tmp_path) as ckpt:
+        assert ckpt.config["rope_theta"] == 500000.0 and ckpt.config["rope_scaling"]["rope_type"] == "llama3"
+    # a null rope_scaling defers to rope_parameters, in transformers as in Linnet
+    cfg["rope_scaling"] = None
+    cfg_path.write_text(json.dumps(cfg))
+    with open_checkpoint(tmp_path) as ckpt:
+        assert ckpt.config["rope_scaling"]["factor"] == 8.0
+
+
 # -- Hugging Face folders ------------------------------------------------------------------------------------
 
 
@@ -188,6 +227,63 @@ def test_hf_gpt2_untied_sharded(tmp_path):
         half = ckpt.load("transformer.wte.weight", "f16")
         assert half.dtype == np.float16
         assert torch.equal(_torch(half), model.state_dict()["transformer.wte.weight"].half())
+
+
+@pytest.mark.torch
+def test_single_file_beside_an_index_is_refused(tmp_path):
+    """model.safetensors beside model.safetensors.index.json: transformers reads model.safetensors, Linnet read
+    the shards (22.5 apart in the trial, where the shards held other weights). An error names both files."""
+    transformers = pytest.importorskip("transformers")
+    sharded = tmp_path / "sharded"
+    model = _tiny_llama(sharded, max_shard_size="20KB")
+    assert (sharded / "model.safetensors.index.json").is_file()
+    single = tmp_path / "single"
+    model.save_pretrained(single)
+    (sharded / "model.safetensors").write_bytes((single / "model.safetensors").read_bytes())
+    ref = transformers.LlamaForCausalLM.from_pretrained(sharded)  # transformers opens it, reading one of the two
+    assert ref.config.hidden_size == 64
+    with pytest.raises(CheckpointError) as e:
+        open_checkpoint(sharded)
+    msg = str(e.value)
+    assert str(sharded) in msg and "model.safetensors and model.safetensors.index.json" in msg, msg
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("shard", ["../outside.safetensors", "sub/../../outside.safetensors", "/abs/x.safetensors"])
+def test_index_path_outside_the_folder_is_refused(tmp_path, shard):
+    folder = tmp_path / "ckpt"
+    _tiny_llama(folder)
+    (tmp_path / "outside.safetensors").write_bytes((folder / "model.safetensors").read_bytes())
+    (folder / "model.safetensors").unlink()
+    index = {"metadata": {}, "weight_map": dict.fromkeys(_safetensors_keys(tmp_path / "outside.safetensors"), shard)}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(CheckpointError, match="outside the checkpoint folder") as e:
+        open_checkpoint(folder)
+    assert str(folder / "model.safetensors.index.json") in str(e.value) and shard in str(e.value)
+
+
+@pytest.mark.torch
+def test_index_shard_in_a_subfolder_and_symlinked_shard_load(tmp_path):
+    """Paths that stay in the folder load, also through a symlink out of it (the Hugging Face cache's layout)."""
+    folder = tmp_path / "ckpt"
+    model = _tiny_llama(folder)
+    blob = tmp_path / "blobs" / "abc"
+    blob.parent.mkdir()
+    (folder / "model.safetensors").rename(blob)
+    (folder / "sub").mkdir()
+    (folder / "sub" / "shard.safetensors").symlink_to(blob)
+    index = {"metadata": {}, "weight_map": dict.fromkeys(_safetensors_keys(blob), "sub/shard.safetensors")}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    with open_checkpoint(folder) as ckpt:
+        _assert_same_tensors(ckpt, model.state_dict(), skip={"lm_head.weight"})
+
+
+def _safetensors_keys(path: Path) -> list[str]:
+    """The tensor names of one safetensors file, read with the safetensors library."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="numpy") as f:
+        return list(f.keys())
 
 
 @pytest.mark.torch
@@ -496,6 +592,37 @@ def test_folder_with_bad_config(tmp_path):
     (tmp_path / "config.json").write_text("{nope")
     with pytest.raises(CheckpointError, match="config.json"):
         open_checkpoint(tmp_path)
+
+
+def test_deeply_nested_config_is_a_located_error(tmp_path):
+    """100 000 nested arrays ended in a RecursionError traceback from `json.loads`."""
+    (tmp_path / "config.json").write_text('{"use_cache": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    with pytest.raises(CheckpointError) as e:
+        open_checkpoint(tmp_path)
+    assert str(e.value) == f"{tmp_path / 'config.json'}: cannot read JSON (arrays or objects nested too deeply)"
+
+
+def test_deeply_nested_tokenizer_config_is_a_located_error(tmp_path):
+    from linnet.runtimes.tokenizer import TokenizerError, _read_json
+
+    path = tmp_path / "tokenizer_config.json"
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(TokenizerError, match="nested too deeply") as e:
+        _read_json(path)
+    assert str(path) in str(e.value)
+
+
+def test_cli_deeply_nested_config_override_is_a_usage_error():
+    deep = "[" * 20_000 + "]" * 20_000  # deeper than the recursion limit; argv strings stop at 128 KiB
+    r = subprocess.run(
+        [sys.executable, "-m", "linnet", "run", "examples/mlp.linnet", "--config", f"hidden={deep}"],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-500:]
+    assert "--config hidden=...: the value nests arrays or objects too deeply" in r.stderr
 
 
 @pytest.mark.torch

@@ -106,3 +106,32 @@ def test_gguf_nonfinite_weight_is_refused(tmp_path, quantized):
         with pytest.raises(CheckpointError) as e:
             ckpt.load(bad)
     assert str(path) in str(e.value) and f"tensor {gguf_name!r} holds NaN" in str(e.value)
+
+
+def test_overflow_when_cast_on_the_device_is_refused_on_every_backend(tmp_path):
+    """PyTorch reads weights as stored and casts on the device, after the load check: an f32 weight of 1e5 run
+    with `--dtype f16` became Inf there (NaN logits, empty text, exit 0, from safetensors and GGUF alike).
+    Every backend now refuses it, naming the tensor."""
+    folder = _mlp_folder(tmp_path / "mlp", {"fc1.weight": ((0, 0), 1e5)})
+    backends = [b for b in ("torch", "onnxruntime") if installed(b)]  # JAX refuses f16 before loading
+    assert "torch" in backends
+    for backend in backends:
+        r = subprocess.run(
+            [sys.executable, "-m", "linnet", "run", "examples/mlp.linnet", "--weights", str(folder)]
+            + ["--backend", backend, "--dtype", "f16"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        )
+        assert r.returncode == 1, (backend, r.stdout, r.stderr)
+        assert "Traceback" not in r.stderr and r.stdout == ""
+        last = r.stderr.strip().splitlines()[-1]
+        assert "'fc1.weight' overflows float16 when cast (1 of 256 values" in last, (backend, last)
+    # bf16 holds 1e5: the same weights load there
+    r = subprocess.run(
+        [sys.executable, "-m", "linnet", "run", "examples/mlp.linnet", "--weights", str(folder), "--dtype", "bf16"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 0, r.stderr

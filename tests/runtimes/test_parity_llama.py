@@ -263,3 +263,81 @@ def test_untied_source_on_a_tied_checkpoint_misses_lm_head(tied_llama):
     with pytest.raises(LoadError) as err:
         lt.load(LLAMA, weights=tied_llama[0], config={"tie_word_embeddings": False}, progress=False)
     assert "`lm_head.weight`" in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("small_llama", [False], indirect=True, ids=["untied"])
+def test_tied_config_with_a_different_stored_head_is_refused(small_llama, tmp_path):
+    """`tie_word_embeddings: true` over a checkpoint that stores its own `lm_head.weight`: transformers 5 uses the
+    stored head, so tying it to the embeddings (as Linnet did, with a note) ran silently wrong (~9 in the trial).
+    A different head is an error naming the tensor, the key and the file; a head equal to the embeddings bit for
+    bit loads, without a note, and matches transformers."""
+    import json
+
+    from transformers import LlamaForCausalLM
+
+    folder, model = small_llama
+    copy = tmp_path / "tied-with-head"
+    shutil.copytree(folder, copy)
+    cfg = json.loads((copy / "config.json").read_text())
+    cfg["tie_word_embeddings"] = True
+    (copy / "config.json").write_text(json.dumps(cfg))
+    ids = prompts(2, 12, seed=5)
+    with torch.no_grad():
+        ref = LlamaForCausalLM.from_pretrained(copy).eval()
+        assert torch.equal(ref.lm_head.weight, model.lm_head.weight)  # transformers keeps the stored head
+        assert max_abs_diff(ref(ids).logits, model(ids).logits) == 0
+    with pytest.raises(LoadError) as err:
+        lt.load(LLAMA, weights=copy, progress=False)
+    msg = str(err.value)
+    assert "`lm_head.weight`" in msg and "`tie_word_embeddings`" in msg and str(copy / "config.json") in msg, msg
+    assert err.value.code == "L502"
+
+    # the stored head equal to the embeddings: tied and untied are one model
+    rewrite_safetensors(copy, lambda t: {**t, "lm_head.weight": t["model.embed_tokens.weight"].clone()})
+    with torch.no_grad():
+        ref = LlamaForCausalLM.from_pretrained(copy).eval()
+        expected = ref(ids).logits
+    m = lt.load(LLAMA, weights=copy, progress=False)
+    assert not any("lm_head" in n for n in m.notes), m.notes
+    got = torch.as_tensor(m.forward(ids.numpy()))
+    assert max_abs_diff(got, expected) < LOGITS_ATOL
+
+
+@pytest.mark.parametrize(
+    "patch, key",
+    [
+        ({"rms_norm_eps": -1.0}, "rms_norm_eps"),
+        ({"rope_parameters": {"rope_type": "default", "rope_theta": -5.0}}, "rope_theta"),
+        ({"rope_parameters": {"rope_type": "default", "rope_theta": 0.0}}, "rope_theta"),
+        ({"rope_parameters": {"rope_type": "linear", "rope_theta": 100.0, "factor": 0.0}}, "rope_scaling.factor"),
+        ({"rope_parameters": {"rope_type": "linear", "rope_theta": 100.0, "factor": -2.0}}, "rope_scaling.factor"),
+    ],
+    ids=["eps-neg", "theta-neg", "theta-zero", "factor-zero", "factor-neg"],
+)
+def test_config_values_outside_their_range_are_refused(tied_llama, tmp_path, patch, key):
+    """Values transformers loads without a word and computes NaN (or meaningless positions) from: Linnet ran them
+    to NaN logits and empty text. Now L505 names the key in config.json."""
+    import json
+
+    from transformers import LlamaForCausalLM
+
+    copy = tmp_path / "bad-config"
+    shutil.copytree(tied_llama[0], copy)
+    cfg = json.loads((copy / "config.json").read_text())
+    cfg.pop("rope_scaling", None)
+    cfg.update(patch)
+    (copy / "config.json").write_text(json.dumps(cfg))
+    if key == "rms_norm_eps":  # what transformers makes of it: NaN logits
+        with torch.no_grad():
+            logits = LlamaForCausalLM.from_pretrained(copy).eval()(prompts(1, 8, seed=3)).logits
+        assert not torch.isfinite(logits).all()
+    with pytest.raises(LoadError) as err:
+        lt.load(LLAMA, weights=copy, progress=False)
+    msg = str(err.value)
+    assert "L505" in msg and f"`{key}` must be" in msg and str(copy / "config.json") in msg, msg
+
+
+def test_config_override_outside_its_range_is_refused(tied_llama):
+    with pytest.raises(LoadError) as err:
+        lt.load(LLAMA, weights=tied_llama[0], config={"rms_norm_eps": -1e-5}, progress=False)
+    assert "L505" in str(err.value) and "`rms_norm_eps` must be >= 0.0" in str(err.value)

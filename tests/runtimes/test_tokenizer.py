@@ -128,7 +128,9 @@ def test_gguf_from_path(ours, smollm2_path):
     assert Tokenizer.from_gguf(smollm2_path).encode(text) == ours.encode(text)
 
 
-def _write_tiny_gguf(path, *, add_bos: bool, model: str = "gpt2", pre: str = "smollm"):
+def _write_tiny_gguf(
+    path, *, add_bos: bool, model: str = "gpt2", pre: str = "smollm", bos: int = 0, eos: int = 1, extra=None
+):
     """A GGUF holding only a tokenizer: two control tokens, the 256 byte characters and a few merges."""
     gguf = pytest.importorskip("gguf")
     from linnet.runtimes.tokenizer import _bytes_to_unicode
@@ -142,9 +144,11 @@ def _write_tiny_gguf(path, *, add_bos: bool, model: str = "gpt2", pre: str = "sm
     w.add_token_list(tokens)
     w.add_token_types(types)
     w.add_token_merges(["a b", "Ġ ab"])
-    w.add_bos_token_id(0)
-    w.add_eos_token_id(1)
+    w.add_bos_token_id(bos)
+    w.add_eos_token_id(eos)
     w.add_add_bos_token(add_bos)
+    for key, value in (extra or {}).items():
+        w.add_uint32(key, value)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -162,6 +166,27 @@ def test_gguf_add_bos_token_and_user_defined_tokens(tmp_path):
     assert tok.encode("x<think>") == [0, tokens.index("x"), think]  # user-defined: matched whole, not special
     assert tok.decode([0, ab, think, 1]) == "ab<think>"
     assert "<think>" not in tok.special_tokens and tok.special_tokens == {"<s>": 0, "</s>": 1}
+
+
+@pytest.mark.parametrize(
+    "key, add_bos",
+    [
+        ("bos_token_id", True),  # was not added, without a word
+        ("bos_token_id", False),
+        ("eos_token_id", False),  # never stopped generation
+        ("eot_token_id", False),
+        ("unknown_token_id", False),
+    ],
+)
+def test_gguf_token_id_outside_the_vocabulary_is_refused(tmp_path, key, add_bos):
+    ids = {"bos": 999999} if key == "bos_token_id" else {"eos": 999999} if key == "eos_token_id" else {}
+    extra = {} if ids else {f"tokenizer.ggml.{key}": 999999}
+    tokens = _write_tiny_gguf(tmp_path / "oob.gguf", add_bos=add_bos, extra=extra, **ids)
+    with pytest.raises(TokenizerError) as e:
+        Tokenizer.from_gguf(tmp_path / "oob.gguf")
+    msg = str(e.value)
+    assert str(tmp_path / "oob.gguf") in msg and f"tokenizer.ggml.{key} = 999999" in msg, msg
+    assert f"outside the vocabulary of {len(tokens)} tokens" in msg
 
 
 def test_gguf_from_gguf_reader(tmp_path):
