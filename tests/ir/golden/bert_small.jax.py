@@ -79,7 +79,7 @@ def padding_mask(attention_mask):
 
 
 class BertEmbeddings(Module):
-    """BertEmbeddings (bert.linnet:34)."""
+    """BertEmbeddings (bert.linnet:39)."""
 
     PARAMS = (
         'word_embeddings.weight',
@@ -90,24 +90,24 @@ class BertEmbeddings(Module):
     )
 
     def forward(self, input_ids):
-        """i64[B, S] -> f32[B, S, 16] (bert.linnet:40)"""
+        """i64[B, S] -> f32[B, S, 16] (bert.linnet:45)"""
         B, S = input_ids.shape
-        t = jnp.zeros((B, S), dtype=jnp.int64)  # bert.linnet:41
-        token_types = jnp.take(self.token_type_embeddings.weight, t, axis=0, mode='clip')  # bert.linnet:41
-        t_1 = lax.iota(jnp.int64, S)  # bert.linnet:42
-        t_2 = jnp.expand_dims(t_1, 0)  # [1, S] bert.linnet:42
-        t_3 = jnp.broadcast_to(t_2, (B, S))  # [B, S] bert.linnet:42
-        positions = jnp.take(self.position_embeddings.weight, t_3, axis=0, mode='clip')  # bert.linnet:42
-        word_embeddings = jnp.take(self.word_embeddings.weight, input_ids, axis=0, mode='clip')  # bert.linnet:43
-        t_4 = word_embeddings + token_types  # bert.linnet:43
-        t_5 = t_4 + positions  # bert.linnet:43
-        layer_norm_1 = layer_norm(t_5, self.LayerNorm.weight)  # bert.linnet:43
-        LayerNorm = layer_norm_1 + self.LayerNorm.bias  # bert.linnet:43
+        t = jnp.zeros((B, S), dtype=jnp.int64)  # bert.linnet:46
+        token_types = jnp.take(self.token_type_embeddings.weight, t, axis=0, mode='clip')  # bert.linnet:46
+        t_1 = lax.iota(jnp.int64, S)  # bert.linnet:47
+        t_2 = jnp.expand_dims(t_1, 0)  # [1, S] bert.linnet:47
+        t_3 = jnp.broadcast_to(t_2, (B, S))  # [B, S] bert.linnet:47
+        positions = jnp.take(self.position_embeddings.weight, t_3, axis=0, mode='clip')  # bert.linnet:47
+        word_embeddings = jnp.take(self.word_embeddings.weight, input_ids, axis=0, mode='clip')  # bert.linnet:48
+        t_4 = word_embeddings + token_types  # bert.linnet:48
+        t_5 = t_4 + positions  # bert.linnet:48
+        layer_norm_1 = layer_norm(t_5, self.LayerNorm.weight)  # bert.linnet:48
+        LayerNorm = layer_norm_1 + self.LayerNorm.bias  # bert.linnet:48
         return LayerNorm
 
 
 class BertSelfAttention(Module):
-    """BertSelfAttention (bert.linnet:47)."""
+    """BertSelfAttention (bert.linnet:52)."""
 
     PARAMS = (
         '{query,key,value}.weight',
@@ -117,26 +117,26 @@ class BertSelfAttention(Module):
     )
 
     def forward(self, x, mask):
-        """f32[B, S, 16], bool[B, S, S] -> f32[B, S, 16] (bert.linnet:52)"""
+        """f32[B, S, 16], bool[B, S, S] -> f32[B, S, 16] (bert.linnet:57)"""
         B, S = x.shape[:2]
-        query_key_value = jnp.einsum("...i,oi->...o", x, getattr(self, '{query,key,value}').weight, precision=PRECISION)  # bert.linnet:53
-        y, y_1, y_2 = query_key_value[:, :, :16], query_key_value[:, :, 16:32], query_key_value[:, :, 32:48]  # bert.linnet:53
-        query = y + self.query.bias  # bert.linnet:53
-        q = jnp.swapaxes(query.reshape(B, S, 2, 8), 1, 2)  # [B, 2, S, 8] bert.linnet:53
-        key = y_1 + self.key.bias  # bert.linnet:54
-        k = jnp.swapaxes(key.reshape(B, S, 2, 8), 1, 2)  # [B, 2, S, 8] bert.linnet:54
-        value = y_2 + self.value.bias  # bert.linnet:55
-        v = jnp.swapaxes(value.reshape(B, S, 2, 8), 1, 2)  # [B, 2, S, 8] bert.linnet:55
+        query_key_value = jnp.einsum("...i,oi->...o", x, getattr(self, '{query,key,value}').weight, precision=PRECISION)  # bert.linnet:58
+        y, y_1, y_2 = query_key_value[:, :, :16], query_key_value[:, :, 16:32], query_key_value[:, :, 32:48]  # bert.linnet:58
+        query = y + self.query.bias  # bert.linnet:58
+        q = jnp.swapaxes(query.reshape(B, S, 2, 8), 1, 2)  # [B, 2, S, 8] bert.linnet:58
+        key = y_1 + self.key.bias  # bert.linnet:59
+        k = jnp.swapaxes(key.reshape(B, S, 2, 8), 1, 2)  # [B, 2, S, 8] bert.linnet:59
+        value = y_2 + self.value.bias  # bert.linnet:60
+        v = jnp.swapaxes(value.reshape(B, S, 2, 8), 1, 2)  # [B, 2, S, 8] bert.linnet:60
         scores = jnp.einsum("bhsd,bhtd->bhst", q, k, precision=PRECISION) * 0.3535533905932738
         scores = jnp.where(jnp.expand_dims(mask, 1), scores, jnp.finfo(jnp.float32).min)
         probs = jax.nn.softmax(scores, axis=-1)
-        attention = jnp.matmul(probs, v, precision=PRECISION)  # [B, 2, S, 8] bert.linnet:56
-        t = jnp.swapaxes(attention, 1, 2).reshape(B, S, 16)  # [B, S, 16] bert.linnet:56
+        attention = jnp.matmul(probs, v, precision=PRECISION)  # [B, 2, S, 8] bert.linnet:61
+        t = jnp.swapaxes(attention, 1, 2).reshape(B, S, 16)  # [B, S, 16] bert.linnet:61
         return t
 
 
 class BertSelfOutput(Module):
-    """BertSelfOutput (bert.linnet:61)."""
+    """BertSelfOutput (bert.linnet:66)."""
 
     PARAMS = (
         'dense.weight',
@@ -146,17 +146,17 @@ class BertSelfOutput(Module):
     )
 
     def forward(self, h, residual):
-        """f32[B, S, 16], f32[B, S, 16] -> f32[B, S, 16] (bert.linnet:65)"""
-        y = jnp.einsum("...i,oi->...o", h, self.dense.weight, precision=PRECISION)  # bert.linnet:66
-        dense = y + self.dense.bias  # bert.linnet:66
-        t = dense + residual  # bert.linnet:66
-        layer_norm_1 = layer_norm(t, self.LayerNorm.weight)  # bert.linnet:66
-        LayerNorm = layer_norm_1 + self.LayerNorm.bias  # bert.linnet:66
+        """f32[B, S, 16], f32[B, S, 16] -> f32[B, S, 16] (bert.linnet:70)"""
+        y = jnp.einsum("...i,oi->...o", h, self.dense.weight, precision=PRECISION)  # bert.linnet:71
+        dense = y + self.dense.bias  # bert.linnet:71
+        t = dense + residual  # bert.linnet:71
+        layer_norm_1 = layer_norm(t, self.LayerNorm.weight)  # bert.linnet:71
+        LayerNorm = layer_norm_1 + self.LayerNorm.bias  # bert.linnet:71
         return LayerNorm
 
 
 class BertAttention(Module):
-    """BertAttention (bert.linnet:70)."""
+    """BertAttention (bert.linnet:75)."""
 
     CHILDREN = {
         'self': BertSelfAttention,
@@ -164,14 +164,14 @@ class BertAttention(Module):
     }
 
     def forward(self, x, mask):
-        """f32[B, S, 16], bool[B, S, S] -> f32[B, S, 16] (bert.linnet:74)"""
-        self_ = self.self.forward(x, mask)  # bert.linnet:75
-        output = self.output.forward(self_, x)  # bert.linnet:75
+        """f32[B, S, 16], bool[B, S, S] -> f32[B, S, 16] (bert.linnet:79)"""
+        self_ = self.self.forward(x, mask)  # bert.linnet:80
+        output = self.output.forward(self_, x)  # bert.linnet:80
         return output
 
 
 class BertIntermediate(Module):
-    """BertIntermediate (bert.linnet:79)."""
+    """BertIntermediate (bert.linnet:84)."""
 
     PARAMS = (
         'dense.weight',
@@ -179,15 +179,15 @@ class BertIntermediate(Module):
     )
 
     def forward(self, x):
-        """f32[B, S, 16] -> f32[B, S, 32] (bert.linnet:82)"""
-        y = jnp.einsum("...i,oi->...o", x, self.dense.weight, precision=PRECISION)  # bert.linnet:83
-        dense = y + self.dense.bias  # bert.linnet:83
-        gelu = jax.nn.gelu(dense, approximate=False)  # [B, S, 32] bert.linnet:83
+        """f32[B, S, 16] -> f32[B, S, 32] (bert.linnet:87)"""
+        y = jnp.einsum("...i,oi->...o", x, self.dense.weight, precision=PRECISION)  # bert.linnet:88
+        dense = y + self.dense.bias  # bert.linnet:88
+        gelu = jax.nn.gelu(dense, approximate=False)  # [B, S, 32] bert.linnet:88
         return gelu
 
 
 class BertOutput(Module):
-    """BertOutput (bert.linnet:87)."""
+    """BertOutput (bert.linnet:92)."""
 
     PARAMS = (
         'dense.weight',
@@ -197,17 +197,17 @@ class BertOutput(Module):
     )
 
     def forward(self, h, residual):
-        """f32[B, S, 32], f32[B, S, 16] -> f32[B, S, 16] (bert.linnet:91)"""
-        y = jnp.einsum("...i,oi->...o", h, self.dense.weight, precision=PRECISION)  # bert.linnet:92
-        dense = y + self.dense.bias  # bert.linnet:92
-        t = dense + residual  # bert.linnet:92
-        layer_norm_1 = layer_norm(t, self.LayerNorm.weight)  # bert.linnet:92
-        LayerNorm = layer_norm_1 + self.LayerNorm.bias  # bert.linnet:92
+        """f32[B, S, 32], f32[B, S, 16] -> f32[B, S, 16] (bert.linnet:96)"""
+        y = jnp.einsum("...i,oi->...o", h, self.dense.weight, precision=PRECISION)  # bert.linnet:97
+        dense = y + self.dense.bias  # bert.linnet:97
+        t = dense + residual  # bert.linnet:97
+        layer_norm_1 = layer_norm(t, self.LayerNorm.weight)  # bert.linnet:97
+        LayerNorm = layer_norm_1 + self.LayerNorm.bias  # bert.linnet:97
         return LayerNorm
 
 
 class BertLayer(Module):
-    """BertLayer (bert.linnet:96)."""
+    """BertLayer (bert.linnet:101)."""
 
     CHILDREN = {
         'attention': BertAttention,
@@ -216,29 +216,29 @@ class BertLayer(Module):
     }
 
     def forward(self, x, mask):
-        """f32[B, S, 16], bool[B, S, S] -> f32[B, S, 16] (bert.linnet:101)"""
-        a = self.attention.forward(x, mask)  # bert.linnet:102
-        intermediate = self.intermediate.forward(a)  # bert.linnet:103
-        output = self.output.forward(intermediate, a)  # bert.linnet:103
+        """f32[B, S, 16], bool[B, S, S] -> f32[B, S, 16] (bert.linnet:106)"""
+        a = self.attention.forward(x, mask)  # bert.linnet:107
+        intermediate = self.intermediate.forward(a)  # bert.linnet:108
+        output = self.output.forward(intermediate, a)  # bert.linnet:108
         return output
 
 
 class BertEncoder(Module):
-    """BertEncoder (bert.linnet:107)."""
+    """BertEncoder (bert.linnet:112)."""
 
     CHILDREN = {
         'layer': (BertLayer, 1),
     }
 
     def forward(self, x, mask):
-        """f32[B, S, 16], bool[B, S, S] -> f32[B, S, 16] (bert.linnet:110)"""
-        for block in self.layer:  # bert.linnet:112
-            x = block.forward(x, mask)  # bert.linnet:113
+        """f32[B, S, 16], bool[B, S, S] -> f32[B, S, 16] (bert.linnet:115)"""
+        for block in self.layer:  # bert.linnet:117
+            x = block.forward(x, mask)  # bert.linnet:118
         return x
 
 
 class BertModel(Module):
-    """BertModel (bert.linnet:131)."""
+    """BertModel (bert.linnet:136)."""
 
     PARAMS = (
         'pooler.dense.weight',
@@ -251,10 +251,10 @@ class BertModel(Module):
     }
 
     def forward(self, input_ids, attention_mask):
-        """i64[B, S], i64[B, S] -> f32[B, S, 16] (bert.linnet:136)"""
-        embeddings = self.embeddings.forward(input_ids)  # bert.linnet:137
-        padding_mask_1 = padding_mask(attention_mask)  # bert.linnet:137
-        encoder = self.encoder.forward(embeddings, padding_mask_1)  # bert.linnet:137
+        """i64[B, S], i64[B, S] -> f32[B, S, 16] (bert.linnet:141)"""
+        embeddings = self.embeddings.forward(input_ids)  # bert.linnet:142
+        padding_mask_1 = padding_mask(attention_mask)  # bert.linnet:142
+        encoder = self.encoder.forward(embeddings, padding_mask_1)  # bert.linnet:142
         return encoder
 
 

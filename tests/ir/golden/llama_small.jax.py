@@ -127,7 +127,7 @@ def causal_mask_2(query_positions, key_positions):
 
 
 class LlamaAttention(Module):
-    """LlamaAttention (llama.linnet:72)."""
+    """LlamaAttention (llama.linnet:80)."""
 
     PARAMS = (
         '{q,k,v}_proj.weight',
@@ -140,50 +140,50 @@ class LlamaAttention(Module):
     )
 
     def forward(self, x, cos, sin, mask):
-        """f32[B, S, 32], f32[B, S, 8], f32[B, S, 8], bool[B, S, S] -> f32[B, S, 32] (llama.linnet:93)"""
+        """f32[B, S, 32], f32[B, S, 8], f32[B, S, 8], bool[B, S, S] -> f32[B, S, 32] (llama.linnet:101)"""
         B, S = x.shape[:2]
-        q, k, v = self.project(x, cos, sin)  # llama.linnet:94
+        q, k, v = self.project(x, cos, sin)  # llama.linnet:102
         scores = jnp.einsum("bhsd,bhtd->bhst", q.reshape(B, 2, 2 * S, 8), k, precision=PRECISION)  # 2 heads per KV head
         scores = scores.reshape(B, 4, S, S) * 0.3535533905932738
         scores = jnp.where(jnp.expand_dims(mask, 1), scores, jnp.finfo(jnp.float32).min)
         probs = jax.nn.softmax(scores.astype(jnp.float32), axis=-1).astype(jnp.float32)
-        out = jnp.matmul(probs.reshape(B, 2, 2 * S, S), v, precision=PRECISION).reshape(B, 4, S, 8)  # [B, 4, S, 8] llama.linnet:95
-        t = jnp.swapaxes(out, 1, 2).reshape(B, S, 32)  # [B, S, 32] llama.linnet:96
-        o_proj = jnp.einsum("...i,oi->...o", t, self.o_proj.weight, precision=PRECISION)  # llama.linnet:96
+        out = jnp.matmul(probs.reshape(B, 2, 2 * S, S), v, precision=PRECISION).reshape(B, 4, S, 8)  # [B, 4, S, 8] llama.linnet:103
+        t = jnp.swapaxes(out, 1, 2).reshape(B, S, 32)  # [B, S, 32] llama.linnet:104
+        o_proj = jnp.einsum("...i,oi->...o", t, self.o_proj.weight, precision=PRECISION)  # llama.linnet:104
         return o_proj
 
     def project(self, x, cos, sin):
-        """f32[B, S, 32], f32[B, S, 8], f32[B, S, 8] -> f32[B, 4, S, 8], f32[B, 2, S, 8], f32[B, 2, S, 8] (llama.linnet:81)"""
+        """f32[B, S, 32], f32[B, S, 8], f32[B, S, 8] -> f32[B, 4, S, 8], f32[B, 2, S, 8], f32[B, 2, S, 8] (llama.linnet:89)"""
         B, S = x.shape[:2]
-        q_k_v = jnp.einsum("...i,oi->...o", x, getattr(self, '{q,k,v}_proj').weight, precision=PRECISION)  # llama.linnet:86
-        q_proj, k_proj, v_proj = q_k_v[:, :, :32], q_k_v[:, :, 32:48], q_k_v[:, :, 48:64]  # llama.linnet:86
-        q = jnp.swapaxes(q_proj.reshape(B, S, 4, 8), 1, 2)  # [B, 4, S, 8] llama.linnet:86
-        k = jnp.swapaxes(k_proj.reshape(B, S, 2, 8), 1, 2)  # [B, 2, S, 8] llama.linnet:87
-        v = jnp.swapaxes(v_proj.reshape(B, S, 2, 8), 1, 2)  # [B, 2, S, 8] llama.linnet:88
-        apply_rope_1 = apply_rope(q, cos, sin)  # llama.linnet:89
-        apply_rope_2 = apply_rope(k, cos, sin)  # llama.linnet:89
+        q_k_v = jnp.einsum("...i,oi->...o", x, getattr(self, '{q,k,v}_proj').weight, precision=PRECISION)  # llama.linnet:94
+        q_proj, k_proj, v_proj = q_k_v[:, :, :32], q_k_v[:, :, 32:48], q_k_v[:, :, 48:64]  # llama.linnet:94
+        q = jnp.swapaxes(q_proj.reshape(B, S, 4, 8), 1, 2)  # [B, 4, S, 8] llama.linnet:94
+        k = jnp.swapaxes(k_proj.reshape(B, S, 2, 8), 1, 2)  # [B, 2, S, 8] llama.linnet:95
+        v = jnp.swapaxes(v_proj.reshape(B, S, 2, 8), 1, 2)  # [B, 2, S, 8] llama.linnet:96
+        apply_rope_1 = apply_rope(q, cos, sin)  # llama.linnet:97
+        apply_rope_2 = apply_rope(k, cos, sin)  # llama.linnet:97
         return apply_rope_1, apply_rope_2, v
 
     def step(self, x, cos, sin, mask, positions, rows):
-        """f32[B, S, 32], f32[B, S, 8], f32[B, S, 8], bool[B, S, 16], i64[B], i64[B] -> f32[B, S, 32] (llama.linnet:101)"""
+        """f32[B, S, 32], f32[B, S, 8], f32[B, S, 8], bool[B, S, 16], i64[B], i64[B] -> f32[B, S, 32] (llama.linnet:109)"""
         B, S = x.shape[:2]
-        q, k, v = self.project(x, cos, sin)  # llama.linnet:102
-        self.k_cache = write_cache(self.k_cache, rows, positions, k)  # llama.linnet:103
-        self.v_cache = write_cache(self.v_cache, rows, positions, v)  # llama.linnet:104
-        t = jnp.broadcast_to(self.k_cache.reshape(1, 2, 16, 8), (B, 2, 16, 8)).reshape(2 * B, 16, 8)  # llama.linnet:105
-        t_1 = jnp.broadcast_to(self.v_cache.reshape(1, 2, 16, 8), (B, 2, 16, 8)).reshape(2 * B, 16, 8)  # llama.linnet:105
+        q, k, v = self.project(x, cos, sin)  # llama.linnet:110
+        self.k_cache = write_cache(self.k_cache, rows, positions, k)  # llama.linnet:111
+        self.v_cache = write_cache(self.v_cache, rows, positions, v)  # llama.linnet:112
+        t = jnp.broadcast_to(self.k_cache.reshape(1, 2, 16, 8), (B, 2, 16, 8)).reshape(2 * B, 16, 8)  # llama.linnet:113
+        t_1 = jnp.broadcast_to(self.v_cache.reshape(1, 2, 16, 8), (B, 2, 16, 8)).reshape(2 * B, 16, 8)  # llama.linnet:113
         q_grouped = q.reshape(2 * B, 2 * S, 8)  # 2 heads per KV head
         scores = jnp.einsum("ksd,ktd->kst", q_grouped, t, precision=PRECISION).reshape(B, 4, S, 16) * 0.3535533905932738
         scores = jnp.where(jnp.expand_dims(mask, 1), scores, jnp.finfo(jnp.float32).min)
         probs = jax.nn.softmax(scores.astype(jnp.float32), axis=-1).astype(jnp.float32)
-        out = jnp.einsum("kst,ktd->ksd", probs.reshape(2 * B, 2 * S, 16), t_1, precision=PRECISION).reshape(B, 4, S, 8)  # [B, 4, S, 8] llama.linnet:105
-        t_2 = jnp.swapaxes(out, 1, 2).reshape(B, S, 32)  # [B, S, 32] llama.linnet:106
-        o_proj = jnp.einsum("...i,oi->...o", t_2, self.o_proj.weight, precision=PRECISION)  # llama.linnet:106
+        out = jnp.einsum("kst,ktd->ksd", probs.reshape(2 * B, 2 * S, 16), t_1, precision=PRECISION).reshape(B, 4, S, 8)  # [B, 4, S, 8] llama.linnet:113
+        t_2 = jnp.swapaxes(out, 1, 2).reshape(B, S, 32)  # [B, S, 32] llama.linnet:114
+        o_proj = jnp.einsum("...i,oi->...o", t_2, self.o_proj.weight, precision=PRECISION)  # llama.linnet:114
         return o_proj
 
 
 class LlamaMLP(Module):
-    """LlamaMLP (llama.linnet:60)."""
+    """LlamaMLP (llama.linnet:68)."""
 
     PARAMS = (
         '{gate,up}_proj.weight',
@@ -191,17 +191,17 @@ class LlamaMLP(Module):
     )
 
     def forward(self, x):
-        """f32[B, S, 32] -> f32[B, S, 32] (llama.linnet:65)"""
-        gate_up = jnp.einsum("...i,oi->...o", x, getattr(self, '{gate,up}_proj').weight, precision=PRECISION)  # llama.linnet:66
-        gate_proj, up_proj = gate_up[:, :, :64], gate_up[:, :, 64:128]  # llama.linnet:66
-        silu = jax.nn.silu(gate_proj)  # [B, S, 64] llama.linnet:66
-        t = silu * up_proj  # llama.linnet:66
-        down_proj = jnp.einsum("...i,oi->...o", t, self.down_proj.weight, precision=PRECISION)  # llama.linnet:66
+        """f32[B, S, 32] -> f32[B, S, 32] (llama.linnet:73)"""
+        gate_up = jnp.einsum("...i,oi->...o", x, getattr(self, '{gate,up}_proj').weight, precision=PRECISION)  # llama.linnet:74
+        gate_proj, up_proj = gate_up[:, :, :64], gate_up[:, :, 64:128]  # llama.linnet:74
+        silu = jax.nn.silu(gate_proj)  # [B, S, 64] llama.linnet:74
+        t = silu * up_proj  # llama.linnet:74
+        down_proj = jnp.einsum("...i,oi->...o", t, self.down_proj.weight, precision=PRECISION)  # llama.linnet:74
         return down_proj
 
 
 class LlamaDecoderLayer(Module):
-    """LlamaDecoderLayer (llama.linnet:111)."""
+    """LlamaDecoderLayer (llama.linnet:119)."""
 
     PARAMS = (
         'input_layernorm.weight',
@@ -214,28 +214,28 @@ class LlamaDecoderLayer(Module):
     }
 
     def forward(self, h, cos, sin, mask):
-        """f32[B, S, 32], f32[B, S, 8], f32[B, S, 8], bool[B, S, S] -> f32[B, S, 32] (llama.linnet:117)"""
-        input_layernorm = rms_norm(h, self.input_layernorm.weight)  # llama.linnet:118
-        self_attn = self.self_attn.forward(input_layernorm, cos, sin, mask)  # llama.linnet:118
-        x = h + self_attn  # llama.linnet:118
-        post_attention_layernorm = rms_norm(x, self.post_attention_layernorm.weight)  # llama.linnet:119
-        mlp = self.mlp.forward(post_attention_layernorm)  # llama.linnet:119
-        t = x + mlp  # llama.linnet:119
+        """f32[B, S, 32], f32[B, S, 8], f32[B, S, 8], bool[B, S, S] -> f32[B, S, 32] (llama.linnet:125)"""
+        input_layernorm = rms_norm(h, self.input_layernorm.weight)  # llama.linnet:126
+        self_attn = self.self_attn.forward(input_layernorm, cos, sin, mask)  # llama.linnet:126
+        x = h + self_attn  # llama.linnet:126
+        post_attention_layernorm = rms_norm(x, self.post_attention_layernorm.weight)  # llama.linnet:127
+        mlp = self.mlp.forward(post_attention_layernorm)  # llama.linnet:127
+        t = x + mlp  # llama.linnet:127
         return t
 
     def step(self, h, cos, sin, mask, positions, rows):
-        """f32[B, S, 32], f32[B, S, 8], f32[B, S, 8], bool[B, S, 16], i64[B], i64[B] -> f32[B, S, 32] (llama.linnet:122)"""
-        input_layernorm = rms_norm(h, self.input_layernorm.weight)  # llama.linnet:123
-        self_attn = self.self_attn.step(input_layernorm, cos, sin, mask, positions, rows)  # llama.linnet:123
-        x = h + self_attn  # llama.linnet:123
-        post_attention_layernorm = rms_norm(x, self.post_attention_layernorm.weight)  # llama.linnet:124
-        mlp = self.mlp.forward(post_attention_layernorm)  # llama.linnet:124
-        t = x + mlp  # llama.linnet:124
+        """f32[B, S, 32], f32[B, S, 8], f32[B, S, 8], bool[B, S, 16], i64[B], i64[B] -> f32[B, S, 32] (llama.linnet:130)"""
+        input_layernorm = rms_norm(h, self.input_layernorm.weight)  # llama.linnet:131
+        self_attn = self.self_attn.step(input_layernorm, cos, sin, mask, positions, rows)  # llama.linnet:131
+        x = h + self_attn  # llama.linnet:131
+        post_attention_layernorm = rms_norm(x, self.post_attention_layernorm.weight)  # llama.linnet:132
+        mlp = self.mlp.forward(post_attention_layernorm)  # llama.linnet:132
+        t = x + mlp  # llama.linnet:132
         return t
 
 
 class LlamaModel(Module):
-    """LlamaModel (llama.linnet:129)."""
+    """LlamaModel (llama.linnet:137)."""
 
     PARAMS = (
         'embed_tokens.weight',
@@ -247,43 +247,43 @@ class LlamaModel(Module):
     }
 
     def forward(self, input_ids):
-        """i64[B, S] -> f32[B, S, 32] (llama.linnet:140)"""
+        """i64[B, S] -> f32[B, S, 32] (llama.linnet:148)"""
         B, S = input_ids.shape
-        h = jnp.take(self.embed_tokens.weight, input_ids, axis=0, mode='clip')  # llama.linnet:141
-        t = lax.iota(jnp.int64, S)  # llama.linnet:142
-        t_1 = jnp.expand_dims(t, 0)  # [1, S] llama.linnet:142
-        position_ids = jnp.broadcast_to(t_1, (B, S))  # [B, S] llama.linnet:142
-        cos, sin = self.rotary(position_ids)  # llama.linnet:143
-        mask = causal_mask(position_ids, t)  # llama.linnet:144
-        for layer in self.layers:  # llama.linnet:145
-            h = layer.forward(h, cos, sin, mask)  # llama.linnet:146
-        norm = rms_norm(h, self.norm.weight)  # llama.linnet:148
+        h = jnp.take(self.embed_tokens.weight, input_ids, axis=0, mode='clip')  # llama.linnet:149
+        t = lax.iota(jnp.int64, S)  # llama.linnet:150
+        t_1 = jnp.expand_dims(t, 0)  # [1, S] llama.linnet:150
+        position_ids = jnp.broadcast_to(t_1, (B, S))  # [B, S] llama.linnet:150
+        cos, sin = self.rotary(position_ids)  # llama.linnet:151
+        mask = causal_mask(position_ids, t)  # llama.linnet:152
+        for layer in self.layers:  # llama.linnet:153
+            h = layer.forward(h, cos, sin, mask)  # llama.linnet:154
+        norm = rms_norm(h, self.norm.weight)  # llama.linnet:156
         return norm
 
     def rotary(self, position_ids):
-        """i64[B, S] -> f32[B, S, 8], f32[B, S, 8] (llama.linnet:135)"""
-        inv_freq = rope_inv_freq()  # llama.linnet:136
-        rope_cos_sin_1, rope_cos_sin_2 = rope_cos_sin(inv_freq, position_ids)  # llama.linnet:137
+        """i64[B, S] -> f32[B, S, 8], f32[B, S, 8] (llama.linnet:143)"""
+        inv_freq = rope_inv_freq()  # llama.linnet:144
+        rope_cos_sin_1, rope_cos_sin_2 = rope_cos_sin(inv_freq, position_ids)  # llama.linnet:145
         return rope_cos_sin_1, rope_cos_sin_2
 
     def step(self, input_ids, positions, rows):
-        """i64[B, S], i64[B], i64[B] -> f32[B, S, 32] (llama.linnet:151)"""
+        """i64[B, S], i64[B], i64[B] -> f32[B, S, 32] (llama.linnet:159)"""
         S = input_ids.shape[1]
-        h = jnp.take(self.embed_tokens.weight, input_ids, axis=0, mode='clip')  # llama.linnet:152
-        t = jnp.expand_dims(positions, 1)  # [B, 1] llama.linnet:153
-        t_1 = lax.iota(jnp.int64, S)  # llama.linnet:153
-        position_ids = t + t_1  # llama.linnet:153
-        cos, sin = self.rotary(position_ids)  # llama.linnet:154
-        t_2 = lax.iota(jnp.int64, 16)  # llama.linnet:155
-        mask = causal_mask_2(position_ids, t_2)  # llama.linnet:155
-        for layer in self.layers:  # llama.linnet:156
-            h = layer.step(h, cos, sin, mask, positions, rows)  # llama.linnet:157
-        norm = rms_norm(h, self.norm.weight)  # llama.linnet:159
+        h = jnp.take(self.embed_tokens.weight, input_ids, axis=0, mode='clip')  # llama.linnet:160
+        t = jnp.expand_dims(positions, 1)  # [B, 1] llama.linnet:161
+        t_1 = lax.iota(jnp.int64, S)  # llama.linnet:161
+        position_ids = t + t_1  # llama.linnet:161
+        cos, sin = self.rotary(position_ids)  # llama.linnet:162
+        t_2 = lax.iota(jnp.int64, 16)  # llama.linnet:163
+        mask = causal_mask_2(position_ids, t_2)  # llama.linnet:163
+        for layer in self.layers:  # llama.linnet:164
+            h = layer.step(h, cos, sin, mask, positions, rows)  # llama.linnet:165
+        norm = rms_norm(h, self.norm.weight)  # llama.linnet:167
         return norm
 
 
 class LlamaForCausalLM(Module):
-    """LlamaForCausalLM (llama.linnet:165)."""
+    """LlamaForCausalLM (llama.linnet:173)."""
 
     PARAMS = (
         'lm_head.weight',
@@ -294,21 +294,21 @@ class LlamaForCausalLM(Module):
     }
 
     def forward(self, input_ids):
-        """i64[B, S] -> f32[B, S, 96] (llama.linnet:172)"""
-        model = self.model.forward(input_ids)  # llama.linnet:173
-        logits_1 = self.logits(model)  # llama.linnet:173
+        """i64[B, S] -> f32[B, S, 96] (llama.linnet:180)"""
+        model = self.model.forward(input_ids)  # llama.linnet:181
+        logits_1 = self.logits(model)  # llama.linnet:181
         return logits_1
 
     def step(self, input_ids, positions, rows):
-        """i64[B, S], i64[B], i64[B] -> f32[B, 96] (llama.linnet:177)"""
-        h = self.model.step(input_ids, positions, rows)  # llama.linnet:178
-        t = h[:, -1]  # llama.linnet:179
-        logits_1 = self.logits(t)  # llama.linnet:179
+        """i64[B, S], i64[B], i64[B] -> f32[B, 96] (llama.linnet:185)"""
+        h = self.model.step(input_ids, positions, rows)  # llama.linnet:186
+        t = h[:, -1]  # llama.linnet:187
+        logits_1 = self.logits(t)  # llama.linnet:187
         return logits_1
 
     def logits(self, h):
-        """logits(h: [..., c.hidden_size]) -> [..., c.vocab_size] (llama.linnet:182)"""
-        lm_head = jnp.einsum("...i,oi->...o", h, self.lm_head.weight, precision=PRECISION)  # llama.linnet:186
+        """logits(h: [..., c.hidden_size]) -> [..., c.vocab_size] (llama.linnet:190)"""
+        lm_head = jnp.einsum("...i,oi->...o", h, self.lm_head.weight, precision=PRECISION)  # llama.linnet:194
         return lm_head
 
 
