@@ -29,6 +29,16 @@ GPT_OSS = EXAMPLES / "gpt_oss.linnet"
 LOGITS_ATOL = 1e-3
 
 MODES = ("interpret", "generated")
+# Every CPU backend of the registry, for the zoo's parity tests; torch.compile compiles each shape it meets
+# (about 20 s a test here), so it is marked slow.
+ALL_BACKENDS = (
+    "torch-interpret",
+    "torch",
+    pytest.param("torch-compile", marks=pytest.mark.slow),
+    "jax",
+    "xla",
+    "onnxruntime",
+)
 # The backend (`linnet.runtimes.backends.BACKENDS`) of each mode of the older torch parity tests.
 MODE_BACKEND = {"interpret": "torch-interpret", "generated": "torch"}
 

@@ -19,6 +19,7 @@ import pytest
 from linnet.runtimes.backends import BACKENDS
 from linnet.semantics.program import Document
 from tests.runtimes.conftest import (
+    ALL_BACKENDS,
     GPT_OSS,
     LOGITS_ATOL,
     header_only_checkpoint,
@@ -39,15 +40,6 @@ VOCAB = 256
 WINDOW = 6
 MAX_POSITIONS = 64
 GREEDY_TOKENS = 32
-# torch.compile compiles each shape it meets (about 20 s a test here): marked slow.
-ALL_BACKENDS = (
-    "torch-interpret",
-    "torch",
-    pytest.param("torch-compile", marks=pytest.mark.slow),
-    "jax",
-    "xla",
-    "onnxruntime",
-)
 
 # openai/gpt-oss-20b's config.json, as transformers 5 reads it (less bookkeeping and the quantization_config).
 REAL_CONFIGS = {

@@ -18,6 +18,7 @@ import pytest
 from linnet.runtimes.backends import BACKENDS
 from linnet.semantics.program import Document
 from tests.runtimes.conftest import (
+    ALL_BACKENDS,
     LOGITS_ATOL,
     MISTRAL,
     hf_greedy,
@@ -37,15 +38,6 @@ VOCAB = 256
 WINDOW = 6
 MAX_POSITIONS = 64
 GREEDY_TOKENS = 32
-# torch.compile compiles each shape it meets (about 20 s a test here): marked slow.
-ALL_BACKENDS = (
-    "torch-interpret",
-    "torch",
-    pytest.param("torch-compile", marks=pytest.mark.slow),
-    "jax",
-    "xla",
-    "onnxruntime",
-)
 
 # The real configs of the presets (the checkpoints' config.json, less bookkeeping).
 REAL_CONFIGS = {

@@ -16,7 +16,7 @@ import pytest
 
 from linnet.runtimes.backends import BACKENDS
 from linnet.semantics.program import Document
-from tests.runtimes.conftest import ROBERTA, header_only_checkpoint, max_abs_diff, perturb, record
+from tests.runtimes.conftest import ALL_BACKENDS, ROBERTA, header_only_checkpoint, max_abs_diff, perturb, record
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -27,14 +27,6 @@ VOCAB = 99
 PAD = 1
 # f32 encoders against transformers' eager f32: what we see is ~1e-6.
 STATES_ATOL = 1e-4
-ALL_BACKENDS = (
-    "torch-interpret",
-    "torch",
-    pytest.param("torch-compile", marks=pytest.mark.slow),
-    "jax",
-    "xla",
-    "onnxruntime",
-)
 
 # The real configs of the presets (the checkpoints' config.json, less bookkeeping and dropouts).
 REAL_CONFIGS = {
