@@ -47,6 +47,9 @@ VALUE_RANGES: dict[str, tuple[float, bool]] = {
     "norm_eps": (0.0, True),
     "rope_theta": (0.0, False),
     "factor": (0.0, False),  # rope scaling (linear, llama3, ...)
+    # a window of 0 masks every key: the softmax of an all-masked row is uniform, finite nonsense
+    # (transformers itself crashes on it)
+    "sliding_window": (1.0, True),
 }
 
 METADATA_KEYS = frozenset(

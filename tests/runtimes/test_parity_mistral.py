@@ -239,3 +239,15 @@ def test_a_config_json_written_as_v0_3_ships_loads(small_mistral, tmp_path):
     delta = max_abs_diff(m.run("forward", ids.numpy())[0], theirs)
     report("small Mistral, v0.3-style config.json (no window), torch", delta)
     assert delta < LOGITS_ATOL
+
+
+def test_a_sliding_window_of_zero_is_refused(tmp_path):
+    """`sliding_window: 0` masks every key, which would run as a uniform softmax (finite and wrong): L505."""
+    import linnet
+    from linnet.errors import LinnetError
+
+    config = transformers.MistralConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                        num_attention_heads=4, num_key_value_heads=2, sliding_window=0)  # fmt: skip
+    transformers.MistralForCausalLM(config).save_pretrained(tmp_path)
+    with pytest.raises(LinnetError, match=r"L505.*`sliding_window` must be >= 1"):
+        linnet.load(MISTRAL, tmp_path, backend="torch", max_positions=32, progress=False)
