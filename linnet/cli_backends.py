@@ -522,35 +522,21 @@ def cmd_run(args: argparse.Namespace) -> int:
             args.preset = default_preset(check_source(*read_source(args.file)))
         except FAILURES as err:
             return _fail("run", err)
+    if args.compare is not None:
+        from .cli_compare import compare_backends
+
+        return compare_backends(args)
+    if args.backend is None:
+        args.backend = "torch"
     try:
         model = _load(args, random_weights=args.weights is None)
     except FAILURES as err:
         return _fail("run", err)
     program = model.program
-    entry = args.entry or next(iter(program.entries))
-    if entry not in program.entries:
-        return _fail("run", ValueError(f"no entry `{entry}` (entries: {', '.join(program.entries)})"))
-    graph = program.entries[entry]
     try:
-        sizes = _entry_sizes(graph, args)
-    except UsageError as err:
+        entry, graph, sizes = entry_and_sizes(args, program)
+    except FAILURES as err:
         return _fail("run", err)
-    if graph.uses_state:
-        if sizes.get("B", 1) > program.max_batch:
-            return _fail(
-                "run",
-                ValueError(
-                    f"--batch {sizes['B']} is more than the cache's {program.max_batch} rows; raise --max-batch"
-                ),
-            )
-        if sizes.get("S", 1) > program.max_positions:
-            return _fail(
-                "run",
-                ValueError(
-                    f"--seq {sizes['S']} is more than the cache's {program.max_positions} "
-                    f"positions; raise --max-positions"
-                ),
-            )
     if args.format != "json":
         _print_notes(model)
     inputs = random_inputs(graph, sizes, args.seed, program.config.get("vocab_size", 100))
@@ -614,6 +600,28 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"  load {model.load_s:.2f} s{setup}; first call: {compiled.describe()}")
     print(f"  time {elapsed * 1000:.2f} ms (a second call)")
     return EXIT_ERRORS if report["disagreements"] else EXIT_OK
+
+
+def entry_and_sizes(args: argparse.Namespace, program) -> tuple[str, object, dict[str, int]]:
+    """The entry `linnet run` runs (`--entry`, else the program's first), its IR graph, and the size
+    of each dim variable of its inputs (`_entry_sizes`). Raises ValueError for an entry the program
+    lacks (naming its entries) or a batch or sequence the KV cache cannot hold, UsageError for bad
+    sizes."""
+    entry = args.entry or next(iter(program.entries))
+    if entry not in program.entries:
+        raise ValueError(f"no entry `{entry}` (entries: {', '.join(program.entries)})")
+    graph = program.entries[entry]
+    sizes = _entry_sizes(graph, args)
+    if graph.uses_state:
+        if sizes.get("B", 1) > program.max_batch:
+            raise ValueError(
+                f"--batch {sizes['B']} is more than the cache's {program.max_batch} rows; raise --max-batch"
+            )
+        if sizes.get("S", 1) > program.max_positions:
+            raise ValueError(
+                f"--seq {sizes['S']} is more than the cache's {program.max_positions} positions; raise --max-positions"
+            )
+    return entry, graph, sizes
 
 
 def parse_dims(items: list[str] | None) -> dict[str, int]:
@@ -816,7 +824,27 @@ def register(sub) -> None:
     run = sub.add_parser("run", help="run an entry on random inputs (and random weights unless --weights)")
     add_common(run)
     run.add_argument("--entry", metavar="NAME")
-    run.add_argument("--backend", choices=BACKEND_NAMES, default="torch", metavar="BACKEND", help=BACKEND_HELP)
+    run.add_argument(
+        "--backend",
+        choices=BACKEND_NAMES,
+        metavar="BACKEND",
+        help="one of %(choices)s (default torch; `linnet backends` lists them)",
+    )
+    run.add_argument(
+        "--compare",
+        nargs="?",
+        const="torch,xla,onnxruntime",
+        metavar="B1,B2,...",
+        help="run on each of these backends (default torch,xla,onnxruntime) and on torch-interpret, the "
+        "reference, with the same inputs and weights; report max |Δ| between every pair and any output "
+        "the checker's shapes or dtypes disagree with",
+    )
+    run.add_argument(
+        "--tolerance",
+        type=float,
+        metavar="ATOL",
+        help="with --compare, the max |Δ| two backends may differ by (default 1e-4 in f32, 1e-2 in f16, 5e-2 in bf16)",
+    )
     run.add_argument("--batch", type=int, default=1, help="B of the random inputs (1)")
     run.add_argument("--seq", type=int, default=8, help="S of the random inputs (8)")
     run.add_argument(
