@@ -206,17 +206,18 @@ def format_text(report: dict) -> str:
             lines.append(f"  {r['backend']:<{width}}  {r['status']}: {r['reason']}")
             continue
         outs = "; ".join(f"{o['shape']} {o['dtype']}" for o in r["outputs"])
-        delta = "reference" if r["backend"] == report["reference"] else f"max |Δ| {_num(r['max_abs_diff'])}"
+        delta = "reference" if r["backend"] == report["reference"] else f"max |Δ| {format_delta(r['max_abs_diff'])}"
         scale = f"max |out| {r['max_abs']:.3g}"
         lines.append(f"  {r['backend']:<{width}}  {outs}  {scale}  {delta}  ({r['time_ms']:.2f} ms)")
     if report["pairs"]:
         lines.append(f"max |Δ| between backends (tolerance {report['tolerance']:g}):")
         for p in report["pairs"]:
             mark = "" if p["agree"] else "  disagree"
-            lines.append(f"  {p['a']} vs {p['b']}: {_num(p['max_abs_diff'])}{mark}")
+            lines.append(f"  {p['a']} vs {p['b']}: {format_delta(p['max_abs_diff'])}{mark}")
     lines.extend(f"disagreement: {d}" for d in report["disagreements"])
     return "\n".join(lines)
 
 
-def _num(value: float | None) -> str:
+def format_delta(value: float | None) -> str:
+    """A max |Δ| for a person: three significant digits, or "shapes differ" (None)."""
     return "shapes differ" if value is None else f"{value:.3g}"

@@ -13,12 +13,13 @@ contract", plus `linnet/presets`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
 import logging
 import traceback
 import uuid
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 from lsprotocol import types as T
 from pygls.exceptions import FeatureRequestError, JsonRpcInvalidRequest
@@ -31,6 +32,7 @@ from linnet.semantics.program import Analysis
 from linnet.syntax import ast as A
 from linnet.syntax.fmt import FormatError, format_source
 
+from . import compare as compare_
 from . import completion as completion_
 from . import hints as hints_
 from . import navigation, symbols, views
@@ -47,6 +49,7 @@ SHOW_GENERATED = "linnet/showGenerated"
 PRESETS = "linnet/presets"
 BACKENDS = "linnet/backends"
 RUN_COMMAND = "linnet.run"
+COMPARE_COMMAND = "linnet.compare"
 SELECT_PRESET_COMMAND = "linnet.selectPreset"
 LENS_BACKENDS = ("torch", "xla")  # registry names; a client lists the rest with `linnet/backends`
 
@@ -604,19 +607,17 @@ def create_server() -> LinnetServer:
                     args = {"uri": doc.uri, "entry": fn.name.id, "backend": backend, "preset": preset}
                     title = f"Run ▸ {views.backend_label(backend)}"
                     out.append(T.CodeLens(rng, T.Command(title, RUN_COMMAND, arguments=[args])))
+                args = {"uri": doc.uri, "entry": fn.name.id, "backends": [*compare_.COMPARE_BACKENDS], "preset": preset}
+                out.append(T.CodeLens(rng, T.Command(compare_.lens_title(), COMPARE_COMMAND, arguments=[args])))
         return out
 
     @server.command(RUN_COMMAND)
     async def run_command(ls: LinnetServer, *args):
-        try:
-            return await _run(ls, args)
-        except views.ViewError as err:
-            text = str(err) if str(err).startswith("linnet") else f"linnet run: {err}"
-            ls.window_show_message(T.ShowMessageParams(T.MessageType.Error, text))
-            raise JsonRpcInvalidRequest(str(err)) from err
-        except Exception as err:  # noqa: BLE001
-            ls.log_error(RUN_COMMAND, err)
-            raise JsonRpcInvalidRequest(f"{type(err).__name__}: {err}") from err
+        return await _answer(ls, RUN_COMMAND, _run(ls, args))
+
+    @server.command(COMPARE_COMMAND)
+    async def compare_command(ls: LinnetServer, *args):
+        return await _answer(ls, COMPARE_COMMAND, _compare(ls, args))
 
     @server.command(SELECT_PRESET_COMMAND)
     async def select_preset(ls: LinnetServer, *args):
@@ -706,6 +707,19 @@ async def _pull_settings(ls: LinnetServer) -> None:
         ls.settings.update(result[0])
 
 
+async def _answer(ls: LinnetServer, command: str, work: Awaitable[dict]) -> dict:
+    """The result of a run command; a refusal is shown to the user and answered as an error."""
+    try:
+        return await work
+    except views.ViewError as err:
+        text = str(err) if str(err).startswith("linnet") else f"linnet run: {err}"
+        ls.window_show_message(T.ShowMessageParams(T.MessageType.Error, text))
+        raise JsonRpcInvalidRequest(str(err)) from err
+    except Exception as err:  # noqa: BLE001
+        ls.log_error(command, err)
+        raise JsonRpcInvalidRequest(f"{type(err).__name__}: {err}") from err
+
+
 async def _run(ls: LinnetServer, args: tuple) -> dict:
     spec = args[0] if args else {}
     if not isinstance(spec, dict):
@@ -719,6 +733,19 @@ async def _run(ls: LinnetServer, args: tuple) -> dict:
         raise views.ViewError(f"a backend is a name, got {backend!r}")
     preset = await _preset_param(ls, doc, spec.get("preset"))
     title = f"Running {entry} on {views.backend_label(backend)}"
+    async with _progress(ls, title, entry):
+        report = await views.run_entry(ls.settings.interpreter, doc.path, doc.text, entry, backend, preset)
+    summary = views.summary(report)
+    kind = T.MessageType.Warning if report.get("disagreements") else T.MessageType.Info
+    ls.window_show_message(T.ShowMessageParams(kind, summary))
+    ls.window_log_message(T.LogMessageParams(T.MessageType.Log, f"linnet run: {summary}"))
+    return report
+
+
+@contextlib.asynccontextmanager
+async def _progress(ls: LinnetServer, title: str, entry: str):
+    """Work-done progress around a run of `entry` in a worker, when the client supports it; its
+    cancel button stops the worker. Raises ViewError when the run is cancelled."""
     token = None
     if ls.client_supports("window", "work_done_progress"):
         token = str(uuid.uuid4())
@@ -735,17 +762,46 @@ async def _run(ls: LinnetServer, args: tuple) -> dict:
         except Exception:  # noqa: BLE001 - progress is a nicety
             token = None
     try:
-        report = await views.run_entry(ls.settings.interpreter, doc.path, doc.text, entry, backend, preset)
+        yield
     except asyncio.CancelledError:
         raise views.ViewError(f"the run of {entry} was cancelled") from None
     finally:
         if token is not None:
             ls.work_done_progress.end(token, T.WorkDoneProgressEnd(message="done"))
             ls.work_done_progress.tokens.pop(token, None)
-    summary = views.summary(report)
-    kind = T.MessageType.Warning if report.get("disagreements") else T.MessageType.Info
-    ls.window_show_message(T.ShowMessageParams(kind, summary))
-    ls.window_log_message(T.LogMessageParams(T.MessageType.Log, f"linnet run: {summary}"))
+
+
+async def _compare(ls: LinnetServer, args: tuple) -> dict:
+    """`linnet.compare {uri, entry, backends, preset}`: the entry on each backend in a worker
+    (`compare.compare_entry`), the report written read-only and shown (`window/showDocument`, else
+    a message naming the file). Returns the report with `reportUri`. Raises ViewError."""
+    spec = args[0] if args else {}
+    if not isinstance(spec, dict):
+        raise views.ViewError("linnet.compare takes one argument {uri, entry, backends, preset}")
+    doc = _document_param(ls, spec)
+    entry = spec.get("entry") or "forward"
+    backends = spec.get("backends") or list(compare_.COMPARE_BACKENDS)
+    if not isinstance(entry, str) or not entry.isidentifier():
+        raise views.ViewError(f"an entry is a function name, got {entry!r}")
+    if not isinstance(backends, list) or not all(isinstance(b, str) and b in views.BACKENDS for b in backends):
+        raise views.ViewError(f"backends are a list of registry names ({', '.join(views.BACKENDS)}), got {backends!r}")
+    preset = await _preset_param(ls, doc, spec.get("preset"))
+    async with _progress(ls, f"Comparing {entry} on {len(backends) + 1} backends", entry):
+        report = await compare_.compare_entry(ls.settings.interpreter, doc.path, doc.text, entry, backends, preset)
+    path = await asyncio.to_thread(compare_.write_report, report, doc.path)
+    report["reportUri"] = uri_of(str(path))
+    kind = T.MessageType.Warning if report["disagreements"] else T.MessageType.Info
+    summary = compare_.summary(report, path)
+    shown = False
+    if ls.client_supports("window", "show_document", "support"):
+        try:
+            result = await ls.window_show_document_async(T.ShowDocumentParams(report["reportUri"], take_focus=True))
+            shown = bool(result and result.success)
+        except Exception as err:  # noqa: BLE001 - the message below still names the file
+            log.warning("window/showDocument failed: %s", err)
+    if not shown or report["disagreements"]:
+        ls.window_show_message(T.ShowMessageParams(kind, summary))
+    ls.window_log_message(T.LogMessageParams(T.MessageType.Log, f"linnet compare: {summary}"))
     return report
 
 

@@ -20,17 +20,24 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 async def test_code_lenses_on_entry_functions(client):
     doc = await open_doc(client, EXAMPLES / "llama.linnet")
     lenses = await client.text_document_code_lens_async(T.CodeLensParams(doc.id))
+    compare = "Compare ▸ PyTorch · XLA · ONNX Runtime"
     assert [(doc.slice(lens.range), lens.command.title) for lens in lenses] == [
         ("forward", "Run ▸ PyTorch"),
         ("forward", "Run ▸ XLA"),
+        ("forward", compare),
         ("step", "Run ▸ PyTorch"),
         ("step", "Run ▸ XLA"),
+        ("step", compare),
     ]
     assert lenses[0].range.start == doc.pos("entry fn forward", 9)
     (args,) = lenses[1].command.arguments
     assert lenses[1].command.command == "linnet.run"
     # runs use the preset hovers quote (here the first), so what runs is what the editor shows
     assert args == {"uri": doc.uri, "entry": "forward", "backend": "xla", "preset": "smollm2_135m"}
+    assert lenses[5].command.command == "linnet.compare"
+    (args,) = lenses[5].command.arguments
+    backends = ["torch", "xla", "onnxruntime"]
+    assert args == {"uri": doc.uri, "entry": "step", "backends": backends, "preset": "smollm2_135m"}
     doc.close()
     # a library file (no model) has none
     doc = await open_doc(client, WORKSPACE / "lib.linnet", "fn double(x: [N]) -> [N] {\n    x + x\n}\n")
@@ -81,6 +88,43 @@ async def test_run_entry_on_pytorch_and_xla_in_a_worker(client):
     assert shown[0].startswith("forward on PyTorch under preset `wide`: [1, 4] float32 (mean ")
     assert shown[1].startswith("forward on XLA under preset `wide`: [1, 4] float32")
     assert any(reports and reports[-1].kind == "end" for reports in client.progress_reports.values())
+    doc.close()
+
+
+@pytest.mark.slow
+async def test_compare_lens_shows_a_read_only_report_with_a_row_per_backend(client):
+    """The "Compare" lens's command runs the editor's text (here with a preset only in the buffer)
+    on PyTorch, XLA and ONNX Runtime and the reference in a worker, writes the report read-only and
+    shows it with window/showDocument."""
+    import os
+    import stat
+
+    for framework in ("torch", "jax", "onnxruntime"):
+        pytest.importorskip(framework)
+    wide = "\npreset wide = MlpConfig { in_features = 3, hidden_features = 5 }\n"
+    text = (EXAMPLES / "mlp.linnet").read_text() + wide
+    doc = await open_doc(client, EXAMPLES / "mlp.linnet", text)
+    lenses = await client.text_document_code_lens_async(T.CodeLensParams(doc.id))
+    (lens,) = [lens for lens in lenses if lens.command.command == "linnet.compare"]
+    args = lens.command.arguments[0] | {"preset": "wide"}
+    before = len(client.shown_documents)
+    report = await client.workspace_execute_command_async(T.ExecuteCommandParams("linnet.compare", [args]))
+    rows = {r["backend"]: r for r in report["backends"]}
+    assert list(rows) == ["torch-interpret", "torch", "xla", "onnxruntime"]
+    for row in rows.values():
+        assert row["status"] == "ok" and row["outputs"][0]["shape"] == row["outputs"][0]["checker_shape"] == [1, 4]
+    assert report["preset"] == "wide" and report["disagreements"] == [] and len(report["pairs"]) == 6
+    assert all(p["max_abs_diff"] < 1e-6 for p in report["pairs"])
+    (shown,) = client.shown_documents[before:]
+    assert shown.uri == report["reportUri"] and shown.take_focus
+    path = shown.uri.removeprefix("file://")
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o444, "read-only on disk"
+    markdown = Path(path).read_text()
+    assert markdown.startswith("# `forward` compared across backends\n")
+    assert "preset `wide`" in markdown and doc.uri.removeprefix("file://") in markdown
+    for name in ("torch-interpret", "torch", "xla", "onnxruntime"):
+        assert f"(`{name}`) | ok | [1, 4] float32 |" in markdown
+    assert "None: every backend that ran agrees." in markdown
     doc.close()
 
 
