@@ -13,14 +13,13 @@ naming the file (Neovim 0.7, 0.8); the command also returns the report with its 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import tempfile
 from pathlib import Path
 
 from linnet.cli_compare import format_delta
 
-from .views import WORKER_TIMEOUT_S, ViewError, backend_label, run_worker
+from .views import ViewError, backend_label, worker_report
 
 COMPARE_BACKENDS = ("torch", "xla", "onnxruntime")  # the lens's; torch-interpret, the reference, is always added
 
@@ -39,14 +38,7 @@ async def compare_entry(
     args = ["run", "{file}", "--entry", entry, "--compare", ",".join(backends), "--format", "json"]
     if preset:
         args += ["--preset", preset]
-    result = await run_worker(interpreter, args, path, text, WORKER_TIMEOUT_S)
-    lines = [ln for ln in result.stdout.splitlines() if ln.startswith("{")]
-    if not lines:
-        raise ViewError(result.stderr.strip() or f"`linnet run --compare` failed with exit code {result.returncode}")
-    try:
-        return json.loads(lines[-1])
-    except json.JSONDecodeError as err:
-        raise ViewError(f"`linnet run --compare` printed something that is not its report: {err}") from err
+    return await worker_report(interpreter, args, path, text)
 
 
 def report_folder() -> Path:

@@ -161,14 +161,21 @@ async def run_entry(
     args = ["run", "{file}", "--entry", entry, "--backend", backend, "--format", "json"]
     if preset:
         args += ["--preset", preset]
+    return await worker_report(interpreter, args, path, text)
+
+
+async def worker_report(interpreter: str | None, args: list[str], path: str, text: str) -> dict:
+    """The JSON report a worker `linnet ARGS... --format json` prints as its last `{` line, whatever
+    its exit status (a disagreement exits 1 with a report). Raises ViewError with the worker's
+    stderr when it prints none (a source that does not check, an unknown entry)."""
     result = await run_worker(interpreter, args, path, text, WORKER_TIMEOUT_S)
     lines = [ln for ln in result.stdout.splitlines() if ln.startswith("{")]
     if not lines:
-        raise ViewError(result.stderr.strip() or f"`linnet run` failed with exit code {result.returncode}")
+        raise ViewError(result.stderr.strip() or f"`linnet {args[0]}` failed with exit code {result.returncode}")
     try:
         return json.loads(lines[-1])
     except json.JSONDecodeError as err:
-        raise ViewError(f"`linnet run` printed something that is not its report: {err}") from err
+        raise ViewError(f"`linnet {args[0]}` printed something that is not its report: {err}") from err
 
 
 def summary(report: dict) -> str:

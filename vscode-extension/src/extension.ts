@@ -6,6 +6,7 @@ import * as vscode from "vscode";
 import {
   LanguageClient,
   LanguageClientOptions,
+  ResponseError,
   ServerOptions,
   State,
 } from "vscode-languageclient/node";
@@ -23,6 +24,7 @@ import {
   RUN_ENTRY_COMMAND,
   SHOW_COMMANDS,
   SHOW_GENERATED_PICK_COMMAND,
+  isComparisonReport,
   languageForView,
   outputDocumentPath,
   parseBackends,
@@ -162,6 +164,19 @@ class ServerController implements vscode.Disposable {
       // The server reports runs (linnet.run from its code lenses) with work-done progress,
       // a message and a log line, so the client adds nothing to them.
       outputChannel: this.log,
+      middleware: {
+        window: {
+          // The "Compare" lens's report opens as a file; make its editor read-only in this session.
+          showDocument: async (params, next) => {
+            const result = await next(params, new vscode.CancellationTokenSource().token);
+            const success = !(result instanceof ResponseError) && result.success;
+            if (success && isComparisonReport(params.uri)) {
+              await vscode.commands.executeCommand("workbench.action.files.setActiveEditorReadonlyInSession");
+            }
+            return { success };
+          },
+        },
+      },
     };
     const client = new LanguageClient(LANGUAGE_ID, "Linnet Language Server", serverOptions, clientOptions);
     this.client = client;

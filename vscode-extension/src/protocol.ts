@@ -9,9 +9,19 @@ export const PRESETS_REQUEST = "linnet/presets";
 export const BACKENDS_REQUEST = "linnet/backends";
 
 export const RUN_COMMAND = "linnet.run";
+/** The server's "Compare" lens command: it writes a report and opens it with window/showDocument. */
+export const COMPARE_COMMAND = "linnet.compare";
 /** Commands the server registers through workspace/executeCommand (code lenses invoke them).
  * vscode-languageclient registers these names itself, so the client must not. */
-export const SERVER_COMMANDS = [RUN_COMMAND, "linnet.selectPreset"] as const;
+export const SERVER_COMMANDS = [RUN_COMMAND, COMPARE_COMMAND, "linnet.selectPreset"] as const;
+
+/** Whether a window/showDocument URI is one of the server's comparison reports
+ * (`<cache folder>/reports/<file>-<hash>.<entry>.compare.md`, docs/editors.md), which the client
+ * shows read-only: the file is read-only on disk, but VS Code only honours that with
+ * `files.readonlyFromPermissions`. */
+export function isComparisonReport(uri: string): boolean {
+  return /^file:\/\/.*\/reports\/[^/]+\.compare\.md$/.test(uri);
+}
 
 /** A code view the server can show (`linnet/showGenerated`'s target): the registry's `codeView`s,
  * of which these four have a command of their own. */

@@ -4,6 +4,7 @@ import {
   CLIENT_COMMANDS,
   SERVER_COMMANDS,
   SHOW_COMMANDS,
+  isComparisonReport,
   languageForView,
   outputDocumentPath,
   presetsParams,
@@ -59,6 +60,16 @@ describe("commands", () => {
       assert.equal(CLIENT_COMMANDS.includes(command), false, command);
     }
     assert.equal(new Set(CLIENT_COMMANDS).size, CLIENT_COMMANDS.length);
+  });
+});
+
+describe("comparison reports", () => {
+  it("recognises the reports the server writes, and nothing else", () => {
+    assert.equal(isComparisonReport("file:///home/me/.cache/linnet/reports/mlp-1a2b3c4d.forward.compare.md"), true);
+    assert.equal(isComparisonReport("file:///tmp/linnet-1000/reports/llama-0f0f0f0f.step.compare.md"), true);
+    assert.equal(isComparisonReport("file:///home/me/notes/forward.compare.md"), false);
+    assert.equal(isComparisonReport("file:///home/me/.cache/linnet/reports/mlp.linnet"), false);
+    assert.equal(isComparisonReport("untitled:reports/x.compare.md"), false);
   });
 });
 
