@@ -16,6 +16,7 @@ import os
 import sys
 import tempfile
 import time
+from copy import copy
 from dataclasses import replace
 from pathlib import Path
 
@@ -523,8 +524,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         except FAILURES as err:
             return _fail("run", err)
     if args.compare is not None:
-        from .cli_compare import compare_backends
-
         return compare_backends(args)
     if args.backend is None:
         args.backend = "torch"
@@ -600,6 +599,56 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"  load {model.load_s:.2f} s{setup}; first call: {compiled.describe()}")
     print(f"  time {elapsed * 1000:.2f} ms (a second call)")
     return EXIT_ERRORS if report["disagreements"] else EXIT_OK
+
+
+def compare_backends(args: argparse.Namespace) -> int:
+    """`linnet run --compare`: the entry on the reference and each backend listed, with the same
+    inputs and weights; the report of `linnet.cli_compare`, printed as text or JSON. Returns the
+    exit status: 1 on a disagreement or a backend that failed, 2 for a usage error."""
+    from . import cli_compare as compare
+    from .runtimes.backends import get_backend
+    from .runtimes.model import random_inputs
+
+    try:
+        if args.backend is not None:
+            raise UsageError("--compare runs the backends it lists; drop --backend")
+        try:
+            names = compare.parse_backends(args.compare)
+            compare.tolerance_for(args)
+        except ValueError as err:
+            raise UsageError(str(err)) from None
+        program = _build(args)  # the front end only: the checker's signature and the sizes, before any backend
+        entry, graph, sizes = entry_and_sizes(args, program)
+    except FAILURES as err:
+        return _fail("run", err)
+    inputs = random_inputs(graph, sizes, args.seed, program.config.get("vocab_size", 100))
+    expected = compare.checker_outputs(graph, sizes)
+    rows, values = [], {}
+    for name in names:
+        backend = get_backend(name)
+        why = compare.unavailable(backend, args.device, args.dtype)
+        if why is not None:
+            rows.append(compare.row(backend, "unavailable", why))
+            continue
+        mine = copy(args)
+        mine.backend = name
+        mine.provider = args.provider if "providers" in backend.options else None
+        try:
+            model = _load(mine, random_weights=args.weights is None)
+            outs, elapsed, _ = _run_entry(mine, model, entry, inputs)
+        except FAILURES as err:
+            rows.append(compare.row(backend, "failed", str(err)))
+            continue
+        except Exception as err:  # noqa: BLE001 - a backend's own crash is its row, not the end of the comparison
+            rows.append(compare.row(backend, "failed", f"{type(err).__name__}: {err}"))
+            continue
+        rows.append(compare.row(backend))
+        values[name] = compare.ran(rows[-1], model, outs, elapsed, expected)
+        del model  # one backend's model at a time
+    report = compare.build_report(args, program, graph, inputs, rows, values)
+    print(json.dumps(report) if args.format == "json" else compare.format_text(report))
+    failed = any(r["status"] == "failed" for r in rows)
+    return EXIT_ERRORS if report["disagreements"] or failed else EXIT_OK
 
 
 def entry_and_sizes(args: argparse.Namespace, program) -> tuple[str, object, dict[str, int]]:

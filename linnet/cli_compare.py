@@ -15,16 +15,13 @@ IR op by op, the `equivalent` reference) first, then the backends asked for:
 
 `--format json` prints the report as one JSON object (what the language server's "Compare" lens
 shows); text prints a table. Exit 0 when every backend that ran agrees, 1 on any disagreement or
-failed backend, 2 for a usage error.
+failed backend, 2 for a usage error. This module is the comparison (rows, pairs, the report); the
+loading and running are `linnet.cli_backends`' (`compare_backends`), as for `linnet run`.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-from copy import copy
-
-from .cli_backends import EXIT_ERRORS, EXIT_OK, FAILURES, UsageError, _build, _fail, _load, _run_entry, entry_and_sizes
 
 REFERENCE = "torch-interpret"
 # the max |Δ| two backends may differ by, per working dtype: f32 is ARCHITECTURE.md's "about 1e-4 on
@@ -34,44 +31,26 @@ TOLERANCE = {"f32": 1e-4, "f16": 1e-2, "bf16": 5e-2}
 
 def parse_backends(text: str) -> list[str]:
     """`--compare torch,xla` as registry names, in order, each once, the reference first.
-    Raises UsageError for an empty list or a name the registry lacks (naming the backends)."""
+    Raises ValueError for an empty list or a name the registry lacks (naming the backends)."""
     from .runtimes.backends import BACKENDS
 
     names = [n.strip() for n in text.split(",") if n.strip()]
     if not names:
-        raise UsageError(f"--compare takes backend names separated by commas (backends: {', '.join(BACKENDS)})")
+        raise ValueError(f"--compare takes backend names separated by commas (backends: {', '.join(BACKENDS)})")
     unknown = [n for n in names if n not in BACKENDS]
     if unknown:
-        raise UsageError(f"--compare: unknown backend {', '.join(unknown)} (backends: {', '.join(BACKENDS)})")
+        raise ValueError(f"--compare: unknown backend {', '.join(unknown)} (backends: {', '.join(BACKENDS)})")
     return list(dict.fromkeys([REFERENCE, *names]))
 
 
-def compare_backends(args: argparse.Namespace) -> int:
-    """`linnet run --compare`: the report described in the module docstring, printed as text or
-    JSON. Returns the exit status."""
-    from .runtimes.model import random_inputs
-
-    try:
-        if args.backend is not None:
-            raise UsageError("--compare runs the backends it lists; drop --backend")
-        names = parse_backends(args.compare)
-        tolerance = args.tolerance if args.tolerance is not None else TOLERANCE[args.dtype]
-        if not tolerance >= 0:
-            raise UsageError(f"--tolerance must be a number >= 0, got {args.tolerance}")
-        program = _build(args)  # the front end only: the checker's signature and the sizes, before any backend
-        entry, graph, sizes = entry_and_sizes(args, program)
-    except FAILURES as err:
-        return _fail("run", err)
-    inputs = random_inputs(graph, sizes, args.seed, program.config.get("vocab_size", 100))
-    rows, values = [], {}
-    for name in names:
-        row, outs = _run_on(args, name, entry, inputs, _checker_outputs(graph, sizes))
-        rows.append(row)
-        if outs is not None:
-            values[name] = outs
+def build_report(args: argparse.Namespace, program, graph, inputs: list, rows: list[dict], values: dict) -> dict:
+    """The report of `linnet run --compare` (`args`) from each backend's row and its outputs
+    (`values`: backend name -> float64 arrays, for those that ran): the run, the rows, max |Δ|
+    of every pair and the disagreements."""
+    tolerance = tolerance_for(args)
     report = {
         "file": args.file,
-        "entry": entry,
+        "entry": graph.name,
         "preset": program.preset,
         "dtype": args.dtype,
         "weights": args.weights or "random weights",
@@ -86,15 +65,18 @@ def compare_backends(args: argparse.Namespace) -> int:
         "disagreements": [],
     }
     _agreement(report, values)
-    if args.format == "json":
-        print(json.dumps(report))
-    else:
-        print(format_text(report))
-    failed = any(r["status"] == "failed" for r in rows)
-    return EXIT_ERRORS if report["disagreements"] or failed else EXIT_OK
+    return report
 
 
-def _checker_outputs(graph, sizes: dict[str, int]) -> list[dict]:
+def tolerance_for(args: argparse.Namespace) -> float:
+    """`--tolerance`, else the working dtype's (`TOLERANCE`). Raises ValueError below 0 or NaN."""
+    tolerance = args.tolerance if args.tolerance is not None else TOLERANCE[args.dtype]
+    if not tolerance >= 0:
+        raise ValueError(f"--tolerance must be a number >= 0, got {args.tolerance}")
+    return tolerance
+
+
+def checker_outputs(graph, sizes: dict[str, int]) -> list[dict]:
     """What the checker says each output of `graph` is under `sizes`: shape and numpy dtype name."""
     from .runtimes.checkpoints import numpy_dtype
     from .runtimes.model import concrete_dim
@@ -105,42 +87,37 @@ def _checker_outputs(graph, sizes: dict[str, int]) -> list[dict]:
     ]
 
 
-def _run_on(args: argparse.Namespace, name: str, entry: str, inputs: list, expected: list[dict]):
-    """One backend's row, and its outputs as float64 arrays (None when it did not run)."""
-    from .runtimes.backends import get_backend
+def unavailable(backend, device: str, dtype: str) -> str | None:
+    """Why `backend` (a registry record) cannot run here on `device` in `dtype`, or None."""
+    why = backend.unavailable(device, probe=True)
+    if why is None and dtype not in backend.dtypes:
+        why = f"{backend.name} runs {', '.join(backend.dtypes)}, not {dtype}"
+    return why
 
-    backend = get_backend(name)
-    row: dict = {"backend": name, "label": backend.label, "status": "ok", "reason": None, "outputs": []}
-    row["disagreements"] = []
-    why = backend.unavailable(args.device, probe=True)
-    if why is None and args.dtype not in backend.dtypes:
-        why = f"{name} runs {', '.join(backend.dtypes)}, not {args.dtype}"
-    if why is not None:
-        return row | {"status": "unavailable", "reason": why}, None
-    mine = copy(args)
-    mine.backend = name
-    mine.provider = args.provider if "providers" in backend.options else None
-    try:
-        model = _load(mine, random_weights=args.weights is None)
-        outs, elapsed, _ = _run_entry(mine, model, entry, inputs)
-    except FAILURES as err:
-        return row | {"status": "failed", "reason": str(err)}, None
-    except Exception as err:  # noqa: BLE001 - a backend's own crash is its row, not the end of the comparison
-        return row | {"status": "failed", "reason": f"{type(err).__name__}: {err}"}, None
-    row["time_ms"] = elapsed * 1000
-    row["load_s"] = model.load_s
-    row["notes"] = list(model.notes)
+
+def row(backend, status: str = "ok", reason: str | None = None) -> dict:
+    """A backend's row: registry name, label, status ("ok", "unavailable", "failed") and why."""
+    return {"backend": backend.name, "label": backend.label, "status": status, "reason": reason, "outputs": [],
+            "disagreements": []}  # fmt: skip
+
+
+def ran(out_row: dict, model, outs: list, elapsed_s: float, expected: list[dict]) -> list:
+    """Fill the row of a backend that ran (`outs`: [(shape, dtype name, float64 values)] per
+    output, as `_run_entry` returns them) with its outputs next to the checker's (`expected`), its
+    time and notes, and any disagreement with the checker. Returns the outputs' values."""
+    name = out_row["backend"]
+    out_row |= {"time_ms": elapsed_s * 1000, "load_s": model.load_s, "notes": list(model.notes)}
     for i, ((shape, dtype, _), want) in enumerate(zip(outs, expected)):
-        row["outputs"].append(
+        out_row["outputs"].append(
             {"shape": shape, "dtype": dtype, "checker_shape": want["shape"], "checker_dtype": want["dtype"]}
         )
         if shape != want["shape"]:
-            row["disagreements"].append(f"output {i}: the checker says shape {want['shape']}, {name} gave {shape}")
+            out_row["disagreements"].append(f"output {i}: the checker says shape {want['shape']}, {name} gave {shape}")
         if dtype != want["dtype"]:
-            row["disagreements"].append(f"output {i}: the checker says dtype {want['dtype']}, {name} gave {dtype}")
+            out_row["disagreements"].append(f"output {i}: the checker says dtype {want['dtype']}, {name} gave {dtype}")
     if len(outs) != len(expected):
-        row["disagreements"].append(f"the checker says {len(expected)} output(s), {name} gave {len(outs)}")
-    return row, [values for _, _, values in outs]
+        out_row["disagreements"].append(f"the checker says {len(expected)} output(s), {name} gave {len(outs)}")
+    return [values for _, _, values in outs]
 
 
 def max_abs_diff(a: list, b: list) -> float | None:
