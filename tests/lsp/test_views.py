@@ -205,6 +205,13 @@ async def test_bad_presets_and_entries_are_refused_clearly(client):
     with pytest.raises(JsonRpcException, match="no entry `nope` \\(entries: forward\\)"):
         await run(client, doc, "nope", "torch")
     assert client.messages[-1].message.startswith("linnet run: no entry `nope`")
+    compare = {"uri": doc.uri, "entry": "forward", "backends": ["torch", "tpu"]}
+    with pytest.raises(JsonRpcException, match="backends are a list of registry names \\(torch-interpret, "):
+        await client.workspace_execute_command_async(T.ExecuteCommandParams("linnet.compare", [compare]))
+    with pytest.raises(JsonRpcException, match="no entry `nope` \\(entries: forward\\)"):
+        await client.workspace_execute_command_async(
+            T.ExecuteCommandParams("linnet.compare", [compare | {"entry": "nope", "backends": None}])
+        )
     before = len(client.messages)
     kept = await client.workspace_execute_command_async(T.ExecuteCommandParams("linnet.selectPreset", ["nope"]))
     assert kept is None and "no open file declares preset `nope`" in client.messages[before].message
