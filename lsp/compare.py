@@ -17,15 +17,17 @@ import os
 import tempfile
 from pathlib import Path
 
-from linnet.cli_compare import format_delta
+from linnet.cli_compare import REFERENCE, format_delta
 
 from .views import ViewError, backend_label, worker_report
+
+__all__ = ["COMPARE_BACKENDS", "REFERENCE", "compare_entry", "lens_title", "report_markdown", "summary", "write_report"]
 
 COMPARE_BACKENDS = ("torch", "xla", "onnxruntime")  # the lens's; torch-interpret, the reference, is always added
 
 
 def lens_title(backends: tuple[str, ...] = COMPARE_BACKENDS) -> str:
-    """ "Compare ▸ PyTorch · XLA · ONNX Runtime": the registry's labels."""
+    """The lens's title from the registry's labels: "Compare ▸ PyTorch · XLA · ONNX Runtime"."""
     return "Compare ▸ " + " · ".join(backend_label(b) for b in backends)
 
 

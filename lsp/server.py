@@ -786,7 +786,8 @@ async def _compare(ls: LinnetServer, args: tuple) -> dict:
     if not isinstance(backends, list) or not all(isinstance(b, str) and b in views.BACKENDS for b in backends):
         raise views.ViewError(f"backends are a list of registry names ({', '.join(views.BACKENDS)}), got {backends!r}")
     preset = await _preset_param(ls, doc, spec.get("preset"))
-    async with _progress(ls, f"Comparing {entry} on {len(backends) + 1} backends", entry):
+    count = len({compare_.REFERENCE, *backends})  # the worker adds the reference
+    async with _progress(ls, f"Comparing {entry} on {count} backends", entry):
         report = await compare_.compare_entry(ls.settings.interpreter, doc.path, doc.text, entry, backends, preset)
     path = await asyncio.to_thread(compare_.write_report, report, doc.path)
     report["reportUri"] = uri_of(str(path))
