@@ -511,6 +511,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         parse_dims(args.dim)  # a usage error before anything loads
         _check_paths(args)
+        if args.tolerance is not None and args.compare is None:
+            raise UsageError("--tolerance is the agreement --compare asks of the backends; add --compare")
     except UsageError as err:
         return _fail("run", err)
     if args.preset is None and args.weights is None:

@@ -128,6 +128,7 @@ def test_backends_that_cannot_run_are_rows_saying_why():
         (("--compare", ","), "--compare takes backend names separated by commas"),
         (("--compare", "--backend", "xla"), "--compare runs the backends it lists; drop --backend"),
         (("--compare", "--tolerance", "-1"), "--tolerance must be a number >= 0, got -1.0"),
+        (("--tolerance", "1e-3"), "--tolerance is the agreement --compare asks of the backends; add --compare"),
     ],
 )
 def test_usage_errors(args, message):
