@@ -69,7 +69,7 @@ def line_of(path: Path, needle: str) -> int:
     return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if needle in line)
 
 
-def load_code(source: Path, weights: Path, preset: str | None = None) -> str | None:
+def load_code(source: Path, weights: Path | None, preset: str | None = None) -> str | None:
     """The code loading gives the same checkpoint (`prepare`, which reads the tensors it binds; a config error
     carries it in its rendered message), or None."""
     from linnet.errors import LoadError
@@ -139,6 +139,7 @@ def test_an_integer_tensor_where_a_parameter_is_is_l504(ckpt, capsys):
         ({"partial_rotary_factor": 0.5}, "L503", "partial_rotary_factor", "config Llama {"),
         ({"rms_norm_eps": -1.0}, "L505", "rms_norm_eps", "    rms_norm_eps: float"),
         ({"attention_bias": "yes"}, "L401", "attention_bias", "    attention_bias: bool"),
+        ({"hidden_act": "gelu"}, "L401", "hidden_act", '    hidden_act: "silu"'),
     ],
 )
 def test_a_config_key_the_source_refuses_is_on_its_field_and_points_into_config_json(
@@ -166,6 +167,25 @@ def test_a_preset_that_sets_the_refused_field_carries_the_error(ckpt, capsys, tm
     assert rc == 1 and [d["code"] for d in found] == ["L505"]
     assert found[0]["location"]["start"]["line"] == line_of(source, "rms_norm_eps = 1e-5, rope_theta = 10000.0,")
     assert found[0]["presets"] == ["tinyllama_1_1b"]
+
+
+def test_a_relative_weights_path_is_taken_from_the_source_file_by_loading_too(ckpt, tmp_path):
+    """`@weights("../ckpt")` names the checkpoint beside the source's folder, whatever the working directory: the
+    editor's check and `prepare` (no `weights=`) read the same folder."""
+    from linnet.runtimes.headers import check_weights
+
+    source = tmp_path / "models" / "model.linnet"
+    source.parent.mkdir()
+    source.write_text(LLAMA.read_text() + '\n@weights("../ckpt")\npreset tiny = Llama { hidden_size = 64 }\n')
+    assert load_code(source, None, "tiny") is None
+    edit_config(ckpt, rms_norm_eps=-1.0)
+    assert load_code(source, None, "tiny") == "L505"
+    from linnet.runtimes.loading import resolve_preset_weights
+
+    weights = resolve_preset_weights(str(source), "../ckpt")
+    assert Path(weights).resolve() == ckpt.resolve()
+    report = check_weights(str(source), source.read_text(), weights, "tiny")
+    assert [d.code for d in report.diagnostics] == ["L505"] and report.files
 
 
 def test_text_output_names_the_file_and_tensor(ckpt, capsys):
