@@ -69,6 +69,8 @@ class WeightChecks:
     def diagnostics(self, ls: LinnetServer, doc: OpenDocument, analysis: Analysis) -> list[T.Diagnostic]:
         """The weight diagnostics of `doc`'s current text, or [] while they are being checked (a check is
         started, and publishes when it ends)."""
+        for uri in [u for u in self.results if ls.documents.get(u) is None]:  # closed since
+            del self.results[uri]
         targets = self.targets(ls, doc, analysis)
         if not targets:
             self.results.pop(doc.uri, None)
