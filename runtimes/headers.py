@@ -15,7 +15,9 @@ does not declare (L503), a value out of range (L505) or of the wrong kind (L401)
 the loaded config; plus L506 for weights that cannot be opened. One thing loading checks needs tensor data: a
 stored `lm_head.weight` under `tie_word_embeddings` is compared with the embeddings only by loading (a note says so).
 
-Reading needs numpy (the GGUF reader's metadata arrays), never torch, jax nor onnxruntime.
+Reading needs numpy (the GGUF reader's metadata arrays), never torch, jax nor onnxruntime. The one piece of tensor
+data read is a GGUF's `rope_freqs.weight` (head_dim / 2 floats), which holds Llama 3's rope scaling: opening a
+GGUF reads it, as loading does.
 """
 
 from __future__ import annotations
