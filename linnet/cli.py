@@ -1,7 +1,8 @@
 """The `linnet` command line (also `python -m linnet`).
 
 Subcommands import only what they need: `check` and `fmt` load the front end alone, never
-`linnet.compiler`, `linnet.runtimes`, torch or jax (a test holds them to it).
+`linnet.compiler`, `linnet.runtimes`, torch or jax (a test holds them to it); `check --weights`
+adds the checkpoint header reader (`linnet.runtimes.headers`: numpy, never torch).
 """
 
 from __future__ import annotations
@@ -87,6 +88,11 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.preset and not preset_seen and not unreadable:
         print(f"linnet check: no file declares preset `{args.preset}`", file=sys.stderr)
         return EXIT_USAGE
+    if args.weights is not None:
+        found = _check_weights(args, texts, [str(f) for f in files if str(f) in texts])
+        if found is None:
+            return EXIT_USAGE
+        all_diags.extend(found)
 
     def source_of(path: str) -> str | None:
         if path not in texts:
@@ -118,6 +124,26 @@ def cmd_check(args: argparse.Namespace) -> int:
     if unreadable:
         return EXIT_USAGE
     return EXIT_ERRORS if n_err else EXIT_OK
+
+
+def _check_weights(args: argparse.Namespace, texts: dict[str, str], paths: list[str]) -> list | None:
+    """The header check of `--weights` against each file given (`linnet.runtimes.headers.check_weights`, what
+    loading would report, reading no tensor data); None after printing why the weights cannot be opened."""
+    from .errors import CheckpointError
+    from .runtimes.headers import check_weights, read_headers
+
+    try:
+        read_headers(args.weights)
+    except CheckpointError as err:
+        print(f"linnet check: --weights: {err}", file=sys.stderr)
+        return None
+    found = []
+    for path in paths:
+        report = check_weights(path, texts[path], args.weights, args.preset)
+        for note in report.notes:
+            print(f"note: {note}", file=sys.stderr)
+        found.extend(report.diagnostics)
+    return found
 
 
 def cmd_fmt(args: argparse.Namespace) -> int:
@@ -178,6 +204,12 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("paths", nargs="+", metavar="PATH", help="files or folders")
     check.add_argument("--format", choices=("text", "json", "github"), default="text")
     check.add_argument("--preset", metavar="NAME", help="report only what fails under this preset")
+    check.add_argument(
+        "--weights",
+        metavar="W",
+        help="also check the files against a checkpoint's headers (a Hugging Face folder, a .gguf file or an "
+        "embedded id), as loading would, under --preset (default: the config defaults); reads no tensor data",
+    )
     check.set_defaults(func=cmd_check)
 
     fmt = sub.add_parser("fmt", help="format .linnet files (comments kept)")

@@ -20,7 +20,8 @@ An error that has a diagnostic code (docs/diagnostics.md; today the L5xx checkpo
 it in `code`, not pasted into its message; `str(err)` renders both in one place
 (`error[L501]: message`), the form `linnet check` prints. The front end's own diagnostics are
 `linnet.semantics.diagnostics.Diagnostic` values, not exceptions: a `SourceError` carries them
-rendered in its message.
+rendered in its message, and the values themselves in `diagnostics` (for the language server,
+which shows each on its own span).
 
 This module imports nothing, so every layer may use it.
 """
@@ -59,7 +60,17 @@ class LinnetError(Exception):
 
 class SourceError(LinnetError):
     """The source does not check (the message holds the rendered diagnostics), declares no
-    root model, or cannot be lowered under the requested config and sizes."""
+    root model, or cannot be lowered under the requested config and sizes.
+
+    Args:
+        diagnostics: the `Diagnostic` values the message renders, when it renders some (a
+            config.json key the source refuses, the checker's errors under a loaded config);
+            empty otherwise.
+    """
+
+    def __init__(self, message: str = "", *, code: str | None = None, diagnostics: tuple = ()):
+        super().__init__(message, code=code)
+        self.diagnostics = tuple(diagnostics)
 
 
 class ConfigError(SourceError):

@@ -33,12 +33,15 @@ class Settings:
     inlay_shapes: show shapes after `let` bindings and call results.
     inlay_max_length: the longest hint in characters; longer ones end in `…`.
     interpreter: the Python that runs entries (None: the server's own).
+    weights: preset name -> the checkpoint its headers are checked against (a folder, a .gguf file or an
+        embedded id; a relative path is taken from the first workspace folder); it wins over `@weights(...)`.
     """
 
     preset: str | None = None
     inlay_shapes: bool = True
     inlay_max_length: int = 40
     interpreter: str | None = None
+    weights: dict[str, str] = field(default_factory=dict)
 
     def update(self, values: Any) -> None:
         """Apply a `linnet` settings object (initializationOptions, workspace/configuration or
@@ -58,6 +61,10 @@ class Settings:
         if "interpreter" in values:
             value = values["interpreter"]
             self.interpreter = value if isinstance(value, str) and value else None
+        if "weights" in values:
+            value = values["weights"]
+            pairs = value.items() if isinstance(value, dict) else ()
+            self.weights = {k: v for k, v in pairs if isinstance(k, str) and isinstance(v, str) and v}
 
 
 @dataclass

@@ -41,6 +41,7 @@ from .documents import Documents, OpenDocument, Settings
 from .hover import hover_markdown
 from .import_completion import import_completions
 from .tokens import TOKEN_MODIFIERS, TOKEN_TYPES, semantic_tokens
+from .weights import WeightChecks
 
 log = logging.getLogger("linnet.lsp")
 
@@ -89,6 +90,7 @@ class LinnetServer(LanguageServer):
         self.documents = Documents()
         self.settings = Settings()
         self.roots: list[str] = []
+        self.weight_checks = WeightChecks()  # checkpoint headers against the presets' weights (lsp/weights.py)
         self._workspace_items: dict[str, tuple[float, list]] = {}
 
     def report_server_error(self, error: Exception, source) -> None:
@@ -143,6 +145,7 @@ class LinnetServer(LanguageServer):
                         continue
                     version, revision = doc.version, doc.revision
                     diagnostics = [lsp_diagnostic(d) for d in analysis.diagnostics if d.location.path == doc.path]
+                    diagnostics += self.weight_checks.diagnostics(self, doc, analysis)
                 if self.documents.get(doc.uri) is not doc or revision != doc.revision:
                     continue
                 self.text_document_publish_diagnostics(T.PublishDiagnosticsParams(doc.uri, diagnostics, version))
@@ -364,11 +367,14 @@ def create_server() -> LinnetServer:
     @guarded()
     def did_change_watched_files(ls: LinnetServer, params: T.DidChangeWatchedFilesParams):
         """A `.linnet` file changed on disk: the open documents that import it are checked
-        again (an open document's own text is the editor's, not the file's)."""
+        again (an open document's own text is the editor's, not the file's). A checkpoint file
+        in use changed: every document's weights are checked again."""
         for change in params.changes:
             path = path_of(change.uri)
             ls.documents.workspace.file_changed(path)
             ls.schedule_importers(path)
+        if ls.weight_checks.forget([path_of(change.uri) for change in params.changes]):
+            ls.refresh()
 
     # ----------------------------------------------------------------- hover, hints
     @document_feature(server, T.TEXT_DOCUMENT_HOVER)

@@ -37,6 +37,7 @@ from linnet.ir.build import (
 from linnet.ir.core import Program
 from linnet.syntax import ast as A
 
+from .checkpoints import EMBEDDED_IDS as EMBEDDED
 from .checkpoints import INTEGER_DTYPES, Checkpoint, check_cast_fits, numpy_dtype, open_checkpoint
 from .model import LoadedModel
 
@@ -49,6 +50,10 @@ __all__ = [
     "planned_tensors",
     "random_params",
     "match_weights",
+    "weight_problems",
+    "WeightProblem",
+    "bind_checkpoint_config",
+    "resolve_preset_weights",
 ]
 
 
@@ -96,7 +101,8 @@ def prepare(
         if preset is None and weights is None and not random_weights:
             preset = info.preset = default_preset(info)
         if weights is None and not random_weights:
-            weights = preset_weights(info, preset) if preset is not None else None
+            named = preset_weights(info, preset) if preset is not None else None
+            weights = resolve_preset_weights(path, named) if named is not None else None
             if weights is None:
                 which = f"preset `{preset}`" if preset else f"{path} (no preset)"
                 raise LoadError(
@@ -106,15 +112,7 @@ def prepare(
         notes: list[str] = []
         if weights is not None:
             checkpoint = open_checkpoint(weights)
-            ckpt_config = ConfigLayer(_drop_unset(info, checkpoint.config), f"{weights} config")
-            if checkpoint.format == "hf":  # errors point at the key in config.json
-                config_json = Path(checkpoint.path) / "config.json"
-                ckpt_config.label = str(config_json)
-                try:
-                    ckpt_config.text, ckpt_config.path = config_json.read_text(encoding="utf-8"), str(config_json)
-                except (OSError, UnicodeDecodeError):
-                    pass  # read when the checkpoint opened; gone since: errors show the values
-            info = bind_config(info, ckpt_config, config or {}, labels=("", "--config"))
+            info = bind_checkpoint_config(info, checkpoint, weights, config)
         else:
             info = bind_config(info, config or {}, labels=("--config",))
         notes += info.notes
@@ -126,6 +124,35 @@ def prepare(
     if checkpoint is not None:
         prepared.plan = match_weights(program, checkpoint, prepared.notes)
     return prepared
+
+
+def resolve_preset_weights(source_path: str, named: str) -> str:
+    """The checkpoint a preset's `@weights("...")` names: an embedded id as it is; a path relative to the folder
+    of the `.linnet` file at `source_path` (the current folder for a source given as text), `~` expanded."""
+    if named in EMBEDDED:
+        return named
+    p = Path(named).expanduser()
+    if p.is_absolute() or source_path == "<source>":
+        return str(p)
+    return str(Path(source_path).parent / p)
+
+
+def bind_checkpoint_config(
+    info: SourceInfo, checkpoint: Checkpoint, weights: str | Path, config: dict[str, Any] | None = None
+) -> SourceInfo:
+    """`info` checked again under its preset overridden by the checkpoint's config (config.json or the GGUF
+    metadata; `null`s of fields with defaults dropped, see `_drop_unset`) and then `config` (`--config`), as
+    loading binds them (ARCHITECTURE.md, "Configuration precedence"). Errors about a config.json value point at
+    its key in the file. Raises ConfigError (L503, L505, L401) or ProgramError, each carrying its `diagnostics`."""
+    ckpt_config = ConfigLayer(_drop_unset(info, checkpoint.config), f"{weights} config")
+    if checkpoint.format == "hf" and checkpoint.path is not None:  # errors point at the key in config.json
+        config_json = Path(checkpoint.path) / "config.json"
+        ckpt_config.label = str(config_json)
+        try:
+            ckpt_config.text, ckpt_config.path = config_json.read_text(encoding="utf-8"), str(config_json)
+        except (OSError, UnicodeDecodeError):
+            pass  # read when the checkpoint opened; gone since: errors show the values
+    return bind_config(info, ckpt_config, config or {}, labels=("", "--config"))
 
 
 RANDOM_WEIGHTS_SHARE = 0.5  # of the memory available now, the most random weights and state may take
@@ -218,31 +245,66 @@ def _drop_unset(info: SourceInfo, config: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in config.items() if not unset(k, v)}
 
 
-def match_weights(program: Program, ckpt: Checkpoint, notes: list[str]) -> dict[str, str]:
-    """Parameter path -> checkpoint name, every shape and dtype checked. Checkpoint tensors no
-    parameter takes are an error unless the model is `@takes_part` (then a note in `notes`).
-    Raises LoadError (L501 shape, L502 names, or a stored `lm_head.weight` under
-    `tie_word_embeddings` that differs from the embeddings, L504 an integer or bool tensor where a
-    parameter is)."""
+@dataclass(frozen=True)
+class WeightProblem:
+    """One way a checkpoint does not fit a program, as loading words it.
+
+    code: "L501" (shape), "L502" (names; a stored head under `tie_word_embeddings` that differs; parameters found
+        under two prefixes), "L504" (an integer or bool tensor where a parameter is).
+    kind: "shape", "missing", "extra", "tied", "prefix" or "dtype".
+    message: one line naming the checkpoint, the tensor and the source's parameter.
+    param: the source's parameter path it concerns (`model.layers.0.self_attn.q_proj.weight`), if one.
+    tensor: the checkpoint tensor it concerns, if one.
+    """
+
+    code: str
+    kind: str
+    message: str
+    param: str | None = None
+    tensor: str | None = None
+
+
+def weight_problems(
+    program: Program, ckpt: Checkpoint, notes: list[str], read_data: bool = True
+) -> tuple[dict[str, str], list[WeightProblem]]:
+    """(parameter path -> checkpoint name, every problem found): names both ways, every dtype and every shape.
+    Checkpoint tensors no parameter takes are problems unless the model is `@takes_part` (then a note in
+    `notes`). A stored `lm_head.weight` under `tie_word_embeddings` must equal the embeddings bit for bit; with
+    `read_data` false (a header check) that comparison, the only one that reads tensor data, is left to loading
+    and said in `notes`. The loader (`match_weights`) and `linnet check --weights` share this."""
     model = [p.path for p in program.params]
     names = [n for n in ckpt.tensor_names if n not in ckpt.buffer_names]
-    rename = _prefix_map(model, set(names), program.part_prefix if program.takes_part else None, ckpt.source)
+    try:
+        rename = _prefix_map(model, set(names), program.part_prefix if program.takes_part else None, ckpt.source)
+    except LoadError as err:
+        return {}, [WeightProblem(err.code or "L502", "prefix", err.message)]
     plan = {m: rename(m) for m in model}
     taken = set(plan.values())
+    problems: list[WeightProblem] = []
     for m, c in plan.items():  # an integer tensor where a parameter is (safetensors lists it as a buffer)
         if c in ckpt and ckpt.dtype(c) in INTEGER_DTYPES:
-            raise LoadError(
+            message = (
                 f"`{c}` in {ckpt.source} is {ckpt.dtype(c)} {list(ckpt.shape(c))}, but {program.source} declares "
-                f"`{m}` as a parameter, which takes floating point (f32, f16, bf16)",
-                code="L504",
+                f"`{m}` as a parameter, which takes floating point (f32, f16, bf16)"
             )
-    missing = [m for m, c in plan.items() if c not in set(names)]
+            problems.append(WeightProblem("L504", "dtype", message, m, c))
+    present = set(names)
+    missing = [m for m, c in plan.items() if c not in present]
     extra = [n for n in names if n not in taken]
     tied = program.config.get("tie_word_embeddings")
     if extra and tied:
         heads = [n for n in extra if n.endswith("lm_head.weight")]
         for n in heads:
-            _check_tied_head(ckpt, n, [c for c in taken if c in ckpt])
+            if read_data:
+                try:
+                    _check_tied_head(ckpt, n, [c for c in taken if c in ckpt])
+                except LoadError as err:
+                    problems.append(WeightProblem("L502", "tied", err.message, None, n))
+            else:
+                notes.append(
+                    f"{ckpt.source} stores `{n}` while `tie_word_embeddings` is true: loading compares it with the "
+                    "embeddings bit for bit (tensor data, not read by a header check)"
+                )
         extra = [n for n in extra if n not in heads]
     if extra and program.takes_part and not missing:
         where = _part_prefix(plan)
@@ -251,7 +313,42 @@ def match_weights(program: Program, ckpt: Checkpoint, notes: list[str]) -> dict[
             f"{len(extra)} tensor(s) not used: " + _few(extra, 4)
         )
         extra = []
+    for m in missing:
+        message = f"`{m}` in {program.source} has no tensor `{plan[m]}` in {ckpt.source}"
+        problems.append(WeightProblem("L502", "missing", message, m, plan[m]))
+    for n in extra:
+        message = f"`{n}` in {ckpt.source} is taken by no parameter of {program.source}"
+        problems.append(WeightProblem("L502", "extra", message, None, n))
+    for spec in program.params:
+        c = plan[spec.path]
+        if c not in present:
+            continue
+        have = tuple(ckpt.shape(c))
+        if have != spec.shape:
+            message = (
+                f"`{c}` in {ckpt.source} is {list(have)}, but {program.source} declares `{spec.path}` as "
+                f"{list(spec.shape)}"
+            )
+            problems.append(WeightProblem("L501", "shape", message, spec.path, c))
+    return plan, problems
+
+
+def match_weights(program: Program, ckpt: Checkpoint, notes: list[str]) -> dict[str, str]:
+    """Parameter path -> checkpoint name, every shape and dtype checked (`weight_problems`). Checkpoint tensors
+    no parameter takes are an error unless the model is `@takes_part` (then a note in `notes`).
+    Raises LoadError for the first kind of problem found, in this order: parameters under two prefixes (L502),
+    an integer or bool tensor where a parameter is (L504), a stored `lm_head.weight` under
+    `tie_word_embeddings` that differs from the embeddings (L502), names missing or extra (L502, all of them
+    in one message), a shape (L501)."""
+    plan, problems = weight_problems(program, ckpt, notes)
+    for kind in ("prefix", "dtype", "tied"):
+        first = next((p for p in problems if p.kind == kind), None)
+        if first is not None:
+            raise LoadError(first.message, code=first.code)
+    missing = [p.param for p in problems if p.kind == "missing"]
+    extra = [p.tensor for p in problems if p.kind == "extra"]
     if missing or extra:
+        names = [n for n in ckpt.tensor_names if n not in ckpt.buffer_names]
         lines = [f"the names of {ckpt.source} don't match {program.source}"]
         if missing:
             lines.append(f"  {len(missing)} parameter(s) missing from the checkpoint: " + _few(missing))
@@ -260,14 +357,9 @@ def match_weights(program: Program, ckpt: Checkpoint, notes: list[str]) -> dict[
             if len(extra) < len(names):
                 lines.append("  (a source that loads a part of a checkpoint says so with `@takes_part` on its model)")
         raise LoadError("\n".join(lines), code="L502")
-    for spec in program.params:
-        have = tuple(ckpt.shape(plan[spec.path]))
-        if have != spec.shape:
-            raise LoadError(
-                f"`{plan[spec.path]}` in {ckpt.source} is {list(have)}, but {program.source} "
-                f"declares `{spec.path}` as {list(spec.shape)}",
-                code="L501",
-            )
+    shape = next((p for p in problems if p.kind == "shape"), None)
+    if shape is not None:
+        raise LoadError(shape.message, code=shape.code)
     return plan
 
 

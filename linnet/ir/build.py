@@ -170,7 +170,7 @@ def _raise_errors(analysis: Analysis, header: str, relocate=None, extra_texts: d
         errors = [relocate(d) for d in errors]
     texts = {**_source_texts(analysis), **(extra_texts or {})}
     rendered = "\n\n".join(render_text(d, texts.get) for d in errors)
-    raise ProgramError(f"{header}\n{rendered}")
+    raise ProgramError(f"{header}\n{rendered}", diagnostics=errors)
 
 
 def _source_texts(analysis: Analysis) -> dict[str, str]:
@@ -198,11 +198,18 @@ def _source_info(path: str, text: str, analysis: Analysis, preset: str | None) -
 
 def preset_weights(info: SourceInfo, preset: str | None) -> str | None:
     """The `@weights("...")` default of a preset, if any."""
-    for item in info.analysis.document.items:
+    found = preset_weights_at(info.analysis, preset)
+    return found[0] if found is not None else None
+
+
+def preset_weights_at(analysis: Analysis, preset: str | None) -> tuple[str, Location] | None:
+    """The `@weights("...")` default of a preset in the analysed document and where its string is written
+    (an embedded id, or a path, relative to the `.linnet` file), if it has one."""
+    for item in analysis.document.items:
         if item.kind == "preset" and item.name == preset and isinstance(item.ast, A.PresetDef):
             for attr in item.ast.attributes:
                 if attr.name.id == "weights" and attr.args and isinstance(attr.args[0].value, A.StrLit):
-                    return attr.args[0].value.value
+                    return attr.args[0].value.value, item.resolve(attr.args[0].span)
     return None
 
 
@@ -244,7 +251,7 @@ def bind_config(info: SourceInfo, *overrides: dict[str, Any] | ConfigLayer, labe
         binder.bind(layer)
     if binder.refused:
         texts = {**_source_texts(info.analysis), **dict(layer.where() for layer in layers)}
-        raise ConfigError("\n\n".join(render_text(d, texts.get) for d in binder.refused))
+        raise ConfigError("\n\n".join(render_text(d, texts.get) for d in binder.refused), diagnostics=binder.refused)
     prefix = info.text.rstrip("\n") + f"\n\npreset {BOUND_PRESET} = {info.config_type} {{\n"
     body, marks = [], []
     offset = len(prefix)

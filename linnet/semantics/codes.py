@@ -514,6 +514,19 @@ _ALL = [
         '"rms_norm_eps": -1.0  # in a config.json',
         "Fix the value in the checkpoint's config (or override it with `--config`).",
     ),
+    Code(
+        "L506",
+        "checkpoint cannot be read",
+        "error",
+        "The weights a preset names in the editor (`@weights(...)`, the `linnet.weights` setting) cannot be "
+        "opened (`linnet check --weights W` stops with exit status 2 instead): no such file or folder, an "
+        "embedded id whose package is not installed, a folder without config.json or safetensors, a corrupt "
+        "header. Only headers are read (safetensors' JSON header, GGUF metadata and tensor table, config.json), so the "
+        "message names the file and what is wrong with it.",
+        '@weights("checkpoints/missing-folder")',
+        "Fix the path (relative to the `.linnet` file), install the package the embedded id comes from, or "
+        "convert the weights to safetensors.",
+    ),
     # ----- L9xx style warnings
     Code(
         "L901",

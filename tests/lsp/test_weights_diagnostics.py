@@ -1,0 +1,148 @@
+"""Checkpoint headers checked in the editor (lsp/weights.py), through a real client: a preset's `@weights("...")`
+path (relative to the file) or the `linnet.weights` setting names a checkpoint; what loading would report shows
+on the member or config field it concerns, with config.json's key as related information; a change of the
+checkpoint on disk (`workspace/didChangeWatchedFiles`, for which the server registers a watcher) or of the
+setting re-checks; and the server process never maps torch, jax nor onnxruntime while doing so."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from pathlib import Path
+
+import pytest
+from lsprotocol import types as T
+
+from tests.cli.test_check_weights import edit_config, edit_tensors, line_of, tiny_llama
+
+from .conftest import EXAMPLES, TIMEOUT_S, open_doc
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+TINY_PRESET = '\n@weights("ckpt")\npreset tiny = Llama { hidden_size = 64 }\n'
+
+
+async def _published(client, uri: str, after: int, accept) -> list[T.Diagnostic]:
+    """The diagnostics of the first publish for `uri`, among those after the first `after`, that `accept`s."""
+    for _ in range(int(TIMEOUT_S / 0.05)):
+        for p in client.published[after:]:
+            if p.uri == uri and accept(p.diagnostics):
+                return list(p.diagnostics)
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"no accepted diagnostics for {uri}")
+
+
+async def _nth_publish(client, uri: str, after: int, n: int) -> list[T.Diagnostic]:
+    """The diagnostics of the `n`th publish for `uri` after the first `after` publishes: a document whose
+    weights are checked is published once at once and once more when the check ends."""
+    for _ in range(int(TIMEOUT_S / 0.05)):
+        mine = [p for p in client.published[after:] if p.uri == uri]
+        if len(mine) >= n:
+            return list(mine[n - 1].diagnostics)
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"fewer than {n} publishes for {uri}")
+
+
+def _codes(diagnostics) -> list[str]:
+    return [d.code for d in diagnostics]
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory) -> Path:
+    return tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
+
+
+@pytest.fixture
+def workspace(base, tmp_path) -> Path:
+    """A folder with `model.linnet` (llama.linnet plus a preset whose weights are `ckpt/`) and a fresh copy of
+    the tiny checkpoint in `ckpt/`."""
+    pytest.importorskip("safetensors")
+    shutil.copytree(base, tmp_path / "ckpt")
+    (tmp_path / "model.linnet").write_text((EXAMPLES / "llama.linnet").read_text() + TINY_PRESET)
+    return tmp_path
+
+
+async def test_a_renamed_tensor_shows_on_its_member_and_clears_when_the_file_is_fixed(client, workspace, base):
+    ckpt, source = workspace / "ckpt", workspace / "model.linnet"
+
+    def rename(tensors):
+        tensors["model.layers.1.mlp.upp_proj.weight"] = tensors.pop("model.layers.1.mlp.up_proj.weight")
+
+    edit_tensors(ckpt, rename)
+    after = len(client.published)
+    doc = await open_doc(client, source)
+    found = await _published(client, doc.uri, after, lambda ds: "L502" in _codes(ds))
+    missing = next(d for d in found if d.code == "L502" and "has no tensor" in d.message)
+    assert "`model.layers.1.mlp.up_proj.weight`" in missing.message and str(ckpt) in missing.message
+    assert missing.range.start.line + 1 == line_of(source, "    up_proj: Linear(")
+    assert missing.severity == T.DiagnosticSeverity.Error and missing.source == "linnet"
+    extra = next(d for d in found if d.code == "L502" and "no parameter" in d.message)
+    assert "`model.layers.1.mlp.upp_proj.weight`" in extra.message
+    # the server asked to watch the checkpoint's folder
+    patterns = [  # the client keeps registration options as sent (JSON)
+        w["globPattern"]
+        for r in client.registrations
+        if r.method == T.WORKSPACE_DID_CHANGE_WATCHED_FILES
+        for w in r.register_options["watchers"]
+    ]
+    assert any(p in ({"baseUri": ckpt.as_uri(), "pattern": "*"}, f"{ckpt.as_posix()}/*") for p in patterns), patterns
+    # the checkpoint is fixed on disk: the client reports it, the server checks again
+    shutil.copy(base / "model.safetensors", ckpt / "model.safetensors")
+    after = len(client.published)
+    change = T.FileEvent((ckpt / "model.safetensors").as_uri(), T.FileChangeType.Changed)
+    client.workspace_did_change_watched_files(T.DidChangeWatchedFilesParams([change]))
+    # published at once (the check running), then when the check ends: clean both times
+    assert "L502" not in _codes(await _nth_publish(client, doc.uri, after, 1))
+    assert "L502" not in _codes(await _nth_publish(client, doc.uri, after, 2))
+    doc.close()
+
+
+async def test_the_setting_names_weights_and_a_config_error_points_into_config_json(client, workspace):
+    ckpt, source = workspace / "ckpt", workspace / "model.linnet"
+    other = workspace / "other"
+    shutil.copytree(ckpt, other)
+    edit_config(other, rms_norm_eps=-1.0)
+    doc = await open_doc(client, source)
+    after = len(client.published)
+    client.workspace_did_change_configuration(
+        T.DidChangeConfigurationParams({"linnet": {"preset": "", "weights": {"tiny": str(other)}}})
+    )
+    try:
+        found = await _published(client, doc.uri, after, lambda ds: "L505" in _codes(ds))
+        (d,) = [d for d in found if d.code == "L505"]
+        config_json = other / "config.json"
+        assert "`rms_norm_eps`" in d.message and str(config_json) in d.message
+        assert d.range.start.line + 1 == line_of(source, "    rms_norm_eps: float")
+        related = [r for r in d.related_information or [] if r.location.uri == config_json.as_uri()]
+        assert related and related[0].location.range.start.line + 1 == line_of(config_json, '"rms_norm_eps"')
+    finally:
+        client.workspace_did_change_configuration(T.DidChangeConfigurationParams({"linnet": {"weights": {}}}))
+    doc.close()
+
+
+async def test_weights_that_cannot_be_opened_show_on_the_attribute(client, tmp_path):
+    source = tmp_path / "model.linnet"
+    source.write_text((EXAMPLES / "llama.linnet").read_text() + TINY_PRESET)  # no ckpt/ here
+    after = len(client.published)
+    doc = await open_doc(client, source)
+    found = await _published(client, doc.uri, after, lambda ds: "L506" in _codes(ds))
+    (d,) = [d for d in found if d.code == "L506"]
+    assert str(tmp_path / "ckpt") in d.message and "no such file or folder" in d.message
+    assert doc.slice(d.range) == '"ckpt"'
+    doc.close()
+
+
+async def test_the_server_maps_no_framework_after_weight_checks(client, workspace):
+    """Extends tests/lsp/test_views.py's check: with weights configured and checked (a safetensors folder and
+    the embedded SmolLM2 GGUF of llama.linnet's `smollm2_135m`), the server process has mapped none of torch,
+    jax or onnxruntime."""
+    pid = client._server.pid
+    if not Path(f"/proc/{pid}/maps").exists():
+        pytest.skip("needs /proc")
+    after = len(client.published)
+    doc = await open_doc(client, workspace / "model.linnet")
+    assert await _nth_publish(client, doc.uri, after, 2) == []  # after the checks: clean
+    maps = Path(f"/proc/{pid}/maps").read_text()
+    for lib in ("libtorch", "jaxlib", "onnxruntime", "xla_extension"):
+        assert lib not in maps, lib
+    doc.close()
