@@ -56,6 +56,10 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(f"linnet check: {p}", file=sys.stderr)
     if problems:
         return EXIT_USAGE
+    if args.summary:
+        from .summary import cmd_summary
+
+        return cmd_summary(args, files)
     texts: dict[str, str] = {}
     all_diags = []
     preset_seen = False
@@ -178,6 +182,9 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("paths", nargs="+", metavar="PATH", help="files or folders")
     check.add_argument("--format", choices=("text", "json", "github"), default="text")
     check.add_argument("--preset", metavar="NAME", help="report only what fails under this preset")
+    from .summary import add_arguments
+
+    add_arguments(check)
     check.set_defaults(func=cmd_check)
 
     fmt = sub.add_parser("fmt", help="format .linnet files (comments kept)")

@@ -17,8 +17,8 @@ Everything is read off a `Program` (the Core IR of one preset), so it is what th
   per token (per position of one row);
 - peak activations of an entry: the most bytes of intermediate values alive at once when its
   ops run in order and each value is freed after its last use (parameters and state not
-  counted; every value its own buffer: no views, no in-place updates, no fusion), an estimate
-  of what the eager backends hold.
+  counted; layout ops are views, as in PyTorch; every other value its own buffer: no in-place
+  updates, no fusion), an estimate of what the eager backends hold.
 
 Imports neither torch nor numpy.
 """
@@ -35,6 +35,8 @@ from .core import Graph, Op, Program, Value
 # Bytes per element of each dtype.
 ITEMSIZE = {"f64": 8, "f32": 4, "bf16": 2, "f16": 2, "i64": 8, "i32": 4, "bool": 1}
 PARAM_DTYPES = ("f32", "bf16", "f16")  # the working dtypes parameters are held in
+# Ops whose result is a view of their input `x` in PyTorch (no copy): the peak estimate gives them no bytes.
+VIEWS = frozenset({"reshape", "transpose", "permute", "unsqueeze", "squeeze", "expand", "rearrange", "select", "slice"})
 CONTEXT_FIELDS = ("max_position_embeddings", "n_positions")  # the config's context window (HF names)
 
 
@@ -71,7 +73,8 @@ class ProgramCost:
         their own size). kv_bytes: the state at max_batch x max_positions; kv_bytes_per_token:
         of one position of one row; state_fixed_bytes: state that does not grow with positions.
     context_positions: the config's context window (`max_position_embeddings`), if it has one.
-    entries: each entry at `seq_len` and, for entries that use the cache, at S = 1 (decode).
+    entries: each entry at `seq_len` and, for entries that use the cache, at S = 1 (decode); an
+        entry without a sequence dim `S` at S = 1 (its "per token" is per example).
     skipped: entry -> why it has no cost (a dim besides B and S without a size)."""
 
     model: str
@@ -151,7 +154,10 @@ def program_cost(program: Program, seq_len: int | None = None, batch: int | None
     context = next((program.config[f] for f in CONTEXT_FIELDS if isinstance(program.config.get(f), int)), None)
     entries, skipped = [], {}
     for name, graph in program.entries.items():
-        runs = [seq_len] + ([1] if graph.uses_state and seq_len != 1 else [])
+        if "S" not in graph.dim_vars:  # no sequence (an MLP over [B, features]): per example
+            runs = [1]
+        else:
+            runs = [seq_len] + ([1] if graph.uses_state and seq_len != 1 else [])
         try:
             entries += [entry_cost(graph, batch, s) for s in runs]
         except ValueError as err:
@@ -213,15 +219,21 @@ def op_flops(op: Op) -> Dim | None:
 def peak_bytes(graph: Graph, sizes: dict[str, int]) -> int:
     """The most bytes of values `graph` defines that are alive at once while it runs (its inputs
     are its caller's), ops in order, each value freed after its last use; a call, loop or
-    composite adds the peak of what it runs on top of what is alive around it. Parameters and
-    state (reads, cache writes, written state returned by calls) are not activations."""
+    composite adds the peak of what it runs on top of what is alive around it. Layout ops
+    (`VIEWS`) make views, as in PyTorch: no bytes of their own, and they keep what they view
+    alive. Parameters and state (reads, cache writes, written state returned by calls) are not
+    activations."""
+    root: dict[int, int] = {}  # a view -> the value whose memory it shares
+    for op in graph.ops:
+        if op.name in VIEWS:
+            source = id(op.args["x"])
+            root[id(op.result)] = root.get(source, source)
     last_use: dict[int, int] = {}
     for i, op in enumerate(graph.ops):
         for v in op.inputs():
-            last_use[id(v)] = i
-    end = len(graph.ops)
+            last_use[root.get(id(v), id(v))] = i
     for v in list(graph.outputs) + list(graph.state_updates.values()):
-        last_use[id(v)] = end
+        last_use[root.get(id(v), id(v))] = len(graph.ops)
     live: dict[int, int] = {}
     peak = 0
     for i, op in enumerate(graph.ops):
@@ -230,7 +242,7 @@ def peak_bytes(graph: Graph, sizes: dict[str, int]) -> int:
             inner = peak_bytes(op.callee, sizes)
         elif op.body is not None:
             inner = peak_bytes(op.body, sizes)
-        made = {id(v): value_bytes(v, sizes) for v in _activations(op)}
+        made = {} if op.name in VIEWS else {id(v): value_bytes(v, sizes) for v in _activations(op)}
         peak = max(peak, sum(live.values()) + inner + sum(made.values()))
         live.update(made)
         for key in [k for k in live if last_use.get(k, i) <= i]:

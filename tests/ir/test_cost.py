@@ -5,6 +5,8 @@ with transformers and with what PyTorch counts and allocates."""
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 
 from linnet.ir import build
@@ -18,6 +20,7 @@ NH, KV, D = 4, 2, 8  # query heads, key/value heads, head_dim
 LAYER_PARAMS = H * NH * D + 2 * H * KV * D + NH * D * H + 3 * H * FF + 2 * H  # q, k, v, o, the MLP, 2 RMSNorms
 
 
+@functools.cache
 def small(dtype: str = "f32"):
     return build(
         EXAMPLES / "llama.linnet", config=SMALL_LLAMA, dtype=dtype, max_batch=MAX_BATCH, max_positions=MAX_POSITIONS
