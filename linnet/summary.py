@@ -83,22 +83,27 @@ def render_table(path: str, cost: ProgramCost) -> str:
     """The text form: a header, the parameter and KV-cache lines, the entries as aligned columns
     (numbers right-aligned), and the conventions in one footnote."""
     preset = f"preset {cost.preset}" if cost.preset else "config defaults"
-    out = [
-        f"{path}: {cost.model}, {preset} (dtype {cost.dtype}, max_batch {cost.max_batch}, "
-        f"max_positions {cost.max_positions})"
-    ]
+    header = f"{path}: {cost.model}, {preset} ({sizes_text(cost)})"
+    return "\n".join([header] + [f"  {line}" for line in table_lines(cost)])
+
+
+def sizes_text(cost: ProgramCost) -> str:
+    return f"dtype {cost.dtype}, max_batch {cost.max_batch}, max_positions {cost.max_positions}"
+
+
+def table_lines(cost: ProgramCost) -> list[str]:
+    """The table's lines without the header or indentation (hover shows them in a code block)."""
+    out = []
     lines = cost_lines(cost)
     width = max(len(label) for label, _ in lines)
-    out += [f"  {label.ljust(width)}  {value}" for label, value in lines]
+    out += [f"{label.ljust(width)}  {value}" for label, value in lines]
     rows = [ENTRY_COLUMNS, *entry_rows(cost)]
     widths = [max(len(r[i]) for r in rows) for i in range(len(ENTRY_COLUMNS))]
     for r in rows:
         cells = [r[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(r[1:], widths[1:])]
-        out.append("  " + "  ".join(cells).rstrip())
-    for name, why in cost.skipped.items():
-        out.append(f"  {name}: not costed ({why})")
-    out += [f"  {line}" for line in CONVENTION]
-    return "\n".join(out)
+        out.append("  ".join(cells).rstrip())
+    out += [f"{name}: not costed ({why})" for name, why in cost.skipped.items()]
+    return out + list(CONVENTION)
 
 
 def add_arguments(check: argparse.ArgumentParser) -> None:

@@ -281,6 +281,21 @@ def module_param_counts(program: Program) -> dict[str, int]:
     return counts
 
 
+def module_instances(program: Program) -> dict[str, int]:
+    """How many instances of each module class (`Program.modules` key) the root model holds
+    (the root once; a class in a list of 30 layers 30 times per holder)."""
+    counts: dict[str, int] = {}
+
+    def visit(key: str, times: int) -> None:
+        counts[key] = counts.get(key, 0) + times
+        for child, n in program.modules[key].children.values():
+            visit(child, times * (n or 1))
+
+    if program.root in program.modules:
+        visit(program.root, 1)
+    return counts
+
+
 def _numel(shape: tuple[int, ...]) -> int:
     n = 1
     for d in shape:

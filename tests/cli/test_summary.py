@@ -64,3 +64,14 @@ def test_summary_loads_no_backend_and_no_framework():
     """Lowering may use numpy (constant folding); never a backend, torch, jax or pygls."""
     heavy = ("torch", "jax", "jaxlib", "onnx", "onnxruntime", "pygls")
     assert heavy_modules_loaded(["check", "--summary", "examples/llama.linnet"], heavy) == (0, "[]")
+
+
+def test_the_table_in_the_language_docs_is_what_the_command_prints(capsys, monkeypatch):
+    """docs/language.md section 12 shows the output of one command; running it prints exactly that."""
+    doc = (ROOT / "docs" / "language.md").read_text(encoding="utf-8")
+    block = doc[doc.index("```console\n$ linnet check --summary") + len("```console\n") :]
+    command, _, rest = block.partition("\n")
+    shown = rest[: rest.index("```")]
+    monkeypatch.chdir(ROOT)
+    assert main(command.split()[2:]) == 0
+    assert capsys.readouterr().out == shown
