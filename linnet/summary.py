@@ -58,7 +58,7 @@ def cost_lines(cost: ProgramCost) -> list[tuple[str, str]]:
 
 CONVENTION = (
     "FLOPs: 2 x multiply-adds of matmuls, attention's QK^T and AV included (over S keys in forward, over all",
-    "max_positions cache positions in step); elementwise ops not counted. Peak activations: an estimate.",
+    "max_positions cache positions in step); elementwise ops not counted. Peak activations: an upper estimate.",
 )
 ENTRY_COLUMNS = ("entry", "B x S", "FLOPs", "per token", "attention", "peak activations")
 

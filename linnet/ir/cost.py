@@ -219,7 +219,8 @@ def op_flops(op: Op) -> Dim | None:
 def peak_bytes(graph: Graph, sizes: dict[str, int]) -> int:
     """The most bytes of values `graph` defines that are alive at once while it runs (its inputs
     are its caller's), ops in order, each value freed after its last use; a call, loop or
-    composite adds the peak of what it runs on top of what is alive around it. Layout ops
+    composite adds the peak of what it runs (which includes what it returns) on top of what is
+    alive around it. Layout ops
     (`VIEWS`) make views, as in PyTorch: no bytes of their own, and they keep what they view
     alive. Parameters and state (reads, cache writes, written state returned by calls) are not
     activations."""
@@ -243,7 +244,8 @@ def peak_bytes(graph: Graph, sizes: dict[str, int]) -> int:
         elif op.body is not None:
             inner = peak_bytes(op.body, sizes)
         made = {} if op.name in VIEWS else {id(v): value_bytes(v, sizes) for v in _activations(op)}
-        peak = max(peak, sum(live.values()) + inner + sum(made.values()))
+        # what a call, loop or composite returns is made inside it, so its own peak includes it
+        peak = max(peak, sum(live.values()) + max(inner, sum(made.values())))
         live.update(made)
         for key in [k for k in live if last_use.get(k, i) <= i]:
             del live[key]
