@@ -120,7 +120,8 @@ def cmd_summary(args: argparse.Namespace, files: list[Path]) -> int:
     declares (the config defaults when it declares none). A file that does not check prints its
     diagnostics on stderr and makes the exit status 1; bad sizes are a usage error (2)."""
     from .errors import SourceError
-    from .ir.build import check_source, lower_program, read_source
+    from .ir.build import lower_analysis, read_source
+    from .semantics.program import Document
 
     for flag, value in (("--seq-len", args.seq_len), ("--max-positions", args.max_positions)):
         if value is not None and value < 1:
@@ -133,11 +134,11 @@ def cmd_summary(args: argparse.Namespace, files: list[Path]) -> int:
     for f in files:
         try:
             path, text = read_source(f)
-            analysis = check_source(path, text).analysis
         except (OSError, SourceError) as err:
             print(f"linnet check: {err}", file=sys.stderr)
-            status = EXIT_ERRORS if isinstance(err, SourceError) else EXIT_USAGE
+            status = max(status, EXIT_USAGE)
             continue
+        analysis = Document(path, text).analyze()
         if analysis.model is None:
             continue  # a library file: nothing to cost
         presets = analysis.declared_presets if args.preset is None else [args.preset]
@@ -145,12 +146,13 @@ def cmd_summary(args: argparse.Namespace, files: list[Path]) -> int:
         for preset in presets:
             found = True
             try:
-                info = check_source(path, text, preset)
-                program = lower_program(info, args.dtype, args.max_batch, args.max_positions)
-            except SourceError as err:
+                program = lower_analysis(
+                    analysis, preset, dtype=args.dtype, max_batch=args.max_batch, max_positions=args.max_positions
+                )
+            except SourceError as err:  # errors (the same under every preset: reported once)
                 print(f"linnet check: {err}", file=sys.stderr)
-                status = EXIT_ERRORS
-                continue
+                status = max(status, EXIT_ERRORS)
+                break
             cost = program_cost(program, args.seq_len)
             tables.append(render_table(str(f), cost))
             records.append({"path": str(f), **cost.as_json()})

@@ -53,6 +53,10 @@ def test_errors_and_usage(tmp_path, capsys):
     assert main(["check", "--summary", str(broken)]) == 1
     captured = capsys.readouterr()
     assert captured.out == "" and "error[" in captured.err
+    library = tmp_path / "blocks.linnet"  # no root model: nothing to cost, nothing wrong
+    library.write_text("module Twice(n: int) {\n    fn forward(x: [B, n]) -> [B, n] {\n        x * 2.0\n    }\n}\n")
+    assert main(["check", "--summary", str(library)]) == 0
+    assert capsys.readouterr().out == ""
     assert main(["check", "--summary", "--preset", "nope", str(EXAMPLES)]) == 2
     assert main(["check", "--summary", "--seq-len", "0", str(EXAMPLES / "mlp.linnet")]) == 2
     assert main(["check", "--summary", "--max-batch", "0", str(EXAMPLES / "mlp.linnet")]) == 2
