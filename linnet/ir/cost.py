@@ -25,6 +25,7 @@ Imports neither torch nor numpy.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -110,6 +111,7 @@ class ProgramCost:
             "parameter_bytes": dict(self.param_bytes),
             "kv_cache_bytes_per_token": self.kv_bytes_per_token,
             "kv_cache_bytes": self.kv_bytes,
+            "state_fixed_bytes": self.state_fixed_bytes,
             "context_positions": self.context_positions,
             "kv_cache_bytes_at_context": self.kv_bytes_at_context,
             "entries": [
@@ -136,17 +138,17 @@ def program_cost(program: Program, seq_len: int | None = None, batch: int | None
     batch = program.max_batch if batch is None else batch
     if seq_len < 1 or batch < 1:
         raise ValueError(f"batch and sequence length are at least 1, got {batch} and {seq_len}")
-    count = sum(_numel(p.shape) for p in program.params)
+    count = sum(math.prod(p.shape) for p in program.params)
     param_bytes: dict[str, int] = {}
     for name in PARAM_DTYPES:
         param_bytes[name] = sum(
-            _numel(p.shape) * (ITEMSIZE[name] if p.type.dtype.is_float else ITEMSIZE[p.type.dtype.name])
+            math.prod(p.shape) * (ITEMSIZE[name] if p.type.dtype.is_float else ITEMSIZE[p.type.dtype.name])
             for p in program.params
         )
     rows_positions = program.max_batch * program.max_positions
     kv, fixed = 0, 0
     for s in program.state:
-        nbytes = _numel(s.shape) * ITEMSIZE[s.type.dtype.name]
+        nbytes = math.prod(s.shape) * ITEMSIZE[s.type.dtype.name]
         if program.max_positions in s.shape and nbytes % rows_positions == 0:
             kv += nbytes
         else:
@@ -274,7 +276,7 @@ def module_param_counts(program: Program) -> dict[str, int]:
     def visit(key: str) -> int:
         if key not in counts:
             m = program.modules[key]
-            own = sum(_numel(tuple(d.as_int() for d in t.shape.dims)) for t in m.params.values())
+            own = sum(math.prod(tuple(d.as_int() for d in t.shape.dims)) for t in m.params.values())
             counts[key] = own + sum(visit(child) * (n or 1) for child, n in m.children.values())
         return counts[key]
 
@@ -296,10 +298,3 @@ def module_instances(program: Program) -> dict[str, int]:
     if program.root in program.modules:
         visit(program.root, 1)
     return counts
-
-
-def _numel(shape: tuple[int, ...]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
