@@ -57,6 +57,13 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(f"linnet check: {p}", file=sys.stderr)
     if problems:
         return EXIT_USAGE
+    if args.summary:
+        if args.weights is not None:  # the cost model reads the source's config, not a checkpoint's
+            print("linnet check: --summary does not take --weights; run them as two commands", file=sys.stderr)
+            return EXIT_USAGE
+        from .summary import cmd_summary
+
+        return cmd_summary(args, files)
     texts: dict[str, str] = {}
     all_diags = []
     preset_seen = False
@@ -210,6 +217,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="also check the files against a checkpoint's headers (a Hugging Face folder, a .gguf file or an "
         "embedded id), as loading would, under --preset (default: the config defaults); reads no tensor data",
     )
+    from .summary import add_arguments
+
+    add_arguments(check)
     check.set_defaults(func=cmd_check)
 
     fmt = sub.add_parser("fmt", help="format .linnet files (comments kept)")

@@ -32,6 +32,8 @@ class Settings:
     preset: the preset whose numbers hover, hints and diagnostics quote (None: the first).
     inlay_shapes: show shapes after `let` bindings and call results.
     inlay_max_length: the longest hint in characters; longer ones end in `…`.
+    inlay_parameters: show the parameters each submodule member holds (off by default: the first
+        hints after an edit lower the model).
     interpreter: the Python that runs entries (None: the server's own).
     weights: preset name -> the checkpoint its headers are checked against (a folder, a .gguf file or an
         embedded id; a relative path is taken from the first workspace folder); it wins over `@weights(...)`.
@@ -40,6 +42,7 @@ class Settings:
     preset: str | None = None
     inlay_shapes: bool = True
     inlay_max_length: int = 40
+    inlay_parameters: bool = False
     interpreter: str | None = None
     weights: dict[str, str] = field(default_factory=dict)
 
@@ -58,6 +61,8 @@ class Settings:
                 self.inlay_shapes = hints["shapes"]
             if isinstance(hints.get("maxLength"), int) and hints["maxLength"] > 0:
                 self.inlay_max_length = hints["maxLength"]
+            if isinstance(hints.get("parameters"), bool):
+                self.inlay_parameters = hints["parameters"]
         if "interpreter" in values:
             value = values["interpreter"]
             self.interpreter = value if isinstance(value, str) and value else None

@@ -1,6 +1,7 @@
 """textDocument/hover: the type of what is under the cursor under the selected preset, with
 the symbolic form where it differs (`[B, S, c.hidden_size]` = `[B, S, 576]`); a module's, a
-function's or an op's signature and doc comment; a parameter's checkpoint names and count."""
+function's or an op's signature and doc comment; a parameter's checkpoint names and count; what
+the root model, a preset, a module or a member costs, on its declaration (`costs.py`)."""
 
 from __future__ import annotations
 
@@ -48,6 +49,12 @@ def hover_markdown(analysis: Analysis, offset: int, preset: str | None) -> tuple
         names = _checkpoint_names(analysis, target, preset)
         if names:
             sections.append(names)
+        if _at_declaration(analysis, definition, offset):
+            from .costs import cost_section  # loads the IR with the first hover on a declaration
+
+            cost = cost_section(analysis, target, preset)
+            if cost:
+                sections.append(cost)
     elif target is None:
         word = word_at(text, offset)
         if word is not None and word[0] in REGISTRY:
@@ -62,6 +69,15 @@ def hover_markdown(analysis: Analysis, offset: int, preset: str | None) -> tuple
         word = word_at(text, offset)
         span = (word[1], word[2]) if word is not None else (offset, offset)
     return "\n\n".join(sections), span
+
+
+def _at_declaration(analysis: Analysis, definition, offset: int) -> bool:
+    """Whether `offset` is on the name of `definition` where this document declares it: costs are
+    shown there only, so hovering a use never waits for the model to be lowered."""
+    item = definition.item
+    if item.source.path != analysis.document.source.path:
+        return False
+    return item.offset + definition.name_span.start <= offset <= item.offset + definition.name_span.end
 
 
 def _checkpoint_names(analysis: Analysis, target, preset: str | None) -> str | None:

@@ -388,17 +388,19 @@ def create_server() -> LinnetServer:
 
     @document_feature(server, T.TEXT_DOCUMENT_INLAY_HINT, T.InlayHintOptions(resolve_provider=False), default=[])
     def inlay_hint(ls: LinnetServer, params: T.InlayHintParams, doc: OpenDocument, a: Analysis):
-        if not ls.settings.inlay_shapes:
-            return []
         index = a.document.source.index
         start, end = offset_at(index, params.range.start), offset_at(index, params.range.end)
-        found = hints_.inlay_hints(a, start, end, ls.preset_for(a), ls.settings.inlay_max_length)
+        found = []
+        if ls.settings.inlay_shapes:
+            found += hints_.inlay_hints(a, start, end, ls.preset_for(a), ls.settings.inlay_max_length)
+        if ls.settings.inlay_parameters:
+            found += hints_.parameter_hints(a, start, end, ls.preset_for(a))
         return [
             T.InlayHint(
                 position=range_of_offsets(index, h.offset, h.offset).start,
                 label=h.label,
-                kind=T.InlayHintKind.Type,
-                padding_left=h.kind == "result",
+                kind=T.InlayHintKind.Type if h.kind != "parameters" else None,
+                padding_left=h.kind in ("result", "parameters"),
             )
             for h in found
         ]

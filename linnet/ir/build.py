@@ -535,6 +535,15 @@ def lower_program(
     return program
 
 
+def lower_analysis(analysis: Analysis, preset: str | None, **options) -> Program:
+    """Lower the root model of an analysis the caller already holds (the language server's) under
+    `preset` (None: the config defaults); `options` are `lower_program`'s. Raises ProgramError
+    when it has errors, no root model, or does not lower."""
+    source = analysis.document.source
+    _raise_errors(analysis, f"{source.path} has errors:")
+    return lower_program(_source_info(source.path, source.text, analysis, preset), **options)
+
+
 def _plain(cv) -> dict[str, Any]:
     from ..semantics.configs import MISSING, ConfigValue
 

@@ -376,6 +376,11 @@ def _matmul_dtype(a):
     return d
 
 
+def _matmul_flops(a, results):
+    """2 x multiply-adds: each result element sums over the contracted dim (x's last)."""
+    return Dim.of(2) * product(results[0].shape.dims) * a["x"].shape.dims[-1]
+
+
 def _matmul_cases(rng, s):
     return {"x": array(rng, s[:-1] + (3,)), "y": array(rng, (3, 4))}, {}
 
@@ -392,6 +397,7 @@ register(
         category="linalg",
         operator="@",
         cases=_matmul_cases,
+        flops=_matmul_flops,
     )
 )
 
@@ -426,6 +432,7 @@ register(
         reference=lambda x, weight: _np().matmul(x, _np().swapaxes(weight, -1, -2)),
         category="linalg",
         cases=lambda rng, s: ({"x": array(rng, s[:-1] + (3,)), "weight": array(rng, (4, 3))}, {}),
+        flops=_matmul_flops,  # x's last dim is in_features
     )
 )
 

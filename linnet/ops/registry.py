@@ -119,6 +119,10 @@ class OpDef:
     ops (exp, sin, erf...) and reductions whose order of summation varies are not.
     `cases` draws random test cases (`CaseGenerator`); every backend's op test runs them.
     `keyword`: the editors' grammars highlight the op's name as a builtin.
+    `flops(args, results)` is the op's floating-point operations per call, a `Dim` over the
+    argument dims (`args` as the shape rule sees them, `results` the result `TensorT`s), counted
+    as 2 x multiply-adds; ops without one count 0 (elementwise, reductions, shape and indexing:
+    the cost model's convention, `linnet.ir.cost`, as in torch.utils.flop_counter).
     """
 
     name: str
@@ -134,6 +138,7 @@ class OpDef:
     exact: bool = False
     cases: CaseGenerator | None = None
     keyword: bool = True
+    flops: Callable[[dict, list], Any] | None = None
 
     def signature(self) -> str:
         """`name(param: kind = default, ...)`, as hover, signature help and the docs show it."""

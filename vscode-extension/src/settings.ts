@@ -9,14 +9,14 @@ export type SettingReader = <T>(key: string, fallback: T) => T;
 export interface LinnetSettings {
   interpreter: string;
   preset: string;
-  inlayHints: { shapes: boolean; maxLength: number };
+  inlayHints: { shapes: boolean; maxLength: number; parameters: boolean };
 }
 
 // Keep in step with contributes.configuration in package.json (a unit test compares them).
 export const DEFAULT_SETTINGS: LinnetSettings = {
   interpreter: "",
   preset: "",
-  inlayHints: { shapes: true, maxLength: 40 },
+  inlayHints: { shapes: true, maxLength: 40, parameters: false },
 };
 
 export function readSettings(get: SettingReader): LinnetSettings {
@@ -31,6 +31,7 @@ export function readSettings(get: SettingReader): LinnetSettings {
         Number.isFinite(maxLength) && maxLength >= 1
           ? Math.floor(maxLength)
           : DEFAULT_SETTINGS.inlayHints.maxLength,
+      parameters: get<boolean>("inlayHints.parameters", DEFAULT_SETTINGS.inlayHints.parameters) === true,
     },
   };
 }
@@ -43,13 +44,13 @@ export function presetOrNull(preset: string | undefined | null): string | null {
 
 export interface InitializationOptions {
   preset: string | null;
-  inlayHints: { shapes: boolean; maxLength: number };
+  inlayHints: { shapes: boolean; maxLength: number; parameters: boolean };
 }
 
 /** What the server gets in `initialize`; later changes arrive as didChangeConfiguration. */
 export function initializationOptions(settings: LinnetSettings): InitializationOptions {
   return {
     preset: presetOrNull(settings.preset),
-    inlayHints: { shapes: settings.inlayHints.shapes, maxLength: settings.inlayHints.maxLength },
+    inlayHints: { ...settings.inlayHints },
   };
 }

@@ -27,6 +27,7 @@ describe("package.json", () => {
     assert.equal(properties["linnet.preset"].default, DEFAULT_SETTINGS.preset);
     assert.equal(properties["linnet.inlayHints.shapes"].default, DEFAULT_SETTINGS.inlayHints.shapes);
     assert.equal(properties["linnet.inlayHints.maxLength"].default, DEFAULT_SETTINGS.inlayHints.maxLength);
+    assert.equal(properties["linnet.inlayHints.parameters"].default, DEFAULT_SETTINGS.inlayHints.parameters);
     assert.deepEqual(properties["linnet.trace.server"].enum, ["off", "messages", "verbose"]);
   });
 

@@ -13,9 +13,19 @@ describe("readSettings", () => {
 
   it("reads nested keys of the linnet section", () => {
     const settings = readSettings(
-      reader({ interpreter: "/py", preset: "tiny", "inlayHints.shapes": false, "inlayHints.maxLength": 60 }),
+      reader({
+        interpreter: "/py",
+        preset: "tiny",
+        "inlayHints.shapes": false,
+        "inlayHints.maxLength": 60,
+        "inlayHints.parameters": true,
+      }),
     );
-    assert.deepEqual(settings, { interpreter: "/py", preset: "tiny", inlayHints: { shapes: false, maxLength: 60 } });
+    assert.deepEqual(settings, {
+      interpreter: "/py",
+      preset: "tiny",
+      inlayHints: { shapes: false, maxLength: 60, parameters: true },
+    });
   });
 
   it("replaces a nonsensical maxLength with the default", () => {
@@ -30,7 +40,7 @@ describe("initializationOptions", () => {
   it("sends the preset and inlay hint settings, the defaults as preset null", () => {
     assert.deepEqual(initializationOptions(DEFAULT_SETTINGS), {
       preset: null,
-      inlayHints: { shapes: true, maxLength: 40 },
+      inlayHints: { shapes: true, maxLength: 40, parameters: false },
     });
     const options = initializationOptions({ ...DEFAULT_SETTINGS, preset: "smollm2_135m", interpreter: "/py" });
     assert.equal(options.preset, "smollm2_135m");
