@@ -170,10 +170,15 @@ def _scope_names(item: Item, rel: int) -> list[Completion]:
     return list(out.values())
 
 
+def _line_start(text: str, offset: int) -> int:
+    """The offset where the line holding `offset` starts (lines end at `\n`, `\r\n` or `\r`)."""
+    return max(text.rfind("\n", 0, offset), text.rfind("\r", 0, offset)) + 1
+
+
 def place_kind(text: str, offset: int) -> str:
     """ "code", "comment" or "string": what a character typed at `offset` would be part of.
     Comments and strings end at the line's end (as in `linnet.syntax.parser.code_mask`)."""
-    line = text[text.rfind("\n", 0, offset) + 1 : offset]
+    line = text[_line_start(text, offset) : offset]
     in_string = False
     i = 0
     while i < len(line):
@@ -200,7 +205,7 @@ def completions(analysis: Analysis, offset: int, preset: str | None) -> list[Com
     while start > 0 and (text[start - 1].isalnum() or text[start - 1] == "_"):
         start -= 1
     item = analysis.item_at(max(0, start - 1)) or analysis.item_at(start)
-    line_start = text.rfind("\n", 0, start) + 1
+    line_start = _line_start(text, start)
     if start > 0 and text[start - 1] == ".":
         chain = _chain_before(text, start - 1)
         if item is None or not chain:

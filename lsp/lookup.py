@@ -11,6 +11,7 @@ from linnet.semantics.diagnostics import LocalAnchor, SymbolAnchor
 from linnet.semantics.program import Analysis, find_symbol
 from linnet.syntax import ast as A
 from linnet.syntax.items import Item
+from linnet.syntax.positions import split_lines
 
 _WORD = re.compile(r"[A-Za-z_]\w*")
 
@@ -75,7 +76,7 @@ def header(item: Item, node: A.Node) -> str:
     elif isinstance(node, A.PresetDef):
         brace = text.find("{")
         text = text[:brace] if brace >= 0 else text
-    lines = [ln for ln in text.splitlines() if not ln.lstrip().startswith(("#", "@"))]
+    lines = [ln for ln in split_lines(text) if not ln.lstrip().startswith(("#", "@"))]
     return " ".join(" ".join(lines).split()).rstrip(" ,")
 
 

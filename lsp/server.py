@@ -34,7 +34,16 @@ from linnet.syntax.fmt import FormatError, format_source
 from . import completion as completion_
 from . import hints as hints_
 from . import navigation, symbols, views
-from .convert import lsp_diagnostic, lsp_location, lsp_range, offset_at, path_of, range_of_offsets, uri_of
+from .convert import (
+    lsp_diagnostic,
+    lsp_location,
+    lsp_range,
+    offset_at,
+    path_of,
+    range_of_offsets,
+    set_position_encoding,
+    uri_of,
+)
 from .documents import Documents, OpenDocument, Settings
 from .hover import hover_markdown
 from .import_completion import import_completions
@@ -303,6 +312,10 @@ def create_server() -> LinnetServer:
     @server.feature(T.INITIALIZE)
     @guarded()
     def initialize(ls: LinnetServer, params: T.InitializeParams):
+        # pygls chose the client's first offered encoding it knows (and answers it in the
+        # capabilities): count columns in it, in and out
+        chosen = ls.workspace.position_encoding
+        set_position_encoding(getattr(chosen, "value", chosen))
         ls.settings.update(params.initialization_options)
         if params.workspace_folders:
             ls.roots = [path_of(f.uri) for f in params.workspace_folders]

@@ -22,6 +22,7 @@ from lark.lexer import BasicLexer
 from . import ast as A
 from .ast import Span
 from .builder import build
+from .positions import lexable
 from .recursion import deep_recursion
 
 GRAMMAR_PATH = Path(__file__).with_name("grammar.lark")
@@ -267,6 +268,7 @@ def _blank(text: str, span: Span) -> str:
 def parse_item(text: str) -> ParsedItem:
     """Parse the text of one top-level item. Returns its AST (None when nothing could be
     recovered) and its syntax problems with item-relative spans. Never raises."""
+    text = lexable(text)  # a lone `\r` ends a line too; the grammar knows `\n` and `\r\n`
     parser = lark_parser()
     problems: list[SyntaxProblem] = []
     skipped: list[Span] = []
