@@ -10,6 +10,7 @@ edits given in it."""
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 import pytest_lsp
@@ -18,10 +19,11 @@ from hypothesis import strategies as st
 from lsprotocol import types as T
 from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
 
+from linnet.cli import main
 from linnet.syntax.fmt import format_source
 from linnet.syntax.positions import ENCODINGS, LineIndex
 
-from .conftest import SERVER, TIMEOUT_S, WORKSPACE, _factory
+from .conftest import SERVER, TIMEOUT_S, WORKSPACE, _factory, open_doc
 
 in_client = pytest.mark.asyncio(loop_scope="module")
 
@@ -188,3 +190,51 @@ async def test_an_incremental_edit_after_non_ascii_lands_where_the_client_means(
     )
     assert [e.new_text for e in edits] == [format_source(expected)]  # the server's copy is the client's
     coded.text_document_did_close(T.DidCloseTextDocumentParams(T.TextDocumentIdentifier(uri)))
+
+
+# ----------------------------------------------------------------------------- line breaks
+
+# every character `str.splitlines` breaks at, and `\r\n`: only `\n`, `\r\n` and `\r` are LSP's
+SPLITLINES_BREAKS = ["\n", "\r\n", "\r", "\v", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"]
+
+
+def _placements(c: str) -> dict[str, str]:
+    """Sources with `c` in a comment near the top (the false L004), inside an item's comment,
+    in a string, and as every line's ending; each has a located error further down."""
+    return {
+        "top comment": f"# top{c}comment\n\nconfig C {{\n  a: int = zz\n}}\n",
+        "item comment": f"## doc{c}more\nconfig C {{\n  # x{c}y\n  a: int = zz\n}}\n",
+        "string": f'config C {{\n  act: "a{c}b" = "a{c}b", w: int = zz\n}}\n',
+        "line ending": f"config C {{{c}  a: int = 1{c}  b: int = zz{c}}}{c}",
+    }
+
+
+def _check_json(tmp_path, capsys, name: str, text: str) -> list[tuple]:
+    """What `linnet check --format json` reports for `text`: (code, start, end) in UTF-16."""
+    path = tmp_path / name
+    path.write_bytes(text.encode("utf-8"))
+    capsys.readouterr()
+    main(["check", "--format", "json", str(path)])
+    out = json.loads(capsys.readouterr().out)
+    return sorted((d["code"], d["location"]["start"]["utf16"], d["location"]["end"]["utf16"]) for d in out)
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_server_and_linnet_check_agree_on_every_line_break(client, tmp_path, capsys):
+    for i, c in enumerate(SPLITLINES_BREAKS):
+        for where, text in _placements(c).items():
+            expected = _check_json(tmp_path, capsys, f"breaks_{i}.linnet", text)
+            doc = await open_doc(client, WORKSPACE / f"breaks_{i}.linnet", text)
+            got = sorted(
+                (d.code, [d.range.start.line, d.range.start.character], [d.range.end.line, d.range.end.character])
+                for d in await doc.diagnostics()
+            )
+            doc.close()
+            assert got == expected, (repr(c), where)
+            breaks_line = c in ("\n", "\r\n", "\r")
+            if where in ("top comment", "item comment") and not breaks_line:  # the comment goes on
+                assert [code for code, *_ in got] == ["L101"], (repr(c), where)
+            # where the text still parses around `zz`, its L101 is where the reference puts it
+            if where in (("top comment", "line ending") if breaks_line else ("top comment", "item comment", "string")):
+                start = ref_position(text, text.index("zz"), "utf-16")
+                assert [s for code, s, _ in got if code == "L101"] == [[start.line, start.character]], (repr(c), where)
