@@ -21,7 +21,7 @@ import uuid
 from typing import Any, Callable
 
 from lsprotocol import types as T
-from pygls.exceptions import FeatureRequestError, JsonRpcInvalidRequest
+from pygls.exceptions import FeatureRequestError, JsonRpcException, JsonRpcInvalidParams
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol
 from pygls.protocol.language_server import lsp_method
@@ -47,6 +47,7 @@ from .convert import (
 from .documents import Documents, OpenDocument, Settings
 from .hover import hover_markdown
 from .import_completion import import_completions
+from .rpc import AnswerEveryRequest, refusal
 from .tokens import TOKEN_MODIFIERS, TOKEN_TYPES, semantic_tokens
 
 log = logging.getLogger("linnet.lsp")
@@ -60,10 +61,11 @@ SELECT_PRESET_COMMAND = "linnet.selectPreset"
 LENS_BACKENDS = ("torch", "xla")  # registry names; a client lists the rest with `linnet/backends`
 
 
-class LinnetProtocol(LanguageServerProtocol):
+class LinnetProtocol(AnswerEveryRequest, LanguageServerProtocol):
     """pygls's protocol without its own copy of open documents: `LinnetServer.documents` holds
     the text, and keeping pygls's workspace in step too cost ~5 ms per edit of a 5,000-line
-    file (and raised on a change to a document never opened)."""
+    file (and raised on a change to a document never opened). Every request is answered, a
+    malformed one with InvalidParams (`rpc.AnswerEveryRequest`)."""
 
     def _user_handler(self, method: str, params):
         if (handler := self.fm.features.get(method)) is not None:
@@ -244,12 +246,15 @@ class LinnetServer(LanguageServer):
 def guarded(default: Any = None):
     """Run a handler; on an exception log it to the client and return `default`. User-facing
     refusals (a rename that cannot be done, a view that cannot be made) are answered as
-    request errors with their message."""
+    `RequestFailed` errors with their message, and JSON-RPC errors (InvalidParams) as they
+    are, without a traceback (`rpc.refusal`)."""
 
     def wrap(fn):
         def failed(ls: LinnetServer, err: Exception):
+            if isinstance(err, JsonRpcException):
+                raise err
             if isinstance(err, (navigation.RenameError, views.ViewError)):
-                raise JsonRpcInvalidRequest(str(err)) from err
+                raise refusal(str(err)) from err
             ls.log_error(fn.__name__, err)
             return default
 
@@ -626,10 +631,12 @@ def create_server() -> LinnetServer:
         except views.ViewError as err:
             text = str(err) if str(err).startswith("linnet") else f"linnet run: {err}"
             ls.window_show_message(T.ShowMessageParams(T.MessageType.Error, text))
-            raise JsonRpcInvalidRequest(str(err)) from err
+            raise refusal(str(err)) from err
+        except JsonRpcException:
+            raise
         except Exception as err:  # noqa: BLE001
             ls.log_error(RUN_COMMAND, err)
-            raise JsonRpcInvalidRequest(f"{type(err).__name__}: {err}") from err
+            raise refusal(f"{type(err).__name__}: {err}") from err
 
     @server.command(SELECT_PRESET_COMMAND)
     async def select_preset(ls: LinnetServer, *args):
@@ -675,7 +682,7 @@ def _document_param(ls: LinnetServer, params) -> OpenDocument:
         uri = uri.get("uri")
     doc = ls.documents.get(uri) if isinstance(uri, str) else None
     if doc is None:
-        raise views.ViewError(f"the document {uri!r} is not open")
+        raise JsonRpcInvalidParams(f"the document {uri!r} is not open")
     return doc
 
 
