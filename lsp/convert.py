@@ -9,7 +9,9 @@ span needs no text; converting an LSP position needs the document's `LineIndex`.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from typing import Any
 
 from lsprotocol import types as T
 from pygls import uris
@@ -104,3 +106,25 @@ def lsp_diagnostic(d: Diagnostic) -> T.Diagnostic:
         related_information=related or None,
         tags=[T.DiagnosticTag.Unnecessary] if "unnecessary" in d.tags else None,
     )
+
+
+_FENCE = re.compile(r"^```[\w-]*\n(.*?)\n```$", re.S | re.M)
+_INLINE_CODE = re.compile(r"`([^`\n]+)`")
+
+
+def plain_text(markdown: str) -> str:
+    """What our Markdown says, as plain text: code blocks and inline code without their
+    fences and backticks (we write no other Markdown)."""
+    return _INLINE_CODE.sub(r"\1", _FENCE.sub(r"\1", markdown))
+
+
+def markup(markdown: str, formats: Any) -> T.MarkupContent:
+    """`markdown` in the format the client prefers: `formats` is its list for this feature
+    (`hover.contentFormat`, `completionItem.documentationFormat`, ...), most preferred first
+    (LSP 3.17); plain text when it lists plaintext before markdown, or markdown not at all."""
+    for kind in formats or ():
+        if kind in (T.MarkupKind.Markdown, "markdown"):
+            break
+        if kind in (T.MarkupKind.PlainText, "plaintext"):
+            return T.MarkupContent(T.MarkupKind.PlainText, plain_text(markdown))
+    return T.MarkupContent(T.MarkupKind.Markdown, markdown)

@@ -30,6 +30,7 @@ from linnet import __version__
 from linnet.semantics.program import Analysis
 from linnet.syntax import ast as A
 from linnet.syntax.fmt import FormatError, format_source
+from linnet.syntax.positions import LINE_BREAK
 
 from . import completion as completion_
 from . import hints as hints_
@@ -38,6 +39,7 @@ from .convert import (
     lsp_diagnostic,
     lsp_location,
     lsp_range,
+    markup,
     offset_at,
     path_of,
     range_of_offsets,
@@ -123,6 +125,14 @@ class LinnetServer(LanguageServer):
             if node is None:
                 return False
         return bool(node)
+
+    def client_format(self, *path: str) -> list | None:
+        """The markup kinds the client accepts for a text document feature, most preferred
+        first (`client_format("hover", "content_format")`), or None when it does not say."""
+        node: Any = getattr(self.client_capabilities, "text_document", None)
+        for name in path:
+            node = getattr(node, name, None)
+        return list(node) if node else None
 
     def preset_for(self, analysis: Analysis) -> str | None:
         """The selected preset if this document declares it, else None (the first preset)."""
@@ -347,7 +357,14 @@ def create_server() -> LinnetServer:
     @guarded()
     def did_open(ls: LinnetServer, params: T.DidOpenTextDocumentParams):
         d = params.text_document
-        ls.schedule_diagnostics(ls.documents.open(d.uri, d.text, d.version))
+        doc = ls.documents.open(d.uri, d.text, d.version)
+        ls.schedule_diagnostics(doc)
+        if ls.documents.is_std(doc.path):  # go to definition opens them; no client locks a file for us
+            message = (
+                f"linnet: {doc.path} is the standard library installed with Linnet, read-only: every "
+                "model reads it (copy what you need into your project)"
+            )
+            ls.window_show_message(T.ShowMessageParams(T.MessageType.Warning, message))
 
     @server.feature(T.TEXT_DOCUMENT_DID_CHANGE)
     @guarded()
@@ -393,7 +410,8 @@ def create_server() -> LinnetServer:
         if found is None:
             return None
         markdown, (start, end) = found
-        return T.Hover(T.MarkupContent(T.MarkupKind.Markdown, markdown), range_of_offsets(index, start, end))
+        formats = ls.client_format("hover", "content_format")
+        return T.Hover(markup(markdown, formats), range_of_offsets(index, start, end))
 
     @document_feature(server, T.TEXT_DOCUMENT_INLAY_HINT, T.InlayHintOptions(resolve_provider=False), default=[])
     def inlay_hint(ls: LinnetServer, params: T.InlayHintParams, doc: OpenDocument, a: Analysis):
@@ -524,12 +542,13 @@ def create_server() -> LinnetServer:
         found = import_completions(a, offset, ls.text_of)
         if found is None:
             found = completion_.completions(a, offset, ls.preset_for(a))
+        formats = ls.client_format("completion", "completion_item", "documentation_format")
         items = [
             T.CompletionItem(
                 label=c.label,
                 kind=getattr(T.CompletionItemKind, c.kind, T.CompletionItemKind.Text),
                 detail=c.detail or None,
-                documentation=T.MarkupContent(T.MarkupKind.Markdown, c.documentation) if c.documentation else None,
+                documentation=markup(c.documentation, formats) if c.documentation else None,
                 insert_text=c.snippet,
                 insert_text_format=T.InsertTextFormat.Snippet if c.snippet else None,
                 text_edit=T.TextEdit(range_of_offsets(index, *c.replace), c.label) if c.replace else None,
@@ -546,9 +565,10 @@ def create_server() -> LinnetServer:
         sig = completion_.signature_help(a, offset_at(a.document.source.index, params.position), ls.preset_for(a))
         if sig is None:
             return None
+        formats = ls.client_format("signature_help", "signature_information", "documentation_format")
         information = T.SignatureInformation(
             label=sig.label,
-            documentation=T.MarkupContent(T.MarkupKind.Markdown, sig.documentation) if sig.documentation else None,
+            documentation=markup(sig.documentation, formats) if sig.documentation else None,
             parameters=[T.ParameterInformation(label=label, documentation=d or None) for label, d in sig.parameters],
             active_parameter=sig.active,
         )
@@ -568,11 +588,11 @@ def create_server() -> LinnetServer:
         if doc is None:
             return None
         text = doc.text
-        crlf = "\r\n" in text
+        ending = LINE_BREAK.search(text)
         try:
-            formatted = format_source(text.replace("\r\n", "\n") if crlf else text)
-            if crlf:  # keep the file's line endings
-                formatted = formatted.replace("\n", "\r\n")
+            formatted = format_source(text)
+            if ending is not None and ending.group() != "\n":  # keep the file's line endings
+                formatted = formatted.replace("\n", ending.group())
         except FormatError as err:
             message = f"linnet: cannot format {doc.path}:{err.line}:{err.column}: {err}"
             ls.window_show_message(T.ShowMessageParams(T.MessageType.Warning, message))

@@ -238,3 +238,15 @@ async def test_server_and_linnet_check_agree_on_every_line_break(client, tmp_pat
             if where in (("top comment", "line ending") if breaks_line else ("top comment", "item comment", "string")):
                 start = ref_position(text, text.index("zz"), "utf-16")
                 assert [s for code, s, _ in got if code == "L101"] == [[start.line, start.character]], (repr(c), where)
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_formatting_keeps_a_files_lone_carriage_returns(client):
+    text = "config  C {\r  a :int=1 # ö\r}\r"
+    doc = await open_doc(client, WORKSPACE / "lone_cr.linnet", text)
+    (edit,) = await client.text_document_formatting_async(
+        T.DocumentFormattingParams(doc.id, T.FormattingOptions(tab_size=4, insert_spaces=True))
+    )
+    assert edit.new_text == "config C {\r    a: int = 1  # ö\r}\r"
+    assert (edit.range.start, edit.range.end) == (T.Position(0, 0), T.Position(3, 0))
+    doc.close()
