@@ -4,7 +4,10 @@ Linnet keeps character offsets; LSP speaks 0-based lines and columns in the posi
 negotiated at `initialize` (LSP 3.17 `general.positionEncodings`: the client's first choice
 among utf-8, utf-16 and utf-32, else utf-16; pygls's `choose_position_encoding` picks it).
 `Location`s carry every column unit (`linnet.syntax.positions.Position.units`), so converting a
-span needs no text; converting an LSP position needs the document's `LineIndex`.
+span needs no text; converting an LSP position needs the document's `LineIndex`. pygls's
+`PositionCodec` is not used for the conversions: it works on a list of lines the caller splits,
+counts units one character at a time in Python, and moves a column past the line's end to the
+last character, where LSP 3.17 says the line's end.
 """
 
 from __future__ import annotations
