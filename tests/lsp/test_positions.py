@@ -21,7 +21,7 @@ from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
 
 from linnet.cli import main
 from linnet.syntax.fmt import format_source
-from linnet.syntax.positions import ENCODINGS, LineIndex
+from linnet.syntax.positions import ENCODINGS, LineIndex, split_lines
 
 from .conftest import SERVER, TIMEOUT_S, WORKSPACE, _factory, open_doc
 
@@ -78,7 +78,11 @@ UNICODE = st.lists(st.sampled_from(PIECES) | st.characters(), max_size=40).map("
 @given(UNICODE, st.data())
 def test_line_index_agrees_with_the_reference_in_every_encoding(text, data):
     index = LineIndex(text)
-    assert len(index.line_starts) == len(ref_lines(text))
+    lines = ref_lines(text)
+    assert len(index.line_starts) == len(lines)
+    assert [index.line_text(i) for i in range(len(lines))] == [text[s:e] for s, e in lines]
+    assert split_lines(text) == [text[s:e] for s, e in lines][: -1 if lines[-1][0] == len(text) else None]
+    assert "".join(split_lines(text, keepends=True)) == text
     inside_crlf = {i + 1 for i in range(len(text) - 1) if text[i : i + 2] == "\r\n"}
     offset = data.draw(st.integers(0, len(text)).filter(lambda o: o not in inside_crlf))
     pos = index.position(offset)
