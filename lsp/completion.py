@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from linnet.ops import REGISTRY
+from linnet.semantics.configs import MISSING, ConfigValue
 from linnet.semantics.describe import dotted
 from linnet.semantics.program import Analysis
 from linnet.syntax import ast as A
@@ -20,7 +21,7 @@ from linnet.syntax.items import Item
 from linnet.syntax.parser import code_mask
 from linnet.types.core import DTYPES, ConfigT, ModuleListT, ModuleT, TensorT
 
-from .lookup import doc_of, header
+from .lookup import doc_of, field_value, header, line_start, place_kind, value_text
 from .navigation import KEYWORDS
 
 LOAD_TIME_DIMS = ("max_batch", "max_positions")
@@ -89,12 +90,23 @@ def _type_of_chain(analysis: Analysis, item: Item, chain: str, preset: str | Non
     return None
 
 
-def _config_fields(config: Item) -> list[Completion]:
+def _config_fields(analysis: Analysis, config: Item, preset: str | None, value=None) -> list[Completion]:
+    """A config's fields, each detailed with its value under `preset` as hover shows it
+    (`hidden_size: int = 576 (smollm2_135m)`), else as declared (with its default). `value`:
+    the ConfigValue the check bound (a nested config's value is found only there)."""
     out = []
     if isinstance(config.ast, A.ConfigDef):
         for f in config.ast.fields:
             if isinstance(f, A.ConfigField):
-                out.append(Completion(f.name.id, "Field", header(config, f), doc_of(f), sort="1"))
+                detail = header(config, f)
+                shown = field_value(analysis, config, f.name.id, preset)
+                if shown is None and isinstance(value, ConfigValue) and f.name.id in value.values:
+                    if value.values[f.name.id] is not MISSING:
+                        shown = (value_text(value.values[f.name.id]), None)
+                if shown is not None:
+                    declared = detail.split(" = ", 1)[0]
+                    detail = f"{declared} = {shown[0]}" + (f" ({shown[1]})" if shown[1] else "")
+                out.append(Completion(f.name.id, "Field", detail, doc_of(f), sort="1"))
     return out
 
 
@@ -113,9 +125,9 @@ def _module_members(module: Item) -> list[Completion]:
 def member_completions(analysis: Analysis, item: Item, chain: str, preset: str | None) -> list[Completion]:
     t = _type_of_chain(analysis, item, chain, preset)
     if isinstance(t, Item):
-        return _config_fields(t)
+        return _config_fields(analysis, t, preset)
     if isinstance(t, ConfigT):
-        return _config_fields(t.value.item)
+        return _config_fields(analysis, t.value.item, preset, t.value)
     if isinstance(t, (ModuleT, ModuleListT)):
         return _module_members(t.instance.item)
     if isinstance(t, TensorT):
@@ -170,27 +182,6 @@ def _scope_names(item: Item, rel: int) -> list[Completion]:
     return list(out.values())
 
 
-def place_kind(text: str, offset: int) -> str:
-    """ "code", "comment" or "string": what a character typed at `offset` would be part of.
-    Comments and strings end at the line's end (as in `linnet.syntax.parser.code_mask`)."""
-    line = text[text.rfind("\n", 0, offset) + 1 : offset]
-    in_string = False
-    i = 0
-    while i < len(line):
-        ch = line[i]
-        if in_string:
-            if ch == "\\":
-                i += 1
-            elif ch == '"':
-                in_string = False
-        elif ch == '"':
-            in_string = True
-        elif ch == "#":
-            return "comment"
-        i += 1
-    return "string" if in_string else "code"
-
-
 def completions(analysis: Analysis, offset: int, preset: str | None) -> list[Completion]:
     """Completions at character `offset`; none inside comments and strings."""
     text = analysis.document.text
@@ -200,13 +191,13 @@ def completions(analysis: Analysis, offset: int, preset: str | None) -> list[Com
     while start > 0 and (text[start - 1].isalnum() or text[start - 1] == "_"):
         start -= 1
     item = analysis.item_at(max(0, start - 1)) or analysis.item_at(start)
-    line_start = text.rfind("\n", 0, start) + 1
+    begin = line_start(text, start)
     if start > 0 and text[start - 1] == ".":
         chain = _chain_before(text, start - 1)
         if item is None or not chain:
             return []
         return member_completions(analysis, item, chain, preset)
-    if text[line_start:start].strip() == "" and start == line_start:
+    if text[begin:start].strip() == "" and start == begin:
         return [Completion(k, "Snippet", f"{k} …", snippet=s, sort="0") for k, s in SNIPPETS.items()] + [
             Completion(k, "Keyword", sort="1") for k in ("entry",)
         ]

@@ -19,7 +19,7 @@ from typing import Any, AsyncIterator
 
 from lsprotocol import types as T
 
-from linnet.semantics.program import Analysis, Workspace
+from linnet.semantics.program import Analysis, Workspace, std_library
 from linnet.syntax.positions import LineIndex
 
 from .convert import offset_at, path_of
@@ -174,6 +174,12 @@ class Documents:
 
     def get(self, uri: str) -> OpenDocument | None:
         return self.by_uri.get(uri)
+
+    def is_std(self, path: str) -> bool:
+        """Whether `path` is a standard-library file, the one installed with Linnet that every
+        file reads (an edit there would change every model, and is never what an import sees)."""
+        key = self.workspace.key(path)
+        return any(self.workspace.key(p) == key for p in std_library().paths())
 
     def close(self, uri: str) -> OpenDocument | None:
         """Forget a document; the files that import it now read it from disk."""

@@ -8,9 +8,10 @@ from __future__ import annotations
 from linnet.ops import REGISTRY
 from linnet.semantics.diagnostics import SymbolAnchor
 from linnet.semantics.program import Analysis
+from linnet.syntax import ast as A
 from linnet.types.core import ModuleListT, ModuleT, TensorT
 
-from .lookup import doc_of, find_definition, header, word_at
+from .lookup import doc_of, field_value, find_definition, header, word_at
 
 MAX_EXPR = 48  # characters of the hovered expression quoted in the type line
 MAX_NAMES = 4  # checkpoint names listed before "and N more"
@@ -43,6 +44,10 @@ def hover_markdown(analysis: Analysis, offset: int, preset: str | None) -> tuple
         signature = header(definition.item, definition.node)
         if not sections or signature not in sections[0]:
             sections.append(f"```linnet\n{signature}\n```")
+        if isinstance(definition.node, A.ConfigField):  # its value under the preset, as completion shows it
+            shown = field_value(analysis, definition.item, definition.node.name.id, preset)
+            if shown is not None:
+                sections.append(f"= `{shown[0]}` under preset `{shown[1]}`")
         doc = doc_of(definition.node)
         if doc:
             sections.append(doc)

@@ -11,15 +11,21 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Iterable
 
+import linnet.ops.catalog
 from linnet.ops import REGISTRY
 from linnet.semantics.diagnostics import SymbolAnchor
 from linnet.semantics.program import Analysis
 from linnet.syntax import ast as A
 from linnet.syntax.items import Location
+from linnet.syntax.positions import LineIndex
 
-from .lookup import word_at
+from .lookup import place_kind, word_at
+
+OP_DOCS = Path(__file__).resolve().parent.parent / "docs" / "language.md"  # section 9, "Primitive ops"
+OP_CATALOG = Path(linnet.ops.catalog.__file__)
 
 KEYWORDS = frozenset(
     "and as config else entry false fn for from if import in let model module none not or preset state true".split()
@@ -73,7 +79,32 @@ def definition(analysis: Analysis, offset: int) -> Location | None:
     """Where the symbol at `offset` is defined: this file, a file it imports, or a
     standard-library file."""
     loc = analysis.definition_at(offset)
-    return _name_only(analysis, loc) if loc is not None else None
+    if loc is not None:
+        return _name_only(analysis, loc)
+    text = analysis.document.text
+    word = word_at(text, offset)
+    if word is not None and word[0] in REGISTRY and analysis.symbol_at(offset) is None:
+        return op_definition(word[0]) if place_kind(text, offset) == "code" else None
+    return None
+
+
+def op_definition(name: str) -> Location | None:
+    """Where a primitive op is defined for a reader: its row in the op table of
+    docs/language.md (signature and meaning, generated from the registry entry), else, where
+    the docs are not installed, its entry in linnet/ops/catalog.py. The location is the op's
+    name there; None if neither file has it."""
+    op = REGISTRY[name]
+    for path, needle in ((OP_DOCS, f"| `{op.signature()}`"), (OP_CATALOG, f'"{name}"')):
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError:
+            continue
+        at = text.find(needle)
+        if at >= 0:
+            start = text.index(name, at)
+            index = LineIndex(text)
+            return Location(str(path), index.position(start), index.position(start + len(name)))
+    return None
 
 
 def references_to(analysis: Analysis, anchor, include_declaration: bool) -> list[Location]:

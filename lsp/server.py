@@ -22,7 +22,7 @@ import uuid
 from typing import Any, Awaitable, Callable
 
 from lsprotocol import types as T
-from pygls.exceptions import FeatureRequestError, JsonRpcInvalidRequest
+from pygls.exceptions import FeatureRequestError, JsonRpcException, JsonRpcInvalidParams
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol
 from pygls.protocol.language_server import lsp_method
@@ -31,15 +31,27 @@ from linnet import __version__
 from linnet.semantics.program import Analysis
 from linnet.syntax import ast as A
 from linnet.syntax.fmt import FormatError, format_source
+from linnet.syntax.positions import LINE_BREAK
 
 from . import compare as compare_
 from . import completion as completion_
 from . import hints as hints_
 from . import navigation, symbols, views
-from .convert import lsp_diagnostic, lsp_location, lsp_range, offset_at, path_of, range_of_offsets, uri_of
+from .convert import (
+    lsp_diagnostic,
+    lsp_location,
+    lsp_range,
+    markup,
+    offset_at,
+    path_of,
+    range_of_offsets,
+    set_position_encoding,
+    uri_of,
+)
 from .documents import Documents, OpenDocument, Settings
 from .hover import hover_markdown
 from .import_completion import import_completions
+from .rpc import AnswerEveryRequest, refusal
 from .tokens import TOKEN_MODIFIERS, TOKEN_TYPES, semantic_tokens
 from .weights import WeightChecks
 
@@ -55,10 +67,11 @@ SELECT_PRESET_COMMAND = "linnet.selectPreset"
 LENS_BACKENDS = ("torch", "xla")  # registry names; a client lists the rest with `linnet/backends`
 
 
-class LinnetProtocol(LanguageServerProtocol):
+class LinnetProtocol(AnswerEveryRequest, LanguageServerProtocol):
     """pygls's protocol without its own copy of open documents: `LinnetServer.documents` holds
     the text, and keeping pygls's workspace in step too cost ~5 ms per edit of a 5,000-line
-    file (and raised on a change to a document never opened)."""
+    file (and raised on a change to a document never opened). Every request is answered, a
+    malformed one with InvalidParams (`rpc.AnswerEveryRequest`)."""
 
     def _user_handler(self, method: str, params):
         if (handler := self.fm.features.get(method)) is not None:
@@ -117,6 +130,14 @@ class LinnetServer(LanguageServer):
             if node is None:
                 return False
         return bool(node)
+
+    def client_format(self, *path: str) -> list | None:
+        """The markup kinds the client accepts for a text document feature, most preferred
+        first (`client_format("hover", "content_format")`), or None when it does not say."""
+        node: Any = getattr(self.client_capabilities, "text_document", None)
+        for name in path:
+            node = getattr(node, name, None)
+        return list(node) if node else None
 
     def preset_for(self, analysis: Analysis) -> str | None:
         """The selected preset if this document declares it, else None (the first preset)."""
@@ -241,12 +262,15 @@ class LinnetServer(LanguageServer):
 def guarded(default: Any = None):
     """Run a handler; on an exception log it to the client and return `default`. User-facing
     refusals (a rename that cannot be done, a view that cannot be made) are answered as
-    request errors with their message."""
+    `RequestFailed` errors with their message, and JSON-RPC errors (InvalidParams) as they
+    are, without a traceback (`rpc.refusal`)."""
 
     def wrap(fn):
         def failed(ls: LinnetServer, err: Exception):
+            if isinstance(err, JsonRpcException):
+                raise err
             if isinstance(err, (navigation.RenameError, views.ViewError)):
-                raise JsonRpcInvalidRequest(str(err)) from err
+                raise refusal(str(err)) from err
             ls.log_error(fn.__name__, err)
             return default
 
@@ -309,6 +333,10 @@ def create_server() -> LinnetServer:
     @server.feature(T.INITIALIZE)
     @guarded()
     def initialize(ls: LinnetServer, params: T.InitializeParams):
+        # pygls chose the client's first offered encoding it knows (and answers it in the
+        # capabilities): count columns in it, in and out
+        chosen = ls.workspace.position_encoding
+        set_position_encoding(getattr(chosen, "value", chosen))
         ls.settings.update(params.initialization_options)
         if params.workspace_folders:
             ls.roots = [path_of(f.uri) for f in params.workspace_folders]
@@ -335,7 +363,14 @@ def create_server() -> LinnetServer:
     @guarded()
     def did_open(ls: LinnetServer, params: T.DidOpenTextDocumentParams):
         d = params.text_document
-        ls.schedule_diagnostics(ls.documents.open(d.uri, d.text, d.version))
+        doc = ls.documents.open(d.uri, d.text, d.version)
+        ls.schedule_diagnostics(doc)
+        if ls.documents.is_std(doc.path):  # go to definition opens them; no client locks a file for us
+            message = (
+                f"linnet: {doc.path} is the standard library installed with Linnet, read-only: every "
+                "model reads it (copy what you need into your project)"
+            )
+            ls.window_show_message(T.ShowMessageParams(T.MessageType.Warning, message))
 
     @server.feature(T.TEXT_DOCUMENT_DID_CHANGE)
     @guarded()
@@ -384,7 +419,8 @@ def create_server() -> LinnetServer:
         if found is None:
             return None
         markdown, (start, end) = found
-        return T.Hover(T.MarkupContent(T.MarkupKind.Markdown, markdown), range_of_offsets(index, start, end))
+        formats = ls.client_format("hover", "content_format")
+        return T.Hover(markup(markdown, formats), range_of_offsets(index, start, end))
 
     @document_feature(server, T.TEXT_DOCUMENT_INLAY_HINT, T.InlayHintOptions(resolve_provider=False), default=[])
     def inlay_hint(ls: LinnetServer, params: T.InlayHintParams, doc: OpenDocument, a: Analysis):
@@ -517,12 +553,13 @@ def create_server() -> LinnetServer:
         found = import_completions(a, offset, ls.text_of)
         if found is None:
             found = completion_.completions(a, offset, ls.preset_for(a))
+        formats = ls.client_format("completion", "completion_item", "documentation_format")
         items = [
             T.CompletionItem(
                 label=c.label,
                 kind=getattr(T.CompletionItemKind, c.kind, T.CompletionItemKind.Text),
                 detail=c.detail or None,
-                documentation=T.MarkupContent(T.MarkupKind.Markdown, c.documentation) if c.documentation else None,
+                documentation=markup(c.documentation, formats) if c.documentation else None,
                 insert_text=c.snippet,
                 insert_text_format=T.InsertTextFormat.Snippet if c.snippet else None,
                 text_edit=T.TextEdit(range_of_offsets(index, *c.replace), c.label) if c.replace else None,
@@ -539,9 +576,10 @@ def create_server() -> LinnetServer:
         sig = completion_.signature_help(a, offset_at(a.document.source.index, params.position), ls.preset_for(a))
         if sig is None:
             return None
+        formats = ls.client_format("signature_help", "signature_information", "documentation_format")
         information = T.SignatureInformation(
             label=sig.label,
-            documentation=T.MarkupContent(T.MarkupKind.Markdown, sig.documentation) if sig.documentation else None,
+            documentation=markup(sig.documentation, formats) if sig.documentation else None,
             parameters=[T.ParameterInformation(label=label, documentation=d or None) for label, d in sig.parameters],
             active_parameter=sig.active,
         )
@@ -561,11 +599,11 @@ def create_server() -> LinnetServer:
         if doc is None:
             return None
         text = doc.text
-        crlf = "\r\n" in text
+        ending = LINE_BREAK.search(text)
         try:
-            formatted = format_source(text.replace("\r\n", "\n") if crlf else text)
-            if crlf:  # keep the file's line endings
-                formatted = formatted.replace("\n", "\r\n")
+            formatted = format_source(text)
+            if ending is not None and ending.group() != "\n":  # keep the file's line endings
+                formatted = formatted.replace("\n", ending.group())
         except FormatError as err:
             message = f"linnet: cannot format {doc.path}:{err.line}:{err.column}: {err}"
             ls.window_show_message(T.ShowMessageParams(T.MessageType.Warning, message))
@@ -671,7 +709,7 @@ def _document_param(ls: LinnetServer, params) -> OpenDocument:
         uri = uri.get("uri")
     doc = ls.documents.get(uri) if isinstance(uri, str) else None
     if doc is None:
-        raise views.ViewError(f"the document {uri!r} is not open")
+        raise JsonRpcInvalidParams(f"the document {uri!r} is not open")
     return doc
 
 
@@ -722,10 +760,12 @@ async def _answer(ls: LinnetServer, command: str, work: Awaitable[dict]) -> dict
     except views.ViewError as err:
         text = str(err) if str(err).startswith("linnet") else f"linnet run: {err}"
         ls.window_show_message(T.ShowMessageParams(T.MessageType.Error, text))
-        raise JsonRpcInvalidRequest(str(err)) from err
+        raise refusal(str(err)) from err
+    except JsonRpcException:
+        raise
     except Exception as err:  # noqa: BLE001
         ls.log_error(command, err)
-        raise JsonRpcInvalidRequest(f"{type(err).__name__}: {err}") from err
+        raise refusal(f"{type(err).__name__}: {err}") from err
 
 
 async def _run(ls: LinnetServer, args: tuple) -> dict:

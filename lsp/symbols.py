@@ -10,6 +10,7 @@ from lsprotocol import types as T
 
 from linnet.syntax import ast as A
 from linnet.syntax.items import Item, Source, make_item, split_items
+from linnet.syntax.positions import split_lines
 
 SKIP_DIRS = {".git", ".venv", "venv", "node_modules", "__pycache__", ".tox", "build", "dist"}
 MAX_WORKSPACE_FILES = 2000
@@ -128,7 +129,7 @@ def folding_ranges(items: list[Item]) -> list[tuple[int, int, str | None]]:
                         out.append((loc.start.line - 1, loc.end.line - 1, None))
     if items:
         text = items[0].source.text
-        lines = text.split("\n")
+        lines = split_lines(text)
         run_start = None
         for i, line in enumerate(lines + [""]):
             if line.lstrip().startswith("#"):

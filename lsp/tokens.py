@@ -11,6 +11,8 @@ from linnet.syntax import ast as A
 from linnet.syntax.items import Item
 from linnet.types.core import DTYPES
 
+from .convert import lsp_position
+
 TOKEN_TYPES = [
     "class",  # modules
     "struct",  # configs
@@ -120,9 +122,8 @@ def semantic_tokens(analysis: Analysis) -> list[int]:
             loc = item.resolve(span)
             if loc.start.line != loc.end.line:
                 continue
-            found.append(
-                (loc.start.line - 1, loc.start.character, loc.end.character - loc.start.character, _TYPE[kind], mods)
-            )
+            start, end = lsp_position(loc.start), lsp_position(loc.end)
+            found.append((start.line, start.character, end.character - start.character, _TYPE[kind], mods))
     found.sort()
     data: list[int] = []
     prev_line = prev_char = 0

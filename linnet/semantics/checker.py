@@ -384,6 +384,9 @@ class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
         elif isinstance(s, A.For):
             self.for_loop(s, scope)
         elif isinstance(s, A.ErrorStmt):
+            for name in s.used:  # what the broken text reads is not "never used"
+                if (b := scope.lookup_in_fn(name)) is not None:
+                    b.uses += 1
             for name in s.bound:
                 scope.bind(name, Binding(UNKNOWN, "local", None, None, uses=1))
 

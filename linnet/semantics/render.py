@@ -19,6 +19,7 @@ import os
 from typing import Callable, Iterable
 
 from ..syntax.items import Location
+from ..syntax.positions import split_lines
 from .diagnostics import Diagnostic
 
 _COLORS = {
@@ -118,8 +119,8 @@ def _grouped(marks):
 
 
 def _line(source: str, line: int) -> str:
-    lines = source.split("\n")
-    return lines[line - 1].rstrip("\r") if 0 < line <= len(lines) else ""
+    lines = split_lines(source)
+    return lines[line - 1] if 0 < line <= len(lines) else ""
 
 
 def render_json(diags: Iterable[Diagnostic]) -> str:

@@ -222,10 +222,13 @@ class ErrorStmt(Node):
     """Text that did not parse and was skipped by error recovery.
 
     `bound` holds the names a `let` in the skipped text would have bound, so that their uses
-    are not reported again as unknown names.
+    are not reported again as unknown names; `used` every name the skipped text spells, so
+    that a name only it uses is not reported as never used (an unclosed `exp(y` is the error,
+    not `y`).
     """
 
     bound: list[str]
+    used: list[str] = field(default_factory=list)
 
 
 Stmt = Union[Let, Assign, For, ExprStmt, ErrorStmt]

@@ -23,6 +23,7 @@ from lark import Lark
 
 from .items import Source, make_item, split_items
 from .parser import GRAMMAR_PATH
+from .positions import lexable
 
 OPENERS = {"LPAR": "RPAR", "LSQB": "RSQB", "LBRACE": "RBRACE"}
 CLOSERS = set(OPENERS.values())
@@ -70,11 +71,9 @@ def format_source(text: str) -> str:
     for offset, chunk in split_items(text):
         problems = make_item(source, offset, chunk).problems
         if problems:
-            pos = offset + problems[0].span.start
-            line = text.count("\n", 0, pos) + 1
-            col = pos - (text.rfind("\n", 0, pos) + 1) + 1
-            raise FormatError(problems[0].message, line, col)
-    tokens = [t for t in _lexer().lex(text, dont_ignore=True) if t.type != "WS"]
+            where = source.index.position(offset + problems[0].span.start)
+            raise FormatError(problems[0].message, where.line, where.column)
+    tokens = [t for t in _lexer().lex(lexable(text), dont_ignore=True) if t.type != "WS"]
     return _Formatter(tokens).run()
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from . import ast as A
 from .ast import Span
 from .parser import ParsedItem, SyntaxProblem, parse_item
-from .positions import LineIndex, Position
+from .positions import LineIndex, Position, lexable, split_lines
 
 ITEM_KEYWORDS = ("config", "preset", "module", "model", "fn", "from", "import")
 _HEADER = re.compile(r"^(config|preset|module|model|fn|from|import)\b[ \t]*([A-Za-z_]\w*)?", re.M)
@@ -103,7 +103,9 @@ class Item:
 
 def split_items(text: str) -> list[tuple[int, str]]:
     """Split `text` into `(offset, item_text)` chunks that partition it exactly. A leading
-    chunk with no item header (comments, or stray text) is included when non-empty."""
+    chunk with no item header (comments, or stray text) is included when non-empty. Lines end
+    at `\n`, `\r\n` or a lone `\r` (`positions.LINE_BREAK`)."""
+    whole, text = text, lexable(text)
     starts = []
     for m in _HEADER.finditer(text):
         s = m.start()
@@ -122,7 +124,7 @@ def split_items(text: str) -> list[tuple[int, str]]:
         starts.insert(0, 0)
     bounds = starts + [len(text)]
     return [
-        (bounds[i], text[bounds[i] : bounds[i + 1]])
+        (bounds[i], whole[bounds[i] : bounds[i + 1]])
         for i in range(len(starts))
         if bounds[i + 1] > bounds[i] or len(starts) == 1
     ]
@@ -152,10 +154,10 @@ def _header(text: str) -> tuple[str | None, str | None]:
 
 def make_item(source: Source, offset: int, text: str, parsed: ParsedItem | None = None) -> Item:
     """Parse `text` (unless `parsed` is given) into an Item of `source` at `offset`."""
-    kind, name = _header(text)
+    kind, name = _header(lexable(text))
     if kind is None:
         pos = 0
-        for line in text.splitlines(keepends=True):
+        for line in split_lines(text, keepends=True):
             code = line.strip()
             if code and not code.startswith("#"):
                 start = pos + len(line) - len(line.lstrip())
@@ -195,7 +197,7 @@ def _bare_import(source: Source, offset: int, text: str) -> Item:
     not have: an error that shows the form it has."""
     start = len(text) - len(text.lstrip())
     start += text[start:].find("import")
-    line = text[start:].split("\n", 1)[0]
+    line = split_lines(text[start:])[0]
     quoted = re.search(r'"[^"\n]*"', line)
     path = quoted.group(0) if quoted else '"file.linnet"'
     problem = SyntaxProblem(

@@ -22,6 +22,7 @@ from lark.lexer import BasicLexer
 from . import ast as A
 from .ast import Span
 from .builder import build
+from .positions import lexable
 from .recursion import deep_recursion
 
 GRAMMAR_PATH = Path(__file__).with_name("grammar.lark")
@@ -256,6 +257,15 @@ def _bound_names(text: str) -> list[str]:
     return names
 
 
+_NAME = re.compile(r"[A-Za-z_]\w*")
+
+
+def _used_names(text: str) -> list[str]:
+    """Every identifier spelled in the code of `text` (not in its comments and strings)."""
+    mask = code_mask(text)
+    return list(dict.fromkeys(m.group() for m in _NAME.finditer(text) if mask[m.start()]))
+
+
 def _blank(text: str, span: Span) -> str:
     piece = "".join(ch if ch == "\n" else " " for ch in text[span.start : span.end])
     return text[: span.start] + piece + text[span.end :]
@@ -267,6 +277,7 @@ def _blank(text: str, span: Span) -> str:
 def parse_item(text: str) -> ParsedItem:
     """Parse the text of one top-level item. Returns its AST (None when nothing could be
     recovered) and its syntax problems with item-relative spans. Never raises."""
+    text = lexable(text)  # a lone `\r` ends a line too; the grammar knows `\n` and `\r\n`
     parser = lark_parser()
     problems: list[SyntaxProblem] = []
     skipped: list[Span] = []
@@ -396,7 +407,8 @@ def _clamp_spans(item: A.Node, length: int) -> None:
 
 def _insert_error_stmt(item: A.Node, region: Span, text: str) -> None:
     """Put an ErrorStmt for a skipped region into the innermost block or member list."""
-    stmt = A.ErrorStmt(region, _bound_names(text[region.start : region.end]))
+    skipped = text[region.start : region.end]
+    stmt = A.ErrorStmt(region, _bound_names(skipped), _used_names(skipped))
     best = None
     for node in A.walk(item):
         if node.span.start <= region.start and region.end <= node.span.end:

@@ -25,7 +25,8 @@ async def test_config_fields_after_c_dot_while_typing(client):
     items = await complete(client, doc, doc.pos("let w = c.", len("let w = c.")))
     assert {"hidden_size", "rms_norm_eps", "rope_scaling", "head_dim"} <= set(items)
     assert items["rms_norm_eps"].kind == T.CompletionItemKind.Field
-    assert items["rms_norm_eps"].detail == "rms_norm_eps: float = 1e-6"
+    # the value under the file's first preset, as hover shows it (the config's default is 1e-6)
+    assert items["rms_norm_eps"].detail == "rms_norm_eps: float = 1e-5 (smollm2_135m)"
     assert "down_proj" not in items  # members of the config only
     doc.close()
 

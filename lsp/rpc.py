@@ -1,0 +1,84 @@
+"""Every request gets an answer: JSON-RPC hygiene under pygls.
+
+pygls turns a request whose params do not fit the method's type (`position: null`, no
+`textDocument`, `line: -1`, `params: null`) into an exception inside its reader loop: it logs
+a traceback and never answers, so the client waits forever. And a handler that refuses on
+purpose (by raising a `JsonRpcException`, e.g. a rename that cannot be done) is answered but
+logged with a traceback as if the server had crashed. `AnswerEveryRequest`, mixed into the
+server's protocol, answers the first with `InvalidParams` (-32602, naming the field, as
+`cattrs.transform_error` words it, in the protocol's camelCase), drops a malformed
+notification with a one-line warning (a notification has no answer), and sends deliberate
+errors back without a traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+
+import cattrs
+from lsprotocol import types as T
+from pygls.exceptions import JsonRpcException
+
+log = logging.getLogger("linnet.lsp")
+
+_ANSWERED = object()  # a message already answered (or dropped) while it was being read
+
+
+def refusal(message: str) -> JsonRpcException:
+    """The error a request gets when it is well formed but cannot be done (a rename onto a
+    keyword, a view of a file with errors): LSP 3.17's `RequestFailed` (-32803), which
+    clients show with its message."""
+    return JsonRpcException(message, code=T.LSPErrorCodes.RequestFailed)
+
+
+def _camel(text: str) -> str:
+    return re.sub(r"_([a-z])", lambda m: m.group(1).upper(), text)
+
+
+def params_problem(err: BaseException) -> str:
+    """What is wrong with a message's params, in one line: `required field missing @
+    $.params.textDocument; invalid value @ $.params.position`."""
+    try:
+        found = cattrs.transform_error(err)
+    except Exception:  # noqa: BLE001 - not a cattrs error
+        found = [f"{type(err).__name__}: {err}"]
+    return "; ".join(_camel(f) for f in found) or "invalid params"
+
+
+class AnswerEveryRequest:
+    """A mixin for pygls's `JsonRPCProtocol` (before it in the bases)."""
+
+    def structure_message(self, data: dict[str, Any]):
+        if "jsonrpc" not in data or "method" not in data:
+            return super().structure_message(data)  # a nested object, or a response to us
+        method = data["method"]
+        is_request = "id" in data
+        message_type = self.get_message_type(method) if isinstance(method, str) else None
+        if message_type is None:  # a custom request (its handler reads the params) or unknown
+            return super().structure_message(data)
+        try:
+            return self._converter.structure(data, message_type)
+        except Exception as err:  # noqa: BLE001 - whatever the client sent, it gets an answer
+            problem = params_problem(err)
+            if is_request:
+                error = T.ResponseError(T.ErrorCodes.InvalidParams, f"{method}: {problem}")
+                self._send_response(data["id"], error=error)
+            else:
+                log.warning("ignored a %s notification: %s", method, problem)
+            return _ANSWERED
+
+    def handle_message(self, message):
+        if message is _ANSWERED:
+            return None
+        return super().handle_message(message)
+
+    def _send_handler_result(self, future, *, msg_id):
+        """A handler's deliberate `JsonRpcException` goes back as the error it is, with no
+        traceback in the log; anything else as pygls does it."""
+        if not future.cancelled() and isinstance(err := future.exception(), JsonRpcException):
+            self._request_futures.pop(msg_id, None)
+            self._send_response(msg_id, error=err.to_response_error())
+            return
+        super()._send_handler_result(future, msg_id=msg_id)
