@@ -76,6 +76,7 @@ main()
 SERVER = [sys.executable, "-c", GC_TRACE]
 EXAMPLE = ROOT / "examples" / "llama.linnet"
 TIMEOUT_S = 60.0
+PAUSE_S = 4.0  # a pause in typing, longer than the server's idle delay (lsp/collector.py IDLE_S)
 GOALS_MS = {
     "edit_to_diagnostics_p50": 16.0,
     "edit_to_diagnostics_p99": 50.0,
@@ -377,9 +378,13 @@ async def steady_state(
     out["edit_to_diagnostics"] = pooled(out["edit_to_diagnostics_keeps"], out["edit_to_diagnostics_breaks"])
     edits = session.version - edits_before
     rss_edited = session.status()["VmRSS"]
+    with Phase("pause_after_edits", phases, gc_trace):  # the server collects in pauses: give it one
+        await asyncio.sleep(PAUSE_S)
+    rss_paused = session.status()["VmRSS"]
     out["rss_growth"] = {
         "after_open_mb": rss_open,
         "after_edits_mb": rss_edited,
+        "after_pause_mb": rss_paused,
         "edits": edits,
         "kb_per_edit": 1024 * (rss_edited - rss_open) / edits,
     }
@@ -521,7 +526,8 @@ def markdown(result: dict) -> str:
         f"Server peak RSS (VmHWM) after the steady-state rows on the 5,000-line file: {mem.get('VmHWM', 0):.0f} MB "
         f"(VmRSS {mem.get('VmRSS', 0):.0f} MB). VmRSS after opening it: {growth['after_open_mb']:.0f} MB; after "
         f"the {growth['edits']} edits timed above: {growth['after_edits_mb']:.0f} MB "
-        f"({growth['kb_per_edit']:.0f} kB per edit).",
+        f"({growth['kb_per_edit']:.0f} kB per edit); after a {PAUSE_S:.0f} s pause: "
+        f"{growth.get('after_pause_mb', 0):.0f} MB.",
         "",
         f"Contention: CPU wait above is Linux PSI (the share of the phase's time some task waited for a CPU). "
         f"PSI avg10/avg60 before: {pb.get('avg10', 0):.1f} / {pb.get('avg60', 0):.1f} %, after: "

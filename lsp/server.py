@@ -34,6 +34,7 @@ from linnet.syntax.fmt import FormatError, format_source
 from . import completion as completion_
 from . import hints as hints_
 from . import navigation, symbols, views
+from .collector import IdleCollector
 from .convert import lsp_diagnostic, lsp_location, lsp_range, offset_at, path_of, range_of_offsets, uri_of
 from .documents import Documents, OpenDocument, Settings
 from .hover import hover_markdown
@@ -55,6 +56,10 @@ class LinnetProtocol(LanguageServerProtocol):
     """pygls's protocol without its own copy of open documents: `LinnetServer.documents` holds
     the text, and keeping pygls's workspace in step too cost ~5 ms per edit of a 5,000-line
     file (and raised on a change to a document never opened)."""
+
+    def handle_message(self, message):
+        self._server.collector.activity()  # any message ends a pause: no collection starts under it
+        return super().handle_message(message)
 
     def _user_handler(self, method: str, params):
         if (handler := self.fm.features.get(method)) is not None:
@@ -87,6 +92,7 @@ class LinnetServer(LanguageServer):
         self.settings = Settings()
         self.roots: list[str] = []
         self._workspace_items: dict[str, tuple[float, list]] = {}
+        self.collector = IdleCollector(busy=self.checking)
 
     def report_server_error(self, error: Exception, source) -> None:
         """Errors outside our handlers (a notification pygls's own workspace rejects, such as a
@@ -124,6 +130,10 @@ class LinnetServer(LanguageServer):
         so what runs is what the editor shows."""
         return self.preset_for(analysis) or (analysis.presets[0] if analysis.presets else None)
 
+    def checking(self) -> bool:
+        """Whether a document's check is running or due."""
+        return any(d.diagnose_task is not None and not d.diagnose_task.done() for d in self.documents)
+
     def schedule_diagnostics(self, doc: OpenDocument) -> None:
         if doc.diagnose_task is None or doc.diagnose_task.done():
             doc.diagnose_task = asyncio.ensure_future(self._diagnose(doc))
@@ -149,6 +159,8 @@ class LinnetServer(LanguageServer):
                 return
         except Exception as err:  # noqa: BLE001
             self.log_error("diagnostics", err)
+        finally:
+            self.collector.activity()  # the pause after a check is where its garbage is collected
 
     def schedule_importers(self, path: str) -> None:
         """Diagnostics again for the open documents that import the file at `path`."""
@@ -784,4 +796,6 @@ async def _select_preset(ls: LinnetServer, args: tuple) -> str | None:
 def main() -> None:
     """`linnet lsp`: serve on stdio until the client exits."""
     logging.basicConfig(level=logging.WARNING, format="linnet-lsp %(levelname)s %(message)s")
-    create_server().start_io()
+    server = create_server()
+    server.collector.start()  # after the imports: they are frozen, never scanned again
+    server.start_io()
