@@ -57,6 +57,8 @@ from check_speed import calibration_s, generated_source  # noqa: E402
 from lsprotocol import types as T  # noqa: E402
 from pygls.lsp.client import LanguageClient  # noqa: E402
 
+from linnet.lsp.server import PROGRESSIVE_LINES  # noqa: E402
+
 # The server as `linnet lsp` runs it, under a gc.callbacks hook that appends one JSON line per collection (generation,
 # start on CLOCK_MONOTONIC, which every process shares on Linux, and pause) to $LINNET_BENCH_GC_TRACE.
 GC_TRACE = """
@@ -117,9 +119,13 @@ class Phase:
     def __exit__(self, *exc):
         wall, p1 = time.perf_counter() - self.t0, cpu_pressure_us()
         wait = None if self.p0 is None or p1 is None else 100 * (p1 - self.p0) / 1e6 / wall
-        self.phases[self.name] = {"wall_s": wall, "cpu_wait_pct": wait}
-        if self.gc_trace is not None:
-            self.phases[self.name]["gc"] = self.gc_trace.between(self.m0, time.monotonic())
+        self.phases[self.name] = {"wall_s": wall, "cpu_wait_pct": wait, "window": (self.m0, time.monotonic())}
+
+
+def collections_by_phase(phases: dict, gc_trace: GcTrace) -> None:
+    """Each phase's collections, read once every server has exited (a collection is logged when it ends)."""
+    for phase in phases.values():
+        phase["gc"] = gc_trace.between(*phase.pop("window"))
 
 
 def percentile(sorted_ms: list[float], q: float) -> float:
@@ -149,18 +155,23 @@ class GcTrace:
     def __init__(self, path: Path):
         self.path = path
 
-    def between(self, t0: float, t1: float) -> dict:
-        """Collections that started in [t0, t1] (time.monotonic()): how many, how many were full (generation 2),
-        their total and longest pause."""
-        rows = []
+    def rows(self) -> list[tuple[int, float, float]]:
+        """(generation, start on time.monotonic(), pause s) of every collection logged so far (a collection is
+        logged when it ends)."""
+        out = []
         if self.path.exists():
             for line in self.path.read_text().splitlines():
                 try:
                     gen, start, pause = json.loads(line)
                 except ValueError:
                     continue  # a line a killed process left half-written
-                if t0 <= start <= t1:
-                    rows.append((gen, pause))
+                out.append((gen, start, pause))
+        return out
+
+    def between(self, t0: float, t1: float) -> dict:
+        """Collections that ran at some time in [t0, t1] (time.monotonic()): how many, how many were full
+        (generation 2), their total and longest pause."""
+        rows = [(gen, pause) for gen, start, pause in self.rows() if start <= t1 and start + pause >= t0]
         full = [p for g, p in rows if g == 2]
         return {
             "collections": len(rows),
@@ -234,6 +245,19 @@ class Session:
             self.arrived.clear()
             await asyncio.wait_for(self.arrived.wait(), max(0.001, deadline - time.perf_counter()))
 
+    async def complete_diagnostics(self) -> float:
+        """The arrival time of the last publishDiagnostics of an opened document's first version: the second one
+        for a file of PROGRESSIVE_LINES lines or more (the server publishes its first items first), else the
+        first."""
+        expected = 2 if self.text.count("\n") + 1 >= PROGRESSIVE_LINES else 1
+        deadline = time.perf_counter() + TIMEOUT_S
+        while True:
+            mine = [at for at, p in self.published if p.uri == self.uri and p.version == 1]
+            if len(mine) >= expected:
+                return mine[expected - 1]
+            self.arrived.clear()
+            await asyncio.wait_for(self.arrived.wait(), max(0.001, deadline - time.perf_counter()))
+
     def position(self, offset: int) -> T.Position:
         line = self.text.count("\n", 0, offset)
         start = self.text.rfind("\n", 0, offset) + 1
@@ -297,9 +321,8 @@ async def cold_starts(env: dict, root: Path, path: Path, text: str, runs: int) -
 
 async def open_big_file(env: dict, root: Path, text: str, runs: int, phases: dict, gc_trace: GcTrace) -> dict:
     """didOpen of the 5,000-line file in a running server (the standard library and an example already checked, as
-    in an editor session) -> the first publishDiagnostics and -> the last one (none for QUIET_S after it), and a
-    hover on a name near the top sent right after the didOpen; a fresh URI each run."""
-    quiet_s = 1.5
+    in an editor session) -> the first publishDiagnostics and -> the complete one, and a hover on a name near the
+    top sent right after the didOpen; a fresh URI each run."""
     session = Session(env)
     await session.start(root)
     session.open(root / "llama.linnet", EXAMPLE.read_text(encoding="utf-8"))
@@ -318,16 +341,11 @@ async def open_big_file(env: dict, root: Path, text: str, runs: int, phases: dic
             result = await asyncio.wait_for(request, TIMEOUT_S)
             hover.append(time.perf_counter() - sent)  # from the didOpen, as the user waits
             assert result is not None and "q:" in result.contents.value, result
-            at, _ = await session.diagnostics(1)
+            await session.diagnostics(1)
+            at = min(t for t, p in session.published if p.uri == session.uri and p.version == 1)
             first.append(at - sent)
-            while True:  # the last publish of version 1: none for quiet_s after it
-                count = len(session.published)
-                await asyncio.sleep(quiet_s)
-                if len(session.published) == count:
-                    break
-            mine = [(t, p) for t, p in session.published if p.uri == session.uri and p.version == 1]
-            complete.append(mine[-1][0] - sent)
-            publishes.append([len(p.diagnostics) for _, p in mine])
+            complete.append(await session.complete_diagnostics() - sent)
+            publishes.append([len(p.diagnostics) for _, p in session.published if p.uri == session.uri])
             session.client.text_document_did_close(T.DidCloseTextDocumentParams(T.TextDocumentIdentifier(session.uri)))
     await session.stop()
     return {
@@ -344,7 +362,7 @@ async def steady_state(
     session = Session(env)
     await session.start(root)
     session.open(path, text)
-    await session.diagnostics(1)
+    await session.complete_diagnostics()
     out: dict = {"file_lines": text.count("\n"), "file_chars": len(text)}
     blocks = [i for i in range(len(text)) if text.startswith("module Block", i)]
     middle = blocks[len(blocks) // 2]
@@ -379,8 +397,16 @@ async def steady_state(
     edits = session.version - edits_before
     rss_edited = session.status()["VmRSS"]
     with Phase("pause_after_edits", phases, gc_trace):  # the server collects in pauses: give it one
+        paused_at = time.monotonic()
         await asyncio.sleep(PAUSE_S)
+        idle_full = []
+        for _ in range(int(TIMEOUT_S / 0.1)):  # until the full collection the pause started has ended
+            idle_full = [p for g, t, p in gc_trace.rows() if g == 2 and t >= paused_at]
+            if idle_full:
+                break
+            await asyncio.sleep(0.1)
     rss_paused = session.status()["VmRSS"]
+    out["idle_full_collection_ms"] = 1000 * max(idle_full) if idle_full else None
     out["rss_growth"] = {
         "after_open_mb": rss_open,
         "after_edits_mb": rss_edited,
@@ -526,8 +552,9 @@ def markdown(result: dict) -> str:
         f"Server peak RSS (VmHWM) after the steady-state rows on the 5,000-line file: {mem.get('VmHWM', 0):.0f} MB "
         f"(VmRSS {mem.get('VmRSS', 0):.0f} MB). VmRSS after opening it: {growth['after_open_mb']:.0f} MB; after "
         f"the {growth['edits']} edits timed above: {growth['after_edits_mb']:.0f} MB "
-        f"({growth['kb_per_edit']:.0f} kB per edit); after a {PAUSE_S:.0f} s pause: "
-        f"{growth.get('after_pause_mb', 0):.0f} MB.",
+        f"({growth['kb_per_edit']:.0f} kB per edit); after a pause (at least {PAUSE_S:.0f} s, until the server's "
+        f"idle full collection ended): {growth.get('after_pause_mb', 0):.0f} MB. That collection took "
+        f"{s.get('idle_full_collection_ms') or 0:.0f} ms (a request arriving during it waits; none was sent).",
         "",
         f"Contention: CPU wait above is Linux PSI (the share of the phase's time some task waited for a CPU). "
         f"PSI avg10/avg60 before: {pb.get('avg10', 0):.1f} / {pb.get('avg60', 0):.1f} %, after: "
@@ -541,7 +568,7 @@ def markdown(result: dict) -> str:
         "(defaults and both presets); `breaks` alternates one error and none (the script checks that it does).",
         "- Open: the first publish may be partial (the server checks a big file's top items under the preferred "
         "preset first); `complete` is the last publish of that version. The hover is timed from the didOpen.",
-        "- Collections: the server's own (`gc.callbacks`), those that started inside each phase.",
+        "- Collections: the server's own (`gc.callbacks`), those that ran during each phase.",
         "- Cold start: fresh process each run, bytecode cached (an untimed start first).",
         "",
     ]
@@ -595,6 +622,7 @@ async def run(args: argparse.Namespace) -> dict:
         result["cold_start"] = cold
         result["open_big_file"] = await open_big_file(env, root, text, args.open_runs, phases, gc_trace)
         result["steady_state"] = await steady_state(env, root, big, text, args.samples, phases, gc_trace)
+        collections_by_phase(phases, gc_trace)
     result["phases"] = phases
     result["calibration_after_s"] = calibration_s()
     result["loadavg_after"] = os.getloadavg()
