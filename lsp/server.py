@@ -37,6 +37,7 @@ from . import compare as compare_
 from . import completion as completion_
 from . import hints as hints_
 from . import navigation, symbols, views
+from .collector import IdleCollector
 from .convert import (
     lsp_diagnostic,
     lsp_location,
@@ -65,6 +66,10 @@ RUN_COMMAND = "linnet.run"
 COMPARE_COMMAND = "linnet.compare"
 SELECT_PRESET_COMMAND = "linnet.selectPreset"
 LENS_BACKENDS = ("torch", "xla")  # registry names; a client lists the rest with `linnet/backends`
+# A file this long gets its first diagnostics in two steps when it is opened: the items that start in its first
+# FIRST_LINES lines (what an editor shows on opening it) are checked and published first, then everything.
+PROGRESSIVE_LINES = 1000
+FIRST_LINES = 150
 
 
 class LinnetProtocol(AnswerEveryRequest, LanguageServerProtocol):
@@ -72,6 +77,10 @@ class LinnetProtocol(AnswerEveryRequest, LanguageServerProtocol):
     the text, and keeping pygls's workspace in step too cost ~5 ms per edit of a 5,000-line
     file (and raised on a change to a document never opened). Every request is answered, a
     malformed one with InvalidParams (`rpc.AnswerEveryRequest`)."""
+
+    def handle_message(self, message):
+        self._server.collector.activity()  # any message ends a pause: no collection starts under it
+        return super().handle_message(message)
 
     def _user_handler(self, method: str, params):
         if (handler := self.fm.features.get(method)) is not None:
@@ -105,6 +114,9 @@ class LinnetServer(LanguageServer):
         self.roots: list[str] = []
         self.weight_checks = WeightChecks()  # checkpoint headers against the presets' weights (lsp/weights.py)
         self._workspace_items: dict[str, tuple[float, list]] = {}
+        self.collector = IdleCollector(busy=self.checking)
+        # uri -> (revision, the first pass over a big file just opened: `_check_first_items`)
+        self.first_items: dict[str, tuple[int, asyncio.Future]] = {}
 
     def report_server_error(self, error: Exception, source) -> None:
         """Errors outside our handlers (a notification pygls's own workspace rejects, such as a
@@ -150,6 +162,10 @@ class LinnetServer(LanguageServer):
         so what runs is what the editor shows."""
         return self.preset_for(analysis) or (analysis.presets[0] if analysis.presets else None)
 
+    def checking(self) -> bool:
+        """Whether a document's check is running or due."""
+        return any(d.diagnose_task is not None and not d.diagnose_task.done() for d in self.documents)
+
     def schedule_diagnostics(self, doc: OpenDocument) -> None:
         if doc.diagnose_task is None or doc.diagnose_task.done():
             doc.diagnose_task = asyncio.ensure_future(self._diagnose(doc))
@@ -159,6 +175,10 @@ class LinnetServer(LanguageServer):
         version when done: edits that arrive during an analysis fold into the next one, and a
         stale result is never published."""
         try:
+            if doc.text_version == 0 and len(doc.index.line_starts) >= PROGRESSIVE_LINES:
+                first = asyncio.ensure_future(self._check_first_items(doc))
+                self.first_items[doc.uri] = (doc.revision, first)
+                await first
             while self.documents.get(doc.uri) is doc:
                 preset = self.settings.preset
                 async with doc.analyzed(preset) as analysis:
@@ -176,6 +196,42 @@ class LinnetServer(LanguageServer):
                 return
         except Exception as err:  # noqa: BLE001
             self.log_error("diagnostics", err)
+        finally:
+            self.first_items.pop(doc.uri, None)
+            self.collector.activity()  # the pause after a check is where its garbage is collected
+
+    async def _check_first_items(self, doc: OpenDocument) -> Analysis | None:
+        """The first pass over a big file just opened: parse it all, check only the items that start in its first
+        FIRST_LINES lines and publish what that found (every syntax error, those items' findings), so the editor
+        shows something in well under the whole check's time; the full check follows (`_diagnose`) and reuses
+        these items' results. Returns the partial analysis (hover answers from it meanwhile:
+        `early_analysis`), or None when the text changed under it."""
+        text, version, revision, preset = doc.text, doc.version, doc.revision, self.settings.preset
+        starts = doc.index.line_starts
+        first_end = starts[FIRST_LINES] if len(starts) > FIRST_LINES else len(text)
+
+        def check() -> Analysis:
+            with doc.workspace.lock:
+                return doc.workspace.open(doc.path, text).analyze(preset, only=lambda item: item.offset < first_end)
+
+        analysis = await asyncio.to_thread(check)
+        if self.documents.get(doc.uri) is not doc or doc.revision != revision:
+            return None
+        diagnostics = [lsp_diagnostic(d) for d in analysis.diagnostics if d.location.path == doc.path]
+        self.text_document_publish_diagnostics(T.PublishDiagnosticsParams(doc.uri, diagnostics, version))
+        return analysis
+
+    async def early_analysis(self, doc: OpenDocument, position: T.Position) -> Analysis | None:
+        """While a big file's full check runs after the first pass: that pass's analysis, when it checked the
+        item at `position` (a hover there need not wait for the whole check); else None."""
+        entry = self.first_items.get(doc.uri)
+        if entry is None or entry[0] != doc.revision:
+            return None
+        analysis = await asyncio.shield(entry[1])
+        if analysis is None or doc.revision != entry[0]:
+            return None
+        item = analysis.item_at(offset_at(analysis.document.source.index, position))
+        return analysis if item is not None and item in analysis.items else None
 
     def schedule_importers(self, path: str) -> None:
         """Diagnostics again for the open documents that import the file at `path`."""
@@ -298,16 +354,20 @@ def guarded(default: Any = None):
     return wrap
 
 
-def document_feature(server: LinnetServer, method: str, options: Any = None, default: Any = None):
+def document_feature(server: LinnetServer, method: str, options: Any = None, default: Any = None, early=False):
     """Register `fn(ls, params, doc, analysis)` for a request about an open document: it runs,
     guarded, with the analysis of the document's current text held for the call; a document
-    that is not open gets `default`."""
+    that is not open gets `default`. `early`: while a big file just opened is checked, a
+    request at a position the first pass checked is answered from that pass
+    (`LinnetServer.early_analysis`)."""
 
     def wrap(fn):
         async def handler(ls: LinnetServer, params):
             doc = ls.documents.get(params.text_document.uri)
             if doc is None:
                 return default
+            if early and (first := await ls.early_analysis(doc, params.position)) is not None:
+                return fn(ls, params, doc, first)
             async with doc.analyzed(ls.settings.preset) as analysis:
                 return fn(ls, params, doc, analysis)
 
@@ -412,7 +472,7 @@ def create_server() -> LinnetServer:
             ls.refresh()
 
     # ----------------------------------------------------------------- hover, hints
-    @document_feature(server, T.TEXT_DOCUMENT_HOVER)
+    @document_feature(server, T.TEXT_DOCUMENT_HOVER, early=True)
     def hover(ls: LinnetServer, params: T.HoverParams, doc: OpenDocument, a: Analysis):
         index = a.document.source.index
         found = hover_markdown(a, offset_at(index, params.position), ls.preset_for(a))
@@ -889,4 +949,6 @@ async def _select_preset(ls: LinnetServer, args: tuple) -> str | None:
 def main() -> None:
     """`linnet lsp`: serve on stdio until the client exits."""
     logging.basicConfig(level=logging.WARNING, format="linnet-lsp %(levelname)s %(message)s")
-    create_server().start_io()
+    server = create_server()
+    server.collector.start()  # after the imports: they are frozen, never scanned again
+    server.start_io()

@@ -19,7 +19,7 @@ import weakref
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..syntax import ast as A
 from ..syntax.ast import Span
@@ -428,9 +428,15 @@ class Document:
         self.update(text[:start] + new_text + text[end:])
 
     # ----- analysis
-    def analyze(self, preset: str | None = None) -> Analysis:
+    def analyze(self, preset: str | None = None, only: Callable[[Item], bool] | None = None) -> Analysis:
         """Analyse the current text. `preset` (else the first preset) is the config whose
-        numbers a diagnostic quotes when it occurs under several."""
+        numbers a diagnostic quotes when it occurs under several.
+
+        `only(item)` limits the checks to the items it accepts (the language server's first,
+        quick pass over a big file: the items an editor shows on opening it). The others are
+        not checked, so their findings, types and model tree are missing, never wrong; syntax
+        errors, duplicate names and config errors are reported for every item. Their results
+        are cached as usual: the full analysis that follows checks only the rest."""
         analysis = Analysis(self)
         analysis.stats.items_parsed = self.last_parsed
         self.last_parsed = 0
@@ -480,7 +486,7 @@ class Document:
             for p in item.problems:
                 problems.append((item, p))
             unclosed = any(p.code == "L003" and p.message == "unclosed `{`" for p in item.problems)
-            if item.ast is None or item.kind not in ("module", "fn"):
+            if item.ast is None or item.kind not in ("module", "fn") or (only is not None and not only(item)):
                 previous_unclosed = unclosed
                 continue
             ia = ItemAnalysis(item)

@@ -1,11 +1,14 @@
-"""A second real client: headless Neovim 0.7 (`vim.lsp.start_client`, its own sync and
-position code) drives `python -m linnet lsp` on a copy of the planted-fault fixture, and
-writes what it received as JSON. pytest-lsp is our own harness; Neovim is someone else's."""
+"""A second real client: headless Neovim 0.7 drives `python -m linnet lsp` on a copy of the
+planted-fault fixture through the setup docs/editors.md gives for Neovim 0.7 (the Lua block is
+read from the doc and run as written, with `python` replaced by this interpreter, as the doc
+says), presses `K` for hover and `<C-x><C-o>` for completion, and writes what it saw as JSON.
+pytest-lsp is our own harness; Neovim is someone else's."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -15,16 +18,28 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 FAULTS = Path(__file__).resolve().parent / "workspace" / "faults.linnet"
+EDITORS_DOC = ROOT / "docs" / "editors.md"
 SERVER = [sys.executable, "-m", "linnet", "lsp"]
+DOC_CMD = "{ 'python', '-m', 'linnet', 'lsp' }"  # the doc's server command, which users adapt
 NVIM = shutil.which("nvim")
 
 pytestmark = pytest.mark.skipif(NVIM is None, reason="nvim is not installed (CI: apt-get install neovim)")
 
-# Run by `nvim --headless --clean -c "luafile init.lua"`; P holds the parameters. Neovim 0.7 API:
-# no vim.lsp.start, so start_client + buf_attach_client on FileType.
-INIT_LUA = r"""
+
+def neovim_07_snippet() -> str:
+    """The Lua block of docs/editors.md's "Neovim 0.7" section, as written."""
+    section = EDITORS_DOC.read_text(encoding="utf-8").split("### Neovim 0.7\n", 1)[1].split("\n### ", 1)[0]
+    blocks = re.findall(r"```lua\n(.*?)```", section, re.S)
+    assert len(blocks) == 1, "the Neovim 0.7 section holds one Lua block"
+    assert blocks[0].count(DOC_CMD) == 1, f"the snippet starts the server with {DOC_CMD}"
+    return blocks[0]
+
+
+# Run by `nvim --headless --clean -c "luafile init.lua"` after the doc's snippet; P holds the
+# parameters. The doc's FileType autocommand starts the server and attaches the buffer.
+DRIVER_LUA = r"""
 local P = vim.fn.json_decode(vim.fn.readfile(PARAMS_PATH)[1])
-local result = { diagnostics = {}, hover = vim.NIL, fixed = vim.NIL, errors = {} }
+local result = { diagnostics = {}, hover = vim.NIL, fixed = vim.NIL, completion = vim.NIL, errors = {} }
 
 local function write()
   local f = assert(io.open(P.out, 'w'))
@@ -42,40 +57,53 @@ local function simple(diags)
   return out
 end
 
-vim.o.swapfile = false
-vim.cmd('autocmd BufRead,BufNewFile *.linnet setfiletype linnet')
-local client_id = vim.lsp.start_client({
-  name = 'linnet',
-  cmd = P.cmd,
-  cmd_cwd = P.cwd,
-  root_dir = P.root,
-  on_exit = function(code, signal) result.server_exit = { code = code, signal = signal } end,
-})
-if not client_id then
-  table.insert(result.errors, 'start_client returned nil')
+local function keys(text, mode)
+  vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes(text, true, false, true), mode, false)
 end
-vim.cmd('autocmd FileType linnet lua vim.lsp.buf_attach_client(0, ' .. tostring(client_id or 0) .. ')')
+
+-- the lines of the floating window hover opened, if one is open
+local function float_lines()
+  for _, win in ipairs(vim.api.nvim_list_wins()) do
+    if vim.api.nvim_win_get_config(win).relative ~= '' then
+      return vim.api.nvim_buf_get_lines(vim.api.nvim_win_get_buf(win), 0, -1, false), win
+    end
+  end
+end
+
+vim.o.swapfile = false
+vim.opt.runtimepath:prepend(P.editors_nvim)  -- as the doc says; detection is set below
+vim.cmd('autocmd BufRead,BufNewFile *.linnet setfiletype linnet')
 
 local ok, err = pcall(function()
   vim.cmd('edit ' .. vim.fn.fnameescape(P.file))
   result.filetype = vim.bo.filetype
-  result.attached = vim.lsp.buf_is_attached(0, client_id or 0)
+  -- the doc's on_attach runs once the server has answered `initialize`
+  result.attached = vim.wait(P.wait_ms, function() return next(vim.lsp.buf_get_clients(0)) ~= nil end, 20)
+  if not result.attached then
+    table.insert(result.errors, 'no client attached within ' .. P.wait_ms .. ' ms')
+    return
+  end
+  result.omnifunc = vim.bo.omnifunc
+  local k = vim.fn.maparg('K', 'n', false, true)
+  result.k_buffer_local = k.buffer == 1
 
   local got = vim.wait(P.wait_ms, function() return #vim.diagnostic.get(0) > 0 end, 20)
   result.diagnostics = simple(vim.diagnostic.get(0))
   if not got then table.insert(result.errors, 'no diagnostics within ' .. P.wait_ms .. ' ms') end
+  write()
 
-  -- hover where the cursor is, as K does (make_position_params converts to UTF-16)
+  -- hover: press K on `h` in `let h = up(x)` and read the floating window it opens
   vim.api.nvim_win_set_cursor(0, { P.hover_line, P.hover_col })
-  local params = vim.lsp.util.make_position_params()
-  result.hover_position = params.position
-  local responses, reason = vim.lsp.buf_request_sync(0, 'textDocument/hover', params, P.request_ms)
-  if not responses then table.insert(result.errors, 'hover: ' .. tostring(reason)) end
-  for _, r in pairs(responses or {}) do
-    if r.err then table.insert(result.errors, 'hover error: ' .. vim.inspect(r.err)) end
-    if r.result and r.result.contents then result.hover = r.result.contents end
-    if r.result and r.result.range then result.hover_range = r.result.range end
+  keys('K', 'mx')
+  local shown = vim.wait(P.request_ms, function() return float_lines() ~= nil end, 20)
+  if shown then
+    local lines, win = float_lines()
+    result.hover = lines
+    vim.api.nvim_win_close(win, true)
+  else
+    table.insert(result.errors, 'K opened no hover window')
   end
+  write()
 
   -- an edit through Neovim's own incremental sync: `hh` -> `h` removes the unknown name
   vim.api.nvim_buf_set_text(0, P.fix_line, P.fix_col, P.fix_line, P.fix_col + 1, { '' })
@@ -88,10 +116,32 @@ local ok, err = pcall(function()
   result.fixed = simple(vim.diagnostic.get(0))
   if not fixed then table.insert(result.errors, 'L101 still there after the fix') end
   result.text = table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), '\n')
+  write()
+
+  -- completion: a new line `let zz = c.` in the body, then <C-x><C-o>; a timer reads the menu
+  -- while Neovim stays in insert mode (feedkeys 'x!'), then leaves it
+  vim.api.nvim_win_set_cursor(0, { P.hover_line, 0 })
+  local waited = 0
+  vim.fn.timer_start(20, function(timer)
+    waited = waited + 20
+    local info = vim.fn.complete_info({ 'items', 'pum_visible' })
+    if #info.items > 0 or waited > P.request_ms then
+      vim.fn.timer_stop(timer)
+      local words = {}
+      for _, item in ipairs(info.items) do table.insert(words, item.word) end
+      result.completion = words
+      result.completion_line = vim.api.nvim_get_current_line()
+      keys('<C-e><Esc>', 'n')
+    end
+  end, { ['repeat'] = -1 })
+  keys('olet zz = c.<C-x><C-o>', 'x!')
+  if result.completion == vim.NIL or #result.completion == 0 then
+    table.insert(result.errors, '<C-x><C-o> offered nothing')
+  end
 end)
 if not ok then table.insert(result.errors, 'lua: ' .. tostring(err)) end
 write()
-if client_id then vim.lsp.stop_client(client_id) end
+for id, _ in pairs(vim.lsp.buf_get_clients(0)) do vim.lsp.stop_client(id) end
 vim.cmd('qa!')
 """
 
@@ -106,9 +156,7 @@ def run_neovim(tmp_path: Path, cmd: list[str], wait_ms: int = 20000, request_ms:
     hover_line = next(i for i, line in enumerate(lines) if "let h = up(x)" in line)
     fix_line = next(i for i, line in enumerate(lines) if "gelu(hh)" in line)
     params = {
-        "cmd": cmd,
-        "cwd": str(ROOT),
-        "root": str(tmp_path),
+        "editors_nvim": str(ROOT / "editors" / "nvim"),
         "file": str(source),
         "out": str(tmp_path / "received.json"),
         "wait_ms": wait_ms,
@@ -119,8 +167,11 @@ def run_neovim(tmp_path: Path, cmd: list[str], wait_ms: int = 20000, request_ms:
         "fix_col": lines[fix_line].index("hh"),
     }
     (tmp_path / "params.json").write_text(json.dumps(params), encoding="utf-8")
+    lua_cmd = "{ " + ", ".join(json.dumps(part) for part in cmd) + " }"  # JSON strings are Lua strings here
+    snippet = neovim_07_snippet().replace(DOC_CMD, lua_cmd)
     init = tmp_path / "init.lua"
-    init.write_text(f"local PARAMS_PATH = {json.dumps(str(tmp_path / 'params.json'))}\n" + INIT_LUA, encoding="utf-8")
+    params_path = json.dumps(str(tmp_path / "params.json"))
+    init.write_text(f"{snippet}\nlocal PARAMS_PATH = {params_path}\n{DRIVER_LUA}", encoding="utf-8")
     env = dict(os.environ)
     for var in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME"):
         env[var] = str(tmp_path / var.lower())
@@ -168,14 +219,20 @@ def test_neovim_receives_the_planted_diagnostics_and_hover(tmp_path):
     l101 = next(d for d in got["diagnostics"] if d["code"] == "L101")
     assert (l101["end_lnum"], l101["end_col"]) == (19, 20)  # `hh`
 
-    # hover on `h` in `let h = up(x)`: the symbolic shape, then its numbers (the defaults; tiny_a agrees)
-    assert got["hover_position"] == {"line": 17, "character": 12}
-    assert got["hover"]["kind"] == "markdown"
-    assert got["hover"]["value"] == "```linnet\nh: [B, S, c.intermediate_size]\n```\n\n= `[B, S, 16]`"
-    assert got["hover_range"] == {"start": {"line": 17, "character": 12}, "end": {"line": 17, "character": 13}}
+    # what the doc's on_attach set, buffer-local
+    assert got["omnifunc"] == "v:lua.vim.lsp.omnifunc" and got["k_buffer_local"] is True
+
+    # K on `h` in `let h = up(x)`: Neovim's hover window, fences stripped by its markdown view:
+    # the symbolic shape, a rule, then its numbers (the defaults; tiny_a agrees)
+    assert got["hover"][0] == "h: [B, S, c.intermediate_size]", got["hover"]
+    assert got["hover"][-1] == "= `[B, S, 16]`", got["hover"]
+
+    # <C-x><C-o> after `c.` on a new line in the body: the config's fields, the first one inserted
+    assert got["completion"] == ["hidden_size", "intermediate_size", "num_heads"], context
+    assert got["completion_line"] == "        let zz = c.hidden_size"
 
     # after Neovim's incremental didChange `hh` -> `h`, the other four remain where they were
-    assert "down(gelu(h))" in got["text"]
+    assert "down(gelu(h))" in got["text"] and "zz" not in got["text"]
     assert [(d["code"], d["lnum"], d["col"]) for d in got["fixed"]] == [
         ("L901", 18, 12),
         ("L206", 23, 68),
@@ -189,5 +246,5 @@ def test_the_harness_reports_a_silent_server(tmp_path):
     hover, so the test above depends on what the server sends."""
     silent = [sys.executable, "-c", "import sys; sys.stdin.buffer.read()"]
     got, context = run_neovim(tmp_path, silent, wait_ms=1500, request_ms=1500)
-    assert got["diagnostics"] == [] and got["hover"] is None, context
-    assert any(e.startswith("no diagnostics") for e in got["errors"]), context
+    assert got["diagnostics"] == [] and got["hover"] is None and got["completion"] is None, context
+    assert got["errors"] == ["no client attached within 1500 ms"], context

@@ -142,3 +142,25 @@ fn g(c: C, x: [B, c.kv * c.hd]) -> [B, c.kv] {
     doc.update(text.replace("    hd: int = 64\n    kv: int = 3\n", "    kv: int = 3\n    hd: int = 64\n"))
     (after,) = doc.analyze().errors
     assert "returns [B, c.kv * c.hd]" in after.message
+
+
+def test_a_partial_analysis_checks_only_the_items_asked_and_the_full_one_reuses_them():
+    """`analyze(only=...)`, the language server's first pass over a big file: the items it accepts are checked, the
+    others not; what it reports is a subset of the full analysis (the same syntax errors); the full analysis that
+    follows checks only the rest, and equals a fresh one."""
+    broken = GPT2.replace("n_embd", "n_embdd", 1) + "\nfn broken(x: [B]) -> [B] {\n    x +\n}\n"
+    fresh = Document("t.linnet", broken).analyze()
+    doc = Document("t.linnet", broken)
+    checked = [i for i in doc.items if i.kind in ("module", "fn") and i.ast is not None]
+    first = checked[: len(checked) // 2]
+    partial = doc.analyze(only=lambda item: item in first)
+    assert set(partial.items) == set(first)
+    assert set(summary(partial)) <= set(summary(fresh))
+    assert (
+        {d.code for d in partial.diagnostics if d.code.startswith("L0")}
+        == {d.code for d in fresh.diagnostics if d.code.startswith("L0")}
+        != set()
+    )
+    full = doc.analyze()
+    assert summary(full) == summary(fresh)
+    assert full.stats.items_checked == len(checked) - len(first)

@@ -1,0 +1,109 @@
+"""lsp/collector.py: full collections run in the server's pauses, over every object, and never while a check
+runs. Real CPython collections observed through `gc.callbacks`; no timings."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import weakref
+
+import pytest
+
+from linnet.lsp.collector import IdleCollector
+
+
+class Node:
+    def __init__(self) -> None:
+        self.other: Node | None = None
+
+
+def frozen(obj: object) -> bool:
+    """Whether `obj` is in the permanent generation (in none of the three that collections scan)."""
+    return not any(o is obj for g in range(3) for o in gc.get_objects(generation=g))
+
+
+def cycle() -> weakref.ref:
+    """A two-object reference cycle nothing else holds (only a collection frees it); a weak reference to it."""
+    a, b = Node(), Node()
+    a.other, b.other = b, a
+    return weakref.ref(a)
+
+
+@pytest.fixture
+def full_collections():
+    """Generation-2 collections that start while the test runs; the process's gc state is restored after."""
+    threshold = gc.get_threshold()
+    started: list[int] = []
+
+    def trace(phase: str, info: dict) -> None:
+        if phase == "start" and info["generation"] == 2:
+            started.append(1)
+
+    gc.callbacks.append(trace)
+    yield started
+    gc.callbacks.remove(trace)
+    gc.unfreeze()
+    gc.set_threshold(*threshold)
+
+
+def test_start_freezes_and_raises_the_full_threshold(full_collections):
+    young, middle, full = gc.get_threshold()
+    collector = IdleCollector(busy=lambda: False)
+    collector.start()
+    assert gc.get_freeze_count() == collector.survivors > 0
+    assert gc.get_threshold() == (young, middle, full * 100)
+
+
+def test_a_pause_collects_cycles_left_among_frozen_objects(full_collections):
+    collector = IdleCollector(busy=lambda: False, idle_s=0.01)
+    collector.start()
+    freed = [cycle() for _ in range(10)]
+    gc.freeze()  # as a pause without a due full collection leaves them: frozen, not scanned
+    gc.collect()
+    assert all(ref() is not None for ref in freed), "frozen cycles survive an ordinary collection"
+    collector.survivors = 1  # what has been frozen since is well over a quarter of it: a full collection is due
+    before = len(full_collections)
+    kept = Node()
+    assert not frozen(kept)
+
+    async def pause() -> None:
+        collector.activity()
+        await asyncio.sleep(0.2)
+
+    asyncio.run(pause())
+    assert collector.full_collections == 1 and len(full_collections) > before
+    assert all(ref() is None for ref in freed)
+    assert frozen(kept), "the survivors are frozen again"
+
+
+def test_a_pause_without_enough_growth_only_freezes(full_collections):
+    collector = IdleCollector(busy=lambda: False, idle_s=0.01)
+    collector.start()
+    kept = Node()
+    assert not frozen(kept)
+    before = len(full_collections)
+
+    async def pause() -> None:
+        collector.activity()
+        await asyncio.sleep(0.2)
+
+    asyncio.run(pause())
+    assert collector.full_collections == 0 and len(full_collections) == before
+    assert frozen(kept)
+
+
+def test_no_collection_while_a_check_runs(full_collections):
+    checking = [True]
+    collector = IdleCollector(busy=lambda: checking[0], idle_s=0.01)
+    collector.start()
+    collector.survivors = 1
+
+    async def pause_then_check_ends() -> None:
+        collector.activity()
+        await asyncio.sleep(0.2)
+        assert collector.full_collections == 0, "collected while a check ran"
+        checking[0] = False
+        await asyncio.sleep(0.2)
+
+    asyncio.run(pause_then_check_ends())
+    assert collector.full_collections == 1
