@@ -12,7 +12,8 @@ What is written, in transformers 5's schema (checked against what `save_pretrain
   the same config.
 - `model.safetensors`, or shards `model-00001-of-0000N.safetensors` with `model.safetensors.index.json` when the
   weights pass `max_shard_size` (transformers' default, 5 GB); written by the `safetensors` library from numpy. A
-  tied head is not a parameter of the source, so it is written once (as the embeddings).
+  tied head is not a parameter of the source, so it is written once (as the embeddings). A `@takes_part` model (an
+  encoder without its pooler) also carries the checkpoint tensors of its class it did not take, as stored.
 - `generation_config.json`: the source folder's, if it has one, with the token ids above.
 - `tokenizer.json` (the tokenizer Linnet uses, so the ids are Linnet's; from a GGUF file, the one rebuilt from its
   metadata) and `tokenizer_config.json` (`TokenizersBackend`, bos/eos/pad/unk tokens, `add_bos_token` and
@@ -127,6 +128,7 @@ def export_hf(
         token_ids=_token_ids(checkpoint.config if checkpoint is not None else {}, tokenizer),
     )
     weights = {name: cast_floating(a, weight_dtype) for name, a in model_weights(model).items()}
+    weights |= {name: cast_floating(a, weight_dtype) for name, a in _untaken(model).items()}
 
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent))
@@ -242,6 +244,26 @@ def parse_size(size: int | str) -> int:
 
 
 # --------------------------------------------------------------------------------------------------------------
+
+
+def _untaken(model: Any) -> dict[str, np.ndarray]:
+    """The checkpoint tensors a `@takes_part` model did not take but its transformers class holds, as stored: those
+    under the prefix its parameters were found at, named without it (RoBERTa's `pooler.dense.*`, which the source
+    does not compute but `RobertaModel` loads; without them transformers would initialise them at random). Tensors
+    outside the prefix belong to another head (a masked-LM head beside `roberta.`) and are left out, as
+    transformers leaves them out loading the base model."""
+    prepared = getattr(model, "prepared", None)
+    checkpoint = getattr(prepared, "checkpoint", None)
+    if checkpoint is None or not model.program.takes_part or not prepared.plan:
+        return {}
+    path, name = next(iter(prepared.plan.items()))
+    prefix = name[: len(name) - len(path)] if name.endswith(path) else ""
+    taken = set(prepared.plan.values())
+    return {
+        n[len(prefix) :]: checkpoint.load(n)
+        for n in checkpoint.tensor_names
+        if n.startswith(prefix) and n not in taken and n not in checkpoint.buffer_names
+    }
 
 
 def _token_ids(checkpoint_config: dict[str, Any], tokenizer: Any) -> dict[str, Any]:

@@ -49,6 +49,10 @@ FAMILIES = {
                            original_max_position_embeddings=16, rope_theta=100.0, partial_rotary_factor=0.5,
                            rope_scaling={"type": "longrope", "short_factor": [1.0, 1.7], "long_factor": [2.5, 9.0]}),
     "gpt2": dict(n_embd=64, n_layer=2, n_head=4, n_positions=MAX_POSITIONS),
+    "gpt_oss": DECODER | dict(intermediate_size=32, head_dim=8, num_local_experts=4, num_experts_per_tok=2,
+        sliding_window=16, max_position_embeddings=128, layer_types=["sliding_attention", "full_attention"],
+        pad_token_id=None, rope_parameters={"rope_type": "yarn", "rope_theta": 100.0, "factor": 4.0,
+            "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False, "original_max_position_embeddings": 32}),
 }  # fmt: skip
 
 
@@ -135,6 +139,26 @@ def test_round_trip_through_linnet_is_bit_identical_and_loads_in_transformers(mo
     assert np.array_equal(hf_logits(exported, ids), hf_logits(ref, ids))
     again = linnet.load(EXAMPLES / f"{model_type}.linnet", out, max_positions=MAX_POSITIONS, progress=False)
     assert again.notes == []
+
+
+@pytest.mark.parametrize("model_type", ["bert", "roberta"])
+def test_encoders_round_trip_with_the_pooler_they_do_not_compute(model_type, tmp_path):
+    """An encoder (BertModel; RobertaModel, which `@takes_part`: no pooler) exports the same tensors bit for bit,
+    the pooler carried over as stored, so `AutoModel` loads it whole and gives the original's hidden states."""
+    sizes = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128)
+    config = transformers.AutoConfig.for_model(model_type, vocab_size=VOCAB, max_position_embeddings=64, **sizes)
+    torch.manual_seed(0)
+    ref = transformers.AutoModel.from_config(config).eval()
+    ref.save_pretrained(tmp_path / "original")
+    model = linnet.load(EXAMPLES / f"{model_type}.linnet", tmp_path / "original", max_positions=64, progress=False)
+    linnet.export.hf(model, tmp_path / "export")
+    theirs, ours = tensors(tmp_path / "original"), tensors(tmp_path / "export")
+    assert sorted(ours) == sorted(theirs) and all(same_bits(ours[n], theirs[n]) for n in theirs)
+    exported, info = transformers.AutoModel.from_pretrained(tmp_path / "export", output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    ids = torch.from_numpy(np.random.default_rng(4).integers(5, VOCAB, (1, 9)))
+    with torch.inference_mode():
+        assert torch.equal(exported.eval()(input_ids=ids).pooler_output, ref(input_ids=ids).pooler_output)
 
 
 def test_sharded_export_has_an_index_transformers_and_linnet_read(tmp_path):
