@@ -17,7 +17,7 @@ What is written, in transformers 5's schema (checked against what `save_pretrain
 - `generation_config.json`: the source folder's, if it has one, with the token ids above.
 - `tokenizer.json` (the tokenizer Linnet uses, so the ids are Linnet's; from a GGUF file, the one rebuilt from its
   metadata) and `tokenizer_config.json` (`TokenizersBackend`, bos/eos/pad/unk tokens, `add_bos_token` and
-  `add_eos_token` as the tokenizer behaves, the chat template).
+  `add_eos_token` as the tokenizer behaves when it has a BOS token, the chat template).
 
 Everything is written into a temporary folder beside the target, which is renamed to the target at the end: a
 failure leaves nothing behind. Needs numpy, safetensors and tokenizers; never torch or transformers (a PyTorch
@@ -311,18 +311,17 @@ def _write_weights(folder: Path, weights: dict[str, np.ndarray], limit: int) -> 
 
 
 def _write_tokenizer(folder: Path, tokenizer: Any, config: dict[str, Any]) -> None:
-    """tokenizer.json from the tokenizer's `tokenizers` backend, and tokenizer_config.json saying which tokens are
-    bos/eos/pad/unk and whether encoding adds BOS/EOS, as `tokenizers` itself does (transformers 5 rebuilds the
-    post-processor from `add_bos_token`/`add_eos_token`, so they must say what the backend does)."""
+    """tokenizer.json from the tokenizer's `tokenizers` backend, and tokenizer_config.json naming the bos/eos/pad/unk
+    tokens and the chat template.
+
+    transformers 5 (`TokenizersBackend`) replaces the post-processor with `[bos] $A [eos]` when tokenizer_config.json
+    has `add_bos_token` or `add_eos_token`: a tokenizer with a BOS token (the decoders') gets both, saying what
+    encoding does (observed on a probe); one without (BERT's `[CLS] $A [SEP]`) gets neither, so its own
+    post-processor stands."""
     backend = tokenizer.backend
     backend.save(str(folder / "tokenizer.json"))
-    probe = backend.encode("a", add_special_tokens=True).ids
-    eos_id = tokenizer.eos_token_id
     pad_id = config.get("pad_token_id")
-    unk = getattr(backend.model, "unk_token", None)
     tc: dict[str, Any] = {
-        "add_bos_token": tokenizer.add_bos_token,
-        "add_eos_token": bool(eos_id is not None and probe and probe[-1] == eos_id),
         "backend": "tokenizers",
         "bos_token": tokenizer.bos_token,
         "clean_up_tokenization_spaces": False,
@@ -330,11 +329,14 @@ def _write_tokenizer(folder: Path, tokenizer: Any, config: dict[str, Any]) -> No
         "model_max_length": config.get("max_position_embeddings", config.get("n_positions")),
         "pad_token": tokenizer.id_to_token(pad_id) if isinstance(pad_id, int) else None,
         "tokenizer_class": "TokenizersBackend",
+        "unk_token": getattr(backend.model, "unk_token", None),
+        "chat_template": tokenizer.chat_template,
     }
-    if unk:
-        tc["unk_token"] = unk
-    if tokenizer.chat_template is not None:
-        tc["chat_template"] = tokenizer.chat_template
+    if tokenizer.bos_token_id is not None:
+        probe = backend.encode("a", add_special_tokens=True).ids
+        eos_id = tokenizer.eos_token_id
+        tc["add_bos_token"] = tokenizer.add_bos_token
+        tc["add_eos_token"] = bool(eos_id is not None and probe and probe[-1] == eos_id)
     _write_json(folder / "tokenizer_config.json", {k: v for k, v in sorted(tc.items()) if v is not None})
 
 

@@ -161,6 +161,18 @@ def test_encoders_round_trip_with_the_pooler_they_do_not_compute(model_type, tmp
         assert torch.equal(exported.eval()(input_ids=ids).pooler_output, ref(input_ids=ids).pooler_output)
 
 
+def test_an_encoder_s_tokenizer_keeps_its_cls_and_sep(tmp_path):
+    """The embedded all-MiniLM-L6-v2 (a BERT folder): AutoTokenizer on the export adds [CLS] and [SEP] as Linnet's
+    tokenizer does (no add_bos_token to make transformers rebuild the post-processor), and AutoModel loads it."""
+    model = linnet.load(EXAMPLES / "bert.linnet", "all-minilm-l6-v2", max_positions=64, progress=False)
+    linnet.export.hf(model, tmp_path / "export")
+    ours, theirs = model.tokenizer(), transformers.AutoTokenizer.from_pretrained(tmp_path / "export")
+    for text in TEXTS:
+        assert theirs(text)["input_ids"] == ours.encode(text), text
+    _, info = transformers.AutoModel.from_pretrained(tmp_path / "export", output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+
+
 def test_sharded_export_has_an_index_transformers_and_linnet_read(tmp_path):
     """Above max_shard_size the weights are split over model-0000i-of-0000N.safetensors with an index; both
     transformers and Linnet read them back to the same logits."""
