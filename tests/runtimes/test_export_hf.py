@@ -330,6 +330,21 @@ def test_a_family_hugging_face_cannot_name_is_an_error_that_leaves_nothing(tmp_p
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_field_transformers_has_no_key_for_is_an_error_naming_it():
+    """Qwen2's config has no head_dim: transformers computes hidden_size / num_attention_heads, so a model whose
+    head_dim differs (a `--config` override) cannot be written; at the computed value the field is left out."""
+    from linnet.runtimes.export_hf import hf_config, parse_size
+
+    fields = dict(hidden_size=64, num_attention_heads=8, head_dim=8, rope_theta=100.0, rope_scaling=None)
+    written = hf_config("Qwen2ForCausalLM", fields, "f32")
+    assert "head_dim" not in written and written["rope_parameters"] == {"rope_type": "default", "rope_theta": 100.0}
+    with pytest.raises(ExportError, match=r"`head_dim = 16` .*qwen2 config has no `head_dim` and computes 8"):
+        hf_config("Qwen2ForCausalLM", fields | {"head_dim": 16}, "f32")
+    assert (parse_size("5GB"), parse_size("2GiB"), parse_size(1000)) == (5 * 10**9, 2 * 2**30, 1000)
+    with pytest.raises(ExportError, match="max shard size"):
+        parse_size("5 parsecs")
+
+
 def test_an_existing_folder_is_never_overwritten(tmp_path):
     taken = tmp_path / "out"
     taken.mkdir()
