@@ -206,6 +206,21 @@ def test_every_backend_exports_the_same_weights(backend, tmp_path):
     assert sorted(tensors(tmp_path / "export")) == sorted(theirs)
 
 
+def test_a_model_changed_in_memory_leaves_as_it_is_now(tmp_path):
+    """linnet.export.hf writes the parameters the model holds now (a fine-tuned model needs no file round trip),
+    and transformers computes with them: its logits on the export equal Linnet's on the changed model."""
+    original, _ = seeded_folder(tmp_path / "original", "qwen3")
+    model = linnet.load(EXAMPLES / "qwen3.linnet", original, max_positions=MAX_POSITIONS, progress=False)
+    with torch.no_grad():
+        model.module.state_dict()["model.layers.1.mlp.down_proj.weight"].mul_(-3.0)  # the "fine-tuning"
+    linnet.export.hf(model, tmp_path / "export")
+    stored = tensors(original)["model.layers.1.mlp.down_proj.weight"]
+    assert np.array_equal(tensors(tmp_path / "export")["model.layers.1.mlp.down_proj.weight"], stored * -3.0)
+    ids = np.random.default_rng(5).integers(2, VOCAB, (1, 10))
+    delta = max_abs_diff(hf_logits(from_pretrained(tmp_path / "export"), ids), np.array(model.forward(ids)))
+    assert delta < 1e-4
+
+
 def test_bf16_export_is_bf16_for_transformers(tmp_path):
     """--dtype bf16: BF16 tensors (rounded to nearest even, as torch's `to` does), `dtype: bfloat16` in config.json,
     and transformers loads it in bf16 with the logits of the original loaded in bf16."""
