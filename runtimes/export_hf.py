@@ -60,7 +60,7 @@ FAMILIES = {
 
 # Config fields of the zoo's sources that transformers' config class has no key for, by model_type: each with the
 # value transformers computes in its place (from the other fields). They are not written; a model whose value differs
-# (a `--config` override) cannot be written either: `hf_config` refuses it, naming the field.
+# (a `--config` override) cannot be written: `hf_config` refuses it, naming the field.
 def _heads(c: dict[str, Any]) -> int:
     return c["hidden_size"] // c["num_attention_heads"]
 
@@ -180,7 +180,7 @@ def hf_config(
                     f"cannot export {architecture} with `{key} = {json.dumps(value)}` as a Hugging Face checkpoint: "
                     f"transformers' {model_type} config has no `{key}` and computes {json.dumps(implied[key](fields))}"
                 )
-            cfg.pop(key, None)
+            # not written (a source folder's config.json that spells it keeps it: transformers ignores it)
         elif key in NULL_MEANS.get(model_type, {}) and value == NULL_MEANS[model_type][key](fields):
             cfg[key] = None
         elif key not in ("rope_theta", "rope_scaling"):
