@@ -721,18 +721,23 @@ def _run_entry(args: argparse.Namespace, model, entry: str, inputs: list):
 
 
 def cmd_export_hf(args: argparse.Namespace) -> int:
-    """`linnet export hf FILE [--weights W] -o DIR`: the model as a Hugging Face folder (`runtimes.export_hf`). The
-    family and DIR are checked before the weights are read, so a refusal costs nothing and leaves nothing."""
+    """`linnet export hf [FILE] [--weights W] -o DIR`: the model as a Hugging Face folder (`runtimes.export_hf`);
+    without FILE, the zoo's example for the checkpoint's model_type (as `generate` picks it). The family and DIR are
+    checked before the weights are read, so a refusal costs nothing and leaves nothing."""
     try:
-        _check_paths(args)
-        from .ir.build import check_source, read_source
+        if args.file is None and args.weights is None:
+            raise UsageError("give a source FILE, or --weights alone to pick the example for its model_type")
         from .runtimes.export_hf import check_family, check_target
 
         check_target(args.output)
+        if args.file is None:
+            _pick_example(args)
+        _check_paths(args)
+        from .ir.build import check_source, read_source
+
         check_family(check_source(*read_source(args.file), args.preset).analysis.model.ast.name.id)
         model = _load(args, random_weights=False)
-        for note in model.notes:
-            print(f"note: {note}", file=sys.stderr)
+        _print_notes(model)
         from .export import hf
 
         written = hf(model, args.output, dtype=args.dtype, max_shard_size=args.max_shard_size)
@@ -887,7 +892,8 @@ def register(sub) -> None:
     hf = formats.add_parser(
         "hf", help="a Hugging Face folder (config.json, safetensors, tokenizer) for transformers, vLLM, TGI"
     )
-    add_common(hf)
+    add_common(hf, file_help="a .linnet source with a root model; without it, the shipped example for --weights' "
+               "model_type, as `linnet generate` picks it")  # fmt: skip
     hf.add_argument("-o", "--output", metavar="DIR", required=True, help="the folder to create (missing or empty)")
     hf.add_argument("--max-shard-size", default="5GB", metavar="SIZE", help="bytes per safetensors file (5GB)")
     hf.add_argument("--backend", choices=BACKEND_NAMES, default="torch", metavar="BACKEND", help=BACKEND_HELP)

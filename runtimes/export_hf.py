@@ -140,6 +140,7 @@ def export_hf(
         _write_weights(tmp, weights, limit)
         if tokenizer is not None:
             _write_tokenizer(tmp, tokenizer, config)
+        _usual_permissions(tmp)
         if target.exists():
             target.rmdir()  # empty, checked above
         os.replace(tmp, target)
@@ -338,6 +339,16 @@ def _write_tokenizer(folder: Path, tokenizer: Any, config: dict[str, Any]) -> No
         tc["add_bos_token"] = tokenizer.add_bos_token
         tc["add_eos_token"] = bool(eos_id is not None and probe and probe[-1] == eos_id)
     _write_json(folder / "tokenizer_config.json", {k: v for k, v in sorted(tc.items()) if v is not None})
+
+
+def _usual_permissions(folder: Path) -> None:
+    """Give `folder` and its files the modes the user's umask gives new ones (`mkdtemp` makes the folder 0700 and
+    the safetensors writer its files 0600), so that the export is as shareable as `save_pretrained`'s."""
+    umask = os.umask(0)
+    os.umask(umask)
+    folder.chmod(0o777 & ~umask)
+    for file in folder.iterdir():
+        file.chmod(0o666 & ~umask)
 
 
 def _read_json(path: Path) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import subprocess
 import sys
@@ -391,14 +392,23 @@ def test_a_failure_while_writing_leaves_nothing(tmp_path, monkeypatch):
 
 
 def test_cli_exports_and_refuses_with_one_line(tmp_path):
-    """`linnet export hf` writes the folder (exit 0); an unsupported family is one line on stderr, exit 1, no
-    traceback, nothing on disk."""
+    """`linnet export hf` writes the folder (exit 0) with the modes the umask gives new files, as save_pretrained
+    does; without FILE it picks the example for the checkpoint's model_type; an unsupported family is one line on
+    stderr, exit 1, no traceback, nothing on disk."""
     original, _ = seeded_folder(tmp_path / "original", "qwen3")
     cli = [sys.executable, "-m", "linnet", "export", "hf"]
     ok = subprocess.run([*cli, str(EXAMPLES / "qwen3.linnet"), "--weights", str(original), "-o", str(tmp_path / "q")],
                         capture_output=True, text=True)  # fmt: skip
     assert ok.returncode == 0, ok.stderr
+    umask = os.umask(0)
+    os.umask(umask)
+    assert {p.stat().st_mode & 0o777 for p in (tmp_path / "q").iterdir()} == {0o666 & ~umask}
+    assert (tmp_path / "q").stat().st_mode & 0o777 == 0o777 & ~umask
     assert all(same_bits(a, tensors(original)[n]) for n, a in tensors(tmp_path / "q").items())
+    picked = subprocess.run([*cli, "--weights", str(original), "-o", str(tmp_path / "q2")], capture_output=True,
+                            text=True)  # fmt: skip
+    assert picked.returncode == 0 and "using examples/qwen3.linnet" in picked.stderr, picked.stderr
+    assert all(same_bits(a, tensors(original)[n]) for n, a in tensors(tmp_path / "q2").items())
     mlp = str(EXAMPLES / "mlp.linnet")
     bad = subprocess.run([*cli, mlp, "-o", str(tmp_path / "m")], capture_output=True, text=True)
     assert bad.returncode == 1
