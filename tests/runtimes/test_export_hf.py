@@ -336,6 +336,20 @@ def test_gguf_export_loads_back_into_linnet_with_the_gguf_s_logits(smollm2):
     assert back.tokenizer().encode(TEXTS[3]) == gguf.tokenizer().encode(TEXTS[3])
 
 
+@slow_smollm2
+def test_a_real_tokenizer_round_trips_through_linnet(smollm2, tmp_path):
+    """HF -> Linnet -> HF with a real tokenizer (SmolLM2's export as the source folder): every file the same (the
+    JSON files equal, the tensors bit for bit)."""
+    _, out, _ = smollm2
+    again = linnet.load(LLAMA, out, max_positions=16, progress=False)
+    linnet.export.hf(again, tmp_path / "again")
+    assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in (tmp_path / "again").iterdir())
+    for name in ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"):
+        assert read_json(tmp_path / "again" / name) == read_json(out / name), name
+    theirs = tensors(out)
+    assert all(same_bits(a, theirs[n]) for n, a in tensors(tmp_path / "again").items())
+
+
 # ------------------------------------------------------------------------------------------------------- errors
 
 
