@@ -36,9 +36,9 @@ from typing import Any
 
 import numpy as np
 
-from linnet.errors import ExportError
+from linnet.errors import CheckpointError, ExportError
 
-from .checkpoints import cast_floating
+from .checkpoints import cast_floating, check_cast_fits, is_floating, numpy_dtype
 from .model_weights import model_weights
 
 __all__ = ["export_hf", "FAMILIES", "check_family", "check_target", "hf_config", "parse_size", "DEFAULT_MAX_SHARD_SIZE"]
@@ -105,8 +105,9 @@ def export_hf(
             above it the weights are sharded with an index.
 
     Returns the files written, inside `out_dir`.
-    Raises ExportError for a family or config Hugging Face cannot express (naming the family or field), an
-    `out_dir` that exists and is not empty, or a bad dtype / max_shard_size; OSError when the folder cannot be
+    Raises ExportError for a family or config Hugging Face cannot express (naming the family or field), a weight
+    that overflows `dtype` (f32 beyond 65504 to f16, naming the tensor), an `out_dir` that exists and is not
+    empty, or a bad dtype / max_shard_size; OSError when the folder cannot be
     written. Nothing is left on disk after an error.
     """
     if dtype is not None and dtype not in _TORCH_DTYPES:
@@ -127,8 +128,13 @@ def export_hf(
         base=_read_json(source_dir / "config.json") if source_dir else {},
         token_ids=_token_ids(checkpoint.config if checkpoint is not None else {}, tokenizer),
     )
-    weights = {name: cast_floating(a, weight_dtype) for name, a in model_weights(model).items()}
-    weights |= {name: cast_floating(a, weight_dtype) for name, a in _untaken(model).items()}
+    weights = model_weights(model) | _untaken(model)  # as held (views where the backend allows), cast per shard
+    for name, a in weights.items():
+        try:
+            check_cast_fits(a, weight_dtype, name, "the model")
+        except CheckpointError as err:
+            message = err.message.replace("load it in", "export in")
+            raise ExportError(f"cannot export as {weight_dtype}: {message}") from None
 
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent))
@@ -137,7 +143,7 @@ def export_hf(
         generation = _read_json(source_dir / "generation_config.json") if source_dir else {}
         generation.pop("transformers_version", None)
         _write_json(tmp / "generation_config.json", generation | _generation_ids(config))
-        _write_weights(tmp, weights, limit)
+        _write_weights(tmp, weights, weight_dtype, limit)
         if tokenizer is not None:
             _write_tokenizer(tmp, tokenizer, config)
         _usual_permissions(tmp)
@@ -285,30 +291,34 @@ def _generation_ids(config: dict[str, Any]) -> dict[str, Any]:
     return {k: config[k] for k in ("bos_token_id", "eos_token_id", "pad_token_id") if config.get(k) is not None}
 
 
-def _write_weights(folder: Path, weights: dict[str, np.ndarray], limit: int) -> None:
+def _write_weights(folder: Path, weights: dict[str, np.ndarray], dtype: str, limit: int) -> None:
     """`model.safetensors`, or shards of at most `limit` bytes (a tensor bigger than that gets a shard of its own)
-    in parameter order, with `model.safetensors.index.json` mapping each name to its shard."""
+    in parameter order, with `model.safetensors.index.json` mapping each name to its shard. Floating-point tensors
+    are cast to `dtype` one shard at a time, so an export holds at most one shard's copies beside the model."""
     from safetensors.numpy import save_file
 
-    shards: list[dict[str, np.ndarray]] = [{}]
-    size = 0
+    def nbytes(a: np.ndarray) -> int:
+        return a.size * numpy_dtype(dtype).itemsize if is_floating(a) else a.nbytes
+
+    shards: list[list[str]] = [[]]
+    size = total = 0
     for name, a in weights.items():
-        if shards[-1] and size + a.nbytes > limit:
-            shards.append({})
+        if shards[-1] and size + nbytes(a) > limit:
+            shards.append([])
             size = 0
-        shards[-1][name] = np.ascontiguousarray(a)
-        size += a.nbytes
+        shards[-1].append(name)
+        size += nbytes(a)
+        total += nbytes(a)
     metadata = {"format": "pt"}  # what transformers writes and checks
-    if len(shards) == 1:
-        save_file(shards[0], folder / "model.safetensors", metadata=metadata)
-        return
     weight_map = {}
-    for i, shard in enumerate(shards, 1):
-        name = f"model-{i:05d}-of-{len(shards):05d}.safetensors"
-        save_file(shard, folder / name, metadata=metadata)
-        weight_map |= dict.fromkeys(shard, name)
-    total = sum(a.nbytes for a in weights.values())
-    _write_json(folder / "model.safetensors.index.json", {"metadata": {"total_size": total}, "weight_map": weight_map})
+    for i, names in enumerate(shards, 1):
+        file = "model.safetensors" if len(shards) == 1 else f"model-{i:05d}-of-{len(shards):05d}.safetensors"
+        shard = {n: np.ascontiguousarray(cast_floating(weights[n], dtype)) for n in names}
+        save_file(shard, folder / file, metadata=metadata)
+        weight_map |= dict.fromkeys(names, file)
+    if len(shards) > 1:
+        index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+        _write_json(folder / "model.safetensors.index.json", index)
 
 
 def _write_tokenizer(folder: Path, tokenizer: Any, config: dict[str, Any]) -> None:

@@ -375,6 +375,17 @@ def test_a_field_transformers_has_no_key_for_is_an_error_naming_it():
         parse_size("5 parsecs")
 
 
+def test_a_weight_f16_cannot_hold_is_an_error_not_an_inf(tmp_path):
+    original, _ = seeded_folder(tmp_path / "original", "qwen2")
+    model = linnet.load(EXAMPLES / "qwen2.linnet", original, max_positions=MAX_POSITIONS, progress=False)
+    with torch.no_grad():
+        model.module.state_dict()["model.norm.weight"][3] = 1e5
+    with pytest.raises(ExportError, match=r"cannot export as f16: .*'model.norm.weight' overflows .*export in a wider"):
+        linnet.export.hf(model, tmp_path / "out", dtype="f16")
+    assert not (tmp_path / "out").exists()
+    linnet.export.hf(model, tmp_path / "out", dtype="bf16")  # bf16 has f32's range
+
+
 def test_an_existing_folder_is_never_overwritten(tmp_path):
     taken = tmp_path / "out"
     taken.mkdir()
