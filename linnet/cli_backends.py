@@ -1,5 +1,5 @@
 """`linnet ir`, `linnet torch`, `linnet jax`, `linnet stablehlo`, `linnet onnx`, `linnet run`,
-`linnet generate`, `linnet cache` and `linnet backends`.
+`linnet generate`, `linnet export hf`, `linnet cache` and `linnet backends`.
 
 Like the rest of the CLI these import lazily: `ir`, `torch` and `jax` need the front end and
 the code generator (no framework); `stablehlo` needs jax; `onnx` needs onnx and onnx-ir; `run`
@@ -779,6 +779,34 @@ def _run_entry(args: argparse.Namespace, model, entry: str, inputs: list):
     return [(list(o.shape), o.dtype.name, np.asarray(o, dtype=np.float64)) for o in outs], elapsed, compiled
 
 
+def cmd_export_hf(args: argparse.Namespace) -> int:
+    """`linnet export hf [FILE] [--weights W] -o DIR`: the model as a Hugging Face folder (`runtimes.export_hf`);
+    without FILE, the zoo's example for the checkpoint's model_type (as `generate` picks it). The family and DIR are
+    checked before the weights are read, so a refusal costs nothing and leaves nothing."""
+    try:
+        if args.file is None and args.weights is None:
+            raise UsageError("give a source FILE, or --weights alone to pick the example for its model_type")
+        from .runtimes.export_hf import check_family, check_target
+
+        check_target(args.output)
+        if args.file is None:
+            _pick_example(args)
+        _check_paths(args)
+        from .ir.build import check_source, read_source
+
+        check_family(check_source(*read_source(args.file), args.preset).analysis.model.ast.name.id)
+        model = _load(args, random_weights=False)
+        _print_notes(model)
+        from .export import hf
+
+        written = hf(model, args.output, dtype=args.dtype, max_shard_size=args.max_shard_size)
+    except FAILURES as err:
+        return _fail("export hf", err)
+    for path in written:
+        print(f"wrote {path}", file=sys.stderr)
+    return EXIT_OK
+
+
 def cmd_backends(args: argparse.Namespace) -> int:
     """`linnet backends`: the registry, one backend per line, and whether each can run here on
     `--device` (asking the framework, so this imports the installed ones)."""
@@ -937,6 +965,18 @@ def register(sub) -> None:
     ca = sub.add_parser("cache", help="show (info) or remove (clear) the persistent compile caches")
     ca.add_argument("action", nargs="?", choices=("info", "clear"), default="info")
     ca.set_defaults(func=cmd_cache)
+
+    ex = sub.add_parser("export", help="write a model in a format other engines load (hf)")
+    formats = ex.add_subparsers(dest="format", required=True, metavar="FORMAT")
+    hf = formats.add_parser(
+        "hf", help="a Hugging Face folder (config.json, safetensors, tokenizer) for transformers, vLLM, TGI"
+    )
+    add_common(hf, file_help="a .linnet source with a root model; without it, the shipped example for --weights' "
+               "model_type, as `linnet generate` picks it")  # fmt: skip
+    hf.add_argument("-o", "--output", metavar="DIR", required=True, help="the folder to create (missing or empty)")
+    hf.add_argument("--max-shard-size", default="5GB", metavar="SIZE", help="bytes per safetensors file (5GB)")
+    hf.add_argument("--backend", choices=BACKEND_NAMES, default="torch", metavar="BACKEND", help=BACKEND_HELP)
+    hf.set_defaults(func=cmd_export_hf, provider=None)
 
     be = sub.add_parser("backends", help="list the backends and whether each can run here")
     be.add_argument("--device", default="cpu", help="the device to ask about (cpu, cuda)")
