@@ -26,6 +26,19 @@ def _private_compile_cache(tmp_path_factory):
     del os.environ["LINNET_CACHE_DIR"]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _one_torch_thread_per_worker():
+    """Under pytest-xdist (`make test` runs `-n 2`) each worker process runs PyTorch in this process with one
+    intra-op thread: two workers of two threads each on two cores wait for each other at every op (OpenMP's
+    threads spin at each barrier), many times slower than one thread each. OMP_NUM_THREADS is left alone, so the
+    CLI processes the tests start choose their threads as a user's would (runtimes/threads.py)."""
+    if os.environ.get("PYTEST_XDIST_WORKER") and installed("torch"):
+        import torch
+
+        torch.set_num_threads(1)
+    yield
+
+
 def check_golden(path: Path, actual: str) -> None:
     """Compare `actual` with the golden file at `path`. A missing golden is written (and the
     test fails so that it gets reviewed); LINNET_UPDATE_GOLDEN=1 rewrites goldens."""
