@@ -25,9 +25,10 @@ run: $(STAMP)
 	$(VENV)/bin/linnet generate examples/llama.linnet --chat --prompt $(PROMPT) --backend xla
 	$(VENV)/bin/linnet generate examples/llama.linnet --chat --prompt $(PROMPT) --backend onnxruntime
 
-# The suite runs in TEST_WORKERS processes (pytest-xdist), one test file at a time on a worker, so that a file's
-# module-scoped fixtures (models saved, a language server started, a checkpoint read) are built once. Each worker
-# runs PyTorch with one thread (tests/conftest.py). `make test` runs everything, slow tests included (CI runs it);
+# The suite runs in TEST_WORKERS processes (pytest-xdist), each test file whole on one worker so that its
+# module-scoped fixtures (models saved, a language server started, a checkpoint read) are built once, but for a few
+# files of long independent tests that are spread test by test (tests/conftest.py: SPLIT_ACROSS_WORKERS). Each
+# worker runs PyTorch with one thread (tests/conftest.py). `make test` runs everything, slow tests included (CI runs it);
 # `make test-fast` leaves out the tests marked slow, for the inner loop. TEST_WORKERS=0 runs in one process.
 TEST_WORKERS ?= 2
 PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
