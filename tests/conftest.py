@@ -44,6 +44,9 @@ def pytest_xdist_make_scheduler(config, log):
     ignores, so every test ran alone.)"""
     if config.getvalue("dist") != "loadfile":
         return None
+    missing = sorted(f for f in SPLIT_ACROSS_WORKERS if not (ROOT / f).is_file())
+    if missing:
+        raise pytest.UsageError(f"tests/conftest.py: SPLIT_ACROSS_WORKERS names files that do not exist: {missing}")
     from xdist.scheduler import LoadScopeScheduling
 
     class FileOrTestScheduling(LoadScopeScheduling):
