@@ -14,7 +14,10 @@ catches one class and prints one line or block, never a traceback:
     │                      ops without kernels; or a bad backend argument
     ├── RunError           an entry called with inputs that don't fit its signature or the KV cache
     │                      (also a ValueError)
-    └── CodegenError       an op or argument a code generator or exporter cannot express
+    ├── CodegenError       an op or argument a code generator or exporter cannot express
+    └── ExportError        a model a checkpoint format (Hugging Face, GGUF) cannot express: a family,
+                           a config value or a tokenizer the format has no spelling for; or an output
+                           path that cannot be written
 
 An error that has a diagnostic code (docs/diagnostics.md; today the L5xx checkpoint codes) carries
 it in `code`, not pasted into its message; `str(err)` renders both in one place
@@ -36,6 +39,7 @@ __all__ = [
     "BackendError",
     "RunError",
     "CodegenError",
+    "ExportError",
 ]
 
 
@@ -94,3 +98,9 @@ class RunError(LinnetError, ValueError):
 class CodegenError(LinnetError):
     """An op, dtype or argument a code generator (PyTorch, JAX) or exporter (ONNX) cannot
     express. Names the op."""
+
+
+class ExportError(LinnetError):
+    """A model that a checkpoint format (`linnet export hf`, `linnet export gguf`) cannot express: a family
+    without an entry in the format, a config value it has no key for, a tokenizer it cannot hold, or an
+    output folder or file that already exists. Names the family, field or path; nothing is left on disk."""
