@@ -352,3 +352,73 @@ def test_llama_cpp_gives_linnets_greedy_tokens(gqa, exports, file_type):
     if file_type == "q8_0":
         print(f"q8_0: llama.cpp's top-1 is Linnet's greedy token at {agree} of {total} positions")
         assert agree >= Q8_0_AGREEMENT * total
+
+
+# -- the embedded SmolLM2 GGUF (Q4_1) -> Linnet -> GGUF -----------------------------------------------------------
+
+SMOLLM2 = "smollm2-135m-instruct"
+SMOLLM2_CHAT = [{"role": "user", "content": "Name three rivers of Europe."}]
+# the tokenizer keys of the original file the export must carry unchanged (llama-quantize's file has these too)
+TOKENIZER_KEYS = (
+    "tokenizer.ggml.model",
+    "tokenizer.ggml.pre",
+    "tokenizer.ggml.tokens",
+    "tokenizer.ggml.token_type",
+    "tokenizer.ggml.merges",
+    "tokenizer.ggml.bos_token_id",
+    "tokenizer.ggml.eos_token_id",
+    "tokenizer.ggml.padding_token_id",
+    "tokenizer.ggml.add_bos_token",
+    "tokenizer.chat_template",
+)
+
+
+@pytest.fixture(scope="module")
+def smollm2(tmp_path_factory):
+    """(original path, Linnet model of it, {type: export path}) for the embedded SmolLM2, exported as f32 and q4_1
+    (its own type)."""
+    model = lt.load(LLAMA, weights=SMOLLM2, max_positions=128, progress=False)
+    out = tmp_path_factory.mktemp("smollm2")
+    paths = {t: linnet.export.gguf(model, out / f"smollm2-{t}.gguf", type=t) for t in ("f32", "q4_1")}
+    return model.prepared.checkpoint.path, model, paths
+
+
+def chat_ids(tok) -> list[int]:
+    from linnet.runtimes.chat import render_chat
+
+    text = render_chat(tok.chat_template, SMOLLM2_CHAT, add_generation_prompt=True, bos_token=tok.bos_token)
+    return tok.encode(text, add_special_tokens=False)
+
+
+@pytest.mark.slow
+def test_smollm2_reexported_as_q4_1_is_byte_identical(smollm2):
+    original, _, paths = smollm2
+    ours, theirs = raw_tensors(paths["q4_1"]), raw_tensors(original)
+    assert set(ours) == set(theirs)
+    for name, data in theirs.items():
+        assert np.array_equal(ours[name], data), name
+    ours, theirs = (gguf.GGUFReader(str(p)).fields for p in (paths["q4_1"], original))
+    for key in TOKENIZER_KEYS:
+        assert ours[key].contents() == theirs[key].contents(), key
+
+
+@pytest.mark.slow
+def test_smollm2_f32_export_gives_the_same_logits(smollm2):
+    _, model, paths = smollm2
+    ids = np.array([chat_ids(model.tokenizer())])
+    exported = lt.load(LLAMA, weights=paths["f32"], max_positions=128, progress=False)
+    np.testing.assert_allclose(exported.forward(ids), model.forward(ids), rtol=0, atol=1e-6)
+
+
+@pytest.mark.slow
+@pytest.mark.llama_cpp
+def test_llama_cpp_runs_the_smollm2_exports_as_the_original(smollm2):
+    from tests.runtimes.conftest import linnet_greedy as greedy
+
+    original, model, paths = smollm2
+    ids = chat_ids(model.tokenizer())
+    ours = greedy(model, ids, GREEDY_TOKENS)
+    assert llama_cpp_greedy(llama_cpp_model(paths["f32"]), ids, GREEDY_TOKENS) == ours
+    assert llama_cpp_greedy(llama_cpp_model(paths["q4_1"]), ids, GREEDY_TOKENS) == llama_cpp_greedy(
+        llama_cpp_model(original), ids, GREEDY_TOKENS
+    )
