@@ -4,11 +4,12 @@
     export_gguf(model, "out/smollm2.gguf", file_type="q8_0")
 
 Written with the `gguf` package's `GGUFWriter`, the way llama.cpp's convert_hf_to_gguf.py writes the family
-(`LlamaModel`): the architecture keys (`llama.*`), tensors under llama.cpp's names (gguf-py tensor_mapping.py), the
-rows of Q and K permuted for llama.cpp's rotary layout (`LlamaModel.permute`; K with the KV head count), Llama 3's
-rope scaling as the tensor `rope_freqs.weight` (`LlamaModel.generate_extra_tensors`), no `output.weight` when the
-head is tied to the embeddings, and the tokenizer as `tokenizer.ggml.*` metadata (byte-level BPE: tokens, token
-types, merges, an explicit pre-tokenizer type llama.cpp knows, special ids, add_bos/add_eos, the chat template).
+(`ARCHITECTURES`: Llama and Mistral as its `LlamaModel`, Qwen2, Qwen3): the architecture keys (`llama.*`),
+tensors under llama.cpp's names (gguf-py tensor_mapping.py), for the llama architecture the rows of Q and K
+permuted for llama.cpp's rotary layout (`LlamaModel.permute`; K with the KV head count), Llama 3's rope scaling
+as the tensor `rope_freqs.weight` (`LlamaModel.generate_extra_tensors`), no `output.weight` when the head is tied
+to the embeddings, and the tokenizer as `tokenizer.ggml.*` metadata (byte-level BPE: tokens, token types,
+merges, an explicit pre-tokenizer type llama.cpp knows, special ids, add_bos/add_eos, the chat template).
 
 Tensor types (`--type`), as convert_hf_to_gguf.py and llama-quantize choose them: 1-D tensors (norms, biases,
 `rope_freqs.weight`) stay f32; 2-D weights take the file type; a row not a multiple of the quantization block
@@ -49,14 +50,35 @@ FILE_TYPES = {
     "q4_0": ("Q4_0", "MOSTLY_Q4_0"),
     "q4_1": ("Q4_1", "MOSTLY_Q4_1"),
 }
-# The source's root model (the transformers class) -> llama.cpp's architecture name (general.architecture).
-ARCHITECTURES = {"LlamaForCausalLM": "llama"}
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """How one family is written: llama.cpp's architecture name (general.architecture, the prefix of its keys),
+    whether Q/K rows are permuted to interleaved rotary pairs (llama.cpp's LLM_ARCH_LLAMA rotates adjacent pairs;
+    qwen2 and qwen3 use NEOX rotation, Hugging Face's halves, and are written as they are), and whether the file
+    can hold llama3 / linear rope scaling."""
+
+    name: str
+    permute_qk: bool
+    rope_scaling: tuple[str | None, ...] = (None, "default")
+
+
+# The source's root model (the transformers class) -> how llama.cpp's convert_hf_to_gguf.py writes it: Mistral is
+# its `LlamaModel` too (llama.cpp's llama architecture), Qwen2/Qwen3 their own architectures.
+ARCHITECTURES = {
+    "LlamaForCausalLM": Architecture("llama", True, (None, "default", "linear", "llama3")),
+    "MistralForCausalLM": Architecture("llama", True, (None, "default", "linear")),
+    "Qwen2ForCausalLM": Architecture("qwen2", False, (None, "default", "linear")),
+    "Qwen3ForCausalLM": Architecture("qwen3", False, (None, "default", "linear")),
+}
 # Hugging Face Llama names -> llama.cpp's: the reader's table (gguf-py tensor_mapping.py, LLAMA entries) inverted,
 # so that what is written is what `GGUFCheckpoint` reads back
 _TOP = {hf: name for name, hf in _GGUF_TOP.items()}
-_BLOCK = {hf: name for name, hf in _GGUF_BLOCK.items()}
-# rope_scaling["rope_type"] values the llama architecture is written with (None: no scaling)
-_ROPE_TYPES = (None, "default", "linear", "llama3")
+_BLOCK = {hf: name for name, hf in _GGUF_BLOCK.items()} | {
+    "self_attn.q_norm": "attn_q_norm",  # Qwen3 (gguf-py MODEL_TENSOR.ATTN_Q_NORM)
+    "self_attn.k_norm": "attn_k_norm",
+}
 # llama.cpp `llama_token_type`: what tokenizer.ggml.token_type holds per token
 _NORMAL, _CONTROL, _USER_DEFINED, _UNUSED = 1, 3, 4, 5
 
@@ -93,7 +115,7 @@ def export_gguf(model: Any, out_path: str | os.PathLike[str], file_type: str = "
     if arch is None:
         raise ExportError(
             f"{program.model} has no GGUF architecture in Linnet's export (supported: "
-            f"{', '.join(f'{k} as {v}' for k, v in ARCHITECTURES.items())})"
+            f"{', '.join(f'{k} as {v.name}' for k, v in ARCHITECTURES.items())})"
         )
     config = dict(program.config)
     metadata = llama_metadata(config, program.model)
@@ -103,14 +125,14 @@ def export_gguf(model: Any, out_path: str | os.PathLike[str], file_type: str = "
     pad_id = _pad_token_id(model, config)
     if tok_metadata and pad_id is not None:
         tok_metadata["tokenizer.ggml.padding_token_id"] = pad_id
-    tensors = gguf_tensors(model_weights(model), config, file_type)
+    tensors = gguf_tensors(model_weights(model), config, file_type, permute_qk=arch.permute_qk)
     target = Path(out_path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent)
     os.close(fd)
     tmp = Path(tmp_name)
     try:
-        _write(tmp, arch, file_type, getattr(program, "preset", None), metadata, tok_metadata, tensors)
+        _write(tmp, arch.name, file_type, getattr(program, "preset", None), metadata, tok_metadata, tensors)
         umask = os.umask(0)
         os.umask(umask)
         tmp.chmod(0o666 & ~umask)  # mkstemp's 0600 -> what open() would have created
@@ -132,9 +154,12 @@ def _pad_token_id(model: Any, config: dict[str, Any]) -> int | None:
 
 
 def llama_metadata(config: dict[str, Any], family: str) -> dict[str, Any]:
-    """The `llama.*` keys of `config` (Hugging Face field names), as `LlamaModel.set_gguf_parameters` writes them
-    (key -> value; ints are written as uint32, floats as float32). Raises ExportError for a config the llama
+    """The `{arch}.*` keys of `config` (Hugging Face field names) for `family` (a key of ARCHITECTURES), as
+    `LlamaModel.set_gguf_parameters` writes them (key -> value; ints are written as uint32, floats as float32).
+    A Mistral sliding window shorter than the context becomes the context length: llama.cpp's llama architecture
+    attends over the whole cache, which equals the window up to that length. Raises ExportError for a config the
     architecture cannot express, naming the field."""
+    arch = ARCHITECTURES[family]
     act = config.get("hidden_act", "silu")
     if act != "silu":
         raise ExportError(f"{family}: hidden_act {act!r} cannot be written to GGUF (llama.cpp's llama runs silu)")
@@ -158,11 +183,17 @@ def llama_metadata(config: dict[str, Any], family: str) -> dict[str, Any]:
     }
     scaling = config.get("rope_scaling") or {}
     kind = scaling.get("rope_type", scaling.get("type"))
-    if kind not in _ROPE_TYPES:
+    if kind not in arch.rope_scaling:
+        written = ", ".join(str(k or "none") for k in arch.rope_scaling)
         raise ExportError(
-            f"{family}: rope_scaling rope_type {kind!r} has no GGUF form in Linnet's export (llama.cpp's llama "
-            "architecture is written with no scaling, linear or llama3)"
+            f"{family}: rope_scaling rope_type {kind!r} has no GGUF form in Linnet's export (llama.cpp's "
+            f"{arch.name} architecture is written with rope_type {written})"
         )
+    window = config.get("sliding_window")
+    if config.get("use_sliding_window"):
+        raise ExportError(f"{family}: use_sliding_window = true has no GGUF form for llama.cpp's {arch.name}")
+    if family == "MistralForCausalLM" and isinstance(window, int) and window < md["context_length"]:
+        md["context_length"] = window
     if kind == "linear" and float(scaling.get("factor", 1.0)) != 1.0:
         md["rope.scaling.type"] = "linear"
         md["rope.scaling.factor"] = float(scaling["factor"])
@@ -203,10 +234,13 @@ def gguf_name(hf_name: str) -> str | None:
     return None
 
 
-def gguf_tensors(weights: dict[str, np.ndarray], config: dict[str, Any], file_type: str) -> list[GGUFTensor]:
-    """The tensors of a Llama model's `weights` ({Hugging Face name: array}) as llama.cpp lays them out, each with
-    its ggml type for `file_type` (see the module docstring). A tied head is not written (llama.cpp reuses
-    `token_embd.weight`). Raises ExportError naming a weight the architecture has no tensor for."""
+def gguf_tensors(
+    weights: dict[str, np.ndarray], config: dict[str, Any], file_type: str, permute_qk: bool = True
+) -> list[GGUFTensor]:
+    """The tensors of a Llama-like model's `weights` ({Hugging Face name: array}) as llama.cpp lays them out, each
+    with its ggml type for `file_type` (see the module docstring); Q/K rows permuted when `permute_qk` (llama's
+    rotary layout). A tied head is not written (llama.cpp reuses `token_embd.weight`). Raises ExportError naming
+    a weight the architecture has no tensor for."""
     heads = int(config["num_attention_heads"])
     kv_heads = int(config.get("num_key_value_heads") or heads)
     tied = bool(config.get("tie_word_embeddings"))
@@ -216,11 +250,11 @@ def gguf_tensors(weights: dict[str, np.ndarray], config: dict[str, Any], file_ty
             continue
         name = gguf_name(hf_name)
         if name is None:
-            raise ExportError(f"weight {hf_name!r} has no tensor in llama.cpp's llama architecture")
+            raise ExportError(f"weight {hf_name!r} has no tensor in llama.cpp's architecture")
         data = np.asarray(cast_floating(array, "f32"), dtype=np.float32)
-        if ".attn_q." in name:
+        if permute_qk and ".attn_q." in name:
             data = llamacpp_permute(data, heads)
-        elif ".attn_k." in name:
+        elif permute_qk and ".attn_k." in name:
             data = llamacpp_permute(data, kv_heads)
         is_output = name == "output.weight" or (tied and name == "token_embd.weight")
         out.append(GGUFTensor(name, data, _tensor_type(data, file_type, is_output)))

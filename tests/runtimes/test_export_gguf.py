@@ -23,7 +23,7 @@ import pytest
 
 from linnet.errors import ExportError
 from linnet.runtimes.checkpoints import open_checkpoint
-from tests.runtimes.conftest import GPT2, LLAMA, perturb
+from tests.runtimes.conftest import GPT2, LLAMA, MISTRAL, QWEN2, QWEN3, perturb
 from tests.runtimes.gguf_writing import gguf_name, llamacpp_permute, llamacpp_rope_freqs
 
 torch = pytest.importorskip("torch")
@@ -352,6 +352,67 @@ def test_llama_cpp_gives_linnets_greedy_tokens(gqa, exports, file_type):
     if file_type == "q8_0":
         print(f"q8_0: llama.cpp's top-1 is Linnet's greedy token at {agree} of {total} positions")
         assert agree >= Q8_0_AGREEMENT * total
+
+
+# -- the other decoder families ----------------------------------------------------------------------------------
+
+# family -> (example, transformers config class, its extra fields, llama.cpp architecture, Q/K permuted)
+FAMILIES = {
+    "mistral": (MISTRAL, "MistralConfig", {"sliding_window": None}, "llama", True),
+    "qwen2": (QWEN2, "Qwen2Config", {}, "qwen2", False),
+    "qwen3": (QWEN3, "Qwen3Config", {"head_dim": 16}, "qwen3", False),
+}
+
+
+@pytest.fixture(scope="module", params=list(FAMILIES))
+def family(request, tmp_path_factory):
+    """(family, transformers model, Linnet model, f32 export) of a seeded 2-layer GQA model of each family."""
+    import transformers
+
+    source, config_class, extra, _, _ = FAMILIES[request.param]
+    fields = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2)
+    fields |= dict(num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=256, rope_theta=500.0)
+    fields |= dict(rms_norm_eps=1e-5, tie_word_embeddings=False, initializer_range=0.2, bos_token_id=0, eos_token_id=0)
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(getattr(transformers, config_class)(**fields, **extra))
+    perturb(model.eval(), seed=1, scale=0.2)
+    folder = hf_folder(tmp_path_factory.mktemp(request.param) / "hf", model)
+    ours = lt.load(source, weights=folder, max_positions=128, progress=False)
+    path = linnet.export.gguf(ours, folder.parent / f"{request.param}.gguf")
+    return request.param, model, ours, path
+
+
+def test_families_are_written_as_convert_hf_to_gguf_writes_them(family):
+    name, model, _, path = family
+    arch, permuted = FAMILIES[name][3], FAMILIES[name][4]
+    reader = gguf.GGUFReader(str(path))
+    assert reader.fields["general.architecture"].contents() == arch
+    assert reader.fields[f"{arch}.attention.head_count_kv"].contents() == 2
+    raw = {t.name: np.array(t.data) for t in reader.tensors}
+    c = model.config
+    for hf_name, value in model.state_dict().items():
+        value = value.detach().numpy()
+        gname = gguf_name(hf_name) if "_norm." not in hf_name.split("self_attn")[-1] else None
+        if gname is None:  # Qwen3's q_norm / k_norm
+            layer, kind = hf_name.split(".")[2], hf_name.split(".")[-2]
+            gname = f"blk.{layer}.attn_{kind}.weight"
+        elif permuted and ".q_proj." in hf_name:
+            value = llamacpp_permute(value, c.num_attention_heads, c.num_attention_heads)
+        elif permuted and ".k_proj." in hf_name:
+            value = llamacpp_permute(value, c.num_attention_heads, c.num_key_value_heads)
+        assert np.array_equal(raw.pop(gname), value), hf_name
+    assert raw == {}
+
+
+@pytest.mark.llama_cpp
+def test_llama_cpp_gives_linnets_greedy_tokens_on_each_family(family):
+    from tests.runtimes.conftest import linnet_greedy as greedy
+
+    _, _, ours, path = family
+    llm = llama_cpp_model(path)
+    for prompt in PROMPTS:
+        ids = ours.tokenizer().encode(prompt)
+        assert llama_cpp_greedy(llm, ids, GREEDY_TOKENS) == greedy(ours, ids, GREEDY_TOKENS), prompt
 
 
 # -- the embedded SmolLM2 GGUF (Q4_1) -> Linnet -> GGUF -----------------------------------------------------------
