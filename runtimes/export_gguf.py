@@ -26,7 +26,8 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -52,32 +53,63 @@ FILE_TYPES = {
 }
 
 
-@dataclass(frozen=True)
-class Architecture:
-    """How one family is written: llama.cpp's architecture name (general.architecture, the prefix of its keys),
-    whether Q/K rows are permuted to interleaved rotary pairs (llama.cpp's LLM_ARCH_LLAMA rotates adjacent pairs;
-    qwen2 and qwen3 use NEOX rotation, Hugging Face's halves, and are written as they are), and whether the file
-    can hold llama3 / linear rope scaling."""
-
-    name: str
-    permute_qk: bool
-    rope_scaling: tuple[str | None, ...] = (None, "default")
-
-
-# The source's root model (the transformers class) -> how llama.cpp's convert_hf_to_gguf.py writes it: Mistral is
-# its `LlamaModel` too (llama.cpp's llama architecture), Qwen2/Qwen3 their own architectures.
-ARCHITECTURES = {
-    "LlamaForCausalLM": Architecture("llama", True, (None, "default", "linear", "llama3")),
-    "MistralForCausalLM": Architecture("llama", True, (None, "default", "linear")),
-    "Qwen2ForCausalLM": Architecture("qwen2", False, (None, "default", "linear")),
-    "Qwen3ForCausalLM": Architecture("qwen3", False, (None, "default", "linear")),
-}
 # Hugging Face Llama names -> llama.cpp's: the reader's table (gguf-py tensor_mapping.py, LLAMA entries) inverted,
 # so that what is written is what `GGUFCheckpoint` reads back
 _TOP = {hf: name for name, hf in _GGUF_TOP.items()}
 _BLOCK = {hf: name for name, hf in _GGUF_BLOCK.items()} | {
     "self_attn.q_norm": "attn_q_norm",  # Qwen3 (gguf-py MODEL_TENSOR.ATTN_Q_NORM)
     "self_attn.k_norm": "attn_k_norm",
+}
+# GPT-2 (gguf-py tensor_mapping.py, the GPT2 entries); its Conv1D weights are stored [in, out] and written
+# transposed, as convert_hf_to_gguf.py's `GPT2Model.modify_tensors` does
+_GPT2_TOP = {
+    "transformer.wte": "token_embd",
+    "transformer.wpe": "position_embd",
+    "transformer.ln_f": "output_norm",
+    "lm_head": "output",
+}
+_GPT2_BLOCK = {
+    "ln_1": "attn_norm",
+    "attn.c_attn": "attn_qkv",
+    "attn.c_proj": "attn_output",
+    "ln_2": "ffn_norm",
+    "mlp.c_fc": "ffn_up",
+    "mlp.c_proj": "ffn_down",
+}
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """How one family is written: llama.cpp's architecture name (general.architecture, the prefix of its keys);
+    whether Q/K rows are permuted to interleaved rotary pairs (llama.cpp's LLM_ARCH_LLAMA rotates adjacent pairs;
+    qwen2 and qwen3 use NEOX rotation, Hugging Face's halves, and are written as they are); the rope scaling types
+    the file can hold; the tensor names (`layers` prefix, top-level and per-block tables, HF -> llama.cpp); and
+    the block members stored transposed (GPT-2's Conv1D)."""
+
+    name: str
+    permute_qk: bool = False
+    rope_scaling: tuple[str | None, ...] = (None, "default", "linear")
+    layers: str = "model.layers"
+    top: Mapping[str, str] = field(default_factory=lambda: _TOP)
+    block: Mapping[str, str] = field(default_factory=lambda: _BLOCK)
+    transposed: tuple[str, ...] = ()
+
+
+# The source's root model (the transformers class) -> how llama.cpp's convert_hf_to_gguf.py writes it: Mistral is
+# its `LlamaModel` too (llama.cpp's llama architecture), Qwen2, Qwen3 and GPT-2 their own architectures.
+ARCHITECTURES = {
+    "LlamaForCausalLM": Architecture("llama", True, (None, "default", "linear", "llama3")),
+    "MistralForCausalLM": Architecture("llama", True),
+    "Qwen2ForCausalLM": Architecture("qwen2"),
+    "Qwen3ForCausalLM": Architecture("qwen3"),
+    "GPT2LMHeadModel": Architecture(
+        "gpt2",
+        rope_scaling=(),
+        layers="transformer.h",
+        top=_GPT2_TOP,
+        block=_GPT2_BLOCK,
+        transposed=("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight"),
+    ),
 }
 # llama.cpp `llama_token_type`: what tokenizer.ggml.token_type holds per token
 _NORMAL, _CONTROL, _USER_DEFINED, _UNUSED = 1, 3, 4, 5
@@ -118,14 +150,14 @@ def export_gguf(model: Any, out_path: str | os.PathLike[str], file_type: str = "
             f"{', '.join(f'{k} as {v.name}' for k, v in ARCHITECTURES.items())})"
         )
     config = dict(program.config)
-    metadata = llama_metadata(config, program.model)
+    metadata = gpt2_metadata(config) if arch.name == "gpt2" else llama_metadata(config, program.model)
     tokenizer = model.tokenizer()
     vocab_size = int(config["vocab_size"])
     tok_metadata = tokenizer_metadata(tokenizer, vocab_size) if tokenizer is not None else {}
     pad_id = _pad_token_id(model, config)
     if tok_metadata and pad_id is not None:
         tok_metadata["tokenizer.ggml.padding_token_id"] = pad_id
-    tensors = gguf_tensors(model_weights(model), config, file_type, permute_qk=arch.permute_qk)
+    tensors = gguf_tensors(model_weights(model), config, file_type, arch)
     target = Path(out_path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent)
@@ -200,6 +232,30 @@ def llama_metadata(config: dict[str, Any], family: str) -> dict[str, Any]:
     return md
 
 
+def gpt2_metadata(config: dict[str, Any]) -> dict[str, Any]:
+    """The `gpt2.*` keys of a GPT-2 `config`, as convert_hf_to_gguf.py's `GPT2Model.set_gguf_parameters` writes
+    them. Raises ExportError for a config llama.cpp's gpt2 does not compute (an activation other than gelu_new,
+    attention scaled by layer index)."""
+    act = config.get("activation_function", "gelu_new")
+    if act not in ("gelu_new", "gelu_pytorch_tanh"):
+        raise ExportError(f"GPT2LMHeadModel: activation_function {act!r} cannot be written to GGUF (llama.cpp's gpt2 "
+                          "runs the tanh GELU, gelu_new)")  # fmt: skip
+    for key in ("scale_attn_by_inverse_layer_idx", "add_cross_attention"):
+        if config.get(key):
+            raise ExportError(f"GPT2LMHeadModel: {key} = true cannot be written to GGUF (llama.cpp's gpt2 has none)")
+    if config.get("scale_attn_weights") is False:
+        raise ExportError("GPT2LMHeadModel: scale_attn_weights = false cannot be written to GGUF")
+    return {
+        "vocab_size": int(config["vocab_size"]),
+        "context_length": int(config["n_positions"]),
+        "embedding_length": int(config["n_embd"]),
+        "feed_forward_length": int(config.get("n_inner") or 4 * config["n_embd"]),
+        "block_count": int(config["n_layer"]),
+        "attention.head_count": int(config["n_head"]),
+        "attention.layer_norm_epsilon": float(config["layer_norm_epsilon"]),
+    }
+
+
 def rope_freqs(config: dict[str, Any]) -> np.ndarray | None:
     """`rope_freqs.weight` (f32[head_dim / 2]) for a llama3 `rope_scaling`, else None: per frequency the divisor
     llama.cpp applies (`LlamaModel.generate_extra_tensors`; see `gguf_rope`)."""
@@ -221,56 +277,57 @@ def llamacpp_permute(w: np.ndarray, n_head: int) -> np.ndarray:
     return np.ascontiguousarray(w.reshape(n_head, 2, half, *w.shape[1:]).swapaxes(1, 2)).reshape(w.shape)
 
 
-def gguf_name(hf_name: str) -> str | None:
-    """The llama.cpp name of a Hugging Face Llama tensor name (`model.layers.3.self_attn.k_proj.weight` ->
-    `blk.3.attn_k.weight`), or None for a name the llama architecture has no tensor for."""
+def gguf_name(hf_name: str, arch: Architecture = ARCHITECTURES["LlamaForCausalLM"]) -> str | None:
+    """The llama.cpp name of a Hugging Face tensor name of `arch` (`model.layers.3.self_attn.k_proj.weight` ->
+    `blk.3.attn_k.weight`), or None for a name the architecture has no tensor for."""
     stem, _, suffix = hf_name.rpartition(".")
-    if stem in _TOP:
-        return f"{_TOP[stem]}.{suffix}"
-    parts = stem.split(".")
-    if len(parts) >= 4 and parts[:2] == ["model", "layers"] and parts[2].isdigit():
-        base = _BLOCK.get(".".join(parts[3:]))
-        return f"blk.{int(parts[2])}.{base}.{suffix}" if base else None
-    return None
+    if stem in arch.top:
+        return f"{arch.top[stem]}.{suffix}"
+    prefix = arch.layers + "."
+    layer, _, member = stem[len(prefix) :].partition(".") if stem.startswith(prefix) else ("", "", "")
+    base = arch.block.get(member)
+    return f"blk.{int(layer)}.{base}.{suffix}" if layer.isdigit() and base else None
 
 
 def gguf_tensors(
-    weights: dict[str, np.ndarray], config: dict[str, Any], file_type: str, permute_qk: bool = True
+    weights: dict[str, np.ndarray], config: dict[str, Any], file_type: str, arch: Architecture
 ) -> list[GGUFTensor]:
-    """The tensors of a Llama-like model's `weights` ({Hugging Face name: array}) as llama.cpp lays them out, each
-    with its ggml type for `file_type` (see the module docstring); Q/K rows permuted when `permute_qk` (llama's
-    rotary layout). A tied head is not written (llama.cpp reuses `token_embd.weight`). Raises ExportError naming
-    a weight the architecture has no tensor for."""
-    heads = int(config["num_attention_heads"])
-    kv_heads = int(config.get("num_key_value_heads") or heads)
+    """The tensors of a model's `weights` ({Hugging Face name: array}) as llama.cpp's `arch` lays them out, each
+    with its ggml type for `file_type` (see the module docstring): Q/K rows permuted where `arch.permute_qk`,
+    Conv1D weights transposed. A tied head is not written (llama.cpp reuses `token_embd.weight`). Raises
+    ExportError naming a weight the architecture has no tensor for."""
+    heads = config.get("num_attention_heads")
+    kv_heads = config.get("num_key_value_heads") or heads
     tied = bool(config.get("tie_word_embeddings"))
     out: list[GGUFTensor] = []
     for hf_name, array in weights.items():
         if hf_name == "lm_head.weight" and tied:
             continue
-        name = gguf_name(hf_name)
+        name = gguf_name(hf_name, arch)
         if name is None:
-            raise ExportError(f"weight {hf_name!r} has no tensor in llama.cpp's architecture")
+            raise ExportError(f"weight {hf_name!r} has no tensor in llama.cpp's {arch.name} architecture")
         data = np.asarray(cast_floating(array, "f32"), dtype=np.float32)
-        if permute_qk and ".attn_q." in name:
-            data = llamacpp_permute(data, heads)
-        elif permute_qk and ".attn_k." in name:
-            data = llamacpp_permute(data, kv_heads)
+        if arch.permute_qk and ".attn_q." in name:
+            data = llamacpp_permute(data, int(heads))
+        elif arch.permute_qk and ".attn_k." in name:
+            data = llamacpp_permute(data, int(kv_heads))
+        elif hf_name.endswith(arch.transposed) and arch.transposed:
+            data = np.ascontiguousarray(data.T)
         is_output = name == "output.weight" or (tied and name == "token_embd.weight")
-        out.append(GGUFTensor(name, data, _tensor_type(data, file_type, is_output)))
+        out.append(GGUFTensor(name, data, _tensor_type(data, file_type, is_output, name == "position_embd.weight")))
     freqs = rope_freqs(config)
     if freqs is not None:
         out.append(GGUFTensor("rope_freqs.weight", freqs, "F32"))
     return out
 
 
-def _tensor_type(data: np.ndarray, file_type: str, is_output: bool) -> str:
+def _tensor_type(data: np.ndarray, file_type: str, is_output: bool, is_position: bool = False) -> str:
     """The ggml type of one tensor in a `file_type` file: 1-D stays F32; a quantized type whose block does not
     divide the row falls back to F16 (convert_hf_to_gguf.py); the output projection of a q4 file is Q8_0."""
     from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
     want = FILE_TYPES[file_type][0]
-    if data.ndim < 2:
+    if data.ndim < 2 or is_position:  # convert_hf_to_gguf.py keeps position embeddings f32 too
         return "F32"
     if is_output and want in ("Q4_0", "Q4_1"):
         want = "Q8_0"

@@ -23,7 +23,7 @@ import pytest
 
 from linnet.errors import ExportError
 from linnet.runtimes.checkpoints import open_checkpoint
-from tests.runtimes.conftest import GPT2, LLAMA, MISTRAL, QWEN2, QWEN3, perturb
+from tests.runtimes.conftest import BERT, GPT2, LLAMA, MISTRAL, QWEN2, QWEN3, perturb
 from tests.runtimes.gguf_writing import gguf_name, llamacpp_permute, llamacpp_rope_freqs
 
 torch = pytest.importorskip("torch")
@@ -215,20 +215,21 @@ def test_tokenizer_reads_back_with_the_same_ids(gqa, exports):
 
 
 @pytest.fixture(scope="module")
-def gpt2_folder(tmp_path_factory) -> Path:
-    """A seeded one-layer GPT-2 as a Hugging Face folder (a family the GGUF export does not write yet)."""
-    from transformers import GPT2Config, GPT2LMHeadModel
+def bert_folder(tmp_path_factory) -> Path:
+    """A seeded one-layer BERT as a Hugging Face folder (a family GGUF export does not write)."""
+    from transformers import BertConfig, BertModel
 
     torch.manual_seed(0)
-    folder = tmp_path_factory.mktemp("gpt2") / "hf"
-    GPT2LMHeadModel(GPT2Config(vocab_size=64, n_positions=32, n_embd=32, n_layer=1, n_head=2)).save_pretrained(folder)
+    folder = tmp_path_factory.mktemp("bert") / "hf"
+    config = BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64)
+    BertModel(config).save_pretrained(folder)
     return folder
 
 
-def test_unsupported_family_is_refused_and_leaves_nothing(gpt2_folder, tmp_path):
-    model = lt.load(GPT2, weights=gpt2_folder, progress=False)
-    with pytest.raises(ExportError, match=r"GPT2LMHeadModel has no GGUF architecture.*LlamaForCausalLM as llama"):
-        linnet.export.gguf(model, tmp_path / "gpt2.gguf")
+def test_unsupported_family_is_refused_and_leaves_nothing(bert_folder, tmp_path):
+    model = lt.load(BERT, weights=bert_folder, progress=False)
+    with pytest.raises(ExportError, match=r"BertModel has no GGUF architecture.*LlamaForCausalLM as llama"):
+        linnet.export.gguf(model, tmp_path / "bert.gguf")
     assert list(tmp_path.iterdir()) == []
 
 
@@ -270,7 +271,7 @@ def test_unknown_pre_tokenizer_is_refused():
         tokenizer_metadata(LinnetTokenizer(backend, source="whitespace"), 2)
 
 
-def test_cli_writes_and_refuses(gqa, gpt2_folder, tmp_path, capsys):
+def test_cli_writes_and_refuses(gqa, bert_folder, tmp_path, capsys):
     from linnet.cli import main
     from linnet.cli_backends import GGUF_TYPES
     from linnet.runtimes.export_gguf import FILE_TYPES
@@ -279,10 +280,10 @@ def test_cli_writes_and_refuses(gqa, gpt2_folder, tmp_path, capsys):
     out = tmp_path / "cli.gguf"
     assert main(["export", "gguf", str(LLAMA), "--weights", str(gqa[0]), "-o", str(out), "--type", "f16"]) == 0
     assert gguf.GGUFReader(str(out)).fields["general.file_type"].contents() == int(gguf.LlamaFileType.MOSTLY_F16)
-    assert main(["export", "gguf", str(GPT2), "--weights", str(gpt2_folder), "-o", str(tmp_path / "gpt2.gguf")]) == 1
+    assert main(["export", "gguf", str(BERT), "--weights", str(bert_folder), "-o", str(tmp_path / "bert.gguf")]) == 1
     err = capsys.readouterr().err
-    assert "linnet export gguf: GPT2LMHeadModel has no GGUF architecture" in err and "Traceback" not in err
-    assert not (tmp_path / "gpt2.gguf").exists()
+    assert "linnet export gguf: BertModel has no GGUF architecture" in err and "Traceback" not in err
+    assert not (tmp_path / "bert.gguf").exists()
 
 
 # -- llama.cpp runs the exports --------------------------------------------------------------------------------
@@ -382,6 +383,12 @@ def family(request, tmp_path_factory):
     return request.param, model, ours, path
 
 
+def llama_cpp_names(arch: str, n_blocks: int):
+    """HF name -> llama.cpp name by gguf-py's own tensor map (what convert_hf_to_gguf.py uses)."""
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH[arch.upper()], n_blocks)
+    return lambda hf_name: names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
+
+
 def test_families_are_written_as_convert_hf_to_gguf_writes_them(family):
     name, model, _, path = family
     arch, permuted = FAMILIES[name][3], FAMILIES[name][4]
@@ -389,18 +396,14 @@ def test_families_are_written_as_convert_hf_to_gguf_writes_them(family):
     assert reader.fields["general.architecture"].contents() == arch
     assert reader.fields[f"{arch}.attention.head_count_kv"].contents() == 2
     raw = {t.name: np.array(t.data) for t in reader.tensors}
-    c = model.config
+    c, to_gguf = model.config, llama_cpp_names(arch, 2)
     for hf_name, value in model.state_dict().items():
         value = value.detach().numpy()
-        gname = gguf_name(hf_name) if "_norm." not in hf_name.split("self_attn")[-1] else None
-        if gname is None:  # Qwen3's q_norm / k_norm
-            layer, kind = hf_name.split(".")[2], hf_name.split(".")[-2]
-            gname = f"blk.{layer}.attn_{kind}.weight"
-        elif permuted and ".q_proj." in hf_name:
+        if permuted and ".q_proj." in hf_name:
             value = llamacpp_permute(value, c.num_attention_heads, c.num_attention_heads)
         elif permuted and ".k_proj." in hf_name:
             value = llamacpp_permute(value, c.num_attention_heads, c.num_key_value_heads)
-        assert np.array_equal(raw.pop(gname), value), hf_name
+        assert np.array_equal(raw.pop(to_gguf(hf_name)), value), hf_name
     assert raw == {}
 
 
@@ -409,6 +412,47 @@ def test_llama_cpp_gives_linnets_greedy_tokens_on_each_family(family):
     from tests.runtimes.conftest import linnet_greedy as greedy
 
     _, _, ours, path = family
+    llm = llama_cpp_model(path)
+    for prompt in PROMPTS:
+        ids = ours.tokenizer().encode(prompt)
+        assert llama_cpp_greedy(llm, ids, GREEDY_TOKENS) == greedy(ours, ids, GREEDY_TOKENS), prompt
+
+
+@pytest.fixture(scope="module")
+def gpt2(tmp_path_factory):
+    """(transformers model, Linnet model, f32 export) of a seeded 2-layer GPT-2 with the tiny tokenizer."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=VOCAB, n_positions=128, n_embd=64, n_layer=2, n_head=4, initializer_range=0.2)
+    model = GPT2LMHeadModel(config).eval()
+    perturb(model, seed=1, scale=0.2)
+    folder = hf_folder(tmp_path_factory.mktemp("gpt2") / "hf", model)
+    ours = lt.load(GPT2, weights=folder, max_positions=128, progress=False)
+    return model, ours, linnet.export.gguf(ours, folder.parent / "gpt2.gguf")
+
+
+def test_gpt2_is_written_as_convert_hf_to_gguf_writes_it(gpt2):
+    model, _, path = gpt2
+    reader = gguf.GGUFReader(str(path))
+    assert reader.fields["general.architecture"].contents() == "gpt2"
+    assert reader.fields["gpt2.context_length"].contents() == 128
+    raw = {t.name: np.array(t.data) for t in reader.tensors}
+    assert "output.weight" not in raw  # tied
+    to_gguf, conv1d = llama_cpp_names("gpt2", 2), (".c_attn.weight", ".c_proj.weight", ".c_fc.weight")
+    for hf_name, value in model.state_dict().items():
+        if hf_name == "lm_head.weight" or hf_name.endswith(".attn.bias"):  # tied; the causal mask buffer
+            continue
+        value = value.detach().numpy()
+        assert np.array_equal(raw.pop(to_gguf(hf_name)), value.T if hf_name.endswith(conv1d) else value), hf_name
+    assert raw == {}
+
+
+@pytest.mark.llama_cpp
+def test_llama_cpp_gives_linnets_greedy_tokens_on_gpt2(gpt2):
+    from tests.runtimes.conftest import linnet_greedy as greedy
+
+    _, ours, path = gpt2
     llm = llama_cpp_model(path)
     for prompt in PROMPTS:
         ids = ours.tokenizer().encode(prompt)
