@@ -24,6 +24,7 @@ Timings live here, never in tests.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import statistics
@@ -153,7 +154,7 @@ def exports(folder: Path) -> tuple[dict[str, str | None], dict]:
     t0 = time.perf_counter()
     paths["llama.cpp export"] = str(linnet.export.gguf(model, folder / "smollm2-q4_1.gguf", type="q4_1"))
     timings["export_gguf_q4_1_s"] = time.perf_counter() - t0
-    if hasattr(linnet.export, "hf"):
+    if importlib.util.find_spec("linnet.runtimes.export_hf") is not None:  # the export-hf branch
         t0 = time.perf_counter()
         linnet.export.hf(model, folder / "smollm2-hf")
         timings["export_hf_f32_s"] = time.perf_counter() - t0
@@ -232,7 +233,7 @@ def main() -> None:
             if paths.get(f"{engine} export") is None:
                 skipped.append(f"{name}: linnet.export.hf is not on this branch (the export-hf branch adds it)")
                 continue
-            if engine == "llama.cpp" and __import__("importlib").util.find_spec("llama_cpp") is None:
+            if engine == "llama.cpp" and importlib.util.find_spec("llama_cpp") is None:
                 skipped.append(f"{name}: llama-cpp-python is not installed (tools/llama_cpp_wheel.sh)")
                 continue
             rows.append(run_child(name, args, paths, prompt_file))
