@@ -102,6 +102,13 @@ ARCHITECTURES = {
     "MistralForCausalLM": Architecture("llama", True),
     "Qwen2ForCausalLM": Architecture("qwen2"),
     "Qwen3ForCausalLM": Architecture("qwen3"),
+    # fused projections, written fused (gguf-py: qkv_proj -> attn_qkv, gate_up_proj -> ffn_up, gate rows first as
+    # llama.cpp's swiglu splits them); LongRoPE (rope_factors_long/short) is not written yet
+    "Phi3ForCausalLM": Architecture(
+        "phi3",
+        rope_scaling=(None, "default"),
+        block=_BLOCK | {"self_attn.qkv_proj": "attn_qkv", "mlp.gate_up_proj": "ffn_up"},
+    ),
     "GPT2LMHeadModel": Architecture(
         "gpt2",
         rope_scaling=(),
@@ -188,8 +195,9 @@ def _pad_token_id(model: Any, config: dict[str, Any]) -> int | None:
 def llama_metadata(config: dict[str, Any], family: str) -> dict[str, Any]:
     """The `{arch}.*` keys of `config` (Hugging Face field names) for `family` (a key of ARCHITECTURES), as
     `LlamaModel.set_gguf_parameters` writes them (key -> value; ints are written as uint32, floats as float32).
-    A Mistral sliding window shorter than the context becomes the context length: llama.cpp's llama architecture
-    attends over the whole cache, which equals the window up to that length. Raises ExportError for a config the
+    A Mistral or Phi-3 sliding window shorter than the context becomes the context length: llama.cpp's llama and
+    phi3 (whose sliding window it switches off) attend over the whole cache, which equals the window up to that
+    length. Phi-3 rotates `rotary_dim` dims (`rope.dimension_count`). Raises ExportError for a config the
     architecture cannot express, naming the field."""
     arch = ARCHITECTURES[family]
     act = config.get("hidden_act", "silu")
@@ -209,7 +217,7 @@ def llama_metadata(config: dict[str, Any], family: str) -> dict[str, Any]:
         "attention.head_count_kv": int(config.get("num_key_value_heads") or heads),
         "rope.freq_base": float(config.get("rope_theta", 10000.0)),
         "attention.layer_norm_rms_epsilon": float(config["rms_norm_eps"]),
-        "rope.dimension_count": head_dim,
+        "rope.dimension_count": int(config.get("rotary_dim") or head_dim),
         "attention.key_length": head_dim,
         "attention.value_length": head_dim,
     }
@@ -224,8 +232,11 @@ def llama_metadata(config: dict[str, Any], family: str) -> dict[str, Any]:
     window = config.get("sliding_window")
     if config.get("use_sliding_window"):
         raise ExportError(f"{family}: use_sliding_window = true has no GGUF form for llama.cpp's {arch.name}")
-    if family == "MistralForCausalLM" and isinstance(window, int) and window < md["context_length"]:
-        md["context_length"] = window
+    if family in ("MistralForCausalLM", "Phi3ForCausalLM") and isinstance(window, int):
+        md["context_length"] = min(window, md["context_length"])
+    if family == "Phi3ForCausalLM":  # Phi3MiniModel.set_gguf_parameters writes both
+        md["attention.sliding_window"] = 0
+        md["rope.scaling.original_context_length"] = int(config.get("original_max_position_embeddings") or 0)
     if kind == "linear" and float(scaling.get("factor", 1.0)) != 1.0:
         md["rope.scaling.type"] = "linear"
         md["rope.scaling.factor"] = float(scaling["factor"])

@@ -357,11 +357,20 @@ def test_llama_cpp_gives_linnets_greedy_tokens(gqa, exports, file_type):
 
 # -- the other decoder families ----------------------------------------------------------------------------------
 
+PHI3 = LLAMA.parent / "phi3.linnet"
+PHI3_FIELDS = {"sliding_window": 96, "original_max_position_embeddings": 256, "pad_token_id": 0}
 # family -> (example, transformers config class, its extra fields, llama.cpp architecture, Q/K permuted)
 FAMILIES = {
     "mistral": (MISTRAL, "MistralConfig", {"sliding_window": None}, "llama", True),
     "qwen2": (QWEN2, "Qwen2Config", {}, "qwen2", False),
     "qwen3": (QWEN3, "Qwen3Config", {"head_dim": 16}, "qwen3", False),
+    "phi3": (
+        PHI3,
+        "Phi3Config",
+        {"sliding_window": 96, "original_max_position_embeddings": 256, "pad_token_id": 0},
+        "phi3",
+        False,
+    ),
 }
 
 
