@@ -171,7 +171,7 @@ def export_gguf(model: Any, out_path: str | os.PathLike[str], file_type: str = "
     os.close(fd)
     tmp = Path(tmp_name)
     try:
-        _write(tmp, arch.name, file_type, getattr(program, "preset", None), metadata, tok_metadata, tensors)
+        _write(tmp, arch.name, file_type, _model_name(model), metadata, tok_metadata, tensors)
         umask = os.umask(0)
         os.umask(umask)
         tmp.chmod(0o666 & ~umask)  # mkstemp's 0600 -> what open() would have created
@@ -180,6 +180,13 @@ def export_gguf(model: Any, out_path: str | os.PathLike[str], file_type: str = "
         tmp.unlink(missing_ok=True)
         raise
     return target
+
+
+def _model_name(model: Any) -> str:
+    """general.name: the checkpoint's name (a folder's or file's, or the embedded id), else the source's model.
+    llama.cpp reads it: a name with "phi3" in it turns on Phi-3's special-token handling, as for the original."""
+    weights = getattr(model, "weights", None)
+    return Path(weights).name.removesuffix(".gguf") if weights else model.program.model
 
 
 def _pad_token_id(model: Any, config: dict[str, Any]) -> int | None:
