@@ -49,6 +49,8 @@ bench: $(STAMP)
 	$(PY) bench/generate_speed.py
 	$(PY) bench/lsp_latency.py
 	$(PY) bench/zoo_speed.py
+	$(MAKE) llama-cpp
+	$(PY) bench/export_speed.py
 
 # The generated docs and editor lists (linnet/docgen.py): docs/diagnostics.md, the op table of
 # docs/language.md, the builtin lists of the TextMate and Vim grammars, docs/zoo.md (from the examples,
