@@ -352,7 +352,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     setup = f"; {args.setup}" if args.setup else ""
     print(
         f"loaded {args.file} with {model.weights} in {model.load_s:.2f} s "
-        f"({args.backend}, {args.dtype}, cache for {args.max_positions} positions{setup})",
+        f"({args.backend}, {args.dtype}, cache for {_cache_positions(model, args)} positions{setup})",
         file=sys.stderr,
     )
     if tok is None and not args.print_ids:
@@ -373,7 +373,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
         return _fail("generate", err)
     sys.stdout.write("\n")
     sys.stdout.flush()
-    print(_timing_line(gen.last_result, args.max_new_tokens, args.max_positions), file=sys.stderr)
+    positions = _cache_positions(model, args)
+    line = _timing_line(gen.last_result, args.max_new_tokens, positions, capped=positions < args.max_positions)
+    print(line, file=sys.stderr)
     return EXIT_OK
 
 
@@ -458,15 +460,26 @@ def _watch(args: argparse.Namespace, what: str):
     return caches.watch(get_backend(args.backend).family, what)
 
 
-def _timing_line(r, max_new_tokens: int, max_positions: int) -> str:
+def _cache_positions(model, args) -> int:
+    """The positions the loaded model's cache holds: `--max-positions`, or fewer where loading capped it (a
+    learned position table, `runtimes.loading.learned_position_rows`)."""
+    program = model.program
+    return program.max_positions if program is not None else args.max_positions
+
+
+def _timing_line(r, max_new_tokens: int, max_positions: int, capped: bool = False) -> str:
     """The last stderr line of `generate`: why it stopped, the time to first token (prefill and the
     first sampled token) and the decode rate (decode steps over their own time); neither includes
     loading or compiling, which have their lines. A "length" stop before `max_new_tokens` tokens
     is the cache's row filling up, and says so: "(length: the cache's 16 positions are full; raise
-    --max-positions)"."""
+    --max-positions)"; or, where the model's learned position table capped the cache (`capped`), that
+    the model has no more positions."""
     reason = r.finish_reason
     if reason == "length" and len(r.token_ids) < max_new_tokens:
-        reason = f"length: the cache's {max_positions} positions are full; raise --max-positions"
+        if capped:
+            reason = f"length: the model's {max_positions} positions (n_positions) are full"
+        else:
+            reason = f"length: the cache's {max_positions} positions are full; raise --max-positions"
     if r.decode_steps:
         decode = f"decode {r.decode_tokens_per_s:.1f} tokens/s ({r.decode_steps} steps in {r.decode_s:.2f} s)"
     else:

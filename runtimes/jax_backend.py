@@ -285,8 +285,8 @@ def load(
         state=state,
         functions=functions,
         stateful=stateful,
-        max_batch=max_batch,
-        max_positions=max_positions,
+        max_batch=program.max_batch,
+        max_positions=program.max_positions,  # loading may cap it (a learned position table)
         vocab_size=vocab,
         prepared=prepared,
         source=compiled.source,

@@ -117,6 +117,13 @@ def prepare(
             info = bind_config(info, config or {}, labels=("--config",))
         notes += info.notes
         program = lower_program(info, dtype, max_batch, max_positions, entries)
+        table = learned_position_rows(program.config)
+        if table is not None and table < max_positions:
+            notes.append(
+                f"the cache holds {table} positions, the rows of the model's learned position table (n_positions), "
+                f"not {max_positions}"
+            )
+            program = lower_program(info, dtype, max_batch, table, entries)
         _check_fits_in_memory(program, random_weights=checkpoint is None)
     except SourceError as err:  # a source or config error met while loading (CheckpointError is a LoadError)
         raise LoadError(err.message, code=err.code) from err
@@ -124,6 +131,16 @@ def prepare(
     if checkpoint is not None:
         prepared.plan = match_weights(program, checkpoint, prepared.notes)
     return prepared
+
+
+def learned_position_rows(config: dict[str, Any]) -> int | None:
+    """The rows of a learned absolute-position table (GPT-2's `wpe`, `n_positions` rows in transformers'
+    GPT2Config), or None for a model whose positions have no table (rope). A position past the table has no
+    embedding: PyTorch and ONNX Runtime fail on it and XLA clamps the index (silently wrong), so loading sizes
+    the cache to at most these rows and generation stops there with finish reason "length", as transformers'
+    GPT-2 cannot go past them either. (`max_position_embeddings` is not such a bound: rope models run past it.)"""
+    rows = config.get("n_positions")
+    return rows if isinstance(rows, int) and not isinstance(rows, bool) and rows > 0 else None
 
 
 def resolve_preset_weights(source_path: str, named: str) -> str:

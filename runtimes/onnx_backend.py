@@ -519,8 +519,8 @@ def load(
         providers=names,
         threads=threads,
         share_buffer=share_buffer,
-        max_batch=max_batch,
-        max_positions=max_positions,
+        max_batch=program.max_batch,
+        max_positions=program.max_positions,  # loading may cap it (a learned position table)
         vocab_size=vocab,
         notes=notes,
     )

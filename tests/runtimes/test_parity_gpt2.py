@@ -10,7 +10,9 @@ import json
 
 import pytest
 
+from linnet.runtimes.backends import BACKENDS
 from tests.runtimes.conftest import (
+    ALL_BACKENDS,
     GPT2,
     LOGITS_ATOL,
     MODE_BACKEND,
@@ -157,3 +159,25 @@ def test_gpt2_cached_decode_equals_recompute(gpt2, mode):
     what = f"small GPT-2 ({mode}) step vs forward, every position"
     record(what, delta, model="gpt2", backend=MODE_BACKEND[mode], checkpoint=SEEDED, against="forward")
     assert delta < 1e-4
+
+
+@pytest.mark.parametrize("backend", ALL_BACKENDS)
+def test_generation_stops_at_the_learned_position_table(gpt2, backend):
+    """GPT-2's `wpe` has `n_positions` rows: a position past it has no embedding (PyTorch and ONNX Runtime raised
+    IndexError, XLA clamped the index and ran on, silently wrong). Loading with a larger `max_positions` sizes the
+    cache to the table, says so in a note, and generation stops there with finish "length", its tokens
+    transformers' greedy tokens up to that point."""
+    from linnet.runtimes.generation import Generator
+    from linnet.runtimes.sampling import SamplingParams
+
+    full, _, ref = gpt2
+    if (why := BACKENDS[backend].unavailable("cpu")) is not None:
+        pytest.skip(why)
+    m = BACKENDS[backend].load(GPT2, weights=full, max_positions=4 * N_POSITIONS, progress=False)
+    assert m.max_positions == N_POSITIONS
+    assert any("learned position table (n_positions)" in note for note in m.notes), m.notes
+    prompt = prompts(1, 5, seed=7)[0].tolist()
+    result = Generator(m.step_model(), None).generate(prompt, SamplingParams(max_new_tokens=2 * N_POSITIONS))
+    assert result.finish_reason == "length"
+    assert len(prompt) + len(result.token_ids) == N_POSITIONS
+    assert result.token_ids == hf_greedy(ref, prompt, N_POSITIONS - len(prompt))
