@@ -34,9 +34,11 @@ def _collect(paths: list[str]) -> tuple[list[Path], list[str]]:
 
 
 def read_source(path: Path) -> str:
-    """A source file's text: UTF-8, a leading byte-order mark dropped. Raises OSError and
-    UnicodeDecodeError."""
-    return path.read_text(encoding="utf-8-sig")
+    """A source file's text: UTF-8, a leading byte-order mark dropped, line endings kept as they are (`\r\n`
+    and a lone `\r` are line breaks to the front end, so positions and byte offsets are the file's own). Raises
+    OSError and UnicodeDecodeError."""
+    with path.open(encoding="utf-8-sig", newline="") as f:
+        return f.read()
 
 
 def _display(path: str) -> str:
@@ -183,7 +185,8 @@ def cmd_fmt(args: argparse.Namespace) -> int:
             print(f"would reformat {_display(str(f))}")
             status = EXIT_ERRORS
         else:
-            f.write_text(formatted, encoding="utf-8")
+            with f.open("w", encoding="utf-8", newline="") as out:  # the line endings format_source kept
+                out.write(formatted)
             print(f"reformatted {_display(str(f))}")
     if args.check and changed == 0 and status == EXIT_OK:
         print(f"{len(files)} file{'s' if len(files) != 1 else ''} already formatted", file=sys.stderr)

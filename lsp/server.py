@@ -31,7 +31,6 @@ from linnet import __version__
 from linnet.semantics.program import Analysis
 from linnet.syntax import ast as A
 from linnet.syntax.fmt import FormatError, format_source
-from linnet.syntax.positions import LINE_BREAK
 
 from . import compare as compare_
 from . import completion as completion_
@@ -659,11 +658,8 @@ def create_server() -> LinnetServer:
         if doc is None:
             return None
         text = doc.text
-        ending = LINE_BREAK.search(text)
         try:
-            formatted = format_source(text)
-            if ending is not None and ending.group() != "\n":  # keep the file's line endings
-                formatted = formatted.replace("\n", ending.group())
+            formatted = format_source(text)  # keeps the file's line endings
         except FormatError as err:
             message = f"linnet: cannot format {doc.path}:{err.line}:{err.column}: {err}"
             ls.window_show_message(T.ShowMessageParams(T.MessageType.Warning, message))

@@ -137,7 +137,8 @@ def read_source(source: str | Path) -> tuple[str, str]:
         if p.is_dir():
             raise IsADirectoryError(f"{p} is a folder: give a .linnet file")
         try:
-            return str(p), p.read_text(encoding="utf-8-sig")
+            with p.open(encoding="utf-8-sig", newline="") as f:  # line endings as in the file
+                return str(p), f.read()
         except UnicodeDecodeError as e:
             byte = e.object[e.start]
             raise SourceError(f"{p}: not UTF-8 text (byte 0x{byte:02x} at byte {e.start}): {e.reason}") from None

@@ -130,7 +130,7 @@ class Workspace:
             return cached[1]
         self._stale.discard(key)
         try:
-            with open(key, encoding="utf-8-sig") as f:
+            with open(key, encoding="utf-8-sig", newline="") as f:  # line endings as in the file
                 text = f.read()
         except UnicodeDecodeError:
             return self._missing(key, "not UTF-8 text")

@@ -23,7 +23,7 @@ from lark import Lark
 
 from .items import Source, make_item, split_items
 from .parser import GRAMMAR_PATH
-from .positions import lexable
+from .positions import LINE_BREAK, lexable
 
 OPENERS = {"LPAR": "RPAR", "LSQB": "RSQB", "LBRACE": "RBRACE"}
 CLOSERS = set(OPENERS.values())
@@ -66,7 +66,8 @@ def _lexer() -> Lark:
 
 
 def format_source(text: str) -> str:
-    """Format a whole `.linnet` source. Raises FormatError when it has syntax errors."""
+    """Format a whole `.linnet` source, keeping its line endings (those of its first line break: `\n`, `\r\n`
+    or `\r`). Raises FormatError when it has syntax errors."""
     source = Source("<fmt>", text)
     for offset, chunk in split_items(text):
         problems = make_item(source, offset, chunk).problems
@@ -74,7 +75,9 @@ def format_source(text: str) -> str:
             where = source.index.position(offset + problems[0].span.start)
             raise FormatError(problems[0].message, where.line, where.column)
     tokens = [t for t in _lexer().lex(lexable(text), dont_ignore=True) if t.type != "WS"]
-    return _Formatter(tokens).run()
+    formatted = _Formatter(tokens).run()
+    ending = LINE_BREAK.search(text)
+    return formatted.replace("\n", ending.group()) if ending is not None and ending.group() != "\n" else formatted
 
 
 def _is_name(tok) -> bool:
