@@ -880,14 +880,19 @@ def cmd_export_gguf(args: argparse.Namespace) -> int:
     """`linnet export gguf`: load the model (FILE, or the example for --weights' model_type) on PyTorch and write
     it as a GGUF file (`linnet.runtimes.export_gguf`). Exit 1 for a model GGUF cannot express, 2 for a path that
     cannot be read or written."""
-    from .runtimes.export_gguf import export_gguf
+    from .runtimes.export_gguf import check_family, check_target, export_gguf
 
     try:
         if args.file is None and args.weights is None:
             raise UsageError("give a source FILE, or --weights alone to pick the example for its model_type")
         _check_utf8("-o", args.output)
+        check_target(args.output, replace=args.force)
         if args.file is None:
             _pick_example(args)
+        _check_paths(args)
+        from .ir.build import check_source, read_source
+
+        check_family(check_source(*read_source(args.file), args.preset).analysis.model.ast.name.id)
         args.backend, args.provider = "torch", None
         model = _load(args, random_weights=False)
         started = time.perf_counter()
@@ -908,6 +913,7 @@ def _add_export_gguf(formats) -> None:
         "model_type under its closest preset",
     )
     gg.add_argument("-o", "--output", metavar="OUT.gguf", required=True, help="the GGUF file to write")
+    gg.add_argument("--force", action="store_true", help="replace OUT.gguf if it exists (atomically, at the end)")
     gg.add_argument(
         "--type",
         choices=GGUF_TYPES,

@@ -668,6 +668,7 @@ _GGUF_CONFIG = {
     "attention.head_count_kv": "num_key_value_heads",
     "rope.freq_base": "rope_theta",
     "attention.layer_norm_rms_epsilon": "rms_norm_eps",
+    "attention.sliding_window": "sliding_window",  # what Linnet's export writes for Mistral (export_gguf.py)
 }
 _GGUF_READ = {
     "vocab_size",
@@ -766,9 +767,14 @@ def _gguf_config(f: GGUFFile, arch: str) -> dict[str, Any]:
             raise CheckpointError(f"{f.path}: GGUF metadata lacks {key(_key_of(hf))}")
     cfg["tie_word_embeddings"] = "output.weight" not in f.tensors
     # llama.cpp loads these biases when the file has them (LLM_ARCH_LLAMA, TENSOR_NOT_REQUIRED); a file with only
-    # some of them fails to load with the names missing
-    cfg["attention_bias"] = any(n.endswith((".attn_q.bias", ".attn_output.bias")) for n in f.tensors)
-    cfg["mlp_bias"] = any(n.endswith((".ffn_gate.bias", ".ffn_down.bias")) for n in f.tensors)
+    # some of them fails to load with the names missing. Set only when present: a source without the field (Mistral)
+    # then reads a file without biases, and one with biases is refused (L503) by a source that cannot take them.
+    for hf, suffixes in (
+        ("attention_bias", (".attn_q.bias", ".attn_output.bias")),
+        ("mlp_bias", (".ffn_gate.bias", ".ffn_down.bias")),
+    ):
+        if any(n.endswith(suffixes) for n in f.tensors):
+            cfg[hf] = True
     cfg["rope_scaling"] = _gguf_rope_scaling(f, arch, cfg)
     for name, hf in (
         ("bos_token_id", "bos_token_id"),

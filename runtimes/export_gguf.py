@@ -150,12 +150,7 @@ def export_gguf(model: Any, out_path: str | os.PathLike[str], file_type: str = "
     program = model.program
     if program is None:
         raise ExportError(f"the {model.backend} model has no program (an artifact loaded without its source)")
-    arch = ARCHITECTURES.get(program.model)
-    if arch is None:
-        raise ExportError(
-            f"{program.model} has no GGUF architecture in Linnet's export (supported: "
-            f"{', '.join(f'{k} as {v.name}' for k, v in ARCHITECTURES.items())})"
-        )
+    arch = check_family(program.model)
     config = dict(program.config)
     metadata = gpt2_metadata(config) if arch.name == "gpt2" else llama_metadata(config, program.model)
     tokenizer = model.tokenizer()
@@ -179,6 +174,34 @@ def export_gguf(model: Any, out_path: str | os.PathLike[str], file_type: str = "
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+    return target
+
+
+def check_family(architecture: str) -> Architecture:
+    """llama.cpp's architecture for a source whose root model is `architecture`. Raises ExportError naming it and
+    the supported families when Linnet's GGUF export has none for it."""
+    arch = ARCHITECTURES.get(architecture)
+    if arch is None:
+        raise ExportError(
+            f"{architecture} has no GGUF architecture in Linnet's export (supported: "
+            f"{', '.join(f'{k} as {v.name}' for k, v in ARCHITECTURES.items())})"
+        )
+    return arch
+
+
+def check_target(out_path: str | os.PathLike[str], replace: bool = False) -> Path:
+    """`out_path` as a Path when the CLI may write the GGUF file there: not empty, not a folder, in a folder that
+    exists, and not an existing file unless `replace` (`--force`). Raises ExportError otherwise, before any
+    weights are read."""
+    if not str(out_path):
+        raise ExportError("the output path is empty: give -o OUT.gguf")
+    target = Path(out_path)
+    if target.is_dir():
+        raise ExportError(f"{target}: is a folder; give the path of the .gguf file to write")
+    if not target.parent.is_dir():
+        raise ExportError(f"{target.parent}: no such folder to write {target.name} into")
+    if target.exists() and not replace:
+        raise ExportError(f"{target}: already exists; remove it, pick another path, or give --force to replace it")
     return target
 
 
@@ -241,6 +264,11 @@ def llama_metadata(config: dict[str, Any], family: str) -> dict[str, Any]:
         raise ExportError(f"{family}: use_sliding_window = true has no GGUF form for llama.cpp's {arch.name}")
     if family in ("MistralForCausalLM", "Phi3ForCausalLM") and isinstance(window, int):
         md["context_length"] = min(window, md["context_length"])
+    if family == "MistralForCausalLM" and isinstance(window, int):
+        # llama.cpp's llama architecture ignores this key; Linnet's reader maps it to `sliding_window`, so the file
+        # loads exactly in examples/mistral.linnet and is refused (L503) by a source without a window, instead of
+        # running as plain causal attention past `context_length`
+        md["attention.sliding_window"] = int(window)
     if family == "Phi3ForCausalLM":  # Phi3MiniModel.set_gguf_parameters writes both
         md["attention.sliding_window"] = 0
         md["rope.scaling.original_context_length"] = int(config.get("original_max_position_embeddings") or 0)

@@ -32,7 +32,7 @@ from typing import Any
 from linnet.errors import CheckpointError, SourceError
 from linnet.ir.build import SourceInfo, check_source, lower_program
 from linnet.semantics.diagnostics import Diagnostic, LocatedLabel
-from linnet.semantics.members import _name_attribute
+from linnet.semantics.members import checkpoint_name_attribute
 from linnet.syntax import ast as A
 from linnet.syntax.items import Location
 
@@ -228,7 +228,7 @@ def _member_along(info: SourceInfo, dotted: str) -> Location | None:
             (
                 m
                 for m in A.flat_members(item.ast.members)
-                if isinstance(m, A.FieldDecl) and (_name_attribute(m) or m.name.id) == parts[i]
+                if isinstance(m, A.FieldDecl) and (checkpoint_name_attribute(m) or m.name.id) == parts[i]
             ),
             None,
         )

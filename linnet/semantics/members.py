@@ -304,7 +304,7 @@ class _MemberEvaluator:
 
     def member(self, m) -> MemberInfo | None:
         c = self.c
-        checkpoint = _name_attribute(m)
+        checkpoint = checkpoint_name_attribute(m)
         if isinstance(m, A.FnDef):
             return MemberInfo(m.name.id, "fn", m, FnRefT(FnTarget(self.inst.item, m, self.inst)), checkpoint_name=None)
         if isinstance(m, A.StateDecl):
@@ -368,7 +368,7 @@ def _absent(m) -> MemberInfo | None:
     if isinstance(m, A.StateDecl):
         return MemberInfo(m.name.id, "state", m, UNKNOWN)
     if isinstance(m, A.FieldDecl):
-        return MemberInfo(m.name.id, m.kind, m, UNKNOWN, checkpoint_name=_name_attribute(m))
+        return MemberInfo(m.name.id, m.kind, m, UNKNOWN, checkpoint_name=checkpoint_name_attribute(m))
     return None
 
 
@@ -381,7 +381,7 @@ def _exclusive(a: MemberInfo, b: MemberInfo) -> bool:
     return False
 
 
-def _name_attribute(m) -> str | None:
+def checkpoint_name_attribute(m) -> str | None:
     """The checkpoint name given by `@name("...")` (validated in `attributes.py`)."""
     for attr in getattr(m, "attributes", []):
         if attr.name.id == "name" and len(attr.args) == 1 and isinstance(attr.args[0].value, A.StrLit):

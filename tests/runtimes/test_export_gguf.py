@@ -286,6 +286,37 @@ def test_cli_writes_and_refuses(gqa, bert_folder, tmp_path, capsys):
     assert not (tmp_path / "bert.gguf").exists()
 
 
+def test_cli_refuses_an_output_it_would_clobber_before_reading_weights(tmp_path, capsys):
+    """An existing file is not replaced without --force (as `export hf` never overwrites a folder); a folder, an
+    empty path or a missing parent folder is refused by name. The weights given do not exist: each refusal comes
+    before they are read."""
+    from linnet.cli import main
+
+    notes = tmp_path / "notes.txt"
+    notes.write_text("important\n")
+    missing = str(tmp_path / "no-such-weights")
+    cases = {
+        str(notes): "already exists; remove it, pick another path, or give --force",
+        str(tmp_path): "is a folder",
+        "": "the output path is empty",
+        str(tmp_path / "nodir" / "x.gguf"): "no such folder",
+    }
+    for output, message in cases.items():
+        assert main(["export", "gguf", str(LLAMA), "--weights", missing, "-o", output]) == 1
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err, err
+    assert notes.read_text() == "important\n"
+
+
+def test_cli_force_replaces_an_existing_file(gqa, tmp_path):
+    from linnet.cli import main
+
+    out = tmp_path / "model.gguf"
+    out.write_text("old\n")
+    assert main(["export", "gguf", str(LLAMA), "--weights", str(gqa[0]), "-o", str(out), "--force"]) == 0
+    assert gguf.GGUFReader(str(out)).fields["general.architecture"].contents() == "llama"
+
+
 # -- llama.cpp runs the exports --------------------------------------------------------------------------------
 
 
@@ -451,6 +482,39 @@ def test_llama_cpp_gives_linnets_greedy_tokens_on_each_family(family):
 
     _, _, ours, path = family
     same_greedy_tokens_and_logits(ours, path)
+
+
+def test_a_mistral_window_survives_the_round_trip_through_gguf(tmp_path):
+    """A Mistral whose sliding window (8) is shorter than the prompt: its GGUF export carries
+    `llama.attention.sliding_window` (llama.cpp ignores it and stops at `context_length` = the window), so Linnet reads
+    it back into examples/mistral.linnet with transformers' logits at every position past the window, and
+    examples/llama.linnet, which has no window, refuses it (L503) instead of running plain causal attention."""
+    import transformers
+
+    from linnet.errors import LoadError
+
+    config = transformers.MistralConfig(
+        vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=8,
+        num_key_value_heads=2, max_position_embeddings=256, sliding_window=8, rms_norm_eps=1e-5,
+        tie_word_embeddings=False, initializer_range=0.2, bos_token_id=0, eos_token_id=0,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = transformers.MistralForCausalLM._from_config(config, attn_implementation="eager").eval()
+    perturb(model, seed=1, scale=0.2)
+    folder = hf_folder(tmp_path / "hf", model)
+    path = linnet.export.gguf(lt.load(MISTRAL, weights=folder, max_positions=64, progress=False), tmp_path / "m.gguf")
+    fields = gguf.GGUFReader(str(path)).fields
+    assert fields["llama.attention.sliding_window"].contents() == 8 and fields["llama.context_length"].contents() == 8
+
+    back = lt.load(MISTRAL, weights=path, max_positions=64, progress=False)
+    assert back.config["sliding_window"] == 8
+    ids = torch.randint(0, VOCAB, (1, 24), generator=torch.Generator().manual_seed(5))
+    with torch.inference_mode():
+        (ours,) = back.run("forward", ids.numpy())
+        theirs = model(input_ids=ids).logits.numpy()
+    assert np.abs(ours - theirs).max() < 1e-4
+    with pytest.raises(LoadError, match="sliding_window"):
+        lt.load(LLAMA, weights=path, max_positions=64, progress=False)
 
 
 @pytest.fixture(scope="module")

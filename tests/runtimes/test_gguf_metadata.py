@@ -63,7 +63,6 @@ def test_the_keys_llamacpp_writes_are_all_read(tmp_path, model):
     [
         ("llama.attention.layer_norm_epsilon", 1e-5),  # LayerNorm, not the RMS epsilon the source reads
         ("llama.expert_feed_forward_length", 64),
-        ("llama.attention.sliding_window", 16),
         ("llama.attention.causal", False),
         ("llama.tensor_data_layout", "Meta AI original pth"),
         ("llama.use_parallel_residual", True),
@@ -73,6 +72,21 @@ def test_the_keys_llamacpp_writes_are_all_read(tmp_path, model):
 def test_unread_keys_are_refused_by_name(tmp_path, model, key, value):
     message = refusal(tmp_path, model, {key: value})
     assert f"{key!r}" in message and "may change the computation" in message
+
+
+def test_a_sliding_window_is_read_and_a_source_without_one_refuses_it(tmp_path, model):
+    """`llama.attention.sliding_window` (what Linnet's export writes for Mistral) is read as `sliding_window`:
+    examples/mistral.linnet takes it; examples/llama.linnet has no such field, so loading refuses it (L503) rather
+    than running plain causal attention."""
+    import linnet.torch as lt
+    from linnet.errors import LoadError
+    from tests.runtimes.conftest import LLAMA
+
+    path = written(tmp_path, model, {"llama.attention.sliding_window": 16})
+    with open_checkpoint(path) as ckpt:
+        assert ckpt.config["sliding_window"] == 16
+    with pytest.raises(LoadError, match=r"error\[L503\]: `sliding_window`"):
+        lt.load(LLAMA, weights=path, max_positions=32, progress=False)
 
 
 @pytest.mark.parametrize("key", sorted(GGUF_KEYS_NEUTRAL_VALUE))
@@ -158,7 +172,12 @@ def test_biases_are_read_from_the_tensors(tmp_path, attention_bias, mlp_bias):
     perturb(ref, seed=2, scale=0.2)  # biases start at zero
     path = written(tmp_path, ref)
     with open_checkpoint(path) as ckpt:
-        assert (ckpt.config["attention_bias"], ckpt.config["mlp_bias"]) == (attention_bias, mlp_bias)
+        # set only for the biases the file has (a source without the field reads a file without them)
+        assert (ckpt.config.get("attention_bias", False), ckpt.config.get("mlp_bias", False)) == (
+            attention_bias,
+            mlp_bias,
+        )
+        assert ("attention_bias" in ckpt.config, "mlp_bias" in ckpt.config) == (attention_bias, mlp_bias)
     m = lt.load(LLAMA, weights=path, max_positions=16, progress=False)
     x = torch.randint(0, 32, (1, 12), generator=torch.Generator().manual_seed(3))
     with torch.inference_mode():
