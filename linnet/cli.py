@@ -199,8 +199,7 @@ def cmd_lsp(args: argparse.Namespace) -> int:
     except ImportError as err:
         print(f"linnet lsp: needs pygls and lsprotocol ({err}); pip install 'linnet[lsp]'", file=sys.stderr)
         return EXIT_USAGE
-    serve()
-    return EXIT_OK
+    return serve()
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -113,12 +113,13 @@ def lsp_diagnostic(d: Diagnostic) -> T.Diagnostic:
 
 _FENCE = re.compile(r"^```[\w-]*\n(.*?)\n```$", re.S | re.M)
 _INLINE_CODE = re.compile(r"`([^`\n]+)`")
+_BOLD = re.compile(r"\*\*([^*\n]+)\*\*")
 
 
 def plain_text(markdown: str) -> str:
     """What our Markdown says, as plain text: code blocks and inline code without their
-    fences and backticks (we write no other Markdown)."""
-    return _INLINE_CODE.sub(r"\1", _FENCE.sub(r"\1", markdown))
+    fences and backticks, bold without its asterisks (we write no other Markdown)."""
+    return _BOLD.sub(r"\1", _INLINE_CODE.sub(r"\1", _FENCE.sub(r"\1", markdown)))
 
 
 def markup(markdown: str, formats: Any) -> T.MarkupContent:

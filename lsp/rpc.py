@@ -8,7 +8,11 @@ logged with a traceback as if the server had crashed. `AnswerEveryRequest`, mixe
 server's protocol, answers the first with `InvalidParams` (-32602, naming the field, as
 `cattrs.transform_error` words it, in the protocol's camelCase), drops a malformed
 notification with a one-line warning (a notification has no answer), and sends deliberate
-errors back without a traceback.
+errors back without a traceback. A body that is not JSON gets ParseError (-32700) and one that is
+not a JSON-RPC 2.0 message (a batch array, `null`, `"jsonrpc": "1.0"`) InvalidRequest (-32600),
+with id null as JSON-RPC 2.0 says (LSP has no batches), each with a one-line log entry instead of
+pygls's traceback; `shutdown_requested` tells `linnet lsp` its exit status (LSP: 1 when `exit`
+comes without `shutdown`).
 """
 
 from __future__ import annotations
@@ -69,10 +73,34 @@ class AnswerEveryRequest:
                 log.warning("ignored a %s notification: %s", method, problem)
             return _ANSWERED
 
+    shutdown_requested = False
+
     def handle_message(self, message):
         if message is _ANSWERED:
             return None
+        if getattr(message, "jsonrpc", None) != "2.0":  # not a JSON-RPC 2.0 message pygls could structure
+            msg_id = getattr(message, "id", None)
+            what = type(message).__name__ if not hasattr(message, "jsonrpc") else f"jsonrpc {message.jsonrpc!r}"
+            log.warning("answered a message that is not JSON-RPC 2.0 (%s) with InvalidRequest", what)
+            self._send_error(
+                msg_id if isinstance(msg_id, (int, str)) else None,
+                T.ErrorCodes.InvalidRequest,
+                f"not a JSON-RPC 2.0 request ({what})",
+            )
+            return None
+        if getattr(message, "method", None) == "shutdown":
+            self.shutdown_requested = True
         return super().handle_message(message)
+
+    def answer_unreadable(self, err: BaseException) -> None:
+        """A body that is not JSON (`err` from the reader loop): ParseError with id null."""
+        log.warning("answered a body that is not JSON with ParseError: %s", err)
+        self._send_error(None, T.ErrorCodes.ParseError, f"not JSON: {err}")
+
+    def _send_error(self, msg_id: int | str | None, code: int, message: str) -> None:
+        """An error response written as a plain object, so that an unknown id goes out as `"id": null` (JSON-RPC
+        2.0, section 5; pygls's own responses drop a None id)."""
+        self._send_data({"jsonrpc": "2.0", "id": msg_id, "error": {"code": int(code), "message": message}})
 
     def _send_handler_result(self, future, *, msg_id):
         """A handler's deliberate `JsonRpcException` goes back as the error it is, with no
@@ -82,3 +110,14 @@ class AnswerEveryRequest:
             self._send_response(msg_id, error=err.to_response_error())
             return
         super()._send_handler_result(future, msg_id=msg_id)
+
+
+class OneLineReaderErrors(logging.Filter):
+    """pygls's reader loop logs "Unable to handle message" with a traceback for a body it cannot read; the
+    message is answered (`answer_unreadable`, `handle_message`), so the log gets the one line, not the traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.getMessage() == "Unable to handle message" and record.exc_info:
+            exc = record.exc_info[1]
+            record.msg, record.args, record.exc_info = f"unreadable message: {type(exc).__name__}: {exc}", (), None
+        return True

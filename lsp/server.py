@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import functools
 import inspect
+import json
 import logging
 import traceback
 import uuid
@@ -51,7 +52,7 @@ from .convert import (
 from .documents import Documents, OpenDocument, Settings
 from .hover import hover_markdown
 from .import_completion import import_completions
-from .rpc import AnswerEveryRequest, refusal
+from .rpc import AnswerEveryRequest, OneLineReaderErrors, refusal
 from .tokens import TOKEN_MODIFIERS, TOKEN_TYPES, semantic_tokens
 from .weights import WeightChecks
 
@@ -122,6 +123,9 @@ class LinnetServer(LanguageServer):
         didChange for a document never opened, or params it cannot read) go to the log, not
         to a pop-up. A request's error already went back as its response."""
         if source is FeatureRequestError:
+            return
+        if isinstance(error, (json.JSONDecodeError, UnicodeDecodeError)):  # a body that is not JSON
+            self.protocol.answer_unreadable(error)
             return
         self.log_error(f"pygls ({getattr(source, '__name__', source)})", error)
 
@@ -942,9 +946,12 @@ async def _select_preset(ls: LinnetServer, args: tuple) -> str | None:
     return ls.settings.preset
 
 
-def main() -> None:
-    """`linnet lsp`: serve on stdio until the client exits."""
+def main() -> int:
+    """`linnet lsp`: serve on stdio until the client exits; the exit status (0 after `shutdown`, else 1)."""
     logging.basicConfig(level=logging.WARNING, format="linnet-lsp %(levelname)s %(message)s")
+    for handler in logging.getLogger().handlers:  # pygls logs the reader loop's errors through its own loggers
+        handler.addFilter(OneLineReaderErrors())
     server = create_server()
     server.collector.start()  # after the imports: they are frozen, never scanned again
     server.start_io()
+    return 0 if server.protocol.shutdown_requested else 1  # LSP: `exit` without `shutdown` exits 1

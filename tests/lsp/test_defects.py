@@ -103,3 +103,12 @@ async def test_an_unclosed_call_is_the_only_diagnostic(plain):
     found = await doc.diagnostics()
     assert [(d.code, d.range.start.line) for d in found] == [("L003", 2)]  # no "`y` is never used" above it
     doc.close()
+
+
+def test_plain_text_keeps_no_markdown_of_ours():
+    """Every piece of Markdown the server writes (fences, inline code, the cost hover's bold heading) is gone in
+    the plain-text form a client that prefers plaintext gets."""
+    from linnet.lsp.convert import plain_text
+
+    markdown = "**Cost** under preset `tiny` (S = 8):\n\n```text\nparameters  1.2 M\n```\n`x: [B, 4]`"
+    assert plain_text(markdown) == "Cost under preset tiny (S = 8):\n\nparameters  1.2 M\nx: [B, 4]"

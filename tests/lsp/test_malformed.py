@@ -124,3 +124,42 @@ def test_every_malformed_request_is_answered_without_a_traceback():
     assert "Traceback" not in stderr
     logged = [m["params"]["message"] for m in client.messages if m.get("method") == "window/logMessage"]
     assert not [m for m in logged if "Traceback" in m]
+
+
+def send_raw(client: RawClient, body: bytes) -> None:
+    client.process.stdin.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    client.process.stdin.flush()
+
+
+def test_bodies_that_are_not_json_rpc_2_are_answered_with_id_null():
+    """A body that is not JSON gets ParseError (-32700), a batch array, `null` or `"jsonrpc": "1.0"` InvalidRequest
+    (-32600), each with id null (the request's id where it has one), a one-line log entry and no traceback; the
+    server keeps serving; `exit` after `shutdown` exits 0."""
+    client = RawClient()
+    try:
+        client.send({"id": 0, "method": "initialize", "params": {"capabilities": {}}})
+        assert client.responses({0})
+        for body in (b"{bad}", b"[]", b'[{"jsonrpc": "2.0", "id": 5, "method": "shutdown"}]', b"null"):
+            send_raw(client, body)
+        send_raw(client, b'{"jsonrpc": "1.0", "id": 7, "method": "shutdown"}')
+        client.send({"id": 8, "method": "workspace/symbol", "params": {"query": ""}})
+        assert client.responses({7, 8})[8].get("error") is None  # still serving, and not shut down by id 5
+        deadline = time.monotonic() + TIMEOUT_S
+        while time.monotonic() < deadline and sum(m.get("id", 0) is None for m in client.messages) < 4:
+            time.sleep(0.05)
+        nulls = [m["error"]["code"] for m in client.messages if "id" in m and m["id"] is None]
+        assert client.responses({7})[7]["error"]["code"] == -32600
+    finally:
+        stderr = client.close()
+    assert sorted(nulls) == [-32700, -32600, -32600, -32600]
+    assert "Traceback" not in stderr
+    assert client.process.returncode == 0
+
+
+def test_exit_without_shutdown_exits_1():
+    client = RawClient()
+    client.send({"id": 0, "method": "initialize", "params": {"capabilities": {}}})
+    assert client.responses({0})
+    client.send({"method": "exit"})
+    client.process.communicate(timeout=TIMEOUT_S)
+    assert client.process.returncode == 1
