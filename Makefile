@@ -17,13 +17,21 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 # The main job: check every example, then answer a prompt from the embedded SmolLM2 checkpoint
-# on each runtime family: generated PyTorch, the exported StableHLO on XLA, ONNX Runtime.
+# on each runtime family: generated PyTorch, the exported StableHLO on XLA, ONNX Runtime; then export it
+# as a Hugging Face folder and a q8_0 GGUF and answer again from each (the zoo index picks the source).
 PROMPT := "What is the capital of France?"
+# The exports the main job writes and answers from again (docs/exports.md).
+MAIN_JOB := $(VENV)/main-job
 run: $(STAMP)
 	$(VENV)/bin/linnet check examples
 	$(VENV)/bin/linnet generate examples/llama.linnet --chat --prompt $(PROMPT)
 	$(VENV)/bin/linnet generate examples/llama.linnet --chat --prompt $(PROMPT) --backend xla
 	$(VENV)/bin/linnet generate examples/llama.linnet --chat --prompt $(PROMPT) --backend onnxruntime
+	rm -rf $(MAIN_JOB) && mkdir -p $(MAIN_JOB)
+	$(VENV)/bin/linnet export hf examples/llama.linnet -o $(MAIN_JOB)/smollm2-hf
+	$(VENV)/bin/linnet generate --weights $(MAIN_JOB)/smollm2-hf --chat --prompt $(PROMPT)
+	$(VENV)/bin/linnet export gguf examples/llama.linnet -o $(MAIN_JOB)/smollm2-q8_0.gguf --type q8_0
+	$(VENV)/bin/linnet generate --weights $(MAIN_JOB)/smollm2-q8_0.gguf --chat --prompt $(PROMPT)
 
 # The suite runs in TEST_WORKERS processes (pytest-xdist), each test file whole on one worker so that its
 # module-scoped fixtures (models saved, a language server started, a checkpoint read) are built once, but for a few
