@@ -50,7 +50,8 @@ def test_start_freezes_and_raises_the_full_threshold(full_collections):
     young, middle, full = gc.get_threshold()
     collector = IdleCollector(busy=lambda: False)
     collector.start()
-    assert gc.get_freeze_count() == collector.survivors > 0
+    # frozen objects can still die (refcounting, in any thread of this process) but none are added
+    assert collector.survivors > 0 and 0.99 * collector.survivors <= gc.get_freeze_count() <= collector.survivors
     assert gc.get_threshold() == (young, middle, full * 100)
 
 
