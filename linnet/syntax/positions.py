@@ -23,6 +23,19 @@ LINE_BREAK = re.compile(r"\r\n|\r|\n")
 """A line break as LSP counts them."""
 
 ENCODINGS = ("utf-8", "utf-16", "utf-32")
+# A lone surrogate (a JSON string from a client may carry one, "\ud800") counts as the code units it would take
+# (3 UTF-8 bytes, 1 UTF-16 unit), as WTF-8 and JavaScript strings count it, instead of failing to encode.
+_LONE_SURROGATES = "surrogatepass"
+
+
+def _utf8_units(ch: str) -> int:
+    return len(ch.encode("utf-8", _LONE_SURROGATES))
+
+
+def _utf16_units(ch: str) -> int:
+    return 2 if ord(ch) > 0xFFFF else 1
+
+
 """The column units a client may negotiate (LSP `PositionEncodingKind` values)."""
 
 _LONE_CR = re.compile(r"\r(?!\n)")
@@ -104,7 +117,7 @@ class LineIndex:
             else:
                 starts, total, prev = [], 0, 0
                 for s in self.line_starts:
-                    total += len(self.text[prev:s].encode("utf-8"))
+                    total += len(self.text[prev:s].encode("utf-8", _LONE_SURROGATES))
                     starts.append(total)
                     prev = s
                 self._byte_starts = starts
@@ -119,9 +132,9 @@ class LineIndex:
             return Position(offset, offset, line0 + 1, col + 1, col, col)
         prefix = self.text[start:offset]
         col = len(prefix)
-        utf8 = len(prefix.encode("utf-8"))
+        utf8 = len(prefix.encode("utf-8", _LONE_SURROGATES))
         byte = self._byte_line_starts()[line0] + utf8
-        utf16 = col if prefix.isascii() else len(prefix.encode("utf-16-le")) // 2
+        utf16 = col if prefix.isascii() else len(prefix.encode("utf-16-le", _LONE_SURROGATES)) // 2
         return Position(offset, byte, line0 + 1, col + 1, utf16, utf8)
 
     def offset_of(self, line0: int, units: int, encoding: str = "utf-16") -> int:
@@ -138,9 +151,13 @@ class LineIndex:
         units = max(0, units)
         if encoding == "utf-32" or self.ascii or line.isascii():
             return start + min(units, len(line))
-        if encoding == "utf-8":
-            return start + len(line.encode("utf-8")[:units].decode("utf-8", "ignore"))
-        return start + len(line.encode("utf-16-le")[: 2 * units].decode("utf-16-le", "ignore"))
+        width = _utf8_units if encoding == "utf-8" else _utf16_units
+        count = 0
+        for i, ch in enumerate(line):  # a column inside a character's code units is that character's start
+            count += width(ch)
+            if count > units:
+                return start + i
+        return start + len(line)
 
     def offset_of_utf16(self, line0: int, character: int) -> int:
         """The character offset of an LSP position in UTF-16 columns (see `offset_of`)."""

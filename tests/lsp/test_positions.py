@@ -50,7 +50,7 @@ def ref_lines(text: str) -> list[tuple[int, int]]:
 
 def units(s: str, encoding: str) -> int:
     codec, unit_bytes = _CODEC[encoding]
-    return len(s.encode(codec)) // unit_bytes
+    return len(s.encode(codec, "surrogatepass")) // unit_bytes  # a lone surrogate: the units it would take
 
 
 def ref_position(text: str, offset: int, encoding: str) -> T.Position:
@@ -72,6 +72,25 @@ def ref_offset(text: str, position: T.Position, encoding: str) -> int:
 # `str.splitlines` wrongly takes for line breaks
 PIECES = list("ab #\t") + ["ö", "é", "\u0301", "😀", "𝔸", "中", "\r", "\n", "\r\n", "\x0c", "\u2028", "\x85"]
 UNICODE = st.lists(st.sampled_from(PIECES) | st.characters(), max_size=40).map("".join)
+
+
+@pytest.mark.parametrize("text", ["\ud800", "\ud800\r", "a\udfff\U0001f600\r\nb\ud800"])
+def test_a_lone_surrogate_counts_as_the_units_it_would_take(text):
+    """A client's JSON may carry a lone surrogate ("\\ud800"); hypothesis found the index failing to encode one in
+    CI. Every offset maps to the reference position and back, and every column to the reference offset."""
+    index = LineIndex(text)
+    inside_crlf = {i + 1 for i in range(len(text) - 1) if text[i : i + 2] == "\r\n"}
+    for offset in sorted(set(range(len(text) + 1)) - inside_crlf):
+        pos = index.position(offset)
+        for encoding in ENCODINGS:
+            expected = ref_position(text, offset, encoding)
+            assert (pos.line - 1, pos.units(encoding)) == (expected.line, expected.character), encoding
+            assert index.offset_of(expected.line, expected.character, encoding) == offset, encoding
+    for line in range(len(ref_lines(text))):
+        for column in range(8):
+            for encoding in ENCODINGS:
+                expected = ref_offset(text, T.Position(line, column), encoding)
+                assert index.offset_of(line, column, encoding) == expected
 
 
 @settings(max_examples=300, deadline=None)
