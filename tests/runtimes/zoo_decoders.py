@@ -17,18 +17,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.runtimes.conftest import LOGITS_ATOL, hf_greedy, linnet_greedy, max_abs_diff, record
+from tests.runtimes.conftest import ALL_BACKENDS, LOGITS_ATOL, hf_greedy, linnet_greedy, max_abs_diff, record
 
-# Every backend of `linnet.runtimes.backends.BACKENDS` that runs on CPU; torch-compile compiles each step shape
-# (about 30 s for a 2-layer model), so its case is marked slow.
-BACKENDS = (
-    "torch-interpret",
-    "torch",
-    pytest.param("torch-compile", marks=pytest.mark.slow),
-    "jax",
-    "xla",
-    "onnxruntime",
-)
+BACKENDS = ALL_BACKENDS  # every CPU backend, torch-compile marked slow (tests/runtimes/conftest.py)
 GREEDY_TOKENS = 32
 MAX_POSITIONS = 64
 PROMPT_SEED = 3
