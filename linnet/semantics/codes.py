@@ -456,6 +456,20 @@ _ALL = [
         "preset p = Lama { }",
         "Use the suggested config name.",
     ),
+    Code(
+        "L409",
+        "config lacks a field the module reads",
+        "error",
+        "A module or function declared over one config (`module LlamaMLP(c: Llama)`) is given another "
+        "(`LlamaMLP(c)` with `c: Mistral`). That is allowed when the given config declares every field of "
+        "the declared one that the module reads, directly or through the modules and functions it passes "
+        "`c` to, with a type the declaration accepts: the same type, a one-value type of it (`false` for "
+        "`bool`), or the non-optional form of an optional type. The message names the field, both configs "
+        "and where the field is read.",
+        "LlamaMLP(c)  # c: Mistral, which has no `mlp_bias`",
+        "Declare the field in the given config (a one-value type such as `mlp_bias: false = false` when "
+        "the family has one value), or write the module over the given config.",
+    ),
     # ----- L5xx checkpoints
     Code(
         "L501",

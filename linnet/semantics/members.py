@@ -23,10 +23,11 @@ from ..types.core import (
 )
 from ..types.dims import Dim
 from .describe import cond_key, kind_text
-from .diagnostics import Label, symbol
+from .diagnostics import Label, LocalAnchor, symbol
 from .names import LOAD_TIME_DIMS, SCALAR_TYPE_NAMES
 from .resolved import Arg, CallInfo
 from .scope import Binding, FnTarget, Instance, MemberInfo, Members, Scope
+from .sharing import config_reads, field_fits, param_owner, type_text
 
 if TYPE_CHECKING:
     from .checker import ItemChecker
@@ -183,14 +184,65 @@ class MembersMixin:
             self.report("L406", f"`{p.name.id}` of {callee} is a `{name}`, not optional; got `none`", node)
             return None
         if isinstance(t, ConfigT):
-            if t.value.item is not self.global_item(name, site):
+            declared = self.global_item(name, site)
+            if t.value.item is declared:
+                return t
+            if declared is None or declared.kind != "config":
                 self.report(
                     "L107", f"`{p.name.id}` of {callee} is a `{name}` config, got a `{t.value.type_name}`", node
                 )
                 return None
-            return t
+            return t if self.config_fits(p, t, node, callee, site, declared) else None
         self.report("L107", f"`{p.name.id}` of {callee} is a `{name}` config, got {kind_text(t)}", node)
         return None
+
+    def config_fits(self, p: A.Param, t: ConfigT, node, callee: str, site: Item, declared: Item) -> bool:
+        """Whether config value `t` (of another config than `declared`, the type of `p`) may be
+        passed as `p`: it declares every field of `declared` that `p`'s owner reads, with a type
+        that fits (`sharing`). Reports L409 on the first that does not."""
+        owner = param_owner(site, p)
+        if owner is None:
+            return False
+        given = t.value.item
+        reads = config_reads(site, owner, p.name.id, self.ctx.lookup)
+        for item in {r.item for r in reads.values()} | {given}:
+            self.result.deps.setdefault((item.source.path, item.name), item.interface)
+        want_fields = {f.name.id: f for f in declared.ast.fields if isinstance(f, A.ConfigField)}
+        reader = f"`{owner.name.id}`"
+        for field, read in reads.items():
+            want = want_fields.get(field)
+            if want is None:
+                continue  # not a field of the declared config: reported where it is read (L102)
+            have = t.value.field_def(field)
+            labels = [
+                Label(LocalAnchor(read.item, read.span), "read here"),
+                Label(symbol(declared, field), f"declared `{field}: {type_text(declared, want.type)}` here"),
+            ]
+            if have is None:
+                self.report(
+                    "L409",
+                    f"{reader} reads `{field}` of its `{declared.name}` config, which `{given.name}` does not declare",
+                    node,
+                    labels=labels + [Label(symbol(given), f"`{given.name}` declared here")],
+                    notes=[
+                        f"`{p.name.id}` of {callee} is a `{declared.name}`; another config is accepted when it "
+                        f"declares every field {reader} reads",
+                        f"consider declaring `{field}: {type_text(declared, want.type)}` in `{given.name}` "
+                        "(a one-value type such as `false` if its family has one value)",
+                    ],
+                )
+                return False
+            if not field_fits(have.type, given, want.type, declared, self.ctx.lookup):
+                self.report(
+                    "L409",
+                    f"{reader} reads `{field}` of its `{declared.name}` config as "
+                    f"`{type_text(declared, want.type)}`, but `{given.name}` declares it "
+                    f"`{type_text(given, have.type)}`",
+                    node,
+                    labels=labels + [Label(symbol(given, field), f"declared `{type_text(given, have.type)}` here")],
+                )
+                return False
+        return True
 
     def members(self, inst: Instance, report: bool) -> Members:
         if not report and inst.members is not None:

@@ -227,4 +227,31 @@ def interface_key(item: Item) -> str:
         parts.append(text[pos : span.start])
         pos = span.end
     parts.append(text[pos:])
-    return " ".join(" ".join(parts).split())
+    return " ".join(" ".join(parts).split()) + _config_uses(item.ast)
+
+
+def _config_uses(ast: A.Node) -> str:
+    """The config fields function bodies read (`c.hidden_size`) and the calls they pass a
+    config parameter to (`rotary(c)`): part of what others see, since a module taking one
+    config accepts another that declares the fields it reads (semantics.sharing)."""
+    names = {
+        p.name.id
+        for node in A.definitions(ast)
+        if isinstance(node, (A.ModuleDef, A.FnDef))
+        for p in node.params
+        if isinstance(p.type, A.NamedType) and p.type.name.id not in ("int", "float", "bool", "str")
+    }
+    if not names:
+        return ""
+    uses = set()
+    for node in A.definitions(ast):
+        if not isinstance(node, A.FnDef):
+            continue
+        for n in A.walk(node.body):
+            if isinstance(n, A.Attr) and isinstance(n.value, A.Name) and n.value.id in names:
+                uses.add(f"{n.value.id}.{n.name.id}")
+            elif isinstance(n, A.Call) and isinstance(n.func, A.Name):
+                passed = [a.value.id for a in n.args if isinstance(a.value, A.Name) and a.value.id in names]
+                if passed:
+                    uses.add(f"{n.func.id}({','.join(passed)})")
+    return " reads " + " ".join(sorted(uses)) if uses else ""

@@ -156,3 +156,35 @@ def test_an_import_of_something_that_is_not_a_source_is_a_located_error(tmp_path
         ("L120", 2, "not UTF-8 text"),
         ("L120", 3, "not a file"),
     ]
+
+
+SHARING_MAIN = """from "blocks.linnet" import Mlp
+
+## Another family's config: `Mlp` is declared over `Cfg`, and `Wide` declares what it reads.
+config Wide {
+    hidden: int = 64
+}
+
+module UsesWide(c: Wide) {
+    block: Mlp(c)
+
+    fn forward(x: [B, c.hidden]) -> [B, c.hidden] {
+        block(x)
+    }
+}
+"""
+
+
+def test_a_body_edit_that_reads_a_new_field_rechecks_the_importer_that_shares_the_module(tmp_path):
+    """What a module reads of its config is part of what importers see (semantics.sharing): a body
+    edit that reads a field `Wide` lacks is L409 in the importer, and undoing it clears it."""
+    with_scale = BLOCKS.replace("    hidden: int = 64\n", "    hidden: int = 64\n    scale: float = 1.0\n", 1)
+    ws, lib, doc = _workspace(tmp_path, blocks=with_scale, main=SHARING_MAIN)
+    assert _codes(doc.analyze()) == []
+    ws.open(lib.source.path, with_scale.replace("        up(x)\n", "        up(x) * c.scale\n"))
+    assert _codes(lib.analyze()) == []
+    found = doc.analyze().errors
+    assert [(d.code, d.location.path, d.location.line) for d in found] == [("L409", doc.source.path, 9)]
+    assert "`Mlp` reads `scale` of its `Cfg` config, which `Wide` does not declare" in found[0].message
+    ws.open(lib.source.path, with_scale)
+    assert _codes(doc.analyze()) == []
