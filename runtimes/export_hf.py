@@ -68,6 +68,8 @@ def _heads(c: dict[str, Any]) -> int:
 IMPLIED_FIELDS: dict[str, dict[str, Any]] = {
     "llama": {"rope_interleaved": lambda c: False},
     "qwen2": {"head_dim": _heads, "mlp_bias": lambda c: False},
+    "qwen3": {"mlp_bias": lambda c: False},
+    "mistral": {"attention_bias": lambda c: False, "mlp_bias": lambda c: False},
     "phi3": {
         "head_dim": _heads,
         "rotary_dim": lambda c: int(_heads(c) * c.get("partial_rotary_factor", 1.0)),

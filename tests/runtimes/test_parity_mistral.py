@@ -81,14 +81,19 @@ def test_preset_parameters_are_the_real_checkpoints(preset):
 def test_preset_config_is_the_real_config_json(preset, tmp_path):
     """Every field of the preset equals the value in the config.json transformers writes for the real config
     (rotary settings read as `checkpoints.normalize_config` reads them), so a preset cannot drift from its
-    checkpoint in a value the parameter shapes do not show (rope_theta, rms_norm_eps, sliding_window)."""
+    checkpoint in a value the parameter shapes do not show (rope_theta, rms_norm_eps, sliding_window). The
+    fields transformers has no key for (`attention_bias`, `mlp_bias`: read by the Llama modules Mistral imports)
+    hold the value transformers implies."""
     from linnet.ir import build
     from linnet.runtimes.checkpoints import normalize_config
+    from linnet.runtimes.export_hf import IMPLIED_FIELDS
 
     transformers.MistralConfig(**REAL_CONFIGS[preset]).save_pretrained(tmp_path)
     real = normalize_config(json.loads((tmp_path / "config.json").read_text()))
     ours = build(MISTRAL, preset=preset).config
-    assert {key: real[key] for key in ours} == ours
+    implied = {key: value(ours) for key, value in IMPLIED_FIELDS["mistral"].items()}
+    assert {key: ours[key] for key in implied} == implied and not implied.keys() & real.keys()
+    assert {key: real[key] for key in ours if key not in implied} == {k: v for k, v in ours.items() if k not in implied}
 
 
 # std.attention's masks over queries at positions 10..21 (a decode-like offset) and keys 0..23.
