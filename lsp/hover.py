@@ -8,6 +8,7 @@ from __future__ import annotations
 from linnet.ops import REGISTRY
 from linnet.semantics.diagnostics import SymbolAnchor
 from linnet.semantics.program import Analysis
+from linnet.semantics.sharing import config_reads
 from linnet.syntax import ast as A
 from linnet.types.core import ModuleListT, ModuleT, TensorT
 
@@ -51,6 +52,9 @@ def hover_markdown(analysis: Analysis, offset: int, preset: str | None) -> tuple
         doc = doc_of(definition.node)
         if doc:
             sections.append(doc)
+        reads = _config_reads(analysis, definition.item, definition.node)
+        if reads:
+            sections.append(reads)
         names = _checkpoint_names(analysis, target, preset)
         if names:
             sections.append(names)
@@ -74,6 +78,28 @@ def hover_markdown(analysis: Analysis, offset: int, preset: str | None) -> tuple
         word = word_at(text, offset)
         span = (word[1], word[2]) if word is not None else (offset, offset)
     return "\n\n".join(sections), span
+
+
+def _config_reads(analysis: Analysis, item, node) -> str | None:
+    """What a module or function reads of each config parameter: the fields another config
+    passed in its place must declare (semantics.sharing)."""
+    if not isinstance(node, (A.ModuleDef, A.FnDef)) or analysis.globals is None:
+        return None
+    lines = []
+    for p in node.params:
+        if not isinstance(p.type, A.NamedType):
+            continue
+        config = analysis.globals(p.type.name.id, item)
+        if config is None or config.kind != "config":
+            continue
+        fields = config_reads(item, node, p.name.id, analysis.globals)
+        if fields:
+            shown = ", ".join(f"`{f}`" for f in fields)
+            lines.append(
+                f"Reads {shown} of `{p.name.id}`: another config than `{config.name}` "
+                "can be passed if it declares them."
+            )
+    return "\n\n".join(lines) or None
 
 
 def _at_declaration(analysis: Analysis, definition, offset: int) -> bool:

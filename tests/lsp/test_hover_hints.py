@@ -119,3 +119,15 @@ async def test_inlay_hint_settings(client):
     )
     assert await client.text_document_inlay_hint_async(T.InlayHintParams(doc.id, rng))
     doc.close()
+
+
+async def test_hover_on_a_shared_module_says_which_config_fields_it_reads(client):
+    """mistral.linnet imports llama.linnet's decoder layer: hover on it lists the Llama fields it reads, directly and
+    through the attention and MLP it builds: what a config must declare to be passed in Llama's place."""
+    doc = await open_doc(client, EXAMPLES / "mistral.linnet")
+    text = await hover(client, doc, "LlamaDecoderLayer(c)", 2)
+    assert "module LlamaDecoderLayer(c: Llama)" in text
+    assert "Reads `hidden_size`, `rms_norm_eps`, " in text
+    assert all(f"`{f}`" in text for f in ("num_key_value_heads", "attention_bias", "mlp_bias", "intermediate_size"))
+    assert "another config than `Llama` can be passed if it declares them" in text
+    doc.close()
