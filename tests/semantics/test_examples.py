@@ -156,3 +156,24 @@ def test_syntax_error_beside_a_shape_error():
         ("L201", line_of(text, "        down_proj(silu(gate_proj(x)) * x)")),
         ("L001", line_of(text, "cos, sin, mask) +")),
     ]
+
+
+def test_a_family_that_drops_a_field_the_shared_llama_modules_read_is_told_which():
+    """mistral.linnet builds llama.linnet's decoder layer over its own config: without `mlp_bias`, which the layer
+    reads through the LlamaMLP it builds, the layer's use is L409 naming the field and both configs, labelled where
+    LlamaMLP reads it; with `mlp_bias: bool` the layer is accepted (a one-value type is not required)."""
+    text = (EXAMPLES / "mistral.linnet").read_text()
+    assert "    mlp_bias: false = false\n" in text
+    without = text.replace("    mlp_bias: false = false\n", "")
+    dropped = analyze("mistral.linnet", without)
+    # once, at the argument: not again where MistralForCausalLM builds the MistralModel that holds it
+    assert [(d.code, d.location.line) for d in dropped.diagnostics] == [
+        ("L409", without[: without.index("[LlamaDecoderLayer(c)")].count("\n") + 1)
+    ]
+    d = dropped.diagnostics[0]
+    assert d.message == "`LlamaDecoderLayer` reads `mlp_bias` of its `Llama` config, which `Mistral` does not declare"
+    read = next(label for label in d.labels if label.message == "read here")
+    llama = (EXAMPLES / "llama.linnet").read_text().split("\n")
+    assert read.location.path.endswith("llama.linnet") and "c.mlp_bias" in llama[read.location.line - 1]
+    widened = text.replace("mlp_bias: false = false", "mlp_bias: bool = false")
+    assert analyze("mistral.linnet", widened).diagnostics == []
