@@ -9,8 +9,8 @@ Llama's layers) while each config still declares, and checks, exactly the keys i
 checkpoints carry (issue 14): nothing is inherited.
 
 What a module reads is found in its source, not under one config's values: every `c.field`
-in its members, defaults and functions, whatever `if` guards it, and, through each call that
-passes `c` on (`LlamaAttention(c)`, `rotary(c)`), what the callee reads. So the answer does
+in its members, defaults and functions (through `let d = c` too), whatever `if` guards it,
+and, through each call that passes `c` on (`LlamaAttention(c)`, `rotary(c)`), what the callee reads. So the answer does
 not depend on the preset, and a field read in a branch one family never takes must still be
 declared by it (with a one-value type, a family says why the branch is not taken).
 """
@@ -54,6 +54,8 @@ def config_reads(item: Item, owner: A.ModuleDef | A.FnDef, param: str, lookup: L
         for n in A.walk(node):
             if isinstance(n, A.Attr) and isinstance(n.value, A.Name) and n.value.id == name:
                 reads.setdefault(n.name.id, Read(site, n.name.span))
+            elif isinstance(n, A.Let) and isinstance(n.value, A.Name) and n.value.id == name and not n.is_tuple:
+                stack.extend((site, node, t.id) for t in n.targets)  # `let d = c`: what `d` reads, `c` does
             elif isinstance(n, A.Call):
                 for callee_site, callee, callee_param in _passed_on(site, node, n, name, lookup):
                     stack.append((callee_site, callee, callee_param))

@@ -243,11 +243,14 @@ def _config_uses(ast: A.Node) -> str:
     }
     if not names:
         return ""
+    bodies = [node.body for node in A.definitions(ast) if isinstance(node, A.FnDef)]
+    for body in bodies:  # local aliases (`let d = c`)
+        for n in A.walk(body):
+            if isinstance(n, A.Let) and isinstance(n.value, A.Name) and n.value.id in names:
+                names.update(t.id for t in n.targets)
     uses = set()
-    for node in A.definitions(ast):
-        if not isinstance(node, A.FnDef):
-            continue
-        for n in A.walk(node.body):
+    for body in bodies:
+        for n in A.walk(body):
             if isinstance(n, A.Attr) and isinstance(n.value, A.Name) and n.value.id in names:
                 uses.add(f"{n.value.id}.{n.name.id}")
             elif isinstance(n, A.Call) and isinstance(n.func, A.Name):
