@@ -216,32 +216,38 @@ class MembersMixin:
             if want is None:
                 continue  # not a field of the declared config: reported where it is read (L102)
             have = t.value.field_def(field)
+            wanted = type_text(declared, want.type)
             labels = [
                 Label(LocalAnchor(read.item, read.span), "read here"),
-                Label(symbol(declared, field), f"declared `{field}: {type_text(declared, want.type)}` here"),
+                Label(symbol(declared, field), f"`{declared.name}` declares `{field}: {wanted}` here"),
             ]
             if have is None:
                 self.report(
                     "L409",
                     f"{reader} reads `{field}` of its `{declared.name}` config, which `{given.name}` does not declare",
                     node,
-                    labels=labels + [Label(symbol(given), f"`{given.name}` declared here")],
+                    labels=labels + [Label(symbol(given), f"`{given.name}` has no `{field}`")],
                     notes=[
                         f"`{p.name.id}` of {callee} is a `{declared.name}`; another config is accepted when it "
                         f"declares every field {reader} reads",
-                        f"consider declaring `{field}: {type_text(declared, want.type)}` in `{given.name}` "
+                        f"consider declaring `{field}: {wanted}` in `{given.name}` "
                         "(a one-value type such as `false` if its family has one value)",
                     ],
                 )
                 return False
             if not field_fits(have.type, given, want.type, declared, self.ctx.lookup):
+                have_text = type_text(given, have.type)
+                theirs = Label(symbol(given, field), f"`{given.name}` declares `{field}: {have_text}` here")
                 self.report(
                     "L409",
-                    f"{reader} reads `{field}` of its `{declared.name}` config as "
-                    f"`{type_text(declared, want.type)}`, but `{given.name}` declares it "
-                    f"`{type_text(given, have.type)}`",
+                    f"{reader} reads `{field}` of its `{declared.name}` config as `{wanted}`, but `{given.name}` "
+                    f"declares it `{have_text}`",
                     node,
-                    labels=labels + [Label(symbol(given, field), f"declared `{type_text(given, have.type)}` here")],
+                    labels=labels + [theirs],
+                    notes=[
+                        f"a field read as `{wanted}` takes `{wanted}`, a one-value type of it (`false` for `bool`), "
+                        "or, for an optional type, its non-optional form"
+                    ],
                 )
                 return False
         return True
