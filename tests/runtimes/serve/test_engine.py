@@ -212,6 +212,8 @@ def test_shutdown_cancels_what_is_running_and_waiting(model, tok, make_engine):
     assert [collect(h)[1].finish_reason for h in handles] == ["cancelled"] * len(PROMPTS)
     with pytest.raises(RuntimeError, match="shut down"):
         engine.submit(request(tok.encode(PROMPTS[0]), 4))
+    with pytest.raises(RuntimeError, match="before start"):
+        engine.warm_up()
 
 
 def test_bad_requests_are_refused_at_submit(model, tok, make_engine):
@@ -229,3 +231,26 @@ def test_bad_requests_are_refused_at_submit(model, tok, make_engine):
     with pytest.raises(ValueError, match="non-empty strings"):
         engine.submit(request(prompt, 4, stop=("",)))
     assert engine.stats().waiting == 0
+
+
+def test_a_failing_step_ends_its_requests_with_error_and_the_engine_keeps_serving(tok, make_engine):
+    prompt = tok.encode("Say hello:")
+    reply = tok.encode(" Hello world, how are you today?", add_special_tokens=False)
+    assert len(reply) > 4
+
+    class FailsOnce(ContinuationLM):
+        def step(self, input_ids, positions, rows):
+            if len(self.calls) == 2:  # the first decode step after the two prefills
+                self.calls.append(rows.tolist())
+                raise RuntimeError("device lost")
+            return super().step(input_ids, positions, rows)
+
+    engine = make_engine(FailsOnce([prompt + reply], vocab_size=49152), tok, start=False)
+    handles = [engine.submit(request(prompt, 4)) for _ in range(2)]
+    engine.start()
+    for handle in handles:
+        finished = collect(handle)[1]
+        assert (finished.finish_reason, finished.error) == ("error", "RuntimeError: device lost")
+    deltas, finished = collect(engine.submit(request(prompt, 4)))
+    assert finished.finish_reason == "length" and tokens_of(deltas) == reply[:4]
+    assert engine.stats().rows_in_use == 0
