@@ -123,7 +123,7 @@ def _free_ports(n: int) -> list[int]:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """The embedded SmolLM2's repository (two instances of two cache rows) served on loopback: yields
-    (http url, grpc url, model name, server log path)."""
+    (http url, grpc url, model name, server process)."""
     installed = INSTALLED
     if installed is None:
         pytest.skip(WHY_NOT)
@@ -144,7 +144,7 @@ def server(tmp_path_factory):
             if proc.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(f"tritonserver did not get ready:\n{log.read_text(errors='replace')[-4000:]}")
             time.sleep(0.5)
-        yield f"http://127.0.0.1:{http_port}", f"127.0.0.1:{grpc_port}", "smol", log
+        yield f"http://127.0.0.1:{http_port}", f"127.0.0.1:{grpc_port}", "smol", proc
     finally:
         proc.terminate()
         try:
@@ -218,9 +218,12 @@ def test_grpc_streams_concurrent_requests_over_two_instances(server, reference):
     """Four streams at once (two instances of two rows): each gets exactly its solo greedy text."""
     import tritonclient.grpc as grpcclient
 
-    _, grpc_url, model, _ = server
+    psutil = pytest.importorskip("psutil")
+    _, grpc_url, model, proc = server
     config = grpcclient.InferenceServerClient(grpc_url).get_model_config(model, as_json=True)["config"]
     assert config["instance_group"][0]["count"] == 2
+    stubs = [p for p in psutil.Process(proc.pid).children() if p.name().startswith("triton_python")]
+    assert len(stubs) == 2  # one stub process, one engine, per instance
     texts: dict[str, list[str]] = {p: [] for p in PROMPTS}
     done: dict[str, threading.Event] = {p: threading.Event() for p in PROMPTS}
     errors: list[str] = []
