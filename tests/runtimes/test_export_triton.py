@@ -29,6 +29,7 @@ from tests.conftest import EXAMPLES
 LLAMA = EXAMPLES / "llama.linnet"
 MAX_POSITIONS = 256
 NEW_TOKENS = 12
+SEED = 7
 # Looked up at import, before the suite points LINNET_CACHE_DIR at its private folder (tests/conftest.py): the
 # server is a tool installed once per machine in the user's cache, like tools/llama_cpp_wheel.sh's wheel.
 INSTALLED, WHY_NOT = find_tritonserver()
@@ -174,7 +175,8 @@ def _ready(client, model: str) -> bool:
 @pytest.fixture(scope="module")
 def reference():
     """prompt -> the text Linnet's Generator (what `linnet generate --prompt P --max-new-tokens 12` runs) gives
-    greedily, on PyTorch with the source's default weights (the embedded SmolLM2)."""
+    greedily, on PyTorch with the source's default weights (the embedded SmolLM2); "seeded" -> the text of the
+    third prompt at temperature 0.8, top_p 0.9, seed SEED."""
     pytest.importorskip("torch")
     import linnet.torch
     from linnet.runtimes.generation import Generator
@@ -183,8 +185,10 @@ def reference():
     model = linnet.torch.load(LLAMA, max_positions=MAX_POSITIONS, progress=False)
     tok = model.tokenizer()
     gen = Generator(model.step_model(), tok)
-    params = SamplingParams(max_new_tokens=NEW_TOKENS)
-    return {p: "".join(gen.stream_text(tok.encode(p), params)) for p in PROMPTS}
+    texts = {p: "".join(gen.stream_text(tok.encode(p), SamplingParams(max_new_tokens=NEW_TOKENS))) for p in PROMPTS}
+    seeded = SamplingParams(temperature=0.8, top_p=0.9, seed=SEED, max_new_tokens=NEW_TOKENS)
+    texts["seeded"] = "".join(gen.stream_text(tok.encode(PROMPTS[2]), seeded))
+    return texts
 
 
 def _generate(url: str, model: str, body: dict, stream: bool = False):
@@ -210,6 +214,12 @@ def test_http_generate_and_generate_stream_give_linnets_text(server, reference):
     assert whole.json()["text_output"] == reference[prompt]
     streamed = _sse_texts(_generate(url, model, {"text_input": prompt, "max_tokens": NEW_TOKENS, "stream": True}, True))
     assert len(streamed) > 1 and "".join(streamed) == reference[prompt]
+    # a stop string (never emitted), and seeded sampling: the Generator's tokens for that seed
+    stop = reference[prompt].split()[1]
+    cut = _generate(url, model, {"text_input": prompt, "max_tokens": NEW_TOKENS, "stop": [stop, "never seen"]})
+    assert cut.json()["text_output"] == reference[prompt][: reference[prompt].index(stop)]
+    body = {"text_input": PROMPTS[2], "max_tokens": NEW_TOKENS, "temperature": 0.8, "top_p": 0.9, "seed": SEED}
+    assert _generate(url, model, body).json()["text_output"] == reference["seeded"]
 
 
 @pytest.mark.tritonserver
