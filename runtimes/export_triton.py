@@ -11,7 +11,6 @@ What is written (Triton's Python backend; triton-inference-server/python_backend
                                   [{count: N, kind: KIND_CPU}], and `parameters` saying what to load (below)
     REPO/<name>/1/model.py        `TritonPythonModel` (runtimes/triton_entry.py, copied): puts Linnet's Python
                                   environment on sys.path, then hands over to `linnet.runtimes.triton_model`
-    REPO/<name>/1/model.linnet    the source, copied, so the repository names its model wherever it is mounted
 
 Inputs (the names of Triton's vLLM backend, so its clients and `genai-perf` work unchanged): `text_input`
 (TYPE_STRING [1], the prompt as text, encoded as `linnet generate --prompt` encodes it); optional `max_tokens`
@@ -19,11 +18,13 @@ Inputs (the names of Triton's vLLM backend, so its clients and `genai-perf` work
 `ignore_eos` (BOOL), `stream` (BOOL: one response per piece of new text; default false: one response with the
 whole text). Output `text_output` (TYPE_STRING [-1]), the new text only (not the prompt).
 
-`parameters` (strings; edit them in config.pbtxt to move the repository): `source`, `weights` (an HF folder or GGUF
-file, as an absolute path, or an embedded id; empty: the source's default weights), `preset`, `backend` (a name of
-`linnet backends`), `dtype`, `max_batch` (cache rows per instance), `max_positions`, `python_path` (folders put
-first on the stub's sys.path, ':'-separated: the numpy < 2 folder of tools/tritonserver.sh) and `site_packages` (the
-environment with Linnet installed, added with `site.addsitedir`; the Python backend's stub ignores PYTHONPATH).
+`parameters` (strings; edit them in config.pbtxt to move the repository): `source` (the .linnet file, as an absolute
+path: a source may import other files by relative paths, so it is named where it is rather than copied), `weights`
+(an HF folder or GGUF file, as an absolute path, or an embedded id; empty: the source's default weights),
+`preset`, `backend` (a name of `linnet backends`), `dtype`, `max_batch` (cache rows per instance),
+`max_positions`, `python_path` (folders put first on the stub's sys.path, ':'-separated: the numpy < 2 folder of
+tools/tritonserver.sh) and `site_packages` (the environment with Linnet installed, added with `site.addsitedir`;
+the Python backend's stub ignores PYTHONPATH).
 
 Everything is written into a temporary folder beside the target, which is renamed to the target at the end: a
 failure leaves nothing behind. Imports no framework (the server loads the model).
@@ -192,7 +193,7 @@ def export_triton(
             )
         python_path = [str(server.stub_numpy)]
     parameters = {
-        "source": "model.linnet",
+        "source": str(Path(source).resolve()),
         "weights": "" if weights is None else str(weights),
         "preset": preset or "",
         "backend": backend,
@@ -210,14 +211,13 @@ def export_triton(
         version.mkdir(parents=True)
         (tmp / name / "config.pbtxt").write_text(config_pbtxt(name, instances, parameters), encoding="utf-8")
         shutil.copyfile(ENTRY, version / "model.py")
-        shutil.copyfile(source, version / "model.linnet")
         if target.exists():
             target.rmdir()  # empty (check_target)
         os.replace(tmp, target)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return [target / name / "config.pbtxt", target / name / "1" / "model.py", target / name / "1" / "model.linnet"]
+    return [target / name / "config.pbtxt", target / name / "1" / "model.py"]
 
 
 def config_pbtxt(name: str, instances: int, parameters: dict[str, str]) -> str:

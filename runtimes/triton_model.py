@@ -21,7 +21,6 @@ import json
 import os
 import threading
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -53,10 +52,10 @@ class TritonInputs:
 class LinnetModel:
     """One Triton model instance: the model on its backend, an engine over it, and a relay thread per request.
 
-    `args` are Triton's `initialize` arguments (model_repository: the model's folder, model_version,
-    model_instance_name), `config` the parsed model config, whose string `parameters` say what to load
-    (runtimes/export_triton.py). Raises `pb_utils.TritonModelException` when the model cannot be loaded (the
-    message names the source, the weights and the reason; Triton marks the model UNAVAILABLE and logs it)."""
+    `args` are Triton's `initialize` arguments, `config` the parsed model config, whose string `parameters` say
+    what to load (runtimes/export_triton.py). Raises `pb_utils.TritonModelException` when the model cannot be
+    loaded (the message names the source, the weights and the reason; Triton marks the model UNAVAILABLE and logs
+    it)."""
 
     def __init__(self, args: dict[str, str], config: dict[str, Any], pb_utils: Any) -> None:
         from . import caches
@@ -65,8 +64,7 @@ class LinnetModel:
         self.pb = pb_utils
         check_stub_numpy(pb_utils)
         parameters = {k: v.get("string_value", "") for k, v in config.get("parameters", {}).items()}
-        version_dir = Path(args["model_repository"]) / args["model_version"]
-        source = version_dir / parameters.get("source", "model.linnet")
+        source = parameters.get("source", "")
         weights = parameters.get("weights") or None
         try:
             backend = get_backend(parameters.get("backend", "torch"))

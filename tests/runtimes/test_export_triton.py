@@ -24,7 +24,7 @@ import pytest
 
 from linnet.errors import ExportError
 from linnet.runtimes.export_triton import config_pbtxt, export_triton, find_tritonserver
-from tests.conftest import EXAMPLES
+from tests.conftest import EXAMPLES, ROOT
 
 LLAMA = EXAMPLES / "llama.linnet"
 MAX_POSITIONS = 256
@@ -50,7 +50,7 @@ def test_repository_is_a_decoupled_python_model(tmp_path):
         LLAMA, tmp_path / "repo", max_batch=4, max_positions=128, instances=3, name="smol", python_path=["/np1"]
     )
     model = tmp_path / "repo" / "smol"
-    assert written == [model / "config.pbtxt", model / "1" / "model.py", model / "1" / "model.linnet"]
+    assert written == [model / "config.pbtxt", model / "1" / "model.py"]
     config, pb2 = _model_config(model / "config.pbtxt")
     assert (config.name, config.backend, config.max_batch_size) == ("smol", "python", 0)
     assert config.model_transaction_policy.decoupled
@@ -61,8 +61,22 @@ def test_repository_is_a_decoupled_python_model(tmp_path):
     assert [(g.count, g.kind) for g in config.instance_group] == [(3, pb2.ModelInstanceGroup.KIND_CPU)]
     params = {k: v.string_value for k, v in config.parameters.items()}
     assert (params["max_batch"], params["max_positions"], params["backend"]) == ("4", "128", "torch")
-    assert (params["python_path"], params["source"], params["weights"]) == ("/np1", "model.linnet", "")
-    assert (model / "1" / "model.linnet").read_text(encoding="utf-8") == LLAMA.read_text(encoding="utf-8")
+    assert (params["python_path"], params["source"], params["weights"]) == ("/np1", str(LLAMA.resolve()), "")
+
+
+def test_source_and_weights_are_named_by_absolute_paths(tmp_path, monkeypatch):
+    """A source that imports another file by a relative path is named where it is (a copy would lose the import);
+    a relative weights path becomes absolute, an embedded id stays an id."""
+    split = ROOT / "tests" / "fixtures" / "imports" / "causal_lm.linnet"
+    (tmp_path / "ckpt").mkdir()
+    monkeypatch.chdir(tmp_path)
+    export_triton(split, "repo", weights="ckpt", python_path=[])
+    config, _ = _model_config(tmp_path / "repo" / "ckpt" / "config.pbtxt")
+    assert config.parameters["source"].string_value == str(split.resolve())
+    assert config.parameters["weights"].string_value == str((tmp_path / "ckpt").resolve())
+    export_triton(LLAMA, "other", weights="smollm2-135m-instruct", python_path=[])
+    config, _ = _model_config(tmp_path / "other" / "smollm2-135m-instruct" / "config.pbtxt")
+    assert config.parameters["weights"].string_value == "smollm2-135m-instruct"
 
 
 def test_model_py_reads_the_parameters_config_pbtxt_holds():
@@ -304,20 +318,26 @@ def test_bad_requests_are_answered_and_the_server_keeps_serving(server, referenc
 
 @pytest.mark.tritonserver
 @pytest.mark.slow
-def test_numpy_2_in_the_stub_is_refused_with_the_reason(tmp_path):
-    """Without the numpy < 2 folder the wheel's stub mangles arrays (docs/triton.md): the model refuses to load,
-    saying so, rather than crash on the first request."""
+def test_models_that_cannot_load_say_why(tmp_path):
+    """Two models that cannot load, in one repository: one exported without the numpy < 2 folder, whose stub would
+    mangle arrays (docs/triton.md), refuses to load saying so rather than crash on the first request; one whose
+    weights are missing names them. The server logs both and exits (--exit-on-error is on by default)."""
     if INSTALLED is None:
         pytest.skip(WHY_NOT)
     pytest.importorskip(ENGINE)
-    export_triton(LLAMA, tmp_path / "repo", max_positions=MAX_POSITIONS, name="smol", python_path=[])
+    export_triton(LLAMA, tmp_path / "repo", max_positions=MAX_POSITIONS, name="numpy2", python_path=[])
+    stub_numpy = [str(INSTALLED.stub_numpy)]
+    export_triton(LLAMA, tmp_path / "other", weights=tmp_path / "missing", name="noweights", python_path=stub_numpy)
+    (tmp_path / "other" / "noweights").rename(tmp_path / "repo" / "noweights")
     proc, _, _, log = _start(INSTALLED, tmp_path)
     try:
-        proc.wait(timeout=300)  # exits: a model failed to load (--exit-on-error is on by default)
+        proc.wait(timeout=300)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
     text = log.read_text(errors="replace")
+    assert proc.returncode != 0
     assert "this Triton Python backend stub mangles numpy 2." in text, text[-3000:]
     assert "[1, 2, 3] came back [1, 1, 1]" in text
+    assert f"linnet: cannot load {LLAMA.resolve()} with weights {tmp_path / 'missing'}" in text, text[-3000:]
