@@ -9,8 +9,8 @@ What is written (Triton's Python backend; triton-inference-server/python_backend
     REPO/<name>/config.pbtxt      backend "python", max_batch_size 0, a decoupled model_transaction_policy (0..N
                                   responses per request: streaming), the inputs and outputs below, instance_group
                                   [{count: N, kind: KIND_CPU}], and `parameters` saying what to load (below)
-    REPO/<name>/1/model.py        `TritonPythonModel` (runtimes/triton_entry.py, copied): puts Linnet's Python
-                                  environment on sys.path, then hands over to `linnet.runtimes.triton_model`
+    REPO/<name>/1/model.py        `TritonPythonModel` (runtimes/serve/triton_entry.py, copied): puts Linnet's
+                                  Python environment on sys.path, then hands over to `linnet.runtimes.serve.triton`
 
 Inputs (the names of Triton's vLLM backend, so its clients and `genai-perf` work unchanged): `text_input`
 (TYPE_STRING [1], the prompt as text, encoded as `linnet generate --prompt` encodes it); optional `max_tokens`
@@ -50,7 +50,7 @@ __all__ = ["TritonServer", "config_pbtxt", "export_triton", "find_tritonserver",
 
 # The nvidia-pytriton wheel tools/tritonserver.sh unpacks (Triton 2.51); its folder names are the script's.
 PYTRITON_VERSION = "0.7.0"
-ENTRY = Path(__file__).with_name("triton_entry.py")
+ENTRY = Path(__file__).parent / "serve" / "triton_entry.py"  # a file to copy, not imported here
 # Where tools/tritonserver.sh installs (default: the Linnet cache's tritonserver/).
 ENV_DIR = "LINNET_TRITONSERVER_DIR"
 

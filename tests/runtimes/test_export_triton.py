@@ -80,7 +80,7 @@ def test_source_and_weights_are_named_by_absolute_paths(tmp_path, monkeypatch):
 
 
 def test_model_py_reads_the_parameters_config_pbtxt_holds():
-    from linnet.runtimes import triton_entry
+    from linnet.runtimes.serve import triton_entry
 
     odd = 'C:\\dir with "quotes"/é'
     text = config_pbtxt("m", 1, {"python_path": "/a:/b", "site_packages": odd})
@@ -174,6 +174,7 @@ def _start(installed, folder: Path):
     http_port, grpc_port, metrics_port = _free_ports(3)
     log = folder / "tritonserver.log"
     cmd = installed.command(folder / "repo", http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port)
+    cmd.append("--exit-timeout-secs=5")  # the stubs take 5-30 s to exit after finalize; the test needs no wait
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, env=installed.env(), stdout=out, stderr=subprocess.STDOUT)
     return proc, http_port, grpc_port, log

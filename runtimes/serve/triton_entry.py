@@ -6,7 +6,7 @@ ignores PYTHONPATH and knows nothing of Linnet's environment, and the stub impor
 on sys.path from two parameters of the model's config.pbtxt (the folder above this file): `python_path` goes
 first (the numpy < 2 folder of tools/tritonserver.sh: the stub's pybind11 reads numpy arrays with numpy 1's struct
 layout), then `site_packages` is added with `site.addsitedir` (which also runs its .pth files: editable installs).
-The work is then `linnet.runtimes.triton_model.LinnetModel`'s. Only the standard library is imported here.
+The work is then `linnet.runtimes.serve.triton.LinnetModel`'s. Only the standard library is imported here.
 """
 
 import json
@@ -38,12 +38,12 @@ _use_linnet_environment()
 
 
 class TritonPythonModel:
-    """Triton's entry points, handed to `linnet.runtimes.triton_model.LinnetModel`."""
+    """Triton's entry points, handed to `linnet.runtimes.serve.triton.LinnetModel`."""
 
     def initialize(self, args):
         import triton_python_backend_utils as pb_utils
 
-        from linnet.runtimes.triton_model import LinnetModel
+        from linnet.runtimes.serve.triton import LinnetModel
 
         self.model = LinnetModel(args, json.loads(args["model_config"]), pb_utils)
 

@@ -1,9 +1,9 @@
 """The Triton Python-backend model of `linnet export triton`: one model instance (one stub process) loads the model
-with Linnet's runtime and drives Linnet's serving engine (`linnet.runtimes.serve`), streaming a response per piece
-of new text.
+with Linnet's runtime and drives Linnet's serving engine (`linnet.runtimes.serve.engine`), streaming a response per
+piece of new text.
 
 Runs inside Triton's stub only: `pb_utils` is the stub's `triton_python_backend_utils`, handed in by the
-repository's model.py (runtimes/triton_entry.py), which has already put Linnet's environment on sys.path.
+repository's model.py (runtimes/serve/triton_entry.py), which has already put Linnet's environment on sys.path.
 
 Per request (`execute` returns at once; Triton may send the next batch of requests while these run):
 - the inputs are read and checked on Triton's thread (a bad value is answered with an INVALID_ARG error and the
@@ -27,9 +27,9 @@ import numpy as np
 
 from linnet.errors import LinnetError
 
-from .export_triton import INPUTS
-from .sampling import SamplingParams
-from .serve import ContextLengthExceeded, Delta, Engine, Finished, QueueFull, Request
+from ..export_triton import INPUTS
+from ..sampling import SamplingParams
+from .engine import ContextLengthExceeded, Delta, Engine, Finished, QueueFull, Request
 
 __all__ = ["DEFAULT_MAX_TOKENS", "LinnetModel", "TritonInputs"]
 
@@ -58,8 +58,8 @@ class LinnetModel:
     it)."""
 
     def __init__(self, args: dict[str, str], config: dict[str, Any], pb_utils: Any) -> None:
-        from . import caches
-        from .backends import get_backend
+        from .. import caches
+        from ..backends import get_backend
 
         self.pb = pb_utils
         check_stub_numpy(pb_utils)
