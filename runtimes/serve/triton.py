@@ -183,6 +183,9 @@ class LinnetModel:
                     else:
                         sender.send(self._response("".join(pieces)), flags=self.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
                     return
+        except Exception as err:  # Triton refused a response (the client is gone): free the row, say why
+            handle.cancel()
+            self.pb.Logger.log_error(f"linnet: request {handle.id} stopped: {err}")
         finally:
             with self._lock:
                 self._relays.discard(threading.current_thread())
