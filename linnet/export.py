@@ -5,6 +5,7 @@ format, each importing its writer lazily (nothing heavy at `import linnet.export
     model = linnet.torch.load("examples/llama.linnet", weights="smollm2-135m-instruct")
     linnet.export.hf(model, "smollm2-hf", dtype="bf16")  # transformers, vLLM, SGLang, TGI load the folder
     linnet.export.gguf(model, "smollm2.gguf", type="q8_0")  # llama.cpp, Ollama, LM Studio load the file
+    linnet.export.triton("examples/llama.linnet", "models", instances=2)  # Triton Inference Server serves it
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["hf", "gguf"]
+__all__ = ["hf", "gguf", "triton"]
 
 
 def hf(
@@ -44,3 +45,43 @@ def gguf(model: Any, out_path: str | os.PathLike[str], type: str = "f32") -> Pat
     from linnet.runtimes.export_gguf import export_gguf
 
     return export_gguf(model, out_path, file_type=type)
+
+
+def triton(
+    source: str | os.PathLike[str],
+    out_dir: str | os.PathLike[str],
+    *,
+    weights: str | os.PathLike[str] | None = None,
+    preset: str | None = None,
+    backend: str = "torch",
+    dtype: str = "f32",
+    max_batch: int = 8,
+    max_positions: int = 768,
+    instances: int = 1,
+    name: str | None = None,
+    python_path: list[str] | None = None,
+) -> list[Path]:
+    """Write a Triton Inference Server model repository `out_dir` serving `source` with `weights` (a path or an
+    embedded id; the server loads them, nothing is read here) on `backend` through Linnet's serving engine:
+    config.pbtxt (Python backend, decoupled for streaming, `instances` CPU instances of `max_batch` cache rows of
+    `max_positions` positions each) and 1/model.py. `python_path`: folders put first on the stub's sys.path
+    (default: tools/tritonserver.sh's numpy < 2 folder, which the stubs of Triton <= 2.51 need). Unlike `hf` and
+    `gguf` it takes the source, not a loaded model: each server process loads its own. Returns the files written.
+    Raises `linnet.errors.ExportError` for an `out_dir` that exists and is not empty, an unknown backend, a source
+    without a `step` entry, or no `python_path` and no tools/tritonserver.sh install; nothing is left on disk
+    after an error. See `linnet.runtimes.export_triton.export_triton` and docs/triton.md."""
+    from linnet.runtimes.export_triton import export_triton
+
+    return export_triton(
+        source,
+        out_dir,
+        weights=weights,
+        preset=preset,
+        backend=backend,
+        dtype=dtype,
+        max_batch=max_batch,
+        max_positions=max_positions,
+        instances=instances,
+        name=name,
+        python_path=python_path,
+    )
