@@ -64,7 +64,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
         engine,
         tokenizer,
         name,
-        max_positions=int(step_model.max_positions),
         api_key=args.api_key,
         shutdown_engine=True,
     )
