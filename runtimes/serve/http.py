@@ -34,6 +34,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..chat import encode_chat
@@ -125,12 +126,12 @@ def create_app(
         return server.model_card()
 
     @app.post("/v1/completions")
-    async def completions(body: CompletionRequest, request: Request) -> Response:
-        return await server.completions(body, request)
+    async def completions(request: Request) -> Response:
+        return await server.completions(await _parse(request, CompletionRequest), request)
 
     @app.post("/v1/chat/completions")
-    async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
-        return await server.chat_completions(body, request)
+    async def chat_completions(request: Request) -> Response:
+        return await server.chat_completions(await _parse(request, ChatCompletionRequest), request)
 
     return app
 
@@ -532,6 +533,31 @@ def _add_error_handlers(app: FastAPI) -> None:
     async def unexpected(request: Request, err: Exception) -> JSONResponse:
         log.exception("%s %s failed", request.method, request.url.path)
         return OpenAIError(500, f"internal error: {type(err).__name__}: {err}", type="server_error").response()
+
+
+async def _parse(request: Request, model: type[BaseModel]) -> BaseModel:
+    """The request's body as JSON (whatever its Content-Type: `curl -d` sends form-encoded, and OpenAI reads such
+    bodies as JSON too), validated by `model`. Raises OpenAIError 400 for a body that is not UTF-8 JSON or not
+    valid for `model`."""
+    raw = await request.body()
+    try:
+        data = json.loads(raw)
+    except UnicodeDecodeError as err:
+        raise OpenAIError(400, f"malformed JSON: the body is not UTF-8 ({err.reason})", code="json_invalid") from None
+    except json.JSONDecodeError as err:
+        raise OpenAIError(
+            400, f"malformed JSON: {err.msg} at line {err.lineno} column {err.colno}", code="json_invalid"
+        ) from None
+    except RecursionError:
+        raise OpenAIError(400, "malformed JSON: nested too deeply", code="json_invalid") from None
+    if not isinstance(data, dict):
+        raise OpenAIError(
+            400, f"the request body must be a JSON object, got {type(data).__name__}", code="invalid_body"
+        )
+    try:
+        return model.model_validate(data)
+    except ValidationError as err:
+        raise _validation_error(err.errors(include_url=False)) from None
 
 
 def _validation_error(errors) -> OpenAIError:

@@ -114,17 +114,23 @@ def tokenizer():
     return open_checkpoint(MODEL).tokenizer()
 
 
-def generate_cli(*args: str) -> str:
-    """`linnet generate`'s text (stdout less the newline it ends with), greedy, on the same cache size."""
-    r = subprocess.run(
-        [sys.executable, "-m", "linnet", "generate", "--weights", MODEL, "--max-positions", str(MAX_POSITIONS), *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert r.returncode == 0, r.stderr
-    return r.stdout.removesuffix("\n")
+def generate_cli(capsys, *args: str) -> str:
+    """`linnet generate`'s text (stdout less the newline it ends with), greedy, on the same cache size; run in
+    this process through `linnet.cli.main` (a subprocess would import torch again), its torch thread count
+    restored afterwards."""
+    import torch
+
+    from linnet.cli import main
+
+    capsys.readouterr()
+    threads = torch.get_num_threads()
+    try:
+        code = main(["generate", "--weights", MODEL, "--max-positions", str(MAX_POSITIONS), *args])
+    finally:
+        torch.set_num_threads(threads)
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    return out.out.removesuffix("\n")
 
 
 def metrics(server: str) -> dict[str, float]:
@@ -161,7 +167,7 @@ def test_models_health_and_metrics(server, client):
     assert found["linnet:cache_rows_total"] == MAX_BATCH
 
 
-def test_chat_streamed_equals_non_streamed_equals_generate(client, tokenizer):
+def test_chat_streamed_equals_non_streamed_equals_generate(client, tokenizer, capsys):
     from linnet.runtimes.chat import encode_chat
 
     whole = client.chat.completions.create(model=MODEL, messages=CHAT, temperature=0, max_tokens=24)
@@ -179,10 +185,10 @@ def test_chat_streamed_equals_non_streamed_equals_generate(client, tokenizer):
     assert [c.choices[0].finish_reason for c in chunks if c.choices[0].finish_reason] == [choice.finish_reason]
     streamed = "".join(c.choices[0].delta.content or "" for c in chunks)
     assert streamed == choice.message.content
-    assert streamed == generate_cli("--chat", "--prompt", CHAT[0]["content"], "--max-new-tokens", "24")
+    assert streamed == generate_cli(capsys, "--chat", "--prompt", CHAT[0]["content"], "--max-new-tokens", "24")
 
 
-def test_completion_streamed_equals_non_streamed_equals_generate(client):
+def test_completion_streamed_equals_non_streamed_equals_generate(client, capsys):
     whole = client.completions.create(model=MODEL, prompt=PROMPT, temperature=0, max_tokens=12)
     assert whole.id.startswith("cmpl-") and whole.object == "text_completion"
     chunks = list(client.completions.create(model=MODEL, prompt=PROMPT, temperature=0, max_tokens=12, stream=True))
@@ -191,7 +197,7 @@ def test_completion_streamed_equals_non_streamed_equals_generate(client):
     ]
     streamed = "".join(c.choices[0].text for c in chunks)
     assert streamed == whole.choices[0].text
-    assert streamed == generate_cli("--prompt", PROMPT, "--max-new-tokens", "12")
+    assert streamed == generate_cli(capsys, "--prompt", PROMPT, "--max-new-tokens", "12")
 
 
 def test_include_usage_adds_one_usage_chunk_with_exact_counts(client):
@@ -268,7 +274,8 @@ def _raw(server: str, body, *, key: str | None = API_KEY, path: str = "/v1/compl
     ("body", "status", "param", "code"),
     [
         ('{"model": "x", "prompt": ', 400, None, "json_invalid"),
-        ([1, 2], 400, None, None),
+        ([1, 2], 400, None, "invalid_body"),
+        (b"\xff", 400, None, "json_invalid"),
         ({"model": "nope", "prompt": "hi"}, 404, "model", "model_not_found"),
         ({"model": MODEL, "prompt": "hi", "temperature": -1}, 400, "temperature", None),
         ({"model": MODEL, "prompt": "hi", "n": 0}, 400, "n", None),
@@ -291,6 +298,14 @@ def test_errors_are_openai_shaped_4xx_and_the_server_keeps_serving(server, clien
     if status == 429:  # n = 8 cannot fit 2 rows and a queue of 2; the 4 submitted were cancelled
         assert int(r.headers["Retry-After"]) >= 1
     assert client.completions.create(model=MODEL, prompt="Hi", max_tokens=2, temperature=0).choices
+
+
+def test_a_json_body_is_read_whatever_its_content_type(server):
+    body = json.dumps({"model": MODEL, "prompt": "Hi", "max_tokens": 2})
+    auth = {"Authorization": f"Bearer {API_KEY}"}
+    for content_type in ("application/x-www-form-urlencoded", "text/plain"):  # curl -d sends the first
+        r = httpx.post(f"{server}/v1/completions", content=body, headers={**auth, "Content-Type": content_type})
+        assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] >= 1, r.text
 
 
 def test_chat_errors(server, client):
