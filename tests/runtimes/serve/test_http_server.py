@@ -9,17 +9,11 @@ tokenizer's own count of the chat template's tokens, and solo requests for each 
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.runtimes.serve.live_server import start_server, stop_server
 
 pytestmark = [pytest.mark.torch]
 
@@ -39,45 +33,6 @@ MAX_QUEUE = 2
 START_TIMEOUT_S = 180  # a hang, not a slow start: loading takes a few seconds
 CHAT = [{"role": "user", "content": "What is the capital of France?"}]
 PROMPT = "The capital of France is"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_server(tmp_path: Path, *args: str) -> tuple[subprocess.Popen, str, Path]:
-    """Start `linnet serve ARGS` on a free loopback port; returns (process, base URL, stderr log) once it listens.
-    Fails with the log when it exits or does not come up."""
-    port = _free_port()
-    log = tmp_path / f"serve-{port}.log"
-    with open(log, "w") as err:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "linnet", "serve", "--port", str(port), *args],
-            cwd=ROOT,
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while "linnet serve: serving" not in log.read_text():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail(f"linnet serve did not start (exit {proc.poll()}):\n{log.read_text()}")
-        time.sleep(0.2)
-    return proc, f"http://127.0.0.1:{port}", log
-
-
-def stop_server(proc: subprocess.Popen, log: Path) -> tuple[int, str]:
-    """SIGTERM, then the exit status and the log."""
-    proc.send_signal(signal.SIGTERM)
-    try:
-        code = proc.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        code = proc.wait()
-    return code, log.read_text()
 
 
 @pytest.fixture(scope="module")
