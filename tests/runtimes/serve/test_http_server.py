@@ -1,5 +1,5 @@
 """`linnet serve` end to end: one real server process (the embedded SmolLM2-135M-Instruct on the torch backend, 2
-cache rows of 256 positions, a queue of 2, an API key) on a free loopback port, driven by the official `openai`
+cache rows of 256 positions, a queue of 4, an API key) on a free loopback port, driven by the official `openai`
 client, as vLLM's `tests/entrypoints/openai` drive `RemoteOpenAIServer` (docs/serving.md; REFERENCES.md §1).
 
 The references: `linnet generate`'s text for the same prompt (greedy), the same server's non-streamed answer, the
@@ -29,7 +29,7 @@ MODEL = "smollm2-135m-instruct"
 API_KEY = "test-key"
 MAX_POSITIONS = 256
 MAX_BATCH = 2
-MAX_QUEUE = 2
+MAX_QUEUE = 4
 START_TIMEOUT_S = 180  # a hang, not a slow start: loading takes a few seconds
 CHAT = [{"role": "user", "content": "What is the capital of France?"}]
 PROMPT = "The capital of France is"
@@ -219,6 +219,36 @@ def test_stop_string_spanning_two_tokens_is_matched_and_never_emitted(client, to
     assert "".join(c.choices[0].text for c in chunks) == text[: boundary - 2]
 
 
+def test_stop_token_ids_and_top_k_reach_the_engine(client, tokenizer):
+    greedy = client.completions.create(model=MODEL, prompt=PROMPT, temperature=0, max_tokens=8)
+    text = greedy.choices[0].text
+    ids = tokenizer.encode(PROMPT + text, add_special_tokens=False)[len(tokenizer.encode(PROMPT)) :]
+    third = ids[2]
+    cut = client.completions.create(
+        model=MODEL, prompt=PROMPT, temperature=0, max_tokens=8, extra_body={"stop_token_ids": [third]}
+    )
+    assert cut.choices[0].text == tokenizer.decode(ids[:2]) and cut.usage.completion_tokens == 2
+    assert (cut.choices[0].finish_reason, cut.choices[0].model_extra["stop_reason"]) == ("stop", third)
+    # top_k = 1 keeps only the most likely token: sampling at temperature 1 is then greedy, whatever the seed
+    top1 = client.completions.create(
+        model=MODEL, prompt=PROMPT, temperature=1.0, seed=3, max_tokens=8, extra_body={"top_k": 1}
+    )
+    assert top1.choices[0].text == text
+
+
+def test_several_prompts_get_n_choices_each(client):
+    prompts = [PROMPT, "Water boils at"]
+    many = client.completions.create(model=MODEL, prompt=prompts, temperature=0, max_tokens=4, n=2)
+    assert [c.index for c in sorted(many.choices, key=lambda c: c.index)] == [0, 1, 2, 3]
+    solos = [client.completions.create(model=MODEL, prompt=p, temperature=0, max_tokens=4) for p in prompts]
+    by_index = {c.index: c.text for c in many.choices}
+    for p, solo in enumerate(solos):  # choice p * n + i belongs to prompt p
+        assert by_index[2 * p] == by_index[2 * p + 1] == solo.choices[0].text
+    assert many.usage.prompt_tokens == sum(s.usage.prompt_tokens for s in solos)  # each prompt once
+    ids = client.completions.create(model=MODEL, prompt=[504, 3575, 282], temperature=0, max_tokens=2)
+    assert ids.usage.prompt_tokens == 3
+
+
 def test_max_tokens_ends_with_length_after_exactly_that_many_tokens(client):
     got = client.completions.create(
         model=MODEL, prompt=PROMPT, temperature=0, max_tokens=5, extra_body={"ignore_eos": True}
@@ -261,7 +291,7 @@ def test_errors_are_openai_shaped_4xx_and_the_server_keeps_serving(server, clien
     error = r.json()["error"]
     assert set(error) == {"message", "type", "param", "code"} and error["message"]
     assert (error["param"], error["code"]) == (param, code), error
-    if status == 429:  # n = 8 cannot fit 2 rows and a queue of 2; the 4 submitted were cancelled
+    if status == 429:  # n = 8 cannot fit 2 rows and a queue of 4; those submitted were cancelled
         assert int(r.headers["Retry-After"]) >= 1
         _wait_idle(server)  # they leave the queue at the engine's next step
     assert client.completions.create(model=MODEL, prompt="Hi", max_tokens=2, temperature=0).choices
