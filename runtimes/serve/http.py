@@ -174,12 +174,7 @@ class _Server:
         prompts = [self._encode_prompt(p) for p in body.prompts()]
         handles = self._submit(body, prompts, body.max_tokens, param="prompt")
         response = _Response("cmpl", "text_completion", self.model_name, body, [len(p) for p in prompts])
-        if body.stream:
-            return self._stream(request, handles, response, response.completion_chunk)
-        choices = await self._collect(request, handles)
-        if choices is None:
-            return Response(status_code=499)
-        return JSONResponse(response.completion(choices))
+        return await self._respond(request, body.stream, handles, response, chat=False)
 
     async def chat_completions(self, body: ChatCompletionRequest, request: Request) -> Response:
         self._check(body)
@@ -196,14 +191,19 @@ class _Server:
         limit = body.token_limit if body.token_limit is not None else max(1, self.max_positions - len(prompt))
         handles = self._submit(body, [prompt], limit, param="messages")
         response = _Response("chatcmpl", "chat.completion", self.model_name, body, [len(prompt)])
-        if body.stream:
-            return self._stream(request, handles, response, response.chat_chunk)
+        return await self._respond(request, body.stream, handles, response, chat=True)
+
+    # ---- helpers -----------------------------------------------------------------------------------------------
+
+    async def _respond(self, request: Request, stream: bool, handles: list, response: _Response, chat: bool):
+        """The SSE stream when `stream`, else the whole response as JSON once every handle has finished (nothing,
+        with status 499, when the client went away first)."""
+        if stream:
+            return self._stream(handles, response, response.chat_chunk if chat else response.completion_chunk)
         choices = await self._collect(request, handles)
         if choices is None:
             return Response(status_code=499)
-        return JSONResponse(response.chat(choices))
-
-    # ---- helpers -----------------------------------------------------------------------------------------------
+        return JSONResponse(response.chat(choices) if chat else response.completion(choices))
 
     def _check(self, body) -> None:
         self.check_model(body.model)
@@ -336,7 +336,7 @@ class _Server:
             if isinstance(event, Finished):
                 self.metrics.observe(event)
 
-    def _stream(self, request: Request, handles: list, response: _Response, chunk: Callable) -> StreamingResponse:
+    def _stream(self, handles: list, response: _Response, chunk: Callable) -> StreamingResponse:
         """The SSE response. Its background task, which Starlette runs after the response ends however it ends
         (the client gone before the first chunk included, when the stream never started), abandons whatever
         still runs."""
