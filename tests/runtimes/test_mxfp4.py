@@ -239,3 +239,18 @@ def test_the_release_layout_fits_every_parameter(preset, tmp_path):
     report = check_weights(str(GPT_OSS), GPT_OSS.read_text(), str(tmp_path), preset)
     assert [d.code for d in report.diagnostics] == ["L501"] * 24
     assert "experts.down_proj` in" in report.diagnostics[0].message and "2881" in report.diagnostics[0].message
+
+
+def test_export_writes_the_dequantized_weights(mxfp4_gpt_oss, tmp_path):
+    """`linnet export-hf` of a model loaded from MXFP4 writes the expert weights dequantized and no
+    `quantization_config` (transformers would look for blocks and scales): transformers loads the export plain and
+    computes the same logits as from the MXFP4 folder."""
+    from linnet.runtimes.export_hf import export_hf
+
+    folder, ref, _ = mxfp4_gpt_oss
+    export_hf(load("torch", folder), tmp_path)
+    assert "quantization_config" not in json.loads((tmp_path / "config.json").read_text())
+    exported = transformers.GptOssForCausalLM.from_pretrained(tmp_path, attn_implementation="eager").eval()
+    ids = prompts(2, 24, seed=3)
+    with torch.inference_mode():
+        assert max_abs_diff(exported(input_ids=ids).logits, ref(input_ids=ids).logits) == 0.0
