@@ -2,8 +2,8 @@
 
 At real size (no weights): the source checks clean under its preset, and gpt-oss-20b's parameters are those of
 transformers' model for that config built on the `meta` device (names, shapes and count; the released checkpoint's
-MXFP4 layout is tests/runtimes/test_mxfp4.py's). At shrunk size: a seeded 2-layer GPT-OSS (one sliding layer with a
-6-position window, shorter than every prompt, then one full layer; GQA 8/2; 4 experts, 2 per token; YaRN), every
+MXFP4 layout is test_parity_gpt_oss_mxfp4.py's). At shrunk size: a seeded 2-layer GPT-OSS (one sliding layer with
+a 6-position window, shorter than every prompt, then one full layer; GQA 8/2; 4 experts, 2 per token; YaRN), every
 parameter perturbed (norms, biases, sinks, router), saved with `save_pretrained` and loaded through the folder on
 every backend: logits at every position (the dense experts of `forward`), 32 greedy tokens (generation runs the
 sparse experts of `decode`), and cached decode (dense `step` and sparse `decode`) against recomputation at every
@@ -89,7 +89,9 @@ def test_preset_config_is_the_real_config_json(preset, tmp_path):
     transformers.GptOssConfig(**REAL_CONFIGS[preset]).save_pretrained(tmp_path)
     real = normalize_config(json.loads((tmp_path / "config.json").read_text()))
     ours = build(GPT_OSS, preset=preset).config
-    assert ours.pop("quantization_config") is None  # how a checkpoint stores the experts, not the model (test_mxfp4)
+    assert (
+        ours.pop("quantization_config") is None
+    )  # how a checkpoint stores the experts, not the model (test_parity_gpt_oss_mxfp4)
     real["rope_scaling"] = {key: real["rope_scaling"].get(key) for key in ours["rope_scaling"]}
     assert {key: real[key] for key in ours} == ours
 
