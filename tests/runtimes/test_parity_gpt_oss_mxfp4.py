@@ -220,8 +220,9 @@ def release_header(folder, config, model, down_proj_rows: int | None = None) -> 
 
 @pytest.mark.parametrize("preset", sorted(REAL_CONFIGS))
 def test_the_release_layout_fits_every_parameter(preset, tmp_path):
-    """`linnet check --weights` (headers only) against gpt-oss-20b's layout: 411 tensors, the experts as 96 MXFP4
-    pairs; clean, and one expert pair of the wrong width is L501 naming the dequantized tensor and both shapes."""
+    """`linnet check --weights` (headers only) against gpt-oss-20b's layout: 459 tensors, the 48 expert weights as
+    MXFP4 pairs (96 u8 tensors); clean, and one expert pair of the wrong width is L501 naming the dequantized tensor
+    and both shapes."""
     from linnet.runtimes.headers import check_weights
 
     config = transformers.GptOssConfig(**REAL_CONFIGS[preset])
