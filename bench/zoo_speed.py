@@ -7,7 +7,8 @@ transformers eager f32 (the reference) first, then Linnet's fastest f32 backend 
   prompt's logits (every position) against transformers and the common prefix of the greedy tokens. The quick run
   (default) is the embedded SmolLM2-135M-Instruct (Q4_1 GGUF, dequantized: both sides load the same file);
   `--full` adds random-weight models at real sizes that fit this machine (SmolLM2-1.7B-shaped through
-  examples/llama.linnet; Qwen2.5-0.5B-shaped through examples/qwen2.linnet when that source exists), made once by
+  examples/llama.linnet; Qwen2.5-0.5B-shaped through examples/qwen2.linnet when that source exists; GPT-OSS-20B-shaped
+  at its real width, 2 layers and 16 of its 32 experts (4.5 GB in f32), through examples/gpt_oss.linnet), made once by
   transformers with a seed, saved with `save_pretrained` and loaded from that folder by both sides.
 - encoders: examples/bert.linnet on the embedded all-MiniLM-L6-v2 at batch 1 and 32 (the same token ids on both
   sides, sentences of this repo's docs padded to `--encoder-tokens`): median forward ms and sequences/s, peak
@@ -19,8 +20,8 @@ its CPU seconds per wall second and the share of the time some task waited for a
 "Linnet's fastest backend" is read from bench/results/generate_speed.json (the best f32 decode measured there),
 or given with `--backend`.
 
-Run: `python bench/zoo_speed.py [--full] [--runs N] [--backend NAME] [--out PATH]`. Timings live here, never in
-tests.
+Run: `python bench/zoo_speed.py [--full] [--only MODEL ...] [--runs N] [--backend NAME] [--out PATH]`. Timings live
+here, never in tests.
 """
 
 from __future__ import annotations
@@ -73,7 +74,32 @@ FULL_DECODERS = [
             tie_word_embeddings=True, use_sliding_window=False, bos_token_id=151643, eos_token_id=151645,
         ),
     ),
+    (
+        "gpt_oss",
+        "GPT-OSS-20B-shaped (2 layers, 16 experts, 4 per token), random weights",
+        "gpt_oss",
+        "GptOssConfig",
+        dict(
+            vocab_size=49152, hidden_size=2880, intermediate_size=2880, num_hidden_layers=2, num_attention_heads=64,
+            num_key_value_heads=8, head_dim=64, num_local_experts=16, num_experts_per_tok=4,
+            max_position_embeddings=131072, rms_norm_eps=1e-5, sliding_window=128, swiglu_limit=7.0,
+            rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0, "beta_fast": 32.0,
+                             "beta_slow": 1.0, "truncate": False, "original_max_position_embeddings": 4096},
+            layer_types=["sliding_attention", "full_attention"], tie_word_embeddings=False, bos_token_id=1,
+            eos_token_id=2, pad_token_id=None,
+        ),
+    ),
 ]  # fmt: skip
+
+
+# Rows whose Linnet side runs another backend than the fastest, and why (recorded in the row).
+ROW_BACKENDS = {
+    "gpt_oss": (
+        "torch",
+        "ONNX Runtime (the fastest f32 decode) was killed (SIGKILL, out of memory) loading these 4.5 GB of f32 "
+        "weights on this shared 24 GB machine",
+    ),
+}
 
 
 def fastest_backend() -> str:
@@ -263,6 +289,7 @@ def main() -> None:
     parser.add_argument("--quiet-wait", type=float, default=60.0, help="s to wait for idle cores before a row")
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "linnet-zoo-speed")
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--only", nargs="+", help="only the rows of these models (`gpt_oss`, `llama`, `bert`...)")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
@@ -293,16 +320,21 @@ def main() -> None:
     for size, ids_file in encoder_batches(minilm, [1, 32], args.encoder_tokens, work).items():
         workloads.append(("bert", "all-MiniLM-L6-v2, embedded", "encoder", "bert", str(minilm), size, str(ids_file)))
 
+    if args.only:
+        workloads = [w for w in workloads if w[0] in args.only]
     rows = []
     for model, shape, kind, source, weights, batch, ids_file in workloads:
         pair = []
-        for side, name in (("transformers-eager", "transformers"), (f"linnet {backend}", "linnet")):
-            spec = dict(name=f"{model}-{len(rows)}", kind=kind, side=name, backend=backend, source=source,
+        row_backend, why = ROW_BACKENDS.get(model, (backend, None))
+        for side, name in (("transformers-eager", "transformers"), (f"linnet {row_backend}", "linnet")):
+            spec = dict(name=f"{model}-{len(rows)}", kind=kind, side=name, backend=row_backend, source=source,
                         weights=weights, runs=args.runs, new_tokens=args.new_tokens, prompt_file=str(prompt_file),
                         ids_file=ids_file, out_dir=str(work))  # fmt: skip
             result = run_child(spec, args.quiet_wait)
             row = dict(model=model, shape=shape, kind=kind, side=side, batch=batch, name=spec["name"], **result)
             row["prompt_tokens"] = args.prompt_tokens if kind == "decoder" else args.encoder_tokens
+            if name == "linnet" and why:
+                row["backend_note"] = why
             pair.append(row)
             rows.append(row)
         ref, ours = pair

@@ -85,6 +85,9 @@ NULL_MEANS: dict[str, dict[str, Any]] = {"gpt2": {"n_inner": lambda c: 4 * c["n_
 _ROPE_FIELDS = ("rope_theta", "rope_scaling", "partial_rotary_factor")
 # config.json keys the export writes itself (from the model, not from the source folder's config.json).
 _REWRITTEN = {"rope_theta", "rope_scaling", "rope_parameters", "torch_dtype", "dtype", "transformers_version"}
+# How a checkpoint stores quantized parameters (GPT-OSS's MXFP4 experts): the export writes every parameter as the
+# model holds it, dequantized, so the key is never written (transformers would look for the quantized tensors).
+_NOT_EXPORTED = {"quantization_config"}
 _TORCH_DTYPES = {"f32": "float32", "bf16": "bfloat16", "f16": "float16"}
 DEFAULT_MAX_SHARD_SIZE = "5GB"  # transformers' `save_pretrained` default
 
@@ -180,7 +183,7 @@ def hf_config(
     field for a field transformers has no key for, at a value other than the one it computes (`IMPLIED_FIELDS`)."""
     model_type = check_family(architecture)
     base = base or {}
-    cfg = {k: v for k, v in base.items() if k not in _REWRITTEN}
+    cfg = {k: v for k, v in base.items() if k not in _REWRITTEN | _NOT_EXPORTED}
     implied = IMPLIED_FIELDS.get(model_type, {})
     for key, value in fields.items():
         if key in implied:
@@ -192,7 +195,7 @@ def hf_config(
             # not written (a source folder's config.json that spells it keeps it: transformers ignores it)
         elif key in NULL_MEANS.get(model_type, {}) and value == NULL_MEANS[model_type][key](fields):
             cfg[key] = None
-        elif key not in ("rope_theta", "rope_scaling"):
+        elif key not in ("rope_theta", "rope_scaling") and key not in _NOT_EXPORTED:
             cfg[key] = value
     if "rope_theta" in fields:
         if "rope_parameters" in base and _same_rope(base, fields):

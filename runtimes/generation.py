@@ -40,7 +40,8 @@ class StepModel(Protocol):
     - `step(input_ids, positions, rows)`: `input_ids` i64 `[B, S]`, `positions` i64 `[B]` (the position of each
       entry's first token), `rows` i64 `[B]` (the cache row of each entry), B <= max_batch; writes the KV cache of
       row `rows[b]` at positions `positions[b] .. positions[b] + S - 1` and returns f32 `[B, V]`, the logits of
-      each entry's last token.
+      each entry's last token. A backend runs a decoder's `decode` entry for the steps of one token a row when the
+      source has one (`model.step_entry`), `step` otherwise.
     """
 
     max_batch: int

@@ -38,7 +38,7 @@ from linnet.syntax.items import Location
 
 from .checkpoints import Checkpoint, open_checkpoint
 from .embedded import EMBEDDED, EmbeddedError, resolve_embedded
-from .loading import WeightProblem, bind_checkpoint_config, weight_problems
+from .loading import WeightProblem, bind_checkpoint_config, dequantizing_view, weight_problems
 
 __all__ = [
     "CheckpointHeaders",
@@ -199,7 +199,12 @@ def check_weights(
         if not err.diagnostics:
             report.diagnostics.append(Diagnostic("L506", "error", err.message, anchor, presets=presets))
         return report
-    _plan, problems = weight_problems(program, ckpt, report.notes, read_data=False)
+    try:
+        view = dequantizing_view(program, ckpt)
+    except CheckpointError as err:
+        report.diagnostics.append(Diagnostic("L501", "error", err.message, _model_location(info), presets=presets))
+        return report
+    _plan, problems = weight_problems(program, view, report.notes, read_data=False)
     for p in problems:
         report.diagnostics.append(
             Diagnostic(p.code, "error", p.message, _problem_location(info, p), notes=(under,), presets=presets)

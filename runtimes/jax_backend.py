@@ -38,7 +38,7 @@ from linnet.errors import BackendError, LoadError
 
 from .backends import backend_for, check_options
 from .checkpoints import cast_floating
-from .model import ModelBase
+from .model import ModelBase, step_entry
 
 if TYPE_CHECKING:
     from .loading import Prepared
@@ -175,7 +175,6 @@ class JaxStepModel:
         self.max_batch = model.max_batch
         self.max_positions = model.max_positions
         self.vocab_size = model.vocab_size
-        self._fn = model.functions["step"]
         self._jax = _jax()
         self._compiled: dict[tuple[int, int], Callable] = model.step_executables
 
@@ -193,7 +192,8 @@ class JaxStepModel:
             sharding = jax.sharding.SingleDeviceSharding(m.device)
             ids = jax.ShapeDtypeStruct(shape, np.int64, sharding=sharding)
             vec = jax.ShapeDtypeStruct(shape[:1], np.int64, sharding=sharding)
-            exe = self._compiled[shape] = self._fn.lower(m.params, m.state, ids, vec, vec).compile()
+            fn = m.functions[step_entry(m.functions, shape[1])]  # one token a row: a decoder's `decode` if it has one
+            exe = self._compiled[shape] = fn.lower(m.params, m.state, ids, vec, vec).compile()
         return exe
 
     def warm_up(self, prefill_lengths: list[int], batch_sizes: list[int]) -> None:

@@ -40,6 +40,7 @@ from linnet.syntax import ast as A
 from .checkpoints import EMBEDDED_IDS as EMBEDDED
 from .checkpoints import INTEGER_DTYPES, Checkpoint, check_cast_fits, numpy_dtype, open_checkpoint
 from .model import LoadedModel
+from .mxfp4 import quantized_view
 
 __all__ = [
     "LoadError",
@@ -53,6 +54,7 @@ __all__ = [
     "weight_problems",
     "WeightProblem",
     "bind_checkpoint_config",
+    "dequantizing_view",
     "resolve_preset_weights",
 ]
 
@@ -127,10 +129,23 @@ def prepare(
         _check_fits_in_memory(program, random_weights=checkpoint is None)
     except SourceError as err:  # a source or config error met while loading (CheckpointError is a LoadError)
         raise LoadError(err.message, code=err.code) from err
+    if checkpoint is not None:
+        checkpoint = dequantizing_view(program, checkpoint)
     prepared = Prepared(program, info, checkpoint, weights=str(weights) if weights is not None else None, notes=notes)
     if checkpoint is not None:
         prepared.plan = match_weights(program, checkpoint, prepared.notes)
     return prepared
+
+
+def dequantizing_view(program: Program, ckpt: Checkpoint) -> Checkpoint:
+    """`ckpt` with the quantized tensors of the parameters `program` declares `@quantized(...)` read as those
+    parameters, dequantized to the program's dtype, when the checkpoint's `quantization_config.quant_method`
+    (a config field the source must declare, so any other method is refused when the config is bound) names their
+    format; else `ckpt` itself. See `mxfp4.quantized_view`; raises CheckpointError for a malformed pair."""
+    scheme = program.config.get("quantization_config")
+    method = scheme.get("quant_method") if isinstance(scheme, dict) else None
+    quantized = {p.path: p.quantized for p in program.params if p.quantized}
+    return quantized_view(ckpt, quantized, method, program.dtype.name)
 
 
 def learned_position_rows(config: dict[str, Any]) -> int | None:
@@ -369,6 +384,12 @@ def match_weights(program: Program, ckpt: Checkpoint, notes: list[str]) -> dict[
         lines = [f"the names of {ckpt.source} don't match {program.source}"]
         if missing:
             lines.append(f"  {len(missing)} parameter(s) missing from the checkpoint: " + _few(missing))
+        stored = [p.tensor for p in problems if p.kind == "missing" and f"{p.tensor}_blocks" in ckpt]
+        if stored:
+            lines.append(
+                f"  {_few([n + '_blocks' for n in stored])} (and `_scales`) look quantized (MXFP4 blocks and "
+                "scales), but the checkpoint's config has no `quantization_config` the source reads them under"
+            )
         if extra:
             lines.append(f"  {len(extra)} checkpoint tensor(s) no parameter takes: " + _few(extra))
             if len(extra) < len(names):

@@ -41,7 +41,19 @@ if TYPE_CHECKING:
     from .generation import StepModel
     from .tokenizer import Tokenizer
 
-__all__ = ["LoadedModel", "ModelBase", "Entries", "check_inputs", "random_inputs"]
+# A decoder's optional one-token step (`entry fn decode`, with `step`'s inputs and `input_ids` i64[B, 1]): the same
+# logits and KV cache writes as `step`, in the form the source chose for decode (GPT-OSS: each token through its
+# chosen experts only, where `step` runs every expert for a long prefill).
+DECODE_ENTRY = "decode"
+
+
+def step_entry(entries, tokens: int) -> str:
+    """The entry a step of `tokens` tokens a row runs: `decode` for one token when the program has it, else
+    `step`."""
+    return DECODE_ENTRY if tokens == 1 and DECODE_ENTRY in entries else "step"
+
+
+__all__ = ["LoadedModel", "ModelBase", "Entries", "check_inputs", "random_inputs", "step_entry", "DECODE_ENTRY"]
 
 
 @runtime_checkable

@@ -51,7 +51,7 @@ from linnet.errors import BackendError, LoadError
 
 from . import caches
 from .backends import backend_for, check_options
-from .model import ModelBase
+from .model import ModelBase, step_entry
 
 if TYPE_CHECKING:
     from .loading import Prepared
@@ -240,10 +240,12 @@ class OnnxStepModel:
         """Make the `step` session now (ONNX Runtime optimizes the graph then; with the cache on it reads the
         optimized model instead), so that the first token's time does not pay for it. The graph's dims are
         symbolic: no shape needs a compile of its own."""
-        self.model.session("step")
+        for name in {"step", step_entry(self.model.program.entries, 1)}:
+            self.model.session(name)
 
     def step(self, input_ids: np.ndarray, positions: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        (logits,) = self.model.run("step", input_ids, positions, rows)
+        entry = step_entry(self.model.program.entries, np.shape(input_ids)[1])
+        (logits,) = self.model.run(entry, input_ids, positions, rows)
         return np.asarray(logits, dtype=np.float32)
 
 

@@ -23,7 +23,7 @@ from linnet.errors import LoadError
 
 from .backends import BACKENDS, backend_for, check_options, device_kind
 from .loading import Prepared, planned_tensors, prepare, random_params
-from .model import ModelBase
+from .model import ModelBase, step_entry
 
 # --backend -> the `mode` of `load` (the registry's records for this runtime)
 BACKEND_MODES = {b.name: b.mode for b in BACKENDS.values() if b.runtime == "torch_backend"}
@@ -130,8 +130,9 @@ class TorchStepModel:
 
     def step(self, input_ids: np.ndarray, positions: np.ndarray, rows: np.ndarray) -> np.ndarray:
         d = self._device
+        entry = self.module.entry(step_entry(self.module.program.entries, input_ids.shape[1]))
         with torch.inference_mode():
-            logits = self.module.step(
+            logits = entry(
                 torch.from_numpy(np.ascontiguousarray(input_ids, dtype=np.int64)).to(d),
                 torch.from_numpy(np.ascontiguousarray(positions, dtype=np.int64)).to(d),
                 torch.from_numpy(np.ascontiguousarray(rows, dtype=np.int64)).to(d),

@@ -222,6 +222,10 @@ def _repeat_interleave(e: Emitter, op: Op) -> str:
 
 
 EMITTERS["split"] = _split
+# lax.top_k's indices are int32 (and equal entries go to the lower index, as torch.topk's)
+EMITTERS["top_k"] = lambda e, op: (
+    f"(lambda v, i: (v, i.astype(jnp.int64)))(*lax.top_k({e.r(op.args['x'])}, {e.r(op.args['k'])}))"
+)
 EMITTERS["repeat_interleave"] = _repeat_interleave
 
 

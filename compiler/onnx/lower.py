@@ -479,6 +479,18 @@ def _split(L: Lowering, op: Op) -> list[ir.Value]:
 LOWERINGS["split"] = _split
 
 
+def _top_k(L: Lowering, op: Op) -> list[ir.Value]:
+    """ONNX TopK over the last axis, largest first; its indices are int64 and equal entries go to the lower index."""
+    x, k = L.get(op.args["x"]), L.dim(op.args["k"])
+    outs = L.tape.op_multi_out("TopK", [x, k], {"axis": -1, "largest": 1, "sorted": 1}, num_outputs=2)
+    for o, v in zip(outs, op.results):
+        o.name = L.fresh(v.name)
+    return list(outs)
+
+
+LOWERINGS["top_k"] = _top_k
+
+
 def _repeat_interleave(L: Lowering, op: Op) -> ir.Value:
     """Each slice along `dim` repeated in place: unsqueeze after `dim`, expand that axis to
     `repeats`, merge the two (query head h of GQA reads KV head h // repeats)."""

@@ -148,6 +148,12 @@ EMITTERS["concat"] = lambda e, op: f"torch.cat({e.r(op.args['xs'])}, dim={op.arg
 EMITTERS["split"] = lambda e, op: (
     f"torch.split({e.r(op.args['x'])}, {dims_text(op.args['sizes'], True)}, dim={op.args['dim']})"
 )
+# A stable descending sort, cut at k: torch.topk leaves the order of equal entries unspecified (on CPU it does not
+# put the lower index first), the registry's `top_k` does.
+EMITTERS["top_k"] = lambda e, op: (
+    f"(lambda s: (s.values[..., :{e.r(op.args['k'])}], s.indices[..., :{e.r(op.args['k'])}]))"
+    f"(torch.sort({e.r(op.args['x'])}, dim=-1, descending=True, stable=True))"
+)
 EMITTERS["repeat_interleave"] = lambda e, op: (
     f"{e.r(op.args['x'])}.repeat_interleave({e.r(op.args['repeats'])}, dim={op.args['dim']})"
 )

@@ -120,8 +120,8 @@ class LinnetModule(nn.Module):
         for name in self.program.entries:
             fn = getattr(self.root, name)
             if self.mode == "inductor":
-                fn = _decode_compiled(fn) if name == "step" else torch.compile(fn, fullgraph=True, dynamic=True)
-            elif self.mode == "cuda-graphs" and name == "step":
+                fn = _decode_compiled(fn) if name in STEP_ENTRIES else torch.compile(fn, fullgraph=True, dynamic=True)
+            elif self.mode == "cuda-graphs" and name in STEP_ENTRIES:
                 fn = _CudaGraphStep(fn)
             self._entries[name] = fn
 
@@ -144,6 +144,11 @@ class LinnetModule(nn.Module):
 
     def step(self, input_ids, positions, rows):
         return self._entries["step"](input_ids, positions, rows)
+
+
+# The KV-cached entries generation runs (`step`, and a decoder's optional one-token `decode`): compiled per batch
+# size for decode, captured as CUDA graphs.
+STEP_ENTRIES = ("step", "decode")
 
 
 def _decode_compiled(fn: Callable) -> Callable:

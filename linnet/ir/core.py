@@ -214,11 +214,14 @@ def walk_ops(g: Graph, seen: set[int] | None = None):
 
 @dataclass
 class TensorSpec:
-    """A parameter or state tensor of a program: checkpoint path and concrete type."""
+    """A parameter or state tensor of a program: checkpoint path and concrete type. `quantized` is
+    the checkpoint format the source declares a parameter may be stored in (`@quantized("mxfp4")`),
+    which loading dequantizes; None for a tensor stored as it is."""
 
     path: str
     type: TensorT
     kind: str  # "param" | "state"
+    quantized: str | None = None
 
     @property
     def shape(self) -> tuple[int, ...]:

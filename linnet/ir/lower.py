@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..ops import OPERATORS, REGISTRY, REQUIRED, OpDef, OpError
+from ..semantics.attributes import quantized_attribute
 from ..semantics.configs import MISSING, ConfigValue
 from ..semantics.names import LOAD_TIME_DIMS, SCALAR_TYPE_NAMES
 from ..semantics.program import Analysis
@@ -766,7 +767,7 @@ class Lowering:
         """The program's parameter at `m`'s (absolute) path."""
         spec = self.params.get(m.path)
         if spec is None:
-            spec = self.params[m.path] = TensorSpec(m.path, self.member_type(m), "param")
+            spec = self.params[m.path] = TensorSpec(m.path, self.member_type(m), "param", quantized_attribute(m.decl))
         return spec
 
     def state_spec(self, m: StateMember) -> TensorSpec:

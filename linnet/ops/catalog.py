@@ -323,6 +323,52 @@ _reduction(
     lambda a: I64,
 )
 
+
+def _top_k_shape(a):
+    x: Shape = a["x"].shape
+    k: Dim = a["k"]
+    if x.prefix is None and not x.dims:
+        raise OpError("L208", "`top_k` requires a tensor of rank 1 or more", "x")
+    n = x.dims[-1] if x.dims else None
+    if k is not None and k.as_int() is not None and k.as_int() < 1:
+        raise OpError("L211", f"`top_k` keeps at least one entry, got k = {k.as_int()}", "k")
+    if (
+        k is not None
+        and n is not None
+        and k.as_int() is not None
+        and n.as_int() is not None
+        and k.as_int() > n.as_int()
+    ):
+        raise OpError("L211", f"`top_k` keeps {k.as_int()} of {n.as_int()} entries", "k", dims=(k, n))
+    out = Shape(tuple(x.dims[:-1]) + (k,), x.prefix)
+    return [out, out]
+
+
+def _top_k_reference(x, k):
+    np = _np()
+    indices = np.argsort(-x, axis=-1, kind="stable")[..., : int(k)]
+    return np.take_along_axis(x, indices, axis=-1), indices.astype(np.int64)
+
+
+register(
+    OpDef(
+        "top_k",
+        [T("x", "tensor"), T("k", "int")],
+        "The `k` largest entries of the last dim, largest first, and their indices (i64), as a tuple "
+        "(`let (values, indices) = top_k(logits, 4)`; torch.topk, jax.lax.top_k, ONNX TopK): equal entries go "
+        "to the lower index first.",
+        _top_k_shape,
+        lambda a: [a["x"].dtype, I64],
+        reference=_top_k_reference,
+        category="reduction",
+        exact=True,
+        cases=lambda rng, s: (
+            {"x": array(rng, s[:-1] + (5,)) if rng.random() < 0.5 else rng.integers(0, 3, s[:-1] + (5,)).astype("f4")},
+            {"k": Dim.of(int(rng.integers(1, 6)))},
+        ),
+    )
+)
+
 # ----------------------------------------------------------------------------- linear algebra
 
 

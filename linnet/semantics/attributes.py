@@ -5,9 +5,12 @@ is lowered as a `composite` op whose body is its meaning); `@inert("use_cache", 
 config lists the keys a checkpoint's config may hold that do not affect the computation
 (loading skips them; any other key that is not a field is an error); `@takes_part` on a
 `model` says its parameters are a part of the checkpoints it loads (an encoder from a model
-with a task head), so the checkpoint tensors no parameter takes are a note, not an error.
-Nothing else takes attributes; `@weights` and `@name` take one string, `@composite` nothing,
-`@inert` one or more strings, `@takes_part` nothing or the checkpoint prefix (one string)."""
+with a task head), so the checkpoint tensors no parameter takes are a note, not an error;
+`@quantized("mxfp4")` on a parameter says a checkpoint may store it in that format (GPT-OSS's
+experts: `W_blocks` and `W_scales`, read when the checkpoint's `quantization_config` names the
+format, which the source's config must then declare), dequantized at load.
+Nothing else takes attributes; `@weights`, `@name` and `@quantized` take one string, `@composite`
+nothing, `@inert` one or more strings, `@takes_part` nothing or the checkpoint prefix (one string)."""
 
 from __future__ import annotations
 
@@ -56,12 +59,16 @@ def check_attributes(item: Item) -> list[Finding]:
         for attr in getattr(node, "attributes", ()):
             name = attr.name.id
             where = "a model" if isinstance(node, A.ModuleDef) and node.is_model else _WHAT.get(type(node), "this")
+            if isinstance(node, A.FieldDecl) and name == "quantized":
+                out += _check_quantized(item, node, attr)
+                continue
             if allowed is None or allowed[0] != name:
                 hint = f"; `@{allowed[0]}` is" if allowed else "; attributes are"
                 hint += (
                     " allowed here"
                     if allowed
-                    else " `@weights` on presets, `@inert` on configs, `@name` on members and `@takes_part` on a model"
+                    else " `@weights` on presets, `@inert` on configs, `@name` and `@quantized` on members and "
+                    "`@takes_part` on a model"
                 )
                 out.append(
                     Finding(
@@ -132,6 +139,34 @@ def _check_takes_part(item: Item, attr: A.Attribute) -> list[Finding]:
         message = '`@takes_part` gives the checkpoint prefix: names joined by `.` (`"model.encoder"`)'
         return [Finding("L111", message, LocalAnchor(item, arg.span))]
     return []
+
+
+# The checkpoint formats `@quantized` names, each read by the loader (runtimes/mxfp4.py).
+QUANTIZED_FORMATS = ("mxfp4",)
+
+
+def _check_quantized(item: Item, member: A.FieldDecl, attr: A.Attribute) -> list[Finding]:
+    """`@quantized` takes one string, a format of `QUANTIZED_FORMATS`, on a parameter (a member
+    whose type is a tensor, not a submodule)."""
+    arg = attr.args[0].value if len(attr.args) == 1 and attr.args[0].name is None else None
+    if not isinstance(arg, A.StrLit):
+        message = '`@quantized` takes one string: the format a checkpoint may store the parameter in (`"mxfp4"`)'
+        return [Finding("L111", message, LocalAnchor(item, attr.span))]
+    if arg.value not in QUANTIZED_FORMATS:
+        message = f"`@quantized` names a format the loader reads ({', '.join(QUANTIZED_FORMATS)}), not {arg.value!r}"
+        return [Finding("L111", message, LocalAnchor(item, arg.span))]
+    if member.kind != "param":
+        message = "`@quantized` marks a parameter (a tensor member); a submodule's parameters take it themselves"
+        return [Finding("L111", message, LocalAnchor(item, attr.span))]
+    return []
+
+
+def quantized_attribute(member: A.FieldDecl) -> str | None:
+    """The format a member's `@quantized("...")` names, or None."""
+    for attr in getattr(member, "attributes", ()):
+        if attr.name.id == "quantized" and len(attr.args) == 1 and isinstance(attr.args[0].value, A.StrLit):
+            return attr.args[0].value.value
+    return None
 
 
 def takes_part(model: A.ModuleDef) -> tuple[bool, str | None]:

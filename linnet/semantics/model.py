@@ -172,6 +172,9 @@ _CONTRACT = {
     "forward": "decoders: `entry fn forward(input_ids: i64[B, S]) -> [B, S, vocab_size]`; encoders: "
     "`entry fn forward(input_ids: i64[B, S], attention_mask: i64[B, S]) -> [B, S, hidden_size]`",
     "step": "`entry fn step(input_ids: i64[B, S], positions: i64[B], rows: i64[B]) -> [B, vocab_size]`",
+    "decode": "optional, run by generation for one token a row instead of `step` (the same logits and cache writes, "
+    "in the form the source chose for decode): `entry fn decode(input_ids: i64[B, 1], positions: i64[B], rows: "
+    "i64[B]) -> [B, vocab_size]`",
 }
 
 _STEP_PARAMS = (("input_ids", 2), ("positions", 1), ("rows", 1))
@@ -192,17 +195,27 @@ def _check_entry(checker: ItemChecker, inst: Instance, fn: A.FnDef, decoder: boo
     def bad(message, node, which):
         checker.report("L110", message, node, notes=[_CONTRACT[which]])
 
-    if fn.name.id == "step":
+    if fn.name.id in ("step", "decode"):
+        which = fn.name.id
         names = [p.name.id for p in fn.params]
         if names != [n for n, _ in _STEP_PARAMS]:
-            bad(f"`step` takes (input_ids, positions, rows), got ({', '.join(names)})", fn.name, "step")
+            bad(f"`{which}` takes (input_ids, positions, rows), got ({', '.join(names)})", fn.name, which)
             return
         for pname, rank in _STEP_PARAMS:
             p, t = params[pname]
             if not _is_i64(t, rank):
-                bad(f"`{pname}` of `step` is i64 of rank {rank}, got {format_type(t)}", p.type, "step")
+                bad(f"`{pname}` of `{which}` is i64 of rank {rank}, got {format_type(t)}", p.type, which)
+        one = params["input_ids"][1]
+        if (
+            which == "decode"
+            and isinstance(one, TensorT)
+            and len(one.shape.dims) == 2
+            and (one.shape.dims[1] is None or one.shape.dims[1].as_int() != 1)
+        ):
+            t = format_type(one)
+            bad(f"`decode` takes one token a row, `input_ids: i64[B, 1]`, got {t}", params["input_ids"][0].type, which)
         if isinstance(ret, TensorT) and len(ret.shape.dims) != 2:
-            bad(f"`step` returns the last token's logits [B, vocab_size], got {format_type(ret)}", fn.ret, "step")
+            bad(f"`{which}` returns the last token's logits [B, vocab_size], got {format_type(ret)}", fn.ret, which)
     elif fn.name.id == "forward":
         for pname in ("input_ids", "attention_mask"):
             if pname in params:

@@ -1,13 +1,14 @@
 """examples/gpt_oss.linnet against transformers' GptOssForCausalLM.
 
 At real size (no weights): the source checks clean under its preset, and gpt-oss-20b's parameters are those of
-transformers' model for that config built on the `meta` device (names, shapes and count; the real checkpoint stores
-the experts in MXFP4 blocks and scales, which the loader does not read yet). At shrunk size: a seeded 2-layer
-GPT-OSS (one sliding layer with a 6-position window, shorter than every prompt, then one full layer; GQA 8/2;
-4 experts, 2 per token; YaRN), every parameter perturbed (norms, biases, sinks, router), saved with
-`save_pretrained` and loaded through the folder on every backend: logits at every position, 32 greedy tokens, and
-cached decode against recomputation at every position past the window. The reference is transformers' eager
-attention (`attn_implementation="eager"`), the maths the source states."""
+transformers' model for that config built on the `meta` device (names, shapes and count; the released checkpoint's
+MXFP4 layout is test_parity_gpt_oss_mxfp4.py's). At shrunk size: a seeded 2-layer GPT-OSS (one sliding layer with
+a 6-position window, shorter than every prompt, then one full layer; GQA 8/2; 4 experts, 2 per token; YaRN), every
+parameter perturbed (norms, biases, sinks, router), saved with `save_pretrained` and loaded through the folder on
+every backend: logits at every position (the dense experts of `forward`), 32 greedy tokens (generation runs the
+sparse experts of `decode`), and cached decode (dense `step` and sparse `decode`) against recomputation at every
+position past the window. The reference is transformers' eager attention (`attn_implementation="eager"`), the maths
+the source states."""
 
 from __future__ import annotations
 
@@ -88,6 +89,9 @@ def test_preset_config_is_the_real_config_json(preset, tmp_path):
     transformers.GptOssConfig(**REAL_CONFIGS[preset]).save_pretrained(tmp_path)
     real = normalize_config(json.loads((tmp_path / "config.json").read_text()))
     ours = build(GPT_OSS, preset=preset).config
+    assert (
+        ours.pop("quantization_config") is None
+    )  # how a checkpoint stores the experts, not the model (test_parity_gpt_oss_mxfp4)
     real["rope_scaling"] = {key: real["rope_scaling"].get(key) for key in ours["rope_scaling"]}
     assert {key: real[key] for key in ours} == ours
 
@@ -154,21 +158,23 @@ def test_logits_and_greedy_tokens(small_gpt_oss, backend):
 @pytest.mark.parametrize("backend", ALL_BACKENDS)
 @pytest.mark.parametrize("prefill", [1, 9])
 def test_cached_decode_equals_recompute_past_the_window(small_gpt_oss, backend, prefill):
-    """A prefill (1 token, or 9: longer than the window), then decode steps to position 29: the step logits at every
-    position equal the forward's over the whole sequence."""
+    """A prefill (1 token, or 9: longer than the window), then decode steps to position 29, by `step` (every expert
+    on every token) and by `decode` (each token through its chosen experts, the form generation runs): the logits at
+    every position equal the forward's over the whole sequence."""
     folder, _ = small_gpt_oss
     m = load(backend, folder)
     ids = prompts(1, 30, seed=4).numpy()
     (full,) = m.run("forward", ids)
-    m.reset_state()
-    got = [m.run("step", ids[:, :prefill], np.array([0]), np.array([0]))[0][0]]
-    for p in range(prefill, ids.shape[1]):
-        got.append(m.run("step", ids[:, p : p + 1], np.array([p]), np.array([0]))[0][0])
-    delta = max_abs_diff(np.stack(got), full[0, prefill - 1 :])
-    record(f"small GPT-OSS ({backend}) step (prefill {prefill}, decode to 29) vs forward, every position", delta,
-           model="gpt_oss", backend=backend, checkpoint=f"seeded 2-layer, window {WINDOW}, experts 2 of 4",
-           against="forward")  # fmt: skip
-    assert delta < 1e-4
+    for entry in ("step", "decode"):
+        m.reset_state()
+        got = [m.run("step", ids[:, :prefill], np.array([0]), np.array([0]))[0][0]]
+        for p in range(prefill, ids.shape[1]):
+            got.append(m.run(entry, ids[:, p : p + 1], np.array([p]), np.array([0]))[0][0])
+        delta = max_abs_diff(np.stack(got), full[0, prefill - 1 :])
+        record(f"small GPT-OSS ({backend}) {entry} (prefill {prefill}, decode to 29) vs forward, every position",
+               delta, model="gpt_oss", backend=backend, checkpoint=f"seeded 2-layer, window {WINDOW}, experts 2 of 4",
+               against="forward")  # fmt: skip
+        assert delta < 1e-4
 
 
 @pytest.mark.parametrize(
@@ -232,23 +238,6 @@ def test_yarn_variants_are_transformers(small_gpt_oss, tmp_path, rope):
     delta = max_abs_diff(m.run("forward", ids.numpy())[0], theirs)
     report(f"small GPT-OSS, YaRN {rope}, torch", delta)
     assert delta < LOGITS_ATOL
-
-
-def test_a_quantized_checkpoint_is_refused(small_gpt_oss, tmp_path):
-    """The released checkpoint's MXFP4 experts are not read yet: its `quantization_config` is an L503 error naming
-    the key, not weights loaded wrong."""
-    import shutil
-
-    from linnet.runtimes.loading import LoadError
-
-    folder, _ = small_gpt_oss
-    out = tmp_path / "mxfp4"
-    shutil.copytree(folder, out)
-    cfg = json.loads((out / "config.json").read_text())
-    cfg["quantization_config"] = {"quant_method": "mxfp4", "modules_to_not_convert": ["model.layers.*.self_attn"]}
-    (out / "config.json").write_text(json.dumps(cfg, indent=2))
-    with pytest.raises(LoadError, match="L503.*quantization_config"):
-        load("torch", out)
 
 
 TOP_K_SOURCE = """config C {
