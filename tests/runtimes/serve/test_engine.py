@@ -221,7 +221,10 @@ def test_bad_requests_are_refused_at_submit(model, tok, make_engine):
     prompt = tok.encode(PROMPTS[0])
     with pytest.raises(ContextLengthExceeded, match=f"more than the {MAX_POSITIONS} positions"):
         engine.submit(request(prompt, MAX_POSITIONS - len(prompt) + 1))
-    collect(engine.submit(request(prompt, MAX_POSITIONS - len(prompt))))  # exactly full is fine
+    full = (prompt * MAX_POSITIONS)[: MAX_POSITIONS - 2]
+    with pytest.raises(ContextLengthExceeded, match=r"\(94 tokens\) plus max_tokens \(3\) is 97 tokens"):
+        engine.submit(request(full, 3))
+    assert collect(engine.submit(request(full, 2)))[1].completion_tokens == 2  # exactly full is fine
     with pytest.raises(ValueError, match="empty"):
         engine.submit(request([], 4))
     with pytest.raises(ValueError, match="outside the vocabulary"):
