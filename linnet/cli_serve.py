@@ -12,6 +12,7 @@ import argparse
 import os
 import signal
 import sys
+import time
 
 from .cli_backends import (
     BACKEND_HELP,
@@ -60,6 +61,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     step_model = model.step_model()
     name = args.served_model_name or str(model.weights)
     engine = Engine(step_model, tokenizer, max_queue=args.max_queue)
+    compile_kind = getattr(step_model, "compile_kind", "")
+    if compile_kind:
+        # compile (or build the session for) every decode batch size and prefill bucket before the first client
+        # comes, so no request's time to first token includes it
+        started = time.perf_counter()
+        engine.warm_up()
+        print(f"linnet serve: {compile_kind} took {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
     engine.start()
     app = create_app(
         engine,
