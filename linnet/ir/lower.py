@@ -98,12 +98,15 @@ class ModInst:
 
 @dataclass(eq=False)
 class ModList:
-    """`layers: [Block(c); n]`: `count` instances of one constructor call."""
+    """`layers: [Block(c); n]`: `count` instances of one constructor call; with `index` (the
+    checker's atom of `i` in `[Block(c, i) for i in range(n)]`), item `k` is the call with
+    `i = k`."""
 
     owner: ModInst
     ctor: A.Call
     count: int
     path: str
+    index: Atom | None = None
     _items: list | None = None
 
 
@@ -579,11 +582,26 @@ class Lowering:
                     cls.children[name_] = (self.module_class(m), None)
                 elif isinstance(m, ModList):
                     items = self.list_items(m)
-                    keys = {self.module_class(x) for x in items}
-                    if len(keys) == 1:
-                        cls.children[name_] = (keys.pop(), m.count)
+                    keys = [self.module_class(x) for x in items]
+                    if len(set(keys)) == 1:
+                        cls.children[name_] = (keys[0], m.count)
+                    elif keys:  # items of different classes: a class whose children are `0`, `1`...
+                        cls.children[name_] = (self.items_class(cls, name_, keys), None)
         finally:
             self.frame, self._item = saved, saved_item
+        return key
+
+    def items_class(self, owner: ModuleClass, name: str, keys: list[str]) -> str:
+        """The class of a list whose items are of different classes (they received their
+        index): no tensors or methods of its own, item `i` its child `i`, so paths stay
+        `layers.3.attn...` (torch: an `nn.Module` whose submodules are named `0`, `1`...)."""
+        key, n = f"{owner.key}_{name}", 1
+        while key in self.modules:
+            n += 1
+            key = f"{owner.key}_{name}_{n}"
+        cls = ModuleClass(key, key, owner.origin)
+        cls.children = {str(i): (k, None) for i, k in enumerate(keys)}
+        self.modules[key] = cls
         return key
 
     def emit(self, name: str, args: dict, types: list[TensorT], hint: str = "", node=None, **attrs) -> list[Value]:
@@ -695,7 +713,7 @@ class Lowering:
                         n = count.as_int() if isinstance(count, Dim) else None
                         if n is None:
                             raise LoweringError(self.where(inst.item, m.count) + "a list length must be a known int")
-                        out[m.name.id] = ModList(inst, m.ctor, n, path)
+                        out[m.name.id] = ModList(inst, m.ctor, n, path, self.list_index(env.ctx, m))
                 elif isinstance(m, A.StateDecl):
                     out[m.name.id] = StateMember(f"{inst.path}{m.name.id}", m, inst)
                 elif isinstance(m, A.FnDef):
@@ -710,16 +728,34 @@ class Lowering:
             raise LoweringError(self.where(self._item, node) + f"`{inst.mdef.name.id}` has no member `{name}` here")
         return m
 
+    def list_index(self, ctx: Context, m: A.FieldDecl) -> Atom | None:
+        """The atom the checker bound a list's element index to (None without an index)."""
+        if m.index is None:
+            return None
+        t = ctx.res.types.get(m.index)
+        atoms = t.value.atoms() if isinstance(t, ScalarT) and isinstance(t.value, Dim) else ()
+        if len(atoms) != 1:
+            raise LoweringError(self.where(ctx.item, m.index) + "this list index was not checked")
+        return next(iter(atoms))
+
     def list_items(self, ml: ModList) -> list[ModInst]:
         if ml._items is None:
             env = self.module_env(ml.owner)
             saved = self._item
             self._item = ml.owner.item
             try:
-                ml._items = [self.instantiate(ml.ctor, env, f"{ml.path}.{i}.") for i in range(ml.count)]
+                ml._items = [
+                    self.instantiate(ml.ctor, self.item_env(ml, env, i), f"{ml.path}.{i}.") for i in range(ml.count)
+                ]
             finally:
                 self._item = saved
         return ml._items
+
+    def item_env(self, ml: ModList, env: Env, i: int) -> Env:
+        """Where item `i`'s constructor call is evaluated: the owner's, the index bound to `i`."""
+        if ml.index is None:
+            return env
+        return Env(dataclasses.replace(env.ctx, subst={**env.ctx.subst, ml.index: Dim.of(i)}))
 
     def module_env(self, inst: ModInst) -> Env:
         return Env(self.instance_context(inst))
@@ -1246,6 +1282,8 @@ class Lowering:
                 carried.append((ref.node, v))
             elif found:
                 return self.unrolled(s, ml, env)
+        if ml.index is not None:  # items that receive their index are different modules
+            return self.unrolled(s, ml, env)
         if ml.count == 0:
             return None
         index = LOOP_INDEX % self._loop_depth

@@ -355,6 +355,9 @@ class ExpressionsMixin:
                 if i is not None and n is not None and not -n <= i < n:
                     self.report("L212", f"index {i} is out of range for a list of {n} submodules", e.items[0])
                     return UNKNOWN
+                if i is not None and n is not None and base.element is not None:
+                    element = base.at(i % n)  # an element that received its index
+                    return ModuleT(element) if element is not None else UNKNOWN
                 return ModuleT(base.instance)
         if isinstance(base, UnknownT):
             for item in e.items:

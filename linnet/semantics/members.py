@@ -21,7 +21,7 @@ from ..types.core import (
     UnknownT,
     format_type,
 )
-from ..types.dims import Dim
+from ..types.dims import Dim, const
 from .describe import cond_key, kind_text
 from .diagnostics import Label, LocalAnchor, symbol
 from .names import LOAD_TIME_DIMS, SCALAR_TYPE_NAMES
@@ -399,6 +399,8 @@ class _MemberEvaluator:
                 if item.ast is not None:
                     c.report("L107", f"`{item.name}` is a {item.kind}, not a module", ctor.func)
                 return MemberInfo(m.name.id, "submodule", m, UNKNOWN)
+            if m.kind == "list" and m.index is not None:
+                return self.indexed_list(m, item, checkpoint)
             inst = c.instantiate(item, ctor.args, self.scope, ctor)
             if inst is None:
                 return MemberInfo(m.name.id, "submodule", m, UNKNOWN)
@@ -406,19 +408,67 @@ class _MemberEvaluator:
                 t = ModuleT(inst)
                 c.record(m.name, t)
                 return MemberInfo(m.name.id, "submodule", m, t, checkpoint_name=checkpoint)
-            count_t = c.expr(m.count, self.scope)
-            count = count_t.value if isinstance(count_t, ScalarT) and count_t.kind == "int" else None
-            if count is not None and (count.as_int() or 0) < 0:
-                c.report("L213", f"a list of {count.as_int()} submodules: the length is negative", m.count)
-                count = None
-            if not isinstance(count_t, (UnknownT,)) and not (isinstance(count_t, ScalarT) and count_t.kind == "int"):
-                c.report(
-                    "L107", f"the length of a submodule list is a compile-time int, got {kind_text(count_t)}", m.count
-                )
+            count = self.list_count(m)
             t = ModuleListT(inst, count)
             c.record(m.name, t)
             return MemberInfo(m.name.id, "list", m, t, checkpoint_name=checkpoint)
         return None
+
+    def list_count(self, m: A.FieldDecl) -> Dim | None:
+        """The length of a submodule list: a compile-time int that is not negative."""
+        c = self.c
+        count_t = c.expr(m.count, self.scope)
+        count = count_t.value if isinstance(count_t, ScalarT) and count_t.kind == "int" else None
+        if count is not None and (count.as_int() or 0) < 0:
+            c.report("L213", f"a list of {count.as_int()} submodules: the length is negative", m.count)
+            count = None
+        if not isinstance(count_t, (UnknownT,)) and not (isinstance(count_t, ScalarT) and count_t.kind == "int"):
+            c.report("L107", f"the length of a submodule list is a compile-time int, got {kind_text(count_t)}", m.count)
+        return count
+
+    def indexed_list(self, m: A.FieldDecl, item: Item, checkpoint: str | None) -> MemberInfo:
+        """`layers: [Block(c, layer_idx=i) for i in range(n)]`: element `i` is the constructor
+        call with `i` bound to its index. The list is checked with `i` a symbolic int (the
+        elements' module generically in what depends on it, as a module is checked in its int
+        parameters); `ModuleListT.element(k)` is element `k`, its arguments evaluated with
+        `i = k` (the checkpoint tree, `layers[k]`, lowering)."""
+        c = self.c
+        count = self.list_count(m)
+        index = m.index
+        c.check_bindable(index)
+        atom = const(index.id)
+        index_t = ScalarT("int", Dim.atom(atom))
+        scope = Scope(self.scope, "block")
+        binding = Binding(index_t, "dim", c.anchor(index), index)
+        scope.bind(index.id, binding)
+        c.record(index, index_t)
+        c.resolve(index, "dim", node=index, item=c.item, value=atom)
+        inst = c.instantiate(item, m.ctor.args, scope, m.ctor)
+        if binding.uses == 0 and not index.id.startswith("_"):
+            c.report(
+                "L901",
+                f"the index `{index.id}` is not used",
+                index,
+                severity="warning",
+                notes=[f"consider `[{m.ctor.func.id}(...); n]` for equal elements, or `_{index.id}` to keep the name"],
+            )
+        if inst is None:
+            return MemberInfo(m.name.id, "list", m, UNKNOWN)
+        outer, owner = self.outer, self.inst
+        elements: dict[int, Instance | None] = {}
+
+        def element(k: int) -> Instance | None:
+            if k not in elements:
+                quiet = type(outer)(outer.ctx, owner.item, {})
+                quiet.instance = owner
+                at = Scope(self.scope, "block")
+                at.bind(index.id, Binding(ScalarT("int", Dim.of(k)), "dim", None, index))
+                elements[k] = quiet.instantiate(item, m.ctor.args, at, m.ctor)
+            return elements[k]
+
+        t = ModuleListT(inst, count, index=atom, element=element)
+        c.record(m.name, t)
+        return MemberInfo(m.name.id, "list", m, t, checkpoint_name=checkpoint)
 
 
 def _absent(m) -> MemberInfo | None:

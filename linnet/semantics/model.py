@@ -101,6 +101,20 @@ def elaborate(
             count = info.type.count.as_int() if info.type.count is not None else None
             if count is None or count < 0:
                 continue
+            if info.type.element is not None:  # elements that receive their index differ
+                if len(tree.params) + len(tree.state) + count > MAX_TENSORS:
+                    if findings is not None:
+                        findings.append(
+                            Finding(
+                                "L111", f"`{path}` makes the model tree larger than {MAX_TENSORS:,} tensors", anchor
+                            )
+                        )
+                    continue
+                for i in range(count):
+                    element = info.type.at(i)
+                    if element is not None:
+                        elaborate(checker, element, f"{path}.{i}.", tree, findings, open_modules)
+                continue
             sub = elaborate(checker, info.type.instance, "", ModelTree(), findings, open_modules)
             size = count * (len(sub.params) + len(sub.state))
             if len(tree.params) + len(tree.state) + size > MAX_TENSORS:

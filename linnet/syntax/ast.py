@@ -326,12 +326,14 @@ class FnDef(Node):
 @dataclass(eq=False, slots=True)
 class FieldDecl(Node):
     """A module member: a parameter (`weight: [out, in]`), a submodule (`q_proj: Linear(...)`)
-    or a list of submodules (`layers: [Block(c); c.num_hidden_layers]`)."""
+    or a list of submodules (`layers: [Block(c); c.num_hidden_layers]`, or with each element's
+    index `index`: `layers: [Block(c, layer_idx) for layer_idx in range(c.num_hidden_layers)]`)."""
 
     name: Name
     kind: str  # "param" | "submodule" | "list"
     type: TensorType | None = None
     ctor: Call | None = None
+    index: Name | None = None  # before `count`: children are yielded in source order
     count: Expr | None = None
     attributes: list[Attribute] = field(default_factory=list)
     doc: str | None = None

@@ -250,7 +250,13 @@ class Builder(Transformer):
             return A.FieldDecl(span, _name(name), "param", type=ftype, attributes=attrs)
         if isinstance(ftype, tuple) and ftype[0] == "list":
             return A.FieldDecl(
-                Span(span.start, ftype[3]), _name(name), "list", ctor=ftype[1], count=ftype[2], attributes=attrs
+                Span(span.start, ftype[3]),
+                _name(name),
+                "list",
+                ctor=ftype[1],
+                count=ftype[2],
+                index=ftype[4],
+                attributes=attrs,
             )
         return A.FieldDecl(span, _name(name), "submodule", ctor=ftype, attributes=attrs)
 
@@ -263,7 +269,11 @@ class Builder(Transformer):
 
     def submodule_list_type(self, c):
         _open, ctor, count, close = c
-        return ("list", ctor, count, close.end_pos)
+        return ("list", ctor, count, close.end_pos, None)
+
+    def submodule_list_for(self, c):
+        _open, ctor, _for, index, _range, _lpar, count, _rpar, close = c
+        return ("list", ctor, count, close.end_pos, _name(index))
 
     def state_decl(self, c):
         attrs, _state, name, ttype = c

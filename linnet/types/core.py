@@ -153,8 +153,20 @@ class ModuleT(Type):
 
 @dataclass(slots=True, eq=False)
 class ModuleListT(Type):
+    """A list of submodules: `count` elements of `instance`. A list whose elements receive
+    their index (`[Block(c, i) for i in range(n)]`) has the index's atom `index` (in
+    `instance`'s arguments, symbolic) and `element(k)`, element `k`'s own instance."""
+
     instance: Any
     count: Dim | None
+    index: Any = None  # dims.Atom
+    element: Any = None  # Callable[[int], Instance | None]
+
+    def at(self, k: int) -> Any:
+        """Element `k`'s instance (the shared one when elements do not receive their index)."""
+        if self.element is None:
+            return self.instance
+        return self.element(k)
 
 
 @dataclass(slots=True, eq=False)
@@ -212,7 +224,10 @@ def format_type(t: Type, concrete: bool = False) -> str:
     if isinstance(t, ModuleT):
         return t.instance.describe()
     if isinstance(t, ModuleListT):
-        return f"[{t.instance.describe()}; {format_dim(t.count.val if concrete and t.count is not None else t.count)}]"
+        count = format_dim(t.count.val if concrete and t.count is not None else t.count)
+        if t.index is not None:
+            return f"[{t.instance.describe()} for {t.index.name} in range({count})]"
+        return f"[{t.instance.describe()}; {count}]"
     if isinstance(t, FnRefT):
         return getattr(t.target, "describe", lambda: "function")()
     if isinstance(t, UnitT):

@@ -131,3 +131,25 @@ async def test_hover_on_a_shared_module_says_which_config_fields_it_reads(client
     assert all(f"`{f}`" in text for f in ("num_key_value_heads", "attention_bias", "mlp_bias", "intermediate_size"))
     assert "another config than `Llama` can be passed if it declares them" in text
     doc.close()
+
+
+async def test_hover_and_hints_in_a_list_whose_elements_receive_their_index(client):
+    """ModernBERT's `layers: [ModernBertEncoderLayer(c, layer_idx) for layer_idx in range(...)]`: the list (with
+    the parameters of its 22 layers, the first without `attn_norm`), its index, and hints inside an element."""
+    doc = await open_doc(client, EXAMPLES / "modernbert.linnet")
+    text = await hover(client, doc, "layers: [", 2)
+    assert "[ModernBertEncoderLayer(c, layer_idx=layer_idx) for layer_idx in range(22)]" in text
+    # 22 x (Wqkv, Wo, Wi, Wo, mlp_norm) + 21 attn_norms: ModernBERT-base less its embeddings and final norm
+    assert f"({22 * (768 * 2304 + 768 * 768 + 768 * 2304 + 1152 * 768 + 768) + 21 * 768:,})" in text
+    text = await hover(client, doc, "for layer_idx in range", len("for l"))
+    assert "layer_idx: int" in text
+    text = await hover(client, doc, "attn_norm: LayerNorm", 2)
+    assert "768 (768) per `ModernBertEncoderLayer`" in text
+    lines = len(doc.text.splitlines())
+    hints = await client.text_document_inlay_hint_async(
+        T.InlayHintParams(doc.id, T.Range(T.Position(0, 0), T.Position(lines, 0)))
+    )
+    by_place = {(h.position.line, h.position.character): h.label for h in hints}
+    normed = doc.pos("let normed = ", len("let normed"))
+    assert by_place[(normed.line, normed.character)] == ": [B, S, 768]"
+    doc.close()

@@ -23,6 +23,7 @@ QWEN2 = EXAMPLES / "qwen2.linnet"
 QWEN3 = EXAMPLES / "qwen3.linnet"
 ROBERTA = EXAMPLES / "roberta.linnet"
 GPT_OSS = EXAMPLES / "gpt_oss.linnet"
+MODERNBERT = EXAMPLES / "modernbert.linnet"
 
 # f32 against transformers in eager f32: the design targets about 1e-4 on logits (ARCHITECTURE.md, "Numerics
 # and reference"); what we see is ~1e-5 on SmolLM2 and ~1e-6 on the small models.
@@ -119,6 +120,19 @@ def record(what: str, delta: float, *, model: str, backend: str, checkpoint: str
     text = json.dumps({"recorded_by": f"{RECORD_ENV}=... pytest (tests/runtimes/conftest.py: record)", "rows": rows},
                       indent=1)  # fmt: skip
     path.write_text(text + "\n", encoding="utf-8")
+
+
+def padded_encoder_batch(vocab_size: int, pad_token_id: int, lowest_id: int):
+    """An encoder's test batch: three rows of 12 token ids in `lowest_id .. vocab_size - 1` (seeded), full, padded
+    on the right (7 tokens) and padded on the left (5 tokens), padding as `pad_token_id`; (ids, attention_mask)."""
+    import torch
+
+    g = torch.Generator().manual_seed(3)
+    ids = torch.randint(lowest_id, vocab_size, (3, 12), generator=g)
+    mask = torch.ones(3, 12, dtype=torch.long)
+    mask[1, 7:] = 0
+    mask[2, :7] = 0
+    return torch.where(mask.bool(), ids, pad_token_id), mask
 
 
 def perturb(model, seed: int, scale: float = 0.05) -> None:

@@ -1,10 +1,11 @@
 """The sweep that shows a checkpoint config is never silently wrong (issue 14): for each example family (Llama, GPT-2,
-BERT, RoBERTa, Mistral, Qwen2, Qwen3), a small seeded checkpoint made by transformers has ONE config key changed at a
-time (every key of its config.json, nested `rope_parameters` fields one by one, plus keys other models of the family
-write, such as Phi-3's `partial_rotary_factor`). The reference is what transformers makes of that config.json: the
-config is read back with `from_pretrained`, a model is built from it (seeded, parameters perturbed) and its weights
-saved beside the mutated config.json. Linnet loads the folder through `linnet.runtimes` (torch-interpret) and must
-either refuse it with an error naming the key, or give the reference's outputs within f32 tolerance.
+BERT, RoBERTa, ModernBERT, Mistral, Qwen2, Qwen3), a small seeded checkpoint made by transformers has ONE config key
+changed at a time (every key of its config.json, nested `rope_parameters` fields one by one, plus keys other models
+of the family write, such as Phi-3's `partial_rotary_factor`). The reference is what transformers makes of that
+config.json: the config is read back with `from_pretrained`, a model is built from it (seeded, parameters perturbed)
+and its weights saved beside the mutated config.json. Linnet loads the folder through `linnet.runtimes`
+(torch-interpret) and must either refuse it with an error naming the key, or give the reference's outputs within f32
+tolerance.
 
 Each mutation is one of: refused (naming the key), matched, invalid (transformers itself refuses the config), or a
 failure: silently wrong (loaded, outputs differ) or refused without naming the key. The counts are printed
@@ -19,7 +20,19 @@ from pathlib import Path
 
 import pytest
 
-from tests.runtimes.conftest import BERT, GPT2, GPT_OSS, LLAMA, MISTRAL, QWEN2, QWEN3, ROBERTA, max_abs_diff, perturb
+from tests.runtimes.conftest import (
+    BERT,
+    GPT2,
+    GPT_OSS,
+    LLAMA,
+    MISTRAL,
+    MODERNBERT,
+    QWEN2,
+    QWEN3,
+    ROBERTA,
+    max_abs_diff,
+    perturb,
+)
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -168,6 +181,33 @@ FAMILIES = {
         extra={"position_embedding_type": "relative_key"},
         encoder=True,
     ),
+    # 3 layers, global every 2nd (full, sliding, full), a window of 2 on each side; the rope thetas as transformers
+    # 5 writes them (`rope_parameters` per attention type) and, as extra keys, as configs before it did.
+    "modernbert": Family(
+        MODERNBERT,
+        "ModernBertConfig",
+        "ModernBertModel",
+        dict(
+            SMALL_ENCODER,
+            num_hidden_layers=3,
+            global_attn_every_n_layers=2,
+            local_attention=4,
+            pad_token_id=0,
+            bos_token_id=1,
+            eos_token_id=2,
+            cls_token_id=1,
+            sep_token_id=2,
+            global_rope_theta=1000.0,
+            local_rope_theta=50.0,
+        ),
+        extra={
+            "rope_parameters.sliding_attention": {"rope_type": "default", "rope_theta": 500.0},
+            "rope_parameters.full_attention.rope_type": "linear",
+            "global_rope_theta": 5000.0,
+            "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
+        },
+        encoder=True,
+    ),
 }
 
 # Another valid value for keys whose generic change (below) would not be valid or would not tell.
@@ -181,6 +221,7 @@ CHANGED = {
     "torch_dtype": "bfloat16",
     "transformers_version": "4.40.0",
     "pad_token_id": 2,
+    "hidden_activation": "relu",
 }
 
 

@@ -16,7 +16,15 @@ import pytest
 
 from linnet.runtimes.backends import BACKENDS
 from linnet.semantics.program import Document
-from tests.runtimes.conftest import ALL_BACKENDS, ROBERTA, header_only_checkpoint, max_abs_diff, perturb, record
+from tests.runtimes.conftest import (
+    ALL_BACKENDS,
+    ROBERTA,
+    header_only_checkpoint,
+    max_abs_diff,
+    padded_encoder_batch,
+    perturb,
+    record,
+)
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -96,14 +104,8 @@ def small_roberta(tmp_path_factory):
 
 
 def padded_batch() -> tuple[torch.Tensor, torch.Tensor]:
-    """Three rows of 12: full, padded on the right (7 tokens), padded on the left (5 tokens); no real token is
-    the padding id."""
-    g = torch.Generator().manual_seed(3)
-    ids = torch.randint(2, VOCAB, (3, 12), generator=g)
-    mask = torch.ones(3, 12, dtype=torch.long)
-    mask[1, 7:] = 0
-    mask[2, :7] = 0
-    return torch.where(mask.bool(), ids, PAD), mask
+    """Three rows of 12, padded on neither side, the right, the left; no real token is the padding id."""
+    return padded_encoder_batch(VOCAB, PAD, 2)
 
 
 def load(backend: str, folder, **kwargs):

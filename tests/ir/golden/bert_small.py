@@ -82,6 +82,10 @@ class Module(nn.Module):
             for table in (self._parameters, self._buffers, self._modules):
                 self.__dict__.update(table)
 
+    def __getitem__(self, i):
+        """Item `i` of a list whose items are modules of different classes (`layers[0]`)."""
+        return self._modules[str(i)]
+
 
 def padding_mask(attention_mask):
     """i64[B, S] -> bool[B, S, S] (attention.linnet:29)"""

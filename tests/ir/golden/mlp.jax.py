@@ -42,6 +42,10 @@ class Module:
                 node = getattr(node, part)
             setattr(node, name, arrays.get(prefix + path))  # state is absent for an entry that reads none
 
+    def __getitem__(self, i):
+        """Item `i` of a list whose items are modules of different classes (`layers[0]`)."""
+        return getattr(self, str(i))
+
     def state(self):
         """The state tensors of this module and its submodules, by checkpoint name."""
         out = {}
