@@ -187,7 +187,11 @@ def test_checks_and_lowers(name):
     build(source)  # raises LoweringError if what checks does not lower
 
 
-BACKENDS = [b for b, module in (("torch", "torch"), ("jax", "jax")) if importlib.util.find_spec(module)]
+BACKENDS = [
+    b
+    for b, module in (("torch", "torch"), ("jax", "jax"), ("onnxruntime", "onnxruntime"))
+    if importlib.util.find_spec(module)
+]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -201,3 +205,54 @@ def test_runs_equal_to_numpy(name, backend, tmp_path):
     _, _, _, inputs, reference = CASES[name]
     (out,) = model.run("forward", *inputs)
     np.testing.assert_allclose(out, reference(*inputs), rtol=1e-6, atol=1e-6)
+
+
+# A module's method with `...`, called in a loop over layers with a product dim: the method reads
+# its own weights (relative to its receiver) where it is lowered in its caller.
+LAYERS = """config C {
+    n: int = 4
+    num_layers: int = 2
+}
+
+module Layer(c: C) {
+    weight: [c.n, c.n]
+
+    fn forward(x: [..., c.n]) -> [..., c.n] {
+        x @ transpose(weight) + x
+    }
+}
+
+model M(c: C) {
+    layers: [Layer(c); c.num_layers]
+
+    entry fn forward(x: [B, S, c.n]) -> [B * S, c.n] {
+        let h = reshape(x, [B * S, c.n])
+        for layer in layers {
+            h = layer(h)
+        }
+        h
+    }
+}
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_method_in_a_loop_runs_equal_to_numpy(backend, tmp_path):
+    import json
+
+    from safetensors.numpy import save_file
+
+    import linnet
+
+    rng = np.random.default_rng(2)
+    weights = [rng.standard_normal((N, N)).astype(np.float32) for _ in range(2)]
+    save_file({f"layers.{i}.weight": w for i, w in enumerate(weights)}, str(tmp_path / "model.safetensors"))
+    (tmp_path / "config.json").write_text(json.dumps({"n": N, "num_layers": 2}))
+    path = tmp_path / "layers.linnet"
+    path.write_text(LAYERS)
+    model = linnet.load(path, tmp_path, backend=backend, progress=False)
+    (out,) = model.run("forward", X)
+    h = X.reshape(-1, N)
+    for w in weights:
+        h = h @ w.T + h
+    np.testing.assert_allclose(out, h, rtol=1e-5, atol=1e-5)
