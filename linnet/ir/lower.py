@@ -1127,8 +1127,8 @@ class Lowering:
         """The function of `Program.functions` that runs `ref` on arguments like `args`
         (lowered on first use, in context `ctx`), or None when the call must be evaluated in
         place: an argument that is a list of tensors or a module, a result that is not
-        tensors, or a body that uses a dim variable no argument's shape carries (called with
-        `[E, B * S, n]`, a body that reshapes to `[B, S, n]`)."""
+        tensors, or a graph whose shapes use a dim variable that no argument's shape has as a
+        whole dim (called with `[E, B * S, n]`: `B` and `S` could not be read in it)."""
         fn = ref.fn
         try:
             static = tuple((k, _spec_key(v)) for k, v in args.items() if not isinstance(v, Value))
@@ -1160,8 +1160,8 @@ class Lowering:
             graph.outputs = outs
             if unbound_dim(graph) is not None:
                 # an argument's dim is a product or sum of the caller's (`B * S` through
-                # `...`) and the body needs its factors (`B`), which no argument's shape
-                # carries: lowered in the caller, where they are known
+                # `...`), so its shapes use `B` and `S`, which no argument's shape has as a
+                # whole dim to read them from: lowered in the caller, where they are known
                 self._specialised[key] = None
                 return None
             self.finish(graph, outs, ref.item, fn.name)

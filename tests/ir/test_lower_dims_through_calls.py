@@ -79,6 +79,10 @@ fn grouped(x: [g * R, N], g: int) -> [g, R, N] {
 fn normed(x: [..., N]) -> [..., N] {
     softmax(double(x))
 }
+
+fn flat_doubled(x: [B, S, N]) -> [B * S, N] {
+    double(reshape(x, [B * S, N]))
+}
 """
 
 
@@ -155,6 +159,13 @@ CASES = {
         (X,),
         lambda x: 2 * np.concatenate([x, x], 0).reshape(2, -1, N),
     ),
+    "product_made_inside_a_function": (
+        "x: [B, S, c.n]",
+        "[B * S, c.n]",
+        "flat_doubled(x)",
+        (X,),
+        lambda x: 2 * x.reshape(-1, N),
+    ),
     "std_function_under_product": (
         "x: [B, S, c.n]",
         "[B * S, c.n]",
@@ -185,6 +196,14 @@ def test_checks_and_lowers(name):
     errors = [d for d in Document("t.linnet", source).analyze().diagnostics if d.severity == "error"]
     assert errors == []
     build(source)  # raises LoweringError if what checks does not lower
+
+
+def test_only_the_call_with_a_product_dim_is_lowered_in_its_caller():
+    """`flat_doubled(x: [B, S, N])` reads B and S from its argument and stays a function; the
+    `double` it calls with [B * S, N] is lowered in it."""
+    program = build(_source("product_made_inside_a_function"))
+    assert sorted(program.functions) == ["flat_doubled"]
+    assert program.functions["flat_doubled"].dim_vars == ["B", "S"]
 
 
 BACKENDS = [
