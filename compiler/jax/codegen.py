@@ -431,10 +431,12 @@ class Module:
         for path in self.PARAMS + self.STATE:
             *parents, name = path.split(".")
             node = self
-            for part in parents:
-                if not hasattr(node, part):
-                    setattr(node, part, Module({}, ""))
-                node = getattr(node, part)
+            for part, after in zip(parents, parents[1:] + [name]):
+                if isinstance(node, list):  # a list of submodules without a class (`layers.0.weight`)
+                    node.extend(Module({}, "") for _ in range(int(part) + 1 - len(node)))
+                elif not hasattr(node, part):
+                    setattr(node, part, [] if after.isdigit() else Module({}, ""))
+                node = _child(node, part)
             setattr(node, name, arrays.get(prefix + path))  # state is absent for an entry that reads none
 
     def __getitem__(self, i):
@@ -447,12 +449,17 @@ class Module:
         for path in self.STATE:
             node = self
             for part in path.split("."):
-                node = getattr(node, part)
+                node = _child(node, part)
             out[self._prefix + path] = node
         for name, child in self.CHILDREN.items():
             for module in getattr(self, name) if isinstance(child, tuple) else [getattr(self, name)]:
                 out.update(module.state())
         return out
+
+
+def _child(node, part):
+    """`node.part`, or item `part` of a list of submodules."""
+    return node[int(part)] if isinstance(node, list) else getattr(node, part)
 '''.strip()
 
 # The generated module's fused weights (`Program.param_transforms`), made from the checkpoint's.

@@ -350,31 +350,12 @@ class Lowering:
     def bind_dims(self, graph: Graph, item: Item, node) -> None:
         """`graph.dim_vars`/`dim_sources`: each dim variable its ops use, read from the first
         input axis that is exactly that variable. Raises LoweringError when none is."""
-        used: dict[str, Atom] = {}
-        for v in _graph_values(graph):
-            for d in v.dims:
-                for a in d.atoms():
-                    if a.kind == "var":
-                        used.setdefault(a.name, a)
-        for op in body_ops(graph):
-            for d in _arg_dims(op.args):
-                for a in d.atoms():
-                    if a.kind == "var":
-                        used.setdefault(a.name, a)
-        for name, atom in sorted(used.items(), key=lambda kv: kv[1]):
-            source = next(
-                (
-                    (i, axis)
-                    for i, v in enumerate(graph.inputs)
-                    for axis, d in enumerate(v.dims)
-                    if d.key() == Dim.atom(atom).key()
-                ),
-                None,
+        name = unbound_dim(graph)
+        if name is not None:
+            raise LoweringError(
+                self.where(item, node) + f"the dim `{name}` is used here but no tensor argument has it as a dim"
             )
-            if source is None:
-                raise LoweringError(
-                    self.where(item, node) + f"the dim `{name}` is used here but no tensor argument has it as a dim"
-                )
+        for name, source in dim_sources_of(graph).items():
             graph.dim_vars.append(name)
             graph.dim_sources[name] = source
 
@@ -1170,7 +1151,7 @@ class Lowering:
                 return self.composite(fn, ctx, {a: args[a] for a in order}, origin)
             args = {p.name.id: args[p.name.id] for p in fn.params}  # declaration order
             graph = self.specialise(ref, ctx, args)
-            if graph is None:  # not a function of tensors: evaluated in place
+            if graph is None:  # not a function of tensors, or of dims it cannot read: in place
                 callee = Env(ctx)
                 callee.vars.update({p.name: args[p.name.id] for p in fn.params})
                 return self.block(fn.body, callee.child())
@@ -1181,8 +1162,9 @@ class Lowering:
     def specialise(self, ref: FnRef, ctx: Context, args: dict[str, Any]) -> Graph | None:
         """The function of `Program.functions` that runs `ref` on arguments like `args`
         (lowered on first use, in context `ctx`), or None when the call must be evaluated in
-        place: an argument that is a list of tensors or a module, or a result that is not
-        tensors."""
+        place: an argument that is a list of tensors or a module, a result that is not
+        tensors, or a graph whose shapes use a dim variable that no argument's shape has as a
+        whole dim (called with `[E, B * S, n]`: `B` and `S` could not be read in it)."""
         fn = ref.fn
         try:
             static = tuple((k, _spec_key(v)) for k, v in args.items() if not isinstance(v, Value))
@@ -1209,6 +1191,13 @@ class Lowering:
             result = self.block(fn.body, callee.child())
             outs = list(result) if isinstance(result, tuple) else [result]
             if not outs or not all(isinstance(o, Value) for o in outs):
+                self._specialised[key] = None
+                return None
+            graph.outputs = outs
+            if unbound_dim(graph) is not None:
+                # an argument's dim is a product or sum of the caller's (`B * S` through
+                # `...`), so its shapes use `B` and `S`, which no argument's shape has as a
+                # whole dim to read them from: lowered in the caller, where they are known
                 self._specialised[key] = None
                 return None
             self.finish(graph, outs, ref.item, fn.name)
@@ -1426,6 +1415,42 @@ def _as_kind(value, checked: Type):
     if isinstance(checked, ScalarT) and checked.kind == "float" and isinstance(value, Dim):
         return float(_number(value))
     return value
+
+
+def used_dim_atoms(graph: Graph) -> list[Atom]:
+    """The dim variables `graph`'s values and op arguments use, in atom order."""
+    used: dict[str, Atom] = {}
+    for v in _graph_values(graph):
+        for d in v.dims:
+            for a in d.atoms():
+                if a.kind == "var":
+                    used.setdefault(a.name, a)
+    for op in body_ops(graph):
+        for d in _arg_dims(op.args):
+            for a in d.atoms():
+                if a.kind == "var":
+                    used.setdefault(a.name, a)
+    return sorted(used.values())
+
+
+def _dim_source(graph: Graph, atom: Atom) -> tuple[int, int] | None:
+    """(input index, axis) of the first input axis that is exactly `atom`, or None."""
+    key = Dim.atom(atom).key()
+    return next(
+        ((i, axis) for i, v in enumerate(graph.inputs) for axis, d in enumerate(v.dims) if d.key() == key),
+        None,
+    )
+
+
+def unbound_dim(graph: Graph) -> str | None:
+    """The first dim variable `graph` uses that no input axis is exactly (a `B` whose inputs
+    only carry `B * S`), or None when every one can be read from an input's shape."""
+    return next((a.name for a in used_dim_atoms(graph) if _dim_source(graph, a) is None), None)
+
+
+def dim_sources_of(graph: Graph) -> dict[str, tuple[int, int]]:
+    """Each dim variable `graph` uses -> (input index, axis) it is read from."""
+    return {a.name: _dim_source(graph, a) for a in used_dim_atoms(graph)}
 
 
 def _graph_values(g: Graph):

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from ..syntax import ast as A
 from ..syntax.items import Item
 from ..types.core import I64, UNKNOWN, ModuleListT, ModuleT, ScalarT, TensorT, Type, UnknownT, format_type
-from ..types.dims import Dim
+from ..types.dims import Dim, format_dim
 from .checker import ItemChecker
 from .diagnostics import Finding, SymbolAnchor, symbol
 from .names import Binder
@@ -209,6 +209,8 @@ def _check_entry(checker: ItemChecker, inst: Instance, fn: A.FnDef, decoder: boo
     def bad(message, node, which):
         checker.report("L110", message, node, notes=[_CONTRACT[which]])
 
+    _check_entry_dims(checker, fn, list(params.values()))
+
     if fn.name.id in ("step", "decode"):
         which = fn.name.id
         names = [p.name.id for p in fn.params]
@@ -240,6 +242,44 @@ def _check_entry(checker: ItemChecker, inst: Instance, fn: A.FnDef, decoder: boo
             bad(f"a decoder's `forward` takes (input_ids), got ({', '.join(params)})", fn.name, "forward")
         if "input_ids" in params and isinstance(ret, TensorT) and len(ret.shape.dims) != 3:
             bad(f"`forward` returns [B, S, ...], got {format_type(ret)}", fn.ret, "forward")
+
+
+def _check_entry_dims(checker: ItemChecker, fn: A.FnDef, params: list[tuple[A.Param, Type]]) -> None:
+    """A runtime reads an entry's dims from its inputs' shapes: a `...` parameter has no rank to
+    read, and a dim variable that is never a whole dim of a parameter (`S` of `[B, 2 * S, n]`)
+    has no axis to read it from. Reports L110 at the parameter's type or the dim."""
+    whole = {
+        d.key()
+        for _, t in params
+        if isinstance(t, TensorT)
+        for d in t.shape.dims
+        if d is not None and len(d.atoms()) == 1
+    }
+    reported: set[str] = set()
+    for p, t in params:
+        if not isinstance(t, TensorT) or not isinstance(p.type, A.TensorType):
+            continue
+        if t.shape.prefix is not None:
+            checker.report(
+                "L110",
+                f"entry parameter `{p.name.id}` has `...`: an entry's inputs have a known rank",
+                p.type,
+                notes=["write each dim, as in `x: [B, S, c.hidden_size]`"],
+            )
+            continue
+        nodes = p.type.dims if len(p.type.dims) == len(t.shape.dims) else [p.type] * len(t.shape.dims)
+        for d, node in zip(t.shape.dims, nodes):
+            for a in d.atoms() if d is not None else ():
+                if a.kind != "var" or Dim.atom(a).key() in whole or a.name in reported:
+                    continue
+                reported.add(a.name)
+                checker.report(
+                    "L110",
+                    f"the dim `{a.name}` of entry `{fn.name.id}` is never a whole dim of its parameters, "
+                    "so a runtime cannot read it from the inputs' shapes",
+                    node,
+                    notes=[f"declare the dim as one name (as in `[B, T]`), not `{format_dim(d)}`"],
+                )
 
 
 def _is_i64(t: Type, rank: int) -> bool:
