@@ -213,7 +213,10 @@ class _Server:
 
     def _encode_prompt(self, prompt: str | list[int]) -> list[int]:
         if isinstance(prompt, str):
-            ids = self.tokenizer.encode(prompt)
+            try:
+                ids = self.tokenizer.encode(prompt)
+            except ValueError as err:  # RunError: not valid Unicode (a lone surrogate such as "\ud800")
+                raise OpenAIError(400, str(err), param="prompt") from None
             if not ids:
                 raise OpenAIError(400, "the prompt encodes to no tokens", param="prompt")
             return ids
@@ -562,6 +565,8 @@ async def _parse(request: Request, model: type[BaseModel]) -> BaseModel:
         ) from None
     except RecursionError:
         raise OpenAIError(400, "malformed JSON: nested too deeply", code="json_invalid") from None
+    except ValueError as err:  # an integer literal past Python's 4300-digit limit (sys.set_int_max_str_digits)
+        raise OpenAIError(400, f"malformed JSON: {err}", code="json_invalid") from None
     if not isinstance(data, dict):
         raise OpenAIError(
             400, f"the request body must be a JSON object, got {type(data).__name__}", code="invalid_body"
@@ -596,12 +601,14 @@ class _APIKeyMiddleware:
 
     def __init__(self, app, api_key: str) -> None:
         self.app = app
-        self.expected = f"Bearer {api_key}".encode()
+        self.expected = api_key.encode()
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] == "http":
             given = dict(scope["headers"]).get(b"authorization", b"")
-            if not secrets.compare_digest(given, self.expected):
+            scheme, _, key = given.partition(b" ")
+            # the scheme is case-insensitive (RFC 9110 §11.1): `bearer K` is as good as `Bearer K`
+            if scheme.lower() != b"bearer" or not secrets.compare_digest(key.strip(), self.expected):
                 what = "a wrong API key" if given else "no API key"
                 error = OpenAIError(
                     401,

@@ -272,6 +272,8 @@ def _raw(server: str, body, *, key: str | None = API_KEY, path: str = "/v1/compl
         ('{"model": "x", "prompt": ', 400, None, "json_invalid"),
         ([1, 2], 400, None, "invalid_body"),
         (b"\xff", 400, None, "json_invalid"),
+        ('{"seed": ' + "9" * 5000 + "}", 400, None, "json_invalid"),  # past Python's int-parsing limit: was a 500
+        ({"model": MODEL, "prompt": "\ud800", "max_tokens": 1}, 400, "prompt", None),  # not Unicode: was a 500
         ({"model": "nope", "prompt": "hi"}, 404, "model", "model_not_found"),
         ({"model": MODEL, "prompt": "hi", "temperature": -1}, 400, "temperature", None),
         ({"model": MODEL, "prompt": "hi", "n": 0}, 400, "n", None),
@@ -323,6 +325,8 @@ def test_api_key_is_required_on_every_request(server):
         r = _raw(server, body, key=key)
         assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
         assert httpx.get(f"{server}/v1/models").status_code == 401
+    lowercase = {"Authorization": f"bearer {API_KEY}"}  # the scheme is case-insensitive (RFC 9110 §11.1)
+    assert httpx.get(f"{server}/v1/models", headers=lowercase).status_code == 200
     wrong = openai.OpenAI(base_url=f"{server}/v1", api_key="wrong", max_retries=0)
     with pytest.raises(openai.AuthenticationError):
         wrong.models.list()
