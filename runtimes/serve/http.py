@@ -171,7 +171,9 @@ class _Server:
 
     async def completions(self, body: CompletionRequest, request: Request) -> Response:
         self._check(body)
-        prompts = [self._encode_prompt(p) for p in body.prompts()]
+        # tokenizing runs in a thread (`tokenizers` releases the GIL): a megabytes-long prompt takes seconds, and on
+        # the event loop it would stall every stream and /health until its context_length_exceeded
+        prompts = [await asyncio.to_thread(self._encode_prompt, p) for p in body.prompts()]
         handles = self._submit(body, prompts, body.max_tokens, param="prompt")
         response = _Response("cmpl", "text_completion", self.model_name, body, [len(p) for p in prompts])
         return await self._respond(request, body.stream, handles, response, chat=False)
@@ -185,7 +187,7 @@ class _Server:
                 param="messages",
             )
         try:
-            prompt = encode_chat(self.tokenizer, [m.for_template() for m in body.messages])
+            prompt = await asyncio.to_thread(encode_chat, self.tokenizer, [m.for_template() for m in body.messages])
         except ValueError as err:  # the template refused the conversation (raise_exception) or failed
             raise OpenAIError(400, str(err), param="messages") from None
         limit = body.token_limit if body.token_limit is not None else max(1, self.max_positions - len(prompt))

@@ -8,6 +8,7 @@ tokenizer's own count of the chat template's tokens, and solo requests for each 
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import time
 
@@ -297,6 +298,17 @@ def test_errors_are_openai_shaped_4xx_and_the_server_keeps_serving(server, clien
         assert int(r.headers["Retry-After"]) >= 1
         _wait_idle(server)  # they leave the queue at the engine's next step
     assert client.completions.create(model=MODEL, prompt="Hi", max_tokens=2, temperature=0).choices
+
+
+def test_a_huge_prompt_is_tokenized_off_the_event_loop(server):
+    """A 2 MB prompt takes seconds to tokenize before its context_length_exceeded; meanwhile /health answers (it
+    used to wait for the tokenizer, as every stream did)."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        huge = pool.submit(_raw, server, {"model": MODEL, "prompt": "a " * 1_000_000, "max_tokens": 1})
+        time.sleep(1)  # let the huge body arrive and its tokenizing start
+        health = httpx.get(f"{server}/health", headers={"Authorization": f"Bearer {API_KEY}"}, timeout=120)
+        assert health.status_code == 200 and not huge.done()
+        assert huge.result().json()["error"]["code"] == "context_length_exceeded"
 
 
 def test_a_json_body_is_read_whatever_its_content_type(server):
