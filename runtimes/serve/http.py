@@ -625,16 +625,43 @@ class _APIKeyMiddleware:
 # ---- running -----------------------------------------------------------------------------------------------------
 
 
+SHUTDOWN_GRACE_S = 5  # after SIGINT/SIGTERM, running requests may finish for this long
+_SHUTDOWN_WRITE_S = 5  # then the cancelled ones have this long to send their 503 or last stream events
+
+
 def run_server(
     app: FastAPI, host: str, port: int, *, on_started: Callable[[str], None] | None = None, log_level: str = "info"
 ) -> None:
-    """Serve `app` with uvicorn on `host`:`port` until SIGINT or SIGTERM (uvicorn's handlers: stop accepting,
-    let running requests finish for up to 5 s, then close them; the app's lifespan then shuts the engine down).
+    """Serve `app` with uvicorn on `host`:`port` until SIGINT or SIGTERM: uvicorn stops accepting and lets running
+    requests finish for up to `SHUTDOWN_GRACE_S`; then the engine cancels what is left, so each such request ends
+    as a 503 (a stream: its error event and `[DONE]`) instead of a connection cut mid-chunk and a logged
+    CancelledError; the app's lifespan then shuts the engine down (idempotent).
     `on_started(url)` is called once the socket listens. Raises OSError when the address cannot be bound."""
     import uvicorn
 
-    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=5)
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        # uvicorn's own limit, past which it cancels the handlers, leaves them time to write their last events
+        timeout_graceful_shutdown=SHUTDOWN_GRACE_S + _SHUTDOWN_WRITE_S,
+    )
     server = uvicorn.Server(config)
+    shutdown = server.shutdown
+
+    async def shutdown_cancelling_late_requests(sockets=None) -> None:
+        engine = app.state.linnet.engine
+        cancelling: list[asyncio.Future] = []  # a reference keeps the task alive
+        cancel_late = asyncio.get_running_loop().call_later(
+            SHUTDOWN_GRACE_S, lambda: cancelling.append(asyncio.ensure_future(asyncio.to_thread(engine.shutdown)))
+        )
+        try:
+            await shutdown(sockets=sockets)
+        finally:
+            cancel_late.cancel()
+
+    server.shutdown = shutdown_cancelling_late_requests
     if on_started is not None:
         startup = server.startup
 
