@@ -226,7 +226,16 @@ class _Server:
 
     def _submit(self, body, prompts: list[list[int]], max_tokens: int, param: str) -> list:
         """Submit `body.n` engine requests per prompt (choice `p * n + i` seeded `seed + i`); on any refusal,
-        cancel what was submitted and raise the matching OpenAIError."""
+        cancel what was submitted and raise the matching OpenAIError: 400 (param `n`) for more choices than the
+        queue can ever hold, since a 429 would have clients retry a request that cannot succeed."""
+        choices = body.n * len(prompts)
+        if choices > self.engine.max_queue:
+            raise OpenAIError(
+                400,
+                f"{choices} choices ({len(prompts)} prompt(s) x n = {body.n}) can never fit this server's queue of "
+                f"{self.engine.max_queue} requests (--max-queue); send fewer at a time",
+                param="n",
+            )
         handles = []
         try:
             for prompt in prompts:

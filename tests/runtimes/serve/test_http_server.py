@@ -285,7 +285,9 @@ def _raw(server: str, body, *, key: str | None = API_KEY, path: str = "/v1/compl
         ({"model": MODEL, "prompt": "hi", "stream_options": {"include_usage": True}}, 400, "stream_options", None),
         ({"model": MODEL, "prompt": "hi", "max_tokens": MAX_POSITIONS}, 400, "max_tokens", "context_length_exceeded"),
         ({"model": MODEL, "prompt": "hi " * 300, "max_tokens": 1}, 400, "prompt", "context_length_exceeded"),
-        ({"model": MODEL, "prompt": "hi", "n": 8, "max_tokens": 4}, 429, None, "queue_full"),
+        # more choices than the queue of 4 can ever hold: 400, not a 429 that clients would retry in vain
+        ({"model": MODEL, "prompt": "hi", "n": 8, "max_tokens": 4}, 400, "n", None),
+        ({"model": MODEL, "prompt": ["a", "b", "c"], "n": 2, "max_tokens": 4}, 400, "n", None),
     ],
 )
 def test_errors_are_openai_shaped_4xx_and_the_server_keeps_serving(server, client, body, status, param, code):
@@ -294,9 +296,20 @@ def test_errors_are_openai_shaped_4xx_and_the_server_keeps_serving(server, clien
     error = r.json()["error"]
     assert set(error) == {"message", "type", "param", "code"} and error["message"]
     assert (error["param"], error["code"]) == (param, code), error
-    if status == 429:  # n = 8 cannot fit 2 rows and a queue of 4; those submitted were cancelled
-        assert int(r.headers["Retry-After"]) >= 1
-        _wait_idle(server)  # they leave the queue at the engine's next step
+    assert client.completions.create(model=MODEL, prompt="Hi", max_tokens=2, temperature=0).choices
+
+
+def test_a_full_queue_is_429_with_retry_after(server, client):
+    """A streaming n = 4 request holds both rows and keeps 2 choices waiting; another n = 4 finds no room for its
+    4 in the queue of 4: 429 with Retry-After, and what it submitted is cancelled."""
+    busy = {"model": MODEL, "prompt": "Once", "n": 4, "max_tokens": 200, "ignore_eos": True, "stream": True}
+    headers = {"Authorization": f"Bearer {API_KEY}"}
+    with httpx.stream("POST", f"{server}/v1/completions", json=busy, headers=headers, timeout=120) as running:
+        next(running.iter_lines())  # the first chunk: it is being served
+        r = _raw(server, {"model": MODEL, "prompt": "hi", "n": 4, "max_tokens": 4})
+    assert r.status_code == 429 and r.json()["error"]["code"] == "queue_full", r.text
+    assert int(r.headers["Retry-After"]) >= 1
+    _wait_idle(server)  # the dropped stream's choices leave at the engine's next step
     assert client.completions.create(model=MODEL, prompt="Hi", max_tokens=2, temperature=0).choices
 
 
