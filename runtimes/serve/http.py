@@ -109,7 +109,7 @@ def create_app(
     if api_key:
         app.add_middleware(_APIKeyMiddleware, api_key=api_key)
 
-    @app.get("/health")
+    @app.api_route("/health", methods=["GET", "HEAD"])  # HEAD: the health check of some load balancers
     async def health() -> Response:
         return Response(status_code=200)
 

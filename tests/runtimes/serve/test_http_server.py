@@ -108,6 +108,7 @@ def test_models_health_and_metrics(server, client):
     assert [m.id for m in client.models.list().data] == [MODEL]
     auth = {"Authorization": f"Bearer {API_KEY}"}
     assert httpx.get(f"{server}/health", headers=auth).status_code == 200
+    assert httpx.head(f"{server}/health", headers=auth).status_code == 200  # was 405
     found = metrics(server)
     for name in (
         "linnet:num_requests_running",
