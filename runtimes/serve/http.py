@@ -109,7 +109,7 @@ def create_app(
     if api_key:
         app.add_middleware(_APIKeyMiddleware, api_key=api_key)
 
-    @app.get("/health")
+    @app.api_route("/health", methods=["GET", "HEAD"])  # HEAD: the health check of some load balancers
     async def health() -> Response:
         return Response(status_code=200)
 
@@ -171,7 +171,9 @@ class _Server:
 
     async def completions(self, body: CompletionRequest, request: Request) -> Response:
         self._check(body)
-        prompts = [self._encode_prompt(p) for p in body.prompts()]
+        # tokenizing runs in a thread (`tokenizers` releases the GIL): a megabytes-long prompt takes seconds, and on
+        # the event loop it would stall every stream and /health until its context_length_exceeded
+        prompts = [await asyncio.to_thread(self._encode_prompt, p) for p in body.prompts()]
         handles = self._submit(body, prompts, body.max_tokens, param="prompt")
         response = _Response("cmpl", "text_completion", self.model_name, body, [len(p) for p in prompts])
         return await self._respond(request, body.stream, handles, response, chat=False)
@@ -185,7 +187,7 @@ class _Server:
                 param="messages",
             )
         try:
-            prompt = encode_chat(self.tokenizer, [m.for_template() for m in body.messages])
+            prompt = await asyncio.to_thread(encode_chat, self.tokenizer, [m.for_template() for m in body.messages])
         except ValueError as err:  # the template refused the conversation (raise_exception) or failed
             raise OpenAIError(400, str(err), param="messages") from None
         limit = body.token_limit if body.token_limit is not None else max(1, self.max_positions - len(prompt))
@@ -213,7 +215,10 @@ class _Server:
 
     def _encode_prompt(self, prompt: str | list[int]) -> list[int]:
         if isinstance(prompt, str):
-            ids = self.tokenizer.encode(prompt)
+            try:
+                ids = self.tokenizer.encode(prompt)
+            except ValueError as err:  # RunError: not valid Unicode (a lone surrogate such as "\ud800")
+                raise OpenAIError(400, str(err), param="prompt") from None
             if not ids:
                 raise OpenAIError(400, "the prompt encodes to no tokens", param="prompt")
             return ids
@@ -221,7 +226,16 @@ class _Server:
 
     def _submit(self, body, prompts: list[list[int]], max_tokens: int, param: str) -> list:
         """Submit `body.n` engine requests per prompt (choice `p * n + i` seeded `seed + i`); on any refusal,
-        cancel what was submitted and raise the matching OpenAIError."""
+        cancel what was submitted and raise the matching OpenAIError: 400 (param `n`) for more choices than the
+        queue can ever hold, since a 429 would have clients retry a request that cannot succeed."""
+        choices = body.n * len(prompts)
+        if choices > self.engine.max_queue:
+            raise OpenAIError(
+                400,
+                f"{choices} choices ({len(prompts)} prompt(s) x n = {body.n}) can never fit this server's queue of "
+                f"{self.engine.max_queue} requests (--max-queue); send fewer at a time",
+                param="n",
+            )
         handles = []
         try:
             for prompt in prompts:
@@ -562,6 +576,8 @@ async def _parse(request: Request, model: type[BaseModel]) -> BaseModel:
         ) from None
     except RecursionError:
         raise OpenAIError(400, "malformed JSON: nested too deeply", code="json_invalid") from None
+    except ValueError as err:  # an integer literal past Python's 4300-digit limit (sys.set_int_max_str_digits)
+        raise OpenAIError(400, f"malformed JSON: {err}", code="json_invalid") from None
     if not isinstance(data, dict):
         raise OpenAIError(
             400, f"the request body must be a JSON object, got {type(data).__name__}", code="invalid_body"
@@ -596,12 +612,14 @@ class _APIKeyMiddleware:
 
     def __init__(self, app, api_key: str) -> None:
         self.app = app
-        self.expected = f"Bearer {api_key}".encode()
+        self.expected = api_key.encode()
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] == "http":
             given = dict(scope["headers"]).get(b"authorization", b"")
-            if not secrets.compare_digest(given, self.expected):
+            scheme, _, key = given.partition(b" ")
+            # the scheme is case-insensitive (RFC 9110 §11.1): `bearer K` is as good as `Bearer K`
+            if scheme.lower() != b"bearer" or not secrets.compare_digest(key.strip(), self.expected):
                 what = "a wrong API key" if given else "no API key"
                 error = OpenAIError(
                     401,
@@ -616,16 +634,43 @@ class _APIKeyMiddleware:
 # ---- running -----------------------------------------------------------------------------------------------------
 
 
+SHUTDOWN_GRACE_S = 5  # after SIGINT/SIGTERM, running requests may finish for this long
+_SHUTDOWN_WRITE_S = 5  # then the cancelled ones have this long to send their 503 or last stream events
+
+
 def run_server(
     app: FastAPI, host: str, port: int, *, on_started: Callable[[str], None] | None = None, log_level: str = "info"
 ) -> None:
-    """Serve `app` with uvicorn on `host`:`port` until SIGINT or SIGTERM (uvicorn's handlers: stop accepting,
-    let running requests finish for up to 5 s, then close them; the app's lifespan then shuts the engine down).
+    """Serve `app` with uvicorn on `host`:`port` until SIGINT or SIGTERM: uvicorn stops accepting and lets running
+    requests finish for up to `SHUTDOWN_GRACE_S`; then the engine cancels what is left, so each such request ends
+    as a 503 (a stream: its error event and `[DONE]`) instead of a connection cut mid-chunk and a logged
+    CancelledError; the app's lifespan then shuts the engine down (idempotent).
     `on_started(url)` is called once the socket listens. Raises OSError when the address cannot be bound."""
     import uvicorn
 
-    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=5)
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        # uvicorn's own limit, past which it cancels the handlers, leaves them time to write their last events
+        timeout_graceful_shutdown=SHUTDOWN_GRACE_S + _SHUTDOWN_WRITE_S,
+    )
     server = uvicorn.Server(config)
+    shutdown = server.shutdown
+
+    async def shutdown_cancelling_late_requests(sockets=None) -> None:
+        engine = app.state.linnet.engine
+        cancelling: list[asyncio.Future] = []  # a reference keeps the task alive
+        cancel_late = asyncio.get_running_loop().call_later(
+            SHUTDOWN_GRACE_S, lambda: cancelling.append(asyncio.ensure_future(asyncio.to_thread(engine.shutdown)))
+        )
+        try:
+            await shutdown(sockets=sockets)
+        finally:
+            cancel_late.cancel()
+
+    server.shutdown = shutdown_cancelling_late_requests
     if on_started is not None:
         startup = server.startup
 

@@ -123,13 +123,17 @@ class LinnetModel:
             relay.join(timeout=10)
 
     def read_inputs(self, request: Any) -> TritonInputs:
-        """The request's inputs. Raises ValueError naming the input for a value out of range, a prompt or stop
-        string that is not UTF-8, or a parameter that is no input (a misspelt field of the generate endpoint)."""
+        """The request's inputs. Raises ValueError naming the input for a value out of range, a missing prompt, a
+        prompt or stop string that is not UTF-8, or a parameter that is no input (a misspelt field of the generate
+        endpoint)."""
         unknown = sorted(json.loads(request.parameters() or "{}"))
         if unknown:  # the generate endpoint turns JSON fields that are not inputs into parameters
             names = ", ".join(n for n, _, _ in INPUTS)
             raise ValueError(f"unknown parameter {', '.join(unknown)}; the inputs are {names}")
-        prompt = _text(self._first(request, "text_input"), "text_input")
+        # config.pbtxt declares text_input required, but the HTTP generate endpoint passes a body without it
+        if (text_input := self._first(request, "text_input")) is None:
+            raise ValueError("input text_input is required: the prompt as text")
+        prompt = _text(text_input, "text_input")
         max_tokens = self._first(request, "max_tokens")
         stop = self._all(request, "stop")
         params = SamplingParams(

@@ -305,6 +305,7 @@ def test_bad_requests_are_answered_and_the_server_keeps_serving(server, referenc
         "more than the 256 positions": {"text_input": "Hi", "max_tokens": 1000},
         "the prompt is empty": {"text_input": ""},
         "unknown parameter max_new_tokens": {"text_input": "Hi", "max_new_tokens": 3},
+        "input text_input is required": {"max_tokens": 3},  # was a TypeError and its Python traceback
     }
     for expected, body in cases.items():
         answer = _generate(url, model, body)

@@ -3,6 +3,7 @@ traceback; SIGINT stops a running server cleanly; a port in use is one error lin
 
 from __future__ import annotations
 
+import json
 import signal
 import socket
 import subprocess
@@ -68,3 +69,46 @@ def test_sigint_stops_the_server_and_a_port_in_use_is_one_error(tmp_path):
     assert "Traceback" not in text and "linnet serve: stopped" in text, text
     with socket.socket() as s:  # the port is free again
         s.bind(("127.0.0.1", port))
+
+
+def _stream(url: str, max_tokens: int) -> socket.socket:
+    """A raw streaming completion that would run long (EOS ignored); the socket is left to read."""
+    body = json.dumps(
+        {
+            "model": "smollm2-135m-instruct",
+            "prompt": "Once",
+            "max_tokens": max_tokens,
+            "stream": True,
+            "ignore_eos": True,
+        }
+    ).encode()
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    sock = socket.create_connection((host, int(port)), timeout=120)
+    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    return sock
+
+
+def _read_to_end(sock: socket.socket) -> bytes:
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    sock.close()
+    return data
+
+
+@pytest.mark.slow
+def test_sigterm_ends_running_and_waiting_streams_with_an_error_event_and_done(tmp_path):
+    """Streams still running after the shutdown grace period (one generating, one waiting for the only row) end
+    with the 503 error event and `[DONE]` and a complete chunked body; they used to be cut mid-chunk by
+    uvicorn's task cancellation, which logged a CancelledError traceback per stream."""
+    proc, url, log = start_server(tmp_path, "--max-positions", "2048", "--max-batch", "1")
+    streams = [_stream(url, 2000) for _ in range(2)]
+    streams[0].recv(1)  # the first has started generating
+    proc.send_signal(signal.SIGTERM)
+    for sock in streams:
+        data = _read_to_end(sock)
+        assert b'"error": {"message": "the request was cancelled: the server is shutting down"' in data, data[-300:]
+        assert data.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n"), data[-300:]
+    assert proc.wait(timeout=60) == 0
+    text = log.read_text()
+    assert "Traceback" not in text and "linnet serve: stopped" in text, text

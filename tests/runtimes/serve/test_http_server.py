@@ -8,6 +8,7 @@ tokenizer's own count of the chat template's tokens, and solo requests for each 
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import time
 
@@ -107,6 +108,7 @@ def test_models_health_and_metrics(server, client):
     assert [m.id for m in client.models.list().data] == [MODEL]
     auth = {"Authorization": f"Bearer {API_KEY}"}
     assert httpx.get(f"{server}/health", headers=auth).status_code == 200
+    assert httpx.head(f"{server}/health", headers=auth).status_code == 200  # was 405
     found = metrics(server)
     for name in (
         "linnet:num_requests_running",
@@ -272,6 +274,8 @@ def _raw(server: str, body, *, key: str | None = API_KEY, path: str = "/v1/compl
         ('{"model": "x", "prompt": ', 400, None, "json_invalid"),
         ([1, 2], 400, None, "invalid_body"),
         (b"\xff", 400, None, "json_invalid"),
+        ('{"seed": ' + "9" * 5000 + "}", 400, None, "json_invalid"),  # past Python's int-parsing limit: was a 500
+        ({"model": MODEL, "prompt": "\ud800", "max_tokens": 1}, 400, "prompt", None),  # not Unicode: was a 500
         ({"model": "nope", "prompt": "hi"}, 404, "model", "model_not_found"),
         ({"model": MODEL, "prompt": "hi", "temperature": -1}, 400, "temperature", None),
         ({"model": MODEL, "prompt": "hi", "n": 0}, 400, "n", None),
@@ -282,7 +286,9 @@ def _raw(server: str, body, *, key: str | None = API_KEY, path: str = "/v1/compl
         ({"model": MODEL, "prompt": "hi", "stream_options": {"include_usage": True}}, 400, "stream_options", None),
         ({"model": MODEL, "prompt": "hi", "max_tokens": MAX_POSITIONS}, 400, "max_tokens", "context_length_exceeded"),
         ({"model": MODEL, "prompt": "hi " * 300, "max_tokens": 1}, 400, "prompt", "context_length_exceeded"),
-        ({"model": MODEL, "prompt": "hi", "n": 8, "max_tokens": 4}, 429, None, "queue_full"),
+        # more choices than the queue of 4 can ever hold: 400, not a 429 that clients would retry in vain
+        ({"model": MODEL, "prompt": "hi", "n": 8, "max_tokens": 4}, 400, "n", None),
+        ({"model": MODEL, "prompt": ["a", "b", "c"], "n": 2, "max_tokens": 4}, 400, "n", None),
     ],
 )
 def test_errors_are_openai_shaped_4xx_and_the_server_keeps_serving(server, client, body, status, param, code):
@@ -291,10 +297,32 @@ def test_errors_are_openai_shaped_4xx_and_the_server_keeps_serving(server, clien
     error = r.json()["error"]
     assert set(error) == {"message", "type", "param", "code"} and error["message"]
     assert (error["param"], error["code"]) == (param, code), error
-    if status == 429:  # n = 8 cannot fit 2 rows and a queue of 4; those submitted were cancelled
-        assert int(r.headers["Retry-After"]) >= 1
-        _wait_idle(server)  # they leave the queue at the engine's next step
     assert client.completions.create(model=MODEL, prompt="Hi", max_tokens=2, temperature=0).choices
+
+
+def test_a_full_queue_is_429_with_retry_after(server, client):
+    """A streaming n = 4 request holds both rows and keeps 2 choices waiting; another n = 4 finds no room for its
+    4 in the queue of 4: 429 with Retry-After, and what it submitted is cancelled."""
+    busy = {"model": MODEL, "prompt": "Once", "n": 4, "max_tokens": 200, "ignore_eos": True, "stream": True}
+    headers = {"Authorization": f"Bearer {API_KEY}"}
+    with httpx.stream("POST", f"{server}/v1/completions", json=busy, headers=headers, timeout=120) as running:
+        next(running.iter_lines())  # the first chunk: it is being served
+        r = _raw(server, {"model": MODEL, "prompt": "hi", "n": 4, "max_tokens": 4})
+    assert r.status_code == 429 and r.json()["error"]["code"] == "queue_full", r.text
+    assert int(r.headers["Retry-After"]) >= 1
+    _wait_idle(server)  # the dropped stream's choices leave at the engine's next step
+    assert client.completions.create(model=MODEL, prompt="Hi", max_tokens=2, temperature=0).choices
+
+
+def test_a_huge_prompt_is_tokenized_off_the_event_loop(server):
+    """A 2 MB prompt takes seconds to tokenize before its context_length_exceeded; meanwhile /health answers (it
+    used to wait for the tokenizer, as every stream did)."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        huge = pool.submit(_raw, server, {"model": MODEL, "prompt": "a " * 1_000_000, "max_tokens": 1})
+        time.sleep(1)  # let the huge body arrive and its tokenizing start
+        health = httpx.get(f"{server}/health", headers={"Authorization": f"Bearer {API_KEY}"}, timeout=120)
+        assert health.status_code == 200 and not huge.done()
+        assert huge.result().json()["error"]["code"] == "context_length_exceeded"
 
 
 def test_a_json_body_is_read_whatever_its_content_type(server):
@@ -323,6 +351,8 @@ def test_api_key_is_required_on_every_request(server):
         r = _raw(server, body, key=key)
         assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
         assert httpx.get(f"{server}/v1/models").status_code == 401
+    lowercase = {"Authorization": f"bearer {API_KEY}"}  # the scheme is case-insensitive (RFC 9110 §11.1)
+    assert httpx.get(f"{server}/v1/models", headers=lowercase).status_code == 200
     wrong = openai.OpenAI(base_url=f"{server}/v1", api_key="wrong", max_retries=0)
     with pytest.raises(openai.AuthenticationError):
         wrong.models.list()
