@@ -233,8 +233,10 @@ def build_parser() -> argparse.ArgumentParser:
     lsp.set_defaults(func=cmd_lsp)
 
     from .cli_backends import register
+    from .cli_serve import register as register_serve
 
     register(sub)
+    register_serve(sub)
     return parser
 
 

@@ -73,8 +73,11 @@ def parse_config(items: list[str] | None) -> dict:
     return out
 
 
-def add_common(p: argparse.ArgumentParser, weights: bool = True, file_help: str | None = None) -> None:
-    """The options every model command takes; with `file_help`, FILE is optional and described by it."""
+def add_common(
+    p: argparse.ArgumentParser, weights: bool = True, file_help: str | None = None, max_batch: int = 1
+) -> None:
+    """The options every model command takes; with `file_help`, FILE is optional and described by it;
+    `max_batch` is the default of `--max-batch`."""
     if file_help is None:
         p.add_argument("file", metavar="FILE", help="a .linnet source with a root model")
     else:
@@ -83,7 +86,7 @@ def add_common(p: argparse.ArgumentParser, weights: bool = True, file_help: str 
     p.add_argument("--config", action="append", metavar="KEY=VALUE", help="override a config field (repeatable)")
     p.add_argument("--dtype", choices=("f32", "bf16", "f16"), default="f32", help="working dtype (default f32)")
     p.add_argument("--max-positions", type=int, default=768, metavar="N", help="cache positions per row (768)")
-    p.add_argument("--max-batch", type=int, default=1, metavar="N", help="cache rows (1)")
+    p.add_argument("--max-batch", type=int, default=max_batch, metavar="N", help=f"cache rows ({max_batch})")
     if weights:
         p.add_argument("--weights", metavar="W", help="HF directory, .gguf file or embedded id")
         p.add_argument("--numerics", choices=("equivalent", "fast"), default="equivalent")
@@ -433,23 +436,16 @@ def _stream_ids(gen, ids: list[int], params) -> None:
 def _prompt_ids(args: argparse.Namespace, tok) -> list[int]:
     """`--prompt` as token ids, through the checkpoint's chat template with `--chat`. Raises
     ValueError when it has none or it does not parse (naming the weights and the template line)."""
-    from .runtimes.chat import render_chat
+    from .runtimes.chat import encode_chat
 
     if not args.chat:
         return tok.encode(args.prompt)
     if not tok.chat_template:
         raise ValueError(f"{args.weights} has no chat template; drop --chat")
     try:
-        text = render_chat(
-            tok.chat_template,
-            [{"role": "user", "content": args.prompt}],
-            add_generation_prompt=True,
-            bos_token=_token_text(tok, tok.bos_token_id),
-            eos_token=_token_text(tok, tok.eos_token_id),
-        )
+        return encode_chat(tok, [{"role": "user", "content": args.prompt}])
     except ValueError as err:  # the checkpoint's template is broken: say whose, exit 1
         raise ValueError(f"{args.weights}: {err}") from None
-    return tok.encode(text, add_special_tokens=False)
 
 
 def _watch(args: argparse.Namespace, what: str):
@@ -510,12 +506,6 @@ def _check_utf8(flag: str, value: str) -> None:
 def _print_notes(model) -> None:
     for note in model.notes:
         print(f"note: {note}", file=sys.stderr)
-
-
-def _token_text(tok, token_id):
-    if token_id is None:
-        return None
-    return tok.decode([token_id], skip_special_tokens=False)
 
 
 def cmd_run(args: argparse.Namespace) -> int:

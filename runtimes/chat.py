@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["render_chat"]
+__all__ = ["encode_chat", "render_chat"]
 
 # Names a message's reasoning is passed under (transformers `_REASONING_FIELDS`); the first is the standard one.
 _REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
@@ -81,6 +81,31 @@ def render_chat(
         raise ValueError(f"chat template error at line {error.lineno}: {error.message or error}") from error
     except jinja2.TemplateError as error:
         raise ValueError(f"chat template error: {error.message or error}") from error
+
+
+def encode_chat(tokenizer: Any, messages: list[dict], *, add_generation_prompt: bool = True) -> list[int]:
+    """The token ids of `messages` rendered through `tokenizer.chat_template` (`render_chat`, with the tokenizer's
+    BOS and EOS texts as `bos_token` and `eos_token`), encoded without adding special tokens: the template writes
+    them itself, so the prompt holds exactly the BOS the template writes, as transformers'
+    `apply_chat_template(tokenize=True)` does. `linnet generate --chat` and `linnet serve`'s chat completions both
+    build their prompts here.
+
+    Raises `ValueError` when the tokenizer has no chat template, and as `render_chat` does.
+    """
+    if not tokenizer.chat_template:
+        raise ValueError("the checkpoint has no chat template")
+    text = render_chat(
+        tokenizer.chat_template,
+        messages,
+        add_generation_prompt=add_generation_prompt,
+        bos_token=_special_token_text(tokenizer, tokenizer.bos_token_id),
+        eos_token=_special_token_text(tokenizer, tokenizer.eos_token_id),
+    )
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
+def _special_token_text(tokenizer: Any, token_id: int | None) -> str | None:
+    return None if token_id is None else tokenizer.decode([token_id], skip_special_tokens=False)
 
 
 @lru_cache(maxsize=16)

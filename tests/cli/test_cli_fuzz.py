@@ -5,8 +5,9 @@ traceback or a hang: `main` returns 0, 1 or 2, and stderr holds no "Traceback".
 
 Most lists run in this process through `linnet.cli.main` (fast; an escaping exception fails the example); a
 smaller sweep runs `python -m linnet` in a subprocess with a timeout, with bytes that are not UTF-8 in the
-arguments and a real stdout (where printing such text could fail). Left out: `lsp` (serves stdin until closed)
-and `--backend torch-compile` (each compile takes tens of seconds; its loading is the `torch` backend's).
+arguments and a real stdout (where printing such text could fail). Left out: `lsp` (serves stdin until closed),
+`serve` (serves HTTP until a signal; tests/runtimes/serve/test_http_*.py run it) and `--backend torch-compile`
+(each compile takes tens of seconds; its loading is the `torch` backend's).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from hypothesis import strategies as st
 from linnet.cli import build_parser, main
 from tests.conftest import EXAMPLES, ROOT, installed
 
-SKIPPED_COMMANDS = {"lsp"}
+SKIPPED_COMMANDS = {"lsp", "serve"}
 SKIPPED_VALUES = {"torch-compile"}
 EXAMPLE_TIMEOUT_S = 120  # a hang, not a slow load: the slowest list here loads in a few seconds
 
