@@ -214,8 +214,13 @@ def run_transformers(mode: str, prompts: list[list[int]], new_tokens: int) -> di
         return dict(load_s=load_s, warmup_s=warmup_s, t0=t0, requests=requests, contention=contention, extra=extra)
 
     config = GenerationConfig(max_new_tokens=new_tokens, do_sample=False, eos_token_id=-1, pad_token_id=pad)
-    cb_config = ContinuousBatchingConfig(max_requests_per_batch=IN_FLIGHT)
-    extra["continuous_batching"] = f"generate_batch, ContinuousBatchingConfig(max_requests_per_batch={IN_FLIGHT})"
+    # Its paged cache sized for IN_FLIGHT requests of the longest prompt (blocks of `page_size` 256 tokens), as
+    # Linnet's IN_FLIGHT rows are: left to itself it sizes the cache from the free memory (14 GB here)
+    blocks = IN_FLIGHT * -(-(max(len(p) for p in prompts) + new_tokens) // 256)
+    cb_config = ContinuousBatchingConfig(max_requests_per_batch=IN_FLIGHT, num_blocks=blocks)
+    extra["continuous_batching"] = (
+        f"generate_batch, ContinuousBatchingConfig(max_requests_per_batch={IN_FLIGHT}, num_blocks={blocks})"
+    )
     t = time.perf_counter()
     with torch.inference_mode():
         model.generate_batch(prompts[:2], generation_config=config, continuous_batching_config=cb_config)
