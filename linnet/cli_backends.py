@@ -1038,3 +1038,11 @@ def register(sub) -> None:
     be.add_argument("--device", default="cpu", help="the device to ask about (cpu, cuda)")
     be.add_argument("--format", choices=("text", "json"), default="text")
     be.set_defaults(func=cmd_backends)
+
+
+# The steps of `generate` that `linnet serve` (cli_serve.py) shares: load a model from the options, pick the zoo's
+# source for --weights alone, print its notes, report a failure. Public names for the other CLI module.
+fail = _fail
+load_model = _load
+pick_example = _pick_example
+print_notes = _print_notes

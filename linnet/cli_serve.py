@@ -21,11 +21,11 @@ from .cli_backends import (
     EXIT_USAGE,
     FAILURES,
     UsageError,
-    _fail,
-    _load,
-    _pick_example,
-    _print_notes,
     add_common,
+    fail,
+    load_model,
+    pick_example,
+    print_notes,
 )
 
 # served when neither FILE nor --weights is given, as the README's first example answers from it
@@ -40,19 +40,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
             if args.weights is None:
                 args.weights = DEFAULT_WEIGHTS
                 print(f"no FILE nor --weights: serving the embedded {DEFAULT_WEIGHTS}", file=sys.stderr)
-            _pick_example(args)
-        model = _load(args, random_weights=False)
+            pick_example(args)
+        model = load_model(args, random_weights=False)
     except UsageError as err:
         print(f"linnet serve: {err}", file=sys.stderr)
         return EXIT_USAGE
     except FAILURES as err:
-        return _fail("serve", err)
-    _print_notes(model)
+        return fail("serve", err)
+    print_notes(model)
     tokenizer = model.tokenizer()
     if tokenizer is None:
-        return _fail("serve", ValueError(f"{model.weights} has no tokenizer (tokenizer.json); linnet serve needs one"))
+        return fail("serve", ValueError(f"{model.weights} has no tokenizer (tokenizer.json); linnet serve needs one"))
     if "step" not in model.program.entries:
-        return _fail("serve", ValueError(f"{args.file}: serving needs a decoder with `entry fn step`"))
+        return fail("serve", ValueError(f"{args.file}: serving needs a decoder with `entry fn step`"))
     from .runtimes.serve.engine import Engine
     from .runtimes.serve.http import create_app, run_server
 
@@ -64,7 +64,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
         engine,
         tokenizer,
         name,
-        max_positions=int(step_model.max_positions),
         api_key=args.api_key,
         shutdown_engine=True,
     )
@@ -87,7 +86,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return EXIT_ERRORS if exit_.code else EXIT_OK
     except OSError as err:
         engine.shutdown()
-        return _fail("serve", err)
+        return fail("serve", err)
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
     print("linnet serve: stopped", file=sys.stderr)

@@ -28,12 +28,13 @@ import secrets
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import aclosing, asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..chat import encode_chat
@@ -82,15 +83,14 @@ def create_app(
     tokenizer,
     model_name: str,
     *,
-    max_positions: int,
     api_key: str | None = None,
     shutdown_engine: bool = False,
 ) -> FastAPI:
     """The FastAPI app serving `engine` (a started `linnet.runtimes.serve.engine.Engine`) as `model_name`.
 
-    `tokenizer` (`linnet.runtimes.tokenizer.Tokenizer`) encodes prompts and renders chats with its chat template.
-    `max_positions`: the cache positions per row (a chat without `max_tokens` may generate up to the rest of the
-    row). `api_key`: when set, every request must carry `Authorization: Bearer <api_key>` (else 401).
+    `tokenizer` (`linnet.runtimes.tokenizer.Tokenizer`) encodes prompts and renders chats with its chat template
+    (a chat without `max_tokens` may generate up to the rest of its cache row, `engine.max_positions`).
+    `api_key`: when set, every request must carry `Authorization: Bearer <api_key>` (else 401).
     `shutdown_engine`: shut the engine down when the app's lifespan ends (`linnet serve` does; tests that share an
     engine do not).
     """
@@ -102,7 +102,7 @@ def create_app(
             await asyncio.to_thread(engine.shutdown)
 
     app = FastAPI(title="linnet serve", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
-    server = _Server(engine, tokenizer, model_name, max_positions)
+    server = _Server(engine, tokenizer, model_name, engine.max_positions)
     app.state.linnet = server
     _add_error_handlers(app)
     if api_key:
@@ -126,12 +126,12 @@ def create_app(
         return server.model_card()
 
     @app.post("/v1/completions")
-    async def completions(body: CompletionRequest, request: Request) -> Response:
-        return await server.completions(body, request)
+    async def completions(request: Request) -> Response:
+        return await server.completions(await _parse(request, CompletionRequest), request)
 
     @app.post("/v1/chat/completions")
-    async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
-        return await server.chat_completions(body, request)
+    async def chat_completions(request: Request) -> Response:
+        return await server.chat_completions(await _parse(request, ChatCompletionRequest), request)
 
     return app
 
@@ -146,6 +146,7 @@ class _Server:
         self.max_positions = int(max_positions)
         self.created = int(time.time())
         self.metrics = ServerMetrics(engine, model_name)
+        self._draining: set[asyncio.Task] = set()  # tasks recording the end of requests whose client went away
 
     def model_card(self) -> dict[str, Any]:
         return {
@@ -261,6 +262,9 @@ class _Server:
         except ValueError as err:
             _cancel(handles)
             raise OpenAIError(400, str(err), param=param) from None
+        except RuntimeError:  # submitted after shutdown
+            _cancel(handles)
+            raise OpenAIError(503, "the server is shutting down", type="server_error") from None
         return handles
 
     async def _collect(self, request: Request, handles: list) -> list[_Choice] | None:
@@ -285,11 +289,43 @@ class _Server:
 
     async def _gather(self, handles: list) -> list[_Choice]:
         choices = [_Choice() for _ in handles]
-        async for index, event in _merge(handles):
-            choices[index].add(event)
+        async with aclosing(self._merge(handles)) as events:
+            async for index, event in events:
+                choices[index].add(event)
+        return choices
+
+    async def _merge(self, handles: list) -> AsyncIterator[tuple[int, Delta | Finished]]:
+        """The events of every handle as (handle index, event), in arrival order, until each has sent `Finished`
+        (which `/metrics` records). Closing the iterator early (the client went away, an error) cancels the
+        handles still running; their `Finished("cancelled")` is still recorded, by a task that waits for it."""
+        queue: asyncio.Queue = asyncio.Queue()
+
+        async def pump(index: int, handle) -> None:
+            async for event in handle.aevents():
+                queue.put_nowait((index, event))
+
+        tasks = [asyncio.ensure_future(pump(i, h)) for i, h in enumerate(handles)]
+        running = set(range(len(handles)))
+        try:
+            while running:
+                index, event = await queue.get()
+                if isinstance(event, Finished):
+                    running.discard(index)
+                    self.metrics.observe(event)
+                yield index, event
+        finally:
+            for task in tasks:
+                task.cancel()
+            for index in running:
+                handles[index].cancel()
+                drain = asyncio.ensure_future(self._observe_end(handles[index]))
+                self._draining.add(drain)
+                drain.add_done_callback(self._draining.discard)
+
+    async def _observe_end(self, handle) -> None:
+        async for event in handle.aevents():
             if isinstance(event, Finished):
                 self.metrics.observe(event)
-        return choices
 
     def _stream(self, request: Request, handles: list, response: _Response, chunk: Callable) -> StreamingResponse:
         return StreamingResponse(
@@ -306,20 +342,19 @@ class _Server:
         for index in range(len(handles)):
             if (first := chunk(index, first=True)) is not None:
                 yield _sse(first)
-        async for index, event in _merge(handles):
-            choice = choices[index]
-            choice.add(event)
-            if isinstance(event, Delta):
-                if event.text:
-                    yield _sse(chunk(index, text=event.text))
-                continue
-            self.metrics.observe(event)
-            if event.finish_reason in ("error", "cancelled"):
-                yield _sse(_engine_error(event).body())
-                _cancel(handles)  # the response ends here
-                yield "data: [DONE]\n\n"
-                return
-            yield _sse(chunk(index, finish=choice))
+        async with aclosing(self._merge(handles)) as events:
+            async for index, event in events:
+                choice = choices[index]
+                choice.add(event)
+                if isinstance(event, Delta):
+                    if event.text:
+                        yield _sse(chunk(index, text=event.text))
+                    continue
+                if event.finish_reason in ("error", "cancelled"):  # the response ends here, the rest cancelled
+                    yield _sse(_engine_error(event).body())
+                    yield "data: [DONE]\n\n"
+                    return
+                yield _sse(chunk(index, finish=choice))
         if response.include_usage:
             yield _sse(response.usage_chunk(choices))
         yield "data: [DONE]\n\n"
@@ -454,30 +489,6 @@ class _Response:
         return {**self._head(object_), "choices": [], "usage": self.usage(choices)}
 
 
-async def _merge(handles: list) -> AsyncIterator[tuple[int, Delta | Finished]]:
-    """The events of every handle as (handle index, event), in arrival order, until each has sent `Finished`.
-    Closing the iterator early cancels the handles still running."""
-    queue: asyncio.Queue = asyncio.Queue()
-
-    async def pump(index: int, handle) -> None:
-        async for event in handle.aevents():
-            queue.put_nowait((index, event))
-
-    tasks = [asyncio.ensure_future(pump(i, h)) for i, h in enumerate(handles)]
-    running = len(handles)
-    try:
-        while running:
-            index, event = await queue.get()
-            if isinstance(event, Finished):
-                running -= 1
-            yield index, event
-    finally:
-        for task in tasks:
-            task.cancel()
-        if running:
-            _cancel(handles)
-
-
 def _cancel(handles: list) -> None:
     for handle in handles:
         handle.cancel()  # idempotent; a finished request stays finished
@@ -522,6 +533,31 @@ def _add_error_handlers(app: FastAPI) -> None:
     async def unexpected(request: Request, err: Exception) -> JSONResponse:
         log.exception("%s %s failed", request.method, request.url.path)
         return OpenAIError(500, f"internal error: {type(err).__name__}: {err}", type="server_error").response()
+
+
+async def _parse(request: Request, model: type[BaseModel]) -> BaseModel:
+    """The request's body as JSON (whatever its Content-Type: `curl -d` sends form-encoded, and OpenAI reads such
+    bodies as JSON too), validated by `model`. Raises OpenAIError 400 for a body that is not UTF-8 JSON or not
+    valid for `model`."""
+    raw = await request.body()
+    try:
+        data = json.loads(raw)
+    except UnicodeDecodeError as err:
+        raise OpenAIError(400, f"malformed JSON: the body is not UTF-8 ({err.reason})", code="json_invalid") from None
+    except json.JSONDecodeError as err:
+        raise OpenAIError(
+            400, f"malformed JSON: {err.msg} at line {err.lineno} column {err.colno}", code="json_invalid"
+        ) from None
+    except RecursionError:
+        raise OpenAIError(400, "malformed JSON: nested too deeply", code="json_invalid") from None
+    if not isinstance(data, dict):
+        raise OpenAIError(
+            400, f"the request body must be a JSON object, got {type(data).__name__}", code="invalid_body"
+        )
+    try:
+        return model.model_validate(data)
+    except ValidationError as err:
+        raise _validation_error(err.errors(include_url=False)) from None
 
 
 def _validation_error(errors) -> OpenAIError:

@@ -27,6 +27,7 @@ __all__ = ["ServerMetrics"]
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0)
 ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0)
 REQUEST_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0)
+FINISH_REASONS = ("stop", "length", "cancelled", "error")  # the engine's `Finished.finish_reason`s
 TOKEN_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
 
 
@@ -87,6 +88,11 @@ class ServerMetrics:
         self.queue = histogram("request_queue_time_seconds", "Submit to admission into a row.", REQUEST_BUCKETS)
         self.prompt_tokens = histogram("request_prompt_tokens", "Prompt tokens per request.", TOKEN_BUCKETS)
         self.generation_tokens = histogram("request_generation_tokens", "Generated tokens per request.", TOKEN_BUCKETS)
+        # every series exists (at 0) from the start, as vLLM's do, so dashboards and rate() see them at once
+        for reason in FINISH_REASONS:
+            self.success.labels(model_name, reason)
+        for family in (self.ttft, self.itl, self.e2e, self.queue, self.prompt_tokens, self.generation_tokens):
+            family.labels(model_name)
 
     def observe(self, finished) -> None:
         """Record one engine request's `Finished` event (timings in seconds, from the engine's monotonic clock)."""
