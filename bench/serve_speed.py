@@ -305,21 +305,21 @@ def start_server(backend: str, max_positions: int, numerics: str, log) -> tuple[
     raise RuntimeError(f"`{' '.join(cmd[2:])}` did not answer /health within {SERVER_START_TIMEOUT_S} s")
 
 
-async def stream_all(url: str, texts: list[str], new_tokens: int) -> tuple[float, list[dict]]:
-    """Every prompt of `texts` at once, each a streaming `/v1/completions` request (greedy, `max_tokens`
-    new_tokens, EOS ignored, usage in a last chunk) through `openai.AsyncOpenAI`; returns t0 (time.perf_counter()
+async def stream_all(url: str, texts: list[str], new_tokens: list[int]) -> tuple[float, list[dict]]:
+    """Every prompt of `texts` at once, each a streaming `/v1/completions` request (greedy, `max_tokens` its
+    `new_tokens`, EOS ignored, usage in a last chunk) through `openai.AsyncOpenAI`; returns t0 (time.perf_counter()
     when they start) and per request its text, chunk arrival times and completion token count."""
     import openai
 
     client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0, timeout=3600)
     model = (await client.models.list()).data[0].id
 
-    async def one(text: str) -> dict:
+    async def one(text: str, max_tokens: int) -> dict:
         stamps, pieces, usage = [], [], None
         stream = await client.completions.create(
             model=model,
             prompt=text,
-            max_tokens=new_tokens,
+            max_tokens=max_tokens,
             temperature=0.0,
             stream=True,
             stream_options={"include_usage": True},
@@ -339,7 +339,7 @@ async def stream_all(url: str, texts: list[str], new_tokens: int) -> tuple[float
         }
 
     t0 = time.perf_counter()
-    results = await asyncio.gather(*(one(t) for t in texts))
+    results = await asyncio.gather(*(one(t, n) for t, n in zip(texts, new_tokens, strict=True)))
     await client.close()
     return t0, list(results)
 
@@ -371,11 +371,14 @@ def run_serve(backend: str, prompts: list[list[int]], new_tokens: int, numerics:
             server = psutil.Process(proc.pid)
             rss_after_load = server.memory_info().rss / 2**20
             t = time.perf_counter()
-            lengths = {len(p): tx for p, tx in zip(prompts, texts, strict=True)}
-            asyncio.run(stream_all(url, list(lengths.values()), 2))  # compiles what the prefill lengths need
+            # every prefill length, and every decode batch size: request i stops after i + 2 tokens, so the batch
+            # shrinks one by one (what a backend compiles per shape is compiled before the timed run)
+            warm = list({len(p): tx for p, tx in zip(prompts, texts, strict=True)}.values())
+            warm += texts[: max(0, IN_FLIGHT - len(warm))]
+            asyncio.run(stream_all(url, warm, [2 + i % IN_FLIGHT for i in range(len(warm))]))
             warmup_s = time.perf_counter() - t
             with Contention([proc.pid, os.getpid()]) as contention:
-                t0, requests = asyncio.run(stream_all(url, texts, new_tokens))
+                t0, requests = asyncio.run(stream_all(url, texts, [new_tokens] * len(texts)))
             peak = peak_rss_of(proc.pid)
         finally:
             proc.terminate()
@@ -590,7 +593,8 @@ def markdown(result: dict) -> str:
         "- Tokens equal to reference: the share of transformers-solo's greedy tokens reproduced (per request, the "
         "common prefix; over HTTP the longest prefix of the reference tokens whose decoded text starts the "
         "streamed text), and the requests whose output is exactly the reference's.",
-        "- Warm-up s: not counted; one request per prompt length (compiles what each backend compiles per shape).",
+        "- Warm-up s: not counted; one request per prompt length (compiles what each backend compiles per shape); for "
+        "`linnet serve`, concurrent, ending one by one so that every decode batch size runs once.",
         "- HTTP rows: peak RSS and CPU s/s are the server process's (CPU s/s adds the client's); the clients are "
         "`openai.AsyncOpenAI` in one asyncio loop on the same machine, streaming `/v1/completions`.",
         f"- CPU s/s, wait %: during the workload (≤ {gs.THREADS} for one process); wait is the share of the time "
