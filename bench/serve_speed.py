@@ -371,11 +371,11 @@ def run_serve(backend: str, prompts: list[list[int]], new_tokens: int, numerics:
             server = psutil.Process(proc.pid)
             rss_after_load = server.memory_info().rss / 2**20
             t = time.perf_counter()
-            # every prefill length, and every decode batch size: request i stops after i + 2 tokens, so the batch
-            # shrinks one by one (what a backend compiles per shape is compiled before the timed run)
+            # every prefill length, and every decode batch size: request i stops after 1 + i % IN_FLIGHT tokens, so
+            # the batch shrinks one by one (what a backend compiles per shape is compiled before the timed run)
             warm = list({len(p): tx for p, tx in zip(prompts, texts, strict=True)}.values())
             warm += texts[: max(0, IN_FLIGHT - len(warm))]
-            asyncio.run(stream_all(url, warm, [2 + i % IN_FLIGHT for i in range(len(warm))]))
+            asyncio.run(stream_all(url, warm, [min(new_tokens, 1 + i % IN_FLIGHT) for i in range(len(warm))]))
             warmup_s = time.perf_counter() - t
             with Contention([proc.pid, os.getpid()]) as contention:
                 t0, requests = asyncio.run(stream_all(url, texts, [new_tokens] * len(texts)))
