@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from tests.runtimes.serve.live_server import LiveServer, solo_runner, write_tiny_llama
+from tests.runtimes.serve.tiny_server import LiveServer, solo_runner, write_tiny_llama
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -44,7 +44,7 @@ SOAK_S = 120
 def prompts() -> list[str]:
     """CLIENTS different prompts from this repository's README; the first SHARED_PREFIX_CLIENTS share a prefix of
     about 100 tokens and differ only in their last sentence; the others are 30 to 250 tokens long."""
-    from tests.runtimes.serve.live_server import ROOT
+    from tests.runtimes.serve.tiny_server import ROOT
 
     words = (ROOT / "README.md").read_text().split()
     shared = " ".join(words[:60])

@@ -19,7 +19,7 @@ import urllib.request
 
 import pytest
 
-from tests.runtimes.serve.live_server import ROOT, LiveServer, solo_runner, write_tiny_llama
+from tests.runtimes.serve.tiny_server import ROOT, LiveServer, solo_runner, write_tiny_llama
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
