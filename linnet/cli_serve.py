@@ -31,6 +31,7 @@ from .cli_backends import (
 # served when neither FILE nor --weights is given, as the README's first example answers from it
 DEFAULT_WEIGHTS = "smollm2-135m-instruct"
 API_KEY_ENV = "LINNET_API_KEY"
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as `linnet.cli.main` answers KeyboardInterrupt
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -87,6 +88,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except OSError as err:
         engine.shutdown()
         return fail("serve", err)
+    except KeyboardInterrupt:  # SIGINT, re-raised by uvicorn after its clean shutdown
+        print("linnet serve: stopped (SIGINT)", file=sys.stderr)
+        return EXIT_INTERRUPTED
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
     print("linnet serve: stopped", file=sys.stderr)

@@ -35,6 +35,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ValidationError
+from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..chat import encode_chat
@@ -173,12 +174,7 @@ class _Server:
         prompts = [self._encode_prompt(p) for p in body.prompts()]
         handles = self._submit(body, prompts, body.max_tokens, param="prompt")
         response = _Response("cmpl", "text_completion", self.model_name, body, [len(p) for p in prompts])
-        if body.stream:
-            return self._stream(request, handles, response, response.completion_chunk)
-        choices = await self._collect(request, handles)
-        if choices is None:
-            return Response(status_code=499)
-        return JSONResponse(response.completion(choices))
+        return await self._respond(request, body.stream, handles, response, chat=False)
 
     async def chat_completions(self, body: ChatCompletionRequest, request: Request) -> Response:
         self._check(body)
@@ -195,14 +191,19 @@ class _Server:
         limit = body.token_limit if body.token_limit is not None else max(1, self.max_positions - len(prompt))
         handles = self._submit(body, [prompt], limit, param="messages")
         response = _Response("chatcmpl", "chat.completion", self.model_name, body, [len(prompt)])
-        if body.stream:
-            return self._stream(request, handles, response, response.chat_chunk)
+        return await self._respond(request, body.stream, handles, response, chat=True)
+
+    # ---- helpers -----------------------------------------------------------------------------------------------
+
+    async def _respond(self, request: Request, stream: bool, handles: list, response: _Response, chat: bool):
+        """The SSE stream when `stream`, else the whole response as JSON once every handle has finished (nothing,
+        with status 499, when the client went away first)."""
+        if stream:
+            return self._stream(handles, response, response.chat_chunk if chat else response.completion_chunk)
         choices = await self._collect(request, handles)
         if choices is None:
             return Response(status_code=499)
-        return JSONResponse(response.chat(choices))
-
-    # ---- helpers -----------------------------------------------------------------------------------------------
+        return JSONResponse(response.chat(choices) if chat else response.completion(choices))
 
     def _check(self, body) -> None:
         self.check_model(body.model)
@@ -240,7 +241,7 @@ class _Server:
                         )
                     )
         except QueueFull:
-            _cancel(handles)
+            self._abandon(handles, set())
             raise OpenAIError(
                 429,
                 "the server's queue is full; retry later",
@@ -249,7 +250,7 @@ class _Server:
                 headers={"Retry-After": str(RETRY_AFTER_S)},
             ) from None
         except ContextLengthExceeded as err:
-            _cancel(handles)
+            self._abandon(handles, set())
             too_long = err.prompt_tokens >= self.max_positions
             raise OpenAIError(
                 400,
@@ -260,24 +261,25 @@ class _Server:
                 code="context_length_exceeded",
             ) from None
         except ValueError as err:
-            _cancel(handles)
+            self._abandon(handles, set())
             raise OpenAIError(400, str(err), param=param) from None
         except RuntimeError:  # submitted after shutdown
-            _cancel(handles)
+            self._abandon(handles, set())
             raise OpenAIError(503, "the server is shutting down", type="server_error") from None
         return handles
 
     async def _collect(self, request: Request, handles: list) -> list[_Choice] | None:
-        """Every handle's text and `Finished`, or None when the client went away first (then every handle is
-        cancelled)."""
-        collect = asyncio.ensure_future(self._gather(handles))
+        """Every handle's text and `Finished`, or None when the client went away first (then every handle still
+        running is abandoned)."""
+        ended: set[int] = set()
+        collect = asyncio.ensure_future(self._gather(handles, ended))
         gone = asyncio.ensure_future(_client_gone(request))
         try:
             await asyncio.wait({collect, gone}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             if not collect.done():
                 collect.cancel()
-                _cancel(handles)
+                self._abandon(handles, ended)  # also when `collect` is cancelled before it started
             gone.cancel()
         if not collect.done() or collect.cancelled():
             return None
@@ -287,17 +289,17 @@ class _Server:
                 raise _engine_error(choice.finished)
         return choices
 
-    async def _gather(self, handles: list) -> list[_Choice]:
+    async def _gather(self, handles: list, ended: set[int]) -> list[_Choice]:
         choices = [_Choice() for _ in handles]
-        async with aclosing(self._merge(handles)) as events:
+        async with aclosing(self._merge(handles, ended)) as events:
             async for index, event in events:
                 choices[index].add(event)
         return choices
 
-    async def _merge(self, handles: list) -> AsyncIterator[tuple[int, Delta | Finished]]:
+    async def _merge(self, handles: list, ended: set[int]) -> AsyncIterator[tuple[int, Delta | Finished]]:
         """The events of every handle as (handle index, event), in arrival order, until each has sent `Finished`
-        (which `/metrics` records). Closing the iterator early (the client went away, an error) cancels the
-        handles still running; their `Finished("cancelled")` is still recorded, by a task that waits for it."""
+        (which `/metrics` records; its index goes into `ended`). Closing the iterator early (the client went
+        away, an error) abandons the handles still running."""
         queue: asyncio.Queue = asyncio.Queue()
 
         async def pump(index: int, handle) -> None:
@@ -305,59 +307,74 @@ class _Server:
                 queue.put_nowait((index, event))
 
         tasks = [asyncio.ensure_future(pump(i, h)) for i, h in enumerate(handles)]
-        running = set(range(len(handles)))
         try:
-            while running:
+            while len(ended) < len(handles):
                 index, event = await queue.get()
                 if isinstance(event, Finished):
-                    running.discard(index)
+                    ended.add(index)
                     self.metrics.observe(event)
                 yield index, event
         finally:
             for task in tasks:
                 task.cancel()
-            for index in running:
-                handles[index].cancel()
-                drain = asyncio.ensure_future(self._observe_end(handles[index]))
-                self._draining.add(drain)
-                drain.add_done_callback(self._draining.discard)
+            self._abandon(handles, ended)
+
+    def _abandon(self, handles: list, ended: set[int]) -> None:
+        """Cancel the handles not in `ended` (their rows are free at the engine's next step) and record their
+        `Finished("cancelled")` in `/metrics` when it comes, from a task of its own; mark them ended."""
+        for index, handle in enumerate(handles):
+            if index in ended:
+                continue
+            ended.add(index)
+            handle.cancel()
+            drain = asyncio.ensure_future(self._observe_end(handle))
+            self._draining.add(drain)
+            drain.add_done_callback(self._draining.discard)
 
     async def _observe_end(self, handle) -> None:
         async for event in handle.aevents():
             if isinstance(event, Finished):
                 self.metrics.observe(event)
 
-    def _stream(self, request: Request, handles: list, response: _Response, chunk: Callable) -> StreamingResponse:
+    def _stream(self, handles: list, response: _Response, chunk: Callable) -> StreamingResponse:
+        """The SSE response. Its background task, which Starlette runs after the response ends however it ends
+        (the client gone before the first chunk included, when the stream never started), abandons whatever
+        still runs."""
+        ended: set[int] = set()
         return StreamingResponse(
-            self._events(handles, response, chunk),
+            self._events(handles, ended, response, chunk),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+            background=BackgroundTask(self._abandon, handles, ended),
         )
 
-    async def _events(self, handles: list, response: _Response, chunk: Callable) -> AsyncIterator[str]:
+    async def _events(self, handles: list, ended: set[int], response: _Response, chunk: Callable) -> AsyncIterator[str]:
         """The SSE stream: per choice, a first chunk (the chat's role), its text deltas and one chunk with its
-        finish_reason; then the usage chunk when asked; then `[DONE]`. Closing it (the client went away) cancels
-        every handle."""
+        finish_reason; then the usage chunk when asked; then `[DONE]`. Closing it (the client went away)
+        abandons every handle still running."""
         choices = [_Choice() for _ in handles]
-        for index in range(len(handles)):
-            if (first := chunk(index, first=True)) is not None:
-                yield _sse(first)
-        async with aclosing(self._merge(handles)) as events:
-            async for index, event in events:
-                choice = choices[index]
-                choice.add(event)
-                if isinstance(event, Delta):
-                    if event.text:
-                        yield _sse(chunk(index, text=event.text))
-                    continue
-                if event.finish_reason in ("error", "cancelled"):  # the response ends here, the rest cancelled
-                    yield _sse(_engine_error(event).body())
-                    yield "data: [DONE]\n\n"
-                    return
-                yield _sse(chunk(index, finish=choice))
-        if response.include_usage:
-            yield _sse(response.usage_chunk(choices))
-        yield "data: [DONE]\n\n"
+        try:
+            for index in range(len(handles)):
+                if (first := chunk(index, first=True)) is not None:
+                    yield _sse(first)
+            async with aclosing(self._merge(handles, ended)) as events:
+                async for index, event in events:
+                    choice = choices[index]
+                    choice.add(event)
+                    if isinstance(event, Delta):
+                        if event.text:
+                            yield _sse(chunk(index, text=event.text))
+                        continue
+                    if event.finish_reason in ("error", "cancelled"):  # the response ends here, the rest abandoned
+                        yield _sse(_engine_error(event).body())
+                        yield "data: [DONE]\n\n"
+                        return
+                    yield _sse(chunk(index, finish=choice))
+            if response.include_usage:
+                yield _sse(response.usage_chunk(choices))
+            yield "data: [DONE]\n\n"
+        finally:
+            self._abandon(handles, ended)
 
 
 class _Choice:
@@ -487,11 +504,6 @@ class _Response:
     def usage_chunk(self, choices: list[_Choice]) -> dict[str, Any]:
         object_ = "chat.completion.chunk" if self.object == "chat.completion" else "text_completion"
         return {**self._head(object_), "choices": [], "usage": self.usage(choices)}
-
-
-def _cancel(handles: list) -> None:
-    for handle in handles:
-        handle.cancel()  # idempotent; a finished request stays finished
 
 
 async def _client_gone(request: Request) -> None:

@@ -1,5 +1,6 @@
 """The serving engine on the embedded SmolLM2 (torch backend): many requests in one batch each get exactly what
-`Generator.generate` (`linnet generate`) gives them alone; events, cancellation, the queue and its errors."""
+`Generator.generate` (`linnet generate`) gives them alone, greedy and seeded; stop strings, EOS, chunked prefill,
+cancellation, the bounded queue and its errors."""
 
 from __future__ import annotations
 
@@ -7,9 +8,19 @@ import asyncio
 
 import pytest
 
+from linnet.runtimes.generation import Generator
 from linnet.runtimes.sampling import SamplingParams
-from linnet.runtimes.serve import ContextLengthExceeded, Delta, Finished
-from tests.runtimes.serve.conftest import MAX_BATCH, MAX_POSITIONS, PROMPTS, collect, request, solo
+from linnet.runtimes.serve import ContextLengthExceeded, Delta, Finished, QueueFull
+from tests.runtimes.serve.conftest import (
+    MAX_BATCH,
+    MAX_POSITIONS,
+    PROMPTS,
+    ContinuationLM,
+    Recording,
+    collect,
+    request,
+    solo,
+)
 
 pytestmark = [pytest.mark.torch]
 
@@ -24,37 +35,87 @@ def tok(smollm2):
     return smollm2.tokenizer()
 
 
-def test_eight_greedy_prompts_together_give_their_solo_tokens(model, tok, make_engine):
+@pytest.fixture(scope="module")
+def greedy16(model, tok):
+    """{prompt: `Generator.generate`'s result for 16 greedy tokens}, each prompt alone, as `linnet generate`."""
+    return {p: solo(model, tok, tok.encode(p), SamplingParams(), 16) for p in PROMPTS}
+
+
+def tokens_of(deltas: list[Delta]) -> list[int]:
+    return [t for d in deltas for t in d.token_ids]
+
+
+def test_eight_greedy_prompts_together_give_their_solo_tokens(model, tok, greedy16, make_engine):
     prompts = [tok.encode(p) for p in PROMPTS]
     assert len(prompts) == MAX_BATCH and len({len(p) for p in prompts}) > 4
-    expected = [solo(model, tok, p, SamplingParams(), 16) for p in prompts]
-
     engine = make_engine(model, tok)
     handles = [engine.submit(request(p, 16)) for p in prompts]
-    for handle, want in zip(handles, expected, strict=True):
+    for text, prompt, handle in zip(PROMPTS, prompts, handles, strict=True):
+        want = greedy16[text]
         deltas, finished = collect(handle)
-        assert [t for d in deltas for t in d.token_ids] == want.token_ids
+        assert tokens_of(deltas) == want.token_ids
         assert "".join(d.text for d in deltas) == want.text
         assert finished.finish_reason == want.finish_reason
-        assert finished.completion_tokens == len(want.token_ids)
-        assert finished.prompt_tokens == len(handle_prompt := prompts[handles.index(handle)]) > 0, handle_prompt
+        assert (finished.prompt_tokens, finished.completion_tokens) == (len(prompt), len(want.token_ids))
         assert finished.ttft_s is not None and finished.e2e_s >= finished.ttft_s >= finished.queued_s >= 0
         assert len(finished.inter_token_s) == want.decode_steps
     stats = engine.stats()
-    assert (stats.running, stats.waiting, stats.rows_in_use) == (0, 0, 0)
+    assert (stats.running, stats.waiting, stats.rows_in_use, stats.max_batch) == (0, 0, 0, MAX_BATCH)
     assert stats.prompt_tokens_total == sum(map(len, prompts))
+    drawn = sum(len(w.token_ids) + (w.finish_reason == "stop") for w in greedy16.values())  # an EOS is drawn too
+    assert stats.generation_tokens_total == drawn
 
 
-def test_more_requests_than_rows_wait_and_reuse_rows(model, tok, make_engine):
-    prompts = [tok.encode(p) for p in PROMPTS] * 2  # 16 requests, 8 rows: the second half reuses rows
-    expected = [solo(model, tok, p, SamplingParams(), 8).token_ids for p in prompts[:MAX_BATCH]] * 2
+def test_more_requests_than_rows_wait_and_reuse_rows(model, tok, greedy16, make_engine):
+    prompts = PROMPTS * 2  # 16 requests on 8 rows: the second half waits, then reuses rows
     engine = make_engine(model, tok)
-    handles = [engine.submit(request(p, 8)) for p in prompts]
-    got = [[t for d in collect(h)[0] for t in d.token_ids] for h in handles]
-    assert got == expected
+    handles = [engine.submit(request(tok.encode(p), 8)) for p in prompts]
+    assert [tokens_of(collect(h)[0]) for h in handles] == [greedy16[p].token_ids[:8] for p in prompts]
 
 
-def test_eos_ends_with_stop_and_ignore_eos_runs_on(model, tok, make_engine):
+def test_seeded_sampling_gives_the_solo_tokens_whatever_the_batch(model, tok, greedy16, make_engine):
+    cases = [(PROMPTS[0], 1), (PROMPTS[0], 2), (PROMPTS[1], 1), (PROMPTS[2], 7)]
+    params = [SamplingParams(temperature=1.0, top_k=50, top_p=0.95, seed=seed) for _, seed in cases]
+    expected = [solo(model, tok, tok.encode(p), q, 10).token_ids for (p, _), q in zip(cases, params, strict=True)]
+    assert expected[0] != expected[1] and expected[0] != greedy16[PROMPTS[0]].token_ids[:10]  # it really samples
+    engine = make_engine(model, tok)
+    handles = [engine.submit(request(tok.encode(p), 10, params=q)) for (p, _), q in zip(cases, params, strict=True)]
+    together = [tokens_of(collect(h)[0]) for h in handles]
+    alone = tokens_of(collect(engine.submit(request(tok.encode(cases[3][0]), 10, params=params[3])))[0])
+    assert together == expected and alone == expected[3]
+
+
+def test_a_stop_string_spanning_two_tokens_ends_the_text_before_it(model, tok, greedy16, make_engine):
+    want = greedy16[PROMPTS[0]]
+    pieces = [tok.decode([t]) for t in want.token_ids]
+    i = next(i for i in range(3, len(pieces) - 1) if len(pieces[i]) >= 3 and len(pieces[i + 1]) >= 3)
+    stop = pieces[i][-2:] + pieces[i + 1][:2]
+    visible = want.text[: want.text.index(stop)]
+    assert visible == "".join(pieces[:i]) + pieces[i][:-2]  # it starts inside token i, ends inside token i + 1
+    engine = make_engine(model, tok)
+    deltas, finished = collect(engine.submit(request(tok.encode(PROMPTS[0]), 16, stop=("never there", stop))))
+    assert "".join(d.text for d in deltas) == visible
+    assert (finished.finish_reason, finished.stop_reason) == ("stop", stop)
+    assert tokens_of(deltas) == want.token_ids[: i + 2] and finished.completion_tokens == i + 2
+
+
+def test_a_stop_string_whose_character_is_split_across_tokens(tok, make_engine):
+    prompt = tok.encode("Say hello:")
+    reply = tok.encode(" Hello 世界 world", add_special_tokens=False)
+    eos = next(iter(tok.eos_token_ids))
+    lm = ContinuationLM([prompt + reply + [eos]], vocab_size=49152)
+    engine = make_engine(lm, tok)
+    stopped = engine.submit(request(prompt, 20, stop=("界 w",)))
+    plain = engine.submit(request(prompt, 20))
+    deltas, finished = collect(stopped)
+    assert "".join(d.text for d in deltas) == " Hello 世" and all("\ufffd" not in d.text for d in deltas)
+    assert (finished.finish_reason, finished.stop_reason) == ("stop", "界 w")
+    deltas, finished = collect(plain)
+    assert "".join(d.text for d in deltas) == " Hello 世界 world" and tokens_of(deltas) == reply
+    assert (finished.finish_reason, finished.stop_reason, finished.completion_tokens) == ("stop", None, len(reply))
+
+
+def test_stop_token_ids_eos_and_ignore_eos(model, tok, make_engine):
     prompt = tok.encode("<|im_start|>user\nSay hi<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)
     want = solo(model, tok, prompt, SamplingParams(), 40)
     assert want.finish_reason == "stop" and want.stop_token_id in tok.eos_token_ids  # the reply ends with EOS
@@ -66,59 +127,105 @@ def test_eos_ends_with_stop_and_ignore_eos_runs_on(model, tok, make_engine):
     n = len(want.token_ids) + 3
     deltas, finished = collect(engine.submit(request(prompt, n, ignore_eos=True)))
     assert finished.finish_reason == "length" and finished.completion_tokens == n
-    assert [t for d in deltas for t in d.token_ids][: len(want.token_ids) + 1] == [*want.token_ids, want.stop_token_id]
+    assert tokens_of(deltas)[: len(want.token_ids) + 1] == [*want.token_ids, want.stop_token_id]
+
+    third = want.token_ids[2]
+    deltas, finished = collect(engine.submit(request(prompt, 40, stop_token_ids=(third,))))
+    assert tokens_of(deltas) == want.token_ids[:2] and (finished.finish_reason, finished.stop_reason) == ("stop", third)
 
 
-def test_aevents_streams_the_same_as_events(model, tok, make_engine):
+def test_a_long_prompt_is_prefilled_in_chunks_between_the_others_decode_steps(model, tok, greedy16, make_engine):
+    long_prompt = tok.encode(" ".join(["The history of the printing press begins in the fifteenth century."] * 6))
+    assert 64 < len(long_prompt) <= MAX_POSITIONS - 8
+    chunked = Generator(model, tok, prefill_chunk=16).generate(long_prompt, SamplingParams(max_new_tokens=8))
+    recording = Recording(model)
+    engine = make_engine(recording, tok, prefill_chunk=16, step_token_budget=24)
+    shorts = [engine.submit(request(tok.encode(p), 16)) for p in PROMPTS[:3]]
+    long_handle = engine.submit(request(long_prompt, 8))
+    assert tokens_of(collect(long_handle)[0]) == chunked.token_ids
+    for p, handle in zip(PROMPTS, shorts, strict=False):
+        assert tokens_of(collect(handle)[0]) == greedy16[p].token_ids
+    # Every chunk of the long prompt is one [1, 16] step (the last shorter), and decode steps run between them.
+    long_steps = [i for i, (b, s, _) in enumerate(recording.calls) if s > 1 and s in (16, len(long_prompt) % 16)]
+    assert len(long_steps) == -(-len(long_prompt) // 16)
+    between = [recording.calls[i + 1] for i in long_steps[:-1]]
+    assert all(s == 1 and b >= 1 for b, s, _ in between), recording.calls
+
+
+def test_aevents_streams_the_same_as_events(model, tok, greedy16, make_engine):
     engine = make_engine(model, tok)
-    prompts = [tok.encode(p) for p in PROMPTS[:3]]
 
     async def stream(prompt):
-        return [e async for e in engine.submit(request(prompt, 10)).aevents()]
+        return [e async for e in engine.submit(request(tok.encode(prompt), 10)).aevents()]
 
     async def main():
-        return await asyncio.gather(*(stream(p) for p in prompts))
+        return await asyncio.gather(*(stream(p) for p in PROMPTS[:3]))
 
-    for prompt, events in zip(prompts, asyncio.run(main()), strict=True):
+    for prompt, events in zip(PROMPTS, asyncio.run(main()), strict=False):
         assert isinstance(events[-1], Finished) and all(isinstance(e, Delta) for e in events[:-1])
-        assert [t for e in events[:-1] for t in e.token_ids] == solo(model, tok, prompt, SamplingParams(), 10).token_ids
+        assert tokens_of(events[:-1]) == greedy16[prompt].token_ids[:10]
 
 
-def test_cancel_frees_the_row_and_ends_with_cancelled(model, tok, make_engine):
-    engine = make_engine(model, tok)
-    handle = engine.submit(request(tok.encode(PROMPTS[0]), 100))
+def test_cancel_frees_the_row_within_one_step(model, tok, make_engine):
+    recording = Recording(model)
+    engine = make_engine(recording, tok)
+    handle = engine.submit(request(tok.encode(PROMPTS[0]), 80))
     events = handle.events()
     assert isinstance(next(events), Delta)
     handle.cancel()
+    steps_at_cancel = len(recording.calls)
     rest = list(events)
-    assert rest[-1].finish_reason == "cancelled" and rest[-1].completion_tokens < 100
+    assert rest[-1].finish_reason == "cancelled" and rest[-1].completion_tokens < 80
+    assert len(recording.calls) - steps_at_cancel <= 1  # at most the step already under way
     assert engine.stats().rows_in_use == 0
+    handle.cancel()  # idempotent after the end
 
 
 def test_a_consumer_that_stops_reading_cancels(model, tok, make_engine):
     engine = make_engine(model, tok)
 
     async def first_delta():
-        async for event in engine.submit(request(tok.encode(PROMPTS[1]), 100)).aevents():
+        async for event in engine.submit(request(tok.encode(PROMPTS[1]), 80)).aevents():
             return event
 
     assert isinstance(asyncio.run(first_delta()), Delta)
-    follow = engine.submit(request(tok.encode(PROMPTS[2]), 2))  # runs after the cancellation was applied
-    collect(follow)
+    follow = engine.submit(request(tok.encode(PROMPTS[2]), 2))
+    collect(follow)  # served after the cancellation was applied: the loop handles cancellations first
     assert engine.stats().rows_in_use == 0
 
 
-def test_queue_full_and_context_length_exceeded(model, tok, make_engine):
-    engine = make_engine(model, tok, max_queue=2)
+def test_the_queue_is_bounded(model, tok, greedy16, make_engine):
+    engine = make_engine(model, tok, start=False, max_queue=2)  # not started: nothing leaves the queue
+    first = [engine.submit(request(tok.encode(p), 4)) for p in PROMPTS[:2]]
+    with pytest.raises(QueueFull, match="2 requests are already waiting"):
+        engine.submit(request(tok.encode(PROMPTS[2]), 4))
+    assert engine.stats().waiting == 2
+    engine.start()
+    assert [tokens_of(collect(h)[0]) for h in first] == [greedy16[p].token_ids[:4] for p in PROMPTS[:2]]
+    collect(engine.submit(request(tok.encode(PROMPTS[2]), 4)))  # room again
+
+
+def test_shutdown_cancels_what_is_running_and_waiting(model, tok, make_engine):
+    engine = make_engine(model, tok, max_queue=len(PROMPTS))
+    handles = [engine.submit(request(tok.encode(p), 80)) for p in PROMPTS]
+    engine.shutdown()
+    assert [collect(h)[1].finish_reason for h in handles] == ["cancelled"] * len(PROMPTS)
+    with pytest.raises(RuntimeError, match="shut down"):
+        engine.submit(request(tok.encode(PROMPTS[0]), 4))
+
+
+def test_bad_requests_are_refused_at_submit(model, tok, make_engine):
+    engine = make_engine(model, tok)
     prompt = tok.encode(PROMPTS[0])
     with pytest.raises(ContextLengthExceeded, match=f"more than the {MAX_POSITIONS} positions"):
         engine.submit(request(prompt, MAX_POSITIONS - len(prompt) + 1))
+    collect(engine.submit(request(prompt, MAX_POSITIONS - len(prompt))))  # exactly full is fine
     with pytest.raises(ValueError, match="empty"):
         engine.submit(request([], 4))
     with pytest.raises(ValueError, match="outside the vocabulary"):
         engine.submit(request([10**6], 4))
     with pytest.raises(ValueError, match="max_tokens"):
         engine.submit(request(prompt, 0))
-    engine.shutdown()  # nothing runs any more: the queue only fills
-    with pytest.raises(RuntimeError, match="shut down"):
-        engine.submit(request(prompt, 4))
+    with pytest.raises(ValueError, match="non-empty strings"):
+        engine.submit(request(prompt, 4, stop=("",)))
+    assert engine.stats().waiting == 0

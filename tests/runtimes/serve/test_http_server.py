@@ -1,5 +1,5 @@
 """`linnet serve` end to end: one real server process (the embedded SmolLM2-135M-Instruct on the torch backend, 2
-cache rows of 256 positions, a queue of 2, an API key) on a free loopback port, driven by the official `openai`
+cache rows of 256 positions, a queue of 4, an API key) on a free loopback port, driven by the official `openai`
 client, as vLLM's `tests/entrypoints/openai` drive `RemoteOpenAIServer` (docs/serving.md; REFERENCES.md §1).
 
 The references: `linnet generate`'s text for the same prompt (greedy), the same server's non-streamed answer, the
@@ -9,17 +9,11 @@ tokenizer's own count of the chat template's tokens, and solo requests for each 
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.runtimes.serve.live_server import start_server, stop_server
 
 pytestmark = [pytest.mark.torch]
 
@@ -35,49 +29,10 @@ MODEL = "smollm2-135m-instruct"
 API_KEY = "test-key"
 MAX_POSITIONS = 256
 MAX_BATCH = 2
-MAX_QUEUE = 2
+MAX_QUEUE = 4
 START_TIMEOUT_S = 180  # a hang, not a slow start: loading takes a few seconds
 CHAT = [{"role": "user", "content": "What is the capital of France?"}]
 PROMPT = "The capital of France is"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_server(tmp_path: Path, *args: str) -> tuple[subprocess.Popen, str, Path]:
-    """Start `linnet serve ARGS` on a free loopback port; returns (process, base URL, stderr log) once it listens.
-    Fails with the log when it exits or does not come up."""
-    port = _free_port()
-    log = tmp_path / f"serve-{port}.log"
-    with open(log, "w") as err:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "linnet", "serve", "--port", str(port), *args],
-            cwd=ROOT,
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while "linnet serve: serving" not in log.read_text():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail(f"linnet serve did not start (exit {proc.poll()}):\n{log.read_text()}")
-        time.sleep(0.2)
-    return proc, f"http://127.0.0.1:{port}", log
-
-
-def stop_server(proc: subprocess.Popen, log: Path) -> tuple[int, str]:
-    """SIGTERM, then the exit status and the log."""
-    proc.send_signal(signal.SIGTERM)
-    try:
-        code = proc.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        code = proc.wait()
-    return code, log.read_text()
 
 
 @pytest.fixture(scope="module")
@@ -167,7 +122,7 @@ def test_models_health_and_metrics(server, client):
     assert found["linnet:cache_rows_total"] == MAX_BATCH
 
 
-def test_chat_streamed_equals_non_streamed_equals_generate(client, tokenizer, capsys):
+def test_chat_streamed_equals_non_streamed(client, tokenizer):
     from linnet.runtimes.chat import encode_chat
 
     whole = client.chat.completions.create(model=MODEL, messages=CHAT, temperature=0, max_tokens=24)
@@ -185,10 +140,16 @@ def test_chat_streamed_equals_non_streamed_equals_generate(client, tokenizer, ca
     assert [c.choices[0].finish_reason for c in chunks if c.choices[0].finish_reason] == [choice.finish_reason]
     streamed = "".join(c.choices[0].delta.content or "" for c in chunks)
     assert streamed == choice.message.content
-    assert streamed == generate_cli(capsys, "--chat", "--prompt", CHAT[0]["content"], "--max-new-tokens", "24")
 
 
-def test_completion_streamed_equals_non_streamed_equals_generate(client, capsys):
+@pytest.mark.slow  # loads the model again in this process
+def test_chat_equals_linnet_generate_chat(client, capsys):
+    whole = client.chat.completions.create(model=MODEL, messages=CHAT, temperature=0, max_tokens=24)
+    expected = generate_cli(capsys, "--chat", "--prompt", CHAT[0]["content"], "--max-new-tokens", "24")
+    assert whole.choices[0].message.content == expected
+
+
+def test_completion_streamed_equals_non_streamed(client):
     whole = client.completions.create(model=MODEL, prompt=PROMPT, temperature=0, max_tokens=12)
     assert whole.id.startswith("cmpl-") and whole.object == "text_completion"
     chunks = list(client.completions.create(model=MODEL, prompt=PROMPT, temperature=0, max_tokens=12, stream=True))
@@ -197,7 +158,12 @@ def test_completion_streamed_equals_non_streamed_equals_generate(client, capsys)
     ]
     streamed = "".join(c.choices[0].text for c in chunks)
     assert streamed == whole.choices[0].text
-    assert streamed == generate_cli(capsys, "--prompt", PROMPT, "--max-new-tokens", "12")
+
+
+@pytest.mark.slow  # loads the model again in this process
+def test_completion_equals_linnet_generate(client, capsys):
+    whole = client.completions.create(model=MODEL, prompt=PROMPT, temperature=0, max_tokens=12)
+    assert whole.choices[0].text == generate_cli(capsys, "--prompt", PROMPT, "--max-new-tokens", "12")
 
 
 def test_include_usage_adds_one_usage_chunk_with_exact_counts(client):
@@ -253,6 +219,36 @@ def test_stop_string_spanning_two_tokens_is_matched_and_never_emitted(client, to
     assert "".join(c.choices[0].text for c in chunks) == text[: boundary - 2]
 
 
+def test_stop_token_ids_and_top_k_reach_the_engine(client, tokenizer):
+    greedy = client.completions.create(model=MODEL, prompt=PROMPT, temperature=0, max_tokens=8)
+    text = greedy.choices[0].text
+    ids = tokenizer.encode(PROMPT + text, add_special_tokens=False)[len(tokenizer.encode(PROMPT)) :]
+    third = ids[2]
+    cut = client.completions.create(
+        model=MODEL, prompt=PROMPT, temperature=0, max_tokens=8, extra_body={"stop_token_ids": [third]}
+    )
+    assert cut.choices[0].text == tokenizer.decode(ids[:2]) and cut.usage.completion_tokens == 2
+    assert (cut.choices[0].finish_reason, cut.choices[0].model_extra["stop_reason"]) == ("stop", third)
+    # top_k = 1 keeps only the most likely token: sampling at temperature 1 is then greedy, whatever the seed
+    top1 = client.completions.create(
+        model=MODEL, prompt=PROMPT, temperature=1.0, seed=3, max_tokens=8, extra_body={"top_k": 1}
+    )
+    assert top1.choices[0].text == text
+
+
+def test_several_prompts_get_n_choices_each(client):
+    prompts = [PROMPT, "Water boils at"]
+    many = client.completions.create(model=MODEL, prompt=prompts, temperature=0, max_tokens=4, n=2)
+    assert [c.index for c in sorted(many.choices, key=lambda c: c.index)] == [0, 1, 2, 3]
+    solos = [client.completions.create(model=MODEL, prompt=p, temperature=0, max_tokens=4) for p in prompts]
+    by_index = {c.index: c.text for c in many.choices}
+    for p, solo in enumerate(solos):  # choice p * n + i belongs to prompt p
+        assert by_index[2 * p] == by_index[2 * p + 1] == solo.choices[0].text
+    assert many.usage.prompt_tokens == sum(s.usage.prompt_tokens for s in solos)  # each prompt once
+    ids = client.completions.create(model=MODEL, prompt=[504, 3575, 282], temperature=0, max_tokens=2)
+    assert ids.usage.prompt_tokens == 3
+
+
 def test_max_tokens_ends_with_length_after_exactly_that_many_tokens(client):
     got = client.completions.create(
         model=MODEL, prompt=PROMPT, temperature=0, max_tokens=5, extra_body={"ignore_eos": True}
@@ -295,8 +291,9 @@ def test_errors_are_openai_shaped_4xx_and_the_server_keeps_serving(server, clien
     error = r.json()["error"]
     assert set(error) == {"message", "type", "param", "code"} and error["message"]
     assert (error["param"], error["code"]) == (param, code), error
-    if status == 429:  # n = 8 cannot fit 2 rows and a queue of 2; the 4 submitted were cancelled
+    if status == 429:  # n = 8 cannot fit 2 rows and a queue of 4; those submitted were cancelled
         assert int(r.headers["Retry-After"]) >= 1
+        _wait_idle(server)  # they leave the queue at the engine's next step
     assert client.completions.create(model=MODEL, prompt="Hi", max_tokens=2, temperature=0).choices
 
 
