@@ -8,7 +8,7 @@
   random disconnects: afterwards no request runs or waits, no cache row is in use, and the server process's
   threads and open files are back to their idle values and its RSS within RSS_TOLERANCE_MIB of it.
 
-The server serves a seeded 2-layer Llama with SmolLM2's tokenizer (`live_server.write_tiny_llama`), so tokenizing,
+The server serves a seeded 2-layer Llama with SmolLM2's tokenizer (`tiny_server.write_tiny_llama`), so tokenizing,
 EOS, chat templates and detokenizing are the real model's while each step takes milliseconds.
 """
 
@@ -60,10 +60,9 @@ def checkpoint(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def server(checkpoint):
-    live = LiveServer(
-        "--weights", str(checkpoint), "--max-batch", str(MAX_BATCH), "--max-positions", str(MAX_POSITIONS)
-    )  # fmt: skip
+def server(checkpoint, tmp_path_factory):
+    args = ("--weights", str(checkpoint), "--max-batch", str(MAX_BATCH), "--max-positions", str(MAX_POSITIONS))
+    live = LiveServer(tmp_path_factory.mktemp("serve"), *args)
     yield live
     live.stop()
 

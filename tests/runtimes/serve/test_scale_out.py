@@ -61,13 +61,12 @@ def checkpoint(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def replicas(checkpoint):
+def replicas(checkpoint, tmp_path_factory):
     started = []
+    args = ("--weights", str(checkpoint), "--max-batch", "2", "--max-positions", str(MAX_POSITIONS))
     try:
         for _ in range(2):
-            started.append(
-                LiveServer("--weights", str(checkpoint), "--max-batch", "2", "--max-positions", str(MAX_POSITIONS))
-            )
+            started.append(LiveServer(tmp_path_factory.mktemp("replica"), *args))
         yield started
     finally:
         for r in started:

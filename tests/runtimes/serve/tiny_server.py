@@ -4,23 +4,20 @@
 SmolLM2's tokenizer (its `tokenizers` backend, EOS `<|im_end|>` and chat template), so a server answers text
 prompts in milliseconds per token while tokenizing, stopping and templating exactly as the real model does.
 
-`LiveServer` starts `python -m linnet serve --weights FOLDER --port 0 ...` (the CLI users run), waits for its
-"serving ... at URL/v1" line, and reads its state from outside, as an operator would: `/metrics` (Prometheus text,
-parsed with `prometheus_client`) and the process's threads, open files and RSS (`psutil`).
+`LiveServer` starts `python -m linnet serve ...` (the CLI users run; `live_server.start_server`) and reads its
+state from outside, as an operator would: `/metrics` (Prometheus text, parsed with `prometheus_client`) and the
+process's threads, open files and RSS (`psutil`).
 """
 
 from __future__ import annotations
 
 import json
-import re
-import subprocess
-import sys
-import threading
 import time
 from pathlib import Path
 
+from tests.runtimes.serve.live_server import start_server, stop_server
+
 ROOT = Path(__file__).resolve().parents[3]
-STARTUP_TIMEOUT_S = 300
 VOCAB = 49152  # SmolLM2's tokenizer
 
 
@@ -60,33 +57,13 @@ def write_tiny_llama(folder: Path, seed: int = 0) -> Path:
 
 
 class LiveServer:
-    """`linnet serve` in its own process (`args` after `serve`), on a free loopback port.
+    """`linnet serve ARGS` in its own process on a free loopback port (`live_server.start_server`, whose log
+    file is in `folder`), with what an operator reads from outside: `/metrics` and the process's resources.
 
-    `url`: its base URL once it listens. `log`: its stdout and stderr lines so far. Raises RuntimeError (with the
-    log) when it exits or does not announce itself within STARTUP_TIMEOUT_S."""
+    `url`: its base URL. Fails the test (with the log) when it does not start."""
 
-    def __init__(self, *args: str) -> None:
-        cmd = [sys.executable, "-m", "linnet", "serve", *args, "--port", "0"]
-        self.proc = subprocess.Popen(
-            cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
-        )  # fmt: skip
-        self.log: list[str] = []
-        announced = threading.Event()
-        self.url = ""
-
-        def drain() -> None:  # reads the pipe to the end, so the server never blocks on a full pipe
-            for line in self.proc.stdout:
-                self.log.append(line.rstrip("\n"))
-                found = re.search(r"serving .* at (http://\S+)/v1", line)
-                if found and not self.url:
-                    self.url = found.group(1)
-                    announced.set()
-            announced.set()
-
-        threading.Thread(target=drain, daemon=True).start()
-        if not announced.wait(STARTUP_TIMEOUT_S) or not self.url:
-            self.stop()
-            raise RuntimeError(f"`linnet serve {' '.join(args)}` did not start:\n" + "\n".join(self.log[-30:]))
+    def __init__(self, folder: Path, *args: str) -> None:
+        self.proc, self.url, self.log = start_server(folder, *args)
 
     @property
     def pid(self) -> int:
@@ -128,13 +105,9 @@ class LiveServer:
             time.sleep(0.2)
 
     def stop(self) -> None:
+        """SIGTERM (a clean shutdown), once."""
         if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            stop_server(self.proc, self.log)
 
 
 IDLE_GAUGES = ("linnet:num_requests_running", "linnet:num_requests_waiting", "linnet:cache_rows_in_use")
