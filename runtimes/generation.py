@@ -268,7 +268,7 @@ class Generator:
         checked = []
         for i, prompt in enumerate(prompts):
             try:
-                checked.append(self._check_prompt(prompt))
+                checked.append(self.check_prompt(prompt))
             except ValueError as error:
                 raise ValueError(f"prompt {i}: {error}") from None
         stop_ids = [self._stop_ids(p) for p in per_row]
@@ -300,7 +300,7 @@ class Generator:
             input_ids = np.array([[tokens[i][-1]] for i in active], dtype=np.int64)
             positions = np.array([len(checked[i]) + len(tokens[i]) - 1 for i in active], dtype=np.int64)
             step = 1 + min(decode_steps[i] for i in active)
-            logits = self._step(input_ids, positions, np.array(active, dtype=np.int64), step)
+            logits = self.checked_step(input_ids, positions, np.array(active, dtype=np.int64), step)
             for b, i in enumerate(active):
                 take(i, int(sample(logits[b : b + 1], per_row[i], rngs[i])[0]))
             elapsed = time.perf_counter() - start
@@ -321,7 +321,9 @@ class Generator:
     def max_positions(self) -> int:
         return int(self.model.max_positions)
 
-    def _check_prompt(self, prompt_ids: Sequence[int]) -> list[int]:
+    def check_prompt(self, prompt_ids: Sequence[int]) -> list[int]:
+        """`prompt_ids` as a list of ints, checked as `generate` checks them (the serving engine too). Raises
+        ValueError for an empty prompt, ids outside [0, vocab_size), or a prompt of max_positions tokens or more."""
         ids = [operator.index(t) for t in prompt_ids]
         if not ids:
             raise ValueError("the prompt is empty; generation needs at least one prompt token")
@@ -346,12 +348,13 @@ class Generator:
         eos = getattr(self.tokenizer, "eos_token_ids", None) or ()
         return frozenset(int(t) for t in eos) | params.stop_token_ids
 
-    def _step(self, input_ids: np.ndarray, positions: np.ndarray, rows: np.ndarray, step: int = 0) -> np.ndarray:
-        """One `model.step`; checks that it returned `[B, vocab_size]` logits, all finite. `step` is 0 for the
-        prefill, k for the k-th decode step (for the message). Raises RunError (a ValueError) for NaN or
-        infinite logits, naming the row, the position and the step: sampling from them gave a token anyway (an
-        argmax of NaN is 0, often a special token), so the text came out empty or garbled with no error. Cost: one
-        `np.isfinite(...).all()` over B x V values, microseconds against the step itself."""
+    def checked_step(self, input_ids: np.ndarray, positions: np.ndarray, rows: np.ndarray, step: int = 0) -> np.ndarray:
+        """One `model.step` (every step of `generate`, `generate_batch` and the serving engine goes through it);
+        checks that it returned `[B, vocab_size]` logits, all finite. `step` is 0 for the prefill, k for the k-th
+        decode step (for the message). Raises RunError (a ValueError) for NaN or infinite logits, naming the row,
+        the position and the step: sampling from them gave a token anyway (an argmax of NaN is 0, often a special
+        token), so the text came out empty or garbled with no error. Cost: one `np.isfinite(...).all()` over B x V
+        values, microseconds against the step itself."""
         logits = np.asarray(self.model.step(input_ids, positions, rows))
         expected = (input_ids.shape[0], int(self.model.vocab_size))
         if logits.shape != expected:
@@ -376,7 +379,7 @@ class Generator:
         logits = None
         for start in range(0, len(ids), chunk):
             piece = np.array([ids[start : start + chunk]], dtype=np.int64)
-            logits = self._step(piece, np.array([start], dtype=np.int64), rows)
+            logits = self.checked_step(piece, np.array([start], dtype=np.int64), rows)
         return logits
 
     def _run(
@@ -385,7 +388,7 @@ class Generator:
         """Validate eagerly, then return the generator that yields each new token and returns the result."""
         if not isinstance(params, SamplingParams):
             raise TypeError(f"params must be SamplingParams, got {type(params).__name__}")
-        ids = self._check_prompt(prompt_ids)
+        ids = self.check_prompt(prompt_ids)
         row = self._check_row(row)
         return self._tokens(ids, params, row)
 
@@ -412,7 +415,7 @@ class Generator:
                 break
             start = time.perf_counter()
             position = np.array([len(ids) + len(tokens) - 1], dtype=np.int64)
-            logits = self._step(np.array([[token]], dtype=np.int64), position, rows, decode_steps + 1)
+            logits = self.checked_step(np.array([[token]], dtype=np.int64), position, rows, decode_steps + 1)
             token = int(sample(logits, params, rng)[0])
             decode_s += time.perf_counter() - start
             decode_steps += 1

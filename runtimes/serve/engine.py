@@ -270,6 +270,22 @@ class Engine:
     def max_batch(self) -> int:
         return int(self.model.max_batch)
 
+    def warm_up(self) -> None:
+        """Do now what a compiling backend (`WarmUp`: jax, xla, torch-compile; ONNX Runtime builds its session)
+        would otherwise do during the first requests: the decode step of every batch size 1..max_batch and prefill
+        steps of 2^k + 1 tokens up to `prefill_chunk` (the lengths at which a backend that pads prefill to
+        power-of-two buckets changes bucket). Call it before `start`: it writes dummy entries into rows from
+        position 0. Raises RuntimeError after `start`."""
+        with self._lock:
+            if self._thread is not None or self._stopping:
+                raise RuntimeError("warm_up() must come before start(): it writes into the cache rows")
+        warm_up = getattr(self.model, "warm_up", None)
+        if warm_up is None:
+            return
+        chunk = min(self._scheduler.prefill_chunk, self.max_positions - 1)
+        lengths = sorted({min(chunk, 2**k + 1) for k in range(chunk.bit_length() + 1)})
+        warm_up(lengths, list(range(1, self.max_batch + 1)))
+
     def start(self) -> None:
         """Start the background thread that owns the model and runs the loop. Raises RuntimeError when started
         twice or after `shutdown`."""
@@ -316,7 +332,7 @@ class Engine:
         prompt = list(request.prompt_ids)
         if prompt and len(prompt) + max_tokens > self.max_positions:
             raise ContextLengthExceeded(len(prompt), max_tokens, self.max_positions)
-        prompt = self._runner._check_prompt(prompt)
+        prompt = self._runner.check_prompt(prompt)
         text = TextStream(self.tokenizer, tuple(request.stop))
         stop_ids = stop_token_ids(
             self.tokenizer,
@@ -396,7 +412,7 @@ class Engine:
         for chunk in plan.prefill:
             active = by_sequence[id(chunk.sequence)]
             try:
-                logits = self._runner._step(
+                logits = self._runner.checked_step(
                     np.array([chunk.ids], dtype=np.int64),
                     np.array([chunk.start], dtype=np.int64),
                     np.array([chunk.sequence.row], dtype=np.int64),
@@ -415,7 +431,7 @@ class Engine:
             if not decoding:
                 return
             try:
-                logits = self._runner._step(
+                logits = self._runner.checked_step(
                     np.array([[a.sequence.generated[-1]] for a in decoding], dtype=np.int64),
                     np.array([a.sequence.next_position for a in decoding], dtype=np.int64),
                     np.array([a.sequence.row for a in decoding], dtype=np.int64),

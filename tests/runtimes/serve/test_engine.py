@@ -212,6 +212,8 @@ def test_shutdown_cancels_what_is_running_and_waiting(model, tok, make_engine):
     assert [collect(h)[1].finish_reason for h in handles] == ["cancelled"] * len(PROMPTS)
     with pytest.raises(RuntimeError, match="shut down"):
         engine.submit(request(tok.encode(PROMPTS[0]), 4))
+    with pytest.raises(RuntimeError, match="before start"):
+        engine.warm_up()
 
 
 def test_bad_requests_are_refused_at_submit(model, tok, make_engine):
@@ -219,7 +221,10 @@ def test_bad_requests_are_refused_at_submit(model, tok, make_engine):
     prompt = tok.encode(PROMPTS[0])
     with pytest.raises(ContextLengthExceeded, match=f"more than the {MAX_POSITIONS} positions"):
         engine.submit(request(prompt, MAX_POSITIONS - len(prompt) + 1))
-    collect(engine.submit(request(prompt, MAX_POSITIONS - len(prompt))))  # exactly full is fine
+    full = (prompt * MAX_POSITIONS)[: MAX_POSITIONS - 2]
+    with pytest.raises(ContextLengthExceeded, match=r"\(94 tokens\) plus max_tokens \(3\) is 97 tokens"):
+        engine.submit(request(full, 3))
+    assert collect(engine.submit(request(full, 2)))[1].completion_tokens == 2  # exactly full is fine
     with pytest.raises(ValueError, match="empty"):
         engine.submit(request([], 4))
     with pytest.raises(ValueError, match="outside the vocabulary"):
@@ -229,3 +234,67 @@ def test_bad_requests_are_refused_at_submit(model, tok, make_engine):
     with pytest.raises(ValueError, match="non-empty strings"):
         engine.submit(request(prompt, 4, stop=("",)))
     assert engine.stats().waiting == 0
+
+
+def test_a_failing_step_ends_its_requests_with_error_and_the_engine_keeps_serving(tok, make_engine):
+    prompt = tok.encode("Say hello:")
+    reply = tok.encode(" Hello world, how are you today?", add_special_tokens=False)
+    assert len(reply) > 4
+
+    class FailsOnce(ContinuationLM):
+        def step(self, input_ids, positions, rows):
+            if len(self.calls) == 2:  # the first decode step after the two prefills
+                self.calls.append(rows.tolist())
+                raise RuntimeError("device lost")
+            return super().step(input_ids, positions, rows)
+
+    engine = make_engine(FailsOnce([prompt + reply], vocab_size=49152), tok, start=False)
+    handles = [engine.submit(request(prompt, 4)) for _ in range(2)]
+    engine.start()
+    for handle in handles:
+        finished = collect(handle)[1]
+        assert (finished.finish_reason, finished.error) == ("error", "RuntimeError: device lost")
+    deltas, finished = collect(engine.submit(request(prompt, 4)))
+    assert finished.finish_reason == "length" and tokens_of(deltas) == reply[:4]
+    assert engine.stats().rows_in_use == 0
+
+
+def test_many_requests_with_random_cancellations_leave_nothing_behind(tok, make_engine):
+    """A small soak on a model that costs nothing: 120 requests from 4 threads, a third cancelled at random
+    moments, some abandoned mid-stream; every one ends once, and rows, queue and bookkeeping are back to idle."""
+    import random
+    import threading
+
+    prompt = tok.encode("Count:")
+    lm = ContinuationLM([prompt + tok.encode(" one two three four five six seven eight nine ten")], 49152)
+    engine = make_engine(lm, tok, max_queue=200)
+    outcomes: list[str] = []
+    abandoned = []
+
+    def client(seed: int) -> None:
+        rng = random.Random(seed)
+        for _ in range(30):
+            handle = engine.submit(request(prompt, rng.randint(1, 12)))
+            events = handle.events()
+            if rng.random() < 0.3:
+                handle.cancel()
+            elif rng.random() < 0.2:
+                next(events)
+                events.close()  # the consumer walks away: that cancels
+                outcomes.append("abandoned")
+                abandoned.append(handle)
+                continue
+            outcomes.append(list(events)[-1].finish_reason)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(outcomes) == 120 and set(outcomes) <= {"length", "cancelled", "abandoned"}
+    assert "cancelled" in outcomes and "length" in outcomes
+    for handle in abandoned:  # what was left in their queues ends with one Finished
+        assert collect(handle)[1].finish_reason in ("cancelled", "length")
+    stats = engine.stats()
+    assert (stats.running, stats.waiting, stats.rows_in_use) == (0, 0, 0)
+    assert not engine._active and not engine._cancelled and not engine._scheduler.has_work()
