@@ -5,8 +5,8 @@
   finish reason and token count that `Generator.generate` (what `linnet generate` runs) gives its prompt alone;
   the same with seeded sampling (temperature, top-p, top-k, a seed per client).
 - A soak (slow, about 2 minutes) of mixed traffic (completions and chat, streamed and not, `n` 1 or 2) with
-  random disconnects: afterwards no request runs or waits, no cache row is in use, and the server process's
-  threads and open files are back to their idle values and its RSS within RSS_TOLERANCE_MIB of it.
+  random disconnects: afterwards no request runs or waits, no cache row is in use, and the server process has
+  no more threads nor open files than when idle and its RSS within RSS_TOLERANCE_MIB of it.
 
 The server serves a seeded 2-layer Llama with SmolLM2's tokenizer (`tiny_server.write_tiny_llama`), so tokenizing,
 EOS, chat templates and detokenizing are the real model's while each step takes milliseconds.
@@ -35,8 +35,8 @@ CLIENTS = 32
 NEW_TOKENS = 8
 SHARED_PREFIX_CLIENTS = 8
 # RSS after the soak may exceed its idle value by this much: allocator arenas and Python's free lists keep some
-# freed memory (measured: a few MiB); a leak of one request's state per request (32+ KiB each, thousands of
-# requests) or of a cache row's tensors is far above it.
+# freed memory (measured: +1.2 MiB over 1464 requests, 396 to 397 MiB); a leak of one request's state per request
+# (32+ KiB each, thousands of requests) or of a cache row's tensors is far above it.
 RSS_TOLERANCE_MIB = 48
 SOAK_S = 120
 
@@ -209,7 +209,7 @@ def test_soak_with_random_disconnects_leaks_no_row_thread_file_or_memory(server,
     assert sent > 100, sent
     finished = after_metrics["linnet:request_success_total"] - idle_metrics["linnet:request_success_total"]
     assert finished > 0, "no request finished during the soak"
-    assert after["threads"] == idle["threads"], (idle, after)
+    assert after["threads"] <= idle["threads"], (idle, after)  # fewer is fine: an idle worker thread may retire
     assert after["fds"] <= idle["fds"], (idle, after)
     assert after["rss_mib"] <= idle["rss_mib"] + RSS_TOLERANCE_MIB, (idle, after)
     texts = prompts()[:4]  # and it still answers exactly
