@@ -63,6 +63,7 @@ bench: $(STAMP)
 	$(PY) bench/generate_speed.py
 	$(PY) bench/lsp_latency.py
 	$(PY) bench/zoo_speed.py
+	$(PY) bench/serve_speed.py
 	$(MAKE) llama-cpp
 	$(PY) bench/export_speed.py
 
