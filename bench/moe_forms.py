@@ -2,9 +2,11 @@
 
 examples/gpt_oss.linnet computes the mixture of experts two ways (GptOssExperts): `forward`, every expert on every
 token (dense: num_local_experts / k times the expert work, as batched matmuls that read each weight once), and
-`chosen`, each token through its k experts, their weight matrices gathered per token (`gather_matmul`: a copy of k
-expert matrices per token). The source's `forward` and `step` entries (whole sequences, prefills) run the dense form,
-its `decode` entry (one token a row, what generation runs after the prefill) the sparse one. This times, on one
+`chosen`, each token through its k experts (`gather_matmul`: as its body, a copy of the k chosen expert matrices
+per token). The source's `forward` and `step` entries (whole sequences, prefills) run the dense form,
+its `decode` entry (one token a row, what generation runs after the prefill) the sparse one. On the PyTorch backends
+the sparse decode is also timed with `gather_matmul` as its body (the chosen matrices copied per token) instead of
+its native form (`F.grouped_mm`, each chosen matrix read in place). This times, on one
 backend with random weights at a GPT-OSS-shaped size (shrunk in depth and width so that 32 experts fit beside other
 jobs), a prefill of `--prefill` tokens by both forms (the sparse prefill through a copy of the source whose `step`
 takes the sparse form) and single-token decode steps by both (`step` dense, `decode` sparse), and checks that the
@@ -22,6 +24,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -72,6 +75,25 @@ def timed(fn, *args):
     return 1e3 * (time.perf_counter() - t0), out
 
 
+def gathered_decode_ms(path: Path, backend: str, ids: np.ndarray, prefill: int, steps: int) -> float:
+    """Median ms of the sparse decode with `gather_matmul` run as its body (the chosen matrices gathered per row)
+    instead of PyTorch's native grouped form: the same computation, to compare the two in one run."""
+    from linnet.compiler.torch import codegen
+
+    native = codegen.PASSES
+    codegen.PASSES = replace(native, decompose=native.decompose | {"gather_matmul"})
+    try:
+        m = load(path, backend, prefill + steps + 1)
+    finally:
+        codegen.PASSES = native
+    zero = np.array([0])
+    m.run("decode", ids[:, :1], zero, zero)
+    m.reset_state()
+    m.run("step", ids[:, :prefill], zero, zero)
+    times = [timed(m.run, "decode", ids[:, p : p + 1], np.array([p]), zero)[0] for p in range(prefill, prefill + steps)]
+    return statistics.median(times)
+
+
 def measure(path: Path, sparse_path: Path, backend: str, prefill: int, steps: int, seed: int) -> dict:
     """Milliseconds of each form's prefill and decode steps, and the largest logit difference between the forms."""
     ids = np.random.default_rng(seed).integers(2, CONFIG["vocab_size"], (1, prefill + steps))
@@ -94,6 +116,7 @@ def measure(path: Path, sparse_path: Path, backend: str, prefill: int, steps: in
             decode[entry].append(ms)
             logits[entry].append(out[0])
     del m
+    gathered = gathered_decode_ms(path, backend, ids, prefill, steps) if backend.startswith("torch") else None
     s = load(sparse_path, backend, prefill + steps + 1)
     s.run("step", ids[:, :8], zero, zero)
     s.reset_state()
@@ -107,7 +130,8 @@ def measure(path: Path, sparse_path: Path, backend: str, prefill: int, steps: in
         "prefill_ms": {"forward (dense)": forward_ms, "step (dense)": dense_prefill_ms,
                        "step (sparse)": sparse_prefill_ms},
         "decode_ms_median": {"step (dense)": statistics.median(decode["step"]),
-                             "decode (sparse)": statistics.median(decode["decode"])},
+                             "decode (sparse)": statistics.median(decode["decode"]),
+                             **({"decode (sparse, gathered)": gathered} if gathered else {})},
         "max_abs_diff_between_forms": delta,
     }  # fmt: skip
 

@@ -352,7 +352,8 @@ def main() -> None:
     rows = []
     for model, shape, kind, source, weights, batch, ids_file in workloads:
         pair = []
-        row_backend, why = ROW_BACKENDS.get(model, (backend, None))
+        # `--backend` asks for one backend on every row; ROW_BACKENDS only replaces the default, the fastest
+        row_backend, why = (args.backend, None) if args.backend else ROW_BACKENDS.get(model, (backend, None))
         for side, name in (("transformers-eager", "transformers"), (f"linnet {row_backend}", "linnet")):
             spec = dict(name=f"{model}-{len(rows)}", kind=kind, side=name, backend=row_backend, source=source,
                         weights=weights, runs=args.runs, new_tokens=args.new_tokens, prompt_file=str(prompt_file),

@@ -61,6 +61,7 @@ PASSES = PassOptions(
         "gelu_tanh": ("fast",),
         "rms_norm": ("fast",),
         "attention": NUMERICS,
+        "gather_matmul": NUMERICS,
     },
     attention=("scale_queries", "trim_keys", "sdpa"),
 )
@@ -329,6 +330,33 @@ def _grouped_attention(e: Emitter, op: Op):
     return lines, f"({probs}.reshape({b}, {hkv}, {g} * {s}, {t}) @ {vn}).reshape({b}, {h}, {s}, {d})"
 
 
+def _gather_matmul(e: Emitter, op: Op):
+    """`out[i] = x[i] @ weight[indices[i]]` (x: [..., K], weight: [E, K, N], indices: i64[...]) without
+    copying the chosen matrices per row: on CPU the rows are sorted by expert and `F.grouped_mm` multiplies
+    each expert's rows by its matrix in place (the matmul per expert hit of transformers' eager experts; the
+    gathered form copies k matrices per token, 400 MB a layer at GPT-OSS-20B's width). Under torch.compile
+    and on other devices (grouped_mm there wants bf16 on recent CUDA GPUs; its meta function, bf16 always),
+    and in f64, which grouped_mm lacks, the gathered form: it needs no host synchronisation (CUDA graphs)."""
+    x, weight, indices = op.args["x"], op.args["weight"], op.args["indices"]
+    xn, wn, ixn = e.r(x), e.r(weight), e.r(indices)
+    experts, k, n = (dim_text(d) for d in weight.dims)
+    names = ("flat", "order", "expert_ids", "offsets", "rows", "chosen")
+    flat, order, ids, offsets, rows, out = (e.fresh(s) for s in names)
+    grouped = f"{xn}.is_cpu and {xn}.dtype != torch.float64 and not torch.compiler.is_compiling()"
+    lines = [
+        f"if {grouped}:  # each chosen expert's matrix read in place",
+        f"    {flat} = {ixn}.flatten()",
+        f"    {order} = {flat}.argsort(stable=True)",
+        f"    {ids} = torch.arange({experts}, device={flat}.device)",
+        f"    {offsets} = torch.searchsorted({flat}[{order}], {ids}, right=True)  # where each expert's rows end",
+        f"    {rows} = F.grouped_mm({xn}.reshape(-1, {k})[{order}], {wn}, offs={offsets}.int())",
+        f"    {out} = torch.empty_like({rows}).index_copy_(0, {order}, {rows}).reshape(*{ixn}.shape, {n})",
+        "else:  # the chosen matrices gathered, without a host synchronisation",
+        f"    {out} = ({xn}.unsqueeze(-2) @ {wn}[{ixn}]).squeeze(-2)",
+    ]
+    return lines, out
+
+
 def _last_dim(v) -> str:
     return dim_text(v.dims[-1])
 
@@ -347,6 +375,7 @@ NATIVE: dict[str, Callable[[Emitter, Op], "str | tuple[list[str], str]"]] = {
         f"{e.r(op.args['weight'])}, {e.r(op.args['eps'])})"
     ),
     "attention": _grouped_attention,
+    "gather_matmul": _gather_matmul,
 }
 
 

@@ -187,3 +187,22 @@ def test_linear_equals_the_matmul_it_replaces(backend):
     plain = Runner(backend, program, replace(options, linear=False, fuse_linear_weights=False), "equivalent", params)
     assert any(op.name == "linear" for op in prepare(program, options).entries["f"].ops)
     np.testing.assert_allclose(recognised.run("f", x), plain.run("f", x), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("numerics", NUMERICS)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_native_gather_matmul_equals_its_body(backend, numerics):
+    """`gather_matmul` (a mixture of experts' sparse form) natively (PyTorch: rows sorted by expert, one
+    `grouped_mm`) against its body (the chosen matrices gathered), with each token's 2 rows expanded from one
+    (GPT-OSS's form), experts chosen twice by one token, by several tokens, and not at all."""
+    source = TEMPLATE.format(
+        entry="entry fn f(x: [B, S, c.d], indices: i64[B, S, 2]) -> [B, S, 2, 8] {\n"
+        "        gather_matmul(expand(unsqueeze(x, 2), [B, S, 2, c.d]), experts, indices)\n    }"
+    ).replace("w: [c.d]", "experts: [6, c.d, 8]")
+    program = build(source)
+    native, body = both(backend, program, numerics, "gather_matmul")
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((2, 5, 16)).astype(np.float32) * 3
+    indices = rng.choice([0, 2, 3, 5], size=(2, 5, 2))
+    indices[0, 0] = 3
+    np.testing.assert_allclose(native.run("f", x, indices), body.run("f", x, indices), **TOLERANCE["equivalent"])
