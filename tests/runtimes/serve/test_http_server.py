@@ -8,7 +8,6 @@ tokenizer's own count of the chat template's tokens, and solo requests for each 
 
 from __future__ import annotations
 
-import concurrent.futures
 import json
 import time
 
@@ -314,15 +313,51 @@ def test_a_full_queue_is_429_with_retry_after(server, client):
     assert client.completions.create(model=MODEL, prompt="Hi", max_tokens=2, temperature=0).choices
 
 
-def test_a_huge_prompt_is_tokenized_off_the_event_loop(server):
-    """A 2 MB prompt takes seconds to tokenize before its context_length_exceeded; meanwhile /health answers (it
-    used to wait for the tokenizer, as every stream did)."""
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        huge = pool.submit(_raw, server, {"model": MODEL, "prompt": "a " * 1_000_000, "max_tokens": 1})
-        time.sleep(1)  # let the huge body arrive and its tokenizing start
-        health = httpx.get(f"{server}/health", headers={"Authorization": f"Bearer {API_KEY}"}, timeout=120)
-        assert health.status_code == 200 and not huge.done()
-        assert huge.result().json()["error"]["code"] == "context_length_exceeded"
+class _NeverStepped:
+    """The StepModel of an engine whose only request is refused for its length before any step."""
+
+    max_batch, max_positions, vocab_size = 1, 64, 49152
+
+    def step(self, input_ids, positions, rows):
+        raise AssertionError("this test's request must be refused before any step")
+
+
+def test_a_huge_prompt_is_tokenized_off_the_event_loop(tokenizer):
+    """Tokenizing a huge prompt takes seconds (a 2 MB prompt once stalled every stream and /health for 8 s): it runs
+    in a thread. Deterministic, without timings: the real tokenizer's `encode` waits until /health has been
+    answered, which can only happen if the event loop is free while `encode` runs (else the test fails after 10 s)."""
+    import asyncio
+    import threading
+
+    from linnet.runtimes.serve import Engine
+    from linnet.runtimes.serve.http import create_app
+
+    entered, release = threading.Event(), threading.Event()
+
+    class WaitingTokenizer:
+        def __getattr__(self, name):
+            return getattr(tokenizer, name)
+
+        def encode(self, text, *args, **kwargs):
+            entered.set()
+            release.wait(10)
+            return tokenizer.encode(text, *args, **kwargs)
+
+    async def scenario():
+        app = create_app(Engine(_NeverStepped(), tokenizer), WaitingTokenizer(), MODEL)
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://linnet") as client:
+            body = {"model": MODEL, "prompt": "a " * 1000, "max_tokens": 1}
+            huge = asyncio.create_task(client.post("/v1/completions", json=body))
+            assert await asyncio.to_thread(entered.wait, 10)
+            health = await client.get("/health")
+            still_tokenizing = not huge.done()
+            release.set()
+            return health, still_tokenizing, await huge
+
+    health, still_tokenizing, huge = asyncio.run(scenario())
+    assert health.status_code == 200 and still_tokenizing
+    assert huge.status_code == 400 and huge.json()["error"]["code"] == "context_length_exceeded"
 
 
 def test_a_json_body_is_read_whatever_its_content_type(server):
