@@ -18,7 +18,8 @@ $(STAMP): pyproject.toml constraints.txt
 
 # The main job: check every example, then answer a prompt from the embedded SmolLM2 checkpoint
 # on each runtime family: generated PyTorch, the exported StableHLO on XLA, ONNX Runtime; then export it
-# as a Hugging Face folder and a q8_0 GGUF and answer again from each (the zoo index picks the source).
+# as a Hugging Face folder and a q8_0 GGUF and answer again from each (the zoo index picks the source); last, serve it
+# (`linnet serve`, OpenAI-compatible HTTP on loopback) and ask the same question through the `openai` client.
 PROMPT := "What is the capital of France?"
 # The exports the main job writes and answers from again (docs/exports.md).
 MAIN_JOB := $(VENV)/main-job
@@ -32,6 +33,7 @@ run: $(STAMP)
 	$(VENV)/bin/linnet generate --weights $(MAIN_JOB)/smollm2-hf --chat --prompt $(PROMPT)
 	$(VENV)/bin/linnet export gguf examples/llama.linnet -o $(MAIN_JOB)/smollm2-q8_0.gguf --type q8_0
 	$(VENV)/bin/linnet generate --weights $(MAIN_JOB)/smollm2-q8_0.gguf --chat --prompt $(PROMPT)
+	$(PY) tools/serve_and_ask.py $(PROMPT) --max-batch 2 --max-positions 512
 
 # The suite runs in TEST_WORKERS processes (pytest-xdist), each test file whole on one worker so that its
 # module-scoped fixtures (models saved, a language server started, a checkpoint read) are built once, but for a few
