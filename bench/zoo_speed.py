@@ -232,6 +232,8 @@ def run_child(spec: dict, quiet_wait_s: float) -> dict:
     lines = [ln for ln in out.splitlines() if ln.startswith("RESULT ")]
     if rc != 0 or not lines:
         tail = "\n".join((err or out).strip().splitlines()[-20:])
+        if isinstance(rc, int) and rc < 0:  # killed by a signal, with nothing on stderr (SIGKILL: the OOM killer)
+            tail = (tail + "\n" if tail else "") + f"killed by signal {-rc}" + (" (out of memory?)" if rc == -9 else "")
         print(f"  {spec['name']}: FAILED (rc {rc})\n{tail}", file=sys.stderr, flush=True)
         return {"error": tail, "process_wall_s": wall, "waited_for_quiet_s": waited}
     row = json.loads(lines[-1][len("RESULT ") :])

@@ -141,7 +141,7 @@ def speed_table(speed: dict) -> list[str]:
         cells = [
             f"`{row['model']}`",
             row["shape"],
-            row["side"] + (f" (failed: {row['error'].splitlines()[-1]})" if "error" in row else ""),
+            row["side"] + (f" (failed: {_last_line(row['error'])})" if "error" in row else ""),
             str(row["batch"]),
             str(row["prompt_tokens"]),
             _cell(row, "ttft_ms", ".0f") if decoder else _cell(row, "forward_ms", ".1f"),
@@ -214,3 +214,9 @@ def zoo_page(_current: str = "") -> str:
     else:
         lines.append(f"No speed rows yet: run `python bench/zoo_speed.py` (it writes `{SPEED}`).")
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _last_line(error: str) -> str:
+    """The last line of a failed row's error (its reason), or "no message" when the process left none."""
+    lines = error.strip().splitlines()
+    return lines[-1] if lines else "no message"
