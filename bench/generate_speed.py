@@ -877,10 +877,16 @@ def main() -> None:
     result["calibration_after"] = calibration()
     result["rows"] = rows
     result["goals"] = goals(rows)
+    write_results(result, out, markdown)
+
+
+def write_results(result: dict, out: str | Path, markdown) -> None:
+    """Write `result` as `out`.json and its table `markdown(result)` as `out`.md, and print the table."""
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(f"{out}.json").write_text(json.dumps(result, indent=2) + "\n")
-    Path(f"{out}.md").write_text(markdown(result))
-    print(markdown(result))
+    table = markdown(result)
+    Path(f"{out}.md").write_text(table)
+    print(table)
 
 
 if __name__ == "__main__":

@@ -688,10 +688,7 @@ def main() -> None:
     result["calibration_after"] = gs.calibration()
     result["rows"] = rows
     result["goals"] = goals(rows)
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    Path(f"{out}.json").write_text(json.dumps(result, indent=2) + "\n")
-    Path(f"{out}.md").write_text(markdown(result))
-    print(markdown(result))
+    gs.write_results(result, out, markdown)
 
 
 if __name__ == "__main__":
