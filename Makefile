@@ -41,7 +41,7 @@ run: $(STAMP)
 # worker runs PyTorch with one thread (tests/conftest.py). `make test` runs everything, slow tests included (CI runs it);
 # `make test-fast` leaves out the tests marked slow, for the inner loop. TEST_WORKERS=0 runs in one process.
 TEST_WORKERS ?= 2
-PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=40
 
 test: $(STAMP)
 	$(PYTEST)

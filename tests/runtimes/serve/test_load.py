@@ -4,7 +4,7 @@
   (`--max-batch 8`), so the batch's composition changes every few steps: greedy, each client gets exactly the text,
   finish reason and token count that `Generator.generate` (what `linnet generate` runs) gives its prompt alone;
   the same with seeded sampling (temperature, top-p, top-k, a seed per client).
-- A soak (slow, about 2 minutes) of mixed traffic (completions and chat, streamed and not, `n` 1 or 2) with
+- A soak (slow, about 90 seconds) of mixed traffic (completions and chat, streamed and not, `n` 1 or 2) with
   random disconnects: afterwards no request runs or waits, no cache row is in use, and the server process has
   no more threads nor open files than when idle and its RSS within RSS_TOLERANCE_MIB of it.
 
@@ -38,7 +38,7 @@ SHARED_PREFIX_CLIENTS = 8
 # freed memory (measured: +1.2 MiB over 1464 requests, 396 to 397 MiB); a leak of one request's state per request
 # (32+ KiB each, thousands of requests) or of a cache row's tensors is far above it.
 RSS_TOLERANCE_MIB = 48
-SOAK_S = 120
+SOAK_S = 75
 
 
 def prompts() -> list[str]:
