@@ -36,6 +36,35 @@ EMITTERS["conv1d"] = _conv
 EMITTERS["conv2d"] = _conv
 
 
+def _conv_transpose(e, op: Op) -> str:
+    """A transposed convolution as XLA writes one: the input dilated by the stride, padded by
+    `dilation * (kernel - 1) - padding` (plus output_padding after), convolved with the kernel
+    flipped and its in/out channels swapped within each group ([in, out / g, kH, kW] to
+    [out, in / g, kH, kW])."""
+    x, w, b = op.args["x"], op.args["weight"], op.args["bias"]
+    stride, dilation = ints(op.args["stride"], 2), ints(op.args["dilation"], 2)
+    padding, extra = ints(op.args["padding"], 2), ints(op.args["output_padding"], 2)
+    groups = ints(op.args["groups"], 1)[0]
+    c_in, out_per_group, kh, kw = (d.as_int() for d in w.dims)
+    kernel = (kh, kw)
+    pads = [(d * (k - 1) - p, d * (k - 1) - p + o) for k, d, p, o in zip(kernel, dilation, padding, extra)]
+    flipped = (
+        f"jnp.flip({e.r(w)}.reshape({groups}, {c_in // groups}, {out_per_group}, {kh}, {kw}).swapaxes(1, 2)"
+        f".reshape({groups * out_per_group}, {c_in // groups}, {kh}, {kw}), (2, 3))"
+    )
+    text = (
+        f"lax.conv_general_dilated({e.r(x)}, {flipped}, window_strides=(1, 1), padding={pads}, "
+        f"lhs_dilation={stride}, rhs_dilation={dilation}, dimension_numbers={_LAYOUTS[2]}, "
+        f"feature_group_count={groups}, precision=PRECISION)"
+    )
+    if b is not None:
+        text += f" + {e.r(b)}.reshape((-1, 1, 1))"
+    return text
+
+
+EMITTERS["conv_transpose2d"] = _conv_transpose
+
+
 def _pad(e, op: Op) -> str:
     x = op.args["x"]
     pad = ints(op.args["pad"], len(op.args["pad"]))

@@ -10,6 +10,7 @@ from linnet.errors import CodegenError as LoweringError
 from linnet.ir.core import Op
 from linnet.ops.resample import avg_pool_divisors, pool_window
 from linnet.ops.spatial import explicit_padding, ints
+from linnet.types.dims import Dim
 
 LOWERINGS: dict = {}
 
@@ -33,6 +34,45 @@ def _conv(L, op: Op):
 
 LOWERINGS["conv1d"] = _conv
 LOWERINGS["conv2d"] = _conv
+
+
+def _conv_transpose(L, op: Op):
+    """ConvTranspose. ONNX Runtime refuses an output_padding that is not below the stride
+    (PyTorch takes one below the stride or the dilation); there the output is made without it
+    and without the end padding, then cut or zero-padded at the end to PyTorch's size (what
+    output_padding adds lies past every kernel tap: zeros), and the bias added after."""
+    x, w, b = op.args["x"], op.args["weight"], op.args["bias"]
+    padding, extra = ints(op.args["padding"], 2), ints(op.args["output_padding"], 2)
+    stride = ints(op.args["stride"], 2)
+    attributes = {
+        "kernel_shape": [d.as_int() for d in w.dims[2:]],
+        "strides": list(stride),
+        "dilations": list(ints(op.args["dilation"], 2)),
+        "pads": list(padding) * 2,
+        "output_padding": list(extra),
+        "group": ints(op.args["groups"], 1)[0],
+    }
+    bias = [L.get(b)] if b is not None else []
+    if all(e < s for e, s in zip(extra, stride)):
+        return L.op("ConvTranspose", [L.get(x), L.get(w)] + bias, attributes, hint=op.result.name)
+    attributes |= {"pads": list(padding) + [0, 0], "output_padding": [0, 0]}
+    y = L.op("ConvTranspose", [L.get(x), L.get(w)], attributes, hint="conv_transpose")
+    for axis, (p, e) in zip((2, 3), zip(padding, extra)):
+        if e > p:
+            widths = np.zeros(8, dtype=np.int64)
+            widths[4 + axis] = e - p
+            y = L.op("Pad", [y, L.const(widths, "pads")], {"mode": "constant"}, hint="output_padding")
+        elif e < p:
+            ends = L.const(np.array([e - p], dtype=np.int64), "ends")
+            starts, axes = L.const(np.array([0], dtype=np.int64), "starts"), L.const(np.array([axis], np.int64), "axes")
+            y = L.op("Slice", [y, starts, ends, axes], hint="padding")
+    if b is None:
+        return y
+    shift = L.op("Reshape", [L.get(b), L.const(np.array([-1, 1, 1], dtype=np.int64), "shape")], hint="bias")
+    return L.op("Add", [y, shift], hint=op.result.name)
+
+
+LOWERINGS["conv_transpose2d"] = _conv_transpose
 
 
 def _pad(L, op: Op):
@@ -109,12 +149,23 @@ def _interpolate(L, op: Op):
         attributes["coordinate_transformation_mode"] = "align_corners" if corners else "half_pixel"
     if mode == "bicubic":
         attributes |= {"cubic_coeff_a": -0.75, "exclude_outside": 0}
-    x = L.get(op.args["x"])
+    x, dims = L.get(op.args["x"]), op.result.dims
     scale = op.args["scale_factor"]
+    if mode == "bicubic":
+        # one image per channel, [B * C, 1, H, W]: ONNX Runtime's cubic Resize takes 4-d inputs only
+        # with scales of 1 on the outer two dims, and its transpose optimizer would otherwise move a
+        # channels-last producer's Transpose past the Resize (scales [1, h, w, 1]), which it refuses
+        planes = [op.args["x"].dims[0] * op.args["x"].dims[1], Dim.of(1)]
+        x = L.op("Reshape", [x, L.shape(planes + list(op.args["x"].dims[2:]))], hint="planes")
+        dims = planes + list(dims[2:])
     if scale is not None:
         scales = L.const(np.array([1.0, 1.0, scale, scale], dtype=np.float32), "scales")
-        return L.op("Resize", [x, None, scales], attributes, hint=op.result.name)
-    return L.op("Resize", [x, None, None, L.shape(op.result.dims)], attributes, hint=op.result.name)
+        out = L.op("Resize", [x, None, scales], attributes, hint=op.result.name)
+    else:
+        out = L.op("Resize", [x, None, None, L.shape(dims)], attributes, hint=op.result.name)
+    if mode == "bicubic":
+        out = L.op("Reshape", [out, L.shape(op.result.dims)], hint=op.result.name)
+    return out
 
 
 LOWERINGS["pad"] = _pad

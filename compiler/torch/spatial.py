@@ -34,6 +34,12 @@ def _conv(fn: str):
 
 EMITTERS["conv1d"] = _conv("conv1d")
 EMITTERS["conv2d"] = _conv("conv2d")
+EMITTERS["conv_transpose2d"] = lambda e, op: (
+    f"F.conv_transpose2d({e.r(op.args['x'])}, {e.r(op.args['weight'])}, {e.r(op.args['bias'])}, "
+    f"stride={_window(op, 'stride')}, padding={_window(op, 'padding')}, "
+    f"output_padding={_window(op, 'output_padding')}, groups={ints(op.args['groups'], 1)[0]}, "
+    f"dilation={_window(op, 'dilation')})"
+)
 
 
 def _pad(e, op: Op) -> str:

@@ -137,17 +137,9 @@ def _conv_shape(n: int, op: str):
                 "weight",
             )
         out_c, in_per_group, kernel = w.dims[0], w.dims[1], list(w.dims[2:])
-        groups = Dim.of(a["groups"]) if isinstance(a["groups"], int) else a["groups"]  # the default is an int
+        groups, _ = _groups(a, op)
         _check_channels(c, in_per_group, out_c, groups, x, w, op)
-        bias = a.get("bias")
-        if isinstance(bias, TensorT):
-            bs = bias.shape
-            if bs.prefix is not None or len(bs.dims) != 1 or not same_dim(bs.dims[0], out_c):
-                raise OpError(
-                    "L203",
-                    f"`{op}` requires a bias [out_channels] = [{format_dim(out_c)}], got {format_shape(bs)}",
-                    "bias",
-                )
+        _check_bias(a.get("bias"), out_c, op)
         stride = per_dim(a["stride"], n, "stride", op)
         dilation = per_dim(a["dilation"], n, "dilation", op)
         pads = resolve_padding(a["padding"], kernel, dilation, stride, op)
@@ -160,36 +152,58 @@ def _conv_shape(n: int, op: str):
     return rule
 
 
+def _groups(a: dict, op: str) -> tuple[Dim | None, int | None]:
+    """(`groups` as a dim, its value where known); L213 below 1."""
+    groups = Dim.of(a["groups"]) if isinstance(a["groups"], int) else a["groups"]  # the default is an int
+    g = groups.as_int() if groups is not None else None
+    if g is not None and g < 1:
+        raise OpError("L213", f"`{op}` requires `groups` of 1 or more, got {g}", "groups")
+    return groups, g
+
+
 def _check_channels(c, in_per_group, out_c, groups, x: Shape, w: Shape, op: str) -> None:
     """The input's channels (dim 1) are the weight's in_channels / groups times groups, and
     groups divide the weight's out_channels (PyTorch's Conv2d)."""
     g = groups.as_int() if groups is not None else None
-    if g is not None and g < 1:
-        raise OpError("L213", f"`{op}` requires `groups` of 1 or more, got {g}", "groups")
     if groups is not None and in_per_group is not None and c is not None:
-        want = in_per_group * groups
-        if not same_dim(c, want):
-            grouped = "" if g == 1 else f" (in_channels / groups = {format_dim(in_per_group)}, groups = {g})"
-            last = x.dims[-1] if x.dims else None
-            notes = ["`x` is [B, C, ...] with channels at dim 1, as PyTorch lays it out"]
-            if last is not None and same_dim(last, want) and not same_dim(c, last):
-                notes = [f"the input's last dim is {format_dim(last)}: it looks channels-last; consider "
-                         '`rearrange(x, "b ... c -> b c ...")` first']  # fmt: skip
+        grouped = "" if g == 1 else f" (in_channels / groups = {format_dim(in_per_group)}, groups = {g})"
+        channel_mismatch(c, in_per_group * groups, x, w, op, grouped)
+    _check_divides(out_c, g, "out_channels", op)
+
+
+def _check_divides(channels, g: int | None, what: str, op: str) -> None:
+    if g is not None and channels is not None and channels.as_int() is not None and channels.as_int() % g:
+        raise OpError("L206", f"`{op}`: groups = {g} does not divide the weight's {what} {channels.as_int()}", "groups")
+
+
+def channel_mismatch(c: Dim, want: Dim, x: Shape, w: Shape, op: str, detail: str = "") -> None:
+    """L215 when the input's channels (dim 1) `c` are not the `want` the weight takes; a note
+    says so where the input looks channels-last (its last dim is `want`)."""
+    if same_dim(c, want):
+        return
+    last = x.dims[-1] if x.dims else None
+    notes = ["`x` is [B, C, ...] with channels at dim 1, as PyTorch lays it out"]
+    if last is not None and same_dim(last, want) and not same_dim(c, last):
+        notes = [f"the input's last dim is {format_dim(last)}: it looks channels-last; consider "
+                 '`rearrange(x, "b ... c -> b c ...")` first']  # fmt: skip
+    raise OpError(
+        "L215",
+        f"`{op}`: the input {format_shape(x)} has {format_dim(c)} channels (dim 1), the weight "
+        f"{format_shape(w)} takes {format_dim(want)}{detail}",
+        "x",
+        arg_labels={"x": format_shape(x), "weight": format_shape(w)},
+        dims=(c, want),
+        notes=notes,
+    )
+
+
+def _check_bias(bias, out_c, op: str) -> None:
+    if isinstance(bias, TensorT):
+        bs = bias.shape
+        if bs.prefix is not None or len(bs.dims) != 1 or not same_dim(bs.dims[0], out_c):
             raise OpError(
-                "L215",
-                f"`{op}`: the input {format_shape(x)} has {format_dim(c)} channels (dim 1), the weight "
-                f"{format_shape(w)} takes {format_dim(want)}{grouped}",
-                "x",
-                arg_labels={"x": format_shape(x), "weight": format_shape(w)},
-                dims=(c, want),
-                notes=notes,
+                "L203", f"`{op}` requires a bias [out_channels] = [{format_dim(out_c)}], got {format_shape(bs)}", "bias"
             )
-    if g is not None and out_c is not None and out_c.as_int() is not None and out_c.as_int() % g:
-        raise OpError(
-            "L206",
-            f"`{op}`: groups = {g} does not divide the weight's out_channels {out_c.as_int()}",
-            "groups",
-        )
 
 
 def _conv_flops(a: dict, results: list):
@@ -283,21 +297,17 @@ def _conv_cases(n: int):
     return draw
 
 
+# the leading parameters of the convolutions, as torch.nn.functional orders them
+_WEIGHTED = [T("x", "tensor"), T("weight", "tensor"), T("bias", "tensor", None), T("stride", "window", 1)]
+
+
 def _conv(n: int) -> None:
     name = f"conv{n}d"
     layout = {1: "[B, C, L]", 2: "[B, C, H, W]"}[n]
     register(
         OpDef(
             name,
-            [
-                T("x", "tensor"),
-                T("weight", "tensor"),
-                T("bias", "tensor", None),
-                T("stride", "window", 1),
-                T("padding", "padding", 0),
-                T("dilation", "window", 1),
-                T("groups", "int", 1),
-            ],
+            _WEIGHTED + [T("padding", "padding", 0), T("dilation", "window", 1), T("groups", "int", 1)],
             f"{n}-d convolution (torch.nn.functional.{name}): `x` {layout} with `weight` "
             f"[out_channels, in_channels / groups, {', '.join('k' + s[0] for s in SPATIAL_NAMES[n])}] and an optional "
             "`bias` [out_channels]. `stride`, `dilation` and `padding` take an int or one per spatial dim; "
@@ -315,3 +325,117 @@ def _conv(n: int) -> None:
 
 _conv(1)
 _conv(2)
+
+# ----------------------------------------------------------------------------- transposed convolution
+
+
+def _conv_transpose_shape(a: dict) -> Shape:
+    """(H - 1) * stride - 2 * padding + dilation * (kernel - 1) + output_padding + 1 per spatial dim
+    (PyTorch's ConvTranspose2d docs, "Shape"); weight [in_channels, out_channels / groups, kH, kW]."""
+    op = "conv_transpose2d"
+    x, w = a["x"].shape, a["weight"].shape
+    b, c, spatial = channels_first(x, 2, op)
+    if w.prefix is not None or len(w.dims) != 4:
+        layout = "[in_channels, out_channels / groups, kH, kW]"
+        raise OpError("L208", f"`{op}` requires a weight {layout}, got {format_shape(w)}", "weight")
+    in_c, out_per_group, kernel = w.dims[0], w.dims[1], list(w.dims[2:])
+    groups, g = _groups(a, op)
+    if c is not None and in_c is not None:
+        channel_mismatch(c, in_c, x, w, op)
+    _check_divides(in_c, g, "in_channels", op)
+    out_c = out_per_group * groups if out_per_group is not None and groups is not None else None
+    _check_bias(a.get("bias"), out_c, op)
+    stride = per_dim(a["stride"], 2, "stride", op)
+    dilation = per_dim(a["dilation"], 2, "dilation", op)
+    padding = per_dim(a["padding"], 2, "padding", op, minimum=0)
+    extra = per_dim(a["output_padding"], 2, "output_padding", op, minimum=0)
+    out = []
+    for size, k, s, d, p, e in zip(spatial, kernel, stride, dilation, padding, extra):
+        if e is not None and e.as_int() is not None and s.as_int() is not None and d.as_int() is not None:
+            if e.as_int() >= max(s.as_int(), d.as_int()):
+                raise OpError(
+                    "L208",
+                    f"`{op}`: output_padding {e.as_int()} must be smaller than the stride or the dilation "
+                    f"({s.as_int()}, {d.as_int()})",
+                    "output_padding",
+                )
+        if None in (size, k, s, d, p, e):
+            out.append(None)
+            continue
+        size_out = (size - Dim.of(1)) * s - p - p + d * (k - Dim.of(1)) + e + Dim.of(1)
+        if size_out.as_int() is not None and size_out.as_int() < 1:
+            raise OpError("L214", f"`{op}`: padding {format_dim(p)} leaves no output of an input of {format_dim(size)}")
+        out.append(size_out)
+    return Shape((b, out_c, *out))
+
+
+def conv_transpose_reference(x, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+    """The numpy definition of a 2-d transposed convolution (the gradient of `conv2d` with respect
+    to its input, as PyTorch's): each input element adds `x * weight[c, o]` to the outputs its
+    kernel covers, spread by the stride and dilation; `padding` is then cut from each side
+    (`output_padding` more kept at the end). Sums in f64; returns `x`'s dtype."""
+    np = _np()
+    s, p, e, d = ints(stride, 2), ints(padding, 2), ints(output_padding, 2), ints(dilation, 2)
+    groups = int(groups.as_int() if isinstance(groups, Dim) else groups)
+    b, c, h, w = x.shape
+    kernel = weight.shape[2:]
+    og = weight.shape[1]
+    full = [(n - 1) * s[i] + d[i] * (kernel[i] - 1) + 1 + e[i] for i, n in enumerate((h, w))]
+    out = np.zeros((b, groups, og, *full))
+    xg = x.astype(np.float64).reshape(b, groups, c // groups, h, w)
+    wg = weight.astype(np.float64).reshape(groups, c // groups, og, *kernel)
+    for k in np.ndindex(*kernel):
+        rows = slice(k[0] * d[0], k[0] * d[0] + (h - 1) * s[0] + 1, s[0])
+        cols = slice(k[1] * d[1], k[1] * d[1] + (w - 1) * s[1] + 1, s[1])
+        out[:, :, :, rows, cols] += np.einsum("bgchw,gco->bgohw", xg, wg[:, :, :, k[0], k[1]])
+    out = out.reshape(b, groups * og, *full)[:, :, p[0] : full[0] - p[0], p[1] : full[1] - p[1]]
+    if bias is not None:
+        out = out + bias.astype(np.float64).reshape(1, -1, 1, 1)
+    return out.astype(x.dtype)
+
+
+def _conv_transpose_cases(rng, shape):
+    """Grouped, strided, dilated transposed convolutions with padding and output_padding (below
+    the stride or the dilation), with or without a bias."""
+    groups = int(rng.choice([1, 2]))
+    c_in, out_per_group = groups * int(rng.integers(1, 3)), int(rng.integers(1, 3))
+    kernel = tuple(int(rng.integers(1, 4)) for _ in range(2))
+    stride = [int(rng.integers(1, 3)) for _ in range(2)]
+    dilation = [int(rng.integers(1, 3)) for _ in range(2)]
+    padding = [int(rng.integers(0, d * (k - 1) // 2 + 1)) for k, d in zip(kernel, dilation)]
+    extra = [int(rng.integers(0, max(s, d))) for s, d in zip(stride, dilation)]
+    sizes = tuple((shape + shape)[i] + 1 for i in range(2))
+    tensors = {
+        "x": case_draws.array(rng, (shape[0], c_in, *sizes)),
+        "weight": case_draws.array(rng, (c_in, out_per_group, *kernel)) - 1.0,
+    }
+    if rng.integers(0, 2):
+        tensors["bias"] = case_draws.array(rng, (groups * out_per_group,))
+    as_dims = lambda v: [Dim.of(i) for i in v]  # noqa: E731
+    const = {
+        "stride": as_dims(stride),
+        "padding": as_dims(padding),
+        "output_padding": as_dims(extra),
+        "groups": Dim.of(groups),
+        "dilation": as_dims(dilation),
+    }
+    return tensors, const
+
+
+register(
+    OpDef(
+        "conv_transpose2d",
+        _WEIGHTED
+        + [T("padding", "window", 0), T("output_padding", "window", 0)]
+        + [T("groups", "int", 1), T("dilation", "window", 1)],
+        "2-d transposed convolution (torch.nn.functional.conv_transpose2d, its argument order): `x` [B, C, H, W] "
+        "with `weight` [in_channels, out_channels / groups, kH, kW] and an optional `bias` [out_channels]. Each "
+        "output size is `(size - 1) * stride - 2 * padding + dilation * (kernel - 1) + output_padding + 1`.",
+        _conv_transpose_shape,
+        lambda a: _weights_dtype(a, "conv_transpose2d"),
+        reference=conv_transpose_reference,
+        category="spatial",
+        cases=_conv_transpose_cases,
+        flops=lambda a, results: Dim.of(2) * product(a["x"].shape.dims) * product(a["weight"].shape.dims[1:]),
+    )
+)

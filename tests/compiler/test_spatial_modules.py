@@ -91,3 +91,32 @@ def test_module_matches_pytorch(name, backend):
     got = Runner(backend, program, passes(backend), "equivalent", params).run("forward", x.numpy())
     assert got.shape == want.shape
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+# DINOv2's position-embedding resize (transformers' Dinov2Embeddings.interpolate_pos_encoding): the
+# class position kept, the 5x5 grid of patch positions resized bicubically (align_corners false, no
+# antialias) to the 4x5 patches of an 8x10 image with 2x2 patches.
+DINOV2_RESIZE = """config C { hidden: int = 8 }
+model M(c: C) {
+    entry fn forward(positions: [1, 26, c.hidden]) -> [1, 21, c.hidden] {
+        let grid = rearrange(positions[:, 1:, :], "b (h w) d -> b d h w", h=5)
+        let resized = interpolate(grid, size=[4, 5], mode="bicubic")
+        concat([positions[:, :1, :], rearrange(resized, "b d h w -> b (h w) d")], dim=1)
+    }
+}
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_bicubic_resize_matches_dinov2_position_embeddings(backend):
+    from transformers import Dinov2Config
+    from transformers.models.dinov2.modeling_dinov2 import Dinov2Embeddings
+
+    config = Dinov2Config(hidden_size=8, patch_size=2, image_size=10, num_channels=3)
+    embeddings = Dinov2Embeddings(config)
+    with torch.no_grad():
+        embeddings.position_embeddings.copy_(torch.randn(1, 26, 8, generator=torch.Generator().manual_seed(2)))
+        want = embeddings.interpolate_pos_encoding(torch.zeros(1, 21, 8), 8, 10).numpy()
+    positions = embeddings.position_embeddings.detach().numpy()
+    got = Runner(backend, build(DINOV2_RESIZE), passes(backend), "equivalent", {}).run("forward", positions)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

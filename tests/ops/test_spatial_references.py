@@ -70,6 +70,16 @@ TORCH_CALLS = {
     "avg_pool2d": _avg_pool,
     "adaptive_avg_pool2d": lambda t, c: F.adaptive_avg_pool2d(t["x"], ints(c["output_size"], 2)),
     "interpolate": _interpolate,
+    "conv_transpose2d": lambda t, c: F.conv_transpose2d(
+        t["x"],
+        t["weight"],
+        t.get("bias"),
+        ints(c["stride"], 2),
+        ints(c["padding"], 2),
+        ints(c["output_padding"], 2),
+        c["groups"].as_int(),
+        ints(c["dilation"], 2),
+    ),  # fmt: skip
 }
 SPATIAL = sorted(name for name, op in REGISTRY.items() if op.category == "spatial")
 
