@@ -463,6 +463,22 @@ class CallsMixin:
                 "L107", f"`{name}` of {what} is a compile-time int, got {kind_text(t)}", node, label=format_type(t)
             )
             return _FAILED
+        if kind in ("window", "padding"):
+            # an int, a list of ints (one per spatial dim), or for padding "same" / "valid"
+            if isinstance(t, ScalarT) and t.kind == "int":
+                return t.value
+            if kind == "padding" and isinstance(t, ScalarT) and t.kind == "str":
+                if t.value in ("same", "valid"):
+                    return t.value
+                self.report(
+                    "L107", f'`{name}` of {what} is an int, a list of ints, "same" or "valid", got "{t.value}"', node
+                )
+                return _FAILED
+            if isinstance(t, (ListT, TupleT)):
+                return self.convert("ints", t, node, name, what)
+            written = 'an int, a list of ints, "same" or "valid"' if kind == "padding" else "an int or a list of ints"
+            self.report("L107", f"`{name}` of {what} is {written}, got {kind_text(t)}", node, label=format_type(t))
+            return _FAILED
         if kind in ("ints", "indices"):
             items = t.items if isinstance(t, (ListT, TupleT)) else None
             if items is None:
@@ -664,7 +680,10 @@ class CallsMixin:
                     f"{', '.join(sorted({x.name for x in err.pattern.atoms() if x in unifier.patterns}))} "
                     f"from dim {err.dim} ({format_dim(err.pattern)} = {a})"
                 )
-            self.report(err.code, message, arg.value, label=format_type(actual, concrete=True), labels=labels)
+            notes = _moved_dim_note(err, actual.shape) if err.kind == "differ" else []
+            self.report(
+                err.code, message, arg.value, label=format_type(actual, concrete=True), labels=labels, notes=notes
+            )
         for p in tensor_params:
             given = matched.get(p.name.id)
             info.args[p.name.id] = Arg(
@@ -750,3 +769,17 @@ def _substitute_type(t: Type, u: Unifier, shown: list[Dim] | None = None) -> Typ
     if isinstance(t, TupleT):
         return TupleT(tuple(_substitute_type(i, u, shown) for i in t.items))
     return t
+
+
+def _moved_dim_note(err, shape: Shape) -> list[str]:
+    """A note when the size dim `err.dim` should have sits at one other dim of the argument: its
+    dims are likely in another order (a channels-last image given to a channels-first layer)."""
+    if err.expected is None or err.dim is None or shape.prefix is not None:
+        return []
+    here = err.dim % len(shape.dims)
+    at = [i for i, d in enumerate(shape.dims) if d is not None and d.same(err.expected) and i != here]
+    if len(at) != 1:
+        return []
+    size = format_dim(err.expected.val)
+    hint = ' (channels-last? consider `rearrange(x, "b h w c -> b c h w")`)' if here == 1 and at[0] == 3 else ""
+    return [f"the argument has {size} at dim {at[0]}, not {here}: its dims may be in another order{hint}"]

@@ -101,7 +101,11 @@ async def test_rename_of_an_imported_module_renames_its_definition_and_every_imp
 
 async def test_an_importer_is_checked_again_when_the_imported_file_is_edited(client):
     tower = await open_doc(client, IMPORTS / "tower.linnet")
+    opened = len(client.published)
     shared = await open_doc(client, IMPORTS / "shared.linnet")
+    # opening the imported file checks its importer again: wait for that publish (clean), or a slow
+    # machine delivers it after the edit below and it is taken for the edit's
+    assert await _next_publish(client, tower, opened) == []
     before = len(client.published)
     at = shared.pos("fn forward(x: [B, c.hidden_size])", len("fn forward(x: [B, "))
     await shared.change(at, at, "2 * ")
