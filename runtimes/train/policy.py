@@ -61,7 +61,7 @@ class TorchPolicy:
         self.model = model
         self.module = model.module
         self.device = self.module.device_
-        self.tokenizer = model.tokenizer
+        self.tokenizer = model.tokenizer()
         tok = self.tokenizer
         pad = getattr(tok, "eos_token_id", None) if tok is not None else None
         self.pad_token_id = int(pad) if pad is not None else 0  # TRL pads with the EOS token when there is no PAD
