@@ -429,8 +429,14 @@ class Lowering:
             atom = _param_atom(res, p)
             if atom is not None and isinstance(args.get(p.name.id), Dim):
                 subst[atom] = args[p.name.id]
+        whole = _whole_dims(fn, args)
         for name, atom in self.dim_vars(res, fn).items():
             solved = info.dims.get(name)
+            if solved is None and name in whole:
+                # a size the checker could not know at the call (a local a loop over differing elements
+                # reassigns: `ItemChecker.varied_type`) is the argument's, read from its shape here
+                subst[atom] = whole[name]
+                continue
             if solved is None:
                 raise LoweringError(
                     self.where(caller.item, e)
@@ -1364,6 +1370,26 @@ def _spec_key(v) -> Any:
     if isinstance(v, (list, tuple)) and not any(isinstance(x, Value) for x in v):
         return ("seq", tuple(_spec_key(x) for x in v))
     raise _Unspecialisable()
+
+
+def _whole_dims(fn: A.FnDef, args: dict[str, Any]) -> dict[str, Dim]:
+    """The dims of `fn`'s tensor arguments (lowered `Value`s in `args`) that its parameter types declare as a
+    whole dim variable (`H` of `x: [B, C, H, W]`; dims after a `...` counted from the end), by name."""
+    out: dict[str, Dim] = {}
+    for p in fn.params:
+        v = args.get(p.name.id)
+        if not isinstance(v, Value) or not isinstance(p.type, A.TensorType):
+            continue
+        declared, dims = p.type.dims, list(v.dims)
+        if any(isinstance(d, A.EllipsisDim) for d in declared):
+            declared = declared[[isinstance(d, A.EllipsisDim) for d in declared].index(True) + 1 :]
+            dims = dims[len(dims) - len(declared) :] if len(declared) <= len(dims) else []
+        if len(declared) != len(dims):
+            continue
+        for d, actual in zip(declared, dims):
+            if isinstance(d, A.Name):
+                out.setdefault(d.id, actual)
+    return out
 
 
 def _type_key(t: TensorT) -> Any:
