@@ -308,11 +308,13 @@ class Lowering:
         return graph
 
     def check_returns(self, ctx: Context, fn: A.FnDef, outs: list[Value], item: Item) -> None:
-        """The entry's results against its declared return type under this config: where the
-        checker could not know a size (a slice by a count a loop computes), the lowered
-        program is the first to see it, and a mismatch is an error, not a silently different
-        output. Raises LoweringError at the return type."""
-        if fn.ret is None:
+        """The results of an entry or a called function against its declared return type under
+        this config (`ctx`, the callee's context at a call): where the checker could not know a
+        size (a slice by a count a loop computes, the branches of an `if` on a parameter of a
+        generic module), the lowered program is the first to see it, and a mismatch is an error,
+        not a silently different output. Types with `...` are not compared. Raises
+        LoweringError at the return type."""
+        if fn.ret is None or not all(isinstance(o, Value) for o in outs):
             return
         declared = fn.ret.items if isinstance(fn.ret, A.TupleType) else [fn.ret]
         if len(declared) != len(outs):
@@ -324,7 +326,11 @@ class Lowering:
                 want = self.concrete_type(ctx, t)
             except LoweringError:
                 continue
-            same = want.dtype == o.dtype and [d.key() for d in want.shape.dims] == [d.key() for d in o.dims]
+            same = (
+                want.dtype == o.dtype
+                and len(want.shape.dims) == len(o.dims)
+                and all(a.same(b) for a, b in zip(want.shape.dims, o.dims))
+            )
             if not same:
                 raise LoweringError(
                     self.where(item, t) + f"`{fn.name.id}` returns {format_tensor_type(o.type)} under this config, "
@@ -1160,10 +1166,14 @@ class Lowering:
             if graph is None:  # not a function of tensors, or of dims it cannot read: in place
                 callee = Env(ctx)
                 callee.vars.update({p.name: args[p.name.id] for p in fn.params})
-                return self.block(fn.body, callee.child())
+                result = self.block(fn.body, callee.child())
+                self.check_returns(ctx, fn, list(result) if isinstance(result, tuple) else [result], ref.item)
+                return result
         finally:
             self._item = saved
-        return self.emit_call(graph, ref, args, e)
+        result = self.emit_call(graph, ref, args, e)
+        self.check_returns(ctx, fn, list(result) if isinstance(result, tuple) else [result], ref.item)
+        return result
 
     def specialise(self, ref: FnRef, ctx: Context, args: dict[str, Any]) -> Graph | None:
         """The function of `Program.functions` that runs `ref` on arguments like `args`

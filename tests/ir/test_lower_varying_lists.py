@@ -47,3 +47,41 @@ def test_it_runs_as_numpy_says():
     out = Interpreter(program.entries["decode"]).run(params, torch.from_numpy(z)).numpy()
     up = z.repeat(2, axis=2).repeat(2, axis=3) * w0[:, None, None]  # element 0: nearest x2, 16 channels
     np.testing.assert_allclose(out, up[:, :8] * w1[:, None, None], rtol=1e-6)
+
+
+BRANCHES = """
+config Q {
+    n: int = 2
+}
+
+module Down(channels: int, scale: int) {
+    weight: [channels]
+
+    fn forward(x: [B, channels, H, W]) -> [B, channels, (H - 1) // scale + 1, (W - 1) // scale + 1] {
+        if scale == 2 { x[:, :, :(H - 1) // 2 + 1, :(W - 1) // 2 + 1] } else { x }
+    }
+}
+
+model M(c: Q) {
+    downs: [Down(4, 2 - i) for i in range(c.n)]
+
+    entry fn forward(x: [B, 4, H, W]) -> [B, 4, (H - 1) // 2 + 1, (W - 1) // 2 + 1] {
+        let h = x
+        for d in downs {
+            h = d(h)
+        }
+        h
+    }
+}
+"""
+
+
+def test_an_if_on_a_module_parameter_takes_its_instance_branch():
+    graph = build(BRANCHES).entries["forward"]
+    assert [str(d) for d in graph.outputs[0].dims] == ["B", "4", "(H - 1) // 2 + 1", "(W - 1) // 2 + 1"]
+
+
+def test_a_branch_that_breaks_its_function_type_is_an_error_when_lowered():
+    wrong = BRANCHES.replace("x[:, :, :(H - 1) // 2 + 1,", "x[:, :, :(H - 1) // 2,")
+    with pytest.raises(SourceError, match=r"`forward` returns .*\(H - 1\) // 2, .* declares"):
+        build(wrong)
