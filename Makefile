@@ -77,7 +77,7 @@ docs: $(STAMP)
 	$(PY) -m linnet.docgen
 
 zoo-record: $(STAMP)
-	LINNET_RECORD_ZOO=bench/results/zoo_parity.json $(PY) -m pytest -q tests/runtimes -k "test_parity_ and (logits or recompute or embeddings or hidden_states)"
+	LINNET_RECORD_ZOO=bench/results/zoo_parity.json $(PY) -m pytest -q tests/runtimes -k "test_parity_ and (logits or recompute or embeddings or hidden_states or decoded_images)"
 	$(PY) -m linnet.docgen
 
 clean:

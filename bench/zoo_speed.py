@@ -16,6 +16,10 @@ transformers eager f32 (the reference) first, then Linnet's fastest f32 backend 
   examples/modernbert.linnet at ModernBERT-base's size with random weights (made once as the decoders' are) at
   batch 1 and 32, on the same token ids (MiniLM's ids are ids of ModernBERT's larger vocabulary too), against
   transformers' ModernBertModel (eager attention, padded as transformers 5 runs it).
+- diffusion models: examples/autoencoder_kl.linnet's `decode` on seeded latents at batch 1 and 4, against
+  diffusers' AutoencoderKL.decode eager and under torch.compile: median ms per call and images/s, peak RSS, max |Δ|
+  of the images against the eager reference. The quick run is the parity tests' two-level VAE (8 and 16 channels)
+  on 8x8 latents; `--full` adds sd-vae-ft-mse's decoder at its real size, random weights, on 32x32 latents.
 
 Timing and contention are bench/generate_speed.py's (its `run_linnet` / `run_transformers` drive the decoders, so
 both benchmarks time generation alike): the parent waits for idle cores before each row, and each row records
@@ -101,6 +105,23 @@ FULL_ENCODERS = [
         dict(vocab_size=50368, hidden_size=768, intermediate_size=1152, num_hidden_layers=22, num_attention_heads=12,
              global_attn_every_n_layers=3, local_attention=128, global_rope_theta=160000.0, local_rope_theta=10000.0,
              pad_token_id=0),
+    ),
+]  # fmt: skip
+
+# Diffusion models: (model, shape, diffusers class, config, latent shape, batch sizes, in the quick run). Each is
+# made once by diffusers with a seed and saved with `save_pretrained`; both sides load that folder.
+DIFFUSION = [
+    (
+        "autoencoder_kl", "two-level VAE (8, 16 channels), random weights, 8x8 latents", "AutoencoderKL",
+        dict(block_out_channels=[8, 16], down_block_types=["DownEncoderBlock2D"] * 2,
+             up_block_types=["UpDecoderBlock2D"] * 2, layers_per_block=1, norm_num_groups=4),
+        (4, 8, 8), [1, 4], True,
+    ),
+    (
+        "autoencoder_kl", "sd-vae-ft-mse decoder-shaped, random weights, 32x32 latents", "AutoencoderKL",
+        dict(block_out_channels=[128, 256, 512, 512], down_block_types=["DownEncoderBlock2D"] * 4,
+             up_block_types=["UpDecoderBlock2D"] * 4, layers_per_block=2),
+        (4, 32, 32), [1, 4], False,
     ),
 ]  # fmt: skip
 
@@ -202,13 +223,81 @@ def run_encoder(spec: dict) -> dict:
     }
 
 
+def run_diffusion(spec: dict) -> dict:
+    """Median ms over `runs` calls of the VAE's decode on the latents in `ids_file` (after one warm-up, which is
+    torch.compile's compile on the `diffusers-compile` side), images saved."""
+    import numpy as np
+
+    latents = np.load(spec["ids_file"])
+    t0 = time.perf_counter()
+    if spec["side"] == "linnet":
+        from linnet.runtimes.backends import get_backend
+
+        backend = get_backend(spec["backend"])
+        options = {"threads": gs.THREADS} if "threads" in backend.options else {}
+        m = backend.load(EXAMPLES / f"{spec['source']}.linnet", weights=spec["weights"], max_batch=len(latents),
+                         progress=False, **options)  # fmt: skip
+
+        def forward():
+            return np.asarray(m.decode(latents))
+    else:
+        import diffusers
+        import torch
+
+        model = getattr(diffusers, spec["model_class"]).from_pretrained(spec["weights"]).eval()
+        z = torch.from_numpy(latents)
+        decode = (lambda x: model.decode(x).sample) if spec["side"] == "diffusers" else torch.compile(model.decoder)
+        post_quant_conv = model.post_quant_conv if spec["side"] != "diffusers" else None
+
+        def forward():
+            with torch.inference_mode():
+                x = post_quant_conv(z) if post_quant_conv is not None else z
+                return decode(x).numpy()
+
+    load_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    images = forward()
+    warmup_s = time.perf_counter() - t0
+
+    def one() -> float:
+        start = time.perf_counter()
+        forward()
+        return time.perf_counter() - start
+
+    timed, contention = gs.timed_runs(one, spec["runs"])
+    np.save(Path(spec["out_dir"]) / f"{spec['name']}.npy", np.asarray(images, dtype=np.float32))
+    forward_s = statistics.median(timed)
+    return {
+        "load_s": load_s,
+        "warmup_s": warmup_s,
+        "forward_ms": forward_s * 1000,
+        "sequences_per_s": len(latents) / forward_s,
+        "peak_rss_mb": gs.peak_rss_mb(),
+        **contention,
+    }
+
+
+def random_diffusers_checkpoint(cache: Path, model_class: str, config: dict) -> Path:
+    """A seeded random-init diffusers model of `config`, saved once with `save_pretrained` under `cache`."""
+    digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:12]
+    folder = cache / f"{model_class}-seed{SEED}-{digest}"
+    if not (folder / "config.json").is_file():
+        import diffusers
+        import torch
+
+        torch.manual_seed(SEED)
+        getattr(diffusers, model_class)(**config).save_pretrained(folder)
+    return folder
+
+
 def run_one(spec: dict) -> None:
-    if spec["side"] == "transformers" or spec["backend"].startswith("torch"):
+    if spec["side"] != "linnet" or spec["backend"].startswith("torch"):
         import torch
 
         torch.set_num_threads(gs.THREADS)
     loadavg_before = os.getloadavg()
-    row = run_decoder(spec) if spec["kind"] == "decoder" else run_encoder(spec)
+    run = {"decoder": run_decoder, "encoder": run_encoder, "diffusion": run_diffusion}[spec["kind"]]
+    row = run(spec)
     row.update(loadavg_before=loadavg_before, loadavg_after=os.getloadavg())
     print("RESULT " + json.dumps(row), flush=True)
 
@@ -349,17 +438,34 @@ def main() -> None:
             for size, ids_file in batches.items():
                 workloads.append((model, shape, "encoder", source, str(folder), size, str(ids_file)))
 
+    # diffusion rows: (model, shape, kind, source, weights, batch, latents file, diffusers class)
+    diffusion = []
+    for model, shape, model_class, config, latent_shape, sizes, quick in DIFFUSION:
+        if not (quick or args.full) or (args.only and model not in args.only):
+            continue
+        import numpy as np
+
+        folder = random_diffusers_checkpoint(args.cache, model_class, config)
+        for size in sizes:
+            latents = np.random.default_rng(SEED).standard_normal((size, *latent_shape)).astype(np.float32)
+            path = work / f"{model}-{latent_shape[-1]}-{size}.npy"
+            np.save(path, latents)
+            diffusion.append((model, shape, "diffusion", model, str(folder), size, str(path), model_class))
+    workloads = [(*w, None) for w in workloads] + diffusion
     if args.only:
         workloads = [w for w in workloads if w[0] in args.only]
     rows = []
-    for model, shape, kind, source, weights, batch, ids_file in workloads:
+    for model, shape, kind, source, weights, batch, ids_file, model_class in workloads:
         pair = []
         # `--backend` asks for one backend on every row; ROW_BACKENDS only replaces the default, the fastest
         row_backend, why = (args.backend, None) if args.backend else ROW_BACKENDS.get(model, (backend, None))
-        for side, name in (("transformers-eager", "transformers"), (f"linnet {row_backend}", "linnet")):
+        sides = [("transformers-eager", "transformers"), (f"linnet {row_backend}", "linnet")]
+        if kind == "diffusion":  # diffusers' eager reference first, then under torch.compile
+            sides = [("diffusers-eager", "diffusers"), ("diffusers-compile", "diffusers-compile"), sides[1]]
+        for side, name in sides:
             spec = dict(name=f"{model}-{len(rows)}", kind=kind, side=name, backend=row_backend, source=source,
                         weights=weights, runs=args.runs, new_tokens=args.new_tokens, prompt_file=str(prompt_file),
-                        ids_file=ids_file, out_dir=str(work))  # fmt: skip
+                        ids_file=ids_file, out_dir=str(work), model_class=model_class)  # fmt: skip
             result = run_child(spec, args.quiet_wait)
             row = dict(model=model, shape=shape, kind=kind, side=side, batch=batch, name=spec["name"], **result)
             row["prompt_tokens"] = args.prompt_tokens if kind == "decoder" else args.encoder_tokens
@@ -367,9 +473,11 @@ def main() -> None:
                 row["backend_note"] = why
             pair.append(row)
             rows.append(row)
-        ref, ours = pair
-        if "error" not in ref and "error" not in ours:
-            distance(ours, ref, work, Path(ids_file) if ids_file else None)
+        ref = pair[0]
+        mask_file = Path(ids_file) if ids_file and kind == "encoder" else None
+        for other in pair[1:]:
+            if "error" not in ref and "error" not in other:
+                distance(other, ref, work, mask_file)
 
     result = {
         "benchmark": "zoo_speed",
@@ -392,9 +500,11 @@ def main() -> None:
         "notes": [
             "TTFT (decoders): wall clock from the generate call to the first new token; decode tok/s: (new tokens - 1)"
             " / (time of the last new token - time of the first), from per-token timestamps on both sides.",
-            "Forward ms (encoders): the median time of one forward of the whole batch.",
+            "Forward ms (encoders): the median time of one forward of the whole batch; diffusion models: of one call"
+            " (the VAE's decode), images/s in the seq/s column.",
             "max |Δ|: decoders, the prompt's logits at every position; encoders, the hidden states at real tokens;"
-            " against the transformers row above it. Greedy tokens equal: the common prefix with transformers'.",
+            " diffusion models, the images; against the transformers (diffusers eager) row above it. Greedy tokens"
+            " equal: the common prefix with transformers'.",
             f"Linnet's backend: {backend}, the fastest f32 decode of bench/results/generate_speed.json"
             if not args.backend
             else f"Linnet's backend: {backend} (--backend).",

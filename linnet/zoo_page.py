@@ -137,7 +137,7 @@ def speed_table(speed: dict) -> list[str]:
     ]
     for row in speed.get("rows", []):
         decoder = row["kind"] == "decoder"
-        reference = row["side"].startswith("transformers")
+        reference = row["side"].startswith(("transformers", "diffusers-eager"))
         cells = [
             f"`{row['model']}`",
             row["shape"],

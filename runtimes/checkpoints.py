@@ -54,7 +54,8 @@ __all__ = [
 EMBEDDED_IDS = tuple(EMBEDDED)
 
 _EXPECTED = (
-    "expected a Hugging Face folder (config.json + model.safetensors or model.safetensors.index.json), "
+    "expected a Hugging Face folder (config.json + model.safetensors or model.safetensors.index.json; a diffusers "
+    "model's: diffusion_pytorch_model.safetensors), "
     f"a .gguf file, or an embedded id ({', '.join(EMBEDDED_IDS)})"
 )
 
@@ -489,7 +490,10 @@ def load_json_without_duplicate_keys(text: str, path: Path) -> Any:
 @dataclass(eq=False)
 class HFCheckpoint(Checkpoint):
     """A Hugging Face folder: config.json plus model.safetensors, or shards listed by
-    model.safetensors.index.json (or, lacking both, every *.safetensors in the folder)."""
+    model.safetensors.index.json (or, lacking both, every *.safetensors in the folder). A diffusers model's folder
+    (its config.json names a `_class_name`) is read alike, its files named as diffusers writes them:
+    diffusion_pytorch_model.safetensors or diffusion_pytorch_model.safetensors.index.json (the file diffusers'
+    `from_pretrained` reads; a variant such as diffusion_pytorch_model.fp16.safetensors beside it is not read)."""
 
     _where: dict[str, _Stored] = field(default_factory=dict, repr=False)
     _maps: dict[Path, mmap.mmap] = field(default_factory=dict, repr=False)
@@ -509,9 +513,10 @@ class HFCheckpoint(Checkpoint):
         if not isinstance(config, dict):
             raise CheckpointError(f"{cfg_path}: expected a JSON object")
 
-        files = _safetensors_files(folder)
+        stem = weights_stem(config)
+        files = _safetensors_files(folder, stem)
         where: dict[str, _Stored] = {}
-        index = folder / "model.safetensors.index.json"
+        index = folder / f"{stem}.safetensors.index.json"
         headers = {file: _read_safetensors_header(file) for file in dict.fromkeys(files.values())}
         if files:  # from the index: keep its order and check that every listed tensor is where it says
             for name, file in files.items():
@@ -519,7 +524,7 @@ class HFCheckpoint(Checkpoint):
                     raise CheckpointError(f"{index}: lists {name!r} in {file.name}, which does not hold it")
                 where[name] = headers[file][name]
         else:
-            singles = [folder / "model.safetensors"] if (folder / "model.safetensors").is_file() else []
+            singles = [folder / f"{stem}.safetensors"] if (folder / f"{stem}.safetensors").is_file() else []
             singles = singles or sorted(folder.glob("*.safetensors"))
             if not singles:
                 pickles = sorted(p.name for p in folder.iterdir() if p.suffix in (".bin", ".pt", ".pth", ".ckpt"))
@@ -592,17 +597,23 @@ class HFCheckpoint(Checkpoint):
                 pass
 
 
-def _safetensors_files(folder: Path) -> dict[str, Path]:
-    """`{name: shard}` from model.safetensors.index.json, or {} when there is no index.
+def weights_stem(config: dict[str, Any]) -> str:
+    """The name of a folder's weights file without `.safetensors`: "diffusion_pytorch_model" for a diffusers model
+    (config.json names its `_class_name`; diffusers' SAFETENSORS_WEIGHTS_NAME), else "model" (transformers')."""
+    return "diffusion_pytorch_model" if "_class_name" in config else "model"
 
-    Raises CheckpointError when the folder also has a model.safetensors (transformers reads that file, the
+
+def _safetensors_files(folder: Path, stem: str = "model") -> dict[str, Path]:
+    """`{name: shard}` from `<stem>.safetensors.index.json` (see `weights_stem`), or {} when there is no index.
+
+    Raises CheckpointError when the folder also has a `<stem>`.safetensors (transformers reads that file, the
     index's shards may hold other weights: which one is meant cannot be told), when a shard path is absolute or
     leaves the folder (`../outside.safetensors`; compared as written, so a symlinked shard, as in the Hugging
     Face cache, is fine), or when a listed shard is missing."""
-    index = folder / "model.safetensors.index.json"
+    index = folder / f"{stem}.safetensors.index.json"
     if not index.is_file():
         return {}
-    single = folder / "model.safetensors"
+    single = folder / f"{stem}.safetensors"
     if single.is_file():
         raise CheckpointError(
             f"{folder}: both {single.name} and {index.name} are here; transformers reads {single.name}, and the "

@@ -3,10 +3,12 @@
 `linnet generate --weights DIR` without a source file asks `choose(DIR)`: the checkpoint's
 `model_type` (config.json's, or a GGUF file's `general.architecture`, `-` read as `_`) names
 the example `examples/<model_type>.linnet` (the file-name convention of the zoo: one source per
-Hugging Face `model_type`), and the preset is the one whose config differs from the
-checkpoint's config in the fewest fields (the first declared on a tie). The checkpoint's own
-values still win over the preset's when the model loads; the preset supplies what config.json
-leaves out.
+Hugging Face `model_type`). A diffusers model's config.json has no `model_type`: its `_class_name`
+in snake case, without the `Model` suffix, stands in (`AutoencoderKL` -> `autoencoder_kl`,
+`UNet2DConditionModel` -> `unet_2d_condition`, the names of diffusers' own modules). The preset
+is the one whose config differs from the checkpoint's config in the fewest fields (the first
+declared on a tie). The checkpoint's own values still win over the preset's when the model
+loads; the preset supplies what config.json leaves out.
 
 The index is the examples folder itself, read when asked, so a new `examples/<model_type>.linnet`
 joins without code changes. The folder is `examples/` beside `runtimes/` in a source tree and
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +32,7 @@ from linnet.ir.build import check_source, preset_config, read_source
 
 from .checkpoints import open_checkpoint
 
-__all__ = ["Choice", "choose", "closest_preset", "examples_dir", "known_sources"]
+__all__ = ["Choice", "choose", "closest_preset", "diffusers_model_type", "examples_dir", "known_sources"]
 
 
 def examples_dir() -> Path:
@@ -90,11 +93,13 @@ def choose(weights: str | os.PathLike[str], folder: Path | None = None) -> Choic
         checkpoint.close()
     known = known_sources(folder)
     model_type = config.get("model_type")
+    if model_type is None and isinstance(config.get("_class_name"), str):
+        model_type = diffusers_model_type(config["_class_name"])
     listed = ", ".join(known) or f"none: no examples in {folder or examples_dir()}"
     if not isinstance(model_type, str) or not model_type:
         raise LoadError(
-            f"{weights}: its config names no model_type, so no example can be picked for it; "
-            f"give the source file (known model types: {listed})"
+            f"{weights}: its config names no model_type (nor a diffusers `_class_name`), so no example can be "
+            f"picked for it; give the source file (known model types: {listed})"
         )
     model_type = model_type.replace("-", "_")  # GGUF spells architectures with `-` (gpt-oss)
     if model_type not in known:
@@ -103,6 +108,20 @@ def choose(weights: str | os.PathLike[str], folder: Path | None = None) -> Choic
             "give a source file for it"
         )
     return closest_preset(known[model_type], config, model_type)
+
+
+# The words of a diffusers class name: `UNet` and a dimension count such as `2D` are single words in diffusers'
+# module names (unet_2d_condition.py), then capitalised words, acronyms (`KL`) and numbers.
+_CLASS_WORDS = re.compile(r"UNet|\d+D|[A-Z][a-z]+|[A-Z]+(?![a-z])|\d+|[a-z]+")
+
+
+def diffusers_model_type(class_name: str) -> str:
+    """The zoo's name of a diffusers model class: its words in snake case, without a trailing `Model`
+    (`AutoencoderKL` -> "autoencoder_kl", `UNet2DConditionModel` -> "unet_2d_condition")."""
+    words = _CLASS_WORDS.findall(class_name)
+    if len(words) > 1 and words[-1] == "Model":
+        words.pop()
+    return "_".join(w.lower() for w in words)
 
 
 def closest_preset(source: Path, config: dict[str, Any], model_type: str = "") -> Choice:

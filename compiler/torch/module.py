@@ -119,9 +119,11 @@ class LinnetModule(nn.Module):
             return
         for name in self.program.entries:
             fn = getattr(self.root, name)
+            # a model without state may name an entry `decode` too (a VAE's): not a one-token step
+            step = name in STEP_ENTRIES and bool(self.program.state)
             if self.mode == "inductor":
-                fn = _decode_compiled(fn) if name in STEP_ENTRIES else torch.compile(fn, fullgraph=True, dynamic=True)
-            elif self.mode == "cuda-graphs" and name in STEP_ENTRIES:
+                fn = _decode_compiled(fn) if step else torch.compile(fn, fullgraph=True, dynamic=True)
+            elif self.mode == "cuda-graphs" and step:
                 fn = _CudaGraphStep(fn)
             self._entries[name] = fn
 

@@ -57,6 +57,8 @@ METADATA_KEYS = frozenset(
         # the file: what wrote it, which classes read it, the stored dtype
         "architectures", "model_type", "transformers_version", "torch_dtype", "dtype", "_name_or_path",
         "_commit_hash", "_attn_implementation", "_attn_implementation_autoset", "auto_map", "transformers.js_config",
+        # diffusers' config.json: the class that reads it and the version that wrote it (ConfigMixin.save_config)
+        "_class_name", "_diffusers_version",
         # what a transformers forward returns besides the outputs, and training switches
         "output_attentions", "output_hidden_states", "return_dict", "torchscript", "gradient_checkpointing",
         # the feed-forward chunked over positions: the same values (`apply_chunking_to_forward`)

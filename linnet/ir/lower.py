@@ -308,11 +308,13 @@ class Lowering:
         return graph
 
     def check_returns(self, ctx: Context, fn: A.FnDef, outs: list[Value], item: Item) -> None:
-        """The entry's results against its declared return type under this config: where the
-        checker could not know a size (a slice by a count a loop computes), the lowered
-        program is the first to see it, and a mismatch is an error, not a silently different
-        output. Raises LoweringError at the return type."""
-        if fn.ret is None:
+        """The results of an entry or a called function against its declared return type under
+        this config (`ctx`, the callee's context at a call): where the checker could not know a
+        size (a slice by a count a loop computes, the branches of an `if` on a parameter of a
+        generic module), the lowered program is the first to see it, and a mismatch is an error,
+        not a silently different output. Types with `...` are not compared. Raises
+        LoweringError at the return type."""
+        if fn.ret is None or not all(isinstance(o, Value) for o in outs):
             return
         declared = fn.ret.items if isinstance(fn.ret, A.TupleType) else [fn.ret]
         if len(declared) != len(outs):
@@ -324,7 +326,11 @@ class Lowering:
                 want = self.concrete_type(ctx, t)
             except LoweringError:
                 continue
-            same = want.dtype == o.dtype and [d.key() for d in want.shape.dims] == [d.key() for d in o.dims]
+            same = (
+                want.dtype == o.dtype
+                and len(want.shape.dims) == len(o.dims)
+                and all(a.same(b) for a, b in zip(want.shape.dims, o.dims))
+            )
             if not same:
                 raise LoweringError(
                     self.where(item, t) + f"`{fn.name.id}` returns {format_tensor_type(o.type)} under this config, "
@@ -429,8 +435,14 @@ class Lowering:
             atom = _param_atom(res, p)
             if atom is not None and isinstance(args.get(p.name.id), Dim):
                 subst[atom] = args[p.name.id]
+        whole = _whole_dims(fn, args)
         for name, atom in self.dim_vars(res, fn).items():
             solved = info.dims.get(name)
+            if solved is None and name in whole:
+                # a size the checker could not know at the call (a local a loop over differing elements
+                # reassigns: `ItemChecker.varied_type`) is the argument's, read from its shape here
+                subst[atom] = whole[name]
+                continue
             if solved is None:
                 raise LoweringError(
                     self.where(caller.item, e)
@@ -1158,10 +1170,14 @@ class Lowering:
             if graph is None:  # not a function of tensors, or of dims it cannot read: in place
                 callee = Env(ctx)
                 callee.vars.update({p.name: args[p.name.id] for p in fn.params})
-                return self.block(fn.body, callee.child())
+                result = self.block(fn.body, callee.child())
+                self.check_returns(ctx, fn, list(result) if isinstance(result, tuple) else [result], ref.item)
+                return result
         finally:
             self._item = saved
-        return self.emit_call(graph, ref, args, e)
+        result = self.emit_call(graph, ref, args, e)
+        self.check_returns(ctx, fn, list(result) if isinstance(result, tuple) else [result], ref.item)
+        return result
 
     def specialise(self, ref: FnRef, ctx: Context, args: dict[str, Any]) -> Graph | None:
         """The function of `Program.functions` that runs `ref` on arguments like `args`
@@ -1368,6 +1384,26 @@ def _spec_key(v) -> Any:
     if isinstance(v, (list, tuple)) and not any(isinstance(x, Value) for x in v):
         return ("seq", tuple(_spec_key(x) for x in v))
     raise _Unspecialisable()
+
+
+def _whole_dims(fn: A.FnDef, args: dict[str, Any]) -> dict[str, Dim]:
+    """The dims of `fn`'s tensor arguments (lowered `Value`s in `args`) that its parameter types declare as a
+    whole dim variable (`H` of `x: [B, C, H, W]`; dims after a `...` counted from the end), by name."""
+    out: dict[str, Dim] = {}
+    for p in fn.params:
+        v = args.get(p.name.id)
+        if not isinstance(v, Value) or not isinstance(p.type, A.TensorType):
+            continue
+        declared, dims = p.type.dims, list(v.dims)
+        if any(isinstance(d, A.EllipsisDim) for d in declared):
+            declared = declared[[isinstance(d, A.EllipsisDim) for d in declared].index(True) + 1 :]
+            dims = dims[len(dims) - len(declared) :] if len(declared) <= len(dims) else []
+        if len(declared) != len(dims):
+            continue
+        for d, actual in zip(declared, dims):
+            if isinstance(d, A.Name):
+                out.setdefault(d.id, actual)
+    return out
 
 
 def _type_key(t: TensorT) -> Any:

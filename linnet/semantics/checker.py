@@ -27,6 +27,7 @@ from ..types.core import (
     ModuleListT,
     ModuleT,
     ScalarT,
+    Shape,
     TensorT,
     TupleT,
     Type,
@@ -39,7 +40,15 @@ from ..types.core import (
 from ..types.dims import Dim, const
 from .calls import CallsMixin
 from .configs import ConfigEvaluator
-from .describe import binding_kind, dtype_text, has_error_stmt, kind_text, shape_pair, shapes_equal, tail_node
+from .describe import (
+    binding_kind,
+    dtype_text,
+    has_error_stmt,
+    kind_text,
+    shape_pair,
+    shapes_equal,
+    tail_node,
+)
 from .diagnostics import Finding, Label, LocalAnchor, SymbolAnchor, symbol
 from .expressions import ExpressionsMixin
 from .members import MembersMixin
@@ -112,6 +121,10 @@ class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
         # How many `for` bodies and branches of an `if` whose condition is not known enclose
         # the code being checked: a compile-time local assigned there has no one value after.
         self.unsure = 0
+        # The `unsure` depths of the enclosing `for` loops over lists whose elements receive their index (and so
+        # may differ): a local from outside such a loop may change shape there (see `check_assign_type`).
+        self.varying_loops: list[int] = []
+        self.varied = False  # whether such a local changed shape in the loop body being checked
         self.fn_locals: list[tuple[str, Binding]] = []
         self.current_fn: tuple | None = None  # the file and symbol path of the function being checked
 
@@ -448,11 +461,34 @@ class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
             return
         self.ref(s.target, b.anchor)
         self.record(s.target, b.type)
+        if any(b.depth < depth for depth in self.varying_loops) and isinstance(t, TensorT):
+            varied = self.varied_type(t, b.type)
+            if varied is not b.type and varied.shape.dims != b.type.shape.dims:
+                b.type, self.varied = varied, True
         self.check_assign_type(t, b.type, s, "local")
         if isinstance(b.type, ScalarT):
             # A compile-time local holds what was assigned last; uses after an assignment in a
             # loop or under a condition not known here see no one value (lowering computes it).
             b.type = t if isinstance(t, ScalarT) and self.unsure == b.depth else ScalarT(b.type.kind, None)
+
+    def varied_type(self, t: TensorT, declared: Type) -> Type:
+        """The type of a local from outside a loop over elements that differ (`[Block(c, i) for i in range(n)]`)
+        that the loop's body assigns `t`: each element may give the local a size of its own (a VAE's up blocks
+        double the image and change its channels), which the body, checked once for a symbolic index, cannot
+        know. The dims where `t` and `declared` differ become unknown, for the rest of the function; lowering,
+        which unrolls such a loop, computes every size and checks the entry's result against its declared type.
+        The rank, the `...` and the dtype still must not change (`check_assign_type` reports those)."""
+        if not isinstance(declared, TensorT) or t.dtype != declared.dtype:
+            return declared
+        if (t.shape.prefix is None) != (declared.shape.prefix is None) or len(t.shape) != len(declared.shape):
+            return declared
+        dims = tuple(
+            a if a is not None and b is not None and a.same(b) else None
+            for a, b in zip(declared.shape.dims, t.shape.dims)
+        )
+        if dims == declared.shape.dims:
+            return declared
+        return TensorT(declared.dtype, Shape(dims, declared.shape.prefix))
 
     def check_assign_type(self, t: Type, declared: Type, s: A.Assign, what: str) -> None:
         if isinstance(t, UnknownT) or isinstance(declared, UnknownT):
@@ -482,7 +518,6 @@ class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
 
     def for_loop(self, s: A.For, scope: Scope) -> None:
         t = self.expr(s.iter, scope)
-        inner = Scope(scope, "block")
         if isinstance(t, ModuleListT):
             elem: Type = ModuleT(t.instance)
         elif isinstance(t, UnknownT):
@@ -494,7 +529,6 @@ class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
             elem = UNKNOWN
         b = Binding(elem, "loop", self.anchor(s.var), s.var, uses=1)
         self.ref(s.var, b.anchor)
-        inner.bind(s.var.id, b)
         self.record(s.var, elem)
         # The body runs once per item: a compile-time local it assigns has no one value in it.
         for node in A.walk(s.body):
@@ -502,8 +536,27 @@ class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
                 outer = scope.lookup_in_fn(node.target.id)
                 if outer is not None and outer.kind == "local" and isinstance(outer.type, ScalarT):
                     outer.type = ScalarT(outer.type.kind, None)
+        varying = isinstance(t, ModuleListT) and t.index is not None
+        marks = (len(self.result.findings), len(self.result.refs), len(self.result.calls), len(self.fn_locals))
+        varied, self.varied = self.varied, False
         self.unsure += 1
+        if varying:
+            self.varying_loops.append(self.unsure)
         try:
+            inner = Scope(scope, "block")
+            inner.bind(s.var.id, b)
             self.block(s.body, inner)
+            if self.varied:
+                # An element gave a local from outside a new size (`varied_type`): the body is checked again
+                # with those dims unknown from its start, as every element but the first sees them, so that
+                # what it found and the dims it solved at calls hold for every element.
+                del self.result.findings[marks[0] :], self.result.refs[marks[1] :], self.result.calls[marks[2] :]
+                del self.fn_locals[marks[3] :]
+                inner = Scope(scope, "block")
+                inner.bind(s.var.id, b)
+                self.block(s.body, inner)
         finally:
             self.unsure -= 1
+            if varying:
+                self.varying_loops.pop()
+            self.varied = varied or self.varied

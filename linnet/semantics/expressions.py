@@ -310,6 +310,8 @@ class ExpressionsMixin:
             return else_t
         if isinstance(then_t, UnknownT) or isinstance(else_t, UnknownT):
             return UNKNOWN
+        if not types_equal(then_t, else_t) and (merged := _merged_sizes(then_t, else_t)) is not None:
+            return merged
         if not types_equal(then_t, else_t):
             self.report(
                 "L306",
@@ -476,3 +478,22 @@ def _same_value(a, b) -> bool:
     if isinstance(a, Dim) and isinstance(b, Dim):
         return a.same(b)
     return type(a) is type(b) and a == b
+
+
+def _merged_sizes(a: Type, b: Type) -> Type | None:
+    """The type of an `if` whose condition is not known here (a parameter of a generic module: `if scale == 2`)
+    and whose branches are tensors (or tuples of tensors) of one dtype and rank that differ in dims: those dims
+    unknown (each instance of the module takes one branch, and lowering, which knows which, computes its sizes
+    and checks the function's declared result). None when the branches are not such a pair."""
+    if isinstance(a, TupleT) and isinstance(b, TupleT) and len(a.items) == len(b.items):
+        items = [x if types_equal(x, y) else _merged_sizes(x, y) for x, y in zip(a.items, b.items)]
+        return None if any(m is None for m in items) else TupleT(tuple(items))
+    if not (isinstance(a, TensorT) and isinstance(b, TensorT)) or a.dtype != b.dtype:
+        return None
+    if (a.shape.prefix is None) != (b.shape.prefix is None) or len(a.shape) != len(b.shape):
+        return None
+    if a.shape.prefix is not None and a.shape.prefix is not b.shape.prefix:
+        return None
+    pairs = zip(a.shape.dims, b.shape.dims)
+    dims = tuple(x if x is not None and y is not None and x.same(y) else None for x, y in pairs)
+    return TensorT(a.dtype, Shape(dims, a.shape.prefix))

@@ -211,7 +211,9 @@ def _check_entry(checker: ItemChecker, inst: Instance, fn: A.FnDef, decoder: boo
 
     _check_entry_dims(checker, fn, list(params.values()))
 
-    if fn.name.id in ("step", "decode"):
+    # `decode` is a decoder's (generation's one-token step); a model without state may name an entry so for what
+    # its reference calls `decode` (diffusers' AutoencoderKL.decode: latents to images).
+    if fn.name.id == "step" or (fn.name.id == "decode" and decoder):
         which = fn.name.id
         names = [p.name.id for p in fn.params]
         if names != [n for n, _ in _STEP_PARAMS]:
