@@ -1,0 +1,111 @@
+"""The tiny model, tokenizer and data the preference-training tests (DPO, GRPO) share.
+
+A seeded 2-layer Llama (hidden 32) random-initialised by transformers and saved with `save_pretrained`, next to a
+character-level `tokenizer.json` (digits, `*`, `=`, space; `<s>` BOS added by the post-processor, `</s>` EOS,
+`<pad>`), so TRL (which needs a tokenizer) and Linnet (which loads the same folder) see the same ids. The data are
+two-number multiplication prompts ("12*34=") whose answers the reward functions of `linnet.train.rewards` score.
+Nothing here imports torch or transformers at import time.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+CHARS = "0123456789*= "
+SPECIALS = ("<s>", "</s>", "<pad>", "<unk>")
+VOCAB_SIZE = 64  # the tokenizer uses 17 ids; the rest are never produced by it (the model may sample them)
+
+
+def save_char_tokenizer(folder: Path) -> None:
+    """Write a character-level fast tokenizer (tokenizer.json + tokenizer_config.json) into `folder`."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {tok: i for i, tok in enumerate(SPECIALS)}
+    vocab.update({c: len(SPECIALS) + i for i, c in enumerate(CHARS)})
+    for i in range(len(vocab), VOCAB_SIZE):
+        vocab[f"<extra_{i}>"] = i
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    backend.decoder = decoders.Fuse()
+    backend.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 0)])
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=backend, bos_token="<s>", eos_token="</s>", pad_token="<pad>", unk_token="<unk>"
+    )
+    fast.save_pretrained(folder)
+
+
+def save_tiny_llama(folder: Path, seed: int = 0) -> Path:
+    """A seeded 2-layer LlamaForCausalLM (hidden 32, 4 heads, GQA 2, vocab 64) and its char tokenizer, saved into
+    `folder` with save_pretrained in f32. Returns `folder`."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=VOCAB_SIZE,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=False,
+        initializer_range=0.2,  # larger than Llama's 0.02, so the random model's distributions are not flat
+        bos_token_id=0,
+        eos_token_id=1,
+        pad_token_id=2,
+    )
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config).eval()
+    model.save_pretrained(folder, safe_serialization=True)
+    save_char_tokenizer(folder)
+    return folder
+
+
+def multiplication_prompts(n: int, seed: int = 0) -> list[dict]:
+    """`n` GRPO rows {"prompt": "ab*cd="} of two 2-digit numbers (all prompts have the same length, 7 ids with
+    BOS, so no prompt is padded), from a seeded `random.Random`."""
+    rng = random.Random(seed)
+    return [{"prompt": f"{rng.randint(10, 99)}*{rng.randint(10, 99)}="} for _ in range(n)]
+
+
+def multiplication_preferences(n: int, seed: int = 0) -> list[dict]:
+    """`n` DPO rows {"prompt", "chosen", "rejected"}: the product as chosen, a wrong product (off by a seeded
+    amount) as rejected."""
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(n):
+        a, b = rng.randint(10, 99), rng.randint(10, 99)
+        wrong = a * b + rng.choice([-1, 1]) * rng.randint(1, 300)
+        rows.append({"prompt": f"{a}*{b}=", "chosen": str(a * b), "rejected": str(wrong)})
+    return rows
+
+
+def _product(prompt: str) -> str:
+    a, b = prompt.rstrip("=").split("*")
+    return str(int(a) * int(b))
+
+
+def exact_product_reward(prompts: list[str], completions: list[str], **kwargs) -> list[float]:
+    """1.0 where the completion is the product of the prompt's two numbers, else 0.0 (TRL's reward-function
+    signature: one float per completion)."""
+    return [float(c.strip() == _product(p)) for p, c in zip(prompts, completions, strict=True)]
+
+
+def product_digits_reward(prompts: list[str], completions: list[str], **kwargs) -> list[float]:
+    """Partial credit, so a random model's group rewards differ (an exact-answer reward is 0 for every sample of
+    an untrained model, and so is every advantage): over the answer's positions, 0.5 for a digit and 0.5 more for
+    the right digit; 1.0 exactly when the completion starts with the product."""
+    scores = []
+    for p, c in zip(prompts, completions, strict=True):
+        answer = _product(p)
+        hits = sum(0.5 * ch.isdigit() + 0.5 * (ch == want) for ch, want in zip(c, answer))
+        scores.append(hits / len(answer))
+    return scores
+
+
+def raising_reward(prompts: list[str], completions: list[str], **kwargs) -> list[float]:
+    """A reward function with a bug, for the error tests."""
+    raise ZeroDivisionError("division by zero")

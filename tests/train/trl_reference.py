@@ -1,0 +1,144 @@
+"""TRL 1.16 + PEFT reference runs for the DPO and GRPO tests: DPOTrainer / GRPOTrainer with a fresh LoRA adapter
+(PEFT's defaults: r 8, alpha 8, dropout 0, q_proj and v_proj for Llama) on a folder saved by
+`toy_pref.save_tiny_llama`, f32 on CPU, no shuffling (`train_sampling_strategy="sequential"` for DPO,
+`shuffle_dataset=False` for GRPO), seeded, and every step logged.
+
+Each run returns what the Linnet side needs to replay it: per-step losses and metrics, and for GRPO the batch TRL
+trained on at each step (prompt ids, sampled completion ids and masks, rewards, advantages), so Linnet's loss can be
+computed on exactly those completions. Nothing here imports torch, transformers, peft or trl at import time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class ReferenceRun:
+    """Per-step records of one TRL run: `losses[i]` and `metrics[i]` (TRL's logged names) of optimizer step i;
+    `batches[i]` the GRPO generation batch of step i (numpy arrays); `adapter` the saved adapter folder."""
+
+    losses: list[float] = field(default_factory=list)
+    metrics: list[dict] = field(default_factory=list)
+    batches: list[dict] = field(default_factory=list)
+    adapter: Path | None = None
+
+
+def _lora_config(r: int = 8, alpha: int = 8):
+    from peft import LoraConfig
+
+    return LoraConfig(r=r, lora_alpha=alpha, lora_dropout=0.0, task_type="CAUSAL_LM")  # targets: PEFT's Llama default
+
+
+def _common_args(out: Path, steps: int, batch_size: int, learning_rate: float) -> dict:
+    return dict(
+        output_dir=str(out),
+        max_steps=steps,
+        per_device_train_batch_size=batch_size,
+        learning_rate=learning_rate,
+        logging_steps=1,
+        save_strategy="no",
+        report_to=[],
+        seed=0,
+        bf16=False,
+        use_cpu=True,
+        gradient_checkpointing=False,
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+    )
+
+
+def _collect(trainer, run: ReferenceRun) -> None:
+    """Move the trainer's logged rows (one per step, logging_steps=1) into `run.metrics` / `run.losses`."""
+    for row in trainer.state.log_history:
+        if "loss" in row:
+            run.losses.append(float(row["loss"]))
+            run.metrics.append(dict(row))
+
+
+def trl_dpo(model_dir: Path, rows: list[dict], out: Path, steps: int, batch_size: int = 2, **config) -> ReferenceRun:
+    """Train a new LoRA adapter with TRL's DPOTrainer (ref_model=None: the reference is the model with the
+    adapter disabled) for `steps` steps on `rows` in order. `config` overrides DPOConfig fields (beta...).
+    The adapter is saved to `out / "adapter"`."""
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import DPOConfig, DPOTrainer
+
+    config.setdefault("learning_rate", 1e-3)  # TRL's 1e-6 would not move a test model in a few steps
+    args = DPOConfig(
+        **_common_args(out, steps, batch_size, config.pop("learning_rate")),
+        train_sampling_strategy="sequential",
+        **config,
+    )
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    trainer = DPOTrainer(
+        model=model,
+        args=args,
+        train_dataset=Dataset.from_list(rows),
+        processing_class=tokenizer,
+        peft_config=_lora_config(),
+    )
+    trainer.train()
+    run = ReferenceRun()
+    _collect(trainer, run)
+    run.adapter = out / "adapter"
+    trainer.model.save_pretrained(run.adapter)
+    return run
+
+
+def trl_grpo(
+    model_dir: Path,
+    rows: list[dict],
+    reward_funcs: list,
+    out: Path,
+    steps: int,
+    num_generations: int = 4,
+    max_completion_length: int = 6,
+    **config,
+) -> ReferenceRun:
+    """Train a new LoRA adapter with TRL's GRPOTrainer for `steps` steps, one prompt (a group of
+    `num_generations` completions) per step, prompts in order; records each step's generation batch.
+    `config` overrides GRPOConfig fields (beta, loss_type...)."""
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    run = ReferenceRun()
+
+    class RecordingGRPOTrainer(GRPOTrainer):
+        def _generate_and_score_completions(self, inputs):
+            batch = super()._generate_and_score_completions(inputs)
+            keys = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "advantages")
+            record = {k: batch[k].detach().cpu().numpy().copy() for k in keys}
+            record["prompts"] = [x["prompt"] for x in inputs]
+            run.batches.append(record)
+            return batch
+
+    config.setdefault("learning_rate", 1e-3)
+    args = GRPOConfig(
+        **_common_args(out, steps, num_generations, config.pop("learning_rate")),
+        num_generations=num_generations,
+        max_completion_length=max_completion_length,
+        shuffle_dataset=False,
+        pad_to_multiple_of=None,
+        **config,
+    )
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    trainer = RecordingGRPOTrainer(
+        model=model,
+        reward_funcs=reward_funcs,
+        args=args,
+        train_dataset=Dataset.from_list(rows),
+        processing_class=tokenizer,
+        peft_config=_lora_config(),
+    )
+    trainer.train()
+    _collect(trainer, run)
+    run.adapter = out / "adapter"
+    trainer.model.save_pretrained(run.adapter)
+    return run
