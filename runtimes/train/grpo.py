@@ -9,9 +9,11 @@ Each prompt is sampled G = `num_generations` times; the reward function scores e
     A_i      = (r_i − mean(r_group)) / (std(r_group) + 1e-4)          std Bessel-corrected (trl/trainer/utils.py nanstd)
     ratio_t  = exp(log π_θ(o_t) − log π_old(o_t))                     π_old = π_θ detached when num_iterations = 1
     L_t      = −min(ratio_t · A_i, clip(ratio_t, 1 − ε, 1 + ε) · A_i) + β · KL_t
-    KL_t     = exp(log π_ref − log π_θ) − (log π_ref − log π_θ) − 1   (k3, only when β > 0)
+    KL_t     = ratio_t · (exp(log π_ref − log π_θ) − (log π_ref − log π_θ) − 1)   (k3, only when β > 0)
     loss     = Σ_{i,t} L_t · mask_{i,t} / (active completion tokens of the whole generation batch)   ("dapo")
 
+The ratio on the k3 term is TRL 1.16's `use_bias_correction_kl=True` default (DeepSeek-V3.2, arXiv:2512.02556): its
+value is 1 when num_iterations = 1, but it turns the term's gradient into the unbiased reverse-KL gradient.
 Log-probs are taken from logits divided by the sampling temperature, as TRL does. With β > 0 and LoRA the
 reference is the model with adapters disabled (TRL with a PEFT model and no `ref_model`).
 """
@@ -80,6 +82,7 @@ def grpo_loss(
     ref_per_token_logps: torch.Tensor | None = None,
     beta: float = GRPO_DEFAULT_BETA,
     epsilon: float = GRPO_DEFAULT_EPSILON,
+    bias_correction_kl: bool = True,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """TRL's default ("dapo") GRPO loss of one micro-batch.
 
@@ -94,6 +97,7 @@ def grpo_loss(
         ref_per_token_logps: f32[N, C] under the reference; needed when `beta` > 0.
         beta: the k3 KL coefficient (TRL's default 0.0).
         epsilon: the PPO clip range (0.2).
+        bias_correction_kl: multiply KL_t by the ratio (TRL's `use_bias_correction_kl`, default True).
 
     Returns (loss, metrics): `kl` (masked mean of KL_t, when β > 0) and `clip_ratio/region_mean`.
     Raises ValueError when β > 0 without reference log-probs."""
@@ -110,6 +114,8 @@ def grpo_loss(
             raise ValueError("grpo_loss: beta > 0 needs the reference model's log-probs")
         delta = ref_per_token_logps - per_token_logps
         per_token_kl = torch.exp(delta) - delta - 1
+        if bias_correction_kl:
+            per_token_kl = per_token_kl * ratio
         per_token_loss = per_token_loss + beta * per_token_kl
         metrics["kl"] = ((per_token_kl.detach() * mask).sum() / active).item()
     region = ((ratio < 1 - epsilon) & (adv < 0)) | ((ratio > 1 + epsilon) & (adv > 0))

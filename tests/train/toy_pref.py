@@ -106,6 +106,12 @@ def product_digits_reward(prompts: list[str], completions: list[str], **kwargs) 
     return scores
 
 
+def digit_share_reward(prompts: list[str], completions: list[str], **kwargs) -> list[float]:
+    """The share of a completion's characters that are digits (a format reward that varies a lot between the
+    samples of an untrained model, so advantages are seldom all 0)."""
+    return [sum(ch.isdigit() for ch in c) / max(len(c), 1) for c in completions]
+
+
 def raising_reward(prompts: list[str], completions: list[str], **kwargs) -> list[float]:
     """A reward function with a bug, for the error tests."""
     raise ZeroDivisionError("division by zero")

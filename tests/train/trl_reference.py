@@ -43,7 +43,7 @@ def _common_args(out: Path, steps: int, batch_size: int, learning_rate: float) -
         seed=0,
         bf16=False,
         use_cpu=True,
-        gradient_checkpointing=False,
+        activation_checkpointing=False,
         dataloader_num_workers=0,
         disable_tqdm=True,
     )
@@ -57,10 +57,9 @@ def _collect(trainer, run: ReferenceRun) -> None:
             run.metrics.append(dict(row))
 
 
-def trl_dpo(model_dir: Path, rows: list[dict], out: Path, steps: int, batch_size: int = 2, **config) -> ReferenceRun:
-    """Train a new LoRA adapter with TRL's DPOTrainer (ref_model=None: the reference is the model with the
-    adapter disabled) for `steps` steps on `rows` in order. `config` overrides DPOConfig fields (beta...).
-    The adapter is saved to `out / "adapter"`."""
+def dpo_trainer(model_dir: Path, rows: list[dict], out: Path, steps: int, batch_size: int = 2, **config):
+    """TRL's DPOTrainer with a new LoRA adapter (ref_model=None: the reference is the model with the adapter
+    disabled), `steps` steps over `rows` in order. `config` overrides DPOConfig fields (beta, learning_rate...)."""
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -73,14 +72,18 @@ def trl_dpo(model_dir: Path, rows: list[dict], out: Path, steps: int, batch_size
         **config,
     )
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    trainer = DPOTrainer(
+    return DPOTrainer(
         model=model,
         args=args,
         train_dataset=Dataset.from_list(rows),
-        processing_class=tokenizer,
+        processing_class=AutoTokenizer.from_pretrained(model_dir),
         peft_config=_lora_config(),
     )
+
+
+def trl_dpo(model_dir: Path, rows: list[dict], out: Path, steps: int, batch_size: int = 2, **config) -> ReferenceRun:
+    """Train `dpo_trainer(...)`; the adapter is saved to `out / "adapter"`."""
+    trainer = dpo_trainer(model_dir, rows, out, steps, batch_size, **config)
     trainer.train()
     run = ReferenceRun()
     _collect(trainer, run)
@@ -89,33 +92,33 @@ def trl_dpo(model_dir: Path, rows: list[dict], out: Path, steps: int, batch_size
     return run
 
 
-def trl_grpo(
+def grpo_trainer(
     model_dir: Path,
     rows: list[dict],
     reward_funcs: list,
     out: Path,
     steps: int,
+    run: ReferenceRun | None = None,
     num_generations: int = 4,
     max_completion_length: int = 6,
     **config,
-) -> ReferenceRun:
-    """Train a new LoRA adapter with TRL's GRPOTrainer for `steps` steps, one prompt (a group of
-    `num_generations` completions) per step, prompts in order; records each step's generation batch.
-    `config` overrides GRPOConfig fields (beta, loss_type...)."""
+):
+    """TRL's GRPOTrainer with a new LoRA adapter, `steps` steps, one prompt (a group of `num_generations`
+    completions) per step, prompts in order. When `run` is given, each step's generation batch is recorded into
+    `run.batches`. `config` overrides GRPOConfig fields (beta, loss_type, learning_rate...)."""
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
-    run = ReferenceRun()
-
     class RecordingGRPOTrainer(GRPOTrainer):
         def _generate_and_score_completions(self, inputs):
             batch = super()._generate_and_score_completions(inputs)
-            keys = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "advantages")
-            record = {k: batch[k].detach().cpu().numpy().copy() for k in keys}
-            record["prompts"] = [x["prompt"] for x in inputs]
-            run.batches.append(record)
+            if run is not None:
+                keys = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "advantages")
+                record = {k: batch[k].detach().cpu().numpy().copy() for k in keys}
+                record["prompts"] = [x["prompt"] for x in inputs]
+                run.batches.append(record)
             return batch
 
     config.setdefault("learning_rate", 1e-3)
@@ -128,15 +131,21 @@ def trl_grpo(
         **config,
     )
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    trainer = RecordingGRPOTrainer(
+    return RecordingGRPOTrainer(
         model=model,
         reward_funcs=reward_funcs,
         args=args,
         train_dataset=Dataset.from_list(rows),
-        processing_class=tokenizer,
+        processing_class=AutoTokenizer.from_pretrained(model_dir),
         peft_config=_lora_config(),
     )
+
+
+def trl_grpo(model_dir: Path, rows: list[dict], reward_funcs: list, out: Path, steps: int, **config) -> ReferenceRun:
+    """Train `grpo_trainer(...)`, recording every step's generation batch; the adapter is saved to
+    `out / "adapter"`."""
+    run = ReferenceRun()
+    trainer = grpo_trainer(model_dir, rows, reward_funcs, out, steps, run=run, **config)
     trainer.train()
     _collect(trainer, run)
     run.adapter = out / "adapter"
