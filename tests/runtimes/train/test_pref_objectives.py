@@ -4,14 +4,14 @@ B matrices are made non-zero, so the trained model and the reference (adapter di
 
 The logits both sides use come from the same transformers model, so these tests check the objectives' math
 (summed log-probs, masks, the sigmoid loss, advantages, the clipped ratio, the k3 KL, the dapo normaliser,
-the metrics), not a backend; tests/train/test_dpo.py and test_grpo.py run Linnet's trainer against TRL's."""
+the metrics), not a backend; test_dpo.py and test_grpo.py run Linnet's trainer against TRL's."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.train import toy_pref
-from tests.train.trl_reference import dpo_trainer, grpo_trainer
+from tests.runtimes.train import toy_pref
+from tests.runtimes.train.trl_reference import dpo_trainer, grpo_trainer
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("trl")
@@ -23,14 +23,6 @@ from linnet.runtimes.train.logprobs import sequence_logps  # noqa: E402
 pytestmark = [pytest.mark.torch, pytest.mark.usefixtures("one_torch_thread")]
 
 TOL = 1e-6  # f32, same logits on both sides: only the order of the sums differs
-
-
-@pytest.fixture(scope="module")
-def one_torch_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

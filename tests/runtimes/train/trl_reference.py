@@ -57,9 +57,12 @@ def _collect(trainer, run: ReferenceRun) -> None:
             run.metrics.append(dict(row))
 
 
-def dpo_trainer(model_dir: Path, rows: list[dict], out: Path, steps: int, batch_size: int = 2, **config):
-    """TRL's DPOTrainer with a new LoRA adapter (ref_model=None: the reference is the model with the adapter
-    disabled), `steps` steps over `rows` in order. `config` overrides DPOConfig fields (beta, learning_rate...)."""
+def dpo_trainer(
+    model_dir: Path, rows: list[dict], out: Path, steps: int, batch_size: int = 2, lora: bool = True, **config
+):
+    """TRL's DPOTrainer, `steps` steps over `rows` in order, with ref_model=None: with `lora`, a new LoRA adapter
+    and the reference is the model with the adapter disabled; without, every parameter trains and TRL loads the
+    checkpoint again as the frozen reference. `config` overrides DPOConfig fields (beta, learning_rate...)."""
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -77,13 +80,15 @@ def dpo_trainer(model_dir: Path, rows: list[dict], out: Path, steps: int, batch_
         args=args,
         train_dataset=Dataset.from_list(rows),
         processing_class=AutoTokenizer.from_pretrained(model_dir),
-        peft_config=_lora_config(),
+        peft_config=_lora_config() if lora else None,
     )
 
 
-def trl_dpo(model_dir: Path, rows: list[dict], out: Path, steps: int, batch_size: int = 2, **config) -> ReferenceRun:
-    """Train `dpo_trainer(...)`; the adapter is saved to `out / "adapter"`."""
-    trainer = dpo_trainer(model_dir, rows, out, steps, batch_size, **config)
+def trl_dpo(
+    model_dir: Path, rows: list[dict], out: Path, steps: int, batch_size: int = 2, lora: bool = True, **config
+) -> ReferenceRun:
+    """Train `dpo_trainer(...)`; the adapter (or the model) is saved to `out / "adapter"`."""
+    trainer = dpo_trainer(model_dir, rows, out, steps, batch_size, lora, **config)
     trainer.train()
     run = ReferenceRun()
     _collect(trainer, run)

@@ -1,10 +1,11 @@
 """The tiny model, tokenizer and data the preference-training tests (DPO, GRPO) share.
 
-A seeded 2-layer Llama (hidden 32) random-initialised by transformers and saved with `save_pretrained`, next to a
-character-level `tokenizer.json` (digits, `*`, `=`, space; `<s>` BOS added by the post-processor, `</s>` EOS,
-`<pad>`), so TRL (which needs a tokenizer) and Linnet (which loads the same folder) see the same ids. The data are
-two-number multiplication prompts ("12*34=") whose answers the reward functions of `linnet.train.rewards` score.
-Nothing here imports torch or transformers at import time.
+A seeded 2-layer Llama (`conftest.tiny_llama_config`) random-initialised by transformers and saved with
+`save_pretrained`, next to a character-level `tokenizer.json` (digits, `*`, `=`, space; `<s>` BOS added by the
+post-processor, `</s>` EOS, `<pad>`, with the model config's ids), so TRL (which needs a tokenizer) and Linnet
+(which loads the same folder) see the same ids. The data are two-number multiplication prompts ("12*34=") and the
+reward functions below score their answers (TRL's reward-function signature, importable as
+`tests.runtimes.train.toy_pref:exact_product_reward`). Nothing here imports torch or transformers at import time.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ import random
 from pathlib import Path
 
 CHARS = "0123456789*= "
-SPECIALS = ("<s>", "</s>", "<pad>", "<unk>")
-VOCAB_SIZE = 64  # the tokenizer uses 17 ids; the rest are never produced by it (the model may sample them)
+SPECIALS = ("<pad>", "<s>", "</s>", "<unk>")  # the ids of conftest.tiny_llama_config: pad 0, BOS 1, EOS 2
+VOCAB_SIZE = 128  # the tokenizer uses 17 ids; the rest are never produced by it (the model may sample them)
 
 
 def save_char_tokenizer(folder: Path) -> None:
@@ -29,7 +30,7 @@ def save_char_tokenizer(folder: Path) -> None:
     backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     backend.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
     backend.decoder = decoders.Fuse()
-    backend.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 0)])
+    backend.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
     fast = PreTrainedTokenizerFast(
         tokenizer_object=backend, bos_token="<s>", eos_token="</s>", pad_token="<pad>", unk_token="<unk>"
     )
@@ -37,29 +38,18 @@ def save_char_tokenizer(folder: Path) -> None:
 
 
 def save_tiny_llama(folder: Path, seed: int = 0) -> Path:
-    """A seeded 2-layer LlamaForCausalLM (hidden 32, 4 heads, GQA 2, vocab 64) and its char tokenizer, saved into
-    `folder` with save_pretrained in f32. Returns `folder`."""
+    """The training tests' 2-layer Llama (`conftest.tiny_llama_config`: hidden 32, GQA 4/2, vocab 128, pad 0,
+    BOS 1, EOS 2), seeded, with weights drawn wider than Llama's 0.02 so that an untrained model's distributions
+    are not flat, and the char tokenizer, saved into `folder` with save_pretrained in f32. Returns `folder`."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
 
-    config = LlamaConfig(
-        vocab_size=VOCAB_SIZE,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        rms_norm_eps=1e-5,
-        tie_word_embeddings=False,
-        initializer_range=0.2,  # larger than Llama's 0.02, so the random model's distributions are not flat
-        bos_token_id=0,
-        eos_token_id=1,
-        pad_token_id=2,
-    )
+    from tests.runtimes.train.conftest import tiny_llama_config
+
+    config = tiny_llama_config()
+    config.initializer_range = 0.2
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(config).eval()
-    model.save_pretrained(folder, safe_serialization=True)
+    LlamaForCausalLM(config).eval().save_pretrained(folder)
     save_char_tokenizer(folder)
     return folder
 
