@@ -106,6 +106,7 @@ def grpo_trainer(
     run: ReferenceRun | None = None,
     num_generations: int = 4,
     max_completion_length: int = 6,
+    lora: bool = True,
     **config,
 ):
     """TRL's GRPOTrainer with a new LoRA adapter, `steps` steps, one prompt (a group of `num_generations`
@@ -142,7 +143,7 @@ def grpo_trainer(
         args=args,
         train_dataset=Dataset.from_list(rows),
         processing_class=AutoTokenizer.from_pretrained(model_dir),
-        peft_config=_lora_config(),
+        peft_config=_lora_config() if lora else None,
     )
 
 
