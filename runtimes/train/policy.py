@@ -96,10 +96,11 @@ class TorchPolicy:
 
     @contextlib.contextmanager
     def adapters_disabled(self):
-        """Within, `logits` is the base model: LoRA adapters' scaling is 0 (PEFT's `disable_adapter()`)."""
-        from .lora import adapters_scaled
+        """Within, `logits` is the base model: every LoRA adapter adds 0 (PEFT's `disable_adapter()`); for
+        forwards without gradients (the DPO reference)."""
+        from .lora import adapters_disabled
 
-        with adapters_scaled(self.module, 0.0):
+        with adapters_disabled(self.module):
             yield
 
     def _checkpoint_layers(self) -> None:

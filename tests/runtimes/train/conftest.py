@@ -13,7 +13,7 @@ import pytest
 
 from tests.runtimes.conftest import LLAMA
 
-__all__ = ["LLAMA", "VOCAB", "tiny_llama", "id_rows", "write_jsonl"]
+__all__ = ["LLAMA", "VOCAB", "STEPS", "LOSS_ATOL", "COMMON", "tiny_llama", "id_rows", "write_jsonl", "trl_sft_losses"]
 
 VOCAB = 128
 
@@ -64,3 +64,73 @@ def id_rows(n: int, seed: int = 0) -> list[dict]:
 def write_jsonl(path: Path, rows: list[dict]) -> Path:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     return path
+
+
+STEPS = 20
+# f32 on both sides; the losses differ by the summation order of the matmuls (~1e-6 relative) compounded over
+# 20 AdamW steps. Each test prints the max difference it sees.
+LOSS_ATOL = 2e-4
+
+# One schedule for every comparison: 2 rows per micro-batch, 2 micro-batches per step (so the loss is normalised
+# over an accumulated step), linear warmup then decay, clipping and weight decay all active.
+COMMON = dict(
+    max_steps=STEPS,
+    per_device_train_batch_size=2,
+    gradient_accumulation_steps=2,
+    learning_rate=1e-3,
+    warmup_steps=3,
+    lr_scheduler_type="linear",
+    max_grad_norm=1.0,
+    weight_decay=0.01,
+)
+
+
+def trl_sft_losses(model_or_folder, rows, options: dict) -> tuple[list[float], list[float]]:
+    """TRL SFTTrainer's per-step (losses, grad_norms) on `rows` (prompt_ids/completion_ids), given to TRL as
+    pre-tokenized `input_ids` + `completion_mask` (TRL builds the labels from the mask under
+    `completion_only_loss=True`, the value its default None takes for prompt/completion data), sequential
+    sampling, f32 on CPU. `model_or_folder`: a saved folder (full SFT) or a model (a PeftModel for LoRA)."""
+    import tempfile
+
+    import torch
+    import transformers
+    from datasets import Dataset
+    from tokenizers import Tokenizer, models
+    from trl import SFTConfig, SFTTrainer
+
+    model = model_or_folder
+    if isinstance(model_or_folder, (str, Path)):
+        model = transformers.LlamaForCausalLM.from_pretrained(model_or_folder, dtype=torch.float32)
+    data = Dataset.from_list(
+        [
+            {
+                "input_ids": r["prompt_ids"] + r["completion_ids"],
+                "completion_mask": [0] * len(r["prompt_ids"]) + [1] * len(r["completion_ids"]),
+            }
+            for r in rows
+        ]
+    )
+    # TRL wants a processing class even for tokenized rows: a word-level vocabulary of the model's ids (pads with 0)
+    words = Tokenizer(models.WordLevel({f"t{i}": i for i in range(VOCAB)}, unk_token="t0"))
+    tokenizer = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=words, pad_token="t0", bos_token="t1", eos_token="t2"
+    )
+    with tempfile.TemporaryDirectory() as out:
+        args = SFTConfig(
+            output_dir=out,
+            **options,
+            logging_steps=1,
+            bf16=False,
+            use_cpu=True,
+            report_to="none",
+            save_strategy="no",
+            train_sampling_strategy="sequential",
+            activation_checkpointing=False,
+            completion_only_loss=True,
+            max_length=None,
+            seed=0,
+        )
+        trainer = SFTTrainer(model=model, args=args, train_dataset=data, processing_class=tokenizer)
+        trainer.train()
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    return [h["loss"] for h in logs], [h["grad_norm"] for h in logs]

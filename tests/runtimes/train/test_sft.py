@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.runtimes.train.conftest import LLAMA, id_rows, write_jsonl
+from tests.runtimes.train.conftest import COMMON, LLAMA, LOSS_ATOL, STEPS, id_rows, trl_sft_losses, write_jsonl
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -24,69 +24,6 @@ import linnet  # noqa: E402
 
 pytestmark = [pytest.mark.torch, pytest.mark.usefixtures("one_torch_thread")]
 
-STEPS = 20
-# f32 on both sides; the losses differ by the summation order of the matmuls (~1e-6 relative) compounded over
-# 20 AdamW steps. Observed max differences are reported by each test.
-LOSS_ATOL = 2e-4
-
-COMMON = dict(
-    max_steps=STEPS,
-    per_device_train_batch_size=2,
-    gradient_accumulation_steps=2,
-    learning_rate=1e-3,
-    warmup_steps=3,
-    lr_scheduler_type="linear",
-    max_grad_norm=1.0,
-    weight_decay=0.01,
-)
-
-
-def trl_sft_losses(folder, rows) -> tuple[list[float], list[float]]:
-    """TRL SFTTrainer's per-step (loss, grad_norm) on `rows` given as pre-tokenized `input_ids` +
-    `completion_mask` (TRL builds the labels from the mask under `completion_only_loss=True`, the value its
-    default None takes for prompt/completion data)."""
-    import tempfile
-
-    import transformers
-    from datasets import Dataset
-    from tokenizers import Tokenizer, models
-    from trl import SFTConfig, SFTTrainer
-
-    model = transformers.LlamaForCausalLM.from_pretrained(folder, dtype=torch.float32)
-    data = Dataset.from_list(
-        [
-            {
-                "input_ids": r["prompt_ids"] + r["completion_ids"],
-                "completion_mask": [0] * len(r["prompt_ids"]) + [1] * len(r["completion_ids"]),
-            }
-            for r in rows
-        ]
-    )
-    # TRL wants a processing class even for tokenized rows: a word-level vocabulary of the model's ids (pads with id 0)
-    words = Tokenizer(models.WordLevel({f"t{i}": i for i in range(128)}, unk_token="t0"))
-    tokenizer = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=words, pad_token="t0", bos_token="t1", eos_token="t2"
-    )
-    with tempfile.TemporaryDirectory() as out:
-        args = SFTConfig(
-            output_dir=out,
-            **COMMON,
-            logging_steps=1,
-            bf16=False,
-            use_cpu=True,
-            report_to="none",
-            save_strategy="no",
-            train_sampling_strategy="sequential",
-            activation_checkpointing=False,
-            completion_only_loss=True,
-            max_length=None,
-            seed=0,
-        )
-        trainer = SFTTrainer(model=model, args=args, train_dataset=data, processing_class=tokenizer)
-        trainer.train()
-    logs = [h for h in trainer.state.log_history if "loss" in h]
-    return [h["loss"] for h in logs], [h["grad_norm"] for h in logs]
-
 
 def test_sft_matches_trl(tiny_llama, tmp_path):
     rows = id_rows(16)
@@ -94,7 +31,7 @@ def test_sft_matches_trl(tiny_llama, tmp_path):
     result = linnet.train(LLAMA, tiny_llama, data=data, method="full", shuffle=False, progress=False, **COMMON)
     ours = [r["loss"] for r in result.history]
     ours_norm = [r["grad_norm"] for r in result.history]
-    theirs, theirs_norm = trl_sft_losses(tiny_llama, rows)
+    theirs, theirs_norm = trl_sft_losses(tiny_llama, rows, COMMON)
     assert len(ours) == len(theirs) == STEPS
     delta = max(abs(a - b) for a, b in zip(ours, theirs))
     delta_norm = max(abs(a - b) for a, b in zip(ours_norm, theirs_norm))
