@@ -1,11 +1,13 @@
 """The reference model of DPO and of GRPO with a KL term, as TRL 1.16 chooses it when no `ref_model` is given:
 
-- LoRA (a PEFT model in TRL): the same model with its adapters disabled (`use_adapter(model, adapter_name=None)` in
-  trl/trainer/dpo_trainer.py `DPOTrainer._compute_loss` and grpo_trainer.py
-  `GRPOTrainer._generate_and_score_completions`), so no second copy of the weights;
-- full fine-tuning: a frozen copy of the starting weights (TRL loads the checkpoint a second time). Here the
-  starting values of the trained parameters are kept (the frozen ones are shared) and swapped into the module
-  for the reference forward (`swapped_parameters`).
+- new LoRA adapters (TRL given a `peft_config`): the same model with its adapters disabled
+  (`use_adapter(model, adapter_name=None)` in trl/trainer/dpo_trainer.py `DPOTrainer._compute_loss` and
+  grpo_trainer.py `GRPOTrainer._generate_and_score_completions`), so no second copy of the weights;
+- training on from an existing adapter (TRL given a `PeftModel`, `--adapter DIR`): a frozen copy of the starting
+  adapter (TRL's "ref" adapter, `DPOTrainer.__init__`); with B = 0 both are the base model exactly;
+- full fine-tuning: a frozen copy of the starting weights (TRL loads the checkpoint a second time).
+In the last two cases the starting values of the trained parameters are kept (the frozen ones are shared) and
+swapped into the module for the reference forward (`swapped_parameters`).
 
 Both run under `torch.no_grad()`: the reference gets no gradient.
 """
@@ -32,10 +34,12 @@ class ReferenceModel:
 
     def __init__(self, policy: Policy):
         self.policy = policy
-        self.adapters = has_adapters(policy)
+        trained = getattr(policy, "trainable", {})
+        fresh = all(not p.any() for name, p in trained.items() if "lora_B" in name)
+        self.adapters = has_adapters(policy) and fresh
         self.initial: dict[str, torch.Tensor] | None = None
         if not self.adapters:
-            self.initial = {name: p.detach().clone() for name, p in getattr(policy, "trainable", {}).items()}
+            self.initial = {name: p.detach().clone() for name, p in trained.items()}
 
     @torch.no_grad()
     def logits(self, input_ids: torch.Tensor) -> torch.Tensor:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 
 @dataclass
@@ -29,6 +30,18 @@ def _lora_config(r: int = 8, alpha: int = 8):
     from peft import LoraConfig
 
     return LoraConfig(r=r, lora_alpha=alpha, lora_dropout=0.0, task_type="CAUSAL_LM")  # targets: PEFT's Llama default
+
+
+def peft_model(model_dir: Path, seed: int = 1):
+    """A PeftModel of `model_dir` with a new adapter (PEFT's defaults; A drawn after `torch.manual_seed(seed)`,
+    B = 0). Saved, it is the initial adapter Linnet starts from (`adapter=`), so both sides start equal."""
+    import torch
+    from peft import get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    torch.manual_seed(seed)
+    return get_peft_model(base, _lora_config())
 
 
 def _common_args(out: Path, steps: int, batch_size: int, learning_rate: float) -> dict:
@@ -58,11 +71,13 @@ def _collect(trainer, run: ReferenceRun) -> None:
 
 
 def dpo_trainer(
-    model_dir: Path, rows: list[dict], out: Path, steps: int, batch_size: int = 2, lora: bool = True, **config
+    model_dir: Path, rows: list[dict], out: Path, steps: int, batch_size: int = 2, lora: Any = True, **config
 ):
-    """TRL's DPOTrainer, `steps` steps over `rows` in order, with ref_model=None: with `lora`, a new LoRA adapter
-    and the reference is the model with the adapter disabled; without, every parameter trains and TRL loads the
-    checkpoint again as the frozen reference. `config` overrides DPOConfig fields (beta, learning_rate...)."""
+    """TRL's DPOTrainer, `steps` steps over `rows` in order, with ref_model=None: with `lora=True`, a new LoRA
+    adapter and the reference is the model with the adapter disabled; with `lora` a `PeftModel` (of `model_dir`),
+    that model is trained and TRL's reference is a frozen copy of its starting adapter; with `lora=False`, every
+    parameter trains and TRL loads the checkpoint again as the frozen reference. `config` overrides DPOConfig
+    fields (beta, learning_rate...)."""
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -74,18 +89,18 @@ def dpo_trainer(
         train_sampling_strategy="sequential",
         **config,
     )
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    model = lora if not isinstance(lora, bool) else AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     return DPOTrainer(
         model=model,
         args=args,
         train_dataset=Dataset.from_list(rows),
         processing_class=AutoTokenizer.from_pretrained(model_dir),
-        peft_config=_lora_config() if lora else None,
+        peft_config=_lora_config() if lora is True else None,
     )
 
 
 def trl_dpo(
-    model_dir: Path, rows: list[dict], out: Path, steps: int, batch_size: int = 2, lora: bool = True, **config
+    model_dir: Path, rows: list[dict], out: Path, steps: int, batch_size: int = 2, lora: Any = True, **config
 ) -> ReferenceRun:
     """Train `dpo_trainer(...)`; the adapter (or the model) is saved to `out / "adapter"`."""
     trainer = dpo_trainer(model_dir, rows, out, steps, batch_size, lora, **config)
@@ -106,7 +121,7 @@ def grpo_trainer(
     run: ReferenceRun | None = None,
     num_generations: int = 4,
     max_completion_length: int = 6,
-    lora: bool = True,
+    lora: Any = True,
     **config,
 ):
     """TRL's GRPOTrainer with a new LoRA adapter, `steps` steps, one prompt (a group of `num_generations`
@@ -136,14 +151,14 @@ def grpo_trainer(
         pad_to_multiple_of=None,
         **config,
     )
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    model = lora if not isinstance(lora, bool) else AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     return RecordingGRPOTrainer(
         model=model,
         reward_funcs=reward_funcs,
         args=args,
         train_dataset=Dataset.from_list(rows),
         processing_class=AutoTokenizer.from_pretrained(model_dir),
-        peft_config=_lora_config() if lora else None,
+        peft_config=_lora_config() if lora is True else None,
     )
 
 
