@@ -154,7 +154,10 @@ class GRPO(Objective):
 
     Options (TRL 1.16's `GRPOConfig` defaults): `reward` (import path or callable; required), `num_generations`
     (8), `max_completion_length` (512), `temperature` (1.0), `top_p` (1.0), `top_k` (0: off), `beta` (0.0),
-    `epsilon` (0.2), `seed` (0: completion i of prompt j at step t samples with a seed drawn from (seed, t, j, i))."""
+    `epsilon` (0.2), `seed` (0: completion i of prompt j at step t samples with a seed drawn from (seed, t, j, i)),
+    `rollout` (None; as TRL's experimental `rollout_func`: a function `(prompt_ids: list[list[int]], step: int) ->
+    completion ids` in the order `sample` returns them, replacing Linnet's sampling, e.g. to replay another
+    library's samples)."""
 
     name = "grpo"
     shapes = (("prompt",), ("prompt_ids",))
@@ -171,6 +174,7 @@ class GRPO(Objective):
         beta: float = GRPO_DEFAULT_BETA,
         epsilon: float = GRPO_DEFAULT_EPSILON,
         seed: int = 0,
+        rollout: Callable[[list[list[int]], int], list[list[int]]] | None = None,
     ):
         if reward is None:
             raise TrainError("--method grpo needs a reward function: --reward module:function")
@@ -190,6 +194,7 @@ class GRPO(Objective):
         self.beta = float(beta)
         self.epsilon = float(epsilon)
         self.seed = int(seed)
+        self.rollout = rollout
         self.steps_done = 0
         self.reference: ReferenceModel | None = None
 
@@ -248,7 +253,8 @@ class GRPO(Objective):
         step = self.steps_done
         self.steps_done += 1
         rows = [r for b in micro_batches for r in b.rows]
-        completions = self.sample(policy, [r.input_ids for r in rows], step)
+        prompts = [r.input_ids for r in rows]
+        completions = self.rollout(prompts, step) if self.rollout else self.sample(policy, prompts, step)
         owners = [r for r in rows for _ in range(self.num_generations)]
         texts = self._texts(completions)
         columns = {k: [r.extra["columns"].get(k) for r in owners] for k in owners[0].extra["columns"]}

@@ -211,7 +211,15 @@ def _write_result(folder: Path, model: Any, cfg: TrainConfig, run: dict[str, str
         if save_merged:
             export_merged(model, folder / "merged")
     record = {**run, **asdict(cfg)}
-    (folder / "train_config.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    text = json.dumps(record, indent=2, default=_callable_name)  # method options may hold functions (GRPO's reward)
+    (folder / "train_config.json").write_text(text + "\n", encoding="utf-8")
+
+
+def _callable_name(value: Any) -> str:
+    """A function given as a method option, by its import path `module:qualname`."""
+    if callable(value):
+        return f"{getattr(value, '__module__', '?')}:{getattr(value, '__qualname__', repr(value))}"
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
 class _Progress:
