@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import importlib
 import math
+import os
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -24,13 +26,16 @@ __all__ = ["RewardFunction", "load_reward"]
 
 
 def load_reward(spec: str | Callable) -> RewardFunction:
-    """`spec` "package.module:function" (or a callable) as a `RewardFunction`. Raises TrainError for a spec
-    without `:`, a module that cannot be imported (with its error), or a name that is not a callable in it."""
+    """`spec` "package.module:function" (or a callable) as a `RewardFunction`; the current folder is searched for
+    the module first, as `python -m` would (the `linnet` script does not put it on `sys.path`). Raises TrainError
+    for a spec without `:`, a module that cannot be imported (with its error), or a name that is not a callable."""
     if callable(spec):
         return RewardFunction(spec, getattr(spec, "__qualname__", repr(spec)))
     if not isinstance(spec, str) or spec.count(":") != 1 or not all(spec.split(":")):
         raise TrainError(f"--reward must be `module:function` (a Python import path), got {spec!r}")
     module_name, name = spec.split(":")
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())  # as `python -m` resolves: a module in the current folder is found first
     try:
         module = importlib.import_module(module_name)
     except Exception as err:  # the user's module: any import-time error is theirs
