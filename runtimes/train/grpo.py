@@ -230,6 +230,11 @@ class GRPO(Objective):
         self.pad_token_id = pad_token_id
         return Batch(np.zeros((len(rows), 1), np.int64), np.zeros((len(rows), 0), np.float32), [], list(rows))
 
+    def generation_rows(self, config: Any) -> int:
+        """The KV-cache rows to load the model with (`--max-batch`): one micro-batch's completions, sampled
+        together by the runner's `generate_batch` (more prompts are sampled in chunks of this many)."""
+        return config.per_device_train_batch_size * self.num_generations
+
     # ---- one step: sample, score, batch
     def sample(self, policy: Policy, prompts: list[list[int]], step: int) -> list[list[int]]:
         """`num_generations` completions (token ids, the EOS that ended one included) of each prompt, in order:

@@ -329,8 +329,10 @@ def load_with_adapters(
     config: dict[str, Any] | None = None,
     seed: int = 42,
     progress: bool = False,
+    max_batch: int = 1,
 ):
-    """Load `source` with `weights` and LoRA adapters on `backend` (a torch mode), f32: the source transformed as
+    """Load `source` with `weights` and LoRA adapters on `backend` (a torch mode), f32, with `max_batch` KV-cache rows
+    (GRPO samples its completions through `step`): the source transformed as
     `lora` says (fresh adapters from `seed`), or as the PEFT folder `adapter` says (its r, lora_alpha and
     target_modules, its weights). Returns (the `TorchModel`, with `.lora` a `LoraAdapters`; the adapters' paths,
     the parameters to train).
@@ -362,7 +364,7 @@ def load_with_adapters(
         tensors = _adapter_tensors(tensors, members, adapter)
     new_text = lora_source(path, text, members, lora.r, lora.scaling)
     view = _AddedTensors(tensors, members, lora.r, seed)
-    prepared = prepare(path, base.weights, preset, config, "f32", text=new_text, view=view)
+    prepared = prepare(path, base.weights, preset, config, "f32", max_batch, text=new_text, view=view)
     model = load_prepared(prepared, mode, progress=progress)
     model.lora = LoraAdapters(lora, members, spelled, path, base.weights, preset, config, model_type)
     return model, model.lora.paths()

@@ -54,9 +54,11 @@ def load_for_training(
     config: dict[str, Any] | None = None,
     seed: int = 42,
     progress: bool = False,
+    max_batch: int = 1,
 ):
     """Load `source` with `weights` on `backend` (one that trains) in f32, with LoRA adapters when `lora` is given
-    (fresh, or read from the PEFT folder `adapter`). Returns (the `TorchModel`, the checkpoint paths to train).
+    (fresh, or read from the PEFT folder `adapter`), and `max_batch` KV-cache rows (for GRPO's sampling).
+    Returns (the `TorchModel`, the checkpoint paths to train).
     Raises TrainError, LoadError, BackendError."""
     from .policy import check_trains
 
@@ -64,13 +66,15 @@ def load_for_training(
     if lora is None and adapter is None:
         from ..backends import get_backend
 
-        model = get_backend(backend).load(source, weights, preset=preset, config=config, dtype="f32", progress=progress)
+        model = get_backend(backend).load(
+            source, weights, preset=preset, config=config, dtype="f32", max_batch=max_batch, progress=progress
+        )
         return model, [name for name, _ in model.module.named_parameters()]
     from .lora import load_with_adapters
 
     return load_with_adapters(
         source, weights, lora, adapter=adapter, backend=backend, preset=preset, config=config, seed=seed,
-        progress=progress,
+        progress=progress, max_batch=max_batch,
     )  # fmt: skip
 
 
@@ -128,9 +132,10 @@ def train(
     rows = read_jsonl(data)
     torch.manual_seed(cfg.seed)
     try:
+        rows_sampled = getattr(objective, "generation_rows", None)  # GRPO samples a micro-batch's completions at once
         model, trainable = load_for_training(
             source, weights, backend=backend, lora=cfg.lora, adapter=adapter, preset=preset, config=config,
-            seed=cfg.seed, progress=progress,
+            seed=cfg.seed, progress=progress, max_batch=rows_sampled(cfg) if rows_sampled else 1,
         )  # fmt: skip
     except LoadError as err:
         other = _other_family(source, weights)
