@@ -37,10 +37,11 @@ def save_char_tokenizer(folder: Path) -> None:
     fast.save_pretrained(folder)
 
 
-def save_tiny_llama(folder: Path, seed: int = 0) -> Path:
+def save_tiny_llama(folder: Path, seed: int = 0, **config_overrides) -> Path:
     """The training tests' 2-layer Llama (`conftest.tiny_llama_config`: hidden 32, GQA 4/2, vocab 128, pad 0,
     BOS 1, EOS 2), seeded, with weights drawn wider than Llama's 0.02 so that an untrained model's distributions
-    are not flat, and the char tokenizer, saved into `folder` with save_pretrained in f32. Returns `folder`."""
+    are not flat, and the char tokenizer, saved into `folder` with save_pretrained in f32. `config_overrides`
+    replace LlamaConfig fields (bench/train_speed.py's larger shrunk model). Returns `folder`."""
     import torch
     from transformers import LlamaForCausalLM
 
@@ -48,6 +49,8 @@ def save_tiny_llama(folder: Path, seed: int = 0) -> Path:
 
     config = tiny_llama_config()
     config.initializer_range = 0.2
+    for key, value in config_overrides.items():
+        setattr(config, key, value)
     torch.manual_seed(seed)
     LlamaForCausalLM(config).eval().save_pretrained(folder)
     save_char_tokenizer(folder)

@@ -70,6 +70,32 @@ def _collect(trainer, run: ReferenceRun) -> None:
             run.metrics.append(dict(row))
 
 
+def sft_trainer(
+    model_dir: Path, rows: list[dict], out: Path, steps: int, batch_size: int = 2, lora: Any = True, **config
+):
+    """TRL's SFTTrainer on prompt/completion rows (completion-only loss, TRL's default for them), `steps` steps in
+    order; `lora` as `dpo_trainer` takes it. `config` overrides SFTConfig fields."""
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import SFTConfig, SFTTrainer
+
+    config.setdefault("learning_rate", 1e-3)
+    args = SFTConfig(
+        **_common_args(out, steps, batch_size, config.pop("learning_rate")),
+        train_sampling_strategy="sequential",
+        **config,
+    )
+    model = lora if not isinstance(lora, bool) else AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    return SFTTrainer(
+        model=model,
+        args=args,
+        train_dataset=Dataset.from_list(rows),
+        processing_class=AutoTokenizer.from_pretrained(model_dir),
+        peft_config=_lora_config() if lora is True else None,
+    )
+
+
 def dpo_trainer(
     model_dir: Path, rows: list[dict], out: Path, steps: int, batch_size: int = 2, lora: Any = True, **config
 ):
@@ -144,7 +170,9 @@ def grpo_trainer(
 
     config.setdefault("learning_rate", 1e-3)
     args = GRPOConfig(
-        **_common_args(out, steps, num_generations, config.pop("learning_rate")),
+        **_common_args(
+            out, steps, config.pop("per_device_train_batch_size", num_generations), config.pop("learning_rate")
+        ),
         num_generations=num_generations,
         max_completion_length=max_completion_length,
         shuffle_dataset=False,
