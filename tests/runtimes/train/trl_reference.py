@@ -70,30 +70,42 @@ def _collect(trainer, run: ReferenceRun) -> None:
             run.metrics.append(dict(row))
 
 
-def sft_trainer(
-    model_dir: Path, rows: list[dict], out: Path, steps: int, batch_size: int = 2, lora: Any = True, **config
-):
-    """TRL's SFTTrainer on prompt/completion rows (completion-only loss, TRL's default for them), `steps` steps in
-    order; `lora` as `dpo_trainer` takes it. `config` overrides SFTConfig fields."""
+def _model(model_dir: Path, lora: Any):
+    """The model TRL trains: the given `PeftModel`, or `model_dir` loaded in f32 (with `lora=True` TRL wraps it)."""
     import torch
-    from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import SFTConfig, SFTTrainer
+    from transformers import AutoModelForCausalLM
 
-    config.setdefault("learning_rate", 1e-3)
-    args = SFTConfig(
+    return lora if not isinstance(lora, bool) else AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+
+
+def _sequential_trainer(kind: str, model_dir: Path, rows: list[dict], out: Path, steps: int, batch_size: int,
+                        lora: Any, config: dict):  # fmt: skip
+    """TRL's `{kind}Trainer` with its `{kind}Config`, rows in order (`train_sampling_strategy="sequential"`)."""
+    import trl
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+
+    config.setdefault("learning_rate", 1e-3)  # TRL's 2e-5 / 1e-6 would not move a test model in a few steps
+    args = getattr(trl, f"{kind}Config")(
         **_common_args(out, steps, batch_size, config.pop("learning_rate")),
         train_sampling_strategy="sequential",
         **config,
     )
-    model = lora if not isinstance(lora, bool) else AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    return SFTTrainer(
-        model=model,
+    return getattr(trl, f"{kind}Trainer")(
+        model=_model(model_dir, lora),
         args=args,
         train_dataset=Dataset.from_list(rows),
         processing_class=AutoTokenizer.from_pretrained(model_dir),
         peft_config=_lora_config() if lora is True else None,
     )
+
+
+def sft_trainer(
+    model_dir: Path, rows: list[dict], out: Path, steps: int, batch_size: int = 2, lora: Any = True, **config
+):
+    """TRL's SFTTrainer on prompt/completion rows (completion-only loss, TRL's default for them), `steps` steps in
+    order; `lora` as `dpo_trainer` takes it. `config` overrides SFTConfig fields."""
+    return _sequential_trainer("SFT", model_dir, rows, out, steps, batch_size, lora, config)
 
 
 def dpo_trainer(
@@ -104,25 +116,7 @@ def dpo_trainer(
     that model is trained and TRL's reference is a frozen copy of its starting adapter; with `lora=False`, every
     parameter trains and TRL loads the checkpoint again as the frozen reference. `config` overrides DPOConfig
     fields (beta, learning_rate...)."""
-    import torch
-    from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import DPOConfig, DPOTrainer
-
-    config.setdefault("learning_rate", 1e-3)  # TRL's 1e-6 would not move a test model in a few steps
-    args = DPOConfig(
-        **_common_args(out, steps, batch_size, config.pop("learning_rate")),
-        train_sampling_strategy="sequential",
-        **config,
-    )
-    model = lora if not isinstance(lora, bool) else AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    return DPOTrainer(
-        model=model,
-        args=args,
-        train_dataset=Dataset.from_list(rows),
-        processing_class=AutoTokenizer.from_pretrained(model_dir),
-        peft_config=_lora_config() if lora is True else None,
-    )
+    return _sequential_trainer("DPO", model_dir, rows, out, steps, batch_size, lora, config)
 
 
 def trl_dpo(
@@ -153,9 +147,8 @@ def grpo_trainer(
     """TRL's GRPOTrainer with a new LoRA adapter, `steps` steps, one prompt (a group of `num_generations`
     completions) per step, prompts in order. When `run` is given, each step's generation batch is recorded into
     `run.batches`. `config` overrides GRPOConfig fields (beta, loss_type, learning_rate...)."""
-    import torch
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
     class RecordingGRPOTrainer(GRPOTrainer):
@@ -179,9 +172,8 @@ def grpo_trainer(
         pad_to_multiple_of=None,
         **config,
     )
-    model = lora if not isinstance(lora, bool) else AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     return RecordingGRPOTrainer(
-        model=model,
+        model=_model(model_dir, lora),
         reward_funcs=reward_funcs,
         args=args,
         train_dataset=Dataset.from_list(rows),
