@@ -57,22 +57,32 @@ WORKLOADS = {
 }
 SIDES = ("linnet-torch", "linnet-jax", "trl")
 CONFIGS = [f"{w}/{s}" for w in WORKLOADS for s in SIDES]
-SHRUNK = dict(hidden_size=256, intermediate_size=512, num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=4)
-TINY = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
+# --shape: the generated model of the `*-shrunk` workloads (LlamaConfig fields over tests' tiny config)
+SHAPES = {
+    "tiny": dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2),
+    "shrunk": dict(hidden_size=256, intermediate_size=512, num_hidden_layers=4, num_attention_heads=8,
+                   num_key_value_heads=4),
+    # Llama 3.1 8B's shape (meta-llama/Llama-3.1-8B config.json), random weights at Llama's initializer_range
+    "llama3-8b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+                      num_key_value_heads=8, vocab_size=128256, rope_theta=500000.0, rms_norm_eps=1e-5,
+                      max_position_embeddings=2048, initializer_range=0.02),
+}  # fmt: skip
 THINGS = ["a kettle", "the moon", "a violin", "a bicycle", "an oak tree", "a lighthouse", "a teapot", "a glacier"]
 
 
 # ---- the work folder (parent) -------------------------------------------------------------------------------------
 
 
-def prepare(work: Path, tiny: bool, workloads: list[str]) -> None:
-    """Models, initial adapters and data files of `workloads` into `work`."""
+def prepare(work: Path, shape: str, workloads: list[str], device: str, tiny: bool) -> None:
+    """Models (the `*-shrunk` one of `shape`, made on `device` and saved in bf16 when it is 8B-sized), initial
+    adapters and data files of `workloads` into `work`."""
     from tests.runtimes.train import toy_pref
     from tests.runtimes.train.trl_reference import peft_model
 
     models = {WORKLOADS[w]["model"] for w in workloads}
     if "shrunk" in models:
-        toy_pref.save_tiny_llama(work / "shrunk", **(TINY if tiny else SHRUNK))
+        save_shrunk(work / "shrunk", shape, device)
     if "smollm2" in models:
         save_smollm2(work / "smollm2")
     for m in models:
@@ -95,6 +105,30 @@ def prepare(work: Path, tiny: bool, workloads: list[str]) -> None:
         (work / f"{w}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
+def save_shrunk(folder: Path, shape: str, device: str) -> None:
+    """The shrunk model of `shape` (random, seed 0) and the char tokenizer. The 8B shape is initialised on
+    `device` and saved in bf16 (16 GB rather than 32; both sides load it in f32)."""
+    from tests.runtimes.train import toy_pref
+
+    if shape != "llama3-8b":
+        toy_pref.save_tiny_llama(folder, **SHAPES[shape])
+        return
+    import torch
+    from transformers import LlamaForCausalLM
+
+    from tests.runtimes.train.conftest import tiny_llama_config
+
+    config = tiny_llama_config()
+    for key, value in SHAPES[shape].items():
+        setattr(config, key, value)
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = LlamaForCausalLM(config).to(torch.bfloat16)
+    model.save_pretrained(folder)
+    del model
+    toy_pref.save_char_tokenizer(folder)
+
+
 def save_smollm2(folder: Path) -> None:
     """The embedded SmolLM2-135M-Instruct GGUF, dequantized to f32 by transformers, as a Hugging Face folder."""
     import torch
@@ -108,7 +142,7 @@ def save_smollm2(folder: Path) -> None:
 # ---- one configuration (child process) ----------------------------------------------------------------------------
 
 
-def run_linnet(work: Path, workload: str, backend: str, steps: int, batch: int) -> dict:
+def run_linnet(work: Path, workload: str, backend: str, steps: int, batch: int, device: str, bf16: bool) -> dict:
     import linnet
     from linnet.runtimes.backends import get_backend
 
@@ -123,7 +157,8 @@ def run_linnet(work: Path, workload: str, backend: str, steps: int, batch: int) 
     result = linnet.train(
         LLAMA, work / spec["model"], data=work / f"{workload}.jsonl", method=spec["method"], backend=backend,
         adapter=work / f"{spec['model']}-adapter", shuffle=False, progress=False, max_steps=steps,
-        per_device_train_batch_size=batch, learning_rate=LEARNING_RATE, method_options=options,
+        per_device_train_batch_size=batch, learning_rate=LEARNING_RATE, method_options=options, device=device,
+        bf16=bf16,
     )  # fmt: skip
     total_s = time.perf_counter() - t0
     history = result.history
@@ -136,7 +171,7 @@ def run_linnet(work: Path, workload: str, backend: str, steps: int, batch: int) 
     }
 
 
-def run_trl(work: Path, workload: str, steps: int, batch: int) -> dict:
+def run_trl(work: Path, workload: str, steps: int, batch: int, device: str, bf16: bool) -> dict:
     import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, TrainerCallback
@@ -147,19 +182,20 @@ def run_trl(work: Path, workload: str, steps: int, batch: int) -> dict:
     folder = work / spec["model"]
     rows = [json.loads(line) for line in (work / f"{workload}.jsonl").read_text().splitlines()]
     t0 = time.perf_counter()
-    base = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    base = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).to(device)
     model = PeftModel.from_pretrained(base, work / f"{spec['model']}-adapter", is_trainable=True)
     out = Path(tempfile.mkdtemp(prefix="trl-"))
+    on_device = dict(use_cpu=device == "cpu", bf16=bf16)
     if spec["method"] == "grpo":
         g = spec["num_generations"]
         trainer = trl_reference.grpo_trainer(
             folder, rows, [toy_pref.product_digits_reward], out, steps, num_generations=g,
             max_completion_length=spec["max_completion_length"], lora=model, learning_rate=LEARNING_RATE,
-            per_device_train_batch_size=batch * g,
+            per_device_train_batch_size=batch * g, **on_device,
         )  # fmt: skip
     else:
         make = trl_reference.sft_trainer if spec["method"] == "sft" else trl_reference.dpo_trainer
-        trainer = make(folder, rows, out, steps, batch, lora=model, learning_rate=LEARNING_RATE)
+        trainer = make(folder, rows, out, steps, batch, lora=model, learning_rate=LEARNING_RATE, **on_device)
 
     class StepTimes(TrainerCallback):
         def __init__(self):
@@ -192,11 +228,17 @@ def run_one(args: argparse.Namespace) -> None:
     torch.set_num_threads(gs.THREADS)
     workload, side = args.one.split("/")
     batch = WORKLOADS[workload]["batch"]
+    work = Path(args.work)
     if side == "trl":
-        (row,), contention = gs.timed_runs(lambda: run_trl(Path(args.work), workload, args.steps, batch), 1)
+
+        def run() -> dict:
+            return run_trl(work, workload, args.steps, batch, args.device, args.bf16)
     else:
-        backend = side.removeprefix("linnet-")
-        (row,), contention = gs.timed_runs(lambda: run_linnet(Path(args.work), workload, backend, args.steps, batch), 1)
+
+        def run() -> dict:
+            return run_linnet(work, workload, side.removeprefix("linnet-"), args.steps, batch, args.device, args.bf16)
+
+    (row,), contention = gs.timed_runs(run, 1)
     if "skipped" not in row:
         later = slice(1, None) if len(row["step_s"]) > 1 else slice(None)
         row["step_s_median"] = statistics.median(row["step_s"][later])
@@ -210,6 +252,7 @@ def run_one(args: argparse.Namespace) -> None:
 
 def run_child(name: str, args: argparse.Namespace, work: Path) -> dict:
     cmd = [sys.executable, __file__, "--one", name, "--work", str(work), "--steps", str(args.steps)]
+    cmd += ["--device", args.device] + (["--bf16"] if args.bf16 else [])
     env = dict(os.environ, OMP_NUM_THREADS=str(gs.THREADS), TOKENIZERS_PARALLELISM="false", TQDM_DISABLE="1")
     waited = gs.wait_for_quiet(args.quiet_wait)
     start = time.perf_counter()
@@ -258,8 +301,9 @@ def markdown(result: dict) -> str:
     lines = [
         "# Training speed (bench/train_speed.py)",
         "",
-        f"{result['machine']['processor']}, {gs.THREADS} threads; {result['steps']} steps; f32; LoRA r 8 (q_proj, "
-        f"v_proj); learning rate {LEARNING_RATE}. Step time: median over the steps after the first.",
+        f"{result['machine']['processor']}, {gs.THREADS} threads, device {result['device']}; shrunk model "
+        f"{result['shape']['name']}; {result['steps']} steps; {'bf16 autocast' if result['bf16'] else 'f32'}; LoRA "
+        f"r 8 (q_proj, v_proj); learning rate {LEARNING_RATE}. Step time: median over the steps after the first.",
         "",
         "| configuration | step (ms) | tokens/s | first loss | last loss | CPU wait |",
         "|---|---:|---:|---:|---:|---:|",
@@ -288,7 +332,10 @@ def main() -> None:
     p.add_argument("--work", help=argparse.SUPPRESS)
     p.add_argument("--steps", type=int, default=10, help="optimizer steps per configuration (10)")
     p.add_argument("--only", help="comma-separated configurations (workload/side) or workloads")
-    p.add_argument("--tiny", action="store_true", help="2 layers, hidden 32, 3 steps, no SmolLM2: prove it runs")
+    p.add_argument("--tiny", action="store_true", help="--shape tiny, 3 steps, no SmolLM2: prove it runs")
+    p.add_argument("--shape", choices=SHAPES, default="shrunk", help="the *-shrunk workloads' model (shrunk)")
+    p.add_argument("--device", default="cpu", help="cpu (default) or cuda (bench/gpu_train.sh)")
+    p.add_argument("--bf16", action="store_true", help="bf16 autocast over f32 weights on both sides")
     p.add_argument("--quiet-wait", type=float, default=60.0, help="seconds to wait for idle cores before each")
     p.add_argument("--out", default=str(ROOT / "bench" / "results" / "train_speed"), help="output path stem")
     args = p.parse_args()
@@ -301,11 +348,11 @@ def main() -> None:
         names = [n for n in CONFIGS if n in wanted or n.split("/")[0] in wanted]
     if args.tiny:
         names = [n for n in names if not n.startswith("sft-smollm2")]
-        args.steps = min(args.steps, 3)
+        args.steps, args.shape = min(args.steps, 3), "tiny"
     workloads = list(dict.fromkeys(n.split("/")[0] for n in names))
     with tempfile.TemporaryDirectory(prefix="train-speed-") as tmp:
         work = Path(tmp)
-        prepare(work, args.tiny, workloads)
+        prepare(work, args.shape, workloads, args.device, args.tiny)
         calibration_before = gs.calibration()
         rows = [run_child(name, args, work) for name in names]
         calibration_after = gs.calibration()
@@ -313,6 +360,9 @@ def main() -> None:
         "benchmark": "train_speed",
         "steps": args.steps,
         "tiny": args.tiny,
+        "shape": {"name": args.shape, **SHAPES[args.shape]},
+        "device": args.device,
+        "bf16": args.bf16,
         "learning_rate": LEARNING_RATE,
         "machine": gs.machine(),
         "versions": {**gs.versions(), "trl": __import__("trl").__version__, "peft": __import__("peft").__version__},

@@ -45,6 +45,8 @@ def peft_model(model_dir: Path, seed: int = 1):
 
 
 def _common_args(out: Path, steps: int, batch_size: int, learning_rate: float) -> dict:
+    """The TrainingArguments every reference run shares (a trainer's `config` overrides any of them, e.g.
+    `use_cpu=False, bf16=True` on a GPU)."""
     return dict(
         output_dir=str(out),
         max_steps=steps,
@@ -86,11 +88,8 @@ def _sequential_trainer(kind: str, model_dir: Path, rows: list[dict], out: Path,
     from transformers import AutoTokenizer
 
     config.setdefault("learning_rate", 1e-3)  # TRL's 2e-5 / 1e-6 would not move a test model in a few steps
-    args = getattr(trl, f"{kind}Config")(
-        **_common_args(out, steps, batch_size, config.pop("learning_rate")),
-        train_sampling_strategy="sequential",
-        **config,
-    )
+    common = _common_args(out, steps, batch_size, config.pop("learning_rate"))
+    args = getattr(trl, f"{kind}Config")(**{**common, "train_sampling_strategy": "sequential", **config})
     return getattr(trl, f"{kind}Trainer")(
         model=_model(model_dir, lora),
         args=args,
@@ -162,16 +161,13 @@ def grpo_trainer(
             return batch
 
     config.setdefault("learning_rate", 1e-3)
-    args = GRPOConfig(
-        **_common_args(
-            out, steps, config.pop("per_device_train_batch_size", num_generations), config.pop("learning_rate")
-        ),
-        num_generations=num_generations,
-        max_completion_length=max_completion_length,
-        shuffle_dataset=False,
-        pad_to_multiple_of=None,
-        **config,
+    common = _common_args(
+        out, steps, config.pop("per_device_train_batch_size", num_generations), config.pop("learning_rate")
     )
+    args = GRPOConfig(**{
+        **common, "num_generations": num_generations, "max_completion_length": max_completion_length,
+        "shuffle_dataset": False, "pad_to_multiple_of": None, **config,
+    })  # fmt: skip
     return RecordingGRPOTrainer(
         model=_model(model_dir, lora),
         reward_funcs=reward_funcs,
