@@ -77,6 +77,7 @@ def _train(args: argparse.Namespace):
         max_length=args.max_length,
         shuffle=not args.no_shuffle,
         seed=args.seed,
+        method_options=_method_options(args),
     )
     result = train(
         args.file,
@@ -94,6 +95,33 @@ def _train(args: argparse.Namespace):
         **options,
     )
     return result
+
+
+# The preference methods' options (runtimes/train/dpo.py, grpo.py): flag -> (option name, the methods taking it)
+METHOD_FLAGS = {
+    "beta": ("beta", ("dpo", "grpo")),
+    "reward": ("reward", ("grpo",)),
+    "num_generations": ("num_generations", ("grpo",)),
+    "max_completion_length": ("max_completion_length", ("grpo",)),
+    "temperature": ("temperature", ("grpo",)),
+}
+
+
+def _method_options(args: argparse.Namespace) -> dict:
+    """The method's own options from --beta, --reward, --num-generations, --max-completion-length, --temperature.
+    Raises UsageError for one the method does not take; the objective checks the values (TrainError)."""
+    options = {}
+    for flag, (name, methods) in METHOD_FLAGS.items():
+        value = getattr(args, flag)
+        if value is None:
+            continue
+        if args.method not in methods:
+            spelled = "--" + flag.replace("_", "-")
+            raise UsageError(f"{spelled} is an option of --method {' and '.join(methods)}, not {args.method}")
+        options[name] = value
+    if args.method == "grpo":
+        options.setdefault("seed", args.seed)
+    return options
 
 
 def register(sub) -> None:
@@ -137,5 +165,10 @@ def register(sub) -> None:
     p.add_argument(
         "--save-merged", action="store_true", help="also write the adapters merged into the base as OUT/merged"
     )
+    p.add_argument("--beta", type=float, metavar="B", help="DPO's beta (0.1) or GRPO's KL coefficient (0.0), TRL's")
+    p.add_argument("--reward", metavar="MODULE:FUNCTION", help="GRPO's reward function (TRL's signature)")
+    p.add_argument("--num-generations", type=int, metavar="G", help="GRPO: completions sampled per prompt (8)")
+    p.add_argument("--max-completion-length", type=int, metavar="N", help="GRPO: new tokens per completion (512)")
+    p.add_argument("--temperature", type=float, metavar="T", help="GRPO: sampling temperature (1.0)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_train)

@@ -328,11 +328,13 @@ def prepare_with_adapters(
     preset: str | None = None,
     config: dict[str, Any] | None = None,
     seed: int = 42,
+    max_batch: int = 1,
 ):
     """The LoRA-transformed program prepared with its weights, for any backend: `source` with `weights`, its
     `Linear` members chosen as `lora` says (fresh adapters from `seed`), or as the PEFT folder `adapter` says (its
-    r, lora_alpha and target_modules, its weights), f32. Returns (a `loading.Prepared` whose checkpoint view holds
-    the adapters' tensors, the `LoraAdapters`). A backend's `load_prepared` makes the model.
+    r, lora_alpha and target_modules, its weights), f32, with `max_batch` KV-cache rows (GRPO samples its
+    completions through `step`). Returns (a `loading.Prepared` whose checkpoint view holds the adapters' tensors,
+    the `LoraAdapters`). A backend's `load_prepared` makes the model.
 
     Raises TrainError (targets, adapter folder, dropout), LoadError (source, weights)."""
     from linnet.ir.build import read_source
@@ -359,7 +361,7 @@ def prepare_with_adapters(
         tensors = _adapter_tensors(tensors, members, adapter)
     new_text = lora_source(path, text, members, lora.r, lora.scaling)
     view = _AddedTensors(tensors, members, lora.r, seed)
-    prepared = prepare(path, base.weights, preset, config, "f32", text=new_text, view=view)
+    prepared = prepare(path, base.weights, preset, config, "f32", max_batch, text=new_text, view=view)
     return prepared, LoraAdapters(lora, members, spelled, path, base.weights, preset, config, model_type)
 
 
@@ -374,9 +376,12 @@ def load_with_adapters(
     config: dict[str, Any] | None = None,
     seed: int = 42,
     progress: bool = False,
+    max_batch: int = 1,
+    device: str = "cpu",
 ):
-    """`prepare_with_adapters`, loaded on `backend` (a torch mode). Returns (the `TorchModel`, with `.lora` its
-    `LoraAdapters`; the adapters' paths, the parameters to train). Raises TrainError, LoadError, BackendError."""
+    """`prepare_with_adapters`, loaded on `backend` (a torch mode) on `device`. Returns (the `TorchModel`, with
+    `.lora` its `LoraAdapters`; the adapters' paths, the parameters to train). Raises TrainError, LoadError,
+    BackendError."""
     from ..backends import get_backend
     from ..torch_backend import load_prepared
 
@@ -384,9 +389,9 @@ def load_with_adapters(
     if b.runtime != "torch_backend":
         raise TrainError(f"LoRA loads on the torch backends here; {backend} is {b.label}")
     prepared, adapters = prepare_with_adapters(
-        source, weights, lora, adapter=adapter, preset=preset, config=config, seed=seed
+        source, weights, lora, adapter=adapter, preset=preset, config=config, seed=seed, max_batch=max_batch
     )
-    model = load_prepared(prepared, b.mode, progress=progress)
+    model = load_prepared(prepared, b.mode, device=device, progress=progress)
     model.lora = adapters
     return model, adapters.paths()
 

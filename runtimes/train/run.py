@@ -54,9 +54,13 @@ def load_for_training(
     config: dict[str, Any] | None = None,
     seed: int = 42,
     progress: bool = False,
+    max_batch: int = 1,
+    device: str = "cpu",
 ):
-    """Load `source` with `weights` on `backend` (one that trains) in f32, with LoRA adapters when `lora` is given
-    (fresh, or read from the PEFT folder `adapter`). Returns (the `TorchModel`, the checkpoint paths to train).
+    """Load `source` with `weights` on `backend` (one that trains) in f32 on `device`, with LoRA adapters when
+    `lora` is given (fresh, or read from the PEFT folder `adapter`), and `max_batch` KV-cache rows (for GRPO's
+    sampling).
+    Returns (the `TorchModel`, the checkpoint paths to train).
     Raises TrainError, LoadError, BackendError."""
     from .policy import check_trains
 
@@ -64,13 +68,16 @@ def load_for_training(
     if lora is None and adapter is None:
         from ..backends import get_backend
 
-        model = get_backend(backend).load(source, weights, preset=preset, config=config, dtype="f32", progress=progress)
+        model = get_backend(backend).load(
+            source, weights, preset=preset, config=config, dtype="f32", max_batch=max_batch, device=device,
+            progress=progress,
+        )  # fmt: skip
         return model, [name for name, _ in model.module.named_parameters()]
     from .lora import load_with_adapters
 
     return load_with_adapters(
         source, weights, lora, adapter=adapter, backend=backend, preset=preset, config=config, seed=seed,
-        progress=progress,
+        progress=progress, max_batch=max_batch, device=device,
     )  # fmt: skip
 
 
@@ -88,6 +95,7 @@ def train(
     config: dict[str, Any] | None = None,
     progress: bool = True,
     save_merged: bool = False,
+    device: str = "cpu",
     **options: Any,
 ) -> TrainResult:
     """Train `source` with `weights` on the JSONL `data` by `method` and write the result to `output`.
@@ -99,6 +107,7 @@ def train(
         method: `sft` (LoRA adapters, PEFT's defaults unless `lora` says otherwise), `full` (every parameter),
             or a registered method (`dpo`, `grpo`).
         backend: a backend whose registry record `can_train` (`torch`, `torch-interpret`).
+        device: where the model and the training run (`cpu`, `cuda`, `cuda:1`).
         lora: LoRA settings for `sft` (None: `LoraSettings()`, r=8, lora_alpha=8, q_proj and v_proj).
         adapter: a PEFT adapter folder to start from (training goes on from its weights).
         progress: a progress bar on stderr (loss, tokens/s, ETA).
@@ -128,9 +137,10 @@ def train(
     rows = read_jsonl(data)
     torch.manual_seed(cfg.seed)
     try:
+        rows_sampled = getattr(objective, "generation_rows", None)  # GRPO samples a micro-batch's completions at once
         model, trainable = load_for_training(
             source, weights, backend=backend, lora=cfg.lora, adapter=adapter, preset=preset, config=config,
-            seed=cfg.seed, progress=progress,
+            seed=cfg.seed, progress=progress, max_batch=rows_sampled(cfg) if rows_sampled else 1, device=device,
         )  # fmt: skip
     except LoadError as err:
         other = _other_family(source, weights)
@@ -211,7 +221,15 @@ def _write_result(folder: Path, model: Any, cfg: TrainConfig, run: dict[str, str
         if save_merged:
             export_merged(model, folder / "merged")
     record = {**run, **asdict(cfg)}
-    (folder / "train_config.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    text = json.dumps(record, indent=2, default=_callable_name)  # method options may hold functions (GRPO's reward)
+    (folder / "train_config.json").write_text(text + "\n", encoding="utf-8")
+
+
+def _callable_name(value: Any) -> str:
+    """A function given as a method option, by its import path `module:qualname`."""
+    if callable(value):
+        return f"{getattr(value, '__module__', '?')}:{getattr(value, '__qualname__', repr(value))}"
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
 class _Progress:

@@ -1,0 +1,55 @@
+"""`linnet train --method dpo|grpo` (linnet/cli_train.py) with the preference options (--beta, --reward,
+--num-generations, --max-completion-length, --temperature), in-process on the tiny Llama of `toy_pref`
+(tests/runtimes/train/test_cli.py runs `linnet train` as a real process)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.runtimes.train import toy_pref
+from tests.runtimes.train.conftest import LLAMA, write_jsonl
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from linnet.cli import main  # noqa: E402
+
+pytestmark = [pytest.mark.torch, pytest.mark.usefixtures("one_torch_thread")]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return toy_pref.save_tiny_llama(tmp_path_factory.mktemp("tiny_llama"))
+
+
+def test_cli_grpo_and_dpo(model_dir, tmp_path, capsys):
+    """`linnet train --method grpo --reward module:function --num-generations G --beta B`, then `--method dpo
+    --beta` (in-process; tests/runtimes/train/test_cli.py runs `linnet train` as a real process): exit 0, the
+    adapter and one metrics line a step with the method's metrics."""
+    import json
+
+    prompts = write_jsonl(tmp_path / "g.jsonl", toy_pref.multiplication_prompts(2))
+    pairs = write_jsonl(tmp_path / "p.jsonl", toy_pref.multiplication_preferences(4))
+    for method, data, extra in (
+        ("grpo", prompts, ["--reward", "tests.runtimes.train.toy_pref:exact_product_reward", "--num-generations",
+                           "2", "--max-completion-length", "4", "--beta", "0.04", "--batch-size", "1"]),
+        ("dpo", pairs, ["--beta", "0.2", "--batch-size", "2"]),
+    ):  # fmt: skip
+        out = tmp_path / method
+        status = main(["train", str(LLAMA), "--weights", str(model_dir), "--method", method, "--data", str(data),
+                       "--max-steps", "2", "--lr", "1e-3", "-o", str(out), "--quiet", *extra])  # fmt: skip
+        err = capsys.readouterr().err
+        assert status == 0, err
+        assert "trained 2 steps: loss" in err.splitlines()[-1]
+        metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+        key = "reward" if method == "grpo" else "rewards/margins"
+        assert [m["step"] for m in metrics] == [1, 2] and all(key in m for m in metrics)
+        assert (out / "adapter_model.safetensors").is_file()
+
+
+def test_cli_refuses_an_option_of_another_method(model_dir, tmp_path, capsys):
+    data = write_jsonl(tmp_path / "g.jsonl", [{"prompt_ids": [1, 5], "completion_ids": [6]}])
+    status = main(["train", str(LLAMA), "--weights", str(model_dir), "--data", str(data), "-o", str(tmp_path / "o"),
+                   "--reward", "m:f", "--quiet"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert status == 2 and "--reward is an option of --method grpo, not sft" in err
