@@ -324,7 +324,9 @@ class Lowering:
                 want = self.concrete_type(ctx, t)
             except LoweringError:
                 continue
-            same = want.dtype == o.dtype and [d.key() for d in want.shape.dims] == [d.key() for d in o.dims]
+            # by value, as the checker compares dims: `(H - 14) // 14 + 1` is `H // 14`
+            dims = list(zip(want.shape.dims, o.dims))
+            same = want.dtype == o.dtype and len(want.shape.dims) == len(o.dims) and all(a.same(b) for a, b in dims)
             if not same:
                 raise LoweringError(
                     self.where(item, t) + f"`{fn.name.id}` returns {format_tensor_type(o.type)} under this config, "
