@@ -10,6 +10,10 @@ transformers eager f32 (the reference) first, then Linnet's fastest f32 backend 
   examples/llama.linnet; Qwen2.5-0.5B-shaped through examples/qwen2.linnet when that source exists; GPT-OSS-20B-shaped
   at its real width, 2 layers and 16 of its 32 experts (4.5 GB in f32), through examples/gpt_oss.linnet), made once by
   transformers with a seed, saved with `save_pretrained` and loaded from that folder by both sides.
+- vision: examples/vit.linnet, examples/dinov2.linnet and examples/resnet.linnet (where they exist) on seeded random
+  pixel batches of 1 and 8 images, shrunk models in the quick run and ViT-Base/16 224 and ResNet-18 at real size
+  with `--full` (random weights, made once as the decoders' are): median forward ms and images/s, peak RSS, max |Δ|
+  of the outputs against transformers eager, which is also timed under torch.compile.
 - encoders: examples/bert.linnet on the embedded all-MiniLM-L6-v2 at batch 1 and 32 (the same token ids on both
   sides, sentences of this repo's docs padded to `--encoder-tokens`): median forward ms and sequences/s, peak
   RSS, max |Δ| of the hidden states at real tokens against transformers' BertModel. `--full` adds
@@ -128,6 +132,70 @@ DIFFUSION = [
 # The transformers class each encoder source is compared with.
 ENCODER_CLASSES = {"bert": "BertModel", "modernbert": "ModernBertModel"}
 
+# Vision models on seeded random pixel batches (a processor's output is normalised noise to a model): (model, shape,
+# transformers config class, model class, config, image side). The shrunk rows run in the quick run, the real-size
+# ones (ViT-Base/16 224, ResNet-18) with --full. A row whose examples/<model>.linnet is missing is skipped.
+VISION = [
+    (
+        "vit",
+        "ViT, 2 layers, hidden 64, 64x64 images in 16x16 patches, random weights",
+        "ViTConfig",
+        "ViTForImageClassification",
+        dict(
+            hidden_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=128,
+            image_size=64,
+            patch_size=16,
+            num_labels=10,
+        ),
+        64,
+    ),
+    (
+        "dinov2",
+        "DINOv2, 2 layers, hidden 64, 64x64 images in 8x8 patches (positions learned at 32x32, resized), "
+        "random weights",
+        "Dinov2Config",
+        "Dinov2Model",
+        dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, image_size=32, patch_size=8),
+        64,
+    ),
+    (
+        "resnet",
+        "ResNet, basic, hidden sizes 16-32, 64x64 images, random weights",
+        "ResNetConfig",
+        "ResNetForImageClassification",
+        dict(embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1], layer_type="basic", num_labels=10),
+        64,
+    ),
+]
+FULL_VISION = [
+    (
+        "vit",
+        "ViT-Base/16 224-shaped, random weights",
+        "ViTConfig",
+        "ViTForImageClassification",
+        dict(num_labels=1000),
+        224,
+    ),
+    (
+        "resnet",
+        "ResNet-18-shaped, random weights",
+        "ResNetConfig",
+        "ResNetForImageClassification",
+        dict(
+            embedding_size=64,
+            hidden_sizes=[64, 128, 256, 512],
+            depths=[2, 2, 2, 2],
+            layer_type="basic",
+            num_labels=1000,
+        ),
+        224,
+    ),
+]
+VISION_BATCHES = (1, 8)
+
 
 # Rows whose Linnet side runs another backend than the fastest, and why (recorded in the row).
 ROW_BACKENDS = {
@@ -171,6 +239,33 @@ def run_decoder(spec: dict) -> dict:
     }
 
 
+def timed_forward(spec: dict, forward, load_s: float, batch: int) -> dict:
+    """A warm-up call of `forward`, then the median of `runs` timed calls; the warm-up's output saved for the
+    distance. The row's numbers: load and warm-up seconds, forward ms, sequences (or images) per second, peak RSS."""
+    import numpy as np
+
+    t0 = time.perf_counter()
+    outputs = forward()
+    warmup_s = time.perf_counter() - t0
+
+    def one() -> float:
+        start = time.perf_counter()
+        forward()
+        return time.perf_counter() - start
+
+    timed, contention = gs.timed_runs(one, spec["runs"])
+    np.save(Path(spec["out_dir"]) / f"{spec['name']}.npy", np.asarray(outputs, dtype=np.float32))
+    forward_s = statistics.median(timed)
+    return {
+        "load_s": load_s,
+        "warmup_s": warmup_s,
+        "forward_ms": forward_s * 1000,
+        "sequences_per_s": batch / forward_s,
+        "peak_rss_mb": gs.peak_rss_mb(),
+        **contention,
+    }
+
+
 def run_encoder(spec: dict) -> dict:
     """Median forward ms over `runs` forwards of the batch in `ids_file` (after one warm-up), hidden states saved."""
     import numpy as np
@@ -200,32 +295,46 @@ def run_encoder(spec: dict) -> dict:
             with torch.inference_mode():
                 return model(input_ids=t_ids, attention_mask=t_mask).last_hidden_state.numpy()
 
-    load_s = time.perf_counter() - t0
+    return timed_forward(spec, forward, time.perf_counter() - t0, len(ids))
+
+
+def run_vision(spec: dict) -> dict:
+    """Median forward ms over `runs` forwards of the pixel batch in `pixels_file` (after one warm-up): Linnet's
+    `forward`, transformers' model eager or under torch.compile; logits (or last_hidden_state) saved."""
+    import numpy as np
+
+    pixels = np.load(spec["pixels_file"])["pixel_values"]
     t0 = time.perf_counter()
-    states = forward()
-    warmup_s = time.perf_counter() - t0
+    if spec["side"] == "linnet":
+        from linnet.runtimes.backends import get_backend
 
-    def one() -> float:
-        start = time.perf_counter()
-        forward()
-        return time.perf_counter() - start
+        backend = get_backend(spec["backend"])
+        options = {"threads": gs.THREADS} if "threads" in backend.options else {}
+        m = backend.load(EXAMPLES / f"{spec['source']}.linnet", weights=spec["weights"], max_batch=len(pixels),
+                         progress=False, **options)  # fmt: skip
 
-    timed, contention = gs.timed_runs(one, spec["runs"])
-    np.save(Path(spec["out_dir"]) / f"{spec['name']}.npy", np.asarray(states, dtype=np.float32))
-    forward_s = statistics.median(timed)
-    return {
-        "load_s": load_s,
-        "warmup_s": warmup_s,
-        "forward_ms": forward_s * 1000,
-        "sequences_per_s": len(ids) / forward_s,
-        "peak_rss_mb": gs.peak_rss_mb(),
-        **contention,
-    }
+        def forward():
+            return np.asarray(m.forward(pixels))
+    else:
+        import torch
+        import transformers
+
+        model = getattr(transformers, spec["model_class"]).from_pretrained(spec["weights"]).eval()
+        if spec["side"] == "transformers-compile":
+            model = torch.compile(model)
+        t_pixels = torch.from_numpy(pixels)
+
+        def forward():
+            with torch.inference_mode():
+                out = model(pixel_values=t_pixels)
+            return (out.logits if hasattr(out, "logits") else out.last_hidden_state).numpy()
+
+    return timed_forward(spec, forward, time.perf_counter() - t0, len(pixels))
 
 
 def run_diffusion(spec: dict) -> dict:
     """Median ms over `runs` calls of the VAE's decode on the latents in `ids_file` (after one warm-up, which is
-    torch.compile's compile on the `diffusers-compile` side), images saved."""
+    torch.compile's compile on the `diffusers-compile` side): Linnet's `decode`, diffusers' eager or compiled."""
     import numpy as np
 
     latents = np.load(spec["ids_file"])
@@ -254,27 +363,7 @@ def run_diffusion(spec: dict) -> dict:
                 x = post_quant_conv(z) if post_quant_conv is not None else z
                 return decode(x).numpy()
 
-    load_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    images = forward()
-    warmup_s = time.perf_counter() - t0
-
-    def one() -> float:
-        start = time.perf_counter()
-        forward()
-        return time.perf_counter() - start
-
-    timed, contention = gs.timed_runs(one, spec["runs"])
-    np.save(Path(spec["out_dir"]) / f"{spec['name']}.npy", np.asarray(images, dtype=np.float32))
-    forward_s = statistics.median(timed)
-    return {
-        "load_s": load_s,
-        "warmup_s": warmup_s,
-        "forward_ms": forward_s * 1000,
-        "sequences_per_s": len(latents) / forward_s,
-        "peak_rss_mb": gs.peak_rss_mb(),
-        **contention,
-    }
+    return timed_forward(spec, forward, time.perf_counter() - t0, len(latents))
 
 
 def random_diffusers_checkpoint(cache: Path, model_class: str, config: dict) -> Path:
@@ -296,8 +385,8 @@ def run_one(spec: dict) -> None:
 
         torch.set_num_threads(gs.THREADS)
     loadavg_before = os.getloadavg()
-    run = {"decoder": run_decoder, "encoder": run_encoder, "diffusion": run_diffusion}[spec["kind"]]
-    row = run(spec)
+    runs = {"decoder": run_decoder, "encoder": run_encoder, "vision": run_vision, "diffusion": run_diffusion}
+    row = runs[spec["kind"]](spec)
     row.update(loadavg_before=loadavg_before, loadavg_after=os.getloadavg())
     print("RESULT " + json.dumps(row), flush=True)
 
@@ -370,6 +459,20 @@ def encoder_batches(folder: Path, sizes: list[int], tokens: int, work: Path) -> 
     return out
 
 
+def pixel_batches(side: int, work: Path) -> dict[int, Path]:
+    """Seeded N(0, 1) pixel batches [batch, 3, side, side] for each of VISION_BATCHES, one .npz each (both sides
+    read the same file)."""
+    import numpy as np
+
+    out = {}
+    for size in VISION_BATCHES:
+        path = work / f"pixels-{side}-{size}.npz"
+        pixels = np.random.default_rng(SEED).standard_normal((size, 3, side, side)).astype(np.float32)
+        np.savez(path, pixel_values=pixels)
+        out[size] = path
+    return out
+
+
 def common_prefix(a: list[int], b: list[int]) -> int:
     same = 0
     while same < min(len(a), len(b)) and a[same] == b[same]:
@@ -438,46 +541,61 @@ def main() -> None:
             for size, ids_file in batches.items():
                 workloads.append((model, shape, "encoder", source, str(folder), size, str(ids_file)))
 
-    # diffusion rows: (model, shape, kind, source, weights, batch, latents file, diffusers class)
-    diffusion = []
+    vision = {}  # model -> (model class, image side) of the vision workloads
+    for model, shape, config_class, model_class, config, side in VISION + (FULL_VISION if args.full else []):
+        if not (EXAMPLES / f"{model}.linnet").is_file():
+            print(f"  {shape}: skipped, examples/{model}.linnet is missing", file=sys.stderr)
+            continue
+        folder = random_checkpoint(args.cache, config_class, config, model_class)
+        vision[model] = (model_class, side)
+        for size, pixels_file in pixel_batches(side, work).items():
+            workloads.append((model, shape, "vision", model, str(folder), size, str(pixels_file)))
+    # diffusion rows: the latents file in the ids_file column; the diffusers class by model
+    diffusion = {}
     for model, shape, model_class, config, latent_shape, sizes, quick in DIFFUSION:
         if not (quick or args.full) or (args.only and model not in args.only):
             continue
         import numpy as np
 
         folder = random_diffusers_checkpoint(args.cache, model_class, config)
+        diffusion[model] = model_class
         for size in sizes:
             latents = np.random.default_rng(SEED).standard_normal((size, *latent_shape)).astype(np.float32)
             path = work / f"{model}-{latent_shape[-1]}-{size}.npy"
             np.save(path, latents)
-            diffusion.append((model, shape, "diffusion", model, str(folder), size, str(path), model_class))
-    workloads = [(*w, None) for w in workloads] + diffusion
+            workloads.append((model, shape, "diffusion", model, str(folder), size, str(path)))
+
     if args.only:
         workloads = [w for w in workloads if w[0] in args.only]
     rows = []
-    for model, shape, kind, source, weights, batch, ids_file, model_class in workloads:
-        pair = []
+    for model, shape, kind, source, weights, batch, ids_file in workloads:
+        group = []
         # `--backend` asks for one backend on every row; ROW_BACKENDS only replaces the default, the fastest
         row_backend, why = (args.backend, None) if args.backend else ROW_BACKENDS.get(model, (backend, None))
         sides = [("transformers-eager", "transformers"), (f"linnet {row_backend}", "linnet")]
+        if kind == "vision":  # the reference under torch.compile too
+            sides.insert(1, ("transformers torch.compile", "transformers-compile"))
         if kind == "diffusion":  # diffusers' eager reference first, then under torch.compile
-            sides = [("diffusers-eager", "diffusers"), ("diffusers-compile", "diffusers-compile"), sides[1]]
+            sides = [("diffusers-eager", "diffusers"), ("diffusers-compile", "diffusers-compile"), sides[-1]]
+        model_class = vision.get(model, (None,))[0] or diffusion.get(model)
         for side, name in sides:
             spec = dict(name=f"{model}-{len(rows)}", kind=kind, side=name, backend=row_backend, source=source,
                         weights=weights, runs=args.runs, new_tokens=args.new_tokens, prompt_file=str(prompt_file),
-                        ids_file=ids_file, out_dir=str(work), model_class=model_class)  # fmt: skip
+                        ids_file=ids_file, pixels_file=ids_file, out_dir=str(work),
+                        model_class=model_class)  # fmt: skip
             result = run_child(spec, args.quiet_wait)
             row = dict(model=model, shape=shape, kind=kind, side=side, batch=batch, name=spec["name"], **result)
-            row["prompt_tokens"] = args.prompt_tokens if kind == "decoder" else args.encoder_tokens
+            row["prompt_tokens"] = {"decoder": args.prompt_tokens, "encoder": args.encoder_tokens}.get(kind)
+            if kind == "vision":
+                row["prompt_tokens"] = vision[model][1]  # the image side, in the tokens column
             if name == "linnet" and why:
                 row["backend_note"] = why
-            pair.append(row)
+            group.append(row)
             rows.append(row)
-        ref = pair[0]
-        mask_file = Path(ids_file) if ids_file and kind == "encoder" else None
-        for other in pair[1:]:
-            if "error" not in ref and "error" not in other:
-                distance(other, ref, work, mask_file)
+        ref = group[0]
+        for ours in group[1:]:
+            if "error" not in ref and "error" not in ours:
+                distance(ours, ref, work, Path(ids_file) if kind == "encoder" else None)
 
     result = {
         "benchmark": "zoo_speed",
@@ -500,10 +618,13 @@ def main() -> None:
         "notes": [
             "TTFT (decoders): wall clock from the generate call to the first new token; decode tok/s: (new tokens - 1)"
             " / (time of the last new token - time of the first), from per-token timestamps on both sides.",
-            "Forward ms (encoders): the median time of one forward of the whole batch; diffusion models: of one call"
-            " (the VAE's decode), images/s in the seq/s column.",
+            "Forward ms (encoders, vision, diffusion): the median time of one forward of the whole batch (the VAE's"
+            " decode); vision rows give the image side in the tokens column and images/s in the seq/s column, and time"
+            " transformers under torch.compile as well as eager (its distance is from the eager row); diffusion rows"
+            " likewise against diffusers eager and under torch.compile.",
             "max |Δ|: decoders, the prompt's logits at every position; encoders, the hidden states at real tokens;"
-            " diffusion models, the images; against the transformers (diffusers eager) row above it. Greedy tokens"
+            " vision, the logits (DINOv2: last_hidden_state); diffusion, the images; against the reference's eager row"
+            " above it. Greedy tokens"
             " equal: the common prefix with transformers'.",
             f"Linnet's backend: {backend}, the fastest f32 decode of bench/results/generate_speed.json"
             if not args.backend

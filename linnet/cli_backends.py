@@ -516,6 +516,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         _check_paths(args)
         if args.tolerance is not None and args.compare is None:
             raise UsageError("--tolerance is the agreement --compare asks of the backends; add --compare")
+        if args.image is not None and args.compare is not None:
+            raise UsageError("--image runs the image on one backend; drop --compare (or compare on random inputs)")
     except UsageError as err:
         return _fail("run", err)
     if args.preset is None and args.weights is None:
@@ -537,13 +539,22 @@ def cmd_run(args: argparse.Namespace) -> int:
     except FAILURES as err:
         return _fail("run", err)
     program = model.program
+    image = None
     try:
+        if args.image is not None:
+            from . import cli_image
+
+            image = cli_image.prepare(args, program.entries[args.entry or next(iter(program.entries))])
         entry, graph, sizes = entry_and_sizes(args, program)
     except FAILURES as err:
         return _fail("run", err)
     if args.format != "json":
         _print_notes(model)
+        if image is not None:
+            print(f"note: {args.image}: {image.described}", file=sys.stderr)
     inputs = random_inputs(graph, sizes, args.seed, program.config.get("vocab_size", 100))
+    if image is not None:
+        inputs = cli_image.place(graph, inputs, image)
     try:
         outs, elapsed, compiled = _run_entry(args, model, entry, inputs)
     except FAILURES as err:
@@ -586,6 +597,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
         if list(shape) != expected:
             report["disagreements"].append(f"the checker says {expected}, the runtime gave {list(shape)}")
+    if image is not None:
+        report["image"] = {"path": args.image, "preprocessing": image.described}
+        report["top_labels"] = cli_image.top_labels(outs[0][2], image) if outs else []
     if args.format == "json":
         print(json.dumps(report))
         return EXIT_ERRORS if report["disagreements"] else EXIT_OK
@@ -598,6 +612,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             f"  output {out['shape']} {out['dtype']}: mean {out['mean']:.6g}, "
             f"std {out['std']:.6g}, min {out['min']:.6g}, max {out['max']:.6g}"
         )
+    if image is not None:
+        print("\n".join(cli_image.format_labels(report["top_labels"])))
     for d in report["disagreements"]:
         print(f"  disagreement: {d}")
     setup = f"; {args.setup}" if args.setup else ""
@@ -1056,6 +1072,12 @@ def register(sub) -> None:
         help="the size of an input dim other than B and S, e.g. --dim N=8 (repeatable)",
     )
     run.add_argument("--seed", type=int, default=0)
+    run.add_argument(
+        "--image",
+        metavar="PATH",
+        help="an image file as `pixel_values`, preprocessed as the model's image processor does (the weights' "
+        "preprocessor_config.json, else the model type's defaults); prints a classifier's top labels",
+    )
     run.add_argument("--provider", action="append", choices=("cpu", "cuda", "tensorrt"), help="onnxruntime providers")
     run.add_argument(
         "--format", choices=("text", "json"), default="text", help="json: one object (the language server)"

@@ -121,9 +121,14 @@ def normalize_config(config: dict[str, Any], where: str = "config.json") -> dict
     - both `rope_scaling` (not null) and a flat `rope_parameters`: they must agree (the same scaling, the same
       rope_theta as transformers reads), else CheckpointError naming both keys and `where` (the file, for
       messages): transformers reads `rope_scaling`, Linnet would read `rope_parameters`.
+    - `id2label` without `num_labels` (transformers 5 writes only `id2label`): `num_labels` is added as
+      `len(id2label)`, what transformers' `PretrainedConfig.num_labels` reads, so a source with a classifier
+      declares `num_labels` as a field and its size comes from the checkpoint.
     Every other key is kept untouched; the input is not modified.
     """
     cfg = dict(config)
+    if isinstance(cfg.get("id2label"), dict) and "num_labels" not in cfg:
+        cfg["num_labels"] = len(cfg["id2label"])
     params = cfg.get("rope_parameters")
     if isinstance(params, dict) and not any(isinstance(v, dict) for v in params.values()):
         if "rope_scaling" in cfg:

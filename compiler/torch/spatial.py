@@ -5,6 +5,7 @@ ints once a program is lowered). `codegen.EMITTERS` takes this table in."""
 from __future__ import annotations
 
 from linnet.ir.core import Op
+from linnet.ir.render import dim_text
 from linnet.ops.spatial import ints
 
 EMITTERS: dict = {}
@@ -71,8 +72,8 @@ EMITTERS["adaptive_avg_pool2d"] = lambda e, op: (
 
 def _interpolate(e, op: Op) -> str:
     mode = op.args["mode"]
-    if op.args["size"] is not None:
-        how = f"size={ints(op.args['size'], 2)}"
+    if op.args["size"] is not None:  # the result's sizes, which may be the input's dims (`H // 14`) as well as ints
+        how = f"size=({dim_text(op.result.dims[2])}, {dim_text(op.result.dims[3])})"
     else:
         how = f"scale_factor={e.r(float(op.args['scale_factor']))}"
     corners = "" if mode == "nearest" else f", align_corners={e.r(op.args['align_corners'])}"

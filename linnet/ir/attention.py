@@ -51,14 +51,18 @@ def choose_attention_variants(program: Program, wanted: tuple[str, ...], numeric
     unknown = set(wanted) - set(VARIANTS)
     if unknown:
         raise ValueError(f"unknown attention variants: {', '.join(sorted(unknown))}")
+    has_cache = bool(program.state)
     for g in program.graphs():
         for op in _attention_ops(g):
-            op.attrs["variant"] = {name: value for name in wanted if (value := _applies(name, op, numerics))}
+            variants = {name: value for name in wanted if (value := _applies(name, op, numerics, has_cache))}
+            op.attrs["variant"] = variants
 
 
-def _applies(name: str, op: Op, numerics: str):
+def _applies(name: str, op: Op, numerics: str, has_cache: bool = True):
     q, k, v = op.args["q"], op.args["k"], op.args["v"]
-    cached = k.dims[2].as_int() is not None  # keys of a fixed length: a KV cache's positions
+    # keys of a fixed length in a program with state: a KV cache's positions (a ViT's 197 tokens are a fixed length
+    # too, but every key is attended: trimming would only add a host synchronisation, which torch.compile refuses)
+    cached = has_cache and k.dims[2].as_int() is not None
     prefill = q.dims[2].as_int() != 1
     if name == "scale_queries":
         scale = op.args.get("scale")

@@ -179,7 +179,10 @@ def _owner(program: Program, receiver: str, key: str) -> tuple[str, str]:
     """The module class holding the fused weight `key` (relative to `receiver`) and its name
     there: the class of the members' common parent (`self_attn.{q,k,v}_proj.weight` read in a
     decoder layer belongs to the attention's class as `{q,k,v}_proj.weight`)."""
-    prefix = key[: key.index("{")]
+    # the fused group's brace, not a loop's placeholder before it (`layer.{i0}.attn.{q,k,v}.weight`, a call
+    # lowered in its caller's loop)
+    start = next(i for i, ch in enumerate(key) if ch == "{" and not LOOP_PLACEHOLDER.match(key, i))
+    prefix = key[:start]
     head, _, _ = prefix.rpartition(".")
     cls = receiver
     rel = key

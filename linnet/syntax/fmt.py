@@ -216,8 +216,8 @@ class _Formatter:
             return False  # unary minus: `-x`, `-(a + b)`
         if k == "LPAR" and pk == "IMPORT" and prev2 is not None and prev2.type in ("STRING", "NAME"):
             return True  # `from "x.linnet" import (`
+        if k == "EQUAL" or pk == "EQUAL":  # before brackets: a keyword argument's list hugs too, `size=[h, w]`
+            return not (inner == "LPAR" and not annotated[-1])
         if k in ("LPAR", "LSQB"):
             return not (_is_name(prev) or pk in ("RPAR", "RSQB"))
-        if k == "EQUAL" or pk == "EQUAL":
-            return not (inner == "LPAR" and not annotated[-1])
         return True

@@ -98,6 +98,13 @@ def test_unary_minus_hugs_its_operand():
     )
 
 
+def test_a_keyword_argument_hugs_a_list_or_a_parenthesised_value():
+    assert (
+        format_source("fn f(x: [N]) -> [N] {\n    g(x, size = [N, 2], k = (N + 1))\n}\n")
+        == "fn f(x: [N]) -> [N] {\n    g(x, size=[N, 2], k=(N + 1))\n}\n"
+    )
+
+
 def test_imports_keep_their_grouping_and_leave_a_blank_line_before_other_items():
     messy = (
         'from  "llama.linnet"  import LlamaMLP,LlamaAttention  as Attention\n'
