@@ -6,6 +6,8 @@ onnx. Public entry points:
 - `linnet.check(source, path=None)`: diagnostics of a source text or file;
 - `linnet.load(source, weights=None, backend="torch", ...)`: a model on any backend of the
   registry (`linnet.runtimes.backends`), numpy in and out (`LoadedModel`);
+- `linnet.train(source, weights, data=..., output=..., method="sft")`: train a model from the same source
+  (`linnet.runtimes.train.run.train`);
 - `linnet.semantics.program.Document`: the incremental document model (language server);
 - the `linnet` command line (`linnet.cli`).
 """
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["check", "load", "__version__"]
+__all__ = ["check", "load", "train", "__version__"]
 
 
 def check(source: str, path: str | None = None):
@@ -39,3 +41,13 @@ def load(source, weights=None, backend: str = "torch", **kwargs):
     from .runtimes.backends import get_backend
 
     return get_backend(backend).load(source, weights, **kwargs)
+
+
+def train(source, weights=None, **kwargs):
+    """Train `source` with `weights` (`data=` a JSONL file, `output=` the folder to write, `method=` "sft" (LoRA),
+    "full", "dpo" or "grpo", `lora=LoraSettings(...)`, and `TrainConfig` fields such as `max_steps`,
+    `learning_rate`). Returns a `TrainResult` (per-step metrics, the trained model, the output folder). Raises
+    `linnet.errors.LinnetError` (TrainError, LoadError, BackendError). See `linnet.runtimes.train.run.train`."""
+    from .runtimes.train.run import train as _train
+
+    return _train(source, weights, **kwargs)

@@ -15,9 +15,12 @@ catches one class and prints one line or block, never a traceback:
     ├── RunError           an entry called with inputs that don't fit its signature or the KV cache
     │                      (also a ValueError)
     ├── CodegenError       an op or argument a code generator or exporter cannot express
-    └── ExportError        a model a checkpoint format (Hugging Face, GGUF) cannot express: a family,
-                           a config value or a tokenizer the format has no spelling for; or an output
-                           path that cannot be written
+    ├── ExportError        a model a checkpoint format (Hugging Face, GGUF) cannot express: a family,
+    │                      a config value or a tokenizer the format has no spelling for; or an output
+    │                      path that cannot be written
+    └── TrainError         a training run that cannot start or go on: a data row missing a field
+                           (file:line), a LoRA target pattern that matches nothing, a backend that
+                           does not train, a reward function that raises
 
 An error that has a diagnostic code (docs/diagnostics.md; today the L5xx checkpoint codes) carries
 it in `code`, not pasted into its message; `str(err)` renders both in one place
@@ -41,6 +44,7 @@ __all__ = [
     "RunError",
     "CodegenError",
     "ExportError",
+    "TrainError",
 ]
 
 
@@ -115,3 +119,10 @@ class ExportError(LinnetError):
     """A model that a checkpoint format (`linnet export hf`, `linnet export gguf`) cannot express: a family
     without an entry in the format, a config value it has no key for, a tokenizer it cannot hold, or an
     output folder or file that already exists. Names the family, field or path; nothing is left on disk."""
+
+
+class TrainError(LinnetError):
+    """A training run that cannot start or go on (`linnet train`, `linnet.train`): a data row missing a field or
+    holding the wrong type (names the file, line and field), a LoRA target pattern that matches no `Linear`
+    member (lists them), a backend that does not train, a method's option out of range, a reward function that
+    raises. Nothing is left half-written in the output folder."""

@@ -57,7 +57,8 @@ class Backend:
         numerics: the numerics it supports ("equivalent", "fast").
         requires: the modules it imports (found with `find_spec`, never imported here).
         options: the keyword options its `load` takes beyond the common ones (`providers`).
-        can_train: whether it computes gradients for training (none does yet).
+        can_train: whether it trains (`linnet train`): its entries run under autograd (PyTorch's modes; JAX under
+            `jax.grad`). ONNX Runtime and the exported StableHLO artifact run inference only.
         thread_specific: whether the code it compiles is specialised to PyTorch's thread count (inductor's CPU
             kernels are), so a thread count that changes between runs misses the persistent compile cache.
     """
@@ -182,10 +183,11 @@ BACKENDS: dict[str, Backend] = {
         Backend(
             "torch-interpret", "PyTorch (interpreter)", "torch", "torch_backend", "interpret",
             "the Core IR op by op (the `equivalent` reference)", None, TORCH_DTYPES, ("cpu", "cuda"), ("torch",),
+            can_train=True,
         ),
         Backend(
             "torch", "PyTorch", "torch", "torch_backend", "generated",
-            "the generated PyTorch, eager", "torch", TORCH_DTYPES, ("cpu", "cuda"), ("torch",),
+            "the generated PyTorch, eager", "torch", TORCH_DTYPES, ("cpu", "cuda"), ("torch",), can_train=True,
         ),
         Backend(
             "torch-compile", "PyTorch (torch.compile)", "torch", "torch_backend", "inductor",

@@ -18,6 +18,7 @@ them once to its own arrays. Nothing here imports torch, jax or onnxruntime.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -93,12 +94,18 @@ def prepare(
     max_positions: int = 768,
     entries: list[str] | None = None,
     random_weights: bool = False,
+    text: str | None = None,
+    view: Callable[[Program, Checkpoint], Checkpoint] | None = None,
 ) -> Prepared:
     """Check the source, open the weights, merge configs, lower, and match names and shapes.
 
+    `text`, when given, is the source's text checked under the path `source` (a source transform's output, such
+    as LoRA's, whose imports and messages stay those of the file); `view(program, checkpoint)` sees the opened
+    checkpoint through a view before names are matched (LoRA adds its adapters' tensors there).
+
     Raises LoadError (OSError for an unreadable source)."""
     try:
-        path, text = read_source(source)
+        path, text = (str(source), text) if text is not None else read_source(source)
         info = check_source(path, text, preset)
         if preset is None and weights is None and not random_weights:
             preset = info.preset = default_preset(info)
@@ -131,6 +138,8 @@ def prepare(
         raise LoadError(err.message, code=err.code) from err
     if checkpoint is not None:
         checkpoint = dequantizing_view(program, checkpoint)
+        if view is not None:
+            checkpoint = view(program, checkpoint)
     prepared = Prepared(program, info, checkpoint, weights=str(weights) if weights is not None else None, notes=notes)
     if checkpoint is not None:
         prepared.plan = match_weights(program, checkpoint, prepared.notes)

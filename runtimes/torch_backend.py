@@ -165,6 +165,23 @@ def load(
     backend = backend_for("torch_backend", mode)
     check_options(backend, dtype, numerics, device)
     prepared = prepare(source, weights, preset, config, dtype, max_batch, max_positions, random_weights=random_weights)
+    return load_prepared(prepared, mode, numerics, device, seed, progress, t0)
+
+
+def load_prepared(
+    prepared: Prepared,
+    mode: str = "generated",
+    numerics: str = "equivalent",
+    device: str = "cpu",
+    seed: int = 0,
+    progress: bool = True,
+    t0: float | None = None,
+) -> TorchModel:
+    """A model from an already prepared program and checkpoint (`loading.prepare`): compiled in `mode`, its
+    weights bound (random ones from `seed` when there is no checkpoint). `load` does the preparing; a source
+    transform (LoRA) prepares its own. Raises LoadError for a tensor whose shape differs."""
+    t0 = time.perf_counter() if t0 is None else t0
+    backend = backend_for("torch_backend", mode)
     module = compile_program(prepared.program, mode, numerics, device)
     if prepared.checkpoint is not None:
         tensors = planned_tensors(prepared, progress)
@@ -180,6 +197,7 @@ def load(
 
 __all__ = [
     "load",
+    "load_prepared",
     "TorchModel",
     "TorchStepModel",
     "LoadError",

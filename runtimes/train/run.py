@@ -1,0 +1,209 @@
+"""`linnet.train(...)` and `linnet train`: load a model, read the data, train, write the result atomically.
+
+What a run writes into `output` (created whole at the end: everything goes into a hidden temporary folder
+beside it, renamed to `output` once training and writing have succeeded; a failure or an interrupt leaves
+nothing behind, and an existing non-empty `output` is refused before anything runs):
+- `metrics.jsonl`: one JSON object per optimizer step (`Trainer`'s records);
+- `train_config.json`: the `TrainConfig` of the run, with the source, weights, data and backend;
+- full fine-tuning: the model as a Hugging Face folder (`export_hf`: config.json, model.safetensors,
+  tokenizer), which transformers and Linnet load;
+- LoRA: the adapters in PEFT's format (`adapter_config.json`, `adapter_model.safetensors`), which
+  `PeftModel.from_pretrained(base, output)` and `linnet.train.load_adapter` load.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from linnet.errors import TrainError
+
+from .config import LoraSettings, TrainConfig
+from .data import read_jsonl
+from .objectives import objective_for
+
+__all__ = ["train", "TrainResult", "load_for_training"]
+
+
+@dataclass
+class TrainResult:
+    """What `train` returns: `history` the per-step records, `model` the trained `TorchModel` (adapters in
+    place for LoRA), `output` the folder written (or None)."""
+
+    history: list[dict[str, Any]]
+    model: Any
+    output: Path | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def load_for_training(
+    source: str | Path,
+    weights: str | Path | None,
+    *,
+    backend: str = "torch",
+    lora: LoraSettings | None = None,
+    adapter: str | Path | None = None,
+    preset: str | None = None,
+    config: dict[str, Any] | None = None,
+    seed: int = 42,
+    progress: bool = False,
+):
+    """Load `source` with `weights` on `backend` (one that trains) in f32, with LoRA adapters when `lora` is given
+    (fresh, or read from the PEFT folder `adapter`). Returns (the `TorchModel`, the checkpoint paths to train).
+    Raises TrainError, LoadError, BackendError."""
+    from .policy import check_trains
+
+    check_trains(backend)
+    if lora is None and adapter is None:
+        from ..backends import get_backend
+
+        model = get_backend(backend).load(source, weights, preset=preset, config=config, dtype="f32", progress=progress)
+        return model, [name for name, _ in model.module.named_parameters()]
+    from .lora import load_with_adapters
+
+    return load_with_adapters(
+        source, weights, lora, adapter=adapter, backend=backend, preset=preset, config=config, seed=seed,
+        progress=progress,
+    )  # fmt: skip
+
+
+def train(
+    source: str | Path,
+    weights: str | Path | None = None,
+    *,
+    data: str | Path,
+    output: str | Path | None = None,
+    method: str = "sft",
+    backend: str = "torch",
+    lora: LoraSettings | None = None,
+    adapter: str | Path | None = None,
+    preset: str | None = None,
+    config: dict[str, Any] | None = None,
+    progress: bool = True,
+    **options: Any,
+) -> TrainResult:
+    """Train `source` with `weights` on the JSONL `data` by `method` and write the result to `output`.
+
+    Args:
+        source, weights, preset, config: as `linnet.load` takes them (the model is loaded in f32).
+        data: a JSONL file of rows in the method's shape (`linnet.runtimes.train.data`).
+        output: the folder to write (must not exist, or be empty); None writes nothing.
+        method: `sft` (LoRA adapters, PEFT's defaults unless `lora` says otherwise), `full` (every parameter),
+            or a registered method (`dpo`, `grpo`).
+        backend: a backend whose registry record `can_train` (`torch`, `torch-interpret`).
+        lora: LoRA settings for `sft` (None: `LoraSettings()`, r=8, lora_alpha=8, q_proj and v_proj).
+        adapter: a PEFT adapter folder to start from (training goes on from its weights).
+        progress: a progress bar on stderr (loss, tokens/s, ETA).
+        options: `TrainConfig` fields (`max_steps`, `learning_rate`, `gradient_accumulation_steps`, ...).
+
+    Returns a `TrainResult`. Raises TrainError (bad data row: file:line and field; a LoRA target pattern that
+    matches nothing; an output folder that exists), LoadError, BackendError; nothing is written on error.
+    """
+    import torch
+
+    from .policy import TorchPolicy
+    from .trainer import Trainer
+
+    unknown = sorted(set(options) - set(TrainConfig.__dataclass_fields__))
+    if unknown:
+        raise TrainError(f"unknown training option {', '.join(unknown)}")
+    if method == "full" and (lora is not None or adapter is not None):
+        raise TrainError("--method full trains every parameter: it takes no LoRA options (use --method sft)")
+    if method != "full" and lora is None:
+        lora = LoraSettings()
+    cfg = TrainConfig(method=method, lora=lora if method != "full" else None, **options)
+    cfg.check()
+    target = _check_output(output) if output is not None else None
+    objective = objective_for(method, **cfg.method_options)
+    rows = read_jsonl(data)
+    torch.manual_seed(cfg.seed)
+    model, trainable = load_for_training(
+        source, weights, backend=backend, lora=cfg.lora, adapter=adapter, preset=preset, config=config,
+        seed=cfg.seed, progress=progress,
+    )  # fmt: skip
+    policy = TorchPolicy(
+        model,
+        trainable,
+        gradient_checkpointing=cfg.gradient_checkpointing,
+        autocast_dtype=torch.bfloat16 if cfg.bf16 else None,
+    )
+    token_rows = objective.token_rows(rows, policy.tokenizer, policy.vocab_size, cfg.max_length)
+    tmp = _temporary_folder(target) if target is not None else None
+    try:
+        with _Progress(cfg.max_steps, progress, tmp) as report:
+            history = Trainer(policy, objective, token_rows, cfg, on_step=report).train()
+        if tmp is not None:
+            _write_result(tmp, model, cfg, dict(source=str(source), weights=str(weights), data=str(data),
+                                                 backend=backend))  # fmt: skip
+            if target.exists():
+                target.rmdir()  # empty: checked before training
+            os.replace(tmp, target)
+    except BaseException:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return TrainResult(history, model, target)
+
+
+def _check_output(output: str | Path) -> Path:
+    target = Path(output)
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise TrainError(f"{target}: already exists and is not an empty folder; remove it or pick another")
+    return target
+
+
+def _temporary_folder(target: Path) -> Path:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent))
+
+
+def _write_result(folder: Path, model: Any, cfg: TrainConfig, run: dict[str, str]) -> None:
+    if cfg.lora is None:
+        from ..export_hf import export_hf
+
+        export_hf(model, folder / "model")  # its own temporary folder, renamed into ours
+        for f in (folder / "model").iterdir():
+            os.replace(f, folder / f.name)
+        (folder / "model").rmdir()
+    else:
+        from .lora import save_adapter
+
+        save_adapter(model, folder, cfg.lora, base_model=run["weights"])
+    record = {**run, **asdict(cfg)}
+    (folder / "train_config.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+
+
+class _Progress:
+    """The progress bar (tqdm on stderr: step, loss, tokens/s and tqdm's ETA) and `metrics.jsonl` in `folder`."""
+
+    def __init__(self, total: int, show: bool, folder: Path | None):
+        self.total, self.show, self.folder = total, show, folder
+        self.bar = None
+        self.metrics = None
+
+    def __enter__(self):
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=self.total, desc="training", unit="step", file=sys.stderr, disable=not self.show)
+        if self.folder is not None:
+            self.metrics = open(self.folder / "metrics.jsonl", "w", encoding="utf-8")
+        return self
+
+    def __call__(self, record: dict[str, Any]) -> None:
+        if self.metrics is not None:
+            self.metrics.write(json.dumps(record) + "\n")
+            self.metrics.flush()
+        self.bar.set_postfix(loss=f"{record.get('loss', float('nan')):.4f}", tok_s=f"{record['tokens_per_s']:.0f}")
+        self.bar.update(1)
+
+    def __exit__(self, *exc):
+        self.bar.close()
+        if self.metrics is not None:
+            self.metrics.close()
+        return False

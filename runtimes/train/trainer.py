@@ -1,0 +1,124 @@
+"""The training loop on PyTorch: AdamW, a warmup schedule, gradient accumulation with the loss normalised over
+the whole step, gradient clipping, optional bf16 autocast; one metrics record per optimizer step.
+
+One optimizer step (as transformers' `Trainer` with `num_items_in_batch`, which TRL's trainers inherit):
+1. take `gradient_accumulation_steps` micro-batches and let the objective prepare them (`prepare_step`);
+2. `N` = the step's loss tokens over every micro-batch (and every rank: `reduce_sum`);
+3. for each micro-batch: `loss = objective.loss(policy, batch, N)` (a sum over its tokens divided by N),
+   `loss.backward()`: the gradients add up to the gradient of the step's mean token loss;
+4. clip the global gradient norm to `max_grad_norm` (`torch.nn.utils.clip_grad_norm_`, the norm before clipping
+   is logged as `grad_norm`), `AdamW.step()`, advance the schedule, zero the gradients.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import torch
+
+from .config import TrainConfig
+from .data import Batch, TokenRow, batches
+from .objectives import Objective
+from .policy import TorchPolicy
+from .schedule import lr_multiplier
+
+__all__ = ["Trainer", "StepRecord"]
+
+StepRecord = dict[str, Any]
+
+
+class Trainer:
+    """Trains `policy` on `rows` under `objective` as `config` says.
+
+    `on_step(record)` is called after each optimizer step with its metrics (`step` 1-based, `loss`,
+    `grad_norm`, `learning_rate` (the one this step used), `num_tokens` (real tokens this step),
+    `num_loss_tokens`, `tokens_per_s`, `elapsed_s`, the objective's own). `reduce_sum(x)` sums a float over the
+    ranks of a distributed run (identity in one process); `micro_batches` overrides where micro-batches of
+    token rows come from (a distributed run hands each rank its share)."""
+
+    def __init__(
+        self,
+        policy: TorchPolicy,
+        objective: Objective,
+        rows: Sequence[TokenRow],
+        config: TrainConfig,
+        *,
+        on_step: Callable[[StepRecord], None] | None = None,
+        reduce_sum: Callable[[float], float] = lambda x: x,
+        micro_batches: Iterator[list[TokenRow]] | None = None,
+    ):
+        self.policy = policy
+        self.objective = objective
+        self.config = config
+        self.on_step = on_step
+        self.reduce_sum = reduce_sum
+        self.micro_batches = micro_batches or batches(
+            rows, config.per_device_train_batch_size, shuffle=config.shuffle, seed=config.seed
+        )
+        lr = config.learning_rate if config.learning_rate is not None else objective.default_learning_rate
+        self.learning_rate = lr
+        params = list(policy.parameters())
+        # AdamW's own defaults differ (weight_decay=0.01): transformers passes every one of these explicitly
+        self.optimizer = torch.optim.AdamW(
+            params,
+            lr=lr,
+            betas=(config.adam_beta1, config.adam_beta2),
+            eps=config.adam_epsilon,
+            weight_decay=config.weight_decay,
+        )
+        multiplier = lr_multiplier(config.lr_scheduler_type, config.warmup_steps, config.max_steps)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, multiplier)
+        self.params = params
+        self.history: list[StepRecord] = []
+
+    def step(self, step: int) -> StepRecord:
+        """Run optimizer step `step` (1-based) and return its record."""
+        t0 = time.perf_counter()
+        cfg = self.config
+        pad = self.policy.pad_token_id
+        micro: list[Batch] = [
+            self.objective.collate(next(self.micro_batches), pad) for _ in range(cfg.gradient_accumulation_steps)
+        ]
+        micro = self.objective.prepare_step(self.policy, micro)
+        num_items = int(self.reduce_sum(float(sum(self.objective.num_items(b) for b in micro))))
+        sums: dict[str, float] = {}
+        means: dict[str, float] = {}
+        for batch in micro:
+            out = self.objective.loss(self.policy, batch, num_items)
+            out.loss.backward()
+            for k, v in out.sums.items():
+                sums[k] = sums.get(k, 0.0) + v
+            for k, v in out.means.items():
+                means[k] = means.get(k, 0.0) + v / len(micro)
+        lr_used = self.optimizer.param_groups[0]["lr"]
+        if cfg.max_grad_norm:
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm))
+        else:
+            grad_norm = float(torch.nn.utils.get_total_norm([p.grad for p in self.params if p.grad is not None]))
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        elapsed = time.perf_counter() - t0
+        tokens = sum(b.num_tokens for b in micro)
+        record: StepRecord = {"step": step, **sums, **means}
+        if "correct" in record:
+            record["mean_token_accuracy"] = record.pop("correct") / max(1.0, record.get("num_loss_tokens", 0.0))
+        record.update(
+            grad_norm=grad_norm,
+            learning_rate=lr_used,
+            num_tokens=tokens,
+            tokens_per_s=tokens / elapsed if elapsed > 0 else 0.0,
+            elapsed_s=elapsed,
+        )
+        return record
+
+    def train(self) -> list[StepRecord]:
+        """Run `config.max_steps` optimizer steps; returns every step's record (also passed to `on_step`)."""
+        for step in range(1, self.config.max_steps + 1):
+            record = self.step(step)
+            self.history.append(record)
+            if self.on_step is not None:
+                self.on_step(record)
+        return self.history

@@ -1,0 +1,137 @@
+"""LoRA as a source transform on the shrunk Llama of conftest (f32, loaded from its save_pretrained folder):
+
+- the transform: PEFT's default targets (q_proj, v_proj), B = 0 so the adapted model equals the base; target
+  patterns as PEFT reads them; a pattern that matches nothing lists the Linear members;
+- 20 steps of LoRA SFT against TRL 1.16 SFTTrainer on a PEFT 0.21 model started from the same adapter weights
+  (PEFT draws A; Linnet loads that initial adapter folder): per-step losses;
+- the adapter Linnet saves loads in `PeftModel.from_pretrained` with Linnet's logits, loads back into Linnet, and
+  the merged export (`export_hf`'s writer) loads in transformers with the same logits.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.runtimes.train.conftest import COMMON, LLAMA, LOSS_ATOL, STEPS, id_rows, trl_sft_losses, write_jsonl
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("peft")
+
+import linnet  # noqa: E402
+import linnet.torch as lt  # noqa: E402
+from linnet.errors import TrainError  # noqa: E402
+from linnet.runtimes.train import LoraSettings  # noqa: E402
+from linnet.runtimes.train.lora import export_merged, load_with_adapters, save_adapter  # noqa: E402
+
+pytestmark = [pytest.mark.torch, pytest.mark.usefixtures("one_torch_thread")]
+
+IDS = np.array([[1, 5, 9, 22, 7, 100, 3, 64]])
+
+
+def peft_model(folder, r=4, lora_alpha=8):
+    import transformers
+    from peft import LoraConfig, get_peft_model
+
+    base = transformers.LlamaForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    torch.manual_seed(1)
+    return get_peft_model(base, LoraConfig(r=r, lora_alpha=lora_alpha, task_type="CAUSAL_LM"))
+
+
+def test_default_targets_and_step_zero_equals_base(tiny_llama):
+    model, paths = load_with_adapters(LLAMA, tiny_llama, LoraSettings(r=4, lora_alpha=8))
+    assert [m.path for m in model.lora.members] == [
+        f"model.layers.{i}.self_attn.{p}" for i in range(2) for p in ("q_proj", "v_proj")
+    ]
+    q_proj = "model.layers.0.self_attn.q_proj"
+    assert paths[:2] == [f"{q_proj}.lora_A.weight", f"{q_proj}.lora_B.weight"]
+    state = model.module.state_dict()
+    assert tuple(state[paths[0]].shape) == (4, 32) and not state[paths[1]].any()  # B = 0
+    assert 0 < float(state[paths[0]].abs().max()) <= 1 / np.sqrt(32)  # A ~ U(-1/sqrt(in), 1/sqrt(in))
+    base = lt.load(LLAMA, tiny_llama, progress=False)
+    np.testing.assert_array_equal(model.forward(IDS)[0], base.forward(IDS)[0])
+
+
+@pytest.mark.parametrize(
+    ("targets", "expected"),
+    [
+        ("o_proj,down_proj", {"o_proj", "down_proj"}),
+        (r"model\.layers\.\d+\.mlp\.(gate|up)_proj", {"gate_proj", "up_proj"}),
+        ("all-linear", {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}),
+    ],
+)
+def test_target_patterns(tiny_llama, targets, expected):
+    model, _ = load_with_adapters(LLAMA, tiny_llama, LoraSettings(r=2, targets=targets))
+    assert {m.member for m in model.lora.members} == expected
+    assert len(model.lora.members) == 2 * len(expected)  # every layer; never the head
+
+
+def test_bad_targets(tiny_llama):
+    with pytest.raises(TrainError, match=r"matches no Linear member of LlamaForCausalLM \(Linear members: q_proj "):
+        load_with_adapters(LLAMA, tiny_llama, LoraSettings(targets="qkv"))
+    with pytest.raises(TrainError, match=r"in some instances only \(not in model.layers.1.self_attn.q_proj\)"):
+        load_with_adapters(LLAMA, tiny_llama, LoraSettings(targets=r"model\.layers\.0\.self_attn\.q_proj"))
+
+
+def test_lora_sft_matches_trl_and_peft(tiny_llama, tmp_path):
+    rows = id_rows(16)
+    data = write_jsonl(tmp_path / "sft.jsonl", rows)
+    reference = peft_model(tiny_llama)
+    initial = tmp_path / "initial_adapter"
+    reference.save_pretrained(initial)  # PEFT's A (seed 1) and B = 0: Linnet starts from the same weights
+    out = tmp_path / "out"
+    result = linnet.train(
+        LLAMA, tiny_llama, data=data, output=out, adapter=initial, shuffle=False, progress=False, **COMMON
+    )
+    ours = [r["loss"] for r in result.history]
+    theirs, _ = trl_sft_losses(reference, rows, COMMON)
+    delta = max(abs(a - b) for a, b in zip(ours, theirs))
+    print(f"LoRA SFT vs TRL + PEFT over {STEPS} steps: max |loss diff| {delta:.2e}")
+    assert len(ours) == len(theirs) == STEPS
+    assert delta < LOSS_ATOL, (ours, theirs)
+    assert ours[-1] < ours[0] - 0.05
+
+    # the adapter Linnet wrote loads in PEFT and gives Linnet's logits
+    import transformers
+    from peft import PeftModel
+
+    base = transformers.LlamaForCausalLM.from_pretrained(tiny_llama, dtype=torch.float32)
+    loaded = PeftModel.from_pretrained(base, out).eval()
+    ids = torch.tensor(IDS)
+    with torch.no_grad():
+        expected = loaded(input_ids=ids).logits.numpy()
+        without = lt.load(LLAMA, tiny_llama, progress=False).forward(IDS)[0]
+    got = result.model.forward(IDS)[0]
+    print(f"Linnet vs PeftModel.from_pretrained logits: max |diff| {np.abs(got - expected).max():.2e}")
+    assert np.abs(got - expected).max() < 1e-5
+    assert np.abs(got - without).max() > 1e-3  # the adapters changed it
+
+    # ... and back into Linnet
+    again, _ = load_with_adapters(LLAMA, tiny_llama, None, adapter=out)
+    np.testing.assert_allclose(again.forward(IDS)[0], got, atol=1e-6)
+
+    # merged into the base through export_hf's writer: transformers gives the same logits
+    export_merged(result.model, tmp_path / "merged")
+    merged = transformers.LlamaForCausalLM.from_pretrained(tmp_path / "merged", dtype=torch.float32).eval()
+    with torch.no_grad():
+        assert np.abs(merged(input_ids=ids).logits.numpy() - got).max() < 1e-5
+
+
+def test_adapters_disabled_is_the_base(tiny_llama, tmp_path):
+    from linnet.runtimes.train.policy import TorchPolicy
+
+    model, paths = load_with_adapters(LLAMA, tiny_llama, LoraSettings(r=4))
+    with torch.no_grad():
+        for p in paths:
+            model.module.state_dict()[p].add_(0.1)  # B != 0: the adapters now change the output
+    policy = TorchPolicy(model, paths)
+    ids = torch.tensor(IDS)
+    adapted = policy.logits(ids).detach()
+    with torch.no_grad(), policy.adapters_disabled():
+        off = policy.logits(ids)
+    base = lt.load(LLAMA, tiny_llama, progress=False).native.forward(ids)
+    assert torch.equal(off, base) and not torch.allclose(adapted, base)
+    assert torch.equal(policy.logits(ids).detach(), adapted)  # the adapters are back
+    save_adapter(model, tmp_path / "a")
+    assert {f.name for f in (tmp_path / "a").iterdir()} == {"adapter_config.json", "adapter_model.safetensors"}
