@@ -261,17 +261,35 @@ def load(
     keys): what sharding (`linnet.runtimes.parallel`) and training by checkpoint name use.
 
     Raises LoadError (source, config, names or shapes) and BackendError (mode, dtype, device)."""
-    from linnet.compiler.jax.codegen import state_shape
-    from linnet.compiler.jax.module import compile_program, export_entry, exported_fn, jax_dtype
-
     from .loading import prepare
 
     t0 = time.perf_counter()
+    check_options(backend_for("jax_backend", mode), dtype, numerics, device)
+    _device(device)
+    prepared = prepare(source, weights, preset, config, dtype, max_batch, max_positions, random_weights=random_weights)
+    return load_prepared(prepared, mode, numerics, device, seed, progress, fuse_linear_weights, t0)
+
+
+def load_prepared(
+    prepared: Prepared,
+    mode: str = "generated",
+    numerics: str = "equivalent",
+    device: str = "cpu",
+    seed: int = 0,
+    progress: bool = True,
+    fuse_linear_weights: bool = True,
+    t0: float | None = None,
+) -> JaxModel:
+    """A model from an already prepared program and checkpoint (`loading.prepare`): compiled in `mode`, its
+    weights put on the device (random ones from `seed` when there is no checkpoint). `load` does the preparing;
+    a source transform (LoRA) prepares its own. Raises LoadError, BackendError."""
+    from linnet.compiler.jax.codegen import state_shape
+    from linnet.compiler.jax.module import compile_program, export_entry, exported_fn, jax_dtype
+
+    t0 = time.perf_counter() if t0 is None else t0
     backend = backend_for("jax_backend", mode)
-    check_options(backend, dtype, numerics, device)
     jax = _jax()
     dev = _device(device)
-    prepared = prepare(source, weights, preset, config, dtype, max_batch, max_positions, random_weights=random_weights)
     program = prepared.program
     compiled = compile_program(program, numerics, fuse_linear_weights)
     if prepared.checkpoint is not None:

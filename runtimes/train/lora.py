@@ -340,9 +340,8 @@ def load_with_adapters(
 
     from ..backends import get_backend
     from ..loading import prepare
-    from ..torch_backend import load_prepared
 
-    mode = get_backend(backend).mode
+    family, mode = get_backend(backend).family, get_backend(backend).mode
     path, text = read_source(source)
     base = prepare(path, weights, preset, config, "f32", text=text)
     tensors = None
@@ -363,7 +362,14 @@ def load_with_adapters(
     new_text = lora_source(path, text, members, lora.r, lora.scaling)
     view = _AddedTensors(tensors, members, lora.r, seed)
     prepared = prepare(path, base.weights, preset, config, "f32", text=new_text, view=view)
-    model = load_prepared(prepared, mode, progress=progress)
+    if family == "jax":  # every weight under its checkpoint name: gradients come back by name
+        from ..jax_backend import load_prepared as load_jax
+
+        model = load_jax(prepared, mode, progress=progress, fuse_linear_weights=False)
+    else:
+        from ..torch_backend import load_prepared
+
+        model = load_prepared(prepared, mode, progress=progress)
     model.lora = LoraAdapters(lora, members, spelled, path, base.weights, preset, config, model_type)
     return model, model.lora.paths()
 
@@ -423,20 +429,27 @@ def read_adapter(folder: str | Path) -> tuple[LoraSettings, str | None, dict[str
     return settings, spelled, {k: np.asarray(v, dtype=np.float32) for k, v in tensors.items()}
 
 
+def _host(tensor: Any) -> np.ndarray:
+    """A torch tensor or a JAX array as a numpy array on the host."""
+    if type(tensor).__module__.startswith("torch"):
+        from ..torch_backend import to_numpy
+
+        return to_numpy(tensor)
+    return np.asarray(tensor)
+
+
 def save_adapter(model: Any, folder: str | Path, settings: LoraSettings | None = None, base_model: str | None = None):
     """Write `model`'s adapters (a model from `load_with_adapters`) in PEFT's format into `folder`:
     `adapter_config.json` (PEFT's LoraConfig fields, `task_type` CAUSAL_LM) and `adapter_model.safetensors` with
     PEFT's names, `base_model.model.<path>.lora_{A,B}.weight`, f32. Returns the files written."""
     from safetensors.numpy import save_file
 
-    from ..torch_backend import to_numpy
-
     info: LoraAdapters = model.lora
     s = info.settings
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    held = model.module.state_dict()
-    tensors = {f"base_model.model.{p}": np.ascontiguousarray(to_numpy(held[p]), dtype=np.float32) for p in info.paths()}
+    held = model.module.state_dict() if hasattr(model, "module") else model.params  # torch, or JAX arrays
+    tensors = {f"base_model.model.{p}": np.ascontiguousarray(_host(held[p]), dtype=np.float32) for p in info.paths()}
     save_file(tensors, str(folder / "adapter_model.safetensors"), metadata={"format": "pt"})
     config = {
         "peft_type": "LORA",

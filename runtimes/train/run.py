@@ -57,12 +57,18 @@ def load_for_training(
     """Load `source` with `weights` on `backend` (one that trains) in f32, with LoRA adapters when `lora` is given
     (fresh, or read from the PEFT folder `adapter`). Returns (the `TorchModel`, the checkpoint paths to train).
     Raises TrainError, LoadError, BackendError."""
+    from ..backends import get_backend
     from .policy import check_trains
 
     check_trains(backend)
     if lora is None and adapter is None:
-        from ..backends import get_backend
+        if get_backend(backend).family == "jax":  # every weight under its checkpoint name: gradients by name
+            from ..jax_backend import load as load_jax
 
+            model = load_jax(
+                source, weights, preset=preset, config=config, progress=progress, fuse_linear_weights=False
+            )
+            return model, list(model.params)
         model = get_backend(backend).load(source, weights, preset=preset, config=config, dtype="f32", progress=progress)
         return model, [name for name, _ in model.module.named_parameters()]
     from .lora import load_with_adapters
@@ -96,7 +102,8 @@ def train(
         output: the folder to write (must not exist, or be empty); None writes nothing.
         method: `sft` (LoRA adapters, PEFT's defaults unless `lora` says otherwise), `full` (every parameter),
             or a registered method (`dpo`, `grpo`).
-        backend: a backend whose registry record `can_train` (`torch`, `torch-interpret`).
+        backend: a backend whose registry record `can_train` (`torch`, `torch-interpret`, `jax`: under
+            `jax.grad` with optax, `jax_trainer`).
         lora: LoRA settings for `sft` (None: `LoraSettings()`, r=8, lora_alpha=8, q_proj and v_proj).
         adapter: a PEFT adapter folder to start from (training goes on from its weights).
         progress: a progress bar on stderr (loss, tokens/s, ETA).
@@ -127,17 +134,25 @@ def train(
         source, weights, backend=backend, lora=cfg.lora, adapter=adapter, preset=preset, config=config,
         seed=cfg.seed, progress=progress,
     )  # fmt: skip
-    policy = TorchPolicy(
-        model,
-        trainable,
-        gradient_checkpointing=cfg.gradient_checkpointing,
-        autocast_dtype=torch.bfloat16 if cfg.bf16 else None,
-    )
+    if model.backend == "jax":
+        from .jax_trainer import JaxPolicy, JaxTrainer
+
+        policy, trainer_class = JaxPolicy(model, trainable), JaxTrainer
+    else:
+        policy, trainer_class = (
+            TorchPolicy(
+                model,
+                trainable,
+                gradient_checkpointing=cfg.gradient_checkpointing,
+                autocast_dtype=torch.bfloat16 if cfg.bf16 else None,
+            ),
+            Trainer,
+        )
     token_rows = objective.token_rows(rows, policy.tokenizer, policy.vocab_size, cfg.max_length)
     tmp = _temporary_folder(target) if target is not None else None
     try:
         with _Progress(cfg.max_steps, progress, tmp) as report:
-            history = Trainer(policy, objective, token_rows, cfg, on_step=report).train()
+            history = trainer_class(policy, objective, token_rows, cfg, on_step=report).train()
         if tmp is not None:
             _write_result(tmp, model, cfg, dict(source=str(source), weights=str(weights), data=str(data),
                                                  backend=backend))  # fmt: skip
