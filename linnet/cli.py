@@ -234,9 +234,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     from .cli_backends import register
     from .cli_serve import register as register_serve
+    from .cli_train import register as register_train
 
     register(sub)
     register_serve(sub)
+    register_train(sub)
     return parser
 
 

@@ -8,7 +8,8 @@ nothing behind, and an existing non-empty `output` is refused before anything ru
 - full fine-tuning: the model as a Hugging Face folder (`export_hf`: config.json, model.safetensors,
   tokenizer), which transformers and Linnet load;
 - LoRA: the adapters in PEFT's format (`adapter_config.json`, `adapter_model.safetensors`), which
-  `PeftModel.from_pretrained(base, output)` and `linnet.train.load_adapter` load.
+  `PeftModel.from_pretrained(base, output)` and `lora.load_with_adapters(..., adapter=output)` load; with
+  `save_merged`, also `merged/`: the adapters merged into the base as a Hugging Face folder.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from linnet.errors import TrainError
+from linnet.errors import LoadError, TrainError
 
 from .config import LoraSettings, TrainConfig
 from .data import read_jsonl
@@ -92,6 +93,7 @@ def train(
     preset: str | None = None,
     config: dict[str, Any] | None = None,
     progress: bool = True,
+    save_merged: bool = False,
     **options: Any,
 ) -> TrainResult:
     """Train `source` with `weights` on the JSONL `data` by `method` and write the result to `output`.
@@ -107,6 +109,8 @@ def train(
         lora: LoRA settings for `sft` (None: `LoraSettings()`, r=8, lora_alpha=8, q_proj and v_proj).
         adapter: a PEFT adapter folder to start from (training goes on from its weights).
         progress: a progress bar on stderr (loss, tokens/s, ETA).
+        save_merged: with LoRA, also write the adapters merged into the base as a Hugging Face folder,
+            `output/merged` (`lora.export_merged`).
         options: `TrainConfig` fields (`max_steps`, `learning_rate`, `gradient_accumulation_steps`, ...).
 
     Returns a `TrainResult`. Raises TrainError (bad data row: file:line and field; a LoRA target pattern that
@@ -120,7 +124,7 @@ def train(
     unknown = sorted(set(options) - set(TrainConfig.__dataclass_fields__))
     if unknown:
         raise TrainError(f"unknown training option {', '.join(unknown)}")
-    if method == "full" and (lora is not None or adapter is not None):
+    if method == "full" and (lora is not None or adapter is not None or save_merged):
         raise TrainError("--method full trains every parameter: it takes no LoRA options (use --method sft)")
     if method != "full" and lora is None:
         lora = LoraSettings()
@@ -130,10 +134,18 @@ def train(
     objective = objective_for(method, **cfg.method_options)
     rows = read_jsonl(data)
     torch.manual_seed(cfg.seed)
-    model, trainable = load_for_training(
-        source, weights, backend=backend, lora=cfg.lora, adapter=adapter, preset=preset, config=config,
-        seed=cfg.seed, progress=progress,
-    )  # fmt: skip
+    try:
+        model, trainable = load_for_training(
+            source, weights, backend=backend, lora=cfg.lora, adapter=adapter, preset=preset, config=config,
+            seed=cfg.seed, progress=progress,
+        )  # fmt: skip
+    except LoadError as err:
+        other = _other_family(source, weights)
+        if other is not None:
+            raise TrainError(f"{other}:\n{err}") from err
+        raise
+    if getattr(model, "lora", None) is not None:
+        cfg.lora = model.lora.settings  # an --adapter's own r, alpha and targets
     if model.backend == "jax":
         from .jax_trainer import JaxPolicy, JaxTrainer
 
@@ -154,8 +166,8 @@ def train(
         with _Progress(cfg.max_steps, progress, tmp) as report:
             history = trainer_class(policy, objective, token_rows, cfg, on_step=report).train()
         if tmp is not None:
-            _write_result(tmp, model, cfg, dict(source=str(source), weights=str(weights), data=str(data),
-                                                 backend=backend))  # fmt: skip
+            run = dict(source=str(source), weights=str(weights), data=str(data), backend=backend)
+            _write_result(tmp, model, cfg, run, save_merged)
             if target.exists():
                 target.rmdir()  # empty: checked before training
             os.replace(tmp, target)
@@ -164,6 +176,27 @@ def train(
             shutil.rmtree(tmp, ignore_errors=True)
         raise
     return TrainResult(history, model, target)
+
+
+def _other_family(source: str | Path, weights: str | Path | None) -> str | None:
+    """ "W holds a gpt2 model ..." when a Hugging Face folder's config.json names another `model_type` than the
+    source's root model has (export_hf's FAMILIES), else None: the loader's error then says enough."""
+    import re
+
+    from linnet.ir.build import read_source
+
+    from ..export_hf import FAMILIES
+
+    try:
+        stored = json.loads((Path(str(weights)) / "config.json").read_text(encoding="utf-8")).get("model_type")
+        path, text = read_source(source)
+    except (OSError, ValueError, TypeError):
+        return None
+    root = re.search(r"^model\s+(\w+)", text, re.M)
+    family = FAMILIES.get(root.group(1)) if root else None
+    if stored is None or family is None or stored == family:
+        return None
+    return f"{weights} holds a {stored} model (its config.json's model_type), and {path} is {root.group(1)} ({family})"
 
 
 def _check_output(output: str | Path) -> Path:
@@ -178,7 +211,7 @@ def _temporary_folder(target: Path) -> Path:
     return Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent))
 
 
-def _write_result(folder: Path, model: Any, cfg: TrainConfig, run: dict[str, str]) -> None:
+def _write_result(folder: Path, model: Any, cfg: TrainConfig, run: dict[str, str], save_merged: bool) -> None:
     if cfg.lora is None:
         from ..export_hf import export_hf
 
@@ -187,9 +220,11 @@ def _write_result(folder: Path, model: Any, cfg: TrainConfig, run: dict[str, str
             os.replace(f, folder / f.name)
         (folder / "model").rmdir()
     else:
-        from .lora import save_adapter
+        from .lora import export_merged, save_adapter
 
         save_adapter(model, folder, cfg.lora, base_model=run["weights"])
+        if save_merged:
+            export_merged(model, folder / "merged")
     record = {**run, **asdict(cfg)}
     (folder / "train_config.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
 

@@ -24,7 +24,7 @@ from .objectives import Objective
 from .policy import TorchPolicy
 from .schedule import lr_multiplier
 
-__all__ = ["Trainer", "StepRecord"]
+__all__ = ["Trainer", "StepRecord", "evaluate"]
 
 
 class Trainer:
@@ -108,3 +108,13 @@ class Trainer:
             if self.on_step is not None:
                 self.on_step(record)
         return self.history
+
+
+def evaluate(policy: TorchPolicy, objective: Objective, rows: Sequence[TokenRow], batch_size: int = 8) -> float:
+    """The objective's loss over `rows` without gradients: for SFT the mean NLL per loss token over all of them
+    (each batch's summed loss over the total loss-token count: TRL's eval loss with `num_items_in_batch`)."""
+    pad = policy.pad_token_id
+    batches_ = [objective.collate(rows[i : i + batch_size], pad) for i in range(0, len(rows), batch_size)]
+    total = sum(objective.num_items(b) for b in batches_)
+    with torch.no_grad():
+        return float(sum(float(objective.loss(policy, b, total).loss) for b in batches_))
