@@ -67,6 +67,7 @@ def _train(args: argparse.Namespace):
         max_length=args.max_length,
         shuffle=not args.no_shuffle,
         seed=args.seed,
+        fsdp=args.fsdp,
     )
     result = train(
         args.file,
@@ -126,6 +127,11 @@ def register(sub) -> None:
     p.add_argument("--adapter", metavar="DIR", help="start from this PEFT adapter folder")
     p.add_argument(
         "--save-merged", action="store_true", help="also write the adapters merged into the base as OUT/merged"
+    )
+    p.add_argument(
+        "--fsdp",
+        action="store_true",
+        help="under torchrun: shard parameters, gradients and optimizer state (FSDP2) instead of DDP's replicas",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_train)

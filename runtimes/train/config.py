@@ -64,6 +64,8 @@ class TrainConfig:
         seed: seeds the row order, LoRA's initial A and dropout.
         logging_steps: write a metrics line every this many steps (1).
         lora: LoRA adapters, or None to train every parameter (`full`).
+        fsdp: under torchrun, shard parameters, gradients and optimizer state with FSDP2 (`fully_shard`) instead
+            of replicating them with DDP (`linnet.runtimes.parallel.torch_dp`); one process ignores it.
     """
 
     method: str = "sft"
@@ -86,6 +88,7 @@ class TrainConfig:
     logging_steps: int = 1
     lora: LoraSettings | None = None
     method_options: dict = field(default_factory=dict)
+    fsdp: bool = False
 
     def check(self) -> None:
         """Raises TrainError for a value out of range, naming the option."""

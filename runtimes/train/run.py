@@ -161,10 +161,13 @@ def train(
             Trainer,
         )
     token_rows = objective.token_rows(rows, policy.tokenizer, policy.vocab_size, cfg.max_length)
-    tmp = _temporary_folder(target) if target is not None else None
+    hooks, is_main = _distributed(model, policy, token_rows, cfg)
+    tmp = _temporary_folder(target) if target is not None and is_main else None
     try:
-        with _Progress(cfg.max_steps, progress, tmp) as report:
-            history = trainer_class(policy, objective, token_rows, cfg, on_step=report).train()
+        with _Progress(cfg.max_steps, progress and is_main, tmp) as report:
+            on_step = hooks.pop("on_step", lambda wrap: wrap)(report)
+            history = trainer_class(policy, objective, token_rows, cfg, on_step=on_step, **hooks).train()
+        _gather_full_parameters(model)
         if tmp is not None:
             run = dict(source=str(source), weights=str(weights), data=str(data), backend=backend)
             _write_result(tmp, model, cfg, run, save_merged)
@@ -176,6 +179,44 @@ def train(
             shutil.rmtree(tmp, ignore_errors=True)
         raise
     return TrainResult(history, model, target)
+
+
+def _distributed(model: Any, policy: Any, token_rows: list, cfg: TrainConfig) -> tuple[dict[str, Any], bool]:
+    """Under torchrun (WORLD_SIZE > 1): DDP or FSDP2 around the torch policy (`parallel.torch_dp`), and the
+    trainer's hooks (this rank's micro-batches, the all-reduced normaliser, records summed over the ranks);
+    whether this process writes (rank 0). One process: no hooks, it writes."""
+    from ..parallel.torch_dp import data_parallel, global_record, in_torchrun
+
+    if not in_torchrun():
+        return {}, True
+    if model.backend == "jax":
+        raise TrainError("under torchrun, train on a PyTorch backend; JAX shards over its devices in one process")
+    run = data_parallel(policy, token_rows, cfg, fsdp=cfg.fsdp)
+
+    def on_step(report):
+        def each(record):
+            record.update(global_record(record, run.reduce_sum))  # every rank takes part; the history gets it too
+            if run.is_main:
+                report(record)
+
+        return each
+
+    return {"reduce_sum": run.reduce_sum, "micro_batches": run.micro_batches, "on_step": on_step}, run.is_main
+
+
+def _gather_full_parameters(model: Any) -> None:
+    """After an FSDP2 run, every rank holds its shards: all-gather each parameter (a collective: every rank
+    calls this) and bind it whole, so the result is written and returned like one process's."""
+    module = getattr(model, "module", None)
+    if module is None or not hasattr(module, "reshard"):  # not an FSDPModule
+        return
+    import torch
+
+    for path, (owner, leaf) in module._leaves.items():
+        current = getattr(owner, leaf)
+        if hasattr(current, "full_tensor"):
+            owner.register_parameter(leaf, torch.nn.Parameter(current.detach().full_tensor(), requires_grad=False))
+            module.tensors[path] = getattr(owner, leaf)
 
 
 def _other_family(source: str | Path, weights: str | Path | None) -> str | None:
