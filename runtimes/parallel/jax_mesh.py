@@ -51,7 +51,8 @@ def initialize_distributed() -> bool:
 
 def make_mesh(devices: list | None = None, axis: str = AXIS):
     """A 1-D `jax.sharding.Mesh` named `axis` over `devices` (default: every device of the run, across
-    hosts when `initialize_distributed` joined one)."""
+    hosts when `initialize_distributed` joined one). Tensor parallelism names it "tp", the JAX trainer's data
+    parallelism "batch"."""
     jax = _jax()
     initialize_distributed()
     devices = list(devices) if devices is not None else jax.devices()

@@ -32,6 +32,7 @@ import numpy as np
 
 from linnet.errors import TrainError
 
+from ..parallel.jax_mesh import make_mesh
 from .config import TrainConfig
 from .data import Batch, TokenRow, batches
 from .metrics import step_record
@@ -110,7 +111,8 @@ class JaxPolicy:
 
     def commit(self) -> None:
         """Put the trained parameters back into the model (its entries then run with them)."""
-        self.model.params = {**self.model.params, **self.trainable}
+        jax = _jax()
+        self.model.params = {**self.model.params, **jax.device_put(self.trainable, self.model.device)}
 
 
 class JaxTrainer:
@@ -156,8 +158,18 @@ class JaxTrainer:
         self.optimizer = optax.chain(*clip, adamw)
         self.opt_state = self.optimizer.init(policy.trainable)
 
-        def micro_loss(params, input_ids, loss_mask, num_items):
-            return loss_fn(policy.logits(params, input_ids), input_ids, loss_mask, num_items)
+        # data parallel over every device of the run (a mesh of one on one device): the trained and frozen
+        # parameters and the optimizer state replicated, each micro-batch split on its rows
+        self.mesh = make_mesh(axis="batch")
+        replicated = jax.sharding.NamedSharding(self.mesh, jax.sharding.PartitionSpec())
+        self.rows_sharding = jax.sharding.NamedSharding(self.mesh, jax.sharding.PartitionSpec("batch"))
+        policy.trainable = jax.device_put(policy.trainable, replicated)
+        policy.frozen = jax.device_put(policy.frozen, replicated)
+        self.opt_state = jax.device_put(self.opt_state, replicated)
+
+        def micro_loss(params, frozen, input_ids, loss_mask, num_items):  # frozen: an argument, never a constant
+            logits = policy.forward({**frozen, **params}, {}, input_ids)
+            return loss_fn(logits, input_ids, loss_mask, num_items)
 
         self._grad = jax.jit(jax.value_and_grad(micro_loss, has_aux=True))
         self._apply = jax.jit(self._apply_updates)
@@ -170,14 +182,20 @@ class JaxTrainer:
         updates, opt_state = self.optimizer.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, optax.global_norm(grads)
 
-    def _padded(self, batch: Batch) -> tuple[np.ndarray, np.ndarray]:
+    def _padded(self, batch: Batch) -> tuple[Any, Any]:
+        """The micro-batch padded to a multiple of `PAD_TO` tokens and of the mesh's devices in rows (padding
+        rows hold pad tokens and a zero loss mask: they add nothing), split on its rows over the mesh. Made with
+        `jax.make_array_from_callback`, which asks for the rows of this process's devices only: the same call
+        on one host and on several (each process reads the same global batch, in the same order)."""
+        jax = _jax()
         b, s = batch.input_ids.shape
+        rows = -(-b // self.mesh.size) * self.mesh.size
         width = -(-s // PAD_TO) * PAD_TO
-        ids = np.full((b, width), self.policy.pad_token_id, dtype=np.int64)
-        ids[:, :s] = batch.input_ids
-        mask = np.zeros((b, width - 1), dtype=np.float32)
-        mask[:, : s - 1] = batch.loss_mask
-        return ids, mask
+        ids = np.full((rows, width), self.policy.pad_token_id, dtype=np.int64)
+        ids[:b, :s] = batch.input_ids
+        mask = np.zeros((rows, width - 1), dtype=np.float32)
+        mask[:b, : s - 1] = batch.loss_mask
+        return tuple(jax.make_array_from_callback(a.shape, self.rows_sharding, a.__getitem__) for a in (ids, mask))
 
     def step(self, step: int) -> dict[str, Any]:
         """Run optimizer step `step` (1-based) and return its record (`trainer.Trainer.step`'s keys)."""
@@ -193,7 +211,7 @@ class JaxTrainer:
         grads, sums = None, {}
         for batch in micro:
             ids, mask = self._padded(batch)
-            (_, metrics), g = self._grad(pol.trainable, ids, mask, np.float32(num_items))
+            (_, metrics), g = self._grad(pol.trainable, pol.frozen, ids, mask, np.float32(num_items))
             grads = g if grads is None else jax.tree.map(lambda a, b: a + b, grads, g)
             for k, v in metrics.items():
                 sums[k] = sums.get(k, 0.0) + float(v)
