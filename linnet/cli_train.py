@@ -35,8 +35,18 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace):
+    from .runtimes import caches
+    from .runtimes.backends import get_backend
     from .runtimes.train import LoraSettings
     from .runtimes.train.run import train
+
+    backend = get_backend(args.backend)
+    if backend.unavailable("cpu", probe=False) is None:  # else training says why
+        caches.enable(backend.family)  # torch.compile's kernels, cached across runs as for the other commands
+        if backend.family == "torch":
+            from .runtimes.threads import set_torch_threads
+
+            set_torch_threads(follow_load=not backend.thread_specific)  # one thread per idle core, as `run` does
 
     lora_given = any(v is not None for v in (args.lora_r, args.lora_alpha, args.lora_dropout, args.lora_targets))
     lora = None

@@ -192,7 +192,7 @@ BACKENDS: dict[str, Backend] = {
         Backend(
             "torch-compile", "PyTorch (torch.compile)", "torch", "torch_backend", "inductor",
             "the generated PyTorch, decode step under torch.compile", "torch", TORCH_DTYPES, ("cpu", "cuda"),
-            ("torch",), thread_specific=True,
+            ("torch",), thread_specific=True, can_train=True,
         ),
         Backend(
             "cuda-graphs", "PyTorch (CUDA graphs)", "torch", "torch_backend", "cuda-graphs",

@@ -318,7 +318,7 @@ def _grouped_attention(e: Emitter, op: Op):
             f"{scores} = {qs}.reshape({b}, {hkv}, {g} * {s}, {d}) @ {kn}.transpose(-2, -1)  # {g} heads per KV head",
             f"{scores} = {scores}.reshape({b}, {h}, {s}, {t}){tail}",
         ]
-    lines.append(f"{scores} = {scores}.masked_fill_(~{mn}.unsqueeze(1), torch.finfo({dtype}).min)")
+    lines.append(f"{scores} = {scores}.masked_fill_(~{mn}.unsqueeze(1), torch.finfo({scores}.dtype).min)")
     if op.args.get("upcast") and q.dtype.name != "f32":
         lines.append(f"{probs} = torch.softmax({scores}, dim=-1, dtype=torch.float32).to({dtype})")
     elif op.args.get("upcast"):

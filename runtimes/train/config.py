@@ -62,10 +62,12 @@ class TrainConfig:
         max_length: truncate each row's tokens to this many (TRL's 1024, `keep_start`); None keeps them all.
         shuffle: visit the rows in a seeded random order each epoch (True); False keeps the file's order.
         seed: seeds the row order, LoRA's initial A and dropout.
-        logging_steps: write a metrics line every this many steps (1).
         lora: LoRA adapters, or None to train every parameter (`full`).
         fsdp: under torchrun, shard parameters, gradients and optimizer state with FSDP2 (`fully_shard`) instead
             of replicating them with DDP (`linnet.runtimes.parallel.torch_dp`); one process ignores it.
+        method_options: the objective's own options (DPO's `beta`, ...), passed to its factory.
+
+    Every optimizer step writes one metrics record (TRL's `logging_steps=1`).
     """
 
     method: str = "sft"
@@ -85,7 +87,6 @@ class TrainConfig:
     max_length: int | None = 1024
     shuffle: bool = True
     seed: int = 42
-    logging_steps: int = 1
     lora: LoraSettings | None = None
     method_options: dict = field(default_factory=dict)
     fsdp: bool = False
@@ -96,7 +97,6 @@ class TrainConfig:
             "max_steps": self.max_steps,
             "per_device_train_batch_size": self.per_device_train_batch_size,
             "gradient_accumulation_steps": self.gradient_accumulation_steps,
-            "logging_steps": self.logging_steps,
         }
         for name, value in positive.items():
             if value < 1:

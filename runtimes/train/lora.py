@@ -49,6 +49,7 @@ __all__ = [
     "linear_members",
     "select_members",
     "lora_source",
+    "prepare_with_adapters",
     "load_with_adapters",
     "save_adapter",
     "read_adapter",
@@ -318,37 +319,34 @@ def _model_type(program: Any, checkpoint: Any) -> str | None:
     return stored or FAMILIES.get(program.model)
 
 
-def load_with_adapters(
+def prepare_with_adapters(
     source: str | Path,
     weights: str | Path | None,
     lora: LoraSettings | None,
     *,
     adapter: str | Path | None = None,
-    backend: str = "torch",
     preset: str | None = None,
     config: dict[str, Any] | None = None,
     seed: int = 42,
-    progress: bool = False,
 ):
-    """Load `source` with `weights` and LoRA adapters on `backend` (a torch mode), f32: the source transformed as
-    `lora` says (fresh adapters from `seed`), or as the PEFT folder `adapter` says (its r, lora_alpha and
-    target_modules, its weights). Returns (the `TorchModel`, with `.lora` a `LoraAdapters`; the adapters' paths,
-    the parameters to train).
+    """The LoRA-transformed program prepared with its weights, for any backend: `source` with `weights`, its
+    `Linear` members chosen as `lora` says (fresh adapters from `seed`), or as the PEFT folder `adapter` says (its
+    r, lora_alpha and target_modules, its weights), f32. Returns (a `loading.Prepared` whose checkpoint view holds
+    the adapters' tensors, the `LoraAdapters`). A backend's `load_prepared` makes the model.
 
-    Raises TrainError (targets, adapter folder), LoadError (source, weights)."""
+    Raises TrainError (targets, adapter folder, dropout), LoadError (source, weights)."""
     from linnet.ir.build import read_source
 
-    from ..backends import get_backend
     from ..loading import prepare
 
-    family, mode = get_backend(backend).family, get_backend(backend).mode
     path, text = read_source(source)
     base = prepare(path, weights, preset, config, "f32", text=text)
     tensors = None
     if adapter is not None:
         lora, targets_spelled, tensors = read_adapter(adapter)
         lora = LoraSettings(lora.r, lora.lora_alpha, lora.lora_dropout, targets_spelled)
-    assert lora is not None
+    if lora is None:
+        raise TrainError("LoRA needs settings or an adapter folder")
     lora.check()
     if lora.lora_dropout:
         raise TrainError(
@@ -362,16 +360,43 @@ def load_with_adapters(
     new_text = lora_source(path, text, members, lora.r, lora.scaling)
     view = _AddedTensors(tensors, members, lora.r, seed)
     prepared = prepare(path, base.weights, preset, config, "f32", text=new_text, view=view)
-    if family == "jax":  # every weight under its checkpoint name: gradients come back by name
+    return prepared, LoraAdapters(lora, members, spelled, path, base.weights, preset, config, model_type)
+
+
+def load_with_adapters(
+    source: str | Path,
+    weights: str | Path | None,
+    lora: LoraSettings | None,
+    *,
+    adapter: str | Path | None = None,
+    backend: str = "torch",
+    preset: str | None = None,
+    config: dict[str, Any] | None = None,
+    seed: int = 42,
+    progress: bool = False,
+):
+    """`prepare_with_adapters`, loaded on `backend` (a torch mode, or `jax`: with every weight under its checkpoint
+    name, `fuse_linear_weights=False`, so gradients come back by name). Returns (the `TorchModel` or `JaxModel`,
+    with `.lora` its `LoraAdapters`; the adapters' paths, the parameters to train). Raises TrainError, LoadError,
+    BackendError."""
+    from ..backends import get_backend
+
+    b = get_backend(backend)
+    if b.runtime not in ("torch_backend", "jax_backend") or not b.can_train:
+        raise TrainError(f"LoRA loads on the backends that train; {backend} is {b.label}")
+    prepared, adapters = prepare_with_adapters(
+        source, weights, lora, adapter=adapter, preset=preset, config=config, seed=seed
+    )
+    if b.runtime == "jax_backend":
         from ..jax_backend import load_prepared as load_jax
 
-        model = load_jax(prepared, mode, progress=progress, fuse_linear_weights=False)
+        model = load_jax(prepared, b.mode, progress=progress, fuse_linear_weights=False)
     else:
         from ..torch_backend import load_prepared
 
-        model = load_prepared(prepared, mode, progress=progress)
-    model.lora = LoraAdapters(lora, members, spelled, path, base.weights, preset, config, model_type)
-    return model, model.lora.paths()
+        model = load_prepared(prepared, b.mode, progress=progress)
+    model.lora = adapters
+    return model, adapters.paths()
 
 
 def _adapter_tensors(tensors: dict[str, np.ndarray], members: list[LinearMember], folder: Any) -> dict:

@@ -41,7 +41,7 @@ def test_records_are_consistent():
         assert set(b.numerics) == {"equivalent", "fast"}
         # training runs the generated code (or the interpreter) under autograd, JAX under jax.grad; ONNX Runtime
         # and the StableHLO artifact are inference only
-        assert b.can_train == (name in {"torch-interpret", "torch", "jax"}), name
+        assert b.can_train == (name in {"torch-interpret", "torch", "torch-compile", "jax"}), name
         assert backend_for(b.runtime, b.mode) is b
     assert {b.code_view for b in BACKENDS.values()} - {None} == set(CODE_VIEWS)
     with pytest.raises(BackendError, match=r"unknown backend `tpu-magic` \(backends: torch-interpret, torch"):

@@ -150,7 +150,7 @@ class BertSelfAttention(Module):
         value = y_2 + self.value.bias  # bert.linnet:60
         v = value.reshape(B, S, 2, 8).transpose(1, 2)  # [B, 2, S, 8] bert.linnet:60
         scores = (q @ k.transpose(-2, -1)) * 0.3535533905932738
-        scores = scores.masked_fill_(~mask.unsqueeze(1), torch.finfo(torch.float32).min)
+        scores = scores.masked_fill_(~mask.unsqueeze(1), torch.finfo(scores.dtype).min)
         probs = torch.softmax(scores, dim=-1)
         attention = probs @ v  # [B, 2, S, 8] bert.linnet:61
         t = attention.transpose(1, 2).reshape(B, S, 16)  # [B, S, 16] bert.linnet:61

@@ -137,7 +137,7 @@ class GPT2Attention(Module):
         B, S = x.shape[:2]
         q, k, v = self.project(x)  # gpt2.linnet:60
         scores = (q @ k.transpose(-2, -1)) * 0.35355339059327373
-        scores = scores.masked_fill_(~mask.unsqueeze(1), torch.finfo(torch.float32).min)
+        scores = scores.masked_fill_(~mask.unsqueeze(1), torch.finfo(scores.dtype).min)
         probs = torch.softmax(scores, dim=-1)
         out = probs @ v  # [B, 2, S, 8] gpt2.linnet:61
         t = out.transpose(1, 2).reshape(B, S, 16)  # [B, S, 16] gpt2.linnet:62
@@ -177,7 +177,7 @@ class GPT2Attention(Module):
             keys = int(mask.flatten(0, 1).any(0).nonzero().max()) + 1
             k_used, v_used, mask_used = t[:, :, :keys], t_1[:, :, :keys], mask[:, :, :keys]
         scores = (q @ k_used.transpose(-2, -1)) * 0.35355339059327373
-        scores = scores.masked_fill_(~mask_used.unsqueeze(1), torch.finfo(torch.float32).min)
+        scores = scores.masked_fill_(~mask_used.unsqueeze(1), torch.finfo(scores.dtype).min)
         probs = torch.softmax(scores, dim=-1)
         out = probs @ v_used  # [B, 2, S, 8] gpt2.linnet:69
         t_2 = out.transpose(1, 2).reshape(B, S, 16)  # [B, S, 16] gpt2.linnet:70

@@ -175,7 +175,7 @@ class LlamaAttention(Module):
         q, k, v = self.project(x, cos, sin)  # llama.linnet:102
         scores = q.reshape(B, 2, 2 * S, 8) @ k.transpose(-2, -1)  # 2 heads per KV head
         scores = scores.reshape(B, 4, S, S) * 0.3535533905932738
-        scores = scores.masked_fill_(~mask.unsqueeze(1), torch.finfo(torch.float32).min)
+        scores = scores.masked_fill_(~mask.unsqueeze(1), torch.finfo(scores.dtype).min)
         probs = torch.softmax(scores, dim=-1)
         out = (probs.reshape(B, 2, 2 * S, S) @ v).reshape(B, 4, S, 8)  # [B, 4, S, 8] llama.linnet:103
         t = out.transpose(1, 2).reshape(B, S, 32)  # [B, S, 32] llama.linnet:104
@@ -212,7 +212,7 @@ class LlamaAttention(Module):
             k_used, v_used, mask_used = t[:, :, :keys], t_1[:, :, :keys], mask[:, :, :keys]
         scores = q.reshape(B, 2, 2 * S, 8) @ k_used.transpose(-2, -1)  # 2 heads per KV head
         scores = scores.reshape(B, 4, S, keys) * 0.3535533905932738
-        scores = scores.masked_fill_(~mask_used.unsqueeze(1), torch.finfo(torch.float32).min)
+        scores = scores.masked_fill_(~mask_used.unsqueeze(1), torch.finfo(scores.dtype).min)
         probs = torch.softmax(scores, dim=-1)
         out = (probs.reshape(B, 2, 2 * S, keys) @ v_used).reshape(B, 4, S, 8)  # [B, 4, S, 8] llama.linnet:113
         t_2 = out.transpose(1, 2).reshape(B, S, 32)  # [B, S, 32] llama.linnet:114

@@ -31,13 +31,14 @@ def test_lora_sft_writes_the_adapter_and_the_metrics(tiny_llama, tmp_path):
     data = write_jsonl(tmp_path / "d.jsonl", id_rows(6))
     out = tmp_path / "out"
     r = run("train", str(LLAMA), "--weights", str(tiny_llama), "--data", str(data), "--max-steps", "3",
-            "--batch-size", "2", "--lr", "1e-3", "--lora-r", "4", "-o", str(out))  # fmt: skip
+            "--batch-size", "2", "--lr", "1e-3", "--lora-r", "4", "--save-merged", "-o", str(out))  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert "Traceback" not in r.stderr and "training" in r.stderr  # the progress bar
     assert "trained 3 steps: loss" in r.stderr.splitlines()[-1]
     assert sorted(f.name for f in out.iterdir()) == [
-        "adapter_config.json", "adapter_model.safetensors", "metrics.jsonl", "train_config.json",
+        "adapter_config.json", "adapter_model.safetensors", "merged", "metrics.jsonl", "train_config.json",
     ]  # fmt: skip
+    assert (out / "merged" / "config.json").is_file() and (out / "merged" / "model.safetensors").is_file()
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [1, 2, 3]
     assert all(m["loss"] > 0 and m["tokens_per_s"] > 0 and m["grad_norm"] > 0 for m in metrics)

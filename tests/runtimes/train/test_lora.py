@@ -135,3 +135,34 @@ def test_adapters_disabled_is_the_base(tiny_llama, tmp_path):
     assert torch.equal(policy.logits(ids).detach(), adapted)  # the adapters are back
     save_adapter(model, tmp_path / "a")
     assert {f.name for f in (tmp_path / "a").iterdir()} == {"adapter_config.json", "adapter_model.safetensors"}
+
+
+def test_qwen2_adapters_on_biased_projections_load_in_peft(tmp_path):
+    """Qwen2's q_proj and v_proj have biases (LoraLinear's `use_bias` branch); its MLP is llama.linnet's, imported,
+    which the transform (a rewrite of the model's own file) refuses to adapt, saying where it is declared."""
+    import transformers
+    from peft import PeftModel
+
+    from tests.runtimes.conftest import QWEN2
+
+    torch.manual_seed(0)
+    config = transformers.Qwen2Config(
+        vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=128, tie_word_embeddings=False,
+    )  # fmt: skip
+    transformers.Qwen2ForCausalLM(config).save_pretrained(tmp_path / "qwen2")
+    data = write_jsonl(tmp_path / "d.jsonl", id_rows(4))
+    out = tmp_path / "out"
+    result = linnet.train(
+        QWEN2, tmp_path / "qwen2", data=data, output=out, max_steps=3, learning_rate=1e-2,
+        per_device_train_batch_size=2, progress=False, lora=LoraSettings(r=4, lora_alpha=8),
+    )  # fmt: skip
+    assert {m.member for m in result.model.lora.members} == {"q_proj", "v_proj"}
+    base = transformers.Qwen2ForCausalLM.from_pretrained(tmp_path / "qwen2", dtype=torch.float32)
+    with torch.no_grad():
+        expected = PeftModel.from_pretrained(base, out).eval()(input_ids=torch.tensor(IDS)).logits.numpy()
+    got = result.model.forward(IDS)[0]
+    assert np.abs(got - expected).max() < 1e-5
+    assert np.abs(got - lt.load(QWEN2, tmp_path / "qwen2", progress=False).forward(IDS)[0]).max() > 1e-4
+    with pytest.raises(TrainError, match=r"LlamaMLP.gate_proj is declared in llama.linnet:\d+, not .*qwen2.linnet"):
+        load_with_adapters(QWEN2, tmp_path / "qwen2", LoraSettings(targets="gate_proj"))
