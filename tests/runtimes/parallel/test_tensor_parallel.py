@@ -134,3 +134,20 @@ def test_torch_outside_torchrun_says_how_to_start(monkeypatch):
         monkeypatch.delenv(key, raising=False)
     with pytest.raises(BackendError, match="runs under torchrun"):
         init_mesh("cpu")
+
+
+@pytest.mark.slow  # torchrun starts two processes that load torch
+def test_generate_tensor_parallel_under_torchrun(small_llama, one_process):
+    """The documented form: `torchrun --nproc-per-node 2 -m linnet generate ... --tensor-parallel`; rank 0 alone
+    prints the ids."""
+    folder, _ = small_llama
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+        "-m", "linnet", "generate", str(LLAMA), "--weights", str(folder), "--tensor-parallel", "--print-ids",
+        "--prompt-ids", ",".join(map(str, PROMPT)), "--max-new-tokens", str(TOKENS), "--max-positions", "64",
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    printed = [line for line in proc.stdout.splitlines() if line and line[0].isdigit()]
+    assert printed == [",".join(map(str, one_process[0]))]
