@@ -27,6 +27,8 @@ import linnet  # noqa: E402
 pytestmark = [pytest.mark.torch, pytest.mark.usefixtures("one_torch_thread")]
 
 ROOT = Path(__file__).parents[3]
+# a bound, not a timing: on a machine shared by many test runs, importing torch alone has taken 80 s
+SUBPROCESS_TIMEOUT_S = 900
 STEPS = 5
 SCHEDULE = dict(learning_rate=1e-3, warmup_steps=1, max_grad_norm=1.0, weight_decay=0.01)
 CLI = ["--lr", "1e-3", "--warmup-steps", "1", "--max-grad-norm", "1.0", "--weight-decay", "0.01"]
@@ -42,7 +44,7 @@ def torchrun_train(folder: Path, data: Path, out: Path, *extra: str) -> list[dic
         "--no-shuffle", "--quiet", *CLI, *extra,
     ]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=SUBPROCESS_TIMEOUT_S)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 

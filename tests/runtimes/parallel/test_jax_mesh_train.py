@@ -25,6 +25,8 @@ import linnet  # noqa: E402
 pytestmark = [pytest.mark.jax]
 
 ROOT = Path(__file__).parents[3]
+# a bound, not a timing: on a machine shared by many test runs, importing torch alone has taken 80 s
+SUBPROCESS_TIMEOUT_S = 900
 OPTIONS = dict(
     method="sft", backend="jax", shuffle=False, progress=False, max_steps=5, per_device_train_batch_size=3,
     gradient_accumulation_steps=2, learning_rate=1e-3, warmup_steps=1, max_grad_norm=1.0, weight_decay=0.01,
@@ -46,7 +48,7 @@ def test_two_devices_give_the_one_device_losses(tiny_llama, tmp_path):
         "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
     }  # fmt: skip
     cmd = [sys.executable, "-c", RUN, str(LLAMA), str(tiny_llama), str(data), json.dumps(OPTIONS)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=SUBPROCESS_TIMEOUT_S)
     assert proc.returncode == 0, proc.stderr[-4000:]
     two = json.loads(proc.stdout.splitlines()[-1])
     assert two["devices"] == 2
