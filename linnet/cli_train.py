@@ -9,6 +9,7 @@ Imports nothing heavy until it runs.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from .cli_backends import BACKEND_HELP, BACKEND_NAMES, EXIT_ERRORS, EXIT_OK, EXIT_USAGE, UsageError, parse_config
@@ -26,6 +27,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(f"linnet train: {err}", file=sys.stderr)
         return EXIT_ERRORS
     last = result.history[-1]
+    if os.environ.get("RANK", "0") != "0":  # under torchrun, rank 0 alone wrote OUT and says so
+        return EXIT_OK
     print(
         f"trained {len(result.history)} steps: loss {result.history[0]['loss']:.4f} -> {last['loss']:.4f}; "
         f"wrote {result.output}",
