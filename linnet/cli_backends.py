@@ -288,7 +288,9 @@ def _load(args: argparse.Namespace, random_weights: bool):
             takes = ", ".join(b.name for b in BACKENDS.values() if "providers" in b.options)
             raise BackendError(f"--provider is an option of {takes}, not of {backend.name}")
         options["providers"] = args.provider
-    return backend.load(
+    if getattr(args, "tensor_parallel", False) and backend.family == "jax":
+        options["fuse_linear_weights"] = False  # split by checkpoint name
+    model = backend.load(
         args.file,
         args.weights,
         preset=args.preset,
@@ -302,6 +304,13 @@ def _load(args: argparse.Namespace, random_weights: bool):
         progress=sys.stderr.isatty(),
         **options,
     )
+    if getattr(args, "tensor_parallel", False):
+        from .runtimes.parallel import tensor_parallel
+
+        model, reports = tensor_parallel(model)
+        if not reports:  # every rank computes the same tokens: rank 0 alone prints them
+            sys.stdout = sys.stderr = open(os.devnull, "w")
+    return model
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -1105,6 +1114,12 @@ def register(sub) -> None:
     gen.add_argument("--seed", type=int, default=None)
     gen.add_argument("--backend", choices=BACKEND_NAMES, default="torch", metavar="BACKEND", help=BACKEND_HELP)
     gen.add_argument("--provider", action="append", choices=("cpu", "cuda", "tensorrt"), help="onnxruntime providers")
+    gen.add_argument(
+        "--tensor-parallel",
+        action="store_true",
+        help="split the weights over the torchrun processes (torch backends: torchrun --nproc-per-node N -m linnet "
+        "generate ...) or over every JAX device (jax); docs/distributed.md",
+    )
     gen.set_defaults(func=cmd_generate)
 
     ca = sub.add_parser("cache", help="show (info) or remove (clear) the persistent compile caches")

@@ -9,6 +9,7 @@ Imports nothing heavy until it runs.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from .cli_backends import BACKEND_HELP, BACKEND_NAMES, EXIT_ERRORS, EXIT_OK, EXIT_USAGE, UsageError, parse_config
@@ -26,6 +27,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(f"linnet train: {err}", file=sys.stderr)
         return EXIT_ERRORS
     last = result.history[-1]
+    if os.environ.get("RANK", "0") != "0":  # under torchrun, rank 0 alone wrote OUT and says so
+        return EXIT_OK
     print(
         f"trained {len(result.history)} steps: loss {result.history[0]['loss']:.4f} -> {last['loss']:.4f}; "
         f"wrote {result.output}",
@@ -78,6 +81,7 @@ def _train(args: argparse.Namespace):
         shuffle=not args.no_shuffle,
         seed=args.seed,
         method_options=_method_options(args),
+        fsdp=args.fsdp,
     )
     result = train(
         args.file,
@@ -170,5 +174,10 @@ def register(sub) -> None:
     p.add_argument("--num-generations", type=int, metavar="G", help="GRPO: completions sampled per prompt (8)")
     p.add_argument("--max-completion-length", type=int, metavar="N", help="GRPO: new tokens per completion (512)")
     p.add_argument("--temperature", type=float, metavar="T", help="GRPO: sampling temperature (1.0)")
+    p.add_argument(
+        "--fsdp",
+        action="store_true",
+        help="under torchrun: shard parameters, gradients and optimizer state (FSDP2) instead of DDP's replicas",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_train)

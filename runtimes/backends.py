@@ -202,6 +202,7 @@ BACKENDS: dict[str, Backend] = {
         Backend(
             "jax", "JAX", "jax", "jax_backend", "generated",
             "the generated JAX under jax.jit", "jax", ("f32", "bf16"), ("cpu", "cuda", "tpu"), ("jax", "jaxlib"),
+            options=("fuse_linear_weights",), can_train=True,
         ),
         Backend(
             "xla", "XLA", "jax", "jax_backend", "stablehlo",

@@ -124,8 +124,16 @@ class JaxModel(ModelBase):
     load_s: float = 0.0
     notes: list[str] = field(default_factory=list)
     backend: str = "jax"
+    numerics: str = "equivalent"
     # the `step` compiled ahead of time per input_ids shape [B, S] (`JaxStepModel`), shared by its step models
     step_executables: dict = field(default_factory=dict, repr=False)
+    # where inputs go: None for `device` alone; a `jax.sharding.Sharding` (replicated over a mesh) once the
+    # parameters are sharded (`linnet.runtimes.parallel.jax_mesh`)
+    input_sharding: Any = None
+
+    def put_input(self, a):
+        """A numpy input on the model's device (or replicated over its mesh)."""
+        return _jax().device_put(np.asarray(a), self.input_sharding or self.device)
 
     @property
     def entries(self) -> tuple[str, ...]:
@@ -134,10 +142,9 @@ class JaxModel(ModelBase):
     def _native_entry(self, name: str) -> Callable:
         self.graph(name)
         fn = self.functions[name]
-        jax = _jax()
 
         def call(*inputs):
-            inputs = [jax.device_put(np.asarray(x), self.device) if isinstance(x, np.ndarray) else x for x in inputs]
+            inputs = [self.put_input(x) if isinstance(x, np.ndarray) else x for x in inputs]
             if not self.stateful[name]:
                 return fn(self.params, {}, *inputs)
             out, self.state = fn(self.params, self.state, *inputs)
@@ -153,7 +160,7 @@ class JaxModel(ModelBase):
     def reset_state(self) -> None:
         """Zero the KV cache (not needed between requests: a step only reads what it wrote)."""
         jax = _jax()
-        self.state = {k: jax.device_put(np.zeros(v.shape, v.dtype), self.device) for k, v in self.state.items()}
+        self.state = {k: jax.device_put(np.zeros(v.shape, v.dtype), v.sharding) for k, v in self.state.items()}
 
     def step_model(self) -> "JaxStepModel":
         return JaxStepModel(self)
@@ -189,7 +196,7 @@ class JaxStepModel:
         exe = self._compiled.get(shape)
         if exe is None:
             jax, m = self._jax, self.model
-            sharding = jax.sharding.SingleDeviceSharding(m.device)
+            sharding = m.input_sharding or jax.sharding.SingleDeviceSharding(m.device)
             ids = jax.ShapeDtypeStruct(shape, np.int64, sharding=sharding)
             vec = jax.ShapeDtypeStruct(shape[:1], np.int64, sharding=sharding)
             fn = m.functions[step_entry(m.functions, shape[1])]  # one token a row: a decoder's `decode` if it has one
@@ -211,8 +218,8 @@ class JaxStepModel:
             np.asarray(self._call(np.zeros((b, s), dtype=np.int64), zeros, np.arange(b, dtype=np.int64)))
 
     def _call(self, ids: np.ndarray, positions: np.ndarray, rows: np.ndarray):
-        put = lambda a: self._jax.device_put(np.ascontiguousarray(a, dtype=np.int64), self.model.device)  # noqa: E731
         m = self.model
+        put = lambda a: m.put_input(np.ascontiguousarray(a, dtype=np.int64))  # noqa: E731
         logits, m.state = self._executable(ids.shape)(m.params, m.state, put(ids), put(positions), put(rows))
         return logits
 
@@ -244,26 +251,47 @@ def load(
     random_weights: bool = False,
     seed: int = 0,
     progress: bool = True,
+    fuse_linear_weights: bool = True,
 ) -> JaxModel:
     """Load `source` with `weights` for JAX in `mode` ("generated": the generated JAX under
     jax.jit; "stablehlo": each entry exported through jax.export, symbolic batch and sequence
     dims, and run from the artifact). Without weights and with `random_weights`, parameters
-    are drawn from N(0, 0.02) (norm scales 1, biases 0) with `seed`.
+    are drawn from N(0, 0.02) (norm scales 1, biases 0) with `seed`. With
+    `fuse_linear_weights=False`, `params` holds every weight under its checkpoint name (no fused
+    keys): what sharding (`linnet.runtimes.parallel`) and training by checkpoint name use.
 
     Raises LoadError (source, config, names or shapes) and BackendError (mode, dtype, device)."""
-    from linnet.compiler.jax.codegen import state_shape
-    from linnet.compiler.jax.module import compile_program, export_entry, exported_fn, jax_dtype
-
     from .loading import prepare
 
     t0 = time.perf_counter()
+    check_options(backend_for("jax_backend", mode), dtype, numerics, device)
+    _device(device)
+    prepared = prepare(source, weights, preset, config, dtype, max_batch, max_positions, random_weights=random_weights)
+    return load_prepared(prepared, mode, numerics, device, seed, progress, fuse_linear_weights, t0)
+
+
+def load_prepared(
+    prepared: Prepared,
+    mode: str = "generated",
+    numerics: str = "equivalent",
+    device: str = "cpu",
+    seed: int = 0,
+    progress: bool = True,
+    fuse_linear_weights: bool = True,
+    t0: float | None = None,
+) -> JaxModel:
+    """A model from an already prepared program and checkpoint (`loading.prepare`): compiled in `mode`, its
+    weights put on the device (random ones from `seed` when there is no checkpoint). `load` does the preparing;
+    a source transform (LoRA) prepares its own. Raises LoadError, BackendError."""
+    from linnet.compiler.jax.codegen import state_shape
+    from linnet.compiler.jax.module import compile_program, export_entry, exported_fn, jax_dtype
+
+    t0 = time.perf_counter() if t0 is None else t0
     backend = backend_for("jax_backend", mode)
-    check_options(backend, dtype, numerics, device)
     jax = _jax()
     dev = _device(device)
-    prepared = prepare(source, weights, preset, config, dtype, max_batch, max_positions, random_weights=random_weights)
     program = prepared.program
-    compiled = compile_program(program, numerics)
+    compiled = compile_program(program, numerics, fuse_linear_weights)
     if prepared.checkpoint is not None:
         params = _checkpoint_params(prepared, progress, dev, compiled.fused)
     else:
@@ -295,6 +323,7 @@ def load(
         load_s=time.perf_counter() - t0,
         notes=list(prepared.notes),
         backend=backend.name,
+        numerics=numerics,
     )
 
 

@@ -20,7 +20,7 @@ Integer inputs and indices are i64, as in the IR: this module turns on `jax_enab
 from __future__ import annotations
 
 import linecache
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import jax
@@ -84,12 +84,15 @@ class JaxProgram:
         return jax.jit(self.entry_fn(name), donate_argnums=(1,) if self.stateful(name) else ())
 
 
-def compile_program(program: Program, numerics: str = "equivalent") -> JaxProgram:
-    """The program's generated JAX, executed (nothing is traced or compiled yet)."""
+def compile_program(program: Program, numerics: str = "equivalent", fuse_linear_weights: bool = True) -> JaxProgram:
+    """The program's generated JAX, executed (nothing is traced or compiled yet). With
+    `fuse_linear_weights=False` every parameter keeps its checkpoint name (no fused keys, one dot
+    per linear layer): what sharding by checkpoint name and gradients by checkpoint name want."""
     if numerics not in NUMERICS:
         raise BackendError(f"numerics must be one of {', '.join(NUMERICS)}, got {numerics!r}")
     enable_x64()
-    prepared = prepare(program, PASSES, numerics)
+    passes = PASSES if fuse_linear_weights else replace(PASSES, fuse_linear_weights=False)
+    prepared = prepare(program, passes, numerics)
     fused = {t.key: list(t.sources) for t in prepared.param_transforms}
     source = module_source(prepared, numerics)
     filename = f"<linnet generated jax: {program.source}>"

@@ -10,7 +10,9 @@ Modules, one job each:
   model's `forward` logits) and SFT; `register` adds DPO and GRPO;
 - `schedule`: transformers' learning-rate schedules, framework-free;
 - `policy`: `TorchPolicy`, a loaded torch model's `forward` under autograd with its trained parameters;
-- `trainer`: `Trainer`, the torch loop (AdamW, schedule, accumulation, clipping, metrics);
+- `trainer`: `Trainer`, the torch loop (AdamW, schedule, accumulation, clipping);
+- `jax_trainer`: `JaxPolicy` and `JaxTrainer`, the same loop on JAX (`jax.value_and_grad`, optax);
+- `metrics`: the per-step record both trainers write;
 - `lora`: LoRA adapters as a source transform, PEFT's adapter format.
 """
 

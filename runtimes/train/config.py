@@ -63,6 +63,8 @@ class TrainConfig:
         shuffle: visit the rows in a seeded random order each epoch (True); False keeps the file's order.
         seed: seeds the row order, LoRA's initial A and dropout.
         lora: LoRA adapters, or None to train every parameter (`full`).
+        fsdp: under torchrun, shard parameters, gradients and optimizer state with FSDP2 (`fully_shard`) instead
+            of replicating them with DDP (`linnet.runtimes.parallel.torch_dp`); one process ignores it.
         method_options: the objective's own options (DPO's `beta`, ...), passed to its factory.
 
     Every optimizer step writes one metrics record (TRL's `logging_steps=1`).
@@ -87,6 +89,7 @@ class TrainConfig:
     seed: int = 42
     lora: LoraSettings | None = None
     method_options: dict = field(default_factory=dict)
+    fsdp: bool = False
 
     def check(self) -> None:
         """Raises TrainError for a value out of range, naming the option."""

@@ -379,19 +379,26 @@ def load_with_adapters(
     max_batch: int = 1,
     device: str = "cpu",
 ):
-    """`prepare_with_adapters`, loaded on `backend` (a torch mode) on `device`. Returns (the `TorchModel`, with
-    `.lora` its `LoraAdapters`; the adapters' paths, the parameters to train). Raises TrainError, LoadError,
+    """`prepare_with_adapters`, loaded on `backend` (a torch mode, on `device`; or `jax`: with every weight under its
+    checkpoint name, `fuse_linear_weights=False`, so gradients come back by name). Returns (the `TorchModel` or `JaxModel`,
+    with `.lora` its `LoraAdapters`; the adapters' paths, the parameters to train). Raises TrainError, LoadError,
     BackendError."""
     from ..backends import get_backend
-    from ..torch_backend import load_prepared
 
     b = get_backend(backend)
-    if b.runtime != "torch_backend":
-        raise TrainError(f"LoRA loads on the torch backends here; {backend} is {b.label}")
+    if b.runtime not in ("torch_backend", "jax_backend") or not b.can_train:
+        raise TrainError(f"LoRA loads on the backends that train; {backend} is {b.label}")
     prepared, adapters = prepare_with_adapters(
         source, weights, lora, adapter=adapter, preset=preset, config=config, seed=seed, max_batch=max_batch
     )
-    model = load_prepared(prepared, b.mode, device=device, progress=progress)
+    if b.runtime == "jax_backend":
+        from ..jax_backend import load_prepared as load_jax
+
+        model = load_jax(prepared, b.mode, progress=progress, fuse_linear_weights=False)
+    else:
+        from ..torch_backend import load_prepared
+
+        model = load_prepared(prepared, b.mode, device=device, progress=progress)
     model.lora = adapters
     return model, adapters.paths()
 
@@ -451,20 +458,27 @@ def read_adapter(folder: str | Path) -> tuple[LoraSettings, str | None, dict[str
     return settings, spelled, {k: np.asarray(v, dtype=np.float32) for k, v in tensors.items()}
 
 
+def _host(tensor: Any) -> np.ndarray:
+    """A torch tensor or a JAX array as a numpy array on the host."""
+    if type(tensor).__module__.startswith("torch"):
+        from ..torch_backend import to_numpy
+
+        return to_numpy(tensor)
+    return np.asarray(tensor)
+
+
 def save_adapter(model: Any, folder: str | Path, settings: LoraSettings | None = None, base_model: str | None = None):
     """Write `model`'s adapters (a model from `load_with_adapters`) in PEFT's format into `folder`:
     `adapter_config.json` (PEFT's LoraConfig fields, `task_type` CAUSAL_LM) and `adapter_model.safetensors` with
     PEFT's names, `base_model.model.<path>.lora_{A,B}.weight`, f32. Returns the files written."""
     from safetensors.numpy import save_file
 
-    from ..torch_backend import to_numpy
-
     info: LoraAdapters = model.lora
     s = info.settings
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    held = model.module.state_dict()
-    tensors = {f"base_model.model.{p}": np.ascontiguousarray(to_numpy(held[p]), dtype=np.float32) for p in info.paths()}
+    held = model.module.state_dict() if hasattr(model, "module") else model.params  # torch, or JAX arrays
+    tensors = {f"base_model.model.{p}": np.ascontiguousarray(_host(held[p]), dtype=np.float32) for p in info.paths()}
     save_file(tensors, str(folder / "adapter_model.safetensors"), metadata={"format": "pt"})
     config = {
         "peft_type": "LORA",

@@ -71,6 +71,7 @@ class TorchPolicy:
                              f"{', '.join(self.module.program.entries)})")  # fmt: skip
         self.vocab_size = forward.outputs[0].dims[-1].as_int()
         self.autocast_dtype = autocast_dtype
+        self.forward_module: nn.Module | None = None  # set by linnet.runtimes.parallel.torch_dp
         self._adapters_on = True
         params = dict(self.module.named_parameters())
         unknown = [p for p in trainable if p not in params]
@@ -87,8 +88,9 @@ class TorchPolicy:
         return iter(self.trainable.values())
 
     def logits(self, input_ids: torch.Tensor) -> torch.Tensor:
-        """The `forward` entry's logits [B, S, vocab] with gradients (under autocast when asked)."""
-        entry = self.module.entry("forward")
+        """The `forward` entry's logits [B, S, vocab] with gradients (under autocast when asked), through
+        `forward_module` when a distributed run wrapped the model (DDP, FSDP2: their hooks run on its call)."""
+        entry = self.forward_module if self.forward_module is not None else self.module.entry("forward")
         if self.autocast_dtype is None:
             return entry(input_ids)
         with torch.autocast(self.device.type, dtype=self.autocast_dtype):

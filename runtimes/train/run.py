@@ -62,12 +62,18 @@ def load_for_training(
     sampling).
     Returns (the `TorchModel`, the checkpoint paths to train).
     Raises TrainError, LoadError, BackendError."""
+    from ..backends import get_backend
     from .policy import check_trains
 
     check_trains(backend)
     if lora is None and adapter is None:
-        from ..backends import get_backend
+        if get_backend(backend).family == "jax":  # every weight under its checkpoint name: gradients by name
+            from ..jax_backend import load as load_jax
 
+            model = load_jax(
+                source, weights, preset=preset, config=config, progress=progress, fuse_linear_weights=False
+            )
+            return model, list(model.params)
         model = get_backend(backend).load(
             source, weights, preset=preset, config=config, dtype="f32", max_batch=max_batch, device=device,
             progress=progress,
@@ -106,7 +112,8 @@ def train(
         output: the folder to write (must not exist, or be empty); None writes nothing.
         method: `sft` (LoRA adapters, PEFT's defaults unless `lora` says otherwise), `full` (every parameter),
             or a registered method (`dpo`, `grpo`).
-        backend: a backend whose registry record `can_train` (`torch`, `torch-interpret`).
+        backend: a backend whose registry record `can_train` (`torch`, `torch-interpret`, `jax`: under
+            `jax.grad` with optax, `jax_trainer`).
         device: where the model and the training run (`cpu`, `cuda`, `cuda:1`).
         lora: LoRA settings for `sft` (None: `LoraSettings()`, r=8, lora_alpha=8, q_proj and v_proj).
         adapter: a PEFT adapter folder to start from (training goes on from its weights).
@@ -149,17 +156,28 @@ def train(
         raise
     if getattr(model, "lora", None) is not None:
         cfg.lora = model.lora.settings  # an --adapter's own r, alpha and targets
-    policy = TorchPolicy(
-        model,
-        trainable,
-        gradient_checkpointing=cfg.gradient_checkpointing,
-        autocast_dtype=torch.bfloat16 if cfg.bf16 else None,
-    )
+    if model.backend == "jax":
+        from .jax_trainer import JaxPolicy, JaxTrainer
+
+        policy, trainer_class = JaxPolicy(model, trainable), JaxTrainer
+    else:
+        policy, trainer_class = (
+            TorchPolicy(
+                model,
+                trainable,
+                gradient_checkpointing=cfg.gradient_checkpointing,
+                autocast_dtype=torch.bfloat16 if cfg.bf16 else None,
+            ),
+            Trainer,
+        )
     token_rows = objective.token_rows(rows, policy.tokenizer, policy.vocab_size, cfg.max_length)
-    tmp = _temporary_folder(target) if target is not None else None
+    hooks, is_main = _distributed(model, policy, token_rows, cfg)
+    tmp = _temporary_folder(target) if target is not None and is_main else None
     try:
-        with _Progress(cfg.max_steps, progress, tmp) as report:
-            history = Trainer(policy, objective, token_rows, cfg, on_step=report).train()
+        with _Progress(cfg.max_steps, progress and is_main, tmp) as report:
+            on_step = hooks.pop("on_step", lambda wrap: wrap)(report)
+            history = trainer_class(policy, objective, token_rows, cfg, on_step=on_step, **hooks).train()
+        _gather_full_parameters(model)
         if tmp is not None:
             run = dict(source=str(source), weights=str(weights), data=str(data), backend=backend)
             _write_result(tmp, model, cfg, run, save_merged)
@@ -171,6 +189,44 @@ def train(
             shutil.rmtree(tmp, ignore_errors=True)
         raise
     return TrainResult(history, model, target)
+
+
+def _distributed(model: Any, policy: Any, token_rows: list, cfg: TrainConfig) -> tuple[dict[str, Any], bool]:
+    """Under torchrun (WORLD_SIZE > 1): DDP or FSDP2 around the torch policy (`parallel.torch_dp`), and the
+    trainer's hooks (this rank's micro-batches, the all-reduced normaliser, records summed over the ranks);
+    whether this process writes (rank 0). One process: no hooks, it writes."""
+    from ..parallel.torch_dp import data_parallel, global_record, in_torchrun
+
+    if not in_torchrun():
+        return {}, True
+    if model.backend == "jax":
+        raise TrainError("under torchrun, train on a PyTorch backend; JAX shards over its devices in one process")
+    run = data_parallel(policy, token_rows, cfg, fsdp=cfg.fsdp)
+
+    def on_step(report):
+        def each(record):
+            record.update(global_record(record, run.reduce_sum))  # every rank takes part; the history gets it too
+            if run.is_main:
+                report(record)
+
+        return each
+
+    return {"reduce_sum": run.reduce_sum, "micro_batches": run.micro_batches, "on_step": on_step}, run.is_main
+
+
+def _gather_full_parameters(model: Any) -> None:
+    """After an FSDP2 run, every rank holds its shards: all-gather each parameter (a collective: every rank
+    calls this) and bind it whole, so the result is written and returned like one process's."""
+    module = getattr(model, "module", None)
+    if module is None or not hasattr(module, "reshard"):  # not an FSDPModule
+        return
+    import torch
+
+    for path, (owner, leaf) in module._leaves.items():
+        current = getattr(owner, leaf)
+        if hasattr(current, "full_tensor"):
+            owner.register_parameter(leaf, torch.nn.Parameter(current.detach().full_tensor(), requires_grad=False))
+            module.tensors[path] = getattr(owner, leaf)
 
 
 def _other_family(source: str | Path, weights: str | Path | None) -> str | None:

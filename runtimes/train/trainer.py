@@ -14,19 +14,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
 
 import torch
 
 from .config import TrainConfig
 from .data import Batch, TokenRow, batches
+from .metrics import StepRecord, step_record
 from .objectives import Objective
 from .policy import TorchPolicy
 from .schedule import lr_multiplier
 
 __all__ = ["Trainer", "StepRecord", "evaluate"]
-
-StepRecord = dict[str, Any]
 
 
 class Trainer:
@@ -100,19 +98,7 @@ class Trainer:
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        elapsed = time.perf_counter() - t0
-        tokens = sum(b.num_tokens for b in micro)
-        record: StepRecord = {"step": step, **sums, **means}
-        if "correct" in record:
-            record["mean_token_accuracy"] = record.pop("correct") / max(1.0, record.get("num_loss_tokens", 0.0))
-        record.update(
-            grad_norm=grad_norm,
-            learning_rate=lr_used,
-            num_tokens=tokens,
-            tokens_per_s=tokens / elapsed if elapsed > 0 else 0.0,
-            elapsed_s=elapsed,
-        )
-        return record
+        return step_record(step, {**sums, **means}, micro, grad_norm, lr_used, time.perf_counter() - t0)
 
     def train(self) -> list[StepRecord]:
         """Run `config.max_steps` optimizer steps; returns every step's record (also passed to `on_step`)."""

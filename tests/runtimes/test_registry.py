@@ -39,8 +39,9 @@ def test_records_are_consistent():
     for name, b in BACKENDS.items():
         assert b.name == name and b.code_view in (*CODE_VIEWS, None)
         assert set(b.numerics) == {"equivalent", "fast"}
-        # training runs the generated code (or the interpreter) under autograd; ONNX Runtime is inference only
-        assert b.can_train == (name in {"torch-interpret", "torch", "torch-compile"}), name
+        # training runs the generated code (or the interpreter) under autograd, JAX under jax.grad; ONNX Runtime
+        # and the StableHLO artifact are inference only
+        assert b.can_train == (name in {"torch-interpret", "torch", "torch-compile", "jax"}), name
         assert backend_for(b.runtime, b.mode) is b
     assert {b.code_view for b in BACKENDS.values()} - {None} == set(CODE_VIEWS)
     with pytest.raises(BackendError, match=r"unknown backend `tpu-magic` \(backends: torch-interpret, torch"):
@@ -77,7 +78,7 @@ def test_a_backend_that_cannot_run_says_why():
 
 
 def test_load_refuses_options_a_backend_lacks_before_loading_anything():
-    with pytest.raises(BackendError, match=r"backend jax has no option providers \(takes none\)"):
+    with pytest.raises(BackendError, match=r"backend jax has no option providers \(takes fuse_linear_weights\)"):
         BACKENDS["jax"].load(EXAMPLES / "mlp.linnet", providers=["cpu"])
     with pytest.raises(BackendError, match=r"jax runs f32, bf16, got dtype 'f16'"):
         BACKENDS["jax"].load(EXAMPLES / "mlp.linnet", dtype="f16")

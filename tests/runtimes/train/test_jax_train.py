@@ -1,0 +1,90 @@
+"""Training on JAX (`jax.value_and_grad` of the generated `forward`, optax AdamW) against the references, on the
+shrunk Llama of this folder's conftest (2 layers, hidden 32, vocab 128, seed 0, f32), the same rows in file order
+on both sides and the same schedule (`COMMON`: 20 steps, 2 x 2 micro-batches, warmup, linear decay, clipping,
+weight decay):
+
+- LoRA SFT against TRL's `SFTTrainer` on a PEFT model, both started from the same adapter (PEFT's A, B = 0):
+  per-step losses; the adapter JAX wrote loads in `PeftModel.from_pretrained` with JAX's logits;
+- full fine-tuning against the plain PyTorch loop on the transformers model (test_sft.py's).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.runtimes.train.conftest import COMMON, LLAMA, LOSS_ATOL, STEPS, id_rows, trl_sft_losses, write_jsonl
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("peft")
+pytest.importorskip("jax")
+pytest.importorskip("optax")
+
+import linnet  # noqa: E402
+from linnet.errors import TrainError  # noqa: E402
+
+pytestmark = [pytest.mark.torch, pytest.mark.jax, pytest.mark.usefixtures("one_torch_thread")]
+
+IDS = np.array([[1, 5, 9, 22, 7, 100, 3, 64]])
+
+
+def test_lora_sft_on_jax_matches_trl_and_peft(tiny_llama, tmp_path):
+    import transformers
+    from peft import PeftModel
+
+    from tests.runtimes.train.test_lora import peft_model
+
+    rows = id_rows(16)
+    data = write_jsonl(tmp_path / "sft.jsonl", rows)
+    reference = peft_model(tiny_llama)
+    initial = tmp_path / "initial_adapter"
+    reference.save_pretrained(initial)
+    out = tmp_path / "out"
+    result = linnet.train(
+        LLAMA, tiny_llama, data=data, output=out, adapter=initial, backend="jax", shuffle=False, progress=False,
+        **COMMON,
+    )  # fmt: skip
+    assert result.model.backend == "jax"
+    ours = [r["loss"] for r in result.history]
+    theirs, _ = trl_sft_losses(reference, rows, COMMON)
+    delta = max(abs(a - b) for a, b in zip(ours, theirs))
+    print(f"LoRA SFT on JAX vs TRL + PEFT over {STEPS} steps: max |loss diff| {delta:.2e}")
+    assert len(ours) == len(theirs) == STEPS
+    assert delta < LOSS_ATOL, (ours, theirs)
+    assert ours[-1] < ours[0] - 0.05
+    assert (out / "metrics.jsonl").read_text().count("\n") == STEPS
+
+    base = transformers.LlamaForCausalLM.from_pretrained(tiny_llama, dtype=torch.float32)
+    loaded = PeftModel.from_pretrained(base, out).eval()
+    with torch.no_grad():
+        expected = loaded(input_ids=torch.tensor(IDS)).logits.numpy()
+    got = result.model.forward(IDS)
+    print(f"JAX vs PeftModel.from_pretrained logits: max |diff| {np.abs(got - expected).max():.2e}")
+    assert np.abs(got - expected).max() < 1e-5
+    assert np.abs(np.asarray(loaded.get_base_model()(input_ids=torch.tensor(IDS)).logits.detach()) - got).max() > 0
+
+
+@pytest.mark.slow  # about 40 s: 20 JAX steps and the plain loop
+def test_full_fine_tuning_on_jax_matches_a_plain_pytorch_loop(tiny_llama, tmp_path):
+    from tests.runtimes.train.test_sft import plain_torch_losses
+
+    rows = [{"input_ids": r["prompt_ids"] + r["completion_ids"]} for r in id_rows(12, seed=1)]
+    data = write_jsonl(tmp_path / "lm.jsonl", rows)
+    result = linnet.train(LLAMA, tiny_llama, data=data, method="full", backend="jax", shuffle=False, progress=False,
+                          **COMMON)  # fmt: skip
+    ours = [r["loss"] for r in result.history]
+    theirs = plain_torch_losses(tiny_llama, rows)
+    delta = max(abs(a - b) for a, b in zip(ours, theirs))
+    print(f"full fine-tuning on JAX vs a plain PyTorch loop over {STEPS} steps: max |loss diff| {delta:.2e}")
+    assert delta < LOSS_ATOL, (ours, theirs)
+    assert ours[-1] < ours[0] - 0.1
+
+
+def test_jax_refuses_what_it_does_not_train(tiny_llama, tmp_path):
+    data = write_jsonl(tmp_path / "sft.jsonl", id_rows(4))
+    with pytest.raises(TrainError, match="bf16 and gradient_checkpointing"):
+        linnet.train(LLAMA, tiny_llama, data=data, backend="jax", bf16=True, max_steps=1, progress=False)
+    with pytest.raises(TrainError, match="backend xla does not train"):
+        linnet.train(LLAMA, tiny_llama, data=data, backend="xla", max_steps=1, progress=False)
+    assert not any(tmp_path.iterdir()) or [p.name for p in tmp_path.iterdir()] == ["sft.jsonl"]
