@@ -380,9 +380,9 @@ def load_with_adapters(
     device: str = "cpu",
 ):
     """`prepare_with_adapters`, loaded on `backend` (a torch mode, on `device`; or `jax`: with every weight under its
-    checkpoint name, `fuse_linear_weights=False`, so gradients come back by name). Returns (the `TorchModel` or `JaxModel`,
-    with `.lora` its `LoraAdapters`; the adapters' paths, the parameters to train). Raises TrainError, LoadError,
-    BackendError."""
+    checkpoint name, `fuse_linear_weights=False`, so gradients come back by name). Returns (the `TorchModel` or
+    `JaxModel`, with `.lora` its `LoraAdapters`; the adapters' paths, the parameters to train). Raises TrainError,
+    LoadError, BackendError."""
     from ..backends import get_backend
 
     b = get_backend(backend)
