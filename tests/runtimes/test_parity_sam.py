@@ -20,7 +20,7 @@ import pytest
 from linnet.runtimes.backends import BACKENDS
 from linnet.semantics.program import Document
 from tests.conftest import EXAMPLES
-from tests.runtimes.conftest import ALL_BACKENDS, header_only_checkpoint, max_abs_diff, perturb, record
+from tests.runtimes.conftest import ALL_BACKENDS, assert_real_layout_fits, max_abs_diff, perturb, record
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -165,23 +165,13 @@ def test_the_real_checkpoint_layout_fits_every_parameter(preset, tmp_path):
     """L501 against a header-only description of the real checkpoint: the names and shapes transformers saves for
     SamModel of the real config (the tied Fourier features once, as `shared_image_embedding`) fit the source under
     that config.json; a global layer's relative-position table of a local layer's size is refused naming it."""
-    from linnet.ir.build import bind_config, check_source, lower_program
-    from linnet.runtimes.checkpoints import open_checkpoint
-    from linnet.runtimes.loading import LoadError, match_weights
-
-    info = check_source(str(SAM), SAM.read_text(), preset)
     config = transformers.SamConfig(**REAL_CONFIGS[preset])
     with torch.device("meta"):
         model = transformers.SamModel(config)
-    header_only_checkpoint(tmp_path, config, model)
-    ckpt = open_checkpoint(tmp_path)
-    program = lower_program(bind_config(info, ckpt.config, labels=(str(tmp_path),)), max_positions=16)
-    plan = match_weights(program, ckpt, [])
-    assert len(plan) == len(program.params) == len(ckpt.tensor_names)
 
-    with torch.device("meta"):
-        model.vision_encoder.layers[5].attn.rel_pos_h = torch.nn.Parameter(torch.empty(27, 64))
-    header_only_checkpoint(tmp_path, config, model)
-    with pytest.raises(LoadError, match=r"vision_encoder.layers.5.attn.rel_pos_h.*\[27, 64\]") as err:
-        match_weights(program, open_checkpoint(tmp_path), [])
-    assert err.value.code == "L501"
+    def changed(model):
+        with torch.device("meta"):
+            model.vision_encoder.layers[5].attn.rel_pos_h = torch.nn.Parameter(torch.empty(27, 64))
+
+    wrong = r"vision_encoder.layers.5.attn.rel_pos_h.*\[27, 64\]"
+    assert_real_layout_fits(SAM, preset, config, model, changed, tmp_path, wrong)

@@ -17,7 +17,7 @@ import pytest
 from linnet.runtimes.backends import BACKENDS
 from linnet.semantics.program import Document
 from tests.conftest import EXAMPLES
-from tests.runtimes.conftest import ALL_BACKENDS, header_only_checkpoint, max_abs_diff, perturb, record
+from tests.runtimes.conftest import ALL_BACKENDS, assert_real_layout_fits, max_abs_diff, perturb, record
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -153,23 +153,12 @@ def test_the_real_checkpoint_layout_fits_every_parameter(preset, tmp_path):
     """L501 against a header-only description of the real checkpoint: the names and shapes transformers saves for
     SiglipModel of the real config fit the source under that config.json (nested `text_config` and
     `vision_config`); one wrong shape is refused naming the tensor."""
-    from linnet.ir.build import bind_config, check_source, lower_program
-    from linnet.runtimes.checkpoints import open_checkpoint
-    from linnet.runtimes.loading import LoadError, match_weights
-
-    info = check_source(str(SIGLIP), SIGLIP.read_text(), preset)
     config = transformers.SiglipConfig(**REAL_CONFIGS[preset])
     with torch.device("meta"):
         model = transformers.SiglipModel(config)
-    header_only_checkpoint(tmp_path, config, model)
-    ckpt = open_checkpoint(tmp_path)
-    program = lower_program(bind_config(info, ckpt.config, labels=(str(tmp_path),)), max_positions=16)
-    plan = match_weights(program, ckpt, [])
-    assert len(plan) == len(program.params) == len(ckpt.tensor_names)
 
-    with torch.device("meta"):
-        model.vision_model.head.probe = torch.nn.Parameter(torch.empty(1, 2, 768))
-    header_only_checkpoint(tmp_path, config, model)
-    with pytest.raises(LoadError, match=r"vision_model.head.probe.*\[1, 2, 768\]") as err:
-        match_weights(program, open_checkpoint(tmp_path), [])
-    assert err.value.code == "L501"
+    def changed(model):
+        model.vision_model.head.probe = torch.nn.Parameter(torch.empty(1, 2, 768, device="meta"))
+
+    wrong = r"vision_model.head.probe.*\[1, 2, 768\]"
+    assert_real_layout_fits(SIGLIP, preset, config, model, changed, tmp_path, wrong)
