@@ -13,7 +13,6 @@ on those embeddings with 2 images × 2 prompts × 3 points whose labels cover 1,
 from __future__ import annotations
 
 import json
-import math
 
 import pytest
 
@@ -45,19 +44,17 @@ def test_checks_clean_under_every_preset():
 
 @pytest.mark.parametrize("preset", sorted(REAL_CONFIGS))
 def test_preset_parameters_are_the_real_checkpoints(preset):
-    """Names, shapes and count of the preset's parameters (as built for loading: a layer's relative-position tables
-    are sized by whether `global_attn_indexes` lists it, a list element the checker leaves symbolic) against
-    transformers' SamModel of the real config on the `meta` device (93,735,728 for ViT-B). The prompt encoder's
-    Fourier features are the tied `shared_image_embedding`, one tensor, as transformers counts it."""
-    from linnet.ir import build
-
+    """Names, shapes and count of the preset's parameters against transformers' SamModel of the real config on the
+    `meta` device (93,735,728 for ViT-B): a layer's relative-position tables are sized by whether
+    `global_attn_indexes` lists it. The prompt encoder's Fourier features are the tied `shared_image_embedding`, one
+    tensor, as transformers counts it."""
     with torch.device("meta"):
         ref = transformers.SamModel(transformers.SamConfig(**REAL_CONFIGS[preset]))
     theirs = {name: tuple(p.shape) for name, p in ref.named_parameters()}
-    program = build(SAM, preset=preset)
-    ours = {p.path: tuple(d.as_int() for d in p.type.shape.dims) for p in program.params}
+    tree = Document(str(SAM), SAM.read_text(encoding="utf-8")).analyze().trees[preset]
+    ours = {p.path: p.shape() for p in tree.params}
     assert ours == theirs
-    assert sum(math.prod(shape) for shape in ours.values()) == ref.num_parameters() == 93_735_728
+    assert tree.param_count() == ref.num_parameters() == 93_735_728
     assert ours["vision_encoder.layers.0.attn.rel_pos_h"] == (2 * 14 - 1, 64)  # windows of 14
     assert ours["vision_encoder.layers.2.attn.rel_pos_h"] == (2 * 64 - 1, 64)  # global over the 64×64 grid
 
