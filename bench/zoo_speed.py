@@ -16,6 +16,9 @@ transformers eager f32 (the reference) first, then Linnet's fastest f32 backend 
   examples/modernbert.linnet at ModernBERT-base's size with random weights (made once as the decoders' are) at
   batch 1 and 32, on the same token ids (MiniLM's ids are ids of ModernBERT's larger vocabulary too), against
   transformers' ModernBertModel (eager attention, padded as transformers 5 runs it).
+- image-text and segmentation (bench/zoo_multimodal.py): examples/siglip.linnet and examples/sam.linnet at shrunk
+  sizes (`--full`: SigLIP Base/16 224 and SAM ViT-B shaped), median ms of one whole call, against transformers eager
+  and under torch.compile.
 
 Timing and contention are bench/generate_speed.py's (its `run_linnet` / `run_transformers` drive the decoders, so
 both benchmarks time generation alike): the parent waits for idle cores before each row, and each row records
@@ -46,6 +49,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import generate_speed as gs  # noqa: E402  (bench/ is not a package)
+import zoo_multimodal  # noqa: E402  (SigLIP's and SAM's rows)
 
 EXAMPLES = ROOT / "examples"
 OUT = ROOT / "bench" / "results" / "zoo_speed.json"
@@ -179,36 +183,17 @@ def run_encoder(spec: dict) -> dict:
             with torch.inference_mode():
                 return model(input_ids=t_ids, attention_mask=t_mask).last_hidden_state.numpy()
 
-    load_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    states = forward()
-    warmup_s = time.perf_counter() - t0
-
-    def one() -> float:
-        start = time.perf_counter()
-        forward()
-        return time.perf_counter() - start
-
-    timed, contention = gs.timed_runs(one, spec["runs"])
-    np.save(Path(spec["out_dir"]) / f"{spec['name']}.npy", np.asarray(states, dtype=np.float32))
-    forward_s = statistics.median(timed)
-    return {
-        "load_s": load_s,
-        "warmup_s": warmup_s,
-        "forward_ms": forward_s * 1000,
-        "sequences_per_s": len(ids) / forward_s,
-        "peak_rss_mb": gs.peak_rss_mb(),
-        **contention,
-    }
+    return zoo_multimodal.time_call(forward, time.perf_counter() - t0, spec, len(ids))
 
 
 def run_one(spec: dict) -> None:
-    if spec["side"] == "transformers" or spec["backend"].startswith("torch"):
+    if spec["side"].startswith("transformers") or spec["backend"].startswith("torch"):
         import torch
 
         torch.set_num_threads(gs.THREADS)
     loadavg_before = os.getloadavg()
-    row = run_decoder(spec) if spec["kind"] == "decoder" else run_encoder(spec)
+    runner = {"decoder": run_decoder, "encoder": run_encoder, "multimodal": zoo_multimodal.run}[spec["kind"]]
+    row = runner(spec)
     row.update(loadavg_before=loadavg_before, loadavg_after=os.getloadavg())
     print("RESULT " + json.dumps(row), flush=True)
 
@@ -348,6 +333,9 @@ def main() -> None:
             folder = random_checkpoint(args.cache, config_class, config, model_class)
             for size, ids_file in batches.items():
                 workloads.append((model, shape, "encoder", source, str(folder), size, str(ids_file)))
+    for model, shape, folder, size, inputs_file in zoo_multimodal.workloads(args.cache, work, args.full,
+                                                                           random_checkpoint):  # fmt: skip
+        workloads.append((model, shape, "multimodal", model, folder, size, inputs_file))
 
     if args.only:
         workloads = [w for w in workloads if w[0] in args.only]
@@ -356,7 +344,10 @@ def main() -> None:
         pair = []
         # `--backend` asks for one backend on every row; ROW_BACKENDS only replaces the default, the fastest
         row_backend, why = (args.backend, None) if args.backend else ROW_BACKENDS.get(model, (backend, None))
-        for side, name in (("transformers-eager", "transformers"), (f"linnet {row_backend}", "linnet")):
+        sides = [("transformers-eager", "transformers"), (f"linnet {row_backend}", "linnet")]
+        if kind == "multimodal":  # the reference under torch.compile too
+            sides.append(("transformers-compile", "transformers-compile"))
+        for side, name in sides:
             spec = dict(name=f"{model}-{len(rows)}", kind=kind, side=name, backend=row_backend, source=source,
                         weights=weights, runs=args.runs, new_tokens=args.new_tokens, prompt_file=str(prompt_file),
                         ids_file=ids_file, out_dir=str(work))  # fmt: skip
@@ -367,9 +358,10 @@ def main() -> None:
                 row["backend_note"] = why
             pair.append(row)
             rows.append(row)
-        ref, ours = pair
-        if "error" not in ref and "error" not in ours:
-            distance(ours, ref, work, Path(ids_file) if ids_file else None)
+        ref = pair[0]
+        for ours in pair[1:]:
+            if "error" not in ref and "error" not in ours:
+                distance(ours, ref, work, Path(ids_file) if kind == "encoder" else None)
 
     result = {
         "benchmark": "zoo_speed",
