@@ -24,6 +24,9 @@ transformers eager f32 (the reference) first, then Linnet's fastest f32 backend 
   diffusers' AutoencoderKL.decode eager and under torch.compile: median ms per call and images/s, peak RSS, max |Δ|
   of the images against the eager reference. The quick run is the parity tests' two-level VAE (8 and 16 channels)
   on 8x8 latents; `--full` adds sd-vae-ft-mse's decoder at its real size, random weights, on 32x32 latents.
+- image-text and segmentation (bench/zoo_multimodal.py): examples/siglip.linnet and examples/sam.linnet at shrunk
+  sizes (`--full`: SigLIP Base/16 224 and SAM ViT-B shaped), median ms of one whole call, against transformers eager
+  and under torch.compile.
 
 Timing and contention are bench/generate_speed.py's (its `run_linnet` / `run_transformers` drive the decoders, so
 both benchmarks time generation alike): the parent waits for idle cores before each row, and each row records
@@ -54,6 +57,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import generate_speed as gs  # noqa: E402  (bench/ is not a package)
+import zoo_multimodal  # noqa: E402  (SigLIP's and SAM's rows; its time_call times every one-call row)
 
 EXAMPLES = ROOT / "examples"
 OUT = ROOT / "bench" / "results" / "zoo_speed.json"
@@ -239,33 +243,6 @@ def run_decoder(spec: dict) -> dict:
     }
 
 
-def timed_forward(spec: dict, forward, load_s: float, batch: int) -> dict:
-    """A warm-up call of `forward`, then the median of `runs` timed calls; the warm-up's output saved for the
-    distance. The row's numbers: load and warm-up seconds, forward ms, sequences (or images) per second, peak RSS."""
-    import numpy as np
-
-    t0 = time.perf_counter()
-    outputs = forward()
-    warmup_s = time.perf_counter() - t0
-
-    def one() -> float:
-        start = time.perf_counter()
-        forward()
-        return time.perf_counter() - start
-
-    timed, contention = gs.timed_runs(one, spec["runs"])
-    np.save(Path(spec["out_dir"]) / f"{spec['name']}.npy", np.asarray(outputs, dtype=np.float32))
-    forward_s = statistics.median(timed)
-    return {
-        "load_s": load_s,
-        "warmup_s": warmup_s,
-        "forward_ms": forward_s * 1000,
-        "sequences_per_s": batch / forward_s,
-        "peak_rss_mb": gs.peak_rss_mb(),
-        **contention,
-    }
-
-
 def run_encoder(spec: dict) -> dict:
     """Median forward ms over `runs` forwards of the batch in `ids_file` (after one warm-up), hidden states saved."""
     import numpy as np
@@ -295,7 +272,7 @@ def run_encoder(spec: dict) -> dict:
             with torch.inference_mode():
                 return model(input_ids=t_ids, attention_mask=t_mask).last_hidden_state.numpy()
 
-    return timed_forward(spec, forward, time.perf_counter() - t0, len(ids))
+    return zoo_multimodal.time_call(forward, time.perf_counter() - t0, spec, len(ids))
 
 
 def run_vision(spec: dict) -> dict:
@@ -329,7 +306,7 @@ def run_vision(spec: dict) -> dict:
                 out = model(pixel_values=t_pixels)
             return (out.logits if hasattr(out, "logits") else out.last_hidden_state).numpy()
 
-    return timed_forward(spec, forward, time.perf_counter() - t0, len(pixels))
+    return zoo_multimodal.time_call(forward, time.perf_counter() - t0, spec, len(pixels))
 
 
 def run_diffusion(spec: dict) -> dict:
@@ -363,7 +340,7 @@ def run_diffusion(spec: dict) -> dict:
                 x = post_quant_conv(z) if post_quant_conv is not None else z
                 return decode(x).numpy()
 
-    return timed_forward(spec, forward, time.perf_counter() - t0, len(latents))
+    return zoo_multimodal.time_call(forward, time.perf_counter() - t0, spec, len(latents))
 
 
 def random_diffusers_checkpoint(cache: Path, model_class: str, config: dict) -> Path:
@@ -385,7 +362,10 @@ def run_one(spec: dict) -> None:
 
         torch.set_num_threads(gs.THREADS)
     loadavg_before = os.getloadavg()
-    runs = {"decoder": run_decoder, "encoder": run_encoder, "vision": run_vision, "diffusion": run_diffusion}
+    runs = {
+        "decoder": run_decoder, "encoder": run_encoder, "vision": run_vision, "diffusion": run_diffusion,
+        "multimodal": zoo_multimodal.run,
+    }  # fmt: skip
     row = runs[spec["kind"]](spec)
     row.update(loadavg_before=loadavg_before, loadavg_after=os.getloadavg())
     print("RESULT " + json.dumps(row), flush=True)
@@ -540,6 +520,9 @@ def main() -> None:
             folder = random_checkpoint(args.cache, config_class, config, model_class)
             for size, ids_file in batches.items():
                 workloads.append((model, shape, "encoder", source, str(folder), size, str(ids_file)))
+    for model, shape, folder, size, inputs_file in zoo_multimodal.workloads(args.cache, work, args.full,
+                                                                           random_checkpoint):  # fmt: skip
+        workloads.append((model, shape, "multimodal", model, folder, size, inputs_file))
 
     vision = {}  # model -> (model class, image side) of the vision workloads
     for model, shape, config_class, model_class, config, side in VISION + (FULL_VISION if args.full else []):
@@ -577,6 +560,8 @@ def main() -> None:
             sides.insert(1, ("transformers torch.compile", "transformers-compile"))
         if kind == "diffusion":  # diffusers' eager reference first, then under torch.compile
             sides = [("diffusers-eager", "diffusers"), ("diffusers-compile", "diffusers-compile"), sides[-1]]
+        if kind == "multimodal":  # the reference under torch.compile too
+            sides.append(("transformers-compile", "transformers-compile"))
         model_class = vision.get(model, (None,))[0] or diffusion.get(model)
         for side, name in sides:
             spec = dict(name=f"{model}-{len(rows)}", kind=kind, side=name, backend=row_backend, source=source,

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import math
 
-from .core import Graph, Op, Program
+from .core import Graph, Op, Program, Value
 
 VARIANTS = ("scale_queries", "trim_keys", "keys_first", "prefill_blocks", "kv_flat", "sdpa")
 PREFILL_BLOCKS = 4
@@ -51,18 +51,17 @@ def choose_attention_variants(program: Program, wanted: tuple[str, ...], numeric
     unknown = set(wanted) - set(VARIANTS)
     if unknown:
         raise ValueError(f"unknown attention variants: {', '.join(sorted(unknown))}")
-    has_cache = bool(program.state)
     for g in program.graphs():
         for op in _attention_ops(g):
-            variants = {name: value for name in wanted if (value := _applies(name, op, numerics, has_cache))}
-            op.attrs["variant"] = variants
+            op.attrs["variant"] = {name: value for name in wanted if (value := _applies(name, op, numerics))}
 
 
-def _applies(name: str, op: Op, numerics: str, has_cache: bool = True):
+def _applies(name: str, op: Op, numerics: str):
     q, k, v = op.args["q"], op.args["k"], op.args["v"]
-    # keys of a fixed length in a program with state: a KV cache's positions (a ViT's 197 tokens are a fixed length
-    # too, but every key is attended: trimming would only add a host synchronisation, which torch.compile refuses)
-    cached = has_cache and k.dims[2].as_int() is not None
+    # Keys of a fixed length read from a KV cache (its positions, some not written yet). An encoder's keys over a
+    # fixed-size image (SigLIP's 196 patches) are fixed too, but every one is attended: nothing to trim, and
+    # trimming would cost a host synchronisation that torch.compile cannot trace.
+    cached = k.dims[2].as_int() is not None and _reads_state(k)
     prefill = q.dims[2].as_int() != 1
     if name == "scale_queries":
         scale = op.args.get("scale")
@@ -86,6 +85,24 @@ def _attention_ops(g: Graph):
             yield op
         if op.name == "loop":
             yield from _attention_ops(op.body)
+
+
+def _reads_state(v: Value) -> bool:
+    """Whether `v` is computed, in its graph, from module state (a `state` read or a `cache_write`)."""
+    seen: set[int] = set()
+    stack = [v]
+    while stack:
+        op = stack.pop().producer
+        if op is None or id(op) in seen:
+            continue
+        seen.add(id(op))
+        if op.name in ("state", "cache_write"):
+            return True
+        for arg in op.args.values():
+            for item in arg if isinstance(arg, (list, tuple)) else (arg,):
+                if isinstance(item, Value):
+                    stack.append(item)
+    return False
 
 
 def _flat(v) -> bool:

@@ -242,7 +242,10 @@ def _check_entry(checker: ItemChecker, inst: Instance, fn: A.FnDef, decoder: boo
                     bad(f"`{pname}` of `forward` is i64[B, S], got {format_type(t)}", p.type, "forward")
         if decoder and list(params) != ["input_ids"]:
             bad(f"a decoder's `forward` takes (input_ids), got ({', '.join(params)})", fn.name, "forward")
-        if "input_ids" in params and isinstance(ret, TensorT) and len(ret.shape.dims) != 3:
+        # A text model's `forward` returns states or logits per position; one that also takes images
+        # (SigLIP's `forward(input_ids, pixel_values)`) returns what its reference's forward does.
+        text_only = set(params) <= {"input_ids", "attention_mask"}
+        if "input_ids" in params and text_only and isinstance(ret, TensorT) and len(ret.shape.dims) != 3:
             bad(f"`forward` returns [B, S, ...], got {format_type(ret)}", fn.ret, "forward")
 
 

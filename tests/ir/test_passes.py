@@ -17,6 +17,13 @@ from linnet.ir.verify import VerifyError, verify_program
 from tests.conftest import EXAMPLES
 from tests.ir.test_ir import SMALL_LLAMA
 
+SMALL_SIGLIP = {
+    "text_config": {"vocab_size": 64, "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1,
+                    "num_attention_heads": 2, "max_position_embeddings": 8},
+    "vision_config": {"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
+                      "image_size": 32, "patch_size": 8},
+}  # fmt: skip
+
 
 def llama(layers: int = 2, **config):
     return build(
@@ -119,6 +126,16 @@ def test_attention_variants_recorded_where_they_apply():
     (step,) = [op for op in walk_ops(flat.functions["LlamaAttention.step"]) if op.attrs.get("name") == "attention"]
     assert step.attrs["variant"] == {"kv_flat": True}
     assert flat.state_layouts["model.layers.0.self_attn.k_cache"] == (2, 16, 8)
+
+
+def test_attention_over_a_fixed_number_of_keys_without_a_cache_is_not_trimmed():
+    """An encoder over a fixed-size image attends a fixed number of keys (SigLIP: (32 / 8)² patches here) that are
+    all attended and come from no cache: no cache variant applies (trimming would cost a host synchronisation)."""
+    p = build(EXAMPLES / "siglip.linnet", config=SMALL_SIGLIP)
+    prepared = prepare(p, PassOptions(attention=("scale_queries", "trim_keys", "keys_first", "prefill_blocks")))
+    ops = [op for g in prepared.graphs() for op in walk_ops(g) if op.attrs.get("name") == "attention"]
+    fixed = [op for op in ops if op.args["k"].dims[2].as_int() == 16]
+    assert fixed and all(not set(op.attrs["variant"]) - {"scale_queries"} for op in ops)
 
 
 def test_passes_and_emitters_do_not_change_the_program():

@@ -211,3 +211,26 @@ def header_only_checkpoint(folder, config, model) -> None:
     with open(folder / "model.safetensors", "wb") as f:
         f.write(len(raw).to_bytes(8, "little") + raw)
         f.truncate(8 + len(raw) + offset)
+
+
+def assert_real_layout_fits(source: Path, preset: str, config, model, changed, folder: Path, wrong: str) -> None:
+    """The real checkpoint's layout against `source` under `preset`, without its data: a header-only copy of `model`
+    (built on `meta` from the real `config`) fits every parameter (L501/L502 find nothing, no tensor left over);
+    then `changed(model)` replaces one parameter with a wrong shape, and loading is refused with L501 naming it
+    (`wrong`: a regex of the tensor's name and shape)."""
+    from linnet.ir.build import bind_config, check_source, lower_program
+    from linnet.runtimes.checkpoints import open_checkpoint
+    from linnet.runtimes.loading import LoadError, match_weights
+
+    info = check_source(str(source), source.read_text(encoding="utf-8"), preset)
+    header_only_checkpoint(folder, config, model)
+    ckpt = open_checkpoint(folder)
+    program = lower_program(bind_config(info, ckpt.config, labels=(str(folder),)), max_positions=16)
+    plan = match_weights(program, ckpt, [])
+    assert len(plan) == len(program.params) == len(ckpt.tensor_names)
+
+    changed(model)
+    header_only_checkpoint(folder, config, model)
+    with pytest.raises(LoadError, match=wrong) as err:
+        match_weights(program, open_checkpoint(folder), [])
+    assert err.value.code == "L501"
