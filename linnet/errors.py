@@ -15,9 +15,11 @@ catches one class and prints one line or block, never a traceback:
     ├── RunError           an entry called with inputs that don't fit its signature or the KV cache
     │                      (also a ValueError)
     ├── CodegenError       an op or argument a code generator or exporter cannot express
-    └── ExportError        a model a checkpoint format (Hugging Face, GGUF) cannot express: a family,
-                           a config value or a tokenizer the format has no spelling for; or an output
-                           path that cannot be written
+    ├── ExportError        a model a checkpoint format (Hugging Face, GGUF) cannot express: a family,
+    │                      a config value or a tokenizer the format has no spelling for; or an output
+    │                      path that cannot be written
+    └── AudioError         an audio file that cannot be read: missing, not a WAV file, or a sample
+                           format or rate the reader does not take (`linnet transcribe --audio`)
 
 An error that has a diagnostic code (docs/diagnostics.md; today the L5xx checkpoint codes) carries
 it in `code`, not pasted into its message; `str(err)` renders both in one place
@@ -41,6 +43,7 @@ __all__ = [
     "RunError",
     "CodegenError",
     "ExportError",
+    "AudioError",
 ]
 
 
@@ -115,3 +118,9 @@ class ExportError(LinnetError):
     """A model that a checkpoint format (`linnet export hf`, `linnet export gguf`) cannot express: a family
     without an entry in the format, a config value it has no key for, a tokenizer it cannot hold, or an
     output folder or file that already exists. Names the family, field or path; nothing is left on disk."""
+
+
+class AudioError(LinnetError):
+    """An audio input that cannot be used: a missing or unreadable file, a file that is not a WAV, a sample format
+    other than 8/16/32-bit integer PCM, or a sampling rate the features cannot be made at. Names the path and says
+    what the file holds and what is taken."""
