@@ -53,12 +53,16 @@ def choose_attention_variants(program: Program, wanted: tuple[str, ...], numeric
         raise ValueError(f"unknown attention variants: {', '.join(sorted(unknown))}")
     for g in program.graphs():
         for op in _attention_ops(g):
-            op.attrs["variant"] = {name: value for name in wanted if (value := _applies(name, op, numerics))}
+            op.attrs["variant"] = {
+                name: value for name in wanted if (value := _applies(name, op, numerics, program.max_positions))
+            }
 
 
-def _applies(name: str, op: Op, numerics: str):
+def _applies(name: str, op: Op, numerics: str, max_positions: int):
     q, k, v = op.args["q"], op.args["k"], op.args["v"]
-    cached = k.dims[2].as_int() is not None  # keys of a fixed length: a KV cache's positions
+    # keys of the KV cache's length: a cache's positions, of which prefill attends a prefix. Keys of another fixed
+    # length (Whisper's encoder and cross-attention: its 1500 audio positions) are all attended.
+    cached = k.dims[2].as_int() == max_positions
     prefill = q.dims[2].as_int() != 1
     if name == "scale_queries":
         scale = op.args.get("scale")
