@@ -336,9 +336,10 @@ _ST_DTYPES = {
 INTEGER_DTYPES = {"i64", "i32", "i16", "i8", "u64", "u32", "u16", "u8", "bool"}
 
 # Names transformers registers as buffers, not parameters: BERT-style `position_ids`/`token_type_ids`, rotary
-# `inv_freq`, GPT-2's legacy causal mask `attn.bias`/`attn.masked_bias`.
+# `inv_freq`, GPT-2's legacy causal mask `attn.bias`/`attn.masked_bias`, BatchNorm's training counter
+# `num_batches_tracked` (in every PyTorch checkpoint with a BatchNorm; inference does not read it).
 _BUFFER_PATTERNS = re.compile(
-    r"(^|\.)(position_ids|token_type_ids|inv_freq|masked_bias)$|(^|\.)attn\.bias$",
+    r"(^|\.)(position_ids|token_type_ids|inv_freq|masked_bias|num_batches_tracked)$|(^|\.)attn\.bias$",
 )
 
 

@@ -44,6 +44,8 @@ from linnet.ir.render import (
 from linnet.ops.rearrange import rearrange_plan
 from linnet.types.dims import Dim
 
+from .spatial import EMITTERS as SPATIAL_EMITTERS
+
 JAX_DTYPES = {
     "f64": "jnp.float64",
     "f32": "jnp.float32",
@@ -54,7 +56,18 @@ JAX_DTYPES = {
     "bool": "jnp.bool_",
 }
 RESERVED = python_reserved(
-    "jax", "jnp", "lax", "p", "self", "math", "PRECISION", "Module", "write_cache", "fuse_weights", "FUSED_WEIGHTS"
+    "jax",
+    "jnp",
+    "lax",
+    "p",
+    "self",
+    "math",
+    "PRECISION",
+    "Module",
+    "write_cache",
+    "fuse_weights",
+    "FUSED_WEIGHTS",
+    "resize_axis",
 )
 
 # Registry ops the JAX backend cannot express, with the reason (none at present: the test
@@ -346,6 +359,7 @@ def _const(e: Emitter, op: Op) -> str:
 
 
 EMITTERS["const"] = _const
+EMITTERS.update(SPATIAL_EMITTERS)  # convolutions, pooling, padding, resampling (spatial.py)
 
 
 # ----------------------------------------------------------------------------- native composites

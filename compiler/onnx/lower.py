@@ -49,6 +49,8 @@ from linnet.ops.rearrange import rearrange_plan
 from linnet.types.core import DType
 from linnet.types.dims import Dim, format_dim
 
+from .spatial import LOWERINGS as SPATIAL_LOWERINGS
+
 OPSET = 21
 IR_VERSION = 10
 NUMERICS = ("equivalent", "fast")
@@ -633,6 +635,7 @@ def _const(L: Lowering, op: Op) -> ir.Value:
 
 
 LOWERINGS["const"] = _const
+LOWERINGS.update(SPATIAL_LOWERINGS)  # convolutions, pooling, padding, resampling (spatial.py)
 
 
 # ----------------------------------------------------------------------------- native composites

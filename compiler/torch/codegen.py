@@ -39,6 +39,8 @@ from linnet.ir.render import (
 from linnet.ops.rearrange import rearrange_plan
 from linnet.types.dims import Dim
 
+from .spatial import EMITTERS as SPATIAL_EMITTERS
+
 TORCH_DTYPES = {
     "f64": "torch.float64",
     "f32": "torch.float32",
@@ -271,6 +273,7 @@ def _const(e: Emitter, op: Op) -> str:
 
 
 EMITTERS["const"] = _const
+EMITTERS.update(SPATIAL_EMITTERS)  # convolutions, pooling, padding, resampling (spatial.py)
 
 
 # ----------------------------------------------------------------------------- native composites

@@ -1103,6 +1103,10 @@ class Lowering:
         """A compile-time argument of an op of kind `kind` ("int", "index", "float", ...) as
         the checker converted it, in this instance; computed here where it was not known."""
         value = arg.value
+        if kind in ("window", "padding"):  # an int, a list of ints, or a padding's "same" / "valid"
+            if isinstance(value, str):
+                return value
+            kind = "ints" if isinstance(value, list) else "int"
         if kind in ("int", "ints"):
             items = value if kind == "ints" else [value]
             unknown = any(x is None for x in items) and not isinstance(env.ctx.res.types.get(arg.node), NoneT)

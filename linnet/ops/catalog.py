@@ -32,23 +32,13 @@ from .registry import (
     same_dim,
     shape_of,
 )
+from .registry import require_float as _require_float
 
 
 def _np():
     import numpy
 
     return numpy
-
-
-def _require_float(d: DType, op: str, arg: str = "x") -> DType:
-    if not d.is_float and d.kind != "any":
-        raise OpError(
-            "L303",
-            f"`{op}` requires a float tensor, got {describe_dtype(d)}",
-            arg,
-            notes=["consider `cast(x, f32)` first"],
-        )
-    return d
 
 
 def _require_int(d: DType, op: str, arg: str) -> DType:

@@ -36,9 +36,12 @@ REQUIRED = object()
 #   numbers     a list of known compile-time numbers (a list literal, a `list[float]` config field)
 #   bool, float, str, dtype
 #   sizes       the remaining keyword arguments, each a compile-time int (rearrange's axis sizes)
+#   window      a compile-time int or a list of them, one per spatial dim (a stride `2` or `[2, 1]`):
+#               the rules see a `Dim` or a list of `Dim` (`spatial.per_dim` expands it)
+#   padding     a `window`, or the string "same" or "valid" (PyTorch's convolution padding)
 KINDS = (
     "tensor", "operand", "tensors", "int", "index", "ints", "indices", "numbers", "bool", "float", "str", "dtype",
-    "sizes",
+    "sizes", "window", "padding",
 )  # fmt: skip
 
 
@@ -250,6 +253,18 @@ def describe_dtype(d: DType) -> str:
     if d.var:
         return f"dtype variable {d.name}"
     return d.name
+
+
+def require_float(d: DType, op: str, arg: str = "x") -> DType:
+    """`d` when it is a float dtype (or not yet known); else L303 on `arg`."""
+    if not d.is_float and d.kind != "any":
+        raise OpError(
+            "L303",
+            f"`{op}` requires a float tensor, got {describe_dtype(d)}",
+            arg,
+            notes=["consider `cast(x, f32)` first"],
+        )
+    return d
 
 
 def join_dtypes(a: DType, b: DType, op: str) -> DType:

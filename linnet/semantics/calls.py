@@ -463,6 +463,22 @@ class CallsMixin:
                 "L107", f"`{name}` of {what} is a compile-time int, got {kind_text(t)}", node, label=format_type(t)
             )
             return _FAILED
+        if kind in ("window", "padding"):
+            # an int, a list of ints (one per spatial dim), or for padding "same" / "valid"
+            if isinstance(t, ScalarT) and t.kind == "int":
+                return t.value
+            if kind == "padding" and isinstance(t, ScalarT) and t.kind == "str":
+                if t.value in ("same", "valid"):
+                    return t.value
+                self.report(
+                    "L107", f'`{name}` of {what} is an int, a list of ints, "same" or "valid", got "{t.value}"', node
+                )
+                return _FAILED
+            if isinstance(t, (ListT, TupleT)):
+                return self.convert("ints", t, node, name, what)
+            written = 'an int, a list of ints, "same" or "valid"' if kind == "padding" else "an int or a list of ints"
+            self.report("L107", f"`{name}` of {what} is {written}, got {kind_text(t)}", node, label=format_type(t))
+            return _FAILED
         if kind in ("ints", "indices"):
             items = t.items if isinstance(t, (ListT, TupleT)) else None
             if items is None:

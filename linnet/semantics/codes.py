@@ -337,6 +337,26 @@ _ALL = [
         "preset p = C { hidden = -8 }   # w: [c.hidden, 4]",
         "Use sizes of 0 or more.",
     ),
+    Code(
+        "L214",
+        "window larger than its input",
+        "error",
+        "A convolution's or pooling's window (its kernel, spread by the dilation) must fit in the input's "
+        "spatial size plus its padding: PyTorch refuses it at run time; Linnet names both sizes when it "
+        "checks the call.",
+        "conv2d(x, weight)  # x: [B, 3, 8, 8], weight: [64, 3, 16, 16]",
+        "Use a smaller kernel, pad the input, or feed a larger one.",
+    ),
+    Code(
+        "L215",
+        "channels don't match",
+        "error",
+        "A convolution's input is channels first, `[B, C, H, W]` as PyTorch lays it out, and its dim 1 must "
+        "equal the weight's `in_channels / groups` times `groups`. An input whose last dim has the expected "
+        "count is channels-last: the note says so.",
+        "conv2d(x, weight)  # x: [B, 224, 224, 3], weight: [64, 3, 7, 7]",
+        'Move the channels to dim 1 (`rearrange(x, "b h w c -> b c h w")`) or fix the weight.',
+    ),
     # ----- L3xx dtypes
     Code(
         "L301",

@@ -162,3 +162,26 @@ def test_peak_activations_bound_what_pytorch_holds():
     assert forward <= costs["forward", 16] <= 1.5 * forward
     rows, positions = torch.tensor([0, 1]), torch.tensor([8, 8])
     assert measured_peak_bytes(model.module, model.native.step, ids[:, :1], positions, rows) <= costs["step", 1]
+
+
+CONV_MODEL = """config C { channels: int = 6 }
+model M(c: C) {
+    stem: Conv2d(4, c.channels, 3, stride=2, padding=1, groups=2)
+    depthwise: Conv2d(c.channels, c.channels, 3, padding=2, dilation=2, groups=c.channels, use_bias=false)
+    up: [c.channels, 2, 2, 2]
+    entry fn forward(x: [2, 4, 9, 8]) -> [2, 4, 11, 7] {
+        conv_transpose2d(depthwise(stem(x)), up, stride=2, padding=[0, 1], output_padding=1, groups=2)
+    }
+}
+"""
+
+
+def test_convolution_flops_are_what_torch_counts():
+    """conv2d (grouped, strided, depthwise and dilated) and conv_transpose2d: FlopCounterMode on the
+    generated module counts 2 x multiply-adds per convolution as the Core IR's cost does."""
+    from tests.compiler.test_composites import Runner, passes, random_params
+
+    program = build(CONV_MODEL)
+    runner = Runner("torch", program, passes("torch"), "equivalent", random_params(program))
+    (cost,) = program_cost(program, batch=2).entries
+    assert counted_flops(runner.model.forward, torch.randn(2, 4, 9, 8)) == cost.flops > 0

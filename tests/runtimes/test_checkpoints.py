@@ -719,3 +719,26 @@ def test_a_config_json_key_given_twice_is_refused_naming_both_lines(tmp_path):
     assert load_json_without_duplicate_keys(nested, config)["rope_parameters"]["rope_type"] == "default"
     with pytest.raises(CheckpointError, match=r"key 'factor' is given twice \(lines 2 and 3\)"):
         load_json_without_duplicate_keys('{"factor": 1, "rope_scaling": {\n"factor": 2,\n"factor": 3}}', config)
+
+
+@pytest.mark.torch
+def test_batch_norm_counter_is_known_and_unused(tmp_path):
+    """A PyTorch BatchNorm2d's state_dict loads into std's BatchNorm2d by its names: weight, bias and
+    the running statistics are taken, `num_batches_tracked` (an i64 training counter) is a known
+    buffer, not an unexpected tensor."""
+    torch = pytest.importorskip("torch")
+    from safetensors.torch import save_file
+
+    from linnet.ir import build
+    from linnet.runtimes.loading import weight_problems
+
+    norm = torch.nn.BatchNorm2d(4)
+    save_file({f"norm.{k}": v for k, v in norm.state_dict().items()}, str(tmp_path / "model.safetensors"))
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "resnet"}))
+    source = "config C { n: int = 4 }\nmodel M(c: C) {\n    norm: BatchNorm2d(c.n)\n"
+    source += "    entry fn forward(x: [B, c.n, H, W]) -> [B, c.n, H, W] { norm(x) }\n}\n"
+    with open_checkpoint(tmp_path) as ckpt:
+        assert ckpt.buffer_names == {"norm.num_batches_tracked"}
+        plan, problems = weight_problems(build(source), ckpt, [])
+    assert problems == []
+    assert sorted(plan.values()) == ["norm.bias", "norm.running_mean", "norm.running_var", "norm.weight"]

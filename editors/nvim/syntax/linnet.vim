@@ -22,14 +22,14 @@ syn match linnetTypeName "\<\u\w*\ze\s*[({?]"
 syn match linnetTypeName "\%(\<\h\w*\s*:\s*\)\@80<=\u\w*\>\ze\s*\%(?\|,\|)\|=\|$\)"
 " The builtins (ops, then the standard library's functions) and standard types below are
 " generated from the op registry and the standard library by `make docs` (python -m linnet.docgen).
-syn match linnetBuiltin "\<\%(abs\|add\|arange\|argmax\|cache_write\|cast\|concat\|cos\|div\|eq\|erf\|exp\|expand\|floor_divide\|full\|ge\|gt\|le\|linear\|log\|logical_and\|logical_not\|logical_or\|lt\|matmul\|max\|maximum\|mean\|min\|min_value\|minimum\|mod\|mul\|ne\|neg\|ones\|permute\|pow\|rearrange\|repeat_interleave\|reshape\|rsqrt\|select\|sigmoid\|sin\|slice\|split\|sqrt\|squeeze\|sub\|sum\|take\|tanh\|tensor\|top_k\|transpose\|unsqueeze\|where\|zeros\)\ze\s*("
+syn match linnetBuiltin "\<\%(abs\|adaptive_avg_pool2d\|add\|arange\|argmax\|avg_pool2d\|cache_write\|cast\|concat\|conv1d\|conv2d\|conv_transpose2d\|cos\|div\|eq\|erf\|exp\|expand\|floor_divide\|full\|ge\|gt\|interpolate\|le\|linear\|log\|logical_and\|logical_not\|logical_or\|lt\|matmul\|max\|max_pool2d\|maximum\|mean\|min\|min_value\|minimum\|mod\|mul\|ne\|neg\|ones\|pad\|permute\|pow\|rearrange\|repeat_interleave\|reshape\|rsqrt\|select\|sigmoid\|sin\|slice\|split\|sqrt\|squeeze\|sub\|sum\|take\|tanh\|tensor\|top_k\|transpose\|unsqueeze\|where\|zeros\)\ze\s*("
 syn match linnetBuiltin "\<\%(apply_rope\|attention\|attention_with_sinks\|bidirectional_window_mask\|causal_mask\|gather_matmul\|gelu\|gelu_tanh\|layer_norm\|llama3_inv_freq\|padding_mask\|rms_norm\|rope_cos_sin\|rope_inv_freq\|rotate_half\|silu\|sliding_window_mask\|softmax\|top_k_mask\)\ze\s*("
 
 " ----- types
 syn keyword linnetDtype f64 f32 f16 bf16 i64 i32
 " `bool` is both a scalar type and a dtype (`bool[S, S]`); either way it is a type.
 syn keyword linnetPrimitive int float bool str list
-syn keyword linnetStdType Embedding LayerNorm Linear RMSNorm RopeScaling
+syn keyword linnetStdType BatchNorm2d Conv1d Conv2d Embedding GroupNorm LayerNorm LayerNorm2d Linear RMSNorm RopeScaling
 syn keyword linnetLoadTimeDim max_batch max_positions
 
 " ----- literals
