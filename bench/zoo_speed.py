@@ -27,6 +27,10 @@ transformers eager f32 (the reference) first, then Linnet's fastest f32 backend 
 - image-text and segmentation (bench/zoo_multimodal.py): examples/siglip.linnet and examples/sam.linnet at shrunk
   sizes (`--full`: SigLIP Base/16 224 and SAM ViT-B shaped), median ms of one whole call, against transformers eager
   and under torch.compile.
+- speech: examples/whisper.linnet at Whisper-tiny's size with random weights (made once as the decoders' are), on
+  the same seeded log-mel features (30 s): batch 1, the time to encode and greedily transcribe `--new-tokens`
+  tokens (`Transcriber` against `generate`, the same decoder prompt) with the decoder's tok/s; batch 8, the
+  encoder's forward ms and clips/s. max |Δ| of the encoder states, and the common prefix of the tokens.
 
 Timing and contention are bench/generate_speed.py's (its `run_linnet` / `run_transformers` drive the decoders, so
 both benchmarks time generation alike): the parent waits for idle cores before each row, and each row records
@@ -132,6 +136,11 @@ DIFFUSION = [
         (4, 32, 32), [1, 4], False,
     ),
 ]  # fmt: skip
+
+# The speech rows (always run; Whisper-tiny is small): (model, shape, source, config) at the real checkpoint's size,
+# openai/whisper-tiny's config.json (WhisperConfig's defaults).
+SPEECH = ("whisper", "Whisper-tiny-shaped, random weights", "whisper", {})
+SPEECH_BATCHES = (1, 8)
 
 # The transformers class each encoder source is compared with.
 ENCODER_CLASSES = {"bert": "BertModel", "modernbert": "ModernBertModel"}
@@ -356,6 +365,71 @@ def random_diffusers_checkpoint(cache: Path, model_class: str, config: dict) -> 
     return folder
 
 
+def run_speech(spec: dict) -> dict:
+    """Batch 1: encode and transcribe greedily (`new_tokens` tokens at most), timed `runs` times; batch > 1: median
+    encoder forward ms. Saves the encoder states (and the tokens in the row)."""
+    import numpy as np
+
+    batch, runs = spec["batch"], spec["runs"]
+    features = np.random.default_rng(SEED).standard_normal((batch, 80, 3000)).astype(np.float32)
+    t0 = time.perf_counter()
+    if spec["side"] == "linnet":
+        from linnet.runtimes.backends import get_backend
+        from linnet.runtimes.sampling import SamplingParams
+        from linnet.runtimes.transcription import Transcriber, WhisperGenerationConfig
+
+        backend = get_backend(spec["backend"])
+        options = {"threads": gs.THREADS} if "threads" in backend.options else {}
+        m = backend.load(EXAMPLES / "whisper.linnet", weights=spec["weights"], max_batch=batch, progress=False,
+                         **options)  # fmt: skip
+        speech = Transcriber(m, WhisperGenerationConfig.from_folder(spec["weights"], m.config))
+
+        def encode():
+            return np.asarray(m.run("encode", features)[0])
+
+        def transcribe():
+            params = SamplingParams(max_new_tokens=spec["new_tokens"])
+            return speech.transcribe(features[0], params).token_ids
+    else:
+        import torch
+        import transformers
+
+        model = transformers.WhisperForConditionalGeneration.from_pretrained(
+            spec["weights"], attn_implementation="eager"
+        ).eval()
+        tensor = torch.from_numpy(features)
+
+        def encode():
+            with torch.inference_mode():
+                return model.model.encoder(tensor).last_hidden_state.numpy()
+
+        def transcribe():
+            with torch.inference_mode():
+                return model.generate(tensor[:1], max_new_tokens=spec["new_tokens"])[0].tolist()
+
+    load_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    states = encode()
+    tokens = transcribe() if batch == 1 else []
+    warmup_s = time.perf_counter() - t0
+    work = transcribe if batch == 1 else encode
+
+    def one() -> float:
+        start = time.perf_counter()
+        work()
+        return time.perf_counter() - start
+
+    timed, contention = gs.timed_runs(one, runs)
+    np.save(Path(spec["out_dir"]) / f"{spec['name']}.npy", np.asarray(states, dtype=np.float32))
+    median_s = statistics.median(timed)
+    row = {"load_s": load_s, "warmup_s": warmup_s, "peak_rss_mb": gs.peak_rss_mb(), **contention}
+    if batch == 1:
+        row.update(transcribe_ms=median_s * 1000, tokens=tokens, decode_tok_s=max(len(tokens), 1) / median_s)
+    else:
+        row.update(forward_ms=median_s * 1000, clips_per_s=batch / median_s)
+    return row
+
+
 def run_one(spec: dict) -> None:
     if spec["side"] != "linnet" or spec["backend"].startswith("torch"):
         import torch
@@ -364,7 +438,7 @@ def run_one(spec: dict) -> None:
     loadavg_before = os.getloadavg()
     runs = {
         "decoder": run_decoder, "encoder": run_encoder, "vision": run_vision, "diffusion": run_diffusion,
-        "multimodal": zoo_multimodal.run,
+        "multimodal": zoo_multimodal.run, "speech": run_speech,
     }  # fmt: skip
     row = runs[spec["kind"]](spec)
     row.update(loadavg_before=loadavg_before, loadavg_after=os.getloadavg())
@@ -548,6 +622,12 @@ def main() -> None:
             np.save(path, latents)
             workloads.append((model, shape, "diffusion", model, str(folder), size, str(path)))
 
+    model, shape, source, config = SPEECH
+    if not args.only or model in args.only:
+        folder = random_checkpoint(args.cache, "WhisperConfig", config, "WhisperForConditionalGeneration")
+        for size in SPEECH_BATCHES:
+            workloads.append((model, shape, "speech", source, str(folder), size, None))
+
     if args.only:
         workloads = [w for w in workloads if w[0] in args.only]
     rows = []
@@ -566,11 +646,12 @@ def main() -> None:
         for side, name in sides:
             spec = dict(name=f"{model}-{len(rows)}", kind=kind, side=name, backend=row_backend, source=source,
                         weights=weights, runs=args.runs, new_tokens=args.new_tokens, prompt_file=str(prompt_file),
-                        ids_file=ids_file, pixels_file=ids_file, out_dir=str(work),
+                        ids_file=ids_file, pixels_file=ids_file, out_dir=str(work), batch=batch,
                         model_class=model_class)  # fmt: skip
             result = run_child(spec, args.quiet_wait)
             row = dict(model=model, shape=shape, kind=kind, side=side, batch=batch, name=spec["name"], **result)
-            row["prompt_tokens"] = {"decoder": args.prompt_tokens, "encoder": args.encoder_tokens}.get(kind)
+            if kind != "speech":
+                row["prompt_tokens"] = {"decoder": args.prompt_tokens, "encoder": args.encoder_tokens}.get(kind)
             if kind == "vision":
                 row["prompt_tokens"] = vision[model][1]  # the image side, in the tokens column
             if name == "linnet" and why:
@@ -607,6 +688,9 @@ def main() -> None:
             " decode); vision rows give the image side in the tokens column and images/s in the seq/s column, and time"
             " transformers under torch.compile as well as eager (its distance is from the eager row); diffusion rows"
             " likewise against diffusers eager and under torch.compile.",
+            "Speech: transcribe ms (batch 1) is encoding 30 s of features and generating greedily; decode tok/s is the"
+            " tokens over that time; forward ms and clips/s (batch 8) are the encoder's alone. max |Δ|: the encoder"
+            " states.",
             "max |Δ|: decoders, the prompt's logits at every position; encoders, the hidden states at real tokens;"
             " vision, the logits (DINOv2: last_hidden_state); diffusion, the images; against the reference's eager row"
             " above it. Greedy tokens"

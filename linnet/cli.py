@@ -235,10 +235,12 @@ def build_parser() -> argparse.ArgumentParser:
     from .cli_backends import register
     from .cli_serve import register as register_serve
     from .cli_train import register as register_train
+    from .cli_transcribe import register as register_transcribe
 
     register(sub)
     register_serve(sub)
     register_train(sub)
+    register_transcribe(sub)
     return parser
 
 

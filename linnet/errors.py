@@ -18,9 +18,11 @@ catches one class and prints one line or block, never a traceback:
     ├── ExportError        a model a checkpoint format (Hugging Face, GGUF) cannot express: a family,
     │                      a config value or a tokenizer the format has no spelling for; or an output
     │                      path that cannot be written
-    └── TrainError         a training run that cannot start or go on: a data row missing a field
-                           (file:line), a LoRA target pattern that matches nothing, a backend that
-                           does not train, a reward function that raises
+    ├── TrainError         a training run that cannot start or go on: a data row missing a field
+    │                      (file:line), a LoRA target pattern that matches nothing, a backend that
+    │                      does not train, a reward function that raises
+    └── AudioError         an audio file that cannot be read: missing, not a WAV file, or a sample
+                           format or rate the reader does not take (`linnet transcribe --audio`)
 
 An error that has a diagnostic code (docs/diagnostics.md; today the L5xx checkpoint codes) carries
 it in `code`, not pasted into its message; `str(err)` renders both in one place
@@ -45,6 +47,7 @@ __all__ = [
     "CodegenError",
     "ExportError",
     "TrainError",
+    "AudioError",
 ]
 
 
@@ -126,3 +129,9 @@ class TrainError(LinnetError):
     holding the wrong type (names the file, line and field), a LoRA target pattern that matches no `Linear`
     member (lists them), a backend that does not train, a method's option out of range, a reward function that
     raises. Nothing is left half-written in the output folder."""
+
+
+class AudioError(LinnetError):
+    """An audio input that cannot be used: a missing or unreadable file, a file that is not a WAV, a sample format
+    other than 8/16/32-bit integer PCM, or a sampling rate the features cannot be made at. Names the path and says
+    what the file holds and what is taken."""

@@ -129,9 +129,11 @@ def _cell(row: dict, key: str, fmt: str) -> str:
 
 def speed_table(speed: dict) -> list[str]:
     """bench/zoo_speed.py's rows: decoders by time to first token and decode tok/s, encoders by forward ms and
-    sequences/s; each Linnet row's distance from the transformers row before it."""
+    sequences/s, speech by the ms to transcribe one clip and its tok/s (batch 1) or the encoder's forward ms and
+    clips/s; each Linnet row's distance from the transformers row before it."""
     lines = [
-        "| model | shape | side | batch | tokens | TTFT ms (encoders: forward ms) | decode tok/s (encoders: seq/s) | "
+        "| model | shape | side | batch | tokens | TTFT ms (encoders: forward ms; speech: transcribe ms at batch 1) | "
+        "decode tok/s (encoders: seq/s; speech: clips/s at batch > 1) | "
         "peak RSS MB | max \\|Δ\\| vs transformers | greedy tokens equal | CPU s/s, wait % |",
         "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
@@ -143,9 +145,9 @@ def speed_table(speed: dict) -> list[str]:
             row["shape"],
             row["side"] + (f" (failed: {_last_line(row['error'])})" if "error" in row else ""),
             str(row["batch"]),
-            str(row["prompt_tokens"]),
-            _cell(row, "ttft_ms", ".0f") if decoder else _cell(row, "forward_ms", ".1f"),
-            _cell(row, "decode_tok_s", ".1f") if decoder else _cell(row, "sequences_per_s", ".1f"),
+            str(row.get("prompt_tokens", len(row.get("tokens") or []) or "—")),
+            _cell(row, "ttft_ms", ".0f") if decoder else _cell(row, _first(row, "transcribe_ms", "forward_ms"), ".1f"),
+            _cell(row, _first(row, "decode_tok_s", "sequences_per_s", "clips_per_s"), ".1f"),
             _cell(row, "peak_rss_mb", ".0f"),
             "(reference)" if reference else _delta(row.get("max_abs_diff")),
             "(reference)" if reference and decoder else row.get("tokens_equal") or "—",
@@ -153,6 +155,11 @@ def speed_table(speed: dict) -> list[str]:
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
+
+
+def _first(row: dict, *keys: str) -> str:
+    """The first of `keys` that `row` holds (the last when none: its cell shows "—")."""
+    return next((k for k in keys if k in row), keys[-1])
 
 
 def _calibration(speed: dict) -> str:

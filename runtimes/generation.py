@@ -157,13 +157,22 @@ class Generator:
     `model`: the backend's step model (see `StepModel`). `tokenizer`: see `Tokenizer`; its `eos_token_ids` stop
     generation (None: no EOS ids, and results have empty `text`). `prefill_chunk`: when set (>= 1), prompts are
     prefilled in steps of at most this many tokens (each at its own positions) instead of one step of the whole
-    prompt.
+    prompt. `logits_processor`: when set, `logits_processor(logits, n_new)` (f32 `[B, V]` -> `[B, V]`, where every
+    row has generated `n_new` tokens so far) runs on the checked logits before each token is sampled and may set
+    logits to -inf (transformers' `LogitsProcessor`s before its warpers: Whisper's suppressed tokens).
 
     Raises `ValueError` when the model's `max_batch`, `max_positions` or `vocab_size` is not a positive integer
     (`max_positions` must be >= 2) or `prefill_chunk` is < 1.
     """
 
-    def __init__(self, model: StepModel, tokenizer: Tokenizer | None, *, prefill_chunk: int | None = None) -> None:
+    def __init__(
+        self,
+        model: StepModel,
+        tokenizer: Tokenizer | None,
+        *,
+        prefill_chunk: int | None = None,
+        logits_processor: Callable[[np.ndarray, int], np.ndarray] | None = None,
+    ) -> None:
         for name, least in (("max_batch", 1), ("max_positions", 2), ("vocab_size", 1)):
             value = getattr(model, name, None)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
@@ -173,6 +182,7 @@ class Generator:
         self.model = model
         self.tokenizer = tokenizer
         self.prefill_chunk = None if prefill_chunk is None else int(prefill_chunk)
+        self.logits_processor = logits_processor
         self.last_result: GenerationResult | None = None
 
     # ---- public API -------------------------------------------------------------------------------------------
@@ -292,7 +302,7 @@ class Generator:
 
         for i in range(n):
             start = time.perf_counter()
-            logits = self._prefill(checked[i], i)
+            logits = self._process(self._prefill(checked[i], i), 0)
             take(i, int(sample(logits, per_row[i], rngs[i])[0]))
             prefill_s[i] = time.perf_counter() - start
 
@@ -303,7 +313,7 @@ class Generator:
             step = 1 + min(decode_steps[i] for i in active)
             logits = self.checked_step(input_ids, positions, np.array(active, dtype=np.int64), step)
             for b, i in enumerate(active):
-                take(i, int(sample(logits[b : b + 1], per_row[i], rngs[i])[0]))
+                take(i, int(sample(self._process(logits[b : b + 1], len(tokens[i])), per_row[i], rngs[i])[0]))
             elapsed = time.perf_counter() - start
             for i in active:
                 decode_s[i] += elapsed
@@ -373,6 +383,10 @@ class Generator:
             )
         return logits
 
+    def _process(self, logits: np.ndarray, n_new: int) -> np.ndarray:
+        """`logits` through `logits_processor` (unchanged without one)."""
+        return logits if self.logits_processor is None else self.logits_processor(logits, n_new)
+
     def _prefill(self, ids: list[int], row: int) -> np.ndarray:
         """Write `ids` into `row` at positions 0..len-1; returns f32 `[1, V]`, the logits of the last token."""
         chunk = self.prefill_chunk or len(ids)
@@ -402,7 +416,7 @@ class Generator:
         decode_s, decode_steps = 0.0, 0
 
         start = time.perf_counter()
-        logits = self._prefill(ids, row)
+        logits = self._process(self._prefill(ids, row), 0)
         token = int(sample(logits, params, rng)[0])
         prefill_s = time.perf_counter() - start
         while True:
@@ -417,7 +431,7 @@ class Generator:
             start = time.perf_counter()
             position = np.array([len(ids) + len(tokens) - 1], dtype=np.int64)
             logits = self.checked_step(np.array([[token]], dtype=np.int64), position, rows, decode_steps + 1)
-            token = int(sample(logits, params, rng)[0])
+            token = int(sample(self._process(logits, len(tokens)), params, rng)[0])
             decode_s += time.perf_counter() - start
             decode_steps += 1
         return self._result(tokens, finish, len(ids), prefill_s, decode_s, decode_steps, row, stop_token)

@@ -162,8 +162,9 @@ def learned_position_rows(config: dict[str, Any]) -> int | None:
     GPT2Config), or None for a model whose positions have no table (rope). A position past the table has no
     embedding: PyTorch and ONNX Runtime fail on it and XLA clamps the index (silently wrong), so loading sizes
     the cache to at most these rows and generation stops there with finish reason "length", as transformers'
-    GPT-2 cannot go past them either. (`max_position_embeddings` is not such a bound: rope models run past it.)"""
-    rows = config.get("n_positions")
+    GPT-2 cannot go past them either; Whisper's decoder table has `max_target_positions` rows.
+    (`max_position_embeddings` is not such a bound: rope models run past it.)"""
+    rows = config.get("n_positions", config.get("max_target_positions"))
     return rows if isinstance(rows, int) and not isinstance(rows, bool) and rows > 0 else None
 
 

@@ -191,7 +191,12 @@ class OnnxModel(ModelBase):
             binding.bind_output(o, "cpu" if bf16 else self.device_type)  # bf16 is read from host memory
         new = {}
         written = set(self.program.state_written(name))
+        # an entry's graph takes only the state it reads or writes (Whisper's `prefill_encoder` writes the
+        # cross-attention caches and never sees the self-attention ones)
+        taken = {i.name for i in sess.get_inputs()}
         for path, (iname, oname) in names.items():
+            if iname not in taken:
+                continue
             binding.bind_ortvalue_input(iname, self.state[path])
             if path in written:
                 if self.share_buffer:

@@ -53,15 +53,18 @@ def choose_attention_variants(program: Program, wanted: tuple[str, ...], numeric
         raise ValueError(f"unknown attention variants: {', '.join(sorted(unknown))}")
     for g in program.graphs():
         for op in _attention_ops(g):
-            op.attrs["variant"] = {name: value for name in wanted if (value := _applies(name, op, numerics))}
+            op.attrs["variant"] = {
+                name: value for name in wanted if (value := _applies(name, op, numerics, program.max_positions))
+            }
 
 
-def _applies(name: str, op: Op, numerics: str):
+def _applies(name: str, op: Op, numerics: str, max_positions: int):
     q, k, v = op.args["q"], op.args["k"], op.args["v"]
-    # Keys of a fixed length read from a KV cache (its positions, some not written yet). An encoder's keys over a
-    # fixed-size image (SigLIP's 196 patches) are fixed too, but every one is attended: nothing to trim, and
-    # trimming would cost a host synchronisation that torch.compile cannot trace.
-    cached = k.dims[2].as_int() is not None and _reads_state(k)
+    # Keys of the KV cache's length read from module state: a cache's positions, of which prefill attends a prefix.
+    # Keys of another fixed length are all attended: an encoder's over a fixed-size image (SigLIP's 196 patches),
+    # Whisper's encoder and cross-attention keys (its 1500 audio positions, a cache of their own); trimming them
+    # would only cost a host synchronisation that torch.compile cannot trace.
+    cached = k.dims[2].as_int() == max_positions and _reads_state(k)
     prefill = q.dims[2].as_int() != 1
     if name == "scale_queries":
         scale = op.args.get("scale")

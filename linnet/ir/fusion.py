@@ -124,10 +124,25 @@ def _groups(g: Graph):
             and not set("{},") & set(LOOP_PLACEHOLDER.sub("", w.producer.attrs["path"]))
         ):
             by_input.setdefault(id(op.args["x"]), []).append(op)
-    for ops in by_input.values():
-        weights = [op.args["weight"] for op in ops]
-        if len(ops) >= 2 and len({(w.dims[1].key(), w.dtype.name) for w in weights}) == 1:
-            yield ops, [w.producer.attrs["path"] for w in weights]
+    for shared in by_input.values():
+        # one input read by the layers of several elements of a module list (each decoder layer's cross-attention
+        # keys and values from the one encoder output) makes one group per element: a weight fused across the
+        # elements would belong to no module class
+        by_owner: dict[str, list[Op]] = {}
+        for op in shared:
+            by_owner.setdefault(_list_element(op.args["weight"].producer.attrs["path"]), []).append(op)
+        for ops in by_owner.values():
+            weights = [op.args["weight"] for op in ops]
+            if len(ops) >= 2 and len({(w.dims[1].key(), w.dtype.name) for w in weights}) == 1:
+                yield ops, [w.producer.attrs["path"] for w in weights]
+
+
+def _list_element(path: str) -> str:
+    """The innermost module-list element holding parameter `path` (`model.layers.0` of
+    `model.layers.0.encoder_attn.k_proj.weight`), "" when none."""
+    parts = path.split(".")
+    last = max((i for i, part in enumerate(parts) if part.isdigit()), default=-1)
+    return ".".join(parts[: last + 1])
 
 
 def _fuse(program: Program, g: Graph, receiver: str, ops: list[Op], paths: list[str], where, made: set) -> None:

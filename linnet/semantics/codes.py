@@ -153,7 +153,9 @@ _ALL = [
         "A loadable file declares at most one root `model`, and its entry functions follow the entry "
         "contract: decoders (models with `state`) declare `forward(input_ids: i64[B, S]) -> "
         "[B, S, vocab]` and `step(input_ids: i64[B, S], positions: i64[B], rows: i64[B]) -> [B, vocab]`; "
-        "encoders declare `forward(input_ids: i64[B, S], attention_mask: i64[B, S]) -> [B, S, hidden]`. "
+        "encoders declare `forward(input_ids: i64[B, S], attention_mask: i64[B, S]) -> [B, S, hidden]`; "
+        "encoder-decoders (decoders with an `encode` entry, Whisper) declare `forward(<encoder inputs>, "
+        "decoder_input_ids: i64[B, S])`, `prefill_encoder(<encoder inputs>, rows: i64[B])` and `step`. "
         "A runtime reads an entry's dims from its inputs' shapes, so its parameters have a known rank (no "
         "`...`) and each dim variable is a whole dim of one of them (`S`, not only `2 * S`).",
         "model Llama(c: Llama) { fn forward(...) }  # no `entry`",

@@ -3,7 +3,10 @@
 ARCHITECTURE.md, "Models and entry points": a loadable file declares one root `model`;
 decoders (models with `state`, i.e. a KV cache) implement `forward(input_ids: i64[B, S]) ->
 [B, S, vocab]` and `step(input_ids: i64[B, S], positions: i64[B], rows: i64[B]) -> [B, vocab]`;
-encoders implement `forward(input_ids: i64[B, S], attention_mask: i64[B, S]) -> [B, S, hidden]`.
+encoders implement `forward(input_ids: i64[B, S], attention_mask: i64[B, S]) -> [B, S, hidden]`;
+encoder-decoders (Whisper: a decoder with an `encode` entry) implement `encode`, `forward(<encoder inputs>,
+decoder_input_ids: i64[B, S]) -> [B, S, vocab]`, `prefill_encoder(<encoder inputs>, rows: i64[B])` (fills the
+cross-attention cache of each row) and the decoder's `step`.
 """
 
 from __future__ import annotations
@@ -20,6 +23,9 @@ from .names import Binder
 from .scope import Binding, Instance, Scope
 
 MAX_TENSORS = 1_000_000  # a model tree's parameters and state, listed one by one
+# An encoder-decoder's entries beside `forward` and `step`: the encoder alone, and the encoder writing each row's
+# cross-attention cache.
+ENCODE_ENTRY, PREFILL_ENCODER_ENTRY = "encode", "prefill_encoder"
 
 
 @dataclass(slots=True)
@@ -60,6 +66,11 @@ class ModelTree:
     @property
     def is_decoder(self) -> bool:
         return bool(self.state)
+
+    @property
+    def is_encoder_decoder(self) -> bool:
+        """A decoder whose `step` attends an encoder's output, which `encode` computes (Whisper)."""
+        return self.is_decoder and ENCODE_ENTRY in self.entries
 
     def param_count(self) -> int | None:
         total = 0
@@ -169,22 +180,27 @@ def check_model(checker: ItemChecker, item: Item) -> ModelTree | None:
         )
         return tree
     if tree.is_decoder:
-        for name in ("forward", "step"):
+        needed = ("forward", "step", PREFILL_ENCODER_ENTRY) if tree.is_encoder_decoder else ("forward", "step")
+        for name in needed:
             if name not in tree.entries:
                 checker.report(
                     "L110",
-                    f"model `{mdef.name.id}` has `state` (a KV cache), so it is a decoder and needs `entry fn {name}`",
+                    f"model `{mdef.name.id}` has `state` (a KV cache), so it is a decoder and needs `entry fn {name}`"
+                    + (" (an encoder-decoder: it has `entry fn encode`)" if tree.is_encoder_decoder else ""),
                     mdef.name,
                     notes=[_CONTRACT[name]],
                 )
     for fn in tree.entries.values():
-        _check_entry(checker, inst, fn, tree.is_decoder)
+        _check_entry(checker, inst, fn, tree.is_decoder, tree.is_encoder_decoder)
     return tree
 
 
 _CONTRACT = {
     "forward": "decoders: `entry fn forward(input_ids: i64[B, S]) -> [B, S, vocab_size]`; encoders: "
-    "`entry fn forward(input_ids: i64[B, S], attention_mask: i64[B, S]) -> [B, S, hidden_size]`",
+    "`entry fn forward(input_ids: i64[B, S], attention_mask: i64[B, S]) -> [B, S, hidden_size]`; encoder-decoders: "
+    "`entry fn forward(<encode's inputs>, decoder_input_ids: i64[B, S]) -> [B, S, vocab_size]`",
+    PREFILL_ENCODER_ENTRY: "encoder-decoders: `entry fn prefill_encoder(<encode's inputs>, rows: i64[B])`, which "
+    "writes the cross-attention cache of row `rows[b]` from batch entry b's encoder output",
     "step": "`entry fn step(input_ids: i64[B, S], positions: i64[B], rows: i64[B]) -> [B, vocab_size]`",
     "decode": "optional, run by generation for one token a row instead of `step` (the same logits and cache writes, "
     "in the form the source chose for decode): `entry fn decode(input_ids: i64[B, 1], positions: i64[B], rows: "
@@ -194,7 +210,7 @@ _CONTRACT = {
 _STEP_PARAMS = (("input_ids", 2), ("positions", 1), ("rows", 1))
 
 
-def _check_entry(checker: ItemChecker, inst: Instance, fn: A.FnDef, decoder: bool) -> None:
+def _check_entry(checker: ItemChecker, inst: Instance, fn: A.FnDef, decoder: bool, encoder_decoder: bool) -> None:
     binder = Binder("rigid", checker.generics(fn, report=False))
     scope = Scope(checker.module_scope(inst), "fn")
     sub = ItemChecker(checker.ctx, checker.item, checker.binding)
@@ -240,8 +256,16 @@ def _check_entry(checker: ItemChecker, inst: Instance, fn: A.FnDef, decoder: boo
                 p, t = params[pname]
                 if not _is_i64(t, 2):
                     bad(f"`{pname}` of `forward` is i64[B, S], got {format_type(t)}", p.type, "forward")
-        if decoder and list(params) != ["input_ids"]:
+        if encoder_decoder:
+            last = list(params)[-1:]
+            if last != ["decoder_input_ids"] or not _is_i64(params["decoder_input_ids"][1], 2):
+                bad("an encoder-decoder's `forward` ends with `decoder_input_ids: i64[B, S]`", fn.name, "forward")
+        elif decoder and list(params) != ["input_ids"]:
             bad(f"a decoder's `forward` takes (input_ids), got ({', '.join(params)})", fn.name, "forward")
+    elif fn.name.id == PREFILL_ENCODER_ENTRY and encoder_decoder:
+        if list(params)[-1:] != ["rows"] or not _is_i64(params["rows"][1], 1):
+            bad(f"`{PREFILL_ENCODER_ENTRY}` ends with `rows: i64[B]`", fn.name, PREFILL_ENCODER_ENTRY)
+    if fn.name.id == "forward":
         # A text model's `forward` returns states or logits per position; one that also takes images
         # (SigLIP's `forward(input_ids, pixel_values)`) returns what its reference's forward does.
         text_only = set(params) <= {"input_ids", "attention_mask"}

@@ -176,3 +176,45 @@ def test_decompose_runs_a_composite_as_its_body():
     )
     ops = [op for g in p.graphs() for op in walk_ops(g) if op.attrs.get("name") == "attention"]
     assert ops and not any(op.attrs["native"] for op in ops)
+
+
+CROSS_LAYERS = """
+config Small {
+    width: int = 8
+    n_layers: int = 2
+}
+
+module Cross(c: Small) {
+    k_proj: Linear(c.width, c.width)
+    v_proj: Linear(c.width, c.width)
+
+    fn forward(h: [B, S, c.width], memory: [B, S, c.width]) -> [B, S, c.width] {
+        h + k_proj(memory) * v_proj(memory)
+    }
+}
+
+model Stack(c: Small) {
+    layers: [Cross(c); c.n_layers]
+
+    entry fn forward(h: [B, S, c.width], memory: [B, S, c.width]) -> [B, S, c.width] {
+        let x = h
+        for layer in layers {
+            x = layer(x, memory)
+        }
+        x
+    }
+}
+"""
+
+
+@pytest.mark.parametrize("flat", [False, True], ids=["loop", "flattened"])
+def test_layers_reading_one_input_fuse_within_each_layer_only(tmp_path, flat):
+    """Every layer's `k_proj` and `v_proj` read the same input (an encoder's output, as in Whisper's cross-
+    attention): each layer's pair fuses, never the layers' weights together (the fused weight would belong to no
+    module class, and the verifier refused the program)."""
+    path = tmp_path / "cross.linnet"
+    path.write_text(CROSS_LAYERS, encoding="utf-8")
+    p = prepare(build(path), PassOptions(flatten=flat, fuse_linear_weights=True))
+    keys = sorted(t.key for t in p.param_transforms)
+    assert keys == ["layers.0.{k,v}_proj.weight", "layers.1.{k,v}_proj.weight"]
+    verify_program(p)
