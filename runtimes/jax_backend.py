@@ -47,7 +47,9 @@ BACKEND_MODES = {"jax": "generated", "xla": "stablehlo"}
 MIN_BUCKET = 16
 
 
-def _jax():
+def jax_module():
+    """The `jax` module, imported on first use (loading Linnet never imports JAX) with 64-bit integers enabled,
+    as the generated code's i64 indices need (`linnet.compiler.jax.module.enable_x64`)."""
     import jax
 
     from linnet.compiler.jax.module import enable_x64
@@ -57,7 +59,7 @@ def _jax():
 
 
 def _device(device: str):
-    jax = _jax()
+    jax = jax_module()
     platform = {"cuda": "gpu", "gpu": "gpu", "cpu": "cpu", "tpu": "tpu"}.get(device.split(":")[0])
     if platform is None:
         raise BackendError(f"device must be cpu, cuda (gpu) or tpu, got {device!r}")
@@ -133,7 +135,7 @@ class JaxModel(ModelBase):
 
     def put_input(self, a):
         """A numpy input on the model's device (or replicated over its mesh)."""
-        return _jax().device_put(np.asarray(a), self.input_sharding or self.device)
+        return jax_module().device_put(np.asarray(a), self.input_sharding or self.device)
 
     @property
     def entries(self) -> tuple[str, ...]:
@@ -159,7 +161,7 @@ class JaxModel(ModelBase):
 
     def reset_state(self) -> None:
         """Zero the KV cache (not needed between requests: a step only reads what it wrote)."""
-        jax = _jax()
+        jax = jax_module()
         self.state = {k: jax.device_put(np.zeros(v.shape, v.dtype), v.sharding) for k, v in self.state.items()}
 
     def step_model(self) -> "JaxStepModel":
@@ -182,7 +184,7 @@ class JaxStepModel:
         self.max_batch = model.max_batch
         self.max_positions = model.max_positions
         self.vocab_size = model.vocab_size
-        self._jax = _jax()
+        self._jax = jax_module()
         self._compiled: dict[tuple[int, int], Callable] = model.step_executables
 
     @property
@@ -288,7 +290,7 @@ def load_prepared(
 
     t0 = time.perf_counter() if t0 is None else t0
     backend = backend_for("jax_backend", mode)
-    jax = _jax()
+    jax = jax_module()
     dev = _device(device)
     program = prepared.program
     compiled = compile_program(program, numerics, fuse_linear_weights)
@@ -333,7 +335,7 @@ class _Binder:
     put concatenated under its key."""
 
     def __init__(self, device, fused: dict[str, list[str]]):
-        self.jax, self.device, self.fused = _jax(), device, fused
+        self.jax, self.device, self.fused = jax_module(), device, fused
         self.group = {n: key for key, names in fused.items() for n in names}
         self.pending: dict[str, dict[str, np.ndarray]] = {}
         self.params: dict = {}
@@ -490,7 +492,7 @@ def load_exported(
     members by checkpoint name. Returns a `JaxModel` with the one entry.
 
     Raises LoadError for missing or mis-shaped parameters."""
-    jax = _jax()
+    jax = jax_module()
     from linnet.compiler.jax.module import exported_fn, exported_signature
 
     t0 = time.perf_counter()

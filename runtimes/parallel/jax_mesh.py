@@ -28,7 +28,7 @@ import numpy as np
 
 from linnet.errors import BackendError
 
-from ..jax_backend import JaxModel, _jax, load
+from ..jax_backend import JaxModel, jax_module, load
 from .plan import LLAMA_TP_PLAN, check_plan, split_dim
 
 __all__ = ["initialize_distributed", "make_mesh", "param_sharding", "shard_model", "load_tensor_parallel"]
@@ -42,7 +42,7 @@ def initialize_distributed() -> bool:
     """Join a multi-host JAX run when its environment says there is one (JAX_COORDINATOR_ADDRESS with
     JAX_NUM_PROCESSES and JAX_PROCESS_ID, read by `jax.distributed.initialize()`); on one host, do nothing.
     Returns whether it initialised. Idempotent."""
-    jax = _jax()
+    jax = jax_module()
     if COORDINATOR_ENV not in os.environ or jax.distributed.is_initialized():
         return False
     jax.distributed.initialize()
@@ -53,7 +53,7 @@ def make_mesh(devices: list | None = None, axis: str = AXIS):
     """A 1-D `jax.sharding.Mesh` named `axis` over `devices` (default: every device of the run, across
     hosts when `initialize_distributed` joined one). Tensor parallelism names it "tp", the JAX trainer's data
     parallelism "batch"."""
-    jax = _jax()
+    jax = jax_module()
     initialize_distributed()
     devices = list(devices) if devices is not None else jax.devices()
     return jax.sharding.Mesh(np.array(devices), (axis,))
@@ -62,7 +62,7 @@ def make_mesh(devices: list | None = None, axis: str = AXIS):
 def param_sharding(mesh, path: str, rank: int, plan: dict[str, str] = LLAMA_TP_PLAN, state: bool = False):
     """The `NamedSharding` of tensor `path` of rank `rank`: split on `plan`'s dim for a parameter, on dim 0
     for a KV cache held flat ([max_batch * H, T, D]), replicated otherwise."""
-    jax = _jax()
+    jax = jax_module()
     P = jax.sharding.PartitionSpec
     dim = split_dim(path, plan)
     if dim is not None and state:
@@ -78,7 +78,7 @@ def shard_model(model: JaxModel, mesh, plan: dict[str, str] = LLAMA_TP_PLAN) -> 
     by `plan`, and its entries jitted with those shardings (the state keeps its sharding from step to step,
     outputs replicated). In place; returns `model`. Raises BackendError for fused weights, a StableHLO
     artifact (`--backend xla`) or a plan that does not fit."""
-    jax = _jax()
+    jax = jax_module()
     from linnet.compiler.jax.module import compile_program
 
     fused = [k for k in model.params if "{" in k]

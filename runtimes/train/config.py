@@ -64,7 +64,7 @@ class TrainConfig:
         seed: seeds the row order, LoRA's initial A and dropout.
         lora: LoRA adapters, or None to train every parameter (`full`).
         fsdp: under torchrun, shard parameters, gradients and optimizer state with FSDP2 (`fully_shard`) instead
-            of replicating them with DDP (`linnet.runtimes.parallel.torch_dp`); one process ignores it.
+            of replicating them with DDP (`linnet.runtimes.train.torch_dp`); one process ignores it.
         method_options: the objective's own options (DPO's `beta`, ...), passed to its factory.
 
     Every optimizer step writes one metrics record (TRL's `logging_steps=1`).

@@ -32,6 +32,7 @@ import numpy as np
 
 from linnet.errors import TrainError
 
+from ..jax_backend import jax_module
 from ..parallel.jax_mesh import make_mesh
 from .config import TrainConfig
 from .data import Batch, TokenRow, batches
@@ -44,18 +45,12 @@ __all__ = ["JaxPolicy", "JaxTrainer", "JAX_LOSSES", "token_nll_jax", "sft_loss_j
 PAD_TO = 16
 
 
-def _jax():
-    from ..jax_backend import _jax
-
-    return _jax()
-
-
 def token_nll_jax(logits, input_ids):
     """`objectives.token_nll` in JAX: `logits` f32[B, S, vocab], `input_ids` i64[B, S] -> f32[B, S - 1], entry s
     = -log p(input_ids[s + 1] | tokens ..s) (log-softmax in f32, then the target's entry)."""
     import jax.numpy as jnp
 
-    logp = _jax().nn.log_softmax(logits[:, :-1].astype(jnp.float32), axis=-1)
+    logp = jax_module().nn.log_softmax(logits[:, :-1].astype(jnp.float32), axis=-1)
     return -jnp.take_along_axis(logp, input_ids[:, 1:, None], axis=-1)[..., 0]
 
 
@@ -111,7 +106,7 @@ class JaxPolicy:
 
     def commit(self) -> None:
         """Put the trained parameters back into the model (its entries then run with them)."""
-        jax = _jax()
+        jax = jax_module()
         self.model.params = {**self.model.params, **jax.device_put(self.trainable, self.model.device)}
 
 
@@ -138,7 +133,7 @@ class JaxTrainer:
         loss_fn = JAX_LOSSES.get(objective.name)
         if loss_fn is None:
             raise TrainError(f"method {objective.name} does not train on JAX yet (JAX trains: {', '.join(JAX_LOSSES)})")
-        jax = _jax()
+        jax = jax_module()
         self.policy, self.objective, self.config = policy, objective, config
         self.on_step, self.reduce_sum = on_step, reduce_sum
         self.micro_batches = micro_batches or batches(
@@ -187,7 +182,7 @@ class JaxTrainer:
         rows hold pad tokens and a zero loss mask: they add nothing), split on its rows over the mesh. Made with
         `jax.make_array_from_callback`, which asks for the rows of this process's devices only: the same call
         on one host and on several (each process reads the same global batch, in the same order)."""
-        jax = _jax()
+        jax = jax_module()
         b, s = batch.input_ids.shape
         rows = -(-b // self.mesh.size) * self.mesh.size
         width = -(-s // PAD_TO) * PAD_TO
@@ -199,7 +194,7 @@ class JaxTrainer:
 
     def step(self, step: int) -> dict[str, Any]:
         """Run optimizer step `step` (1-based) and return its record (`trainer.Trainer.step`'s keys)."""
-        jax = _jax()
+        jax = jax_module()
         t0 = time.perf_counter()
         cfg, pol = self.config, self.policy
         micro = [

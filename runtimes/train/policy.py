@@ -71,7 +71,7 @@ class TorchPolicy:
                              f"{', '.join(self.module.program.entries)})")  # fmt: skip
         self.vocab_size = forward.outputs[0].dims[-1].as_int()
         self.autocast_dtype = autocast_dtype
-        self.forward_module: nn.Module | None = None  # set by linnet.runtimes.parallel.torch_dp
+        self.forward_module: nn.Module | None = None  # set by linnet.runtimes.train.torch_dp
         self._adapters_on = True
         params = dict(self.module.named_parameters())
         unknown = [p for p in trainable if p not in params]

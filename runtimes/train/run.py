@@ -192,10 +192,10 @@ def train(
 
 
 def _distributed(model: Any, policy: Any, token_rows: list, cfg: TrainConfig) -> tuple[dict[str, Any], bool]:
-    """Under torchrun (WORLD_SIZE > 1): DDP or FSDP2 around the torch policy (`parallel.torch_dp`), and the
+    """Under torchrun (WORLD_SIZE > 1): DDP or FSDP2 around the torch policy (`train.torch_dp`), and the
     trainer's hooks (this rank's micro-batches, the all-reduced normaliser, records summed over the ranks);
     whether this process writes (rank 0). One process: no hooks, it writes."""
-    from ..parallel.torch_dp import data_parallel, global_record, in_torchrun
+    from .torch_dp import data_parallel, global_record, in_torchrun
 
     if not in_torchrun():
         return {}, True

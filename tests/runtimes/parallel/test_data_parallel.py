@@ -75,7 +75,7 @@ def test_two_processes_give_the_one_process_losses(engine, tiny_llama, tmp_path)
 
 def test_rows_that_leave_a_rank_empty_are_refused(monkeypatch):
     from linnet.errors import TrainError
-    from linnet.runtimes.parallel import torch_dp
+    from linnet.runtimes.train import torch_dp
 
     monkeypatch.setattr(torch_dp, "init_mesh", lambda device: None)
     monkeypatch.setattr(torch_dp.dist, "get_rank", lambda: 0)

@@ -33,8 +33,8 @@ import torch.distributed as dist
 
 from linnet.errors import TrainError
 
-from ..train.data import TokenRow, batches
-from .torch_tp import DIST_BACKENDS, init_mesh
+from ..parallel.torch_tp import DIST_BACKENDS, init_mesh
+from .data import TokenRow, batches
 
 __all__ = ["DataParallel", "data_parallel", "in_torchrun", "global_record"]
 
