@@ -130,3 +130,30 @@ def test_odd_image_size(small_resnets):
     with torch.inference_mode():
         theirs = ref(pixel_values=pixels).logits
     assert max_abs_diff(logits, theirs) < OUTPUT_ATOL
+
+
+def test_run_image_gives_transformers_top_labels(small_resnets, tmp_path, capsys):
+    """`linnet run --image` on the folder (with a ConvNextImageProcessor for 32 x 32 saved beside the weights: the
+    shortest edge resized to 32 / crop_pct, a 32 x 32 center crop): the five classes and probabilities transformers'
+    processor and model give for the same file, with config.json's labels."""
+    import json
+
+    import numpy as np
+    from PIL import Image
+
+    from linnet.cli import main
+
+    folder, ref = small_resnets["bottleneck"]
+    processor = transformers.ConvNextImageProcessor(size={"shortest_edge": IMAGE}, crop_pct=0.875)
+    processor.save_pretrained(folder)
+    path = tmp_path / "x.png"
+    Image.fromarray(np.random.default_rng(5).integers(0, 256, (45, 61, 3)).astype(np.uint8)).save(path)
+    assert main(["run", str(RESNET), "--weights", str(folder), "--image", str(path), "--format", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    with torch.inference_mode():
+        pixels = processor(images=Image.open(path), return_tensors="pt")["pixel_values"]
+        probs = torch.softmax(ref(pixel_values=pixels).logits[0].double(), dim=-1)
+    top = torch.argsort(probs, descending=True).tolist()
+    assert [r["id"] for r in report["top_labels"]] == top
+    assert [r["label"] for r in report["top_labels"]] == [ref.config.id2label[i] for i in top]
+    assert max(abs(r["probability"] - probs[r["id"]].item()) for r in report["top_labels"]) < 1e-5
