@@ -417,6 +417,8 @@ class Module(nn.Module):
             if part not in module._modules:
                 child = nn.ModuleList() if (parents + [name])[i + 1].isdigit() else Module()
                 if isinstance(module, nn.ModuleList):
+                    while len(module) < int(part):  # elements without tensors before it (a Sequential's Flatten)
+                        module.append(Module())
                     module.append(child)
                 else:
                     module.add_module(part, child)

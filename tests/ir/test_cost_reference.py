@@ -26,10 +26,14 @@ ENCODERS = {
     "modernbert": ("ModernBertModel", {}),
     "vit": ("ViTForImageClassification", {}),
     "dinov2": ("Dinov2Model", {}),
+    "resnet": ("ResNetForImageClassification", {}),
 }
 # Families whose checkpoints hold other names than transformers 5's modules (it renames them when it loads and back
 # when it saves): their parameters are compared under the saved names.
 SAVED_NAMES = {"vit", "dinov2"}
+# Families with BatchNorm: the sources declare its running statistics as parameters (checkpoint tensors), transformers
+# holds them as buffers; they are compared as saved tensors and counted with the parameters.
+BATCH_NORM = {"resnet"}
 
 # diffusers models (their files are named by class, not by a transformers model_type)
 DIFFUSERS = {"autoencoder_kl", "unet_2d_condition"}
@@ -69,8 +73,15 @@ def test_parameter_count_is_transformers(model_type, preset):
         from transformers.core_model_loading import revert_weight_conversion
 
         theirs = revert_weight_conversion(ref, theirs)
-    assert {p.path: p.shape for p in program.params} == {n: tuple(p.shape) for n, p in theirs.items()}
-    assert program_cost(program).param_count == ref.num_parameters()
+    shapes = {n: tuple(p.shape) for n, p in theirs.items()}
+    buffers = 0
+    if model_type in BATCH_NORM:
+        from tests.runtimes.zoo_vision import saved_tensors
+
+        shapes = saved_tensors(ref)
+        buffers = sum(b.numel() for n, b in ref.named_buffers() if not n.endswith("num_batches_tracked"))
+    assert {p.path: p.shape for p in program.params} == shapes
+    assert program_cost(program).param_count == ref.num_parameters() + buffers
 
 
 @functools.cache
