@@ -79,7 +79,8 @@ def fuse_linear_weights(program: Program) -> None:
     """Fuse the weights of linear layers that share an input (see the module docstring), in
     every graph, recording the fused weights in `program.param_transforms` and in their module
     classes (in place). A weight that something else reads too (a tied embedding) is not fused,
-    nor is its group."""
+    nor is its group; nor are the groups of a module class whose instances would fuse different
+    groups (its record holds for every instance)."""
     where = instances(program)
     candidates = [
         (g, receiver, ops, paths) for g, receiver in _graphs_with_receivers(program) for ops, paths in _groups(g)
@@ -96,10 +97,12 @@ def fuse_linear_weights(program: Program) -> None:
                         claimed[concrete] += 1
                         groups.setdefault(concrete, set()).add(key)
         bad = {p for p, n in claimed.items() if n != reads[p] or len(groups[p]) != 1}
+        uneven = _uneven_classes(program, candidates, where)
         kept = [
             c
             for c in candidates
-            if not any(x in bad for prefix in where.get(c[1], []) for p in c[3] for x in _expand(prefix + p, program))
+            if _owner(program, c[1], fused_key(c[3]))[0] not in uneven
+            and not any(x in bad for prefix in where.get(c[1], []) for p in c[3] for x in _expand(prefix + p, program))
         ]
         if len(kept) == len(candidates):
             break
@@ -107,6 +110,25 @@ def fuse_linear_weights(program: Program) -> None:
     made: set[str] = set()
     for g, receiver, ops, paths in candidates:
         _fuse(program, g, receiver, ops, paths, where, made)
+
+
+def _uneven_classes(program: Program, candidates, where) -> set[str]:
+    """The module classes whose instances would not all fuse the same groups. A fused weight is recorded
+    on its owner class (`ModuleClass.fused`), whose declarations then drop its members in every instance:
+    SAM's first two-way block fuses its self-attention's q, k and v (one input), the second only q and k
+    (v reads the queries without their position embedding), and the second's v_proj.weight was gone."""
+    fused_at: dict[str, dict[str, set[str]]] = {}  # class -> instance prefix -> relative fused keys
+    for _, receiver, _, paths in candidates:
+        key = fused_key(paths)
+        cls, rel = _owner(program, receiver, key)
+        for prefix in where.get(receiver, []):
+            for concrete in _expand(prefix + key, program):
+                fused_at.setdefault(cls, {}).setdefault(concrete[: len(concrete) - len(rel)], set()).add(rel)
+    return {
+        cls
+        for cls, by_instance in fused_at.items()
+        if len({frozenset(by_instance.get(prefix, ())) for prefix in where.get(cls, [])}) > 1
+    }
 
 
 def _groups(g: Graph):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from linnet.ir import build, format_program
@@ -218,3 +219,83 @@ def test_layers_reading_one_input_fuse_within_each_layer_only(tmp_path, flat):
     keys = sorted(t.key for t in p.param_transforms)
     assert keys == ["layers.0.{k,v}_proj.weight", "layers.1.{k,v}_proj.weight"]
     verify_program(p)
+
+
+# SAM's two-way blocks: the first block's attention reads one input for q, k and v, the second adds a position
+# embedding to q's and k's input only. The blocks' calls are lowered in their caller (their argument's dim `B * S` is
+# the caller's), so each block's linears are grouped where they are used, but the fused weight is recorded on the
+# attention's class, which every instance shares.
+UNEVEN_BLOCKS = """
+config Small {
+    width: int = 8
+    n_layers: int = 2
+}
+
+module Attn(c: Small) {
+    q_proj: Linear(c.width, c.width)
+    k_proj: Linear(c.width, c.width)
+    v_proj: Linear(c.width, c.width)
+
+    fn forward(q: [N, c.width], k: [N, c.width], v: [N, c.width]) -> [N, c.width] {
+        q_proj(q) * k_proj(k) + v_proj(v)
+    }
+}
+
+module Block(c: Small, layer_idx: int) {
+    attn: Attn(c)
+
+    fn forward(h: [N, c.width], pe: [N, c.width]) -> [N, c.width] {
+        if layer_idx == 0 {
+            attn(h, h, h)
+        } else {
+            h + attn(h + pe, h + pe, h)
+        }
+    }
+}
+
+model Blocks(c: Small) {
+    layers: [Block(c, layer_idx) for layer_idx in range(c.n_layers)]
+
+    entry fn forward(h: [B, S, c.width], pe: [B, S, c.width]) -> [B, S, c.width] {
+        let x = rearrange(h, "b s d -> (b s) d")
+        let flat_pe = rearrange(pe, "b s d -> (b s) d")
+        for layer in layers {
+            x = layer(x, flat_pe)
+        }
+        rearrange(x, "(b s) d -> b s d", b=B)
+    }
+}
+"""
+
+
+@pytest.mark.parametrize("flat", [False, True], ids=["calls", "flattened"])
+def test_a_class_whose_instances_would_fuse_differently_is_not_fused(tmp_path, flat):
+    """The first block would fuse its attention's `{q,k,v}_proj`, the second only `{q,k}_proj`: one class records
+    one set of fused weights for all its instances (and drops their members), so neither fuses (the second block's
+    `v_proj.weight` was dropped and the JAX module failed to read it)."""
+    path = tmp_path / "blocks.linnet"
+    path.write_text(UNEVEN_BLOCKS, encoding="utf-8")
+    p = prepare(build(path), PassOptions(flatten=flat, fuse_linear_weights=True))
+    assert p.param_transforms == []
+    assert p.modules["Attn"].fused == {}
+    verify_program(p)
+
+
+def test_a_class_whose_instances_would_fuse_differently_runs_on_jax(tmp_path):
+    """The program above on JAX (fusing where it can) against the interpreter, on one checkpoint."""
+    pytest.importorskip("jax")
+    pytest.importorskip("torch")
+    safetensors_numpy = pytest.importorskip("safetensors.numpy")
+    import linnet.torch as lt
+    from linnet.runtimes import jax_backend
+
+    path = tmp_path / "blocks.linnet"
+    path.write_text(UNEVEN_BLOCKS, encoding="utf-8")
+    rng = np.random.default_rng(0)
+    weights = {p.path: rng.standard_normal(p.shape).astype(np.float32) for p in build(path).params}
+    safetensors_numpy.save_file(weights, str(tmp_path / "model.safetensors"))
+    (tmp_path / "config.json").write_text("{}", encoding="utf-8")
+    h, pe = rng.standard_normal((2, 3, 8)).astype(np.float32), rng.standard_normal((2, 3, 8)).astype(np.float32)
+    expected = lt.load(path, weights=tmp_path, mode="interpret", progress=False).forward(h, pe)
+    got = jax_backend.load(path, weights=tmp_path, progress=False).forward(h, pe)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(expected), rtol=1e-5, atol=1e-5)
