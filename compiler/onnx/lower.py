@@ -180,14 +180,28 @@ class Lowering:
         for mono, coeff in d.val.terms:
             term = self.const(np.array([coeff], dtype=np.int64), "coeff") if (coeff != 1 or not mono) else None
             for atom, power in mono:
-                if atom.name not in self.dim_sources:
-                    raise LoweringError(f"dim `{format_dim(d)}`: `{atom.name}` is not a dim of the entry's inputs")
+                factor = self.dim_atom(atom, d)
                 for _ in range(power):
-                    factor = self.dim_sources[atom.name]
                     term = factor if term is None else self.op("Mul", [term, factor], hint="dim")
             total = term if total is None else self.op("Add", [total, term], hint="dim")
         self.dim_cache[key] = total
         return total
+
+    def dim_atom(self, atom, d: Dim) -> ir.Value:
+        """int64[1] holding one atom of `d`: a dim variable read from an input's shape, or a floor
+        quotient or remainder (`(H - 8) // 8`, what a convolution's output size leaves) computed
+        from its operands, themselves polynomials in the entry's dims. Python's floor semantics
+        (ONNX's Div truncates): `n // k` is `(n - n % k) / k`, an exact division, with `Mod`
+        (fmod=0) taking the divisor's sign as `%` does. Raises LoweringError for anything else."""
+        if atom.name in self.dim_sources:
+            return self.dim_sources[atom.name]
+        if atom.kind in ("//", "%") and atom.args is not None:
+            num, den = (self.dim(x) for x in atom.args)
+            rest = self.op("Mod", [num, den], {"fmod": 0}, hint="dim")
+            if atom.kind == "%":
+                return rest
+            return self.op("Div", [self.op("Sub", [num, rest], hint="dim"), den], hint="dim")
+        raise LoweringError(f"dim `{format_dim(d)}`: `{atom.name}` is not a dim of the entry's inputs")
 
     def scalar_dim(self, d: Dim) -> ir.Value:
         n = d.as_int()

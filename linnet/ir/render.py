@@ -50,9 +50,16 @@ def infix_emitter(symbol: str):
 
 
 def dim_text(d: Dim) -> str:
+    """A dim as generated code computes it. A dim with a floor division or remainder is
+    written in its canonical form, the value the checker compares (`(H - 8) // 8 + 1` is
+    `H // 8`): its divisions then have operands that cannot be negative, which `jax.export`'s
+    symbolic shapes need to decide that a size is at least 0, where `(H - 8) // 8` is
+    inconclusive."""
     n = d.as_int()
     if n is not None:
         return str(n)
+    if any(a.kind in ("//", "%") for a in d.atoms()):
+        return format_dim(d.val)
     return format_dim(d)
 
 

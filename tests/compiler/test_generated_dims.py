@@ -53,3 +53,54 @@ def test_it_runs(backend, tmp_path):
     x = np.arange(2 * 3 * 4, dtype=np.float32).reshape(2, 3, 4)
     (out,) = model.run("forward", x, np.array([10, 20]))
     np.testing.assert_array_equal(out, x[:, 0] + np.array([[10.0], [21.0]], dtype=np.float32))
+
+
+# A patch convolution's output size is written as PyTorch's `(H - 8) // 8 + 1`; a dim built on it
+# (`S + 1` tokens after a [CLS] token, in a function lowered in its caller) holds the floor
+# division `(H - 8) // 8`, which no input axis is. ONNX computes it from `H`'s axis; JAX's export
+# needs it as `H // 8` (`(H - 8) // 8` may be negative for all it knows).
+PATCHES = """config C {
+    d: int = 4
+}
+
+fn tokens(x: [B, S, 4]) -> [B, S, 4] {
+    rearrange(rearrange(x, "b s (h e) -> b h s e", h=2), "b h s e -> b s (h e)")
+}
+
+model M(c: C) {
+    projection: Conv2d(3, c.d, 8, stride=8)
+
+    entry fn forward(pixels: [B, 3, H, W]) -> [B, (H // 8) * (W // 8) + 1, c.d] {
+        let patches = rearrange(projection(pixels), "b d h w -> b (h w) d")
+        tokens(concat([patches[:, :1], patches], 1))
+    }
+}
+"""
+
+
+PATCH_BACKENDS = [
+    backend
+    for backend, module in (("torch", "torch"), ("jax", "jax"), ("xla", "jax"), ("onnxruntime", "onnxruntime"))
+    if importlib.util.find_spec(module) and importlib.util.find_spec("torch")
+]
+
+
+def test_floor_division_dims_are_written_in_canonical_form():
+    code = [line.split("#")[0] for line in generate_jax(build(PATCHES)).splitlines()]  # not comments
+    assert any(".reshape(B, (H // 8) * (W // 8) + 1, 4)" in line for line in code)
+    assert not any("(H - 8) // 8" in line for line in code if ".reshape(" in line)
+
+
+@pytest.mark.parametrize("backend", PATCH_BACKENDS)
+def test_floor_division_dims_run(backend, tmp_path):
+    import linnet
+
+    path = tmp_path / "patches.linnet"
+    path.write_text(PATCHES)
+    ref = linnet.load(path, backend="torch-interpret", random_weights=True, progress=False)
+    model = linnet.load(path, backend=backend, random_weights=True, progress=False)
+    pixels = np.random.default_rng(0).standard_normal((2, 3, 24, 17)).astype(np.float32)
+    (want,) = ref.run("forward", pixels)
+    (out,) = model.run("forward", pixels)
+    assert out.shape == (2, 3 * 2 + 1, 4)
+    np.testing.assert_allclose(out, want, atol=1e-5)
