@@ -96,9 +96,27 @@ def _pool_attributes(op: Op) -> dict:
     return {"kernel_shape": list(k), "strides": list(s), "pads": [lo for lo, _ in pads] + [hi for _, hi in pads]}
 
 
+def _pads_below_kernel(L, op: Op, x, attributes: dict, fill: float):
+    """(input, attributes) with every pad below the kernel, as ONNX Runtime's pooling kernels require ("Pad should
+    be smaller than kernel"): a ceil_mode window's overhang can push the right pad to the kernel's size or past
+    it (kernel 1, stride 3), so then the input is padded by a `Pad` op with `fill` (-inf for max pooling, 0 for
+    the average over whole windows of zeros) and the pooling takes no pads."""
+    from .lower import np_dtype  # lower.py imports this module
+
+    k, pads = attributes["kernel_shape"], attributes["pads"]
+    if all(p < k[i % 2] for i, p in enumerate(pads)):
+        return x, attributes
+    top, left, bottom, right = pads
+    widths = L.const(np.array([0, 0, top, left, 0, 0, bottom, right], dtype=np.int64), "pads")
+    value = L.const(np.array(fill, dtype=np_dtype(op.args["x"].dtype)), "fill")
+    padded = L.op("Pad", [x, widths, value], {"mode": "constant"}, hint="padded")
+    return padded, {**attributes, "pads": [0, 0, 0, 0]}
+
+
 def _max_pool(L, op: Op):
     attributes = {**_pool_attributes(op), "dilations": list(ints(op.args["dilation"], 2))}
-    return L.op("MaxPool", [L.get(op.args["x"])], attributes, hint=op.result.name)
+    x, attributes = _pads_below_kernel(L, op, L.get(op.args["x"]), attributes, -np.inf)
+    return L.op("MaxPool", [x], attributes, hint=op.result.name)
 
 
 def _avg_pool(L, op: Op):
@@ -112,7 +130,8 @@ def _avg_pool(L, op: Op):
     if not op.args["ceil_mode"]:
         attributes["count_include_pad"] = int(op.args["count_include_pad"])
         return L.op("AveragePool", [L.get(x)], attributes, hint=op.result.name)
-    mean = L.op("AveragePool", [L.get(x)], {**attributes, "count_include_pad": 1}, hint="window_mean")
+    padded, pooling = _pads_below_kernel(L, op, L.get(x), {**attributes, "count_include_pad": 1}, 0.0)
+    mean = L.op("AveragePool", [padded], pooling, hint="window_mean")
     k, s = attributes["kernel_shape"], attributes["strides"]
     sizes = [d.as_int() for d in x.dims[2:]]
     out = [d.as_int() for d in op.result.dims[2:]]

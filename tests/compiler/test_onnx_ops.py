@@ -179,3 +179,24 @@ def test_projections_of_one_input_are_one_matmul():
     assert ops.count("MatMul") == 7 and ops.count("Split") == 2
     ops = [n.op_type for n in checked(lower_entry(program, "step", params="inputs")).graph.node]
     assert ops.count("MatMul") == 10 and "Split" not in ops
+
+
+@pytest.mark.onnxruntime
+@pytest.mark.parametrize("name", ["max_pool2d"])  # avg_pool2d's own cases stay below the kernel
+def test_pooling_whose_ceil_mode_overhang_reaches_the_kernel_runs(ort, name):
+    """ONNX Runtime refuses pooling pads not below the kernel; a ceil_mode window's overhang makes them (kernel 1,
+    stride 3): the lowering pads the input itself. Every such draw among the op's first cases equals the reference."""
+    from linnet.ops.resample import pool_window
+
+    hits = 0
+    for seed in range(300):
+        rng = np.random.default_rng(seed)
+        tensors, const = case(name, rng, (1 + seed % 4, 1 + seed // 4 % 4))
+        g, types, inputs = single_op_graph(name, tensors, const)
+        op = next(op for op in g.ops if op.name == name)
+        kernel, _, _, pads = pool_window(op.args, op.args["x"].dims[2:], op.result.dims[2:])
+        if all(hi < k for (_, hi), k in zip(pads, kernel)):
+            continue
+        hits += 1
+        assert_matches(name, run_onnx(ort, g, inputs)[0], np.asarray(reference(name, tensors, const)), "onnx")
+    assert hits > 0, "no draw reached the kernel: the test no longer tests the padded path"
