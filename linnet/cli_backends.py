@@ -20,7 +20,7 @@ from copy import copy
 from dataclasses import replace
 from pathlib import Path
 
-from .errors import BackendError, LinnetError
+from .errors import AudioError, BackendError, LinnetError
 
 EXIT_OK, EXIT_ERRORS, EXIT_USAGE = 0, 1, 2
 
@@ -525,8 +525,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         _check_paths(args)
         if args.tolerance is not None and args.compare is None:
             raise UsageError("--tolerance is the agreement --compare asks of the backends; add --compare")
-        if args.image is not None and args.compare is not None:
-            raise UsageError("--image runs the image on one backend; drop --compare (or compare on random inputs)")
+        for flag in ("image", "audio"):
+            if getattr(args, flag) is not None and args.compare is not None:
+                raise UsageError(
+                    f"--{flag} runs the {flag} on one backend; drop --compare (or compare on random inputs)"
+                )
     except UsageError as err:
         return _fail("run", err)
     if args.preset is None and args.weights is None:
@@ -548,22 +551,26 @@ def cmd_run(args: argparse.Namespace) -> int:
     except FAILURES as err:
         return _fail("run", err)
     program = model.program
-    image = None
     try:
-        if args.image is not None:
-            from . import cli_image
-
-            image = cli_image.prepare(args, program.entries[args.entry or next(iter(program.entries))])
+        image, audio = _file_inputs(args, model)
         entry, graph, sizes = entry_and_sizes(args, program)
+    except AudioError as err:  # a WAV that cannot be read: a usage error, as for `linnet transcribe --audio`
+        print(f"linnet run: {err}", file=sys.stderr)
+        return EXIT_USAGE
     except FAILURES as err:
         return _fail("run", err)
     if args.format != "json":
         _print_notes(model)
-        if image is not None:
-            print(f"note: {args.image}: {image.described}", file=sys.stderr)
+        for path, read in ((args.image, image), (args.audio, audio)):
+            if read is not None:
+                print(f"note: {path}: {read.described}", file=sys.stderr)
     inputs = random_inputs(graph, sizes, args.seed, program.config.get("vocab_size", 100))
+    files = {}
     if image is not None:
-        inputs = cli_image.place(graph, inputs, image)
+        files["pixel_values"] = image.pixel_values
+    if audio is not None:
+        files["input_features"] = audio.input_features
+    inputs = [files.get(v.name, a) for v, a in zip(graph.inputs, inputs)]  # the files' arrays for their arguments
     try:
         outs, elapsed, compiled = _run_entry(args, model, entry, inputs)
     except FAILURES as err:
@@ -607,8 +614,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         if list(shape) != expected:
             report["disagreements"].append(f"the checker says {expected}, the runtime gave {list(shape)}")
     if image is not None:
+        from . import cli_image
+
         report["image"] = {"path": args.image, "preprocessing": image.described}
         report["top_labels"] = cli_image.top_labels(outs[0][2], image) if outs else []
+    if audio is not None:
+        report["audio"] = {"path": args.audio, "preprocessing": audio.described}
     if args.format == "json":
         print(json.dumps(report))
         return EXIT_ERRORS if report["disagreements"] else EXIT_OK
@@ -629,6 +640,29 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"  load {model.load_s:.2f} s{setup}; first call: {compiled.describe()}")
     print(f"  time {elapsed * 1000:.2f} ms (a second call)")
     return EXIT_ERRORS if report["disagreements"] else EXIT_OK
+
+
+def _file_inputs(args: argparse.Namespace, model):
+    """`linnet run`'s `--image` and `--audio`: each file read and preprocessed for the argument of the entry it
+    fills (`linnet.cli_inputs`), (ImageInput or None, AudioInput or None), the entry's dim variables sized from
+    them. Raises ValueError (an entry without the argument, naming its inputs), LoadError (an unreadable image)
+    or AudioError (an unreadable WAV)."""
+    from . import cli_inputs
+
+    if not cli_inputs.requested(args):
+        return None, None
+    graph = cli_inputs.entry_graph(args, model.program)
+    cli_inputs.check_arguments(args, graph)
+    image = audio = None
+    if args.image is not None:
+        from . import cli_image
+
+        image = cli_image.prepare(args, graph)
+    if args.audio is not None:
+        from . import cli_audio
+
+        audio = cli_audio.prepare(args, graph, model)
+    return image, audio
 
 
 def compare_backends(args: argparse.Namespace) -> int:
@@ -1086,6 +1120,13 @@ def register(sub) -> None:
         metavar="PATH",
         help="an image file as `pixel_values`, preprocessed as the model's image processor does (the weights' "
         "preprocessor_config.json, else the model type's defaults); prints a classifier's top labels",
+    )
+    run.add_argument(
+        "--audio",
+        metavar="PATH",
+        help="a WAV file (integer PCM) as `input_features`: Whisper's log-mel features, as transformers' "
+        "WhisperFeatureExtractor makes them (the weights' preprocessor_config.json, else its defaults with the "
+        "config's num_mel_bins)",
     )
     run.add_argument("--provider", action="append", choices=("cpu", "cuda", "tensorrt"), help="onnxruntime providers")
     run.add_argument(

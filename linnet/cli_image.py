@@ -27,20 +27,16 @@ class ImageInput:
 
 
 def prepare(args, graph) -> ImageInput:
-    """Read and preprocess `args.image` for entry `graph`, whose inputs must include `pixel_values`, and set the
-    sizes of its dim variables from the image (`args.batch` = 1, `args.dim` for H and W), so the other inputs are
-    made to match. Raises ValueError (the entry has no `pixel_values`, or one of rank other than 4) and LoadError
-    (an unreadable image or preprocessor config)."""
+    """Read and preprocess `args.image` for entry `graph`, whose inputs include `pixel_values`
+    (`cli_inputs.check_arguments`), and set the sizes of its dim variables from the image (`args.batch` = 1,
+    `args.dim` for H and W), so the other inputs are made to match. Raises ValueError (`pixel_values` of rank
+    other than 4) and LoadError (an unreadable image or preprocessor config)."""
     from linnet.runtimes.checkpoints import open_checkpoint
     from linnet.runtimes.images import load_image, preprocess, processing_for
-    from linnet.types.dims import dim_variables, format_dim
 
-    target = next((v for v in graph.inputs if v.name == "pixel_values"), None)
-    if target is None:
-        names = ", ".join(v.name for v in graph.inputs) or "none"
-        raise ValueError(f"--image: entry `{graph.name}` takes no `pixel_values` (its inputs: {names})")
-    if len(target.dims) != 4:
-        raise ValueError(f"--image: `pixel_values` of entry `{graph.name}` has rank {len(target.dims)}, not 4")
+    from .cli_inputs import size_dims, target
+
+    pixel_values = target(graph, "image", 4)
     config: dict[str, Any] = {}
     if args.weights is not None:
         checkpoint = open_checkpoint(args.weights)
@@ -52,27 +48,10 @@ def prepare(args, graph) -> ImageInput:
     weights_dir = args.weights if args.weights is not None and Path(args.weights).is_dir() else None
     processing = processing_for(weights_dir, str(model_type))
     pixels = preprocess(load_image(args.image), processing)
-    # B, H and W as dim variables of the entry take the image's sizes; a fixed size (ViT's 224) is checked by the run
-    dims = list(args.dim or [])
-    for d, size in zip(target.dims, pixels.shape):
-        names = dim_variables(d)
-        if len(names) == 1 and format_dim(d) == next(iter(names)):
-            name = next(iter(names))
-            if name == "B":
-                args.batch = size
-            elif name != "S":
-                dims = [item for item in dims if item.partition("=")[0].strip() != name] + [f"{name}={size}"]
-            else:
-                args.seq = size
-    args.dim = dims
+    size_dims(args, pixel_values, pixels.shape)  # B, H and W as dim variables take the image's sizes
     labels = config.get("id2label") or {}
     id2label = {int(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {}
     return ImageInput(pixels, processing.describe(), id2label)
-
-
-def place(graph, inputs: list[np.ndarray], image: ImageInput) -> list[np.ndarray]:
-    """`inputs` (random, made for `graph`) with `pixel_values` replaced by the image."""
-    return [image.pixel_values if v.name == "pixel_values" else a for v, a in zip(graph.inputs, inputs)]
 
 
 def top_labels(logits: np.ndarray, image: ImageInput, k: int = TOP_LABELS) -> list[dict[str, Any]]:

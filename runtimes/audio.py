@@ -56,8 +56,10 @@ def read_wav(path: str | Path, sampling_rate: int | None = None) -> np.ndarray:
             f"{path}: not a WAV file linnet can read ({detail}); it reads integer PCM WAV (8, 16 or 32-bit), "
             "e.g. `ffmpeg -i INPUT -ar 16000 -ac 1 -c:a pcm_s16le OUT.wav`"
         ) from None
-    except (OSError, EOFError) as err:
-        raise AudioError(f"{path}: cannot read the audio file ({err})") from None
+    except EOFError:  # shorter than a RIFF header
+        raise AudioError(f"{path}: not a WAV file linnet can read (it ends inside its header)") from None
+    except OSError as err:
+        raise AudioError(f"{path}: cannot read the audio file ({err.strerror or err})") from None
     if width not in _PCM:
         raise AudioError(f"{path}: {8 * width}-bit samples; linnet reads 8, 16 or 32-bit integer PCM WAV")
     dtype, full_scale = _PCM[width]
