@@ -1,5 +1,6 @@
 """`linnet run --audio x.wav`: a WAV file's log-mel features as Whisper's `input_features`, through a shrunk Whisper
-folder's encoder, against transformers (WhisperFeatureExtractor on the WAV's samples, WhisperModel's encoder); and
+folder's encoder, against transformers (WhisperFeatureExtractor on the WAV's samples, WhisperModel's encoder); with
+random weights, the features of the preset's mel bins (80 for whisper-tiny, 128 for large-v3); and
 what it refuses, as one line on stderr and an exit status (1: the entry or the model, 2: the file or the options).
 Whisper's encoder itself is compared element by element in tests/runtimes/test_parity_whisper.py; the features in
 tests/runtimes/test_audio.py."""
@@ -81,6 +82,27 @@ def test_the_encoder_runs_on_whisper_feature_extractors_features(whisper_folder,
     # the same entry on random features (no --audio) is far from it: the statistics tell the two inputs apart
     random = run_json(capsys, "--weights", str(folder))["outputs"][0]
     assert not np.allclose([random["mean"], random["std"], random["min"], random["max"]], expected, atol=1e-2)
+
+
+@pytest.mark.parametrize(("preset", "n_mels"), [("whisper_tiny", 80), ("whisper_large_v3", 128)])
+def test_without_a_folder_the_features_have_the_presets_mel_bins(preset, n_mels, speech):
+    """Random weights: WhisperFeatureExtractor's defaults (30 s windows) with the preset's `num_mel_bins`, value for
+    value what transformers' extractor makes of the same samples (its torch STFT: f32 rounding apart)."""
+    from types import SimpleNamespace
+
+    from linnet import cli_audio
+    from linnet.ir import build
+
+    program = build(WHISPER, preset=preset, entries=["encode"])
+    model = SimpleNamespace(config=program.config, weights=None, program=program)
+    args = SimpleNamespace(audio=str(speech), batch=4, seq=8, dim=None)
+    features = cli_audio.prepare(args, program.entries["encode"], model).input_features
+    assert features.shape == (1, n_mels, 3000) and args.batch == 1
+    with wave.open(str(speech), "rb") as f:
+        samples = np.frombuffer(f.readframes(f.getnframes()), dtype="<i2").astype(np.float32) / 32768
+    reference = transformers.WhisperFeatureExtractor(feature_size=n_mels)
+    expected = reference(samples, sampling_rate=RATE, return_tensors="np").input_features
+    assert np.abs(features - expected).max() < 1e-4
 
 
 def refused(capsys, status: int, *args: str) -> str:
