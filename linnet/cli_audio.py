@@ -29,7 +29,7 @@ def prepare(args, graph, model) -> AudioInput:
     reader does not take, an unreadable preprocessor_config.json) and ValueError (`input_features` of rank other
     than 3, or features of another size than the entry's mel bins or frames, naming both)."""
     from linnet.runtimes.audio import FeatureExtractor, read_wav
-    from linnet.types.dims import dim_variables, format_dim
+    from linnet.types.dims import dim_variables, evaluate, format_dim
 
     from .cli_inputs import size_dims, target
 
@@ -47,10 +47,10 @@ def prepare(args, graph, model) -> AudioInput:
     # the sizes are checked before the file is read: a model the settings do not fit is the error, whatever the file
     made = (extractor.feature_size, extractor.nb_max_frames)
     for axis, (d, size) in enumerate(zip(value.dims[1:], made)):
-        if not dim_variables(d) and int(format_dim(d)) != size:
+        if not dim_variables(d) and evaluate(d, {}) != size:
             wanted = ", ".join(format_dim(x) for x in value.dims)
             raise ValueError(
-                f"--audio: entry `{graph.name}` takes `input_features: [{wanted}]`, but {source} give "
+                f"--audio: entry `{graph.name}` takes `input_features: [{wanted}]`, but the features of {source} are "
                 f"[{made[0]}, {made[1]}] ({extractor.chunk_length} s at hop {extractor.hop_length}): the "
                 f"{('mel bins', 'frames')[axis]} differ"
             )

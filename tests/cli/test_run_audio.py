@@ -153,7 +153,8 @@ def test_features_of_another_size_than_the_entrys_are_refused(whisper_folder, sp
     shutil.copytree(whisper_folder[0], folder, ignore=shutil.ignore_patterns("preprocessor_config.json"))
     assert refused(capsys, 1, WHISPER, "--weights", str(folder), "--audio", str(speech)) == (
         f"linnet run: --audio: entry `encode` takes `input_features: [B, {N_MELS}, {FRAMES}]`, but "
-        f"WhisperFeatureExtractor's defaults and the config's num_mel_bins give [{N_MELS}, 3000] (30 s at hop 160): "
+        f"the features of WhisperFeatureExtractor's defaults and the config's num_mel_bins are [{N_MELS}, 3000] "
+        "(30 s at hop 160): "
         "the frames differ"
     )
 
