@@ -199,6 +199,10 @@ EMITTERS["squeeze"] = lambda e, op: f"jnp.squeeze({e.r(op.args['x'])}, {op.args[
 EMITTERS["expand"] = lambda e, op: f"jnp.broadcast_to({e.r(op.args['x'])}, ({_tuple(op.args['shape'])}))"
 EMITTERS["concat"] = lambda e, op: f"jnp.concatenate({e.r(op.args['xs'])}, axis={op.args['dim']})"
 EMITTERS["cast"] = lambda e, op: f"{e.r(op.args['x'])}.astype({e.r(op.args['dtype'])})"
+# Inference: the identity. Dropout while training needs a PRNG key per step threaded through the generated
+# functions, which the JAX backend does not do: its trainer refuses a program with a dropout of p > 0
+# (linnet.runtimes.train.jax_trainer).
+EMITTERS["dropout"] = lambda e, op: e.r(op.args["x"])
 
 
 def _tuple(dims) -> str:

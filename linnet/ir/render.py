@@ -13,6 +13,10 @@ A backend subclasses `GraphEmitter` and sets its tables: `dtypes` (dtype name ->
 `emitters` (registry op -> emitter), `native` (composite -> emitter, used where the passes
 recorded `attrs["native"]`), `reserved` (names generated code must not shadow) and `error`
 (the exception it raises). Nothing here imports a framework: generated code is text.
+
+Training mode (PyTorch, `uses_training`): a random op (dropout) reads `training_flag()`, the module's
+`self.training` in a method; a free function that runs one, directly or through its callees, takes a
+`training` argument, which its callers pass on (`noisy(x, training=self.training)`).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from ..errors import CodegenError
 from ..types.core import DType
 from ..types.dims import Dim, format_dim
 from .core import Graph, Op, Program, Value, body_ops, format_tensor_type
+from .passes import runs_random
 
 
 class RenderError(CodegenError):
@@ -122,6 +127,7 @@ class GraphEmitter:
     graph: Graph | None = None  # the graph being emitted
     helpers: "Helpers | None" = None  # where composites that run as their bodies become functions
     shapes: bool = True  # shape comments on reshaping statements (not in a function for several shapes)
+    method: bool = False  # emitting a module's method (`self` is the module), not a free function
 
     # Set by each backend (class attributes of its subclass).
     dtypes: ClassVar[dict[str, str]] = {}
@@ -131,6 +137,7 @@ class GraphEmitter:
     backend: ClassVar[str] = ""
     error: ClassVar[type] = RenderError
     uses_device: ClassVar[bool] = True  # tensors are made on a `device` (PyTorch; not JAX)
+    uses_training: ClassVar[bool] = False  # random ops read PyTorch's training flag (see the module docstring)
 
     def fresh(self, hint: str) -> str:
         base = re.sub(r"\W", "_", hint or "t") or "t"
@@ -175,6 +182,11 @@ class GraphEmitter:
         if math.isfinite(v):
             return repr(v)
         return repr(f"{v}").join(("float(", ")"))
+
+    def training_flag(self) -> str:
+        """The Python expression that is true in training mode where this graph runs: the module's `self.training`
+        in a method, the `training` argument of a free function or a flat graph (member_style "dict")."""
+        return "self.training" if self.method and self.member_style == "attribute" else "training"
 
     def member(self, path: str) -> str:
         """A parameter or state tensor (path relative to the graph's receiver) as Python."""
@@ -287,6 +299,8 @@ class GraphEmitter:
         receiver = op.attrs.get("receiver")
         if receiver is None:
             fn = name
+            if self.uses_training and runs_random(callee):
+                args = f"{args}, training={self.training_flag()}" if args else f"training={self.training_flag()}"
             if callee_needs_device(self, callee):
                 args = f"{args}, device=device" if args else "device=device"
         else:
@@ -700,11 +714,14 @@ class ModuleWriter:
 def function_lines(g: Graph, e: GraphEmitter, name: str, method: bool) -> list[str]:
     """One graph as a method (`def name(self, ...)`, indented for a class body) or a function.
     A function that makes tensors and has no tensor argument takes `device`."""
+    e.method = method
     args = [e.bind(v) for v in g.inputs]
     body = e.graph_lines(g)
     rets = [e.r(v) for v in g.outputs]
     used = identifiers("\n".join(body + rets))
     params = (["self"] if method else []) + args
+    if not method and e.uses_training and runs_random(g):
+        params.append("training")
     needs_device = e.uses_device and "device" in used
     if not method and callee_needs_device(e, g):
         params.append("device")
