@@ -18,6 +18,9 @@ One optimizer step, as `trainer.Trainer` does it on PyTorch (transformers' `Trai
    norm before clipping (`optax.global_norm`), as `clip_grad_norm_` returns it. optax clips by
    `max_norm / norm` where torch uses `max_norm / (norm + 1e-6)`: a 1e-6 relative difference on clipped steps.
 
+Dropout: the generated JAX code runs `dropout` as the identity (inference); a `forward` with a dropout of p > 0
+(`--lora-dropout 0.1`) is refused with a TrainError rather than trained without its dropout.
+
 Objectives on JAX: the losses of `JAX_LOSSES` (`sft` and `full`: the token NLL over loss tokens), keyed by the
 objective's `name`; the others (DPO, GRPO) raise TrainError naming them.
 """
@@ -90,6 +93,7 @@ class JaxPolicy:
         unknown = [p for p in trainable if p not in model.params]
         if unknown:
             raise TrainError(f"no parameter {', '.join(unknown[:5])} to train")
+        _refuse_dropout(program, forward)
         self.model = model
         self.forward = compile_program(program, model.numerics, fuse_linear_weights=False).entry_fn("forward")
         self.trainable = {k: model.params[k] for k in trainable}
@@ -108,6 +112,22 @@ class JaxPolicy:
         """Put the trained parameters back into the model (its entries then run with them)."""
         jax = jax_module()
         self.model.params = {**self.model.params, **jax.device_put(self.trainable, self.model.device)}
+
+
+def _refuse_dropout(program: Any, forward: Any) -> None:
+    """Raise TrainError when `forward` runs a dropout of p > 0: in training it draws a mask per step, which on JAX
+    needs a PRNG key threaded through the generated functions; the JAX backend emits dropout as the identity
+    (inference), so training through it would silently train without dropout."""
+    from linnet.ir.core import walk_ops
+
+    drops = [op for op in walk_ops(forward) if op.name == "dropout" and op.args["p"] > 0]
+    if drops:
+        where = f" at {drops[0].origin}" if drops[0].origin else ""
+        raise TrainError(
+            f"{program.source} runs dropout (p = {drops[0].args['p']}{where}) in `forward`: the JAX backend runs "
+            "dropout as the identity (it threads no random key through its generated code), so it cannot train "
+            "with it; train on PyTorch (--backend torch), or without dropout (--lora-dropout 0)"
+        )
 
 
 class JaxTrainer:

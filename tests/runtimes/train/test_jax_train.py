@@ -23,6 +23,7 @@ pytest.importorskip("optax")
 
 import linnet  # noqa: E402
 from linnet.errors import TrainError  # noqa: E402
+from linnet.runtimes.train import LoraSettings  # noqa: E402
 
 pytestmark = [pytest.mark.torch, pytest.mark.jax, pytest.mark.usefixtures("one_torch_thread")]
 
@@ -87,4 +88,10 @@ def test_jax_refuses_what_it_does_not_train(tiny_llama, tmp_path):
         linnet.train(LLAMA, tiny_llama, data=data, backend="jax", bf16=True, max_steps=1, progress=False)
     with pytest.raises(TrainError, match="backend xla does not train"):
         linnet.train(LLAMA, tiny_llama, data=data, backend="xla", max_steps=1, progress=False)
+    # dropout while training needs a random key the generated JAX code does not take: refused, not left out
+    with pytest.raises(TrainError, match=r"runs dropout \(p = 0.1 at llama.linnet:\d+\) in `forward`: the JAX "):
+        linnet.train(
+            LLAMA, tiny_llama, data=data, backend="jax", lora=LoraSettings(lora_dropout=0.1), max_steps=1,
+            progress=False,
+        )  # fmt: skip
     assert not any(tmp_path.iterdir()) or [p.name for p in tmp_path.iterdir()] == ["sft.jsonl"]
