@@ -525,7 +525,7 @@ def _shape(t) -> str:
 def graph_function(g, numerics: str = "equivalent") -> str:
     """A flat graph as a standalone PyTorch `def NAME(p, inputs...)` (`render.graph_function`); one that runs
     dropout takes `training=False` last."""
-    return render.graph_function(Emitter, g, numerics).replace(", training):", ", training=False):", 1)
+    return render.graph_function(Emitter, g, numerics)
 
 
 def flat_program(program: Program, numerics: str = "equivalent") -> Program:
@@ -539,5 +539,6 @@ Emitter.emitters = EMITTERS
 Emitter.native = NATIVE
 Emitter.reserved = RESERVED
 Emitter.backend = "PyTorch"
-Emitter.uses_training = True
+Emitter.training_arg = "training"  # nn.Module's flag: `self.training` in a method
+Emitter.training_off = "False"
 Emitter.error = CodegenError

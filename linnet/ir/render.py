@@ -14,9 +14,10 @@ A backend subclasses `GraphEmitter` and sets its tables: `dtypes` (dtype name ->
 recorded `attrs["native"]`), `reserved` (names generated code must not shadow) and `error`
 (the exception it raises). Nothing here imports a framework: generated code is text.
 
-Training mode (PyTorch, `uses_training`): a random op (dropout) reads `training_flag()`, the module's
-`self.training` in a method; a free function that runs one, directly or through its callees, takes a
-`training` argument, which its callers pass on (`noisy(x, training=self.training)`).
+Random ops (dropout) read the backend's `training_arg` through `training_flag()`: an attribute of the module in a
+method (PyTorch's `self.training`; JAX's `self.dropout_keys`, the call's random keys); a free function that runs
+one, directly or through its callees, takes it as an argument, which its callers pass on
+(`noisy(x, training=self.training)`).
 """
 
 from __future__ import annotations
@@ -137,7 +138,9 @@ class GraphEmitter:
     backend: ClassVar[str] = ""
     error: ClassVar[type] = RenderError
     uses_device: ClassVar[bool] = True  # tensors are made on a `device` (PyTorch; not JAX)
-    uses_training: ClassVar[bool] = False  # random ops read PyTorch's training flag (see the module docstring)
+    # what random ops read (see the module docstring), and its value in a standalone `graph_function`: inference
+    training_arg: ClassVar[str | None] = None
+    training_off: ClassVar[str] = "None"
 
     def fresh(self, hint: str) -> str:
         base = re.sub(r"\W", "_", hint or "t") or "t"
@@ -184,9 +187,13 @@ class GraphEmitter:
         return repr(f"{v}").join(("float(", ")"))
 
     def training_flag(self) -> str:
-        """The Python expression that is true in training mode where this graph runs: the module's `self.training`
-        in a method, the `training` argument of a free function or a flat graph (member_style "dict")."""
-        return "self.training" if self.method and self.member_style == "attribute" else "training"
+        """The Python expression random ops read where this graph runs (`training_arg`): the module's attribute in
+        a method (`self.training`), the argument of a free function or of a flat graph (member_style "dict")."""
+        if self.training_arg is None:
+            raise self.error(f"the {self.backend} backend runs no random op")
+        if self.method and self.member_style == "attribute":
+            return f"self.{self.training_arg}"
+        return self.training_arg
 
     def member(self, path: str) -> str:
         """A parameter or state tensor (path relative to the graph's receiver) as Python."""
@@ -299,8 +306,9 @@ class GraphEmitter:
         receiver = op.attrs.get("receiver")
         if receiver is None:
             fn = name
-            if self.uses_training and runs_random(callee):
-                args = f"{args}, training={self.training_flag()}" if args else f"training={self.training_flag()}"
+            if self.training_arg and runs_random(callee):
+                passed = f"{self.training_arg}={self.training_flag()}"
+                args = f"{args}, {passed}" if args else passed
             if callee_needs_device(self, callee):
                 args = f"{args}, device=device" if args else "device=device"
         else:
@@ -720,8 +728,8 @@ def function_lines(g: Graph, e: GraphEmitter, name: str, method: bool) -> list[s
     rets = [e.r(v) for v in g.outputs]
     used = identifiers("\n".join(body + rets))
     params = (["self"] if method else []) + args
-    if not method and e.uses_training and runs_random(g):
-        params.append("training")
+    if not method and e.training_arg and runs_random(g):
+        params.append(e.training_arg)
     needs_device = e.uses_device and "device" in used
     if not method and callee_needs_device(e, g):
         params.append("device")
@@ -744,4 +752,6 @@ def graph_function(emitter: type[GraphEmitter], g: Graph, numerics: str = "equiv
     e.taken |= emitter.reserved | {"p"}
     text = function_lines(g, e, g.name, method=False)
     head = text[0].replace("(", "(p, ", 1) if g.inputs else text[0].replace("()", "(p)")
+    if e.training_arg:  # a graph that runs dropout: inference unless the caller says otherwise
+        head = head.replace(f", {e.training_arg}):", f", {e.training_arg}={e.training_off}):")
     return "\n".join([head] + text[1:])

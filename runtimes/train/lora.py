@@ -25,8 +25,8 @@ i.e. U(-1/√in, 1/√in), B = 0, so step 0 computes exactly the base model. The
 Dropout on the adapter's input (`lora_dropout` > 0): `LoraLinear` takes `lora_dropout` and computes
 `lora_B(lora_A(dropout(x, lora_dropout)))`, as PEFT's `lora_dropout` module does (an `nn.Dropout`: active while
 training, the identity in inference). With `lora_dropout` = 0 (PEFT's default) the transformed source is the one
-without dropout (`LORA_LINEAR_SOURCE`), as PEFT uses `nn.Identity` then. The JAX backend does not train with
-dropout (`jax_trainer`).
+without dropout (`LORA_LINEAR_SOURCE`), as PEFT uses `nn.Identity` then. On JAX the masks come from a key per
+micro-batch (`jax_trainer`), not from PyTorch's generator.
 """
 
 from __future__ import annotations
