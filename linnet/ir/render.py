@@ -751,7 +751,7 @@ def graph_function(emitter: type[GraphEmitter], g: Graph, numerics: str = "equiv
     e = emitter(numerics, member_style="dict")
     e.taken |= emitter.reserved | {"p"}
     text = function_lines(g, e, g.name, method=False)
-    head = text[0].replace("(", "(p, ", 1) if g.inputs else text[0].replace("()", "(p)")
+    head = text[0].replace("()", "(p)") if "()" in text[0] else text[0].replace("(", "(p, ", 1)
     if e.training_arg:  # a graph that runs dropout: inference unless the caller says otherwise
         head = head.replace(f", {e.training_arg}):", f", {e.training_arg}={e.training_off}):")
     return "\n".join([head] + text[1:])
