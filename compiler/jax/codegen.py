@@ -8,7 +8,8 @@ by `fuse_weights`, and the state) and runs the entry. An entry that writes state
 cache) returns `(outputs..., {checkpoint name: new value})`: a method writing a cache assigns
 the new array where it read the old one (`self.k_cache = write_cache(...)`), and the entry
 collects what was assigned (`Module.state`), so the cache is threaded through the call (and
-donated by the runtime, so XLA updates it in place). This file does not import jax: the
+donated by the runtime, so XLA updates it in place). Dropout draws only when the entry's `p` holds a
+random key under `DROPOUT_KEY` (the JAX trainer's; `DROPOUT`). This file does not import jax: the
 language server shows generated code in its own process.
 
 What runs natively is decided by the passes (`PASSES`, `linnet.ir.pipeline`): a composite
@@ -27,6 +28,7 @@ from typing import Callable
 from linnet.ir import render
 from linnet.ir.core import Op, Program, Value, body_ops
 from linnet.ir.fusion import fused_key, fused_names, split_fused_key
+from linnet.ir.passes import runs_random
 from linnet.ir.pipeline import NUMERICS, PassOptions, prepare
 from linnet.ir.render import (
     GraphEmitter,
@@ -68,7 +70,16 @@ RESERVED = python_reserved(
     "fuse_weights",
     "FUSED_WEIGHTS",
     "resize_axis",
+    "dropout",
+    "DropoutKeys",
+    "share_dropout_keys",
+    "dropout_keys",
+    "DROPOUT_KEY",
 )
+
+# The name under which an entry's `p` holds the random key of its dropouts (not a checkpoint name): absent, dropout
+# is the identity (inference); the JAX trainer passes one per micro-batch.
+DROPOUT_KEY = "<dropout key>"
 
 # Registry ops the JAX backend cannot express, with the reason (none at present: the test
 # accepts an op that is either lowered or listed here).
@@ -199,6 +210,18 @@ EMITTERS["squeeze"] = lambda e, op: f"jnp.squeeze({e.r(op.args['x'])}, {op.args[
 EMITTERS["expand"] = lambda e, op: f"jnp.broadcast_to({e.r(op.args['x'])}, ({_tuple(op.args['shape'])}))"
 EMITTERS["concat"] = lambda e, op: f"jnp.concatenate({e.r(op.args['xs'])}, axis={op.args['dim']})"
 EMITTERS["cast"] = lambda e, op: f"{e.r(op.args['x'])}.astype({e.r(op.args['dtype'])})"
+
+
+def _dropout(e: Emitter, op: Op) -> str:
+    """`dropout(x, p, self.dropout_keys)`, the module's helper (`DROPOUT`): the identity unless the entry was
+    given a random key (`p[DROPOUT_KEY]`: the JAX trainer's, per micro-batch); p = 0 is the identity."""
+    x, p = op.args["x"], op.args["p"]
+    if p == 0:
+        return e.r(x)
+    return f"dropout({e.r(x)}, {e.r(float(p))}, {e.training_flag()})"
+
+
+EMITTERS["dropout"] = _dropout
 
 
 def _tuple(dims) -> str:
@@ -513,6 +536,41 @@ def write_cache(cache, rows, positions, new):
 '''.strip()
 
 
+# The generated module's dropout, for a program that runs one: keys drawn in the order the trace runs the dropouts.
+DROPOUT = (
+    f"DROPOUT_KEY = {DROPOUT_KEY!r}\n\n\n"
+    + '''
+class DropoutKeys:
+    """The random keys of one call's dropouts: the i-th dropout the trace runs draws with `fold_in(key, i)`.
+    `key` None (the entry's `p` has no DROPOUT_KEY): inference, every dropout is the identity."""
+
+    def __init__(self, key):
+        self.key, self.count = key, 0
+
+    def next(self):
+        self.count += 1
+        return jax.random.fold_in(self.key, self.count)
+
+
+def share_dropout_keys(module, keys):
+    """Give `module` and every submodule of it `keys` (their methods read `self.dropout_keys`)."""
+    module.dropout_keys = keys
+    for name, child in module.CHILDREN.items():
+        for item in getattr(module, name) if isinstance(child, tuple) else [getattr(module, name)]:
+            share_dropout_keys(item, keys)
+
+
+def dropout(x, p, keys):
+    """torch.nn.functional.dropout: with a key, each element zeroed with probability `p` and the others scaled by
+    1 / (1 - p); without one (inference) `x`."""
+    if keys is None or keys.key is None:
+        return x
+    keep = jax.random.bernoulli(keys.next(), 1.0 - p, x.shape)
+    return jnp.where(keep, x * (1.0 / (1.0 - p)), jnp.zeros((), x.dtype))
+'''.strip()
+)
+
+
 class JaxModule(ModuleWriter):
     """The JAX module: plain classes over a dict of arrays, entries as module-level functions."""
 
@@ -562,6 +620,8 @@ class JaxModule(ModuleWriter):
         out = ["", "", FUSE_WEIGHTS.replace("[\n    KEYS\n]", f"[{keys}\n]" if keys else "[]")]
         if any(op.attrs.get("layout") == "flat" and op.name == "cache_write" for g in p.graphs() for op in body_ops(g)):
             out += ["", "", WRITE_CACHE]
+        if any(runs_random(g) for g in p.entries.values()):
+            out += ["", "", DROPOUT]
         for name, g in p.entries.items():
             args = [v.name for v in g.inputs]
             writes = bool(g.written_state())
@@ -572,6 +632,7 @@ class JaxModule(ModuleWriter):
                 f'    """The entry `{name}` of {p.root} on `p`, the arrays by checkpoint name'
                 + (', with the new state."""' if writes else '."""'),
                 f"    model = {p.root}(p)",
+                *(["    share_dropout_keys(model, DropoutKeys(p.get(DROPOUT_KEY)))"] if runs_random(g) else []),
                 f"    out = model.{self.layout.names[name]}({', '.join(args)})",
                 "    return (*out, model.state()) if isinstance(out, tuple) else (out, model.state())"
                 if writes
@@ -589,8 +650,10 @@ def generate(program: Program, numerics: str = "equivalent") -> str:
 
 
 def graph_function(g, numerics: str = "equivalent") -> str:
-    """A flat graph as a standalone JAX `def NAME(p, inputs...)` (`render.graph_function`)."""
-    return render.graph_function(Emitter, g, numerics)
+    """A flat graph as a standalone JAX `def NAME(p, inputs...)` (`render.graph_function`); one that runs dropout
+    takes `dropout_keys=None` last and comes after the module's dropout helpers (`DROPOUT`)."""
+    text = render.graph_function(Emitter, g, numerics)
+    return f"{DROPOUT}\n\n\n{text}" if runs_random(g) else text
 
 
 def module_source(program: Program, numerics: str) -> str:
@@ -605,3 +668,4 @@ Emitter.reserved = RESERVED
 Emitter.backend = "JAX"
 Emitter.error = CodegenError
 Emitter.uses_device = False
+Emitter.training_arg = "dropout_keys"  # the call's random keys (`DropoutKeys`), None in inference

@@ -349,6 +349,8 @@ def _rsqrt(L: Lowering, op: Op) -> ir.Value:
 
 
 LOWERINGS["rsqrt"] = _rsqrt
+# Inference only (ONNX backends do not train): the identity, as torch.onnx exports F.dropout in eval mode.
+LOWERINGS["dropout"] = lambda L, op: L.op("Identity", [L.get(op.args["x"])], hint=op.result.name)
 
 
 def _operand_dtype(op: Op) -> DType:

@@ -50,7 +50,7 @@ TORCH_DTYPES = {
     "i32": "torch.int32",
     "bool": "torch.bool",
 }
-RESERVED = python_reserved("torch", "F", "nn", "self", "device", "math", "Module")
+RESERVED = python_reserved("torch", "F", "nn", "self", "device", "math", "Module", "training")
 
 # What the passes do for this backend: composites native under these numerics, and the
 # attention variants `_grouped_attention` (and SDPA, under fast) can emit.
@@ -265,6 +265,19 @@ def _cache_write(e: Emitter, op: Op):
 
 
 EMITTERS["cache_write"] = _cache_write
+
+
+def _dropout(e: Emitter, op: Op) -> str:
+    """`F.dropout(x, p, training)` with PyTorch's own switch (`GraphEmitter.training_flag`): the module's
+    `self.training` in a method (the trainer calls `module.train()` for its steps; a loaded model is in `eval()`),
+    else the `training` argument. p = 0 is the identity."""
+    x, p = op.args["x"], op.args["p"]
+    if p == 0:
+        return e.r(x)
+    return f"F.dropout({e.r(x)}, {e.r(float(p))}, {e.training_flag()})"
+
+
+EMITTERS["dropout"] = _dropout
 
 
 def _const(e: Emitter, op: Op) -> str:
@@ -510,7 +523,8 @@ def _shape(t) -> str:
 
 
 def graph_function(g, numerics: str = "equivalent") -> str:
-    """A flat graph as a standalone PyTorch `def NAME(p, inputs...)` (`render.graph_function`)."""
+    """A flat graph as a standalone PyTorch `def NAME(p, inputs...)` (`render.graph_function`); one that runs
+    dropout takes `training=False` last."""
     return render.graph_function(Emitter, g, numerics)
 
 
@@ -525,4 +539,6 @@ Emitter.emitters = EMITTERS
 Emitter.native = NATIVE
 Emitter.reserved = RESERVED
 Emitter.backend = "PyTorch"
+Emitter.training_arg = "training"  # nn.Module's flag: `self.training` in a method
+Emitter.training_off = "False"
 Emitter.error = CodegenError

@@ -31,7 +31,7 @@ class Interpreter:
         self._globals = {"torch": torch, "F": F}
         e = Emitter(numerics, member_style="dict")
         e.dim_names = set(graph.dim_vars)
-        e.taken |= e.dim_names | {"p"}
+        e.taken |= e.dim_names | {"p", "training"}
         self.input_names = [e.bind(v) for v in graph.inputs]
         e.count_uses(graph)
         e.graph = graph
@@ -45,9 +45,11 @@ class Interpreter:
             self.steps.append((code, op))
         self.outputs = [e.r(v) for v in graph.outputs]
 
-    def run(self, p: dict, *inputs):
+    def run(self, p: dict, *inputs, training: bool = False):
+        """`training` switches dropout on (the module's `training` flag)."""
         env = dict(self._globals)
         env["p"] = p
+        env["training"] = training
         for name, v in zip(self.input_names, inputs):
             env[name] = v
         for name, (i, axis) in self.graph.dim_sources.items():

@@ -40,7 +40,8 @@ class LinnetModule(nn.Module):
     module's, so `state_dict()` keys are the checkpoint names). Entries take and return tensors
     on `device`: decoders' `forward(input_ids: i64[B, S]) -> [B, S, vocab]` and
     `step(input_ids: i64[B, S], positions: i64[B], rows: i64[B]) -> [B, vocab]` (the cache is
-    updated in place)."""
+    updated in place). It is made in `eval()` mode (inference: dropout is the identity); `train()` switches
+    dropout on, as in any `nn.Module`."""
 
     def __init__(self, program: Program, mode: str, numerics: str, device: str | torch.device):
         super().__init__()
@@ -74,6 +75,14 @@ class LinnetModule(nn.Module):
         self._entries: dict[str, Callable] = {}
         self._build_entries()
         self.tensors = self._tensor_dict()
+        self.eval()  # a loaded model infers: dropout is the identity until a trainer calls `train()`
+
+    def train(self, mode: bool = True) -> "LinnetModule":
+        """PyTorch's training switch (dropout draws masks in training mode), set on the generated root too: its
+        methods read `self.training`, and it is not a submodule (its children are this module's)."""
+        super().train(mode)
+        self.root.train(mode)
+        return self
 
     # ----- the parameter tree
     @staticmethod
@@ -115,7 +124,7 @@ class LinnetModule(nn.Module):
             flat = flat_program(self.program, self.numerics)
             for name, g in flat.entries.items():
                 interp = Interpreter(g, self.numerics)
-                self._entries[name] = lambda *inputs, run=interp.run: run(self.tensors, *inputs)
+                self._entries[name] = lambda *inputs, run=interp.run: run(self.tensors, *inputs, training=self.training)
             return
         for name in self.program.entries:
             fn = getattr(self.root, name)

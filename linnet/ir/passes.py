@@ -74,16 +74,18 @@ def _key(v: Any):
 
 def eliminate_common_subexpressions(g: Graph) -> int:
     """Merge ops with the same name, arguments and attributes (all ops are pure: state
-    updates are values). Returns the number of ops merged."""
+    updates are values), but for the registry's `random` ops: two dropouts of one tensor draw
+    two masks while training. Returns the number of ops merged."""
     seen: dict[Any, Op] = {}
     replace: dict[int, Value] = {}
+    random_callees: dict[int, bool] = {}
     kept = []
     for op in g.ops:
         _rewrite(op, replace)
         if op.name == "const":
             key = ("const", op.attrs["value"].dtype.str, op.attrs["value"].shape, op.attrs["value"].tobytes())
-        elif op.body is not None or op.writes:
-            key = ("unique", id(op))  # bodies are not compared; state writes never merge
+        elif op.body is not None or op.writes or _draws_random(op, random_callees):
+            key = ("unique", id(op))  # bodies are not compared; state writes and random draws never merge
         else:
             key = (op.name, _key(op.args), _key(op.attrs))
         prior = seen.get(key)
@@ -97,6 +99,24 @@ def eliminate_common_subexpressions(g: Graph) -> int:
     g.outputs = [replace.get(id(v), v) for v in g.outputs]
     g.state_updates = {k: replace.get(id(v), v) for k, v in g.state_updates.items()}
     return len(replace)
+
+
+def runs_random(g: Graph) -> bool:
+    """Whether `g` runs a `random` registry op (dropout): itself, in a body, or in a callee, directly or not."""
+    return any(op.name in REGISTRY and REGISTRY[op.name].random for op in walk_ops(g))
+
+
+def _draws_random(op: Op, callees: dict[int, bool]) -> bool:
+    """Whether `op` is a `random` registry op (dropout) or a call of a function that runs one (`callees` caches
+    the answer per callee)."""
+    if op.name in REGISTRY and REGISTRY[op.name].random:
+        return True
+    g = op.callee
+    if g is None:
+        return False
+    if id(g) not in callees:
+        callees[id(g)] = runs_random(g)
+    return callees[id(g)]
 
 
 def _rewrite(op: Op, replace: dict[int, Value]) -> None:

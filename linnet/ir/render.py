@@ -13,6 +13,11 @@ A backend subclasses `GraphEmitter` and sets its tables: `dtypes` (dtype name ->
 `emitters` (registry op -> emitter), `native` (composite -> emitter, used where the passes
 recorded `attrs["native"]`), `reserved` (names generated code must not shadow) and `error`
 (the exception it raises). Nothing here imports a framework: generated code is text.
+
+Random ops (dropout) read the backend's `training_arg` through `training_flag()`: an attribute of the module in a
+method (PyTorch's `self.training`; JAX's `self.dropout_keys`, the call's random keys); a free function that runs
+one, directly or through its callees, takes it as an argument, which its callers pass on
+(`noisy(x, training=self.training)`).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from ..errors import CodegenError
 from ..types.core import DType
 from ..types.dims import Dim, format_dim
 from .core import Graph, Op, Program, Value, body_ops, format_tensor_type
+from .passes import runs_random
 
 
 class RenderError(CodegenError):
@@ -122,6 +128,7 @@ class GraphEmitter:
     graph: Graph | None = None  # the graph being emitted
     helpers: "Helpers | None" = None  # where composites that run as their bodies become functions
     shapes: bool = True  # shape comments on reshaping statements (not in a function for several shapes)
+    method: bool = False  # emitting a module's method (`self` is the module), not a free function
 
     # Set by each backend (class attributes of its subclass).
     dtypes: ClassVar[dict[str, str]] = {}
@@ -131,6 +138,9 @@ class GraphEmitter:
     backend: ClassVar[str] = ""
     error: ClassVar[type] = RenderError
     uses_device: ClassVar[bool] = True  # tensors are made on a `device` (PyTorch; not JAX)
+    # what random ops read (see the module docstring), and its value in a standalone `graph_function`: inference
+    training_arg: ClassVar[str | None] = None
+    training_off: ClassVar[str] = "None"
 
     def fresh(self, hint: str) -> str:
         base = re.sub(r"\W", "_", hint or "t") or "t"
@@ -175,6 +185,15 @@ class GraphEmitter:
         if math.isfinite(v):
             return repr(v)
         return repr(f"{v}").join(("float(", ")"))
+
+    def training_flag(self) -> str:
+        """The Python expression random ops read where this graph runs (`training_arg`): the module's attribute in
+        a method (`self.training`), the argument of a free function or of a flat graph (member_style "dict")."""
+        if self.training_arg is None:
+            raise self.error(f"the {self.backend} backend runs no random op")
+        if self.method and self.member_style == "attribute":
+            return f"self.{self.training_arg}"
+        return self.training_arg
 
     def member(self, path: str) -> str:
         """A parameter or state tensor (path relative to the graph's receiver) as Python."""
@@ -287,6 +306,9 @@ class GraphEmitter:
         receiver = op.attrs.get("receiver")
         if receiver is None:
             fn = name
+            if self.training_arg and runs_random(callee):
+                passed = f"{self.training_arg}={self.training_flag()}"
+                args = f"{args}, {passed}" if args else passed
             if callee_needs_device(self, callee):
                 args = f"{args}, device=device" if args else "device=device"
         else:
@@ -700,11 +722,14 @@ class ModuleWriter:
 def function_lines(g: Graph, e: GraphEmitter, name: str, method: bool) -> list[str]:
     """One graph as a method (`def name(self, ...)`, indented for a class body) or a function.
     A function that makes tensors and has no tensor argument takes `device`."""
+    e.method = method
     args = [e.bind(v) for v in g.inputs]
     body = e.graph_lines(g)
     rets = [e.r(v) for v in g.outputs]
     used = identifiers("\n".join(body + rets))
     params = (["self"] if method else []) + args
+    if not method and e.training_arg and runs_random(g):
+        params.append(e.training_arg)
     needs_device = e.uses_device and "device" in used
     if not method and callee_needs_device(e, g):
         params.append("device")
@@ -726,5 +751,7 @@ def graph_function(emitter: type[GraphEmitter], g: Graph, numerics: str = "equiv
     e = emitter(numerics, member_style="dict")
     e.taken |= emitter.reserved | {"p"}
     text = function_lines(g, e, g.name, method=False)
-    head = text[0].replace("(", "(p, ", 1) if g.inputs else text[0].replace("()", "(p)")
+    head = text[0].replace("()", "(p)") if "()" in text[0] else text[0].replace("(", "(p, ", 1)
+    if e.training_arg:  # a graph that runs dropout: inference unless the caller says otherwise
+        head = head.replace(f", {e.training_arg}):", f", {e.training_arg}={e.training_off}):")
     return "\n".join([head] + text[1:])

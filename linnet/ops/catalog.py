@@ -109,6 +109,45 @@ _unary("abs", "Absolute value of each element.", lambda x: _np().abs(x), abs, fl
 _unary("neg", "Negation, elementwise: the unary `-`.", lambda x: -x, lambda v: -v, float_only=False, exact=True)
 
 
+# ----------------------------------------------------------------------------- dropout
+
+
+def _dropout_shape(a):
+    """x's shape, where `p` lies in [0, 1) (checked where it is known: a module parameter's value is known once
+    the module is instantiated). PyTorch accepts p = 1 (every element zeroed), but a layer that drops its whole
+    input is a mistake in a model, and 1 / (1 - p) is its scale."""
+    p = a["p"]
+    if p is not None and not 0.0 <= p < 1.0:
+        raise OpError(
+            "L216",
+            f"`dropout` requires a probability `p` in [0, 1), got {p!r}",
+            "p",
+            notes=["p is the chance that an element is zeroed while training (PyTorch's `F.dropout(x, p)`)"],
+        )
+    return a["x"].shape
+
+
+def _dropout_reference(x, p):
+    """Inference: the identity (`F.dropout(x, p, training=False)`); training draws its mask at random."""
+    return x.copy()
+
+
+register(
+    OpDef(
+        "dropout",
+        [T("x", "tensor"), T("p", "float")],
+        "While training, zeroes each element with probability `p` and scales the others by 1 / (1 - p); in "
+        "inference (generation, serving, `linnet run`) the identity (torch.nn.functional.dropout).",
+        _dropout_shape,
+        lambda a: _require_float(a["x"].dtype, "dropout"),
+        reference=_dropout_reference,
+        category="random",
+        cases=lambda rng, s: ({"x": array(rng, s)}, {"p": 0.25}),
+        random=True,
+    )
+)
+
+
 # ----------------------------------------------------------------------------- elementwise binary
 
 

@@ -126,6 +126,9 @@ class OpDef:
     argument dims (`args` as the shape rule sees them, `results` the result `TensorT`s), counted
     as 2 x multiply-adds; ops without one count 0 (elementwise, reductions, shape and indexing:
     the cost model's convention, `linnet.ir.cost`, as in torch.utils.flop_counter).
+    `random`: the op draws random numbers when the model trains (dropout), so two calls on the
+    same arguments are different values: common-subexpression elimination never merges them
+    (`linnet.ir.passes`), and its `reference` is what it computes in inference.
     """
 
     name: str
@@ -142,6 +145,7 @@ class OpDef:
     cases: CaseGenerator | None = None
     keyword: bool = True
     flops: Callable[[dict, list], Any] | None = None
+    random: bool = False
 
     def signature(self) -> str:
         """`name(param: kind = default, ...)`, as hover, signature help and the docs show it."""

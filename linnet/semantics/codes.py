@@ -357,6 +357,16 @@ _ALL = [
         "conv2d(x, weight)  # x: [B, 224, 224, 3], weight: [64, 3, 7, 7]",
         'Move the channels to dim 1 (`rearrange(x, "b h w c -> b c h w")`) or fix the weight.',
     ),
+    Code(
+        "L216",
+        "argument out of range",
+        "error",
+        "A compile-time argument of an op lies outside the values the op is defined for: `dropout`'s "
+        "probability `p` must be in [0, 1) (p is the chance an element is zeroed while training; p = 1 would "
+        "zero the whole input and divide by 0 in its scale 1 / (1 - p)).",
+        "dropout(x, 1.5)",
+        "Pass a value in the range the message names.",
+    ),
     # ----- L3xx dtypes
     Code(
         "L301",

@@ -18,6 +18,11 @@ One optimizer step, as `trainer.Trainer` does it on PyTorch (transformers' `Trai
    norm before clipping (`optax.global_norm`), as `clip_grad_norm_` returns it. optax clips by
    `max_norm / norm` where torch uses `max_norm / (norm + 1e-6)`: a 1e-6 relative difference on clipped steps.
 
+Dropout (`--lora-dropout`): the generated JAX code's dropouts draw only when the entry's `p` holds a random key
+(`DROPOUT_KEY`; without one, in inference, they are the identity). Each micro-batch's forward gets
+`fold_in(fold_in(PRNGKey(seed), step), micro_batch)`: other masks than PyTorch's generator draws (a run on JAX
+does not reproduce a PyTorch run's dropout), the same ones for the same seed.
+
 Objectives on JAX: the losses of `JAX_LOSSES` (`sft` and `full`: the token NLL over loss tokens), keyed by the
 objective's `name`; the others (DPO, GRPO) raise TrainError naming them.
 """
@@ -30,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from linnet.compiler.jax.codegen import DROPOUT_KEY
 from linnet.errors import TrainError
 
 from ..jax_backend import jax_module
@@ -162,9 +168,11 @@ class JaxTrainer:
         policy.frozen = jax.device_put(policy.frozen, replicated)
         self.opt_state = jax.device_put(self.opt_state, replicated)
 
-        def micro_loss(params, frozen, input_ids, loss_mask, num_items):  # frozen: an argument, never a constant
-            logits = policy.forward({**frozen, **params}, {}, input_ids)
+        def micro_loss(params, frozen, input_ids, loss_mask, num_items, key):  # frozen: an argument, never a constant
+            logits = policy.forward({**frozen, **params, DROPOUT_KEY: key}, {}, input_ids)
             return loss_fn(logits, input_ids, loss_mask, num_items)
+
+        self.dropout_key = jax.device_put(jax.random.PRNGKey(config.seed), replicated)
 
         self._grad = jax.jit(jax.value_and_grad(micro_loss, has_aux=True))
         self._apply = jax.jit(self._apply_updates)
@@ -204,9 +212,11 @@ class JaxTrainer:
         micro = self.objective.prepare_step(pol, micro)
         num_items = int(self.reduce_sum(float(sum(self.objective.num_items(b) for b in micro))))
         grads, sums = None, {}
-        for batch in micro:
+        step_key = jax.random.fold_in(self.dropout_key, step)
+        for i, batch in enumerate(micro):
             ids, mask = self._padded(batch)
-            (_, metrics), g = self._grad(pol.trainable, pol.frozen, ids, mask, np.float32(num_items))
+            key = jax.random.fold_in(step_key, i)  # the micro-batch's dropout masks
+            (_, metrics), g = self._grad(pol.trainable, pol.frozen, ids, mask, np.float32(num_items), key)
             grads = g if grads is None else jax.tree.map(lambda a, b: a + b, grads, g)
             for k, v in metrics.items():
                 sums[k] = sums.get(k, 0.0) + float(v)

@@ -22,8 +22,11 @@ pattern that picks some layers' `q_proj` but not others is refused, naming them.
 Initialisation (PEFT's `init_lora_weights=True`, `LoraLayer.reset_lora_parameters`): A ~ kaiming_uniform_(a=√5),
 i.e. U(-1/√in, 1/√in), B = 0, so step 0 computes exactly the base model. The base weights stay frozen.
 
-Dropout on the adapter's input (`lora_dropout`) needs a dropout op the language does not have yet: only 0 (PEFT's
-default) is accepted.
+Dropout on the adapter's input (`lora_dropout` > 0): `LoraLinear` takes `lora_dropout` and computes
+`lora_B(lora_A(dropout(x, lora_dropout)))`, as PEFT's `lora_dropout` module does (an `nn.Dropout`: active while
+training, the identity in inference). With `lora_dropout` = 0 (PEFT's default) the transformed source is the one
+without dropout (`LORA_LINEAR_SOURCE`), as PEFT uses `nn.Identity` then. On JAX the masks come from a key per
+micro-batch (`jax_trainer`), not from PyTorch's generator.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import contextlib
 import json
 import math
 import re
+import string
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,10 +65,12 @@ __all__ = [
 
 LORA_MODULE = "LoraLinear"
 
-LORA_LINEAR_SOURCE = """
-## LoRA (added by `linnet train`): PEFT's `lora.Linear` forward, `base(x) + lora_B(lora_A(x)) * scaling`
+# PEFT's `lora.Linear` forward; the adapter's input is `dropout(x, lora_dropout)` when the adapters have dropout,
+# else `x` (PEFT's `nn.Identity`), so that a source without dropout stays as it was.
+_LORA_LINEAR = string.Template("""
+## LoRA (added by `linnet train`): PEFT's `lora.Linear` forward, `base(x) + lora_B(lora_A($doc_input)) * scaling`
 ## (peft/tuners/lora/layer.py, `Linear.forward`); the base weight keeps the member's checkpoint name.
-module LoraLinear(in_features: int, out_features: int, use_bias: bool = true, r: int = 8, scaling: float = 1.0) {
+module LoraLinear(in_features: int, out_features: int, use_bias: bool = true, r: int = 8, scaling: float = 1.0$params) {
     weight: [out_features, in_features]
     if use_bias {
         bias: [out_features]
@@ -75,10 +81,14 @@ module LoraLinear(in_features: int, out_features: int, use_bias: bool = true, r:
     fn forward(x: [..., in_features]) -> [..., out_features] {
         let y = x @ transpose(weight)
         let base = if use_bias { y + bias } else { y }
-        base + lora_B(lora_A(x)) * scaling
+        base + lora_B(lora_A($adapter_input)) * scaling
     }
 }
-"""
+""")
+LORA_LINEAR_SOURCE = _LORA_LINEAR.substitute(doc_input="x", params="", adapter_input="x")
+LORA_LINEAR_DROPOUT_SOURCE = _LORA_LINEAR.substitute(
+    doc_input="dropout(x)", params=", lora_dropout: float = 0.0", adapter_input="dropout(x, lora_dropout)"
+)
 
 # PEFT's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING (peft/utils/constants.py, peft 0.21.2) for the zoo's
 # families, by Hugging Face model_type.
@@ -217,9 +227,12 @@ def _member_names(members: list[LinearMember]) -> str:
     return ", ".join(f"{decl[1]} ({path})" for decl, path in seen.items())
 
 
-def lora_source(path: str, text: str, members: list[LinearMember], r: int, scaling: float) -> str:
+def lora_source(
+    path: str, text: str, members: list[LinearMember], r: int, scaling: float, lora_dropout: float = 0.0
+) -> str:
     """`text` (the source at `path`) with each of `members`' declarations rewritten to `LoraLinear(..., r=r,
-    scaling=scaling)` and `LoraLinear` appended. Raises TrainError for a member declared in another file, or a
+    scaling=scaling)` (and `lora_dropout=p` when `lora_dropout` > 0) and `LoraLinear` appended (the one with dropout
+    on the adapter's input when `lora_dropout` > 0). Raises TrainError for a member declared in another file, or a
     source that already defines `LoraLinear`."""
     from linnet.semantics.program import Document
     from linnet.syntax import ast as A
@@ -245,10 +258,11 @@ def lora_source(path: str, text: str, members: list[LinearMember], r: int, scali
         if text[end - 1] != ")":
             raise TrainError(f"{path}: cannot rewrite {module}.{member}'s constructor")
         edits.append((f_start, f_end, LORA_MODULE))
-        edits.append((end - 1, end - 1, f", r={r}, scaling={float(scaling)!r}"))
+        dropout = f", lora_dropout={float(lora_dropout)!r}" if lora_dropout else ""
+        edits.append((end - 1, end - 1, f", r={r}, scaling={float(scaling)!r}{dropout}"))
     for start, end, new in sorted(edits, reverse=True):
         text = text[:start] + new + text[end:]
-    return text.rstrip("\n") + "\n" + LORA_LINEAR_SOURCE
+    return text.rstrip("\n") + "\n" + (LORA_LINEAR_DROPOUT_SOURCE if lora_dropout else LORA_LINEAR_SOURCE)
 
 
 def _field_decls(members: list, A: Any):
@@ -336,7 +350,7 @@ def prepare_with_adapters(
     completions through `step`). Returns (a `loading.Prepared` whose checkpoint view holds the adapters' tensors,
     the `LoraAdapters`). A backend's `load_prepared` makes the model.
 
-    Raises TrainError (targets, adapter folder, dropout), LoadError (source, weights)."""
+    Raises TrainError (targets, adapter folder), LoadError (source, weights)."""
     from linnet.ir.build import read_source
 
     from ..loading import prepare
@@ -350,16 +364,11 @@ def prepare_with_adapters(
     if lora is None:
         raise TrainError("LoRA needs settings or an adapter folder")
     lora.check()
-    if lora.lora_dropout:
-        raise TrainError(
-            f"--lora-dropout {lora.lora_dropout}: dropout on the adapters' input needs a dropout op Linnet does not "
-            "have yet; only 0 (PEFT's default) is supported"
-        )
     model_type = _model_type(base.program, base.checkpoint)
     members, spelled = select_members(base.program, lora.targets, model_type)
     if tensors is not None:
         tensors = _adapter_tensors(tensors, members, adapter)
-    new_text = lora_source(path, text, members, lora.r, lora.scaling)
+    new_text = lora_source(path, text, members, lora.r, lora.scaling, lora.lora_dropout)
     view = _AddedTensors(tensors, members, lora.r, seed)
     prepared = prepare(path, base.weights, preset, config, "f32", max_batch, text=new_text, view=view)
     return prepared, LoraAdapters(lora, members, spelled, path, base.weights, preset, config, model_type)

@@ -97,6 +97,16 @@ class TorchPolicy:
             return entry(input_ids)
 
     @contextlib.contextmanager
+    def training(self):
+        """Within, the model is in PyTorch's training mode (`module.train()`: dropout draws its masks, as in a
+        transformers `Trainer` step); back in `eval()` (inference: dropout is the identity) on exit."""
+        self.module.train()
+        try:
+            yield
+        finally:
+            self.module.eval()
+
+    @contextlib.contextmanager
     def adapters_disabled(self):
         """Within, `logits` is the base model: every LoRA adapter adds 0 (PEFT's `disable_adapter()`); for
         forwards without gradients (the DPO reference)."""

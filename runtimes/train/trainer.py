@@ -4,8 +4,9 @@ the whole step, gradient clipping, optional bf16 autocast; one metrics record pe
 One optimizer step (as transformers' `Trainer` with `num_items_in_batch`, which TRL's trainers inherit):
 1. take `gradient_accumulation_steps` micro-batches and let the objective prepare them (`prepare_step`);
 2. `N` = the step's loss tokens over every micro-batch (and every rank: `reduce_sum`);
-3. for each micro-batch: `loss = objective.loss(policy, batch, N)` (a sum over its tokens divided by N),
-   `loss.backward()`: the gradients add up to the gradient of the step's mean token loss;
+3. for each micro-batch, with the model in training mode (dropout active; every other forward, the objectives'
+   `prepare_step` included, runs in eval mode): `loss = objective.loss(policy, batch, N)` (a sum over its tokens
+   divided by N), `loss.backward()`: the gradients add up to the gradient of the step's mean token loss;
 4. clip the global gradient norm to `max_grad_norm` (`torch.nn.utils.clip_grad_norm_`, the norm before clipping
    is logged as `grad_norm`), `AdamW.step()`, advance the schedule, zero the gradients.
 """
@@ -84,8 +85,11 @@ class Trainer:
         sums: dict[str, float] = {}
         means: dict[str, float] = {}
         for batch in micro:
-            out = self.objective.loss(self.policy, batch, num_items)
-            out.loss.backward()
+            # dropout on for the forward whose loss is differentiated, and for its backward: gradient checkpointing
+            # recomputes the layers there (with the forward's random state, so with the same masks)
+            with self.policy.training():
+                out = self.objective.loss(self.policy, batch, num_items)
+                out.loss.backward()
             for k, v in out.sums.items():
                 sums[k] = sums.get(k, 0.0) + v
             for k, v in out.means.items():

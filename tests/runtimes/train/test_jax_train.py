@@ -81,6 +81,42 @@ def test_full_fine_tuning_on_jax_matches_a_plain_pytorch_loop(tiny_llama, tmp_pa
     assert ours[-1] < ours[0] - 0.1
 
 
+def test_lora_dropout_on_jax_draws_masks_from_the_key_it_is_given(tiny_llama, tmp_path):
+    """lora_dropout 0.1 on JAX: the trainer gives each micro-batch's forward a key (from the seed, the step and the
+    micro-batch); the trained model's `forward` without a key is inference (dropout the identity: what
+    `model.forward` and PEFT in eval mode compute) and with one draws masks, the same for the same key."""
+    import jax
+    import transformers
+    from peft import PeftModel
+
+    from linnet.compiler.jax.codegen import DROPOUT_KEY
+    from linnet.compiler.jax.module import compile_program
+    from linnet.runtimes.train import LoraSettings
+
+    data = write_jsonl(tmp_path / "sft.jsonl", id_rows(8))
+    lora = LoraSettings(r=4, lora_alpha=8, lora_dropout=0.1)
+    result = linnet.train(
+        LLAMA, tiny_llama, data=data, output=tmp_path / "out", backend="jax", lora=lora, shuffle=False,
+        progress=False, seed=0, **{**COMMON, "max_steps": 3},
+    )  # fmt: skip
+    assert len(result.history) == 3 and all(np.isfinite(r["loss"]) for r in result.history)
+    model = result.model
+    program = compile_program(model.prepared.program, model.numerics, fuse_linear_weights=False)
+    forward = jax.jit(program.entry_fn("forward"))
+    ids = jax.numpy.asarray(IDS)
+    plain = np.asarray(forward(model.params, {}, ids))
+    np.testing.assert_array_equal(plain, model.forward(IDS))
+    keyed = [np.asarray(forward({**model.params, DROPOUT_KEY: jax.random.PRNGKey(k)}, {}, ids)) for k in (0, 0, 1)]
+    np.testing.assert_array_equal(keyed[0], keyed[1])
+    assert np.abs(keyed[0] - plain).max() > 1e-6 and np.abs(keyed[0] - keyed[2]).max() > 1e-6
+
+    base = transformers.LlamaForCausalLM.from_pretrained(tiny_llama, dtype=torch.float32)
+    loaded = PeftModel.from_pretrained(base, tmp_path / "out").eval()
+    assert loaded.peft_config["default"].lora_dropout == 0.1
+    with torch.no_grad():
+        assert np.abs(loaded(input_ids=torch.tensor(IDS)).logits.numpy() - plain).max() < 1e-5
+
+
 def test_jax_refuses_what_it_does_not_train(tiny_llama, tmp_path):
     data = write_jsonl(tmp_path / "sft.jsonl", id_rows(4))
     with pytest.raises(TrainError, match="bf16 and gradient_checkpointing"):

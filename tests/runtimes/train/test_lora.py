@@ -5,7 +5,9 @@
 - 20 steps of LoRA SFT against TRL 1.16 SFTTrainer on a PEFT 0.21 model started from the same adapter weights
   (PEFT draws A; Linnet loads that initial adapter folder): per-step losses;
 - the adapter Linnet saves loads in `PeftModel.from_pretrained` with Linnet's logits, loads back into Linnet, and
-  the merged export (`export_hf`'s writer) loads in transformers with the same logits.
+  the merged export (`export_hf`'s writer) loads in transformers with the same logits;
+- lora_dropout 0.1: 6 steps against TRL + PEFT drawing the same dropout masks (per-step losses within 2e-6);
+  under gradient checkpointing the recomputed layers draw the masks of the forward.
 """
 
 from __future__ import annotations
@@ -30,13 +32,14 @@ pytestmark = [pytest.mark.torch, pytest.mark.usefixtures("one_torch_thread")]
 IDS = np.array([[1, 5, 9, 22, 7, 100, 3, 64]])
 
 
-def peft_model(folder, r=4, lora_alpha=8):
+def peft_model(folder, r=4, lora_alpha=8, lora_dropout=0.0):
     import transformers
     from peft import LoraConfig, get_peft_model
 
     base = transformers.LlamaForCausalLM.from_pretrained(folder, dtype=torch.float32)
     torch.manual_seed(1)
-    return get_peft_model(base, LoraConfig(r=r, lora_alpha=lora_alpha, task_type="CAUSAL_LM"))
+    config = LoraConfig(r=r, lora_alpha=lora_alpha, lora_dropout=lora_dropout, task_type="CAUSAL_LM")
+    return get_peft_model(base, config)
 
 
 def test_default_targets_and_step_zero_equals_base(tiny_llama):
@@ -116,6 +119,73 @@ def test_lora_sft_matches_trl_and_peft(tiny_llama, tmp_path):
     merged = transformers.LlamaForCausalLM.from_pretrained(tmp_path / "merged", dtype=torch.float32).eval()
     with torch.no_grad():
         assert np.abs(merged(input_ids=ids).logits.numpy() - got).max() < 1e-5
+
+
+def test_lora_dropout_sft_matches_trl_and_peft(tiny_llama, tmp_path, monkeypatch):
+    """lora_dropout = 0.1: PEFT's `nn.Dropout` on each adapter's input, q_proj then v_proj layer by layer, and
+    Linnet's generated `F.dropout(x, 0.1, self.training)` in the same order draw the same masks from torch's
+    generator when it is in the same state: both seed it with 0 (TRL's `set_seed(args.seed)`, Linnet's `seed`),
+    and TRL's DataLoader then draws one int64 from it when its iterator is made (the workers' base seed,
+    torch/utils/data/dataloader.py `_BaseDataLoaderIter.__init__`), which the Linnet side draws too. Six steps,
+    one epoch of 24 rows (a second epoch would draw again). B = 0 at step 1 and the learning rate 0 at step 1
+    (warmup), so the masks show from step 3 on, where p = 0 differs by 3e-5."""
+    from linnet.runtimes.train.trainer import Trainer
+
+    real_train = Trainer.train
+
+    def train_after_the_loader_draw(self):
+        torch.empty((), dtype=torch.int64).random_()  # what TRL's DataLoader iterator draws
+        return real_train(self)
+
+    monkeypatch.setattr(Trainer, "train", train_after_the_loader_draw)
+    rows = id_rows(24)
+    options = {**COMMON, "max_steps": 6}
+    data = write_jsonl(tmp_path / "sft.jsonl", rows)
+    reference = peft_model(tiny_llama, lora_dropout=0.1)
+    initial = tmp_path / "initial_adapter"
+    reference.save_pretrained(initial)  # its adapter_config.json holds lora_dropout: Linnet takes it from there
+    out = tmp_path / "out"
+    result = linnet.train(
+        LLAMA, tiny_llama, data=data, output=out, adapter=initial, shuffle=False, progress=False, seed=0, **options
+    )
+    ours = [r["loss"] for r in result.history]
+    theirs, _ = trl_sft_losses(reference, rows, options)
+    delta = max(abs(a - b) for a, b in zip(ours, theirs))
+    print(f"LoRA SFT with lora_dropout 0.1 vs TRL + PEFT over 6 steps: max |loss diff| {delta:.2e}")
+    assert len(ours) == len(theirs) == 6
+    assert delta < 2e-6, (ours, theirs)  # measured 2.4e-7; without the same masks 1e-5 and more
+    assert result.model.lora.settings.lora_dropout == 0.1
+    assert "F.dropout(x, 0.1, self.training)" in result.model.module.source
+
+    # inference is the identity: deterministic, and PEFT in eval mode gives the same logits
+    import transformers
+    from peft import PeftModel
+
+    got = result.model.forward(IDS)[0]
+    np.testing.assert_array_equal(result.model.forward(IDS)[0], got)
+    base = transformers.LlamaForCausalLM.from_pretrained(tiny_llama, dtype=torch.float32)
+    loaded = PeftModel.from_pretrained(base, out).eval()
+    assert loaded.peft_config["default"].lora_dropout == 0.1
+    with torch.no_grad():
+        assert np.abs(loaded(input_ids=torch.tensor(IDS)).logits.numpy() - got).max() < 1e-5
+    result.model.module.train()  # training mode draws masks: the trained adapters' contribution changes
+    with torch.no_grad():
+        assert not torch.equal(result.model.native.forward(torch.tensor(IDS)), torch.from_numpy(got))
+    result.model.module.eval()
+
+
+def test_lora_dropout_under_gradient_checkpointing_recomputes_the_same_masks(tiny_llama, tmp_path):
+    """Checkpointed layers run again in the backward pass, still in training mode and from the forward's random
+    state (torch.utils.checkpoint keeps it): the same masks, so the same losses and gradient norms, bit for bit."""
+    data = write_jsonl(tmp_path / "sft.jsonl", id_rows(16))
+    runs = []
+    for checkpointing in (False, True):
+        result = linnet.train(
+            LLAMA, tiny_llama, data=data, lora=LoraSettings(r=4, lora_alpha=8, lora_dropout=0.2), shuffle=False,
+            progress=False, seed=0, gradient_checkpointing=checkpointing, **{**COMMON, "max_steps": 4},
+        )  # fmt: skip
+        runs.append([(r["loss"], r["grad_norm"]) for r in result.history])
+    assert runs[0] == runs[1]
 
 
 def test_adapters_disabled_is_the_base(tiny_llama, tmp_path):
