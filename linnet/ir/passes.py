@@ -11,6 +11,7 @@ generated code, and a large one is better computed than read.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ..ops import REGISTRY
@@ -18,6 +19,10 @@ from ..types.dims import Dim
 from .core import Graph, Op, Program, Value, walk_ops
 
 FOLD_LIMIT = 64
+# Known values are computed (to fold what reads them) only up to this many elements: a position table of
+# `max_positions` rows is not worth computing in numpy, and `--max-positions 1000000000` made the fold an 8 GB
+# `arange` before the cache-size check could refuse it.
+KNOWN_LIMIT = 1 << 16
 _NP_DTYPES = {"f64": "float64", "f32": "float32", "f16": "float16", "i64": "int64", "i32": "int32", "bool": "bool"}
 
 
@@ -141,6 +146,8 @@ def fold_constants(g: Graph) -> int:
             continue
         r = op.result
         if any(r.dtype.name not in _NP_DTYPES for r in op.results) or any(d.as_int() is None for d in r.dims):
+            continue
+        if math.prod(d.as_int() for d in r.dims) > KNOWN_LIMIT:
             continue
         inputs = op.inputs()
         if any(id(v) not in known for v in inputs):
