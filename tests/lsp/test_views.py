@@ -57,7 +57,9 @@ async def test_backends_request_serves_the_registry(client):
     assert by_name["onnxruntime"]["dtypes"] == ["f32", "f16", "bf16"]
     assert by_name["cuda-graphs"]["devices"] == ["cuda"] and not by_name["cuda-graphs"]["available"]
     assert "runs on cuda" in by_name["cuda-graphs"]["reason"]
-    assert all(b["canTrain"] is False and b["numerics"] == ["equivalent", "fast"] for b in listed)
+    assert all(b["numerics"] == ["equivalent", "fast"] for b in listed)
+    assert {b["name"] for b in listed if b["canTrain"]} == {name for name, b in BACKENDS.items() if b.can_train}
+    assert by_name["torch"]["canTrain"] and by_name["jax"]["canTrain"] and not by_name["onnxruntime"]["canTrain"]
     assert by_name["torch"]["available"] == (importlib.util.find_spec("torch") is not None)
 
 
