@@ -136,7 +136,7 @@ def test_random_bytes_never_raise(data):
 def test_truncations_and_deletions_of_examples_never_raise(example):
     text = (EXAMPLES / example).read_text()
     rng = random.Random(example)
-    cuts = sorted(rng.sample(range(len(text)), 25))
+    cuts = sorted(rng.sample(range(len(text)), 8))
     for cut in cuts:
         Document("t.linnet", text[:cut]).analyze()
         start = rng.randrange(len(text))
