@@ -703,8 +703,27 @@ def main() -> None:
             " processes shared the cores and the row is slower than the machine can do.",
         ],
     }
+    carried = carry_other_models(args.out, args.only) if args.only else []
+    if carried:
+        runs = sorted({row["run"] for row in carried})
+        result["rows"] += carried
+        result["notes"].append(
+            f"This run measured {', '.join(f'`{m}`' for m in args.only)} (--only); the rows of the other models are"
+            f" carried from earlier runs of this file ({', '.join(runs)}; each row's `run`), each pair of a reference"
+            " and its Linnet row measured side by side in one run."
+        )
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {args.out}; regenerate docs/zoo.md with `make docs`", file=sys.stderr)
+
+
+def carry_other_models(out: Path, only: list[str]) -> list[dict]:
+    """The rows of `out` (an earlier run's results) whose model is not in `only`, each tagged with the time of the
+    run that measured it (`run`), so that a run of a few models keeps the others' rows. [] when `out` is absent."""
+    if not out.is_file():
+        return []
+    earlier = json.loads(out.read_text())
+    rows = [row for row in earlier.get("rows", []) if row["model"] not in only]
+    return [{**row, "run": row.get("run", earlier["written"])} for row in rows]
 
 
 if __name__ == "__main__":

@@ -143,7 +143,9 @@ def speed_table(speed: dict) -> list[str]:
         cells = [
             f"`{row['model']}`",
             row["shape"],
-            row["side"] + (f" (failed: {_last_line(row['error'])})" if "error" in row else ""),
+            row["side"]
+            + (f" (failed: {_last_line(row['error'])})" if "error" in row else "")
+            + (f" (run of {row['run']})" if "run" in row else ""),
             str(row["batch"]),
             str(row.get("prompt_tokens", len(row.get("tokens") or []) or "—")),
             _cell(row, "ttft_ms", ".0f") if decoder else _cell(row, _first(row, "transcribe_ms", "forward_ms"), ".1f"),
