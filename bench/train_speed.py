@@ -3,9 +3,9 @@
 Side by side, in one run on one machine: LoRA SFT, DPO and GRPO on a shrunk Llama (4 layers, hidden 256, a
 character tokenizer, two-number multiplication data: tests/runtimes/train/toy_pref.py) and LoRA SFT on
 SmolLM2-135M-Instruct (the embedded Q4_1 GGUF dequantized by transformers and saved as a Hugging Face folder, so
-both sides train the same f32 weights), for Linnet on PyTorch (`linnet.train`), Linnet on JAX (a hook: its row runs
-once the registry says the `jax` backend trains, and is marked skipped until then) and TRL 1.16 + PEFT
-(SFTTrainer, DPOTrainer, GRPOTrainer from tests/runtimes/train/trl_reference.py).
+both sides train the same f32 weights), for Linnet on PyTorch and on JAX (`linnet.train`, backend `torch` or `jax`;
+a backend the registry does not mark `can_train` gives a row marked skipped) and TRL 1.16 + PEFT (SFTTrainer,
+DPOTrainer, GRPOTrainer from tests/runtimes/train/trl_reference.py).
 
 - Same start and data on both sides: LoRA r 8, alpha 8, q_proj and v_proj, from one PEFT-initialised adapter
   (PEFT draws A, B = 0) that Linnet loads (`adapter=`) and TRL trains as a `PeftModel`; rows in file order; f32;
