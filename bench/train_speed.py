@@ -134,8 +134,21 @@ def save_smollm2(folder: Path) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from safetensors.torch import save_file
+
     model = AutoModelForCausalLM.from_pretrained(gs.gguf_dir(), gguf_file=gs.GGUF_NAME, dtype=torch.float32)
-    model.save_pretrained(folder)
+    # save_pretrained refuses a model loaded from a GGUF ("quantized with gguf and is not serializable"); its
+    # dequantized f32 weights and config are written as a folder's files instead (the tied head stored once).
+    folder.mkdir(parents=True, exist_ok=True)
+    tensors = {k: v.contiguous() for k, v in model.state_dict().items()}
+    if model.config.tie_word_embeddings:  # stored once, as transformers writes a tied model
+        del tensors["lm_head.weight"]
+    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    config = model.config
+    del config.quantization_config  # the folder holds f32 weights, not the GGUF's
+    config.__dict__.pop("_model_name_or_path", None)  # the GGUF's general.name, which transformers' reader keeps
+    config.architectures = [type(model).__name__]
+    config.save_pretrained(folder)
     AutoTokenizer.from_pretrained(gs.gguf_dir(), gguf_file=gs.GGUF_NAME).save_pretrained(folder)
 
 
