@@ -132,9 +132,8 @@ def save_shrunk(folder: Path, shape: str, device: str) -> None:
 def save_smollm2(folder: Path) -> None:
     """The embedded SmolLM2-135M-Instruct GGUF, dequantized to f32 by transformers, as a Hugging Face folder."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     model = AutoModelForCausalLM.from_pretrained(gs.gguf_dir(), gguf_file=gs.GGUF_NAME, dtype=torch.float32)
     # save_pretrained refuses a model loaded from a GGUF ("quantized with gguf and is not serializable"); its
