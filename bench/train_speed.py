@@ -161,6 +161,11 @@ def run_linnet(work: Path, workload: str, backend: str, steps: int, batch: int, 
     if not get_backend(backend).can_train:
         return {"skipped": f"backend {backend} does not train yet (the registry's can_train)"}
     spec = WORKLOADS[workload]
+    if get_backend(backend).family == "jax":
+        from linnet.runtimes.train.jax_trainer import JAX_LOSSES
+
+        if spec["method"] not in JAX_LOSSES:
+            return {"skipped": f"{spec['method']} does not train on JAX (JAX trains {', '.join(JAX_LOSSES)})"}
     options = {}
     if spec["method"] == "grpo":
         options = dict(reward=REWARD, num_generations=spec["num_generations"],

@@ -23,8 +23,11 @@ Dropout (`--lora-dropout`): the generated JAX code's dropouts draw only when the
 `fold_in(fold_in(PRNGKey(seed), step), micro_batch)`: other masks than PyTorch's generator draws (a run on JAX
 does not reproduce a PyTorch run's dropout), the same ones for the same seed.
 
-Objectives on JAX: the losses of `JAX_LOSSES` (`sft` and `full`: the token NLL over loss tokens), keyed by the
-objective's `name`; the others (DPO, GRPO) raise TrainError naming them.
+Objectives on JAX: the losses of `JAX_LOSSES`, keyed by the objective's `name`: `sft` and `full` (the token NLL
+over loss tokens) and `dpo` (`dpo.DPO`'s sigmoid loss; its reference is the trained parameters' values before the
+first step, held as a second parameter set: for fresh LoRA adapters B = 0 there, so it computes the base model
+exactly, as TRL's adapters-disabled reference does; for `--adapter` and full fine-tuning it is TRL's frozen copy of
+the start). GRPO, which samples through the generation runner, raises TrainError naming what trains.
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ from .metrics import step_record
 from .objectives import Objective
 from .schedule import lr_multiplier
 
-__all__ = ["JaxPolicy", "JaxTrainer", "JAX_LOSSES", "token_nll_jax", "sft_loss_jax", "PAD_TO"]
+__all__ = ["JaxPolicy", "JaxTrainer", "JAX_LOSSES", "token_nll_jax", "sft_loss_jax", "dpo_loss_jax", "PAD_TO"]
 
 PAD_TO = 16
 
@@ -71,7 +74,62 @@ def sft_loss_jax(logits, input_ids, loss_mask, num_items):
     return loss, {"loss": loss, "num_loss_tokens": loss_mask.sum(), "correct": correct}
 
 
-JAX_LOSSES: dict[str, Callable] = {"sft": sft_loss_jax, "full": sft_loss_jax}
+def masked_logps_jax(logits, input_ids, loss_mask):
+    """`dpo.masked_logps` in JAX: the summed log-probs f32[B] of the tokens `loss_mask` f32[B, S - 1] selects."""
+    return -(token_nll_jax(logits, input_ids) * loss_mask).sum(axis=1)
+
+
+def dpo_loss_jax(logps, ref_logps, pairs: int, beta: float, num_items):
+    """`dpo.dpo_loss` in JAX, over the first 2·`pairs` rows of f32[R] summed log-probs under the trained model
+    (`logps`) and the reference (`ref_logps`), chosen rows first (rows after 2·`pairs` pad the batch over the
+    devices); the loss divided by the step's micro-batch count `num_items` as `DPO.loss` does. Returns (loss,
+    {"sums": {"loss"}, "means": TRL's logged metrics}): Rafailov et al. 2023, trl/trainer/dpo_trainer.py."""
+    jax = jax_module()
+    import jax.numpy as jnp
+
+    chosen, rejected = logps[:pairs], logps[pairs : 2 * pairs]
+    chosen_logratios = chosen - ref_logps[:pairs]
+    rejected_logratios = rejected - ref_logps[pairs : 2 * pairs]
+    loss = -jax.nn.log_sigmoid(beta * (chosen_logratios - rejected_logratios)).mean() / jnp.maximum(1, num_items)
+    chosen_rewards = jax.lax.stop_gradient(beta * chosen_logratios)
+    rejected_rewards = jax.lax.stop_gradient(beta * rejected_logratios)
+    means = {
+        "rewards/chosen": chosen_rewards.mean(),
+        "rewards/rejected": rejected_rewards.mean(),
+        "rewards/accuracies": (chosen_rewards > rejected_rewards).astype(jnp.float32).mean(),
+        "rewards/margins": (chosen_rewards - rejected_rewards).mean(),
+        "logps/chosen": jax.lax.stop_gradient(chosen).mean(),
+        "logps/rejected": jax.lax.stop_gradient(rejected).mean(),
+    }
+    return loss, {"sums": {"loss": loss}, "means": means}
+
+
+def _sft_micro_loss(policy: JaxPolicy, objective: Objective):
+    def micro_loss(params, frozen, input_ids, loss_mask, num_items, key):  # frozen: an argument, never a constant
+        logits = policy.forward({**frozen, **params, DROPOUT_KEY: key}, {}, input_ids)
+        loss, metrics = sft_loss_jax(logits, input_ids, loss_mask, num_items)
+        return loss, {"sums": metrics, "means": {}}
+
+    return micro_loss
+
+
+def _dpo_micro_loss(policy: JaxPolicy, objective: Objective):
+    jax = jax_module()
+    beta = objective.beta
+
+    def micro_loss(params, frozen, input_ids, loss_mask, num_items, key, reference, pairs):
+        # the reference in inference (no dropout key: TRL's reference pass draws no masks either)
+        ref_logits = policy.forward({**frozen, **reference}, {}, input_ids)
+        ref_logps = jax.lax.stop_gradient(masked_logps_jax(ref_logits, input_ids, loss_mask))
+        logits = policy.forward({**frozen, **params, DROPOUT_KEY: key}, {}, input_ids)
+        return dpo_loss_jax(masked_logps_jax(logits, input_ids, loss_mask), ref_logps, pairs, beta, num_items)
+
+    return micro_loss
+
+
+# objective name -> the micro-batch loss's maker: (policy, objective) -> fn(params, frozen, input_ids, loss_mask,
+# num_items, key, **extra) -> (loss, {"sums": summed over the step's micro-batches, "means": averaged})
+JAX_LOSSES: dict[str, Callable] = {"sft": _sft_micro_loss, "full": _sft_micro_loss, "dpo": _dpo_micro_loss}
 
 
 class JaxPolicy:
@@ -168,13 +226,13 @@ class JaxTrainer:
         policy.frozen = jax.device_put(policy.frozen, replicated)
         self.opt_state = jax.device_put(self.opt_state, replicated)
 
-        def micro_loss(params, frozen, input_ids, loss_mask, num_items, key):  # frozen: an argument, never a constant
-            logits = policy.forward({**frozen, **params, DROPOUT_KEY: key}, {}, input_ids)
-            return loss_fn(logits, input_ids, loss_mask, num_items)
-
         self.dropout_key = jax.device_put(jax.random.PRNGKey(config.seed), replicated)
+        # DPO's reference: the trained parameters' values before the first step (see the module docstring)
+        self.reference = dict(policy.trainable) if objective.name == "dpo" else None
 
-        self._grad = jax.jit(jax.value_and_grad(micro_loss, has_aux=True))
+        micro_loss = loss_fn(policy, objective)
+        static = ("pairs",) if objective.name == "dpo" else ()
+        self._grad = jax.jit(jax.value_and_grad(micro_loss, has_aux=True), static_argnames=static)
         self._apply = jax.jit(self._apply_updates)
         self.history: list[dict[str, Any]] = []
 
@@ -209,22 +267,26 @@ class JaxTrainer:
             self.objective.collate(next(self.micro_batches), pol.pad_token_id)
             for _ in range(cfg.gradient_accumulation_steps)
         ]
-        micro = self.objective.prepare_step(pol, micro)
+        if self.reference is None:  # DPO's `prepare_step` makes a PyTorch reference; the JAX one is `reference`
+            micro = self.objective.prepare_step(pol, micro)
         num_items = int(self.reduce_sum(float(sum(self.objective.num_items(b) for b in micro))))
-        grads, sums = None, {}
+        grads, sums, means = None, {}, {}
         step_key = jax.random.fold_in(self.dropout_key, step)
         for i, batch in enumerate(micro):
             ids, mask = self._padded(batch)
             key = jax.random.fold_in(step_key, i)  # the micro-batch's dropout masks
-            (_, metrics), g = self._grad(pol.trainable, pol.frozen, ids, mask, np.float32(num_items), key)
+            extra = {} if self.reference is None else {"reference": self.reference, "pairs": len(batch.input_ids) // 2}
+            (_, metrics), g = self._grad(pol.trainable, pol.frozen, ids, mask, np.float32(num_items), key, **extra)
             grads = g if grads is None else jax.tree.map(lambda a, b: a + b, grads, g)
-            for k, v in metrics.items():
+            for k, v in metrics["sums"].items():
                 sums[k] = sums.get(k, 0.0) + float(v)
+            for k, v in metrics["means"].items():
+                means[k] = means.get(k, 0.0) + float(v) / len(micro)
         lr_used = self.learning_rate * self.multiplier(step - 1)
         pol.trainable, self.opt_state, grad_norm = self._apply(
             pol.trainable, grads, self.opt_state, np.float32(lr_used)
         )
-        return step_record(step, sums, micro, float(grad_norm), lr_used, time.perf_counter() - t0)
+        return step_record(step, {**sums, **means}, micro, float(grad_norm), lr_used, time.perf_counter() - t0)
 
     def train(self) -> list[dict[str, Any]]:
         """Run `config.max_steps` optimizer steps; returns every step's record (also passed to `on_step`); the
