@@ -559,6 +559,10 @@ def main() -> None:
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "linnet-zoo-speed")
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--only", nargs="+", help="only the rows of these models (`gpt_oss`, `llama`, `bert`...)")
+    parser.add_argument(
+        "--also-backend", nargs="+", default=[], metavar="NAME",
+        help="a Linnet row on each of these backends too, after the default one (e.g. `torch` for conv nets)",
+    )  # fmt: skip
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
@@ -635,26 +639,28 @@ def main() -> None:
         group = []
         # `--backend` asks for one backend on every row; ROW_BACKENDS only replaces the default, the fastest
         row_backend, why = (args.backend, None) if args.backend else ROW_BACKENDS.get(model, (backend, None))
-        sides = [("transformers-eager", "transformers"), (f"linnet {row_backend}", "linnet")]
+        linnet_sides = [(f"linnet {b}", "linnet", b) for b in dict.fromkeys([row_backend, *args.also_backend])]
+        sides = [("transformers-eager", "transformers", None), *linnet_sides]
         if kind == "vision":  # the reference under torch.compile too
-            sides.insert(1, ("transformers torch.compile", "transformers-compile"))
+            sides.insert(1, ("transformers torch.compile", "transformers-compile", None))
         if kind == "diffusion":  # diffusers' eager reference first, then under torch.compile
-            sides = [("diffusers-eager", "diffusers"), ("diffusers-compile", "diffusers-compile"), sides[-1]]
+            sides = [("diffusers-eager", "diffusers", None), ("diffusers-compile", "diffusers-compile", None),
+                     *linnet_sides]  # fmt: skip
         if kind == "multimodal":  # the reference under torch.compile too
-            sides.append(("transformers-compile", "transformers-compile"))
+            sides.append(("transformers-compile", "transformers-compile", None))
         model_class = vision.get(model, (None,))[0] or diffusion.get(model)
-        for side, name in sides:
-            spec = dict(name=f"{model}-{len(rows)}", kind=kind, side=name, backend=row_backend, source=source,
-                        weights=weights, runs=args.runs, new_tokens=args.new_tokens, prompt_file=str(prompt_file),
-                        ids_file=ids_file, pixels_file=ids_file, out_dir=str(work), batch=batch,
-                        model_class=model_class)  # fmt: skip
+        for side, name, side_backend in sides:
+            spec = dict(name=f"{model}-{len(rows)}", kind=kind, side=name, backend=side_backend or row_backend,
+                        source=source, weights=weights, runs=args.runs, new_tokens=args.new_tokens,
+                        prompt_file=str(prompt_file), ids_file=ids_file, pixels_file=ids_file, out_dir=str(work),
+                        batch=batch, model_class=model_class)  # fmt: skip
             result = run_child(spec, args.quiet_wait)
             row = dict(model=model, shape=shape, kind=kind, side=side, batch=batch, name=spec["name"], **result)
             if kind != "speech":
                 row["prompt_tokens"] = {"decoder": args.prompt_tokens, "encoder": args.encoder_tokens}.get(kind)
             if kind == "vision":
                 row["prompt_tokens"] = vision[model][1]  # the image side, in the tokens column
-            if name == "linnet" and why:
+            if name == "linnet" and why and side_backend == row_backend:
                 row["backend_note"] = why
             group.append(row)
             rows.append(row)
