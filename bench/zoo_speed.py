@@ -603,6 +603,7 @@ def main() -> None:
         workloads.append((model, shape, "multimodal", model, folder, size, inputs_file))
 
     vision = {}  # model -> (model class, image side) of the vision workloads
+    image_sides = {}  # pixels file -> its image side (a model's shrunk and real rows differ)
     for model, shape, config_class, model_class, config, side in VISION + (FULL_VISION if args.full else []):
         if not (EXAMPLES / f"{model}.linnet").is_file():
             print(f"  {shape}: skipped, examples/{model}.linnet is missing", file=sys.stderr)
@@ -610,6 +611,7 @@ def main() -> None:
         folder = random_checkpoint(args.cache, config_class, config, model_class)
         vision[model] = (model_class, side)
         for size, pixels_file in pixel_batches(side, work).items():
+            image_sides[str(pixels_file)] = side
             workloads.append((model, shape, "vision", model, str(folder), size, str(pixels_file)))
     # diffusion rows: the latents file in the ids_file column; the diffusers class by model
     diffusion = {}
@@ -659,7 +661,7 @@ def main() -> None:
             if kind != "speech":
                 row["prompt_tokens"] = {"decoder": args.prompt_tokens, "encoder": args.encoder_tokens}.get(kind)
             if kind == "vision":
-                row["prompt_tokens"] = vision[model][1]  # the image side, in the tokens column
+                row["prompt_tokens"] = image_sides[ids_file]  # the image side, in the tokens column
             if name == "linnet" and why and side_backend == row_backend:
                 row["backend_note"] = why
             group.append(row)

@@ -121,8 +121,7 @@ def load(backend: str, folder, **kwargs):
     return BACKENDS[backend].load(UNET, weights=folder, max_batch=2, progress=False, **kwargs)
 
 
-# Slow: the UNet unrolls to some 1,700 ops, which each backend compiles (minutes on a busy machine).
-@pytest.mark.slow
+# The UNet unrolls to some 1,700 ops; each backend compiles them in 1-4 s here, torch.compile in minutes (slow).
 @pytest.mark.parametrize("backend", ALL_BACKENDS)
 def test_noise_prediction(small_unet, backend):
     folder, ref = small_unet
