@@ -602,14 +602,14 @@ def main() -> None:
                                                                            random_checkpoint):  # fmt: skip
         workloads.append((model, shape, "multimodal", model, folder, size, inputs_file))
 
-    vision = {}  # model -> (model class, image side) of the vision workloads
+    vision = {}  # model -> the transformers model class of its vision workloads
     image_sides = {}  # pixels file -> its image side (a model's shrunk and real rows differ)
     for model, shape, config_class, model_class, config, side in VISION + (FULL_VISION if args.full else []):
         if not (EXAMPLES / f"{model}.linnet").is_file():
             print(f"  {shape}: skipped, examples/{model}.linnet is missing", file=sys.stderr)
             continue
         folder = random_checkpoint(args.cache, config_class, config, model_class)
-        vision[model] = (model_class, side)
+        vision[model] = model_class
         for size, pixels_file in pixel_batches(side, work).items():
             image_sides[str(pixels_file)] = side
             workloads.append((model, shape, "vision", model, str(folder), size, str(pixels_file)))
@@ -650,7 +650,7 @@ def main() -> None:
                      *linnet_sides]  # fmt: skip
         if kind == "multimodal":  # the reference under torch.compile too
             sides.append(("transformers-compile", "transformers-compile", None))
-        model_class = vision.get(model, (None,))[0] or diffusion.get(model)
+        model_class = vision.get(model) or diffusion.get(model)
         for side, name, side_backend in sides:
             spec = dict(name=f"{model}-{len(rows)}", kind=kind, side=name, backend=side_backend or row_backend,
                         source=source, weights=weights, runs=args.runs, new_tokens=args.new_tokens,
