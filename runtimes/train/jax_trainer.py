@@ -27,7 +27,9 @@ Objectives on JAX: the losses of `JAX_LOSSES`, keyed by the objective's `name`: 
 over loss tokens) and `dpo` (`dpo.DPO`'s sigmoid loss; its reference is the trained parameters' values before the
 first step, held as a second parameter set: for fresh LoRA adapters B = 0 there, so it computes the base model
 exactly, as TRL's adapters-disabled reference does; for `--adapter` and full fine-tuning it is TRL's frozen copy of
-the start). GRPO, which samples through the generation runner, raises TrainError naming what trains.
+the start; with `lora_dropout` it runs with masks of its own, as on PyTorch and in TRL, whose model stays in train
+mode for the reference pass). GRPO, which samples through the generation runner, raises TrainError naming what
+trains.
 """
 
 from __future__ import annotations
@@ -113,13 +115,20 @@ def _sft_micro_loss(policy: JaxPolicy, objective: Objective):
     return micro_loss
 
 
+# The DPO reference's key: `fold_in(micro-batch key, REFERENCE_STREAM)`, so its masks are drawn apart from the
+# policy's (the i-th dropout of a call draws with `fold_in(its key, i)`).
+REFERENCE_STREAM = 1 << 30
+
+
 def _dpo_micro_loss(policy: JaxPolicy, objective: Objective):
     jax = jax_module()
     beta = objective.beta
 
     def micro_loss(params, frozen, input_ids, loss_mask, num_items, key, reference, pairs):
-        # the reference in inference (no dropout key: TRL's reference pass draws no masks either)
-        ref_logits = policy.forward({**frozen, **reference}, {}, input_ids)
+        # the reference in training mode too, with masks of its own, as the PyTorch trainer runs it (inside the
+        # step's `training()`) and TRL does (its model stays in train mode for the reference pass)
+        ref_key = jax.random.fold_in(key, REFERENCE_STREAM)
+        ref_logits = policy.forward({**frozen, **reference, DROPOUT_KEY: ref_key}, {}, input_ids)
         ref_logps = jax.lax.stop_gradient(masked_logps_jax(ref_logits, input_ids, loss_mask))
         logits = policy.forward({**frozen, **params, DROPOUT_KEY: key}, {}, input_ids)
         return dpo_loss_jax(masked_logps_jax(logits, input_ids, loss_mask), ref_logps, pairs, beta, num_items)
