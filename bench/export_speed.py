@@ -53,54 +53,13 @@ CONFIGS = {
 GOAL_PCT = 5.0
 
 
-def run_llama_cpp(path: str, prompt: list[int], new_tokens: int, runs: int) -> dict:
-    """llama.cpp greedy generation on `path`, timed as generate_speed.py's `run_linnet` times Linnet: the prompt in
-    one `eval`, then one `eval` per new token; the next token is the argmax of the last position's logits
-    (`llama_get_logits_ith`; without logits_all only that row is computed, as llama.cpp's own generation does)."""
-    import llama_cpp
-    import numpy as np
-
-    t0 = time.perf_counter()
-    llm = llama_cpp.Llama(
-        model_path=path,
-        n_ctx=len(prompt) + new_tokens + 8,
-        n_batch=len(prompt),
-        n_threads=THREADS,
-        n_threads_batch=THREADS,
-        verbose=False,
-    )
-    load_s = time.perf_counter() - t0
-    n_vocab = llm.n_vocab()
-
-    def one() -> tuple[float, float, list[int]]:
-        llm.reset()
-        stamps: list[float] = []
-        start = time.perf_counter()
-        llm.eval(prompt)
-        tokens: list[int] = []
-        for _ in range(new_tokens):
-            last = llama_cpp.llama_get_logits_ith(llm.ctx, -1)  # the last position's (no logits_all)
-            tokens.append(int(np.argmax(np.ctypeslib.as_array(last, shape=(n_vocab,)))))
-            stamps.append(time.perf_counter())
-            if len(tokens) < new_tokens:
-                llm.eval([tokens[-1]])
-        ttft, decode = gs.timing(start, stamps)
-        return ttft, decode, tokens
-
-    t0 = time.perf_counter()
-    one()
-    warmup_s = time.perf_counter() - t0
-    timed, contention = gs.timed_runs(one, runs)
-    return {"load_s": load_s, "warmup_s": warmup_s, "timed": timed, "contention": contention}
-
-
 def run_one(args: argparse.Namespace) -> None:
     """The child: one configuration; prints `RESULT {json}`."""
     engine, checkpoint = CONFIGS[args.one]
     prompt = json.loads(Path(args.prompt_file).read_text())
     target = args.original if checkpoint == "original" else args.export
     if engine == "llama.cpp":
-        res = run_llama_cpp(target, prompt, args.new_tokens, args.runs)
+        res = gs.run_llama_cpp(target, prompt, args.new_tokens, args.runs, logits=False)
     else:
         res = gs.run_transformers("eager", "f32", prompt, args.new_tokens, args.runs, folder=target)
     timed = res["timed"]
