@@ -1,45 +1,68 @@
 """Generation-speed benchmark: writes bench/results/generate_speed.json and generate_speed.md.
 
-Side by side, in one run on one machine: SmolLM2-135M-Instruct (the embedded Q4_1 GGUF, dequantized, so every
-configuration runs the same weights), a prompt of 512 token ids, 128 new tokens, greedy, batch 1, for Linnet
-(interpret / generated / inductor, f32 and bf16; ONNX Runtime f32, f16 and bf16; generated JAX under jax.jit and
-the exported StableHLO artifact on XLA, f32 and bf16) and transformers (eager f32 and bf16, `generate` compiled f32).
-Every Linnet row is one runner over the backend registry (`run_linnet`: `Backend.load`, `step_model()`, the
-`Generator`, numpy logits from `forward`); the JAX and ONNX Runtime rows never import torch.
+Side by side, in one run on one machine: SmolLM2-135M-Instruct (the embedded GGUF: Q4_1 layer matrices, Q8_0
+embedding and tied head; dequantized, so every configuration runs the same weights, except the `stored` rows and
+llama.cpp, which keep them as stored), a prompt of 512 token ids, 128 new tokens, greedy, batch 1, 2 threads, for
+Linnet (interpret / generated / inductor, f32 and bf16; ONNX Runtime f32, f16 and bf16; generated JAX under jax.jit
+and the exported StableHLO artifact on XLA, f32 and bf16; torch and ONNX Runtime on the stored weights,
+`dtype="stored"`), transformers (eager f32 and bf16, `generate` compiled f32), llama.cpp on the same GGUF as stored
+(the peer of the stored rows) and the weight-streaming limit of each dtype (`limit-*`). Every Linnet row is one runner
+over the backend registry (`run_linnet`: `Backend.load`, `step_model()`, the `Generator`, numpy logits from
+`forward`); the JAX and ONNX Runtime rows never import torch. `--set gpu --device cuda --model ...` is the GPU run
+(bench/gpu.sh): bf16 rows, CUDA graphs, transformers compiled bf16, and a TinyLlama-1.1B-shaped model with seeded
+random weights (`RANDOM_MODELS`: a config only, nothing downloaded).
 
 - Each configuration runs in its own process (`--one NAME`, which prints one JSON line), so load time and peak RSS
   are its own; the parent runs them one after another, transformers eager f32 first (the reference).
 - Per configuration: load (timed), one warm-up generation (timed apart: it includes torch.compile's compile time;
   each process gets a fresh, empty inductor cache unless `--warm-inductor-cache`), then `--runs` timed
   generations; the medians are reported.
-- Timing is the same for both sides: wall clock from the call (`Generator.generate`, `model.generate`) to the
-  first new token (a per-token callback: the runner's `on_token`, a transformers streamer) is the time to first
-  token; decode tok/s is (new tokens - 1) / (time of the last token - time of the first). EOS does not stop
-  generation: Linnet's runner gets no tokenizer (so no EOS ids), transformers' generation config has no
-  `eos_token_id` (and an explicit all-ones attention mask, so the pad id is never masked out).
+- Timing is the same for every side: wall clock from the call (`Generator.generate`, `model.generate`, llama.cpp's
+  prompt `eval`) to the first new token (a per-token callback: the runner's `on_token`, a transformers streamer, the
+  argmax after each llama.cpp `eval`) is the time to first token; decode tok/s is (new tokens - 1) / (time of the
+  last token - time of the first). EOS does not stop generation: Linnet's runner gets no tokenizer (so no EOS ids),
+  transformers' generation config has no `eos_token_id` (and an explicit all-ones attention mask, so the pad id is
+  never masked out), llama.cpp's loop never looks for one.
 - Distance from the reference: max |logits - reference| over every prompt position (each side's `forward` on
-  the prompt) and at the last position as generation computes it (Linnet: one prefill `step`; transformers: the
-  prefill inside `generate`), and the length of the common prefix of the greedy tokens with the reference's.
-- Peak RSS is `ru_maxrss` read after the timed runs (loading, warm-up and runs; not the logits check).
+  the prompt; llama.cpp: a second context with `logits_all=True`) and at the last position as generation computes
+  it, and the length of the common prefix of the greedy tokens with the reference's. The reference is transformers
+  eager f32 (the dequantized-f32 model), except for the `stored` rows (`DISTANCE_FROM`): a quantized model is
+  compared with its own dequantized weights on the same backend (issue 21), not with transformers.
+- llama.cpp: llama-cpp-python built from source by tools/llama_cpp_wheel.sh (`make llama-cpp`; AMX off: the AMX
+  backend crashes on the first decode); its row records `llama_print_system_info` and whether it lists AMX.
+- `limit-f32`, `limit-bf16`, `limit-stored` (bench/weight_streaming.py): the time of one GEMV pass over every matrix a
+  decode step reads, in that dtype, with the faster of torch and ONNX Runtime (both recorded, each checked against
+  numpy); ms a pass, GB/s over the bytes a pass reads, and the decode tok/s that bounds.
+- `torch-stored` / `onnxruntime-stored` load with `dtype="stored"`; while a backend refuses it (`BackendError`) the
+  row is skipped and says why. A backend that cannot run on `--device` (CUDA graphs on the CPU, ONNX Runtime without
+  its CUDA provider) is skipped the same way.
+- Peak RSS is VmHWM read after the timed runs (loading, warm-up and runs; not the logits check). On a GPU, peak
+  device memory: torch's allocator, or JAX's device statistics (ONNX Runtime reports none).
 - transformers compiled: `generate` with `cache_implementation="static"` and `compile_config=CompileConfig()`
   with `_compile_all_devices = True` (without it `generate` never compiles on CPU); transformers compiles the
   decode forward only, the prefill runs eager.
 - onnxruntime-bf16 runs under `numerics fast` whatever `--numerics` says (`NUMERICS_OF`): ONNX Runtime's CPU
   kernels compute nothing in bf16, so `equivalent` refuses it, and under `fast` the ops without bf16 kernels run in
   f32 (upcast; weights and the KV cache stay bf16). Its row says so, carries the backend's note, and does not count
-  for the bf16 TTFT goal.
+  for the bf16 FLOP-bound goal.
 - Linnet interpret runs fewer new tokens and runs (`INTERPRET_NEW_TOKENS`, one timed run): it is the slow path,
-  there for correctness; the table says so.
+  there for correctness; the table says so, and the goals do not judge it.
 - Contention (this machine's speed varies from one minute to the next, and other processes share its cores):
   before each configuration the parent waits (at most `--quiet-wait` s) for idle cores; each row records, over
   its timed runs, its CPU seconds per wall second and the share of the time some task waited for a CPU (Linux
-  PSI, /proc/pressure/cpu), so a row slowed by other processes shows it, and a configuration whose wait was over
-  `--contended-pct` runs again (`--retries` times at most; the least contended attempt is kept, the others are
-  listed in the JSON); calibration (f32 and bf16 matmul throughput, a pure-Python loop) runs before and after.
+  PSI, /proc/pressure/cpu). The configurations run in `--rounds` rounds (A B C ... A B C, default 2) and each row
+  keeps its fastest round whose wait was at most `--contended-pct`; a configuration contended in every round runs
+  again (`--retries` times at most), and if it stays contended its row is marked and not counted in the goals. The
+  other rounds are listed in the JSON. Calibration (f32 and bf16 matmul throughput, a pure-Python loop) runs before
+  and after.
 
-Goals (issue): Linnet's best f32 decode >= 2x transformers eager f32 decode; TTFT <= 150 ms in bf16.
-Run: `python bench/generate_speed.py [--runs N] [--only NAME,...] [--quick] [--out PATH]`.
-Timings live here, never in tests.
+Goals (issue 21), each judged per row with its numbers (`goals`): 1. TTFT at or below transformers eager of the
+same dtype on every backend, and in bf16 within 1.5x of the FLOP bound 2 x parameters x prompt tokens / the bf16
+matmul rate measured in the same run; 2. decode >= 2x transformers eager of the same dtype (f32 and bf16) on every
+backend, or within 10 % of that dtype's weight-streaming limit; 3. stored: decode >= llama.cpp's and peak RSS <=
+llama.cpp's; 4. load time no slower than the recorded run (bench/results/generate_speed.json, 10 % slack).
+Run: `python bench/generate_speed.py [--runs N] [--rounds N] [--only NAME,...] [--quick] [--out PATH]`
+(`--quick`: a smoke run, 64 + 8 tokens, one run, one round). Timings live here, never in tests.
 """
 
 from __future__ import annotations
@@ -120,15 +143,15 @@ CONFIGS: dict[str, tuple[str, str, str]] = {
 # The configuration sets (`--set`): the CPU run of issue 21 and the GPU run of bench/gpu.sh (bf16, the reference f32).
 SETS: dict[str, list[str]] = {
     "cpu": [n for n in CONFIGS if n not in ("transformers-compiled-bf16", "cuda-graphs-bf16")],
-    "gpu": [
+    "gpu": [  # the cheap rows first, so that `--budget-s` cuts the compiled ones if any
         "transformers-eager-f32",
         "transformers-eager-bf16",
-        "transformers-compiled-bf16",
         "linnet-generated-bf16",
-        "linnet-inductor-bf16",
         "cuda-graphs-bf16",
-        "xla-bf16",
         "onnxruntime-bf16",
+        "xla-bf16",
+        "linnet-inductor-bf16",
+        "transformers-compiled-bf16",
     ],
 }
 # A row's distance is from REFERENCE unless named here: a quantized model is compared with its own dequantized
