@@ -19,6 +19,10 @@ above (attention over the KV cache, norms, RoPE and the sampling come on top).
   (bits 8, codes q + 128 around the default zero point 128: exact) and torch's `_weight_int8pack_mm` (one scale
   per row: the same bytes, not Q8_0's per-block scales, so its output is not checked).
 
+Beside the GEMVs, `read`: the same number of bytes summed as f32 by torch (a streaming read with next to no
+arithmetic): the machine's read rate at this working-set size, so a GEMV kernel far slower than it shows as a kernel
+limit, not the memory's (a decode faster than the GEMV row's bound says the same).
+
 Every implementation's output is checked against numpy on the dequantized weights (`max_rel_error`, on the first
 layer matrix and on the head), so a fast pass that computes the wrong thing shows. Imports torch, onnx and
 onnxruntime only inside the functions that use them.
@@ -213,10 +217,21 @@ def onnxruntime_pass(matrices: list[Matrix], dtype: str, x_by_in: dict, threads:
     return {"kernels": sorted(ops), "pass_s": times, "max_rel_error": _check(outs, matrices, x_by_in, (0, -1))}
 
 
+def read_pass(nbytes: int, threads: int, seconds: float) -> dict:
+    """Seconds to read `nbytes` once: one contiguous f32 buffer of that size summed by torch on `threads` threads."""
+    import torch
+
+    torch.set_num_threads(threads)
+    buffer = torch.ones(nbytes // 4, dtype=torch.float32)
+    times = _time_passes(lambda: buffer.sum(), seconds)
+    return {"ms_per_pass": 1000 * statistics.median(times), "ms_per_pass_min": 1000 * min(times), "passes": len(times)}
+
+
 def measure(path: str | Path, dtype: str, threads: int, seconds: float = 2.0) -> dict:
     """The weight-streaming limit of the GGUF at `path` in `dtype` ("f32", "bf16" or "stored"): every
     implementation's median seconds per pass, the faster one's ms, GB/s over the bytes one pass reads, and the
-    decode tok/s that bounds (1 / seconds per pass). An implementation that fails records its error."""
+    decode tok/s that bounds (1 / seconds per pass); `read`: the same bytes read without a GEMV (`read_pass`). An
+    implementation that fails records its error."""
     import numpy as np
 
     matrices = decode_matrices(path)
@@ -244,6 +259,12 @@ def measure(path: str | Path, dtype: str, threads: int, seconds: float = 2.0) ->
         "stored_types": sorted({m.qtype for m in matrices}),
         "implementations": impls,
     }
+    try:
+        read = read_pass(nbytes, threads, seconds)
+        read.update(gb_per_s=nbytes / (read["ms_per_pass"] / 1000) / 1e9, bound_tok_s=1000 / read["ms_per_pass"])
+        result["read"] = read
+    except Exception as err:  # recorded, as an implementation's
+        result["read"] = {"error": f"{type(err).__name__}: {err}"}
     if ok:
         best = min(ok, key=lambda k: ok[k]["ms_per_pass"])
         ms = ok[best]["ms_per_pass"]
