@@ -6,9 +6,9 @@ the head; at batch 1 those products are GEMVs whose time is the time to stream t
 so a pass over all of them, in a row's dtype, with the fastest GEMV kernel at hand, bounds its decode tok/s from
 above (attention over the KV cache, norms, RoPE and the sampling come on top).
 
-- `f32`, `bf16`: the GGUF's matrices dequantized (gguf-py's `dequantize`) and cast; torch `F.linear` and an
-  ONNX Runtime graph of `MatMul`s (ONNX Runtime's CPU `MatMul` has no bf16 kernel: that implementation then says
-  so).
+- `f32`, `bf16`: the GGUF's matrices dequantized (gguf-py's `dequantize`) and cast; torch `F.linear` on a [1, in]
+  activation, torch `mv` on an [in] vector (another kernel path: in bf16 it read twice as fast here) and an ONNX
+  Runtime graph of `MatMul`s (ONNX Runtime's CPU `MatMul` has no bf16 kernel: that implementation then says so).
 - `stored`: the stored bytes, through the fastest weight-only kernel each runtime has for them (measured on this
   machine: the exact variants below the fastest are 5-20x slower, so they would not bound anything). Q4_1: torch's
   CPU int4 kernel (`_weight_int4pack_mm_for_cpu`, groups of 32, w = (q - 8) * scale + zero with zero = m + 8 d:
@@ -112,8 +112,20 @@ def _check(outputs, matrices: list[Matrix], x_by_in: dict, picks: tuple[int, ...
 
 
 def torch_pass(matrices: list[Matrix], dtype: str, x_by_in: dict, threads: int, seconds: float) -> dict:
-    """torch's fastest CPU GEMV for `dtype` over `matrices`: `F.linear` for f32/bf16, the int4/int8 weight-only
-    kernels for the stored types."""
+    """torch's CPU GEMV for `dtype` over `matrices`: `F.linear` on a [1, in] activation for f32/bf16, the int4/int8
+    weight-only kernels for the stored types."""
+    return _torch_pass(matrices, dtype, x_by_in, threads, seconds, vector=False)
+
+
+def torch_mv_pass(matrices: list[Matrix], dtype: str, x_by_in: dict, threads: int, seconds: float) -> dict:
+    """`torch_pass` with `torch.mv` on an [in] vector for f32/bf16 (another oneDNN/BLAS path: bf16's `mv` read twice
+    as fast as its `F.linear` here); the stored types have no such form (ValueError)."""
+    if dtype == "stored":
+        raise ValueError("the stored types have no torch.mv form (see torch)")
+    return _torch_pass(matrices, dtype, x_by_in, threads, seconds, vector=True)
+
+
+def _torch_pass(matrices: list[Matrix], dtype: str, x_by_in: dict, threads: int, seconds: float, vector: bool):
     import torch
     import torch.nn.functional as F
 
@@ -126,8 +138,11 @@ def torch_pass(matrices: list[Matrix], dtype: str, x_by_in: dict, threads: int, 
         x = xs[m.in_features]
         if dtype != "stored" or m.qtype not in ("Q4_1", "Q8_0"):
             w = torch.from_numpy(m.dequantized()).to(act)
-            calls.append(lambda x=x, w=w: F.linear(x, w))
-            kernels.add("F.linear")
+            if vector:
+                calls.append(lambda x=x[0], w=w: torch.mv(w, x))
+            else:
+                calls.append(lambda x=x, w=w: F.linear(x, w))
+            kernels.add("torch.mv" if vector else "F.linear")
         elif m.qtype == "Q4_1":
             codes, d, mins = _q4_1_fields(m)
             packed = torch._convert_weight_to_int4pack_for_cpu(torch.from_numpy(codes).to(torch.int32), 4)
@@ -240,7 +255,8 @@ def measure(path: str | Path, dtype: str, threads: int, seconds: float = 2.0) ->
     rng = np.random.default_rng(0)
     x_by_in = {k: rng.standard_normal((1, k)).astype(np.float32) for k in {m.in_features for m in matrices}}
     impls: dict[str, dict] = {}
-    for name, run in (("torch", torch_pass), ("onnxruntime", onnxruntime_pass)):
+    runs = [("torch", torch_pass), ("torch-mv", torch_mv_pass), ("onnxruntime", onnxruntime_pass)]
+    for name, run in runs if dtype != "stored" else [runs[0], runs[2]]:
         try:
             r = run(matrices, dtype, x_by_in, threads, seconds)
         except Exception as err:  # a kernel this build lacks: recorded, the other implementation still counts

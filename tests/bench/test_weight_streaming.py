@@ -58,6 +58,7 @@ def test_torch_and_onnxruntime_dense_passes_match_numpy(dtype, tol):
     pytest.importorskip("onnxruntime")
     mats = [matrix("Q4_1"), matrix("Q8_0", seed=2)]
     assert ws.torch_pass(mats, dtype, x_by_in(), 1, 0.0)["max_rel_error"] < tol
+    assert ws.torch_mv_pass(mats, dtype, x_by_in(), 1, 0.0)["max_rel_error"] < tol
     if dtype == "f32":  # ONNX Runtime's CPU MatMul has no bf16 kernel
         assert ws.onnxruntime_pass(mats, dtype, x_by_in(), 1, 0.0)["max_rel_error"] < tol
 
