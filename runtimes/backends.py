@@ -217,7 +217,7 @@ BACKENDS: dict[str, Backend] = {
         Backend(
             "onnxruntime", "ONNX Runtime", "onnx", "onnx_backend", None,
             "the .onnx graph on ONNX Runtime", "onnx", ("f32", "f16", "bf16"), ("cpu", "cuda"),
-            ("onnx", "onnx_ir", "onnxruntime"), options=("providers", "threads", "share_buffer"),
+            ("onnx", "onnx_ir", "onnxruntime"), options=("providers", "threads", "share_buffer"), stored=True,
         ),
     )
 }  # fmt: skip

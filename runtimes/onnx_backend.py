@@ -499,6 +499,7 @@ def load(
         random_weights=random_weights or params is not None,
     )
     program = prepared.program
+    dtype = program.dtype.name  # "stored" runs in f32 (gguf_quants)
     if numerics == "equivalent" and has_table(names[0], dtype):
         for entry in program.entries:  # refuse ops without kernels before reading the weights
             _lower_for(program, entry, "inputs", numerics, names[0])
@@ -513,6 +514,8 @@ def load(
             values[spec.path] = a.astype(_np(dtype)) if a.dtype.kind == "f" else a
     elif prepared.checkpoint is not None:
         values = _checkpoint_params(prepared, progress)
+        if prepared.stored:
+            values = _packed(values, numerics)
     else:
         values = random_params(program, seed)
     notes = list(prepared.notes)
@@ -594,12 +597,23 @@ def export(
 
 def _checkpoint_params(prepared: Prepared, progress: bool) -> dict[str, np.ndarray]:
     """The checkpoint's arrays in the working dtype, by parameter path: the initializers (an array
-    read as stored stays a view of the memory-mapped file; ORT copies it once into the session)."""
+    read as stored stays a view of the memory-mapped file; ORT copies it once into the session).
+    Under `--dtype stored` a quantized matrix stays a `GroupQuantized`."""
+    from .gguf_quants import GroupQuantized
     from .loading import planned_tensors
 
     return {
-        path: np.ascontiguousarray(a) for path, a in planned_tensors(prepared, progress, prepared.program.dtype.name)
+        path: a if isinstance(a, GroupQuantized) else np.ascontiguousarray(a)
+        for path, a in planned_tensors(prepared, progress, prepared.program.dtype.name)
     }
+
+
+def _packed(values: dict[str, Any], numerics: str) -> dict[str, Any]:
+    """`values` with each `GroupQuantized` packed for MatMulNBits once (`linnet.compiler.onnx.quantized`), so that
+    every entry's graph shares the packed arrays and the unpacked codes are freed."""
+    from linnet.compiler.onnx.quantized import is_quantized, pack_weight
+
+    return {path: pack_weight(a, numerics) if is_quantized(a) else a for path, a in values.items()}
 
 
 __all__ = ["load", "export", "OnnxModel", "OnnxStepModel", "BackendError", "resolve_providers", "device_problem"]

@@ -97,3 +97,30 @@ def test_stored_refuses_checkpoints_with_nothing_quantized(tmp_path):
 def test_backends_without_stored_say_so(name):
     with pytest.raises(BackendError, match=rf"--dtype stored .* is not built for {name}: it runs on"):
         check_options(BACKENDS[name], "stored", "equivalent", "cpu")
+
+
+@pytest.mark.onnxruntime
+@pytest.mark.parametrize("numerics", ["equivalent", "fast"])
+def test_onnxruntime_stored_logits_are_the_dequantized_models(quantized_gguf, numerics):
+    pytest.importorskip("onnxruntime")
+    import linnet.onnx as lo
+
+    ids = np.random.default_rng(0).integers(0, 96, (2, 12))
+    dequantized = lo.load(LLAMA, weights=quantized_gguf, max_positions=32, progress=False)
+    stored = lo.load(LLAMA, weights=quantized_gguf, dtype="stored", numerics=numerics, max_positions=32, progress=False)
+    kinds = {n.op_type for n in stored.model_ir("forward").graph if n.domain == "com.microsoft"}
+    assert kinds == {"MatMulNBits", "GatherBlockQuantized"}  # every matrix and the embeddings read as stored
+    want = np.asarray(dequantized.forward(ids))  # [2, 12, vocab]
+    got = np.asarray(stored.forward(ids))
+    distance = float(np.abs(got - want).max())
+    scale = float(np.abs(want).max())
+    print(f"--dtype stored ({numerics}) vs dequantized f32: max |logits diff| {distance:.3g} of {scale:.3g}")
+    if numerics == "equivalent":
+        # the same weights exactly (f32 planes); only f32 accumulation order differs through 2 layers: 4.8e-7 seen
+        assert distance <= 1e-5 * scale
+    else:
+        # int8 activations (one step = 1/127 of a block's max) at every matmul; 1 % seen, 5 % allowed
+        assert distance <= 0.05 * scale
+    stored.reset_state()
+    step = stored.step_model().step(ids[:1], np.array([0]), np.array([0]))
+    assert np.abs(step[0] - want[0, -1]).max() <= (1e-5 if numerics == "equivalent" else 0.05) * scale
