@@ -513,9 +513,7 @@ def load(
                 raise LoadError(f"`{spec.path}` is {list(a.shape)}, the model {list(spec.shape)}", code="L501")
             values[spec.path] = a.astype(_np(dtype)) if a.dtype.kind == "f" else a
     elif prepared.checkpoint is not None:
-        values = _checkpoint_params(prepared, progress)
-        if prepared.stored:
-            values = _packed(values, numerics)
+        values = _checkpoint_params(prepared, progress, numerics)
     else:
         values = random_params(program, seed)
     notes = list(prepared.notes)
@@ -595,25 +593,21 @@ def export(
     return written, notes
 
 
-def _checkpoint_params(prepared: Prepared, progress: bool) -> dict[str, np.ndarray]:
+def _checkpoint_params(prepared: Prepared, progress: bool, numerics: str = "equivalent") -> dict[str, Any]:
     """The checkpoint's arrays in the working dtype, by parameter path: the initializers (an array
     read as stored stays a view of the memory-mapped file; ORT copies it once into the session).
-    Under `--dtype stored` a quantized matrix stays a `GroupQuantized`."""
+    Under `--dtype stored` a quantized matrix is packed for MatMulNBits under `numerics` as it is read
+    (`linnet.compiler.onnx.quantized.pack_weight`): every entry's graph shares the packed arrays, and the
+    unpacked codes of one matrix at a time are ever in memory."""
+    from linnet.compiler.onnx.quantized import pack_weight
+
     from .gguf_quants import GroupQuantized
     from .loading import planned_tensors
 
     return {
-        path: a if isinstance(a, GroupQuantized) else np.ascontiguousarray(a)
+        path: pack_weight(a, numerics) if isinstance(a, GroupQuantized) else np.ascontiguousarray(a)
         for path, a in planned_tensors(prepared, progress, prepared.program.dtype.name)
     }
-
-
-def _packed(values: dict[str, Any], numerics: str) -> dict[str, Any]:
-    """`values` with each `GroupQuantized` packed for MatMulNBits once (`linnet.compiler.onnx.quantized`), so that
-    every entry's graph shares the packed arrays and the unpacked codes are freed."""
-    from linnet.compiler.onnx.quantized import is_quantized, pack_weight
-
-    return {path: pack_weight(a, numerics) if is_quantized(a) else a for path, a in values.items()}
 
 
 __all__ = ["load", "export", "OnnxModel", "OnnxStepModel", "BackendError", "resolve_providers", "device_problem"]
