@@ -40,7 +40,7 @@ from linnet.syntax import ast as A
 
 from .checkpoints import EMBEDDED_IDS as EMBEDDED
 from .checkpoints import INTEGER_DTYPES, Checkpoint, check_cast_fits, numpy_dtype, open_checkpoint
-from .gguf_quants import STORED, working_dtype
+from .gguf_quants import STORED, STORED_TYPES, working_dtype
 from .gguf_reader import PLAIN_TYPES
 from .model import LoadedModel
 from .mxfp4 import quantized_view
@@ -159,8 +159,9 @@ def prepare(
 
 
 def _check_stored(prepared: Prepared) -> None:
-    """Mark `prepared` (with a checkpoint) for `--dtype stored`, or refuse a checkpoint with nothing to keep
-    quantized: a Hugging Face folder, a GGUF file whose tensors are all plain floats. Raises LoadError."""
+    """Mark `prepared` (with a checkpoint) for `--dtype stored`, or refuse, before any tensor is read, a checkpoint
+    with nothing to keep quantized (a Hugging Face folder, a GGUF file whose tensors are all plain floats) or with
+    tensors of a type `gguf_quants` cannot keep (naming a few and their types). Raises LoadError."""
     ckpt = prepared.checkpoint
     if ckpt.format != "gguf":
         raise LoadError(
@@ -172,6 +173,14 @@ def _check_stored(prepared: Prepared) -> None:
         raise LoadError(
             f"--dtype stored keeps quantized weights as stored, but every tensor of {ckpt.source} is "
             f"{', '.join(sorted(types))}: nothing in it is quantized; use --dtype f32, bf16 or f16"
+        )
+    cannot = {name: ckpt.dtype(name) for name in prepared.plan.values()}
+    cannot = {name: t for name, t in cannot.items() if t not in PLAIN_TYPES and t not in STORED_TYPES}
+    if cannot:
+        few = ", ".join(f"`{name}` ({t})" for name, t in list(cannot.items())[:4])
+        raise LoadError(
+            f"--dtype stored cannot keep {len(cannot)} tensor(s) of {ckpt.source} quantized: {few}; it keeps "
+            f"{', '.join(STORED_TYPES)}; use --dtype f32 (dequantized)"
         )
     prepared.stored = True
     prepared.notes.append(

@@ -80,8 +80,9 @@ def write_llama_gguf(
     """`model` (a transformers LlamaForCausalLM) as an all-f32 GGUF in llama.cpp's layout, with the metadata
     `LlamaModel.set_gguf_parameters` writes (no rope-scaling keys) and, when given, `rope_freqs.weight`.
     `extra_metadata`: more `key: value` pairs, or other values for those keys (ints as uint32, floats as float32,
-    strings, bools, lists as arrays). `quantize`: GGUF tensor name -> gguf type name ("q4_1", "q8_0"; types
-    `gguf.quants.quantize` writes), "*" for every other 2-D tensor, as llama.cpp's quantize tool would."""
+    strings, bools, lists as arrays). `quantize`: GGUF tensor name -> gguf type name ("q4_1", "q8_0"), "*" for
+    every other 2-D tensor, as llama.cpp's quantize tool would; a type `gguf.quants.quantize` cannot write
+    (iq4_nl...) is written as zero blocks."""
     import gguf
 
     c = model.config
@@ -128,7 +129,11 @@ def write_llama_gguf(
         qtype = (quantize or {}).get(gname, (quantize or {}).get("*") if data.ndim == 2 else None)
         if qtype is not None:
             qtype = gguf.GGMLQuantizationType[qtype.upper()]
-            w.add_tensor(gname, gguf.quants.quantize(np.ascontiguousarray(data), qtype), raw_dtype=qtype)
+            try:
+                blocks = gguf.quants.quantize(np.ascontiguousarray(data), qtype)
+            except NotImplementedError:  # gguf-py quantizes few types: the others are written as zero blocks
+                blocks = np.zeros(gguf.quants.quant_shape_to_byte_shape(data.shape, qtype), dtype=np.uint8)
+            w.add_tensor(gname, blocks, raw_dtype=qtype)
         else:
             w.add_tensor(gname, np.ascontiguousarray(data))
     if rope_freqs is not None:

@@ -93,6 +93,15 @@ def test_stored_refuses_checkpoints_with_nothing_quantized(tmp_path):
         prepare(LLAMA, random_weights=True, dtype="stored")
 
 
+def test_stored_refuses_types_it_cannot_keep_before_reading_them(tmp_path):
+    path = tmp_path / "iq4_nl.gguf"
+    model = tiny_llama()
+    write_llama_gguf(path, model, quantize={**SMOLLM2_MIX, "blk.1.ffn_down.weight": "iq4_nl"})
+    message = r"cannot keep 1 tensor\(s\) of .*iq4_nl.gguf quantized: `model.layers.1.mlp.down_proj.weight` \(iq4_nl\)"
+    with pytest.raises(LoadError, match=message + r"; it keeps q4_0, q4_1, .*, q6_k; use --dtype f32"):
+        prepare(LLAMA, path, dtype="stored")
+
+
 @pytest.mark.parametrize("name", ["xla", "jax", "torch-interpret"])
 def test_backends_without_stored_say_so(name):
     with pytest.raises(BackendError, match=rf"--dtype stored .* is not built for {name}: it runs on"):
