@@ -499,6 +499,7 @@ def load(
         random_weights=random_weights or params is not None,
     )
     program = prepared.program
+    dtype = program.dtype.name  # "stored" runs in f32 (gguf_quants)
     if numerics == "equivalent" and has_table(names[0], dtype):
         for entry in program.entries:  # refuse ops without kernels before reading the weights
             _lower_for(program, entry, "inputs", numerics, names[0])
@@ -512,7 +513,7 @@ def load(
                 raise LoadError(f"`{spec.path}` is {list(a.shape)}, the model {list(spec.shape)}", code="L501")
             values[spec.path] = a.astype(_np(dtype)) if a.dtype.kind == "f" else a
     elif prepared.checkpoint is not None:
-        values = _checkpoint_params(prepared, progress)
+        values = _checkpoint_params(prepared, progress, numerics)
     else:
         values = random_params(program, seed)
     notes = list(prepared.notes)
@@ -592,13 +593,20 @@ def export(
     return written, notes
 
 
-def _checkpoint_params(prepared: Prepared, progress: bool) -> dict[str, np.ndarray]:
+def _checkpoint_params(prepared: Prepared, progress: bool, numerics: str = "equivalent") -> dict[str, Any]:
     """The checkpoint's arrays in the working dtype, by parameter path: the initializers (an array
-    read as stored stays a view of the memory-mapped file; ORT copies it once into the session)."""
+    read as stored stays a view of the memory-mapped file; ORT copies it once into the session).
+    Under `--dtype stored` a quantized matrix is packed for MatMulNBits under `numerics` as it is read
+    (`linnet.compiler.onnx.quantized.pack_weight`): every entry's graph shares the packed arrays, and the
+    unpacked codes of one matrix at a time are ever in memory."""
+    from linnet.compiler.onnx.quantized import pack_weight
+
+    from .gguf_quants import GroupQuantized
     from .loading import planned_tensors
 
     return {
-        path: np.ascontiguousarray(a) for path, a in planned_tensors(prepared, progress, prepared.program.dtype.name)
+        path: pack_weight(a, numerics) if isinstance(a, GroupQuantized) else np.ascontiguousarray(a)
+        for path, a in planned_tensors(prepared, progress, prepared.program.dtype.name)
     }
 
 

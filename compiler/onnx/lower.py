@@ -49,6 +49,7 @@ from linnet.ops.rearrange import rearrange_plan
 from linnet.types.core import DType
 from linnet.types.dims import Dim, format_dim
 
+from . import quantized as Q
 from .spatial import LOWERINGS as SPATIAL_LOWERINGS
 
 OPSET = 21
@@ -125,6 +126,12 @@ class Lowering:
     param_values: dict[str, ir.Value] = field(default_factory=dict)
     state_values: dict[str, ir.Value] = field(default_factory=dict)
     consts: dict[Any, ir.Value] = field(default_factory=dict)
+    # quantized weights (`--dtype stored`, see `quantized`): path -> row parts, the param values reading them, and
+    # the initializers their packed arrays become
+    quantized: dict[str, list] = field(default_factory=dict)
+    quantized_values: dict[int, list] = field(default_factory=dict)
+    extra_initializers: list[ir.Value] = field(default_factory=list)
+    initializer_names: dict[Any, tuple[ir.Value, np.ndarray]] = field(default_factory=dict)
 
     # ----- naming and typing
     def fresh(self, hint: str) -> str:
@@ -136,8 +143,10 @@ class Lowering:
         self.names.add(name)
         return name
 
-    def op(self, op_type: str, inputs, attributes=None, hint: str = "", like: Value | None = None) -> ir.Value:
-        out = self.tape.op(op_type, list(inputs), attributes or None)
+    def op(
+        self, op_type: str, inputs, attributes=None, hint: str = "", like: Value | None = None, domain: str = ""
+    ) -> ir.Value:
+        out = self.tape.op(op_type, list(inputs), attributes or None, domain=domain)
         out.name = self.fresh(hint or op_type.lower())
         if like is not None:
             set_type(out, like)
@@ -147,7 +156,23 @@ class Lowering:
         try:
             return self.values[id(v)]
         except KeyError:
+            if id(v) in self.quantized_values:  # a quantized weight read by an op other than linear or take
+                parts = self.quantized_values[id(v)]
+                rows = [self.initializer(Q.dequantized(w), f"{name}.dequantized") for name, w in parts]
+                self.values[id(v)] = rows[0] if len(rows) == 1 else self.op("Concat", rows, {"axis": 0}, hint=v.name)
+                return self.values[id(v)]
             raise LoweringError(f"%{v.name} is used before it is defined") from None
+
+    def initializer(self, array: np.ndarray, name: str) -> ir.Value:
+        """An initializer holding `array` (no copy), made once per array and shape."""
+        key = (id(array), array.shape, array.dtype.str)
+        if key not in self.initializer_names:
+            v = ir.Value(name=self.fresh(name))
+            v.const_value = ir.tensor(array, name=v.name)
+            v.dtype, v.shape = v.const_value.dtype, ir.Shape(array.shape)
+            self.extra_initializers.append(v)
+            self.initializer_names[key] = (v, array)  # the array stays referenced, so its id stays its own
+        return self.initializer_names[key][0]
 
     def const(self, array: np.ndarray, hint: str = "c") -> ir.Value:
         array = np.asarray(array)
@@ -276,6 +301,9 @@ class Lowering:
         if op.name == "composite":
             return self.composite(op)
         if op.name == "param":
+            if op.attrs["path"] in self.quantized:
+                self.quantized_values[id(op.result)] = self.quantized[op.attrs["path"]]
+                return
             self.values[id(op.result)] = self.param_values[op.attrs["path"]]
             return
         if op.name == "state":
@@ -441,11 +469,17 @@ LOWERINGS["argmax"] = lambda L, op: L.op(
     hint=op.result.name,
 )
 LOWERINGS["matmul"] = lambda L, op: L.op("MatMul", [L.get(op.args["x"]), L.get(op.args["y"])], hint=op.result.name)
-LOWERINGS["linear"] = lambda L, op: L.op(
-    "MatMul",
-    [L.get(op.args["x"]), L.op("Transpose", [L.get(op.args["weight"])], {"perm": [1, 0]}, hint="weight_t")],
-    hint=op.result.name,
-)
+
+
+def _linear(L: Lowering, op: Op) -> ir.Value:
+    x, weight = op.args["x"], op.args["weight"]
+    if id(weight) in L.quantized_values:
+        return Q.matmul_nbits(L, L.get(x), x.rank, L.quantized_values[id(weight)], op.result.name)
+    weight_t = L.op("Transpose", [L.get(weight)], {"perm": [1, 0]}, hint="weight_t")
+    return L.op("MatMul", [L.get(x), weight_t], hint=op.result.name)
+
+
+LOWERINGS["linear"] = _linear
 LOWERINGS["reshape"] = lambda L, op: L.op(
     "Reshape", [L.get(op.args["x"]), L.shape(op.args["shape"])], hint=op.result.name
 )
@@ -544,9 +578,18 @@ def _rearrange(L: Lowering, op: Op) -> ir.Value:
 
 
 LOWERINGS["rearrange"] = _rearrange
-LOWERINGS["take"] = lambda L, op: L.op(
-    "Gather", [L.get(op.args["x"]), L.get(op.args["indices"])], {"axis": op.args["dim"]}, hint=op.result.name
-)
+
+
+def _take(L: Lowering, op: Op) -> ir.Value:
+    x, indices = op.args["x"], op.args["indices"]
+    parts = L.quantized_values.get(id(x))
+    if parts is not None and len(parts) == 1 and op.args["dim"] % x.rank == 0:
+        name, w = parts[0]
+        return Q.gather_block_quantized(L, L.get(indices), indices.rank, name, w, op.result.name)
+    return L.op("Gather", [L.get(x), L.get(indices)], {"axis": op.args["dim"]}, hint=op.result.name)
+
+
+LOWERINGS["take"] = _take
 
 
 def _bound(L: Lowering, d, default: int) -> ir.Value:
@@ -949,10 +992,22 @@ def lower_entry(
                 array = np.zeros(spec.shape, dtype=np_dtype(spec.type.dtype))
             if tuple(array.shape) != spec.shape:
                 raise LoweringError(f"parameter `{spec.path}` is {list(array.shape)}, the model {list(spec.shape)}")
+            if Q.is_quantized(array):
+                L.quantized[spec.path] = [(spec.path, Q.pack_weight(array, numerics))]
+                L.param_values[spec.path] = pv
+                continue
             pv.const_value = ir.tensor(np.ascontiguousarray(array, dtype=np_dtype(spec.type.dtype)), name=spec.path)
             initializers.append(pv)
         L.param_values[spec.path] = pv
     for key, t in fused.items():
+        if all(s in L.quantized for s in t.sources) and t.axis == 0:
+            L.quantized[key] = Q.concat_rows([part for s in t.sources for part in L.quantized[s]])
+            continue
+        for s in t.sources:  # a quantized member among plain ones: that member dequantized
+            if s in L.quantized:
+                pv = L.param_values[s]
+                pv.const_value = ir.tensor(Q.dequantized(L.quantized.pop(s)[0][1]), name=s)
+                initializers.append(pv)
         out = L.op("Concat", [L.param_values[s] for s in t.sources], {"axis": t.axis}, hint=key)
         L.param_values[key] = out
     names = cache_names(program)
@@ -993,12 +1048,13 @@ def lower_entry(
             out = L.op("Identity", [out], like=v)
         out.name = names[path][1]
         outputs.append(out)
+    opsets = {"": OPSET} | ({Q.MS_DOMAIN: 1} if L.extra_initializers else {})
     graph = ir.Graph(
         inputs,
         outputs,
         nodes=L.tape.nodes,
-        initializers=initializers,
-        opset_imports={"": OPSET},
+        initializers=initializers + L.extra_initializers,
+        opset_imports=opsets,
         name=f"{program.model}_{name}",
     )
     return ir.Model(

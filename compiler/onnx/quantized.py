@@ -1,0 +1,264 @@
+"""Weight-only quantized matrices on ONNX Runtime: `com.microsoft` `MatMulNBits` and `GatherBlockQuantized`.
+
+A quantized weight arrives in affine group form (the contract of `linnet.runtimes.gguf_quants.GroupQuantized`, read
+here by its fields so that the compiler imports nothing from the runtimes):
+
+    w[n, k] = codes[n, k] * scales[n, k // group] + offsets[n, k // group]      codes u8[N, K] of `bits` bits
+
+ORT 1.32's contrib ops (schemas from `onnxruntime.capi.onnxruntime_pybind11_state.get_all_operator_schema()`):
+
+- `MatMulNBits(A, B, scales, zero_points?)`: Y = A @ ((code - zero_point) * scale).T, B u8[N, K / block, block *
+  bits / 8] packed low bits first, scales [N, K / block] of A's type, block_size a power of two >= 16, bits 2, 4
+  or 8, zero points u8 packed like B (default 2 ** (bits - 1)) or float (same type as A).
+- `GatherBlockQuantized(data, indices, scales, zero_points?)`: rows of (code - zero_point) * scale, data u8 with
+  `bits` 4 or 8 packed along the last axis, quantized along it, gathered along axis 0.
+
+What the CPU provider runs fast decides the packing (measured here, 576 x 1536, one token, 2 threads: dense f32
+MatMul 308 us; 4-bit at accuracy_level 0/1 (f32 activations) 130-180 us; 4-bit at level 4 (int8 activations)
+53-69 us; 8-bit at level 4 53-90 us, but 8-bit at level 0/1 2.6-5.9 ms (MLAS has no f32-activation 8-bit
+kernel, so ORT dequantizes B at every call); float zero points 3.8-4 ms at any level (not prepacked either)):
+
+- Zero points are always integers (u8): a type whose offset is `-zero * scale` (q4_0, q5_0, q8_0, q6_k) puts
+  `zero` there; the others (q4_1, q5_1, q4_k, q5_k, whose offsets are independent of the scales) run with zero
+  point 0 and add the offsets' share, `sum over groups g of offsets[n, g] * sum(x[k] for k in g)`, as a second
+  small MatMul (x summed per group: [.., K / group] @ offsets.T [K / group, N], 1/group of the main FLOPs).
+- `equivalent` (f32 activations, accuracy_level 1): every code in 4-bit planes, so that MLAS runs its f32 kernel:
+  codes of 5-8 bits split into `hi = code >> 4` (scale 16 * scale, zero point zero >> 4) and `lo = code & 15`
+  (scale, zero point 0), two MatMulNBits summed. Each plane's weights `(plane - zero) * scale` are exact in f32
+  (integers below 256 times an f16 times at most 7 bits), so the result is the dequantized matmul up to f32
+  accumulation order.
+- `fast` (accuracy_level 4: ORT quantizes the activations to int8 per block, as llama.cpp quantizes them to q8
+  for its dot products): codes of 5-8 bits in one 8-bit plane.
+
+An embedding lookup of a quantized table is a GatherBlockQuantized per plane over the same bytes (a view of the
+MatMulNBits weight, so a tied head and its embeddings share them), summed, plus the gathered offsets' share.
+Needs numpy only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = ["Plane", "PackedWeight", "pack_weight", "is_quantized"]
+
+MS_DOMAIN = "com.microsoft"
+ACCURACY = {"equivalent": 1, "fast": 4}  # MatMulNBits accuracy_level: 1 f32 activations, 4 int8 activations
+
+
+@dataclass(frozen=True, eq=False)
+class Plane:
+    """One MatMulNBits operand: codes (`bits` 4 or 8) of one plane with their scales and integer zero points.
+
+    packed: u8[N, K // group, group * bits // 8] (low bits first); scales: f32[N, K // group];
+    zero_points: u8 packed like `packed` ([N, ceil(K // group * bits / 8)]) or None for the default 2 ** (bits - 1)."""
+
+    bits: int
+    packed: np.ndarray
+    scales: np.ndarray
+    zero_points: np.ndarray | None
+
+
+@dataclass(frozen=True, eq=False)
+class PackedWeight:
+    """A quantized weight [N, K] packed for ORT: the sum of its planes plus, when the offsets are not integer zero
+    points, `offsets` f32[N, K // group] (w[n, k] += offsets[n, k // group])."""
+
+    ggml_type: str
+    shape: tuple[int, int]
+    group: int
+    accuracy_level: int
+    planes: tuple[Plane, ...]
+    offsets: np.ndarray | None
+    _offsets_t: list = field(default_factory=list, repr=False)
+
+    @property
+    def nbytes(self) -> int:
+        n = sum(p.packed.nbytes + p.scales.nbytes + (p.zero_points.nbytes if p.zero_points is not None else 0)
+                for p in self.planes)  # fmt: skip
+        return n + (self.offsets.nbytes if self.offsets is not None else 0)
+
+    def offsets_t(self) -> np.ndarray:
+        """f32[K // group, N]: the offsets as the right operand of the offsets' MatMul (made once)."""
+        if not self._offsets_t:
+            self._offsets_t.append(np.ascontiguousarray(self.offsets.T))
+        return self._offsets_t[0]
+
+
+def is_quantized(value) -> bool:
+    """Whether a parameter value is a quantized weight (a `GroupQuantized` or a `PackedWeight`)."""
+    return isinstance(value, PackedWeight) or (hasattr(value, "codes") and hasattr(value, "group"))
+
+
+def pack_weight(w, numerics: str = "equivalent") -> PackedWeight:
+    """`w` (a `GroupQuantized`: codes u8[N, K], scales/offsets f32[N, K // group], bits, group, zero_points) packed
+    for `numerics` (see the module docstring); a `PackedWeight` is returned as is."""
+    if isinstance(w, PackedWeight):
+        return w
+    n, k = w.shape
+    zero = w.zero_points
+    if w.bits <= 4:
+        planes = [_plane(w.codes, w.scales, zero if zero is not None else 0, 4)]
+    elif numerics == "fast":
+        planes = [_plane(w.codes, w.scales, zero if zero is not None else 0, 8)]
+    else:
+        if zero is not None and np.any(zero % 16):
+            zero = None  # not a multiple of 16: the offsets' MatMul carries it (no stored type does this)
+        hi_zero = zero >> 4 if zero is not None else 0
+        planes = [
+            _plane(w.codes >> 4, w.scales * np.float32(16), hi_zero, 4),
+            _plane(w.codes & np.uint8(15), w.scales, 0, 4),
+        ]
+    return PackedWeight(
+        w.ggml_type,
+        (n, k),
+        w.group,
+        ACCURACY[numerics],
+        tuple(planes),
+        None if zero is not None else np.ascontiguousarray(w.offsets, dtype=np.float32),
+    )
+
+
+def _plane(codes: np.ndarray, scales: np.ndarray, zero, bits: int) -> Plane:
+    """A plane of `codes` u8[N, K] (each < 2 ** bits) with `zero` (u8[N, K // group] or one int) as zero points."""
+    n, k = codes.shape
+    blocks = scales.shape[1]
+    group = k // blocks
+    packed = _pack_rows(codes, bits).reshape(n, blocks, group * bits // 8)
+    if np.isscalar(zero) or np.ndim(zero) == 0:
+        zero = np.full((n, blocks), int(zero), dtype=np.uint8)
+    default = 2 ** (bits - 1)
+    zero_points = None if np.all(zero == default) else _pack_rows(np.asarray(zero, dtype=np.uint8), bits)
+    return Plane(bits, packed, np.ascontiguousarray(scales, dtype=np.float32), zero_points)
+
+
+def _pack_rows(values: np.ndarray, bits: int) -> np.ndarray:
+    """u8[N, ceil(M * bits / 8)]: values u8[N, M] (each < 2 ** bits) packed low bits first along each row."""
+    values = np.ascontiguousarray(values, dtype=np.uint8)
+    if bits == 8:
+        return values
+    n, m = values.shape
+    if m % 2:
+        values = np.concatenate([values, np.zeros((n, 1), np.uint8)], axis=1)
+    return np.ascontiguousarray(values[:, 0::2] | (values[:, 1::2] << np.uint8(4)))
+
+
+def concat_rows(named: list[tuple[str, PackedWeight]]) -> list[tuple[str, PackedWeight]]:
+    """The members of a fused linear weight (`Program.param_transforms`, rows concatenated) as few parts as
+    possible: consecutive members of one type and packing become one weight (their rows concatenated), so that
+    q/k/v of one type run as one MatMulNBits; a mixed group (Q4_K q/k with a Q6_K v) stays in parts, whose outputs
+    the lowering concatenates."""
+    parts: list[list[tuple[str, PackedWeight]]] = []
+    for name, w in named:
+        last = parts[-1][-1][1] if parts else None
+        if last is not None and _same_packing(last, w):
+            parts[-1].append((name, w))
+        else:
+            parts.append([(name, w)])
+    return [group[0] if len(group) == 1 else _concat(group) for group in parts]
+
+
+def _same_packing(a: PackedWeight, b: PackedWeight) -> bool:
+    return (
+        a.ggml_type == b.ggml_type
+        and a.shape[1] == b.shape[1]
+        and a.accuracy_level == b.accuracy_level
+        and len(a.planes) == len(b.planes)
+        and all(
+            p.bits == q.bits and (p.zero_points is None) == (q.zero_points is None) for p, q in zip(a.planes, b.planes)
+        )
+        and (a.offsets is None) == (b.offsets is None)
+    )
+
+
+def _concat(group: list[tuple[str, PackedWeight]]) -> tuple[str, PackedWeight]:
+    ws = [w for _, w in group]
+    cat = lambda arrays: None if arrays[0] is None else np.concatenate(arrays, axis=0)  # noqa: E731
+    planes = tuple(
+        Plane(ps[0].bits, cat([p.packed for p in ps]), cat([p.scales for p in ps]), cat([p.zero_points for p in ps]))
+        for ps in zip(*(w.planes for w in ws))
+    )
+    first = ws[0]
+    n = sum(w.shape[0] for w in ws)
+    name = "+".join(name for name, _ in group)
+    weight = PackedWeight(
+        first.ggml_type, (n, first.shape[1]), first.group, first.accuracy_level, planes, cat([w.offsets for w in ws])
+    )
+    return name, weight
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Lowering (`L` is `lower.Lowering`: `op`, `const`, `initializer`)
+
+
+def matmul_nbits(L, x, rank: int, parts: list[tuple[str, PackedWeight]], hint: str):
+    """x [.., K] @ w.T for a quantized w [N, K] given in row parts: one MatMulNBits per plane of each part
+    (summed), the offsets' MatMul when the part has offsets, the parts' outputs concatenated. Returns [.., N]."""
+    outs = []
+    for name, w in parts:
+        n, k = w.shape
+        y = None
+        for i, p in enumerate(w.planes):
+            inputs = [x, L.initializer(p.packed, f"{name}.q{i}"), L.initializer(p.scales, f"{name}.scales{i}")]
+            if p.zero_points is not None:
+                inputs.append(L.initializer(p.zero_points, f"{name}.zero_points{i}"))
+            attributes = {"K": k, "N": n, "bits": p.bits, "block_size": w.group, "accuracy_level": w.accuracy_level}
+            out = L.op("MatMulNBits", inputs, attributes, hint=hint, domain=MS_DOMAIN)
+            y = out if y is None else L.op("Add", [y, out], hint=hint)
+        if w.offsets is not None:
+            shape = L.const(np.array([0] * (rank - 1) + [k // w.group, w.group], dtype=np.int64), "groups")
+            grouped = L.op("Reshape", [x, shape], hint="groups")
+            sums = L.op("ReduceSum", [grouped, L.const(np.array([-1], dtype=np.int64), "axes")], {"keepdims": 0})
+            shift = L.op("MatMul", [sums, L.initializer(w.offsets_t(), f"{name}.offsets_t")], hint=hint)
+            y = L.op("Add", [y, shift], hint=hint)
+        outs.append(y)
+    return outs[0] if len(outs) == 1 else L.op("Concat", outs, {"axis": -1}, hint=hint)
+
+
+def gather_block_quantized(L, indices, rank: int, name: str, w: PackedWeight, hint: str):
+    """Rows `indices` (i64 of rank `rank`) of a quantized table w [N, K]: a GatherBlockQuantized per plane over
+    the MatMulNBits bytes (a view: a tied head shares them), summed, plus the gathered offsets. Returns
+    [..indices, K] f32."""
+    n, k = w.shape
+    y = None
+    for i, p in enumerate(w.planes):
+        inputs = [L.initializer(p.packed.reshape(n, -1), f"{name}.rows{i}"), indices]
+        inputs.append(L.initializer(p.scales, f"{name}.scales{i}"))
+        if p.zero_points is not None:
+            inputs.append(L.initializer(p.zero_points, f"{name}.zero_points{i}"))
+        attributes = {"bits": p.bits, "block_size": w.group, "gather_axis": 0, "quantize_axis": 1}
+        out = L.op("GatherBlockQuantized", inputs, attributes, hint=hint, domain=MS_DOMAIN)
+        y = out if y is None else L.op("Add", [y, out], hint=hint)
+    if w.offsets is not None:
+        groups = L.const(np.array([0] * rank + [k // w.group, w.group], dtype=np.int64), "groups")
+        shift = L.op("Gather", [L.initializer(w.offsets, f"{name}.offsets"), indices], {"axis": 0}, hint=hint)
+        shift = L.op("Unsqueeze", [shift, L.const(np.array([-1], dtype=np.int64), "axes")], hint=hint)
+        y = L.op("Add", [L.op("Reshape", [y, groups], hint=hint), shift], hint=hint)
+        y = L.op("Reshape", [y, L.const(np.array([0] * rank + [k], dtype=np.int64), "shape")], hint=hint)
+    return y
+
+
+def dequantized(w: PackedWeight) -> np.ndarray:
+    """f32[N, K]: the weight `w` packs (for a use other than a matmul or a lookup)."""
+    n, k = w.shape
+    total = np.zeros((n, k // w.group, w.group), dtype=np.float32)
+    for p in w.planes:
+        codes = _unpack_rows(p.packed.reshape(n, -1), p.bits, k).reshape(n, k // w.group, w.group)
+        zero = (
+            np.full(p.scales.shape, 2 ** (p.bits - 1), np.float32)
+            if p.zero_points is None
+            else _unpack_rows(p.zero_points, p.bits, p.scales.shape[1]).astype(np.float32)
+        )
+        total += (codes.astype(np.float32) - zero[..., None]) * p.scales[..., None]
+    if w.offsets is not None:
+        total += w.offsets[..., None]
+    return total.reshape(n, k)
+
+
+def _unpack_rows(packed: np.ndarray, bits: int, m: int) -> np.ndarray:
+    if bits == 8:
+        return packed[:, :m]
+    out = np.empty((packed.shape[0], packed.shape[1] * 2), dtype=np.uint8)
+    out[:, 0::2], out[:, 1::2] = packed & np.uint8(15), packed >> np.uint8(4)
+    return out[:, :m]
