@@ -74,17 +74,31 @@ def parse_config(items: list[str] | None) -> dict:
 
 
 def add_common(
-    p: argparse.ArgumentParser, weights: bool = True, file_help: str | None = None, max_batch: int = 1
+    p: argparse.ArgumentParser,
+    weights: bool = True,
+    file_help: str | None = None,
+    max_batch: int = 1,
+    stored: bool = False,
 ) -> None:
     """The options every model command takes; with `file_help`, FILE is optional and described by it;
-    `max_batch` is the default of `--max-batch`."""
+    `max_batch` is the default of `--max-batch`; `stored`: `--dtype stored` is offered (the commands that run
+    a loaded model: run, generate, serve)."""
     if file_help is None:
         p.add_argument("file", metavar="FILE", help="a .linnet source with a root model")
     else:
         p.add_argument("file", metavar="FILE", nargs="?", help=file_help)
     p.add_argument("--preset", metavar="NAME", help="the preset to build (default: the first with default weights)")
     p.add_argument("--config", action="append", metavar="KEY=VALUE", help="override a config field (repeatable)")
-    p.add_argument("--dtype", choices=("f32", "bf16", "f16"), default="f32", help="working dtype (default f32)")
+    if stored:
+        p.add_argument(
+            "--dtype",
+            choices=("f32", "bf16", "f16", "stored"),
+            default="f32",
+            help="working dtype (default f32); stored: a GGUF file's quantized matrices stay quantized (weight-only "
+            "quantized matmuls), the rest runs in f32",
+        )
+    else:
+        p.add_argument("--dtype", choices=("f32", "bf16", "f16"), default="f32", help="working dtype (default f32)")
     p.add_argument("--max-positions", type=int, default=768, metavar="N", help="cache positions per row (768)")
     p.add_argument("--max-batch", type=int, default=max_batch, metavar="N", help=f"cache rows ({max_batch})")
     if weights:
@@ -117,7 +131,7 @@ def _build(args: argparse.Namespace, entries=None):
         args.file,
         preset=args.preset,
         config=parse_config(args.config),
-        dtype=args.dtype,
+        dtype="f32" if args.dtype == "stored" else args.dtype,  # the front end's working dtype (gguf_quants)
         max_batch=args.max_batch,
         max_positions=args.max_positions,
         entries=entries,
@@ -1083,7 +1097,7 @@ def register(sub) -> None:
     ox.set_defaults(func=cmd_onnx)
 
     run = sub.add_parser("run", help="run an entry on random inputs (and random weights unless --weights)")
-    add_common(run)
+    add_common(run, stored=True)
     run.add_argument("--entry", metavar="NAME")
     run.add_argument(
         "--backend",
@@ -1137,6 +1151,7 @@ def register(sub) -> None:
     gen = sub.add_parser("generate", help="generate text (only the text goes to stdout)")
     add_common(
         gen,
+        stored=True,
         file_help="a .linnet source with a root model; without it, the shipped example for --weights' "
         "model_type (config.json's, or a GGUF's general.architecture) under its closest preset",
     )

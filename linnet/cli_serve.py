@@ -128,6 +128,7 @@ def register(sub) -> None:
         file_help="a .linnet source with a root model; without it, the shipped example for --weights' model_type, "
         f"and without either, the embedded {DEFAULT_WEIGHTS}",
         max_batch=8,
+        stored=True,
     )
     serve.add_argument("--backend", choices=BACKEND_NAMES, default="torch", metavar="BACKEND", help=BACKEND_HELP)
     serve.add_argument("--provider", action="append", choices=("cpu", "cuda", "tensorrt"), help="onnxruntime providers")

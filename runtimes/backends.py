@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING, Any
 
 from linnet.errors import BackendError
 
+from .gguf_quants import STORED, working_dtype
+
 if TYPE_CHECKING:
     from .model import LoadedModel
 
@@ -61,6 +63,8 @@ class Backend:
             `jax.grad`). ONNX Runtime and the exported StableHLO artifact run inference only.
         thread_specific: whether the code it compiles is specialised to PyTorch's thread count (inductor's CPU
             kernels are), so a thread count that changes between runs misses the persistent compile cache.
+        stored: whether it runs `--dtype stored` (a GGUF file's quantized matrices kept quantized, weight-only
+            quantized matmuls, f32 otherwise; contract in `linnet.runtimes.gguf_quants`).
     """
 
     name: str
@@ -77,6 +81,7 @@ class Backend:
     options: tuple[str, ...] = ()
     can_train: bool = False
     thread_specific: bool = False
+    stored: bool = False
 
     def load(
         self,
@@ -245,6 +250,14 @@ def device_kind(device: str) -> str:
 def check_options(backend: Backend, dtype: str, numerics: str, device: str) -> None:
     """Refuse a dtype, numerics or device kind `backend` does not support. Raises BackendError
     saying what it supports."""
+    if dtype == STORED:
+        if not backend.stored:
+            which = ", ".join(b.name for b in BACKENDS.values() if b.stored)
+            raise BackendError(
+                f"--dtype stored (GGUF weights kept quantized) is not built for {backend.name}: it runs on {which}; "
+                f"{backend.name} runs the dequantized weights ({', '.join(backend.dtypes)})"
+            )
+        dtype = working_dtype(dtype)
     if dtype not in backend.dtypes:
         raise BackendError(f"{backend.name} runs {', '.join(backend.dtypes)}, got dtype {dtype!r}")
     if numerics not in backend.numerics:

@@ -34,6 +34,7 @@ import numpy as np
 from linnet.errors import CheckpointError
 
 from .embedded import EMBEDDED, EmbeddedError, resolve_embedded
+from .gguf_quants import STORED, GroupQuantized, group_quantized
 from .gguf_reader import GGUFError, GGUFFile
 from .gguf_rope import llama3_scaling_from_rope_freqs
 from .tokenizer import Tokenizer
@@ -968,9 +969,19 @@ class GGUFCheckpoint(Checkpoint):
     def dtype(self, name: str) -> str:
         return self._info(name).type_name
 
-    def load(self, name: str, dtype: str | np.dtype | None = None) -> np.ndarray:
+    def load(self, name: str, dtype: str | np.dtype | None = None) -> np.ndarray | GroupQuantized:
+        """As `Checkpoint.load`; `dtype="stored"` (`--dtype stored`) keeps the file's values: a quantized matrix
+        comes back as a `GroupQuantized` (rows of Q/K un-permuted as whole rows of blocks), any other tensor as
+        stored (a read-only view; bf16 as `ml_dtypes.bfloat16`). Raises CheckpointError naming the tensor for a
+        quantized type `gguf_quants` cannot keep (see `STORED_TYPES`)."""
         info = self._info(name)
         raw = self._file.raw(info.name)
+        if isinstance(dtype, str) and dtype == STORED and info.quantized:
+            stored = group_quantized(raw, info.type_name, info.shape, name=f"{self.path}: {info.name!r}")
+            heads = self._rotary_heads(name, info)
+            return stored if heads is None else stored.take_rows(_unpermute_rows(np.arange(info.shape[0]), heads))
+        if isinstance(dtype, str) and dtype == STORED:
+            dtype = None
         try:
             if info.quantized:
                 from gguf import GGMLQuantizationType
@@ -985,16 +996,24 @@ class GGUFCheckpoint(Checkpoint):
             raise CheckpointError(f"{self.path}: cannot dequantize {info.name!r} ({info.type_name}): {e}") from None
         if tuple(t.shape) != info.shape:
             raise CheckpointError(f"{self.path}: {info.name!r} decoded to {tuple(t.shape)}, expected {info.shape}")
-        if ".self_attn.q_proj." in name or ".self_attn.k_proj." in name:
-            heads = self.config["num_attention_heads"]
-            if ".k_proj." in name:
-                heads = self.config.get("num_key_value_heads", heads)
-            if not isinstance(heads, int) or isinstance(heads, bool) or heads < 1:
-                raise CheckpointError(f"{self.path}: the GGUF metadata gives {heads!r} heads for {info.name!r}")
-            if t.shape[0] % (2 * heads):
-                raise CheckpointError(f"{self.path}: {info.name!r} has {t.shape[0]} rows, not 2 x {heads} heads")
+        heads = self._rotary_heads(name, info)
+        if heads is not None:
             t = _unpermute_rows(t, heads)
         return check_finite(cast_floating(t, dtype), info.name, self.path, t, name in self.buffer_names)
+
+    def _rotary_heads(self, name: str, info) -> int | None:
+        """The head count whose rotary row permutation llama.cpp applied to `name` (Q: num_attention_heads, K:
+        num_key_value_heads), or None for any other tensor. Raises CheckpointError for metadata that does not fit."""
+        if ".self_attn.q_proj." not in name and ".self_attn.k_proj." not in name:
+            return None
+        heads = self.config["num_attention_heads"]
+        if ".k_proj." in name:
+            heads = self.config.get("num_key_value_heads", heads)
+        if not isinstance(heads, int) or isinstance(heads, bool) or heads < 1:
+            raise CheckpointError(f"{self.path}: the GGUF metadata gives {heads!r} heads for {info.name!r}")
+        if info.shape[0] % (2 * heads):
+            raise CheckpointError(f"{self.path}: {info.name!r} has {info.shape[0]} rows, not 2 x {heads} heads")
+        return heads
 
     def tokenizer(self) -> Tokenizer | None:
         """The tokenizer of the metadata; None for a file with no `tokenizer.ggml.*` model nor tokens at all

@@ -39,8 +39,11 @@ The `stored` dtype contract (what `--dtype stored` means to every layer):
   `GroupQuantized` to the matmul (`linear`) or embedding lookup that reads it, and may call `dequantize()` for
   any other use.
 - `Backend.load(..., dtype="stored")` is accepted by the backends whose `Backend.stored` is True (onnxruntime,
-  torch, torch-compile; `check_options` refuses the others, saying so); the runtime's `load` passes
-  `dtype="stored"` to `prepare` and "f32" to its compiler.
+  torch, torch-compile: each sets it in `runtimes/backends.py` with the binding that runs it; `check_options`
+  refuses the others, saying so, and maps "stored" to "f32" for the dtype check). The runtime's `load` passes
+  `dtype="stored"` to `prepare` and then works in `prepared.program.dtype` (f32).
+- The CLI offers `--dtype stored` on run, generate and serve (`add_common(stored=True)`); the front end builds
+  in `working_dtype("stored")`, f32.
 
 Needs numpy only.
 """
@@ -53,7 +56,9 @@ import numpy as np
 
 from linnet.errors import CheckpointError
 
-__all__ = ["GroupQuantized", "group_quantized", "STORED_TYPES", "BLOCK_BYTES"]
+__all__ = ["GroupQuantized", "group_quantized", "STORED", "STORED_TYPES", "BLOCK_BYTES", "working_dtype"]
+
+STORED = "stored"  # the `--dtype` that keeps GGUF weights quantized
 
 QK_K = 256  # values per K-quant super-block
 # ggml type -> (values per block, bytes per block, code bits, values per scale); gguf-py's GGML_QUANT_SIZES.
@@ -169,6 +174,11 @@ def group_quantized(raw: np.ndarray, ggml_type: str, shape: tuple[int, int], nam
         scales.reshape(n, k // group),
         offsets.reshape(n, k // group),
     )
+
+
+def working_dtype(dtype: str) -> str:
+    """The dtype a program is lowered in: f32 under `--dtype stored` (activations, norms, KV cache), else `dtype`."""
+    return "f32" if dtype == STORED else dtype
 
 
 # --------------------------------------------------------------------------------------------------------------

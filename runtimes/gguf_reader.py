@@ -28,7 +28,7 @@ import numpy as np
 
 from linnet.errors import CheckpointError
 
-__all__ = ["GGUFError", "GGUFFile", "GGUFTensorInfo", "GGML_TYPES"]
+__all__ = ["GGUFError", "GGUFFile", "GGUFTensorInfo", "GGML_TYPES", "PLAIN_TYPES"]
 
 
 class GGUFError(CheckpointError, ValueError):
@@ -83,6 +83,9 @@ PLAIN_NUMPY: dict[int, np.dtype] = {
     28: np.dtype("<f8"),
     30: np.dtype("<u2"),
 }
+
+# The names of those types: every other type is quantized (blocks of codes and scales).
+PLAIN_TYPES = frozenset(GGML_TYPES[t][0] for t in PLAIN_NUMPY)
 
 # Metadata value types (gguf.md "gguf_metadata_value_type"): fixed-size scalars, 8 = string, 9 = array.
 _SCALAR = {

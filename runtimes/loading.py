@@ -40,6 +40,8 @@ from linnet.syntax import ast as A
 
 from .checkpoints import EMBEDDED_IDS as EMBEDDED
 from .checkpoints import INTEGER_DTYPES, Checkpoint, check_cast_fits, numpy_dtype, open_checkpoint
+from .gguf_quants import STORED, working_dtype
+from .gguf_reader import PLAIN_TYPES
 from .model import LoadedModel
 from .mxfp4 import quantized_view
 
@@ -71,6 +73,7 @@ class Prepared:
     plan: dict[str, str] = field(default_factory=dict)
     weights: str | None = None
     notes: list[str] = field(default_factory=list)
+    stored: bool = False  # `--dtype stored`: GGUF's quantized tensors load as `GroupQuantized` (see gguf_quants)
 
     def tokenizer(self):
         return self.checkpoint.tokenizer() if self.checkpoint is not None else None
@@ -103,7 +106,14 @@ def prepare(
     as LoRA's, whose imports and messages stay those of the file); `view(program, checkpoint)` sees the opened
     checkpoint through a view before names are matched (LoRA adds its adapters' tensors there).
 
+    `dtype="stored"` (`--dtype stored`, see `gguf_quants`) lowers the program in f32 and marks the result
+    `stored`, so that `planned_tensors` keeps the GGUF file's quantized tensors quantized; it needs a GGUF
+    checkpoint with quantized tensors.
+
     Raises LoadError (OSError for an unreadable source)."""
+    stored, dtype = dtype == STORED, working_dtype(dtype)
+    if stored and random_weights:
+        raise LoadError("--dtype stored keeps a GGUF file's quantized weights as stored: give --weights (a .gguf file)")
     try:
         path, text = (str(source), text) if text is not None else read_source(source)
         info = check_source(path, text, preset)
@@ -143,7 +153,31 @@ def prepare(
     prepared = Prepared(program, info, checkpoint, weights=str(weights) if weights is not None else None, notes=notes)
     if checkpoint is not None:
         prepared.plan = match_weights(program, checkpoint, prepared.notes)
+    if stored:
+        _check_stored(prepared)
     return prepared
+
+
+def _check_stored(prepared: Prepared) -> None:
+    """Mark `prepared` (with a checkpoint) for `--dtype stored`, or refuse a checkpoint with nothing to keep
+    quantized: a Hugging Face folder, a GGUF file whose tensors are all plain floats. Raises LoadError."""
+    ckpt = prepared.checkpoint
+    if ckpt.format != "gguf":
+        raise LoadError(
+            f"--dtype stored keeps a GGUF file's quantized weights as stored, but {ckpt.source} is a {ckpt.format} "
+            "checkpoint: nothing in it is quantized; use --dtype f32, bf16 or f16"
+        )
+    types = {ckpt.dtype(name) for name in prepared.plan.values()}
+    if not types - PLAIN_TYPES:
+        raise LoadError(
+            f"--dtype stored keeps quantized weights as stored, but every tensor of {ckpt.source} is "
+            f"{', '.join(sorted(types))}: nothing in it is quantized; use --dtype f32, bf16 or f16"
+        )
+    prepared.stored = True
+    prepared.notes.append(
+        f"--dtype stored: the {', '.join(sorted(types - PLAIN_TYPES))} matrices of "
+        f"{Path(ckpt.source).name} stay quantized; activations, norms and the KV cache are f32"
+    )
 
 
 def dequantizing_view(program: Program, ckpt: Checkpoint) -> Checkpoint:
@@ -247,7 +281,8 @@ def planned_tensors(prepared: Prepared, progress: bool, dtype: str | None = None
     `Checkpoint.load(name, dtype)` (a read-only memory map where the format allows; `dtype` a
     Linnet dtype name casts floating-point tensors), with a progress bar on stderr for loads
     that take over a second. Without `dtype` (the runtime casts on its device) each tensor is
-    still checked to fit the program's dtype (`check_cast_fits`). Raises CheckpointError for
+    still checked to fit the program's dtype (`check_cast_fits`). When `prepared.stored`, a quantized
+    GGUF matrix comes as a `GroupQuantized` (never cast) and the rest as above. Raises CheckpointError for
     unreadable data and for values that are, or become when cast, NaN or infinite."""
     import sys
 
@@ -264,8 +299,9 @@ def planned_tensors(prepared: Prepared, progress: bool, dtype: str | None = None
     )
     with bar:
         for path, name in prepared.plan.items():
-            a = prepared.checkpoint.load(name, dtype=dtype)
-            if dtype is None:
+            quantized = prepared.stored and prepared.checkpoint.dtype(name) not in PLAIN_TYPES
+            a = prepared.checkpoint.load(name, dtype=STORED if quantized else dtype)
+            if dtype is None and not quantized:
                 check_cast_fits(a, prepared.program.dtype.name, name, prepared.checkpoint.path or prepared.weights)
             yield path, a
             bar.update(1)

@@ -75,11 +75,13 @@ def write_llama_gguf(
     *,
     rope_freqs: np.ndarray | None = None,
     extra_metadata: dict[str, Any] | None = None,
+    quantize: dict[str, str] | None = None,
 ) -> None:
     """`model` (a transformers LlamaForCausalLM) as an all-f32 GGUF in llama.cpp's layout, with the metadata
     `LlamaModel.set_gguf_parameters` writes (no rope-scaling keys) and, when given, `rope_freqs.weight`.
     `extra_metadata`: more `key: value` pairs, or other values for those keys (ints as uint32, floats as float32,
-    strings, bools, lists as arrays)."""
+    strings, bools, lists as arrays). `quantize`: GGUF tensor name -> gguf type name ("q4_1", "q8_0"; types
+    `gguf.quants.quantize` writes), "*" for every other 2-D tensor, as llama.cpp's quantize tool would."""
     import gguf
 
     c = model.config
@@ -123,7 +125,12 @@ def write_llama_gguf(
             data = llamacpp_permute(data, c.num_attention_heads, c.num_attention_heads)
         elif ".attn_k." in gname:
             data = llamacpp_permute(data, c.num_attention_heads, c.num_key_value_heads)
-        w.add_tensor(gname, np.ascontiguousarray(data))
+        qtype = (quantize or {}).get(gname, (quantize or {}).get("*") if data.ndim == 2 else None)
+        if qtype is not None:
+            qtype = gguf.GGMLQuantizationType[qtype.upper()]
+            w.add_tensor(gname, gguf.quants.quantize(np.ascontiguousarray(data), qtype), raw_dtype=qtype)
+        else:
+            w.add_tensor(gname, np.ascontiguousarray(data))
     if rope_freqs is not None:
         w.add_tensor("rope_freqs.weight", np.ascontiguousarray(rope_freqs, dtype=np.float32))
     w.write_header_to_file()
