@@ -64,7 +64,16 @@ def test_kernel_path_is_taken_where_it_fits():
 def test_other_functions_read_the_dequantized_matrix():
     gq, w = packed("q4_0", 64)
     np.testing.assert_array_equal((w.t() * 2).numpy(), gq.dequantize().T * 2)
-    assert w.shape == (64, 256) and w.dtype == torch.float32
+    np.testing.assert_array_equal(w.T.numpy(), gq.dequantize().T)  # a property that is values, not metadata
+    assert w.shape == (64, 256) and w.dtype == torch.float32 and not w._is_view()
+
+
+def test_compiled_linear_and_embedding_equal_eager():
+    _, w = packed("q8_0", 128)
+    x, ids = torch.randn(1, 256, generator=torch.Generator().manual_seed(4)), torch.tensor([3, 70])
+    with torch.inference_mode():  # as the runtime runs entries
+        y, rows = torch.compile(lambda x, ids: (F.linear(x, w), F.embedding(ids, w)), fullgraph=True)(x, ids)
+    assert torch.equal(y, F.linear(x, w)) and torch.equal(rows, F.embedding(ids, w))
 
 
 def test_pack_refuses_other_devices():
@@ -75,8 +84,8 @@ def test_pack_refuses_other_devices():
         quantized.QuantizedWeight.from_groups(gq, device="cuda")
 
 
-def test_packing_in_slices_equals_packing_whole(monkeypatch):
-    codes = torch.randint(0, 16, (256, 64), generator=torch.Generator().manual_seed(3), dtype=torch.uint8)
-    whole = torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes.to(torch.int32), 1)
-    monkeypatch.setattr(quantized, "_PACK_ROWS", 128)
-    assert torch.equal(quantized._int4pack(codes), whole)
+def test_packing_equals_torchs_packer():
+    for rows in (256, 48):  # written here (a multiple of the row block), torch's packer (not)
+        codes = torch.randint(0, 16, (rows, 64), generator=torch.Generator().manual_seed(3), dtype=torch.uint8)
+        expected = torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes.to(torch.int32), 1)
+        assert torch.equal(quantized._int4pack(codes), expected)
