@@ -14,9 +14,11 @@ to bf16 and returns the model's dtype: a relative error of a few 2^-9 against x 
 it as 3 * 2^-8 * |x| @ |W|.T), still finer than llama.cpp's own 8-bit quantized activations.
 
 What does not fit the kernel (q6_k's groups of 16, a row count that is not a multiple of 16) keeps its u8 codes
-and, per call, dequantizes to bf16 and runs a dense matmul: memory stays at one byte per value, speed is not the
-kernel's. Prefill (more than `DENSE_ROWS` rows of x) also dequantizes the matrix (to bf16, one layer at a time)
-and runs the dense bf16 matmul: the int4 kernel is a GEMV kernel, 7x slower than dense bf16 at 512 rows here.
+and, per call, dequantizes and runs a dense matmul: memory stays at one byte per value, speed is not the kernel's.
+Prefill (more than `DENSE_ROWS` rows of x) also dequantizes the matrix, exactly, in x's dtype (f32: one matrix at
+a time, freed after its matmul) and runs the dense matmul: the int4 kernel is a GEMV kernel (7x slower than dense
+bf16 at 512 rows here), and f32 keeps the prompt's logits those of the dequantized model (the bf16 kernel's
+rounding flipped SmolLM2's first answer token, a near tie, where f32 and bf16 dense models did not).
 
 `F.embedding` reads rows exactly: the codes of the rows asked for (unpacked from the int4 planes; their layout,
 blocks of 64 rows on AVX-512, is checked once per process against the packer, and a matrix whose layout is not
@@ -139,16 +141,16 @@ class QuantizedWeight(torch.Tensor):
 
     # ----- what F.linear and F.embedding run
     def linear(self, x: torch.Tensor) -> torch.Tensor:
-        """x @ W.T: [..., K] -> [..., N] in x's dtype (bf16 inside: see the module docstring)."""
+        """x @ W.T: [..., K] -> [..., N] in x's dtype: through the int4 kernel in bf16 for up to `DENSE_ROWS` rows
+        of x, else (and for a matrix without planes) dense on the matrix dequantized in x's dtype (exact)."""
         n, k = self.shape
-        x2 = x.reshape(-1, k).to(torch.bfloat16)
-        if not self.planes or x2.shape[0] > DENSE_ROWS:
-            y = F.linear(x2, self.dequantize(torch.bfloat16))
-        else:
-            y = None
-            for packed, sz in zip(self.planes, self.scales_zeros):
-                part = torch.ops.aten._weight_int4pack_mm_for_cpu(x2, packed, self.group, sz).float()
-                y = part if y is None else y + part
+        x2 = x.reshape(-1, k)
+        if not self.planes or x2.shape[0] > DENSE_ROWS:  # the exact matrix, in x's dtype, for this call only
+            return F.linear(x2, self.dequantize(x.dtype)).reshape(*x.shape[:-1], n)
+        y = None
+        for packed, sz in zip(self.planes, self.scales_zeros):
+            part = torch.ops.aten._weight_int4pack_mm_for_cpu(x2.to(torch.bfloat16), packed, self.group, sz).float()
+            y = part if y is None else y + part
         return y.to(x.dtype).reshape(*x.shape[:-1], n)
 
     def embedding(self, ids: torch.Tensor) -> torch.Tensor:

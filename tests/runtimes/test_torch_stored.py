@@ -34,14 +34,16 @@ def test_stored_logits_match_the_dequantized_f32_model(quantized_gguf):
     assert isinstance(embed, QuantizedWeight) and embed.ggml_type == "q8_0"  # the tied head reads it too
     assert stored.module.tensors["model.norm.weight"].dtype == torch.float32
     ids = np.random.default_rng(0).integers(0, 96, size=(1, 24))
-    # 5 tokens: the int4 kernel; 24 (over DENSE_ROWS): dequantized per layer to bf16, dense matmul
-    for tokens in (5, 24):
-        (got,) = stored.run("forward", ids[:, :tokens])
-        (want,) = f32.run("forward", ids[:, :tokens])
-        # bf16 activations into every matmul (8 significant bits) over 2 layers: about 1 % of the logits' scale
-        distance = np.abs(got - want).max()
-        assert distance <= 0.02 * np.abs(want).max(), (tokens, distance, np.abs(want).max())
-        assert (got.argmax(-1) == want.argmax(-1)).mean() >= 0.9
+    # 5 tokens: the int4 kernel, bf16 activations into every matmul (8 significant bits) over 2 layers: measured
+    # 3.5e-3 on logits up to 0.94, bounded at 2 % of their scale
+    (got,) = stored.run("forward", ids[:, :5])
+    (want,) = f32.run("forward", ids[:, :5])
+    assert np.abs(got - want).max() <= 0.02 * np.abs(want).max()
+    assert (got.argmax(-1) == want.argmax(-1)).all()
+    # 24 tokens (over DENSE_ROWS): each matrix dequantized exactly in f32 for its matmul: the f32 model's logits
+    (got,) = stored.run("forward", ids)
+    (want,) = f32.run("forward", ids)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
 
 
 def test_stored_generation_on_both_torch_backends(quantized_gguf):
