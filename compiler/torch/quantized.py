@@ -42,8 +42,9 @@ from linnet.errors import BackendError
 
 __all__ = ["QuantizedWeight", "DENSE_ROWS"]
 
-# Rows of x (tokens) above which a linear dequantizes the matrix to bf16 and runs the dense matmul instead of
-# the int4 GEMV kernel (measured on this machine's 1536 x 576 matrices: see the module docstring).
+# Rows of x (tokens) above which a linear multiplies the exactly dequantized matrix densely instead of running the
+# int4 GEMV kernel. Not tuned (this machine was saturated while it was written): the kernel takes 56 us for one
+# row of a 1536 x 576 matrix and 5.7 ms for 512 rows, against 0.8 ms dense bf16 (lead's measurement, r7/int4.py).
 DENSE_ROWS = 16
 _KERNEL_GROUPS = (32, 64, 128, 256)  # the group sizes `_weight_int4pack_mm_for_cpu` accepts
 _ROW_BLOCK: list[int | None] = []  # the packer's row block, found once (`_row_block`)
@@ -118,9 +119,10 @@ class QuantizedWeight(torch.Tensor):
         s, o = w.scales.t(), w.offsets.t()  # [K / group, N]
         if bits <= 4:
             pairs = [(codes, s, o + 8 * s)]
-        elif torch.equal(o, s * -(2 ** (bits - 1))):  # symmetric (q5_0, q8_0): w = (c - z) s, z = 16 * (z / 16)
-            centre = 2 ** (bits - 5)  # the hi plane's (hi - z / 16) is the kernel's (hi + 8 - z / 16) - 8, zero 0
-            w.hi_shift = 8 - centre
+        elif torch.equal(o, s * -(2 ** (bits - 1))):  # symmetric (q5_0, q8_0): w = (c - z) s, z = 2^(bits-1)
+            # w = 16 s (hi - z / 16) + s lo: the hi plane's codes shifted by 8 - z / 16 make the kernel's
+            # (code - 8) exactly (hi - z / 16), so its zero is 0 (exact in bf16) and the lo plane's is 8 s
+            w.hi_shift = 8 - 2 ** (bits - 5)
             pairs = [((codes >> 4) + w.hi_shift, 16 * s, torch.zeros_like(s)), (codes & 15, s, 8 * s)]
         else:  # the offset in the lo plane, as a 4-bit type's; the hi plane's zero 128 s stays exact in bf16
             pairs = [(codes >> 4, 16 * s, 128 * s), (codes & 15, s, o + 8 * s)]
