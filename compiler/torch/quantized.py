@@ -7,11 +7,14 @@ u8 codes of `bits` bits. It is packed once, at bind time, for torch's CPU int4 k
 `aten._weight_int4pack_mm_for_cpu(x: bf16[M, K], packed, group, scales_and_zeros: bf16[K / group, N, 2])`, which
 computes x @ W'.T with W'[n, k] = (c[n, k] - 8) * scale[g, n] + zero[g, n] (aten/src/ATen/native/cpu/
 int4mm_kernel.cpp), so for 4-bit codes scale = scales.T and zero = offsets.T + 8 * scales.T. Codes of 5 to 8 bits
-(q5_*, q8_0) are split as c = 16 * hi + lo into two 4-bit planes run as two kernels and summed: hi with scale
-16 s and zero 128 s + offset, lo with scale s and zero 8 s. The kernel takes bf16 activations, scales and zeros
-and returns bf16 (its f32-activation path is a slow reference loop), so a `linear` rounds x, the scales and zeros
-to bf16 and returns the model's dtype: a relative error of a few 2^-9 against x @ dequantize().T (the tests bound
-it as 3 * 2^-8 * |x| @ |W|.T), still finer than llama.cpp's own 8-bit quantized activations.
+(q5_*, q8_0) are split as c = 16 * hi + lo into two 4-bit planes side by side along K, [hi | lo] of [N, 2K], run
+as one kernel on [x | x]: hi with scale 16 s and zero 128 s, lo with scale s and zero offset + 8 s (a symmetric
+type's hi plane centred instead: see `pack`). One call, not two: each call is a parallel region, and on a busy
+machine a region waits for a descheduled thread (two calls measured 2x one on the 49152 x 576 lm_head there).
+The kernel takes bf16 activations, scales and zeros and returns bf16 (its f32-activation path is a slow reference
+loop), so a `linear` rounds x, the scales and zeros to bf16 and returns the model's dtype: a relative error of a few
+2^-9 against x @ dequantize().T (the tests bound it as 3 * 2^-8 * |x| @ |W|.T), still finer than llama.cpp's own
+8-bit quantized activations.
 
 What does not fit the kernel (q6_k's groups of 16, a row count that is not a multiple of 16) keeps its u8 codes
 and, per call, dequantizes and runs a dense matmul: memory stays at one byte per value, speed is not the kernel's.
@@ -57,8 +60,10 @@ class QuantizedWeight(torch.Tensor):
 
     Attributes:
         ggml_type, bits, group: as `GroupQuantized`'s.
-        planes: the int4-packed code planes (one for <= 4 bits, hi and lo otherwise; empty when `codes` is used).
-        scales_zeros: bf16[K / group, N, 2] per plane, the kernel's scales and zeros.
+        planes: the int4-packed codes ([N, K] for <= 4 bits, [hi | lo] of [N, 2K] otherwise), a list of one;
+            empty when the matrix does not fit the kernel.
+        scales_zeros: bf16[width / group, N, 2] for the plane, the kernel's scales and zeros.
+        halves: 1, or 2 when the plane is [hi | lo].
         scales, offsets: f32[N, K / group], exact (embedding rows, `dequantize`).
         codes: u8[N, K] when the matrix does not fit the kernel or its rows cannot be read from the planes,
             else None.
@@ -74,6 +79,7 @@ class QuantizedWeight(torch.Tensor):
     offsets: torch.Tensor
     codes: torch.Tensor | None
     hi_shift: int
+    halves: int
 
     @staticmethod
     def __new__(cls, shape: tuple[int, int]) -> "QuantizedWeight":
@@ -112,7 +118,7 @@ class QuantizedWeight(torch.Tensor):
         w = cls((n, k))
         w.ggml_type, w.bits, w.group = ggml_type, bits, group
         w.scales, w.offsets = scales.float().contiguous(), offsets.float().contiguous()
-        w.planes, w.scales_zeros, w.codes, w.hi_shift = [], [], None, 0
+        w.planes, w.scales_zeros, w.codes, w.hi_shift, w.halves = [], [], None, 0, 1
         if group not in _KERNEL_GROUPS or n % 16 or bits > 8:
             w.codes = codes.contiguous()
             return w
@@ -126,9 +132,10 @@ class QuantizedWeight(torch.Tensor):
             pairs = [((codes >> 4) + w.hi_shift, 16 * s, torch.zeros_like(s)), (codes & 15, s, 8 * s)]
         else:  # the offset in the lo plane, as a 4-bit type's; the hi plane's zero 128 s stays exact in bf16
             pairs = [(codes >> 4, 16 * s, 128 * s), (codes & 15, s, o + 8 * s)]
-        for plane, scale, zero in pairs:
-            w.planes.append(_int4pack(plane))
-            w.scales_zeros.append(torch.stack([scale, zero], dim=-1).to(torch.bfloat16).contiguous())
+        w.halves = len(pairs)
+        w.planes = [_int4pack(torch.cat([plane for plane, _, _ in pairs], dim=1))]
+        scales_zeros = [torch.stack([scale, zero], dim=-1) for _, scale, zero in pairs]
+        w.scales_zeros = [torch.cat(scales_zeros).to(torch.bfloat16).contiguous()]
         block = _row_block()
         if block is None or n % block:
             w.codes = codes.contiguous()  # rows cannot be read from the planes: keep them for `embedding`
@@ -149,10 +156,9 @@ class QuantizedWeight(torch.Tensor):
         x2 = x.reshape(-1, k)
         if not self.planes or x2.shape[0] > DENSE_ROWS:  # the exact matrix, in x's dtype, for this call only
             return F.linear(x2, self.dequantize(x.dtype)).reshape(*x.shape[:-1], n)
-        y = None
-        for packed, sz in zip(self.planes, self.scales_zeros):
-            part = torch.ops.aten._weight_int4pack_mm_for_cpu(x2.to(torch.bfloat16), packed, self.group, sz).float()
-            y = part if y is None else y + part
+        xb = x2.to(torch.bfloat16)
+        xb = torch.cat([xb, xb], dim=-1) if self.halves == 2 else xb  # [x | x] against [hi | lo]
+        y = torch.ops.aten._weight_int4pack_mm_for_cpu(xb, self.planes[0], self.group, self.scales_zeros[0])
         return y.to(x.dtype).reshape(*x.shape[:-1], n)
 
     def embedding(self, ids: torch.Tensor) -> torch.Tensor:
@@ -175,8 +181,8 @@ class QuantizedWeight(torch.Tensor):
     def _plane_codes(self, rows: torch.Tensor | None) -> torch.Tensor:
         """u8[R, K] the codes of `rows` (all rows for None), read back from the int4 planes (`_row_block`)."""
         n, k = self.shape
-        planes = [_unpack_rows(packed, n, k, rows, _row_block()) for packed in self.planes]
-        return planes[0] if len(planes) == 1 else (planes[0] - self.hi_shift) * 16 + planes[1]
+        codes = _unpack_rows(self.planes[0], n, k * self.halves, rows, _row_block())
+        return codes if self.halves == 1 else (codes[:, :k] - self.hi_shift) * 16 + codes[:, k:]
 
     # ----- dispatch
     @classmethod

@@ -15,7 +15,7 @@ F = torch.nn.functional
 quantized = pytest.importorskip("linnet.compiler.torch.quantized")
 
 # The kernel rounds x, the scales and the zeros to bf16 (8 significant bits: relative error <= 2^-9 each) and
-# returns bf16 (another 2^-9 of |y| <= |x| @ |W|.T), and a two-plane type adds two such outputs: so
+# returns bf16 (another 2^-9 of |y| <= |x| @ |W|.T), and a two-plane type sums two halves of the row: so
 # |y - x @ W.T| <= 3 * 2^-8 * (|x| @ |W|.T) with room to spare. A wrong code, scale or layout misses it by 10x.
 BOUND = 3 * 2.0**-8
 
@@ -58,8 +58,8 @@ def test_kernel_path_is_taken_where_it_fits():
     _, q4 = packed("q4_1", 128)
     _, q8 = packed("q8_0", 128)
     _, q6 = packed("q6_k", 128)
-    assert (len(q4.planes), q4.codes) == (1, None)
-    assert (len(q8.planes), q8.codes) == (2, None)
+    assert (len(q4.planes), q4.halves, q4.codes) == (1, 1, None)
+    assert (len(q8.planes), q8.halves, q8.codes) == (1, 2, None)  # [hi | lo] along K: one kernel call
     assert (q6.planes, q6.codes.dtype) == ([], torch.uint8)
 
 
