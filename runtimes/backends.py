@@ -193,11 +193,12 @@ BACKENDS: dict[str, Backend] = {
         Backend(
             "torch", "PyTorch", "torch", "torch_backend", "generated",
             "the generated PyTorch, eager", "torch", TORCH_DTYPES, ("cpu", "cuda"), ("torch",), can_train=True,
+            stored=True,
         ),
         Backend(
             "torch-compile", "PyTorch (torch.compile)", "torch", "torch_backend", "inductor",
             "the generated PyTorch, decode step under torch.compile", "torch", TORCH_DTYPES, ("cpu", "cuda"),
-            ("torch",), thread_specific=True, can_train=True,
+            ("torch",), thread_specific=True, can_train=True, stored=True,
         ),
         Backend(
             "cuda-graphs", "PyTorch (CUDA graphs)", "torch", "torch_backend", "cuda-graphs",

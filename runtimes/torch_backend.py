@@ -4,7 +4,9 @@
 The backend (`linnet.compiler.torch`) turns the Core IR into an `nn.Module` with empty
 parameters; this binds the checkpoint's numpy arrays to it (dequantized GGUF tensors included),
 each converted once (`torch.from_numpy`, then cast to the working dtype on the device), with a
-progress bar on stderr for loads over a second.
+progress bar on stderr for loads over a second. With `dtype="stored"` a GGUF file's quantized matrices
+(`GroupQuantized`) are bound as `QuantizedWeight`s (`linnet.compiler.torch.quantized`), which `F.linear`
+and `F.embedding` read through torch's int4 CPU kernel and exact row lookups; everything else is f32.
 """
 
 from __future__ import annotations
@@ -19,9 +21,11 @@ import numpy as np
 import torch
 
 from linnet.compiler.torch.module import BackendError, LinnetModule, compile_program
+from linnet.compiler.torch.quantized import QuantizedWeight
 from linnet.errors import LoadError
 
 from .backends import BACKENDS, backend_for, check_options, device_kind
+from .gguf_quants import GroupQuantized
 from .loading import Prepared, planned_tensors, prepare, random_params
 from .model import ModelBase, step_entry
 
@@ -189,7 +193,10 @@ def load_prepared(
         tensors = random_params(prepared.program, seed).items()
     for path, array in tensors:
         try:
-            module.bind(path, to_torch(array))  # cast to the working dtype on the device
+            if isinstance(array, GroupQuantized):  # --dtype stored: kept quantized, read by quantized kernels
+                module.bind(path, QuantizedWeight.from_groups(array, device))
+            else:
+                module.bind(path, to_torch(array))  # cast to the working dtype on the device
         except ValueError as err:
             raise LoadError(str(err), code="L501") from err
     return TorchModel(module, prepared, time.perf_counter() - t0, list(prepared.notes), backend.name)

@@ -25,6 +25,7 @@ from linnet.ir.core import Program
 
 from .codegen import NUMERICS, TORCH_DTYPES, flat_program, generate
 from .interpret import Interpreter
+from .quantized import QuantizedWeight
 
 MODES = ("interpret", "generated", "inductor", "cuda-graphs")
 
@@ -97,12 +98,20 @@ class LinnetModule(nn.Module):
         return {path: getattr(owner, leaf) for path, (owner, leaf) in self._leaves.items()}
 
     def bind(self, path: str, tensor: torch.Tensor) -> None:
-        """Use `tensor` (cast to the working dtype, moved to the device) as parameter `path`.
-        Raises KeyError for an unknown path and ValueError for a shape that differs."""
+        """Use `tensor` (cast to the working dtype, moved to the device) as parameter `path`; a
+        `QuantizedWeight` (`--dtype stored`) is bound as it is, a buffer that `F.linear` and `F.embedding`
+        read through its quantized kernels. Raises KeyError for an unknown path and ValueError for a shape
+        that differs."""
         owner, leaf = self._leaves[path]
         current = getattr(owner, leaf)
         if tuple(tensor.shape) != tuple(current.shape):
             raise ValueError(f"`{path}`: the checkpoint has {list(tensor.shape)}, the model {list(current.shape)}")
+        if isinstance(tensor, QuantizedWeight):
+            for holder in [owner, self] if owner is self.root else [owner]:
+                delattr(holder, leaf)
+                holder.register_buffer(leaf, tensor)
+            self.tensors[path] = tensor
+            return
         t = tensor.to(device=self.device_, dtype=current.dtype)
         if isinstance(current, nn.Parameter):
             param = nn.Parameter(t, requires_grad=False)
