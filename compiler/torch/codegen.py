@@ -9,11 +9,11 @@ torch: the language server shows generated code in its own process.
 
 What runs natively is decided by the passes (`PASSES`, `linnet.ir.pipeline`), not here:
 a composite runs as a native kernel when that kernel is what the reference implementation
-calls (softmax, SiLU, erf GELU and layer norm: transformers calls them natively), RMS norm as
-`F.rms_norm` between the reference's casts (bit for bit its body), and, under `fast`, also
-where it is only close (SDPA for attention, RMS norm with its weight inside, tanh GELU);
-otherwise its body, op by op, in transformers' op order. Attention runs grouped (see
-`_grouped_attention`) with the variants the passes found exact for each call.
+calls (softmax, SiLU, erf GELU and layer norm; attention as SDPA, transformers' default, where
+its softmax is in f32), RMS norm as `F.rms_norm` between the reference's casts (bit for bit its
+body), and, under `fast`, also where it is only close (RMS norm with its weight inside, tanh
+GELU); otherwise its body, op by op, in transformers' op order. Attention that runs eagerly runs
+grouped (see `_grouped_attention`) with the variants the passes found exact for each call.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ PASSES = PassOptions(
         "attention": NUMERICS,
         "gather_matmul": NUMERICS,
     },
-    attention=("scale_queries", "trim_keys", "sdpa", "sdpa_prefill"),
+    attention=("scale_queries", "trim_keys", "sdpa"),
 )
 
 # Registry ops the PyTorch backend cannot express, with the reason (none at present: the op
@@ -305,56 +305,52 @@ EMITTERS.update(SPATIAL_EMITTERS)  # convolutions, pooling, padding, resampling 
 
 
 def _grouped_attention(e: Emitter, op: Op):
-    """transformers' eager attention (matmul, scale, mask with the dtype's minimum, softmax,
-    matmul) with the query heads of one KV head batched together instead of repeating the
-    keys and values (`repeat_kv`): the same dot products, without copying the cache G times.
-    The variants the passes recorded (`linnet.ir.attention`): `scale_queries` scales the
-    queries by a power of two instead of the scores; `trim_keys` drops, in prefill, the keys
-    after the last one any query attends (a host synchronisation, in prefill only: decode
-    steps stay free of them); `sdpa_prefill` runs queries longer than one through
-    `F.scaled_dot_product_attention`, the kernel transformers' default attention calls (on a CPU,
-    its flash kernel: softmax in f32 by blocks; decode keeps the grouped form, the faster for
-    one query); `sdpa` (fast numerics) runs every call through it."""
+    """Attention as the passes chose it (`linnet.ir.attention`). `sdpa`: `F.scaled_dot_product_attention`, the kernel
+    transformers' default attention calls, the mask as its bool `attn_mask`; with `trim_keys`, a prefill reads the
+    keys up to the last one any query attends (a host synchronisation, in prefill only: decode steps stay free of
+    them, for CUDA graphs), a decode step the whole cache, masked (the keys after the last attended one add exact
+    zeros: the same values as over the attended keys alone, as transformers computes them). Otherwise
+    transformers' eager attention (matmul, scale, mask with the dtype's minimum, softmax, matmul) with the query
+    heads of one KV head batched together instead of repeating the keys and values (`repeat_kv`): the same dot
+    products, without copying the cache G times; `scale_queries` scales the queries by a power of two instead of
+    the scores, `trim_keys` drops, in prefill, the keys after the last one any query attends."""
     q, k, v, mask = (op.args[n] for n in ("q", "k", "v", "mask"))
     variant = op.attrs.get("variant", {})
-    if variant.get("sdpa"):
-        return [], _sdpa(e, op, e.r(k), e.r(v), e.r(mask))
     s = dim_text(q.dims[2])
     kn, vn, mn = e.r(k), e.r(v), e.r(mask)
-    lines = []
-    if variant.get("trim_keys"):
-        keys = e.fresh("keys")
-        used = [f"{x}[:, :, :{keys}]" for x in (kn, vn, mn)]
-        if variant.get("sdpa_prefill"):
-            out = e.bind(op.result)
-            lines += [
-                f"if {s} > 1 and bool({mn}.any()):  # prefill: keys after the last attended one weigh exactly 0",
-                f"    {keys} = int({mn}.flatten(0, 1).any(0).nonzero().max()) + 1",
-                f"    {out} = {_sdpa(e, op, *used)}",
-                "else:  # one query a row (decode): the grouped form",
-            ]
-            body, result = _grouped_eager(e, op, kn, vn, mn, dim_text(k.dims[2]))
-            return lines + [f"    {line}" for line in body] + [f"    {out} = {result}"], None
-        kt, vt, mt = e.fresh("k_used"), e.fresh("v_used"), e.fresh("mask_used")
-        lines += [
-            f"{keys}, {kt}, {vt}, {mt} = {dim_text(k.dims[2])}, {kn}, {vn}, {mn}",
+    if variant.get("sdpa"):
+        if not variant.get("trim_keys"):
+            return [], _sdpa(e, op, kn, vn, mn)
+        keys, attend = e.fresh("keys"), e.fresh("attend")
+        lines = [
+            f"{keys}, {attend} = {dim_text(k.dims[2])}, {mn}.unsqueeze(1)",
             f"if {s} > 1 and bool({mn}.any()):  # prefill: keys after the last attended one weigh exactly 0",
             f"    {keys} = int({mn}.flatten(0, 1).any(0).nonzero().max()) + 1",
-            f"    {kt}, {vt}, {mt} = {', '.join(used)}",
+            f"    {attend} = {mn}[:, :, :{keys}].unsqueeze(1)",
         ]
-        body, result = _grouped_eager(e, op, kt, vt, mt, keys)
-        return lines + body, result
-    if variant.get("sdpa_prefill"):
-        return [], _sdpa(e, op, kn, vn, mn)
-    return _grouped_eager(e, op, kn, vn, mn, dim_text(k.dims[2]))
+        return lines, _sdpa(e, op, f"{kn}[:, :, :{keys}]", f"{vn}[:, :, :{keys}]", attend, per_head=True)
+    lines = []
+    t = dim_text(k.dims[2])
+    if variant.get("trim_keys"):
+        keys, kt, vt, mt = e.fresh("keys"), e.fresh("k_used"), e.fresh("v_used"), e.fresh("mask_used")
+        lines += [
+            f"{keys}, {kt}, {vt}, {mt} = {t}, {kn}, {vn}, {mn}",
+            f"if {s} > 1 and bool({mn}.any()):  # prefill: keys after the last attended one weigh exactly 0",
+            f"    {keys} = int({mn}.flatten(0, 1).any(0).nonzero().max()) + 1",
+            f"    {kt}, {vt}, {mt} = {kn}[:, :, :{keys}], {vn}[:, :, :{keys}], {mn}[:, :, :{keys}]",
+        ]
+        t, kn, vn, mn = keys, kt, vt, mt
+    body, result = _grouped_eager(e, op, kn, vn, mn, t)
+    return lines + body, result
 
 
-def _sdpa(e: Emitter, op: Op, k: str, v: str, mask: str) -> str:
-    """`F.scaled_dot_product_attention` over keys `k`, values `v` and the bool `mask` [B, S, T] (True: attended),
-    the query heads of one KV head reading it in place (`enable_gqa`)."""
+def _sdpa(e: Emitter, op: Op, k: str, v: str, mask: str, per_head: bool = False) -> str:
+    """`F.scaled_dot_product_attention` over keys `k`, values `v` and the bool `mask` [B, S, T] (True: attended;
+    `per_head`: [B, 1, S, T] or None, every key), the query heads of one KV head reading it in place (`enable_gqa`)."""
     gqa = ", enable_gqa=True" if op.args["q"].dims[1].as_int() != op.args["k"].dims[1].as_int() else ""
+    mask = mask if per_head else f"{mask}.unsqueeze(1)"
     return (
-        f"F.scaled_dot_product_attention({e.r(op.args['q'])}, {k}, {v}, attn_mask={mask}.unsqueeze(1), "
+        f"F.scaled_dot_product_attention({e.r(op.args['q'])}, {k}, {v}, attn_mask={mask}, "
         f"scale={e.r(op.args['scale'])}{gqa})"
     )
 

@@ -282,8 +282,6 @@ class GraphEmitter:
                 raise self.error(f"the {self.backend} backend has no native form of `{name}`")
             out = emit(self, op)
             stmts, expr = out if isinstance(out, tuple) else ([], out)
-            if expr is None:  # the emitter bound the results itself (in each branch it writes)
-                return self.commented(stmts, op, shape=True)
             lhs = ", ".join(self.bind(v) for v in op.results)
             return self.commented(stmts + [f"{lhs} = {expr}"], op, shape=True)
         body = op.body

@@ -185,16 +185,14 @@ class GPT2Attention(Module):
         del v
         t = self.k_cache.expand(B, 2, 16, 8)  # gpt2.linnet:69
         t_1 = self.v_cache.expand(B, 2, 16, 8)  # gpt2.linnet:69
+        keys, attend = 16, mask.unsqueeze(1)
         if S > 1 and bool(mask.any()):  # prefill: keys after the last attended one weigh exactly 0
             keys = int(mask.flatten(0, 1).any(0).nonzero().max()) + 1
-            out = F.scaled_dot_product_attention(q, t[:, :, :keys], t_1[:, :, :keys], attn_mask=mask[:, :, :keys].unsqueeze(1), scale=0.35355339059327373)
-        else:  # one query a row (decode): the grouped form
-            scores = (q @ t.transpose(-2, -1)) * 0.35355339059327373
-            scores = scores.masked_fill_(~mask.unsqueeze(1), torch.finfo(scores.dtype).min)
-            probs = torch.softmax(scores, dim=-1)
-            out = probs @ t_1  # [B, 2, S, 8] gpt2.linnet:69
+            attend = mask[:, :, :keys].unsqueeze(1)
+        out = F.scaled_dot_product_attention(q, t[:, :, :keys], t_1[:, :, :keys], attn_mask=attend, scale=0.35355339059327373)  # [B, 2, S, 8] gpt2.linnet:69
         del q, t, t_1
         t_2 = out.transpose(1, 2).reshape(B, S, 16)  # [B, S, 16] gpt2.linnet:70
+        del out
         t_3 = t_2 @ self.c_proj.weight  # gpt2.linnet:70
         del t_2
         c_proj = t_3 + self.c_proj.bias  # gpt2.linnet:70

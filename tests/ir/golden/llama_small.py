@@ -208,17 +208,14 @@ class LlamaAttention(Module):
         del v
         t = self.k_cache.expand(B, 2, 16, 8)  # llama.linnet:113
         t_1 = self.v_cache.expand(B, 2, 16, 8)  # llama.linnet:113
+        keys, attend = 16, mask.unsqueeze(1)
         if S > 1 and bool(mask.any()):  # prefill: keys after the last attended one weigh exactly 0
             keys = int(mask.flatten(0, 1).any(0).nonzero().max()) + 1
-            out = F.scaled_dot_product_attention(q, t[:, :, :keys], t_1[:, :, :keys], attn_mask=mask[:, :, :keys].unsqueeze(1), scale=0.3535533905932738, enable_gqa=True)
-        else:  # one query a row (decode): the grouped form
-            scores = q.reshape(B, 2, 2 * S, 8) @ t.transpose(-2, -1)  # 2 heads per KV head
-            scores = scores.reshape(B, 4, S, 16) * 0.3535533905932738
-            scores = scores.masked_fill_(~mask.unsqueeze(1), torch.finfo(scores.dtype).min)
-            probs = torch.softmax(scores, dim=-1)
-            out = (probs.reshape(B, 2, 2 * S, 16) @ t_1).reshape(B, 4, S, 8)  # [B, 4, S, 8] llama.linnet:113
+            attend = mask[:, :, :keys].unsqueeze(1)
+        out = F.scaled_dot_product_attention(q, t[:, :, :keys], t_1[:, :, :keys], attn_mask=attend, scale=0.3535533905932738, enable_gqa=True)  # [B, 4, S, 8] llama.linnet:113
         del q, t, t_1
         t_2 = out.transpose(1, 2).reshape(B, S, 32)  # [B, S, 32] llama.linnet:114
+        del out
         o_proj = F.linear(t_2, self.o_proj.weight)  # llama.linnet:114
         return o_proj
 
