@@ -9,15 +9,16 @@ torch: the language server shows generated code in its own process.
 
 What runs natively is decided by the passes (`PASSES`, `linnet.ir.pipeline`), not here:
 a composite runs as a native kernel when that kernel is what the reference implementation
-calls (softmax, SiLU, erf GELU and layer norm: transformers calls them natively) and, under
-`fast`, also where it is only close (SDPA for attention, fused RMS norm, tanh GELU);
-otherwise its body, op by op, in transformers' op order. Attention runs grouped (see
-`_grouped_attention`) with the variants the passes found exact for each call.
+calls (softmax, SiLU, erf GELU and layer norm; attention as SDPA, transformers' default, where
+its softmax is in f32), RMS norm as `F.rms_norm` between the reference's casts (bit for bit its
+body), and, under `fast`, also where it is only close (RMS norm with its weight inside, tanh
+GELU); otherwise its body, op by op, in transformers' op order. Attention that runs eagerly runs
+grouped (see `_grouped_attention`) with the variants the passes found exact for each call.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from linnet.ir import render
@@ -39,6 +40,7 @@ from linnet.ir.render import (
 from linnet.ops.rearrange import rearrange_plan
 from linnet.types.dims import Dim
 
+from .liveness import release_dead_values
 from .spatial import EMITTERS as SPATIAL_EMITTERS
 
 TORCH_DTYPES = {
@@ -61,7 +63,7 @@ PASSES = PassOptions(
         "gelu": NUMERICS,
         "layer_norm": NUMERICS,
         "gelu_tanh": ("fast",),
-        "rms_norm": ("fast",),
+        "rms_norm": NUMERICS,
         "attention": NUMERICS,
         "gather_matmul": NUMERICS,
     },
@@ -77,8 +79,18 @@ class CodegenError(RenderError):
     """An op or argument the PyTorch backend cannot express (names the op)."""
 
 
+@dataclass
 class Emitter(GraphEmitter):
-    """Emits the PyTorch statements of one graph (tables below; machinery in linnet.ir.render)."""
+    """Emits the PyTorch statements of one graph (tables below; machinery in linnet.ir.render).
+    `tensors` collects the names it binds to tensors (what `liveness` may free)."""
+
+    tensors: set[str] = field(default_factory=set)
+
+    def bind(self, v: Value, hint: str | None = None) -> str:
+        name = super().bind(v, hint)
+        if v.rank:
+            self.tensors.add(name)
+        return name
 
     def store_state(self, path: str, value: Value) -> str:
         # in place: the buffer keeps its storage (CUDA graphs replay on it), and the verifier
@@ -293,38 +305,68 @@ EMITTERS.update(SPATIAL_EMITTERS)  # convolutions, pooling, padding, resampling 
 
 
 def _grouped_attention(e: Emitter, op: Op):
-    """transformers' eager attention (matmul, scale, mask with the dtype's minimum, softmax,
-    matmul) with the query heads of one KV head batched together instead of repeating the
-    keys and values (`repeat_kv`): the same dot products, without copying the cache G times.
-    The variants the passes recorded (`linnet.ir.attention`) change no value: `scale_queries`
-    scales the queries by a power of two instead of the scores; `trim_keys` drops, in prefill,
-    the keys after the last one any query attends (a host synchronisation, in prefill only:
-    decode steps stay free of them). `sdpa` (fast numerics) is PyTorch's fused kernel."""
+    """Attention as the passes chose it (`linnet.ir.attention`). `sdpa`: `F.scaled_dot_product_attention`, the kernel
+    transformers' default attention calls, the mask as its bool `attn_mask`; with `trim_keys`, a prefill reads the
+    keys up to the last one any query attends (a host synchronisation, in prefill only: decode steps stay free of
+    them, for CUDA graphs), a decode step the whole cache, masked (the keys after the last attended one add exact
+    zeros: the same values as over the attended keys alone, as transformers computes them). Otherwise
+    transformers' eager attention (matmul, scale, mask with the dtype's minimum, softmax, matmul) with the query
+    heads of one KV head batched together instead of repeating the keys and values (`repeat_kv`): the same dot
+    products, without copying the cache G times; `scale_queries` scales the queries by a power of two instead of
+    the scores, `trim_keys` drops, in prefill, the keys after the last one any query attends."""
     q, k, v, mask = (op.args[n] for n in ("q", "k", "v", "mask"))
     variant = op.attrs.get("variant", {})
+    s = dim_text(q.dims[2])
+    kn, vn, mn = e.r(k), e.r(v), e.r(mask)
     if variant.get("sdpa"):
-        return (
-            f"F.scaled_dot_product_attention({e.r(q)}, {e.r(k)}, {e.r(v)}, attn_mask={e.r(mask)}.unsqueeze(1), "
-            f"scale={e.r(op.args['scale'])}, enable_gqa=True)"
-        )
-    b, h, s, d = (dim_text(x) for x in q.dims)
-    hkv, t = dim_text(k.dims[1]), dim_text(k.dims[2])
-    g = q.dims[1].as_int() // k.dims[1].as_int()
-    qn, kn, vn, mn = e.r(q), e.r(k), e.r(v), e.r(mask)
-    dtype = TORCH_DTYPES[q.dtype.name]
-    scale = op.args["scale"]
-    scores, probs = e.fresh("scores"), e.fresh("probs")
+        if not variant.get("trim_keys"):
+            return [], _sdpa(e, op, kn, vn, mn)
+        keys, attend = e.fresh("keys"), e.fresh("attend")
+        lines = [
+            f"{keys}, {attend} = {dim_text(k.dims[2])}, {mn}.unsqueeze(1)",
+            f"if {s} > 1 and bool({mn}.any()):  # prefill: keys after the last attended one weigh exactly 0",
+            f"    {keys} = int({mn}.flatten(0, 1).any(0).nonzero().max()) + 1",
+            f"    {attend} = {mn}[:, :, :{keys}].unsqueeze(1)",
+        ]
+        return lines, _sdpa(e, op, f"{kn}[:, :, :{keys}]", f"{vn}[:, :, :{keys}]", attend, per_head=True)
     lines = []
+    t = dim_text(k.dims[2])
     if variant.get("trim_keys"):
         keys, kt, vt, mt = e.fresh("keys"), e.fresh("k_used"), e.fresh("v_used"), e.fresh("mask_used")
         lines += [
-            f"{keys}, {kt}, {vt}, {mt} = {dim_text(k.dims[2])}, {kn}, {vn}, {mn}",
+            f"{keys}, {kt}, {vt}, {mt} = {t}, {kn}, {vn}, {mn}",
             f"if {s} > 1 and bool({mn}.any()):  # prefill: keys after the last attended one weigh exactly 0",
             f"    {keys} = int({mn}.flatten(0, 1).any(0).nonzero().max()) + 1",
             f"    {kt}, {vt}, {mt} = {kn}[:, :, :{keys}], {vn}[:, :, :{keys}], {mn}[:, :, :{keys}]",
         ]
         t, kn, vn, mn = keys, kt, vt, mt
-    queries_scaled = variant.get("scale_queries")
+    body, result = _grouped_eager(e, op, kn, vn, mn, t)
+    return lines + body, result
+
+
+def _sdpa(e: Emitter, op: Op, k: str, v: str, mask: str, per_head: bool = False) -> str:
+    """`F.scaled_dot_product_attention` over keys `k`, values `v` and the bool `mask` [B, S, T] (True: attended;
+    `per_head`: [B, 1, S, T] or None, every key), the query heads of one KV head reading it in place (`enable_gqa`)."""
+    gqa = ", enable_gqa=True" if op.args["q"].dims[1].as_int() != op.args["k"].dims[1].as_int() else ""
+    mask = mask if per_head else f"{mask}.unsqueeze(1)"
+    return (
+        f"F.scaled_dot_product_attention({e.r(op.args['q'])}, {k}, {v}, attn_mask={mask}, "
+        f"scale={e.r(op.args['scale'])}{gqa})"
+    )
+
+
+def _grouped_eager(e: Emitter, op: Op, kn: str, vn: str, mn: str, t: str):
+    """The grouped eager form over keys `kn`, values `vn` and mask `mn` of `t` keys (their names)."""
+    q, k = op.args["q"], op.args["k"]
+    b, h, s, d = (dim_text(x) for x in q.dims)
+    hkv = dim_text(k.dims[1])
+    g = q.dims[1].as_int() // k.dims[1].as_int()
+    qn = e.r(q)
+    dtype = TORCH_DTYPES[q.dtype.name]
+    scale = op.args["scale"]
+    scores, probs = e.fresh("scores"), e.fresh("probs")
+    lines = []
+    queries_scaled = op.attrs.get("variant", {}).get("scale_queries")
     qs = f"({qn} * {e.r(scale)})" if queries_scaled else qn
     tail = "" if queries_scaled else f" * {e.r(scale)}"
     if g == 1:
@@ -337,9 +379,7 @@ def _grouped_attention(e: Emitter, op: Op):
     lines.append(f"{scores} = {scores}.masked_fill_(~{mn}.unsqueeze(1), torch.finfo({scores}.dtype).min)")
     if op.args.get("upcast") and q.dtype.name != "f32":
         lines.append(f"{probs} = torch.softmax({scores}, dim=-1, dtype=torch.float32).to({dtype})")
-    elif op.args.get("upcast"):
-        lines.append(f"{probs} = torch.softmax({scores}, dim=-1)")  # in f32 already
-    else:
+    else:  # f32 already, or softmax in the working dtype
         lines.append(f"{probs} = torch.softmax({scores}, dim=-1)")
     if g == 1:
         return lines, f"{probs} @ {vn}"
@@ -377,6 +417,19 @@ def _last_dim(v) -> str:
     return dim_text(v.dims[-1])
 
 
+def _rms_norm(e: Emitter, op: Op) -> str:
+    """`F.rms_norm`: under `equivalent`, with transformers' casts around it (LlamaRMSNorm: normalised in f32, cast
+    back, then `weight *` in the working dtype; bit for bit the op-by-op body in f32 and bf16, measured on CPU,
+    in 1 kernel instead of 4-6); under `fast`, the weight inside, in the working dtype."""
+    x, weight, eps = op.args["x"], e.r(op.args["weight"]), e.r(op.args["eps"])
+    shape = f"({_last_dim(x)},)"
+    if e.numerics == "fast":
+        return f"F.rms_norm({e.r(x)}, {shape}, {weight}, {eps})"
+    if x.dtype.name == "f32":
+        return f"{weight} * F.rms_norm({e.r(x)}, {shape}, None, {eps})"
+    return f"{weight} * F.rms_norm({e.r(x)}.to(torch.float32), {shape}, None, {eps}).to({TORCH_DTYPES[x.dtype.name]})"
+
+
 NATIVE: dict[str, Callable[[Emitter, Op], "str | tuple[list[str], str]"]] = {
     "softmax": lambda e, op: f"torch.softmax({e.r(op.args['x'])}, dim=-1)",
     "silu": lambda e, op: f"F.silu({e.r(op.args['x'])})",
@@ -386,10 +439,7 @@ NATIVE: dict[str, Callable[[Emitter, Op], "str | tuple[list[str], str]"]] = {
         f"{e.r(op.args['weight'])}, None, {e.r(op.args['eps'])})"
     ),
     "gelu_tanh": lambda e, op: f'F.gelu({e.r(op.args["x"])}, approximate="tanh")',
-    "rms_norm": lambda e, op: (
-        f"F.rms_norm({e.r(op.args['x'])}, ({_last_dim(op.args['x'])},), "
-        f"{e.r(op.args['weight'])}, {e.r(op.args['eps'])})"
-    ),
+    "rms_norm": _rms_norm,
     "attention": _grouped_attention,
     "gather_matmul": _gather_matmul,
 }
@@ -500,6 +550,10 @@ class TorchModule(ModuleWriter):
             "import torch.nn.functional as F",
             "from torch import nn",
         ]
+
+    def function(self, g, e: Emitter, name: str, method: bool) -> list[str]:
+        """The function, each intermediate tensor freed after its last use (`liveness`)."""
+        return release_dead_values(super().function(g, e, name, method), e.tensors)
 
     def table(self, name: str, items: dict) -> list[str]:
         if not items:

@@ -18,7 +18,10 @@ against the body):
 - `prefill_blocks`: prefill in blocks of query rows, each over the keys up to its own last
   attended one (ONNX Runtime: about 3/8 of a causal prefill's scores are never computed);
 - `kv_flat`: keys and values come from caches held as [max_batch * H_kv, T, D] (below);
-- `sdpa`: under `fast` numerics only, the framework's fused kernel (close, not exact).
+- `sdpa`: the framework's fused kernel, under `fast`, and under `equivalent` where the composite
+  upcasts its softmax or the dtype is f32 already: it is what transformers' default attention
+  (`attn_implementation="sdpa"`) calls, its softmax in f32 inside the kernel (close to the
+  eager form, not exact).
 
 Which keys each query attends (causal, padding, a sliding window: `std.attention`'s
 `causal_mask`, `sliding_window_mask`, `padding_mask`) is the op's `mask` operand, and every
@@ -47,7 +50,7 @@ PREFILL_BLOCKS = 4
 
 def choose_attention_variants(program: Program, wanted: tuple[str, ...], numerics: str) -> None:
     """Record in each `attention` composite the variants of `wanted` that apply to it (in
-    place). `sdpa` applies under `fast` numerics only."""
+    place). `sdpa` applies under `fast`, and under `equivalent` where the softmax is in f32."""
     unknown = set(wanted) - set(VARIANTS)
     if unknown:
         raise ValueError(f"unknown attention variants: {', '.join(sorted(unknown))}")
@@ -78,7 +81,7 @@ def _applies(name: str, op: Op, numerics: str, max_positions: int):
     if name == "kv_flat":
         return _flat(k) and _flat(v)
     if name == "sdpa":
-        return numerics == "fast"
+        return numerics == "fast" or op.args.get("upcast", True) is not False or q.dtype.name in ("f32", "f64")
     return None
 
 

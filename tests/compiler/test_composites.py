@@ -14,6 +14,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from linnet.compiler.torch.codegen import TorchModule
 from linnet.ir import build
 from linnet.ir.pipeline import NUMERICS, PassOptions, prepare
 from tests.conftest import EXAMPLES
@@ -206,3 +207,21 @@ def test_native_gather_matmul_equals_its_body(backend, numerics):
     indices = rng.choice([0, 2, 3, 5], size=(2, 5, 2))
     indices[0, 0] = 3
     np.testing.assert_allclose(native.run("f", x, indices), body.run("f", x, indices), **TOLERANCE["equivalent"])
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_torch_rms_norm_is_its_body_bit_for_bit(dtype):
+    """PyTorch's native RMS norm under `equivalent` (`F.rms_norm` between transformers' casts) computes exactly what
+    the op-by-op body computes (f32 normalisation, cast back, `weight *` in the working dtype): no tolerance."""
+    torch = pytest.importorskip("torch")
+    source = TEMPLATE.format(entry=COMPOSITE_SOURCES["rms_norm"]).replace("d: int = 16", "d: int = 576")
+    program = build(source, dtype=dtype)
+    native, body = both("torch", program, "equivalent", "rms_norm")
+    assert "F.rms_norm" in TorchModule(prepare(program, passes("torch")), "equivalent").write()
+    rng = np.random.default_rng(4)
+    weight = torch.from_numpy(rng.standard_normal(576).astype(np.float32) + 1).to(native.model.w.dtype)
+    x = torch.from_numpy(rng.standard_normal((2, 33, 576)).astype(np.float32) * 3).to(weight.dtype)
+    for runner in (native, body):
+        runner.model.load_state_dict({"w": weight}, strict=False, assign=True)
+    with torch.inference_mode():
+        assert torch.equal(native.model.f(x), body.model.f(x))

@@ -127,9 +127,15 @@ def test_kv_cache_per_token_is_what_a_dynamic_cache_holds():
 
 
 def counted_flops(fn, *args) -> int:
-    from torch.utils.flop_counter import FlopCounterMode
+    from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
 
-    with FlopCounterMode(display=False) as counter, torch.no_grad():
+    # PyTorch's counter knows the CUDA fused attentions, not the CPU one the generated prefill and forward call:
+    # counted by the same formula (its two matmuls, every query head over every key)
+    def sdpa_flops(query, key, value, *args, out_shape=None, **kwargs) -> int:
+        return sdpa_flop_count(query, key, value)
+
+    cpu_attention = {torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: sdpa_flops}
+    with FlopCounterMode(display=False, custom_mapping=cpu_attention) as counter, torch.no_grad():
         fn(*args)
     return counter.get_total_flops()
 
@@ -138,8 +144,8 @@ def counted_flops(fn, *args) -> int:
 def test_flops_are_what_torch_counts(seq_len):
     """forward at S, step as a prefill of S tokens and as a decode step: FlopCounterMode on the generated module
     (mm, addmm, bmm: 2 x multiply-adds, elementwise ops not counted) sees the same FLOPs as the Core IR. The step
-    writes the cache's last positions: the IR attends over every cache position, and PyTorch's prefill drops the
-    keys after the last one written (`trim_keys`), which then are none."""
+    writes the cache's last positions: the IR attends over every cache position, and PyTorch drops the keys after
+    the last one written (`trim_keys`), which then are none."""
     max_positions = 24
     model = small_model(2, max_positions)
     cost = program_cost(model.module.program, seq_len=seq_len, batch=2)
@@ -149,7 +155,8 @@ def test_flops_are_what_torch_counts(seq_len):
     rows, positions = torch.tensor([0, 1]), torch.tensor([max_positions - seq_len] * 2)
     assert counted_flops(model.native.step, ids, positions, rows) == entries["step", seq_len]
     if seq_len != 1:
-        assert counted_flops(model.native.step, ids[:, :1], positions, rows) == entries["step", 1]
+        last = torch.tensor([max_positions - 1] * 2)  # a decode step at the cache's last position reads it all
+        assert counted_flops(model.native.step, ids[:, :1], last, rows) == entries["step", 1]
 
 
 def measured_peak_bytes(module, fn, *args) -> int:
@@ -185,14 +192,15 @@ def measured_peak_bytes(module, fn, *args) -> int:
 
 
 def test_peak_activations_bound_what_pytorch_holds():
-    """The estimate counts each IR value as its own buffer and composites by their bodies (attention repeats
-    the keys and values per query head; the backend does not), so it bounds what the generated module holds:
-    never below, and for `forward` within 1.5x."""
+    """The estimate counts each IR value as its own buffer, alive until its last use, and composites by their
+    bodies (attention repeats the keys and values per query head and holds the scores; the backend's fused
+    attention does neither), so it bounds what the generated module holds: never below, and for `forward` within
+    2x."""
     model = small_model(2, 24)
     costs = {(e.entry, e.seq_len): e.peak_activation_bytes for e in program_cost(model.module.program, 16).entries}
     ids = torch.randint(0, SMALL_LLAMA["vocab_size"], (2, 16))
     forward = measured_peak_bytes(model.module, model.native.forward, ids)
-    assert forward <= costs["forward", 16] <= 1.5 * forward
+    assert forward <= costs["forward", 16] <= 2 * forward
     rows, positions = torch.tensor([0, 1]), torch.tensor([8, 8])
     assert measured_peak_bytes(model.module, model.native.step, ids[:, :1], positions, rows) <= costs["step", 1]
 

@@ -94,6 +94,7 @@ def padding_mask(attention_mask):
     B, S = attention_mask.shape
     t = attention_mask != 0  # attention.linnet:30
     t_1 = t.unsqueeze(1)  # [B, 1, S] attention.linnet:30
+    del t
     t_2 = t_1.expand(B, S, S)  # [B, S, S] attention.linnet:30
     return t_2
 
@@ -115,14 +116,21 @@ class BertEmbeddings(Module):
         device = input_ids.device
         t = torch.zeros((B, S,), dtype=torch.int64, device=device)  # bert.linnet:46
         token_types = F.embedding(t, self.token_type_embeddings.weight)  # bert.linnet:46
+        del t
         t_1 = torch.arange(S, device=device)  # bert.linnet:47
         t_2 = t_1.unsqueeze(0)  # [1, S] bert.linnet:47
+        del t_1
         t_3 = t_2.expand(B, S)  # [B, S] bert.linnet:47
+        del t_2
         positions = F.embedding(t_3, self.position_embeddings.weight)  # bert.linnet:47
+        del t_3
         word_embeddings = F.embedding(input_ids, self.word_embeddings.weight)  # bert.linnet:48
         t_4 = word_embeddings + token_types  # bert.linnet:48
+        del token_types, word_embeddings
         t_5 = t_4 + positions  # bert.linnet:48
+        del positions, t_4
         layer_norm = F.layer_norm(t_5, (16,), self.LayerNorm.weight, None, 1e-12)  # [B, S, 16] bert.linnet:48
+        del t_5
         LayerNorm = layer_norm + self.LayerNorm.bias  # bert.linnet:48
         return LayerNorm
 
@@ -144,17 +152,21 @@ class BertSelfAttention(Module):
         B, S = x.shape[:2]
         y = F.linear(x, self.query.weight)  # bert.linnet:58
         query = y + self.query.bias  # bert.linnet:58
+        del y
         q = query.reshape(B, S, 2, 8).transpose(1, 2)  # [B, 2, S, 8] bert.linnet:58
+        del query
         y_1 = F.linear(x, self.key.weight)  # bert.linnet:59
         key = y_1 + self.key.bias  # bert.linnet:59
+        del y_1
         k = key.reshape(B, S, 2, 8).transpose(1, 2)  # [B, 2, S, 8] bert.linnet:59
+        del key
         y_2 = F.linear(x, self.value.weight)  # bert.linnet:60
         value = y_2 + self.value.bias  # bert.linnet:60
+        del y_2
         v = value.reshape(B, S, 2, 8).transpose(1, 2)  # [B, 2, S, 8] bert.linnet:60
-        scores = (q @ k.transpose(-2, -1)) * 0.3535533905932738
-        scores = scores.masked_fill_(~mask.unsqueeze(1), torch.finfo(scores.dtype).min)
-        probs = torch.softmax(scores, dim=-1)
-        attention = probs @ v  # [B, 2, S, 8] bert.linnet:61
+        del value
+        attention = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.unsqueeze(1), scale=0.3535533905932738)  # [B, 2, S, 8] bert.linnet:61
+        del q, k, v
         t = attention.transpose(1, 2).reshape(B, S, 16)  # [B, S, 16] bert.linnet:61
         return t
 
@@ -173,8 +185,11 @@ class BertSelfOutput(Module):
         """f32[B, S, 16], f32[B, S, 16] -> f32[B, S, 16] (bert.linnet:70)"""
         y = F.linear(h, self.dense.weight)  # bert.linnet:71
         dense = y + self.dense.bias  # bert.linnet:71
+        del y
         t = dense + residual  # bert.linnet:71
+        del dense
         layer_norm = F.layer_norm(t, (16,), self.LayerNorm.weight, None, 1e-12)  # [B, S, 16] bert.linnet:71
+        del t
         LayerNorm = layer_norm + self.LayerNorm.bias  # bert.linnet:71
         return LayerNorm
 
@@ -206,6 +221,7 @@ class BertIntermediate(Module):
         """f32[B, S, 16] -> f32[B, S, 32] (bert.linnet:87)"""
         y = F.linear(x, self.dense.weight)  # bert.linnet:88
         dense = y + self.dense.bias  # bert.linnet:88
+        del y
         gelu = F.gelu(dense)  # [B, S, 32] bert.linnet:88
         return gelu
 
@@ -224,8 +240,11 @@ class BertOutput(Module):
         """f32[B, S, 32], f32[B, S, 16] -> f32[B, S, 16] (bert.linnet:96)"""
         y = F.linear(h, self.dense.weight)  # bert.linnet:97
         dense = y + self.dense.bias  # bert.linnet:97
+        del y
         t = dense + residual  # bert.linnet:97
+        del dense
         layer_norm = F.layer_norm(t, (16,), self.LayerNorm.weight, None, 1e-12)  # [B, S, 16] bert.linnet:97
+        del t
         LayerNorm = layer_norm + self.LayerNorm.bias  # bert.linnet:97
         return LayerNorm
 

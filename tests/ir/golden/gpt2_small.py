@@ -94,10 +94,15 @@ def gelu_tanh(x):
     t = 0.5 * x  # functional.linnet:39
     t_1 = x ** 3.0  # functional.linnet:39
     t_2 = 0.044715 * t_1  # functional.linnet:39
+    del t_1
     t_3 = x + t_2  # functional.linnet:39
+    del t_2
     t_4 = 0.7978845608028654 * t_3  # functional.linnet:39
+    del t_3
     t_5 = torch.tanh(t_4)  # functional.linnet:39
+    del t_4
     t_6 = 1.0 + t_5  # functional.linnet:39
+    del t_5
     t_7 = t * t_6  # functional.linnet:39
     return t_7
 
@@ -138,12 +143,12 @@ class GPT2Attention(Module):
         """f32[B, S, 16], bool[B, S, S] -> f32[B, S, 16] (gpt2.linnet:59)"""
         B, S = x.shape[:2]
         q, k, v = self.project(x)  # gpt2.linnet:60
-        scores = (q @ k.transpose(-2, -1)) * 0.35355339059327373
-        scores = scores.masked_fill_(~mask.unsqueeze(1), torch.finfo(scores.dtype).min)
-        probs = torch.softmax(scores, dim=-1)
-        out = probs @ v  # [B, 2, S, 8] gpt2.linnet:61
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.unsqueeze(1), scale=0.35355339059327373)  # [B, 2, S, 8] gpt2.linnet:61
+        del q, k, v
         t = out.transpose(1, 2).reshape(B, S, 16)  # [B, S, 16] gpt2.linnet:62
+        del out
         t_1 = t @ self.c_proj.weight  # gpt2.linnet:62
+        del t
         c_proj = t_1 + self.c_proj.bias  # gpt2.linnet:62
         return c_proj
 
@@ -151,9 +156,13 @@ class GPT2Attention(Module):
         """f32[B, S, 16] -> f32[B, 2, S, 8], f32[B, 2, S, 8], f32[B, 2, S, 8] (gpt2.linnet:50)"""
         t = x @ self.c_attn.weight  # gpt2.linnet:51
         c_attn = t + self.c_attn.bias  # gpt2.linnet:51
+        del t
         q, k, v = torch.split(c_attn, [16, 16, 16], dim=-1)  # gpt2.linnet:51
+        del c_attn
         heads_1 = self.heads(q)  # gpt2.linnet:52
+        del q
         heads_2 = self.heads(k)  # gpt2.linnet:52
+        del k
         heads_3 = self.heads(v)  # gpt2.linnet:52
         return heads_1, heads_2, heads_3
 
@@ -171,19 +180,21 @@ class GPT2Attention(Module):
         row_index = rows[:, None]
         position_index = positions[:, None] if S == 1 else positions[:, None] + torch.arange(S, device=device)
         self.k_cache[row_index, :, position_index] = k.transpose(1, 2)  # gpt2.linnet:67
+        del k
         self.v_cache[row_index, :, position_index] = v.transpose(1, 2)  # gpt2.linnet:68
+        del v
         t = self.k_cache.expand(B, 2, 16, 8)  # gpt2.linnet:69
         t_1 = self.v_cache.expand(B, 2, 16, 8)  # gpt2.linnet:69
-        keys, k_used, v_used, mask_used = 16, t, t_1, mask
+        keys, attend = 16, mask.unsqueeze(1)
         if S > 1 and bool(mask.any()):  # prefill: keys after the last attended one weigh exactly 0
             keys = int(mask.flatten(0, 1).any(0).nonzero().max()) + 1
-            k_used, v_used, mask_used = t[:, :, :keys], t_1[:, :, :keys], mask[:, :, :keys]
-        scores = (q @ k_used.transpose(-2, -1)) * 0.35355339059327373
-        scores = scores.masked_fill_(~mask_used.unsqueeze(1), torch.finfo(scores.dtype).min)
-        probs = torch.softmax(scores, dim=-1)
-        out = probs @ v_used  # [B, 2, S, 8] gpt2.linnet:69
+            attend = mask[:, :, :keys].unsqueeze(1)
+        out = F.scaled_dot_product_attention(q, t[:, :, :keys], t_1[:, :, :keys], attn_mask=attend, scale=0.35355339059327373)  # [B, 2, S, 8] gpt2.linnet:69
+        del q, t, t_1
         t_2 = out.transpose(1, 2).reshape(B, S, 16)  # [B, S, 16] gpt2.linnet:70
+        del out
         t_3 = t_2 @ self.c_proj.weight  # gpt2.linnet:70
+        del t_2
         c_proj = t_3 + self.c_proj.bias  # gpt2.linnet:70
         return c_proj
 
@@ -202,8 +213,11 @@ class GPT2MLP(Module):
         """f32[B, S, 16] -> f32[B, S, 16] (gpt2.linnet:78)"""
         t = x @ self.c_fc.weight  # gpt2.linnet:79
         h = t + self.c_fc.bias  # gpt2.linnet:79
+        del t
         gelu_tanh_1 = gelu_tanh(h)  # gpt2.linnet:81
+        del h
         t_1 = gelu_tanh_1 @ self.c_proj.weight  # gpt2.linnet:81
+        del gelu_tanh_1
         c_proj = t_1 + self.c_proj.bias  # gpt2.linnet:81
         return c_proj
 
@@ -227,11 +241,16 @@ class GPT2Block(Module):
         """f32[B, S, 16], bool[B, S, S] -> f32[B, S, 16] (gpt2.linnet:95)"""
         layer_norm = F.layer_norm(h, (16,), self.ln_1.weight, None, 1e-05)  # [B, S, 16] gpt2.linnet:96
         ln_1 = layer_norm + self.ln_1.bias  # gpt2.linnet:96
+        del layer_norm
         attn = self.attn.forward(ln_1, mask)  # gpt2.linnet:96
+        del ln_1
         x = h + attn  # gpt2.linnet:96
+        del attn
         layer_norm_1 = F.layer_norm(x, (16,), self.ln_2.weight, None, 1e-05)  # [B, S, 16] gpt2.linnet:97
         ln_2 = layer_norm_1 + self.ln_2.bias  # gpt2.linnet:97
+        del layer_norm_1
         mlp = self.mlp.forward(ln_2)  # gpt2.linnet:97
+        del ln_2
         t = x + mlp  # gpt2.linnet:97
         return t
 
@@ -239,11 +258,16 @@ class GPT2Block(Module):
         """f32[B, S, 16], bool[B, S, 16], i64[B], i64[B] -> f32[B, S, 16] (gpt2.linnet:100)"""
         layer_norm = F.layer_norm(h, (16,), self.ln_1.weight, None, 1e-05)  # [B, S, 16] gpt2.linnet:101
         ln_1 = layer_norm + self.ln_1.bias  # gpt2.linnet:101
+        del layer_norm
         attn = self.attn.step(ln_1, mask, positions, rows)  # gpt2.linnet:101
+        del ln_1
         x = h + attn  # gpt2.linnet:101
+        del attn
         layer_norm_1 = F.layer_norm(x, (16,), self.ln_2.weight, None, 1e-05)  # [B, S, 16] gpt2.linnet:102
         ln_2 = layer_norm_1 + self.ln_2.bias  # gpt2.linnet:102
+        del layer_norm_1
         mlp = self.mlp.forward(ln_2)  # gpt2.linnet:102
+        del ln_2
         t = x + mlp  # gpt2.linnet:102
         return t
 
@@ -269,13 +293,18 @@ class GPT2Model(Module):
         t = torch.arange(S, device=device)  # gpt2.linnet:113
         t_1 = t.unsqueeze(0)  # [1, S] gpt2.linnet:113
         position_ids = t_1.expand(B, S)  # [B, S] gpt2.linnet:113
+        del t_1
         wte = F.embedding(input_ids, self.wte.weight)  # gpt2.linnet:114
         wpe = F.embedding(position_ids, self.wpe.weight)  # gpt2.linnet:114
         x = wte + wpe  # gpt2.linnet:114
+        del wte, wpe
         mask = causal_mask(position_ids, t)  # gpt2.linnet:115
+        del t, position_ids
         for block in self.h:  # gpt2.linnet:116
             x = block.forward(x, mask)  # gpt2.linnet:117
+        del mask
         layer_norm = F.layer_norm(x, (16,), self.ln_f.weight, None, 1e-05)  # [B, S, 16] gpt2.linnet:119
+        del x
         ln_f = layer_norm + self.ln_f.bias  # gpt2.linnet:119
         return ln_f
 
@@ -286,14 +315,19 @@ class GPT2Model(Module):
         t = positions.unsqueeze(1)  # [B, 1] gpt2.linnet:123
         t_1 = torch.arange(S, device=device)  # gpt2.linnet:123
         position_ids = t + t_1  # gpt2.linnet:123
+        del t, t_1
         wte = F.embedding(input_ids, self.wte.weight)  # gpt2.linnet:124
         wpe = F.embedding(position_ids, self.wpe.weight)  # gpt2.linnet:124
         x = wte + wpe  # gpt2.linnet:124
+        del wte, wpe
         t_2 = torch.arange(16, device=device)  # gpt2.linnet:125
         mask = causal_mask_2(position_ids, t_2)  # gpt2.linnet:125
+        del position_ids, t_2
         for block in self.h:  # gpt2.linnet:126
             x = block.step(x, mask, positions, rows)  # gpt2.linnet:127
+        del mask
         layer_norm = F.layer_norm(x, (16,), self.ln_f.weight, None, 1e-05)  # [B, S, 16] gpt2.linnet:129
+        del x
         ln_f = layer_norm + self.ln_f.bias  # gpt2.linnet:129
         return ln_f
 
@@ -315,5 +349,6 @@ class GPT2LMHeadModel(Module):
         """i64[B, S], i64[B], i64[B] -> f32[B, 64] (gpt2.linnet:141)"""
         h = self.transformer.step(input_ids, positions, rows)  # gpt2.linnet:142
         t = h[:, -1]  # gpt2.linnet:143
+        del h
         t_1 = F.linear(t, self.transformer.wte.weight)  # gpt2.linnet:143
         return t_1

@@ -89,21 +89,11 @@ class Module(nn.Module):
         return self._modules[str(i)]
 
 
-def rms_norm(x, weight):
-    """f32[B, S, 32], f32[32] -> f32[B, S, 32] (functional.linnet:6)"""
-    t = x ** 2  # functional.linnet:8
-    variance = t.mean(dim=-1, keepdim=True)  # functional.linnet:8
-    t_1 = variance + 1e-06  # functional.linnet:9
-    t_2 = torch.rsqrt(t_1)  # functional.linnet:9
-    h = x * t_2  # functional.linnet:9
-    t_3 = weight * h  # functional.linnet:10
-    return t_3
-
-
 def rope_inv_freq(device):
     """() -> f32[4] (rope.linnet:15)"""
     exponents = torch.tensor([0.0, 0.25, 0.5, 0.75], dtype=torch.float32, device=device)  # rope.linnet:16
     t = 10000.0 ** exponents  # rope.linnet:17
+    del exponents
     inv_freq = 1.0 / t  # rope.linnet:17
     return inv_freq
 
@@ -112,8 +102,11 @@ def rope_cos_sin(inv_freq, positions):
     """f32[4], i64[B, S] -> f32[B, S, 8], f32[B, S, 8] (rope.linnet:44)"""
     t = positions.to(torch.float32)  # rope.linnet:45
     t_1 = t.unsqueeze(-1)  # [B, S, 1] rope.linnet:45
+    del t
     freqs = t_1 * inv_freq  # rope.linnet:45
+    del t_1
     emb = torch.cat([freqs, freqs], dim=-1)  # [B, S, 8] rope.linnet:46
+    del freqs
     t_2 = torch.cos(emb)  # rope.linnet:47
     t_3 = torch.sin(emb)  # rope.linnet:47
     return t_2, t_3
@@ -132,9 +125,11 @@ def apply_rope(x, cos, sin):
     """apply_rope(x: [B, H, S, 2 * R], cos: [B, S, 2 * R], sin: [B, S, 2 * R]) -> [B, H, S, 2 * R] (rope.linnet:59)"""
     t = cos.unsqueeze(1)  # rope.linnet:60
     t_1 = x * t  # rope.linnet:60
+    del t
     rotate_half_1 = rotate_half(x)  # rope.linnet:60
     t_2 = sin.unsqueeze(1)  # rope.linnet:60
     t_3 = rotate_half_1 * t_2  # rope.linnet:60
+    del rotate_half_1, t_2
     t_4 = t_1 + t_3  # rope.linnet:60
     return t_4
 
@@ -144,6 +139,7 @@ def rotate_half(x):
     x1 = x[:, :, :, :4]  # rope.linnet:52
     x2 = x[:, :, :, 4:]  # rope.linnet:53
     t = -x2  # rope.linnet:54
+    del x2
     t_1 = torch.cat([t, x1], dim=-1)  # rope.linnet:54
     return t_1
 
@@ -175,12 +171,10 @@ class LlamaAttention(Module):
         """f32[B, S, 32], f32[B, S, 8], f32[B, S, 8], bool[B, S, S] -> f32[B, S, 32] (llama.linnet:101)"""
         B, S = x.shape[:2]
         q, k, v = self.project(x, cos, sin)  # llama.linnet:102
-        scores = q.reshape(B, 2, 2 * S, 8) @ k.transpose(-2, -1)  # 2 heads per KV head
-        scores = scores.reshape(B, 4, S, S) * 0.3535533905932738
-        scores = scores.masked_fill_(~mask.unsqueeze(1), torch.finfo(scores.dtype).min)
-        probs = torch.softmax(scores, dim=-1)
-        out = (probs.reshape(B, 2, 2 * S, S) @ v).reshape(B, 4, S, 8)  # [B, 4, S, 8] llama.linnet:103
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.unsqueeze(1), scale=0.3535533905932738, enable_gqa=True)  # [B, 4, S, 8] llama.linnet:103
+        del q, k, v
         t = out.transpose(1, 2).reshape(B, S, 32)  # [B, S, 32] llama.linnet:104
+        del out
         o_proj = F.linear(t, self.o_proj.weight)  # llama.linnet:104
         return o_proj
 
@@ -189,11 +183,15 @@ class LlamaAttention(Module):
         B, S = x.shape[:2]
         q_proj = F.linear(x, self.q_proj.weight)  # llama.linnet:94
         q = q_proj.reshape(B, S, 4, 8).transpose(1, 2)  # [B, 4, S, 8] llama.linnet:94
+        del q_proj
         k_proj = F.linear(x, self.k_proj.weight)  # llama.linnet:95
         k = k_proj.reshape(B, S, 2, 8).transpose(1, 2)  # [B, 2, S, 8] llama.linnet:95
+        del k_proj
         v_proj = F.linear(x, self.v_proj.weight)  # llama.linnet:96
         v = v_proj.reshape(B, S, 2, 8).transpose(1, 2)  # [B, 2, S, 8] llama.linnet:96
+        del v_proj
         apply_rope_1 = apply_rope(q, cos, sin)  # llama.linnet:97
+        del q
         apply_rope_2 = apply_rope(k, cos, sin)  # llama.linnet:97
         return apply_rope_1, apply_rope_2, v
 
@@ -205,19 +203,19 @@ class LlamaAttention(Module):
         row_index = rows[:, None]
         position_index = positions[:, None] if S == 1 else positions[:, None] + torch.arange(S, device=device)
         self.k_cache[row_index, :, position_index] = k.transpose(1, 2)  # llama.linnet:111
+        del k
         self.v_cache[row_index, :, position_index] = v.transpose(1, 2)  # llama.linnet:112
+        del v
         t = self.k_cache.expand(B, 2, 16, 8)  # llama.linnet:113
         t_1 = self.v_cache.expand(B, 2, 16, 8)  # llama.linnet:113
-        keys, k_used, v_used, mask_used = 16, t, t_1, mask
+        keys, attend = 16, mask.unsqueeze(1)
         if S > 1 and bool(mask.any()):  # prefill: keys after the last attended one weigh exactly 0
             keys = int(mask.flatten(0, 1).any(0).nonzero().max()) + 1
-            k_used, v_used, mask_used = t[:, :, :keys], t_1[:, :, :keys], mask[:, :, :keys]
-        scores = q.reshape(B, 2, 2 * S, 8) @ k_used.transpose(-2, -1)  # 2 heads per KV head
-        scores = scores.reshape(B, 4, S, keys) * 0.3535533905932738
-        scores = scores.masked_fill_(~mask_used.unsqueeze(1), torch.finfo(scores.dtype).min)
-        probs = torch.softmax(scores, dim=-1)
-        out = (probs.reshape(B, 2, 2 * S, keys) @ v_used).reshape(B, 4, S, 8)  # [B, 4, S, 8] llama.linnet:113
+            attend = mask[:, :, :keys].unsqueeze(1)
+        out = F.scaled_dot_product_attention(q, t[:, :, :keys], t_1[:, :, :keys], attn_mask=attend, scale=0.3535533905932738, enable_gqa=True)  # [B, 4, S, 8] llama.linnet:113
+        del q, t, t_1
         t_2 = out.transpose(1, 2).reshape(B, S, 32)  # [B, S, 32] llama.linnet:114
+        del out
         o_proj = F.linear(t_2, self.o_proj.weight)  # llama.linnet:114
         return o_proj
 
@@ -235,8 +233,10 @@ class LlamaMLP(Module):
         """f32[B, S, 32] -> f32[B, S, 32] (llama.linnet:73)"""
         gate_proj = F.linear(x, self.gate_proj.weight)  # llama.linnet:74
         silu = F.silu(gate_proj)  # [B, S, 64] llama.linnet:74
+        del gate_proj
         up_proj = F.linear(x, self.up_proj.weight)  # llama.linnet:74
         t = silu * up_proj  # llama.linnet:74
+        del silu, up_proj
         down_proj = F.linear(t, self.down_proj.weight)  # llama.linnet:74
         return down_proj
 
@@ -256,21 +256,27 @@ class LlamaDecoderLayer(Module):
 
     def forward(self, h, cos, sin, mask):
         """f32[B, S, 32], f32[B, S, 8], f32[B, S, 8], bool[B, S, S] -> f32[B, S, 32] (llama.linnet:125)"""
-        input_layernorm = rms_norm(h, self.input_layernorm.weight)  # llama.linnet:126
+        input_layernorm = self.input_layernorm.weight * F.rms_norm(h, (32,), None, 1e-06)  # [B, S, 32] llama.linnet:126
         self_attn = self.self_attn.forward(input_layernorm, cos, sin, mask)  # llama.linnet:126
+        del input_layernorm
         x = h + self_attn  # llama.linnet:126
-        post_attention_layernorm = rms_norm(x, self.post_attention_layernorm.weight)  # llama.linnet:127
+        del self_attn
+        post_attention_layernorm = self.post_attention_layernorm.weight * F.rms_norm(x, (32,), None, 1e-06)  # [B, S, 32] llama.linnet:127
         mlp = self.mlp.forward(post_attention_layernorm)  # llama.linnet:127
+        del post_attention_layernorm
         t = x + mlp  # llama.linnet:127
         return t
 
     def step(self, h, cos, sin, mask, positions, rows):
         """f32[B, S, 32], f32[B, S, 8], f32[B, S, 8], bool[B, S, 16], i64[B], i64[B] -> f32[B, S, 32] (llama.linnet:130)"""
-        input_layernorm = rms_norm(h, self.input_layernorm.weight)  # llama.linnet:131
+        input_layernorm = self.input_layernorm.weight * F.rms_norm(h, (32,), None, 1e-06)  # [B, S, 32] llama.linnet:131
         self_attn = self.self_attn.step(input_layernorm, cos, sin, mask, positions, rows)  # llama.linnet:131
+        del input_layernorm
         x = h + self_attn  # llama.linnet:131
-        post_attention_layernorm = rms_norm(x, self.post_attention_layernorm.weight)  # llama.linnet:132
+        del self_attn
+        post_attention_layernorm = self.post_attention_layernorm.weight * F.rms_norm(x, (32,), None, 1e-06)  # [B, S, 32] llama.linnet:132
         mlp = self.mlp.forward(post_attention_layernorm)  # llama.linnet:132
+        del post_attention_layernorm
         t = x + mlp  # llama.linnet:132
         return t
 
@@ -295,11 +301,14 @@ class LlamaModel(Module):
         t = torch.arange(S, device=device)  # llama.linnet:150
         t_1 = t.unsqueeze(0)  # [1, S] llama.linnet:150
         position_ids = t_1.expand(B, S)  # [B, S] llama.linnet:150
+        del t_1
         cos, sin = self.rotary(position_ids)  # llama.linnet:151
         mask = causal_mask(position_ids, t)  # llama.linnet:152
+        del t, position_ids
         for layer in self.layers:  # llama.linnet:153
             h = layer.forward(h, cos, sin, mask)  # llama.linnet:154
-        norm = rms_norm(h, self.norm.weight)  # llama.linnet:156
+        del cos, sin, mask
+        norm = self.norm.weight * F.rms_norm(h, (32,), None, 1e-06)  # [B, S, 32] llama.linnet:156
         return norm
 
     def rotary(self, position_ids):
@@ -317,12 +326,15 @@ class LlamaModel(Module):
         t = positions.unsqueeze(1)  # [B, 1] llama.linnet:161
         t_1 = torch.arange(S, device=device)  # llama.linnet:161
         position_ids = t + t_1  # llama.linnet:161
+        del t, t_1
         cos, sin = self.rotary(position_ids)  # llama.linnet:162
         t_2 = torch.arange(16, device=device)  # llama.linnet:163
         mask = causal_mask_2(position_ids, t_2)  # llama.linnet:163
+        del position_ids, t_2
         for layer in self.layers:  # llama.linnet:164
             h = layer.step(h, cos, sin, mask, positions, rows)  # llama.linnet:165
-        norm = rms_norm(h, self.norm.weight)  # llama.linnet:167
+        del cos, sin, mask
+        norm = self.norm.weight * F.rms_norm(h, (32,), None, 1e-06)  # [B, S, 32] llama.linnet:167
         return norm
 
 
@@ -347,6 +359,7 @@ class LlamaForCausalLM(Module):
         """i64[B, S], i64[B], i64[B] -> f32[B, 96] (llama.linnet:185)"""
         h = self.model.step(input_ids, positions, rows)  # llama.linnet:186
         t = h[:, -1]  # llama.linnet:187
+        del h
         logits_1 = self.logits(t)  # llama.linnet:187
         return logits_1
 

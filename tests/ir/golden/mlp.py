@@ -103,7 +103,10 @@ class Mlp(Module):
         """f32[B, 8] -> f32[B, 2] (mlp.linnet:18)"""
         y = F.linear(x, self.fc1.weight)  # mlp.linnet:19
         fc1 = y + self.fc1.bias  # mlp.linnet:19
+        del y
         h = F.gelu(fc1)  # [B, 32] mlp.linnet:19
+        del fc1
         y_1 = F.linear(h, self.fc2.weight)  # mlp.linnet:20
+        del h
         fc2 = y_1 + self.fc2.bias  # mlp.linnet:20
         return fc2
