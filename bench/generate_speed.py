@@ -33,7 +33,7 @@ random weights (`RANDOM_MODELS`: a config only, nothing downloaded).
 - `limit-f32`, `limit-bf16`, `limit-stored` (bench/weight_streaming.py): the time of one GEMV pass over every matrix a
   decode step reads, in that dtype, with the faster of torch and ONNX Runtime (both recorded, each checked against
   numpy); ms a pass, GB/s over the bytes a pass reads, and the decode tok/s that bounds.
-- `torch-stored` / `onnxruntime-stored` load with `dtype="stored"`; while a backend refuses it (`BackendError`) the
+- `torch-stored` / `inductor-stored` / `onnxruntime-stored` load with `dtype="stored"`; while a backend refuses it (`BackendError`) the
   row is skipped and says why. A backend that cannot run on `--device` (CUDA graphs on the CPU, ONNX Runtime without
   its CUDA provider) is skipped the same way.
 - Peak RSS is VmHWM read after the timed runs (loading, warm-up and runs; not the logits check). On a GPU, peak
@@ -134,6 +134,7 @@ CONFIGS: dict[str, tuple[str, str, str]] = {
     "jax-bf16": ("linnet", "jax", "bf16"),
     "xla-bf16": ("linnet", "xla", "bf16"),
     "torch-stored": ("linnet", "generated", "stored"),
+    "inductor-stored": ("linnet", "inductor", "stored"),
     "onnxruntime-stored": ("linnet", "onnxruntime", "stored"),
     "llama.cpp-stored": ("llama.cpp", "gguf", "stored"),
     "limit-f32": ("limit", "gemv", "f32"),
@@ -156,7 +157,11 @@ SETS: dict[str, list[str]] = {
 }
 # A row's distance is from REFERENCE unless named here: a quantized model is compared with its own dequantized
 # weights on the same backend (issue 21), not with transformers.
-DISTANCE_FROM = {"torch-stored": "linnet-generated-f32", "onnxruntime-stored": "onnxruntime-f32"}
+DISTANCE_FROM = {
+    "torch-stored": "linnet-generated-f32",
+    "inductor-stored": "linnet-inductor-f32",
+    "onnxruntime-stored": "onnxruntime-f32",
+}
 # The models (`--model`): the embedded GGUF, and Llama-shaped models with seeded random weights (a config only,
 # nothing downloaded; transformers makes the weights and saves a folder both sides load). TinyLlama-1.1B's shape
 # is TinyLlama/TinyLlama-1.1B-Chat-v1.0's config.json; `tiny-random` is the dry run's.

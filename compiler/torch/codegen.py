@@ -320,7 +320,12 @@ def _grouped_attention(e: Emitter, op: Op):
     kn, vn, mn = e.r(k), e.r(v), e.r(mask)
     if variant.get("sdpa"):
         if not variant.get("trim_keys"):
-            return [], _sdpa(e, op, kn, vn, mn)
+            # a padded query attends no key: the reference's mask of the dtype's minimum gives it the mean of the
+            # values, where a bool mask gives 0 (ModernBERT compares every position), so the mask is additive
+            additive = e.fresh("additive_mask")
+            qn = e.r(q)
+            line = f"{additive} = torch.where({mn}, 0.0, torch.finfo({qn}.dtype).min).to({qn}.dtype).unsqueeze(1)"
+            return [line], _sdpa(e, op, kn, vn, additive, per_head=True)
         keys, attend = e.fresh("keys"), e.fresh("attend")
         lines = [
             f"{keys}, {attend} = {dim_text(k.dims[2])}, {mn}.unsqueeze(1)",
@@ -345,8 +350,8 @@ def _grouped_attention(e: Emitter, op: Op):
 
 
 def _sdpa(e: Emitter, op: Op, k: str, v: str, mask: str, per_head: bool = False) -> str:
-    """`F.scaled_dot_product_attention` over keys `k`, values `v` and the bool `mask` [B, S, T] (True: attended;
-    `per_head`: [B, 1, S, T] or None, every key), the query heads of one KV head reading it in place (`enable_gqa`)."""
+    """`F.scaled_dot_product_attention` over keys `k`, values `v` and the `mask` [B, S, T] (bool, True: attended;
+    `per_head`: [B, 1, S, T], bool or additive), the query heads of one KV head reading it in place (`enable_gqa`)."""
     gqa = ", enable_gqa=True" if op.args["q"].dims[1].as_int() != op.args["k"].dims[1].as_int() else ""
     mask = mask if per_head else f"{mask}.unsqueeze(1)"
     return (

@@ -23,7 +23,9 @@ import textwrap
 def release_dead_values(lines: list[str], tensors: set[str]) -> list[str]:
     """`lines` (one `def`, possibly indented as a method) with a `del` line after each body
     statement that reads some of `tensors` for the last time. Returns new lines."""
-    fn = ast.parse(textwrap.dedent("\n".join(lines))).body[0]
+    source = textwrap.dedent("\n".join(lines))
+    # a lone surrogate (a non-UTF-8 path quoted in a comment) cannot be parsed; `?` keeps every position
+    fn = ast.parse(source.encode("utf-8", "replace").decode("utf-8")).body[0]
     if not isinstance(fn, ast.FunctionDef):
         return lines
     params = {a.arg for a in fn.args.args}

@@ -165,7 +165,8 @@ class BertSelfAttention(Module):
         del y_2
         v = value.reshape(B, S, 2, 8).transpose(1, 2)  # [B, 2, S, 8] bert.linnet:60
         del value
-        attention = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.unsqueeze(1), scale=0.3535533905932738)  # [B, 2, S, 8] bert.linnet:61
+        additive_mask = torch.where(mask, 0.0, torch.finfo(q.dtype).min).to(q.dtype).unsqueeze(1)
+        attention = F.scaled_dot_product_attention(q, k, v, attn_mask=additive_mask, scale=0.3535533905932738)  # [B, 2, S, 8] bert.linnet:61
         del q, k, v
         t = attention.transpose(1, 2).reshape(B, S, 16)  # [B, S, 16] bert.linnet:61
         return t

@@ -143,7 +143,8 @@ class GPT2Attention(Module):
         """f32[B, S, 16], bool[B, S, S] -> f32[B, S, 16] (gpt2.linnet:59)"""
         B, S = x.shape[:2]
         q, k, v = self.project(x)  # gpt2.linnet:60
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.unsqueeze(1), scale=0.35355339059327373)  # [B, 2, S, 8] gpt2.linnet:61
+        additive_mask = torch.where(mask, 0.0, torch.finfo(q.dtype).min).to(q.dtype).unsqueeze(1)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=additive_mask, scale=0.35355339059327373)  # [B, 2, S, 8] gpt2.linnet:61
         del q, k, v
         t = out.transpose(1, 2).reshape(B, S, 16)  # [B, S, 16] gpt2.linnet:62
         del out

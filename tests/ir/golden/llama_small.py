@@ -171,7 +171,8 @@ class LlamaAttention(Module):
         """f32[B, S, 32], f32[B, S, 8], f32[B, S, 8], bool[B, S, S] -> f32[B, S, 32] (llama.linnet:101)"""
         B, S = x.shape[:2]
         q, k, v = self.project(x, cos, sin)  # llama.linnet:102
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.unsqueeze(1), scale=0.3535533905932738, enable_gqa=True)  # [B, 4, S, 8] llama.linnet:103
+        additive_mask = torch.where(mask, 0.0, torch.finfo(q.dtype).min).to(q.dtype).unsqueeze(1)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=additive_mask, scale=0.3535533905932738, enable_gqa=True)  # [B, 4, S, 8] llama.linnet:103
         del q, k, v
         t = out.transpose(1, 2).reshape(B, S, 32)  # [B, S, 32] llama.linnet:104
         del out
