@@ -33,9 +33,9 @@ random weights (`RANDOM_MODELS`: a config only, nothing downloaded).
 - `limit-f32`, `limit-bf16`, `limit-stored` (bench/weight_streaming.py): the time of one GEMV pass over every matrix a
   decode step reads, in that dtype, with the faster of torch and ONNX Runtime (both recorded, each checked against
   numpy); ms a pass, GB/s over the bytes a pass reads, and the decode tok/s that bounds.
-- `torch-stored` / `inductor-stored` / `onnxruntime-stored` load with `dtype="stored"`; while a backend refuses it (`BackendError`) the
-  row is skipped and says why. A backend that cannot run on `--device` (CUDA graphs on the CPU, ONNX Runtime without
-  its CUDA provider) is skipped the same way.
+- `torch-stored` / `inductor-stored` / `onnxruntime-stored` load with `dtype="stored"`; while a backend refuses it
+  (`BackendError`) the row is skipped and says why. A backend that cannot run on `--device` (CUDA graphs on the
+  CPU, ONNX Runtime without its CUDA provider) is skipped the same way.
 - Peak RSS is VmHWM read after the timed runs (loading, warm-up and runs; not the logits check). On a GPU, peak
   device memory: torch's allocator, or JAX's device statistics (ONNX Runtime reports none).
 - transformers compiled: `generate` with `cache_implementation="static"` and `compile_config=CompileConfig()`
