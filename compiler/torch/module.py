@@ -74,6 +74,7 @@ class LinnetModule(nn.Module):
         for path, _ in [*root.named_parameters(), *root.named_buffers()]:
             self._leaves[path] = self._owner(root, path)
         self._entries: dict[str, Callable] = {}
+        self.quantized = False  # a QuantizedWeight is bound (`--dtype stored`)
         self._build_entries()
         self.tensors = self._tensor_dict()
         self.eval()  # a loaded model infers: dropout is the identity until a trainer calls `train()`
@@ -111,6 +112,7 @@ class LinnetModule(nn.Module):
                 delattr(holder, leaf)
                 holder.register_buffer(leaf, tensor)
             self.tensors[path] = tensor
+            self.quantized = True
             return
         t = tensor.to(device=self.device_, dtype=current.dtype)
         if isinstance(current, nn.Parameter):
@@ -140,10 +142,21 @@ class LinnetModule(nn.Module):
             # a model without state may name an entry `decode` too (a VAE's): not a one-token step
             step = name in STEP_ENTRIES and bool(self.program.state)
             if self.mode == "inductor":
-                fn = _decode_compiled(fn) if step else torch.compile(fn, fullgraph=True, dynamic=True)
+                fn = _decode_compiled(fn) if step else self._compiled_unless_quantized(fn)
             elif self.mode == "cuda-graphs" and step:
                 fn = _CudaGraphStep(fn)
             self._entries[name] = fn
+
+    def _compiled_unless_quantized(self, fn: Callable) -> Callable:
+        """`fn` under torch.compile, or eagerly once a `QuantizedWeight` is bound: over `DENSE_ROWS` rows its
+        `F.linear` dequantizes the matrix from the int4 planes, which torch.compile's fake tensors refuse to trace
+        (SmolLM2's 49152-row tied head in `forward`). Generation's `step` decodes compiled, prefills eagerly."""
+        compiled = torch.compile(fn, fullgraph=True, dynamic=True)
+
+        def entry(*inputs):
+            return fn(*inputs) if self.quantized else compiled(*inputs)
+
+        return entry
 
     def _exec_source(self) -> dict:
         filename = f"<linnet generated: {self.program.source}>"

@@ -57,3 +57,5 @@ def test_stored_generation_on_both_torch_backends(quantized_gguf):
     token = np.array([[int(first[0].argmax())]])
     nxt = [s.step(token, np.array([3]), np.array([0])) for s in steps]  # decode: compiled under torch-compile
     np.testing.assert_allclose(nxt[1], nxt[0], rtol=0, atol=1e-5)
+    ids = np.arange(24)[None] % 7 + 3  # over DENSE_ROWS: the dense path, which torch-compile's `forward` runs eagerly
+    np.testing.assert_array_equal(compiled.run("forward", ids)[0], eager.run("forward", ids)[0])
