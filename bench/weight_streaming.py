@@ -291,27 +291,27 @@ def measure(path: str | Path, dtype: str, threads: int, seconds: float = 2.0) ->
 # ---- the stored layouts -------------------------------------------------------------------------------------------
 
 
-def _q4_1_fields(m: Matrix):
-    """Q4_1 blocks (ggml's block_q4_1: f16 d, f16 m, 16 bytes of nibbles; element j in the low nibble of byte j,
-    element j + 16 in its high nibble) as codes [out, in] uint8, d and m [out, in / 32] f32."""
+def _groups(m: Matrix):
+    """`m`'s blocks in Linnet's affine group form (`linnet.runtimes.gguf_quants`, what `--dtype stored` packs)."""
     import numpy as np
 
-    blocks = np.asarray(m.raw).reshape(m.out_features, -1, 20)
-    d = blocks[..., 0:2].copy().view(np.float16)[..., 0].astype(np.float32)
-    mins = blocks[..., 2:4].copy().view(np.float16)[..., 0].astype(np.float32)
-    qs = blocks[..., 4:]
-    codes = np.concatenate([qs & 0x0F, qs >> 4], axis=-1).reshape(m.out_features, m.in_features)
-    return codes, d, mins
+    from linnet.runtimes.gguf_quants import group_quantized
+
+    return group_quantized(np.asarray(m.raw), m.qtype.lower(), (m.out_features, m.in_features))
+
+
+def _q4_1_fields(m: Matrix):
+    """Q4_1 as codes [out, in] uint8, d and m [out, in / 32] f32 (w = code * d + m)."""
+    g = _groups(m)
+    return g.codes, g.scales, g.offsets
 
 
 def _q8_0_fields(m: Matrix):
-    """Q8_0 blocks (ggml's block_q8_0: f16 d, 32 int8) as codes [out, in] int8 and d [out, in / 32] f32."""
+    """Q8_0 as codes [out, in] int8 and d [out, in / 32] f32 (w = code * d)."""
     import numpy as np
 
-    blocks = np.asarray(m.raw).reshape(m.out_features, -1, 34)
-    d = blocks[..., 0:2].copy().view(np.float16)[..., 0].astype(np.float32)
-    codes = blocks[..., 2:].copy().view(np.int8).reshape(m.out_features, m.in_features)
-    return codes, d
+    g = _groups(m)
+    return (g.codes.astype(np.int16) - 128).astype(np.int8), g.scales
 
 
 def _matmul_nbits_fields(m: Matrix):
