@@ -149,8 +149,9 @@ class LinnetModule(nn.Module):
 
     def _compiled_unless_quantized(self, fn: Callable) -> Callable:
         """`fn` under torch.compile, or eagerly once a `QuantizedWeight` is bound: over `DENSE_ROWS` rows its
-        `F.linear` dequantizes the matrix from the int4 planes, which torch.compile's fake tensors refuse to trace
-        (SmolLM2's 49152-row tied head in `forward`). Generation's `step` decodes compiled, prefills eagerly."""
+        `F.linear` dequantizes each matrix from the int4 planes inside the graph, which traces but compiles slowly
+        (a 17-row SmolLM2 decode step: 177-263 s against 124 s for one row, contended) for a matmul-bound entry.
+        Generation's `step` decodes compiled, prefills eagerly."""
         compiled = torch.compile(fn, fullgraph=True, dynamic=True)
 
         def entry(*inputs):
