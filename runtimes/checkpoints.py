@@ -208,6 +208,10 @@ class Checkpoint:
     def close(self) -> None:
         """Release open files and memory maps. Tensors already loaded stay valid."""
 
+    def release_pages(self) -> None:
+        """Drop the resident pages of memory maps whose tensors were copied out (a GGUF file's after `--dtype
+        stored` repacked them); files stay open and tensors valid. A no-op where there is nothing to drop."""
+
     def __contains__(self, name: object) -> bool:
         return name in self.tensor_names
 
@@ -1025,6 +1029,10 @@ class GGUFCheckpoint(Checkpoint):
                 return None
             self._tokenizer = Tokenizer.from_gguf(self._file)
         return self._tokenizer
+
+    def release_pages(self) -> None:
+        if self._file is not None:
+            self._file.release_pages()
 
     def close(self) -> None:
         if self._file is not None:

@@ -280,6 +280,13 @@ class GGUFFile:
         rows = prod(info.shape[:-1]) if len(info.shape) > 1 else 1
         return arr.reshape(*info.shape[:-1], info.nbytes // rows)
 
+    def release_pages(self) -> None:
+        """Drop this process's resident pages of the mapping (`MADV_DONTNEED`), once what was read from it was
+        copied out: they count in its RSS as long as they are mapped. The mapping and every view of it stay valid
+        (a page touched again is read back from the file). A no-op where `madvise` is missing or once closed."""
+        if self._mm is not None and hasattr(mmap, "MADV_DONTNEED"):
+            self._mm.madvise(mmap.MADV_DONTNEED)
+
     def close(self) -> None:
         """Drop the mapping. Views handed out by `raw()` keep it alive until they are gone."""
         mm, self._mm = self._mm, None

@@ -291,7 +291,9 @@ def planned_tensors(prepared: Prepared, progress: bool, dtype: str | None = None
     Linnet dtype name casts floating-point tensors), with a progress bar on stderr for loads
     that take over a second. Without `dtype` (the runtime casts on its device) each tensor is
     still checked to fit the program's dtype (`check_cast_fits`). When `prepared.stored`, a quantized
-    GGUF matrix comes as a `GroupQuantized` (never cast) and the rest as above. Raises CheckpointError for
+    GGUF matrix comes as a `GroupQuantized` (never cast) and the rest as above, and once the caller has taken one
+    the file's resident pages are released (`Checkpoint.release_pages`: backends keep their own packed copies,
+    so the load's peak does not hold the file's pages beside them). Raises CheckpointError for
     unreadable data and for values that are, or become when cast, NaN or infinite."""
     import sys
 
@@ -313,6 +315,8 @@ def planned_tensors(prepared: Prepared, progress: bool, dtype: str | None = None
             if dtype is None and not quantized:
                 check_cast_fits(a, prepared.program.dtype.name, name, prepared.checkpoint.path or prepared.weights)
             yield path, a
+            if quantized:  # the backend has repacked it: its pages of the file are dead weight in our RSS
+                prepared.checkpoint.release_pages()
             bar.update(1)
 
 

@@ -4,6 +4,8 @@ and the backends that do not run it say so."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -133,3 +135,32 @@ def test_onnxruntime_stored_logits_are_the_dequantized_models(quantized_gguf, nu
     stored.reset_state()
     step = stored.step_model().step(ids[:1], np.array([0]), np.array([0]))
     assert np.abs(step[0] - want[0, -1]).max() <= (1e-5 if numerics == "equivalent" else 0.05) * scale
+
+
+def _mapped_kb(path) -> int:
+    """This process's resident kB of the mappings of `path` (/proc/self/smaps)."""
+    total, inside = 0, False
+    for line in open("/proc/self/smaps"):
+        head = line.split()
+        if head and "-" in head[0] and ":" not in head[0]:
+            inside = line.rstrip().endswith(str(path))
+        elif inside and line.startswith("Rss:"):
+            total += int(head[1])
+    return total
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="reads /proc/self/smaps")
+def test_stored_load_releases_the_files_pages(quantized_gguf, tmp_path):
+    # after each quantized matrix is taken, the file's resident pages are dropped (the backend holds its own
+    # packed copy); views of the file (the f32 norms) stay valid, read back from the file when touched
+    import shutil
+
+    resident = {}
+    for dtype in ("stored", "f32"):  # a dequantized load keeps the pages it read mapped: all of this small file
+        path = shutil.copy(quantized_gguf, tmp_path / f"{dtype}.gguf")  # a path no other test has mapped
+        prepared = prepare(LLAMA, path, dtype=dtype, max_positions=32)
+        values = dict(planned_tensors(prepared, progress=False, dtype="f32"))
+        resident[dtype] = _mapped_kb(Path(path).resolve())
+        with open_checkpoint(quantized_gguf) as ckpt:
+            np.testing.assert_array_equal(values["model.norm.weight"], ckpt.load("model.norm.weight"))
+    assert resident["stored"] <= resident["f32"] / 3, resident  # 12 of 48 kB seen: the header and norms' pages
