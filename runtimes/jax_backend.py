@@ -28,7 +28,8 @@ f32 and rounds the result, converting every weight again on every call (181 conv
 SmolLM2, which made bf16 decode slower than f32). So a bf16 model loaded on the CPU for inference
 (fused weights) holds its matrices in f32, rounded to bf16 first and widened once at load, and the
 generated code dots over them as XLA's bf16 dot did (`linnet.compiler.jax.codegen`,
-`f32_matrices`): the same results, for twice the matrices' memory (what f32 holds).
+`f32_matrices`): the same arithmetic (bit for bit with XLA's excess-precision rewrites off;
+tests/runtimes/test_jax_f32_matrices.py), for twice the matrices' memory (what f32 holds).
 """
 
 from __future__ import annotations
@@ -346,7 +347,8 @@ def load_prepared(
 
 F32_MATRICES_NOTE = (
     "bf16 on the CPU: the matrices are held in f32 (their bf16 values, widened once at load), since XLA's CPU dots "
-    "compute bf16 in f32 and would convert every weight on every step; same results, twice the matrices' memory"
+    "compute bf16 in f32 and would convert every weight on every step; the same arithmetic as XLA's bf16 dots, twice "
+    "the matrices' memory"
 )
 
 
