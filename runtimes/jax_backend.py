@@ -19,7 +19,17 @@ the real tokens, which causal attention hides from them; its cache entries (at p
 P - 1 and later; past the cache they are dropped) are overwritten before they are read,
 since a step writes position p before it attends to positions <= p (the runner's
 contract). So each bucket compiles once, decode compiles once per batch size, and the cost
-is one decode step per prompt.
+is one decode step per prompt. A prompt whose length is itself a bucket (512 tokens) needs no
+padding: it runs as one step of its own length, whose last token is the prompt's (that shape is
+the bucket the padded path compiles for it anyway, so nothing more is compiled).
+
+bf16 on the CPU. XLA's CPU compiler has no bf16 dot: it converts both operands to f32, dots in
+f32 and rounds the result, converting every weight again on every call (181 converts a step for
+SmolLM2, which made bf16 decode slower than f32). So a bf16 model loaded on the CPU for inference
+(fused weights) holds its matrices in f32, rounded to bf16 first and widened once at load, and the
+generated code dots over them as XLA's bf16 dot did (`linnet.compiler.jax.codegen`,
+`f32_matrices`): the same arithmetic (bit for bit with XLA's excess-precision rewrites off;
+tests/runtimes/test_jax_f32_matrices.py), for twice the matrices' memory (what f32 holds).
 """
 
 from __future__ import annotations
@@ -229,6 +239,8 @@ class JaxStepModel:
         input_ids = np.asarray(input_ids, dtype=np.int64)
         positions = np.asarray(positions, dtype=np.int64)
         b, s = input_ids.shape
+        if s > 1 and bucket_for(s, self.max_positions) == s:  # no padding: the last token is the prompt's own
+            return np.asarray(self._call(input_ids, positions, rows), dtype=np.float32)
         if s > 1:
             head = input_ids[:, :-1]
             width = bucket_for(s - 1, self.max_positions)
@@ -293,11 +305,15 @@ def load_prepared(
     jax = jax_module()
     dev = _device(device)
     program = prepared.program
-    compiled = compile_program(program, numerics, fuse_linear_weights)
+    # bf16 on the CPU: matrices held in f32 (the module docstring); not for the per-name layout that sharding and
+    # training compile themselves
+    f32_matrices = dev.platform == "cpu" and program.dtype.name == "bf16" and fuse_linear_weights
+    compiled = compile_program(program, numerics, fuse_linear_weights, f32_matrices)
+    binder = _Binder(dev, compiled.fused, compiled.held_dtype)
     if prepared.checkpoint is not None:
-        params = _checkpoint_params(prepared, progress, dev, compiled.fused)
+        params = _checkpoint_params(prepared, progress, binder)
     else:
-        params = _random_params(program, seed, dev, compiled.fused)
+        params = _random_params(program, seed, binder)
     held = {t.path: (state_shape(t.shape), jax_dtype(t.type.dtype.name)) for t in program.state}
     state = {path: jax.device_put(np.zeros(shape, dtype=dt), dev) for path, (shape, dt) in held.items()}
     stateful = {name: compiled.stateful(name) for name in program.entries}
@@ -323,24 +339,35 @@ def load_prepared(
         exported=exported,
         device=dev,
         load_s=time.perf_counter() - t0,
-        notes=list(prepared.notes),
+        notes=list(prepared.notes) + ([F32_MATRICES_NOTE] if f32_matrices else []),
         backend=backend.name,
         numerics=numerics,
     )
 
 
+F32_MATRICES_NOTE = (
+    "bf16 on the CPU: the matrices are held in f32 (their bf16 values, widened once at load), since XLA's CPU dots "
+    "compute bf16 in f32 and would convert every weight on every step; the same arithmetic as XLA's bf16 dots, twice "
+    "the matrices' memory"
+)
+
+
 class _Binder:
     """Puts parameters on the device as they are read, by checkpoint name, except the members of
     a fused group (`fused`: key -> names), held on the host until the group is complete and then
-    put concatenated under its key."""
+    put concatenated under its key. Each array is held in `held_dtype(dtype, rank)` (`JaxProgram.held_dtype`:
+    the bf16 matrices widened to f32 on the CPU; an exact cast)."""
 
-    def __init__(self, device, fused: dict[str, list[str]]):
+    def __init__(self, device, fused: dict[str, list[str]], held_dtype: Callable[[str, int], str] | None = None):
         self.jax, self.device, self.fused = jax_module(), device, fused
+        self.held_dtype = held_dtype
         self.group = {n: key for key, names in fused.items() for n in names}
         self.pending: dict[str, dict[str, np.ndarray]] = {}
         self.params: dict = {}
 
     def put(self, path: str, a: np.ndarray) -> None:
+        if self.held_dtype is not None and a.dtype.name == "bfloat16" and self.held_dtype("bf16", a.ndim) == "f32":
+            a = a.astype(np.float32)  # bf16 values, widened exactly
         key = self.group.get(path)
         if key is None:
             self.params[path] = self.jax.device_put(a, self.device)
@@ -361,12 +388,12 @@ def _missing_members(key: str, missing: list[str]) -> Exception:
     return LoadError(f"no tensor for {', '.join(f'`{n}`' for n in missing)} (fused as `{key}`)", code="L502")
 
 
-def _checkpoint_params(prepared: Prepared, progress: bool, device, fused: dict[str, list[str]]) -> dict:
-    """The checkpoint's arrays in the working dtype, put on `device` once (fused groups concatenated)."""
+def _checkpoint_params(prepared: Prepared, progress: bool, binder: _Binder) -> dict:
+    """The checkpoint's arrays in the working dtype, put on the device once by `binder` (fused groups
+    concatenated)."""
     from .loading import planned_tensors
 
     specs = {t.path: t for t in prepared.program.params}
-    binder = _Binder(device, fused)
     for path, a in planned_tensors(prepared, progress, prepared.program.dtype.name):
         if a.shape != specs[path].shape:
             raise LoadError(
@@ -376,10 +403,9 @@ def _checkpoint_params(prepared: Prepared, progress: bool, device, fused: dict[s
     return binder.done()
 
 
-def _random_params(program, seed: int, device, fused: dict[str, list[str]]) -> dict:
+def _random_params(program, seed: int, binder: _Binder) -> dict:
     from .loading import random_params
 
-    binder = _Binder(device, fused)
     for path, a in random_params(program, seed).items():
         binder.put(path, a)
     return binder.done()

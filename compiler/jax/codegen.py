@@ -19,6 +19,18 @@ transformers' op order; linear layers that share an input are one dot over their
 fused at load, and KV caches are held [max_batch * H, T, D] (`linnet.ir.attention`). Under
 `equivalent`, matmuls ask for full f32 precision (`PRECISION = "highest"`: no TF32 or bf16
 passes on GPUs/TPUs; on CPU f32 dots are f32 either way, and it measured no slower).
+
+Matrices held in f32 (`f32_matrices`, what `linnet.runtimes.jax_backend` asks for bf16 on the CPU). XLA's CPU
+compiler has no bf16 dot: it converts both operands to f32, runs an f32 dot and rounds the result to bf16, and for
+a weight it does that conversion on every call (a whole pass over the weights per decode step). With
+`f32_matrices`, every bf16 parameter of rank 2 (`held_in_f32`) is given to the code in f32, holding the same bf16
+values (rounded to bf16 first, widened exactly once at load), and the code computes what XLA computed before:
+a `linear` or `matmul` over such a weight upcasts its bf16 input, dots in f32 and rounds to bf16, a `take` from it
+rounds the rows it read (exact), and any other use reads it through `.astype(bf16)` (exact). With XLA's
+excess-precision rewrites off (`--xla_allow_excess_precision=false`) the logits are bit for bit those of bf16
+parameters (tests/runtimes/test_jax_f32_matrices.py); with them on (XLA's default) XLA skips some f32 -> bf16 -> f32
+round trips, and which ones depends on how the converts were written, so the two differ in the last bits of some
+activations. Off, the code is as without it.
 """
 
 from __future__ import annotations
@@ -100,7 +112,16 @@ PASSES = PassOptions(
     attention=("kv_flat",),
 )
 
-__all__ = ["generate", "state_shape", "fused_key", "fused_names", "split_fused_key", "CodegenError", "PASSES"]
+__all__ = [
+    "generate",
+    "held_in_f32",
+    "state_shape",
+    "fused_key",
+    "fused_names",
+    "split_fused_key",
+    "CodegenError",
+    "PASSES",
+]
 
 
 class CodegenError(RenderError):
@@ -120,6 +141,22 @@ class Emitter(GraphEmitter):
     A value held as a flat KV cache ([rows * H, T, D]: the ops the passes marked `layout`
     flat) renders as its declared [rows, H, T, D] (a reshape) for any op; `flat_name` gives the
     array as held, for the ops that work on it directly (cache_write, take, attention)."""
+
+    # `f32_matrices` (the module docstring): value id -> the member holding it in f32, for the params held so; None
+    # when off. Their generic rendering (`names`) reads them through `.astype(...)`, so any use is correct.
+    held: dict[int, str] | None = None
+
+    def op_lines(self, op: Op) -> list[str]:
+        v = op.result if op.name == "param" else None
+        if self.held is not None and v is not None and held_in_f32(v.dtype.name, v.rank):
+            self.held[id(v)] = member = self.member(op.attrs["path"])
+            self.names[id(v)] = f"{member}.astype({self.dtypes[v.dtype.name]})"
+            return []
+        return super().op_lines(op)
+
+    def f32_operand(self, v: Value) -> str | None:
+        """The f32 array holding `v` when it is a matrix held in f32 (`f32_matrices`), else None."""
+        return None if self.held is None else self.held.get(id(v))
 
     def flat_name(self, v: Value) -> str:
         return super().r(v)
@@ -142,6 +179,12 @@ class Emitter(GraphEmitter):
         if v in (float("inf"), float("-inf")):
             return "jnp.inf" if v > 0 else "-jnp.inf"
         return repr(v)
+
+
+def held_in_f32(dtype_name: str, rank: int) -> bool:
+    """Whether a parameter of this dtype and rank is held in f32 under `f32_matrices` (the module docstring): the
+    bf16 matrices. The runtime widens exactly these (`linnet.runtimes.jax_backend`), so both sides use this rule."""
+    return dtype_name == "bf16" and rank == 2
 
 
 def _held_flat(v: Value) -> bool:
@@ -198,9 +241,18 @@ def _sum(e: Emitter, op: Op) -> str:
 EMITTERS["sum"] = _sum
 
 
-EMITTERS["matmul"] = lambda e, op: f"jnp.matmul({e.r(op.args['x'])}, {e.r(op.args['y'])}, precision=PRECISION)"
-EMITTERS["linear"] = lambda e, op: (
-    f'jnp.einsum("...i,oi->...o", {e.r(op.args["x"])}, {e.r(op.args["weight"])}, precision=PRECISION)'
+def _dot(e: Emitter, op: Op, form: str, x: Value, w: Value) -> str:
+    """`form` (with {x} and {w}) over `x` and `w`; over a matrix held in f32 (`f32_matrices`), what XLA's CPU
+    compiler does for a bf16 dot: `x` upcast, an f32 dot, the result rounded to the op's dtype."""
+    held = e.f32_operand(w)
+    if held is None:
+        return form.format(x=e.r(x), w=e.r(w))
+    return f"{form.format(x=f'{e.r(x)}.astype(jnp.float32)', w=held)}.astype({e.dtypes[op.result.dtype.name]})"
+
+
+EMITTERS["matmul"] = lambda e, op: _dot(e, op, "jnp.matmul({x}, {w}, precision=PRECISION)", op.args["x"], op.args["y"])
+EMITTERS["linear"] = lambda e, op: _dot(
+    e, op, 'jnp.einsum("...i,oi->...o", {x}, {w}, precision=PRECISION)', op.args["x"], op.args["weight"]
 )
 EMITTERS["reshape"] = lambda e, op: f"{e.r(op.args['x'])}.reshape({_shape(op.args['shape'])})"
 EMITTERS["transpose"] = lambda e, op: f"jnp.swapaxes({e.r(op.args['x'])}, {op.args['dim0']}, {op.args['dim1']})"
@@ -303,6 +355,9 @@ def _take(e: Emitter, op: Op) -> str:
             # One cache row: every valid index is 0, so reading rows is reading the cache (no gather).
             return f"jnp.broadcast_to({e.r(x)}, ({_tuple(op.result.dims)}))"
     # An index out of range reads the nearest row (a gather cannot raise under jit).
+    held = e.f32_operand(x)
+    if held is not None:  # rows of a matrix held in f32, rounded back to bf16 (exact: they hold bf16 values)
+        return f"jnp.take({held}, {e.r(idx)}, axis={dim}, mode='clip').astype({e.dtypes[x.dtype.name]})"
     return f"jnp.take({e.r(x)}, {e.r(idx)}, axis={dim}, mode='clip')"
 
 
@@ -578,6 +633,15 @@ class JaxModule(ModuleWriter):
     reserved = RESERVED
     base = MODULE_BASE
 
+    def __init__(self, program: Program, numerics: str, f32_matrices: bool = False):
+        super().__init__(program, numerics)
+        self.f32_matrices = f32_matrices
+
+    def new_emitter(self) -> Emitter:
+        e = super().new_emitter()
+        e.held = {} if self.f32_matrices else None
+        return e
+
     def head(self) -> list[str]:
         p = self.program
         lines = [
@@ -590,6 +654,12 @@ class JaxModule(ModuleWriter):
             "Pass `p = {**fuse_weights(params), **state}`: linear layers that share an input are one dot",
             "over their weights fused (FUSED_WEIGHTS), made once by `fuse_weights`.",
         ]
+        if self.f32_matrices:
+            lines += [
+                "The bf16 matrices are passed in f32 (their bf16 values, widened once): XLA's CPU dots compute",
+                "bf16 in f32 and would otherwise convert every weight on every call; dots over them upcast",
+                "their input and round the result to bf16, as XLA's bf16 dot does.",
+            ]
         if p.state_layouts:
             lines += [
                 "KV caches declared [max_batch, H, T, D] are held as [max_batch * H, T, D], so that XLA",
@@ -656,9 +726,10 @@ def graph_function(g, numerics: str = "equivalent") -> str:
     return f"{DROPOUT}\n\n\n{text}" if runs_random(g) else text
 
 
-def module_source(program: Program, numerics: str) -> str:
-    """The module text of a program already prepared with `PASSES`."""
-    return JaxModule(program, numerics).write()
+def module_source(program: Program, numerics: str, f32_matrices: bool = False) -> str:
+    """The module text of a program already prepared with `PASSES`; with `f32_matrices`, the bf16 matrices are
+    taken in f32 (the module docstring)."""
+    return JaxModule(program, numerics, f32_matrices).write()
 
 
 Emitter.dtypes = JAX_DTYPES

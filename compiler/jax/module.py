@@ -32,7 +32,7 @@ from linnet.ir.core import Graph, Program
 from linnet.ir.pipeline import prepare
 from linnet.ir.render import dim_text
 
-from .codegen import JAX_DTYPES, NUMERICS, PASSES, module_source, state_shape
+from .codegen import JAX_DTYPES, NUMERICS, PASSES, held_in_f32, module_source, state_shape
 
 MODES = ("generated", "stablehlo")
 
@@ -55,6 +55,12 @@ class JaxProgram:
     source: str
     namespace: dict = field(repr=False)
     fused: dict[str, list[str]] = field(default_factory=dict)  # fused weight key -> checkpoint names
+    f32_matrices: bool = False  # the bf16 matrices are taken in f32 (`codegen`'s docstring; `held_dtype`)
+
+    def held_dtype(self, dtype_name: str, rank: int) -> str:
+        """The dtype (a Linnet name) the code takes a parameter of `dtype_name` and `rank` in: f32 for the matrices
+        held in f32 (`f32_matrices`, `codegen.held_in_f32`), its own otherwise."""
+        return "f32" if self.f32_matrices and held_in_f32(dtype_name, rank) else dtype_name
 
     def stateful(self, name: str) -> bool:
         return bool(self.program.entries[name].written_state())
@@ -84,22 +90,26 @@ class JaxProgram:
         return jax.jit(self.entry_fn(name), donate_argnums=(1,) if self.stateful(name) else ())
 
 
-def compile_program(program: Program, numerics: str = "equivalent", fuse_linear_weights: bool = True) -> JaxProgram:
+def compile_program(
+    program: Program, numerics: str = "equivalent", fuse_linear_weights: bool = True, f32_matrices: bool = False
+) -> JaxProgram:
     """The program's generated JAX, executed (nothing is traced or compiled yet). With
     `fuse_linear_weights=False` every parameter keeps its checkpoint name (no fused keys, one dot
-    per linear layer): what sharding by checkpoint name and gradients by checkpoint name want."""
+    per linear layer): what sharding by checkpoint name and gradients by checkpoint name want. With
+    `f32_matrices`, the code takes the bf16 matrices in f32 (`JaxProgram.held_dtype`; the codegen docstring says
+    why: XLA's CPU dots)."""
     if numerics not in NUMERICS:
         raise BackendError(f"numerics must be one of {', '.join(NUMERICS)}, got {numerics!r}")
     enable_x64()
     passes = PASSES if fuse_linear_weights else replace(PASSES, fuse_linear_weights=False)
     prepared = prepare(program, passes, numerics)
     fused = {t.key: list(t.sources) for t in prepared.param_transforms}
-    source = module_source(prepared, numerics)
+    source = module_source(prepared, numerics, f32_matrices)
     filename = f"<linnet generated jax: {program.source}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)  # tracebacks show it
     namespace: dict = {"__name__": "linnet_generated_jax"}
     exec(compile(source, filename, "exec"), namespace)
-    return JaxProgram(program, numerics, source, namespace, fused=fused)
+    return JaxProgram(program, numerics, source, namespace, fused=fused, f32_matrices=f32_matrices)
 
 
 # ----------------------------------------------------------------------------- StableHLO
@@ -112,11 +122,16 @@ def fused_member_shapes(program: Program, fused: dict[str, list[str]]) -> dict[s
     return {key: {n: shapes[n] for n in names} for key, names in fused.items()}
 
 
-def param_specs(program: Program, fused: dict[str, list[str]] | None = None) -> tuple[dict, dict]:
+def param_specs(
+    program: Program, fused: dict[str, list[str]] | None = None, held_dtype: Callable[[str, int], str] | None = None
+) -> tuple[dict, dict]:
     """ShapeDtypeStructs of the parameters (by checkpoint name, and the `fused` groups by their
     key in place of their members) and of the state, in the shape the backend holds it
-    (`codegen.state_shape`)."""
-    params = {t.path: jax.ShapeDtypeStruct(t.shape, jax_dtype(t.type.dtype.name)) for t in program.params}
+    (`codegen.state_shape`); each parameter in `held_dtype(dtype, rank)` when given (`JaxProgram.held_dtype`)."""
+    held = held_dtype or (lambda name, rank: name)
+    params = {
+        t.path: jax.ShapeDtypeStruct(t.shape, jax_dtype(held(t.type.dtype.name, len(t.shape)))) for t in program.params
+    }
     for key, names in (fused or {}).items():
         parts = [params.pop(n) for n in names]
         params[key] = jax.ShapeDtypeStruct((sum(a.shape[0] for a in parts), *parts[0].shape[1:]), parts[0].dtype)
@@ -141,7 +156,7 @@ def export_entry(compiled: JaxProgram, name: str, platforms: list[str] | None = 
     arguments; nothing but the small folded constants is in the artifact."""
     enable_x64()
     graph = compiled.program.entries[name]
-    params, state = param_specs(compiled.program, compiled.fused)
+    params, state = param_specs(compiled.program, compiled.fused, compiled.held_dtype)
     state = state if compiled.stateful(name) else {}  # an entry that writes no state takes none
     fn = compiled.jitted(name)
     return jax.export.export(fn, platforms=platforms)(params, state, *input_specs(graph))

@@ -67,6 +67,11 @@ def test_step_equals_forward_and_padded_prefill_is_exact(model):
     # The unpadded entry (S = 13 exactly) agrees with the padded path.
     direct = np.asarray(model.step(ids[:, :13], t(0), t(0)))[0]
     assert np.abs(direct - full[12]).max() < 1e-5
+    # A prompt whose length is a bucket (16) runs unpadded in one step, then decodes on from there.
+    got = [sm.step(ids[:, :16], t(0), t(0))[0]]
+    for p in range(16, ids.shape[1]):
+        got.append(sm.step(ids[:, p : p + 1], t(p), t(0))[0])
+    assert np.abs(np.stack(got) - full[15:]).max() < 1e-5
 
 
 @pytest.mark.parametrize("mode", ["generated", "stablehlo"])

@@ -1,0 +1,103 @@
+"""bf16 on JAX/XLA's CPU with the matrices held in f32 (`linnet.compiler.jax.codegen`, `f32_matrices`): XLA's CPU
+compiler has no bf16 dot and converted every bf16 weight to f32 on every call. The generated code now takes the
+bf16 matrices widened once at load and computes what XLA's bf16 dot computed; these tests check that it is the
+same arithmetic (bit for bit, with XLA's excess-precision rewrites off, in a fresh process), that only the CPU
+inference layout uses it. The distance from transformers on the embedded SmolLM2 is test_parity_jax_bf16.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from tests.runtimes.conftest import LLAMA
+
+jax = pytest.importorskip("jax")
+ml_dtypes = pytest.importorskip("ml_dtypes")
+pytestmark = pytest.mark.jax
+
+import linnet.jax as lj  # noqa: E402
+from linnet.compiler.jax.codegen import generate  # noqa: E402
+from linnet.runtimes.jax_backend import F32_MATRICES_NOTE  # noqa: E402
+from tests.runtimes.test_jax_backend import MAX_POSITIONS, SMALL  # noqa: E402
+
+
+def small_bf16(**kw):
+    return lj.load(
+        LLAMA,
+        config=SMALL,
+        dtype="bf16",
+        max_positions=MAX_POSITIONS,
+        random_weights=True,
+        seed=1,
+        progress=False,
+        **kw,
+    )
+
+
+def test_matrices_are_held_in_f32_and_read_so():
+    m = small_bf16()
+    assert F32_MATRICES_NOTE in m.notes
+    held = {k: str(v.dtype) for k, v in m.params.items()}
+    assert {d for k, d in held.items() if m.params[k].ndim == 2} == {"float32"}
+    assert {d for k, d in held.items() if m.params[k].ndim != 2} == {"bfloat16"}  # norm scales stay bf16
+    src = m.source
+    assert "The bf16 matrices are passed in f32" in src
+    assert (
+        "jnp.einsum(\"...i,oi->...o\", x.astype(jnp.float32), getattr(self, '{q,k,v}_proj').weight, "
+        "precision=PRECISION).astype(jnp.bfloat16)" in src
+    )
+    assert "jnp.take(self.embed_tokens.weight, input_ids, axis=0, mode='clip').astype(jnp.bfloat16)" in src
+    # `linnet jax --dtype bf16` (no device) and the per-name layout (sharding, training) keep bf16 parameters
+    assert "The bf16 matrices" not in generate(m.prepared.program)
+    per_name = small_bf16(fuse_linear_weights=False)
+    assert {str(v.dtype) for v in per_name.params.values()} == {"bfloat16"}
+    assert F32_MATRICES_NOTE not in per_name.notes
+
+
+SAME_ARITHMETIC = textwrap.dedent(
+    """
+    import json, sys
+    import numpy as np
+    import jax.numpy as jnp
+    import linnet.jax as lj
+    from linnet.compiler.jax.module import compile_program
+    from tests.runtimes.conftest import LLAMA
+    from tests.runtimes.test_jax_backend import MAX_POSITIONS, SMALL
+
+    out = {}
+    for mode in ("generated", "stablehlo"):
+        m = lj.load(LLAMA, config=SMALL, dtype="bf16", mode=mode, max_positions=MAX_POSITIONS, max_batch=2,
+                    random_weights=True, seed=1, progress=False)
+        plain = compile_program(m.prepared.program, m.numerics, True, f32_matrices=False)
+        p16 = {k: v.astype(jnp.bfloat16) for k, v in m.params.items()}  # exact: they hold bf16 values
+        ids = np.random.default_rng(0).integers(0, SMALL["vocab_size"], (2, 21)).astype(np.int64)
+        held = np.asarray(m.forward(ids), np.float32)
+        ref = np.asarray(plain.jitted("forward")(p16, {}, ids), np.float32)
+        state = {k: jnp.zeros_like(v) for k, v in m.state.items()}
+        pos, rows = np.array([0, 0]), np.array([0, 1])
+        ref_step, _ = plain.jitted("step")(p16, state, ids, pos, rows)
+        held_step = m.step(ids, pos, rows)
+        out[mode] = [float(np.abs(held - ref).max()), float(np.abs(np.asarray(held_step, np.float32)
+                     - np.asarray(ref_step, np.float32)).max())]
+    print(json.dumps(out))
+    """
+)
+
+
+def test_same_arithmetic_as_xla_bf16_dots():
+    """XLA may keep values in f32 where a program converts f32 -> bf16 -> f32 (`xla_allow_excess_precision`, on by
+    default), and where it does depends on how the converts were written, so the two forms are compared with it
+    off: then the logits of `forward` and `step` are bit for bit those of bf16 parameters."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {**os.environ, "XLA_FLAGS": "--xla_allow_excess_precision=false", "PYTHONPATH": root}
+    run = subprocess.run(
+        [sys.executable, "-c", SAME_ARITHMETIC], capture_output=True, text=True, env=env, cwd=root, timeout=600
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = json.loads(run.stdout.strip().splitlines()[-1])
+    assert out == {"generated": [0.0, 0.0], "stablehlo": [0.0, 0.0]}, out
