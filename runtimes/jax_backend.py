@@ -323,7 +323,9 @@ def load_prepared(
     else:
         platform = dev.platform
         exported = {name: export_entry(compiled, name, platforms=[platform]) for name in program.entries}
-        functions = {name: exported_fn(exp, stateful[name]) for name, exp in exported.items()}
+        functions = {
+            name: exported_fn(exp, stateful[name], compiled.compiler_options) for name, exp in exported.items()
+        }
     vocab = program.entries["step"].outputs[0].dims[-1].as_int() if "step" in program.entries else None
     return JaxModel(
         mode=mode,

@@ -1,16 +1,10 @@
 """bf16 on JAX/XLA's CPU with the matrices held in f32 (`linnet.compiler.jax.codegen`, `f32_matrices`): XLA's CPU
 compiler has no bf16 dot and converted every bf16 weight to f32 on every call. The generated code now takes the
 bf16 matrices widened once at load and computes what XLA's bf16 dot computed; these tests check that it is the
-same arithmetic (bit for bit, with XLA's excess-precision rewrites off, in a fresh process), that only the CPU
+same arithmetic (bit for bit, with XLA's excess-precision rewrites off, as `equivalent` compiles), that only the CPU
 inference layout uses it. The distance from transformers on the embedded SmolLM2 is test_parity_jax_bf16.py."""
 
 from __future__ import annotations
-
-import json
-import os
-import subprocess
-import sys
-import textwrap
 
 import pytest
 
@@ -59,45 +53,38 @@ def test_matrices_are_held_in_f32_and_read_so():
     assert F32_MATRICES_NOTE not in per_name.notes
 
 
-SAME_ARITHMETIC = textwrap.dedent(
-    """
-    import json, sys
-    import numpy as np
+def test_same_arithmetic_as_xla_bf16_dots():
+    """Under `equivalent` a bf16 program compiles with XLA's excess precision off (`JaxProgram.compiler_options`):
+    otherwise XLA may keep values in f32 where a program converts f32 -> bf16 -> f32, and where it does depends on
+    how the converts were written. So the logits of `forward`, `step` and the step model's ahead-of-time compiled
+    step are bit for bit those of bf16 parameters."""
     import jax.numpy as jnp
-    import linnet.jax as lj
-    from linnet.compiler.jax.module import compile_program
-    from tests.runtimes.conftest import LLAMA
-    from tests.runtimes.test_jax_backend import MAX_POSITIONS, SMALL
+    import numpy as np
 
-    out = {}
+    from linnet.compiler.jax.module import compile_program
+
     for mode in ("generated", "stablehlo"):
-        m = lj.load(LLAMA, config=SMALL, dtype="bf16", mode=mode, max_positions=MAX_POSITIONS, max_batch=2,
-                    random_weights=True, seed=1, progress=False)
+        m = small_bf16(mode=mode, max_batch=2)
         plain = compile_program(m.prepared.program, m.numerics, True, f32_matrices=False)
+        assert plain.compiler_options == {"xla_allow_excess_precision": False}
         p16 = {k: v.astype(jnp.bfloat16) for k, v in m.params.items()}  # exact: they hold bf16 values
         ids = np.random.default_rng(0).integers(0, SMALL["vocab_size"], (2, 21)).astype(np.int64)
         held = np.asarray(m.forward(ids), np.float32)
         ref = np.asarray(plain.jitted("forward")(p16, {}, ids), np.float32)
+        assert np.array_equal(held, ref), (mode, float(np.abs(held - ref).max()))
         state = {k: jnp.zeros_like(v) for k, v in m.state.items()}
         pos, rows = np.array([0, 0]), np.array([0, 1])
         ref_step, _ = plain.jitted("step")(p16, state, ids, pos, rows)
-        held_step = m.step(ids, pos, rows)
-        out[mode] = [float(np.abs(held - ref).max()), float(np.abs(np.asarray(held_step, np.float32)
-                     - np.asarray(ref_step, np.float32)).max())]
-    print(json.dumps(out))
-    """
-)
+        ref_step = np.asarray(ref_step, np.float32)
+        assert np.array_equal(np.asarray(m.step(ids, pos, rows), np.float32), ref_step), mode
+        ahead = np.asarray(m.step_model().step(ids, pos, rows), np.float32)
+        assert np.array_equal(ahead, ref_step), (mode, float(np.abs(ahead - ref_step).max()))
 
 
-def test_same_arithmetic_as_xla_bf16_dots():
-    """XLA may keep values in f32 where a program converts f32 -> bf16 -> f32 (`xla_allow_excess_precision`, on by
-    default), and where it does depends on how the converts were written, so the two forms are compared with it
-    off: then the logits of `forward` and `step` are bit for bit those of bf16 parameters."""
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = {**os.environ, "XLA_FLAGS": "--xla_allow_excess_precision=false", "PYTHONPATH": root}
-    run = subprocess.run(
-        [sys.executable, "-c", SAME_ARITHMETIC], capture_output=True, text=True, env=env, cwd=root, timeout=600
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
-    out = json.loads(run.stdout.strip().splitlines()[-1])
-    assert out == {"generated": [0.0, 0.0], "stablehlo": [0.0, 0.0]}, out
+def test_f32_and_fast_keep_xla_defaults():
+    from linnet.compiler.jax.module import compile_program
+
+    m = small_bf16()
+    assert compile_program(m.prepared.program, "fast", True).compiler_options is None
+    f32 = lj.load(LLAMA, config=SMALL, max_positions=MAX_POSITIONS, random_weights=True, seed=1, progress=False)
+    assert compile_program(f32.prepared.program, "equivalent", True).compiler_options is None
