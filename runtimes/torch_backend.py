@@ -199,7 +199,13 @@ def load_prepared(
                 module.bind(path, to_torch(array))  # cast to the working dtype on the device
         except ValueError as err:
             raise LoadError(str(err), code="L501") from err
-    return TorchModel(module, prepared, time.perf_counter() - t0, list(prepared.notes), backend.name)
+    notes = list(prepared.notes)
+    if module.wide_linears_in_f32:
+        notes.append(
+            "numerics fast: this CPU has no bf16 dot instructions, so linears over more than 16 rows (prefill) run "
+            "in f32 and are rounded to bf16 once (within the last bf16 bit of the bf16 kernel's, several times faster)"
+        )
+    return TorchModel(module, prepared, time.perf_counter() - t0, notes, backend.name)
 
 
 __all__ = [

@@ -306,10 +306,10 @@ EMITTERS.update(SPATIAL_EMITTERS)  # convolutions, pooling, padding, resampling 
 
 def _grouped_attention(e: Emitter, op: Op):
     """Attention as the passes chose it (`linnet.ir.attention`). `sdpa`: `F.scaled_dot_product_attention`, the kernel
-    transformers' default attention calls, the mask as its bool `attn_mask`; with `trim_keys`, a prefill reads the
-    keys up to the last one any query attends (a host synchronisation, in prefill only: decode steps stay free of
-    them, for CUDA graphs), a decode step the whole cache, masked (the keys after the last attended one add exact
-    zeros: the same values as over the attended keys alone, as transformers computes them). Otherwise
+    transformers' default attention calls, the mask as its bool `attn_mask`; with `trim_keys`, the cache read up to
+    the last key any query attends, unmasked or causal where the mask says nothing more (`ATTENDED_KEYS`: the calls
+    transformers makes; eagerly only, decode on the CPU only, so compiled steps and CUDA graphs read the whole
+    cache, masked: the keys after the last attended one add exact zeros). Otherwise
     transformers' eager attention (matmul, scale, mask with the dtype's minimum, softmax, matmul) with the query
     heads of one KV head batched together instead of repeating the keys and values (`repeat_kv`): the same dot
     products, without copying the cache G times; `scale_queries` scales the queries by a power of two instead of
@@ -326,14 +326,10 @@ def _grouped_attention(e: Emitter, op: Op):
             qn = e.r(q)
             line = f"{additive} = torch.where({mn}, 0.0, torch.finfo({qn}.dtype).min).to({qn}.dtype).unsqueeze(1)"
             return [line], _sdpa(e, op, kn, vn, additive, per_head=True)
-        keys, attend = e.fresh("keys"), e.fresh("attend")
-        lines = [
-            f"{keys}, {attend} = {dim_text(k.dims[2])}, {mn}.unsqueeze(1)",
-            f"if {s} > 1 and bool({mn}.any()):  # prefill: keys after the last attended one weigh exactly 0",
-            f"    {keys} = int({mn}.flatten(0, 1).any(0).nonzero().max()) + 1",
-            f"    {attend} = {mn}[:, :, :{keys}].unsqueeze(1)",
-        ]
-        return lines, _sdpa(e, op, f"{kn}[:, :, :{keys}]", f"{vn}[:, :, :{keys}]", attend, per_head=True)
+        keys, attend, causal = e.fresh("keys"), e.fresh("attend"), e.fresh("causal")
+        lines = [f"{keys}, {attend}, {causal} = attended_keys({mn}, {dim_text(k.dims[2])})"]
+        sdpa = _sdpa(e, op, f"{kn}[:, :, :{keys}]", f"{vn}[:, :, :{keys}]", attend, per_head=True)
+        return lines, sdpa.replace(", scale=", f", is_causal={causal}, scale=", 1)
     lines = []
     t = dim_text(k.dims[2])
     if variant.get("trim_keys"):
@@ -531,6 +527,37 @@ class Module(nn.Module):
         return self._modules[str(i)]
 '''.strip()
 
+# The generated module's helper for attention over a KV cache (`_grouped_attention`, `sdpa` with `trim_keys`),
+# written after `Module` where some attention calls it; the interpreter runs it too.
+ATTENDED_KEYS = '''
+def attended_keys(mask, keys):
+    """How attention reads a KV cache of `keys` positions under `mask` (bool[B, S, keys], True: attended): SDPA
+    runs over the first `n` keys with `attn_mask` and `is_causal`, returned as (n, attn_mask, is_causal). The keys
+    after the last one any query attends weigh exact zeros, so `n` ends there, and where the mask says nothing more
+    it is dropped: no mask where every query attends every kept key (a decode step of one request), `is_causal`
+    where it is the causal triangle (a prompt from position 0), the calls transformers' SDPA attention makes.
+    That needs a host synchronisation: done eagerly only (torch.compile traces the whole masked cache), for decode
+    on the CPU only (CUDA graphs capture decode steps), and once per mask: every layer passes the same tensor."""
+    S = mask.shape[1]
+    if torch.compiler.is_compiling() or (S == 1 and not mask.is_cpu):
+        return keys, mask.unsqueeze(1), False
+    plan = mask.__dict__.get("attended_keys")
+    if plan is None:
+        plan = keys, mask.unsqueeze(1), False
+        attended = mask.flatten(0, 1).any(0).nonzero()
+        if attended.numel():  # else no query attends any key (padding): the whole cache, masked, as before
+            n = int(attended[-1]) + 1
+            kept = mask[:, :, :n]
+            if bool(kept.all()):
+                plan = n, None, False
+            elif n == S and torch.equal(kept, kept.new_ones(S, S).tril().expand_as(kept)):
+                plan = n, None, True
+            else:
+                plan = n, kept.unsqueeze(1), False
+        mask.attended_keys = plan
+    return plan
+'''.strip()
+
 
 class TorchModule(ModuleWriter):
     """The PyTorch module: classes of `nn.Module` whose PARAMS/STATE are (shape, dtype)."""
@@ -555,6 +582,13 @@ class TorchModule(ModuleWriter):
             "import torch.nn.functional as F",
             "from torch import nn",
         ]
+
+    def write(self) -> str:
+        """The module's text, with `ATTENDED_KEYS` after the `Module` base class where some attention calls it."""
+        text = super().write()
+        if "attended_keys(" not in text:
+            return text
+        return text.replace(MODULE_BASE, f"{MODULE_BASE}\n\n\n{ATTENDED_KEYS}", 1)
 
     def function(self, g, e: Emitter, name: str, method: bool) -> list[str]:
         """The function, each intermediate tensor freed after its last use (`liveness`)."""

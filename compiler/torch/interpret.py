@@ -12,7 +12,7 @@ from __future__ import annotations
 from linnet.ir.core import Graph, format_op
 from linnet.ir.render import assigned_state
 
-from .codegen import Emitter
+from .codegen import ATTENDED_KEYS, Emitter
 
 
 class InterpretError(RuntimeError):
@@ -29,6 +29,7 @@ class Interpreter:
 
         self.graph = graph
         self._globals = {"torch": torch, "F": F}
+        exec(ATTENDED_KEYS, self._globals)  # the generated module's helper, which attention statements call
         e = Emitter(numerics, member_style="dict")
         e.dim_names = set(graph.dim_vars)
         e.taken |= e.dim_names | {"p", "training"}

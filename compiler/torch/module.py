@@ -75,6 +75,13 @@ class LinnetModule(nn.Module):
             self._leaves[path] = self._owner(root, path)
         self._entries: dict[str, Callable] = {}
         self.quantized = False  # a QuantizedWeight is bound (`--dtype stored`)
+        # `fast` bf16 where bf16 matmuls are emulated: prefill's linears in f32 (`_WideLinearsInF32`)
+        self.wide_linears_in_f32 = (
+            mode in ("generated", "inductor")
+            and numerics == "fast"
+            and program.dtype.name == "bf16"
+            and _bf16_matmul_emulated(self.device_)
+        )
         self._build_entries()
         self.tensors = self._tensor_dict()
         self.eval()  # a loaded model infers: dropout is the identity until a trainer calls `train()`
@@ -141,6 +148,8 @@ class LinnetModule(nn.Module):
             fn = getattr(self.root, name)
             # a model without state may name an entry `decode` too (a VAE's): not a one-token step
             step = name in STEP_ENTRIES and bool(self.program.state)
+            if self.wide_linears_in_f32:
+                fn = _wide_linears_in_f32(fn, step)
             if self.mode == "inductor":
                 fn = _decode_compiled(fn) if step else self._compiled_unless_quantized(fn)
             elif self.mode == "cuda-graphs" and step:
@@ -178,6 +187,45 @@ class LinnetModule(nn.Module):
 
     def step(self, input_ids, positions, rows):
         return self._entries["step"](input_ids, positions, rows)
+
+
+def _bf16_matmul_emulated(device: torch.device) -> bool:
+    """Whether bf16 matmuls on `device` run without bf16 dot instructions: a CPU whose oneDNN has no bf16 support
+    (AVX2 without AVX-512: a 512 x 576 x 1536 bf16 matmul took 145 ms there, the same in f32 17 ms)."""
+    return device.type == "cpu" and not torch.ops.mkldnn._is_mkldnn_bf16_supported()
+
+
+class _WideLinearsInF32(torch.overrides.TorchFunctionMode):
+    """`F.linear` over more than `ROWS` bf16 rows computed in f32 and rounded to bf16 once (`fast` numerics, where bf16
+    matmuls are emulated: `_bf16_matmul_emulated`). The products are exact in f32 and oneDNN's emulated kernel also
+    sums them in f32, so only the summation order differs from the bf16 kernel: results within the last bf16 bit,
+    at f32 matmul speed (converting the weights costs little beside a prefill's matmul). Narrower calls (decode)
+    keep the bf16 kernel, which reads half the bytes."""
+
+    ROWS = 16
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.nn.functional.linear and not isinstance(args[1], QuantizedWeight):
+            x, weight = args[0], args[1]
+            bias = args[2] if len(args) > 2 else kwargs.get("bias")
+            if x.dtype == torch.bfloat16 and x.numel() > self.ROWS * x.shape[-1]:
+                bias = None if bias is None else bias.float()
+                return func(x.float(), weight.float(), bias).to(torch.bfloat16)
+        return func(*args, **kwargs)
+
+
+def _wide_linears_in_f32(fn: Callable, step: bool) -> Callable:
+    """`fn` with `_WideLinearsInF32` around its eager calls with more than one new token per row (every call of
+    `forward`; a `step`'s prefill), so that decode steps and compiled code run without the mode's per-op cost."""
+
+    def entry(*inputs):
+        if torch.compiler.is_compiling() or (step and inputs[0].shape[1] == 1):
+            return fn(*inputs)
+        with _WideLinearsInF32():
+            return fn(*inputs)
+
+    return entry
 
 
 # The KV-cached entries generation runs (`step`, and a decoder's optional one-token `decode`): compiled per batch

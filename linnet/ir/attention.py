@@ -12,7 +12,8 @@ against the body):
   a power of two scales every product the same way);
 - `trim_keys`: prefill (S > 1) over a cache of fixed length drops the keys after the last one
   any query attends, whose weights are exact zeros (a host synchronisation in PyTorch, a
-  sliced branch in ONNX);
+  sliced branch in ONNX); PyTorch's eager SDPA does it in decode steps on the CPU too, and
+  drops the mask where it says nothing more (`attended_keys` in the generated module);
 - `keys_first`: decode (S = 1) computes `k @ q^T` and transposes, reading the keys where they
   lie (ONNX Runtime);
 - `prefill_blocks`: prefill in blocks of query rows, each over the keys up to its own last

@@ -90,7 +90,15 @@ def test_decode_step_is_cuda_graph_ready():
     model.native.step(torch.tensor([[1, 2, 3]]), torch.tensor([0]), torch.tensor([1]))
     with _HostSyncs() as mode:
         model.native.step(torch.tensor([[4], [5]]), torch.tensor([3, 0]), torch.tensor([1, 0]))
-    assert mode.found == []
+    # On the CPU, attention reads the cache up to the last attended key, planned once a step for every layer (one
+    # `nonzero`, then its length and whether the mask can be dropped, read back); on other devices decode steps,
+    # which CUDA graphs capture, read the whole cache, masked, with no host synchronisation (the meta device here).
+    assert mode.found.count("nonzero") == 1 and len(mode.found) <= 4, mode.found
+    attended_keys = module._exec_source()["attended_keys"]
+    mask = torch.ones(2, 1, 32, dtype=torch.bool, device="meta")
+    with _HostSyncs() as mode:
+        keys, attend, causal = attended_keys(mask, 32)
+    assert mode.found == [] and (keys, attend.shape, causal) == (32, (2, 1, 1, 32), False)
     for k, (ptr, t) in caches.items():
         assert module.tensors[k] is t and t.data_ptr() == ptr, f"{k} was reallocated"
     assert t.abs().sum() > 0  # the steps wrote into the same storage
@@ -112,3 +120,41 @@ def test_fast_numerics_stay_close_to_equivalent():
     torch.testing.assert_close(fast.native.forward(prompt), exact.native.forward(prompt), rtol=0, atol=1e-5)
     for x, y in zip(decode(fast, prompt, 3), decode(exact, prompt, 3)):
         torch.testing.assert_close(x, y, rtol=0, atol=1e-5)
+
+
+def test_wide_bf16_linears_in_f32_round_once():
+    """`fast` bf16 on a CPU without bf16 dot instructions: a linear over more than 16 rows is computed in f32 and
+    rounded once, which is the exact product (f64) rounded to bf16, give or take the last bit (f32 summation),
+    and the bf16 kernel's result within one bf16 step; up to 16 rows (decode) it is the bf16 kernel's, untouched."""
+    from linnet.compiler.torch.module import _WideLinearsInF32
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(40, 96, generator=g).bfloat16()
+    w = torch.randn(80, 96, generator=g).bfloat16()
+    exact = (x.double() @ w.double().T).bfloat16().double()
+    kernel = torch.nn.functional.linear(x, w)
+    with _WideLinearsInF32():
+        wide = torch.nn.functional.linear(x, w)
+        narrow = torch.nn.functional.linear(x[:16], w)
+    assert wide.dtype == torch.bfloat16 and torch.equal(narrow, kernel[:16])
+    step = 2.0**-7 * exact.abs() + 1e-30  # one bf16 step (8 significant bits) at each value
+    assert ((wide.double() - exact).abs() <= step).all()
+    assert ((wide.double() - kernel.double()).abs() <= 2 * step).all()
+
+
+def test_fast_bf16_prefill_in_f32_matches_the_bf16_kernel(monkeypatch):
+    """The whole model: `fast` bf16 with wide linears in f32 (forced on, as on an AVX2 CPU) against the same model
+    with the bf16 kernels, logits at every position of a 12-token prefill and the step's: within bf16 rounding."""
+    import linnet.compiler.torch.module as module
+
+    prompt = torch.tensor([[3, 14, 15, 92, 65, 35, 89, 79, 32, 38, 46, 26]])
+    logits = {}
+    for emulated in (False, True):
+        monkeypatch.setattr(module, "_bf16_matmul_emulated", lambda device, e=emulated: e)
+        model = small("generated", dtype="bf16", numerics="fast")
+        with torch.inference_mode():
+            logits[emulated] = (model.native.forward(prompt), model.native.step(prompt, *[torch.tensor([0])] * 2))
+    for ours, kernel in zip(logits[True], logits[False]):
+        assert ours.dtype == torch.bfloat16
+        torch.testing.assert_close(ours.float(), kernel.float(), rtol=0.05, atol=0.05)
+    assert torch.equal(logits[True][0][:, -1], logits[True][1])  # forward and step agree with each other

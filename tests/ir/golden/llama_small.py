@@ -89,6 +89,34 @@ class Module(nn.Module):
         return self._modules[str(i)]
 
 
+def attended_keys(mask, keys):
+    """How attention reads a KV cache of `keys` positions under `mask` (bool[B, S, keys], True: attended): SDPA
+    runs over the first `n` keys with `attn_mask` and `is_causal`, returned as (n, attn_mask, is_causal). The keys
+    after the last one any query attends weigh exact zeros, so `n` ends there, and where the mask says nothing more
+    it is dropped: no mask where every query attends every kept key (a decode step of one request), `is_causal`
+    where it is the causal triangle (a prompt from position 0), the calls transformers' SDPA attention makes.
+    That needs a host synchronisation: done eagerly only (torch.compile traces the whole masked cache), for decode
+    on the CPU only (CUDA graphs capture decode steps), and once per mask: every layer passes the same tensor."""
+    S = mask.shape[1]
+    if torch.compiler.is_compiling() or (S == 1 and not mask.is_cpu):
+        return keys, mask.unsqueeze(1), False
+    plan = mask.__dict__.get("attended_keys")
+    if plan is None:
+        plan = keys, mask.unsqueeze(1), False
+        attended = mask.flatten(0, 1).any(0).nonzero()
+        if attended.numel():  # else no query attends any key (padding): the whole cache, masked, as before
+            n = int(attended[-1]) + 1
+            kept = mask[:, :, :n]
+            if bool(kept.all()):
+                plan = n, None, False
+            elif n == S and torch.equal(kept, torch.ones(S, S, dtype=torch.bool, device=mask.device).tril().expand_as(kept)):
+                plan = n, None, True
+            else:
+                plan = n, kept.unsqueeze(1), False
+        mask.attended_keys = plan
+    return plan
+
+
 def rope_inv_freq(device):
     """() -> f32[4] (rope.linnet:15)"""
     exponents = torch.tensor([0.0, 0.25, 0.5, 0.75], dtype=torch.float32, device=device)  # rope.linnet:16
@@ -209,11 +237,8 @@ class LlamaAttention(Module):
         del v
         t = self.k_cache.expand(B, 2, 16, 8)  # llama.linnet:113
         t_1 = self.v_cache.expand(B, 2, 16, 8)  # llama.linnet:113
-        keys, attend = 16, mask.unsqueeze(1)
-        if S > 1 and bool(mask.any()):  # prefill: keys after the last attended one weigh exactly 0
-            keys = int(mask.flatten(0, 1).any(0).nonzero().max()) + 1
-            attend = mask[:, :, :keys].unsqueeze(1)
-        out = F.scaled_dot_product_attention(q, t[:, :, :keys], t_1[:, :, :keys], attn_mask=attend, scale=0.3535533905932738, enable_gqa=True)  # [B, 4, S, 8] llama.linnet:113
+        keys, attend, causal = attended_keys(mask, 16)
+        out = F.scaled_dot_product_attention(q, t[:, :, :keys], t_1[:, :, :keys], attn_mask=attend, is_causal=causal, scale=0.3535533905932738, enable_gqa=True)  # [B, 4, S, 8] llama.linnet:113
         del q, t, t_1
         t_2 = out.transpose(1, 2).reshape(B, S, 32)  # [B, S, 32] llama.linnet:114
         del out
