@@ -109,7 +109,7 @@ def attended_keys(mask, keys):
             kept = mask[:, :, :n]
             if bool(kept.all()):
                 plan = n, None, False
-            elif n == S and torch.equal(kept, torch.ones(S, S, dtype=torch.bool, device=mask.device).tril().expand_as(kept)):
+            elif n == S and torch.equal(kept, kept.new_ones(S, S).tril().expand_as(kept)):
                 plan = n, None, True
             else:
                 plan = n, kept.unsqueeze(1), False
