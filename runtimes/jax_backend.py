@@ -29,7 +29,8 @@ SmolLM2, which made bf16 decode slower than f32). So a bf16 model loaded on the 
 (fused weights) holds its matrices in f32, rounded to bf16 first and widened once at load, and the
 generated code dots over them as XLA's bf16 dot did (`linnet.compiler.jax.codegen`,
 `f32_matrices`): the same arithmetic (bit for bit with XLA's excess-precision rewrites off, as
-`equivalent` compiles: `JaxProgram.compiler_options`; tests/runtimes/test_jax_f32_matrices.py), for twice the matrices' memory (what f32 holds).
+`equivalent` compiles: `JaxProgram.compiler_options`; tests/runtimes/test_jax_f32_matrices.py),
+for twice the matrices' memory (what f32 holds).
 """
 
 from __future__ import annotations

@@ -27,8 +27,8 @@ a weight it does that conversion on every call (a whole pass over the weights pe
 values (rounded to bf16 first, widened exactly once at load), and the code computes what XLA computed before:
 a `linear` or `matmul` over such a weight upcasts its bf16 input, dots in f32 and rounds to bf16, a `take` from it
 rounds the rows it read (exact), and any other use reads it through `.astype(bf16)` (exact). With XLA's
-excess-precision rewrites off (what `equivalent` compiles with: `linnet.compiler.jax.module.JaxProgram.compiler_options`)
-the logits are bit for bit those of bf16 parameters (tests/runtimes/test_jax_f32_matrices.py); with them on (XLA's
+excess-precision rewrites off (what `equivalent` compiles with: `module.JaxProgram.compiler_options`) the
+logits are bit for bit those of bf16 parameters (tests/runtimes/test_jax_f32_matrices.py); with them on (XLA's
 default, `fast`) XLA skips some f32 -> bf16 -> f32 round trips, and which ones depends on how the converts were
 written, so the two differ in the last bits of some activations. Off, the code is as without it.
 """
