@@ -24,6 +24,7 @@ from linnet.errors import BackendError
 from linnet.ir.core import Program
 
 from .codegen import NUMERICS, TORCH_DTYPES, flat_program, generate
+from .inductor_passes import DECODE_OPTIONS
 from .interpret import Interpreter
 from .quantized import QuantizedWeight
 
@@ -236,8 +237,9 @@ STEP_ENTRIES = ("step", "decode")
 def _decode_compiled(fn: Callable) -> Callable:
     """`step` with decode (S = 1) under torch.compile, static shapes, compiled once per batch
     size; prefill (S > 1) runs the same generated code eagerly, so a new prompt length never
-    recompiles (prefill is matmul-bound: little for inductor to win)."""
-    compiled = torch.compile(fn, fullgraph=True, dynamic=False)
+    recompiles (prefill is matmul-bound: little for inductor to win). At batch 1 the step's linears compile as
+    reductions (`inductor_passes.OneRowProductsAsReductions`: MKL's sgemv runs on one thread)."""
+    compiled = torch.compile(fn, fullgraph=True, dynamic=False, options=DECODE_OPTIONS)
 
     def step(input_ids, positions, rows):
         if input_ids.shape[1] == 1:
