@@ -218,6 +218,8 @@ def cmd_stablehlo(args: argparse.Namespace) -> int:
             "inputs": [v.name for v in program.entries[entry].inputs],
             "platforms": list(exported.platforms),
             "fused_weights": {k: v for k, v in fused_member_shapes(program, compiled.fused).items() if k in takes},
+            # the XLA options its numerics need (`JaxProgram.compiler_options`): `load_exported` compiles with them
+            "compiler_options": compiled.compiler_options or {},
         }
         try:
             written = save_exported(exported, args.serialized, meta)

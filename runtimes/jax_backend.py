@@ -431,7 +431,7 @@ def save_exported(exported, path: str | Path, metadata: dict[str, Any]) -> list[
 
 # The metadata fields that change what the artifact computes or how it is driven; the others (source, model, ...)
 # are for people, and may be edited.
-_BINDING_FIELDS = ("entry", "max_batch", "max_positions", "fused_weights")
+_BINDING_FIELDS = ("entry", "max_batch", "max_positions", "fused_weights", "compiler_options")
 
 
 def _digest(data: bytes, meta: dict[str, Any]) -> str:
@@ -459,7 +459,8 @@ _DESERIALIZE_ERRORS = (
 def _read_exported(path: Path) -> tuple[bytes, dict[str, Any], Path]:
     """The artifact's bytes and its metadata (`{}` without a `.json` beside it), checked: the JSON is an
     object; `entry` a string; `max_batch` and `max_positions` positive integers; `fused_weights`
-    `{key: {member: [dims]}}`; and the bytes and those fields match the `sha256` it records (every
+    `{key: {member: [dims]}}`; `compiler_options` `{XLA option: bool, number or string}`; and the bytes and
+    those fields match the `sha256` it records (every
     artifact written since it was added, `_digest`), so a truncated, bit-flipped or mismatched
     artifact is refused before it is parsed.
     Raises LoadError naming the file."""
@@ -499,6 +500,9 @@ def _read_exported(path: Path) -> tuple[bytes, dict[str, Any], Path]:
         )
     ):
         problems.append("`fused_weights` must map each fused key to {member: [dims]}")
+    options = meta.get("compiler_options", {})
+    if not (isinstance(options, dict) and all(isinstance(v, (bool, int, float, str)) for v in options.values())):
+        problems.append("`compiler_options` must map XLA option names to booleans, numbers or strings")
     if problems:
         raise LoadError(f"{meta_path}: {'; '.join(problems)}")
     if "sha256" in meta and _digest(data, meta) != meta["sha256"]:
@@ -518,7 +522,9 @@ def load_exported(
     checkpoint; its names are matched to the artifact's, allowing one leading segment more or
     less, as loading from source does). Where the artifact takes fused weights (a key such as
     `model.layers.0.mlp.{gate,up}_proj.weight`, `codegen.fused_key`), they are made from their
-    members by checkpoint name. Returns a `JaxModel` with the one entry.
+    members by checkpoint name. It compiles with the XLA options its JSON records (`compiler_options`: what the
+    export's numerics need, `JaxProgram.compiler_options`), so it computes what the model loaded from source
+    computes; an artifact without them compiles with XLA's defaults. Returns a `JaxModel` with the one entry.
 
     Raises LoadError for missing or mis-shaped parameters."""
     jax = jax_module()
@@ -570,7 +576,7 @@ def load_exported(
         backend="xla",
         params=bound,
         state=state,
-        functions={name: exported_fn(exported, stateful)},
+        functions={name: exported_fn(exported, stateful, meta.get("compiler_options") or None)},
         stateful={name: stateful},
         max_batch=int(meta.get("max_batch", 1)),
         max_positions=int(meta.get("max_positions", 0)),

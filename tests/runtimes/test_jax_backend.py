@@ -256,3 +256,27 @@ def test_serialized_artifact_runs_in_a_fresh_process_without_source(tmp_path):
     assert run.stdout.strip() == "[]", "the artifact and a dict of weights: no torch, no source"
     got = np.load(tmp_path / "out.npy")
     assert np.abs(got - want).max() < 1e-5
+
+
+def test_serialized_bf16_artifact_compiles_with_its_numerics(tmp_path):
+    """A bf16 artifact exported under `equivalent` records the XLA options that numerics needs (excess precision
+    off: `JaxProgram.compiler_options`) and `load_exported` compiles with them, so it computes bit for bit what the
+    model loaded from source computes; under `fast` it records none."""
+    for numerics in ("equivalent", "fast"):
+        cli = [sys.executable, "-m", "linnet", "stablehlo", str(LLAMA), "--entry", "step", "--dtype", "bf16"]
+        cli += [x for k, v in SMALL.items() for x in ("--config", f"{k}={v}")]
+        cli += ["--max-positions", str(MAX_POSITIONS), "--numerics", numerics]
+        cli += ["--serialized", str(tmp_path / f"{numerics}.bin")]
+        out = subprocess.run(cli, capture_output=True, text=True, cwd=tmp_path)
+        assert out.returncode == 0, out.stderr
+    meta = {n: json.loads((tmp_path / f"{n}.bin.json").read_text()) for n in ("equivalent", "fast")}
+    assert meta["equivalent"]["compiler_options"] == {"xla_allow_excess_precision": False}
+    assert meta["fast"]["compiler_options"] == {}
+
+    source = small(dtype="bf16", fuse_linear_weights=False)  # weights by checkpoint name, bf16
+    weights = {k: np.asarray(v) for k, v in source.params.items()}
+    ids = np.random.default_rng(5).integers(0, SMALL["vocab_size"], (1, 24)).astype(np.int64)
+    want = np.asarray(small(dtype="bf16").step(ids, np.array([0]), np.array([0])), dtype=np.float32)
+    artifact = lj.load_exported(tmp_path / "equivalent.bin", params=weights)
+    got = np.asarray(artifact.step(ids, np.array([0]), np.array([0])), dtype=np.float32)
+    np.testing.assert_array_equal(got, want)
