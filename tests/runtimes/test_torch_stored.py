@@ -62,6 +62,7 @@ def test_stored_generation_on_both_torch_backends(quantized_gguf):
     np.testing.assert_array_equal(compiled.run("forward", ids)[0], eager.run("forward", ids)[0])
 
 
+@pytest.mark.slow  # 47 s on a 2-core AVX2 VM: a 17-row compile of the dense path
 def test_compiled_decode_over_the_kernel_rows_is_the_dequantized_models(quantized_gguf):
     # a decode batch over DENSE_ROWS rows: torch-compile's static-shape step traces the dense path (each matrix
     # dequantized exactly in f32 inside the compiled graph), so it equals the same file dequantized in f32
@@ -79,6 +80,7 @@ def test_compiled_decode_over_the_kernel_rows_is_the_dequantized_models(quantize
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
 
 
+@pytest.mark.slow  # 83 s on a 2-core AVX2 VM: a dynamic-shape compile of the dense path
 def test_dense_path_traces_with_dynamic_shapes(quantized_gguf):
     # with dynamic shapes a bound QuantizedWeight's shape is symbolic; reading its planes back by that shape was
     # refused ("convert all Tensors to FakeTensors first"): the dense path now takes its sizes from its fields
