@@ -19,10 +19,12 @@ whole masked KV cache): `aten._scaled_dot_product_flash_attention_for_cpu` becom
 (scores, masked softmax, weighted sum of the values, GQA as the op does it, products and sums in f32, the kernel's
 casts), which inductor fuses into a few parallel reductions beside the step's other loops. The kernel it replaces
 blocks for many query rows and, in bf16 on a CPU without bf16 dot instructions (AVX2), emulates its bf16 GEMMs: on
-the 2-core AMD EPYC it took 765 us a layer in SmolLM2's bf16 decode step (21 of 51 ms), 382 us in f32. Prefill
-(more query rows) and causal or dropout calls keep the kernel. Inductor keeps fused intermediates in f32 (unless
-`emulate_precision_casts`), so in bf16 the attention weights are not rounded to bf16 before the values' sum as the
-kernel rounds them: the compiled step is, if anything, closer to f32 there.
+the 2-core AMD EPYC a profile put it at 765 us a layer in SmolLM2's bf16 decode step (21 of 51 ms), 382 us in f32.
+With the rewrite the step went from 48 to 34 ms in bf16 and from 48 to 42 ms in f32 (fastest of 6 rounds, old and
+new pass alternating in one process, 2 threads), with the same greedy tokens. Prefill (more query rows) and causal
+or dropout calls keep the kernel. Inductor keeps fused intermediates in f32 (unless `emulate_precision_casts`), so
+in bf16 the attention weights are not rounded to bf16 before the values' sum as the kernel rounds them: the
+compiled step is, if anything, closer to f32 there.
 """
 
 from __future__ import annotations
