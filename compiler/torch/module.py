@@ -238,7 +238,9 @@ def _decode_compiled(fn: Callable) -> Callable:
     """`step` with decode (S = 1) under torch.compile, static shapes, compiled once per batch
     size; prefill (S > 1) runs the same generated code eagerly, so a new prompt length never
     recompiles (prefill is matmul-bound: little for inductor to win). At batch 1 the step's linears compile as
-    reductions (`inductor_passes.OneRowProductsAsReductions`: MKL's sgemv runs on one thread)."""
+    reductions (`inductor_passes.OneRowProductsAsReductions`: MKL's sgemv runs on one thread); on the CPU its
+    attention compiles as reductions at every batch size (the flash kernel blocks for many query rows and emulates
+    bf16 on AVX2)."""
     compiled = torch.compile(fn, fullgraph=True, dynamic=False, options=DECODE_OPTIONS)
 
     def step(input_ids, positions, rows):
