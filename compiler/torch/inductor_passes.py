@@ -162,6 +162,8 @@ def _attention(match: Match, q: torch.fx.Node, k: torch.fx.Node, v: torch.fx.Nod
     mask, scale = call["attn_mask"], call["scale"]
     if call["dropout_p"] != 0 or call["is_causal"] is not False or isinstance(scale, torch.fx.Node):
         return
+    if mask is not None and not isinstance(mask, torch.fx.Node):
+        return
     if not _one_query_row_on_cpu(q, k, v, mask):
         return
     if mask is None:
