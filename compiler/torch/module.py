@@ -24,7 +24,6 @@ from linnet.errors import BackendError
 from linnet.ir.core import Program
 
 from .codegen import NUMERICS, TORCH_DTYPES, flat_program, generate
-from .inductor_passes import DECODE_OPTIONS
 from .interpret import Interpreter
 from .quantized import QuantizedWeight
 
@@ -241,6 +240,8 @@ def _decode_compiled(fn: Callable) -> Callable:
     reductions (`inductor_passes.OneRowProductsAsReductions`: MKL's sgemv runs on one thread); on the CPU its
     attention compiles as reductions at every batch size (the flash kernel blocks for many query rows and emulates
     bf16 on AVX2)."""
+    from .inductor_passes import DECODE_OPTIONS  # here: importing inductor's pattern matcher takes ~3 s
+
     compiled = torch.compile(fn, fullgraph=True, dynamic=False, options=DECODE_OPTIONS)
 
     def step(input_ids, positions, rows):
