@@ -18,10 +18,16 @@ MatMul 308 us; 4-bit at accuracy_level 0/1 (f32 activations) 130-180 us; 4-bit a
 53-69 us; 8-bit at level 4 53-90 us, but 8-bit at level 0/1 2.6-5.9 ms (MLAS has no f32-activation 8-bit
 kernel, so ORT dequantizes B at every call); float zero points 3.8-4 ms at any level (not prepacked either)):
 
-- Zero points are always integers (u8): a type whose offset is `-zero * scale` (q4_0, q5_0, q8_0, q6_k) puts
-  `zero` there; the others (q4_1, q5_1, q4_k, q5_k, whose offsets are independent of the scales) run with zero
-  point 0 and add the offsets' share, `sum over groups g of offsets[n, g] * sum(x[k] for k in g)`, as a second
-  small MatMul (x summed per group: [.., K / group] @ offsets.T [K / group, N], 1/group of the main FLOPs).
+- Zero points are integers (u8): a type whose offset is `-zero * scale` (q4_0, q5_0, q8_0, q6_k) puts `zero`
+  there; the others (q4_1, q5_1, q4_k, q5_k, whose offsets are independent of the scales) run with zero point 0
+  and add the offsets' share, `sum over groups g of offsets[n, g] * sum(x[k] for k in g)`, as a second small
+  MatMul (x summed per group: [.., K / group] @ offsets.T [K / group, N], 1/group of the main FLOPs).
+- Better still, no zero-point input: MLAS's kernels for the default zero point 2 ** (bits - 1) run 1.25-1.45x
+  faster (4-bit, int8 activations: 6.9 against 9.9 ms for SmolLM2's 30 layers; f32 activations 19.9 against
+  24.8). A plane moves to it when that is exact (`_default_zero`): its codes shift up by default - zero when they
+  still fit (q5_0, q5_1, q5_k, q6_k in one 8-bit plane; the high 4-bit planes), or else the offsets gain
+  (default - zero) * scale, where that sum is exact in f32 (q4_1 and the K-quants with a real file's scales: all
+  of SmolLM2's q4_1 groups; scales and mins decades apart keep their zero points).
 - `equivalent` (f32 activations, accuracy_level 1): every code in 4-bit planes, so that MLAS runs its f32 kernel:
   codes of 5-8 bits split into `hi = code >> 4` (scale 16 * scale, zero point zero >> 4) and `lo = code & 15`
   (scale, zero point 0), two MatMulNBits summed. Each plane's weights `(plane - zero) * scale` are exact in f32
@@ -93,31 +99,67 @@ def is_quantized(value) -> bool:
 
 def pack_weight(w, numerics: str = "equivalent") -> PackedWeight:
     """`w` (a `GroupQuantized`: codes u8[N, K], scales/offsets f32[N, K // group], bits, group, zero_points) packed
-    for `numerics` (see the module docstring); a `PackedWeight` is returned as is."""
+    for `numerics` (see the module docstring); a `PackedWeight` is returned as is.
+
+    Every plane is given MatMulNBits's default zero point (`_default_zero`) when that is exact: MLAS's kernels
+    without a zero-point input run 1.25 to 1.45 times faster (576 x 1536 and the like, one token, 2 threads)."""
     if isinstance(w, PackedWeight):
         return w
     n, k = w.shape
     zero = w.zero_points
     if w.bits <= 4:
-        planes = [_plane(w.codes, w.scales, zero if zero is not None else 0, 4)]
+        specs = [(w.codes, w.scales, zero if zero is not None else 0, 4, 2**w.bits - 1)]
     elif numerics == "fast":
-        planes = [_plane(w.codes, w.scales, zero if zero is not None else 0, 8)]
+        specs = [(w.codes, w.scales, zero if zero is not None else 0, 8, 2**w.bits - 1)]
     else:
         if zero is not None and np.any(zero % 16):
             zero = None  # not a multiple of 16: the offsets' MatMul carries it (no stored type does this)
         hi_zero = zero >> 4 if zero is not None else 0
-        planes = [
-            _plane(w.codes >> 4, w.scales * np.float32(16), hi_zero, 4),
-            _plane(w.codes & np.uint8(15), w.scales, 0, 4),
+        specs = [
+            (w.codes >> 4, w.scales * np.float32(16), hi_zero, 4, (2**w.bits - 1) >> 4),
+            (w.codes & np.uint8(15), w.scales, 0, 4, 15),
         ]
+    offsets = None if zero is not None else np.asarray(w.offsets, dtype=np.float64)
+    planes, shifted = [], offsets
+    for codes, scales, plane_zero, bits, top in specs:
+        plane, shift = _default_zero(codes, scales, plane_zero, bits, top)
+        planes.append(plane)
+        if shift is not None:
+            shifted = shift if shifted is None else shifted + shift
+    if shifted is not None and shifted is not offsets:
+        if np.array_equal(shifted.astype(np.float32), shifted):
+            offsets = shifted  # every weight (code - default) * scale + offset is still the stored value
+        else:  # a sum f32 cannot hold: the zero points stay (MLAS's slower kernel, exact)
+            planes = [_plane(codes, scales, plane_zero, bits) for codes, scales, plane_zero, bits, _ in specs]
     return PackedWeight(
         w.ggml_type,
         (n, k),
         w.group,
         ACCURACY[numerics],
         tuple(planes),
-        None if zero is not None else np.ascontiguousarray(w.offsets, dtype=np.float32),
+        None if offsets is None else np.ascontiguousarray(offsets, dtype=np.float32),
     )
+
+
+def _default_zero(codes: np.ndarray, scales: np.ndarray, zero, bits: int, top: int) -> tuple[Plane, np.ndarray | None]:
+    """A plane of `codes` u8[N, K] (each <= `top`) with zero points `zero` (u8[N, K // group] or one int), rewritten
+    to MatMulNBits's default zero point D = 2 ** (bits - 1), so that it needs no zero-point input, and the offsets
+    the rewrite adds (f64[N, K // group], None when none).
+
+    (code - zero) * scale is (code + D - zero - D) * scale: when every shifted code still fits in `bits` bits (q6_k
+    and q5_0 in one 8-bit plane, the high 4-bit plane of q8_0, q6_k and q5_0) the codes shift and nothing is added;
+    otherwise (q4_1 and the K-quants, zero 0, and the low 4-bit planes) the codes stay and the offsets gain
+    (D - zero) * scale, which the offsets' MatMul adds."""
+    default = 2 ** (bits - 1)
+    delta = default - np.asarray(zero, dtype=np.int64)
+    if not np.any(delta):
+        return _plane(codes, scales, default, bits), None
+    uniform = int(delta.flat[0]) if np.all(delta == delta.flat[0]) else None
+    if uniform is not None and 0 <= uniform and top + uniform < 2**bits:
+        return _plane(codes + np.uint8(uniform), scales, default, bits), None
+    n, blocks = scales.shape
+    shift = np.broadcast_to(delta, (n, blocks)) * np.asarray(scales, dtype=np.float64)
+    return _plane(codes, scales, default, bits), shift
 
 
 def _plane(codes: np.ndarray, scales: np.ndarray, zero, bits: int) -> Plane:

@@ -14,8 +14,8 @@ import onnx_ir as ir  # noqa: E402
 
 from linnet.compiler.onnx import quantized as Q  # noqa: E402
 from linnet.compiler.onnx.lower import IR_VERSION, OPSET, Lowering, to_proto  # noqa: E402
-from linnet.runtimes.gguf_quants import STORED_TYPES, group_quantized  # noqa: E402
-from tests.runtimes.test_gguf_quants import random_blocks  # noqa: E402
+from linnet.runtimes.gguf_quants import BLOCK_BYTES, STORED_TYPES, group_quantized  # noqa: E402
+from tests.runtimes.test_gguf_quants import F16_FIELDS, random_blocks  # noqa: E402
 
 pytestmark = pytest.mark.onnxruntime
 
@@ -49,13 +49,25 @@ def run_graph(build, feeds: dict[str, np.ndarray]) -> np.ndarray:
     return session.run(None, feeds)[0]
 
 
-def weights(ggml_type: str, seed: int = 0):
-    return group_quantized(random_blocks(ggml_type, N, K, seed=seed), ggml_type, (N, K))
+def weights(ggml_type: str, seed: int = 0, spread: str = "wide"):
+    """A random quantized [N, K] weight. `wide`: f16 scales and offsets over seven decades (their sums of unlike
+    magnitude rarely fit f32, so the zero points stay); `narrow`: all within one decade, as a real file's are
+    (the packing moves every plane to MatMulNBits's default zero point)."""
+    raw = random_blocks(ggml_type, N, K, seed=seed)
+    if spread == "narrow":
+        rng = np.random.default_rng(seed + 100)
+        blocks = raw.reshape(-1, BLOCK_BYTES[ggml_type][1])
+        for at in F16_FIELDS[ggml_type]:
+            d = (rng.uniform(1, 10, len(blocks)) * rng.choice([-1e-3, 1e-3], len(blocks))).astype(np.float16)
+            blocks[:, at : at + 2] = d.view(np.uint8).reshape(-1, 2)
+        raw = blocks.reshape(raw.shape)
+    return group_quantized(raw, ggml_type, (N, K))
 
 
+@pytest.mark.parametrize("spread", ["wide", "narrow"])
 @pytest.mark.parametrize("ggml_type", STORED_TYPES)
-def test_matmul_nbits_equals_the_dequantized_matmul_in_f32(ggml_type):
-    gq = weights(ggml_type)
+def test_matmul_nbits_equals_the_dequantized_matmul_in_f32(ggml_type, spread):
+    gq = weights(ggml_type, spread=spread)
     x = np.random.default_rng(1).standard_normal((M, K)).astype(np.float32)
     packed = Q.pack_weight(gq, "equivalent")
     assert all(p.bits == 4 for p in packed.planes)  # MLAS's f32-activation kernels are 4-bit
@@ -87,15 +99,33 @@ def test_matmul_nbits_fast_is_within_int8_activation_rounding(ggml_type):
     assert np.all(np.abs(y - want) <= bound + K * F32_EPS * (np.abs(x) @ np.abs(w).T))
 
 
+@pytest.mark.parametrize("spread", ["wide", "narrow"])
 @pytest.mark.parametrize("numerics", ["equivalent", "fast"])
 @pytest.mark.parametrize("ggml_type", STORED_TYPES)
-def test_gather_block_quantized_rows_are_the_dequantized_rows(ggml_type, numerics):
-    gq = weights(ggml_type, seed=4)
+def test_gather_block_quantized_rows_are_the_dequantized_rows(ggml_type, numerics, spread):
+    gq = weights(ggml_type, seed=4, spread=spread)
     ids = np.array([[3, 0, 39], [7, 7, 1]], dtype=np.int64)
     packed = Q.pack_weight(gq, numerics)
     y = run_graph(lambda L, ins: Q.gather_block_quantized(L, ins[0], 2, "w", packed, "y"), {"ids": ids})
     # (code - zero) * scale is exact in f32 plane by plane, and the offset is added once, as the reference does
     np.testing.assert_array_equal(y, gq.dequantize()[ids])
+
+
+@pytest.mark.parametrize("numerics", ["equivalent", "fast"])
+@pytest.mark.parametrize("ggml_type", STORED_TYPES)
+def test_planes_take_the_default_zero_point_when_that_is_exact(ggml_type, numerics):
+    # MLAS runs MatMulNBits 1.25-1.45x faster without a zero-point input: with a real file's scales every type
+    # gets there, by shifting codes (q5_0, q6_k, q8_0's high plane...) or adding (default - zero) * scale to the
+    # offsets (q4_1, the K-quants, low planes), exact in f32
+    narrow = Q.pack_weight(weights(ggml_type, seed=9, spread="narrow"), numerics)
+    assert all(p.zero_points is None for p in narrow.planes)
+    # scales and offsets seven decades apart: (default - zero) * scale + offset does not fit f32, the zero points stay
+    wide = weights(ggml_type, seed=9)
+    packed = Q.pack_weight(wide, numerics)
+    if ggml_type in ("q4_1", "q4_k") or (numerics == "equivalent" and ggml_type in ("q5_1", "q5_k")):
+        assert any(p.zero_points is not None for p in packed.planes)
+    np.testing.assert_array_equal(Q.dequantized(packed), wide.dequantize())
+    np.testing.assert_array_equal(Q.dequantized(narrow), weights(ggml_type, seed=9, spread="narrow").dequantize())
 
 
 def test_fused_rows_of_mixed_types_stay_in_parts():
