@@ -194,18 +194,20 @@ def test_gqa_query_head_1_reads_kv_head_0():
 
 def test_cache_stays_in_bound_ortvalues_and_batches_rows(gqa_pair):
     """Two rows at different positions in one step equal each row alone and the torch backend; the cache
-    OrtValues are the same objects before and after (bound as past and present), and swapping buffers instead
-    gives the same logits."""
+    OrtValues are the same objects before and after (bound as past and present, one binding reused across steps),
+    a step's logits stay as returned through later steps, and swapping buffers instead gives the same logits."""
     tm, om = gqa_pair
     rng = np.random.default_rng(1)
     a, b = rng.integers(2, 64, 7), rng.integers(2, 64, 12)
     om.reset_state()
     before = dict(om.state)
     step = om.step_model().step
-    step(a[None, :5], np.array([0]), np.array([0]))
+    first = step(a[None, :5], np.array([0]), np.array([0]))
+    kept = first.copy()
     step(b[None, :10], np.array([0]), np.array([1]))
     both = step(np.stack([a[5:7], b[10:12]]), np.array([5, 10]), np.array([0, 1]))
     assert all(om.state[k] is v for k, v in before.items())
+    np.testing.assert_array_equal(first, kept)
     t = torch.tensor
     with torch.inference_mode():
         tm.native.step(t(a[None, :5]), t([0]), t([0]))
