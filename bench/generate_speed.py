@@ -45,6 +45,8 @@ random weights (`RANDOM_MODELS`: a config only, nothing downloaded).
   kernels compute nothing in bf16, so `equivalent` refuses it, and under `fast` the ops without bf16 kernels run in
   f32 (upcast; weights and the KV cache stay bf16). Its row says so, carries the backend's note, and does not count
   for the bf16 FLOP-bound goal.
+- onnxruntime-stored-fast is onnxruntime-stored under `numerics fast` (`NUMERICS_OF`): its quantized matmuls
+  quantize activations to int8 per block, llama.cpp's trade, so it is the like-for-like peer of llama.cpp's row.
 - Linnet interpret runs fewer new tokens and runs (`INTERPRET_NEW_TOKENS`, one timed run): it is the slow path,
   there for correctness; the table says so, and the goals do not judge it.
 - Contention (this machine's speed varies from one minute to the next, and other processes share its cores):
@@ -136,6 +138,7 @@ CONFIGS: dict[str, tuple[str, str, str]] = {
     "torch-stored": ("linnet", "generated", "stored"),
     "inductor-stored": ("linnet", "inductor", "stored"),
     "onnxruntime-stored": ("linnet", "onnxruntime", "stored"),
+    "onnxruntime-stored-fast": ("linnet", "onnxruntime", "stored"),
     "llama.cpp-stored": ("llama.cpp", "gguf", "stored"),
     "limit-f32": ("limit", "gemv", "f32"),
     "limit-bf16": ("limit", "gemv", "bf16"),
@@ -161,6 +164,7 @@ DISTANCE_FROM = {
     "torch-stored": "linnet-generated-f32",
     "inductor-stored": "linnet-inductor-f32",
     "onnxruntime-stored": "onnxruntime-f32",
+    "onnxruntime-stored-fast": "onnxruntime-f32",
 }
 # The models (`--model`): the embedded GGUF, and Llama-shaped models with seeded random weights (a config only,
 # nothing downloaded; transformers makes the weights and saves a folder both sides load). TinyLlama-1.1B's shape
@@ -192,7 +196,8 @@ EAGER_OF_DTYPE = {"f32": "f32", "bf16": "bf16", "f16": "f32", "stored": "f32"}
 
 # Configurations that run under given numerics whatever `--numerics` says: ONNX Runtime's CPU kernels lack bf16, and
 # only `fast` may compute the ops without kernels in f32 (`linnet.compiler.onnx.upcast`).
-NUMERICS_OF = {"onnxruntime-bf16": "fast"}
+# onnxruntime-stored-fast is the stored model under `fast` (int8 activations in its matmuls, llama.cpp's trade).
+NUMERICS_OF = {"onnxruntime-bf16": "fast", "onnxruntime-stored-fast": "fast"}
 
 
 # ---- shared helpers ---------------------------------------------------------------------------------------------
@@ -1181,7 +1186,13 @@ def markdown(result: dict) -> str:
                 f"Interpreter: {r['new_tokens']} new tokens and {r['runs']} timed run (it is the slow, reference "
                 "path); its tokens are compared over those tokens only; not judged against the goals."
             )
-        if r["name"] in NUMERICS_OF:
+        if r["name"] == "onnxruntime-stored-fast":
+            name += " " + mark(
+                f"{r['name']}: numerics {r.get('numerics')}: the quantized matmuls quantize their activations to "
+                "int8 per block of 32 (MatMulNBits accuracy_level 4), as llama.cpp quantizes them to q8 for its dot "
+                "products; onnxruntime-stored is the same model with f32 activations."
+            )
+        elif r["name"] in NUMERICS_OF:
             upcast = next((n for n in r.get("notes", []) if "(upcast)" in n and "`step`" in n), None)
             name += " " + mark(
                 f"{r['name']}: numerics {r.get('numerics')} (ONNX Runtime's CPU kernels compute nothing in bf16; "
