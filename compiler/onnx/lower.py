@@ -20,7 +20,8 @@ passes said so, attention variants recorded by the passes:
   initializers, which ONNX Runtime folds when it makes the session; the graph's parameters
   stay the checkpoint's names;
 - a `composite` is lowered by its body (its meaning), except where the passes marked it native
-  (`NATIVE`: Softmax, Gelu, LayerNormalization under `equivalent`, and `attention`). Attention
+  (`NATIVE`: Softmax, Gelu, LayerNormalization under `equivalent`, and `attention`; under `fast`
+  also an f32 `rms_norm` as SimplifiedLayerNormalization). Attention
   batches the G query heads of one KV head (query head h reads KV head h // G, the body's
   `repeat_interleave` routing) instead of
   repeating the keys and values; over the KV cache, decode reads the cache in place
@@ -326,9 +327,10 @@ class Lowering:
     def composite(self, op: Op) -> None:
         if op.attrs.get("native"):
             out = NATIVE[op.attrs["name"]](self, op)
-            set_type(out, op.result)
-            self.values[id(op.result)] = out
-            return
+            if out is not None:  # None: no native form for these operands, the body runs
+                set_type(out, op.result)
+                self.values[id(op.result)] = out
+                return
         body = op.body
         for iv in body.inputs:
             self.values[id(iv)] = self.get(op.args[iv.name])
@@ -710,6 +712,17 @@ def _layer_norm(L: Lowering, op: Op) -> ir.Value:
     )
 
 
+def _rms_norm(L: Lowering, op: Op) -> ir.Value | None:
+    """`rms_norm` of f32 as ONNX Runtime's SimplifiedLayerNormalization (`fast` only: one node for the body's six,
+    the same formula, x / sqrt(mean(x ** 2) + eps) * weight, summed in its own order); None for other dtypes,
+    whose casts the body spells out."""
+    x, w = op.args["x"], op.args["weight"]
+    if x.dtype.name != "f32" or w.dtype.name != "f32":
+        return None
+    attributes = {"axis": -1, "epsilon": float(op.args["eps"]), "stash_type": 1}
+    return L.op("SimplifiedLayerNormalization", [L.get(x), L.get(w)], attributes, hint=op.result.name)
+
+
 # Attention over a static key length (the KV cache's max_positions) at least this long skips the
 # keys after the last attended position in prefill (see `Lowering.attended_length`).
 TRIM_MIN_KEYS = 64
@@ -919,6 +932,7 @@ NATIVE: dict[str, Lower] = {
     "gelu": lambda L, op: L.op("Gelu", [L.get(op.args["x"])], {"approximate": "none"}, hint="gelu"),
     "gelu_tanh": lambda L, op: L.op("Gelu", [L.get(op.args["x"])], {"approximate": "tanh"}, hint="gelu"),
     "layer_norm": _layer_norm,
+    "rms_norm": _rms_norm,
 }
 
 # What the passes do for this backend: every call inlined and every loop unrolled (an ONNX graph is
@@ -934,6 +948,7 @@ PASSES = PassOptions(
         "gelu": NUMERICS,
         "gelu_tanh": ("fast",),
         "layer_norm": NUMERICS,
+        "rms_norm": ("fast",),
     },
     attention=("scale_queries", "trim_keys", "keys_first", "prefill_blocks"),
 )
