@@ -160,8 +160,10 @@ def test_native_composite_equals_its_body(composite, backend, numerics):
 @pytest.mark.parametrize("decoder", sorted(DECODERS))
 def test_native_attention_equals_its_body_in_every_variant(decoder, backend, numerics):
     """forward (no cache, 60 tokens), a long prefill (ONNX: blocked, keys trimmed; PyTorch: keys trimmed),
-    a short prefill, and decode steps (ONNX: keys first; JAX: the cache held flat); causal, and
-    with a sliding window shorter than the prefill and than the decode positions (Mistral)."""
+    a short prefill, and decode steps (ONNX: keys first, in place over a cache 85 % full); then a new request
+    in the same row, whose decode steps attend 13 % of the cache (ONNX: keys trimmed first, the stale keys
+    of the first request after them); causal, and with a sliding window shorter than the prefill and than the
+    decode positions (Mistral)."""
     file, config = DECODERS[decoder]
     program = build(EXAMPLES / file, config=config, max_positions=LLAMA_POSITIONS)
     native, body = both(backend, program, numerics, "attention")
@@ -169,7 +171,7 @@ def test_native_attention_equals_its_body_in_every_variant(decoder, backend, num
     # logits after a layer and the head: grouped dots round differently from repeated ones
     tol = dict(rtol=1e-4, atol=2e-5) if numerics == "equivalent" else TOLERANCE[numerics]
     np.testing.assert_allclose(native.run("forward", ids[:, :60]), body.run("forward", ids[:, :60]), **tol)
-    for start, stop in ((0, 130), (130, 135), (135, 136), (136, 137)):
+    for start, stop in ((0, 130), (130, 135), (135, 136), (136, 137), (0, 20), (20, 21), (21, 22)):
         args = (ids[:, start:stop], np.array([start]), np.array([0]))
         np.testing.assert_allclose(native.run("step", *args), body.run("step", *args), **tol)
 

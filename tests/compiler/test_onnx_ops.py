@@ -138,8 +138,9 @@ def test_op_matches_registry_reference_and_torch(ort, name, shape, seed):
 @pytest.mark.parametrize("max_batch", [1, 2])
 def test_attention_over_the_cache_is_grouped_and_reads_the_cache_in_place(max_batch):
     """Attention batches the query heads of a KV head (no repeated keys or values); over a cache of at least
-    TRIM_MIN_KEYS positions an `If` on S picks decode (K @ q^T, the cache read in place) or prefill (keys after
-    the last attended position skipped), and in prefill a second `If` splits PREFILL_BLOCK_MIN_ROWS rows or more
+    TRIM_MIN_KEYS positions an `If` on S picks decode (K @ q^T; a second `If` reads the cache in place, or only
+    the keys up to the last attended position while that is at most DECODE_TRIM_FILL of it) or prefill (keys
+    after the last attended position skipped), and in prefill a second `If` splits PREFILL_BLOCK_MIN_ROWS rows or more
     into PREFILL_BLOCKS blocks of query rows, each over its own keys; a one-row cache is read without a
     Gather."""
     from linnet.compiler.onnx.lower import PREFILL_BLOCKS, TRIM_MIN_KEYS
@@ -162,7 +163,12 @@ def test_attention_over_the_cache_is_grouped_and_reads_the_cache_in_place(max_ba
     (by_length,) = branches["else_branch"].node
     assert by_length.op_type == "If"
     prefills = {a.name: [n.op_type for n in a.g.node] for a in by_length.attribute}
-    assert "Slice" not in decode and decode.count("MatMul") == 2
+    (by_fill,) = [n for n in branches["then_branch"].node if n.op_type == "If"]
+    decodes = {a.name: [n.op_type for n in a.g.node] for a in by_fill.attribute}
+    assert "LessOrEqual" in decode and decode.count("If") == 1 and "MatMul" not in decode
+    # a cache at most DECODE_TRIM_FILL attended: its keys and values up to there; else read in place
+    assert decodes["then_branch"].count("Slice") == 2 and decodes["then_branch"].count("MatMul") == 2
+    assert "Slice" not in decodes["else_branch"] and decodes["else_branch"].count("MatMul") == 2
     assert prefills["else_branch"].count("Slice") == 2 and prefills["else_branch"].count("MatMul") == 2
     blocks = prefills["then_branch"]
     # per block: its queries, its mask rows, that mask's keys, and the keys and values
