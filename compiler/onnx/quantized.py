@@ -120,17 +120,15 @@ def pack_weight(w, numerics: str = "equivalent") -> PackedWeight:
             (w.codes & np.uint8(15), w.scales, 0, 4, 15),
         ]
     offsets = None if zero is not None else np.asarray(w.offsets, dtype=np.float64)
-    planes, shifted = [], offsets
-    for codes, scales, plane_zero, bits, top in specs:
-        plane, shift = _default_zero(codes, scales, plane_zero, bits, top)
-        planes.append(plane)
-        if shift is not None:
-            shifted = shift if shifted is None else shifted + shift
-    if shifted is not None and shifted is not offsets:
-        if np.array_equal(shifted.astype(np.float32), shifted):
-            offsets = shifted  # every weight (code - default) * scale + offset is still the stored value
+    rewritten = [_default_zero(codes, scales, plane_zero, bits, top) for codes, scales, plane_zero, bits, top in specs]
+    shifts = [shift for *_, shift in rewritten if shift is not None]
+    if shifts:
+        folded = sum(shifts, offsets if offsets is not None else 0.0)
+        if np.array_equal(folded.astype(np.float32), folded):
+            offsets = folded  # every weight (code - default) * scale + offset is still the stored value
         else:  # a sum f32 cannot hold: the zero points stay (MLAS's slower kernel, exact)
-            planes = [_plane(codes, scales, plane_zero, bits) for codes, scales, plane_zero, bits, _ in specs]
+            rewritten = [(codes, scales, plane_zero, bits, None) for codes, scales, plane_zero, bits, _ in specs]
+    planes = [_plane(codes, scales, plane_zero, bits) for codes, scales, plane_zero, bits, _ in rewritten]
     return PackedWeight(
         w.ggml_type,
         (n, k),
@@ -141,10 +139,10 @@ def pack_weight(w, numerics: str = "equivalent") -> PackedWeight:
     )
 
 
-def _default_zero(codes: np.ndarray, scales: np.ndarray, zero, bits: int, top: int) -> tuple[Plane, np.ndarray | None]:
-    """A plane of `codes` u8[N, K] (each <= `top`) with zero points `zero` (u8[N, K // group] or one int), rewritten
-    to MatMulNBits's default zero point D = 2 ** (bits - 1), so that it needs no zero-point input, and the offsets
-    the rewrite adds (f64[N, K // group], None when none).
+def _default_zero(codes: np.ndarray, scales: np.ndarray, zero, bits: int, top: int) -> tuple:
+    """(codes, scales, zero, bits, shift): a plane of `codes` u8[N, K] (each <= `top`) with zero points `zero`
+    (u8[N, K // group] or one int) rewritten to MatMulNBits's default zero point D = 2 ** (bits - 1), so that it
+    needs no zero-point input, and the offsets the rewrite adds (f64[N, K // group], None when none).
 
     (code - zero) * scale is (code + D - zero - D) * scale: when every shifted code still fits in `bits` bits (q6_k
     and q5_0 in one 8-bit plane, the high 4-bit plane of q8_0, q6_k and q5_0) the codes shift and nothing is added;
@@ -153,13 +151,12 @@ def _default_zero(codes: np.ndarray, scales: np.ndarray, zero, bits: int, top: i
     default = 2 ** (bits - 1)
     delta = default - np.asarray(zero, dtype=np.int64)
     if not np.any(delta):
-        return _plane(codes, scales, default, bits), None
+        return codes, scales, default, bits, None
     uniform = int(delta.flat[0]) if np.all(delta == delta.flat[0]) else None
     if uniform is not None and 0 <= uniform and top + uniform < 2**bits:
-        return _plane(codes + np.uint8(uniform), scales, default, bits), None
+        return codes + np.uint8(uniform), scales, default, bits, None
     n, blocks = scales.shape
-    shift = np.broadcast_to(delta, (n, blocks)) * np.asarray(scales, dtype=np.float64)
-    return _plane(codes, scales, default, bits), shift
+    return codes, scales, default, bits, np.broadcast_to(delta, (n, blocks)) * np.asarray(scales, dtype=np.float64)
 
 
 def _plane(codes: np.ndarray, scales: np.ndarray, zero, bits: int) -> Plane:
