@@ -304,8 +304,13 @@ def test_a_full_queue_is_429_with_retry_after(server, client):
     4 in the queue of 4: 429 with Retry-After, and what it submitted is cancelled."""
     busy = {"model": MODEL, "prompt": "Once", "n": 4, "max_tokens": 200, "ignore_eos": True, "stream": True}
     headers = {"Authorization": f"Bearer {API_KEY}"}
+    _wait_idle(server)  # nothing left over from an earlier test shares the queue (CI once saw the busy request refused)
     with httpx.stream("POST", f"{server}/v1/completions", json=busy, headers=headers, timeout=120) as running:
-        next(running.iter_lines())  # the first chunk: it is being served
+        lines = running.iter_lines()  # kept: a dropped line iterator closes the response in httpx2
+        first = next(lines)  # the first chunk: it is being served
+        assert running.status_code == 200 and first.startswith("data: "), first
+        held = metrics(server)
+        assert (held["linnet:num_requests_running"], held["linnet:num_requests_waiting"]) == (2, 2), held
         r = _raw(server, {"model": MODEL, "prompt": "hi", "n": 4, "max_tokens": 4})
     assert r.status_code == 429 and r.json()["error"]["code"] == "queue_full", r.text
     assert int(r.headers["Retry-After"]) >= 1
