@@ -79,10 +79,31 @@ class RowwiseOutputs(TorchFunctionMode):
     OPS = (F.linear, torch.matmul, torch.Tensor.__matmul__)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func is F.scaled_dot_product_attention and any(isinstance(a, DTensor) for a in args):
+            return _attention_on_own_heads(*args, **(kwargs or {}))
         out = func(*args, **(kwargs or {}))
         if func in self.OPS and isinstance(out, DTensor) and any(isinstance(p, Partial) for p in out.placements):
             out = out.redistribute(out.device_mesh, [Replicate()])
         return out
+
+
+def _attention_on_own_heads(q, k, v, attn_mask=None, **kwargs):
+    """`F.scaled_dot_product_attention` of DTensors: q [B, H, S, D], k, v [B, KV, T, D] split on their heads
+    (dim 1), each rank attending with its own heads, as the module docstring describes. DTensor cannot propagate
+    the call itself (torch 2.13 registers no sharding strategy for the CPU flash kernel the call dispatches to),
+    and heads are independent, so each rank calls it on its local shards: the same kernel on the same values as
+    one process runs for those heads. A mask [B, 1, S, T] or [B, S, T] is the same for every head and replicated.
+    Anything else (another split, a mask per head) runs on the full tensors, replicated: exact, but each rank
+    computes every head."""
+    heads = (Shard(1),)
+    if all(isinstance(t, DTensor) and t.placements == heads for t in (q, k, v)) and (
+        attn_mask is None or attn_mask.dim() < 4 or attn_mask.shape[1] == 1
+    ):
+        mask = attn_mask.full_tensor() if isinstance(attn_mask, DTensor) else attn_mask
+        out = F.scaled_dot_product_attention(q.to_local(), k.to_local(), v.to_local(), attn_mask=mask, **kwargs)
+        return DTensor.from_local(out, q.device_mesh, heads, run_check=False)
+    full = [t.full_tensor() if isinstance(t, DTensor) else t for t in (q, k, v, attn_mask)]
+    return F.scaled_dot_product_attention(*full[:3], attn_mask=full[3], **kwargs)
 
 
 def _local(out):

@@ -88,8 +88,9 @@ def run_worker(backend: str, folder: Path) -> dict:
     return json.loads(lines[0])
 
 
-@pytest.mark.slow  # three processes start torch or jax: about 35 s each on an idle core
-@pytest.mark.parametrize("backend", ["torch", pytest.param("jax", marks=pytest.mark.jax)])
+# Three processes start torch or jax (10-35 s). Torch runs in the default suite: while it was marked slow,
+# prefill through F.scaled_dot_product_attention broke it (no DTensor strategy for the CPU kernel) unseen.
+@pytest.mark.parametrize("backend", ["torch", pytest.param("jax", marks=[pytest.mark.jax, pytest.mark.slow])])
 def test_two_ranks_give_the_one_process_tokens(backend, small_llama, one_process):
     pytest.importorskip(backend)
     folder, _ = small_llama
