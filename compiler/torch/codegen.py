@@ -18,6 +18,7 @@ grouped (see `_grouped_attention`) with the variants the passes found exact for 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
@@ -52,7 +53,9 @@ TORCH_DTYPES = {
     "i32": "torch.int32",
     "bool": "torch.bool",
 }
-RESERVED = python_reserved("torch", "F", "nn", "self", "device", "math", "Module", "training")
+RESERVED = python_reserved(
+    "torch", "F", "nn", "self", "device", "math", "Module", "training", "linear", "attended_keys"
+)
 
 # What the passes do for this backend: composites native under these numerics, and the
 # attention variants `_grouped_attention` (and SDPA, under fast) can emit.
@@ -559,10 +562,45 @@ def attended_keys(mask, keys):
 '''.strip()
 
 
+# The generated module's `linear` (every linear layer of a generated module calls it; the interpreter and
+# `graph_function` call F.linear): one row of f32 on the CPU split into column blocks run in parallel.
+LINEAR = '''
+def linear(x, weight):
+    """`F.linear(x, weight)`: x [.., K] @ weight [N, K]^T -> [.., N]. One row of f32 on the CPU (a decode step at
+    batch 1) runs as `torch.get_num_threads()` blocks of the weight's rows in one `torch.bmm`, which ATen runs in
+    parallel: `F.linear` there is MKL's sgemv, which runs on one thread whatever the thread count (SmolLM2's 538 MB
+    of f32 weights in 40 ms a pass against 23 ms as two blocks, a 2-core AVX2 EPYC). Each output is the same dot
+    product, which gemm may sum in another order than gemv: equal to f32 rounding (bit for bit on that EPYC,
+    SmolLM2's logits included). Anything else (torch.compile's trace, another dtype or device, more
+    rows, a weight subclass such as a quantized or distributed one, a torch function mode) is F.linear."""
+    if torch.compiler.is_compiling() or x.dtype != torch.float32 or weight.dtype != torch.float32:
+        return F.linear(x, weight)
+    blocks = torch.get_num_threads()
+    if (
+        blocks < 2 or not x.is_cpu or weight.dim() != 2 or x.numel() != weight.shape[1] or weight.shape[0] % blocks
+        or not weight.is_contiguous() or type(x) is not torch.Tensor or type(weight) not in (torch.Tensor, nn.Parameter)
+        or torch._C._is_torch_function_mode_enabled()
+    ):
+        return F.linear(x, weight)
+    n, k = weight.shape
+    y = torch.bmm(x.reshape(1, 1, k).expand(blocks, 1, k), weight.view(blocks, n // blocks, k).transpose(1, 2))
+    return y.transpose(0, 1).reshape(*x.shape[:-1], n)
+'''.strip()
+
+
+def _calls(text: str, call: str) -> bool:
+    """Whether `text` calls the bare function `call` ("linear(": not `F.linear(` nor `self.linear(`)."""
+    return re.search(rf"(?<![\w.]){re.escape(call)}", text) is not None
+
+
+class ModuleEmitter(Emitter):
+    """The generated module's emitter: linear layers call the module's `linear` (`LINEAR`)."""
+
+
 class TorchModule(ModuleWriter):
     """The PyTorch module: classes of `nn.Module` whose PARAMS/STATE are (shape, dtype)."""
 
-    emitter = Emitter
+    emitter = ModuleEmitter
     reserved = RESERVED
     base = MODULE_BASE
 
@@ -584,11 +622,11 @@ class TorchModule(ModuleWriter):
         ]
 
     def write(self) -> str:
-        """The module's text, with `ATTENDED_KEYS` after the `Module` base class where some attention calls it."""
+        """The module's text, with the helpers its code calls (`LINEAR`, `ATTENDED_KEYS`) after the `Module` base
+        class."""
         text = super().write()
-        if "attended_keys(" not in text:
-            return text
-        return text.replace(MODULE_BASE, f"{MODULE_BASE}\n\n\n{ATTENDED_KEYS}", 1)
+        helpers = [h for h, call in ((LINEAR, "linear("), (ATTENDED_KEYS, "attended_keys(")) if _calls(text, call)]
+        return text.replace(MODULE_BASE, "\n\n\n".join([MODULE_BASE, *helpers]), 1) if helpers else text
 
     def function(self, g, e: Emitter, name: str, method: bool) -> list[str]:
         """The function, each intermediate tensor freed after its last use (`liveness`)."""
@@ -634,4 +672,5 @@ Emitter.reserved = RESERVED
 Emitter.backend = "PyTorch"
 Emitter.training_arg = "training"  # nn.Module's flag: `self.training` in a method
 Emitter.training_off = "False"
+ModuleEmitter.emitters = {**EMITTERS, "linear": lambda e, op: f"linear({e.r(op.args['x'])}, {e.r(op.args['weight'])})"}
 Emitter.error = CodegenError

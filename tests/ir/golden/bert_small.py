@@ -89,6 +89,28 @@ class Module(nn.Module):
         return self._modules[str(i)]
 
 
+def linear(x, weight):
+    """`F.linear(x, weight)`: x [.., K] @ weight [N, K]^T -> [.., N]. One row of f32 on the CPU (a decode step at
+    batch 1) runs as `torch.get_num_threads()` blocks of the weight's rows in one `torch.bmm`, which ATen runs in
+    parallel: `F.linear` there is MKL's sgemv, which runs on one thread whatever the thread count (SmolLM2's 538 MB
+    of f32 weights in 40 ms a pass against 23 ms as two blocks, a 2-core AVX2 EPYC). Each output is the same dot
+    product, which gemm may sum in another order than gemv: equal to f32 rounding (bit for bit on that EPYC,
+    SmolLM2's logits included). Anything else (torch.compile's trace, another dtype or device, more
+    rows, a weight subclass such as a quantized or distributed one, a torch function mode) is F.linear."""
+    if torch.compiler.is_compiling() or x.dtype != torch.float32 or weight.dtype != torch.float32:
+        return F.linear(x, weight)
+    blocks = torch.get_num_threads()
+    if (
+        blocks < 2 or not x.is_cpu or weight.dim() != 2 or x.numel() != weight.shape[1] or weight.shape[0] % blocks
+        or not weight.is_contiguous() or type(x) is not torch.Tensor or type(weight) not in (torch.Tensor, nn.Parameter)
+        or torch._C._is_torch_function_mode_enabled()
+    ):
+        return F.linear(x, weight)
+    n, k = weight.shape
+    y = torch.bmm(x.reshape(1, 1, k).expand(blocks, 1, k), weight.view(blocks, n // blocks, k).transpose(1, 2))
+    return y.transpose(0, 1).reshape(*x.shape[:-1], n)
+
+
 def padding_mask(attention_mask):
     """i64[B, S] -> bool[B, S, S] (attention.linnet:29)"""
     B, S = attention_mask.shape
@@ -150,17 +172,17 @@ class BertSelfAttention(Module):
     def forward(self, x, mask):
         """f32[B, S, 16], bool[B, S, S] -> f32[B, S, 16] (bert.linnet:57)"""
         B, S = x.shape[:2]
-        y = F.linear(x, self.query.weight)  # bert.linnet:58
+        y = linear(x, self.query.weight)  # bert.linnet:58
         query = y + self.query.bias  # bert.linnet:58
         del y
         q = query.reshape(B, S, 2, 8).transpose(1, 2)  # [B, 2, S, 8] bert.linnet:58
         del query
-        y_1 = F.linear(x, self.key.weight)  # bert.linnet:59
+        y_1 = linear(x, self.key.weight)  # bert.linnet:59
         key = y_1 + self.key.bias  # bert.linnet:59
         del y_1
         k = key.reshape(B, S, 2, 8).transpose(1, 2)  # [B, 2, S, 8] bert.linnet:59
         del key
-        y_2 = F.linear(x, self.value.weight)  # bert.linnet:60
+        y_2 = linear(x, self.value.weight)  # bert.linnet:60
         value = y_2 + self.value.bias  # bert.linnet:60
         del y_2
         v = value.reshape(B, S, 2, 8).transpose(1, 2)  # [B, 2, S, 8] bert.linnet:60
@@ -184,7 +206,7 @@ class BertSelfOutput(Module):
 
     def forward(self, h, residual):
         """f32[B, S, 16], f32[B, S, 16] -> f32[B, S, 16] (bert.linnet:70)"""
-        y = F.linear(h, self.dense.weight)  # bert.linnet:71
+        y = linear(h, self.dense.weight)  # bert.linnet:71
         dense = y + self.dense.bias  # bert.linnet:71
         del y
         t = dense + residual  # bert.linnet:71
@@ -220,7 +242,7 @@ class BertIntermediate(Module):
 
     def forward(self, x):
         """f32[B, S, 16] -> f32[B, S, 32] (bert.linnet:87)"""
-        y = F.linear(x, self.dense.weight)  # bert.linnet:88
+        y = linear(x, self.dense.weight)  # bert.linnet:88
         dense = y + self.dense.bias  # bert.linnet:88
         del y
         gelu = F.gelu(dense)  # [B, S, 32] bert.linnet:88
@@ -239,7 +261,7 @@ class BertOutput(Module):
 
     def forward(self, h, residual):
         """f32[B, S, 32], f32[B, S, 16] -> f32[B, S, 16] (bert.linnet:96)"""
-        y = F.linear(h, self.dense.weight)  # bert.linnet:97
+        y = linear(h, self.dense.weight)  # bert.linnet:97
         dense = y + self.dense.bias  # bert.linnet:97
         del y
         t = dense + residual  # bert.linnet:97

@@ -89,6 +89,28 @@ class Module(nn.Module):
         return self._modules[str(i)]
 
 
+def linear(x, weight):
+    """`F.linear(x, weight)`: x [.., K] @ weight [N, K]^T -> [.., N]. One row of f32 on the CPU (a decode step at
+    batch 1) runs as `torch.get_num_threads()` blocks of the weight's rows in one `torch.bmm`, which ATen runs in
+    parallel: `F.linear` there is MKL's sgemv, which runs on one thread whatever the thread count (SmolLM2's 538 MB
+    of f32 weights in 40 ms a pass against 23 ms as two blocks, a 2-core AVX2 EPYC). Each output is the same dot
+    product, which gemm may sum in another order than gemv: equal to f32 rounding (bit for bit on that EPYC,
+    SmolLM2's logits included). Anything else (torch.compile's trace, another dtype or device, more
+    rows, a weight subclass such as a quantized or distributed one, a torch function mode) is F.linear."""
+    if torch.compiler.is_compiling() or x.dtype != torch.float32 or weight.dtype != torch.float32:
+        return F.linear(x, weight)
+    blocks = torch.get_num_threads()
+    if (
+        blocks < 2 or not x.is_cpu or weight.dim() != 2 or x.numel() != weight.shape[1] or weight.shape[0] % blocks
+        or not weight.is_contiguous() or type(x) is not torch.Tensor or type(weight) not in (torch.Tensor, nn.Parameter)
+        or torch._C._is_torch_function_mode_enabled()
+    ):
+        return F.linear(x, weight)
+    n, k = weight.shape
+    y = torch.bmm(x.reshape(1, 1, k).expand(blocks, 1, k), weight.view(blocks, n // blocks, k).transpose(1, 2))
+    return y.transpose(0, 1).reshape(*x.shape[:-1], n)
+
+
 def attended_keys(mask, keys):
     """How attention reads a KV cache of `keys` positions under `mask` (bool[B, S, keys], True: attended): SDPA
     runs over the first `n` keys with `attn_mask` and `is_causal`, returned as (n, attn_mask, is_causal). The keys
@@ -368,7 +390,7 @@ class GPT2LMHeadModel(Module):
     def forward(self, input_ids):
         """i64[B, S] -> f32[B, S, 64] (gpt2.linnet:137)"""
         transformer = self.transformer.forward(input_ids)  # gpt2.linnet:138
-        t = F.linear(transformer, self.transformer.wte.weight)  # gpt2.linnet:138
+        t = linear(transformer, self.transformer.wte.weight)  # gpt2.linnet:138
         return t
 
     def step(self, input_ids, positions, rows):
@@ -376,5 +398,5 @@ class GPT2LMHeadModel(Module):
         h = self.transformer.step(input_ids, positions, rows)  # gpt2.linnet:142
         t = h[:, -1]  # gpt2.linnet:143
         del h
-        t_1 = F.linear(t, self.transformer.wte.weight)  # gpt2.linnet:143
+        t_1 = linear(t, self.transformer.wte.weight)  # gpt2.linnet:143
         return t_1

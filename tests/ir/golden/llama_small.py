@@ -89,6 +89,28 @@ class Module(nn.Module):
         return self._modules[str(i)]
 
 
+def linear(x, weight):
+    """`F.linear(x, weight)`: x [.., K] @ weight [N, K]^T -> [.., N]. One row of f32 on the CPU (a decode step at
+    batch 1) runs as `torch.get_num_threads()` blocks of the weight's rows in one `torch.bmm`, which ATen runs in
+    parallel: `F.linear` there is MKL's sgemv, which runs on one thread whatever the thread count (SmolLM2's 538 MB
+    of f32 weights in 40 ms a pass against 23 ms as two blocks, a 2-core AVX2 EPYC). Each output is the same dot
+    product, which gemm may sum in another order than gemv: equal to f32 rounding (bit for bit on that EPYC,
+    SmolLM2's logits included). Anything else (torch.compile's trace, another dtype or device, more
+    rows, a weight subclass such as a quantized or distributed one, a torch function mode) is F.linear."""
+    if torch.compiler.is_compiling() or x.dtype != torch.float32 or weight.dtype != torch.float32:
+        return F.linear(x, weight)
+    blocks = torch.get_num_threads()
+    if (
+        blocks < 2 or not x.is_cpu or weight.dim() != 2 or x.numel() != weight.shape[1] or weight.shape[0] % blocks
+        or not weight.is_contiguous() or type(x) is not torch.Tensor or type(weight) not in (torch.Tensor, nn.Parameter)
+        or torch._C._is_torch_function_mode_enabled()
+    ):
+        return F.linear(x, weight)
+    n, k = weight.shape
+    y = torch.bmm(x.reshape(1, 1, k).expand(blocks, 1, k), weight.view(blocks, n // blocks, k).transpose(1, 2))
+    return y.transpose(0, 1).reshape(*x.shape[:-1], n)
+
+
 def attended_keys(mask, keys):
     """How attention reads a KV cache of `keys` positions under `mask` (bool[B, S, keys], True: attended): SDPA
     runs over the first `n` keys with `attn_mask` and `is_causal`, returned as (n, attn_mask, is_causal). The keys
@@ -204,19 +226,19 @@ class LlamaAttention(Module):
         del q, k, v
         t = out.transpose(1, 2).reshape(B, S, 32)  # [B, S, 32] llama.linnet:104
         del out
-        o_proj = F.linear(t, self.o_proj.weight)  # llama.linnet:104
+        o_proj = linear(t, self.o_proj.weight)  # llama.linnet:104
         return o_proj
 
     def project(self, x, cos, sin):
         """f32[B, S, 32], f32[B, S, 8], f32[B, S, 8] -> f32[B, 4, S, 8], f32[B, 2, S, 8], f32[B, 2, S, 8] (llama.linnet:89)"""
         B, S = x.shape[:2]
-        q_proj = F.linear(x, self.q_proj.weight)  # llama.linnet:94
+        q_proj = linear(x, self.q_proj.weight)  # llama.linnet:94
         q = q_proj.reshape(B, S, 4, 8).transpose(1, 2)  # [B, 4, S, 8] llama.linnet:94
         del q_proj
-        k_proj = F.linear(x, self.k_proj.weight)  # llama.linnet:95
+        k_proj = linear(x, self.k_proj.weight)  # llama.linnet:95
         k = k_proj.reshape(B, S, 2, 8).transpose(1, 2)  # [B, 2, S, 8] llama.linnet:95
         del k_proj
-        v_proj = F.linear(x, self.v_proj.weight)  # llama.linnet:96
+        v_proj = linear(x, self.v_proj.weight)  # llama.linnet:96
         v = v_proj.reshape(B, S, 2, 8).transpose(1, 2)  # [B, 2, S, 8] llama.linnet:96
         del v_proj
         apply_rope_1 = apply_rope(q, cos, sin)  # llama.linnet:97
@@ -242,7 +264,7 @@ class LlamaAttention(Module):
         del q, t, t_1
         t_2 = out.transpose(1, 2).reshape(B, S, 32)  # [B, S, 32] llama.linnet:114
         del out
-        o_proj = F.linear(t_2, self.o_proj.weight)  # llama.linnet:114
+        o_proj = linear(t_2, self.o_proj.weight)  # llama.linnet:114
         return o_proj
 
 
@@ -257,13 +279,13 @@ class LlamaMLP(Module):
 
     def forward(self, x):
         """f32[B, S, 32] -> f32[B, S, 32] (llama.linnet:73)"""
-        gate_proj = F.linear(x, self.gate_proj.weight)  # llama.linnet:74
+        gate_proj = linear(x, self.gate_proj.weight)  # llama.linnet:74
         silu = F.silu(gate_proj)  # [B, S, 64] llama.linnet:74
         del gate_proj
-        up_proj = F.linear(x, self.up_proj.weight)  # llama.linnet:74
+        up_proj = linear(x, self.up_proj.weight)  # llama.linnet:74
         t = silu * up_proj  # llama.linnet:74
         del silu, up_proj
-        down_proj = F.linear(t, self.down_proj.weight)  # llama.linnet:74
+        down_proj = linear(t, self.down_proj.weight)  # llama.linnet:74
         return down_proj
 
 
@@ -391,5 +413,5 @@ class LlamaForCausalLM(Module):
 
     def logits(self, h):
         """logits(h: [..., c.hidden_size]) -> [..., c.vocab_size] (llama.linnet:190)"""
-        lm_head = F.linear(h, self.lm_head.weight)  # llama.linnet:194
+        lm_head = linear(h, self.lm_head.weight)  # llama.linnet:194
         return lm_head

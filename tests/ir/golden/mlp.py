@@ -89,6 +89,28 @@ class Module(nn.Module):
         return self._modules[str(i)]
 
 
+def linear(x, weight):
+    """`F.linear(x, weight)`: x [.., K] @ weight [N, K]^T -> [.., N]. One row of f32 on the CPU (a decode step at
+    batch 1) runs as `torch.get_num_threads()` blocks of the weight's rows in one `torch.bmm`, which ATen runs in
+    parallel: `F.linear` there is MKL's sgemv, which runs on one thread whatever the thread count (SmolLM2's 538 MB
+    of f32 weights in 40 ms a pass against 23 ms as two blocks, a 2-core AVX2 EPYC). Each output is the same dot
+    product, which gemm may sum in another order than gemv: equal to f32 rounding (bit for bit on that EPYC,
+    SmolLM2's logits included). Anything else (torch.compile's trace, another dtype or device, more
+    rows, a weight subclass such as a quantized or distributed one, a torch function mode) is F.linear."""
+    if torch.compiler.is_compiling() or x.dtype != torch.float32 or weight.dtype != torch.float32:
+        return F.linear(x, weight)
+    blocks = torch.get_num_threads()
+    if (
+        blocks < 2 or not x.is_cpu or weight.dim() != 2 or x.numel() != weight.shape[1] or weight.shape[0] % blocks
+        or not weight.is_contiguous() or type(x) is not torch.Tensor or type(weight) not in (torch.Tensor, nn.Parameter)
+        or torch._C._is_torch_function_mode_enabled()
+    ):
+        return F.linear(x, weight)
+    n, k = weight.shape
+    y = torch.bmm(x.reshape(1, 1, k).expand(blocks, 1, k), weight.view(blocks, n // blocks, k).transpose(1, 2))
+    return y.transpose(0, 1).reshape(*x.shape[:-1], n)
+
+
 class Mlp(Module):
     """Mlp (mlp.linnet:14)."""
 
@@ -101,12 +123,12 @@ class Mlp(Module):
 
     def forward(self, x):
         """f32[B, 8] -> f32[B, 2] (mlp.linnet:18)"""
-        y = F.linear(x, self.fc1.weight)  # mlp.linnet:19
+        y = linear(x, self.fc1.weight)  # mlp.linnet:19
         fc1 = y + self.fc1.bias  # mlp.linnet:19
         del y
         h = F.gelu(fc1)  # [B, 32] mlp.linnet:19
         del fc1
-        y_1 = F.linear(h, self.fc2.weight)  # mlp.linnet:20
+        y_1 = linear(h, self.fc2.weight)  # mlp.linnet:20
         del h
         fc2 = y_1 + self.fc2.bias  # mlp.linnet:20
         return fc2

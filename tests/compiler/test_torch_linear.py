@@ -1,0 +1,112 @@
+"""The generated module's `linear` (compiler/torch/codegen.py, `LINEAR`): one row of f32 on the CPU runs as column
+blocks in one `torch.bmm`, which must give F.linear's values; everything else must be F.linear itself. The
+function is taken from a real generated module (a one-layer llama), so the text tested is the text users run."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+LLAMA = dict(num_hidden_layers=1, hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2,
+             vocab_size=64)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def source() -> str:
+    from linnet.compiler.torch.codegen import generate
+    from linnet.ir import build
+    from tests.conftest import EXAMPLES
+
+    return generate(build(EXAMPLES / "llama.linnet", config=LLAMA))
+
+
+@pytest.fixture(scope="module")
+def linear(source):
+    namespace: dict = {}
+    exec(compile(source, "generated", "exec"), namespace)
+    return namespace["linear"]
+
+
+@pytest.fixture
+def two_threads():
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
+def bmm_calls(monkeypatch):
+    """The calls the generated `linear` makes to torch.bmm (the module looks `torch.bmm` up at each call)."""
+    calls = []
+    real = torch.bmm
+
+    def spy(*args):
+        calls.append(args)
+        return real(*args)
+
+    monkeypatch.setattr(torch, "bmm", spy)
+    return calls
+
+
+def test_the_module_defines_linear_once_and_its_layers_call_it(source):
+    assert source.count("\ndef linear(x, weight):") == 1
+    mlp = source[source.index("class LlamaMLP") :]
+    assert "linear(" in mlp and "F.linear(" not in mlp[: mlp.index("\nclass ")]
+
+
+@pytest.mark.parametrize(("n", "k", "lead"), [(64, 32, (1, 1)), (1536, 576, (1, 1)), (576, 1536, (1,)), (4098, 64, ())])
+def test_one_f32_row_runs_as_blocks_with_f_linear_values(linear, two_threads, bmm_calls, n, k, lead):
+    generator = torch.Generator().manual_seed(n + k)
+    x = torch.randn(*lead, k, generator=generator)
+    weight = torch.nn.Parameter(torch.randn(n, k, generator=generator) / k**0.5, requires_grad=False)
+    y = linear(x, weight)
+    assert len(bmm_calls) == 1  # the block path ran
+    assert y.shape == (*lead, n) and y.dtype == torch.float32
+    # the same dot products as MKL's sgemv, possibly summed in another order by the gemm kernel: f32 rounding
+    torch.testing.assert_close(y, F.linear(x, weight), rtol=1e-6, atol=1e-6)
+
+
+def _function_mode_case():
+    seen = []
+
+    class Recording(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            seen.append(func)
+            return func(*args, **(kwargs or {}))
+
+    return Recording, seen
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["odd rows", "bf16", "two rows", "non-contiguous weight", "one thread", "function mode", "quantized weight"],
+)
+def test_everything_else_is_f_linear(linear, two_threads, bmm_calls, case):
+    generator = torch.Generator().manual_seed(7)
+    x, weight = torch.randn(1, 1, 64, generator=generator), torch.randn(128, 64, generator=generator)
+    if case == "odd rows":
+        weight = weight[:127]
+    elif case == "bf16":
+        x, weight = x.bfloat16(), weight.bfloat16()
+    elif case == "two rows":
+        x = torch.randn(1, 2, 64, generator=generator)
+    elif case == "non-contiguous weight":
+        weight = torch.randn(64, 128, generator=generator).t()
+    elif case == "one thread":
+        torch.set_num_threads(1)
+    elif case == "quantized weight":
+        from tests.compiler.test_torch_quantized import packed
+
+        weight = packed("q4_0", 128, cols=64)[1]
+    if case == "function mode":
+        Recording, seen = _function_mode_case()
+        with Recording():
+            y = linear(x, weight)
+        assert F.linear in seen
+    else:
+        y = linear(x, weight)
+    assert bmm_calls == []
+    assert torch.equal(y, F.linear(x, weight))
