@@ -7,7 +7,8 @@ so a pass over all of them, in a row's dtype, with the fastest GEMV kernel at ha
 above (attention over the KV cache, norms, RoPE and the sampling come on top).
 
 - `f32`, `bf16`: the GGUF's matrices dequantized (gguf-py's `dequantize`) and cast; torch `F.linear` on a [1, in]
-  activation, torch `mv` on an [in] vector (another kernel path: in bf16 it read twice as fast here) and an ONNX
+  activation, torch `mv` on an [in] vector (another kernel path: in bf16 it read twice as fast here), in f32 the
+  generated module's column blocks in one `bmm` (`torch-blocks`: MKL's sgemv runs on one thread) and an ONNX
   Runtime graph of `MatMul`s (ONNX Runtime's CPU `MatMul` has no bf16 kernel: that implementation then says so).
 - `stored`: the stored bytes, through the fastest weight-only kernel each runtime has for them (measured on this
   machine: the exact variants below the fastest are 5-20x slower, so they would not bound anything). Q4_1: torch's
@@ -114,7 +115,7 @@ def _check(outputs, matrices: list[Matrix], x_by_in: dict, picks: tuple[int, ...
 def torch_pass(matrices: list[Matrix], dtype: str, x_by_in: dict, threads: int, seconds: float) -> dict:
     """torch's CPU GEMV for `dtype` over `matrices`: `F.linear` on a [1, in] activation for f32/bf16, the int4/int8
     weight-only kernels for the stored types."""
-    return _torch_pass(matrices, dtype, x_by_in, threads, seconds, vector=False)
+    return _torch_pass(matrices, dtype, x_by_in, threads, seconds, form="linear")
 
 
 def torch_mv_pass(matrices: list[Matrix], dtype: str, x_by_in: dict, threads: int, seconds: float) -> dict:
@@ -122,10 +123,20 @@ def torch_mv_pass(matrices: list[Matrix], dtype: str, x_by_in: dict, threads: in
     as fast as its `F.linear` here); the stored types have no such form (ValueError)."""
     if dtype == "stored":
         raise ValueError("the stored types have no torch.mv form (see torch)")
-    return _torch_pass(matrices, dtype, x_by_in, threads, seconds, vector=True)
+    return _torch_pass(matrices, dtype, x_by_in, threads, seconds, form="mv")
 
 
-def _torch_pass(matrices: list[Matrix], dtype: str, x_by_in: dict, threads: int, seconds: float, vector: bool):
+def torch_blocks_pass(matrices: list[Matrix], dtype: str, x_by_in: dict, threads: int, seconds: float) -> dict:
+    """`torch_pass` as the generated PyTorch module runs one f32 row (compiler/torch/codegen.py, `LINEAR`): each
+    matrix as `threads` blocks of rows in one `torch.bmm`, which runs them in parallel where MKL's sgemv runs on one
+    thread (f32 here: 35 ms a pass as F.linear, 22 ms as blocks; bf16's F.linear is already parallel and faster
+    than blocks, so the module keeps it and this form is f32 only: ValueError otherwise)."""
+    if dtype != "f32":
+        raise ValueError("the generated module runs column blocks for f32 only (see torch)")
+    return _torch_pass(matrices, dtype, x_by_in, threads, seconds, form="blocks")
+
+
+def _torch_pass(matrices: list[Matrix], dtype: str, x_by_in: dict, threads: int, seconds: float, form: str):
     import torch
     import torch.nn.functional as F
 
@@ -138,11 +149,13 @@ def _torch_pass(matrices: list[Matrix], dtype: str, x_by_in: dict, threads: int,
         x = xs[m.in_features]
         if dtype != "stored" or m.qtype not in ("Q4_1", "Q8_0"):
             w = torch.from_numpy(m.dequantized()).to(act)
-            if vector:
+            if form == "mv":
                 calls.append(lambda x=x[0], w=w: torch.mv(w, x))
+            elif form == "blocks" and m.out_features % threads == 0:
+                calls.append(lambda x=x, w=w: _blocks(x, w, threads))
             else:
                 calls.append(lambda x=x, w=w: F.linear(x, w))
-            kernels.add("torch.mv" if vector else "F.linear")
+            kernels.add({"mv": "torch.mv", "blocks": "torch.bmm over row blocks"}.get(form, "F.linear"))
         elif m.qtype == "Q4_1":
             codes, d, mins = _q4_1_fields(m)
             packed = torch._convert_weight_to_int4pack_for_cpu(torch.from_numpy(codes).to(torch.int32), 4)
@@ -164,6 +177,15 @@ def _torch_pass(matrices: list[Matrix], dtype: str, x_by_in: dict, threads: int,
     checked = (0,) if dtype == "stored" and matrices[-1].qtype == "Q8_0" else (0, len(matrices) - 1)
     times = _time_passes(run_pass, seconds)
     return {"kernels": sorted(kernels), "pass_s": times, "max_rel_error": _check(outputs, matrices, x_by_in, checked)}
+
+
+def _blocks(x, w, blocks: int):
+    """x [1, in] @ w [out, in]^T as `blocks` blocks of w's rows in one bmm -> [1, out] (the generated `linear`)."""
+    import torch
+
+    n, k = w.shape
+    y = torch.bmm(x.reshape(1, 1, k).expand(blocks, 1, k), w.view(blocks, n // blocks, k).transpose(1, 2))
+    return y.reshape(1, n)
 
 
 def onnxruntime_pass(matrices: list[Matrix], dtype: str, x_by_in: dict, threads: int, seconds: float) -> dict:
@@ -256,6 +278,7 @@ def measure(path: str | Path, dtype: str, threads: int, seconds: float = 2.0) ->
     x_by_in = {k: rng.standard_normal((1, k)).astype(np.float32) for k in {m.in_features for m in matrices}}
     impls: dict[str, dict] = {}
     runs = [("torch", torch_pass), ("torch-mv", torch_mv_pass), ("onnxruntime", onnxruntime_pass)]
+    runs = runs + [("torch-blocks", torch_blocks_pass)] if dtype == "f32" else runs
     for name, run in runs if dtype != "stored" else [runs[0], runs[2]]:
         try:
             r = run(matrices, dtype, x_by_in, threads, seconds)

@@ -59,8 +59,16 @@ def test_torch_and_onnxruntime_dense_passes_match_numpy(dtype, tol):
     mats = [matrix("Q4_1"), matrix("Q8_0", seed=2)]
     assert ws.torch_pass(mats, dtype, x_by_in(), 1, 0.0)["max_rel_error"] < tol
     assert ws.torch_mv_pass(mats, dtype, x_by_in(), 1, 0.0)["max_rel_error"] < tol
-    if dtype == "f32":  # ONNX Runtime's CPU MatMul has no bf16 kernel
+    if dtype == "f32":  # ONNX Runtime's CPU MatMul has no bf16 kernel; the generated module's blocks are f32 only
         assert ws.onnxruntime_pass(mats, dtype, x_by_in(), 1, 0.0)["max_rel_error"] < tol
+        import torch
+
+        threads = torch.get_num_threads()
+        try:
+            blocks = ws.torch_blocks_pass(mats, dtype, x_by_in(), 2, 0.0)
+        finally:
+            torch.set_num_threads(threads)
+        assert blocks["kernels"] == ["torch.bmm over row blocks"] and blocks["max_rel_error"] < tol
 
 
 def test_stored_passes_compute_the_stored_weights():
