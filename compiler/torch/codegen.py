@@ -54,7 +54,7 @@ TORCH_DTYPES = {
     "bool": "torch.bool",
 }
 RESERVED = python_reserved(
-    "torch", "F", "nn", "self", "device", "math", "Module", "training", "linear", "attended_keys"
+    "torch", "F", "nn", "self", "device", "math", "Module", "training", "linear", "attended_keys", "one_row_attention"
 )
 
 # What the passes do for this backend: composites native under these numerics, and the
@@ -307,7 +307,7 @@ EMITTERS.update(SPATIAL_EMITTERS)  # convolutions, pooling, padding, resampling 
 # ----------------------------------------------------------------------------- native composites
 
 
-def _grouped_attention(e: Emitter, op: Op):
+def _grouped_attention(e: Emitter, op: Op, one_row: bool = False):
     """Attention as the passes chose it (`linnet.ir.attention`). `sdpa`: `F.scaled_dot_product_attention`, the kernel
     transformers' default attention calls, the mask as its bool `attn_mask`; with `trim_keys`, the cache read up to
     the last key any query attends, unmasked or causal where the mask says nothing more (`ATTENDED_KEYS`: the calls
@@ -316,7 +316,8 @@ def _grouped_attention(e: Emitter, op: Op):
     transformers' eager attention (matmul, scale, mask with the dtype's minimum, softmax, matmul) with the query
     heads of one KV head batched together instead of repeating the keys and values (`repeat_kv`): the same dot
     products, without copying the cache G times; `scale_queries` scales the queries by a power of two instead of
-    the scores, `trim_keys` drops, in prefill, the keys after the last one any query attends."""
+    the scores, `trim_keys` drops, in prefill, the keys after the last one any query attends. `one_row`: the SDPA
+    call over the trimmed cache is the module's `one_row_attention` (`ONE_ROW_ATTENTION`)."""
     q, k, v, mask = (op.args[n] for n in ("q", "k", "v", "mask"))
     variant = op.attrs.get("variant", {})
     s = dim_text(q.dims[2])
@@ -331,6 +332,10 @@ def _grouped_attention(e: Emitter, op: Op):
             return [line], _sdpa(e, op, kn, vn, additive, per_head=True)
         keys, attend, causal = e.fresh("keys"), e.fresh("attend"), e.fresh("causal")
         lines = [f"{keys}, {attend}, {causal} = attended_keys({mn}, {dim_text(k.dims[2])})"]
+        if one_row:
+            qn, scale = e.r(op.args["q"]), e.r(op.args["scale"])
+            kv = f"{kn}[:, :, :{keys}], {vn}[:, :, :{keys}]"
+            return lines, f"one_row_attention({qn}, {kv}, {attend}, {causal}, {scale})"
         sdpa = _sdpa(e, op, f"{kn}[:, :, :{keys}]", f"{vn}[:, :, :{keys}]", attend, per_head=True)
         return lines, sdpa.replace(", scale=", f", is_causal={causal}, scale=", 1)
     lines = []
@@ -588,13 +593,53 @@ def linear(x, weight):
 '''.strip()
 
 
+# The generated module's attention under `fast` in bf16/f16 (`ModuleEmitter`): one query row on the CPU as the flash
+# kernel's math with f32 matmuls (inductor's decode rewrite does the same, `inductor_passes._one_row_attention`).
+ONE_ROW_ATTENTION = '''
+def one_row_attention(q, k, v, attn_mask, is_causal, scale):
+    """`F.scaled_dot_product_attention(q, k, v, attn_mask, is_causal=is_causal, scale=scale, enable_gqa=True)`:
+    q [B, H, S, D], k, v [B, Hkv, T, D], attn_mask bool [B, 1, S, T] (True: attended) or None -> [B, H, S, D].
+    Under `fast`, a decode step's single query row (S = 1) of bf16/f16 on the CPU, eagerly, is the CPU flash
+    kernel's math (aten/src/ATen/native/cpu/FlashAttentionKernel.cpp: scores and softmax in f32, the
+    exponentials rounded to q's dtype before the sum over the values, in f32, times 1 / their sum) with f32
+    matmuls: the kernel emulates its bf16 GEMMs on a CPU without bf16 dot instructions and blocks for many query
+    rows (a 2-core AVX2 EPYC: SmolLM2's bf16 decode step 38.2 -> 32.5 ms, A/B in one process). The kernel keeps a
+    running max over blocks of keys, so the values differ from it within q's rounding; `equivalent` keeps the
+    kernel (transformers' call, bit for bit). Anything else is the kernel's call."""
+    if q.shape[2] != 1 or is_causal or q.dtype == torch.float32 or not q.is_cpu or torch.compiler.is_compiling():
+        return F.scaled_dot_product_attention(
+            q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale, enable_gqa=q.shape[1] != k.shape[1]
+        )
+    B, H, _, D = q.shape
+    Hkv, T = k.shape[1], k.shape[2]
+    scores = (q.reshape(B, Hkv, H // Hkv, D).float() @ k.float().transpose(-2, -1)) * scale  # [B, Hkv, G, T]
+    if attn_mask is not None:
+        scores = scores.masked_fill(~attn_mask.reshape(B, 1, 1, T), float("-inf"))
+    top = scores.amax(-1, keepdim=True)
+    top = torch.where(top == float("-inf"), 0.0, top)  # a row masked everywhere gives zeros, as in the kernel
+    weights = torch.exp(scores - top)
+    total = weights.sum(-1, keepdim=True)
+    total = torch.where(total == 0, 1.0, total)
+    out = weights.to(q.dtype).float() @ v.float()  # [B, Hkv, G, D]
+    return (out * (1.0 / total)).to(q.dtype).reshape(B, H, 1, D)
+'''.strip()
+
+
 def _calls(text: str, call: str) -> bool:
     """Whether `text` calls the bare function `call` ("linear(": not `F.linear(` nor `self.linear(`)."""
     return re.search(rf"(?<![\w.]){re.escape(call)}", text) is not None
 
 
 class ModuleEmitter(Emitter):
-    """The generated module's emitter: linear layers call the module's `linear` (`LINEAR`)."""
+    """The generated module's emitter: linear layers call the module's `linear` (`LINEAR`); under `fast` in bf16 or
+    f16, attention that reads the cache up to its last attended key calls `one_row_attention`
+    (`ONE_ROW_ATTENTION`)."""
+
+
+def _module_attention(e: Emitter, op: Op):
+    """`_grouped_attention` as the module writes it: under `fast` in bf16/f16 the call over the trimmed cache is the
+    module's `one_row_attention`."""
+    return _grouped_attention(e, op, one_row=e.numerics == "fast" and op.args["q"].dtype.name in ("bf16", "f16"))
 
 
 class TorchModule(ModuleWriter):
@@ -625,7 +670,8 @@ class TorchModule(ModuleWriter):
         """The module's text, with the helpers its code calls (`LINEAR`, `ATTENDED_KEYS`) after the `Module` base
         class."""
         text = super().write()
-        helpers = [h for h, call in ((LINEAR, "linear("), (ATTENDED_KEYS, "attended_keys(")) if _calls(text, call)]
+        calls = {LINEAR: "linear(", ATTENDED_KEYS: "attended_keys(", ONE_ROW_ATTENTION: "one_row_attention("}
+        helpers = [helper for helper, call in calls.items() if _calls(text, call)]
         return text.replace(MODULE_BASE, "\n\n\n".join([MODULE_BASE, *helpers]), 1) if helpers else text
 
     def function(self, g, e: Emitter, name: str, method: bool) -> list[str]:
@@ -673,4 +719,5 @@ Emitter.backend = "PyTorch"
 Emitter.training_arg = "training"  # nn.Module's flag: `self.training` in a method
 Emitter.training_off = "False"
 ModuleEmitter.emitters = {**EMITTERS, "linear": lambda e, op: f"linear({e.r(op.args['x'])}, {e.r(op.args['weight'])})"}
+ModuleEmitter.native = {**NATIVE, "attention": _module_attention}
 Emitter.error = CodegenError
