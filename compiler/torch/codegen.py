@@ -573,18 +573,19 @@ LINEAR = '''
 def linear(x, weight):
     """`F.linear(x, weight)`: x [.., K] @ weight [N, K]^T -> [.., N]. One row of f32 on the CPU (a decode step at
     batch 1) runs as `torch.get_num_threads()` blocks of the weight's rows in one `torch.bmm`, which ATen runs in
-    parallel: `F.linear` there is MKL's sgemv, which runs on one thread whatever the thread count (SmolLM2's 538 MB
-    of f32 weights in 40 ms a pass against 23 ms as two blocks, a 2-core AVX2 EPYC). Each output is the same dot
-    product, which gemm may sum in another order than gemv: equal to f32 rounding (bit for bit on that EPYC,
-    SmolLM2's logits included). Anything else (torch.compile's trace, another dtype or device, more
-    rows, a weight subclass such as a quantized or distributed one, a torch function mode) is F.linear."""
+    parallel, when they divide the weight's rows: `F.linear` there is MKL's sgemv, which runs on one thread whatever
+    the thread count (SmolLM2's 538 MB of f32 weights in 40 ms a pass against 23 ms as two blocks, a 2-core AVX2
+    EPYC). Each output is the same dot product, which gemm may sum in another order than gemv: equal to f32
+    rounding (bit for bit on that EPYC, SmolLM2's logits included). Anything else (torch.compile's trace, another
+    dtype, device or layout, more rows, rows the threads do not divide, a weight subclass such as a quantized or
+    distributed one, a torch function mode) is F.linear."""
     if torch.compiler.is_compiling() or x.dtype != torch.float32 or weight.dtype != torch.float32:
         return F.linear(x, weight)
     blocks = torch.get_num_threads()
     if (
         blocks < 2 or not x.is_cpu or weight.dim() != 2 or x.numel() != weight.shape[1] or weight.shape[0] % blocks
-        or not weight.is_contiguous() or type(x) is not torch.Tensor or type(weight) not in (torch.Tensor, nn.Parameter)
-        or torch._C._is_torch_function_mode_enabled()
+        or type(x) is not torch.Tensor or type(weight) not in (torch.Tensor, nn.Parameter)
+        or weight.layout != torch.strided or not weight.is_contiguous() or torch._C._is_torch_function_mode_enabled()
     ):
         return F.linear(x, weight)
     n, k = weight.shape
@@ -594,24 +595,30 @@ def linear(x, weight):
 
 
 # The generated module's attention under `fast` in bf16/f16 (`ModuleEmitter`): one query row on the CPU as the flash
-# kernel's math with f32 matmuls (inductor's decode rewrite does the same, `inductor_passes._one_row_attention`).
+# kernel's math with f32 matmuls (inductor's decode rewrite computes the same math, `inductor_passes.
+# _one_row_attention`, though its fused loops keep the exponentials in f32 where the kernel and this round them).
 ONE_ROW_ATTENTION = '''
 def one_row_attention(q, k, v, attn_mask, is_causal, scale):
     """`F.scaled_dot_product_attention(q, k, v, attn_mask, is_causal=is_causal, scale=scale, enable_gqa=True)`:
     q [B, H, S, D], k, v [B, Hkv, T, D], attn_mask bool [B, 1, S, T] (True: attended) or None -> [B, H, S, D].
-    Under `fast`, a decode step's single query row (S = 1) of bf16/f16 on the CPU, eagerly, is the CPU flash
-    kernel's math (aten/src/ATen/native/cpu/FlashAttentionKernel.cpp: scores and softmax in f32, the
-    exponentials rounded to q's dtype before the sum over the values, in f32, times 1 / their sum) with f32
-    matmuls: the kernel emulates its bf16 GEMMs on a CPU without bf16 dot instructions and blocks for many query
-    rows (a 2-core AVX2 EPYC: SmolLM2's bf16 decode step 38.2 -> 32.5 ms, A/B in one process). The kernel keeps a
-    running max over blocks of keys, so the values differ from it within q's rounding; `equivalent` keeps the
+    Under `fast`, a decode step's single query row (S = 1) of bf16/f16 on a CPU without dot instructions for that
+    dtype (oneDNN says so: AVX2), eagerly, is the CPU flash kernel's math
+    (aten/src/ATen/native/cpu/FlashAttentionKernel.cpp: scores and softmax in f32, the exponentials rounded to q's
+    dtype before the sum over the values, in f32, times 1 / their sum) with f32 matmuls: the kernel emulates its
+    GEMMs there and blocks for many query rows (a 2-core AVX2 EPYC: SmolLM2's bf16 decode step 38.2 -> 32.5 ms,
+    A/B in one process; not measured where the dot instructions exist, so the kernel runs there). The kernel keeps
+    a running max over blocks of keys, so the values differ from it within q's rounding; `equivalent` keeps the
     kernel (transformers' call, bit for bit). Anything else is the kernel's call."""
-    if q.shape[2] != 1 or is_causal or q.dtype == torch.float32 or not q.is_cpu or torch.compiler.is_compiling():
-        return F.scaled_dot_product_attention(
-            q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale, enable_gqa=q.shape[1] != k.shape[1]
-        )
-    B, H, _, D = q.shape
+    B, H, S, D = q.shape
     Hkv, T = k.shape[1], k.shape[2]
+    if (
+        torch.compiler.is_compiling() or S != 1 or is_causal or q.dtype not in (torch.bfloat16, torch.float16)
+        or not q.is_cpu or scale is None or (attn_mask is not None and tuple(attn_mask.shape) != (B, 1, 1, T))
+        or (torch.ops.mkldnn._is_mkldnn_bf16_supported() if q.dtype == torch.bfloat16
+            else torch.ops.mkldnn._is_mkldnn_fp16_supported())
+    ):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale,
+                                              enable_gqa=True)
     scores = (q.reshape(B, Hkv, H // Hkv, D).float() @ k.float().transpose(-2, -1)) * scale  # [B, Hkv, G, T]
     if attn_mask is not None:
         scores = scores.masked_fill(~attn_mask.reshape(B, 1, 1, T), float("-inf"))
@@ -667,8 +674,8 @@ class TorchModule(ModuleWriter):
         ]
 
     def write(self) -> str:
-        """The module's text, with the helpers its code calls (`LINEAR`, `ATTENDED_KEYS`) after the `Module` base
-        class."""
+        """The module's text, with the helpers its code calls (`LINEAR`, `ATTENDED_KEYS`, `ONE_ROW_ATTENTION`) after
+        the `Module` base class."""
         text = super().write()
         calls = {LINEAR: "linear(", ATTENDED_KEYS: "attended_keys(", ONE_ROW_ATTENTION: "one_row_attention("}
         helpers = [helper for helper, call in calls.items() if _calls(text, call)]

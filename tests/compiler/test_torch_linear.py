@@ -82,7 +82,16 @@ def _function_mode_case():
 
 @pytest.mark.parametrize(
     "case",
-    ["odd rows", "bf16", "two rows", "non-contiguous weight", "one thread", "function mode", "quantized weight"],
+    [
+        "odd rows",
+        "bf16",
+        "two rows",
+        "non-contiguous weight",
+        "sparse weight",
+        "one thread",
+        "function mode",
+        "quantized weight",
+    ],
 )
 def test_everything_else_is_f_linear(linear, two_threads, bmm_calls, case):
     generator = torch.Generator().manual_seed(7)
@@ -95,6 +104,8 @@ def test_everything_else_is_f_linear(linear, two_threads, bmm_calls, case):
         x = torch.randn(1, 2, 64, generator=generator)
     elif case == "non-contiguous weight":
         weight = torch.randn(64, 128, generator=generator).t()
+    elif case == "sparse weight":
+        weight = weight.to_sparse_csr()
     elif case == "one thread":
         torch.set_num_threads(1)
     elif case == "quantized weight":

@@ -92,18 +92,19 @@ class Module(nn.Module):
 def linear(x, weight):
     """`F.linear(x, weight)`: x [.., K] @ weight [N, K]^T -> [.., N]. One row of f32 on the CPU (a decode step at
     batch 1) runs as `torch.get_num_threads()` blocks of the weight's rows in one `torch.bmm`, which ATen runs in
-    parallel: `F.linear` there is MKL's sgemv, which runs on one thread whatever the thread count (SmolLM2's 538 MB
-    of f32 weights in 40 ms a pass against 23 ms as two blocks, a 2-core AVX2 EPYC). Each output is the same dot
-    product, which gemm may sum in another order than gemv: equal to f32 rounding (bit for bit on that EPYC,
-    SmolLM2's logits included). Anything else (torch.compile's trace, another dtype or device, more
-    rows, a weight subclass such as a quantized or distributed one, a torch function mode) is F.linear."""
+    parallel, when they divide the weight's rows: `F.linear` there is MKL's sgemv, which runs on one thread whatever
+    the thread count (SmolLM2's 538 MB of f32 weights in 40 ms a pass against 23 ms as two blocks, a 2-core AVX2
+    EPYC). Each output is the same dot product, which gemm may sum in another order than gemv: equal to f32
+    rounding (bit for bit on that EPYC, SmolLM2's logits included). Anything else (torch.compile's trace, another
+    dtype, device or layout, more rows, rows the threads do not divide, a weight subclass such as a quantized or
+    distributed one, a torch function mode) is F.linear."""
     if torch.compiler.is_compiling() or x.dtype != torch.float32 or weight.dtype != torch.float32:
         return F.linear(x, weight)
     blocks = torch.get_num_threads()
     if (
         blocks < 2 or not x.is_cpu or weight.dim() != 2 or x.numel() != weight.shape[1] or weight.shape[0] % blocks
-        or not weight.is_contiguous() or type(x) is not torch.Tensor or type(weight) not in (torch.Tensor, nn.Parameter)
-        or torch._C._is_torch_function_mode_enabled()
+        or type(x) is not torch.Tensor or type(weight) not in (torch.Tensor, nn.Parameter)
+        or weight.layout != torch.strided or not weight.is_contiguous() or torch._C._is_torch_function_mode_enabled()
     ):
         return F.linear(x, weight)
     n, k = weight.shape
