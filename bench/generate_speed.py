@@ -1092,7 +1092,7 @@ def goals_markdown(g: dict) -> list[str]:
     if g.get("flop_bound_ms"):
         lines += [
             f"FLOP bound of the prompt: 2 × {g['parameters']:,} parameters × prompt tokens / "
-            f"{g['bf16_matmul_tflops']:.2f} TFLOP/s (the bf16 matmul rate measured in this run, the higher of "
+            f"{g['bf16_matmul_tflops']:.3g} TFLOP/s (the bf16 matmul rate measured in this run, the higher of "
             "before and after) = "
             f"{g['flop_bound_ms']:.0f} ms.",
             "",
@@ -1149,8 +1149,8 @@ def markdown(result: dict) -> str:
         + (f"; GPU {m['gpu']}" if m.get("gpu") else "")
         + ".",
         "",
-        f"Calibration before / after{' (on the GPU)' if gpu else ''}: matmul f32 {cb['matmul_f32_tflops']:.2f} / "
-        f"{ca['matmul_f32_tflops']:.2f} TFLOP/s, bf16 {cb['matmul_bf16_tflops']:.2f} / {ca['matmul_bf16_tflops']:.2f} "
+        f"Calibration before / after{' (on the GPU)' if gpu else ''}: matmul f32 {cb['matmul_f32_tflops']:.3g} / "
+        f"{ca['matmul_f32_tflops']:.3g} TFLOP/s, bf16 {cb['matmul_bf16_tflops']:.3g} / {ca['matmul_bf16_tflops']:.3g} "
         f"TFLOP/s, Python loop {cb['python_loop_s']:.2f} / {ca['python_loop_s']:.2f} s, load average "
         f"{cb['loadavg'][0]:.1f} / {ca['loadavg'][0]:.1f}.",
         "",
