@@ -1,4 +1,4 @@
-"""The generated module's `linear` (compiler/torch/codegen.py, `LINEAR`): one row of f32 on the CPU runs as column
+"""The generated module's `linear` (compiler/torch/codegen.py, `LINEAR`): up to 16 rows of f32 on the CPU run as
 blocks in one `torch.bmm`, which must give F.linear's values; everything else must be F.linear itself. The
 function is taken from a real generated module (a one-layer llama), so the text tested is the text users run."""
 
@@ -57,8 +57,11 @@ def test_the_module_defines_linear_once_and_its_layers_call_it(source):
     assert "linear(" in mlp and "F.linear(" not in mlp[: mlp.index("\nclass ")]
 
 
-@pytest.mark.parametrize(("n", "k", "lead"), [(64, 32, (1, 1)), (1536, 576, (1, 1)), (576, 1536, (1,)), (4098, 64, ())])
-def test_one_f32_row_runs_as_blocks_with_f_linear_values(linear, two_threads, bmm_calls, n, k, lead):
+@pytest.mark.parametrize(
+    ("n", "k", "lead"),
+    [(64, 32, (1, 1)), (1536, 576, (1, 1)), (576, 1536, (1,)), (4098, 64, ()), (576, 576, (2, 1)), (192, 576, (4, 4))],
+)
+def test_up_to_16_f32_rows_run_as_blocks_with_f_linear_values(linear, two_threads, bmm_calls, n, k, lead):
     generator = torch.Generator().manual_seed(n + k)
     x = torch.randn(*lead, k, generator=generator)
     weight = torch.nn.Parameter(torch.randn(n, k, generator=generator) / k**0.5, requires_grad=False)
@@ -85,7 +88,7 @@ def _function_mode_case():
     [
         "odd rows",
         "bf16",
-        "two rows",
+        "17 rows",
         "non-contiguous weight",
         "sparse weight",
         "one thread",
@@ -100,8 +103,8 @@ def test_everything_else_is_f_linear(linear, two_threads, bmm_calls, case):
         weight = weight[:127]
     elif case == "bf16":
         x, weight = x.bfloat16(), weight.bfloat16()
-    elif case == "two rows":
-        x = torch.randn(1, 2, 64, generator=generator)
+    elif case == "17 rows":
+        x = torch.randn(1, 17, 64, generator=generator)
     elif case == "non-contiguous weight":
         weight = torch.randn(64, 128, generator=generator).t()
     elif case == "sparse weight":
