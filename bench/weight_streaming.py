@@ -127,10 +127,10 @@ def torch_mv_pass(matrices: list[Matrix], dtype: str, x_by_in: dict, threads: in
 
 
 def torch_blocks_pass(matrices: list[Matrix], dtype: str, x_by_in: dict, threads: int, seconds: float) -> dict:
-    """`torch_pass` as the generated PyTorch module runs one f32 row (compiler/torch/codegen.py, `LINEAR`): each
-    matrix as `threads` blocks of rows in one `torch.bmm`, which runs them in parallel where MKL's sgemv runs on one
-    thread (f32 here: 35 ms a pass as F.linear, 22 ms as blocks; bf16's F.linear is already parallel and faster
-    than blocks, so the module keeps it and this form is f32 only: ValueError otherwise)."""
+    """`torch_pass` through the generated PyTorch module's own `linear` (compiler/torch/codegen.py, `LINEAR`): each
+    matrix as `threads` blocks of rows in one `torch.bmm` (where they divide its rows), run in parallel where MKL's
+    sgemv runs on one thread (f32 here: 35 ms a pass as F.linear, 22 ms as blocks; bf16's F.linear is already
+    parallel and faster than blocks, so the module keeps it and this form is f32 only: ValueError otherwise)."""
     if dtype != "f32":
         raise ValueError("the generated module runs column blocks for f32 only (see torch)")
     return _torch_pass(matrices, dtype, x_by_in, threads, seconds, form="blocks")
@@ -141,6 +141,7 @@ def _torch_pass(matrices: list[Matrix], dtype: str, x_by_in: dict, threads: int,
     import torch.nn.functional as F
 
     torch.set_num_threads(threads)
+    linear = _generated_linear() if form == "blocks" else None
     act = {"f32": torch.float32, "bf16": torch.bfloat16, "stored": torch.bfloat16}[dtype]
     xs = {k: torch.from_numpy(v).to(act) for k, v in x_by_in.items()}
     calls = []
@@ -151,8 +152,8 @@ def _torch_pass(matrices: list[Matrix], dtype: str, x_by_in: dict, threads: int,
             w = torch.from_numpy(m.dequantized()).to(act)
             if form == "mv":
                 calls.append(lambda x=x[0], w=w: torch.mv(w, x))
-            elif form == "blocks" and m.out_features % threads == 0:
-                calls.append(lambda x=x, w=w: _blocks(x, w, threads))
+            elif form == "blocks":
+                calls.append(lambda x=x, w=w: linear(x, w))
             else:
                 calls.append(lambda x=x, w=w: F.linear(x, w))
             kernels.add({"mv": "torch.mv", "blocks": "torch.bmm over row blocks"}.get(form, "F.linear"))
@@ -179,13 +180,17 @@ def _torch_pass(matrices: list[Matrix], dtype: str, x_by_in: dict, threads: int,
     return {"kernels": sorted(kernels), "pass_s": times, "max_rel_error": _check(outputs, matrices, x_by_in, checked)}
 
 
-def _blocks(x, w, blocks: int):
-    """x [1, in] @ w [out, in]^T as `blocks` blocks of w's rows in one bmm -> [1, out] (the generated `linear`)."""
+def _generated_linear():
+    """The generated PyTorch module's `linear` (compiler/torch/codegen.py, `LINEAR`): the function the module runs."""
     import torch
+    import torch.nn.functional as F
+    from torch import nn
 
-    n, k = w.shape
-    y = torch.bmm(x.reshape(1, 1, k).expand(blocks, 1, k), w.view(blocks, n // blocks, k).transpose(1, 2))
-    return y.reshape(1, n)
+    from linnet.compiler.torch.codegen import LINEAR
+
+    namespace = {"torch": torch, "F": F, "nn": nn}
+    exec(LINEAR, namespace)
+    return namespace["linear"]
 
 
 def onnxruntime_pass(matrices: list[Matrix], dtype: str, x_by_in: dict, threads: int, seconds: float) -> dict:
