@@ -47,6 +47,10 @@ random weights (`RANDOM_MODELS`: a config only, nothing downloaded).
   for the bf16 FLOP-bound goal.
 - onnxruntime-stored-fast is onnxruntime-stored under `numerics fast` (`NUMERICS_OF`): its quantized matmuls
   quantize activations to int8 per block, llama.cpp's trade, so it is the like-for-like peer of llama.cpp's row.
+- linnet-generated-f32-fast and linnet-generated-bf16-fast are the generated PyTorch module under `numerics fast`
+  (`NUMERICS_OF`) beside its `equivalent` rows in the same run: the sums in another order (wide f32 weights held
+  transposed, prefill's bf16 linears in f32, decode attention as f32 matmuls: docs/backends.md), not transformers'
+  kernels bit for bit.
 - Linnet interpret runs fewer new tokens and runs (`INTERPRET_NEW_TOKENS`, one timed run): it is the slow path,
   there for correctness; the table says so, and the goals do not judge it.
 - Contention (this machine's speed varies from one minute to the next, and other processes share its cores):
@@ -126,6 +130,8 @@ CONFIGS: dict[str, tuple[str, str, str]] = {
     "linnet-generated-f32": ("linnet", "generated", "f32"),
     "linnet-inductor-f32": ("linnet", "inductor", "f32"),
     "linnet-generated-bf16": ("linnet", "generated", "bf16"),
+    "linnet-generated-f32-fast": ("linnet", "generated", "f32"),
+    "linnet-generated-bf16-fast": ("linnet", "generated", "bf16"),
     "linnet-inductor-bf16": ("linnet", "inductor", "bf16"),
     "cuda-graphs-bf16": ("linnet", "cuda-graphs", "bf16"),
     "onnxruntime-f32": ("linnet", "onnxruntime", "f32"),
@@ -197,7 +203,13 @@ EAGER_OF_DTYPE = {"f32": "f32", "bf16": "bf16", "f16": "f32", "stored": "f32"}
 # Configurations that run under given numerics whatever `--numerics` says: ONNX Runtime's CPU kernels lack bf16, and
 # only `fast` may compute the ops without kernels in f32 (`linnet.compiler.onnx.upcast`).
 # onnxruntime-stored-fast is the stored model under `fast` (int8 activations in its matmuls, llama.cpp's trade).
-NUMERICS_OF = {"onnxruntime-bf16": "fast", "onnxruntime-stored-fast": "fast"}
+# The `-fast` generated rows are the eager PyTorch module under `fast` beside the `equivalent` one in the same run.
+NUMERICS_OF = {
+    "onnxruntime-bf16": "fast",
+    "onnxruntime-stored-fast": "fast",
+    "linnet-generated-f32-fast": "fast",
+    "linnet-generated-bf16-fast": "fast",
+}
 
 
 # ---- shared helpers ---------------------------------------------------------------------------------------------
@@ -1191,6 +1203,11 @@ def markdown(result: dict) -> str:
                 f"{r['name']}: numerics {r.get('numerics')}: the quantized matmuls quantize their activations to "
                 "int8 per block of 32 (MatMulNBits accuracy_level 4), as llama.cpp quantizes them to q8 for its dot "
                 "products; onnxruntime-stored is the same model with f32 activations."
+            )
+        elif r["name"].startswith("linnet-generated-") and r["name"] in NUMERICS_OF:
+            name += " " + mark(
+                f"{r['name']}: the generated module under numerics {r.get('numerics')}: the same model, some sums "
+                "in another order than transformers' kernels (docs/backends.md, Numerics)."
             )
         elif r["name"] in NUMERICS_OF:
             upcast = next((n for n in r.get("notes", []) if "(upcast)" in n and "`step`" in n), None)

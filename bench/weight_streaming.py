@@ -127,10 +127,12 @@ def torch_mv_pass(matrices: list[Matrix], dtype: str, x_by_in: dict, threads: in
 
 
 def torch_blocks_pass(matrices: list[Matrix], dtype: str, x_by_in: dict, threads: int, seconds: float) -> dict:
-    """`torch_pass` through the generated PyTorch module's own `linear` (compiler/torch/codegen.py, `LINEAR`): each
-    matrix as `threads` blocks of rows in one `torch.bmm` (where they divide its rows), run in parallel where MKL's
-    sgemv runs on one thread (f32 here: 35 ms a pass as F.linear, 22 ms as blocks; bf16's F.linear is already
-    parallel and faster than blocks, so the module keeps it and this form is f32 only: ValueError otherwise)."""
+    """`torch_pass` through the generated PyTorch module's own `linear` (compiler/torch/codegen.py, `LINEAR`), with
+    the weights laid out as a `fast` module holds them (`codegen.stored_transposed`: a wide matrix, out > in, held
+    transposed): each matrix as `threads` blocks in one `torch.bmm`, of its rows, or of `in` for a wide one, run in
+    parallel where MKL's sgemv runs on one thread (f32 here: 35 ms a pass as F.linear, 22 ms as blocks of rows;
+    bf16's F.linear is already parallel and faster than blocks, so the module keeps it and this form is f32 only:
+    ValueError otherwise)."""
     if dtype != "f32":
         raise ValueError("the generated module runs column blocks for f32 only (see torch)")
     return _torch_pass(matrices, dtype, x_by_in, threads, seconds, form="blocks")
@@ -153,10 +155,13 @@ def _torch_pass(matrices: list[Matrix], dtype: str, x_by_in: dict, threads: int,
             if form == "mv":
                 calls.append(lambda x=x[0], w=w: torch.mv(w, x))
             elif form == "blocks":
+                if m.out_features > m.in_features:
+                    w = w.t().contiguous().t()  # [in, out] in memory, as `fast` holds it
                 calls.append(lambda x=x, w=w: linear(x, w))
             else:
                 calls.append(lambda x=x, w=w: F.linear(x, w))
-            kernels.add({"mv": "torch.mv", "blocks": "torch.bmm over row blocks"}.get(form, "F.linear"))
+            blocks = "torch.bmm over blocks (of rows; of in where held transposed)"
+            kernels.add({"mv": "torch.mv", "blocks": blocks}.get(form, "F.linear"))
         elif m.qtype == "Q4_1":
             codes, d, mins = _q4_1_fields(m)
             packed = torch._convert_weight_to_int4pack_for_cpu(torch.from_numpy(codes).to(torch.int32), 4)

@@ -24,6 +24,7 @@ from typing import Callable
 
 from linnet.ir import render
 from linnet.ir.core import Op, Program, Value
+from linnet.ir.fusion import linear_weights
 from linnet.ir.pipeline import NUMERICS, PassOptions, prepare
 from linnet.ir.render import (
     GraphEmitter,
@@ -568,33 +569,57 @@ def attended_keys(mask, keys):
 
 
 # The generated module's `linear` (every linear layer of a generated module calls it; the interpreter and
-# `graph_function` call F.linear): up to 16 rows of f32 on the CPU split into column blocks run in parallel.
+# `graph_function` call F.linear): up to 16 rows of f32 on the CPU split into blocks run in parallel.
 LINEAR = '''
 def linear(x, weight):
-    """`F.linear(x, weight)`: x [.., K] @ weight [N, K]^T -> [.., N]. Up to 16 rows of f32 on the CPU (a decode
-    step of up to 16 requests) run as `torch.get_num_threads()` blocks of the weight's rows in one `torch.bmm`,
-    which ATen runs in parallel, when they divide the weight's rows: `F.linear` there is MKL's sgemv or a small
-    sgemm, which run on one thread whatever the thread count. On a 2-core AVX2 EPYC, a pass over SmolLM2's layer
-    matrices took 30 ms as F.linear and 19 ms as two blocks for one row, 48 and 29 ms for two, 52 and 31 for four,
-    55 and 43 for 16. Each output is the same dot product, which the kernels may sum in another order: equal to
-    f32 rounding (bit for bit on that EPYC, SmolLM2's logits included). Anything else (torch.compile's trace,
-    another dtype, device or layout, more rows, rows the threads do not divide, a weight subclass such as a
-    quantized or distributed one, a torch function mode) is F.linear."""
+    """`F.linear(x, weight)`: x [.., K] @ weight [N, K]^T -> [.., N]. `F.linear` over up to 16 rows of f32 is MKL's
+    sgemv or a small sgemm, which run on one thread whatever the thread count; so up to 16 f32 rows on the CPU,
+    eagerly, run as `torch.get_num_threads()` blocks in one `torch.bmm`, which ATen runs in parallel:
+    - a weight stored transposed (strides (1, N): the wide weights of a `fast` module, `stored_transposed`) as
+      blocks of K: each block's rows of the [K, N] matrix in memory times its slice of x, the partial products
+      summed (one row through SmolLM2's [1536, 576] gate: 198 us as blocks of N, 164 as blocks of K);
+    - any other contiguous weight as blocks of its N rows, each output the same dot product as `F.linear` (bit
+      for bit on a 2-core AVX2 EPYC, SmolLM2's logits included). A pass over SmolLM2's layer matrices there took
+      30 ms as F.linear and 19 ms as two blocks for one row, 48 and 29 ms for two, 52 and 31 for four, 55 and 43
+      for 16.
+    Anything else (torch.compile's trace, another dtype, device or layout, more rows, blocks that do not divide
+    the weight, a weight subclass such as a quantized or distributed one, a torch function mode) is F.linear."""
     if torch.compiler.is_compiling() or x.dtype != torch.float32 or weight.dtype != torch.float32:
         return F.linear(x, weight)
     blocks = torch.get_num_threads()
     if (
         blocks < 2 or not x.is_cpu or weight.dim() != 2 or x.dim() == 0 or x.shape[-1] != weight.shape[1]
-        or not 0 < x.numel() <= 16 * weight.shape[1] or weight.shape[0] % blocks
+        or not 0 < x.numel() <= 16 * weight.shape[1]
         or type(x) is not torch.Tensor or type(weight) not in (torch.Tensor, nn.Parameter)
-        or weight.layout != torch.strided or not weight.is_contiguous() or torch._C._is_torch_function_mode_enabled()
+        or weight.layout != torch.strided or torch._C._is_torch_function_mode_enabled()
     ):
         return F.linear(x, weight)
     n, k = weight.shape
     rows = x.numel() // k
+    if weight.stride() == (1, n) and n > 1 and k % blocks == 0:  # [K, N] in memory: blocks of K, summed
+        parts = x.reshape(rows, blocks, k // blocks).transpose(0, 1)  # [blocks, rows, K / blocks]
+        return torch.bmm(parts, weight.t().view(blocks, k // blocks, n)).sum(0).view(*x.shape[:-1], n)
+    if not weight.is_contiguous() or n % blocks:
+        return F.linear(x, weight)
     y = torch.bmm(x.reshape(1, rows, k).expand(blocks, rows, k), weight.view(blocks, n // blocks, k).transpose(1, 2))
     return y.transpose(0, 1).reshape(*x.shape[:-1], n)  # [blocks, rows, N / blocks] -> [rows, N]
 '''.strip()
+
+
+def stored_transposed(program: Program, numerics: str, device_type: str) -> frozenset[str]:
+    """The parameters a generated module holds transposed (`LinnetModule.bind`: [K, N] in memory, the parameter
+    its [N, K] transpose, strides (1, N)), which its `linear` runs as blocks of K: under `fast`, on the CPU, in a
+    module that decodes at most 2 rows at once (`program.max_batch`), the f32 weights [N, K] with N > K that only
+    linear layers and row lookups read (`fusion.linear_weights`): gate and up, a tied head. Measured on a 2-core
+    AVX2 EPYC, each weight's memory refilled in either layout (bench/results/weight_layouts_amd_avx2.md): one row
+    through SmolLM2's [1536, 576] gate 198 -> 164 us, its [49152, 576] head 5.7 -> 4.0 ms; two rows 328 -> 225 us
+    and 12.7 -> 8.0 ms; from 4 rows 7-21 % slower; no gain where N <= K (down 198 -> 217 us); prefill (512 rows,
+    F.linear) alike in both layouts. Its sums run in another order than transformers' kernel, so `equivalent`
+    keeps the checkpoint's layout (bit for bit transformers' decode)."""
+    if numerics != "fast" or device_type != "cpu" or program.max_batch > 2:
+        return frozenset()
+    shapes = {s.path: s.shape for s in program.params if s.type.dtype.name == "f32" and len(s.shape) == 2}
+    return frozenset(p for p in linear_weights(program) if p in shapes and shapes[p][0] > shapes[p][1])
 
 
 # The generated module's attention under `fast` in bf16/f16 (`ModuleEmitter`): one query row on the CPU as the flash

@@ -23,7 +23,7 @@ from torch import nn
 from linnet.errors import BackendError
 from linnet.ir.core import Program
 
-from .codegen import NUMERICS, TORCH_DTYPES, flat_program, generate
+from .codegen import NUMERICS, PASSES, TORCH_DTYPES, TorchModule, flat_program, prepare, stored_transposed
 from .interpret import Interpreter
 from .quantized import QuantizedWeight
 
@@ -60,7 +60,13 @@ class LinnetModule(nn.Module):
         self.mode = mode
         self.numerics = numerics
         self.device_ = torch.device(device)
-        self.source = generate(program, numerics)
+        prepared = prepare(program, PASSES, numerics)
+        self.source = TorchModule(prepared, numerics).write()
+        # wide linear weights held transposed for `linear` (`bind`); generated eager modules only: inductor
+        # compiles its own decode kernels, the interpreter calls F.linear
+        self.stored_transposed = (
+            stored_transposed(prepared, numerics, self.device_.type) if mode == "generated" else frozenset()
+        )
         namespace = self._exec_source()
         root = namespace[program.root](self.device_)
         object.__setattr__(self, "root", root)  # not a submodule: its children are ours
@@ -109,7 +115,8 @@ class LinnetModule(nn.Module):
         """Use `tensor` (cast to the working dtype, moved to the device) as parameter `path`; a
         `QuantizedWeight` (`--dtype stored`) is bound as it is, a buffer that `F.linear` and `F.embedding`
         read through its quantized kernels. Raises KeyError for an unknown path and ValueError for a shape
-        that differs."""
+        that differs. Under `fast` on the CPU the wide linear weights of a module decoding at most 2 rows at once
+        are held transposed (`codegen.stored_transposed`): the same values, strides (1, N)."""
         owner, leaf = self._leaves[path]
         current = getattr(owner, leaf)
         if tuple(tensor.shape) != tuple(current.shape):
@@ -122,6 +129,8 @@ class LinnetModule(nn.Module):
             self.quantized = True
             return
         t = tensor.to(device=self.device_, dtype=current.dtype)
+        if path in self.stored_transposed and t.dim() == 2 and t.stride() != (1, t.shape[0]):
+            t = t.t().contiguous().t()  # [K, N] in memory (`codegen.stored_transposed`)
         if isinstance(current, nn.Parameter):
             param = nn.Parameter(t, requires_grad=False)
             owner.register_parameter(leaf, param)

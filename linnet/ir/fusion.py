@@ -256,6 +256,43 @@ def instances(program: Program) -> dict[str, list[str]]:
     return out
 
 
+def linear_weights(program: Program) -> set[str]:
+    """The parameters (absolute paths) that only linear layers read, as their weight, or row lookups (`take`), as
+    their table: a backend may hold these in whichever layout its matmul kernels read fastest, since no other op
+    sees their strides (the PyTorch generated module stores the wide ones transposed: `LinnetModule.bind`). A
+    parameter that anything else reads (a norm, a matmul, a call, an output) is left out, in every instance."""
+    where = instances(program)
+    readers: dict[int, list[tuple[Op, str]]] = {}  # id(value) -> (op, argument name) reading it
+    params: list[tuple[Value, str]] = []  # each `param` op's value, with its receiver class
+    for g, receiver in _graphs_with_receivers(program):
+        for op in g.ops:
+            if op.name == "param":
+                params.append((op.result, receiver))
+            for name, v in op.args.items():
+                for x in v if isinstance(v, (list, tuple)) else [v]:
+                    if isinstance(x, Value):
+                        readers.setdefault(id(x), []).append((op, name))
+        for v in [*g.outputs, *g.state_updates.values()]:
+            readers.setdefault(id(v), []).append((None, "output"))
+    good: set[str] = set()
+    bad: set[str] = set()
+    for value, receiver in params:
+        only_linear = all(
+            (op is not None and op.name == "linear" and name == "weight" and op.args["x"] is not value)
+            or (
+                op is not None
+                and op.name == "take"
+                and name == "x"
+                and all(v is not value for k, v in op.args.items() if k != "x")
+            )
+            for op, name in readers.get(id(value), [])
+        )
+        for prefix in where.get(receiver, []):
+            for path in _expand(prefix + value.producer.attrs["path"], program):
+                (good if only_linear else bad).add(path)
+    return good - bad
+
+
 def _graphs_with_receivers(program: Program):
     """Every graph and loop body with the class its paths are relative to."""
 

@@ -1,6 +1,7 @@
 """The generated module's `linear` (compiler/torch/codegen.py, `LINEAR`): up to 16 rows of f32 on the CPU run as
-blocks in one `torch.bmm`, which must give F.linear's values; everything else must be F.linear itself. The
-function is taken from a real generated module (a one-layer llama), so the text tested is the text users run."""
+blocks in one `torch.bmm` (of the weight's rows, or of K for a weight held transposed), which must give F.linear's
+values; everything else must be F.linear itself. The function is taken from a real generated module (a one-layer
+llama), so the text tested is the text users run."""
 
 from __future__ import annotations
 
@@ -72,6 +73,23 @@ def test_up_to_16_f32_rows_run_as_blocks_with_f_linear_values(linear, two_thread
     torch.testing.assert_close(y, F.linear(x, weight), rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize(
+    ("n", "k", "lead"), [(1536, 576, (1, 1)), (4096, 64, ()), (64, 32, (2, 1)), (96, 32, (4, 4)), (33, 8, (1, 3, 1))]
+)
+def test_a_weight_held_transposed_runs_as_blocks_of_k_with_f_linear_values(linear, two_threads, bmm_calls, n, k, lead):
+    """A weight whose memory is [K, N] (strides (1, N), how a `fast` module holds its wide weights): each block is
+    K / threads rows of that memory, the partial products summed."""
+    generator = torch.Generator().manual_seed(n * k)
+    x = torch.randn(*lead, k, generator=generator)
+    weight = torch.nn.Parameter(torch.randn(k, n, generator=generator).t() / k**0.5, requires_grad=False)
+    assert weight.stride() == (1, n)
+    y = linear(x, weight)
+    assert len(bmm_calls) == 1 and bmm_calls[0][1].shape == (2, k // 2, n)
+    assert y.shape == (*lead, n) and y.dtype == torch.float32
+    # the same products, summed in two halves of K and then added: f32 rounding
+    torch.testing.assert_close(y, F.linear(x, weight), rtol=1e-5, atol=1e-5)
+
+
 def _function_mode_case():
     seen = []
 
@@ -89,7 +107,8 @@ def _function_mode_case():
         "odd rows",
         "bf16",
         "17 rows",
-        "non-contiguous weight",
+        "strided weight",
+        "transposed weight, odd K",
         "sparse weight",
         "one thread",
         "function mode",
@@ -105,8 +124,10 @@ def test_everything_else_is_f_linear(linear, two_threads, bmm_calls, case):
         x, weight = x.bfloat16(), weight.bfloat16()
     elif case == "17 rows":
         x = torch.randn(1, 17, 64, generator=generator)
-    elif case == "non-contiguous weight":
-        weight = torch.randn(64, 128, generator=generator).t()
+    elif case == "strided weight":
+        weight = torch.randn(128, 128, generator=generator)[:, ::2]
+    elif case == "transposed weight, odd K":  # blocks of K would not divide it
+        x, weight = x[..., :63], torch.randn(63, 128, generator=generator).t()
     elif case == "sparse weight":
         weight = weight.to_sparse_csr()
     elif case == "one thread":

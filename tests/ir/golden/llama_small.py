@@ -90,27 +90,35 @@ class Module(nn.Module):
 
 
 def linear(x, weight):
-    """`F.linear(x, weight)`: x [.., K] @ weight [N, K]^T -> [.., N]. Up to 16 rows of f32 on the CPU (a decode
-    step of up to 16 requests) run as `torch.get_num_threads()` blocks of the weight's rows in one `torch.bmm`,
-    which ATen runs in parallel, when they divide the weight's rows: `F.linear` there is MKL's sgemv or a small
-    sgemm, which run on one thread whatever the thread count. On a 2-core AVX2 EPYC, a pass over SmolLM2's layer
-    matrices took 30 ms as F.linear and 19 ms as two blocks for one row, 48 and 29 ms for two, 52 and 31 for four,
-    55 and 43 for 16. Each output is the same dot product, which the kernels may sum in another order: equal to
-    f32 rounding (bit for bit on that EPYC, SmolLM2's logits included). Anything else (torch.compile's trace,
-    another dtype, device or layout, more rows, rows the threads do not divide, a weight subclass such as a
-    quantized or distributed one, a torch function mode) is F.linear."""
+    """`F.linear(x, weight)`: x [.., K] @ weight [N, K]^T -> [.., N]. `F.linear` over up to 16 rows of f32 is MKL's
+    sgemv or a small sgemm, which run on one thread whatever the thread count; so up to 16 f32 rows on the CPU,
+    eagerly, run as `torch.get_num_threads()` blocks in one `torch.bmm`, which ATen runs in parallel:
+    - a weight stored transposed (strides (1, N): the wide weights of a `fast` module, `stored_transposed`) as
+      blocks of K: each block's rows of the [K, N] matrix in memory times its slice of x, the partial products
+      summed (one row through SmolLM2's [1536, 576] gate: 198 us as blocks of N, 164 as blocks of K);
+    - any other contiguous weight as blocks of its N rows, each output the same dot product as `F.linear` (bit
+      for bit on a 2-core AVX2 EPYC, SmolLM2's logits included). A pass over SmolLM2's layer matrices there took
+      30 ms as F.linear and 19 ms as two blocks for one row, 48 and 29 ms for two, 52 and 31 for four, 55 and 43
+      for 16.
+    Anything else (torch.compile's trace, another dtype, device or layout, more rows, blocks that do not divide
+    the weight, a weight subclass such as a quantized or distributed one, a torch function mode) is F.linear."""
     if torch.compiler.is_compiling() or x.dtype != torch.float32 or weight.dtype != torch.float32:
         return F.linear(x, weight)
     blocks = torch.get_num_threads()
     if (
         blocks < 2 or not x.is_cpu or weight.dim() != 2 or x.dim() == 0 or x.shape[-1] != weight.shape[1]
-        or not 0 < x.numel() <= 16 * weight.shape[1] or weight.shape[0] % blocks
+        or not 0 < x.numel() <= 16 * weight.shape[1]
         or type(x) is not torch.Tensor or type(weight) not in (torch.Tensor, nn.Parameter)
-        or weight.layout != torch.strided or not weight.is_contiguous() or torch._C._is_torch_function_mode_enabled()
+        or weight.layout != torch.strided or torch._C._is_torch_function_mode_enabled()
     ):
         return F.linear(x, weight)
     n, k = weight.shape
     rows = x.numel() // k
+    if weight.stride() == (1, n) and n > 1 and k % blocks == 0:  # [K, N] in memory: blocks of K, summed
+        parts = x.reshape(rows, blocks, k // blocks).transpose(0, 1)  # [blocks, rows, K / blocks]
+        return torch.bmm(parts, weight.t().view(blocks, k // blocks, n)).sum(0).view(*x.shape[:-1], n)
+    if not weight.is_contiguous() or n % blocks:
+        return F.linear(x, weight)
     y = torch.bmm(x.reshape(1, rows, k).expand(blocks, rows, k), weight.view(blocks, n // blocks, k).transpose(1, 2))
     return y.transpose(0, 1).reshape(*x.shape[:-1], n)  # [blocks, rows, N / blocks] -> [rows, N]
 

@@ -1,0 +1,90 @@
+"""Where the generated PyTorch module holds its wide linear weights transposed (`codegen.stored_transposed`,
+`LinnetModule.bind`): under `fast`, on the CPU, decoding at most 2 rows at once, f32 weights [N, K] with N > K that
+only linear layers and row lookups read. The values are the checkpoint's, only the memory order differs, so the
+model must decode as the `equivalent` one does (to f32 rounding) and hand its weights back unchanged."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+# hidden 32, intermediate 64 (gate and up are [64, 32]: wide), vocab 96 (the tied embedding is wide); q, k, v, o
+# and down are not
+LLAMA = dict(num_hidden_layers=2, hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2,
+             vocab_size=96, tie_word_embeddings=True)  # fmt: skip
+WIDE = {f"model.layers.{i}.mlp.{m}_proj.weight" for i in range(2) for m in ("gate", "up")} | {
+    "model.embed_tokens.weight"
+}
+
+
+def load(numerics: str, max_batch: int = 1, mode: str = "generated"):
+    from linnet.runtimes.torch_backend import load
+    from tests.conftest import EXAMPLES
+
+    return load(EXAMPLES / "llama.linnet", config=LLAMA, numerics=numerics, max_batch=max_batch, mode=mode,
+                max_positions=32, random_weights=True, seed=3, progress=False)  # fmt: skip
+
+
+@pytest.fixture
+def two_threads():
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_fast_holds_the_wide_linear_weights_transposed():
+    module = load("fast").module
+    assert module.stored_transposed == WIDE
+    for path, tensor in module.tensors.items():
+        if path in WIDE:
+            assert tensor.stride() == (1, tensor.shape[0]), path
+        else:
+            assert tensor.is_contiguous(), path
+
+
+@pytest.mark.parametrize(
+    ("numerics", "max_batch", "mode"),
+    [("equivalent", 1, "generated"), ("fast", 3, "generated"), ("fast", 1, "interpret"), ("fast", 1, "inductor")],
+)
+def test_elsewhere_every_weight_keeps_the_checkpoint_layout(numerics, max_batch, mode):
+    """`equivalent` keeps transformers' kernels; from 3 rows a step the transposed layout is slower; the
+    interpreter calls F.linear and inductor compiles its own kernels."""
+    module = load(numerics, max_batch, mode).module
+    assert module.stored_transposed == frozenset()
+    assert all(t.is_contiguous() for t in module.tensors.values())
+
+
+@pytest.mark.parametrize("max_batch", [1, 2])
+def test_a_fast_module_decodes_as_the_equivalent_one(two_threads, max_batch):
+    """A prefill and decode steps (two rows at different positions where the module takes two), with the wide
+    weights transposed and run as blocks of K: the equivalent module's logits and greedy tokens, to f32 rounding."""
+    fast, equivalent = load("fast", max_batch), load("equivalent", max_batch)
+    assert fast.module.stored_transposed == WIDE
+    rows = np.arange(max_batch)
+    prompts = np.random.default_rng(0).integers(0, 96, size=(max_batch, 7))
+    outs = {}
+    for name, model in (("fast", fast), ("equivalent", equivalent)):
+        step = model.step_model()
+        logits = [step.step(prompts, np.zeros(max_batch, dtype=np.int64), rows)]
+        positions = np.arange(7, 7 + max_batch)  # each row one position further on
+        for _ in range(6):
+            tokens = logits[-1].argmax(-1)[:, None]
+            logits.append(step.step(tokens, positions, rows))
+            positions = positions + 1
+        outs[name] = np.stack(logits)
+    np.testing.assert_allclose(outs["fast"], outs["equivalent"], rtol=1e-5, atol=1e-5)
+    assert (outs["fast"].argmax(-1) == outs["equivalent"].argmax(-1)).all()
+
+
+def test_the_weights_come_back_as_the_checkpoint_holds_them():
+    """Exports read the parameters (`model_weights`): the same values, in [N, K] order, whatever the memory."""
+    from linnet.runtimes.model_weights import model_weights
+
+    fast, equivalent = model_weights(load("fast")), model_weights(load("equivalent"))
+    assert fast.keys() == equivalent.keys()
+    for path in fast:
+        assert fast[path].shape == equivalent[path].shape
+        assert np.array_equal(fast[path], equivalent[path]), path
