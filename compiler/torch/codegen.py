@@ -609,14 +609,17 @@ def linear(x, weight):
 def stored_transposed(program: Program, numerics: str, device_type: str) -> frozenset[str]:
     """The parameters a generated module holds transposed (`LinnetModule.bind`: [K, N] in memory, the parameter
     its [N, K] transpose, strides (1, N)), which its `linear` runs as blocks of K: under `fast`, on the CPU, in a
-    module that decodes at most 2 rows at once (`program.max_batch`), the f32 weights [N, K] with N > K that only
-    linear layers and row lookups read (`fusion.linear_weights`): gate and up, a tied head. Measured on a 2-core
+    decoder (a program with state: its steps run 1 row a request) that decodes at most 2 rows at once
+    (`program.max_batch`), the f32 weights [N, K] with N > K that linear layers read and nothing else but row
+    lookups (`fusion.linear_weights`): gate and up (or a fused gate_up, qkv), the head, an encoder's wide layers
+    where the model has one, a LoRA adapter's B. An encoder alone (no state) runs any batch: it keeps the
+    checkpoint's layout. A prompt of 3 to 16 tokens also takes the blocks of K, slower there. Measured on a 2-core
     AVX2 EPYC, each weight's memory refilled in either layout (bench/results/weight_layouts_amd_avx2.md): one row
     through SmolLM2's [1536, 576] gate 198 -> 164 us, its [49152, 576] head 5.7 -> 4.0 ms; two rows 328 -> 225 us
     and 12.7 -> 8.0 ms; from 4 rows 7-21 % slower; no gain where N <= K (down 198 -> 217 us); prefill (512 rows,
     F.linear) alike in both layouts. Its sums run in another order than transformers' kernel, so `equivalent`
     keeps the checkpoint's layout (bit for bit transformers' decode)."""
-    if numerics != "fast" or device_type != "cpu" or program.max_batch > 2:
+    if numerics != "fast" or device_type != "cpu" or program.max_batch > 2 or not program.state:
         return frozenset()
     shapes = {s.path: s.shape for s in program.params if s.type.dtype.name == "f32" and len(s.shape) == 2}
     return frozenset(p for p in linear_weights(program) if p in shapes and shapes[p][0] > shapes[p][1])

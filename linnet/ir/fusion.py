@@ -257,10 +257,11 @@ def instances(program: Program) -> dict[str, list[str]]:
 
 
 def linear_weights(program: Program) -> set[str]:
-    """The parameters (absolute paths) that only linear layers read, as their weight, or row lookups (`take`), as
-    their table: a backend may hold these in whichever layout its matmul kernels read fastest, since no other op
-    sees their strides (the PyTorch generated module stores the wide ones transposed: `LinnetModule.bind`). A
-    parameter that anything else reads (a norm, a matmul, a call, an output) is left out, in every instance."""
+    """The parameters (absolute paths) that linear layers read as their weight and nothing else reads but row
+    lookups (`take`, a tied embedding): a backend may hold these in whichever layout its matmul kernels read
+    fastest, since no other op sees their strides (the PyTorch generated module stores the wide ones transposed:
+    `LinnetModule.bind`). A parameter that anything else reads (a norm, a matmul, a call, an output) is left out,
+    in every instance, and so is a table that only lookups read (no matmul would gain)."""
     where = instances(program)
     readers: dict[int, list[tuple[Op, str]]] = {}  # id(value) -> (op, argument name) reading it
     params: list[tuple[Value, str]] = []  # each `param` op's value, with its receiver class
@@ -276,7 +277,13 @@ def linear_weights(program: Program) -> set[str]:
             readers.setdefault(id(v), []).append((None, "output"))
     good: set[str] = set()
     bad: set[str] = set()
+    linear: set[str] = set()  # read by a linear layer at least once
     for value, receiver in params:
+        paths = [
+            p for prefix in where.get(receiver, []) for p in _expand(prefix + value.producer.attrs["path"], program)
+        ]
+        if any(op is not None and op.name == "linear" for op, _ in readers.get(id(value), [])):
+            linear.update(paths)
         only_linear = all(
             (op is not None and op.name == "linear" and name == "weight" and op.args["x"] is not value)
             or (
@@ -287,10 +294,8 @@ def linear_weights(program: Program) -> set[str]:
             )
             for op, name in readers.get(id(value), [])
         )
-        for prefix in where.get(receiver, []):
-            for path in _expand(prefix + value.producer.attrs["path"], program):
-                (good if only_linear else bad).add(path)
-    return good - bad
+        (good if only_linear else bad).update(paths)
+    return (good - bad) & linear
 
 
 def _graphs_with_receivers(program: Program):

@@ -10,8 +10,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-# hidden 32, intermediate 64 (gate and up are [64, 32]: wide), vocab 96 (the tied embedding is wide); q, k, v, o
-# and down are not
+# hidden 32, intermediate 64 (gate and up are [64, 32]: wide), vocab 96 (the tied embedding, the head, is wide); q,
+# k, v, o and down are not
 LLAMA = dict(num_hidden_layers=2, hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2,
              vocab_size=96, tie_word_embeddings=True)  # fmt: skip
 WIDE = {f"model.layers.{i}.mlp.{m}_proj.weight" for i in range(2) for m in ("gate", "up")} | {
@@ -77,6 +77,22 @@ def test_a_fast_module_decodes_as_the_equivalent_one(two_threads, max_batch):
         outs[name] = np.stack(logits)
     np.testing.assert_allclose(outs["fast"], outs["equivalent"], rtol=1e-5, atol=1e-5)
     assert (outs["fast"].argmax(-1) == outs["equivalent"].argmax(-1)).all()
+
+
+def test_an_untied_embedding_and_a_model_without_state_keep_the_checkpoint_layout():
+    """A table only looked up gains nothing from the layout; an encoder alone runs any batch (its `forward` is not
+    bounded by `max_batch`), where blocks of K are slower."""
+    from linnet.runtimes.torch_backend import load
+    from tests.conftest import EXAMPLES
+
+    untied = load(EXAMPLES / "llama.linnet", config={**LLAMA, "tie_word_embeddings": False}, numerics="fast",
+                  max_positions=32, random_weights=True, progress=False).module  # fmt: skip
+    assert untied.stored_transposed == (WIDE - {"model.embed_tokens.weight"}) | {"lm_head.weight"}
+    assert untied.tensors["model.embed_tokens.weight"].is_contiguous()
+    bert = load(EXAMPLES / "bert.linnet", config={"num_hidden_layers": 1, "hidden_size": 16, "intermediate_size": 64,
+                "num_attention_heads": 2, "vocab_size": 64}, numerics="fast", random_weights=True,
+                progress=False).module  # fmt: skip
+    assert not bert.program.state and bert.stored_transposed == frozenset()
 
 
 def test_the_weights_come_back_as_the_checkpoint_holds_them():

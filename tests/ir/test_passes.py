@@ -115,18 +115,18 @@ def test_a_tied_embedding_is_not_fused():
 
 def test_linear_weights_are_the_parameters_only_linear_layers_and_row_lookups_read():
     """What a backend may hold in another layout (the PyTorch module stores the wide ones transposed): every
-    instance's linear weights, the head and the embedding (a row lookup), never a norm's weight."""
+    instance's linear weights and the head, never a norm's weight, nor an untied embedding (only looked up)."""
     layers = [f"model.layers.{i}.{m}.weight" for i in range(3) for m in (
         "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
         "mlp.up_proj", "mlp.down_proj")]  # fmt: skip
-    assert linear_weights(prepare(llama(3), PassOptions())) == {*layers, "model.embed_tokens.weight", "lm_head.weight"}
+    assert linear_weights(prepare(llama(3), PassOptions())) == {*layers, "lm_head.weight"}
 
 
 def test_weights_a_matmul_reads_are_not_linear_weights():
     """GPT-2's Conv1D multiplies `x @ weight` ([in, out], a matmul, not a linear layer): none of its weights is
-    one, while the tied token embedding (a lookup and the head) and the position embedding (a lookup) are."""
+    one, while the tied token embedding (a lookup and the head) is; the position embedding is only looked up."""
     p = build(EXAMPLES / "gpt2.linnet", config={"n_layer": 1, "n_embd": 16, "n_head": 2, "vocab_size": 64})
-    assert linear_weights(prepare(p, PassOptions())) == {"transformer.wte.weight", "transformer.wpe.weight"}
+    assert linear_weights(prepare(p, PassOptions())) == {"transformer.wte.weight"}
 
 
 def test_attention_variants_recorded_where_they_apply():
