@@ -68,7 +68,36 @@ def test_torch_and_onnxruntime_dense_passes_match_numpy(dtype, tol):
             blocks = ws.torch_blocks_pass(mats, dtype, x_by_in(), 2, 0.0)
         finally:
             torch.set_num_threads(threads)
-        assert blocks["kernels"] == ["torch.bmm over row blocks"] and blocks["max_rel_error"] < tol
+        assert blocks["kernels"] == ["torch.bmm over blocks (of rows; of in where held transposed)"]
+        assert blocks["max_rel_error"] < tol
+
+
+def test_the_blocks_pass_holds_a_wide_matrix_transposed_as_a_fast_module_does():
+    """A wide matrix (out > in: gate, up, the head) runs as blocks of `in` over its transpose, checked against
+    numpy like every pass (the check reads the first and the last matrix: the wide one is last)."""
+    pytest.importorskip("torch")
+    import torch
+
+    values = np.random.default_rng(3).standard_normal((2 * IN, IN)).astype(np.float32)
+    wide = ws.Matrix("blk.0.ffn_up.weight (Q8_0)", "Q8_0", 2 * IN, IN,
+                     gguf.quants.quantize(values, gguf.GGMLQuantizationType.Q8_0))  # fmt: skip
+    calls = []
+    real = torch.bmm
+
+    def spy(a, b):
+        calls.append(tuple(b.shape))
+        return real(a, b)
+
+    threads = torch.get_num_threads()
+    torch.bmm = spy
+    try:
+        blocks = ws.torch_blocks_pass([matrix("Q4_1"), wide], "f32", x_by_in(), 2, 0.0)
+    finally:
+        torch.bmm = real
+        torch.set_num_threads(threads)
+    assert (2, IN // 2, 2 * IN) in calls  # the wide matrix: blocks of `in` of its [in, out] memory
+    assert (2, IN, OUT // 2) in calls  # the other: blocks of its rows
+    assert blocks["max_rel_error"] < 1e-5
 
 
 def test_stored_passes_compute_the_stored_weights():
