@@ -22,6 +22,8 @@ import statistics
 import time
 from pathlib import Path
 
+from weight_streaming import generated_linear  # the module's own `linear`, from its text (bench/ runs as scripts)
+
 # SmolLM2-135M's matrices, [N, K], and how many of each one decode step reads (30 layers and the tied head)
 SHAPES = {
     "q_proj/o_proj": ((576, 576), 60),
@@ -33,19 +35,6 @@ SHAPES = {
 ROWS = (1, 2, 4, 16, 512)
 COPIES = 24  # distinct matrices of a shape per timed pass, so that a pass reads ~80 MB, past the 32 MB L3
 LAYOUTS = ("[N, K]", "[K, N] (transposed)")
-
-
-def generated_linear():
-    """The generated module's `linear`, from its text (`LINEAR`): the function the module runs."""
-    import torch
-    import torch.nn.functional as F
-    from torch import nn
-
-    from linnet.compiler.torch.codegen import LINEAR
-
-    namespace = {"torch": torch, "F": F, "nn": nn}
-    exec(LINEAR, namespace)
-    return namespace["linear"]
 
 
 def measure(rounds: int, threads: int) -> list[dict]:

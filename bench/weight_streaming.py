@@ -143,7 +143,7 @@ def _torch_pass(matrices: list[Matrix], dtype: str, x_by_in: dict, threads: int,
     import torch.nn.functional as F
 
     torch.set_num_threads(threads)
-    linear = _generated_linear() if form == "blocks" else None
+    linear = generated_linear() if form == "blocks" else None
     act = {"f32": torch.float32, "bf16": torch.bfloat16, "stored": torch.bfloat16}[dtype]
     xs = {k: torch.from_numpy(v).to(act) for k, v in x_by_in.items()}
     calls = []
@@ -185,7 +185,7 @@ def _torch_pass(matrices: list[Matrix], dtype: str, x_by_in: dict, threads: int,
     return {"kernels": sorted(kernels), "pass_s": times, "max_rel_error": _check(outputs, matrices, x_by_in, checked)}
 
 
-def _generated_linear():
+def generated_linear():
     """The generated PyTorch module's `linear` (compiler/torch/codegen.py, `LINEAR`): the function the module runs."""
     import torch
     import torch.nn.functional as F

@@ -72,7 +72,7 @@ def test_torch_and_onnxruntime_dense_passes_match_numpy(dtype, tol):
         assert blocks["max_rel_error"] < tol
 
 
-def test_the_blocks_pass_holds_a_wide_matrix_transposed_as_a_fast_module_does():
+def test_the_blocks_pass_holds_a_wide_matrix_transposed_as_a_fast_module_does(monkeypatch):
     """A wide matrix (out > in: gate, up, the head) runs as blocks of `in` over its transpose, checked against
     numpy like every pass (the check reads the first and the last matrix: the wide one is last)."""
     pytest.importorskip("torch")
@@ -88,12 +88,11 @@ def test_the_blocks_pass_holds_a_wide_matrix_transposed_as_a_fast_module_does():
         calls.append(tuple(b.shape))
         return real(a, b)
 
+    monkeypatch.setattr(torch, "bmm", spy)
     threads = torch.get_num_threads()
-    torch.bmm = spy
     try:
         blocks = ws.torch_blocks_pass([matrix("Q4_1"), wide], "f32", x_by_in(), 2, 0.0)
     finally:
-        torch.bmm = real
         torch.set_num_threads(threads)
     assert (2, IN // 2, 2 * IN) in calls  # the wide matrix: blocks of `in` of its [in, out] memory
     assert (2, IN, OUT // 2) in calls  # the other: blocks of its rows
