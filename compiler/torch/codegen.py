@@ -24,7 +24,7 @@ from typing import Callable
 
 from linnet.ir import render
 from linnet.ir.core import Op, Program, Value
-from linnet.ir.fusion import linear_weights
+from linnet.ir.fusion import concat_param_paths, concat_weight_groups, linear_weights
 from linnet.ir.pipeline import NUMERICS, PassOptions, prepare
 from linnet.ir.render import (
     GraphEmitter,
@@ -55,7 +55,18 @@ TORCH_DTYPES = {
     "bool": "torch.bool",
 }
 RESERVED = python_reserved(
-    "torch", "F", "nn", "self", "device", "math", "Module", "training", "linear", "attended_keys", "one_row_attention"
+    "torch",
+    "F",
+    "nn",
+    "self",
+    "device",
+    "math",
+    "Module",
+    "training",
+    "linear",
+    "linear_concat",
+    "attended_keys",
+    "one_row_attention",
 )
 
 # What the passes do for this backend: composites native under these numerics, and the
@@ -606,13 +617,55 @@ def linear(x, weight):
 '''.strip()
 
 
+# A group of linear layers sharing their input, one `linear` over their weights joined (`fusion.
+# concat_linear_weights`; a `fast` module on the CPU, `module_passes`).
+LINEAR_CONCAT = '''
+def linear_concat(x, weights):
+    """`F.linear(x, torch.cat(weights))`: x [.., K] @ (the weights [N_i, K] joined along N)^T -> [.., sum N_i].
+    Weights that lie adjacently in one buffer, with the same strides (a `fast` module on the CPU binds each group
+    so: `LinnetModule.bind`), are read as that buffer's rows by one `linear` (one row through SmolLM2's q, k and v
+    on a 2-core AVX2 EPYC: 367 us as three, 201 as one). Anything else (weights bound apart, a weight subclass
+    such as a quantized one, gradients to a weight, torch.compile's trace) is one `linear` a weight, the outputs
+    joined."""
+    first = weights[0]
+    if not (torch.compiler.is_compiling() or torch.is_grad_enabled() and any(w.requires_grad for w in weights)):
+        strides, width, dtype = first.stride(), first.shape[-1], first.dtype
+        start, step, rows = first.data_ptr(), strides[0] * first.element_size(), 0
+        for w in weights:
+            if (
+                type(w) not in (torch.Tensor, nn.Parameter) or w.stride() != strides or w.shape[-1] != width
+                or w.dtype != dtype or w.data_ptr() != start + rows * step
+            ):
+                break
+            rows += w.shape[0]
+        else:  # rows of one buffer, if the first weight's storage holds them all
+            last = first.storage_offset() + (rows - 1) * strides[0] + (width - 1) * strides[-1]
+            if len(strides) == 2 and last < first.untyped_storage().nbytes() // first.element_size():
+                return linear(x, first.as_strided((rows, width), strides))
+    return torch.cat([linear(x, w) for w in weights], dim=-1)
+'''.strip()
+
+
+def module_passes(numerics: str, mode: str, device_type: str) -> PassOptions:
+    """The passes a `LinnetModule` runs before writing its source: `PASSES`, and under `fast`, generated eagerly on
+    the CPU, `concat_linear_weights` (q, k and v; gate and up: one `linear_concat` each, the weights laid out
+    adjacently by `LinnetModule.bind`). One row through SmolLM2's q, k and v as one [960, 576] weight held
+    transposed: 201 us against 367 as three; gate and up as one [3072, 576]: 473 against 542 (2-core AVX2 EPYC,
+    the same memory refilled in either layout, `bench/weight_layouts.py`). `equivalent` keeps one `linear` a
+    weight: transformers' kernels, bit for bit. `generate` (`linnet torch`) writes `PASSES`' module, whose weights a
+    caller loads apart."""
+    if numerics == "fast" and mode == "generated" and device_type == "cpu":
+        return replace(PASSES, concat_linear_weights=True)
+    return PASSES
+
+
 def stored_transposed(program: Program, numerics: str, device_type: str) -> frozenset[str]:
     """The parameters a generated module holds transposed (`LinnetModule.bind`: [K, N] in memory, the parameter
     its [N, K] transpose, strides (1, N)), which its `linear` runs as blocks of K: under `fast`, on the CPU, in a
     decoder (a program with state: its steps run 1 row a request) that decodes at most 2 rows at once
     (`program.max_batch`), the f32 weights [N, K] with N > K that linear layers read and nothing else but row
-    lookups (`fusion.linear_weights`): gate and up (or a fused gate_up, qkv), the head, an encoder's wide layers
-    where the model has one, a LoRA adapter's B. An encoder alone (no state) runs any batch: it keeps the
+    lookups (`fusion.linear_weights`), weights one linear reads joined (`module_passes`) held as one [sum N, K]:
+    q, k and v, gate and up, the head, an encoder's wide layers where the model has one, a LoRA adapter's B. An encoder alone (no state) runs any batch: it keeps the
     checkpoint's layout. A prompt of 3 to 16 tokens also takes the blocks of K, slower there. Measured on a 2-core
     AVX2 EPYC, each weight's memory refilled in either layout (bench/results/weight_layouts_amd_avx2.md): one row
     through SmolLM2's [1536, 576] gate 198 -> 164 us, its [49152, 576] head 5.7 -> 4.0 ms; two rows 328 -> 225 us
@@ -622,7 +675,16 @@ def stored_transposed(program: Program, numerics: str, device_type: str) -> froz
     if numerics != "fast" or device_type != "cpu" or program.max_batch > 2 or not program.state:
         return frozenset()
     shapes = {s.path: s.shape for s in program.params if s.type.dtype.name == "f32" and len(s.shape) == 2}
-    return frozenset(p for p in linear_weights(program) if p in shapes and shapes[p][0] > shapes[p][1])
+    weights = linear_weights(program)
+    # a group joined for one linear (`concat_linear_weights`) is one matrix, held transposed as a whole or not at all
+    groups = concat_weight_groups(program)
+    grouped = {p for group in groups for p in group}
+    out: set[str] = set()
+    for group in [(p,) for p in weights if p not in grouped] + groups:
+        if all(p in weights and p in shapes for p in group) and len({shapes[p][1] for p in group}) == 1:
+            if sum(shapes[p][0] for p in group) > shapes[group[0]][1]:
+                out.update(group)
+    return frozenset(out)
 
 
 # The generated module's attention under `fast` in bf16/f16 (`ModuleEmitter`): one query row on the CPU as the flash
@@ -669,9 +731,34 @@ def _calls(text: str, call: str) -> bool:
 
 
 class ModuleEmitter(Emitter):
-    """The generated module's emitter: linear layers call the module's `linear` (`LINEAR`); under `fast` in bf16 or
-    f16, attention that reads the cache up to its last attended key calls `one_row_attention`
-    (`ONE_ROW_ATTENTION`)."""
+    """The generated module's emitter: linear layers call the module's `linear` (`LINEAR`), those over joined
+    weights `linear_concat` (`LINEAR_CONCAT`); under `fast` in bf16 or f16, attention that reads the cache up to its
+    last attended key calls `one_row_attention` (`ONE_ROW_ATTENTION`)."""
+
+
+def _joined_weights(e: Emitter, op: Op) -> bool:
+    """Whether `op` joins parameters only for linear layers to read as their weight (`fusion.concat_linear_weights`):
+    the module writes no statement for it, its linear layers call `linear_concat` on the parameters."""
+    if concat_param_paths(op) is None or e.graph is None:
+        return False
+    readers = [(r, name) for r in e.graph.ops for name, v in r.args.items() if v is op.result]
+    outputs = [*e.graph.outputs, *e.graph.state_updates.values()]
+    return (
+        bool(readers)
+        and all(r.name == "linear" and name == "weight" for r, name in readers)
+        and not any(v is op.result for v in outputs)
+    )
+
+
+def _module_concat(e: Emitter, op: Op):
+    return ([], None) if _joined_weights(e, op) else EMITTERS["concat"](e, op)
+
+
+def _module_linear(e: Emitter, op: Op) -> str:
+    weight = op.args["weight"]
+    if weight.producer is not None and _joined_weights(e, weight.producer):
+        return f"linear_concat({e.r(op.args['x'])}, ({', '.join(e.r(w) for w in weight.producer.args['xs'])}))"
+    return f"linear({e.r(op.args['x'])}, {e.r(weight)})"
 
 
 def _module_attention(e: Emitter, op: Op):
@@ -708,8 +795,15 @@ class TorchModule(ModuleWriter):
         """The module's text, with the helpers its code calls (`LINEAR`, `ATTENDED_KEYS`, `ONE_ROW_ATTENTION`) after
         the `Module` base class."""
         text = super().write()
-        calls = {LINEAR: "linear(", ATTENDED_KEYS: "attended_keys(", ONE_ROW_ATTENTION: "one_row_attention("}
+        calls = {
+            LINEAR: "linear(",
+            LINEAR_CONCAT: "linear_concat(",
+            ATTENDED_KEYS: "attended_keys(",
+            ONE_ROW_ATTENTION: "one_row_attention(",
+        }
         helpers = [helper for helper, call in calls.items() if _calls(text, call)]
+        if LINEAR_CONCAT in helpers and LINEAR not in helpers:  # `linear_concat` calls `linear`
+            helpers.insert(0, LINEAR)
         return text.replace(MODULE_BASE, "\n\n\n".join([MODULE_BASE, *helpers]), 1) if helpers else text
 
     def function(self, g, e: Emitter, name: str, method: bool) -> list[str]:
@@ -756,6 +850,6 @@ Emitter.reserved = RESERVED
 Emitter.backend = "PyTorch"
 Emitter.training_arg = "training"  # nn.Module's flag: `self.training` in a method
 Emitter.training_off = "False"
-ModuleEmitter.emitters = {**EMITTERS, "linear": lambda e, op: f"linear({e.r(op.args['x'])}, {e.r(op.args['weight'])})"}
+ModuleEmitter.emitters = {**EMITTERS, "linear": _module_linear, "concat": _module_concat}
 ModuleEmitter.native = {**NATIVE, "attention": _module_attention}
 Emitter.error = CodegenError

@@ -22,8 +22,9 @@ from torch import nn
 
 from linnet.errors import BackendError
 from linnet.ir.core import Program
+from linnet.ir.fusion import concat_weight_groups
 
-from .codegen import NUMERICS, PASSES, TORCH_DTYPES, TorchModule, flat_program, prepare, stored_transposed
+from .codegen import NUMERICS, TORCH_DTYPES, TorchModule, flat_program, module_passes, prepare, stored_transposed
 from .interpret import Interpreter
 from .quantized import QuantizedWeight
 
@@ -60,8 +61,13 @@ class LinnetModule(nn.Module):
         self.mode = mode
         self.numerics = numerics
         self.device_ = torch.device(device)
-        prepared = prepare(program, PASSES, numerics)
+        prepared = prepare(program, module_passes(numerics, mode, self.device_.type), numerics)
         self.source = TorchModule(prepared, numerics).write()
+        # the weights that one `linear_concat` reads joined: bound adjacently in one buffer each (`bind`)
+        self.weight_groups: dict[str, tuple[str, ...]] = {
+            path: group for group in concat_weight_groups(prepared) for path in group
+        }
+        self._group_buffers: dict[tuple[str, ...], tuple[torch.Tensor, set[str]]] = {}  # and the paths bound in it
         # wide linear weights held transposed for `linear` (`bind`); generated eager modules only: inductor
         # compiles its own decode kernels, the interpreter calls F.linear
         self.stored_transposed = (
@@ -116,7 +122,8 @@ class LinnetModule(nn.Module):
         `QuantizedWeight` (`--dtype stored`) is bound as it is, a buffer that `F.linear` and `F.embedding`
         read through its quantized kernels. Raises KeyError for an unknown path and ValueError for a shape
         that differs. Under `fast` on the CPU the wide linear weights of a module decoding at most 2 rows at once
-        are held transposed (`codegen.stored_transposed`): the same values, strides (1, N)."""
+        are held transposed (`codegen.stored_transposed`): the same values, strides (1, N); weights that one linear
+        layer reads joined (`codegen.module_passes`) are bound adjacently in one buffer (`_bind_in_group`)."""
         owner, leaf = self._leaves[path]
         current = getattr(owner, leaf)
         if tuple(tensor.shape) != tuple(current.shape):
@@ -129,8 +136,16 @@ class LinnetModule(nn.Module):
             self.quantized = True
             return
         t = tensor.to(device=self.device_, dtype=current.dtype)
+        if path in self.weight_groups:
+            self._bind_in_group(path, t)
+            return
         if path in self.stored_transposed and t.dim() == 2 and t.stride() != (1, t.shape[0]):
             t = t.t().contiguous().t()  # [K, N] in memory (`codegen.stored_transposed`)
+        self._register(path, t)
+
+    def _register(self, path: str, t: torch.Tensor) -> None:
+        owner, leaf = self._leaves[path]
+        current = getattr(owner, leaf)
         if isinstance(current, nn.Parameter):
             param = nn.Parameter(t, requires_grad=False)
             owner.register_parameter(leaf, param)
@@ -139,6 +154,35 @@ class LinnetModule(nn.Module):
         else:
             current.copy_(t)
         self.tensors[path] = getattr(owner, leaf)
+
+    def _bind_in_group(self, path: str, t: torch.Tensor) -> None:
+        """Bind `t` [N, K] as its rows of its group's buffer (`weight_groups`): [sum N, K] in memory, or [K, sum N]
+        where the group is held transposed (`stored_transposed`), so that `linear_concat` reads the group as one
+        weight; the parameter is the view [N, K], strides (K, 1) or (1, sum N). A weight bound a second time
+        starts a new buffer (the others' values copied into it), so no tensor handed out before changes."""
+        group = self.weight_groups[path]
+        rows = [getattr(*self._leaves[p]).shape[0] for p in group]
+        buffer, bound = self._group_buffers.get(group, (None, set()))
+        if buffer is None or path in bound:
+            width = t.shape[1]
+            shape = (width, sum(rows)) if path in self.stored_transposed else (sum(rows), width)
+            fresh = torch.empty(shape, dtype=t.dtype, device=t.device)
+            if buffer is not None:
+                fresh.copy_(buffer)
+            buffer, bound = fresh, bound - {path}
+            self._group_buffers[group] = (buffer, bound)
+            for other in bound:
+                self._register(other, self._group_view(group, rows, other, buffer))
+        view = self._group_view(group, rows, path, buffer)
+        view.copy_(t)
+        self._register(path, view)
+        bound.add(path)
+
+    def _group_view(self, group: tuple[str, ...], rows: list[int], path: str, buffer: torch.Tensor) -> torch.Tensor:
+        """Weight `path`'s rows [N, K] of its group's `buffer` ([sum N, K], or [K, sum N] transposed)."""
+        i = group.index(path)
+        start, end = sum(rows[:i]), sum(rows[: i + 1])
+        return buffer[:, start:end].t() if path in self.stored_transposed else buffer[start:end]
 
     def reset_state(self) -> None:
         """Zero the KV cache (not needed between requests: a step only reads what it wrote)."""

@@ -12,6 +12,10 @@ makes at load (`Program.param_transforms`), named `fused_key(names)`
 as before; on XLA's and ONNX Runtime's CPU backends one larger product is faster than several
 small ones at batch 1 (a SmolLM2 decode step: 33 ms against 37 on XLA, measured when the JAX
 backend did this itself).
+
+`concat_linear_weights`: the same groups as one `linear` over a `concat` of the weights, each parameter keeping its
+name (the PyTorch module's `state_dict()` keys are the checkpoint's): the backend lays the group out in one buffer
+and runs the concat as a view of it.
 """
 
 from __future__ import annotations
@@ -112,6 +116,85 @@ def fuse_linear_weights(program: Program) -> None:
         _fuse(program, g, receiver, ops, paths, where, made)
 
 
+def concat_linear_weights(program: Program) -> None:
+    """`fuse_linear_weights` keeping every parameter's name: linear layers of one input whose weights are parameters
+    that nothing else reads become one `linear` over the `concat` of their weights along dim 0 and a `split` of its
+    result (in place). A backend that lays the weights out adjacently in one buffer (`concat_weight_groups` says
+    which) runs the concat as a view of it; anywhere else it is the concatenation, the same values. Groups are
+    per instance (SAM's first two-way block joins its attention's q, k and v, the second only q and k); a weight is
+    joined the same way wherever it is read, or not at all (two entries that would join q, k and v and only q and k
+    join neither: one buffer cannot lay out both)."""
+    where = instances(program)
+    candidates = [
+        (g, ops, [p for prefix in where.get(receiver, []) for p in _concrete_group(prefix, paths, program)])
+        for g, receiver in _graphs_with_receivers(program)
+        for ops, paths in _groups(g)
+    ]
+    group_of: dict[str, set[tuple[str, ...]]] = {}
+    for _, _, groups in candidates:
+        for group in groups:
+            for p in group:
+                group_of.setdefault(p, set()).add(group)
+    for g, ops, groups in candidates:
+        if all(len(group_of[p]) == 1 for group in groups for p in group):
+            _concat(g, ops)
+
+
+def _concrete_group(prefix: str, paths: list[str], program: Program) -> list[tuple[str, ...]]:
+    """The groups of absolute paths that relative `paths` (one group, perhaps with loop placeholders) stand for in
+    the instance at `prefix`: one per loop index."""
+    return list(zip(*[_expand(prefix + p, program) for p in paths]))
+
+
+def _concat(g: Graph, ops: list[Op]) -> None:
+    weights = [op.args["weight"] for op in ops]
+    reads = [w.producer for w in weights]  # `param` ops read nothing: each moves before the first layer
+    g.ops = [op for op in g.ops if op not in reads]
+    concat = Op("concat", {"xs": weights, "dim": 0}, [], origin=ops[0].origin)
+    rows = sum(w.dims[0].as_int() for w in weights)
+    concat.results = [Value(tensor_type(weights[0].dtype, [Dim.of(rows), weights[0].dims[1]]), "weight", concat)]
+    _one_linear(g, ops, [*reads, concat], concat.result)
+
+
+def _one_linear(g: Graph, ops: list[Op], made: list[Op], weight: Value) -> None:
+    """Replace linear layers `ops` (one input) with `made` (the ops making `weight`, their weights joined along dim
+    0), one `linear` over it and a `split` of its result, where the first of `ops` was (in place)."""
+    rows = [op.args["weight"].dims[0].as_int() for op in ops]
+    hint = _hint([op.args["weight"].producer.attrs["path"] for op in ops])
+    dot = Op("linear", {"x": ops[0].args["x"], "weight": weight}, [], origin=ops[0].origin)
+    dot.results = [Value(tensor_type(weight.dtype, list(ops[0].result.dims[:-1]) + [Dim.of(sum(rows))]), hint, dot)]
+    split = Op("split", {"x": dot.result, "sizes": [Dim.of(n) for n in rows], "dim": -1}, [], origin=ops[0].origin)
+    split.results = [Value(op.result.type, op.result.hint, split) for op in ops]
+    first = g.ops.index(ops[0])
+    g.ops[first:first] = [*made, dot, split]
+    g.ops = [op for op in g.ops if op not in ops]
+    _replace_uses(g, {id(op.result): r for op, r in zip(ops, split.results)})
+
+
+def concat_weight_groups(program: Program) -> list[tuple[str, ...]]:
+    """The parameters (absolute paths, in order) that `concat_linear_weights` concatenated for one linear layer,
+    one tuple a group: each is read as a whole buffer's rows where a backend lays them out adjacently."""
+    where = instances(program)
+    out: dict[tuple[str, ...], None] = {}
+    for g, receiver in _graphs_with_receivers(program):
+        for op in g.ops:
+            paths = concat_param_paths(op)
+            if paths is not None:
+                for prefix in where.get(receiver, []):
+                    out.update(dict.fromkeys(_concrete_group(prefix, paths, program)))
+    return list(out)
+
+
+def concat_param_paths(op: Op) -> list[str] | None:
+    """The parameter paths a `concat` of parameters along dim 0 joins, None for any other op."""
+    if op.name != "concat" or op.args["dim"] != 0:
+        return None
+    producers = [x.producer for x in op.args["xs"]]
+    if not all(p is not None and p.name == "param" for p in producers):
+        return None
+    return [p.attrs["path"] for p in producers]
+
+
 def _uneven_classes(program: Program, candidates, where) -> set[str]:
     """The module classes whose instances would not all fuse the same groups. A fused weight is recorded
     on its owner class (`ModuleClass.fused`), whose declarations then drop its members in every instance:
@@ -172,18 +255,9 @@ def _fuse(program: Program, g: Graph, receiver: str, ops: list[Op], paths: list[
     key = fused_key(paths)
     rows = [w.dims[0].as_int() for w in weights]
     fused_type = tensor_type(weights[0].dtype, [sum(rows), weights[0].dims[1]])
-    first = g.ops.index(ops[0])
     read = Op("param", {}, [], {"path": key})
     read.results = [Value(fused_type, _hint(paths), read)]
-    dot = Op("linear", {"x": ops[0].args["x"], "weight": read.result}, [], origin=ops[0].origin)
-    out_dims = list(ops[0].result.dims[:-1])
-    dot.results = [Value(tensor_type(fused_type.dtype, out_dims + [Dim.of(sum(rows))]), read.result.hint, dot)]
-    split = Op("split", {"x": dot.result, "sizes": [Dim.of(n) for n in rows], "dim": -1}, [], origin=ops[0].origin)
-    split.results = [Value(op.result.type, op.result.hint, split) for op in ops]
-    replace = {id(op.result): r for op, r in zip(ops, split.results)}
-    g.ops[first:first] = [read, dot, split]
-    g.ops = [op for op in g.ops if op not in ops]
-    _replace_uses(g, replace)
+    _one_linear(g, ops, [read], read.result)
     cls_key, rel = _owner(program, receiver, key)
     cls = program.modules[cls_key]
     cls.params.setdefault(rel, fused_type)
@@ -282,7 +356,15 @@ def linear_weights(program: Program) -> set[str]:
         paths = [
             p for prefix in where.get(receiver, []) for p in _expand(prefix + value.producer.attrs["path"], program)
         ]
-        if any(op is not None and op.name == "linear" for op, _ in readers.get(id(value), [])):
+        # a weight joined with others for one linear layer (`concat_linear_weights`) is read through the concat
+        direct = readers.get(id(value), [])
+        through = [
+            (reader, arg)
+            for op, _ in direct
+            if op is not None and concat_param_paths(op) is not None
+            for reader, arg in readers.get(id(op.result), [])
+        ]
+        if any(op is not None and op.name == "linear" for op, _ in direct + through):
             linear.update(paths)
         only_linear = all(
             (op is not None and op.name == "linear" and name == "weight" and op.args["x"] is not value)
@@ -292,8 +374,9 @@ def linear_weights(program: Program) -> set[str]:
                 and name == "x"
                 and all(v is not value for k, v in op.args.items() if k != "x")
             )
-            for op, name in readers.get(id(value), [])
-        )
+            or (op is not None and concat_param_paths(op) is not None)
+            for op, name in direct
+        ) and all(op is not None and op.name == "linear" and name == "weight" for op, name in through)
         (good if only_linear else bad).update(paths)
     return (good - bad) & linear
 

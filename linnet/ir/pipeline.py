@@ -6,7 +6,8 @@
    or, with `flatten`, every call and loop (ONNX, the interpreter);
 2. `linear` ops from `x @ transpose(w)` (`fusion.recognize_linear`);
 3. fold, merge, drop dead code;
-4. with `fuse_linear_weights`, one dot over the weights of linear layers sharing an input;
+4. with `fuse_linear_weights`, one dot over the weights of linear layers sharing an input (with
+   `concat_linear_weights`, one dot over their `concat`, each weight keeping its name);
 5. with `flat_caches`, KV caches held [max_batch * H, T, D] (`attention.hold_caches_flat`);
 6. which composites run natively (`native`: composite -> the numerics under which the
    backend's native form is what the reference computes) and which attention variants apply
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 
 from .attention import choose_attention_variants, hold_caches_flat
 from .core import Graph, Program
-from .fusion import fuse_linear_weights, recognize_linear
+from .fusion import concat_linear_weights, fuse_linear_weights, recognize_linear
 from .inline import flatten, inline_calls, layer_calls
 from .passes import optimize_program
 from .verify import verify_program
@@ -41,6 +42,7 @@ class PassOptions:
     flatten: bool = False
     linear: bool = True
     fuse_linear_weights: bool = False
+    concat_linear_weights: bool = False
     flat_caches: bool = False
     native: dict[str, tuple[str, ...]] = field(default_factory=dict)
     attention: tuple[str, ...] = ()
@@ -59,6 +61,8 @@ def prepare(program: Program, options: PassOptions, numerics: str = "equivalent"
     if options.fuse_linear_weights:
         fuse_linear_weights(p)
         optimize_program(p)
+    elif options.concat_linear_weights:
+        concat_linear_weights(p)
     if options.flat_caches:
         hold_caches_flat(p)
     for g in p.graphs():

@@ -10,13 +10,16 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-# hidden 32, intermediate 64 (gate and up are [64, 32]: wide), vocab 96 (the tied embedding, the head, is wide); q,
-# k, v, o and down are not
+# hidden 32, intermediate 64, vocab 96: gate and up ([64, 32] each, one [128, 32] joined), q, k and v ([32 + 16 + 16,
+# 32] joined) and the tied embedding (the head, [96, 32]) are wide; o and down are not
 LLAMA = dict(num_hidden_layers=2, hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2,
              vocab_size=96, tie_word_embeddings=True)  # fmt: skip
-WIDE = {f"model.layers.{i}.mlp.{m}_proj.weight" for i in range(2) for m in ("gate", "up")} | {
-    "model.embed_tokens.weight"
-}
+GROUPS = [
+    tuple(f"model.layers.{i}.{m}.weight" for m in members)
+    for i in range(2)
+    for members in (("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"), ("mlp.gate_proj", "mlp.up_proj"))
+]
+WIDE = {p for group in GROUPS for p in group} | {"model.embed_tokens.weight"}
 
 
 def load(numerics: str, max_batch: int = 1, mode: str = "generated"):
@@ -38,11 +41,39 @@ def two_threads():
 def test_fast_holds_the_wide_linear_weights_transposed():
     module = load("fast").module
     assert module.stored_transposed == WIDE
+    joined = {p: sum(module.tensors[m].shape[0] for m in group) for group in GROUPS for p in group}
     for path, tensor in module.tensors.items():
         if path in WIDE:
-            assert tensor.stride() == (1, tensor.shape[0]), path
+            assert tensor.stride() == (1, joined.get(path, tensor.shape[0])), path
         else:
             assert tensor.is_contiguous(), path
+
+
+@pytest.mark.parametrize(("max_batch", "transposed"), [(1, True), (3, False)])
+def test_the_weights_one_linear_layer_reads_lie_in_one_buffer(max_batch, transposed):
+    """q, k and v (gate and up) are one `linear_concat` in a `fast` module on the CPU: each group's weights are the
+    rows of one buffer ([K, sum N] in memory where the group is held transposed), under their own names."""
+    module = load("fast", max_batch).module
+    assert "linear_concat(" in module.source
+    assert sorted(set(module.weight_groups.values())) == sorted(GROUPS)
+    for group in GROUPS:
+        tensors = [module.tensors[p] for p in group]
+        first = tensors[0]
+        assert {t.untyped_storage().data_ptr() for t in tensors} == {first.untyped_storage().data_ptr()}
+        step = first.stride(0) * first.element_size()
+        starts = np.cumsum([0] + [t.shape[0] for t in tensors[:-1]])
+        assert [t.data_ptr() - first.data_ptr() for t in tensors] == [int(n) * step for n in starts]
+        assert all((t.stride() == (1, int(starts[-1]) + tensors[-1].shape[0])) == transposed for t in tensors)
+    assert set(dict(module.state_dict()).keys()) >= {p for group in GROUPS for p in group}
+
+
+@pytest.mark.parametrize(
+    ("numerics", "mode"), [("equivalent", "generated"), ("fast", "inductor"), ("fast", "interpret")]
+)
+def test_elsewhere_each_linear_layer_reads_its_own_weight(numerics, mode):
+    module = load(numerics, mode=mode).module
+    assert module.weight_groups == {}
+    assert "linear_concat(" not in module.source
 
 
 @pytest.mark.parametrize(
@@ -104,3 +135,24 @@ def test_the_weights_come_back_as_the_checkpoint_holds_them():
     for path in fast:
         assert fast[path].shape == equivalent[path].shape
         assert np.array_equal(fast[path], equivalent[path]), path
+
+
+def test_a_weight_bound_again_leaves_the_tensors_handed_out_before_unchanged(two_threads):
+    """Binding k_proj a second time (a new checkpoint, an adapter merged) starts a new buffer for q, k and v: the
+    tensors read before keep their values, the module decodes with the new k as an `equivalent` module does."""
+    fast, equivalent = load("fast"), load("equivalent")
+    q, k = GROUPS[0][0], GROUPS[0][1]
+    before = {p: fast.module.tensors[p] for p in (q, k)}
+    kept = {p: t.clone() for p, t in before.items()}
+    new_k = torch.randn(fast.module.tensors[k].shape, generator=torch.Generator().manual_seed(5))
+    for model in (fast, equivalent):
+        model.module.bind(k, new_k)
+    for p in (q, k):
+        assert torch.equal(before[p], kept[p]), p
+    assert torch.equal(fast.module.tensors[k], new_k) and torch.equal(fast.module.tensors[q], kept[q])
+    tensors = [fast.module.tensors[p] for p in GROUPS[0]]
+    assert [t.data_ptr() - tensors[0].data_ptr() for t in tensors] == [0, 32 * 4, 48 * 4]  # one buffer again
+    prompt = np.random.default_rng(1).integers(0, 96, size=(1, 5))
+    zero = np.zeros(1, dtype=np.int64)
+    outs = [model.step_model().step(prompt, zero, zero) for model in (fast, equivalent)]
+    np.testing.assert_allclose(outs[0], outs[1], rtol=1e-5, atol=1e-5)

@@ -11,7 +11,7 @@ import pytest
 
 from linnet.ir import build, format_program
 from linnet.ir.core import walk_ops
-from linnet.ir.fusion import fused_names, linear_weights
+from linnet.ir.fusion import concat_weight_groups, fused_names, linear_weights
 from linnet.ir.inline import copy_program, flatten, inline_calls, layer_calls
 from linnet.ir.pipeline import PassOptions, prepare
 from linnet.ir.verify import VerifyError, verify_program
@@ -127,6 +127,52 @@ def test_weights_a_matmul_reads_are_not_linear_weights():
     one, while the tied token embedding (a lookup and the head) is; the position embedding is only looked up."""
     p = build(EXAMPLES / "gpt2.linnet", config={"n_layer": 1, "n_embd": 16, "n_head": 2, "vocab_size": 64})
     assert linear_weights(prepare(p, PassOptions())) == {"transformer.wte.weight"}
+
+
+def test_linear_layers_sharing_an_input_read_their_weights_joined_under_their_names():
+    """`concat_linear_weights` (the PyTorch module under `fast`): one linear over the `concat` of q, k and v (gate
+    and up), each parameter keeping its checkpoint name; the joined weights are still linear weights."""
+    p = prepare(llama(3), PassOptions(concat_linear_weights=True))
+    attn = [f"model.layers.{i}.self_attn.{m}_proj.weight" for i in range(3) for m in "qkv"]
+    mlp = [f"model.layers.{i}.mlp.{m}_proj.weight" for i in range(3) for m in ("gate", "up")]
+    assert sorted(concat_weight_groups(p)) == sorted(
+        [tuple(attn[3 * i : 3 * i + 3]) for i in range(3)] + [tuple(mlp[2 * i : 2 * i + 2]) for i in range(3)]
+    )
+    assert p.param_transforms == [] and {*attn, *mlp} <= set(p.code_params())
+    assert linear_weights(p) == linear_weights(prepare(llama(3), PassOptions()))
+    project = p.functions["LlamaAttention.project"]
+    assert [op.name for op in project.ops if op.name in ("concat", "linear", "split")] == ["concat", "linear", "split"]
+    verify_program(p)
+
+
+def test_a_weight_two_graphs_would_join_differently_is_read_alone(tmp_path):
+    """`forward` would join q, k and v, `keys` only q and k: one buffer cannot lay out both, so neither joins."""
+    path = tmp_path / "two.linnet"
+    path.write_text(TWO_GROUPINGS, encoding="utf-8")
+    p = prepare(build(path), PassOptions(concat_linear_weights=True))
+    assert concat_weight_groups(p) == []
+    assert not [op for g in p.graphs() for op in walk_ops(g) if op.name == "concat"]
+
+
+TWO_GROUPINGS = """
+config Small {
+    width: int = 8
+}
+
+model Two(c: Small) {
+    q_proj: Linear(c.width, c.width)
+    k_proj: Linear(c.width, c.width)
+    v_proj: Linear(c.width, c.width)
+
+    entry fn forward(h: [B, c.width]) -> [B, c.width] {
+        q_proj(h) * k_proj(h) + v_proj(h)
+    }
+
+    entry fn keys(h: [B, c.width]) -> [B, c.width] {
+        q_proj(h) + k_proj(h) + v_proj(h * 2.0)
+    }
+}
+"""
 
 
 def test_attention_variants_recorded_where_they_apply():
@@ -282,6 +328,20 @@ model Blocks(c: Small) {
     }
 }
 """
+
+
+def test_instances_of_a_class_join_their_own_groups(tmp_path):
+    """Joining keeps the names, so nothing is recorded on the class: each block joins what it reads from one input
+    (the first q, k and v; the second q and k)."""
+    path = tmp_path / "blocks.linnet"
+    path.write_text(UNEVEN_BLOCKS, encoding="utf-8")
+    p = prepare(build(path), PassOptions(concat_linear_weights=True))
+    assert sorted(concat_weight_groups(p)) == [
+        ("layers.0.attn.q_proj.weight", "layers.0.attn.k_proj.weight", "layers.0.attn.v_proj.weight"),
+        ("layers.1.attn.q_proj.weight", "layers.1.attn.k_proj.weight"),
+    ]
+    assert p.modules["Attn"].fused == {}
+    verify_program(p)
 
 
 @pytest.mark.parametrize("flat", [False, True], ids=["calls", "flattened"])
