@@ -3,7 +3,10 @@
 The generated module's `linear` (compiler/torch/codegen.py, `LINEAR`) runs up to 16 f32 rows on the CPU as blocks in
 one `torch.bmm`: blocks of the weight's rows when it is stored [N, K] (the checkpoint's layout), blocks of K when it
 is held transposed ([K, N] in memory; `codegen.stored_transposed` picks which weights a `fast` module holds so).
-This measures both, and `F.linear` on both, for SmolLM2-135M's matrix shapes at 1, 2, 4, 16 and 512 rows.
+This measures both, and `F.linear` on both, for SmolLM2-135M's matrix shapes at 1, 2, 4, 16 and 512 rows; and
+the layers that read one input (q, k and v; gate and up) apart, each weight in the layout the module holds it in
+alone and run by `linear`, against joined, the weights adjacent in one buffer held transposed and run by the
+module's `linear_concat` (what an f32 `fast` module does: `codegen.module_passes`), at 1 and 2 rows.
 
 Only same-memory comparisons count on a VM whose speed depends on where its pages lie (two loads of one model
 differed by 20 % in decode step time here): each shape's buffers are allocated once and refilled in the layout under
@@ -79,6 +82,100 @@ def measure(rounds: int, threads: int) -> list[dict]:
     return out
 
 
+# SmolLM2-135M's linear layers that read one input, [N, K] each; each group runs once a layer, 30 a step
+GROUPS = {
+    "q_proj, k_proj, v_proj": [(576, 576), (192, 576), (192, 576)],
+    "gate_proj, up_proj": [(1536, 576), (1536, 576)],
+}
+JOINED_ROWS = (1, 2)
+ARRANGEMENTS = ("apart", "joined")
+
+
+def measure_joined(rounds: int, threads: int, groups: dict = GROUPS, copies: int = COPIES) -> list[dict]:
+    """One row per group, rows and arrangement: median µs a group over `rounds`, and the error from f64. Each copy's
+    group lies in one buffer of sum N × K floats, refilled in the arrangement under test: apart, each weight [N, K]
+    in memory (or [K, N] where N > K, as `stored_transposed` holds a wide weight alone), one `linear` each; joined,
+    [K, sum N] in memory, one `linear_concat`."""
+    import torch
+
+    torch.set_num_threads(threads)
+    linear, linear_concat = generated_linear(), generated_linear("linear_concat")
+    out = []
+    for name, shapes in groups.items():
+        k = shapes[0][1]
+        sizes = [n for n, _ in shapes]
+        total = sum(sizes)
+        generator = torch.Generator().manual_seed(total * k)
+        sources = [torch.randn(total, k, generator=generator) / k**0.5 for _ in range(copies)]
+        buffers = [torch.empty(total * k) for _ in range(copies)]
+        for rows in JOINED_ROWS:
+            x = torch.randn(rows, k, generator=generator)
+            ref = (x.double() @ sources[0].double().t()).float()
+            times: dict[str, list[float]] = {}
+            errors: dict[str, float] = {}
+            for r in range(rounds):
+                for arrangement in ARRANGEMENTS if r % 2 == 0 else ARRANGEMENTS[::-1]:
+                    joined = arrangement == "joined"
+                    if joined:
+                        groups_now = [_rows_of(b.view(k, total).copy_(s.t()), sizes) for b, s in zip(buffers, sources)]
+                    else:
+                        groups_now = [_apart(b, s, sizes, k) for b, s in zip(buffers, sources)]
+                    with torch.inference_mode():
+                        first = groups_now[0]  # warm, and checked
+                        y = linear_concat(x, first) if joined else torch.cat([linear(x, w) for w in first], -1)
+                        errors[arrangement] = float((y - ref).abs().max() / ref.abs().max())
+                        start = time.perf_counter()
+                        for weights in groups_now:
+                            if joined:
+                                linear_concat(x, weights)
+                            else:
+                                for w in weights:
+                                    linear(x, w)
+                        times.setdefault(arrangement, []).append((time.perf_counter() - start) / copies)
+            for arrangement, ts in times.items():
+                us = statistics.median(ts) * 1e6
+                out.append({
+                    "group": name, "shapes": [list(s) for s in shapes], "rows": rows, "arrangement": arrangement,
+                    "us_per_group": round(us, 1), "ms_per_step": round(us * 30 / 1e3, 3),
+                    "max_rel_error": errors[arrangement], "rounds_us": [round(t * 1e6, 1) for t in ts],
+                })  # fmt: skip
+    return out
+
+
+def _rows_of(kn, sizes: list[int]) -> tuple:
+    """The weights [n, K] that are consecutive column blocks of `kn` ([K, sum n] in memory)."""
+    starts = [sum(sizes[:i]) for i in range(len(sizes))]
+    return tuple(kn[:, start : start + n].t() for start, n in zip(starts, sizes))
+
+
+def _apart(buffer, source, sizes: list[int], k: int) -> tuple:
+    """Each weight in its own stretch of `buffer`, [n, K] in memory or [K, n] where n > K."""
+    weights, offset, start = [], 0, 0
+    for n in sizes:
+        part, rows = buffer[offset : offset + n * k], source[start : start + n]
+        weights.append(part.view(k, n).copy_(rows.t()).t() if n > k else part.view(n, k).copy_(rows))
+        offset, start = offset + n * k, start + n
+    return tuple(weights)
+
+
+def joined_table(rows: list[dict]) -> list[str]:
+    lines = [
+        "| layers (one input) | rows | apart µs | joined µs | joined / apart | ms a step saved (30 layers) "
+        "| max rel error (joined) |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    by = {(r["group"], r["rows"], r["arrangement"]): r for r in rows}
+    for name, count in dict.fromkeys((r["group"], r["rows"]) for r in rows):
+        apart, joined = by[(name, count, "apart")], by[(name, count, "joined")]
+        ratio = joined["us_per_group"] / apart["us_per_group"]
+        saved = apart["ms_per_step"] - joined["ms_per_step"]
+        lines.append(
+            f"| {name} | {count} | {apart['us_per_group']} | {joined['us_per_group']} | {ratio:.2f} | {saved:.2f} "
+            f"| {joined['max_rel_error']:.1e} |"
+        )
+    return lines
+
+
 def table(rows: list[dict]) -> list[str]:
     lines = [
         "| matrix [N, K] | rows | linear on [N, K] µs | linear on [K, N] µs | F.linear on [N, K] µs "
@@ -103,6 +200,7 @@ def main() -> None:
     import torch
 
     rows = measure(args.rounds, args.threads)
+    joined = measure_joined(args.rounds, args.threads)
     result = {
         "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": platform.processor() or platform.machine(),
@@ -110,10 +208,14 @@ def main() -> None:
         "threads": args.threads,
         "rounds": args.rounds,
         "rows": rows,
+        "joined": joined,
     }
     Path(args.out + ".json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     md = [f"# f32 weight layouts for the generated `linear` ({result['when']}, {args.threads} threads, median of "
-          f"{args.rounds} rounds, same memory refilled per layout)", "", *table(rows), ""]  # fmt: skip
+          f"{args.rounds} rounds, same memory refilled per layout)", "", *table(rows), "",
+          "Linear layers that read one input, apart (each weight in its own layout, one `linear` each) and joined "
+          "(adjacent in one buffer held transposed, one `linear_concat`), the same memory refilled in each:", "",
+          *joined_table(joined), ""]  # fmt: skip
     Path(args.out + ".md").write_text("\n".join(md), encoding="utf-8")
     print("\n".join(md))
 

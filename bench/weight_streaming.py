@@ -185,17 +185,19 @@ def _torch_pass(matrices: list[Matrix], dtype: str, x_by_in: dict, threads: int,
     return {"kernels": sorted(kernels), "pass_s": times, "max_rel_error": _check(outputs, matrices, x_by_in, checked)}
 
 
-def generated_linear():
-    """The generated PyTorch module's `linear` (compiler/torch/codegen.py, `LINEAR`): the function the module runs."""
+def generated_linear(name: str = "linear"):
+    """The generated PyTorch module's `linear` (compiler/torch/codegen.py, `LINEAR`), or its `linear_concat`
+    (`LINEAR_CONCAT`, which calls that `linear`): the function the module runs."""
     import torch
     import torch.nn.functional as F
     from torch import nn
 
-    from linnet.compiler.torch.codegen import LINEAR
+    from linnet.compiler.torch.codegen import LINEAR, LINEAR_CONCAT
 
     namespace = {"torch": torch, "F": F, "nn": nn}
     exec(LINEAR, namespace)
-    return namespace["linear"]
+    exec(LINEAR_CONCAT, namespace)
+    return namespace[name]
 
 
 def onnxruntime_pass(matrices: list[Matrix], dtype: str, x_by_in: dict, threads: int, seconds: float) -> dict:

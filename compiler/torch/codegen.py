@@ -622,11 +622,11 @@ def linear(x, weight):
 LINEAR_CONCAT = '''
 def linear_concat(x, weights):
     """`F.linear(x, torch.cat(weights))`: x [.., K] @ (the weights [N_i, K] joined along N)^T -> [.., sum N_i].
-    Weights that lie adjacently in one buffer, with the same strides (a `fast` module on the CPU binds each group
-    so: `LinnetModule.bind`), are read as that buffer's rows by one `linear` (one row through SmolLM2's q, k and v
-    on a 2-core AVX2 EPYC: 367 us as three, 201 as one). Anything else (weights bound apart, a weight subclass
-    such as a quantized one, gradients to a weight, torch.compile's trace) is one `linear` a weight, the outputs
-    joined."""
+    Weights that lie adjacently in one buffer, with the same strides (an f32 `fast` module on the CPU binds each
+    group so: `LinnetModule.bind`), are read as that buffer's rows by one `linear` (one row through SmolLM2's q, k
+    and v on a 2-core AVX2 EPYC in 0.66-0.83x the time of three). Anything else (weights bound apart, a weight
+    subclass such as a quantized one, gradients to a weight, torch.compile's trace) is one `linear` a weight, the
+    outputs joined."""
     first = weights[0]
     if not (torch.compiler.is_compiling() or torch.is_grad_enabled() and any(w.requires_grad for w in weights)):
         strides, width, dtype = first.stride(), first.shape[-1], first.dtype
@@ -646,15 +646,18 @@ def linear_concat(x, weights):
 '''.strip()
 
 
-def module_passes(numerics: str, mode: str, device_type: str) -> PassOptions:
-    """The passes a `LinnetModule` runs before writing its source: `PASSES`, and under `fast`, generated eagerly on
-    the CPU, `concat_linear_weights` (q, k and v; gate and up: one `linear_concat` each, the weights laid out
-    adjacently by `LinnetModule.bind`). One row through SmolLM2's q, k and v as one [960, 576] weight held
-    transposed: 201 us against 367 as three; gate and up as one [3072, 576]: 473 against 542 (2-core AVX2 EPYC,
-    the same memory refilled in either layout, `bench/weight_layouts.py`). `equivalent` keeps one `linear` a
-    weight: transformers' kernels, bit for bit. `generate` (`linnet torch`) writes `PASSES`' module, whose weights a
-    caller loads apart."""
-    if numerics == "fast" and mode == "generated" and device_type == "cpu":
+def module_passes(program: Program, numerics: str, mode: str, device_type: str) -> PassOptions:
+    """The passes a `LinnetModule` runs before writing its source: `PASSES`, and for an f32 model under `fast`,
+    generated eagerly on the CPU, `concat_linear_weights` (q, k and v; gate and up: one `linear_concat` each, the
+    weights laid out adjacently by `LinnetModule.bind`). On a 2-core AVX2 EPYC, the same memory refilled in either
+    arrangement (bench/weight_layouts.py, three runs): one row through SmolLM2's q, k and v as one [960, 576]
+    weight held transposed in 0.66-0.83x the time of three, gate and up as one [3072, 576] in 0.81-1.00x; its f32
+    decode 1.23-1.38x `equivalent`'s in each round, 1.10-1.15x before (bench/results/
+    generate_speed_amd_avx2_r14_f32_fast.md). Not in bf16: oneDNN's bf16 GEMV gained 3-10 % on the same memory
+    and nothing measurable end to end. `equivalent` keeps one `linear` a weight:
+    transformers' kernels, bit for bit. `generate` (`linnet torch`) writes `PASSES`' module, whose weights a caller
+    loads apart."""
+    if numerics == "fast" and mode == "generated" and device_type == "cpu" and program.dtype.name == "f32":
         return replace(PASSES, concat_linear_weights=True)
     return PASSES
 
@@ -665,8 +668,9 @@ def stored_transposed(program: Program, numerics: str, device_type: str) -> froz
     decoder (a program with state: its steps run 1 row a request) that decodes at most 2 rows at once
     (`program.max_batch`), the f32 weights [N, K] with N > K that linear layers read and nothing else but row
     lookups (`fusion.linear_weights`), weights one linear reads joined (`module_passes`) held as one [sum N, K]:
-    q, k and v, gate and up, the head, an encoder's wide layers where the model has one, a LoRA adapter's B. An encoder alone (no state) runs any batch: it keeps the
-    checkpoint's layout. A prompt of 3 to 16 tokens also takes the blocks of K, slower there. Measured on a 2-core
+    q, k and v, gate and up, the head, an encoder's wide layers where the model has one, a LoRA adapter's B. An
+    encoder alone (no state) runs any batch: it keeps the checkpoint's layout. A prompt of 3 to 16 tokens also
+    takes the blocks of K, slower there. Measured on a 2-core
     AVX2 EPYC, each weight's memory refilled in either layout (bench/results/weight_layouts_amd_avx2.md): one row
     through SmolLM2's [1536, 576] gate 198 -> 164 us, its [49152, 576] head 5.7 -> 4.0 ms; two rows 328 -> 225 us
     and 12.7 -> 8.0 ms; from 4 rows 7-21 % slower; no gain where N <= K (down 198 -> 217 us); prefill (512 rows,

@@ -61,7 +61,7 @@ class LinnetModule(nn.Module):
         self.mode = mode
         self.numerics = numerics
         self.device_ = torch.device(device)
-        prepared = prepare(program, module_passes(numerics, mode, self.device_.type), numerics)
+        prepared = prepare(program, module_passes(program, numerics, mode, self.device_.type), numerics)
         self.source = TorchModule(prepared, numerics).write()
         # the weights that one `linear_concat` reads joined: bound adjacently in one buffer each (`bind`)
         self.weight_groups: dict[str, tuple[str, ...]] = {
