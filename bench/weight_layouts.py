@@ -40,6 +40,16 @@ COPIES = 24  # distinct matrices of a shape per timed pass, so that a pass reads
 LAYOUTS = ("[N, K]", "[K, N] (transposed)")
 
 
+def _matrices(n: int, k: int, copies: int):
+    """A seeded generator, `copies` random [n, K] weights (scaled 1 / sqrt(K)) and as many flat buffers to lay
+    them out in."""
+    import torch
+
+    generator = torch.Generator().manual_seed(n * k)
+    sources = [torch.randn(n, k, generator=generator) / k**0.5 for _ in range(copies)]
+    return generator, sources, [torch.empty(n * k) for _ in range(copies)]
+
+
 def measure(rounds: int, threads: int) -> list[dict]:
     """One row per shape, rows, layout and function: median µs a call over `rounds`, and the error from f64."""
     import torch
@@ -50,9 +60,7 @@ def measure(rounds: int, threads: int) -> list[dict]:
     out = []
     for name, ((n, k), per_step) in SHAPES.items():
         copies = 1 if n * k > 8_000_000 else COPIES
-        generator = torch.Generator().manual_seed(n * k)
-        sources = [torch.randn(n, k, generator=generator) / k**0.5 for _ in range(copies)]
-        buffers = [torch.empty(n * k) for _ in range(copies)]
+        generator, sources, buffers = _matrices(n, k, copies)
         for rows in ROWS:
             x = torch.randn(rows, k, generator=generator)
             ref = (x.double() @ sources[0].double().t()).float()
@@ -105,9 +113,7 @@ def measure_joined(rounds: int, threads: int, groups: dict = GROUPS, copies: int
         k = shapes[0][1]
         sizes = [n for n, _ in shapes]
         total = sum(sizes)
-        generator = torch.Generator().manual_seed(total * k)
-        sources = [torch.randn(total, k, generator=generator) / k**0.5 for _ in range(copies)]
-        buffers = [torch.empty(total * k) for _ in range(copies)]
+        generator, sources, buffers = _matrices(total, k, copies)
         for rows in JOINED_ROWS:
             x = torch.randn(rows, k, generator=generator)
             ref = (x.double() @ sources[0].double().t()).float()
