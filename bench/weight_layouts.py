@@ -6,7 +6,7 @@ is held transposed ([K, N] in memory; `codegen.stored_transposed` picks which we
 This measures both, and `F.linear` on both, for SmolLM2-135M's matrix shapes at 1, 2, 4, 16 and 512 rows; and
 the layers that read one input (q, k and v; gate and up) apart, each weight in the layout the module holds it in
 alone and run by `linear`, against joined, the weights adjacent in one buffer held transposed and run by the
-module's `linear_concat` (what an f32 `fast` module does: `codegen.module_passes`), at 1 and 2 rows.
+module's `linears` (what an f32 `fast` module does: `codegen.module_passes`), at 1 and 2 rows.
 
 Only same-memory comparisons count on a VM whose speed depends on where its pages lie (two loads of one model
 differed by 20 % in decode step time here): each shape's buffers are allocated once and refilled in the layout under
@@ -103,11 +103,11 @@ def measure_joined(rounds: int, threads: int, groups: dict = GROUPS, copies: int
     """One row per group, rows and arrangement: median µs a group over `rounds`, and the error from f64. Each copy's
     group lies in one buffer of sum N × K floats, refilled in the arrangement under test: apart, each weight [N, K]
     in memory (or [K, N] where N > K, as `stored_transposed` holds a wide weight alone), one `linear` each; joined,
-    [K, sum N] in memory, one `linear_concat`."""
+    [K, sum N] in memory, one `linears`."""
     import torch
 
     torch.set_num_threads(threads)
-    linear, linear_concat = generated_linear(), generated_linear("linear_concat")
+    linear, linears = generated_linear(), generated_linear("linears")
     out = []
     for name, shapes in groups.items():
         k = shapes[0][1]
@@ -128,12 +128,12 @@ def measure_joined(rounds: int, threads: int, groups: dict = GROUPS, copies: int
                         groups_now = [_apart(b, s, sizes, k) for b, s in zip(buffers, sources)]
                     with torch.inference_mode():
                         first = groups_now[0]  # warm, and checked
-                        y = linear_concat(x, first) if joined else torch.cat([linear(x, w) for w in first], -1)
+                        y = torch.cat(linears(x, first) if joined else [linear(x, w) for w in first], -1)
                         errors[arrangement] = float((y - ref).abs().max() / ref.abs().max())
                         start = time.perf_counter()
                         for weights in groups_now:
                             if joined:
-                                linear_concat(x, weights)
+                                linears(x, weights)
                             else:
                                 for w in weights:
                                     linear(x, w)
@@ -220,7 +220,7 @@ def main() -> None:
     md = [f"# f32 weight layouts for the generated `linear` ({result['when']}, {args.threads} threads, median of "
           f"{args.rounds} rounds, same memory refilled per layout)", "", *table(rows), "",
           "Linear layers that read one input, apart (each weight in its own layout, one `linear` each) and joined "
-          "(adjacent in one buffer held transposed, one `linear_concat`), the same memory refilled in each:", "",
+          "(adjacent in one buffer held transposed, one `linears`), the same memory refilled in each:", "",
           *joined_table(joined), ""]  # fmt: skip
     Path(args.out + ".md").write_text("\n".join(md), encoding="utf-8")
     print("\n".join(md))

@@ -186,17 +186,17 @@ def _torch_pass(matrices: list[Matrix], dtype: str, x_by_in: dict, threads: int,
 
 
 def generated_linear(name: str = "linear"):
-    """The generated PyTorch module's `linear` (compiler/torch/codegen.py, `LINEAR`), or its `linear_concat`
-    (`LINEAR_CONCAT`, which calls that `linear`): the function the module runs."""
+    """The generated PyTorch module's `linear` (compiler/torch/codegen.py, `LINEAR`), or its `linears`
+    (`LINEARS`, which calls that `linear`): the function the module runs."""
     import torch
     import torch.nn.functional as F
     from torch import nn
 
-    from linnet.compiler.torch.codegen import LINEAR, LINEAR_CONCAT
+    from linnet.compiler.torch.codegen import LINEAR, LINEARS
 
     namespace = {"torch": torch, "F": F, "nn": nn}
     exec(LINEAR, namespace)
-    exec(LINEAR_CONCAT, namespace)
+    exec(LINEARS, namespace)
     return namespace[name]
 
 

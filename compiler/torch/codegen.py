@@ -24,7 +24,7 @@ from typing import Callable
 
 from linnet.ir import render
 from linnet.ir.core import Op, Program, Value
-from linnet.ir.fusion import concat_param_paths, concat_weight_groups, linear_weights
+from linnet.ir.fusion import concat_weight_groups, joined_linears, linear_weights
 from linnet.ir.pipeline import NUMERICS, PassOptions, prepare
 from linnet.ir.render import (
     GraphEmitter,
@@ -64,7 +64,7 @@ RESERVED = python_reserved(
     "Module",
     "training",
     "linear",
-    "linear_concat",
+    "linears",
     "attended_keys",
     "one_row_attention",
 )
@@ -617,16 +617,16 @@ def linear(x, weight):
 '''.strip()
 
 
-# A group of linear layers sharing their input, one `linear` over their weights joined (`fusion.
-# concat_linear_weights`; a `fast` module on the CPU, `module_passes`).
-LINEAR_CONCAT = '''
-def linear_concat(x, weights):
-    """`F.linear(x, torch.cat(weights))`: x [.., K] @ (the weights [N_i, K] joined along N)^T -> [.., sum N_i].
-    Weights that lie adjacently in one buffer, with the same strides (an f32 `fast` module on the CPU binds each
-    group so: `LinnetModule.bind`), are read as that buffer's rows by one `linear` (one row through SmolLM2's q, k
-    and v on a 2-core AVX2 EPYC in 0.66-0.83x the time of three). Anything else (weights bound apart, a weight
-    subclass such as a quantized one, gradients to a weight, torch.compile's trace) is one `linear` a weight, the
-    outputs joined."""
+# Linear layers sharing their input, one `linear` over their weights joined where they lie in one buffer (`fusion.
+# concat_linear_weights`; an f32 `fast` module on the CPU, `module_passes`).
+LINEARS = '''
+def linears(x, weights):
+    """`tuple(F.linear(x, w) for w in weights)`: x [.., K] @ each weight [N_i, K]^T -> [.., N_i] each. Weights that
+    lie adjacently in one buffer, with the same strides (an f32 `fast` module on the CPU binds each group so:
+    `LinnetModule.bind`), are read as that buffer's rows by one `linear` whose output is split (one row through
+    SmolLM2's q, k and v on a 2-core AVX2 EPYC in 0.66-0.83x the time of three). Anything else (weights bound
+    apart, a weight subclass such as a quantized or a distributed one, gradients to a weight, torch.compile's
+    trace) is one `linear` a weight."""
     first = weights[0]
     if not (torch.compiler.is_compiling() or torch.is_grad_enabled() and any(w.requires_grad for w in weights)):
         strides, width, dtype = first.stride(), first.shape[-1], first.dtype
@@ -641,14 +641,15 @@ def linear_concat(x, weights):
         else:  # rows of one buffer, if the first weight's storage holds them all
             last = first.storage_offset() + (rows - 1) * strides[0] + (width - 1) * strides[-1]
             if len(strides) == 2 and last < first.untyped_storage().nbytes() // first.element_size():
-                return linear(x, first.as_strided((rows, width), strides))
-    return torch.cat([linear(x, w) for w in weights], dim=-1)
+                joined = linear(x, first.as_strided((rows, width), strides))
+                return joined.split([w.shape[0] for w in weights], dim=-1)
+    return tuple(linear(x, w) for w in weights)
 '''.strip()
 
 
 def module_passes(program: Program, numerics: str, mode: str, device_type: str) -> PassOptions:
     """The passes a `LinnetModule` runs before writing its source: `PASSES`, and for an f32 model under `fast`,
-    generated eagerly on the CPU, `concat_linear_weights` (q, k and v; gate and up: one `linear_concat` each, the
+    generated eagerly on the CPU, `concat_linear_weights` (q, k and v; gate and up: one `linears` call each, the
     weights laid out adjacently by `LinnetModule.bind`). On a 2-core AVX2 EPYC, the same memory refilled in either
     arrangement (bench/weight_layouts.py, three runs): one row through SmolLM2's q, k and v as one [960, 576]
     weight held transposed in 0.66-0.83x the time of three, gate and up as one [3072, 576] in 0.81-1.00x; its f32
@@ -736,33 +737,26 @@ def _calls(text: str, call: str) -> bool:
 
 class ModuleEmitter(Emitter):
     """The generated module's emitter: linear layers call the module's `linear` (`LINEAR`), those over joined
-    weights `linear_concat` (`LINEAR_CONCAT`); under `fast` in bf16 or f16, attention that reads the cache up to its
+    weights `linears` (`LINEARS`); under `fast` in bf16 or f16, attention that reads the cache up to its
     last attended key calls `one_row_attention` (`ONE_ROW_ATTENTION`)."""
 
 
-def _joined_weights(e: Emitter, op: Op) -> bool:
-    """Whether `op` joins parameters only for linear layers to read as their weight (`fusion.concat_linear_weights`):
-    the module writes no statement for it, its linear layers call `linear_concat` on the parameters."""
-    if concat_param_paths(op) is None or e.graph is None:
-        return False
-    readers = [(r, name) for r in e.graph.ops for name, v in r.args.items() if v is op.result]
-    outputs = [*e.graph.outputs, *e.graph.state_updates.values()]
-    return (
-        bool(readers)
-        and all(r.name == "linear" and name == "weight" for r, name in readers)
-        and not any(v is op.result for v in outputs)
-    )
+def _joined(fallback: Emit) -> Emit:
+    """The module's emitter of `concat`, `linear` or `split`: a group of linear layers over joined weights
+    (`fusion.joined_linears`: the concat of the parameters, the linear, the split of its output) is one statement,
+    written at the split, `q_proj, k_proj, v_proj = linears(x, (self.q_proj.weight, ...))` (`LINEARS`); any other
+    op is `fallback`'s."""
 
+    def emit(e: Emitter, op: Op):
+        group = joined_linears(e.graph).get(id(op)) if e.graph is not None else None
+        if group is None:
+            return fallback(e, op)
+        concat, dot, split = group
+        if op is not split:
+            return [], None
+        return f"linears({e.r(dot.args['x'])}, ({', '.join(e.r(w) for w in concat.args['xs'])}))"
 
-def _module_concat(e: Emitter, op: Op):
-    return ([], None) if _joined_weights(e, op) else EMITTERS["concat"](e, op)
-
-
-def _module_linear(e: Emitter, op: Op) -> str:
-    weight = op.args["weight"]
-    if weight.producer is not None and _joined_weights(e, weight.producer):
-        return f"linear_concat({e.r(op.args['x'])}, ({', '.join(e.r(w) for w in weight.producer.args['xs'])}))"
-    return f"linear({e.r(op.args['x'])}, {e.r(weight)})"
+    return emit
 
 
 def _module_attention(e: Emitter, op: Op):
@@ -796,17 +790,17 @@ class TorchModule(ModuleWriter):
         ]
 
     def write(self) -> str:
-        """The module's text, with the helpers its code calls (`LINEAR`, `ATTENDED_KEYS`, `ONE_ROW_ATTENTION`) after
-        the `Module` base class."""
+        """The module's text, with the helpers its code calls (`LINEAR`, `LINEARS`, `ATTENDED_KEYS`,
+        `ONE_ROW_ATTENTION`) after the `Module` base class."""
         text = super().write()
         calls = {
             LINEAR: "linear(",
-            LINEAR_CONCAT: "linear_concat(",
+            LINEARS: "linears(",
             ATTENDED_KEYS: "attended_keys(",
             ONE_ROW_ATTENTION: "one_row_attention(",
         }
         helpers = [helper for helper, call in calls.items() if _calls(text, call)]
-        if LINEAR_CONCAT in helpers and LINEAR not in helpers:  # `linear_concat` calls `linear`
+        if LINEARS in helpers and LINEAR not in helpers:  # `linears` calls `linear`
             helpers.insert(0, LINEAR)
         return text.replace(MODULE_BASE, "\n\n\n".join([MODULE_BASE, *helpers]), 1) if helpers else text
 
@@ -854,6 +848,11 @@ Emitter.reserved = RESERVED
 Emitter.backend = "PyTorch"
 Emitter.training_arg = "training"  # nn.Module's flag: `self.training` in a method
 Emitter.training_off = "False"
-ModuleEmitter.emitters = {**EMITTERS, "linear": _module_linear, "concat": _module_concat}
+ModuleEmitter.emitters = {
+    **EMITTERS,
+    "linear": _joined(lambda e, op: f"linear({e.r(op.args['x'])}, {e.r(op.args['weight'])})"),
+    "concat": _joined(EMITTERS["concat"]),
+    "split": _joined(EMITTERS["split"]),
+}
 ModuleEmitter.native = {**NATIVE, "attention": _module_attention}
 Emitter.error = CodegenError

@@ -29,6 +29,7 @@ from .interpret import Interpreter
 from .quantized import QuantizedWeight
 
 MODES = ("interpret", "generated", "inductor", "cuda-graphs")
+META = torch.device("meta")  # where a parameter no checkpoint has bound yet lies
 
 
 def torch_dtype(name: str) -> torch.dtype:
@@ -63,7 +64,7 @@ class LinnetModule(nn.Module):
         self.device_ = torch.device(device)
         prepared = prepare(program, module_passes(program, numerics, mode, self.device_.type), numerics)
         self.source = TorchModule(prepared, numerics).write()
-        # the weights that one `linear_concat` reads joined: bound adjacently in one buffer each (`bind`)
+        # the weights that one `linears` call reads joined: bound adjacently in one buffer each (`bind`)
         self.weight_groups: dict[str, tuple[str, ...]] = {
             path: group for group in concat_weight_groups(prepared) for path in group
         }
@@ -157,22 +158,25 @@ class LinnetModule(nn.Module):
 
     def _bind_in_group(self, path: str, t: torch.Tensor) -> None:
         """Bind `t` [N, K] as its rows of its group's buffer (`weight_groups`): [sum N, K] in memory, or [K, sum N]
-        where the group is held transposed (`stored_transposed`), so that `linear_concat` reads the group as one
+        where the group is held transposed (`stored_transposed`), so that `linears` reads the group as one
         weight; the parameter is the view [N, K], strides (K, 1) or (1, sum N). A weight bound a second time
-        starts a new buffer (the others' values copied into it), so no tensor handed out before changes."""
+        starts a new buffer, holding the others' current values (whatever set them: `bind`, `load_state_dict`), so
+        no tensor handed out before changes."""
         group = self.weight_groups[path]
         rows = [getattr(*self._leaves[p]).shape[0] for p in group]
         buffer, bound = self._group_buffers.get(group, (None, set()))
         if buffer is None or path in bound:
             width = t.shape[1]
             shape = (width, sum(rows)) if path in self.stored_transposed else (sum(rows), width)
-            fresh = torch.empty(shape, dtype=t.dtype, device=t.device)
-            if buffer is not None:
-                fresh.copy_(buffer)
-            buffer, bound = fresh, bound - {path}
+            buffer, bound = torch.empty(shape, dtype=t.dtype, device=t.device), set()
             self._group_buffers[group] = (buffer, bound)
-            for other in bound:
-                self._register(other, self._group_view(group, rows, other, buffer))
+            for other in group:
+                current = getattr(*self._leaves[other])
+                if other != path and type(current) in (torch.Tensor, nn.Parameter) and current.device != META:
+                    view = self._group_view(group, rows, other, buffer)
+                    view.copy_(current.detach())
+                    self._register(other, view)
+                    bound.add(other)
         view = self._group_view(group, rows, path, buffer)
         view.copy_(t)
         self._register(path, view)

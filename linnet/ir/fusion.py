@@ -172,17 +172,45 @@ def _one_linear(g: Graph, ops: list[Op], made: list[Op], weight: Value) -> None:
 
 
 def concat_weight_groups(program: Program) -> list[tuple[str, ...]]:
-    """The parameters (absolute paths, in order) that `concat_linear_weights` concatenated for one linear layer,
-    one tuple a group: each is read as a whole buffer's rows where a backend lays them out adjacently."""
+    """The parameters (absolute paths, in order) that `concat_linear_weights` joined for one linear layer, one tuple
+    a group (`joined_linears`): each is read as a whole buffer's rows where a backend lays them out adjacently. A
+    concat of parameters that the model writes itself (SAM's tokens) is not a group."""
     where = instances(program)
     out: dict[tuple[str, ...], None] = {}
     for g, receiver in _graphs_with_receivers(program):
-        for op in g.ops:
-            paths = concat_param_paths(op)
-            if paths is not None:
-                for prefix in where.get(receiver, []):
-                    out.update(dict.fromkeys(_concrete_group(prefix, paths, program)))
+        for concat, _, _ in dict.fromkeys(joined_linears(g).values()):
+            paths = concat_param_paths(concat)
+            for prefix in where.get(receiver, []):
+                out.update(dict.fromkeys(_concrete_group(prefix, paths, program)))
     return list(out)
+
+
+def joined_linears(g: Graph) -> dict[int, tuple[Op, Op, Op]]:
+    """The groups `concat_linear_weights` made in `g` (not in its loop bodies): the id of each of a group's ops ->
+    (the `concat` of the parameters, the `linear` reading it as its weight, the `split` of its result into each
+    weight's rows), where nothing else reads the concat or the linear."""
+    readers: dict[int, list[tuple[Op | None, str]]] = {}
+    for op in g.ops:
+        for name, v in op.args.items():
+            for x in v if isinstance(v, (list, tuple)) else [v]:
+                if isinstance(x, Value):
+                    readers.setdefault(id(x), []).append((op, name))
+    for v in [*g.outputs, *g.state_updates.values()]:
+        readers.setdefault(id(v), []).append((None, "output"))
+    out: dict[int, tuple[Op, Op, Op]] = {}
+    for concat in g.ops:
+        if concat_param_paths(concat) is None:
+            continue
+        (dot, arg), *more = readers.get(id(concat.result), [(None, "")])
+        if more or dot is None or dot.name != "linear" or arg != "weight":
+            continue
+        (split, _), *more = readers.get(id(dot.result), [(None, "")])
+        if more or split is None or split.name != "split" or split.args["dim"] not in (-1, dot.result.rank - 1):
+            continue
+        if [d.as_int() for d in split.args["sizes"]] != [w.dims[0].as_int() for w in concat.args["xs"]]:
+            continue
+        out[id(concat)] = out[id(dot)] = out[id(split)] = (concat, dot, split)
+    return out
 
 
 def concat_param_paths(op: Op) -> list[str] | None:

@@ -1,5 +1,5 @@
 """bench/weight_layouts.py's joined rows: the same weights apart (one `linear` each) and joined (adjacent in one
-buffer held transposed, the module's `linear_concat`), both the product over the group's weights, and the joined
+buffer held transposed, the module's `linears`), both the product over the group's weights, and the joined
 arrangement one GEMV a group, so the row measures what an f32 `fast` module runs."""
 
 from __future__ import annotations

@@ -51,10 +51,10 @@ def test_fast_holds_the_wide_linear_weights_transposed():
 
 @pytest.mark.parametrize(("max_batch", "transposed"), [(1, True), (3, False)])
 def test_the_weights_one_linear_layer_reads_lie_in_one_buffer(max_batch, transposed):
-    """q, k and v (gate and up) are one `linear_concat` in a `fast` module on the CPU: each group's weights are the
+    """q, k and v (gate and up) are one `linears` in a `fast` module on the CPU: each group's weights are the
     rows of one buffer ([K, sum N] in memory where the group is held transposed), under their own names."""
     module = load("fast", max_batch).module
-    assert "linear_concat(" in module.source
+    assert "linears(" in module.source
     assert sorted(set(module.weight_groups.values())) == sorted(GROUPS)
     for group in GROUPS:
         tensors = [module.tensors[p] for p in group]
@@ -77,7 +77,7 @@ def test_elsewhere_each_linear_layer_reads_its_own_weight(numerics, mode, dtype)
     the joined GEMV gained nothing measurable."""
     module = load(numerics, mode=mode, dtype=dtype).module
     assert module.weight_groups == {}
-    assert "linear_concat(" not in module.source
+    assert "linears(" not in module.source
 
 
 @pytest.mark.parametrize(
@@ -157,6 +157,24 @@ def test_a_weight_bound_again_leaves_the_tensors_handed_out_before_unchanged(two
     tensors = [fast.module.tensors[p] for p in GROUPS[0]]
     assert [t.data_ptr() - tensors[0].data_ptr() for t in tensors] == [0, 32 * 4, 48 * 4]  # one buffer again
     prompt = np.random.default_rng(1).integers(0, 96, size=(1, 5))
+    zero = np.zeros(1, dtype=np.int64)
+    outs = [model.step_model().step(prompt, zero, zero) for model in (fast, equivalent)]
+    np.testing.assert_allclose(outs[0], outs[1], rtol=1e-5, atol=1e-5)
+
+
+def test_binding_one_weight_keeps_the_values_others_were_given_another_way():
+    """q replaced through `load_state_dict(assign=True)` (not `bind`), then k bound: the new buffer holds q's
+    current value, not the one the old buffer held, and the module computes what an `equivalent` one does."""
+    fast, equivalent = load("fast"), load("equivalent")
+    q, k = GROUPS[0][0], GROUPS[0][1]
+    generator = torch.Generator().manual_seed(7)
+    new_q = torch.randn(fast.module.tensors[q].shape, generator=generator)
+    new_k = torch.randn(fast.module.tensors[k].shape, generator=generator)
+    for model in (fast, equivalent):
+        model.module.load_state_dict({q: new_q.clone()}, strict=False, assign=True)
+        model.module.bind(k, new_k)
+    assert torch.equal(fast.module.tensors[q], new_q) and torch.equal(fast.module.tensors[k], new_k)
+    prompt = np.random.default_rng(2).integers(0, 96, size=(1, 5))
     zero = np.zeros(1, dtype=np.int64)
     outs = [model.step_model().step(prompt, zero, zero) for model in (fast, equivalent)]
     np.testing.assert_allclose(outs[0], outs[1], rtol=1e-5, atol=1e-5)

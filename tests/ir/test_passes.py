@@ -154,6 +154,35 @@ def test_a_weight_two_graphs_would_join_differently_is_read_alone(tmp_path):
     assert not [op for g in p.graphs() for op in walk_ops(g) if op.name == "concat"]
 
 
+def test_a_concat_of_parameters_the_model_writes_is_not_a_group(tmp_path):
+    """SAM joins its output tokens' embeddings itself (`concat([iou_token.weight, mask_tokens.weight], dim=0)`): a
+    concat of parameters that no linear layer reads as its weight is the model's, not a group to lay out."""
+    path = tmp_path / "tokens.linnet"
+    path.write_text(MODEL_CONCAT, encoding="utf-8")
+    p = prepare(build(path), PassOptions(concat_linear_weights=True))
+    assert [op for g in p.graphs() for op in walk_ops(g) if op.name == "concat"]
+    assert concat_weight_groups(p) == []
+    assert concat_weight_groups(prepare(build(path), PassOptions())) == []
+
+
+MODEL_CONCAT = """
+config Small {
+    width: int = 8
+}
+
+model Tokens(c: Small) {
+    first: Embedding(1, c.width)
+    rest: Embedding(3, c.width)
+    proj: Linear(c.width, c.width)
+
+    entry fn forward(h: [B, c.width]) -> [B, 4] {
+        let tokens = concat([first.weight, rest.weight], dim=0)
+        proj(h) @ transpose(tokens, 0, 1)
+    }
+}
+"""
+
+
 TWO_GROUPINGS = """
 config Small {
     width: int = 8

@@ -1,7 +1,7 @@
-"""The generated module's `linear_concat` (compiler/torch/codegen.py, `LINEAR_CONCAT`): linear layers sharing their
-input, one linear over their weights joined. Weights that lie adjacently in one buffer must be read as that buffer's
-rows by one `linear`; any other weights (apart, out of order, strided differently, with a gap, a subclass, needing
-gradients) one `linear` each. Either way the values are `F.linear(x, torch.cat(weights))`'s. The function is taken
+"""The generated module's `linears` (compiler/torch/codegen.py, `LINEARS`): linear layers sharing their input, one
+linear over their weights joined. Weights that lie adjacently in one buffer must be read as that buffer's rows by one
+`linear`, its output split; any other weights (apart, out of order, strided differently, with a gap, a subclass,
+needing gradients) one `linear` each. Either way the values are each `F.linear(x, w)`'s. The function is taken
 from a real `fast` module's source, so the text tested is the text users run."""
 
 from __future__ import annotations
@@ -23,7 +23,9 @@ def namespace() -> dict:
 
     module = load(EXAMPLES / "llama.linnet", config=LLAMA, numerics="fast", max_positions=16, random_weights=True,
                   progress=False).module  # fmt: skip
-    assert "linear_concat(x, (self.q_proj.weight, self.k_proj.weight, self.v_proj.weight))" in module.source
+    assert "q_proj, k_proj, v_proj = linears(x, (self.q_proj.weight, self.k_proj.weight, self.v_proj.weight))" in (
+        module.source
+    )
     names: dict = {}
     exec(compile(module.source, "generated", "exec"), names)
     return names
@@ -31,7 +33,7 @@ def namespace() -> dict:
 
 @pytest.fixture
 def calls(namespace, monkeypatch):
-    """The weights `linear_concat` passes to the module's `linear`, one entry a call."""
+    """The weights `linears` passes to the module's `linear`, one entry a call."""
     seen = []
     real = namespace["linear"]
 
@@ -53,7 +55,7 @@ def rows_of(buffer: torch.Tensor, sizes: list[int], transposed: bool) -> list[to
 
 
 def reference(x, weights):
-    return (x.double() @ torch.cat([w.detach() for w in weights]).double().t()).float()
+    return tuple((x.double() @ w.detach().double().t()).float() for w in weights)
 
 
 @pytest.mark.parametrize("transposed", [True, False])
@@ -64,8 +66,9 @@ def test_adjacent_weights_are_one_linear_over_their_buffer(namespace, calls, tra
     weights = rows_of(buffer, sizes, transposed)
     x = torch.randn(*lead, k)
     with torch.inference_mode():
-        y = namespace["linear_concat"](x, tuple(weights))
+        y = namespace["linears"](x, tuple(weights))
     assert len(calls) == 1 and calls[0].shape == (sum(sizes), k) and calls[0].data_ptr() == weights[0].data_ptr()
+    assert [t.shape for t in y] == [(*lead, n) for n in sizes]
     torch.testing.assert_close(y, reference(x, weights), rtol=1e-5, atol=1e-5)
 
 
@@ -110,9 +113,10 @@ def test_other_weights_are_one_linear_each(namespace, calls, case):
     weights = case(buffer, rows_of(buffer, [24, 16], transposed=False))
     x = torch.randn(2, 16)
     with torch.inference_mode():
-        y = namespace["linear_concat"](x, tuple(weights))
+        y = namespace["linears"](x, tuple(weights))
     assert len(calls) == len(weights)
-    torch.testing.assert_close(y.as_subclass(torch.Tensor), reference(x, weights), rtol=1e-5, atol=1e-5)
+    y = tuple(t.as_subclass(torch.Tensor) for t in y)
+    torch.testing.assert_close(y, reference(x, weights), rtol=1e-5, atol=1e-5)
 
 
 def test_weights_that_need_gradients_are_one_linear_each_and_get_their_own(namespace, calls):
@@ -123,12 +127,12 @@ def test_weights_that_need_gradients_are_one_linear_each_and_get_their_own(names
     for w in weights:
         w.requires_grad_(True)
     x = torch.randn(3, 16)
-    namespace["linear_concat"](x, tuple(weights)).square().sum().backward()
+    sum(y.square().sum() for y in namespace["linears"](x, tuple(weights))).backward()
     assert len(calls) == 2
     joined = torch.cat([w.detach() for w in weights]).requires_grad_(True)
     F.linear(x, joined).square().sum().backward()
     torch.testing.assert_close(torch.cat([w.grad for w in weights]), joined.grad, rtol=1e-5, atol=1e-5)
     calls.clear()
     with torch.no_grad():  # no gradients asked for: the buffer's rows again
-        namespace["linear_concat"](x, tuple(weights))
+        namespace["linears"](x, tuple(weights))
     assert len(calls) == 1
