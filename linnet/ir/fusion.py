@@ -190,13 +190,7 @@ def joined_linears(g: Graph) -> dict[int, tuple[Op, Op, Op]]:
     (the `concat` of the parameters, the `linear` reading it as its weight, the `split` of its result into each
     weight's rows), where nothing else reads the concat or the linear."""
     readers: dict[int, list[tuple[Op | None, str]]] = {}
-    for op in g.ops:
-        for name, v in op.args.items():
-            for x in v if isinstance(v, (list, tuple)) else [v]:
-                if isinstance(x, Value):
-                    readers.setdefault(id(x), []).append((op, name))
-    for v in [*g.outputs, *g.state_updates.values()]:
-        readers.setdefault(id(v), []).append((None, "output"))
+    _add_readers(readers, g)
     out: dict[int, tuple[Op, Op, Op]] = {}
     for concat in g.ops:
         if concat_param_paths(concat) is None:
@@ -211,6 +205,18 @@ def joined_linears(g: Graph) -> dict[int, tuple[Op, Op, Op]]:
             continue
         out[id(concat)] = out[id(dot)] = out[id(split)] = (concat, dot, split)
     return out
+
+
+def _add_readers(readers: dict[int, list[tuple[Op | None, str]]], g: Graph) -> None:
+    """Record in `readers` (id of a value -> (op, argument name) reading it) what reads each value of `g`: its ops,
+    and None ("output") for its outputs and state updates."""
+    for op in g.ops:
+        for name, v in op.args.items():
+            for x in v if isinstance(v, (list, tuple)) else [v]:
+                if isinstance(x, Value):
+                    readers.setdefault(id(x), []).append((op, name))
+    for v in [*g.outputs, *g.state_updates.values()]:
+        readers.setdefault(id(v), []).append((None, "output"))
 
 
 def concat_param_paths(op: Op) -> list[str] | None:
@@ -365,18 +371,11 @@ def linear_weights(program: Program) -> set[str]:
     `LinnetModule.bind`). A parameter that anything else reads (a norm, a matmul, a call, an output) is left out,
     in every instance, and so is a table that only lookups read (no matmul would gain)."""
     where = instances(program)
-    readers: dict[int, list[tuple[Op, str]]] = {}  # id(value) -> (op, argument name) reading it
+    readers: dict[int, list[tuple[Op | None, str]]] = {}  # id(value) -> (op, argument name) reading it
     params: list[tuple[Value, str]] = []  # each `param` op's value, with its receiver class
     for g, receiver in _graphs_with_receivers(program):
-        for op in g.ops:
-            if op.name == "param":
-                params.append((op.result, receiver))
-            for name, v in op.args.items():
-                for x in v if isinstance(v, (list, tuple)) else [v]:
-                    if isinstance(x, Value):
-                        readers.setdefault(id(x), []).append((op, name))
-        for v in [*g.outputs, *g.state_updates.values()]:
-            readers.setdefault(id(v), []).append((None, "output"))
+        params += [(op.result, receiver) for op in g.ops if op.name == "param"]
+        _add_readers(readers, g)
     good: set[str] = set()
     bad: set[str] = set()
     linear: set[str] = set()  # read by a linear layer at least once
