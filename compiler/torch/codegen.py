@@ -653,8 +653,8 @@ def module_passes(program: Program, numerics: str, mode: str, device_type: str) 
     weights laid out adjacently by `LinnetModule.bind`). On a 2-core AVX2 EPYC, the same memory refilled in either
     arrangement (bench/weight_layouts.py, three runs): one row through SmolLM2's q, k and v as one [960, 576]
     weight held transposed in 0.66-0.83x the time of three, gate and up as one [3072, 576] in 0.81-1.00x; its f32
-    decode 1.23-1.38x `equivalent`'s in each round, 1.10-1.15x before (bench/results/
-    generate_speed_amd_avx2_r14_f32_fast.md). Not in bf16: oneDNN's bf16 GEMV gained 3-10 % on the same memory
+    decode 1.01-1.38x `equivalent`'s in six rounds of two runs, 1.10-1.15x before (bench/results/
+    generate_speed_amd_avx2_r14{,b}_f32_fast.md). Not in bf16: oneDNN's bf16 GEMV gained 3-10 % on the same memory
     and nothing measurable end to end. `equivalent` keeps one `linear` a weight:
     transformers' kernels, bit for bit. `generate` (`linnet torch`) writes `PASSES`' module, whose weights a caller
     loads apart."""
