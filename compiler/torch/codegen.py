@@ -100,6 +100,7 @@ class Emitter(GraphEmitter):
     `tensors` collects the names it binds to tensors (what `liveness` may free)."""
 
     tensors: set[str] = field(default_factory=set)
+    joined: dict[int, dict] = field(default_factory=dict)  # id(graph) -> its `fusion.joined_linears`, found once
 
     def bind(self, v: Value, hint: str | None = None) -> str:
         name = super().bind(v, hint)
@@ -748,7 +749,11 @@ def _joined(fallback: Emit) -> Emit:
     op is `fallback`'s."""
 
     def emit(e: Emitter, op: Op):
-        group = joined_linears(e.graph).get(id(op)) if e.graph is not None else None
+        if e.graph is None:
+            return fallback(e, op)
+        if id(e.graph) not in e.joined:
+            e.joined[id(e.graph)] = joined_linears(e.graph)
+        group = e.joined[id(e.graph)].get(id(op))
         if group is None:
             return fallback(e, op)
         concat, dot, split = group
