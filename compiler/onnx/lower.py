@@ -51,6 +51,7 @@ from linnet.types.core import DType
 from linnet.types.dims import Dim, format_dim
 
 from . import quantized as Q
+from .rotary import fuse_rotary_embedding
 from .spatial import LOWERINGS as SPATIAL_LOWERINGS
 
 OPSET = 21
@@ -1095,7 +1096,7 @@ def lower_entry(
         opset_imports=opsets,
         name=f"{program.model}_{name}",
     )
-    return ir.Model(
+    model = ir.Model(
         graph,
         ir_version=IR_VERSION,
         producer_name="linnet",
@@ -1103,6 +1104,9 @@ def lower_entry(
         f"dtype {program.dtype.name}, numerics {numerics}, max_batch {program.max_batch}, "
         f"max_positions {program.max_positions}",
     )
+    if numerics == "fast":
+        fuse_rotary_embedding(model)  # one com.microsoft node a rotation: ORT's kernel may round differently
+    return model
 
 
 def _output_name(program: Program, i: int, v: Value, taken: set[str]) -> str:
