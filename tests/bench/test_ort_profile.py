@@ -65,5 +65,6 @@ def test_a_stored_profile_of_smollm2_counts_each_quantized_matmul_once_a_step():
     assert stages == ["start", "imports", "load", "step session made", "prefill of 8 tokens", "3 decode steps"]
     peaks = [s["peak_rss_mb"] for s in result["memory_stages"]]
     assert peaks == sorted(peaks)  # a high-water mark never falls
-    assert result["initializer_mb"]["UINT8"] > 100  # SmolLM2's Q4_1 layers and Q8_0 embedding, kept quantized
+    # SmolLM2's Q4_1 layers (50 MB) and its Q8_0 table (28 MB, once: the tied head and the lookup read one array)
+    assert 75 < result["initializer_mb"]["UINT8"] < 80
     assert "| MatMulNBits | " in "\n".join(ort_profile.markdown(result))
