@@ -48,8 +48,8 @@ def _profiled_sessions(prefix: str):
 
     plain = onnx_backend.session_options
 
-    def profiled(numerics: str = "equivalent", threads: int | None = None):
-        opts = plain(numerics, threads)
+    def profiled(*args, **kwargs):
+        opts = plain(*args, **kwargs)
         opts.enable_profiling = True
         opts.profile_file_prefix = prefix
         return opts
