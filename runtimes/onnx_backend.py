@@ -21,7 +21,8 @@ length costs no compile, and the step's last-token logits are the prompt's last 
 
 Numerics: `equivalent` runs with ORT's basic graph optimisations (constant folding and
 redundant-node removal, which change no arithmetic); `fast` enables all of them (ORT's
-fusions of normalisation, GELU and attention patterns) and says so in `notes`.
+fusions of normalisation, GELU and attention patterns; the lowering writes each provable rotary embedding as one
+`com.microsoft.RotaryEmbedding`, `linnet.compiler.onnx.rotary`) and says so in `notes`.
 
 Dtypes: f32, f16 and bf16. ORT's CPU provider computes nothing in bf16 (it moves, gathers and
 converts it; `linnet.compiler.onnx.kernels` has the measured table), so on CPU a bf16 model under
@@ -560,7 +561,10 @@ def load(
         values = random_params(program, seed)
     notes = list(prepared.notes)
     if numerics == "fast":
-        notes.append("numerics fast: ONNX Runtime's graph fusions are on (normalisation, GELU, attention patterns)")
+        notes.append(
+            "numerics fast: ONNX Runtime's graph fusions are on (normalisation, GELU, attention patterns), and rotary "
+            "embeddings are com.microsoft.RotaryEmbedding nodes (a file written so runs on ONNX Runtime only)"
+        )
     vocab = program.entries["step"].outputs[0].dims[-1].as_int() if "step" in program.entries else None
     model = OnnxModel(
         prepared=prepared,

@@ -263,8 +263,10 @@ def gather_block_quantized(L, indices, rank: int, name: str, w: PackedWeight, hi
     A plane with the default zero point is gathered from the MatMulNBits weight itself, u8[N, K / group, group *
     bits / 8] quantized along its last axis, so a tied head and its embeddings are one initializer: ONNX Runtime
     copies each initializer it is handed, and the SmolLM2 session's peak RSS fell from 593 to 567 MB (its Q8_0
-    table is 28 MB), the logits bit for bit the same. A plane with zero points (packed along K for MatMulNBits, not
-    per block as the gather reads them) is gathered from the same bytes as a [N, K * bits / 8] view."""
+    table is 28 MB), the logits bit for bit the same. The scales stay two initializers (3.5 MB there: MatMulNBits
+    refuses the gather's [N, K / group, 1]). A plane with zero points (packed along K for MatMulNBits, not per
+    block as the gather reads them) is gathered from a [N, K * bits / 8] view of the same bytes, which ORT holds
+    as a second copy."""
     n, k = w.shape
     groups = [0] * rank + [k // w.group, w.group]
     y = None

@@ -18,10 +18,13 @@ along the last axis (through `Cast`s, which keep equal halves equal). The caches
 cos and sin, their first halves flattened to [B * S, R], and position_ids [B, S] = b * S + s, so row (b, s) reads its
 own angles: the rotation is the one the source computes, at whatever positions the source computed them for.
 
-Only the rounding may differ: ORT's kernel may fuse a multiply and an add (seen: 4.6e-5 on SmolLM2's f32 logits of
-magnitude 32), so this is a `fast` rewrite (`lower_entry` applies it under `fast` only). f32 only: the CPU provider
-registers the op for float and float16, and float16 is not what `fast` asks for on the CPU. Anything that does not
-match (interleaved rotation, a partial rotary dim, another cos/sin) stays as written.
+Only the rounding may differ: ORT's kernel may fuse a multiply and an add, so this is a `fast` rewrite
+(`lower_entry` applies it under `fast` only; a model written by `linnet onnx --numerics fast` then runs on ONNX
+Runtime only). f32 only: the CPU provider registers the op for float and float16, and float16 is not what `fast`
+asks for on the CPU. A partial rotary (Phi-3's, rope.linnet applied to x's first dims) is a full rotation of that
+slice and is fused; anything that does not match stays as written: an interleaved rotation, cos and sin that are
+not the plain Cos and Sin of repeated angles (Phi-3's longrope and gpt-oss's YaRN scale them), angles broadcast over
+the batch or the sequence (cos [1, S, 2R] for x [B, H, S, 2R]).
 
 Measured with bench/generate_speed.py-style A/B runs (one process per arm, SmolLM2-135M, 512 + 128 tokens, 2 threads,
 an Intel Xeon with AVX-512): f32 decode 32.8 -> 35.6 tok/s; stored `fast` 66.5 -> 70 tok/s.
@@ -83,6 +86,8 @@ def _match(add: ir.Node) -> tuple[ir.Value, ir.Value, ir.Value, int] | None:
                 cos, sin = _unsqueezed_1(cos4), _unsqueezed_1(sin4)
                 if cos is None or sin is None or not _halves_repeat(cos, sin):
                     continue
+                if not (_rows_of(cos, x) and _rows_of(sin, x)):
+                    continue
                 if cos.dtype != x.dtype or sin.dtype != x.dtype:
                     continue
                 return x, cos, sin, half
@@ -139,6 +144,14 @@ def _unsqueezed_1(v: ir.Value) -> ir.Value | None:
         return None
     t = node.inputs[0]
     return t if t.shape is not None and len(t.shape) == 3 else None
+
+
+def _rows_of(angles: ir.Value, x: ir.Value) -> bool:
+    """Whether cos or sin [B', S', 2R] has x [B, H, S, 2R]'s own B and S (the same number or the same symbolic
+    dim), not a broadcast 1: the op reads one row of its caches per (b, s) of x, through position_ids made from
+    the angles' own shape (ORT refuses a batch dim that differs)."""
+    a, b = angles.shape, x.shape
+    return all(d is not None and d == e for d, e in ((a[0], b[0]), (a[1], b[2])))
 
 
 def _halves_repeat(cos: ir.Value, sin: ir.Value) -> bool:
