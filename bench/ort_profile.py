@@ -115,6 +115,7 @@ def profile(dtype: str, numerics: str, steps: int, prompt: int = PROMPT_TOKENS, 
     _stage(stages, "start")
     import numpy as np
 
+    from linnet.compiler.onnx.lower import np_dtype
     from linnet.runtimes.backends import get_backend
 
     backend = get_backend("onnxruntime")
@@ -142,7 +143,7 @@ def profile(dtype: str, numerics: str, steps: int, prompt: int = PROMPT_TOKENS, 
         events = json.loads(Path(profiled.session("step").end_profiling()).read_text())
     if profiled_tokens != tokens:  # the profiler must not change what runs
         raise RuntimeError(f"the profiled session's tokens differ: {profiled_tokens[:8]} vs {tokens[:8]}")
-    state_bytes = sum(int(np.prod(t.shape)) * np.dtype(np.float32).itemsize for t in model.program.state)
+    state_bytes = sum(int(np.prod(t.shape)) * np.dtype(np_dtype(t.type.dtype)).itemsize for t in model.program.state)
     return {
         "dtype": dtype,
         "numerics": numerics,
@@ -152,7 +153,7 @@ def profile(dtype: str, numerics: str, steps: int, prompt: int = PROMPT_TOKENS, 
         "decode_tok_s": round(1000 / statistics.median(plain_ms), 1),
         "memory_stages": stages,
         "initializer_mb": {k: round(v / 2**20, 1) for k, v in initializers.most_common()},
-        "kv_cache_mb": round(state_bytes / 2**20, 1) if model.program.dtype.name != "bf16" else None,
+        "kv_cache_mb": round(state_bytes / 2**20, 1),
         "graph_nodes": dict(graph_ops.most_common()),
         "profile": op_table(events),
     }

@@ -34,8 +34,9 @@ from __future__ import annotations
 
 import numpy as np
 import onnx_ir as ir
+from onnx_ir.convenience import get_const_tensor
 
-MS_DOMAIN = "com.microsoft"
+from .quantized import MS_DOMAIN
 
 __all__ = ["fuse_rotary_embedding"]
 
@@ -196,16 +197,9 @@ def _last_axis(axis: int, v: ir.Value) -> int | None:
 
 
 def _ints(v: ir.Value | None) -> list[int] | None:
-    """A constant's integers (an initializer or a Constant node), else None."""
-    if v is None:
-        return None
-    tensor = v.const_value
-    node = v.producer()
-    if tensor is None and node is not None and node.op_type == "Constant" and "value" in node.attributes:
-        tensor = node.attributes["value"].as_tensor()
-    if tensor is None:
-        return None
-    return [int(a) for a in np.asarray(tensor.numpy()).ravel()]
+    """A constant's integers (an initializer or a Constant node's value), else None."""
+    tensor = get_const_tensor(v) if v is not None else None
+    return None if tensor is None else [int(a) for a in np.asarray(tensor.numpy()).ravel()]
 
 
 def _caches(cos: ir.Value, sin: ir.Value, half: int) -> tuple[list[ir.Node], tuple[ir.Value, ir.Value, ir.Value]]:
