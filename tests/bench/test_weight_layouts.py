@@ -17,6 +17,17 @@ import weight_layouts as wl  # noqa: E402  (bench/ is not a package)
 GROUPS = {"q, k, v": [(32, 32), (16, 32), (16, 32)], "gate, up": [(64, 32), (64, 32)]}
 
 
+@pytest.fixture(autouse=True)
+def _threads_restored():
+    """The bench's measure functions set torch's thread count for the process (a bench run is a process of its
+    own); here they run inside a test worker, whose one thread (tests/conftest.py) is restored after, or the next
+    test of the worker runs at two (test_torch_modes's bitwise check then meets the 2-thread block GEMV, which on
+    an AVX-512 Xeon sums in another order than F.linear)."""
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
 def test_apart_and_joined_compute_the_group_product_and_joined_is_one_gemv(monkeypatch):
     calls = []
     real = torch.bmm
