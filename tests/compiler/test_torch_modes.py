@@ -88,8 +88,10 @@ def test_decode_step_is_cuda_graph_ready():
     caches = {k: (t.data_ptr(), t) for k, t in module.tensors.items() if k.endswith("_cache")}
     assert len(caches) == 2 * SMALL["num_hidden_layers"]
     model.native.step(torch.tensor([[1, 2, 3]]), torch.tensor([0]), torch.tensor([1]))
+    # the first two-row step also checks, once a process, which linears give F.linear's bits as blocks (`linear`)
+    model.native.step(torch.tensor([[4], [5]]), torch.tensor([3, 0]), torch.tensor([1, 0]))
     with _HostSyncs() as mode:
-        model.native.step(torch.tensor([[4], [5]]), torch.tensor([3, 0]), torch.tensor([1, 0]))
+        model.native.step(torch.tensor([[6], [7]]), torch.tensor([4, 1]), torch.tensor([1, 0]))
     # On the CPU, attention reads the cache up to the last attended key, planned once a step for every layer (one
     # `nonzero`, then its length and whether the mask can be dropped, read back); on other devices decode steps,
     # which CUDA graphs capture, read the whole cache, masked, with no host synchronisation (the meta device here).

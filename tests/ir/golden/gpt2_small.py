@@ -96,10 +96,10 @@ def linear(x, weight):
     - a weight stored transposed (strides (1, N): the wide weights of a `fast` module, `stored_transposed`) as
       blocks of K: each block's rows of the [K, N] matrix in memory times its slice of x, the partial products
       summed (one row through SmolLM2's [1536, 576] gate: 198 us as blocks of N, 164 as blocks of K);
-    - any other contiguous weight as blocks of its N rows, each output the same dot product as `F.linear` (bit
-      for bit on a 2-core AVX2 EPYC, SmolLM2's logits included). A pass over SmolLM2's layer matrices there took
-      30 ms as F.linear and 19 ms as two blocks for one row, 48 and 29 ms for two, 52 and 31 for four, 55 and 43
-      for 16.
+    - any other contiguous weight as blocks of its N rows, each output the same dot product as `F.linear`, where
+      the two kernels give the same bits for these shapes (`_blocks_exact`). A pass over SmolLM2's layer matrices
+      on a 2-core AVX2 EPYC took 30 ms as F.linear and 19 ms as two blocks for one row, 48 and 29 ms for two, 52
+      and 31 for four, 55 and 43 for 16.
     Anything else (torch.compile's trace, another dtype, device or layout, more rows, blocks that do not divide
     the weight, a weight subclass such as a quantized or distributed one, a torch function mode) is F.linear."""
     if torch.compiler.is_compiling() or x.dtype != torch.float32 or weight.dtype != torch.float32:
@@ -117,10 +117,41 @@ def linear(x, weight):
     if weight.stride() == (1, n) and n > 1 and k % blocks == 0:  # [K, N] in memory: blocks of K, summed
         parts = x.reshape(rows, blocks, k // blocks).transpose(0, 1)  # [blocks, rows, K / blocks]
         return torch.bmm(parts, weight.t().view(blocks, k // blocks, n)).sum(0).view(*x.shape[:-1], n)
-    if not weight.is_contiguous() or n % blocks:
+    if not weight.is_contiguous() or n % blocks or not _blocks_exact(x, weight, blocks):
         return F.linear(x, weight)
+    return _blocks_of_n(x, weight, blocks)
+
+
+def _blocks_of_n(x, weight, blocks):
+    """`F.linear(x, weight)` as `blocks` blocks of weight's N rows in one `torch.bmm`."""
+    n, k = weight.shape
+    rows = x.numel() // k
     y = torch.bmm(x.reshape(1, rows, k).expand(blocks, rows, k), weight.view(blocks, n // blocks, k).transpose(1, 2))
     return y.transpose(0, 1).reshape(*x.shape[:-1], n)  # [blocks, rows, N / blocks] -> [rows, N]
+
+
+_BLOCKS_EXACT = {}  # (rows, N, K, blocks, addresses mod 64) -> whether `_blocks_of_n` gives F.linear's bits
+
+
+def _blocks_exact(x, weight, blocks):
+    """Whether `_blocks_of_n` gives `F.linear`'s bits for x [.., K] and weight [N, K] of these shapes, alignment
+    and thread count. The two kernels sum each dot product in an order that these fix, not the values: the same on a
+    2-core AVX2 EPYC for SmolLM2's shapes; on an AVX-512 Xeon one row through a [16, 32] weight, or five through
+    [576, 576], come out an ulp apart. So the first call of each kind runs both on random rows at x's alignment
+    and the real weight (decided once a process; a weight of zeros decides nothing)."""
+    n, k = weight.shape
+    rows = x.numel() // k
+    key = (rows, n, k, blocks, x.data_ptr() % 64, weight.data_ptr() % 64)
+    if key not in _BLOCKS_EXACT:
+        with torch.no_grad():
+            shift = key[4] // x.element_size()
+            generator = torch.Generator().manual_seed(0)
+            probe = torch.randn(rows * k + 16, generator=generator)[shift : shift + rows * k].view(rows, k)
+            reference = F.linear(probe, weight)
+            if not reference.any():
+                return False
+            _BLOCKS_EXACT[key] = torch.equal(_blocks_of_n(probe, weight, blocks), reference)
+    return _BLOCKS_EXACT[key]
 
 
 def attended_keys(mask, keys):
