@@ -635,7 +635,10 @@ def export(
         )
     proto = to_proto(lower_entry(program, entry, params, numerics))
     written = save_model(proto, output)
-    onnx.checker.check_model(str(written[0]), full_check=True)
+    try:
+        onnx.checker.check_model(str(written[0]), full_check=True)
+    except onnx.checker.ValidationError as err:  # a lowering defect: say which file, and keep it to look at
+        raise BackendError(f"{written[0]}: the written graph fails onnx.checker: {err}") from None
     return written, notes
 
 

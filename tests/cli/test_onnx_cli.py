@@ -30,6 +30,38 @@ def test_onnx_writes_a_checked_model(tmp_path):
     ]  # fmt: skip
 
 
+def test_onnx_writes_a_checked_fast_model_that_onnxruntime_runs(tmp_path):
+    """Under `fast` the file holds the fused nodes (RMSNormalization, com.microsoft RotaryEmbedding), passes
+    `onnx.checker` (it refused ORT's SimplifiedLayerNormalization, a default-domain op without an ONNX schema) and
+    computes what the `equivalent` file computes, to rounding."""
+    ort = pytest.importorskip("onnxruntime")
+    np = pytest.importorskip("numpy")
+    config = ("num_hidden_layers=2", "hidden_size=64", "intermediate_size=128", "num_attention_heads=4",
+              "num_key_value_heads=2", "vocab_size=128")  # fmt: skip
+    small = [arg for pair in config for arg in ("--config", pair)]
+    logits = {}
+    for numerics in ("fast", "equivalent"):
+        out = tmp_path / f"{numerics}.onnx"
+        r = run_cli("onnx", "examples/llama.linnet", *small, "--entry", "forward", "--numerics", numerics,
+                    "-o", str(out), "--no-weights")  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        model = onnx.load(str(out))
+        onnx.checker.check_model(model, full_check=True)
+        ops = {n.op_type for n in model.graph.node}
+        assert ("RMSNormalization" in ops and "RotaryEmbedding" in ops) == (numerics == "fast"), ops
+        session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+        rng = np.random.default_rng(0)
+        feeds = {}
+        for i in session.get_inputs():
+            if i.name == "input_ids":
+                feeds[i.name] = rng.integers(0, 128, (2, 5))
+            else:
+                shape = [d if isinstance(d, int) else 2 for d in i.shape]
+                feeds[i.name] = (rng.standard_normal(shape) * 0.2).astype(np.float32)
+        logits[numerics] = session.run(None, feeds)[0]
+    np.testing.assert_allclose(logits["fast"], logits["equivalent"], rtol=1e-4, atol=1e-4)
+
+
 def test_onnx_reports_a_missing_entry(tmp_path):
     r = run_cli("onnx", "examples/mlp.linnet", "--preset", "tiny", "--entry", "nope", "-o", str(tmp_path / "x.onnx"))
     assert r.returncode == 1 and "no entry `nope`" in r.stderr
