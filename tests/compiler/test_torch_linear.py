@@ -1,8 +1,9 @@
 """The generated module's `linear` (compiler/torch/codegen.py, `LINEAR`): up to 16 rows of f32 on the CPU run as
-blocks in one `torch.bmm` (of the weight's rows, or of K for a weight held transposed). Blocks of rows must give
-F.linear's values bit for bit, so they run only where the two kernels give the same bits for those shapes
-(`_blocks_exact`, decided once a process on random rows); everything else must be F.linear itself. The function
-is taken from a real generated module (a one-layer llama), so the text tested is the text users run."""
+blocks in one `torch.bmm` (of the weight's rows, or of K for a weight held transposed), one row of bf16 as
+`torch.mv`. Blocks of rows and torch.mv must give F.linear's values bit for bit, so they run only where the kernels
+give the same bits for those shapes (`_same_bits`, decided once a process on random rows); everything else must
+be F.linear itself. The function is taken from a real generated module (a one-layer llama), so the text tested is
+the text users run."""
 
 from __future__ import annotations
 
@@ -78,18 +79,40 @@ def test_up_to_16_f32_rows_give_f_linear_bits_as_blocks_where_the_kernels_agree(
     assert len(bmm_calls) in (1, 2)
     bmm_calls.clear()
     y = linear(x * 3, weight)
-    rows = x.numel() // k
-    exact = namespace["_BLOCKS_EXACT"][(rows, n, k, 2, x.data_ptr() % 64, weight.data_ptr() % 64)]
+    exact = namespace["_same_bits"](namespace["_blocks_of_n"], x, weight)  # the decision, as cached
     assert len(bmm_calls) == (1 if exact else 0)  # blocks where they agree, F.linear elsewhere
     assert y.shape == (*lead, n) and y.dtype == torch.float32
     # the decision holds for other values: the order of the sums is the kernels', not the data's
     assert torch.equal(y, F.linear(x * 3, weight))
 
 
-def test_blocks_that_round_otherwise_are_never_used(namespace, linear, two_threads, monkeypatch):
-    """A bmm an ulp off (as on an AVX-512 Xeon for some shapes) is caught by the first call's check: from then on
-    that kind of call is F.linear, bit for bit."""
-    real = torch.bmm
+@pytest.mark.parametrize(("n", "k", "lead"), [(3072, 576, (1, 1)), (576, 1536, (1,)), (49152, 576, ()), (16, 32, (1,))])
+def test_one_bf16_row_gives_f_linear_bits_as_torch_mv_where_the_kernels_agree(
+    namespace, linear, monkeypatch, n, k, lead
+):
+    calls = []
+    real = torch.mv
+    monkeypatch.setattr(torch, "mv", lambda *args: calls.append(args) or real(*args))
+    generator = torch.Generator().manual_seed(n + k)
+    weight = torch.nn.Parameter((torch.randn(n, k, generator=generator) / k**0.5).bfloat16(), requires_grad=False)
+    x = torch.randn(*lead, k, generator=generator).bfloat16()
+    linear(x, weight)
+    calls.clear()
+    y = linear(x * 3, weight)
+    exact = namespace["_same_bits"](namespace["_one_row_mv"], x, weight)
+    assert len(calls) == (1 if exact else 0)
+    assert y.shape == (*lead, n) and y.dtype == torch.bfloat16
+    assert torch.equal(y, F.linear(x * 3, weight))
+    calls.clear()
+    two = torch.randn(2, k, generator=generator).bfloat16()  # more rows: F.linear
+    assert torch.equal(linear(two, weight), F.linear(two, weight)) and calls == []
+
+
+@pytest.mark.parametrize(("way", "dtype", "rows"), [("bmm", torch.float32, 1), ("mv", torch.bfloat16, 1)])
+def test_kernels_that_round_otherwise_are_never_used(namespace, linear, two_threads, monkeypatch, way, dtype, rows):
+    """A bmm or mv an ulp off (as a bmm on an AVX-512 Xeon for some shapes) is caught by the first call's check:
+    from then on that kind of call is F.linear, bit for bit."""
+    real = getattr(torch, way)
     calls = []
 
     def off_by_an_ulp(*args):
@@ -97,20 +120,20 @@ def test_blocks_that_round_otherwise_are_never_used(namespace, linear, two_threa
         y = real(*args)
         return torch.nextafter(y, torch.full_like(y, float("inf")))
 
-    monkeypatch.setattr(torch, "bmm", off_by_an_ulp)
-    namespace["_BLOCKS_EXACT"].clear()
+    monkeypatch.setattr(torch, way, off_by_an_ulp)
+    namespace["_SAME_BITS"].clear()
     generator = torch.Generator().manual_seed(3)
-    weight = torch.randn(64, 32, generator=generator)
+    weight = torch.randn(64, 32, generator=generator).to(dtype)
     try:
         for _ in range(3):
-            x = torch.randn(1, 32, generator=generator)
+            x = torch.randn(rows, 32, generator=generator).to(dtype)
             assert torch.equal(linear(x, weight), F.linear(x, weight))
         assert len(calls) == 1  # the check, once
-        zeros = torch.zeros(32, 32)  # a weight of zeros decides nothing: checked again at the next call
+        zeros = torch.zeros(32, 32, dtype=dtype)  # a weight of zeros decides nothing: checked again at the next call
         assert torch.equal(linear(x, zeros), F.linear(x, zeros))
-        assert [key for key in namespace["_BLOCKS_EXACT"] if key[1:3] == (32, 32)] == []
+        assert [key for key in namespace["_SAME_BITS"] if key[3:5] == (32, 32)] == []
     finally:
-        namespace["_BLOCKS_EXACT"].clear()
+        namespace["_SAME_BITS"].clear()
 
 
 @pytest.mark.parametrize(
@@ -145,7 +168,8 @@ def _function_mode_case():
     "case",
     [
         "odd rows",
-        "bf16",
+        "bf16, two rows",
+        "f16",
         "17 rows",
         "strided weight",
         "transposed weight, odd K",
@@ -160,8 +184,10 @@ def test_everything_else_is_f_linear(linear, two_threads, bmm_calls, case):
     x, weight = torch.randn(1, 1, 64, generator=generator), torch.randn(128, 64, generator=generator)
     if case == "odd rows":
         weight = weight[:127]
-    elif case == "bf16":
-        x, weight = x.bfloat16(), weight.bfloat16()
+    elif case == "bf16, two rows":
+        x, weight = torch.randn(1, 2, 64, generator=generator).bfloat16(), weight.bfloat16()
+    elif case == "f16":
+        x, weight = x.half(), weight.half()
     elif case == "17 rows":
         x = torch.randn(1, 17, 64, generator=generator)
     elif case == "strided weight":

@@ -90,23 +90,25 @@ class Module(nn.Module):
 
 
 def linear(x, weight):
-    """`F.linear(x, weight)`: x [.., K] @ weight [N, K]^T -> [.., N]. `F.linear` over up to 16 rows of f32 is MKL's
-    sgemv or a small sgemm, which run on one thread whatever the thread count; so up to 16 f32 rows on the CPU,
-    eagerly, run as `torch.get_num_threads()` blocks in one `torch.bmm`, which ATen runs in parallel:
-    - a weight stored transposed (strides (1, N): the wide weights of a `fast` module, `stored_transposed`) as
-      blocks of K: each block's rows of the [K, N] matrix in memory times its slice of x, the partial products
-      summed (one row through SmolLM2's [1536, 576] gate: 198 us as blocks of N, 164 as blocks of K);
-    - any other contiguous weight as blocks of its N rows, each output the same dot product as `F.linear`, where
-      the two kernels give the same bits for these shapes (`_blocks_exact`). A pass over SmolLM2's layer matrices
-      on a 2-core AVX2 EPYC took 30 ms as F.linear and 19 ms as two blocks for one row, 48 and 29 ms for two, 52
-      and 31 for four, 55 and 43 for 16.
-    Anything else (torch.compile's trace, another dtype, device or layout, more rows, blocks that do not divide
-    the weight, a weight subclass such as a quantized or distributed one, a torch function mode) is F.linear."""
-    if torch.compiler.is_compiling() or x.dtype != torch.float32 or weight.dtype != torch.float32:
-        return F.linear(x, weight)
-    blocks = torch.get_num_threads()
+    """`F.linear(x, weight)`: x [.., K] @ weight [N, K]^T -> [.., N], computed another way where that is faster on the
+    CPU, eagerly:
+    - f32, up to 16 rows: `F.linear` there is MKL's sgemv or a small sgemm, which run on one thread whatever the
+      thread count, so the rows run as `torch.get_num_threads()` blocks in one `torch.bmm`, which ATen runs in
+      parallel:
+      - a weight stored transposed (strides (1, N): the wide weights of a `fast` module, `stored_transposed`) as
+        blocks of K: each block's rows of the [K, N] matrix in memory times its slice of x, the partial products
+        summed (one row through SmolLM2's [1536, 576] gate: 198 us as blocks of N, 164 as blocks of K);
+      - any other contiguous weight as blocks of its N rows (`_blocks_of_n`), each output the same dot product. A
+        pass over SmolLM2's layer matrices on a 2-core AVX2 EPYC took 30 ms as F.linear and 19 ms as two blocks
+        for one row, 48 and 29 ms for two, 52 and 31 for four, 55 and 43 for 16.
+    - bf16, one row: `torch.mv`, ATen's bf16 GEMV, where `F.linear` calls oneDNN's matmul (a pass over SmolLM2's
+      bf16 matrices on a 2-core AVX-512 Xeon: 20.6 ms as F.linear, 13.0 as torch.mv).
+    Blocks of N rows and torch.mv run only where they give F.linear's bits (`_same_bits`). Anything else
+    (torch.compile's trace, another dtype, device or layout, more rows, blocks that do not divide the weight, a
+    weight subclass such as a quantized or distributed one, a torch function mode) is F.linear."""
     if (
-        blocks < 2 or not x.is_cpu or weight.dim() != 2 or x.dim() == 0 or x.shape[-1] != weight.shape[1]
+        torch.compiler.is_compiling() or x.dtype != weight.dtype or x.dtype not in (torch.float32, torch.bfloat16)
+        or not x.is_cpu or weight.dim() != 2 or x.dim() == 0 or x.shape[-1] != weight.shape[1]
         or not 0 < x.numel() <= 16 * weight.shape[1]
         or type(x) is not torch.Tensor or type(weight) not in (torch.Tensor, nn.Parameter)
         or weight.layout != torch.strided or torch._C._is_torch_function_mode_enabled()
@@ -114,44 +116,56 @@ def linear(x, weight):
         return F.linear(x, weight)
     n, k = weight.shape
     rows = x.numel() // k
+    if x.dtype == torch.bfloat16:
+        return _one_row_mv(x, weight) if rows == 1 and _same_bits(_one_row_mv, x, weight) else F.linear(x, weight)
+    blocks = torch.get_num_threads()
+    if blocks < 2:
+        return F.linear(x, weight)
     if weight.stride() == (1, n) and n > 1 and k % blocks == 0:  # [K, N] in memory: blocks of K, summed
         parts = x.reshape(rows, blocks, k // blocks).transpose(0, 1)  # [blocks, rows, K / blocks]
         return torch.bmm(parts, weight.t().view(blocks, k // blocks, n)).sum(0).view(*x.shape[:-1], n)
-    if not weight.is_contiguous() or n % blocks or not _blocks_exact(x, weight, blocks):
+    if not weight.is_contiguous() or n % blocks or not _same_bits(_blocks_of_n, x, weight):
         return F.linear(x, weight)
-    return _blocks_of_n(x, weight, blocks)
+    return _blocks_of_n(x, weight)
 
 
-def _blocks_of_n(x, weight, blocks):
-    """`F.linear(x, weight)` as `blocks` blocks of weight's N rows in one `torch.bmm`."""
+def _blocks_of_n(x, weight):
+    """`F.linear(x, weight)` as `torch.get_num_threads()` blocks of weight's N rows in one `torch.bmm`."""
     n, k = weight.shape
-    rows = x.numel() // k
+    rows, blocks = x.numel() // k, torch.get_num_threads()
     y = torch.bmm(x.reshape(1, rows, k).expand(blocks, rows, k), weight.view(blocks, n // blocks, k).transpose(1, 2))
     return y.transpose(0, 1).reshape(*x.shape[:-1], n)  # [blocks, rows, N / blocks] -> [rows, N]
 
 
-_BLOCKS_EXACT = {}  # (rows, N, K, blocks, addresses mod 64) -> whether `_blocks_of_n` gives F.linear's bits
+def _one_row_mv(x, weight):
+    """`F.linear(x, weight)` of one row x [.., K] as `torch.mv`."""
+    return torch.mv(weight, x.reshape(-1)).view(*x.shape[:-1], weight.shape[0])
 
 
-def _blocks_exact(x, weight, blocks):
-    """Whether `_blocks_of_n` gives `F.linear`'s bits for x [.., K] and weight [N, K] of these shapes, alignment
-    and thread count. The two kernels sum each dot product in an order that these fix, not the values: the same on a
-    2-core AVX2 EPYC for SmolLM2's shapes; on an AVX-512 Xeon one row through a [16, 32] weight, or five through
-    [576, 576], come out an ulp apart. So the first call of each kind runs both on random rows at x's alignment
-    and the real weight (decided once a process; a weight of zeros decides nothing)."""
+_SAME_BITS = {}  # (way, dtype, rows, N, K, threads, weight strides, addresses mod 64) -> F.linear's bits?
+
+
+def _same_bits(way, x, weight):
+    """Whether `way(x, weight)` gives `F.linear`'s bits for x [.., K] and weight [N, K] of these shapes, dtype,
+    strides, alignment and thread count. The kernels sum each dot product in an order that these fix, not the
+    values: blocks of N rows are F.linear's bits on a 2-core AVX2 EPYC for SmolLM2's shapes, while on an AVX-512
+    Xeon one row through a [16, 32] weight, or five through [576, 576], come out an ulp apart. So the first call of
+    each kind runs both on random rows at x's alignment and the real weight, once a process (a weight of zeros
+    decides nothing)."""
     n, k = weight.shape
     rows = x.numel() // k
-    key = (rows, n, k, blocks, x.data_ptr() % 64, weight.data_ptr() % 64)
-    if key not in _BLOCKS_EXACT:
+    key = (way.__name__, x.dtype, rows, n, k, torch.get_num_threads(), weight.stride(), x.data_ptr() % 64,
+           weight.data_ptr() % 64)  # fmt: skip
+    if key not in _SAME_BITS:
         with torch.no_grad():
-            shift = key[4] // x.element_size()
+            shift = key[-2] // x.element_size()
             generator = torch.Generator().manual_seed(0)
-            probe = torch.randn(rows * k + 16, generator=generator)[shift : shift + rows * k].view(rows, k)
-            reference = F.linear(probe, weight)
+            probe = torch.randn(rows * k + 64, generator=generator).to(x.dtype)[shift : shift + rows * k]
+            reference = F.linear(probe.view(rows, k), weight)
             if not reference.any():
                 return False
-            _BLOCKS_EXACT[key] = torch.equal(_blocks_of_n(probe, weight, blocks), reference)
-    return _BLOCKS_EXACT[key]
+            _SAME_BITS[key] = torch.equal(way(probe.view(rows, k), weight), reference)
+    return _SAME_BITS[key]
 
 
 class Mlp(Module):
