@@ -24,6 +24,7 @@ from linnet.compiler.torch.module import BackendError, LinnetModule, compile_pro
 from linnet.compiler.torch.quantized import QuantizedWeight
 from linnet.errors import LoadError
 
+from .allocator import keep_freed_heap
 from .backends import BACKENDS, backend_for, check_options, device_kind
 from .gguf_quants import GroupQuantized
 from .loading import Prepared, planned_tensors, prepare, random_params
@@ -186,6 +187,8 @@ def load_prepared(
     transform (LoRA) prepares its own. Raises LoadError for a tensor whose shape differs."""
     t0 = time.perf_counter() if t0 is None else t0
     backend = backend_for("torch_backend", mode)
+    if device_kind(device) == "cpu":
+        keep_freed_heap()  # eager ops on the CPU malloc and free each activation: keep those pages (allocator.py)
     module = compile_program(prepared.program, mode, numerics, device)
     if prepared.checkpoint is not None:
         tensors = planned_tensors(prepared, progress)
