@@ -14,13 +14,14 @@ one process a setting, prefill after two warm-ups):
     mmap threshold 32 MiB, trim threshold 256 MiB      570 (0)                   213 (22)
 
 (transformers eager on the same machine and prompt, which keeps more of its activations alive: 603 ms f32 with
-32,000 faults and 560 ms with these settings; 185 ms bf16 with 373 faults and 195 ms with them). Fixing the thresholds also
-stops glibc adjusting them: blocks of 32 MiB or more are still mapped and unmapped (a whole-prompt logits tensor),
-and up to TRIM_THRESHOLD of freed heap stays resident between prompts. Peak RSS is unchanged (the pages were
-touched by the prefill anyway: 974 against 970 MB f32, 680 against 684 bf16). `mallopt` (glibc's malloc.h,
-mallopt(3)) sets them for the process: so `keep_freed_heap` does nothing where the user chose malloc settings
-(any `MALLOC_*_` environment variable, glibc's own tunables for them, or `LINNET_MALLOC=default`), nor where the C
-library is not glibc.
+32,000 faults and 560 ms with these settings; 185 ms bf16 with 373 faults and 195 ms with them).
+
+Fixing the thresholds also stops glibc adjusting them: blocks of 32 MiB or more are still mapped and unmapped (a
+whole-prompt logits tensor), and up to TRIM_THRESHOLD of freed heap stays resident between prompts. Peak RSS is
+unchanged (the pages were touched by the prefill anyway: 974 against 970 MB f32, 680 against 684 bf16). `mallopt`
+(glibc's malloc.h, mallopt(3)) sets them for the process: so `keep_freed_heap` does nothing where the user chose
+malloc settings (any `MALLOC_*_` environment variable, glibc's own tunables for them, or `LINNET_MALLOC=default`),
+nor where the C library is not glibc.
 """
 
 from __future__ import annotations
