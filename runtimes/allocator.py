@@ -17,11 +17,13 @@ one process a setting, prefill after two warm-ups):
 32,000 faults and 560 ms with these settings; 185 ms bf16 with 373 faults and 195 ms with them).
 
 Fixing the thresholds also stops glibc adjusting them: blocks of 32 MiB or more are still mapped and unmapped (a
-whole-prompt logits tensor), and up to TRIM_THRESHOLD of freed heap stays resident between prompts. Peak RSS is
-unchanged (the pages were touched by the prefill anyway: 974 against 970 MB f32, 680 against 684 bf16). `mallopt`
-(glibc's malloc.h, mallopt(3)) sets them for the process: so `keep_freed_heap` does nothing where the user chose
-malloc settings (any `MALLOC_*_` environment variable, glibc's own tunables for them, or `LINNET_MALLOC=default`),
-nor where the C library is not glibc.
+whole-prompt logits tensor), and up to TRIM_THRESHOLD of freed heap stays resident between prompts in each malloc
+arena that ran a prefill (the thread that runs the model: one arena for `linnet generate` and for `linnet serve`'s
+engine thread; a program running models on several threads keeps up to that much for each). Peak RSS is unchanged
+(the pages were touched by the prefill anyway: 974 against 970 MB f32, 680 against 684 bf16). `mallopt` (glibc's
+malloc.h, mallopt(3)) sets them for the process: so `keep_freed_heap` does nothing where the user chose malloc
+settings (any `MALLOC_*` environment variable, glibc's own tunables for them, or `LINNET_MALLOC=default`), nor where
+the C library is not glibc.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ _applied: bool | None = None
 def keep_freed_heap() -> bool:
     """Sets glibc's M_MMAP_THRESHOLD to `MMAP_THRESHOLD` and M_TRIM_THRESHOLD to `TRIM_THRESHOLD` bytes for this
     process (see the module docstring), once; returns whether they are set. False, changing nothing, off Linux,
-    without glibc, or where the user chose malloc settings (`MALLOC_*_` variables, `GLIBC_TUNABLES`, or
+    without glibc, or where the user chose malloc settings (`MALLOC_*` variables, `GLIBC_TUNABLES`, or
     `LINNET_MALLOC=default`)."""
     global _applied
     if _applied is None:
@@ -54,7 +56,7 @@ def keep_freed_heap() -> bool:
 def _set() -> bool:
     if not sys.platform.startswith("linux") or os.environ.get("LINNET_MALLOC") == "default":
         return False
-    if "GLIBC_TUNABLES" in os.environ or any(k.startswith("MALLOC_") and k.endswith("_") for k in os.environ):
+    if "GLIBC_TUNABLES" in os.environ or any(k.startswith("MALLOC_") for k in os.environ):
         return False
     try:
         libc = ctypes.CDLL(None)

@@ -637,7 +637,8 @@ def export(
     written = save_model(proto, output)
     try:
         onnx.checker.check_model(str(written[0]), full_check=True)
-    except onnx.checker.ValidationError as err:  # a lowering defect: say which file, and keep it to look at
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as err:  # a lowering defect: say
+        # which file, and keep it to look at
         raise BackendError(f"{written[0]}: the written graph fails onnx.checker: {err}") from None
     return written, notes
 

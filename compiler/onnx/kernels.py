@@ -1,17 +1,16 @@
-"""Which ONNX op types an ONNX Runtime execution provider runs in a given float dtype: a static
-table, so that the lowering and its passes (`upcast`) need no onnxruntime.
+"""Which ONNX op types an ONNX Runtime execution provider runs in a given float dtype: a static table,
+so that the lowering and its passes (`upcast`) need no onnxruntime.
 
-How it was measured: for each op type the lowering emits (`PROBED`), a one-node model at the
-lowering's opset (21) with its float inputs and outputs in the dtype (`probe_model` in
-`tests/compiler/test_onnx_upcast.py`), made into an `InferenceSession` with graph optimisations
-off and run on that provider. An op type is listed when the session is made and runs; it is
-missing when ONNX Runtime answers NOT_IMPLEMENTED ("Could not find an implementation for
-MatMul(13)"), or when the ONNX schema itself has no such type (Sin and Cos take no bf16 at opset
-21). A function op without a kernel (Softmax, Gelu, LayerNormalization) runs when ONNX Runtime can
-run its expanded body: LayerNormalization with `stash_type=1` computes in f32 by definition and
-runs; Softmax's body needs ReduceMax, Gelu's Sqrt, and they do not. That test re-probes the
-installed onnxruntime and checks the table is still true, and that `PROBED` covers every op type
-the examples lower to in bf16.
+How it was measured: for each op type the lowering emits (`PROBED`), a one-node model at the lowering's opset
+(23; the table read the same at 21) with its float inputs and outputs in the dtype (`probe_model` in
+`tests/compiler/test_onnx_upcast.py`), made into an `InferenceSession` with graph optimisations off and run on
+that provider. An op type is listed when the session is made and runs; it is missing when ONNX Runtime answers
+NOT_IMPLEMENTED ("Could not find an implementation for MatMul(13)"), as for Sin and Cos in bf16 (at opset 21
+their ONNX schema had no bf16; at 23 it has, but the CPU provider has no bf16 kernel). A function op without a
+kernel (Softmax, Gelu, LayerNormalization) runs when ONNX Runtime can run its expanded body:
+LayerNormalization with `stash_type=1` computes in f32 by definition and runs; Softmax's body needs ReduceMax,
+Gelu's Sqrt, and they do not. That test re-probes the installed onnxruntime and checks the table is still
+true, and that `PROBED` covers every op type the examples lower to in bf16.
 
 Measured: onnxruntime 1.32.0, CPUExecutionProvider, bf16. Its CPU kernels move, gather and convert
 bf16 tensors but compute nothing in it: every arithmetic, comparison and reduction op lacks a bf16

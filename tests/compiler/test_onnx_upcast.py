@@ -21,7 +21,7 @@ from onnx import TensorProto  # noqa: E402
 from onnx import helper as h  # noqa: E402
 
 from linnet.compiler.onnx.kernels import KERNELS, PROBED, lacking  # noqa: E402
-from linnet.compiler.onnx.lower import lower_entry, to_proto  # noqa: E402
+from linnet.compiler.onnx.lower import IR_VERSION, OPSET, lower_entry, to_proto  # noqa: E402
 from linnet.compiler.onnx.upcast import MissingKernels, nodes_computing_in, upcast  # noqa: E402
 
 CPU = "CPUExecutionProvider"
@@ -107,7 +107,7 @@ def probe_model(op: str, t: int) -> onnx.ModelProto:
 
 def _model(nodes, ins, outs, inits) -> onnx.ModelProto:
     g = h.make_graph(nodes, "probe", ins, outs, initializer=inits)
-    return h.make_model(g, opset_imports=[h.make_opsetid("", 21)], ir_version=10)
+    return h.make_model(g, opset_imports=[h.make_opsetid("", OPSET)], ir_version=IR_VERSION)
 
 
 def run_probe(ort, model: onnx.ModelProto, seed: int = 0) -> list[np.ndarray]:

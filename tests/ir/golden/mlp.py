@@ -103,15 +103,18 @@ def linear(x, weight):
         for one row, 48 and 29 ms for two, 52 and 31 for four, 55 and 43 for 16.
     - bf16, one row: `torch.mv`, ATen's bf16 GEMV, where `F.linear` calls oneDNN's matmul (a pass over SmolLM2's
       bf16 matrices on a 2-core AVX-512 Xeon: 20.6 ms as F.linear, 13.0 as torch.mv).
-    Blocks of N rows and torch.mv run only where they give F.linear's bits (`_same_bits`). Anything else
-    (torch.compile's trace, another dtype, device or layout, more rows, blocks that do not divide the weight, a
-    weight subclass such as a quantized or distributed one, a torch function mode) is F.linear."""
+    Blocks of N rows and torch.mv run only where they gave F.linear's bits on random values (`_same_bits`).
+    Anything else (torch.compile's trace or a torch.func transform, gradients, another dtype, device or layout, x
+    not contiguous, more rows, blocks that do not divide the weight, a weight subclass such as a quantized or
+    distributed one, a torch function mode) is F.linear."""
     if (
         torch.compiler.is_compiling() or x.dtype != weight.dtype or x.dtype not in (torch.float32, torch.bfloat16)
         or not x.is_cpu or weight.dim() != 2 or x.dim() == 0 or x.shape[-1] != weight.shape[1]
         or not 0 < x.numel() <= 16 * weight.shape[1]
         or type(x) is not torch.Tensor or type(weight) not in (torch.Tensor, nn.Parameter)
-        or weight.layout != torch.strided or torch._C._is_torch_function_mode_enabled()
+        or x.layout != torch.strided or weight.layout != torch.strided or not x.is_contiguous()
+        or (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad))
+        or torch._C._functorch.is_functorch_wrapped_tensor(x) or torch._C._is_torch_function_mode_enabled()
     ):
         return F.linear(x, weight)
     n, k = weight.shape
@@ -143,28 +146,37 @@ def _one_row_mv(x, weight):
 
 
 _SAME_BITS = {}  # (way, dtype, rows, N, K, threads, weight strides, addresses mod 64) -> F.linear's bits?
+_PROBED_OUTPUTS = 4096  # outputs compared before a way counts as F.linear's bits
 
 
 def _same_bits(way, x, weight):
-    """Whether `way(x, weight)` gives `F.linear`'s bits for x [.., K] and weight [N, K] of these shapes, dtype,
-    strides, alignment and thread count. The kernels sum each dot product in an order that these fix, not the
-    values: blocks of N rows are F.linear's bits on a 2-core AVX2 EPYC for SmolLM2's shapes, while on an AVX-512
-    Xeon one row through a [16, 32] weight, or five through [576, 576], come out an ulp apart. So the first call of
-    each kind runs both on random rows at x's alignment and the real weight, once a process (a weight of zeros
-    decides nothing)."""
+    """Whether `way(x, weight)` gave `F.linear`'s bits for contiguous x [.., K] and weight [N, K] of these shapes,
+    dtype, strides, alignment and thread count, on random values. Two kernels that sum each dot product in the same
+    order give the same bits for any values; blocks of N rows are F.linear's bits on a 2-core AVX2 EPYC for
+    SmolLM2's shapes, while on an AVX-512 Xeon one row through a [16, 32] weight, or five through [576, 576], come
+    out an ulp apart. Where the orders differ, an output still agrees by chance often enough (a [2, 768] head agreed
+    on one draw in five) that one draw cannot decide: the first call of each kind compares `_PROBED_OUTPUTS`
+    outputs or more (random rows and a random weight laid out as the real one, at most 64 draws), once a
+    process."""
     n, k = weight.shape
     rows = x.numel() // k
     key = (way.__name__, x.dtype, rows, n, k, torch.get_num_threads(), weight.stride(), x.data_ptr() % 64,
            weight.data_ptr() % 64)  # fmt: skip
     if key not in _SAME_BITS:
         with torch.no_grad():
-            shift = key[-2] // x.element_size()
             generator = torch.Generator().manual_seed(0)
-            probe = torch.randn(rows * k + 64, generator=generator).to(x.dtype)[shift : shift + rows * k]
-            reference = F.linear(probe.view(rows, k), weight)
-            if not reference.any():
-                return False
-            _SAME_BITS[key] = torch.equal(way(probe.view(rows, k), weight), reference)
+            w_span = weight.stride(0) * (n - 1) + weight.stride(1) * (k - 1) + 1
+            w_shift, x_shift = key[-1] // weight.element_size(), key[-2] // x.element_size()
+            w_probe = torch.empty(w_span + 64, dtype=x.dtype).uniform_(-1, 1, generator=generator)
+            w_probe = w_probe.as_strided((n, k), weight.stride(), w_shift)
+            same = True
+            for _ in range(min(64, -(-_PROBED_OUTPUTS // (rows * n)))):
+                x_probe = torch.empty(rows * k + 64, dtype=x.dtype).uniform_(-1, 1, generator=generator)
+                x_probe = x_probe[x_shift : x_shift + rows * k].view(rows, k)
+                if not torch.equal(way(x_probe, w_probe), F.linear(x_probe, w_probe)):
+                    same = False
+                    break
+            _SAME_BITS[key] = same
     return _SAME_BITS[key]
 
 
