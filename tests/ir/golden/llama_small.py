@@ -169,14 +169,13 @@ def _same_bits(way, x, weight):
             w_shift, x_shift = key[-1] // weight.element_size(), key[-2] // x.element_size()
             w_probe = torch.empty(w_span + 64, dtype=x.dtype).uniform_(-1, 1, generator=generator)
             w_probe = w_probe.as_strided((n, k), weight.stride(), w_shift)
-            same = True
-            for _ in range(min(64, -(-_PROBED_OUTPUTS // (rows * n)))):
-                x_probe = torch.empty(rows * k + 64, dtype=x.dtype).uniform_(-1, 1, generator=generator)
-                x_probe = x_probe[x_shift : x_shift + rows * k].view(rows, k)
-                if not torch.equal(way(x_probe, w_probe), F.linear(x_probe, w_probe)):
-                    same = False
-                    break
-            _SAME_BITS[key] = same
+            x_probes = (
+                torch.empty(rows * k + 64, dtype=x.dtype).uniform_(-1, 1, generator=generator)[x_shift:][: rows * k]
+                for _ in range(min(64, -(-_PROBED_OUTPUTS // (rows * n))))
+            )  # drawn one at a time, the check stopping at the first difference
+            _SAME_BITS[key] = all(
+                torch.equal(way(p.view(rows, k), w_probe), F.linear(p.view(rows, k), w_probe)) for p in x_probes
+            )
     return _SAME_BITS[key]
 
 
