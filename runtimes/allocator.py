@@ -24,6 +24,10 @@ engine thread; a program running models on several threads keeps up to that much
 malloc.h, mallopt(3)) sets them for the process: so `keep_freed_heap` does nothing where the user chose malloc
 settings (any `MALLOC_*` environment variable, glibc's own tunables for them, or `LINNET_MALLOC=default`), nor where
 the C library is not glibc.
+
+`release_freed_heap` is the other direction, for a one-off: after a model's weights were built and handed over (an
+ONNX Runtime session made), it returns the heap pages freed since to the kernel (`malloc_trim`), which glibc would
+otherwise keep where they lie below memory still in use.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import ctypes
 import os
 import sys
 
-__all__ = ["keep_freed_heap", "MMAP_THRESHOLD", "TRIM_THRESHOLD"]
+__all__ = ["keep_freed_heap", "release_freed_heap", "MMAP_THRESHOLD", "TRIM_THRESHOLD"]
 
 M_TRIM_THRESHOLD = -1  # glibc's malloc.h
 M_MMAP_THRESHOLD = -3
@@ -53,16 +57,38 @@ def keep_freed_heap() -> bool:
     return _applied
 
 
-def _set() -> bool:
-    if not sys.platform.startswith("linux") or os.environ.get("LINNET_MALLOC") == "default":
+def release_freed_heap() -> bool:
+    """Returns the free pages of this process's malloc heaps to the kernel (glibc's `malloc_trim(0)`, malloc_trim(3):
+    every arena, free pages inside the heap as well as at its top); whether any were. 10 ms for 250 MiB freed in
+    blocks of 64 KiB here. False, changing nothing, off Linux, without glibc, or under `LINNET_MALLOC=default`."""
+    libc = _glibc()
+    if libc is None or os.environ.get("LINNET_MALLOC") == "default":
         return False
-    if "GLIBC_TUNABLES" in os.environ or any(k.startswith("MALLOC_") for k in os.environ):
-        return False
+    trim = libc.malloc_trim
+    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+    return trim(0) == 1
+
+
+def _glibc():
+    """The process's C library when it is glibc on Linux, else None."""
+    if not sys.platform.startswith("linux"):
+        return None
     try:
         libc = ctypes.CDLL(None)
         libc.gnu_get_libc_version  # noqa: B018 (glibc only: musl's mallopt does nothing)
-        mallopt = libc.mallopt
     except (OSError, AttributeError):
+        return None
+    return libc
+
+
+def _set() -> bool:
+    if os.environ.get("LINNET_MALLOC") == "default":
         return False
+    if "GLIBC_TUNABLES" in os.environ or any(k.startswith("MALLOC_") for k in os.environ):
+        return False
+    libc = _glibc()
+    if libc is None:
+        return False
+    mallopt = libc.mallopt
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     return mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1 and mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1

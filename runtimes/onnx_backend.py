@@ -3,9 +3,10 @@
 
 Each entry is lowered by `linnet.compiler.onnx` with the checkpoint's tensors (cast to the
 working dtype) as initializers named by checkpoint name, and run in its own
-`InferenceSession` (made on first use). The weights reach ORT from memory: the proto names
-them as external data and `add_external_initializers` supplies the arrays, so the model is
-neither serialized to bytes nor parsed back (see `make_session`). Providers: `CPUExecutionProvider` here; with
+`InferenceSession` (made on first use). The proto names the weights as external data, so the model
+is neither serialized to bytes nor parsed back; on the CPU ORT memory-maps them from a temporary file
+rather than copying them (see `make_session`), and the lowered graph is dropped once its session
+exists. Providers: `CPUExecutionProvider` here; with
 `device="cuda"` (onnxruntime-gpu) CUDA, or TensorRT with `providers=["tensorrt", ...]`.
 
 The KV cache. Layer i's cache is the graph input `past_key_values.i.key/value` and output
@@ -38,6 +39,7 @@ bound to host memory. Providers other than CPU get no upcast (not measured).
 from __future__ import annotations
 
 import ctypes
+import gc
 import os
 import shutil
 import tempfile
@@ -51,6 +53,7 @@ import numpy as np
 from linnet.errors import BackendError, LoadError
 
 from . import caches
+from .allocator import release_freed_heap
 from .backends import backend_for, check_options
 from .model import ModelBase, step_entry
 
@@ -159,6 +162,11 @@ class OnnxModel(ModelBase):
             self.sessions[name] = make_session(
                 self.model_ir(name), self.providers, self.numerics, self.threads, mem_pattern=mem_pattern
             )
+            # the session holds the weights now (`model_ir` lowers again if asked): the lowering's own arrays (fused
+            # projections: 280 MB of SmolLM2 in f32) go back to the kernel, not only to the heap
+            self.lowered.pop(name)
+            gc.collect()  # onnx_ir graphs hold reference cycles
+            release_freed_heap()
             self.session_s[name] = time.perf_counter() - t0
         return self.sessions[name]
 
@@ -294,6 +302,20 @@ class OnnxStepModel:
 
 IN_MEMORY = "linnet-in-memory"  # the external-data location of initializers handed to ORT from memory
 IN_MEMORY_MIN_BYTES = 1024  # smaller initializers stay in the proto (ORT reads small shape constants there)
+MAPPED_MODEL, MAPPED_DATA = "model.onnx", "weights.bin"  # `_mapped_session`'s temporary files
+MAPPED_ALIGN = 4096  # each weight starts on a page of `MAPPED_DATA`, so that ORT maps it where it lies
+
+
+@dataclass
+class _Weightless:
+    """A model's proto with its large initializers left out (external data at `IN_MEMORY`), and those initializers:
+    `arrays` (numpy, C-contiguous) and `values` (OrtValues over the same memory), by `names`."""
+
+    proto: Any  # onnx.ModelProto
+    graph: bytes  # `proto` serialized (the cache key's graph)
+    names: list[str]
+    values: list[Any]
+    arrays: list[np.ndarray]
 
 
 def session_options(numerics: str = "equivalent", threads: int | None = None, mem_pattern: bool = True):
@@ -316,23 +338,22 @@ def make_session(
 ):
     """An InferenceSession of `model` (an `onnx_ir.Model`, or an `onnx.ModelProto`).
 
-    An `onnx_ir.Model`'s large initializers are not serialized: the proto names them as
-    external data at a placeholder location, and their arrays are handed to ORT from memory
-    (`add_external_initializers`, one copy into the session), so a 540 MB model is neither
-    written to bytes nor parsed back, and the 2 GB protobuf limit does not apply.
+    An `onnx_ir.Model`'s large initializers are not serialized into the proto: the proto names them as external
+    data, so a 540 MB model is not parsed back from bytes and the 2 GB protobuf limit does not apply. How ORT gets
+    them (`_new_session`): on the CPU provider it memory-maps them from a temporary file, elsewhere they are handed
+    over from memory (`add_external_initializers`, which ORT 1.32 copies).
 
     With ONNX Runtime's cache on (`caches.enable("onnx")`) and the CPU provider alone, the
     session of an `onnx_ir.Model` is made from its cached optimized model (`_cached_session`)."""
     ort = _ort()
     opts = session_options(numerics, threads, mem_pattern)
     if not hasattr(model, "SerializeToString"):
-        proto, names, values, arrays = _weightless_proto(model)
-        graph = proto.SerializeToString()
+        weights = _weightless(model)
         folder = caches.enabled("onnxruntime")
         if folder is not None and providers == [PROVIDERS["cpu"]]:
-            return _cached_session(folder, graph, names, values, arrays, providers, numerics, threads, mem_pattern)
+            return _cached_session(folder, weights, providers, numerics, threads, mem_pattern)
         caches.record("onnxruntime", hit=None)
-        return make_session_uncached(graph, names, values, providers, numerics, threads, mem_pattern)
+        return _new_session(weights, opts, providers)
     proto = model
     if proto.ByteSize() < TWO_GB:
         return ort.InferenceSession(proto.SerializeToString(), opts, providers=providers)
@@ -345,18 +366,20 @@ def make_session(
 OPTIMIZED_MODEL, OPTIMIZED_DATA = "model.onnx", "model.data"
 
 
-def _cached_session(folder: Path, graph: bytes, names, values, arrays, providers, numerics, threads, mem_pattern=True):
+def _cached_session(folder: Path, weights: _Weightless, providers, numerics, threads, mem_pattern=True):
     """An InferenceSession from ONNX Runtime's optimized model cached under `folder`/<key> (`caches.ort_key`: the
     graph, the weights' bytes, the ORT version, provider and optimization level), made with the graph
     optimizations off, since the file holds the optimized graph (with its folded weights, e.g. transposed
-    matmul weights, in `model.data`). On a miss, or an entry ORT cannot read, the session is made from `graph`
-    and `values` as without a cache, with ORT writing its optimized model into a fresh folder that is renamed
+    matmul weights, in `model.data`, which ORT memory-maps). On a miss, or an entry ORT cannot read, the session is
+    made from `weights` as without a cache, with ORT writing its optimized model into a fresh folder that is renamed
     to <key> once complete, so a reader never sees half an entry and concurrent writers do not collide. A
     folder that cannot be written (read-only, full) costs the cache, never the session. Each lookup is counted
     by `caches.record`."""
     ort = _ort()
     opts = session_options(numerics, threads, mem_pattern)
-    key = caches.ort_key(graph, list(zip(names, arrays)), providers[0], str(opts.graph_optimization_level))
+    key = caches.ort_key(
+        weights.graph, list(zip(weights.names, weights.arrays)), providers[0], str(opts.graph_optimization_level)
+    )
     entry = folder / key
     if (entry / OPTIMIZED_MODEL).is_file():
         cached = session_options(numerics, threads, mem_pattern)
@@ -370,24 +393,23 @@ def _cached_session(folder: Path, graph: bytes, names, values, arrays, providers
             caches.record("onnxruntime", hit=True)
             return session
     caches.record("onnxruntime", hit=False)
+    uncached = session_options(numerics, threads, mem_pattern)
     try:
         folder.mkdir(parents=True, exist_ok=True)
         fresh = Path(tempfile.mkdtemp(prefix=f"{key}.", suffix=".partial", dir=folder))
     except OSError:
-        return make_session_uncached(graph, names, values, providers, numerics, threads, mem_pattern)
+        return _new_session(weights, uncached, providers)
     opts.optimized_model_filepath = str(fresh / OPTIMIZED_MODEL)
     opts.add_session_config_entry("session.optimized_model_external_initializers_file_name", OPTIMIZED_DATA)
     opts.add_session_config_entry(
         "session.optimized_model_external_initializers_min_size_in_bytes", str(IN_MEMORY_MIN_BYTES)
     )
-    if names:
-        opts.add_external_initializers(names, values)
     try:
         try:
-            session = ort.InferenceSession(graph, opts, providers=providers)
+            session = _new_session(weights, opts, providers)
         except Exception:  # noqa: BLE001
             # the optimized model cannot be written (a full disk...): the session is made without it
-            return make_session_uncached(graph, names, values, providers, numerics, threads, mem_pattern)
+            return _new_session(weights, uncached, providers)
         try:
             os.rename(fresh, entry)  # atomic; fails when another process wrote the entry first
         except OSError:
@@ -397,17 +419,60 @@ def _cached_session(folder: Path, graph: bytes, names, values, arrays, providers
     return session
 
 
-def make_session_uncached(graph: bytes, names, values, providers, numerics, threads, mem_pattern: bool = True):
-    """An InferenceSession of the serialized `graph` with its large weights `values` (OrtValues by `names`)."""
-    opts = session_options(numerics, threads, mem_pattern)
-    if names:
-        opts.add_external_initializers(names, values)
-    return _ort().InferenceSession(graph, opts, providers=providers)
+def make_session_uncached(weights: _Weightless, providers, numerics, threads, mem_pattern: bool = True):
+    """An InferenceSession of `weights` (`_weightless`) without the cache."""
+    return _new_session(weights, session_options(numerics, threads, mem_pattern), providers)
 
 
-def _weightless_proto(model):
-    """(proto, names, OrtValues, arrays): `model` serialized with its large initializers as external data
-    at `IN_MEMORY`, their values as OrtValues over the arrays (no copy), and the arrays. Restores `model`."""
+def _new_session(weights: _Weightless, opts, providers):
+    """An InferenceSession of `weights` under `opts`.
+
+    On the CPU provider alone ORT memory-maps the weights from a temporary file (`_mapped_session`): handed over
+    from memory (`add_external_initializers`), ORT 1.32 copies each one into the session, and the process holds
+    the model twice (SmolLM2 stored `fast`: session 370 against 255 MB more than the loaded model; f32: 1,050
+    against 550 MB). A file that cannot be written (no space, no temporary folder) falls back to memory."""
+    if weights.names and providers == [PROVIDERS["cpu"]]:
+        try:
+            return _mapped_session(weights, opts, providers)
+        except OSError:
+            pass
+    if weights.names:
+        opts.add_external_initializers(weights.names, weights.values)
+    return _ort().InferenceSession(weights.graph, opts, providers=providers)
+
+
+def _mapped_session(weights: _Weightless, opts, providers):
+    """An InferenceSession whose large weights ORT memory-maps from a temporary file instead of copying them.
+
+    The weights are written to `MAPPED_DATA` (each at a page boundary) beside the proto, which names them there
+    as external data; ORT maps that file, prepacks the weights its kernels take prepacked (MatMul, MatMulNBits:
+    their pages are then dropped) and reads the rest in place. The folder is removed once the session exists: on
+    Linux a mapping outlives the file's name. Raises OSError when the file cannot be written."""
+    proto = type(weights.proto)()
+    proto.CopyFrom(weights.proto)
+    with tempfile.TemporaryDirectory(prefix="linnet-ort-", ignore_cleanup_errors=True) as tmp:
+        folder = Path(tmp)
+        placed: dict[str, tuple[int, int]] = {}
+        with open(folder / MAPPED_DATA, "wb") as f:
+            for name, array in zip(weights.names, weights.arrays):
+                f.write(bytes(-f.tell() % MAPPED_ALIGN))
+                placed[name] = (f.tell(), array.nbytes)
+                f.write(array.reshape(-1).view(np.uint8).data)  # bf16 included (no buffer format of its own)
+        for tensor in proto.graph.initializer:
+            if tensor.name in placed:
+                offset, length = placed[tensor.name]
+                del tensor.external_data[:]
+                for key, value in (("location", MAPPED_DATA), ("offset", str(offset)), ("length", str(length))):
+                    item = tensor.external_data.add()
+                    item.key, item.value = key, value
+        (folder / MAPPED_MODEL).write_bytes(proto.SerializeToString())
+        return _ort().InferenceSession(str(folder / MAPPED_MODEL), opts, providers=providers)
+
+
+def _weightless(model) -> _Weightless:
+    """`model` (an `onnx_ir.Model`) as a `_Weightless`: serialized with its initializers of at least
+    `IN_MEMORY_MIN_BYTES` as external data at `IN_MEMORY`, their values as arrays and OrtValues over them (no
+    copy). Restores `model`."""
     import onnx_ir as ir
 
     from linnet.compiler.onnx.lower import to_proto
@@ -432,7 +497,7 @@ def _weightless_proto(model):
     finally:
         for v, t in saved:
             v.const_value = t
-    return proto, names, values, arrays
+    return _Weightless(proto, proto.SerializeToString(), names, values, arrays)
 
 
 def save_model(proto, path: str | Path) -> list[Path]:
