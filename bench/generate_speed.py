@@ -31,7 +31,8 @@ random weights (`RANDOM_MODELS`: a config only, nothing downloaded).
 - llama.cpp: llama-cpp-python built from source by tools/llama_cpp_wheel.sh (`make llama-cpp`; AMX off: the AMX
   backend crashes on the first decode); its row records `llama_print_system_info` and whether it lists AMX.
 - `limit-f32`, `limit-bf16`, `limit-stored` (bench/weight_streaming.py): the time of one GEMV pass over every matrix a
-  decode step reads, in that dtype, with the faster of torch and ONNX Runtime (both recorded, each checked against
+  decode step reads, in that dtype, with the fastest kernel at hand: torch's GEMVs, ONNX Runtime's, and in f32 and
+  bf16 the pass compiled as a compiled decode step compiles it (`inductor`; all recorded, each checked against
   numpy); ms a pass, GB/s over the bytes a pass reads, and the decode tok/s that bounds.
 - `torch-stored` / `inductor-stored` / `onnxruntime-stored` load with `dtype="stored"`; while a backend refuses it
   (`BackendError`) the row is skipped and says why. A backend that cannot run on `--device` (CUDA graphs on the

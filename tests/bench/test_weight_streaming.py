@@ -106,3 +106,19 @@ def test_stored_passes_compute_the_stored_weights():
     pytest.importorskip("onnxruntime")
     assert ws.torch_pass([matrix("Q4_1")], "stored", x_by_in(), 1, 0.0)["max_rel_error"] < 2e-2
     assert ws.onnxruntime_pass([matrix("Q8_0")], "stored", x_by_in(), 1, 0.0)["max_rel_error"] < 2e-2
+
+
+@pytest.mark.parametrize("dtype, tol", [("f32", 1e-5), ("bf16", 3e-2)])
+def test_the_inductor_pass_matches_numpy(dtype, tol):
+    """The compiled pass (one-row products as inductor reductions, as a compiled decode step runs its linears)
+    computes x @ W^T of the GGUF's weights, checked on the first and the last matrix."""
+    torch = pytest.importorskip("torch")
+    threads = torch.get_num_threads()
+    try:
+        got = ws.inductor_pass([matrix("Q4_1"), matrix("Q8_0", seed=2)], dtype, x_by_in(), 1, 0.0)
+    finally:
+        torch.set_num_threads(threads)
+    assert got["kernels"] == ["inductor (one-row products as reductions: DECODE_OPTIONS)"]
+    assert got["max_rel_error"] < tol
+    with pytest.raises(ValueError):
+        ws.inductor_pass([matrix("Q4_1")], "stored", x_by_in(), 1, 0.0)
