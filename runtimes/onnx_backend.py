@@ -39,10 +39,10 @@ bound to host memory. Providers other than CPU get no upcast (not measured).
 from __future__ import annotations
 
 import ctypes
-import gc
 import os
 import shutil
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -127,6 +127,8 @@ class OnnxModel(ModelBase):
     _layouts: dict[str, "_BindingLayout"] = field(default_factory=dict, repr=False)
     _bindings: dict[str, Any] = field(default_factory=dict, repr=False)  # entry -> IOBinding, cache bound
     lowered: dict[str, Any] = field(default_factory=dict, repr=False)  # entry -> onnx_ir.Model (see model_ir)
+    _handed_out: set[str] = field(default_factory=set, repr=False)  # entries whose lowered model a caller may hold
+    _lock: Any = field(default_factory=threading.RLock, repr=False)  # lowering and sessions, made once
     backend: str = "onnxruntime"
     compile_kind = "session build"  # what the first call of an entry does (`caches.watch`)
 
@@ -138,7 +140,14 @@ class OnnxModel(ModelBase):
         """Entry `name` as an `onnx_ir.Model` whose initializers wrap `params` (no copy), with the
         ops the provider lacks a kernel for in the model's dtype computed in f32 under `fast`
         (`linnet.compiler.onnx.upcast`; bf16 on CPU). Raises BackendError under `equivalent` when
-        some op has no kernel in the model's dtype."""
+        some op has no kernel in the model's dtype. The model is the caller's to keep: making the
+        entry's session later leaves its initializers alone."""
+        with self._lock:
+            self._handed_out.add(name)
+            return self._lowered(name)
+
+    def _lowered(self, name: str):
+        """`model_ir` for the backend's own use (made once, until the entry's session is made)."""
         if name not in self.lowered:
             self.lowered[name], notes = _lower_for(self.program, name, self.params, self.numerics, self.providers[0])
             self.notes += [n for n in notes if n not in self.notes]
@@ -147,28 +156,38 @@ class OnnxModel(ModelBase):
     def model_proto(self, name: str):
         from linnet.compiler.onnx.lower import to_proto
 
-        return to_proto(self.model_ir(name))
+        with self._lock:
+            return to_proto(self._lowered(name))
 
     def session(self, name: str):
-        """The InferenceSession of entry `name` (made on first use)."""
+        """The InferenceSession of entry `name` (made on first use, once when threads ask together)."""
         if name not in self.program.entries:
             raise KeyError(f"no entry `{name}` (entries: {', '.join(self.program.entries)})")
-        if name not in self.sessions:
-            t0 = time.perf_counter()
-            # A decoder's shapes change from step to step (the prompt, the cache's filled length), and ORT's memory
-            # pattern, a plan per input shape, only grew its arena: SmolLM2 stored `fast`, 512 + 128 tokens, peak
-            # RSS 680 -> 633 MB with the pattern off, decode and prefill as fast (three alternating A/B pairs).
-            mem_pattern = not self.program.state
-            self.sessions[name] = make_session(
-                self.model_ir(name), self.providers, self.numerics, self.threads, mem_pattern=mem_pattern
-            )
-            # the session holds the weights now (`model_ir` lowers again if asked): the lowering's own arrays (fused
-            # projections: 280 MB of SmolLM2 in f32) go back to the kernel, not only to the heap
-            self.lowered.pop(name)
-            gc.collect()  # onnx_ir graphs hold reference cycles
-            release_freed_heap()
-            self.session_s[name] = time.perf_counter() - t0
+        with self._lock:
+            if name not in self.sessions:
+                self._make_session(name)
         return self.sessions[name]
+
+    def _make_session(self, name: str) -> None:
+        t0 = time.perf_counter()
+        # A decoder's shapes change from step to step (the prompt, the cache's filled length), and ORT's memory
+        # pattern, a plan per input shape, only grew its arena: SmolLM2 stored `fast`, 512 + 128 tokens, peak
+        # RSS 680 -> 633 MB with the pattern off, decode and prefill as fast (three alternating A/B pairs).
+        mem_pattern = not self.program.state
+        model = self._lowered(name)
+        self.sessions[name] = make_session(model, self.providers, self.numerics, self.threads, mem_pattern=mem_pattern)
+        # The session holds the weights now, so the lowered graph goes (`model_ir` lowers again if asked), and with
+        # it the arrays of its own (a stored model's fused q/k/v and gate/up weights, concatenated: 54 MB of
+        # SmolLM2), here rather than at the next cyclic GC (onnx_ir graphs hold cycles; a gc.collect() took
+        # 0.12-0.15 s). Then the heap pages freed since the session began, ORT's own scratch among them, go back
+        # to the kernel (`release_freed_heap`: 300 MB of SmolLM2 in f32).
+        del self.lowered[name]
+        if name not in self._handed_out:
+            for value in model.graph.initializers.values():
+                value.const_value = None
+        del model
+        release_freed_heap()
+        self.session_s[name] = time.perf_counter() - t0
 
     def cache_names(self) -> dict[str, tuple[str, str]]:
         from linnet.compiler.onnx.lower import cache_names
@@ -419,19 +438,15 @@ def _cached_session(folder: Path, weights: _Weightless, providers, numerics, thr
     return session
 
 
-def make_session_uncached(weights: _Weightless, providers, numerics, threads, mem_pattern: bool = True):
-    """An InferenceSession of `weights` (`_weightless`) without the cache."""
-    return _new_session(weights, session_options(numerics, threads, mem_pattern), providers)
-
-
 def _new_session(weights: _Weightless, opts, providers):
     """An InferenceSession of `weights` under `opts`.
 
-    On the CPU provider alone ORT memory-maps the weights from a temporary file (`_mapped_session`): handed over
-    from memory (`add_external_initializers`), ORT 1.32 copies each one into the session, and the process holds
-    the model twice (SmolLM2 stored `fast`: session 370 against 255 MB more than the loaded model; f32: 1,050
-    against 550 MB). A file that cannot be written (no space, no temporary folder) falls back to memory."""
-    if weights.names and providers == [PROVIDERS["cpu"]]:
+    On the CPU provider alone, on a POSIX system, ORT memory-maps the weights from a temporary file
+    (`_mapped_session`): handed over from memory (`add_external_initializers`), ORT 1.32 copies each one into the
+    session, and while the session is made the process holds them twice (SmolLM2 f32: peak RSS 2,190 against
+    1,680-1,740 MB). Where the temporary folder lacks the space, or the file cannot be written, the weights go from
+    memory."""
+    if weights.names and providers == [PROVIDERS["cpu"]] and os.name == "posix":
         try:
             return _mapped_session(weights, opts, providers)
         except OSError:
@@ -441,16 +456,28 @@ def _new_session(weights: _Weightless, opts, providers):
     return _ort().InferenceSession(weights.graph, opts, providers=providers)
 
 
+MAPPED_PREFIX = "linnet-ort-"  # + "<pid>-": `_mapped_session`'s folders, each removed once its session exists
+STALE_AFTER_S = 3600  # a folder of a process that is gone, this old, was left by a kill during a session build
+
+
 def _mapped_session(weights: _Weightless, opts, providers):
     """An InferenceSession whose large weights ORT memory-maps from a temporary file instead of copying them.
 
     The weights are written to `MAPPED_DATA` (each at a page boundary) beside the proto, which names them there
-    as external data; ORT maps that file, prepacks the weights its kernels take prepacked (MatMul, MatMulNBits:
-    their pages are then dropped) and reads the rest in place. The folder is removed once the session exists: on
-    Linux a mapping outlives the file's name. Raises OSError when the file cannot be written."""
+    as external data; ORT maps each one, prepacks those its kernels take prepacked (MatMul, MatMulNBits: their
+    mapping is then dropped) and reads the rest in place. The folder is removed once the session exists (a mapping
+    outlives the file's name on POSIX systems), so the session cannot be made again from its path
+    (`InferenceSession.set_providers`). Folders left by a process killed while making a session are removed by the
+    next one (`_remove_stale_folders`). Raises OSError when the temporary folder has not the space (checked first)
+    or the file cannot be written."""
+    root = Path(tempfile.gettempdir())
+    _remove_stale_folders(root)
+    size = sum(-(-a.nbytes // MAPPED_ALIGN) * MAPPED_ALIGN for a in weights.arrays)
+    if shutil.disk_usage(root).free < size + (64 << 20):
+        raise OSError(f"{root}: under {size + (64 << 20)} bytes free for the weights")
     proto = type(weights.proto)()
     proto.CopyFrom(weights.proto)
-    with tempfile.TemporaryDirectory(prefix="linnet-ort-", ignore_cleanup_errors=True) as tmp:
+    with tempfile.TemporaryDirectory(prefix=f"{MAPPED_PREFIX}{os.getpid()}-", ignore_cleanup_errors=True) as tmp:
         folder = Path(tmp)
         placed: dict[str, tuple[int, int]] = {}
         with open(folder / MAPPED_DATA, "wb") as f:
@@ -467,6 +494,29 @@ def _mapped_session(weights: _Weightless, opts, providers):
                     item.key, item.value = key, value
         (folder / MAPPED_MODEL).write_bytes(proto.SerializeToString())
         return _ort().InferenceSession(str(folder / MAPPED_MODEL), opts, providers=providers)
+
+
+def _remove_stale_folders(root: Path) -> None:
+    """Removes `_mapped_session` folders under `root` whose process is gone and that are older than
+    `STALE_AFTER_S` (a SIGKILL, the OOM killer, during a session build leaves one, as large as the weights).
+    A folder this process cannot judge or remove is left alone."""
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return
+    now = time.time()
+    for entry in entries:
+        pid = entry.name[len(MAPPED_PREFIX) :].split("-", 1)[0]
+        if not entry.name.startswith(MAPPED_PREFIX) or not pid.isdigit():
+            continue
+        try:
+            if now - entry.stat(follow_symlinks=False).st_mtime < STALE_AFTER_S or not entry.is_dir():
+                continue
+            os.kill(int(pid), 0)  # raises ProcessLookupError when no such process exists
+        except ProcessLookupError:
+            shutil.rmtree(entry.path, ignore_errors=True)
+        except OSError:  # PermissionError: another user's live process; anything else: leave it
+            continue
 
 
 def _weightless(model) -> _Weightless:
@@ -645,7 +695,7 @@ def load(
     )
     if has_table(names[0], dtype):
         for entry in program.entries:  # lowered now, so that `notes` says what runs upcast
-            model.model_ir(entry)
+            model._lowered(entry)
     model.load_s = time.perf_counter() - t0
     return model
 

@@ -6,9 +6,16 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
+import threading
+import time
+from collections import namedtuple
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -90,19 +97,93 @@ def test_a_cpu_session_maps_its_weights_instead_of_copying_them(tmp_path):
     assert got["left"] == [] and got["equal"], got
 
 
-def test_a_session_falls_back_to_memory_where_no_file_can_be_written(tmp_path, monkeypatch):
-    """No temporary folder to write in: the weights go to ORT from memory, and the model runs the same."""
+DiskUsage = namedtuple("DiskUsage", "total used free")  # shutil.disk_usage's
+
+
+def tiny_llama():
+    return lo.load(EXAMPLES / "llama.linnet", config=LLAMA, random_weights=True, max_positions=16, progress=False)
+
+
+@pytest.mark.parametrize("failure", ["no file", "no space"])
+def test_a_session_falls_back_to_memory_where_no_file_can_be_written(failure, monkeypatch):
+    """No temporary folder to write in, or not the space for the weights (checked before writing): the weights go
+    to ORT from memory, and the model runs the same."""
     import linnet.runtimes.onnx_backend as ob
 
-    model = lo.load(EXAMPLES / "llama.linnet", config=LLAMA, random_weights=True, max_positions=16, progress=False)
     ids = np.array([[3, 9, 4, 1]])
+    model = tiny_llama()
     want = np.asarray(model.forward(ids))
     assert "forward" not in model.lowered  # dropped once the session holds the weights
+    real, tried = ob._mapped_session, []
 
-    def unwritable(*_args, **_kwargs):
-        raise OSError(28, "No space left on device")
+    def spy(*args):
+        tried.append(args)
+        return real(*args)
 
-    monkeypatch.setattr(ob.tempfile, "TemporaryDirectory", unwritable)
-    again = lo.load(EXAMPLES / "llama.linnet", config=LLAMA, random_weights=True, max_positions=16, progress=False)
+    monkeypatch.setattr(ob, "_mapped_session", spy)
+    if failure == "no file":
+
+        def unwritable(*_args, **_kwargs):
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(ob.tempfile, "TemporaryDirectory", unwritable)
+    else:
+        full = DiskUsage(total=1 << 30, used=1 << 30, free=0)
+        monkeypatch.setattr(ob.shutil, "disk_usage", lambda _path: full)
+    again = tiny_llama()
     np.testing.assert_array_equal(np.asarray(again.forward(ids)), want)
+    assert len(tried) == 1  # the mapped route was tried, and refused
     assert again.model_proto("forward").graph.node  # lowered again on demand
+
+
+def test_threads_asking_for_one_session_together_get_one():
+    model = tiny_llama()
+    barrier = threading.Barrier(4)
+
+    def ask(_):
+        barrier.wait()
+        return model.session("forward")
+
+    with ThreadPoolExecutor(4) as pool:
+        sessions = list(pool.map(ask, range(4)))
+    assert all(s is sessions[0] for s in sessions)
+
+
+def test_a_lowered_model_handed_out_keeps_its_weights_once_the_session_exists():
+    """`model_ir`'s model is the caller's: making the session drops the backend's reference to it but leaves its
+    initializers' values (the backend's own lowered models have theirs released, since no one else holds them)."""
+    model = tiny_llama()
+    held = model.model_ir("forward")
+    before = {name: v.const_value.numpy().copy() for name, v in held.graph.initializers.items()}
+    model.forward(np.array([[3, 9, 4, 1]]))
+    assert "forward" not in model.lowered
+    for name, v in held.graph.initializers.items():
+        np.testing.assert_array_equal(v.const_value.numpy(), before[name])
+
+
+def test_folders_left_by_a_killed_session_build_are_removed_by_the_next():
+    """A folder of a process that is gone, older than STALE_AFTER_S, goes; a recent one, or a live process's,
+    stays."""
+    import linnet.runtimes.onnx_backend as ob
+
+    root = Path(tempfile.gettempdir())
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = int(gone.stdout)
+    old = time.time() - ob.STALE_AFTER_S - 60
+    folders = {
+        "stale": root / f"{ob.MAPPED_PREFIX}{dead}-test-stale",
+        "recent": root / f"{ob.MAPPED_PREFIX}{dead}-test-recent",
+        "live": root / f"{ob.MAPPED_PREFIX}{os.getpid()}-test-live",
+    }
+    try:
+        for kind, folder in folders.items():
+            folder.mkdir()
+            (folder / ob.MAPPED_DATA).write_bytes(b"\0" * 4096)
+            if kind != "recent":
+                os.utime(folder, (old, old))
+        tiny_llama().forward(np.array([[3, 9, 4, 1]]))
+        assert not folders["stale"].exists()
+        assert folders["recent"].exists() and folders["live"].exists()
+    finally:
+        for folder in folders.values():
+            shutil.rmtree(folder, ignore_errors=True)
