@@ -15,6 +15,7 @@ step compiled once, with static shapes that never change between steps; prefill 
 from __future__ import annotations
 
 import linecache
+import threading
 from typing import Callable
 
 import torch
@@ -218,7 +219,7 @@ class LinnetModule(nn.Module):
         `F.linear` dequantizes each matrix from the int4 planes inside the graph, which traces but compiles slowly
         (a 17-row SmolLM2 decode step: 177-263 s against 124 s for one row, contended) for a matmul-bound entry.
         Generation's `step` decodes compiled, prefills eagerly."""
-        compiled = torch.compile(fn, fullgraph=True, dynamic=True)
+        compiled = LazilyCompiled(fn, fullgraph=True, dynamic=True)
 
         def entry(*inputs):
             return fn(*inputs) if self.quantized else compiled(*inputs)
@@ -297,9 +298,7 @@ def _decode_compiled(fn: Callable) -> Callable:
     reductions (`inductor_passes.OneRowProductsAsReductions`: MKL's sgemv runs on one thread); on the CPU its
     attention compiles as reductions at every batch size (the flash kernel blocks for many query rows and emulates
     bf16 on AVX2)."""
-    from .inductor_passes import DECODE_OPTIONS  # here: importing inductor's pattern matcher takes ~3 s
-
-    compiled = torch.compile(fn, fullgraph=True, dynamic=False, options=DECODE_OPTIONS)
+    compiled = LazilyCompiled(fn, fullgraph=True, dynamic=False, decode_options=True)
 
     def step(input_ids, positions, rows):
         if input_ids.shape[1] == 1:
@@ -307,6 +306,33 @@ def _decode_compiled(fn: Callable) -> Callable:
         return fn(input_ids, positions, rows)
 
     return step
+
+
+class LazilyCompiled:
+    """`torch.compile(fn, **kwargs)`, made at the first call (under a lock: once when threads call together), with
+    Linnet's decode options (`inductor_passes.DECODE_OPTIONS`) where `decode_options`. Importing torch._dynamo
+    (~1.9 s here) and inductor's pattern matcher (~1 s) is then part of that first call, which compiles anyway,
+    rather than of loading the model. Moved, not saved: torch-compile's SmolLM2 bf16 on the 2-core Xeon, two
+    processes each, load 3.2-3.3 s and first decode step 4.9 s with the imports at load, 1.4-1.9 s and 6.6-7.1 s
+    with them here (the bench's load-time goal had flagged 3.7-3.8 s against the 2.3-2.4 s recorded before the
+    decode options came)."""
+
+    def __init__(self, fn: Callable, decode_options: bool = False, **kwargs):
+        self.fn, self.decode_options, self.kwargs = fn, decode_options, kwargs
+        self.compiled: Callable | None = None
+        self._lock = threading.Lock()
+
+    def __call__(self, *inputs):
+        if self.compiled is None:
+            with self._lock:
+                if self.compiled is None:
+                    options = {}
+                    if self.decode_options:
+                        from .inductor_passes import DECODE_OPTIONS
+
+                        options = {"options": DECODE_OPTIONS}
+                    self.compiled = torch.compile(self.fn, **self.kwargs, **options)
+        return self.compiled(*inputs)
 
 
 class _CudaGraphStep:

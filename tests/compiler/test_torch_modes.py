@@ -12,6 +12,7 @@ pytestmark = pytest.mark.torch
 import linnet.torch as lt  # noqa: E402
 from linnet.compiler.torch.module import BackendError, compile_program  # noqa: E402
 from linnet.ir import build  # noqa: E402
+from tests.conftest import ROOT  # noqa: E402
 
 SMALL = {
     "vocab_size": 96,
@@ -64,6 +65,50 @@ def test_inductor_compiles_the_decode_step_once():
     ref += [reference.native.step(torch.tensor([[7 + i]]), torch.tensor([6 + i]), torch.tensor([0])) for i in range(6)]
     for x, y in zip(first + rest, ref):
         torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-4)
+
+
+LAZY_PROBE = """
+import sys
+import linnet.torch as lt
+from tests.compiler.test_torch_modes import SMALL
+model = lt.load("examples/llama.linnet", config=SMALL, mode="inductor", random_weights=True, max_positions=32,
+                progress=False)
+print("torch._dynamo" in sys.modules, "torch._inductor.pattern_matcher" in sys.modules)
+"""
+
+
+def test_inductor_mode_imports_the_compiler_at_the_first_call_not_at_load():
+    """Loading is checking and binding weights; torch._dynamo and inductor's pattern matcher (~3 s of imports) come
+    with the first compiled call (`module.LazilyCompiled`, below), which compiles anyway."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", LAZY_PROBE], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["False", "False"]
+
+
+def test_a_lazily_compiled_entry_compiles_once_when_threads_call_together(monkeypatch):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from linnet.compiler.torch import module
+
+    made = []
+    monkeypatch.setattr(module.torch, "compile", lambda fn, **kw: made.append(kw) or fn)
+    entry = module.LazilyCompiled(lambda x: x + 1, fullgraph=True, dynamic=False)
+    assert made == []  # nothing at construction
+    with ThreadPoolExecutor(4) as pool:
+        assert list(pool.map(entry, range(8))) == list(range(1, 9))
+    assert made == [{"fullgraph": True, "dynamic": False}]
+    decode = module.LazilyCompiled(lambda x: x, decode_options=True, fullgraph=True)
+    decode(0)
+    assert made[-1]["options"] is module_decode_options()
+
+
+def module_decode_options():
+    from linnet.compiler.torch.inductor_passes import DECODE_OPTIONS
+
+    return DECODE_OPTIONS
 
 
 class _HostSyncs(torch.utils._python_dispatch.TorchDispatchMode):
