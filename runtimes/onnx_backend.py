@@ -147,11 +147,15 @@ class OnnxModel(ModelBase):
             return self._lowered(name)
 
     def _lowered(self, name: str):
-        """`model_ir` for the backend's own use (made once, until the entry's session is made)."""
-        if name not in self.lowered:
-            self.lowered[name], notes = _lower_for(self.program, name, self.params, self.numerics, self.providers[0])
-            self.notes += [n for n in notes if n not in self.notes]
-        return self.lowered[name]
+        """`model_ir` for the backend's own use: kept until the entry's session is made, then made anew when asked
+        for (an export after generating) and not kept."""
+        if name in self.lowered:
+            return self.lowered[name]
+        model, notes = _lower_for(self.program, name, self.params, self.numerics, self.providers[0])
+        self.notes += [n for n in notes if n not in self.notes]
+        if name not in self.sessions:
+            self.lowered[name] = model
+        return model
 
     def model_proto(self, name: str):
         from linnet.compiler.onnx.lower import to_proto
@@ -510,7 +514,8 @@ def _remove_stale_folders(root: Path) -> None:
         if not entry.name.startswith(MAPPED_PREFIX) or not pid.isdigit():
             continue
         try:
-            if now - entry.stat(follow_symlinks=False).st_mtime < STALE_AFTER_S or not entry.is_dir():
+            age = now - entry.stat(follow_symlinks=False).st_mtime
+            if not entry.is_dir(follow_symlinks=False) or age < STALE_AFTER_S:
                 continue
             os.kill(int(pid), 0)  # raises ProcessLookupError when no such process exists
         except ProcessLookupError:
