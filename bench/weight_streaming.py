@@ -156,7 +156,9 @@ def inductor_pass(matrices: list[Matrix], dtype: str, x_by_in: dict, threads: in
     torch.set_num_threads(threads)
     act = {"f32": torch.float32, "bf16": torch.bfloat16}[dtype]
     xs = {k: torch.from_numpy(v).to(act) for k, v in x_by_in.items()}
-    inputs = [xs[m.in_features] for m in matrices]
+    # an input of its own for each matrix: products sharing one input tensor are merged into shared loops, which no
+    # real step can do (each layer reads the previous one's output)
+    inputs = [xs[m.in_features].clone() for m in matrices]
     weights = [torch.from_numpy(m.dequantized()).to(act) for m in matrices]
 
     def products(inputs, weights):

@@ -33,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -142,9 +143,13 @@ def enable(family: str) -> Path | None:
         _enable_jax(folder)
     elif framework == "inductor":
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(folder)
-        import torch._inductor.config as inductor_config
-
-        inductor_config.fx_graph_cache = True
+        # inductor's FX graph cache on; through its variable while inductor is not imported yet, since importing its
+        # config imports torch._dynamo (~2 s), which a model compiles with only at its first call
+        config = sys.modules.get("torch._inductor.config")
+        if config is not None:
+            config.fx_graph_cache = True
+        else:
+            os.environ.setdefault("TORCHINDUCTOR_FX_GRAPH_CACHE", "1")
     _ENABLED[framework] = folder
     return folder
 

@@ -308,23 +308,29 @@ def _decode_compiled(fn: Callable) -> Callable:
     return step
 
 
+_COMPILE_LOCK = threading.Lock()  # every `LazilyCompiled`'s: two entries' first calls importing dynamo at once deadlock
+
+
 class LazilyCompiled:
-    """`torch.compile(fn, **kwargs)`, made at the first call (under a lock: once when threads call together), with
-    Linnet's decode options (`inductor_passes.DECODE_OPTIONS`) where `decode_options`. Importing torch._dynamo
-    (~1.9 s here) and inductor's pattern matcher (~1 s) is then part of that first call, which compiles anyway,
-    rather than of loading the model. Moved, not saved: torch-compile's SmolLM2 bf16 on the 2-core Xeon, two
-    processes each, load 3.2-3.3 s and first decode step 4.9 s with the imports at load, 1.4-1.9 s and 6.6-7.1 s
-    with them here (the bench's load-time goal had flagged 3.7-3.8 s against the 2.3-2.4 s recorded before the
-    decode options came)."""
+    """`torch.compile(fn, **kwargs)`, made at the first call, with Linnet's decode options
+    (`inductor_passes.DECODE_OPTIONS`) where `decode_options`. Importing torch._dynamo (~1.9 s here) and inductor's
+    pattern matcher (~1 s) is then part of that first call, which compiles anyway, rather than of loading the model.
+    Moved, not saved: torch-compile's SmolLM2 bf16 loaded by `linnet.torch.load` on the 2-core Xeon, two processes
+    each, load 3.2-3.3 s and first decode step 4.9 s with the imports at load, 1.4-1.9 s and 6.6-7.1 s with them
+    here (the bench's load-time goal had flagged 3.7-3.8 s against the 2.3-2.4 s recorded before the decode options
+    came). The compiled function is made under one lock for all entries (two entries' first calls in two threads
+    imported dynamo at once and broke it for the process); the compile itself runs outside it. Called inside
+    `torch.export` or another compile, where `torch.compile` returns `fn` itself, it runs `fn` and keeps nothing."""
 
     def __init__(self, fn: Callable, decode_options: bool = False, **kwargs):
         self.fn, self.decode_options, self.kwargs = fn, decode_options, kwargs
         self.compiled: Callable | None = None
-        self._lock = threading.Lock()
 
     def __call__(self, *inputs):
         if self.compiled is None:
-            with self._lock:
+            if torch.compiler.is_exporting() or torch.compiler.is_compiling():
+                return self.fn(*inputs)
+            with _COMPILE_LOCK:
                 if self.compiled is None:
                     options = {}
                     if self.decode_options:

@@ -70,39 +70,77 @@ def test_inductor_compiles_the_decode_step_once():
 LAZY_PROBE = """
 import sys
 import linnet.torch as lt
+from linnet.runtimes import caches
 from tests.compiler.test_torch_modes import SMALL
+assert caches.enable("torch") is not None  # as the CLI does before loading
 model = lt.load("examples/llama.linnet", config=SMALL, mode="inductor", random_weights=True, max_positions=32,
                 progress=False)
 print("torch._dynamo" in sys.modules, "torch._inductor.pattern_matcher" in sys.modules)
 """
 
 
-def test_inductor_mode_imports_the_compiler_at_the_first_call_not_at_load():
+def test_inductor_mode_imports_the_compiler_at_the_first_call_not_at_load(tmp_path):
     """Loading is checking and binding weights; torch._dynamo and inductor's pattern matcher (~3 s of imports) come
-    with the first compiled call (`module.LazilyCompiled`, below), which compiles anyway."""
+    with the first compiled call (`module.LazilyCompiled`, below), which compiles anyway, also after the CLI has
+    turned inductor's cache on (`caches.enable`)."""
+    import os
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-c", LAZY_PROBE], capture_output=True, text=True, cwd=ROOT)
+    env = {**os.environ, "LINNET_CACHE_DIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", LAZY_PROBE], capture_output=True, text=True, cwd=ROOT, env=env)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["False", "False"]
 
 
-def test_a_lazily_compiled_entry_compiles_once_when_threads_call_together(monkeypatch):
+def test_lazily_compiled_entries_make_their_compiled_function_once_and_one_at_a_time(monkeypatch):
+    """Threads calling two entries for the first time together: each entry's `torch.compile` runs once, and never
+    two at once (two entries importing torch._dynamo at once broke it for the process)."""
+    import threading
+    import time
     from concurrent.futures import ThreadPoolExecutor
 
     from linnet.compiler.torch import module
 
+    made, running, overlapped = [], [], []
+
+    def slow_compile(fn, **kwargs):
+        running.append(1)
+        overlapped.append(len(running) > 1)
+        time.sleep(0.05)  # as an import would: long enough for every thread to arrive
+        running.pop()
+        made.append(kwargs)
+        return fn
+
+    monkeypatch.setattr(module.torch, "compile", slow_compile)
+    first = module.LazilyCompiled(lambda x: x + 1, fullgraph=True, dynamic=False)
+    second = module.LazilyCompiled(lambda x: x, decode_options=True, fullgraph=True)
+    assert made == []  # nothing at construction
+    barrier = threading.Barrier(8)
+
+    def call(i):
+        barrier.wait()
+        return (first if i % 2 else second)(i)
+
+    with ThreadPoolExecutor(8) as pool:
+        assert list(pool.map(call, range(8))) == [0, 2, 2, 4, 4, 6, 6, 8]
+    assert len(made) == 2 and not any(overlapped)
+    assert {"fullgraph": True, "dynamic": False} in made
+    assert any(kw.get("options") is module_decode_options() for kw in made)
+
+
+def test_a_lazily_compiled_entry_called_inside_a_trace_runs_eagerly_and_keeps_nothing(monkeypatch):
+    """Inside `torch.export` (or another compile) `torch.compile` hands back the function itself: the entry runs it
+    and compiles at its next ordinary call."""
+    from linnet.compiler.torch import module
+
     made = []
     monkeypatch.setattr(module.torch, "compile", lambda fn, **kw: made.append(kw) or fn)
-    entry = module.LazilyCompiled(lambda x: x + 1, fullgraph=True, dynamic=False)
-    assert made == []  # nothing at construction
-    with ThreadPoolExecutor(4) as pool:
-        assert list(pool.map(entry, range(8))) == list(range(1, 9))
-    assert made == [{"fullgraph": True, "dynamic": False}]
-    decode = module.LazilyCompiled(lambda x: x, decode_options=True, fullgraph=True)
-    decode(0)
-    assert made[-1]["options"] is module_decode_options()
+    entry = module.LazilyCompiled(lambda x: x * 2)
+    monkeypatch.setattr(module.torch.compiler, "is_exporting", lambda: True)
+    assert entry(3) == 6 and made == [] and entry.compiled is None
+    monkeypatch.setattr(module.torch.compiler, "is_exporting", lambda: False)
+    assert entry(3) == 6 and len(made) == 1
 
 
 def module_decode_options():
