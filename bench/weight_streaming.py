@@ -143,9 +143,10 @@ def inductor_pass(matrices: list[Matrix], dtype: str, x_by_in: dict, threads: in
     """The pass as a compiled decode step runs its linears: `F.linear` of each [1, in] activation, all in one function
     compiled by inductor with Linnet's decode options (`linnet.compiler.torch.inductor_passes.DECODE_OPTIONS`: each
     one-row product becomes a reduction that inductor writes as one parallel, vectorised loop streaming the weight
-    once). On a 2-core AVX-512 Xeon it read SmolLM2's bf16 matrices in 11.9 ms a pass, at the `read` row's rate,
-    where torch.mv took 16.5 and F.linear 22.9 (one process, 2026-12-03): so it, not a library GEMV, bounds a
-    compiled step. f32 and bf16; the stored types have no such form (ValueError)."""
+    once), each matrix with an input of its own. On a 2-core AVX-512 Xeon it read SmolLM2's bf16 matrices in 19.6
+    ms a pass, where torch.mv took 20.8 and F.linear 28.3 (bench/results/generate_speed_intel_r17b_limits.md);
+    with one input shared by the matrices inductor merged their loops and took 11.9-13.4 ms, which no real step can
+    do. f32 and bf16; the stored types have no such form (ValueError)."""
     if dtype == "stored":
         raise ValueError("the stored types have no compiled form here (see torch)")
     import torch
