@@ -331,13 +331,12 @@ MAPPED_ALIGN = 4096  # each weight starts on a page of `MAPPED_DATA`, so that OR
 
 @dataclass
 class _Weightless:
-    """A model's proto with its large initializers left out (external data at `IN_MEMORY`), and those initializers:
-    `arrays` (numpy, C-contiguous) and `values` (OrtValues over the same memory), by `names`."""
+    """A model's proto with its large initializers left out (external data at `IN_MEMORY`), and those initializers
+    as numpy arrays (C-contiguous) by `names`."""
 
     proto: Any  # onnx.ModelProto
     graph: bytes  # `proto` serialized (the cache key's graph)
     names: list[str]
-    values: list[Any]
     arrays: list[np.ndarray]
 
 
@@ -456,8 +455,17 @@ def _new_session(weights: _Weightless, opts, providers):
         except OSError:
             pass
     if weights.names:
-        opts.add_external_initializers(weights.names, weights.values)
+        opts.add_external_initializers(weights.names, [_ortvalue_over(a) for a in weights.arrays])
     return _ort().InferenceSession(weights.graph, opts, providers=providers)
+
+
+def _ortvalue_over(array: np.ndarray):
+    """An OrtValue over `array`'s memory, no copy (bf16 as its uint16 bits with ONNX's bf16 type); the OrtValue keeps
+    `array` alive."""
+    ort = _ort()
+    if array.dtype == _np("bf16"):
+        return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(array.view(np.uint16), BFLOAT16)
+    return ort.OrtValue.ortvalue_from_numpy(array)
 
 
 MAPPED_PREFIX = "linnet-ort-"  # + "<pid>-": `_mapped_session`'s folders, each removed once its session exists
@@ -510,8 +518,10 @@ def _remove_stale_folders(root: Path) -> None:
         return
     now = time.time()
     for entry in entries:
+        if not entry.name.startswith(MAPPED_PREFIX):
+            continue
         pid = entry.name[len(MAPPED_PREFIX) :].split("-", 1)[0]
-        if not entry.name.startswith(MAPPED_PREFIX) or not pid.isdigit():
+        if not pid.isdigit():
             continue
         try:
             age = now - entry.stat(follow_symlinks=False).st_mtime
@@ -526,14 +536,13 @@ def _remove_stale_folders(root: Path) -> None:
 
 def _weightless(model) -> _Weightless:
     """`model` (an `onnx_ir.Model`) as a `_Weightless`: serialized with its initializers of at least
-    `IN_MEMORY_MIN_BYTES` as external data at `IN_MEMORY`, their values as arrays and OrtValues over them (no
-    copy). Restores `model`."""
+    `IN_MEMORY_MIN_BYTES` as external data at `IN_MEMORY`, their values as arrays (no copy where the tensor is
+    contiguous). Restores `model`."""
     import onnx_ir as ir
 
     from linnet.compiler.onnx.lower import to_proto
 
-    ort = _ort()
-    names, values, arrays, saved = [], [], [], []
+    names, arrays, saved = [], [], []
     for name, v in model.graph.initializers.items():
         t = v.const_value
         if t is None or t.nbytes < IN_MEMORY_MIN_BYTES:
@@ -543,16 +552,12 @@ def _weightless(model) -> _Weightless:
         v.const_value = ir.ExternalTensor(IN_MEMORY, 0, t.nbytes, t.dtype, shape=t.shape, name=name)
         names.append(name)
         arrays.append(array)
-        if array.dtype == _np("bf16"):  # a view over the same memory (the OrtValue keeps it alive)
-            values.append(ort.OrtValue.ortvalue_from_numpy_with_onnx_type(array.view(np.uint16), BFLOAT16))
-        else:
-            values.append(ort.OrtValue.ortvalue_from_numpy(array))
     try:
         proto = to_proto(model)
     finally:
         for v, t in saved:
             v.const_value = t
-    return _Weightless(proto, proto.SerializeToString(), names, values, arrays)
+    return _Weightless(proto, proto.SerializeToString(), names, arrays)
 
 
 def save_model(proto, path: str | Path) -> list[Path]:

@@ -10,6 +10,8 @@ import textwrap
 
 import pytest
 
+from tests.conftest import ROOT
+
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
 
 # An eager op's pattern: 20 activations of 4 MiB written, then freed, four times over; the minor page faults of a
@@ -70,21 +72,18 @@ def test_a_users_own_malloc_settings_are_kept(env):
 # one kept at the top, the rest freed; the anonymous memory resident before and after `release_freed_heap`.
 TRIM_PROBE = textwrap.dedent(
     """
-    import json
+    import json, sys
     import numpy as np
     from linnet.runtimes.allocator import release_freed_heap
-
-    def anon_mib():
-        for line in open("/proc/self/status"):
-            if line.startswith("RssAnon:"):
-                return int(line.split()[1]) / 1024
+    sys.path.insert(0, sys.argv[1])
+    from generate_speed import proc_status_mb  # bench/
 
     blocks = [np.ones(1 << 14, dtype=np.float32) for _ in range(1000)]
     top = blocks.pop()
     del blocks
-    before = anon_mib()
+    before = proc_status_mb("RssAnon")
     released = release_freed_heap()
-    print(json.dumps({"released": released, "freed_mib": before - anon_mib()}))
+    print(json.dumps({"released": released, "freed_mib": before - proc_status_mb("RssAnon")}))
     """
 )
 
@@ -94,7 +93,8 @@ def trim_probe(**env: str) -> dict:
     import os
 
     environment = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_") and k != "GLIBC_TUNABLES"}
-    r = subprocess.run([sys.executable, "-c", TRIM_PROBE], env=environment | env, capture_output=True, text=True)
+    probe = [sys.executable, "-c", TRIM_PROBE, str(ROOT / "bench")]
+    r = subprocess.run(probe, env=environment | env, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import EXAMPLES
+from tests.conftest import EXAMPLES, ROOT
 
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx_ir")
@@ -59,11 +59,8 @@ MAPPED_PROBE = textwrap.dedent(
     import numpy as np
     import onnx_ir as ir
     from linnet.runtimes import onnx_backend as ob
-
-    def anon_mb():
-        for line in open("/proc/self/status"):
-            if line.startswith("RssAnon:"):
-                return int(line.split()[1]) / 1024
+    sys.path.insert(0, sys.argv[2])
+    from generate_speed import proc_status_mb  # bench/
 
     weight = np.arange(16 << 20, dtype=np.float32).reshape(4096, 4096) / 7  # 64 MiB
     x = ir.Value(name="x", shape=ir.Shape([4096, 4096]), type=ir.TensorType(ir.DataType.FLOAT))
@@ -73,9 +70,9 @@ MAPPED_PROBE = textwrap.dedent(
     add.outputs[0].name = "y"
     graph = ir.Graph([x], add.outputs, nodes=[add], initializers=[w], opset_imports={"": 21})
     model = ir.Model(graph, ir_version=10)
-    before = anon_mb()
+    before = proc_status_mb("RssAnon")
     session = ob.make_session(model, [ob.PROVIDERS["cpu"]], threads=1)
-    added = anon_mb() - before
+    added = proc_status_mb("RssAnon") - before
     left = [p for p in os.listdir(sys.argv[1]) if p.startswith("linnet-ort-")]
     (y,) = session.run(None, {"x": np.ones((4096, 4096), np.float32)})
     print(json.dumps({"added_mib": added, "left": left, "equal": bool(np.array_equal(y, weight + 1))}))
@@ -89,7 +86,8 @@ def test_a_cpu_session_maps_its_weights_instead_of_copying_them(tmp_path):
     temporary folder is gone once the session exists, and the session still reads the weight (the mapping outlives
     the file's name)."""
     env = {**os.environ, "TMPDIR": str(tmp_path)}
-    out = subprocess.run([sys.executable, "-c", MAPPED_PROBE, str(tmp_path)], env=env, capture_output=True, text=True)
+    probe = [sys.executable, "-c", MAPPED_PROBE, str(tmp_path), str(ROOT / "bench")]
+    out = subprocess.run(probe, env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     got = json.loads(out.stdout)
     # here: 14 MiB mapped (ORT's own buffers), 78 MiB when ORT copies the weight
