@@ -675,17 +675,32 @@ def _same_bits(way, x, weight):
 
 
 # Linear layers sharing their input, one `linear` over their weights joined where they lie in one buffer (`fusion.
-# concat_linear_weights`; an f32 `fast` module on the CPU, `module_passes`).
+# concat_linear_weights`; an f32 `fast` module and an inductor module on the CPU, `module_passes`).
 LINEARS = '''
+# True in a module whose compiled entries check before each call that each group still lies in one buffer
+# (`LinnetModule.weight_groups_joined`, which reads the condition below): a trace cannot read addresses.
+JOINED_UNDER_COMPILE = False
+
+
 def linears(x, weights):
     """`tuple(F.linear(x, w) for w in weights)`: x [.., K] @ each weight [N_i, K]^T -> [.., N_i] each. Weights that
-    lie adjacently in one buffer, with the same strides (an f32 `fast` module on the CPU binds each group so:
-    `LinnetModule.bind`), are read as that buffer's rows by one `linear` whose output is split (one row through
-    SmolLM2's q, k and v on a 2-core AVX2 EPYC in 0.66-0.83x the time of three). Anything else (weights bound
-    apart, a weight subclass such as a quantized or a distributed one, gradients to a weight, torch.compile's
-    trace) is one `linear` a weight."""
+    lie adjacently in one buffer, with the same strides (an f32 `fast` module and an inductor module on the CPU bind
+    each group so: `LinnetModule.bind`), are read as that buffer's rows by one `linear` whose output is split (one
+    row through SmolLM2's q, k and v on a 2-core AVX2 EPYC in 0.66-0.83x the time of three). Anything else
+    (weights bound apart, a weight subclass such as a quantized or a distributed one, gradients to a weight,
+    torch.compile's trace, unless the module checks the groups before each call: `JOINED_UNDER_COMPILE`) is one
+    `linear` a weight."""
     first = weights[0]
-    if not (torch.compiler.is_compiling() or torch.is_grad_enabled() and any(w.requires_grad for w in weights)):
+    if torch.compiler.is_compiling():
+        if JOINED_UNDER_COMPILE and not (torch.is_grad_enabled() and any(w.requires_grad for w in weights)) and all(
+            type(w) in (torch.Tensor, nn.Parameter) and w.dim() == 2 and w.stride() == first.stride()
+            and w.dtype == first.dtype and w.shape[-1] == first.shape[-1] and w.device == first.device
+            for w in weights
+        ):
+            rows = [w.shape[0] for w in weights]
+            return linear(x, first.as_strided((sum(rows), first.shape[-1]), first.stride())).split(rows, dim=-1)
+        return tuple(linear(x, w) for w in weights)
+    if not (torch.is_grad_enabled() and any(w.requires_grad for w in weights)):
         strides, width, dtype = first.stride(), first.shape[-1], first.dtype
         start, step, rows = first.data_ptr(), strides[0] * first.element_size(), 0
         for w in weights:
@@ -713,9 +728,14 @@ def module_passes(program: Program, numerics: str, mode: str, device_type: str) 
     decode 1.01-1.38x `equivalent`'s in six rounds of two runs, 1.10-1.15x before (bench/results/
     generate_speed_amd_avx2_r14{,b}_f32_fast.md). Not in bf16: oneDNN's bf16 GEMV gained 3-10 % on the same memory
     and nothing measurable end to end. `equivalent` keeps one `linear` a weight:
-    transformers' kernels, bit for bit. `generate` (`linnet torch`) writes `PASSES`' module, whose weights a caller
-    loads apart."""
+    transformers' kernels, bit for bit. An inductor module on the CPU (f32, bf16; either numerics) joins them too:
+    its compiled decode step reads each group as one reduction (`JOINED_UNDER_COMPILE`; SmolLM2's bf16 step ~4 %
+    faster on a 2-core AVX-512 Xeon, docs/backends.md), and its eager prefill's joined GEMMs gave the separate
+    ones' bits there (f32 and bf16, 512 tokens). `generate` (`linnet torch`) writes `PASSES`' module, whose weights
+    a caller loads apart."""
     if numerics == "fast" and mode == "generated" and device_type == "cpu" and program.dtype.name == "f32":
+        return replace(PASSES, concat_linear_weights=True)
+    if mode == "inductor" and device_type == "cpu" and program.dtype.name in ("f32", "bf16"):
         return replace(PASSES, concat_linear_weights=True)
     return PASSES
 

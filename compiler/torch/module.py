@@ -70,12 +70,18 @@ class LinnetModule(nn.Module):
             path: group for group in concat_weight_groups(prepared) for path in group
         }
         self._group_buffers: dict[tuple[str, ...], tuple[torch.Tensor, set[str]]] = {}  # and the paths bound in it
+        # the groups an inductor module's compiled entries read as one buffer each (`weight_groups_joined`)
+        self._joined_groups = sorted(set(self.weight_groups.values())) if mode == "inductor" else []
+        self._joined_snapshot: list | None = None  # each grouped weight's holder, name, tensor and address
         # wide linear weights held transposed for `linear` (`bind`); generated eager modules only: inductor
         # compiles its own decode kernels, the interpreter calls F.linear
         self.stored_transposed = (
             stored_transposed(prepared, numerics, self.device_.type) if mode == "generated" else frozenset()
         )
         namespace = self._exec_source()
+        # an inductor module checks its groups before each compiled call (`weight_groups_joined`), so its traces
+        # may read each group as one buffer
+        namespace["JOINED_UNDER_COMPILE"] = mode == "inductor" and bool(self.weight_groups)
         root = namespace[program.root](self.device_)
         object.__setattr__(self, "root", root)  # not a submodule: its children are ours
         for name, child in root._modules.items():
@@ -209,7 +215,7 @@ class LinnetModule(nn.Module):
             if self.wide_linears_in_f32:
                 fn = _wide_linears_in_f32(fn, step)
             if self.mode == "inductor":
-                fn = _decode_compiled(fn) if step else self._compiled_unless_quantized(fn)
+                fn = self._decode_compiled(fn) if step else self._compiled_unless_quantized(fn)
             elif self.mode == "cuda-graphs" and step:
                 fn = _CudaGraphStep(fn)
             self._entries[name] = fn
@@ -222,9 +228,60 @@ class LinnetModule(nn.Module):
         compiled = LazilyCompiled(fn, fullgraph=True, dynamic=True)
 
         def entry(*inputs):
-            return fn(*inputs) if self.quantized else compiled(*inputs)
+            return fn(*inputs) if self.quantized or not self.weight_groups_joined() else compiled(*inputs)
 
         return entry
+
+    def _decode_compiled(self, fn: Callable) -> Callable:
+        """`step` with decode (S = 1) under torch.compile, static shapes, compiled once per batch size; prefill
+        (S > 1) runs the same generated code eagerly, so a new prompt length never recompiles (prefill is
+        matmul-bound: little for inductor to win). At batch 1 the step's linears compile as reductions
+        (`inductor_passes.OneRowProductsAsReductions`: MKL's sgemv runs on one thread), those sharing an input as
+        one over their group's buffer (`weight_groups_joined`); on the CPU its attention compiles as reductions at
+        every batch size (the flash kernel blocks for many query rows and emulates bf16 on AVX2)."""
+        compiled = LazilyCompiled(fn, fullgraph=True, dynamic=False, decode_options=True)
+
+        def step(input_ids, positions, rows):
+            if input_ids.shape[1] == 1 and self.weight_groups_joined():
+                return compiled(input_ids, positions, rows)
+            return fn(input_ids, positions, rows)
+
+        return step
+
+    def weight_groups_joined(self) -> bool:
+        """Whether each group of weights that a compiled trace reads as one buffer (`linears` under
+        `JOINED_UNDER_COMPILE`: plain tensors of one dtype, width and strides, and no gradient wanted) lies in one
+        buffer as `bind` lays them out: a trace cannot read addresses, so the compiled entries ask this before each
+        call. A group that something rebound apart (`register_parameter`, `load_state_dict(..., assign=True)`,
+        `.data =`) is laid out again, its values kept; where that cannot be done (a weight requires grad: a trainer
+        holds it), False, and the caller runs the entry eagerly, where `linears` checks the addresses itself.
+        Cost: when nothing was rebound since the last call, the identity and address of each weight (SmolLM2's
+        180: ~15 us against a ~21 ms bf16 step); otherwise each group's layout."""
+        if self._joined_snapshot is not None and all(
+            held.get(leaf) is t and t.data_ptr() == at for held, leaf, t, at in self._joined_snapshot
+        ):
+            return True
+        self._joined_snapshot = None
+        stable = True
+        for group in self._joined_groups:
+            weights = [getattr(*self._leaves[p]) for p in group]
+            if not _read_joined(weights) or _adjacent(weights):
+                stable = stable and (_adjacent(weights) or not _plain_group(weights))
+                continue
+            if any(w.requires_grad for w in weights):
+                return False
+            self._group_buffers.pop(group, None)
+            self._bind_in_group(group[0], weights[0].detach())  # a new buffer, holding the group's current values
+            if not _adjacent([getattr(*self._leaves[p]) for p in group]):
+                return False
+        if stable:  # every group adjacent or never read joined (as long as no weight is rebound): checked by identity
+            self._joined_snapshot = [
+                (owner._parameters if leaf in owner._parameters else owner._buffers, leaf, t, t.data_ptr())
+                for group in self._joined_groups
+                for owner, leaf in (self._leaves[p] for p in group)
+                for t in [getattr(owner, leaf)]
+            ]
+        return True
 
     def _exec_source(self) -> dict:
         filename = f"<linnet generated: {self.program.source}>"
@@ -291,21 +348,41 @@ def _wide_linears_in_f32(fn: Callable, step: bool) -> Callable:
 STEP_ENTRIES = ("step", "decode")
 
 
-def _decode_compiled(fn: Callable) -> Callable:
-    """`step` with decode (S = 1) under torch.compile, static shapes, compiled once per batch
-    size; prefill (S > 1) runs the same generated code eagerly, so a new prompt length never
-    recompiles (prefill is matmul-bound: little for inductor to win). At batch 1 the step's linears compile as
-    reductions (`inductor_passes.OneRowProductsAsReductions`: MKL's sgemv runs on one thread); on the CPU its
-    attention compiles as reductions at every batch size (the flash kernel blocks for many query rows and emulates
-    bf16 on AVX2)."""
-    compiled = LazilyCompiled(fn, fullgraph=True, dynamic=False, decode_options=True)
+def _plain_group(weights: list[torch.Tensor]) -> bool:
+    """Whether `weights` are plain 2-d tensors (no subclass: a quantized or a distributed weight) of one dtype, width,
+    strides and device, off the meta device: the group `linears` may read as one weight."""
+    first = weights[0]
+    return first.device.type != "meta" and all(
+        type(w) in (torch.Tensor, nn.Parameter)
+        and w.dim() == 2
+        and w.stride() == first.stride()
+        and w.dtype == first.dtype
+        and w.shape[1] == first.shape[1]
+        and w.device == first.device
+        for w in weights
+    )
 
-    def step(input_ids, positions, rows):
-        if input_ids.shape[1] == 1:
-            return compiled(input_ids, positions, rows)
-        return fn(input_ids, positions, rows)
 
-    return step
+def _read_joined(weights: list[torch.Tensor]) -> bool:
+    """Whether a compiled trace of `linears` reads `weights` as one buffer: the condition `LINEARS` writes under
+    `JOINED_UNDER_COMPILE` (a plain group, and no gradient to any weight wanted); the two must agree."""
+    return _plain_group(weights) and not (torch.is_grad_enabled() and any(w.requires_grad for w in weights))
+
+
+def _adjacent(weights: list[torch.Tensor]) -> bool:
+    """Whether `weights` (each [N_i, K]) are consecutive rows of one buffer with the same strides, the first's
+    storage holding them all: what `linears` reads as one [sum N_i, K] weight."""
+    if not _plain_group(weights):
+        return False
+    first = weights[0]
+    at, step = first.data_ptr(), first.stride(0) * first.element_size()
+    for w in weights:
+        if w.data_ptr() != at:
+            return False
+        at += w.shape[0] * step
+    rows = sum(w.shape[0] for w in weights)
+    last = first.storage_offset() + (rows - 1) * first.stride(0) + (first.shape[1] - 1) * first.stride(1)
+    return last < first.untyped_storage().nbytes() // first.element_size()
 
 
 _COMPILE_LOCK = threading.Lock()  # every `LazilyCompiled`'s: two entries' first calls importing dynamo at once deadlock
