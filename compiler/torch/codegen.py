@@ -678,7 +678,10 @@ def _same_bits(way, x, weight):
 # concat_linear_weights`; an f32 `fast` module and an inductor module on the CPU, `module_passes`).
 LINEARS = '''
 # True in a module whose compiled entries check before each call that each group still lies in one buffer
-# (`LinnetModule.weight_groups_joined`, which reads the condition below): a trace cannot read addresses.
+# (`LinnetModule.weight_groups_joined`, which reads the condition below): a trace cannot read addresses. Its eager
+# calls (prefill) keep one `linear` a weight: joined, the outputs are strided views, and ATen's vectorised silu took
+# another path for a strided row's tail (the last bit of `equivalent`'s f32 prefill moved where the intermediate
+# size is 16 mod 32).
 JOINED_UNDER_COMPILE = False
 
 
@@ -700,7 +703,7 @@ def linears(x, weights):
             rows = [w.shape[0] for w in weights]
             return linear(x, first.as_strided((sum(rows), first.shape[-1]), first.stride())).split(rows, dim=-1)
         return tuple(linear(x, w) for w in weights)
-    if not (torch.is_grad_enabled() and any(w.requires_grad for w in weights)):
+    if not (JOINED_UNDER_COMPILE or torch.is_grad_enabled() and any(w.requires_grad for w in weights)):
         strides, width, dtype = first.stride(), first.shape[-1], first.dtype
         start, step, rows = first.data_ptr(), strides[0] * first.element_size(), 0
         for w in weights:
@@ -730,8 +733,8 @@ def module_passes(program: Program, numerics: str, mode: str, device_type: str) 
     and nothing measurable end to end. `equivalent` keeps one `linear` a weight:
     transformers' kernels, bit for bit. An inductor module on the CPU (f32, bf16; either numerics) joins them too:
     its compiled decode step reads each group as one reduction (`JOINED_UNDER_COMPILE`; SmolLM2's bf16 step ~4 %
-    faster on a 2-core AVX-512 Xeon, docs/backends.md), and its eager prefill's joined GEMMs gave the separate
-    ones' bits there (f32 and bf16, 512 tokens). `generate` (`linnet torch`) writes `PASSES`' module, whose weights
+    faster on a 2-core AVX-512 Xeon, docs/backends.md), while its eager calls keep one `linear` a weight (the
+    generated module's bits). `generate` (`linnet torch`) writes `PASSES`' module, whose weights
     a caller loads apart."""
     if numerics == "fast" and mode == "generated" and device_type == "cpu" and program.dtype.name == "f32":
         return replace(PASSES, concat_linear_weights=True)

@@ -252,35 +252,45 @@ class LinnetModule(nn.Module):
         """Whether each group of weights that a compiled trace reads as one buffer (`linears` under
         `JOINED_UNDER_COMPILE`: plain tensors of one dtype, width and strides, and no gradient wanted) lies in one
         buffer as `bind` lays them out: a trace cannot read addresses, so the compiled entries ask this before each
-        call. A group that something rebound apart (`register_parameter`, `load_state_dict(..., assign=True)`,
-        `.data =`) is laid out again, its values kept; where that cannot be done (a weight requires grad: a trainer
-        holds it), False, and the caller runs the entry eagerly, where `linears` checks the addresses itself.
-        Cost: when nothing was rebound since the last call, the identity and address of each weight (SmolLM2's
-        180: ~15 us against a ~21 ms bf16 step); otherwise each group's layout."""
+        call. The weights are looked up from the root as the generated code reads them (a submodule replaced is
+        seen). A group that something rebound apart (`register_parameter`, `load_state_dict(..., assign=True)`,
+        `.data =`, a new submodule) is laid out again in a new buffer, its values kept and each weight the same
+        tensor object (its `.data` moves: handles a caller holds still reach the model); where that cannot be done
+        (a weight requires grad: a trainer holds it), False, and the caller runs the entry eagerly. Cost: when
+        nothing was rebound since the last call, the identity of each module on the way and the identity and
+        address of each weight (SmolLM2: ~20 us against a ~21 ms bf16 step); otherwise each group's layout."""
         if self._joined_snapshot is not None and all(
-            held.get(leaf) is t and t.data_ptr() == at for held, leaf, t, at in self._joined_snapshot
+            held.get(name) is t and (at is None or t.data_ptr() == at) for held, name, t, at in self._joined_snapshot
         ):
             return True
         self._joined_snapshot = None
         stable = True
         for group in self._joined_groups:
-            weights = [getattr(*self._leaves[p]) for p in group]
+            for p in group:
+                self._leaves[p] = self._owner(self.root, p)
+                self.tensors[p] = getattr(*self._leaves[p])
+            weights = [self.tensors[p] for p in group]
             if not _read_joined(weights) or _adjacent(weights):
                 stable = stable and (_adjacent(weights) or not _plain_group(weights))
                 continue
             if any(w.requires_grad for w in weights):
                 return False
-            self._group_buffers.pop(group, None)
-            self._bind_in_group(group[0], weights[0].detach())  # a new buffer, holding the group's current values
-            if not _adjacent([getattr(*self._leaves[p]) for p in group]):
+            _lay_out_in_one_buffer(weights)
+            self._group_buffers[group] = (weights[0].data, set(group))
+            if not _adjacent(weights):
                 return False
-        if stable:  # every group adjacent or never read joined (as long as no weight is rebound): checked by identity
-            self._joined_snapshot = [
-                (owner._parameters if leaf in owner._parameters else owner._buffers, leaf, t, t.data_ptr())
-                for group in self._joined_groups
-                for owner, leaf in (self._leaves[p] for p in group)
-                for t in [getattr(owner, leaf)]
-            ]
+        if stable:  # every group adjacent or never read joined (as long as nothing is rebound): checked by identity
+            snapshot: dict[tuple[int, str], tuple] = {}
+            for path in (p for group in self._joined_groups for p in group):
+                node = self.root
+                *parents, leaf = path.split(".")
+                for part in parents:
+                    child = node._modules[part]
+                    snapshot[(id(node), part)] = (node._modules, part, child, None)
+                    node = child
+                held = node._parameters if leaf in node._parameters else node._buffers
+                snapshot[(id(node), leaf)] = (held, leaf, held[leaf], held[leaf].data_ptr())
+            self._joined_snapshot = list(snapshot.values())
         return True
 
     def _exec_source(self) -> dict:
@@ -346,6 +356,22 @@ def _wide_linears_in_f32(fn: Callable, step: bool) -> Callable:
 # The KV-cached entries generation runs (`step`, and a decoder's optional one-token `decode`): compiled per batch
 # size for decode, captured as CUDA graphs.
 STEP_ENTRIES = ("step", "decode")
+
+
+def _lay_out_in_one_buffer(weights: list[torch.Tensor]) -> None:
+    """Copy `weights` (a plain group: `_plain_group`) into the rows of one new buffer and point each weight's `.data`
+    at its rows, so that every tensor object, and any handle to it, stays the model's. The buffer is an ordinary
+    tensor even when this runs under `torch.inference_mode` (the step model's), so the weights can still be loaded
+    into and trained afterwards."""
+    first = weights[0]
+    with torch.inference_mode(False), torch.no_grad():
+        buffer = torch.empty((sum(w.shape[0] for w in weights), first.shape[1]), dtype=first.dtype, device=first.device)
+        start = 0
+        for w in weights:
+            rows = buffer[start : start + w.shape[0]]
+            rows.copy_(w)
+            w.data = rows
+            start += w.shape[0]
 
 
 def _plain_group(weights: list[torch.Tensor]) -> bool:

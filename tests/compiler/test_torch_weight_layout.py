@@ -210,12 +210,18 @@ def test_a_weight_rebound_apart_is_laid_out_again_with_its_values():
     fresh = torch.randn(module.tensors[group[1]].shape, generator=torch.Generator().manual_seed(5))
     before = {p: module.tensors[p].clone() for p in group}
     owner.register_parameter(leaf, torch.nn.Parameter(fresh.clone(), requires_grad=False))
-    assert module.weight_groups_joined()
+    registered = getattr(owner, leaf)
+    with torch.inference_mode():  # as the step model calls it
+        assert module.weight_groups_joined()
     assert_adjacent(module, group)
+    assert getattr(owner, leaf) is registered  # the same object: a handle the caller holds still reaches the model
     for p in group:
         expected = fresh if p == group[1] else before[p]
         assert torch.equal(getattr(*module._leaves[p]), expected), p
         assert module.tensors[p] is getattr(*module._leaves[p])
+        assert not module.tensors[p].is_inference()  # still loadable and trainable outside inference mode
+    module.load_state_dict({p: before[p] for p in group}, strict=False)
+    assert_adjacent(module, group)
 
     held = torch.nn.Parameter(fresh.clone(), requires_grad=True)
     owner.register_parameter(leaf, held)
@@ -226,6 +232,41 @@ def test_a_weight_rebound_apart_is_laid_out_again_with_its_values():
     held.requires_grad_(False)
     assert module.weight_groups_joined()
     assert_adjacent(module, group)
+
+
+def test_a_replaced_submodule_is_seen():
+    """The check looks the weights up from the root, as the generated code reads them: a new attention module's
+    weights are laid out in one buffer before a compiled call."""
+    import copy
+
+    module = load("equivalent", mode="inductor").module
+    assert module.weight_groups_joined()
+    layer = module.root.model.layers[0]
+    fresh = copy.deepcopy(layer.self_attn)
+    for name in ("q_proj", "k_proj", "v_proj"):
+        sub = getattr(fresh, name)
+        sub.weight = torch.nn.Parameter(sub.weight.detach().clone() + 1, requires_grad=False)
+    layer.self_attn = fresh
+    assert module.weight_groups_joined()
+    assert module.tensors[GROUPS[0][0]] is fresh.q_proj.weight
+    assert_adjacent(module, GROUPS[0])
+
+
+def test_an_inductor_prefill_keeps_the_generated_modules_bits():
+    """Eager calls of an inductor module keep one `linear` a weight (`JOINED_UNDER_COMPILE`): joined, gate's and
+    up's outputs were strided views, and silu over them moved the last bit where intermediate_size % 32 == 16."""
+    from linnet.runtimes.torch_backend import load as load_model
+    from tests.conftest import EXAMPLES
+
+    config = dict(num_hidden_layers=2, hidden_size=48, intermediate_size=80, num_attention_heads=3,
+                  num_key_value_heads=1, vocab_size=100, tie_word_embeddings=False)  # fmt: skip
+    logits = {}
+    for mode in ("inductor", "generated"):
+        model = load_model(EXAMPLES / "llama.linnet", config=config, numerics="equivalent", mode=mode,
+                           max_positions=64, random_weights=True, seed=3, progress=False)  # fmt: skip
+        prompt = np.random.default_rng(0).integers(0, 100, size=(1, 17))
+        logits[mode] = model.step_model().step(prompt, np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64))
+    assert np.array_equal(logits["inductor"], logits["generated"])
 
 
 def test_a_quantized_group_needs_no_buffer():
