@@ -270,13 +270,13 @@ class LinnetModule(nn.Module):
                 self._leaves[p] = self._owner(self.root, p)
                 self.tensors[p] = getattr(*self._leaves[p])
             weights = [self.tensors[p] for p in group]
-            if not _read_joined(weights) or _adjacent(weights):
-                stable = stable and (_adjacent(weights) or not _plain_group(weights))
+            adjacent = _adjacent(weights)
+            if adjacent or not _read_joined(weights):
+                stable = stable and (adjacent or not _plain_group(weights))
                 continue
             if any(w.requires_grad for w in weights):
                 return False
-            _lay_out_in_one_buffer(weights)
-            self._group_buffers[group] = (weights[0].data, set(group))
+            self._group_buffers[group] = (_lay_out_in_one_buffer(weights), set(group))
             if not _adjacent(weights):
                 return False
         if stable:  # every group adjacent or never read joined (as long as nothing is rebound): checked by identity
@@ -358,11 +358,11 @@ def _wide_linears_in_f32(fn: Callable, step: bool) -> Callable:
 STEP_ENTRIES = ("step", "decode")
 
 
-def _lay_out_in_one_buffer(weights: list[torch.Tensor]) -> None:
-    """Copy `weights` (a plain group: `_plain_group`) into the rows of one new buffer and point each weight's `.data`
-    at its rows, so that every tensor object, and any handle to it, stays the model's. The buffer is an ordinary
-    tensor even when this runs under `torch.inference_mode` (the step model's), so the weights can still be loaded
-    into and trained afterwards."""
+def _lay_out_in_one_buffer(weights: list[torch.Tensor]) -> torch.Tensor:
+    """Copy `weights` (a plain group: `_plain_group`) into the rows of one new buffer [sum N_i, K] and point each
+    weight's `.data` at its rows, so that every tensor object, and any handle to it, stays the model's; returns the
+    buffer. It is an ordinary tensor even when this runs under `torch.inference_mode` (the step model's), so the
+    weights can still be loaded into and trained afterwards."""
     first = weights[0]
     with torch.inference_mode(False), torch.no_grad():
         buffer = torch.empty((sum(w.shape[0] for w in weights), first.shape[1]), dtype=first.dtype, device=first.device)
@@ -372,6 +372,7 @@ def _lay_out_in_one_buffer(weights: list[torch.Tensor]) -> None:
             rows.copy_(w)
             w.data = rows
             start += w.shape[0]
+    return buffer
 
 
 def _plain_group(weights: list[torch.Tensor]) -> bool:

@@ -269,8 +269,9 @@ def test_an_inductor_prefill_keeps_the_generated_modules_bits():
     assert np.array_equal(logits["inductor"], logits["generated"])
 
 
-def test_a_quantized_group_needs_no_buffer():
-    """Weights bound as stored (`QuantizedWeight`) are read one `linear` each, compiled or not."""
+def test_a_trace_reads_a_group_joined_only_without_gradients_and_in_one_layout():
+    """The condition a compiled trace joins a group under (`_read_joined`, as `LINEARS` writes it): no gradient to
+    any weight wanted, and one layout (a transposed group is read one `linear` a weight)."""
     from linnet.compiler.torch.module import _read_joined
 
     module = load("equivalent", mode="inductor").module
