@@ -14,6 +14,7 @@ step compiled once, with static shapes that never change between steps; prefill 
 
 from __future__ import annotations
 
+import copy
 import linecache
 import threading
 from typing import Callable
@@ -105,6 +106,24 @@ class LinnetModule(nn.Module):
         self._build_entries()
         self.tensors = self._tensor_dict()
         self.eval()  # a loaded model infers: dropout is the identity until a trainer calls `train()`
+
+    def __deepcopy__(self, memo: dict) -> "LinnetModule":
+        """A copy with its own weights and KV cache whose entries run them. The entries are closures over the module
+        they were built for (the interpreter's, the compiled ones' and the checks before each compiled call), which
+        `copy.deepcopy` would share with the original: the copy would run the original's weights. So everything but
+        the entries is copied as `nn.Module` would be, and the entries are built anew (an inductor copy compiles
+        again at its first call). The IR program and the generated source are shared: nothing changes them after
+        construction."""
+        new = type(self).__new__(type(self))
+        memo[id(self)] = new
+        shared = {"program", "source", "_entries"}
+        for name, value in self.__dict__.items():
+            if name not in shared:
+                new.__dict__[name] = copy.deepcopy(value, memo)
+        new.__dict__.update(program=self.program, source=self.source, _entries={})
+        new._joined_snapshot = None  # addresses of the original's weights
+        new._build_entries()
+        return new
 
     def train(self, mode: bool = True) -> "LinnetModule":
         """PyTorch's training switch (dropout draws masks in training mode), set on the generated root too: its

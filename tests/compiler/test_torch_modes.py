@@ -4,6 +4,8 @@ host synchronisation, the cache keeps its storage)."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -65,6 +67,37 @@ def test_inductor_compiles_the_decode_step_once():
     ref += [reference.native.step(torch.tensor([[7 + i]]), torch.tensor([6 + i]), torch.tensor([0])) for i in range(6)]
     for x, y in zip(first + rest, ref):
         torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("mode", ["interpret", "generated", "inductor"])
+def test_a_deep_copy_runs_its_own_weights_and_cache(mode):
+    """`copy.deepcopy` of a module (a frozen reference beside a policy being trained) decodes with the copy's
+    weights and KV cache: its entries are closures, which a plain deep copy shares with the original (the
+    interpreter's and inductor's copies ran the original's weights)."""
+
+    def halved(module):
+        with torch.no_grad():
+            for p in module.parameters():
+                p.mul_(0.5)
+        return module
+
+    def step(module, token: int, position: int) -> torch.Tensor:
+        return module.step(torch.tensor([[token]]), torch.tensor([position]), torch.tensor([0]))
+
+    original = small(mode).module
+    twin = halved(copy.deepcopy(original))
+    tokens = [3, 14, 15, 92, 65, 35]
+    got_original, got_twin = [], []
+    for i, t in enumerate(tokens):  # interleaved: each step reads the cache its own module wrote
+        got_original.append(step(original, t, i))
+        got_twin.append(step(twin, t, i))
+    fresh, fresh_halved = small(mode).module, halved(small(mode).module)
+    want_original = [step(fresh, t, i) for i, t in enumerate(tokens)]
+    want_twin = [step(fresh_halved, t, i) for i, t in enumerate(tokens)]
+    for got, want in ((got_original, want_original), (got_twin, want_twin)):
+        for x, y in zip(got, want):
+            torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(got_original[-1], got_twin[-1])
 
 
 LAZY_PROBE = """
