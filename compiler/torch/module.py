@@ -113,15 +113,26 @@ class LinnetModule(nn.Module):
         `copy.deepcopy` would share with the original: the copy would run the original's weights. So everything but
         the entries is copied as `nn.Module` would be, and the entries are built anew (an inductor copy compiles
         again at its first call). The IR program and the generated source are shared: nothing changes them after
-        construction."""
+        construction. The copy is made outside inference mode (its tensors would be inference tensors, which a
+        later prefill or `load_state_dict` cannot write), and the weights `bind` laid out as rows of one buffer
+        are views of the copied buffer again (`nn.Parameter` copies each apart: `linears` would then run the
+        group's members one by one, a last bit off the original under `fast`, holding the buffer unread)."""
         new = type(self).__new__(type(self))
         memo[id(self)] = new
-        shared = {"program", "source", "_entries"}
-        for name, value in self.__dict__.items():
-            if name not in shared:
-                new.__dict__[name] = copy.deepcopy(value, memo)
-        new.__dict__.update(program=self.program, source=self.source, _entries={})
-        new._joined_snapshot = None  # addresses of the original's weights
+        shared = {"program", "source", "_entries", "_joined_snapshot"}
+        with torch.inference_mode(False), torch.no_grad():
+            for name, value in self.__dict__.items():
+                if name not in shared:
+                    new.__dict__[name] = copy.deepcopy(value, memo)
+            for group, (buffer, _) in self._group_buffers.items():
+                copied = new._group_buffers[group][0]
+                for path in group:
+                    t = self.tensors[path]
+                    if isinstance(t, QuantizedWeight):  # its own storage is a broadcast zero
+                        continue
+                    if t.untyped_storage().data_ptr() == buffer.untyped_storage().data_ptr():
+                        new.tensors[path].data = copied.as_strided(t.size(), t.stride(), t.storage_offset())
+        new.__dict__.update(program=self.program, source=self.source, _entries={}, _joined_snapshot=None)
         new._build_entries()
         return new
 

@@ -35,6 +35,7 @@ another device).
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import numpy as np
@@ -84,6 +85,17 @@ class QuantizedWeight(torch.Tensor):
     @staticmethod
     def __new__(cls, shape: tuple[int, int]) -> "QuantizedWeight":
         return torch.Tensor._make_subclass(cls, torch.empty_strided(shape, (0, 0)).zero_(), False)
+
+    def __deepcopy__(self, memo: dict) -> "QuantizedWeight":
+        """A copy that stays quantized (`Tensor.__deepcopy__` would reach `__torch_function__`, which dequantizes
+        for any function but the two kernels: a copied `--dtype stored` model became a dense f32 one)."""
+        if id(self) in memo:
+            return memo[id(self)]
+        new = type(self)(tuple(self.shape))
+        memo[id(self)] = new
+        for name, value in self.__dict__.items():
+            setattr(new, name, copy.deepcopy(value, memo))
+        return new
 
     @classmethod
     def pack(

@@ -70,6 +70,21 @@ def test_other_functions_read_the_dequantized_matrix():
     assert w.shape == (64, 256) and w.dtype == torch.float32 and not w._is_view()
 
 
+@pytest.mark.parametrize("ggml_type", ["q4_1", "q8_0", "q6_k"])  # one plane, [hi | lo], codes
+def test_a_deep_copy_stays_quantized(ggml_type):
+    """`copy.deepcopy` (of a stored model, say) keeps the packed form, owns its arrays and computes the same:
+    through `__torch_function__` it was the dequantized f32 matrix."""
+    import copy
+
+    _, w = packed(ggml_type, 128)
+    twin = copy.deepcopy(w)
+    assert type(twin) is quantized.QuantizedWeight and twin.shape == w.shape
+    assert [p.data_ptr() for p in twin.planes] != [p.data_ptr() for p in w.planes] or not w.planes
+    assert twin.scales.data_ptr() != w.scales.data_ptr()
+    x, ids = torch.randn(1, 256, generator=torch.Generator().manual_seed(5)), torch.tensor([3, 70])
+    assert torch.equal(F.linear(x, twin), F.linear(x, w)) and torch.equal(F.embedding(ids, twin), F.embedding(ids, w))
+
+
 def test_compiled_linear_and_embedding_equal_eager():
     _, w = packed("q8_0", 128)
     x, ids = torch.randn(1, 256, generator=torch.Generator().manual_seed(4)), torch.tensor([3, 70])

@@ -310,3 +310,22 @@ def test_the_compiled_step_reads_the_groups_current_values(two_threads):
         with torch.no_grad():
             np.testing.assert_allclose(run(compiled, 5), run(eager, 5), rtol=1e-4, atol=1e-4)
         fresh = fresh * 2
+
+
+@pytest.mark.parametrize("mode", ["generated", "inductor"])
+def test_a_deep_copy_keeps_each_group_in_one_buffer(mode):
+    """`nn.Parameter` deep-copies each weight apart; the module's copy lays its groups back into the copied buffer,
+    so it runs as the original does (bit for bit under `fast`, where the group is read as one linear)."""
+    import copy
+
+    from linnet.compiler.torch.module import _adjacent
+
+    original = load("fast", mode=mode).module
+    twin = copy.deepcopy(original)
+    for group in GROUPS:
+        assert _adjacent([twin.tensors[p] for p in group]), group
+        assert twin.tensors[group[0]].data_ptr() != original.tensors[group[0]].data_ptr()
+    ids = torch.tensor([[3, 14, 15]])
+    with torch.inference_mode():
+        assert torch.equal(twin.step(ids, torch.tensor([0]), torch.tensor([0])),
+                           original.step(ids, torch.tensor([0]), torch.tensor([0])))  # fmt: skip
