@@ -128,7 +128,7 @@ class LinnetModule(nn.Module):
                 copied = new._group_buffers[group][0]
                 for path in group:
                     t = self.tensors[path]
-                    if isinstance(t, QuantizedWeight):  # its own storage is a broadcast zero
+                    if type(t) not in (torch.Tensor, nn.Parameter):  # a subclass (quantized, distributed) is in none
                         continue
                     if t.untyped_storage().data_ptr() == buffer.untyped_storage().data_ptr():
                         new.tensors[path].data = copied.as_strided(t.size(), t.stride(), t.storage_offset())
