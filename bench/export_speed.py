@@ -117,7 +117,7 @@ def exports(folder: Path) -> tuple[dict[str, str | None], dict]:
     t0 = time.perf_counter()
     paths["llama.cpp export"] = str(linnet.export.gguf(model, folder / "smollm2-q4_1.gguf", type="q4_1"))
     timings["export_gguf_q4_1_s"] = time.perf_counter() - t0
-    if importlib.util.find_spec("linnet.runtimes.export_hf") is not None:  # the export-hf branch
+    if importlib.util.find_spec("linnet.runtimes.export.hf") is not None:  # the export-hf branch
         t0 = time.perf_counter()
         linnet.export.hf(model, folder / "smollm2-hf")
         timings["export_hf_f32_s"] = time.perf_counter() - t0

@@ -704,7 +704,7 @@ def run_one(args: argparse.Namespace) -> None:
 
 def make_prompt(n: int) -> tuple[list[int], dict]:
     """`n` token ids of real English text (this repo's docs), the same for every configuration."""
-    from linnet.runtimes.checkpoints import open_checkpoint
+    from linnet.runtimes.formats.checkpoints import open_checkpoint
 
     tokenizer = open_checkpoint(EMBEDDED_ID).tokenizer()
     text = "\n\n".join(p.read_text() for p in PROMPT_TEXT)

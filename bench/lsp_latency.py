@@ -78,7 +78,7 @@ main()
 SERVER = [sys.executable, "-c", GC_TRACE]
 EXAMPLE = ROOT / "examples" / "llama.linnet"
 TIMEOUT_S = 60.0
-PAUSE_S = 4.0  # a pause in typing, longer than the server's idle delay (lsp/collector.py IDLE_S)
+PAUSE_S = 4.0  # a pause in typing, longer than the server's idle delay (linnet/lsp/collector.py IDLE_S)
 GOALS_MS = {
     "edit_to_diagnostics_p50": 16.0,
     "edit_to_diagnostics_p99": 50.0,
@@ -567,7 +567,7 @@ def markdown(result: dict) -> str:
         "- edit → diagnostics: the file declares two presets, so each check runs under three configurations "
         "(defaults and both presets); `breaks` alternates one error and none (the script checks that it does).",
         "- Open: a file of 1,000+ lines gets two publishes of its first version: the first has every syntax error "
-        "and the findings of the items in its first 150 lines, the complete one everything (lsp/server.py "
+        "and the findings of the items in its first 150 lines, the complete one everything (linnet/lsp/server.py "
         "`_check_first_items`). The hover is timed from the didOpen.",
         "- Collections: the server's own (`gc.callbacks`), those that ran during each phase.",
         "- Cold start: fresh process each run, bytecode cached (an untimed start first).",

@@ -44,7 +44,7 @@ def _stage(stages: list[dict], name: str) -> None:
 @contextlib.contextmanager
 def _profiled_sessions(prefix: str):
     """Sessions made inside have ONNX Runtime's profiler on, writing `prefix`*.json."""
-    from linnet.runtimes import onnx_backend
+    from linnet.runtimes.backends import onnx_backend
 
     plain = onnx_backend.session_options
 

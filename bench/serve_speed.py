@@ -88,7 +88,7 @@ def make_workload(n: int, lengths: tuple[int, ...]) -> list[list[int]]:
     """`n` prompts of token ids (Linnet's SmolLM2 tokenizer) of `lengths[i % len(lengths)]` tokens (or one or two
     fewer: each prompt is cut back until `encode(decode(ids)) == ids`, so the text a client sends is the same
     prompt), request i starting at token 131 * i of this repository's docs."""
-    from linnet.runtimes.checkpoints import open_checkpoint
+    from linnet.runtimes.formats.checkpoints import open_checkpoint
 
     tokenizer = open_checkpoint(gs.EMBEDDED_ID).tokenizer()
     text = "\n\n".join(p.read_text() for p in gs.PROMPT_TEXT)
@@ -360,7 +360,7 @@ def run_serve(backend: str, prompts: list[list[int]], new_tokens: int, numerics:
     length, then the workload over HTTP; the contention figures are the server's and this client's CPU."""
     import psutil
 
-    from linnet.runtimes.checkpoints import open_checkpoint
+    from linnet.runtimes.formats.checkpoints import open_checkpoint
 
     tokenizer = open_checkpoint(gs.EMBEDDED_ID).tokenizer()
     texts = [tokenizer.decode(p, skip_special_tokens=False) for p in prompts]
@@ -485,7 +485,7 @@ def agreement(rows: list[dict], prompts: list[list[int]]) -> None:
     """Each row's distance from the reference: the share of the reference's greedy tokens it reproduces (per
     request, the common prefix of the tokens; for HTTP rows, which return text, the longest prefix of the
     reference tokens whose decoded text starts the row's text) and how many requests are exactly equal."""
-    from linnet.runtimes.checkpoints import open_checkpoint
+    from linnet.runtimes.formats.checkpoints import open_checkpoint
 
     ref = next((r for r in rows if r["name"] == REFERENCE and "error" not in r), None)
     if ref is None:

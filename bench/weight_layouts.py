@@ -1,6 +1,7 @@
 """Which memory layout of an f32 weight the generated PyTorch module's `linear` reads fastest, by matrix shape and rows.
 
-The generated module's `linear` (compiler/torch/codegen.py, `LINEAR`) runs up to 16 f32 rows on the CPU as blocks in
+The generated module's `linear` (linnet/compiler/torch/codegen.py, `LINEAR`) runs up to 16 f32 rows on the CPU as
+blocks in
 one `torch.bmm`: blocks of the weight's rows when it is stored [N, K] (the checkpoint's layout), blocks of K when it
 is held transposed ([K, N] in memory; `codegen.stored_transposed` picks which weights a `fast` module holds so).
 This measures both, and `F.linear` on both, for SmolLM2-135M's matrix shapes at 1, 2, 4, 16 and 512 rows; and

@@ -128,7 +128,8 @@ def torch_mv_pass(matrices: list[Matrix], dtype: str, x_by_in: dict, threads: in
 
 
 def torch_blocks_pass(matrices: list[Matrix], dtype: str, x_by_in: dict, threads: int, seconds: float) -> dict:
-    """`torch_pass` through the generated PyTorch module's own `linear` (compiler/torch/codegen.py, `LINEAR`), with
+    """`torch_pass` through the generated PyTorch module's own `linear` (linnet/compiler/torch/codegen.py, `LINEAR`),
+    with
     the weights laid out as a `fast` module holds them (`codegen.stored_transposed`: a wide matrix, out > in, held
     transposed): each matrix as `threads` blocks in one `torch.bmm`, of its rows, or of `in` for a wide one, run in
     parallel where MKL's sgemv runs on one thread (f32 here: 35 ms a pass as F.linear, 22 ms as blocks of rows;
@@ -226,7 +227,7 @@ def _torch_pass(matrices: list[Matrix], dtype: str, x_by_in: dict, threads: int,
 
 
 def generated_linear(name: str = "linear"):
-    """The generated PyTorch module's `linear` (compiler/torch/codegen.py, `LINEAR`), or its `linears`
+    """The generated PyTorch module's `linear` (linnet/compiler/torch/codegen.py, `LINEAR`), or its `linears`
     (`LINEARS`, which calls that `linear`): the function the module runs."""
     import torch
     import torch.nn.functional as F
@@ -368,10 +369,11 @@ def measure(path: str | Path, dtype: str, threads: int, seconds: float = 2.0) ->
 
 
 def _groups(m: Matrix):
-    """`m`'s blocks in Linnet's affine group form (`linnet.runtimes.gguf_quants`, what `--dtype stored` packs)."""
+    """`m`'s blocks in Linnet's affine group form (`linnet.runtimes.formats.gguf_quants`, what `--dtype stored`
+    packs)."""
     import numpy as np
 
-    from linnet.runtimes.gguf_quants import group_quantized
+    from linnet.runtimes.formats.gguf_quants import group_quantized
 
     return group_quantized(np.asarray(m.raw), m.qtype.lower(), (m.out_features, m.in_features))
 

@@ -28,8 +28,8 @@ def hf(
     files. `dtype` "f32", "bf16" or "f16" casts the floating-point weights (None keeps the model's). Returns the
     files written. Raises `linnet.errors.ExportError` for a family or config Hugging Face cannot express and for an
     `out_dir` that exists and is not empty; nothing is left on disk after an error. See
-    `linnet.runtimes.export_hf.export_hf` and docs/exports.md."""
-    from linnet.runtimes.export_hf import export_hf
+    `linnet.runtimes.export.hf.export_hf` and docs/exports.md."""
+    from linnet.runtimes.export.hf import export_hf
 
     return export_hf(model, out_dir, dtype=dtype, max_shard_size=max_shard_size)
 
@@ -41,8 +41,8 @@ def gguf(model: Any, out_path: str | os.PathLike[str], type: str = "f32") -> Pat
     "f16", "bf16", "q8_0", "q4_0" or "q4_1" (norms and other 1-D tensors stay f32). Returns the path written.
     Raises `linnet.errors.ExportError` for a family, rope type or tokenizer GGUF cannot express, naming it; an
     existing file is replaced only once the new one is complete, and nothing is left on disk after an error. See
-    `linnet.runtimes.export_gguf.export_gguf` and docs/exports.md."""
-    from linnet.runtimes.export_gguf import export_gguf
+    `linnet.runtimes.export.gguf.export_gguf` and docs/exports.md."""
+    from linnet.runtimes.export.gguf import export_gguf
 
     return export_gguf(model, out_path, file_type=type)
 
@@ -69,8 +69,8 @@ def triton(
     `gguf` it takes the source, not a loaded model: each server process loads its own. Returns the files written.
     Raises `linnet.errors.ExportError` for an `out_dir` that exists and is not empty, an unknown backend, a source
     without a `step` entry, or no `python_path` and no tools/tritonserver.sh install; nothing is left on disk
-    after an error. See `linnet.runtimes.export_triton.export_triton` and docs/triton.md."""
-    from linnet.runtimes.export_triton import export_triton
+    after an error. See `linnet.runtimes.export.triton.export_triton` and docs/triton.md."""
+    from linnet.runtimes.export.triton import export_triton
 
     return export_triton(
         source,

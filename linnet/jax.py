@@ -7,20 +7,20 @@ device="cpu", max_batch=1, max_positions=768, mode="generated"|"stablehlo")` ret
 name, except weights fused for one dot, under a key naming their members such as
 `model.layers.0.self_attn.{q,k,v}_proj.weight`) and the threaded, donated KV cache in `state`
 (held as [max_batch * H_kv, T, D]). `load_exported(path, params=...|weights=...)`
-runs a serialized StableHLO artifact without its source. See `linnet.runtimes.jax_backend`.
+runs a serialized StableHLO artifact without its source. See `linnet.runtimes.backends.jax_backend`.
 """
 
 from __future__ import annotations
 
 
 def load(source, weights=None, **kwargs):
-    from linnet.runtimes.jax_backend import load as _load
+    from linnet.runtimes.backends.jax_backend import load as _load
 
     return _load(source, weights, **kwargs)
 
 
 def load_exported(path, params=None, weights=None, device="cpu"):
-    from linnet.runtimes.jax_backend import load_exported as _load_exported
+    from linnet.runtimes.backends.jax_backend import load_exported as _load_exported
 
     return _load_exported(path, params=params, weights=weights, device=device)
 

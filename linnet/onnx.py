@@ -5,20 +5,21 @@
 device="cpu", max_batch=1, max_positions=768, providers=None)` returns an `OnnxModel` (a
 `LoadedModel`): `run(entry, *arrays)` and the entries as attributes (`forward`, `step`) take and
 return numpy arrays, the KV cache kept on the device between steps (I/O binding).
-`export(source, entry, output, weights=...)` writes one entry as an .onnx file. See `linnet.runtimes.onnx_backend`.
+`export(source, entry, output, weights=...)` writes one entry as an .onnx file. See
+`linnet.runtimes.backends.onnx_backend`.
 """
 
 from __future__ import annotations
 
 
 def load(source, weights=None, **kwargs):
-    from linnet.runtimes.onnx_backend import load as _load
+    from linnet.runtimes.backends.onnx_backend import load as _load
 
     return _load(source, weights, **kwargs)
 
 
 def export(source, entry, output, weights=None, **kwargs):
-    from linnet.runtimes.onnx_backend import export as _export
+    from linnet.runtimes.backends.onnx_backend import export as _export
 
     return _export(source, entry, output, weights, **kwargs)
 

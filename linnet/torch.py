@@ -4,7 +4,7 @@
 device="cpu", max_batch=1, max_positions=768, mode="generated")` returns a `TorchModel` (a
 `LoadedModel`): `run(entry, *arrays)` and the entries as attributes (`forward`, `step`) take
 and return numpy arrays; `native.forward(...)` takes and returns torch tensors; the
-`module.state_dict()` keys are the checkpoint names. See `linnet.runtimes.torch_backend.load`
+`module.state_dict()` keys are the checkpoint names. See `linnet.runtimes.backends.torch_backend.load`
 (and `linnet.load(..., backend=...)` for any backend of the registry).
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 
 def load(source, weights=None, **kwargs):
-    from linnet.runtimes.torch_backend import load as _load
+    from linnet.runtimes.backends.torch_backend import load as _load
 
     return _load(source, weights, **kwargs)
 

@@ -14,7 +14,7 @@ UPDATE_GOLDEN = os.environ.get("LINNET_UPDATE_GOLDEN") == "1"
 
 @pytest.fixture(scope="session", autouse=True)
 def _private_compile_cache(tmp_path_factory):
-    """The CLI caches compiled programs under ~/.cache/linnet (runtimes/caches.py). The suite runs
+    """The CLI caches compiled programs under ~/.cache/linnet (linnet/runtimes/backends/caches.py). The suite runs
     with its own empty cache folder, inherited by the CLI processes it starts, so a test neither
     fills the user's cache nor passes because of what an earlier run left there. Tests of the
     cache itself point LINNET_CACHE_DIR at their own folders."""
@@ -62,7 +62,7 @@ def _one_torch_thread_per_worker():
     """Under pytest-xdist (`make test` runs `-n 2`) each worker process runs PyTorch in this process with one
     intra-op thread: two workers of two threads each on two cores wait for each other at every op (OpenMP's
     threads spin at each barrier), many times slower than one thread each. OMP_NUM_THREADS is left alone, so the
-    CLI processes the tests start choose their threads as a user's would (runtimes/threads.py)."""
+    CLI processes the tests start choose their threads as a user's would (linnet/runtimes/backends/threads.py)."""
     if os.environ.get("PYTEST_XDIST_WORKER") and installed("torch"):
         import torch
 

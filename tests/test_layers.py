@@ -17,8 +17,8 @@ import pytest
 from tests.conftest import ROOT
 
 FRAMEWORKS = {"torch", "jax", "jaxlib", "onnx", "onnx_ir", "onnxruntime", "pygls", "lsprotocol"}
-# Source folders and the import names they have (pyproject's package-dir).
-SOURCES = {"linnet": "linnet", "compiler": "linnet.compiler", "runtimes": "linnet.runtimes", "lsp": "linnet.lsp"}
+# The source folder: every package lives under linnet/ as it imports (linnet/compiler/ is linnet.compiler).
+SOURCES = {"linnet": "linnet"}
 # The front end's layers, in order, and what each may import of Linnet besides itself: the
 # layers before it, except that `types` is the leaf (it needs no syntax).
 FRONT_END = ["linnet.syntax", "linnet.types", "linnet.ops", "linnet.semantics", "linnet.ir"]
@@ -31,7 +31,7 @@ MAY_IMPORT = {
     "linnet.semantics": {"linnet.syntax", "linnet.types", "linnet.ops"} | LEAVES,
     "linnet.ir": {"linnet.syntax", "linnet.types", "linnet.ops", "linnet.semantics"} | LEAVES,
 }
-BACKENDS = {"torch": "compiler/torch", "jax": "compiler/jax", "onnx": "compiler/onnx"}
+BACKENDS = {"torch": "linnet/compiler/torch", "jax": "linnet/compiler/jax", "onnx": "linnet/compiler/onnx"}
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ class Import:
 
 
 def module_name(path: Path) -> str:
-    """The import name of a source file (`compiler/torch/codegen.py` → `linnet.compiler.torch.codegen`)."""
+    """The import name of a source file (`linnet/compiler/torch/codegen.py` → `linnet.compiler.torch.codegen`)."""
     rel = path.relative_to(ROOT).with_suffix("")
     parts = [SOURCES[rel.parts[0]], *rel.parts[1:]]
     if parts[-1] == "__init__":

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tests.conftest import ROOT
 
-PATHS = ["linnet", "compiler", "runtimes", "lsp", "tests", "bench"]
+PATHS = ["linnet", "tests", "bench", "tools"]
 RUFF = str(Path(sys.executable).with_name("ruff"))
 
 

@@ -5,7 +5,7 @@
 #
 # llama.cpp is the reference engine of the GGUF export tests (tests marked `llama_cpp`). PyPI has
 # only the sdist, which compiles llama.cpp (minutes). The wheel is cached in the Linnet cache folder
-# (`$LINNET_CACHE_DIR`, else `$XDG_CACHE_HOME/linnet`, else `~/.cache/linnet`; runtimes/caches.py),
+# (`$LINNET_CACHE_DIR`, else `$XDG_CACHE_HOME/linnet`, else `~/.cache/linnet`; linnet/runtimes/backends/caches.py),
 # under wheels/, keyed by the version, the compiler and the CPU's feature flags, since the build is
 # -march=native.
 #

@@ -7,7 +7,7 @@
 # The server is the one inside the PyPI wheel nvidia-pytriton 0.7.0 (Triton 2.51, manylinux_2_35): its
 # `tritonserver` binary, the Python backend and one Python-backend stub per Python version. It goes into the
 # Linnet cache folder (`$LINNET_CACHE_DIR`, else `$XDG_CACHE_HOME/linnet`, else `~/.cache/linnet`;
-# runtimes/caches.py), under tritonserver/ (or into $LINNET_TRITONSERVER_DIR), never into the venv: the wheel pins numpy < 2 (--no-deps keeps
+# linnet/runtimes/backends/caches.py), under tritonserver/ (or into $LINNET_TRITONSERVER_DIR), never into the venv: the wheel pins numpy < 2 (--no-deps keeps
 # that pin out of the venv). The folder then holds:
 #   pytriton-0.7.0/                  the unpacked wheel; the server's libraries are in nvidia_pytriton.libs/
 #   pytriton-0.7.0/pytriton/tritonserver/backends/python/triton_python_backend_stub   the 3.11 stub, copied

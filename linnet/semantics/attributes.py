@@ -141,7 +141,7 @@ def _check_takes_part(item: Item, attr: A.Attribute) -> list[Finding]:
     return []
 
 
-# The checkpoint formats `@quantized` names, each read by the loader (runtimes/mxfp4.py).
+# The checkpoint formats `@quantized` names, each read by the loader (linnet/runtimes/formats/mxfp4.py).
 QUANTIZED_FORMATS = ("mxfp4",)
 
 

@@ -1,5 +1,6 @@
 """`linnet check FILE --weights W [--preset P]`: a checkpoint's headers against the source, as loading would
-report them, on the member or config field each concerns (runtimes/headers.py). The checkpoints are real: a
+report them, on the member or config field each concerns (linnet/runtimes/headers.py). The checkpoints are
+real: a
 tiny seeded transformers Llama saved by `save_pretrained` (then one tensor renamed, one reshaped, a config
 key added or changed), the embedded SmolLM2 GGUF, and a GGUF written by the `gguf` package; each failing case
 is also loaded by `prepare`, which must refuse it with the same code."""
@@ -205,7 +206,7 @@ def test_weights_that_cannot_be_opened_are_a_usage_error(tmp_path, capsys):
 
 def test_the_embedded_smollm2_checks_clean_and_reads_no_tensor_data(capsys, monkeypatch):
     pytest.importorskip("numpy")
-    from linnet.runtimes import checkpoints
+    from linnet.runtimes.formats import checkpoints
 
     def refuse(*args, **kwargs):
         raise AssertionError("a header check read tensor data")

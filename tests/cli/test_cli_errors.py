@@ -90,7 +90,7 @@ def test_prompt_that_is_not_utf8_is_a_usage_error():
 
 def test_tokenizer_refuses_text_that_is_not_unicode():
     from linnet.errors import RunError
-    from linnet.runtimes.checkpoints import open_checkpoint
+    from linnet.runtimes.formats.checkpoints import open_checkpoint
 
     with open_checkpoint("smollm2-135m-instruct") as ckpt:
         tok = ckpt.tokenizer()
@@ -130,7 +130,7 @@ def test_option_values_a_command_cannot_take_are_usage_errors(args, message):
 
 def test_a_chat_template_with_a_syntax_error_names_the_file_and_the_template_line(tmp_path):
     """A GGUF whose `tokenizer.chat_template` does not parse: `--chat` ended in a traceback from
-    runtimes/chat.py (`ValueError: chat template error: expected token 'end of statement block'`)."""
+    linnet/runtimes/inputs/chat.py (`ValueError: chat template error: expected token 'end of statement block'`)."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     pytest.importorskip("gguf")

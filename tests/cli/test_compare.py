@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from linnet.cli_compare import _agreement, _pairs, max_abs_diff
+from linnet.runtimes.backends.compare import _agreement, _pairs, max_abs_diff
 from tests.cli.test_backends import run_cli
 from tests.conftest import EXAMPLES
 

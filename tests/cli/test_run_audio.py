@@ -90,7 +90,7 @@ def test_without_a_folder_the_features_have_the_presets_mel_bins(preset, n_mels,
     value what transformers' extractor makes of the same samples (its torch STFT: f32 rounding apart)."""
     from types import SimpleNamespace
 
-    from linnet import cli_audio
+    from linnet.cli import audio as cli_audio
     from linnet.ir import build
 
     program = build(WHISPER, preset=preset, entries=["encode"])

@@ -38,7 +38,7 @@ def test_transcribe_prints_what_transformers_generates(whisper_folder, tmp_path)
     assert r.returncode == 0, r.stderr
     assert "Traceback" not in r.stderr
 
-    from linnet.runtimes.audio import read_wav  # 8 kHz stereo: averaged, resampled to the extractor's 16 kHz
+    from linnet.runtimes.inputs.audio import read_wav  # 8 kHz stereo: averaged, resampled to the extractor's 16 kHz
 
     samples = read_wav(tmp_path / "speech.wav", sampling_rate=16000)
     features = transformers.WhisperFeatureExtractor(**FEATURES)(samples, sampling_rate=16000, return_tensors="pt")

@@ -42,7 +42,8 @@ def test_a_new_example_joins_the_index_without_code(tmp_path):
 
 
 def test_examples_ship_in_the_wheel():
-    """Installed, `linnet/examples/*.linnet` sits beside `linnet/runtimes/` as it sits beside `runtimes/` here."""
+    """Installed, `linnet/examples/*.linnet` sits beside `linnet/runtimes/` as it sits beside `linnet/runtimes/`
+    here."""
     import tomllib
 
     tool = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]

@@ -14,7 +14,7 @@ import onnx_ir as ir  # noqa: E402
 
 from linnet.compiler.onnx import quantized as Q  # noqa: E402
 from linnet.compiler.onnx.lower import IR_VERSION, OPSET, Lowering, to_proto  # noqa: E402
-from linnet.runtimes.gguf_quants import BLOCK_BYTES, STORED_TYPES, group_quantized  # noqa: E402
+from linnet.runtimes.formats.gguf_quants import BLOCK_BYTES, STORED_TYPES, group_quantized  # noqa: E402
 from tests.runtimes.test_gguf_quants import F16_FIELDS, random_blocks  # noqa: E402
 
 pytestmark = pytest.mark.onnxruntime

@@ -113,7 +113,7 @@ def _model(nodes, ins, outs, inits) -> onnx.ModelProto:
 def run_probe(ort, model: onnx.ModelProto, seed: int = 0) -> list[np.ndarray]:
     """Run `model` on CPU with graph optimisations off (no fusion, no inserted casts); bf16 inputs
     and outputs pass as OrtValues and come back as f32 arrays."""
-    from linnet.runtimes.onnx_backend import _numpy, _ortvalue
+    from linnet.runtimes.backends.onnx_backend import _numpy, _ortvalue
 
     opts = ort.SessionOptions()
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL

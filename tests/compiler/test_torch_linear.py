@@ -1,4 +1,4 @@
-"""The generated module's `linear` (compiler/torch/codegen.py, `LINEAR`): up to 16 rows of f32 on the CPU run as
+"""The generated module's `linear` (linnet/compiler/torch/codegen.py, `LINEAR`): up to 16 rows of f32 on the CPU run as
 blocks in one `torch.bmm` (of the weight's rows, or of K for a weight held transposed), one row of bf16 as
 `torch.mv`. Blocks of rows and torch.mv must give F.linear's values bit for bit, so they run only where the kernels
 give the same bits for those shapes (`_same_bits`, decided once a process on random rows); everything else must

@@ -1,4 +1,5 @@
-"""The generated module's `linears` (compiler/torch/codegen.py, `LINEARS`): linear layers sharing their input, one
+"""The generated module's `linears` (linnet/compiler/torch/codegen.py, `LINEARS`): linear layers sharing their input,
+one
 linear over their weights joined. Weights that lie adjacently in one buffer must be read as that buffer's rows by one
 `linear`, its output split; any other weights (apart, out of order, strided differently, with a gap, a subclass,
 needing gradients) one `linear` each. Either way the values are each `F.linear(x, w)`'s. The function is taken
@@ -18,7 +19,7 @@ LLAMA = dict(num_hidden_layers=1, hidden_size=32, intermediate_size=64, num_atte
 
 @pytest.fixture(scope="module")
 def namespace() -> dict:
-    from linnet.runtimes.torch_backend import load
+    from linnet.runtimes.backends.torch_backend import load
     from tests.conftest import EXAMPLES
 
     module = load(EXAMPLES / "llama.linnet", config=LLAMA, numerics="fast", max_positions=16, random_weights=True,

@@ -1,4 +1,5 @@
-"""The PyTorch backend's liveness pass (`compiler/torch/liveness.py`): each intermediate freed after its last use,
+"""The PyTorch backend's liveness pass (`linnet/compiler/torch/liveness.py`): each intermediate freed after its last
+use,
 never a name that some path leaves unbound, and the generated model still computing the same values."""
 
 from __future__ import annotations

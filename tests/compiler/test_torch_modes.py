@@ -103,7 +103,7 @@ def test_a_deep_copy_runs_its_own_weights_and_cache(mode):
 LAZY_PROBE = """
 import sys
 import linnet.torch as lt
-from linnet.runtimes import caches
+from linnet.runtimes.backends import caches
 from tests.compiler.test_torch_modes import SMALL
 assert caches.enable("torch") is not None  # as the CLI does before loading
 model = lt.load("examples/llama.linnet", config=SMALL, mode="inductor", random_weights=True, max_positions=32,

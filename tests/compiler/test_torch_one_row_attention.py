@@ -1,4 +1,5 @@
-"""The generated module's `one_row_attention` (compiler/torch/codegen.py, `ONE_ROW_ATTENTION`): under `fast` in bf16,
+"""The generated module's `one_row_attention` (linnet/compiler/torch/codegen.py, `ONE_ROW_ATTENTION`): under `fast` in
+bf16,
 a decode step's attention on the CPU as the flash kernel's math with f32 matmuls. Against the kernel it replaces
 (within bf16 rounding) and the exact attention in f64 (as close as the kernel); the kernel's own call everywhere
 else; and the whole model's decode under `fast` against `equivalent` (which keeps the kernel)."""

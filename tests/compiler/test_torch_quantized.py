@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from linnet.runtimes.gguf_quants import STORED_TYPES, group_quantized
+from linnet.runtimes.formats.gguf_quants import STORED_TYPES, group_quantized
 from tests.runtimes.test_gguf_quants import random_blocks
 
 torch = pytest.importorskip("torch")

@@ -392,7 +392,7 @@ def test_a_class_whose_instances_would_fuse_differently_runs_on_jax(tmp_path):
     pytest.importorskip("torch")
     safetensors_numpy = pytest.importorskip("safetensors.numpy")
     import linnet.torch as lt
-    from linnet.runtimes import jax_backend
+    from linnet.runtimes.backends import jax_backend
 
     path = tmp_path / "blocks.linnet"
     path.write_text(UNEVEN_BLOCKS, encoding="utf-8")

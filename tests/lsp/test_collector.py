@@ -1,4 +1,4 @@
-"""lsp/collector.py: full collections run in the server's pauses, over every object, and never while a check
+"""linnet/lsp/collector.py: full collections run in the server's pauses, over every object, and never while a check
 runs. Real CPython collections observed through `gc.callbacks`; no timings."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Checkpoint headers checked in the editor (lsp/weights.py), through a real client: a preset's `@weights("...")`
+"""Checkpoint headers checked in the editor (linnet/lsp/weights.py), through a real client: a preset's `@weights("...")`
 path (relative to the file) or the `linnet.weights` setting names a checkpoint; what loading would report shows
 on the member or config field it concerns, with config.json's key as related information; a change of the
 checkpoint on disk (`workspace/didChangeWatchedFiles`, for which the server registers a watcher) or of the

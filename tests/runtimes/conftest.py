@@ -219,7 +219,7 @@ def assert_real_layout_fits(source: Path, preset: str, config, model, changed, f
     then `changed(model)` replaces one parameter with a wrong shape, and loading is refused with L501 naming it
     (`wrong`: a regex of the tensor's name and shape)."""
     from linnet.ir.build import bind_config, check_source, lower_program
-    from linnet.runtimes.checkpoints import open_checkpoint
+    from linnet.runtimes.formats.checkpoints import open_checkpoint
     from linnet.runtimes.loading import LoadError, match_weights
 
     info = check_source(str(source), source.read_text(encoding="utf-8"), preset)

@@ -1,4 +1,5 @@
-"""`linnet.runtimes.allocator.keep_freed_heap`: freed activations stay in the heap, so the next op's tensors reuse
+"""`linnet.runtimes.backends.allocator.keep_freed_heap`: freed activations stay in the heap, so the next op's tensors
+reuse
 pages instead of faulting in fresh ones; a user's own malloc settings are left alone. Each case runs in its own
 process (the settings are the process's)."""
 
@@ -20,7 +21,7 @@ PROBE = textwrap.dedent(
     """
     import resource
     import numpy as np
-    from linnet.runtimes.allocator import keep_freed_heap
+    from linnet.runtimes.backends.allocator import keep_freed_heap
 
     applied = keep_freed_heap()
 
@@ -74,7 +75,7 @@ TRIM_PROBE = textwrap.dedent(
     """
     import json, sys
     import numpy as np
-    from linnet.runtimes.allocator import release_freed_heap
+    from linnet.runtimes.backends.allocator import release_freed_heap
     sys.path.insert(0, sys.argv[1])
     from generate_speed import proc_status_mb  # bench/
 

@@ -1,4 +1,4 @@
-"""linnet.runtimes.audio: WAV reading (stdlib `wave`), resampling, and Whisper's log-mel features against
+"""linnet.runtimes.inputs.audio: WAV reading (stdlib `wave`), resampling, and Whisper's log-mel features against
 transformers' WhisperFeatureExtractor (its numpy path, and the torch path its `__call__` takes when torch is
 installed)."""
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from linnet.errors import AudioError
-from linnet.runtimes.audio import FeatureExtractor, read_wav, resample
+from linnet.runtimes.inputs.audio import FeatureExtractor, read_wav, resample
 
 RATE = 16000
 

@@ -1,4 +1,5 @@
-"""The persistent compile caches (`linnet.runtimes.caches`): where they live, that a second `linnet generate` of the
+"""The persistent compile caches (`linnet.runtimes.backends.caches`): where they live, that a second `linnet generate`
+of the
 same model in a fresh process finds its compiled programs there and says "cache hit" (xla, jax, onnxruntime), that
 ONNX Runtime's cached optimized model computes exactly what a fresh session does and is never used stale, and
 `linnet cache`. Assertions are on the reported cache state, never on timings."""
@@ -13,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from linnet.runtimes import caches
+from linnet.runtimes.backends import caches
 from tests.conftest import ROOT
 from tests.runtimes.conftest import LLAMA
 from tests.runtimes.test_timing_lines import generate, generated_lines
@@ -240,7 +241,7 @@ def test_an_unwritable_cache_folder_runs_uncached_and_says_so(tmp_path, where):
 def test_linnet_cache_lists_and_clears_the_extracted_embedded_checkpoints(clean_env, tmp_path):
     """`<cache>/embedded` (the extracted all-MiniLM copies, one per package install: 262 MB with 3 stale ones in
     the trial) was neither listed nor cleared by `linnet cache`."""
-    from linnet.runtimes.embedded import cache_dir as embedded_cache
+    from linnet.runtimes.formats.embedded import cache_dir as embedded_cache
 
     env = dict(os.environ, LINNET_CACHE_DIR=str(tmp_path), PYTHONPATH=str(ROOT))
     env.pop("LINNET_NO_CACHE", None)

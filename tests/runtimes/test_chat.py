@@ -1,4 +1,4 @@
-"""`linnet.runtimes.chat.render_chat`: the sandboxed jinja2 environment of transformers' chat templates, and
+"""`linnet.runtimes.inputs.chat.render_chat`: the sandboxed jinja2 environment of transformers' chat templates, and
 equality with `tokenizer.apply_chat_template(..., tokenize=False)` on SmolLM2's GGUF template."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from linnet.runtimes.chat import render_chat
+from linnet.runtimes.inputs.chat import render_chat
 
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from linnet.runtimes import embedded
-from linnet.runtimes.checkpoints import CheckpointError, normalize_config, open_checkpoint
-from linnet.runtimes.embedded import EmbeddedError, resolve_embedded
+from linnet.runtimes.formats import embedded
+from linnet.runtimes.formats.checkpoints import CheckpointError, normalize_config, open_checkpoint
+from linnet.runtimes.formats.embedded import EmbeddedError, resolve_embedded
 from tests.runtimes.gguf_writing import TO_GGUF, llamacpp_permute
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -167,7 +167,7 @@ def _tiny_llama(tmp_path: Path, **save_kwargs):
 
 def _torch(a):
     """A numpy array from a checkpoint as a torch tensor (bf16 kept), to compare with transformers'."""
-    from linnet.runtimes.torch_backend import to_torch
+    from linnet.runtimes.backends.torch_backend import to_torch
 
     assert isinstance(a, np.ndarray), type(a)
     return to_torch(a)
@@ -604,7 +604,7 @@ def test_deeply_nested_config_is_a_located_error(tmp_path):
 
 
 def test_deeply_nested_tokenizer_config_is_a_located_error(tmp_path):
-    from linnet.runtimes.tokenizer import TokenizerError, _read_json
+    from linnet.runtimes.formats.tokenizer import TokenizerError, _read_json
 
     path = tmp_path / "tokenizer_config.json"
     path.write_text("[" * 100_000 + "]" * 100_000)
@@ -686,7 +686,7 @@ def test_opening_and_loading_need_no_torch():
     _embedded_path("smollm2-135m-instruct")
     code = (
         "import sys\n"
-        "from linnet.runtimes.checkpoints import open_checkpoint\n"
+        "from linnet.runtimes.formats.checkpoints import open_checkpoint\n"
         "c = open_checkpoint('smollm2-135m-instruct')\n"
         "c.shape('model.embed_tokens.weight'); c.tokenizer().encode('hi')\n"
         "w = c.load('model.layers.0.self_attn.q_proj.weight', 'bf16')\n"  # Q4_1, dequantized and unpermuted
@@ -700,7 +700,7 @@ def test_opening_and_loading_need_no_torch():
 def test_a_config_json_key_given_twice_is_refused_naming_both_lines(tmp_path):
     """`"hidden_act": "silu"` on line 11 then `"hidden_act": "relu"` on line 12: JSON readers keep the last (relu), and
     the error then cited line 11 with "got relu". Keys repeated in different objects are fine."""
-    from linnet.runtimes.checkpoints import CheckpointError, load_json_without_duplicate_keys
+    from linnet.runtimes.formats.checkpoints import CheckpointError, load_json_without_duplicate_keys
     from tests.runtimes.test_corrupt_files import write_hf_folder
 
     folder = write_hf_folder(tmp_path / "hf")

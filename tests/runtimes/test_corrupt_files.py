@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from linnet.errors import LinnetError
-from linnet.runtimes.checkpoints import open_checkpoint
+from linnet.runtimes.formats.checkpoints import open_checkpoint
 from tests.conftest import EXAMPLES, installed
 from tests.runtimes.gguf_writing import TO_GGUF
 
@@ -304,7 +304,7 @@ def test_stablehlo_artifact(originals, tmp_path, member):
     """`load_exported` on a mutated sidecar JSON or artifact: the JSON's fields are checked and the artifact's
     bytes against the sha256 the JSON records, so a corrupt artifact is refused before jax parses it."""
     pytest.importorskip("jax")
-    from linnet.runtimes.jax_backend import load_exported
+    from linnet.runtimes.backends.jax_backend import load_exported
 
     original = originals / "stablehlo" / member
 
@@ -327,7 +327,7 @@ def test_stablehlo_artifact_without_checksum(originals, tmp_path):
     """An artifact whose JSON records no sha256 (written before it did) is parsed by jax: what its deserializer
     raises for malformed bytes (IndexError, struct.error, UnicodeDecodeError, ...) is a LoadError naming it."""
     pytest.importorskip("jax")
-    from linnet.runtimes.jax_backend import load_exported
+    from linnet.runtimes.backends.jax_backend import load_exported
 
     folder = tmp_path / "original"
     shutil.copytree(originals / "stablehlo", folder)

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from linnet.errors import CheckpointError, LoadError
-from linnet.runtimes.checkpoints import open_checkpoint
+from linnet.runtimes.formats.checkpoints import open_checkpoint
 from linnet.runtimes.zoo import choose, diffusers_model_type
 
 torch = pytest.importorskip("torch")

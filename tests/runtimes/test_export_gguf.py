@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from linnet.errors import ExportError
-from linnet.runtimes.checkpoints import open_checkpoint
+from linnet.runtimes.formats.checkpoints import open_checkpoint
 from tests.runtimes.conftest import BERT, GPT2, LLAMA, MISTRAL, QWEN2, QWEN3, perturb
 from tests.runtimes.gguf_writing import gguf_name, llamacpp_permute, llamacpp_rope_freqs
 
@@ -235,7 +235,7 @@ def test_unsupported_family_is_refused_and_leaves_nothing(bert_folder, tmp_path)
 
 @pytest.mark.parametrize("rope_type", ["yarn", "dynamic", "longrope"])
 def test_rope_type_llama_cpp_does_not_read_is_refused(rope_type):
-    from linnet.runtimes.export_gguf import llama_metadata
+    from linnet.runtimes.export.gguf import llama_metadata
 
     config = {"vocab_size": 8, "max_position_embeddings": 8, "hidden_size": 8, "intermediate_size": 8}
     config |= {"num_hidden_layers": 1, "num_attention_heads": 2, "rms_norm_eps": 1e-5}
@@ -244,7 +244,7 @@ def test_rope_type_llama_cpp_does_not_read_is_refused(rope_type):
 
 
 def test_a_failed_write_keeps_the_old_file(gqa, tmp_path, monkeypatch):
-    from linnet.runtimes import export_gguf
+    from linnet.runtimes.export import gguf as export_gguf
 
     target = tmp_path / "model.gguf"
     target.write_bytes(b"old")
@@ -261,8 +261,8 @@ def test_a_failed_write_keeps_the_old_file(gqa, tmp_path, monkeypatch):
 def test_unknown_pre_tokenizer_is_refused():
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
-    from linnet.runtimes.export_gguf import tokenizer_metadata
-    from linnet.runtimes.tokenizer import Tokenizer as LinnetTokenizer
+    from linnet.runtimes.export.gguf import tokenizer_metadata
+    from linnet.runtimes.formats.tokenizer import Tokenizer as LinnetTokenizer
 
     backend = Tokenizer(models.BPE(vocab={"a": 0, "b": 1}, merges=[]))
     backend.pre_tokenizer = pre_tokenizers.Whitespace()
@@ -273,8 +273,8 @@ def test_unknown_pre_tokenizer_is_refused():
 
 def test_cli_writes_and_refuses(gqa, bert_folder, tmp_path, capsys):
     from linnet.cli import main
-    from linnet.cli_backends import GGUF_TYPES
-    from linnet.runtimes.export_gguf import FILE_TYPES
+    from linnet.cli.backends import GGUF_TYPES
+    from linnet.runtimes.export.gguf import FILE_TYPES
 
     assert set(GGUF_TYPES) == set(FILE_TYPES)
     out = tmp_path / "cli.gguf"
@@ -586,7 +586,7 @@ def smollm2(tmp_path_factory):
 
 
 def chat_ids(tok) -> list[int]:
-    from linnet.runtimes.chat import render_chat
+    from linnet.runtimes.inputs.chat import render_chat
 
     text = render_chat(tok.chat_template, SMOLLM2_CHAT, add_generation_prompt=True, bos_token=tok.bos_token)
     return tok.encode(text, add_special_tokens=False)

@@ -274,7 +274,7 @@ def smollm2(tmp_path_factory):
 def test_gguf_export_config_and_token_ids_are_the_gguf_s(smollm2):
     """config.json and the tokenizer files carry the GGUF's own bos/eos/pad (tokenizer.ggml.*: <|im_start|>,
     <|im_end|>), no BOS added (add_bos_token false in the file), and transformers reads them so."""
-    from linnet.runtimes.gguf_reader import GGUFFile
+    from linnet.runtimes.formats.gguf_reader import GGUFFile
 
     gguf, out, _ = smollm2
     with GGUFFile(gguf.prepared.checkpoint.path) as f:
@@ -301,7 +301,7 @@ def test_gguf_export_runs_in_transformers_as_in_linnet(smollm2):
     record("SmolLM2 GGUF -> HF export, transformers vs Linnet logits", delta, model="llama", backend="torch",
            checkpoint="smollm2-135m-instruct (HF export)")  # fmt: skip
     assert delta < 1e-4
-    from linnet.runtimes.chat import render_chat
+    from linnet.runtimes.inputs.chat import render_chat
 
     chat = render_chat(tok.chat_template, CHAT, bos_token=tok.bos_token, eos_token=tok.eos_token)
     for text in [*PROMPTS, chat]:
@@ -313,7 +313,7 @@ def test_gguf_export_runs_in_transformers_as_in_linnet(smollm2):
 def test_gguf_export_tokenizer_gives_linnet_s_ids(smollm2):
     """AutoTokenizer on the export gives Linnet's ids (and text back) on varied text, and renders the chat
     template as Linnet does."""
-    from linnet.runtimes.chat import render_chat
+    from linnet.runtimes.inputs.chat import render_chat
 
     gguf, out, _ = smollm2
     ours = gguf.tokenizer()
@@ -363,7 +363,7 @@ def test_a_family_hugging_face_cannot_name_is_an_error_that_leaves_nothing(tmp_p
 def test_a_field_transformers_has_no_key_for_is_an_error_naming_it():
     """Qwen2's config has no head_dim: transformers computes hidden_size / num_attention_heads, so a model whose
     head_dim differs (a `--config` override) cannot be written; at the computed value the field is left out."""
-    from linnet.runtimes.export_hf import hf_config, parse_size
+    from linnet.runtimes.export.hf import hf_config, parse_size
 
     fields = dict(hidden_size=64, num_attention_heads=8, head_dim=8, rope_theta=100.0, rope_scaling=None)
     written = hf_config("Qwen2ForCausalLM", fields, "f32")
@@ -399,7 +399,7 @@ def test_an_existing_folder_is_never_overwritten(tmp_path):
 
 def test_a_failure_while_writing_leaves_nothing(tmp_path, monkeypatch):
     """A write that fails half way (here after the weights are on disk) removes the temporary folder."""
-    from linnet.runtimes import export_hf
+    from linnet.runtimes.export import hf as export_hf
 
     original, _ = seeded_folder(tmp_path / "original", "qwen2")
     model = linnet.load(EXAMPLES / "qwen2.linnet", original, max_positions=MAX_POSITIONS, progress=False)

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from linnet.errors import ExportError
-from linnet.runtimes.export_triton import config_pbtxt, export_triton, find_tritonserver
+from linnet.runtimes.export.triton import config_pbtxt, export_triton, find_tritonserver
 from tests.conftest import EXAMPLES, ROOT
 
 LLAMA = EXAMPLES / "llama.linnet"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from linnet.runtimes.checkpoints import (
+from linnet.runtimes.formats.checkpoints import (
     GGUF_KEYS_NEUTRAL_VALUE,
     GGUF_KEYS_WITHOUT_EFFECT,
     CheckpointError,

@@ -11,10 +11,10 @@ import json
 
 import pytest
 
-from linnet.runtimes.checkpoints import CheckpointError, open_checkpoint
-from linnet.runtimes.embedded import EmbeddedError, resolve_embedded
-from linnet.runtimes.gguf_reader import GGUFFile
-from linnet.runtimes.tokenizer import GGUF_PRE_TOKENIZERS, Tokenizer, TokenizerError
+from linnet.runtimes.formats.checkpoints import CheckpointError, open_checkpoint
+from linnet.runtimes.formats.embedded import EmbeddedError, resolve_embedded
+from linnet.runtimes.formats.gguf_reader import GGUFFile
+from linnet.runtimes.formats.tokenizer import GGUF_PRE_TOKENIZERS, Tokenizer, TokenizerError
 
 gguf = pytest.importorskip("gguf")
 tokenizers = pytest.importorskip("tokenizers")
@@ -173,7 +173,7 @@ def test_pre_tokenizer_gives_the_reference_ids(tmp_path, vocab, gpt2_ids, pre):
 def test_ignore_merges(tmp_path, pre, whole):
     """A pre-token found whole in the vocabulary is one token for Llama 3 and tekken (their tokenizer.json's
     `ignore_merges`, llama.cpp's `ignore_merges`), even without the merges that would build it."""
-    from linnet.runtimes.tokenizer import _bytes_to_unicode
+    from linnet.runtimes.formats.tokenizer import _bytes_to_unicode
 
     tokens = [*sorted(set(_bytes_to_unicode().values())), "xy", "xyz"]
     write_tokenizer_gguf(tmp_path / "t.gguf", tokens, [1] * len(tokens), ["x y"], pre)
@@ -184,7 +184,7 @@ def test_ignore_merges(tmp_path, pre, whole):
 @pytest.mark.parametrize("pre, bos", [("llama-bpe", True), ("tekken", True), ("gpt-2", False), ("smollm", False)])
 def test_bos_default_when_the_file_does_not_say(tmp_path, pre, bos):
     """llama.cpp adds BOS for Llama 3 and tekken unless tokenizer.ggml.add_bos_token says otherwise."""
-    from linnet.runtimes.tokenizer import _bytes_to_unicode
+    from linnet.runtimes.formats.tokenizer import _bytes_to_unicode
 
     tokens = ["<s>", *sorted(set(_bytes_to_unicode().values())), "ab"]
     w = gguf.GGUFWriter(str(tmp_path / "b.gguf"), "llama")

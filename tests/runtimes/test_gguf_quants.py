@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from linnet.errors import CheckpointError
-from linnet.runtimes.gguf_quants import BLOCK_BYTES, STORED_TYPES, group_quantized
+from linnet.runtimes.formats.gguf_quants import BLOCK_BYTES, STORED_TYPES, group_quantized
 
 gguf = pytest.importorskip("gguf")
 

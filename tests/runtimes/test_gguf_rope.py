@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from linnet.runtimes.checkpoints import CheckpointError, open_checkpoint
-from linnet.runtimes.gguf_rope import llama3_rope_freqs, llama3_scaling_from_rope_freqs
+from linnet.runtimes.formats.checkpoints import CheckpointError, open_checkpoint
+from linnet.runtimes.formats.gguf_rope import llama3_rope_freqs, llama3_scaling_from_rope_freqs
 from tests.runtimes.conftest import LLAMA, LOGITS_ATOL, MODES, max_abs_diff, perturb, report
 from tests.runtimes.gguf_writing import llamacpp_rope_freqs, write_llama_gguf
 

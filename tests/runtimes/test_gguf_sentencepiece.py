@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from linnet.runtimes.tokenizer import Tokenizer, TokenizerError
+from linnet.runtimes.formats.tokenizer import Tokenizer, TokenizerError
 
 spm = pytest.importorskip("sentencepiece")
 gguf = pytest.importorskip("gguf")

@@ -11,8 +11,8 @@ import pytest
 
 from linnet.errors import BackendError, LoadError
 from linnet.runtimes.backends import BACKENDS, check_options
-from linnet.runtimes.checkpoints import open_checkpoint
-from linnet.runtimes.gguf_quants import GroupQuantized
+from linnet.runtimes.formats.checkpoints import open_checkpoint
+from linnet.runtimes.formats.gguf_quants import GroupQuantized
 from linnet.runtimes.loading import planned_tensors, prepare
 from tests.runtimes.conftest import LLAMA
 from tests.runtimes.gguf_writing import write_llama_gguf
@@ -120,7 +120,8 @@ def test_onnxruntime_stored_logits_are_the_dequantized_models(quantized_gguf, nu
     dequantized = lo.load(LLAMA, weights=quantized_gguf, max_positions=32, progress=False)
     stored = lo.load(LLAMA, weights=quantized_gguf, dtype="stored", numerics=numerics, max_positions=32, progress=False)
     kinds = {n.op_type for n in stored.model_ir("forward").graph if n.domain == "com.microsoft"}
-    # every matrix and the embeddings read as stored (and under `fast` the rotations fused: compiler/onnx/rotary.py)
+    # every matrix and the embeddings read as stored (and under `fast` the rotations fused:
+    # linnet/compiler/onnx/rotary.py)
     assert kinds - {"RotaryEmbedding"} == {"MatMulNBits", "GatherBlockQuantized"}
     want = np.asarray(dequantized.forward(ids))  # [2, 12, vocab]
     got = np.asarray(stored.forward(ids))
@@ -154,7 +155,7 @@ def _mapped_kb(path) -> int:
 def test_release_pages_drops_the_mapping_from_rss_and_keeps_views(quantized_gguf, tmp_path):
     import shutil
 
-    from linnet.runtimes.gguf_reader import GGUFFile
+    from linnet.runtimes.formats.gguf_reader import GGUFFile
 
     path = Path(shutil.copy(quantized_gguf, tmp_path / "pages.gguf")).resolve()  # a path no other test maps
     with GGUFFile(path) as f:
@@ -170,7 +171,7 @@ def test_release_pages_drops_the_mapping_from_rss_and_keeps_views(quantized_gguf
 def test_stored_load_releases_pages_after_each_quantized_matrix(quantized_gguf, monkeypatch):
     # the backend has repacked each quantized matrix when it asks for the next tensor: the file's pages go then
     # (on a small file the kernel's fault-around maps them back at the next read, so this counts the calls)
-    from linnet.runtimes.checkpoints import GGUFCheckpoint
+    from linnet.runtimes.formats.checkpoints import GGUFCheckpoint
 
     prepared = prepare(LLAMA, quantized_gguf, dtype="stored", max_positions=32)
     calls = []

@@ -1,4 +1,5 @@
-"""runtimes/images.py against transformers' image processors (their pillow backends: no torchvision here) on the same
+"""linnet/runtimes/inputs/images.py against transformers' image processors (their pillow backends: no torchvision here)
+on the same
 files: ViTImageProcessor (ViT), ConvNextImageProcessor (ResNet), BitImageProcessor (DINOv2), each saved with
 `save_pretrained` and read back from the folder's preprocessor_config.json, and each model type's defaults against the
 processor configured as its real checkpoint's preprocessor_config.json is."""
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 
 from linnet.errors import LoadError
-from linnet.runtimes.images import DEFAULTS, load_image, preprocess, processing_for
+from linnet.runtimes.inputs.images import DEFAULTS, load_image, preprocess, processing_for
 
 PIL = pytest.importorskip("PIL")
 transformers = pytest.importorskip("transformers")

@@ -18,8 +18,8 @@ jax = pytest.importorskip("jax")
 pytestmark = pytest.mark.jax
 
 import linnet.jax as lj  # noqa: E402
+from linnet.runtimes.backends.jax_backend import bucket_for, buckets  # noqa: E402
 from linnet.runtimes.generation import Generator  # noqa: E402
-from linnet.runtimes.jax_backend import bucket_for, buckets  # noqa: E402
 from linnet.runtimes.sampling import SamplingParams  # noqa: E402
 
 SMALL = {
@@ -175,7 +175,7 @@ def test_artifact_binds_fused_weights_from_checkpoint_names(tmp_path):
 
     from linnet.compiler.jax.codegen import fused_names
     from linnet.compiler.jax.module import fused_member_shapes
-    from linnet.runtimes.jax_backend import save_exported
+    from linnet.runtimes.backends.jax_backend import save_exported
 
     spec = small().program.params
     rng = np.random.default_rng(3)

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.jax
 
 import linnet.jax as lj  # noqa: E402
 from linnet.compiler.jax.codegen import generate  # noqa: E402
-from linnet.runtimes.jax_backend import F32_MATRICES_NOTE  # noqa: E402
+from linnet.runtimes.backends.jax_backend import F32_MATRICES_NOTE  # noqa: E402
 from tests.runtimes.test_jax_backend import MAX_POSITIONS, SMALL  # noqa: E402
 
 

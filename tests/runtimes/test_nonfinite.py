@@ -11,7 +11,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from linnet.runtimes.checkpoints import CheckpointError, check_finite, open_checkpoint
+from linnet.runtimes.formats.checkpoints import CheckpointError, check_finite, open_checkpoint
 from tests.conftest import ROOT, installed, write_mlp_checkpoint
 
 

@@ -1,5 +1,6 @@
 """The ONNX Runtime sessions the backend makes: a decoder's (a program with a KV cache, whose shapes change every
-step) run without ORT's per-shape memory pattern, which only grew their arena (runtimes/onnx_backend.py, `session`);
+step) run without ORT's per-shape memory pattern, which only grew their arena
+(linnet/runtimes/backends/onnx_backend.py, `session`);
 an encoder's keep it; on the CPU their weights are mapped from a file, not copied (`_mapped_session`)."""
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ MAPPED_PROBE = textwrap.dedent(
     import json, os, sys
     import numpy as np
     import onnx_ir as ir
-    from linnet.runtimes import onnx_backend as ob
+    from linnet.runtimes.backends import onnx_backend as ob
     sys.path.insert(0, sys.argv[2])
     from generate_speed import proc_status_mb  # bench/
 
@@ -106,7 +107,7 @@ def tiny_llama():
 def test_a_session_falls_back_to_memory_where_no_file_can_be_written(failure, monkeypatch):
     """No temporary folder to write in, or not the space for the weights (checked before writing): the weights go
     to ORT from memory, and the model runs the same."""
-    import linnet.runtimes.onnx_backend as ob
+    import linnet.runtimes.backends.onnx_backend as ob
 
     ids = np.array([[3, 9, 4, 1]])
     model = tiny_llama()
@@ -163,7 +164,7 @@ def test_a_lowered_model_handed_out_keeps_its_weights_once_the_session_exists():
 def test_folders_left_by_a_killed_session_build_are_removed_by_the_next():
     """A folder of a process that is gone, older than STALE_AFTER_S, goes; a recent one, or a live process's,
     stays."""
-    import linnet.runtimes.onnx_backend as ob
+    import linnet.runtimes.backends.onnx_backend as ob
 
     root = Path(tempfile.gettempdir())
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)

@@ -84,7 +84,7 @@ def test_preset_config_is_the_real_config_json(preset, tmp_path):
     (rotary settings read as `checkpoints.normalize_config` reads them; YaRN fields the real config leaves out are
     `none` in both), so a preset cannot drift from its checkpoint in a value the parameter shapes do not show."""
     from linnet.ir import build
-    from linnet.runtimes.checkpoints import normalize_config
+    from linnet.runtimes.formats.checkpoints import normalize_config
 
     transformers.GptOssConfig(**REAL_CONFIGS[preset]).save_pretrained(tmp_path)
     real = normalize_config(json.loads((tmp_path / "config.json").read_text()))
@@ -277,7 +277,7 @@ def test_the_real_checkpoint_layout_fits_every_parameter(preset, tmp_path):
     GptOssForCausalLM for the real config): every tensor name and shape fits the source under that config.json,
     and one wrong expert shape is refused naming the tensor."""
     from linnet.ir.build import bind_config, check_source, lower_program
-    from linnet.runtimes.checkpoints import open_checkpoint
+    from linnet.runtimes.formats.checkpoints import open_checkpoint
     from linnet.runtimes.loading import LoadError, match_weights
 
     info = check_source(str(GPT_OSS), GPT_OSS.read_text(), preset)

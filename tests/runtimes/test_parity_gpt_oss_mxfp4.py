@@ -1,4 +1,5 @@
-"""MXFP4 checkpoints (runtimes/mxfp4.py): GPT-OSS's experts stored as blocks and scales, as openai/gpt-oss-20b ships.
+"""MXFP4 checkpoints (linnet/runtimes/formats/mxfp4.py): GPT-OSS's experts stored as blocks and scales, as
+openai/gpt-oss-20b ships.
 
 The dequantization against transformers' own (`convert_moe_packed_tensors`, bit for bit, every code and scale); a
 seeded small GPT-OSS whose experts are quantized with numpy and written as the release lays them out
@@ -14,7 +15,7 @@ import numpy as np
 import pytest
 
 from linnet.runtimes.backends import BACKENDS
-from linnet.runtimes.mxfp4 import FP4_VALUES, dequantize_mxfp4
+from linnet.runtimes.formats.mxfp4 import FP4_VALUES, dequantize_mxfp4
 from tests.runtimes.conftest import ALL_BACKENDS, GPT_OSS, LOGITS_ATOL, hf_greedy, linnet_greedy, max_abs_diff, record
 from tests.runtimes.test_parity_gpt_oss import MAX_POSITIONS, REAL_CONFIGS, prompts, small_model
 
@@ -246,7 +247,7 @@ def test_export_writes_the_dequantized_weights(mxfp4_gpt_oss, tmp_path):
     """`linnet export-hf` of a model loaded from MXFP4 writes the expert weights dequantized and no
     `quantization_config` (transformers would look for blocks and scales): transformers loads the export plain and
     computes the same logits as from the MXFP4 folder."""
-    from linnet.runtimes.export_hf import export_hf
+    from linnet.runtimes.export.hf import export_hf
 
     folder, ref, _ = mxfp4_gpt_oss
     export_hf(load("torch", folder), tmp_path)

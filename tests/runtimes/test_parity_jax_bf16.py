@@ -14,7 +14,7 @@ pytest.importorskip("transformers")
 pytest.importorskip("jax")
 
 import linnet.jax as lj  # noqa: E402
-from linnet.runtimes.jax_backend import F32_MATRICES_NOTE  # noqa: E402
+from linnet.runtimes.backends.jax_backend import F32_MATRICES_NOTE  # noqa: E402
 from tests.runtimes.test_parity_onnx_bf16 import NEAR_TIE  # noqa: E402
 from tests.runtimes.test_parity_smollm2 import MAX_POSITIONS, reference  # noqa: E402, F401
 

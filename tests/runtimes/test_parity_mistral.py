@@ -85,8 +85,8 @@ def test_preset_config_is_the_real_config_json(preset, tmp_path):
     fields transformers has no key for (`attention_bias`, `mlp_bias`: read by the Llama modules Mistral imports)
     hold the value transformers implies."""
     from linnet.ir import build
-    from linnet.runtimes.checkpoints import normalize_config
-    from linnet.runtimes.export_hf import IMPLIED_FIELDS
+    from linnet.runtimes.export.hf import IMPLIED_FIELDS
+    from linnet.runtimes.formats.checkpoints import normalize_config
 
     transformers.MistralConfig(**REAL_CONFIGS[preset]).save_pretrained(tmp_path)
     real = normalize_config(json.loads((tmp_path / "config.json").read_text()))

@@ -19,7 +19,7 @@ pytest.importorskip("onnx_ir")
 ml_dtypes = pytest.importorskip("ml_dtypes")
 
 import linnet.onnx as lo  # noqa: E402
-from linnet.runtimes.onnx_backend import BackendError  # noqa: E402
+from linnet.runtimes.backends.onnx_backend import BackendError  # noqa: E402
 from tests.runtimes.test_parity_smollm2 import MAX_POSITIONS, reference  # noqa: E402, F401
 
 pytestmark = [pytest.mark.onnxruntime, pytest.mark.torch, pytest.mark.usefixtures("one_torch_thread")]

@@ -200,7 +200,7 @@ def test_the_real_checkpoint_layout_fits_every_parameter(preset, tmp_path):
     transformers saves for the real config fits the source under that config (its config.json bound as a
     loaded checkpoint's), and one wrong shape is refused naming the tensor."""
     from linnet.ir.build import bind_config, check_source, lower_program
-    from linnet.runtimes.checkpoints import open_checkpoint
+    from linnet.runtimes.formats.checkpoints import open_checkpoint
     from linnet.runtimes.loading import LoadError, match_weights
 
     info = check_source(str(PHI3), PHI3.read_text(), preset)

@@ -152,7 +152,7 @@ def test_the_real_checkpoint_layout_fits_every_parameter(preset, tmp_path):
     for RobertaForMaskedLM (roberta-base's class: `roberta.*` and `lm_head.*`) of the real config fit the source
     under that config.json, the head left with a note; one wrong shape is refused naming the tensor."""
     from linnet.ir.build import bind_config, check_source, lower_program
-    from linnet.runtimes.checkpoints import open_checkpoint
+    from linnet.runtimes.formats.checkpoints import open_checkpoint
     from linnet.runtimes.loading import LoadError, match_weights
 
     info = check_source(str(ROBERTA), ROBERTA.read_text(), preset)

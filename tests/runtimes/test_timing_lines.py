@@ -12,8 +12,8 @@ import sys
 import numpy as np
 import pytest
 
-from linnet.runtimes import threads
-from linnet.runtimes.threads import usable_cores
+from linnet.runtimes.backends import threads
+from linnet.runtimes.backends.threads import usable_cores
 from tests.conftest import ROOT
 
 PROMPT = "The capital of France is a city with a long history, and"
@@ -125,7 +125,7 @@ def test_torch_threads_follow_the_cpu_affinity_not_the_machine():
     pytest.importorskip("torch")
     code = (
         "import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); "
-        "from linnet.runtimes.threads import set_torch_threads; import torch; "
+        "from linnet.runtimes.backends.threads import set_torch_threads; import torch; "
         "print(set_torch_threads(), torch.get_num_threads())"
     )
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
@@ -162,7 +162,7 @@ def test_omp_num_threads_is_reported_as_pytorch_took_it(value, line):
     pytest.importorskip("torch")
     code = (
         "import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); "
-        "from linnet.runtimes.threads import set_torch_threads; import torch; "
+        "from linnet.runtimes.backends.threads import set_torch_threads; import torch; "
         "print(set_torch_threads(follow_load=False), torch.get_num_threads())"
     )
     env = dict(os.environ, OMP_NUM_THREADS=value)

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from linnet.runtimes.embedded import EmbeddedError, resolve_embedded
-from linnet.runtimes.gguf_reader import GGUFFile
-from linnet.runtimes.tokenizer import Tokenizer, TokenizerError
+from linnet.runtimes.formats.embedded import EmbeddedError, resolve_embedded
+from linnet.runtimes.formats.gguf_reader import GGUFFile
+from linnet.runtimes.formats.tokenizer import Tokenizer, TokenizerError
 
 TEXTS = [
     "Hello world",
@@ -133,7 +133,7 @@ def _write_tiny_gguf(
 ):
     """A GGUF holding only a tokenizer: two control tokens, the 256 byte characters and a few merges."""
     gguf = pytest.importorskip("gguf")
-    from linnet.runtimes.tokenizer import _bytes_to_unicode
+    from linnet.runtimes.formats.tokenizer import _bytes_to_unicode
 
     alphabet = sorted(set(_bytes_to_unicode().values()))
     tokens = ["<s>", "</s>", *alphabet, "ab", "Ġab", "<think>"]

@@ -64,7 +64,7 @@ def client(server):
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from linnet.runtimes.checkpoints import open_checkpoint
+    from linnet.runtimes.formats.checkpoints import open_checkpoint
 
     return open_checkpoint(MODEL).tokenizer()
 
@@ -124,7 +124,7 @@ def test_models_health_and_metrics(server, client):
 
 
 def test_chat_streamed_equals_non_streamed(client, tokenizer):
-    from linnet.runtimes.chat import encode_chat
+    from linnet.runtimes.inputs.chat import encode_chat
 
     whole = client.chat.completions.create(model=MODEL, messages=CHAT, temperature=0, max_tokens=24)
     assert whole.id.startswith("chatcmpl-") and whole.object == "chat.completion" and whole.model == MODEL

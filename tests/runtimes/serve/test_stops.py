@@ -13,7 +13,7 @@ from linnet.runtimes.serve.stops import TextStream, held_back_length, stop_token
 @pytest.fixture(scope="module")
 def tok():
     pytest.importorskip("gguf")
-    from linnet.runtimes.checkpoints import open_checkpoint
+    from linnet.runtimes.formats.checkpoints import open_checkpoint
 
     with open_checkpoint("smollm2-135m-instruct") as checkpoint:
         return checkpoint.tokenizer()

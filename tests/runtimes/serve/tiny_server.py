@@ -28,7 +28,7 @@ def write_tiny_llama(folder: Path, seed: int = 0) -> Path:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from linnet.runtimes.checkpoints import open_checkpoint
+    from linnet.runtimes.formats.checkpoints import open_checkpoint
 
     tokenizer = open_checkpoint("smollm2-135m-instruct").tokenizer()
     eos = tokenizer.backend.id_to_token(sorted(tokenizer.eos_token_ids)[0])

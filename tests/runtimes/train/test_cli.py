@@ -1,4 +1,4 @@
-"""`linnet train` (linnet/cli_train.py) on the shrunk Llama of this folder's conftest (2 layers, hidden 32): a
+"""`linnet train` (linnet/cli/train.py) on the shrunk Llama of this folder's conftest (2 layers, hidden 32): a
 LoRA SFT run writes the adapters, the metrics and the run's settings; bad input exits 2 with one clear message
 and writes nothing."""
 

@@ -1,4 +1,4 @@
-"""Data rows (runtimes/train/data.py): JSONL problems name the file, line and field; text rows are tokenized as
+"""Data rows (linnet/runtimes/train/data.py): JSONL problems name the file, line and field; text rows are tokenized as
 TRL's SFTTrainer tokenizes them (trl 1.16, `SFTTrainer._prepare_dataset`), standard and conversational, checked
 on SmolLM2's tokenizer and chat template against TRL's own output; batches are right-padded with the loss mask
 shifted onto the predicting positions."""
@@ -72,7 +72,7 @@ def test_text_rows_tokenize_as_trl_does(tmp_path):
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
 
-    from linnet.runtimes.checkpoints import open_checkpoint
+    from linnet.runtimes.formats.checkpoints import open_checkpoint
     from tests.runtimes.conftest import package_file
     from tests.runtimes.train.conftest import tiny_llama_config
 

@@ -1,4 +1,4 @@
-"""The torch training loop (runtimes/train/trainer.py, policy.py, schedule.py) on a random 2-layer Llama: the
+"""The torch training loop (linnet/runtimes/train/trainer.py, policy.py, schedule.py) on a random 2-layer Llama: the
 schedules against transformers' `get_scheduler`; activation checkpointing, the interpreter and torch.compile give
 the generated code's losses; bf16 autocast runs in bf16 and stays near f32."""
 

@@ -1,4 +1,4 @@
-"""`linnet train --method dpo|grpo` (linnet/cli_train.py) with the preference options (--beta, --reward,
+"""`linnet train --method dpo|grpo` (linnet/cli/train.py) with the preference options (--beta, --reward,
 --num-generations, --max-completion-length, --temperature), in-process on the tiny Llama of `toy_pref`
 (tests/runtimes/train/test_cli.py runs `linnet train` as a real process)."""
 

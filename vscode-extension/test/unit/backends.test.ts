@@ -3,7 +3,7 @@ import { describe, it } from "node:test";
 import { backendPickItems, codeViewPickItems, entriesFromLenses } from "../../src/backends";
 import { BackendInfo, parseBackends } from "../../src/protocol";
 
-// What the server's `linnet/backends` answers (runtimes/backends.py `Backend.describe`), shortened.
+// What the server's `linnet/backends` answers (linnet/runtimes/backends/__init__.py `Backend.describe`), shortened.
 const ANSWER = [
   { name: "torch-interpret", label: "PyTorch (interpreter)", family: "torch", summary: "the Core IR op by op", codeView: null, dtypes: ["f32"], devices: ["cpu", "cuda"], numerics: ["equivalent", "fast"], canTrain: false, available: true, reason: null },
   { name: "torch", label: "PyTorch", family: "torch", summary: "the generated PyTorch, eager", codeView: "torch", dtypes: ["f32", "bf16"], devices: ["cpu", "cuda"], numerics: ["equivalent", "fast"], canTrain: false, available: true, reason: null },

@@ -1,0 +1,149 @@
+"""`linnet serve`: an OpenAI-compatible HTTP server (`linnet.runtimes.serve.http`) around the serving engine.
+
+Loads the model as `linnet generate` does (the registry's `--backend`, `--weights` alone picks the zoo's source),
+with the embedded SmolLM2 when neither FILE nor `--weights` is given, starts one `Engine` over its `max_batch`
+cache rows and serves it with uvicorn until SIGINT or SIGTERM. Imports nothing heavy until it runs, so
+`linnet check` never loads the runtimes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+
+from linnet.cli.backends import (
+    BACKEND_HELP,
+    BACKEND_NAMES,
+    EXIT_ERRORS,
+    EXIT_OK,
+    EXIT_USAGE,
+    FAILURES,
+    UsageError,
+    add_common,
+    fail,
+    load_model,
+    pick_example,
+    print_notes,
+)
+
+# served when neither FILE nor --weights is given, as the README's first example answers from it
+DEFAULT_WEIGHTS = "smollm2-135m-instruct"
+API_KEY_ENV = "LINNET_API_KEY"
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as `linnet.cli.main` answers KeyboardInterrupt
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        _check_args(args)
+        if args.file is None:
+            if args.weights is None:
+                args.weights = DEFAULT_WEIGHTS
+                print(f"no FILE nor --weights: serving the embedded {DEFAULT_WEIGHTS}", file=sys.stderr)
+            pick_example(args)
+        model = load_model(args, random_weights=False)
+    except UsageError as err:
+        print(f"linnet serve: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    except FAILURES as err:
+        return fail("serve", err)
+    print_notes(model)
+    tokenizer = model.tokenizer()
+    if tokenizer is None:
+        return fail("serve", ValueError(f"{model.weights} has no tokenizer (tokenizer.json); linnet serve needs one"))
+    if "step" not in model.program.entries:
+        return fail("serve", ValueError(f"{args.file}: serving needs a decoder with `entry fn step`"))
+    from linnet.runtimes.serve.engine import Engine
+    from linnet.runtimes.serve.http import create_app, run_server
+
+    step_model = model.step_model()
+    name = args.served_model_name or str(model.weights)
+    engine = Engine(step_model, tokenizer, max_queue=args.max_queue)
+    compile_kind = getattr(step_model, "compile_kind", "")
+    if compile_kind:
+        # compile (or build the session for) every decode batch size and prefill bucket before the first client
+        # comes, so no request's time to first token includes it
+        started = time.perf_counter()
+        engine.warm_up()
+        print(f"linnet serve: {compile_kind} took {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
+    engine.start()
+    app = create_app(
+        engine,
+        tokenizer,
+        name,
+        api_key=args.api_key,
+        shutdown_engine=True,
+    )
+    setup = f"; {args.setup}" if args.setup else ""
+    summary = (
+        f"{args.backend}, {args.dtype}, {step_model.max_batch} cache rows of {step_model.max_positions} positions, "
+        f"queue of {args.max_queue}{', API key required' if args.api_key else ''}{setup}"
+    )
+
+    def announce(url: str) -> None:
+        print(f"linnet serve: serving {name} at {url}/v1 ({summary})", file=sys.stderr, flush=True)
+
+    # uvicorn re-raises the signal that stopped it once it has shut down; SIGTERM then ends here with status 0
+    # (SIGINT raises KeyboardInterrupt, which `linnet.cli.main` turns into 130)
+    signal.signal(signal.SIGTERM, lambda *_: None)
+    try:
+        run_server(app, args.host, args.port, on_started=announce)
+    except SystemExit as exit_:  # uvicorn exits 1 when it cannot bind; it has logged why
+        engine.shutdown()
+        return EXIT_ERRORS if exit_.code else EXIT_OK
+    except OSError as err:
+        engine.shutdown()
+        return fail("serve", err)
+    except KeyboardInterrupt:  # SIGINT, re-raised by uvicorn after its clean shutdown
+        print("linnet serve: stopped (SIGINT)", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    print("linnet serve: stopped", file=sys.stderr)
+    return EXIT_OK
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    for flag, value, least in (
+        ("--port", args.port, 0),
+        ("--max-batch", args.max_batch, 1),
+        ("--max-queue", args.max_queue, 1),
+    ):
+        if value < least:
+            raise UsageError(f"{flag} must be >= {least}, got {value}")
+    if args.port > 65535:
+        raise UsageError(f"--port must be <= 65535, got {args.port}")
+    if args.api_key is not None and not args.api_key:
+        raise UsageError(f"--api-key (or {API_KEY_ENV}) must not be empty")
+
+
+def register(sub) -> None:
+    serve = sub.add_parser(
+        "serve", help="serve a model over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions)"
+    )
+    add_common(
+        serve,
+        file_help="a .linnet source with a root model; without it, the shipped example for --weights' model_type, "
+        f"and without either, the embedded {DEFAULT_WEIGHTS}",
+        max_batch=8,
+        stored=True,
+    )
+    serve.add_argument("--backend", choices=BACKEND_NAMES, default="torch", metavar="BACKEND", help=BACKEND_HELP)
+    serve.add_argument("--provider", action="append", choices=("cpu", "cuda", "tensorrt"), help="onnxruntime providers")
+    serve.add_argument("--host", default="127.0.0.1", help="the address to listen on (127.0.0.1: this machine only)")
+    serve.add_argument("--port", type=int, default=8000, help="the port (8000; 0 picks a free one)")
+    serve.add_argument(
+        "--max-queue", type=int, default=256, metavar="N", help="requests waiting for a row at most (256); then 429"
+    )
+    serve.add_argument(
+        "--api-key",
+        default=os.environ.get(API_KEY_ENV),
+        metavar="KEY",
+        help=f"require `Authorization: Bearer KEY` on every request (default: ${API_KEY_ENV}, else none)",
+    )
+    serve.add_argument(
+        "--served-model-name", metavar="NAME", help="the model id clients send and /v1/models lists (default: W)"
+    )
+    serve.set_defaults(func=cmd_serve)

@@ -1,0 +1,957 @@
+"""The Linnet language server (pygls 2 over stdio): `linnet lsp`.
+
+Each feature is a small function in its own module (`hover`, `hints`, `navigation`,
+`symbols`, `completion`, `tokens`, `views`); this module wires them to LSP methods. Every
+handler runs under `guarded`: an exception in a feature is logged to the client and answered
+with nothing, so no request can take the server down. The server never imports torch, jax or
+onnxruntime (runs and StableHLO/ONNX views go to a worker process; `views.py`).
+
+Names of custom requests, commands and settings: docs/editors.md (the design's "Language server
+contract", plus `linnet/presets`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import inspect
+import json
+import logging
+import traceback
+import uuid
+from typing import Any, Awaitable, Callable
+
+from lsprotocol import types as T
+from pygls.exceptions import FeatureRequestError, JsonRpcException, JsonRpcInvalidParams
+from pygls.lsp.server import LanguageServer
+from pygls.protocol import LanguageServerProtocol
+from pygls.protocol.language_server import lsp_method
+
+from linnet import __version__
+from linnet.semantics.program import Analysis
+from linnet.syntax import ast as A
+from linnet.syntax.fmt import FormatError, format_source
+
+from . import compare as compare_
+from . import completion as completion_
+from . import hints as hints_
+from . import navigation, symbols, views
+from .collector import IdleCollector
+from .convert import (
+    lsp_diagnostic,
+    lsp_location,
+    lsp_range,
+    markup,
+    offset_at,
+    path_of,
+    range_of_offsets,
+    set_position_encoding,
+    uri_of,
+)
+from .documents import Documents, OpenDocument, Settings
+from .hover import hover_markdown
+from .import_completion import import_completions
+from .rpc import AnswerEveryRequest, OneLineReaderErrors, refusal
+from .tokens import TOKEN_MODIFIERS, TOKEN_TYPES, semantic_tokens
+from .weights import WeightChecks
+
+log = logging.getLogger("linnet.lsp")
+
+SHOW_IR = "linnet/showIR"
+SHOW_GENERATED = "linnet/showGenerated"
+PRESETS = "linnet/presets"
+BACKENDS = "linnet/backends"
+RUN_COMMAND = "linnet.run"
+COMPARE_COMMAND = "linnet.compare"
+SELECT_PRESET_COMMAND = "linnet.selectPreset"
+LENS_BACKENDS = ("torch", "xla")  # registry names; a client lists the rest with `linnet/backends`
+# A file this long gets its first diagnostics in two steps when it is opened: the items that start in its first
+# FIRST_LINES lines (what an editor shows on opening it) are checked and published first, then everything.
+PROGRESSIVE_LINES = 1000
+FIRST_LINES = 150
+
+
+class LinnetProtocol(AnswerEveryRequest, LanguageServerProtocol):
+    """pygls's protocol without its own copy of open documents: `LinnetServer.documents` holds
+    the text, and keeping pygls's workspace in step too cost ~5 ms per edit of a 5,000-line
+    file (and raised on a change to a document never opened). Every request is answered, a
+    malformed one with InvalidParams (`rpc.AnswerEveryRequest`)."""
+
+    def handle_message(self, message):
+        self._server.collector.activity()  # any message ends a pause: no collection starts under it
+        return super().handle_message(message)
+
+    def _user_handler(self, method: str, params):
+        if (handler := self.fm.features.get(method)) is not None:
+            yield handler, (params,), None
+
+    @lsp_method(T.TEXT_DOCUMENT_DID_OPEN)
+    def lsp_text_document__did_open(self, params: T.DidOpenTextDocumentParams):
+        yield from self._user_handler(T.TEXT_DOCUMENT_DID_OPEN, params)
+
+    @lsp_method(T.TEXT_DOCUMENT_DID_CHANGE)
+    def lsp_text_document__did_change(self, params: T.DidChangeTextDocumentParams):
+        yield from self._user_handler(T.TEXT_DOCUMENT_DID_CHANGE, params)
+
+    @lsp_method(T.TEXT_DOCUMENT_DID_CLOSE)
+    def lsp_text_document__did_close(self, params: T.DidCloseTextDocumentParams):
+        yield from self._user_handler(T.TEXT_DOCUMENT_DID_CLOSE, params)
+
+
+class LinnetServer(LanguageServer):
+    """The server's state: open documents, settings, workspace roots."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "linnet",
+            __version__,
+            text_document_sync_kind=T.TextDocumentSyncKind.Incremental,
+            protocol_cls=LinnetProtocol,
+        )
+        self.documents = Documents()
+        self.settings = Settings()
+        self.roots: list[str] = []
+        self.weight_checks = WeightChecks()  # checkpoint headers against the presets' weights (linnet/lsp/weights.py)
+        self._workspace_items: dict[str, tuple[float, list]] = {}
+        self.collector = IdleCollector(busy=self.checking)
+        # uri -> (revision, the first pass over a big file just opened: `_check_first_items`)
+        self.first_items: dict[str, tuple[int, asyncio.Future]] = {}
+
+    def report_server_error(self, error: Exception, source) -> None:
+        """Errors outside our handlers (a notification pygls's own workspace rejects, such as a
+        didChange for a document never opened, or params it cannot read) go to the log, not
+        to a pop-up. A request's error already went back as its response."""
+        if source is FeatureRequestError:
+            return
+        if isinstance(error, (json.JSONDecodeError, UnicodeDecodeError)):  # a body that is not JSON
+            self.protocol.answer_unreadable(error)
+            return
+        self.log_error(f"pygls ({getattr(source, '__name__', source)})", error)
+
+    # ----- helpers shared by handlers
+    def log_error(self, what: str, err: BaseException) -> None:
+        text = f"linnet: {what} failed: {type(err).__name__}: {err}\n{''.join(traceback.format_exception(err))}"
+        log.error(text)
+        try:
+            self.window_log_message(T.LogMessageParams(T.MessageType.Error, text))
+        except Exception:  # noqa: BLE001 - the connection may be gone
+            pass
+
+    def client_supports(self, *path: str) -> bool:
+        node: Any = self.client_capabilities
+        for name in path:
+            node = getattr(node, name, None)
+            if node is None:
+                return False
+        return bool(node)
+
+    def client_format(self, *path: str) -> list | None:
+        """The markup kinds the client accepts for a text document feature, most preferred
+        first (`client_format("hover", "content_format")`), or None when it does not say."""
+        node: Any = getattr(self.client_capabilities, "text_document", None)
+        for name in path:
+            node = getattr(node, name, None)
+        return list(node) if node else None
+
+    def preset_for(self, analysis: Analysis) -> str | None:
+        """The selected preset if this document declares it, else None (the first preset)."""
+        preset = self.settings.preset
+        return preset if preset in analysis.declared_presets else None
+
+    def effective_preset(self, analysis: Analysis) -> str | None:
+        """The preset hover and hints quote, named: the selected one if declared here, else the
+        file's first (checked) preset, else None (the config defaults). Runs and views use it,
+        so what runs is what the editor shows."""
+        return self.preset_for(analysis) or (analysis.presets[0] if analysis.presets else None)
+
+    def checking(self) -> bool:
+        """Whether a document's check is running or due."""
+        return any(d.diagnose_task is not None and not d.diagnose_task.done() for d in self.documents)
+
+    def schedule_diagnostics(self, doc: OpenDocument) -> None:
+        if doc.diagnose_task is None or doc.diagnose_task.done():
+            doc.diagnose_task = asyncio.ensure_future(self._diagnose(doc))
+
+    async def _diagnose(self, doc: OpenDocument) -> None:
+        """Analyse the latest text and publish, until what was analysed is still the client's
+        version when done: edits that arrive during an analysis fold into the next one, and a
+        stale result is never published."""
+        try:
+            if doc.text_version == 0 and len(doc.index.line_starts) >= PROGRESSIVE_LINES:
+                first = asyncio.ensure_future(self._check_first_items(doc))
+                self.first_items[doc.uri] = (doc.revision, first)
+                await first
+            while self.documents.get(doc.uri) is doc:
+                preset = self.settings.preset
+                async with doc.analyzed(preset) as analysis:
+                    if not doc.is_current(analysis):
+                        continue
+                    version, revision = doc.version, doc.revision
+                    diagnostics = [lsp_diagnostic(d) for d in analysis.diagnostics if d.location.path == doc.path]
+                    diagnostics += self.weight_checks.diagnostics(self, doc, analysis)
+                if self.documents.get(doc.uri) is not doc or revision != doc.revision:
+                    continue
+                self.text_document_publish_diagnostics(T.PublishDiagnosticsParams(doc.uri, diagnostics, version))
+                if doc.text_version != doc.notified_version:  # its importers read this text now
+                    doc.notified_version = doc.text_version
+                    self.schedule_importers(doc.path)
+                return
+        except Exception as err:  # noqa: BLE001
+            self.log_error("diagnostics", err)
+        finally:
+            self.first_items.pop(doc.uri, None)
+            self.collector.activity()  # the pause after a check is where its garbage is collected
+
+    async def _check_first_items(self, doc: OpenDocument) -> Analysis | None:
+        """The first pass over a big file just opened: parse it all, check only the items that start in its first
+        FIRST_LINES lines and publish what that found (every syntax error, those items' findings), so the editor
+        shows something in well under the whole check's time; the full check follows (`_diagnose`) and reuses
+        these items' results. Returns the partial analysis (hover answers from it meanwhile:
+        `early_analysis`), or None when the text changed under it."""
+        text, version, revision, preset = doc.text, doc.version, doc.revision, self.settings.preset
+        starts = doc.index.line_starts
+        first_end = starts[FIRST_LINES] if len(starts) > FIRST_LINES else len(text)
+
+        def check() -> Analysis:
+            with doc.workspace.lock:
+                return doc.workspace.open(doc.path, text).analyze(preset, only=lambda item: item.offset < first_end)
+
+        analysis = await asyncio.to_thread(check)
+        if self.documents.get(doc.uri) is not doc or doc.revision != revision:
+            return None
+        diagnostics = [lsp_diagnostic(d) for d in analysis.diagnostics if d.location.path == doc.path]
+        self.text_document_publish_diagnostics(T.PublishDiagnosticsParams(doc.uri, diagnostics, version))
+        return analysis
+
+    async def early_analysis(self, doc: OpenDocument, position: T.Position) -> Analysis | None:
+        """While a big file's full check runs after the first pass: that pass's analysis, when it checked the
+        item at `position` (a hover there need not wait for the whole check); else None."""
+        entry = self.first_items.get(doc.uri)
+        if entry is None or entry[0] != doc.revision:
+            return None
+        analysis = await asyncio.shield(entry[1])
+        if analysis is None or doc.revision != entry[0]:
+            return None
+        item = analysis.item_at(offset_at(analysis.document.source.index, position))
+        return analysis if item is not None and item in analysis.items else None
+
+    def schedule_importers(self, path: str) -> None:
+        """Diagnostics again for the open documents that import the file at `path`."""
+        for importer in self.documents.importers(path):
+            self.schedule_diagnostics(importer)
+
+    async def across(self, home: str, skip: OpenDocument, collect: Callable[[Analysis], list]) -> list:
+        """`collect(analysis)` for every document that can name what file `home` defines: open
+        documents (but `skip`) and files under the workspace roots that read `home` (itself,
+        or importing it, directly or not), and `home` itself. Open documents are analysed as
+        usual; the others in a worker thread, one workspace lock held for all of them."""
+        out: list = []
+        ws = self.documents.workspace
+        home_key = ws.key(home)
+        for doc in self.documents:
+            if doc is skip:
+                continue
+            async with doc.analyzed(self.settings.preset) as analysis:
+                if home_key in {ws.key(f) for f in analysis.files}:
+                    out.extend(collect(analysis))
+        open_keys = {ws.key(d.path) for d in self.documents}
+        paths = [str(f) for f in symbols.workspace_files(self.roots)] + [home]
+        paths = list(dict.fromkeys(p for p in paths if ws.key(p) not in open_keys))
+
+        def on_disk() -> list:
+            found: list = []
+            with ws.lock:
+                for path in paths:
+                    doc = ws.get(path)
+                    if doc is None:
+                        continue
+                    analysis = doc.analyze()
+                    if home_key in {ws.key(f) for f in analysis.files}:
+                        found.extend(collect(analysis))
+            return found
+
+        return out + await asyncio.to_thread(on_disk)
+
+    def refresh(self) -> None:
+        """After a setting changed: diagnostics again, and ask the client to re-request hints
+        and lenses."""
+        for doc in self.documents:
+            self.schedule_diagnostics(doc)
+        if self.client_supports("workspace", "inlay_hint", "refresh_support"):
+            self.workspace_inlay_hint_refresh(None)
+        if self.client_supports("workspace", "code_lens", "refresh_support"):
+            self.workspace_code_lens_refresh(None)
+
+    def text_of(self, path: str) -> str | None:
+        """A file's text: the editor's, when it is open, else the file's (None if unreadable)."""
+        key = self.documents.workspace.key(path)
+        for doc in self.documents:
+            if self.documents.workspace.key(doc.path) == key:
+                return doc.text
+        try:
+            with open(path, encoding="utf-8-sig") as f:
+                return f.read()
+        except (OSError, UnicodeDecodeError):
+            return None
+
+    def workspace_items(self) -> list[tuple[str, list]]:
+        """(path, items) of every `.linnet` file under the workspace roots (parsed once per
+        modification time) and of every open document."""
+        out = []
+        open_paths = {d.path for d in self.documents}
+        for f in symbols.workspace_files(self.roots):
+            path = str(f)
+            if path in open_paths:
+                continue
+            try:
+                mtime = f.stat().st_mtime
+                cached = self._workspace_items.get(path)
+                if cached is None or cached[0] != mtime:
+                    cached = (mtime, symbols.file_items(path, f.read_text(encoding="utf-8")))
+                    self._workspace_items[path] = cached
+            except (OSError, UnicodeDecodeError):
+                continue
+            out.append((path, cached[1]))
+        for d in self.documents:
+            out.append((d.path, symbols.file_items(d.path, d.text)))
+        return out
+
+
+def guarded(default: Any = None):
+    """Run a handler; on an exception log it to the client and return `default`. User-facing
+    refusals (a rename that cannot be done, a view that cannot be made) are answered as
+    `RequestFailed` errors with their message, and JSON-RPC errors (InvalidParams) as they
+    are, without a traceback (`rpc.refusal`)."""
+
+    def wrap(fn):
+        def failed(ls: LinnetServer, err: Exception):
+            if isinstance(err, JsonRpcException):
+                raise err
+            if isinstance(err, (navigation.RenameError, views.ViewError)):
+                raise refusal(str(err)) from err
+            ls.log_error(fn.__name__, err)
+            return default
+
+        if inspect.iscoroutinefunction(fn):
+
+            @functools.wraps(fn)
+            async def run_async(ls: LinnetServer, params):
+                try:
+                    return await fn(ls, params)
+                except Exception as err:  # noqa: BLE001
+                    return failed(ls, err)
+
+            return run_async
+
+        # notifications stay synchronous: didOpen/didChange must apply in arrival order
+        @functools.wraps(fn)
+        def run(ls: LinnetServer, params):
+            try:
+                return fn(ls, params)
+            except Exception as err:  # noqa: BLE001
+                return failed(ls, err)
+
+        return run
+
+    return wrap
+
+
+def document_feature(server: LinnetServer, method: str, options: Any = None, default: Any = None, early=False):
+    """Register `fn(ls, params, doc, analysis)` for a request about an open document: it runs,
+    guarded, with the analysis of the document's current text held for the call; a document
+    that is not open gets `default`. `early`: while a big file just opened is checked, a
+    request at a position the first pass checked is answered from that pass
+    (`LinnetServer.early_analysis`)."""
+
+    def wrap(fn):
+        async def handler(ls: LinnetServer, params):
+            doc = ls.documents.get(params.text_document.uri)
+            if doc is None:
+                return default
+            if early and (first := await ls.early_analysis(doc, params.position)) is not None:
+                return fn(ls, params, doc, first)
+            async with doc.analyzed(ls.settings.preset) as analysis:
+                return fn(ls, params, doc, analysis)
+
+        handler.__name__ = fn.__name__
+        server.feature(method, options)(guarded(default)(handler))
+        return fn
+
+    return wrap
+
+
+def _field(params: Any, name: str, default: Any = None) -> Any:
+    """A field of custom-request params, which arrive as dicts or as attribute objects."""
+    if isinstance(params, dict):
+        return params.get(name, default)
+    return getattr(params, name, default)
+
+
+def create_server() -> LinnetServer:
+    """A server with every feature registered."""
+    server = LinnetServer()
+
+    # ----------------------------------------------------------------- lifecycle, settings
+    @server.feature(T.INITIALIZE)
+    @guarded()
+    def initialize(ls: LinnetServer, params: T.InitializeParams):
+        # pygls chose the client's first offered encoding it knows (and answers it in the
+        # capabilities): count columns in it, in and out
+        chosen = ls.workspace.position_encoding
+        set_position_encoding(getattr(chosen, "value", chosen))
+        ls.settings.update(params.initialization_options)
+        if params.workspace_folders:
+            ls.roots = [path_of(f.uri) for f in params.workspace_folders]
+        elif params.root_uri:
+            ls.roots = [path_of(params.root_uri)]
+
+    @server.feature(T.INITIALIZED)
+    @guarded()
+    async def initialized(ls: LinnetServer, params: T.InitializedParams):
+        await _pull_settings(ls)
+        await _watch_files(ls)
+
+    @server.feature(T.WORKSPACE_DID_CHANGE_CONFIGURATION)
+    @guarded()
+    async def did_change_configuration(ls: LinnetServer, params: T.DidChangeConfigurationParams):
+        if isinstance(params.settings, dict) and isinstance(params.settings.get("linnet"), dict):
+            ls.settings.update(params.settings["linnet"])
+        else:
+            await _pull_settings(ls)
+        ls.refresh()
+
+    # ----------------------------------------------------------------- text sync, diagnostics
+    @server.feature(T.TEXT_DOCUMENT_DID_OPEN)
+    @guarded()
+    def did_open(ls: LinnetServer, params: T.DidOpenTextDocumentParams):
+        d = params.text_document
+        doc = ls.documents.open(d.uri, d.text, d.version)
+        ls.schedule_diagnostics(doc)
+        if ls.documents.is_std(doc.path):  # go to definition opens them; no client locks a file for us
+            message = (
+                f"linnet: {doc.path} is the standard library installed with Linnet, read-only: every "
+                "model reads it (copy what you need into your project)"
+            )
+            ls.window_show_message(T.ShowMessageParams(T.MessageType.Warning, message))
+
+    @server.feature(T.TEXT_DOCUMENT_DID_CHANGE)
+    @guarded()
+    def did_change(ls: LinnetServer, params: T.DidChangeTextDocumentParams):
+        doc = ls.documents.get(params.text_document.uri)
+        if doc is None:
+            return
+        doc.apply_changes(params.content_changes, params.text_document.version)
+        ls.schedule_diagnostics(doc)
+
+    @server.feature(T.TEXT_DOCUMENT_DID_SAVE)
+    @guarded()
+    def did_save(ls: LinnetServer, params: T.DidSaveTextDocumentParams):
+        doc = ls.documents.get(params.text_document.uri)
+        if doc is not None:
+            if params.text is not None:
+                doc.replace_text(params.text)
+            ls.schedule_diagnostics(doc)
+
+    @server.feature(T.TEXT_DOCUMENT_DID_CLOSE)
+    @guarded()
+    def did_close(ls: LinnetServer, params: T.DidCloseTextDocumentParams):
+        doc = ls.documents.close(params.text_document.uri)
+        if doc is not None:
+            ls.text_document_publish_diagnostics(T.PublishDiagnosticsParams(params.text_document.uri, []))
+            ls.schedule_importers(doc.path)  # they read the file on disk now
+
+    @server.feature(T.WORKSPACE_DID_CHANGE_WATCHED_FILES)
+    @guarded()
+    def did_change_watched_files(ls: LinnetServer, params: T.DidChangeWatchedFilesParams):
+        """A `.linnet` file changed on disk: the open documents that import it are checked
+        again (an open document's own text is the editor's, not the file's). A checkpoint file
+        in use changed: every document's weights are checked again."""
+        for change in params.changes:
+            path = path_of(change.uri)
+            ls.documents.workspace.file_changed(path)
+            ls.schedule_importers(path)
+        if ls.weight_checks.forget([path_of(change.uri) for change in params.changes]):
+            ls.refresh()
+
+    # ----------------------------------------------------------------- hover, hints
+    @document_feature(server, T.TEXT_DOCUMENT_HOVER, early=True)
+    def hover(ls: LinnetServer, params: T.HoverParams, doc: OpenDocument, a: Analysis):
+        index = a.document.source.index
+        found = hover_markdown(a, offset_at(index, params.position), ls.preset_for(a))
+        if found is None:
+            return None
+        markdown, (start, end) = found
+        formats = ls.client_format("hover", "content_format")
+        return T.Hover(markup(markdown, formats), range_of_offsets(index, start, end))
+
+    @document_feature(server, T.TEXT_DOCUMENT_INLAY_HINT, T.InlayHintOptions(resolve_provider=False), default=[])
+    def inlay_hint(ls: LinnetServer, params: T.InlayHintParams, doc: OpenDocument, a: Analysis):
+        index = a.document.source.index
+        start, end = offset_at(index, params.range.start), offset_at(index, params.range.end)
+        found = []
+        if ls.settings.inlay_shapes:
+            found += hints_.inlay_hints(a, start, end, ls.preset_for(a), ls.settings.inlay_max_length)
+        if ls.settings.inlay_parameters:
+            found += hints_.parameter_hints(a, start, end, ls.preset_for(a))
+        return [
+            T.InlayHint(
+                position=range_of_offsets(index, h.offset, h.offset).start,
+                label=h.label,
+                kind=T.InlayHintKind.Type if h.kind != "parameters" else None,
+                padding_left=h.kind in ("result", "parameters"),
+            )
+            for h in found
+        ]
+
+    # ----------------------------------------------------------------- navigation
+    @document_feature(server, T.TEXT_DOCUMENT_DEFINITION)
+    def definition(ls: LinnetServer, params: T.DefinitionParams, doc: OpenDocument, a: Analysis):
+        loc = navigation.definition(a, offset_at(a.document.source.index, params.position))
+        return lsp_location(loc) if loc is not None else None
+
+    @server.feature(T.TEXT_DOCUMENT_REFERENCES)
+    @guarded([])
+    async def references(ls: LinnetServer, params: T.ReferenceParams):
+        doc = ls.documents.get(params.text_document.uri)
+        if doc is None:
+            return []
+        include = params.context.include_declaration
+        async with doc.analyzed(ls.settings.preset) as a:
+            target = navigation.target_at(a, offset_at(a.document.source.index, params.position))
+            if target is None:
+                return []
+            found = navigation.references_to(a, target.anchor, include)
+        if target.home is not None:  # and in the files that define it and import it
+            found += await ls.across(target.home, doc, lambda b: navigation.references_to(b, target.anchor, include))
+        return [lsp_location(loc) for loc in navigation.unique(found)]
+
+    @document_feature(server, T.TEXT_DOCUMENT_PREPARE_RENAME)
+    def prepare_rename(ls: LinnetServer, params: T.PrepareRenameParams, doc: OpenDocument, a: Analysis):
+        index = a.document.source.index
+        found = navigation.rename_range(a, offset_at(index, params.position))
+        return range_of_offsets(index, *found) if found is not None else None
+
+    @server.feature(T.TEXT_DOCUMENT_RENAME, T.RenameOptions(prepare_provider=True))
+    @guarded()
+    async def rename(ls: LinnetServer, params: T.RenameParams):
+        """Every place spelled as the name that names its definition: in this file, the file
+        that defines it and every file that imports it (an importer's alias is kept)."""
+        doc = ls.documents.get(params.text_document.uri)
+        if doc is None:
+            return None
+        new_name = params.new_name
+        async with doc.analyzed(ls.settings.preset) as a:
+            plan = navigation.plan_rename(a, offset_at(a.document.source.index, params.position), new_name)
+            locs = navigation.rename_edits([a], plan, new_name)
+        if plan.target.home is not None:
+            locs += await ls.across(plan.target.home, doc, lambda b: navigation.rename_edits([b], plan, new_name))
+        changes: dict[str, list[T.TextEdit]] = {}
+        for loc in navigation.unique(locs):
+            changes.setdefault(uri_of(loc.path), []).append(T.TextEdit(lsp_range(loc), new_name))
+        return T.WorkspaceEdit(changes=changes)
+
+    @document_feature(server, T.TEXT_DOCUMENT_DOCUMENT_HIGHLIGHT, default=[])
+    def document_highlight(ls: LinnetServer, params: T.DocumentHighlightParams, doc: OpenDocument, a: Analysis):
+        found = navigation.highlights(a, offset_at(a.document.source.index, params.position))
+        write, read = T.DocumentHighlightKind.Write, T.DocumentHighlightKind.Read
+        return [T.DocumentHighlight(lsp_range(loc), write if is_def else read) for loc, is_def in found]
+
+    @document_feature(server, T.TEXT_DOCUMENT_DOCUMENT_LINK, T.DocumentLinkOptions(resolve_provider=False), default=[])
+    def document_link(ls: LinnetServer, params: T.DocumentLinkParams, doc: OpenDocument, a: Analysis):
+        """Each import's file (or standard-library module) is a link to it."""
+        resolved = a.imports.resolved if a.imports is not None else []
+        return [
+            T.DocumentLink(
+                lsp_range(r.item.resolve(r.node.source.span)), uri_of(r.target.source.path), r.target.source.path
+            )
+            for r in resolved
+        ]
+
+    # ----------------------------------------------------------------- symbols, folding
+    @document_feature(server, T.TEXT_DOCUMENT_DOCUMENT_SYMBOL, default=[])
+    def document_symbol(ls: LinnetServer, params: T.DocumentSymbolParams, doc: OpenDocument, a: Analysis):
+        def convert(item, s: symbols.Symbol) -> T.DocumentSymbol:
+            return T.DocumentSymbol(
+                name=s.name,
+                kind=s.kind,
+                detail=s.detail,
+                range=lsp_range(item.resolve(s.span)),
+                selection_range=lsp_range(item.resolve(s.name_span)),
+                children=[convert(item, c) for c in s.children] or None,
+            )
+
+        return [convert(item, s) for item in a.document.items for s in symbols.item_symbols(item)]
+
+    @server.feature(T.WORKSPACE_SYMBOL)
+    @guarded([])
+    def workspace_symbol(ls: LinnetServer, params: T.WorkspaceSymbolParams):
+        out = []
+        for path, items in ls.workspace_items():
+            for item in items:
+                for s, container in symbols.flatten(symbols.item_symbols(item)):
+                    if symbols.matches(params.query, s.name):
+                        location = T.Location(uri_of(path), lsp_range(item.resolve(s.name_span)))
+                        out.append(
+                            T.WorkspaceSymbol(name=s.name, kind=s.kind, location=location, container_name=container)
+                        )
+                if len(out) >= symbols.MAX_WORKSPACE_SYMBOLS:
+                    return out
+        return out
+
+    @document_feature(server, T.TEXT_DOCUMENT_FOLDING_RANGE, default=[])
+    def folding_range(ls: LinnetServer, params: T.FoldingRangeParams, doc: OpenDocument, a: Analysis):
+        return [
+            T.FoldingRange(start, end, kind=T.FoldingRangeKind.Comment if kind == "comment" else None)
+            for start, end, kind in symbols.folding_ranges(a.document.items)
+        ]
+
+    # ----------------------------------------------------------------- completion, signatures
+    completion_options = T.CompletionOptions(trigger_characters=[".", '"', "/"])
+
+    @document_feature(server, T.TEXT_DOCUMENT_COMPLETION, completion_options)
+    def completion(ls: LinnetServer, params: T.CompletionParams, doc: OpenDocument, a: Analysis):
+        index = a.document.source.index
+        offset = offset_at(index, params.position)
+        found = import_completions(a, offset, ls.text_of)
+        if found is None:
+            found = completion_.completions(a, offset, ls.preset_for(a))
+        formats = ls.client_format("completion", "completion_item", "documentation_format")
+        items = [
+            T.CompletionItem(
+                label=c.label,
+                kind=getattr(T.CompletionItemKind, c.kind, T.CompletionItemKind.Text),
+                detail=c.detail or None,
+                documentation=markup(c.documentation, formats) if c.documentation else None,
+                insert_text=c.snippet,
+                insert_text_format=T.InsertTextFormat.Snippet if c.snippet else None,
+                text_edit=T.TextEdit(range_of_offsets(index, *c.replace), c.label) if c.replace else None,
+                sort_text=f"{c.sort}{c.label}",
+            )
+            for c in found
+        ]
+        return T.CompletionList(is_incomplete=False, items=items)
+
+    signature_options = T.SignatureHelpOptions(trigger_characters=["(", ","], retrigger_characters=[","])
+
+    @document_feature(server, T.TEXT_DOCUMENT_SIGNATURE_HELP, signature_options)
+    def signature_help(ls: LinnetServer, params: T.SignatureHelpParams, doc: OpenDocument, a: Analysis):
+        sig = completion_.signature_help(a, offset_at(a.document.source.index, params.position), ls.preset_for(a))
+        if sig is None:
+            return None
+        formats = ls.client_format("signature_help", "signature_information", "documentation_format")
+        information = T.SignatureInformation(
+            label=sig.label,
+            documentation=markup(sig.documentation, formats) if sig.documentation else None,
+            parameters=[T.ParameterInformation(label=label, documentation=d or None) for label, d in sig.parameters],
+            active_parameter=sig.active,
+        )
+        return T.SignatureHelp(signatures=[information], active_signature=0, active_parameter=sig.active)
+
+    # ----------------------------------------------------------------- tokens, formatting, actions
+    legend = T.SemanticTokensLegend(token_types=TOKEN_TYPES, token_modifiers=TOKEN_MODIFIERS)
+
+    @document_feature(server, T.TEXT_DOCUMENT_SEMANTIC_TOKENS_FULL, legend)
+    def semantic_tokens_full(ls: LinnetServer, params: T.SemanticTokensParams, doc: OpenDocument, a: Analysis):
+        return T.SemanticTokens(data=semantic_tokens(a))
+
+    @server.feature(T.TEXT_DOCUMENT_FORMATTING)
+    @guarded()
+    def formatting(ls: LinnetServer, params: T.DocumentFormattingParams):
+        doc = ls.documents.get(params.text_document.uri)
+        if doc is None:
+            return None
+        text = doc.text
+        try:
+            formatted = format_source(text)  # keeps the file's line endings
+        except FormatError as err:
+            message = f"linnet: cannot format {doc.path}:{err.line}:{err.column}: {err}"
+            ls.window_show_message(T.ShowMessageParams(T.MessageType.Warning, message))
+            return None
+        if formatted == text:
+            return []
+        return [T.TextEdit(range_of_offsets(doc.index, 0, len(text)), formatted)]
+
+    code_action_options = T.CodeActionOptions(code_action_kinds=[T.CodeActionKind.QuickFix])
+
+    @document_feature(server, T.TEXT_DOCUMENT_CODE_ACTION, code_action_options, default=[])
+    def code_action(ls: LinnetServer, params: T.CodeActionParams, doc: OpenDocument, a: Analysis):
+        index = a.document.source.index
+        start, end = offset_at(index, params.range.start), offset_at(index, params.range.end)
+        out = []
+        for d in a.diagnostics:
+            if d.location.path != doc.path or d.location.end.offset < start or d.location.start.offset > end:
+                continue
+            for fix in d.fixes:
+                edits = [
+                    T.TextEdit(lsp_range(e.location), e.new_text) for e in fix.edits if e.location.path == doc.path
+                ]
+                if edits:
+                    out.append(
+                        T.CodeAction(
+                            title=fix.message,
+                            kind=T.CodeActionKind.QuickFix,
+                            diagnostics=[lsp_diagnostic(d)],
+                            edit=T.WorkspaceEdit(changes={doc.uri: edits}),
+                            is_preferred=len(d.fixes) == 1,
+                        )
+                    )
+        return out
+
+    # ----------------------------------------------------------------- run-in-editor, views
+    @document_feature(server, T.TEXT_DOCUMENT_CODE_LENS, T.CodeLensOptions(resolve_provider=False), default=[])
+    def code_lens(ls: LinnetServer, params: T.CodeLensParams, doc: OpenDocument, a: Analysis):
+        model = a.model
+        if model is None or model.ast is None:
+            return []
+        preset = ls.effective_preset(a)
+        out = []
+        for fn in model.ast.members:
+            if isinstance(fn, A.FnDef) and fn.entry:
+                rng = lsp_range(model.resolve(fn.name.span))
+                for backend in LENS_BACKENDS:
+                    args = {"uri": doc.uri, "entry": fn.name.id, "backend": backend, "preset": preset}
+                    title = f"Run ▸ {views.backend_label(backend)}"
+                    out.append(T.CodeLens(rng, T.Command(title, RUN_COMMAND, arguments=[args])))
+                args = {"uri": doc.uri, "entry": fn.name.id, "backends": [*compare_.COMPARE_BACKENDS], "preset": preset}
+                out.append(T.CodeLens(rng, T.Command(compare_.lens_title(), COMPARE_COMMAND, arguments=[args])))
+        return out
+
+    @server.command(RUN_COMMAND)
+    async def run_command(ls: LinnetServer, *args):
+        return await _answer(ls, RUN_COMMAND, _run(ls, args))
+
+    @server.command(COMPARE_COMMAND)
+    async def compare_command(ls: LinnetServer, *args):
+        return await _answer(ls, COMPARE_COMMAND, _compare(ls, args))
+
+    @server.command(SELECT_PRESET_COMMAND)
+    async def select_preset(ls: LinnetServer, *args):
+        try:
+            return await _select_preset(ls, args)
+        except Exception as err:  # noqa: BLE001
+            ls.log_error(SELECT_PRESET_COMMAND, err)
+            return None
+
+    @server.feature(SHOW_IR)
+    @guarded()
+    async def show_ir(ls: LinnetServer, params):
+        doc = _document_param(ls, params)
+        preset = await _preset_param(ls, doc, _field(params, "preset"))
+        return await asyncio.to_thread(views.show_ir, doc.path, doc.text, preset)
+
+    @server.feature(SHOW_GENERATED)
+    @guarded()
+    async def show_generated(ls: LinnetServer, params):
+        doc = _document_param(ls, params)
+        preset = await _preset_param(ls, doc, _field(params, "preset"))
+        target = _field(params, "target") or "torch"
+        return await views.show_generated(ls.settings.interpreter, doc.path, doc.text, target, preset)
+
+    @server.feature(PRESETS)
+    @guarded([])
+    async def presets(ls: LinnetServer, params):
+        doc = _document_param(ls, params)
+        async with doc.analyzed(ls.settings.preset) as a:
+            return a.declared_presets
+
+    @server.feature(BACKENDS)
+    @guarded([])
+    async def backends(ls: LinnetServer, params):
+        return views.backend_list()
+
+    return server
+
+
+def _document_param(ls: LinnetServer, params) -> OpenDocument:
+    uri = _field(params, "uri")
+    if isinstance(uri, dict):
+        uri = uri.get("uri")
+    doc = ls.documents.get(uri) if isinstance(uri, str) else None
+    if doc is None:
+        raise JsonRpcInvalidParams(f"the document {uri!r} is not open")
+    return doc
+
+
+async def _preset_param(ls: LinnetServer, doc: OpenDocument, requested: Any) -> str | None:
+    """The preset a view or run of `doc` uses: `requested` when given (it must be declared
+    there), else the effective preset (`LinnetServer.effective_preset`). Raises ViewError."""
+    if requested is not None and not isinstance(requested, str):
+        raise views.ViewError(f"a preset is a name, got {requested!r}")
+    async with doc.analyzed(ls.settings.preset) as a:
+        if requested:
+            if requested not in a.declared_presets:
+                known = ", ".join(f"`{p}`" for p in a.declared_presets) or "none"
+                raise views.ViewError(f"{doc.path} declares no preset `{requested}` (presets: {known})")
+            return requested
+        return ls.effective_preset(a)
+
+
+async def _watch_files(ls: LinnetServer) -> None:
+    """Ask the client to report changes of `.linnet` files on disk (dynamic registration of
+    workspace/didChangeWatchedFiles), when it can: an import can name a file no editor has
+    open."""
+    if not ls.client_supports("workspace", "did_change_watched_files", "dynamic_registration"):
+        return
+    options = T.DidChangeWatchedFilesRegistrationOptions(watchers=[T.FileSystemWatcher(glob_pattern="**/*.linnet")])
+    registration = T.Registration(str(uuid.uuid4()), T.WORKSPACE_DID_CHANGE_WATCHED_FILES, options)
+    try:
+        await ls.client_register_capability_async(T.RegistrationParams([registration]))
+    except Exception as err:  # noqa: BLE001 - a client may refuse; disk files are still re-read when they change
+        log.warning("registering workspace/didChangeWatchedFiles failed: %s", err)
+
+
+async def _pull_settings(ls: LinnetServer) -> None:
+    if not ls.client_supports("workspace", "configuration"):
+        return
+    try:
+        result = await ls.workspace_configuration_async(T.ConfigurationParams([T.ConfigurationItem(section="linnet")]))
+    except Exception as err:  # noqa: BLE001 - a client may refuse; keep the settings we have
+        log.warning("workspace/configuration failed: %s", err)
+        return
+    if result:
+        ls.settings.update(result[0])
+
+
+async def _answer(ls: LinnetServer, command: str, work: Awaitable[dict]) -> dict:
+    """The result of a run command; a refusal is shown to the user and answered as an error."""
+    try:
+        return await work
+    except views.ViewError as err:
+        text = str(err) if str(err).startswith("linnet") else f"linnet run: {err}"
+        ls.window_show_message(T.ShowMessageParams(T.MessageType.Error, text))
+        raise refusal(str(err)) from err
+    except JsonRpcException:
+        raise
+    except Exception as err:  # noqa: BLE001
+        ls.log_error(command, err)
+        raise refusal(f"{type(err).__name__}: {err}") from err
+
+
+async def _run(ls: LinnetServer, args: tuple) -> dict:
+    spec = args[0] if args else {}
+    if not isinstance(spec, dict):
+        raise views.ViewError("linnet.run takes one argument {uri, entry, backend, preset}")
+    doc = _document_param(ls, spec)
+    entry = spec.get("entry") or "forward"
+    backend = spec.get("backend") or "torch"
+    if not isinstance(entry, str) or not entry.isidentifier():
+        raise views.ViewError(f"an entry is a function name, got {entry!r}")
+    if not isinstance(backend, str):
+        raise views.ViewError(f"a backend is a name, got {backend!r}")
+    preset = await _preset_param(ls, doc, spec.get("preset"))
+    title = f"Running {entry} on {views.backend_label(backend)}"
+    async with _progress(ls, title, entry):
+        report = await views.run_entry(ls.settings.interpreter, doc.path, doc.text, entry, backend, preset)
+    summary = views.summary(report)
+    kind = T.MessageType.Warning if report.get("disagreements") else T.MessageType.Info
+    ls.window_show_message(T.ShowMessageParams(kind, summary))
+    ls.window_log_message(T.LogMessageParams(T.MessageType.Log, f"linnet run: {summary}"))
+    return report
+
+
+@contextlib.asynccontextmanager
+async def _progress(ls: LinnetServer, title: str, entry: str):
+    """Work-done progress around a run of `entry` in a worker, when the client supports it; its
+    cancel button stops the worker. Raises ViewError when the run is cancelled."""
+    token = None
+    if ls.client_supports("window", "work_done_progress"):
+        token = str(uuid.uuid4())
+        try:
+            await ls.work_done_progress.create_async(token)
+            begin = T.WorkDoneProgressBegin(title=title, message="starting a worker", cancellable=True)
+            ls.work_done_progress.begin(token, begin)
+            # the progress's cancel button stops the worker (pygls runs a command as a nested
+            # handler, so `$/cancelRequest` for the command does not reach this task)
+            task = asyncio.current_task()
+            ls.work_done_progress.tokens[token].add_done_callback(
+                lambda f: task.cancel() if f.cancelled() and task is not None else None
+            )
+        except Exception:  # noqa: BLE001 - progress is a nicety
+            token = None
+    try:
+        yield
+    except asyncio.CancelledError:
+        raise views.ViewError(f"the run of {entry} was cancelled") from None
+    finally:
+        if token is not None:
+            ls.work_done_progress.end(token, T.WorkDoneProgressEnd(message="done"))
+            ls.work_done_progress.tokens.pop(token, None)
+
+
+async def _compare(ls: LinnetServer, args: tuple) -> dict:
+    """`linnet.compare {uri, entry, backends, preset}`: the entry on each backend in a worker
+    (`compare.compare_entry`), the report written read-only and shown (`window/showDocument`, else
+    a message naming the file). Returns the report with `reportUri`. Raises ViewError."""
+    spec = args[0] if args else {}
+    if not isinstance(spec, dict):
+        raise views.ViewError("linnet.compare takes one argument {uri, entry, backends, preset}")
+    doc = _document_param(ls, spec)
+    entry = spec.get("entry") or "forward"
+    backends = spec.get("backends") or list(compare_.COMPARE_BACKENDS)
+    if not isinstance(entry, str) or not entry.isidentifier():
+        raise views.ViewError(f"an entry is a function name, got {entry!r}")
+    if not isinstance(backends, list) or not all(isinstance(b, str) and b in views.BACKENDS for b in backends):
+        raise views.ViewError(f"backends are a list of registry names ({', '.join(views.BACKENDS)}), got {backends!r}")
+    preset = await _preset_param(ls, doc, spec.get("preset"))
+    count = len({compare_.REFERENCE, *backends})  # the worker adds the reference
+    async with _progress(ls, f"Comparing {entry} on {count} backends", entry):
+        report = await compare_.compare_entry(ls.settings.interpreter, doc.path, doc.text, entry, backends, preset)
+    path = await asyncio.to_thread(compare_.write_report, report, doc.path)
+    report["reportUri"] = uri_of(str(path))
+    kind = T.MessageType.Warning if report["disagreements"] else T.MessageType.Info
+    summary = compare_.summary(report, path)
+    shown = False
+    if ls.client_supports("window", "show_document", "support"):
+        try:
+            result = await ls.window_show_document_async(T.ShowDocumentParams(report["reportUri"], take_focus=True))
+            shown = bool(result and result.success)
+        except Exception as err:  # noqa: BLE001 - the message below still names the file
+            log.warning("window/showDocument failed: %s", err)
+    if not shown or report["disagreements"]:
+        ls.window_show_message(T.ShowMessageParams(kind, summary))
+    ls.window_log_message(T.LogMessageParams(T.MessageType.Log, f"linnet compare: {summary}"))
+    return report
+
+
+async def _select_preset(ls: LinnetServer, args: tuple) -> str | None:
+    """`linnet.selectPreset [preset]` or `[{uri, preset}]`: select the preset that hover, hints
+    and diagnostics quote; without one, ask the user to pick among the open files' presets."""
+    spec = args[0] if args else None
+    preset = spec.get("preset") if isinstance(spec, dict) else spec
+    names: list[str] = []
+    for doc in ls.documents:
+        async with doc.analyzed(ls.settings.preset) as a:
+            names.extend(n for n in a.declared_presets if n not in names)
+    if preset and isinstance(preset, str) and preset not in names:
+        message = f"linnet: no open file declares preset `{preset}`; the selection stays as it was"
+        ls.window_show_message(T.ShowMessageParams(T.MessageType.Warning, message))
+        return ls.settings.preset
+    if preset is None:
+        if not names:
+            ls.window_show_message(T.ShowMessageParams(T.MessageType.Info, "linnet: no presets in the open files"))
+            return None
+        choice = await ls.window_show_message_request_async(
+            T.ShowMessageRequestParams(
+                T.MessageType.Info, "Linnet: select a preset", [T.MessageActionItem(n) for n in names]
+            )
+        )
+        if choice is None:
+            return None
+        preset = choice.title
+    if not isinstance(preset, str):
+        return None
+    ls.settings.preset = preset or None
+    ls.refresh()
+    return ls.settings.preset
+
+
+def main() -> int:
+    """`linnet lsp`: serve on stdio until the client exits; the exit status (0 after `shutdown`, else 1)."""
+    logging.basicConfig(level=logging.WARNING, format="linnet-lsp %(levelname)s %(message)s")
+    for handler in logging.getLogger().handlers:  # pygls logs the reader loop's errors through its own loggers
+        handler.addFilter(OneLineReaderErrors())
+    server = create_server()
+    server.collector.start()  # after the imports: they are frozen, never scanned again
+    server.start_io()
+    return 0 if server.protocol.shutdown_requested else 1  # LSP: `exit` without `shutdown` exits 1

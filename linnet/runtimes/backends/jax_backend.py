@@ -1,0 +1,665 @@
+"""`linnet.jax.load`: a source and its weights as jitted JAX (`mode="generated"`) or as the
+exported StableHLO artifact (`mode="stablehlo"`, `--backend xla`); `load_exported`: a
+serialized artifact run without its `.linnet` source.
+
+Parameters are a dict by checkpoint name of device arrays (the checkpoint's numpy arrays, cast
+to the working dtype and put on the device once), passed as arguments: nothing is baked into
+the compiled code. Loading, running and generating import neither torch nor transformers. The weights
+of linear layers that share an input are held concatenated under one key instead
+(`model.layers.0.self_attn.{q,k,v}_proj.weight`; `linnet.compiler.jax.codegen.fused_key`), so
+each group is one dot. The KV
+cache is a second dict, threaded through `step` and donated, so XLA updates it in place.
+
+Prefill and padding. `step` returns the logits of each entry's *last* token, so a prompt
+padded on the right would give the logits of a padding token. `JaxStepModel` therefore
+prefills a prompt of P tokens as: the first P - 1 tokens, padded on the right to a length
+bucket (16, 32, 64, ... up to `max_positions`), then the last token as one decode step
+(S = 1), whose logits are the answer. This is exact: the padding sits at positions after
+the real tokens, which causal attention hides from them; its cache entries (at positions
+P - 1 and later; past the cache they are dropped) are overwritten before they are read,
+since a step writes position p before it attends to positions <= p (the runner's
+contract). So each bucket compiles once, decode compiles once per batch size, and the cost
+is one decode step per prompt. A prompt whose length is itself a bucket (512 tokens) needs no
+padding: it runs as one step of its own length, whose last token is the prompt's (that shape is
+the bucket the padded path compiles for it anyway, so nothing more is compiled).
+
+bf16 on the CPU. XLA's CPU compiler has no bf16 dot: it converts both operands to f32, dots in
+f32 and rounds the result, converting every weight again on every call (181 converts a step for
+SmolLM2, which made bf16 decode slower than f32). So a bf16 model loaded on the CPU for inference
+(fused weights) holds its matrices in f32, rounded to bf16 first and widened once at load, and the
+generated code dots over them as XLA's bf16 dot did (`linnet.compiler.jax.codegen`,
+`f32_matrices`): the same arithmetic (bit for bit with XLA's excess-precision rewrites off, as
+`equivalent` compiles: `JaxProgram.compiler_options`; tests/runtimes/test_jax_f32_matrices.py),
+for twice the matrices' memory (what f32 holds).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+import numpy as np
+
+from linnet.errors import BackendError, LoadError
+from linnet.runtimes.backends import backend_for, check_options
+from linnet.runtimes.formats.checkpoints import cast_floating
+from linnet.runtimes.model import ModelBase, step_entry
+
+if TYPE_CHECKING:
+    from linnet.runtimes.loading import Prepared
+
+BACKEND_MODES = {"jax": "generated", "xla": "stablehlo"}
+MIN_BUCKET = 16
+
+
+def jax_module():
+    """The `jax` module, imported on first use (loading Linnet never imports JAX) with 64-bit integers enabled,
+    as the generated code's i64 indices need (`linnet.compiler.jax.module.enable_x64`)."""
+    import jax
+
+    from linnet.compiler.jax.module import enable_x64
+
+    enable_x64()
+    return jax
+
+
+def _device(device: str):
+    jax = jax_module()
+    platform = {"cuda": "gpu", "gpu": "gpu", "cpu": "cpu", "tpu": "tpu"}.get(device.split(":")[0])
+    if platform is None:
+        raise BackendError(f"device must be cpu, cuda (gpu) or tpu, got {device!r}")
+    try:
+        devices = jax.devices(platform)
+    except RuntimeError as err:
+        raise BackendError(f"device {device!r}: JAX has no {platform} backend here ({err})") from None
+    index = device.split(":")[1] if ":" in device else "0"
+    if not index.isdigit() or int(index) >= len(devices):
+        raise BackendError(f"device {device!r}: JAX has {len(devices)} {platform} device(s) here, numbered from 0")
+    return devices[int(index)]
+
+
+def device_problem(device: str) -> str | None:
+    """Why JAX cannot use `device` here, or None."""
+    try:
+        _device(device)
+    except (BackendError, IndexError, ValueError) as err:
+        return str(err) or f"no device {device!r}"
+    return None
+
+
+def buckets(max_positions: int) -> list[int]:
+    """Prefill lengths: powers of two from MIN_BUCKET, and max_positions itself."""
+    out, n = [], MIN_BUCKET
+    while n < max_positions:
+        out.append(n)
+        n *= 2
+    return out + [max_positions]
+
+
+def bucket_for(length: int, max_positions: int) -> int:
+    for b in buckets(max_positions):
+        if b >= length:
+            return b
+    return length
+
+
+@dataclass
+class JaxModel(ModelBase):
+    """A loaded model (`LoadedModel`): `run(entry, *arrays)` and the entries as attributes
+    (`model.forward(ids)`) take and return numpy; `native` takes numpy or JAX arrays and returns
+    JAX arrays (`model.native.forward(ids)`, nothing copied to the host). An entry with a KV
+    cache updates `state` (donated). `params` and `state` are dicts of device arrays by
+    checkpoint name (fused weights by their fused key; KV caches in the shape the backend holds
+    them, [max_batch * H, T, D], `codegen.state_shape`). `step_model()` adapts `step` to the
+    generation runner. `load_s`: checking, lowering, exporting and binding weights (compiles
+    happen on first call, per shape)."""
+
+    compile_kind = "compile"  # what the first call of an entry does (`caches.watch`)
+
+    mode: str
+    params: dict
+    state: dict
+    functions: dict[str, Callable]  # name -> jitted f(params, state, *inputs)
+    stateful: dict[str, bool]
+    max_batch: int
+    max_positions: int
+    vocab_size: int | None
+    prepared: Prepared | None = None
+    source: str | None = None  # the generated JAX (mode "generated")
+    exported: dict = field(default_factory=dict)  # name -> jax.export.Exported (mode "stablehlo")
+    device: Any = None
+    load_s: float = 0.0
+    notes: list[str] = field(default_factory=list)
+    backend: str = "jax"
+    numerics: str = "equivalent"
+    # the `step` compiled ahead of time per input_ids shape [B, S] (`JaxStepModel`), shared by its step models
+    step_executables: dict = field(default_factory=dict, repr=False)
+    # where inputs go: None for `device` alone; a `jax.sharding.Sharding` (replicated over a mesh) once the
+    # parameters are sharded (`linnet.runtimes.parallel.jax_mesh`)
+    input_sharding: Any = None
+
+    def put_input(self, a):
+        """A numpy input on the model's device (or replicated over its mesh)."""
+        return jax_module().device_put(np.asarray(a), self.input_sharding or self.device)
+
+    @property
+    def entries(self) -> tuple[str, ...]:
+        return tuple(self.__dict__.get("functions") or ())
+
+    def _native_entry(self, name: str) -> Callable:
+        self.graph(name)
+        fn = self.functions[name]
+
+        def call(*inputs):
+            inputs = [self.put_input(x) if isinstance(x, np.ndarray) else x for x in inputs]
+            if not self.stateful[name]:
+                return fn(self.params, {}, *inputs)
+            out, self.state = fn(self.params, self.state, *inputs)
+            return out
+
+        call.__name__ = name
+        return call
+
+    def _run_arrays(self, entry: str, arrays: list[np.ndarray]) -> list[np.ndarray]:
+        out = self._native_entry(entry)(*arrays)
+        return [np.asarray(o) for o in (out if isinstance(out, tuple) else (out,))]
+
+    def reset_state(self) -> None:
+        """Zero the KV cache (not needed between requests: a step only reads what it wrote)."""
+        jax = jax_module()
+        self.state = {k: jax.device_put(np.zeros(v.shape, v.dtype), v.sharding) for k, v in self.state.items()}
+
+    def step_model(self) -> "JaxStepModel":
+        return JaxStepModel(self)
+
+
+class JaxStepModel:
+    """The runner's `StepModel` over a JAX `step`: numpy in, numpy f32 logits out; prefill
+    padded to length buckets (see the module docstring), decode (S = 1) compiled once per
+    batch size. Each input shape is compiled ahead of time (`jit(...).lower(...).compile()`)
+    and kept, so `warm_up` compiles the shapes a generation will use before it starts, and
+    the steps themselves never compile."""
+
+    compile_kind = "compile"
+
+    def __init__(self, model: JaxModel):
+        if "step" not in model.functions:
+            raise ValueError("generation needs a decoder with `entry fn step`")
+        self.model = model
+        self.max_batch = model.max_batch
+        self.max_positions = model.max_positions
+        self.vocab_size = model.vocab_size
+        self._jax = jax_module()
+        self._compiled: dict[tuple[int, int], Callable] = model.step_executables
+
+    @property
+    def compiled_shapes(self) -> list[tuple[int, int]]:
+        """The `input_ids` shapes ([B, S]) compiled so far, in order."""
+        return sorted(self._compiled)
+
+    def _executable(self, shape: tuple[int, int]) -> Callable:
+        """The step compiled for `input_ids` of `shape` ([B, S]; `positions` and `rows` [B]), compiled on first
+        use. The compile goes through JAX's persistent cache when one is set (`caches.enable`)."""
+        exe = self._compiled.get(shape)
+        if exe is None:
+            jax, m = self._jax, self.model
+            sharding = m.input_sharding or jax.sharding.SingleDeviceSharding(m.device)
+            ids = jax.ShapeDtypeStruct(shape, np.int64, sharding=sharding)
+            vec = jax.ShapeDtypeStruct(shape[:1], np.int64, sharding=sharding)
+            fn = m.functions[step_entry(m.functions, shape[1])]  # one token a row: a decoder's `decode` if it has one
+            exe = self._compiled[shape] = fn.lower(m.params, m.state, ids, vec, vec).compile()
+        return exe
+
+    def warm_up(self, prefill_lengths: list[int], batch_sizes: list[int]) -> None:
+        """Compile now the shapes that prefilling steps of `prefill_lengths` tokens (one entry each) and decoding
+        `batch_sizes` rows at once will run (each prefill's padded bucket, the decode step per batch size), and run
+        each once on zeros in rows 0..B-1 from position 0: XLA's first execution of a program pays a one-time setup
+        (about 0.4 s for SmolLM2's prefill on CPU) that would otherwise land in the first token's time. The cache
+        entries written are overwritten before they are read (the runner's contract)."""
+        shapes = {(b, 1) for b in batch_sizes} | {(1, 1)}
+        shapes |= {(1, bucket_for(n - 1, self.max_positions)) for n in prefill_lengths if n > 1}
+        for b, s in sorted(shapes):
+            self._executable((b, s))
+        for b, s in sorted(shapes):
+            zeros = np.zeros(b, dtype=np.int64)
+            np.asarray(self._call(np.zeros((b, s), dtype=np.int64), zeros, np.arange(b, dtype=np.int64)))
+
+    def _call(self, ids: np.ndarray, positions: np.ndarray, rows: np.ndarray):
+        m = self.model
+        put = lambda a: m.put_input(np.ascontiguousarray(a, dtype=np.int64))  # noqa: E731
+        logits, m.state = self._executable(ids.shape)(m.params, m.state, put(ids), put(positions), put(rows))
+        return logits
+
+    def step(self, input_ids: np.ndarray, positions: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        input_ids = np.asarray(input_ids, dtype=np.int64)
+        positions = np.asarray(positions, dtype=np.int64)
+        b, s = input_ids.shape
+        if s > 1 and bucket_for(s, self.max_positions) == s:  # no padding: the last token is the prompt's own
+            return np.asarray(self._call(input_ids, positions, rows), dtype=np.float32)
+        if s > 1:
+            head = input_ids[:, :-1]
+            width = bucket_for(s - 1, self.max_positions)
+            padded = np.zeros((b, width), dtype=np.int64)
+            padded[:, : s - 1] = head
+            self._call(padded, positions, rows)  # logits discarded: they are the padding's
+        logits = self._call(input_ids[:, -1:], positions + (s - 1), rows)
+        return np.asarray(logits, dtype=np.float32)
+
+
+def load(
+    source: str | Path,
+    weights: str | Path | None = None,
+    preset: str | None = None,
+    config: dict[str, Any] | None = None,
+    dtype: str = "f32",
+    numerics: str = "equivalent",
+    device: str = "cpu",
+    max_batch: int = 1,
+    max_positions: int = 768,
+    mode: str = "generated",
+    random_weights: bool = False,
+    seed: int = 0,
+    progress: bool = True,
+    fuse_linear_weights: bool = True,
+) -> JaxModel:
+    """Load `source` with `weights` for JAX in `mode` ("generated": the generated JAX under
+    jax.jit; "stablehlo": each entry exported through jax.export, symbolic batch and sequence
+    dims, and run from the artifact). Without weights and with `random_weights`, parameters
+    are drawn from N(0, 0.02) (norm scales 1, biases 0) with `seed`. With
+    `fuse_linear_weights=False`, `params` holds every weight under its checkpoint name (no fused
+    keys): what sharding (`linnet.runtimes.parallel`) and training by checkpoint name use.
+
+    Raises LoadError (source, config, names or shapes) and BackendError (mode, dtype, device)."""
+    from linnet.runtimes.loading import prepare
+
+    t0 = time.perf_counter()
+    check_options(backend_for("jax_backend", mode), dtype, numerics, device)
+    _device(device)
+    prepared = prepare(source, weights, preset, config, dtype, max_batch, max_positions, random_weights=random_weights)
+    return load_prepared(prepared, mode, numerics, device, seed, progress, fuse_linear_weights, t0)
+
+
+def load_prepared(
+    prepared: Prepared,
+    mode: str = "generated",
+    numerics: str = "equivalent",
+    device: str = "cpu",
+    seed: int = 0,
+    progress: bool = True,
+    fuse_linear_weights: bool = True,
+    t0: float | None = None,
+) -> JaxModel:
+    """A model from an already prepared program and checkpoint (`loading.prepare`): compiled in `mode`, its
+    weights put on the device (random ones from `seed` when there is no checkpoint). `load` does the preparing;
+    a source transform (LoRA) prepares its own. Raises LoadError, BackendError."""
+    from linnet.compiler.jax.codegen import state_shape
+    from linnet.compiler.jax.module import compile_program, export_entry, exported_fn, jax_dtype
+
+    t0 = time.perf_counter() if t0 is None else t0
+    backend = backend_for("jax_backend", mode)
+    jax = jax_module()
+    dev = _device(device)
+    program = prepared.program
+    # bf16 on the CPU: matrices held in f32 (the module docstring); not for the per-name layout that sharding and
+    # training compile themselves
+    f32_matrices = dev.platform == "cpu" and program.dtype.name == "bf16" and fuse_linear_weights
+    compiled = compile_program(program, numerics, fuse_linear_weights, f32_matrices)
+    binder = _Binder(dev, compiled.fused, compiled.held_dtype)
+    if prepared.checkpoint is not None:
+        params = _checkpoint_params(prepared, progress, binder)
+    else:
+        params = _random_params(program, seed, binder)
+    held = {t.path: (state_shape(t.shape), jax_dtype(t.type.dtype.name)) for t in program.state}
+    state = {path: jax.device_put(np.zeros(shape, dtype=dt), dev) for path, (shape, dt) in held.items()}
+    stateful = {name: compiled.stateful(name) for name in program.entries}
+    exported = {}
+    if mode == "generated":
+        functions = {name: compiled.jitted(name) for name in program.entries}
+    else:
+        platform = dev.platform
+        exported = {name: export_entry(compiled, name, platforms=[platform]) for name in program.entries}
+        functions = {
+            name: exported_fn(exp, stateful[name], compiled.compiler_options) for name, exp in exported.items()
+        }
+    vocab = program.entries["step"].outputs[0].dims[-1].as_int() if "step" in program.entries else None
+    return JaxModel(
+        mode=mode,
+        params=params,
+        state=state,
+        functions=functions,
+        stateful=stateful,
+        max_batch=program.max_batch,
+        max_positions=program.max_positions,  # loading may cap it (a learned position table)
+        vocab_size=vocab,
+        prepared=prepared,
+        source=compiled.source,
+        exported=exported,
+        device=dev,
+        load_s=time.perf_counter() - t0,
+        notes=list(prepared.notes) + ([F32_MATRICES_NOTE] if f32_matrices else []),
+        backend=backend.name,
+        numerics=numerics,
+    )
+
+
+F32_MATRICES_NOTE = (
+    "bf16 on the CPU: the matrices are held in f32 (their bf16 values, widened once at load), since XLA's CPU dots "
+    "compute bf16 in f32 and would convert every weight on every step; the same arithmetic as XLA's bf16 dots, twice "
+    "the matrices' memory"
+)
+
+
+class _Binder:
+    """Puts parameters on the device as they are read, by checkpoint name, except the members of
+    a fused group (`fused`: key -> names), held on the host until the group is complete and then
+    put concatenated under its key. Each array is held in `held_dtype(dtype, rank)` (`JaxProgram.held_dtype`:
+    the bf16 matrices widened to f32 on the CPU; an exact cast)."""
+
+    def __init__(self, device, fused: dict[str, list[str]], held_dtype: Callable[[str, int], str] | None = None):
+        self.jax, self.device, self.fused = jax_module(), device, fused
+        self.held_dtype = held_dtype
+        self.group = {n: key for key, names in fused.items() for n in names}
+        self.pending: dict[str, dict[str, np.ndarray]] = {}
+        self.params: dict = {}
+
+    def put(self, path: str, a: np.ndarray) -> None:
+        if self.held_dtype is not None and a.dtype.name == "bfloat16" and self.held_dtype("bf16", a.ndim) == "f32":
+            a = a.astype(np.float32)  # bf16 values, widened exactly
+        key = self.group.get(path)
+        if key is None:
+            self.params[path] = self.jax.device_put(a, self.device)
+            return
+        held = self.pending.setdefault(key, {})
+        held[path] = a
+        if len(held) == len(self.fused[key]):
+            held = self.pending.pop(key)
+            self.params[key] = self.jax.device_put(np.concatenate([held[n] for n in self.fused[key]]), self.device)
+
+    def done(self) -> dict:
+        for key, held in self.pending.items():
+            raise _missing_members(key, [n for n in self.fused[key] if n not in held])
+        return self.params
+
+
+def _missing_members(key: str, missing: list[str]) -> Exception:
+    return LoadError(f"no tensor for {', '.join(f'`{n}`' for n in missing)} (fused as `{key}`)", code="L502")
+
+
+def _checkpoint_params(prepared: Prepared, progress: bool, binder: _Binder) -> dict:
+    """The checkpoint's arrays in the working dtype, put on the device once by `binder` (fused groups
+    concatenated)."""
+    from linnet.runtimes.loading import planned_tensors
+
+    specs = {t.path: t for t in prepared.program.params}
+    for path, a in planned_tensors(prepared, progress, prepared.program.dtype.name):
+        if a.shape != specs[path].shape:
+            raise LoadError(
+                f"`{path}`: the checkpoint has {list(a.shape)}, the model {list(specs[path].shape)}", code="L501"
+            )
+        binder.put(path, a)
+    return binder.done()
+
+
+def _random_params(program, seed: int, binder: _Binder) -> dict:
+    from linnet.runtimes.loading import random_params
+
+    for path, a in random_params(program, seed).items():
+        binder.put(path, a)
+    return binder.done()
+
+
+# ----------------------------------------------------------------------------- serialized artifacts
+
+
+def save_exported(exported, path: str | Path, metadata: dict[str, Any]) -> list[Path]:
+    """Write `exported.serialize()` to `path` and `metadata` (entry, max_batch, max_positions,
+    weights...) plus the artifact's `sha256` as JSON to `path` + ".json". Returns the paths
+    written."""
+    path = Path(path)
+    data = exported.serialize()
+    path.write_bytes(data)
+    meta = path.with_name(path.name + ".json")
+    meta.write_text(json.dumps({**metadata, "sha256": _digest(data, metadata)}, indent=2) + "\n", "utf-8")
+    return [path, meta]
+
+
+# The metadata fields that change what the artifact computes or how it is driven; the others (source, model, ...)
+# are for people, and may be edited.
+_BINDING_FIELDS = ("entry", "max_batch", "max_positions", "fused_weights", "compiler_options")
+
+
+def _digest(data: bytes, meta: dict[str, Any]) -> str:
+    """sha256 of the artifact's bytes and its binding metadata fields (canonical JSON), as hex."""
+    fields = json.dumps({k: meta[k] for k in _BINDING_FIELDS if k in meta}, sort_keys=True).encode()
+    return hashlib.sha256(data + b"\0" + fields).hexdigest()
+
+
+# What `jax.export.deserialize` raises for bytes that are not a well-formed artifact (flatbuffers reads past the end,
+# indexes out of range, undecodable names, unknown enum values, its own asserts); it documents none, and only
+# artifacts without a recorded sha256 reach it unchecked (tests/runtimes/test_corrupt_files.py sweeps them).
+_DESERIALIZE_ERRORS = (
+    ValueError,
+    IndexError,
+    KeyError,
+    TypeError,
+    AttributeError,
+    AssertionError,
+    OverflowError,
+    RecursionError,
+    struct.error,
+)
+
+
+def _read_exported(path: Path) -> tuple[bytes, dict[str, Any], Path]:
+    """The artifact's bytes and its metadata (`{}` without a `.json` beside it), checked: the JSON is an
+    object; `entry` a string; `max_batch` and `max_positions` positive integers; `fused_weights`
+    `{key: {member: [dims]}}`; `compiler_options` `{XLA option: bool, number or string}`; and the bytes and
+    those fields match the `sha256` it records (every
+    artifact written since it was added, `_digest`), so a truncated, bit-flipped or mismatched
+    artifact is refused before it is parsed.
+    Raises LoadError naming the file."""
+    meta_path = path.with_name(path.name + ".json")
+    try:
+        data = path.read_bytes()
+        text = meta_path.read_text(encoding="utf-8") if meta_path.exists() else None
+    except OSError as e:
+        raise LoadError(f"{e.filename}: cannot read ({e.strerror or e})") from None
+    except UnicodeDecodeError as e:
+        raise LoadError(f"{meta_path}: not UTF-8 ({e})") from None
+    if text is None:
+        return data, {}, meta_path
+    try:
+        meta = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as e:
+        raise LoadError(f"{meta_path}: corrupt JSON ({e})") from None
+    if not isinstance(meta, dict):
+        raise LoadError(f"{meta_path}: expected a JSON object, got {type(meta).__name__}")
+
+    def positive(key: str) -> bool:
+        v = meta[key]
+        return isinstance(v, int) and not isinstance(v, bool) and v >= 1
+
+    problems = [f"`{k}` must be a string" for k in ("entry", "sha256") if k in meta and not isinstance(meta[k], str)]
+    problems += [
+        f"`{k}` must be a positive integer" for k in ("max_batch", "max_positions") if k in meta and not positive(k)
+    ]
+    fused = meta.get("fused_weights", {})
+    if not (
+        isinstance(fused, dict)
+        and all(isinstance(members, dict) for members in fused.values())
+        and all(
+            isinstance(dims, list) and all(isinstance(d, int) and not isinstance(d, bool) for d in dims)
+            for members in fused.values()
+            for dims in members.values()
+        )
+    ):
+        problems.append("`fused_weights` must map each fused key to {member: [dims]}")
+    options = meta.get("compiler_options", {})
+    if not (isinstance(options, dict) and all(isinstance(v, (bool, int, float, str)) for v in options.values())):
+        problems.append("`compiler_options` must map XLA option names to booleans, numbers or strings")
+    if problems:
+        raise LoadError(f"{meta_path}: {'; '.join(problems)}")
+    if "sha256" in meta and _digest(data, meta) != meta["sha256"]:
+        raise LoadError(
+            f"{path}: the artifact and its {', '.join(_BINDING_FIELDS)} do not match the sha256 in {meta_path.name} "
+            "(truncated, corrupt, edited, or written by another export): export it again"
+        )
+    return data, meta, meta_path
+
+
+def load_exported(
+    path: str | Path, params: dict | None = None, weights: str | Path | None = None, device: str = "cpu"
+) -> JaxModel:
+    """Run a serialized StableHLO entry (`linnet stablehlo FILE --entry NAME --serialized PATH`)
+    without its `.linnet` source: the argument names and shapes come from the artifact. The
+    parameters are `params` (a dict by checkpoint name of arrays) or read from `weights` (a
+    checkpoint; its names are matched to the artifact's, allowing one leading segment more or
+    less, as loading from source does). Where the artifact takes fused weights (a key such as
+    `model.layers.0.mlp.{gate,up}_proj.weight`, `codegen.fused_key`), they are made from their
+    members by checkpoint name. It compiles with the XLA options its JSON records (`compiler_options`: what the
+    export's numerics need, `JaxProgram.compiler_options`), so it computes what the model loaded from source
+    computes; an artifact without them compiles with XLA's defaults. Returns a `JaxModel` with the one entry.
+
+    Raises LoadError for missing or mis-shaped parameters."""
+    jax = jax_module()
+    from linnet.compiler.jax.module import exported_fn, exported_signature
+
+    t0 = time.perf_counter()
+    path = Path(path)
+    data, meta, meta_path = _read_exported(path)
+    try:
+        exported = jax.export.deserialize(bytearray(data))
+    except _DESERIALIZE_ERRORS as e:
+        raise LoadError(
+            f"{path}: not a serialized jax.export artifact, or a corrupt one ({type(e).__name__}: {e})"
+        ) from None
+    name = meta.get("entry", "entry")
+    dev = _device(device)
+    param_specs, state_specs, _ = exported_signature(exported)
+    if state_specs and "max_batch" not in meta:
+        raise LoadError(
+            f"{meta_path}: missing or without `max_batch`; an entry with a KV cache needs it (written next to the "
+            "artifact by `linnet stablehlo --serialized`: the entry, max_batch and max_positions)"
+        )
+    _check_cache_sizes(meta, state_specs, meta_path)
+    members = meta.get("fused_weights", {})
+    try:
+        if params is None:
+            if weights is None:
+                raise LoadError("give params= (a dict by checkpoint name) or weights= (a checkpoint)")
+            params = _weights_by_name(weights, param_specs)
+        params = _fused_from_members(params, param_specs, members)
+        missing = [k for k in param_specs if k not in params]
+        if missing:
+            raise LoadError(f"{len(missing)} parameter(s) the artifact takes are missing: {missing[:6]}", code="L502")
+        bound = {}
+        for k, spec in param_specs.items():
+            a = np.asarray(params[k])
+            if tuple(a.shape) != tuple(spec.shape):
+                raise LoadError(f"`{k}` is {list(a.shape)}, the artifact takes {list(spec.shape)}", code="L501")
+            bound[k] = jax.device_put(a.astype(spec.dtype), dev)
+    except LoadError as err:  # name the artifact whose signature the weights do not fit
+        raise LoadError(f"{path}: {err.message}", code=err.code) from None
+    state = {k: jax.device_put(np.zeros(s.shape, s.dtype), dev) for k, s in state_specs.items()}
+    stateful = bool(state_specs)
+    vocab = None
+    if name == "step":
+        vocab = int(exported.out_avals[0].shape[-1])
+    return JaxModel(
+        mode="stablehlo",
+        backend="xla",
+        params=bound,
+        state=state,
+        functions={name: exported_fn(exported, stateful, meta.get("compiler_options") or None)},
+        stateful={name: stateful},
+        max_batch=int(meta.get("max_batch", 1)),
+        max_positions=int(meta.get("max_positions", 0)),
+        vocab_size=vocab,
+        exported={name: exported},
+        device=dev,
+        load_s=time.perf_counter() - t0,
+    )
+
+
+def _check_cache_sizes(meta: dict, state_specs: dict, meta_path: Path) -> None:
+    """Refuse metadata whose cache sizes the artifact's KV-cache arguments contradict (each held as
+    [max_batch * num_key_value_heads, max_positions, head_dim]): a wrong max_positions would let the
+    runner write past the cache, which XLA clamps silently. Raises LoadError naming the JSON."""
+    max_batch, max_positions = meta.get("max_batch", 1), meta.get("max_positions")
+    for key, spec in state_specs.items():
+        shape = tuple(spec.shape)
+        if len(shape) != 3 or shape[0] % max_batch or (max_positions is not None and shape[1] != max_positions):
+            raise LoadError(
+                f"{meta_path}: max_batch {max_batch} and max_positions {max_positions} do not fit the artifact's "
+                f"cache `{key}` of {list(shape)} ([max_batch * num_key_value_heads, max_positions, head_dim])"
+            )
+
+
+def _fused_from_members(params: dict, specs: dict, members: dict) -> dict:
+    """`params` with each fused key the artifact takes (`codegen.fused_key`) that `params` lacks
+    made from its members by checkpoint name (`_fuse_members`)."""
+    from linnet.compiler.jax.codegen import fused_names
+
+    out = dict(params)
+    for key, spec in specs.items():
+        names = fused_names(key) if key not in params else None
+        if names:
+            missing = [n for n in names if n not in params]
+            if missing:
+                raise _missing_members(key, missing)
+            out[key] = _fuse_members(key, {n: np.asarray(params[n]) for n in names}, spec, members.get(key))
+    return out
+
+
+def _fuse_members(key: str, parts: dict, spec, shapes: dict | None) -> np.ndarray:
+    """The members of fused weight `key` concatenated along dim 0, each checked first against its
+    shape in the artifact's metadata (`shapes`: name -> shape; `fused_weights` in the JSON), or,
+    without it, against the fused weight's row length.
+
+    Raises LoadError (L501) naming the member and both shapes."""
+    for n, a in parts.items():
+        want = shapes.get(n) if shapes else None
+        if want is not None and list(a.shape) != list(want):
+            raise LoadError(
+                f"`{n}` is {list(a.shape)}, the artifact takes {list(want)} (fused as `{key}`)", code="L501"
+            )
+        if want is None and (a.ndim != 2 or a.shape[1] != spec.shape[1]):
+            raise LoadError(
+                f"`{n}` is {list(a.shape)}, the artifact takes [rows, {spec.shape[1]}] (fused as `{key}`)", code="L501"
+            )
+    return np.concatenate(list(parts.values()))
+
+
+def _weights_by_name(weights, specs: dict) -> dict:
+    """The tensors the artifact's parameters need, read from a checkpoint by checkpoint name (a
+    fused key's members by theirs; `_fused_from_members` then fuses them), in its dtypes."""
+    from linnet.compiler.jax.codegen import fused_names
+    from linnet.runtimes.formats.checkpoints import open_checkpoint
+    from linnet.runtimes.loading import prefix_map
+
+    with open_checkpoint(weights) as ckpt:
+        names = {k: fused_names(k) or [k] for k in specs}
+        rename = prefix_map([n for group in names.values() for n in group], set(ckpt.tensor_names))
+        out = {}
+        for k, spec in specs.items():
+            for n in names[k]:
+                if rename(n) not in ckpt:
+                    raise LoadError(f"{weights} has no tensor for `{n}`", code="L502")
+                out[n] = cast_floating(ckpt.load(rename(n)), "f32").astype(spec.dtype)
+        return out
+
+
+__all__ = [
+    "load",
+    "load_exported",
+    "save_exported",
+    "JaxModel",
+    "JaxStepModel",
+    "BACKEND_MODES",
+    "buckets",
+]

@@ -1,0 +1,121 @@
+"""Tensor-parallel inference on JAX: the parameters as `NamedSharding`s of a device `Mesh`, split by
+checkpoint name as the plan says (`plan.LLAMA_TP_PLAN`), and the entries under `jax.jit`, which
+partitions the program over the mesh (GSPMD) and inserts the collectives itself.
+
+    XLA_FLAGS=--xla_force_host_platform_device_count=2 python script.py   # two CPU devices
+    model = load_tensor_parallel("examples/llama.linnet", weights="folder")
+    result = Generator(model.step_model(), model.tokenizer()).generate(prompt_ids, params)
+
+The same code runs on one host's devices and across hosts: `initialize_distributed()` calls
+`jax.distributed.initialize()` when a multi-host environment is set (JAX_COORDINATOR_ADDRESS, or a
+cluster JAX detects such as SLURM), after which `jax.devices()` lists every host's devices and the mesh
+spans them.
+
+The model is loaded with `fuse_linear_weights=False`, so every weight keeps its checkpoint name (a fused
+q/k/v weight split in two would cut across its members). KV caches, held as [max_batch * H, T, D] on this
+backend, are split on dim 0: with max_batch 1 that is on heads, like the k_proj/v_proj outputs that fill
+them. Inputs and outputs are replicated. GSPMD keeps the result exact whatever the split; the split
+decides only what moves between devices.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from linnet.errors import BackendError
+from linnet.runtimes.backends.jax_backend import JaxModel, jax_module, load
+
+from .plan import LLAMA_TP_PLAN, check_plan, split_dim
+
+__all__ = ["initialize_distributed", "make_mesh", "param_sharding", "shard_model", "load_tensor_parallel"]
+
+AXIS = "tp"
+# what `jax.distributed.initialize()` reads when it is given no arguments (an explicit coordinator)
+COORDINATOR_ENV = "JAX_COORDINATOR_ADDRESS"
+
+
+def initialize_distributed() -> bool:
+    """Join a multi-host JAX run when its environment says there is one (JAX_COORDINATOR_ADDRESS with
+    JAX_NUM_PROCESSES and JAX_PROCESS_ID, read by `jax.distributed.initialize()`); on one host, do nothing.
+    Returns whether it initialised. Idempotent."""
+    jax = jax_module()
+    if COORDINATOR_ENV not in os.environ or jax.distributed.is_initialized():
+        return False
+    jax.distributed.initialize()
+    return True
+
+
+def make_mesh(devices: list | None = None, axis: str = AXIS):
+    """A 1-D `jax.sharding.Mesh` named `axis` over `devices` (default: every device of the run, across
+    hosts when `initialize_distributed` joined one). Tensor parallelism names it "tp", the JAX trainer's data
+    parallelism "batch"."""
+    jax = jax_module()
+    initialize_distributed()
+    devices = list(devices) if devices is not None else jax.devices()
+    return jax.sharding.Mesh(np.array(devices), (axis,))
+
+
+def param_sharding(mesh, path: str, rank: int, plan: dict[str, str] = LLAMA_TP_PLAN, state: bool = False):
+    """The `NamedSharding` of tensor `path` of rank `rank`: split on `plan`'s dim for a parameter, on dim 0
+    for a KV cache held flat ([max_batch * H, T, D]), replicated otherwise."""
+    jax = jax_module()
+    P = jax.sharding.PartitionSpec
+    dim = split_dim(path, plan)
+    if dim is not None and state:
+        dim = 0
+    spec = [None] * rank
+    if dim is not None:
+        spec[dim] = mesh.axis_names[0]
+    return jax.sharding.NamedSharding(mesh, P(*spec))
+
+
+def shard_model(model: JaxModel, mesh, plan: dict[str, str] = LLAMA_TP_PLAN) -> JaxModel:
+    """`model` (loaded with `fuse_linear_weights=False`) with its parameters and KV cache placed on `mesh`
+    by `plan`, and its entries jitted with those shardings (the state keeps its sharding from step to step,
+    outputs replicated). In place; returns `model`. Raises BackendError for fused weights, a StableHLO
+    artifact (`--backend xla`) or a plan that does not fit."""
+    jax = jax_module()
+    from linnet.compiler.jax.module import compile_program
+
+    fused = [k for k in model.params if "{" in k]
+    if fused:
+        raise BackendError(
+            f"shard a JAX model loaded with fuse_linear_weights=False (it has fused weights: {fused[0]})"
+        )
+    if model.mode != "generated" or model.prepared is None:
+        raise BackendError("tensor parallelism on JAX runs the generated code (backend jax), not an exported artifact")
+    check_plan(list(model.params), model.config, mesh.size, plan)
+    model.params = {k: jax.device_put(v, param_sharding(mesh, k, v.ndim, plan)) for k, v in model.params.items()}
+    model.state = {
+        k: jax.device_put(v, param_sharding(mesh, k, v.ndim, plan, state=True)) for k, v in model.state.items()
+    }
+    replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    state_shardings = {k: v.sharding for k, v in model.state.items()}
+    compiled = compile_program(model.prepared.program, model.numerics, fuse_linear_weights=False)
+    functions = {}
+    for name in model.functions:
+        stateful = model.stateful[name]
+        out = (replicated, state_shardings) if stateful else replicated
+        functions[name] = jax.jit(compiled.entry_fn(name), out_shardings=out, donate_argnums=(1,) if stateful else ())
+    model.functions = functions
+    model.step_executables.clear()
+    model.input_sharding = replicated
+    model.device = mesh.devices.flat[0]
+    return model
+
+
+def load_tensor_parallel(
+    source: str | Path,
+    weights: str | Path | None = None,
+    mesh=None,
+    plan: dict[str, str] = LLAMA_TP_PLAN,
+    **options: Any,
+) -> JaxModel:
+    """`jax_backend.load(source, weights, fuse_linear_weights=False, **options)` sharded over `mesh`
+    (default `make_mesh()`: every device). Raises what `load` raises, and BackendError."""
+    mesh = mesh if mesh is not None else make_mesh()
+    return shard_model(load(source, weights, fuse_linear_weights=False, **options), mesh, plan)

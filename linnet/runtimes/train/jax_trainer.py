@@ -1,0 +1,309 @@
+"""Training on JAX: the generated JAX `forward` under `jax.value_and_grad`, the optimizer from optax, the same
+data path, objectives' batches, schedule and metrics records as the PyTorch `Trainer`.
+
+The model is a `JaxModel` loaded with `fuse_linear_weights=False`, so `params` is a dict by checkpoint name and
+its gradients come back under the same names (a fused q/k/v key would give one gradient for three checkpoint
+tensors). LoRA adapters are ordinary parameters of the transformed source (`lora.load_with_adapters`), so the
+same code trains them, and `lora.save_adapter` writes them in PEFT's format from `params`.
+
+One optimizer step, as `trainer.Trainer` does it on PyTorch (transformers' `Trainer` with `num_items_in_batch`):
+1. `gradient_accumulation_steps` micro-batches, right-padded to a multiple of `PAD_TO` tokens (extra pad
+   tokens with loss mask 0: the `forward` entries are causal, so right padding changes no real token's
+   logits, and each padded length compiles once);
+2. `N` = the step's loss tokens over every micro-batch (`reduce_sum` over the processes of a run);
+3. per micro-batch, the gradient of `sum(nll * mask) / N`, summed over micro-batches;
+4. `optax.clip_by_global_norm(max_grad_norm)` then `optax.adamw` (decoupled weight decay, eps outside the
+   square root: torch.optim.AdamW's update), the learning rate set each step to `learning_rate *
+   lr_multiplier(step - 1)` (`optax.inject_hyperparams`), as torch's `LambdaLR` sets it. `grad_norm` is the
+   norm before clipping (`optax.global_norm`), as `clip_grad_norm_` returns it. optax clips by
+   `max_norm / norm` where torch uses `max_norm / (norm + 1e-6)`: a 1e-6 relative difference on clipped steps.
+
+Dropout (`--lora-dropout`): the generated JAX code's dropouts draw only when the entry's `p` holds a random key
+(`DROPOUT_KEY`; without one, in inference, they are the identity). Each micro-batch's forward gets
+`fold_in(fold_in(PRNGKey(seed), step), micro_batch)`: other masks than PyTorch's generator draws (a run on JAX
+does not reproduce a PyTorch run's dropout), the same ones for the same seed.
+
+Objectives on JAX: the losses of `JAX_LOSSES`, keyed by the objective's `name`: `sft` and `full` (the token NLL
+over loss tokens) and `dpo` (`dpo.DPO`'s sigmoid loss; its reference is the trained parameters' values before the
+first step, held as a second parameter set: for fresh LoRA adapters B = 0 there, so it computes the base model
+exactly, as TRL's adapters-disabled reference does; for `--adapter` and full fine-tuning it is TRL's frozen copy of
+the start; with `lora_dropout` it runs with masks of its own, as on PyTorch and in TRL, whose model stays in train
+mode for the reference pass). GRPO, which samples through the generation runner, raises TrainError naming what
+trains.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from linnet.compiler.jax.codegen import DROPOUT_KEY
+from linnet.errors import TrainError
+from linnet.runtimes.backends.jax_backend import jax_module
+
+from ..parallel.jax_mesh import make_mesh
+from .config import TrainConfig
+from .data import Batch, TokenRow, batches
+from .metrics import step_record
+from .objectives import Objective
+from .schedule import lr_multiplier
+
+__all__ = ["JaxPolicy", "JaxTrainer", "JAX_LOSSES", "token_nll_jax", "sft_loss_jax", "dpo_loss_jax", "PAD_TO"]
+
+PAD_TO = 16
+
+
+def token_nll_jax(logits, input_ids):
+    """`objectives.token_nll` in JAX: `logits` f32[B, S, vocab], `input_ids` i64[B, S] -> f32[B, S - 1], entry s
+    = -log p(input_ids[s + 1] | tokens ..s) (log-softmax in f32, then the target's entry)."""
+    import jax.numpy as jnp
+
+    logp = jax_module().nn.log_softmax(logits[:, :-1].astype(jnp.float32), axis=-1)
+    return -jnp.take_along_axis(logp, input_ids[:, 1:, None], axis=-1)[..., 0]
+
+
+def sft_loss_jax(logits, input_ids, loss_mask, num_items):
+    """SFT's micro-batch loss (`objectives.SFT.loss`): the NLL summed over the loss tokens (`loss_mask`
+    f32[B, S - 1]) divided by the step's loss tokens `num_items`; and the metrics summed over the step
+    (`loss`, `num_loss_tokens`, `correct`: argmax predictions equal to their target)."""
+    import jax.numpy as jnp
+
+    loss = (token_nll_jax(logits, input_ids) * loss_mask).sum() / jnp.maximum(1, num_items)
+    correct = ((jnp.argmax(logits[:, :-1], axis=-1) == input_ids[:, 1:]) * loss_mask).sum()
+    return loss, {"loss": loss, "num_loss_tokens": loss_mask.sum(), "correct": correct}
+
+
+def masked_logps_jax(logits, input_ids, loss_mask):
+    """`dpo.masked_logps` in JAX: the summed log-probs f32[B] of the tokens `loss_mask` f32[B, S - 1] selects."""
+    return -(token_nll_jax(logits, input_ids) * loss_mask).sum(axis=1)
+
+
+def dpo_loss_jax(logps, ref_logps, pairs: int, beta: float, num_items):
+    """`dpo.dpo_loss` in JAX, over the first 2·`pairs` rows of f32[R] summed log-probs under the trained model
+    (`logps`) and the reference (`ref_logps`), chosen rows first (rows after 2·`pairs` pad the batch over the
+    devices); the loss divided by the step's micro-batch count `num_items` as `DPO.loss` does. Returns (loss,
+    {"sums": {"loss"}, "means": TRL's logged metrics}): Rafailov et al. 2023, trl/trainer/dpo_trainer.py."""
+    jax = jax_module()
+    import jax.numpy as jnp
+
+    chosen, rejected = logps[:pairs], logps[pairs : 2 * pairs]
+    chosen_logratios = chosen - ref_logps[:pairs]
+    rejected_logratios = rejected - ref_logps[pairs : 2 * pairs]
+    loss = -jax.nn.log_sigmoid(beta * (chosen_logratios - rejected_logratios)).mean() / jnp.maximum(1, num_items)
+    chosen_rewards = jax.lax.stop_gradient(beta * chosen_logratios)
+    rejected_rewards = jax.lax.stop_gradient(beta * rejected_logratios)
+    means = {
+        "rewards/chosen": chosen_rewards.mean(),
+        "rewards/rejected": rejected_rewards.mean(),
+        "rewards/accuracies": (chosen_rewards > rejected_rewards).astype(jnp.float32).mean(),
+        "rewards/margins": (chosen_rewards - rejected_rewards).mean(),
+        "logps/chosen": jax.lax.stop_gradient(chosen).mean(),
+        "logps/rejected": jax.lax.stop_gradient(rejected).mean(),
+    }
+    return loss, {"sums": {"loss": loss}, "means": means}
+
+
+def _sft_micro_loss(policy: JaxPolicy, objective: Objective):
+    def micro_loss(params, frozen, input_ids, loss_mask, num_items, key):  # frozen: an argument, never a constant
+        logits = policy.forward({**frozen, **params, DROPOUT_KEY: key}, {}, input_ids)
+        loss, metrics = sft_loss_jax(logits, input_ids, loss_mask, num_items)
+        return loss, {"sums": metrics, "means": {}}
+
+    return micro_loss
+
+
+# The DPO reference's key: `fold_in(micro-batch key, REFERENCE_STREAM)`, so its masks are drawn apart from the
+# policy's (the i-th dropout of a call draws with `fold_in(its key, i)`).
+REFERENCE_STREAM = 1 << 30
+
+
+def _dpo_micro_loss(policy: JaxPolicy, objective: Objective):
+    jax = jax_module()
+    beta = objective.beta
+
+    def micro_loss(params, frozen, input_ids, loss_mask, num_items, key, reference, pairs):
+        # the reference in training mode too, with masks of its own, as the PyTorch trainer runs it (inside the
+        # step's `training()`) and TRL does (its model stays in train mode for the reference pass)
+        ref_key = jax.random.fold_in(key, REFERENCE_STREAM)
+        ref_logits = policy.forward({**frozen, **reference, DROPOUT_KEY: ref_key}, {}, input_ids)
+        ref_logps = jax.lax.stop_gradient(masked_logps_jax(ref_logits, input_ids, loss_mask))
+        logits = policy.forward({**frozen, **params, DROPOUT_KEY: key}, {}, input_ids)
+        return dpo_loss_jax(masked_logps_jax(logits, input_ids, loss_mask), ref_logps, pairs, beta, num_items)
+
+    return micro_loss
+
+
+# objective name -> the micro-batch loss's maker: (policy, objective) -> fn(params, frozen, input_ids, loss_mask,
+# num_items, key, **extra) -> (loss, {"sums": summed over the step's micro-batches, "means": averaged})
+JAX_LOSSES: dict[str, Callable] = {"sft": _sft_micro_loss, "full": _sft_micro_loss, "dpo": _dpo_micro_loss}
+
+
+class JaxPolicy:
+    """A `JaxModel` being trained: the pure `forward(params, {}, input_ids)` of its generated code, the trained
+    parameters by checkpoint name (`trainable`), the others held fixed.
+
+    Raises TrainError for a model with fused weights (load with `fuse_linear_weights=False`), without a
+    `forward` entry, or an unknown trainable name."""
+
+    def __init__(self, model: Any, trainable: list[str]):
+        from linnet.compiler.jax.module import compile_program
+
+        fused = [k for k in model.params if "{" in k]
+        if fused:
+            raise TrainError(f"train a JAX model loaded with fuse_linear_weights=False (it holds `{fused[0]}`)")
+        program = model.prepared.program
+        forward = program.entries.get("forward")
+        if forward is None:
+            raise TrainError(
+                f"{program.source} has no `forward` entry to train (entries: {', '.join(program.entries)})"
+            )
+        unknown = [p for p in trainable if p not in model.params]
+        if unknown:
+            raise TrainError(f"no parameter {', '.join(unknown[:5])} to train")
+        self.model = model
+        self.forward = compile_program(program, model.numerics, fuse_linear_weights=False).entry_fn("forward")
+        self.trainable = {k: model.params[k] for k in trainable}
+        self.frozen = {k: v for k, v in model.params.items() if k not in self.trainable}
+        self.tokenizer = model.tokenizer()
+        pad = getattr(self.tokenizer, "eos_token_id", None) if self.tokenizer is not None else None
+        self.pad_token_id = int(pad) if pad is not None else 0  # TRL pads with the EOS token when there is no PAD
+        self.vocab_size = forward.outputs[0].dims[-1].as_int()
+        self.device = model.device
+
+    def logits(self, params: dict, input_ids):
+        """`forward`'s logits [B, S, vocab] with the trained `params` (a pytree by checkpoint name)."""
+        return self.forward({**self.frozen, **params}, {}, input_ids)
+
+    def commit(self) -> None:
+        """Put the trained parameters back into the model (its entries then run with them)."""
+        jax = jax_module()
+        self.model.params = {**self.model.params, **jax.device_put(self.trainable, self.model.device)}
+
+
+class JaxTrainer:
+    """Trains `policy` (a `JaxPolicy`) on `rows` under `objective` as `config` says: the JAX twin of
+    `trainer.Trainer`, with the same arguments, hooks (`on_step`, `reduce_sum`, `micro_batches`) and records."""
+
+    def __init__(
+        self,
+        policy: JaxPolicy,
+        objective: Objective,
+        rows: Sequence[TokenRow],
+        config: TrainConfig,
+        *,
+        on_step: Callable[[dict[str, Any]], None] | None = None,
+        reduce_sum: Callable[[float], float] = lambda x: x,
+        micro_batches: Iterator[list[TokenRow]] | None = None,
+    ):
+        import optax
+
+        if config.bf16 or config.gradient_checkpointing:
+            raise TrainError("on JAX, training runs in f32 without activation checkpointing (bf16 and "
+                             "gradient_checkpointing are the PyTorch trainer's)")  # fmt: skip
+        loss_fn = JAX_LOSSES.get(objective.name)
+        if loss_fn is None:
+            raise TrainError(f"method {objective.name} does not train on JAX yet (JAX trains: {', '.join(JAX_LOSSES)})")
+        jax = jax_module()
+        self.policy, self.objective, self.config = policy, objective, config
+        self.on_step, self.reduce_sum = on_step, reduce_sum
+        self.micro_batches = micro_batches or batches(
+            rows, config.per_device_train_batch_size, shuffle=config.shuffle, seed=config.seed
+        )
+        lr = config.learning_rate if config.learning_rate is not None else objective.default_learning_rate
+        self.learning_rate = lr
+        self.multiplier = lr_multiplier(config.lr_scheduler_type, config.warmup_steps, config.max_steps)
+        adamw = optax.inject_hyperparams(optax.adamw)(
+            learning_rate=lr * self.multiplier(0),
+            b1=config.adam_beta1,
+            b2=config.adam_beta2,
+            eps=config.adam_epsilon,
+            weight_decay=config.weight_decay,
+        )
+        clip = [optax.clip_by_global_norm(config.max_grad_norm)] if config.max_grad_norm else []
+        self.optimizer = optax.chain(*clip, adamw)
+        self.opt_state = self.optimizer.init(policy.trainable)
+
+        # data parallel over every device of the run (a mesh of one on one device): the trained and frozen
+        # parameters and the optimizer state replicated, each micro-batch split on its rows
+        self.mesh = make_mesh(axis="batch")
+        replicated = jax.sharding.NamedSharding(self.mesh, jax.sharding.PartitionSpec())
+        self.rows_sharding = jax.sharding.NamedSharding(self.mesh, jax.sharding.PartitionSpec("batch"))
+        policy.trainable = jax.device_put(policy.trainable, replicated)
+        policy.frozen = jax.device_put(policy.frozen, replicated)
+        self.opt_state = jax.device_put(self.opt_state, replicated)
+
+        self.dropout_key = jax.device_put(jax.random.PRNGKey(config.seed), replicated)
+        # DPO's reference: the trained parameters' values before the first step (see the module docstring)
+        self.reference = dict(policy.trainable) if objective.name == "dpo" else None
+
+        micro_loss = loss_fn(policy, objective)
+        static = ("pairs",) if objective.name == "dpo" else ()
+        self._grad = jax.jit(jax.value_and_grad(micro_loss, has_aux=True), static_argnames=static)
+        self._apply = jax.jit(self._apply_updates)
+        self.history: list[dict[str, Any]] = []
+
+    def _apply_updates(self, params, grads, opt_state, learning_rate):
+        import optax
+
+        opt_state[-1].hyperparams["learning_rate"] = learning_rate
+        updates, opt_state = self.optimizer.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, optax.global_norm(grads)
+
+    def _padded(self, batch: Batch) -> tuple[Any, Any]:
+        """The micro-batch padded to a multiple of `PAD_TO` tokens and of the mesh's devices in rows (padding
+        rows hold pad tokens and a zero loss mask: they add nothing), split on its rows over the mesh. Made with
+        `jax.make_array_from_callback`, which asks for the rows of this process's devices only: the same call
+        on one host and on several (each process reads the same global batch, in the same order)."""
+        jax = jax_module()
+        b, s = batch.input_ids.shape
+        rows = -(-b // self.mesh.size) * self.mesh.size
+        width = -(-s // PAD_TO) * PAD_TO
+        ids = np.full((rows, width), self.policy.pad_token_id, dtype=np.int64)
+        ids[:b, :s] = batch.input_ids
+        mask = np.zeros((rows, width - 1), dtype=np.float32)
+        mask[:b, : s - 1] = batch.loss_mask
+        return tuple(jax.make_array_from_callback(a.shape, self.rows_sharding, a.__getitem__) for a in (ids, mask))
+
+    def step(self, step: int) -> dict[str, Any]:
+        """Run optimizer step `step` (1-based) and return its record (`trainer.Trainer.step`'s keys)."""
+        jax = jax_module()
+        t0 = time.perf_counter()
+        cfg, pol = self.config, self.policy
+        micro = [
+            self.objective.collate(next(self.micro_batches), pol.pad_token_id)
+            for _ in range(cfg.gradient_accumulation_steps)
+        ]
+        if self.reference is None:  # DPO's `prepare_step` makes a PyTorch reference; the JAX one is `reference`
+            micro = self.objective.prepare_step(pol, micro)
+        num_items = int(self.reduce_sum(float(sum(self.objective.num_items(b) for b in micro))))
+        grads, sums, means = None, {}, {}
+        step_key = jax.random.fold_in(self.dropout_key, step)
+        for i, batch in enumerate(micro):
+            ids, mask = self._padded(batch)
+            key = jax.random.fold_in(step_key, i)  # the micro-batch's dropout masks
+            extra = {} if self.reference is None else {"reference": self.reference, "pairs": len(batch.input_ids) // 2}
+            (_, metrics), g = self._grad(pol.trainable, pol.frozen, ids, mask, np.float32(num_items), key, **extra)
+            grads = g if grads is None else jax.tree.map(lambda a, b: a + b, grads, g)
+            for k, v in metrics["sums"].items():
+                sums[k] = sums.get(k, 0.0) + float(v)
+            for k, v in metrics["means"].items():
+                means[k] = means.get(k, 0.0) + float(v) / len(micro)
+        lr_used = self.learning_rate * self.multiplier(step - 1)
+        pol.trainable, self.opt_state, grad_norm = self._apply(
+            pol.trainable, grads, self.opt_state, np.float32(lr_used)
+        )
+        return step_record(step, {**sums, **means}, micro, float(grad_norm), lr_used, time.perf_counter() - t0)
+
+    def train(self) -> list[dict[str, Any]]:
+        """Run `config.max_steps` optimizer steps; returns every step's record (also passed to `on_step`); the
+        trained parameters end in the model (`JaxPolicy.commit`)."""
+        for step in range(1, self.config.max_steps + 1):
+            record = self.step(step)
+            self.history.append(record)
+            if self.on_step is not None:
+                self.on_step(record)
+        self.policy.commit()
+        return self.history
