@@ -13,10 +13,10 @@ runs a serialized StableHLO artifact without its source. See `linnet.runtimes.ba
 from __future__ import annotations
 
 
-def load(source, weights=None, **kwargs):
-    from linnet.runtimes.backends.jax_backend import load as _load
+def load(source, weights=None, mode="generated", **kwargs):
+    from linnet.runtimes.backends import backend_for
 
-    return _load(source, weights, **kwargs)
+    return backend_for("jax_backend", mode).load(source, weights, **kwargs)
 
 
 def load_exported(path, params=None, weights=None, device="cpu"):

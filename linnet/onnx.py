@@ -13,9 +13,9 @@ from __future__ import annotations
 
 
 def load(source, weights=None, **kwargs):
-    from linnet.runtimes.backends.onnx_backend import load as _load
+    from linnet.runtimes.backends import backend_for
 
-    return _load(source, weights, **kwargs)
+    return backend_for("onnx_backend", None).load(source, weights, **kwargs)
 
 
 def export(source, entry, output, weights=None, **kwargs):

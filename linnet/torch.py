@@ -11,10 +11,10 @@ and return numpy arrays; `native.forward(...)` takes and returns torch tensors; 
 from __future__ import annotations
 
 
-def load(source, weights=None, **kwargs):
-    from linnet.runtimes.backends.torch_backend import load as _load
+def load(source, weights=None, mode="generated", **kwargs):
+    from linnet.runtimes.backends import backend_for
 
-    return _load(source, weights, **kwargs)
+    return backend_for("torch_backend", mode).load(source, weights, **kwargs)
 
 
 def generate_source(source, preset=None, config=None, dtype="f32", numerics="equivalent", **kwargs) -> str:

@@ -227,3 +227,68 @@ def test_code_generators_import_no_framework_at_module_level(name):
     f = ROOT / BACKENDS[name] / "codegen.py"
     bad = [str(i) for i in imports(f) if not i.lazy and i.target.split(".")[0] in FRAMEWORKS]
     assert not bad, "\n".join(bad)
+
+
+# ----------------------------------------------------------------------------- the backend interface
+
+# What names a backend or its framework: the registry's names and families, and its runtime modules.
+BACKEND_WORDS = {"torch", "jax", "onnx", "xla", "onnxruntime", "torch_backend", "jax_backend", "onnx_backend"}
+# What holds a backend's name or family outside the registry (`model.backend`, `backend.family`, a `family` local).
+BACKEND_HOLDERS = {"backend", "family", "runtime"}
+
+
+def _holds_backend(node: ast.AST) -> bool:
+    name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else None
+    return name in BACKEND_HOLDERS
+
+
+def _backend_words(node: ast.AST) -> bool:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value in BACKEND_WORDS
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return any(_backend_words(e) for e in node.elts)
+    return False
+
+
+def family_tests(path: Path) -> list[str]:
+    """The places of `path` that ask which backend or framework something runs on: `model.backend == "jax"`,
+    `backend.family in ("torch", ...)`, `model.backend.startswith("torch")`."""
+    return family_tests_in(path, ROOT)
+
+
+def family_tests_in(path: Path, root: Path) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            if any(_holds_backend(s) for s in sides) and any(_backend_words(s) for s in sides):
+                found.append(f"{path.relative_to(root)}:{node.lineno}: {ast.unparse(node)}")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "startswith":
+            if _holds_backend(node.func.value) and any(_backend_words(a) for a in node.args):
+                found.append(f"{path.relative_to(root)}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_no_module_outside_the_backends_asks_which_backend_it_runs_on():
+    """What differs between backends is a hook of the registry record (`setup_process`, `trainer`,
+    `tensor_parallel`, `runtime_module().load_prepared`) or of the loaded model (`held_weights`): the CLI, serving,
+    training, parallelism and exports never branch on a backend's name or family."""
+    backends = ROOT / "linnet" / "runtimes" / "backends"
+    bad = [hit for path in files("linnet") if backends not in path.parents for hit in family_tests(path)]
+    assert not bad, "\n".join(bad)
+
+
+def test_a_family_test_is_found(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "if model.backend == 'jax': pass\n"
+        "if backend.family in ('torch', 'onnx'): pass\n"
+        "if model.backend.startswith('torch'): pass\n"
+        "if target == 'torch': pass\n"  # a code view, not a backend
+    )
+    found = [hit.split(": ", 1)[1] for hit in family_tests_in(probe, tmp_path)]
+    assert found == [
+        "model.backend == 'jax'",
+        "backend.family in ('torch', 'onnx')",
+        "model.backend.startswith('torch')",
+    ]

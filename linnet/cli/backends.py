@@ -286,25 +286,20 @@ def _load(args: argparse.Namespace, random_weights: bool):
     was chosen.
     Raises LinnetError (a backend option it lacks included), ValueError (a bad `--config`) or
     OSError."""
-    from linnet.runtimes.backends import BACKENDS, caches, get_backend
+    from linnet.runtimes.backends import BACKENDS, get_backend
+    from linnet.runtimes.parallel import load_options as tensor_parallel_options
 
     _check_paths(args)
     backend = get_backend(args.backend)
-    args.setup = ""
-    if backend.unavailable(args.device, probe=False) is None:  # else `load` says why
-        caches.enable(backend.family)
-        if backend.family == "torch":
-            from linnet.runtimes.backends.threads import set_torch_threads
-
-            args.setup = set_torch_threads(follow_load=not backend.thread_specific)
+    args.setup = backend.setup_process(args.device)
     options = {}
     if args.provider:
         if "providers" not in backend.options:
             takes = ", ".join(b.name for b in BACKENDS.values() if "providers" in b.options)
             raise BackendError(f"--provider is an option of {takes}, not of {backend.name}")
         options["providers"] = args.provider
-    if getattr(args, "tensor_parallel", False) and backend.family == "jax":
-        options["fuse_linear_weights"] = False  # split by checkpoint name
+    if getattr(args, "tensor_parallel", False):
+        options.update(tensor_parallel_options(backend))  # JAX: every weight under its checkpoint name, split by it
     model = backend.load(
         args.file,
         args.weights,

@@ -38,17 +38,12 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace):
-    from linnet.runtimes.backends import caches, get_backend
+    from linnet.runtimes.backends import get_backend
     from linnet.runtimes.train import LoraSettings
     from linnet.runtimes.train.run import train
 
-    backend = get_backend(args.backend)
-    if backend.unavailable("cpu", probe=False) is None:  # else training says why
-        caches.enable(backend.family)  # torch.compile's kernels, cached across runs as for the other commands
-        if backend.family == "torch":
-            from linnet.runtimes.backends.threads import set_torch_threads
-
-            set_torch_threads(follow_load=not backend.thread_specific)  # one thread per idle core, as `run` does
+    # the compile cache and, on PyTorch, one thread per idle core, as `run` does (else training says why it cannot)
+    get_backend(args.backend).setup_process()
 
     lora_given = any(v is not None for v in (args.lora_r, args.lora_alpha, args.lora_dropout, args.lora_targets))
     lora = None

@@ -52,6 +52,7 @@ from linnet.syntax import ast as A
 from .model import LoadedModel
 
 __all__ = [
+    "LoadOptions",
     "LoadError",
     "LoadedModel",
     "Prepared",
@@ -66,6 +67,41 @@ __all__ = [
     "dequantizing_view",
     "resolve_preset_weights",
 ]
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """What every backend's load takes beside the source and its weights (ARCHITECTURE.md, "Backends"): the one
+    set of loading options, passed whole from `Backend.load` to a runtime module and to `prepare`.
+
+    Fields:
+        preset: the source's preset (None: the first with default weights when no weights are given, else the
+            config defaults).
+        config: `--config` overrides, HF field names (the last word of the configuration precedence).
+        dtype: the working dtype ("f32", "bf16", "f16"), or "stored" (GGUF's quantized matrices kept as stored).
+        numerics: "equivalent" (the reference's op order and casts) or "fast".
+        device: "cpu", "cuda[:N]" or "tpu" (a backend runs the kinds its record lists).
+        max_batch: KV-cache rows (requests decoded together).
+        max_positions: positions each cache row holds.
+        random_weights: draw seeded N(0, 0.02) weights when none are given (`random_params`), instead of the
+            preset's default weights.
+        seed: the seed of those random weights.
+        progress: show a progress bar while tensors are read.
+    """
+
+    preset: str | None = None
+    config: dict[str, Any] | None = None
+    dtype: str = "f32"
+    numerics: str = "equivalent"
+    device: str = "cpu"
+    max_batch: int = 1
+    max_positions: int = 768
+    random_weights: bool = False
+    seed: int = 0
+    progress: bool = True
+
+
+LOAD_OPTION_NAMES = frozenset(LoadOptions.__dataclass_fields__)
 
 
 @dataclass
@@ -96,17 +132,14 @@ def default_preset(info: SourceInfo) -> str | None:
 def prepare(
     source: str | Path,
     weights: str | Path | None = None,
-    preset: str | None = None,
-    config: dict[str, Any] | None = None,
-    dtype: str = "f32",
-    max_batch: int = 1,
-    max_positions: int = 768,
+    options: LoadOptions = LoadOptions(),
+    *,
     entries: list[str] | None = None,
-    random_weights: bool = False,
     text: str | None = None,
     view: Callable[[Program, Checkpoint], Checkpoint] | None = None,
 ) -> Prepared:
-    """Check the source, open the weights, merge configs, lower, and match names and shapes.
+    """Check the source, open the weights, merge configs, lower, and match names and shapes, under `options`'
+    preset, config, dtype, cache size (max_batch, max_positions) and random_weights.
 
     `text`, when given, is the source's text checked under the path `source` (a source transform's output, such
     as LoRA's, whose imports and messages stay those of the file); `view(program, checkpoint)` sees the opened
@@ -117,7 +150,9 @@ def prepare(
     checkpoint with quantized tensors.
 
     Raises LoadError (OSError for an unreadable source)."""
-    stored, dtype = dtype == STORED, working_dtype(dtype)
+    preset, config, random_weights = options.preset, options.config, options.random_weights
+    max_batch, max_positions = options.max_batch, options.max_positions
+    stored, dtype = options.dtype == STORED, working_dtype(options.dtype)
     if stored and random_weights:
         raise LoadError("--dtype stored keeps a GGUF file's quantized weights as stored: give --weights (a .gguf file)")
     try:

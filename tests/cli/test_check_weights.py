@@ -74,10 +74,10 @@ def load_code(source: Path, weights: Path | None, preset: str | None = None) -> 
     """The code loading gives the same checkpoint (`prepare`, which reads the tensors it binds; a config error
     carries it in its rendered message), or None."""
     from linnet.errors import LoadError
-    from linnet.runtimes.loading import prepare
+    from linnet.runtimes.loading import LoadOptions, prepare
 
     try:
-        prepare(source, weights=weights, preset=preset, max_positions=16)
+        prepare(source, weights, LoadOptions(preset=preset, max_positions=16))
     except LoadError as err:
         return err.code or re.search(r"error\[(L\d+)\]", err.message).group(1)
     return None

@@ -19,7 +19,7 @@ LLAMA = dict(num_hidden_layers=1, hidden_size=32, intermediate_size=64, num_atte
 
 @pytest.fixture(scope="module")
 def namespace() -> dict:
-    from linnet.runtimes.backends.torch_backend import load
+    from linnet.torch import load
     from tests.conftest import EXAMPLES
 
     module = load(EXAMPLES / "llama.linnet", config=LLAMA, numerics="fast", max_positions=16, random_weights=True,

@@ -23,7 +23,7 @@ WIDE = {p for group in GROUPS for p in group} | {"model.embed_tokens.weight"}
 
 
 def load(numerics: str, max_batch: int = 1, mode: str = "generated", dtype: str = "f32"):
-    from linnet.runtimes.backends.torch_backend import load
+    from linnet.torch import load
     from tests.conftest import EXAMPLES
 
     return load(EXAMPLES / "llama.linnet", config=LLAMA, numerics=numerics, max_batch=max_batch, mode=mode,
@@ -116,7 +116,7 @@ def test_a_fast_module_decodes_as_the_equivalent_one(two_threads, max_batch):
 def test_an_untied_embedding_and_a_model_without_state_keep_the_checkpoint_layout():
     """A table only looked up gains nothing from the layout; an encoder alone runs any batch (its `forward` is not
     bounded by `max_batch`), where blocks of K are slower."""
-    from linnet.runtimes.backends.torch_backend import load
+    from linnet.torch import load
     from tests.conftest import EXAMPLES
 
     untied = load(EXAMPLES / "llama.linnet", config={**LLAMA, "tie_word_embeddings": False}, numerics="fast",
@@ -255,7 +255,7 @@ def test_a_replaced_submodule_is_seen():
 def test_an_inductor_prefill_keeps_the_generated_modules_bits():
     """Eager calls of an inductor module keep one `linear` a weight (`JOINED_UNDER_COMPILE`): joined, gate's and
     up's outputs were strided views, and silu over them moved the last bit where intermediate_size % 32 == 16."""
-    from linnet.runtimes.backends.torch_backend import load as load_model
+    from linnet.torch import load as load_model
     from tests.conftest import EXAMPLES
 
     config = dict(num_hidden_layers=2, hidden_size=48, intermediate_size=80, num_attention_heads=3,

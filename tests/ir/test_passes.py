@@ -391,8 +391,8 @@ def test_a_class_whose_instances_would_fuse_differently_runs_on_jax(tmp_path):
     pytest.importorskip("jax")
     pytest.importorskip("torch")
     safetensors_numpy = pytest.importorskip("safetensors.numpy")
+    import linnet.jax
     import linnet.torch as lt
-    from linnet.runtimes.backends import jax_backend
 
     path = tmp_path / "blocks.linnet"
     path.write_text(UNEVEN_BLOCKS, encoding="utf-8")
@@ -402,7 +402,7 @@ def test_a_class_whose_instances_would_fuse_differently_runs_on_jax(tmp_path):
     (tmp_path / "config.json").write_text("{}", encoding="utf-8")
     h, pe = rng.standard_normal((2, 3, 8)).astype(np.float32), rng.standard_normal((2, 3, 8)).astype(np.float32)
     expected = lt.load(path, weights=tmp_path, mode="interpret", progress=False).forward(h, pe)
-    got = jax_backend.load(path, weights=tmp_path, progress=False).forward(h, pe)
+    got = linnet.jax.load(path, weights=tmp_path, progress=False).forward(h, pe)
     # f32 through unscaled N(0, 1) weights, summed in another order by XLA's dots than by torch's: on an AVX2 CPU one
     # of 48 values (1.25) is 7.2e-5 away, so the bound is 1e-4; a dropped or misplaced member is off by O(1)
     np.testing.assert_allclose(np.asarray(got), np.asarray(expected), rtol=1e-4, atol=1e-4)

@@ -254,7 +254,7 @@ def test_safetensors(originals, tmp_path):
 def test_config_json(originals, tmp_path):
     """Through `prepare` (the checkpoint's config merged into the source's): a config that still parses may be
     refused by the config type or the checker."""
-    from linnet.runtimes.loading import prepare
+    from linnet.runtimes.loading import LoadOptions, prepare
 
     config = originals / "hf" / "config.json"
 
@@ -262,7 +262,7 @@ def test_config_json(originals, tmp_path):
     @given(mutations(_size(config), _size(config)))
     def sweep(mutation):
         target = mutated_copy(originals / "hf", tmp_path / "hf", "config.json", mutation)
-        assert_loads_or_refuses(lambda: prepare(LLAMA, target.parent, max_positions=32), target)
+        assert_loads_or_refuses(lambda: prepare(LLAMA, target.parent, LoadOptions(max_positions=32)), target)
 
     sweep()
 
@@ -372,19 +372,19 @@ def test_gguf_float_metadata_of_the_wrong_type_is_a_config_error(tmp_path):
     """A string where the GGUF spec has a float is refused naming the metadata key (was a ValueError from
     float())."""
     pytest.importorskip("gguf")
-    from linnet.runtimes.loading import prepare
+    from linnet.runtimes.loading import LoadOptions, prepare
 
     path = write_gguf(tmp_path / "odd.gguf", {"llama.attention.layer_norm_rms_epsilon": "x"})
     expected = r"odd\.gguf: GGUF metadata llama\.attention\.layer_norm_rms_epsilon is 'x', expected a finite number"
     with pytest.raises(LinnetError, match=expected):
-        prepare(LLAMA, path, max_positions=32)
+        prepare(LLAMA, path, LoadOptions(max_positions=32))
 
 
 def test_gguf_integer_tensor_where_a_parameter_is(tmp_path):
     """A GGUF tensor stored as I32 where the source declares a parameter: error[L504] with its dtype (it loaded
     as integers, which the backends then used or choked on)."""
     gguf = pytest.importorskip("gguf")
-    from linnet.runtimes.loading import prepare
+    from linnet.runtimes.loading import LoadOptions, prepare
 
     path = write_gguf(tmp_path / "int.gguf")
     data = bytearray(path.read_bytes())
@@ -396,4 +396,4 @@ def test_gguf_integer_tensor_where_a_parameter_is(tmp_path):
     data[at : at + 4] = i32
     path.write_bytes(bytes(data))
     with pytest.raises(LinnetError, match=r"error\[L504\]: `model\.norm\.weight` in .*int\.gguf is i32 \[32\]"):
-        prepare(LLAMA, path, max_positions=32)
+        prepare(LLAMA, path, LoadOptions(max_positions=32))

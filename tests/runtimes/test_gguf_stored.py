@@ -13,7 +13,7 @@ from linnet.errors import BackendError, LoadError
 from linnet.runtimes.backends import BACKENDS, check_options
 from linnet.runtimes.formats.checkpoints import open_checkpoint
 from linnet.runtimes.formats.gguf_quants import GroupQuantized
-from linnet.runtimes.loading import planned_tensors, prepare
+from linnet.runtimes.loading import LoadOptions, planned_tensors, prepare
 from tests.runtimes.conftest import LLAMA
 from tests.runtimes.gguf_writing import write_llama_gguf
 
@@ -74,7 +74,7 @@ def test_stored_load_keeps_blocks_and_equals_the_dequantized_load(quantized_gguf
 
 
 def test_prepare_stored_lowers_f32_and_yields_group_quantized(quantized_gguf):
-    prepared = prepare(LLAMA, quantized_gguf, dtype="stored", max_positions=32)
+    prepared = prepare(LLAMA, quantized_gguf, LoadOptions(dtype="stored", max_positions=32))
     assert prepared.stored and prepared.program.dtype.name == "f32"
     assert any("stay quantized" in note for note in prepared.notes)
     values = dict(planned_tensors(prepared, progress=False, dtype="f32"))
@@ -86,13 +86,13 @@ def test_stored_refuses_checkpoints_with_nothing_quantized(tmp_path):
     plain = tmp_path / "f32.gguf"
     write_llama_gguf(plain, tiny_llama())
     with pytest.raises(LoadError, match="every tensor of .* is f32: nothing in it is quantized"):
-        prepare(LLAMA, plain, dtype="stored")
+        prepare(LLAMA, plain, LoadOptions(dtype="stored"))
     folder = tmp_path / "hf"
     tiny_llama().save_pretrained(folder)
     with pytest.raises(LoadError, match="is a hf checkpoint: nothing in it is quantized"):
-        prepare(LLAMA, folder, dtype="stored")
+        prepare(LLAMA, folder, LoadOptions(dtype="stored"))
     with pytest.raises(LoadError, match="give --weights"):
-        prepare(LLAMA, random_weights=True, dtype="stored")
+        prepare(LLAMA, options=LoadOptions(random_weights=True, dtype="stored"))
 
 
 def test_stored_refuses_types_it_cannot_keep_before_reading_them(tmp_path):
@@ -101,7 +101,7 @@ def test_stored_refuses_types_it_cannot_keep_before_reading_them(tmp_path):
     write_llama_gguf(path, model, quantize={**SMOLLM2_MIX, "blk.1.ffn_down.weight": "iq4_nl"})
     message = r"cannot keep 1 tensor\(s\) of .*iq4_nl.gguf quantized: `model.layers.1.mlp.down_proj.weight` \(iq4_nl\)"
     with pytest.raises(LoadError, match=message + r"; it keeps q4_0, q4_1, .*, q6_k; use --dtype f32"):
-        prepare(LLAMA, path, dtype="stored")
+        prepare(LLAMA, path, LoadOptions(dtype="stored"))
 
 
 @pytest.mark.parametrize("name", ["xla", "jax", "torch-interpret"])
@@ -173,11 +173,11 @@ def test_stored_load_releases_pages_after_each_quantized_matrix(quantized_gguf, 
     # (on a small file the kernel's fault-around maps them back at the next read, so this counts the calls)
     from linnet.runtimes.formats.checkpoints import GGUFCheckpoint
 
-    prepared = prepare(LLAMA, quantized_gguf, dtype="stored", max_positions=32)
+    prepared = prepare(LLAMA, quantized_gguf, LoadOptions(dtype="stored", max_positions=32))
     calls = []
     monkeypatch.setattr(GGUFCheckpoint, "release_pages", lambda self: calls.append(1))
     values = dict(planned_tensors(prepared, progress=False, dtype="f32"))
     assert len(calls) == sum(isinstance(v, GroupQuantized) for v in values.values()) == 1 + 2 * 7
-    dense = prepare(LLAMA, quantized_gguf, max_positions=32)
+    dense = prepare(LLAMA, quantized_gguf, LoadOptions(max_positions=32))
     dict(planned_tensors(dense, progress=False, dtype="f32"))
     assert len(calls) == 15  # a dequantized load keeps the file's pages

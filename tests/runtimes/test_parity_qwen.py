@@ -34,7 +34,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from linnet.errors import LinnetError  # noqa: E402
-from linnet.runtimes.loading import prepare  # noqa: E402
+from linnet.runtimes.loading import LoadOptions, prepare  # noqa: E402
 
 pytestmark = [pytest.mark.torch, pytest.mark.usefixtures("one_torch_thread")]
 
@@ -215,7 +215,7 @@ def test_qwen2_sliding_window_on_is_refused_on_the_key(small, tmp_path):
     text = json.dumps(json.loads((ckpt / "config.json").read_text()) | windowed, indent=2)
     (ckpt / "config.json").write_text(text)
     with pytest.raises(LinnetError) as err:
-        prepare(SOURCES["qwen2"], ckpt, max_positions=16)
+        prepare(SOURCES["qwen2"], ckpt, LoadOptions(max_positions=16))
     line = next(i for i, s in enumerate(text.splitlines(), 1) if '"use_sliding_window"' in s)
     assert f"config.json:{line}:3: error[L401]: `use_sliding_window` can only be `false`" in err.value.message
     assert "use_sliding_window: false = false" in err.value.message  # the field's declaration

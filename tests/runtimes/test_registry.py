@@ -141,12 +141,12 @@ def test_one_hierarchy_with_codes_rendered_in_one_place():
 
 
 def test_a_source_error_met_while_loading_is_a_load_error_with_its_message(tmp_path):
-    from linnet.runtimes.loading import prepare
+    from linnet.runtimes.loading import LoadOptions, prepare
 
     bad = tmp_path / "bad.linnet"
     bad.write_text((EXAMPLES / "mlp.linnet").read_text().replace("fc2(h)", "fc2(x)"))
     with pytest.raises(LoadError, match="has errors") as err:
-        prepare(bad, random_weights=True)
+        prepare(bad, options=LoadOptions(random_weights=True))
     assert isinstance(err.value.__cause__, SourceError)
     with pytest.raises(LoadError, match="no such file or folder"):
         prepare(EXAMPLES / "mlp.linnet", weights=tmp_path / "nowhere")

@@ -135,9 +135,9 @@ def check_real_checkpoint(source: Path, preset: str, folder: Path) -> None:
     reading any data: its config.json binds, and every tensor's name and shape is the source's (else LoadError
     L501, L502, L503). The config it binds to equals preset `preset`'s, so the preset is that checkpoint's size."""
     from linnet.ir import build
-    from linnet.runtimes.loading import prepare
+    from linnet.runtimes.loading import LoadOptions, prepare
 
-    loaded = prepare(source, folder, max_positions=16)
+    loaded = prepare(source, folder, LoadOptions(max_positions=16))
     assert len(loaded.plan) == len(loaded.program.params)
     assert loaded.notes == []
     assert loaded.program.config == build(source, preset=preset, max_positions=16).config

@@ -14,16 +14,20 @@ its `mode`), and whether it can run here. Importing this module imports no frame
 backend's runtime module (and with it torch, jax or onnxruntime) is imported by `load`, and
 `unavailable` asks `importlib.util.find_spec` before it imports anything.
 
-Adding a backend is one runtime file (`linnet/runtimes/<name>_backend.py` with a `load` taking
-the common arguments of ARCHITECTURE.md and returning a `LoadedModel`, and a
-`device_problem(device)` saying why a device cannot be used) plus its line in `BACKENDS`.
+Adding a backend is one runtime file (`linnet/runtimes/backends/<name>_backend.py` with a
+`load(source, weights, options, mode, **own)` taking the common options as one `LoadOptions` and
+returning a `LoadedModel`, a `load_prepared(prepared, options, mode, **own)` for a program already
+prepared (LoRA's), a `device_problem(device)` saying why a device cannot be used, and
+`setup_process(backend, instances)`) plus its line in `BACKENDS`. Nothing outside this package
+asks which framework a backend runs on: what differs is a hook of the record (`setup_process`,
+`tensor_parallel`, `trainer`) or of the loaded model (`held_weights`).
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +35,7 @@ from linnet.errors import BackendError
 from linnet.runtimes.formats.gguf_quants import STORED, working_dtype
 
 if TYPE_CHECKING:
+    from linnet.runtimes.loading import LoadOptions
     from linnet.runtimes.model import LoadedModel
 
 __all__ = ["Backend", "BACKENDS", "CODE_VIEWS", "get_backend", "backend_for", "check_options", "device_kind"]
@@ -58,8 +63,11 @@ class Backend:
         numerics: the numerics it supports ("equivalent", "fast").
         requires: the modules it imports (found with `find_spec`, never imported here).
         options: the keyword options its `load` takes beyond the common ones (`providers`).
-        can_train: whether it trains (`linnet train`): its entries run under autograd (PyTorch's modes; JAX under
-            `jax.grad`). ONNX Runtime and the exported StableHLO artifact run inference only.
+        trainer: the module under `linnet.runtimes.train` that trains its models (`linnet train`; its entries run
+            under autograd: PyTorch's modes, `trainer`; JAX under `jax.grad`, `jax_trainer`), or None: ONNX Runtime
+            and the exported StableHLO artifact run inference only. `can_train` says which.
+        tensor_parallel: the module under `linnet.runtimes.parallel` that splits its models for tensor-parallel
+            inference (`torch_tp`, `jax_mesh`), or None.
         thread_specific: whether the code it compiles is specialised to PyTorch's thread count (inductor's CPU
             kernels are), so a thread count that changes between runs misses the persistent compile cache.
         stored: whether it runs `--dtype stored` (a GGUF file's quantized matrices kept quantized, weight-only
@@ -78,62 +86,68 @@ class Backend:
     requires: tuple[str, ...]
     numerics: tuple[str, ...] = NUMERICS
     options: tuple[str, ...] = ()
-    can_train: bool = False
+    trainer: str | None = None
+    tensor_parallel: str | None = None
     thread_specific: bool = False
     stored: bool = False
 
     def load(
-        self,
-        source: str | Path,
-        weights: str | Path | None = None,
-        *,
-        preset: str | None = None,
-        config: dict[str, Any] | None = None,
-        dtype: str = "f32",
-        numerics: str = "equivalent",
-        device: str = "cpu",
-        max_batch: int = 1,
-        max_positions: int = 768,
-        random_weights: bool = False,
-        seed: int = 0,
-        progress: bool = True,
-        **options: Any,
+        self, source: str | Path, weights: str | Path | None = None, options: LoadOptions | None = None, **kwargs: Any
     ) -> LoadedModel:
-        """Load `source` with `weights` on this backend (the common signature of ARCHITECTURE.md;
-        `random_weights` draws seeded N(0, 0.02) weights when there are none, `options` are this
-        backend's own, listed in `options`). Returns a `LoadedModel`.
+        """Load `source` with `weights` on this backend. The common options (ARCHITECTURE.md: `preset`, `config`,
+        `dtype`, `numerics`, `device`, `max_batch`, `max_positions`; `random_weights`, `seed`, `progress`) come as a
+        `LoadOptions`, as keywords, or both (keywords win); the remaining keywords are this backend's own, listed
+        in `options`. Returns a `LoadedModel`.
 
         Raises BackendError (dtype, device, numerics, option, or its framework is missing), LoadError
         (source, config, weights), OSError (an unreadable source)."""
-        unknown = sorted(set(options) - set(self.options))
+        from linnet.runtimes.loading import LOAD_OPTION_NAMES, LoadOptions
+
+        common = {k: v for k, v in kwargs.items() if k in LOAD_OPTION_NAMES}
+        own = {k: v for k, v in kwargs.items() if k not in LOAD_OPTION_NAMES}
+        options = replace(options or LoadOptions(), **common)
+        unknown = sorted(set(own) - set(self.options))
         if unknown:
             takes = f"takes {', '.join(self.options)}" if self.options else "takes none"
             raise BackendError(f"backend {self.name} has no option {', '.join(unknown)} ({takes})")
-        check_options(self, dtype, numerics, device)
+        check_options(self, options.dtype, options.numerics, options.device)
         missing = self._missing()
         if missing:
             raise BackendError(missing)
-        runtime = importlib.import_module(f"linnet.runtimes.backends.{self.runtime}")
-        problem = runtime.device_problem(device)  # before anything is loaded: a reason, not a traceback
+        runtime = self.runtime_module()
+        problem = runtime.device_problem(options.device)  # before anything is loaded: a reason, not a traceback
         if problem is not None:
             raise BackendError(f"backend {self.name}: {problem}")
-        mode = {"mode": self.mode} if self.mode is not None else {}
-        return runtime.load(
-            source,
-            weights,
-            preset=preset,
-            config=config,
-            dtype=dtype,
-            numerics=numerics,
-            device=device,
-            max_batch=max_batch,
-            max_positions=max_positions,
-            random_weights=random_weights,
-            seed=seed,
-            progress=progress,
-            **mode,
-            **options,
-        )
+        return runtime.load(source, weights, options, self.mode, **own)
+
+    @property
+    def can_train(self) -> bool:
+        return self.trainer is not None
+
+    def trainer_module(self) -> Any:
+        """The training module of this backend (`trainer`; imports its framework). Raises BackendError for a backend
+        that does not train."""
+        if self.trainer is None:
+            raise BackendError(f"backend {self.name} does not train ({self.label} runs inference only)")
+        return importlib.import_module(f"linnet.runtimes.train.{self.trainer}")
+
+    def setup_process(self, device: str = "cpu", instances: int | None = None) -> str:
+        """Set this process up to run the backend, before loading: its framework's persistent compile cache
+        (`caches.enable`) and, on PyTorch, its thread count (one thread per idle core of the process's CPU affinity;
+        with `instances`, an equal share of the cores for each of that many processes serving one model, Triton's
+        instances). Returns a note of what was chosen ("" when nothing is worth saying), and does nothing when the
+        backend cannot run on `device` here (loading then says why)."""
+        from linnet.runtimes.backends import caches
+
+        if self.unavailable(device, probe=False) is not None:
+            return ""
+        caches.enable(self.family)  # before the runtime module imports its framework
+        return self.runtime_module().setup_process(self, instances)
+
+    def runtime_module(self) -> Any:
+        """The runtime module under `linnet.runtimes.backends` that loads this backend's models (imports its
+        framework)."""
+        return importlib.import_module(f"linnet.runtimes.backends.{self.runtime}")
 
     def unavailable(self, device: str = "cpu", probe: bool = True) -> str | None:
         """Why this backend cannot run on `device` here, or None when it can. Checks the device
@@ -146,8 +160,7 @@ class Backend:
         missing = self._missing()
         if missing or not probe:
             return missing
-        runtime = importlib.import_module(f"linnet.runtimes.backends.{self.runtime}")
-        return runtime.device_problem(device)
+        return self.runtime_module().device_problem(device)
 
     def describe(self, device: str = "cpu", probe: bool = False) -> dict[str, Any]:
         """The record as JSON for the language server's `linnet/backends` (camelCase keys), with
@@ -187,17 +200,17 @@ BACKENDS: dict[str, Backend] = {
         Backend(
             "torch-interpret", "PyTorch (interpreter)", "torch", "torch_backend", "interpret",
             "the Core IR op by op (the `equivalent` reference)", None, TORCH_DTYPES, ("cpu", "cuda"), ("torch",),
-            can_train=True,
+            trainer="trainer", tensor_parallel="torch_tp",
         ),
         Backend(
             "torch", "PyTorch", "torch", "torch_backend", "generated",
-            "the generated PyTorch, eager", "torch", TORCH_DTYPES, ("cpu", "cuda"), ("torch",), can_train=True,
-            stored=True,
+            "the generated PyTorch, eager", "torch", TORCH_DTYPES, ("cpu", "cuda"), ("torch",), trainer="trainer",
+            tensor_parallel="torch_tp", stored=True,
         ),
         Backend(
             "torch-compile", "PyTorch (torch.compile)", "torch", "torch_backend", "inductor",
             "the generated PyTorch, decode step under torch.compile", "torch", TORCH_DTYPES, ("cpu", "cuda"),
-            ("torch",), thread_specific=True, can_train=True, stored=True,
+            ("torch",), thread_specific=True, trainer="trainer", tensor_parallel="torch_tp", stored=True,
         ),
         Backend(
             "cuda-graphs", "PyTorch (CUDA graphs)", "torch", "torch_backend", "cuda-graphs",
@@ -207,17 +220,17 @@ BACKENDS: dict[str, Backend] = {
         Backend(
             "jax", "JAX", "jax", "jax_backend", "generated",
             "the generated JAX under jax.jit", "jax", ("f32", "bf16"), ("cpu", "cuda", "tpu"), ("jax", "jaxlib"),
-            options=("fuse_linear_weights",), can_train=True,
+            options=("fuse_linear_weights",), trainer="jax_trainer", tensor_parallel="jax_mesh",
         ),
         Backend(
             "xla", "XLA", "jax", "jax_backend", "stablehlo",
             "the exported StableHLO artifact on XLA", "stablehlo", ("f32", "bf16"), ("cpu", "cuda", "tpu"),
-            ("jax", "jaxlib"),
+            ("jax", "jaxlib"), tensor_parallel="jax_mesh",
         ),
         Backend(
             "onnxruntime", "ONNX Runtime", "onnx", "onnx_backend", None,
             "the .onnx graph on ONNX Runtime", "onnx", ("f32", "f16", "bf16"), ("cpu", "cuda"),
-            ("onnx", "onnx_ir", "onnxruntime"), options=("providers", "threads", "share_buffer"), stored=True,
+            ("onnx", "onnx_ir", "onnxruntime"), options=("providers", "threads", "share_buffer", "params"), stored=True,
         ),
     )
 }  # fmt: skip

@@ -46,8 +46,9 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from linnet.errors import BackendError, LoadError
-from linnet.runtimes.backends import backend_for, check_options
+from linnet.runtimes.backends import backend_for
 from linnet.runtimes.formats.checkpoints import cast_floating
+from linnet.runtimes.loading import LoadOptions
 from linnet.runtimes.model import ModelBase, step_entry
 
 if TYPE_CHECKING:
@@ -81,6 +82,11 @@ def _device(device: str):
     if not index.isdigit() or int(index) >= len(devices):
         raise BackendError(f"device {device!r}: JAX has {len(devices)} {platform} device(s) here, numbered from 0")
     return devices[int(index)]
+
+
+def setup_process(backend: Any, instances: int | None = None) -> str:
+    """Nothing to set for this process (`Backend.setup_process`): XLA sizes its own thread pools."""
+    return ""
 
 
 def device_problem(device: str) -> str | None:
@@ -254,49 +260,39 @@ class JaxStepModel:
 def load(
     source: str | Path,
     weights: str | Path | None = None,
-    preset: str | None = None,
-    config: dict[str, Any] | None = None,
-    dtype: str = "f32",
-    numerics: str = "equivalent",
-    device: str = "cpu",
-    max_batch: int = 1,
-    max_positions: int = 768,
+    options: LoadOptions = LoadOptions(),
     mode: str = "generated",
-    random_weights: bool = False,
-    seed: int = 0,
-    progress: bool = True,
     fuse_linear_weights: bool = True,
 ) -> JaxModel:
     """Load `source` with `weights` for JAX in `mode` ("generated": the generated JAX under
     jax.jit; "stablehlo": each entry exported through jax.export, symbolic batch and sequence
-    dims, and run from the artifact). Without weights and with `random_weights`, parameters
-    are drawn from N(0, 0.02) (norm scales 1, biases 0) with `seed`. With
+    dims, and run from the artifact) under `options`. Without weights and with `options.random_weights`,
+    parameters are drawn from N(0, 0.02) (norm scales 1, biases 0) with `options.seed`. With
     `fuse_linear_weights=False`, `params` holds every weight under its checkpoint name (no fused
-    keys): what sharding (`linnet.runtimes.parallel`) and training by checkpoint name use.
+    keys): what sharding (`linnet.runtimes.parallel`) and training by checkpoint name use. Called by
+    `Backend.load` (`linnet.jax.load`, `linnet.load`), which checks the options first.
 
     Raises LoadError (source, config, names or shapes) and BackendError (mode, dtype, device)."""
     from linnet.runtimes.loading import prepare
 
     t0 = time.perf_counter()
-    check_options(backend_for("jax_backend", mode), dtype, numerics, device)
-    _device(device)
-    prepared = prepare(source, weights, preset, config, dtype, max_batch, max_positions, random_weights=random_weights)
-    return load_prepared(prepared, mode, numerics, device, seed, progress, fuse_linear_weights, t0)
+    _device(options.device)
+    prepared = prepare(source, weights, options)
+    return load_prepared(prepared, options, mode, fuse_linear_weights, t0)
 
 
 def load_prepared(
     prepared: Prepared,
+    options: LoadOptions = LoadOptions(),
     mode: str = "generated",
-    numerics: str = "equivalent",
-    device: str = "cpu",
-    seed: int = 0,
-    progress: bool = True,
     fuse_linear_weights: bool = True,
     t0: float | None = None,
 ) -> JaxModel:
-    """A model from an already prepared program and checkpoint (`loading.prepare`): compiled in `mode`, its
-    weights put on the device (random ones from `seed` when there is no checkpoint). `load` does the preparing;
-    a source transform (LoRA) prepares its own. Raises LoadError, BackendError."""
+    """A model from an already prepared program and checkpoint (`loading.prepare`): compiled in `mode` under
+    `options`' numerics, its weights put on `options.device` (random ones from `options.seed` when there is no
+    checkpoint). `load` does the preparing; a source transform (LoRA) prepares its own. Raises LoadError,
+    BackendError."""
+    numerics, device, seed, progress = options.numerics, options.device, options.seed, options.progress
     from linnet.compiler.jax.codegen import state_shape
     from linnet.compiler.jax.module import compile_program, export_entry, exported_fn, jax_dtype
 

@@ -44,15 +44,16 @@ import shutil
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from linnet.errors import BackendError, LoadError
-from linnet.runtimes.backends import backend_for, caches, check_options
+from linnet.runtimes.backends import caches
 from linnet.runtimes.backends.allocator import release_freed_heap
+from linnet.runtimes.loading import LoadOptions
 from linnet.runtimes.model import ModelBase, step_entry
 
 if TYPE_CHECKING:
@@ -87,6 +88,12 @@ def resolve_providers(device: str, providers) -> list[str]:
             "GPU providers come with the onnxruntime-gpu package"
         )
     return names
+
+
+def setup_process(backend: Any, instances: int | None = None) -> str:
+    """Nothing to set for this process (`Backend.setup_process`): ONNX Runtime's sessions take their thread count
+    at load (the `threads` option)."""
+    return ""
 
 
 def device_problem(device: str) -> str | None:
@@ -626,43 +633,27 @@ def _lower_for(program, name: str, params, numerics: str, provider: str):
 def load(
     source: str | Path,
     weights: str | Path | None = None,
-    preset: str | None = None,
-    config: dict[str, Any] | None = None,
-    dtype: str = "f32",
-    numerics: str = "equivalent",
-    device: str = "cpu",
-    max_batch: int = 1,
-    max_positions: int = 768,
+    options: LoadOptions = LoadOptions(),
+    mode: None = None,
     providers: list[str] | None = None,
-    random_weights: bool = False,
-    seed: int = 0,
     params: dict[str, Any] | None = None,
     threads: int | None = None,
     share_buffer: bool = True,
-    progress: bool = True,
 ) -> OnnxModel:
-    """Load `source` with `weights` for ONNX Runtime. `params` (a dict by checkpoint name of
-    arrays) gives the parameters directly; without weights and with `random_weights`, they are
-    drawn from N(0, 0.02) (norm scales 1, biases 0) with `seed`. `threads`: ORT intra-op threads
-    (default: ORT's choice).
+    """Load `source` with `weights` for ONNX Runtime under `options` (ONNX Runtime has one mode: None).
+    `params` (a dict by checkpoint name of arrays) gives the parameters directly; without weights and with
+    `options.random_weights`, they are drawn from N(0, 0.02) (norm scales 1, biases 0) with `options.seed`.
+    `threads`: ORT intra-op threads (default: ORT's choice). Called by `Backend.load` (`linnet.onnx.load`,
+    `linnet.load`), which checks the options first.
 
     Raises LoadError (source, config, names or shapes) and BackendError (dtype, provider)."""
     from linnet.compiler.onnx.kernels import has_table
     from linnet.runtimes.loading import prepare, random_params
 
     t0 = time.perf_counter()
-    check_options(backend_for("onnx_backend", None), dtype, numerics, device)
-    names = resolve_providers(device, providers)
-    prepared = prepare(
-        source,
-        weights,
-        preset,
-        config,
-        dtype,
-        max_batch,
-        max_positions,
-        random_weights=random_weights or params is not None,
-    )
+    numerics, seed, progress = options.numerics, options.seed, options.progress
+    names = resolve_providers(options.device, providers)
+    prepared = prepare(source, weights, replace(options, random_weights=options.random_weights or params is not None))
     program = prepared.program
     dtype = program.dtype.name  # "stored" runs in f32 (gguf_quants)
     if numerics == "equivalent" and has_table(names[0], dtype):
@@ -738,7 +729,10 @@ def export(
     has_weights = weights is not None or (preset is not None and preset_weights(info, preset) is not None)
     has_weights = has_weights and with_weights
     weights = weights if has_weights else None
-    prepared = prepare(source, weights, preset, config, dtype, max_batch, max_positions, random_weights=not has_weights)
+    options = LoadOptions(
+        preset, config, dtype, max_batch=max_batch, max_positions=max_positions, random_weights=not has_weights
+    )
+    prepared = prepare(source, weights, options)
     program = prepared.program
     entry = entry or next(iter(program.entries))
     if entry not in program.entries:

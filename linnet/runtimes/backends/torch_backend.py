@@ -11,11 +11,11 @@ and `F.embedding` read through torch's int4 CPU kernel and exact row lookups; ev
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -23,10 +23,10 @@ import torch
 from linnet.compiler.torch.module import BackendError, LinnetModule, compile_program
 from linnet.compiler.torch.quantized import QuantizedWeight
 from linnet.errors import LoadError
-from linnet.runtimes.backends import BACKENDS, backend_for, check_options, device_kind
+from linnet.runtimes.backends import BACKENDS, Backend, backend_for, device_kind
 from linnet.runtimes.backends.allocator import keep_freed_heap
 from linnet.runtimes.formats.gguf_quants import GroupQuantized
-from linnet.runtimes.loading import Prepared, planned_tensors, prepare, random_params
+from linnet.runtimes.loading import LoadOptions, Prepared, planned_tensors, prepare, random_params
 from linnet.runtimes.model import ModelBase, step_entry
 
 # --backend -> the `mode` of `load` (the registry's records for this runtime)
@@ -106,6 +106,20 @@ def to_numpy(t: torch.Tensor) -> np.ndarray:
     return t.numpy()
 
 
+def setup_process(backend: Backend, instances: int | None = None) -> str:
+    """PyTorch's thread count for this process (`Backend.setup_process`): one thread per idle core of the process's
+    CPU affinity (per core of it where the compiled kernels are specialised to the thread count,
+    `Backend.thread_specific`; `linnet.runtimes.backends.threads`), or, with `instances` processes serving one model
+    (Triton's instances, each a process), an equal share of the cores each: without it each would start one thread
+    per core and they would fight. Returns what was chosen, for the timing line."""
+    if instances is not None:
+        torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // instances))
+        return ""
+    from linnet.runtimes.backends.threads import set_torch_threads
+
+    return set_torch_threads(follow_load=not backend.thread_specific)
+
+
 def device_problem(device: str) -> str | None:
     """Why PyTorch cannot use `device` here, or None."""
     if device_kind(device) == "cuda" and not torch.cuda.is_available():
@@ -150,45 +164,27 @@ class TorchStepModel:
 
 
 def load(
-    source: str | Path,
-    weights: str | Path | None = None,
-    preset: str | None = None,
-    config: dict[str, Any] | None = None,
-    dtype: str = "f32",
-    numerics: str = "equivalent",
-    device: str = "cpu",
-    max_batch: int = 1,
-    max_positions: int = 768,
-    mode: str = "generated",
-    random_weights: bool = False,
-    seed: int = 0,
-    progress: bool = True,
+    source: str | Path, weights: str | Path | None = None, options: LoadOptions = LoadOptions(), mode: str = "generated"
 ) -> TorchModel:
-    """Load `source` with `weights` for PyTorch in `mode` ("interpret", "generated",
-    "inductor", "cuda-graphs"; the backends `torch-interpret`, `torch`, `torch-compile`,
-    `cuda-graphs`). Without weights and with `random_weights`, the parameters are
-    `loading.random_params(program, seed)` (the same on every backend).
+    """Load `source` with `weights` for PyTorch in `mode` ("interpret", "generated", "inductor", "cuda-graphs"; the
+    backends `torch-interpret`, `torch`, `torch-compile`, `cuda-graphs`) under `options`. Without weights and with
+    `options.random_weights`, the parameters are `loading.random_params(program, options.seed)` (the same on every
+    backend). Called by `Backend.load` (`linnet.torch.load`, `linnet.load`), which checks the options first.
 
     Raises LoadError (source, config, names or shapes) and BackendError (mode, dtype, device)."""
     t0 = time.perf_counter()
-    backend = backend_for("torch_backend", mode)
-    check_options(backend, dtype, numerics, device)
-    prepared = prepare(source, weights, preset, config, dtype, max_batch, max_positions, random_weights=random_weights)
-    return load_prepared(prepared, mode, numerics, device, seed, progress, t0)
+    prepared = prepare(source, weights, options)
+    return load_prepared(prepared, options, mode, t0=t0)
 
 
 def load_prepared(
-    prepared: Prepared,
-    mode: str = "generated",
-    numerics: str = "equivalent",
-    device: str = "cpu",
-    seed: int = 0,
-    progress: bool = True,
-    t0: float | None = None,
+    prepared: Prepared, options: LoadOptions = LoadOptions(), mode: str = "generated", t0: float | None = None
 ) -> TorchModel:
-    """A model from an already prepared program and checkpoint (`loading.prepare`): compiled in `mode`, its
-    weights bound (random ones from `seed` when there is no checkpoint). `load` does the preparing; a source
-    transform (LoRA) prepares its own. Raises LoadError for a tensor whose shape differs."""
+    """A model from an already prepared program and checkpoint (`loading.prepare`): compiled in `mode` under
+    `options`' numerics on its device, its weights bound (random ones from `options.seed` when there is no
+    checkpoint). `load` does the preparing; a source transform (LoRA) prepares its own. Raises LoadError for a
+    tensor whose shape differs."""
+    numerics, device, seed, progress = options.numerics, options.device, options.seed, options.progress
     t0 = time.perf_counter() if t0 is None else t0
     backend = backend_for("torch_backend", mode)
     if device_kind(device) == "cpu":
@@ -226,4 +222,5 @@ __all__ = [
     "to_torch",
     "to_numpy",
     "device_problem",
+    "setup_process",
 ]

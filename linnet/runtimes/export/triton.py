@@ -44,27 +44,15 @@ from pathlib import Path
 from linnet.errors import ExportError
 from linnet.runtimes.backends.caches import cache_root
 from linnet.runtimes.export.hf import check_target
+from linnet.runtimes.serve.triton import INPUTS
 
 __all__ = ["TritonServer", "config_pbtxt", "export_triton", "find_tritonserver", "PYTRITON_VERSION"]
 
 # The nvidia-pytriton wheel tools/tritonserver.sh unpacks (Triton 2.51); its folder names are the script's.
 PYTRITON_VERSION = "0.7.0"
-ENTRY = Path(__file__).parent / "serve" / "triton_entry.py"  # a file to copy, not imported here
+ENTRY = Path(__file__).parents[1] / "serve" / "triton_entry.py"  # a file to copy, not imported here
 # Where tools/tritonserver.sh installs (default: the Linnet cache's tritonserver/).
 ENV_DIR = "LINNET_TRITONSERVER_DIR"
-
-# (name, Triton data type, dims) of the model's inputs; all but text_input are optional.
-INPUTS = (
-    ("text_input", "TYPE_STRING", "[ 1 ]"),
-    ("max_tokens", "TYPE_INT32", "[ 1 ]"),
-    ("temperature", "TYPE_FP32", "[ 1 ]"),
-    ("top_p", "TYPE_FP32", "[ 1 ]"),
-    ("top_k", "TYPE_INT32", "[ 1 ]"),
-    ("seed", "TYPE_INT64", "[ 1 ]"),
-    ("stop", "TYPE_STRING", "[ -1 ]"),
-    ("ignore_eos", "TYPE_BOOL", "[ 1 ]"),
-    ("stream", "TYPE_BOOL", "[ 1 ]"),
-)
 
 
 @dataclass(frozen=True)

@@ -27,11 +27,20 @@ from typing import Any
 import numpy as np
 
 from linnet.errors import BackendError
-from linnet.runtimes.backends.jax_backend import JaxModel, jax_module, load
+from linnet.runtimes.backends import backend_for
+from linnet.runtimes.backends.jax_backend import JaxModel, jax_module
 
 from .plan import LLAMA_TP_PLAN, check_plan, split_dim
 
-__all__ = ["initialize_distributed", "make_mesh", "param_sharding", "shard_model", "load_tensor_parallel"]
+__all__ = [
+    "LOAD_OPTIONS",
+    "tensor_parallel",
+    "initialize_distributed",
+    "make_mesh",
+    "param_sharding",
+    "shard_model",
+    "load_tensor_parallel",
+]
 
 AXIS = "tp"
 # what `jax.distributed.initialize()` reads when it is given no arguments (an explicit coordinator)
@@ -108,6 +117,17 @@ def shard_model(model: JaxModel, mesh, plan: dict[str, str] = LLAMA_TP_PLAN) -> 
     return model
 
 
+# what `linnet.runtimes.parallel.load_options` adds to a load to be split here: every weight under its checkpoint
+# name, which the plan splits by
+LOAD_OPTIONS: dict[str, Any] = {"fuse_linear_weights": False}
+
+
+def tensor_parallel(model: JaxModel) -> tuple[JaxModel, bool]:
+    """`model` sharded over every device (`make_mesh()`); this one process always reports. Raises BackendError for
+    a plan that does not fit."""
+    return shard_model(model, make_mesh()), True
+
+
 def load_tensor_parallel(
     source: str | Path,
     weights: str | Path | None = None,
@@ -115,7 +135,8 @@ def load_tensor_parallel(
     plan: dict[str, str] = LLAMA_TP_PLAN,
     **options: Any,
 ) -> JaxModel:
-    """`jax_backend.load(source, weights, fuse_linear_weights=False, **options)` sharded over `mesh`
+    """`linnet.jax.load(source, weights, fuse_linear_weights=False, **options)` sharded over `mesh`
     (default `make_mesh()`: every device). Raises what `load` raises, and BackendError."""
     mesh = mesh if mesh is not None else make_mesh()
-    return shard_model(load(source, weights, fuse_linear_weights=False, **options), mesh, plan)
+    backend = backend_for("jax_backend", options.pop("mode", "generated"))
+    return shard_model(backend.load(source, weights, **LOAD_OPTIONS, **options), mesh, plan)

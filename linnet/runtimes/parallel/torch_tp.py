@@ -39,12 +39,21 @@ from torch.distributed.tensor.experimental import implicit_replication
 from torch.overrides import TorchFunctionMode
 
 from linnet.errors import BackendError
-from linnet.runtimes.backends.torch_backend import TorchModel, TorchStepModel, load, to_numpy, to_torch
+from linnet.runtimes.backends import backend_for
+from linnet.runtimes.backends.torch_backend import TorchModel, TorchStepModel, to_numpy, to_torch
 
 from ..model import step_entry
 from .plan import LLAMA_TP_PLAN, check_plan, split_dim
 
-__all__ = ["init_mesh", "shard_model", "load_tensor_parallel", "TensorParallelModel", "RowwiseOutputs"]
+__all__ = [
+    "LOAD_OPTIONS",
+    "tensor_parallel",
+    "init_mesh",
+    "shard_model",
+    "load_tensor_parallel",
+    "TensorParallelModel",
+    "RowwiseOutputs",
+]
 
 # the process group's backend for a device kind: what torchrun users pick
 DIST_BACKENDS = {"cpu": "gloo", "cuda": "nccl"}
@@ -188,6 +197,18 @@ class TensorParallelStepModel(TorchStepModel):
         return self.model._call(entry, tensors).float().cpu().numpy()
 
 
+LOAD_OPTIONS: dict[str, Any] = {}  # what `linnet.runtimes.parallel.load_options` adds to a load to be split here
+
+
+def tensor_parallel(model: TorchModel) -> tuple[TensorParallelModel, bool]:
+    """`model` split over every torchrun process (`init_mesh` on its device); whether this process reports (rank 0).
+    Raises BackendError outside torchrun or for a plan that does not fit."""
+    import torch.distributed as dist
+
+    mesh = init_mesh(str(model.module.device_))
+    return shard_model(model, mesh), dist.get_rank() == 0
+
+
 def load_tensor_parallel(
     source: str | Path,
     weights: str | Path | None = None,
@@ -195,8 +216,9 @@ def load_tensor_parallel(
     plan: dict[str, str] = LLAMA_TP_PLAN,
     **options: Any,
 ) -> TensorParallelModel:
-    """`torch_backend.load(source, weights, **options)` (mode "generated" unless given), split over `mesh`
+    """`linnet.torch.load(source, weights, **options)` (mode "generated" unless given), split over `mesh`
     (default: `init_mesh(device)`, every torchrun process). Raises what `load` raises, and BackendError
     (outside torchrun, a plan that does not fit)."""
     mesh = mesh if mesh is not None else init_mesh(options.get("device", "cpu"))
-    return shard_model(load(source, weights, **options), mesh, plan)
+    model = backend_for("torch_backend", options.pop("mode", "generated")).load(source, weights, **options)
+    return shard_model(model, mesh, plan)

@@ -18,7 +18,6 @@ Per request (`execute` returns at once; Triton may send the next batch of reques
 from __future__ import annotations
 
 import json
-import os
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -26,12 +25,24 @@ from typing import Any
 import numpy as np
 
 from linnet.errors import LinnetError
-from linnet.runtimes.export.triton import INPUTS
 
 from ..sampling import SamplingParams
 from .engine import ContextLengthExceeded, Delta, Engine, Finished, QueueFull, Request
 
-__all__ = ["DEFAULT_MAX_TOKENS", "LinnetModel", "TritonInputs"]
+__all__ = ["DEFAULT_MAX_TOKENS", "INPUTS", "LinnetModel", "TritonInputs"]
+
+# (name, Triton data type, dims) of the model's inputs; all but text_input are optional.
+INPUTS = (
+    ("text_input", "TYPE_STRING", "[ 1 ]"),
+    ("max_tokens", "TYPE_INT32", "[ 1 ]"),
+    ("temperature", "TYPE_FP32", "[ 1 ]"),
+    ("top_p", "TYPE_FP32", "[ 1 ]"),
+    ("top_k", "TYPE_INT32", "[ 1 ]"),
+    ("seed", "TYPE_INT64", "[ 1 ]"),
+    ("stop", "TYPE_STRING", "[ -1 ]"),
+    ("ignore_eos", "TYPE_BOOL", "[ 1 ]"),
+    ("stream", "TYPE_BOOL", "[ 1 ]"),
+)
 
 # `max_tokens` when a request gives none: `linnet generate --max-new-tokens`'s default.
 DEFAULT_MAX_TOKENS = 128
@@ -39,7 +50,7 @@ DEFAULT_MAX_TOKENS = 128
 
 @dataclass(frozen=True)
 class TritonInputs:
-    """One request's inputs, read from its tensors (names: linnet/runtimes/export/triton.py `INPUTS`)."""
+    """One request's inputs, read from its tensors (names: `INPUTS`)."""
 
     prompt: str
     params: SamplingParams
@@ -58,9 +69,7 @@ class LinnetModel:
     it)."""
 
     def __init__(self, args: dict[str, str], config: dict[str, Any], pb_utils: Any) -> None:
-        from linnet.runtimes.backends import caches
-
-        from ..backends import get_backend
+        from linnet.runtimes.backends import get_backend
 
         self.pb = pb_utils
         check_stub_numpy(pb_utils)
@@ -69,9 +78,8 @@ class LinnetModel:
         weights = parameters.get("weights") or None
         try:
             backend = get_backend(parameters.get("backend", "torch"))
-            caches.enable(backend.family)
-            if backend.family == "torch":
-                _share_cores(config)
+            # every instance is a process: each gets an equal share of the cores (on PyTorch, its thread count)
+            backend.setup_process(instances=sum(int(g.get("count", 1)) for g in config.get("instance_group", [])) or 1)
             model = backend.load(
                 source,
                 weights,
@@ -234,12 +242,3 @@ def _text(value: Any, name: str) -> str:
         return bytes(value).decode("utf-8")
     except UnicodeDecodeError as err:
         raise ValueError(f"input {name} is not UTF-8 ({err.reason} at byte {err.start})") from None
-
-
-def _share_cores(config: dict[str, Any]) -> None:
-    """Give each of the model's CPU instances an equal share of this process's cores as PyTorch threads (every
-    instance is a process; without this each would start one thread per core and they would fight)."""
-    import torch
-
-    instances = sum(int(g.get("count", 1)) for g in config.get("instance_group", [])) or 1
-    torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // instances))

@@ -51,7 +51,27 @@ from .metrics import step_record
 from .objectives import Objective
 from .schedule import lr_multiplier
 
-__all__ = ["JaxPolicy", "JaxTrainer", "JAX_LOSSES", "token_nll_jax", "sft_loss_jax", "dpo_loss_jax", "PAD_TO"]
+__all__ = [
+    "JaxPolicy", "JaxTrainer", "JAX_LOSSES", "token_nll_jax", "sft_loss_jax", "dpo_loss_jax", "PAD_TO",
+    "LOAD_OPTIONS", "DATA_PARALLEL", "trainable_paths", "policy_and_trainer",
+]  # fmt: skip
+
+# The hooks of a backend record's `trainer` (`linnet.runtimes.backends.Backend.trainer`), read by `train.run`:
+# every weight under its checkpoint name (no fused keys), so gradients come back by name
+LOAD_OPTIONS = {"fuse_linear_weights": False}
+DATA_PARALLEL = False  # not across torchrun processes: JAX shards over its devices in one process
+
+
+def trainable_paths(model: Any) -> list[str]:
+    """The checkpoint names of every parameter of a loaded `JaxModel` (what `--method full` trains)."""
+    return list(model.params)
+
+
+def policy_and_trainer(model: Any, trainable: list[str], cfg: TrainConfig) -> tuple[JaxPolicy, type[JaxTrainer]]:
+    """The policy being trained (`model` under `jax.value_and_grad`, `trainable` its parameters to train) and the
+    loop that trains it."""
+    return JaxPolicy(model, trainable), JaxTrainer
+
 
 PAD_TO = 16
 

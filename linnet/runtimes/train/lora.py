@@ -353,10 +353,10 @@ def prepare_with_adapters(
     Raises TrainError (targets, adapter folder), LoadError (source, weights)."""
     from linnet.ir.build import read_source
 
-    from ..loading import prepare
+    from ..loading import LoadOptions, prepare
 
     path, text = read_source(source)
-    base = prepare(path, weights, preset, config, "f32", text=text)
+    base = prepare(path, weights, LoadOptions(preset, config, "f32"), text=text)
     tensors = None
     if adapter is not None:
         lora, targets_spelled, tensors = read_adapter(adapter)
@@ -370,7 +370,8 @@ def prepare_with_adapters(
         tensors = _adapter_tensors(tensors, members, adapter)
     new_text = lora_source(path, text, members, lora.r, lora.scaling, lora.lora_dropout)
     view = _AddedTensors(tensors, members, lora.r, seed)
-    prepared = prepare(path, base.weights, preset, config, "f32", max_batch, text=new_text, view=view)
+    options = LoadOptions(preset, config, "f32", max_batch=max_batch)
+    prepared = prepare(path, base.weights, options, text=new_text, view=view)
     return prepared, LoraAdapters(lora, members, spelled, path, base.weights, preset, config, model_type)
 
 
@@ -388,26 +389,21 @@ def load_with_adapters(
     max_batch: int = 1,
     device: str = "cpu",
 ):
-    """`prepare_with_adapters`, loaded on `backend` (a torch mode, on `device`; or `jax`: with every weight under its
-    checkpoint name, `fuse_linear_weights=False`, so gradients come back by name). Returns (the `TorchModel` or
+    """`prepare_with_adapters`, loaded on `backend` (one that trains, on `device`, with its trainer's `LOAD_OPTIONS`:
+    on `jax` every weight under its checkpoint name, so gradients come back by name). Returns (the `TorchModel` or
     `JaxModel`, with `.lora` its `LoraAdapters`; the adapters' paths, the parameters to train). Raises TrainError,
     LoadError, BackendError."""
     from ..backends import get_backend
+    from ..loading import LoadOptions
 
     b = get_backend(backend)
-    if b.runtime not in ("torch_backend", "jax_backend") or not b.can_train:
+    if not b.can_train:
         raise TrainError(f"LoRA loads on the backends that train; {backend} is {b.label}")
     prepared, adapters = prepare_with_adapters(
         source, weights, lora, adapter=adapter, preset=preset, config=config, seed=seed, max_batch=max_batch
     )
-    if b.runtime == "jax_backend":
-        from linnet.runtimes.backends.jax_backend import load_prepared as load_jax
-
-        model = load_jax(prepared, b.mode, progress=progress, fuse_linear_weights=False)
-    else:
-        from linnet.runtimes.backends.torch_backend import load_prepared
-
-        model = load_prepared(prepared, b.mode, device=device, progress=progress)
+    options = LoadOptions(device=device, progress=progress)
+    model = b.runtime_module().load_prepared(prepared, options, b.mode, **b.trainer_module().LOAD_OPTIONS)
     model.lora = adapters
     return model, adapters.paths()
 
@@ -558,10 +554,12 @@ def export_merged(model: Any, out_dir: str | Path, dtype: str | None = None) -> 
     from linnet.runtimes.backends.torch_backend import load_prepared, to_torch
     from linnet.runtimes.export.hf import export_hf
 
-    from ..loading import prepare
+    from ..loading import LoadOptions, prepare
 
     info: LoraAdapters = model.lora
-    base = load_prepared(prepare(info.source, info.weights, info.preset, info.config, "f32"), progress=False)
+    base = load_prepared(
+        prepare(info.source, info.weights, LoadOptions(info.preset, info.config, "f32")), LoadOptions(progress=False)
+    )
     for path, a in merged_weights(model).items():
         base.module.bind(path, to_torch(a))
     return export_hf(base, out_dir, dtype=dtype)

@@ -67,18 +67,13 @@ def load_for_training(
 
     check_trains(backend)
     if lora is None and adapter is None:
-        if get_backend(backend).family == "jax":  # every weight under its checkpoint name: gradients by name
-            from linnet.runtimes.backends.jax_backend import load as load_jax
-
-            model = load_jax(
-                source, weights, preset=preset, config=config, progress=progress, fuse_linear_weights=False
-            )
-            return model, list(model.params)
-        model = get_backend(backend).load(
+        b = get_backend(backend)
+        trainer = b.trainer_module()
+        model = b.load(
             source, weights, preset=preset, config=config, dtype="f32", max_batch=max_batch, device=device,
-            progress=progress,
+            progress=progress, **trainer.LOAD_OPTIONS,
         )  # fmt: skip
-        return model, [name for name, _ in model.module.named_parameters()]
+        return model, trainer.trainable_paths(model)
     from .lora import load_with_adapters
 
     return load_with_adapters(
@@ -127,8 +122,8 @@ def train(
     """
     import torch
 
-    from .policy import TorchPolicy
-    from .trainer import Trainer
+    from ..backends import get_backend
+    from .policy import check_trains
 
     unknown = sorted(set(options) - set(TrainConfig.__dataclass_fields__))
     if unknown:
@@ -143,6 +138,8 @@ def train(
     objective = objective_for(method, **cfg.method_options)
     rows = read_jsonl(data)
     torch.manual_seed(cfg.seed)
+    check_trains(backend)
+    trainer_module = get_backend(backend).trainer_module()
     try:
         rows_sampled = getattr(objective, "generation_rows", None)  # GRPO samples a micro-batch's completions at once
         model, trainable = load_for_training(
@@ -156,22 +153,9 @@ def train(
         raise
     if getattr(model, "lora", None) is not None:
         cfg.lora = model.lora.settings  # an --adapter's own r, alpha and targets
-    if model.backend == "jax":
-        from .jax_trainer import JaxPolicy, JaxTrainer
-
-        policy, trainer_class = JaxPolicy(model, trainable), JaxTrainer
-    else:
-        policy, trainer_class = (
-            TorchPolicy(
-                model,
-                trainable,
-                gradient_checkpointing=cfg.gradient_checkpointing,
-                autocast_dtype=torch.bfloat16 if cfg.bf16 else None,
-            ),
-            Trainer,
-        )
+    policy, trainer_class = trainer_module.policy_and_trainer(model, trainable, cfg)
     token_rows = objective.token_rows(rows, policy.tokenizer, policy.vocab_size, cfg.max_length)
-    hooks, is_main = _distributed(model, policy, token_rows, cfg)
+    hooks, is_main = _distributed(trainer_module, policy, token_rows, cfg)
     tmp = _temporary_folder(target) if target is not None and is_main else None
     try:
         with _Progress(cfg.max_steps, progress and is_main, tmp) as report:
@@ -191,7 +175,7 @@ def train(
     return TrainResult(history, model, target)
 
 
-def _distributed(model: Any, policy: Any, token_rows: list, cfg: TrainConfig) -> tuple[dict[str, Any], bool]:
+def _distributed(trainer: Any, policy: Any, token_rows: list, cfg: TrainConfig) -> tuple[dict[str, Any], bool]:
     """Under torchrun (WORLD_SIZE > 1): DDP or FSDP2 around the torch policy (`train.torch_dp`), and the
     trainer's hooks (this rank's micro-batches, the all-reduced normaliser, records summed over the ranks);
     whether this process writes (rank 0). One process: no hooks, it writes."""
@@ -199,7 +183,7 @@ def _distributed(model: Any, policy: Any, token_rows: list, cfg: TrainConfig) ->
 
     if not in_torchrun():
         return {}, True
-    if model.backend == "jax":
+    if not trainer.DATA_PARALLEL:
         raise TrainError("under torchrun, train on a PyTorch backend; JAX shards over its devices in one process")
     run = data_parallel(policy, token_rows, cfg, fsdp=cfg.fsdp)
 

@@ -25,7 +25,32 @@ from .objectives import Objective
 from .policy import TorchPolicy
 from .schedule import lr_multiplier
 
-__all__ = ["Trainer", "StepRecord", "evaluate"]
+__all__ = [
+    "Trainer",
+    "StepRecord",
+    "evaluate",
+    "LOAD_OPTIONS",
+    "DATA_PARALLEL",
+    "trainable_paths",
+    "policy_and_trainer",
+]
+
+# The hooks of a backend record's `trainer` (`linnet.runtimes.backends.Backend.trainer`), read by `train.run`:
+LOAD_OPTIONS: dict = {}  # what a model to train loads with beyond the common options
+DATA_PARALLEL = True  # trains across torchrun processes (`train.torch_dp`)
+
+
+def trainable_paths(model) -> list[str]:
+    """The checkpoint names of every parameter of a loaded `TorchModel` (what `--method full` trains)."""
+    return [name for name, _ in model.module.named_parameters()]
+
+
+def policy_and_trainer(model, trainable: list[str], cfg: TrainConfig) -> tuple[TorchPolicy, type[Trainer]]:
+    """The policy being trained (`model` under autograd, `trainable` its parameters to train; gradient checkpointing
+    and bf16 autocast as `cfg` says) and the loop that trains it."""
+    autocast = torch.bfloat16 if cfg.bf16 else None
+    policy = TorchPolicy(model, trainable, gradient_checkpointing=cfg.gradient_checkpointing, autocast_dtype=autocast)
+    return policy, Trainer
 
 
 class Trainer:
