@@ -14,7 +14,7 @@ import signal
 import sys
 import time
 
-from linnet.cli.backends import (
+from linnet.cli.common import (
     BACKEND_HELP,
     BACKEND_NAMES,
     EXIT_ERRORS,
@@ -25,9 +25,9 @@ from linnet.cli.backends import (
     add_common,
     fail,
     load_model,
-    pick_example,
     print_notes,
 )
+from linnet.cli.generate import pick_example
 
 # served when neither FILE nor --weights is given, as the README's first example answers from it
 DEFAULT_WEIGHTS = "smollm2-135m-instruct"

@@ -12,7 +12,7 @@ import argparse
 import os
 import sys
 
-from linnet.cli.backends import BACKEND_HELP, BACKEND_NAMES, EXIT_ERRORS, EXIT_OK, EXIT_USAGE, UsageError, parse_config
+from linnet.cli.common import BACKEND_HELP, BACKEND_NAMES, EXIT_ERRORS, EXIT_OK, EXIT_USAGE, UsageError, parse_config
 
 
 def cmd_train(args: argparse.Namespace) -> int:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from linnet.cli.backends import (
+from linnet.cli.common import (
     BACKEND_HELP,
     BACKEND_NAMES,
     EXIT_OK,
@@ -24,9 +24,9 @@ from linnet.cli.backends import (
     add_common,
     fail,
     load_model,
-    pick_example,
     print_notes,
 )
+from linnet.cli.generate import pick_example
 from linnet.errors import AudioError
 
 

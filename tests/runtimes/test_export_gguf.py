@@ -273,7 +273,7 @@ def test_unknown_pre_tokenizer_is_refused():
 
 def test_cli_writes_and_refuses(gqa, bert_folder, tmp_path, capsys):
     from linnet.cli import main
-    from linnet.cli.backends import GGUF_TYPES
+    from linnet.cli.export import GGUF_TYPES
     from linnet.runtimes.export.gguf import FILE_TYPES
 
     assert set(GGUF_TYPES) == set(FILE_TYPES)

@@ -16,7 +16,7 @@ IR op by op, the `equivalent` reference) first, then the backends asked for:
 `--format json` prints the report as one JSON object (what the language server's "Compare" lens
 shows); text prints a table. Exit 0 when every backend that ran agrees, 1 on any disagreement or
 failed backend, 2 for a usage error. This module is the comparison (rows, pairs, the report), shared by the CLI and
-the language server's report; the loading and running are `linnet.cli.backends`' (`compare_backends`), as for
+the language server's report; the loading and running are `linnet.cli.run`'s (`compare_backends`), as for
 `linnet run`.
 """
 

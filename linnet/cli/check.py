@@ -1,0 +1,215 @@
+"""`linnet check` (the checker over files and folders, and with `--weights` against a checkpoint's headers) and
+`linnet fmt` (the formatter). Both load the front end alone, never `linnet.compiler`, `linnet.runtimes`, torch or
+jax (a test holds them to it); `check --weights` adds the checkpoint header reader (`linnet.runtimes.headers`:
+numpy, never torch).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from linnet.cli.common import EXIT_ERRORS, EXIT_OK, EXIT_USAGE
+
+
+def _collect(paths: list[str]) -> tuple[list[Path], list[str]]:
+    """`.linnet` files under `paths` (files as given, folders searched), and I/O problems."""
+    files: list[Path] = []
+    problems: list[str] = []
+    for raw in paths:
+        p = Path(raw)
+        if p.is_dir():
+            found = sorted(f for f in p.rglob("*.linnet") if f.is_file())
+            if not found:
+                problems.append(f"{raw}: no .linnet files in this folder")
+            files.extend(found)
+        elif p.is_file():
+            files.append(p)
+        else:
+            problems.append(f"{raw}: no such file or folder")
+    return files, problems
+
+
+def read_source(path: Path) -> str:
+    """A source file's text: UTF-8, a leading byte-order mark dropped, line endings kept as they are (`\r\n`
+    and a lone `\r` are line breaks to the front end, so positions and byte offsets are the file's own). Raises
+    OSError and UnicodeDecodeError."""
+    with path.open(encoding="utf-8-sig", newline="") as f:
+        return f.read()
+
+
+def _display(path: str) -> str:
+    try:
+        rel = os.path.relpath(path)
+        return rel if not rel.startswith("..") else path
+    except ValueError:
+        return path
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """Check the files given, and every file they import (each once)."""
+    from linnet.semantics.program import Workspace
+    from linnet.semantics.render import render_github, render_json, render_text, use_color
+
+    files, problems = _collect(args.paths)
+    for p in problems:
+        print(f"linnet check: {p}", file=sys.stderr)
+    if problems:
+        return EXIT_USAGE
+    if args.summary:
+        if args.weights is not None:  # the cost model reads the source's config, not a checkpoint's
+            print("linnet check: --summary does not take --weights; run them as two commands", file=sys.stderr)
+            return EXIT_USAGE
+        from linnet.summary import cmd_summary
+
+        return cmd_summary(args, files)
+    texts: dict[str, str] = {}
+    all_diags = []
+    preset_seen = False
+    unreadable = 0
+    workspace = Workspace()
+    documents = []
+    for f in files:
+        try:
+            text = read_source(f)
+        except (OSError, UnicodeDecodeError) as err:
+            print(f"linnet check: {f}: cannot read ({err})", file=sys.stderr)
+            unreadable += 1
+            continue
+        texts[str(f)] = text
+        documents.append(workspace.open(str(f), text))
+    checked = {workspace.key(d.source.path) for d in documents}
+    for doc in documents:  # grows with the files they import
+        analysis = doc.analyze(args.preset)
+        for path in analysis.files:
+            if workspace.key(path) not in checked and (imported := workspace.get(path)) is not None:
+                checked.add(workspace.key(path))
+                documents.append(imported)
+                texts[imported.source.path] = imported.text
+        diags = analysis.diagnostics
+        if args.preset and args.preset in analysis.declared_presets:
+            preset_seen = True
+            diags = [d for d in diags if d.presets is None or args.preset in d.presets]
+        all_diags.extend(diags)
+    if args.preset and not preset_seen and not unreadable:
+        print(f"linnet check: no file declares preset `{args.preset}`", file=sys.stderr)
+        return EXIT_USAGE
+    if args.weights is not None:
+        found = _check_weights(args, texts, [str(f) for f in files if str(f) in texts])
+        if found is None:
+            return EXIT_USAGE
+        all_diags.extend(found)
+
+    def source_of(path: str) -> str | None:
+        if path not in texts:
+            try:
+                texts[path] = read_source(Path(path))
+            except (OSError, UnicodeDecodeError):
+                return None
+        return texts[path]
+
+    if args.format == "json":
+        print(render_json(all_diags))
+    elif args.format == "github":
+        for d in all_diags:
+            print(render_github(d, _display))
+    else:
+        color = use_color(sys.stdout)
+        for d in all_diags:
+            print(render_text(d, source_of, _display, color))
+            print()
+    n_err = sum(1 for d in all_diags if d.is_error)
+    n_warn = len(all_diags) - n_err
+    if args.format == "text":
+        checked = len(documents)
+        print(
+            f"checked {checked} file{'s' if checked != 1 else ''}: {n_err} error{'s' if n_err != 1 else ''}, "
+            f"{n_warn} warning{'s' if n_warn != 1 else ''}" + (f"; {unreadable} unreadable" if unreadable else ""),
+            file=sys.stderr,
+        )
+    if unreadable:
+        return EXIT_USAGE
+    return EXIT_ERRORS if n_err else EXIT_OK
+
+
+def _check_weights(args: argparse.Namespace, texts: dict[str, str], paths: list[str]) -> list | None:
+    """The header check of `--weights` against each file given (`linnet.runtimes.headers.check_weights`, what
+    loading would report, reading no tensor data); None after printing why the weights cannot be opened."""
+    from linnet.errors import CheckpointError
+    from linnet.runtimes.headers import check_weights, read_headers
+
+    try:
+        read_headers(args.weights)
+    except CheckpointError as err:
+        print(f"linnet check: --weights: {err}", file=sys.stderr)
+        return None
+    found = []
+    for path in paths:
+        report = check_weights(path, texts[path], args.weights, args.preset)
+        for note in report.notes:
+            print(f"note: {note}", file=sys.stderr)
+        found.extend(report.diagnostics)
+    return found
+
+
+def cmd_fmt(args: argparse.Namespace) -> int:
+    from linnet.syntax.fmt import FormatError, format_source
+
+    files, problems = _collect(args.paths)
+    for p in problems:
+        print(f"linnet fmt: {p}", file=sys.stderr)
+    if problems:
+        return EXIT_USAGE
+    status = EXIT_OK
+    changed = 0
+    for f in files:
+        try:
+            text = read_source(f)
+        except (OSError, UnicodeDecodeError) as err:
+            print(f"linnet fmt: {_display(str(f))}: cannot read ({err})", file=sys.stderr)
+            status = EXIT_USAGE
+            continue
+        try:
+            formatted = format_source(text)
+        except FormatError as err:
+            print(f"linnet fmt: {_display(str(f))}:{err.line}:{err.column}: cannot format: {err}", file=sys.stderr)
+            status = EXIT_ERRORS
+            continue
+        if formatted == text:
+            continue
+        changed += 1
+        if args.check:
+            print(f"would reformat {_display(str(f))}")
+            status = EXIT_ERRORS
+        else:
+            with f.open("w", encoding="utf-8", newline="") as out:  # the line endings format_source kept
+                out.write(formatted)
+            print(f"reformatted {_display(str(f))}")
+    if args.check and changed == 0 and status == EXIT_OK:
+        print(f"{len(files)} file{'s' if len(files) != 1 else ''} already formatted", file=sys.stderr)
+    return status
+
+
+def register(sub) -> None:
+    """Add `check` and `fmt` to the `linnet` parser."""
+    check = sub.add_parser("check", help="check .linnet files under the config defaults and every preset")
+    check.add_argument("paths", nargs="+", metavar="PATH", help="files or folders")
+    check.add_argument("--format", choices=("text", "json", "github"), default="text")
+    check.add_argument("--preset", metavar="NAME", help="report only what fails under this preset")
+    check.add_argument(
+        "--weights",
+        metavar="W",
+        help="also check the files against a checkpoint's headers (a Hugging Face folder, a .gguf file or an "
+        "embedded id), as loading would, under --preset (default: the config defaults); reads no tensor data",
+    )
+    from linnet.summary import add_arguments
+
+    add_arguments(check)
+    check.set_defaults(func=cmd_check)
+
+    fmt = sub.add_parser("fmt", help="format .linnet files (comments kept)")
+    fmt.add_argument("paths", nargs="+", metavar="PATH", help="files or folders")
+    fmt.add_argument("--check", action="store_true", help="change nothing; exit 1 if a file would change")
+    fmt.set_defaults(func=cmd_fmt)
