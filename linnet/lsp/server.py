@@ -391,8 +391,20 @@ def _field(params: Any, name: str, default: Any = None) -> Any:
 def create_server() -> LinnetServer:
     """A server with every feature registered."""
     server = LinnetServer()
+    _register_lifecycle(server)
+    _register_text_sync(server)
+    _register_hover(server)
+    _register_navigation(server)
+    _register_symbols(server)
+    _register_completion(server)
+    _register_editing(server)
+    _register_views(server)
+    return server
 
-    # ----------------------------------------------------------------- lifecycle, settings
+
+def _register_lifecycle(server: LinnetServer) -> None:
+    """Initialization and settings: the position encoding, the workspace roots, settings pulled and pushed."""
+
     @server.feature(T.INITIALIZE)
     @guarded()
     def initialize(ls: LinnetServer, params: T.InitializeParams):
@@ -421,7 +433,10 @@ def create_server() -> LinnetServer:
             await _pull_settings(ls)
         ls.refresh()
 
-    # ----------------------------------------------------------------- text sync, diagnostics
+
+def _register_text_sync(server: LinnetServer) -> None:
+    """Text sync (open, change, save, close, files changed on disk), each scheduling diagnostics."""
+
     @server.feature(T.TEXT_DOCUMENT_DID_OPEN)
     @guarded()
     def did_open(ls: LinnetServer, params: T.DidOpenTextDocumentParams):
@@ -474,7 +489,10 @@ def create_server() -> LinnetServer:
         if ls.weight_checks.forget([path_of(change.uri) for change in params.changes]):
             ls.refresh()
 
-    # ----------------------------------------------------------------- hover, hints
+
+def _register_hover(server: LinnetServer) -> None:
+    """Hover and inlay hints (shapes, parameter names)."""
+
     @document_feature(server, T.TEXT_DOCUMENT_HOVER, early=True)
     def hover(ls: LinnetServer, params: T.HoverParams, doc: OpenDocument, a: Analysis):
         index = a.document.source.index
@@ -504,7 +522,10 @@ def create_server() -> LinnetServer:
             for h in found
         ]
 
-    # ----------------------------------------------------------------- navigation
+
+def _register_navigation(server: LinnetServer) -> None:
+    """Navigation: definition, references, rename, highlights, import links."""
+
     @document_feature(server, T.TEXT_DOCUMENT_DEFINITION)
     def definition(ls: LinnetServer, params: T.DefinitionParams, doc: OpenDocument, a: Analysis):
         loc = navigation.definition(a, offset_at(a.document.source.index, params.position))
@@ -568,7 +589,10 @@ def create_server() -> LinnetServer:
             for r in resolved
         ]
 
-    # ----------------------------------------------------------------- symbols, folding
+
+def _register_symbols(server: LinnetServer) -> None:
+    """Document and workspace symbols, folding ranges."""
+
     @document_feature(server, T.TEXT_DOCUMENT_DOCUMENT_SYMBOL, default=[])
     def document_symbol(ls: LinnetServer, params: T.DocumentSymbolParams, doc: OpenDocument, a: Analysis):
         def convert(item, s: symbols.Symbol) -> T.DocumentSymbol:
@@ -606,7 +630,9 @@ def create_server() -> LinnetServer:
             for start, end, kind in symbols.folding_ranges(a.document.items)
         ]
 
-    # ----------------------------------------------------------------- completion, signatures
+
+def _register_completion(server: LinnetServer) -> None:
+    """Completion and signature help."""
     completion_options = T.CompletionOptions(trigger_characters=[".", '"', "/"])
 
     @document_feature(server, T.TEXT_DOCUMENT_COMPLETION, completion_options)
@@ -648,7 +674,9 @@ def create_server() -> LinnetServer:
         )
         return T.SignatureHelp(signatures=[information], active_signature=0, active_parameter=sig.active)
 
-    # ----------------------------------------------------------------- tokens, formatting, actions
+
+def _register_editing(server: LinnetServer) -> None:
+    """Semantic tokens, formatting and quick fixes."""
     legend = T.SemanticTokensLegend(token_types=TOKEN_TYPES, token_modifiers=TOKEN_MODIFIERS)
 
     @document_feature(server, T.TEXT_DOCUMENT_SEMANTIC_TOKENS_FULL, legend)
@@ -698,7 +726,11 @@ def create_server() -> LinnetServer:
                     )
         return out
 
-    # ----------------------------------------------------------------- run-in-editor, views
+
+def _register_views(server: LinnetServer) -> None:
+    """The run and compare lenses and commands, preset selection, and the custom requests of the views
+    (IR, generated code, presets, backends)."""
+
     @document_feature(server, T.TEXT_DOCUMENT_CODE_LENS, T.CodeLensOptions(resolve_provider=False), default=[])
     def code_lens(ls: LinnetServer, params: T.CodeLensParams, doc: OpenDocument, a: Analysis):
         model = a.model
@@ -759,8 +791,6 @@ def create_server() -> LinnetServer:
     @guarded([])
     async def backends(ls: LinnetServer, params):
         return views.backend_list()
-
-    return server
 
 
 def _document_param(ls: LinnetServer, params) -> OpenDocument:

@@ -564,24 +564,10 @@ class CallsMixin:
         if matched is None:
             return UNKNOWN
         sig_scope = Scope(self.module_scope(inst) if inst is not None else self.global_scope(), "fn")
+        call = _FnCall(target, e, callee, owner, owner_file, matched, arg_types, sig_scope, info)
         # Compile-time parameters first (checked per call): tensor types may use them.
         tensor_params = [p for p in fn.params if isinstance(p.type, (A.TensorType, A.TupleType))]
-        compile_time: dict[str, Type] = {}
-        for p in fn.params:
-            if p in tensor_params:
-                continue
-            if p.name.id in matched:
-                arg = matched[p.name.id]
-                t, node = arg_types[id(arg)], arg.value
-            else:
-                t, node = self.silent_expr(p.default, sig_scope, target.item), e
-            checked = self.check_compile_time_arg(p, t, node, callee, target.item)
-            compile_time[p.name.id] = checked if checked is not None else UNKNOWN
-            given = matched.get(p.name.id)
-            info.args[p.name.id] = Arg(
-                p.name.id, given.value if given else None, compile_time[p.name.id], None if given else p.default
-            )
-            sig_scope.bind(p.name.id, Binding(compile_time[p.name.id], "param"))
+        compile_time = self._compile_time_args(call, tensor_params)
         sig = self.signature(target, tensor_params, compile_time, sig_scope)
         if sig.errors:
             first = sig.errors[0]
@@ -592,15 +578,65 @@ class CallsMixin:
                 labels=[Label(first.anchor, "required here")],
             )
             return UNKNOWN
-        pattern_types = sig.params
         unifier = Unifier(set(sig.patterns), set(sig.dtype_patterns))
+        unknown_arg = self._unify_tensor_args(call, tensor_params, sig.params, unifier)
+        unifier.shown = [
+            d
+            for a in matched.values()
+            for t in [arg_types.get(id(a))]
+            if isinstance(t, TensorT)
+            for d in t.shape.dims
+            if d is not None
+        ]
+        unifier.solve()
+        self._report_unsolved(call, tensor_params, sig.params, unifier)
+        for p in tensor_params:
+            given = matched.get(p.name.id)
+            info.args[p.name.id] = Arg(
+                p.name.id, given.value if given else None, arg_types[id(given)] if given else UNKNOWN
+            )
+        info.args = {p.name.id: info.args[p.name.id] for p in fn.params}  # declaration order
+        info.dims = {a.name: unifier.solved.get(a) for a in sorted(sig.patterns, key=lambda a: a.uid)}
+        info.dtypes = {d.name: unifier.dtypes.get(d) for d in sig.dtype_patterns}
+        if len(self.result.findings) > findings_before or unknown_arg:
+            return UNKNOWN  # the call is wrong, or its input unknown: what it returns would only cascade
+        return _substitute_type(sig.ret, unifier, unifier.shown)
+
+    def _compile_time_args(self, call: "_FnCall", tensor_params: list[A.Param]) -> dict[str, Type]:
+        """The call's compile-time arguments (every parameter but the tensor ones), each checked against its
+        parameter and bound in the signature's scope, by name; recorded in the call's `CallInfo`."""
+        target, e, matched, sig_scope = call.target, call.node, call.matched, call.sig_scope
+        compile_time: dict[str, Type] = {}
+        for p in target.fn.params:
+            if p in tensor_params:
+                continue
+            if p.name.id in matched:
+                arg = matched[p.name.id]
+                t, node = call.arg_types[id(arg)], arg.value
+            else:
+                t, node = self.silent_expr(p.default, sig_scope, target.item), e
+            checked = self.check_compile_time_arg(p, t, node, call.callee, target.item)
+            compile_time[p.name.id] = checked if checked is not None else UNKNOWN
+            given = matched.get(p.name.id)
+            call.info.args[p.name.id] = Arg(
+                p.name.id, given.value if given else None, compile_time[p.name.id], None if given else p.default
+            )
+            sig_scope.bind(p.name.id, Binding(compile_time[p.name.id], "param"))
+        return compile_time
+
+    def _unify_tensor_args(
+        self, call: "_FnCall", tensor_params: list[A.Param], pattern_types: list, unifier: Unifier
+    ) -> bool:
+        """Unify each tensor argument's dtype and shape with its parameter's pattern, reporting what cannot
+        match (L107, L304, L203). Returns whether an argument's type is unknown."""
+        callee = call.callee
         unknown_arg = False
         for i, p in enumerate(tensor_params):
             pattern = pattern_types[i]
-            if p.name.id not in matched:
+            if p.name.id not in call.matched:
                 continue
-            arg = matched[p.name.id]
-            actual = arg_types[id(arg)]
+            arg = call.matched[p.name.id]
+            actual = call.arg_types[id(arg)]
             if isinstance(actual, UnknownT):
                 unknown_arg = True
                 continue
@@ -614,7 +650,7 @@ class CallsMixin:
                     label=format_type(actual),
                 )
                 continue
-            param_anchor = SymbolAnchor(owner + ("param", p.name.id), owner_file)
+            param_anchor = SymbolAnchor(call.owner + ("param", p.name.id), call.owner_file)
             msg = unifier.unify_dtype(pattern.dtype, actual.dtype, i)
             if msg is not None:
                 self.report(
@@ -636,24 +672,23 @@ class CallsMixin:
                     label=format_type(actual),
                     labels=[Label(param_anchor, f"declared {format_type(pattern)} here")],
                 )
-        unifier.shown = [
-            d
-            for a in matched.values()
-            for t in [arg_types.get(id(a))]
-            if isinstance(t, TensorT)
-            for d in t.shape.dims
-            if d is not None
-        ]
-        unifier.solve()
+        return unknown_arg
+
+    def _report_unsolved(
+        self, call: "_FnCall", tensor_params: list[A.Param], pattern_types: list, unifier: Unifier
+    ) -> None:
+        """Report each error of the solved unifier at its argument: a dim that differs from what the other
+        arguments fix, one that does not divide, one that cannot be inferred."""
+        callee = call.callee
         tensor_names = [p.name.id for p in tensor_params]
         for err in unifier.errors:
             p = tensor_params[err.arg]
-            arg = matched[p.name.id]
-            actual = arg_types[id(arg)]
-            written = self._pattern_text(p, sig_scope, target.item)
-            param_anchor = SymbolAnchor(owner + ("param", p.name.id), owner_file)
+            arg = call.matched[p.name.id]
+            actual = call.arg_types[id(arg)]
+            written = self._pattern_text(p, call.sig_scope, call.target.item)
+            param_anchor = SymbolAnchor(call.owner + ("param", p.name.id), call.owner_file)
             labels = [Label(param_anchor, f"declared `{p.name.id}: {written}` here")]
-            labels += self.def_labels(arg.value) + self.def_labels(e.func)
+            labels += self.def_labels(arg.value) + self.def_labels(call.node.func)
             sources = [err.actual, err.expected] + [
                 unifier.sources.get(a) for a in (err.pattern.atoms() if err.pattern else ())
             ]
@@ -684,17 +719,6 @@ class CallsMixin:
             self.report(
                 err.code, message, arg.value, label=format_type(actual, concrete=True), labels=labels, notes=notes
             )
-        for p in tensor_params:
-            given = matched.get(p.name.id)
-            info.args[p.name.id] = Arg(
-                p.name.id, given.value if given else None, arg_types[id(given)] if given else UNKNOWN
-            )
-        info.args = {p.name.id: info.args[p.name.id] for p in fn.params}  # declaration order
-        info.dims = {a.name: unifier.solved.get(a) for a in sorted(sig.patterns, key=lambda a: a.uid)}
-        info.dtypes = {d.name: unifier.dtypes.get(d) for d in sig.dtype_patterns}
-        if len(self.result.findings) > findings_before or unknown_arg:
-            return UNKNOWN  # the call is wrong, or its input unknown: what it returns would only cascade
-        return _substitute_type(sig.ret, unifier, unifier.shown)
 
     def signature(
         self, target: FnTarget, tensor_params: list[A.Param], compile_time: dict[str, Type], sig_scope: Scope
@@ -737,6 +761,24 @@ class CallsMixin:
 
 def _is_member(anchor: SymbolAnchor) -> bool:
     return anchor.path[1] == "member"
+
+
+@dataclass(frozen=True)
+class _FnCall:
+    """A call of a Linnet function being checked, once its arguments are matched: `callee` as the call
+    writes it (for messages), `owner` the callee's symbol path in `owner_file`, `matched` the argument of
+    each parameter given one, `arg_types` each argument's type (by `id` of its `A.Arg`), `sig_scope` the
+    scope of the callee's signature, `info` the call's resolved form being filled in."""
+
+    target: FnTarget
+    node: A.Call
+    callee: str
+    owner: tuple
+    owner_file: str
+    matched: dict
+    arg_types: dict
+    sig_scope: Scope
+    info: CallInfo
 
 
 @dataclass(frozen=True)

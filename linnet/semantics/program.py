@@ -450,6 +450,44 @@ class Document:
         scenarios = evaluator.scenarios(presets, globals_.config_names())
         analysis.scenarios = scenarios
         values = values_by_type(scenarios, globals_)
+        world, ctx = self._check_context(ns, values, globals_, evaluator)
+        analysis.context = ctx
+        findings: list[Finding] = list(own_imports.findings)
+        for first, dup in globals_.duplicates:
+            findings.append(
+                Finding(
+                    "L105",
+                    f"`{dup.name}` is defined twice",
+                    LocalAnchor(dup, dup.name_span),
+                    labels=[Label(LocalAnchor(first, first.name_span), "first defined here")],
+                )
+            )
+        default_preset = preset or (presets[0].name if presets else None)
+        findings.extend(self._check_items(analysis, ctx, world, values, only, default_preset))
+        for item, found in evaluator.findings.items():
+            if item.source is self.source:
+                findings.extend(found)
+        findings.extend(_recursion(analysis))
+        for item in self.items:
+            if item.kind == "import":
+                analysis.item_refs[item] = own_imports.refs.get(item, [])
+                continue
+            if item._refs is None:
+                item._refs = _item_refs(item)
+            analysis.item_refs[item] = item._refs
+        findings.extend(self._model_findings(analysis))
+        for item in self.items:
+            if item._attribute_findings is None:
+                item._attribute_findings = check_attributes(item)
+            findings.extend(item._attribute_findings)
+        analysis.diagnostics = self._diagnostics(findings, globals_)
+        return analysis
+
+    def _check_context(
+        self, ns: Namespaces, values: dict, globals_: Globals, evaluator: ConfigEvaluator
+    ) -> tuple[Any, CheckContext]:
+        """The world an analysis checks in and its `CheckContext`: the previous analysis's when the world is
+        unchanged (its caches pruned of the items an edit replaced), else a new one."""
         values_key = tuple(
             sorted(
                 ((t.source.path, t.name), tuple(v.key() if v is not None else None for v, _ in vs))
@@ -464,27 +502,28 @@ class Document:
         if previous is not None:
             world = previous[0]  # the same object: every cached result then compares by identity
         ctx = CheckContext(globals_, evaluator, previous[1] if previous else None)
-        analysis.context = ctx
         if previous is not None and self._replaced:
             _prune_caches(ctx, self._replaced)
         self._replaced = []
         self._context = (world, ctx)
-        findings: list[Finding] = list(own_imports.findings)
-        problems = []
+        return world, ctx
 
-        for first, dup in globals_.duplicates:
-            findings.append(
-                Finding(
-                    "L105",
-                    f"`{dup.name}` is defined twice",
-                    LocalAnchor(dup, dup.name_span),
-                    labels=[Label(LocalAnchor(first, first.name_span), "first defined here")],
-                )
-            )
+    def _check_items(
+        self,
+        analysis: Analysis,
+        ctx: CheckContext,
+        world: Any,
+        values: dict,
+        only: Callable[[Item], bool] | None,
+        preset: str | None,
+    ) -> list[Finding]:
+        """Check each module and function (those `only` accepts) once per binding of its config parameters,
+        reusing a cached result where it is still valid; record them in `analysis` (items, model trees,
+        stats) and return their findings, merged across bindings (quoting `preset`'s numbers)."""
+        findings: list[Finding] = []
+        ns, globals_ = analysis.namespaces, analysis.globals
         previous_unclosed = False
         for item in self.items:
-            for p in item.problems:
-                problems.append((item, p))
             unclosed = any(p.code == "L003" and p.message == "unclosed `{`" for p in item.problems)
             if item.ast is None or item.kind not in ("module", "fn") or (only is not None and not only(item)):
                 previous_unclosed = unclosed
@@ -513,55 +552,48 @@ class Document:
                 analysis.stats.items_checked += 1
                 analysis.stats.checked_names.append(item.name)
             analysis.items[item] = ia
-            merged = _merge(ia, preset or (presets[0].name if presets else None))
+            merged = _merge(ia, preset)
             if after_unclosed:
                 # This item likely belongs inside the one above, whose `{` never closed (a
                 # column-0 `fn` inside a module): names from there are not news.
                 merged = [f for f in merged if f.code not in ("L101", "L102")]
             findings.extend(merged)
             previous_unclosed = unclosed
-        for item, found in evaluator.findings.items():
-            if item.source is self.source:
-                findings.extend(found)
-        findings.extend(_recursion(analysis))
-        for item in self.items:
-            if item.kind == "import":
-                analysis.item_refs[item] = own_imports.refs.get(item, [])
-                continue
-            if item._refs is None:
-                item._refs = _item_refs(item)
-            analysis.item_refs[item] = item._refs
-        models = [i for i in self.items if i.kind == "module" and isinstance(i.ast, A.ModuleDef) and i.ast.is_model]
-        if models:
-            analysis.model = models[0]
-            for extra in models[1:]:
-                findings.append(
-                    Finding(
-                        "L110",
-                        "a file declares at most one root `model`",
-                        LocalAnchor(extra, extra.name_span),
-                        labels=[Label(LocalAnchor(models[0], models[0].name_span), "the first one")],
-                        notes=["make the others `module`s"],
-                    )
-                )
-        for item in self.items:
-            if item._attribute_findings is None:
-                item._attribute_findings = check_attributes(item)
-            findings.extend(item._attribute_findings)
-        diagnostics = []
-        for item, p in problems:
-            from .diagnostics import Finding as F
+        return findings
 
-            f = F(
-                p.code,
-                p.message,
-                LocalAnchor(item, p.span),
-                labels=[Label(LocalAnchor(item, s), t) for s, t in p.labels],
-                notes=list(p.notes),
+    def _model_findings(self, analysis: Analysis) -> list[Finding]:
+        """Set `analysis.model` to the file's root `model`, the first one; the others are findings (L110)."""
+        models = [i for i in self.items if i.kind == "module" and isinstance(i.ast, A.ModuleDef) and i.ast.is_model]
+        if not models:
+            return []
+        analysis.model = models[0]
+        return [
+            Finding(
+                "L110",
+                "a file declares at most one root `model`",
+                LocalAnchor(extra, extra.name_span),
+                labels=[Label(LocalAnchor(models[0], models[0].name_span), "the first one")],
+                notes=["make the others `module`s"],
             )
-            d = locate(f, lambda a: self.resolve(a, globals_))
-            if d is not None:
-                diagnostics.append(d)
+            for extra in models[1:]
+        ]
+
+    def _diagnostics(self, findings: list[Finding], globals_: Globals) -> list[Diagnostic]:
+        """The items' syntax problems and `findings` located in their files, duplicates dropped, in the
+        order of their positions (this file's first)."""
+        diagnostics = []
+        for item in self.items:
+            for p in item.problems:
+                f = Finding(
+                    p.code,
+                    p.message,
+                    LocalAnchor(item, p.span),
+                    labels=[Label(LocalAnchor(item, s), t) for s, t in p.labels],
+                    notes=list(p.notes),
+                )
+                d = locate(f, lambda a: self.resolve(a, globals_))
+                if d is not None:
+                    diagnostics.append(d)
         seen = set()
         for f in findings:
             d = locate(f, lambda a: self.resolve(a, globals_))
@@ -573,8 +605,7 @@ class Document:
             seen.add(key)
             diagnostics.append(d)
         diagnostics.sort(key=lambda d: (d.location.path != self.source.path, d.location.start.offset, d.code))
-        analysis.diagnostics = diagnostics
-        return analysis
+        return diagnostics
 
     def _valid(self, result: ItemResult, ns: Namespaces) -> bool:
         """Whether every name the result looked up (in its file's namespace) still names an
