@@ -36,8 +36,6 @@ from .core import Graph, Op, Program, Value
 # Bytes per element of each dtype.
 ITEMSIZE = {"f64": 8, "f32": 4, "bf16": 2, "f16": 2, "i64": 8, "i32": 4, "bool": 1}
 PARAM_DTYPES = ("f32", "bf16", "f16")  # the working dtypes parameters are held in
-# Ops whose result is a view of their input `x` in PyTorch (no copy): the peak estimate gives them no bytes.
-VIEWS = frozenset({"reshape", "transpose", "permute", "unsqueeze", "squeeze", "expand", "rearrange", "select", "slice"})
 CONTEXT_FIELDS = ("max_position_embeddings", "n_positions")  # the config's context window (HF names)
 
 
@@ -222,13 +220,12 @@ def peak_bytes(graph: Graph, sizes: dict[str, int]) -> int:
     """The most bytes of values `graph` defines that are alive at once while it runs (its inputs
     are its caller's), ops in order, each value freed after its last use; a call, loop or
     composite adds the peak of what it runs (which includes what it returns) on top of what is
-    alive around it. Layout ops
-    (`VIEWS`) make views, as in PyTorch: no bytes of their own, and they keep what they view
-    alive. Parameters and state (reads, cache writes, written state returned by calls) are not
-    activations."""
+    alive around it. Ops whose registry entry says `view` (layout ops, `slice`, `select`) make
+    views, as in PyTorch: no bytes of their own, and they keep what they view alive. Parameters
+    and state (reads, cache writes, written state returned by calls) are not activations."""
     root: dict[int, int] = {}  # a view -> the value whose memory it shares
     for op in graph.ops:
-        if op.name in VIEWS:
+        if is_view(op):
             source = id(op.args["x"])
             root[id(op.result)] = root.get(source, source)
     last_use: dict[int, int] = {}
@@ -245,13 +242,19 @@ def peak_bytes(graph: Graph, sizes: dict[str, int]) -> int:
             inner = peak_bytes(op.callee, sizes)
         elif op.body is not None:
             inner = peak_bytes(op.body, sizes)
-        made = {} if op.name in VIEWS else {id(v): value_bytes(v, sizes) for v in _activations(op)}
+        made = {} if is_view(op) else {id(v): value_bytes(v, sizes) for v in _activations(op)}
         # what a call, loop or composite returns is made inside it, so its own peak includes it
         peak = max(peak, sum(live.values()) + max(inner, sum(made.values())))
         live.update(made)
         for key in [k for k in live if last_use.get(k, i) <= i]:
             del live[key]
     return peak
+
+
+def is_view(op: Op) -> bool:
+    """Whether `op` is a primitive whose registry entry says its result is a view of `x`."""
+    entry = REGISTRY.get(op.name)
+    return entry is not None and entry.view
 
 
 def _activations(op: Op) -> list[Value]:

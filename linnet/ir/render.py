@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar
 
 from ..errors import CodegenError
+from ..ops import REGISTRY
 from ..types.core import DType
 from ..types.dims import Dim, format_dim
 from .core import Graph, Op, Program, Value, body_ops, format_tensor_type
@@ -84,6 +85,12 @@ def dims_text(dims, as_list: bool = False) -> str:
     return f"[{text}]" if as_list else text
 
 
+def reshapes(op: Op) -> bool:
+    """Whether `op` is a primitive whose registry entry says it `reshapes` (its statement notes the shape)."""
+    entry = REGISTRY.get(op.name)
+    return entry is not None and entry.reshapes
+
+
 def np_dtype_name(v) -> str:
     """The Linnet dtype name of a numpy array."""
     return {"float64": "f64", "float32": "f32", "float16": "f16", "int64": "i64", "int32": "i32", "bool": "bool"}[
@@ -91,7 +98,6 @@ def np_dtype_name(v) -> str:
     ]
 
 
-RESHAPING = ("reshape", "rearrange", "expand", "permute", "transpose", "squeeze", "unsqueeze", "concat", "split")
 _IDENTIFIER = re.compile(r"^[A-Za-z_]\w*$")
 
 
@@ -266,7 +272,7 @@ class GraphEmitter:
         if not lines:
             return lines
         notes = []
-        if self.shapes and (op.name in RESHAPING if shape is None else shape) and len(op.results) == 1:
+        if self.shapes and (reshapes(op) if shape is None else shape) and len(op.results) == 1:
             notes.append(shape_text(op.result))
         if op.origin:
             notes.append(op.origin)
