@@ -30,12 +30,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from ..ops import REGISTRY
+from ..types.core import BF16, F16, F32
 from ..types.dims import Dim, evaluate, product
 from .core import Graph, Op, Program, Value
 
-# Bytes per element of each dtype.
-ITEMSIZE = {"f64": 8, "f32": 4, "bf16": 2, "f16": 2, "i64": 8, "i32": 4, "bool": 1}
-PARAM_DTYPES = ("f32", "bf16", "f16")  # the working dtypes parameters are held in
+PARAM_DTYPES = (F32, BF16, F16)  # the working dtypes parameters are held in
 CONTEXT_FIELDS = ("max_position_embeddings", "n_positions")  # the config's context window (HF names)
 
 
@@ -138,15 +137,14 @@ def program_cost(program: Program, seq_len: int | None = None, batch: int | None
         raise ValueError(f"batch and sequence length are at least 1, got {batch} and {seq_len}")
     count = sum(math.prod(p.shape) for p in program.params)
     param_bytes: dict[str, int] = {}
-    for name in PARAM_DTYPES:
-        param_bytes[name] = sum(
-            math.prod(p.shape) * (ITEMSIZE[name] if p.type.dtype.is_float else ITEMSIZE[p.type.dtype.name])
-            for p in program.params
+    for dtype in PARAM_DTYPES:
+        param_bytes[dtype.name] = sum(
+            math.prod(p.shape) * (dtype if p.type.dtype.is_float else p.type.dtype).itemsize for p in program.params
         )
     rows_positions = program.max_batch * program.max_positions
     kv, fixed = 0, 0
     for s in program.state:
-        nbytes = math.prod(s.shape) * ITEMSIZE[s.type.dtype.name]
+        nbytes = math.prod(s.shape) * s.type.dtype.itemsize
         if program.max_positions in s.shape and nbytes % rows_positions == 0:
             kv += nbytes
         else:
@@ -268,7 +266,7 @@ def _activations(op: Op) -> list[Value]:
 
 def value_bytes(v: Value, sizes: dict[str, int]) -> int:
     n = evaluate(product(v.dims), sizes)
-    return n * ITEMSIZE.get(v.dtype.name, 4)
+    return n * (v.dtype.itemsize or F32.itemsize)  # a dtype of no fixed size (`work`) counted as f32
 
 
 def module_param_counts(program: Program) -> dict[str, int]:
