@@ -284,14 +284,16 @@ def _check_input_sizes(graph, sizes: dict[str, int], needed: list[str]) -> None:
     import numpy as np
 
     from linnet.runtimes.model import concrete_dim
+    from linnet.types.core import F32
 
-    itemsize = {"i64": 8, "f64": 8, "i32": 4, "bool": 1}
     total = 0
     for v in graph.inputs:
         n = 1
         for d in v.dims:
             n *= concrete_dim(d, sizes)
-        size = n * itemsize.get(v.dtype.name, 4)
+        itemsize = v.dtype.itemsize or F32.itemsize
+        # random_inputs makes every float input an f32 array (an f64 one is counted at its own 8 bytes)
+        size = n * (max(itemsize, F32.itemsize) if v.dtype.is_float else itemsize)
         if size > np.iinfo(np.intp).max:
             raise UsageError(
                 f"{_sizes_text(sizes, needed)}: input `{v.name}` would have {n} elements, more than numpy can hold"

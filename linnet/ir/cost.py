@@ -30,14 +30,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from ..ops import REGISTRY
+from ..types.core import BF16, F16, F32
 from ..types.dims import Dim, evaluate, product
 from .core import Graph, Op, Program, Value
 
-# Bytes per element of each dtype.
-ITEMSIZE = {"f64": 8, "f32": 4, "bf16": 2, "f16": 2, "i64": 8, "i32": 4, "bool": 1}
-PARAM_DTYPES = ("f32", "bf16", "f16")  # the working dtypes parameters are held in
-# Ops whose result is a view of their input `x` in PyTorch (no copy): the peak estimate gives them no bytes.
-VIEWS = frozenset({"reshape", "transpose", "permute", "unsqueeze", "squeeze", "expand", "rearrange", "select", "slice"})
+PARAM_DTYPES = (F32, BF16, F16)  # the working dtypes parameters are held in
 CONTEXT_FIELDS = ("max_position_embeddings", "n_positions")  # the config's context window (HF names)
 
 
@@ -140,15 +137,14 @@ def program_cost(program: Program, seq_len: int | None = None, batch: int | None
         raise ValueError(f"batch and sequence length are at least 1, got {batch} and {seq_len}")
     count = sum(math.prod(p.shape) for p in program.params)
     param_bytes: dict[str, int] = {}
-    for name in PARAM_DTYPES:
-        param_bytes[name] = sum(
-            math.prod(p.shape) * (ITEMSIZE[name] if p.type.dtype.is_float else ITEMSIZE[p.type.dtype.name])
-            for p in program.params
+    for dtype in PARAM_DTYPES:
+        param_bytes[dtype.name] = sum(
+            math.prod(p.shape) * (dtype if p.type.dtype.is_float else p.type.dtype).itemsize for p in program.params
         )
     rows_positions = program.max_batch * program.max_positions
     kv, fixed = 0, 0
     for s in program.state:
-        nbytes = math.prod(s.shape) * ITEMSIZE[s.type.dtype.name]
+        nbytes = math.prod(s.shape) * s.type.dtype.itemsize
         if program.max_positions in s.shape and nbytes % rows_positions == 0:
             kv += nbytes
         else:
@@ -222,13 +218,12 @@ def peak_bytes(graph: Graph, sizes: dict[str, int]) -> int:
     """The most bytes of values `graph` defines that are alive at once while it runs (its inputs
     are its caller's), ops in order, each value freed after its last use; a call, loop or
     composite adds the peak of what it runs (which includes what it returns) on top of what is
-    alive around it. Layout ops
-    (`VIEWS`) make views, as in PyTorch: no bytes of their own, and they keep what they view
-    alive. Parameters and state (reads, cache writes, written state returned by calls) are not
-    activations."""
+    alive around it. Ops whose registry entry says `view` (layout ops, `slice`, `select`) make
+    views, as in PyTorch: no bytes of their own, and they keep what they view alive. Parameters
+    and state (reads, cache writes, written state returned by calls) are not activations."""
     root: dict[int, int] = {}  # a view -> the value whose memory it shares
     for op in graph.ops:
-        if op.name in VIEWS:
+        if is_view(op):
             source = id(op.args["x"])
             root[id(op.result)] = root.get(source, source)
     last_use: dict[int, int] = {}
@@ -245,13 +240,19 @@ def peak_bytes(graph: Graph, sizes: dict[str, int]) -> int:
             inner = peak_bytes(op.callee, sizes)
         elif op.body is not None:
             inner = peak_bytes(op.body, sizes)
-        made = {} if op.name in VIEWS else {id(v): value_bytes(v, sizes) for v in _activations(op)}
+        made = {} if is_view(op) else {id(v): value_bytes(v, sizes) for v in _activations(op)}
         # what a call, loop or composite returns is made inside it, so its own peak includes it
         peak = max(peak, sum(live.values()) + max(inner, sum(made.values())))
         live.update(made)
         for key in [k for k in live if last_use.get(k, i) <= i]:
             del live[key]
     return peak
+
+
+def is_view(op: Op) -> bool:
+    """Whether `op` is a primitive whose registry entry says its result is a view of `x`."""
+    entry = REGISTRY.get(op.name)
+    return entry is not None and entry.view
 
 
 def _activations(op: Op) -> list[Value]:
@@ -265,7 +266,7 @@ def _activations(op: Op) -> list[Value]:
 
 def value_bytes(v: Value, sizes: dict[str, int]) -> int:
     n = evaluate(product(v.dims), sizes)
-    return n * ITEMSIZE.get(v.dtype.name, 4)
+    return n * (v.dtype.itemsize or F32.itemsize)  # a dtype of no fixed size (`work`) counted as f32
 
 
 def module_param_counts(program: Program) -> dict[str, int]:

@@ -11,8 +11,8 @@ it is used (`self.q_proj.weight`), and each statement that comes from the source
 
 A backend subclasses `GraphEmitter` and sets its tables: `dtypes` (dtype name -> text),
 `emitters` (registry op -> emitter), `native` (composite -> emitter, used where the passes
-recorded `attrs["native"]`), `reserved` (names generated code must not shadow) and `error`
-(the exception it raises). Nothing here imports a framework: generated code is text.
+recorded `attrs["native"]`) and `reserved` (names generated code must not shadow); what it cannot
+express raises `linnet.errors.CodegenError`. Nothing here imports a framework: generated code is text.
 
 Random ops (dropout) read the backend's `training_arg` through `training_flag()`: an attribute of the module in a
 method (PyTorch's `self.training`; JAX's `self.dropout_keys`, the call's random keys); a free function that runs
@@ -31,14 +31,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar
 
 from ..errors import CodegenError
+from ..ops import REGISTRY
 from ..types.core import DType
 from ..types.dims import Dim, format_dim
 from .core import Graph, Op, Program, Value, body_ops, format_tensor_type
 from .passes import runs_random
-
-
-class RenderError(CodegenError):
-    """An op or argument a backend cannot express (names the op)."""
 
 
 def python_infix() -> dict[str, str]:
@@ -84,6 +81,12 @@ def dims_text(dims, as_list: bool = False) -> str:
     return f"[{text}]" if as_list else text
 
 
+def reshapes(op: Op) -> bool:
+    """Whether `op` is a primitive whose registry entry says it `reshapes` (its statement notes the shape)."""
+    entry = REGISTRY.get(op.name)
+    return entry is not None and entry.reshapes
+
+
 def np_dtype_name(v) -> str:
     """The Linnet dtype name of a numpy array."""
     return {"float64": "f64", "float32": "f32", "float16": "f16", "int64": "i64", "int32": "i32", "bool": "bool"}[
@@ -91,7 +94,6 @@ def np_dtype_name(v) -> str:
     ]
 
 
-RESHAPING = ("reshape", "rearrange", "expand", "permute", "transpose", "squeeze", "unsqueeze", "concat", "split")
 _IDENTIFIER = re.compile(r"^[A-Za-z_]\w*$")
 
 
@@ -136,7 +138,6 @@ class GraphEmitter:
     native: ClassVar[dict] = {}
     reserved: ClassVar[set[str]] = set()
     backend: ClassVar[str] = ""
-    error: ClassVar[type] = RenderError
     uses_device: ClassVar[bool] = True  # tensors are made on a `device` (PyTorch; not JAX)
     # what random ops read (see the module docstring), and its value in a standalone `graph_function`: inference
     training_arg: ClassVar[str | None] = None
@@ -166,7 +167,7 @@ class GraphEmitter:
             try:
                 return self.names[id(v)]
             except KeyError:
-                raise self.error(f"%{v.name} is used before it is defined") from None
+                raise CodegenError(f"%{v.name} is used before it is defined") from None
         if isinstance(v, Dim):
             return dim_text(v)
         if isinstance(v, bool):
@@ -190,7 +191,7 @@ class GraphEmitter:
         """The Python expression random ops read where this graph runs (`training_arg`): the module's attribute in
         a method (`self.training`), the argument of a free function or of a flat graph (member_style "dict")."""
         if self.training_arg is None:
-            raise self.error(f"the {self.backend} backend runs no random op")
+            raise CodegenError(f"the {self.backend} backend runs no random op")
         if self.method and self.member_style == "attribute":
             return f"self.{self.training_arg}"
         return self.training_arg
@@ -238,7 +239,7 @@ class GraphEmitter:
     def store_state(self, path: str, value: Value) -> str:
         """The statement making `value` the new value of state `path` (a state assigned by
         anything but `cache_write`, which writes in place itself)."""
-        raise self.error(f"the {self.backend} backend cannot assign state `{path}`")
+        raise CodegenError(f"the {self.backend} backend cannot assign state `{path}`")
 
     def op_lines(self, op: Op) -> list[str]:
         if op.name in ("param", "state"):
@@ -252,7 +253,7 @@ class GraphEmitter:
             return self.loop_lines(op)
         emit = self.emitters.get(op.name)
         if emit is None:
-            raise self.error(f"the {self.backend} backend has no lowering for `{op.name}`")
+            raise CodegenError(f"the {self.backend} backend has no lowering for `{op.name}`")
         out = emit(self, op)
         stmts, expr = out if isinstance(out, tuple) else ([], out)
         if expr is None:  # the emitter bound the results itself
@@ -266,7 +267,7 @@ class GraphEmitter:
         if not lines:
             return lines
         notes = []
-        if self.shapes and (op.name in RESHAPING if shape is None else shape) and len(op.results) == 1:
+        if self.shapes and (reshapes(op) if shape is None else shape) and len(op.results) == 1:
             notes.append(shape_text(op.result))
         if op.origin:
             notes.append(op.origin)
@@ -279,7 +280,7 @@ class GraphEmitter:
         if op.attrs.get("native"):
             emit = self.native.get(name)
             if emit is None:
-                raise self.error(f"the {self.backend} backend has no native form of `{name}`")
+                raise CodegenError(f"the {self.backend} backend has no native form of `{name}`")
             out = emit(self, op)
             stmts, expr = out if isinstance(out, tuple) else ([], out)
             lhs = ", ".join(self.bind(v) for v in op.results)
@@ -508,7 +509,7 @@ class ModuleLayout:
             for name, (child, count) in m.children.items():
                 if child in self.classes:
                     if prefix:
-                        raise RenderError(f"{name}: a module class inside a module without methods")
+                        raise CodegenError(f"{name}: a module class inside a module without methods")
                     children[name] = (class_name(self.program, child), count)
                 elif count is None:
                     collect(child, f"{prefix}{name}.")
@@ -739,7 +740,7 @@ def function_lines(g: Graph, e: GraphEmitter, name: str, method: bool) -> list[s
     prelude = dims_lines(g, args, used)
     if needs_device:
         if not args:
-            raise e.error(f"`{g.qualname}` makes tensors but has no tensor argument to take the device from")
+            raise CodegenError(f"`{g.qualname}` makes tensors but has no tensor argument to take the device from")
         prelude.append(f"device = {args[0]}.device")
     lines = head + ["    " + line for line in prelude + body + [f"return {', '.join(rets)}"]]
     return ["    " + line for line in lines] if method else lines

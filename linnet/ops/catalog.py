@@ -541,6 +541,8 @@ register(
         lambda a: a["x"].dtype,
         reference=lambda x, shape: _np().reshape(x, [int(s) for s in shape]),
         category="shape",
+        view=True,
+        reshapes=True,
         exact=True,
         cases=lambda rng, s: ({"x": array(rng, s)}, {"shape": [Dim.of(math.prod(s))]}),
     )
@@ -564,6 +566,8 @@ register(
         lambda a: a["x"].dtype,
         reference=lambda x, dim0=-2, dim1=-1: _np().swapaxes(x, dim0, dim1),
         category="shape",
+        view=True,
+        reshapes=True,
         exact=True,
         cases=lambda rng, s: ({"x": array(rng, s)}, {"dim0": 0, "dim1": len(s) - 1}),
     )
@@ -591,6 +595,8 @@ register(
         lambda a: a["x"].dtype,
         reference=lambda x, dims: _np().transpose(x, dims),
         category="shape",
+        view=True,
+        reshapes=True,
         exact=True,
         cases=lambda rng, s: ({"x": array(rng, s)}, {"dims": rng.permutation(len(s)).tolist()}),
     )
@@ -615,6 +621,8 @@ register(
         lambda a: a["x"].dtype,
         reference=lambda x, dim: _np().expand_dims(x, dim),
         category="shape",
+        view=True,
+        reshapes=True,
         exact=True,
         cases=lambda rng, s: ({"x": array(rng, s)}, {"dim": int(rng.integers(-len(s) - 1, len(s) + 1))}),
     )
@@ -644,6 +652,8 @@ register(
         lambda a: a["x"].dtype,
         reference=lambda x, dim: _np().squeeze(x, axis=dim),
         category="shape",
+        view=True,
+        reshapes=True,
         exact=True,
         cases=lambda rng, s: ({"x": array(rng, s + (1,))}, {"dim": -1}),
     )
@@ -679,6 +689,8 @@ register(
         lambda a: a["x"].dtype,
         reference=lambda x, shape: _np().broadcast_to(x, [int(s) for s in shape]).copy(),
         category="shape",
+        view=True,
+        reshapes=True,
         exact=True,
         cases=lambda rng, s: ({"x": array(rng, (1,) + s)}, {"shape": dims((3,) + s)}),
     )
@@ -695,6 +707,8 @@ register(
         lambda a: a["x"].dtype,
         reference=rearrange_reference,
         category="shape",
+        view=True,
+        reshapes=True,
         cases=lambda rng, s: (
             {"x": array(rng, (2, 3, 4 * 5))},
             {"pattern": "b s (h d) -> b h s d", "sizes": {"h": Dim.of(4)}},
@@ -746,6 +760,7 @@ register(
         _concat_dtype,
         reference=lambda xs, dim=-1: _np().concatenate(xs, axis=dim),
         category="shape",
+        reshapes=True,
         exact=True,
         cases=lambda rng, s: ({"xs": [array(rng, s), array(rng, s)]}, {"dim": -1}),
     )
@@ -792,6 +807,7 @@ register(
         lambda a: [a["x"].dtype] * len(a["sizes"]),
         reference=_split_reference,
         category="shape",
+        reshapes=True,  # not `view`: torch.split's pieces are views of x, but `view` is of one result
         cases=lambda rng, s: ({"x": array(rng, s[:-1] + (5,))}, {"sizes": dims((2, 3)), "dim": -1}),
     )
 )
@@ -907,6 +923,7 @@ register(
             x, range(*slice(start, stop).indices(x.shape[dim])), axis=dim
         ),
         category="indexing",
+        view=True,
         exact=True,
         cases=lambda rng, s: (
             {"x": array(rng, s)},
@@ -943,6 +960,7 @@ register(
         lambda a: a["x"].dtype,
         reference=lambda x, dim, index: _np().take(x, int(index), axis=dim),
         category="indexing",
+        view=True,
         exact=True,
         cases=lambda rng, s: ({"x": array(rng, s)}, {"dim": len(s) - 1, "index": Dim.of(-1)}),
     )

@@ -129,6 +129,13 @@ class OpDef:
     `random`: the op draws random numbers when the model trains (dropout), so two calls on the
     same arguments are different values: common-subexpression elimination never merges them
     (`linnet.ir.passes`), and its `reference` is what it computes in inference.
+    `view`: the op's one result is a view of its argument `x` in PyTorch, which moves no data
+    (`reshape`, `transpose`, `x[:, -1]`...): the cost model's peak-activation estimate gives it no
+    bytes and keeps `x` alive while the view is (`linnet.ir.cost.peak_bytes`).
+    `reshapes`: the op's result holds its inputs' elements in another arrangement of dims (new
+    rank, dims reordered, merged, split apart, broadcast or joined), so what it does is its
+    result's shape: generated code notes that shape beside its statement (`linnet.ir.render`), as
+    nanoGPT annotates every reshape. Indexing ops and `repeat_interleave` do not.
     """
 
     name: str
@@ -146,6 +153,8 @@ class OpDef:
     keyword: bool = True
     flops: Callable[[dict, list], Any] | None = None
     random: bool = False
+    view: bool = False
+    reshapes: bool = False
 
     def signature(self) -> str:
         """`name(param: kind = default, ...)`, as hover, signature help and the docs show it."""

@@ -48,6 +48,7 @@ from linnet.runtimes.formats.gguf_quants import STORED, STORED_TYPES, working_dt
 from linnet.runtimes.formats.gguf_reader import PLAIN_TYPES
 from linnet.runtimes.formats.mxfp4 import quantized_view
 from linnet.syntax import ast as A
+from linnet.types.core import F32, WORK
 
 from .model import LoadedModel
 
@@ -298,7 +299,6 @@ def _check_fits_in_memory(program: Program, random_weights: bool) -> None:
     )
     if available is None:
         return
-    itemsize = {"f64": 8, "f32": 4, "i64": 8, "i32": 4, "bf16": 2, "f16": 2, "bool": 1}
 
     def nbytes(specs) -> int:
         total = 0
@@ -306,8 +306,8 @@ def _check_fits_in_memory(program: Program, random_weights: bool) -> None:
             n = 1
             for d in spec.shape:
                 n *= d
-            dt = program.dtype.name if spec.type.dtype.name == "work" else spec.type.dtype.name
-            total += n * itemsize.get(dt, 4)
+            dtype = program.dtype if spec.type.dtype == WORK else spec.type.dtype
+            total += n * (dtype.itemsize or F32.itemsize)
         return total
 
     total = nbytes(program.params + program.state) if random_weights else nbytes(program.state)

@@ -22,12 +22,15 @@ _uid = itertools.count(1)
 class DType:
     """A dtype. `work` is the model's working dtype (f32, bf16 or f16, chosen at load time):
     opaque to the checker, so code right for one is right for all. Generic dtype variables
-    (`fn softmax<T: float>`) have `var=True`; in a body they are rigid, at a call bound."""
+    (`fn softmax<T: float>`) have `var=True`; in a body they are rigid, at a call bound.
+    `itemsize` is the bytes of one element (numpy's `itemsize`); None for `work` and dtype
+    variables, whose size is that of the dtype they stand for."""
 
     name: str
     kind: str  # "float" | "int" | "bool" | "any"
     var: bool = False
     uid: int = 0
+    itemsize: int | None = field(default=None, compare=False)
 
     def __str__(self) -> str:
         return self.name
@@ -41,13 +44,13 @@ class DType:
         return self.kind == "int"
 
 
-F64 = DType("f64", "float")
-F32 = DType("f32", "float")
-F16 = DType("f16", "float")
-BF16 = DType("bf16", "float")
-I64 = DType("i64", "int")
-I32 = DType("i32", "int")
-BOOL = DType("bool", "bool")
+F64 = DType("f64", "float", itemsize=8)
+F32 = DType("f32", "float", itemsize=4)
+F16 = DType("f16", "float", itemsize=2)
+BF16 = DType("bf16", "float", itemsize=2)
+I64 = DType("i64", "int", itemsize=8)
+I32 = DType("i32", "int", itemsize=4)
+BOOL = DType("bool", "bool", itemsize=1)
 WORK = DType("work", "float")
 
 DTYPES = {d.name: d for d in (F64, F32, F16, BF16, I64, I32, BOOL)}

@@ -10,7 +10,8 @@ import functools
 import pytest
 
 from linnet.ir import build
-from linnet.ir.cost import ITEMSIZE, module_param_counts, program_cost
+from linnet.ir.cost import module_param_counts, program_cost
+from linnet.types.core import DTYPES
 from tests.conftest import EXAMPLES
 from tests.ir.test_ir import SMALL_LLAMA
 
@@ -72,7 +73,7 @@ def test_step_flops_by_hand():
 def test_kv_cache_by_hand(dtype):
     """Keys and values of every layer: 2 * L * KV * D elements per position of a row."""
     cost = program_cost(small(dtype))
-    per_token = 2 * L * KV * D * ITEMSIZE[dtype]
+    per_token = 2 * L * KV * D * DTYPES[dtype].itemsize
     assert cost.kv_bytes_per_token == per_token
     assert cost.kv_bytes == per_token * MAX_BATCH * MAX_POSITIONS
     assert cost.state_fixed_bytes == 0

@@ -123,9 +123,9 @@ def test_inputs_are_converted_and_checked_by_name(llama_step):
 
 
 def test_one_hierarchy_with_codes_rendered_in_one_place():
-    from linnet.compiler.onnx.lower import LoweringError
+    from linnet.compiler.onnx.upcast import MissingKernels
+    from linnet.errors import CodegenError
     from linnet.ir import ProgramError
-    from linnet.ir.render import RenderError
     from linnet.runtimes.formats.embedded import EmbeddedError
     from linnet.runtimes.formats.gguf_reader import GGUFError
     from linnet.runtimes.formats.tokenizer import TokenizerError
@@ -134,7 +134,7 @@ def test_one_hierarchy_with_codes_rendered_in_one_place():
     assert ProgramError is SourceError and LoadingLoadError is LoadError
     for cls in (GGUFError, EmbeddedError, TokenizerError):
         assert issubclass(cls, CheckpointError) and issubclass(cls, LoadError)
-    assert issubclass(RenderError, LinnetError) and issubclass(LoweringError, LinnetError)
+    assert issubclass(CodegenError, LinnetError) and issubclass(MissingKernels, CodegenError)
     err = LoadError("`lm_head.weight` is [3, 4], the model [4, 4]", code="L501")
     assert str(err) == "error[L501]: `lm_head.weight` is [3, 4], the model [4, 4]" and err.code == "L501"
     assert str(BackendError("no such device")) == "no such device"

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from linnet.errors import CodegenError
 from linnet.ir import render
 from linnet.ir.core import Op, Program, Value, body_ops
 from linnet.ir.fusion import fused_key, fused_names, split_fused_key
@@ -45,7 +46,6 @@ from linnet.ir.pipeline import NUMERICS, PassOptions, prepare
 from linnet.ir.render import (
     GraphEmitter,
     ModuleWriter,
-    RenderError,
     constant_values,
     dim_text,
     dims_text,
@@ -122,10 +122,6 @@ __all__ = [
     "CodegenError",
     "PASSES",
 ]
-
-
-class CodegenError(RenderError):
-    """An op or argument the JAX backend cannot express (names the op)."""
 
 
 def state_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -738,6 +734,5 @@ Emitter.emitters = EMITTERS
 Emitter.native = NATIVE
 Emitter.reserved = RESERVED
 Emitter.backend = "JAX"
-Emitter.error = CodegenError
 Emitter.uses_device = False
 Emitter.training_arg = "dropout_keys"  # the call's random keys (`DropoutKeys`), None in inference

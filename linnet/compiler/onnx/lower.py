@@ -81,10 +81,6 @@ NP_DTYPES = {
 UNSUPPORTED: dict[str, str] = {}
 
 
-class LoweringError(CodegenError):
-    """An op, dtype or argument the ONNX backend cannot express (names the op)."""
-
-
 def np_dtype(dtype: DType | str):
     name = dtype if isinstance(dtype, str) else dtype.name
     if name == "bf16":
@@ -163,7 +159,7 @@ class Lowering:
                 rows = [self.initializer(Q.dequantized(w), f"{name}.dequantized") for name, w in parts]
                 self.values[id(v)] = rows[0] if len(rows) == 1 else self.op("Concat", rows, {"axis": 0}, hint=v.name)
                 return self.values[id(v)]
-            raise LoweringError(f"%{v.name} is used before it is defined") from None
+            raise CodegenError(f"%{v.name} is used before it is defined") from None
 
     def initializer(self, array: np.ndarray, name: str) -> ir.Value:
         """An initializer holding `array` (no copy), made once per array and shape."""
@@ -219,7 +215,7 @@ class Lowering:
         quotient or remainder (`(H - 8) // 8`, what a convolution's output size leaves) computed
         from its operands, themselves polynomials in the entry's dims. Python's floor semantics
         (ONNX's Div truncates): `n // k` is `(n - n % k) / k`, an exact division, with `Mod`
-        (fmod=0) taking the divisor's sign as `%` does. Raises LoweringError for anything else."""
+        (fmod=0) taking the divisor's sign as `%` does. Raises CodegenError for anything else."""
         if atom.name in self.dim_sources:
             return self.dim_sources[atom.name]
         if atom.kind in ("//", "%") and atom.args is not None:
@@ -228,7 +224,7 @@ class Lowering:
             if atom.kind == "%":
                 return rest
             return self.op("Div", [self.op("Sub", [num, rest], hint="dim"), den], hint="dim")
-        raise LoweringError(f"dim `{format_dim(d)}`: `{atom.name}` is not a dim of the entry's inputs")
+        raise CodegenError(f"dim `{format_dim(d)}`: `{atom.name}` is not a dim of the entry's inputs")
 
     def scalar_dim(self, d: Dim) -> ir.Value:
         n = d.as_int()
@@ -318,7 +314,7 @@ class Lowering:
             return
         lower = LOWERINGS.get(op.name)
         if lower is None:
-            raise LoweringError(f"the ONNX backend has no lowering for `{op.name}`")
+            raise CodegenError(f"the ONNX backend has no lowering for `{op.name}`")
         out = lower(self, op)
         outs = out if isinstance(out, (list, tuple)) else [out]
         for v, o in zip(op.results, outs):
@@ -996,9 +992,9 @@ def lower_entry(
     inputs), or None (zero-filled initializers of the right shapes, as a placeholder). A weight
     the passes fused (with initializers only) is a Concat of its members."""
     if numerics not in NUMERICS:
-        raise LoweringError(f"numerics must be one of {', '.join(NUMERICS)}, got {numerics!r}")
+        raise CodegenError(f"numerics must be one of {', '.join(NUMERICS)}, got {numerics!r}")
     if name not in program.entries:
-        raise LoweringError(f"no entry `{name}` (entries: {', '.join(program.entries)})")
+        raise CodegenError(f"no entry `{name}` (entries: {', '.join(program.entries)})")
     # With weights as graph inputs a fused weight would be concatenated at every run: not fused.
     passes = replace(passes, flatten=True, fuse_linear_weights=passes.fuse_linear_weights and params != "inputs")
     prepared = prepare(program, passes, numerics)
@@ -1029,10 +1025,10 @@ def lower_entry(
             array = params.get(spec.path) if isinstance(params, dict) else None
             if array is None:
                 if isinstance(params, dict):
-                    raise LoweringError(f"no value for parameter `{spec.path}`")
+                    raise CodegenError(f"no value for parameter `{spec.path}`")
                 array = np.zeros(spec.shape, dtype=np_dtype(spec.type.dtype))
             if tuple(array.shape) != spec.shape:
-                raise LoweringError(f"parameter `{spec.path}` is {list(array.shape)}, the model {list(spec.shape)}")
+                raise CodegenError(f"parameter `{spec.path}` is {list(array.shape)}, the model {list(spec.shape)}")
             if Q.is_quantized(array):
                 L.quantized[spec.path] = [(spec.path, Q.pack_weight(array, numerics))]
                 L.param_values[spec.path] = pv
@@ -1079,7 +1075,7 @@ def lower_entry(
     for path, v in g.state_updates.items():
         if v.producer is None or v.producer.name != "cache_write":
             where = f"{v.producer.origin}: " if v.producer.origin else ""
-            raise LoweringError(
+            raise CodegenError(
                 f"{where}state `{path}` is assigned (by `{v.producer.name}`): the ONNX backend updates state "
                 "only through cache_write (its present output shares the past input's buffer); run this model on "
                 "the torch or jax backend"

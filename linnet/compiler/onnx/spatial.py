@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from linnet.errors import CodegenError as LoweringError
+from linnet.errors import CodegenError
 from linnet.ir.core import Op
 from linnet.ops.resample import avg_pool_divisors, pool_window
 from linnet.ops.spatial import explicit_padding, ints
@@ -149,7 +149,7 @@ def _adaptive_avg_pool(L, op: Op):
         return L.op("GlobalAveragePool", [L.get(x)], hint=op.result.name)
     sizes = [d.as_int() for d in x.dims[2:]]
     if None in sizes:
-        raise LoweringError(f"adaptive_avg_pool2d to {out} needs the input's spatial sizes known for ONNX")
+        raise CodegenError(f"adaptive_avg_pool2d to {out} needs the input's spatial sizes known for ONNX")
     block = [size // o for size, o in zip(sizes, out)]
     attributes = {"kernel_shape": block, "strides": block}
     return L.op("AveragePool", [L.get(x)], attributes, hint=op.result.name)

@@ -30,8 +30,10 @@ from collections import Counter
 
 import onnx_ir as ir
 
+from linnet.errors import CodegenError
+
 from .kernels import MEASURED_WITH, lacking
-from .lower import ONNX_DTYPES, Lowering, LoweringError
+from .lower import ONNX_DTYPES, Lowering
 
 # Ops that only move, select or reshape elements: exact in any dtype, so under `fast` they move
 # f32 values where their inputs already have f32 versions (input 0 holds the data; the other
@@ -41,7 +43,7 @@ BOOL_OUT = frozenset({"Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual
 INT64_OUT = frozenset({"Shape", "Size", "ArgMax", "ArgMin", "NonZero"})
 
 
-class MissingKernels(LoweringError):
+class MissingKernels(CodegenError):
     """The provider has no kernel for some ops in the model's dtype, and `equivalent` numerics
     may not compute them in another dtype. `ops`: op type -> one node computing it."""
 

@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
+from linnet.errors import CodegenError
 from linnet.ir import render
 from linnet.ir.core import Op, Program, Value
 from linnet.ir.fusion import concat_weight_groups, joined_linears, linear_weights
@@ -29,7 +30,6 @@ from linnet.ir.pipeline import NUMERICS, PassOptions, prepare
 from linnet.ir.render import (
     GraphEmitter,
     ModuleWriter,
-    RenderError,
     constant_values,
     dim_text,
     dims_text,
@@ -88,10 +88,6 @@ PASSES = PassOptions(
 # Registry ops the PyTorch backend cannot express, with the reason (none at present: the op
 # coverage test accepts an op that is either emitted or listed here).
 UNSUPPORTED: dict[str, str] = {}
-
-
-class CodegenError(RenderError):
-    """An op or argument the PyTorch backend cannot express (names the op)."""
 
 
 @dataclass
@@ -939,4 +935,3 @@ ModuleEmitter.emitters = {
     "split": _joined(EMITTERS["split"]),
 }
 ModuleEmitter.native = {**NATIVE, "attention": _module_attention}
-Emitter.error = CodegenError
