@@ -700,7 +700,8 @@ def test_opening_and_loading_need_no_torch():
 def test_a_config_json_key_given_twice_is_refused_naming_both_lines(tmp_path):
     """`"hidden_act": "silu"` on line 11 then `"hidden_act": "relu"` on line 12: JSON readers keep the last (relu), and
     the error then cited line 11 with "got relu". Keys repeated in different objects are fine."""
-    from linnet.runtimes.formats.checkpoints import CheckpointError, load_json_without_duplicate_keys
+    from linnet.runtimes.formats.checkpoints import CheckpointError
+    from linnet.runtimes.formats.hf_folder import load_json_without_duplicate_keys
     from tests.runtimes.test_corrupt_files import write_hf_folder
 
     folder = write_hf_folder(tmp_path / "hf")

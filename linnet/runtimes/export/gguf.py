@@ -34,7 +34,8 @@ from typing import Any
 import numpy as np
 
 from linnet.errors import ExportError
-from linnet.runtimes.formats.checkpoints import GGUF_BLOCK, GGUF_TOP, cast_floating
+from linnet.runtimes.formats.checkpoints import cast_floating
+from linnet.runtimes.formats.gguf import GGUF_BLOCK, GGUF_TOP
 from linnet.runtimes.formats.gguf_rope import default_inv_freq, llama3_rope_freqs
 from linnet.runtimes.formats.tokenizer import GGUF_PRE_TOKENIZERS, Tokenizer
 from linnet.runtimes.model_weights import model_weights
@@ -315,7 +316,7 @@ def rope_freqs(config: dict[str, Any]) -> np.ndarray | None:
 def llamacpp_permute(w: np.ndarray, n_head: int) -> np.ndarray:
     """llama.cpp convert_hf_to_gguf.py `LlamaModel.permute`: rows of head h from Hugging Face's two rotary halves
     to llama.cpp's interleaved pairs, `w.reshape(n_head, 2, d/2, ...).swapaxes(1, 2)`. n_head is
-    num_attention_heads for Q and num_key_value_heads for K. Inverse: `checkpoints._unpermute_rows`."""
+    num_attention_heads for Q and num_key_value_heads for K. Inverse: `formats.gguf._unpermute_rows`."""
     if w.shape[0] % (2 * n_head):
         raise ExportError(f"a Q/K projection with {w.shape[0]} rows is not {n_head} heads of an even size")
     half = w.shape[0] // n_head // 2
