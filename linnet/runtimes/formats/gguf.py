@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,28 +25,64 @@ from linnet.runtimes.formats.gguf_reader import GGUFError, GGUFFile
 from linnet.runtimes.formats.gguf_rope import llama3_scaling_from_rope_freqs
 from linnet.runtimes.formats.tokenizer import Tokenizer
 
-__all__ = ["GGUFCheckpoint", "GGUF_TOP", "GGUF_BLOCK", "GGUF_KEYS_WITHOUT_EFFECT", "GGUF_KEYS_NEUTRAL_VALUE"]
+__all__ = [
+    "GGUFCheckpoint",
+    "GGUFTensorMap",
+    "GGUF_TENSOR_MAPS",
+    "GGUF_TRANSFORMS",
+    "GGUF_KEYS_WITHOUT_EFFECT",
+    "GGUF_KEYS_NEUTRAL_VALUE",
+]
 
-# GGUF tensor names -> Hugging Face (llama.cpp gguf-py/gguf/tensor_mapping.py, LLAMA entries, read backwards)
-GGUF_TOP = {
-    "token_embd": "model.embed_tokens",
-    "output_norm": "model.norm",
-    "output": "lm_head",
+# The named transforms a `GGUFTensorMap` may give a tensor: what the reader does to it, going from llama.cpp's
+# layout to Hugging Face's, with the config field of the head count it takes. The export (`export/gguf.py`) applies
+# the inverse, llama.cpp convert_hf_to_gguf.py's `LlamaModel.permute` (see `_unpermute_rows`).
+GGUF_TRANSFORMS = {
+    "unpermute_rope_q": "num_attention_heads",  # Q rows: interleaved rotary pairs -> the two halves, per query head
+    "unpermute_rope_k": "num_key_value_heads",  # K rows: the same, per key/value head
 }
-GGUF_BLOCK = {
-    "attn_q": "self_attn.q_proj",
-    "attn_k": "self_attn.k_proj",
-    "attn_v": "self_attn.v_proj",
-    "attn_output": "self_attn.o_proj",
-    "ffn_gate": "mlp.gate_proj",
-    "ffn_up": "mlp.up_proj",
-    "ffn_down": "mlp.down_proj",
-    "attn_norm": "input_layernorm",
-    "ffn_norm": "post_attention_layernorm",
+
+
+@dataclass(frozen=True)
+class GGUFTensorMap:
+    """The tensors of one llama.cpp architecture (`general.architecture`) under Hugging Face's names, read from
+    llama.cpp gguf-py/gguf/tensor_mapping.py backwards. Names are without their `.weight`/`.bias` suffix.
+
+    Fields:
+        top: llama.cpp name of a tensor outside the blocks -> Hugging Face name (`output_norm` -> `model.norm`).
+        block: llama.cpp name of a block member (`blk.N.<name>`) -> Hugging Face member of `model.layers.N`.
+        transforms: llama.cpp name (of `top` or `block`) -> the named transform (`GGUF_TRANSFORMS`) that turns
+            its tensors into Hugging Face's layout; tensors not listed are read as stored.
+        buffers: full tensor names kept under their GGUF names, as buffers.
+    """
+
+    top: Mapping[str, str]
+    block: Mapping[str, str]
+    transforms: Mapping[str, str] = field(default_factory=dict)
+    buffers: frozenset[str] = frozenset()
+
+
+# general.architecture -> its tensors. Every architecture read is listed; others are refused.
+GGUF_TENSOR_MAPS = {
+    "llama": GGUFTensorMap(
+        top={"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"},
+        block={
+            "attn_q": "self_attn.q_proj",
+            "attn_k": "self_attn.k_proj",
+            "attn_v": "self_attn.v_proj",
+            "attn_output": "self_attn.o_proj",
+            "ffn_gate": "mlp.gate_proj",
+            "ffn_up": "mlp.up_proj",
+            "ffn_down": "mlp.down_proj",
+            "attn_norm": "input_layernorm",
+            "ffn_norm": "post_attention_layernorm",
+        },
+        # LLM_ARCH_LLAMA rotates adjacent pairs: convert_hf_to_gguf.py's LlamaModel permuted Q and K rows
+        transforms={"attn_q": "unpermute_rope_q", "attn_k": "unpermute_rope_k"},
+        # llama.cpp's precomputed Llama 3 rope frequency factors (see `gguf_rope`)
+        buffers=frozenset({"rope_freqs.weight"}),
+    ),
 }
-# Kept under their GGUF names as buffers: llama.cpp's precomputed Llama 3 rope frequency factors.
-_GGUF_BUFFERS = {"rope_freqs.weight"}
-_GGUF_ARCHS = {"llama"}
 _GGUF_NAME = re.compile(r"^(?:blk\.(\d+)\.)?(\w+)\.(weight|bias)$")
 
 # `{arch}.<key>` -> config.json field (transformers' GGUF_CONFIG_MAPPING for llama). head_dim, vocab_size and rope
@@ -92,17 +129,20 @@ GGUF_KEYS_NEUTRAL_VALUE = {
 _GGUF_OTHER_NAMESPACES = ("general.", "tokenizer.", "quantize.", "split.")
 
 
-def _gguf_hf_name(name: str) -> str | None:
-    """The Hugging Face name of a GGUF tensor name, or None if it is not one we know."""
-    if name in _GGUF_BUFFERS:
-        return name
+def _gguf_hf_name(name: str, tensors: GGUFTensorMap) -> tuple[str, str | None] | None:
+    """The Hugging Face name of a GGUF tensor name under `tensors`, with the named transform (`GGUF_TRANSFORMS`)
+    its entry lists (None: read as stored); None if the architecture has no such tensor."""
+    if name in tensors.buffers:
+        return name, None
     m = _GGUF_NAME.match(name)
     if m is None:
         return None
     block, base, suffix = m.groups()
     if block is None:
-        return f"{GGUF_TOP[base]}.{suffix}" if base in GGUF_TOP else None
-    return f"model.layers.{int(block)}.{GGUF_BLOCK[base]}.{suffix}" if base in GGUF_BLOCK else None
+        hf = f"{tensors.top[base]}.{suffix}" if base in tensors.top else None
+    else:
+        hf = f"model.layers.{int(block)}.{tensors.block[base]}.{suffix}" if base in tensors.block else None
+    return None if hf is None else (hf, tensors.transforms.get(base))
 
 
 def _gguf_config(f: GGUFFile, arch: str) -> dict[str, Any]:
@@ -287,10 +327,11 @@ def _unpermute_rows(t: np.ndarray, n_head: int) -> np.ndarray:
 
 @dataclass(eq=False)
 class GGUFCheckpoint(Checkpoint):
-    """A .gguf file (llama architecture), read through `GGUFFile`."""
+    """A .gguf file of an architecture `GGUF_TENSOR_MAPS` lists (llama), read through `GGUFFile`."""
 
     _file: GGUFFile | None = field(default=None, repr=False)
     _gguf_name: dict[str, str] = field(default_factory=dict, repr=False)
+    _transforms: dict[str, str] = field(default_factory=dict, repr=False)  # Hugging Face name -> GGUF_TRANSFORMS
     _tokenizer: Any = field(default=None, repr=False)
 
     @classmethod
@@ -303,16 +344,21 @@ class GGUFCheckpoint(Checkpoint):
             raise CheckpointError(f"{path}: cannot read ({e.strerror or e})") from None
         try:
             arch = f.get("general.architecture")
-            if arch not in _GGUF_ARCHS:
+            if arch not in GGUF_TENSOR_MAPS:
                 raise CheckpointError(
-                    f"{path}: GGUF architecture {arch!r} is not supported (supported: {', '.join(sorted(_GGUF_ARCHS))})"
+                    f"{path}: GGUF architecture {arch!r} is not supported "
+                    f"(supported: {', '.join(sorted(GGUF_TENSOR_MAPS))})"
                 )
             hf_to_gguf: dict[str, str] = {}
+            transforms: dict[str, str] = {}
             for gname in f.tensors:
-                hf = _gguf_hf_name(gname)
-                if hf is None:
+                found = _gguf_hf_name(gname, GGUF_TENSOR_MAPS[arch])
+                if found is None:
                     raise CheckpointError(f"{path}: unknown GGUF tensor {gname!r} (no Hugging Face name for it)")
+                hf, transform = found
                 hf_to_gguf[hf] = gname
+                if transform is not None:
+                    transforms[hf] = transform
             config = _gguf_config(f, arch)
         except CheckpointError:
             f.close()
@@ -322,10 +368,11 @@ class GGUFCheckpoint(Checkpoint):
             format="gguf",
             config=config,
             tensor_names=list(hf_to_gguf),
-            buffer_names={n for n in hf_to_gguf if n in _GGUF_BUFFERS},
+            buffer_names={n for n in hf_to_gguf if n in GGUF_TENSOR_MAPS[arch].buffers},
             path=path,
             _file=f,
             _gguf_name=hf_to_gguf,
+            _transforms=transforms,
         )
 
     def _info(self, name: str):
@@ -375,13 +422,15 @@ class GGUFCheckpoint(Checkpoint):
         return check_finite(cast_floating(t, dtype), info.name, self.path, t, name in self.buffer_names)
 
     def _rotary_heads(self, name: str, info) -> int | None:
-        """The head count whose rotary row permutation llama.cpp applied to `name` (Q: num_attention_heads, K:
-        num_key_value_heads), or None for any other tensor. Raises CheckpointError for metadata that does not fit."""
-        if ".self_attn.q_proj." not in name and ".self_attn.k_proj." not in name:
+        """The head count whose rotary row permutation llama.cpp applied to `name`, for a tensor whose table entry
+        names a transform (`GGUF_TRANSFORMS`: unpermute_rope_q takes num_attention_heads, unpermute_rope_k
+        num_key_value_heads, defaulting to the former), or None for a tensor read as stored. Raises
+        CheckpointError for metadata that does not fit."""
+        transform = self._transforms.get(name)
+        if transform is None:
             return None
         heads = self.config["num_attention_heads"]
-        if ".k_proj." in name:
-            heads = self.config.get("num_key_value_heads", heads)
+        heads = self.config.get(GGUF_TRANSFORMS[transform], heads)
         if not isinstance(heads, int) or isinstance(heads, bool) or heads < 1:
             raise CheckpointError(f"{self.path}: the GGUF metadata gives {heads!r} heads for {info.name!r}")
         if info.shape[0] % (2 * heads):
