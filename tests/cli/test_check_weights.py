@@ -207,12 +207,14 @@ def test_weights_that_cannot_be_opened_are_a_usage_error(tmp_path, capsys):
 def test_the_embedded_smollm2_checks_clean_and_reads_no_tensor_data(capsys, monkeypatch):
     pytest.importorskip("numpy")
     from linnet.runtimes.formats import checkpoints
+    from linnet.runtimes.formats.gguf import GGUFCheckpoint
+    from linnet.runtimes.formats.hf_folder import HFCheckpoint
 
     def refuse(*args, **kwargs):
         raise AssertionError("a header check read tensor data")
 
-    monkeypatch.setattr(checkpoints.GGUFCheckpoint, "load", refuse)
-    monkeypatch.setattr(checkpoints.HFCheckpoint, "load", refuse)
+    monkeypatch.setattr(GGUFCheckpoint, "load", refuse)
+    monkeypatch.setattr(HFCheckpoint, "load", refuse)
     try:
         checkpoints.open_checkpoint("smollm2-135m-instruct").close()
     except checkpoints.CheckpointError as err:

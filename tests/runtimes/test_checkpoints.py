@@ -563,6 +563,22 @@ def test_gguf_unsupported_architecture(tmp_path):
         open_checkpoint(tmp_path / "g.gguf")
 
 
+def test_gguf_tensor_maps_and_the_export_share_their_transforms():
+    """Each architecture's table names transforms of the vocabulary, for tensors it lists; the export permutes
+    exactly what the reader un-permutes (it reads the same table), and its permutation is the reader's inverse."""
+    from linnet.runtimes.export.gguf import ARCHITECTURES, llamacpp_permute
+    from linnet.runtimes.formats.gguf import GGUF_TENSOR_MAPS, GGUF_TRANSFORMS, _unpermute_rows
+
+    for tensors in GGUF_TENSOR_MAPS.values():
+        assert set(tensors.transforms.values()) <= set(GGUF_TRANSFORMS)
+        assert set(tensors.transforms) <= set(tensors.top) | set(tensors.block)
+    llama = {"attn_q": "unpermute_rope_q", "attn_k": "unpermute_rope_k"}
+    assert ARCHITECTURES["LlamaForCausalLM"].transforms == ARCHITECTURES["MistralForCausalLM"].transforms == llama
+    assert all(not ARCHITECTURES[family].transforms for family in ("Qwen2ForCausalLM", "Qwen3ForCausalLM"))
+    rows = np.arange(4 * 2 * 3 * 5).reshape(24, 5)
+    assert np.array_equal(_unpermute_rows(llamacpp_permute(rows, 4), 4), rows)
+
+
 # -- errors --------------------------------------------------------------------------------------------------
 
 
@@ -700,7 +716,8 @@ def test_opening_and_loading_need_no_torch():
 def test_a_config_json_key_given_twice_is_refused_naming_both_lines(tmp_path):
     """`"hidden_act": "silu"` on line 11 then `"hidden_act": "relu"` on line 12: JSON readers keep the last (relu), and
     the error then cited line 11 with "got relu". Keys repeated in different objects are fine."""
-    from linnet.runtimes.formats.checkpoints import CheckpointError, load_json_without_duplicate_keys
+    from linnet.runtimes.formats.checkpoints import CheckpointError
+    from linnet.runtimes.formats.hf_folder import load_json_without_duplicate_keys
     from tests.runtimes.test_corrupt_files import write_hf_folder
 
     folder = write_hf_folder(tmp_path / "hf")

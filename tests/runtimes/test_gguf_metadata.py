@@ -5,12 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from linnet.runtimes.formats.checkpoints import (
-    GGUF_KEYS_NEUTRAL_VALUE,
-    GGUF_KEYS_WITHOUT_EFFECT,
-    CheckpointError,
-    open_checkpoint,
-)
+from linnet.runtimes.formats.checkpoints import CheckpointError, open_checkpoint
+from linnet.runtimes.formats.gguf import GGUF_KEYS_NEUTRAL_VALUE, GGUF_KEYS_WITHOUT_EFFECT
 from tests.runtimes.gguf_writing import write_llama_gguf
 
 torch = pytest.importorskip("torch")

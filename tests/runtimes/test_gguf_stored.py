@@ -171,7 +171,7 @@ def test_release_pages_drops_the_mapping_from_rss_and_keeps_views(quantized_gguf
 def test_stored_load_releases_pages_after_each_quantized_matrix(quantized_gguf, monkeypatch):
     # the backend has repacked each quantized matrix when it asks for the next tensor: the file's pages go then
     # (on a small file the kernel's fault-around maps them back at the next read, so this counts the calls)
-    from linnet.runtimes.formats.checkpoints import GGUFCheckpoint
+    from linnet.runtimes.formats.gguf import GGUFCheckpoint
 
     prepared = prepare(LLAMA, quantized_gguf, LoadOptions(dtype="stored", max_positions=32))
     calls = []

@@ -34,7 +34,8 @@ from typing import Any
 import numpy as np
 
 from linnet.errors import ExportError
-from linnet.runtimes.formats.checkpoints import GGUF_BLOCK, GGUF_TOP, cast_floating
+from linnet.runtimes.formats.checkpoints import cast_floating
+from linnet.runtimes.formats.gguf import GGUF_TENSOR_MAPS, GGUF_TRANSFORMS
 from linnet.runtimes.formats.gguf_rope import default_inv_freq, llama3_rope_freqs
 from linnet.runtimes.formats.tokenizer import GGUF_PRE_TOKENIZERS, Tokenizer
 from linnet.runtimes.model_weights import model_weights
@@ -52,10 +53,10 @@ FILE_TYPES = {
 }
 
 
-# Hugging Face Llama names -> llama.cpp's: the reader's table (gguf-py tensor_mapping.py, LLAMA entries) inverted,
-# so that what is written is what `GGUFCheckpoint` reads back
-_TOP = {hf: name for name, hf in GGUF_TOP.items()}
-_BLOCK = {hf: name for name, hf in GGUF_BLOCK.items()} | {
+# Hugging Face Llama names -> llama.cpp's: the reader's llama table (gguf-py tensor_mapping.py, LLAMA entries)
+# inverted, so that what is written is what `GGUFCheckpoint` reads back
+_TOP = {hf: name for name, hf in GGUF_TENSOR_MAPS["llama"].top.items()}
+_BLOCK = {hf: name for name, hf in GGUF_TENSOR_MAPS["llama"].block.items()} | {
     "self_attn.q_norm": "attn_q_norm",  # Qwen3 (gguf-py MODEL_TENSOR.ATTN_Q_NORM)
     "self_attn.k_norm": "attn_k_norm",
 }
@@ -80,25 +81,32 @@ _GPT2_BLOCK = {
 @dataclass(frozen=True)
 class Architecture:
     """How one family is written: llama.cpp's architecture name (general.architecture, the prefix of its keys);
-    whether Q/K rows are permuted to interleaved rotary pairs (llama.cpp's LLM_ARCH_LLAMA rotates adjacent pairs;
-    qwen2 and qwen3 use NEOX rotation, Hugging Face's halves, and are written as they are); the rope scaling types
-    the file can hold; the tensor names (`layers` prefix, top-level and per-block tables, HF -> llama.cpp); and
-    the block members stored transposed (GPT-2's Conv1D)."""
+    the rope scaling types the file can hold; the tensor names (`layers` prefix, top-level and per-block tables,
+    HF -> llama.cpp); and the block members stored transposed (GPT-2's Conv1D). Which tensors are permuted comes
+    from the reader's table for `name` (see `transforms`)."""
 
     name: str
-    permute_qk: bool = False
     rope_scaling: tuple[str | None, ...] = (None, "default", "linear")
     layers: str = "model.layers"
     top: Mapping[str, str] = field(default_factory=lambda: _TOP)
     block: Mapping[str, str] = field(default_factory=lambda: _BLOCK)
     transposed: tuple[str, ...] = ()
 
+    @property
+    def transforms(self) -> Mapping[str, str]:
+        """llama.cpp tensor name -> the named transform (`GGUF_TRANSFORMS`) the reader undoes, which the export
+        applies: the reader's table for llama.cpp's architecture `name` (`GGUF_TENSOR_MAPS`), so the two directions
+        agree. llama (LLM_ARCH_LLAMA rotates adjacent pairs) permutes Q and K rows; the others have no table and
+        nothing permuted (qwen2 and qwen3 use NEOX rotation, Hugging Face's halves, and are written as they are)."""
+        tensor_map = GGUF_TENSOR_MAPS.get(self.name)
+        return tensor_map.transforms if tensor_map is not None else {}
+
 
 # The source's root model (the transformers class) -> how llama.cpp's convert_hf_to_gguf.py writes it: Mistral is
 # its `LlamaModel` too (llama.cpp's llama architecture), Qwen2, Qwen3 and GPT-2 their own architectures.
 ARCHITECTURES = {
-    "LlamaForCausalLM": Architecture("llama", True, (None, "default", "linear", "llama3")),
-    "MistralForCausalLM": Architecture("llama", True),
+    "LlamaForCausalLM": Architecture("llama", rope_scaling=(None, "default", "linear", "llama3")),
+    "MistralForCausalLM": Architecture("llama"),
     "Qwen2ForCausalLM": Architecture("qwen2"),
     "Qwen3ForCausalLM": Architecture("qwen3"),
     # fused projections, written fused (gguf-py: qkv_proj -> attn_qkv, gate_up_proj -> ffn_up, gate rows first as
@@ -315,7 +323,8 @@ def rope_freqs(config: dict[str, Any]) -> np.ndarray | None:
 def llamacpp_permute(w: np.ndarray, n_head: int) -> np.ndarray:
     """llama.cpp convert_hf_to_gguf.py `LlamaModel.permute`: rows of head h from Hugging Face's two rotary halves
     to llama.cpp's interleaved pairs, `w.reshape(n_head, 2, d/2, ...).swapaxes(1, 2)`. n_head is
-    num_attention_heads for Q and num_key_value_heads for K. Inverse: `checkpoints._unpermute_rows`."""
+    num_attention_heads for Q and num_key_value_heads for K. Inverse: `formats.gguf._unpermute_rows`, what the
+    reader's transforms unpermute_rope_q and unpermute_rope_k do."""
     if w.shape[0] % (2 * n_head):
         raise ExportError(f"a Q/K projection with {w.shape[0]} rows is not {n_head} heads of an even size")
     half = w.shape[0] // n_head // 2
@@ -325,37 +334,42 @@ def llamacpp_permute(w: np.ndarray, n_head: int) -> np.ndarray:
 def gguf_name(hf_name: str, arch: Architecture = ARCHITECTURES["LlamaForCausalLM"]) -> str | None:
     """The llama.cpp name of a Hugging Face tensor name of `arch` (`model.layers.3.self_attn.k_proj.weight` ->
     `blk.3.attn_k.weight`), or None for a name the architecture has no tensor for."""
+    found = _gguf_name_and_base(hf_name, arch)
+    return found[0] if found is not None else None
+
+
+def _gguf_name_and_base(hf_name: str, arch: Architecture) -> tuple[str, str] | None:
+    """`gguf_name`, with the llama.cpp name of the table entry it matched (`attn_k`), the key of `arch.transforms`."""
     stem, _, suffix = hf_name.rpartition(".")
     if stem in arch.top:
-        return f"{arch.top[stem]}.{suffix}"
+        return f"{arch.top[stem]}.{suffix}", arch.top[stem]
     prefix = arch.layers + "."
     layer, _, member = stem[len(prefix) :].partition(".") if stem.startswith(prefix) else ("", "", "")
     base = arch.block.get(member)
-    return f"blk.{int(layer)}.{base}.{suffix}" if layer.isdigit() and base else None
+    return (f"blk.{int(layer)}.{base}.{suffix}", base) if layer.isdigit() and base else None
 
 
 def gguf_tensors(
     weights: dict[str, np.ndarray], config: dict[str, Any], file_type: str, arch: Architecture
 ) -> list[GGUFTensor]:
     """The tensors of a model's `weights` ({Hugging Face name: array}) as llama.cpp's `arch` lays them out, each
-    with its ggml type for `file_type` (see the module docstring): Q/K rows permuted where `arch.permute_qk`,
-    Conv1D weights transposed. A tied head is not written (llama.cpp reuses `token_embd.weight`). Raises
-    ExportError naming a weight the architecture has no tensor for."""
+    with its ggml type for `file_type` (see the module docstring): Q/K rows permuted where `arch.transforms`
+    names a rotary un-permutation (the reader undoes it), Conv1D weights transposed. A tied head is not written
+    (llama.cpp reuses `token_embd.weight`). Raises ExportError naming a weight the architecture has no tensor for."""
     heads = config.get("num_attention_heads")
-    kv_heads = config.get("num_key_value_heads") or heads
     tied = bool(config.get("tie_word_embeddings"))
     out: list[GGUFTensor] = []
     for hf_name, array in weights.items():
         if hf_name == "lm_head.weight" and tied:
             continue
-        name = gguf_name(hf_name, arch)
-        if name is None:
+        found = _gguf_name_and_base(hf_name, arch)
+        if found is None:
             raise ExportError(f"weight {hf_name!r} has no tensor in llama.cpp's {arch.name} architecture")
+        name, base = found
         data = np.asarray(cast_floating(array, "f32"), dtype=np.float32)
-        if arch.permute_qk and ".attn_q." in name:
-            data = llamacpp_permute(data, int(heads))
-        elif arch.permute_qk and ".attn_k." in name:
-            data = llamacpp_permute(data, int(kv_heads))
+        transform = arch.transforms.get(base)
+        if transform is not None:  # unpermute_rope_q / _k: the head count of GGUF_TRANSFORMS, else the query heads
+            data = llamacpp_permute(data, int(config.get(GGUF_TRANSFORMS[transform]) or heads))
         elif hf_name.endswith(arch.transposed) and arch.transposed:
             data = np.ascontiguousarray(data.T)
         is_output = name == "output.weight" or (tied and name == "token_embd.weight")
