@@ -176,9 +176,10 @@ def cmd_jax(args: argparse.Namespace) -> int:
 
 
 def _emit_source(args: argparse.Namespace, cmd: str, codegen) -> int:
-    """`linnet torch` / `linnet jax`: the model as source from a code generator module."""
+    """`linnet torch` / `linnet jax`: the model as source from a code generator module, standalone (it carries the
+    prelude's helpers and imports only the framework)."""
     try:
-        text = codegen.generate(_build(args), args.numerics)
+        text = codegen.generate(_build(args), args.numerics, standalone=True)
     except FAILURES as err:
         return _fail(cmd, err)
     return _write(text, args.output, cmd)
