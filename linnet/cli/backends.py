@@ -177,12 +177,26 @@ def cmd_jax(args: argparse.Namespace) -> int:
 
 def _emit_source(args: argparse.Namespace, cmd: str, codegen) -> int:
     """`linnet torch` / `linnet jax`: the model as source from a code generator module, standalone (it carries the
-    prelude's helpers and imports only the framework)."""
+    prelude's helpers and imports only the framework), under the preset `linnet run` picks (`_default_preset`)."""
     try:
+        _check_paths(args)
+        _default_preset(args)
         text = codegen.generate(_build(args), args.numerics, standalone=True)
     except FAILURES as err:
         return _fail(cmd, err)
     return _write(text, args.output, cmd)
+
+
+def _default_preset(args: argparse.Namespace) -> None:
+    """Without `--preset` and `--weights`, set `args.preset` to the first preset with default weights (None where
+    there is none): a real checkpoint's config, not the config's defaults (Llama's are 7B parameters), as generation
+    uses. Raises what checking the source raises."""
+    if args.preset is not None or getattr(args, "weights", None) is not None:
+        return
+    from linnet.ir.build import check_source, read_source
+    from linnet.runtimes.loading import default_preset
+
+    args.preset = default_preset(check_source(*read_source(args.file)))
 
 
 def cmd_stablehlo(args: argparse.Namespace) -> int:
@@ -547,16 +561,10 @@ def cmd_run(args: argparse.Namespace) -> int:
                 )
     except UsageError as err:
         return _fail("run", err)
-    if args.preset is None and args.weights is None:
-        # random weights under a real checkpoint's config, not the config's defaults (Llama's
-        # are 7B parameters): the first preset with default weights, as generation uses
-        from linnet.ir.build import check_source, read_source
-        from linnet.runtimes.loading import default_preset
-
-        try:
-            args.preset = default_preset(check_source(*read_source(args.file)))
-        except FAILURES as err:
-            return _fail("run", err)
+    try:
+        _default_preset(args)  # random weights under a real checkpoint's config
+    except FAILURES as err:
+        return _fail("run", err)
     if args.compare is not None:
         return compare_backends(args)
     if args.backend is None:
