@@ -1,6 +1,6 @@
 """Which memory layout of an f32 weight the generated PyTorch module's `linear` reads fastest, by matrix shape and rows.
 
-The generated module's `linear` (linnet/compiler/torch/codegen.py, `LINEAR`) runs up to 16 f32 rows on the CPU as
+The generated module's `linear` (linnet/compiler/torch/prelude.py) runs up to 16 f32 rows on the CPU as
 blocks in
 one `torch.bmm`: blocks of the weight's rows when it is stored [N, K] (the checkpoint's layout), blocks of K when it
 is held transposed ([K, N] in memory; `codegen.stored_transposed` picks which weights a `fast` module holds so).

@@ -128,7 +128,7 @@ def torch_mv_pass(matrices: list[Matrix], dtype: str, x_by_in: dict, threads: in
 
 
 def torch_blocks_pass(matrices: list[Matrix], dtype: str, x_by_in: dict, threads: int, seconds: float) -> dict:
-    """`torch_pass` through the generated PyTorch module's own `linear` (linnet/compiler/torch/codegen.py, `LINEAR`),
+    """`torch_pass` through the generated PyTorch module's own `linear` (linnet/compiler/torch/prelude.py),
     with
     the weights laid out as a `fast` module holds them (`codegen.stored_transposed`: a wide matrix, out > in, held
     transposed): each matrix as `threads` blocks in one `torch.bmm`, of its rows, or of `in` for a wide one, run in
@@ -227,18 +227,11 @@ def _torch_pass(matrices: list[Matrix], dtype: str, x_by_in: dict, threads: int,
 
 
 def generated_linear(name: str = "linear"):
-    """The generated PyTorch module's `linear` (linnet/compiler/torch/codegen.py, `LINEAR`), or its `linears`
-    (`LINEARS`, which calls that `linear`): the function the module runs."""
-    import torch
-    import torch.nn.functional as F
-    from torch import nn
+    """The generated PyTorch module's `linear` (linnet/compiler/torch/prelude.py), or its `linears` (which calls
+    that `linear`): the function the module runs."""
+    from linnet.compiler.torch import prelude
 
-    from linnet.compiler.torch.codegen import LINEAR, LINEARS
-
-    namespace = {"torch": torch, "F": F, "nn": nn}
-    exec(LINEAR, namespace)
-    exec(LINEARS, namespace)
-    return namespace[name]
+    return getattr(prelude, name)
 
 
 def onnxruntime_pass(matrices: list[Matrix], dtype: str, x_by_in: dict, threads: int, seconds: float) -> dict:

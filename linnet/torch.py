@@ -22,4 +22,4 @@ def generate_source(source, preset=None, config=None, dtype="f32", numerics="equ
     from linnet.compiler.torch.codegen import generate
     from linnet.ir import build
 
-    return generate(build(source, preset=preset, config=config, dtype=dtype, **kwargs), numerics)
+    return generate(build(source, preset=preset, config=config, dtype=dtype, **kwargs), numerics, standalone=True)

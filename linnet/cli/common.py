@@ -286,3 +286,15 @@ def parse_dims(items: list[str] | None) -> dict[str, int]:
             raise UsageError(f"--dim {name} is given twice ({name}={out[name]} and {name}={size}): give it once")
         out[name] = size
     return out
+
+
+def use_default_preset(args: argparse.Namespace) -> None:
+    """Without `--preset` and `--weights`, set `args.preset` to the first preset with default weights (None where
+    there is none): a real checkpoint's config, not the config's defaults (Llama's are 7B parameters), as generation
+    uses. Raises what checking the source raises."""
+    if args.preset is not None or getattr(args, "weights", None) is not None:
+        return
+    from linnet.ir.build import check_source, read_source
+    from linnet.runtimes.loading import default_preset
+
+    args.preset = default_preset(check_source(*read_source(args.file)))

@@ -20,6 +20,7 @@ from linnet.cli.common import (
     check_paths,
     fail,
     parse_config,
+    use_default_preset,
     write_output,
 )
 
@@ -47,9 +48,12 @@ def cmd_jax(args: argparse.Namespace) -> int:
 
 
 def _emit_source(args: argparse.Namespace, cmd: str, codegen) -> int:
-    """`linnet torch` / `linnet jax`: the model as source from a code generator module."""
+    """`linnet torch` / `linnet jax`: the model as source from a code generator module, standalone (it carries the
+    prelude's helpers and imports only the framework), under the preset `linnet run` picks (`use_default_preset`)."""
     try:
-        text = codegen.generate(build_program(args), args.numerics)
+        check_paths(args)
+        use_default_preset(args)
+        text = codegen.generate(build_program(args), args.numerics, standalone=True)
     except FAILURES as err:
         return fail(cmd, err)
     return write_output(text, args.output, cmd)

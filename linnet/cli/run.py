@@ -26,6 +26,7 @@ from linnet.cli.common import (
     load_model,
     parse_dims,
     print_notes,
+    use_default_preset,
     watch_compile,
 )
 from linnet.errors import AudioError
@@ -46,16 +47,10 @@ def cmd_run(args: argparse.Namespace) -> int:
                 )
     except UsageError as err:
         return fail("run", err)
-    if args.preset is None and args.weights is None:
-        # random weights under a real checkpoint's config, not the config's defaults (Llama's
-        # are 7B parameters): the first preset with default weights, as generation uses
-        from linnet.ir.build import check_source, read_source
-        from linnet.runtimes.loading import default_preset
-
-        try:
-            args.preset = default_preset(check_source(*read_source(args.file)))
-        except FAILURES as err:
-            return fail("run", err)
+    try:
+        use_default_preset(args)  # random weights under a real checkpoint's config
+    except FAILURES as err:
+        return fail("run", err)
     if args.compare is not None:
         return compare_backends(args)
     if args.backend is None:

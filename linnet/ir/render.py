@@ -7,7 +7,9 @@ that has methods (its parameters and state declared in `PARAMS`/`STATE`, its sub
 entries as methods of the root model's class. A call is a method call on the receiver
 (`self.self_attn.step(...)`), a loop is `for layer in self.layers:`, a parameter is read where
 it is used (`self.q_proj.weight`), and each statement that comes from the source says where:
-`# [B, 9, S, 64] llama.linnet:77`.
+`# [B, 9, S, 64] llama.linnet:77`. The helpers the code calls (the `Module` base class, `linear`, ...) are a
+backend's prelude, a real module (`Prelude`): a generated module imports them from it, a standalone one carries their
+definitions.
 
 A backend subclasses `GraphEmitter` and sets its tables: `dtypes` (dtype name -> text),
 `emitters` (registry op -> emitter), `native` (composite -> emitter, used where the passes
@@ -22,12 +24,15 @@ one, directly or through its callees, takes it as an argument, which its callers
 
 from __future__ import annotations
 
+import ast
 import builtins
 import keyword
 import math
 import re
 import textwrap
 from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
 from typing import Any, Callable, ClassVar
 
 from ..errors import CodegenError
@@ -609,23 +614,94 @@ def identifiers(text: str) -> set[str]:
 # ----------------------------------------------------------------------------- module writer
 
 
+@dataclass(frozen=True)
+class Prelude:
+    """A backend's runtime helpers: a real module, `module` (the file `path`), which imports the framework. A
+    generated module imports the names its code reads from it (`import_lines`); a standalone one carries their
+    definitions (`definitions`), read from the file's text, so that neither the generator (no framework here) nor
+    the file imports it: the `base` class before the model's classes (they derive from it), everything else after
+    the model (a function's globals are looked up when it runs)."""
+
+    module: str
+    path: Path
+    base: str = "Module"
+
+    @cached_property
+    def blocks(self) -> dict[str, tuple[int, str, frozenset[str]]]:
+        """Each name the file defines at top level: its statement's index, source (with the comment lines right above
+        it) and the names it reads. The docstring and the imports are not blocks."""
+        text = self.path.read_text(encoding="utf-8")
+        lines = text.splitlines()
+        out = {}
+        for index, node in enumerate(ast.parse(text).body):
+            if isinstance(node, (ast.Import, ast.ImportFrom)) or (
+                isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+            ):
+                continue
+            start = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])]) - 1
+            while start > 0 and lines[start - 1].startswith("#"):
+                start -= 1
+            source = "\n".join(lines[start : node.end_lineno])
+            reads = frozenset(n.id for n in ast.walk(node) if isinstance(n, ast.Name))
+            targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", node)]
+            for target in targets:
+                name = getattr(target, "name", None) or getattr(target, "id", None)
+                if name is not None:
+                    out[name] = (index, source, reads)
+        return out
+
+    def used(self, code: str) -> list[str]:
+        """The public names of the prelude that `code` (valid Python) reads, in the prelude's order."""
+        reads = {n.id for n in ast.walk(ast.parse(code)) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        return [name for name in self.blocks if name in reads and not name.startswith("_")]
+
+    def needed(self, names: list[str]) -> list[str]:
+        """`names` and every prelude name they read, transitively, in the prelude's order."""
+        found, todo = set(), list(names)
+        while todo:
+            name = todo.pop()
+            if name in self.blocks and name not in found:
+                found.add(name)
+                todo += self.blocks[name][2]
+        return [name for name in self.blocks if name in found]
+
+    def import_lines(self, names: list[str]) -> list[str]:
+        return [f"from {self.module} import {', '.join(names)}"] if names else []
+
+    def definitions(self, names: list[str]) -> list[str]:
+        """The source of each statement that defines one of `names`, once each, in the prelude's order."""
+        statements = {self.blocks[name][0]: self.blocks[name][1] for name in names}
+        return [statements[i] for i in sorted(statements)]
+
+
 class ModuleWriter:
     """Writes a prepared program as a Python module (see the module docstring). A backend
-    subclasses it and sets `emitter` (its `GraphEmitter` subclass), `reserved`, and the hooks:
-    `head` (docstring and imports), `base` (the `Module` base class's source), `table` (a
-    class's PARAMS/STATE declaration) and `tail` (what follows the classes: entry functions)."""
+    subclasses it and sets `emitter` (its `GraphEmitter` subclass), `reserved`, `prelude` (its
+    helpers, `Prelude`), and the hooks: `head` (docstring and imports, ending with
+    `prelude_imports()`), `table` (a class's PARAMS/STATE declaration) and `tail` (what follows
+    the classes: entry functions). `standalone`: the module carries the definitions of the
+    prelude's helpers it calls instead of importing them (the prelude's `base` class before the
+    model, the rest at the end), so that it imports only the framework."""
 
     emitter: ClassVar[type[GraphEmitter]] = GraphEmitter
     reserved: ClassVar[set[str]] = set()
-    base: ClassVar[str] = ""
+    prelude: ClassVar[Prelude | None] = None
 
-    def __init__(self, program: Program, numerics: str):
+    def __init__(self, program: Program, numerics: str, standalone: bool = False):
         self.program = program
         self.numerics = numerics
+        self.standalone = standalone
         self.layout = ModuleLayout.of(program, self.reserved)
+        self.prelude_names: list[str] = []  # what the code reads of the prelude (`write`)
 
     def head(self) -> list[str]:
         return []
+
+    def prelude_imports(self) -> list[str]:
+        """The import of the prelude's helpers the code calls (none in a standalone module), after a blank line."""
+        if self.standalone or self.prelude is None or not self.prelude_names:
+            return []
+        return ["", *self.prelude.import_lines(self.prelude_names)]
 
     def table(self, name: str, items: dict) -> list[str]:
         return []
@@ -681,13 +757,29 @@ class ModuleWriter:
             if made <= helper_names:
                 break
             helper_names |= made
+        code = body + self.tail()
+        if self.prelude is not None:  # what the whole module reads: its classes, functions and helpers
+            helpers = [line for source in self.helpers.constant_sources + self.helpers.sources for line in source]
+            self.prelude_names = self.prelude.used("\n".join(helpers + code))
+        before: list[str] = []
+        after: list[str] = []
+        if self.standalone and self.prelude is not None:
+            needed = self.prelude.needed(self.prelude_names)
+            base = [name for name in needed if name == self.prelude.base]
+            for source in self.prelude.definitions(base):
+                before += ["", "", source]
+            rest = self.prelude.definitions([name for name in needed if name not in base])
+            if rest:
+                after += ["", "", f"# The helpers the model calls, as {self.prelude.module} defines them."]
+            for source in rest:
+                after += ["", "", source]
         out = self.head()
         for source in self.helpers.constant_sources:
             out += [""] + source
-        out += ["", "", self.base]
+        out += before
         for source in self.helpers.sources:
             out += ["", ""] + source
-        text = "\n".join(out + body + self.tail()).rstrip() + "\n"
+        text = "\n".join(out + code + after).rstrip() + "\n"
         return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
     def new_emitter(self) -> GraphEmitter:

@@ -47,6 +47,16 @@ def test_torch_writes_a_module(tmp_path):
     assert "    def forward(self, input_ids):" in text and "    def step(self, input_ids, positions, rows):" in text
 
 
+@pytest.mark.parametrize("cmd", ["torch", "jax"])
+def test_torch_and_jax_build_the_preset_run_picks(cmd):
+    """Without --preset, the first preset with default weights, as `linnet run` (SmolLM2's config, not Llama's 7B
+    defaults); the written file carries the prelude's helpers and imports no linnet."""
+    r = run_cli(cmd, "examples/llama.linnet", "--max-positions", "16")
+    assert r.returncode == 0, r.stderr
+    assert "Preset smollm2_135m, working dtype f32" in r.stdout
+    assert "from linnet" not in r.stdout and "import linnet" not in r.stdout and "\nclass Module" in r.stdout
+
+
 @pytest.mark.torch
 def test_the_written_module_runs_on_its_own(tmp_path):
     """What `linnet torch -o` writes is a model file: build the root class, load a checkpoint's

@@ -19,7 +19,6 @@ from hypothesis import strategies as st
 from linnet.compiler.jax.codegen import (
     PASSES,
     UNSUPPORTED,
-    WRITE_CACHE,
     fused_key,
     fused_names,
     generate,
@@ -123,23 +122,23 @@ def test_cache_write_drops_positions_past_the_cache(jax):
 
 @pytest.mark.jax
 def test_write_cache_on_a_cache_held_flat_matches_the_reference(jax):
-    """The generated `write_cache` on a cache held as [rows * H, T, D] (how the backend holds
+    """The prelude's `write_cache` on a cache held as [rows * H, T, D] (how the backend holds
     KV caches) writes what the registry's reference writes into [rows, H, T, D]: rows out of
     order; a write running past the cache is dropped there, the rest untouched."""
     rng = np.random.default_rng(1)
     tensors, _ = case("cache_write", rng, (2,))
     tensors["positions"] = np.array([5, 0], dtype=np.int64)  # row 2 at 5, 6: 6 is past the 6 positions
-    ns: dict = {}
-    exec("import jax.numpy as jnp\nfrom jax import lax\n" + WRITE_CACHE, ns)
+    from linnet.compiler.jax.prelude import write_cache
+
     cache = tensors["cache"]
     n, h, t, d = cache.shape
-    out = jax.jit(ns["write_cache"])(cache.reshape(n * h, t, d), tensors["rows"], tensors["positions"], tensors["new"])
+    out = jax.jit(write_cache)(cache.reshape(n * h, t, d), tensors["rows"], tensors["positions"], tensors["new"])
     want = cache.copy()  # the registry's reference, with the write past the cache cut off
     want[2, :, 5] = tensors["new"][0, :, 0]
     want[0, :, 0:2] = tensors["new"][1]
     np.testing.assert_array_equal(np.asarray(out).reshape(n, h, t, d), want)
     tensors["positions"] = np.array([1, 3], dtype=np.int64)  # all in range: the reference itself
-    out = jax.jit(ns["write_cache"])(cache.reshape(n * h, t, d), tensors["rows"], tensors["positions"], tensors["new"])
+    out = jax.jit(write_cache)(cache.reshape(n * h, t, d), tensors["rows"], tensors["positions"], tensors["new"])
     np.testing.assert_array_equal(np.asarray(out).reshape(n, h, t, d), reference("cache_write", tensors, {}))
 
 

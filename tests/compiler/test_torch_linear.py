@@ -1,9 +1,9 @@
-"""The generated module's `linear` (linnet/compiler/torch/codegen.py, `LINEAR`): up to 16 rows of f32 on the CPU run as
+"""The generated module's `linear` (linnet/compiler/torch/prelude.py): up to 16 rows of f32 on the CPU run as
 blocks in one `torch.bmm` (of the weight's rows, or of K for a weight held transposed), one row of bf16 as
 `torch.mv`. Blocks of rows and torch.mv must give F.linear's values bit for bit, so they run only where the kernels
 give the same bits for those shapes (`_same_bits`, decided once a process on random rows); everything else must
-be F.linear itself. The function is taken from a real generated module (a one-layer llama), so the text tested is
-the text users run."""
+be F.linear itself. The function is the prelude's, which a generated module (a one-layer llama here) imports and
+a standalone one carries."""
 
 from __future__ import annotations
 
@@ -27,9 +27,13 @@ def source() -> str:
 
 @pytest.fixture(scope="module")
 def namespace(source) -> dict:
-    namespace: dict = {}
-    exec(compile(source, "generated", "exec"), namespace)
-    return namespace
+    """The prelude's globals: `linear` and what it reads (`_same_bits`, its cache `_SAME_BITS`, ...)."""
+    from linnet.compiler.torch import prelude
+
+    generated: dict = {}
+    exec(compile(source, "generated", "exec"), generated)
+    assert generated["linear"] is prelude.linear
+    return vars(prelude)
 
 
 @pytest.fixture(scope="module")
@@ -59,8 +63,15 @@ def bmm_calls(monkeypatch):
     return calls
 
 
-def test_the_module_defines_linear_once_and_its_layers_call_it(source):
-    assert source.count("\ndef linear(x, weight):") == 1
+def test_the_module_imports_linear_and_its_layers_call_it(source):
+    from linnet.compiler.torch.codegen import generate
+    from linnet.ir import build
+    from tests.conftest import EXAMPLES
+
+    imports = [line for line in source.splitlines() if line.startswith("from linnet.compiler.torch.prelude import ")]
+    assert len(imports) == 1 and "linear" in imports[0].split(" import ")[1].split(", ")
+    standalone = generate(build(EXAMPLES / "llama.linnet", config=LLAMA), standalone=True)
+    assert standalone.count("\ndef linear(x, weight):") == 1 and "linnet" not in standalone.split('"""')[2]
     mlp = source[source.index("class LlamaMLP") :]
     assert "linear(" in mlp and "F.linear(" not in mlp[: mlp.index("\nclass ")]
 

@@ -1,9 +1,9 @@
-"""The generated module's `linears` (linnet/compiler/torch/codegen.py, `LINEARS`): linear layers sharing their input,
+"""The generated module's `linears` (linnet/compiler/torch/prelude.py): linear layers sharing their input,
 one
 linear over their weights joined. Weights that lie adjacently in one buffer must be read as that buffer's rows by one
 `linear`, its output split; any other weights (apart, out of order, strided differently, with a gap, a subclass,
-needing gradients) one `linear` each. Either way the values are each `F.linear(x, w)`'s. The function is taken
-from a real `fast` module's source, so the text tested is the text users run."""
+needing gradients) one `linear` each. Either way the values are each `F.linear(x, w)`'s. The function is the
+prelude's, which a real `fast` module's source imports and calls."""
 
 from __future__ import annotations
 
@@ -27,9 +27,12 @@ def namespace() -> dict:
     assert "q_proj, k_proj, v_proj = linears(x, (self.q_proj.weight, self.k_proj.weight, self.v_proj.weight))" in (
         module.source
     )
+    from linnet.compiler.torch import prelude
+
     names: dict = {}
     exec(compile(module.source, "generated", "exec"), names)
-    return names
+    assert names["linears"] is prelude.linears
+    return vars(prelude)  # the globals `linears` reads (`linear`)
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The generated module's `one_row_attention` (linnet/compiler/torch/codegen.py, `ONE_ROW_ATTENTION`): under `fast` in
+"""The generated module's `one_row_attention` (linnet/compiler/torch/prelude.py): under `fast` in
 bf16,
 a decode step's attention on the CPU as the flash kernel's math with f32 matmuls. Against the kernel it replaces
 (within bf16 rounding) and the exact attention in f64 (as close as the kernel); the kernel's own call everywhere
@@ -28,9 +28,12 @@ def _source(dtype: str, numerics: str) -> str:
 
 @pytest.fixture(scope="module")
 def one_row_attention():
+    from linnet.compiler.torch.prelude import one_row_attention
+
     namespace: dict = {}
     exec(compile(_source("bf16", "fast"), "generated", "exec"), namespace)
-    return namespace["one_row_attention"]
+    assert namespace["one_row_attention"] is one_row_attention  # what the module calls
+    return one_row_attention
 
 
 def _dot_instructions(monkeypatch, present: bool) -> None:

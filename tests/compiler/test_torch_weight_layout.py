@@ -189,9 +189,13 @@ def assert_adjacent(module, group):
 @pytest.mark.parametrize(("numerics", "dtype"), [("equivalent", "f32"), ("equivalent", "bf16"), ("fast", "bf16")])
 def test_an_inductor_module_lays_each_group_out_in_one_buffer(numerics, dtype):
     """Its compiled decode step reads q, k and v (gate and up) as one reduction over their buffer
-    (`LINEARS` under `JOINED_UNDER_COMPILE`), in the checkpoint's layout, under the checkpoint's names."""
+    (the prelude's `linears_joined_under_compile`, which its code calls as `linears`), in the checkpoint's layout,
+    under the checkpoint's names."""
+    from linnet.compiler.torch.prelude import linears_joined_under_compile
+
     module = load(numerics, mode="inductor", dtype=dtype).module
     assert "linears(" in module.source
+    assert type(module.root).forward.__globals__["linears"] is linears_joined_under_compile
     assert sorted(module._joined_groups) == sorted(GROUPS)
     for group in GROUPS:
         assert_adjacent(module, group)
@@ -253,8 +257,9 @@ def test_a_replaced_submodule_is_seen():
 
 
 def test_an_inductor_prefill_keeps_the_generated_modules_bits():
-    """Eager calls of an inductor module keep one `linear` a weight (`JOINED_UNDER_COMPILE`): joined, gate's and
-    up's outputs were strided views, and silu over them moved the last bit where intermediate_size % 32 == 16."""
+    """Eager calls of an inductor module keep one `linear` a weight (`linears`' `joined_under_compile`): joined,
+    gate's and up's outputs were strided views, and silu over them moved the last bit where intermediate_size % 32
+    == 16."""
     from linnet.torch import load as load_model
     from tests.conftest import EXAMPLES
 
@@ -270,8 +275,8 @@ def test_an_inductor_prefill_keeps_the_generated_modules_bits():
 
 
 def test_a_trace_reads_a_group_joined_only_without_gradients_and_in_one_layout():
-    """The condition a compiled trace joins a group under (`_read_joined`, as `LINEARS` writes it): no gradient to
-    any weight wanted, and one layout (a transposed group is read one `linear` a weight)."""
+    """The condition a compiled trace joins a group under (`_read_joined`, as the prelude's `linears` checks it): no
+    gradient to any weight wanted, and one layout (a transposed group is read one `linear` a weight)."""
     from linnet.compiler.torch.module import _read_joined
 
     module = load("equivalent", mode="inductor").module

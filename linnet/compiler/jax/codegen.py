@@ -9,8 +9,11 @@ cache) returns `(outputs..., {checkpoint name: new value})`: a method writing a 
 the new array where it read the old one (`self.k_cache = write_cache(...)`), and the entry
 collects what was assigned (`Module.state`), so the cache is threaded through the call (and
 donated by the runtime, so XLA updates it in place). Dropout draws only when the entry's `p` holds a
-random key under `DROPOUT_KEY` (the JAX trainer's; `DROPOUT`). This file does not import jax: the
-language server shows generated code in its own process.
+random key under `DROPOUT_KEY` (the JAX trainer's; the prelude's `dropout`). The helpers the code
+calls (the `Module` base class, `write_cache`, dropout) are the real module `prelude.py`: generated
+code imports them from it, and a standalone file (`linnet jax`, `standalone=True`) carries their
+definitions instead and imports only jax. This file does not import jax: the language server shows
+generated code in its own process.
 
 What runs natively is decided by the passes (`PASSES`, `linnet.ir.pipeline`): a composite
 runs as a native function when that function is what the reference implementation computes
@@ -35,17 +38,19 @@ written, so the two differ in the last bits of some activations. Off, the code i
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Callable
 
 from linnet.errors import CodegenError
 from linnet.ir import render
-from linnet.ir.core import Op, Program, Value, body_ops
+from linnet.ir.core import Op, Program, Value
 from linnet.ir.fusion import fused_key, fused_names, split_fused_key
 from linnet.ir.passes import runs_random
 from linnet.ir.pipeline import NUMERICS, PassOptions, prepare
 from linnet.ir.render import (
     GraphEmitter,
     ModuleWriter,
+    Prelude,
     constant_values,
     dim_text,
     dims_text,
@@ -88,6 +93,10 @@ RESERVED = python_reserved(
     "dropout_keys",
     "DROPOUT_KEY",
 )
+
+# The helpers generated code calls (`Module`, `write_cache`, dropout): a real module, which imports jax, so read as
+# text here.
+PRELUDE = Prelude("linnet.compiler.jax.prelude", Path(__file__).with_name("prelude.py"))
 
 # The name under which an entry's `p` holds the random key of its dropouts (not a checkpoint name): absent, dropout
 # is the identity (inference); the JAX trainer passes one per micro-batch.
@@ -262,7 +271,7 @@ EMITTERS["cast"] = lambda e, op: f"{e.r(op.args['x'])}.astype({e.r(op.args['dtyp
 
 
 def _dropout(e: Emitter, op: Op) -> str:
-    """`dropout(x, p, self.dropout_keys)`, the module's helper (`DROPOUT`): the identity unless the entry was
+    """`dropout(x, p, self.dropout_keys)`, the prelude's helper: the identity unless the entry was
     given a random key (`p[DROPOUT_KEY]`: the JAX trainer's, per micro-batch); p = 0 is the identity."""
     x, p = op.args["x"], op.args["p"]
     if p == 0:
@@ -405,7 +414,7 @@ def _cache_write(e: Emitter, op: Op):
     index arrays broadcast to [B, S] and are split by the head slice, so the indexed block is
     [B, S, H, D] (numpy's rule for separated advanced indices): `new` goes in as [B, S, H, D].
     Positions past the cache are dropped (a padded prefill's tail). A cache held as [rows * H, T,
-    D] (`layout` flat) is written by the generated module's `write_cache` (WRITE_CACHE). The new
+    D] (`layout` flat) is written by the prelude's `write_cache`. The new
     cache is assigned where the old one was read (`self.k_cache = ...`), which is how the entry
     returns it."""
     rows, positions, new = (e.r(op.args[k]) for k in ("rows", "positions", "new"))
@@ -499,58 +508,6 @@ NATIVE: dict[str, Callable[[Emitter, Op], "str | tuple[list[str], str]"]] = {
 
 # ----------------------------------------------------------------------------- the module
 
-MODULE_BASE = '''
-class Module:
-    """A module of the checkpoint's tree over `arrays` (a dict by checkpoint name): the tensors
-    named in PARAMS and STATE (dotted paths) and the submodules in CHILDREN (a class, or (class,
-    count) for a list) are attributes (None for state `arrays` lacks). Assigning a state tensor
-    records its new value: `state()` gives every state tensor of the tree by checkpoint name."""
-
-    PARAMS: tuple = ()
-    STATE: tuple = ()
-    CHILDREN: dict = {}
-
-    def __init__(self, arrays, prefix=""):
-        self._prefix = prefix
-        for name, child in self.CHILDREN.items():
-            if isinstance(child, tuple):
-                setattr(self, name, [child[0](arrays, f"{prefix}{name}.{i}.") for i in range(child[1])])
-            else:
-                setattr(self, name, child(arrays, f"{prefix}{name}."))
-        for path in self.PARAMS + self.STATE:
-            *parents, name = path.split(".")
-            node = self
-            for part, after in zip(parents, parents[1:] + [name]):
-                if isinstance(node, list):  # a list of submodules without a class (`layers.0.weight`)
-                    node.extend(Module({}, "") for _ in range(int(part) + 1 - len(node)))
-                elif not hasattr(node, part):
-                    setattr(node, part, [] if after.isdigit() else Module({}, ""))
-                node = _child(node, part)
-            setattr(node, name, arrays.get(prefix + path))  # state is absent for an entry that reads none
-
-    def __getitem__(self, i):
-        """Item `i` of a list whose items are modules of different classes (`layers[0]`)."""
-        return getattr(self, str(i))
-
-    def state(self):
-        """The state tensors of this module and its submodules, by checkpoint name."""
-        out = {}
-        for path in self.STATE:
-            node = self
-            for part in path.split("."):
-                node = _child(node, part)
-            out[self._prefix + path] = node
-        for name, child in self.CHILDREN.items():
-            for module in getattr(self, name) if isinstance(child, tuple) else [getattr(self, name)]:
-                out.update(module.state())
-        return out
-
-
-def _child(node, part):
-    """`node.part`, or item `part` of a list of submodules."""
-    return node[int(part)] if isinstance(node, list) else getattr(node, part)
-'''.strip()
-
 # The generated module's fused weights (`Program.param_transforms`), made from the checkpoint's.
 FUSE_WEIGHTS = """
 # Weights of linear layers that share an input, concatenated along the output dim: the key
@@ -571,67 +528,17 @@ def fuse_weights(params):
     return out
 """.strip()
 
-# The generated module's helper for caches held as [rows * H, T, D]: one scatter whose window is a
-# row's H heads at one position, so a single-token write is one dynamic-update-slice in place.
-WRITE_CACHE = '''
-def write_cache(cache, rows, positions, new):
-    """`cache` [max_batch * H, T, D] with `new` [B, H, S, D] written at row `rows[b]`, positions
-    `positions[b] + 0..S-1`; positions past the cache are dropped (a padded prefill's tail)."""
-    h, s = new.shape[1], new.shape[2]
-    rows_and_positions = jnp.broadcast_arrays(rows[:, None] * h, positions[:, None] + lax.iota(jnp.int64, s))
-    window = lax.ScatterDimensionNumbers(
-        update_window_dims=(1, 3), inserted_window_dims=(1,), scatter_dims_to_operand_dims=(0, 1)
-    )
-    return lax.scatter(
-        cache, jnp.stack(rows_and_positions, axis=-1), new, window, mode=lax.GatherScatterMode.FILL_OR_DROP
-    )
-'''.strip()
-
-
-# The generated module's dropout, for a program that runs one: keys drawn in the order the trace runs the dropouts.
-DROPOUT = (
-    f"DROPOUT_KEY = {DROPOUT_KEY!r}\n\n\n"
-    + '''
-class DropoutKeys:
-    """The random keys of one call's dropouts: the i-th dropout the trace runs draws with `fold_in(key, i)`.
-    `key` None (the entry's `p` has no DROPOUT_KEY): inference, every dropout is the identity."""
-
-    def __init__(self, key):
-        self.key, self.count = key, 0
-
-    def next(self):
-        self.count += 1
-        return jax.random.fold_in(self.key, self.count)
-
-
-def share_dropout_keys(module, keys):
-    """Give `module` and every submodule of it `keys` (their methods read `self.dropout_keys`)."""
-    module.dropout_keys = keys
-    for name, child in module.CHILDREN.items():
-        for item in getattr(module, name) if isinstance(child, tuple) else [getattr(module, name)]:
-            share_dropout_keys(item, keys)
-
-
-def dropout(x, p, keys):
-    """torch.nn.functional.dropout: with a key, each element zeroed with probability `p` and the others scaled by
-    1 / (1 - p); without one (inference) `x`."""
-    if keys is None or keys.key is None:
-        return x
-    keep = jax.random.bernoulli(keys.next(), 1.0 - p, x.shape)
-    return jnp.where(keep, x * (1.0 / (1.0 - p)), jnp.zeros((), x.dtype))
-'''.strip()
-)
-
 
 class JaxModule(ModuleWriter):
-    """The JAX module: plain classes over a dict of arrays, entries as module-level functions."""
+    """The JAX module: plain classes over a dict of arrays (the prelude's `Module`), entries as module-level
+    functions."""
 
     emitter = Emitter
     reserved = RESERVED
-    base = MODULE_BASE
+    prelude = PRELUDE
 
-    def __init__(self, program: Program, numerics: str, f32_matrices: bool = False):
-        super().__init__(program, numerics)
+    def __init__(self, program: Program, numerics: str, f32_matrices: bool = False, standalone: bool = False):
+        super().__init__(program, numerics, standalone)
         self.f32_matrices = f32_matrices
 
     def new_emitter(self) -> Emitter:
@@ -671,6 +578,7 @@ class JaxModule(ModuleWriter):
             "import jax.numpy as jnp",
             "import jax.scipy.special",
             "from jax import lax",
+            *self.prelude_imports(),
             "",
             f"PRECISION = {'highest' if self.numerics == 'equivalent' else None!r}",
         ]
@@ -685,10 +593,8 @@ class JaxModule(ModuleWriter):
         p = self.program
         keys = "".join(f"\n    {t.key!r}," for t in p.param_transforms)
         out = ["", "", FUSE_WEIGHTS.replace("[\n    KEYS\n]", f"[{keys}\n]" if keys else "[]")]
-        if any(op.attrs.get("layout") == "flat" and op.name == "cache_write" for g in p.graphs() for op in body_ops(g)):
-            out += ["", "", WRITE_CACHE]
         if any(runs_random(g) for g in p.entries.values()):
-            out += ["", "", DROPOUT]
+            out += ["", "", f"DROPOUT_KEY = {DROPOUT_KEY!r}"]
         for name, g in p.entries.items():
             args = [v.name for v in g.inputs]
             writes = bool(g.written_state())
@@ -708,25 +614,29 @@ class JaxModule(ModuleWriter):
         return out
 
 
-def generate(program: Program, numerics: str = "equivalent") -> str:
-    """The model as a JAX module (see the module docstring). Imports only jax. Raises
-    CodegenError."""
+def generate(program: Program, numerics: str = "equivalent", standalone: bool = False) -> str:
+    """The model as a JAX module (see the module docstring). It imports the helpers it calls from
+    the prelude; `standalone` (`linnet jax`), it carries their definitions and imports only jax.
+    Raises CodegenError."""
     if numerics not in NUMERICS:
         raise CodegenError(f"numerics must be one of {', '.join(NUMERICS)}, got {numerics!r}")
-    return module_source(prepare(program, PASSES, numerics), numerics)
+    return module_source(prepare(program, PASSES, numerics), numerics, standalone=standalone)
 
 
 def graph_function(g, numerics: str = "equivalent") -> str:
     """A flat graph as a standalone JAX `def NAME(p, inputs...)` (`render.graph_function`); one that runs dropout
-    takes `dropout_keys=None` last and comes after the module's dropout helpers (`DROPOUT`)."""
+    takes `dropout_keys=None` last and comes after the prelude's dropout helpers (their definitions)."""
     text = render.graph_function(Emitter, g, numerics)
-    return f"{DROPOUT}\n\n\n{text}" if runs_random(g) else text
+    if not runs_random(g):
+        return text
+    helpers = PRELUDE.definitions(PRELUDE.needed(PRELUDE.used(text)))
+    return "\n\n\n".join([*helpers, text])
 
 
-def module_source(program: Program, numerics: str, f32_matrices: bool = False) -> str:
+def module_source(program: Program, numerics: str, f32_matrices: bool = False, standalone: bool = False) -> str:
     """The module text of a program already prepared with `PASSES`; with `f32_matrices`, the bf16 matrices are
-    taken in f32 (the module docstring)."""
-    return JaxModule(program, numerics, f32_matrices).write()
+    taken in f32 (the module docstring); `standalone`, with the prelude's definitions (`generate`)."""
+    return JaxModule(program, numerics, f32_matrices, standalone).write()
 
 
 Emitter.dtypes = JAX_DTYPES

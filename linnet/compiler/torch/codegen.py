@@ -1,9 +1,12 @@
-"""Core IR to PyTorch source: a model file a person can read, importing only torch.
+"""Core IR to PyTorch source: a model file a person can read.
 
 `generate(program)` writes one `nn.Module` class per module class with methods (its parameters
 and state declared by checkpoint name, its submodules as children), one function per Linnet
 function, and the entries as methods of the root model's class (`linnet torch FILE -o
-model.py`; the PyTorch backend runs the same text). The interpreter (`interpret.py`) runs the
+model.py`; the PyTorch backend runs the same text). The helpers the code calls (the `Module`
+base class, `linear`, `attended_keys`, ...) are the real module `prelude.py`: generated code
+imports them from it, and a standalone file (`linnet torch`, `standalone=True`) carries their
+definitions instead and imports only torch. The interpreter (`interpret.py`) runs the
 flattened program one op at a time with the same statements. This file does not import
 torch: the language server shows generated code in its own process.
 
@@ -18,8 +21,8 @@ grouped (see `_grouped_attention`) with the variants the passes found exact for 
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Callable
 
 from linnet.errors import CodegenError
@@ -30,6 +33,7 @@ from linnet.ir.pipeline import NUMERICS, PassOptions, prepare
 from linnet.ir.render import (
     GraphEmitter,
     ModuleWriter,
+    Prelude,
     constant_values,
     dim_text,
     dims_text,
@@ -67,7 +71,10 @@ RESERVED = python_reserved(
     "linears",
     "attended_keys",
     "one_row_attention",
+    "linears_joined_under_compile",
 )
+# The helpers generated code calls (`Module`, `linear`, ...): a real module, which imports torch, so read as text here.
+PRELUDE = Prelude("linnet.compiler.torch.prelude", Path(__file__).with_name("prelude.py"))
 
 # What the passes do for this backend: composites native under these numerics, and the
 # attention variants `_grouped_attention` (and SDPA, under fast) can emit.
@@ -319,14 +326,14 @@ EMITTERS.update(SPATIAL_EMITTERS)  # convolutions, pooling, padding, resampling 
 def _grouped_attention(e: Emitter, op: Op, one_row: bool = False):
     """Attention as the passes chose it (`linnet.ir.attention`). `sdpa`: `F.scaled_dot_product_attention`, the kernel
     transformers' default attention calls, the mask as its bool `attn_mask`; with `trim_keys`, the cache read up to
-    the last key any query attends, unmasked or causal where the mask says nothing more (`ATTENDED_KEYS`: the calls
+    the last key any query attends, unmasked or causal where the mask says nothing more (`attended_keys`: the calls
     transformers makes; eagerly only, decode on the CPU only, so compiled steps and CUDA graphs read the whole
     cache, masked: the keys after the last attended one add exact zeros). Otherwise
     transformers' eager attention (matmul, scale, mask with the dtype's minimum, softmax, matmul) with the query
     heads of one KV head batched together instead of repeating the keys and values (`repeat_kv`): the same dot
     products, without copying the cache G times; `scale_queries` scales the queries by a power of two instead of
     the scores, `trim_keys` drops, in prefill, the keys after the last one any query attends. `one_row`: the SDPA
-    call over the trimmed cache is the module's `one_row_attention` (`ONE_ROW_ATTENTION`)."""
+    call over the trimmed cache is the prelude's `one_row_attention`."""
     q, k, v, mask = (op.args[n] for n in ("q", "k", "v", "mask"))
     variant = op.attrs.get("variant", {})
     s = dim_text(q.dims[2])
@@ -465,258 +472,6 @@ NATIVE: dict[str, Callable[[Emitter, Op], "str | tuple[list[str], str]"]] = {
 
 # ----------------------------------------------------------------------------- the module
 
-MODULE_BASE = '''
-class Module(nn.Module):
-    """A module of the checkpoint's tree. PARAMS and STATE map dotted paths to (shape, dtype):
-    parameters have no storage (the meta device) until a checkpoint is loaded, state is zeroed
-    buffers on `device`. CHILDREN maps a name to a class, or to (class, count) for a list."""
-
-    PARAMS: dict = {}
-    STATE: dict = {}
-    CHILDREN: dict = {}
-
-    def __init__(self, device="cpu"):
-        super().__init__()
-        for name, child in self.CHILDREN.items():
-            if isinstance(child, tuple):
-                self.add_module(name, nn.ModuleList(child[0](device) for _ in range(child[1])))
-            else:
-                self.add_module(name, child(device))
-        for path, (shape, dtype) in self.PARAMS.items():
-            owner, name = self.owner(path)
-            empty = torch.empty(shape, dtype=dtype, device="meta")
-            owner.register_parameter(name, nn.Parameter(empty, requires_grad=False))
-        for path, (shape, dtype) in self.STATE.items():
-            owner, name = self.owner(path)
-            owner.register_buffer(name, torch.zeros(shape, dtype=dtype, device=device), persistent=False)
-
-    def owner(self, path):
-        """The submodule holding `path` (made on the way: lists as ModuleLists) and its name there."""
-        *parents, name = path.split(".")
-        module = self
-        for i, part in enumerate(parents):
-            if part not in module._modules:
-                child = nn.ModuleList() if (parents + [name])[i + 1].isdigit() else Module()
-                if isinstance(module, nn.ModuleList):
-                    while len(module) < int(part):  # elements without tensors before it (a Sequential's Flatten)
-                        module.append(Module())
-                    module.append(child)
-                else:
-                    module.add_module(part, child)
-            module = module._modules[part]
-        return module, name
-
-    # A module's tensors and submodules are also plain attributes, so that methods read them as
-    # fast as attributes (nn.Module finds them through a Python __getattr__: 0.6 ms of a 30-layer
-    # decode step). Every way nn.Module stores or replaces one passes through these.
-    def register_parameter(self, name, param):
-        super().register_parameter(name, param)
-        self._mirror()
-
-    def register_buffer(self, name, tensor, persistent=True):
-        super().register_buffer(name, tensor, persistent)
-        self._mirror()
-
-    def add_module(self, name, module):
-        super().add_module(name, module)
-        self._mirror()
-
-    def __setattr__(self, name, value):
-        super().__setattr__(name, value)
-        self._mirror()
-
-    def __delattr__(self, name):
-        super().__delattr__(name)
-        self.__dict__.pop(name, None)
-
-    def _apply(self, fn, recurse=True):
-        out = super()._apply(fn, recurse)
-        self._mirror()
-        return out
-
-    def _mirror(self):
-        if "_modules" in self.__dict__:
-            for table in (self._parameters, self._buffers, self._modules):
-                self.__dict__.update(table)
-
-    def __getitem__(self, i):
-        """Item `i` of a list whose items are modules of different classes (`layers[0]`)."""
-        return self._modules[str(i)]
-'''.strip()
-
-# The generated module's helper for attention over a KV cache (`_grouped_attention`, `sdpa` with `trim_keys`),
-# written after `Module` where some attention calls it; the interpreter runs it too.
-ATTENDED_KEYS = '''
-def attended_keys(mask, keys):
-    """How attention reads a KV cache of `keys` positions under `mask` (bool[B, S, keys], True: attended): SDPA
-    runs over the first `n` keys with `attn_mask` and `is_causal`, returned as (n, attn_mask, is_causal). The keys
-    after the last one any query attends weigh exact zeros, so `n` ends there, and where the mask says nothing more
-    it is dropped: no mask where every query attends every kept key (a decode step of one request), `is_causal`
-    where it is the causal triangle (a prompt from position 0), the calls transformers' SDPA attention makes.
-    That needs a host synchronisation: done eagerly only (torch.compile traces the whole masked cache), for decode
-    on the CPU only (CUDA graphs capture decode steps), and once per mask: every layer passes the same tensor."""
-    S = mask.shape[1]
-    if torch.compiler.is_compiling() or (S == 1 and not mask.is_cpu):
-        return keys, mask.unsqueeze(1), False
-    plan = mask.__dict__.get("attended_keys")
-    if plan is None:
-        plan = keys, mask.unsqueeze(1), False
-        attended = mask.flatten(0, 1).any(0).nonzero()
-        if attended.numel():  # else no query attends any key (padding): the whole cache, masked, as before
-            n = int(attended[-1]) + 1
-            kept = mask[:, :, :n]
-            if bool(kept.all()):
-                plan = n, None, False
-            elif n == S and torch.equal(kept, kept.new_ones(S, S).tril().expand_as(kept)):
-                plan = n, None, True
-            else:
-                plan = n, kept.unsqueeze(1), False
-        mask.attended_keys = plan
-    return plan
-'''.strip()
-
-
-# The generated module's `linear` (every linear layer of a generated module calls it; the interpreter and
-# `graph_function` call F.linear): on the CPU, up to 16 rows of f32 as blocks run in parallel, one bf16 row as mv.
-LINEAR = '''
-def linear(x, weight):
-    """`F.linear(x, weight)`: x [.., K] @ weight [N, K]^T -> [.., N], computed another way where that is faster on the
-    CPU, eagerly:
-    - f32, up to 16 rows: `F.linear` there is MKL's sgemv or a small sgemm, which run on one thread whatever the
-      thread count, so the rows run as `torch.get_num_threads()` blocks in one `torch.bmm`, which ATen runs in
-      parallel:
-      - a weight stored transposed (strides (1, N): the wide weights of a `fast` module, `stored_transposed`) as
-        blocks of K: each block's rows of the [K, N] matrix in memory times its slice of x, the partial products
-        summed (one row through SmolLM2's [1536, 576] gate: 198 us as blocks of N, 164 as blocks of K);
-      - any other contiguous weight as blocks of its N rows (`_blocks_of_n`), each output the same dot product. A
-        pass over SmolLM2's layer matrices on a 2-core AVX2 EPYC took 30 ms as F.linear and 19 ms as two blocks
-        for one row, 48 and 29 ms for two, 52 and 31 for four, 55 and 43 for 16.
-    - bf16, one row: `torch.mv`, ATen's bf16 GEMV, where `F.linear` calls oneDNN's matmul (a pass over SmolLM2's
-      bf16 matrices on a 2-core AVX-512 Xeon: 20.6 ms as F.linear, 13.0 as torch.mv).
-    Blocks of N rows and torch.mv run only where they gave F.linear's bits on random values (`_same_bits`).
-    Anything else (torch.compile's trace or a torch.func transform, gradients, another dtype, device or layout, x
-    not contiguous, more rows, blocks that do not divide the weight, a weight subclass such as a quantized or
-    distributed one, a torch function mode) is F.linear."""
-    if (
-        torch.compiler.is_compiling() or x.dtype != weight.dtype or x.dtype not in (torch.float32, torch.bfloat16)
-        or not x.is_cpu or weight.dim() != 2 or x.dim() == 0 or x.shape[-1] != weight.shape[1]
-        or not 0 < x.numel() <= 16 * weight.shape[1]
-        or type(x) is not torch.Tensor or type(weight) not in (torch.Tensor, nn.Parameter)
-        or x.layout != torch.strided or weight.layout != torch.strided or not x.is_contiguous()
-        or (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad))
-        or torch._C._functorch.is_functorch_wrapped_tensor(x) or torch._C._is_torch_function_mode_enabled()
-    ):
-        return F.linear(x, weight)
-    n, k = weight.shape
-    rows = x.numel() // k
-    if x.dtype == torch.bfloat16:
-        return _one_row_mv(x, weight) if rows == 1 and _same_bits(_one_row_mv, x, weight) else F.linear(x, weight)
-    blocks = torch.get_num_threads()
-    if blocks < 2:
-        return F.linear(x, weight)
-    if weight.stride() == (1, n) and n > 1 and k % blocks == 0:  # [K, N] in memory: blocks of K, summed
-        parts = x.reshape(rows, blocks, k // blocks).transpose(0, 1)  # [blocks, rows, K / blocks]
-        return torch.bmm(parts, weight.t().view(blocks, k // blocks, n)).sum(0).view(*x.shape[:-1], n)
-    if not weight.is_contiguous() or n % blocks or not _same_bits(_blocks_of_n, x, weight):
-        return F.linear(x, weight)
-    return _blocks_of_n(x, weight)
-
-
-def _blocks_of_n(x, weight):
-    """`F.linear(x, weight)` as `torch.get_num_threads()` blocks of weight's N rows in one `torch.bmm`."""
-    n, k = weight.shape
-    rows, blocks = x.numel() // k, torch.get_num_threads()
-    y = torch.bmm(x.reshape(1, rows, k).expand(blocks, rows, k), weight.view(blocks, n // blocks, k).transpose(1, 2))
-    return y.transpose(0, 1).reshape(*x.shape[:-1], n)  # [blocks, rows, N / blocks] -> [rows, N]
-
-
-def _one_row_mv(x, weight):
-    """`F.linear(x, weight)` of one row x [.., K] as `torch.mv`."""
-    return torch.mv(weight, x.reshape(-1)).view(*x.shape[:-1], weight.shape[0])
-
-
-_SAME_BITS = {}  # (way, dtype, rows, N, K, threads, weight strides, addresses mod 64) -> F.linear's bits?
-_PROBED_OUTPUTS = 4096  # outputs compared before a way counts as F.linear's bits
-
-
-def _same_bits(way, x, weight):
-    """Whether `way(x, weight)` gave `F.linear`'s bits for contiguous x [.., K] and weight [N, K] of these shapes,
-    dtype, strides, alignment and thread count, on random values. Two kernels that sum each dot product in the same
-    order give the same bits for any values; blocks of N rows are F.linear's bits on a 2-core AVX2 EPYC for
-    SmolLM2's shapes, while on an AVX-512 Xeon one row through a [16, 32] weight, or five through [576, 576], come
-    out an ulp apart. Where the orders differ, an output still agrees by chance often enough (a [2, 768] head agreed
-    on one draw in five) that one draw cannot decide: the first call of each kind compares `_PROBED_OUTPUTS`
-    outputs or more (random rows and a random weight laid out as the real one, at most 64 draws), once a
-    process."""
-    n, k = weight.shape
-    rows = x.numel() // k
-    key = (way.__name__, x.dtype, rows, n, k, torch.get_num_threads(), weight.stride(), x.data_ptr() % 64,
-           weight.data_ptr() % 64)  # fmt: skip
-    if key not in _SAME_BITS:
-        with torch.no_grad():
-            generator = torch.Generator().manual_seed(0)
-            w_span = weight.stride(0) * (n - 1) + weight.stride(1) * (k - 1) + 1
-            w_shift, x_shift = key[-1] // weight.element_size(), key[-2] // x.element_size()
-            w_probe = torch.empty(w_span + 64, dtype=x.dtype).uniform_(-1, 1, generator=generator)
-            w_probe = w_probe.as_strided((n, k), weight.stride(), w_shift)
-            x_probes = (
-                torch.empty(rows * k + 64, dtype=x.dtype).uniform_(-1, 1, generator=generator)[x_shift:][: rows * k]
-                for _ in range(min(64, -(-_PROBED_OUTPUTS // (rows * n))))
-            )  # drawn one at a time, the check stopping at the first difference
-            _SAME_BITS[key] = all(
-                torch.equal(way(p.view(rows, k), w_probe), F.linear(p.view(rows, k), w_probe)) for p in x_probes
-            )
-    return _SAME_BITS[key]
-'''.strip()
-
-
-# Linear layers sharing their input, one `linear` over their weights joined where they lie in one buffer (`fusion.
-# concat_linear_weights`; an f32 `fast` module and an inductor module on the CPU, `module_passes`).
-LINEARS = '''
-# True in a module whose compiled entries check before each call that each group still lies in one buffer
-# (`LinnetModule.weight_groups_joined`, which reads the condition below): a trace cannot read addresses. Its eager
-# calls (prefill) keep one `linear` a weight: joined, the outputs are strided views, and ATen's vectorised silu took
-# another path for a strided row's tail (the last bit of `equivalent`'s f32 prefill moved where the intermediate
-# size is 16 mod 32).
-JOINED_UNDER_COMPILE = False
-
-
-def linears(x, weights):
-    """`tuple(F.linear(x, w) for w in weights)`: x [.., K] @ each weight [N_i, K]^T -> [.., N_i] each. Weights that
-    lie adjacently in one buffer, with the same strides (an f32 `fast` module and an inductor module on the CPU bind
-    each group so: `LinnetModule.bind`), are read as that buffer's rows by one `linear` whose output is split (one
-    row through SmolLM2's q, k and v on a 2-core AVX2 EPYC in 0.66-0.83x the time of three). Anything else
-    (weights bound apart, a weight subclass such as a quantized or a distributed one, gradients to a weight,
-    torch.compile's trace, unless the module checks the groups before each call: `JOINED_UNDER_COMPILE`) is one
-    `linear` a weight."""
-    first = weights[0]
-    if torch.compiler.is_compiling():
-        if JOINED_UNDER_COMPILE and not (torch.is_grad_enabled() and any(w.requires_grad for w in weights)) and all(
-            type(w) in (torch.Tensor, nn.Parameter) and w.dim() == 2 and w.stride() == first.stride()
-            and w.dtype == first.dtype and w.shape[-1] == first.shape[-1] and w.device == first.device
-            for w in weights
-        ):
-            rows = [w.shape[0] for w in weights]
-            return linear(x, first.as_strided((sum(rows), first.shape[-1]), first.stride())).split(rows, dim=-1)
-        return tuple(linear(x, w) for w in weights)
-    if not (JOINED_UNDER_COMPILE or torch.is_grad_enabled() and any(w.requires_grad for w in weights)):
-        strides, width, dtype = first.stride(), first.shape[-1], first.dtype
-        start, step, rows = first.data_ptr(), strides[0] * first.element_size(), 0
-        for w in weights:
-            if (
-                type(w) not in (torch.Tensor, nn.Parameter) or w.stride() != strides or w.shape[-1] != width
-                or w.dtype != dtype or w.data_ptr() != start + rows * step
-            ):
-                break
-            rows += w.shape[0]
-        else:  # rows of one buffer, if the first weight's storage holds them all
-            last = first.storage_offset() + (rows - 1) * strides[0] + (width - 1) * strides[-1]
-            if len(strides) == 2 and last < first.untyped_storage().nbytes() // first.element_size():
-                joined = linear(x, first.as_strided((rows, width), strides))
-                return joined.split([w.shape[0] for w in weights], dim=-1)
-    return tuple(linear(x, w) for w in weights)
-'''.strip()
-
 
 def module_passes(program: Program, numerics: str, mode: str, device_type: str) -> PassOptions:
     """The passes a `LinnetModule` runs before writing its source: `PASSES`, and for an f32 model under `fast`,
@@ -728,7 +483,7 @@ def module_passes(program: Program, numerics: str, mode: str, device_type: str) 
     generate_speed_amd_avx2_r14{,b}_f32_fast.md). Not in bf16: oneDNN's bf16 GEMV gained 3-10 % on the same memory
     and nothing measurable end to end. `equivalent` keeps one `linear` a weight:
     transformers' kernels, bit for bit. An inductor module on the CPU (f32, bf16; either numerics) joins them too:
-    its compiled decode step reads each group as one reduction (`JOINED_UNDER_COMPILE`; SmolLM2's bf16 step ~4 %
+    its compiled decode step reads each group as one reduction (`linears_joined_under_compile`; SmolLM2's bf16 step ~4 %
     faster on a 2-core AVX-512 Xeon, docs/backends.md), while its eager calls keep one `linear` a weight (the
     generated module's bits). `generate` (`linnet torch`) writes `PASSES`' module, whose weights
     a caller loads apart."""
@@ -768,59 +523,16 @@ def stored_transposed(program: Program, numerics: str, device_type: str) -> froz
     return frozenset(out)
 
 
-# The generated module's attention under `fast` in bf16/f16 (`ModuleEmitter`): one query row on the CPU as the flash
-# kernel's math with f32 matmuls (inductor's decode rewrite computes the same math, `inductor_passes.
-# _one_row_attention`, though its fused loops keep the exponentials in f32 where the kernel and this round them).
-ONE_ROW_ATTENTION = '''
-def one_row_attention(q, k, v, attn_mask, is_causal, scale):
-    """`F.scaled_dot_product_attention(q, k, v, attn_mask, is_causal=is_causal, scale=scale, enable_gqa=True)`:
-    q [B, H, S, D], k, v [B, Hkv, T, D], attn_mask bool [B, 1, S, T] (True: attended) or None -> [B, H, S, D].
-    Under `fast`, a decode step's single query row (S = 1) of bf16/f16 on a CPU without dot instructions for that
-    dtype (oneDNN says so: AVX2), eagerly, is the CPU flash kernel's math
-    (aten/src/ATen/native/cpu/FlashAttentionKernel.cpp: scores and softmax in f32, the exponentials rounded to q's
-    dtype before the sum over the values, in f32, times 1 / their sum) with f32 matmuls: the kernel emulates its
-    GEMMs there and blocks for many query rows (a 2-core AVX2 EPYC: SmolLM2's bf16 decode step 38.2 -> 32.5 ms,
-    A/B in one process; not measured where the dot instructions exist, so the kernel runs there). The kernel keeps
-    a running max over blocks of keys, so the values differ from it within q's rounding; `equivalent` keeps the
-    kernel (transformers' call, bit for bit). Anything else is the kernel's call."""
-    B, H, S, D = q.shape
-    Hkv, T = k.shape[1], k.shape[2]
-    if (
-        torch.compiler.is_compiling() or S != 1 or is_causal or q.dtype not in (torch.bfloat16, torch.float16)
-        or not q.is_cpu or scale is None or (attn_mask is not None and tuple(attn_mask.shape) != (B, 1, 1, T))
-        or (torch.ops.mkldnn._is_mkldnn_bf16_supported() if q.dtype == torch.bfloat16
-            else torch.ops.mkldnn._is_mkldnn_fp16_supported())
-    ):
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale,
-                                              enable_gqa=True)
-    scores = (q.reshape(B, Hkv, H // Hkv, D).float() @ k.float().transpose(-2, -1)) * scale  # [B, Hkv, G, T]
-    if attn_mask is not None:
-        scores = scores.masked_fill(~attn_mask.reshape(B, 1, 1, T), float("-inf"))
-    top = scores.amax(-1, keepdim=True)
-    top = torch.where(top == float("-inf"), 0.0, top)  # a row masked everywhere gives zeros, as in the kernel
-    weights = torch.exp(scores - top)
-    total = weights.sum(-1, keepdim=True)
-    total = torch.where(total == 0, 1.0, total)
-    out = weights.to(q.dtype).float() @ v.float()  # [B, Hkv, G, D]
-    return (out * (1.0 / total)).to(q.dtype).reshape(B, H, 1, D)
-'''.strip()
-
-
-def _calls(text: str, call: str) -> bool:
-    """Whether `text` calls the bare function `call` ("linear(": not `F.linear(` nor `self.linear(`)."""
-    return re.search(rf"(?<![\w.]){re.escape(call)}", text) is not None
-
-
 class ModuleEmitter(Emitter):
-    """The generated module's emitter: linear layers call the module's `linear` (`LINEAR`), those over joined
-    weights `linears` (`LINEARS`); under `fast` in bf16 or f16, attention that reads the cache up to its
-    last attended key calls `one_row_attention` (`ONE_ROW_ATTENTION`)."""
+    """The generated module's emitter: linear layers call the prelude's `linear`, those over joined weights
+    `linears`; under `fast` in bf16 or f16, attention that reads the cache up to its last attended key calls
+    `one_row_attention` (prelude.py)."""
 
 
 def _joined(fallback: Emit) -> Emit:
     """The module's emitter of `concat`, `linear` or `split`: a group of linear layers over joined weights
     (`fusion.joined_linears`: the concat of the parameters, the linear, the split of its output) is one statement,
-    written at the split, `q_proj, k_proj, v_proj = linears(x, (self.q_proj.weight, ...))` (`LINEARS`); any other
+    written at the split, `q_proj, k_proj, v_proj = linears(x, (self.q_proj.weight, ...))` (prelude.py); any other
     op is `fallback`'s."""
 
     def emit(e: Emitter, op: Op):
@@ -846,11 +558,11 @@ def _module_attention(e: Emitter, op: Op):
 
 
 class TorchModule(ModuleWriter):
-    """The PyTorch module: classes of `nn.Module` whose PARAMS/STATE are (shape, dtype)."""
+    """The PyTorch module: classes of `nn.Module` whose PARAMS/STATE are (shape, dtype), over the prelude's `Module`."""
 
     emitter = ModuleEmitter
     reserved = RESERVED
-    base = MODULE_BASE
+    prelude = PRELUDE
 
     def head(self) -> list[str]:
         p = self.program
@@ -867,22 +579,8 @@ class TorchModule(ModuleWriter):
             "import torch",
             "import torch.nn.functional as F",
             "from torch import nn",
+            *self.prelude_imports(),
         ]
-
-    def write(self) -> str:
-        """The module's text, with the helpers its code calls (`LINEAR`, `LINEARS`, `ATTENDED_KEYS`,
-        `ONE_ROW_ATTENTION`) after the `Module` base class."""
-        text = super().write()
-        calls = {
-            LINEAR: "linear(",
-            LINEARS: "linears(",
-            ATTENDED_KEYS: "attended_keys(",
-            ONE_ROW_ATTENTION: "one_row_attention(",
-        }
-        helpers = [helper for helper, call in calls.items() if _calls(text, call)]
-        if LINEARS in helpers and LINEAR not in helpers:  # `linears` calls `linear`
-            helpers.insert(0, LINEAR)
-        return text.replace(MODULE_BASE, "\n\n\n".join([MODULE_BASE, *helpers]), 1) if helpers else text
 
     def function(self, g, e: Emitter, name: str, method: bool) -> list[str]:
         """The function, each intermediate tensor freed after its last use (`liveness`)."""
@@ -895,13 +593,14 @@ class TorchModule(ModuleWriter):
         return [f"{name} = {{", *rows, "}"]
 
 
-def generate(program: Program, numerics: str = "equivalent") -> str:
+def generate(program: Program, numerics: str = "equivalent", standalone: bool = False) -> str:
     """The model as a Python module (see the module docstring): `Root(device)` builds it with
-    empty parameters named by checkpoint name; entries are its methods. Imports only torch.
-    Raises CodegenError."""
+    empty parameters named by checkpoint name; entries are its methods. It imports the helpers
+    it calls from the prelude; `standalone` (`linnet torch`), it carries their definitions and
+    imports only torch. Raises CodegenError."""
     if numerics not in NUMERICS:
         raise CodegenError(f"numerics must be one of {', '.join(NUMERICS)}, got {numerics!r}")
-    return TorchModule(prepare(program, PASSES, numerics), numerics).write()
+    return TorchModule(prepare(program, PASSES, numerics), numerics, standalone).write()
 
 
 def _shape(t) -> str:

@@ -14,7 +14,7 @@ sum written in f32: the bf16 kernel it replaces also multiplies and sums in f32 
 order changes, as it does between any two GEMV kernels. Products of more rows (prefill, batched decode) keep the
 extern GEMM, which is parallel and reuses each weight across rows. x is written to a buffer of its own before the
 loop: inductor inlines the producers of a reduction's input where it has one reader (an inductor module's joined q,
-k and v: `codegen.LINEARS`), and then recomputed the residual sum and the norm for each of the N columns (SmolLM2's
+k and v: `prelude.linears`), and then recomputed the residual sum and the norm for each of the N columns (SmolLM2's
 bf16 decode step 22.1-22.5 -> 25.7-26.8 ms with q, k and v joined).
 
 The same pass rewrites attention with one query row on the CPU (a decode step's SDPA, which under compile reads the

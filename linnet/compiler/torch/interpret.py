@@ -12,7 +12,7 @@ from __future__ import annotations
 from linnet.ir.core import Graph, format_op
 from linnet.ir.render import assigned_state
 
-from .codegen import ATTENDED_KEYS, Emitter
+from .codegen import Emitter
 
 
 class InterpretError(RuntimeError):
@@ -27,9 +27,10 @@ class Interpreter:
         import torch
         import torch.nn.functional as F
 
+        from .prelude import attended_keys
+
         self.graph = graph
-        self._globals = {"torch": torch, "F": F}
-        exec(ATTENDED_KEYS, self._globals)  # the generated module's helper, which attention statements call
+        self._globals = {"torch": torch, "F": F, "attended_keys": attended_keys}  # attention statements call it
         e = Emitter(numerics, member_style="dict")
         e.dim_names = set(graph.dim_vars)
         e.taken |= e.dim_names | {"p", "training"}

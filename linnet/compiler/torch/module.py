@@ -28,6 +28,7 @@ from linnet.ir.fusion import concat_weight_groups
 
 from .codegen import NUMERICS, TORCH_DTYPES, TorchModule, flat_program, module_passes, prepare, stored_transposed
 from .interpret import Interpreter
+from .prelude import linears_joined_under_compile
 from .quantized import QuantizedWeight
 
 MODES = ("interpret", "generated", "inductor", "cuda-graphs")
@@ -80,9 +81,10 @@ class LinnetModule(nn.Module):
             stored_transposed(prepared, numerics, self.device_.type) if mode == "generated" else frozenset()
         )
         namespace = self._exec_source()
-        # an inductor module checks its groups before each compiled call (`weight_groups_joined`), so its traces
-        # may read each group as one buffer
-        namespace["JOINED_UNDER_COMPILE"] = mode == "inductor" and bool(self.weight_groups)
+        if mode == "inductor" and self.weight_groups:
+            # an inductor module checks its groups before each compiled call (`weight_groups_joined`), so its traces
+            # may read each group as one buffer
+            namespace["linears"] = linears_joined_under_compile
         root = namespace[program.root](self.device_)
         object.__setattr__(self, "root", root)  # not a submodule: its children are ours
         for name, child in root._modules.items():
@@ -279,8 +281,8 @@ class LinnetModule(nn.Module):
         return step
 
     def weight_groups_joined(self) -> bool:
-        """Whether each group of weights that a compiled trace reads as one buffer (`linears` under
-        `JOINED_UNDER_COMPILE`: plain tensors of one dtype, width and strides, and no gradient wanted) lies in one
+        """Whether each group of weights that a compiled trace reads as one buffer (`linears` with
+        `joined_under_compile`: plain tensors of one dtype, width and strides, and no gradient wanted) lies in one
         buffer as `bind` lays them out: a trace cannot read addresses, so the compiled entries ask this before each
         call. The weights are looked up from the root as the generated code reads them (a submodule replaced is
         seen). A group that something rebound apart (`register_parameter`, `load_state_dict(..., assign=True)`,
@@ -421,8 +423,8 @@ def _plain_group(weights: list[torch.Tensor]) -> bool:
 
 
 def _read_joined(weights: list[torch.Tensor]) -> bool:
-    """Whether a compiled trace of `linears` reads `weights` as one buffer: the condition `LINEARS` writes under
-    `JOINED_UNDER_COMPILE` (a plain group, and no gradient to any weight wanted); the two must agree."""
+    """Whether a compiled trace of `linears` reads `weights` as one buffer: the condition `prelude.linears` checks
+    with `joined_under_compile` (a plain group, and no gradient to any weight wanted); the two must agree."""
     return _plain_group(weights) and not (torch.is_grad_enabled() and any(w.requires_grad for w in weights))
 
 

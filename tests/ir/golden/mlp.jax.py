@@ -13,58 +13,9 @@ import jax.numpy as jnp
 import jax.scipy.special
 from jax import lax
 
+from linnet.compiler.jax.prelude import Module
+
 PRECISION = 'highest'
-
-
-class Module:
-    """A module of the checkpoint's tree over `arrays` (a dict by checkpoint name): the tensors
-    named in PARAMS and STATE (dotted paths) and the submodules in CHILDREN (a class, or (class,
-    count) for a list) are attributes (None for state `arrays` lacks). Assigning a state tensor
-    records its new value: `state()` gives every state tensor of the tree by checkpoint name."""
-
-    PARAMS: tuple = ()
-    STATE: tuple = ()
-    CHILDREN: dict = {}
-
-    def __init__(self, arrays, prefix=""):
-        self._prefix = prefix
-        for name, child in self.CHILDREN.items():
-            if isinstance(child, tuple):
-                setattr(self, name, [child[0](arrays, f"{prefix}{name}.{i}.") for i in range(child[1])])
-            else:
-                setattr(self, name, child(arrays, f"{prefix}{name}."))
-        for path in self.PARAMS + self.STATE:
-            *parents, name = path.split(".")
-            node = self
-            for part, after in zip(parents, parents[1:] + [name]):
-                if isinstance(node, list):  # a list of submodules without a class (`layers.0.weight`)
-                    node.extend(Module({}, "") for _ in range(int(part) + 1 - len(node)))
-                elif not hasattr(node, part):
-                    setattr(node, part, [] if after.isdigit() else Module({}, ""))
-                node = _child(node, part)
-            setattr(node, name, arrays.get(prefix + path))  # state is absent for an entry that reads none
-
-    def __getitem__(self, i):
-        """Item `i` of a list whose items are modules of different classes (`layers[0]`)."""
-        return getattr(self, str(i))
-
-    def state(self):
-        """The state tensors of this module and its submodules, by checkpoint name."""
-        out = {}
-        for path in self.STATE:
-            node = self
-            for part in path.split("."):
-                node = _child(node, part)
-            out[self._prefix + path] = node
-        for name, child in self.CHILDREN.items():
-            for module in getattr(self, name) if isinstance(child, tuple) else [getattr(self, name)]:
-                out.update(module.state())
-        return out
-
-
-def _child(node, part):
-    """`node.part`, or item `part` of a list of submodules."""
-    return node[int(part)] if isinstance(node, list) else getattr(node, part)
 
 
 class Mlp(Module):

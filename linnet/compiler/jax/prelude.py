@@ -1,0 +1,110 @@
+"""The runtime helpers of the generated JAX code: the `Module` base class of its classes, and the functions its
+statements call (`write_cache`, dropout's `DropoutKeys`, `share_dropout_keys` and `dropout`).
+
+A generated module imports the ones it uses (`from linnet.compiler.jax.prelude import Module, write_cache`): the
+backend runs it so (`module.compile_program`), and the language server shows it so. A standalone file (`linnet jax
+FILE -o model.py`, which imports only jax) carries their definitions instead, which the code generator reads from
+this file's text (`codegen` imports no jax): `Module` before the model's classes, the functions after them. So each
+definition here stands alone: it reads jax, `jnp`, `lax` and this file's names only. The fused weights
+(`FUSED_WEIGHTS`, `fuse_weights`) and the dropout key's name (`DROPOUT_KEY`) are the model's, written in its file.
+"""
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+
+class Module:
+    """A module of the checkpoint's tree over `arrays` (a dict by checkpoint name): the tensors
+    named in PARAMS and STATE (dotted paths) and the submodules in CHILDREN (a class, or (class,
+    count) for a list) are attributes (None for state `arrays` lacks). Assigning a state tensor
+    records its new value: `state()` gives every state tensor of the tree by checkpoint name."""
+
+    PARAMS: tuple = ()
+    STATE: tuple = ()
+    CHILDREN: dict = {}
+
+    def __init__(self, arrays, prefix=""):
+        self._prefix = prefix
+        for name, child in self.CHILDREN.items():
+            if isinstance(child, tuple):
+                setattr(self, name, [child[0](arrays, f"{prefix}{name}.{i}.") for i in range(child[1])])
+            else:
+                setattr(self, name, child(arrays, f"{prefix}{name}."))
+        for path in self.PARAMS + self.STATE:
+            *parents, name = path.split(".")
+            node = self
+            for part, after in zip(parents, parents[1:] + [name]):
+                if isinstance(node, list):  # a list of submodules without a class (`layers.0.weight`)
+                    node.extend(Module({}, "") for _ in range(int(part) + 1 - len(node)))
+                elif not hasattr(node, part):
+                    setattr(node, part, [] if after.isdigit() else Module({}, ""))
+                node = _child(node, part)
+            setattr(node, name, arrays.get(prefix + path))  # state is absent for an entry that reads none
+
+    def __getitem__(self, i):
+        """Item `i` of a list whose items are modules of different classes (`layers[0]`)."""
+        return getattr(self, str(i))
+
+    def state(self):
+        """The state tensors of this module and its submodules, by checkpoint name."""
+        out = {}
+        for path in self.STATE:
+            node = self
+            for part in path.split("."):
+                node = _child(node, part)
+            out[self._prefix + path] = node
+        for name, child in self.CHILDREN.items():
+            for module in getattr(self, name) if isinstance(child, tuple) else [getattr(self, name)]:
+                out.update(module.state())
+        return out
+
+
+def _child(node, part):
+    """`node.part`, or item `part` of a list of submodules."""
+    return node[int(part)] if isinstance(node, list) else getattr(node, part)
+
+
+# For caches held as [rows * H, T, D]: one scatter whose window is a row's H heads at one position, so a
+# single-token write is one dynamic-update-slice in place.
+def write_cache(cache, rows, positions, new):
+    """`cache` [max_batch * H, T, D] with `new` [B, H, S, D] written at row `rows[b]`, positions
+    `positions[b] + 0..S-1`; positions past the cache are dropped (a padded prefill's tail)."""
+    h, s = new.shape[1], new.shape[2]
+    rows_and_positions = jnp.broadcast_arrays(rows[:, None] * h, positions[:, None] + lax.iota(jnp.int64, s))
+    window = lax.ScatterDimensionNumbers(
+        update_window_dims=(1, 3), inserted_window_dims=(1,), scatter_dims_to_operand_dims=(0, 1)
+    )
+    return lax.scatter(
+        cache, jnp.stack(rows_and_positions, axis=-1), new, window, mode=lax.GatherScatterMode.FILL_OR_DROP
+    )
+
+
+# Dropout, for a program that runs one: keys drawn in the order the trace runs the dropouts.
+class DropoutKeys:
+    """The random keys of one call's dropouts: the i-th dropout the trace runs draws with `fold_in(key, i)`.
+    `key` None (the entry's `p` has no DROPOUT_KEY): inference, every dropout is the identity."""
+
+    def __init__(self, key):
+        self.key, self.count = key, 0
+
+    def next(self):
+        self.count += 1
+        return jax.random.fold_in(self.key, self.count)
+
+
+def share_dropout_keys(module, keys):
+    """Give `module` and every submodule of it `keys` (their methods read `self.dropout_keys`)."""
+    module.dropout_keys = keys
+    for name, child in module.CHILDREN.items():
+        for item in getattr(module, name) if isinstance(child, tuple) else [getattr(module, name)]:
+            share_dropout_keys(item, keys)
+
+
+def dropout(x, p, keys):
+    """torch.nn.functional.dropout: with a key, each element zeroed with probability `p` and the others scaled by
+    1 / (1 - p); without one (inference) `x`."""
+    if keys is None or keys.key is None:
+        return x
+    keep = jax.random.bernoulli(keys.next(), 1.0 - p, x.shape)
+    return jnp.where(keep, x * (1.0 / (1.0 - p)), jnp.zeros((), x.dtype))
