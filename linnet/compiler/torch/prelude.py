@@ -187,17 +187,19 @@ def _one_row_mv(x, weight):
 
 _SAME_BITS = {}  # (way, dtype, rows, N, K, threads, weight strides, addresses mod 64) -> F.linear's bits?
 _PROBED_OUTPUTS = 4096  # outputs compared before a way counts as F.linear's bits
+_CANCELLING = 3  # the last columns of a probe, chosen so that each output's exact dot product cancels
 
 
 def _same_bits(way, x, weight):
     """Whether `way(x, weight)` gave `F.linear`'s bits for contiguous x [.., K] and weight [N, K] of these shapes,
-    dtype, strides, alignment and thread count, on random values. Two kernels that sum each dot product in the same
-    order give the same bits for any values; blocks of N rows are F.linear's bits on a 2-core AVX2 EPYC for
-    SmolLM2's shapes, while on an AVX-512 Xeon one row through a [16, 32] weight, or five through [576, 576], come
-    out an ulp apart. Where the orders differ, an output still agrees by chance often enough (a [2, 768] head agreed
-    on one draw in five) that one draw cannot decide: the first call of each kind compares `_PROBED_OUTPUTS`
-    outputs or more (random rows and a random weight laid out as the real one, at most 64 draws), once a
-    process."""
+    dtype, strides, alignment and thread count, on probe values that tell summation orders apart. Two kernels that
+    sum each dot product in the same order give the same bits for any values; two that sum in other orders round
+    differently, but on plain random values the rounding errors rarely reach the output's last bit (bf16 `F.linear`
+    and `torch.mv` through [576, 1536] differ on ~6e-5 of outputs on an AVX-512 EPYC: 4,096 uniform outputs missed
+    it). So each probe's dot products cancel (`_cancelling_probe`): what is left is the rounding errors themselves,
+    and other orders give other outputs (there, 92 % of them). The first call of each kind compares
+    `_PROBED_OUTPUTS` outputs or more (probe rows and a probe weight laid out as the real one, at most 8 draws),
+    once a process."""
     n, k = weight.shape
     rows = x.numel() // k
     key = (way.__name__, x.dtype, rows, n, k, torch.get_num_threads(), weight.stride(), x.data_ptr() % 64,
@@ -207,16 +209,39 @@ def _same_bits(way, x, weight):
             generator = torch.Generator().manual_seed(0)
             w_span = weight.stride(0) * (n - 1) + weight.stride(1) * (k - 1) + 1
             w_shift, x_shift = key[-1] // weight.element_size(), key[-2] // x.element_size()
-            w_probe = torch.empty(w_span + 64, dtype=x.dtype).uniform_(-1, 1, generator=generator)
-            w_probe = w_probe.as_strided((n, k), weight.stride(), w_shift)
-            x_probes = (
-                torch.empty(rows * k + 64, dtype=x.dtype).uniform_(-1, 1, generator=generator)[x_shift:][: rows * k]
-                for _ in range(min(64, -(-_PROBED_OUTPUTS // (rows * n))))
-            )  # drawn one at a time, the check stopping at the first difference
-            _SAME_BITS[key] = all(
-                torch.equal(way(p.view(rows, k), w_probe), F.linear(p.view(rows, k), w_probe)) for p in x_probes
-            )
+            w_probe = torch.empty(w_span + 64, dtype=x.dtype)[w_shift:].as_strided((n, k), weight.stride())
+            x_probe = torch.empty(rows * k + 64, dtype=x.dtype)[x_shift:][: rows * k].view(rows, k)
+            same = True
+            for _ in range(min(8, -(-_PROBED_OUTPUTS // (rows * n)))):  # the check stops at the first difference
+                _cancelling_probe(x_probe, w_probe, generator)
+                same = torch.equal(way(x_probe, w_probe), F.linear(x_probe, w_probe))
+                if not same:
+                    break
+            _SAME_BITS[key] = same
     return _SAME_BITS[key]
+
+
+def _cancelling_probe(x, weight, generator):
+    """Fill x [R, K] and weight [N, K] in place with values whose dot products cancel: random values over 2^-8 ..
+    2^8 in magnitude (so the running sums hold more bits than the dtype), then weight's last `_CANCELLING` columns
+    set, against x's first row (the others are it scaled by powers of two, exactly), to minus what the columns
+    before them sum to, exactly (in f64), as far as the dtype can hold it: each exact result is a few units in the
+    dtype's last place of its largest terms, and a kernel's output is mostly its own rounding errors."""
+    rows, k = x.shape
+    spread = torch.randint(-8, 9, (k,), dtype=torch.int8, generator=generator).to(x.dtype)
+    x[0] = torch.empty(k, dtype=x.dtype).uniform_(-1, 1, generator=generator) * torch.pow(2, spread)
+    for start in range(0, weight.shape[0], 4096):  # a block of rows at a time: f64 copies of 4,096 rows at most
+        w = weight[start : start + 4096]
+        spread = torch.randint(-8, 9, w.shape, dtype=torch.int8, generator=generator).to(x.dtype)
+        w.copy_(torch.empty(w.shape, dtype=x.dtype).uniform_(-1, 1, generator=generator) * torch.pow(2, spread))
+        if k <= _CANCELLING:
+            continue
+        x[0, k - _CANCELLING :] = 1
+        total = w[:, : k - _CANCELLING].double() @ x[0, : k - _CANCELLING].double()
+        for column in range(k - _CANCELLING, k):
+            w[:, column] = (-total).to(x.dtype)
+            total += w[:, column].double()
+    x[1:] = x[0] * torch.pow(2.0, torch.arange(1, rows, dtype=torch.float64) % 5 - 2).to(x.dtype)[:, None]
 
 
 # Linear layers sharing their input, one `linear` over their weights joined where they lie in one buffer (`fusion.
