@@ -1,13 +1,12 @@
 """Which memory layout of an f32 weight the generated PyTorch module's `linear` reads fastest, by matrix shape and rows.
 
 The generated module's `linear` (linnet/compiler/torch/prelude.py) runs up to 16 f32 rows on the CPU as
-blocks in
-one `torch.bmm`: blocks of the weight's rows when it is stored [N, K] (the checkpoint's layout), blocks of K when it
-is held transposed ([K, N] in memory; `codegen.stored_transposed` picks which weights a `fast` module holds so).
-This measures both, and `F.linear` on both, for SmolLM2-135M's matrix shapes at 1, 2, 4, 16 and 512 rows; and
-the layers that read one input (q, k and v; gate and up) apart, each weight in the layout the module holds it in
-alone and run by `linear`, against joined, the weights adjacent in one buffer held transposed and run by the
-module's `linears` (what an f32 `fast` module does: `codegen.module_passes`), at 1 and 2 rows.
+blocks in one `torch.bmm`: blocks of the weight's rows when it is stored [N, K] (the checkpoint's layout), blocks of K
+when it is held transposed ([K, N] in memory; `fusion.hold_wide_weights_transposed` picks which weights a `fast` module
+holds so). This measures both, and `F.linear` on both, for SmolLM2-135M's matrix shapes at 1, 2, 4, 16 and 512 rows; and
+the layers that read one input (q, k and v; gate and up) apart, each weight in the layout the module holds it in alone
+and run by `linear`, against joined, the weights adjacent in one buffer held transposed and run by the module's
+`linears` (what an f32 `fast` module does: `codegen.module_passes`), at 1 and 2 rows.
 
 Only same-memory comparisons count on a VM whose speed depends on where its pages lie (two loads of one model
 differed by 20 % in decode step time here): each shape's buffers are allocated once and refilled in the layout under
@@ -103,8 +102,8 @@ ARRANGEMENTS = ("apart", "joined")
 def measure_joined(rounds: int, threads: int, groups: dict = GROUPS, copies: int = COPIES) -> list[dict]:
     """One row per group, rows and arrangement: median µs a group over `rounds`, and the error from f64. Each copy's
     group lies in one buffer of sum N × K floats, refilled in the arrangement under test: apart, each weight [N, K]
-    in memory (or [K, N] where N > K, as `stored_transposed` holds a wide weight alone), one `linear` each; joined,
-    [K, sum N] in memory, one `linears`."""
+    in memory (or [K, N] where N > K, as `fusion.hold_wide_weights_transposed` holds a wide weight alone), one `linear`
+    each; joined, [K, sum N] in memory, one `linears`."""
     import torch
 
     torch.set_num_threads(threads)

@@ -129,10 +129,9 @@ def torch_mv_pass(matrices: list[Matrix], dtype: str, x_by_in: dict, threads: in
 
 def torch_blocks_pass(matrices: list[Matrix], dtype: str, x_by_in: dict, threads: int, seconds: float) -> dict:
     """`torch_pass` through the generated PyTorch module's own `linear` (linnet/compiler/torch/prelude.py),
-    with
-    the weights laid out as a `fast` module holds them (`codegen.stored_transposed`: a wide matrix, out > in, held
-    transposed): each matrix as `threads` blocks in one `torch.bmm`, of its rows, or of `in` for a wide one, run in
-    parallel where MKL's sgemv runs on one thread (f32 here: 35 ms a pass as F.linear, 22 ms as blocks of rows;
+    with the weights laid out as a `fast` module holds them (`fusion.hold_wide_weights_transposed`: a wide matrix, out >
+    in, held transposed): each matrix as `threads` blocks in one `torch.bmm`, of its rows, or of `in` for a wide one,
+    run in parallel where MKL's sgemv runs on one thread (f32 here: 35 ms a pass as F.linear, 22 ms as blocks of rows;
     bf16's F.linear is already parallel and faster than blocks, so the module keeps it and this form is f32 only:
     ValueError otherwise)."""
     if dtype != "f32":

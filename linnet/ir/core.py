@@ -280,7 +280,9 @@ class Program:
     the concrete config (field name -> value) it was lowered under. `root` is the key of the
     root model's class. `param_transforms` are the tensors made from checkpoint tensors at
     load (fused weights); `state_layouts` the shape a backend holds a state tensor in where it
-    differs from its declared type (by path). `takes_part`: the model's `@takes_part`, its
+    differs from its declared type (by path); `param_layouts` the memory layout a backend holds a parameter in
+    where it differs from the checkpoint's (by path: "transposed", [K, N] in memory for an [N, K] parameter;
+    `fusion.hold_wide_weights_transposed`). `takes_part`: the model's `@takes_part`, its
     parameters a part of a checkpoint (`part_prefix`: the prefix it names, or None to find it)."""
 
     source: str
@@ -298,6 +300,7 @@ class Program:
     root: str = ""
     param_transforms: list[ParamTransform] = field(default_factory=list)
     state_layouts: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    param_layouts: dict[str, str] = field(default_factory=dict)
     takes_part: bool = False
     part_prefix: str | None = None
 

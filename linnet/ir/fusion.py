@@ -364,6 +364,33 @@ def instances(program: Program) -> dict[str, list[str]]:
     return out
 
 
+def hold_wide_weights_transposed(program: Program) -> None:
+    """Record in `program.param_layouts` the parameters a backend holds transposed ("transposed": [K, N] in memory,
+    the parameter its [N, K] transpose, strides (1, N)), which its `linear` then runs as blocks of K (the PyTorch
+    prelude's): in a decoder (a program with state: its steps run 1 row a request) that decodes at most 2 rows at
+    once (`program.max_batch`), the f32 weights [N, K] with N > K that linear layers read and nothing else but row
+    lookups (`linear_weights`), weights one linear reads joined (`concat_weight_groups`) as one [sum N, K]: q, k
+    and v, gate and up, the head, an encoder's wide layers where the model has one, a LoRA adapter's B. An encoder
+    alone (no state) runs any batch: it keeps the checkpoint's layout. A prompt of 3 to 16 tokens also takes the
+    blocks of K, slower there. Measured on a 2-core AVX2 EPYC, each weight's memory refilled in either layout
+    (bench/results/weight_layouts_amd_avx2.md): one row through SmolLM2's [1536, 576] gate 198 -> 164 us, its
+    [49152, 576] head 5.7 -> 4.0 ms; two rows 328 -> 225 us and 12.7 -> 8.0 ms; from 4 rows 7-21 % slower; no gain
+    where N <= K (down 198 -> 217 us); prefill (512 rows, F.linear) alike in both layouts. Its sums run in another
+    order than transformers' kernel, so a backend asks for it under `fast` only (`PassOptions.transpose_wide_weights`;
+    the PyTorch module's, on the CPU)."""
+    if program.max_batch > 2 or not program.state:
+        return
+    shapes = {s.path: s.shape for s in program.params if s.type.dtype.name == "f32" and len(s.shape) == 2}
+    weights = linear_weights(program)
+    # a group joined for one linear (`concat_linear_weights`) is one matrix, held transposed as a whole or not at all
+    groups = concat_weight_groups(program)
+    grouped = {p for group in groups for p in group}
+    for group in [(p,) for p in weights if p not in grouped] + groups:
+        if all(p in weights and p in shapes for p in group) and len({shapes[p][1] for p in group}) == 1:
+            if sum(shapes[p][0] for p in group) > shapes[group[0]][1]:
+                program.param_layouts.update(dict.fromkeys(group, "transposed"))
+
+
 def linear_weights(program: Program) -> set[str]:
     """The parameters (absolute paths) that linear layers read as their weight and nothing else reads but row
     lookups (`take`, a tied embedding): a backend may hold these in whichever layout its matmul kernels read

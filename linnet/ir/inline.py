@@ -296,6 +296,7 @@ def _rebuilt(program: Program, inline: Callable[[Op], bool], unroll: bool) -> Pr
         root=program.root,
         param_transforms=list(program.param_transforms),
         state_layouts=dict(program.state_layouts),
+        param_layouts=dict(program.param_layouts),
         takes_part=program.takes_part,
         part_prefix=program.part_prefix,
     )

@@ -7,7 +7,9 @@
 2. `linear` ops from `x @ transpose(w)` (`fusion.recognize_linear`);
 3. fold, merge, drop dead code;
 4. with `fuse_linear_weights`, one dot over the weights of linear layers sharing an input (with
-   `concat_linear_weights`, one dot over their `concat`, each weight keeping its name);
+   `concat_linear_weights`, one dot over their `concat`, each weight keeping its name); with
+   `transpose_wide_weights`, the wide weights a backend holds transposed, recorded in `Program.param_layouts`
+   (`fusion.hold_wide_weights_transposed`);
 5. with `flat_caches`, KV caches held [max_batch * H, T, D] (`attention.hold_caches_flat`);
 6. which composites run natively (`native`: composite -> the numerics under which the
    backend's native form is what the reference computes) and which attention variants apply
@@ -24,7 +26,7 @@ from dataclasses import dataclass, field
 
 from .attention import choose_attention_variants, hold_caches_flat
 from .core import Graph, Program
-from .fusion import concat_linear_weights, fuse_linear_weights, recognize_linear
+from .fusion import concat_linear_weights, fuse_linear_weights, hold_wide_weights_transposed, recognize_linear
 from .inline import flatten, inline_calls, layer_calls
 from .passes import optimize_program
 from .verify import verify_program
@@ -43,6 +45,7 @@ class PassOptions:
     linear: bool = True
     fuse_linear_weights: bool = False
     concat_linear_weights: bool = False
+    transpose_wide_weights: bool = False
     flat_caches: bool = False
     native: dict[str, tuple[str, ...]] = field(default_factory=dict)
     attention: tuple[str, ...] = ()
@@ -63,6 +66,8 @@ def prepare(program: Program, options: PassOptions, numerics: str = "equivalent"
         optimize_program(p)
     elif options.concat_linear_weights:
         concat_linear_weights(p)
+    if options.transpose_wide_weights:
+        hold_wide_weights_transposed(p)
     if options.flat_caches:
         hold_caches_flat(p)
     for g in p.graphs():

@@ -12,8 +12,7 @@ loads; the preset supplies what config.json leaves out.
 
 The index is the examples folder itself, read when asked, so a new `examples/<model_type>.linnet`
 joins without code changes. The folder is `linnet/examples/` beside `linnet/runtimes/` in an installed wheel (pyproject
-ships
-it as the package data of `linnet.examples`) and `examples/` beside `linnet/` in a source tree.
+ships it as the package data of `linnet.examples`) and `examples/` beside `linnet/` in a source tree.
 
 Needs only the front end and the checkpoint reader (no torch, jax or onnxruntime).
 """

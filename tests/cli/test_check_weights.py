@@ -1,9 +1,8 @@
 """`linnet check FILE --weights W [--preset P]`: a checkpoint's headers against the source, as loading would
 report them, on the member or config field each concerns (linnet/runtimes/headers.py). The checkpoints are
-real: a
-tiny seeded transformers Llama saved by `save_pretrained` (then one tensor renamed, one reshaped, a config
-key added or changed), the embedded SmolLM2 GGUF, and a GGUF written by the `gguf` package; each failing case
-is also loaded by `prepare`, which must refuse it with the same code."""
+real: a tiny seeded transformers Llama saved by `save_pretrained` (then one tensor renamed, one reshaped, a config key
+added or changed), the embedded SmolLM2 GGUF, and a GGUF written by the `gguf` package; each failing case is also loaded
+by `prepare`, which must refuse it with the same code."""
 
 from __future__ import annotations
 

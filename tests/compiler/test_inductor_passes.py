@@ -1,9 +1,8 @@
 """Linnet's inductor pass for decode steps (linnet/compiler/torch/inductor_passes.py): one-row CPU matrix products
-compile
-as reductions (no extern GEMM call in the generated code), agree with the extern kernel within f32 summation order,
-and products of more rows keep the extern kernel; attention with one query row compiles as reductions too (no call of
-the CPU flash-attention kernel), agrees with SDPA in f64 within the dtype's rounding, and more query rows keep the
-kernel."""
+compile as reductions (no extern GEMM call in the generated code), agree with the extern kernel within f32 summation
+order, and products of more rows keep the extern kernel; attention with one query row compiles as reductions too (no
+call of the CPU flash-attention kernel), agrees with SDPA in f64 within the dtype's rounding, and more query rows keep
+the kernel."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """linnet/compiler/onnx/rotary.py: under `fast` each rotate-half rotary embedding whose cos and sin provably repeat
-their
-halves is one com.microsoft RotaryEmbedding, and ONNX Runtime computes with it what the written rotation computes
+their halves is one com.microsoft RotaryEmbedding, and ONNX Runtime computes with it what the written rotation computes
 (rows of a batch at different positions, prefill and decode); what does not provably match stays as written."""
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """The generated module's `linears` (linnet/compiler/torch/prelude.py): linear layers sharing their input,
-one
-linear over their weights joined. Weights that lie adjacently in one buffer must be read as that buffer's rows by one
-`linear`, its output split; any other weights (apart, out of order, strided differently, with a gap, a subclass,
-needing gradients) one `linear` each. Either way the values are each `F.linear(x, w)`'s. The function is the
-prelude's, which a real `fast` module's source imports and calls."""
+one linear over their weights joined. Weights that lie adjacently in one buffer must be read as that buffer's rows by
+one `linear`, its output split; any other weights (apart, out of order, strided differently, with a gap, a subclass,
+needing gradients) one `linear` each. Either way the values are each `F.linear(x, w)`'s. The function is the prelude's,
+which a real `fast` module's source imports and calls."""
 
 from __future__ import annotations
 

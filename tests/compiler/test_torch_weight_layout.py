@@ -1,4 +1,4 @@
-"""Where the generated PyTorch module holds its wide linear weights transposed (`codegen.stored_transposed`,
+"""Where the generated PyTorch module holds its wide linear weights transposed (`fusion.hold_wide_weights_transposed`,
 `LinnetModule.bind`): under `fast`, on the CPU, decoding at most 2 rows at once, f32 weights [N, K] with N > K that
 only linear layers and row lookups read. The values are the checkpoint's, only the memory order differs, so the
 model must decode as the `equivalent` one does (to f32 rounding) and hand its weights back unchanged."""

@@ -406,3 +406,21 @@ def test_a_class_whose_instances_would_fuse_differently_runs_on_jax(tmp_path):
     # f32 through unscaled N(0, 1) weights, summed in another order by XLA's dots than by torch's: on an AVX2 CPU one
     # of 48 values (1.25) is 7.2e-5 away, so the bound is 1e-4; a dropped or misplaced member is off by O(1)
     np.testing.assert_allclose(np.asarray(got), np.asarray(expected), rtol=1e-4, atol=1e-4)
+
+
+def test_the_wide_weights_held_transposed_are_recorded_on_the_program():
+    """`transpose_wide_weights` records the layout in `Program.param_layouts` (the PyTorch module binds by it): the
+    f32 linear weights with more rows than columns, a joined group as a whole, in a decoder of at most 2 rows; an
+    encoder, a wider batch or no option leaves the checkpoint's layout."""
+    options = PassOptions(concat_linear_weights=True, transpose_wide_weights=True)
+    p = prepare(llama(2), options)
+    shapes = {s.path: s.shape for s in p.params}
+    groups = concat_weight_groups(p)
+    assert set(p.param_layouts.values()) == {"transposed"}
+    for group in groups:  # q, k and v; gate and up: each joined group is wider than it is long
+        assert all(path in p.param_layouts for path in group)
+    assert all(shapes[path][0] > shapes[path][1] for path in p.param_layouts if not any(path in g for g in groups))
+    assert not any("o_proj" in path or "down_proj" in path for path in p.param_layouts)  # N <= K
+    assert prepare(llama(2), replace(options, transpose_wide_weights=False)).param_layouts == {}
+    wider = build(EXAMPLES / "llama.linnet", config={**SMALL_LLAMA, "num_hidden_layers": 2}, max_batch=4)
+    assert prepare(wider, options).param_layouts == {}

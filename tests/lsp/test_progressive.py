@@ -1,6 +1,5 @@
 """A big file just opened gets its diagnostics in two steps (linnet/lsp/server.py `_check_first_items`): the items in
-its
-first lines first, then everything; a hover there is answered from the first step, before the whole check ends.
+its first lines first, then everything; a hover there is answered from the first step, before the whole check ends.
 Through a real client (pytest-lsp); order and contents, no timings."""
 
 from __future__ import annotations

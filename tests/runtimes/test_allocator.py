@@ -1,6 +1,5 @@
 """`linnet.runtimes.backends.allocator.keep_freed_heap`: freed activations stay in the heap, so the next op's tensors
-reuse
-pages instead of faulting in fresh ones; a user's own malloc settings are left alone. Each case runs in its own
+reuse pages instead of faulting in fresh ones; a user's own malloc settings are left alone. Each case runs in its own
 process (the settings are the process's)."""
 
 from __future__ import annotations

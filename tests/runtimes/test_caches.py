@@ -1,7 +1,6 @@
 """The persistent compile caches (`linnet.runtimes.backends.caches`): where they live, that a second `linnet generate`
-of the
-same model in a fresh process finds its compiled programs there and says "cache hit" (xla, jax, onnxruntime), that
-ONNX Runtime's cached optimized model computes exactly what a fresh session does and is never used stale, and
+of the same model in a fresh process finds its compiled programs there and says "cache hit" (xla, jax, onnxruntime),
+that ONNX Runtime's cached optimized model computes exactly what a fresh session does and is never used stale, and
 `linnet cache`. Assertions are on the reported cache state, never on timings."""
 
 from __future__ import annotations

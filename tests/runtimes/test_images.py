@@ -1,6 +1,5 @@
 """linnet/runtimes/inputs/images.py against transformers' image processors (their pillow backends: no torchvision here)
-on the same
-files: ViTImageProcessor (ViT), ConvNextImageProcessor (ResNet), BitImageProcessor (DINOv2), each saved with
+on the same files: ViTImageProcessor (ViT), ConvNextImageProcessor (ResNet), BitImageProcessor (DINOv2), each saved with
 `save_pretrained` and read back from the folder's preprocessor_config.json, and each model type's defaults against the
 processor configured as its real checkpoint's preprocessor_config.json is."""
 

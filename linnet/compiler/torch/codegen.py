@@ -28,7 +28,7 @@ from typing import Callable
 from linnet.errors import CodegenError
 from linnet.ir import render
 from linnet.ir.core import Op, Program, Value
-from linnet.ir.fusion import concat_weight_groups, joined_linears, linear_weights
+from linnet.ir.fusion import joined_linears
 from linnet.ir.pipeline import NUMERICS, PassOptions, prepare
 from linnet.ir.render import (
     GraphEmitter,
@@ -486,41 +486,14 @@ def module_passes(program: Program, numerics: str, mode: str, device_type: str) 
     its compiled decode step reads each group as one reduction (`linears_joined_under_compile`; SmolLM2's bf16 step ~4 %
     faster on a 2-core AVX-512 Xeon, docs/backends.md), while its eager calls keep one `linear` a weight (the
     generated module's bits). `generate` (`linnet torch`) writes `PASSES`' module, whose weights
-    a caller loads apart."""
-    if numerics == "fast" and mode == "generated" and device_type == "cpu" and program.dtype.name == "f32":
-        return replace(PASSES, concat_linear_weights=True)
+    a caller loads apart. Under `fast`, eagerly on the CPU, the wide f32 weights are held transposed
+    (`transpose_wide_weights`); inductor compiles its own decode kernels, and the interpreter calls F.linear."""
+    if numerics == "fast" and mode == "generated" and device_type == "cpu":
+        # the wide f32 weights held transposed for `linear`'s blocks of K (`fusion.hold_wide_weights_transposed`)
+        return replace(PASSES, concat_linear_weights=program.dtype.name == "f32", transpose_wide_weights=True)
     if mode == "inductor" and device_type == "cpu" and program.dtype.name in ("f32", "bf16"):
         return replace(PASSES, concat_linear_weights=True)
     return PASSES
-
-
-def stored_transposed(program: Program, numerics: str, device_type: str) -> frozenset[str]:
-    """The parameters a generated module holds transposed (`LinnetModule.bind`: [K, N] in memory, the parameter
-    its [N, K] transpose, strides (1, N)), which its `linear` runs as blocks of K: under `fast`, on the CPU, in a
-    decoder (a program with state: its steps run 1 row a request) that decodes at most 2 rows at once
-    (`program.max_batch`), the f32 weights [N, K] with N > K that linear layers read and nothing else but row
-    lookups (`fusion.linear_weights`), weights one linear reads joined (`module_passes`) held as one [sum N, K]:
-    q, k and v, gate and up, the head, an encoder's wide layers where the model has one, a LoRA adapter's B. An
-    encoder alone (no state) runs any batch: it keeps the checkpoint's layout. A prompt of 3 to 16 tokens also
-    takes the blocks of K, slower there. Measured on a 2-core
-    AVX2 EPYC, each weight's memory refilled in either layout (bench/results/weight_layouts_amd_avx2.md): one row
-    through SmolLM2's [1536, 576] gate 198 -> 164 us, its [49152, 576] head 5.7 -> 4.0 ms; two rows 328 -> 225 us
-    and 12.7 -> 8.0 ms; from 4 rows 7-21 % slower; no gain where N <= K (down 198 -> 217 us); prefill (512 rows,
-    F.linear) alike in both layouts. Its sums run in another order than transformers' kernel, so `equivalent`
-    keeps the checkpoint's layout (bit for bit transformers' decode)."""
-    if numerics != "fast" or device_type != "cpu" or program.max_batch > 2 or not program.state:
-        return frozenset()
-    shapes = {s.path: s.shape for s in program.params if s.type.dtype.name == "f32" and len(s.shape) == 2}
-    weights = linear_weights(program)
-    # a group joined for one linear (`concat_linear_weights`) is one matrix, held transposed as a whole or not at all
-    groups = concat_weight_groups(program)
-    grouped = {p for group in groups for p in group}
-    out: set[str] = set()
-    for group in [(p,) for p in weights if p not in grouped] + groups:
-        if all(p in weights and p in shapes for p in group) and len({shapes[p][1] for p in group}) == 1:
-            if sum(shapes[p][0] for p in group) > shapes[group[0]][1]:
-                out.update(group)
-    return frozenset(out)
 
 
 class ModuleEmitter(Emitter):

@@ -26,7 +26,7 @@ from linnet.errors import BackendError
 from linnet.ir.core import Program
 from linnet.ir.fusion import concat_weight_groups
 
-from .codegen import NUMERICS, TORCH_DTYPES, TorchModule, flat_program, module_passes, prepare, stored_transposed
+from .codegen import NUMERICS, TORCH_DTYPES, TorchModule, flat_program, module_passes, prepare
 from .interpret import Interpreter
 from .prelude import linears_joined_under_compile
 from .quantized import QuantizedWeight
@@ -75,11 +75,8 @@ class LinnetModule(nn.Module):
         # the groups an inductor module's compiled entries read as one buffer each (`weight_groups_joined`)
         self._joined_groups = sorted(set(self.weight_groups.values())) if mode == "inductor" else []
         self._joined_snapshot: list | None = None  # each grouped weight's holder, name, tensor and address
-        # wide linear weights held transposed for `linear` (`bind`); generated eager modules only: inductor
-        # compiles its own decode kernels, the interpreter calls F.linear
-        self.stored_transposed = (
-            stored_transposed(prepared, numerics, self.device_.type) if mode == "generated" else frozenset()
-        )
+        # wide linear weights held transposed for `linear` (`bind`), as the passes recorded (`module_passes`)
+        self.stored_transposed = frozenset(p for p, layout in prepared.param_layouts.items() if layout == "transposed")
         namespace = self._exec_source()
         if mode == "inductor" and self.weight_groups:
             # an inductor module checks its groups before each compiled call (`weight_groups_joined`), so its traces
@@ -162,8 +159,8 @@ class LinnetModule(nn.Module):
         `QuantizedWeight` (`--dtype stored`) is bound as it is, a buffer that `F.linear` and `F.embedding`
         read through its quantized kernels. Raises KeyError for an unknown path and ValueError for a shape
         that differs. Under `fast` on the CPU the wide linear weights of a module decoding at most 2 rows at once
-        are held transposed (`codegen.stored_transposed`): the same values, strides (1, N); weights that one linear
-        layer reads joined (`codegen.module_passes`) are bound adjacently in one buffer (`_bind_in_group`)."""
+        are held transposed (`fusion.hold_wide_weights_transposed`): the same values, strides (1, N); weights that one
+        linear layer reads joined (`codegen.module_passes`) are bound adjacently in one buffer (`_bind_in_group`)."""
         owner, leaf = self._leaves[path]
         current = getattr(owner, leaf)
         if tuple(tensor.shape) != tuple(current.shape):
@@ -180,7 +177,7 @@ class LinnetModule(nn.Module):
             self._bind_in_group(path, t)
             return
         if path in self.stored_transposed and t.dim() == 2 and t.stride() != (1, t.shape[0]):
-            t = t.t().contiguous().t()  # [K, N] in memory (`codegen.stored_transposed`)
+            t = t.t().contiguous().t()  # [K, N] in memory (`fusion.hold_wide_weights_transposed`)
         self._register(path, t)
 
     def _register(self, path: str, t: torch.Tensor) -> None:

@@ -129,12 +129,12 @@ def linear(x, weight):
     - f32, up to 16 rows: `F.linear` there is MKL's sgemv or a small sgemm, which run on one thread whatever the
       thread count, so the rows run as `torch.get_num_threads()` blocks in one `torch.bmm`, which ATen runs in
       parallel:
-      - a weight stored transposed (strides (1, N): the wide weights of a `fast` module, `codegen.stored_transposed`)
-        as blocks of K: each block's rows of the [K, N] matrix in memory times its slice of x, the partial products
-        summed;
+      - a weight stored transposed (strides (1, N): the wide weights of a `fast` module,
+        `fusion.hold_wide_weights_transposed`) as blocks of K: each block's rows of the [K, N] matrix in memory times
+        its slice of x, the partial products summed;
       - any other contiguous weight as blocks of its N rows (`_blocks_of_n`), each output the same dot product.
     - bf16, one row: `torch.mv`, ATen's bf16 GEMV, where `F.linear` calls oneDNN's matmul.
-    Blocks of N rows and torch.mv run only where they gave F.linear's bits on random values (`_same_bits`).
+    Blocks of N rows and torch.mv run only where they gave F.linear's bits on probe values (`_same_bits`).
     Anything else (torch.compile's trace or a torch.func transform, gradients, another dtype, device or layout, x
     not contiguous, more rows, blocks that do not divide the weight, a weight subclass such as a quantized or
     distributed one, a torch function mode) is F.linear."""

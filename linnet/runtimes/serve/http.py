@@ -6,12 +6,11 @@ Endpoints (docs/serving.md says every field and what differs from OpenAI): `POST
 
 How a request runs: the body is validated (protocol.py), its prompt tokenized (a chat's through the model's chat
 template, `linnet/runtimes/inputs/chat.py`), and `n` engine requests are submitted per prompt, choice i seeded `seed +
-i` as
-vLLM's parallel sampling seeds its children (`vllm/v1/engine/parallel_sampling.py`). Their events are merged into
-one response, or one SSE stream of `data: {json}` chunks ending `data: [DONE]`. A client that goes away cancels
-every engine request of its response (their rows are free at the engine's next step): Starlette cancels a
-streaming response when the client disconnects, and a non-streaming handler waits on the client's
-`http.disconnect` message beside the engine's events, since Starlette does not cancel those (ATOM PR #1562).
+i` as vLLM's parallel sampling seeds its children (`vllm/v1/engine/parallel_sampling.py`). Their events are merged into
+one response, or one SSE stream of `data: {json}` chunks ending `data: [DONE]`. A client that goes away cancels every
+engine request of its response (their rows are free at the engine's next step): Starlette cancels a streaming response
+when the client disconnects, and a non-streaming handler waits on the client's `http.disconnect` message beside the
+engine's events, since Starlette does not cancel those (ATOM PR #1562).
 
 Errors are answered in OpenAI's shape, `{"error": {"message", "type", "param", "code"}}`: 400 for malformed JSON and
 bad values (pydantic's validation errors too, which FastAPI would answer with 422), 400 `context_length_exceeded`,
