@@ -651,8 +651,10 @@ class Prelude:
         return out
 
     def used(self, code: str) -> list[str]:
-        """The public names of the prelude that `code` (valid Python) reads, in the prelude's order."""
-        reads = {n.id for n in ast.walk(ast.parse(code)) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        """The public names of the prelude that `code` (valid Python) reads, in the prelude's order. `code` may quote
+        a path with bytes that are not UTF-8 (lone surrogates), which the parser cannot encode: read as U+FFFD."""
+        tree = ast.parse(code.encode("utf-8", "surrogateescape").decode("utf-8", "replace"))
+        reads = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
         return [name for name in self.blocks if name in reads and not name.startswith("_")]
 
     def needed(self, names: list[str]) -> list[str]:
