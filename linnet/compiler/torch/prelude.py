@@ -221,26 +221,31 @@ def _same_bits(way, x, weight):
     return _SAME_BITS[key]
 
 
+_PROBE_ROWS = 64  # the distinct rows of a probe weight, repeated down its N rows
+
+
 def _cancelling_probe(x, weight, generator):
     """Fill x [R, K] and weight [N, K] in place with values whose dot products cancel: random values over 2^-8 ..
-    2^8 in magnitude (so the running sums hold more bits than the dtype), then weight's last `_CANCELLING` columns
-    set, against x's first row (the others are it scaled by powers of two, exactly), to minus what the columns
-    before them sum to, exactly (in f64), as far as the dtype can hold it: each exact result is a few units in the
-    dtype's last place of its largest terms, and a kernel's output is mostly its own rounding errors."""
+    2^8 in magnitude (so the running sums hold more bits than the dtype), then the last `_CANCELLING` columns set,
+    against x's first row (the others are it scaled by powers of two, exactly), to minus what the columns before
+    them sum to, exactly (in f64), as far as the dtype can hold it: each exact result is a few units in the dtype's
+    last place of its largest terms, and a kernel's output is mostly its own rounding errors. The weight's rows are
+    `_PROBE_ROWS` distinct rows repeated (each output's order is checked on every row; the draw stays cheap for a
+    [49152, 576] head)."""
     rows, k = x.shape
-    spread = torch.randint(-8, 9, (k,), dtype=torch.int8, generator=generator).to(x.dtype)
-    x[0] = torch.empty(k, dtype=x.dtype).uniform_(-1, 1, generator=generator) * torch.pow(2, spread)
-    for start in range(0, weight.shape[0], 4096):  # a block of rows at a time: f64 copies of 4,096 rows at most
-        w = weight[start : start + 4096]
-        spread = torch.randint(-8, 9, w.shape, dtype=torch.int8, generator=generator).to(x.dtype)
-        w.copy_(torch.empty(w.shape, dtype=x.dtype).uniform_(-1, 1, generator=generator) * torch.pow(2, spread))
-        if k <= _CANCELLING:
-            continue
+    distinct = min(_PROBE_ROWS, weight.shape[0])
+    spread = torch.randint(-8, 9, (1 + distinct, k), dtype=torch.int8, generator=generator).to(x.dtype)
+    values = torch.empty(spread.shape, dtype=x.dtype).uniform_(-1, 1, generator=generator) * torch.pow(2, spread)
+    x[0], patterns = values[0], values[1:]
+    if k > _CANCELLING:
         x[0, k - _CANCELLING :] = 1
-        total = w[:, : k - _CANCELLING].double() @ x[0, : k - _CANCELLING].double()
+        total = patterns[:, : k - _CANCELLING].double() @ x[0, : k - _CANCELLING].double()
         for column in range(k - _CANCELLING, k):
-            w[:, column] = (-total).to(x.dtype)
-            total += w[:, column].double()
+            patterns[:, column] = (-total).to(x.dtype)
+            total += patterns[:, column].double()
+    for start in range(0, weight.shape[0], distinct):
+        block = weight[start : start + distinct]
+        block.copy_(patterns[: block.shape[0]])
     x[1:] = x[0] * torch.pow(2.0, torch.arange(1, rows, dtype=torch.float64) % 5 - 2).to(x.dtype)[:, None]
 
 
