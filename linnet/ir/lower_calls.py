@@ -231,6 +231,8 @@ class CallsMixin:
         attrs = {k: v for k, v in args.items() if not isinstance(v, Value)}
         body = Graph(f"composite:{fn.name.id}", [], kind="composite", qualname=fn.name.id)
         body.origin = self._origin_in(self._item, fn.name)
+        header = " ".join(self._item.text[fn.name.span.start : fn.body.span.start].split())
+        body.signature = re.sub(r",?\s*\)", ")", re.sub(r"\(\s+", "(", header))
         params = {p.name.id: p.name for p in fn.params}
         inner_env = Env(ctx)
         inner_env.vars.update({params[k]: v for k, v in attrs.items()})

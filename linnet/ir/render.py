@@ -407,7 +407,7 @@ class Helpers:
         self.reserved = taken  # names a helper's locals may not take
         self.sources: list[list[str]] = []
         self.constant_sources: list[list[str]] = []
-        self._by_text: dict[str, str] = {}
+        self._by_code: dict[tuple[str, ...], tuple[str, int, str | None]] = {}  # code -> name, source index, text
         self._constants: dict[str, str] = {}
 
     def constant(self, hint: str, values: list) -> str:
@@ -422,16 +422,31 @@ class Helpers:
         return self._constants[text]
 
     def function(self, op: Op, e: "GraphEmitter") -> str:
+        """The name of the function running composite `op`'s body, written on first use. Bodies that read the same
+        but for their types (`apply_rope` over 9 query heads and over 3 KV heads: Python is shape-polymorphic) share
+        one function, whose docstring is then the source's signature and whose comments name no shapes."""
         name = op.attrs["name"]
         fresh = type(e)(e.numerics, methods=e.methods, helpers=self)
         fresh.taken |= self.reserved
         lines = self.write(op.body, fresh, "NAME")
-        text = "\n".join(lines)
-        if text not in self._by_text:
+        code = (name, *(re.sub(r"  #.*$", "", line) for line in lines[2:]))  # shapes in comments differ
+        if code not in self._by_code:
             fn = _unique(_python_name(name), self.taken)
-            self._by_text[text] = fn
+            self._by_code[code] = (fn, len(self.sources), "\n".join(lines))
             self.sources.append([line.replace("def NAME(", f"def {fn}(", 1) for line in lines])
-        return self._by_text[text]
+        fn, index, text = self._by_code[code]
+        if text is not None and text != "\n".join(lines):  # another specialisation: written generically
+            body = op.body
+            generic = [lines[0], f'    """{body.signature} ({body.origin})"""']
+            generic += [re.sub(r"  # \[[^\]]*\] ", "  # ", line) for line in lines[2:]]
+            self.sources[index] = [line.replace("def NAME(", f"def {fn}(", 1) for line in generic]
+            self._by_code[code] = (fn, index, None)
+        return fn
+
+    @property
+    def names(self) -> set[str]:
+        """The names of the functions written so far."""
+        return {fn for fn, _, _ in self._by_code.values()}
 
 
 def constant_values(e: GraphEmitter, op: Op) -> str:
@@ -755,7 +770,7 @@ class ModuleWriter:
                 body += ["", ""] + self.function(g, self.new_emitter(), layout.names[key], method=False)
             for key in layout.classes:
                 body += ["", ""] + self.class_source(key)
-            made = set(self.helpers._by_text.values())
+            made = self.helpers.names
             if made <= helper_names:
                 break
             helper_names |= made

@@ -1,6 +1,6 @@
-"""linnet/compiler/onnx/rotary.py: under `fast` each rotate-half rotary embedding whose cos and sin provably repeat
-their halves is one com.microsoft RotaryEmbedding, and ONNX Runtime computes with it what the written rotation computes
-(rows of a batch at different positions, prefill and decode); what does not provably match stays as written."""
+"""linnet/compiler/onnx/rotary.py: under `fast` each `apply_rope` (a composite) whose cos and sin provably repeat
+their halves is one com.microsoft RotaryEmbedding, and ONNX Runtime computes with it what the composite's body computes
+(rows of a batch at different positions, prefill and decode); what does not provably fit runs the body."""
 
 from __future__ import annotations
 
@@ -14,12 +14,9 @@ from tests.conftest import EXAMPLES
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 import onnx_ir as ir  # noqa: E402
-from onnx import TensorProto  # noqa: E402
-from onnx import helper as h  # noqa: E402
 
 import linnet.onnx as lo  # noqa: E402
 from linnet.compiler.onnx import lower  # noqa: E402
-from linnet.compiler.onnx.rotary import fuse_rotary_embedding  # noqa: E402
 
 LLAMA = EXAMPLES / "llama.linnet"
 TINY = {"num_hidden_layers": 2, "vocab_size": 96, "hidden_size": 64, "intermediate_size": 128,
@@ -27,7 +24,9 @@ TINY = {"num_hidden_layers": 2, "vocab_size": 96, "hidden_size": 64, "intermedia
 
 
 def _ops(model) -> collections.Counter:
-    return collections.Counter(n.op_type for n in model.graph)
+    """Op types of an onnx_ir model or an ONNX proto."""
+    nodes = model.graph.node if isinstance(model, onnx.ModelProto) else model.graph
+    return collections.Counter(n.op_type for n in nodes)
 
 
 def _tiny(numerics: str, params: dict | None = None):
@@ -59,7 +58,7 @@ def test_fused_rotations_compute_the_written_ones_for_rows_at_different_position
     fused = _tiny("fast", params)
     for entry in ("forward", "step"):  # lowered now (entries are lowered on first use), before the patch below
         assert _ops(fused.model_ir(entry))["RotaryEmbedding"] == 2 * TINY["num_hidden_layers"]
-    monkeypatch.setattr(lower, "fuse_rotary_embedding", lambda model: 0)
+    monkeypatch.setitem(lower.NATIVE, "apply_rope", lambda L, op: None)  # the body, as written
     written = _tiny("fast", params)
     assert _ops(written.model_ir("step"))["RotaryEmbedding"] == 0
     ids = np.random.default_rng(0).integers(0, TINY["vocab_size"], (2, 7))
@@ -75,43 +74,26 @@ def test_fused_rotations_compute_the_written_ones_for_rows_at_different_position
         assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
 
 
-# ----------------------------------------------------------------------------- hand-made graphs
+# ----------------------------------------------------------------------------- small sources
+
+ROTATE = """
+config RotateConfig {
+    half: int = 4
+}
+
+model Rotate(c: RotateConfig) {
+    entry fn forward(x: [B, 3, S, 2 * c.half], freqs: [B, S, c.half]) -> [B, 3, S, 2 * c.half] {
+        let angles = concat([freqs, SECOND], dim=-1)
+        apply_rope(x, COS, SIN)
+    }
+}
+"""
 
 
-def _rotation(
-    *, repeat_halves: bool = True, negate_first_half: bool = False, freqs_dims: tuple = ("B", "S", 4)
-) -> onnx.ModelProto:
-    """x [B, H, S, 8] rotated by angles freqs [B, S, 4] (or `freqs_dims`) written as rope.linnet's body: cos and sin
-    of concat([freqs, freqs]) (or, with `repeat_halves` False, of concat([freqs, 2 * freqs]))."""
-    i64 = lambda name, values: onnx.numpy_helper.from_array(np.array(values, np.int64), name)  # noqa: E731
-    second = "freqs" if repeat_halves else "freqs2"
-    nodes = [
-        h.make_node("Add", ["freqs", "freqs"], ["freqs2"]),
-        h.make_node("Concat", ["freqs", second], ["angles"], axis=-1),
-        h.make_node("Cos", ["angles"], ["cos"]),
-        h.make_node("Sin", ["angles"], ["sin"]),
-        h.make_node("Unsqueeze", ["cos", "one"], ["cos4"]),
-        h.make_node("Unsqueeze", ["sin", "one"], ["sin4"]),
-        h.make_node("Mul", ["x", "cos4"], ["plain"]),
-        h.make_node("Slice", ["x", "zero", "four", "last"], ["x1"]),
-        h.make_node("Slice", ["x", "four", "big", "last"], ["x2"]),
-        h.make_node("Neg", ["x1" if negate_first_half else "x2"], ["minus"]),
-        h.make_node("Concat", ["minus", "x2" if negate_first_half else "x1"], ["turned"], axis=-1),
-        h.make_node("Mul", ["turned", "sin4"], ["rotated"]),
-        h.make_node("Add", ["plain", "rotated"], ["y"]),
-    ]
-    graph = h.make_graph(
-        nodes,
-        "rope",
-        [
-            h.make_tensor_value_info("x", TensorProto.FLOAT, ["B", 3, "S", 8]),
-            h.make_tensor_value_info("freqs", TensorProto.FLOAT, list(freqs_dims)),
-        ],
-        [h.make_tensor_value_info("y", TensorProto.FLOAT, ["B", 3, "S", 8])],
-        [i64("one", [1]), i64("zero", [0]), i64("four", [4]), i64("big", [2**62]), i64("last", [-1])],
-    )
-    model = h.make_model(graph, opset_imports=[h.make_opsetid("", lower.OPSET)], ir_version=lower.IR_VERSION)
-    return onnx.shape_inference.infer_shapes(model)
+def _rotation(second: str = "freqs", cos: str = "cos(angles)", sin: str = "sin(angles)") -> onnx.ModelProto:
+    """x [B, 3, S, 8] rotated by `apply_rope` with cos and sin of concat([freqs, `second`]), under `fast`."""
+    source = ROTATE.replace("SECOND", second).replace("COS", cos).replace("SIN", sin)
+    return ir.to_proto(lo.lower_source(source, "forward", numerics="fast"))
 
 
 def _run(proto: onnx.ModelProto, feeds: dict) -> np.ndarray:
@@ -119,38 +101,43 @@ def _run(proto: onnx.ModelProto, feeds: dict) -> np.ndarray:
     return session.run(None, feeds)[0]
 
 
-def test_a_written_rotation_is_one_node_computing_the_same_values():
-    proto = _rotation()
-    model = ir.from_proto(proto)
-    assert fuse_rotary_embedding(model) == 1
-    ops = _ops(model)
-    assert ops["RotaryEmbedding"] == 1
-    assert ops["Neg"] == ops["Mul"] == ops["Unsqueeze"] == 0  # the body is gone
-    assert ops["Add"] == 1  # what is not the rotation's (the unread freqs + freqs) is left to ORT
+def _feeds(b: int = 2, s: int = 5) -> dict:
     rng = np.random.default_rng(1)
-    feeds = {"x": rng.standard_normal((2, 3, 5, 8)).astype(np.float32),
-             "freqs": rng.uniform(0, 20, (2, 5, 4)).astype(np.float32)}  # fmt: skip
-    want = _run(proto, feeds)
-    got = _run(ir.to_proto(model), feeds)
-    assert np.abs(got - want).max() <= 1e-6 * np.abs(want).max()
+    return {"x": rng.standard_normal((b, 3, s, 8)).astype(np.float32),
+            "freqs": rng.uniform(0, 20, (b, s, 4)).astype(np.float32)}  # fmt: skip
+
+
+def _body(proto: onnx.ModelProto, feeds: dict) -> np.ndarray:
+    """The rotation as the composite's body computes it (numpy, f64): x * cos + rotate_half(x) * sin."""
+    x, freqs = feeds["x"].astype(np.float64), feeds["freqs"].astype(np.float64)
+    angles = np.concatenate([freqs, freqs], axis=-1)[:, None]
+    turned = np.concatenate([-x[..., 4:], x[..., :4]], axis=-1)
+    return x * np.cos(angles) + turned * np.sin(angles)
+
+
+def test_a_rotation_of_repeated_angles_is_one_node_computing_the_same_values():
+    proto = _rotation()
+    ops = _ops(proto)
+    assert ops["RotaryEmbedding"] == 1
+    assert ops["Neg"] == ops["Mul"] == ops["Unsqueeze"] == 0  # the body is not lowered
+    feeds = _feeds()
+    want = _body(proto, feeds)
+    assert np.abs(_run(proto, feeds) - want).max() <= 1e-5 * np.abs(want).max()
+
+
+def test_angles_through_casts_still_repeat_their_halves():
+    proto = _rotation(cos="cast(cos(angles), x.dtype)", sin="cast(sin(angles), x.dtype)")
+    assert _ops(proto)["RotaryEmbedding"] == 1
 
 
 @pytest.mark.parametrize(
-    "variant",
-    [{"repeat_halves": False}, {"negate_first_half": True}, {"freqs_dims": (1, "S", 4)}, {"freqs_dims": ("B", 1, 4)}],
-    ids=["halves-differ", "other-rotation", "angles-broadcast-over-the-batch", "angles-broadcast-over-positions"],
-)
-def test_a_rotation_that_is_not_provably_rope_stays_as_written(variant):
-    # broadcast angles: the op reads one cache row per (b, s) of x through position_ids made from the angles' shape,
-    # and ONNX Runtime refuses a batch of 1 beside x's 3 (found by review: a crash at B = 3, not a wrong value)
-    proto = _rotation(**variant)
-    model = ir.from_proto(proto)
-    before = _ops(model)
-    assert fuse_rotary_embedding(model) == 0
-    assert _ops(model) == before
-    rng = np.random.default_rng(2)
-    b, s = 3, 5
-    freqs = [d if isinstance(d, int) else {"B": b, "S": s}[d] for d in variant.get("freqs_dims", ("B", "S", 4))]
-    feeds = {"x": rng.standard_normal((b, 3, s, 8)).astype(np.float32),
-             "freqs": rng.uniform(0, 20, freqs).astype(np.float32)}  # fmt: skip
-    assert _run(ir.to_proto(model), feeds).shape == (b, 3, s, 8)
+    ("second", "cos", "sin"),
+    [("freqs * 2.0", "cos(angles)", "sin(angles)"), ("freqs", "cos(angles) * 2.0", "sin(angles)"),
+     ("freqs", "sin(angles)", "cos(angles)")],
+    ids=["halves-differ", "cos-scaled", "cos-and-sin-swapped"],
+)  # fmt: skip
+def test_a_rotation_that_is_not_provably_rope_runs_the_body(second, cos, sin):
+    proto = _rotation(second, cos, sin)
+    ops = _ops(proto)
+    assert ops["RotaryEmbedding"] == 0 and ops["Neg"] == 1  # rotate_half's, in the body
+    assert _run(proto, _feeds(3, 5)).shape == (3, 3, 5, 8)

@@ -51,7 +51,7 @@ from linnet.types.core import DType
 from linnet.types.dims import Dim, format_dim
 
 from . import quantized as Q
-from .rotary import fuse_rotary_embedding
+from .rotary import native_apply_rope
 from .spatial import LOWERINGS as SPATIAL_LOWERINGS
 
 OPSET = 23
@@ -130,6 +130,7 @@ class Lowering:
     quantized_values: dict[int, list] = field(default_factory=dict)
     extra_initializers: list[ir.Value] = field(default_factory=list)
     initializer_names: dict[Any, tuple[ir.Value, np.ndarray]] = field(default_factory=dict)
+    rotary_caches: dict[Any, tuple[ir.Value, ir.Value, ir.Value]] = field(default_factory=dict)  # `rotary`
 
     # ----- naming and typing
     def fresh(self, hint: str) -> str:
@@ -950,6 +951,7 @@ def _attention_body(
 
 NATIVE: dict[str, Lower] = {
     "attention": _grouped_attention,
+    "apply_rope": native_apply_rope,
     "softmax": lambda L, op: L.op("Softmax", [L.get(op.args["x"])], {"axis": -1}, hint=op.result.name),
     "gelu": lambda L, op: L.op("Gelu", [L.get(op.args["x"])], {"approximate": "none"}, hint="gelu"),
     "gelu_tanh": lambda L, op: L.op("Gelu", [L.get(op.args["x"])], {"approximate": "tanh"}, hint="gelu"),
@@ -966,6 +968,7 @@ PASSES = PassOptions(
     fuse_linear_weights=True,
     native={
         "attention": NUMERICS,
+        "apply_rope": ("fast",),  # ORT's RotaryEmbedding may round otherwise (rotary.py)
         "softmax": NUMERICS,
         "gelu": NUMERICS,
         "gelu_tanh": ("fast",),
@@ -1085,7 +1088,8 @@ def lower_entry(
             out = L.op("Identity", [out], like=v)
         out.name = names[path][1]
         outputs.append(out)
-    opsets = {"": OPSET} | ({Q.MS_DOMAIN: 1} if L.extra_initializers else {})
+    contrib = L.extra_initializers or any(node.domain == Q.MS_DOMAIN for node in L.tape.nodes)
+    opsets = {"": OPSET} | ({Q.MS_DOMAIN: 1} if contrib else {})
     graph = ir.Graph(
         inputs,
         outputs,
@@ -1102,8 +1106,6 @@ def lower_entry(
         f"dtype {program.dtype.name}, numerics {numerics}, max_batch {program.max_batch}, "
         f"max_positions {program.max_positions}",
     )
-    if numerics == "fast":
-        fuse_rotary_embedding(model)  # one com.microsoft node a rotation: ORT's kernel may round differently
     return model
 
 

@@ -13,6 +13,19 @@ from torch import nn
 from linnet.compiler.torch.prelude import Module, attended_keys, linear
 
 
+def apply_rope(x, cos, sin):
+    """apply_rope(x: [B, H, S, 2 * R], cos: [B, S, 2 * R], sin: [B, S, 2 * R]) -> [B, H, S, 2 * R] (rope.linnet:60)"""
+    t = cos.unsqueeze(1)  # rope.linnet:61
+    t_1 = x * t  # rope.linnet:61
+    del t
+    rotate_half_1 = rotate_half(x)  # rope.linnet:61
+    t_2 = sin.unsqueeze(1)  # rope.linnet:61
+    t_3 = rotate_half_1 * t_2  # rope.linnet:61
+    del rotate_half_1, t_2
+    t_4 = t_1 + t_3  # rope.linnet:61
+    return t_4
+
+
 def rope_inv_freq(device):
     """() -> f32[4] (rope.linnet:15)"""
     exponents = torch.tensor([0.0, 0.25, 0.5, 0.75], dtype=torch.float32, device=device)  # rope.linnet:16
@@ -43,19 +56,6 @@ def causal_mask(query_positions, key_positions):
     t_1 = query_positions.unsqueeze(2)  # [B, S, 1] attention.linnet:24
     t_2 = t <= t_1  # attention.linnet:24
     return t_2
-
-
-def apply_rope(x, cos, sin):
-    """apply_rope(x: [B, H, S, 2 * R], cos: [B, S, 2 * R], sin: [B, S, 2 * R]) -> [B, H, S, 2 * R] (rope.linnet:59)"""
-    t = cos.unsqueeze(1)  # rope.linnet:60
-    t_1 = x * t  # rope.linnet:60
-    del t
-    rotate_half_1 = rotate_half(x)  # rope.linnet:60
-    t_2 = sin.unsqueeze(1)  # rope.linnet:60
-    t_3 = rotate_half_1 * t_2  # rope.linnet:60
-    del rotate_half_1, t_2
-    t_4 = t_1 + t_3  # rope.linnet:60
-    return t_4
 
 
 def rotate_half(x):
