@@ -21,6 +21,17 @@ from linnet.compiler.jax.prelude import Module, write_cache
 PRECISION = 'highest'
 
 
+def apply_rope(x, cos, sin):
+    """apply_rope(x: [B, H, S, 2 * R], cos: [B, S, 2 * R], sin: [B, S, 2 * R]) -> [B, H, S, 2 * R] (rope.linnet:60)"""
+    t = jnp.expand_dims(cos, 1)  # rope.linnet:61
+    t_1 = x * t  # rope.linnet:61
+    rotate_half_1 = rotate_half(x)  # rope.linnet:61
+    t_2 = jnp.expand_dims(sin, 1)  # rope.linnet:61
+    t_3 = rotate_half_1 * t_2  # rope.linnet:61
+    t_4 = t_1 + t_3  # rope.linnet:61
+    return t_4
+
+
 def rms_norm(x, weight):
     """f32[B, S, 32], f32[32] -> f32[B, S, 32] (functional.linnet:6)"""
     t = x ** 2  # functional.linnet:8
@@ -58,17 +69,6 @@ def causal_mask(query_positions, key_positions):
     t_1 = jnp.expand_dims(query_positions, 2)  # [B, S, 1] attention.linnet:24
     t_2 = t <= t_1  # attention.linnet:24
     return t_2
-
-
-def apply_rope(x, cos, sin):
-    """apply_rope(x: [B, H, S, 2 * R], cos: [B, S, 2 * R], sin: [B, S, 2 * R]) -> [B, H, S, 2 * R] (rope.linnet:59)"""
-    t = jnp.expand_dims(cos, 1)  # rope.linnet:60
-    t_1 = x * t  # rope.linnet:60
-    rotate_half_1 = rotate_half(x)  # rope.linnet:60
-    t_2 = jnp.expand_dims(sin, 1)  # rope.linnet:60
-    t_3 = rotate_half_1 * t_2  # rope.linnet:60
-    t_4 = t_1 + t_3  # rope.linnet:60
-    return t_4
 
 
 def rotate_half(x):
