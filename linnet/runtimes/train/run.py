@@ -123,7 +123,6 @@ def train(
     import torch
 
     from ..backends import get_backend
-    from .policy import check_trains
 
     unknown = sorted(set(options) - set(TrainConfig.__dataclass_fields__))
     if unknown:
@@ -138,8 +137,6 @@ def train(
     objective = objective_for(method, **cfg.method_options)
     rows = read_jsonl(data)
     torch.manual_seed(cfg.seed)
-    check_trains(backend)
-    trainer_module = get_backend(backend).trainer_module()
     try:
         rows_sampled = getattr(objective, "generation_rows", None)  # GRPO samples a micro-batch's completions at once
         model, trainable = load_for_training(
@@ -153,6 +150,7 @@ def train(
         raise
     if getattr(model, "lora", None) is not None:
         cfg.lora = model.lora.settings  # an --adapter's own r, alpha and targets
+    trainer_module = get_backend(backend).trainer_module()  # loading checked that the backend trains
     policy, trainer_class = trainer_module.policy_and_trainer(model, trainable, cfg)
     token_rows = objective.token_rows(rows, policy.tokenizer, policy.vocab_size, cfg.max_length)
     hooks, is_main = _distributed(trainer_module, policy, token_rows, cfg)
