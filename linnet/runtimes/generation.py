@@ -27,7 +27,15 @@ from linnet.errors import RunError
 
 from .sampling import SamplingParams, sample
 
-__all__ = ["GenerationResult", "Generator", "IncrementalDetokenizer", "StepModel", "Tokenizer", "WarmUp"]
+__all__ = [
+    "DecodeLoop",
+    "GenerationResult",
+    "Generator",
+    "IncrementalDetokenizer",
+    "StepModel",
+    "Tokenizer",
+    "WarmUp",
+]
 
 
 @runtime_checkable
@@ -65,6 +73,27 @@ class WarmUp(Protocol):
     compile_kind: str
 
     def warm_up(self, prefill_lengths: list[int], batch_sizes: list[int]) -> None: ...
+
+
+class DecodeLoop(Protocol):
+    """What a `StepModel` may add to run many greedy decode steps of one row per dispatch on its device, with the
+    argmax, the stop check and the KV cache kept there, instead of one host round trip per token (which is most of a
+    small model's step on an accelerator):
+
+    - `decode_greedy(token, position, row, steps, stop_ids)`: feed `token` at `position` of cache row `row`, then
+      each argmax token at the next position, for at most `steps` steps; stop after a step whose argmax is in
+      `stop_ids` or whose logits are not all finite. Yields, as they come back from the device, chunks
+      `(tokens, bad)`: `tokens` i64 `[n]` the argmax of each step of the chunk in order (a stop token included, as
+      the last), and `bad` None, or `(nan_count, inf_count)` of the logits of the step after `tokens` (the last
+      step run; the loop ran no further). The tokens are those `step` then `sample` (greedy: the first maximum)
+      would give one at a time.
+
+    The runner uses it for `generate` and `stream_text` when decoding is greedy and there is no `logits_processor`.
+    """
+
+    def decode_greedy(
+        self, token: int, position: int, row: int, steps: int, stop_ids: frozenset[int]
+    ) -> Iterator[tuple[np.ndarray, tuple[int, int] | None]]: ...
 
 
 class Tokenizer(Protocol):
@@ -419,6 +448,8 @@ class Generator:
         logits = self._process(self._prefill(ids, row), 0)
         token = int(sample(logits, params, rng)[0])
         prefill_s = time.perf_counter() - start
+        on_device = self._decode_loop(params)
+        drawn: Iterator[int] | None = None  # the device loop's tokens, once it runs
         while True:
             if token in stop_ids:
                 finish, stop_token = "stop", token
@@ -429,12 +460,44 @@ class Generator:
                 finish = "length"
                 break
             start = time.perf_counter()
-            position = np.array([len(ids) + len(tokens) - 1], dtype=np.int64)
-            logits = self.checked_step(np.array([[token]], dtype=np.int64), position, rows, decode_steps + 1)
-            token = int(sample(self._process(logits, len(tokens)), params, rng)[0])
+            position = len(ids) + len(tokens) - 1
+            if on_device is not None:
+                if drawn is None:
+                    steps = min(params.max_new_tokens - len(tokens), self.max_positions - position - 1)
+                    drawn = self._drawn_on_device(on_device, token, position, row, steps, stop_ids)
+                token = next(drawn)
+            else:
+                step = np.array([[token]], dtype=np.int64)
+                logits = self.checked_step(step, np.array([position], dtype=np.int64), rows, decode_steps + 1)
+                token = int(sample(self._process(logits, len(tokens)), params, rng)[0])
             decode_s += time.perf_counter() - start
             decode_steps += 1
         return self._result(tokens, finish, len(ids), prefill_s, decode_s, decode_steps, row, stop_token)
+
+    def _decode_loop(self, params: SamplingParams) -> Callable | None:
+        """The model's `decode_greedy` (`DecodeLoop`) when this generation can use it: greedy, no logits processor."""
+        loop = getattr(self.model, "decode_greedy", None)
+        return loop if params.greedy and self.logits_processor is None else None
+
+    def _drawn_on_device(
+        self, loop: Callable, token: int, position: int, row: int, steps: int, stop_ids: frozenset[int]
+    ) -> Iterator[int]:
+        """The tokens of `steps` greedy decode steps run by the model's `DecodeLoop` from `token` at `position`, one
+        at a time as its chunks come back. Raises RunError, as `checked_step` does, at the step whose logits are not
+        all finite (after the tokens before it)."""
+        done = 0
+        for chunk, bad in loop(token, position, row, steps, stop_ids):
+            for t in chunk.tolist():
+                done += 1
+                yield int(t)
+            if bad is not None:
+                nan, inf = bad
+                kinds = " and ".join(k for k, n in (("NaN", nan), ("Inf", inf)) if n)
+                raise RunError(
+                    f"the model's logits hold {kinds} ({nan + inf} values) at position {position + done} (row {row}, "
+                    f"decode step {done + 1}); no token can be sampled from them: the weights or the config make "
+                    "the model compute non-finite values (try --dtype f32 if it runs in f16)"
+                )
 
     def _result(
         self,

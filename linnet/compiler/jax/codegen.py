@@ -20,8 +20,11 @@ runs as a native function when that function is what the reference implementatio
 (`jax.nn.softmax`, `jax.nn.silu`, erf `jax.nn.gelu`), otherwise as its body, in
 transformers' op order; linear layers that share an input are one dot over their weights
 fused at load, and KV caches are held [max_batch * H, T, D] (`linnet.ir.attention`). Under
-`equivalent`, matmuls ask for full f32 precision (`PRECISION = "highest"`: no TF32 or bf16
-passes on GPUs/TPUs; on CPU f32 dots are f32 either way, and it measured no slower).
+`equivalent`, f32 matmuls ask for full f32 precision (`PRECISION = "highest"`: no TF32 or bf16
+passes on GPUs/TPUs; on CPU f32 dots are f32 either way, and it measured no slower). A dot of bf16 or
+f16 operands asks for nothing (`Emitter.precision`): its products are exact in f32 and every backend
+accumulates them in f32 at default precision, as PyTorch's reference does, so `"highest"` adds nothing
+there, and a TPU refuses it (Mosaic: "Bad lhs type" for a bf16 dot asked for f32 contraction).
 
 Matrices held in f32 (`f32_matrices`, what `linnet.runtimes.backends.jax_backend` asks for bf16 on the CPU). XLA's CPU
 compiler has no bf16 dot: it converts both operands to f32, runs an f32 dot and rounds the result to bf16, and for
@@ -166,6 +169,13 @@ class Emitter(GraphEmitter):
     def flat_name(self, v: Value) -> str:
         return super().r(v)
 
+    @staticmethod
+    def precision(x: Value, f32: bool = False) -> str:
+        """The `precision=` argument of a dot or convolution over `x` (and operands of its dtype): `PRECISION` for
+        f32 operands (or `f32`: operands upcast to f32 in the code), nothing for bf16 and f16 ones (the module
+        docstring says why)."""
+        return ", precision=PRECISION" if f32 or x.dtype.name == "f32" else ""
+
     def store_state(self, path: str, value: Value) -> str:
         return f"{self.member(path)} = {self.r(value)}"  # what the entry returns as the new state
 
@@ -248,17 +258,18 @@ EMITTERS["sum"] = _sum
 
 
 def _dot(e: Emitter, op: Op, form: str, x: Value, w: Value) -> str:
-    """`form` (with {x} and {w}) over `x` and `w`; over a matrix held in f32 (`f32_matrices`), what XLA's CPU
-    compiler does for a bf16 dot: `x` upcast, an f32 dot, the result rounded to the op's dtype."""
+    """`form` (with {x}, {w} and {precision}) over `x` and `w`; over a matrix held in f32 (`f32_matrices`), what
+    XLA's CPU compiler does for a bf16 dot: `x` upcast, an f32 dot, the result rounded to the op's dtype."""
     held = e.f32_operand(w)
     if held is None:
-        return form.format(x=e.r(x), w=e.r(w))
-    return f"{form.format(x=f'{e.r(x)}.astype(jnp.float32)', w=held)}.astype({e.dtypes[op.result.dtype.name]})"
+        return form.format(x=e.r(x), w=e.r(w), precision=e.precision(x))
+    upcast = form.format(x=f"{e.r(x)}.astype(jnp.float32)", w=held, precision=e.precision(x, f32=True))
+    return f"{upcast}.astype({e.dtypes[op.result.dtype.name]})"
 
 
-EMITTERS["matmul"] = lambda e, op: _dot(e, op, "jnp.matmul({x}, {w}, precision=PRECISION)", op.args["x"], op.args["y"])
+EMITTERS["matmul"] = lambda e, op: _dot(e, op, "jnp.matmul({x}, {w}{precision})", op.args["x"], op.args["y"])
 EMITTERS["linear"] = lambda e, op: _dot(
-    e, op, 'jnp.einsum("...i,oi->...o", {x}, {w}, precision=PRECISION)', op.args["x"], op.args["weight"]
+    e, op, 'jnp.einsum("...i,oi->...o", {x}, {w}{precision})', op.args["x"], op.args["weight"]
 )
 EMITTERS["reshape"] = lambda e, op: f"{e.r(op.args['x'])}.reshape({_shape(op.args['shape'])})"
 EMITTERS["transpose"] = lambda e, op: f"jnp.swapaxes({e.r(op.args['x'])}, {op.args['dim0']}, {op.args['dim1']})"
@@ -466,28 +477,29 @@ def _grouped_attention(e: Emitter, op: Op):
     scale = e.r(op.args["scale"])
     note = f"  # {g} heads per KV head" if g > 1 else ""
     flat = op.attrs.get("variant", {}).get("kv_flat")
+    exact = e.precision(q)
     if flat:
         kn, vn = e.flat_name(k), e.flat_name(v)
         rows = dims_text([q.dims[0] * k.dims[1]])
         qg = e.fresh("q_grouped")
         lines = [
             f"{qg} = {e.r(q)}.reshape({rows}, {g} * {s}, {d}){note}",
-            f'{scores} = jnp.einsum("ksd,ktd->kst", {qg}, {kn}, precision=PRECISION)'
+            f'{scores} = jnp.einsum("ksd,ktd->kst", {qg}, {kn}{exact})'
             f".reshape({b}, {h}, {s}, {t}) * {scale}",
         ]
         grouped = lambda x, n: f"{x}.reshape({rows}, {g} * {s}, {n})"  # noqa: E731
-        product = lambda p: f'jnp.einsum("kst,ktd->ksd", {p}, {vn}, precision=PRECISION)'  # noqa: E731
+        product = lambda p: f'jnp.einsum("kst,ktd->ksd", {p}, {vn}{exact})'  # noqa: E731
     else:
         kn, vn = e.r(k), e.r(v)
         qg = e.r(q) if g == 1 else f"{e.r(q)}.reshape({b}, {hkv}, {g} * {s}, {d})"
-        einsum = f'jnp.einsum("bhsd,bhtd->bhst", {qg}, {kn}, precision=PRECISION)'
+        einsum = f'jnp.einsum("bhsd,bhtd->bhst", {qg}, {kn}{exact})'
         lines = (
             [f"{scores} = {einsum} * {scale}"]
             if g == 1
             else [f"{scores} = {einsum}{note}", f"{scores} = {scores}.reshape({b}, {h}, {s}, {t}) * {scale}"]
         )
         grouped = lambda x, n: x if g == 1 else f"{x}.reshape({b}, {hkv}, {g} * {s}, {n})"  # noqa: E731
-        product = lambda p: f"jnp.matmul({p}, {vn}, precision=PRECISION)"  # noqa: E731
+        product = lambda p: f"jnp.matmul({p}, {vn}{exact})"  # noqa: E731
     lines.append(f"{scores} = jnp.where(jnp.expand_dims({e.r(mask)}, 1), {scores}, jnp.finfo({dtype}).min)")
     if op.args.get("upcast"):
         lines.append(f"{probs} = jax.nn.softmax({scores}.astype(jnp.float32), axis=-1).astype({dtype})")

@@ -25,7 +25,7 @@ def _conv(e, op: Op) -> str:
     text = (
         f"lax.conv_general_dilated({e.r(x)}, {e.r(w)}, window_strides={stride}, padding={pads}, "
         f"rhs_dilation={dilation}, dimension_numbers={_LAYOUTS[n]}, "
-        f"feature_group_count={ints(op.args['groups'], 1)[0]}, precision=PRECISION)"
+        f"feature_group_count={ints(op.args['groups'], 1)[0]}{e.precision(x)})"
     )
     if b is not None:
         text += f" + {e.r(b)}.reshape({(-1,) + (1,) * n})"
@@ -55,7 +55,7 @@ def _conv_transpose(e, op: Op) -> str:
     text = (
         f"lax.conv_general_dilated({e.r(x)}, {flipped}, window_strides=(1, 1), padding={pads}, "
         f"lhs_dilation={stride}, rhs_dilation={dilation}, dimension_numbers={_LAYOUTS[2]}, "
-        f"feature_group_count={groups}, precision=PRECISION)"
+        f"feature_group_count={groups}{e.precision(x)})"
     )
     if b is not None:
         text += f" + {e.r(b)}.reshape((-1, 1, 1))"

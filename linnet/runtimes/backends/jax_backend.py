@@ -148,6 +148,7 @@ class JaxModel(ModelBase):
     # where inputs go: None for `device` alone; a `jax.sharding.Sharding` (replicated over a mesh) once the
     # parameters are sharded (`linnet.runtimes.parallel.jax_mesh`)
     input_sharding: Any = None
+    compiler_options: dict | None = None  # the XLA options its entries compile with (`JaxProgram.compiler_options`)
 
     def put_input(self, a):
         """A numpy input on the model's device (or replicated over its mesh)."""
@@ -180,8 +181,9 @@ class JaxModel(ModelBase):
         jax = jax_module()
         self.state = {k: jax.device_put(np.zeros(v.shape, v.dtype), v.sharding) for k, v in self.state.items()}
 
-    def step_model(self) -> "JaxStepModel":
-        return JaxStepModel(self)
+    def step_model(self, decode_loop: bool | None = None) -> "JaxStepModel":
+        """The runner's `StepModel` (`JaxStepModel`); `decode_loop` as it takes it."""
+        return JaxStepModel(self, decode_loop)
 
 
 class JaxStepModel:
@@ -189,11 +191,15 @@ class JaxStepModel:
     padded to length buckets (see the module docstring), decode (S = 1) compiled once per
     batch size. Each input shape is compiled ahead of time (`jit(...).lower(...).compile()`)
     and kept, so `warm_up` compiles the shapes a generation will use before it starts, and
-    the steps themselves never compile."""
+    the steps themselves never compile.
+
+    `decode_loop`: whether greedy generation runs its decode steps many per dispatch on the device
+    (`decode_greedy`, `jax_loop.GreedyLoop`); None (the default) means on an accelerator, not on the CPU, where a
+    host round trip costs little and the loop would be one more compile. Never over a mesh (sharded inputs)."""
 
     compile_kind = "compile"
 
-    def __init__(self, model: JaxModel):
+    def __init__(self, model: JaxModel, decode_loop: bool | None = None):
         if "step" not in model.functions:
             raise ValueError("generation needs a decoder with `entry fn step`")
         self.model = model
@@ -202,6 +208,21 @@ class JaxStepModel:
         self.vocab_size = model.vocab_size
         self._jax = jax_module()
         self._compiled: dict[tuple[int, int], Callable] = model.step_executables
+        if decode_loop is None:
+            decode_loop = getattr(model.device, "platform", "cpu") != "cpu"
+        self._loop = None
+        if decode_loop and model.input_sharding is None:
+            from .jax_loop import GreedyLoop
+
+            jitted = model.functions[step_entry(model.functions, 1)]
+            # the function under the entry's `jax.jit` (its `__wrapped__`): XLA options go on the loop's own jit
+            self._loop = GreedyLoop(model, jitted.__wrapped__, model.compiler_options)
+
+    @property
+    def decode_greedy(self):
+        """The `generation.DecodeLoop` entry (a `jax_loop.GreedyLoop`) when this step model runs decode loops on
+        the device, else None (the runner then steps token by token)."""
+        return self._loop
 
     @property
     def compiled_shapes(self) -> list[tuple[int, int]]:
@@ -231,6 +252,8 @@ class JaxStepModel:
         shapes |= {(1, bucket_for(n - 1, self.max_positions)) for n in prefill_lengths if n > 1}
         for b, s in sorted(shapes):
             self._executable((b, s))
+        if self._loop is not None:
+            self._loop.warm_up()
         for b, s in sorted(shapes):
             zeros = np.zeros(b, dtype=np.int64)
             np.asarray(self._call(np.zeros((b, s), dtype=np.int64), zeros, np.arange(b, dtype=np.int64)))
@@ -340,6 +363,7 @@ def load_prepared(
         notes=list(prepared.notes) + ([F32_MATRICES_NOTE] if f32_matrices else []),
         backend=backend.name,
         numerics=numerics,
+        compiler_options=compiled.compiler_options,
     )
 
 
@@ -579,6 +603,7 @@ def load_exported(
         exported={name: exported},
         device=dev,
         load_s=time.perf_counter() - t0,
+        compiler_options=meta.get("compiler_options") or None,
     )
 
 

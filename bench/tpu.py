@@ -1,0 +1,294 @@
+"""Issue 41's rows on one TPU chip, in one process (one program may hold the chip; opening it costs ~15 s).
+
+    python bench/tpu.py --out DIR            on a machine whose JAX has a TPU (bench/tpu.sh installs and runs it)
+    python bench/tpu.py --out DIR --dry-run  the same path on the CPU at tiny sizes: proves it runs end to end
+
+Rows, each written to DIR/tpu_<date>.json and .md as it completes (a call cut short keeps what it measured):
+
+- calibration: a bf16 8192^3 matmul (TFLOP/s), a bf16 matrix-vector product streaming a 2.15 GB matrix (GB/s, the
+  weight-streaming limit of decode), a 512 MB host-to-device copy (GB/s);
+- numerics (SmolLM2-135M's shape, `xla`): f32 and bf16 under `equivalent` and `fast`, the last-token logits of a
+  64-token prompt against the CPU's f32 `equivalent` (the same weights, JAX on the host's CPU; max |d|) and greedy
+  tokens agreeing over 32 new tokens;
+- decode and prefill (bf16, `xla`, batch 1, a 512-token prompt of seeded random ids, 256 greedy new tokens) for the
+  SmolLM2-135M, TinyLlama-1.1B and SmolLM2-1.7B shapes: compile (cold), TTFT against the FLOP bound (2 x params x
+  512 at the measured TFLOP/s), decode tok/s against the streaming limit (the weights, and the weights plus the KV
+  cache a step reads, at the measured GB/s), with the per-token host loop and the on-device decode loop
+  (`jax_loop`) side by side; the distance from the CPU reference and greedy agreement per shape.
+
+Weights: each model's preset (examples/llama.linnet) with seeded random weights (`random_weights`: biases 0, norm
+scales 1, the rest N(0, 0.02)). The loader's own `random_params` draws them one tensor after another in f64, which
+takes a minute for 1.7B parameters; the bench swaps in the same distribution drawn in f32 by a thread pool, one
+seeded stream per tensor (`fast_random_params`), so the TPU and the CPU reference get the same weights.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+LLAMA = ROOT / "examples" / "llama.linnet"
+SHAPES = {"smollm2-135m": "smollm2_135m", "tinyllama-1.1b": "tinyllama_1_1b", "smollm2-1.7b": "smollm2_1_7b_instruct"}
+TINY = {  # --dry-run: a 2-layer Llama
+    "vocab_size": 256, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "num_key_value_heads": 2,
+}  # fmt: skip
+
+
+def fast_random_params(program, seed: int = 0) -> dict[str, np.ndarray]:
+    """`linnet.runtimes.loading.random_params`' distribution (biases 0, other 1-d parameters 1, the rest N(0, 0.02)),
+    drawn in f32 from one PCG64 stream per tensor (seeded `[seed, index]`) on a thread pool, cast to the working
+    dtype."""
+    from linnet.runtimes.formats.checkpoints import numpy_dtype
+
+    dtype = numpy_dtype(program.dtype.name)
+
+    def draw(item):
+        index, spec = item
+        if spec.path.endswith("bias"):
+            return spec.path, np.zeros(spec.shape, dtype)
+        if len(spec.shape) == 1:
+            return spec.path, np.ones(spec.shape, dtype)
+        rng = np.random.default_rng([seed, index])
+        a = rng.standard_normal(spec.shape, dtype=np.float32)
+        a *= 0.02
+        return spec.path, a.astype(dtype)
+
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 4) as pool:
+        return dict(pool.map(draw, enumerate(program.params)))
+
+
+def median_s(fn, runs: int) -> float:
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return float(np.median(times))
+
+
+def calibrate(jax, device, dry: bool) -> dict:
+    """TFLOP/s of a bf16 matmul, GB/s streaming a bf16 matrix through a matrix-vector product, GB/s host to
+    device."""
+    jnp = jax.numpy
+    n = 512 if dry else 8192
+    key = jax.random.PRNGKey(0)
+    a = jax.device_put(jax.random.normal(key, (n, n), jnp.bfloat16), device)
+    b = jax.device_put(jax.random.normal(key, (n, n), jnp.bfloat16), device)
+    mm = jax.jit(lambda a, b: a @ b)
+    mm(a, b).block_until_ready()
+    t_mm = median_s(lambda: mm(a, b).block_until_ready(), 10)
+    rows, cols = (1024, 1024) if dry else (65536, 16384)
+    w = jax.device_put(jnp.ones((rows, cols), jnp.bfloat16), device)
+    x = jax.device_put(jnp.ones((cols,), jnp.bfloat16), device)
+    mv = jax.jit(lambda w, x: w @ x)
+    mv(w, x).block_until_ready()
+    t_mv = median_s(lambda: mv(w, x).block_until_ready(), 10)
+    del w, a, b
+    host = np.ones((8 if dry else 512) << 20, np.uint8)
+    t_h2d = median_s(lambda: jax.device_put(host, device).block_until_ready(), 3)
+    return {
+        "matmul_bf16_tflops": round(2 * n**3 / t_mm / 1e12, 1),
+        "stream_bf16_gbps": round(rows * cols * 2 / t_mv / 1e9, 1),
+        "stream_matrix_gb": round(rows * cols * 2 / 1e9, 3),
+        "host_to_device_gbps": round(host.nbytes / t_h2d / 1e9, 2),
+    }
+
+
+def load(shape: str, dry: bool, **options):
+    import linnet
+
+    preset, config = (None, TINY) if dry else (SHAPES[shape], None)
+    return linnet.load(
+        LLAMA, backend="xla", preset=preset, config=config, random_weights=True, seed=0, progress=False, **options
+    )
+
+
+def last_logits(model, ids: np.ndarray) -> np.ndarray:
+    """f32 [V]: the logits of the last of `ids` (one row, from position 0), through the model's step."""
+    sm = model.step_model(decode_loop=False)
+    return sm.step(ids[None, :], np.zeros(1, np.int64), np.zeros(1, np.int64))[0]
+
+
+def greedy(model, ids: np.ndarray, new: int, decode_loop: bool | None = None, warm: bool = True):
+    from linnet.runtimes.generation import Generator
+    from linnet.runtimes.sampling import SamplingParams
+
+    g = Generator(model.step_model(decode_loop=decode_loop), None)
+    t = time.perf_counter()
+    if warm:
+        g.warm_up(len(ids))
+    compile_s = time.perf_counter() - t
+    params = SamplingParams(max_new_tokens=new)
+    g.generate(ids.tolist(), params)  # a first run: XLA's first executions set up
+    return g.generate(ids.tolist(), params), compile_s
+
+
+class Report:
+    def __init__(self, out: Path, name: str):
+        self.out, self.name = out, name
+        self.data: dict = {"rows": []}
+
+    def add(self, section: str, row: dict) -> None:
+        row = {"section": section, **row}
+        self.data["rows"].append(row)
+        print(json.dumps(row), flush=True)
+        self.write()
+
+    def write(self) -> None:
+        self.out.mkdir(parents=True, exist_ok=True)
+        (self.out / f"{self.name}.json").write_text(json.dumps(self.data, indent=2) + "\n")
+        lines = [f"# {self.name}", "", f"{self.data.get('machine', '')}", ""]
+        for section in dict.fromkeys(r["section"] for r in self.data["rows"]):
+            rows = [r for r in self.data["rows"] if r["section"] == section]
+            keys = [k for k in rows[0] if k != "section"]
+            for r in rows[1:]:
+                keys += [k for k in r if k not in keys and k != "section"]
+            lines += [f"## {section}", "", "| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+            lines += ["| " + " | ".join(str(r.get(k, "")) for k in keys) + " |" for r in rows] + [""]
+        (self.out / f"{self.name}.md").write_text("\n".join(lines))
+
+
+def numerics_rows(report: Report, device: str, dry: bool) -> None:
+    """SmolLM2-135M's shape in f32 and bf16 under both numerics against the CPU's f32 `equivalent`."""
+    rng = np.random.default_rng(1)
+    cpu_logits, cpu_tokens = {}, {}
+    for dtype in ("f32", "bf16"):
+        ref = load("smollm2-135m", dry, device="cpu", dtype=dtype, max_positions=128)
+        ids = rng.integers(0, ref.vocab_size, 64).astype(np.int64) if dtype == "f32" else ids
+        cpu_logits[dtype] = last_logits(ref, ids)
+        cpu_tokens[dtype] = greedy(ref, ids, 32, warm=False)[0].token_ids
+        del ref
+    ref_logits, ref_tokens = cpu_logits["f32"], cpu_tokens["f32"]
+    for dtype in ("f32", "bf16"):
+        for numerics in ("equivalent", "fast"):
+            t = time.perf_counter()
+            try:
+                m = load("smollm2-135m", dry, device=device, dtype=dtype, numerics=numerics, max_positions=128)
+                logits = last_logits(m, ids)
+                tokens = greedy(m, ids, 32, warm=False)[0].token_ids
+            except Exception as err:  # a row that fails says why, and the others still run
+                report.add("numerics", {"dtype": dtype, "numerics": numerics, "error": f"{type(err).__name__}: {err}"})
+                continue
+            agree = sum(a == b for a, b in zip(tokens, ref_tokens))
+            report.add(
+                "numerics",
+                {
+                    "shape": "smollm2-135m",
+                    "dtype": dtype,
+                    "numerics": numerics,
+                    "max_abs_diff_vs_cpu_f32": float(np.max(np.abs(logits - ref_logits))),
+                    "argmax_same": bool(np.argmax(logits) == np.argmax(ref_logits)),
+                    "greedy_agree": f"{agree}/{len(ref_tokens)}",
+                    "max_abs_diff_vs_cpu_same_dtype": float(np.max(np.abs(logits - cpu_logits[dtype]))),
+                    "greedy_agree_same_dtype": f"{sum(a == b for a, b in zip(tokens, cpu_tokens[dtype]))}/32",
+                    "s": round(time.perf_counter() - t, 1),
+                },
+            )
+            del m
+
+
+def speed_rows(report: Report, device: str, dry: bool, calibration: dict, budget_end: float) -> None:
+    prompt, new = (64, 16) if dry else (512, 256)
+    shapes = ["smollm2-135m"] if dry else list(SHAPES)
+    for shape in shapes:
+        if time.monotonic() > budget_end:
+            report.add("decode", {"shape": shape, "skipped": "time budget spent"})
+            continue
+        t = time.perf_counter()
+        m = load(shape, dry, device=device, dtype="bf16", max_positions=prompt + new)
+        load_s = time.perf_counter() - t
+        ids = np.random.default_rng(2).integers(0, m.vocab_size, prompt).astype(np.int64)
+        params = sum(int(np.prod(a.shape)) for a in m.params.values())
+        weight_bytes = sum(a.nbytes for a in m.params.values())
+        cache_bytes = sum(a.nbytes for a in m.state.values())
+        gbps, tflops = calibration["stream_bf16_gbps"], calibration["matmul_bf16_tflops"]
+        stream_ms = weight_bytes / (gbps * 1e9) * 1e3
+        with_cache_ms = (weight_bytes + cache_bytes) / (gbps * 1e9) * 1e3
+        flop_ms = 2 * params * prompt / (tflops * 1e12) * 1e3
+        tpu_tokens = {}
+        for loop in (False, True):
+            result, compile_s = greedy(m, ids, new, decode_loop=loop)
+            tpu_tokens[loop] = result.token_ids
+            ms_step = 1e3 / result.decode_tokens_per_s if result.decode_tokens_per_s else float("nan")
+            report.add(
+                "decode",
+                {
+                    "shape": shape,
+                    "decode_loop": "device" if loop else "host (a round trip per token)",
+                    "params_m": round(params / 1e6, 1),
+                    "weights_gb": round(weight_bytes / 1e9, 3),
+                    "kv_cache_gb": round(cache_bytes / 1e9, 3),
+                    "load_s": round(load_s, 1),
+                    "compile_s": round(compile_s, 1),
+                    "ttft_ms": round(result.prefill_s * 1e3, 1),
+                    "ttft_flop_bound_ms": round(flop_ms, 2),
+                    "ttft_of_bound": f"{flop_ms / (result.prefill_s * 1e3):.0%}",
+                    "decode_tok_s": round(result.decode_tokens_per_s, 1),
+                    "ms_per_step": round(ms_step, 3),
+                    "weights_stream_ms": round(stream_ms, 3),
+                    "of_weights_limit": f"{stream_ms / ms_step:.0%}",
+                    "of_weights_and_cache_limit": f"{with_cache_ms / ms_step:.0%}",
+                    "new_tokens": len(result.token_ids),
+                },
+            )
+        same = tpu_tokens[False] == tpu_tokens[True]
+        # the CPU reference: the same weights in f32 on the host's CPU, 64 prompt tokens, 16 greedy tokens
+        ref_row = {"shape": shape, "device_loop_tokens_equal_host_loop": same}
+        if time.monotonic() < budget_end:
+            short = ids[:64]
+            logits = last_logits(m, short)
+            tokens = greedy(m, short, 16, warm=False)[0].token_ids
+            del m
+            ref = load(shape, dry, device="cpu", dtype="f32", max_positions=128)
+            ref_logits = last_logits(ref, short)
+            ref_tokens = greedy(ref, short, 16, warm=False)[0].token_ids
+            del ref
+            ref_row |= {
+                "max_abs_diff_vs_cpu_f32": float(np.max(np.abs(logits - ref_logits))),
+                "greedy_agree_16": f"{sum(a == b for a, b in zip(tokens, ref_tokens))}/{len(ref_tokens)}",
+            }
+        report.add("distance (bf16 on the device against f32 on the CPU)", ref_row)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    ap.add_argument("--dry-run", action="store_true", help="the CPU, tiny sizes")
+    ap.add_argument("--budget-s", type=float, default=420, help="start no new shape after this many seconds")
+    ap.add_argument("--only", choices=("calibration", "numerics", "speed"), action="append")
+    args = ap.parse_args(argv)
+    start = time.monotonic()
+
+    import jax
+
+    import linnet.runtimes.loading as loading
+
+    loading.random_params = fast_random_params
+    device = "cpu" if args.dry_run else "tpu"
+    dev = jax.devices(device)[0]
+    name = f"tpu_{time.strftime('%Y-%m-%d')}" + ("_dry_run" if args.dry_run else "")
+    report = Report(args.out, name)
+    report.data["machine"] = f"{dev.device_kind} ({dev.platform}), jax {jax.__version__}, {os.cpu_count()} host cores"
+    only = set(args.only or ("calibration", "numerics", "speed"))
+    calibration = calibrate(jax, dev, args.dry_run)
+    report.add("calibration", calibration)
+    if "numerics" in only:
+        numerics_rows(report, device, args.dry_run)
+    if "speed" in only:
+        speed_rows(report, device, args.dry_run, calibration, start + args.budget_s)
+    report.data["wall_s"] = round(time.monotonic() - start, 1)
+    report.write()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,141 @@
+"""Greedy decode steps run on the device, many per dispatch (`generation.DecodeLoop` for the JAX backends).
+
+One host round trip per token (send the token, run `step`, bring the logits back, take the argmax, send the next)
+costs a fixed ~2 ms on a TPU, most of a small model's step there (issue 41's measurements). Here a `lax.while_loop`
+runs up to `CHUNK` decode steps of one row in one dispatch: `step` on the fed token, the argmax of its logits (the
+first maximum, as `sampling.sample`), the stop check (a stop id, or logits not all finite) and the KV cache all stay
+on the device, and the cache is donated, so XLA updates it in place. One small array comes back per chunk:
+`[count, nan, inf, token_0 .. token_{CHUNK-1}]`.
+
+Chunks are pipelined: the next chunk is dispatched, fed with the device-side token, position and stop flag of the
+one before, before that one's tokens are read back, so the device never waits on the host; a chunk dispatched after
+the loop stopped runs no step (its loop condition is false at once).
+
+The loop runs the same `step` (the model's decode entry) the per-token path runs, compiled inside the loop: XLA may
+fuse it differently there, so its logits can differ from the stand-alone step's in the last bits, and the tokens
+are those of its own logits (tests/runtimes/test_jax_decode_loop.py compares them with the per-token path's).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, Callable
+
+import numpy as np
+
+CHUNK = 32  # decode steps a dispatch at most: tokens reach the host at least every CHUNK steps
+
+
+MIN_STOPS = 4  # the smallest stop table: a tokenizer's EOS ids and a few stop ids fit
+
+
+def stop_table(stop_ids: frozenset[int]) -> np.ndarray:
+    """`stop_ids` as an i64 array padded with -1 (no token) to a power of two of at least `MIN_STOPS`, so that a
+    handful of sizes is ever compiled."""
+    size = MIN_STOPS
+    while size < len(stop_ids):
+        size *= 2
+    table = np.full(size, -1, dtype=np.int64)
+    table[: len(stop_ids)] = sorted(stop_ids)
+    return table
+
+
+def build_loop(step: Callable, chunk: int = CHUNK) -> Callable:
+    """The function `(params, state, token, position, row, steps, stop_ids, stopped) -> (report, state, token,
+    position, stopped)` to jit with the state (argument 1) donated: at most `min(steps, chunk)` greedy decode steps
+    of `step` (`(params, state, ids [1, 1], positions [1], rows [1]) -> (logits [1, V], state)`) from `token` (i64
+    scalar) at `position` (i64 scalar) in cache `row` (i64 scalar), none when `stopped` (bool scalar). `report` is
+    i64 `[3 + chunk]`: the steps run, the NaN and Inf counts of the last step's logits, then the tokens."""
+    import jax.numpy as jnp
+    from jax import lax
+
+    def run(params, state, token, position, row, steps, stop_ids, stopped):
+        def going(carry):
+            i, _, _, _, _, stopped, _, _ = carry
+            return (i < jnp.minimum(steps, chunk)) & ~stopped
+
+        def one_step(carry):
+            i, token, position, state, tokens, _, _, _ = carry
+            logits, state = step(params, state, token.reshape(1, 1), position.reshape(1), row.reshape(1))
+            logits = logits[0]
+            nan, inf = jnp.isnan(logits).sum(), jnp.isinf(logits).sum()
+            finite = (nan + inf) == 0
+            token = jnp.argmax(logits).astype(jnp.int64)
+            tokens = tokens.at[i].set(token)
+            stopped = jnp.any(stop_ids == token) | ~finite
+            return i + 1, token, position + 1, state, tokens, stopped, nan.astype(jnp.int64), inf.astype(jnp.int64)
+
+        zero = jnp.zeros((), jnp.int64)
+        start = (zero, token, position, state, jnp.full((chunk,), -1, jnp.int64), stopped, zero, zero)
+        i, token, position, state, tokens, stopped, nan, inf = lax.while_loop(going, one_step, start)
+        report = jnp.concatenate([jnp.stack([i, nan, inf]), tokens])
+        return report, state, token, position, stopped
+
+    return run
+
+
+class GreedyLoop:
+    """`decode_greedy` (`generation.DecodeLoop`) over a JAX model's decode entry `step` on one device: compiled once
+    per stop-table size, with the model's XLA options (`compiler_options`)."""
+
+    def __init__(self, model: Any, step: Callable, compiler_options: dict | None, chunk: int = CHUNK):
+        import jax
+
+        self.model, self.chunk, self._jax = model, chunk, jax
+        self._fn = jax.jit(build_loop(step, chunk), donate_argnums=(1,), compiler_options=compiler_options)
+        self._compiled: dict[int, Callable] = {}
+
+    def executable(self, table_size: int) -> Callable:
+        """The loop compiled for a stop table of `table_size` ids (ahead of time, kept)."""
+        exe = self._compiled.get(table_size)
+        if exe is None:
+            jax, m = self._jax, self.model
+            scalar = lambda dt: jax.ShapeDtypeStruct((), dt, sharding=jax.sharding.SingleDeviceSharding(m.device))  # noqa: E731
+            table = jax.ShapeDtypeStruct((table_size,), np.int64, sharding=jax.sharding.SingleDeviceSharding(m.device))
+            i64 = scalar(np.int64)
+            lowered = self._fn.lower(m.params, m.state, i64, i64, i64, i64, table, scalar(np.bool_))
+            exe = self._compiled[table_size] = lowered.compile()
+        return exe
+
+    def warm_up(self) -> None:
+        """Compile the loop for the usual stop table (`MIN_STOPS` ids) and run it once for no step: XLA's first
+        execution of a program pays a one-time setup that would otherwise land in the first chunk's time."""
+        m, put = self.model, self.model.put_input
+        zero = put(np.int64(0))
+        report, m.state, *_ = self.executable(MIN_STOPS)(
+            m.params, m.state, zero, zero, zero, zero, put(stop_table(frozenset())), put(np.bool_(False))
+        )
+        np.asarray(report)
+
+    def __call__(
+        self, token: int, position: int, row: int, steps: int, stop_ids: frozenset[int]
+    ) -> Iterator[tuple[np.ndarray, tuple[int, int] | None]]:
+        """See `generation.DecodeLoop.decode_greedy`."""
+        m, put = self.model, self.model.put_input
+        table = stop_table(stop_ids)
+        exe = self.executable(len(table))
+        stops, where = put(table), put(np.int64(row))
+        carry = (put(np.int64(token)), put(np.int64(position)), put(np.bool_(False)))
+        pending = []
+        for left in range(steps, 0, -self.chunk):
+            token_, position_, stopped = carry
+            report, m.state, *carry = exe(m.params, m.state, token_, position_, where, put(np.int64(left)), stops, stopped)
+            pending.append(report)
+            if len(pending) < 2:
+                continue  # one chunk in flight ahead of the one read back
+            chunk, bad = self._read(pending.pop(0))
+            yield chunk, bad
+            if bad is not None or len(chunk) < self.chunk:
+                return
+        while pending:
+            chunk, bad = self._read(pending.pop(0))
+            yield chunk, bad
+            if bad is not None or len(chunk) < self.chunk:
+                return
+
+    def _read(self, report) -> tuple[np.ndarray, tuple[int, int] | None]:
+        r = np.asarray(report)
+        count, nan, inf = (int(v) for v in r[:3])
+        if nan or inf:
+            return r[3 : 3 + count - 1], (nan, inf)
+        return r[3 : 3 + count], None
