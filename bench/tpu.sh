@@ -19,7 +19,7 @@ if [[ "${1:-}" == "--dry-run" ]]; then
     PYTHONPATH=. exec "$PYTHON" bench/tpu.py --dry-run --out "$OUT"
 fi
 OUT=${OUT:?set OUT to the folder for the results}
-if ! python3 -c 'import linnet.runtimes' 2>/dev/null; then
+if [[ -d .whl-tpu ]]; then  # (the tree's own linnet/ is not a mapped install: `linnet.runtimes` needs the wheel)
     PIP_CONFIG_FILE=/dev/null python3 -m pip install --isolated -q --no-index --no-deps --no-compile --no-cache-dir \
         --upgrade --target /tmp/site .whl-tpu/*.whl
     export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}/tmp/site
