@@ -69,6 +69,6 @@ def register(sub) -> None:
     ca.set_defaults(func=cmd_cache)
 
     be = sub.add_parser("backends", help="list the backends and whether each can run here")
-    be.add_argument("--device", default="cpu", help="the device to ask about (cpu, cuda)")
+    be.add_argument("--device", default="cpu", help="the device to ask about (cpu, cuda, tpu)")
     be.add_argument("--format", choices=("text", "json"), default="text")
     be.set_defaults(func=cmd_backends)

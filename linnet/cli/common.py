@@ -101,7 +101,10 @@ def add_common(
     if weights:
         p.add_argument("--weights", metavar="W", help="HF directory, .gguf file or embedded id")
         p.add_argument("--numerics", choices=("equivalent", "fast"), default="equivalent")
-        p.add_argument("--device", default="cpu", help="cpu or cuda")
+        p.add_argument("--device", default="cpu", help=DEVICE_HELP)
+
+
+DEVICE_HELP = "cpu (the default), cuda[:N] or tpu[:N]; `linnet backends` lists which backend runs on which"
 
 
 def fail(cmd: str, err: Exception) -> int:

@@ -85,8 +85,9 @@ class DecodeLoop(Protocol):
       `stop_ids` or whose logits are not all finite. Yields, as they come back from the device, chunks
       `(tokens, bad)`: `tokens` i64 `[n]` the argmax of each step of the chunk in order (a stop token included, as
       the last), and `bad` None, or `(nan_count, inf_count)` of the logits of the step after `tokens` (the last
-      step run; the loop ran no further). The tokens are those `step` then `sample` (greedy: the first maximum)
-      would give one at a time.
+      step run; the loop ran no further). Each token is the first maximum of its step's logits, as `sample`
+      takes it; the steps are the model's own decode step, though compiled anew (a backend says how far its
+      logits may differ from the stand-alone step's).
 
     The runner uses it for `generate` and `stream_text` when decoding is greedy and there is no `logits_processor`.
     """

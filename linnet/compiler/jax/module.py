@@ -155,9 +155,14 @@ def param_specs(
     return params, state
 
 
-def input_specs(graph: Graph, scope=None) -> list:
-    """ShapeDtypeStructs of an entry's inputs, with its dims (`B`, `S`) symbolic."""
-    scope = scope or jax.export.SymbolicScope()
+def input_specs(graph: Graph, max_positions: int | None = None) -> list:
+    """ShapeDtypeStructs of an entry's inputs, with its dims (`B`, `S`) symbolic. With `max_positions` (an entry
+    that writes a KV cache), each dim that leads no input (`S`, not `B`) is constrained to at most that many: a step
+    never writes more positions than the cache holds, and the prelude's `write_cache` updates a row's block of S
+    positions in place, which JAX allows only once S is known to fit."""
+    leading = {dim_text(v.dims[0]) for v in graph.inputs if v.dims}
+    bounded = [d for d in graph.dim_vars if d not in leading] if max_positions else []
+    scope = jax.export.SymbolicScope([f"{d} <= {max_positions}" for d in bounded])
     specs = []
     for v in graph.inputs:
         text = ", ".join(dim_text(d) for d in v.dims)
@@ -175,7 +180,8 @@ def export_entry(compiled: JaxProgram, name: str, platforms: list[str] | None = 
     params, state = param_specs(compiled.program, compiled.fused, compiled.held_dtype)
     state = state if compiled.stateful(name) else {}  # an entry that writes no state takes none
     fn = compiled.jitted(name)
-    return jax.export.export(fn, platforms=platforms)(params, state, *input_specs(graph))
+    inputs = input_specs(graph, compiled.program.max_positions if state else None)
+    return jax.export.export(fn, platforms=platforms)(params, state, *inputs)
 
 
 def exported_fn(exported, stateful: bool, compiler_options: dict | None = None) -> Callable:
