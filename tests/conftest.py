@@ -38,6 +38,7 @@ SPLIT_ACROSS_WORKERS = {
 }
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: `-p no:xdist` (and a machine without it) runs without it
 def pytest_xdist_make_scheduler(config, log):
     """With `--dist loadfile`, pytest-xdist's scheduling by file, but the tests of SPLIT_ACROSS_WORKERS each a unit
     of their own. (Its `xdist_group` marks would say this, but `--dist loadgroup` renames node ids in a way pytest 9.2
