@@ -1,7 +1,8 @@
-"""Shared test helpers: paths, golden files, documents."""
+"""Shared test helpers: paths, golden files, documents, the device of the tests marked tpu."""
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 
@@ -69,6 +70,87 @@ def _one_torch_thread_per_worker():
 
         torch.set_num_threads(1)
     yield
+
+
+# ---- the tests marked tpu -----------------------------------------------------------------------------------------
+# They run JAX's backends on a TPU (one chip, one process: `pytest -m tpu -p no:xdist`; bench/tpu_tests.sh is the
+# device call). Where JAX has no TPU they skip, saying why; LINNET_TPU_TESTS_DEVICE=cpu runs them on the CPU instead (a
+# dry run of that call: the same tests and bounds), and LINNET_TPU_TESTS_DEVICE=tpu fails them where there is no TPU
+# (on the device, where every test skipped would read as a pass).
+TPU_DEVICE_ENV = "LINNET_TPU_TESTS_DEVICE"
+
+
+@functools.cache
+def _tpu_tests_device() -> tuple[str | None, str]:
+    """(the device the tests marked tpu run on, "") or (None, why there is none)."""
+    chosen = os.environ.get(TPU_DEVICE_ENV, "")
+    if chosen not in ("", "cpu", "tpu"):
+        raise pytest.UsageError(f"{TPU_DEVICE_ENV} must be cpu or tpu (or unset), got {chosen!r}")
+    if chosen == "cpu":
+        return "cpu", ""
+    why = _no_tpu()
+    return (None, why) if why else ("tpu", "")
+
+
+def _no_tpu() -> str | None:
+    """Why JAX has no TPU here, or None. JAX is imported only where libtpu (what its TPU backend loads, from the
+    `libtpu` package or TPU_LIBRARY_PATH) is there, so a machine without it (CI) answers at once."""
+    if not installed("jax"):
+        return "JAX is not installed"
+    if not installed("libtpu") and "TPU_LIBRARY_PATH" not in os.environ:
+        return "libtpu is not installed"
+    import jax
+
+    try:
+        jax.devices("tpu")
+    except RuntimeError as err:
+        return f"JAX has no TPU here ({err})"
+    return None
+
+
+def tpu_tests_device() -> str:
+    """The device the tests marked tpu run on: "tpu", or "cpu" under LINNET_TPU_TESTS_DEVICE=cpu. Where JAX has no
+    TPU it skips the calling test (fails it under LINNET_TPU_TESTS_DEVICE=tpu)."""
+    device, why = _tpu_tests_device()
+    if device is None:
+        if os.environ.get(TPU_DEVICE_ENV) == "tpu":
+            pytest.fail(f"{TPU_DEVICE_ENV}=tpu, but {why}", pytrace=False)
+        pytest.skip(f"no TPU: {why} ({TPU_DEVICE_ENV}=cpu runs the tests marked tpu on the CPU)")
+    return device
+
+
+def pytest_report_header(config) -> list[str] | None:
+    """Under `-m tpu`: where the tests marked tpu run (or why they skip) and the versions of what they run on."""
+    if "tpu" not in (config.option.markexpr or ""):
+        return None
+    import importlib.metadata
+
+    device, why = _tpu_tests_device()
+    if device == "tpu":
+        import jax
+
+        device = f"tpu ({jax.devices('tpu')[0].device_kind})"
+    versions = []
+    for name in ("jax", "jaxlib", "libtpu", "torch", "transformers"):
+        try:
+            versions.append(f"{name} {importlib.metadata.version(name)}")
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    where = f"on {device}" if device else f"nowhere: {why}"
+    return [f"tests marked tpu: {where} ({TPU_DEVICE_ENV}={os.environ.get(TPU_DEVICE_ENV, '')})", ", ".join(versions)]
+
+
+def pytest_runtest_setup(item):
+    """A test marked tpu skips where there is no TPU (`tpu_tests_device`) before any of its fixtures is built."""
+    if item.get_closest_marker("tpu") is not None:
+        tpu_tests_device()
+
+
+@pytest.fixture(scope="session")
+def tpu_device() -> str:
+    """The device string a test marked tpu passes as `device=` to a JAX backend's load: "tpu", or "cpu" under
+    LINNET_TPU_TESTS_DEVICE=cpu (a dry run on the CPU). Skips where JAX has no TPU (`tpu_tests_device`)."""
+    return tpu_tests_device()
 
 
 def check_golden(path: Path, actual: str) -> None:

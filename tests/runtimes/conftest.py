@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import EXAMPLES
+from linnet.runtimes.backends import BACKENDS as REGISTRY
+from tests.conftest import EXAMPLES, tpu_tests_device
 
 LLAMA = EXAMPLES / "llama.linnet"
 GPT2 = EXAMPLES / "gpt2.linnet"
@@ -40,6 +41,42 @@ ALL_BACKENDS = (
     "xla",
     "onnxruntime",
 )
+# The registry's backends that run on a TPU (JAX's: `jax`, `xla`), which the tests marked tpu run there.
+TPU_BACKENDS = tuple(name for name, backend in REGISTRY.items() if "tpu" in backend.devices)
+# Bounds of the tests marked tpu: f32 under `equivalent` on the chip (dots and convolutions at precision "highest",
+# about f32's) against the same references as on the CPU. The chip's exp, tanh, erf and rsqrt are not the CPU's libm
+# (reported to agree with float64 to 4-5 digits, against f32's 7) and it sums in its own order, so each bound is a few
+# times the CPU test's own; each stays well under what one dot at the chip's default precision (one bf16 pass, 8 bits
+# of mantissa) moves the same outputs, measured on the CPU with the operands of every linear, matmul and convolution
+# rounded to bf16: 1.0e-2-1.7e-2 on the shrunk decoders' logits, 1.4e-3-1.5e-3 on BERT's states and ViT's logits.
+# The distances measured on the CPU are 1e-7-1e-6 on all of these (each test `record`s its own).
+TPU_LOGITS_ATOL = 3e-3  # decoders' logits; on the CPU LOGITS_ATOL (1e-3)
+TPU_STATES_ATOL = 3e-4  # encoders' states, ViT's logits, cached against uncached decode; on the CPU 1e-4
+
+
+def on_devices(backends) -> list:
+    """`pytest.mark.parametrize("backend, device", on_devices(backends))`: each of `backends` (names, or `pytest.param`s
+    whose marks are kept) on "cpu", its id the backend's name as before; then each of TPU_BACKENDS on "tpu", id
+    `jax-tpu`, marked tpu. A test runs on `run_device(device)` and picks its bound by `device`."""
+    params = []
+    for b in backends:
+        name, marks = (b, ()) if isinstance(b, str) else (b.values[0], b.marks)
+        params.append(pytest.param(name, "cpu", marks=marks, id=name))
+    return params + [pytest.param(name, "tpu", marks=pytest.mark.tpu, id=f"{name}-tpu") for name in TPU_BACKENDS]
+
+
+def run_device(device: str) -> str:
+    """The device string a test parametrized by `on_devices` loads on: `device`, but for "tpu" the device of the tests
+    marked tpu (`tests.conftest.tpu_tests_device`: "cpu" under LINNET_TPU_TESTS_DEVICE=cpu)."""
+    return tpu_tests_device() if device == "tpu" else device
+
+
+def device_label(backend: str, device: str) -> str:
+    """`record`'s backend for a run on `device` ("cpu" or "tpu"): the backend's name on the CPU, else `jax on tpu`
+    (`jax on cpu` in a dry run under LINNET_TPU_TESTS_DEVICE=cpu)."""
+    return backend if device == "cpu" else f"{backend} on {run_device(device)}"
+
+
 # The backend (`linnet.runtimes.backends.BACKENDS`) of each mode of the older torch parity tests.
 MODE_BACKEND = {"interpret": "torch-interpret", "generated": "torch"}
 

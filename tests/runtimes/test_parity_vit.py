@@ -3,7 +3,8 @@
 At real size (no weights): the source checks clean under its preset, whose parameters are the tensors transformers
 saves for ViT-Base/16 224 (built on the `meta` device: names, shapes and count) and whose config is that model's.
 At shrunk size: a seeded 2-layer ViT on 32 x 32 images in 8 x 8 patches, every parameter perturbed (norms away from 1),
-saved with `save_pretrained` and loaded through the folder on every backend: the logits of a batch of two images."""
+saved with `save_pretrained` and loaded through the folder on every backend (JAX's on a TPU too: the tests marked tpu):
+the logits of a batch of two images."""
 
 from __future__ import annotations
 
@@ -11,7 +12,16 @@ import pytest
 
 from linnet.errors import RunError
 from tests.conftest import EXAMPLES
-from tests.runtimes.conftest import ALL_BACKENDS, max_abs_diff, perturb, record
+from tests.runtimes.conftest import (
+    ALL_BACKENDS,
+    TPU_STATES_ATOL,
+    device_label,
+    max_abs_diff,
+    on_devices,
+    perturb,
+    record,
+    run_device,
+)
 from tests.runtimes.zoo_vision import (
     OUTPUT_ATOL,
     analysis,
@@ -70,19 +80,20 @@ def small_vit(tmp_path_factory):
     return folder, model
 
 
-@pytest.mark.parametrize("backend", ALL_BACKENDS)
-def test_logits(small_vit, backend):
+@pytest.mark.parametrize("backend, device", on_devices(ALL_BACKENDS))
+def test_logits(small_vit, backend, device):
     folder, ref = small_vit
-    m = load(VIT, backend, folder)
+    m = load(VIT, backend, folder, run_device(device))
     assert m.config["num_labels"] == 5  # from config.json's id2label
     pixels = seeded_pixels(2, IMAGE)
     (logits,) = m.run("forward", pixels.numpy())
     with torch.inference_mode():
         theirs = ref(pixel_values=pixels).logits
     delta = max_abs_diff(logits, theirs)
-    record(f"small ViT ({backend}) logits [2, 5] of two 32x32 images", delta, model="vit", backend=backend,
+    label = device_label(backend, device)
+    record(f"small ViT ({label}) logits [2, 5] of two 32x32 images", delta, model="vit", backend=label,
            checkpoint="seeded 2-layer, 8x8 patches")  # fmt: skip
-    assert delta < OUTPUT_ATOL
+    assert delta < (TPU_STATES_ATOL if device == "tpu" else OUTPUT_ATOL)
 
 
 def test_another_image_size_is_refused(small_vit):

@@ -17,7 +17,18 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.runtimes.conftest import ALL_BACKENDS, LOGITS_ATOL, hf_greedy, linnet_greedy, max_abs_diff, record
+from tests.runtimes.conftest import (
+    ALL_BACKENDS,
+    LOGITS_ATOL,
+    TPU_LOGITS_ATOL,
+    TPU_STATES_ATOL,
+    device_label,
+    hf_greedy,
+    linnet_greedy,
+    max_abs_diff,
+    record,
+    run_device,
+)
 
 BACKENDS = ALL_BACKENDS  # every CPU backend, torch-compile marked slow (tests/runtimes/conftest.py)
 GREEDY_TOKENS = 32
@@ -99,20 +110,25 @@ class Reference:
         self.greedy = hf_greedy(model, self.prompt, GREEDY_TOKENS)
 
 
-def check_decoder(source: Path, folder: Path, ref: Reference, backend: str, what: str) -> None:
+def check_decoder(source: Path, folder: Path, ref: Reference, backend: str, what: str, device: str = "cpu") -> None:
     """Load `folder` with `source` on `backend` and compare with transformers: logits at every position within
     LOGITS_ATOL and the same argmax, the same `GREEDY_TOKENS` greedy tokens, and the KV cache's logits (a prefill of
-    5 tokens, then one token per step) equal to the uncached forward's at every position. Prints each max |Δ|."""
+    5 tokens, then one token per step) equal to the uncached forward's at every position. Prints each max |Δ|.
+    `device` "tpu" runs on the device of the tests marked tpu, within their bounds (TPU_LOGITS_ATOL,
+    TPU_STATES_ATOL)."""
     import linnet
 
-    m = linnet.load(source, folder, backend=backend, max_positions=MAX_POSITIONS, progress=False)
+    m = linnet.load(source, folder, backend=backend, device=run_device(device), max_positions=MAX_POSITIONS,
+                    progress=False)  # fmt: skip
     assert m.notes == []  # every config.json key is a field or inert, every tensor is used
+    logits_atol, cache_atol = (TPU_LOGITS_ATOL, TPU_STATES_ATOL) if device == "tpu" else (LOGITS_ATOL, 1e-4)
+    label = device_label(backend, device)
 
     ours = np.array(m.forward(ref.ids.numpy()))
     delta = max_abs_diff(ours, ref.logits)
-    record(f"{what} ({backend}) logits {list(ours.shape)} vs transformers", delta, model=source.stem, backend=backend,
+    record(f"{what} ({label}) logits {list(ours.shape)} vs transformers", delta, model=source.stem, backend=label,
            checkpoint=what)  # fmt: skip
-    assert delta < LOGITS_ATOL
+    assert delta < logits_atol
     assert np.array_equal(ours.argmax(-1), ref.logits.argmax(-1))
 
     assert linnet_greedy(m, ref.prompt, GREEDY_TOKENS) == ref.greedy
@@ -125,9 +141,9 @@ def check_decoder(source: Path, folder: Path, ref: Reference, backend: str, what
         cached.append(step(tokens[:, p : p + 1], np.array([p]), np.array([0]))[0])
     uncached = np.array(m.forward(tokens))[0, prefill - 1 :]
     delta = max_abs_diff(np.stack(cached), uncached)
-    record(f"{what} ({backend}) cached decode vs uncached forward, positions {prefill - 1}..15", delta,
-           model=source.stem, backend=backend, checkpoint=what, against="forward")  # fmt: skip
-    assert delta < 1e-4
+    record(f"{what} ({label}) cached decode vs uncached forward, positions {prefill - 1}..15", delta,
+           model=source.stem, backend=label, checkpoint=what, against="forward")  # fmt: skip
+    assert delta < cache_atol
 
 
 def check_real_checkpoint(source: Path, preset: str, folder: Path) -> None:

@@ -47,11 +47,11 @@ def check_preset_parameters(source: Path, preset: str, model) -> None:
     assert tree.param_count() == model.num_parameters() + buffers
 
 
-def load(source: Path, backend: str, folder, **kwargs):
-    """`source` on `backend` with the weights of `folder` (skipped where the backend cannot run here)."""
-    if (why := BACKENDS[backend].unavailable("cpu")) is not None:
+def load(source: Path, backend: str, folder, device: str = "cpu", **kwargs):
+    """`source` on `backend` and `device` with the weights of `folder` (skipped where the backend cannot run there)."""
+    if (why := BACKENDS[backend].unavailable(device)) is not None:
         pytest.skip(why)
-    return BACKENDS[backend].load(source, weights=folder, max_batch=2, progress=False, **kwargs)
+    return BACKENDS[backend].load(source, weights=folder, max_batch=2, device=device, progress=False, **kwargs)
 
 
 def seeded_pixels(batch: int, size: int | tuple[int, int], seed: int = 3):
