@@ -74,6 +74,21 @@ def test_step_equals_forward_and_padded_prefill_is_exact(model):
     assert np.abs(np.stack(got) - full[15:]).max() < 1e-5
 
 
+def test_a_padded_chunk_past_the_cache_end_drops_its_tail(model):
+    """A prefill chunk near the end of the cache, padded to its bucket past the last position: the positions that
+    fit are written (a prefill writes a row's block in place where it fits; here, one window per position, the
+    rest dropped), so the logits equal the uncached forward's. (Two rows' prefill: test_conformance.py.)"""
+    rng = np.random.default_rng(4)
+    ids = rng.integers(0, SMALL["vocab_size"], (1, MAX_POSITIONS)).astype(np.int64)
+    full = np.asarray(model.forward(ids))[0]
+    sm = model.step_model()
+    t = lambda *x: np.array(x, dtype=np.int64)  # noqa: E731
+    sm.step(ids[:, :50], t(0), t(0))
+    tail = sm.step(ids[:, 50:60], t(50), t(0))[0]  # 9 tokens padded to 16 at position 50: 66 > 64
+    assert np.abs(tail - full[59]).max() < 1e-5
+    assert np.abs(sm.step(ids[:, 60:61], t(60), t(0))[0] - full[60]).max() < 1e-5
+
+
 @pytest.mark.parametrize("mode", ["generated", "stablehlo"])
 def test_decode_never_recompiles(mode):
     model = small(mode)

@@ -115,23 +115,25 @@ class GreedyLoop:
         table = stop_table(stop_ids)
         exe = self.executable(len(table))
         stops, where = put(table), put(np.int64(row))
-        carry = (put(np.int64(token)), put(np.int64(position)), put(np.bool_(False)))
-        pending = []
+        # the device-side token, position and stop flag each chunk ends with feed the next one, host untouched
+        token_at, position_at, stopped = put(np.int64(token)), put(np.int64(position)), put(np.bool_(False))
+        pending = []  # reports dispatched, not read yet: one chunk runs ahead of the one read back
         for left in range(steps, 0, -self.chunk):
-            token_, position_, stopped = carry
-            report, m.state, *carry = exe(m.params, m.state, token_, position_, where, put(np.int64(left)), stops, stopped)
+            report, m.state, token_at, position_at, stopped = exe(
+                m.params, m.state, token_at, position_at, where, put(np.int64(left)), stops, stopped
+            )
             pending.append(report)
-            if len(pending) < 2:
-                continue  # one chunk in flight ahead of the one read back
-            chunk, bad = self._read(pending.pop(0))
-            yield chunk, bad
-            if bad is not None or len(chunk) < self.chunk:
+            if len(pending) == 2 and not (yield from self._give(pending.pop(0))):
                 return
         while pending:
-            chunk, bad = self._read(pending.pop(0))
-            yield chunk, bad
-            if bad is not None or len(chunk) < self.chunk:
+            if not (yield from self._give(pending.pop(0))):
                 return
+
+    def _give(self, report):
+        """Yield one chunk read back from `report`; True when the loop ran the whole chunk (more may follow)."""
+        chunk, bad = self._read(report)
+        yield chunk, bad
+        return bad is None and len(chunk) == self.chunk
 
     def _read(self, report) -> tuple[np.ndarray, tuple[int, int] | None]:
         r = np.asarray(report)
