@@ -6,15 +6,19 @@ step in progress (`outdir.StopSignals`). Each is written into a hidden `OUT/.che
 fsynced, and renamed to `checkpoint-K` (a `checkpoint-K` already there, from a run resumed from an earlier
 checkpoint, is replaced), so a `checkpoint-K` folder is always complete. It holds:
 
-| file | PyTorch backends | JAX backend |
-|---|---|---|
-| the trained parameters | `adapter_model.safetensors` + `adapter_config.json` (LoRA, PEFT's format) or `model.safetensors` (every parameter by checkpoint name, f32) | the same |
-| optimizer | `optimizer.pt`: `torch.optim.AdamW.state_dict()` (`torch.save`) | `optimizer.safetensors`: the optax state's leaves by tree path (`jax.tree_util.keystr`) |
-| scheduler | `scheduler.pt`: the `LambdaLR` `state_dict()` | `scheduler.json`: `last_epoch` (steps taken), the schedule and its `base_lrs` |
-| RNG | `rng_state.pth`: python, numpy, torch CPU (and CUDA) generator states, transformers' keys | `rng_state.json`: the dropout key (each micro-batch's key is derived from it, the step and its index) |
-| progress | `trainer_state.json`: transformers' `TrainerState` fields (`global_step`, `epoch`, `log_history`: every step's record, `max_steps`, `save_steps`, ...) | the same |
-| data position | `data_state.json`: micro-batches consumed, epoch, rows, the data file's sha256 | the same |
-| settings | `train_config.json`: the run's `TrainConfig`, source, weights, data, backend | the same |
+- the trained parameters: `adapter_model.safetensors` and `adapter_config.json` (LoRA, PEFT's format), or
+  `model.safetensors` (every trained parameter by checkpoint name, f32), on every backend;
+- the optimizer: `optimizer.pt`, `torch.optim.AdamW.state_dict()` (`torch.save`); on JAX `optimizer.safetensors`,
+  the optax state's leaves by tree path (`jax.tree_util.keystr`: `[1].inner_state[0].mu['...lora_A.weight']`);
+- the scheduler: `scheduler.pt`, the `LambdaLR` `state_dict()`; on JAX `scheduler.json`, its `last_epoch` (steps
+  taken) and `base_lrs` and the schedule;
+- the RNG states: `rng_state.pth`, the python, numpy, torch CPU (and CUDA) generators under transformers' keys; on
+  JAX `rng_state.json`, the dropout key (each micro-batch's key is drawn from it, the step and its index);
+- the progress: `trainer_state.json`, transformers' `TrainerState` fields (`global_step`, `epoch`, `log_history`
+  with every step's record, `max_steps`, `save_steps`, ...), which `TrainerState.load_from_json` reads;
+- the data position: `data_state.json`, the micro-batches consumed, the epoch, the rows, the data's sha256;
+- the settings: `train_config.json`, the run's `TrainConfig`, source, weights, data and backend (transformers
+  pickles its `TrainingArguments` into `training_args.bin`).
 
 Resuming (`--resume [DIR]`): DIR a `checkpoint-K` folder, or a run folder whose latest `checkpoint-K` is taken
 (transformers' `get_last_checkpoint`); without DIR, the latest in `OUT`. The run's settings must be the
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import shutil
 import tempfile
 from pathlib import Path
@@ -52,7 +57,7 @@ PEFT_PREFIX = "base_model.model."
 # the settings a resumed run may change: how far it goes and how often it saves
 RESUMABLE_CHANGES = ("max_steps", "save_steps")
 # what names the run's inputs in train_config.json; resuming compares their contents (`identity`) instead
-LOCATIONS = ("source", "data", "weights")
+LOCATIONS = ("source", "data", "weights", "adapter")
 
 
 def resolve_resume(resume: str | Path | bool, output: Path | None) -> Path:
@@ -124,15 +129,16 @@ def read_checkpoint(checkpoint: Path, trainable: list[str]) -> tuple[dict[str, n
     try:
         tensors = load_file(str(path))
     except FileNotFoundError:
-        raise TrainError(f"{checkpoint}: not a complete checkpoint (no {ADAPTER_WEIGHTS} nor {MODEL_WEIGHTS})") from None
+        raise TrainError(f"{checkpoint}: not a complete checkpoint (no {ADAPTER_WEIGHTS} or {MODEL_WEIGHTS})") from None
     except (OSError, SafetensorError, ValueError) as err:
         raise TrainError(f"{path}: cannot read it ({err})") from None
     arrays = {k.removeprefix(PEFT_PREFIX) if adapter else k: v for k, v in tensors.items()}
     missing = [p for p in trainable if p not in arrays]
     extra = [p for p in arrays if p not in set(trainable)]
     if missing or extra:
-        raise TrainError(f"{path}: holds other parameters than this run trains (missing: "
-                         f"{', '.join(missing[:4]) or 'none'}; not trained here: {', '.join(extra[:4]) or 'none'})")  # fmt: skip
+        missing_s, extra_s = ", ".join(missing[:4]) or "none", ", ".join(extra[:4]) or "none"
+        raise TrainError(f"{path}: holds other parameters than this run trains (missing: {missing_s}; not trained "
+                         f"here: {extra_s})")  # fmt: skip
     bad = [p for p, a in arrays.items() if not np.isfinite(a).all()]
     if bad:
         raise TrainError(f"{path}: {bad[0]} holds NaN or inf")
@@ -171,7 +177,7 @@ class Checkpointer:
                              f"do not make {step} steps of {self.cfg.gradient_accumulation_steps}")  # fmt: skip
         try:
             self.trainer.load_state(checkpoint, step, arrays)
-        except (OSError, RuntimeError, ValueError, KeyError, TypeError) as err:
+        except (OSError, RuntimeError, ValueError, KeyError, TypeError, EOFError, pickle.UnpicklingError) as err:
             raise TrainError(f"{checkpoint}: cannot resume from it ({type(err).__name__}: {err})") from None
         self.history = [dict(r) for r in state.get("log_history", []) if r.get("step", 0) <= step]
         self.saved, self.saved_step = checkpoint, step

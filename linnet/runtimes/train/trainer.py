@@ -143,7 +143,6 @@ class Trainer:
                 self.on_step(record)
         return self.history
 
-
     # ---- checkpoints (`checkpoints.Checkpointer`): the files transformers' Trainer writes, by the same names
     def trained_arrays(self) -> dict[str, np.ndarray]:
         """The trained parameters' values by checkpoint path, on the host."""
