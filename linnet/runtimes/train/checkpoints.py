@@ -214,6 +214,9 @@ class Checkpointer:
             fsync_tree(tmp)
             final = self.folder / f"checkpoint-{step}"
             _replace_folder(tmp, final)
+        except OSError as err:  # a full disk, a folder gone: the run stops, its earlier checkpoints kept
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise TrainError(f"{self.folder}: cannot write checkpoint-{step} ({err})") from None
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise

@@ -142,7 +142,8 @@ def _lock(target: Path) -> tuple[int, str | None]:
 def claim_output(output: str | Path, *, resuming: bool) -> OutputClaim:
     """Claim `output` for one run (see the module docstring). Raises TrainError (exit 2), touching nothing, when
     `output` is a file, is in use by a live run, or holds files and the run does not resume (naming the
-    checkpoint to resume from when it holds some)."""
+    checkpoint to resume from when it holds some), or holds files that are not a run's (no `checkpoint-N`, no
+    `metrics.jsonl`) though it resumes."""
     target = Path(output)
     if target.exists() and not target.is_dir():
         raise TrainError(f"{target}: exists and is not a folder; pick another -o")
@@ -151,12 +152,14 @@ def claim_output(output: str | Path, *, resuming: bool) -> OutputClaim:
         if _is_locked(lock):
             raise _in_use(target, _holder(lock))
         held = [p for p in target.iterdir() if p.name != LOCK_NAME and not is_partial(p.name)]
-        if held and not resuming:
-            ckpts = checkpoint_dirs(target)
-            if ckpts:
-                raise TrainError(f"{target}: holds {ckpts[-1].name} of an earlier run: continue it with --resume, "
-                                 "or pick another -o")  # fmt: skip
-            raise TrainError(f"{target}: already exists and is not an empty folder; remove it or pick another")
+        ckpts = checkpoint_dirs(target)
+        if held and not resuming and ckpts:
+            raise TrainError(f"{target}: holds {ckpts[-1].name} of an earlier run: continue it with --resume, "
+                             "or pick another -o")  # fmt: skip
+        a_run = ckpts or (target / "metrics.jsonl").is_file()  # what a run leaves: resuming writes over it
+        if held and not (resuming and a_run):
+            what = " and holds no run's checkpoints" if resuming else ""
+            raise TrainError(f"{target}: already exists and is not an empty folder{what}; remove it or pick another")
     created = not target.exists()
     try:
         target.mkdir(parents=True, exist_ok=True)
@@ -164,14 +167,18 @@ def claim_output(output: str | Path, *, resuming: bool) -> OutputClaim:
         fd, stale = _lock(target)
     except OSError as err:
         raise TrainError(f"{target}: cannot claim it as the output folder ({err.strerror or err})") from None
-    notes = []
-    if stale is not None:
-        notes.append(f"{target}: took over the lock of a run that ended without releasing it ({stale})")
-    for p in target.iterdir():  # what a killed run was writing: ours by name, and no live run writes here
-        if is_partial(p.name) and p.is_dir():
-            shutil.rmtree(p, ignore_errors=True)
-            notes.append(f"{target}: removed {p.name}, left half-written by a run that was killed")
-    return OutputClaim(target, fd, created, before - {LOCK_NAME}, notes)
+    claim = OutputClaim(target, fd, created, before - {LOCK_NAME}, [])
+    try:
+        if stale is not None:
+            claim.notes.append(f"{target}: took over the lock of a run that ended without releasing it ({stale})")
+        for p in target.iterdir():  # what a killed run was writing: ours by name, and no live run writes here
+            if is_partial(p.name) and p.is_dir():
+                shutil.rmtree(p, ignore_errors=True)
+                claim.notes.append(f"{target}: removed {p.name}, left half-written by a run that was killed")
+    except BaseException:
+        claim.release(keep=True)
+        raise
+    return claim
 
 
 class Interrupt(BaseException):

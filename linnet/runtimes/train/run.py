@@ -150,14 +150,16 @@ def train(
         raise TrainError("checkpoints (--save-steps, --resume) are written and read by one process: under torchrun, "
                          "train without them")  # fmt: skip
     writes = output is not None and os.environ.get("RANK", "0") == "0"  # under torchrun, rank 0 writes
-    claim = claim_output(output, resuming=bool(resume)) if writes else None
-    for note in claim.notes if claim is not None else []:
-        print(f"linnet train: {note}", file=sys.stderr)
-    stop = StopSignals(enabled=claim is not None)
+    stop = StopSignals(enabled=writes)  # before the claim: a signal never finds OUT claimed and no handler
+    claims: list[OutputClaim] = []
     savers: list[Checkpointer] = []
     finished = False
     try:
         with stop:
+            claim = claim_output(output, resuming=bool(resume)) if writes else None
+            claims += [claim] if claim is not None else []
+            for note in claim.notes if claim is not None else []:
+                print(f"linnet train: {note}", file=sys.stderr)
             inputs = dict(source=source, weights=weights, data=data, backend=backend, adapter=adapter, preset=preset,
                           config=config, progress=progress, device=device)  # fmt: skip
             result = _train_claimed(cfg, inputs, claim, stop, resume, output, save_merged, savers)
@@ -166,7 +168,7 @@ def train(
     except Interrupt as sig:
         raise _interrupted(sig.signum, savers[0] if savers else None) from None
     finally:
-        if claim is not None:
+        for claim in claims:
             claim.release(keep=finished or bool(checkpoint_dirs(claim.path)))
 
 

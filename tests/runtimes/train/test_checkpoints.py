@@ -133,7 +133,7 @@ def run_in_process(weights, data, out, backend, **options):
                         lr_scheduler_type="constant", **SCHEDULED_OPTIONS, **options)  # fmt: skip
 
 
-@pytest.mark.parametrize("backend", ["torch", pytest.param("jax", marks=pytest.mark.jax)])
+@pytest.mark.parametrize("backend", ["torch", pytest.param("jax", marks=[pytest.mark.jax, pytest.mark.slow])])
 def test_resume_after_max_steps_gives_the_uninterrupted_losses(backend, tiny_llama, data, tmp_path):
     """Stop at --max-steps 5 (saving checkpoint-5), resume with --max-steps 10: steps 6-10 compute what an
     uninterrupted 10-step run computes, to the bit (constant schedule: --max-steps moves a decaying one)."""
@@ -153,8 +153,27 @@ def test_resume_after_max_steps_gives_the_uninterrupted_losses(backend, tiny_lla
     assert leftovers(tmp_path / "out") == []
 
 
+@pytest.mark.jax
+def test_resume_on_jax_from_a_checkpoint_of_an_uninterrupted_run(tiny_llama, data, tmp_path):
+    """JAX (two runs, each compiles once): a run of 8 steps saving every 4; a new run into another folder resumed
+    from its checkpoint-4 gives its steps 5-8 to the bit, and its checkpoint-8 (optimizer state included)."""
+    pytest.importorskip("jax")
+    from safetensors.numpy import load_file
+
+    whole = run_in_process(tiny_llama, data, tmp_path / "whole", "jax", max_steps=8, save_steps=4)
+    resumed = run_in_process(tiny_llama, data, tmp_path / "out", "jax", max_steps=8, save_steps=4,
+                             resume=tmp_path / "whole" / "checkpoint-4")  # fmt: skip
+    assert [(r["loss"], r["grad_norm"]) for r in resumed.history] == [
+        (r["loss"], r["grad_norm"]) for r in whole.history
+    ]
+    for name in ("optimizer.safetensors", "adapter_model.safetensors"):
+        got, want = (load_file(str(tmp_path / d / "checkpoint-8" / name)) for d in ("out", "whole"))
+        assert set(got) == set(want) and all((got[k] == want[k]).all() for k in want), name
+    assert not (tmp_path / "out" / "checkpoint-4").exists() and leftovers(tmp_path / "out") == []
+
+
 def resume_by_signal(backend: str, tiny_llama: Path, data: Path, tmp_path: Path) -> None:
-    steps = 40
+    steps = 60
     options = [*SCHEDULED, "--backend", backend, "--max-steps", str(steps)]
     out = tmp_path / "out"
     proc = start(tiny_llama, data, out, *options, "--save-steps", "3")
@@ -164,8 +183,10 @@ def resume_by_signal(backend: str, tiny_llama: Path, data: Path, tmp_path: Path)
     assert status == 128 + signal.SIGTERM, err
     stopped = steps_done(out)
     assert 5 <= stopped < steps
-    assert f"linnet train: interrupted by SIGTERM after step {stopped} of {steps}: saved {out}/checkpoint-{stopped}"
-    assert f"saved {out / f'checkpoint-{stopped}'}; go on with --resume" in err
+    assert (
+        f"linnet train: interrupted by SIGTERM after step {stopped} of {steps}: saved {out}/checkpoint-{stopped}; "
+        "go on with --resume" in err
+    )
     state = json.loads((out / f"checkpoint-{stopped}" / "trainer_state.json").read_text())
     assert state["global_step"] == stopped and len(state["log_history"]) == stopped
     assert leftovers(out) == [] and not (out / "adapter_model.safetensors").exists()  # a checkpoint, not a result
@@ -186,7 +207,7 @@ def resume_by_signal(backend: str, tiny_llama: Path, data: Path, tmp_path: Path)
 
 
 def test_sigterm_saves_a_checkpoint_and_resume_gives_the_uninterrupted_losses(tiny_llama, data, tmp_path):
-    """A real SIGTERM to a real `linnet train` after step 5 or later of 40: exit 143, `checkpoint-K` of the step
+    """A real SIGTERM to a real `linnet train` after step 5 or later of 60: exit 143, `checkpoint-K` of the step
     it finished, no lock or hidden folder left; `--resume` (the latest checkpoint of OUT) then gives every step's
     loss of an uninterrupted run (warmup and decay, accumulation, dropout, several epochs)."""
     resume_by_signal("torch", tiny_llama, data, tmp_path)
@@ -286,6 +307,16 @@ def test_resume_refuses_what_would_not_continue_the_run(tiny_llama, data, tmp_pa
         assert status == 2 and "Traceback" not in err and err.startswith("linnet train: "), err
         return err
 
+    empty = tmp_path / "empty"  # made by the user: an error leaves it as it was
+    empty.mkdir()
+    bad_row = write_jsonl(tmp_path / "bad.jsonl", [{"prompt_ids": [3, 4]}])
+    capsys.readouterr()
+    assert main(["train", *args[:3], "--data", str(bad_row), "-o", str(empty), "--quiet"]) == 2
+    assert empty.is_dir() and not any(empty.iterdir())
+    (empty / "notes.txt").write_text("mine")
+    assert "empty: already exists and is not an empty folder and holds no run's checkpoints" in bad(
+        "--max-steps", "4", f"--resume={tmp_path / 'nowhere'}", "-o", str(empty)
+    )
     assert "save_steps must be at least 1, got 0" in bad("--save-steps", "0")
     assert f"{out}: no checkpoint-N folder to resume from" in bad("--resume")
     assert not out.exists()
