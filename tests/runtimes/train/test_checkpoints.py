@@ -38,12 +38,28 @@ SCHEDULED_OPTIONS = dict(per_device_train_batch_size=2, gradient_accumulation_st
                          warmup_steps=3, seed=3)  # fmt: skip
 
 
+STARTED: list[subprocess.Popen] = []
+
+
+@pytest.fixture(autouse=True)
+def no_process_outlives_its_test():
+    """A test that fails while a `linnet train` of 100000 steps runs kills it (by its pid) rather than leave it."""
+    yield
+    while STARTED:
+        proc = STARTED.pop()
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=60)
+
+
 def start(weights: Path, data: Path, out: Path, *args: str) -> subprocess.Popen:
     """`linnet train` on the tiny Llama as a real process (stderr piped)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     command = [sys.executable, "-m", "linnet", "train", str(LLAMA), "--weights", str(weights), "--data", str(data),
                "-o", str(out), "--quiet", *args]  # fmt: skip
-    return subprocess.Popen(command, cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(command, cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
+    STARTED.append(proc)
+    return proc
 
 
 def steps_done(out: Path) -> int:
