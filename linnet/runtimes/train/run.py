@@ -218,6 +218,7 @@ def _train_claimed(
         if checkpoint is not None:
             saver.restore(checkpoint, step)
             report.restart(saver.history)
+            print(f"linnet train: resuming from {checkpoint} (step {step} of {cfg.max_steps})", file=sys.stderr)
         # from here a signal saves a checkpoint after the step in progress (one process: ranks would not agree)
         stop.deferring = target is not None and not in_torchrun()
         trainer.train()

@@ -210,6 +210,7 @@ def resume_by_signal(backend: str, tiny_llama: Path, data: Path, tmp_path: Path)
     proc = start(tiny_llama, data, out, *options, "--resume")
     status, err = finish(proc)
     assert status == 0, err
+    assert f"linnet train: resuming from {out / f'checkpoint-{stopped}'} (step {stopped} of {steps})" in err
     assert f"trained {steps} steps" in err.splitlines()[-1]
     lora = LoraSettings(r=8, lora_alpha=8, lora_dropout=0.1)
     whole = linnet.train(LLAMA, tiny_llama, data=data, backend=backend, lora=lora, max_steps=steps, progress=False,
@@ -381,3 +382,30 @@ def test_resumed_preference_runs_keep_their_reference_and_sampling_seeds(method,
     resumed = linnet.train(LLAMA, pref_model, output=tmp_path / "out", max_steps=4, resume=True, **common)
     assert [r["loss"] for r in resumed.history] == [r["loss"] for r in whole.history]
     assert len({r["loss"] for r in whole.history}) > 1
+
+
+def test_full_fine_tuning_checkpoints_hold_model_safetensors_and_resume(tiny_llama, tmp_path):
+    """--method full: `checkpoint-K/model.safetensors` holds every parameter under transformers' names (it loads
+    into `LlamaForCausalLM` with `strict=True`, as a Trainer checkpoint's does); a run resumed from the checkpoint-2
+    of a 4-step run gives that run's steps 3 and 4 (linear decay, so the same --max-steps)."""
+    from safetensors.torch import load_file
+    from transformers import LlamaForCausalLM
+
+    rows = [{"input_ids": r["prompt_ids"] + r["completion_ids"]} for r in id_rows(8, seed=1)]
+    data = write_jsonl(tmp_path / "lm.jsonl", rows)
+    common = dict(data=data, method="full", per_device_train_batch_size=2, learning_rate=1e-3, progress=False,
+                  max_steps=4, save_steps=2)  # fmt: skip
+    whole = linnet.train(LLAMA, tiny_llama, output=tmp_path / "whole", **common)
+    resumed = linnet.train(
+        LLAMA, tiny_llama, output=tmp_path / "out", resume=tmp_path / "whole" / "checkpoint-2", **common
+    )
+    assert [r["loss"] for r in resumed.history] == [r["loss"] for r in whole.history]
+    assert resumed.history[2]["loss"] != resumed.history[0]["loss"]
+
+    checkpoint = tmp_path / "whole" / "checkpoint-2"
+    names = {p.name for p in checkpoint.iterdir()}
+    assert "model.safetensors" in names and "adapter_model.safetensors" not in names
+    model = LlamaForCausalLM.from_pretrained(tiny_llama, dtype=torch.float32)
+    state = load_file(str(checkpoint / "model.safetensors"))
+    model.load_state_dict(state, strict=True)
+    assert set(state) == set(model.state_dict())
