@@ -206,6 +206,9 @@ class StopSignals:
     def _handle(self, signum: int, frame) -> None:
         if self.deferring and self.signum is None:
             self.signum = signum
+            note = f"\nlinnet train: {self.name()}: saving a checkpoint after the step in progress (again: stop now)\n"
+            with contextlib.suppress(OSError):  # os.write: no buffered stream to re-enter; a hung-up terminal
+                os.write(2, note.encode())
             return
         self.deferring = False
         raise Interrupt(signum)

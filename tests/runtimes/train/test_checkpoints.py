@@ -246,7 +246,9 @@ def test_sighup_and_sigint_save_a_checkpoint_and_exit_cleanly(signum, tiny_llama
     status, err = finish(proc)
     stopped = steps_done(out)
     assert status == 128 + signum, err
-    assert f"interrupted by {signal.Signals(signum).name} after step {stopped} of 100000" in err
+    name = signal.Signals(signum).name
+    assert f"linnet train: {name}: saving a checkpoint after the step in progress (again: stop now)" in err
+    assert f"interrupted by {name} after step {stopped} of 100000" in err
     assert sorted(p.name for p in out.iterdir()) == [f"checkpoint-{stopped}", "metrics.jsonl"]
     names = {p.name for p in (out / f"checkpoint-{stopped}").iterdir()}
     assert {"adapter_model.safetensors", "optimizer.pt", "scheduler.pt", "rng_state.pth", "trainer_state.json"} <= names
