@@ -45,9 +45,10 @@ def load(source, weights=None, backend: str = "torch", **kwargs):
 
 def train(source, weights=None, **kwargs):
     """Train `source` with `weights` (`data=` a JSONL file, `output=` the folder to write, `method=` "sft" (LoRA),
-    "full", "dpo" or "grpo", `lora=LoraSettings(...)`, and `TrainConfig` fields such as `max_steps`,
-    `learning_rate`). Returns a `TrainResult` (per-step metrics, the trained model, the output folder). Raises
-    `linnet.errors.LinnetError` (TrainError, LoadError, BackendError). See `linnet.runtimes.train.run.train`."""
+    "full", "dpo" or "grpo", `lora=LoraSettings(...)`, `resume=True` or a checkpoint folder, and `TrainConfig`
+    fields such as `max_steps`, `learning_rate`, `save_steps`). Returns a `TrainResult` (per-step metrics, the
+    trained model, the output folder). Raises `linnet.errors.LinnetError` (TrainError, LoadError, BackendError;
+    TrainInterrupted when a signal stopped it). See `linnet.runtimes.train.run.train`."""
     from .runtimes.train.run import train as _train
 
     return _train(source, weights, **kwargs)

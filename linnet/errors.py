@@ -21,6 +21,8 @@ catches one class and prints one line or block, never a traceback:
     ├── TrainError         a training run that cannot start or go on: a data row missing a field
     │                      (file:line), a LoRA target pattern that matches nothing, a backend that
     │                      does not train, a reward function that raises
+    ├── TrainInterrupted   a training run stopped by SIGTERM, SIGHUP or SIGINT (after saving a
+    │                      checkpoint when it had trained a step); not bad input
     └── AudioError         an audio file that cannot be read: missing, not a WAV file, or a sample
                            format or rate the reader does not take (`linnet transcribe --audio`)
 
@@ -47,6 +49,7 @@ __all__ = [
     "CodegenError",
     "ExportError",
     "TrainError",
+    "TrainInterrupted",
     "AudioError",
 ]
 
@@ -129,6 +132,16 @@ class TrainError(LinnetError):
     holding the wrong type (names the file, line and field), a LoRA target pattern that matches no `Linear`
     member (lists them), a backend that does not train, a method's option out of range, a reward function that
     raises. Nothing is left half-written in the output folder."""
+
+
+class TrainInterrupted(LinnetError):
+    """A training run stopped by a signal (SIGTERM, SIGHUP, SIGINT): `signum` the signal, `step` the last optimizer
+    step trained (0: none), `checkpoint` the `checkpoint-N` folder holding it (None when nothing was saved).
+    `linnet train` exits 128 + `signum`, as a shell reports a process the signal ended."""
+
+    def __init__(self, message: str, *, signum: int, step: int = 0, checkpoint=None):
+        super().__init__(message)
+        self.signum, self.step, self.checkpoint = signum, step, checkpoint
 
 
 class AudioError(LinnetError):

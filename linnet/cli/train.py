@@ -1,9 +1,11 @@
 """`linnet train`: train a model from its source (`linnet.runtimes.train.run.train`), with a progress bar (loss,
-tokens/s, ETA) on stderr and the metrics, adapters or weights written to `-o OUT` at the end, all at once.
+tokens/s, ETA) on stderr, checkpoints in `-o OUT` (`--save-steps N`, and on SIGTERM, SIGHUP or SIGINT), the
+metrics, adapters or weights written to `OUT` at the end; `--resume [DIR]` goes on from a checkpoint.
 
 Bad input (a data row missing a field, a LoRA target pattern that matches nothing, a checkpoint of another model,
-an output folder that exists) exits 2 with one message naming the file, line, field or tensor; nothing is written.
-Imports nothing heavy until it runs.
+an output folder in use by another run or that holds files, a checkpoint of other settings) exits 2 with one
+message naming the file, line, field or tensor; nothing is written. A run stopped by a signal exits 128 + the
+signal's number (143 for SIGTERM, 130 for Ctrl-C) after saving its checkpoint. Imports nothing heavy until it runs.
 """
 
 from __future__ import annotations
@@ -16,10 +18,13 @@ from linnet.cli.common import BACKEND_HELP, BACKEND_NAMES, EXIT_ERRORS, EXIT_OK,
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from linnet.errors import LinnetError, LoadError, TrainError
+    from linnet.errors import LinnetError, LoadError, TrainError, TrainInterrupted
 
     try:
         result = _train(args)
+    except TrainInterrupted as err:  # a signal: the checkpoint is saved, the exit says which signal
+        print(f"linnet train: {err}", file=sys.stderr)
+        return 128 + err.signum
     except (TrainError, LoadError, UsageError, OSError) as err:  # bad input: data, options, checkpoint, paths
         print(f"linnet train: {err}", file=sys.stderr)
         return EXIT_USAGE
@@ -29,9 +34,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     last = result.history[-1]
     if os.environ.get("RANK", "0") != "0":  # under torchrun, rank 0 alone wrote OUT and says so
         return EXIT_OK
+    first = result.history[0]
     print(
-        f"trained {len(result.history)} steps: loss {result.history[0]['loss']:.4f} -> {last['loss']:.4f}; "
-        f"wrote {result.output}",
+        f"trained {len(result.history)} steps: loss {first['loss']:.4f} -> {last['loss']:.4f}; wrote {result.output}",
         file=sys.stderr,
     )
     return EXIT_OK
@@ -76,6 +81,7 @@ def _train(args: argparse.Namespace):
         seed=args.seed,
         method_options=_method_options(args),
         fsdp=args.fsdp,
+        save_steps=args.save_steps,
     )
     result = train(
         args.file,
@@ -90,6 +96,7 @@ def _train(args: argparse.Namespace):
         config=parse_config(args.config),
         progress=not args.quiet,
         save_merged=args.save_merged,
+        resume=True if args.resume == "" else args.resume,
         **options,
     )
     return result
@@ -136,7 +143,21 @@ def register(sub) -> None:
         "dpo, grpo (default sft)",
     )
     p.add_argument("--data", required=True, metavar="D.jsonl", help="training rows, one JSON object per line")
-    p.add_argument("-o", "--output", required=True, metavar="OUT", help="the folder to write (must not exist)")
+    p.add_argument(
+        "-o", "--output", required=True, metavar="OUT",
+        help="the folder to write: claimed for the run (a second run with it is refused); must not exist, be empty, "
+        "or hold this run's checkpoints with --resume",
+    )  # fmt: skip
+    p.add_argument(
+        "--save-steps", type=int, metavar="N",
+        help="write OUT/checkpoint-K every N optimizer steps and after the last (SIGTERM, SIGHUP and SIGINT always "
+        "write one after the step in progress)",
+    )  # fmt: skip
+    p.add_argument(
+        "--resume", nargs="?", const="", metavar="DIR",
+        help="go on from a checkpoint: DIR a checkpoint-K folder or a run folder (its latest); without DIR, the "
+        "latest checkpoint-K in OUT (put --resume after FILE, or write --resume=DIR)",
+    )  # fmt: skip
     p.add_argument("--max-steps", type=int, default=100, metavar="N", help="optimizer steps (100)")
     p.add_argument("--lr", type=float, metavar="LR", help="peak learning rate (default: the method's, TRL's)")
     p.add_argument("--lr-scheduler", default="linear", choices=("linear", "cosine", "constant", "constant_with_warmup"))

@@ -66,6 +66,9 @@ class TrainConfig:
         fsdp: under torchrun, shard parameters, gradients and optimizer state with FSDP2 (`fully_shard`) instead
             of replicating them with DDP (`linnet.runtimes.train.torch_dp`); one process ignores it.
         method_options: the objective's own options (DPO's `beta`, ...), passed to its factory.
+        save_steps: write `OUT/checkpoint-K` every this many optimizer steps and after the last
+            (`linnet.runtimes.train.checkpoints`; transformers' `save_steps` with `save_strategy="steps"`); None: only
+            when a signal stops the run.
 
     Every optimizer step writes one metrics record (TRL's `logging_steps=1`).
     """
@@ -90,6 +93,7 @@ class TrainConfig:
     lora: LoraSettings | None = None
     method_options: dict = field(default_factory=dict)
     fsdp: bool = False
+    save_steps: int | None = None
 
     def check(self) -> None:
         """Raises TrainError for a value out of range, naming the option."""
@@ -101,6 +105,8 @@ class TrainConfig:
         for name, value in positive.items():
             if value < 1:
                 raise TrainError(f"{name} must be at least 1, got {value}")
+        if self.save_steps is not None and self.save_steps < 1:
+            raise TrainError(f"save_steps must be at least 1, got {self.save_steps}")
         if self.warmup_steps < 0:
             raise TrainError(f"warmup_steps must be 0 or more, got {self.warmup_steps}")
         if self.learning_rate is not None and not self.learning_rate > 0:

@@ -170,6 +170,10 @@ class DPO(Objective):
             self.reference = ReferenceModel(policy)
         return micro_batches
 
+    def resume(self, policy: Policy, step: int) -> None:
+        if self.reference is None:  # the start's reference, before the checkpoint's values are bound
+            self.reference = ReferenceModel(policy)
+
     def num_items(self, batch: Batch) -> int:
         return 1
 

@@ -288,6 +288,11 @@ class GRPO(Objective):
             k += n
         return out
 
+    def resume(self, policy: Policy, step: int) -> None:
+        if self.reference is None and self.beta != 0.0:  # the start's reference, before the checkpoint's values
+            self.reference = ReferenceModel(policy)
+        self.steps_done = step  # the sampling seeds of step t are drawn from (seed, t, ...)
+
     def _texts(self, completions: list[list[int]]) -> list[Any]:
         tok = getattr(self, "tokenizer", None)
         if tok is None:

@@ -34,8 +34,10 @@ trains.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -264,6 +266,7 @@ class JaxTrainer:
         self._grad = jax.jit(jax.value_and_grad(micro_loss, has_aux=True), static_argnames=static)
         self._apply = jax.jit(self._apply_updates)
         self.history: list[dict[str, Any]] = []
+        self.first_step = 1  # a resumed run starts after its checkpoint's step (`load_state`)
 
     def _apply_updates(self, params, grads, opt_state, learning_rate):
         import optax
@@ -318,12 +321,62 @@ class JaxTrainer:
         return step_record(step, {**sums, **means}, micro, float(grad_norm), lr_used, time.perf_counter() - t0)
 
     def train(self) -> list[dict[str, Any]]:
-        """Run `config.max_steps` optimizer steps; returns every step's record (also passed to `on_step`); the
-        trained parameters end in the model (`JaxPolicy.commit`)."""
-        for step in range(1, self.config.max_steps + 1):
+        """Run optimizer steps `first_step` .. `config.max_steps`; returns their records (also passed to
+        `on_step`); the trained parameters end in the model (`JaxPolicy.commit`)."""
+        for step in range(self.first_step, self.config.max_steps + 1):
             record = self.step(step)
             self.history.append(record)
             if self.on_step is not None:
                 self.on_step(record)
         self.policy.commit()
         return self.history
+
+    # ---- checkpoints (`checkpoints.Checkpointer`): the PyTorch trainer's files, in formats JAX holds
+    def trained_arrays(self) -> dict[str, np.ndarray]:
+        """The trained parameters' values by checkpoint path, on the host."""
+        return {k: np.asarray(v) for k, v in self.policy.trainable.items()}
+
+    def save_state(self, folder: Path, step: int) -> None:
+        """`optimizer.safetensors` (the optax state's leaves by tree path: `[1].inner_state[0].mu['model.layers.0
+        .self_attn.q_proj.lora_A.weight']`), `scheduler.json` (`LambdaLR.state_dict()`'s `last_epoch` and
+        `base_lrs`, and the schedule) and `rng_state.json` (the dropout key) into `folder`."""
+        from safetensors.numpy import save_file
+
+        jax = jax_module()
+        leaves = jax.tree_util.tree_flatten_with_path(self.opt_state)[0]
+        save_file({jax.tree_util.keystr(k): np.asarray(v) for k, v in leaves}, str(folder / "optimizer.safetensors"))
+        cfg = self.config
+        scheduler = {"last_epoch": step, "base_lrs": [self.learning_rate], "lr_scheduler_type": cfg.lr_scheduler_type,
+                     "warmup_steps": cfg.warmup_steps, "max_steps": cfg.max_steps}  # fmt: skip
+        (folder / "scheduler.json").write_text(json.dumps(scheduler, indent=2) + "\n", encoding="utf-8")
+        key = {"dropout_key": np.asarray(self.dropout_key).tolist(), "seed": cfg.seed}
+        (folder / "rng_state.json").write_text(json.dumps(key) + "\n", encoding="utf-8")
+
+    def load_state(self, folder: Path, step: int, arrays: dict[str, np.ndarray]) -> None:
+        """Continue after optimizer step `step` of the checkpoint `folder`: the trained values `arrays`, the optax
+        state (every leaf by its tree path, of the shape this run's state has), the dropout key and the data
+        position (step x accumulation micro-batches skipped). DPO's reference was taken at construction, from the
+        starting values. Raises ValueError for an optimizer state of another shape."""
+        from safetensors.numpy import load_file
+
+        jax = jax_module()
+        replicated = jax.sharding.NamedSharding(self.mesh, jax.sharding.PartitionSpec())
+        saved = load_file(str(folder / "optimizer.safetensors"))
+        leaves, tree = jax.tree_util.tree_flatten_with_path(self.opt_state)
+        restored = []
+        for path, leaf in leaves:
+            name = jax.tree_util.keystr(path)
+            value = saved.get(name)
+            if value is None or value.shape != leaf.shape:
+                raise ValueError(f"optimizer.safetensors: {name} is {None if value is None else value.shape}, "
+                                 f"this run's optimizer holds {leaf.shape}")  # fmt: skip
+            restored.append(value.astype(leaf.dtype))
+        self.opt_state = jax.device_put(jax.tree_util.tree_unflatten(tree, restored), replicated)
+        trained = {k: np.asarray(arrays[k], dtype=np.asarray(v).dtype) for k, v in self.policy.trainable.items()}
+        self.policy.trainable = jax.device_put(trained, replicated)
+        rng = json.loads((folder / "rng_state.json").read_text(encoding="utf-8"))
+        key = np.asarray(rng["dropout_key"], dtype=np.asarray(self.dropout_key).dtype)
+        self.dropout_key = jax.device_put(key, replicated)
+        for _ in range(step * self.config.gradient_accumulation_steps):
+            next(self.micro_batches)
+        self.first_step = step + 1

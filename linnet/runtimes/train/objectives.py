@@ -95,6 +95,11 @@ class Objective:
         """The step's micro-batches as the loss reads them (unchanged here; GRPO samples completions)."""
         return micro_batches
 
+    def resume(self, policy: Policy, step: int) -> None:
+        """Called by a run resumed from a checkpoint after `step` optimizer steps, before the checkpoint's trained
+        values are bound (the policy still holds the starting ones): an objective sets up what its first step
+        would have (a reference model of the starting weights) and the state its steps advance."""
+
     def num_items(self, batch: Batch) -> int:
         """This micro-batch's share of the step's normaliser (loss tokens by default)."""
         return batch.num_loss_tokens

@@ -1,8 +1,13 @@
-"""`linnet.train(...)` and `linnet train`: load a model, read the data, train, write the result atomically.
+"""`linnet.train(...)` and `linnet train`: claim the output folder, load a model, read the data, train (with
+checkpoints, resumable), write the result.
 
-What a run writes into `output` (created whole at the end: everything goes into a hidden temporary folder
-beside it, renamed to `output` once training and writing have succeeded; a failure or an interrupt leaves
-nothing behind, and an existing non-empty `output` is refused before anything runs):
+`output` is claimed before anything loads (`outdir.claim_output`: created, locked; a second run with the same
+folder is refused, and so is a folder that holds files, unless the run resumes from its checkpoints). While the
+run trains, `checkpoint-N` folders appear in it (`checkpoints`: `--save-steps`, and on SIGTERM, SIGHUP or
+SIGINT, which stop the run after the step in progress); `metrics.jsonl` grows a line a step. At the end the result
+is written into a hidden `.result.*.partial` folder inside `output` and its files moved into place. An error, or a
+signal before the first step, leaves `output` as it was (but for checkpoints already written). What the result
+holds:
 - `metrics.jsonl`: one JSON object per optimizer step (`Trainer`'s records);
 - `train_config.json`: the `TrainConfig` of the run, with the source, weights, data and backend;
 - full fine-tuning: the model as a Hugging Face folder (`export_hf`: config.json, model.safetensors,
@@ -23,11 +28,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from linnet.errors import LoadError, TrainError
+from linnet.errors import LoadError, TrainError, TrainInterrupted
 
+from .checkpoints import Checkpointer, check_resumable, resolve_resume
 from .config import LoraSettings, TrainConfig
 from .data import read_jsonl
 from .objectives import objective_for
+from .outdir import Interrupt, OutputClaim, StopSignals, checkpoint_dirs, claim_output
 
 __all__ = ["train", "TrainResult", "load_for_training"]
 
@@ -97,6 +104,7 @@ def train(
     progress: bool = True,
     save_merged: bool = False,
     device: str = "cpu",
+    resume: str | Path | bool | None = None,
     **options: Any,
 ) -> TrainResult:
     """Train `source` with `weights` on the JSONL `data` by `method` and write the result to `output`.
@@ -104,7 +112,8 @@ def train(
     Args:
         source, weights, preset, config: as `linnet.load` takes them (the model is loaded in f32).
         data: a JSONL file of rows in the method's shape (`linnet.runtimes.train.data`).
-        output: the folder to write (must not exist, or be empty); None writes nothing.
+        output: the folder to write, claimed for the run (`outdir.claim_output`: it must not exist, be empty, or,
+            with `resume`, hold the run's checkpoints); None writes nothing.
         method: `sft` (LoRA adapters, PEFT's defaults unless `lora` says otherwise), `full` (every parameter),
             or a registered method (`dpo`, `grpo`).
         backend: a backend whose registry record `can_train` (`torch`, `torch-interpret`, `jax`: under
@@ -115,14 +124,18 @@ def train(
         progress: a progress bar on stderr (loss, tokens/s, ETA).
         save_merged: with LoRA, also write the adapters merged into the base as a Hugging Face folder,
             `output/merged` (`lora.export_merged`).
-        options: `TrainConfig` fields (`max_steps`, `learning_rate`, `gradient_accumulation_steps`, ...).
+        resume: continue from a checkpoint (`checkpoints.resolve_resume`): True the latest `checkpoint-N` of
+            `output`, or a `checkpoint-N` folder or a run folder; the run's settings must be the checkpoint's but
+            `max_steps` and `save_steps`. `history` then holds the checkpoint's steps too.
+        options: `TrainConfig` fields (`max_steps`, `learning_rate`, `gradient_accumulation_steps`, `save_steps`,
+            ...).
 
     Returns a `TrainResult`. Raises TrainError (bad data row: file:line and field; a LoRA target pattern that
-    matches nothing; an output folder that exists), LoadError, BackendError; nothing is written on error.
+    matches nothing; an output folder in use or that exists; a checkpoint of other settings), LoadError,
+    BackendError; on error `output` is left as it was, but for the checkpoints written. With an `output`, SIGTERM,
+    SIGHUP and SIGINT save a checkpoint after the step in progress and raise TrainInterrupted.
     """
-    import torch
-
-    from ..backends import get_backend
+    from .torch_dp import in_torchrun
 
     unknown = sorted(set(options) - set(TrainConfig.__dataclass_fields__))
     if unknown:
@@ -133,15 +146,55 @@ def train(
         lora = LoraSettings()
     cfg = TrainConfig(method=method, lora=lora if method != "full" else None, **options)
     cfg.check()
-    target = _check_output(output) if output is not None else None
-    objective = objective_for(method, **cfg.method_options)
-    rows = read_jsonl(data)
+    if in_torchrun() and (cfg.save_steps or resume):
+        raise TrainError("checkpoints (--save-steps, --resume) are written and read by one process: under torchrun, "
+                         "train without them")  # fmt: skip
+    writes = output is not None and os.environ.get("RANK", "0") == "0"  # under torchrun, rank 0 writes
+    stop = StopSignals(enabled=writes)  # before the claim: a signal never finds OUT claimed and no handler
+    claims: list[OutputClaim] = []
+    savers: list[Checkpointer] = []
+    finished = False
+    try:
+        with stop:
+            claim = claim_output(output, resuming=bool(resume)) if writes else None
+            claims += [claim] if claim is not None else []
+            for note in claim.notes if claim is not None else []:
+                print(f"linnet train: {note}", file=sys.stderr)
+            inputs = dict(source=source, weights=weights, data=data, backend=backend, adapter=adapter, preset=preset,
+                          config=config, progress=progress, device=device)  # fmt: skip
+            result = _train_claimed(cfg, inputs, claim, stop, resume, output, save_merged, savers)
+            finished = True
+            return result
+    except Interrupt as sig:
+        raise _interrupted(sig.signum, savers[0] if savers else None) from None
+    finally:
+        for claim in claims:
+            claim.release(keep=finished or bool(checkpoint_dirs(claim.path)))
+
+
+def _train_claimed(
+    cfg: TrainConfig, inputs: dict[str, Any], claim: OutputClaim | None, stop: StopSignals, resume: Any,
+    output: str | Path | None, save_merged: bool, savers: list,
+) -> TrainResult:  # fmt: skip
+    """`train` once `output` is claimed (`claim`, None when this process writes nothing): read, load, restore a
+    checkpoint when resuming, train with checkpoints, write the result."""
+    import torch
+
+    from ..backends import get_backend
+    from .torch_dp import in_torchrun
+
+    source, weights, backend = inputs["source"], inputs["weights"], inputs["backend"]
+    target = claim.path if claim is not None else None
+    checkpoint = resolve_resume(resume, Path(output) if output is not None else None) if resume else None
+    objective = objective_for(cfg.method, **cfg.method_options)
+    rows = read_jsonl(inputs["data"])
     torch.manual_seed(cfg.seed)
     try:
         rows_sampled = getattr(objective, "generation_rows", None)  # GRPO samples a micro-batch's completions at once
         model, trainable = load_for_training(
-            source, weights, backend=backend, lora=cfg.lora, adapter=adapter, preset=preset, config=config,
-            seed=cfg.seed, progress=progress, max_batch=rows_sampled(cfg) if rows_sampled else 1, device=device,
+            source, weights, backend=backend, lora=cfg.lora, adapter=inputs["adapter"], preset=inputs["preset"],
+            config=inputs["config"], seed=cfg.seed, progress=inputs["progress"],
+            max_batch=rows_sampled(cfg) if rows_sampled else 1, device=inputs["device"],
         )  # fmt: skip
     except LoadError as err:
         other = _other_family(source, weights)
@@ -150,27 +203,65 @@ def train(
         raise
     if getattr(model, "lora", None) is not None:
         cfg.lora = model.lora.settings  # an --adapter's own r, alpha and targets
+    record = _run_record(cfg, inputs)
+    step = check_resumable(checkpoint, record) if checkpoint is not None else 0
     trainer_module = get_backend(backend).trainer_module()  # loading checked that the backend trains
     policy, trainer_class = trainer_module.policy_and_trainer(model, trainable, cfg)
     token_rows = objective.token_rows(rows, policy.tokenizer, policy.vocab_size, cfg.max_length)
     hooks, is_main = _distributed(trainer_module, policy, token_rows, cfg)
-    tmp = _temporary_folder(target) if target is not None and is_main else None
-    try:
-        with _Progress(cfg.max_steps, progress and is_main, tmp) as report:
-            on_step = hooks.pop("on_step", lambda wrap: wrap)(report)
-            history = trainer_class(policy, objective, token_rows, cfg, on_step=on_step, **hooks).train()
-        _gather_full_parameters(model)
-        if tmp is not None:
-            run = dict(source=str(source), weights=str(weights), data=str(data), backend=backend)
-            _write_result(tmp, model, cfg, run, save_merged)
-            if target.exists():
-                target.rmdir()  # empty: checked before training
-            os.replace(tmp, target)
-    except BaseException:
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return TrainResult(history, model, target)
+    saver = Checkpointer(target, cfg, record, model, len(token_rows), stop)
+    savers.append(saver)
+    with _Progress(cfg.max_steps, inputs["progress"] and is_main, target) as report:
+        on_step = hooks.pop("on_step", lambda wrap: wrap)(lambda r: (report(r), saver.on_step(r)))
+        trainer = trainer_class(policy, objective, token_rows, cfg, on_step=on_step, **hooks)
+        saver.trainer = trainer
+        if checkpoint is not None:
+            saver.restore(checkpoint, step)
+            report.restart(saver.history)
+            print(f"linnet train: resuming from {checkpoint} (step {step} of {cfg.max_steps})", file=sys.stderr)
+        # from here a signal saves a checkpoint after the step in progress (one process: ranks would not agree)
+        stop.deferring = target is not None and not in_torchrun()
+        trainer.train()
+    _gather_full_parameters(model)
+    if target is not None:
+        _publish(target, lambda folder: _write_result(folder, model, cfg, record, save_merged))
+    return TrainResult(saver.history, model, target)
+
+
+def _run_record(cfg: TrainConfig, inputs: dict[str, Any]) -> dict[str, Any]:
+    """What train_config.json holds: the inputs' locations, their contents' identity (the data's and the source's
+    sha256, the weights' resolved path, the trainer's kind), and the `TrainConfig`."""
+    import hashlib
+
+    from linnet.ir.build import read_source
+
+    from ..backends import get_backend
+
+    weights = inputs["weights"]
+    held = Path(str(weights)) if weights is not None else None
+    _, text = read_source(inputs["source"])
+    return {
+        "source": str(inputs["source"]), "weights": str(weights), "data": str(inputs["data"]),
+        "adapter": str(inputs["adapter"]) if inputs["adapter"] is not None else None, "backend": inputs["backend"],
+        "data_sha256": hashlib.sha256(Path(inputs["data"]).read_bytes()).hexdigest(),
+        "source_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
+        "weights_path": str(held.resolve()) if held is not None and held.exists() else str(weights),
+        "trainer": get_backend(inputs["backend"]).trainer_module().__name__.rsplit(".", 1)[-1],
+        **asdict(cfg),
+    }  # fmt: skip
+
+
+def _interrupted(signum: int, saver: Checkpointer | None) -> TrainInterrupted:
+    """The error of a run a signal stopped at once (before training, or a second signal during a step)."""
+    import signal
+
+    name = signal.Signals(signum).name
+    if saver is None or not saver.history:
+        return TrainInterrupted(f"interrupted by {name} before the first step: nothing to save", signum=signum)
+    step = saver.history[-1]["step"]
+    last = f"the last checkpoint is {saver.saved}" if saver.saved is not None else "no checkpoint was saved"
+    return TrainInterrupted(f"interrupted by {name} during step {step + 1}, stopped at once: {last}",
+                            signum=signum, step=saver.saved_step, checkpoint=saver.saved)  # fmt: skip
 
 
 def _distributed(trainer: Any, policy: Any, token_rows: list, cfg: TrainConfig) -> tuple[dict[str, Any], bool]:
@@ -231,19 +322,23 @@ def _other_family(source: str | Path, weights: str | Path | None) -> str | None:
     return f"{weights} holds a {stored} model (its config.json's model_type), and {path} is {root.group(1)} ({family})"
 
 
-def _check_output(output: str | Path) -> Path:
-    target = Path(output)
-    if target.exists() and (not target.is_dir() or any(target.iterdir())):
-        raise TrainError(f"{target}: already exists and is not an empty folder; remove it or pick another")
-    return target
+def _publish(target: Path, write) -> None:
+    """Write the run's result into a hidden `target/.result.*.partial` folder (`write(folder)`), then move each of
+    its entries into `target` (replacing an earlier run's: a resumed run's result replaces the one it goes on
+    from). An error or a signal meanwhile removes the temporary folder."""
+    tmp = Path(tempfile.mkdtemp(prefix=".result.", suffix=".partial", dir=target))
+    try:
+        write(tmp)
+        for entry in sorted(tmp.iterdir()):
+            final = target / entry.name
+            if final.is_dir() and not final.is_symlink():
+                shutil.rmtree(final)  # `merged/` of the run this one resumed
+            os.replace(entry, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _temporary_folder(target: Path) -> Path:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent))
-
-
-def _write_result(folder: Path, model: Any, cfg: TrainConfig, run: dict[str, str], save_merged: bool) -> None:
+def _write_result(folder: Path, model: Any, cfg: TrainConfig, record: dict[str, Any], save_merged: bool) -> None:
     if cfg.lora is None:
         from linnet.runtimes.export.hf import export_hf
 
@@ -254,10 +349,9 @@ def _write_result(folder: Path, model: Any, cfg: TrainConfig, run: dict[str, str
     else:
         from .lora import export_merged, save_adapter
 
-        save_adapter(model, folder, cfg.lora, base_model=run["weights"])
+        save_adapter(model, folder, cfg.lora, base_model=record["weights"])
         if save_merged:
             export_merged(model, folder / "merged")
-    record = {**run, **asdict(cfg)}
     text = json.dumps(record, indent=2, default=_callable_name)  # method options may hold functions (GRPO's reward)
     (folder / "train_config.json").write_text(text + "\n", encoding="utf-8")
 
@@ -284,6 +378,13 @@ class _Progress:
         if self.folder is not None:
             self.metrics = open(self.folder / "metrics.jsonl", "w", encoding="utf-8")
         return self
+
+    def restart(self, history: list[dict[str, Any]]) -> None:
+        """A resumed run: `metrics.jsonl` starts again with the checkpoint's records, the bar at its step."""
+        if self.metrics is not None:
+            self.metrics.writelines(json.dumps(r) + "\n" for r in history)
+            self.metrics.flush()
+        self.bar.update(len(history))
 
     def __call__(self, record: dict[str, Any]) -> None:
         if self.metrics is not None:

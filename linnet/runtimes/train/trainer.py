@@ -13,9 +13,12 @@ One optimizer step (as transformers' `Trainer` with `num_items_in_batch`, which 
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 
+import numpy as np
 import torch
 
 from .config import TrainConfig
@@ -96,6 +99,7 @@ class Trainer:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, multiplier)
         self.params = params
         self.history: list[StepRecord] = []
+        self.first_step = 1  # a resumed run starts after its checkpoint's step (`load_state`)
 
     def step(self, step: int) -> StepRecord:
         """Run optimizer step `step` (1-based) and return its record."""
@@ -130,13 +134,71 @@ class Trainer:
         return step_record(step, {**sums, **means}, micro, grad_norm, lr_used, time.perf_counter() - t0)
 
     def train(self) -> list[StepRecord]:
-        """Run `config.max_steps` optimizer steps; returns every step's record (also passed to `on_step`)."""
-        for step in range(1, self.config.max_steps + 1):
+        """Run optimizer steps `first_step` .. `config.max_steps`; returns their records (also passed to
+        `on_step`)."""
+        for step in range(self.first_step, self.config.max_steps + 1):
             record = self.step(step)
             self.history.append(record)
             if self.on_step is not None:
                 self.on_step(record)
         return self.history
+
+    # ---- checkpoints (`checkpoints.Checkpointer`): the files transformers' Trainer writes, by the same names
+    def trained_arrays(self) -> dict[str, np.ndarray]:
+        """The trained parameters' values by checkpoint path, on the host."""
+        return {name: p.detach().cpu().float().numpy() for name, p in self.policy.trainable.items()}
+
+    def save_state(self, folder: Path, step: int) -> None:
+        """`optimizer.pt`, `scheduler.pt` and `rng_state.pth` into `folder`, as transformers' `Trainer` writes them
+        (`_save_optimizer_and_scheduler`, `_save_rng_state`)."""
+        torch.save(self.optimizer.state_dict(), folder / "optimizer.pt")
+        torch.save(self.scheduler.state_dict(), folder / "scheduler.pt")
+        torch.save(rng_states(self.policy.device), folder / "rng_state.pth")
+
+    def load_state(self, folder: Path, step: int, arrays: dict[str, np.ndarray]) -> None:
+        """Continue after optimizer step `step` of the checkpoint `folder`: the objective's start state
+        (`Objective.resume`, before the trained values change), the trained values `arrays`, the optimizer and
+        scheduler state, the data position (step x accumulation micro-batches skipped) and, last, the RNG states."""
+        self.objective.resume(self.policy, step)
+        with torch.no_grad():
+            for name, p in self.policy.trainable.items():
+                p.copy_(torch.from_numpy(np.asarray(arrays[name])).to(p.dtype))
+        device = self.policy.device
+        self.optimizer.load_state_dict(torch.load(folder / "optimizer.pt", map_location=device, weights_only=True))
+        self.scheduler.load_state_dict(torch.load(folder / "scheduler.pt", weights_only=True))
+        # the learning rate of the next step from this run's schedule (a resumed run may set another max_steps)
+        for group, base, fn in zip(self.optimizer.param_groups, self.scheduler.base_lrs, self.scheduler.lr_lambdas):
+            group["lr"] = base * fn(self.scheduler.last_epoch)
+        for _ in range(step * self.config.gradient_accumulation_steps):
+            next(self.micro_batches)
+        set_rng_states(torch_load_numpy(folder / "rng_state.pth"), device)
+        self.first_step = step + 1
+
+
+def rng_states(device: torch.device) -> dict:
+    """The generators' states as transformers' `Trainer._save_rng_state` keeps them: `python`, `numpy`, `cpu`,
+    and `cuda` (every device's) when training on CUDA."""
+    states = {"python": random.getstate(), "numpy": np.random.get_state(), "cpu": torch.random.get_rng_state()}
+    if device.type == "cuda":
+        states["cuda"] = torch.cuda.random.get_rng_state_all()
+    return states
+
+
+def set_rng_states(states: dict, device: torch.device) -> None:
+    """Restore what `rng_states` saved (transformers' `Trainer._load_rng_state`)."""
+    random.setstate(states["python"])
+    np.random.set_state(states["numpy"])
+    torch.random.set_rng_state(states["cpu"])
+    if device.type == "cuda" and "cuda" in states:
+        torch.cuda.random.set_rng_state_all(states["cuda"])
+
+
+def torch_load_numpy(path: Path):
+    """`torch.load(path, weights_only=True)` allowing numpy's RNG state (transformers' `safe_globals`)."""
+    core = getattr(np, "_core", None) or np.core
+    allowed = [core.multiarray._reconstruct, np.ndarray, np.dtype, type(np.dtype(np.uint32))]
+    with torch.serialization.safe_globals(allowed):
+        return torch.load(path, weights_only=True)
 
 
 def evaluate(policy: TorchPolicy, objective: Objective, rows: Sequence[TokenRow], batch_size: int = 8) -> float:

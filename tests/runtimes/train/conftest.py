@@ -85,11 +85,13 @@ COMMON = dict(
 )
 
 
-def trl_sft_losses(model_or_folder, rows, options: dict) -> tuple[list[float], list[float]]:
+def trl_sft_losses(model_or_folder, rows, options: dict, output_dir: Path | None = None) -> tuple[list, list]:
     """TRL SFTTrainer's per-step (losses, grad_norms) on `rows` (prompt_ids/completion_ids), given to TRL as
     pre-tokenized `input_ids` + `completion_mask` (TRL builds the labels from the mask under
     `completion_only_loss=True`, the value its default None takes for prompt/completion data), sequential
-    sampling, f32 on CPU. `model_or_folder`: a saved folder (full SFT) or a model (a PeftModel for LoRA)."""
+    sampling, f32 on CPU. `model_or_folder`: a saved folder (full SFT) or a model (a PeftModel for LoRA).
+    With `output_dir`, TRL saves its checkpoints there (`options` then sets `save_steps`); else it saves none."""
+    import contextlib
     import tempfile
 
     import torch
@@ -115,7 +117,8 @@ def trl_sft_losses(model_or_folder, rows, options: dict) -> tuple[list[float], l
     tokenizer = transformers.PreTrainedTokenizerFast(
         tokenizer_object=words, pad_token="t0", bos_token="t1", eos_token="t2"
     )
-    with tempfile.TemporaryDirectory() as out:
+    place = contextlib.nullcontext(str(output_dir)) if output_dir is not None else tempfile.TemporaryDirectory()
+    with place as out:
         args = SFTConfig(
             output_dir=out,
             **options,
@@ -123,7 +126,7 @@ def trl_sft_losses(model_or_folder, rows, options: dict) -> tuple[list[float], l
             bf16=False,
             use_cpu=True,
             report_to="none",
-            save_strategy="no",
+            save_strategy="no" if output_dir is None else "steps",
             train_sampling_strategy="sequential",
             activation_checkpointing=False,
             completion_only_loss=True,
