@@ -14,7 +14,16 @@ import argparse
 import os
 import sys
 
-from linnet.cli.common import BACKEND_HELP, BACKEND_NAMES, EXIT_ERRORS, EXIT_OK, EXIT_USAGE, UsageError, parse_config
+from linnet.cli.common import (
+    BACKEND_HELP,
+    BACKEND_NAMES,
+    DEVICE_HELP,
+    EXIT_ERRORS,
+    EXIT_OK,
+    EXIT_USAGE,
+    UsageError,
+    parse_config,
+)
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -97,6 +106,7 @@ def _train(args: argparse.Namespace):
         progress=not args.quiet,
         save_merged=args.save_merged,
         resume=True if args.resume == "" else args.resume,
+        device=args.device,
         **options,
     )
     return result
@@ -136,6 +146,7 @@ def register(sub) -> None:
     p.add_argument("--preset", metavar="NAME", help="the preset to build (default: the first with default weights)")
     p.add_argument("--config", action="append", metavar="KEY=VALUE", help="override a config field (repeatable)")
     p.add_argument("--backend", choices=BACKEND_NAMES, default="torch", metavar="BACKEND", help=BACKEND_HELP)
+    p.add_argument("--device", default="cpu", help=DEVICE_HELP)
     p.add_argument(
         "--method",
         default="sft",

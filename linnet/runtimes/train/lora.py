@@ -393,12 +393,13 @@ def load_with_adapters(
     on `jax` every weight under its checkpoint name, so gradients come back by name). Returns (the `TorchModel` or
     `JaxModel`, with `.lora` its `LoraAdapters`; the adapters' paths, the parameters to train). Raises TrainError,
     LoadError, BackendError."""
-    from ..backends import get_backend
+    from ..backends import check_options, get_backend
     from ..loading import LoadOptions
 
     b = get_backend(backend)
     if not b.can_train:
         raise TrainError(f"LoRA loads on the backends that train; {backend} is {b.label}")
+    check_options(b, "f32", "equivalent", device)  # what `Backend.load` checks, which this load goes around
     prepared, adapters = prepare_with_adapters(
         source, weights, lora, adapter=adapter, preset=preset, config=config, seed=seed, max_batch=max_batch
     )

@@ -118,7 +118,7 @@ def train(
             or a registered method (`dpo`, `grpo`).
         backend: a backend whose registry record `can_train` (`torch`, `torch-interpret`, `jax`: under
             `jax.grad` with optax, `jax_trainer`).
-        device: where the model and the training run (`cpu`, `cuda`, `cuda:1`).
+        device: where the model and the training run (`cpu`, `cuda`, `cuda:1`; `tpu` on the `jax` backend).
         lora: LoRA settings for `sft` (None: `LoraSettings()`, r=8, lora_alpha=8, q_proj and v_proj).
         adapter: a PEFT adapter folder to start from (training goes on from its weights).
         progress: a progress bar on stderr (loss, tokens/s, ETA).

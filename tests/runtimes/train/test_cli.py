@@ -90,6 +90,19 @@ def test_bad_input_exits_2_and_writes_nothing(tiny_llama, tmp_path, capsys):
     assert [f.name for f in out.iterdir()] == ["x"]
 
 
+def test_a_device_the_backend_does_not_run_on_is_refused_before_anything_is_written(tiny_llama, tmp_path, capsys):
+    """`--device tpu` on torch (LoRA loads go around `Backend.load`, which checks the device): the record's
+    message and exit 1, as `linnet generate` gives, not torch's own RuntimeError."""
+    data = write_jsonl(tmp_path / "d.jsonl", id_rows(2))
+    out = tmp_path / "out"
+    capsys.readouterr()
+    args = [str(LLAMA), "--weights", str(tiny_llama), "--data", str(data), "-o", str(out), "--device", "tpu"]
+    status = main(["train", *args, "--quiet"])
+    err = capsys.readouterr().err
+    assert status == 1 and err == "linnet train: torch runs on cpu or cuda, got device 'tpu'\n", err
+    assert not out.exists()
+
+
 def test_a_checkpoint_of_another_model_exits_2(tmp_path, capsys):
     import torch
     import transformers
