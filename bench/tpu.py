@@ -279,6 +279,64 @@ def speed_rows(report: Report, device: str, dry: bool, calibration: dict, budget
         report.add("distance (bf16 on the device against f32 on the CPU)", ref_row)
 
 
+def serve_rows(report: Report, device: str, dry: bool, calibration: dict) -> None:
+    """The serving engine (continuous batching, `linnet serve`'s, in process: the TPU machine allows no sockets) on
+    the 1.1B shape in bf16: C requests of 512 prompt + 128 new tokens (greedy, EOS ignored) submitted at once, for C
+    = 8, 32 and 64 on one engine of 64 rows. Against the limit at that batch: a decode step reads the weights once
+    and each row's whole KV cache row (the attention reads every position of its row), at the measured GB/s."""
+    from linnet.runtimes.sampling import SamplingParams
+    from linnet.runtimes.serve.engine import Engine, Finished, Request
+
+    shape = "smollm2-135m" if dry else "tinyllama-1.1b"
+    prompt, new = (32, 8) if dry else (512, 128)
+    concurrencies = (2, 4) if dry else (8, 32, 64)
+    rows = max(concurrencies)
+    m = load(shape, dry, device=device, dtype="bf16", max_batch=rows, max_positions=prompt + new)
+    weight_bytes = sum(a.nbytes for a in m.params.values())
+    row_bytes = sum(a.nbytes for a in m.state.values()) / rows
+    sm = m.step_model()
+    t = time.perf_counter()
+    sm.warm_up([prompt], list(range(1, rows + 1)))
+    compile_s = time.perf_counter() - t
+    engine = Engine(sm, None, prefill_chunk=prompt, step_token_budget=prompt + rows)
+    engine.start()
+    rng = np.random.default_rng(3)
+    try:
+        for c in concurrencies:
+            requests = [
+                Request(rng.integers(0, m.vocab_size, prompt).tolist(), SamplingParams(), new, ignore_eos=True)
+                for _ in range(c)
+            ]
+            start = time.perf_counter()
+            handles = [engine.submit(r) for r in requests]
+            done = [next(e for e in h.events() if isinstance(e, Finished)) for h in handles]
+            wall = time.perf_counter() - start
+            tokens = sum(f.completion_tokens for f in done)
+            ttft = [f.ttft_s * 1e3 for f in done if f.ttft_s is not None]
+            itl = [g * 1e3 for f in done for g in f.inter_token_s]
+            step_limit_s = (weight_bytes + c * row_bytes) / (calibration["stream_bf16_gbps"] * 1e9)
+            report.add(
+                "serve",
+                {
+                    "shape": shape,
+                    "concurrency": c,
+                    "prompt+new": f"{prompt}+{new}",
+                    "finished": f"{sum(f.finish_reason == 'length' for f in done)}/{c}",
+                    "tok_s": round(tokens / wall, 1),
+                    "decode_limit_tok_s": round(c / step_limit_s, 1),
+                    "of_limit": f"{tokens / wall / (c / step_limit_s):.0%}",
+                    "ttft_p50_ms": round(float(np.percentile(ttft, 50)), 1),
+                    "ttft_p99_ms": round(float(np.percentile(ttft, 99)), 1),
+                    "itl_p50_ms": round(float(np.percentile(itl, 50)), 2),
+                    "itl_p99_ms": round(float(np.percentile(itl, 99)), 2),
+                    "wall_s": round(wall, 2),
+                    "warm_up_compile_s": round(compile_s, 1),
+                },
+            )
+    finally:
+        engine.shutdown()
+
+
 def compile_rows(report: Report, device: str, dry: bool) -> None:
     """The 1.1B shape's compiles for a generation (prefill bucket, decode step, decode loop) again, in the same
     process after `jax.clear_caches()`: what the persistent compile cache gives a second run. Cold: the speed rows'
@@ -303,7 +361,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     ap.add_argument("--dry-run", action="store_true", help="the CPU, tiny sizes")
     ap.add_argument("--budget-s", type=float, default=420, help="start no new shape after this many seconds")
-    ap.add_argument("--only", choices=("calibration", "numerics", "speed"), action="append")
+    ap.add_argument("--only", choices=("calibration", "numerics", "speed", "serve"), action="append")
     args = ap.parse_args(argv)
     start = time.monotonic()
 
@@ -321,7 +379,7 @@ def main(argv=None) -> int:
     name = f"tpu_{time.strftime('%Y-%m-%d')}" + ("_dry_run" if args.dry_run else "")
     report = Report(args.out, name)
     report.data["machine"] = f"{dev.device_kind} ({dev.platform}), jax {jax.__version__}, {os.cpu_count()} host cores"
-    only = set(args.only or ("calibration", "numerics", "speed"))
+    only = set(args.only or ("calibration", "numerics", "speed", "serve"))
     calibration = calibrate(jax, dev, args.dry_run)
     report.add("calibration", calibration)
     if "numerics" in only:
@@ -329,6 +387,8 @@ def main(argv=None) -> int:
     if "speed" in only:
         speed_rows(report, device, args.dry_run, calibration, start + args.budget_s)
         compile_rows(report, device, args.dry_run)
+    if "serve" in only and time.monotonic() < start + args.budget_s:
+        serve_rows(report, device, args.dry_run, calibration)
     report.data["wall_s"] = round(time.monotonic() - start, 1)
     report.write()
     return 0

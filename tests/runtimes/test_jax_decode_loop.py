@@ -117,3 +117,29 @@ def test_non_finite_logits_raise_at_the_same_position_as_the_per_token_path():
         messages.append(str(err.value))
     for text in messages:
         assert "NaN" in text and "position 20 (row 0, decode step 18)" in text, text
+
+
+@pytest.mark.parametrize("mode", ["generated", "stablehlo"])
+def test_a_decode_batch_padded_to_its_bucket_writes_only_its_own_rows(mode):
+    """`batch_buckets` (on by default on an accelerator): 3 rows decode as 4, the fourth pointing past the cache.
+    Its write is dropped (row 3's cache is untouched), and the 3 rows' logits are the bits of a real 4-row step's
+    first rows (the same executable; a row's dot reads only its own input)."""
+    m = lj.load(
+        LLAMA, config=SMALL, mode=mode, max_batch=4, max_positions=32, random_weights=True, seed=5, progress=False
+    )
+    bucketed = m.step_model(batch_buckets=True)
+    assert [bucketed.decode_batch(b) for b in (1, 2, 3, 4)] == [1, 2, 4, 4]
+    assert m.step_model().decode_batch(3) == 3  # the CPU's default: no padding
+    i64 = lambda *x: np.array(x, dtype=np.int64)  # noqa: E731
+    for row in range(4):
+        bucketed.step(i64([1 + row, 2, 3]), i64(0), i64(row))
+    before = {k: np.asarray(v) for k, v in m.state.items()}
+    logits = bucketed.step(i64([7], [8], [9]), i64(3, 3, 3), i64(0, 1, 2))
+    assert logits.shape == (3, SMALL["vocab_size"])
+    heads = SMALL["num_key_value_heads"]
+    for k, v in m.state.items():  # held [max_batch * H_kv, T, D]: row 3 is the last H_kv
+        assert np.array_equal(np.asarray(v)[3 * heads :], before[k][3 * heads :]), k
+        assert not np.array_equal(np.asarray(v)[: 3 * heads, 3], before[k][: 3 * heads, 3]), k
+    m.state = {k: m.put_input(v) for k, v in before.items()}  # the same cache again, then a real 4-row step
+    full = m.step_model(batch_buckets=False).step(i64([7], [8], [9], [10]), i64(3, 3, 3, 3), i64(0, 1, 2, 3))
+    assert np.array_equal(logits, full[:3])

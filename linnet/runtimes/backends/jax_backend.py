@@ -181,9 +181,9 @@ class JaxModel(ModelBase):
         jax = jax_module()
         self.state = {k: jax.device_put(np.zeros(v.shape, v.dtype), v.sharding) for k, v in self.state.items()}
 
-    def step_model(self, decode_loop: bool | None = None) -> "JaxStepModel":
-        """The runner's `StepModel` (`JaxStepModel`); `decode_loop` as it takes it."""
-        return JaxStepModel(self, decode_loop)
+    def step_model(self, decode_loop: bool | None = None, batch_buckets: bool | None = None) -> "JaxStepModel":
+        """The runner's `StepModel` (`JaxStepModel`); `decode_loop` and `batch_buckets` as it takes them."""
+        return JaxStepModel(self, decode_loop, batch_buckets)
 
 
 class JaxStepModel:
@@ -195,11 +195,17 @@ class JaxStepModel:
 
     `decode_loop`: whether greedy generation runs its decode steps many per dispatch on the device
     (`decode_greedy`, `jax_loop.GreedyLoop`); None (the default) means on an accelerator, not on the CPU, where a
-    host round trip costs little and the loop would be one more compile. Never over a mesh (sharded inputs)."""
+    host round trip costs little and the loop would be one more compile. Never over a mesh (sharded inputs).
+
+    `batch_buckets`: whether a decode step of B rows runs as the next power of two (`decode_batch`), the rows added
+    pointing past the cache (their writes dropped, their logits discarded), so that serving compiles log2(max_batch)
+    decode steps instead of max_batch (a few seconds each on a TPU). None (the default) means on an accelerator: on
+    the CPU a row's logits may depend on the batch's size (XLA picks its dot kernels by shape), and serving there
+    promises each request the tokens `linnet generate` gives it alone."""
 
     compile_kind = "compile"
 
-    def __init__(self, model: JaxModel, decode_loop: bool | None = None):
+    def __init__(self, model: JaxModel, decode_loop: bool | None = None, batch_buckets: bool | None = None):
         if "step" not in model.functions:
             raise ValueError("generation needs a decoder with `entry fn step`")
         self.model = model
@@ -208,8 +214,9 @@ class JaxStepModel:
         self.vocab_size = model.vocab_size
         self._jax = jax_module()
         self._compiled: dict[tuple[int, int], Callable] = model.step_executables
-        if decode_loop is None:
-            decode_loop = getattr(model.device, "platform", "cpu") != "cpu"
+        accelerator = getattr(model.device, "platform", "cpu") != "cpu"
+        decode_loop = accelerator if decode_loop is None else decode_loop
+        self.batch_buckets = accelerator if batch_buckets is None else batch_buckets
         self._loop = None
         if decode_loop and model.input_sharding is None:
             from .jax_loop import GreedyLoop
@@ -248,7 +255,7 @@ class JaxStepModel:
         each once on zeros in rows 0..B-1 from position 0: XLA's first execution of a program pays a one-time setup
         (about 0.4 s for SmolLM2's prefill on CPU) that would otherwise land in the first token's time. The cache
         entries written are overwritten before they are read (the runner's contract)."""
-        shapes = {(b, 1) for b in batch_sizes} | {(1, 1)}
+        shapes = {(self.decode_batch(b), 1) for b in batch_sizes} | {(1, 1)}
         shapes |= {(1, bucket_for(n - 1, self.max_positions)) for n in prefill_lengths if n > 1}
         for b, s in sorted(shapes):
             self._executable((b, s))
@@ -258,11 +265,27 @@ class JaxStepModel:
             zeros = np.zeros(b, dtype=np.int64)
             np.asarray(self._call(np.zeros((b, s), dtype=np.int64), zeros, np.arange(b, dtype=np.int64)))
 
+    def decode_batch(self, b: int) -> int:
+        """The rows a decode step of `b` rows runs: `b`, or with `batch_buckets` the next power of two (at most
+        `max_batch`)."""
+        if not self.batch_buckets:
+            return b
+        bucket = 1
+        while bucket < b:
+            bucket *= 2
+        return min(bucket, self.max_batch)
+
     def _call(self, ids: np.ndarray, positions: np.ndarray, rows: np.ndarray):
         m = self.model
+        b, s = ids.shape
+        runs = self.decode_batch(b) if s == 1 else b
+        if runs > b:  # rows past the cache: a decode step's write there is dropped, its read clamped, its logits cut
+            ids = np.concatenate([ids, np.zeros((runs - b, 1), np.int64)])
+            positions = np.concatenate([positions, np.zeros(runs - b, np.int64)])
+            rows = np.concatenate([rows, np.full(runs - b, self.max_batch, np.int64)])
         put = lambda a: m.put_input(np.ascontiguousarray(a, dtype=np.int64))  # noqa: E731
         logits, m.state = self._executable(ids.shape)(m.params, m.state, put(ids), put(positions), put(rows))
-        return logits
+        return logits[:b] if runs > b else logits
 
     def step(self, input_ids: np.ndarray, positions: np.ndarray, rows: np.ndarray) -> np.ndarray:
         input_ids = np.asarray(input_ids, dtype=np.int64)
