@@ -98,8 +98,9 @@ def _jsonable(value: Any) -> Any:
 def check_resumable(checkpoint: Path, record: dict[str, Any]) -> int:
     """The step `checkpoint` holds, once its `train_config.json` is found to describe this run's `record`
     (train_config.json's content): every field the same but `RESUMABLE_CHANGES` and the inputs' locations
-    (`LOCATIONS`: their contents are compared instead, by `data_sha256`, `source_sha256`, `weights_path`). Raises TrainError naming each difference, or when the checkpoint's step
-    leaves nothing to train under this run's `max_steps`."""
+    (`LOCATIONS`: their contents are compared instead, by `data_sha256`, `source_sha256`, `weights_path`). Raises
+    TrainError naming each difference, or when the checkpoint's step leaves nothing to train under this run's
+    `max_steps`."""
     saved = _read_json(checkpoint / TRAIN_CONFIG)
     state = _read_json(checkpoint / TRAINER_STATE)
     now = _jsonable(record)
