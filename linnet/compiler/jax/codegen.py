@@ -484,8 +484,7 @@ def _grouped_attention(e: Emitter, op: Op):
         qg = e.fresh("q_grouped")
         lines = [
             f"{qg} = {e.r(q)}.reshape({rows}, {g} * {s}, {d}){note}",
-            f'{scores} = jnp.einsum("ksd,ktd->kst", {qg}, {kn}{exact})'
-            f".reshape({b}, {h}, {s}, {t}) * {scale}",
+            f'{scores} = jnp.einsum("ksd,ktd->kst", {qg}, {kn}{exact}).reshape({b}, {h}, {s}, {t}) * {scale}',
         ]
         grouped = lambda x, n: f"{x}.reshape({rows}, {g} * {s}, {n})"  # noqa: E731
         product = lambda p: f'jnp.einsum("kst,ktd->ksd", {p}, {vn}{exact})'  # noqa: E731
