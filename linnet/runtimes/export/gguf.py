@@ -524,8 +524,9 @@ def _write(
                 writer.add_tensor(t.name, t.data)
             elif t.ggml_type == "F16":
                 writer.add_tensor(t.name, t.data.astype(np.float16))
-            else:
-                writer.add_tensor(t.name, quantize(t.data, qtype), raw_dtype=qtype)
+            else:  # (a denormal block's 1 / scale overflows in ggml's quantizer as here: its f16 scale is 0)
+                with np.errstate(over="ignore", invalid="ignore"):
+                    writer.add_tensor(t.name, quantize(t.data, qtype), raw_dtype=qtype)
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
         writer.write_tensors_to_file()
