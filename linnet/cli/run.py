@@ -24,6 +24,7 @@ from linnet.cli.common import (
     check_paths,
     fail,
     load_model,
+    parse_config,
     parse_dims,
     print_notes,
     use_default_preset,
@@ -174,6 +175,28 @@ def _file_inputs(args: argparse.Namespace, model):
     return image, audio
 
 
+def _compared_program(args: argparse.Namespace):
+    """The program every compared backend runs, before any backend: the front end's alone for random weights; with
+    `--weights`, bound to the checkpoint's config as loading binds it (headers only, no tensor read), so the random
+    ids are drawn from the checkpoint's vocabulary (256) and not the source's default (32000), and the checker's
+    shapes are the checkpoint's."""
+    if args.weights is None:
+        return build_program(args)
+    from linnet.runtimes.loading import LoadOptions, prepare
+
+    options = LoadOptions(
+        preset=args.preset,
+        config=parse_config(args.config),
+        dtype=args.dtype,
+        max_batch=args.max_batch,
+        max_positions=args.max_positions,
+    )
+    prepared = prepare(args.file, args.weights, options)
+    if prepared.checkpoint is not None:
+        prepared.checkpoint.close()
+    return prepared.program
+
+
 def compare_backends(args: argparse.Namespace) -> int:
     """`linnet run --compare`: the entry on the reference and each backend listed, with the same
     inputs and weights; the report of `linnet.runtimes.backends.compare`, printed as text or JSON. Returns the
@@ -189,7 +212,7 @@ def compare_backends(args: argparse.Namespace) -> int:
             compare.tolerance_for(args)
         except ValueError as err:
             raise UsageError(str(err)) from None
-        program = build_program(args)  # the front end only: the checker's signature and the sizes, before any backend
+        program = _compared_program(args)
         entry, graph, sizes = entry_and_sizes(args, program)
     except FAILURES as err:
         return fail("run", err)

@@ -729,7 +729,9 @@ class ModuleWriter:
     def merge_identical(self) -> None:
         """Specialisations of one source function whose code reads the same (`apply_rope` for
         9 query heads and for 3 KV heads: Python is shape-polymorphic) become one function:
-        their keys all take the first one's name, and the others are not written."""
+        their keys all take the first one's name, and the others are not written. Merges chain (a body reads the
+        same as another's only once its callees were merged, on a later pass): a key merged into one that is then
+        merged itself follows it, or its callers would name a function not written (GPT-OSS's `mask_7`)."""
         layout, program = self.layout, self.program
         self.helpers = Helpers(lambda body, e, name: self.function(body, e, name, method=False), set())
         self._reserved = self.reserved | set(layout.names.values()) | set(layout.classes)
@@ -744,9 +746,11 @@ class ModuleWriter:
                     body = self.function(g, self.new_emitter(), "NAME", method=owner is not None)[2:]
                     code = tuple(re.sub(r"  #.*$", "", line) for line in body)  # shapes in comments differ
                     found = seen.setdefault((owner, g.qualname, code), key)
-                    if found != key:
-                        layout.names[key] = layout.names[found]
-                        layout.merged.setdefault(found, []).append(key)
+                    if found != key:  # `key`, and what was merged into it before, are written as `found`
+                        into = layout.merged.setdefault(found, [])
+                        for k in [key, *layout.merged.pop(key, [])]:
+                            layout.names[k] = layout.names[found]
+                            into.append(k)
                         keys.remove(key)
                         merged = True
             if not merged:

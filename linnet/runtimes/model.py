@@ -278,9 +278,54 @@ def check_inputs(graph: Graph, arrays: Sequence[Any], max_batch: int, max_positi
                     f"`{name}` input `{want.name}` has shape {list(a.shape)}, the entry takes {want.signature}{bound}"
                 )
         out.append(np.ascontiguousarray(a if a.dtype == want.numpy else a.astype(want.numpy)))
+    for i, (size, table) in _index_bounds(graph).items():
+        ids = out[i]
+        if ids.size and (ids.min() < 0 or ids.max() >= size):
+            bad = np.argwhere((ids < 0) | (ids >= size))[0]
+            raise RunError(
+                f"`{name}` input `{takes[i].name}` holds {int(ids[tuple(bad)])} at index {bad.tolist()}, outside "
+                f"[0, {size}): the rows of `{table}` (ids index it; a backend would fail or silently clamp)"
+            )
     if uses_state:
         _check_cache_bounds(graph, dict(zip((i.name for i in takes), out)), max_batch, max_positions)
     return out
+
+
+@lru_cache(maxsize=64)
+def _index_bounds(graph: Graph) -> dict[int, tuple[int, str]]:
+    """{input position: (rows, table path)} for each integer input of entry `graph` that indexes a parameter along
+    a dim of fixed size (a `take` from an embedding table, reached through calls and loop bodies): the one range
+    check every backend shares, so an id past the table is a RunError everywhere (PyTorch and ONNX Runtime would
+    raise their own index errors, JAX and XLA clamp to the last row without a word)."""
+    bounds: dict[int, tuple[int, str]] = {}
+    seen: set[tuple[int, frozenset]] = set()
+
+    def walk(g: Graph, tracked: dict[int, int], prefix: str) -> None:
+        key = (id(g), frozenset(tracked.items()))
+        if key in seen:
+            return
+        seen.add(key)
+        for op in g.ops:
+            if op.name == "take" and id(op.args.get("indices")) in tracked:
+                table, dim = op.args["x"], int(op.args.get("dim", 0))
+                size = table.type.shape.dims[dim].as_int() if dim < len(table.type.shape.dims) else None
+                producer = table.producer
+                if size is not None and producer is not None and producer.name == "param":
+                    pos = tracked[id(op.args["indices"])]
+                    if pos not in bounds or size < bounds[pos][0]:
+                        bounds[pos] = (size, prefix + producer.attrs["path"])
+            elif op.name == "call" and op.callee is not None:
+                by_name = {v.name: v for v in op.callee.inputs}
+                inner = {
+                    id(by_name[k]): tracked[id(v)] for k, v in op.args.items() if k in by_name and id(v) in tracked
+                }
+                if inner:
+                    walk(op.callee, inner, prefix + str(op.attrs.get("receiver") or ""))
+            if op.body is not None:
+                walk(op.body, tracked, prefix)
+
+    walk(graph, {id(v): i for i, v in enumerate(graph.inputs) if v.type.dtype.kind == "int"}, "")
+    return bounds
 
 
 def _check_cache_bounds(graph: Graph, arrays: dict[str, np.ndarray], max_batch: int, max_positions: int) -> None:

@@ -119,6 +119,33 @@ def test_one_bf16_row_gives_f_linear_bits_as_torch_mv_where_the_kernels_agree(
     assert torch.equal(linear(two, weight), F.linear(two, weight)) and calls == []
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize(("n", "k"), [(576, 1536), (1536, 576), (3072, 576), (576, 576), (192, 576)])
+def test_where_the_check_picks_torch_mv_it_gives_f_linear_bits_on_every_row(namespace, threads, n, k):
+    """The decision against the real kernels of this CPU, on many rows: where `_same_bits` says torch.mv gives
+    F.linear's bits (SmolLM2's shapes), 200 plain random rows give F.linear's bits on every output; where the two
+    kernels differ on any of those outputs, it said they differ (bf16 [576, 1536] on an AVX-512 EPYC: ~1.5e-4 of
+    outputs, which the uniform probe of 4,096 outputs missed most runs, so one-row bf16 decode was claimed
+    bit-identical to F.linear and was not). Holds on AVX2, AVX-512 and AMX machines alike: whichever kernels
+    torch picks there, the check and this test read the same ones."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    generator = torch.Generator().manual_seed(n * k + threads)
+    weight = (torch.randn(n, k, generator=generator) / k**0.5).bfloat16()
+    namespace["_SAME_BITS"].clear()
+    try:
+        x = torch.randn(1, k, generator=generator).bfloat16()
+        exact = namespace["_same_bits"](namespace["_one_row_mv"], x, weight)
+        mismatched = 0
+        for _ in range(200):
+            x = torch.randn(1, k, generator=generator).bfloat16()
+            mismatched += int((namespace["_one_row_mv"](x, weight) != F.linear(x, weight)).sum())
+        assert not (exact and mismatched), f"torch.mv taken for F.linear, yet {mismatched} outputs of {200 * n} differ"
+    finally:
+        namespace["_SAME_BITS"].clear()
+        torch.set_num_threads(before)
+
+
 @pytest.mark.parametrize(("way", "dtype", "rows"), [("bmm", torch.float32, 1), ("mv", torch.bfloat16, 1)])
 def test_kernels_that_round_otherwise_are_never_used(namespace, linear, two_threads, monkeypatch, way, dtype, rows):
     """A bmm or mv an ulp off (as a bmm on an AVX-512 Xeon for some shapes) is caught by the first call's check:

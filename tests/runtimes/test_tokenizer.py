@@ -219,8 +219,9 @@ def test_gguf_file_without_tokenizer(tmp_path):
 
 
 def test_hf_dir_reads_configs(ours, tmp_path):
-    """tokenizer_config.json's add_bos_token rebuilds the post-processor; chat_template.jinja wins over
-    tokenizer_config.json; eos ids gather config.json and generation_config.json."""
+    """tokenizer_config.json's add_bos_token does not change tokenizer.json's post-processor (transformers 5 drops
+    it; see test_hf_dir_adds_bos_as_transformers_does); chat_template.jinja wins over tokenizer_config.json; eos ids
+    gather config.json and generation_config.json."""
     ours.backend.save(str(tmp_path / "tokenizer.json"))
     (tmp_path / "tokenizer_config.json").write_text(
         json.dumps(
@@ -236,8 +237,8 @@ def test_hf_dir_reads_configs(ours, tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"eos_token_id": 2, "bos_token_id": 1}))
     (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": [2, 0]}))
     tok = Tokenizer.from_hf_dir(tmp_path)
-    assert tok.add_bos_token is True
-    assert tok.encode("Hello world") == [1, 19556, 905]
+    assert tok.add_bos_token is False
+    assert tok.encode("Hello world") == [19556, 905]
     assert tok.encode("Hello world", add_special_tokens=False) == [19556, 905]
     assert tok.bos_token_id == 1 and tok.eos_token_id == 2 and tok.eos_token_ids == {0, 2}
     assert tok.chat_template == "{{ bos_token }}new"
@@ -251,3 +252,55 @@ def test_hf_dir_corrupt_tokenizer_json(tmp_path):
     (tmp_path / "tokenizer.json").write_text("{not json")
     with pytest.raises(TokenizerError, match="tokenizer.json"):
         Tokenizer.from_hf_dir(tmp_path)
+
+
+# tokenizer.json's post-processor: Llama 3's TemplateProcessing adding BOS, GPT-2's ByteLevel (adds nothing), none
+POST_PROCESSORS = ["template-bos", "template-bos-eos", "bytelevel", "none"]
+
+
+def _bos_folder(folder, post: str, tokenizer_config: dict):
+    from tokenizers import Tokenizer as Backend
+    from tokenizers import decoders, models, pre_tokenizers, processors, trainers
+
+    backend = Backend(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    specials = ["<|begin_of_text|>", "<|end_of_text|>"]
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    trainer = trainers.BpeTrainer(
+        vocab_size=300, special_tokens=specials, initial_alphabet=alphabet, show_progress=False
+    )
+    backend.train_from_iterator(["Hello world, the quick brown fox"] * 4, trainer)
+    if post.startswith("template"):
+        eos = " <|end_of_text|>" if post.endswith("eos") else ""
+        backend.post_processor = processors.TemplateProcessing(
+            single=f"<|begin_of_text|> $A{eos}",
+            pair=f"<|begin_of_text|> $A{eos} <|begin_of_text|> $B:1{eos}",
+            special_tokens=[(specials[0], 0), (specials[1], 1)],
+        )
+    elif post == "bytelevel":
+        backend.post_processor = processors.ByteLevel(trim_offsets=False)
+    folder.mkdir()
+    backend.save(str(folder / "tokenizer.json"))
+    config = {"bos_token": specials[0], "eos_token": specials[1], "tokenizer_class": "PreTrainedTokenizerFast"}
+    (folder / "tokenizer_config.json").write_text(json.dumps(config | tokenizer_config))
+    return folder
+
+
+@pytest.mark.parametrize("post", POST_PROCESSORS)
+@pytest.mark.parametrize("add_bos", [False, True, None], ids=["add_bos-false", "add_bos-true", "add_bos-absent"])
+@pytest.mark.parametrize("add_eos", [False, True, None], ids=["add_eos-false", "add_eos-true", "add_eos-absent"])
+def test_hf_dir_adds_bos_as_transformers_does(tmp_path, post, add_bos, add_eos):
+    """A Llama-3 folder hand-edited to `add_bos_token: false` (the usual way to avoid a double BOS) still gets its
+    BOS from the pinned transformers 5 (constraints.txt), which drops tokenizer_config.json's add_bos_token /
+    add_eos_token when tokenizer.json exists: Linnet gives the same ids, whatever the two files say (it used to
+    follow tokenizer_config.json: other ids than transformers, SFT losses off by up to 0.41 against TRL)."""
+    transformers = pytest.importorskip("transformers")
+    flags = {k: v for k, v in (("add_bos_token", add_bos), ("add_eos_token", add_eos)) if v is not None}
+    folder = _bos_folder(tmp_path / "tok", post, flags)
+    reference = transformers.AutoTokenizer.from_pretrained(str(folder))
+    ours = Tokenizer.from_hf_dir(folder)
+    for text in ["Hello world", "the quick brown fox", ""]:
+        assert ours.encode(text) == reference(text)["input_ids"], (text, flags)
+        assert ours.encode(text, add_special_tokens=False) == reference(text, add_special_tokens=False)["input_ids"]
+    assert ours.add_bos_token is post.startswith("template")

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from linnet.errors import ExportError
+from linnet.runtimes.export.values import check_exportable
 from linnet.runtimes.formats.checkpoints import cast_floating
 from linnet.runtimes.formats.gguf import GGUF_TENSOR_MAPS, GGUF_TRANSFORMS
 from linnet.runtimes.formats.gguf_rope import default_inv_freq, llama3_rope_freqs
@@ -149,8 +150,9 @@ def export_gguf(model: Any, out_path: str | os.PathLike[str], file_type: str = "
     Returns the path written.
     Raises ExportError for a family llama.cpp has no architecture for here (naming the supported ones), a config
     the format cannot express (a rope type llama.cpp does not read for it, rope_interleaved, an activation other
-    than silu), a tokenizer GGUF cannot hold (naming its pre-tokenizer), or a bad `file_type`; OSError when the
-    file cannot be written. Nothing is left on disk after an error.
+    than silu), a tokenizer GGUF cannot hold (naming its pre-tokenizer), a weight that holds NaN or Inf or would be
+    written as Inf or NaN in its type (f16 beyond 65504, a q8_0 block scale beyond f16's range; export/values.py),
+    or a bad `file_type`; OSError when the file cannot be written. Nothing is left on disk after an error.
     """
     if file_type not in FILE_TYPES:
         raise ExportError(f"GGUF type must be one of {', '.join(FILE_TYPES)}, got {file_type!r}")
@@ -373,7 +375,9 @@ def gguf_tensors(
         elif hf_name.endswith(arch.transposed) and arch.transposed:
             data = np.ascontiguousarray(data.T)
         is_output = name == "output.weight" or (tied and name == "token_embd.weight")
-        out.append(GGUFTensor(name, data, _tensor_type(data, file_type, is_output, name == "position_embd.weight")))
+        ggml_type = _tensor_type(data, file_type, is_output, name == "position_embd.weight")
+        check_exportable(data, f"{hf_name} ({name})", ggml_type.lower(), lambda a, t=ggml_type: _read_back(a, t))
+        out.append(GGUFTensor(name, data, ggml_type))
     freqs = rope_freqs(config)
     if freqs is not None:
         out.append(GGUFTensor("rope_freqs.weight", freqs, "F32"))
@@ -392,6 +396,19 @@ def _tensor_type(data: np.ndarray, file_type: str, is_output: bool, is_position:
         want = "Q8_0"
     block = GGML_QUANT_SIZES[GGMLQuantizationType[want]][0]
     return want if data.shape[-1] % block == 0 else "F16"
+
+
+def _read_back(data: np.ndarray, ggml_type: str) -> np.ndarray:
+    """`data` (f32) as a reader of the file gets it back once written as `ggml_type` (gguf.quants' ggml port)."""
+    from gguf import GGMLQuantizationType
+    from gguf.quants import dequantize, quantize
+
+    if ggml_type == "F32":
+        return data
+    if ggml_type == "F16":
+        return data.astype(np.float16).astype(np.float32)
+    qtype = GGMLQuantizationType[ggml_type]
+    return dequantize(quantize(data, qtype), qtype)
 
 
 def tokenizer_metadata(tokenizer: Tokenizer, vocab_size: int) -> dict[str, Any]:
@@ -507,8 +524,9 @@ def _write(
                 writer.add_tensor(t.name, t.data)
             elif t.ggml_type == "F16":
                 writer.add_tensor(t.name, t.data.astype(np.float16))
-            else:
-                writer.add_tensor(t.name, quantize(t.data, qtype), raw_dtype=qtype)
+            else:  # (a denormal block's 1 / scale overflows in ggml's quantizer as here: its f16 scale is 0)
+                with np.errstate(over="ignore", invalid="ignore"):
+                    writer.add_tensor(t.name, quantize(t.data, qtype), raw_dtype=qtype)
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
         writer.write_tensors_to_file()

@@ -36,8 +36,9 @@ from typing import Any
 
 import numpy as np
 
-from linnet.errors import CheckpointError, ExportError
-from linnet.runtimes.formats.checkpoints import cast_floating, check_cast_fits, is_floating, numpy_dtype
+from linnet.errors import ExportError
+from linnet.runtimes.export.values import check_exportable
+from linnet.runtimes.formats.checkpoints import cast_floating, is_floating, numpy_dtype
 from linnet.runtimes.model_weights import model_weights
 
 __all__ = ["export_hf", "FAMILIES", "check_family", "check_target", "hf_config", "parse_size", "DEFAULT_MAX_SHARD_SIZE"]
@@ -110,8 +111,8 @@ def export_hf(
 
     Returns the files written, inside `out_dir`.
     Raises ExportError for a family or config Hugging Face cannot express (naming the family or field), a weight
-    that overflows `dtype` (f32 beyond 65504 to f16, naming the tensor), an `out_dir` that exists and is not
-    empty, or a bad dtype / max_shard_size; OSError when the folder cannot be
+    that holds NaN or Inf or overflows `dtype` (f32 beyond 65504 to f16, naming the tensor; export/values.py), an
+    `out_dir` that exists and is not empty, or a bad dtype / max_shard_size; OSError when the folder cannot be
     written. Nothing is left on disk after an error.
     """
     if dtype is not None and dtype not in _TORCH_DTYPES:
@@ -133,12 +134,8 @@ def export_hf(
         token_ids=_token_ids(checkpoint.config if checkpoint is not None else {}, tokenizer),
     )
     weights = model_weights(model) | _untaken(model)  # as held (views where the backend allows), cast per shard
-    for name, a in weights.items():
-        try:
-            check_cast_fits(a, weight_dtype, name, "the model")
-        except CheckpointError as err:
-            message = err.message.replace("load it in", "export in")
-            raise ExportError(f"cannot export as {weight_dtype}: {message}") from None
+    for name, a in weights.items():  # NaN, Inf, or a value the dtype turns into Inf: refused (export/values.py)
+        check_exportable(a, name, weight_dtype, lambda a: cast_floating(a, weight_dtype).astype(np.float32))
 
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent))

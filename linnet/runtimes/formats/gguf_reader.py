@@ -255,6 +255,24 @@ class GGUFFile:
             if name in self.tensors:
                 raise GGUFError(f"{self.path}: tensor {name!r} appears twice")
             self.tensors[name] = GGUFTensorInfo(name, shape, ggml_type, start, nbytes)
+        self._check_file_end(table, pos, expected)
+
+    def _check_file_end(self, table: list, header_end: int, padded_end: int) -> None:
+        """The tensor data ends where the file ends, but for the padding to the alignment: a tensor count that is
+        too small (the table's last entry then read as padding, every tensor's data read from the wrong place and
+        the last tensor dropped) or too large, or bytes past the data, is a corrupt file, not a smaller model."""
+        if table:
+            last = self.tensors[table[-1][0]]
+            end, most = last.offset + last.nbytes, self.data_start + padded_end
+        else:
+            end, most = header_end, self.data_start
+        if not end <= self.size <= most:
+            n = len(table)
+            raise GGUFError(
+                f"{self.path}: corrupt GGUF file: the header's {n} tensor{'s' * (n != 1)} end at byte {end} "
+                f"(padded to the alignment of {self.alignment}: {most}) but the file has {self.size} bytes; the "
+                f"tensor count at byte 8 or a tensor's offset or shape is wrong, or the file was cut or appended to"
+            )
 
     # -- access ----------------------------------------------------------------------------------------------
 

@@ -313,6 +313,9 @@ class Tokenizer:
     def from_hf_dir(cls, path: str | os.PathLike[str]) -> Tokenizer | None:
         """From a Hugging Face model folder: tokenizer.json, tokenizer_config.json, special_tokens_map.json,
         chat_template.jinja / chat_template.json, and the eos ids of generation_config.json and config.json.
+        Whether BOS/EOS are added is tokenizer.json's post-processor's say alone: tokenizer_config.json's
+        `add_bos_token` / `add_eos_token` are ignored, as the pinned transformers 5 ignores them when tokenizer.json
+        exists (a folder hand-edited to `add_bos_token: false` still gets its BOS there; docs/runtimes.md).
         Returns None when the folder has no tokenizer.json (a slow-only tokenizer is not converted).
         Raises TokenizerError for malformed files."""
         folder = Path(path)
@@ -330,7 +333,9 @@ class Tokenizer:
             )
         if (folder / "tokenizer_config.json").is_file():
             tc = _read_json(folder / "tokenizer_config.json")
-            for key in ("bos_token", "eos_token", "add_bos_token", "add_eos_token", "chat_template"):
+            # not add_bos_token / add_eos_token: transformers 5 drops them when tokenizer.json exists
+            # (`PreTrainedTokenizerBase._from_pretrained`), so tokenizer.json's post-processor decides BOS and EOS
+            for key in ("bos_token", "eos_token", "chat_template"):
                 if key in tc and tc[key] is not None:
                     config[key] = tc[key]
         if (folder / "chat_template.json").is_file() and "chat_template" not in config:

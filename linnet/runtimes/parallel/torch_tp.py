@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import atexit
 import os
+import sys
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable
 
@@ -49,6 +51,7 @@ __all__ = [
     "LOAD_OPTIONS",
     "tensor_parallel",
     "init_mesh",
+    "finish",
     "shard_model",
     "load_tensor_parallel",
     "TensorParallelModel",
@@ -76,16 +79,31 @@ def init_mesh(device: str = "cpu") -> DeviceMesh:
         if kind == "cuda":
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         dist.init_process_group(DIST_BACKENDS[kind])
-        # torch asks for the group to be destroyed before exit: left to the interpreter's teardown, gloo's threads
-        # sometimes aborted the process ("terminate called without an active exception", exit -6) after its work
-        # was done (1 run in ~10 of the two-rank test, on this commit and before it)
-        atexit.register(_destroy_process_group)
+        atexit.register(finish)
     return init_device_mesh(kind, (dist.get_world_size(),), mesh_dim_names=("tp",))
 
 
-def _destroy_process_group() -> None:
-    """The default process group destroyed, where it still exists (`init_mesh` registers this at exit)."""
-    if dist.is_initialized():
+FINISH_TIMEOUT_S = 300  # how long a rank waits at exit for the others to be done with their work
+
+
+def finish() -> None:
+    """Meet every other rank at a barrier, then destroy the default process group (where it still exists).
+    `init_mesh` registers this at exit. Each rank used to destroy the group as soon as it was done: a rank that
+    finished first closed gloo's connections while another still communicated or ran, and that one sometimes
+    aborted after its work ("terminate called without an active exception", exit -6; 1 run in ~10 to 1 in 46 of the
+    two-rank test). Torch asks for the group to be destroyed before exit, and for no rank to leave a collective
+    behind. A rank that fails leaves the others at the barrier until torchrun stops them, or FINISH_TIMEOUT_S
+    (gloo's monitored barrier, which names the missing ranks), after which the group is destroyed anyway."""
+    if not dist.is_initialized():
+        return
+    try:
+        if dist.get_backend() == "gloo":
+            dist.monitored_barrier(timeout=timedelta(seconds=FINISH_TIMEOUT_S))
+        else:
+            dist.barrier()
+    except RuntimeError as err:  # a rank that never came: still leave with the group destroyed
+        print(f"linnet: tensor-parallel teardown: {err}", file=sys.stderr)
+    finally:
         dist.destroy_process_group()
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -88,7 +89,8 @@ class Batch:
 def read_jsonl(path: str | Path) -> list[Row]:
     """The rows of a JSONL file, each with its "file:line". Blank lines are skipped.
 
-    Raises TrainError for a missing or unreadable file, a line that is not JSON, or a value that is not an
+    Raises TrainError for a missing or unreadable file, a line that is not JSON, a key twice in one object
+    (file:line:column; json keeps the last silently, `datasets` refuses the file), or a value that is not an
     object (file:line), and for a file without rows."""
     p = Path(path)
     try:
@@ -103,15 +105,41 @@ def read_jsonl(path: str | Path) -> list[Row]:
             continue
         where = f"{p}:{n}"
         try:
-            value = json.loads(line)
+            value = json.loads(line, object_pairs_hook=_no_duplicate_keys)
         except json.JSONDecodeError as err:
             raise TrainError(f"{where}: not JSON ({err.msg} at column {err.colno})") from None
+        except _DuplicateKey as dup:
+            raise TrainError(
+                f"{where}:{_second_column(line, dup.key)}: key {json.dumps(dup.key)} appears twice in one object "
+                "(JSON would keep the last silently; `datasets` refuses such a file): keep one"
+            ) from None
         if not isinstance(value, dict):
             raise TrainError(f"{where}: a row must be a JSON object, got {type(value).__name__}")
         rows.append(Row(value, where))
     if not rows:
         raise TrainError(f"{p}: the data file has no rows")
     return rows
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key: str):
+        self.key = key
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """`json.loads`' object hook: the object, or _DuplicateKey for a key it holds twice (at any depth)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
+def _second_column(line: str, key: str) -> int:
+    """The 1-based column of the second `"key":` on `line` (where the duplicate starts), or of the first, or 1."""
+    found = [m.start() + 1 for m in re.finditer(re.escape(json.dumps(key)) + r"\s*:", line)]
+    return found[1] if len(found) > 1 else (found[0] if found else 1)
 
 
 def field_choice(row: Row, shapes: Sequence[Sequence[str]]) -> tuple[str, ...]:

@@ -430,9 +430,15 @@ def _adapter_tensors(tensors: dict[str, np.ndarray], members: list[LinearMember]
 
 def read_adapter(folder: str | Path) -> tuple[LoraSettings, str | None, dict[str, np.ndarray]]:
     """A PEFT LoRA adapter folder: (its settings, its target_modules as a `--lora-targets` string, its tensors by
-    PEFT name). Raises TrainError for a missing file, another PEFT method, or options Linnet does not run (DoRA,
-    rsLoRA, biases, fan_in_fan_out, per-module ranks)."""
+    PEFT name). Raises TrainError for a missing, truncated or corrupt file, a tensor holding NaN or Inf (naming the
+    file and tensor), a missing or non-numeric `r` / `lora_alpha`, another PEFT method, or options Linnet does not
+    run (DoRA, rsLoRA, biases, fan_in_fan_out, per-module ranks)."""
+    from math import isfinite
+
+    from safetensors import SafetensorError
     from safetensors.numpy import load_file
+
+    from linnet.runtimes.formats.checkpoints import CheckpointError, check_finite
 
     p = Path(folder)
     try:
@@ -456,12 +462,28 @@ def read_adapter(folder: str | Path) -> tuple[LoraSettings, str | None, dict[str
             raise TrainError(f"{p}: adapter_config.json sets {key} = {cfg[key]!r}, which Linnet does not run yet")
     targets = cfg.get("target_modules")
     spelled = targets if isinstance(targets, str) or targets is None else ",".join(targets)
+    file = p / "adapter_model.safetensors"
     try:
-        tensors = load_file(str(p / "adapter_model.safetensors"))
+        tensors = load_file(str(file))
     except FileNotFoundError:
         raise TrainError(f"{p}: no adapter_model.safetensors") from None
-    settings = LoraSettings(int(cfg["r"]), float(cfg["lora_alpha"]), float(cfg.get("lora_dropout") or 0.0), spelled)
-    return settings, spelled, {k: np.asarray(v, dtype=np.float32) for k, v in tensors.items()}
+    except (SafetensorError, OSError, TypeError, ValueError) as err:  # truncated or corrupt; a dtype numpy lacks
+        raise TrainError(
+            f"{file}: cannot read the adapter's tensors ({err}); the file is truncated or corrupt"
+        ) from None
+    out = {}
+    for name, value in tensors.items():  # NaN/Inf would train to "loss nan" and exit 0
+        try:
+            out[name] = check_finite(np.asarray(value, dtype=np.float32), name, file)
+        except CheckpointError as err:
+            raise TrainError(err.message.replace("the checkpoint is corrupt", "the adapter is corrupt")) from None
+    fields = {"r": cfg.get("r"), "lora_alpha": cfg.get("lora_alpha"), "lora_dropout": cfg.get("lora_dropout") or 0.0}
+    bad = [k for k, v in fields.items() if isinstance(v, bool) or not isinstance(v, int | float) or not isfinite(v)]
+    if bad or not float(fields["r"]).is_integer() or fields["r"] < 1:
+        shown = ", ".join(f"{k} = {json.dumps(fields[k])}" for k in bad or ["r"])
+        raise TrainError(f"{p / 'adapter_config.json'}: {shown}; r must be an integer >= 1, lora_alpha a number")
+    settings = LoraSettings(int(fields["r"]), float(fields["lora_alpha"]), float(fields["lora_dropout"]), spelled)
+    return settings, spelled, out
 
 
 def _host(tensor: Any) -> np.ndarray:

@@ -97,3 +97,31 @@ def test_text_rows_tokenize_as_trl_does(tmp_path):
         theirs = trainer.train_dataset[0]
         assert mine.input_ids == theirs["input_ids"], row
         assert [i if m else -100 for i, m in zip(mine.input_ids, mine.completion_mask)] == theirs["labels"], row
+
+
+@pytest.mark.parametrize(
+    "line, key, column",
+    [
+        ('{"prompt": "a", "completion": "b", "prompt": "c"}', "prompt", 36),
+        ('{"prompt_ids": [1], "completion_ids": [2],"completion_ids": [3]}', "completion_ids", 43),
+        ('{"messages": [{"role": "user", "content": "a", "role": "assistant"}]}', "role", 48),
+    ],
+    ids=["prompt", "completion_ids", "nested"],
+)
+def test_a_key_twice_in_a_row_is_refused_where_it_repeats(tmp_path, line, key, column):
+    """json keeps the last of two equal keys without a word (the row trained on the second prompt); `datasets`
+    refuses such a file (a row-level duplicate), and so does Linnet, naming the file, line, column and key."""
+    f = tmp_path / "d.jsonl"
+    f.write_text('{"prompt": "x", "completion": "y"}\n' + line + "\n")
+    with pytest.raises(TrainError) as e:
+        read_jsonl(f)
+    assert str(e.value) == (
+        f'{f}:2:{column}: key "{key}" appears twice in one object (JSON would keep the last silently; `datasets` '
+        "refuses such a file): keep one"
+    )
+    assert line[column - 1 :].startswith(f'"{key}"')
+    if key == "prompt" and installed("datasets"):
+        import datasets
+
+        with pytest.raises(Exception):  # noqa: B017 - datasets' own error (DatasetGenerationError from pyarrow's)
+            datasets.load_dataset("json", data_files=str(f), split="train", cache_dir=str(tmp_path / "cache"))

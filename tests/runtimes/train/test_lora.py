@@ -236,3 +236,78 @@ def test_qwen2_adapters_on_biased_projections_load_in_peft(tmp_path):
     assert np.abs(got - lt.load(QWEN2, tmp_path / "qwen2", progress=False).forward(IDS)[0]).max() > 1e-4
     with pytest.raises(TrainError, match=r"LlamaMLP.gate_proj is declared in llama.linnet:\d+, not .*qwen2.linnet"):
         load_with_adapters(QWEN2, tmp_path / "qwen2", LoraSettings(targets="gate_proj"))
+
+
+def _peft_adapter(tiny_llama, folder):
+    peft_model(tiny_llama).save_pretrained(folder)
+    return folder
+
+
+def test_a_truncated_adapter_is_a_located_error(tiny_llama, tmp_path):
+    """Half of adapter_model.safetensors (a copy cut short): PEFT itself cannot load it; Linnet says which file,
+    as a TrainError (it was safetensors' SafetensorError, a traceback from `linnet train --adapter`)."""
+    from peft import PeftModel
+    from transformers import LlamaForCausalLM
+
+    from linnet.runtimes.train.lora import read_adapter
+
+    folder = _peft_adapter(tiny_llama, tmp_path / "adapter")
+    file = folder / "adapter_model.safetensors"
+    data = file.read_bytes()
+    for cut in (len(data) // 2, 4):
+        file.write_bytes(data[:cut])
+        with pytest.raises(Exception):  # noqa: B017 - PEFT's (safetensors') own error
+            PeftModel.from_pretrained(LlamaForCausalLM.from_pretrained(tiny_llama), folder)
+        with pytest.raises(TrainError) as e:
+            read_adapter(folder)
+        assert str(e.value).startswith(f"{file}: cannot read the adapter's tensors (")
+        assert str(e.value).endswith("); the file is truncated or corrupt")
+
+
+def test_an_adapter_holding_nan_is_refused_naming_the_tensor(tiny_llama, tmp_path):
+    """NaN in lora_A trained to "loss nan" and exit 0; now the tensor and its first bad index are named."""
+    from safetensors.numpy import load_file, save_file
+
+    from linnet.runtimes.train.lora import read_adapter
+
+    folder = _peft_adapter(tiny_llama, tmp_path / "adapter")
+    file = folder / "adapter_model.safetensors"
+    tensors = load_file(str(file))
+    name = sorted(n for n in tensors if "lora_A" in n)[0]
+    tensors[name][1, 2] = np.nan
+    save_file(tensors, str(file), metadata={"format": "pt"})
+    with pytest.raises(TrainError) as e:
+        read_adapter(folder)
+    assert str(e.value) == (
+        f"{file}: tensor {name!r} holds NaN (1 of {tensors[name].size} values, the first nan at index [1, 2]); "
+        "the adapter is corrupt or was saved after training diverged"
+    )
+
+
+@pytest.mark.parametrize("r", [None, "4", 0, 2.5, True])
+def test_an_adapter_config_without_a_usable_rank_is_refused(tiny_llama, tmp_path, r):
+    import json
+
+    from linnet.runtimes.train.lora import read_adapter
+
+    folder = _peft_adapter(tiny_llama, tmp_path / "adapter")
+    config = json.loads((folder / "adapter_config.json").read_text())
+    config["r"] = r
+    (folder / "adapter_config.json").write_text(json.dumps(config))
+    with pytest.raises(TrainError, match=r"adapter_config.json: r = .*; r must be an integer >= 1"):
+        read_adapter(folder)
+
+
+def test_the_cli_exits_with_one_line_for_a_truncated_adapter(tiny_llama, tmp_path, capsys):
+    from linnet.cli import main
+    from tests.runtimes.train.conftest import id_rows
+
+    folder = _peft_adapter(tiny_llama, tmp_path / "adapter")
+    file = folder / "adapter_model.safetensors"
+    file.write_bytes(file.read_bytes()[:100])
+    data = write_jsonl(tmp_path / "d.jsonl", id_rows(3))
+    args = ["train", str(LLAMA), "--weights", str(tiny_llama), "--data", str(data), "--adapter", str(folder)]
+    code = main([*args, "-o", str(tmp_path / "out"), "--max-steps", "1"])
+    err = capsys.readouterr().err
+    assert code in (1, 2) and "Traceback" not in err and f"{file}: cannot read the adapter's tensors" in err, err
+    assert not (tmp_path / "out").exists()
