@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from lsprotocol import types as T
 
-from linnet.ir.build import preset_weights_at
+from linnet.ir.build import preset_model_mismatch, preset_weights_at
 from linnet.semantics.program import Analysis
 from linnet.syntax.items import Location
 
@@ -54,9 +54,12 @@ class WeightChecks:
         self.watched: set[Path] = set()
 
     def targets(self, ls: LinnetServer, doc: OpenDocument, analysis: Analysis) -> list[Target]:
-        """The presets of `doc` that name weights, with the checkpoint each names."""
+        """The presets of `doc` that name weights, with the checkpoint each names; a preset of another config
+        than the root model takes is not checked against that model."""
         out: list[Target] = []
         for preset in analysis.declared_presets:
+            if preset_model_mismatch(analysis, preset) is not None:
+                continue
             named = preset_weights_at(analysis, preset)
             if preset in ls.settings.weights:
                 spec = ls.settings.weights[preset]

