@@ -25,7 +25,7 @@ from typing import Any, Awaitable, Callable
 from lsprotocol import types as T
 from pygls.exceptions import FeatureRequestError, JsonRpcException, JsonRpcInvalidParams
 from pygls.lsp.server import LanguageServer
-from pygls.protocol import LanguageServerProtocol
+from pygls.protocol import LanguageServerProtocol, default_converter
 from pygls.protocol.language_server import lsp_method
 
 from linnet import __version__
@@ -52,7 +52,7 @@ from .convert import (
 from .documents import Documents, OpenDocument, Settings
 from .hover import hover_markdown
 from .import_completion import import_completions
-from .rpc import AnswerEveryRequest, OneLineReaderErrors, refusal
+from .rpc import AnswerEveryRequest, OneLineReaderErrors, refusal, strict_strings
 from .tokens import TOKEN_MODIFIERS, TOKEN_TYPES, semantic_tokens
 from .weights import WeightChecks
 
@@ -108,6 +108,7 @@ class LinnetServer(LanguageServer):
             __version__,
             text_document_sync_kind=T.TextDocumentSyncKind.Incremental,
             protocol_cls=LinnetProtocol,
+            converter_factory=lambda: strict_strings(default_converter()),
         )
         self.documents = Documents()
         self.settings = Settings()
