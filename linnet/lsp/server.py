@@ -13,11 +13,14 @@ contract", plus `linnet/presets`).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import functools
 import inspect
 import json
 import logging
+import os
+import sys
 import traceback
 import uuid
 from typing import Any, Awaitable, Callable
@@ -45,6 +48,7 @@ from .convert import (
     markup,
     offset_at,
     path_of,
+    published_diagnostics,
     range_of_offsets,
     set_position_encoding,
     uri_of,
@@ -189,7 +193,7 @@ class LinnetServer(LanguageServer):
                     if not doc.is_current(analysis):
                         continue
                     version, revision = doc.version, doc.revision
-                    diagnostics = [lsp_diagnostic(d) for d in analysis.diagnostics if d.location.path == doc.path]
+                    diagnostics = published_diagnostics(analysis.diagnostics, doc.path)
                     diagnostics += self.weight_checks.diagnostics(self, doc, analysis)
                 if self.documents.get(doc.uri) is not doc or revision != doc.revision:
                     continue
@@ -221,7 +225,7 @@ class LinnetServer(LanguageServer):
         analysis = await asyncio.to_thread(check)
         if self.documents.get(doc.uri) is not doc or doc.revision != revision:
             return None
-        diagnostics = [lsp_diagnostic(d) for d in analysis.diagnostics if d.location.path == doc.path]
+        diagnostics = published_diagnostics(analysis.diagnostics, doc.path)
         self.text_document_publish_diagnostics(T.PublishDiagnosticsParams(doc.uri, diagnostics, version))
         return analysis
 
@@ -409,6 +413,7 @@ def _register_lifecycle(server: LinnetServer) -> None:
     @server.feature(T.INITIALIZE)
     @guarded()
     def initialize(ls: LinnetServer, params: T.InitializeParams):
+        asyncio.get_running_loop().set_default_executor(NoWaitExecutor(thread_name_prefix="linnet-analysis"))
         # pygls chose the client's first offered encoding it knows (and answers it in the
         # capabilities): count columns in it, in and out
         chosen = ls.workspace.position_encoding
@@ -418,6 +423,12 @@ def _register_lifecycle(server: LinnetServer) -> None:
             ls.roots = [path_of(f.uri) for f in params.workspace_folders]
         elif params.root_uri:
             ls.roots = [path_of(params.root_uri)]
+
+    @server.feature(T.EXIT)
+    def exit_now(ls: LinnetServer, *args):
+        """`exit`: end the process now, whatever runs (an analysis in a worker thread cannot be interrupted, and
+        asyncio would wait for it); the weight worker is killed. LSP: status 0 after `shutdown`, else 1."""
+        exit_process(ls)
 
     @server.feature(T.INITIALIZED)
     @guarded()
@@ -473,6 +484,7 @@ def _register_text_sync(server: LinnetServer) -> None:
     @guarded()
     def did_close(ls: LinnetServer, params: T.DidCloseTextDocumentParams):
         doc = ls.documents.close(params.text_document.uri)
+        ls.weight_checks.cancel(params.text_document.uri)
         if doc is not None:
             ls.text_document_publish_diagnostics(T.PublishDiagnosticsParams(params.text_document.uri, []))
             ls.schedule_importers(doc.path)  # they read the file on disk now
@@ -977,6 +989,24 @@ async def _select_preset(ls: LinnetServer, args: tuple) -> str | None:
     return ls.settings.preset
 
 
+class NoWaitExecutor(concurrent.futures.ThreadPoolExecutor):
+    """The event loop's executor for analyses (`asyncio.to_thread`): when the loop ends (stdin closed, `exit`) it
+    does not wait for an analysis still running (of a 5 MB file: minutes), so the process can exit at once."""
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        super().shutdown(wait=False, cancel_futures=True)
+
+
+def exit_process(ls: LinnetServer) -> None:
+    """Kill the weight worker, flush what was written, and end the process (threads still running are not
+    waited for): status 0 after `shutdown`, else 1."""
+    ls.weight_checks.worker.kill()
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os._exit(0 if ls.protocol.shutdown_requested else 1)
+
+
 def main() -> int:
     """`linnet lsp`: serve on stdio until the client exits; the exit status (0 after `shutdown`, else 1)."""
     logging.basicConfig(level=logging.WARNING, format="linnet-lsp %(levelname)s %(message)s")
@@ -985,4 +1015,5 @@ def main() -> int:
     server = create_server()
     server.collector.start()  # after the imports: they are frozen, never scanned again
     server.start_io()
+    exit_process(server)  # the client closed stdin: no thread still analysing holds the process up
     return 0 if server.protocol.shutdown_requested else 1  # LSP: `exit` without `shutdown` exits 1
