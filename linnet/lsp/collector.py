@@ -9,7 +9,8 @@ to allocate, and 1.5 s of the first check of such a file went to full collection
 - keeps the automatic young collections (generations 0 and 1: what was allocated since; about a millisecond), and
   puts the automatic full collection out of the way (generation 2's threshold 100 times CPython's, a backstop for a
   session that never pauses);
-- once the server has been idle for `IDLE_S` (no message from the client, no check running) after it did something,
+- once the text has been still for `IDLE_S` (no didOpen, didChange, didSave or didClose; no check running; requests
+  do not count: a client asking for hovers every 250 ms postponed every collection and garbage grew with each edit),
   collects what is not frozen (what the last burst of edits allocated: the analyses it replaced are garbage now,
   and freezing them would keep them until a full collection; skipped above `YOUNG_LIMIT` objects, which only a
   big file just opened reaches), then freezes what survived (a list splice, no scan);

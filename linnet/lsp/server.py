@@ -73,6 +73,10 @@ LENS_BACKENDS = ("torch", "xla")  # registry names; a client lists the rest with
 # A file this long gets its first diagnostics in two steps when it is opened: the items that start in its first
 # FIRST_LINES lines (what an editor shows on opening it) are checked and published first, then everything.
 PROGRESSIVE_LINES = 1000
+# the messages that start a pause in typing again (linnet/lsp/collector.py)
+TEXT_CHANGES = frozenset(
+    (T.TEXT_DOCUMENT_DID_OPEN, T.TEXT_DOCUMENT_DID_CHANGE, T.TEXT_DOCUMENT_DID_SAVE, T.TEXT_DOCUMENT_DID_CLOSE)
+)
 FIRST_LINES = 150
 
 
@@ -83,7 +87,10 @@ class LinnetProtocol(AnswerEveryRequest, LanguageServerProtocol):
     malformed one with InvalidParams (`rpc.AnswerEveryRequest`)."""
 
     def handle_message(self, message):
-        self._server.collector.activity()  # any message ends a pause: no collection starts under it
+        if getattr(message, "method", None) in TEXT_CHANGES:
+            # typing ends a pause; requests do not (a client that asks for hovers or completions every few hundred
+            # milliseconds would otherwise postpone every collection, and garbage grew with every edit)
+            self._server.collector.activity()
         return super().handle_message(message)
 
     def _user_handler(self, method: str, params):

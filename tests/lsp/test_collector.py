@@ -127,3 +127,28 @@ def test_no_collection_while_a_check_runs(full_collections):
 
     asyncio.run(pause_then_check_ends())
     assert collector.full_collections == 1
+
+
+def test_requests_do_not_postpone_the_pause_only_text_changes_do(monkeypatch):
+    """Issue 45 item 2: every message restarted the pause, so a client asking for hovers or completions every few
+    hundred milliseconds kept the collector from ever running and the server's RSS grew by ~0.4 MB per edit."""
+    from lsprotocol import types as T
+    from pygls.protocol import LanguageServerProtocol
+
+    from linnet.lsp.server import create_server
+
+    server = create_server()
+    started: list[str] = []
+    monkeypatch.setattr(server.collector, "activity", lambda: started.append("pause restarted"))
+    monkeypatch.setattr(LanguageServerProtocol, "handle_message", lambda self, message: None)
+    doc = T.TextDocumentIdentifier("file:///x.linnet")
+    hover = T.HoverRequest(id=1, params=T.HoverParams(doc, T.Position(0, 0)))
+    completion = T.CompletionRequest(id=2, params=T.CompletionParams(doc, T.Position(0, 0)))
+    for request in (hover, completion):
+        server.protocol.handle_message(request)
+    assert started == []
+    change = T.DidChangeTextDocumentNotification(
+        params=T.DidChangeTextDocumentParams(T.VersionedTextDocumentIdentifier(2, doc.uri), [])
+    )
+    server.protocol.handle_message(change)
+    assert started == ["pause restarted"]
