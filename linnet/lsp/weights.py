@@ -90,6 +90,9 @@ class WeightWorker:
                 if process.returncode is None and self.process is process:
                     raise RuntimeError(f"the weight check worker failed: {err}") from err
                 raise asyncio.CancelledError from err  # killed: cancelled
+            except asyncio.CancelledError:
+                self.kill()  # its answer would be read as the next check's
+                raise
             import pickle
 
             answer = pickle.loads(body)
