@@ -213,7 +213,7 @@ class LinnetServer(LanguageServer):
             self.log_error("diagnostics", err)
         finally:
             self.first_items.pop(doc.uri, None)
-            self.collector.activity()  # the pause after a check is where its garbage is collected
+            self.collector.after_check()  # the analysis this one replaced is garbage now: collected at once
 
     async def _check_first_items(self, doc: OpenDocument) -> Analysis | None:
         """The first pass over a big file just opened: parse it all, check only the items that start in its first

@@ -152,3 +152,25 @@ def test_requests_do_not_postpone_the_pause_only_text_changes_do(monkeypatch):
     )
     server.protocol.handle_message(change)
     assert started == ["pause restarted"]
+
+
+def test_a_check_end_collects_the_analysis_it_replaced_at_once(full_collections):
+    """Issue 45 items 1-2: the garbage of a burst of edits waited for the pause, where collecting it all took
+    0.1-0.3 s that a completion sent then waited on; each check's end collects its own (one edit's worth), and a
+    big unfrozen set (a file just opened, live) is frozen rather than scanned."""
+    collector = IdleCollector(busy=lambda: False, idle_s=60)
+    collector.start()
+    garbage = [cycle() for _ in range(10)]
+    collector.after_check()
+    assert all(ref() is None for ref in garbage)
+    assert collector.full_collections == 0
+    live = [Node() for _ in range(10)]
+    monkeypatch_limit = pytest.MonkeyPatch()
+    monkeypatch_limit.setattr("linnet.lsp.collector.YOUNG_LIMIT", 0)
+    try:
+        collector.after_check()
+    finally:
+        monkeypatch_limit.undo()
+    assert all(frozen(node) for node in live)
+    if collector._timer is not None:
+        collector._timer.cancel()
