@@ -761,7 +761,9 @@ def burst_markdown(result: dict) -> str:
         "# Language server: typing in bursts and pauses on files with `@weights`",
         "",
         f"Written by `bench/lsp_latency.py --burst-pause` ({result['date']}). Server: {result['server']}. Machine: "
-        f"{m['processor']}, {m['cpus']} CPUs, Python {m['python']}. Each round: 20 keystrokes 150 ms apart, a "
+        f"{result.get('cpu_model') or m['processor']}, {m['cpus']} CPUs, Python {m['python']}; CPU wait (Linux PSI avg60) "
+        f"{result['cpu_pressure_before'].get('avg60', 0):.0f} % before, {result['cpu_pressure_after'].get('avg60', 0):.0f} % after. "
+        "Each round: 20 keystrokes 150 ms apart, a "
         "completion and a hover every 5th key, then a 2.5-4 s pause with a completion and a hover every 250 ms.",
         "",
         "| file | measurement | n | p50 ms | p95 ms | p99 ms | max ms |",
@@ -804,6 +806,10 @@ async def run_burst(args: argparse.Namespace) -> dict:
             "processor": platform.processor() or platform.machine(),
             "cpus": os.cpu_count(),
         },
+        "cpu_model": next(
+            (ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines() if ln.startswith("model name")),
+            None,
+        ),
         "server": f"{SERVER_ROOT[0]} at {git_state(SERVER_ROOT[0])['commit'][:10]}",
         "cpu_pressure_before": pressure_snapshot(),
         "calibration_before_s": calibration_s(),
