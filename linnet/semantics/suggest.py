@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from difflib import SequenceMatcher
 
 
@@ -27,6 +28,15 @@ def edit_distance(a: str, b: str, limit: int | None = None) -> int:
     return prev[-1]
 
 
+@functools.lru_cache(maxsize=65536)
+def _mask(text: str) -> int:
+    """The set of `text`'s characters as bits (a candidate's is computed once, however many names it is offered to)."""
+    mask = 0
+    for ch in set(text):
+        mask |= 1 << (ord(ch) & 1023)
+    return mask
+
+
 def suggestions(name: str, candidates, limit: int = 3) -> list[str]:
     """The closest candidates to `name`: within an edit distance of a third of its length
     (at least 1, at most 3), or sharing most characters; best first.
@@ -38,6 +48,7 @@ def suggestions(name: str, candidates, limit: int = 3) -> list[str]:
     max_dist = max(1, min(3, len(name) // 3))
     lowered = name.lower()
     matcher = SequenceMatcher(None, "", lowered)
+    name_mask = _mask(lowered)
     for c in set(candidates):
         if not c or c == name:
             continue
@@ -47,6 +58,13 @@ def suggestions(name: str, candidates, limit: int = 3) -> list[str]:
             continue  # one- and two-letter names are too short to guess from by edit distance
         if len(long_) - len(short) > max_dist and (len(name) <= 3 or 2 * len(short) < 0.8 * (len(short) + len(long_))):
             continue  # too far apart in length for either test
+        # each distinct character one has and the other lacks leaves at least one of its characters unmatched
+        other_mask = _mask(other)
+        shared_most = min(
+            len(other) - (other_mask & ~name_mask).bit_count(), len(lowered) - (name_mask & ~other_mask).bit_count()
+        )
+        if shared_most < len(long_) - max_dist and (len(name) <= 3 or shared_most < 0.4 * (len(short) + len(long_))):
+            continue
         matcher.set_seq1(other)
         quick = matcher.quick_ratio()  # 2 * (characters the two share, as multisets) / (their lengths' sum)
         shared = round(quick * (len(short) + len(long_)) / 2)
