@@ -78,6 +78,7 @@ main()
 SERVER = [sys.executable, "-c", GC_TRACE]
 EXAMPLE = ROOT / "examples" / "llama.linnet"
 TIMEOUT_S = 60.0
+SERVER_ROOT = [ROOT]  # the Linnet tree the server imports (--server-root: time another checkout with this client)
 PAUSE_S = 4.0  # a pause in typing, longer than the server's idle delay (linnet/lsp/collector.py IDLE_S)
 GOALS_MS = {
     "edit_to_diagnostics_p50": 16.0,
@@ -212,7 +213,7 @@ class Session:
     async def start(self, root: Path) -> float:
         """Spawn and initialize; the time of the initialize response after spawning."""
         t0 = time.perf_counter()
-        await self.client.start_io(*SERVER, env=self.env, cwd=str(ROOT))
+        await self.client.start_io(*SERVER, env=self.env, cwd=str(SERVER_ROOT[0]))
         self._stderr_task = asyncio.create_task(self._drain_stderr())
         await asyncio.wait_for(
             self.client.initialize_async(
@@ -466,9 +467,9 @@ async def steady_state(
     return out
 
 
-def git_state() -> dict:
+def git_state(root: Path = ROOT) -> dict:
     def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True).stdout.strip()
 
     return {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain", "--", "lsp", "linnet"))}
 
@@ -641,6 +642,197 @@ async def run(args: argparse.Namespace) -> dict:
     return result
 
 
+# ----- burst and pause (issue 45): typing in bursts on files whose presets name weights (`@weights`)
+
+
+def weights_file(lines: int) -> str:
+    """examples/llama.linnet (its `@weights("smollm2-135m-instruct")` preset) grown to about `lines` lines with
+    renamed copies of its modules (each checks, none is used by the model)."""
+    text = EXAMPLE.read_text(encoding="utf-8")
+    start, end = text.index("module LlamaMLP"), text.index("model LlamaForCausalLM")
+    modules, parts, i = text[start:end], [text], 0
+    names = ("LlamaMLP", "LlamaAttention", "LlamaDecoderLayer", "LlamaModel")
+    while sum(p.count("\n") for p in parts) < lines:
+        copy = modules
+        for name in names:
+            copy = copy.replace(name, f"{name}{i}")
+        parts.append("\n" + copy)
+        i += 1
+    return "".join(parts)
+
+
+def rss_mb(pid: int) -> float | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def children_rss_mb(pid: int) -> float:
+    try:
+        kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return 0.0
+    return sum(rss_mb(int(k)) or 0.0 for k in kids)
+
+
+async def burst_and_pause(env: dict, root: Path, name: str, text: str, rounds: int, seed: int = 45) -> dict:
+    """`rounds` bursts of 20 keystrokes 150 ms apart (toggling `q_proj` <-> `v_proj` in LlamaAttention.project: same
+    shapes, a re-check each) with a completion after `c.` and a hover on a `let` name every 5th key, then a pause of
+    2.5-4 s in which a completion and a hover go every 250 ms (where a full collection or a weight check would
+    make them wait). Times: edit -> the publish of that version (a version a later key overtook is not
+    published: counted), completion and hover, all from the client; the server's RSS (and its children's: the
+    weight worker) after every round."""
+    import random
+
+    rng = random.Random(seed)
+    session = Session(env)
+    await session.start(root)
+    path = root / name
+    path.write_text(text, encoding="utf-8")
+    session.open(path, text)
+    await session.complete_diagnostics()
+    await asyncio.sleep(PAUSE_S)  # the weight check of the opened text ends
+    project = session.text.index("fn project(")
+    at = session.text.index("q_proj(x)", project)
+    comp_at = session.text.index("c.num_attention_heads", project) + 2
+    hover_at = session.text.index("let q", project) + 4
+    edits, completions, hovers, pause_completions, pause_hovers, rss, worker_rss = [], [], [], [], [], [], []
+    overtaken = 0
+
+    async def ask(where_completion: list, where_hover: list) -> None:
+        pos_c, pos_h = session.position(comp_at), session.position(hover_at)
+        doc = T.TextDocumentIdentifier(session.uri)
+        dt, _ = await timed(session.client.text_document_completion_async(T.CompletionParams(doc, pos_c)))
+        where_completion.append(dt)
+        dt, _ = await timed(session.client.text_document_hover_async(T.HoverParams(doc, pos_h)))
+        where_hover.append(dt)
+
+    pending: list[tuple[int, float]] = []
+    for _ in range(rounds):
+        for key in range(20):
+            new = "v" if session.text[at] == "q" else "q"
+            pending.append((session.version + 1, session.change(at, at + 1, new)))
+            if key % 5 == 4:
+                await ask(completions, hovers)
+            await asyncio.sleep(0.150)
+        pause_s = rng.uniform(2.5, 4.0)
+        t_end = time.perf_counter() + pause_s
+        while time.perf_counter() < t_end - 0.25:
+            await asyncio.sleep(0.25)
+            await ask(pause_completions, pause_hovers)
+        await asyncio.sleep(max(0.0, t_end - time.perf_counter()))
+        last_version = session.version
+        await session.diagnostics(last_version)
+        for version, sent in pending:
+            arrived = [t for t, p in session.published if p.uri == session.uri and p.version == version]
+            if arrived:
+                edits.append(arrived[0] - sent)
+            else:
+                overtaken += 1
+        pending = []
+        rss.append(rss_mb(session.pid))
+        worker_rss.append(children_rss_mb(session.pid))
+    await session.stop()
+    return {
+        "file": name,
+        "lines": text.count("\n") + 1,
+        "rounds": rounds,
+        "edits": rounds * 20,
+        "edit_to_diagnostics": summary(edits),
+        "overtaken_versions": overtaken,
+        "completion_in_burst": summary(completions),
+        "hover_in_burst": summary(hovers),
+        "completion_in_pause": summary(pause_completions),
+        "hover_in_pause": summary(pause_hovers),
+        "completion": pooled(summary(completions), summary(pause_completions)),
+        "hover": pooled(summary(hovers), summary(pause_hovers)),
+        "rss_mb_by_round": [round(x or 0.0, 1) for x in rss],
+        "worker_rss_mb_by_round": [round(x, 1) for x in worker_rss],
+    }
+
+
+def burst_markdown(result: dict) -> str:
+    m = result["machine"]
+    lines = [
+        "# Language server: typing in bursts and pauses on files with `@weights`",
+        "",
+        f"Written by `bench/lsp_latency.py --burst-pause` ({result['date']}). Server: {result['server']}. Machine: "
+        f"{result.get('cpu_model') or m['processor']}, {m['cpus']} CPUs, Python {m['python']}; CPU wait (Linux PSI avg60) "
+        f"{result['cpu_pressure_before'].get('avg60', 0):.0f} % before, {result['cpu_pressure_after'].get('avg60', 0):.0f} % after. "
+        "Each round: 20 keystrokes 150 ms apart, a "
+        "completion and a hover every 5th key, then a 2.5-4 s pause with a completion and a hover every 250 ms.",
+        "",
+        "| file | measurement | n | p50 ms | p95 ms | p99 ms | max ms |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for row in result["runs"]:
+        for key, label in (
+            ("edit_to_diagnostics", "edit → diagnostics"),
+            ("completion", "completion (all)"),
+            ("completion_in_pause", "  completion in pauses"),
+            ("hover", "hover (all)"),
+            ("hover_in_pause", "  hover in pauses"),
+        ):
+            r = row[key]
+            lines.append(
+                f"| {row['file']} ({row['lines']} lines) | {label} | {r['n']} | {r['p50_ms']:.1f} | {r['p95_ms']:.1f} "
+                f"| {r['p99_ms']:.1f} | {r['max_ms']:.1f} |"
+            )
+    lines.append("")
+    for row in result["runs"]:
+        rss = row["rss_mb_by_round"]
+        lines.append(
+            f"- {row['file']}: {row['edits']} edits ({row['overtaken_versions']} versions overtaken by the next key, "
+            f"never published); server RSS after the first round {rss[0]:.0f} MB, after the last {rss[-1]:.0f} MB "
+            f"(max {max(rss):.0f}); the weight worker's {row['worker_rss_mb_by_round'][-1]:.0f} MB; longest "
+            f"collection {row['gc']['max_pause_ms']:.0f} ms ({row['gc']['full_collections']} full)."
+        )
+    return "\n".join(lines) + "\n"
+
+
+async def run_burst(args: argparse.Namespace) -> dict:
+    env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    result: dict = {
+        "benchmark": "lsp_latency --burst-pause",
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "machine": {
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "processor": platform.processor() or platform.machine(),
+            "cpus": os.cpu_count(),
+        },
+        "cpu_model": next(
+            (ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines() if ln.startswith("model name")),
+            None,
+        ),
+        "server": f"{SERVER_ROOT[0]} at {git_state(SERVER_ROOT[0])['commit'][:10]}",
+        "cpu_pressure_before": pressure_snapshot(),
+        "calibration_before_s": calibration_s(),
+        "runs": [],
+    }
+    with tempfile.TemporaryDirectory(prefix="lsp_burst-") as tmp:
+        root = Path(tmp)
+        env["PYTHONPYCACHEPREFIX"] = str(root / "pycache")
+        gc_trace = GcTrace(root / "gc_trace.jsonl")
+        env["LINNET_BENCH_GC_TRACE"] = str(gc_trace.path)
+        for name, text, rounds in (
+            ("llama.linnet", EXAMPLE.read_text(encoding="utf-8"), args.rounds),
+            ("llama_3k.linnet", weights_file(3000), args.big_rounds),
+        ):
+            t0 = time.monotonic()
+            row = await burst_and_pause(env, root, name, text, rounds)
+            row["gc"] = gc_trace.between(t0, time.monotonic())
+            result["runs"].append(row)
+    result["cpu_pressure_after"] = pressure_snapshot()
+    result["calibration_after_s"] = calibration_s()
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=200, help="samples per latency row (edits: per kind)")
@@ -651,7 +843,20 @@ def main() -> None:
     parser.add_argument("--lines", type=int, default=5000, help="lines in the generated file")
     parser.add_argument("--quick", action="store_true", help="smoke run: 10 samples, 2 cold runs")
     parser.add_argument("--out", type=Path, help="results path without suffix (default bench/results/lsp_latency)")
+    parser.add_argument("--burst-pause", action="store_true", help="only the burst-and-pause workload (issue 45)")
+    parser.add_argument("--rounds", type=int, default=50, help="burst-and-pause rounds on llama.linnet (20 edits each)")
+    parser.add_argument("--big-rounds", type=int, default=15, help="burst-and-pause rounds on the 3,000-line file")
+    parser.add_argument("--server-root", type=Path, help="the Linnet checkout the server runs (default: this one)")
     args = parser.parse_args()
+    if args.server_root:
+        SERVER_ROOT[0] = args.server_root.resolve()
+    if args.burst_pause:
+        out = args.out or ROOT / "bench" / "results" / "lsp_latency_burst"
+        result = asyncio.run(run_burst(args))
+        Path(f"{out}.json").write_text(json.dumps(result, indent=2) + "\n")
+        Path(f"{out}.md").write_text(burst_markdown(result))
+        print(burst_markdown(result))
+        return
     if args.quick:
         args.samples, args.cold_runs, args.open_runs = 10, 2, 2
     out = args.out or ROOT / "bench" / "results" / ("lsp_latency_quick" if args.quick else "lsp_latency")

@@ -71,6 +71,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     unreadable = 0
     workspace = Workspace()
     documents = []
+    analyses = {}
     for f in files:
         try:
             text = read_source(f)
@@ -83,6 +84,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     checked = {workspace.key(d.source.path) for d in documents}
     for doc in documents:  # grows with the files they import
         analysis = doc.analyze(args.preset)
+        analyses[doc.source.path] = analysis
         for path in analysis.files:
             if workspace.key(path) not in checked and (imported := workspace.get(path)) is not None:
                 checked.add(workspace.key(path))
@@ -97,7 +99,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(f"linnet check: no file declares preset `{args.preset}`", file=sys.stderr)
         return EXIT_USAGE
     if args.weights is not None:
-        found = _check_weights(args, texts, [str(f) for f in files if str(f) in texts])
+        found = _check_weights(args, texts, analyses, [str(f) for f in files if str(f) in texts])
         if found is None:
             return EXIT_USAGE
         all_diags.extend(found)
@@ -134,10 +136,13 @@ def cmd_check(args: argparse.Namespace) -> int:
     return EXIT_ERRORS if n_err else EXIT_OK
 
 
-def _check_weights(args: argparse.Namespace, texts: dict[str, str], paths: list[str]) -> list | None:
+def _check_weights(args: argparse.Namespace, texts: dict[str, str], analyses: dict, paths: list[str]) -> list | None:
     """The header check of `--weights` against each file given (`linnet.runtimes.headers.check_weights`, what
-    loading would report, reading no tensor data); None after printing why the weights cannot be opened."""
+    loading would report, reading no tensor data); None after printing why the weights cannot be opened. A file
+    whose `--preset` configures another config than its root model takes is skipped with a note (its preset's
+    weights are not that model's)."""
     from linnet.errors import CheckpointError
+    from linnet.ir.build import preset_model_mismatch
     from linnet.runtimes.headers import check_weights, read_headers
 
     try:
@@ -147,6 +152,11 @@ def _check_weights(args: argparse.Namespace, texts: dict[str, str], paths: list[
         return None
     found = []
     for path in paths:
+        analysis = analyses.get(path)
+        if args.preset and analysis is not None and args.preset in analysis.declared_presets:
+            if (why := preset_model_mismatch(analysis, args.preset)) is not None:
+                print(f"note: {_display(path)}: preset `{args.preset}` {why}", file=sys.stderr)
+                continue
         report = check_weights(path, texts[path], args.weights, args.preset)
         for note in report.notes:
             print(f"note: {note}", file=sys.stderr)

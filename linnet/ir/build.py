@@ -216,6 +216,25 @@ def preset_weights_at(analysis: Analysis, preset: str | None) -> tuple[str, Loca
     return None
 
 
+def preset_model_mismatch(analysis: Analysis, preset: str) -> str | None:
+    """Why `preset`'s weights cannot be checked against the analysed document's root model, or None when they can:
+    the preset configures another config type than the one the root model takes (a file holding a Llama model
+    and a BERT preset), or the document has no root model. The reason reads after "preset `NAME` ..."."""
+    model = analysis.model
+    if model is None or not isinstance(model.ast, A.ModuleDef):
+        return "has no root `model` in this file to be checked against"
+    takes = [p.type.name.id for p in model.ast.params if isinstance(p.type, A.NamedType)]
+    for item in analysis.document.items:
+        if item.kind == "preset" and item.name == preset and isinstance(item.ast, A.PresetDef):
+            configures = item.ast.value.type_name.id
+            if takes and configures not in takes:
+                return (
+                    f"configures `{configures}`, but the root model `{model.ast.name.id}` takes "
+                    f"`{'`, `'.join(takes)}`: its weights are not checked against this file's model"
+                )
+    return None
+
+
 def preset_config(info: SourceInfo, preset: str | None) -> dict[str, Any]:
     """The config values of `preset` (None: the config defaults) as Python values, every field
     evaluated (nested configs as dicts). Raises ProgramError for a preset that did not evaluate."""

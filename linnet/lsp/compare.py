@@ -17,11 +17,24 @@ import os
 import tempfile
 from pathlib import Path
 
-from linnet.runtimes.backends.compare import REFERENCE, format_delta
-
 from .views import ViewError, backend_label, worker_report
 
 __all__ = ["COMPARE_BACKENDS", "REFERENCE", "compare_entry", "lens_title", "report_markdown", "summary", "write_report"]
+
+def __getattr__(name: str):
+    """`REFERENCE`: the registry's reference backend, imported on first use (the registry imports numpy)."""
+    if name == "REFERENCE":
+        from linnet.runtimes.backends.compare import REFERENCE
+
+        return REFERENCE
+    raise AttributeError(name)
+
+
+def format_delta(value) -> str:
+    from linnet.runtimes.backends.compare import format_delta as registry_format_delta
+
+    return registry_format_delta(value)
+
 
 COMPARE_BACKENDS = ("torch", "xla", "onnxruntime")  # the lens's; torch-interpret, the reference, is always added
 

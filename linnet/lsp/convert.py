@@ -46,6 +46,11 @@ def uri_of(path: str) -> str:
 _encoding = "utf-16"
 
 
+def position_encoding() -> str:
+    """The position encoding in use ("utf-8", "utf-16" or "utf-32")."""
+    return _encoding
+
+
 def set_position_encoding(encoding: str) -> str:
     """Use `encoding` ("utf-8", "utf-16" or "utf-32"; anything else is utf-16, the LSP
     default) for every position from now on; returns the encoding in use."""
@@ -109,6 +114,31 @@ def lsp_diagnostic(d: Diagnostic) -> T.Diagnostic:
         related_information=related or None,
         tags=[T.DiagnosticTag.Unnecessary] if "unnecessary" in d.tags else None,
     )
+
+
+MAX_PUBLISHED = 500  # diagnostics published per document; a summary stands for the rest
+
+
+def published_diagnostics(found: list[Diagnostic], path: str, limit: int = MAX_PUBLISHED) -> list[T.Diagnostic]:
+    """`found`'s diagnostics in `path` as LSP publishes them: at most `limit` (errors before warnings, each in the
+    checker's order), and when there are more, one Information diagnostic on the first line saying how many are not
+    shown and how to see them all. Only what is published is converted."""
+    mine = [d for d in found if d.location.path == path]
+    if len(mine) <= limit:
+        return [lsp_diagnostic(d) for d in mine]
+    mine.sort(key=lambda d: d.severity != "error")  # stable: errors first
+    shown, rest = mine[:limit], mine[limit:]
+    n_errors = sum(1 for d in rest if d.severity == "error")
+    summary = T.Diagnostic(
+        range=T.Range(T.Position(0, 0), T.Position(0, 0)),
+        message=(
+            f"{len(rest)} more diagnostics not shown ({n_errors} errors, {len(rest) - n_errors} warnings): the first "
+            f"{limit} of {len(mine)} are; run `linnet check {path}` for all"
+        ),
+        severity=T.DiagnosticSeverity.Information,
+        source="linnet",
+    )
+    return [lsp_diagnostic(d) for d in shown] + [summary]
 
 
 _FENCE = re.compile(r"^```[\w-]*\n(.*?)\n```$", re.S | re.M)

@@ -24,6 +24,8 @@ from typing import Any
 import cattrs
 from lsprotocol import types as T
 from pygls.exceptions import JsonRpcException
+from pygls.protocol import JsonRPCResponseMessage
+from lsprotocol.types import ResponseErrorMessage
 
 log = logging.getLogger("linnet.lsp")
 
@@ -51,16 +53,81 @@ def params_problem(err: BaseException) -> str:
     return "; ".join(_camel(f) for f in found) or "invalid params"
 
 
+def is_message_id(value: Any) -> bool:
+    """Whether `value` can be a request's id: an integer or a string (LSP's `integer | string`; JSON-RPC 2.0 allows
+    null and discourages fractions, LSP neither)."""
+    return isinstance(value, (int, str)) and not isinstance(value, bool)
+
+
+def envelope_problem(data: dict[str, Any]) -> str | None:
+    """What makes a JSON-RPC 2.0 message invalid as a message (not its params' fit to the method), in one line, or
+    None: a `method` that is not a string, an `id` that is neither an integer nor a string, `params` that are
+    neither an object nor an array; a response (no `method`) with neither `result` nor `error`, or an `error`
+    without an integer `code` and a string `message`."""
+    msg_id = data.get("id")
+    if data["jsonrpc"] != "2.0":
+        return f"not a JSON-RPC 2.0 message (jsonrpc {data['jsonrpc']!r})"
+    if "method" in data:
+        method = data["method"]
+        if not isinstance(method, str):
+            return f"a method is a string, got {type(method).__name__}"
+        if "id" in data and not is_message_id(msg_id):
+            return f"{method}: a request id is an integer or a string, got {type(msg_id).__name__}"
+        params = data.get("params")
+        if params is not None and not isinstance(params, (dict, list)):
+            return f"{method}: params are an object or an array, got {type(params).__name__}"
+        return None
+    if "result" not in data and "error" not in data:
+        return "neither a method (a request or notification) nor a result or error (a response)"
+    if msg_id is not None and not is_message_id(msg_id):
+        return f"a response id is an integer, a string or null, got {type(msg_id).__name__}"
+    error = data.get("error")
+    if "error" in data and not (
+        isinstance(error, dict)
+        and isinstance(error.get("code"), int)
+        and not isinstance(error.get("code"), bool)
+        and isinstance(error.get("message"), str)
+    ):
+        return "an error is an object with an integer `code` and a string `message`"
+    return None
+
+
+def strict_strings(converter: cattrs.Converter) -> cattrs.Converter:
+    """`converter` with strings structured strictly: cattrs's default structures any value into a `str` field with
+    `str(value)`, so `rename` with `newName: null` renamed the symbol to `None`; a value that is not a string is an
+    error instead (answered with InvalidParams, naming the field)."""
+
+    def structure_str(value: Any, _type: type) -> str:
+        if not isinstance(value, str):
+            raise TypeError(f"expected a string, got {type(value).__name__}")
+        return value
+
+    converter.register_structure_hook(str, structure_str)
+    return converter
+
+
 class AnswerEveryRequest:
     """A mixin for pygls's `JsonRPCProtocol` (before it in the bases)."""
 
     def structure_message(self, data: dict[str, Any]):
-        if "jsonrpc" not in data or "method" not in data:
-            return super().structure_message(data)  # a nested object, or a response to us
+        if "jsonrpc" not in data:
+            return super().structure_message(data)  # a nested object
+        if (problem := envelope_problem(data)) is not None:
+            msg_id = data.get("id")
+            if "method" in data or ("result" not in data and "error" not in data):
+                log.warning("answered an invalid request with InvalidRequest: %s", problem)
+                self._send_error(msg_id if is_message_id(msg_id) else None, T.ErrorCodes.InvalidRequest, problem)
+            else:  # a malformed response to one of our requests: a response gets no answer
+                log.warning("ignored a malformed response: %s", problem)
+            return _ANSWERED
+        if "method" not in data:  # a response to us
+            return self._structure_response(data)
         method = data["method"]
         is_request = "id" in data
         message_type = self.get_message_type(method) if isinstance(method, str) else None
         if message_type is None:  # a custom request (its handler reads the params) or unknown
+            # pygls's own message types take exactly these keys (JSON-RPC 2.0: params may be omitted; others ignored)
+            data = {"params": None, **{k: data[k] for k in ("jsonrpc", "id", "method", "params") if k in data}}
             return super().structure_message(data)
         try:
             return self._converter.structure(data, message_type)
@@ -71,6 +138,18 @@ class AnswerEveryRequest:
                 self._send_response(data["id"], error=error)
             else:
                 log.warning("ignored a %s notification: %s", method, problem)
+            return _ANSWERED
+
+    def _structure_response(self, data: dict[str, Any]):
+        """A response to one of our requests, structured as pygls does (`JsonRPCProtocol.structure_message`), but
+        one that does not fit its result type is dropped with a one-line warning (pygls logs a traceback)."""
+        try:
+            if "error" in data:
+                return self._converter.structure(data, ResponseErrorMessage)
+            response_type = self._result_types.pop(data["id"], None) or JsonRPCResponseMessage
+            return self._converter.structure(data, response_type)
+        except Exception as err:  # noqa: BLE001 - a response gets no answer
+            log.warning("ignored a response that does not fit its request: %s", params_problem(err))
             return _ANSWERED
 
     shutdown_requested = False
@@ -88,7 +167,12 @@ class AnswerEveryRequest:
                 f"not a JSON-RPC 2.0 request ({what})",
             )
             return None
-        if getattr(message, "method", None) == "shutdown":
+        method = getattr(message, "method", None)
+        if self._shutdown and method != "exit" and is_message_id(getattr(message, "id", None)) and method:
+            # LSP: a request after `shutdown` is answered with InvalidRequest (pygls would drop it, unanswered)
+            self._send_error(message.id, T.ErrorCodes.InvalidRequest, f"{method}: the server is shutting down")
+            return None
+        if method == "shutdown":
             self.shutdown_requested = True
         return super().handle_message(message)
 

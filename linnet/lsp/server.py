@@ -13,11 +13,14 @@ contract", plus `linnet/presets`).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import functools
 import inspect
 import json
 import logging
+import os
+import sys
 import traceback
 import uuid
 from typing import Any, Awaitable, Callable
@@ -25,7 +28,7 @@ from typing import Any, Awaitable, Callable
 from lsprotocol import types as T
 from pygls.exceptions import FeatureRequestError, JsonRpcException, JsonRpcInvalidParams
 from pygls.lsp.server import LanguageServer
-from pygls.protocol import LanguageServerProtocol
+from pygls.protocol import LanguageServerProtocol, default_converter
 from pygls.protocol.language_server import lsp_method
 
 from linnet import __version__
@@ -45,6 +48,7 @@ from .convert import (
     markup,
     offset_at,
     path_of,
+    published_diagnostics,
     range_of_offsets,
     set_position_encoding,
     uri_of,
@@ -52,7 +56,7 @@ from .convert import (
 from .documents import Documents, OpenDocument, Settings
 from .hover import hover_markdown
 from .import_completion import import_completions
-from .rpc import AnswerEveryRequest, OneLineReaderErrors, refusal
+from .rpc import AnswerEveryRequest, OneLineReaderErrors, refusal, strict_strings
 from .tokens import TOKEN_MODIFIERS, TOKEN_TYPES, semantic_tokens
 from .weights import WeightChecks
 
@@ -69,6 +73,10 @@ LENS_BACKENDS = ("torch", "xla")  # registry names; a client lists the rest with
 # A file this long gets its first diagnostics in two steps when it is opened: the items that start in its first
 # FIRST_LINES lines (what an editor shows on opening it) are checked and published first, then everything.
 PROGRESSIVE_LINES = 1000
+# the messages that start a pause in typing again (linnet/lsp/collector.py)
+TEXT_CHANGES = frozenset(
+    (T.TEXT_DOCUMENT_DID_OPEN, T.TEXT_DOCUMENT_DID_CHANGE, T.TEXT_DOCUMENT_DID_SAVE, T.TEXT_DOCUMENT_DID_CLOSE)
+)
 FIRST_LINES = 150
 
 
@@ -79,7 +87,10 @@ class LinnetProtocol(AnswerEveryRequest, LanguageServerProtocol):
     malformed one with InvalidParams (`rpc.AnswerEveryRequest`)."""
 
     def handle_message(self, message):
-        self._server.collector.activity()  # any message ends a pause: no collection starts under it
+        if getattr(message, "method", None) in TEXT_CHANGES:
+            # typing ends a pause; requests do not (a client that asks for hovers or completions every few hundred
+            # milliseconds would otherwise postpone every collection, and garbage grew with every edit)
+            self._server.collector.activity()
         return super().handle_message(message)
 
     def _user_handler(self, method: str, params):
@@ -108,6 +119,7 @@ class LinnetServer(LanguageServer):
             __version__,
             text_document_sync_kind=T.TextDocumentSyncKind.Incremental,
             protocol_cls=LinnetProtocol,
+            converter_factory=lambda: strict_strings(default_converter()),
         )
         self.documents = Documents()
         self.settings = Settings()
@@ -188,7 +200,7 @@ class LinnetServer(LanguageServer):
                     if not doc.is_current(analysis):
                         continue
                     version, revision = doc.version, doc.revision
-                    diagnostics = [lsp_diagnostic(d) for d in analysis.diagnostics if d.location.path == doc.path]
+                    diagnostics = published_diagnostics(analysis.diagnostics, doc.path)
                     diagnostics += self.weight_checks.diagnostics(self, doc, analysis)
                 if self.documents.get(doc.uri) is not doc or revision != doc.revision:
                     continue
@@ -201,7 +213,7 @@ class LinnetServer(LanguageServer):
             self.log_error("diagnostics", err)
         finally:
             self.first_items.pop(doc.uri, None)
-            self.collector.activity()  # the pause after a check is where its garbage is collected
+            self.collector.after_check()  # the analysis this one replaced is garbage now: collected at once
 
     async def _check_first_items(self, doc: OpenDocument) -> Analysis | None:
         """The first pass over a big file just opened: parse it all, check only the items that start in its first
@@ -220,7 +232,7 @@ class LinnetServer(LanguageServer):
         analysis = await asyncio.to_thread(check)
         if self.documents.get(doc.uri) is not doc or doc.revision != revision:
             return None
-        diagnostics = [lsp_diagnostic(d) for d in analysis.diagnostics if d.location.path == doc.path]
+        diagnostics = published_diagnostics(analysis.diagnostics, doc.path)
         self.text_document_publish_diagnostics(T.PublishDiagnosticsParams(doc.uri, diagnostics, version))
         return analysis
 
@@ -408,6 +420,7 @@ def _register_lifecycle(server: LinnetServer) -> None:
     @server.feature(T.INITIALIZE)
     @guarded()
     def initialize(ls: LinnetServer, params: T.InitializeParams):
+        asyncio.get_running_loop().set_default_executor(NoWaitExecutor(thread_name_prefix="linnet-analysis"))
         # pygls chose the client's first offered encoding it knows (and answers it in the
         # capabilities): count columns in it, in and out
         chosen = ls.workspace.position_encoding
@@ -417,6 +430,12 @@ def _register_lifecycle(server: LinnetServer) -> None:
             ls.roots = [path_of(f.uri) for f in params.workspace_folders]
         elif params.root_uri:
             ls.roots = [path_of(params.root_uri)]
+
+    @server.feature(T.EXIT)
+    def exit_now(ls: LinnetServer, *args):
+        """`exit`: end the process now, whatever runs (an analysis in a worker thread cannot be interrupted, and
+        asyncio would wait for it); the weight worker is killed. LSP: status 0 after `shutdown`, else 1."""
+        exit_process(ls)
 
     @server.feature(T.INITIALIZED)
     @guarded()
@@ -472,6 +491,7 @@ def _register_text_sync(server: LinnetServer) -> None:
     @guarded()
     def did_close(ls: LinnetServer, params: T.DidCloseTextDocumentParams):
         doc = ls.documents.close(params.text_document.uri)
+        ls.weight_checks.cancel(params.text_document.uri)
         if doc is not None:
             ls.text_document_publish_diagnostics(T.PublishDiagnosticsParams(params.text_document.uri, []))
             ls.schedule_importers(doc.path)  # they read the file on disk now
@@ -976,6 +996,24 @@ async def _select_preset(ls: LinnetServer, args: tuple) -> str | None:
     return ls.settings.preset
 
 
+class NoWaitExecutor(concurrent.futures.ThreadPoolExecutor):
+    """The event loop's executor for analyses (`asyncio.to_thread`): when the loop ends (stdin closed, `exit`) it
+    does not wait for an analysis still running (of a 5 MB file: minutes), so the process can exit at once."""
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        super().shutdown(wait=False, cancel_futures=True)
+
+
+def exit_process(ls: LinnetServer) -> None:
+    """Kill the weight worker, flush what was written, and end the process (threads still running are not
+    waited for): status 0 after `shutdown`, else 1."""
+    ls.weight_checks.worker.kill()
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os._exit(0 if ls.protocol.shutdown_requested else 1)
+
+
 def main() -> int:
     """`linnet lsp`: serve on stdio until the client exits; the exit status (0 after `shutdown`, else 1)."""
     logging.basicConfig(level=logging.WARNING, format="linnet-lsp %(levelname)s %(message)s")
@@ -984,4 +1022,5 @@ def main() -> int:
     server = create_server()
     server.collector.start()  # after the imports: they are frozen, never scanned again
     server.start_io()
+    exit_process(server)  # the client closed stdin: no thread still analysing holds the process up
     return 0 if server.protocol.shutdown_requested else 1  # LSP: `exit` without `shutdown` exits 1

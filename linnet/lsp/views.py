@@ -23,25 +23,40 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from linnet.errors import LinnetError
-from linnet.runtimes.backends import BACKENDS, CODE_VIEWS
 
 # How each code view is made: in this process (a code generator, no framework) or by a worker's
-# `linnet` command. The views offered are the registry's (`CODE_VIEWS`).
+# `linnet` command. The views offered are the registry's (`CODE_VIEWS`, `TARGETS`).
 IN_PROCESS_VIEWS = ("torch", "jax")
 WORKER_VIEWS = {"stablehlo": ["stablehlo"], "onnx": ["onnx", "--text"]}
-TARGETS = CODE_VIEWS
 WORKER_TIMEOUT_S = 600.0
+
+
+def __getattr__(name: str):
+    """`BACKENDS`, `CODE_VIEWS` and `TARGETS`: the backend registry's, imported on first use (it imports numpy:
+    ~0.1 s of the server's start, before any lens or view is asked for)."""
+    if name in ("BACKENDS", "CODE_VIEWS", "TARGETS"):
+        from linnet.runtimes.backends import BACKENDS, CODE_VIEWS
+
+        return BACKENDS if name == "BACKENDS" else CODE_VIEWS
+    raise AttributeError(name)
+
+
+def _registry():
+    from linnet.runtimes.backends import BACKENDS, CODE_VIEWS
+
+    return BACKENDS, CODE_VIEWS
 
 
 def backend_list() -> list[dict]:
     """`linnet/backends`: every backend of the registry with its label, code view, dtypes, devices
     and numerics, and whether the worker's Python can run it on the CPU (judged from what is
     installed in this one, without importing a framework)."""
-    return [b.describe("cpu", probe=False) for b in BACKENDS.values()]
+    return [b.describe("cpu", probe=False) for b in _registry()[0].values()]
 
 
 def backend_label(name: str) -> str:
-    return BACKENDS[name].label if name in BACKENDS else name
+    backends = _registry()[0]
+    return backends[name].label if name in backends else name
 
 
 class ViewError(Exception):
@@ -136,8 +151,9 @@ async def _run(interpreter: str | None, args: list[str], path: str, copy: Path, 
 
 async def show_generated(interpreter: str | None, path: str, text: str, target: str, preset: str | None) -> str:
     """`linnet/showGenerated`: the file as `target` source. Raises ViewError."""
-    if target not in TARGETS:
-        raise ViewError(f"unknown target `{target}` (targets: {', '.join(TARGETS)})")
+    targets = _registry()[1]
+    if target not in targets:
+        raise ViewError(f"unknown target `{target}` (targets: {', '.join(targets)})")
     if target in IN_PROCESS_VIEWS:
         return await asyncio.to_thread(show_generated_in_process, path, text, target, preset)
     command, *options = WORKER_VIEWS[target]
@@ -156,8 +172,9 @@ async def run_entry(
     """`linnet.run`: the entry on random inputs (and random weights) in a worker; the report of
     `linnet run --format json` (output shapes, dtypes, summary values, time in ms, and any
     disagreement between the checker's shapes and the runtime's). Raises ViewError."""
-    if backend not in BACKENDS:
-        raise ViewError(f"unknown backend `{backend}` (backends: {', '.join(BACKENDS)})")
+    backends = _registry()[0]
+    if backend not in backends:
+        raise ViewError(f"unknown backend `{backend}` (backends: {', '.join(backends)})")
     args = ["run", "{file}", "--entry", entry, "--backend", backend, "--format", "json"]
     if preset:
         args += ["--preset", preset]

@@ -14,6 +14,7 @@ The terminal form follows rustc:
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from typing import Callable, Iterable
@@ -119,8 +120,15 @@ def _grouped(marks):
 
 
 def _line(source: str, line: int) -> str:
-    lines = split_lines(source)
+    lines = _lines_of(source)
     return lines[line - 1] if 0 < line <= len(lines) else ""
+
+
+@functools.lru_cache(maxsize=8)
+def _lines_of(source: str) -> list[str]:
+    """A source's lines, split once per text (not once per rendered excerpt: thousands of errors in a 5 MB file
+    re-split it thousands of times). A text is looked up by identity first, so a hit costs no comparison."""
+    return split_lines(source)
 
 
 def render_json(diags: Iterable[Diagnostic]) -> str:

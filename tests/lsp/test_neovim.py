@@ -83,6 +83,8 @@ local ok, err = pcall(function()
     table.insert(result.errors, 'no client attached within ' .. P.wait_ms .. ' ms')
     return
   end
+  -- docs/editors.md's "Did the server attach?" expression, as written there
+  result.attached_names = vim.tbl_map(function(c) return c.name end, vim.lsp.buf_get_clients(0))
   result.omnifunc = vim.bo.omnifunc
   local k = vim.fn.maparg('K', 'n', false, true)
   result.k_buffer_local = k.buffer == 1
@@ -197,6 +199,11 @@ def test_neovim_receives_the_planted_diagnostics_and_hover(tmp_path):
     print(context)  # shown by pytest on failure
     assert got["errors"] == [], context
     assert got["filetype"] == "linnet" and got["attached"] is True
+    assert list(got["attached_names"].values() if isinstance(got["attached_names"], dict) else got["attached_names"]) == [
+        "linnet"
+    ]
+    expression = "vim.tbl_map(function(c) return c.name end, vim.lsp.buf_get_clients(0))"
+    assert expression in EDITORS_DOC.read_text(encoding="utf-8").replace("\n", " ")
 
     # vim.diagnostic: 0-based lnum, byte col; severity 1 = ERROR, 2 = WARN
     ERROR, WARN = 1, 2
@@ -222,10 +229,12 @@ def test_neovim_receives_the_planted_diagnostics_and_hover(tmp_path):
     # what the doc's on_attach set, buffer-local
     assert got["omnifunc"] == "v:lua.vim.lsp.omnifunc" and got["k_buffer_local"] is True
 
-    # K on `h` in `let h = up(x)`: Neovim's hover window, fences stripped by its markdown view:
-    # the symbolic shape, a rule, then its numbers (the defaults; tiny_a agrees)
+    # K on `h` in `let h = up(x)`: Neovim's hover window, in plain text as the doc's snippet asks (0.7 showed
+    # Markdown's inline code with its backticks): the symbolic shape, then its numbers (the defaults; tiny_a
+    # agrees), no backtick anywhere
     assert got["hover"][0] == "h: [B, S, c.intermediate_size]", got["hover"]
-    assert got["hover"][-1] == "= `[B, S, 16]`", got["hover"]
+    assert got["hover"][-1] == "= [B, S, 16]", got["hover"]
+    assert not any("`" in line for line in got["hover"]), got["hover"]
 
     # <C-x><C-o> after `c.` on a new line in the body: the config's fields, the first one inserted
     assert got["completion"] == ["hidden_size", "intermediate_size", "num_heads"], context

