@@ -757,12 +757,15 @@ async def burst_and_pause(env: dict, root: Path, name: str, text: str, rounds: i
 
 def burst_markdown(result: dict) -> str:
     m = result["machine"]
+    cpu = result.get("cpu_model") or m["processor"]
+    wait_before = result["cpu_pressure_before"].get("avg60", 0)
+    wait_after = result["cpu_pressure_after"].get("avg60", 0)
     lines = [
         "# Language server: typing in bursts and pauses on files with `@weights`",
         "",
         f"Written by `bench/lsp_latency.py --burst-pause` ({result['date']}). Server: {result['server']}. Machine: "
-        f"{result.get('cpu_model') or m['processor']}, {m['cpus']} CPUs, Python {m['python']}; CPU wait (Linux PSI avg60) "
-        f"{result['cpu_pressure_before'].get('avg60', 0):.0f} % before, {result['cpu_pressure_after'].get('avg60', 0):.0f} % after. "
+        f"{cpu}, {m['cpus']} CPUs, Python {m['python']}; CPU wait (Linux PSI avg60) "
+        f"{wait_before:.0f} % before, {wait_after:.0f} % after. "
         "Each round: 20 keystrokes 150 ms apart, a "
         "completion and a hover every 5th key, then a 2.5-4 s pause with a completion and a hover every 250 ms.",
         "",
@@ -807,7 +810,11 @@ async def run_burst(args: argparse.Namespace) -> dict:
             "cpus": os.cpu_count(),
         },
         "cpu_model": next(
-            (ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines() if ln.startswith("model name")),
+            (
+                ln.split(":", 1)[1].strip()
+                for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                if ln.startswith("model name")
+            ),
             None,
         ),
         "server": f"{SERVER_ROOT[0]} at {git_state(SERVER_ROOT[0])['commit'][:10]}",

@@ -19,7 +19,8 @@ from pathlib import Path
 
 from .views import ViewError, backend_label, worker_report
 
-__all__ = ["COMPARE_BACKENDS", "REFERENCE", "compare_entry", "lens_title", "report_markdown", "summary", "write_report"]
+__all__ = ["COMPARE_BACKENDS", "compare_entry", "lens_title", "report_markdown", "summary", "write_report"]
+
 
 def __getattr__(name: str):
     """`REFERENCE`: the registry's reference backend, imported on first use (the registry imports numpy)."""

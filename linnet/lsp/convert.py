@@ -59,11 +59,6 @@ def set_position_encoding(encoding: str) -> str:
     return _encoding
 
 
-def position_encoding() -> str:
-    """The negotiated column unit ("utf-8", "utf-16" or "utf-32")."""
-    return _encoding
-
-
 def lsp_position(position: Position) -> T.Position:
     """A resolved Linnet position as LSP's 0-based line and column in the negotiated unit."""
     return T.Position(position.line - 1, position.units(_encoding))

@@ -11,8 +11,9 @@ notification with a one-line warning (a notification has no answer), and sends d
 errors back without a traceback. A body that is not JSON gets ParseError (-32700) and one that is
 not a JSON-RPC 2.0 message (a batch array, `null`, `"jsonrpc": "1.0"`) InvalidRequest (-32600),
 with id null as JSON-RPC 2.0 says (LSP has no batches), each with a one-line log entry instead of
-pygls's traceback; `shutdown_requested` tells `linnet lsp` its exit status (LSP: 1 when `exit`
-comes without `shutdown`).
+pygls's traceback. A request (with an id) for a notification's method (`textDocument/didClose`) gets
+MethodNotFound (-32601): pygls ran it as the notification and never answered. `shutdown_requested` tells `linnet
+lsp` its exit status (LSP: 1 when `exit` comes without `shutdown`).
 """
 
 from __future__ import annotations
@@ -21,11 +22,12 @@ import logging
 import re
 from typing import Any
 
+import attrs
 import cattrs
 from lsprotocol import types as T
+from lsprotocol.types import ResponseErrorMessage
 from pygls.exceptions import JsonRpcException
 from pygls.protocol import JsonRPCResponseMessage
-from lsprotocol.types import ResponseErrorMessage
 
 log = logging.getLogger("linnet.lsp")
 
@@ -129,6 +131,12 @@ class AnswerEveryRequest:
             # pygls's own message types take exactly these keys (JSON-RPC 2.0: params may be omitted; others ignored)
             data = {"params": None, **{k: data[k] for k in ("jsonrpc", "id", "method", "params") if k in data}}
             return super().structure_message(data)
+        if is_request and "id" not in attrs.fields_dict(message_type):
+            # a notification's method with an id: pygls ran it as the notification and answered nothing
+            problem = f"{method} is a notification, not a request: it takes no id"
+            log.warning("answered a request with MethodNotFound: %s", problem)
+            self._send_error(data["id"], T.ErrorCodes.MethodNotFound, problem)
+            return _ANSWERED
         try:
             return self._converter.structure(data, message_type)
         except Exception as err:  # noqa: BLE001 - whatever the client sent, it gets an answer

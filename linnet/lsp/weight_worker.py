@@ -8,9 +8,10 @@ growing with every edit); here it runs on another core, its garbage is collected
 only waits on a pipe. A check is cancelled by killing the process (the next check starts another).
 
 Frames on stdin and stdout: an 8-byte big-endian length, then a pickle. In: `(path, text, targets, encoding)`
-(`weights.Target`s, the position encoding in use); out: `("ok", diagnostics, files)` (lsprotocol Diagnostics in `path`, the checkpoint files read)
-or `("error", message)`. Results are cached by text and target while the checkpoint's files keep their size and
-modification time, so a document that comes back to a text already checked is answered at once.
+(`weights.Target`s, the position encoding in use); out: `("ok", diagnostics, files)` (lsprotocol Diagnostics in
+`path`, the checkpoint files read) or `("error", message)`. Results are cached by text and target while the
+checkpoint's files keep their size and modification time, so a document that comes back to a text already checked
+is answered at once.
 """
 
 from __future__ import annotations

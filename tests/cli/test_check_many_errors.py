@@ -10,7 +10,8 @@ from linnet.semantics.program import Document
 
 
 def _many_errors(n: int) -> str:
-    return "".join(f"fn helper_{i}(x: f32[B, D]) -> f32[B, D] {{\n    let y = x + missing_{i}\n    y\n}}\n\n" for i in range(n))
+    item = "fn helper_{i}(x: f32[B, D]) -> f32[B, D] {{\n    let y = x + missing_{i}\n    y\n}}\n\n"
+    return "".join(item.format(i=i) for i in range(n))
 
 
 def test_rendering_splits_a_source_once_for_all_its_errors(monkeypatch):

@@ -119,6 +119,11 @@ async def test_an_importer_is_checked_again_when_the_imported_file_is_edited(cli
 
 
 async def test_an_importer_is_checked_again_when_the_imported_file_changes_on_disk(client, tmp_path):
+    # the server registers its file watcher once `initialized` came: wait for it (run alone, this test came first)
+    for _ in range(500):
+        if any(r.method == T.WORKSPACE_DID_CHANGE_WATCHED_FILES for r in client.registrations):
+            break
+        await asyncio.sleep(0.01)
     assert any(r.method == T.WORKSPACE_DID_CHANGE_WATCHED_FILES for r in client.registrations)
     lib = tmp_path / "lib.linnet"
     lib.write_text("fn double(x: [N]) -> [N] {\n    x * 2.0\n}\n")

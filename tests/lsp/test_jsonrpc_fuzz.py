@@ -76,14 +76,23 @@ def _expected(message: dict) -> int | None:
     return -32600 if "result" not in message and "error" not in message else None
 
 
+OPEN_TEXT = "config C {\n  a: int = 1\n}\n"
+
+
+def reopen(client: RawClient) -> None:
+    """The document closed (if open) and opened again with `OPEN_TEXT`."""
+    client.send({"method": "textDocument/didClose", "params": {"textDocument": {"uri": URI}}})
+    document = {"uri": URI, "languageId": "linnet", "version": 1, "text": OPEN_TEXT}
+    client.send({"method": "textDocument/didOpen", "params": {"textDocument": document}})
+
+
 @pytest.fixture(scope="module")
 def server():
     client = RawClient()
     client.send({"id": 0, "method": "initialize", "params": {"capabilities": {}}})
     assert client.responses({0})
     client.send({"method": "initialized", "params": {}})
-    open_params = {"textDocument": {"uri": URI, "languageId": "linnet", "version": 1, "text": "config C {\n  a: int = 1\n}\n"}}
-    client.send({"method": "textDocument/didOpen", "params": open_params})
+    reopen(client)
     yield client
     stderr = client.close()
     assert "Traceback" not in stderr, stderr[-3000:]
@@ -132,6 +141,7 @@ def test_every_message_is_answered_as_json_rpc_2_says(server, fields):
 
 def test_rename_to_null_is_invalid_params(server):
     """Issue 45 item 4: `newName: null` renamed the symbol to `None`."""
+    reopen(server)  # the fuzz may have closed or changed the document
     for new_name in (None, 5, ["x"]):
         msg_id = next(_ids)
         params = {"textDocument": {"uri": URI}, "position": {"line": 0, "character": 7}, "newName": new_name}
@@ -162,3 +172,20 @@ def test_object_and_list_ids_and_integer_methods_are_invalid_requests(server):
     assert nulls == [-32600, -32600, -32600], server.messages[before:]
     server.send({"id": 43, "method": "textDocument/hover", "params": {"textDocument": {"uri": URI}, "position": 5}})
     assert _wait(server, lambda m: m.get("id") == 43)["error"]["code"] == -32602
+
+
+def test_a_notification_method_sent_as_a_request_is_answered_method_not_found(server):
+    """A request (with an id) for `textDocument/didClose` or `$/cancelRequest` ran as the notification and was never
+    answered (the fuzz found it); it gets MethodNotFound, and the document stays open."""
+    for method, params in (
+        ("textDocument/didClose", {"textDocument": {"uri": URI}}),
+        ("$/cancelRequest", {"id": 12345}),
+    ):
+        msg_id = next(_ids)
+        server.send({"id": msg_id, "method": method, "params": params})
+        found = _wait(server, lambda m, i=msg_id: "method" not in m and m.get("id") == i)
+        assert found["error"]["code"] == -32601 and "is a notification, not a request" in found["error"]["message"]
+    msg_id = next(_ids)
+    params = {"textDocument": {"uri": URI}, "position": {"line": 0, "character": 7}}
+    server.send({"id": msg_id, "method": "textDocument/hover", "params": params})
+    assert _wait(server, lambda m: "method" not in m and m.get("id") == msg_id).get("result") is not None

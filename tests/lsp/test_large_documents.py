@@ -19,7 +19,8 @@ from .test_malformed import RawClient
 
 def many_errors(n: int) -> str:
     """`n` small functions, each with one unknown name."""
-    return "".join(f"fn helper_{i}(x: f32[B, D]) -> f32[B, D] {{\n    let y = x + missing_{i}\n    y\n}}\n\n" for i in range(n))
+    item = "fn helper_{i}(x: f32[B, D]) -> f32[B, D] {{\n    let y = x + missing_{i}\n    y\n}}\n\n"
+    return "".join(item.format(i=i) for i in range(n))
 
 
 @pytest.mark.asyncio(loop_scope="module")
@@ -50,7 +51,8 @@ def test_exit_ends_the_process_while_a_big_file_is_analysed():
         client.send({"method": "initialized", "params": {}})
         text = many_errors(30000)  # about half a minute of checking on this machine
         uri = (WORKSPACE / "huge.linnet").as_uri()
-        client.send({"method": "textDocument/didOpen", "params": {"textDocument": {"uri": uri, "languageId": "linnet", "version": 1, "text": text}}})
+        document = {"uri": uri, "languageId": "linnet", "version": 1, "text": text}
+        client.send({"method": "textDocument/didOpen", "params": {"textDocument": document}})
         time.sleep(1.0)  # the analysis is under way
         client.send({"id": 1, "method": "shutdown"})
         assert client.responses({1}).get(1, {}).get("error") is None

@@ -182,6 +182,7 @@ async def test_weight_checks_run_in_a_worker_process_not_the_server(client, work
     maps = Path(f"/proc/{pid}/maps").read_text()
     assert "_multiarray_umath" not in maps  # numpy's core: the header reader's
     children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    cmdlines = [Path(f"/proc/{c}/cmdline").read_bytes().replace(b"\0", b" ").decode() for c in children if os.path.exists(f"/proc/{c}")]
+    alive = [c for c in children if os.path.exists(f"/proc/{c}")]
+    cmdlines = [Path(f"/proc/{c}/cmdline").read_bytes().replace(b"\0", b" ").decode() for c in alive]
     assert any("linnet.lsp.weight_worker" in c for c in cmdlines), cmdlines
     doc.close()

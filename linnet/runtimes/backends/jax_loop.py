@@ -90,10 +90,11 @@ class GreedyLoop:
         exe = self._compiled.get(table_size)
         if exe is None:
             jax, m = self._jax, self.model
-            scalar = lambda dt: jax.ShapeDtypeStruct((), dt, sharding=jax.sharding.SingleDeviceSharding(m.device))  # noqa: E731
-            table = jax.ShapeDtypeStruct((table_size,), np.int64, sharding=jax.sharding.SingleDeviceSharding(m.device))
-            i64 = scalar(np.int64)
-            lowered = self._fn.lower(m.params, m.state, i64, i64, i64, i64, table, scalar(np.bool_))
+            on_device = jax.sharding.SingleDeviceSharding(m.device)
+            i64 = jax.ShapeDtypeStruct((), np.int64, sharding=on_device)
+            flag = jax.ShapeDtypeStruct((), np.bool_, sharding=on_device)
+            table = jax.ShapeDtypeStruct((table_size,), np.int64, sharding=on_device)
+            lowered = self._fn.lower(m.params, m.state, i64, i64, i64, i64, table, flag)
             exe = self._compiled[table_size] = lowered.compile()
         return exe
 
