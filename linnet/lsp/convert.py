@@ -127,8 +127,8 @@ def published_diagnostics(found: list[Diagnostic], path: str, limit: int = MAX_P
     summary = T.Diagnostic(
         range=T.Range(T.Position(0, 0), T.Position(0, 0)),
         message=(
-            f"{len(rest)} more diagnostics not shown ({n_errors} errors, {len(rest) - n_errors} warnings): the first "
-            f"{limit} of {len(mine)} are; run `linnet check {path}` for all"
+            f"{len(rest)} more diagnostics not shown ({n_errors} errors, {len(rest) - n_errors} warnings): only the "
+            f"first {limit} of {len(mine)} are listed; `linnet check {path}` shows them all"
         ),
         severity=T.DiagnosticSeverity.Information,
         source="linnet",

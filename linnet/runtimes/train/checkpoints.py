@@ -80,13 +80,32 @@ def resolve_resume(resume: str | Path | bool, output: Path | None) -> Path:
     return found[-1]
 
 
-def _read_json(path: Path) -> Any:
+def _read_json(path: Path) -> dict[str, Any]:
+    """The JSON object in `path`. Raises TrainError for a missing file, one that is not JSON, or not an object."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        value = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise TrainError(f"{path.parent}: not a complete checkpoint (no {path.name})") from None
     except (OSError, ValueError) as err:
         raise TrainError(f"{path}: cannot read it ({err})") from None
+    if not isinstance(value, dict):
+        raise TrainError(f"{path}: expected a JSON object, found {type(value).__name__}: not a checkpoint's file")
+    return value
+
+
+def _history(state: dict[str, Any], step: int, path: Path) -> list[dict[str, Any]]:
+    """`log_history`'s records of steps 1..`step`, one a step as a run writes them. Raises TrainError when a step's
+    record is missing (the restored metrics.jsonl would lose it) or a record is not an object with an integer
+    `step`."""
+    records = state.get("log_history")
+    if not isinstance(records, list) or not all(
+        isinstance(r, dict) and isinstance(r.get("step"), int) and not isinstance(r.get("step"), bool) for r in records
+    ):
+        raise TrainError(f"{path}: log_history must be a list of objects with an integer step")
+    kept = [dict(r) for r in records if r["step"] <= step]
+    if [r["step"] for r in kept] != list(range(1, step + 1)):
+        raise TrainError(f"{path}: log_history does not hold one record for each of steps 1 to {step}")
+    return kept
 
 
 def _jsonable(value: Any) -> Any:
@@ -110,8 +129,8 @@ def check_resumable(checkpoint: Path, record: dict[str, Any]) -> int:
         lines = [f"  {k}: {json.dumps(saved.get(k))} there, {json.dumps(now.get(k))} now" for k in diffs]
         raise TrainError(f"{checkpoint}: was trained with other settings than this run's; resume with the same ones "
                          "(only --max-steps and --save-steps may change):\n" + "\n".join(lines))  # fmt: skip
-    step = int(state.get("global_step", -1))
-    if not 0 < step:
+    step = state.get("global_step")
+    if not isinstance(step, int) or isinstance(step, bool) or not 0 < step:
         raise TrainError(f"{checkpoint / TRAINER_STATE}: no global_step to resume from")
     if step >= now["max_steps"]:
         raise TrainError(f"{checkpoint} is at step {step}: --max-steps {now['max_steps']} leaves nothing to train "
@@ -176,11 +195,15 @@ class Checkpointer:
         if data.get("micro_batches_consumed") != self.micro_batches(step):
             raise TrainError(f"{checkpoint / DATA_STATE}: {data.get('micro_batches_consumed')} micro-batches consumed "
                              f"do not make {step} steps of {self.cfg.gradient_accumulation_steps}")  # fmt: skip
+        history = _history(state, step, checkpoint / TRAINER_STATE)
+        from safetensors import SafetensorError
+
+        unreadable = (OSError, RuntimeError, ValueError, KeyError, TypeError, AttributeError, EOFError, SafetensorError)
         try:
             self.trainer.load_state(checkpoint, step, arrays)
-        except (OSError, RuntimeError, ValueError, KeyError, TypeError, EOFError, pickle.UnpicklingError) as err:
+        except (*unreadable, pickle.UnpicklingError) as err:
             raise TrainError(f"{checkpoint}: cannot resume from it ({type(err).__name__}: {err})") from None
-        self.history = [dict(r) for r in state.get("log_history", []) if r.get("step", 0) <= step]
+        self.history = history
         self.saved, self.saved_step = checkpoint, step
 
     def on_step(self, record: dict[str, Any]) -> None:

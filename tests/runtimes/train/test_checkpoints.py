@@ -25,6 +25,7 @@ pytest.importorskip("transformers")
 
 import linnet  # noqa: E402
 from linnet.cli import main  # noqa: E402
+from linnet.errors import TrainError  # noqa: E402
 from linnet.runtimes.train import LoraSettings  # noqa: E402
 
 pytestmark = [pytest.mark.torch, pytest.mark.usefixtures("one_torch_thread")]
@@ -186,6 +187,11 @@ def test_resume_on_jax_from_a_checkpoint_of_an_uninterrupted_run(tiny_llama, dat
         got, want = (load_file(str(tmp_path / d / "checkpoint-8" / name)) for d in ("out", "whole"))
         assert set(got) == set(want) and all((got[k] == want[k]).all() for k in want), name
     assert not (tmp_path / "out" / "checkpoint-4").exists() and leftovers(tmp_path / "out") == []
+    optimizer = tmp_path / "whole" / "checkpoint-4" / "optimizer.safetensors"
+    optimizer.write_bytes(optimizer.read_bytes()[:40])  # cut: safetensors' own error was a traceback
+    with pytest.raises(TrainError, match=r"checkpoint-4: cannot resume from it \(SafetensorError"):
+        run_in_process(tiny_llama, data, tmp_path / "again", "jax", max_steps=8, save_steps=4,
+                       resume=tmp_path / "whole" / "checkpoint-4")  # fmt: skip
 
 
 def resume_by_signal(backend: str, tiny_llama: Path, data: Path, tmp_path: Path) -> None:
@@ -350,7 +356,21 @@ def test_resume_refuses_what_would_not_continue_the_run(tiny_llama, data, tmp_pa
                                                                                             "--resume")  # fmt: skip
     assert f"--resume {tmp_path / 'nowhere'}: no such folder" in bad("--max-steps", "4",
                                                                      f"--resume={tmp_path / 'nowhere'}")  # fmt: skip
-    (out / "checkpoint-2" / "optimizer.pt").write_bytes(b"not a torch file")
+    # files that are JSON but not what a run wrote: each a located refusal, no traceback (a user's report)
+    ckpt = out / "checkpoint-2"
+    originals = {name: (ckpt / name).read_text() for name in ("trainer_state.json", "data_state.json")}
+    state = json.loads(originals["trainer_state.json"])
+    for name, text, says in [
+        ("trainer_state.json", "[]", "trainer_state.json: expected a JSON object, found list"),
+        ("trainer_state.json", json.dumps({**state, "global_step": None}), "no global_step to resume from"),
+        ("trainer_state.json", json.dumps({**state, "global_step": 2.7}), "no global_step to resume from"),
+        ("trainer_state.json", json.dumps({**state, "log_history": []}), "one record for each of steps 1 to 2"),
+        ("data_state.json", '"x"', "data_state.json: expected a JSON object, found str"),
+    ]:
+        (ckpt / name).write_text(text)
+        assert says in bad("--max-steps", "4", "--resume"), (name, text)
+        (ckpt / name).write_text(originals[name])
+    (ckpt / "optimizer.pt").write_bytes(b"not a torch file")
     assert "checkpoint-2: cannot resume from it" in bad("--max-steps", "4", "--resume")
     assert sorted(p.name for p in out.iterdir()) == [
         "adapter_config.json", "adapter_model.safetensors", "checkpoint-2", "metrics.jsonl", "train_config.json",
