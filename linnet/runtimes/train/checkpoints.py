@@ -114,16 +114,36 @@ def _jsonable(value: Any) -> Any:
     return json.loads(json.dumps(value, default=_callable_name))
 
 
+def weights_files(weights: Any) -> dict[str, list[int]] | None:
+    """Each file of the checkpoint `weights` (a file, or the files of a folder) by name: [size in bytes, modification
+    time in ns], what a resume compares to know the weights are the ones it was trained from (hashing gigabytes at
+    every start would cost more than the check is worth). None for weights that are not a path (an embedded id)."""
+    path = Path(str(weights)) if weights is not None else None
+    if path is None or not path.exists():
+        return None
+    if path.is_file():
+        files = [path]
+    else:
+        files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
+    return {p.name: [p.stat().st_size, p.stat().st_mtime_ns] for p in files}
+
+
 def check_resumable(checkpoint: Path, record: dict[str, Any]) -> int:
     """The step `checkpoint` holds, once its `train_config.json` is found to describe this run's `record`
     (train_config.json's content): every field the same but `RESUMABLE_CHANGES` and the inputs' locations
-    (`LOCATIONS`: their contents are compared instead, by `data_sha256`, `source_sha256`, `weights_path`). Raises
+    (`LOCATIONS`: their contents are compared instead, by `data_sha256`, `source_sha256`, `weights_path` and
+    `weights_files`). Raises
     TrainError naming each difference, or when the checkpoint's step leaves nothing to train under this run's
     `max_steps`."""
     saved = _read_json(checkpoint / TRAIN_CONFIG)
     state = _read_json(checkpoint / TRAINER_STATE)
     now = _jsonable(record)
-    skip = set(RESUMABLE_CHANGES) | set(LOCATIONS)
+    skip = set(RESUMABLE_CHANGES) | set(LOCATIONS) | {"weights_files"}
+    if saved.get("weights_files") != now.get("weights_files"):
+        before, after = saved.get("weights_files") or {}, now.get("weights_files") or {}
+        changed = sorted(n for n in set(before) | set(after) if before.get(n) != after.get(n))
+        raise TrainError(f"{checkpoint}: the weights changed since it was saved ({', '.join(changed[:4]) or 'files'}: "
+                         "another size or modification time): resume from the weights it was trained from")  # fmt: skip
     diffs = [k for k in sorted(set(saved) | set(now)) if k not in skip and saved.get(k) != now.get(k)]
     if diffs:
         lines = [f"  {k}: {json.dumps(saved.get(k))} there, {json.dumps(now.get(k))} now" for k in diffs]

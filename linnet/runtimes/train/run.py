@@ -230,12 +230,13 @@ def _train_claimed(
 
 def _run_record(cfg: TrainConfig, inputs: dict[str, Any]) -> dict[str, Any]:
     """What train_config.json holds: the inputs' locations, their contents' identity (the data's and the source's
-    sha256, the weights' resolved path, the trainer's kind), and the `TrainConfig`."""
+    sha256, the weights' resolved path and its files' sizes and times, the trainer's kind), and the `TrainConfig`."""
     import hashlib
 
     from linnet.ir.build import read_source
 
     from ..backends import get_backend
+    from .checkpoints import weights_files
 
     weights = inputs["weights"]
     held = Path(str(weights)) if weights is not None else None
@@ -246,6 +247,7 @@ def _run_record(cfg: TrainConfig, inputs: dict[str, Any]) -> dict[str, Any]:
         "data_sha256": hashlib.sha256(Path(inputs["data"]).read_bytes()).hexdigest(),
         "source_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
         "weights_path": str(held.resolve()) if held is not None and held.exists() else str(weights),
+        "weights_files": weights_files(weights),
         "trainer": get_backend(inputs["backend"]).trainer_module().__name__.rsplit(".", 1)[-1],
         **asdict(cfg),
     }  # fmt: skip

@@ -370,6 +370,13 @@ def test_resume_refuses_what_would_not_continue_the_run(tiny_llama, data, tmp_pa
         (ckpt / name).write_text(text)
         assert says in bad("--max-steps", "4", "--resume"), (name, text)
         (ckpt / name).write_text(originals[name])
+    weights = tiny_llama / "model.safetensors"  # rewritten in place (same path): the run would go on another model
+    stat = weights.stat()
+    os.utime(weights, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    assert "the weights changed since it was saved (model.safetensors: another size or modification time)" in bad(
+        "--max-steps", "4", "--resume"
+    )
+    os.utime(weights, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     (ckpt / "optimizer.pt").write_bytes(b"not a torch file")
     assert "checkpoint-2: cannot resume from it" in bad("--max-steps", "4", "--resume")
     assert sorted(p.name for p in out.iterdir()) == [
