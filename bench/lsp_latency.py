@@ -54,6 +54,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from check_speed import calibration_s, generated_source  # noqa: E402
+from generate_speed import machine  # noqa: E402  (stdlib-only at import time)
 from lsprotocol import types as T  # noqa: E402
 from pygls.lsp.client import LanguageClient  # noqa: E402
 
@@ -757,7 +758,7 @@ async def burst_and_pause(env: dict, root: Path, name: str, text: str, rounds: i
 
 def burst_markdown(result: dict) -> str:
     m = result["machine"]
-    cpu = result.get("cpu_model") or m["processor"]
+    cpu = result.get("cpu_model") or m["processor"]  # (runs recorded before `machine` named the model)
     wait_before = result["cpu_pressure_before"].get("avg60", 0)
     wait_after = result["cpu_pressure_after"].get("avg60", 0)
     lines = [
@@ -803,20 +804,8 @@ async def run_burst(args: argparse.Namespace) -> dict:
     result: dict = {
         "benchmark": "lsp_latency --burst-pause",
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-        "machine": {
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            "processor": platform.processor() or platform.machine(),
-            "cpus": os.cpu_count(),
-        },
-        "cpu_model": next(
-            (
-                ln.split(":", 1)[1].strip()
-                for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                if ln.startswith("model name")
-            ),
-            None,
-        ),
+        # the CPU model and its AVX-512/AMX flags, as the speed benchmarks record them (not their torch threads)
+        "machine": {k: v for k, v in machine().items() if k != "threads"},
         "server": f"{SERVER_ROOT[0]} at {git_state(SERVER_ROOT[0])['commit'][:10]}",
         "cpu_pressure_before": pressure_snapshot(),
         "calibration_before_s": calibration_s(),

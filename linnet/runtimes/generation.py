@@ -181,6 +181,19 @@ class IncrementalDetokenizer:
         return piece
 
 
+def non_finite_logits(nan: int, inf: int, width: int, position: int, row: int, step: int) -> RunError:
+    """The error for logits of one entry holding `nan` NaN and `inf` infinite values of `width` (V), at `position`
+    of cache `row`, in decode step `step` (0: the prefill): sampling from them would give a token anyway (an argmax
+    of NaN is 0, often a special token), so the text came out empty or garbled with no error."""
+    kinds = " and ".join(k for k, n in (("NaN", nan), ("Inf", inf)) if n)
+    when = f"decode step {step}" if step else "the prefill"
+    return RunError(
+        f"the model's logits hold {kinds} ({nan + inf} of {width} values) at position {position} (row {row}, "
+        f"{when}); no token can be sampled from them: the weights or the config make the model compute non-finite "
+        "values (try --dtype f32 if it runs in f16)"
+    )
+
+
 class Generator:
     """Drives a `StepModel` to generate text: prefill, decode, sampling and stop conditions.
 
@@ -402,15 +415,9 @@ class Generator:
             raise ValueError(f"model.step returned logits of shape {tuple(logits.shape)}, expected {expected}")
         if not np.isfinite(logits).all():
             b = int(np.argwhere(~np.isfinite(logits).all(axis=1))[0][0])
-            bad = logits[b][~np.isfinite(logits[b])]
-            kinds = " and ".join(k for k, hit in (("NaN", np.isnan(bad).any()), ("Inf", np.isinf(bad).any())) if hit)
+            nan, inf = int(np.isnan(logits[b]).sum()), int(np.isinf(logits[b]).sum())
             position = int(positions[b]) + input_ids.shape[1] - 1
-            when = f"decode step {step}" if step else "the prefill"
-            raise RunError(
-                f"the model's logits hold {kinds} ({bad.size} of {logits.shape[1]} values) at position {position} "
-                f"(row {int(rows[b])}, {when}); no token can be sampled from them: the weights or the config make "
-                "the model compute non-finite values (try --dtype f32 if it runs in f16)"
-            )
+            raise non_finite_logits(nan, inf, logits.shape[1], position, int(rows[b]), step)
         return logits
 
     def _process(self, logits: np.ndarray, n_new: int) -> np.ndarray:
@@ -492,13 +499,7 @@ class Generator:
                 done += 1
                 yield int(t)
             if bad is not None:
-                nan, inf = bad
-                kinds = " and ".join(k for k, n in (("NaN", nan), ("Inf", inf)) if n)
-                raise RunError(
-                    f"the model's logits hold {kinds} ({nan + inf} values) at position {position + done} (row {row}, "
-                    f"decode step {done + 1}); no token can be sampled from them: the weights or the config make "
-                    "the model compute non-finite values (try --dtype f32 if it runs in f16)"
-                )
+                raise non_finite_logits(*bad, int(self.model.vocab_size), position + done, row, done + 1)
 
     def _result(
         self,

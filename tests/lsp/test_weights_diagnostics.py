@@ -132,17 +132,23 @@ async def test_weights_that_cannot_be_opened_show_on_the_attribute(client, tmp_p
     doc.close()
 
 
-async def test_the_server_maps_no_framework_after_weight_checks(client, workspace):
-    """Extends tests/lsp/test_views.py's check: with weights configured and checked (a safetensors folder and
-    the embedded SmolLM2 GGUF of llama.linnet's `smollm2_135m`), the server process has mapped none of torch,
-    jax or onnxruntime."""
+async def _maps_after_weight_checks(client, workspace):
+    """Open the workspace's model.linnet and wait for its weight checks (clean); the server's pid, its
+    /proc/PID/maps then, and the document. Skips without /proc."""
     pid = client._server.pid
     if not Path(f"/proc/{pid}/maps").exists():
         pytest.skip("needs /proc")
     after = len(client.published)
     doc = await open_doc(client, workspace / "model.linnet")
     assert await _nth_publish(client, doc.uri, after, 2) == []  # after the checks: clean
-    maps = Path(f"/proc/{pid}/maps").read_text()
+    return pid, Path(f"/proc/{pid}/maps").read_text(), doc
+
+
+async def test_the_server_maps_no_framework_after_weight_checks(client, workspace):
+    """Extends tests/lsp/test_views.py's check: with weights configured and checked (a safetensors folder and
+    the embedded SmolLM2 GGUF of llama.linnet's `smollm2_135m`), the server process has mapped none of torch,
+    jax or onnxruntime."""
+    _, maps, doc = await _maps_after_weight_checks(client, workspace)
     for lib in ("libtorch", "jaxlib", "onnxruntime", "xla_extension"):
         assert lib not in maps, lib
     doc.close()
@@ -173,13 +179,7 @@ async def test_weight_checks_run_in_a_worker_process_not_the_server(client, work
     the header reader (numpy), and the diagnostics still arrive."""
     import os
 
-    pid = client._server.pid
-    if not Path(f"/proc/{pid}/maps").exists():
-        pytest.skip("needs /proc")
-    after = len(client.published)
-    doc = await open_doc(client, workspace / "model.linnet")
-    assert await _nth_publish(client, doc.uri, after, 2) == []  # after the checks: clean
-    maps = Path(f"/proc/{pid}/maps").read_text()
+    pid, maps, doc = await _maps_after_weight_checks(client, workspace)
     assert "_multiarray_umath" not in maps  # numpy's core: the header reader's
     children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
     alive = [c for c in children if os.path.exists(f"/proc/{c}")]
