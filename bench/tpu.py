@@ -283,7 +283,8 @@ def serve_rows(report: Report, device: str, dry: bool, calibration: dict) -> Non
     """The serving engine (continuous batching, `linnet serve`'s, in process: the TPU machine allows no sockets) on
     the 1.1B shape in bf16: C requests of 512 prompt + 128 new tokens (greedy, EOS ignored) submitted at once, for C
     = 8, 32 and 64 on one engine of 64 rows. Against the limit at that batch: a decode step reads the weights once
-    and each row's whole KV cache row (the attention reads every position of its row), at the measured GB/s."""
+    and each row's whole KV cache row (the attention reads every position of its row), at the measured GB/s. Also
+    one decode step of each batch on its own (`step_greedy`, as the engine takes greedy steps) against that limit."""
     from linnet.runtimes.sampling import SamplingParams
     from linnet.runtimes.serve.engine import Engine, Finished, Request
 
@@ -298,6 +299,12 @@ def serve_rows(report: Report, device: str, dry: bool, calibration: dict) -> Non
     t = time.perf_counter()
     sm.warm_up([prompt], list(range(1, rows + 1)))
     compile_s = time.perf_counter() - t
+    # one decode step at each batch on its own (tokens taken on the device, `step_greedy`), against its limit
+    step_ms = {}
+    for c in concurrencies:
+        args = (np.zeros((c, 1), np.int64), np.full(c, prompt + new - 2, np.int64), np.arange(c, dtype=np.int64))
+        sm.step_greedy(*args)
+        step_ms[c] = median_s(functools.partial(sm.step_greedy, *args), 10) * 1e3
     engine = Engine(sm, None, prefill_chunk=prompt, step_token_budget=prompt + rows)
     engine.start()
     rng = np.random.default_rng(3)
@@ -330,6 +337,9 @@ def serve_rows(report: Report, device: str, dry: bool, calibration: dict) -> Non
                     "itl_p50_ms": round(float(np.percentile(itl, 50)), 2),
                     "itl_p99_ms": round(float(np.percentile(itl, 99)), 2),
                     "wall_s": round(wall, 2),
+                    "decode_step_ms": round(step_ms[c], 3),
+                    "decode_step_limit_ms": round(step_limit_s * 1e3, 3),
+                    "decode_step_of_limit": f"{step_limit_s * 1e3 / step_ms[c]:.0%}",
                     "warm_up_compile_s": round(compile_s, 1),
                 },
             )

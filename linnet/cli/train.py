@@ -40,10 +40,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     except (LinnetError, ValueError) as err:
         print(f"linnet train: {err}", file=sys.stderr)
         return EXIT_ERRORS
-    last = result.history[-1]
-    if os.environ.get("RANK", "0") != "0":  # under torchrun, rank 0 alone wrote OUT and says so
+    if os.environ.get("RANK", "0") != "0":  # under torchrun, rank 0 alone wrote OUT and says so (and has the history)
         return EXIT_OK
-    first = result.history[0]
+    first, last = result.history[0], result.history[-1]
     print(
         f"trained {len(result.history)} steps: loss {first['loss']:.4f} -> {last['loss']:.4f}; wrote {result.output}",
         file=sys.stderr,

@@ -1,4 +1,4 @@
-"""Attention: which native form each `attention` composite runs, and KV caches held flat.
+"""Attention: which native form each `attention` composite runs, and the layout KV caches are held in.
 
 The `attention` composite (linnet/std/attention.linnet) means transformers' eager attention:
 `softmax(mask(q @ k^T * scale)) @ v`, query head h reading KV head h // G. Every backend runs
@@ -18,7 +18,8 @@ against the body):
   lie (ONNX Runtime);
 - `prefill_blocks`: prefill in blocks of query rows, each over the keys up to its own last
   attended one (ONNX Runtime: about 3/8 of a causal prefill's scores are never computed);
-- `kv_flat`: keys and values come from caches held as [max_batch * H_kv, T, D] (below);
+- `kv_flat`: keys and values come from caches held in a layout of `hold_caches_flat` (below), read where
+  they lie (the variant's value is the layout);
 - `sdpa`: the framework's fused kernel, under `fast`, and under `equivalent` where the composite
   upcasts its softmax or the dtype is f32 already: it is what transformers' default attention
   (`attn_implementation="sdpa"`) calls, its softmax in f32 inside the kernel (close to the
@@ -31,12 +32,18 @@ some query attends, and keys before a window's start stay in, masked, with weigh
 zeros. So a window changes no backend's code, and each variant stays exact under it
 (tests/compiler/test_composites.py runs them with a window shorter than the prefill).
 
-`hold_caches_flat`: KV caches declared [max_batch, H, T, D] are held as [max_batch * H, T, D]
-(`Program.state_layouts`), their reads, writes and row gathers marked `attrs["layout"] =
-"flat"`. Why (XLA on CPU): the attention dots then read a cache row's heads as one batched
-operand with no reshape, and XLA writes the donated cache in place and lets the dots read it
-where it lies; through a reshape, XLA fuses the cache write into the reshape once per reader
-and copies the cache for each (5 ms of a 36 ms SmolLM2 decode step, measured).
+`hold_caches_flat`: KV caches declared [max_batch, H, T, D] are held in one of two layouts
+(`Program.state_layouts`), their reads, writes and row gathers marked `attrs["layout"]` with its name:
+
+- `"flat"`, [max_batch * H, T, D] (XLA on the CPU): the attention dots then read a cache row's heads
+  as one batched operand with no reshape, and XLA writes the donated cache in place and lets the dots
+  read it where it lies; through a reshape, XLA fuses the cache write into the reshape once per reader
+  and copies the cache for each (5 ms of a 36 ms SmolLM2 decode step, measured).
+- `"token_major"`, [max_batch, T, H * D] (XLA on a TPU): a position's heads are one row of H * D
+  values, so a decode step's write of one position in each of B rows is one scatter of B windows
+  that XLA runs as a single fusion, and a head dim of 64 does not pad the TPU's 128 lanes. Held flat
+  there, XLA copied every cache into another layout for the scatter and looped over its windows one
+  by one: 18 of the 20 ms of TinyLlama's decode step at batch 32 (bench/results/tpu_serve_*).
 """
 
 from __future__ import annotations
@@ -46,6 +53,7 @@ import math
 from .core import Graph, Op, Program, Value
 
 VARIANTS = ("scale_queries", "trim_keys", "keys_first", "prefill_blocks", "kv_flat", "sdpa")
+CACHE_LAYOUTS = ("flat", "token_major")
 PREFILL_BLOCKS = 4
 
 
@@ -80,7 +88,8 @@ def _applies(name: str, op: Op, numerics: str, max_positions: int):
     if name == "prefill_blocks":
         return PREFILL_BLOCKS if cached and prefill else None
     if name == "kv_flat":
-        return _flat(k) and _flat(v)
+        layout = held_layout(k)
+        return layout if layout is not None and held_layout(v) == layout else None
     if name == "sdpa":
         return numerics == "fast" or op.args.get("upcast", True) is not False or q.dtype.name in ("f32", "f64")
     return None
@@ -112,36 +121,45 @@ def _reads_state(v: Value) -> bool:
     return False
 
 
-def _flat(v) -> bool:
-    return v.producer is not None and v.producer.attrs.get("layout") == "flat"
+def held_layout(v) -> str | None:
+    """The layout (`CACHE_LAYOUTS`) `v` is held in, a KV cache or rows of one; None when held as declared."""
+    return v.producer.attrs.get("layout") if v.producer is not None else None
 
 
-def hold_caches_flat(program: Program) -> None:
-    """Hold every rank-4 state tensor (a KV cache) as [max_batch * H, T, D]: record its layout
-    and mark the ops that read, write or gather it (in place). Run before
-    `choose_attention_variants`, so that `kv_flat` sees the marks."""
+def held_shape(shape: tuple[int, ...], layout: str) -> tuple[int, ...]:
+    """The shape a KV cache declared `shape` [max_batch, H, T, D] is held in under `layout`."""
+    b, h, t, d = shape
+    return (b * h, t, d) if layout == "flat" else (b, t, h * d)
+
+
+def hold_caches_flat(program: Program, layout: str = "flat") -> None:
+    """Hold every rank-4 state tensor (a KV cache) in `layout` (the module docstring): record
+    its held shape and mark the ops that read, write or gather it (in place). Run before
+    `choose_attention_variants`, so that `kv_flat` sees the marks. Raises ValueError for an
+    unknown layout."""
+    if layout not in CACHE_LAYOUTS:
+        raise ValueError(f"cache layout must be one of {', '.join(CACHE_LAYOUTS)}, got {layout!r}")
     if _assigned_state(program):  # a state tensor assigned whole keeps its declared shape
         return
     for spec in program.state:
         if len(spec.shape) == 4:
-            b, h, t, d = spec.shape
-            program.state_layouts[spec.path] = (b * h, t, d)
+            program.state_layouts[spec.path] = held_shape(tuple(spec.shape), layout)
     if not program.state_layouts:
         return
     for g in program.graphs():
-        _mark(g)
+        _mark(g, layout)
 
 
-def _mark(g: Graph) -> None:
+def _mark(g: Graph, layout: str) -> None:
     for op in g.ops:
         if op.name == "state" and op.result.rank == 4:
-            op.attrs["layout"] = "flat"
-        elif op.name == "cache_write" and _flat(op.args["cache"]):
-            op.attrs["layout"] = "flat"
-        elif op.name == "take" and _flat(op.args["x"]) and op.args["dim"] in (0, -4) and op.result.rank == 4:
-            op.attrs["layout"] = "flat"
+            op.attrs["layout"] = layout
+        elif op.name == "cache_write" and held_layout(op.args["cache"]):
+            op.attrs["layout"] = layout
+        elif op.name == "take" and held_layout(op.args["x"]) and op.args["dim"] in (0, -4) and op.result.rank == 4:
+            op.attrs["layout"] = layout
         elif op.name == "loop":
-            _mark(op.body)
+            _mark(op.body, layout)
 
 
 def _assigned_state(program: Program) -> bool:

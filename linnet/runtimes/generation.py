@@ -29,6 +29,7 @@ from .sampling import SamplingParams, sample
 
 __all__ = [
     "DecodeLoop",
+    "GreedyStep",
     "GenerationResult",
     "Generator",
     "IncrementalDetokenizer",
@@ -73,6 +74,22 @@ class WarmUp(Protocol):
     compile_kind: str
 
     def warm_up(self, prefill_lengths: list[int], batch_sizes: list[int]) -> None: ...
+
+
+class GreedyStep(Protocol):
+    """What a `StepModel` may add to take a greedy step's tokens on its device, so that a batch's `[B, V]` logits
+    never travel to the host (4 MB a step for 32 rows of a 32k vocabulary, plus the host's argmax over them):
+
+    - `step_greedy(input_ids, positions, rows)`: `step`, then for each entry the argmax of its logits (the first
+      maximum, as `sampling.sample` takes it) and how many of them are NaN and infinite. Returns (i64 `[B]` tokens,
+      i64 `[B, 2]` NaN and Inf counts).
+
+    The serving engine uses it for decode steps whose requests are all greedy.
+    """
+
+    def step_greedy(
+        self, input_ids: np.ndarray, positions: np.ndarray, rows: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]: ...
 
 
 class DecodeLoop(Protocol):
@@ -419,6 +436,26 @@ class Generator:
             position = int(positions[b]) + input_ids.shape[1] - 1
             raise non_finite_logits(nan, inf, logits.shape[1], position, int(rows[b]), step)
         return logits
+
+    def checked_greedy_step(
+        self, input_ids: np.ndarray, positions: np.ndarray, rows: np.ndarray, step: int = 0
+    ) -> np.ndarray | None:
+        """The greedy tokens (i64 `[B]`) of one step taken on the device (`GreedyStep.step_greedy`), checked as
+        `checked_step` checks logits (the same RunError for non-finite ones); None when the model cannot (no
+        `step_greedy`) or a `logits_processor` must see the logits first: then call `checked_step`."""
+        step_greedy = getattr(self.model, "step_greedy", None)
+        if step_greedy is None or self.logits_processor is not None:
+            return None
+        tokens, bad = (np.asarray(a) for a in step_greedy(input_ids, positions, rows))
+        if tokens.shape != (input_ids.shape[0],) or bad.shape != (input_ids.shape[0], 2):
+            raise ValueError(f"model.step_greedy returned shapes {tokens.shape} and {bad.shape}")
+        if bad.any():
+            b = int(np.argwhere(bad.any(axis=1))[0][0])
+            position = int(positions[b]) + input_ids.shape[1] - 1
+            raise non_finite_logits(
+                int(bad[b, 0]), int(bad[b, 1]), int(self.model.vocab_size), position, int(rows[b]), step
+            )
+        return tokens.astype(np.int64)
 
     def _process(self, logits: np.ndarray, n_new: int) -> np.ndarray:
         """`logits` through `logits_processor` (unchanged without one)."""

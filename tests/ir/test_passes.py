@@ -216,7 +216,7 @@ def test_attention_variants_recorded_where_they_apply():
     assert step.attrs["variant"] == {"scale_queries": True, "trim_keys": True, "keys_first": True}
     flat = prepare(llama(1), PassOptions(flat_caches=True, attention=("kv_flat",)))
     (step,) = [op for op in walk_ops(flat.functions["LlamaAttention.step"]) if op.attrs.get("name") == "attention"]
-    assert step.attrs["variant"] == {"kv_flat": True}
+    assert step.attrs["variant"] == {"kv_flat": "flat"}  # the layout the caches are held in
     assert flat.state_layouts["model.layers.0.self_attn.k_cache"] == (2, 16, 8)
 
 

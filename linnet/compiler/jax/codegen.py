@@ -46,6 +46,7 @@ from typing import Callable
 
 from linnet.errors import CodegenError
 from linnet.ir import render
+from linnet.ir.attention import held_shape
 from linnet.ir.core import Op, Program, Value
 from linnet.ir.fusion import fused_key, fused_names, split_fused_key
 from linnet.ir.passes import runs_random
@@ -87,6 +88,7 @@ RESERVED = python_reserved(
     "PRECISION",
     "Module",
     "write_cache",
+    "write_cache_tokens",
     "fuse_weights",
     "FUSED_WEIGHTS",
     "resize_axis",
@@ -136,11 +138,11 @@ __all__ = [
 ]
 
 
-def state_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
+def state_shape(shape: tuple[int, ...], cache_layout: str = "flat") -> tuple[int, ...]:
     """The shape the JAX backend holds a state tensor in: a KV cache [max_batch, H, T, D] (rank
-    4) as [max_batch * H, T, D], other state as declared (`linnet.ir.attention.hold_caches_flat`
-    says why)."""
-    return (shape[0] * shape[1], *shape[2:]) if len(shape) == 4 else tuple(shape)
+    4) as `cache_layout` says ("flat": [max_batch * H, T, D], "token_major": [max_batch, T, H * D];
+    `linnet.ir.attention.hold_caches_flat` says why each), other state as declared."""
+    return held_shape(tuple(shape), cache_layout) if len(shape) == 4 else tuple(shape)
 
 
 class Emitter(GraphEmitter):
@@ -180,8 +182,12 @@ class Emitter(GraphEmitter):
         return f"{self.member(path)} = {self.r(value)}"  # what the entry returns as the new state
 
     def r(self, v) -> str:
-        if isinstance(v, Value) and _held_flat(v):
+        layout = _held_layout(v) if isinstance(v, Value) else None
+        if layout == "flat":
             return f"{super().r(v)}.reshape({dims_text(v.dims)})"
+        if layout == "token_major":  # [rows, T, H * D] seen as declared, [rows, H, T, D]
+            b, h, t, d = v.dims
+            return f"jnp.swapaxes({super().r(v)}.reshape({dims_text([b, t, h, d])}), 1, 2)"
         return super().r(v)
 
     def is_member(self, text: str) -> bool:
@@ -203,8 +209,21 @@ def held_in_f32(dtype_name: str, rank: int) -> bool:
     return dtype_name == "bf16" and rank == 2
 
 
-def _held_flat(v: Value) -> bool:
-    return v.producer is not None and v.producer.attrs.get("layout") == "flat"
+def _cache_layout(p: Program) -> str:
+    """The layout (`linnet.ir.attention.CACHE_LAYOUTS`) `p`'s KV caches are held in: that of their reads."""
+
+    def layouts(ops):
+        for op in ops:
+            if op.name == "state" and "layout" in op.attrs:
+                yield op.attrs["layout"]
+            if op.name == "loop":
+                yield from layouts(op.body.ops)
+
+    return next((layout for g in p.graphs() for layout in layouts(g.ops)), "flat")
+
+
+def _held_layout(v: Value) -> str | None:
+    return v.producer.attrs.get("layout") if v.producer is not None else None
 
 
 # ----------------------------------------------------------------------------- op emitters
@@ -358,7 +377,8 @@ EMITTERS["rearrange"] = _rearrange
 
 def _take(e: Emitter, op: Op) -> str:
     x, idx, dim = op.args["x"], op.args["indices"], op.args["dim"]
-    if op.attrs.get("layout") == "flat":
+    layout = op.attrs.get("layout")
+    if layout == "flat":
         # Rows of a cache held as [rows * H, T, D], held the same way: [B * H, T, D].
         b, h, t, d = op.result.dims
         rows = (
@@ -367,6 +387,12 @@ def _take(e: Emitter, op: Op) -> str:
             else f"jnp.take({e.r(x)}, {e.r(idx)}, axis=0, mode='clip')"
         )
         return f"{rows}.reshape({dims_text([b * h, t, d])})"
+    if layout == "token_major":
+        # Rows of a cache held as [rows, T, H * D], held the same way: [B, T, H * D].
+        b, h, t, d = op.result.dims
+        if x.dims[0].as_int() == 1:  # one cache row: every valid index is 0
+            return f"jnp.broadcast_to({e.flat_name(x)}, ({_tuple([b, t, h * d])}))"
+        return f"jnp.take({e.flat_name(x)}, {e.r(idx)}, axis=0, mode='clip')"
     if (dim == 0 or dim == -x.rank) and x.dims[0].as_int() == 1 and x.producer is not None:
         if x.producer.name in ("state", "cache_write"):
             # One cache row: every valid index is 0, so reading rows is reading the cache (no gather).
@@ -425,13 +451,16 @@ def _cache_write(e: Emitter, op: Op):
     index arrays broadcast to [B, S] and are split by the head slice, so the indexed block is
     [B, S, H, D] (numpy's rule for separated advanced indices): `new` goes in as [B, S, H, D].
     Positions past the cache are dropped (a padded prefill's tail). A cache held as [rows * H, T,
-    D] (`layout` flat) is written by the prelude's `write_cache`. The new
+    D] (`layout` flat) is written by the prelude's `write_cache`, one held as [rows, T, H * D]
+    (`layout` token_major) by its `write_cache_tokens`. The new
     cache is assigned where the old one was read (`self.k_cache = ...`), which is how the entry
     returns it."""
     rows, positions, new = (e.r(op.args[k]) for k in ("rows", "positions", "new"))
-    if op.attrs.get("layout") == "flat":
+    layout = op.attrs.get("layout")
+    if layout is not None:
         cache = e.flat_name(op.args["cache"])
-        expr = f"write_cache({cache}, {rows}, {positions}, {new})"
+        helper = "write_cache" if layout == "flat" else "write_cache_tokens"
+        expr = f"{helper}({cache}, {rows}, {positions}, {new})"
     else:
         cache = e.r(op.args["cache"])
         s = dim_text(op.args["new"].dims[2])
@@ -465,9 +494,10 @@ def _grouped_attention(e: Emitter, op: Op):
     matmul) with the query heads of one KV head batched together instead of repeating the
     keys and values (`repeat_kv`): the same dot products, without copying the cache G times.
 
-    With the `kv_flat` variant the keys and values come held as [B * H_kv, T, D]: the queries
-    are grouped as [B * H_kv, G * S, D] and each product is one dot batched over B * H_kv,
-    reading the cache where XLA wrote it."""
+    With the `kv_flat` variant the keys and values come held as [B * H_kv, T, D] ("flat"): the
+    queries are grouped as [B * H_kv, G * S, D] and each product is one dot batched over B * H_kv,
+    reading the cache where XLA wrote it; or held as [B, T, H_kv * D] ("token_major"): the queries
+    grouped as [B, H_kv, G * S, D], each product one dot batched over B and H_kv."""
     q, k, v, mask = (op.args[n] for n in ("q", "k", "v", "mask"))
     b, h, s, d = (dim_text(x) for x in q.dims)
     hkv, t = dim_text(k.dims[1]), dim_text(k.dims[2])
@@ -478,16 +508,20 @@ def _grouped_attention(e: Emitter, op: Op):
     note = f"  # {g} heads per KV head" if g > 1 else ""
     flat = op.attrs.get("variant", {}).get("kv_flat")
     exact = e.precision(q)
-    if flat:
-        kn, vn = e.flat_name(k), e.flat_name(v)
-        rows = dims_text([q.dims[0] * k.dims[1]])
+    if flat:  # one dot batched over B * H_kv (held flat) or over B and H_kv (held token-major)
+        if flat == "token_major":
+            lead, qk, pv = f"{b}, {hkv}", "bksd,btkd->bkst", "bkst,btkd->bksd"
+            kn, vn = (f"{e.flat_name(x)}.reshape({b}, {t}, {hkv}, {d})" for x in (k, v))
+        else:
+            lead, qk, pv = dims_text([q.dims[0] * k.dims[1]]), "ksd,ktd->kst", "kst,ktd->ksd"
+            kn, vn = e.flat_name(k), e.flat_name(v)
         qg = e.fresh("q_grouped")
         lines = [
-            f"{qg} = {e.r(q)}.reshape({rows}, {g} * {s}, {d}){note}",
-            f'{scores} = jnp.einsum("ksd,ktd->kst", {qg}, {kn}{exact}).reshape({b}, {h}, {s}, {t}) * {scale}',
+            f"{qg} = {e.r(q)}.reshape({lead}, {g} * {s}, {d}){note}",
+            f'{scores} = jnp.einsum("{qk}", {qg}, {kn}{exact}).reshape({b}, {h}, {s}, {t}) * {scale}',
         ]
-        grouped = lambda x, n: f"{x}.reshape({rows}, {g} * {s}, {n})"  # noqa: E731
-        product = lambda p: f'jnp.einsum("kst,ktd->ksd", {p}, {vn}{exact})'  # noqa: E731
+        grouped = lambda x, n: f"{x}.reshape({lead}, {g} * {s}, {n})"  # noqa: E731
+        product = lambda p: f'jnp.einsum("{pv}", {p}, {vn}{exact})'  # noqa: E731
     else:
         kn, vn = e.r(k), e.r(v)
         qg = e.r(q) if g == 1 else f"{e.r(q)}.reshape({b}, {hkv}, {g} * {s}, {d})"
@@ -576,8 +610,9 @@ class JaxModule(ModuleWriter):
                 "their input and round the result to bf16, as XLA's bf16 dot does.",
             ]
         if p.state_layouts:
+            held = "[max_batch * H, T, D]" if _cache_layout(p) == "flat" else "[max_batch, T, H * D]"
             lines += [
-                "KV caches declared [max_batch, H, T, D] are held as [max_batch * H, T, D], so that XLA",
+                f"KV caches declared [max_batch, H, T, D] are held as {held}, so that XLA",
                 "writes them in place (when the caller donates them: `jax.jit(..., donate_argnums=...)`)",
                 "and the attention dots read them where they lie.",
             ]

@@ -56,6 +56,7 @@ class JaxProgram:
     namespace: dict = field(repr=False)
     fused: dict[str, list[str]] = field(default_factory=dict)  # fused weight key -> checkpoint names
     f32_matrices: bool = False  # the bf16 matrices are taken in f32 (`codegen`'s docstring; `held_dtype`)
+    cache_layout: str = "flat"  # how KV caches are held (`codegen.state_shape`)
 
     def held_dtype(self, dtype_name: str, rank: int) -> str:
         """The dtype (a Linnet name) the code takes a parameter of `dtype_name` and `rank` in: f32 for the matrices
@@ -107,17 +108,22 @@ class JaxProgram:
 
 
 def compile_program(
-    program: Program, numerics: str = "equivalent", fuse_linear_weights: bool = True, f32_matrices: bool = False
+    program: Program,
+    numerics: str = "equivalent",
+    fuse_linear_weights: bool = True,
+    f32_matrices: bool = False,
+    cache_layout: str = "flat",
 ) -> JaxProgram:
     """The program's generated JAX, executed (nothing is traced or compiled yet). With
     `fuse_linear_weights=False` every parameter keeps its checkpoint name (no fused keys, one dot
     per linear layer): what sharding by checkpoint name and gradients by checkpoint name want. With
     `f32_matrices`, the code takes the bf16 matrices in f32 (`JaxProgram.held_dtype`; the codegen docstring says
-    why: XLA's CPU dots)."""
+    why: XLA's CPU dots). `cache_layout`: how KV caches are held, "flat" or "token_major"
+    (`linnet.ir.attention.hold_caches_flat` says which suits which device)."""
     if numerics not in NUMERICS:
         raise BackendError(f"numerics must be one of {', '.join(NUMERICS)}, got {numerics!r}")
     enable_x64()
-    passes = PASSES if fuse_linear_weights else replace(PASSES, fuse_linear_weights=False)
+    passes = replace(PASSES, fuse_linear_weights=fuse_linear_weights, cache_layout=cache_layout)
     prepared = prepare(program, passes, numerics)
     fused = {t.key: list(t.sources) for t in prepared.param_transforms}
     source = module_source(prepared, numerics, f32_matrices)
@@ -125,7 +131,9 @@ def compile_program(
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)  # tracebacks show it
     namespace: dict = {"__name__": "linnet_generated_jax"}
     exec(compile(source, filename, "exec"), namespace)
-    return JaxProgram(program, numerics, source, namespace, fused=fused, f32_matrices=f32_matrices)
+    return JaxProgram(
+        program, numerics, source, namespace, fused=fused, f32_matrices=f32_matrices, cache_layout=cache_layout
+    )
 
 
 # ----------------------------------------------------------------------------- StableHLO
@@ -139,11 +147,15 @@ def fused_member_shapes(program: Program, fused: dict[str, list[str]]) -> dict[s
 
 
 def param_specs(
-    program: Program, fused: dict[str, list[str]] | None = None, held_dtype: Callable[[str, int], str] | None = None
+    program: Program,
+    fused: dict[str, list[str]] | None = None,
+    held_dtype: Callable[[str, int], str] | None = None,
+    cache_layout: str = "flat",
 ) -> tuple[dict, dict]:
     """ShapeDtypeStructs of the parameters (by checkpoint name, and the `fused` groups by their
     key in place of their members) and of the state, in the shape the backend holds it
-    (`codegen.state_shape`); each parameter in `held_dtype(dtype, rank)` when given (`JaxProgram.held_dtype`)."""
+    (`codegen.state_shape` under `cache_layout`); each parameter in `held_dtype(dtype, rank)` when given
+    (`JaxProgram.held_dtype`)."""
     held = held_dtype or (lambda name, rank: name)
     params = {
         t.path: jax.ShapeDtypeStruct(t.shape, jax_dtype(held(t.type.dtype.name, len(t.shape)))) for t in program.params
@@ -151,7 +163,10 @@ def param_specs(
     for key, names in (fused or {}).items():
         parts = [params.pop(n) for n in names]
         params[key] = jax.ShapeDtypeStruct((sum(a.shape[0] for a in parts), *parts[0].shape[1:]), parts[0].dtype)
-    state = {t.path: jax.ShapeDtypeStruct(state_shape(t.shape), jax_dtype(t.type.dtype.name)) for t in program.state}
+    state = {
+        t.path: jax.ShapeDtypeStruct(state_shape(t.shape, cache_layout), jax_dtype(t.type.dtype.name))
+        for t in program.state
+    }
     return params, state
 
 
@@ -177,7 +192,7 @@ def export_entry(compiled: JaxProgram, name: str, platforms: list[str] | None = 
     arguments; nothing but the small folded constants is in the artifact."""
     enable_x64()
     graph = compiled.program.entries[name]
-    params, state = param_specs(compiled.program, compiled.fused, compiled.held_dtype)
+    params, state = param_specs(compiled.program, compiled.fused, compiled.held_dtype, compiled.cache_layout)
     state = state if compiled.stateful(name) else {}  # an entry that writes no state takes none
     fn = compiled.jitted(name)
     inputs = input_specs(graph, compiled.program.max_positions if state else None)

@@ -143,6 +143,7 @@ class JaxModel(ModelBase):
     notes: list[str] = field(default_factory=list)
     backend: str = "jax"
     numerics: str = "equivalent"
+    cache_layout: str = "flat"  # how the generated code holds KV caches (`cache_layout_for`)
     # the `step` compiled ahead of time per input_ids shape [B, S] (`JaxStepModel`), shared by its step models
     step_executables: dict = field(default_factory=dict, repr=False)
     # where inputs go: None for `device` alone; a `jax.sharding.Sharding` (replicated over a mesh) once the
@@ -217,6 +218,7 @@ class JaxStepModel:
         accelerator = getattr(model.device, "platform", "cpu") != "cpu"
         decode_loop = accelerator if decode_loop is None else decode_loop
         self.batch_buckets = accelerator if batch_buckets is None else batch_buckets
+        self._greedy = self._jax.jit(_greedy_tokens)
         self._loop = None
         if decode_loop and model.input_sharding is None:
             from .jax_loop import GreedyLoop
@@ -263,7 +265,8 @@ class JaxStepModel:
             self._loop.warm_up()
         for b, s in sorted(shapes):
             zeros = np.zeros(b, dtype=np.int64)
-            np.asarray(self._call(np.zeros((b, s), dtype=np.int64), zeros, np.arange(b, dtype=np.int64)))
+            logits = self._call(np.zeros((b, s), dtype=np.int64), zeros, np.arange(b, dtype=np.int64))
+            np.asarray(self._greedy(logits)[0] if s == 1 else logits)
 
     def decode_batch(self, b: int) -> int:
         """The rows a decode step of `b` rows runs: `b`, or with `batch_buckets` the next power of two (at most
@@ -285,14 +288,29 @@ class JaxStepModel:
             rows = np.concatenate([rows, np.full(runs - b, self.max_batch, np.int64)])
         put = lambda a: m.put_input(np.ascontiguousarray(a, dtype=np.int64))  # noqa: E731
         logits, m.state = self._executable(ids.shape)(m.params, m.state, put(ids), put(positions), put(rows))
-        return logits[:b] if runs > b else logits
+        return logits  # [runs, V], on the device: the caller keeps the first b rows on the host (a slice on the
+        # device would compile once per b, which batch buckets are there to avoid)
+
+    def step_greedy(
+        self, input_ids: np.ndarray, positions: np.ndarray, rows: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """`generation.GreedyStep`: a decode step (S = 1) whose argmax and non-finite counts are taken on the
+        device, so only i64 `[B]` tokens and `[B, 2]` NaN and Inf counts come back, not f32 `[B, V]` logits (a
+        longer step takes `step`'s logits and does the same on the host)."""
+        input_ids = np.asarray(input_ids, dtype=np.int64)
+        if input_ids.shape[1] != 1:
+            logits = self.step(input_ids, positions, rows)
+            return np.argmax(logits, axis=-1), np.stack([np.isnan(logits).sum(-1), np.isinf(logits).sum(-1)], -1)
+        b = input_ids.shape[0]
+        tokens, bad = self._greedy(self._call(input_ids, np.asarray(positions, dtype=np.int64), rows))
+        return np.asarray(tokens)[:b], np.asarray(bad)[:b]
 
     def step(self, input_ids: np.ndarray, positions: np.ndarray, rows: np.ndarray) -> np.ndarray:
         input_ids = np.asarray(input_ids, dtype=np.int64)
         positions = np.asarray(positions, dtype=np.int64)
         b, s = input_ids.shape
         if s > 1 and bucket_for(s, self.max_positions) == s:  # no padding: the last token is the prompt's own
-            return np.asarray(self._call(input_ids, positions, rows), dtype=np.float32)
+            return np.asarray(self._call(input_ids, positions, rows), dtype=np.float32)[:b]
         if s > 1:
             head = input_ids[:, :-1]
             width = bucket_for(s - 1, self.max_positions)
@@ -300,7 +318,17 @@ class JaxStepModel:
             padded[:, : s - 1] = head
             self._call(padded, positions, rows)  # logits discarded: they are the padding's
         logits = self._call(input_ids[:, -1:], positions + (s - 1), rows)
-        return np.asarray(logits, dtype=np.float32)
+        return np.asarray(logits, dtype=np.float32)[:b]
+
+
+def _greedy_tokens(logits):
+    """i64 `[B]`, the first maximum of each row of `logits` `[B, V]` (as `sampling.sample` takes it), and i64
+    `[B, 2]`, each row's NaN and Inf counts (jitted by `JaxStepModel`)."""
+    import jax.numpy as jnp
+
+    x = logits.astype(jnp.float32)
+    counts = jnp.stack([jnp.isnan(x).sum(-1), jnp.isinf(x).sum(-1)], axis=-1)
+    return jnp.argmax(x, axis=-1).astype(jnp.int64), counts.astype(jnp.int64)
 
 
 def load(
@@ -350,13 +378,13 @@ def load_prepared(
     # bf16 on the CPU: matrices held in f32 (the module docstring); not for the per-name layout that sharding and
     # training compile themselves
     f32_matrices = dev.platform == "cpu" and program.dtype.name == "bf16" and fuse_linear_weights
-    compiled = compile_program(program, numerics, fuse_linear_weights, f32_matrices)
+    compiled = compile_program(program, numerics, fuse_linear_weights, f32_matrices, cache_layout_for(dev))
     binder = _Binder(dev, compiled.fused, compiled.held_dtype)
     if prepared.checkpoint is not None:
         params = _checkpoint_params(prepared, progress, binder)
     else:
         params = _random_params(program, seed, binder)
-    held = {t.path: (state_shape(t.shape), jax_dtype(t.type.dtype.name)) for t in program.state}
+    held = {t.path: (state_shape(t.shape, compiled.cache_layout), jax_dtype(t.type.dtype.name)) for t in program.state}
     state = {path: jax.device_put(np.zeros(shape, dtype=dt), dev) for path, (shape, dt) in held.items()}
     stateful = {name: compiled.stateful(name) for name in program.entries}
     exported = {}
@@ -387,7 +415,14 @@ def load_prepared(
         backend=backend.name,
         numerics=numerics,
         compiler_options=compiled.compiler_options,
+        cache_layout=compiled.cache_layout,
     )
+
+
+def cache_layout_for(device) -> str:
+    """How the generated code holds KV caches on `device` (a jax Device): "token_major" ([max_batch, T, H * D]) on a
+    TPU, "flat" ([max_batch * H, T, D]) elsewhere; `linnet.ir.attention.hold_caches_flat` gives the measurements."""
+    return "token_major" if device.platform == "tpu" else "flat"
 
 
 F32_MATRICES_NOTE = (

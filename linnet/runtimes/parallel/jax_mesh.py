@@ -68,14 +68,17 @@ def make_mesh(devices: list | None = None, axis: str = AXIS):
     return jax.sharding.Mesh(np.array(devices), (axis,))
 
 
-def param_sharding(mesh, path: str, rank: int, plan: dict[str, str] = LLAMA_TP_PLAN, state: bool = False):
-    """The `NamedSharding` of tensor `path` of rank `rank`: split on `plan`'s dim for a parameter, on dim 0
-    for a KV cache held flat ([max_batch * H, T, D]), replicated otherwise."""
+def param_sharding(
+    mesh, path: str, rank: int, plan: dict[str, str] = LLAMA_TP_PLAN, state: bool = False, cache_layout: str = "flat"
+):
+    """The `NamedSharding` of tensor `path` of rank `rank`: split on `plan`'s dim for a parameter; for a KV cache,
+    on its heads: dim 0 held flat ([max_batch * H, T, D]), dim 2 held token-major ([max_batch, T, H * D]);
+    replicated otherwise."""
     jax = jax_module()
     P = jax.sharding.PartitionSpec
     dim = split_dim(path, plan)
     if dim is not None and state:
-        dim = 0
+        dim = 0 if cache_layout == "flat" else 2
     spec = [None] * rank
     if dim is not None:
         spec[dim] = mesh.axis_names[0]
@@ -100,11 +103,14 @@ def shard_model(model: JaxModel, mesh, plan: dict[str, str] = LLAMA_TP_PLAN) -> 
     check_plan(list(model.params), model.config, mesh.size, plan)
     model.params = {k: jax.device_put(v, param_sharding(mesh, k, v.ndim, plan)) for k, v in model.params.items()}
     model.state = {
-        k: jax.device_put(v, param_sharding(mesh, k, v.ndim, plan, state=True)) for k, v in model.state.items()
+        k: jax.device_put(v, param_sharding(mesh, k, v.ndim, plan, state=True, cache_layout=model.cache_layout))
+        for k, v in model.state.items()
     }
     replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
     state_shardings = {k: v.sharding for k, v in model.state.items()}
-    compiled = compile_program(model.prepared.program, model.numerics, fuse_linear_weights=False)
+    compiled = compile_program(
+        model.prepared.program, model.numerics, fuse_linear_weights=False, cache_layout=model.cache_layout
+    )
     functions = {}
     for name in model.functions:
         stateful = model.stateful[name]

@@ -430,26 +430,37 @@ class Engine:
             decoding = [a for a in decoding if not a.finished]
             if not decoding:
                 return
+            inputs = (
+                np.array([[a.sequence.generated[-1]] for a in decoding], dtype=np.int64),
+                np.array([a.sequence.next_position for a in decoding], dtype=np.int64),
+                np.array([a.sequence.row for a in decoding], dtype=np.int64),
+            )
+            step = 1 + min(len(a.sequence.generated) for a in decoding)
             try:
-                logits = self._runner.checked_step(
-                    np.array([[a.sequence.generated[-1]] for a in decoding], dtype=np.int64),
-                    np.array([a.sequence.next_position for a in decoding], dtype=np.int64),
-                    np.array([a.sequence.row for a in decoding], dtype=np.int64),
-                    step=1 + min(len(a.sequence.generated) for a in decoding),
-                )
+                # all greedy: the tokens taken on the device where the model can (`GreedyStep`), no logits back
+                greedy = all(a.request.params.greedy for a in decoding)
+                tokens = self._runner.checked_greedy_step(*inputs, step=step) if greedy else None
+                logits = self._runner.checked_step(*inputs, step=step) if tokens is None else None
             except Exception as error:  # noqa: BLE001 - the requests of this step fail, the engine keeps serving
                 for active in decoding:
                     self._finish(active, "error", error=f"{type(error).__name__}: {error}")
                 return
             for b, active in enumerate(decoding):
-                self._take(active, logits[b : b + 1])
+                if tokens is not None:
+                    self._accept(active, int(tokens[b]))
+                else:
+                    self._take(active, logits[b : b + 1])
 
     def _take(self, active: _Active, logits: np.ndarray) -> None:
         """Sample `active`'s next token from its logits `[1, V]`, apply the stop conditions and emit events."""
+        if not active.finished:
+            self._accept(active, int(sample(logits, active.request.params, active.rng)[0]))
+
+    def _accept(self, active: _Active, token: int) -> None:
+        """`active`'s next token is `token`: apply the stop conditions and emit events."""
         if active.finished:
             return
         request = active.request
-        token = int(sample(logits, request.params, active.rng)[0])
         active.token_times.append(time.monotonic())
         with self._lock:
             self._generation_tokens_total += 1
