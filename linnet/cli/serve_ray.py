@@ -19,6 +19,7 @@ import socket
 import sys
 import threading
 import urllib.request
+from pathlib import Path
 
 from linnet.cli.common import EXIT_ERRORS, EXIT_OK, UsageError, check_paths, load_model, print_notes
 from linnet.cli.serve import EXIT_INTERRUPTED, build_app, pick_model
@@ -31,7 +32,8 @@ def serve_on_ray(args: argparse.Namespace) -> int:
     Raises UsageError when Ray Serve is not installed, before anything is loaded or started."""
     ray_deployment = _import_ray()
     pick_model(args)
-    check_paths(args)  # what can be refused here is refused before Ray starts
+    check_paths(args)  # what can be refused here is refused before Ray starts, not by every replica in turn
+    Path(args.file).read_bytes()  # OSError: a FILE that cannot be read
     replicas = args.replicas or 1
     port = args.port or _free_port(args.host)  # Serve's proxy needs a fixed port: it binds it on every node
     own_cluster = args.ray_address is None

@@ -45,6 +45,14 @@ def test_ray_without_ray_installed_is_a_usage_error_naming_the_extra(monkeypatch
     assert "--ray needs Ray Serve, which is not installed" in line and "pip install 'linnet[ray]'" in line
 
 
+def test_a_file_that_cannot_be_read_is_refused_before_ray_starts(tmp_path, capsys):
+    if importlib.util.find_spec("ray") is None:
+        pytest.skip("Ray Serve is not installed (pip install 'linnet[ray]')")
+    missing = tmp_path / "missing.linnet"
+    assert main(["serve", str(missing), "--weights", "smollm2-135m-instruct", "--ray"]) == 2
+    assert "No such file or directory" in _one_error_line(capsys.readouterr().err)
+
+
 def _documented_serve_config() -> dict:
     yaml = pytest.importorskip("yaml")
     block = re.search(r"```yaml\n(.*?)```", DOC.read_text(), re.S)
