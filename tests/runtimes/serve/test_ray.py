@@ -3,10 +3,11 @@
 One real `linnet serve --ray` process per module (it starts a Ray instance of its own, 2 logical CPUs, a 100 MiB
 object store, in a temporary folder of its own) serves a tiny Llama from two replicas behind Ray's HTTP proxy. Each
 response names its replica (`X-Linnet-Replica`), so the tests see that both replicas serve (exactly what
-`linnet generate` gives each prompt alone), that a replica killed mid-stream (SIGKILL) fails its clients with an
-error (the stream is cut before `[DONE]`, so the client raises; never a hang, never a truncated stream that ends as a
-complete one would) while the other replica's stream goes on, that Ray replaces the dead replica, and that stopping
-the server leaves no Ray process behind. Skipped, saying why, where Ray Serve is not installed (`linnet[ray]`).
+`linnet generate` gives each prompt alone); that a replica killed mid-stream (SIGKILL) fails its clients with an
+error (the stream is cut before `[DONE]`, so the client raises; a request not streamed gets a 500), never a hang nor
+a truncated stream that ends as a complete one would, while the other replica's stream goes on; that Ray replaces
+the dead replica; and that stopping the server leaves no Ray process behind. Skipped, saying why, where Ray Serve
+is not installed (`linnet[ray]`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import signal
 import tempfile
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -209,6 +211,12 @@ def test_a_replica_killed_mid_stream_fails_its_client_the_other_goes_on_and_ray_
             break
         b_raw.close()
     assert b_replica != a_replica, "Ray's router put every stream on one replica"
+    # and a request not streamed, on whichever replica the router picks
+    unstreamed = ThreadPoolExecutor(1).submit(
+        api.completions.with_raw_response.create,
+        model=model, prompt=PROMPTS[2], max_tokens=LONG_TOKENS, temperature=0, extra_body={"ignore_eos": True},
+    )  # fmt: skip
+    time.sleep(0.5)
     killed_at = time.monotonic()
     os.kill(a_replica[1], signal.SIGKILL)
 
@@ -229,6 +237,16 @@ def test_a_replica_killed_mid_stream_fails_its_client_the_other_goes_on_and_ray_
     assert b_rest[-1].choices[0].finish_reason in ("stop", "length")
     alone = api.completions.create(model=model, prompt=PROMPTS[1], max_tokens=200, temperature=0)
     assert b_text == alone.choices[0].text
+
+    # the request not streamed: a 500 from Ray's proxy when it was on the killed replica, else its whole answer
+    try:
+        raw = unstreamed.result(timeout=120)
+    except openai.InternalServerError:
+        print("the request not streamed was on the killed replica: 500")
+    else:
+        print("the request not streamed was on the other replica: answered")
+        assert replica_of(raw.headers) == b_replica
+        assert raw.parse().usage.completion_tokens == LONG_TOKENS
 
     # Ray replaces the dead replica: two replicas answer again, neither of them the killed one
     deadline = time.monotonic() + RESTART_TIMEOUT_S
