@@ -35,14 +35,11 @@ def serve_on_ray(args: argparse.Namespace) -> int:
     check_paths(args)  # what can be refused here is refused before Ray starts, not by every replica in turn
     Path(args.file).read_bytes()  # OSError: a FILE that cannot be read
     replicas = args.replicas or 1
-    port = args.port or _free_port(args.host)  # Serve's proxy needs a fixed port: it binds it on every node
     own_cluster = args.ray_address is None
     try:
-        ray_deployment.start(
-            args.ray_address, args.host, port, num_cpus=math.ceil(replicas * args.cpus_per_replica) or 1
-        )
-    except ConnectionError as err:
-        print(f"linnet serve: --ray-address {args.ray_address}: {err}", file=sys.stderr)
+        port = _proxy_port(args.host, args.port, check_free=own_cluster)
+    except OSError as err:
+        print(f"linnet serve: cannot listen on {args.host}:{args.port}: {err.strerror or err}", file=sys.stderr)
         return EXIT_ERRORS
     stopped = threading.Event()
     signals = {}
@@ -51,16 +48,20 @@ def serve_on_ray(args: argparse.Namespace) -> int:
         signals.setdefault("first", signum)
         stopped.set()
 
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous = {}
     try:
         try:
+            num_cpus = math.ceil(replicas * args.cpus_per_replica)
+            ray_deployment.start(args.ray_address, args.host, port, num_cpus=num_cpus)
+            # after `ray.init`, whose own SIGTERM handler logs a stack and aborts the process
+            previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
             ray_deployment.serve.run(_application(ray_deployment, args), name=APP_NAME, route_prefix="/")
-        except RuntimeError as err:  # a replica's constructor failed every retry; Ray has logged its traceback
-            first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            print(f"linnet serve: the Ray Serve replicas did not start: {first_line}", file=sys.stderr)
+            url = f"http://{args.host}:{port}"
+            name = _served_name(url, args.api_key)
+        except Exception as err:  # Ray fails in many types (ConnectionError, RuntimeError, RayTaskError,
+            # GetTimeoutError...): each is one line here, and Ray has logged the replicas' tracebacks
+            print(f"linnet serve: Ray Serve did not start: {_first_line(err)}", file=sys.stderr)
             return EXIT_ERRORS
-        url = f"http://{args.host}:{port}"
-        name = _served_name(url, args.api_key)
         print(
             f"linnet serve: serving {name} at {url}/v1 ({replicas} Ray Serve replica(s) of {args.backend}, "
             f"{args.max_batch} cache rows each; Ray's proxy routes)",
@@ -136,10 +137,21 @@ def _import_ray():
     return ray_deployment
 
 
-def _free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
+def _proxy_port(host: str, port: int, check_free: bool) -> int:
+    """The port Serve's proxy will listen on: `port`, or a free one for 0 (the proxy needs a fixed port: it binds it
+    on every node). With `check_free`, raises OSError when something listens on it here already (Ray's proxy would
+    fail to bind it and Serve would give up after a minute)."""
+    if port and not check_free:
+        return port
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind((host, port))
         return s.getsockname()[1]
+
+
+def _first_line(err: Exception) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
 
 
 def _served_name(url: str, api_key: str | None) -> str:

@@ -13,6 +13,7 @@ docs/serving-scale-out.md says how to run it on a cluster. Imports Ray: import i
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Callable
 from typing import Any
 
@@ -104,13 +105,28 @@ def start(address: str | None, host: str, port: int, num_cpus: int | None = None
             configure_logging=False,
         )
     else:
+        _check_reachable(address)
         ray.init(address=address, configure_logging=False)
     serve.start(http_options={"host": host, "port": port})
 
 
+def _check_reachable(address: str, timeout_s: float = 10.0) -> None:
+    """Raise ConnectionError when a `HOST:PORT` address does not accept a TCP connection: `ray.init` would retry
+    it for minutes, logging each try. Other forms (`auto`, `ray://...`) are left to Ray."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or "/" in address:
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as err:
+        raise ConnectionError(f"no Ray cluster answers at {address} ({err.strerror or err})") from None
+
+
 def stop(app_name: str, *, own_cluster: bool) -> None:
     """Undo `start`: on a Ray instance of our own, shut Serve and Ray down (every replica and Ray process ends);
-    on a shared cluster, delete our application alone and disconnect."""
+    on a shared cluster, delete our application alone and disconnect. Nothing when Ray was not started."""
+    if not ray.is_initialized():
+        return
     try:
         if own_cluster:
             serve.shutdown()

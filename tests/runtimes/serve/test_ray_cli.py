@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import socket
 import sys
 
 import pytest
@@ -51,6 +52,28 @@ def test_a_file_that_cannot_be_read_is_refused_before_ray_starts(tmp_path, capsy
     missing = tmp_path / "missing.linnet"
     assert main(["serve", str(missing), "--weights", "smollm2-135m-instruct", "--ray"]) == 2
     assert "No such file or directory" in _one_error_line(capsys.readouterr().err)
+
+
+def test_a_ray_address_where_no_cluster_answers_is_one_error(capsys):
+    if importlib.util.find_spec("ray") is None:
+        pytest.skip("Ray Serve is not installed (pip install 'linnet[ray]')")
+    with socket.socket() as s:  # a port nothing listens on once closed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    args = ["serve", "--weights", "smollm2-135m-instruct", "--ray", "--ray-address", f"127.0.0.1:{port}"]
+    assert main(args) == 1
+    assert f"no Ray cluster answers at 127.0.0.1:{port}" in _one_error_line(capsys.readouterr().err)
+
+
+def test_a_port_in_use_is_one_error_before_ray_starts(capsys):
+    if importlib.util.find_spec("ray") is None:
+        pytest.skip("Ray Serve is not installed (pip install 'linnet[ray]')")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        assert main(["serve", "--weights", "smollm2-135m-instruct", "--ray", "--port", str(port)]) == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in _one_error_line(capsys.readouterr().err)
 
 
 def _documented_serve_config() -> dict:
