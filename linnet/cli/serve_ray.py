@@ -60,7 +60,8 @@ def serve_on_ray(args: argparse.Namespace) -> int:
             name = _served_name(url, args.api_key)
         except Exception as err:  # Ray fails in many types (ConnectionError, RuntimeError, RayTaskError,
             # GetTimeoutError...): each is one line here, and Ray has logged the replicas' tracebacks
-            print(f"linnet serve: Ray Serve did not start: {_first_line(err)}", file=sys.stderr)
+            why = ray_deployment.replica_error(APP_NAME) if ray_deployment.ray.is_initialized() else None
+            print(f"linnet serve: Ray Serve did not start: {why or _first_line(err)}", file=sys.stderr)
             return EXIT_ERRORS
         print(
             f"linnet serve: serving {name} at {url}/v1 ({replicas} Ray Serve replica(s) of {args.backend}, "

@@ -20,7 +20,7 @@ from typing import Any
 import ray
 from ray import serve
 
-__all__ = ["REPLICA_HEADER", "LinnetReplica", "application", "start", "stop"]
+__all__ = ["REPLICA_HEADER", "LinnetReplica", "application", "replica_error", "start", "stop"]
 
 # every response says which replica answered: "<Ray's replica id>; pid=<its process id>"
 REPLICA_HEADER = "x-linnet-replica"
@@ -108,6 +108,20 @@ def start(address: str | None, host: str, port: int, num_cpus: int | None = None
         _check_reachable(address)
         ray.init(address=address, configure_logging=False)
     serve.start(http_options={"host": host, "port": port})
+
+
+def replica_error(app_name: str) -> str | None:
+    """Why the replicas of `app_name` failed to start, as the last line of the error Serve recorded (e.g.
+    `linnet.errors.CheckpointError: ... no config.json in this folder ...`), or None when it recorded none."""
+    try:
+        app = serve.status().applications.get(app_name)
+    except Exception:  # Serve is down too: there is nothing more to say than serve.run did
+        return None
+    for deployment in (app.deployments if app else {}).values():
+        lines = [line.strip() for line in (deployment.message or "").splitlines() if line.strip()]
+        if lines:
+            return lines[-1]
+    return None
 
 
 def _check_reachable(address: str, timeout_s: float = 10.0) -> None:
