@@ -54,7 +54,11 @@ class RayServer:
             env.setenv("RAY_TMPDIR", self.ray_tmp)
             env.setenv("RAY_DEDUP_LOGS", "0")  # every replica's lines in the log, not "[repeated 2x]"
             started = time.monotonic()
-            self.proc, self.url, self.log = start_server(folder, *args, "--max-positions", str(MAX_POSITIONS))
+            try:
+                self.proc, self.url, self.log = start_server(folder, *args, "--max-positions", str(MAX_POSITIONS))
+            except BaseException:  # pytest.fail: the server did not start (start_server has killed it)
+                shutil.rmtree(self.ray_tmp, ignore_errors=True)
+                raise
             self.start_s = time.monotonic() - started
         self.descendants: list = []
 
