@@ -56,8 +56,9 @@ class RayServer:
             started = time.monotonic()
             try:
                 self.proc, self.url, self.log = start_server(folder, *args, "--max-positions", str(MAX_POSITIONS))
-            except BaseException:  # pytest.fail: the server did not start (start_server has killed it)
-                shutil.rmtree(self.ray_tmp, ignore_errors=True)
+            except BaseException:  # pytest.fail: the server did not start (start_server has SIGKILLed it)
+                self.descendants = self.started_here()  # Ray's own processes (raylet, gcs_server) name the folder
+                self.kill_leftovers()
                 raise
             self.start_s = time.monotonic() - started
         self.descendants: list = []
@@ -80,16 +81,21 @@ class RayServer:
         """The recorded descendants, and any process started from our Ray folder, still alive after `timeout_s`."""
         deadline = time.monotonic() + timeout_s
         while True:
-            alive = [p for p in self.descendants if _alive(p)]
-            alive += [p for p in psutil.process_iter(["cmdline"]) if self.ray_tmp in " ".join(p.info["cmdline"] or ())]
+            alive = [p for p in self.descendants if _alive(p)] + self.started_here()
             if not alive or time.monotonic() > deadline:
                 return [f"{p.pid} {_name(p)}" for p in alive]
             time.sleep(0.5)
 
+    def started_here(self) -> list:
+        """The processes whose command line names our Ray folder (gcs_server, raylet and Ray's agents do)."""
+        return [p for p in psutil.process_iter(["cmdline"]) if self.ray_tmp in " ".join(p.info["cmdline"] or ())]
+
     def kill_leftovers(self) -> None:
-        for p in self.descendants:
-            if _alive(p):
+        for p in self.descendants + self.started_here():
+            try:
                 p.kill()
+            except psutil.NoSuchProcess:
+                pass
         shutil.rmtree(self.ray_tmp, ignore_errors=True)
 
 
@@ -268,6 +274,7 @@ def test_a_replica_killed_mid_stream_fails_its_client_the_other_goes_on_and_ray_
 
 def test_stopping_the_server_ends_every_ray_process(server):
     assert len(server.ray_processes()) >= 5  # gcs_server, raylet, the Serve controller, proxy, replicas
+    assert server.started_here()  # what `leftovers` also looks for: Ray's processes that name our folder
     code, log, took_s = server.stop()
     print(f"started in {server.start_s:.1f} s, stopped in {took_s:.1f} s")
     assert code == 0, log
