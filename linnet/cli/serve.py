@@ -38,11 +38,11 @@ EXIT_INTERRUPTED = 130  # 128 + SIGINT, as `linnet.cli.main` answers KeyboardInt
 def cmd_serve(args: argparse.Namespace) -> int:
     try:
         _check_args(args)
-        if args.file is None:
-            if args.weights is None:
-                args.weights = DEFAULT_WEIGHTS
-                print(f"no FILE nor --weights: serving the embedded {DEFAULT_WEIGHTS}", file=sys.stderr)
-            pick_example(args)
+        if args.ray:  # N replicas on Ray Serve, each what follows (linnet/cli/serve_ray.py)
+            from linnet.cli.serve_ray import serve_on_ray
+
+            return serve_on_ray(args)
+        pick_model(args)
         model = load_model(args, random_weights=False)
     except UsageError as err:
         print(f"linnet serve: {err}", file=sys.stderr)
@@ -50,13 +50,25 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except FAILURES as err:
         return fail("serve", err)
     print_notes(model)
+    try:
+        app, engine, summary = build_app(args, model)
+    except ValueError as err:
+        return fail("serve", err)
+    return serve_http(args, app, engine, summary)
+
+
+def build_app(args: argparse.Namespace, model):
+    """(app, engine, summary): the started `Engine` over `model`'s cache rows (every compiled shape warmed up
+    first) and the FastAPI app serving it as `--served-model-name` (default: the weights), whose lifespan's end
+    shuts the engine down; `summary` is the line `linnet serve` prints about it. Raises ValueError for a model
+    without a tokenizer or without `entry fn step`."""
     tokenizer = model.tokenizer()
     if tokenizer is None:
-        return fail("serve", ValueError(f"{model.weights} has no tokenizer (tokenizer.json); linnet serve needs one"))
+        raise ValueError(f"{model.weights} has no tokenizer (tokenizer.json); linnet serve needs one")
     if "step" not in model.program.entries:
-        return fail("serve", ValueError(f"{args.file}: serving needs a decoder with `entry fn step`"))
+        raise ValueError(f"{args.file}: serving needs a decoder with `entry fn step`")
     from linnet.runtimes.serve.engine import Engine
-    from linnet.runtimes.serve.http import create_app, run_server
+    from linnet.runtimes.serve.http import create_app
 
     step_model = model.step_model()
     name = args.served_model_name or str(model.weights)
@@ -81,6 +93,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
         f"{args.backend}, {args.dtype}, {step_model.max_batch} cache rows of {step_model.max_positions} positions, "
         f"queue of {args.max_queue}{', API key required' if args.api_key else ''}{setup}"
     )
+    return app, engine, summary
+
+
+def serve_http(args: argparse.Namespace, app, engine, summary: str) -> int:
+    """Serve `app` with uvicorn on `--host`:`--port` until SIGINT (exit 130) or SIGTERM (exit 0); exit 1 when the
+    address cannot be bound."""
+    from linnet.runtimes.serve.http import run_server
+
+    name = app.state.linnet.model_name
 
     def announce(url: str) -> None:
         print(f"linnet serve: serving {name} at {url}/v1 ({summary})", file=sys.stderr, flush=True)
@@ -105,6 +126,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def pick_model(args: argparse.Namespace) -> None:
+    """Without FILE, the shipped example for `--weights` (the embedded DEFAULT_WEIGHTS without either), said on
+    stderr. Raises LoadError for a checkpoint whose model_type no example implements."""
+    if args.file is None:
+        if args.weights is None:
+            args.weights = DEFAULT_WEIGHTS
+            print(f"no FILE nor --weights: serving the embedded {DEFAULT_WEIGHTS}", file=sys.stderr)
+        pick_example(args)
+
+
 def _check_args(args: argparse.Namespace) -> None:
     for flag, value, least in (
         ("--port", args.port, 0),
@@ -115,6 +146,14 @@ def _check_args(args: argparse.Namespace) -> None:
             raise UsageError(f"{flag} must be >= {least}, got {value}")
     if args.port > 65535:
         raise UsageError(f"--port must be <= 65535, got {args.port}")
+    if args.replicas is not None and args.replicas < 1:
+        raise UsageError(f"--replicas must be >= 1, got {args.replicas}")
+    if args.cpus_per_replica <= 0:
+        raise UsageError(f"--cpus-per-replica must be > 0, got {args.cpus_per_replica}")
+    if not args.ray:
+        given = [flag for flag, value in (("--replicas", args.replicas), ("--ray-address", args.ray_address)) if value]
+        if given:
+            raise UsageError(f"{given[0]} is an option of Ray Serve: add --ray")
     if args.api_key is not None and not args.api_key:
         raise UsageError(f"--api-key (or {API_KEY_ENV}) must not be empty")
 
@@ -145,5 +184,25 @@ def register(sub) -> None:
     )
     serve.add_argument(
         "--served-model-name", metavar="NAME", help="the model id clients send and /v1/models lists (default: W)"
+    )
+    ray = serve.add_argument_group("scale-out on Ray Serve (needs linnet[ray]; docs/serving-scale-out.md)")
+    ray.add_argument(
+        "--ray",
+        action="store_true",
+        help="serve as Ray Serve replicas behind Ray's HTTP proxy (at --host:--port), with the same routes",
+    )
+    ray.add_argument("--replicas", type=int, metavar="N", help="engine replicas, each its own process (1)")
+    ray.add_argument(
+        "--cpus-per-replica",
+        type=float,
+        default=1.0,
+        metavar="N",
+        help="CPUs Ray reserves for each replica (1); PyTorch runs that many threads",
+    )
+    ray.add_argument(
+        "--ray-address",
+        metavar="ADDR",
+        help="the Ray cluster to join: `auto` (the one `ray start` runs here) or HEAD:PORT; default: a Ray "
+        "instance of this process's own, sized for the replicas, ended with it",
     )
     serve.set_defaults(func=cmd_serve)
