@@ -28,11 +28,13 @@ from ..syntax.recursion import RECURSION_LIMIT, deep_recursion
 from ..types.core import NONE, ConfigT, NoneT, Type, format_type
 from .attributes import check_attributes
 from .checker import NAMES_DEP, CheckContext, ItemChecker, ItemResult
+from .codes import CODES
 from .configs import ConfigEvaluator, ConfigValue, Scenario, values_by_type
 from .diagnostics import Diagnostic, Finding, Label, LocalAnchor, SymbolAnchor, locate
 from .imports import FileImports, Globals, Namespaces, canonical, namespaces
 from .model import ModelTree, check_model
 from .resolved import Resolved
+from .unread import unread_findings
 from .workspace import Workspace
 
 __all__ = ["Analysis", "Document", "Globals", "StdLib", "TypeInfo", "Workspace", "std_library"]
@@ -313,6 +315,12 @@ class Analysis:
         return self.document.resolve(anchor, self.globals)
 
 
+def _has_errors(items: list[Item], findings: list[Finding]) -> bool:
+    """Whether a syntax problem or an error finding is among these (L904 then says nothing: reads
+    after an error are not all known)."""
+    return any(i.problems for i in items) or any((f.severity or CODES[f.code].severity) == "error" for f in findings)
+
+
 def _config_key(v):
     """A config argument's identity: its values (ConfigT, ConfigValue), or None for `none`."""
     v = getattr(v, "value", v)
@@ -480,6 +488,8 @@ class Document:
             if item._attribute_findings is None:
                 item._attribute_findings = check_attributes(item)
             findings.extend(item._attribute_findings)
+        if only is None and not self.is_std and not _has_errors(self.items, findings):
+            findings.extend(unread_findings(analysis))
         analysis.diagnostics = self._diagnostics(findings, globals_)
         return analysis
 
