@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..ops import REGISTRY, REQUIRED, OpDef, OpError
+from ..ops.registry import UnknownNumber
 from ..syntax import ast as A
 from ..syntax.ast import Span
 from ..syntax.items import Item
@@ -437,7 +438,9 @@ class CallsMixin:
             if isinstance(t, TensorT):
                 return t
             if isinstance(t, ScalarT) and t.kind in ("int", "float", "bool"):
-                return t.value if t.kind != "float" else (t.value if t.value is not None else 0.0)
+                if t.value is None:  # not known here: its kind still decides the dtype
+                    return 0.0 if t.kind == "float" else UnknownNumber(t.kind)
+                return t.value
             self.report("L107", f"`{name}` of {what} is a tensor or a number, got {kind_text(t)}", node)
             return _FAILED
         if kind == "tensors":

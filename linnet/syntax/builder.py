@@ -205,8 +205,9 @@ class Builder(Transformer):
         values = [
             A.BoolLit(_tok_span(t), str(t) == "true") if t.type in bools else A.StrLit(_tok_span(t), _unquote(str(t)))
             for t in c
+            if t.type != "QMARK"
         ]
-        return A.LiteralType(_span(c), values)
+        return A.LiteralType(_span(c), values, optional=c[-1].type == "QMARK")
 
     def tuple_type(self, c):
         return A.TupleType(_span(c), _inner(c))
