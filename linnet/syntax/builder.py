@@ -286,6 +286,8 @@ class Builder(Transformer):
         return A.MemberIf(span, cond, then, orelse[0] if orelse else [])
 
     def member_else(self, c):
+        if len(c) == 1:  # `else if`: the nested conditional is the one member of the `else`
+            return ([c[0]], c[0])
         _open, members, close = c
         return (members, close)
 
