@@ -42,6 +42,12 @@ from .unify import Unifier, substitute_shape
 _FAILED = object()
 
 
+def _is_submodule(members, name: str) -> bool:
+    """Whether `name` is a submodule member (not a method) of an instance with these members."""
+    info = members.by_name.get(name)
+    return info is not None and info.kind == "submodule"
+
+
 class CallsMixin:
     """Call checking for `ItemChecker`."""
 
@@ -58,7 +64,11 @@ class CallsMixin:
             target = self.expr(func, scope)
         elif isinstance(func, A.Attr):
             base = self.expr(func.value, scope)
-            if isinstance(base, ModuleT):
+            if isinstance(base, ModuleT) and _is_submodule(self.members(base.instance, report=False), func.name.id):
+                # `layer.SelfAttention.q(x)`: a submodule of a submodule, called (its `forward`)
+                target = self.attr(func, scope, base)
+                self.record(func, target)
+            elif isinstance(base, ModuleT):
                 inst: Instance = base.instance
                 fn = self.find_method(inst, func.name, report=True)
                 if fn is None:

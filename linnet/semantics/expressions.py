@@ -88,8 +88,10 @@ class ExpressionsMixin:
         self.report("L111", "this expression is not allowed here", e)
         return UNKNOWN
 
-    def attr(self, e: A.Attr, scope: Scope) -> Type:
-        base = self.expr(e.value, scope)
+    def attr(self, e: A.Attr, scope: Scope, base: Type | None = None) -> Type:
+        """`a.b`: a config field, a member of a module instance, a tensor's `dtype`; `base` is `a`'s type when
+        the caller has it already."""
+        base = self.expr(e.value, scope) if base is None else base
         name = e.name.id
         if isinstance(base, UnknownT):
             return UNKNOWN
