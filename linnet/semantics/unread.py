@@ -40,10 +40,12 @@ class _Untraceable(Exception):
     """A module value the walk cannot place in the tree: the config's result is not reported."""
 
 
-def unread_findings(analysis) -> list[Finding]:
+def unread_findings(analysis, cache: dict | None = None) -> list[Finding]:
     """Warnings L904 for the root model's parameters and state that no entry reads, each once,
     naming the configs it occurs under when that is not all of them. Empty when the file has
-    no root model or was not checked whole."""
+    no root model or was not checked whole. `cache` (a dict the caller keeps between analyses)
+    holds what each function reads under each check result, so an edit re-reads only what changed."""
+    cache = {} if cache is None else cache
     model = analysis.model
     ia = analysis.items.get(model) if model is not None else None
     if ia is None:
@@ -55,7 +57,7 @@ def unread_findings(analysis) -> list[Finding]:
         if getattr(result, "tree", None) is None:
             continue
         try:
-            found = _Walk(analysis, model, binding, result.resolved).findings()
+            found = _Walk(analysis, model, binding, result.resolved, cache).findings()
         except _Untraceable:
             continue
         everywhere.update(names or ["defaults"])
@@ -77,8 +79,9 @@ def unread_findings(analysis) -> list[Finding]:
 class _Walk:
     """One config's walk from the root model's entries (see the module docstring)."""
 
-    def __init__(self, analysis, model: Item, binding: dict, resolved: Resolved):
+    def __init__(self, analysis, model: Item, binding: dict, resolved: Resolved, cache: dict):
         self.analysis = analysis
+        self.cache = cache
         self.model = model
         self.checker = ItemChecker(analysis.context, model, binding)
         scope = Scope(self.checker.global_scope(), "module")
@@ -112,61 +115,31 @@ class _Walk:
         self.seen.add(key)
         if len(self.seen) > MAX_VISITS:
             raise _Untraceable
-        loops: dict[A.Name, A.Expr] = {}
-        attr_names: set[int] = set()
-        own_writes: set[int] = set()  # state read only to compute its own next value
-        nodes = [n for p in fn.params if p.default is not None for n in A.walk(p.default)] + list(A.walk(fn.body))
-        for node in nodes:
-            if isinstance(node, A.For):
-                loops[node.var] = node.iter
-            elif isinstance(node, A.Attr):
-                attr_names.add(id(node.name))
-            elif isinstance(node, A.Assign):
-                own_writes.add(id(node.target))
-                target = res.ref(node.target)
-                if target is not None and target.kind == "member":
-                    for n in A.walk(node.value):
-                        ref = res.ref(n) if isinstance(n, A.Name) else None
-                        if ref is not None and ref.kind == "member" and ref.node is target.node:
-                            own_writes.add(id(n))
-        for node in nodes:
-            if isinstance(node, A.Name) and id(node) not in attr_names and id(node) not in own_writes:
-                ref = res.ref(node)
-                if ref is not None and ref.kind == "member" and ref.value in ("param", "state"):
-                    self.reads.add(prefix + (ref.name,))
-            elif isinstance(node, A.Attr) and isinstance(res.types.get(node.value), ModuleT):
-                ref = res.ref(node.name)
-                if ref is not None and ref.kind == "member" and ref.value in ("param", "state"):
-                    self.reads.add(self.path_of(node.value, prefix, res, loops) + (node.name.id,))
-            elif isinstance(node, A.Call):
-                self.call(node, prefix, inst, res, loops)
+        reads, calls = self.summary(fn, res)
+        self.reads.update(prefix + r for r in reads)
+        for path, callee, receiver in calls:
+            if receiver is None:  # a method called by its name in its module
+                self.visit(prefix, inst, callee, res)
+            else:
+                self.visit(prefix + path, receiver, callee, self.resolved_of(receiver))
 
-    def call(self, node: A.Call, prefix: tuple, inst: Instance, res: Resolved, loops: dict) -> None:
-        info = res.call(node)
-        if info is None or not isinstance(info.callee, A.FnDef):
-            return
-        if info.kind in ("forward", "method") and info.receiver is not None:
-            t = res.types.get(info.receiver)
-            if not isinstance(t, ModuleT):
+    def summary(self, fn: A.FnDef, res: Resolved) -> tuple[list, list]:
+        """What `fn` reads (member paths from its module) and calls ((receiver path, callee, receiver instance or
+        None for its own module)), under the check `res`: the same for every path the function is reached at,
+        so made once per check (kept across analyses in `cache` while the check's result is the same object)."""
+        key = (id(fn), id(res.names))
+        hit = self.cache.get(key)
+        if hit is not None and hit[0] is fn and hit[1] is res.names:
+            if hit[2] is None:
                 raise _Untraceable
-            path = self.path_of(info.receiver, prefix, res, loops)
-            self.visit(path, t.instance, info.callee, self.resolved_of(t.instance))
-        elif info.kind == "method" and info.receiver is None:
-            self.visit(prefix, inst, info.callee, res)  # a method called by its name in its module
-
-    def path_of(self, e: A.Expr, prefix: tuple, res: Resolved, loops: dict) -> tuple[str, ...]:
-        """The member path (from the root) of a module-valued expression; a list's elements as `#`."""
-        if isinstance(e, A.Name):
-            ref = res.ref(e)
-            if ref is not None and ref.kind == "member":
-                return prefix + (ref.name,)
-            if ref is not None and ref.kind == "loop" and ref.node in loops:
-                return self.path_of(loops[ref.node], prefix, res, loops) + ("#",)
-        elif isinstance(e, A.Attr):
-            return self.path_of(e.value, prefix, res, loops) + (e.name.id,)
-        elif isinstance(e, A.Index):
-            return self.path_of(e.value, prefix, res, loops) + ("#",)
-        raise _Untraceable
+            return hit[2]
+        try:
+            found = _summarise(fn, res)
+        except _Untraceable:
+            self.cache[key] = (fn, res.names, None)
+            raise
+        self.cache[key] = (fn, res.names, found)
+        return found
 
     # ----- the tree
     def leaves(self, inst: Instance, path: tuple, chain: list, out: list, open_items: set) -> None:
@@ -239,6 +212,65 @@ class _Walk:
                 )
             )
         return out
+
+
+def _summarise(fn: A.FnDef, res: Resolved) -> tuple[list, list]:
+    """`_Walk.summary`, made: the reads and calls of `fn`'s body (and parameter defaults) under `res`."""
+    loops: dict[A.Name, A.Expr] = {}
+    attr_names: set[int] = set()
+    own_writes: set[int] = set()  # state read only to compute its own next value
+    nodes = [n for p in fn.params if p.default is not None for n in A.walk(p.default)] + list(A.walk(fn.body))
+    for node in nodes:
+        if isinstance(node, A.For):
+            loops[node.var] = node.iter
+        elif isinstance(node, A.Attr):
+            attr_names.add(id(node.name))
+        elif isinstance(node, A.Assign):
+            own_writes.add(id(node.target))
+            target = res.ref(node.target)
+            if target is not None and target.kind == "member":
+                for n in A.walk(node.value):
+                    ref = res.ref(n) if isinstance(n, A.Name) else None
+                    if ref is not None and ref.kind == "member" and ref.node is target.node:
+                        own_writes.add(id(n))
+    reads: list[tuple[str, ...]] = []
+    calls: list[tuple] = []
+    for node in nodes:
+        if isinstance(node, A.Name) and id(node) not in attr_names and id(node) not in own_writes:
+            ref = res.ref(node)
+            if ref is not None and ref.kind == "member" and ref.value in ("param", "state"):
+                reads.append((ref.name,))
+        elif isinstance(node, A.Attr) and isinstance(res.types.get(node.value), ModuleT):
+            ref = res.ref(node.name)
+            if ref is not None and ref.kind == "member" and ref.value in ("param", "state"):
+                reads.append(_path_of(node.value, res, loops) + (node.name.id,))
+        elif isinstance(node, A.Call):
+            info = res.call(node)
+            if info is None or not isinstance(info.callee, A.FnDef):
+                continue
+            if info.kind in ("forward", "method") and info.receiver is not None:
+                t = res.types.get(info.receiver)
+                if not isinstance(t, ModuleT):
+                    raise _Untraceable
+                calls.append((_path_of(info.receiver, res, loops), info.callee, t.instance))
+            elif info.kind == "method":
+                calls.append(((), info.callee, None))
+    return reads, calls
+
+
+def _path_of(e: A.Expr, res: Resolved, loops: dict) -> tuple[str, ...]:
+    """The member path (from the function's module) of a module-valued expression; a list's elements as `#`."""
+    if isinstance(e, A.Name):
+        ref = res.ref(e)
+        if ref is not None and ref.kind == "member":
+            return (ref.name,)
+        if ref is not None and ref.kind == "loop" and ref.node in loops:
+            return _path_of(loops[ref.node], res, loops) + ("#",)
+    elif isinstance(e, A.Attr):
+        return _path_of(e.value, res, loops) + (e.name.id,)
+    elif isinstance(e, A.Index):
+        return _path_of(e.value, res, loops) + ("#",)
+    raise _Untraceable
 
 
 def _member_path(path: tuple, chain: list, depth: int) -> tuple:
