@@ -612,7 +612,8 @@ _ALL = [
         "(`k_cache = cache_write(k_cache, ...)` alone is a write), by any entry (a cache one entry writes and "
         "another reads is read). Usually a porting mistake: a norm left out, another member called in its place, "
         "a cache written but attended past. Reported on the outermost member whose tensors are all unread, and "
-        "only in a file without errors.",
+        'only in a file without errors. A member marked `@unread("why")` is not reported, unless an entry reads it '
+        "(then the mark is).",
         "post_attention_layernorm: RMSNorm(c.hidden_size)\n...\nx + mlp(input_layernorm(x))  # the wrong norm",
         "Call the member where the reference does, or remove it (and its tensors from the checkpoint's expected "
         "names) if the model really does not use it.",

@@ -169,16 +169,36 @@ class _Walk:
                         done.add(element.key())
                         self.leaves(element, here + ("#",), link, out, open_items | {inst.item})
 
+    def read_anyway(self, leaves: list) -> list[Finding]:
+        """A member marked `@unread` that an entry reads after all: the mark is wrong (or the read is)."""
+        out, done = [], set()
+        for path, chain in leaves:
+            if path not in self.reads:
+                continue
+            for depth, (inst, info) in enumerate(chain):
+                if unread_reason(info.node) is not None and (id(info.node), depth) not in done:
+                    done.add((id(info.node), depth))
+                    out.append(
+                        Finding(
+                            "L904",
+                            f"`{info.name}` is marked `@unread` but an entry of `{self.model.name}` reads it",
+                            symbol(inst.item, "member", info.name),
+                            notes=[f"read: `{_dotted(path, chain)}`", "remove `@unread`, or the read"],
+                            severity="warning",
+                        )
+                    )
+        return out
+
     def report(self, leaves: list) -> list[Finding]:
         unread = [
             (p, chain)
             for p, chain in leaves
             if p not in self.reads and not any(unread_reason(info.node) is not None for _, info in chain)
         ]
+        out: list[Finding] = self.read_anyway(leaves)
         if not unread:
-            return []
+            return out
         read_prefixes = {p[:i] for p, _ in leaves if p in self.reads for i in range(len(p) + 1)}
-        out: list[Finding] = []
         done: set[tuple] = set()
         for path, chain in unread:
             # the outermost member of the user's files whose parameters are all unread
