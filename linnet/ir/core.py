@@ -245,6 +245,8 @@ class ModuleClass:
     children: dict[str, tuple[str, int | None]] = field(default_factory=dict)
     std: bool = False  # a module of the standard library (`Linear`, `RMSNorm`...)
     fused: dict[str, list[str]] = field(default_factory=dict)  # fused weight -> the paths it replaces
+    # a child's checkpoint name where `@name` makes it differ from the member's (`"layer.0"` for `attn`)
+    checkpoint_names: dict[str, str] = field(default_factory=dict)
 
     def copy(self) -> "ModuleClass":
         return ModuleClass(
@@ -256,6 +258,7 @@ class ModuleClass:
             dict(self.children),
             self.std,
             {k: list(v) for k, v in self.fused.items()},
+            dict(self.checkpoint_names),
         )
 
 

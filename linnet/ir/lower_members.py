@@ -59,9 +59,13 @@ class ModulesMixin:
                     cls.state[m.path] = self.member_type(m)
                 elif isinstance(m, ModInst):
                     cls.children[name_] = (self.module_class(m), None)
+                    if m.path[:-1] != name_:  # `@name`: paths below it start with its checkpoint name
+                        cls.checkpoint_names[name_] = m.path[:-1]
                 elif isinstance(m, ModList):
                     items = self.list_items(m)
                     keys = [self.module_class(x) for x in items]
+                    if m.path != name_:
+                        cls.checkpoint_names[name_] = m.path
                     if len(set(keys)) == 1:
                         cls.children[name_] = (keys[0], m.count)
                     elif keys:  # items of different classes: a class whose children are `0`, `1`...

@@ -139,10 +139,13 @@ def member_type(program: Program, receiver: str, path: str, kind: str = "param")
         rest = ".".join(parts)
         if rest in table:
             return table[rest]
-        if not parts or parts[0] not in cls.children:
+        # children by checkpoint name, which `@name` may make dotted (`"layer.0"`): the longest that starts the path
+        by_path = {cls.checkpoint_names.get(name, name): name for name in cls.children}
+        n = next((n for n in range(len(parts) - 1, 0, -1) if ".".join(parts[:n]) in by_path), 0)
+        if not n:
             return None
-        key, count = cls.children[parts[0]]
-        parts = parts[1:]
+        key, count = cls.children[by_path[".".join(parts[:n])]]
+        parts = parts[n:]
         if count is not None:
             if not parts or not _INDEX.match(parts[0]):
                 return None

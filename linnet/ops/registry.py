@@ -335,8 +335,18 @@ def _type_text(t) -> str:
     return prefix + format_shape(t.shape)
 
 
+@dataclass(frozen=True, slots=True)
+class UnknownNumber:
+    """A compile-time int or bool operand whose value the checker does not know (`if flag { 2 } else { 1 }` over a
+    bool parameter): its kind is still known, so `positions + k` is i64, not a float mixed into i64."""
+
+    kind: str  # "int" | "bool"
+
+
 def scalar_kind(value) -> str:
     """Kind of a compile-time scalar handed to an op: "int", "float" or "bool"."""
+    if isinstance(value, UnknownNumber):
+        return value.kind
     if isinstance(value, bool):
         return "bool"
     if isinstance(value, (Dim, int)):

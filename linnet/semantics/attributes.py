@@ -8,8 +8,10 @@ config lists the keys a checkpoint's config may hold that do not affect the comp
 with a task head), so the checkpoint tensors no parameter takes are a note, not an error;
 `@quantized("mxfp4")` on a parameter says a checkpoint may store it in that format (GPT-OSS's
 experts: `W_blocks` and `W_scales`, read when the checkpoint's `quantization_config` names the
-format, which the source's config must then declare), dequantized at load.
-Nothing else takes attributes; `@weights`, `@name` and `@quantized` take one string, `@composite`
+format, which the source's config must then declare), dequantized at load; `@unread("why")` on a
+member says no entry reads it on purpose (the checkpoint holds it, the source implements no use of
+it), so warning L904 does not report it.
+Nothing else takes attributes; `@weights`, `@name`, `@quantized` and `@unread` take one string, `@composite`
 nothing, `@inert` one or more strings, `@takes_part` nothing or the checkpoint prefix (one string)."""
 
 from __future__ import annotations
@@ -62,13 +64,18 @@ def check_attributes(item: Item) -> list[Finding]:
             if isinstance(node, A.FieldDecl) and name == "quantized":
                 out += _check_quantized(item, node, attr)
                 continue
+            if isinstance(node, A.FieldDecl) and name == "unread":
+                if len(attr.args) != 1 or attr.args[0].name is not None or not isinstance(attr.args[0].value, A.StrLit):
+                    message = '`@unread` takes one string: why no entry reads this member (`@unread("unused")`)'
+                    out.append(Finding("L111", message, LocalAnchor(item, attr.span)))
+                continue
             if allowed is None or allowed[0] != name:
                 hint = f"; `@{allowed[0]}` is" if allowed else "; attributes are"
                 hint += (
                     " allowed here"
                     if allowed
-                    else " `@weights` on presets, `@inert` on configs, `@name` and `@quantized` on members and "
-                    "`@takes_part` on a model"
+                    else " `@weights` on presets, `@inert` on configs, `@name`, `@quantized` and `@unread` on "
+                    "members and `@takes_part` on a model"
                 )
                 out.append(
                     Finding(
@@ -93,15 +100,30 @@ def check_attributes(item: Item) -> list[Finding]:
                 out += _check_takes_part(item, attr)
             elif len(attr.args) != 1 or attr.args[0].name is not None or not isinstance(attr.args[0].value, A.StrLit):
                 out.append(Finding("L111", f"`@{name}` takes one string: {allowed[1]}", LocalAnchor(item, attr.span)))
-            elif name == "name" and not attr.args[0].value.value.isidentifier():
+            elif name == "name" and not _dotted_name(attr.args[0].value.value):
                 out.append(
                     Finding(
                         "L111",
-                        "`@name` gives one segment of a checkpoint name: a name without `.`",
+                        '`@name` gives the checkpoint name of a member: names or numbers joined by `.` (`"layer.0"`)',
                         LocalAnchor(item, attr.args[0].value.span),
                     )
                 )
     return out
+
+
+def _dotted_name(text: str) -> bool:
+    """A checkpoint name: one segment (`LayerNorm`) or several joined by `.`, each a name or a
+    number (T5's `layer.0`, a submodule list flattened into its parent's numbering)."""
+    segments = text.split(".")
+    return segments[0].isidentifier() and all(s.isidentifier() or s.isdigit() for s in segments)
+
+
+def unread_reason(member) -> str | None:
+    """The reason a member's `@unread("...")` gives, or None (no such attribute)."""
+    for attr in getattr(member, "attributes", ()):
+        if attr.name.id == "unread" and len(attr.args) == 1 and isinstance(attr.args[0].value, A.StrLit):
+            return attr.args[0].value.value
+    return None
 
 
 def _check_inert(item: Item, config: A.ConfigDef, attr: A.Attribute) -> list[Finding]:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..ops import REGISTRY, REQUIRED, OpDef, OpError
+from ..ops.registry import UnknownNumber
 from ..syntax import ast as A
 from ..syntax.ast import Span
 from ..syntax.items import Item
@@ -41,6 +42,12 @@ from .unify import Unifier, substitute_shape
 _FAILED = object()
 
 
+def _is_submodule(members, name: str) -> bool:
+    """Whether `name` is a submodule member (not a method) of an instance with these members."""
+    info = members.by_name.get(name)
+    return info is not None and info.kind == "submodule"
+
+
 class CallsMixin:
     """Call checking for `ItemChecker`."""
 
@@ -57,7 +64,11 @@ class CallsMixin:
             target = self.expr(func, scope)
         elif isinstance(func, A.Attr):
             base = self.expr(func.value, scope)
-            if isinstance(base, ModuleT):
+            if isinstance(base, ModuleT) and _is_submodule(self.members(base.instance, report=False), func.name.id):
+                # `layer.SelfAttention.q(x)`: a submodule of a submodule, called (its `forward`)
+                target = self.attr(func, scope, base)
+                self.record(func, target)
+            elif isinstance(base, ModuleT):
                 inst: Instance = base.instance
                 fn = self.find_method(inst, func.name, report=True)
                 if fn is None:
@@ -437,7 +448,9 @@ class CallsMixin:
             if isinstance(t, TensorT):
                 return t
             if isinstance(t, ScalarT) and t.kind in ("int", "float", "bool"):
-                return t.value if t.kind != "float" else (t.value if t.value is not None else 0.0)
+                if t.value is None:  # not known here: its kind still decides the dtype
+                    return 0.0 if t.kind == "float" else UnknownNumber(t.kind)
+                return t.value
             self.report("L107", f"`{name}` of {what} is a tensor or a number, got {kind_text(t)}", node)
             return _FAILED
         if kind == "tensors":

@@ -600,6 +600,24 @@ _ALL = [
         "x + 1\nlet y = x",
         "Bind it with `let` or remove it.",
     ),
+    Code(
+        "L904",
+        "parameter or state never read",
+        "warning",
+        "A parameter (loaded from the checkpoint) or a `state` tensor of the root model that no entry reads, under "
+        "the configs named. Reads are followed from every `entry fn` through the methods and submodules it calls; "
+        "a use of the member's value anywhere in a function reached counts (a tied head reading "
+        "`model.embed_tokens.weight` reads the embedding), in the branches the config takes; the elements of a "
+        "list count as one. State is read when it is used other than to compute its own next value "
+        "(`k_cache = cache_write(k_cache, ...)` alone is a write), by any entry (a cache one entry writes and "
+        "another reads is read). Usually a porting mistake: a norm left out, another member called in its place, "
+        "a cache written but attended past. Reported on the outermost member whose tensors are all unread, and "
+        'only in a file without errors. A member marked `@unread("why")` is not reported, unless an entry reads it '
+        "(then the mark is).",
+        "post_attention_layernorm: RMSNorm(c.hidden_size)\n...\nx + mlp(input_layernorm(x))  # the wrong norm",
+        "Call the member where the reference does, or remove it (and its tensors from the checkpoint's expected "
+        "names) if the model really does not use it.",
+    ),
 ]
 
 CODES: dict[str, Code] = {c.code: c for c in _ALL}

@@ -430,6 +430,8 @@ class ConfigEvaluator:
             return MISSING if any(x is MISSING for x in out) else out
         if isinstance(ftype, A.LiteralType):
             allowed = [s.value for s in ftype.values]
+            if v is None and ftype.optional:
+                return None
             if ftype.kind == "bool":  # a one-value type: the only value the source supports
                 if v is not allowed[0]:
                     self._report(

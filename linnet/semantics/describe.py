@@ -126,3 +126,12 @@ def has_error_stmt(block: A.Block) -> bool:
 def cond_text(key: tuple[str, bool]) -> str:
     text, polarity = key
     return text if polarity else f"not {text}"
+
+
+def wrapped(keys: list[tuple[str, bool]]) -> str:
+    """A use wrapped in the `if`s of `keys`, one inside the other (`if a { if b { ... } }`): each
+    condition is matched as written, so `if a and b` would not do."""
+    out = "..."
+    for key in reversed(keys):
+        out = f"if {cond_text(key)} {{ {out} }}"
+    return out

@@ -26,6 +26,7 @@ from ..types.core import (
 )
 from ..types.dims import Dim
 from ..types.scalars import ScalarError, arithmetic, compare
+from .branches import equalities, merged, permuted
 from .configs import ConfigValue
 from .describe import (
     cond_key,
@@ -88,8 +89,10 @@ class ExpressionsMixin:
         self.report("L111", "this expression is not allowed here", e)
         return UNKNOWN
 
-    def attr(self, e: A.Attr, scope: Scope) -> Type:
-        base = self.expr(e.value, scope)
+    def attr(self, e: A.Attr, scope: Scope, base: Type | None = None) -> Type:
+        """`a.b`: a config field, a member of a module instance, a tensor's `dtype`; `base` is `a`'s type when
+        the caller has it already."""
+        base = self.expr(e.value, scope) if base is None else base
         name = e.name.id
         if isinstance(base, UnknownT):
             return UNKNOWN
@@ -310,25 +313,35 @@ class ExpressionsMixin:
             return else_t
         if isinstance(then_t, UnknownT) or isinstance(else_t, UnknownT):
             return UNKNOWN
-        if not types_equal(then_t, else_t) and (merged := _merged_sizes(then_t, else_t)) is not None:
-            return merged
-        if not types_equal(then_t, else_t):
-            self.report(
-                "L306",
-                f"the branches of `if` differ: {format_type(then_t)} and {format_type(else_t)}",
-                e,
-                labels=[
-                    Label(self.anchor(tail_node(e.then)), format_type(then_t)),
-                    Label(
-                        self.anchor(tail_node(e.orelse) if isinstance(e.orelse, A.Block) else e.orelse),
-                        format_type(else_t),
-                    ),
-                ],
-            )
+        if types_equal(then_t, else_t):
+            pass
+        elif permuted(then_t, else_t):
+            self.branches_differ(e, then_t, else_t, "hold the same dims in another order")
+            return UNKNOWN
+        elif value := merged(then_t, else_t, *(equalities(e.cond, h, self.result.types.get) for h in (True, False))):
+            return value
+        else:
+            self.branches_differ(e, then_t, else_t, "differ")
             return UNKNOWN
         if isinstance(then_t, ScalarT) and not _same_value(then_t.value, else_t.value):
             return ScalarT(then_t.kind, None)  # `if flag { 2 } else { 4 }`: which one is not known
         return then_t
+
+    def branches_differ(self, e: A.IfExpr, then_t: Type, else_t: Type, how: str) -> None:
+        """L306 on an `if` whose branches' types cannot be one (`how`: "differ", or what is wrong with them)."""
+        orelse = tail_node(e.orelse) if isinstance(e.orelse, A.Block) else e.orelse
+        self.report(
+            "L306",
+            f"the branches of `if` {how}: {format_type(then_t)} and {format_type(else_t)}",
+            e,
+            labels=[
+                Label(self.anchor(tail_node(e.then)), format_type(then_t)),
+                Label(self.anchor(orelse), format_type(else_t)),
+            ],
+            notes=["one branch transposes what the other does not; a condition chooses sizes, not a layout"]
+            if how != "differ"
+            else [],
+        )
 
     def compile_time_bool(self, t: Type, node) -> bool | None:
         if isinstance(t, UnknownT):
@@ -478,22 +491,3 @@ def _same_value(a, b) -> bool:
     if isinstance(a, Dim) and isinstance(b, Dim):
         return a.same(b)
     return type(a) is type(b) and a == b
-
-
-def _merged_sizes(a: Type, b: Type) -> Type | None:
-    """The type of an `if` whose condition is not known here (a parameter of a generic module: `if scale == 2`)
-    and whose branches are tensors (or tuples of tensors) of one dtype and rank that differ in dims: those dims
-    unknown (each instance of the module takes one branch, and lowering, which knows which, computes its sizes
-    and checks the function's declared result). None when the branches are not such a pair."""
-    if isinstance(a, TupleT) and isinstance(b, TupleT) and len(a.items) == len(b.items):
-        items = [x if types_equal(x, y) else _merged_sizes(x, y) for x, y in zip(a.items, b.items)]
-        return None if any(m is None for m in items) else TupleT(tuple(items))
-    if not (isinstance(a, TensorT) and isinstance(b, TensorT)) or a.dtype != b.dtype:
-        return None
-    if (a.shape.prefix is None) != (b.shape.prefix is None) or len(a.shape) != len(b.shape):
-        return None
-    if a.shape.prefix is not None and a.shape.prefix is not b.shape.prefix:
-        return None
-    pairs = zip(a.shape.dims, b.shape.dims)
-    dims = tuple(x if x is not None and y is not None and x.same(y) else None for x, y in pairs)
-    return TensorT(a.dtype, Shape(dims, a.shape.prefix))

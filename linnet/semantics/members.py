@@ -22,7 +22,7 @@ from ..types.core import (
     format_type,
 )
 from ..types.dims import Dim, const
-from .describe import cond_key, kind_text
+from .describe import cond_key, cond_text, kind_text
 from .diagnostics import Label, LocalAnchor, symbol
 from .names import LOAD_TIME_DIMS, SCALAR_TYPE_NAMES
 from .resolved import Arg, CallInfo
@@ -287,7 +287,7 @@ class _MemberEvaluator:
         self.scope = checker.module_scope(inst)
 
     def run(self) -> Members:
-        self.walk(self.inst.module.members, True, ())
+        self.walk(self.inst.module.members, True, (), ())
         self.members.findings = self.c.result.findings
         if self.inst.generic:
             self.outer.result.types.update(self.c.result.types)
@@ -298,7 +298,9 @@ class _MemberEvaluator:
             self.outer.result.deps.setdefault(k, v)
         return self.members
 
-    def walk(self, members: list, present: bool | None, conditions: tuple) -> None:
+    def walk(self, members: list, present: bool | None, conditions: tuple, texts: tuple[str, ...]) -> None:
+        """Evaluate `members`; `present`, `conditions` (keys of the conditions not known here) and `texts` (every
+        enclosing condition as written, for messages) are what the `if`s around them say."""
         for m in members:
             if isinstance(m, A.MemberIf):
                 t = self.c.expr(m.cond, self.scope)
@@ -312,8 +314,8 @@ class _MemberEvaluator:
                     else:
                         sub_present = present if cond == pol else False
                         sub_cond = conditions
-                    self.cond_text = f"`{text}`" if pol else f"`not ({text})`" if " " in text else f"`not {text}`"
-                    self.walk(branch, sub_present, sub_cond)
+                    shown = text if pol else f"not ({text})" if " " in text else f"not {text}"
+                    self.walk(branch, sub_present, sub_cond, texts + (shown,))
                 continue
             if isinstance(m, A.ErrorStmt):
                 self.members.poisoned.update(m.bound)
@@ -329,7 +331,7 @@ class _MemberEvaluator:
             self.c.ref(m.name, symbol(self.inst.item, "fn" if info.kind == "fn" else "member", info.name))
             info.present = present
             info.conditions = conditions
-            info.cond_text = getattr(self, "cond_text", "")
+            info.cond_text = _joined(texts)
             prev = self.members.by_name.get(info.name)
             if prev is not None and (prev.present is not False and present is not False) and not _exclusive(prev, info):
                 self.c.report(
@@ -359,6 +361,11 @@ class _MemberEvaluator:
                     m.name,
                     labels=[Label(self.c.anchor(clash.node.name), "the other one")],
                 )
+            if prev is not None and prev.present is not False and present is not False and _same_member(prev, info):
+                # declared alike in branches that exclude each other (`if a { w } else { w }`, or two of an
+                # `else if` chain): it exists where either holds, so under the conditions both share
+                info.conditions = tuple(c for c in info.conditions if c in prev.conditions)
+                info.cond_text = _joined(tuple(map(cond_text, info.conditions)))
             self.members.by_name[info.name] = info
             self.members.order.append(info)
 
@@ -471,6 +478,13 @@ class _MemberEvaluator:
         return MemberInfo(m.name.id, "list", m, t, checkpoint_name=checkpoint)
 
 
+def _joined(texts: tuple[str, ...]) -> str:
+    """The conditions a member is declared under, as one (`` `a and not b` ``); "" for none."""
+    if not texts:
+        return ""
+    return "`" + " and ".join(f"({t})" if " or " in t and len(texts) > 1 else t for t in texts) + "`"
+
+
 def _absent(m) -> MemberInfo | None:
     """A member whose condition is false in this instance: its name and kind only."""
     if isinstance(m, A.FnDef):
@@ -480,6 +494,11 @@ def _absent(m) -> MemberInfo | None:
     if isinstance(m, A.FieldDecl):
         return MemberInfo(m.name.id, m.kind, m, UNKNOWN, checkpoint_name=checkpoint_name_attribute(m))
     return None
+
+
+def _same_member(a: MemberInfo, b: MemberInfo) -> bool:
+    """Two declarations of one name under conditions that exclude each other, of one kind and type."""
+    return _exclusive(a, b) and a.kind == b.kind and format_type(a.type) == format_type(b.type)
 
 
 def _exclusive(a: MemberInfo, b: MemberInfo) -> bool:

@@ -28,7 +28,7 @@ from ..types.core import (
 )
 from ..types.dims import Atom, Dim, DivisionError, const, format_dim, var
 from ..types.scalars import ScalarError, arithmetic
-from .describe import cond_text, kind_text
+from .describe import kind_text, wrapped
 from .diagnostics import Fix, Label, SymbolAnchor, symbol
 from .resolved import Ref
 from .scope import Binding, FnTarget, MemberInfo, Scope
@@ -337,7 +337,7 @@ class NamesMixin:
                 f"`{info.name}` exists only when {info.cond_text}",
                 node,
                 labels=[Label(self._member_anchor(info), "declared under that condition here")],
-                notes=[f"consider wrapping this use in `if {cond_text(missing[0])} {{ ... }}`"],
+                notes=[f"consider wrapping this use in `{wrapped(missing)}`"],
             )
             return UNKNOWN
         return info.type

@@ -28,11 +28,13 @@ from ..syntax.recursion import RECURSION_LIMIT, deep_recursion
 from ..types.core import NONE, ConfigT, NoneT, Type, format_type
 from .attributes import check_attributes
 from .checker import NAMES_DEP, CheckContext, ItemChecker, ItemResult
+from .codes import CODES
 from .configs import ConfigEvaluator, ConfigValue, Scenario, values_by_type
 from .diagnostics import Diagnostic, Finding, Label, LocalAnchor, SymbolAnchor, locate
 from .imports import FileImports, Globals, Namespaces, canonical, namespaces
 from .model import ModelTree, check_model
 from .resolved import Resolved
+from .unread import unread_findings
 from .workspace import Workspace
 
 __all__ = ["Analysis", "Document", "Globals", "StdLib", "TypeInfo", "Workspace", "std_library"]
@@ -313,6 +315,12 @@ class Analysis:
         return self.document.resolve(anchor, self.globals)
 
 
+def _has_errors(items: list[Item], findings: list[Finding]) -> bool:
+    """Whether a syntax problem or an error finding is among these (L904 then says nothing: reads
+    after an error are not all known)."""
+    return any(i.problems for i in items) or any((f.severity or CODES[f.code].severity) == "error" for f in findings)
+
+
 def _config_key(v):
     """A config argument's identity: its values (ConfigT, ConfigValue), or None for `none`."""
     v = getattr(v, "value", v)
@@ -370,6 +378,7 @@ class Document:
         self._binding_cache: dict[Item, tuple] = {}
         self._replaced: list[Item] = []  # items dropped since the last analysis (cache pruning)
         self._field_atoms = weakref.WeakValueDictionary()  # config fields' dim atoms (ConfigValue.atom)
+        self._unread_cache: dict = {}  # what each function reads under each check (unread.py)
         self.last_parsed = 0
         self.version = 0  # counts changes of the text
         self.update(text)
@@ -480,6 +489,10 @@ class Document:
             if item._attribute_findings is None:
                 item._attribute_findings = check_attributes(item)
             findings.extend(item._attribute_findings)
+        if only is None and not self.is_std and not _has_errors(self.items, findings):
+            if len(self._unread_cache) > 20_000:  # entries of replaced results are never hit again
+                self._unread_cache.clear()
+            findings.extend(unread_findings(analysis, self._unread_cache))
         analysis.diagnostics = self._diagnostics(findings, globals_)
         return analysis
 

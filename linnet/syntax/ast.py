@@ -260,9 +260,11 @@ class NamedType(Node):
 @dataclass(eq=False, slots=True)
 class LiteralType(Node):
     """`"default" | "linear" | "llama3"`, or a one-value bool type (`false`): a config field
-    whose other values the source does not support (`is_decoder: false`)."""
+    whose other values the source does not support (`is_decoder: false`); `optional` for
+    `false?` (that value or `none`)."""
 
     values: list[StrLit | BoolLit]
+    optional: bool = False
 
     @property
     def kind(self) -> str:

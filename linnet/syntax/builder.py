@@ -205,8 +205,9 @@ class Builder(Transformer):
         values = [
             A.BoolLit(_tok_span(t), str(t) == "true") if t.type in bools else A.StrLit(_tok_span(t), _unquote(str(t)))
             for t in c
+            if t.type != "QMARK"
         ]
-        return A.LiteralType(_span(c), values)
+        return A.LiteralType(_span(c), values, optional=c[-1].type == "QMARK")
 
     def tuple_type(self, c):
         return A.TupleType(_span(c), _inner(c))
@@ -285,6 +286,8 @@ class Builder(Transformer):
         return A.MemberIf(span, cond, then, orelse[0] if orelse else [])
 
     def member_else(self, c):
+        if len(c) == 1:  # `else if`: the nested conditional is the one member of the `else`
+            return ([c[0]], c[0])
         _open, members, close = c
         return (members, close)
 

@@ -215,7 +215,9 @@ def _line_start(text: str, pos: int) -> int:
 
 def _statement_region(text: str, mask: list[bool], pos: int) -> Span:
     """The statement or member around `pos`: from the start of its line to the end of the
-    line where its ( [ { balance, stopping before a `}` that closes an enclosing block."""
+    line where its ( [ { balance, stopping before a `}` that closes an enclosing block. A `}`
+    before `pos` on its line closes a block the error is not in (`} elif b {`, `} else foo {`):
+    the region starts after it, and takes the blocks that follow on the error's side."""
     start = _line_start(text, pos)
     paren = brace = 0
     i = start
@@ -229,9 +231,12 @@ def _statement_region(text: str, mask: list[bool], pos: int) -> Span:
             elif ch == "{":
                 brace += 1
             elif ch == "}":
-                if brace == 0:
+                if brace == 0 and paren == 0 and i < pos:
+                    start = i + 1  # closes a block before the error: not part of it
+                elif brace == 0:
                     break
-                brace -= 1
+                else:
+                    brace -= 1
         if ch == "\n" and paren <= 0 and brace <= 0 and i >= pos:
             break
         i += 1

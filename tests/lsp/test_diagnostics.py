@@ -138,3 +138,14 @@ async def test_a_change_to_a_document_never_opened_is_not_a_popup(client):
     doc = await open_doc(client, EXAMPLES / "mlp.linnet")  # the server still answers
     assert len(client.messages) == before
     doc.close()
+
+
+async def test_an_unread_parameter_is_a_warning_on_its_member(client):
+    text = (EXAMPLES / "llama.linnet").read_text(encoding="utf-8")
+    text = text.replace("x + mlp(post_attention_layernorm(x))", "x + mlp(input_layernorm(x))")
+    doc = await open_doc(client, EXAMPLES / "llama.linnet", text)
+    (unread,) = await doc.diagnostics()
+    assert unread.code == "L904"
+    assert unread.severity == T.DiagnosticSeverity.Warning
+    assert doc.slice(unread.range) == "post_attention_layernorm"
+    doc.close()

@@ -213,10 +213,10 @@ class BertModel(Module):
     }
 
     def forward(self, input_ids, attention_mask):
-        """i64[B, S], i64[B, S] -> f32[B, S, 16] (bert.linnet:141)"""
-        embeddings = self.embeddings.forward(input_ids)  # bert.linnet:142
-        padding_mask_1 = padding_mask(attention_mask)  # bert.linnet:142
-        encoder = self.encoder.forward(embeddings, padding_mask_1)  # bert.linnet:142
+        """i64[B, S], i64[B, S] -> f32[B, S, 16] (bert.linnet:142)"""
+        embeddings = self.embeddings.forward(input_ids)  # bert.linnet:143
+        padding_mask_1 = padding_mask(attention_mask)  # bert.linnet:143
+        encoder = self.encoder.forward(embeddings, padding_mask_1)  # bert.linnet:143
         return encoder
 
 
