@@ -1,0 +1,156 @@
+"""`verify`: a source's own consistency on its weights or seeded random ones. Loads the model on a PyTorch backend,
+runs every check `plan.plan_checks` finds (all of the first way's runs, the KV cache zeroed, then all of the
+second's), records every module's method calls on the generated backend (`trace.Recorder`) and compares
+(`compare`)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from linnet.ir.reads import tensors_read
+from linnet.runtimes.verify.compare import Part, compare_lists, first_parting, rtol_for
+from linnet.runtimes.verify.plan import Check, Run, plan_checks
+from linnet.runtimes.verify.result import CheckResult, ModulePart, VerifyReport
+from linnet.runtimes.verify.trace import Call, Recorder
+
+BACKENDS = ("torch", "torch-interpret")  # module records need the generated module tree (`torch`)
+PERTURB_STD = 0.1  # of the noise on norm scales and biases, so that a scale or a bias dropped from one way shows
+
+
+class NothingToCompare(ValueError):
+    """The source has no pair of computations to compare (no entry with a batch dim, no cache, no mask)."""
+
+
+def verify(
+    source: str | Path,
+    weights: str | Path | None = None,
+    *,
+    preset: str | None = None,
+    config: dict | None = None,
+    dtype: str = "f32",
+    numerics: str = "equivalent",
+    backend: str = "torch",
+    device: str = "cpu",
+    dims: dict[str, int] | None = None,
+    seed: int = 0,
+    max_positions: int = 32,
+) -> VerifyReport:
+    """Check that every pair of computations of `source` that must agree does (`plan`): on `weights`, or on seeded
+    random ones (norm scales and biases perturbed) at `preset` with `config` overrides. The KV cache has 2 rows of
+    `max_positions` positions; `dims` sizes dim variables other than `B` and `S` (8 unless given).
+
+    Returns a `VerifyReport` (`report.agree`; per check the entries, the first position, the first module whose
+    outputs part, max |Δ| and the tolerance of `dtype` under `numerics`, `compare.RTOL`). Raises ValueError for a
+    backend other than `BACKENDS` or a dtype without a tolerance, NothingToCompare, and what loading raises
+    (LoadError, BackendError, OSError)."""
+    t0 = time.perf_counter()
+    if backend not in BACKENDS:
+        raise ValueError(f"verify runs on {' or '.join(BACKENDS)}, not {backend}")
+    rtol = rtol_for(dtype, numerics)
+    from linnet.runtimes.backends import get_backend
+
+    model = get_backend(backend).load(
+        source, weights, preset=preset, config=config, dtype=dtype, numerics=numerics, device=device,
+        max_batch=2, max_positions=max_positions, random_weights=weights is None, seed=seed, progress=False,
+    )  # fmt: skip
+    program = model.program
+    checks = plan_checks(program, dims, seed)
+    if not checks:
+        names = ", ".join(f"`{e}`" for e in program.entries)
+        raise NothingToCompare(
+            f"{source}: no pair of computations to compare: entries {names} have no batch dim leading an input and "
+            "an output, no `forward` with a `step` through a KV cache, and no `attention_mask`"
+        )
+    if weights is None:
+        _perturb(model, seed)
+    recorder = Recorder(model.module.root) if model.module.mode != "interpret" else None
+    results = [_run_check(model, check, recorder, rtol) for check in checks]
+    return VerifyReport(
+        str(source), program.preset, None if weights is None else str(weights), dtype, numerics, backend, rtol,
+        results, time.perf_counter() - t0, list(model.notes),
+    )  # fmt: skip
+
+
+def _perturb(model, seed: int) -> None:
+    """Norm scales and biases (the 1-d parameters, 1 and 0 in `random_params`) plus N(0, PERTURB_STD), bound again:
+    a scale of ones or a bias of zeros dropped from one way would not show."""
+    from linnet.runtimes.loading import random_params
+
+    rng = np.random.default_rng(seed + 1)
+    for path, array in random_params(model.program, seed).items():
+        if array.ndim == 1 and array.dtype.kind == "f":
+            noisy = array.astype(np.float32) + rng.standard_normal(array.shape).astype(np.float32) * PERTURB_STD
+            model.module.bind(path, torch.from_numpy(noisy))
+
+
+def _run_check(model, check: Check, recorder: Recorder | None, rtol: float) -> CheckResult:
+    """Run `check`'s stages (first way, KV cache zeroed, second way) and compare them stage by stage; the first stage
+    whose outputs part gives the position and the module."""
+    first = [_call(model, stage.a, recorder) for stage in check.stages]
+    model.reset_state()
+    second = []
+    for stage in check.stages:
+        setup = [_call(model, run, recorder) for run in stage.setup]
+        second.append((setup, [_call(model, piece.run, recorder) for piece in stage.pieces]))
+    model.reset_state()
+    result = CheckResult(check.kind, check.ways, check.description, check.axis, agree=True)
+    worst: Part | None = None
+    for stage, (a_out, a_calls), (setup, pieces) in zip(check.stages, first, second):
+        part = compare_lists(a_out, [p[0] for p in pieces], stage.pieces, stage.total, rtol)
+        if part is None:
+            continue
+        if worst is None or (part.parts and not worst.parts) or part.max_delta > worst.max_delta and not worst.parts:
+            worst = part
+        if part.parts and result.agree:
+            result.agree = False
+            found = first_parting(
+                a_calls, [p[1] for p in pieces], [c for s in setup for c in s[1]], stage.pieces, stage.total, rtol
+            )
+            if found is not None:
+                result.module = ModulePart(
+                    found.call.path, (found.call.method, found.other_method), found.part.position,
+                    found.part.max_delta, found.part.tolerance, found.part.shapes, found.before,
+                )  # fmt: skip
+    if worst is not None:
+        result.max_delta, result.tolerance, result.position = worst.max_delta, worst.tolerance, worst.position
+    if check.reads:
+        result.read_by_one_way = _read_by_one_way(model.program, check)
+        result.agree = result.agree and not result.read_by_one_way
+    return result
+
+
+def _call(model, run: Run, recorder: Recorder | None) -> tuple[list[torch.Tensor], list[Call]]:
+    """Run one entry call: its outputs (f32 tensors on the CPU) and the module calls recorded during it."""
+    if recorder is None:
+        return [torch.from_numpy(np.asarray(o, dtype=np.float32)) for o in model.run(run.entry, *run.inputs)], []
+    with recorder.recording():
+        calls = recorder.start()
+        outs = model.run(run.entry, *run.inputs)
+    return [torch.from_numpy(np.asarray(o, dtype=np.float32)) for o in outs], calls
+
+
+def _read_by_one_way(program, check: Check) -> dict[str, list[str]]:
+    """The parameters one way's entries read and the other's do not, under the name of the entry that reads them."""
+    reads = []
+    for entries in check.reads:
+        paths: dict[str, str] = {}
+        for entry in sorted(entries):
+            for path in tensors_read(program, entry):
+                paths.setdefault(path, entry)
+        reads.append(paths)
+    out: dict[str, list[str]] = {}
+    for mine, theirs in ((reads[0], reads[1]), (reads[1], reads[0])):
+        for path in sorted(set(mine) - set(theirs), key=_path_order):
+            out.setdefault(mine[path], []).append(path)
+    return out
+
+
+def _path_order(path: str):
+    return [int(p) if p.isdigit() else p for p in path.split(".")]
+
+
+__all__ = ["verify", "NothingToCompare", "BACKENDS"]
