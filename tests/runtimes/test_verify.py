@@ -82,6 +82,18 @@ MUTATIONS = {
         "llama", LLAMA_STEP_MASK, "let mask = causal_mask(position_ids + S, arange(S))",
         "cache", ("forward", "step"), "model.layers.0.self_attn", 0,
     ),
+    "cache written into row 0 whatever the row": Mutation(
+        "llama",
+        "k_cache = cache_write(k_cache, rows, positions, k)",
+        "k_cache = cache_write(k_cache, rows * 0, positions, k)",
+        "batch", ("step", "step"), "model.layers.0.self_attn", 0,
+    ),
+    "rotary positions offset in step": Mutation(
+        "llama",
+        "let position_ids = unsqueeze(positions, 1) + arange(S)",
+        "let position_ids = unsqueeze(positions, 1) + arange(S) + 1",
+        "cache", ("forward", "step"), "model", 0, before="model.rotary()",
+    ),
     "padding mask ignored": Mutation(
         "bert",
         "encoder(embeddings(input_ids), padding_mask(attention_mask))",
@@ -131,3 +143,10 @@ def test_a_model_without_a_pair_to_compare_is_refused(tmp_path):
     )
     with pytest.raises(NothingToCompare, match="no pair of computations to compare"):
         verify(fixed)
+
+
+@pytest.mark.slow  # SmolLM2 135M at its real size: 30 layers, ~30 s on 2 busy cores
+def test_smollm2_from_the_embedded_gguf_agrees_with_itself():
+    report = verify(source("llama"), "smollm2-135m-instruct")
+    assert [c.kind for c in report.checks] == ["cache", "batch", "batch"]
+    assert report.agree, report.format_text()

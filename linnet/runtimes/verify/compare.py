@@ -148,13 +148,21 @@ def first_parting(a_calls: list[Call], b_calls: list[list[Call]], setup_calls: l
             parent = a_calls[at].parent
             if inputs is None or not inputs.parts or parent is None or parent not in matches:
                 break
-            before, at = a_calls[at].path, parent
+            before, at = _call_name(a_calls[at]), parent
         if at != i:
             others, whole = matches[at]
             part = _outputs(a_calls[at], others, whole, pieces, total, rtol) or part
         other_method = matches[at][0][0].method if matches[at][0] else a_calls[at].method
         return Parting(a_calls[at], other_method, part, before if at != i else None)
     return None
+
+
+def _call_name(call: Call) -> str:
+    """How a call is named in a report: the module's path for its forward, step or decode (`model.layers.0`),
+    `path.method()` for another method (`model.rotary()`)."""
+    if call.key[1] == "main":
+        return call.path or "the root module"
+    return f"{call.path}.{call.method}()" if call.path else f"{call.method}()"
 
 
 def _matches(a_calls, b_calls, setup_calls) -> dict[int, tuple[list[Call], bool]]:
