@@ -32,7 +32,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
         report = verify(
             args.file, args.weights, preset=args.preset, config=config, dtype=args.dtype, numerics=args.numerics,
-            backend=args.backend, device=args.device, dims=dims, seed=args.seed, max_positions=args.max_positions,
+            backend=args.backend, device=args.device, dims=dims, seed=args.seed, max_batch=args.max_batch,
+            max_positions=args.max_positions,
         )  # fmt: skip
     except FAILURES as err:  # it could not run: the source, the preset, the weights, nothing to compare
         print(f"linnet verify: {err}", file=sys.stderr)

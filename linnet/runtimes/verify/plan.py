@@ -79,13 +79,15 @@ class Check:
     reads: tuple[frozenset[str], ...] = ()  # the entries of each way, whose parameter reads must be the same
 
 
-def plan_checks(program: Program, dims: dict[str, int] | None = None, seed: int = 0) -> list[Check]:
-    """Every check `program`'s entries call for (see the module docstring), with seeded inputs; `dims` sizes the dim
-    variables other than `B` and `S` (`OTHER_DIM` for one it lacks). An empty list: nothing to compare."""
+def plan_checks(program: Program, dims: dict[str, int] | None = None, seed: int = 0) -> tuple[list[Check], list[str]]:
+    """Every check `program`'s entries call for (see the module docstring), with seeded inputs, and why a check its
+    entries suggest cannot run (a sentence each); `dims` sizes the dim variables other than `B` and `S` (`OTHER_DIM`
+    for one it lacks). No checks: nothing to compare."""
     maker = _Inputs(program, dims or {}, seed)
-    checks = _cache_checks(program, maker) + _batch_checks(program, maker)
+    skipped: list[str] = []
+    checks = _cache_checks(program, maker, skipped) + _batch_checks(program, maker, skipped)
     checks += _padding_checks(program, maker) + _same_result_checks(program, maker)
-    return checks
+    return checks, skipped
 
 
 class _Inputs:
@@ -141,18 +143,24 @@ def _prefill_entry(program: Program, extra: list[str]) -> str | None:
     return None
 
 
-def _cache_checks(program: Program, maker: _Inputs) -> list[Check]:
+def _cache_checks(program: Program, maker: _Inputs, skipped: list[str]) -> list[Check]:
     entries = program.entries
     if "forward" not in entries or not _is_step(program, "step"):
+        if "step" in entries or ("forward" in entries and program.state):
+            skipped.append(
+                "no cache check: it needs `entry fn forward(input_ids)` and `entry fn step(input_ids, positions, rows)`"
+            )
         return []
     forward = entries["forward"]
     names = _names(forward)
     ids_at = next((i for i, n in enumerate(names) if n in IDS_INPUTS), None)
     if ids_at is None:
+        skipped.append(f"no cache check: `forward` takes no {' or '.join(IDS_INPUTS)}")
         return []
     extra = names[:ids_at] + names[ids_at + 1 :]
     prefill = _prefill_entry(program, extra) if extra else None
     if extra and prefill is None:
+        skipped.append(_no_prefill(extra))
         return []
     ways = ["step"] + ([DECODE_ENTRY] if _is_step(program, DECODE_ENTRY) else [])
     checks = []
@@ -188,7 +196,12 @@ def _i64(values: list[int]) -> np.ndarray:
     return np.asarray(values, dtype=np.int64)
 
 
-def _batch_checks(program: Program, maker: _Inputs) -> list[Check]:
+def _no_prefill(extra: list[str]) -> str:
+    takes = ", ".join(extra)
+    return f"no cached check: `forward` takes {takes} beside the token ids, and no entry takes ({takes}, rows)"
+
+
+def _batch_checks(program: Program, maker: _Inputs, skipped: list[str]) -> list[Check]:
     checks = []
     for name, graph in program.entries.items():
         if _is_step(program, name) or "rows" in _names(graph) or not graph.outputs or not graph.outputs[0].dims:
@@ -201,7 +214,9 @@ def _batch_checks(program: Program, maker: _Inputs) -> list[Check]:
         pieces = [Piece(Run(name, _row(two, led, r)), 1, (0, 1), (r, r + 1)) for r in (0, 1)]
         described = f"`{name}` on a batch of two against each row alone"
         checks.append(Check("batch", (name, name), described, "row", [Stage(Run(name, two), pieces, 2)]))
-    if _is_step(program, "step") and program.max_batch >= 2:
+    if _is_step(program, "step") and program.max_batch < 2:
+        skipped.append("no cached batch check: the cache has one row (--max-batch 1)")
+    elif _is_step(program, "step"):
         checks.append(_cached_batch_check(program, maker))
     return [c for c in checks if c is not None]
 

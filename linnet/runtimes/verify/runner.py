@@ -18,7 +18,7 @@ from linnet.runtimes.verify.result import CheckResult, ModulePart, VerifyReport
 from linnet.runtimes.verify.trace import Call, Recorder
 
 BACKENDS = ("torch", "torch-interpret")  # module records need the generated module tree (`torch`)
-PERTURB_STD = 0.1  # of the noise on norm scales and biases, so that a scale or a bias dropped from one way shows
+SCALE_STD = 0.1  # of the noise on norm scales (around 1) and biases (around 0) in the random weights
 
 
 class NothingToCompare(ValueError):
@@ -37,11 +37,13 @@ def verify(
     device: str = "cpu",
     dims: dict[str, int] | None = None,
     seed: int = 0,
+    max_batch: int = 2,
     max_positions: int = 32,
 ) -> VerifyReport:
     """Check that every pair of computations of `source` that must agree does (`plan`): on `weights`, or on seeded
-    random ones (norm scales and biases perturbed) at `preset` with `config` overrides. The KV cache has 2 rows of
-    `max_positions` positions; `dims` sizes dim variables other than `B` and `S` (8 unless given).
+    random ones (`_random_weights`) at `preset` with `config` overrides. The KV cache has `max_batch`
+    rows (the cached batch check needs 2) of `max_positions` positions; `dims` sizes dim variables other than `B`
+    and `S` (8 unless given). Checks the entries suggest but cannot run are named in `report.notes`.
 
     Returns a `VerifyReport` (`report.agree`; per check the entries, the first position, the first module whose
     outputs part, max |Δ| and the tolerance of `dtype` under `numerics`, `compare.RTOL`). Raises ValueError for a
@@ -55,10 +57,10 @@ def verify(
 
     model = get_backend(backend).load(
         source, weights, preset=preset, config=config, dtype=dtype, numerics=numerics, device=device,
-        max_batch=2, max_positions=max_positions, random_weights=weights is None, seed=seed, progress=False,
+        max_batch=max_batch, max_positions=max_positions, random_weights=weights is None, seed=seed, progress=False,
     )  # fmt: skip
     program = model.program
-    checks = plan_checks(program, dims, seed)
+    checks, skipped = plan_checks(program, dims, seed)
     if not checks:
         names = ", ".join(f"`{e}`" for e in program.entries)
         raise NothingToCompare(
@@ -66,25 +68,33 @@ def verify(
             "an output, no `forward` with a `step` through a KV cache, and no `attention_mask`"
         )
     if weights is None:
-        _perturb(model, seed)
+        _random_weights(model, seed)
     recorder = Recorder(model.module.root) if model.module.mode != "interpret" else None
     results = [_run_check(model, check, recorder, rtol) for check in checks]
     return VerifyReport(
         str(source), program.preset, None if weights is None else str(weights), dtype, numerics, backend, rtol,
-        results, time.perf_counter() - t0, list(model.notes),
+        results, time.perf_counter() - t0, list(model.notes) + skipped,
     )  # fmt: skip
 
 
-def _perturb(model, seed: int) -> None:
-    """Norm scales and biases (the 1-d parameters, 1 and 0 in `random_params`) plus N(0, PERTURB_STD), bound again:
-    a scale of ones or a bias of zeros dropped from one way would not show."""
-    from linnet.runtimes.loading import random_params
-
-    rng = np.random.default_rng(seed + 1)
-    for path, array in random_params(model.program, seed).items():
-        if array.ndim == 1 and array.dtype.kind == "f":
-            noisy = array.astype(np.float32) + rng.standard_normal(array.shape).astype(np.float32) * PERTURB_STD
-            model.module.bind(path, torch.from_numpy(noisy))
+def _random_weights(model, seed: int) -> None:
+    """Seeded weights that make mistakes show: matrices N(0, 1 / fan_in) (fan_in: every axis but the first), so
+    attention is not uniform and a mask or a position out of place moves the outputs, as `random_params`' N(0, 0.02)
+    barely does; norm scales 1 + N(0, SCALE_STD) and biases N(0, SCALE_STD), so that a scale or a bias dropped from
+    one way shows. Bound over the loaded ones (each cast to the working dtype)."""
+    rng = np.random.default_rng(seed)
+    for spec in model.program.params:
+        if not spec.type.dtype.is_float:
+            continue
+        shape = spec.shape
+        noise = rng.standard_normal(shape).astype(np.float32)
+        if len(shape) >= 2:
+            array = noise / np.sqrt(float(np.prod(shape[1:])))
+        elif spec.path.endswith("bias"):
+            array = noise * SCALE_STD
+        else:
+            array = 1 + noise * SCALE_STD
+        model.module.bind(spec.path, torch.from_numpy(array))
 
 
 def _run_check(model, check: Check, recorder: Recorder | None, rtol: float) -> CheckResult:
@@ -103,8 +113,8 @@ def _run_check(model, check: Check, recorder: Recorder | None, rtol: float) -> C
         part = compare_lists(a_out, [p[0] for p in pieces], stage.pieces, stage.total, rtol)
         if part is None:
             continue
-        if worst is None or (part.parts and not worst.parts) or part.max_delta > worst.max_delta and not worst.parts:
-            worst = part
+        if worst is None or (not worst.parts and (part.parts or part.max_delta > worst.max_delta)):
+            worst = part  # the first stage that parts, else the largest difference
         if part.parts and result.agree:
             result.agree = False
             found = first_parting(
