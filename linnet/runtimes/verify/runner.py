@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from linnet.errors import RunError
 from linnet.ir.reads import tensors_read
 from linnet.runtimes.verify.compare import Part, compare_lists, first_parting, rtol_for
 from linnet.runtimes.verify.plan import Check, Run, plan_checks
@@ -134,12 +135,21 @@ def _run_check(model, check: Check, recorder: Recorder | None, rtol: float) -> C
 
 
 def _call(model, run: Run, recorder: Recorder | None) -> tuple[list[torch.Tensor], list[Call]]:
-    """Run one entry call: its outputs (f32 tensors on the CPU) and the module calls recorded during it."""
-    if recorder is None:
-        return [torch.from_numpy(np.asarray(o, dtype=np.float32)) for o in model.run(run.entry, *run.inputs)], []
-    with recorder.recording():
-        calls = recorder.start()
-        outs = model.run(run.entry, *run.inputs)
+    """Run one entry call: its outputs (f32 tensors on the CPU) and the module calls recorded during it. Raises
+    RunError naming the entry and its input shapes where the backend fails (a RuntimeError of torch's)."""
+    calls: list[Call] = []
+    try:
+        if recorder is None:
+            outs = model.run(run.entry, *run.inputs)
+        else:
+            with recorder.recording():
+                calls = recorder.start()
+                outs = model.run(run.entry, *run.inputs)
+    except RunError:
+        raise
+    except RuntimeError as err:
+        shapes = ", ".join(str(list(a.shape)) for a in run.inputs)
+        raise RunError(f"`{run.entry}` failed on inputs {shapes}: {err}") from None
     return [torch.from_numpy(np.asarray(o, dtype=np.float32)) for o in outs], calls
 
 
