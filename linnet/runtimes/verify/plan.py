@@ -157,7 +157,7 @@ def _cache_checks(program: Program, maker: _Inputs, skipped: list[str]) -> list[
     if ids_at is None:
         skipped.append(f"no cache check: `forward` takes no {' or '.join(IDS_INPUTS)}")
         return []
-    extra = names[:ids_at] + names[ids_at + 1 :]
+    extra = _encoder_inputs(names)
     prefill = _prefill_entry(program, extra) if extra else None
     if extra and prefill is None:
         skipped.append(_no_prefill(extra))
@@ -167,7 +167,7 @@ def _cache_checks(program: Program, maker: _Inputs, skipped: list[str]) -> list[
     for one_token in ways:
         inputs = maker.make(forward, 1, CACHE_TOKENS)
         ids = inputs[ids_at]
-        setup = [Run(prefill, [a for i, a in enumerate(inputs) if i != ids_at] + [_i64([0])])] if prefill else []
+        setup = [Run(prefill, [inputs[names.index(n)] for n in extra] + [_i64([0])])] if prefill else []
         pieces = [
             Piece(
                 Run("step", [ids[:, :PREFILL_TOKENS], _i64([0]), _i64([0])]),
@@ -194,6 +194,12 @@ def _cache_checks(program: Program, maker: _Inputs, skipped: list[str]) -> list[
 def _i64(values: list[int]) -> np.ndarray:
     """Positions or cache rows as an i64 array."""
     return np.asarray(values, dtype=np.int64)
+
+
+def _encoder_inputs(names: list[str]) -> list[str]:
+    """`forward`'s inputs that an entry must turn into cache before the steps (an encoder-decoder's
+    `input_features`): all but the token ids and an attention mask (all ones here, as a step has none)."""
+    return [n for n in names if n not in (*IDS_INPUTS, "attention_mask")]
 
 
 def _no_prefill(extra: list[str]) -> str:
@@ -233,7 +239,7 @@ def _cached_batch_check(program: Program, maker: _Inputs) -> Check | None:
     extra: list[str] = []
     if forward is not None:
         names = _names(forward)
-        extra = [n for n in names if n not in IDS_INPUTS]
+        extra = _encoder_inputs(names)
     prefill = _prefill_entry(program, extra) if extra else None
     if extra and prefill is None:
         return None
