@@ -150,3 +150,19 @@ def test_smollm2_from_the_embedded_gguf_agrees_with_itself():
     report = verify(source("llama"), "smollm2-135m-instruct")
     assert [c.kind for c in report.checks] == ["cache", "batch", "batch"]
     assert report.agree, report.format_text()
+
+
+@pytest.mark.slow  # transformers builds and saves each family's checkpoint: ~5-10 s a family
+@pytest.mark.parametrize(
+    "family", ["llama", "mistral", "qwen2", "qwen3", "gpt_oss", "gpt2", "bert", "roberta", "modernbert"]
+)
+def test_a_zoo_familys_transformers_checkpoint_agrees_with_itself(family, tmp_path):
+    """The config sweep's shrunk checkpoint of each family (tests/runtimes/test_config_sweep.py: made by
+    transformers, seeded, every parameter perturbed) verified on its own weights."""
+    pytest.importorskip("transformers")
+    from tests.runtimes.test_config_sweep import FAMILIES, base_config, build_reference
+
+    spec = FAMILIES[family]
+    build_reference(spec, base_config(spec, tmp_path), tmp_path)
+    report = verify(spec.source, tmp_path)
+    assert report.checks and report.agree, report.format_text()
