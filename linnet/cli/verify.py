@@ -9,7 +9,6 @@ import json
 import sys
 
 from linnet.cli.common import (
-    DEVICE_HELP,
     EXIT_ERRORS,
     EXIT_OK,
     EXIT_USAGE,
@@ -62,5 +61,8 @@ def register(sub) -> None:
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.description = (
         "Runs every pair of computations the entries promise agree, on --weights or seeded random ones, and "
-        "compares them within the tolerance of --dtype and --numerics. " + DEVICE_HELP
+        "compares them within the tolerance of --dtype and --numerics (docs/verify.md)."
     )
+    for action in p._actions:  # verify's own defaults: a small cache (the checks run 7 tokens in at most 2 rows)
+        if action.dest == "max_positions":
+            action.help = "cache positions per row (32)"
