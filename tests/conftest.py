@@ -33,6 +33,7 @@ def _private_compile_cache(tmp_path_factory):
 # case), so they go test by test to whichever worker is free instead of lengthening one worker's queue.
 SPLIT_ACROSS_WORKERS = {
     "tests/runtimes/test_config_sweep.py",
+    "tests/runtimes/test_verify.py",
     "tests/runtimes/test_caches.py",
     "tests/cli/test_backends.py",
     "tests/syntax/test_parser.py",

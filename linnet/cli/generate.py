@@ -70,6 +70,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
         )
     if "step" not in model.program.entries:
         return fail("generate", ValueError(f"{args.file}: generation needs a decoder with `entry fn step`"))
+    refusal = _encoder_decoder_refusal(args.file, model.program)
+    if refusal is not None:
+        return fail("generate", UsageError(refusal))
     if tok is None:  # the EOS ids of config.json and generation_config.json still stop, as in transformers
         params = replace(params, stop_token_ids=_checkpoint_eos_ids(model.weights))
     try:
@@ -104,6 +107,31 @@ def cmd_generate(args: argparse.Namespace) -> int:
     line = timing_line(gen.last_result, args.max_new_tokens, positions, capped=positions < args.max_positions)
     print(line, file=sys.stderr)
     return EXIT_OK
+
+
+def _encoder_decoder_refusal(file: str, program) -> str | None:
+    """Why `generate` cannot run `program`, or None: generation feeds `step` token ids alone, so a `step` that reads
+    state it never writes (an encoder-decoder's cross-attention cache, which another entry fills from the encoder's
+    input) or a `forward` that takes inputs beside the token ids would decode from an empty (zero) encoder output,
+    printing tokens that mean nothing."""
+    from linnet.ir.reads import state_needed_first
+
+    needed = state_needed_first(program, "step")
+    forward = program.entries.get("forward")
+    others = [v.name for v in forward.inputs if v.name not in ("input_ids", "decoder_input_ids")] if forward else []
+    if not needed and not others:
+        return None
+    writers = [e for e in program.entries if e != "step" and set(needed) & set(program.state_written(e))]
+    why = (
+        f"`step` reads {', '.join(needed[:2])}{' and more' if len(needed) > 2 else ''}, which "
+        + (f"`{writers[0]}` writes" if writers else "no entry of `step`'s writes")
+        if needed
+        else f"`forward` takes {', '.join(f'`{n}`' for n in others)} beside the token ids"
+    )
+    return (
+        f"{file} is an encoder-decoder ({why}): `linnet generate` feeds the decoder token ids only and cannot feed "
+        "its encoder; transcribe speech with `linnet transcribe`"
+    )
 
 
 def pick_example(args: argparse.Namespace) -> None:
