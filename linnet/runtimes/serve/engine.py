@@ -60,7 +60,8 @@ class Request:
 
 
 class QueueFull(Exception):
-    """`submit` found `max_queue` requests already waiting (HTTP: 429 or 503 with Retry-After)."""
+    """`submit` found `max_queue` requests already waiting for a row, none free for this one (HTTP: 429 with
+    Retry-After)."""
 
 
 class ContextLengthExceeded(Exception):
@@ -221,7 +222,8 @@ class Engine:
     """Continuous batching over `model` (module docstring). `tokenizer` decodes text and gives the EOS ids (None:
     token ids only, no stop strings).
 
-    - `max_queue` (>= 1): the most requests waiting for a row; `submit` raises `QueueFull` beyond it.
+    - `max_queue` (>= 1): the most requests waiting for a row (requests that can take a free row are not counted:
+      an idle engine accepts `max_batch + max_queue` at once); `submit` raises `QueueFull` beyond it.
     - `prefill_chunk` (>= 1): the most prompt tokens one step prefills for one request.
     - `step_token_budget` (>= 1): the tokens one step aims at (decode tokens plus prefill chunks; scheduler.py).
 
@@ -319,10 +321,10 @@ class Engine:
     def submit(self, request: Request) -> RequestHandle:
         """Queue `request`; thread-safe. Returns its handle.
 
-        Raises `ContextLengthExceeded` when `len(prompt_ids) + max_tokens > max_positions`, `QueueFull` when
-        `max_queue` requests are waiting, ValueError for an empty prompt, token ids outside the vocabulary,
-        `max_tokens` < 1, empty stop strings (or stop strings without a tokenizer), and RuntimeError after
-        `shutdown`.
+        Raises `ContextLengthExceeded` when `len(prompt_ids) + max_tokens > max_positions`, `QueueFull` when no
+        row is free for it and `max_queue` requests already wait for one, ValueError for an empty prompt, token ids
+        outside the vocabulary, `max_tokens` < 1, empty stop strings (or stop strings without a tokenizer), and
+        RuntimeError after `shutdown`.
         """
         if not isinstance(request.params, SamplingParams):
             raise ValueError(f"params must be SamplingParams, got {type(request.params).__name__}")
@@ -342,9 +344,18 @@ class Engine:
         with self._lock:
             if self._stopping:
                 raise RuntimeError("the engine is shut down")
-            waiting = len(self._submitted) + len(self._scheduler.waiting)
+            # the queue holds what cannot take a free row: requests about to take one are not queued (a burst of
+            # max_batch + max_queue requests on an idle engine is all accepted). Read without the scheduler's
+            # own lock: the engine thread only ever moves a request from waiting to a row, which this may count
+            # as one more free row for an instant, never as one fewer.
+            pending = len(self._submitted) + len(self._scheduler.waiting)
+            free_rows = self.max_batch - self._scheduler.rows_in_use
+            waiting = max(0, pending - free_rows)
             if waiting >= self.max_queue:
-                raise QueueFull(f"{waiting} requests are already waiting (the queue holds {self.max_queue})")
+                raise QueueFull(
+                    f"{waiting} requests are already waiting for a row (the queue holds {self.max_queue}, "
+                    f"beside {self.max_batch} rows)"
+                )
             handle = RequestHandle(f"req-{next(self._ids)}", self)
             rng = None if request.params.greedy else request.params.make_rng()
             active = _Active(handle, request, Sequence(prompt), stop_ids, text, rng, arrived=time.monotonic())
