@@ -70,21 +70,26 @@ def length_bound(tokenizer: Any, max_positions: int) -> LengthBound | None:
 
     Why the bound is safe (it must never refuse a prompt that fits): a prompt fits only with at most
     `max_positions - 1` tokens (a request generates at least one). Tokenizing is normalizer, pre-tokenizer, model,
-    post-processor. The bound is given only when no step can drop an unbounded run of characters into fewer
-    tokens: the normalizer is none, Unicode normalization (one output character from at most
-    NORMALIZATION_SHRINK input ones), `Prepend`, or `Replace` of one literal character by a non-empty string;
-    the pre-tokenizers only split (`ByteLevel` turns a character into 1-4 byte characters, `Metaspace` a space
-    into "▁"; `Split` and `Punctuation` not in "removed" mode); the model is BPE or Unigram with byte fallback,
-    or BPE behind `ByteLevel`, whose bytes missing from the vocabulary are dropped one by one (SmolLM2 lacks
-    0x04, 0x06, ...: 10 MB of "\x04" is no token at all), so the characters made only of such bytes are not
-    counted (`LengthBound.dropped`; a missing continuation byte, or one with a normalizer, gives None); no added
-    token strips the whitespace around it (`lstrip`, `rstrip`); the post-processor only adds tokens, and
-    truncation is off (`Tokenizer.from_file`). Then the tokens partition what is kept of the normalized text and
-    each spans at most `span` of its characters, `span` being the longest vocabulary or added token's text, so
-    a prompt of `c` kept characters has at least `c / (shrink * span)` tokens: more than `max_positions - 1` when
-    `c > shrink * span * (max_positions - 1)`. Anything else (WordPiece's one [UNK] for a whole long word, a
-    whitespace pre-tokenizer that drops spaces, a `Strip` normalizer) gets None: such prompts are always
-    tokenized.
+    post-processor. The bound is given only when no step can turn an unbounded run of characters into fewer
+    tokens:
+
+    - the normalizer is none, Unicode normalization (one output character from at most NORMALIZATION_SHRINK
+      input ones), `Prepend`, or `Replace` of one literal character by a non-empty string;
+    - the pre-tokenizers only split (`ByteLevel` turns a character into 1-4 byte characters, `Metaspace` a space
+      into "▁"; `Split` and `Punctuation` not in "removed" mode);
+    - the model is BPE or Unigram with byte fallback (and all 256 byte tokens), BPE with one unknown token per
+      unknown character (`fuse_unk` off), or BPE behind `ByteLevel`, which drops the bytes missing from its
+      vocabulary one by one (SmolLM2 lacks 0x04, 0x06, ...: 10 MB of U+0004 is no token at all): the characters
+      made only of such bytes are not counted (`LengthBound.dropped`; a missing continuation byte, or such a
+      model behind a normalizer, gives None);
+    - no added token strips the whitespace around it (`lstrip`, `rstrip`); the post-processor only adds tokens;
+      truncation is off (`Tokenizer.from_file`).
+
+    Then the tokens partition what is kept of the normalized text and each spans at most `span` of its
+    characters, `span` being the longest vocabulary or added token's text, so a prompt of `c` kept characters has
+    at least `c / (shrink * span)` tokens: more than `max_positions - 1` when `c > shrink * span * (max_positions
+    - 1)`. Anything else (WordPiece's one [UNK] for a whole long word, a whitespace pre-tokenizer that drops
+    spaces, a `Strip` normalizer) gets None: such prompts are always tokenized (off the GIL, in the pool).
     """
     backend = getattr(tokenizer, "backend", None)
     if backend is None:
@@ -149,9 +154,13 @@ def _pre_tokenizer_types(spec: dict | None) -> set[str] | None:
 def _dropped_characters(model: dict, pre: set[str], vocab: dict[str, int]) -> tuple[str, ...] | None:
     """The characters the model drops without a token, or None when it may turn several characters into one
     unknown token (or drop characters it cannot list)."""
-    if model.get("byte_fallback"):
-        return () if model.get("type") in ("BPE", "Unigram") else None
-    if model.get("type") != "BPE" or "ByteLevel" not in pre:
+    kind = model.get("type")
+    all_bytes = all(f"<0x{b:02X}>" in vocab for b in range(256))
+    if model.get("byte_fallback") and all_bytes and kind in ("BPE", "Unigram"):
+        return ()  # an unknown character becomes its bytes' tokens
+    if kind == "BPE" and model.get("unk_token") in vocab and not model.get("fuse_unk"):
+        return ()  # one unknown token per unknown character
+    if kind != "BPE" or "ByteLevel" not in pre:
         return None
     from linnet.runtimes.formats.tokenizer import byte_level_spelling
 
