@@ -73,11 +73,11 @@ class _JSONResponse(JSONResponse):
     `json.dumps(ensure_ascii=True)` writes them, instead of failing to encode as UTF-8 (a 500 and tracebacks)."""
 
     def render(self, content: Any) -> bytes:
-        return _json_bytes(content)
+        return _json_bytes(content, separators=(",", ":"))  # compact, as Starlette's JSONResponse
 
 
-def _json_bytes(content: Any) -> bytes:
-    text = json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+def _json_bytes(content: Any, separators: tuple[str, str] | None = None) -> bytes:
+    text = json.dumps(content, ensure_ascii=False, allow_nan=False, separators=separators)
     return text.encode("utf-8", "backslashreplace")  # only lone surrogates fail: `\udXXX` is their JSON escape
 
 
