@@ -89,3 +89,17 @@ def test_tokenizers_that_can_swallow_text_get_no_bound():
 def test_prompt_too_long_says_how_many_tokens_at_least():
     err = PromptTooLong(10_000_000, 123_457, 81)
     assert "10000000 characters" in str(err) and "at least 123457 tokens" in str(err)
+
+
+def test_a_long_text_is_encoded_to_the_same_ids_through_encode_batch(smollm2):
+    """`Tokenizer.encode` hands texts over RELEASE_GIL_CHARS to `encode_batch` (which releases the GIL while the
+    Rust code runs; bench/serve_abuse.py measures what that does): the ids are `encode`'s, special tokens too."""
+    from linnet.runtimes.formats.tokenizer import RELEASE_GIL_CHARS
+
+    text = "<|im_start|>user\nThe quick brown fox jumps over the lazy dog. 1234 ünïcödé 中文\n" * 2_000
+    assert len(text) > RELEASE_GIL_CHARS
+    for special in (True, False):
+        assert (
+            smollm2.encode(text, add_special_tokens=special)
+            == smollm2.backend.encode(text, add_special_tokens=special).ids
+        )
