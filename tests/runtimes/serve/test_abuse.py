@@ -128,6 +128,17 @@ def test_a_prompt_that_cannot_fit_is_refused_before_tokenizing_while_a_stream_go
     assert len(chunks) >= 99 // 2  # held-back pieces may join, but the stream ran on
 
 
+def test_long_id_lists_and_many_prompts_are_refused_before_any_work(server):
+    """300,000 token ids: refused from the list's length (pydantic validated them one by one on the event loop);
+    100,000 prompts in one body: refused for the choices (they were each tokenized first)."""
+    ids = {"model": server.model, "prompt": list(range(300_000)), "max_tokens": 1}
+    error = assert_openai_error(post(server, ids), 400)
+    assert error["code"] == "context_length_exceeded" and "300000 token ids" in error["message"], error
+    many = {"model": server.model, "prompt": ["Hi"] * 100_000, "max_tokens": 1}
+    assert assert_openai_error(post(server, many), 400)["param"] == "n"
+    still_serving(server)
+
+
 def test_a_long_prompt_that_tokenizes_to_little_is_served(server):
     """SmolLM2's tokenizer drops U+0004 (no byte-level token for it): 100,000 of them and "Hello" are one token.
     The length check must not count them (it would refuse a prompt that fits)."""
