@@ -55,12 +55,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return fail("serve", ValueError(f"{model.weights} has no tokenizer (tokenizer.json); linnet serve needs one"))
     if "step" not in model.program.entries:
         return fail("serve", ValueError(f"{args.file}: serving needs a decoder with `entry fn step`"))
+    from linnet.runtimes.backends import get_backend
     from linnet.runtimes.serve.engine import Engine
     from linnet.runtimes.serve.http import create_app, default_max_request_bytes, run_server
 
     step_model = model.step_model()
     name = args.served_model_name or str(model.weights)
-    engine = Engine(step_model, tokenizer, max_queue=args.max_queue)
+    # the backend's process set-up again whenever the server falls idle (`Backend.setup_process`: on torch eager, the
+    # thread count of the cores idle now; a server started while the machine was busy kept 1 thread for its whole
+    # life). Not where compiled kernels are specialised to the thread count (`thread_specific`).
+    backend = get_backend(args.backend)
+    on_idle = None if backend.thread_specific else (lambda: backend.setup_process(args.device))
+    engine = Engine(step_model, tokenizer, max_queue=args.max_queue, on_idle=on_idle)
     compile_kind = getattr(step_model, "compile_kind", "")
     if compile_kind:
         # compile (or build the session for) every decode batch size and prefill bucket before the first client

@@ -59,6 +59,10 @@ class Request:
     ignore_eos: bool = False
 
 
+# the least seconds between two calls of an engine's `on_idle`
+IDLE_EVERY_S = 30.0
+
+
 class QueueFull(Exception):
     """`submit` found `max_queue` requests already waiting for a row, none free for this one (HTTP: 429 with
     Retry-After)."""
@@ -226,6 +230,9 @@ class Engine:
       an idle engine accepts `max_batch + max_queue` at once); `submit` raises `QueueFull` beyond it.
     - `prefill_chunk` (>= 1): the most prompt tokens one step prefills for one request.
     - `step_token_budget` (>= 1): the tokens one step aims at (decode tokens plus prefill chunks; scheduler.py).
+    - `on_idle`: called on the engine's thread when it runs out of work after having had some, at most every
+      IDLE_EVERY_S (`linnet serve` re-chooses torch's thread count there: a server started while the machine was
+      busy kept 1 thread for its whole life). An exception from it is ignored.
 
     Raises ValueError for a model whose `max_batch`, `max_positions` or `vocab_size` is not a positive integer, or
     an argument out of range.
@@ -239,6 +246,7 @@ class Engine:
         max_queue: int = 256,
         prefill_chunk: int = 256,
         step_token_budget: int = 512,
+        on_idle: Callable[[], object] | None = None,
     ) -> None:
         if isinstance(max_queue, bool) or not isinstance(max_queue, int) or max_queue < 1:
             raise ValueError(f"max_queue must be an integer >= 1, got {max_queue!r}")
@@ -261,6 +269,9 @@ class Engine:
         self._stopping = False
         self._prompt_tokens_total = 0
         self._generation_tokens_total = 0
+        self._on_idle = on_idle
+        self._idle_due = False  # work was done since on_idle last ran
+        self._last_idle = -IDLE_EVERY_S
 
     # ---- public API -------------------------------------------------------------------------------------------
 
@@ -389,7 +400,11 @@ class Engine:
         while True:
             with self._lock:
                 while not self._stopping and not (self._submitted or self._cancelled or self._scheduler.has_work()):
+                    if self._idle_due and time.monotonic() - self._last_idle >= IDLE_EVERY_S:
+                        self._run_idle_hook()  # releases the lock while the hook runs
+                        continue
                     self._wake.wait()
+                self._idle_due = self._on_idle is not None
                 if self._stopping:
                     return
                 for active in self._submitted:
@@ -409,6 +424,17 @@ class Engine:
                 for active in broken:
                     if active.sequence in self._scheduler.waiting or active.sequence in self._scheduler.running:
                         self._finish(active, "error", error=f"internal error: {type(error).__name__}: {error}")
+
+    def _run_idle_hook(self) -> None:
+        """Run `on_idle` without the lock (called with it held), so submits are not held up meanwhile."""
+        self._idle_due, self._last_idle = False, time.monotonic()
+        self._lock.release()
+        try:
+            self._on_idle()
+        except Exception:  # noqa: BLE001 - a tuning hook must never stop the engine
+            pass
+        finally:
+            self._lock.acquire()
 
     def _by_sequence(self) -> dict[int, _Active]:
         with self._lock:

@@ -312,3 +312,32 @@ def test_many_requests_with_random_cancellations_leave_nothing_behind(tok, make_
     stats = engine.stats()
     assert (stats.running, stats.waiting, stats.rows_in_use) == (0, 0, 0)
     assert not engine._active and not engine._cancelled and not engine._scheduler.has_work()
+
+
+def test_on_idle_runs_on_the_engine_thread_once_work_is_done(make_engine, monkeypatch):
+    """`linnet serve` re-chooses torch's threads there (issue 42: a server started on a busy machine kept 1 thread
+    for its whole life): called on the engine's thread after work, not before any, at most every IDLE_EVERY_S."""
+    import threading
+    import time
+
+    from linnet.runtimes.serve import engine as engine_module
+
+    calls: list[str] = []
+    called = threading.Event()
+
+    def on_idle() -> None:
+        calls.append(threading.current_thread().name)
+        called.set()
+
+    lm = ContinuationLM([[1, 2, 3, 4, 5]], vocab_size=8)
+    engine = make_engine(lm, None, on_idle=on_idle)
+    assert not called.wait(0.3)  # no work yet: nothing to re-tune after
+    collect(engine.submit(request([1, 2], 2)))
+    assert called.wait(10) and calls == ["linnet-serve-engine"]
+    collect(engine.submit(request([1, 2], 2)))  # again idle within IDLE_EVERY_S: not called again
+    time.sleep(0.3)
+    assert len(calls) == 1
+    monkeypatch.setattr(engine_module, "IDLE_EVERY_S", 0.0)
+    called.clear()
+    collect(engine.submit(request([1, 2], 2)))
+    assert called.wait(10) and len(calls) == 2
