@@ -67,12 +67,18 @@ def build_app(args: argparse.Namespace, model):
         raise ValueError(f"{model.weights} has no tokenizer (tokenizer.json); linnet serve needs one")
     if "step" not in model.program.entries:
         raise ValueError(f"{args.file}: serving needs a decoder with `entry fn step`")
+    from linnet.runtimes.backends import get_backend
     from linnet.runtimes.serve.engine import Engine
-    from linnet.runtimes.serve.http import create_app
+    from linnet.runtimes.serve.http import create_app, default_max_request_bytes
 
     step_model = model.step_model()
     name = args.served_model_name or str(model.weights)
-    engine = Engine(step_model, tokenizer, max_queue=args.max_queue)
+    # the backend's process set-up again whenever the server falls idle (`Backend.setup_process`: on torch eager, the
+    # thread count of the cores idle now; a server started while the machine was busy kept 1 thread for its whole
+    # life). Not where compiled kernels are specialised to the thread count (`thread_specific`).
+    backend = get_backend(args.backend)
+    on_idle = None if backend.thread_specific else (lambda: backend.setup_process(args.device))
+    engine = Engine(step_model, tokenizer, max_queue=args.max_queue, on_idle=on_idle)
     compile_kind = getattr(step_model, "compile_kind", "")
     if compile_kind:
         # compile (or build the session for) every decode batch size and prefill bucket before the first client
@@ -87,11 +93,14 @@ def build_app(args: argparse.Namespace, model):
         name,
         api_key=args.api_key,
         shutdown_engine=True,
+        max_request_bytes=args.max_request_bytes,
     )
+    body_limit = args.max_request_bytes or default_max_request_bytes(step_model.max_positions)
     setup = f"; {args.setup}" if args.setup else ""
     summary = (
         f"{args.backend}, {args.dtype}, {step_model.max_batch} cache rows of {step_model.max_positions} positions, "
-        f"queue of {args.max_queue}{', API key required' if args.api_key else ''}{setup}"
+        f"queue of {args.max_queue}, bodies up to {body_limit} bytes{', API key required' if args.api_key else ''}"
+        f"{setup}"
     )
     return app, engine, summary
 
@@ -141,6 +150,7 @@ def _check_args(args: argparse.Namespace) -> None:
         ("--port", args.port, 0),
         ("--max-batch", args.max_batch, 1),
         ("--max-queue", args.max_queue, 1),
+        ("--max-request-bytes", 1 if args.max_request_bytes is None else args.max_request_bytes, 1),
     ):
         if value < least:
             raise UsageError(f"{flag} must be >= {least}, got {value}")
@@ -174,7 +184,18 @@ def register(sub) -> None:
     serve.add_argument("--host", default="127.0.0.1", help="the address to listen on (127.0.0.1: this machine only)")
     serve.add_argument("--port", type=int, default=8000, help="the port (8000; 0 picks a free one)")
     serve.add_argument(
-        "--max-queue", type=int, default=256, metavar="N", help="requests waiting for a row at most (256); then 429"
+        "--max-queue",
+        type=int,
+        default=256,
+        metavar="N",
+        help="requests waiting for a row, when none is free, at most (256); then 429",
+    )
+    serve.add_argument(
+        "--max-request-bytes",
+        type=int,
+        metavar="N",
+        help="the largest request body; larger ones get 413 (default: 2 MiB, or 32 bytes per cache position where "
+        "that is more)",
     )
     serve.add_argument(
         "--api-key",

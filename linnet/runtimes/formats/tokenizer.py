@@ -35,7 +35,18 @@ from typing import Any
 
 from linnet.errors import CheckpointError, RunError
 
-__all__ = ["Tokenizer", "TokenizerError", "GGUF_PRE_TOKENIZERS", "PreTokenizerType", "hf_eos_token_ids"]
+__all__ = [
+    "Tokenizer",
+    "TokenizerError",
+    "GGUF_PRE_TOKENIZERS",
+    "PreTokenizerType",
+    "byte_level_spelling",
+    "hf_eos_token_ids",
+]
+
+# Texts longer than this are encoded through `encode_batch`, which releases the GIL while the Rust code runs
+# (`encode` holds it: 8 s for 10 MB, during which no other Python thread ran); shorter ones take under a few ms.
+RELEASE_GIL_CHARS = 4096
 
 
 class TokenizerError(CheckpointError):
@@ -120,6 +131,11 @@ def _bytes_to_unicode() -> dict[int, str]:
             cs.append(256 + n)
             n += 1
     return dict(zip(bs, map(chr, cs)))
+
+
+def byte_level_spelling() -> dict[int, str]:
+    """Byte -> the character GPT-2's byte-level BPE spells it with (`ByteLevel`'s alphabet), for the 256 bytes."""
+    return dict(_bytes_to_unicode())
 
 
 def _token_text(value: Any) -> str | None:
@@ -209,6 +225,7 @@ class Tokenizer:
         """Token ids of `text`. Special tokens written in the text (e.g. `<|im_start|>`) are always matched whole;
         `add_special_tokens` only controls the post-processor (BOS/EOS, BERT's [CLS]/[SEP]).
 
+        Long texts are encoded without holding the GIL (RELEASE_GIL_CHARS), so other threads run meanwhile.
         Raises RunError for `text` that is not a str or not valid Unicode (a lone surrogate, which is how Python
         hands over a command-line byte that is not UTF-8); `tokenizers` would raise a TypeError."""
         if not isinstance(text, str):
@@ -220,6 +237,8 @@ class Tokenizer:
             raise RunError(
                 f"text to encode is not valid Unicode: {bad!r} at character {err.start} (a byte that is not UTF-8?)"
             ) from None
+        if len(text) > RELEASE_GIL_CHARS:  # the same ids; other threads run meanwhile
+            return self.backend.encode_batch([text], add_special_tokens=add_special_tokens)[0].ids
         return self.backend.encode(text, add_special_tokens=add_special_tokens).ids
 
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:

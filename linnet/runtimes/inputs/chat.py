@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["encode_chat", "render_chat"]
+__all__ = ["chat_prompt_text", "encode_chat", "render_chat"]
 
 # Names a message's reasoning is passed under (transformers `_REASONING_FIELDS`); the first is the standard one.
 _REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
@@ -84,24 +84,30 @@ def render_chat(
 
 
 def encode_chat(tokenizer: Any, messages: list[dict], *, add_generation_prompt: bool = True) -> list[int]:
-    """The token ids of `messages` rendered through `tokenizer.chat_template` (`render_chat`, with the tokenizer's
-    BOS and EOS texts as `bos_token` and `eos_token`), encoded without adding special tokens: the template writes
-    them itself, so the prompt holds exactly the BOS the template writes, as transformers'
-    `apply_chat_template(tokenize=True)` does. `linnet generate --chat` and `linnet serve`'s chat completions both
-    build their prompts here.
+    """The token ids of `messages` rendered through `tokenizer.chat_template` (`chat_prompt_text`), encoded without
+    adding special tokens: the template writes them itself, so the prompt holds exactly the BOS the template
+    writes, as transformers' `apply_chat_template(tokenize=True)` does. `linnet generate --chat` and `linnet
+    serve`'s chat completions both build their prompts this way.
 
     Raises `ValueError` when the tokenizer has no chat template, and as `render_chat` does.
     """
+    text = chat_prompt_text(tokenizer, messages, add_generation_prompt=add_generation_prompt)
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
+def chat_prompt_text(tokenizer: Any, messages: list[dict], *, add_generation_prompt: bool = True) -> str:
+    """`messages` rendered through `tokenizer.chat_template` (`render_chat`, with the tokenizer's BOS and EOS texts
+    as `bos_token` and `eos_token`): the prompt text `encode_chat` tokenizes. Raises `ValueError` when the
+    tokenizer has no chat template, and as `render_chat` does."""
     if not tokenizer.chat_template:
         raise ValueError("the checkpoint has no chat template")
-    text = render_chat(
+    return render_chat(
         tokenizer.chat_template,
         messages,
         add_generation_prompt=add_generation_prompt,
         bos_token=_special_token_text(tokenizer, tokenizer.bos_token_id),
         eos_token=_special_token_text(tokenizer, tokenizer.eos_token_id),
     )
-    return tokenizer.encode(text, add_special_tokens=False)
 
 
 def _special_token_text(tokenizer: Any, token_id: int | None) -> str | None:

@@ -59,8 +59,13 @@ class Request:
     ignore_eos: bool = False
 
 
+# the least seconds between two calls of an engine's `on_idle`
+IDLE_EVERY_S = 30.0
+
+
 class QueueFull(Exception):
-    """`submit` found `max_queue` requests already waiting (HTTP: 429 or 503 with Retry-After)."""
+    """`submit` found `max_queue` requests already waiting for a row, none free for this one (HTTP: 429 with
+    Retry-After)."""
 
 
 class ContextLengthExceeded(Exception):
@@ -221,9 +226,13 @@ class Engine:
     """Continuous batching over `model` (module docstring). `tokenizer` decodes text and gives the EOS ids (None:
     token ids only, no stop strings).
 
-    - `max_queue` (>= 1): the most requests waiting for a row; `submit` raises `QueueFull` beyond it.
+    - `max_queue` (>= 1): the most requests waiting for a row (requests that can take a free row are not counted:
+      an idle engine accepts `max_batch + max_queue` at once); `submit` raises `QueueFull` beyond it.
     - `prefill_chunk` (>= 1): the most prompt tokens one step prefills for one request.
     - `step_token_budget` (>= 1): the tokens one step aims at (decode tokens plus prefill chunks; scheduler.py).
+    - `on_idle`: called on the engine's thread when it runs out of work after having had some, at most every
+      IDLE_EVERY_S (`linnet serve` re-chooses torch's thread count there: a server started while the machine was
+      busy kept 1 thread for its whole life). An exception from it is ignored.
 
     Raises ValueError for a model whose `max_batch`, `max_positions` or `vocab_size` is not a positive integer, or
     an argument out of range.
@@ -237,6 +246,7 @@ class Engine:
         max_queue: int = 256,
         prefill_chunk: int = 256,
         step_token_budget: int = 512,
+        on_idle: Callable[[], object] | None = None,
     ) -> None:
         if isinstance(max_queue, bool) or not isinstance(max_queue, int) or max_queue < 1:
             raise ValueError(f"max_queue must be an integer >= 1, got {max_queue!r}")
@@ -259,6 +269,9 @@ class Engine:
         self._stopping = False
         self._prompt_tokens_total = 0
         self._generation_tokens_total = 0
+        self._on_idle = on_idle
+        self._idle_due = False  # work was done since on_idle last ran
+        self._last_idle = -IDLE_EVERY_S
 
     # ---- public API -------------------------------------------------------------------------------------------
 
@@ -319,10 +332,10 @@ class Engine:
     def submit(self, request: Request) -> RequestHandle:
         """Queue `request`; thread-safe. Returns its handle.
 
-        Raises `ContextLengthExceeded` when `len(prompt_ids) + max_tokens > max_positions`, `QueueFull` when
-        `max_queue` requests are waiting, ValueError for an empty prompt, token ids outside the vocabulary,
-        `max_tokens` < 1, empty stop strings (or stop strings without a tokenizer), and RuntimeError after
-        `shutdown`.
+        Raises `ContextLengthExceeded` when `len(prompt_ids) + max_tokens > max_positions`, `QueueFull` when no
+        row is free for it and `max_queue` requests already wait for one, ValueError for an empty prompt, token ids
+        outside the vocabulary, `max_tokens` < 1, empty stop strings (or stop strings without a tokenizer), and
+        RuntimeError after `shutdown`.
         """
         if not isinstance(request.params, SamplingParams):
             raise ValueError(f"params must be SamplingParams, got {type(request.params).__name__}")
@@ -342,9 +355,18 @@ class Engine:
         with self._lock:
             if self._stopping:
                 raise RuntimeError("the engine is shut down")
-            waiting = len(self._submitted) + len(self._scheduler.waiting)
+            # the queue holds what cannot take a free row: requests about to take one are not queued (a burst of
+            # max_batch + max_queue requests on an idle engine is all accepted). Read without the scheduler's
+            # own lock: the engine thread only ever moves a request from waiting to a row, which this may count
+            # as one more free row for an instant, never as one fewer.
+            pending = len(self._submitted) + len(self._scheduler.waiting)
+            free_rows = self.max_batch - self._scheduler.rows_in_use
+            waiting = max(0, pending - free_rows)
             if waiting >= self.max_queue:
-                raise QueueFull(f"{waiting} requests are already waiting (the queue holds {self.max_queue})")
+                raise QueueFull(
+                    f"{waiting} requests are already waiting for a row (the queue holds {self.max_queue}, "
+                    f"beside {self.max_batch} rows)"
+                )
             handle = RequestHandle(f"req-{next(self._ids)}", self)
             rng = None if request.params.greedy else request.params.make_rng()
             active = _Active(handle, request, Sequence(prompt), stop_ids, text, rng, arrived=time.monotonic())
@@ -378,7 +400,11 @@ class Engine:
         while True:
             with self._lock:
                 while not self._stopping and not (self._submitted or self._cancelled or self._scheduler.has_work()):
+                    if self._idle_due and time.monotonic() - self._last_idle >= IDLE_EVERY_S:
+                        self._run_idle_hook()  # releases the lock while the hook runs
+                        continue
                     self._wake.wait()
+                self._idle_due = self._on_idle is not None
                 if self._stopping:
                     return
                 for active in self._submitted:
@@ -398,6 +424,17 @@ class Engine:
                 for active in broken:
                     if active.sequence in self._scheduler.waiting or active.sequence in self._scheduler.running:
                         self._finish(active, "error", error=f"internal error: {type(error).__name__}: {error}")
+
+    def _run_idle_hook(self) -> None:
+        """Run `on_idle` without the lock (called with it held), so submits are not held up meanwhile."""
+        self._idle_due, self._last_idle = False, time.monotonic()
+        self._lock.release()
+        try:
+            self._on_idle()
+        except Exception:  # noqa: BLE001 - a tuning hook must never stop the engine
+            pass
+        finally:
+            self._lock.acquire()
 
     def _by_sequence(self) -> dict[int, _Active]:
         with self._lock:

@@ -7,6 +7,11 @@ it) unless its value is the one that changes nothing (`frequency_penalty: 0`, `l
 unknown field is refused too (vLLM ignores it with a warning): a misspelt `top_k` must not pass unnoticed.
 Fields that only label a request (`user`, `metadata`, `store`, `service_tier`) are accepted and ignored.
 
+Types are strict, as OpenAI's schema has them and answers them (400): `"max_tokens": "5"`, `"max_tokens": 5.0`,
+`"temperature": "0.5"` and `"n": true` are refused, not converted (pydantic's strict mode, on every model); a
+number field takes an integer (`"temperature": 1`). A content part other than text (`image_url`, `input_audio`,
+`file`) is refused naming its type: the served models read text only.
+
 Every model raises pydantic's `ValidationError` (which the app answers with 400 in OpenAI's error shape).
 """
 
@@ -14,11 +19,45 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, StrictBool, Tag, field_validator
 
-__all__ = ["ChatCompletionRequest", "ChatMessage", "CompletionRequest", "StreamOptions"]
+__all__ = ["ChatCompletionRequest", "ChatMessage", "CompletionRequest", "StreamOptions", "quoted"]
 
 NonNegativeTokenId = Annotated[int, Field(ge=0)]
+# every request model: unknown fields refused, JSON types as OpenAI's schema has them (no "5" for 5)
+_STRICT = ConfigDict(extra="forbid", strict=True)
+QUOTE_CHARS = 80  # the most characters of a client's value an error message quotes
+
+
+def quoted(value: Any) -> str:
+    """`repr(value)` for an error message, cut to QUOTE_CHARS characters (a client's 10 MB value is not sent back;
+    `repr` escapes lone surrogates and control characters)."""
+    text = repr(value)
+    return text if len(text) <= QUOTE_CHARS else f"{text[:QUOTE_CHARS]}... ({len(text)} characters)"
+
+
+def _prompt_kind(prompt: Any) -> str | None:
+    """Which form of `prompt` this is, from its first element: validating a million token ids against every
+    form of the union in turn took a second on the event loop."""
+    if isinstance(prompt, str):
+        return "text"
+    if isinstance(prompt, list) and prompt:
+        first = prompt[0]
+        if isinstance(first, str):
+            return "texts"
+        if isinstance(first, list):
+            return "id_lists"
+        return "ids"
+    return "ids" if isinstance(prompt, list) else "text"
+
+
+Prompt = Annotated[
+    Annotated[str, Tag("text")]
+    | Annotated[list[str], Tag("texts")]
+    | Annotated[list[NonNegativeTokenId], Tag("ids")]
+    | Annotated[list[list[NonNegativeTokenId]], Tag("id_lists")],
+    Discriminator(_prompt_kind),
+]
 
 
 def _neutral_only(*names: str, neutral: tuple):
@@ -27,7 +66,7 @@ def _neutral_only(*names: str, neutral: tuple):
 
     def refuse(value):
         if value not in neutral:
-            raise ValueError(f"{value!r} is not supported by linnet serve (leave the field out)")
+            raise ValueError(f"{quoted(value)} is not supported by linnet serve (leave the field out)")
         return value
 
     return field_validator(*names)(refuse)
@@ -36,14 +75,14 @@ def _neutral_only(*names: str, neutral: tuple):
 class StreamOptions(BaseModel):
     """`stream_options`: `include_usage` adds a last chunk with `choices: []` and the request's usage."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = _STRICT
     include_usage: StrictBool = False
 
 
 class _SamplingFields(BaseModel):
     """The fields completions and chat completions share."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = _STRICT
 
     model: str
     n: int = Field(1, ge=1, le=128)
@@ -95,7 +134,7 @@ class CompletionRequest(_SamplingFields):
     token ids (each prompt gets `n` choices, indices `prompt_index * n + i`). `max_tokens` defaults to 16, as
     OpenAI's does."""
 
-    prompt: str | list[str] | list[NonNegativeTokenId] | list[list[NonNegativeTokenId]]
+    prompt: Prompt
     max_tokens: int = Field(16, ge=1)
     echo: bool | None = None
     logprobs: int | None = None
@@ -128,7 +167,7 @@ class CompletionRequest(_SamplingFields):
 
 
 class _TextPart(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = _STRICT
     type: Literal["text"]
     text: str
 
@@ -136,12 +175,24 @@ class _TextPart(BaseModel):
 class ChatMessage(BaseModel):
     """One message: `role` and `content` (a string, or a list of `{"type": "text", "text": ...}` parts, joined
     with no separator as transformers' templates see a string); `name` is passed to the template. Other content
-    parts (images, audio) are refused: the served model reads text only."""
+    parts (images, audio, files) are refused naming their type: the served model reads text only."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = _STRICT
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[_TextPart] | None = None
     name: str | None = None
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _text_only(cls, content: Any) -> Any:
+        for i, part in enumerate(content if isinstance(content, list) else ()):
+            kind = part.get("type") if isinstance(part, dict) else None
+            if isinstance(kind, str) and kind != "text":
+                raise ValueError(
+                    f"content part {i} is of type {quoted(kind)}, but this model takes text only: send the content "
+                    'as a string or as parts {"type": "text", "text": ...}'
+                )
+        return content
 
     def for_template(self) -> dict[str, Any]:
         content = self.content

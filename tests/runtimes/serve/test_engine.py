@@ -196,13 +196,27 @@ def test_a_consumer_that_stops_reading_cancels(model, tok, make_engine):
 
 def test_the_queue_is_bounded(model, tok, greedy16, make_engine):
     engine = make_engine(model, tok, start=False, max_queue=2)  # not started: nothing leaves the queue
-    first = [engine.submit(request(tok.encode(p), 4)) for p in PROMPTS[:2]]
-    with pytest.raises(QueueFull, match="2 requests are already waiting"):
+    # MAX_BATCH requests take the free rows, two more wait: all accepted (the queue counts what waits, issue 42)
+    prompts = [PROMPTS[i % len(PROMPTS)] for i in range(MAX_BATCH + 2)]
+    first = [engine.submit(request(tok.encode(p), 4)) for p in prompts]
+    with pytest.raises(QueueFull, match="2 requests are already waiting for a row"):
         engine.submit(request(tok.encode(PROMPTS[2]), 4))
-    assert engine.stats().waiting == 2
+    assert engine.stats().waiting == MAX_BATCH + 2  # the gauge: every request not yet admitted
     engine.start()
-    assert [tokens_of(collect(h)[0]) for h in first] == [greedy16[p].token_ids[:4] for p in PROMPTS[:2]]
+    assert [tokens_of(collect(h)[0]) for h in first] == [greedy16[p].token_ids[:4] for p in prompts]
     collect(engine.submit(request(tok.encode(PROMPTS[2]), 4)))  # room again
+
+
+def test_requests_taking_free_rows_are_not_queued(model, tok, make_engine):
+    """Issue 42: with 2 rows and a queue of 2, three requests at once were answered [200, 200, 429]: the engine
+    counted the requests about to take a free row as queued."""
+    engine = make_engine(model, tok, start=False, max_queue=1)
+    prompts = [PROMPTS[i % len(PROMPTS)] for i in range(MAX_BATCH + 1)]
+    handles = [engine.submit(request(tok.encode(p), 2)) for p in prompts]  # was QueueFull at the second
+    with pytest.raises(QueueFull):
+        engine.submit(request(tok.encode(PROMPTS[0]), 2))
+    engine.start()
+    assert all(collect(h)[1].finish_reason == "length" for h in handles)
 
 
 def test_shutdown_cancels_what_is_running_and_waiting(model, tok, make_engine):
@@ -298,3 +312,32 @@ def test_many_requests_with_random_cancellations_leave_nothing_behind(tok, make_
     stats = engine.stats()
     assert (stats.running, stats.waiting, stats.rows_in_use) == (0, 0, 0)
     assert not engine._active and not engine._cancelled and not engine._scheduler.has_work()
+
+
+def test_on_idle_runs_on_the_engine_thread_once_work_is_done(make_engine, monkeypatch):
+    """`linnet serve` re-chooses torch's threads there (issue 42: a server started on a busy machine kept 1 thread
+    for its whole life): called on the engine's thread after work, not before any, at most every IDLE_EVERY_S."""
+    import threading
+    import time
+
+    from linnet.runtimes.serve import engine as engine_module
+
+    calls: list[str] = []
+    called = threading.Event()
+
+    def on_idle() -> None:
+        calls.append(threading.current_thread().name)
+        called.set()
+
+    lm = ContinuationLM([[1, 2, 3, 4, 5]], vocab_size=8)
+    engine = make_engine(lm, None, on_idle=on_idle)
+    assert not called.wait(0.3)  # no work yet: nothing to re-tune after
+    collect(engine.submit(request([1, 2], 2)))
+    assert called.wait(10) and calls == ["linnet-serve-engine"]
+    collect(engine.submit(request([1, 2], 2)))  # again idle within IDLE_EVERY_S: not called again
+    time.sleep(0.3)
+    assert len(calls) == 1
+    monkeypatch.setattr(engine_module, "IDLE_EVERY_S", 0.0)
+    called.clear()
+    collect(engine.submit(request([1, 2], 2)))
+    assert called.wait(10) and len(calls) == 2

@@ -285,9 +285,9 @@ def _raw(server: str, body, *, key: str | None = API_KEY, path: str = "/v1/compl
         ({"model": MODEL, "prompt": "hi", "stream_options": {"include_usage": True}}, 400, "stream_options", None),
         ({"model": MODEL, "prompt": "hi", "max_tokens": MAX_POSITIONS}, 400, "max_tokens", "context_length_exceeded"),
         ({"model": MODEL, "prompt": "hi " * 300, "max_tokens": 1}, 400, "prompt", "context_length_exceeded"),
-        # more choices than the queue of 4 can ever hold: 400, not a 429 that clients would retry in vain
+        # more choices than the 2 rows and the queue of 4 can ever hold: 400, not a 429 clients would retry in vain
         ({"model": MODEL, "prompt": "hi", "n": 8, "max_tokens": 4}, 400, "n", None),
-        ({"model": MODEL, "prompt": ["a", "b", "c"], "n": 2, "max_tokens": 4}, 400, "n", None),
+        ({"model": MODEL, "prompt": ["a", "b", "c"], "n": 3, "max_tokens": 4}, 400, "n", None),
     ],
 )
 def test_errors_are_openai_shaped_4xx_and_the_server_keeps_serving(server, client, body, status, param, code):
