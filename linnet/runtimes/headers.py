@@ -220,9 +220,13 @@ def _problem_location(info: SourceInfo, p: WeightProblem) -> Location:
 
 
 def _member_along(info: SourceInfo, dotted: str) -> Location | None:
-    """Walk `model.layers.0.self_attn.q_proj.weight` from the root model through its members (checkpoint names,
-    `@name(...)` included; a list's index skipped) and return the last member found in `info.path`."""
-    analysis = info.analysis
+    return member_location(info.analysis, info.path, dotted)
+
+
+def member_location(analysis, path: str, dotted: str) -> Location | None:
+    """Walk `model.layers.0.self_attn.q_proj.weight` from the root model of `analysis` through its members
+    (checkpoint names, `@name(...)` included; a list's index skipped) and return the last member found in the file
+    `path` (None when the first is not there). `linnet diff` places a module's difference with it."""
     item = analysis.model
     found = None
     parts = dotted.split(".") if dotted else []
@@ -238,7 +242,7 @@ def _member_along(info: SourceInfo, dotted: str) -> Location | None:
         )
         if member is None:
             break
-        if item.source.path == info.path:
+        if item.source.path == path:
             found = item.resolve(member.name.span)
         i += 2 if member.kind == "list" else 1
         func = member.ctor.func if member.ctor is not None else None
