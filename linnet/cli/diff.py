@@ -38,7 +38,8 @@ def cmd_diff(args: argparse.Namespace) -> int:
     except FAILURES as err:
         return fail("diff", err)
     if not report.modules:
-        print(f"linnet diff: no entry of {args.file} has a reference call: {'; '.join(report.skipped)}", file=sys.stderr)
+        why = "; ".join(report.skipped)
+        print(f"linnet diff: no entry of {args.file} has a reference call: {why}", file=sys.stderr)
         return EXIT_USAGE
     if args.format == "json":
         print(json.dumps(report.to_json()))

@@ -122,11 +122,14 @@ class Recorder:
         self.sequence.clear()
 
 
-def hook_reference(model, recorder: Recorder) -> None:
-    """Forward hooks on every submodule of the reference `model` writing into `recorder` by name."""
-    for name, module in model.named_modules():
-        if name:
-            module.register_forward_hook(lambda _m, _args, out, name=name: recorder.add(name, out))
+def hook_reference(model, recorder: Recorder) -> list:
+    """Forward hooks on every submodule of the reference `model` writing into `recorder` by name; returns their
+    handles (a reference model reused by several diffs is unhooked after each)."""
+    return [
+        module.register_forward_hook(lambda _m, _args, out, name=name: recorder.add(name, out))
+        for name, module in model.named_modules()
+        if name
+    ]
 
 
 def match_modules(ref, root, paths: set[str]) -> tuple[dict[str, str], set[str], set[str]]:
@@ -226,15 +229,19 @@ def diff_model(
     ours, theirs = Recorder(), Recorder()
     wrapped = hook_linnet(model.module.root, ours)
     match = match_modules(ref, model.module.root, set(wrapped))
-    hook_reference(ref, theirs)
-    ran: set[str] = set()  # the modules of ours that ran, and of the reference
-    for entry, graph in program.entries.items():
-        ours.clear()
-        theirs.clear()
-        if not _run_entry(model, ref, entry, graph, program.config, seed, ours, theirs, report):
-            continue
-        diff_traces(report, entry, ours, theirs, match)
-        ran |= set(ours.outputs) - set(match[0].values())
+    hooks = hook_reference(ref, theirs)
+    ran: set[str] = set()  # the modules of ours that ran without a counterpart
+    try:
+        for entry, graph in program.entries.items():
+            ours.clear()
+            theirs.clear()
+            if not _run_entry(model, ref, entry, graph, program.config, seed, ours, theirs, report):
+                continue
+            diff_traces(report, entry, ours, theirs, match)
+            ran |= set(ours.outputs) - set(match[0].values())
+    finally:
+        for hook in hooks:
+            hook.remove()
     report.only_linnet = [p for p in wrapped if p in ran]
     _locate(report, source, preset)
     return report

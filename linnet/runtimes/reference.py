@@ -1,5 +1,5 @@
-"""The reference implementation of a checkpoint, for `linnet diff`: which library class its `architectures` names, loaded
-from the same files Linnet loads, and how each Linnet entry maps to a call of it (as the parity tests call it).
+"""The reference implementation of a checkpoint, for `linnet diff`: which library class its `architectures` names,
+loaded from the same files Linnet loads, and how each Linnet entry maps to a call of it (as the parity tests call it).
 
 - transformers: config.json's `architectures[0]` (a GGUF file has none: the source's root model name, which the zoo
   names after transformers' class), loaded with `from_pretrained` (`gguf_file=` for a .gguf; transformers dequantizes
@@ -84,7 +84,8 @@ def load_reference(weights: str, library: str, root_model: str):
     try:
         lib = importlib.import_module(module_name)
     except ImportError as err:
-        raise ReferenceUnavailable(f"the reference {library} cannot be imported ({err}); pip install {library}") from None
+        why = f"the reference {library} cannot be imported ({err}); pip install {library}"
+        raise ReferenceUnavailable(why) from None
     import torch
 
     arch = architecture(folder, gguf_file, library, root_model)
@@ -95,7 +96,8 @@ def load_reference(weights: str, library: str, root_model: str):
         else:
             cls = getattr(lib, arch, None)
             if cls is None:
-                raise ReferenceUnavailable(f"{library} {lib.__version__} has no class {arch} (the checkpoint's architecture)")
+                why = f"{library} {lib.__version__} has no class {arch} (the checkpoint's architecture)"
+                raise ReferenceUnavailable(why)
             kwargs: dict[str, Any] = {"gguf_file": gguf_file} if gguf_file else {}
             if library == "transformers":
                 kwargs["dtype"] = torch.float32
