@@ -322,7 +322,7 @@ def _following(theirs: Recorder, name: str, call: int, parameter_free: set[str])
 def _locate(report: DiffReport, source: str, preset: str | None) -> None:
     """Set each compared module's `location`: its member's declaration in `source` (the root model's name for an
     entry's output or a module declared in another file)."""
-    from linnet.runtimes.headers import member_location
+    from linnet.semantics.member_paths import member_location
     from linnet.semantics.program import Document
 
     text = Path(source).read_text(encoding="utf-8")

@@ -122,7 +122,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     # --- encoders ---------------------------------------------------------------------------------------------
     Mutation("bert-token-types-dropped", "bert", "LayerNorm(word_embeddings(input_ids) + token_types + positions)",
              "LayerNorm(word_embeddings(input_ids) + positions)", "check",
-             "token type embeddings never added: the table is loaded and never read", needs="unused-warning"),
+             "token type embeddings never added: the `token_types` it looks up is left unused (L9xx warning today; "
+             "the table is loaded and never read, the unused-parameter warning's)"),
     Mutation("bert-mask-ignored", "bert", "padding_mask(attention_mask)", "padding_mask(attention_mask * 0 + 1)",
              "verify", "attention_mask ignored: equal to the reference on unpadded input, wrong once a row is padded",
              needs="verify"),
