@@ -19,7 +19,7 @@ from linnet.cli.common import EXIT_ERRORS, EXIT_OK, EXIT_USAGE, FAILURES, UsageE
 
 def cmd_diff(args: argparse.Namespace) -> int:
     from linnet.runtimes.diff import diff_model
-    from linnet.runtimes.reference import ReferenceUnavailable
+    from linnet.runtimes.diff.reference import ReferenceUnavailable
 
     try:
         check_paths(args)

@@ -4,7 +4,8 @@
     report.first        # the first module, in the reference's execution order, whose output differs (or None)
 
 The same seeded inputs go through each entry of the source on Linnet's PyTorch backend (generated code, the weights
-loaded through the real loading path) and through the reference's call for that entry (`linnet.runtimes.reference`).
+loaded through the real loading path) and through the reference's call for that entry
+(`linnet.runtimes.diff.reference`).
 Every module of both records its outputs: the reference through forward hooks on its `nn.Module`s, Linnet by
 wrapping the `forward` and `step` methods of its generated module tree, whose paths are the checkpoint's names; so
 `model.layers.0.self_attn` is one key on both sides, and its k-th call on one side is compared with its k-th call
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from linnet.runtimes.reference import NoCall, ReferenceUnavailable, load_reference, reference_call
+from linnet.runtimes.diff.reference import NoCall, ReferenceUnavailable, load_reference, reference_call
 
 __all__ = ["DiffReport", "ModuleDiff", "ReferenceUnavailable", "TOLERANCE", "diff_model", "diff_traces"]
 
@@ -106,7 +107,7 @@ class Recorder:
         self.sequence: list[tuple[str, int]] = []  # (name, its call) of every output, in the order recorded
 
     def add(self, name: str, value) -> None:
-        from linnet.runtimes.reference import first_tensor
+        from linnet.runtimes.diff.reference import first_tensor
 
         tensor = first_tensor(value)
         if tensor is None:
@@ -215,11 +216,11 @@ def diff_model(
 
     Returns a DiffReport. Raises ReferenceUnavailable when the reference library is missing, has no class for the
     checkpoint's architecture or cannot read it; LinnetError when Linnet cannot load the source on the weights."""
-    import linnet.torch as lt
+    from linnet.runtimes.backends import get_backend
 
     source = str(source)
-    model = lt.load(source, weights, mode="generated", preset=preset, config=config, max_batch=SIZES["B"],
-                    max_positions=64, progress=False)  # fmt: skip
+    model = get_backend("torch").load(source, weights, preset=preset, config=config, max_batch=SIZES["B"],
+                                      max_positions=64, progress=False)  # fmt: skip
     program = model.module.program
     if reference_model is None:
         ref, arch = load_reference(weights, reference, program.root)
