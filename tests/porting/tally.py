@@ -1,9 +1,11 @@
-"""`python -m tests.porting.tally [--markdown]`: run every row of the porting catalogue through every layer this tree
-has (check, verify, diff) and print which layers catch it and the count per layer, for docs/zoo.md's "Porting
-mistakes" section. A layer this tree lacks is reported as missing, not as catching nothing."""
+"""`python -m tests.porting.tally [--markdown] [--out bench/results/zoo_porting.json]`: run every row of the porting
+catalogue through every layer this tree has (check, verify, diff) and print which layers catch it and the count per
+layer; `--out` writes them as JSON, from which docs/zoo.md's "Porting mistakes caught" section is generated
+(linnet/zoo_page.py, `make docs`). A layer this tree lacks is reported as missing, not as catching nothing."""
 
 from __future__ import annotations
 
+import json
 import sys
 import tempfile
 import time
@@ -37,7 +39,8 @@ def tally() -> tuple[list[dict], dict[str, bool]]:
         except LayerMissing:
             available["verify"] = False
         caught["diff"] = bool(diff_findings(path, folder, FAMILIES[m.family][0], model))
-        rows.append({"id": m.id, "family": m.family, "expected": m.layer, "needs": m.needs, "caught": caught})
+        rows.append({"id": m.id, "family": m.family, "expected": m.layer, "needs": m.needs, "why": m.why,
+                     "caught": caught})  # fmt: skip
     return rows, available
 
 
@@ -76,7 +79,15 @@ def main() -> int:
             got = ", ".join(layer for layer, hit in r["caught"].items() if hit) or "none"
             print(f"{r['id']:<42} expected {r['expected']:<7} caught by {got}")
     print("\n".join(summary(rows, available)))
-    print(f"({len(rows)} mutations in {time.perf_counter() - t0:.0f} s)")
+    elapsed_s = time.perf_counter() - t0
+    print(f"({len(rows)} mutations in {elapsed_s:.0f} s)")
+    if "--out" in sys.argv:
+        out = Path(sys.argv[sys.argv.index("--out") + 1])
+        written = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+        record = {"written": written, "written_by": "python -m tests.porting.tally --out ...", "layers": available,
+                  "seconds": round(elapsed_s), "rows": rows}  # fmt: skip
+        out.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+        print(f"wrote {out}")
     return 0
 
 
