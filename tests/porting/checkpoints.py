@@ -52,6 +52,29 @@ FAMILIES: dict[str, tuple[str, str, dict]] = {
     "dinov2": ("transformers", "Dinov2Model", dict(
         hidden_size=32, num_hidden_layers=2, num_attention_heads=4, mlp_ratio=3, image_size=32, patch_size=8,
         layerscale_value=0.5, attn_implementation="eager")),
+    "resnet": ("transformers", "ResNetForImageClassification", dict(
+        layer_type="basic", embedding_size=8, hidden_sizes=[8, 16], depths=[2, 2], num_labels=5)),
+    "siglip": ("transformers", "SiglipModel", dict(
+        text_config=dict(vocab_size=99, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                         num_attention_heads=4, max_position_embeddings=16, projection_size=32, pad_token_id=1,
+                         bos_token_id=2, eos_token_id=3),
+        vision_config=dict(hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+                           image_size=32, patch_size=8),
+        attn_implementation="eager")),
+    "sam": ("transformers", "SamModel", dict(
+        vision_config=dict(hidden_size=32, output_channels=16, num_hidden_layers=2, num_attention_heads=4,
+                           image_size=64, patch_size=8, window_size=3, global_attn_indexes=[1], num_pos_feats=8,
+                           mlp_dim=48),
+        prompt_encoder_config=dict(hidden_size=16, image_size=64, patch_size=8, mask_input_channels=8),
+        mask_decoder_config=dict(hidden_size=16, mlp_dim=32, num_hidden_layers=2, num_attention_heads=2,
+                                 iou_head_hidden_dim=16),
+        attn_implementation="eager")),
+    "gpt_oss": ("transformers", "GptOssForCausalLM", dict(
+        _DECODER, hidden_size=64, intermediate_size=32, head_dim=8, num_local_experts=4, num_experts_per_tok=2,
+        sliding_window=6, layer_types=["sliding_attention", "full_attention"],
+        rope_parameters={"rope_type": "yarn", "rope_theta": 100.0, "factor": 4.0, "beta_fast": 32.0,
+                         "beta_slow": 1.0, "truncate": False, "original_max_position_embeddings": 32},
+        bos_token_id=0, eos_token_id=1, pad_token_id=None, attn_implementation="eager")),
     "whisper": ("transformers", "WhisperForConditionalGeneration", dict(
         vocab_size=100, num_mel_bins=16, d_model=32, encoder_layers=2, encoder_attention_heads=4,
         encoder_ffn_dim=48, decoder_layers=2, decoder_attention_heads=4, decoder_ffn_dim=48,

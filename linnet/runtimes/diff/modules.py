@@ -30,9 +30,9 @@ from linnet.runtimes.diff.reference import NoCall, ReferenceUnavailable, load_re
 __all__ = ["DiffReport", "ModuleDiff", "ReferenceUnavailable", "TOLERANCE", "diff_model", "diff_traces"]
 
 TOLERANCE = 1e-4  # f32 against the reference in f32: ARCHITECTURE.md's "about 1e-4 on logits"
-# dims of the random inputs other than an image's (the config's image_size): batch, tokens, texts (SigLIP) and the
-# time ids of SDXL's added conditions (six: original size, crop, target size)
-SIZES = {"B": 2, "S": 8, "T": 2, "N": 6}
+# dims of the random inputs other than an image's (the config's image_size): batch, tokens, texts (SigLIP), the
+# time ids of SDXL's added conditions (six: original size, crop, target size); SAM's prompts per image (P)
+SIZES = {"B": 2, "S": 8, "T": 2, "N": 6, "P": 2}
 
 
 @dataclass
@@ -140,8 +140,8 @@ def match_modules(ref, root, paths: set[str]) -> tuple[dict[str, str], set[str],
     Linnet module's (both loaded from one checkpoint), when that pairing is one to one. Modules without parameters
     match by name alone. Returns (the pairs, the reference names matched by parameters, the reference names of
     modules without parameters)."""
-    theirs = _parameter_sets(ref.named_modules(), ref.named_parameters())
-    ours = _parameter_sets(((p, None) for p in paths), root.named_parameters())
+    theirs = _parameter_sets(ref.named_modules(), _checkpoint_tensors(ref))
+    ours = _parameter_sets(((p, None) for p in paths), _checkpoint_tensors(root))
     by_set: dict[frozenset, list[str]] = {}
     for name, key in theirs.items():
         if key:
@@ -159,6 +159,13 @@ def match_modules(ref, root, paths: set[str]) -> tuple[dict[str, str], set[str],
             out[candidates[0]] = path
             renamed.add(candidates[0])
     return out, renamed, {name for name, key in theirs.items() if not key}
+
+
+def _checkpoint_tensors(module) -> list:
+    """(name, tensor) of what a checkpoint holds for `module`: its parameters and persistent buffers (BatchNorm's
+    running statistics are buffers in torch, parameters on Linnet's side), floating point only (not BatchNorm's
+    step count)."""
+    return [(n, t) for n, t in module.state_dict(keep_vars=True).items() if t.is_floating_point()]
 
 
 def _parameter_sets(modules, parameters) -> dict[str, frozenset]:

@@ -121,11 +121,11 @@ def reference_call(model, entry: str, inputs: dict[str, Any]):
     if entry in ("encode", "prefill_encoder") and "input_features" in names:
         return first_tensor(model.get_encoder()(input_features=inputs["input_features"]))
     if entry == "embed_text":
-        return first_tensor(model.get_text_features(input_ids=inputs["input_ids"]), pooled=True)
+        return _normalized(first_tensor(model.get_text_features(input_ids=inputs["input_ids"]), pooled=True))
     if entry == "embed_image":
         if hasattr(model, "get_image_embeddings"):
             return first_tensor(model.get_image_embeddings(inputs["pixel_values"]))
-        return first_tensor(model.get_image_features(pixel_values=inputs["pixel_values"]), pooled=True)
+        return _normalized(first_tensor(model.get_image_features(pixel_values=inputs["pixel_values"]), pooled=True))
     if entry == "decode" and "latents" in names:
         return model.decode(inputs["latents"]).sample
     if entry == "forward":
@@ -138,6 +138,11 @@ def reference_call(model, entry: str, inputs: dict[str, Any]):
             return out.logits_per_image
         return first_tensor(out)
     raise NoCall(f"no reference call is known for entry `{entry}` ({', '.join(sorted(names))})")
+
+
+def _normalized(embeds):
+    """Embeddings scaled to unit length, as SigLIP's forward scales them (`text_embeds`, `image_embeds`)."""
+    return embeds / embeds.norm(p=2, dim=-1, keepdim=True)
 
 
 def first_tensor(out, pooled: bool = False):
