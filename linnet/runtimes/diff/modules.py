@@ -240,10 +240,10 @@ def diff_model(
     hooks = hook_reference(ref, theirs)
     ran: set[str] = set()  # the modules of ours that ran without a counterpart
     try:
-        for entry, graph in program.entries.items():
+        for entry in program.entries:
             ours.clear()
             theirs.clear()
-            if not _run_entry(model, ref, entry, graph, program.config, seed, ours, theirs, report):
+            if not _run_entry(model, ref, entry, program, seed, ours, theirs, report):
                 continue
             diff_traces(report, entry, ours, theirs, match)
             ran |= set(ours.outputs) - set(match[0].values())
@@ -255,29 +255,43 @@ def diff_model(
     return report
 
 
-def _run_entry(model, ref, entry, graph, config, seed, ours, theirs, report) -> bool:
-    """Run `entry` on both sides into the recorders (the entry's outputs under ""); False when skipped."""
+def _run_entry(model, ref, entry, program, seed, ours, theirs, report) -> bool:
+    """Run `entry` on both sides into the recorders (the entry's outputs under ""); False when skipped. An
+    encoder-decoder's decoder `step` runs after its `prefill_encoder` on the same audio (the cache it reads), against
+    the reference's forward on that audio and those decoder tokens."""
     import torch
 
-    from linnet.runtimes.model import random_inputs
-
-    image = config.get("image_size") or config.get("vision_config", {}).get("image_size") or 32
-    sizes = SIZES | {"H": image, "W": image}
-    arrays = random_inputs(graph, sizes, seed, config.get("vocab_size", 100))
-    tensors = {v.name: torch.from_numpy(a) for v, a in zip(graph.inputs, arrays)}
+    before = "prefill_encoder" if entry == "step" and "prefill_encoder" in program.entries else None
+    tensors = _inputs(program, entry, seed)
     report.inputs[entry] = [{"name": n, "shape": list(t.shape), "dtype": str(t.dtype)} for n, t in tensors.items()]
+    prefill = _inputs(program, before, seed) if before else {}
     with torch.inference_mode():
         try:
-            expected = reference_call(ref, entry, dict(tensors))
+            expected = reference_call(ref, entry, dict(tensors), prefill.get("input_features"))
         except NoCall as why:
             report.skipped.append(f"{entry}: {why}")
             return False
         theirs.add("", expected)
         model.reset_state()
+        if before:
+            model.module.entry(before)(*prefill.values())
         out = model.module.entry(entry)(*tensors.values())
         model.reset_state()
         ours.add("", out)
     return True
+
+
+def _inputs(program, entry: str, seed: int) -> dict:
+    """The seeded random inputs of `entry` by name, as torch tensors (`SIZES`; images at the config's size)."""
+    import torch
+
+    from linnet.runtimes.model import random_inputs
+
+    config = program.config
+    graph = program.entries[entry]
+    image = config.get("image_size") or config.get("vision_config", {}).get("image_size") or 32
+    arrays = random_inputs(graph, SIZES | {"H": image, "W": image}, seed, config.get("vocab_size", 100))
+    return {v.name: torch.from_numpy(a) for v, a in zip(graph.inputs, arrays)}
 
 
 def diff_traces(report: DiffReport, entry: str, ours: Recorder, theirs: Recorder, match) -> None:

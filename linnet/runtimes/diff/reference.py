@@ -110,13 +110,17 @@ def load_reference(weights: str, library: str, root_model: str):
     return model.eval(), arch
 
 
-def reference_call(model, entry: str, inputs: dict[str, Any]):
+def reference_call(model, entry: str, inputs: dict[str, Any], encoder_input=None):
     """The reference's output for Linnet entry `entry` on `inputs` (name -> torch tensor, the entry's arguments):
-    the tensor the entry's output is compared with. Raises NoCall for an entry with no known counterpart."""
+    the tensor the entry's output is compared with; `encoder_input`: the `input_features` an encoder-decoder's
+    `step` follows. Raises NoCall for an entry with no known counterpart."""
     names = set(inputs)
     if entry == "step" and names >= {"input_ids", "positions", "rows"}:
-        if hasattr(model, "get_encoder") and getattr(model.config, "is_encoder_decoder", False):
-            raise NoCall("a decoder step of an encoder-decoder reads the encoder's cache: `linnet verify` compares it")
+        if getattr(model.config, "is_encoder_decoder", False):
+            if encoder_input is None:
+                raise NoCall("a decoder step reads the encoder's cache, and the source has no `prefill_encoder`")
+            out = model(input_features=encoder_input, decoder_input_ids=inputs["input_ids"])
+            return out.logits[:, -1]
         return first_tensor(model(input_ids=inputs["input_ids"]))[:, -1]
     if entry in ("encode", "prefill_encoder") and "input_features" in names:
         return first_tensor(model.get_encoder()(input_features=inputs["input_features"]))
