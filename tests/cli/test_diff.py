@@ -81,3 +81,20 @@ def test_smollm2_from_the_embedded_gguf_agrees(capsys):
     code, out, err = run(capsys, LLAMA, "--weights", "smollm2-135m-instruct", "--preset", "smollm2_135m")
     assert code == 0, out + err
     assert "LlamaForCausalLM" in out and " 0 differ" in out
+
+
+@pytest.mark.slow
+def test_all_minilm_against_sentence_transformers(capsys):
+    """The embedded all-MiniLM-L6-v2 folder as a SentenceTransformer: its BERT's modules, named as the checkpoint."""
+    pytest.importorskip("sentence_transformers")
+    from tests.runtimes.conftest import package_file
+
+    package_file("all_minilm_l6_v2", "model.zip")  # skips without the package
+    bert = EXAMPLES / "bert.linnet"
+    argv = (bert, "--weights", "all-minilm-l6-v2", "--preset", "all_minilm_l6_v2")
+    argv += ("--reference", "sentence-transformers")
+    code, out, err = run(capsys, *argv, "--format", "json")
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["architecture"] == "BertModel" and report["differences"] == 0
+    assert "encoder.layer.5.attention" in {m["name"] for m in report["modules"]}

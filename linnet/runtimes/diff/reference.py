@@ -88,6 +88,7 @@ def load_reference(weights: str, library: str, root_model: str):
         raise ReferenceUnavailable(why) from None
     import torch
 
+    _quiet_progress(library)
     arch = architecture(folder, gguf_file, library, root_model)
     try:
         if library == "sentence-transformers":
@@ -101,13 +102,18 @@ def load_reference(weights: str, library: str, root_model: str):
             kwargs: dict[str, Any] = {"gguf_file": gguf_file} if gguf_file else {}
             if library == "transformers":
                 kwargs["dtype"] = torch.float32
-                lib.utils.logging.disable_progress_bar()  # stderr is the report's; the load is quick
             model = cls.from_pretrained(str(folder), **kwargs)
     except ReferenceUnavailable:
         raise
     except Exception as err:  # noqa: BLE001 - a library's own failure to read the checkpoint is the reason to print
         raise ReferenceUnavailable(f"{library} cannot load {weights} as {arch}: {type(err).__name__}: {err}") from None
     return model.eval(), arch
+
+
+def _quiet_progress(library: str) -> None:
+    """No progress bars from the reference's loading: stderr is the report's, and the loads are quick."""
+    base = "diffusers" if library == "diffusers" else "transformers"
+    importlib.import_module(base).utils.logging.disable_progress_bar()
 
 
 def reference_call(model, entry: str, inputs: dict[str, Any], encoder_input=None):
