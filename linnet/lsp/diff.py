@@ -2,8 +2,8 @@
 `linnet verify` (the source against itself) on the root model, in a worker, shown as a diagnostic.
 
 The worker is `linnet diff FILE --weights W --preset P --format json` (or `linnet verify FILE [--weights W] --preset
-P`) on a copy of the editor's text (`views.run_worker`), so the server imports no framework. The weights are the
-preset's (`linnet.weights` setting, else its `@weights(...)`), as the header checks find them
+P --format json`) on a copy of the editor's text (`views.run_worker`), so the server imports no framework. The
+weights are the preset's (`linnet.weights` setting, else its `@weights(...)`), as the header checks find them
 (`WeightChecks.targets`). The result is kept per document until its text changes: a difference is one diagnostic
 (warning, source "linnet diff" or "linnet verify") on the member declaring the first diverging module (the root
 model's name when none is named), with max |Δ| and the entry; agreement clears it and says so in a message.
@@ -11,7 +11,6 @@ model's name when none is named), with max |Δ| and the entry; agreement clears 
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from lsprotocol import types as T
@@ -19,15 +18,12 @@ from lsprotocol import types as T
 from linnet.semantics.member_paths import member_location
 
 from .convert import lsp_range
-from .views import ViewError, run_worker, worker_report
+from .views import worker_report
 
 DIFF_COMMAND = "linnet.diff"
 VERIFY_COMMAND = "linnet.verify"
 DIFF_TITLE = "Diff against transformers"
 VERIFY_TITLE = "Verify"
-TIMEOUT_S = 600.0
-# a checkpoint path in verify's text report: dotted names with at least one dot (`model.layers.0.mlp`)
-MODULE_PATH = re.compile(r"\b([A-Za-z_][\w]*(?:\.[\w]+)+)\b")
 
 
 def weights_for(targets: list, preset: str | None) -> str | None:
@@ -49,14 +45,13 @@ async def diff_report(interpreter: str | None, path: str, text: str, weights: st
     return await worker_report(interpreter, args, path, text)
 
 
-async def verify_run(interpreter: str | None, path: str, text: str, weights: str | None, preset: str | None):
-    """`linnet verify` on `text`: (exit status, its output). Raises ViewError when it cannot run (exit 2)."""
-    args = ["verify", "{file}"] + (["--weights", weights] if weights else []) + (["--preset", preset] if preset else [])
-    result = await run_worker(interpreter, args, path, text, TIMEOUT_S)
-    output = (result.stdout + result.stderr).strip()
-    if result.returncode not in (0, 1):
-        raise ViewError(output or f"`linnet verify` failed with exit code {result.returncode}")
-    return result.returncode, output
+async def verify_run(interpreter: str | None, path: str, text: str, weights: str | None, preset: str | None) -> dict:
+    """`linnet verify --format json`'s report on `text` (its `agree`, and `checks`: each pair of computations with
+    `kind`, `description`, `agree`, `position` and the first parting `module` {path, methods, max_delta, ...}).
+    Raises ViewError when it prints none (a source that does not check, weights it cannot load: exit 2)."""
+    args = ["verify", "{file}", "--format", "json"]
+    args += (["--weights", weights] if weights else []) + (["--preset", preset] if preset else [])
+    return await worker_report(interpreter, args, path, text)
 
 
 def diff_diagnostic(report: dict, analysis, path: str) -> T.Diagnostic | None:
@@ -74,13 +69,21 @@ def diff_diagnostic(report: dict, analysis, path: str) -> T.Diagnostic | None:
     return _on_member(analysis, path, first["name"], message, "linnet diff")
 
 
-def verify_diagnostic(output: str, analysis, path: str) -> T.Diagnostic:
-    """The diagnostic of a `linnet verify` that exited 1: its first lines, on the first module it names."""
-    lines = [ln for ln in output.splitlines() if ln.strip()]
-    named = next((m.group(1) for ln in lines for m in MODULE_PATH.finditer(ln) if not m.group(1).endswith("linnet")),
-                 "")  # fmt: skip
-    message = "; ".join(lines[:3]) or "linnet verify found a difference"
-    return _on_member(analysis, path, named, message, "linnet verify")
+def verify_diagnostic(report: dict, analysis, path: str) -> T.Diagnostic | None:
+    """The diagnostic of a `linnet verify` report: None when every check agrees; else on the first parting module
+    of the first check that parts (the root model's name when it names none)."""
+    first = next((c for c in report.get("checks", []) if not c.get("agree")), None)
+    if first is None:
+        return None
+    module = first.get("module") or {}
+    ways = " and ".join(f"`{w}`" for w in first.get("ways", []))
+    at = f" first at {first.get('axis', 'position')} {first['position']}" if first.get("position") is not None else ""
+    message = (
+        f"{first.get('kind')}: {first.get('description')}: {ways} part{at} (max |Δ| {first.get('max_delta', 0):.3g})"
+    )
+    if module:
+        message += f"; first module whose outputs part: {module.get('path') or 'the root module'}"
+    return _on_member(analysis, path, module.get("path") or "", message, "linnet verify")
 
 
 def _on_member(analysis, path: str, dotted: str, message: str, source: str) -> T.Diagnostic | None:

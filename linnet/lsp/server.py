@@ -1001,16 +1001,12 @@ async def _diff(ls: LinnetServer, args: tuple, kind: str) -> dict:
         if kind == "diff":
             report = await diff_.diff_report(ls.settings.interpreter, doc.path, text, weights, preset)
         else:
-            code, output = await diff_.verify_run(ls.settings.interpreter, doc.path, text, weights, preset)
+            report = await diff_.verify_run(ls.settings.interpreter, doc.path, text, weights, preset)
     async with doc.analyzed(ls.settings.preset) as a:
-        if kind == "diff":
-            found = diff_.diff_diagnostic(report, a, doc.path)
-        else:
-            report = {"output": output}
-            found = diff_.verify_diagnostic(output, a, doc.path) if code == 1 else None
+        found = (diff_.diff_diagnostic if kind == "diff" else diff_.verify_diagnostic)(report, a, doc.path)
     ls.lens_results.setdefault(doc.uri, {})[kind] = (text, [found] if found else [])
     ls.schedule_diagnostics(doc)
-    summary = found.message if found else f"linnet {kind}: every module agrees"
+    summary = found.message if found else f"linnet {kind}: all agree"
     kind_ = T.MessageType.Warning if found else T.MessageType.Info
     ls.window_show_message(T.ShowMessageParams(kind_, summary))
     return {"agree": found is None, "diagnostic": found.message if found else None, "report": report}

@@ -56,3 +56,29 @@ async def test_diff_lens_places_the_first_difference_on_its_member(client, small
     await doc.change(doc.pos("config Llama"), doc.pos("config Llama"), "# an edit\n")
     assert [d for d in await doc.diagnostics() if d.source == "linnet diff"] == []
     doc.close()
+
+
+async def test_verify_lens_places_the_first_parting_module(client, tmp_path):
+    """A norm dropped from `forward` alone (the porting suite's row): `linnet verify` on seeded random weights at a
+    shrunk preset finds forward and the cached steps part, on the decoder layers."""
+    from tests.porting.layers import has_verify
+
+    if not has_verify():
+        pytest.skip("`linnet verify` is not in this tree (issue 40's layer 2)")
+    (mutation,) = [m for m in MUTATIONS if m.id == "llama-norm-dropped-forward-only"]
+    text = (EXAMPLES / "llama.linnet").read_text()
+    at = text.index(mutation.find)
+    text = text[:at] + mutation.replace + text[at + len(mutation.find) :]
+    text += (
+        "\npreset tiny = Llama { vocab_size = 256, hidden_size = 64, intermediate_size = 96, num_hidden_layers = 2,"
+        " num_attention_heads = 4, num_key_value_heads = 2 }\n"
+    )
+    doc = await open_doc(client, tmp_path / "llama.linnet", text)
+    start = len(client.published)
+    args = {"uri": doc.uri, "preset": "tiny"}
+    result = await client.workspace_execute_command_async(T.ExecuteCommandParams("linnet.verify", [args]))
+    assert result["agree"] is False
+    (diag,) = await published_from(client, doc, "linnet verify", start)
+    assert diag.message.startswith("cache: ") and "`forward` and `step` part" in diag.message
+    assert doc.slice(diag.range) in ("layers", "LlamaForCausalLM", "model")
+    doc.close()
