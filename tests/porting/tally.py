@@ -1,7 +1,8 @@
-"""`python -m tests.porting.tally [--markdown] [--out bench/results/zoo_porting.json]`: run every row of the porting
-catalogue through every layer this tree has (check, verify, diff) and print which layers catch it and the count per
-layer; `--out` writes them as JSON, from which docs/zoo.md's "Porting mistakes caught" section is generated
-(linnet/zoo_page.py, `make docs`). A layer this tree lacks is reported as missing, not as catching nothing."""
+"""`python -m tests.porting.tally [--markdown] [--out bench/results/zoo_porting.json [--tree TEXT]]`: run every row of
+the porting catalogue through every layer this tree has (check, verify, diff) and print which layers catch it and
+the count per layer; `--out` writes them as JSON (`--tree`: what was measured, default the commit), from which
+docs/zoo.md's "Porting mistakes caught" section is generated (linnet/zoo_page.py, `make docs`). A layer this tree
+lacks is reported as missing, not as catching nothing."""
 
 from __future__ import annotations
 
@@ -69,6 +70,16 @@ def markdown(rows: list[dict], available: dict[str, bool]) -> str:
     return "\n".join(out)
 
 
+def _commit() -> str:
+    """The measured tree: its commit, and "with changes" when the work tree differs from it."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[2]
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True)
+    dirty = subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True).stdout.strip()
+    return f"commit {head.stdout.strip()}" + (" with changes" if dirty else "")
+
+
 def main() -> int:
     t0 = time.perf_counter()
     rows, available = tally()
@@ -84,8 +95,9 @@ def main() -> int:
     if "--out" in sys.argv:
         out = Path(sys.argv[sys.argv.index("--out") + 1])
         written = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
-        record = {"written": written, "written_by": "python -m tests.porting.tally --out ...", "layers": available,
-                  "seconds": round(elapsed_s), "rows": rows}  # fmt: skip
+        tree = sys.argv[sys.argv.index("--tree") + 1] if "--tree" in sys.argv else _commit()
+        record = {"written": written, "written_by": "python -m tests.porting.tally --out ...", "tree": tree,
+                  "layers": available, "seconds": round(elapsed_s), "rows": rows}  # fmt: skip
         out.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
         print(f"wrote {out}")
     return 0
