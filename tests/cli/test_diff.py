@@ -42,8 +42,11 @@ def test_agrees_with_transformers(small_llama, capsys):
     report = json.loads(out)
     assert report["architecture"] == "LlamaForCausalLM" and report["differences"] == 0
     names = {m["name"] for m in report["modules"]}
-    # every generated module is matched: the layers, their attention and MLP, the stack, each entry's output
+    # every generated module is matched: the layers, their attention and MLP, the stack, each entry's output; and the
+    # linear layers, norms and embeddings the generated code inlines
     assert {"model.layers.0.self_attn", "model.layers.1.mlp", "model.layers.1", "model", ""} <= names
+    assert {"model.embed_tokens", "model.layers.0.self_attn.q_proj", "model.layers.1.input_layernorm"} <= names
+    assert {"model.norm", "lm_head"} <= names
     assert {m["entry"] for m in report["modules"]} == {"forward", "step"}
     assert report["only_linnet"] == [] and report["not_compared"] == []
 
@@ -53,10 +56,14 @@ def test_names_the_first_diverging_module_and_its_line(small_llama, capsys, tmp_
     path = mutated_source(mutation, tmp_path)
     code, out, err = run(capsys, path, "--weights", small_llama)
     assert code == 1, err
-    first = out.splitlines()[1]
-    line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if "self_attn: LlamaAttention(c)" in text)
-    assert first.startswith(f"{path}:{line}:5: error: first difference: model.layers.0.self_attn (forward, call 1)")
+    first, then = out.splitlines()[1:3]
+    # the heads merged in the wrong order feed o_proj: the first output that parts is o_proj's, inlined into the
+    # attention's code and recorded from its linear, at the line declaring it; then the attention's own output
+    line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if "o_proj: Linear(" in text)
+    head = f"{path}:{line}:5: error: first difference: model.layers.0.self_attn.o_proj (forward, call 1)"
+    assert first.startswith(head)
     assert "shapes [2, 8, 64] (Linnet) and [2, 8, 64] (transformers)" in first
+    assert "then: model.layers.0.self_attn (forward, call 1)" in then
 
 
 def test_a_reference_without_the_architecture_is_exit_2(small_llama, capsys):

@@ -47,10 +47,12 @@ async def test_diff_lens_places_the_first_difference_on_its_member(client, small
     start = len(client.published)
     args = {"uri": doc.uri, "preset": "tiny"}
     result = await client.workspace_execute_command_async(T.ExecuteCommandParams("linnet.diff", [args]))
-    assert result["agree"] is False and result["report"]["first"]["name"] == "model.layers.0.self_attn"
+    # the heads merged in the wrong order feed o_proj (inlined in the attention's code): its output parts first
+    assert result["agree"] is False and result["report"]["first"]["name"] == "model.layers.0.self_attn.o_proj"
     (diag,) = await published_from(client, doc, "linnet diff", start)
-    assert doc.slice(diag.range) == "self_attn" and diag.range.start == doc.pos("self_attn: LlamaAttention(c)")
-    assert diag.message.startswith("differs from transformers LlamaForCausalLM: model.layers.0.self_attn in `forward`")
+    assert doc.slice(diag.range) == "o_proj" and diag.range.start == doc.pos("o_proj: Linear(")
+    head = "differs from transformers LlamaForCausalLM: model.layers.0.self_attn.o_proj in `forward`"
+    assert diag.message.startswith(head)
     assert diag.severity == T.DiagnosticSeverity.Warning
     # an edit makes the result stale: the diagnostic goes with it
     await doc.change(doc.pos("config Llama"), doc.pos("config Llama"), "# an edit\n")

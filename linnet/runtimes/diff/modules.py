@@ -11,7 +11,8 @@ wrapping the `forward` and `step` methods of its generated module tree, whose pa
 `model.layers.0.self_attn` is one key on both sides, and its k-th call on one side is compared with its k-th call
 on the other. A Linnet `step` at positions 0 computes what the reference's `forward` does on the same tokens, so a
 step's modules are compared with the reference's forward. Linnet inlines the linear layers and norms into their
-parent's code (they are parameters of the parent, not modules), so those leaves are compared through their parent.
+parent's code (parameters of the parent, not modules): their outputs are recorded from the op that takes their
+tensors (`linnet.runtimes.diff.leaves`), and a leaf no single op computes is compared through its parent.
 
 Outputs agree when max |Δ| <= tolerance * max(1, max |reference|) (relative where activations are large). A
 module whose shapes differ between the two (a reference returning its heads unmerged) is listed as not compared,
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from linnet.runtimes.diff.leaves import LeafOutputs, leaf_tensors
 from linnet.runtimes.diff.reference import NoCall, ReferenceUnavailable, load_reference, reference_call
 
 __all__ = ["DiffReport", "ModuleDiff", "ReferenceUnavailable", "TOLERANCE", "diff_model", "diff_traces"]
@@ -133,15 +135,18 @@ def hook_reference(model, recorder: Recorder) -> list:
     ]
 
 
-def match_modules(ref, root, paths: set[str]) -> tuple[dict[str, str], set[str], set[str]]:
+def match_modules(
+    ref, root, paths: set[str], leaves: set[str] = frozenset()
+) -> tuple[dict[str, str], set[str], set[str]]:
     """Reference module name -> Linnet module path. Where transformers names its modules as the checkpoint does
     the names are equal; transformers 5 renames some on load (ViT's `vit.encoder.layer.0` is its `vit.layers.0`), so
     a module is also matched by its parameters: the reference module whose parameters hold the same values as the
     Linnet module's (both loaded from one checkpoint), when that pairing is one to one. Modules without parameters
-    match by name alone. Returns (the pairs, the reference names matched by parameters, the reference names of
-    modules without parameters)."""
+    match by name alone, and so do the `leaves` (the inlined layers, `leaves.leaf_tensors`), where the parameters
+    agree too. Returns (the pairs, the reference names matched by parameters, the reference names of modules without
+    parameters, the leaves)."""
     theirs = _parameter_sets(ref.named_modules(), _checkpoint_tensors(ref))
-    ours = _parameter_sets(((p, None) for p in paths), _checkpoint_tensors(root))
+    ours = _parameter_sets(((p, None) for p in paths | leaves), _checkpoint_tensors(root))
     by_set: dict[frozenset, list[str]] = {}
     for name, key in theirs.items():
         if key:
@@ -158,7 +163,10 @@ def match_modules(ref, root, paths: set[str]) -> tuple[dict[str, str], set[str],
         if len(candidates) == 1 and len(mine) == 1 and candidates[0] not in out:
             out[candidates[0]] = path
             renamed.add(candidates[0])
-    return out, renamed, {name for name, key in theirs.items() if not key}
+    for leaf in leaves:
+        if leaf in theirs and leaf not in out and theirs[leaf] == ours[leaf]:
+            out[leaf] = leaf
+    return out, renamed, {name for name, key in theirs.items() if not key}, set(leaves)
 
 
 def _checkpoint_tensors(module) -> list:
@@ -236,14 +244,15 @@ def diff_model(
     report = DiffReport(source, str(weights), reference, arch, tolerance)
     ours, theirs = Recorder(), Recorder()
     wrapped = hook_linnet(model.module.root, ours)
-    match = match_modules(ref, model.module.root, set(wrapped))
+    leaves = leaf_tensors(model.module.root, set(wrapped))
+    match = match_modules(ref, model.module.root, set(wrapped), set(leaves))
     hooks = hook_reference(ref, theirs)
     ran: set[str] = set()  # the modules of ours that ran without a counterpart
     try:
         for entry in program.entries:
             ours.clear()
             theirs.clear()
-            if not _run_entry(model, ref, entry, program, seed, ours, theirs, report):
+            if not _run_entry(model, ref, entry, program, seed, ours, theirs, report, leaves):
                 continue
             diff_traces(report, entry, ours, theirs, match)
             ran |= set(ours.outputs) - set(match[0].values())
@@ -255,7 +264,7 @@ def diff_model(
     return report
 
 
-def _run_entry(model, ref, entry, program, seed, ours, theirs, report) -> bool:
+def _run_entry(model, ref, entry, program, seed, ours, theirs, report, leaves) -> bool:
     """Run `entry` on both sides into the recorders (the entry's outputs under ""); False when skipped. An
     encoder-decoder's decoder `step` runs after its `prefill_encoder` on the same audio (the cache it reads), against
     the reference's forward on that audio and those decoder tokens."""
@@ -273,9 +282,10 @@ def _run_entry(model, ref, entry, program, seed, ours, theirs, report) -> bool:
             return False
         theirs.add("", expected)
         model.reset_state()
-        if before:
-            model.module.entry(before)(*prefill.values())
-        out = model.module.entry(entry)(*tensors.values())
+        with LeafOutputs(leaves, ours):  # the linear layers and norms the generated code inlines
+            if before:
+                model.module.entry(before)(*prefill.values())
+            out = model.module.entry(entry)(*tensors.values())
         model.reset_state()
         ours.add("", out)
     return True
@@ -299,8 +309,10 @@ def diff_traces(report: DiffReport, entry: str, ours: Recorder, theirs: Recorder
     names matched by parameters and the parameter-free ones), in the reference's order (the entry's output last),
     into `report.modules` and `report.not_compared`. A module matched by its parameters may end where the reference
     splits it (ViT's `intermediate` is its `fc1` then `activation_fn`): its output also agrees with the output of
-    the parameter-free modules the reference runs right after."""
-    pairs, renamed, parameter_free = match
+    the parameter-free modules the reference runs right after. An inlined leaf's op may run in another layout than
+    the reference's module (Qwen3's q_norm over [B, heads, S, d] where transformers has [B, S, heads, d]): a leaf's
+    outputs are compared as sorted values, layout aside (its parent compares the layout)."""
+    pairs, renamed, parameter_free, leaves = match
     pairs = {**pairs, "": ""}
     names = sorted((n for n in theirs.outputs if n in pairs and pairs[n] in ours.outputs),
                    key=lambda n: (n == "", theirs.order[n]))  # fmt: skip
@@ -312,7 +324,8 @@ def diff_traces(report: DiffReport, entry: str, ours: Recorder, theirs: Recorder
             options = [theirs.outputs[name][call]]
             if name in renamed:
                 options += _following(theirs, name, call, parameter_free)
-            best = min((_compare(a, b) for b in options), key=lambda r: (r[0] is None, r[0] or 0.0))
+            compared = (_compare(a, b, entry == "step", path in leaves) for b in options)
+            best = min(compared, key=lambda r: (r[0] is None, r[0] or 0.0))
             delta, scale, b = best
             if delta is None and path:
                 report.not_compared.append(f"{path} ({entry}): shapes {list(a.shape)} and {list(b.shape)}")
@@ -322,9 +335,15 @@ def diff_traces(report: DiffReport, entry: str, ours: Recorder, theirs: Recorder
                                              list(b.shape), agree=agree))  # fmt: skip
 
 
-def _compare(a, b) -> tuple[float | None, float, Any]:
-    """(max |a - b| or None when the shapes differ, max |b|, b)."""
+def _compare(a, b, step: bool = False, layout_free: bool = False) -> tuple[float | None, float, Any]:
+    """(max |a - b| or None when the shapes differ, max |b|, b). In a `step` (`step`), where `a` is `b` without its
+    second dim, `a` is the last position's (the head applied to each row's last token): compared with `b[:, -1]`.
+    `layout_free`: the values compared sorted, whatever the shapes, when there are as many."""
+    if step and a.dim() == b.dim() - 1 >= 1 and a.shape[0] == b.shape[0] and a.shape[1:] == b.shape[2:]:
+        b = b[:, -1]
     scale = float(b.abs().max()) if b.numel() else 0.0
+    if layout_free and a.numel() == b.numel() and a.numel():
+        return float((a.flatten().sort().values - b.flatten().sort().values).abs().max()), scale, b.reshape(a.shape)
     if tuple(a.shape) != tuple(b.shape):
         return None, scale, b
     return (float((a - b).abs().max()) if a.numel() else 0.0), scale, b
