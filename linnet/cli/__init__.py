@@ -1,6 +1,6 @@
 """The `linnet` command line (also `python -m linnet`): the parser and `main`; each command family is a module of
 this package with its `register(sub)` (`check` and `fmt` in `check`, the code views in `emit`, `run`, `verify`,
-`generate`, `export`, `backends` and `cache` in `backends`, `serve`, `train`, `transcribe`).
+`diff`, `generate`, `export`, `backends` and `cache` in `backends`, `serve`, `train`, `transcribe`).
 
 Subcommands import only what they need: `check` and `fmt` load the front end alone, never
 `linnet.compiler`, `linnet.runtimes`, torch or jax (a test holds them to it); `check --weights`
@@ -30,12 +30,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="linnet", description="Linnet: statically checked neural-network models.")
     parser.add_argument("--version", action="version", version=f"linnet {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    from linnet.cli import backends, check, emit, export, generate, run, serve, train, transcribe, verify
+    from linnet.cli import backends, check, diff, emit, export, generate, run, serve, train, transcribe, verify
 
     check.register(sub)
     lsp = sub.add_parser("lsp", help="the language server on stdio (needs linnet[lsp])")
     lsp.set_defaults(func=cmd_lsp)
-    for command_family in (emit, run, verify, generate, export, backends, serve, train, transcribe):
+    for command_family in (emit, run, verify, diff, generate, export, backends, serve, train, transcribe):
         command_family.register(sub)
     return parser
 

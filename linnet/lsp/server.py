@@ -38,6 +38,7 @@ from linnet.syntax.fmt import FormatError, format_source
 
 from . import compare as compare_
 from . import completion as completion_
+from . import diff as diff_
 from . import hints as hints_
 from . import navigation, symbols, views
 from .collector import IdleCollector
@@ -125,6 +126,8 @@ class LinnetServer(LanguageServer):
         self.settings = Settings()
         self.roots: list[str] = []
         self.weight_checks = WeightChecks()  # checkpoint headers against the presets' weights (linnet/lsp/weights.py)
+        # uri -> (the text it ran on, its diagnostics) of the last `linnet.diff` / `linnet.verify` (linnet/lsp/diff.py)
+        self.lens_results: dict[str, dict[str, tuple[str, list[T.Diagnostic]]]] = {}
         self._workspace_items: dict[str, tuple[float, list]] = {}
         self.collector = IdleCollector(busy=self.checking)
         # uri -> (revision, the first pass over a big file just opened: `_check_first_items`)
@@ -202,6 +205,8 @@ class LinnetServer(LanguageServer):
                     version, revision = doc.version, doc.revision
                     diagnostics = published_diagnostics(analysis.diagnostics, doc.path)
                     diagnostics += self.weight_checks.diagnostics(self, doc, analysis)
+                    for text, found in self.lens_results.get(doc.uri, {}).values():
+                        diagnostics += found if text == doc.text else []  # an edit makes a diff's result stale
                 if self.documents.get(doc.uri) is not doc or revision != doc.revision:
                     continue
                 self.text_document_publish_diagnostics(T.PublishDiagnosticsParams(doc.uri, diagnostics, version))
@@ -767,6 +772,11 @@ def _register_views(server: LinnetServer) -> None:
                     out.append(T.CodeLens(rng, T.Command(title, RUN_COMMAND, arguments=[args])))
                 args = {"uri": doc.uri, "entry": fn.name.id, "backends": [*compare_.COMPARE_BACKENDS], "preset": preset}
                 out.append(T.CodeLens(rng, T.Command(compare_.lens_title(), COMPARE_COMMAND, arguments=[args])))
+        rng = lsp_range(model.resolve(model.ast.name.span))
+        args = {"uri": doc.uri, "preset": preset}
+        out.append(T.CodeLens(rng, T.Command(diff_.VERIFY_TITLE, diff_.VERIFY_COMMAND, arguments=[args])))
+        if diff_.weights_for(ls.weight_checks.targets(ls, doc, a), preset) is not None:
+            out.append(T.CodeLens(rng, T.Command(diff_.DIFF_TITLE, diff_.DIFF_COMMAND, arguments=[args])))
         return out
 
     @server.command(RUN_COMMAND)
@@ -776,6 +786,14 @@ def _register_views(server: LinnetServer) -> None:
     @server.command(COMPARE_COMMAND)
     async def compare_command(ls: LinnetServer, *args):
         return await _answer(ls, COMPARE_COMMAND, _compare(ls, args))
+
+    @server.command(diff_.DIFF_COMMAND)
+    async def diff_command(ls: LinnetServer, *args):
+        return await _answer(ls, diff_.DIFF_COMMAND, _diff(ls, args, "diff"))
+
+    @server.command(diff_.VERIFY_COMMAND)
+    async def verify_command(ls: LinnetServer, *args):
+        return await _answer(ls, diff_.VERIFY_COMMAND, _diff(ls, args, "verify"))
 
     @server.command(SELECT_PRESET_COMMAND)
     async def select_preset(ls: LinnetServer, *args):
@@ -962,6 +980,36 @@ async def _compare(ls: LinnetServer, args: tuple) -> dict:
         ls.window_show_message(T.ShowMessageParams(kind, summary))
     ls.window_log_message(T.LogMessageParams(T.MessageType.Log, f"linnet compare: {summary}"))
     return report
+
+
+async def _diff(ls: LinnetServer, args: tuple, kind: str) -> dict:
+    """`linnet.diff {uri, preset}` / `linnet.verify {uri, preset}`: `linnet diff` or `linnet verify` on the root model
+    in a worker (linnet/lsp/diff.py); the result is a diagnostic on the first diverging member until the text
+    changes, and a message. Returns {agree, diagnostic, report (diff's)}. Raises ViewError."""
+    spec = args[0] if args else {}
+    if not isinstance(spec, dict):
+        raise views.ViewError(f"linnet.{kind} takes one argument {{uri, preset}}")
+    doc = _document_param(ls, spec)
+    preset = await _preset_param(ls, doc, spec.get("preset"))
+    text = doc.text
+    async with doc.analyzed(ls.settings.preset) as a:
+        weights = diff_.weights_for(ls.weight_checks.targets(ls, doc, a), preset)
+    if kind == "diff" and weights is None:
+        raise views.ViewError(f"linnet diff: preset `{preset}` names no weights (set linnet.weights or @weights)")
+    title = "Diffing against transformers" if kind == "diff" else "Verifying"
+    async with _progress(ls, f"{title} ({preset or 'defaults'})", kind):
+        if kind == "diff":
+            report = await diff_.diff_report(ls.settings.interpreter, doc.path, text, weights, preset)
+        else:
+            report = await diff_.verify_run(ls.settings.interpreter, doc.path, text, weights, preset)
+    async with doc.analyzed(ls.settings.preset) as a:
+        found = (diff_.diff_diagnostic if kind == "diff" else diff_.verify_diagnostic)(report, a, doc.path)
+    ls.lens_results.setdefault(doc.uri, {})[kind] = (text, [found] if found else [])
+    ls.schedule_diagnostics(doc)
+    summary = found.message if found else f"linnet {kind}: all agree"
+    kind_ = T.MessageType.Warning if found else T.MessageType.Info
+    ls.window_show_message(T.ShowMessageParams(kind_, summary))
+    return {"agree": found is None, "diagnostic": found.message if found else None, "report": report}
 
 
 async def _select_preset(ls: LinnetServer, args: tuple) -> str | None:

@@ -35,7 +35,7 @@ from linnet.runtimes.formats.checkpoints import Checkpoint, open_checkpoint
 from linnet.runtimes.formats.embedded import EMBEDDED, EmbeddedError, resolve_embedded
 from linnet.runtimes.loading import WeightProblem, bind_checkpoint_config, dequantizing_view, weight_problems
 from linnet.semantics.diagnostics import Diagnostic, LocatedLabel
-from linnet.semantics.members import checkpoint_name_attribute
+from linnet.semantics.member_paths import member_location
 from linnet.syntax import ast as A
 from linnet.syntax.items import Location
 
@@ -220,30 +220,7 @@ def _problem_location(info: SourceInfo, p: WeightProblem) -> Location:
 
 
 def _member_along(info: SourceInfo, dotted: str) -> Location | None:
-    """Walk `model.layers.0.self_attn.q_proj.weight` from the root model through its members (checkpoint names,
-    `@name(...)` included; a list's index skipped) and return the last member found in `info.path`."""
-    analysis = info.analysis
-    item = analysis.model
-    found = None
-    parts = dotted.split(".") if dotted else []
-    i = 0
-    while item is not None and isinstance(item.ast, A.ModuleDef) and i < len(parts):
-        member = next(
-            (
-                m
-                for m in A.flat_members(item.ast.members)
-                if isinstance(m, A.FieldDecl) and (checkpoint_name_attribute(m) or m.name.id) == parts[i]
-            ),
-            None,
-        )
-        if member is None:
-            break
-        if item.source.path == info.path:
-            found = item.resolve(member.name.span)
-        i += 2 if member.kind == "list" else 1
-        func = member.ctor.func if member.ctor is not None else None
-        item = analysis.globals(func.id, item) if isinstance(func, A.Name) and analysis.globals else None
-    return found
+    return member_location(info.analysis, info.path, dotted)
 
 
 def _model_location(info: SourceInfo) -> Location:

@@ -28,7 +28,11 @@ async def test_code_lenses_on_entry_functions(client):
         ("step", "Run ▸ PyTorch"),
         ("step", "Run ▸ XLA"),
         ("step", compare),
+        ("LlamaForCausalLM", "Verify"),
+        ("LlamaForCausalLM", "Diff against transformers"),  # its preset names weights (`@weights`)
     ]
+    assert lenses[-1].command.command == "linnet.diff" and lenses[-2].command.command == "linnet.verify"
+    assert list(lenses[-1].command.arguments) == [{"uri": doc.uri, "preset": "smollm2_135m"}]
     assert lenses[0].range.start == doc.pos("entry fn forward", 9)
     (args,) = lenses[1].command.arguments
     assert lenses[1].command.command == "linnet.run"

@@ -13,7 +13,10 @@ export const RUN_COMMAND = "linnet.run";
 export const COMPARE_COMMAND = "linnet.compare";
 /** Commands the server registers through workspace/executeCommand (code lenses invoke them).
  * vscode-languageclient registers these names itself, so the client must not. */
-export const SERVER_COMMANDS = [RUN_COMMAND, COMPARE_COMMAND, "linnet.selectPreset"] as const;
+/** The server's "Diff against transformers" and "Verify" lenses: a diagnostic on the first diverging member. */
+export const DIFF_COMMAND = "linnet.diff";
+export const VERIFY_COMMAND = "linnet.verify";
+export const SERVER_COMMANDS = [RUN_COMMAND, COMPARE_COMMAND, DIFF_COMMAND, VERIFY_COMMAND, "linnet.selectPreset"] as const;
 
 /** Whether a window/showDocument URI is one of the server's comparison reports
  * (`<cache folder>/reports/<file>-<hash>.<entry>.compare.md`, docs/editors.md), which the client
