@@ -102,8 +102,37 @@ class _Inputs:
         sizes = {d: OTHER_DIM for d in _dim_names(graph)} | self.dims | {"B": batch, "S": tokens}
         if graph.inputs and graph.inputs[0].dims and _var(graph.inputs[0].dims[0]) not in (None, "B"):
             sizes[_var(graph.inputs[0].dims[0])] = batch  # a batch dim named otherwise (SigLIP's text `T`)
+        sizes = self._positive(graph, sizes, free={d for d in _dim_names(graph) if d not in self.dims} - set("BS"))
         self.seed += 1
         return random_inputs(graph, sizes, self.seed, self.vocab)
+
+    @staticmethod
+    def _positive(graph: Graph, sizes: dict[str, int], free: set[str]) -> dict[str, int]:
+        """`sizes`, with the `free` dim variables (those `--dim` does not set) made smaller, all alike, until every
+        input dim is at least 1 (a UNet's `text_embeds` is 58 - 8 * N wide in a shrunk config: N = 8 makes it
+        negative). Raises ValueError naming the input and its dim when no size does."""
+        from linnet.ir.render import dim_text
+
+        def first_bad(trial):
+            for v in graph.inputs:
+                for d in v.dims:
+                    if concrete_dim(d, trial) < 1:
+                        return v, d
+            return None
+
+        bad = first_bad(sizes)
+        for size in range(OTHER_DIM - 1, 0, -1) if bad and free else ():
+            trial = sizes | dict.fromkeys(free, size)
+            if first_bad(trial) is None:
+                return trial
+        if bad is None:
+            return sizes
+        v, d = bad
+        given = ", ".join(f"{k}={sizes[k]}" for k in sorted(sizes) if k in set(_dim_names(graph)))
+        raise ValueError(
+            f"input `{v.name}` of this entry has dim {dim_text(d)} = {concrete_dim(d, sizes)} with {given}, and no "
+            "smaller size of the other dims makes it positive: pass --dim NAME=SIZE"
+        )
 
 
 def _dim_names(graph: Graph) -> set[str]:
