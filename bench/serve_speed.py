@@ -281,7 +281,13 @@ def free_port() -> int:
 
 
 def start_server(
-    backend: str, max_positions: int | None, numerics: str, log, max_batch: int = IN_FLIGHT, env: dict | None = None
+    backend: str,
+    max_positions: int | None,
+    numerics: str,
+    log,
+    max_batch: int = IN_FLIGHT,
+    env: dict | None = None,
+    cwd: Path = ROOT,
 ) -> tuple[subprocess.Popen, str]:
     """`linnet serve` on loopback in its own process (`max_positions` None: the server's default); returns it and
     its base URL once `/health` answers 200. Raises RuntimeError (with the server's log tail) when it exits or does
@@ -292,7 +298,7 @@ def start_server(
     cmd = [sys.executable, "-m", "linnet", "serve", str(gs.SOURCE), "--backend", backend, "--port", str(port)]
     cmd += ["--max-batch", str(max_batch), "--numerics", numerics]
     cmd += [] if max_positions is None else ["--max-positions", str(max_positions)]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
+    proc = subprocess.Popen(cmd, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + SERVER_START_TIMEOUT_S
     while time.monotonic() < deadline:
@@ -720,8 +726,6 @@ def run_levels(args: argparse.Namespace) -> None:
     """Every concurrency of `args.concurrency`, `args.rounds` rounds, the peer and `linnet serve` alternating
     (peer at c, Linnet at c, next c); a pair over `--contended-pct` CPU wait runs again (`--retries`), the least
     contended attempt is kept. Writes `args.out`.json/.md."""
-    import psutil
-
     from linnet.runtimes.formats.checkpoints import open_checkpoint
 
     levels = [int(c) for c in args.concurrency.split(",")]
@@ -749,41 +753,59 @@ def run_levels(args: argparse.Namespace) -> None:
             "contended_cpu_wait_pct": args.contended_pct,
             "retries_when_contended": args.retries,
             "peer": "transformers generate, static batches of c equal-length prompts, one batch after another",
+            "baseline": args.baseline,
         },
         "calibration_before": gs.calibration(),
     }
     print(f"serve_speed levels {levels}, {args.rounds} rounds, backend {backend}", file=sys.stderr, flush=True)
     peer = StaticBatches()
-    env = dict(os.environ, OMP_NUM_THREADS=str(LEVEL_THREADS), TOKENIZERS_PARALLELISM="false")
-    log = tempfile.NamedTemporaryFile("w", prefix="serve_levels-", suffix=".log", delete=False)
-    t = time.perf_counter()
-    proc, url = start_server(backend, None, args.numerics, log, max_batch=max(levels), env=env)
-    result["server_load_s"] = time.perf_counter() - t
-    pairs: list[dict] = []
+    # the servers: this tree's `linnet serve`, and with --baseline another tree's (`linnet-baseline`, the code
+    # before a change, measured in the same run under the same contention)
+    trees = {"linnet": ROOT} | ({"baseline": Path(args.baseline).resolve()} if args.baseline else {})
+    servers: dict[str, tuple[subprocess.Popen, str]] = {}
     try:
-        server = psutil.Process(proc.pid)
-        for c in levels:  # warm-up: every batch size both sides run, not timed
+        for side, tree in trees.items():
+            env = dict(os.environ, OMP_NUM_THREADS=str(LEVEL_THREADS), TOKENIZERS_PARALLELISM="false")
+            env["PYTHONPATH"] = str(tree)
+            log = tempfile.NamedTemporaryFile("w", prefix=f"serve_levels-{side}-", suffix=".log", delete=False)
+            t = time.perf_counter()
+            servers[side] = start_server(
+                backend, None, args.numerics, log, max_batch=max(levels), env=env, cwd=tree
+            )  # fmt: skip
+            result[f"{side}_server_load_s"] = time.perf_counter() - t
+        pairs: list[dict] = []
+        for c in levels:  # warm-up: every batch size each side runs, not timed
             peer.batch(prompts[:c], 4)
-            asyncio.run(stream_closed_loop(url, texts[:c], c, 4))
+            for _, url in servers.values():
+                asyncio.run(stream_closed_loop(url, texts[:c], c, 4))
 
         def pair(c: int, r: int) -> dict:
             n = level_requests(c)
             gs.wait_for_quiet(args.quiet_wait)
             p = peer.run(prompts[:n], c, args.new_tokens)
-            with Contention([proc.pid, os.getpid()]) as contention:
-                t0, reqs = asyncio.run(stream_closed_loop(url, texts[:n], c, args.new_tokens))
-            l_row = {**summarize(t0, reqs, 99), **contention.stats, "outputs": [q["text"] for q in reqs]}
-            same = sum(q["text"] == tokenizer.decode(o) for q, o in zip(reqs, p["outputs"], strict=True))
-            row = {"concurrency": c, "round": r, "transformers": p, "linnet": l_row, "texts_equal_to_peer": same}
-            w = max(p.get("cpu_wait_pct") or 0, l_row.get("cpu_wait_pct") or 0)
+            row: dict = {"concurrency": c, "round": r, "transformers": p}
+            for side, (proc, url) in servers.items():
+                with Contention([proc.pid, os.getpid()]) as contention:
+                    t0, reqs = asyncio.run(stream_closed_loop(url, texts[:n], c, args.new_tokens))
+                row[side] = {**summarize(t0, reqs, 99), **contention.stats, "outputs": [q["text"] for q in reqs]}
+                same = sum(q["text"] == tokenizer.decode(o) for q, o in zip(reqs, p["outputs"], strict=True))
+                row[side]["texts_equal_to_peer"] = same
+            row["texts_equal_to_peer"] = row["linnet"]["texts_equal_to_peer"]
+            row["cpu_wait_pct"] = max(row[k].get("cpu_wait_pct") or 0 for k in ("transformers", *servers))
             print(
-                f"  c={c} round {r}: transformers {p['throughput_tok_s']:.1f} tok/s, linnet "
-                f"{l_row['throughput_tok_s']:.1f} tok/s ({l_row['throughput_tok_s'] / p['throughput_tok_s']:.2f}x), "
-                f"TTFT p50 {p['ttft_ms_p50']:.0f} / {l_row['ttft_ms_p50']:.0f} ms, ITL p50 {p['itl_ms_p50']:.0f} / "
-                f"{l_row['itl_ms_p50']:.0f} ms, CPU wait {w:.0f} %, {same}/{n} texts equal",
-                file=sys.stderr, flush=True,
-            )  # fmt: skip
-            row["cpu_wait_pct"] = w
+                f"  c={c} round {r}: transformers {p['throughput_tok_s']:.1f} tok/s, "
+                + ", ".join(
+                    f"{k} {row[k]['throughput_tok_s']:.1f} tok/s "
+                    f"({row[k]['throughput_tok_s'] / p['throughput_tok_s']:.2f}x), "
+                    f"TTFT p50 {row[k]['ttft_ms_p50']:.0f} ms, ITL p50 {row[k]['itl_ms_p50']:.0f} ms, "
+                    f"{row[k]['texts_equal_to_peer']}/{n} texts = peer's"
+                    for k in servers
+                )
+                + f"; peer TTFT p50 {p['ttft_ms_p50']:.0f} ms, ITL p50 {p['itl_ms_p50']:.0f} ms; CPU wait "
+                f"{row['cpu_wait_pct']:.0f} %",
+                file=sys.stderr,
+                flush=True,
+            )
             return row
 
         for r in range(args.rounds):
@@ -795,20 +817,21 @@ def run_levels(args: argparse.Namespace) -> None:
                 best["attempts"] = len(attempts)
                 best["refused"] = best["cpu_wait_pct"] > args.contended_pct
                 pairs.append(best)
-        result["server_peak_rss_mb"] = peak_rss_of(proc.pid)
-        result["server_rss_mb"] = server.memory_info().rss / 2**20
+        for side, (proc, _) in servers.items():
+            result[f"{side}_server_peak_rss_mb"] = peak_rss_of(proc.pid)
     finally:
-        stop_server(proc)
+        for proc, _ in servers.values():
+            stop_server(proc)
     result["calibration_after"] = gs.calibration()
     for p in pairs:  # outputs are checked above; keep the JSON small
-        p["transformers"].pop("outputs")
-        p["linnet"].pop("outputs")
+        for side in ("transformers", *servers):
+            p[side].pop("outputs")
     result["pairs"] = pairs
-    result["summary"] = level_summary(pairs, levels)
+    result["summary"] = level_summary(pairs, levels, list(servers))
     gs.write_results(result, args.out or ROOT / "bench" / "results" / "serve_speed_levels", levels_markdown)
 
 
-def level_summary(pairs: list[dict], levels: list[int]) -> list[dict]:
+def level_summary(pairs: list[dict], levels: list[int], sides: list[str]) -> list[dict]:
     """Per concurrency, the median over the rounds that were not refused (all rounds when every one was) of each
     figure of each side, the ratio of the medians, and the goal (issue 42: >= 1.5x at 8 and 32, >= 1.2x at 1, 4)."""
     out = []
@@ -816,10 +839,12 @@ def level_summary(pairs: list[dict], levels: list[int]) -> list[dict]:
         rows = [p for p in pairs if p["concurrency"] == c]
         kept = [p for p in rows if not p["refused"]] or rows
         s: dict = {"concurrency": c, "rounds": len(kept), "cpu_wait_pct_max": max(p["cpu_wait_pct"] for p in kept)}
-        for side in ("transformers", "linnet"):
+        for side in ("transformers", *sides):
             for k in ("throughput_tok_s", "ttft_ms_p50", "ttft_ms_p99", "itl_ms_p50", "itl_ms_p99"):
                 s[f"{side}_{k}"] = statistics.median(p[side][k] for p in kept)
         s["ratio"] = s["linnet_throughput_tok_s"] / s["transformers_throughput_tok_s"]
+        if "baseline" in sides:
+            s["baseline_ratio"] = s["baseline_throughput_tok_s"] / s["transformers_throughput_tok_s"]
         s["goal"] = 1.5 if c >= 8 else 1.2
         s["met"] = s["ratio"] >= s["goal"]
         s["texts_equal_to_peer"] = f"{min(p['texts_equal_to_peer'] for p in kept)}/{level_requests(c)}"
@@ -859,6 +884,20 @@ def levels_markdown(result: dict) -> str:
             f"{r['transformers_itl_ms_p50']:.1f} / {r['transformers_itl_ms_p99']:.1f} | {r['cpu_wait_pct_max']:.0f} | "
             f"{r['texts_equal_to_peer']} |"
         )
+    if any("baseline_ratio" in r for r in result["summary"]):
+        lines += [
+            "",
+            f"Before the change, in the same run (`--baseline`, `linnet serve` from {result['settings']['baseline']}):",
+            "",
+            "| c | baseline tok/s | ratio to transformers | baseline TTFT p50 / p99 ms | baseline ITL p50 / p99 ms |",
+            "|---:|---:|---:|---:|---:|",
+        ]
+        lines += [
+            f"| {r['concurrency']} | {r['baseline_throughput_tok_s']:.1f} | {r['baseline_ratio']:.2f}× | "
+            f"{r['baseline_ttft_ms_p50']:.0f} / {r['baseline_ttft_ms_p99']:.0f} | "
+            f"{r['baseline_itl_ms_p50']:.1f} / {r['baseline_itl_ms_p99']:.1f} |"
+            for r in result["summary"]
+        ]
     lines += [
         "",
         "- Times from the moment a level's requests start (t0): TTFT = first token - t0 (waiting for a batch or a row "
@@ -890,6 +929,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="--concurrency: rounds (the sides alternate in each)")
     parser.add_argument("--prompt-tokens", type=int, default=16, help="--concurrency: tokens of every prompt")
     parser.add_argument("--backend", default="torch", help="--concurrency: the backend `linnet serve` runs")
+    parser.add_argument("--baseline", help="--concurrency: another Linnet tree whose `linnet serve` runs too (before)")
     parser.add_argument("--one", choices=CONFIGS, help=argparse.SUPPRESS)
     parser.add_argument("--prompt-file", help=argparse.SUPPRESS)
     parser.add_argument("--out-dir", help=argparse.SUPPRESS)
