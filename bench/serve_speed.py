@@ -904,7 +904,9 @@ def levels_markdown(result: dict) -> str:
         "counts), throughput = all generated tokens / (last token - t0); ITL pooled over every gap between a "
         "request's successive tokens (over HTTP, successive streamed chunks that carry text).",
         "- CPU wait: the share of the time some task on the machine waited for a CPU (Linux PSI), the larger of the "
-        f"pair's two; a pair over {s['contended_cpu_wait_pct']:.0f} % ran again, the least contended attempt kept.",
+        f"pair's two; a pair over {s['contended_cpu_wait_pct']:.0f} % ran again (at most "
+        f"{s['retries_when_contended']} times), the least contended attempt kept; the medians leave out pairs still "
+        "over it unless every round was.",
         "- texts = peer's: requests whose streamed text equals the peer's decoded greedy tokens (the fewest over the "
         "kept rounds); batched transformers is itself not bit-equal to its unbatched greedy output everywhere.",
         "",
