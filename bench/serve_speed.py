@@ -869,6 +869,7 @@ def levels_markdown(result: dict) -> str:
         f"Linnet at {v['linnet_git']['commit'][:10]}{' (uncommitted changes)' if v['linnet_git']['dirty'] else ''}."
         f" Load average before / after: {result['calibration_before']['loadavg'][0]:.1f} / "
         f"{result['calibration_after']['loadavg'][0]:.1f}.",
+        *(["", result["note"]] if result.get("note") else []),
         "",
         "| c | linnet tok/s | transformers tok/s | ratio (goal) | linnet TTFT p50 / p99 ms | transformers TTFT p50 / "
         "p99 ms | linnet ITL p50 / p99 ms | transformers ITL p50 / p99 ms | CPU wait % (max) | texts = peer's |",
