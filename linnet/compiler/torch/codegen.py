@@ -70,6 +70,7 @@ RESERVED = python_reserved(
     "linear",
     "linears",
     "attended_keys",
+    "cache_rows",
     "one_row_attention",
     "linears_joined_under_compile",
 )
@@ -104,6 +105,7 @@ class Emitter(GraphEmitter):
 
     tensors: set[str] = field(default_factory=set)
     joined: dict[int, dict] = field(default_factory=dict)  # id(graph) -> its `fusion.joined_linears`, found once
+    row_reads: dict[int, tuple[str, str]] = field(default_factory=dict)  # id(value) -> (cache, rows): `_take`
 
     def bind(self, v: Value, hint: str | None = None) -> str:
         name = super().bind(v, hint)
@@ -216,15 +218,41 @@ def _rearrange(e: Emitter, op: Op) -> str:
 EMITTERS["rearrange"] = _rearrange
 
 
-def _take(e: Emitter, op: Op) -> str:
+def _take(e: Emitter, op: Op) -> str | tuple[list[str], None]:
     x, idx, dim = op.args["x"], op.args["indices"], op.args["dim"]
-    if (dim == 0 or dim == -x.rank) and x.dims[0].as_int() == 1 and x.producer is not None:
-        if x.producer.name in ("state", "cache_write"):
-            # One cache row: every valid index is 0, so reading rows is reading the cache (no copy).
-            return f"{e.r(x)}.expand({dims_text(op.result.dims)})"
+    cache = x.producer is not None and x.producer.name in ("state", "cache_write") and (dim == 0 or dim == -x.rank)
+    if cache and x.dims[0].as_int() == 1:
+        # One cache row: every valid index is 0, so reading rows is reading the cache (no copy).
+        return f"{e.r(x)}.expand({dims_text(op.result.dims)})"
+    if cache and _read_by_trimmed_attention(e, op.result):
+        # Rows of a cache that only attention reads: read there, once `attended_keys` knows how many positions
+        # it attends (`cache_rows`), instead of copying every position of every row here.
+        e.row_reads[id(op.result)] = (e.r(x), e.r(idx))
+        e.names[id(op.result)] = f"{e.r(x)}[{e.r(idx)}]"
+        return [], None
     if (dim == 0 or dim == -x.rank) and x.rank == 2:
         return f"F.embedding({e.r(idx)}, {e.r(x)})"
     return f"{e.r(x)}[{index_text(x.rank, dim, e.r(idx))}]"
+
+
+def _read_by_trimmed_attention(e: Emitter, v: Value) -> bool:
+    """True when the graph being emitted reads `v` once, as the keys or values of an SDPA attention with
+    `trim_keys` (the calls `_grouped_attention` reads through `attended_keys`), and `v` is not one of its results."""
+    g = e.graph
+    if g is None or any(out is v for out in (*g.outputs, *g.state_updates.values())):
+        return False
+    users = [op for op in g.ops if any(arg is v for arg in op.inputs())]
+    if len(users) != 1:
+        return False
+    op = users[0]
+    variant = op.attrs.get("variant", {})
+    attention = op.name == "composite" and op.attrs.get("name") == "attention" and op.attrs.get("native")
+    args = [op.args.get(n) for n in ("q", "k", "v", "mask")]
+    return (
+        bool(attention and variant.get("sdpa") and variant.get("trim_keys"))
+        and sum(a is v for a in args) == 1
+        and (args[1] is v or args[2] is v)
+    )
 
 
 def _slice(e: Emitter, op: Op) -> str:
@@ -348,11 +376,16 @@ def _grouped_attention(e: Emitter, op: Op, one_row: bool = False):
             return [line], _sdpa(e, op, kn, vn, additive, per_head=True)
         keys, attend, causal = e.fresh("keys"), e.fresh("attend"), e.fresh("causal")
         lines = [f"{keys}, {attend}, {causal} = attended_keys({mn}, {dim_text(k.dims[2])})"]
+        kt, vt = (
+            f"cache_rows({e.row_reads[id(x)][0]}, {e.row_reads[id(x)][1]}, {keys})"
+            if id(x) in e.row_reads
+            else f"{n}[:, :, :{keys}]"
+            for x, n in ((k, kn), (v, vn))
+        )
         if one_row:
             qn, scale = e.r(op.args["q"]), e.r(op.args["scale"])
-            kv = f"{kn}[:, :, :{keys}], {vn}[:, :, :{keys}]"
-            return lines, f"one_row_attention({qn}, {kv}, {attend}, {causal}, {scale})"
-        sdpa = _sdpa(e, op, f"{kn}[:, :, :{keys}]", f"{vn}[:, :, :{keys}]", attend, per_head=True)
+            return lines, f"one_row_attention({qn}, {kt}, {vt}, {attend}, {causal}, {scale})"
+        sdpa = _sdpa(e, op, kt, vt, attend, per_head=True)
         return lines, sdpa.replace(", scale=", f", is_causal={causal}, scale=", 1)
     lines = []
     t = dim_text(k.dims[2])

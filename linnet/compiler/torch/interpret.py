@@ -27,10 +27,11 @@ class Interpreter:
         import torch
         import torch.nn.functional as F
 
-        from .prelude import attended_keys
+        from .prelude import attended_keys, cache_rows
 
         self.graph = graph
-        self._globals = {"torch": torch, "F": F, "attended_keys": attended_keys}  # attention statements call it
+        # attention statements call them
+        self._globals = {"torch": torch, "F": F, "attended_keys": attended_keys, "cache_rows": cache_rows}
         e = Emitter(numerics, member_style="dict")
         e.dim_names = set(graph.dim_vars)
         e.taken |= e.dim_names | {"p", "training"}

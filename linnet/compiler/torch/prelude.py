@@ -1,5 +1,5 @@
 """The runtime helpers of the generated PyTorch code: the `Module` base class of its classes, and the functions its
-statements call (`linear`, `linears`, `attended_keys`, `one_row_attention`).
+statements call (`linear`, `linears`, `attended_keys`, `cache_rows`, `one_row_attention`).
 
 A generated module imports the ones it uses (`from linnet.compiler.torch.prelude import Module, linear`): the backend
 runs it so (`module.LinnetModule`), and the language server shows it so. A standalone file (`linnet torch FILE -o
@@ -119,6 +119,24 @@ def attended_keys(mask, keys):
                 plan = n, kept.unsqueeze(1), False
         mask.attended_keys = plan
     return plan
+
+
+# Attention's keys and values of some cache rows (`codegen._take`, read where `attended_keys` has trimmed them).
+def cache_rows(cache, rows, keys):
+    """`cache[rows][:, :, :keys]`: the first `keys` positions of the cache rows `rows` (cache [R, H, T, D], rows
+    i64[B] -> [B, H, keys, D]), without copying the whole cache of each row first, which a serving step of B rows
+    did at every layer whatever the rows held (B * T * H * D values, twice). Consecutive rows (a serving engine's
+    usual batch, checked once per `rows` tensor, eagerly on the CPU: every layer passes the same one) are a view
+    with the strides of that slice; other rows gather only those positions."""
+    if rows.is_cpu and not torch.compiler.is_compiling():
+        first = rows.__dict__.get("first_of_run")
+        if first is None:  # `tolist` reads the CPU tensor's memory: no op, no device synchronisation
+            ids = rows.tolist()
+            first = ids[0] if ids and ids == list(range(ids[0], ids[0] + len(ids))) else -1
+            rows.first_of_run = first
+        if first >= 0:
+            return cache[first : first + rows.numel(), :, :keys]
+    return cache[rows, :, :keys]
 
 
 # Every linear layer of a generated module calls `linear` (the interpreter and `codegen.graph_function` call

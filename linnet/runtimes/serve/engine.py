@@ -7,7 +7,8 @@ One background thread owns the model and runs the loop; `submit` (any thread) qu
 1. apply cancellations (a cancelled request's row is free for this very step);
 2. ask the `Scheduler` for a plan (FCFS admission into free rows, every decoding row, prefill chunks under the
    per-step token budget: scheduler.py states the fairness rule);
-3. run the prefill chunks (one `model.step` `[1, chunk]` each, as `Generator` prefills) and one batched decode
+3. run the prefill chunks (one `model.step` `[1, chunk]` each, as `Generator` prefills; on a model that compiles
+   nothing per shape, the chunks of equal start and length as one `[k, chunk]` step) and one batched decode
    `model.step` `[B, 1]` of every decoding row (in row order, as `Generator.generate_batch` decodes);
 4. sample each row's next token from its own logits with its own RNG (`SamplingParams.make_rng()`, seeded from the
    request's own seed), check stop token ids, stop strings and `max_tokens`, and hand out the events.
@@ -34,7 +35,7 @@ import numpy as np
 
 from ..generation import Generator, StepModel, Tokenizer
 from ..sampling import SamplingParams, sample
-from .scheduler import Scheduler, Sequence, StepPlan
+from .scheduler import PrefillChunk, Scheduler, Sequence, StepPlan
 from .stops import StopResult, TextStream, stop_token_ids
 
 
@@ -254,6 +255,8 @@ class Engine:
         # generate` does.
         self._runner = Generator(model, tokenizer, prefill_chunk=prefill_chunk)
         self.model = model
+        # a new [k, length] shape costs a compiling backend a compile in the middle of serving
+        self._batch_prefill = not getattr(model, "compile_kind", "")
         self.tokenizer = tokenizer
         self.max_queue = max_queue
         self._scheduler = Scheduler(
@@ -446,22 +449,24 @@ class Engine:
         now = time.monotonic()
         for sequence in plan.admitted:
             by_sequence[id(sequence)].admitted = now
-        for chunk in plan.prefill:
-            active = by_sequence[id(chunk.sequence)]
+        for group in self._prefill_groups(plan.prefill):
+            actives = [by_sequence[id(chunk.sequence)] for chunk in group]
             try:
                 logits = self._runner.checked_step(
-                    np.array([chunk.ids], dtype=np.int64),
-                    np.array([chunk.start], dtype=np.int64),
-                    np.array([chunk.sequence.row], dtype=np.int64),
+                    np.array([chunk.ids for chunk in group], dtype=np.int64),
+                    np.array([chunk.start for chunk in group], dtype=np.int64),
+                    np.array([chunk.sequence.row for chunk in group], dtype=np.int64),
                 )
-            except Exception as error:  # noqa: BLE001 - one request fails, the engine keeps serving
-                self._finish(active, "error", error=f"{type(error).__name__}: {error}")
+            except Exception as error:  # noqa: BLE001 - these requests fail, the engine keeps serving
+                for active in actives:
+                    self._finish(active, "error", error=f"{type(error).__name__}: {error}")
                 continue
-            chunk.sequence.prefilled += chunk.length
-            with self._lock:
-                self._prompt_tokens_total += chunk.length
-            if chunk.last:
-                self._take(active, logits)
+            for b, (chunk, active) in enumerate(zip(group, actives, strict=True)):
+                chunk.sequence.prefilled += chunk.length
+                with self._lock:
+                    self._prompt_tokens_total += chunk.length
+                if chunk.last:
+                    self._take(active, logits[b : b + 1])
         if plan.decode:
             decoding = [by_sequence[id(s)] for s in plan.decode]
             decoding = [a for a in decoding if not a.finished]
@@ -487,6 +492,19 @@ class Engine:
                     self._accept(active, int(tokens[b]))
                 else:
                     self._take(active, logits[b : b + 1])
+
+    def _prefill_groups(self, chunks: list[PrefillChunk]) -> list[list[PrefillChunk]]:
+        """The step's prefill chunks as model calls: one `[1, length]` step each, or, where the model compiles
+        nothing per shape (`compile_kind` "": eager PyTorch), the chunks of equal start and length together as one
+        `[k, length]` step (rows in order), which reads the weights once for the k prompts. Each row's logits are
+        those of its own `[1, length]` step (a row of a batched step is computed as the row alone; the tests
+        check it against `Generator.generate`)."""
+        if not self._batch_prefill:
+            return [[chunk] for chunk in chunks]
+        groups: dict[tuple[int, int], list[PrefillChunk]] = {}
+        for chunk in chunks:
+            groups.setdefault((chunk.start, chunk.length), []).append(chunk)
+        return [sorted(group, key=lambda c: c.sequence.row) for group in groups.values()]
 
     def _take(self, active: _Active, logits: np.ndarray) -> None:
         """Sample `active`'s next token from its logits `[1, V]`, apply the stop conditions and emit events."""

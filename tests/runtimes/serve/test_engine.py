@@ -66,6 +66,21 @@ def test_eight_greedy_prompts_together_give_their_solo_tokens(model, tok, greedy
     assert stats.generation_tokens_total == drawn
 
 
+def test_equal_length_prompts_are_prefilled_in_one_step_and_give_their_solo_tokens(model, tok, make_engine):
+    # the first 3 tokens of each prompt: 8 different prompts of one length, waiting before the engine starts
+    prompts = [tok.encode(p)[:3] for p in PROMPTS]
+    assert len({len(p) for p in prompts}) == 1 and len({tuple(p) for p in prompts}) == MAX_BATCH
+    expected = [solo(model, tok, p, SamplingParams(), 12).token_ids for p in prompts]
+    recording = Recording(model)
+    engine = make_engine(recording, tok, start=False)
+    handles = [engine.submit(request(p, 12)) for p in prompts]
+    engine.start()
+    assert [tokens_of(collect(h)[0]) for h in handles] == expected
+    # one [8, 3] prefill (the weights read once for the eight prompts), then [8, 1] decode steps
+    assert recording.calls[0] == (MAX_BATCH, 3, list(range(MAX_BATCH))), recording.calls[:3]
+    assert all(s == 1 for _, s, _ in recording.calls[1:])
+
+
 def test_more_requests_than_rows_wait_and_reuse_rows(model, tok, greedy16, make_engine):
     prompts = PROMPTS * 2  # 16 requests on 8 rows: the second half waits, then reuses rows
     engine = make_engine(model, tok)
