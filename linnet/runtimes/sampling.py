@@ -89,7 +89,14 @@ def filter_logits(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
     if x.ndim != 2:
         raise ValueError(f"logits must be [B, V], got shape {tuple(x.shape)}")
     if not params.greedy:
-        x /= params.temperature
+        with np.errstate(over="ignore"):
+            scaled = x / params.temperature
+        if np.isinf(scaled[np.isfinite(x)]).any():
+            # a temperature so small that the division overflows (1e-310): divide the logits less their row's
+            # maximum instead, which the softmax and top-k/top-p give the same tokens for, without an inf at the top
+            with np.errstate(over="ignore"):
+                scaled = (x - np.max(x, axis=-1, keepdims=True)) / params.temperature
+        x = scaled
     vocab = x.shape[-1]
     if params.top_k > 0 and params.top_k < vocab:
         kth = np.partition(x, vocab - params.top_k, axis=-1)[:, vocab - params.top_k, None]

@@ -182,3 +182,13 @@ def test_filters_match_transformers_warpers(temperature, top_k, top_p):
         ours = filter_logits(logits, params)
         assert np.array_equal(np.isfinite(ours), np.isfinite(expected)), f"kept sets differ (seed {seed})"
         np.testing.assert_allclose(ours[np.isfinite(ours)], expected[np.isfinite(expected)], rtol=1e-6)
+
+
+def test_a_temperature_so_small_the_division_overflows_samples_the_maximum():
+    """logits / 1e-310 overflowed to inf, and the softmax of [inf, ...] had no finite value: `sample` raised (and the
+    serving engine failed every request beside it). The logits less their maximum are divided instead."""
+    logits = np.array([[1.0, 3.0, 2.0], [0.5, 0.2, -1.0]])
+    params = SamplingParams(temperature=1e-310)
+    assert sample(logits, params, np.random.default_rng(0)).tolist() == [1, 0]
+    kept = filter_logits(logits, params)
+    assert kept[0, 1] == 0.0 and np.isneginf(kept[0, [0, 2]]).all()

@@ -508,8 +508,14 @@ class Engine:
 
     def _take(self, active: _Active, logits: np.ndarray) -> None:
         """Sample `active`'s next token from its logits `[1, V]`, apply the stop conditions and emit events."""
-        if not active.finished:
-            self._accept(active, int(sample(logits, active.request.params, active.rng)[0]))
+        if active.finished:
+            return
+        try:
+            token = int(sample(logits, active.request.params, active.rng)[0])
+        except ValueError as error:  # this request's sampling cannot go on: it ends, not the batch it ran in
+            self._finish(active, "error", error=f"{type(error).__name__}: {error}")
+            return
+        self._accept(active, token)
 
     def _accept(self, active: _Active, token: int) -> None:
         """`active`'s next token is `token`: apply the stop conditions and emit events."""

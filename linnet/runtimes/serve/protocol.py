@@ -27,6 +27,8 @@ NonNegativeTokenId = Annotated[int, Field(ge=0)]
 # every request model: unknown fields refused, JSON types as OpenAI's schema has them (no "5" for 5)
 _STRICT = ConfigDict(extra="forbid", strict=True)
 QUOTE_CHARS = 80  # the most characters of a client's value an error message quotes
+MAX_STOP_STRINGS = 4  # OpenAI's API reference: "Up to 4 sequences where the API will stop generating"
+MAX_STOP_LENGTH = 1024  # characters of one stop string (ours: OpenAI states none)
 
 
 def quoted(value: Any) -> str:
@@ -112,6 +114,12 @@ class _SamplingFields(BaseModel):
         stops = [stop] if isinstance(stop, str) else list(stop or [])
         if any(s == "" for s in stops):
             raise ValueError("stop strings must not be empty")
+        # every generated token is checked against every stop string on the engine's thread: 180,000 of them slowed
+        # every stream of the server tenfold
+        if len(stops) > MAX_STOP_STRINGS:
+            raise ValueError(f"at most {MAX_STOP_STRINGS} stop strings (as OpenAI's API), got {len(stops)}")
+        if any(len(s) > MAX_STOP_LENGTH for s in stops):
+            raise ValueError(f"a stop string may be at most {MAX_STOP_LENGTH} characters long")
         return stops
 
     @field_validator("top_k")

@@ -161,6 +161,8 @@ def test_a_long_prompt_that_tokenizes_to_little_is_served(server):
         ({"stream": "true"}, "stream"),
         ({"model": "\ud800"}, "model"),  # a lone surrogate: was a 500 and two logged tracebacks
         ({"stop": ["\udfff"], "max_tokens": 2}, None),  # served: no stop string is met
+        ({"stop": [f"{i:07d}q" for i in range(5)]}, "stop"),  # OpenAI's at most 4 (180,000 slowed every stream)
+        ({"stop": ["x" * 1025]}, "stop"),
     ],
 )
 def test_wrong_types_and_lone_surrogates_are_4xx(server, fields, param):
@@ -170,6 +172,21 @@ def test_wrong_types_and_lone_surrogates_are_4xx(server, fields, param):
     else:
         assert assert_openai_error(r)["param"] == param
     still_serving(server)
+
+
+def test_a_subnormal_temperature_is_served_and_fails_nobody_else(server):
+    """temperature 1e-310 overflowed the division of the logits: the sampler raised, and the engine failed every
+    request of the step with it (a 500 for each). It samples (as greedy, in effect) now."""
+    import threading
+
+    greedy = {"model": server.model, "prompt": "Hello", "max_tokens": 8, "temperature": 0}
+    results = {}
+    other = threading.Thread(target=lambda: results.update(greedy=post(server, greedy)))
+    other.start()
+    r = post(server, {"model": server.model, "prompt": "x", "max_tokens": 5, "temperature": 1e-310})
+    other.join()
+    assert r.status_code == 200, r.text
+    assert results["greedy"].status_code == 200, results["greedy"].text
 
 
 @pytest.mark.parametrize(

@@ -356,3 +356,28 @@ def test_on_idle_runs_on_the_engine_thread_once_work_is_done(make_engine, monkey
     called.clear()
     collect(engine.submit(request([1, 2], 2)))
     assert called.wait(10) and len(calls) == 2
+
+
+def test_a_request_whose_sampling_fails_ends_alone(tok, make_engine, monkeypatch):
+    """A sampler error (`sample` raised for a subnormal temperature) failed every request of the step; now it ends
+    its own request only, and the others run on."""
+    import linnet.runtimes.serve.engine as engine_module
+
+    prompt = tok.encode("Say hello:")
+    reply = tok.encode(" Hello world, how are you today?", add_special_tokens=False)
+    real = engine_module.sample
+
+    def failing(logits, params, rng=None):
+        if params.temperature == 0.7:
+            raise ValueError("logits rows [0] have no finite value to sample from")
+        return real(logits, params, rng)
+
+    monkeypatch.setattr(engine_module, "sample", failing)
+    engine = make_engine(ContinuationLM([prompt + reply], vocab_size=49152), tok, start=False)
+    doomed = engine.submit(request(prompt, 4, params=SamplingParams(temperature=0.7, seed=1)))
+    fine = engine.submit(request(prompt, 4))
+    engine.start()
+    finished = collect(doomed)[1]
+    assert finished.finish_reason == "error" and "no finite value" in finished.error
+    deltas, finished = collect(fine)
+    assert finished.finish_reason == "length" and tokens_of(deltas) == reply[:4]
