@@ -101,6 +101,19 @@ class _Walk:
         self.leaves(self.root, (), [], leaves, set())
         return self.report(leaves)
 
+    def current(self, inst: Instance) -> Instance:
+        """`inst` bound to the current item of its name. A caller's check that an edit left valid (the callee's
+        interface unchanged) is reused, and its types still name the callee's item before the edit: walked as it
+        is, that old text's reads would be reported (and it would be checked again on every edit)."""
+        item = inst.item
+        if item in self.analysis.items or item.is_std:
+            return inst
+        globals_ = self.analysis.namespaces.by_path.get(item.source.path) if self.analysis.namespaces else None
+        now = globals_.by_name.get(item.name) if globals_ is not None else None
+        if now is None or now is item or now.kind != item.kind:
+            return inst
+        return Instance(now, inst.args, inst.generic)
+
     def resolved_of(self, inst: Instance) -> Resolved:
         config = {k: v for k, v in inst.args.items() if isinstance(v, (ConfigT, NoneT))}
         res = self.analysis.resolved(inst.item, config=config)
@@ -121,7 +134,10 @@ class _Walk:
             if receiver is None:  # a method called by its name in its module
                 self.visit(prefix, inst, callee, res)
             else:
-                self.visit(prefix + path, receiver, callee, self.resolved_of(receiver))
+                now = self.current(receiver)
+                if now is not receiver:  # the callee's function, by name, in the current item
+                    callee = _same_fn(receiver.item, now.item, callee)
+                self.visit(prefix + path, now, callee, self.resolved_of(now))
 
     def summary(self, fn: A.FnDef, res: Resolved) -> tuple[list, list]:
         """What `fn` reads (member paths from its module) and calls ((receiver path, callee, receiver instance or
@@ -155,7 +171,7 @@ class _Walk:
             if info.kind in ("param", "state") and isinstance(info.type, TensorT):
                 out.append((here, link))
             elif info.kind == "submodule" and isinstance(info.type, ModuleT):
-                self.leaves(info.type.instance, here, link, out, open_items | {inst.item})
+                self.leaves(self.current(info.type.instance), here, link, out, open_items | {inst.item})
             elif info.kind == "list" and isinstance(info.type, ModuleListT):
                 count = info.type.count.as_int() if info.type.count is not None else None
                 if not count or count < 0:
@@ -165,6 +181,7 @@ class _Walk:
                     elements = [info.type.at(i) for i in range(count)]
                 done = set()
                 for element in elements:
+                    element = self.current(element) if element is not None else None
                     if element is not None and element.key() not in done:
                         done.add(element.key())
                         self.leaves(element, here + ("#",), link, out, open_items | {inst.item})
@@ -276,6 +293,18 @@ def _summarise(fn: A.FnDef, res: Resolved) -> tuple[list, list]:
             elif info.kind == "method":
                 calls.append(((), info.callee, None))
     return reads, calls
+
+
+def _same_fn(old: Item, item: Item, fn: A.FnDef) -> A.FnDef:
+    """The function of `item` (a module) at the place `fn` has in `old` (the module before an edit, with the
+    same interface: the same functions in the same order; two of one name may sit in the branches of an `if`).
+    Raises _Untraceable when there is none."""
+    before = [n for n in A.definitions(old.ast) if isinstance(n, A.FnDef)] if old.ast is not None else []
+    now = [n for n in A.definitions(item.ast) if isinstance(n, A.FnDef)] if item.ast is not None else []
+    at = next((i for i, n in enumerate(before) if n is fn), None)
+    if at is None or at >= len(now) or now[at].name.id != fn.name.id:
+        raise _Untraceable
+    return now[at]
 
 
 def _path_of(e: A.Expr, res: Resolved, loops: dict) -> tuple[str, ...]:
