@@ -1,14 +1,19 @@
-"""Issue 45's defects on the typing path, through a real client: the unread-member warning (L904) after an
-edit inside a module whose callers' checks the edit left valid."""
+"""Issue 45's defects, through a real client: the unread-member warning (L904) after an edit inside a module whose
+callers' checks the edit left valid; a request before `initialize`; a Content-Length header that is not a number."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 from lsprotocol import types as T
 
 from linnet.semantics.program import Workspace
 
-from .conftest import EXAMPLES, open_doc
+from .conftest import EXAMPLES, TIMEOUT_S, WORKSPACE, open_doc
+from .test_malformed import RawClient
+
+HOVER = {"textDocument": {"uri": (WORKSPACE / "absent.linnet").as_uri()}, "position": {"line": 0, "character": 0}}
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -32,3 +37,42 @@ async def test_an_edit_that_stops_reading_a_projection_warns_as_a_fresh_check_do
     await doc.change(start, T.Position(start.line, start.character + 1), "v")  # read again: the warning goes
     assert not [d for d in await doc.diagnostics() if d.code == "L904"]
     doc.close()
+
+
+def test_a_request_before_initialize_is_server_not_initialized():
+    """LSP 3.17: a request before `initialize` is answered with ServerNotInitialized (-32002); a hover got null."""
+    client = RawClient()
+    try:
+        client.send({"id": 1, "method": "textDocument/hover", "params": HOVER})
+        answer = client.responses({1}).get(1, {})
+        assert answer.get("error", {}).get("code") == -32002 and "result" not in answer
+        client.send({"id": 2, "method": "initialize", "params": {"capabilities": {}}})
+        assert "capabilities" in client.responses({2})[2]["result"]
+        client.send({"method": "initialized", "params": {}})
+        client.send({"id": 3, "method": "textDocument/hover", "params": HOVER})
+        assert "error" not in client.responses({3})[3]
+    finally:
+        log = client.close()
+    assert "Traceback" not in log
+
+
+def test_a_header_with_a_length_that_is_not_a_number_loses_only_its_own_message():
+    """`Content-Length: abc` made pygls read the body as a header line, swallowing the next message's header: the
+    stream fell out of step. The framed message is answered with InvalidRequest under its id, and the next one as
+    usual."""
+    client = RawClient()
+    try:
+        client.send({"id": 0, "method": "initialize", "params": {"capabilities": {}}})
+        assert client.responses({0})
+        client.send({"method": "initialized", "params": {}})
+        body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "textDocument/hover", "params": HOVER}).encode()
+        client.process.stdin.write(b"Content-Length: abc\r\n\r\n" + body)
+        client.send({"id": 2, "method": "shutdown"})
+        answers = client.responses({1, 2})
+        assert answers[1]["error"]["code"] == -32600 and "Content-Length" in answers[1]["error"]["message"]
+        assert answers[2].get("result", "missing") is None
+        client.send({"method": "exit"})
+        assert client.process.wait(timeout=TIMEOUT_S) == 0
+    finally:
+        if client.process.poll() is None:
+            client.process.kill()
