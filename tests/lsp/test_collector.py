@@ -194,3 +194,22 @@ def test_a_pause_does_not_walk_the_frozen_objects_to_count_them(full_collections
     assert frozen(kept) and collector.full_collections == 0
     assert walks == []
     assert collector.frozen >= real()  # frozen since (refcounting may have freed some): never undercounted
+
+
+def test_a_big_file_frozen_as_it_opens_does_not_make_the_next_pause_a_full_collection(full_collections, monkeypatch):
+    """Issue 45: a file's analysis frozen at the end of its first check (too big to scan) counted as growth, so the
+    first pause after opening a 3,000-line file ran a full collection over its 800,000 live objects (1-2.4 s)."""
+    collector = IdleCollector(busy=lambda: False, idle_s=0.01)
+    collector.start()
+    opened = [Node() for _ in range(2 * collector.survivors)]  # more than doubles what startup froze
+    monkeypatch.setattr("linnet.lsp.collector.YOUNG_LIMIT", 0)
+    collector.after_check()
+    monkeypatch.undo()
+    assert all(frozen(node) for node in opened[:10])
+
+    async def pause() -> None:
+        collector.activity()
+        await asyncio.sleep(0.2)
+
+    asyncio.run(pause())
+    assert collector.full_collections == 0
