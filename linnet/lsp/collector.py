@@ -23,8 +23,8 @@ to allocate, and 1.5 s of the first check of such a file went to full collection
   frozen, so what freezing leaks is bounded by what each pause held live and an edit then replaced; the full
   collection, which costs a blocking ~0.5 s per 700,000 objects (a 3,000-line file), is rare. Checkpoint checks run
   in another process (`weights.py`) and leave nothing here. What is frozen is counted as it is frozen (the survivors
-  of the collection just before), not with `gc.get_freeze_count()`: that walks every frozen object's list link, 0.1
-  s at 800,000 objects (a 3,000-line file), and every pause paid it. Frozen objects that refcounting frees since are
+  of the collection just before), not with `gc.get_freeze_count()`: that walks every frozen object's list link, 0.1 s
+  at 800,000 objects (a 3,000-line file), and every pause paid it. Frozen objects that refcounting frees since are
   still counted, so the next full collection comes a little early; it counts exactly.
 
 Memory: measured by `bench/lsp_latency.py --burst-pause` (RSS after every burst of edits).
