@@ -17,10 +17,15 @@ to allocate, and 1.5 s of the first check of such a file went to full collection
   and freezing them would keep them until a full collection; skipped above `YOUNG_LIMIT` objects, which only a
   big file just opened reaches), then freezes what survived (a list splice, no scan);
 - runs a full collection (`gc.unfreeze()` first: it scans everything and frees the analyses that were live at an
-  earlier pause and replaced since) only when the objects frozen since the last one have doubled those that
-  survived it. Garbage is collected before it is frozen, so what freezing leaks is bounded by what each pause
-  held live and an edit then replaced; the full collection, which costs a blocking ~0.5 s per 700,000 objects
-  (a 3,000-line file), is rare. Checkpoint checks run in another process (`weights.py`) and leave nothing here.
+  earlier pause and replaced since) only when the objects frozen since the last one have doubled those that survived
+  it (a big file's analysis frozen as it is opened counts as surviving: it is live, and the first pause after
+  opening a 3,000-line file scanned its 800,000 objects for nothing, 1-2.4 s). Garbage is collected before it is
+  frozen, so what freezing leaks is bounded by what each pause held live and an edit then replaced; the full
+  collection, which costs a blocking ~0.5 s per 700,000 objects (a 3,000-line file), is rare. Checkpoint checks run
+  in another process (`weights.py`) and leave nothing here. What is frozen is counted as it is frozen (the survivors
+  of the collection just before), not with `gc.get_freeze_count()`: that walks every frozen object's list link, 0.1 s
+  at 800,000 objects (a 3,000-line file), and every pause paid it. Frozen objects that refcounting frees since are
+  still counted, so the next full collection comes a little early; it counts exactly.
 
 Memory: measured by `bench/lsp_latency.py --burst-pause` (RSS after every burst of edits).
 """
@@ -51,6 +56,8 @@ class IdleCollector:
         self.busy = busy
         self.idle_s = idle_s
         self.survivors = 0  # objects frozen by the last full collection
+        self.frozen = 0  # objects frozen since startup (those refcounting freed since are not subtracted)
+        self.unfrozen = 0  # objects the last young collection left (frozen by the next pause)
         self.full_collections = 0
         self.young_collections = 0
         self._timer: asyncio.TimerHandle | None = None
@@ -59,7 +66,7 @@ class IdleCollector:
         """Collect and freeze what startup loaded, and move the automatic full collection out of the way."""
         gc.collect()
         gc.freeze()
-        self.survivors = gc.get_freeze_count()
+        self.survivors = self.frozen = gc.get_freeze_count()
         young, middle, full = gc.get_threshold()
         gc.set_threshold(young, middle, full * FULL_THRESHOLD_FACTOR)
 
@@ -87,8 +94,9 @@ class IdleCollector:
             return
         self.collect_young()
         gc.freeze()
-        frozen = gc.get_freeze_count()
-        if frozen - self.survivors > GROWTH_FOR_FULL * max(self.survivors, 1):
+        self.frozen += self.unfrozen
+        self.unfrozen = 0
+        if self.frozen - self.survivors > GROWTH_FOR_FULL * max(self.survivors, 1):
             self.collect_all()
 
     def collect_young(self, freeze_above_limit: bool = False) -> float:
@@ -99,10 +107,15 @@ class IdleCollector:
         t0 = time.perf_counter()
         unfrozen = sum(len(gc.get_objects(generation)) for generation in range(3))
         if unfrozen <= YOUNG_LIMIT:
-            gc.collect()  # frozen objects are not scanned
+            self.unfrozen = max(unfrozen - gc.collect(), 0)  # frozen objects are not scanned
             self.young_collections += 1
         elif freeze_above_limit:
             gc.freeze()
+            self.frozen += unfrozen
+            self.survivors += unfrozen  # live (a file just opened): no full collection is due for freezing it
+            self.unfrozen = 0
+        else:
+            self.unfrozen = unfrozen
         return time.perf_counter() - t0
 
     def collect_all(self) -> float:
@@ -112,7 +125,8 @@ class IdleCollector:
         gc.unfreeze()
         gc.collect()
         gc.freeze()
-        self.survivors = gc.get_freeze_count()
+        self.survivors = self.frozen = gc.get_freeze_count()  # exact again (rare; a tenth of the collection)
+        self.unfrozen = 0
         self.full_collections += 1
         pause_s = time.perf_counter() - t0
         log.debug("idle full collection: %.0f ms, %d objects survive", 1000 * pause_s, self.survivors)

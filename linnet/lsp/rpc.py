@@ -18,9 +18,10 @@ lsp` its exit status (LSP: 1 when `exit` comes without `shutdown`).
 
 from __future__ import annotations
 
+import json
 import logging
 import re
-from typing import Any
+from typing import Any, Callable
 
 import attrs
 import cattrs
@@ -161,6 +162,7 @@ class AnswerEveryRequest:
             return _ANSWERED
 
     shutdown_requested = False
+    initialize_received = False
 
     def handle_message(self, message):
         if message is _ANSWERED:
@@ -180,9 +182,28 @@ class AnswerEveryRequest:
             # LSP: a request after `shutdown` is answered with InvalidRequest (pygls would drop it, unanswered)
             self._send_error(message.id, T.ErrorCodes.InvalidRequest, f"{method}: the server is shutting down")
             return None
+        if method == "initialize":
+            self.initialize_received = True
+        elif not self.initialize_received and method and method != "exit":
+            # LSP: before `initialize`, a request is answered with ServerNotInitialized and a notification dropped
+            if is_message_id(getattr(message, "id", None)):
+                self._send_error(message.id, T.ErrorCodes.ServerNotInitialized, f"{method}: initialize first")
+            return None
         if method == "shutdown":
             self.shutdown_requested = True
         return super().handle_message(message)
+
+    def answer_unframed(self, header: bytes, body: bytes) -> None:
+        """A message whose `Content-Length` is not a length (`FramedReader`): InvalidRequest under the body's id
+        when it has one (so the client's request is not left waiting), else id null."""
+        try:
+            msg_id = json.loads(body).get("id")
+        except (ValueError, AttributeError):
+            msg_id = None
+        shown = header.decode("utf-8", "replace").strip()
+        log.warning("answered a message with a bad header with InvalidRequest: %s", shown)
+        problem = f"the header `{shown}` is not a Content-Length in bytes: the message was not read"
+        self._send_error(msg_id if is_message_id(msg_id) else None, T.ErrorCodes.InvalidRequest, problem)
 
     def answer_unreadable(self, err: BaseException) -> None:
         """A body that is not JSON (`err` from the reader loop): ParseError with id null."""
@@ -202,6 +223,57 @@ class AnswerEveryRequest:
             self._send_response(msg_id, error=err.to_response_error())
             return
         super()._send_handler_result(future, msg_id=msg_id)
+
+
+_LENGTH = re.compile(rb"content-length:[ \t]*(\d+)[ \t]*\r?\n", re.IGNORECASE)
+MAX_UNFRAMED = 1 << 24  # bytes of a body without a length read before giving up on finding its end
+
+
+class FramedReader:
+    """The reader pygls's message loop reads headers and bodies from (`readline`, `readexactly`), with the
+    `Content-Length` header checked: pygls takes only `Content-Length: <digits>\\r\\n` and skips any other header
+    line, so after `Content-Length: abc` it read the body as a header line (up to the next newline: the next
+    message's header) and the stream fell out of step. A valid header in another spelling (`content-length: 5`)
+    is passed on as pygls expects it; for one that is not a length, the rest of the headers and the body (one JSON
+    value, read until it parses) are consumed and given to `on_unframed(header, body)`, which answers."""
+
+    def __init__(self, reader, on_unframed: Callable[[bytes, bytes], None]):
+        self.reader = reader
+        self.on_unframed = on_unframed
+
+    async def readexactly(self, n: int) -> bytes:
+        return await self.reader.readexactly(n)
+
+    async def readline(self) -> bytes:
+        while True:
+            line = await self.reader.readline()
+            if not line[:15].lower() == b"content-length:":
+                return line
+            if (match := _LENGTH.fullmatch(line)) is not None:
+                return b"Content-Length: %d\r\n" % int(match.group(1))
+            while (more := await self.reader.readline()) and more.strip():
+                pass  # the other headers
+            if not more:
+                return more
+            self.on_unframed(line, await self._json_value())
+
+    async def _json_value(self) -> bytes:
+        """One JSON value from the stream, read a byte at a time until it parses (empty when the stream ends or
+        the first byte cannot start one)."""
+        body = b""
+        decoder = json.JSONDecoder()
+        while len(body) < MAX_UNFRAMED:
+            byte = await self.reader.readexactly(1)
+            if not byte or (not body and byte not in b"{["):
+                return body
+            body += byte
+            if byte in b"}]":
+                try:
+                    decoder.raw_decode(body.decode("utf-8"))
+                    return body
+                except ValueError:
+                    continue
+        return body
 
 
 class OneLineReaderErrors(logging.Filter):

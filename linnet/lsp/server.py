@@ -21,12 +21,14 @@ import json
 import logging
 import os
 import sys
+import threading
 import traceback
 import uuid
 from typing import Any, Awaitable, Callable
 
 from lsprotocol import types as T
 from pygls.exceptions import FeatureRequestError, JsonRpcException, JsonRpcInvalidParams
+from pygls.io_ import StdinAsyncReader, StdoutWriter, run_async
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol, default_converter
 from pygls.protocol.language_server import lsp_method
@@ -57,7 +59,7 @@ from .convert import (
 from .documents import Documents, OpenDocument, Settings
 from .hover import hover_markdown
 from .import_completion import import_completions
-from .rpc import AnswerEveryRequest, OneLineReaderErrors, refusal, strict_strings
+from .rpc import AnswerEveryRequest, FramedReader, OneLineReaderErrors, refusal, strict_strings
 from .tokens import TOKEN_MODIFIERS, TOKEN_TYPES, semantic_tokens
 from .weights import WeightChecks
 
@@ -132,6 +134,30 @@ class LinnetServer(LanguageServer):
         self.collector = IdleCollector(busy=self.checking)
         # uri -> (revision, the first pass over a big file just opened: `_check_first_items`)
         self.first_items: dict[str, tuple[int, asyncio.Future]] = {}
+
+    def _start_io_async(self, stdin=None, stdout=None):
+        """pygls's stdio loop (`LanguageServer.start_io`) reading through `rpc.FramedReader`."""
+        self._stop_event = threading.Event()
+        reader = FramedReader(
+            StdinAsyncReader(stdin or sys.stdin.buffer, self.thread_pool), self.protocol.answer_unframed
+        )
+        self.protocol.set_writer(StdoutWriter(stdout or sys.stdout.buffer))
+        try:
+            asyncio.run(
+                run_async(
+                    stop_event=self._stop_event,
+                    reader=reader,
+                    protocol=self.protocol,
+                    logger=logging.getLogger("pygls.server"),
+                    error_handler=self.report_server_error,
+                )
+            )
+        except BrokenPipeError:
+            log.error("the connection to the client is lost")
+        except (KeyboardInterrupt, SystemExit):
+            pass
+        finally:
+            self.shutdown()
 
     def report_server_error(self, error: Exception, source) -> None:
         """Errors outside our handlers (a notification pygls's own workspace rejects, such as a

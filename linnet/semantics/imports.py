@@ -29,7 +29,7 @@ from ..syntax import ast as A
 from ..syntax.ast import Span
 from ..syntax.items import Item, Source
 from .diagnostics import Finding, Fix, Label, LocalAnchor, SymbolAnchor, symbol
-from .suggest import closest
+from .suggest import NameIndex, closest
 
 if TYPE_CHECKING:
     from .program import Document, StdLib
@@ -65,6 +65,7 @@ class Globals:
         self.failed = set(failed)  # names of imports that failed: their uses are not news
         self.namespaces = namespaces
         self._names_key: str | None = None
+        self._name_index: NameIndex | None = None
         for item in items:
             if item.name is None:
                 continue
@@ -90,6 +91,13 @@ class Globals:
 
     def names(self, site: Item | None = None):
         return self.at(site).by_name.keys()
+
+    def name_index(self, site: Item | None = None) -> NameIndex:
+        """`names(site)` indexed for suggestions (made once per namespace, on its first unknown name)."""
+        g = self.at(site)
+        if g._name_index is None:
+            g._name_index = NameIndex(g.by_name)
+        return g._name_index
 
     def names_key(self, site: Item | None = None) -> str:
         g = self.at(site)

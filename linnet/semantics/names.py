@@ -105,6 +105,15 @@ class NamesMixin:
         self.result.deps[(self.item.source.path, NAMES_DEP)] = self.ctx.lookup.names_key(self.item)
         return found
 
+    def _global_names_near(self, name: str) -> list[str]:
+        """The top-level names that may be suggested for `name` (`suggest.NameIndex`); the result then depends on
+        the set of names."""
+        index = getattr(self.ctx.lookup, "name_index", None)
+        if index is None:
+            return self._global_names()
+        self.result.deps[(self.item.source.path, NAMES_DEP)] = self.ctx.lookup.names_key(self.item)
+        return index(self.item).near(name)
+
     def _is_config(self, name: str) -> bool:
         item = self.global_item(name)
         return item is not None and item.kind == "config"
@@ -395,7 +404,7 @@ class NamesMixin:
             inst = getattr(self._module_scope(scope), "instance", None)
             if inst is not None:
                 candidates |= set(self.members(inst, report=False).by_name)
-            candidates |= set(self._global_names()) | set(REGISTRY) | set(DTYPES) | set(BUILTIN_CONSTANTS)
+            candidates |= set(self._global_names_near(e.id)) | set(REGISTRY) | set(DTYPES) | set(BUILTIN_CONSTANTS)
         # config fields are reached through the config parameter: offer `c.field`
         config_hints = []
         for name in scope.all_names():

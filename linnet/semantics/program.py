@@ -378,7 +378,7 @@ class Document:
         self._binding_cache: dict[Item, tuple] = {}
         self._replaced: list[Item] = []  # items dropped since the last analysis (cache pruning)
         self._field_atoms = weakref.WeakValueDictionary()  # config fields' dim atoms (ConfigValue.atom)
-        self._unread_cache: dict = {}  # what each function reads under each check (unread.py)
+        self._unread_cache: dict = {}  # what each function reads under each check of the last analysis (unread.py)
         self.last_parsed = 0
         self.version = 0  # counts changes of the text
         self.update(text)
@@ -490,8 +490,6 @@ class Document:
                 item._attribute_findings = check_attributes(item)
             findings.extend(item._attribute_findings)
         if only is None and not self.is_std and not _has_errors(self.items, findings):
-            if len(self._unread_cache) > 20_000:  # entries of replaced results are never hit again
-                self._unread_cache.clear()
             findings.extend(unread_findings(analysis, self._unread_cache))
         analysis.diagnostics = self._diagnostics(findings, globals_)
         return analysis

@@ -174,3 +174,42 @@ def test_a_check_end_collects_the_analysis_it_replaced_at_once(full_collections)
     assert all(frozen(node) for node in live)
     if collector._timer is not None:
         collector._timer.cancel()
+
+
+def test_a_pause_does_not_walk_the_frozen_objects_to_count_them(full_collections, monkeypatch):
+    """Issue 45: every pause called `gc.get_freeze_count()`, which walks the list of every frozen object (0.1 s with
+    a 3,000-line file's 800,000; a completion sent then waited on it). The count is kept as objects are frozen."""
+    collector = IdleCollector(busy=lambda: False, idle_s=0.01)
+    collector.start()
+    kept = Node()
+    walks: list[int] = []
+    real = gc.get_freeze_count
+    monkeypatch.setattr(gc, "get_freeze_count", lambda: walks.append(1) or real())
+
+    async def pause() -> None:
+        collector.activity()
+        await asyncio.sleep(0.2)
+
+    asyncio.run(pause())
+    assert frozen(kept) and collector.full_collections == 0
+    assert walks == []
+    assert collector.frozen >= real()  # frozen since (refcounting may have freed some): never undercounted
+
+
+def test_a_big_file_frozen_as_it_opens_does_not_make_the_next_pause_a_full_collection(full_collections, monkeypatch):
+    """Issue 45: a file's analysis frozen at the end of its first check (too big to scan) counted as growth, so the
+    first pause after opening a 3,000-line file ran a full collection over its 800,000 live objects (1-2.4 s)."""
+    collector = IdleCollector(busy=lambda: False, idle_s=0.01)
+    collector.start()
+    opened = [Node() for _ in range(2 * collector.survivors)]  # more than doubles what startup froze
+    monkeypatch.setattr("linnet.lsp.collector.YOUNG_LIMIT", 0)
+    collector.after_check()
+    monkeypatch.undo()
+    assert all(frozen(node) for node in opened[:10])
+
+    async def pause() -> None:
+        collector.activity()
+        await asyncio.sleep(0.2)
+
+    asyncio.run(pause())
+    assert collector.full_collections == 0
