@@ -18,7 +18,7 @@ against the body):
   lie (ONNX Runtime);
 - `prefill_blocks`: prefill in blocks of query rows, each over the keys up to its own last
   attended one (ONNX Runtime: about 3/8 of a causal prefill's scores are never computed);
-- `kv_flat`: keys and values come from caches held in a layout of `hold_caches_flat` (below), read where
+- `kv_flat`: keys and values come from caches held in a layout of `hold_caches` (below), read where
   they lie (the variant's value is the layout);
 - `sdpa`: the framework's fused kernel, under `fast`, and under `equivalent` where the composite
   upcasts its softmax or the dtype is f32 already: it is what transformers' default attention
@@ -32,7 +32,7 @@ some query attends, and keys before a window's start stay in, masked, with weigh
 zeros. So a window changes no backend's code, and each variant stays exact under it
 (tests/compiler/test_composites.py runs them with a window shorter than the prefill).
 
-`hold_caches_flat`: KV caches declared [max_batch, H, T, D] are held in one of two layouts
+`hold_caches`: KV caches declared [max_batch, H, T, D] are held in one of two layouts
 (`Program.state_layouts`), their reads, writes and row gathers marked `attrs["layout"]` with its name:
 
 - `"flat"`, [max_batch * H, T, D] (XLA on the CPU): the attention dots then read a cache row's heads
@@ -132,7 +132,7 @@ def held_shape(shape: tuple[int, ...], layout: str) -> tuple[int, ...]:
     return (b * h, t, d) if layout == "flat" else (b, t, h * d)
 
 
-def hold_caches_flat(program: Program, layout: str = "flat") -> None:
+def hold_caches(program: Program, layout: str = "flat") -> None:
     """Hold every rank-4 state tensor (a KV cache) in `layout` (the module docstring): record
     its held shape and mark the ops that read, write or gather it (in place). Run before
     `choose_attention_variants`, so that `kv_flat` sees the marks. Raises ValueError for an

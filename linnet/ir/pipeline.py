@@ -10,8 +10,8 @@
    `concat_linear_weights`, one dot over their `concat`, each weight keeping its name); with
    `transpose_wide_weights`, the wide weights a backend holds transposed, recorded in `Program.param_layouts`
    (`fusion.hold_wide_weights_transposed`);
-5. with `flat_caches`, KV caches held in `cache_layout`: [max_batch * H, T, D] ("flat") or
-   [max_batch, T, H * D] ("token_major") (`attention.hold_caches_flat` says which suits what);
+5. with `cache_layout`, KV caches held [max_batch * H, T, D] ("flat") or
+   [max_batch, T, H * D] ("token_major") (`attention.hold_caches` says which suits what);
 6. which composites run natively (`native`: composite -> the numerics under which the
    backend's native form is what the reference computes) and which attention variants apply
    (`attention.choose_attention_variants`), recorded on the ops (`attrs["native"]`,
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .attention import choose_attention_variants, hold_caches_flat
+from .attention import choose_attention_variants, hold_caches
 from .core import Graph, Program
 from .fusion import concat_linear_weights, fuse_linear_weights, hold_wide_weights_transposed, recognize_linear
 from .inline import flatten, inline_calls, layer_calls
@@ -47,8 +47,7 @@ class PassOptions:
     fuse_linear_weights: bool = False
     concat_linear_weights: bool = False
     transpose_wide_weights: bool = False
-    flat_caches: bool = False
-    cache_layout: str = "flat"
+    cache_layout: str | None = None  # how KV caches are held (`attention.CACHE_LAYOUTS`); None: as declared
     native: dict[str, tuple[str, ...]] = field(default_factory=dict)
     attention: tuple[str, ...] = ()
     decompose: frozenset[str] = frozenset()
@@ -70,8 +69,8 @@ def prepare(program: Program, options: PassOptions, numerics: str = "equivalent"
         concat_linear_weights(p)
     if options.transpose_wide_weights:
         hold_wide_weights_transposed(p)
-    if options.flat_caches:
-        hold_caches_flat(p, options.cache_layout)
+    if options.cache_layout is not None:
+        hold_caches(p, options.cache_layout)
     for g in p.graphs():
         _choose_native(g, options, numerics)
     choose_attention_variants(p, options.attention, numerics)

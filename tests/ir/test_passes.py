@@ -214,7 +214,7 @@ def test_attention_variants_recorded_where_they_apply():
     (step,) = attention_ops["LlamaAttention.step"]
     assert forward.attrs["variant"] == {"scale_queries": True}  # no cache: nothing to trim
     assert step.attrs["variant"] == {"scale_queries": True, "trim_keys": True, "keys_first": True}
-    flat = prepare(llama(1), PassOptions(flat_caches=True, attention=("kv_flat",)))
+    flat = prepare(llama(1), PassOptions(cache_layout="flat", attention=("kv_flat",)))
     (step,) = [op for op in walk_ops(flat.functions["LlamaAttention.step"]) if op.attrs.get("name") == "attention"]
     assert step.attrs["variant"] == {"kv_flat": "flat"}  # the layout the caches are held in
     assert flat.state_layouts["model.layers.0.self_attn.k_cache"] == (2, 16, 8)
@@ -233,7 +233,7 @@ def test_attention_over_a_fixed_number_of_keys_without_a_cache_is_not_trimmed():
 def test_passes_and_emitters_do_not_change_the_program():
     p = llama()
     before = format_program(p)
-    prepare(p, PassOptions(fuse_linear_weights=True, flat_caches=True, attention=("kv_flat",)))
+    prepare(p, PassOptions(fuse_linear_weights=True, cache_layout="flat", attention=("kv_flat",)))
     prepare(p, PassOptions(flatten=True, fuse_linear_weights=True))
     copy_program(p)
     from linnet.compiler.jax.codegen import generate as jax_generate

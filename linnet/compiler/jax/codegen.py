@@ -115,7 +115,7 @@ UNSUPPORTED: dict[str, str] = {}
 # group of linear layers sharing an input, KV caches held flat, and attention reading them so.
 PASSES = PassOptions(
     fuse_linear_weights=True,
-    flat_caches=True,
+    cache_layout="flat",
     native={
         "softmax": NUMERICS,
         "silu": NUMERICS,
@@ -141,7 +141,7 @@ __all__ = [
 def state_shape(shape: tuple[int, ...], cache_layout: str = "flat") -> tuple[int, ...]:
     """The shape the JAX backend holds a state tensor in: a KV cache [max_batch, H, T, D] (rank
     4) as `cache_layout` says ("flat": [max_batch * H, T, D], "token_major": [max_batch, T, H * D];
-    `linnet.ir.attention.hold_caches_flat` says why each), other state as declared."""
+    `linnet.ir.attention.hold_caches` says why each), other state as declared."""
     return held_shape(tuple(shape), cache_layout) if len(shape) == 4 else tuple(shape)
 
 

@@ -119,7 +119,7 @@ def compile_program(
     per linear layer): what sharding by checkpoint name and gradients by checkpoint name want. With
     `f32_matrices`, the code takes the bf16 matrices in f32 (`JaxProgram.held_dtype`; the codegen docstring says
     why: XLA's CPU dots). `cache_layout`: how KV caches are held, "flat" or "token_major"
-    (`linnet.ir.attention.hold_caches_flat` says which suits which device)."""
+    (`linnet.ir.attention.hold_caches` says which suits which device)."""
     if numerics not in NUMERICS:
         raise BackendError(f"numerics must be one of {', '.join(NUMERICS)}, got {numerics!r}")
     enable_x64()

@@ -421,7 +421,7 @@ def load_prepared(
 
 def cache_layout_for(device) -> str:
     """How the generated code holds KV caches on `device` (a jax Device): "token_major" ([max_batch, T, H * D]) on a
-    TPU, "flat" ([max_batch * H, T, D]) elsewhere; `linnet.ir.attention.hold_caches_flat` gives the measurements."""
+    TPU, "flat" ([max_batch * H, T, D]) elsewhere; `linnet.ir.attention.hold_caches` gives the measurements."""
     return "token_major" if device.platform == "tpu" else "flat"
 
 

@@ -99,10 +99,11 @@ class _Inputs:
         self.vocab = int(program.config.get("vocab_size", 100) or 100)
 
     def make(self, graph: Graph, batch: int, tokens: int) -> list[np.ndarray]:
-        sizes = {d: OTHER_DIM for d in _dim_names(graph)} | self.dims | {"B": batch, "S": tokens}
+        names = _dim_names(graph)
+        fixed = self.dims | {"B": batch, "S": tokens}
         if graph.inputs and graph.inputs[0].dims and _var(graph.inputs[0].dims[0]) not in (None, "B"):
-            sizes[_var(graph.inputs[0].dims[0])] = batch  # a batch dim named otherwise (SigLIP's text `T`)
-        sizes = self._positive(graph, sizes, free={d for d in _dim_names(graph) if d not in self.dims} - set("BS"))
+            fixed[_var(graph.inputs[0].dims[0])] = batch  # a batch dim named otherwise (SigLIP's text `T`)
+        sizes = self._positive(graph, {d: OTHER_DIM for d in names} | fixed, free=names - set(fixed))
         self.seed += 1
         return random_inputs(graph, sizes, self.seed, self.vocab)
 
