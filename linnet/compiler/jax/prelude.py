@@ -72,7 +72,8 @@ def _child(node, part):
 # of 512 tokens written as 512 windows a cache took ~1 ms a cache there, most of its time to first token.
 def write_cache(cache, rows, positions, new):
     """`cache` [max_batch * H, T, D] with `new` [B, H, S, D] written at row `rows[b]`, positions
-    `positions[b] + 0..S-1`; positions past the cache are dropped (a padded prefill's tail)."""
+    `positions[b] + 0..S-1`; rows and positions past the cache are dropped (a padded batch's extra rows, a padded
+    prefill's tail)."""
     return _one_or_many(
         new.shape[2],
         lambda c: _scatter_positions(c, rows, positions, new),
@@ -98,13 +99,20 @@ def _write_blocks(cache, rows, positions, new):
     def write_row(i, cache):
         row, position, block = rows[i], positions[i], new[i]
         return lax.cond(
-            position + jnp.asarray(s, position.dtype) <= cache.shape[1],
+            _block_fits(row * h, position, s, cache),
             lambda c: lax.dynamic_update_slice(c, block, (row * h, position, 0)),
             lambda c: _scatter_positions(c, row[None], position[None], block[None]),
             cache,
         )
 
     return lax.fori_loop(0, new.shape[0], write_row, cache)
+
+
+def _block_fits(first, position, s, cache):
+    """Whether a block of `s` positions from `position`, starting at index `first` of the cache's dim 0, lies inside
+    `cache` (a dynamic-update-slice would clamp one that does not onto the last row or positions: a padded batch's
+    rows past the cache, a padded prefill's tail)."""
+    return (first < cache.shape[0]) & (position + jnp.asarray(s, position.dtype) <= cache.shape[1])
 
 
 def _scatter_positions(cache, rows, positions, new):
@@ -145,7 +153,7 @@ def _write_token_blocks(cache, rows, positions, tokens):
     def write_row(i, cache):
         row, position, block = rows[i], positions[i], tokens[i]
         return lax.cond(
-            position + jnp.asarray(s, position.dtype) <= cache.shape[1],
+            _block_fits(row, position, s, cache),
             lambda c: lax.dynamic_update_slice(c, block[None], (row, position, 0)),
             lambda c: _scatter_tokens(c, row[None], position[None], block[None]),
             cache,
