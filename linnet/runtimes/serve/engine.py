@@ -374,7 +374,9 @@ class Engine:
             # as one more free row for an instant, never as one fewer.
             pending = len(self._submitted) + len(self._scheduler.waiting)
             free_rows = self.max_batch - self._scheduler.rows_in_use
-            waiting = max(0, pending - free_rows)
+            # a cancelled request (a client that disconnected) the loop has not dropped yet frees its row or its
+            # place in the queue at the next step: it is not counted, or a request right after it got a 429
+            waiting = max(0, pending - free_rows - len(self._cancelled))
             if waiting >= self.max_queue:
                 raise QueueFull(
                     f"{waiting} requests are already waiting for a row (the queue holds {self.max_queue}, "
