@@ -214,6 +214,18 @@ def cpu_reference(folder: Path, ids: np.ndarray) -> dict:
     return {"logits": logits, "tokens": tokens.token_ids}
 
 
+class Phases:
+    """Prints each phase's seconds as it ends (a call cut short by its time limit still says where the time went)."""
+
+    def __init__(self, shape: str):
+        self.shape, self.start = shape, time.perf_counter()
+
+    def done(self, phase: str) -> float:
+        took, self.start = time.perf_counter() - self.start, time.perf_counter()
+        print(f"peer {self.shape}: {phase} {took:.1f} s", flush=True)
+        return took
+
+
 def peer_rows(report, device: str, dry: bool, calibration: dict, budget_end: float) -> None:
     """Issue 41 goal 6's rows (see the module docstring) into `report`, sections `peer` and `peer distance`; a shape
     is skipped once `budget_end` (time.monotonic()) has passed, and a side that fails reports its error."""
@@ -223,18 +235,21 @@ def peer_rows(report, device: str, dry: bool, calibration: dict, budget_end: flo
             report.add("peer", {"shape": shape, "skipped": "time budget spent"})
             continue
         folder = Path(tempfile.mkdtemp(prefix="linnet-peer-")) / "hf"
+        phases = Phases(shape)
         try:
-            t = time.perf_counter()
             config = make_folder(shape, dry, folder)
-            folder_s = time.perf_counter() - t
+            folder_s = phases.done("folder")
             ids = np.random.default_rng(2).integers(0, config["vocab_size"], prompt).astype(np.int64)
             reference = cpu_reference(folder, ids)
+            phases.done("cpu reference")
             try:
                 keras_side = kerashub_side(folder, config, ids, new)
             except Exception as err:  # the Linnet side still runs, and the row says why this one did not
                 keras_side = {"error": f"{type(err).__name__}: {err}"}
             gc.collect()  # KerasHub's model off the chip before Linnet's comes on
+            phases.done("kerashub")
             ours = linnet_side(folder, device, ids, new)
+            phases.done("linnet")
         finally:
             shutil.rmtree(folder.parent, ignore_errors=True)
         report.add("peer", speed_row(shape, prompt, new, folder_s, ours, keras_side, calibration))
