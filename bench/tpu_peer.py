@@ -245,7 +245,9 @@ def peer_rows(report, device: str, dry: bool, calibration: dict, budget_end: flo
             try:
                 keras_side = kerashub_side(folder, config, ids, new)
             except Exception as err:  # the Linnet side still runs, and the row says why this one did not
-                keras_side = {"error": f"{type(err).__name__}: {err}"}
+                carry = " (carry .whl-peer: bench/tpu.sh's header lists its wheels)"
+                hint = carry if isinstance(err, ImportError) else ""
+                keras_side = {"error": f"{type(err).__name__}: {err}{hint}"}
             gc.collect()  # KerasHub's model off the chip before Linnet's comes on
             phases.done("kerashub")
             ours = linnet_side(folder, device, ids, new)
@@ -284,6 +286,7 @@ def speed_row(shape: str, prompt: int, new: int, folder_s: float, ours: dict, pe
         "prompt+new": f"{prompt}+{new}",
         "params_m": round(ours["params"] / 1e6, 1),
         "folder_s": round(folder_s, 1),
+        "compiles": "cold for both (bench/tpu.py's persistent cache starts empty; KerasHub's jits use it too)",
     } | side_fields("linnet", ours, stream_ms)
     if "error" in peer:
         return row | {"kerashub_error": peer["error"]}
