@@ -31,6 +31,12 @@ One process holds both: Linnet turns `jax_enable_x64` on process-wide (its i64 i
 `dynamic_slice` fails (int64 and int32 indices); the flag is set off for KerasHub's part and Linnet's next compile
 sets it on again.
 
+Device time (estimated from the CPU runs, not yet measured on the chip): about 3.5-4 minutes for TinyLlama (the
+folder ~15 s, the CPU reference ~30 s, KerasHub's load ~30 s and its four compiles, Linnet's load and compiles ~25 s
+cold) and 2-2.5 for SmolLM2-135M, mostly compiles; with the install and calibration about 7 minutes in all, under
+bench/tpu.sh's 520 s limit. A shape starts only before `--budget-s`: `bash bench/tpu.sh --only peer --budget-s 120`
+keeps the call to TinyLlama.
+
 Wheels (carried as `.whl-peer`, installed by bench/tpu.sh after `.whl-tpu`; the device's index has keras but not
 keras-hub): keras-hub 0.32.0 declares tensorflow-text, but `import keras_hub` and its Llama path need neither it nor
 TensorFlow (only its Gemma 3 converter imports sentencepiece at import time): bench/tpu.sh's header lists them.
