@@ -227,7 +227,7 @@ def _q5_1(blocks):
 
 def _q8_0(blocks):
     d = _f16(blocks[:, :2])
-    codes = (blocks[:, 2:].view(np.int8).astype(np.int16) + 128).astype(np.uint8)
+    codes = np.bitwise_xor(blocks[:, 2:], np.uint8(0x80))  # q + 128 as u8, q the i8 byte (one pass: 8B-scale files)
     return codes, d, -128 * d
 
 
