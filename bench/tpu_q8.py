@@ -48,12 +48,12 @@ ROWS_PER_CHUNK = 256  # rows of a matrix drawn and quantized per task of the thr
 
 def _program(shape: str, config: dict | None):
     """The checked, lowered program of `shape`'s preset (under `config`), without weights: its parameter names and
-    shapes and its config."""
-    from linnet.runtimes.loading import LoadOptions, prepare
+    shapes and its config (not `loading.prepare`, which refuses random weights of 32 GB in f32)."""
+    from linnet.ir.build import bind_config, check_source, lower_program, read_source
 
     source, preset = SOURCES[shape]
-    options = LoadOptions(preset=preset, config=config, random_weights=True, max_positions=16)
-    return prepare(ROOT / "examples" / source, None, options).program
+    info = check_source(*read_source(ROOT / "examples" / source), preset)
+    return lower_program(bind_config(info, config or {}, labels=("--config",)), "f32", 1, 16)
 
 
 def _gguf_names(arch: str) -> dict[str, str]:
@@ -221,15 +221,19 @@ def _memory_gb(device: str) -> dict:
 
 def _fused(compiled_text: str, n: int, k: int) -> bool:
     """Whether the entry computation of an optimized HLO module makes no float [n, k] array: the dequantized matrix
-    is then made inside the dot's fusion (never written to memory), not materialised by a fusion of its own."""
+    is then made inside the dot's fusion (never written to memory), not materialised by a fusion of its own (in either
+    orientation, [n, k] or [k, n])."""
     lines = compiled_text.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("ENTRY"))
     end = next(i for i in range(start, len(lines)) if lines[i].startswith("}"))
-    return not any(f"f32[{n},{k}]" in line or f"bf16[{n},{k}]" in line for line in lines[start:end])
+    shapes = [f"{t}[{a},{b}]" for t in ("f32", "bf16") for a, b in ((n, k), (k, n))]
+    return not any(shape in line for line in lines[start:end] for shape in shapes)
 
 
 def kernel_rows(report, device: str, dry: bool, calibration: dict) -> None:
-    """One Q8_0 matrix-vector product (8B's fused gate/up size) four ways: ms, GB/s of the bytes read, fused or not."""
+    """One Q8_0 matrix-vector product (8B's fused gate/up size) several ways: ms, GB/s of the bytes read, whether
+    the dequantization was fused into the dot, the distance from the model's form at `highest`; each variant's
+    optimized HLO written beside the report (`q8_kernel_<i>.hlo.txt`)."""
     import jax
     import jax.numpy as jnp
     from tpu import median_s, ready
@@ -239,44 +243,50 @@ def kernel_rows(report, device: str, dry: bool, calibration: dict) -> None:
     n, k = (256, 128) if dry else (28672, 4096)
     dev = jax.devices(device)[0]
     rng = np.random.default_rng(0)
-    codes = jax.device_put(rng.integers(-127, 128, (n, k), dtype=np.int8), dev)
-    scales = jax.device_put((rng.random((n, k // 32), dtype=np.float32) * 1e-3).astype(np.float16), dev)
+    codes_np = rng.integers(-127, 128, (n, k), dtype=np.int8)
+    scales_np = (rng.random((n, k // 32), dtype=np.float32) * 1e-3).astype(np.float16)
+    codes, scales = jax.device_put(codes_np, dev), jax.device_put(scales_np, dev)
+    codes_t, scales_t = jax.device_put(codes_np.T.copy(), dev), jax.device_put(scales_np.T.copy(), dev)
     x = jax.device_put(rng.standard_normal((1, k), dtype=np.float32), dev)
     dense = jax.device_put(jnp.ones((n, k), jnp.bfloat16), dev)
-    q8_bytes = n * k + n * k // 32 * 2
+    q8 = (x, codes, scales)
+
+    def held_k_major(x, ct, st):  # codes held [K, N]: the blocks split a major dim, scales broadcast along it
+        w = ct.reshape(k // 32, 32, n).astype(jnp.float32) * st.astype(jnp.float32)[:, None, :]
+        return x @ w.reshape(k, n)
+
+    def repeated_scales(x, c, s):  # codes untouched, the scales repeated to [N, K]
+        return jnp.einsum("...i,oi->...o", x, c.astype(jnp.float32) * jnp.repeat(s.astype(jnp.float32), 32, axis=1))
+
+    def bf16_operand(x, c, s):
+        w = dequantize((c, s), jnp.bfloat16)
+        return jnp.einsum("...i,oi->...o", x.astype(jnp.bfloat16), w, preferred_element_type=jnp.float32)
+
     variants = {
-        "q8_0 fast (default precision)": (lambda x, c, s: quantized_linear(x, (c, s), None), (x, codes, scales)),
-        "q8_0 equivalent (highest)": (lambda x, c, s: quantized_linear(x, (c, s), "highest"), (x, codes, scales)),
-        "q8_0 dequantized to bf16": (
-            lambda x, c, s: jnp.einsum(
-                "...i,oi->...o",
-                x.astype(jnp.bfloat16),
-                dequantize((c, s), jnp.bfloat16),
-                preferred_element_type=jnp.float32,
-            ),
-            (x, codes, scales),
-        ),
+        "q8_0 fast, the model's form (codes [N, K])": (lambda x, c, s: quantized_linear(x, (c, s), None), q8),
+        "q8_0 equivalent (highest), the model's form": (lambda x, c, s: quantized_linear(x, (c, s), "highest"), q8),
+        "q8_0 fast, scales repeated to [N, K]": (repeated_scales, q8),
+        "q8_0 fast, codes held [K, N]": (held_k_major, (x, codes_t, scales_t)),
+        "q8_0 fast, dequantized to bf16": (bf16_operand, q8),
         "bf16 dense": (lambda x, w: jnp.einsum("...i,oi->...o", x.astype(jnp.bfloat16), w), (x, dense)),
     }
-    want = np.asarray(variants["q8_0 equivalent (highest)"][0](*variants["q8_0 equivalent (highest)"][1]))
-    for label, (fn, args) in variants.items():
+    want = np.asarray(quantized_linear(x, (codes, scales), "highest"))
+    for i, (label, (fn, args)) in enumerate(variants.items()):
         jitted = jax.jit(fn)
         text = jitted.lower(*args).compile().as_text()
+        (report.out / f"q8_kernel_{i}.hlo.txt").write_text(f"# {label}\n{text}")
         ready(jitted, *args)
         s = median_s(functools.partial(ready, jitted, *args), 20)
-        read = q8_bytes if label.startswith("q8") else n * k * 2
-        row = {
-            "variant": label,
-            "matrix": f"{n} x {k}",
-            "ms": round(s * 1e3, 4),
-            "gb_read": round(read / 1e9, 4),
+        quantized = label.startswith("q8")
+        read = n * k + n * k // 32 * 2 if quantized else n * k * 2
+        row = {"variant": label, "matrix": f"{n} x {k}", "ms": round(s * 1e3, 4), "gb_read": round(read / 1e9, 4)}
+        row |= {
             "gbps": round(read / s / 1e9, 1),
             "of_stream_limit": f"{read / s / 1e9 / calibration['stream_bf16_gbps']:.0%}",
-            "dequantization_fused": _fused(text, n, k) if label.startswith("q8") else "",
         }
-        if label.startswith("q8"):
-            got = np.asarray(jitted(*args))
-            row["max_abs_diff_vs_highest"] = float(np.max(np.abs(got - want)))
+        if quantized:
+            row["dequantization_fused"] = _fused(text, n, k)
+            row["max_abs_diff_vs_highest"] = float(np.max(np.abs(np.asarray(jitted(*args)) - want)))
         report.add("q8 kernel (one matrix-vector product)", row)
 
 

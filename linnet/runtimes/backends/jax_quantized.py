@@ -58,11 +58,14 @@ def stored_matrices(prepared: Prepared) -> dict[str, int]:
 
 def held_pair(q: GroupQuantized, name: str = "tensor") -> tuple[np.ndarray, np.ndarray]:
     """A Q8_0 matrix as the device holds it: (codes i8[N, K], scales f16[N, K / 32]), W = codes * scales, exactly
-    `q.dequantize()`. Raises LoadError naming `name` for another type (`stored_matrices` refuses those first)."""
+    what `q.dequantize()` was. Consumes `q` (the loader's own arrays): its writeable codes become the i8 codes in
+    place, so an 8B model's 8 GB of codes are not copied once more on the host. Raises LoadError naming `name`
+    for another type (`stored_matrices` refuses those first)."""
     if q.ggml_type not in JAX_STORED_TYPES or q.group != JAX_STORED_TYPES[q.ggml_type]:
         held = ", ".join(JAX_STORED_TYPES)
         raise LoadError(f"`{name}`: {q.ggml_type} is not held quantized on JAX (it holds {held})")
-    codes = np.bitwise_xor(q.codes, np.uint8(0x80)).view(np.int8)  # c - 128 in two's complement: q
+    out = q.codes if q.codes.flags.writeable and q.codes.flags.c_contiguous else None
+    codes = np.bitwise_xor(q.codes, np.uint8(0x80), out=out).view(np.int8)  # c - 128 in two's complement: q
     return codes, q.scales.astype(np.float16)
 
 
