@@ -134,3 +134,34 @@ def test_cli_generates_the_dequantized_models_tokens(tmp_path):
     runs = [run_cli("generate", str(LLAMA), *args, "--dtype", dtype, "--print-ids") for dtype in ("stored", "f32")]
     assert all(r.returncode == 0 for r in runs), runs[0].stderr + runs[1].stderr
     assert runs[0].stdout == runs[1].stdout and runs[0].stdout.strip()
+
+
+@pytest.mark.tpu
+@pytest.mark.parametrize("numerics", ["equivalent", "fast"])
+def test_stored_on_the_tpu_is_the_dequantized_model(q8_gguf, tpu_device, numerics):
+    # On the chip: the int8 pairs held there, and the logits against the same file dequantized in f32 there under
+    # `equivalent` (f32 dots at highest precision). Under `equivalent` both multiply the same f32 values, so only
+    # summation order and the chip's transcendentals differ: bounded at 1e-4 of the logits' scale. Under `fast` the
+    # chip rounds each dot's operands to bf16 (2^-9 relative) over K = 64 and 96 and two layers: bounded as the
+    # bf16 parity tests are, TPU_LOGITS_ATOL on logits of this scale (about 1).
+    from tests.runtimes.conftest import TPU_LOGITS_ATOL, record
+
+    options = dict(OPTIONS, device=tpu_device)
+    stored = BACKENDS["xla"].load(LLAMA, weights=q8_gguf, dtype="stored", numerics=numerics, **options)
+    f32 = BACKENDS["xla"].load(LLAMA, weights=q8_gguf, dtype="f32", **options)
+    codes, scales = stored.params["model.embed_tokens.weight"]
+    assert codes.dtype == np.int8 and scales.dtype == np.float16 and codes.devices() == {stored.device}
+    ids = np.random.default_rng(3).integers(0, 96, (1, 24))
+    (got,) = stored.run("forward", ids)
+    (want,) = f32.run("forward", ids)
+    delta = float(np.abs(got - want).max())
+    record(
+        f"stored {numerics} logits",
+        delta,
+        model="llama",
+        backend="xla",
+        checkpoint=q8_gguf.name,
+        against="f32 dequantized",
+    )
+    bound = 1e-4 * np.abs(want).max() if numerics == "equivalent" else TPU_LOGITS_ATOL
+    assert delta <= bound, (delta, bound)
