@@ -14,7 +14,8 @@ Rows, each written to DIR/tpu_<date>.json and .md as it completes (a call cut sh
   SmolLM2-135M, TinyLlama-1.1B and SmolLM2-1.7B shapes: compile (cold), TTFT against the FLOP bound (2 x params x
   512 at the measured TFLOP/s), decode tok/s against the streaming limit (the weights, and the weights plus the KV
   cache a step reads, at the measured GB/s), with the per-token host loop and the on-device decode loop
-  (`jax_loop`) side by side; the distance from the CPU reference and greedy agreement per shape.
+  (`jax_loop`) side by side; the distance from the CPU reference and greedy agreement per shape;
+- q8 (only when asked: `--only q8`, `--q8-shapes`): goal 5's 8B class from a Q8_0 GGUF (bench/tpu_q8.py says what).
 
 Weights: each model's preset (examples/llama.linnet) with seeded random weights (`random_weights`: biases 0, norm
 scales 1, the rest N(0, 0.02)). The loader's own `random_params` draws them one tensor after another in f64, which

@@ -394,6 +394,13 @@ def distance_rows(report, device: str, dry: bool, shape: str, budget_end: float)
 def q8_rows(report, device: str, dry: bool, calibration: dict, budget_end: float, shapes: list[str] | None = None):
     """The rows of this module (its docstring), in order: kernel, decode per shape (`shapes`, default the Llama
     3.1 8B shape), distance on the Llama shape with 4 layers."""
-    kernel_rows(report, device, dry, calibration)
-    decode_rows(report, device, dry, calibration, shapes or ["llama-3.1-8b"], budget_end)
-    distance_rows(report, device, dry, (shapes or ["llama-3.1-8b"])[0], budget_end)
+    shapes = shapes or ["llama-3.1-8b"]
+    for section, rows in (
+        ("q8 kernel", lambda: kernel_rows(report, device, dry, calibration)),
+        ("q8 decode", lambda: decode_rows(report, device, dry, calibration, shapes, budget_end)),
+        ("q8 distance", lambda: distance_rows(report, device, dry, shapes[0], budget_end)),
+    ):
+        try:
+            rows()
+        except Exception as err:  # a section that fails says why, and the next still runs (one device call)
+            report.add(section, {"error": f"{type(err).__name__}: {err}"[:2000]})
