@@ -29,6 +29,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -220,14 +221,14 @@ def _memory_gb(device: str) -> dict:
 
 
 def _fused(compiled_text: str, n: int, k: int) -> bool:
-    """Whether the entry computation of an optimized HLO module makes no float [n, k] array: the dequantized matrix
-    is then made inside the dot's fusion (never written to memory), not materialised by a fusion of its own (in either
-    orientation, [n, k] or [k, n])."""
+    """Whether the entry computation of an optimized HLO module makes no float array of n * k values: the dequantized
+    matrix is then made inside the dot's fusion (never written to memory), not materialised by a fusion of its own
+    (in any shape: [n, k], [k, n], [k / 32, 32, n])."""
     lines = compiled_text.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("ENTRY"))
     end = next(i for i in range(start, len(lines)) if lines[i].startswith("}"))
-    shapes = [f"{t}[{a},{b}]" for t in ("f32", "bf16") for a, b in ((n, k), (k, n))]
-    return not any(shape in line for line in lines[start:end] for shape in shapes)
+    shapes = re.findall(r"\b(?:f32|bf16)\[([\d,]+)\]", "\n".join(lines[start:end]))
+    return not any(math.prod(int(d) for d in dims.split(",")) == n * k for dims in shapes)
 
 
 def kernel_rows(report, device: str, dry: bool, calibration: dict) -> None:
@@ -255,6 +256,11 @@ def kernel_rows(report, device: str, dry: bool, calibration: dict) -> None:
         w = ct.reshape(k // 32, 32, n).astype(jnp.float32) * st.astype(jnp.float32)[:, None, :]
         return x @ w.reshape(k, n)
 
+    def block_dots(x, ct, st):  # torch_xla's blockwise form (xla_quantized_matmul.py): a dot per block, then scales
+        blocks = ct.reshape(k // 32, 32, n).astype(jnp.float32)
+        per_block = jnp.einsum("gcn,mgc->mgn", blocks, x.reshape(-1, k // 32, 32))
+        return jnp.einsum("gn,mgn->mn", st.astype(jnp.float32), per_block)
+
     def repeated_scales(x, c, s):  # codes untouched, the scales repeated to [N, K]
         return jnp.einsum("...i,oi->...o", x, c.astype(jnp.float32) * jnp.repeat(s.astype(jnp.float32), 32, axis=1))
 
@@ -267,6 +273,7 @@ def kernel_rows(report, device: str, dry: bool, calibration: dict) -> None:
         "q8_0 equivalent (highest), the model's form": (lambda x, c, s: quantized_linear(x, (c, s), "highest"), q8),
         "q8_0 fast, scales repeated to [N, K]": (repeated_scales, q8),
         "q8_0 fast, codes held [K, N]": (held_k_major, (x, codes_t, scales_t)),
+        "q8_0 fast, codes held [K, N], a dot per block then scales": (block_dots, (x, codes_t, scales_t)),
         "q8_0 fast, dequantized to bf16": (bf16_operand, q8),
         "bf16 dense": (lambda x, w: jnp.einsum("...i,oi->...o", x.astype(jnp.bfloat16), w), (x, dense)),
     }
