@@ -165,3 +165,17 @@ def test_stored_on_the_tpu_is_the_dequantized_model(q8_gguf, tpu_device, numeric
     )
     bound = 1e-4 * np.abs(want).max() if numerics == "equivalent" else TPU_LOGITS_ATOL
     assert delta <= bound, (delta, bound)
+
+
+def test_a_fused_group_quantized_in_part_is_refused_naming_its_members():
+    from linnet.compiler.jax.module import compile_program
+    from linnet.errors import BackendError
+    from linnet.runtimes.loading import LoadOptions, prepare
+
+    program = prepare(LLAMA, None, LoadOptions(preset="smollm2_135m", random_weights=True, max_positions=16)).program
+    names = [f"model.layers.0.self_attn.{m}_proj.weight" for m in "qkv"]
+    with pytest.raises(BackendError) as err:
+        compile_program(program, quantized={names[0]: 32, names[1]: 32})
+    message = str(err.value)
+    assert f"`{names[0]}` (groups of 32)" in message and f"`{names[2]}` (not quantized)" in message
+    assert "must be quantized alike" in message
