@@ -14,7 +14,8 @@ Rows, each written to DIR/tpu_<date>.json and .md as it completes (a call cut sh
   SmolLM2-135M, TinyLlama-1.1B and SmolLM2-1.7B shapes: compile (cold), TTFT against the FLOP bound (2 x params x
   512 at the measured TFLOP/s), decode tok/s against the streaming limit (the weights, and the weights plus the KV
   cache a step reads, at the measured GB/s), with the per-token host loop and the on-device decode loop
-  (`jax_loop`) side by side; the distance from the CPU reference and greedy agreement per shape.
+  (`jax_loop`) side by side; the distance from the CPU reference and greedy agreement per shape;
+- q8 (only when asked: `--only q8`, `--q8-shapes`): goal 5's 8B class from a Q8_0 GGUF (bench/tpu_q8.py says what).
 
 Weights: each model's preset (examples/llama.linnet) with seeded random weights (`random_weights`: biases 0, norm
 scales 1, the rest N(0, 0.02)). The loader's own `random_params` draws them one tensor after another in f64, which
@@ -391,7 +392,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     ap.add_argument("--dry-run", action="store_true", help="the CPU, tiny sizes")
     ap.add_argument("--budget-s", type=float, default=420, help="start no new shape after this many seconds")
-    ap.add_argument("--only", choices=("calibration", "numerics", "speed", "serve", "peer"), action="append")
+    ap.add_argument("--only", choices=("calibration", "numerics", "speed", "serve", "peer", "q8"), action="append")
+    ap.add_argument("--q8-shapes", nargs="+", choices=("llama-3.1-8b", "qwen3-8b"), help="q8's decode rows (tpu_q8)")
     args = ap.parse_args(argv)
     start = time.monotonic()
 
@@ -423,6 +425,10 @@ def main(argv=None) -> int:
         from tpu_peer import peer_rows
 
         peer_rows(report, device, args.dry_run, calibration, start + args.budget_s)
+    if "q8" in only and args.only:  # goal 5's 8B rows: asked for by name (`--only q8`), minutes of their own
+        from tpu_q8 import q8_rows
+
+        q8_rows(report, device, args.dry_run, calibration, start + args.budget_s, args.q8_shapes)
     report.data["wall_s"] = round(time.monotonic() - start, 1)
     report.write()
     return 0

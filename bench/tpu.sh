@@ -22,9 +22,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ "${1:-}" == "--dry-run" ]]; then
+    shift
     PYTHON=${PYTHON:-.venv/bin/python}
     OUT=${OUT:-/tmp/tpu-dry-run}
-    PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} exec "$PYTHON" bench/tpu.py --dry-run --out "$OUT" "${@:2}"
+    PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} exec "$PYTHON" bench/tpu.py --dry-run --out "$OUT" "$@"
 fi
 OUT=${OUT:?set OUT to the folder for the results}
 if [[ -d .whl-tpu ]]; then  # (the tree's own linnet/ is not a mapped install: `linnet.runtimes` needs the wheel)

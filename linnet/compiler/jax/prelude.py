@@ -1,5 +1,6 @@
 """The runtime helpers of the generated JAX code: the `Module` base class of its classes, and the functions its
-statements call (`write_cache`, dropout's `DropoutKeys`, `share_dropout_keys` and `dropout`).
+statements call (`write_cache`, dropout's `DropoutKeys`, `share_dropout_keys` and `dropout`, and under `--dtype stored`
+`dequantize`, `quantized_linear` and `quantized_take`).
 
 A generated module imports the ones it uses (`from linnet.compiler.jax.prelude import Module, write_cache`): the
 backend runs it so (`module.compile_program`), and the language server shows it so. A standalone file (`linnet jax
@@ -203,3 +204,35 @@ def dropout(x, p, keys):
         return x
     keep = jax.random.bernoulli(keys.next(), 1.0 - p, x.shape)
     return jnp.where(keep, x * (1.0 / (1.0 - p)), jnp.zeros((), x.dtype))
+
+
+# Matrices kept quantized (`--dtype stored`): a parameter may be a pair (codes, scales), codes i8[N, K] and scales
+# f16[N, K / G], one scale per group of G consecutive values of a row (a GGUF Q8_0 matrix: G = 32, W = codes * scale;
+# `linnet.runtimes.backends.jax_quantized` binds them). Which parameters are pairs is seen when the code is traced,
+# so one class serves every layer, quantized or not. The values are dequantized where they are read, inside the jitted
+# step: XLA fuses the convert and multiply into the dot's operand where it can, so the matrix is read as int8.
+def dequantize(w, dtype=jnp.float32):
+    """`w` itself, or the values `dtype`[..., K] of a quantized pair (codes i8[..., K], scales f16[..., K / G]):
+    codes * scales, exact in f32 (an 8-bit integer times an f16)."""
+    if not isinstance(w, tuple):
+        return w
+    codes, scales = w
+    *rows, k = codes.shape
+    groups = scales.shape[-1]
+    blocks = codes.reshape(*rows, groups, k // groups).astype(dtype) * scales.astype(dtype)[..., None]
+    return blocks.reshape(*rows, k)
+
+
+def quantized_linear(x, w, precision):
+    """`x @ w.T`: x [..., K] and w [N, K] (an array, or a quantized pair dequantized in x's dtype inside the dot)
+    -> [..., N], at `precision`."""
+    return jnp.einsum("...i,oi->...o", x, dequantize(w, x.dtype), precision=precision)
+
+
+def quantized_take(w, indices, axis):
+    """`jnp.take(w, indices, axis, mode="clip")`; of a quantized pair (axis 0), the rows' codes and scales taken, then
+    dequantized in f32: exactly the dequantized table's rows, without the table."""
+    if not isinstance(w, tuple):
+        return jnp.take(w, indices, axis=axis, mode="clip")
+    codes, scales = w
+    return dequantize((jnp.take(codes, indices, axis=0, mode="clip"), jnp.take(scales, indices, axis=0, mode="clip")))

@@ -48,10 +48,12 @@ import numpy as np
 from linnet.errors import BackendError, LoadError
 from linnet.runtimes.backends import backend_for
 from linnet.runtimes.formats.checkpoints import cast_floating
+from linnet.runtimes.formats.gguf_quants import GroupQuantized
 from linnet.runtimes.loading import LoadOptions
 from linnet.runtimes.model import ModelBase, step_entry
 
 from .jax_loop import greedy_tokens
+from .jax_quantized import concat_pairs, held_pair, stored_matrices
 
 if TYPE_CHECKING:
     from linnet.runtimes.loading import Prepared
@@ -417,7 +419,9 @@ def load_prepared(
     # bf16 on the CPU: matrices held in f32 (the module docstring); not for the per-name layout that sharding and
     # training compile themselves
     f32_matrices = dev.platform == "cpu" and program.dtype.name == "bf16" and fuse_linear_weights
-    compiled = compile_program(program, numerics, fuse_linear_weights, f32_matrices, cache_layout_for(dev))
+    quantized = stored_matrices(prepared)  # --dtype stored: the Q8_0 matrices, held as int8 codes and f16 scales
+    layout = cache_layout_for(dev)
+    compiled = compile_program(program, numerics, fuse_linear_weights, f32_matrices, layout, quantized)
     binder = _Binder(dev, compiled.fused, compiled.held_dtype)
     if prepared.checkpoint is not None:
         params = _checkpoint_params(prepared, progress, binder)
@@ -475,7 +479,8 @@ class _Binder:
     """Puts parameters on the device as they are read, by checkpoint name, except the members of
     a fused group (`fused`: key -> names), held on the host until the group is complete and then
     put concatenated under its key. Each array is held in `held_dtype(dtype, rank)` (`JaxProgram.held_dtype`:
-    the bf16 matrices widened to f32 on the CPU; an exact cast)."""
+    the bf16 matrices widened to f32 on the CPU; an exact cast); a `GroupQuantized` matrix (`--dtype stored`) as
+    its pair of codes and scales (`jax_quantized.held_pair`; a fused group's pairs concatenated)."""
 
     def __init__(self, device, fused: dict[str, list[str]], held_dtype: Callable[[str, int], str] | None = None):
         self.jax, self.device, self.fused = jax_module(), device, fused
@@ -484,8 +489,10 @@ class _Binder:
         self.pending: dict[str, dict[str, np.ndarray]] = {}
         self.params: dict = {}
 
-    def put(self, path: str, a: np.ndarray) -> None:
-        if self.held_dtype is not None and a.dtype.name == "bfloat16" and self.held_dtype("bf16", a.ndim) == "f32":
+    def put(self, path: str, a: np.ndarray | GroupQuantized) -> None:
+        if isinstance(a, GroupQuantized):
+            a = held_pair(a, path)
+        elif self.held_dtype is not None and a.dtype.name == "bfloat16" and self.held_dtype("bf16", a.ndim) == "f32":
             a = a.astype(np.float32)  # bf16 values, widened exactly
         key = self.group.get(path)
         if key is None:
@@ -495,7 +502,9 @@ class _Binder:
         held[path] = a
         if len(held) == len(self.fused[key]):
             held = self.pending.pop(key)
-            self.params[key] = self.jax.device_put(np.concatenate([held[n] for n in self.fused[key]]), self.device)
+            parts = [held[n] for n in self.fused[key]]
+            whole = concat_pairs(parts) if isinstance(parts[0], tuple) else np.concatenate(parts)
+            self.params[key] = self.jax.device_put(whole, self.device)
 
     def done(self) -> dict:
         for key, held in self.pending.items():
