@@ -33,6 +33,9 @@ from linnet.cli.generate import pick_example
 DEFAULT_WEIGHTS = "smollm2-135m-instruct"
 API_KEY_ENV = "LINNET_API_KEY"
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as `linnet.cli.main` answers KeyboardInterrupt
+# --max-queue-delay-ms's default: the engine's (`engine.MAX_QUEUE_DELAY_S`), written here so that parsing the command
+# line imports no runtime
+MAX_QUEUE_DELAY_MS = 20.0
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -78,7 +81,13 @@ def build_app(args: argparse.Namespace, model):
     # life). Not where compiled kernels are specialised to the thread count (`thread_specific`).
     backend = get_backend(args.backend)
     on_idle = None if backend.thread_specific else (lambda: backend.setup_process(args.device))
-    engine = Engine(step_model, tokenizer, max_queue=args.max_queue, on_idle=on_idle)
+    engine = Engine(
+        step_model,
+        tokenizer,
+        max_queue=args.max_queue,
+        max_queue_delay_s=args.max_queue_delay_ms / 1000,
+        on_idle=on_idle,
+    )
     compile_kind = getattr(step_model, "compile_kind", "")
     if compile_kind:
         # compile (or build the session for) every decode batch size and prefill bucket before the first client
@@ -154,6 +163,8 @@ def _check_args(args: argparse.Namespace) -> None:
     ):
         if value < least:
             raise UsageError(f"{flag} must be >= {least}, got {value}")
+    if not (0 <= args.max_queue_delay_ms < float("inf")):  # NaN fails it too
+        raise UsageError(f"--max-queue-delay-ms must be a number of milliseconds >= 0, got {args.max_queue_delay_ms}")
     if args.port > 65535:
         raise UsageError(f"--port must be <= 65535, got {args.port}")
     if args.replicas is not None and args.replicas < 1:
@@ -189,6 +200,14 @@ def register(sub) -> None:
         default=256,
         metavar="N",
         help="requests waiting for a row, when none is free, at most (256); then 429",
+    )
+    serve.add_argument(
+        "--max-queue-delay-ms",
+        type=float,
+        default=MAX_QUEUE_DELAY_MS,
+        metavar="MS",
+        help="how long an idle server holds the first request of a burst for the others, so they prefill in one "
+        f"step ({MAX_QUEUE_DELAY_MS:g}; 0: none)",
     )
     serve.add_argument(
         "--max-request-bytes",
