@@ -35,7 +35,7 @@ API_KEY_ENV = "LINNET_API_KEY"
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as `linnet.cli.main` answers KeyboardInterrupt
 # --max-queue-delay-ms's default: the engine's (`engine.MAX_QUEUE_DELAY_S`), written here so that parsing the command
 # line imports no runtime
-MAX_QUEUE_DELAY_MS = 20.0
+MAX_QUEUE_DELAY_MS = 0.0
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -207,7 +207,7 @@ def register(sub) -> None:
         default=MAX_QUEUE_DELAY_MS,
         metavar="MS",
         help="how long an idle server holds the first request of a burst for the others, so they prefill in one "
-        f"step ({MAX_QUEUE_DELAY_MS:g}; 0: none)",
+        f"step ({MAX_QUEUE_DELAY_MS:g}: no wait)",
     )
     serve.add_argument(
         "--max-request-bytes",

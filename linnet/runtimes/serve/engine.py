@@ -62,8 +62,12 @@ class Request:
 
 # the least seconds between two calls of an engine's `on_idle`
 IDLE_EVERY_S = 30.0
-# `Engine.max_queue_delay_s`'s default: how long an idle engine waits for the rest of a burst before its first step
-MAX_QUEUE_DELAY_S = 0.02
+# `Engine.max_queue_delay_s`'s default: no wait, as Triton's default. Measured with `bench/serve_speed.py`'s closed
+# loop on the shared 2-core machine, a burst's requests reached the server over 80-300 ms (new connections, CPUs held
+# by other jobs): 20 ms seldom caught them (1-2 lone prefills in 4 waves of 32; 2 without the wait) and cost every
+# lone request 20 ms; 300 ms aligned 8 clients' waves (64 model calls for 2 waves instead of 66-71) but would add
+# 300 ms to a lone request's first token.
+MAX_QUEUE_DELAY_S = 0.0
 
 
 class QueueFull(Exception):
@@ -239,7 +243,7 @@ class Engine:
       in step with each other, where without it the first request took a step of its own (a whole pass over the
       weights for one prompt), rode one step ahead of the others to the end, and its next request repeated that
       at every wave of a closed loop. The wait ends as soon as the pending requests fill the free rows; it never
-      delays a request while others decode (their tokens would wait too). 0: no wait.
+      delays a request while others decode (their tokens would wait too). 0 (the default): no wait.
     - `on_idle`: called on the engine's thread when it runs out of work after having had some, at most every
       IDLE_EVERY_S (`linnet serve` re-chooses torch's thread count there: a server started while the machine was
       busy kept 1 thread for its whole life). An exception from it is ignored.

@@ -120,3 +120,10 @@ def test_sigterm_ends_running_and_waiting_streams_with_an_error_event_and_done(t
     assert proc.wait(timeout=60) == 0
     text = log.read_text()
     assert "Traceback" not in text and "linnet serve: stopped" in text, text
+
+
+def test_the_queue_delay_default_is_the_engines():
+    from linnet.cli.serve import MAX_QUEUE_DELAY_MS
+    from linnet.runtimes.serve.engine import MAX_QUEUE_DELAY_S
+
+    assert MAX_QUEUE_DELAY_MS == 1000 * MAX_QUEUE_DELAY_S
