@@ -66,6 +66,12 @@ class Request:
 
 # the least seconds between two calls of an engine's `on_idle`
 IDLE_EVERY_S = 30.0
+# `Engine.max_queue_delay_s`'s default: no wait, as Triton's default. Measured with `bench/serve_speed.py`'s closed
+# loop on the shared 2-core machine, a burst's requests reached the server over 80-300 ms (new connections, CPUs held
+# by other jobs): 20 ms seldom caught them (1-2 lone prefills in 4 waves of 32; 2 without the wait) and cost every
+# lone request 20 ms; 300 ms aligned 8 clients' waves (64 model calls for 2 waves instead of 66-71) but would add
+# 300 ms to a lone request's first token.
+MAX_QUEUE_DELAY_S = 0.0
 
 
 class QueueFull(Exception):
@@ -235,6 +241,13 @@ class Engine:
       an idle engine accepts `max_batch + max_queue` at once); `submit` raises `QueueFull` beyond it.
     - `prefill_chunk` (>= 1): the most prompt tokens one step prefills for one request.
     - `step_token_budget` (>= 1): the tokens one step aims at (decode tokens plus prefill chunks; scheduler.py).
+    - `max_queue_delay_s` (>= 0): how long an idle engine (no request holding a row) holds the first request of a
+      burst before its first step, while more arrive and rows are free for them, as Triton's dynamic batcher's
+      `max_queue_delay_microseconds`: clients that send together are then prefilled in one batched step and decode
+      in step with each other, where without it the first request took a step of its own (a whole pass over the
+      weights for one prompt), rode one step ahead of the others to the end, and its next request repeated that
+      at every wave of a closed loop. The wait ends as soon as the pending requests fill the free rows; it never
+      delays a request while others decode (their tokens would wait too). 0 (the default): no wait.
     - `on_idle`: called on the engine's thread when it runs out of work after having had some, at most every
       IDLE_EVERY_S (`linnet serve` re-chooses torch's thread count there: a server started while the machine was
       busy kept 1 thread for its whole life). An exception from it is ignored.
@@ -251,10 +264,18 @@ class Engine:
         max_queue: int = 256,
         prefill_chunk: int = 256,
         step_token_budget: int = 512,
+        max_queue_delay_s: float = MAX_QUEUE_DELAY_S,
         on_idle: Callable[[], object] | None = None,
     ) -> None:
         if isinstance(max_queue, bool) or not isinstance(max_queue, int) or max_queue < 1:
             raise ValueError(f"max_queue must be an integer >= 1, got {max_queue!r}")
+        if (
+            isinstance(max_queue_delay_s, bool)
+            or not isinstance(max_queue_delay_s, (int, float))
+            or not (0 <= max_queue_delay_s < float("inf"))
+        ):
+            raise ValueError(f"max_queue_delay_s must be a finite number >= 0, got {max_queue_delay_s!r}")
+        self.max_queue_delay_s = float(max_queue_delay_s)
         # The Generator checks the model and runs each step (shape and finiteness checks) exactly as `linnet
         # generate` does.
         self._runner = Generator(model, tokenizer, prefill_chunk=prefill_chunk)
@@ -419,6 +440,7 @@ class Engine:
                         self._run_idle_hook()  # releases the lock while the hook runs
                         continue
                     self._wake.wait()
+                self._gather_burst()
                 self._idle_due = self._on_idle is not None
                 if self._stopping:
                     return
@@ -439,6 +461,19 @@ class Engine:
                 for active in broken:
                     if active.sequence in self._scheduler.waiting or active.sequence in self._scheduler.running:
                         self._finish(active, "error", error=f"internal error: {type(error).__name__}: {error}")
+
+    def _gather_burst(self) -> None:
+        """On an idle engine, wait (with the lock held, released while waiting) until `max_queue_delay_s` after the
+        first new request's arrival for more requests, or until they fill the free rows (`max_queue_delay_s`)."""
+        if not self._submitted or self._scheduler.has_work():
+            return
+        deadline = self._submitted[0].arrived + self.max_queue_delay_s
+        free_rows = self.max_batch - self._scheduler.rows_in_use
+        while not self._stopping and not self._cancelled and len(self._submitted) < free_rows:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            self._wake.wait(left)
 
     def _run_idle_hook(self) -> None:
         """Run `on_idle` without the lock (called with it held), so submits are not held up meanwhile."""

@@ -5,6 +5,7 @@ cancellation, the bounded queue and its errors."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -79,6 +80,22 @@ def test_equal_length_prompts_are_prefilled_in_one_step_and_give_their_solo_toke
     # one [8, 3] prefill (the weights read once for the eight prompts), then [8, 1] decode steps
     assert recording.calls[0] == (MAX_BATCH, 3, list(range(MAX_BATCH))), recording.calls[:3]
     assert all(s == 1 for _, s, _ in recording.calls[1:])
+
+
+def test_a_burst_whose_first_request_comes_early_is_prefilled_in_one_step(model, tok, make_engine):
+    # a closed loop's next wave: the first client's request reaches the idle engine a moment before the others.
+    # Without `max_queue_delay_s` it took a [1, 3] step of its own (a pass over every weight for one prompt), then
+    # the others a [7, 3] step beside its [1, 1] decode, and it stayed a step ahead of them to the end.
+    prompts = [tok.encode(p)[:3] for p in PROMPTS]
+    expected = [solo(model, tok, p, SamplingParams(), 6).token_ids for p in prompts]
+    recording = Recording(model)
+    engine = make_engine(recording, tok, max_queue_delay_s=30.0)  # ends early: 8 requests fill the 8 free rows
+    first = engine.submit(request(prompts[0], 6))
+    time.sleep(0.05)
+    handles = [first] + [engine.submit(request(p, 6)) for p in prompts[1:]]
+    assert [tokens_of(collect(h)[0]) for h in handles] == expected
+    assert recording.calls[0] == (MAX_BATCH, 3, list(range(MAX_BATCH))), recording.calls[:3]
+    assert [c[:2] for c in recording.calls[1:]] == [(MAX_BATCH, 1)] * 5  # all decode in step, none left behind
 
 
 def test_more_requests_than_rows_wait_and_reuse_rows(model, tok, greedy16, make_engine):
