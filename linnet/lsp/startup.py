@@ -1,0 +1,153 @@
+"""`linnet lsp`'s cold start: what the process does before it can answer, kept short.
+
+Before its first diagnostics the server imports pygls, lsprotocol and the front end and checks the opened file.
+Measured on two shared cores (`python -X importtime`, cProfile, and `bench/lsp_latency.py --cold-start`), three
+costs in that import were not work the server needs:
+
+- the cyclic garbage collector: about 240 collections of a heap growing to 110,000 objects while modules import
+  (~0.1 s), and a full collection of it before serving (~60 ms). Here it is off while the server's modules import;
+  `IdleCollector.start` freezes what they loaded, unscanned (the ~15 % of it that is garbage stays until the next
+  full collection), and turns it back on.
+- compiling generated methods: attrs builds `__init__`, `__eq__`, ... of each of lsprotocol's 554 classes, and
+  `dataclasses` those of the front end's ~150, from source text, compiled at every start (~0.25 s, most of
+  lsprotocol's import). `generated_code_cached` keeps the code objects of that text in a per-user cache file
+  (marshal, keyed by the exact text and file name, so a changed attrs or lsprotocol compiles afresh), and a
+  start that finds them evaluates them without compiling.
+- lark imports `regex` and `interegular` when they are installed, for grammars that ask for them (ours does not):
+  hidden from lark while it imports (~30 ms).
+
+The cache lives in Linnet's cache folder: `$LINNET_CACHE_DIR`, else `$XDG_CACHE_HOME/linnet`, else
+`~/.cache/linnet` (as `linnet.runtimes.formats.embedded`); a folder that cannot be read or written only means
+compiling as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import gc
+import marshal
+import os
+import sys
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+CACHE_NAME = f"generated-code-{sys.implementation.cache_tag}.marshal"
+STALE_SHARE = 0.05  # the share of lookups that missed above which the cache file is written again
+OPTIONAL_FOR_LARK = ("regex", "interegular")  # lark uses them only for grammars with `regex=True`
+
+
+def cache_path() -> Path:
+    """The cache file of generated code, in Linnet's cache folder (see the module docstring)."""
+    if os.environ.get("LINNET_CACHE_DIR"):
+        folder = Path(os.environ["LINNET_CACHE_DIR"])
+    elif os.environ.get("XDG_CACHE_HOME"):
+        folder = Path(os.environ["XDG_CACHE_HOME"]) / "linnet"
+    else:
+        folder = Path.home() / ".cache" / "linnet"
+    return folder / CACHE_NAME
+
+
+class CodeCache:
+    """Code objects by (file name, source text): `compile` for text met before is a dict lookup.
+
+    `hits` and `misses` count lookups; `save()` writes what this process used (a stale entry, from an older attrs
+    or lsprotocol, is dropped by the next save)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.codes: dict[str, Any] = {}
+        self.used: dict[str, Any] = {}
+        self.hits = self.misses = 0
+        with contextlib.suppress(OSError, EOFError, ValueError, TypeError):
+            loaded = marshal.loads(path.read_bytes())  # marshal.load(file) reads in small pieces: 5x slower
+            if isinstance(loaded, dict):
+                self.codes = loaded
+
+    def compile(self, source: str, filename: str) -> Any:
+        """`compile(source, filename, "exec")`, from the cache when this text was compiled before."""
+        key = f"{filename}\0{source}"
+        code = self.codes.get(key)
+        if code is None:
+            code = compile(source, filename, "exec")
+            self.misses += 1
+        else:
+            self.hits += 1
+        self.used[key] = code
+        return code
+
+    def save(self) -> None:
+        """Write the code this process used, when more than `STALE_SHARE` of it was compiled here (a first start,
+        or a new attrs or lsprotocol; a few classes generate different text in each process, such as a frozen attrs
+        class's `__hash__`, which hashes a string: those always miss). Atomic: a server starting at the same time
+        reads the old file or the new one."""
+        if self.misses <= STALE_SHARE * (self.hits + self.misses):
+            return
+        tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_bytes(marshal.dumps(self.used))
+            os.replace(tmp, self.path)
+        except (OSError, ValueError):
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+
+
+@contextlib.contextmanager
+def generated_code_cached(cache: CodeCache) -> Iterator[CodeCache]:
+    """While the block runs, attrs and dataclasses compile the methods they generate through `cache`; both are
+    restored after. attrs compiles in `attr._make._compile_and_eval(script, globs, locs, filename)`; dataclasses
+    calls the builtin `exec(text, globals, ns)`, shadowed by a module global for the block. Where either differs
+    (another version), it compiles as usual."""
+    import attr._make as attrs_make
+
+    original = getattr(attrs_make, "_compile_and_eval", None)
+
+    def attrs_compile_and_eval(script, globs, locs=None, filename=""):
+        eval(cache.compile(script, filename), globs, locs)  # noqa: S307 - attrs' own generated code
+
+    def dataclasses_exec(source, globals_=None, locals_=None, /):
+        if isinstance(source, str):
+            source = cache.compile(source, "<string>")
+        exec(source, globals_, locals_)  # noqa: S102 - dataclasses' own generated code
+
+    if original is not None:
+        attrs_make._compile_and_eval = attrs_compile_and_eval
+    dataclasses.exec = dataclasses_exec  # a module global shadows the builtin in dataclasses' functions
+    try:
+        yield cache
+    finally:
+        del dataclasses.exec
+        if original is not None:
+            attrs_make._compile_and_eval = original
+
+
+@contextlib.contextmanager
+def without_optional(names: tuple[str, ...]) -> Iterator[None]:
+    """Importing any of `names` raises ImportError while the block runs (the modules a library imports only to
+    offer an option we do not use); modules already imported are left alone."""
+    hidden = [name for name in names if name not in sys.modules]
+    for name in hidden:
+        sys.modules[name] = None  # type: ignore[assignment]  # import raises ImportError
+    try:
+        yield
+    finally:
+        for name in hidden:
+            if sys.modules.get(name, 0) is None:
+                del sys.modules[name]
+
+
+def load_server() -> Callable[[], int]:
+    """Import the language server with the collector off and generated code cached (see the module docstring);
+    returns `linnet.lsp.server.main`, which serves on stdio (its `IdleCollector.start` turns the collector back
+    on). Raises ImportError without pygls or lsprotocol."""
+    gc.disable()
+    cache = CodeCache(cache_path())
+    try:
+        with generated_code_cached(cache), without_optional(OPTIONAL_FOR_LARK):
+            from .server import main
+    except BaseException:
+        gc.enable()
+        raise
+    cache.save()
+    return main
