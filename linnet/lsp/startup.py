@@ -13,6 +13,9 @@ costs in that import were not work the server needs:
   lsprotocol's import). `generated_code_cached` keeps the code objects of that text in a per-user cache file
   (marshal, keyed by the exact text and file name, so a changed attrs or lsprotocol compiles afresh), and a
   start that finds them evaluates them without compiling.
+- cattrs generating (and compiling) the functions that read and write each message type the first time one
+  arrives: ~25 ms for those of a start (initialize with a client's capabilities, didOpen, publishDiagnostics,
+  ...). `load_server` makes the server and has its converter generate those at once, through the same cache.
 - lark imports `regex` and `interegular` when they are installed, for grammars that ask for them (ours does not):
   hidden from lark while it imports (~30 ms).
 
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import gc
 import marshal
 import os
@@ -35,6 +39,18 @@ from typing import Any, Callable, Iterator
 CACHE_NAME = f"generated-code-{sys.implementation.cache_tag}.marshal"
 STALE_SHARE = 0.05  # the share of lookups that missed above which the cache file is written again
 OPTIONAL_FOR_LARK = ("regex", "interegular")  # lark uses them only for grammars with `regex=True`
+# what an editor and the server send each other from spawning to the first diagnostics
+STARTUP_METHODS = (
+    "initialize",
+    "initialized",
+    "workspace/configuration",
+    "client/registerCapability",
+    "textDocument/didOpen",
+    "textDocument/publishDiagnostics",
+    "textDocument/didChange",
+    "shutdown",
+    "exit",
+)
 
 
 def cache_path() -> Path:
@@ -95,11 +111,12 @@ class CodeCache:
 
 @contextlib.contextmanager
 def generated_code_cached(cache: CodeCache) -> Iterator[CodeCache]:
-    """While the block runs, attrs and dataclasses compile the methods they generate through `cache`; both are
+    """While the block runs, attrs, dataclasses and cattrs compile the code they generate through `cache`; all are
     restored after. attrs compiles in `attr._make._compile_and_eval(script, globs, locs, filename)`; dataclasses
-    calls the builtin `exec(text, globals, ns)`, shadowed by a module global for the block. Where either differs
-    (another version), it compiles as usual."""
+    calls the builtin `exec(text, globals, ns)` and cattrs's generators the builtin `compile`, each shadowed by a
+    module global for the block. Where one differs (another version), it compiles as usual."""
     import attr._make as attrs_make
+    import cattrs.gen
 
     original = getattr(attrs_make, "_compile_and_eval", None)
 
@@ -111,13 +128,20 @@ def generated_code_cached(cache: CodeCache) -> Iterator[CodeCache]:
             source = cache.compile(source, "<string>")
         exec(source, globals_, locals_)  # noqa: S102 - dataclasses' own generated code
 
+    def cattrs_compile(source, filename, mode, *args, **kwargs):
+        if mode != "exec" or args or kwargs or not isinstance(source, str):
+            return compile(source, filename, mode, *args, **kwargs)
+        return cache.compile(source, filename)
+
     if original is not None:
         attrs_make._compile_and_eval = attrs_compile_and_eval
     dataclasses.exec = dataclasses_exec  # a module global shadows the builtin in dataclasses' functions
+    cattrs.gen.compile = cattrs_compile  # and in cattrs.gen's
     try:
         yield cache
     finally:
         del dataclasses.exec
+        del cattrs.gen.compile
         if original is not None:
             attrs_make._compile_and_eval = original
 
@@ -137,17 +161,34 @@ def without_optional(names: tuple[str, ...]) -> Iterator[None]:
                 del sys.modules[name]
 
 
+def warm_converter(converter: Any) -> None:
+    """Have `converter` (cattrs, pygls's) generate its functions for the messages of a start: the requests and
+    notifications in `STARTUP_METHODS` and their responses."""
+    from lsprotocol import types as T
+
+    for method in STARTUP_METHODS:
+        message, response = T.METHOD_TO_TYPES[method][:2]
+        converter.get_structure_hook(message)
+        converter.get_unstructure_hook(message)  # the server sends some (configuration, registerCapability)
+        if response is not None:
+            converter.get_structure_hook(response)
+            converter.get_unstructure_hook(response)
+
+
 def load_server() -> Callable[[], int]:
-    """Import the language server with the collector off and generated code cached (see the module docstring);
-    returns `linnet.lsp.server.main`, which serves on stdio (its `IdleCollector.start` turns the collector back
-    on). Raises ImportError without pygls or lsprotocol."""
+    """Import the language server and make it, with the collector off and generated code cached (see the module
+    docstring); returns a function that serves on stdio (`linnet.lsp.server.main`, whose `IdleCollector.start`
+    turns the collector back on) and returns the exit status. Raises ImportError without pygls or lsprotocol."""
     gc.disable()
     cache = CodeCache(cache_path())
     try:
         with generated_code_cached(cache), without_optional(OPTIONAL_FOR_LARK):
-            from .server import main
+            from .server import create_server, main
+
+            server = create_server()
+            warm_converter(server.protocol._converter)  # pygls keeps the converter private
     except BaseException:
         gc.enable()
         raise
     cache.save()
-    return main
+    return functools.partial(main, server)
