@@ -19,9 +19,9 @@ costs in that import were not work the server needs:
 - lark imports `regex` and `interegular` when they are installed, for grammars that ask for them (ours does not):
   hidden from lark while it imports (~30 ms).
 
-The cache lives in Linnet's cache folder: `$LINNET_CACHE_DIR`, else `$XDG_CACHE_HOME/linnet`, else
-`~/.cache/linnet` (as `linnet.runtimes.formats.embedded`); a folder that cannot be read or written only means
-compiling as before.
+The cache file is `lsp/generated-code-<python>.marshal` in Linnet's cache folder (`$LINNET_CACHE_DIR`, else
+`$XDG_CACHE_HOME/linnet`, else `~/.cache/linnet`; `LINNET_NO_CACHE=1` turns it off; `linnet cache` lists and clears
+it); a folder that cannot be read or written only means compiling as before.
 """
 
 from __future__ import annotations
@@ -53,15 +53,18 @@ STARTUP_METHODS = (
 )
 
 
-def cache_path() -> Path:
-    """The cache file of generated code, in Linnet's cache folder (see the module docstring)."""
+def cache_path() -> Path | None:
+    """The cache file of generated code: `lsp/` of Linnet's cache folder, as `linnet.runtimes.backends.caches`
+    finds it (not imported: it imports tempfile and shutil, a start's worth of milliseconds); None when
+    `LINNET_NO_CACHE` is set."""
+    if os.environ.get("LINNET_NO_CACHE", "") not in ("", "0"):
+        return None
     if os.environ.get("LINNET_CACHE_DIR"):
-        folder = Path(os.environ["LINNET_CACHE_DIR"])
-    elif os.environ.get("XDG_CACHE_HOME"):
-        folder = Path(os.environ["XDG_CACHE_HOME"]) / "linnet"
+        root = Path(os.environ["LINNET_CACHE_DIR"]).expanduser()
     else:
-        folder = Path.home() / ".cache" / "linnet"
-    return folder / CACHE_NAME
+        xdg = os.environ.get("XDG_CACHE_HOME")
+        root = (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "linnet"
+    return root / "lsp" / CACHE_NAME
 
 
 class CodeCache:
@@ -70,11 +73,13 @@ class CodeCache:
     `hits` and `misses` count lookups; `save()` writes what this process used (a stale entry, from an older attrs
     or lsprotocol, is dropped by the next save)."""
 
-    def __init__(self, path: Path):
-        self.path = path
+    def __init__(self, path: Path | None):
+        self.path = path  # None: nothing is read or written
         self.codes: dict[str, Any] = {}
         self.used: dict[str, Any] = {}
         self.hits = self.misses = 0
+        if path is None:
+            return
         with contextlib.suppress(OSError, EOFError, ValueError, TypeError):
             loaded = marshal.loads(path.read_bytes())  # marshal.load(file) reads in small pieces: 5x slower
             if isinstance(loaded, dict):
@@ -97,7 +102,7 @@ class CodeCache:
         or a new attrs or lsprotocol; a few classes generate different text in each process, such as a frozen attrs
         class's `__hash__`, which hashes a string: those always miss). Atomic: a server starting at the same time
         reads the old file or the new one."""
-        if self.misses <= STALE_SHARE * (self.hits + self.misses):
+        if self.path is None or self.misses <= STALE_SHARE * (self.hits + self.misses):
             return
         tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
         try:

@@ -13,7 +13,8 @@ import attrs
 import pytest
 
 import linnet.cli
-from linnet.lsp.startup import CodeCache, generated_code_cached, warm_converter, without_optional
+from linnet.lsp.startup import CodeCache, cache_path, generated_code_cached, warm_converter, without_optional
+from linnet.runtimes.backends import caches
 from tests.conftest import ROOT
 
 CLASSES = textwrap.dedent(
@@ -98,6 +99,23 @@ def test_an_unreadable_or_foreign_cache_file_only_means_compiling(tmp_path):
     unwritable = CodeCache(tmp_path / "file" / "codes.marshal")  # its folder is a file
     unwritable.misses = 1
     unwritable.save()  # no error: the next start compiles again
+
+
+def test_the_cache_file_is_in_linnet_cache_folder_which_lists_and_clears_it(monkeypatch, tmp_path):
+    monkeypatch.setenv("LINNET_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("LINNET_NO_CACHE", raising=False)
+    assert cache_path().parent == caches.cache_dir("lsp") == tmp_path / "lsp"
+    cache = CodeCache(cache_path())
+    cache.compile("x = 1", "<test>")
+    cache.save()
+    assert [size for name, _, size in caches.info() if name == "lsp"][0] > 0
+    assert caches.clear(("lsp",)) == [tmp_path / "lsp"] and not cache_path().exists()
+    monkeypatch.setenv("LINNET_NO_CACHE", "1")
+    assert cache_path() is None
+    off = CodeCache(None)
+    off.compile("x = 1", "<test>")
+    off.save()  # nothing written anywhere
+    assert off.misses == 1 and list(tmp_path.iterdir()) == []
 
 
 def test_hidden_modules_cannot_be_imported_in_the_block_and_can_after():
