@@ -5,8 +5,8 @@ full collection scans every tracked object. The analysis of a 5,000-line file ho
 collection took 0.6-0.9 s (traced in the server: one every 75-80 edits), paid by whichever edit or request happened
 to allocate, and 1.5 s of the first check of such a file went to full collections. So the server:
 
-- freezes what startup loaded (`gc.freeze()`: modules, tables; no collection scans frozen objects again), which
-  imported with the collector off (`startup.py`);
+- freezes what startup loaded (`gc.freeze()`: modules, tables; no collection scans frozen objects again; imported
+  with fewer young collections, `startup.py`);
 - keeps the automatic young collections (generations 0 and 1: what was allocated since; about a millisecond), and
   puts the automatic full collection out of the way (generation 2's threshold 100 times CPython's, a backstop for a
   session that never pauses);
@@ -64,15 +64,14 @@ class IdleCollector:
         self._timer: asyncio.TimerHandle | None = None
 
     def start(self) -> None:
-        """Freeze what startup loaded, move the automatic full collection out of the way, and turn the collector
-        on (`linnet.lsp.startup` imports the server with it off). What startup loaded is frozen unscanned: a full
-        collection of it cost ~60 ms of every cold start, for the ~15 % of it that is garbage (the next full
-        collection frees that)."""
+        """Freeze what startup loaded, and move the automatic full collection out of the way. What startup loaded
+        is frozen without a full collection first: that cost ~60 ms of every cold start, and the young collections
+        while it imported (`linnet.lsp.startup`) left little garbage (what is left, the next full collection
+        frees)."""
         gc.freeze()
         self.survivors = self.frozen = gc.get_freeze_count()
         young, middle, full = gc.get_threshold()
         gc.set_threshold(young, middle, full * FULL_THRESHOLD_FACTOR)
-        gc.enable()
 
     def activity(self) -> None:
         """Something happened (a message arrived, a check ended): the pause starts again from now."""
