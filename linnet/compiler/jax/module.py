@@ -32,6 +32,7 @@ from linnet.ir.core import Graph, Program
 from linnet.ir.pipeline import prepare
 from linnet.ir.render import dim_text
 
+from . import q8_kernel
 from .codegen import JAX_DTYPES, NUMERICS, PASSES, held_in_f32, module_source, state_shape
 
 MODES = ("generated", "stablehlo")
@@ -188,12 +189,13 @@ def param_specs(
     held_dtype: Callable[[str, int], str] | None = None,
     cache_layout: str = "flat",
     quantized: dict[str, int] | None = None,
+    kernel_layout: bool = False,
 ) -> tuple[dict, dict]:
     """ShapeDtypeStructs of the parameters (by checkpoint name, and the `fused` groups by their
     key in place of their members) and of the state, in the shape the backend holds it
     (`codegen.state_shape` under `cache_layout`); each parameter in `held_dtype(dtype, rank)` when given
     (`JaxProgram.held_dtype`); a `quantized` one (key -> values per scale) as its pair (i8[N, K],
-    f16[N, K / group])."""
+    f16[N, K / group]), or with `kernel_layout` as a TPU holds it for its kernel (`q8_kernel.held_spec`)."""
     held = held_dtype or (lambda name, rank: name)
     params = {
         t.path: jax.ShapeDtypeStruct(t.shape, jax_dtype(held(t.type.dtype.name, len(t.shape)))) for t in program.params
@@ -203,7 +205,8 @@ def param_specs(
         params[key] = jax.ShapeDtypeStruct((sum(a.shape[0] for a in parts), *parts[0].shape[1:]), parts[0].dtype)
     for key, group in (quantized or {}).items():
         n, k = params[key].shape
-        params[key] = (jax.ShapeDtypeStruct((n, k), jnp.int8), jax.ShapeDtypeStruct((n, k // group), jnp.float16))
+        pair = (jax.ShapeDtypeStruct((n, k), jnp.int8), jax.ShapeDtypeStruct((n, k // group), jnp.float16))
+        params[key] = q8_kernel.held_spec(n, k, group) if kernel_layout else pair
     state = {
         t.path: jax.ShapeDtypeStruct(state_shape(t.shape, cache_layout), jax_dtype(t.type.dtype.name))
         for t in program.state
@@ -234,7 +237,12 @@ def export_entry(compiled: JaxProgram, name: str, platforms: list[str] | None = 
     enable_x64()
     graph = compiled.program.entries[name]
     params, state = param_specs(
-        compiled.program, compiled.fused, compiled.held_dtype, compiled.cache_layout, compiled.quantized
+        compiled.program,
+        compiled.fused,
+        compiled.held_dtype,
+        compiled.cache_layout,
+        compiled.quantized,
+        kernel_layout=bool(platforms) and all(q8_kernel.uses_kernel(p) for p in platforms),
     )
     state = state if compiled.stateful(name) else {}  # an entry that writes no state takes none
     fn = compiled.jitted(name)

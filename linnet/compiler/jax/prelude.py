@@ -216,7 +216,7 @@ def dequantize(w, dtype=jnp.float32):
     codes * scales, exact in f32 (an 8-bit integer times an f16)."""
     if not isinstance(w, tuple):
         return w
-    codes, scales = w
+    codes, scales = w[0], _row_scales(w)
     *rows, k = codes.shape
     groups = scales.shape[-1]
     blocks = codes.reshape(*rows, groups, k // groups).astype(dtype) * scales.astype(dtype)[..., None]
@@ -225,7 +225,10 @@ def dequantize(w, dtype=jnp.float32):
 
 def quantized_linear(x, w, precision):
     """`x @ w.T`: x [..., K] and w [N, K] (an array, or a quantized pair dequantized in x's dtype inside the dot)
-    -> [..., N], at `precision`."""
+    -> [..., N], at `precision`. A pair held for a kernel (on a TPU: `linnet.compiler.jax.q8_kernel.KMajorQ8`)
+    multiplies itself (`w.matmul`)."""
+    if hasattr(w, "matmul"):
+        return w.matmul(x, precision)
     return jnp.einsum("...i,oi->...o", x, dequantize(w, x.dtype), precision=precision)
 
 
@@ -234,5 +237,11 @@ def quantized_take(w, indices, axis):
     dequantized in f32: exactly the dequantized table's rows, without the table."""
     if not isinstance(w, tuple):
         return jnp.take(w, indices, axis=axis, mode="clip")
-    codes, scales = w
+    codes, scales = w[0], _row_scales(w)
     return dequantize((jnp.take(codes, indices, axis=0, mode="clip"), jnp.take(scales, indices, axis=0, mode="clip")))
+
+
+def _row_scales(w):
+    """A quantized pair's scales [N, K / G], one row per row of codes: the pair's second array, or what a pair held
+    for a kernel gives (`row_scales`: held otherwise, e.g. transposed)."""
+    return w.row_scales() if hasattr(w, "row_scales") else w[1]

@@ -422,7 +422,7 @@ def load_prepared(
     quantized = stored_matrices(prepared)  # --dtype stored: the Q8_0 matrices, held as int8 codes and f16 scales
     layout = cache_layout_for(dev)
     compiled = compile_program(program, numerics, fuse_linear_weights, f32_matrices, layout, quantized)
-    binder = _Binder(dev, compiled.fused, compiled.held_dtype)
+    binder = _Binder(dev, compiled.fused, compiled.held_dtype, _kernel_layout(dev) if quantized else None)
     if prepared.checkpoint is not None:
         params = _checkpoint_params(prepared, progress, binder)
     else:
@@ -462,6 +462,14 @@ def load_prepared(
     )
 
 
+def _kernel_layout(device) -> Callable | None:
+    """How a quantized pair is re-laid at load for `device`'s matmul kernel (`q8_kernel.hold`: on a TPU, the Pallas
+    kernel), or None (the CPU: XLA's dot over the pair as the file holds it)."""
+    from linnet.compiler.jax import q8_kernel
+
+    return q8_kernel.hold if q8_kernel.uses_kernel(device.platform) else None
+
+
 def cache_layout_for(device) -> str:
     """How the generated code holds KV caches on `device` (a jax Device): "token_major" ([max_batch, T, H * D]) on a
     TPU, "flat" ([max_batch * H, T, D]) elsewhere; `linnet.ir.attention.hold_caches` gives the measurements."""
@@ -480,11 +488,18 @@ class _Binder:
     a fused group (`fused`: key -> names), held on the host until the group is complete and then
     put concatenated under its key. Each array is held in `held_dtype(dtype, rank)` (`JaxProgram.held_dtype`:
     the bf16 matrices widened to f32 on the CPU; an exact cast); a `GroupQuantized` matrix (`--dtype stored`) as
-    its pair of codes and scales (`jax_quantized.held_pair`; a fused group's pairs concatenated)."""
+    its pair of codes and scales (`jax_quantized.held_pair`; a fused group's pairs concatenated), re-laid by
+    `relayout` when given (a kernel's layout: `q8_kernel.hold`)."""
 
-    def __init__(self, device, fused: dict[str, list[str]], held_dtype: Callable[[str, int], str] | None = None):
+    def __init__(
+        self,
+        device,
+        fused: dict[str, list[str]],
+        held_dtype: Callable[[str, int], str] | None = None,
+        relayout: Callable | None = None,
+    ):
         self.jax, self.device, self.fused = jax_module(), device, fused
-        self.held_dtype = held_dtype
+        self.held_dtype, self.relayout = held_dtype, relayout
         self.group = {n: key for key, names in fused.items() for n in names}
         self.pending: dict[str, dict[str, np.ndarray]] = {}
         self.params: dict = {}
@@ -496,7 +511,7 @@ class _Binder:
             a = a.astype(np.float32)  # bf16 values, widened exactly
         key = self.group.get(path)
         if key is None:
-            self.params[path] = self.jax.device_put(a, self.device)
+            self.params[path] = self.jax.device_put(self._relaid(a), self.device)
             return
         held = self.pending.setdefault(key, {})
         held[path] = a
@@ -504,7 +519,10 @@ class _Binder:
             held = self.pending.pop(key)
             parts = [held[n] for n in self.fused[key]]
             whole = concat_pairs(parts) if isinstance(parts[0], tuple) else np.concatenate(parts)
-            self.params[key] = self.jax.device_put(whole, self.device)
+            self.params[key] = self.jax.device_put(self._relaid(whole), self.device)
+
+    def _relaid(self, a):
+        return self.relayout(*a) if self.relayout is not None and isinstance(a, tuple) else a
 
     def done(self) -> dict:
         for key, held in self.pending.items():

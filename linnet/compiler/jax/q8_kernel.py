@@ -1,0 +1,157 @@
+"""A weight-only int8 matrix product for Q8_0 matrices on the TPU: a Pallas kernel computing y[M, N] = x[M, K] @ W^T,
+W = codes * scales (codes i8[N, K], one scale per block of 32 values of a row), the matrix read from HBM once, as
+int8, and dequantized block by block in VMEM.
+
+Why a kernel: XLA compiles the dequantized dot to an f32 multiply-reduce on the VPU (53 GB/s on a v5e, 9 % of its
+streaming limit: bench/results/tpu_q8_2026-12-06.json), and inside the decode loop it hoists the loop-invariant
+dequantization out of the loop, materialising every matrix (out of HBM for an 8B model). Nothing here can be hoisted.
+
+How: a grid over tiles of N (parallel) and K (the reduction, last), each step reading codes [tn, tk] and the scales
+[tk / 32, tn] of those blocks. The scales are applied after the dot, not to the codes: x's tile [M, tk] is spread
+block-diagonally to [M * G, tk] (G = tk / 32 blocks; row (m, g) keeps block g of row m, zeros elsewhere), one MXU
+dot with the codes gives every block's partial sum P[(m, g), n] (the codes exact in bf16), and y[m, n] += sum_g
+P[(m, g), n] * s[g, n] on the VPU (M * G * tn multiplies a step, not tn * tk). For M up to a few dozen rows the MXU
+is no busier: it is bound by streaming the codes through it, not by x's rows.
+
+Held layout (`KMajorQ8`, made at load by `hold`): the codes as the file has them, i8[N, K]; the scales transposed
+and widened to f32[K / 32, N] (each a block's row of N values: the layout the VPU multiplies by; f32 because f16 is
+exact in it and the chip's vector unit has no f16): 1.125 bytes a weight instead of 1.0625.
+
+Numerics: `fast` (precision None) dots x in bf16 with the codes in bf16, f32 accumulation; `equivalent` ("highest")
+dots in f32. Both apply the f32 scales in f32. The sum runs per block first, then over blocks (the dequantized
+matrix's dot sums over K at once): the same values in another order, within f32 rounding.
+
+Rows beyond `MAX_KERNEL_ROWS` (prefill) and shapes no tiling fits keep XLA's dequantized dot (`KMajorQ8.matmul`).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+__all__ = ["KMajorQ8", "hold", "held_spec", "uses_kernel", "q8_matmul", "tiles", "MAX_KERNEL_ROWS", "BLOCK"]
+
+BLOCK = 32  # Q8_0's values per scale
+MAX_KERNEL_ROWS = 64  # rows of x (batch * tokens) up to which the kernel runs: decode; prefill keeps XLA's dot
+TILE_N, TILE_K = 1024, 512  # default tile targets: codes 512 KB a step, double-buffered
+VMEM_LIMIT = 64 * 1024 * 1024  # a step's buffers at the largest bench tiles (2048 x 2048) stay well under it
+
+
+def uses_kernel(platform: str) -> bool:
+    """Whether matrices held quantized on a device of `platform` (jax's name: "tpu", "cpu") are held for the
+    kernel: on a TPU."""
+    return platform == "tpu"
+
+
+class KMajorQ8(NamedTuple):
+    """A Q8_0 matrix held for the kernel: codes i8[N, K] and scales_t f32[K / 32, N] (W[n, k] = codes[n, k] *
+    scales_t[k // 32, n]). A pytree (a NamedTuple); the prelude's `quantized_linear` calls `matmul`, its
+    `dequantize` and `quantized_take` read `row_scales`."""
+
+    codes: jax.Array
+    scales_t: jax.Array
+
+    def row_scales(self):
+        """The scales f32[N, K / 32], one row per output row (the pair's usual layout)."""
+        return self.scales_t.T
+
+    def matmul(self, x, precision):
+        """`x @ W^T`: x [..., K] -> [..., N] in x's dtype; the kernel when x has at most MAX_KERNEL_ROWS rows, known
+        when traced, and a tiling fits, else XLA's dot over the matrix dequantized in x's dtype (prefill, and an
+        exported entry's symbolic rows: the `xla` backend)."""
+        *lead, k = x.shape
+        n = self.codes.shape[0]
+        known = all(isinstance(d, int) for d in lead)  # an exported entry's batch and sequence are symbolic
+        rows = int(np.prod(lead, dtype=np.int64)) if known else None
+        if known and rows <= MAX_KERNEL_ROWS and tiles(n, k) is not None:
+            y = q8_matmul(x.reshape(rows, k), self.codes, self.scales_t, precision=precision)
+            return y.reshape(*lead, n).astype(x.dtype)
+        w = self.codes.reshape(n, k // BLOCK, BLOCK).astype(x.dtype) * self.row_scales().astype(x.dtype)[..., None]
+        return jnp.einsum("...i,oi->...o", x, w.reshape(n, k), precision=precision)
+
+
+def hold(codes: np.ndarray, scales: np.ndarray) -> KMajorQ8:
+    """The held pair (codes i8[N, K], scales f16[N, K / 32]) re-laid for the kernel, on the host: the scales
+    transposed and widened to f32 (exact)."""
+    return KMajorQ8(codes, np.ascontiguousarray(scales.astype(np.float32).T))
+
+
+def held_spec(n: int, k: int, group: int = BLOCK) -> KMajorQ8:
+    """The ShapeDtypeStructs of an [N, K] matrix held by `hold` (an exported entry's parameter)."""
+    return KMajorQ8(jax.ShapeDtypeStruct((n, k), jnp.int8), jax.ShapeDtypeStruct((k // group, n), jnp.float32))
+
+
+def _tile(dim: int, unit: int, target: int) -> int | None:
+    """The largest multiple of `unit` dividing `dim` and at most `target`, or None."""
+    return next((t for t in range(min(target, dim) // unit * unit, 0, -unit) if dim % t == 0), None)
+
+
+def tiles(n: int, k: int, tn: int = TILE_N, tk: int = TILE_K) -> tuple[int, int] | None:
+    """(tn, tk) for an [N, K] matrix: tn a multiple of 128 (lanes) dividing N, tk a multiple of 256 (8 sublanes of
+    scales: 8 blocks of 32) dividing K, each the largest at most its target. None when N or K has no such divisor
+    (a tiny model's 64 or 96: then XLA's dot); the 8B's N (4096, 6144, 28672, 128256) and K (4096, 14336) have."""
+    tn, tk = _tile(n, 128, tn), _tile(k, 8 * BLOCK, tk)
+    return None if tn is None or tk is None else (tn, tk)
+
+
+def _kernel(x_ref, q_ref, s_ref, o_ref, *, dot_dtype, precision):
+    """One grid step (n tile j, k tile i): o[M, tn] += sum_g (blockdiag(x)[M * G, tk] @ q[tn, tk]^T)[(m, g)] * s[g]."""
+
+    @pl.when(pl.program_id(1) == 0)
+    def _():
+        o_ref[...] = jnp.zeros_like(o_ref)
+
+    x = x_ref[...].astype(jnp.float32)  # [M, tk]
+    m, tk = x.shape
+    g = tk // BLOCK
+    block_of_lane = lax.broadcasted_iota(jnp.int32, (g, tk), 1) // BLOCK
+    mine = block_of_lane == lax.broadcasted_iota(jnp.int32, (g, tk), 0)  # [G, tk]: row g keeps block g
+    spread = jnp.where(mine[None], x[:, None, :], 0.0).reshape(m * g, tk).astype(dot_dtype)
+    codes = q_ref[...].astype(jnp.float32).astype(dot_dtype)  # [tn, tk], exact (|q| <= 127)
+    partial = lax.dot_general(
+        spread, codes, (((1,), (1,)), ((), ())), precision=precision, preferred_element_type=jnp.float32
+    )  # [M * G, tn]: each block's partial sum
+    tn = partial.shape[-1]
+    o_ref[...] += jnp.sum(partial.reshape(m, g, tn) * s_ref[...][None], axis=1)
+
+
+@functools.partial(jax.jit, static_argnames=("precision", "tn", "tk", "interpret"))
+def q8_matmul(x, codes, scales_t, *, precision=None, tn=TILE_N, tk=TILE_K, interpret=None):
+    """y f32[M, N] = x[M, K] @ (codes i8[N, K] * scales_t f32[K / 32, N] per block)^T, by the Pallas kernel (the
+    module docstring). `precision` None (`fast`: a bf16 dot) or "highest" (`equivalent`: an f32 dot); `tn`, `tk`
+    tile targets (`tiles`); `interpret` None runs the kernel compiled on a TPU and interpreted elsewhere (slow: for
+    tests). Raises ValueError when no tiling fits (`tiles`)."""
+    m, k = x.shape
+    n = codes.shape[0]
+    fit = tiles(n, k, tn, tk)
+    if fit is None:
+        raise ValueError(f"q8_matmul: no tiling of a [{n}, {k}] matrix (N a multiple of 128, K of 256)")
+    tn, tk = fit
+    highest = precision is not None and str(precision).lower().endswith("highest")
+    kernel = functools.partial(
+        _kernel,
+        dot_dtype=jnp.float32 if highest else jnp.bfloat16,
+        precision=lax.Precision.HIGHEST if highest else None,
+    )
+    return pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((m, n), jnp.float32),
+        grid=(n // tn, k // tk),
+        in_specs=[
+            pl.BlockSpec((m, tk), lambda j, i: (0, i)),
+            pl.BlockSpec((tn, tk), lambda j, i: (j, i)),
+            pl.BlockSpec((tk // BLOCK, tn), lambda j, i: (i, j)),
+        ],
+        out_specs=pl.BlockSpec((m, tn), lambda j, i: (0, j)),
+        compiler_params=pltpu.CompilerParams(
+            dimension_semantics=("parallel", "arbitrary"), vmem_limit_bytes=VMEM_LIMIT
+        ),
+        interpret=jax.default_backend() != "tpu" if interpret is None else interpret,
+    )(x, codes, scales_t)

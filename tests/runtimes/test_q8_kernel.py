@@ -1,0 +1,100 @@
+"""The Pallas Q8_0 matrix product (`linnet.compiler.jax.q8_kernel`), interpreted on the CPU (`interpret=True`: the
+kernel's own program, run by Pallas's interpreter), against the dequantized matrix's product in f64; and the
+`--dtype stored` load holding its pairs for it where the kernel runs (a TPU), which the CPU keeps as the file has
+them (XLA's dot)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from linnet.runtimes.backends import BACKENDS
+from tests.runtimes.conftest import LLAMA
+
+jax = pytest.importorskip("jax")
+pytestmark = pytest.mark.jax
+
+
+def q8_matrix(n: int, k: int, seed: int = 0):
+    """Random codes i8[n, k] and f16 scales [n, k / 32] as a Q8_0 file holds them, and W in f64."""
+    rng = np.random.default_rng(seed)
+    codes = rng.integers(-127, 128, (n, k), dtype=np.int8)
+    scales = (rng.random((n, k // 32), dtype=np.float32) * 1e-2).astype(np.float16)
+    return codes, scales, codes * np.repeat(scales.astype(np.float64), 32, axis=1)
+
+
+# (rows M, N, K, tile targets): one tile, several along N and K, K = 14336 (the 8B's down_proj) in tiles of 512,
+# and K = 1536 under a target of 1024 (no multiple of 1024 divides it: tiles of 768)
+SHAPES = [(1, 128, 256, 1024, 512), (3, 384, 1536, 128, 1024), (1, 256, 14336, 256, 512), (64, 256, 512, 128, 256)]
+
+
+@pytest.mark.parametrize("m,n,k,tn,tk", SHAPES)
+def test_kernel_equals_the_dequantized_product(m, n, k, tn, tk):
+    from linnet.compiler.jax.q8_kernel import hold, q8_matmul
+
+    codes, scales, w = q8_matrix(n, k)
+    x = np.random.default_rng(1).standard_normal((m, k), dtype=np.float32)
+    want = x.astype(np.float64) @ w.T
+    held = hold(codes, scales)
+    # equivalent: f32 products of exact f32 values, summed per block then over blocks: f32 rounding of the sums,
+    # about sqrt(K) * 2^-24 of sum |x w|; bounded at 1e-6 of the largest output
+    exact = np.asarray(q8_matmul(x, held.codes, held.scales_t, precision="highest", tn=tn, tk=tk, interpret=True))
+    np.testing.assert_allclose(exact, want, rtol=0, atol=1e-6 * np.abs(want).max())
+    # fast: x rounded to bf16 (2^-9 relative) before an exact dot: bounded at 2^-9 * sum |x| |w| per output
+    fast = np.asarray(q8_matmul(x, held.codes, held.scales_t, tn=tn, tk=tk, interpret=True))
+    assert np.all(np.abs(fast - want) <= 2.0**-9 * (np.abs(x) @ np.abs(w).T) + 1e-6)
+
+
+def test_tiles_of_the_8b_matrices_and_none_for_a_tiny_model():
+    from linnet.compiler.jax.q8_kernel import tiles
+
+    # fused gate/up, fused q/k/v, o_proj, lm_head over K = 4096; down_proj over 14336
+    assert [tiles(n, 4096) for n in (28672, 6144, 4096, 128256)] == [(1024, 512)] * 3 + [(768, 512)]
+    assert tiles(4096, 14336) == (1024, 512) and tiles(4096, 14336, 2048, 2048) == (2048, 2048)
+    assert tiles(128, 96) is None and tiles(96, 256) is None  # K = 96, N = 96: XLA's dot
+
+
+def test_a_kernel_pair_multiplies_by_the_kernel_for_decode_rows_and_by_xla_beyond(monkeypatch):
+    from linnet.compiler.jax import q8_kernel
+    from linnet.compiler.jax.prelude import dequantize, quantized_linear, quantized_take
+    from linnet.compiler.jax.q8_kernel import MAX_KERNEL_ROWS, hold
+
+    calls = []
+    kernel = q8_kernel.q8_matmul
+    monkeypatch.setattr(q8_kernel, "q8_matmul", lambda *a, **kw: calls.append(a[0].shape) or kernel(*a, **kw))
+
+    codes, scales, w = q8_matrix(256, 512)
+    held = hold(codes, scales)
+    np.testing.assert_array_equal(np.asarray(dequantize(held)), w.astype(np.float32))
+    rows = np.asarray(quantized_take(held, np.array([[3, 200]]), 0))
+    np.testing.assert_array_equal(rows, w[[[3, 200]]].astype(np.float32))
+    for m in (2, MAX_KERNEL_ROWS + 1):
+        x = np.random.default_rng(m).standard_normal((1, m, 512), dtype=np.float32)
+        calls.clear()
+        got = np.asarray(quantized_linear(x, held, "highest"))
+        assert calls == ([(m, 512)] if m <= MAX_KERNEL_ROWS else []), m
+        want = x.astype(np.float64) @ w.T
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-6 * np.abs(want).max())
+
+
+def test_the_load_holds_pairs_for_the_kernel_where_it_runs(tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    pytest.importorskip("gguf")
+    from linnet.compiler.jax import q8_kernel
+    from tests.runtimes.gguf_writing import write_llama_gguf
+    from tests.runtimes.test_jax_stored import ALL_Q8_0, OPTIONS, untied_llama
+
+    path = tmp_path / "tiny-q8_0.gguf"
+    write_llama_gguf(path, untied_llama(), quantize=ALL_Q8_0)
+    plain = BACKENDS["xla"].load(LLAMA, weights=path, dtype="stored", **OPTIONS)
+    monkeypatch.setattr(q8_kernel, "uses_kernel", lambda platform: True)  # the CPU as a TPU would hold them
+    relaid = BACKENDS["xla"].load(LLAMA, weights=path, dtype="stored", **OPTIONS)
+    for key, pair in plain.params.items():
+        if isinstance(pair, tuple):
+            held = relaid.params[key]
+            assert isinstance(held, q8_kernel.KMajorQ8), key
+            np.testing.assert_array_equal(held.codes, pair[0])
+            np.testing.assert_array_equal(held.scales_t, np.asarray(pair[1], np.float32).T)
+    ids = np.random.default_rng(0).integers(0, 96, (2, 24))
+    (got,), (want,) = relaid.run("forward", ids), plain.run("forward", ids)  # tiny dims: XLA's dot, re-laid scales
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * np.abs(want).max())
