@@ -186,14 +186,14 @@ def file_bytes(shape: str, config: dict | None = None) -> int:
     return sum(n * 34 // 32 if rank == 2 else 4 * n for n, rank in values) + (1 << 20)
 
 
-def _load(path: Path, shape: str, device: str, dtype: str, numerics: str, max_positions: int):
+def _load(path: Path, shape: str, device: str, dtype: str, numerics: str, max_positions: int, backend: str = "xla"):
     import linnet
 
     source, _ = SOURCES[shape]
     return linnet.load(
         ROOT / "examples" / source,
         weights=path,
-        backend="xla",
+        backend=backend,
         dtype=dtype,
         numerics=numerics,
         device=device,
@@ -241,8 +241,9 @@ def kernel_rows(report, device: str, dry: bool, calibration: dict) -> None:
     from tpu import median_s, ready
 
     from linnet.compiler.jax.prelude import dequantize, quantized_linear
+    from linnet.compiler.jax.q8_kernel import hold, q8_matmul
 
-    n, k = (256, 128) if dry else (28672, 4096)
+    n, k = (256, 512) if dry else (28672, 4096)  # dry: K a multiple of the kernel's 256
     dev = jax.devices(device)[0]
     rng = np.random.default_rng(0)
     codes_np = rng.integers(-127, 128, (n, k), dtype=np.int8)
@@ -252,6 +253,7 @@ def kernel_rows(report, device: str, dry: bool, calibration: dict) -> None:
     x = jax.device_put(rng.standard_normal((1, k), dtype=np.float32), dev)
     dense = jax.device_put(jnp.ones((n, k), jnp.bfloat16), dev)
     q8 = (x, codes, scales)
+    kernel_args = (x, codes, jax.device_put(hold(codes_np, scales_np).scales_t, dev))  # scales f32 [K / 32, N]
 
     def held_k_major(x, ct, st):  # codes held [K, N]: the blocks split a major dim, scales broadcast along it
         w = ct.reshape(k // 32, 32, n).astype(jnp.float32) * st.astype(jnp.float32)[:, None, :]
@@ -276,12 +278,29 @@ def kernel_rows(report, device: str, dry: bool, calibration: dict) -> None:
         "q8_0 fast, codes held [K, N]": (held_k_major, (x, codes_t, scales_t)),
         "q8_0 fast, codes held [K, N], a dot per block then scales": (block_dots, (x, codes_t, scales_t)),
         "q8_0 fast, dequantized to bf16": (bf16_operand, q8),
+        **{  # the Pallas kernel (linnet/compiler/jax/q8_kernel.py) at a few tile targets; interpreted on the CPU
+            f"q8_0 {mode}, Pallas kernel tn={tn} tk={tk}": (
+                functools.partial(q8_matmul, precision=precision, tn=tn, tk=tk),
+                kernel_args,
+            )
+            for mode, precision, tn, tk in (
+                ("fast", None, 1024, 512),
+                ("fast", None, 2048, 1024),
+                ("fast", None, 512, 2048),
+                ("fast", None, 4096, 512),
+                ("equivalent (highest)", "highest", 1024, 512),
+            )
+        },
         "bf16 dense": (lambda x, w: jnp.einsum("...i,oi->...o", x.astype(jnp.bfloat16), w), (x, dense)),
     }
     want = np.asarray(quantized_linear(x, (codes, scales), "highest"))
     for i, (label, (fn, args)) in enumerate(variants.items()):
         jitted = jax.jit(fn)
-        text = jitted.lower(*args).compile().as_text()
+        try:  # a variant that fails to compile (a kernel's tiles on this chip) says why; the others still run
+            text = jitted.lower(*args).compile().as_text()
+        except Exception as err:
+            report.add("q8 kernel (one matrix-vector product)", {"variant": label, "error": f"{err}"[:1500]})
+            continue
         (report.out / f"q8_kernel_{i}.hlo.txt").write_text(f"# {label}\n{text}")
         ready(jitted, *args)
         s = median_s(functools.partial(ready, jitted, *args), 20)
@@ -325,7 +344,9 @@ def decode_rows(report, device: str, dry: bool, calibration: dict, shapes: list[
             if path is None:
                 continue
             t = time.perf_counter()
-            m = _load(path, shape, device, "stored", "fast", prompt + new)
+            # `jax` (the generated module, jitted with the step's real shapes): on a TPU its Q8_0 matrices go
+            # through the Pallas kernel; `xla`'s exported entries have symbolic rows and keep XLA's dot
+            m = _load(path, shape, device, "stored", "fast", prompt + new, backend="jax")
             load_s = time.perf_counter() - t
             path.unlink()  # the model holds its own copy: free the disk (and a tmpfs's memory) now
             held = held_bytes(m)
@@ -339,7 +360,7 @@ def decode_rows(report, device: str, dry: bool, calibration: dict, shapes: list[
             seconds = {"load_s": load_s, "compile_cold_s": compile_s}  # the compile: an empty persistent cache
             seconds["compile_from_persistent_cache_s"] = _recompile_s(m, prompt)
             ms = {"ttft": result.prefill_s * 1e3, "ttft_flop_bound": flop_ms, "step": ms_step, "held_stream": stream_ms}
-            row = {"shape": shape, "dtype": "stored (q8_0), fast", "params_b": round(params / 1e9, 2)}
+            row = {"shape": shape, "dtype": "stored (q8_0), fast", "backend": "jax", "params_b": round(params / 1e9, 2)}
             row |= {"held_gb": round(held / 1e9, 3), **report.data["q8_files"][shape]}
             row |= {k: round(v, 1) for k, v in seconds.items()} | {f"{k}_ms": round(v, 3) for k, v in ms.items()}
             row |= {"decode_tok_s": round(result.decode_tokens_per_s, 2), "of_limit": f"{stream_ms / ms_step:.0%}"}
