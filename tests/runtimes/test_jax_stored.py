@@ -149,8 +149,9 @@ def test_stored_on_the_tpu_is_the_dequantized_model(q8_gguf, tpu_device, numeric
     options = dict(OPTIONS, device=tpu_device)
     stored = BACKENDS["xla"].load(LLAMA, weights=q8_gguf, dtype="stored", numerics=numerics, **options)
     f32 = BACKENDS["xla"].load(LLAMA, weights=q8_gguf, dtype="f32", **options)
-    codes, scales = stored.params["model.embed_tokens.weight"]
-    assert codes.dtype == np.int8 and scales.dtype == np.float16 and codes.devices() == {stored.device}
+    codes, scales = stored.params["model.embed_tokens.weight"]  # held for the Pallas kernel: scales f32 [K / 32, N]
+    assert codes.dtype == np.int8 and scales.dtype == np.float32 and codes.devices() == {stored.device}
+    assert scales.shape == (codes.shape[1] // 32, codes.shape[0])
     ids = np.random.default_rng(3).integers(0, 96, (1, 24))
     (got,) = stored.run("forward", ids)
     (want,) = f32.run("forward", ids)
