@@ -98,3 +98,47 @@ def test_the_load_holds_pairs_for_the_kernel_where_it_runs(tmp_path, monkeypatch
     ids = np.random.default_rng(0).integers(0, 96, (2, 24))
     (got,), (want,) = relaid.run("forward", ids), plain.run("forward", ids)  # tiny dims: XLA's dot, re-laid scales
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * np.abs(want).max())
+
+
+def kernel_sized_llama():
+    """A one-layer transformers Llama whose every matrix tiles for the kernel (N a multiple of 128, K of 256)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(2)
+    config = LlamaConfig(
+        vocab_size=256, hidden_size=256, intermediate_size=512, num_hidden_layers=1, num_attention_heads=4,
+        num_key_value_heads=2, tie_word_embeddings=False, max_position_embeddings=128, rms_norm_eps=1e-5,
+    )  # fmt: skip
+    return LlamaForCausalLM(config)
+
+
+def test_decode_through_the_kernel_generates_the_xla_paths_tokens(tmp_path, monkeypatch):
+    # The generated module (`jax`: the step jitted with its real shapes) on a CPU that holds the pairs as a TPU
+    # does, so its decode step runs the kernel (interpreted) inside the decode loop, against the pairs as the CPU
+    # holds them (XLA's dot), both `equivalent`: the same greedy tokens, host loop and device loop.
+    pytest.importorskip("torch")
+    pytest.importorskip("gguf")
+    from linnet.compiler.jax import q8_kernel
+    from linnet.runtimes.generation import Generator
+    from linnet.runtimes.sampling import SamplingParams
+    from tests.runtimes.gguf_writing import write_llama_gguf
+    from tests.runtimes.test_jax_stored import ALL_Q8_0, OPTIONS
+
+    path = tmp_path / "kernel-sized-q8_0.gguf"
+    write_llama_gguf(path, kernel_sized_llama(), quantize=ALL_Q8_0)
+    options = dict(OPTIONS, weights=path, dtype="stored", numerics="equivalent")
+    plain = BACKENDS["jax"].load(LLAMA, **options)
+    monkeypatch.setattr(q8_kernel, "uses_kernel", lambda platform: True)
+    calls = []
+    kernel = q8_kernel.q8_matmul
+    monkeypatch.setattr(q8_kernel, "q8_matmul", lambda *a, **kw: calls.append(a[1].shape) or kernel(*a, **kw))
+    relaid = BACKENDS["jax"].load(LLAMA, **options)
+    prompt, params = [5, 17, 42, 8, 3, 61, 29], SamplingParams(max_new_tokens=8)
+    for loop in (False, True):
+        tokens = [
+            Generator(m.step_model(decode_loop=loop), None).generate(prompt, params).token_ids for m in (plain, relaid)
+        ]
+        assert len(tokens[0]) == 8 and tokens[0] == tokens[1], loop
+    # every matrix of the decode step through the kernel: q/k/v, o_proj, gate/up, down_proj, lm_head
+    assert {(512, 256), (256, 256), (1024, 256), (256, 512)} <= set(calls)

@@ -111,8 +111,8 @@ def _kernel(x_ref, q_ref, s_ref, o_ref, *, dot_dtype, precision):
     x = x_ref[...].astype(jnp.float32)  # [M, tk]
     m, tk = x.shape
     g = tk // BLOCK
-    block_of_lane = lax.broadcasted_iota(jnp.int32, (g, tk), 1) // BLOCK
-    mine = block_of_lane == lax.broadcasted_iota(jnp.int32, (g, tk), 0)  # [G, tk]: row g keeps block g
+    offset = lax.broadcasted_iota(jnp.int32, (g, tk), 1) - BLOCK * lax.broadcasted_iota(jnp.int32, (g, tk), 0)
+    mine = (offset >= 0) & (offset < BLOCK)  # [G, tk]: row g keeps block g (lanes 32 g .. 32 g + 31); no division
     spread = jnp.where(mine[None], x[:, None, :], 0.0).reshape(m * g, tk).astype(dot_dtype)
     codes = q_ref[...].astype(jnp.float32).astype(dot_dtype)  # [tn, tk], exact (|q| <= 127)
     partial = lax.dot_general(
