@@ -7,12 +7,16 @@ Rows (section "q8 ..."):
 - kernel: one Q8_0 matrix-vector product the size of Llama-3.1-8B's fused gate/up projection (28672 x 4096), the
   way the generated code runs it (`prelude.quantized_linear`: the codes converted and scaled as the dot's operand)
   at default precision (`fast`) and at f32's highest (`equivalent`), beside the same product over bf16 weights and
-  over the codes dequantized to bf16 first: ms, GB/s of the bytes held (codes and scales), and whether XLA fused the
-  dequantization into the dot (no [28672, 4096] float array in the optimized HLO) or materialised the matrix.
+  over the codes dequantized to bf16 first, and the Pallas kernel the TPU's generated code runs
+  (linnet/compiler/jax/q8_kernel.py: codes [N, K], scales f32 [K / 32, N]) at a few tile targets, `fast` and
+  `equivalent`: ms, GB/s of the bytes held (codes and scales), and whether XLA fused the dequantization into the dot
+  (no [28672, 4096] float array in the optimized HLO) or materialised the matrix; a variant that fails to compile
+  says why.
 - decode (llama-3.1-8b, and qwen3-8b with `--q8-shapes`): a GGUF of the preset's shape written on the machine
   (`write_q8_gguf`: seeded N(0, 0.02) weights quantized to Q8_0 by gguf-py's own vectorised quantizer, threaded
   over row chunks, streamed to a temporary file), loaded through the real path (`linnet.load(..., dtype="stored")`,
-  `xla`, `fast`), then: load time, compile (cold), TTFT for a 512-token prompt, decode tok/s at batch 1 over 128 new
+  `jax`, `fast`: the generated module jitted with the step's shapes, so a decode step's matrices go through the
+  kernel; `xla`'s exported entries have symbolic rows and keep XLA's dot), then: load time, compile (cold), TTFT for a 512-token prompt, decode tok/s at batch 1 over 128 new
   tokens with the on-device decode loop against the streaming limit (the bytes held, codes + scales + norms, over
   the calibration's measured GB/s), the chip's memory in use, and the first 32 greedy tokens.
 - distance: the same dims with 4 layers (the dequantized 8B, 32 GB in f32 and 16 GB in bf16, does not fit the
