@@ -16,9 +16,10 @@ Rows (section "q8 ..."):
   (`write_q8_gguf`: seeded N(0, 0.02) weights quantized to Q8_0 by gguf-py's own vectorised quantizer, threaded
   over row chunks, streamed to a temporary file), loaded through the real path (`linnet.load(..., dtype="stored")`,
   `jax`, `fast`: the generated module jitted with the step's shapes, so a decode step's matrices go through the
-  kernel; `xla`'s exported entries have symbolic rows and keep XLA's dot), then: load time, compile (cold), TTFT for a 512-token prompt, decode tok/s at batch 1 over 128 new
-  tokens with the on-device decode loop against the streaming limit (the bytes held, codes + scales + norms, over
-  the calibration's measured GB/s), the chip's memory in use, and the first 32 greedy tokens.
+  kernel; `xla`'s exported entries have symbolic rows and keep XLA's dot), then: load time, compile (cold), TTFT
+  for a 512-token prompt, decode tok/s at batch 1 over 128 new tokens with the on-device decode loop against the
+  streaming limit (the bytes held, codes + scales + norms, over the calibration's measured GB/s), the chip's
+  memory in use, and the first 32 greedy tokens.
 - distance: the same dims with 4 layers (the dequantized 8B, 32 GB in f32 and 16 GB in bf16, does not fit the
   chip): the last-token logits of a 64-token prompt and 32 greedy tokens of the stored model (`fast` and
   `equivalent`) against the same file loaded dequantized in f32 (`equivalent`) on the chip, and against the host
