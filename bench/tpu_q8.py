@@ -284,16 +284,17 @@ def kernel_rows(report, device: str, dry: bool, calibration: dict) -> None:
         "q8_0 fast, codes held [K, N], a dot per block then scales": (block_dots, (x, codes_t, scales_t)),
         "q8_0 fast, dequantized to bf16": (bf16_operand, q8),
         **{  # the Pallas kernel (linnet/compiler/jax/q8_kernel.py) at a few tile targets; interpreted on the CPU
-            f"q8_0 {mode}, Pallas kernel tn={tn} tk={tk}": (
-                functools.partial(q8_matmul, precision=precision, tn=tn, tk=tk),
+            f"q8_0 {mode}, Pallas kernel tn={tn} tk={tk}{'' if widen else ', int8 codes into the dot'}": (
+                functools.partial(q8_matmul, precision=precision, tn=tn, tk=tk, widen_codes=widen),
                 kernel_args,
             )
-            for mode, precision, tn, tk in (
-                ("fast", None, 1024, 512),
-                ("fast", None, 2048, 1024),
-                ("fast", None, 512, 2048),
-                ("fast", None, 4096, 512),
-                ("equivalent (highest)", "highest", 1024, 512),
+            for mode, precision, tn, tk, widen in (
+                ("fast", None, 1024, 512, True),
+                ("fast", None, 2048, 1024, True),
+                ("fast", None, 512, 2048, True),
+                ("fast", None, 4096, 512, True),
+                ("fast", None, 1024, 512, False),
+                ("equivalent (highest)", "highest", 1024, 512, True),
             )
         },
         "bf16 dense": (lambda x, w: jnp.einsum("...i,oi->...o", x.astype(jnp.bfloat16), w), (x, dense)),

@@ -41,8 +41,9 @@ def test_kernel_equals_the_dequantized_product(m, n, k, tn, tk):
     exact = np.asarray(q8_matmul(x, held.codes, held.scales_t, precision="highest", tn=tn, tk=tk, interpret=True))
     np.testing.assert_allclose(exact, want, rtol=0, atol=1e-6 * np.abs(want).max())
     # fast: x rounded to bf16 (2^-9 relative) before an exact dot: bounded at 2^-9 * sum |x| |w| per output
-    fast = np.asarray(q8_matmul(x, held.codes, held.scales_t, tn=tn, tk=tk, interpret=True))
-    assert np.all(np.abs(fast - want) <= 2.0**-9 * (np.abs(x) @ np.abs(w).T) + 1e-6)
+    for widen in (True, False):  # the codes widened to bf16 first, or handed to the dot as int8
+        fast = np.asarray(q8_matmul(x, held.codes, held.scales_t, tn=tn, tk=tk, widen_codes=widen, interpret=True))
+        assert np.all(np.abs(fast - want) <= 2.0**-9 * (np.abs(x) @ np.abs(w).T) + 1e-6), widen
 
 
 def test_tiles_of_the_8b_matrices_and_none_for_a_tiny_model():

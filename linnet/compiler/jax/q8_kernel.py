@@ -41,6 +41,7 @@ __all__ = ["KMajorQ8", "hold", "held_spec", "uses_kernel", "q8_matmul", "tiles",
 BLOCK = 32  # Q8_0's values per scale
 MAX_KERNEL_ROWS = 64  # rows of x (batch * tokens) up to which the kernel runs: decode; prefill keeps XLA's dot
 TILE_N, TILE_K = 1024, 512  # default tile targets: codes 512 KB a step, double-buffered
+WIDEN_CODES = True  # codes widened to bf16 on the VPU before a `fast` dot (False: the dot takes them as int8)
 VMEM_LIMIT = 64 * 1024 * 1024  # a step's buffers at the largest bench tiles (2048 x 2048) stay well under it
 
 
@@ -101,7 +102,7 @@ def tiles(n: int, k: int, tn: int = TILE_N, tk: int = TILE_K) -> tuple[int, int]
     return None if tn is None or tk is None else (tn, tk)
 
 
-def _kernel(x_ref, q_ref, s_ref, o_ref, *, dot_dtype, precision):
+def _kernel(x_ref, q_ref, s_ref, o_ref, *, dot_dtype, precision, widen_codes):
     """One grid step (n tile j, k tile i): o[M, tn] += sum_g (blockdiag(x)[M * G, tk] @ q[tn, tk]^T)[(m, g)] * s[g]."""
 
     @pl.when(pl.program_id(1) == 0)
@@ -114,7 +115,9 @@ def _kernel(x_ref, q_ref, s_ref, o_ref, *, dot_dtype, precision):
     offset = lax.broadcasted_iota(jnp.int32, (g, tk), 1) - BLOCK * lax.broadcasted_iota(jnp.int32, (g, tk), 0)
     mine = (offset >= 0) & (offset < BLOCK)  # [G, tk]: row g keeps block g (lanes 32 g .. 32 g + 31); no division
     spread = jnp.where(mine[None], x[:, None, :], 0.0).reshape(m * g, tk).astype(dot_dtype)
-    codes = q_ref[...].astype(jnp.float32).astype(dot_dtype)  # [tn, tk], exact (|q| <= 127)
+    # [tn, tk], exact (|q| <= 127); or the int8 codes as the dot's operand, widened by Mosaic (jax's own
+    # quantized_matmul kernel dots bf16 x int8 so)
+    codes = q_ref[...].astype(jnp.float32).astype(dot_dtype) if widen_codes else q_ref[...]
     partial = lax.dot_general(
         spread, codes, (((1,), (1,)), ((), ())), precision=precision, preferred_element_type=jnp.float32
     )  # [M * G, tn]: each block's partial sum
@@ -122,11 +125,12 @@ def _kernel(x_ref, q_ref, s_ref, o_ref, *, dot_dtype, precision):
     o_ref[...] += jnp.sum(partial.reshape(m, g, tn) * s_ref[...][None], axis=1)
 
 
-@functools.partial(jax.jit, static_argnames=("precision", "tn", "tk", "interpret"))
-def q8_matmul(x, codes, scales_t, *, precision=None, tn=TILE_N, tk=TILE_K, interpret=None):
+@functools.partial(jax.jit, static_argnames=("precision", "tn", "tk", "widen_codes", "interpret"))
+def q8_matmul(x, codes, scales_t, *, precision=None, tn=TILE_N, tk=TILE_K, widen_codes=WIDEN_CODES, interpret=None):
     """y f32[M, N] = x[M, K] @ (codes i8[N, K] * scales_t f32[K / 32, N] per block)^T, by the Pallas kernel (the
     module docstring). `precision` None (`fast`: a bf16 dot) or "highest" (`equivalent`: an f32 dot); `tn`, `tk`
-    tile targets (`tiles`); `interpret` None runs the kernel compiled on a TPU and interpreted elsewhere (slow: for
+    tile targets (`tiles`); `widen_codes` False hands a `fast` dot the int8 codes (Mosaic widens them);
+    `interpret` None runs the kernel compiled on a TPU and interpreted elsewhere (slow: for
     tests). Raises ValueError when no tiling fits (`tiles`)."""
     m, k = x.shape
     n = codes.shape[0]
@@ -139,6 +143,7 @@ def q8_matmul(x, codes, scales_t, *, precision=None, tn=TILE_N, tk=TILE_K, inter
         _kernel,
         dot_dtype=jnp.float32 if highest else jnp.bfloat16,
         precision=lax.Precision.HIGHEST if highest else None,
+        widen_codes=widen_codes or highest,
     )
     return pl.pallas_call(
         kernel,
