@@ -55,10 +55,10 @@ def test_tiles_of_the_8b_matrices_and_none_for_a_tiny_model():
     assert tiles(128, 96) is None and tiles(96, 256) is None  # K = 96, N = 96: XLA's dot
 
 
-def test_a_kernel_pair_multiplies_by_the_kernel_for_decode_rows_and_by_xla_beyond(monkeypatch):
+def test_a_kernel_pair_multiplies_by_the_kernel_for_any_known_rows(monkeypatch):
     from linnet.compiler.jax import q8_kernel
     from linnet.compiler.jax.prelude import dequantize, quantized_linear, quantized_take
-    from linnet.compiler.jax.q8_kernel import MAX_KERNEL_ROWS, hold
+    from linnet.compiler.jax.q8_kernel import TILE_M, hold
 
     calls = []
     kernel = q8_kernel.q8_matmul
@@ -69,11 +69,11 @@ def test_a_kernel_pair_multiplies_by_the_kernel_for_decode_rows_and_by_xla_beyon
     np.testing.assert_array_equal(np.asarray(dequantize(held)), w.astype(np.float32))
     rows = np.asarray(quantized_take(held, np.array([[3, 200]]), 0))
     np.testing.assert_array_equal(rows, w[[[3, 200]]].astype(np.float32))
-    for m in (2, MAX_KERNEL_ROWS + 1):
+    for m in (2, 2 * TILE_M + 3):  # decode's rows in one tile; prefill's in three, the last padded
         x = np.random.default_rng(m).standard_normal((1, m, 512), dtype=np.float32)
         calls.clear()
         got = np.asarray(quantized_linear(x, held, "highest"))
-        assert calls == ([(m, 512)] if m <= MAX_KERNEL_ROWS else []), m
+        assert calls == [(m, 512)], m
         want = x.astype(np.float64) @ w.T
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-6 * np.abs(want).max())
 
