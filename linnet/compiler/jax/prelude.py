@@ -237,11 +237,12 @@ def quantized_take(w, indices, axis):
     dequantized in f32: exactly the dequantized table's rows, without the table."""
     if not isinstance(w, tuple):
         return jnp.take(w, indices, axis=axis, mode="clip")
-    codes, scales = w[0], _row_scales(w)
-    return dequantize((jnp.take(codes, indices, axis=0, mode="clip"), jnp.take(scales, indices, axis=0, mode="clip")))
+    return dequantize((jnp.take(w[0], indices, axis=0, mode="clip"), _row_scales(w, indices)))
 
 
-def _row_scales(w):
-    """A quantized pair's scales [N, K / G], one row per row of codes: the pair's second array, or what a pair held
-    for a kernel gives (`row_scales`: held otherwise, e.g. transposed)."""
-    return w.row_scales() if hasattr(w, "row_scales") else w[1]
+def _row_scales(w, indices=None):
+    """A quantized pair's scales [N, K / G], one row per row of codes (or those of the rows `indices`, clipped): the
+    pair's second array, or what a pair held for a kernel gives (`row_scales`: held otherwise, e.g. transposed)."""
+    if hasattr(w, "row_scales"):
+        return w.row_scales(indices)
+    return w[1] if indices is None else jnp.take(w[1], indices, axis=0, mode="clip")

@@ -63,9 +63,12 @@ class KMajorQ8(NamedTuple):
     codes: jax.Array
     scales_t: jax.Array
 
-    def row_scales(self):
-        """The scales f32[N, K / 32], one row per output row (the pair's usual layout)."""
-        return self.scales_t.T
+    def row_scales(self, indices=None):
+        """The scales f32[N, K / 32], one row per output row (the pair's usual layout); or only rows `indices`
+        ([...] -> f32[..., K / 32], clipped), taken from the held columns without transposing the rest."""
+        if indices is None:
+            return self.scales_t.T
+        return jnp.moveaxis(jnp.take(self.scales_t, indices, axis=1, mode="clip"), 0, -1)
 
     def matmul(self, x, precision):
         """`x @ W^T`: x [..., K] -> [..., N] in x's dtype; the kernel when x's rows are known when traced and a
