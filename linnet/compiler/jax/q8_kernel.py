@@ -6,8 +6,8 @@ Why a kernel: XLA compiles the dequantized dot to an f32 multiply-reduce on the 
 streaming limit: bench/results/tpu_q8_2026-12-06.json), and inside the decode loop it hoists the loop-invariant
 dequantization out of the loop, materialising every matrix (out of HBM for an 8B model). Nothing here can be hoisted.
 
-How: a grid over tiles of N (parallel) and K (the reduction, last), each step reading codes [tn, tk] and the scales
-[tk / 32, tn] of those blocks. The scales are applied after the dot, not to the codes: x's tile [M, tk] is spread
+How: a grid over tiles of M and N (parallel) and K (the reduction, last), each step reading codes [tn, tk] and the
+scales [tk / 32, tn] of those blocks. The scales are applied after the dot, not to the codes: x's tile [M, tk] is spread
 block-diagonally to [M * G, tk] (G = tk / 32 blocks; row (m, g) keeps block g of row m, zeros elsewhere), one MXU
 dot with the codes gives every block's partial sum P[(m, g), n] (the codes exact in bf16), and y[m, n] += sum_g
 P[(m, g), n] * s[g, n] on the VPU (M * G * tn multiplies a step, not tn * tk). For M up to a few dozen rows the MXU
