@@ -4,7 +4,8 @@ What exports read (`linnet.runtimes.export`), so that a model changed in memory 
 current values, not the file it was loaded from. Each backend keeps its parameters its own way: PyTorch in the
 module tree (`state_dict()` keys are the parameter paths), ONNX Runtime as numpy arrays by path, JAX as device
 arrays by path except the weights fused for one dot, held concatenated under `prefix{a,b,c}suffix`
-(`linnet.ir.fusion`). Each backend's model says how (`LoadedModel.held_weights`); this module checks and orders
+(`linnet.ir.fusion`), and the layers of a list it scans, held stacked under `list.*.member`
+(`linnet.compiler.jax.scan`). Each backend's model says how (`LoadedModel.held_weights`); this module checks and orders
 what it gives.
 """
 
@@ -45,8 +46,19 @@ def params_weights(model: Any) -> dict[str, np.ndarray]:
     if not isinstance(params, dict):
         raise ExportError(f"cannot read the parameters of a {type(model).__name__} ({model.backend})")
     held = {path: np.asarray(a) for path, a in params.items()}
+    _split_stacked(held)
     _split_fused(held, {s.path: s.shape for s in model.program.params})
     return held
+
+
+def _split_stacked(held: dict[str, np.ndarray]) -> None:
+    """Replace, in place, each stacked member `list.*.member` [items, ...] (a list of layers the JAX backend scans,
+    `linnet.compiler.jax.scan`) by its items' arrays, `list.0.member`, `list.1.member`, ..."""
+    from linnet.compiler.jax.scan import STACKED_INDEX, stacked_names
+
+    for key in [k for k in held if f".{STACKED_INDEX}." in k]:
+        whole = held.pop(key)
+        held.update(zip(stacked_names(key, len(whole)), whole))
 
 
 def _split_fused(held: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...]]) -> None:

@@ -33,6 +33,7 @@ from linnet.ir.pipeline import prepare
 from linnet.ir.render import dim_text
 
 from .codegen import JAX_DTYPES, NUMERICS, PASSES, held_in_f32, module_source, state_shape
+from .scan import STACKED_INDEX, stacked_key, stacked_lists
 
 MODES = ("generated", "stablehlo")
 
@@ -57,6 +58,8 @@ class JaxProgram:
     fused: dict[str, list[str]] = field(default_factory=dict)  # fused weight key -> checkpoint names
     f32_matrices: bool = False  # the bf16 matrices are taken in f32 (`codegen`'s docstring; `held_dtype`)
     cache_layout: str = "flat"  # how KV caches are held (`codegen.state_shape`)
+    # the lists of layers held stacked (`scan.stacked_lists`: list path -> items), whose loops run as one scan
+    stacked: dict[str, int] = field(default_factory=dict)
 
     def held_dtype(self, dtype_name: str, rank: int) -> str:
         """The dtype (a Linnet name) the code takes a parameter of `dtype_name` and `rank` in: f32 for the matrices
@@ -113,13 +116,17 @@ def compile_program(
     fuse_linear_weights: bool = True,
     f32_matrices: bool = False,
     cache_layout: str = "flat",
+    scan_layers: bool = False,
 ) -> JaxProgram:
     """The program's generated JAX, executed (nothing is traced or compiled yet). With
     `fuse_linear_weights=False` every parameter keeps its checkpoint name (no fused keys, one dot
     per linear layer): what sharding by checkpoint name and gradients by checkpoint name want. With
     `f32_matrices`, the code takes the bf16 matrices in f32 (`JaxProgram.held_dtype`; the codegen docstring says
     why: XLA's CPU dots). `cache_layout`: how KV caches are held, "flat" or "token_major"
-    (`linnet.ir.attention.hold_caches` says which suits which device)."""
+    (`linnet.ir.attention.hold_caches` says which suits which device). With `scan_layers`, the parameters and state
+    of each list of identical layers its loops can scan (`scan.stacked_lists`) are taken stacked, `list.*.member`
+    [items, ...] (`stacked`, `param_specs`; the runtime stacks them once at load), so that each such loop is one
+    `lax.scan`: one layer traced and compiled instead of every layer."""
     if numerics not in NUMERICS:
         raise BackendError(f"numerics must be one of {', '.join(NUMERICS)}, got {numerics!r}")
     enable_x64()
@@ -132,7 +139,14 @@ def compile_program(
     namespace: dict = {"__name__": "linnet_generated_jax"}
     exec(compile(source, filename, "exec"), namespace)
     return JaxProgram(
-        program, numerics, source, namespace, fused=fused, f32_matrices=f32_matrices, cache_layout=cache_layout
+        program,
+        numerics,
+        source,
+        namespace,
+        fused=fused,
+        f32_matrices=f32_matrices,
+        cache_layout=cache_layout,
+        stacked=stacked_lists(prepared) if scan_layers else {},
     )
 
 
@@ -151,11 +165,13 @@ def param_specs(
     fused: dict[str, list[str]] | None = None,
     held_dtype: Callable[[str, int], str] | None = None,
     cache_layout: str = "flat",
+    stacked: dict[str, int] | None = None,
 ) -> tuple[dict, dict]:
     """ShapeDtypeStructs of the parameters (by checkpoint name, and the `fused` groups by their
     key in place of their members) and of the state, in the shape the backend holds it
     (`codegen.state_shape` under `cache_layout`); each parameter in `held_dtype(dtype, rank)` when given
-    (`JaxProgram.held_dtype`)."""
+    (`JaxProgram.held_dtype`). The members of the `stacked` lists (`JaxProgram.stacked`) are one spec each,
+    `list.*.member` [items, ...] (`scan.stacked_key`), in place of the items'."""
     held = held_dtype or (lambda name, rank: name)
     params = {
         t.path: jax.ShapeDtypeStruct(t.shape, jax_dtype(held(t.type.dtype.name, len(t.shape)))) for t in program.params
@@ -167,7 +183,20 @@ def param_specs(
         t.path: jax.ShapeDtypeStruct(state_shape(t.shape, cache_layout), jax_dtype(t.type.dtype.name))
         for t in program.state
     }
-    return params, state
+    return _stacked_specs(params, stacked or {}), _stacked_specs(state, stacked or {})
+
+
+def _stacked_specs(specs: dict, stacked: dict[str, int]) -> dict:
+    """`specs` with the items' specs of each stacked list replaced by one [items, ...] spec per member, in order."""
+    out: dict = {}
+    for path, spec in specs.items():
+        found = stacked_key(path, stacked)
+        if found is None:
+            out[path] = spec
+        elif found[0] not in out:
+            count = stacked[found[0].split(f".{STACKED_INDEX}.")[0]]
+            out[found[0]] = jax.ShapeDtypeStruct((count, *spec.shape), spec.dtype)
+    return out
 
 
 def input_specs(graph: Graph, max_positions: int | None = None) -> list:
@@ -192,7 +221,9 @@ def export_entry(compiled: JaxProgram, name: str, platforms: list[str] | None = 
     arguments; nothing but the small folded constants is in the artifact."""
     enable_x64()
     graph = compiled.program.entries[name]
-    params, state = param_specs(compiled.program, compiled.fused, compiled.held_dtype, compiled.cache_layout)
+    params, state = param_specs(
+        compiled.program, compiled.fused, compiled.held_dtype, compiled.cache_layout, compiled.stacked
+    )
     state = state if compiled.stateful(name) else {}  # an entry that writes no state takes none
     fn = compiled.jitted(name)
     inputs = input_specs(graph, compiled.program.max_positions if state else None)

@@ -1,5 +1,6 @@
 """The runtime helpers of the generated JAX code: the `Module` base class of its classes, and the functions its
-statements call (`write_cache`, dropout's `DropoutKeys`, `share_dropout_keys` and `dropout`).
+statements call (`write_cache`, `scan_layers` over a list held `Stacked`, dropout's `DropoutKeys`,
+`share_dropout_keys` and `dropout`).
 
 A generated module imports the ones it uses (`from linnet.compiler.jax.prelude import Module, write_cache`): the
 backend runs it so (`module.compile_program`), and the language server shows it so. A standalone file (`linnet jax
@@ -28,7 +29,10 @@ class Module:
         self._prefix = prefix
         for name, child in self.CHILDREN.items():
             if isinstance(child, tuple):
-                setattr(self, name, [child[0](arrays, f"{prefix}{name}.{i}.") for i in range(child[1])])
+                head = f"{prefix}{name}.*."  # a list held stacked (`Stacked`): its members under `layers.*.`
+                stacked = {k[len(head) :]: v for k, v in arrays.items() if k.startswith(head)}
+                items = [child[0](arrays, f"{prefix}{name}.{i}.") for i in range(child[1])] if not stacked else None
+                setattr(self, name, items if items is not None else Stacked(child[0], stacked, child[1]))
             else:
                 setattr(self, name, child(arrays, f"{prefix}{name}."))
         for path in self.PARAMS + self.STATE:
@@ -55,9 +59,50 @@ class Module:
                 node = _child(node, part)
             out[self._prefix + path] = node
         for name, child in self.CHILDREN.items():
-            for module in getattr(self, name) if isinstance(child, tuple) else [getattr(self, name)]:
+            items = getattr(self, name)
+            if isinstance(items, Stacked):
+                out.update({f"{self._prefix}{name}.*.{k}": v for k, v in items.state.items()})
+                continue
+            for module in items if isinstance(child, tuple) else [items]:
                 out.update(module.state())
         return out
+
+
+class Stacked:
+    """A list of `count` submodules of class `cls` held stacked: each member of theirs is one array whose leading
+    axis is the item (`arrays`, by path relative to an item: `self_attn.k_cache` [count, ...]). `scan_layers` runs a
+    loop over it as one `lax.scan`; `state` holds the stacked state, new once a scan wrote it."""
+
+    def __init__(self, cls, arrays, count):
+        self.cls, self.count = cls, count
+        self.state = {k: v for k, v in cls(arrays).state().items() if v is not None}
+        self.params = {k: v for k, v in arrays.items() if k not in self.state}
+
+    def scan(self, body, carry):
+        """`body(item, carry) -> carry` over the items in order, as one `lax.scan` over the stacked parameters; the
+        stacked state is carried and each item's slice of it read and written back at its index (in place, as the
+        state is donated)."""
+
+        def one(carried, xs):
+            carry, state = carried
+            i, params = xs
+            item = self.cls({**params, **{k: lax.dynamic_index_in_dim(v, i, 0, False) for k, v in state.items()}})
+            carry = body(item, carry)
+            new = item.state()
+            return (carry, {k: lax.dynamic_update_index_in_dim(v, new[k], i, 0) for k, v in state.items()}), None
+
+        (carry, self.state), _ = lax.scan(one, (carry, self.state), (lax.iota(jnp.int32, self.count), self.params))
+        return carry
+
+
+def scan_layers(items, body, carry):
+    """`carry = body(item, carry)` for each item of a list of submodules, in order: one `lax.scan` when the list is
+    held stacked (`Stacked`: the body is traced and compiled once), else a plain loop. Returns the last carry."""
+    if isinstance(items, Stacked):
+        return items.scan(body, carry)
+    for item in items:
+        carry = body(item, carry)
+    return carry
 
 
 def _child(node, part):
@@ -184,7 +229,10 @@ def share_dropout_keys(module, keys):
     """Give `module` and every submodule of it `keys` (their methods read `self.dropout_keys`)."""
     module.dropout_keys = keys
     for name, child in module.CHILDREN.items():
-        for item in getattr(module, name) if isinstance(child, tuple) else [getattr(module, name)]:
+        items = getattr(module, name)
+        if isinstance(items, Stacked):  # never: a list whose loop runs dropout is not stacked (`scan.py`)
+            continue
+        for item in items if isinstance(child, tuple) else [items]:
             share_dropout_keys(item, keys)
 
 

@@ -337,13 +337,16 @@ def load(
     options: LoadOptions = LoadOptions(),
     mode: str = "generated",
     fuse_linear_weights: bool = True,
+    scan_layers: bool | None = None,
 ) -> JaxModel:
     """Load `source` with `weights` for JAX in `mode` ("generated": the generated JAX under
     jax.jit; "stablehlo": each entry exported through jax.export, symbolic batch and sequence
     dims, and run from the artifact) under `options`. Without weights and with `options.random_weights`,
     parameters are drawn from N(0, 0.02) (norm scales 1, biases 0) with `options.seed`. With
     `fuse_linear_weights=False`, `params` holds every weight under its checkpoint name (no fused
-    keys): what sharding (`linnet.runtimes.parallel`) and training by checkpoint name use. Called by
+    keys): what sharding (`linnet.runtimes.parallel`) and training by checkpoint name use. `scan_layers` (None: as
+    `fuse_linear_weights`, so on for inference): each list of identical layers is held stacked and its loops run as
+    one `lax.scan` (`linnet.compiler.jax.scan`: one layer traced and compiled, not every layer). Called by
     `Backend.load` (`linnet.jax.load`, `linnet.load`), which checks the options first.
 
     Raises LoadError (source, config, names or shapes) and BackendError (mode, dtype, device)."""
@@ -352,7 +355,7 @@ def load(
     t0 = time.perf_counter()
     _device(options.device)
     prepared = prepare(source, weights, options)
-    return load_prepared(prepared, options, mode, fuse_linear_weights, t0)
+    return load_prepared(prepared, options, mode, fuse_linear_weights, t0, scan_layers)
 
 
 def load_prepared(
@@ -361,14 +364,14 @@ def load_prepared(
     mode: str = "generated",
     fuse_linear_weights: bool = True,
     t0: float | None = None,
+    scan_layers: bool | None = None,
 ) -> JaxModel:
     """A model from an already prepared program and checkpoint (`loading.prepare`): compiled in `mode` under
     `options`' numerics, its weights put on `options.device` (random ones from `options.seed` when there is no
-    checkpoint). `load` does the preparing; a source transform (LoRA) prepares its own. Raises LoadError,
-    BackendError."""
+    checkpoint). `load` does the preparing; a source transform (LoRA) prepares its own; `scan_layers` as `load` takes
+    it. Raises LoadError, BackendError."""
     numerics, device, seed, progress = options.numerics, options.device, options.seed, options.progress
-    from linnet.compiler.jax.codegen import state_shape
-    from linnet.compiler.jax.module import compile_program, export_entry, exported_fn, jax_dtype
+    from linnet.compiler.jax.module import compile_program, export_entry, exported_fn, param_specs
 
     t0 = time.perf_counter() if t0 is None else t0
     backend = backend_for("jax_backend", mode)
@@ -378,14 +381,16 @@ def load_prepared(
     # bf16 on the CPU: matrices held in f32 (the module docstring); not for the per-name layout that sharding and
     # training compile themselves
     f32_matrices = dev.platform == "cpu" and program.dtype.name == "bf16" and fuse_linear_weights
-    compiled = compile_program(program, numerics, fuse_linear_weights, f32_matrices, cache_layout_for(dev))
-    binder = _Binder(dev, compiled.fused, compiled.held_dtype)
+    scan = fuse_linear_weights if scan_layers is None else scan_layers
+    layout = cache_layout_for(dev)
+    compiled = compile_program(program, numerics, fuse_linear_weights, f32_matrices, layout, scan_layers=scan)
+    binder = _Binder(dev, compiled.fused, compiled.held_dtype, compiled.stacked)
     if prepared.checkpoint is not None:
         params = _checkpoint_params(prepared, progress, binder)
     else:
         params = _random_params(program, seed, binder)
-    held = {t.path: (state_shape(t.shape, compiled.cache_layout), jax_dtype(t.type.dtype.name)) for t in program.state}
-    state = {path: jax.device_put(np.zeros(shape, dtype=dt), dev) for path, (shape, dt) in held.items()}
+    _, held = param_specs(program, compiled.fused, compiled.held_dtype, layout, compiled.stacked)
+    state = {path: jax.device_put(np.zeros(s.shape, dtype=s.dtype), dev) for path, s in held.items()}
     stateful = {name: compiled.stateful(name) for name in program.entries}
     exported = {}
     if mode == "generated":
@@ -435,14 +440,25 @@ F32_MATRICES_NOTE = (
 class _Binder:
     """Puts parameters on the device as they are read, by checkpoint name, except the members of
     a fused group (`fused`: key -> names), held on the host until the group is complete and then
-    put concatenated under its key. Each array is held in `held_dtype(dtype, rank)` (`JaxProgram.held_dtype`:
-    the bf16 matrices widened to f32 on the CPU; an exact cast)."""
+    put concatenated under its key, and the items' members of a stacked list (`stacked`: list path -> items,
+    `JaxProgram.stacked`), each copied into its slot of one host array [items, ...] and put once every item's is
+    there, under its stacked key (`scan.stacked_key`): stacked once at load, never per call. Each array is held in
+    `held_dtype(dtype, rank)` (`JaxProgram.held_dtype`: the bf16 matrices widened to f32 on the CPU; an exact
+    cast)."""
 
-    def __init__(self, device, fused: dict[str, list[str]], held_dtype: Callable[[str, int], str] | None = None):
+    def __init__(
+        self,
+        device,
+        fused: dict[str, list[str]],
+        held_dtype: Callable[[str, int], str] | None = None,
+        stacked: dict[str, int] | None = None,
+    ):
         self.jax, self.device, self.fused = jax_module(), device, fused
         self.held_dtype = held_dtype
+        self.stacked = stacked or {}
         self.group = {n: key for key, names in fused.items() for n in names}
         self.pending: dict[str, dict[str, np.ndarray]] = {}
+        self.slots: dict[str, tuple[np.ndarray, set[int]]] = {}  # stacked key -> (host array, indices filled)
         self.params: dict = {}
 
     def put(self, path: str, a: np.ndarray) -> None:
@@ -450,17 +466,42 @@ class _Binder:
             a = a.astype(np.float32)  # bf16 values, widened exactly
         key = self.group.get(path)
         if key is None:
-            self.params[path] = self.jax.device_put(a, self.device)
+            self._place(path, a)
             return
         held = self.pending.setdefault(key, {})
         held[path] = a
         if len(held) == len(self.fused[key]):
             held = self.pending.pop(key)
-            self.params[key] = self.jax.device_put(np.concatenate([held[n] for n in self.fused[key]]), self.device)
+            self._place(key, np.concatenate([held[n] for n in self.fused[key]]))
+
+    def _place(self, key: str, a: np.ndarray) -> None:
+        """Put `a` under `key`, or into its slot of a stacked array (put once full)."""
+        from linnet.compiler.jax.scan import STACKED_INDEX, stacked_key
+
+        found = stacked_key(key, self.stacked)
+        if found is None:
+            self.params[key] = self.jax.device_put(a, self.device)
+            return
+        stacked, index = found
+        count = self.stacked[stacked.split(f".{STACKED_INDEX}.")[0]]
+        whole, filled = self.slots.setdefault(stacked, (np.empty((count, *a.shape), a.dtype), set()))
+        if whole.shape[1:] != a.shape or whole.dtype != a.dtype:  # the loop's lowering makes its items alike
+            items = f"{list(whole.shape[1:])} {whole.dtype}"
+            raise LoadError(f"`{key}` is {list(a.shape)} {a.dtype}, the other items of its list {items}", code="L501")
+        whole[index] = a
+        filled.add(index)
+        if len(filled) == count:
+            self.params[stacked] = self.jax.device_put(self.slots.pop(stacked)[0], self.device)
 
     def done(self) -> dict:
         for key, held in self.pending.items():
             raise _missing_members(key, [n for n in self.fused[key] if n not in held])
+        from linnet.compiler.jax.scan import stacked_names
+
+        for key, (whole, filled) in self.slots.items():
+            missing = [n for i, n in enumerate(stacked_names(key, len(whole))) if i not in filled]
+            names = ", ".join(f"`{n}`" for n in missing[:4])
+            raise LoadError(f"no tensor for {names} (stacked as `{key}`)", code="L502")
         return self.params
 
 
