@@ -371,7 +371,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     ap.add_argument("--dry-run", action="store_true", help="the CPU, tiny sizes")
     ap.add_argument("--budget-s", type=float, default=420, help="start no new shape after this many seconds")
-    ap.add_argument("--only", choices=("calibration", "numerics", "speed", "serve"), action="append")
+    ap.add_argument("--only", choices=("calibration", "numerics", "speed", "serve", "compile"), action="append")
     args = ap.parse_args(argv)
     start = time.monotonic()
 
@@ -399,6 +399,10 @@ def main(argv=None) -> int:
         compile_rows(report, device, args.dry_run)
     if "serve" in only and time.monotonic() < start + args.budget_s:
         serve_rows(report, device, args.dry_run, calibration)
+    if "compile" in only:  # not by default: layers unrolled against scanned (bench/tpu_compile.py)
+        from tpu_compile import compile_scan_rows
+
+        compile_scan_rows(report, device, args.dry_run)
     report.data["wall_s"] = round(time.monotonic() - start, 1)
     report.write()
     return 0

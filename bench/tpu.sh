@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 if [[ "${1:-}" == "--dry-run" ]]; then
     PYTHON=${PYTHON:-.venv/bin/python}
     OUT=${OUT:-/tmp/tpu-dry-run}
-    PYTHONPATH=. exec "$PYTHON" bench/tpu.py --dry-run --out "$OUT"
+    PYTHONPATH=. exec "$PYTHON" bench/tpu.py --dry-run --out "$OUT" "${@:2}"
 fi
 OUT=${OUT:?set OUT to the folder for the results}
 if [[ -d .whl-tpu ]]; then  # (the tree's own linnet/ is not a mapped install: `linnet.runtimes` needs the wheel)

@@ -45,20 +45,12 @@ def params_weights(model: Any) -> dict[str, np.ndarray]:
     params = getattr(model, "params", None)
     if not isinstance(params, dict):
         raise ExportError(f"cannot read the parameters of a {type(model).__name__} ({model.backend})")
-    held = {path: np.asarray(a) for path, a in params.items()}
-    _split_stacked(held)
+    from linnet.compiler.jax.scan import unstacked
+
+    # a list of layers the JAX backend scans is held stacked, `list.*.member` (`linnet.compiler.jax.scan`)
+    held = unstacked({path: np.asarray(a) for path, a in params.items()})
     _split_fused(held, {s.path: s.shape for s in model.program.params})
     return held
-
-
-def _split_stacked(held: dict[str, np.ndarray]) -> None:
-    """Replace, in place, each stacked member `list.*.member` [items, ...] (a list of layers the JAX backend scans,
-    `linnet.compiler.jax.scan`) by its items' arrays, `list.0.member`, `list.1.member`, ..."""
-    from linnet.compiler.jax.scan import STACKED_INDEX, stacked_names
-
-    for key in [k for k in held if f".{STACKED_INDEX}." in k]:
-        whole = held.pop(key)
-        held.update(zip(stacked_names(key, len(whole)), whole))
 
 
 def _split_fused(held: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...]]) -> None:

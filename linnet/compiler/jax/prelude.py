@@ -50,6 +50,24 @@ class Module:
         """Item `i` of a list whose items are modules of different classes (`layers[0]`)."""
         return getattr(self, str(i))
 
+    # An item of a list held stacked, inside `Stacked.scan`, holds its state as `StateSlot`s: reading one gives the
+    # item's slice (a dynamic slice of the stacked array), and the cache writers write into the stacked array
+    # itself, at the item's index, so the scan updates the donated cache in place, as the unrolled code does.
+    def __getattr__(self, name):
+        slot = self.__dict__.get("_slots", {}).get(name)
+        if slot is None:
+            raise AttributeError(name)
+        return slot.read()
+
+    def __setattr__(self, name, value):
+        slots = self.__dict__.setdefault("_slots", {}) if isinstance(value, StateSlot) else self.__dict__.get("_slots")
+        if slots is None or (name not in slots and not isinstance(value, StateSlot)):
+            object.__setattr__(self, name, value)
+        elif name not in slots:
+            slots[name] = value
+        else:
+            slots[name].assign(value)
+
     def state(self):
         """The state tensors of this module and its submodules, by checkpoint name."""
         out = {}
@@ -80,19 +98,52 @@ class Stacked:
 
     def scan(self, body, carry):
         """`body(item, carry) -> carry` over the items in order, as one `lax.scan` over the stacked parameters; the
-        stacked state is carried and each item's slice of it read and written back at its index (in place, as the
-        state is donated)."""
+        stacked state is carried, each item holding its slots of it (`StateSlot`: written in place at its index)."""
 
         def one(carried, xs):
             carry, state = carried
             i, params = xs
-            item = self.cls({**params, **{k: lax.dynamic_index_in_dim(v, i, 0, False) for k, v in state.items()}})
-            carry = body(item, carry)
-            new = item.state()
-            return (carry, {k: lax.dynamic_update_index_in_dim(v, new[k], i, 0) for k, v in state.items()}), None
+            slots = {k: StateSlot(v, i) for k, v in state.items()}
+            carry = body(self.cls({**params, **slots}), carry)
+            return (carry, {k: slot.stacked for k, slot in slots.items()}), None
 
-        (carry, self.state), _ = lax.scan(one, (carry, self.state), (lax.iota(jnp.int32, self.count), self.params))
+        try:
+            (carry, self.state), _ = lax.scan(one, (carry, self.state), (jnp.arange(self.count), self.params))
+        finally:
+            StateSlot.reads.clear()  # the traced slices are dead once the body is traced
         return carry
+
+
+class StateSlot:
+    """An item's state tensor in `Stacked.scan`: `stacked` [items, ...] and the item's `index`. `read()` gives the
+    item's slice; the cache writers (`write_cache`, `write_cache_tokens`) given a slice read so write into `stacked`
+    at `index` and return the slot written, which the item's assignment takes (`assign`); any other value assigned
+    is written back as the item's slice."""
+
+    reads: dict = {}  # id(slice read) -> (slot, slice): which slot an array came from, while a scan traces
+
+    def __init__(self, stacked, index):
+        self.stacked, self.index = stacked, index
+
+    def read(self):
+        a = lax.dynamic_index_in_dim(self.stacked, self.index, 0, False)
+        StateSlot.reads[id(a)] = (self, a)  # the array kept alive with its id
+        return a
+
+    def assign(self, value):
+        if isinstance(value, StateSlot):
+            self.stacked = value.stacked
+        else:
+            self.stacked = lax.dynamic_update_index_in_dim(self.stacked, value, self.index, 0)
+
+    @staticmethod
+    def of(cache):
+        """(the slot `cache` was read from, or None; the array to write: the slot's stacked one, or `cache`), and
+        the leading index to write at (`(index,)`, or `()`)."""
+        found = StateSlot.reads.get(id(cache))
+        if found is None or found[1] is not cache:
+            return None, cache, ()
+        return found[0], found[0].stacked, (found[0].index,)
 
 
 def scan_layers(items, body, carry):
@@ -117,13 +168,16 @@ def _child(node, part):
 # of 512 tokens written as 512 windows a cache took ~1 ms a cache there, most of its time to first token.
 def write_cache(cache, rows, positions, new):
     """`cache` [max_batch * H, T, D] with `new` [B, H, S, D] written at row `rows[b]`, positions
-    `positions[b] + 0..S-1`; positions past the cache are dropped (a padded prefill's tail)."""
-    return _one_or_many(
+    `positions[b] + 0..S-1`; positions past the cache are dropped (a padded prefill's tail). A cache read from a
+    `StateSlot` is written in its stacked array, and the slot returned."""
+    slot, cache, lead = StateSlot.of(cache)
+    out = _one_or_many(
         new.shape[2],
-        lambda c: _scatter_positions(c, rows, positions, new),
-        lambda c: _write_blocks(c, rows, positions, new),
+        lambda c: _scatter_positions(c, rows, positions, new, lead),
+        lambda c: _write_blocks(c, rows, positions, new, lead),
         cache,
     )
+    return out if slot is None else StateSlot(out, slot.index)
 
 
 def _one_or_many(s, one, many, cache):
@@ -134,34 +188,38 @@ def _one_or_many(s, one, many, cache):
     return lax.cond(jnp.asarray(s) == 1, one, many, cache)
 
 
-def _write_blocks(cache, rows, positions, new):
+def _write_blocks(cache, rows, positions, new, lead=()):
     """`write_cache` as one dynamic-update-slice of each row's [H, S, D] block, or where it does not fit (a padded
-    prefill's tail past the end) that row's scatter (`_scatter_positions`)."""
+    prefill's tail past the end) that row's scatter (`_scatter_positions`). `lead`: the indices of the dims `cache`
+    has before [rows * H, T, D] (a stacked item's)."""
     h, s = new.shape[1], new.shape[2]
     rows, positions = jnp.asarray(rows), jnp.asarray(positions)  # indexed by the loop's traced i
+    k = len(lead)
 
     def write_row(i, cache):
         row, position, block = rows[i], positions[i], new[i]
         return lax.cond(
-            position + jnp.asarray(s, position.dtype) <= cache.shape[1],
-            lambda c: lax.dynamic_update_slice(c, block, (row * h, position, 0)),
-            lambda c: _scatter_positions(c, row[None], position[None], block[None]),
+            position + jnp.asarray(s, position.dtype) <= cache.shape[k + 1],
+            lambda c: lax.dynamic_update_slice(c, block.reshape((1,) * k + block.shape), (*lead, row * h, position, 0)),
+            lambda c: _scatter_positions(c, row[None], position[None], block[None], lead),
             cache,
         )
 
     return lax.fori_loop(0, new.shape[0], write_row, cache)
 
 
-def _scatter_positions(cache, rows, positions, new):
-    """`write_cache` as one scatter of one [H, D] window per row and position, positions past the cache dropped."""
-    h, s = new.shape[1], new.shape[2]
-    rows_and_positions = jnp.broadcast_arrays(rows[:, None] * h, positions[:, None] + lax.iota(jnp.int64, s))
+def _scatter_positions(cache, rows, positions, new, lead=()):
+    """`write_cache` as one scatter of one [H, D] window per row and position, positions past the cache dropped;
+    `lead` as `_write_blocks` takes it."""
+    h, s, k = new.shape[1], new.shape[2], len(lead)
+    index = (*lead, rows[:, None] * h, positions[:, None] + lax.iota(jnp.int64, s))
     window = lax.ScatterDimensionNumbers(
-        update_window_dims=(1, 3), inserted_window_dims=(1,), scatter_dims_to_operand_dims=(0, 1)
+        update_window_dims=(1, 3),
+        inserted_window_dims=(*range(k), k + 1),
+        scatter_dims_to_operand_dims=tuple(range(k + 2)),
     )
-    return lax.scatter(
-        cache, jnp.stack(rows_and_positions, axis=-1), new, window, mode=lax.GatherScatterMode.FILL_OR_DROP
-    )
+    indices = jnp.stack(jnp.broadcast_arrays(*(jnp.asarray(i, jnp.int64) for i in index)), axis=-1)
+    return lax.scatter(cache, indices, new, window, mode=lax.GatherScatterMode.FILL_OR_DROP)
 
 
 # For caches held as [rows, T, H * D] (on a TPU: `linnet.ir.attention` says why). The same plan as `write_cache`: one
@@ -173,43 +231,48 @@ def write_cache_tokens(cache, rows, positions, new):
     batch's extra rows)."""
     b, h, s, d = new.shape
     tokens = jnp.swapaxes(new, 1, 2).reshape(b, s, h * d)
-    return _one_or_many(
+    slot, cache, lead = StateSlot.of(cache)
+    out = _one_or_many(
         s,
-        lambda c: _scatter_tokens(c, rows, positions, tokens),
-        lambda c: _write_token_blocks(c, rows, positions, tokens),
+        lambda c: _scatter_tokens(c, rows, positions, tokens, lead),
+        lambda c: _write_token_blocks(c, rows, positions, tokens, lead),
         cache,
     )
+    return out if slot is None else StateSlot(out, slot.index)
 
 
-def _write_token_blocks(cache, rows, positions, tokens):
+def _write_token_blocks(cache, rows, positions, tokens, lead=()):
     """`write_cache_tokens` of `tokens` [B, S, H * D] as one dynamic-update-slice of each row's block, or where it
-    does not fit that row's scatter (`_scatter_tokens`)."""
-    s = tokens.shape[1]
+    does not fit that row's scatter (`_scatter_tokens`); `lead` as `_write_blocks` takes it."""
+    s, k = tokens.shape[1], len(lead)
     rows, positions = jnp.asarray(rows), jnp.asarray(positions)  # indexed by the loop's traced i
 
     def write_row(i, cache):
         row, position, block = rows[i], positions[i], tokens[i]
         return lax.cond(
-            position + jnp.asarray(s, position.dtype) <= cache.shape[1],
-            lambda c: lax.dynamic_update_slice(c, block[None], (row, position, 0)),
-            lambda c: _scatter_tokens(c, row[None], position[None], block[None]),
+            position + jnp.asarray(s, position.dtype) <= cache.shape[k + 1],
+            lambda c: lax.dynamic_update_slice(
+                c, block.reshape((1,) * (k + 1) + block.shape), (*lead, row, position, 0)
+            ),
+            lambda c: _scatter_tokens(c, row[None], position[None], block[None], lead),
             cache,
         )
 
     return lax.fori_loop(0, tokens.shape[0], write_row, cache)
 
 
-def _scatter_tokens(cache, rows, positions, tokens):
+def _scatter_tokens(cache, rows, positions, tokens, lead=()):
     """`write_cache_tokens` of `tokens` [B, S, H * D] as one scatter of one [H * D] window per row and position,
-    those past the cache dropped."""
-    s = tokens.shape[1]
-    rows_and_positions = jnp.broadcast_arrays(rows[:, None], positions[:, None] + lax.iota(jnp.int64, s))
+    those past the cache dropped; `lead` as `_write_blocks` takes it."""
+    s, k = tokens.shape[1], len(lead)
+    index = (*lead, rows[:, None], positions[:, None] + lax.iota(jnp.int64, s))
     window = lax.ScatterDimensionNumbers(
-        update_window_dims=(2,), inserted_window_dims=(0, 1), scatter_dims_to_operand_dims=(0, 1)
+        update_window_dims=(2,),
+        inserted_window_dims=tuple(range(k + 2)),
+        scatter_dims_to_operand_dims=tuple(range(k + 2)),
     )
-    return lax.scatter(
-        cache, jnp.stack(rows_and_positions, axis=-1), tokens, window, mode=lax.GatherScatterMode.FILL_OR_DROP
-    )
+    indices = jnp.stack(jnp.broadcast_arrays(*(jnp.asarray(i, jnp.int64) for i in index)), axis=-1)
+    return lax.scatter(cache, indices, tokens, window, mode=lax.GatherScatterMode.FILL_OR_DROP)
 
 
 # Dropout, for a program that runs one: keys drawn in the order the trace runs the dropouts.

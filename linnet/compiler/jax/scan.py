@@ -21,7 +21,7 @@ from __future__ import annotations
 from linnet.ir.core import LOOP_PLACEHOLDER, Graph, Op, Program
 from linnet.ir.passes import runs_random
 
-__all__ = ["STACKED_INDEX", "stacked_lists", "scanned_loops", "stacked_key", "stacked_names"]
+__all__ = ["STACKED_INDEX", "stacked_lists", "scanned_loops", "stacked_key", "stacked_names", "unstacked"]
 
 STACKED_INDEX = "*"  # the index segment of a stacked member's key: `model.layers.*.mlp.down_proj.weight`
 
@@ -103,3 +103,15 @@ def stacked_names(key: str, count: int) -> list[str]:
     """The per-item paths a stacked key holds, in index order (`stacked_key` reversed)."""
     head, _, rest = key.partition(f".{STACKED_INDEX}.")
     return [f"{head}.{i}.{rest}" for i in range(count)]
+
+
+def unstacked(arrays: dict, keep: set[str] | dict | None = None) -> dict:
+    """`arrays` with each stacked key (`list.*.member` [items, ...]) not in `keep` replaced by its items' arrays
+    (`list.0.member`, ...), in order; the other keys as they are."""
+    out = {}
+    for key, a in arrays.items():
+        if f".{STACKED_INDEX}." in key and (keep is None or key not in keep):
+            out.update(zip(stacked_names(key, len(a)), a))
+        else:
+            out[key] = a
+    return out

@@ -640,13 +640,16 @@ def load_exported(
     checkpoint; its names are matched to the artifact's, allowing one leading segment more or
     less, as loading from source does). Where the artifact takes fused weights (a key such as
     `model.layers.0.mlp.{gate,up}_proj.weight`, `codegen.fused_key`), they are made from their
-    members by checkpoint name. It compiles with the XLA options its JSON records (`compiler_options`: what the
+    members by checkpoint name, and where it takes a list of layers stacked (`model.layers.*.mlp.down_proj.weight`,
+    from a model loaded with `scan_layers`; `linnet.compiler.jax.scan`), from its items'. It compiles with the XLA
+    options its JSON records (`compiler_options`: what the
     export's numerics need, `JaxProgram.compiler_options`), so it computes what the model loaded from source
     computes; an artifact without them compiles with XLA's defaults. Returns a `JaxModel` with the one entry.
 
     Raises LoadError for missing or mis-shaped parameters."""
     jax = jax_module()
     from linnet.compiler.jax.module import exported_fn, exported_signature
+    from linnet.compiler.jax.scan import unstacked
 
     t0 = time.perf_counter()
     path = Path(path)
@@ -671,8 +674,9 @@ def load_exported(
         if params is None:
             if weights is None:
                 raise LoadError("give params= (a dict by checkpoint name) or weights= (a checkpoint)")
-            params = _weights_by_name(weights, param_specs)
-        params = _fused_from_members(params, param_specs, members)
+            params = _weights_by_name(weights, _item_specs(param_specs))
+        params = unstacked(params, param_specs)  # layers given stacked (a scanned model's) to an unrolled artifact
+        params = _stacked_from_items(_fused_from_members(params, _item_specs(param_specs), members), param_specs)
         missing = [k for k in param_specs if k not in params]
         if missing:
             raise LoadError(f"{len(missing)} parameter(s) the artifact takes are missing: {missing[:6]}", code="L502")
@@ -711,13 +715,55 @@ def _check_cache_sizes(meta: dict, state_specs: dict, meta_path: Path) -> None:
     [max_batch * num_key_value_heads, max_positions, head_dim]): a wrong max_positions would let the
     runner write past the cache, which XLA clamps silently. Raises LoadError naming the JSON."""
     max_batch, max_positions = meta.get("max_batch", 1), meta.get("max_positions")
-    for key, spec in state_specs.items():
+    for key, spec in _item_specs(state_specs).items():
         shape = tuple(spec.shape)
         if len(shape) != 3 or shape[0] % max_batch or (max_positions is not None and shape[1] != max_positions):
             raise LoadError(
                 f"{meta_path}: max_batch {max_batch} and max_positions {max_positions} do not fit the artifact's "
                 f"cache `{key}` of {list(shape)} ([max_batch * num_key_value_heads, max_positions, head_dim])"
             )
+
+
+def _item_specs(specs: dict) -> dict:
+    """`specs` with each stacked key (a list of layers the artifact scans, `list.*.member` [items, ...];
+    `linnet.compiler.jax.scan`) replaced by its items' keys and specs, in order."""
+    from linnet.compiler.jax.scan import STACKED_INDEX, stacked_names
+
+    jax = jax_module()
+    out = {}
+    for key, spec in specs.items():
+        if f".{STACKED_INDEX}." not in key:
+            out[key] = spec
+            continue
+        item = jax.ShapeDtypeStruct(tuple(spec.shape[1:]), spec.dtype)
+        out.update((name, item) for name in stacked_names(key, spec.shape[0]))
+    return out
+
+
+def _stacked_from_items(params: dict, specs: dict) -> dict:
+    """`params` with each stacked key the artifact takes that `params` lacks made from its items' arrays (by
+    checkpoint name or fused key; `_item_specs`), stacked along a new leading axis."""
+    from linnet.compiler.jax.scan import STACKED_INDEX, stacked_names
+
+    out = dict(params)
+    for key, spec in specs.items():
+        if key in params or f".{STACKED_INDEX}." not in key:
+            continue
+        names = stacked_names(key, spec.shape[0])
+        missing = [n for n in names if n not in out]
+        if missing:
+            raise LoadError(
+                f"no tensor for {', '.join(f'`{n}`' for n in missing[:4])} (stacked as `{key}`)", code="L502"
+            )
+        items = [np.asarray(out.pop(n)) for n in names]
+        for n, a in zip(names, items):
+            if a.shape != tuple(spec.shape[1:]):
+                raise LoadError(
+                    f"`{n}` is {list(a.shape)}, the artifact takes {list(spec.shape[1:])} (stacked as `{key}`)",
+                    code="L501",
+                )
+        out[key] = np.stack(items)
+    return out
 
 
 def _fused_from_members(params: dict, specs: dict, members: dict) -> dict:
