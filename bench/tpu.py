@@ -14,7 +14,9 @@ Rows, each written to DIR/tpu_<date>.json and .md as it completes (a call cut sh
   SmolLM2-135M, TinyLlama-1.1B and SmolLM2-1.7B shapes: compile (cold), TTFT against the FLOP bound (2 x params x
   512 at the measured TFLOP/s), decode tok/s against the streaming limit (the weights, and the weights plus the KV
   cache a step reads, at the measured GB/s), with the per-token host loop and the on-device decode loop
-  (`jax_loop`) side by side; the distance from the CPU reference and greedy agreement per shape.
+  (`jax_loop`) side by side; the distance from the CPU reference and greedy agreement per shape;
+- compile (`--only compile`, not run by default: bench/tpu_compile.py): the 1.1B shape's load and warm-up compiles,
+  cold and from the persistent cache, with its 22 layers unrolled and scanned.
 
 Weights: each model's preset (examples/llama.linnet) with seeded random weights (`random_weights`: biases 0, norm
 scales 1, the rest N(0, 0.02)). The loader's own `random_params` draws them one tensor after another in f64, which

@@ -86,6 +86,7 @@ def compile_scan_rows(report, device: str, dry: bool) -> None:
     ids = np.random.default_rng(7).integers(0, TINY["vocab_size"] if dry else 32000, prompt).astype(np.int64)
     tokens, logits = {}, {}
     for name, scan in VARIANTS.items():
+        jax.clear_caches()  # nothing compiled by the variant before (the argmax of `step_greedy`) is kept in memory
         folder = _fresh_cache()
         t = time.perf_counter()
         m = _load(dry, device, scan)

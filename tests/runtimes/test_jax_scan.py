@@ -185,3 +185,24 @@ def test_a_scanned_artifact_binds_its_stacked_layers_from_checkpoint_names(tmp_p
     wrong = {**tensors, "model.layers.2.post_attention_layernorm.weight": np.ones(63, np.float32)}
     with pytest.raises(LoadError, match=r"`model\.layers\.2\.post_attention_layernorm\.weight` is \[63\]"):
         lj.load_exported(tmp_path / "step.bin", params=wrong)
+
+
+def test_the_standalone_module_scans_what_stack_layers_stacks(pair):
+    """`linnet jax` output: `step(p, ...)` over `stack_layers({**params, **state})` (one scan) gives what the loaded
+    model gives, and over the arrays by checkpoint name (a plain loop) too."""
+    from linnet.compiler.jax.codegen import generate
+
+    unrolled, _ = pair
+    namespace: dict = {}
+    exec(compile(generate(unrolled.prepared.program, standalone=True), "standalone", "exec"), namespace)
+    assert "STACKED_LISTS" in namespace and "import linnet" not in generate(unrolled.prepared.program, standalone=True)
+    ids, zero = np.array([PROMPT]), np.zeros(1, np.int64)
+    state = {k: jax.numpy.zeros_like(v) for k, v in unrolled.state.items()}
+    by_name = {**unrolled.params, **state}
+    plain, _ = namespace["step"](by_name, ids, zero, zero)
+    scanned, new_state = namespace["step"](namespace["stack_layers"](by_name), ids, zero, zero)
+    assert "model.layers.*.self_attn.k_cache" in new_state
+    np.testing.assert_allclose(np.asarray(scanned), np.asarray(plain), rtol=0, atol=ATOL)
+    unrolled.reset_state()
+    want = unrolled.step_model(decode_loop=False).step(ids, zero, zero)
+    np.testing.assert_allclose(np.asarray(plain)[:, :], want, rtol=0, atol=ATOL)

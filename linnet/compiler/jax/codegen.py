@@ -100,6 +100,7 @@ RESERVED = python_reserved(
     "DROPOUT_KEY",
     "scan_layers",
     "Stacked",
+    "StateSlot",
     "STACKED_LISTS",
     "stack_layers",
 )
