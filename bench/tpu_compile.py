@@ -14,7 +14,10 @@ in one process, each with an empty persistent cache of its own (`LINNET_CACHE_DI
   second process would (load, then warm_up with every program found in the cache: tracing and lowering are paid
   again, XLA's compiles are not);
 - the distance of the last prompt token's logits from the CPU's f32 reference (scanned, on the host's CPU) and the
-  greedy agreement of 32 new tokens with the unrolled variant on the chip.
+  greedy agreement of 32 new tokens with the unrolled variant on the chip;
+- what the scan costs when running: ms a token of a 512 + 128 generation (the on-device decode loop), and the
+  median decode step of 32 rows at position 512 of 640 (serving's shape, where the caches are large: the scanned
+  step reads each layer's cache slice as a copy on the CPU, and whether XLA does so on the chip is to be seen).
 
 The CPU breakdown (`cpu_breakdown`): the same programs as the chip runs them (token-major caches, bf16 matrices as
 they are) traced, lowered and compiled for this machine's CPU from shapes alone (no weights): per program, the
@@ -53,13 +56,13 @@ def _fresh_cache() -> Path:
     return caches.enable("jax")
 
 
-def _load(dry: bool, device: str, scan: bool, dtype: str = "bf16", max_positions: int = 768):
+def _load(dry: bool, device: str, scan: bool, dtype: str = "bf16", max_positions: int = 768, max_batch: int = 1):
     import linnet
 
     preset, config = (None, TINY) if dry else (PRESET, None)
     return linnet.load(
         LLAMA, backend="xla", preset=preset, config=config, random_weights=True, seed=0, progress=False,
-        device=device, dtype=dtype, max_positions=max_positions, scan_layers=scan,
+        device=device, dtype=dtype, max_positions=max_positions, max_batch=max_batch, scan_layers=scan,
     )  # fmt: skip
 
 
@@ -76,8 +79,9 @@ def _warm_up(model, prompt: int):
 
 def compile_scan_rows(report, device: str, dry: bool) -> None:
     """One `compile` row per variant (unrolled, scanned) of the 1.1B shape (the module docstring), into `report`
-    (bench/tpu.py's `Report`). Device time: about 45 s unrolled and 25 s scanned on the chip (25 s cold and 4.3 s
-    cached were measured unrolled), plus ~40 s for the CPU reference: under 2 minutes."""
+    (bench/tpu.py's `Report`). Device time, estimated: about 75 s unrolled (25 s cold and 4.3 s cached were
+    measured; two loads of ~6 s, a 32-row model compiled ~20 s) and 40 s scanned, plus ~40 s for the CPU reference
+    on the host: about 3 minutes, with bench/tpu.py's start and calibration (~45 s) under 4."""
     import jax
 
     from linnet.runtimes.sampling import SamplingParams
@@ -95,6 +99,9 @@ def compile_scan_rows(report, device: str, dry: bool) -> None:
         sm = m.step_model(decode_loop=False)
         logits[name] = sm.step(ids[None, :], np.zeros(1, np.int64), np.zeros(1, np.int64))[0]
         tokens[name] = g.generate(ids.tolist(), SamplingParams(max_new_tokens=new)).token_ids
+        t = time.perf_counter()
+        g.generate(ids.tolist(), SamplingParams(max_new_tokens=4 * new))  # the device loop, as the speed rows run
+        generate_s = time.perf_counter() - t
         del m, g, sm
         jax.clear_caches()  # a second process: the persistent cache holds every program, nothing else is kept
         t = time.perf_counter()
@@ -116,6 +123,8 @@ def compile_scan_rows(report, device: str, dry: bool) -> None:
                 "cache_mb": round(sum(f.stat().st_size for f in Path(folder).rglob("*") if f.is_file()) / 1e6, 1),
                 "greedy_agree_with_unrolled": f"{sum(a == b for a, b in zip(tokens[name], tokens['unrolled']))}/{new}",
                 "max_abs_diff_vs_unrolled": float(np.max(np.abs(logits[name] - logits["unrolled"]))),
+                f"generate_{prompt}+{4 * new}_ms_per_token": round(generate_s / (4 * new) * 1e3, 3),
+                "decode_step_ms_at_32_rows": _batch_decode_ms(dry, device, scan),
             },
         )
     ref = _load(dry, "cpu", True, dtype="f32", max_positions=prompt + 16)
@@ -127,6 +136,22 @@ def compile_scan_rows(report, device: str, dry: bool) -> None:
             **{f"argmax_same_{k}": bool(np.argmax(v) == np.argmax(cpu)) for k, v in logits.items()},
         },
     )
+
+
+def _batch_decode_ms(dry: bool, device: str, scan: bool, rows: int = 32, steps: int = 20) -> float:
+    """Median ms of a decode step of `rows` rows at position 512 of 640 (serving's shape: the caches are read
+    whole), per-token path: what the scan's read of each layer's cache slice costs where the caches are large."""
+    positions = 48 if dry else 512
+    m = _load(dry, device, scan, max_positions=positions + 128, max_batch=rows)
+    sm = m.step_model(decode_loop=False, batch_buckets=False)
+    ids, at, which = np.ones((rows, 1), np.int64), np.full(rows, positions, np.int64), np.arange(rows, dtype=np.int64)
+    sm.step(ids, at, which)  # compile and first run
+    times = []
+    for _ in range(steps):
+        t = time.perf_counter()
+        sm.step(ids, at, which)
+        times.append(time.perf_counter() - t)
+    return round(float(np.median(times)) * 1e3, 3)
 
 
 # ----------------------------------------------------------------------------- the CPU breakdown
