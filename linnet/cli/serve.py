@@ -78,7 +78,14 @@ def build_app(args: argparse.Namespace, model):
     # life). Not where compiled kernels are specialised to the thread count (`thread_specific`).
     backend = get_backend(args.backend)
     on_idle = None if backend.thread_specific else (lambda: backend.setup_process(args.device))
-    engine = Engine(step_model, tokenizer, max_queue=args.max_queue, on_idle=on_idle)
+    engine = Engine(
+        step_model,
+        tokenizer,
+        max_queue=args.max_queue,
+        prefill_chunk=args.prefill_chunk,
+        step_token_budget=args.max_num_batched_tokens,
+        on_idle=on_idle,
+    )
     compile_kind = getattr(step_model, "compile_kind", "")
     if compile_kind:
         # compile (or build the session for) every decode batch size and prefill bucket before the first client
@@ -150,6 +157,8 @@ def _check_args(args: argparse.Namespace) -> None:
         ("--port", args.port, 0),
         ("--max-batch", args.max_batch, 1),
         ("--max-queue", args.max_queue, 1),
+        ("--prefill-chunk", args.prefill_chunk, 1),
+        ("--max-num-batched-tokens", args.max_num_batched_tokens, 1),
         ("--max-request-bytes", 1 if args.max_request_bytes is None else args.max_request_bytes, 1),
     ):
         if value < least:
@@ -189,6 +198,21 @@ def register(sub) -> None:
         default=256,
         metavar="N",
         help="requests waiting for a row, when none is free, at most (256); then 429",
+    )
+    serve.add_argument(
+        "--prefill-chunk",
+        type=int,
+        default=256,
+        metavar="N",
+        help="prompt tokens one step prefills for one request at most (256)",
+    )
+    serve.add_argument(
+        "--max-num-batched-tokens",
+        type=int,
+        default=512,
+        metavar="N",
+        help="tokens one step aims at: decode tokens plus prefill chunks (512); on an accelerator, full chunks of "
+        "several prompts that fit prefill in one step (e.g. 4160 with --prefill-chunk 512 for 8 at once)",
     )
     serve.add_argument(
         "--max-request-bytes",

@@ -47,10 +47,22 @@ def params_weights(model: Any) -> dict[str, np.ndarray]:
         raise ExportError(f"cannot read the parameters of a {type(model).__name__} ({model.backend})")
     from linnet.compiler.jax.scan import unstacked
 
-    # a list of layers the JAX backend scans is held stacked, `list.*.member` (`linnet.compiler.jax.scan`)
-    held = unstacked({path: np.asarray(a) for path, a in params.items()})
+    # a list of layers the JAX backend scans is held stacked, `list.*.member` (`linnet.compiler.jax.scan`); a program
+    # holding quantized pairs is never scanned, so every stacked array is a plain one
+    held = unstacked({path: _on_host(a) for path, a in params.items()})
     _split_fused(held, {s.path: s.shape for s in model.program.params})
     return held
+
+
+def _on_host(a: Any) -> np.ndarray:
+    """A held parameter as a host array: a matrix JAX holds quantized (`--dtype stored`: the pair codes i8[N, K],
+    scales f16[N, K / G]; `jax_quantized`) dequantized in f32, exactly."""
+    if not isinstance(a, tuple):
+        return np.asarray(a)
+    codes, scales = (np.asarray(x) for x in a)
+    n, k = codes.shape
+    w = codes.reshape(n, scales.shape[1], -1).astype(np.float32) * scales.astype(np.float32)[..., None]
+    return w.reshape(n, k)
 
 
 def _split_fused(held: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...]]) -> None:

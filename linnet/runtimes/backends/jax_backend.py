@@ -48,8 +48,12 @@ import numpy as np
 from linnet.errors import BackendError, LoadError
 from linnet.runtimes.backends import backend_for
 from linnet.runtimes.formats.checkpoints import cast_floating
+from linnet.runtimes.formats.gguf_quants import GroupQuantized
 from linnet.runtimes.loading import LoadOptions
 from linnet.runtimes.model import ModelBase, step_entry
+
+from .jax_loop import greedy_tokens
+from .jax_quantized import concat_pairs, held_pair, stored_matrices
 
 if TYPE_CHECKING:
     from linnet.runtimes.loading import Prepared
@@ -218,20 +222,28 @@ class JaxStepModel:
         accelerator = getattr(model.device, "platform", "cpu") != "cpu"
         decode_loop = accelerator if decode_loop is None else decode_loop
         self.batch_buckets = accelerator if batch_buckets is None else batch_buckets
-        self._greedy = self._jax.jit(_greedy_tokens)
-        self._loop = None
+        self._greedy = self._jax.jit(greedy_tokens)
+        self._loop = self._steps = None
+        self._prefill_batches: dict[int, int] = {}  # chunk length -> the most chunks a step takes (warmed up)
         if decode_loop and model.input_sharding is None:
-            from .jax_loop import GreedyLoop
+            from .jax_loop import BatchSteps, GreedyLoop
 
             jitted = model.functions[step_entry(model.functions, 1)]
             # the function under the entry's `jax.jit` (its `__wrapped__`): XLA options go on the loop's own jit
             self._loop = GreedyLoop(model, jitted.__wrapped__, model.compiler_options)
+            self._steps = BatchSteps(model, jitted.__wrapped__, model.compiler_options)
 
     @property
     def decode_greedy(self):
         """The `generation.DecodeLoop` entry (a `jax_loop.GreedyLoop`) when this step model runs decode loops on
         the device, else None (the runner then steps token by token)."""
         return self._loop
+
+    @property
+    def max_greedy_steps(self) -> int:
+        """`generation.GreedySteps`: the most decode steps of a batch `step_greedy_steps` runs in one dispatch (0:
+        one step a dispatch, where decode loops are off)."""
+        return 0 if self._steps is None else self._steps.chunk
 
     @property
     def compiled_shapes(self) -> list[tuple[int, int]]:
@@ -267,6 +279,26 @@ class JaxStepModel:
             zeros = np.zeros(b, dtype=np.int64)
             logits = self._call(np.zeros((b, s), dtype=np.int64), zeros, np.arange(b, dtype=np.int64))
             np.asarray(self._greedy(logits)[0] if s == 1 else logits)
+        if self._steps is not None:
+            for b in sorted({self.decode_batch(b) for b in batch_sizes}):
+                self._steps.warm_up(b)
+
+    def warm_up_prefill(self, length: int, counts: list[int]) -> None:
+        """`generation.PrefillBatches`: compile (and run once on zeros in rows 0..k-1) the steps that prefill k
+        chunks of `length` tokens at once for each k of `counts` (as `decode_batch` rounds them); afterwards
+        `prefill_batch(length)` is the largest. Only with batch buckets (an accelerator): on the CPU a row's logits
+        may depend on the batch's size, and serving there promises each request the tokens it gets alone."""
+        if not self.batch_buckets or length < 2:
+            return
+        for k in sorted({self.decode_batch(k) for k in counts if k > 1}):
+            zeros = np.zeros(k, dtype=np.int64)
+            np.asarray(self.step(np.zeros((k, length), dtype=np.int64), zeros, np.arange(k, dtype=np.int64)))
+            self._prefill_batches[length] = max(k, self._prefill_batches.get(length, 1))
+
+    def prefill_batch(self, length: int) -> int:
+        """`generation.PrefillBatches`: the most prefill chunks of `length` tokens one step takes (1 unless
+        `warm_up_prefill` compiled more)."""
+        return self._prefill_batches.get(length, 1)
 
     def decode_batch(self, b: int) -> int:
         """The rows a decode step of `b` rows runs: `b`, or with `batch_buckets` the next power of two (at most
@@ -281,9 +313,9 @@ class JaxStepModel:
     def _call(self, ids: np.ndarray, positions: np.ndarray, rows: np.ndarray):
         m = self.model
         b, s = ids.shape
-        runs = self.decode_batch(b) if s == 1 else b
-        if runs > b:  # rows past the cache: a decode step's write there is dropped, its read clamped, its logits cut
-            ids = np.concatenate([ids, np.zeros((runs - b, 1), np.int64)])
+        runs = self.decode_batch(b) if s == 1 or b > 1 else b
+        if runs > b:  # rows past the cache: a step's writes there are dropped, its reads clamped, its logits cut
+            ids = np.concatenate([ids, np.zeros((runs - b, s), np.int64)])
             positions = np.concatenate([positions, np.zeros(runs - b, np.int64)])
             rows = np.concatenate([rows, np.full(runs - b, self.max_batch, np.int64)])
         put = lambda a: m.put_input(np.ascontiguousarray(a, dtype=np.int64))  # noqa: E731
@@ -305,6 +337,25 @@ class JaxStepModel:
         tokens, bad = self._greedy(self._call(input_ids, np.asarray(positions, dtype=np.int64), rows))
         return np.asarray(tokens)[:b], np.asarray(bad)[:b]
 
+    def step_greedy_steps(
+        self, input_ids: np.ndarray, positions: np.ndarray, rows: np.ndarray, steps: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """`generation.GreedySteps`: `steps` (1..`max_greedy_steps`) greedy decode steps of the `[B, 1]` `input_ids` in
+        one dispatch (`jax_loop.BatchSteps`), each row fed its own argmax. Returns i64 `[B, steps]` tokens and
+        `[B, steps, 2]` NaN and Inf counts. Raises RuntimeError where decode loops are off (`max_greedy_steps` 0)."""
+        if self._steps is None:
+            raise RuntimeError("this step model runs one decode step a dispatch (max_greedy_steps is 0)")
+        ids = np.asarray(input_ids, dtype=np.int64)
+        positions, rows = np.asarray(positions, dtype=np.int64), np.asarray(rows, dtype=np.int64)
+        b = ids.shape[0]
+        runs = self.decode_batch(b)
+        if runs > b:  # rows past the cache, as `_call` pads a decode step
+            ids = np.concatenate([ids, np.zeros((runs - b, 1), np.int64)])
+            positions = np.concatenate([positions, np.zeros(runs - b, np.int64)])
+            rows = np.concatenate([rows, np.full(runs - b, self.max_batch, np.int64)])
+        tokens, bad = self._steps(ids, positions, rows, steps)
+        return tokens[:b], bad[:b]
+
     def step(self, input_ids: np.ndarray, positions: np.ndarray, rows: np.ndarray) -> np.ndarray:
         input_ids = np.asarray(input_ids, dtype=np.int64)
         positions = np.asarray(positions, dtype=np.int64)
@@ -319,16 +370,6 @@ class JaxStepModel:
             self._call(padded, positions, rows)  # logits discarded: they are the padding's
         logits = self._call(input_ids[:, -1:], positions + (s - 1), rows)
         return np.asarray(logits, dtype=np.float32)[:b]
-
-
-def _greedy_tokens(logits):
-    """i64 `[B]`, the first maximum of each row of `logits` `[B, V]` (as `sampling.sample` takes it), and i64
-    `[B, 2]`, each row's NaN and Inf counts (jitted by `JaxStepModel`)."""
-    import jax.numpy as jnp
-
-    x = logits.astype(jnp.float32)
-    counts = jnp.stack([jnp.isnan(x).sum(-1), jnp.isinf(x).sum(-1)], axis=-1)
-    return jnp.argmax(x, axis=-1).astype(jnp.int64), counts.astype(jnp.int64)
 
 
 def load(
@@ -346,7 +387,8 @@ def load(
     `fuse_linear_weights=False`, `params` holds every weight under its checkpoint name (no fused
     keys): what sharding (`linnet.runtimes.parallel`) and training by checkpoint name use. `scan_layers` (None: as
     `fuse_linear_weights`, so on for inference): each list of identical layers is held stacked and its loops run as
-    one `lax.scan` (`linnet.compiler.jax.scan`: one layer traced and compiled, not every layer). Called by
+    one `lax.scan` (`linnet.compiler.jax.scan`: one layer traced and compiled, not every layer); not under
+    `--dtype stored` with quantized matrices, whose pairs are not stacked yet (those loops run unrolled). Called by
     `Backend.load` (`linnet.jax.load`, `linnet.load`), which checks the options first.
 
     Raises LoadError (source, config, names or shapes) and BackendError (mode, dtype, device)."""
@@ -382,8 +424,12 @@ def load_prepared(
     # training compile themselves
     f32_matrices = dev.platform == "cpu" and program.dtype.name == "bf16" and fuse_linear_weights
     scan = fuse_linear_weights if scan_layers is None else scan_layers
+    quantized = stored_matrices(prepared)  # --dtype stored: the Q8_0 matrices, held as int8 codes and f16 scales
     layout = cache_layout_for(dev)
-    compiled = compile_program(program, numerics, fuse_linear_weights, f32_matrices, layout, scan_layers=scan)
+    # a program holding quantized pairs is not scanned (compile_program: stacked stays empty), whatever `scan` says
+    compiled = compile_program(
+        program, numerics, fuse_linear_weights, f32_matrices, layout, scan_layers=scan, quantized=quantized
+    )
     binder = _Binder(dev, compiled.fused, compiled.held_dtype, compiled.stacked)
     if prepared.checkpoint is not None:
         params = _checkpoint_params(prepared, progress, binder)
@@ -444,7 +490,8 @@ class _Binder:
     `JaxProgram.stacked`), each copied into its slot of one host array [items, ...] and put once every item's is
     there, under its stacked key (`scan.stacked_key`): stacked once at load, never per call. Each array is held in
     `held_dtype(dtype, rank)` (`JaxProgram.held_dtype`: the bf16 matrices widened to f32 on the CPU; an exact
-    cast)."""
+    cast); a `GroupQuantized` matrix (`--dtype stored`) as its pair of codes and scales (`jax_quantized.held_pair`;
+    a fused group's pairs concatenated), never stacked (a program holding pairs has no stacked lists)."""
 
     def __init__(
         self,
@@ -461,8 +508,10 @@ class _Binder:
         self.slots: dict[str, tuple[np.ndarray, set[int]]] = {}  # stacked key -> (host array, indices filled)
         self.params: dict = {}
 
-    def put(self, path: str, a: np.ndarray) -> None:
-        if self.held_dtype is not None and a.dtype.name == "bfloat16" and self.held_dtype("bf16", a.ndim) == "f32":
+    def put(self, path: str, a: np.ndarray | GroupQuantized) -> None:
+        if isinstance(a, GroupQuantized):
+            a = held_pair(a, path)
+        elif self.held_dtype is not None and a.dtype.name == "bfloat16" and self.held_dtype("bf16", a.ndim) == "f32":
             a = a.astype(np.float32)  # bf16 values, widened exactly
         key = self.group.get(path)
         if key is None:
@@ -472,10 +521,12 @@ class _Binder:
         held[path] = a
         if len(held) == len(self.fused[key]):
             held = self.pending.pop(key)
-            self._place(key, np.concatenate([held[n] for n in self.fused[key]]))
+            parts = [held[n] for n in self.fused[key]]
+            self._place(key, concat_pairs(parts) if isinstance(parts[0], tuple) else np.concatenate(parts))
 
-    def _place(self, key: str, a: np.ndarray) -> None:
-        """Put `a` under `key`, or into its slot of a stacked array (put once full)."""
+    def _place(self, key: str, a: np.ndarray | tuple) -> None:
+        """Put `a` (an array, or a quantized pair: never in a stacked list) under `key`, or into its slot of a
+        stacked array (put once full)."""
         from linnet.compiler.jax.scan import STACKED_INDEX, stacked_key
 
         found = stacked_key(key, self.stacked)

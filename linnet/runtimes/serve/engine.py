@@ -8,8 +8,12 @@ One background thread owns the model and runs the loop; `submit` (any thread) qu
 2. ask the `Scheduler` for a plan (FCFS admission into free rows, every decoding row, prefill chunks under the
    per-step token budget: scheduler.py states the fairness rule);
 3. run the prefill chunks (one `model.step` `[1, chunk]` each, as `Generator` prefills; on a model that compiles
-   nothing per shape, the chunks of equal start and length as one `[k, chunk]` step) and one batched decode
-   `model.step` `[B, 1]` of every decoding row (in row order, as `Generator.generate_batch` decodes);
+   nothing per shape, the chunks of equal start and length as one `[k, chunk]` step, and on one that compiled such
+   steps (`PrefillBatches`: the JAX backends on an accelerator) up to `prefill_batch(chunk)` of them) and one
+   batched decode `model.step` `[B, 1]` of every decoding row (in row order, as `Generator.generate_batch`
+   decodes). When every decoding row is greedy, nothing else waits and the model can (`GreedySteps`: the JAX
+   backends on an accelerator), up to `max_greedy_steps` decode steps run in one dispatch (vLLM's multi-step
+   scheduling): a request arriving meanwhile waits for them, and a row that ends inside them drops the rest;
 4. sample each row's next token from its own logits with its own RNG (`SamplingParams.make_rng()`, seeded from the
    request's own seed), check stop token ids, stop strings and `max_tokens`, and hand out the events.
 
@@ -290,7 +294,8 @@ class Engine:
         """Do now what a compiling backend (`WarmUp`: jax, xla, torch-compile; ONNX Runtime builds its session)
         would otherwise do during the first requests: the decode step of every batch size 1..max_batch and prefill
         steps of 2^k + 1 tokens up to `prefill_chunk` (the lengths at which a backend that pads prefill to
-        power-of-two buckets changes bucket). Call it before `start`: it writes dummy entries into rows from
+        power-of-two buckets changes bucket), and on a `PrefillBatches` model the steps of as many full chunks at
+        once as `step_token_budget` holds. Call it before `start`: it writes dummy entries into rows from
         position 0. Raises RuntimeError after `start`."""
         with self._lock:
             if self._thread is not None or self._stopping:
@@ -301,6 +306,11 @@ class Engine:
         chunk = min(self._scheduler.prefill_chunk, self.max_positions - 1)
         lengths = sorted({min(chunk, 2**k + 1) for k in range(chunk.bit_length() + 1)})
         warm_up(lengths, list(range(1, self.max_batch + 1)))
+        # full chunks of several prompts in one step (`PrefillBatches`), as many as the step's budget holds
+        together = min(self._scheduler.step_token_budget // chunk, self.max_batch)
+        warm_up_prefill = getattr(self.model, "warm_up_prefill", None)
+        if warm_up_prefill is not None and together > 1:
+            warm_up_prefill(chunk, list(range(2, together + 1)))
 
     def start(self) -> None:
         """Start the background thread that owns the model and runs the loop. Raises RuntimeError when started
@@ -364,7 +374,9 @@ class Engine:
             # as one more free row for an instant, never as one fewer.
             pending = len(self._submitted) + len(self._scheduler.waiting)
             free_rows = self.max_batch - self._scheduler.rows_in_use
-            waiting = max(0, pending - free_rows)
+            # a cancelled request (a client that disconnected) the loop has not dropped yet frees its row or its
+            # place in the queue at the next step: it is not counted, or a request right after it got a 429
+            waiting = max(0, pending - free_rows - len(self._cancelled))
             if waiting >= self.max_queue:
                 raise QueueFull(
                     f"{waiting} requests are already waiting for a row (the queue holds {self.max_queue}, "
@@ -478,9 +490,12 @@ class Engine:
                 np.array([a.sequence.row for a in decoding], dtype=np.int64),
             )
             step = 1 + min(len(a.sequence.generated) for a in decoding)
+            # all greedy: the tokens taken on the device where the model can (`GreedyStep`), no logits back
+            greedy = all(a.request.params.greedy for a in decoding)
+            steps = self._decode_steps(plan, decoding) if greedy else 1
+            if steps > 1 and self._run_steps(decoding, inputs, steps, step):
+                return
             try:
-                # all greedy: the tokens taken on the device where the model can (`GreedyStep`), no logits back
-                greedy = all(a.request.params.greedy for a in decoding)
                 tokens = self._runner.checked_greedy_step(*inputs, step=step) if greedy else None
                 logits = self._runner.checked_step(*inputs, step=step) if tokens is None else None
             except Exception as error:  # noqa: BLE001 - the requests of this step fail, the engine keeps serving
@@ -493,18 +508,65 @@ class Engine:
                 else:
                     self._take(active, logits[b : b + 1])
 
+    def _decode_steps(self, plan: StepPlan, decoding: list[_Active]) -> int:
+        """How many decode steps this step may run in one dispatch (`GreedySteps`): 1 unless the model can run
+        several and nothing else waits for the engine (no prefill, no request waiting or cancelled: they would wait
+        for the whole dispatch); at most what every row may still generate and hold in its cache."""
+        most = int(getattr(self.model, "max_greedy_steps", 0))
+        if most < 2 or plan.prefill or plan.admitted:
+            return 1
+        with self._lock:
+            if self._submitted or self._cancelled or self._scheduler.waiting:
+                return 1
+        for active in decoding:
+            left = active.request.max_tokens - len(active.sequence.generated)
+            room = self.max_positions - active.sequence.next_position
+            most = min(most, left, room)
+        return max(most, 1)
+
+    def _run_steps(self, decoding: list[_Active], inputs: tuple[np.ndarray, ...], steps: int, step: int) -> bool:
+        """Run `steps` greedy decode steps of `decoding` in one dispatch and hand out their tokens, each row's
+        only up to where its request ends (a stop token or string, `max_tokens`: the steps it ran past that are
+        dropped, and their cache entries are past what the row holds) or its logits stopped being finite (that
+        request alone fails). False when the model could not (the caller then runs one step)."""
+        try:
+            result = self._runner.checked_greedy_steps(*inputs, steps=steps, step=step)
+        except Exception as error:  # noqa: BLE001 - the requests of this step fail, the engine keeps serving
+            for active in decoding:
+                self._finish(active, "error", error=f"{type(error).__name__}: {error}")
+            return True
+        if result is None:
+            return False
+        tokens, errors = result
+        for b, active in enumerate(decoding):
+            for j in range(steps):
+                if active.finished:
+                    break
+                if errors[b] is not None and errors[b][0] == j:
+                    error = errors[b][1]
+                    self._finish(active, "error", error=f"{type(error).__name__}: {error}")
+                    break
+                self._accept(active, int(tokens[b, j]))
+        return True
+
     def _prefill_groups(self, chunks: list[PrefillChunk]) -> list[list[PrefillChunk]]:
         """The step's prefill chunks as model calls: one `[1, length]` step each, or, where the model compiles
         nothing per shape (`compile_kind` "": eager PyTorch), the chunks of equal start and length together as one
         `[k, length]` step (rows in order), which reads the weights once for the k prompts. Each row's logits are
         those of its own `[1, length]` step (a row of a batched step is computed as the row alone; the tests
         check it against `Generator.generate`)."""
-        if not self._batch_prefill:
+        prefill_batch = getattr(self.model, "prefill_batch", None)
+        if not self._batch_prefill and prefill_batch is None:
             return [[chunk] for chunk in chunks]
         groups: dict[tuple[int, int], list[PrefillChunk]] = {}
         for chunk in chunks:
             groups.setdefault((chunk.start, chunk.length), []).append(chunk)
-        return [sorted(group, key=lambda c: c.sequence.row) for group in groups.values()]
+        calls = []
+        for (_, length), group in groups.items():
+            group.sort(key=lambda c: c.sequence.row)
+            most = len(group) if self._batch_prefill else max(1, int(prefill_batch(length)))
+            calls += [group[i : i + most] for i in range(0, len(group), most)]
+        return calls
 
     def _take(self, active: _Active, logits: np.ndarray) -> None:
         """Sample `active`'s next token from its logits `[1, V]`, apply the stop conditions and emit events."""

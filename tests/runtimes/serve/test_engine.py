@@ -234,6 +234,21 @@ def test_requests_taking_free_rows_are_not_queued(model, tok, make_engine):
     assert all(collect(h)[1].finish_reason == "length" for h in handles)
 
 
+def test_a_cancelled_request_does_not_count_against_the_queue(model, tok, make_engine):
+    """Issue 42: a request right after a client disconnected got 429 although the disconnected request's row (or
+    place in the queue) was about to be freed: the engine counted it until its loop dropped it."""
+    engine = make_engine(model, tok, start=False, max_queue=1)  # not started: the cancellation stays pending
+    prompts = [PROMPTS[i % len(PROMPTS)] for i in range(MAX_BATCH + 1)]
+    handles = [engine.submit(request(tok.encode(p), 2)) for p in prompts]
+    with pytest.raises(QueueFull):
+        engine.submit(request(tok.encode(PROMPTS[0]), 2))
+    handles[0].cancel()
+    late = engine.submit(request(tok.encode(PROMPTS[0]), 2))  # was QueueFull
+    engine.start()
+    assert collect(handles[0])[1].finish_reason == "cancelled"
+    assert all(collect(h)[1].finish_reason == "length" for h in [*handles[1:], late])
+
+
 def test_shutdown_cancels_what_is_running_and_waiting(model, tok, make_engine):
     engine = make_engine(model, tok, max_queue=len(PROMPTS))
     handles = [engine.submit(request(tok.encode(p), 80)) for p in PROMPTS]

@@ -49,7 +49,15 @@ def test_a_source_with_errors_exits_1_with_one_line(tmp_path):
     assert "bad.linnet has errors" in _one_error_line(r.stderr)
 
 
-@pytest.mark.parametrize(("args", "says"), [(["--port", "70000"], "--port"), (["--api-key", ""], "--api-key")])
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--port", "70000"], "--port"),
+        (["--api-key", ""], "--api-key"),
+        (["--prefill-chunk", "0"], "--prefill-chunk"),
+        (["--max-num-batched-tokens", "-1"], "--max-num-batched-tokens"),
+    ],
+)
 def test_bad_options_are_usage_errors(args, says):
     r = serve(*args)
     assert r.returncode == 2
