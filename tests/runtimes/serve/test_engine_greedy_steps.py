@@ -171,3 +171,29 @@ def test_the_engine_prefills_equal_chunks_together_where_the_model_compiled_them
     got = [finished_tokens(h)[0] for h in handles]
     assert (3, 6) in calls  # one step for the three prompts
     assert got == [solo(model.step_model(), None, p, SamplingParams(), 5).token_ids for p in SAME_LENGTH]
+
+
+def test_the_scanned_layers_serve_the_tokens_of_the_unrolled_ones(model, make_engine):
+    """The multi-step decode (`jax_loop.BatchSteps`) and the batched prefill call the step whose layers run as one
+    `lax.scan`: served together, each prompt gets the tokens the same weights give unrolled (`scan_layers=False`)."""
+    unrolled = lj.load(
+        LLAMA, config=SMALL, max_batch=4, max_positions=48, random_weights=True, seed=4, progress=False,
+        scan_layers=False,
+    )  # fmt: skip
+    assert all(".*." in k for k in model.state) and not any(".*." in k for k in unrolled.state)
+    lengths = [BATCH_STEPS + 3, 7, 12]
+    expected = [
+        solo(unrolled.step_model(), None, p, SamplingParams(), n).token_ids for p, n in zip(SAME_LENGTH, lengths)
+    ]
+    sm = model.step_model(decode_loop=True, batch_buckets=True)
+    calls = []
+    step, steps = sm.step, sm.step_greedy_steps
+    sm.step = lambda input_ids, *a: calls.append(input_ids.shape) or step(input_ids, *a)
+    sm.step_greedy_steps = lambda input_ids, *a: calls.append(a[-1]) or steps(input_ids, *a)
+    engine = make_engine(sm, None, start=False, prefill_chunk=6, step_token_budget=3 * 6 + 4)
+    engine.warm_up()
+    calls.clear()
+    handles = [engine.submit(request(p, n)) for p, n in zip(SAME_LENGTH, lengths, strict=True)]
+    engine.start()
+    assert [finished_tokens(h)[0] for h in handles] == expected
+    assert (3, 6) in calls and any(isinstance(c, int) and c > 1 for c in calls)  # batched prefill, multi-step
