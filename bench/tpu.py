@@ -15,7 +15,9 @@ Rows, each written to DIR/tpu_<date>.json and .md as it completes (a call cut sh
   512 at the measured TFLOP/s), decode tok/s against the streaming limit (the weights, and the weights plus the KV
   cache a step reads, at the measured GB/s), with the per-token host loop and the on-device decode loop
   (`jax_loop`) side by side; the distance from the CPU reference and greedy agreement per shape;
-- q8 (only when asked: `--only q8`, `--q8-shapes`): goal 5's 8B class from a Q8_0 GGUF (bench/tpu_q8.py says what).
+- q8 (only when asked: `--only q8`, `--q8-shapes`): goal 5's 8B class from a Q8_0 GGUF (bench/tpu_q8.py says what);
+- compile (`--only compile`, not run by default: bench/tpu_compile.py): the 1.1B shape's load and warm-up compiles,
+  cold and from the persistent cache, with its 22 layers unrolled and scanned.
 
 Weights: each model's preset (examples/llama.linnet) with seeded random weights (`random_weights`: biases 0, norm
 scales 1, the rest N(0, 0.02)). The loader's own `random_params` draws them one tensor after another in f64, which
@@ -392,7 +394,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     ap.add_argument("--dry-run", action="store_true", help="the CPU, tiny sizes")
     ap.add_argument("--budget-s", type=float, default=420, help="start no new shape after this many seconds")
-    ap.add_argument("--only", choices=("calibration", "numerics", "speed", "serve", "peer", "q8"), action="append")
+    rows = ("calibration", "numerics", "speed", "serve", "peer", "q8", "compile")
+    ap.add_argument("--only", choices=rows, action="append")
     ap.add_argument("--q8-shapes", nargs="+", choices=("llama-3.1-8b", "qwen3-8b"), help="q8's decode rows (tpu_q8)")
     args = ap.parse_args(argv)
     start = time.monotonic()
@@ -429,6 +432,10 @@ def main(argv=None) -> int:
         from tpu_q8 import q8_rows
 
         q8_rows(report, device, args.dry_run, calibration, start + args.budget_s, args.q8_shapes)
+    if "compile" in only:  # not by default: layers unrolled against scanned (bench/tpu_compile.py)
+        from tpu_compile import compile_scan_rows
+
+        compile_scan_rows(report, device, args.dry_run)
     report.data["wall_s"] = round(time.monotonic() - start, 1)
     report.write()
     return 0

@@ -4,7 +4,8 @@ What exports read (`linnet.runtimes.export`), so that a model changed in memory 
 current values, not the file it was loaded from. Each backend keeps its parameters its own way: PyTorch in the
 module tree (`state_dict()` keys are the parameter paths), ONNX Runtime as numpy arrays by path, JAX as device
 arrays by path except the weights fused for one dot, held concatenated under `prefix{a,b,c}suffix`
-(`linnet.ir.fusion`). Each backend's model says how (`LoadedModel.held_weights`); this module checks and orders
+(`linnet.ir.fusion`), and the layers of a list it scans, held stacked under `list.*.member`
+(`linnet.compiler.jax.scan`). Each backend's model says how (`LoadedModel.held_weights`); this module checks and orders
 what it gives.
 """
 
@@ -44,7 +45,11 @@ def params_weights(model: Any) -> dict[str, np.ndarray]:
     params = getattr(model, "params", None)
     if not isinstance(params, dict):
         raise ExportError(f"cannot read the parameters of a {type(model).__name__} ({model.backend})")
-    held = {path: _on_host(a) for path, a in params.items()}
+    from linnet.compiler.jax.scan import unstacked
+
+    # a list of layers the JAX backend scans is held stacked, `list.*.member` (`linnet.compiler.jax.scan`); a program
+    # holding quantized pairs is never scanned, so every stacked array is a plain one
+    held = unstacked({path: _on_host(a) for path, a in params.items()})
     _split_fused(held, {s.path: s.shape for s in model.program.params})
     return held
 

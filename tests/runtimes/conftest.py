@@ -116,6 +116,16 @@ def package_file(module: str, name: str) -> Path:
     return path
 
 
+def layer_states(state: dict) -> dict:
+    """A JAX model's state by layer, as numpy: each stacked array (`list.*.member` [layers, ...], a list of layers the
+    backend scans) split into its layers' (`list.0.member`, ...), the others as they are."""
+    import numpy as np
+
+    from linnet.compiler.jax.scan import unstacked
+
+    return unstacked({k: np.asarray(v) for k, v in state.items()})
+
+
 def max_abs_diff(a, b) -> float:
     """max |a - b| over all elements, as a Python float (f32 compared in f64)."""
     import torch

@@ -149,16 +149,22 @@ def test_batched_decode_rows():
 
 
 @pytest.mark.parametrize("mode", ["generated", "stablehlo"])
-def test_compiled_decode_step_does_not_copy_the_cache(mode):
+@pytest.mark.parametrize("scan", [False, True])
+def test_compiled_decode_step_does_not_copy_the_cache(mode, scan):
     """The compiled decode step (S = 1) updates the donated cache in place: no copy of a cache
     array anywhere in the optimized HLO (XLA on CPU used to copy each cache four times when a
-    dot read the whole written cache through a reshape)."""
-    m = small(mode)
+    dot read the whole written cache through a reshape). With the layers scanned (the caches stacked, each layer's
+    written in the stacked array at its index: the prelude's `StateSlot`), XLA's CPU compiler gives the attention
+    dots a copy of the layer's slice to read, one per cache and layer (the unrolled step reads in place); taken
+    out and written back, as a first version did, it was three."""
+    m = small(mode, scan_layers=scan)
     fn = m.functions["step"]
     z = np.zeros(1, dtype=np.int64)
     text = fn.lower(m.params, m.state, np.zeros((1, 1), dtype=np.int64), z, z).compile().as_text()
     shape = next(iter(m.state.values())).shape
-    assert shape == (SMALL["num_key_value_heads"], MAX_POSITIONS, 8)  # held as [max_batch * H_kv, T, D]
+    layers, kv = SMALL["num_hidden_layers"], SMALL["num_key_value_heads"]
+    layer = (kv, MAX_POSITIONS, 8)
+    assert shape == ((layers, *layer) if scan else layer)  # held as [max_batch * H_kv, T, D] (the layers stacked)
     cache = "f32[" + ",".join(map(str, shape)) + "]"
     copies = [ln.strip()[:160] for ln in text.splitlines() if " copy(" in ln and cache in ln.split("=", 1)[-1][:40]]
     assert not copies, copies
@@ -167,18 +173,25 @@ def test_compiled_decode_step_does_not_copy_the_cache(mode):
     head = [f"f32[1,{MAX_POSITIONS},8]", f"f32[{MAX_POSITIONS},8]"]
     pieces = [ln.strip()[:160] for ln in text.splitlines() if any(f"= {h}" in ln for h in head)]
     assert not pieces, pieces
+    if scan:  # the stacked caches written in place; each layer's slice read once per cache
+        made = [ln.strip().split(" = ", 1) for ln in text.splitlines() if "fusion(" in ln and " = f32[" in ln]
+        made_layer = [name for name, rhs in made if rhs.startswith(f"f32[{','.join(map(str, layer))}]")]
+        assert len(made_layer) == 2 and all("dynamic-slice" in n for n in made_layer), made_layer
     assert "input_output_alias" in text  # the cache is donated to the step
 
 
 def test_linear_layers_sharing_an_input_are_one_dot(model):
     """q, k and v (and gate and up) read one fused weight, concatenated along the output dim
-    under a key naming its members; their own names are not parameters any more."""
+    under a key naming its members; their own names are not parameters any more. (The layers are held stacked,
+    `list.*.member` with the layer first: tests/runtimes/test_jax_scan.py.)"""
     hd = SMALL["hidden_size"] // SMALL["num_attention_heads"]
-    qkv = model.params["model.layers.1.self_attn.{q,k,v}_proj.weight"]
-    assert qkv.shape == ((SMALL["num_attention_heads"] + 2 * SMALL["num_key_value_heads"]) * hd, SMALL["hidden_size"])
-    assert model.params["model.layers.0.mlp.{gate,up}_proj.weight"].shape == (2 * SMALL["intermediate_size"], 64)
+    n = SMALL["num_hidden_layers"]
+    qkv = model.params["model.layers.*.self_attn.{q,k,v}_proj.weight"]
+    rows = (SMALL["num_attention_heads"] + 2 * SMALL["num_key_value_heads"]) * hd
+    assert qkv.shape == (n, rows, SMALL["hidden_size"])
+    assert model.params["model.layers.*.mlp.{gate,up}_proj.weight"].shape == (n, 2 * SMALL["intermediate_size"], 64)
     assert not any(k.endswith(("q_proj.weight", "gate_proj.weight")) for k in model.params)
-    assert "model.layers.0.self_attn.o_proj.weight" in model.params  # its input is not shared
+    assert "model.layers.*.self_attn.o_proj.weight" in model.params  # its input is not shared
 
 
 def test_artifact_binds_fused_weights_from_checkpoint_names(tmp_path):
@@ -197,7 +210,8 @@ def test_artifact_binds_fused_weights_from_checkpoint_names(tmp_path):
     tensors = {t.path: (rng.standard_normal(t.shape) * 0.1).astype(np.float32) for t in spec}
     save_file(tensors, tmp_path / "model.safetensors")
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama", **SMALL}))
-    m = lj.load(LLAMA, tmp_path, mode="stablehlo", max_positions=MAX_POSITIONS, progress=False)
+    # the layers unrolled, as `linnet stablehlo --serialized` exports them (a scanned one: test_jax_scan.py)
+    m = lj.load(LLAMA, tmp_path, mode="stablehlo", max_positions=MAX_POSITIONS, progress=False, scan_layers=False)
     ids, pos = np.array([[4, 8, 15, 16, 23, 42]]), np.array([0])
     want = np.asarray(m.step(ids, pos, pos))
     fused = {k: fused_names(k) for k in m.params if fused_names(k)}

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.runtimes.conftest import GPT2, LLAMA
+from tests.runtimes.conftest import GPT2, LLAMA, layer_states
 
 jax = pytest.importorskip("jax")
 pytestmark = pytest.mark.jax
@@ -47,12 +47,12 @@ def steps(model) -> list[np.ndarray]:
     vocab = sm.vocab_size
     a = lambda *x: np.array(x, dtype=np.int64)  # noqa: E731
     out = [sm.step(rng.integers(0, vocab, (1, n)), a(0), a(row)) for row, n in ((0, 7), (2, 13), (1, 5))]
-    untouched = {k: np.asarray(v) for k, v in model.state.items()}
+    untouched = layer_states(model.state)
     for t in range(4):
         out.append(sm.step(rng.integers(0, vocab, (3, 1)), a(7 + t, 13 + t, 5 + t), a(0, 2, 1)))
-    for k, v in model.state.items():  # the padded row (past the cache) wrote nothing: row 3 is still zeros
+    for k, v in layer_states(model.state).items():  # the padded row (past the cache) wrote nothing: row 3 is zeros
         if jax_backend.cache_layout_for(model.device) == "token_major" and v.ndim == 3:
-            assert not np.asarray(v)[3].any() and not untouched[k][3].any(), k
+            assert not v[3].any() and not untouched[k][3].any(), k
     out.append(sm.step(rng.integers(0, vocab, (1, 9)), a(60), a(3)))
     return out
 
@@ -62,7 +62,7 @@ def steps(model) -> list[np.ndarray]:
 def test_token_major_caches_give_the_flat_layouts_logits(monkeypatch, name, mode):
     flat = steps(load(monkeypatch, name, "flat", mode))
     model = load(monkeypatch, name, "token_major", mode)
-    heads_by_dim = {k: v.shape for k, v in model.state.items() if v.ndim == 3}
+    heads_by_dim = {k: v.shape for k, v in layer_states(model.state).items() if v.ndim == 3}
     assert heads_by_dim and all(s[0] == ROWS and s[1] == MAX_POSITIONS for s in heads_by_dim.values())
     token_major = steps(model)
     for i, (x, y) in enumerate(zip(flat, token_major)):
@@ -101,5 +101,5 @@ def test_on_a_tpu_caches_are_token_major_by_default():
     if model.device.platform != "tpu":
         pytest.skip(f"the tests marked tpu run on {device} here (LINNET_TPU_TESTS_DEVICE)")
     assert model.cache_layout == "token_major"
-    shape = next(v.shape for v in model.state.values() if v.ndim == 3)
+    shape = next(v.shape for v in layer_states(model.state).values() if v.ndim == 3)
     assert shape == (ROWS, MAX_POSITIONS, config["hidden_size"] // config["num_attention_heads"] * 2)

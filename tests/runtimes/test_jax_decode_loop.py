@@ -11,7 +11,7 @@ import pytest
 
 from linnet.errors import RunError
 from tests.conftest import EXAMPLES
-from tests.runtimes.conftest import LLAMA
+from tests.runtimes.conftest import LLAMA, layer_states
 
 jax = pytest.importorskip("jax")
 pytestmark = pytest.mark.jax
@@ -133,13 +133,16 @@ def test_a_decode_batch_padded_to_its_bucket_writes_only_its_own_rows(mode):
     i64 = lambda *x: np.array(x, dtype=np.int64)  # noqa: E731
     for row in range(4):
         bucketed.step(i64([1 + row, 2, 3]), i64(0), i64(row))
-    before = {k: np.asarray(v) for k, v in m.state.items()}
+    held = {k: np.asarray(v) for k, v in m.state.items()}
+    before = layer_states(held)
     logits = bucketed.step(i64([7], [8], [9]), i64(3, 3, 3), i64(0, 1, 2))
     assert logits.shape == (3, SMALL["vocab_size"])
     heads = SMALL["num_key_value_heads"]
-    for k, v in m.state.items():  # held [max_batch * H_kv, T, D]: row 3 is the last H_kv
-        assert np.array_equal(np.asarray(v)[3 * heads :], before[k][3 * heads :]), k
-        assert not np.array_equal(np.asarray(v)[: 3 * heads, 3], before[k][: 3 * heads, 3]), k
-    m.state = {k: m.put_input(v) for k, v in before.items()}  # the same cache again, then a real 4-row step
+    after = layer_states(m.state)
+    assert len(after) == 2 * SMALL["num_hidden_layers"]
+    for k, v in after.items():  # held [max_batch * H_kv, T, D]: row 3 is the last H_kv
+        assert np.array_equal(v[3 * heads :], before[k][3 * heads :]), k
+        assert not np.array_equal(v[: 3 * heads, 3], before[k][: 3 * heads, 3]), k
+    m.state = {k: m.put_input(v) for k, v in held.items()}  # the same cache again, then a real 4-row step
     full = m.step_model(batch_buckets=False).step(i64([7], [8], [9], [10]), i64(3, 3, 3, 3), i64(0, 1, 2, 3))
     assert np.array_equal(logits, full[:3])

@@ -78,7 +78,9 @@ def test_a_backend_that_cannot_run_says_why():
 
 
 def test_load_refuses_options_a_backend_lacks_before_loading_anything():
-    with pytest.raises(BackendError, match=r"backend jax has no option providers \(takes fuse_linear_weights\)"):
+    with pytest.raises(
+        BackendError, match=r"backend jax has no option providers \(takes fuse_linear_weights, scan_layers\)"
+    ):
         BACKENDS["jax"].load(EXAMPLES / "mlp.linnet", providers=["cpu"])
     with pytest.raises(BackendError, match=r"jax runs f32, bf16, got dtype 'f16'"):
         BACKENDS["jax"].load(EXAMPLES / "mlp.linnet", dtype="f16")

@@ -74,6 +74,7 @@ from linnet.ir.render import (
 from linnet.ops.rearrange import rearrange_plan
 from linnet.types.dims import Dim
 
+from .scan import scanned_loops, stacked_lists
 from .spatial import EMITTERS as SPATIAL_EMITTERS
 
 JAX_DTYPES = {
@@ -104,6 +105,11 @@ RESERVED = python_reserved(
     "share_dropout_keys",
     "dropout_keys",
     "DROPOUT_KEY",
+    "scan_layers",
+    "Stacked",
+    "StateSlot",
+    "STACKED_LISTS",
+    "stack_layers",
     "dequantize",
     "quantized_linear",
     "quantized_take",
@@ -165,6 +171,8 @@ class Emitter(GraphEmitter):
     # `f32_matrices` (the module docstring): value id -> the member holding it in f32, for the params held so; None
     # when off. Their generic rendering (`names`) reads them through `.astype(...)`, so any use is correct.
     held: dict[int, str] | None = None
+    # the ids of the `loop` ops written as `scan_layers` (`scan.scanned_loops`: their lists may be held stacked)
+    scanned: frozenset[int] = frozenset()
     # `quantized` (the module docstring): value id -> the member of each matrix parameter, which may be held as a
     # quantized pair; None when off. Their generic rendering reads them through `dequantize(...)`.
     quantized: dict[int, str] | None = None
@@ -210,6 +218,43 @@ class Emitter(GraphEmitter):
             b, h, t, d = v.dims
             return f"jnp.swapaxes({super().r(v)}.reshape({dims_text([b, t, h, d])}), 1, 2)"
         return super().r(v)
+
+    def loop_lines(self, op: Op) -> list[str]:
+        """A loop over a list that may be held stacked (`scanned`) as the prelude's `scan_layers` over a function of
+        one item and the carried values, `h = scan_layers(self.layers, layer_body, h)` (`linnet.compiler.jax.scan`
+        says why); other loops as `for layer in self.layers:`."""
+        if id(op) not in self.scanned:
+            return super().loop_lines(op)
+        body, carried, captured = op.body, op.args["carried"], op.args["captured"]
+        items = self.receiver(op.attrs["list"] + ".")
+        var = self.fresh(op.attrs["var"])
+        fn = self.fresh(f"{op.attrs['var']}_body")
+        self.receivers[f"{op.attrs['list']}.{op.attrs['index']}."] = var
+        later, also_captured = self._read_after(op), {id(v) for v in captured}
+        ins, outs = [], []  # the carried values' names inside the function, and after the scan
+        for outer, inner, result in zip(carried, body.inputs, op.results):
+            name = self.r(outer)
+            reuse = name.isidentifier() and id(outer) not in also_captured
+            ins.append(name if reuse else self.fresh(inner.hint or inner.name))
+            outs.append(name if reuse and id(outer) not in later else self.fresh(result.hint or result.name))
+            self.names[id(inner)] = ins[-1]
+        for outer, inner in zip(captured, body.inputs[len(carried) :]):
+            self.names[id(inner)] = self.r(outer)  # read from the enclosing method (a closure)
+        for i, out_value in enumerate(body.outputs):
+            producer = out_value.producer
+            n = len(producer.callee.outputs) if producer is not None and producer.callee is not None else 1
+            if producer is not None and out_value in producer.results[:n] and n == 1:
+                if not self._read_after(producer, body, body.inputs[i]):
+                    self.prebound[id(out_value)] = ins[i]  # computed into the carried variable
+        inner = self.graph_lines(body)
+        returned = ", ".join(self.r(v) for v in body.outputs)
+        for result, name in zip(op.results, outs):
+            self.names[id(result)] = name
+        one = len(carried) == 1
+        head = [f"def {fn}({var}, {ins[0] if one else 'carry'}):"] + ([] if one else [f"    {', '.join(ins)} = carry"])
+        start = self.r(carried[0]) if one else f"({', '.join(map(self.r, carried))})"
+        call = f"{', '.join(outs)} = scan_layers({items}, {fn}, {start})" + (f"  # {op.origin}" if op.origin else "")
+        return [*head, *("    " + line for line in inner), f"    return {returned}", call]
 
     def is_member(self, text: str) -> bool:
         """Whether `text` is a member of a module (`self.k_cache`), which an assignment updates."""
@@ -606,6 +651,26 @@ def fuse_weights(params):
 """.strip()
 
 
+# The generated module's stacked lists (`linnet.compiler.jax.scan`), made from the arrays by checkpoint name.
+STACK_LAYERS = """
+# Lists of identical layers that `scan_layers` runs as one `lax.scan` when held stacked: list path -> items.
+STACKED_LISTS = {
+    LISTS
+}
+
+
+def stack_layers(arrays):
+    \"\"\"`arrays` (by checkpoint name, fused weights by their key) with the members of each list of
+    STACKED_LISTS stacked along a new leading axis under `list.*.member`, in place of the items'.
+    Run once, at load: a copy of every layer's weights.\"\"\"
+    out = dict(arrays)
+    for head, count in STACKED_LISTS.items():
+        for rest in sorted(k[len(head) + 3 :] for k in arrays if k.startswith(head + ".0.")):
+            out[f"{head}.*.{rest}"] = jnp.stack([out.pop(f"{head}.{i}.{rest}") for i in range(count)])
+    return out
+""".strip()
+
+
 class JaxModule(ModuleWriter):
     """The JAX module: plain classes over a dict of arrays (the prelude's `Module`), entries as module-level
     functions."""
@@ -622,12 +687,14 @@ class JaxModule(ModuleWriter):
         standalone: bool = False,
         quantized: bool = False,
     ):
+        self.scanned = frozenset(scanned_loops(program))  # before the writer renders any method
         super().__init__(program, numerics, standalone)
         self.f32_matrices, self.quantized = f32_matrices, quantized
 
     def new_emitter(self) -> Emitter:
         e = super().new_emitter()
         e.held = {} if self.f32_matrices else None
+        e.scanned = self.scanned
         e.quantized = {} if self.quantized else None
         return e
 
@@ -648,6 +715,12 @@ class JaxModule(ModuleWriter):
                 "The bf16 matrices are passed in f32 (their bf16 values, widened once): XLA's CPU dots compute",
                 "bf16 in f32 and would otherwise convert every weight on every call; dots over them upcast",
                 "their input and round the result to bf16, as XLA's bf16 dot does.",
+            ]
+        if self.scanned:
+            lines += [
+                "A loop over a list of identical layers runs as `scan_layers`: one `lax.scan` (one layer traced and",
+                "compiled) when `p` holds the list stacked (`p = stack_layers({**fuse_weights(params), **state})`,",
+                "STACKED_LISTS), else a plain loop.",
             ]
         if self.quantized:
             lines += [
@@ -685,6 +758,10 @@ class JaxModule(ModuleWriter):
         p = self.program
         keys = "".join(f"\n    {t.key!r}," for t in p.param_transforms)
         out = ["", "", FUSE_WEIGHTS.replace("[\n    KEYS\n]", f"[{keys}\n]" if keys else "[]")]
+        lists = stacked_lists(p)
+        if lists:
+            rows = "".join(f"\n    {k!r}: {n}," for k, n in lists.items())
+            out += ["", "", STACK_LAYERS.replace("{\n    LISTS\n}", f"{{{rows}\n}}")]
         if any(runs_random(g) for g in p.entries.values()):
             out += ["", "", f"DROPOUT_KEY = {DROPOUT_KEY!r}"]
         for name, g in p.entries.items():

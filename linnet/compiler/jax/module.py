@@ -34,6 +34,7 @@ from linnet.ir.render import dim_text
 
 from . import q8_kernel
 from .codegen import JAX_DTYPES, NUMERICS, PASSES, held_in_f32, module_source, state_shape
+from .scan import STACKED_INDEX, stacked_key, stacked_lists
 
 MODES = ("generated", "stablehlo")
 
@@ -58,6 +59,9 @@ class JaxProgram:
     fused: dict[str, list[str]] = field(default_factory=dict)  # fused weight key -> checkpoint names
     f32_matrices: bool = False  # the bf16 matrices are taken in f32 (`codegen`'s docstring; `held_dtype`)
     cache_layout: str = "flat"  # how KV caches are held (`codegen.state_shape`)
+    # the lists of layers held stacked (`scan.stacked_lists`: list path -> items), whose loops run as one scan; empty
+    # when `quantized` holds any parameter (`compile_program` says why)
+    stacked: dict[str, int] = field(default_factory=dict)
     # the parameters held quantized (`--dtype stored`), by the key the entries take them under (a fused key for a
     # fused group) -> values per scale: each a pair (codes i8[N, K], scales f16[N, K / group]) (`codegen`'s docstring)
     quantized: dict[str, int] = field(default_factory=dict)
@@ -117,6 +121,7 @@ def compile_program(
     fuse_linear_weights: bool = True,
     f32_matrices: bool = False,
     cache_layout: str = "flat",
+    scan_layers: bool = False,
     quantized: dict[str, int] | None = None,
 ) -> JaxProgram:
     """The program's generated JAX, executed (nothing is traced or compiled yet). With
@@ -124,8 +129,13 @@ def compile_program(
     per linear layer): what sharding by checkpoint name and gradients by checkpoint name want. With
     `f32_matrices`, the code takes the bf16 matrices in f32 (`JaxProgram.held_dtype`; the codegen docstring says
     why: XLA's CPU dots). `cache_layout`: how KV caches are held, "flat" or "token_major"
-    (`linnet.ir.attention.hold_caches` says which suits which device). `quantized`: the parameters (by checkpoint
-    name) held quantized, each -> its values per scale (`--dtype stored`; `JaxProgram.quantized`). Raises
+    (`linnet.ir.attention.hold_caches` says which suits which device). With `scan_layers`, the parameters and state
+    of each list of identical layers its loops can scan (`scan.stacked_lists`) are taken stacked, `list.*.member`
+    [items, ...] (`stacked`, `param_specs`; the runtime stacks them once at load), so that each such loop is one
+    `lax.scan`: one layer traced and compiled instead of every layer. `quantized`: the parameters (by checkpoint
+    name) held quantized, each -> its values per scale (`--dtype stored`; `JaxProgram.quantized`). The two do not
+    combine yet: a program holding any quantized parameter is not scanned (`stacked` empty; its loops run plain),
+    since stacking, unstacking and the stacked specs handle plain arrays, not (codes, scales) pairs. Raises
     BackendError for unknown numerics and for a fused group whose members are not all quantized alike."""
     if numerics not in NUMERICS:
         raise BackendError(f"numerics must be one of {', '.join(NUMERICS)}, got {numerics!r}")
@@ -147,6 +157,7 @@ def compile_program(
         fused=fused,
         f32_matrices=f32_matrices,
         cache_layout=cache_layout,
+        stacked=stacked_lists(prepared) if scan_layers and not held_quantized else {},
         quantized=held_quantized,
     )
 
@@ -188,6 +199,7 @@ def param_specs(
     fused: dict[str, list[str]] | None = None,
     held_dtype: Callable[[str, int], str] | None = None,
     cache_layout: str = "flat",
+    stacked: dict[str, int] | None = None,
     quantized: dict[str, int] | None = None,
     kernel_layout: bool = False,
 ) -> tuple[dict, dict]:
@@ -195,7 +207,10 @@ def param_specs(
     key in place of their members) and of the state, in the shape the backend holds it
     (`codegen.state_shape` under `cache_layout`); each parameter in `held_dtype(dtype, rank)` when given
     (`JaxProgram.held_dtype`); a `quantized` one (key -> values per scale) as its pair (i8[N, K],
-    f16[N, K / group]), or with `kernel_layout` as a TPU holds it for its kernel (`q8_kernel.held_spec`)."""
+    f16[N, K / group]), or with `kernel_layout` as a TPU holds it for its kernel (`q8_kernel.held_spec`). The
+    members of the `stacked` lists (`JaxProgram.stacked`) are one spec each, `list.*.member` [items, ...]
+    (`scan.stacked_key`), in place of the items'; `stacked` and `quantized` do not combine (`compile_program`): a
+    quantized pair is never stacked."""
     held = held_dtype or (lambda name, rank: name)
     params = {
         t.path: jax.ShapeDtypeStruct(t.shape, jax_dtype(held(t.type.dtype.name, len(t.shape)))) for t in program.params
@@ -211,7 +226,20 @@ def param_specs(
         t.path: jax.ShapeDtypeStruct(state_shape(t.shape, cache_layout), jax_dtype(t.type.dtype.name))
         for t in program.state
     }
-    return params, state
+    return _stacked_specs(params, stacked or {}), _stacked_specs(state, stacked or {})
+
+
+def _stacked_specs(specs: dict, stacked: dict[str, int]) -> dict:
+    """`specs` with the items' specs of each stacked list replaced by one [items, ...] spec per member, in order."""
+    out: dict = {}
+    for path, spec in specs.items():
+        found = stacked_key(path, stacked)
+        if found is None:
+            out[path] = spec
+        elif found[0] not in out:
+            count = stacked[found[0].split(f".{STACKED_INDEX}.")[0]]
+            out[found[0]] = jax.ShapeDtypeStruct((count, *spec.shape), spec.dtype)
+    return out
 
 
 def input_specs(graph: Graph, max_positions: int | None = None) -> list:
@@ -241,7 +269,8 @@ def export_entry(compiled: JaxProgram, name: str, platforms: list[str] | None = 
         compiled.fused,
         compiled.held_dtype,
         compiled.cache_layout,
-        compiled.quantized,
+        stacked=compiled.stacked,
+        quantized=compiled.quantized,
         kernel_layout=bool(platforms) and all(q8_kernel.uses_kernel(p) for p in platforms),
     )
     state = state if compiled.stateful(name) else {}  # an entry that writes no state takes none

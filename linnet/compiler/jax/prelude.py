@@ -1,6 +1,6 @@
 """The runtime helpers of the generated JAX code: the `Module` base class of its classes, and the functions its
-statements call (`write_cache`, dropout's `DropoutKeys`, `share_dropout_keys` and `dropout`, and under `--dtype stored`
-`dequantize`, `quantized_linear` and `quantized_take`).
+statements call (`write_cache`, `scan_layers` over a list held `Stacked`, dropout's `DropoutKeys`,
+`share_dropout_keys` and `dropout`, and under `--dtype stored` `dequantize`, `quantized_linear` and `quantized_take`).
 
 A generated module imports the ones it uses (`from linnet.compiler.jax.prelude import Module, write_cache`): the
 backend runs it so (`module.compile_program`), and the language server shows it so. A standalone file (`linnet jax
@@ -29,7 +29,10 @@ class Module:
         self._prefix = prefix
         for name, child in self.CHILDREN.items():
             if isinstance(child, tuple):
-                setattr(self, name, [child[0](arrays, f"{prefix}{name}.{i}.") for i in range(child[1])])
+                head = f"{prefix}{name}.*."  # a list held stacked (`Stacked`): its members under `layers.*.`
+                stacked = {k[len(head) :]: v for k, v in arrays.items() if k.startswith(head)}
+                items = [child[0](arrays, f"{prefix}{name}.{i}.") for i in range(child[1])] if not stacked else None
+                setattr(self, name, items if items is not None else Stacked(child[0], stacked, child[1]))
             else:
                 setattr(self, name, child(arrays, f"{prefix}{name}."))
         for path in self.PARAMS + self.STATE:
@@ -47,6 +50,24 @@ class Module:
         """Item `i` of a list whose items are modules of different classes (`layers[0]`)."""
         return getattr(self, str(i))
 
+    # An item of a list held stacked, inside `Stacked.scan`, holds its state as `StateSlot`s: reading one gives the
+    # item's slice (a dynamic slice of the stacked array), and the cache writers write into the stacked array
+    # itself, at the item's index, so the scan updates the donated cache in place, as the unrolled code does.
+    def __getattr__(self, name):
+        slot = self.__dict__.get("_slots", {}).get(name)
+        if slot is None:
+            raise AttributeError(name)
+        return slot.read()
+
+    def __setattr__(self, name, value):
+        slots = self.__dict__.setdefault("_slots", {}) if isinstance(value, StateSlot) else self.__dict__.get("_slots")
+        if slots is None or (name not in slots and not isinstance(value, StateSlot)):
+            object.__setattr__(self, name, value)
+        elif name not in slots:
+            slots[name] = value
+        else:
+            slots[name].assign(value)
+
     def state(self):
         """The state tensors of this module and its submodules, by checkpoint name."""
         out = {}
@@ -56,9 +77,83 @@ class Module:
                 node = _child(node, part)
             out[self._prefix + path] = node
         for name, child in self.CHILDREN.items():
-            for module in getattr(self, name) if isinstance(child, tuple) else [getattr(self, name)]:
+            items = getattr(self, name)
+            if isinstance(items, Stacked):
+                out.update({f"{self._prefix}{name}.*.{k}": v for k, v in items.state.items()})
+                continue
+            for module in items if isinstance(child, tuple) else [items]:
                 out.update(module.state())
         return out
+
+
+class Stacked:
+    """A list of `count` submodules of class `cls` held stacked: each member of theirs is one array whose leading
+    axis is the item (`arrays`, by path relative to an item: `self_attn.k_cache` [count, ...]). `scan_layers` runs a
+    loop over it as one `lax.scan`; `state` holds the stacked state, new once a scan wrote it."""
+
+    def __init__(self, cls, arrays, count):
+        self.cls, self.count = cls, count
+        self.state = {k: v for k, v in cls(arrays).state().items() if v is not None}
+        self.params = {k: v for k, v in arrays.items() if k not in self.state}
+
+    def scan(self, body, carry):
+        """`body(item, carry) -> carry` over the items in order, as one `lax.scan` over the stacked parameters; the
+        stacked state is carried, each item holding its slots of it (`StateSlot`: written in place at its index)."""
+
+        def one(carried, xs):
+            carry, state = carried
+            i, params = xs
+            slots = {k: StateSlot(v, i) for k, v in state.items()}
+            carry = body(self.cls({**params, **slots}), carry)
+            return (carry, {k: slot.stacked for k, slot in slots.items()}), None
+
+        try:
+            (carry, self.state), _ = lax.scan(one, (carry, self.state), (jnp.arange(self.count), self.params))
+        finally:
+            StateSlot.reads.clear()  # the traced slices are dead once the body is traced
+        return carry
+
+
+class StateSlot:
+    """An item's state tensor in `Stacked.scan`: `stacked` [items, ...] and the item's `index`. `read()` gives the
+    item's slice; the cache writers (`write_cache`, `write_cache_tokens`) given a slice read so write into `stacked`
+    at `index` and return the slot written, which the item's assignment takes (`assign`); any other value assigned
+    is written back as the item's slice."""
+
+    reads: dict = {}  # id(slice read) -> (slot, slice): which slot an array came from, while a scan traces
+
+    def __init__(self, stacked, index):
+        self.stacked, self.index = stacked, index
+
+    def read(self):
+        a = lax.dynamic_index_in_dim(self.stacked, self.index, 0, False)
+        StateSlot.reads[id(a)] = (self, a)  # the array kept alive with its id
+        return a
+
+    def assign(self, value):
+        if isinstance(value, StateSlot):
+            self.stacked = value.stacked
+        else:
+            self.stacked = lax.dynamic_update_index_in_dim(self.stacked, value, self.index, 0)
+
+    @staticmethod
+    def of(cache):
+        """(the slot `cache` was read from, or None; the array to write: the slot's stacked one, or `cache`), and
+        the leading index to write at (`(index,)`, or `()`)."""
+        found = StateSlot.reads.get(id(cache))
+        if found is None or found[1] is not cache:
+            return None, cache, ()
+        return found[0], found[0].stacked, (found[0].index,)
+
+
+def scan_layers(items, body, carry):
+    """`carry = body(item, carry)` for each item of a list of submodules, in order: one `lax.scan` when the list is
+    held stacked (`Stacked`: the body is traced and compiled once), else a plain loop. Returns the last carry."""
+    if isinstance(items, Stacked):
+        return items.scan(body, carry)
+    for item in items:
+        carry = body(item, carry)
+    return carry
 
 
 def _child(node, part):
@@ -74,13 +169,15 @@ def _child(node, part):
 def write_cache(cache, rows, positions, new):
     """`cache` [max_batch * H, T, D] with `new` [B, H, S, D] written at row `rows[b]`, positions
     `positions[b] + 0..S-1`; rows and positions past the cache are dropped (a padded batch's extra rows, a padded
-    prefill's tail)."""
-    return _one_or_many(
+    prefill's tail). A cache read from a `StateSlot` is written in its stacked array, and the slot returned."""
+    slot, cache, lead = StateSlot.of(cache)
+    out = _one_or_many(
         new.shape[2],
-        lambda c: _scatter_positions(c, rows, positions, new),
-        lambda c: _write_blocks(c, rows, positions, new),
+        lambda c: _scatter_positions(c, rows, positions, new, lead),
+        lambda c: _write_blocks(c, rows, positions, new, lead),
         cache,
     )
+    return out if slot is None else StateSlot(out, slot.index)
 
 
 def _one_or_many(s, one, many, cache):
@@ -91,41 +188,45 @@ def _one_or_many(s, one, many, cache):
     return lax.cond(jnp.asarray(s) == 1, one, many, cache)
 
 
-def _write_blocks(cache, rows, positions, new):
+def _write_blocks(cache, rows, positions, new, lead=()):
     """`write_cache` as one dynamic-update-slice of each row's [H, S, D] block, or where it does not fit (a padded
-    prefill's tail past the end) that row's scatter (`_scatter_positions`)."""
+    prefill's tail past the end) that row's scatter (`_scatter_positions`). `lead`: the indices of the dims `cache`
+    has before [rows * H, T, D] (a stacked item's)."""
     h, s = new.shape[1], new.shape[2]
     rows, positions = jnp.asarray(rows), jnp.asarray(positions)  # indexed by the loop's traced i
+    k = len(lead)
 
     def write_row(i, cache):
         row, position, block = rows[i], positions[i], new[i]
         return lax.cond(
-            _block_fits(row * h, position, s, cache),
-            lambda c: lax.dynamic_update_slice(c, block, (row * h, position, 0)),
-            lambda c: _scatter_positions(c, row[None], position[None], block[None]),
+            _block_fits(row * h, position, s, cache, k),
+            lambda c: lax.dynamic_update_slice(c, block.reshape((1,) * k + block.shape), (*lead, row * h, position, 0)),
+            lambda c: _scatter_positions(c, row[None], position[None], block[None], lead),
             cache,
         )
 
     return lax.fori_loop(0, new.shape[0], write_row, cache)
 
 
-def _block_fits(first, position, s, cache):
-    """Whether a block of `s` positions from `position`, starting at index `first` of the cache's dim 0, lies inside
-    `cache` (a dynamic-update-slice would clamp one that does not onto the last row or positions: a padded batch's
-    rows past the cache, a padded prefill's tail)."""
-    return (first < cache.shape[0]) & (position + jnp.asarray(s, position.dtype) <= cache.shape[1])
+def _block_fits(first, position, s, cache, k=0):
+    """Whether a block of `s` positions from `position`, starting at index `first` of the cache's row dim (dim `k`:
+    after the `k` stacked dims a `lead` indexes), lies inside `cache` (a dynamic-update-slice would clamp one that does
+    not onto the last row or positions: a padded batch's rows past the cache, a padded prefill's tail)."""
+    return (first < cache.shape[k]) & (position + jnp.asarray(s, position.dtype) <= cache.shape[k + 1])
 
 
-def _scatter_positions(cache, rows, positions, new):
-    """`write_cache` as one scatter of one [H, D] window per row and position, positions past the cache dropped."""
-    h, s = new.shape[1], new.shape[2]
-    rows_and_positions = jnp.broadcast_arrays(rows[:, None] * h, positions[:, None] + lax.iota(jnp.int64, s))
+def _scatter_positions(cache, rows, positions, new, lead=()):
+    """`write_cache` as one scatter of one [H, D] window per row and position, positions past the cache dropped;
+    `lead` as `_write_blocks` takes it."""
+    h, s, k = new.shape[1], new.shape[2], len(lead)
+    index = (*lead, rows[:, None] * h, positions[:, None] + lax.iota(jnp.int64, s))
     window = lax.ScatterDimensionNumbers(
-        update_window_dims=(1, 3), inserted_window_dims=(1,), scatter_dims_to_operand_dims=(0, 1)
+        update_window_dims=(1, 3),
+        inserted_window_dims=(*range(k), k + 1),
+        scatter_dims_to_operand_dims=tuple(range(k + 2)),
     )
-    return lax.scatter(
-        cache, jnp.stack(rows_and_positions, axis=-1), new, window, mode=lax.GatherScatterMode.FILL_OR_DROP
-    )
+    indices = jnp.stack(jnp.broadcast_arrays(*(jnp.asarray(i, jnp.int64) for i in index)), axis=-1)
+    return lax.scatter(cache, indices, new, window, mode=lax.GatherScatterMode.FILL_OR_DROP)
 
 
 # For caches held as [rows, T, H * D] (on a TPU: `linnet.ir.attention` says why). The same plan as `write_cache`: one
@@ -137,43 +238,48 @@ def write_cache_tokens(cache, rows, positions, new):
     batch's extra rows)."""
     b, h, s, d = new.shape
     tokens = jnp.swapaxes(new, 1, 2).reshape(b, s, h * d)
-    return _one_or_many(
+    slot, cache, lead = StateSlot.of(cache)
+    out = _one_or_many(
         s,
-        lambda c: _scatter_tokens(c, rows, positions, tokens),
-        lambda c: _write_token_blocks(c, rows, positions, tokens),
+        lambda c: _scatter_tokens(c, rows, positions, tokens, lead),
+        lambda c: _write_token_blocks(c, rows, positions, tokens, lead),
         cache,
     )
+    return out if slot is None else StateSlot(out, slot.index)
 
 
-def _write_token_blocks(cache, rows, positions, tokens):
+def _write_token_blocks(cache, rows, positions, tokens, lead=()):
     """`write_cache_tokens` of `tokens` [B, S, H * D] as one dynamic-update-slice of each row's block, or where it
-    does not fit that row's scatter (`_scatter_tokens`)."""
-    s = tokens.shape[1]
+    does not fit that row's scatter (`_scatter_tokens`); `lead` as `_write_blocks` takes it."""
+    s, k = tokens.shape[1], len(lead)
     rows, positions = jnp.asarray(rows), jnp.asarray(positions)  # indexed by the loop's traced i
 
     def write_row(i, cache):
         row, position, block = rows[i], positions[i], tokens[i]
         return lax.cond(
-            _block_fits(row, position, s, cache),
-            lambda c: lax.dynamic_update_slice(c, block[None], (row, position, 0)),
-            lambda c: _scatter_tokens(c, row[None], position[None], block[None]),
+            _block_fits(row, position, s, cache, k),
+            lambda c: lax.dynamic_update_slice(
+                c, block.reshape((1,) * (k + 1) + block.shape), (*lead, row, position, 0)
+            ),
+            lambda c: _scatter_tokens(c, row[None], position[None], block[None], lead),
             cache,
         )
 
     return lax.fori_loop(0, tokens.shape[0], write_row, cache)
 
 
-def _scatter_tokens(cache, rows, positions, tokens):
+def _scatter_tokens(cache, rows, positions, tokens, lead=()):
     """`write_cache_tokens` of `tokens` [B, S, H * D] as one scatter of one [H * D] window per row and position,
-    those past the cache dropped."""
-    s = tokens.shape[1]
-    rows_and_positions = jnp.broadcast_arrays(rows[:, None], positions[:, None] + lax.iota(jnp.int64, s))
+    those past the cache dropped; `lead` as `_write_blocks` takes it."""
+    s, k = tokens.shape[1], len(lead)
+    index = (*lead, rows[:, None], positions[:, None] + lax.iota(jnp.int64, s))
     window = lax.ScatterDimensionNumbers(
-        update_window_dims=(2,), inserted_window_dims=(0, 1), scatter_dims_to_operand_dims=(0, 1)
+        update_window_dims=(2,),
+        inserted_window_dims=tuple(range(k + 2)),
+        scatter_dims_to_operand_dims=tuple(range(k + 2)),
     )
-    return lax.scatter(
-        cache, jnp.stack(rows_and_positions, axis=-1), tokens, window, mode=lax.GatherScatterMode.FILL_OR_DROP
-    )
+    indices = jnp.stack(jnp.broadcast_arrays(*(jnp.asarray(i, jnp.int64) for i in index)), axis=-1)
+    return lax.scatter(cache, indices, tokens, window, mode=lax.GatherScatterMode.FILL_OR_DROP)
 
 
 # Dropout, for a program that runs one: keys drawn in the order the trace runs the dropouts.
@@ -193,7 +299,10 @@ def share_dropout_keys(module, keys):
     """Give `module` and every submodule of it `keys` (their methods read `self.dropout_keys`)."""
     module.dropout_keys = keys
     for name, child in module.CHILDREN.items():
-        for item in getattr(module, name) if isinstance(child, tuple) else [getattr(module, name)]:
+        items = getattr(module, name)
+        if isinstance(items, Stacked):  # never: a list whose loop runs dropout is not stacked (`scan.py`)
+            continue
+        for item in items if isinstance(child, tuple) else [items]:
             share_dropout_keys(item, keys)
 
 

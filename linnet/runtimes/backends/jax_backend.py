@@ -378,13 +378,17 @@ def load(
     options: LoadOptions = LoadOptions(),
     mode: str = "generated",
     fuse_linear_weights: bool = True,
+    scan_layers: bool | None = None,
 ) -> JaxModel:
     """Load `source` with `weights` for JAX in `mode` ("generated": the generated JAX under
     jax.jit; "stablehlo": each entry exported through jax.export, symbolic batch and sequence
     dims, and run from the artifact) under `options`. Without weights and with `options.random_weights`,
     parameters are drawn from N(0, 0.02) (norm scales 1, biases 0) with `options.seed`. With
     `fuse_linear_weights=False`, `params` holds every weight under its checkpoint name (no fused
-    keys): what sharding (`linnet.runtimes.parallel`) and training by checkpoint name use. Called by
+    keys): what sharding (`linnet.runtimes.parallel`) and training by checkpoint name use. `scan_layers` (None: as
+    `fuse_linear_weights`, so on for inference): each list of identical layers is held stacked and its loops run as
+    one `lax.scan` (`linnet.compiler.jax.scan`: one layer traced and compiled, not every layer); not under
+    `--dtype stored` with quantized matrices, whose pairs are not stacked yet (those loops run unrolled). Called by
     `Backend.load` (`linnet.jax.load`, `linnet.load`), which checks the options first.
 
     Raises LoadError (source, config, names or shapes) and BackendError (mode, dtype, device)."""
@@ -393,7 +397,7 @@ def load(
     t0 = time.perf_counter()
     _device(options.device)
     prepared = prepare(source, weights, options)
-    return load_prepared(prepared, options, mode, fuse_linear_weights, t0)
+    return load_prepared(prepared, options, mode, fuse_linear_weights, t0, scan_layers)
 
 
 def load_prepared(
@@ -402,14 +406,14 @@ def load_prepared(
     mode: str = "generated",
     fuse_linear_weights: bool = True,
     t0: float | None = None,
+    scan_layers: bool | None = None,
 ) -> JaxModel:
     """A model from an already prepared program and checkpoint (`loading.prepare`): compiled in `mode` under
     `options`' numerics, its weights put on `options.device` (random ones from `options.seed` when there is no
-    checkpoint). `load` does the preparing; a source transform (LoRA) prepares its own. Raises LoadError,
-    BackendError."""
+    checkpoint). `load` does the preparing; a source transform (LoRA) prepares its own; `scan_layers` as `load` takes
+    it. Raises LoadError, BackendError."""
     numerics, device, seed, progress = options.numerics, options.device, options.seed, options.progress
-    from linnet.compiler.jax.codegen import state_shape
-    from linnet.compiler.jax.module import compile_program, export_entry, exported_fn, jax_dtype
+    from linnet.compiler.jax.module import compile_program, export_entry, exported_fn, param_specs
 
     t0 = time.perf_counter() if t0 is None else t0
     backend = backend_for("jax_backend", mode)
@@ -419,16 +423,22 @@ def load_prepared(
     # bf16 on the CPU: matrices held in f32 (the module docstring); not for the per-name layout that sharding and
     # training compile themselves
     f32_matrices = dev.platform == "cpu" and program.dtype.name == "bf16" and fuse_linear_weights
+    scan = fuse_linear_weights if scan_layers is None else scan_layers
     quantized = stored_matrices(prepared)  # --dtype stored: the Q8_0 matrices, held as int8 codes and f16 scales
     layout = cache_layout_for(dev)
-    compiled = compile_program(program, numerics, fuse_linear_weights, f32_matrices, layout, quantized)
-    binder = _Binder(dev, compiled.fused, compiled.held_dtype, _kernel_layout(dev) if quantized else None)
+    # a program holding quantized pairs is not scanned (compile_program: stacked stays empty), whatever `scan` says
+    compiled = compile_program(
+        program, numerics, fuse_linear_weights, f32_matrices, layout, scan_layers=scan, quantized=quantized
+    )
+    binder = _Binder(
+        dev, compiled.fused, compiled.held_dtype, compiled.stacked, _kernel_layout(dev) if quantized else None
+    )
     if prepared.checkpoint is not None:
         params = _checkpoint_params(prepared, progress, binder)
     else:
         params = _random_params(program, seed, binder)
-    held = {t.path: (state_shape(t.shape, compiled.cache_layout), jax_dtype(t.type.dtype.name)) for t in program.state}
-    state = {path: jax.device_put(np.zeros(shape, dtype=dt), dev) for path, (shape, dt) in held.items()}
+    _, held = param_specs(program, compiled.fused, compiled.held_dtype, layout, compiled.stacked)
+    state = {path: jax.device_put(np.zeros(s.shape, dtype=s.dtype), dev) for path, s in held.items()}
     stateful = {name: compiled.stateful(name) for name in program.entries}
     exported = {}
     if mode == "generated":
@@ -486,22 +496,28 @@ F32_MATRICES_NOTE = (
 class _Binder:
     """Puts parameters on the device as they are read, by checkpoint name, except the members of
     a fused group (`fused`: key -> names), held on the host until the group is complete and then
-    put concatenated under its key. Each array is held in `held_dtype(dtype, rank)` (`JaxProgram.held_dtype`:
-    the bf16 matrices widened to f32 on the CPU; an exact cast); a `GroupQuantized` matrix (`--dtype stored`) as
-    its pair of codes and scales (`jax_quantized.held_pair`; a fused group's pairs concatenated), re-laid by
-    `relayout` when given (a kernel's layout: `q8_kernel.hold`)."""
+    put concatenated under its key, and the items' members of a stacked list (`stacked`: list path -> items,
+    `JaxProgram.stacked`), each copied into its slot of one host array [items, ...] and put once every item's is
+    there, under its stacked key (`scan.stacked_key`): stacked once at load, never per call. Each array is held in
+    `held_dtype(dtype, rank)` (`JaxProgram.held_dtype`: the bf16 matrices widened to f32 on the CPU; an exact
+    cast); a `GroupQuantized` matrix (`--dtype stored`) as its pair of codes and scales (`jax_quantized.held_pair`;
+    a fused group's pairs concatenated), re-laid by `relayout` when given (a kernel's layout: `q8_kernel.hold`),
+    never stacked (a program holding pairs has no stacked lists)."""
 
     def __init__(
         self,
         device,
         fused: dict[str, list[str]],
         held_dtype: Callable[[str, int], str] | None = None,
+        stacked: dict[str, int] | None = None,
         relayout: Callable | None = None,
     ):
         self.jax, self.device, self.fused = jax_module(), device, fused
         self.held_dtype, self.relayout = held_dtype, relayout
+        self.stacked = stacked or {}
         self.group = {n: key for key, names in fused.items() for n in names}
         self.pending: dict[str, dict[str, np.ndarray]] = {}
+        self.slots: dict[str, tuple[np.ndarray, set[int]]] = {}  # stacked key -> (host array, indices filled)
         self.params: dict = {}
 
     def put(self, path: str, a: np.ndarray | GroupQuantized) -> None:
@@ -511,15 +527,34 @@ class _Binder:
             a = a.astype(np.float32)  # bf16 values, widened exactly
         key = self.group.get(path)
         if key is None:
-            self.params[path] = self.jax.device_put(self._relaid(a), self.device)
+            self._place(path, a)
             return
         held = self.pending.setdefault(key, {})
         held[path] = a
         if len(held) == len(self.fused[key]):
             held = self.pending.pop(key)
             parts = [held[n] for n in self.fused[key]]
-            whole = concat_pairs(parts) if isinstance(parts[0], tuple) else np.concatenate(parts)
-            self.params[key] = self.jax.device_put(self._relaid(whole), self.device)
+            self._place(key, concat_pairs(parts) if isinstance(parts[0], tuple) else np.concatenate(parts))
+
+    def _place(self, key: str, a: np.ndarray | tuple) -> None:
+        """Put `a` (an array, or a quantized pair: never in a stacked list) under `key`, or into its slot of a
+        stacked array (put once full)."""
+        from linnet.compiler.jax.scan import STACKED_INDEX, stacked_key
+
+        found = stacked_key(key, self.stacked)
+        if found is None:
+            self.params[key] = self.jax.device_put(self._relaid(a), self.device)
+            return
+        stacked, index = found
+        count = self.stacked[stacked.split(f".{STACKED_INDEX}.")[0]]
+        whole, filled = self.slots.setdefault(stacked, (np.empty((count, *a.shape), a.dtype), set()))
+        if whole.shape[1:] != a.shape or whole.dtype != a.dtype:  # the loop's lowering makes its items alike
+            items = f"{list(whole.shape[1:])} {whole.dtype}"
+            raise LoadError(f"`{key}` is {list(a.shape)} {a.dtype}, the other items of its list {items}", code="L501")
+        whole[index] = a
+        filled.add(index)
+        if len(filled) == count:
+            self.params[stacked] = self.jax.device_put(self.slots.pop(stacked)[0], self.device)
 
     def _relaid(self, a):
         return self.relayout(*a) if self.relayout is not None and isinstance(a, tuple) else a
@@ -527,6 +562,12 @@ class _Binder:
     def done(self) -> dict:
         for key, held in self.pending.items():
             raise _missing_members(key, [n for n in self.fused[key] if n not in held])
+        from linnet.compiler.jax.scan import stacked_names
+
+        for key, (whole, filled) in self.slots.items():
+            missing = [n for i, n in enumerate(stacked_names(key, len(whole))) if i not in filled]
+            names = ", ".join(f"`{n}`" for n in missing[:4])
+            raise LoadError(f"no tensor for {names} (stacked as `{key}`)", code="L502")
         return self.params
 
 
@@ -665,13 +706,16 @@ def load_exported(
     checkpoint; its names are matched to the artifact's, allowing one leading segment more or
     less, as loading from source does). Where the artifact takes fused weights (a key such as
     `model.layers.0.mlp.{gate,up}_proj.weight`, `codegen.fused_key`), they are made from their
-    members by checkpoint name. It compiles with the XLA options its JSON records (`compiler_options`: what the
+    members by checkpoint name, and where it takes a list of layers stacked (`model.layers.*.mlp.down_proj.weight`,
+    from a model loaded with `scan_layers`; `linnet.compiler.jax.scan`), from its items'. It compiles with the XLA
+    options its JSON records (`compiler_options`: what the
     export's numerics need, `JaxProgram.compiler_options`), so it computes what the model loaded from source
     computes; an artifact without them compiles with XLA's defaults. Returns a `JaxModel` with the one entry.
 
     Raises LoadError for missing or mis-shaped parameters."""
     jax = jax_module()
     from linnet.compiler.jax.module import exported_fn, exported_signature
+    from linnet.compiler.jax.scan import unstacked
 
     t0 = time.perf_counter()
     path = Path(path)
@@ -696,8 +740,9 @@ def load_exported(
         if params is None:
             if weights is None:
                 raise LoadError("give params= (a dict by checkpoint name) or weights= (a checkpoint)")
-            params = _weights_by_name(weights, param_specs)
-        params = _fused_from_members(params, param_specs, members)
+            params = _weights_by_name(weights, _item_specs(param_specs))
+        params = unstacked(params, param_specs)  # layers given stacked (a scanned model's) to an unrolled artifact
+        params = _stacked_from_items(_fused_from_members(params, _item_specs(param_specs), members), param_specs)
         missing = [k for k in param_specs if k not in params]
         if missing:
             raise LoadError(f"{len(missing)} parameter(s) the artifact takes are missing: {missing[:6]}", code="L502")
@@ -736,13 +781,55 @@ def _check_cache_sizes(meta: dict, state_specs: dict, meta_path: Path) -> None:
     [max_batch * num_key_value_heads, max_positions, head_dim]): a wrong max_positions would let the
     runner write past the cache, which XLA clamps silently. Raises LoadError naming the JSON."""
     max_batch, max_positions = meta.get("max_batch", 1), meta.get("max_positions")
-    for key, spec in state_specs.items():
+    for key, spec in _item_specs(state_specs).items():
         shape = tuple(spec.shape)
         if len(shape) != 3 or shape[0] % max_batch or (max_positions is not None and shape[1] != max_positions):
             raise LoadError(
                 f"{meta_path}: max_batch {max_batch} and max_positions {max_positions} do not fit the artifact's "
                 f"cache `{key}` of {list(shape)} ([max_batch * num_key_value_heads, max_positions, head_dim])"
             )
+
+
+def _item_specs(specs: dict) -> dict:
+    """`specs` with each stacked key (a list of layers the artifact scans, `list.*.member` [items, ...];
+    `linnet.compiler.jax.scan`) replaced by its items' keys and specs, in order."""
+    from linnet.compiler.jax.scan import STACKED_INDEX, stacked_names
+
+    jax = jax_module()
+    out = {}
+    for key, spec in specs.items():
+        if f".{STACKED_INDEX}." not in key:
+            out[key] = spec
+            continue
+        item = jax.ShapeDtypeStruct(tuple(spec.shape[1:]), spec.dtype)
+        out.update((name, item) for name in stacked_names(key, spec.shape[0]))
+    return out
+
+
+def _stacked_from_items(params: dict, specs: dict) -> dict:
+    """`params` with each stacked key the artifact takes that `params` lacks made from its items' arrays (by
+    checkpoint name or fused key; `_item_specs`), stacked along a new leading axis."""
+    from linnet.compiler.jax.scan import STACKED_INDEX, stacked_names
+
+    out = dict(params)
+    for key, spec in specs.items():
+        if key in params or f".{STACKED_INDEX}." not in key:
+            continue
+        names = stacked_names(key, spec.shape[0])
+        missing = [n for n in names if n not in out]
+        if missing:
+            raise LoadError(
+                f"no tensor for {', '.join(f'`{n}`' for n in missing[:4])} (stacked as `{key}`)", code="L502"
+            )
+        items = [np.asarray(out.pop(n)) for n in names]
+        for n, a in zip(names, items):
+            if a.shape != tuple(spec.shape[1:]):
+                raise LoadError(
+                    f"`{n}` is {list(a.shape)}, the artifact takes {list(spec.shape[1:])} (stacked as `{key}`)",
+                    code="L501",
+                )
+        out[key] = np.stack(items)
+    return out
 
 
 def _fused_from_members(params: dict, specs: dict, members: dict) -> dict:

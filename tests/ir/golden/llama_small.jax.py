@@ -5,6 +5,9 @@ Each entry function takes `p`, the parameters and state by checkpoint name, and 
 an entry that writes state (the KV cache) returns its outputs and a dict of the new state.
 Pass `p = {**fuse_weights(params), **state}`: linear layers that share an input are one dot
 over their weights fused (FUSED_WEIGHTS), made once by `fuse_weights`.
+A loop over a list of identical layers runs as `scan_layers`: one `lax.scan` (one layer traced and
+compiled) when `p` holds the list stacked (`p = stack_layers({**fuse_weights(params), **state})`,
+STACKED_LISTS), else a plain loop.
 KV caches declared [max_batch, H, T, D] are held as [max_batch * H, T, D], so that XLA
 writes them in place (when the caller donates them: `jax.jit(..., donate_argnums=...)`)
 and the attention dots read them where they lie.
@@ -16,7 +19,7 @@ import jax.numpy as jnp
 import jax.scipy.special
 from jax import lax
 
-from linnet.compiler.jax.prelude import Module, write_cache
+from linnet.compiler.jax.prelude import Module, scan_layers, write_cache
 
 PRECISION = 'highest'
 
@@ -217,8 +220,10 @@ class LlamaModel(Module):
         position_ids = jnp.broadcast_to(t_1, (B, S))  # [B, S] llama.linnet:150
         cos, sin = self.rotary(position_ids)  # llama.linnet:151
         mask = causal_mask(position_ids, t)  # llama.linnet:152
-        for layer in self.layers:  # llama.linnet:153
+        def layer_body(layer, h):
             h = layer.forward(h, cos, sin, mask)  # llama.linnet:154
+            return h
+        h = scan_layers(self.layers, layer_body, h)  # llama.linnet:153
         norm = rms_norm(h, self.norm.weight)  # llama.linnet:156
         return norm
 
@@ -238,8 +243,10 @@ class LlamaModel(Module):
         cos, sin = self.rotary(position_ids)  # llama.linnet:162
         t_2 = lax.iota(jnp.int64, 16)  # llama.linnet:163
         mask = causal_mask_2(position_ids, t_2)  # llama.linnet:163
-        for layer in self.layers:  # llama.linnet:164
+        def layer_body(layer, h):
             h = layer.step(h, cos, sin, mask, positions, rows)  # llama.linnet:165
+            return h
+        h = scan_layers(self.layers, layer_body, h)  # llama.linnet:164
         norm = rms_norm(h, self.norm.weight)  # llama.linnet:167
         return norm
 
@@ -292,6 +299,23 @@ def fuse_weights(params):
         prefix, rest = key.split("{")
         middles, suffix = rest.split("}")
         out[key] = jnp.concatenate([out.pop(prefix + m + suffix) for m in middles.split(",")], axis=0)
+    return out
+
+
+# Lists of identical layers that `scan_layers` runs as one `lax.scan` when held stacked: list path -> items.
+STACKED_LISTS = {
+    'model.layers': 2,
+}
+
+
+def stack_layers(arrays):
+    """`arrays` (by checkpoint name, fused weights by their key) with the members of each list of
+    STACKED_LISTS stacked along a new leading axis under `list.*.member`, in place of the items'.
+    Run once, at load: a copy of every layer's weights."""
+    out = dict(arrays)
+    for head, count in STACKED_LISTS.items():
+        for rest in sorted(k[len(head) + 3 :] for k in arrays if k.startswith(head + ".0.")):
+            out[f"{head}.*.{rest}"] = jnp.stack([out.pop(f"{head}.{i}.{rest}") for i in range(count)])
     return out
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from linnet.runtimes.sampling import SamplingParams
-from tests.runtimes.conftest import LLAMA
+from tests.runtimes.conftest import LLAMA, layer_states
 from tests.runtimes.serve.conftest import collect, request, solo
 
 pytest.importorskip("jax")
@@ -135,11 +135,14 @@ def test_batched_prefill_pads_to_its_bucket_and_writes_only_its_own_rows(layout,
     sm = m.step_model(batch_buckets=True)
     i64 = lambda *x: np.array(x, dtype=np.int64)  # noqa: E731
     sm.step(i64([9, 9, 9, 9, 9, 9]), i64(0), i64(3))  # row 3 holds something
-    before = {k: np.asarray(v) for k, v in m.state.items()}
+    # the layers run as one scan: the writes go through the stacked caches' lead index (`model.layers.*.…`)
+    assert all(".*." in k for k in m.state)
+    before = layer_states(m.state)
     logits = sm.step(np.array(SAME_LENGTH, dtype=np.int64), i64(0, 0, 0), i64(0, 1, 2))
     assert (4, jax_backend.bucket_for(5, 32)) in sm.compiled_shapes  # padded to the power of two
-    for k, v in m.state.items():
-        v = np.asarray(v)
+    after = layer_states(m.state)
+    assert after.keys() == before.keys() and len(after) == 2 * SMALL["num_hidden_layers"]
+    for k, v in after.items():
         rows_of_3 = slice(3, 4) if layout == "token_major" else slice(3 * SMALL["num_key_value_heads"], None)
         assert np.array_equal(v[rows_of_3], before[k][rows_of_3]), k
     for b, prompt in enumerate(SAME_LENGTH):
@@ -168,3 +171,29 @@ def test_the_engine_prefills_equal_chunks_together_where_the_model_compiled_them
     got = [finished_tokens(h)[0] for h in handles]
     assert (3, 6) in calls  # one step for the three prompts
     assert got == [solo(model.step_model(), None, p, SamplingParams(), 5).token_ids for p in SAME_LENGTH]
+
+
+def test_the_scanned_layers_serve_the_tokens_of_the_unrolled_ones(model, make_engine):
+    """The multi-step decode (`jax_loop.BatchSteps`) and the batched prefill call the step whose layers run as one
+    `lax.scan`: served together, each prompt gets the tokens the same weights give unrolled (`scan_layers=False`)."""
+    unrolled = lj.load(
+        LLAMA, config=SMALL, max_batch=4, max_positions=48, random_weights=True, seed=4, progress=False,
+        scan_layers=False,
+    )  # fmt: skip
+    assert all(".*." in k for k in model.state) and not any(".*." in k for k in unrolled.state)
+    lengths = [BATCH_STEPS + 3, 7, 12]
+    expected = [
+        solo(unrolled.step_model(), None, p, SamplingParams(), n).token_ids for p, n in zip(SAME_LENGTH, lengths)
+    ]
+    sm = model.step_model(decode_loop=True, batch_buckets=True)
+    calls = []
+    step, steps = sm.step, sm.step_greedy_steps
+    sm.step = lambda input_ids, *a: calls.append(input_ids.shape) or step(input_ids, *a)
+    sm.step_greedy_steps = lambda input_ids, *a: calls.append(a[-1]) or steps(input_ids, *a)
+    engine = make_engine(sm, None, start=False, prefill_chunk=6, step_token_budget=3 * 6 + 4)
+    engine.warm_up()
+    calls.clear()
+    handles = [engine.submit(request(p, n)) for p, n in zip(SAME_LENGTH, lengths, strict=True)]
+    engine.start()
+    assert [finished_tokens(h)[0] for h in handles] == expected
+    assert (3, 6) in calls and any(isinstance(c, int) and c > 1 for c in calls)  # batched prefill, multi-step
