@@ -371,7 +371,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     ap.add_argument("--dry-run", action="store_true", help="the CPU, tiny sizes")
     ap.add_argument("--budget-s", type=float, default=420, help="start no new shape after this many seconds")
-    ap.add_argument("--only", choices=("calibration", "numerics", "speed", "serve"), action="append")
+    ap.add_argument("--only", choices=("calibration", "numerics", "speed", "serve", "train"), action="append")
+    ap.add_argument("--train-batches", type=lambda s: s.split(","), help="train rows: 4,8r (r: checkpointing)")
     args = ap.parse_args(argv)
     start = time.monotonic()
 
@@ -389,7 +390,7 @@ def main(argv=None) -> int:
     name = f"tpu_{time.strftime('%Y-%m-%d')}" + ("_dry_run" if args.dry_run else "")
     report = Report(args.out, name)
     report.data["machine"] = f"{dev.device_kind} ({dev.platform}), jax {jax.__version__}, {os.cpu_count()} host cores"
-    only = set(args.only or ("calibration", "numerics", "speed", "serve"))
+    only = set(args.only or ("calibration", "numerics", "speed", "serve", "train"))
     calibration = calibrate(jax, dev, args.dry_run)
     report.add("calibration", calibration)
     if "numerics" in only:
@@ -399,6 +400,10 @@ def main(argv=None) -> int:
         compile_rows(report, device, args.dry_run)
     if "serve" in only and time.monotonic() < start + args.budget_s:
         serve_rows(report, device, args.dry_run, calibration)
+    if "train" in only and time.monotonic() < start + args.budget_s:  # bench/tpu_train.py (issue 41 goal 8)
+        from tpu_train import train_rows
+
+        train_rows(report, device, args.dry_run, calibration, start + args.budget_s, args.train_batches)
     report.data["wall_s"] = round(time.monotonic() - start, 1)
     report.write()
     return 0

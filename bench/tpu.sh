@@ -9,14 +9,15 @@
 #   .venv/bin/pip wheel --no-deps -w .whl-tpu .
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.11 --implementation cp \
 #       --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any -d .whl-tpu \
-#       lark gguf safetensors tqdm jinja2 markupsafe tokenizers pyyaml      (the versions constraints.txt and .venv hold)
+#       lark gguf safetensors tqdm jinja2 markupsafe tokenizers pyyaml optax absl-py
+#       (the versions constraints.txt and .venv hold; optax and its dependencies for `--only train`)
 # The machine's own JAX stays first on PYTHONPATH; they go under /tmp/site, after it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ "${1:-}" == "--dry-run" ]]; then
     PYTHON=${PYTHON:-.venv/bin/python}
     OUT=${OUT:-/tmp/tpu-dry-run}
-    PYTHONPATH=. exec "$PYTHON" bench/tpu.py --dry-run --out "$OUT"
+    PYTHONPATH=. exec "$PYTHON" bench/tpu.py --dry-run --out "$OUT" "${@:2}"
 fi
 OUT=${OUT:?set OUT to the folder for the results}
 if [[ -d .whl-tpu ]]; then  # (the tree's own linnet/ is not a mapped install: `linnet.runtimes` needs the wheel)
