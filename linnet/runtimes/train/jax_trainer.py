@@ -33,12 +33,12 @@ activations, so the matmuls run on bf16 operands with f32 accumulation), the tra
 the loss, its log-softmax and the optimizer in f32. PyTorch's `--bf16` autocasts over f32 weights instead: the same
 matmul operands, but its norms and softmax run in f32 where the source's own casts decide here.
 
-Activation checkpointing (`gradient_checkpointing=True`, `--gradient-checkpointing`): the forward under
-`jax.checkpoint` with `dots_with_no_batch_dims_saveable`: the outputs of the weight matmuls (projections, adapters,
-output head) are kept for the backward pass, the rest (the attention's scores and probabilities, [B, H, S, S] a
-layer, the norms, activations and rotary) recomputed from them. PyTorch's recomputes each whole decoder layer
-instead; both trade compute for the activations' memory (attention's f32 probabilities are most of it at 512
-tokens), the losses the same.
+Activation checkpointing (`gradient_checkpointing=True`, `--gradient-checkpointing`): each decoder layer's
+`forward` under `jax.checkpoint` (`checkpoint_layers`) with `dots_with_no_batch_dims_saveable`: a layer keeps its
+input and its weight matmuls' outputs (projections, adapters) for the backward pass and recomputes the rest, one
+layer at a time: the attention's scores and probabilities ([B, H, S, S] in f32, most of a layer's activations at
+512 tokens), the norms, rotary and activations: cheap to recompute (no weight matmul runs twice). PyTorch's
+per-layer `torch.utils.checkpoint` keeps only the input and runs the whole layer again. The losses the same.
 
 Dropout (`--lora-dropout`): the generated JAX code's dropouts draw only when the entry's `p` holds a random key
 (`DROPOUT_KEY`; without one, in inference, they are the identity). Each micro-batch's forward gets
@@ -202,6 +202,29 @@ def _dpo_micro_loss(policy: JaxPolicy, objective: Objective):
 JAX_LOSSES: dict[str, Callable] = {"sft": _sft_micro_loss, "full": _sft_micro_loss, "dpo": _dpo_micro_loss}
 
 
+def checkpoint_layers(namespace: dict, saveable: Any) -> list[str]:
+    """Run the `forward` of each module class of the generated code `namespace` whose instances make a list (a
+    decoder's `layers`) under `jax.checkpoint` with the policy `saveable` (what a layer keeps for the backward pass;
+    the rest is recomputed there, one layer at a time), as PyTorch's `TorchPolicy` wraps each layer in
+    `torch.utils.checkpoint`. The layer's parameters (and a dropout key) are closed over: `jax.checkpoint` takes
+    them as inputs. Returns the classes' names."""
+    jax = jax_module()
+    classes = {
+        child[0]
+        for value in namespace.values()
+        if isinstance(value, type)
+        for child in getattr(value, "CHILDREN", {}).values()
+        if isinstance(child, tuple)
+    }
+    for cls in classes:
+
+        def forward(self, *args, _forward=cls.forward):
+            return jax.checkpoint(lambda *a: _forward(self, *a), policy=saveable)(*args)
+
+        cls.forward = forward
+    return sorted(c.__name__ for c in classes)
+
+
 class JaxPolicy:
     """A `JaxModel` being trained: the pure `forward(params, {}, input_ids)` of its generated code, the trained
     parameters by checkpoint name (`trainable`), the others held fixed.
@@ -227,7 +250,9 @@ class JaxPolicy:
         if unknown:
             raise TrainError(f"no parameter {', '.join(unknown[:5])} to train")
         self.model = model
-        self.forward = compile_program(program, model.numerics, fuse_linear_weights=False).entry_fn("forward")
+        compiled = compile_program(program, model.numerics, fuse_linear_weights=False)
+        self.forward = compiled.entry_fn("forward")
+        self.namespace = compiled.namespace  # the generated classes, this policy's own
         self.trainable = {k: model.params[k] for k in trainable}
         self.frozen = {k: v for k, v in model.params.items() if k not in self.trainable}
         self.tokenizer = model.tokenizer()
@@ -320,9 +345,8 @@ class JaxTrainer:
         copy = jax.jit(lambda tree: jax.tree.map(jax.numpy.copy, tree))  # buffers of its own: a step donates them
         self.reference = copy(policy.trainable) if objective.name == "dpo" else None
 
-        if config.gradient_checkpointing:  # `jax.checkpoint` under the saving policy of the module docstring
-            saveable = jax.checkpoint_policies.dots_with_no_batch_dims_saveable
-            policy.forward = jax.checkpoint(policy.forward, policy=saveable)
+        if config.gradient_checkpointing:
+            checkpoint_layers(policy.namespace, jax.checkpoint_policies.dots_with_no_batch_dims_saveable)
         micro_loss = loss_fn(policy, objective)
         static = ("pairs",) if objective.name == "dpo" else ()
         grad = jax.value_and_grad(micro_loss, has_aux=True)
