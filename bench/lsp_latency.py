@@ -60,8 +60,9 @@ from pygls.lsp.client import LanguageClient  # noqa: E402
 
 from linnet.lsp.server import PROGRESSIVE_LINES  # noqa: E402
 
-# The server as `linnet lsp` runs it, under a gc.callbacks hook that appends one JSON line per collection (generation,
-# start on CLOCK_MONOTONIC, which every process shares on Linux, and pause) to $LINNET_BENCH_GC_TRACE.
+# The server as `linnet lsp` runs it (the CLI's path), under a gc.callbacks hook that appends one JSON line per
+# collection (generation, start on CLOCK_MONOTONIC, which every process shares on Linux, and pause) to
+# $LINNET_BENCH_GC_TRACE.
 GC_TRACE = """
 import gc, json, os, time
 out = open(os.environ["LINNET_BENCH_GC_TRACE"], "a", buffering=1)
@@ -73,8 +74,8 @@ def trace(phase, info):
         t = time.monotonic()
         out.write(json.dumps([info["generation"], started[0], t - started[0]]) + chr(10))
 gc.callbacks.append(trace)
-from linnet.lsp.server import main
-main()
+from linnet.cli import main
+raise SystemExit(main(["lsp"]))
 """
 SERVER = [sys.executable, "-c", GC_TRACE]
 EXAMPLE = ROOT / "examples" / "llama.linnet"

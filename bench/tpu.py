@@ -14,7 +14,10 @@ Rows, each written to DIR/tpu_<date>.json and .md as it completes (a call cut sh
   SmolLM2-135M, TinyLlama-1.1B and SmolLM2-1.7B shapes: compile (cold), TTFT against the FLOP bound (2 x params x
   512 at the measured TFLOP/s), decode tok/s against the streaming limit (the weights, and the weights plus the KV
   cache a step reads, at the measured GB/s), with the per-token host loop and the on-device decode loop
-  (`jax_loop`) side by side; the distance from the CPU reference and greedy agreement per shape.
+  (`jax_loop`) side by side; the distance from the CPU reference and greedy agreement per shape;
+- q8 (only when asked: `--only q8`, `--q8-shapes`): goal 5's 8B class from a Q8_0 GGUF (bench/tpu_q8.py says what);
+- train (only when asked: `--only train`, `--train-batches`): goal 8's LoRA SFT on the 1.1B shape, tokens/s and MFU,
+  and the losses against the CPU's (bench/tpu_train.py says what).
 
 Weights: each model's preset (examples/llama.linnet) with seeded random weights (`random_weights`: biases 0, norm
 scales 1, the rest N(0, 0.02)). The loader's own `random_params` draws them one tensor after another in f64, which
@@ -114,7 +117,7 @@ def calibrate(jax, device, dry: bool) -> dict:
     host = np.ones((8 if dry else 512) << 20, np.uint8)
     t_h2d = median_s(functools.partial(ready, jax.device_put, host, device), 3)
     return {
-        "matmul_bf16_tflops": round(2 * n**3 / t_mm / 1e12, 1),
+        "matmul_bf16_tflops": round(2 * n**3 / t_mm / 1e12, 3),
         "stream_bf16_gbps": round(max(stream.values()), 1),
         "stream_by_kernel_gbps": {k: round(v, 1) for k, v in stream.items()},
         "stream_matrix_gb": round(rows * cols * 2 / 1e9, 3),
@@ -279,12 +282,21 @@ def speed_rows(report: Report, device: str, dry: bool, calibration: dict, budget
         report.add("distance (bf16 on the device against f32 on the CPU)", ref_row)
 
 
+SERVE_CONFIGS = {  # (prompts prefilled in one step at most, decode steps in one dispatch at most)
+    "one prompt a step, one decode step a dispatch": (1, False),
+    "8 prompts a step, multi-step decode": (8, True),
+}
+
+
 def serve_rows(report: Report, device: str, dry: bool, calibration: dict) -> None:
     """The serving engine (continuous batching, `linnet serve`'s, in process: the TPU machine allows no sockets) on
     the 1.1B shape in bf16: C requests of 512 prompt + 128 new tokens (greedy, EOS ignored) submitted at once, for C
-    = 8, 32 and 64 on one engine of 64 rows. Against the limit at that batch: a decode step reads the weights once
-    and each row's whole KV cache row (the attention reads every position of its row), at the measured GB/s. Also
-    one decode step of each batch on its own (`step_greedy`, as the engine takes greedy steps) against that limit."""
+    = 8, 32 and 64 on one engine of 64 rows, in two configurations side by side (`SERVE_CONFIGS`): one prompt's
+    prefill and one decode step per dispatch (last session's), and up to 8 prompts prefilled in one step
+    (`PrefillBatches`) with up to `jax_loop.BATCH_STEPS` decode steps per dispatch (`GreedySteps`). Against the limit
+    at that batch: a decode step reads the weights once and each row's whole KV cache row (the attention reads every
+    position of its row), at the measured GB/s; and the prefill's FLOP bound (2 x params x prompt tokens at the
+    measured TFLOP/s) beside it. Also one decode step of each batch on its own (`step_greedy`) against its limit."""
     from linnet.runtimes.sampling import SamplingParams
     from linnet.runtimes.serve.engine import Engine, Finished, Request
 
@@ -294,57 +306,68 @@ def serve_rows(report: Report, device: str, dry: bool, calibration: dict) -> Non
     rows = max(concurrencies)
     m = load(shape, dry, device=device, dtype="bf16", max_batch=rows, max_positions=prompt + new)
     weight_bytes = sum(a.nbytes for a in m.params.values())
+    params = sum(a.size for a in m.params.values())
     row_bytes = sum(a.nbytes for a in m.state.values()) / rows
-    sm = m.step_model()
-    t = time.perf_counter()
-    sm.warm_up([prompt], list(range(1, rows + 1)))
-    compile_s = time.perf_counter() - t
-    # one decode step at each batch on its own (tokens taken on the device, `step_greedy`), against its limit
     step_ms = {}
-    for c in concurrencies:
-        args = (np.zeros((c, 1), np.int64), np.full(c, prompt + new - 2, np.int64), np.arange(c, dtype=np.int64))
-        sm.step_greedy(*args)
-        step_ms[c] = median_s(functools.partial(sm.step_greedy, *args), 10) * 1e3
-    engine = Engine(sm, None, prefill_chunk=prompt, step_token_budget=prompt + rows)
-    engine.start()
     rng = np.random.default_rng(3)
-    try:
-        for c in concurrencies:
-            requests = [
-                Request(rng.integers(0, m.vocab_size, prompt).tolist(), SamplingParams(), new, ignore_eos=True)
-                for _ in range(c)
-            ]
-            start = time.perf_counter()
-            handles = [engine.submit(r) for r in requests]
-            done = [next(e for e in h.events() if isinstance(e, Finished)) for h in handles]
-            wall = time.perf_counter() - start
-            tokens = sum(f.completion_tokens for f in done)
-            ttft = [f.ttft_s * 1e3 for f in done if f.ttft_s is not None]
-            itl = [g * 1e3 for f in done for g in f.inter_token_s]
-            step_limit_s = (weight_bytes + c * row_bytes) / (calibration["stream_bf16_gbps"] * 1e9)
-            report.add(
-                "serve",
-                {
-                    "shape": shape,
-                    "concurrency": c,
-                    "prompt+new": f"{prompt}+{new}",
-                    "finished": f"{sum(f.finish_reason == 'length' for f in done)}/{c}",
-                    "tok_s": round(tokens / wall, 1),
-                    "decode_limit_tok_s": round(c / step_limit_s, 1),
-                    "of_limit": f"{tokens / wall / (c / step_limit_s):.0%}",
-                    "ttft_p50_ms": round(float(np.percentile(ttft, 50)), 1),
-                    "ttft_p99_ms": round(float(np.percentile(ttft, 99)), 1),
-                    "itl_p50_ms": round(float(np.percentile(itl, 50)), 2),
-                    "itl_p99_ms": round(float(np.percentile(itl, 99)), 2),
-                    "wall_s": round(wall, 2),
-                    "decode_step_ms": round(step_ms[c], 3),
-                    "decode_step_limit_ms": round(step_limit_s * 1e3, 3),
-                    "decode_step_of_limit": f"{step_limit_s * 1e3 / step_ms[c]:.0%}",
-                    "warm_up_compile_s": round(compile_s, 1),
-                },
-            )
-    finally:
-        engine.shutdown()
+    for config, (together, multi_step) in SERVE_CONFIGS.items():
+        # multi-step decode on the CPU too (`--dry-run`), where it is off by default; batch buckets as on the chip
+        sm = m.step_model(decode_loop=True if multi_step else False, batch_buckets=True)
+        engine = Engine(sm, None, prefill_chunk=prompt, step_token_budget=together * prompt + rows)
+        t = time.perf_counter()
+        engine.warm_up()
+        compile_s = time.perf_counter() - t
+        if not step_ms:  # one decode step at each batch on its own (tokens taken on the device, `step_greedy`)
+            for c in concurrencies:
+                args = (
+                    np.zeros((c, 1), np.int64),
+                    np.full(c, prompt + new - 2, np.int64),
+                    np.arange(c, dtype=np.int64),
+                )
+                sm.step_greedy(*args)
+                step_ms[c] = median_s(functools.partial(sm.step_greedy, *args), 10) * 1e3
+        engine.start()
+        try:
+            for c in concurrencies:
+                requests = [
+                    Request(rng.integers(0, m.vocab_size, prompt).tolist(), SamplingParams(), new, ignore_eos=True)
+                    for _ in range(c)
+                ]
+                start = time.perf_counter()
+                handles = [engine.submit(r) for r in requests]
+                done = [next(e for e in h.events() if isinstance(e, Finished)) for h in handles]
+                wall = time.perf_counter() - start
+                tokens = sum(f.completion_tokens for f in done)
+                ttft = [f.ttft_s * 1e3 for f in done if f.ttft_s is not None]
+                itl = [g * 1e3 for f in done for g in f.inter_token_s]
+                step_limit_s = (weight_bytes + c * row_bytes) / (calibration["stream_bf16_gbps"] * 1e9)
+                prefill_bound_s = 2 * params * prompt * c / (calibration["matmul_bf16_tflops"] * 1e12)
+                report.add(
+                    "serve",
+                    {
+                        "shape": shape,
+                        "config": config,
+                        "concurrency": c,
+                        "prompt+new": f"{prompt}+{new}",
+                        "finished": f"{sum(f.finish_reason == 'length' for f in done)}/{c}",
+                        "tok_s": round(tokens / wall, 1),
+                        "decode_limit_tok_s": round(c / step_limit_s, 1),
+                        "of_limit": f"{tokens / wall / (c / step_limit_s):.0%}",
+                        # the least wall a run can take: every prompt at the FLOP bound, then `new` steps at the limit
+                        "of_prefill_and_decode_limit": f"{(prefill_bound_s + new * step_limit_s) / wall:.0%}",
+                        "ttft_p50_ms": round(float(np.percentile(ttft, 50)), 1),
+                        "ttft_p99_ms": round(float(np.percentile(ttft, 99)), 1),
+                        "itl_p50_ms": round(float(np.percentile(itl, 50)), 2),
+                        "itl_p99_ms": round(float(np.percentile(itl, 99)), 2),
+                        "wall_s": round(wall, 2),
+                        "decode_step_ms": round(step_ms[c], 3),
+                        "decode_step_limit_ms": round(step_limit_s * 1e3, 3),
+                        "decode_step_of_limit": f"{step_limit_s * 1e3 / step_ms[c]:.0%}",
+                        "warm_up_compile_s": round(compile_s, 1),
+                    },
+                )
+        finally:
+            engine.shutdown()
 
 
 def compile_rows(report: Report, device: str, dry: bool) -> None:
@@ -371,8 +394,13 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     ap.add_argument("--dry-run", action="store_true", help="the CPU, tiny sizes")
     ap.add_argument("--budget-s", type=float, default=420, help="start no new shape after this many seconds")
-    ap.add_argument("--only", choices=("calibration", "numerics", "speed", "serve", "train"), action="append")
-    ap.add_argument("--train-batches", type=lambda s: s.split(","), help="train rows: 4,8r (r: checkpointing)")
+    ap.add_argument(
+        "--only", choices=("calibration", "numerics", "speed", "serve", "peer", "q8", "train"), action="append"
+    )
+    ap.add_argument("--q8-shapes", nargs="+", choices=("llama-3.1-8b", "qwen3-8b"), help="q8's decode rows (tpu_q8)")
+    ap.add_argument(
+        "--train-batches", type=lambda s: s.split(","), help="train rows (tpu_train): 4,8r (r: checkpointed)"
+    )
     args = ap.parse_args(argv)
     start = time.monotonic()
 
@@ -390,7 +418,7 @@ def main(argv=None) -> int:
     name = f"tpu_{time.strftime('%Y-%m-%d')}" + ("_dry_run" if args.dry_run else "")
     report = Report(args.out, name)
     report.data["machine"] = f"{dev.device_kind} ({dev.platform}), jax {jax.__version__}, {os.cpu_count()} host cores"
-    only = set(args.only or ("calibration", "numerics", "speed", "serve", "train"))
+    only = set(args.only or ("calibration", "numerics", "speed", "serve"))
     calibration = calibrate(jax, dev, args.dry_run)
     report.add("calibration", calibration)
     if "numerics" in only:
@@ -400,7 +428,15 @@ def main(argv=None) -> int:
         compile_rows(report, device, args.dry_run)
     if "serve" in only and time.monotonic() < start + args.budget_s:
         serve_rows(report, device, args.dry_run, calibration)
-    if "train" in only and time.monotonic() < start + args.budget_s:  # bench/tpu_train.py (issue 41 goal 8)
+    if "peer" in only:  # not in the default set: its own call (bench/tpu_peer.py, KerasHub from .whl-peer)
+        from tpu_peer import peer_rows
+
+        peer_rows(report, device, args.dry_run, calibration, start + args.budget_s)
+    if "q8" in only and args.only:  # goal 5's 8B rows: asked for by name (`--only q8`), minutes of their own
+        from tpu_q8 import q8_rows
+
+        q8_rows(report, device, args.dry_run, calibration, start + args.budget_s, args.q8_shapes)
+    if "train" in only and args.only:  # goal 8's LoRA SFT rows (bench/tpu_train.py): by name, minutes of their own
         from tpu_train import train_rows
 
         train_rows(report, device, args.dry_run, calibration, start + args.budget_s, args.train_batches)

@@ -33,6 +33,9 @@ from linnet.cli.generate import pick_example
 DEFAULT_WEIGHTS = "smollm2-135m-instruct"
 API_KEY_ENV = "LINNET_API_KEY"
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as `linnet.cli.main` answers KeyboardInterrupt
+# --max-queue-delay-ms's default: the engine's (`engine.MAX_QUEUE_DELAY_S`), written here so that parsing the command
+# line imports no runtime
+MAX_QUEUE_DELAY_MS = 0.0
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -78,7 +81,15 @@ def build_app(args: argparse.Namespace, model):
     # life). Not where compiled kernels are specialised to the thread count (`thread_specific`).
     backend = get_backend(args.backend)
     on_idle = None if backend.thread_specific else (lambda: backend.setup_process(args.device))
-    engine = Engine(step_model, tokenizer, max_queue=args.max_queue, on_idle=on_idle)
+    engine = Engine(
+        step_model,
+        tokenizer,
+        max_queue=args.max_queue,
+        prefill_chunk=args.prefill_chunk,
+        step_token_budget=args.max_num_batched_tokens,
+        max_queue_delay_s=args.max_queue_delay_ms / 1000,
+        on_idle=on_idle,
+    )
     compile_kind = getattr(step_model, "compile_kind", "")
     if compile_kind:
         # compile (or build the session for) every decode batch size and prefill bucket before the first client
@@ -150,10 +161,14 @@ def _check_args(args: argparse.Namespace) -> None:
         ("--port", args.port, 0),
         ("--max-batch", args.max_batch, 1),
         ("--max-queue", args.max_queue, 1),
+        ("--prefill-chunk", args.prefill_chunk, 1),
+        ("--max-num-batched-tokens", args.max_num_batched_tokens, 1),
         ("--max-request-bytes", 1 if args.max_request_bytes is None else args.max_request_bytes, 1),
     ):
         if value < least:
             raise UsageError(f"{flag} must be >= {least}, got {value}")
+    if not (0 <= args.max_queue_delay_ms < float("inf")):  # NaN fails it too
+        raise UsageError(f"--max-queue-delay-ms must be a number of milliseconds >= 0, got {args.max_queue_delay_ms}")
     if args.port > 65535:
         raise UsageError(f"--port must be <= 65535, got {args.port}")
     if args.replicas is not None and args.replicas < 1:
@@ -189,6 +204,29 @@ def register(sub) -> None:
         default=256,
         metavar="N",
         help="requests waiting for a row, when none is free, at most (256); then 429",
+    )
+    serve.add_argument(
+        "--prefill-chunk",
+        type=int,
+        default=256,
+        metavar="N",
+        help="prompt tokens one step prefills for one request at most (256)",
+    )
+    serve.add_argument(
+        "--max-num-batched-tokens",
+        type=int,
+        default=512,
+        metavar="N",
+        help="tokens one step aims at: decode tokens plus prefill chunks (512); on an accelerator, full chunks of "
+        "several prompts that fit prefill in one step (e.g. 4160 with --prefill-chunk 512 for 8 at once)",
+    )
+    serve.add_argument(
+        "--max-queue-delay-ms",
+        type=float,
+        default=MAX_QUEUE_DELAY_MS,
+        metavar="MS",
+        help="how long an idle server holds the first request of a burst for the others, so they prefill in one "
+        f"step ({MAX_QUEUE_DELAY_MS:g}: no wait)",
     )
     serve.add_argument(
         "--max-request-bytes",

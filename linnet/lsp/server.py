@@ -1088,12 +1088,13 @@ def exit_process(ls: LinnetServer) -> None:
     os._exit(0 if ls.protocol.shutdown_requested else 1)
 
 
-def main() -> int:
-    """`linnet lsp`: serve on stdio until the client exits; the exit status (0 after `shutdown`, else 1)."""
+def main(server: LinnetServer | None = None) -> int:
+    """`linnet lsp`: serve on stdio until the client exits (`server`, else a new one: `create_server`); the exit
+    status (0 after `shutdown`, else 1)."""
     logging.basicConfig(level=logging.WARNING, format="linnet-lsp %(levelname)s %(message)s")
     for handler in logging.getLogger().handlers:  # pygls logs the reader loop's errors through its own loggers
         handler.addFilter(OneLineReaderErrors())
-    server = create_server()
+    server = server or create_server()
     server.collector.start()  # after the imports: they are frozen, never scanned again
     server.start_io()
     exit_process(server)  # the client closed stdin: no thread still analysing holds the process up

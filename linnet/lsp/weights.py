@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 from lsprotocol import types as T
 
-from linnet.ir.build import preset_model_mismatch, preset_weights_at
+from linnet.semantics.preset_weights import preset_model_mismatch, preset_weights_at
 from linnet.semantics.program import Analysis
 from linnet.syntax.items import Location
 

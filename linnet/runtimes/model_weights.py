@@ -44,9 +44,20 @@ def params_weights(model: Any) -> dict[str, np.ndarray]:
     params = getattr(model, "params", None)
     if not isinstance(params, dict):
         raise ExportError(f"cannot read the parameters of a {type(model).__name__} ({model.backend})")
-    held = {path: np.asarray(a) for path, a in params.items()}
+    held = {path: _on_host(a) for path, a in params.items()}
     _split_fused(held, {s.path: s.shape for s in model.program.params})
     return held
+
+
+def _on_host(a: Any) -> np.ndarray:
+    """A held parameter as a host array: a matrix JAX holds quantized (`--dtype stored`: the pair codes i8[N, K],
+    scales f16[N, K / G]; `jax_quantized`) dequantized in f32, exactly."""
+    if not isinstance(a, tuple):
+        return np.asarray(a)
+    codes, scales = (np.asarray(x) for x in a)
+    n, k = codes.shape
+    w = codes.reshape(n, scales.shape[1], -1).astype(np.float32) * scales.astype(np.float32)[..., None]
+    return w.reshape(n, k)
 
 
 def _split_fused(held: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...]]) -> None:

@@ -197,8 +197,10 @@ def test_a_device_this_machine_lacks_is_refused_before_loading():
 
 
 def test_dtype_stored_is_refused_where_it_is_not_built():
-    r = run_cli("run", "examples/llama.linnet", "--preset", "smollm2_135m", "--backend", "xla", "--dtype", "stored")
+    r = run_cli(
+        "run", "examples/llama.linnet", "--preset", "smollm2_135m", "--backend", "torch-interpret", "--dtype", "stored"
+    )
     assert r.returncode == 1, r.stderr
-    assert "--dtype stored (GGUF weights kept quantized) is not built for xla: it runs on " in r.stderr
-    assert "onnxruntime" in r.stderr.split("it runs on ")[1]
+    assert "--dtype stored (GGUF weights kept quantized) is not built for torch-interpret: it runs on " in r.stderr
+    assert "onnxruntime" in r.stderr.split("it runs on ")[1] and "xla" in r.stderr.split("it runs on ")[1]
     assert "Traceback" not in r.stderr

@@ -104,7 +104,7 @@ def test_stored_refuses_types_it_cannot_keep_before_reading_them(tmp_path):
         prepare(LLAMA, path, LoadOptions(dtype="stored"))
 
 
-@pytest.mark.parametrize("name", ["xla", "jax", "torch-interpret"])
+@pytest.mark.parametrize("name", ["torch-interpret", "cuda-graphs"])
 def test_backends_without_stored_say_so(name):
     with pytest.raises(BackendError, match=rf"--dtype stored .* is not built for {name}: it runs on"):
         check_options(BACKENDS[name], "stored", "equivalent", "cpu")

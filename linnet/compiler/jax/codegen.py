@@ -37,6 +37,13 @@ excess-precision rewrites off (what `equivalent` compiles with: `module.JaxProgr
 logits are bit for bit those of bf16 parameters (tests/runtimes/test_jax_f32_matrices.py); with them on (XLA's
 default, `fast`) XLA skips some f32 -> bf16 -> f32 round trips, and which ones depends on how the converts were
 written, so the two differ in the last bits of some activations. Off, the code is as without it.
+
+Matrices held quantized (`quantized`, what the runtime asks for under `--dtype stored`: a GGUF file's Q8_0 matrices
+kept as int8 codes and f16 scales on the device). Every matrix parameter may then be a pair (codes, scales) in place
+of an array, which the code sees only when it is traced (one class serves layers held either way): a `linear` over
+it is the prelude's `quantized_linear` (the matrix dequantized in x's dtype as the dot's operand, which XLA fuses
+into the dot where it can), a `take` of its rows `quantized_take` (the rows' codes and scales, then the rows
+dequantized: exact), any other use `dequantize(...)` (the whole matrix). Off, the code is as without it.
 """
 
 from __future__ import annotations
@@ -97,6 +104,9 @@ RESERVED = python_reserved(
     "share_dropout_keys",
     "dropout_keys",
     "DROPOUT_KEY",
+    "dequantize",
+    "quantized_linear",
+    "quantized_take",
 )
 
 # The helpers generated code calls (`Module`, `write_cache`, dropout): a real module, which imports jax, so read as
@@ -155,9 +165,16 @@ class Emitter(GraphEmitter):
     # `f32_matrices` (the module docstring): value id -> the member holding it in f32, for the params held so; None
     # when off. Their generic rendering (`names`) reads them through `.astype(...)`, so any use is correct.
     held: dict[int, str] | None = None
+    # `quantized` (the module docstring): value id -> the member of each matrix parameter, which may be held as a
+    # quantized pair; None when off. Their generic rendering reads them through `dequantize(...)`.
+    quantized: dict[int, str] | None = None
 
     def op_lines(self, op: Op) -> list[str]:
         v = op.result if op.name == "param" else None
+        if self.quantized is not None and v is not None and v.rank == 2:
+            self.quantized[id(v)] = member = self.member(op.attrs["path"])
+            self.names[id(v)] = f"dequantize({member})"
+            return []
         if self.held is not None and v is not None and held_in_f32(v.dtype.name, v.rank):
             self.held[id(v)] = member = self.member(op.attrs["path"])
             self.names[id(v)] = f"{member}.astype({self.dtypes[v.dtype.name]})"
@@ -167,6 +184,10 @@ class Emitter(GraphEmitter):
     def f32_operand(self, v: Value) -> str | None:
         """The f32 array holding `v` when it is a matrix held in f32 (`f32_matrices`), else None."""
         return None if self.held is None else self.held.get(id(v))
+
+    def quantized_operand(self, v: Value) -> str | None:
+        """The member holding `v` when it is a matrix parameter that may be quantized (`quantized`), else None."""
+        return None if self.quantized is None else self.quantized.get(id(v))
 
     def flat_name(self, v: Value) -> str:
         return super().r(v)
@@ -287,9 +308,17 @@ def _dot(e: Emitter, op: Op, form: str, x: Value, w: Value) -> str:
 
 
 EMITTERS["matmul"] = lambda e, op: _dot(e, op, "jnp.matmul({x}, {w}{precision})", op.args["x"], op.args["y"])
-EMITTERS["linear"] = lambda e, op: _dot(
-    e, op, 'jnp.einsum("...i,oi->...o", {x}, {w}{precision})', op.args["x"], op.args["weight"]
-)
+
+
+def _linear(e: Emitter, op: Op) -> str:
+    x, w = op.args["x"], op.args["weight"]
+    member = e.quantized_operand(w)
+    if member is not None:  # the prelude's: dequantized inside the dot when held quantized
+        return f"quantized_linear({e.r(x)}, {member}, {'PRECISION' if x.dtype.name == 'f32' else 'None'})"
+    return _dot(e, op, 'jnp.einsum("...i,oi->...o", {x}, {w}{precision})', x, w)
+
+
+EMITTERS["linear"] = _linear
 EMITTERS["reshape"] = lambda e, op: f"{e.r(op.args['x'])}.reshape({_shape(op.args['shape'])})"
 EMITTERS["transpose"] = lambda e, op: f"jnp.swapaxes({e.r(op.args['x'])}, {op.args['dim0']}, {op.args['dim1']})"
 EMITTERS["permute"] = lambda e, op: f"jnp.transpose({e.r(op.args['x'])}, ({_tuple(op.args['dims'])}))"
@@ -398,6 +427,9 @@ def _take(e: Emitter, op: Op) -> str:
             # One cache row: every valid index is 0, so reading rows is reading the cache (no gather).
             return f"jnp.broadcast_to({e.r(x)}, ({_tuple(op.result.dims)}))"
     # An index out of range reads the nearest row (a gather cannot raise under jit).
+    member = e.quantized_operand(x)
+    if member is not None and (dim == 0 or dim == -x.rank):  # rows of a table that may be held quantized
+        return f"quantized_take({member}, {e.r(idx)}, 0)"
     held = e.f32_operand(x)
     if held is not None:  # rows of a matrix held in f32, rounded back to bf16 (exact: they hold bf16 values)
         return f"jnp.take({held}, {e.r(idx)}, axis={dim}, mode='clip').astype({e.dtypes[x.dtype.name]})"
@@ -582,13 +614,21 @@ class JaxModule(ModuleWriter):
     reserved = RESERVED
     prelude = PRELUDE
 
-    def __init__(self, program: Program, numerics: str, f32_matrices: bool = False, standalone: bool = False):
+    def __init__(
+        self,
+        program: Program,
+        numerics: str,
+        f32_matrices: bool = False,
+        standalone: bool = False,
+        quantized: bool = False,
+    ):
         super().__init__(program, numerics, standalone)
-        self.f32_matrices = f32_matrices
+        self.f32_matrices, self.quantized = f32_matrices, quantized
 
     def new_emitter(self) -> Emitter:
         e = super().new_emitter()
         e.held = {} if self.f32_matrices else None
+        e.quantized = {} if self.quantized else None
         return e
 
     def head(self) -> list[str]:
@@ -608,6 +648,12 @@ class JaxModule(ModuleWriter):
                 "The bf16 matrices are passed in f32 (their bf16 values, widened once): XLA's CPU dots compute",
                 "bf16 in f32 and would otherwise convert every weight on every call; dots over them upcast",
                 "their input and round the result to bf16, as XLA's bf16 dot does.",
+            ]
+        if self.quantized:
+            lines += [
+                "A matrix parameter may be held quantized, as a pair (codes i8[N, K], scales f16[N, K / G]): linear",
+                "layers and row lookups read it through `quantized_linear` and `quantized_take`, any other use",
+                "through `dequantize` (`--dtype stored`).",
             ]
         if p.state_layouts:
             held = "[max_batch * H, T, D]" if _cache_layout(p) == "flat" else "[max_batch, T, H * D]"
@@ -679,10 +725,13 @@ def graph_function(g, numerics: str = "equivalent") -> str:
     return "\n\n\n".join([*helpers, text])
 
 
-def module_source(program: Program, numerics: str, f32_matrices: bool = False, standalone: bool = False) -> str:
+def module_source(
+    program: Program, numerics: str, f32_matrices: bool = False, standalone: bool = False, quantized: bool = False
+) -> str:
     """The module text of a program already prepared with `PASSES`; with `f32_matrices`, the bf16 matrices are
-    taken in f32 (the module docstring); `standalone`, with the prelude's definitions (`generate`)."""
-    return JaxModule(program, numerics, f32_matrices, standalone).write()
+    taken in f32 (the module docstring); `standalone`, with the prelude's definitions (`generate`); `quantized`,
+    its matrix parameters may be quantized pairs (the module docstring)."""
+    return JaxModule(program, numerics, f32_matrices, standalone, quantized).write()
 
 
 Emitter.dtypes = JAX_DTYPES

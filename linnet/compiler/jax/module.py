@@ -57,6 +57,9 @@ class JaxProgram:
     fused: dict[str, list[str]] = field(default_factory=dict)  # fused weight key -> checkpoint names
     f32_matrices: bool = False  # the bf16 matrices are taken in f32 (`codegen`'s docstring; `held_dtype`)
     cache_layout: str = "flat"  # how KV caches are held (`codegen.state_shape`)
+    # the parameters held quantized (`--dtype stored`), by the key the entries take them under (a fused key for a
+    # fused group) -> values per scale: each a pair (codes i8[N, K], scales f16[N, K / group]) (`codegen`'s docstring)
+    quantized: dict[str, int] = field(default_factory=dict)
 
     def held_dtype(self, dtype_name: str, rank: int) -> str:
         """The dtype (a Linnet name) the code takes a parameter of `dtype_name` and `rank` in: f32 for the matrices
@@ -113,27 +116,60 @@ def compile_program(
     fuse_linear_weights: bool = True,
     f32_matrices: bool = False,
     cache_layout: str = "flat",
+    quantized: dict[str, int] | None = None,
 ) -> JaxProgram:
     """The program's generated JAX, executed (nothing is traced or compiled yet). With
     `fuse_linear_weights=False` every parameter keeps its checkpoint name (no fused keys, one dot
     per linear layer): what sharding by checkpoint name and gradients by checkpoint name want. With
     `f32_matrices`, the code takes the bf16 matrices in f32 (`JaxProgram.held_dtype`; the codegen docstring says
     why: XLA's CPU dots). `cache_layout`: how KV caches are held, "flat" or "token_major"
-    (`linnet.ir.attention.hold_caches` says which suits which device)."""
+    (`linnet.ir.attention.hold_caches` says which suits which device). `quantized`: the parameters (by checkpoint
+    name) held quantized, each -> its values per scale (`--dtype stored`; `JaxProgram.quantized`). Raises
+    BackendError for unknown numerics and for a fused group whose members are not all quantized alike."""
     if numerics not in NUMERICS:
         raise BackendError(f"numerics must be one of {', '.join(NUMERICS)}, got {numerics!r}")
     enable_x64()
     passes = replace(PASSES, fuse_linear_weights=fuse_linear_weights, cache_layout=cache_layout)
     prepared = prepare(program, passes, numerics)
     fused = {t.key: list(t.sources) for t in prepared.param_transforms}
-    source = module_source(prepared, numerics, f32_matrices)
+    held_quantized = _quantized_keys(quantized, fused) if quantized else {}
+    source = module_source(prepared, numerics, f32_matrices, quantized=bool(quantized))
     filename = f"<linnet generated jax: {program.source}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)  # tracebacks show it
     namespace: dict = {"__name__": "linnet_generated_jax"}
     exec(compile(source, filename, "exec"), namespace)
     return JaxProgram(
-        program, numerics, source, namespace, fused=fused, f32_matrices=f32_matrices, cache_layout=cache_layout
+        program,
+        numerics,
+        source,
+        namespace,
+        fused=fused,
+        f32_matrices=f32_matrices,
+        cache_layout=cache_layout,
+        quantized=held_quantized,
     )
+
+
+def _quantized_keys(quantized: dict[str, int], fused: dict[str, list[str]]) -> dict[str, int]:
+    """`quantized` (checkpoint name -> values per scale) by the keys the entries take: a fused group's key when all
+    its members are quantized with one group size (their codes and scales are concatenated at load). Raises
+    BackendError naming the members of a group held some quantized and some not (or in different groups)."""
+    out = dict(quantized)
+    for key, names in fused.items():
+        groups = {quantized.get(n) for n in names}
+        if groups == {None}:
+            continue
+        if len(groups) > 1:
+            held = {n: f"groups of {quantized[n]}" if n in quantized else "not quantized" for n in names}
+            kinds = ", ".join(f"`{n}` ({how})" for n, how in held.items())
+            raise BackendError(
+                f"--dtype stored on JAX fuses {kinds} into one matrix, so they must be quantized alike; "
+                "use --dtype f32 (dequantized)"
+            )
+        for n in names:
+            del out[n]
+        out[key] = groups.pop()
+    return out
 
 
 # ----------------------------------------------------------------------------- StableHLO
@@ -151,11 +187,13 @@ def param_specs(
     fused: dict[str, list[str]] | None = None,
     held_dtype: Callable[[str, int], str] | None = None,
     cache_layout: str = "flat",
+    quantized: dict[str, int] | None = None,
 ) -> tuple[dict, dict]:
     """ShapeDtypeStructs of the parameters (by checkpoint name, and the `fused` groups by their
     key in place of their members) and of the state, in the shape the backend holds it
     (`codegen.state_shape` under `cache_layout`); each parameter in `held_dtype(dtype, rank)` when given
-    (`JaxProgram.held_dtype`)."""
+    (`JaxProgram.held_dtype`); a `quantized` one (key -> values per scale) as its pair (i8[N, K],
+    f16[N, K / group])."""
     held = held_dtype or (lambda name, rank: name)
     params = {
         t.path: jax.ShapeDtypeStruct(t.shape, jax_dtype(held(t.type.dtype.name, len(t.shape)))) for t in program.params
@@ -163,6 +201,9 @@ def param_specs(
     for key, names in (fused or {}).items():
         parts = [params.pop(n) for n in names]
         params[key] = jax.ShapeDtypeStruct((sum(a.shape[0] for a in parts), *parts[0].shape[1:]), parts[0].dtype)
+    for key, group in (quantized or {}).items():
+        n, k = params[key].shape
+        params[key] = (jax.ShapeDtypeStruct((n, k), jnp.int8), jax.ShapeDtypeStruct((n, k // group), jnp.float16))
     state = {
         t.path: jax.ShapeDtypeStruct(state_shape(t.shape, cache_layout), jax_dtype(t.type.dtype.name))
         for t in program.state
@@ -192,7 +233,9 @@ def export_entry(compiled: JaxProgram, name: str, platforms: list[str] | None = 
     arguments; nothing but the small folded constants is in the artifact."""
     enable_x64()
     graph = compiled.program.entries[name]
-    params, state = param_specs(compiled.program, compiled.fused, compiled.held_dtype, compiled.cache_layout)
+    params, state = param_specs(
+        compiled.program, compiled.fused, compiled.held_dtype, compiled.cache_layout, compiled.quantized
+    )
     state = state if compiled.stateful(name) else {}  # an entry that writes no state takes none
     fn = compiled.jitted(name)
     inputs = input_specs(graph, compiled.program.max_positions if state else None)

@@ -1,5 +1,6 @@
 """The runtime helpers of the generated JAX code: the `Module` base class of its classes, and the functions its
-statements call (`write_cache`, dropout's `DropoutKeys`, `share_dropout_keys` and `dropout`).
+statements call (`write_cache`, dropout's `DropoutKeys`, `share_dropout_keys` and `dropout`, and under `--dtype stored`
+`dequantize`, `quantized_linear` and `quantized_take`).
 
 A generated module imports the ones it uses (`from linnet.compiler.jax.prelude import Module, write_cache`): the
 backend runs it so (`module.compile_program`), and the language server shows it so. A standalone file (`linnet jax
@@ -72,7 +73,8 @@ def _child(node, part):
 # of 512 tokens written as 512 windows a cache took ~1 ms a cache there, most of its time to first token.
 def write_cache(cache, rows, positions, new):
     """`cache` [max_batch * H, T, D] with `new` [B, H, S, D] written at row `rows[b]`, positions
-    `positions[b] + 0..S-1`; positions past the cache are dropped (a padded prefill's tail)."""
+    `positions[b] + 0..S-1`; rows and positions past the cache are dropped (a padded batch's extra rows, a padded
+    prefill's tail)."""
     return _one_or_many(
         new.shape[2],
         lambda c: _scatter_positions(c, rows, positions, new),
@@ -98,13 +100,20 @@ def _write_blocks(cache, rows, positions, new):
     def write_row(i, cache):
         row, position, block = rows[i], positions[i], new[i]
         return lax.cond(
-            position + jnp.asarray(s, position.dtype) <= cache.shape[1],
+            _block_fits(row * h, position, s, cache),
             lambda c: lax.dynamic_update_slice(c, block, (row * h, position, 0)),
             lambda c: _scatter_positions(c, row[None], position[None], block[None]),
             cache,
         )
 
     return lax.fori_loop(0, new.shape[0], write_row, cache)
+
+
+def _block_fits(first, position, s, cache):
+    """Whether a block of `s` positions from `position`, starting at index `first` of the cache's dim 0, lies inside
+    `cache` (a dynamic-update-slice would clamp one that does not onto the last row or positions: a padded batch's
+    rows past the cache, a padded prefill's tail)."""
+    return (first < cache.shape[0]) & (position + jnp.asarray(s, position.dtype) <= cache.shape[1])
 
 
 def _scatter_positions(cache, rows, positions, new):
@@ -145,7 +154,7 @@ def _write_token_blocks(cache, rows, positions, tokens):
     def write_row(i, cache):
         row, position, block = rows[i], positions[i], tokens[i]
         return lax.cond(
-            position + jnp.asarray(s, position.dtype) <= cache.shape[1],
+            _block_fits(row, position, s, cache),
             lambda c: lax.dynamic_update_slice(c, block[None], (row, position, 0)),
             lambda c: _scatter_tokens(c, row[None], position[None], block[None]),
             cache,
@@ -195,3 +204,35 @@ def dropout(x, p, keys):
         return x
     keep = jax.random.bernoulli(keys.next(), 1.0 - p, x.shape)
     return jnp.where(keep, x * (1.0 / (1.0 - p)), jnp.zeros((), x.dtype))
+
+
+# Matrices kept quantized (`--dtype stored`): a parameter may be a pair (codes, scales), codes i8[N, K] and scales
+# f16[N, K / G], one scale per group of G consecutive values of a row (a GGUF Q8_0 matrix: G = 32, W = codes * scale;
+# `linnet.runtimes.backends.jax_quantized` binds them). Which parameters are pairs is seen when the code is traced,
+# so one class serves every layer, quantized or not. The values are dequantized where they are read, inside the jitted
+# step: XLA fuses the convert and multiply into the dot's operand where it can, so the matrix is read as int8.
+def dequantize(w, dtype=jnp.float32):
+    """`w` itself, or the values `dtype`[..., K] of a quantized pair (codes i8[..., K], scales f16[..., K / G]):
+    codes * scales, exact in f32 (an 8-bit integer times an f16)."""
+    if not isinstance(w, tuple):
+        return w
+    codes, scales = w
+    *rows, k = codes.shape
+    groups = scales.shape[-1]
+    blocks = codes.reshape(*rows, groups, k // groups).astype(dtype) * scales.astype(dtype)[..., None]
+    return blocks.reshape(*rows, k)
+
+
+def quantized_linear(x, w, precision):
+    """`x @ w.T`: x [..., K] and w [N, K] (an array, or a quantized pair dequantized in x's dtype inside the dot)
+    -> [..., N], at `precision`."""
+    return jnp.einsum("...i,oi->...o", x, dequantize(w, x.dtype), precision=precision)
+
+
+def quantized_take(w, indices, axis):
+    """`jnp.take(w, indices, axis, mode="clip")`; of a quantized pair (axis 0), the rows' codes and scales taken, then
+    dequantized in f32: exactly the dequantized table's rows, without the table."""
+    if not isinstance(w, tuple):
+        return jnp.take(w, indices, axis=axis, mode="clip")
+    codes, scales = w
+    return dequantize((jnp.take(codes, indices, axis=0, mode="clip"), jnp.take(scales, indices, axis=0, mode="clip")))

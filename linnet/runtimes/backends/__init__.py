@@ -220,12 +220,12 @@ BACKENDS: dict[str, Backend] = {
         Backend(
             "jax", "JAX", "jax", "jax_backend", "generated",
             "the generated JAX under jax.jit", "jax", ("f32", "bf16"), ("cpu", "cuda", "tpu"), ("jax", "jaxlib"),
-            options=("fuse_linear_weights",), trainer="jax_trainer", tensor_parallel="jax_mesh",
+            options=("fuse_linear_weights",), trainer="jax_trainer", tensor_parallel="jax_mesh", stored=True,
         ),
         Backend(
             "xla", "XLA", "jax", "jax_backend", "stablehlo",
             "the exported StableHLO artifact on XLA", "stablehlo", ("f32", "bf16"), ("cpu", "cuda", "tpu"),
-            ("jax", "jaxlib"), tensor_parallel="jax_mesh",
+            ("jax", "jaxlib"), tensor_parallel="jax_mesh", stored=True,
         ),
         Backend(
             "onnxruntime", "ONNX Runtime", "onnx", "onnx_backend", None,

@@ -22,7 +22,8 @@ The folder (`cache_root`): `$LINNET_CACHE_DIR` when set, else `$XDG_CACHE_HOME/l
   CPU's were tried.
 
 `embedded/` (not a compile cache) holds the extracted copies of embedded checkpoints
-(`linnet.runtimes.formats.embedded`).
+(`linnet.runtimes.formats.embedded`); `lsp/` the code objects of the methods the language server's start generates
+(`linnet.lsp.startup`).
 `linnet cache info` shows the folders and their sizes, `linnet cache clear` removes them (deleting the folder by
 hand is as good: every cache is rebuilt on the next run).
 
@@ -62,7 +63,9 @@ FRAMEWORKS = ("jax", "inductor", "onnxruntime")
 # checkpoints (`linnet.runtimes.formats.embedded`; one per package install, so reinstalls leave stale ones),
 # re-extracted
 # on next use
-FOLDERS = (*FRAMEWORKS, "embedded")
+# and `lsp/`, the code the language server's start compiles (`linnet.lsp.startup`: attrs', dataclasses' and
+# cattrs's generated methods, rebuilt by the next start)
+FOLDERS = (*FRAMEWORKS, "embedded", "lsp")
 # a backend family (`Backend.family`) -> the framework whose cache it uses
 FAMILY_CACHE = {"jax": "jax", "torch": "inductor", "onnx": "onnxruntime"}
 ENV_DIR, ENV_OFF = "LINNET_CACHE_DIR", "LINNET_NO_CACHE"
@@ -92,7 +95,8 @@ def cache_root() -> Path | None:
 
 def cache_dir(framework: str) -> Path | None:
     """The folder of `framework`'s cache ("jax", "inductor", "onnxruntime"; or "embedded", the extracted embedded
-    checkpoints) under `cache_root`, None when caching is off. Raises ValueError for another name."""
+    checkpoints, or "lsp", the language server's generated code) under `cache_root`, None when caching is off.
+    Raises ValueError for another name."""
     if framework not in FOLDERS:
         raise ValueError(f"no cache for {framework!r} (caches: {', '.join(FOLDERS)})")
     root = cache_root()

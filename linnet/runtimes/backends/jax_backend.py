@@ -48,8 +48,12 @@ import numpy as np
 from linnet.errors import BackendError, LoadError
 from linnet.runtimes.backends import backend_for
 from linnet.runtimes.formats.checkpoints import cast_floating
+from linnet.runtimes.formats.gguf_quants import GroupQuantized
 from linnet.runtimes.loading import LoadOptions
 from linnet.runtimes.model import ModelBase, step_entry
+
+from .jax_loop import greedy_tokens
+from .jax_quantized import concat_pairs, held_pair, stored_matrices
 
 if TYPE_CHECKING:
     from linnet.runtimes.loading import Prepared
@@ -218,20 +222,28 @@ class JaxStepModel:
         accelerator = getattr(model.device, "platform", "cpu") != "cpu"
         decode_loop = accelerator if decode_loop is None else decode_loop
         self.batch_buckets = accelerator if batch_buckets is None else batch_buckets
-        self._greedy = self._jax.jit(_greedy_tokens)
-        self._loop = None
+        self._greedy = self._jax.jit(greedy_tokens)
+        self._loop = self._steps = None
+        self._prefill_batches: dict[int, int] = {}  # chunk length -> the most chunks a step takes (warmed up)
         if decode_loop and model.input_sharding is None:
-            from .jax_loop import GreedyLoop
+            from .jax_loop import BatchSteps, GreedyLoop
 
             jitted = model.functions[step_entry(model.functions, 1)]
             # the function under the entry's `jax.jit` (its `__wrapped__`): XLA options go on the loop's own jit
             self._loop = GreedyLoop(model, jitted.__wrapped__, model.compiler_options)
+            self._steps = BatchSteps(model, jitted.__wrapped__, model.compiler_options)
 
     @property
     def decode_greedy(self):
         """The `generation.DecodeLoop` entry (a `jax_loop.GreedyLoop`) when this step model runs decode loops on
         the device, else None (the runner then steps token by token)."""
         return self._loop
+
+    @property
+    def max_greedy_steps(self) -> int:
+        """`generation.GreedySteps`: the most decode steps of a batch `step_greedy_steps` runs in one dispatch (0:
+        one step a dispatch, where decode loops are off)."""
+        return 0 if self._steps is None else self._steps.chunk
 
     @property
     def compiled_shapes(self) -> list[tuple[int, int]]:
@@ -267,6 +279,26 @@ class JaxStepModel:
             zeros = np.zeros(b, dtype=np.int64)
             logits = self._call(np.zeros((b, s), dtype=np.int64), zeros, np.arange(b, dtype=np.int64))
             np.asarray(self._greedy(logits)[0] if s == 1 else logits)
+        if self._steps is not None:
+            for b in sorted({self.decode_batch(b) for b in batch_sizes}):
+                self._steps.warm_up(b)
+
+    def warm_up_prefill(self, length: int, counts: list[int]) -> None:
+        """`generation.PrefillBatches`: compile (and run once on zeros in rows 0..k-1) the steps that prefill k
+        chunks of `length` tokens at once for each k of `counts` (as `decode_batch` rounds them); afterwards
+        `prefill_batch(length)` is the largest. Only with batch buckets (an accelerator): on the CPU a row's logits
+        may depend on the batch's size, and serving there promises each request the tokens it gets alone."""
+        if not self.batch_buckets or length < 2:
+            return
+        for k in sorted({self.decode_batch(k) for k in counts if k > 1}):
+            zeros = np.zeros(k, dtype=np.int64)
+            np.asarray(self.step(np.zeros((k, length), dtype=np.int64), zeros, np.arange(k, dtype=np.int64)))
+            self._prefill_batches[length] = max(k, self._prefill_batches.get(length, 1))
+
+    def prefill_batch(self, length: int) -> int:
+        """`generation.PrefillBatches`: the most prefill chunks of `length` tokens one step takes (1 unless
+        `warm_up_prefill` compiled more)."""
+        return self._prefill_batches.get(length, 1)
 
     def decode_batch(self, b: int) -> int:
         """The rows a decode step of `b` rows runs: `b`, or with `batch_buckets` the next power of two (at most
@@ -281,9 +313,9 @@ class JaxStepModel:
     def _call(self, ids: np.ndarray, positions: np.ndarray, rows: np.ndarray):
         m = self.model
         b, s = ids.shape
-        runs = self.decode_batch(b) if s == 1 else b
-        if runs > b:  # rows past the cache: a decode step's write there is dropped, its read clamped, its logits cut
-            ids = np.concatenate([ids, np.zeros((runs - b, 1), np.int64)])
+        runs = self.decode_batch(b) if s == 1 or b > 1 else b
+        if runs > b:  # rows past the cache: a step's writes there are dropped, its reads clamped, its logits cut
+            ids = np.concatenate([ids, np.zeros((runs - b, s), np.int64)])
             positions = np.concatenate([positions, np.zeros(runs - b, np.int64)])
             rows = np.concatenate([rows, np.full(runs - b, self.max_batch, np.int64)])
         put = lambda a: m.put_input(np.ascontiguousarray(a, dtype=np.int64))  # noqa: E731
@@ -305,6 +337,25 @@ class JaxStepModel:
         tokens, bad = self._greedy(self._call(input_ids, np.asarray(positions, dtype=np.int64), rows))
         return np.asarray(tokens)[:b], np.asarray(bad)[:b]
 
+    def step_greedy_steps(
+        self, input_ids: np.ndarray, positions: np.ndarray, rows: np.ndarray, steps: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """`generation.GreedySteps`: `steps` (1..`max_greedy_steps`) greedy decode steps of the `[B, 1]` `input_ids` in
+        one dispatch (`jax_loop.BatchSteps`), each row fed its own argmax. Returns i64 `[B, steps]` tokens and
+        `[B, steps, 2]` NaN and Inf counts. Raises RuntimeError where decode loops are off (`max_greedy_steps` 0)."""
+        if self._steps is None:
+            raise RuntimeError("this step model runs one decode step a dispatch (max_greedy_steps is 0)")
+        ids = np.asarray(input_ids, dtype=np.int64)
+        positions, rows = np.asarray(positions, dtype=np.int64), np.asarray(rows, dtype=np.int64)
+        b = ids.shape[0]
+        runs = self.decode_batch(b)
+        if runs > b:  # rows past the cache, as `_call` pads a decode step
+            ids = np.concatenate([ids, np.zeros((runs - b, 1), np.int64)])
+            positions = np.concatenate([positions, np.zeros(runs - b, np.int64)])
+            rows = np.concatenate([rows, np.full(runs - b, self.max_batch, np.int64)])
+        tokens, bad = self._steps(ids, positions, rows, steps)
+        return tokens[:b], bad[:b]
+
     def step(self, input_ids: np.ndarray, positions: np.ndarray, rows: np.ndarray) -> np.ndarray:
         input_ids = np.asarray(input_ids, dtype=np.int64)
         positions = np.asarray(positions, dtype=np.int64)
@@ -319,16 +370,6 @@ class JaxStepModel:
             self._call(padded, positions, rows)  # logits discarded: they are the padding's
         logits = self._call(input_ids[:, -1:], positions + (s - 1), rows)
         return np.asarray(logits, dtype=np.float32)[:b]
-
-
-def _greedy_tokens(logits):
-    """i64 `[B]`, the first maximum of each row of `logits` `[B, V]` (as `sampling.sample` takes it), and i64
-    `[B, 2]`, each row's NaN and Inf counts (jitted by `JaxStepModel`)."""
-    import jax.numpy as jnp
-
-    x = logits.astype(jnp.float32)
-    counts = jnp.stack([jnp.isnan(x).sum(-1), jnp.isinf(x).sum(-1)], axis=-1)
-    return jnp.argmax(x, axis=-1).astype(jnp.int64), counts.astype(jnp.int64)
 
 
 def load(
@@ -378,7 +419,9 @@ def load_prepared(
     # bf16 on the CPU: matrices held in f32 (the module docstring); not for the per-name layout that sharding and
     # training compile themselves
     f32_matrices = dev.platform == "cpu" and program.dtype.name == "bf16" and fuse_linear_weights
-    compiled = compile_program(program, numerics, fuse_linear_weights, f32_matrices, cache_layout_for(dev))
+    quantized = stored_matrices(prepared)  # --dtype stored: the Q8_0 matrices, held as int8 codes and f16 scales
+    layout = cache_layout_for(dev)
+    compiled = compile_program(program, numerics, fuse_linear_weights, f32_matrices, layout, quantized)
     binder = _Binder(dev, compiled.fused, compiled.held_dtype)
     if prepared.checkpoint is not None:
         params = _checkpoint_params(prepared, progress, binder)
@@ -436,7 +479,8 @@ class _Binder:
     """Puts parameters on the device as they are read, by checkpoint name, except the members of
     a fused group (`fused`: key -> names), held on the host until the group is complete and then
     put concatenated under its key. Each array is held in `held_dtype(dtype, rank)` (`JaxProgram.held_dtype`:
-    the bf16 matrices widened to f32 on the CPU; an exact cast)."""
+    the bf16 matrices widened to f32 on the CPU; an exact cast); a `GroupQuantized` matrix (`--dtype stored`) as
+    its pair of codes and scales (`jax_quantized.held_pair`; a fused group's pairs concatenated)."""
 
     def __init__(self, device, fused: dict[str, list[str]], held_dtype: Callable[[str, int], str] | None = None):
         self.jax, self.device, self.fused = jax_module(), device, fused
@@ -445,8 +489,10 @@ class _Binder:
         self.pending: dict[str, dict[str, np.ndarray]] = {}
         self.params: dict = {}
 
-    def put(self, path: str, a: np.ndarray) -> None:
-        if self.held_dtype is not None and a.dtype.name == "bfloat16" and self.held_dtype("bf16", a.ndim) == "f32":
+    def put(self, path: str, a: np.ndarray | GroupQuantized) -> None:
+        if isinstance(a, GroupQuantized):
+            a = held_pair(a, path)
+        elif self.held_dtype is not None and a.dtype.name == "bfloat16" and self.held_dtype("bf16", a.ndim) == "f32":
             a = a.astype(np.float32)  # bf16 values, widened exactly
         key = self.group.get(path)
         if key is None:
@@ -456,7 +502,9 @@ class _Binder:
         held[path] = a
         if len(held) == len(self.fused[key]):
             held = self.pending.pop(key)
-            self.params[key] = self.jax.device_put(np.concatenate([held[n] for n in self.fused[key]]), self.device)
+            parts = [held[n] for n in self.fused[key]]
+            whole = concat_pairs(parts) if isinstance(parts[0], tuple) else np.concatenate(parts)
+            self.params[key] = self.jax.device_put(whole, self.device)
 
     def done(self) -> dict:
         for key, held in self.pending.items():

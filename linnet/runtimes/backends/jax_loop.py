@@ -1,4 +1,5 @@
-"""Greedy decode steps run on the device, many per dispatch (`generation.DecodeLoop` for the JAX backends).
+"""Greedy decode steps run on the device, many per dispatch: one row's (`generation.DecodeLoop`, `GreedyLoop`) and a
+serving batch's (`generation.GreedySteps`, `BatchSteps`), for the JAX backends.
 
 One host round trip per token (send the token, run `step`, bring the logits back, take the argmax, send the next)
 costs a fixed ~2 ms on a TPU, most of a small model's step there (issue 41's measurements). Here a `lax.while_loop`
@@ -24,6 +25,7 @@ from typing import Any, Callable
 import numpy as np
 
 CHUNK = 32  # decode steps a dispatch at most: tokens reach the host at least every CHUNK steps
+BATCH_STEPS = 8  # a serving batch's decode steps a dispatch at most: a request arriving meanwhile waits that many
 
 
 MIN_STOPS = 4  # the smallest stop table: a tokenizer's EOS ids and a few stop ids fit
@@ -142,3 +144,88 @@ class GreedyLoop:
         if nan or inf:
             return r[3 : 3 + count - 1], (nan, inf)
         return r[3 : 3 + count], None
+
+
+def greedy_tokens(logits):
+    """i64 `[B]`, the first maximum of each row of `logits` `[B, V]` (as `sampling.sample` takes it), and i64
+    `[B, 2]`, each row's NaN and Inf counts; a bf16 model's logits compared in f32, as the host compares them."""
+    import jax.numpy as jnp
+
+    x = logits.astype(jnp.float32)
+    counts = jnp.stack([jnp.isnan(x).sum(-1), jnp.isinf(x).sum(-1)], axis=-1)
+    return jnp.argmax(x, axis=-1).astype(jnp.int64), counts.astype(jnp.int64)
+
+
+def build_batch_steps(step: Callable, chunk: int = BATCH_STEPS) -> Callable:
+    """The function `(params, state, ids, positions, rows, n) -> (tokens, bad, state)` to jit with the state
+    (argument 1) donated: `n` (i64 scalar, at most `chunk`) greedy decode steps of `step` (`(params, state, ids
+    [B, 1], positions [B], rows [B]) -> (logits [B, V], state)`) of every row at once, each row fed its own argmax
+    at its next position. `tokens` i64 `[B, chunk]`: step j's argmax of each row in column j (-1 past `n`); `bad`
+    i64 `[B, chunk, 2]`: the NaN and Inf counts of the logits each token came from."""
+    import jax.numpy as jnp
+    from jax import lax
+
+    def run(params, state, ids, positions, rows, n):
+        def one_step(i, carry):
+            ids, positions, state, tokens, bad = carry
+            logits, state = step(params, state, ids, positions, rows)
+            token, counts = greedy_tokens(logits)
+            tokens = lax.dynamic_update_slice(tokens, token[:, None], (0, i))
+            bad = lax.dynamic_update_slice(bad, counts[:, None], (0, i, 0))
+            return token[:, None], positions + 1, state, tokens, bad
+
+        b = ids.shape[0]
+        start = (ids, positions, state, jnp.full((b, chunk), -1, jnp.int64), jnp.zeros((b, chunk, 2), jnp.int64))
+        _, _, state, tokens, bad = lax.fori_loop(0, n, one_step, start)
+        return tokens, bad, state
+
+    return run
+
+
+class BatchSteps:
+    """`step_greedy_steps` (`generation.GreedySteps`) over a JAX model's decode entry `step` on one device: up to
+    `chunk` decode steps of a batch in one dispatch (`build_batch_steps`), compiled once per batch size, with the
+    model's XLA options. One host round trip per step costs a fixed ~1-2 ms on a TPU (issue 41's profile), a
+    fifth of a 1.1B model's batched step; here it is paid once per `chunk` steps."""
+
+    def __init__(self, model: Any, step: Callable, compiler_options: dict | None, chunk: int = BATCH_STEPS):
+        import jax
+
+        self.model, self.chunk, self._jax = model, chunk, jax
+        self._fn = jax.jit(build_batch_steps(step, chunk), donate_argnums=(1,), compiler_options=compiler_options)
+        self._compiled: dict[int, Callable] = {}
+
+    def executable(self, b: int) -> Callable:
+        """The steps compiled for a batch of `b` rows (ahead of time, kept)."""
+        exe = self._compiled.get(b)
+        if exe is None:
+            jax, m = self._jax, self.model
+            on_device = jax.sharding.SingleDeviceSharding(m.device)
+            ids = jax.ShapeDtypeStruct((b, 1), np.int64, sharding=on_device)
+            vec = jax.ShapeDtypeStruct((b,), np.int64, sharding=on_device)
+            n = jax.ShapeDtypeStruct((), np.int64, sharding=on_device)
+            exe = self._compiled[b] = self._fn.lower(m.params, m.state, ids, vec, vec, n).compile()
+        return exe
+
+    def warm_up(self, b: int) -> None:
+        """Compile the steps of `b` rows and run them once for no step (XLA's first execution of a program pays a
+        one-time setup)."""
+        m, put = self.model, self.model.put_input
+        zeros = np.zeros(b, np.int64)
+        tokens, _, m.state = self.executable(b)(
+            m.params, m.state, put(zeros[:, None]), put(zeros), put(zeros), put(np.int64(0))
+        )
+        np.asarray(tokens)
+
+    def __call__(
+        self, ids: np.ndarray, positions: np.ndarray, rows: np.ndarray, n: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """`n` (1..chunk) steps of the `[B, 1]` `ids` at `positions` of `rows`; returns i64 `[B, n]` tokens and
+        `[B, n, 2]` NaN and Inf counts. Rows and positions are the caller's to keep inside the cache."""
+        if not 1 <= n <= self.chunk:
+            raise ValueError(f"steps must be 1..{self.chunk}, got {n}")
+        m, put = self.model, self.model.put_input
+        tokens, bad, m.state = self.executable(ids.shape[0])(
+            m.params, m.state, put(ids), put(positions), put(rows), put(np.int64(n))
+        )
+        return np.asarray(tokens)[:, :n], np.asarray(bad)[:, :n]

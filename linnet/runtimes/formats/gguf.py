@@ -83,6 +83,13 @@ GGUF_TENSOR_MAPS = {
         buffers=frozenset({"rope_freqs.weight"}),
     ),
 }
+# Qwen3 (LLM_ARCH_QWEN3): Llama's tensors plus an RMSNorm per query and key head (gguf-py MODEL_TENSOR.ATTN_Q_NORM,
+# ATTN_K_NORM). Its rotation is NEOX's, Hugging Face's halves, so convert_hf_to_gguf.py's `Qwen3Model` writes Q and K
+# rows as they are: nothing to undo (what `linnet export gguf` writes for Qwen3ForCausalLM, read back).
+GGUF_TENSOR_MAPS["qwen3"] = GGUFTensorMap(
+    top=GGUF_TENSOR_MAPS["llama"].top,
+    block={**GGUF_TENSOR_MAPS["llama"].block, "attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm"},
+)
 _GGUF_NAME = re.compile(r"^(?:blk\.(\d+)\.)?(\w+)\.(weight|bias)$")
 
 # `{arch}.<key>` -> config.json field (transformers' GGUF_CONFIG_MAPPING for llama). head_dim, vocab_size and rope
@@ -327,7 +334,7 @@ def _unpermute_rows(t: np.ndarray, n_head: int) -> np.ndarray:
 
 @dataclass(eq=False)
 class GGUFCheckpoint(Checkpoint):
-    """A .gguf file of an architecture `GGUF_TENSOR_MAPS` lists (llama), read through `GGUFFile`."""
+    """A .gguf file of an architecture `GGUF_TENSOR_MAPS` lists (llama, qwen3), read through `GGUFFile`."""
 
     _file: GGUFFile | None = field(default=None, repr=False)
     _gguf_name: dict[str, str] = field(default_factory=dict, repr=False)

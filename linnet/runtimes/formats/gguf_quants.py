@@ -39,7 +39,9 @@ The `stored` dtype contract (what `--dtype stored` means to every layer):
   `GroupQuantized` to the matmul (`linear`) or embedding lookup that reads it, and may call `dequantize()` for
   any other use.
 - `Backend.load(..., dtype="stored")` is accepted by the backends whose `Backend.stored` is True (onnxruntime,
-  torch, torch-compile: each sets it in `linnet/runtimes/backends/__init__.py` with the binding that runs it;
+  torch, torch-compile; jax and xla, which hold q8_0 only and refuse the other types, naming the tensors:
+  `linnet.runtimes.backends.jax_quantized`; each sets it in `linnet/runtimes/backends/__init__.py` with the
+  binding that runs it;
   `check_options` refuses the others, saying so, and maps "stored" to "f32" for the dtype check). The runtime's `load`
   passes `dtype="stored"` to `prepare` and then works in `prepared.program.dtype` (f32).
 - The CLI offers `--dtype stored` on run, generate and serve (`add_common(stored=True)`); the front end builds
@@ -227,7 +229,7 @@ def _q5_1(blocks):
 
 def _q8_0(blocks):
     d = _f16(blocks[:, :2])
-    codes = (blocks[:, 2:].view(np.int8).astype(np.int16) + 128).astype(np.uint8)
+    codes = np.bitwise_xor(blocks[:, 2:], np.uint8(0x80))  # q + 128 as u8, q the i8 byte (one pass: 8B-scale files)
     return codes, d, -128 * d
 
 

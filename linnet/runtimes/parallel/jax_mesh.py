@@ -89,7 +89,7 @@ def shard_model(model: JaxModel, mesh, plan: dict[str, str] = LLAMA_TP_PLAN) -> 
     """`model` (loaded with `fuse_linear_weights=False`) with its parameters and KV cache placed on `mesh`
     by `plan`, and its entries jitted with those shardings (the state keeps its sharding from step to step,
     outputs replicated). In place; returns `model`. Raises BackendError for fused weights, a StableHLO
-    artifact (`--backend xla`) or a plan that does not fit."""
+    artifact (`--backend xla`), weights held quantized (`--dtype stored`) or a plan that does not fit."""
     jax = jax_module()
     from linnet.compiler.jax.module import compile_program
 
@@ -100,6 +100,8 @@ def shard_model(model: JaxModel, mesh, plan: dict[str, str] = LLAMA_TP_PLAN) -> 
         )
     if model.mode != "generated" or model.prepared is None:
         raise BackendError("tensor parallelism on JAX runs the generated code (backend jax), not an exported artifact")
+    if any(isinstance(v, tuple) for v in model.params.values()):
+        raise BackendError("tensor parallelism on JAX shards dense weights, not --dtype stored's quantized ones")
     check_plan(list(model.params), model.config, mesh.size, plan)
     model.params = {k: jax.device_put(v, param_sharding(mesh, k, v.ndim, plan)) for k, v in model.params.items()}
     model.state = {

@@ -8,8 +8,12 @@ One background thread owns the model and runs the loop; `submit` (any thread) qu
 2. ask the `Scheduler` for a plan (FCFS admission into free rows, every decoding row, prefill chunks under the
    per-step token budget: scheduler.py states the fairness rule);
 3. run the prefill chunks (one `model.step` `[1, chunk]` each, as `Generator` prefills; on a model that compiles
-   nothing per shape, the chunks of equal start and length as one `[k, chunk]` step) and one batched decode
-   `model.step` `[B, 1]` of every decoding row (in row order, as `Generator.generate_batch` decodes);
+   nothing per shape, the chunks of equal start and length as one `[k, chunk]` step, and on one that compiled such
+   steps (`PrefillBatches`: the JAX backends on an accelerator) up to `prefill_batch(chunk)` of them) and one
+   batched decode `model.step` `[B, 1]` of every decoding row (in row order, as `Generator.generate_batch`
+   decodes). When every decoding row is greedy, nothing else waits and the model can (`GreedySteps`: the JAX
+   backends on an accelerator), up to `max_greedy_steps` decode steps run in one dispatch (vLLM's multi-step
+   scheduling): a request arriving meanwhile waits for them, and a row that ends inside them drops the rest;
 4. sample each row's next token from its own logits with its own RNG (`SamplingParams.make_rng()`, seeded from the
    request's own seed), check stop token ids, stop strings and `max_tokens`, and hand out the events.
 
@@ -62,6 +66,12 @@ class Request:
 
 # the least seconds between two calls of an engine's `on_idle`
 IDLE_EVERY_S = 30.0
+# `Engine.max_queue_delay_s`'s default: no wait, as Triton's default. Measured with `bench/serve_speed.py`'s closed
+# loop on the shared 2-core machine, a burst's requests reached the server over 80-300 ms (new connections, CPUs held
+# by other jobs): 20 ms seldom caught them (1-2 lone prefills in 4 waves of 32; 2 without the wait) and cost every
+# lone request 20 ms; 300 ms aligned 8 clients' waves (64 model calls for 2 waves instead of 66-71) but would add
+# 300 ms to a lone request's first token.
+MAX_QUEUE_DELAY_S = 0.0
 
 
 class QueueFull(Exception):
@@ -231,6 +241,13 @@ class Engine:
       an idle engine accepts `max_batch + max_queue` at once); `submit` raises `QueueFull` beyond it.
     - `prefill_chunk` (>= 1): the most prompt tokens one step prefills for one request.
     - `step_token_budget` (>= 1): the tokens one step aims at (decode tokens plus prefill chunks; scheduler.py).
+    - `max_queue_delay_s` (>= 0): how long an idle engine (no request holding a row) holds the first request of a
+      burst before its first step, while more arrive and rows are free for them, as Triton's dynamic batcher's
+      `max_queue_delay_microseconds`: clients that send together are then prefilled in one batched step and decode
+      in step with each other, where without it the first request took a step of its own (a whole pass over the
+      weights for one prompt), rode one step ahead of the others to the end, and its next request repeated that
+      at every wave of a closed loop. The wait ends as soon as the pending requests fill the free rows; it never
+      delays a request while others decode (their tokens would wait too). 0 (the default): no wait.
     - `on_idle`: called on the engine's thread when it runs out of work after having had some, at most every
       IDLE_EVERY_S (`linnet serve` re-chooses torch's thread count there: a server started while the machine was
       busy kept 1 thread for its whole life). An exception from it is ignored.
@@ -247,10 +264,18 @@ class Engine:
         max_queue: int = 256,
         prefill_chunk: int = 256,
         step_token_budget: int = 512,
+        max_queue_delay_s: float = MAX_QUEUE_DELAY_S,
         on_idle: Callable[[], object] | None = None,
     ) -> None:
         if isinstance(max_queue, bool) or not isinstance(max_queue, int) or max_queue < 1:
             raise ValueError(f"max_queue must be an integer >= 1, got {max_queue!r}")
+        if (
+            isinstance(max_queue_delay_s, bool)
+            or not isinstance(max_queue_delay_s, (int, float))
+            or not (0 <= max_queue_delay_s < float("inf"))
+        ):
+            raise ValueError(f"max_queue_delay_s must be a finite number >= 0, got {max_queue_delay_s!r}")
+        self.max_queue_delay_s = float(max_queue_delay_s)
         # The Generator checks the model and runs each step (shape and finiteness checks) exactly as `linnet
         # generate` does.
         self._runner = Generator(model, tokenizer, prefill_chunk=prefill_chunk)
@@ -290,7 +315,8 @@ class Engine:
         """Do now what a compiling backend (`WarmUp`: jax, xla, torch-compile; ONNX Runtime builds its session)
         would otherwise do during the first requests: the decode step of every batch size 1..max_batch and prefill
         steps of 2^k + 1 tokens up to `prefill_chunk` (the lengths at which a backend that pads prefill to
-        power-of-two buckets changes bucket). Call it before `start`: it writes dummy entries into rows from
+        power-of-two buckets changes bucket), and on a `PrefillBatches` model the steps of as many full chunks at
+        once as `step_token_budget` holds. Call it before `start`: it writes dummy entries into rows from
         position 0. Raises RuntimeError after `start`."""
         with self._lock:
             if self._thread is not None or self._stopping:
@@ -301,6 +327,11 @@ class Engine:
         chunk = min(self._scheduler.prefill_chunk, self.max_positions - 1)
         lengths = sorted({min(chunk, 2**k + 1) for k in range(chunk.bit_length() + 1)})
         warm_up(lengths, list(range(1, self.max_batch + 1)))
+        # full chunks of several prompts in one step (`PrefillBatches`), as many as the step's budget holds
+        together = min(self._scheduler.step_token_budget // chunk, self.max_batch)
+        warm_up_prefill = getattr(self.model, "warm_up_prefill", None)
+        if warm_up_prefill is not None and together > 1:
+            warm_up_prefill(chunk, list(range(2, together + 1)))
 
     def start(self) -> None:
         """Start the background thread that owns the model and runs the loop. Raises RuntimeError when started
@@ -364,7 +395,9 @@ class Engine:
             # as one more free row for an instant, never as one fewer.
             pending = len(self._submitted) + len(self._scheduler.waiting)
             free_rows = self.max_batch - self._scheduler.rows_in_use
-            waiting = max(0, pending - free_rows)
+            # a cancelled request (a client that disconnected) the loop has not dropped yet frees its row or its
+            # place in the queue at the next step: it is not counted, or a request right after it got a 429
+            waiting = max(0, pending - free_rows - len(self._cancelled))
             if waiting >= self.max_queue:
                 raise QueueFull(
                     f"{waiting} requests are already waiting for a row (the queue holds {self.max_queue}, "
@@ -407,6 +440,7 @@ class Engine:
                         self._run_idle_hook()  # releases the lock while the hook runs
                         continue
                     self._wake.wait()
+                self._gather_burst()
                 self._idle_due = self._on_idle is not None
                 if self._stopping:
                     return
@@ -427,6 +461,19 @@ class Engine:
                 for active in broken:
                     if active.sequence in self._scheduler.waiting or active.sequence in self._scheduler.running:
                         self._finish(active, "error", error=f"internal error: {type(error).__name__}: {error}")
+
+    def _gather_burst(self) -> None:
+        """On an idle engine, wait (with the lock held, released while waiting) until `max_queue_delay_s` after the
+        first new request's arrival for more requests, or until they fill the free rows (`max_queue_delay_s`)."""
+        if not self._submitted or self._scheduler.has_work():
+            return
+        deadline = self._submitted[0].arrived + self.max_queue_delay_s
+        free_rows = self.max_batch - self._scheduler.rows_in_use
+        while not self._stopping and not self._cancelled and len(self._submitted) < free_rows:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            self._wake.wait(left)
 
     def _run_idle_hook(self) -> None:
         """Run `on_idle` without the lock (called with it held), so submits are not held up meanwhile."""
@@ -478,9 +525,12 @@ class Engine:
                 np.array([a.sequence.row for a in decoding], dtype=np.int64),
             )
             step = 1 + min(len(a.sequence.generated) for a in decoding)
+            # all greedy: the tokens taken on the device where the model can (`GreedyStep`), no logits back
+            greedy = all(a.request.params.greedy for a in decoding)
+            steps = self._decode_steps(plan, decoding) if greedy else 1
+            if steps > 1 and self._run_steps(decoding, inputs, steps, step):
+                return
             try:
-                # all greedy: the tokens taken on the device where the model can (`GreedyStep`), no logits back
-                greedy = all(a.request.params.greedy for a in decoding)
                 tokens = self._runner.checked_greedy_step(*inputs, step=step) if greedy else None
                 logits = self._runner.checked_step(*inputs, step=step) if tokens is None else None
             except Exception as error:  # noqa: BLE001 - the requests of this step fail, the engine keeps serving
@@ -493,18 +543,65 @@ class Engine:
                 else:
                     self._take(active, logits[b : b + 1])
 
+    def _decode_steps(self, plan: StepPlan, decoding: list[_Active]) -> int:
+        """How many decode steps this step may run in one dispatch (`GreedySteps`): 1 unless the model can run
+        several and nothing else waits for the engine (no prefill, no request waiting or cancelled: they would wait
+        for the whole dispatch); at most what every row may still generate and hold in its cache."""
+        most = int(getattr(self.model, "max_greedy_steps", 0))
+        if most < 2 or plan.prefill or plan.admitted:
+            return 1
+        with self._lock:
+            if self._submitted or self._cancelled or self._scheduler.waiting:
+                return 1
+        for active in decoding:
+            left = active.request.max_tokens - len(active.sequence.generated)
+            room = self.max_positions - active.sequence.next_position
+            most = min(most, left, room)
+        return max(most, 1)
+
+    def _run_steps(self, decoding: list[_Active], inputs: tuple[np.ndarray, ...], steps: int, step: int) -> bool:
+        """Run `steps` greedy decode steps of `decoding` in one dispatch and hand out their tokens, each row's
+        only up to where its request ends (a stop token or string, `max_tokens`: the steps it ran past that are
+        dropped, and their cache entries are past what the row holds) or its logits stopped being finite (that
+        request alone fails). False when the model could not (the caller then runs one step)."""
+        try:
+            result = self._runner.checked_greedy_steps(*inputs, steps=steps, step=step)
+        except Exception as error:  # noqa: BLE001 - the requests of this step fail, the engine keeps serving
+            for active in decoding:
+                self._finish(active, "error", error=f"{type(error).__name__}: {error}")
+            return True
+        if result is None:
+            return False
+        tokens, errors = result
+        for b, active in enumerate(decoding):
+            for j in range(steps):
+                if active.finished:
+                    break
+                if errors[b] is not None and errors[b][0] == j:
+                    error = errors[b][1]
+                    self._finish(active, "error", error=f"{type(error).__name__}: {error}")
+                    break
+                self._accept(active, int(tokens[b, j]))
+        return True
+
     def _prefill_groups(self, chunks: list[PrefillChunk]) -> list[list[PrefillChunk]]:
         """The step's prefill chunks as model calls: one `[1, length]` step each, or, where the model compiles
         nothing per shape (`compile_kind` "": eager PyTorch), the chunks of equal start and length together as one
         `[k, length]` step (rows in order), which reads the weights once for the k prompts. Each row's logits are
         those of its own `[1, length]` step (a row of a batched step is computed as the row alone; the tests
         check it against `Generator.generate`)."""
-        if not self._batch_prefill:
+        prefill_batch = getattr(self.model, "prefill_batch", None)
+        if not self._batch_prefill and prefill_batch is None:
             return [[chunk] for chunk in chunks]
         groups: dict[tuple[int, int], list[PrefillChunk]] = {}
         for chunk in chunks:
             groups.setdefault((chunk.start, chunk.length), []).append(chunk)
-        return [sorted(group, key=lambda c: c.sequence.row) for group in groups.values()]
+        calls = []
+        for (_, length), group in groups.items():
+            group.sort(key=lambda c: c.sequence.row)
+            most = len(group) if self._batch_prefill else max(1, int(prefill_batch(length)))
+            calls += [group[i : i + most] for i in range(0, len(group), most)]
+        return calls
 
     def _take(self, active: _Active, logits: np.ndarray) -> None:
         """Sample `active`'s next token from its logits `[1, V]`, apply the stop conditions and emit events."""

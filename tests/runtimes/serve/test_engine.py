@@ -5,6 +5,7 @@ cancellation, the bounded queue and its errors."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -79,6 +80,22 @@ def test_equal_length_prompts_are_prefilled_in_one_step_and_give_their_solo_toke
     # one [8, 3] prefill (the weights read once for the eight prompts), then [8, 1] decode steps
     assert recording.calls[0] == (MAX_BATCH, 3, list(range(MAX_BATCH))), recording.calls[:3]
     assert all(s == 1 for _, s, _ in recording.calls[1:])
+
+
+def test_a_burst_whose_first_request_comes_early_is_prefilled_in_one_step(model, tok, make_engine):
+    # a closed loop's next wave: the first client's request reaches the idle engine a moment before the others.
+    # Without `max_queue_delay_s` it took a [1, 3] step of its own (a pass over every weight for one prompt), then
+    # the others a [7, 3] step beside its [1, 1] decode, and it stayed a step ahead of them to the end.
+    prompts = [tok.encode(p)[:3] for p in PROMPTS]
+    expected = [solo(model, tok, p, SamplingParams(), 6).token_ids for p in prompts]
+    recording = Recording(model)
+    engine = make_engine(recording, tok, max_queue_delay_s=30.0)  # ends early: 8 requests fill the 8 free rows
+    first = engine.submit(request(prompts[0], 6))
+    time.sleep(0.05)
+    handles = [first] + [engine.submit(request(p, 6)) for p in prompts[1:]]
+    assert [tokens_of(collect(h)[0]) for h in handles] == expected
+    assert recording.calls[0] == (MAX_BATCH, 3, list(range(MAX_BATCH))), recording.calls[:3]
+    assert [c[:2] for c in recording.calls[1:]] == [(MAX_BATCH, 1)] * 5  # all decode in step, none left behind
 
 
 def test_more_requests_than_rows_wait_and_reuse_rows(model, tok, greedy16, make_engine):
@@ -232,6 +249,21 @@ def test_requests_taking_free_rows_are_not_queued(model, tok, make_engine):
         engine.submit(request(tok.encode(PROMPTS[0]), 2))
     engine.start()
     assert all(collect(h)[1].finish_reason == "length" for h in handles)
+
+
+def test_a_cancelled_request_does_not_count_against_the_queue(model, tok, make_engine):
+    """Issue 42: a request right after a client disconnected got 429 although the disconnected request's row (or
+    place in the queue) was about to be freed: the engine counted it until its loop dropped it."""
+    engine = make_engine(model, tok, start=False, max_queue=1)  # not started: the cancellation stays pending
+    prompts = [PROMPTS[i % len(PROMPTS)] for i in range(MAX_BATCH + 1)]
+    handles = [engine.submit(request(tok.encode(p), 2)) for p in prompts]
+    with pytest.raises(QueueFull):
+        engine.submit(request(tok.encode(PROMPTS[0]), 2))
+    handles[0].cancel()
+    late = engine.submit(request(tok.encode(PROMPTS[0]), 2))  # was QueueFull
+    engine.start()
+    assert collect(handles[0])[1].finish_reason == "cancelled"
+    assert all(collect(h)[1].finish_reason == "length" for h in [*handles[1:], late])
 
 
 def test_shutdown_cancels_what_is_running_and_waiting(model, tok, make_engine):

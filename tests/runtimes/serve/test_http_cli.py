@@ -49,7 +49,17 @@ def test_a_source_with_errors_exits_1_with_one_line(tmp_path):
     assert "bad.linnet has errors" in _one_error_line(r.stderr)
 
 
-@pytest.mark.parametrize(("args", "says"), [(["--port", "70000"], "--port"), (["--api-key", ""], "--api-key")])
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--port", "70000"], "--port"),
+        (["--api-key", ""], "--api-key"),
+        (["--prefill-chunk", "0"], "--prefill-chunk"),
+        (["--max-num-batched-tokens", "-1"], "--max-num-batched-tokens"),
+        (["--max-queue-delay-ms", "-1"], "--max-queue-delay-ms"),
+        (["--max-queue-delay-ms", "nan"], "--max-queue-delay-ms"),
+    ],
+)
 def test_bad_options_are_usage_errors(args, says):
     r = serve(*args)
     assert r.returncode == 2
@@ -112,3 +122,10 @@ def test_sigterm_ends_running_and_waiting_streams_with_an_error_event_and_done(t
     assert proc.wait(timeout=60) == 0
     text = log.read_text()
     assert "Traceback" not in text and "linnet serve: stopped" in text, text
+
+
+def test_the_queue_delay_default_is_the_engines():
+    from linnet.cli.serve import MAX_QUEUE_DELAY_MS
+    from linnet.runtimes.serve.engine import MAX_QUEUE_DELAY_S
+
+    assert MAX_QUEUE_DELAY_MS == 1000 * MAX_QUEUE_DELAY_S

@@ -1,0 +1,439 @@
+"""Issue 41 goal 5, first half: an 8B-class decoder on one TPU chip from a Q8_0 GGUF, `--dtype stored` on `xla`
+(int8 codes and f16 scales held on the chip, dequantized inside each matmul). `bench/tpu.py --only q8` runs it after
+the calibration rows (`q8_rows`); `--dry-run` runs the same path on the CPU at tiny sizes.
+
+Rows (section "q8 ..."):
+
+- kernel: one Q8_0 matrix-vector product the size of Llama-3.1-8B's fused gate/up projection (28672 x 4096), the
+  way the generated code runs it (`prelude.quantized_linear`: the codes converted and scaled as the dot's operand)
+  at default precision (`fast`) and at f32's highest (`equivalent`), beside the same product over bf16 weights and
+  over the codes dequantized to bf16 first: ms, GB/s of the bytes held (codes and scales), and whether XLA fused the
+  dequantization into the dot (no [28672, 4096] float array in the optimized HLO) or materialised the matrix.
+- decode (llama-3.1-8b, and qwen3-8b with `--q8-shapes`): a GGUF of the preset's shape written on the machine
+  (`write_q8_gguf`: seeded N(0, 0.02) weights quantized to Q8_0 by gguf-py's own vectorised quantizer, threaded
+  over row chunks, streamed to a temporary file), loaded through the real path (`linnet.load(..., dtype="stored")`,
+  `xla`, `fast`), then: load time, compile (cold), TTFT for a 512-token prompt, decode tok/s at batch 1 over 128 new
+  tokens with the on-device decode loop against the streaming limit (the bytes held, codes + scales + norms, over
+  the calibration's measured GB/s), the chip's memory in use, and the first 32 greedy tokens.
+- distance: the same dims with 4 layers (the dequantized 8B, 32 GB in f32 and 16 GB in bf16, does not fit the
+  chip): the last-token logits of a 64-token prompt and 32 greedy tokens of the stored model (`fast` and
+  `equivalent`) against the same file loaded dequantized in f32 (`equivalent`) on the chip, and against the host
+  CPU's f32 `equivalent` (16 greedy tokens).
+
+Disk: the 8B file is 8.5 GB (qwen3-8b's 8.7 GB), written under $TMPDIR and removed after its row; a shape whose file
+does not fit the free space is skipped, saying so.
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import math
+import os
+import re
+import shutil
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCES = {"llama-3.1-8b": ("llama.linnet", "llama_3_1_8b"), "qwen3-8b": ("qwen3.linnet", "qwen3_8b")}
+TINY = {  # --dry-run: a 2-layer model, every matrix dim a multiple of Q8_0's block of 32
+    "vocab_size": 256, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+}  # fmt: skip
+ROWS_PER_CHUNK = 256  # rows of a matrix drawn and quantized per task of the thread pool
+
+
+def _program(shape: str, config: dict | None):
+    """The checked, lowered program of `shape`'s preset (under `config`), without weights: its parameter names and
+    shapes and its config (not `loading.prepare`, which refuses random weights of 32 GB in f32)."""
+    from linnet.ir.build import bind_config, check_source, lower_program, read_source
+
+    source, preset = SOURCES[shape]
+    info = check_source(*read_source(ROOT / "examples" / source), preset)
+    return lower_program(bind_config(info, config or {}, labels=("--config",)), "f32", 1, 16)
+
+
+def _gguf_names(arch: str) -> dict[str, str]:
+    """Hugging Face name stem -> GGUF name stem of `arch`'s tensors (the reader's own table, inverted)."""
+    from linnet.runtimes.formats.gguf import GGUF_TENSOR_MAPS
+
+    table = GGUF_TENSOR_MAPS[arch]
+    return {**{hf: g for g, hf in table.top.items()}, **{hf: g for g, hf in table.block.items()}}
+
+
+def gguf_name(hf_name: str, names: dict[str, str]) -> str:
+    """The GGUF name of a Hugging Face tensor name (`model.layers.3.self_attn.q_proj.weight` ->
+    `blk.3.attn_q.weight`)."""
+    stem, suffix = hf_name.rsplit(".", 1)
+    if stem.startswith("model.layers."):
+        _, _, layer, rest = stem.split(".", 3)
+        return f"blk.{layer}.{names[rest]}.{suffix}"
+    return f"{names[stem]}.{suffix}"
+
+
+def llama3_rope_freqs(rope: dict, head_dim: int, theta: float) -> np.ndarray:
+    """`rope_freqs.weight` as llama.cpp's convert_hf_to_gguf.py (`LlamaModel.generate_extra_tensors`) computes it
+    for a llama3 rope scaling, in numpy f32 (tests/runtimes/gguf_writing.py has the torch original)."""
+    freqs = 1.0 / (theta ** (np.arange(0, head_dim, 2, dtype=np.float32) / head_dim))
+    factor, low, high = rope["factor"], rope["low_freq_factor"], rope["high_freq_factor"]
+    old = rope["original_max_position_embeddings"]
+    out = []
+    for freq in freqs:
+        wavelen = 2 * math.pi / freq
+        if wavelen < old / high:
+            out.append(1.0)
+        elif wavelen > old / low:
+            out.append(factor)
+        else:
+            smooth = (old / wavelen - low) / (high - low)
+            out.append(1 / ((1 - smooth) / factor + smooth))
+    return np.asarray(out, dtype=np.float32)
+
+
+def _metadata(arch: str, c: dict) -> dict:
+    """The `{arch}.*` keys llama.cpp writes for a config (`LlamaModel.set_gguf_parameters`)."""
+    keys = {
+        "vocab_size": c["vocab_size"],
+        "context_length": c["max_position_embeddings"],
+        "embedding_length": c["hidden_size"],
+        "feed_forward_length": c["intermediate_size"],
+        "block_count": c["num_hidden_layers"],
+        "attention.head_count": c["num_attention_heads"],
+        "attention.head_count_kv": c["num_key_value_heads"],
+        "rope.dimension_count": c["head_dim"],
+        "attention.key_length": c["head_dim"],
+        "attention.value_length": c["head_dim"],
+        "rope.freq_base": float(c["rope_theta"]),
+        "attention.layer_norm_rms_epsilon": float(c["rms_norm_eps"]),
+    }
+    return {f"{arch}.{k}": v for k, v in keys.items()}
+
+
+def q8_0_blocks(w: np.ndarray) -> np.ndarray:
+    """u8[N, K / 32 * 34]: `w` f32[N, K] quantized to Q8_0 by gguf-py (`gguf.quants.quantize`: ggml-quants.c's
+    `quantize_row_q8_0`, vectorised in numpy)."""
+    import gguf
+
+    return gguf.quants.quantize(w, gguf.GGMLQuantizationType.Q8_0)
+
+
+def _draw_q8(shape: tuple[int, int], seed: list[int], pool: ThreadPoolExecutor) -> np.ndarray:
+    """Q8_0 blocks of an N(0, 0.02) matrix `shape`, one seeded stream per chunk of `ROWS_PER_CHUNK` rows."""
+    n, k = shape
+
+    def chunk(start: int) -> np.ndarray:
+        rng = np.random.default_rng([*seed, start])
+        w = rng.standard_normal((min(ROWS_PER_CHUNK, n - start), k), dtype=np.float32)
+        w *= 0.02
+        return q8_0_blocks(w)
+
+    return np.concatenate(list(pool.map(chunk, range(0, n, ROWS_PER_CHUNK))))
+
+
+def write_q8_gguf(path: Path, shape: str, config: dict | None = None, seed: int = 0) -> dict:
+    """A GGUF of `shape`'s preset (under `config`) at `path`, every matrix Q8_0 from seeded N(0, 0.02) weights, the
+    norms 1 (f32), llama.cpp's names and metadata (and Llama 3's `rope_freqs.weight`), streamed tensor by tensor.
+    Returns {"file_gb", "write_s"}."""
+    import gguf
+
+    program = _program(shape, config)
+    c = dict(program.config)
+    arch = "qwen3" if shape.startswith("qwen3") else "llama"
+    names = _gguf_names(arch)
+    t = time.perf_counter()
+    w = gguf.GGUFWriter(str(path), arch)
+    for key, value in _metadata(arch, c).items():
+        (w.add_float32 if isinstance(value, float) else w.add_uint32)(key, value)
+    w.add_uint32("general.file_type", int(gguf.LlamaFileType.MOSTLY_Q8_0))
+    tensors: list[tuple[str, tuple[int, ...], bool]] = []
+    for spec in program.params:
+        quantized = len(spec.shape) == 2
+        tensors.append((gguf_name(spec.path, names), tuple(spec.shape), quantized))
+    rope = c.get("rope_scaling")
+    extra = {}
+    if isinstance(rope, dict) and rope.get("rope_type") == "llama3":
+        extra["rope_freqs.weight"] = llama3_rope_freqs(rope, c["head_dim"], float(c["rope_theta"]))
+    q8 = gguf.GGMLQuantizationType.Q8_0
+    for name, dims, quantized in tensors:
+        if quantized:
+            nbytes = dims[0] * dims[1] // 32 * 34
+            w.add_tensor_info(name, (dims[0], dims[1] // 32 * 34), np.dtype(np.uint8), nbytes, raw_dtype=q8)
+        else:
+            w.add_tensor_info(name, dims, np.dtype(np.float32), 4 * int(np.prod(dims)))
+    for name, a in extra.items():
+        w.add_tensor_info(name, a.shape, a.dtype, a.nbytes)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 4) as pool:
+        for index, (_, dims, quantized) in enumerate(tensors):
+            w.write_tensor_data(_draw_q8(dims, [seed, index], pool) if quantized else np.ones(dims, np.float32))
+    for a in extra.values():
+        w.write_tensor_data(a)
+    w.close()
+    return {"file_gb": round(path.stat().st_size / 1e9, 3), "write_s": round(time.perf_counter() - t, 1)}
+
+
+def file_bytes(shape: str, config: dict | None = None) -> int:
+    """The size of `write_q8_gguf`'s file for `shape`, near enough (34 bytes a block of 32, f32 norms)."""
+    program = _program(shape, config)
+    values = [(int(np.prod(s.shape)), len(s.shape)) for s in program.params]
+    return sum(n * 34 // 32 if rank == 2 else 4 * n for n, rank in values) + (1 << 20)
+
+
+def _load(path: Path, shape: str, device: str, dtype: str, numerics: str, max_positions: int):
+    import linnet
+
+    source, _ = SOURCES[shape]
+    return linnet.load(
+        ROOT / "examples" / source,
+        weights=path,
+        backend="xla",
+        dtype=dtype,
+        numerics=numerics,
+        device=device,
+        max_positions=max_positions,
+        progress=False,
+    )
+
+
+def held_bytes(model) -> int:
+    """Bytes of the parameters as held: a quantized pair's codes and scales, the other arrays."""
+    leaves = [x for v in model.params.values() for x in (v if isinstance(v, tuple) else (v,))]
+    return sum(int(x.nbytes) for x in leaves)
+
+
+def _memory_gb(device: str) -> dict:
+    import jax
+
+    stats = jax.devices(device)[0].memory_stats() or {}
+    return {
+        k.replace("bytes_", "device_").replace("_in_use", "_in_use_gb") + ("" if "in_use" in k else "_gb"): round(
+            v / 1e9, 2
+        )
+        for k, v in stats.items()
+        if k in ("bytes_in_use", "peak_bytes_in_use", "bytes_limit")
+    }
+
+
+def _fused(compiled_text: str, n: int, k: int) -> bool:
+    """Whether the entry computation of an optimized HLO module makes no float array of n * k values: the dequantized
+    matrix is then made inside the dot's fusion (never written to memory), not materialised by a fusion of its own
+    (in any shape: [n, k], [k, n], [k / 32, 32, n])."""
+    lines = compiled_text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("ENTRY"))
+    end = next(i for i in range(start, len(lines)) if lines[i].startswith("}"))
+    shapes = re.findall(r"\b(?:f32|bf16)\[([\d,]+)\]", "\n".join(lines[start:end]))
+    return not any(math.prod(int(d) for d in dims.split(",")) == n * k for dims in shapes)
+
+
+def kernel_rows(report, device: str, dry: bool, calibration: dict) -> None:
+    """One Q8_0 matrix-vector product (8B's fused gate/up size) several ways: ms, GB/s of the bytes read, whether
+    the dequantization was fused into the dot, the distance from the model's form at `highest`; each variant's
+    optimized HLO written beside the report (`q8_kernel_<i>.hlo.txt`)."""
+    import jax
+    import jax.numpy as jnp
+    from tpu import median_s, ready
+
+    from linnet.compiler.jax.prelude import dequantize, quantized_linear
+
+    n, k = (256, 128) if dry else (28672, 4096)
+    dev = jax.devices(device)[0]
+    rng = np.random.default_rng(0)
+    codes_np = rng.integers(-127, 128, (n, k), dtype=np.int8)
+    scales_np = (rng.random((n, k // 32), dtype=np.float32) * 1e-3).astype(np.float16)
+    codes, scales = jax.device_put(codes_np, dev), jax.device_put(scales_np, dev)
+    codes_t, scales_t = jax.device_put(codes_np.T.copy(), dev), jax.device_put(scales_np.T.copy(), dev)
+    x = jax.device_put(rng.standard_normal((1, k), dtype=np.float32), dev)
+    dense = jax.device_put(jnp.ones((n, k), jnp.bfloat16), dev)
+    q8 = (x, codes, scales)
+
+    def held_k_major(x, ct, st):  # codes held [K, N]: the blocks split a major dim, scales broadcast along it
+        w = ct.reshape(k // 32, 32, n).astype(jnp.float32) * st.astype(jnp.float32)[:, None, :]
+        return x @ w.reshape(k, n)
+
+    def block_dots(x, ct, st):  # torch_xla's blockwise form (xla_quantized_matmul.py): a dot per block, then scales
+        blocks = ct.reshape(k // 32, 32, n).astype(jnp.float32)
+        per_block = jnp.einsum("gcn,mgc->mgn", blocks, x.reshape(-1, k // 32, 32))
+        return jnp.einsum("gn,mgn->mn", st.astype(jnp.float32), per_block)
+
+    def repeated_scales(x, c, s):  # codes untouched, the scales repeated to [N, K]
+        return jnp.einsum("...i,oi->...o", x, c.astype(jnp.float32) * jnp.repeat(s.astype(jnp.float32), 32, axis=1))
+
+    def bf16_operand(x, c, s):
+        w = dequantize((c, s), jnp.bfloat16)
+        return jnp.einsum("...i,oi->...o", x.astype(jnp.bfloat16), w, preferred_element_type=jnp.float32)
+
+    variants = {
+        "q8_0 fast, the model's form (codes [N, K])": (lambda x, c, s: quantized_linear(x, (c, s), None), q8),
+        "q8_0 equivalent (highest), the model's form": (lambda x, c, s: quantized_linear(x, (c, s), "highest"), q8),
+        "q8_0 fast, scales repeated to [N, K]": (repeated_scales, q8),
+        "q8_0 fast, codes held [K, N]": (held_k_major, (x, codes_t, scales_t)),
+        "q8_0 fast, codes held [K, N], a dot per block then scales": (block_dots, (x, codes_t, scales_t)),
+        "q8_0 fast, dequantized to bf16": (bf16_operand, q8),
+        "bf16 dense": (lambda x, w: jnp.einsum("...i,oi->...o", x.astype(jnp.bfloat16), w), (x, dense)),
+    }
+    want = np.asarray(quantized_linear(x, (codes, scales), "highest"))
+    for i, (label, (fn, args)) in enumerate(variants.items()):
+        jitted = jax.jit(fn)
+        text = jitted.lower(*args).compile().as_text()
+        (report.out / f"q8_kernel_{i}.hlo.txt").write_text(f"# {label}\n{text}")
+        ready(jitted, *args)
+        s = median_s(functools.partial(ready, jitted, *args), 20)
+        quantized = label.startswith("q8")
+        read = n * k + n * k // 32 * 2 if quantized else n * k * 2
+        row = {"variant": label, "matrix": f"{n} x {k}", "ms": round(s * 1e3, 4), "gb_read": round(read / 1e9, 4)}
+        row |= {
+            "gbps": round(read / s / 1e9, 1),
+            "of_stream_limit": f"{read / s / 1e9 / calibration['stream_bf16_gbps']:.0%}",
+        }
+        if quantized:
+            row["dequantization_fused"] = _fused(text, n, k)
+            row["max_abs_diff_vs_highest"] = float(np.max(np.abs(np.asarray(jitted(*args)) - want)))
+        report.add("q8 kernel (one matrix-vector product)", row)
+
+
+def _tmp_gguf(tmp: Path, shape: str, config: dict | None, report, section: str) -> Path | None:
+    """Write `shape`'s Q8_0 GGUF under `tmp`, or report why not (the free disk space); the path or None."""
+    need = file_bytes(shape, config)
+    free = shutil.disk_usage(tmp).free
+    if free < need * 1.05:
+        report.add(section, {"shape": shape, "skipped": f"{need / 1e9:.1f} GB file, {free / 1e9:.1f} GB free in {tmp}"})
+        return None
+    path = tmp / f"{shape}-q8_0.gguf"
+    report.data.setdefault("q8_files", {})[shape] = write_q8_gguf(path, shape, config)
+    return path
+
+
+def decode_rows(report, device: str, dry: bool, calibration: dict, shapes: list[str], budget_end: float) -> None:
+    """Each 8B shape: load, compile, TTFT, decode tok/s against the streaming limit, memory, greedy tokens."""
+    from tpu import greedy
+
+    prompt, new = (64, 16) if dry else (512, 128)
+    for shape in shapes:
+        if time.monotonic() > budget_end:
+            report.add("q8 decode", {"shape": shape, "skipped": "time budget spent"})
+            continue
+        tmp = Path(tempfile.mkdtemp(prefix="linnet-q8-"))
+        try:
+            path = _tmp_gguf(tmp, shape, TINY if dry else None, report, "q8 decode")
+            if path is None:
+                continue
+            t = time.perf_counter()
+            m = _load(path, shape, device, "stored", "fast", prompt + new)
+            load_s = time.perf_counter() - t
+            path.unlink()  # the model holds its own copy: free the disk (and a tmpfs's memory) now
+            held = held_bytes(m)
+            ids = np.random.default_rng(2).integers(0, m.vocab_size, prompt).astype(np.int64)
+            result, compile_s = greedy(m, ids, new, decode_loop=True)
+            ms_step = 1e3 / result.decode_tokens_per_s if result.decode_tokens_per_s else float("nan")
+            stream_ms = held / (calibration["stream_bf16_gbps"] * 1e9) * 1e3
+            tflops = calibration["matmul_bf16_tflops"]
+            params = sum(int(np.prod(s.shape)) for s in m.program.params)
+            flop_ms = 2 * params * prompt / (tflops * 1e12) * 1e3 if tflops else float("nan")  # dry: 0.0 TFLOP/s
+            seconds = {"load_s": load_s, "compile_cold_s": compile_s}  # the compile: an empty persistent cache
+            seconds["compile_from_persistent_cache_s"] = _recompile_s(m, prompt)
+            ms = {"ttft": result.prefill_s * 1e3, "ttft_flop_bound": flop_ms, "step": ms_step, "held_stream": stream_ms}
+            row = {"shape": shape, "dtype": "stored (q8_0), fast", "params_b": round(params / 1e9, 2)}
+            row |= {"held_gb": round(held / 1e9, 3), **report.data["q8_files"][shape]}
+            row |= {k: round(v, 1) for k, v in seconds.items()} | {f"{k}_ms": round(v, 3) for k, v in ms.items()}
+            row |= {"decode_tok_s": round(result.decode_tokens_per_s, 2), "of_limit": f"{stream_ms / ms_step:.0%}"}
+            row |= {**_memory_gb(device), "greedy_32": " ".join(str(i) for i in result.token_ids[:32])}
+            report.add("q8 decode", row)
+            _free(m)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _free(model) -> None:
+    """Release `model`'s device memory now: its parameters and cache dropped, whoever still holds the model (the
+    8B's 8.5 GB and the next row's 7.7 GB of f32 do not fit the chip together)."""
+    model.params.clear()
+    model.state.clear()
+    model.step_executables.clear()
+    gc.collect()
+
+
+def _recompile_s(model, prompt: int) -> float:
+    """Seconds to compile `model`'s generation again (prefill bucket, decode step, decode loop) once this process
+    has forgotten it (`jax.clear_caches()`, the model's executables dropped): what the persistent compile cache,
+    which the cold compile filled, gives a second run."""
+    import jax
+
+    from linnet.runtimes.generation import Generator
+
+    jax.clear_caches()
+    model.step_executables.clear()
+    t = time.perf_counter()
+    Generator(model.step_model(decode_loop=True), None).warm_up(prompt)
+    return time.perf_counter() - t
+
+
+def distance_rows(report, device: str, dry: bool, shape: str, budget_end: float) -> None:
+    """`shape`'s dims with 4 layers: the stored model under both numerics against the same file dequantized in f32
+    on the device, and against the CPU's f32 `equivalent`."""
+    from tpu import greedy, last_logits
+
+    if time.monotonic() > budget_end:
+        report.add("q8 distance", {"shape": shape, "skipped": "time budget spent"})
+        return
+    config = TINY if dry else {"num_hidden_layers": 4}
+    tmp = Path(tempfile.mkdtemp(prefix="linnet-q8-"))
+    try:
+        path = _tmp_gguf(tmp, shape, config, report, "q8 distance")
+        if path is None:
+            return
+        label = f"{shape} dims, {config['num_hidden_layers']} layers"
+        vocab = _program(shape, config).config["vocab_size"]
+        ids = np.random.default_rng(1).integers(0, vocab, 64).astype(np.int64)
+        runs = {}
+        for name, dev, dtype, numerics, new in (
+            ("device f32 equivalent (dequantized)", device, "f32", "equivalent", 32),
+            ("device stored fast", device, "stored", "fast", 32),
+            ("device stored equivalent", device, "stored", "equivalent", 32),
+            ("cpu f32 equivalent (dequantized)", "cpu", "f32", "equivalent", 16),
+        ):
+            if time.monotonic() > budget_end:
+                break
+            t = time.perf_counter()
+            m = _load(path, shape, dev, dtype, numerics, 128)
+            runs[name] = (last_logits(m, ids), greedy(m, ids, new, warm=False)[0].token_ids, time.perf_counter() - t)
+            _free(m)
+        ref_logits, ref_tokens, _ = runs["device f32 equivalent (dequantized)"]
+        cpu = runs.get("cpu f32 equivalent (dequantized)")
+        for name, (logits, tokens, s) in runs.items():
+            row = {
+                "shape": label,
+                "run": name,
+                "max_abs_diff_vs_device_f32": float(np.max(np.abs(logits - ref_logits))),
+                "logits_max_abs": float(np.max(np.abs(ref_logits))),
+                "argmax_same": bool(np.argmax(logits) == np.argmax(ref_logits)),
+                "greedy_agree_vs_device_f32": f"{sum(a == b for a, b in zip(tokens, ref_tokens))}/{len(tokens)}",
+                "s": round(s, 1),
+            }
+            if cpu is not None:
+                row["max_abs_diff_vs_cpu_f32"] = float(np.max(np.abs(logits - cpu[0])))
+                row["greedy_agree_vs_cpu_f32"] = f"{sum(a == b for a, b in zip(tokens, cpu[1]))}/{len(cpu[1])}"
+            report.add("q8 distance", row)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def q8_rows(report, device: str, dry: bool, calibration: dict, budget_end: float, shapes: list[str] | None = None):
+    """The rows of this module (its docstring), in order: kernel, decode per shape (`shapes`, default the Llama
+    3.1 8B shape), distance on the Llama shape with 4 layers."""
+    shapes = shapes or ["llama-3.1-8b"]
+    for section, rows in (
+        ("q8 kernel", lambda: kernel_rows(report, device, dry, calibration)),
+        ("q8 decode", lambda: decode_rows(report, device, dry, calibration, shapes, budget_end)),
+        ("q8 distance", lambda: distance_rows(report, device, dry, shapes[0], budget_end)),
+    ):
+        try:
+            rows()
+        except Exception as err:  # a section that fails says why, and the next still runs (one device call)
+            report.add(section, {"error": f"{type(err).__name__}: {err}"[:2000]})

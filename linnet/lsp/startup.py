@@ -1,0 +1,201 @@
+"""`linnet lsp`'s cold start: what the process does before it can answer, kept short.
+
+Before its first diagnostics the server imports pygls, lsprotocol and the front end and checks the opened file.
+Measured on two shared cores (`python -X importtime`, cProfile, and `bench/lsp_latency.py --cold-start`), three
+costs in that import were not work the server needs:
+
+- the cyclic garbage collector: about 240 collections of a heap growing to 110,000 objects while modules import
+  (~0.1 s), and a full collection of it before serving (~60 ms). Here the young generation's threshold is
+  `IMPORT_YOUNG_THRESHOLD` while the server's modules import (a fourteenth of the collections; with the collector
+  off instead, imports' garbage piled up: +10 MB of RSS for the last ~30 ms), and `IdleCollector.start` freezes
+  what they loaded without that full collection.
+- compiling generated methods: attrs builds `__init__`, `__eq__`, ... of each of lsprotocol's 554 classes, and
+  `dataclasses` those of the front end's ~150, from source text, compiled at every start (~0.25 s, most of
+  lsprotocol's import). `generated_code_cached` keeps the code objects of that text in a per-user cache file
+  (marshal, keyed by the exact text and file name, so a changed attrs or lsprotocol compiles afresh), and a
+  start that finds them evaluates them without compiling.
+- cattrs generating (and compiling) the functions that read and write each message type the first time one
+  arrives: ~25 ms for those of a start (initialize with a client's capabilities, didOpen, publishDiagnostics,
+  ...). `load_server` makes the server and has its converter generate those at once, through the same cache.
+- lark imports `regex` and `interegular` when they are installed, for grammars that ask for them (ours does not):
+  hidden from lark while it imports (~30 ms).
+
+The cache file is `lsp/generated-code-<python>.marshal` in Linnet's cache folder (`$LINNET_CACHE_DIR`, else
+`$XDG_CACHE_HOME/linnet`, else `~/.cache/linnet`; `LINNET_NO_CACHE=1` turns it off; `linnet cache` lists and clears
+it); a folder that cannot be read or written only means compiling as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import gc
+import marshal
+import os
+import sys
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+CACHE_NAME = f"generated-code-{sys.implementation.cache_tag}.marshal"
+IMPORT_YOUNG_THRESHOLD = 10_000  # generation 0's collection threshold while the server imports (CPython's: 700)
+STALE_SHARE = 0.05  # the share of lookups that missed above which the cache file is written again
+OPTIONAL_FOR_LARK = ("regex", "interegular")  # lark uses them only for grammars with `regex=True`
+# what an editor and the server send each other from spawning to the first diagnostics
+STARTUP_METHODS = (
+    "initialize",
+    "initialized",
+    "workspace/configuration",
+    "client/registerCapability",
+    "textDocument/didOpen",
+    "textDocument/publishDiagnostics",
+    "textDocument/didChange",
+    "shutdown",
+    "exit",
+)
+
+
+def cache_path() -> Path | None:
+    """The cache file of generated code: `lsp/` of Linnet's cache folder, as `linnet.runtimes.backends.caches`
+    finds it (not imported: it imports tempfile and shutil, a start's worth of milliseconds); None when
+    `LINNET_NO_CACHE` is set."""
+    if os.environ.get("LINNET_NO_CACHE", "") not in ("", "0"):
+        return None
+    if os.environ.get("LINNET_CACHE_DIR"):
+        root = Path(os.environ["LINNET_CACHE_DIR"]).expanduser()
+    else:
+        xdg = os.environ.get("XDG_CACHE_HOME")
+        root = (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "linnet"
+    return root / "lsp" / CACHE_NAME
+
+
+class CodeCache:
+    """Code objects by (file name, source text): `compile` for text met before is a dict lookup.
+
+    `hits` and `misses` count lookups; `save()` writes what this process used (a stale entry, from an older attrs
+    or lsprotocol, is dropped by the next save)."""
+
+    def __init__(self, path: Path | None):
+        self.path = path  # None: nothing is read or written
+        self.codes: dict[str, Any] = {}
+        self.used: dict[str, Any] = {}
+        self.hits = self.misses = 0
+        if path is None:
+            return
+        with contextlib.suppress(OSError, EOFError, ValueError, TypeError):
+            loaded = marshal.loads(path.read_bytes())  # marshal.load(file) reads in small pieces: 5x slower
+            if isinstance(loaded, dict):
+                self.codes = loaded
+
+    def compile(self, source: str, filename: str) -> Any:
+        """`compile(source, filename, "exec")`, from the cache when this text was compiled before."""
+        key = f"{filename}\0{source}"
+        code = self.codes.get(key)
+        if code is None:
+            code = compile(source, filename, "exec")
+            self.misses += 1
+        else:
+            self.hits += 1
+        self.used[key] = code
+        return code
+
+    def save(self) -> None:
+        """Write the code this process used, when more than `STALE_SHARE` of it was compiled here (a first start,
+        or a new attrs or lsprotocol; a few classes generate different text in each process, such as a frozen attrs
+        class's `__hash__`, which hashes a string: those always miss). Atomic: a server starting at the same time
+        reads the old file or the new one."""
+        if self.path is None or self.misses <= STALE_SHARE * (self.hits + self.misses):
+            return
+        tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_bytes(marshal.dumps(self.used))
+            os.replace(tmp, self.path)
+        except (OSError, ValueError):
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+
+
+@contextlib.contextmanager
+def generated_code_cached(cache: CodeCache) -> Iterator[CodeCache]:
+    """While the block runs, attrs, dataclasses and cattrs compile the code they generate through `cache`; all are
+    restored after. attrs compiles in `attr._make._compile_and_eval(script, globs, locs, filename)`; dataclasses
+    calls the builtin `exec(text, globals, ns)` and cattrs's generators the builtin `compile`, each shadowed by a
+    module global for the block. Where one differs (another version), it compiles as usual."""
+    import attr._make as attrs_make
+    import cattrs.gen
+
+    original = getattr(attrs_make, "_compile_and_eval", None)
+
+    def attrs_compile_and_eval(script, globs, locs=None, filename=""):
+        eval(cache.compile(script, filename), globs, locs)  # noqa: S307 - attrs' own generated code
+
+    def dataclasses_exec(source, globals_=None, locals_=None, /):
+        if isinstance(source, str):
+            source = cache.compile(source, "<string>")
+        exec(source, globals_, locals_)  # noqa: S102 - dataclasses' own generated code
+
+    def cattrs_compile(source, filename, mode, *args, **kwargs):
+        if mode != "exec" or args or kwargs or not isinstance(source, str):
+            return compile(source, filename, mode, *args, **kwargs)
+        return cache.compile(source, filename)
+
+    if original is not None:
+        attrs_make._compile_and_eval = attrs_compile_and_eval
+    dataclasses.exec = dataclasses_exec  # a module global shadows the builtin in dataclasses' functions
+    cattrs.gen.compile = cattrs_compile  # and in cattrs.gen's
+    try:
+        yield cache
+    finally:
+        del dataclasses.exec
+        del cattrs.gen.compile
+        if original is not None:
+            attrs_make._compile_and_eval = original
+
+
+@contextlib.contextmanager
+def without_optional(names: tuple[str, ...]) -> Iterator[None]:
+    """Importing any of `names` raises ImportError while the block runs (the modules a library imports only to
+    offer an option we do not use); modules already imported are left alone."""
+    hidden = [name for name in names if name not in sys.modules]
+    for name in hidden:
+        sys.modules[name] = None  # type: ignore[assignment]  # import raises ImportError
+    try:
+        yield
+    finally:
+        for name in hidden:
+            if sys.modules.get(name, 0) is None:
+                del sys.modules[name]
+
+
+def warm_converter(converter: Any) -> None:
+    """Have `converter` (cattrs, pygls's) generate its functions for the messages of a start: the requests and
+    notifications in `STARTUP_METHODS` and their responses."""
+    from lsprotocol import types as T
+
+    for method in STARTUP_METHODS:
+        message, response = T.METHOD_TO_TYPES[method][:2]
+        converter.get_structure_hook(message)
+        converter.get_unstructure_hook(message)  # the server sends some (configuration, registerCapability)
+        if response is not None:
+            converter.get_structure_hook(response)
+            converter.get_unstructure_hook(response)
+
+
+def load_server() -> Callable[[], int]:
+    """Import the language server and make it, with fewer collections and generated code cached (see the module
+    docstring); returns a function that serves on stdio (`linnet.lsp.server.main`, whose `IdleCollector.start`
+    freezes what this loaded) and returns the exit status. Raises ImportError without pygls or lsprotocol."""
+    threshold = gc.get_threshold()
+    gc.set_threshold(IMPORT_YOUNG_THRESHOLD, *threshold[1:])
+    cache = CodeCache(cache_path())
+    try:
+        with generated_code_cached(cache), without_optional(OPTIONAL_FOR_LARK):
+            from .server import create_server, main
+
+            server = create_server()
+            warm_converter(server.protocol._converter)  # pygls keeps the converter private
+    finally:
+        gc.set_threshold(*threshold)
+    cache.save()
+    return functools.partial(main, server)

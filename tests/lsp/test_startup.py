@@ -1,0 +1,157 @@
+"""linnet/lsp/startup.py: `linnet lsp` imports with fewer collections, generated methods' code cached, lark's optional
+modules hidden, and without the CLI's other commands. Real attrs classes and dataclasses; real processes. No timings
+(bench/lsp_cold_start.py has them)."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+import textwrap
+
+import attrs
+import pytest
+
+import linnet.cli
+from linnet.lsp.startup import CodeCache, cache_path, generated_code_cached, warm_converter, without_optional
+from linnet.runtimes.backends import caches
+from tests.conftest import ROOT
+
+CLASSES = textwrap.dedent(
+    """
+    import dataclasses
+    import attrs
+
+    @attrs.define
+    class Range:
+        start: int
+        end: int = 0
+
+    @attrs.frozen
+    class Frozen:
+        name: str
+
+    @dataclasses.dataclass(frozen=True)
+    class Span:
+        start: int
+        end: int
+    """
+)
+
+
+def load_classes(tmp_path, name: str):
+    """A fresh module defining attrs classes and a dataclass (its class bodies run again)."""
+    path = tmp_path / f"{name}.py"
+    path.write_text(CLASSES, encoding="utf-8")
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_second_start_evaluates_the_generated_methods_without_compiling(tmp_path):
+    first = CodeCache(tmp_path / "cache" / "codes.marshal")
+    with generated_code_cached(first):
+        a = load_classes(tmp_path, "classes")
+    assert first.misses >= 3 and first.hits == 0  # attrs' methods of two classes, the dataclass's functions
+    first.save()
+    second = CodeCache(tmp_path / "cache" / "codes.marshal")
+    with generated_code_cached(second):
+        b = load_classes(tmp_path, "classes")  # the same module, run again
+    # a frozen attrs class's __hash__ hashes a string, different in each process, not within one
+    assert second.misses == 0 and second.hits == first.misses
+    for m in (a, b):  # the cached code builds the same classes
+        assert m.Range(1) == m.Range(1, 0) and m.Range(1) != m.Range(2)
+        assert repr(m.Range(1, 2)) == "Range(start=1, end=2)"
+        assert attrs.fields(m.Range).end.default == 0
+        assert hash(m.Frozen("x")) == hash(m.Frozen("x")) and m.Span(1, 2) == m.Span(1, 2)
+        with pytest.raises(AttributeError):
+            m.Frozen("x").name = "y"
+    assert not hasattr(__import__("dataclasses"), "exec"), "the builtin is dataclasses' exec again after the block"
+
+
+def test_the_converter_generates_the_start_messages_functions_through_the_cache(tmp_path):
+    from lsprotocol import types as T
+    from pygls.protocol import default_converter
+
+    message = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"processId": 7, "capabilities": {}}}
+    caches = []
+    for _ in range(2):  # two starts
+        cache = CodeCache(tmp_path / "codes.marshal")
+        converter = default_converter()
+        with generated_code_cached(cache):
+            warm_converter(converter)
+        cache.save()
+        caches.append(cache)
+        request = converter.structure(message, T.InitializeRequest)
+        assert request.params.process_id == 7 and request.params.capabilities == T.ClientCapabilities()
+    assert caches[0].misses > 10 and caches[1].misses == 0 and caches[1].hits == caches[0].misses
+
+
+def test_an_unreadable_or_foreign_cache_file_only_means_compiling(tmp_path):
+    path = tmp_path / "codes.marshal"
+    path.write_bytes(b"not marshal data")
+    cache = CodeCache(path)
+    with generated_code_cached(cache):
+        m = load_classes(tmp_path, "classes_c")
+    assert cache.hits == 0 and cache.misses >= 3 and m.Range(1) == m.Range(1)
+    (tmp_path / "file").write_text("")
+    unwritable = CodeCache(tmp_path / "file" / "codes.marshal")  # its folder is a file
+    unwritable.misses = 1
+    unwritable.save()  # no error: the next start compiles again
+
+
+def test_the_cache_file_is_in_linnet_cache_folder_which_lists_and_clears_it(monkeypatch, tmp_path):
+    monkeypatch.setenv("LINNET_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("LINNET_NO_CACHE", raising=False)
+    assert cache_path().parent == caches.cache_dir("lsp") == tmp_path / "lsp"
+    cache = CodeCache(cache_path())
+    cache.compile("x = 1", "<test>")
+    cache.save()
+    assert [size for name, _, size in caches.info() if name == "lsp"][0] > 0
+    assert caches.clear(("lsp",)) == [tmp_path / "lsp"] and not cache_path().exists()
+    monkeypatch.setenv("LINNET_NO_CACHE", "1")
+    assert cache_path() is None
+    off = CodeCache(None)
+    off.compile("x = 1", "<test>")
+    off.save()  # nothing written anywhere
+    assert off.misses == 1 and list(tmp_path.iterdir()) == []
+
+
+def test_hidden_modules_cannot_be_imported_in_the_block_and_can_after():
+    name = "linnet_test_optional_module"
+    with without_optional((name,)):
+        with pytest.raises(ImportError):
+            __import__(name)
+    assert name not in sys.modules
+
+
+def test_the_lsp_command_skips_the_other_commands_parser(monkeypatch):
+    def no_parser():
+        raise AssertionError("`linnet lsp` built the whole command line")
+
+    monkeypatch.setattr(linnet.cli, "build_parser", no_parser)
+    monkeypatch.setattr(linnet.cli, "cmd_lsp", lambda args: 7)
+    assert linnet.cli.main(["lsp"]) == 7
+
+
+def test_the_server_imports_without_lark_extras_or_the_ir_and_restores_the_collector(tmp_path):
+    script = textwrap.dedent(
+        """
+        import gc, sys
+        from linnet.lsp.startup import load_server
+        before = gc.get_threshold()
+        main = load_server()
+        print(gc.isenabled() and gc.get_threshold() == before, callable(main))
+        unwanted = ("regex", "interegular", "linnet.ir", "linnet.summary", "linnet.cli.run")
+        print(sorted(m for m in unwanted if m in sys.modules))
+        from linnet.lsp.collector import IdleCollector
+        IdleCollector(busy=lambda: False).start()
+        print(gc.get_threshold()[2] == 100 * before[2], gc.get_freeze_count() > 50_000)
+        """
+    )
+    env = {"LINNET_CACHE_DIR": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    run = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines() == ["True True", "[]", "True True"]
+    assert list(tmp_path.iterdir()), "the first start writes the generated code's cache"
