@@ -18,6 +18,8 @@ Rows, each written to DIR/tpu_<date>.json and .md as it completes (a call cut sh
 - q8 (only when asked: `--only q8`, `--q8-shapes`): goal 5's 8B class from a Q8_0 GGUF (bench/tpu_q8.py says what);
 - compile (`--only compile`, not run by default: bench/tpu_compile.py): the 1.1B shape's load and warm-up compiles,
   cold and from the persistent cache, with its 22 layers unrolled and scanned.
+- train (only when asked: `--only train`, `--train-batches`): goal 8's LoRA SFT on the 1.1B shape, tokens/s and MFU,
+  and the losses against the CPU's (bench/tpu_train.py says what).
 
 Weights: each model's preset (examples/llama.linnet) with seeded random weights (`random_weights`: biases 0, norm
 scales 1, the rest N(0, 0.02)). The loader's own `random_params` draws them one tensor after another in f64, which
@@ -394,9 +396,12 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     ap.add_argument("--dry-run", action="store_true", help="the CPU, tiny sizes")
     ap.add_argument("--budget-s", type=float, default=420, help="start no new shape after this many seconds")
-    rows = ("calibration", "numerics", "speed", "serve", "peer", "q8", "compile")
+    rows = ("calibration", "numerics", "speed", "serve", "peer", "q8", "compile", "train")
     ap.add_argument("--only", choices=rows, action="append")
     ap.add_argument("--q8-shapes", nargs="+", choices=("llama-3.1-8b", "qwen3-8b"), help="q8's decode rows (tpu_q8)")
+    ap.add_argument(
+        "--train-batches", type=lambda s: s.split(","), help="train rows (tpu_train): 4,8r (r: checkpointed)"
+    )
     args = ap.parse_args(argv)
     start = time.monotonic()
 
@@ -436,6 +441,10 @@ def main(argv=None) -> int:
         from tpu_compile import compile_scan_rows
 
         compile_scan_rows(report, device, args.dry_run)
+    if "train" in only and args.only:  # goal 8's LoRA SFT rows (bench/tpu_train.py): by name, minutes of their own
+        from tpu_train import train_rows
+
+        train_rows(report, device, args.dry_run, calibration, start + args.budget_s, args.train_batches)
     report.data["wall_s"] = round(time.monotonic() - start, 1)
     report.write()
     return 0

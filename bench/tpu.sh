@@ -10,6 +10,8 @@
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.11 --implementation cp \
 #       --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any -d .whl-tpu \
 #       lark gguf safetensors tqdm jinja2 markupsafe tokenizers pyyaml      (the versions constraints.txt and .venv hold)
+# `--only train` (bench/tpu_train.py) also needs optax and absl-py (optax imports it) in .whl-tpu:
+#       optax==0.2.8 absl-py==2.5.1
 # `--only peer` (bench/tpu_peer.py) also needs KerasHub's wheels, carried as .whl-peer (`carry: [".whl-tpu",
 # ".whl-peer"]`; ignored as .whl-tpu is): keras-hub and keras with what `import keras_hub` and its Llama path import
 # (not tensorflow-text nor TensorFlow, which keras-hub declares; tokenizers comes from .whl-tpu):

@@ -179,7 +179,11 @@ def register(sub) -> None:
     p.add_argument("--max-length", type=int, default=1024, metavar="N", help="truncate rows to N tokens (1024)")
     p.add_argument("--seed", type=int, default=42, help="row order and LoRA init (42)")
     p.add_argument("--no-shuffle", action="store_true", help="visit the rows in the file's order")
-    p.add_argument("--bf16", action="store_true", help="bf16 autocast over f32 weights")
+    p.add_argument(
+        "--bf16",
+        action="store_true",
+        help="mixed precision: bf16 autocast over f32 weights (jax: bf16 weights, f32 adapters)",
+    )
     p.add_argument("--gradient-checkpointing", action="store_true", help="recompute each layer in the backward pass")
     p.add_argument("--lora-r", type=int, metavar="R", help="LoRA rank (8)")
     p.add_argument("--lora-alpha", type=float, metavar="A", help="LoRA alpha; scaling = alpha / r (8, PEFT's)")

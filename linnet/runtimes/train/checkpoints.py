@@ -234,6 +234,9 @@ class Checkpointer:
         step = record["step"]
         every = self.cfg.save_steps
         stopping = bool(self.stop.signum) and step < self.cfg.max_steps  # after the last step, the result is written
+        # a record fetched after the next step was queued (JAX's `deliver_now` came too late): stop at the next one,
+        # whose values the trainer then holds
+        stopping = stopping and getattr(self.trainer, "state_step", step) == step
         if self.folder is not None and ((every and (step % every == 0 or step == self.cfg.max_steps)) or stopping):
             self.save(step)
         if stopping:

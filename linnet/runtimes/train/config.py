@@ -57,8 +57,10 @@ class TrainConfig:
         max_grad_norm: clip the global gradient norm to this (1.0); 0 or None: no clipping.
         weight_decay, adam_beta1, adam_beta2, adam_epsilon: torch AdamW's (0.0, 0.9, 0.999, 1e-8).
         bf16: run the forward under `torch.autocast` in bfloat16 over f32 master weights (False here: CPU runs
-            are f32 unless asked; TRL turns it on by default on GPUs).
-        gradient_checkpointing: recompute each decoder layer's activations in the backward pass.
+            are f32 unless asked; TRL turns it on by default on GPUs); on JAX, the model in bf16 and the trained
+            parameters' f32 masters cast to it (`jax_trainer`).
+        gradient_checkpointing: recompute each decoder layer's activations in the backward pass (on JAX under
+            `jax.checkpoint`).
         max_length: truncate each row's tokens to this many (TRL's 1024, `keep_start`); None keeps them all.
         shuffle: visit the rows in a seeded random order each epoch (True); False keeps the file's order.
         seed: seeds the row order, LoRA's initial A and dropout.

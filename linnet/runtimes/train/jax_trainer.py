@@ -7,9 +7,11 @@ tensors). LoRA adapters are ordinary parameters of the transformed source (`lora
 same code trains them, and `lora.save_adapter` writes them in PEFT's format from `params`.
 
 One optimizer step, as `trainer.Trainer` does it on PyTorch (transformers' `Trainer` with `num_items_in_batch`):
-1. `gradient_accumulation_steps` micro-batches, right-padded to a multiple of `PAD_TO` tokens (extra pad
-   tokens with loss mask 0: the `forward` entries are causal, so right padding changes no real token's
-   logits, and each padded length compiles once);
+1. `gradient_accumulation_steps` micro-batches, right-padded to a length bucket (`padded_length`: 16, 24, 32,
+   48, 64, ... tokens, a power of two or 1.5 times one; extra pad tokens with loss mask 0: the `forward` entries
+   are causal, so right padding changes no real token's logits) and to the most rows a micro-batch has had (an
+   epoch's last, smaller micro-batch gets rows of pad tokens), so ragged data compiles a few shapes, not one a
+   step;
 2. `N` = the step's loss tokens over every micro-batch (`reduce_sum` over the processes of a run);
 3. per micro-batch, the gradient of `sum(nll * mask) / N`, summed over micro-batches;
 4. `optax.clip_by_global_norm(max_grad_norm)` then `optax.adamw` (decoupled weight decay, eps outside the
@@ -17,6 +19,26 @@ One optimizer step, as `trainer.Trainer` does it on PyTorch (transformers' `Trai
    lr_multiplier(step - 1)` (`optax.inject_hyperparams`), as torch's `LambdaLR` sets it. `grad_norm` is the
    norm before clipping (`optax.global_norm`), as `clip_grad_norm_` returns it. optax clips by
    `max_norm / norm` where torch uses `max_norm / (norm + 1e-6)`: a 1e-6 relative difference on clipped steps.
+
+On an accelerator (`--device tpu`) the host must not stall the device: a step is dispatched without waiting
+(each micro-batch's gradient is added to the step's sum inside its jitted call, the sum's buffers donated; the
+optimizer update donates the parameters and the optimizer state), and the step's record (its loss, metrics and
+gradient norm, one `jax.device_get` of them all) is fetched after the next step is dispatched, so the device
+always holds a queued step. A record that a checkpoint follows (`save_steps`, a signal:
+`deliver_now`) is fetched before the next step starts, so the checkpoint holds that step's values.
+
+Mixed precision (`bf16=True`, `--bf16`): the model is loaded in bf16 (`load_dtype`: the frozen weights and the
+activations, so the matmuls run on bf16 operands with f32 accumulation), the trained parameters are held in f32
+(master weights, what the optimizer updates and the adapters are saved from) and cast to bf16 for each forward;
+the loss, its log-softmax and the optimizer in f32. PyTorch's `--bf16` autocasts over f32 weights instead: the same
+matmul operands, but its norms and softmax run in f32 where the source's own casts decide here.
+
+Activation checkpointing (`gradient_checkpointing=True`, `--gradient-checkpointing`): each decoder layer's
+`forward` under `jax.checkpoint` (`checkpoint_layers`) with `dots_with_no_batch_dims_saveable`: a layer keeps its
+input and its weight matmuls' outputs (projections, adapters) for the backward pass and recomputes the rest, one
+layer at a time: the attention's scores and probabilities ([B, H, S, S] in f32, most of a layer's activations at
+512 tokens), the norms, rotary and activations: cheap to recompute (no weight matmul runs twice). PyTorch's
+per-layer `torch.utils.checkpoint` keeps only the input and runs the whole layer again. The losses the same.
 
 Dropout (`--lora-dropout`): the generated JAX code's dropouts draw only when the entry's `p` holds a random key
 (`DROPOUT_KEY`; without one, in inference, they are the identity). Each micro-batch's forward gets
@@ -55,7 +77,7 @@ from .schedule import lr_multiplier
 
 __all__ = [
     "JaxPolicy", "JaxTrainer", "JAX_LOSSES", "token_nll_jax", "sft_loss_jax", "dpo_loss_jax", "PAD_TO",
-    "LOAD_OPTIONS", "DATA_PARALLEL", "trainable_paths", "policy_and_trainer",
+    "LOAD_OPTIONS", "DATA_PARALLEL", "trainable_paths", "policy_and_trainer", "padded_length", "load_dtype",
 ]  # fmt: skip
 
 # The hooks of a backend record's `trainer` (`linnet.runtimes.backends.Backend.trainer`), read by `train.run`:
@@ -75,7 +97,24 @@ def policy_and_trainer(model: Any, trainable: list[str], cfg: TrainConfig) -> tu
     return JaxPolicy(model, trainable), JaxTrainer
 
 
-PAD_TO = 16
+PAD_TO = 16  # the smallest length bucket
+
+
+def padded_length(tokens: int) -> int:
+    """The length bucket a micro-batch of `tokens` tokens is padded to: the least of PAD_TO · 2^k and 1.5 · PAD_TO ·
+    2^k (16, 24, 32, 48, 64, 96, ...) that holds it, so at most a third of a padded row is padding and ragged rows
+    up to 4096 tokens compile at most 17 lengths."""
+    bucket = PAD_TO
+    while bucket < tokens:
+        if bucket * 3 // 2 >= tokens:
+            return bucket * 3 // 2
+        bucket *= 2
+    return bucket
+
+
+def load_dtype(cfg: TrainConfig) -> str:
+    """The dtype the model is loaded in for `cfg`: bf16 under mixed precision (`cfg.bf16`), else f32."""
+    return "bf16" if cfg.bf16 else "f32"
 
 
 def token_nll_jax(logits, input_ids):
@@ -130,7 +169,7 @@ def dpo_loss_jax(logps, ref_logps, pairs: int, beta: float, num_items):
 
 def _sft_micro_loss(policy: JaxPolicy, objective: Objective):
     def micro_loss(params, frozen, input_ids, loss_mask, num_items, key):  # frozen: an argument, never a constant
-        logits = policy.forward({**frozen, **params, DROPOUT_KEY: key}, {}, input_ids)
+        logits = policy.forward({**frozen, **policy.cast(params), DROPOUT_KEY: key}, {}, input_ids)
         loss, metrics = sft_loss_jax(logits, input_ids, loss_mask, num_items)
         return loss, {"sums": metrics, "means": {}}
 
@@ -150,9 +189,9 @@ def _dpo_micro_loss(policy: JaxPolicy, objective: Objective):
         # the reference in training mode too, with masks of its own, as the PyTorch trainer runs it (inside the
         # step's `training()`) and TRL does (its model stays in train mode for the reference pass)
         ref_key = jax.random.fold_in(key, REFERENCE_STREAM)
-        ref_logits = policy.forward({**frozen, **reference, DROPOUT_KEY: ref_key}, {}, input_ids)
+        ref_logits = policy.forward({**frozen, **policy.cast(reference), DROPOUT_KEY: ref_key}, {}, input_ids)
         ref_logps = jax.lax.stop_gradient(masked_logps_jax(ref_logits, input_ids, loss_mask))
-        logits = policy.forward({**frozen, **params, DROPOUT_KEY: key}, {}, input_ids)
+        logits = policy.forward({**frozen, **policy.cast(params), DROPOUT_KEY: key}, {}, input_ids)
         return dpo_loss_jax(masked_logps_jax(logits, input_ids, loss_mask), ref_logps, pairs, beta, num_items)
 
     return micro_loss
@@ -163,6 +202,29 @@ def _dpo_micro_loss(policy: JaxPolicy, objective: Objective):
 JAX_LOSSES: dict[str, Callable] = {"sft": _sft_micro_loss, "full": _sft_micro_loss, "dpo": _dpo_micro_loss}
 
 
+def checkpoint_layers(namespace: dict, saveable: Any) -> list[str]:
+    """Run the `forward` of each module class of the generated code `namespace` whose instances make a list (a
+    decoder's `layers`) under `jax.checkpoint` with the policy `saveable` (what a layer keeps for the backward pass;
+    the rest is recomputed there, one layer at a time), as PyTorch's `TorchPolicy` wraps each layer in
+    `torch.utils.checkpoint`. The layer's parameters (and a dropout key) are closed over: `jax.checkpoint` takes
+    them as inputs. Returns the classes' names."""
+    jax = jax_module()
+    classes = {
+        child[0]
+        for value in namespace.values()
+        if isinstance(value, type)
+        for child in getattr(value, "CHILDREN", {}).values()
+        if isinstance(child, tuple)
+    }
+    for cls in classes:
+
+        def forward(self, *args, _forward=cls.forward):
+            return jax.checkpoint(lambda *a: _forward(self, *a), policy=saveable)(*args)
+
+        cls.forward = forward
+    return sorted(c.__name__ for c in classes)
+
+
 class JaxPolicy:
     """A `JaxModel` being trained: the pure `forward(params, {}, input_ids)` of its generated code, the trained
     parameters by checkpoint name (`trainable`), the others held fixed.
@@ -171,7 +233,9 @@ class JaxPolicy:
     `forward` entry, or an unknown trainable name."""
 
     def __init__(self, model: Any, trainable: list[str]):
-        from linnet.compiler.jax.module import compile_program
+        import jax.numpy as jnp
+
+        from linnet.compiler.jax.module import compile_program, jax_dtype
 
         fused = [k for k in model.params if "{" in k]
         if fused:
@@ -186,7 +250,9 @@ class JaxPolicy:
         if unknown:
             raise TrainError(f"no parameter {', '.join(unknown[:5])} to train")
         self.model = model
-        self.forward = compile_program(program, model.numerics, fuse_linear_weights=False).entry_fn("forward")
+        compiled = compile_program(program, model.numerics, fuse_linear_weights=False)
+        self.forward = compiled.entry_fn("forward")
+        self.namespace = compiled.namespace  # the generated classes, this policy's own
         self.trainable = {k: model.params[k] for k in trainable}
         self.frozen = {k: v for k, v in model.params.items() if k not in self.trainable}
         self.tokenizer = model.tokenizer()
@@ -194,20 +260,36 @@ class JaxPolicy:
         self.pad_token_id = int(pad) if pad is not None else 0  # TRL pads with the EOS token when there is no PAD
         self.vocab_size = forward.outputs[0].dims[-1].as_int()
         self.device = model.device
+        # the dtype the model computes in (its program's: bf16 or f32), whatever the trained values were loaded in
+        # (fresh adapters come in f32): a bf16 activation times an f32 adapter would make the rest of the layer f32
+        working = jax_dtype(program.dtype.name)
+        self.compute_dtype = {k: working if jnp.issubdtype(v.dtype, jnp.floating) else v.dtype
+                              for k, v in self.trainable.items()}  # fmt: skip
+
+    def cast(self, params: dict) -> dict:
+        """The trained `params` in the dtypes the model computes in (f32 master weights to bf16 under mixed
+        precision; unchanged in f32), inside the traced step, so their gradients come back in the master's f32."""
+        return {k: v.astype(self.compute_dtype[k]) for k, v in params.items()}
 
     def logits(self, params: dict, input_ids):
         """`forward`'s logits [B, S, vocab] with the trained `params` (a pytree by checkpoint name)."""
-        return self.forward({**self.frozen, **params}, {}, input_ids)
+        return self.forward({**self.frozen, **self.cast(params)}, {}, input_ids)
 
     def commit(self) -> None:
-        """Put the trained parameters back into the model (its entries then run with them)."""
+        """Put the trained parameters back into the model (its entries then run with them), in its dtypes; the
+        f32 master values stay beside them as `model.master_params` (what `lora.save_adapter` writes)."""
         jax = jax_module()
-        self.model.params = {**self.model.params, **jax.device_put(self.trainable, self.model.device)}
+        # copies (a checkpoint commits mid-run, and the next step donates the trained buffers)
+        held = jax.device_put(jax.jit(lambda tree: jax.tree.map(jax.numpy.copy, tree))(self.trainable), self.device)
+        self.model.params = {**self.model.params, **jax.jit(self.cast)(held)}
+        self.model.master_params = held
 
 
 class JaxTrainer:
     """Trains `policy` (a `JaxPolicy`) on `rows` under `objective` as `config` says: the JAX twin of
-    `trainer.Trainer`, with the same arguments, hooks (`on_step`, `reduce_sum`, `micro_batches`) and records."""
+    `trainer.Trainer`, with the same arguments, hooks (`on_step`, `reduce_sum`, `micro_batches`) and records.
+    `deliver_now(step)` (set by `train.run`: a signal is pending) asks for step `step`'s record before the next
+    step is dispatched (see the module docstring); `state_step` is the step the trained values hold."""
 
     def __init__(
         self,
@@ -222,15 +304,13 @@ class JaxTrainer:
     ):
         import optax
 
-        if config.bf16 or config.gradient_checkpointing:
-            raise TrainError("on JAX, training runs in f32 without activation checkpointing (bf16 and "
-                             "gradient_checkpointing are the PyTorch trainer's)")  # fmt: skip
         loss_fn = JAX_LOSSES.get(objective.name)
         if loss_fn is None:
             raise TrainError(f"method {objective.name} does not train on JAX yet (JAX trains: {', '.join(JAX_LOSSES)})")
         jax = jax_module()
         self.policy, self.objective, self.config = policy, objective, config
         self.on_step, self.reduce_sum = on_step, reduce_sum
+        self.deliver_now: Callable[[int], bool] = lambda step: False
         self.micro_batches = micro_batches or batches(
             rows, config.per_device_train_batch_size, shuffle=config.shuffle, seed=config.seed
         )
@@ -246,11 +326,14 @@ class JaxTrainer:
         )
         clip = [optax.clip_by_global_norm(config.max_grad_norm)] if config.max_grad_norm else []
         self.optimizer = optax.chain(*clip, adamw)
+        # the master weights: f32 (under mixed precision the model computes in bf16, `JaxPolicy.cast`)
+        policy.trainable = {k: np.asarray(v, dtype=np.float32) for k, v in policy.trainable.items()}
         self.opt_state = self.optimizer.init(policy.trainable)
 
-        # data parallel over every device of the run (a mesh of one on one device): the trained and frozen
-        # parameters and the optimizer state replicated, each micro-batch split on its rows
-        self.mesh = make_mesh(axis="batch")
+        # data parallel over every device of the run on the model's platform (a mesh of one on one device; `--device
+        # cpu` on a TPU host trains on the CPU): the trained and frozen parameters and the optimizer state
+        # replicated, each micro-batch split on its rows
+        self.mesh = make_mesh(jax.devices(policy.device.platform), axis="batch")
         replicated = jax.sharding.NamedSharding(self.mesh, jax.sharding.PartitionSpec())
         self.rows_sharding = jax.sharding.NamedSharding(self.mesh, jax.sharding.PartitionSpec("batch"))
         policy.trainable = jax.device_put(policy.trainable, replicated)
@@ -259,39 +342,54 @@ class JaxTrainer:
 
         self.dropout_key = jax.device_put(jax.random.PRNGKey(config.seed), replicated)
         # DPO's reference: the trained parameters' values before the first step (see the module docstring)
-        self.reference = dict(policy.trainable) if objective.name == "dpo" else None
+        copy = jax.jit(lambda tree: jax.tree.map(jax.numpy.copy, tree))  # buffers of its own: a step donates them
+        self.reference = copy(policy.trainable) if objective.name == "dpo" else None
 
+        if config.gradient_checkpointing:
+            checkpoint_layers(policy.namespace, jax.checkpoint_policies.dots_with_no_batch_dims_saveable)
         micro_loss = loss_fn(policy, objective)
         static = ("pairs",) if objective.name == "dpo" else ()
-        self._grad = jax.jit(jax.value_and_grad(micro_loss, has_aux=True), static_argnames=static)
-        self._apply = jax.jit(self._apply_updates)
+        grad = jax.value_and_grad(micro_loss, has_aux=True)
+
+        def accumulate(grads, *args, **extra):  # the step's gradient sum so far + this micro-batch's
+            (_, metrics), g = grad(*args, **extra)
+            return jax.tree.map(lambda a, b: a + b, grads, g), metrics
+
+        self._accumulate = jax.jit(accumulate, static_argnames=static, donate_argnums=0)
+        self._zeros = jax.jit(lambda tree: jax.tree.map(jax.numpy.zeros_like, tree))
+        self._apply = jax.jit(self._apply_updates, donate_argnums=(0, 2))  # the new values take the old's buffers
+        self.rows_bucket = 0  # the most rows a micro-batch has had: every micro-batch is padded to it
         self.history: list[dict[str, Any]] = []
         self.first_step = 1  # a resumed run starts after its checkpoint's step (`load_state`)
+        self.state_step = 0
 
     def _apply_updates(self, params, grads, opt_state, learning_rate):
         import optax
 
         opt_state[-1].hyperparams["learning_rate"] = learning_rate
+        norm = optax.global_norm(grads)
         updates, opt_state = self.optimizer.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, optax.global_norm(grads)
+        return optax.apply_updates(params, updates), opt_state, norm
 
     def _padded(self, batch: Batch) -> tuple[Any, Any]:
-        """The micro-batch padded to a multiple of `PAD_TO` tokens and of the mesh's devices in rows (padding
-        rows hold pad tokens and a zero loss mask: they add nothing), split on its rows over the mesh. Made with
-        `jax.make_array_from_callback`, which asks for the rows of this process's devices only: the same call
-        on one host and on several (each process reads the same global batch, in the same order)."""
+        """The micro-batch padded to its length bucket (`padded_length`) and to `rows_bucket` rows, a multiple of
+        the mesh's devices (padding rows hold pad tokens and a zero loss mask: they add nothing), split on its rows
+        over the mesh. Made with `jax.make_array_from_callback`, which asks for the rows of this process's devices
+        only: the same call on one host and on several (each process reads the same global batch, in the same
+        order)."""
         jax = jax_module()
         b, s = batch.input_ids.shape
-        rows = -(-b // self.mesh.size) * self.mesh.size
-        width = -(-s // PAD_TO) * PAD_TO
+        self.rows_bucket = max(self.rows_bucket, -(-b // self.mesh.size) * self.mesh.size)
+        rows, width = self.rows_bucket, padded_length(s)
         ids = np.full((rows, width), self.policy.pad_token_id, dtype=np.int64)
         ids[:b, :s] = batch.input_ids
         mask = np.zeros((rows, width - 1), dtype=np.float32)
         mask[:b, : s - 1] = batch.loss_mask
         return tuple(jax.make_array_from_callback(a.shape, self.rows_sharding, a.__getitem__) for a in (ids, mask))
 
-    def step(self, step: int) -> dict[str, Any]:
-        """Run optimizer step `step` (1-based) and return its record (`trainer.Trainer.step`'s keys)."""
+    def dispatch(self, step: int) -> dict[str, Any]:
+        """Queue optimizer step `step` (1-based) on the device without waiting for it; returns what `record`
+        turns into its record once it is done (its metrics and gradient norm still on the device)."""
         jax = jax_module()
         t0 = time.perf_counter()
         cfg, pol = self.config, self.policy
@@ -301,35 +399,73 @@ class JaxTrainer:
         ]
         if self.reference is None:  # DPO's `prepare_step` makes a PyTorch reference; the JAX one is `reference`
             micro = self.objective.prepare_step(pol, micro)
-        num_items = int(self.reduce_sum(float(sum(self.objective.num_items(b) for b in micro))))
-        grads, sums, means = None, {}, {}
+        num_items = np.float32(self.reduce_sum(float(sum(self.objective.num_items(b) for b in micro))))
+        grads, metrics = self._zeros(pol.trainable), []
         step_key = jax.random.fold_in(self.dropout_key, step)
         for i, batch in enumerate(micro):
             ids, mask = self._padded(batch)
             key = jax.random.fold_in(step_key, i)  # the micro-batch's dropout masks
             extra = {} if self.reference is None else {"reference": self.reference, "pairs": len(batch.input_ids) // 2}
-            (_, metrics), g = self._grad(pol.trainable, pol.frozen, ids, mask, np.float32(num_items), key, **extra)
-            grads = g if grads is None else jax.tree.map(lambda a, b: a + b, grads, g)
-            for k, v in metrics["sums"].items():
-                sums[k] = sums.get(k, 0.0) + float(v)
-            for k, v in metrics["means"].items():
-                means[k] = means.get(k, 0.0) + float(v) / len(micro)
+            grads, m = self._accumulate(grads, pol.trainable, pol.frozen, ids, mask, num_items, key, **extra)
+            metrics.append(m)
         lr_used = self.learning_rate * self.multiplier(step - 1)
         pol.trainable, self.opt_state, grad_norm = self._apply(
             pol.trainable, grads, self.opt_state, np.float32(lr_used)
         )
-        return step_record(step, {**sums, **means}, micro, float(grad_norm), lr_used, time.perf_counter() - t0)
+        self.state_step = step
+        return {"step": step, "micro": micro, "metrics": metrics, "grad_norm": grad_norm, "lr": lr_used, "t0": t0}
+
+    @staticmethod
+    def record(queued: dict[str, Any], since: float) -> dict[str, Any]:
+        """The record of a step `dispatch` queued (`trainer.Trainer.step`'s keys), its values fetched from the
+        device in one transfer (waiting for the step); its time counted from `since`."""
+        jax = jax_module()
+        metrics, grad_norm = jax.device_get((queued["metrics"], queued["grad_norm"]))
+        sums, means = {}, {}
+        for m in metrics:
+            for k, v in m["sums"].items():
+                sums[k] = sums.get(k, 0.0) + float(v)
+            for k, v in m["means"].items():
+                means[k] = means.get(k, 0.0) + float(v) / len(metrics)
+        elapsed = time.perf_counter() - since
+        return step_record(queued["step"], {**sums, **means}, queued["micro"], float(grad_norm), queued["lr"], elapsed)
+
+    def step(self, step: int) -> dict[str, Any]:
+        """Run optimizer step `step` (1-based) and return its record, waiting for it."""
+        queued = self.dispatch(step)
+        return self.record(queued, queued["t0"])
 
     def train(self) -> list[dict[str, Any]]:
         """Run optimizer steps `first_step` .. `config.max_steps`; returns their records (also passed to
-        `on_step`); the trained parameters end in the model (`JaxPolicy.commit`)."""
-        for step in range(self.first_step, self.config.max_steps + 1):
-            record = self.step(step)
-            self.history.append(record)
-            if self.on_step is not None:
-                self.on_step(record)
+        `on_step`), each fetched once the next step is queued (but for those a checkpoint follows: module
+        docstring); the trained parameters end in the model (`JaxPolicy.commit`)."""
+        cfg = self.config
+        pending, since = None, time.perf_counter()
+        for step in range(self.first_step, cfg.max_steps + 1):
+            if pending is not None and self._due(pending["step"]):
+                since = self._deliver(pending, since)
+                pending = None
+            queued = self.dispatch(step)
+            if pending is not None:
+                since = self._deliver(pending, since)
+            pending = queued
+        if pending is not None:
+            self._deliver(pending, since)
         self.policy.commit()
         return self.history
+
+    def _due(self, step: int) -> bool:
+        """Whether step `step`'s record is wanted before the next step changes the trained values (a checkpoint
+        of that step follows it)."""
+        every = self.config.save_steps
+        return bool(every and step % every == 0) or self.deliver_now(step)
+
+    def _deliver(self, queued: dict[str, Any], since: float) -> float:
+        record = self.record(queued, since)
+        self.history.append(record)
+        if self.on_step is not None:
+            self.on_step(record)
+        return time.perf_counter()
 
     # ---- checkpoints (`checkpoints.Checkpointer`): the PyTorch trainer's files, in formats JAX holds
     def trained_arrays(self) -> dict[str, np.ndarray]:
@@ -380,3 +516,4 @@ class JaxTrainer:
         for _ in range(step * self.config.gradient_accumulation_steps):
             next(self.micro_batches)
         self.first_step = step + 1
+        self.state_step = step

@@ -286,15 +286,14 @@ class _AddedTensors:
 
     def fresh(self) -> dict[str, np.ndarray]:
         """A ~ U(-1/√in, 1/√in) (kaiming_uniform_ with a=√5, PEFT's default init), B = 0, drawn in member order from
-        a torch generator seeded with `seed`."""
-        import torch
-
-        g = torch.Generator().manual_seed(self.seed)
+        one Mersenne Twister seeded with `seed`: the values `torch.rand(..., generator=torch.Generator()
+        .manual_seed(seed))` draws, computed without torch (`torch_rand_f32`), so JAX trains without it."""
+        twister = np.random.RandomState(self.seed)
         out = {}
         for m in self.members:
-            bound = 1.0 / math.sqrt(m.in_features)
-            a = torch.rand((self.r, m.in_features), generator=g, dtype=torch.float32) * (2 * bound) - bound
-            out[f"{m.path}.lora_A.weight"] = a.numpy()
+            bound = np.float32(1.0 / math.sqrt(m.in_features))
+            a = torch_rand_f32(twister, (self.r, m.in_features)) * np.float32(2 * bound) - bound
+            out[f"{m.path}.lora_A.weight"] = a
             out[f"{m.path}.lora_B.weight"] = np.zeros((m.out_features, self.r), dtype=np.float32)
         return out
 
@@ -326,6 +325,14 @@ class _AddedTensors:
         return AdapterView(inner.source, inner.format, inner.config, names, set(inner.buffer_names), inner.path)
 
 
+def torch_rand_f32(twister: np.random.RandomState, shape: tuple[int, ...]) -> np.ndarray:
+    """f32[shape] in [0, 1): what `torch.rand(shape, dtype=torch.float32, generator=g)` draws on the CPU from a
+    generator in the state `twister` is in (both are MT19937 seeded by `init_genrand`; torch's `uniform_real` keeps
+    the low 24 bits of each 32-bit output and scales them by 2^-24: aten/src/ATen/core/TransformationHelper.h)."""
+    raw = twister._bit_generator.random_raw(int(np.prod(shape)))
+    return ((raw & 0xFFFFFF).astype(np.float32) * np.float32(2.0**-24)).reshape(shape)
+
+
 def _model_type(program: Any, checkpoint: Any) -> str | None:
     from linnet.runtimes.export.hf import FAMILIES
 
@@ -343,12 +350,13 @@ def prepare_with_adapters(
     config: dict[str, Any] | None = None,
     seed: int = 42,
     max_batch: int = 1,
+    dtype: str = "f32",
 ):
     """The LoRA-transformed program prepared with its weights, for any backend: `source` with `weights`, its
     `Linear` members chosen as `lora` says (fresh adapters from `seed`), or as the PEFT folder `adapter` says (its
-    r, lora_alpha and target_modules, its weights), f32, with `max_batch` KV-cache rows (GRPO samples its
-    completions through `step`). Returns (a `loading.Prepared` whose checkpoint view holds the adapters' tensors,
-    the `LoraAdapters`). A backend's `load_prepared` makes the model.
+    r, lora_alpha and target_modules, its weights), in `dtype` (f32; bf16 for JAX's mixed precision), with
+    `max_batch` KV-cache rows (GRPO samples its completions through `step`). Returns (a `loading.Prepared` whose
+    checkpoint view holds the adapters' tensors, the `LoraAdapters`). A backend's `load_prepared` makes the model.
 
     Raises TrainError (targets, adapter folder), LoadError (source, weights)."""
     from linnet.ir.build import read_source
@@ -370,7 +378,7 @@ def prepare_with_adapters(
         tensors = _adapter_tensors(tensors, members, adapter)
     new_text = lora_source(path, text, members, lora.r, lora.scaling, lora.lora_dropout)
     view = _AddedTensors(tensors, members, lora.r, seed)
-    options = LoadOptions(preset, config, "f32", max_batch=max_batch)
+    options = LoadOptions(preset, config, dtype, max_batch=max_batch)
     prepared = prepare(path, base.weights, options, text=new_text, view=view)
     return prepared, LoraAdapters(lora, members, spelled, path, base.weights, preset, config, model_type)
 
@@ -388,6 +396,7 @@ def load_with_adapters(
     progress: bool = False,
     max_batch: int = 1,
     device: str = "cpu",
+    dtype: str = "f32",
 ):
     """`prepare_with_adapters`, loaded on `backend` (one that trains, on `device`, with its trainer's `LOAD_OPTIONS`:
     on `jax` every weight under its checkpoint name, so gradients come back by name). Returns (the `TorchModel` or
@@ -399,10 +408,11 @@ def load_with_adapters(
     b = get_backend(backend)
     if not b.can_train:
         raise TrainError(f"LoRA loads on the backends that train; {backend} is {b.label}")
-    check_options(b, "f32", "equivalent", device)  # what `Backend.load` checks, which this load goes around
+    check_options(b, dtype, "equivalent", device)  # what `Backend.load` checks, which this load goes around
     prepared, adapters = prepare_with_adapters(
-        source, weights, lora, adapter=adapter, preset=preset, config=config, seed=seed, max_batch=max_batch
-    )
+        source, weights, lora, adapter=adapter, preset=preset, config=config, seed=seed, max_batch=max_batch,
+        dtype=dtype,
+    )  # fmt: skip
     options = LoadOptions(device=device, progress=progress)
     model = b.runtime_module().load_prepared(prepared, options, b.mode, **b.trainer_module().LOAD_OPTIONS)
     model.lora = adapters
@@ -506,6 +516,8 @@ def save_adapter(model: Any, folder: str | Path, settings: LoraSettings | None =
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     held = model.module.state_dict() if hasattr(model, "module") else model.params  # torch, or JAX arrays
+    # JAX's bf16 mixed precision trains f32 master values (`JaxPolicy.commit` leaves them here): PEFT's f32 adapters
+    held = {**held, **getattr(model, "master_params", {})}
     tensors = {f"base_model.model.{p}": np.ascontiguousarray(_host(held[p]), dtype=np.float32) for p in info.paths()}
     save_file(tensors, str(folder / "adapter_model.safetensors"), metadata={"format": "pt"})
     config = {

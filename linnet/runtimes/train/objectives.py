@@ -175,7 +175,8 @@ def register(name: str, factory: Callable[..., Objective]) -> None:
 
 def objective_for(method: str, **options: Any) -> Objective:
     """The objective of `--method` with its options. Raises TrainError naming the methods."""
-    _register_builtin()
+    if method not in OBJECTIVES:  # DPO's and GRPO's modules import torch: SFT on JAX runs without it
+        _register_builtin()
     try:
         factory = OBJECTIVES[method]
     except KeyError:

@@ -25,19 +25,7 @@ from torch import nn
 from linnet.errors import TrainError
 from linnet.runtimes.backends.torch_backend import TorchModel
 
-from ..backends import get_backend
-
-__all__ = ["TorchPolicy", "check_trains"]
-
-
-def check_trains(backend: str) -> None:
-    """Refuse a backend that cannot train (the registry's `can_train`). Raises TrainError naming those that can."""
-    from ..backends import BACKENDS
-
-    b = get_backend(backend)
-    if not b.can_train:
-        can = ", ".join(name for name, x in BACKENDS.items() if x.can_train)
-        raise TrainError(f"backend {b.name} does not train ({b.label} runs inference only); backends that train: {can}")
+__all__ = ["TorchPolicy"]
 
 
 class TorchPolicy:

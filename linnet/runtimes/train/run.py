@@ -36,7 +36,7 @@ from .data import read_jsonl
 from .objectives import objective_for
 from .outdir import Interrupt, OutputClaim, StopSignals, checkpoint_dirs, claim_output
 
-__all__ = ["train", "TrainResult", "load_for_training"]
+__all__ = ["train", "TrainResult", "load_for_training", "check_trains"]
 
 
 @dataclass
@@ -63,21 +63,21 @@ def load_for_training(
     progress: bool = False,
     max_batch: int = 1,
     device: str = "cpu",
+    dtype: str = "f32",
 ):
-    """Load `source` with `weights` on `backend` (one that trains) in f32 on `device`, with LoRA adapters when
-    `lora` is given (fresh, or read from the PEFT folder `adapter`), and `max_batch` KV-cache rows (for GRPO's
-    sampling).
+    """Load `source` with `weights` on `backend` (one that trains) in `dtype` (f32; bf16 for JAX's mixed
+    precision, `jax_trainer`) on `device`, with LoRA adapters when `lora` is given (fresh, or read from the PEFT
+    folder `adapter`), and `max_batch` KV-cache rows (for GRPO's sampling).
     Returns (the `TorchModel`, the checkpoint paths to train).
     Raises TrainError, LoadError, BackendError."""
     from ..backends import get_backend
-    from .policy import check_trains
 
     check_trains(backend)
     if lora is None and adapter is None:
         b = get_backend(backend)
         trainer = b.trainer_module()
         model = b.load(
-            source, weights, preset=preset, config=config, dtype="f32", max_batch=max_batch, device=device,
+            source, weights, preset=preset, config=config, dtype=dtype, max_batch=max_batch, device=device,
             progress=progress, **trainer.LOAD_OPTIONS,
         )  # fmt: skip
         return model, trainer.trainable_paths(model)
@@ -85,8 +85,23 @@ def load_for_training(
 
     return load_with_adapters(
         source, weights, lora, adapter=adapter, backend=backend, preset=preset, config=config, seed=seed,
-        progress=progress, max_batch=max_batch, device=device,
+        progress=progress, max_batch=max_batch, device=device, dtype=dtype,
     )  # fmt: skip
+
+
+def in_torchrun() -> bool:
+    """Whether this process is one of several started by torchrun (WORLD_SIZE > 1)."""
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
+def check_trains(backend: str) -> None:
+    """Refuse a backend that cannot train (the registry's `can_train`). Raises TrainError naming those that can."""
+    from ..backends import BACKENDS, get_backend
+
+    b = get_backend(backend)
+    if not b.can_train:
+        can = ", ".join(name for name, x in BACKENDS.items() if x.can_train)
+        raise TrainError(f"backend {b.name} does not train ({b.label} runs inference only); backends that train: {can}")
 
 
 def train(
@@ -135,8 +150,6 @@ def train(
     BackendError; on error `output` is left as it was, but for the checkpoints written. With an `output`, SIGTERM,
     SIGHUP and SIGINT save a checkpoint after the step in progress and raise TrainInterrupted.
     """
-    from .torch_dp import in_torchrun
-
     unknown = sorted(set(options) - set(TrainConfig.__dataclass_fields__))
     if unknown:
         raise TrainError(f"unknown training option {', '.join(unknown)}")
@@ -178,23 +191,25 @@ def _train_claimed(
 ) -> TrainResult:  # fmt: skip
     """`train` once `output` is claimed (`claim`, None when this process writes nothing): read, load, restore a
     checkpoint when resuming, train with checkpoints, write the result."""
-    import torch
-
     from ..backends import get_backend
-    from .torch_dp import in_torchrun
 
     source, weights, backend = inputs["source"], inputs["weights"], inputs["backend"]
     target = claim.path if claim is not None else None
     checkpoint = resolve_resume(resume, Path(output) if output is not None else None) if resume else None
     objective = objective_for(cfg.method, **cfg.method_options)
     rows = read_jsonl(inputs["data"])
-    torch.manual_seed(cfg.seed)
+    trainer_module = get_backend(backend).trainer_module() if get_backend(backend).can_train else None
+    if trainer_module is not None and trainer_module.DATA_PARALLEL:  # PyTorch's trainers (JAX trains without torch)
+        import torch
+
+        torch.manual_seed(cfg.seed)
     try:
         rows_sampled = getattr(objective, "generation_rows", None)  # GRPO samples a micro-batch's completions at once
         model, trainable = load_for_training(
             source, weights, backend=backend, lora=cfg.lora, adapter=inputs["adapter"], preset=inputs["preset"],
             config=inputs["config"], seed=cfg.seed, progress=inputs["progress"],
             max_batch=rows_sampled(cfg) if rows_sampled else 1, device=inputs["device"],
+            dtype=getattr(trainer_module, "load_dtype", lambda cfg: "f32")(cfg),
         )  # fmt: skip
     except LoadError as err:
         other = _other_family(source, weights)
@@ -205,7 +220,6 @@ def _train_claimed(
         cfg.lora = model.lora.settings  # an --adapter's own r, alpha and targets
     record = _run_record(cfg, inputs)
     step = check_resumable(checkpoint, record) if checkpoint is not None else 0
-    trainer_module = get_backend(backend).trainer_module()  # loading checked that the backend trains
     policy, trainer_class = trainer_module.policy_and_trainer(model, trainable, cfg)
     token_rows = objective.token_rows(rows, policy.tokenizer, policy.vocab_size, cfg.max_length)
     hooks, is_main = _distributed(trainer_module, policy, token_rows, cfg)
@@ -215,6 +229,8 @@ def _train_claimed(
         on_step = hooks.pop("on_step", lambda wrap: wrap)(lambda r: (report(r), saver.on_step(r)))
         trainer = trainer_class(policy, objective, token_rows, cfg, on_step=on_step, **hooks)
         saver.trainer = trainer
+        if hasattr(trainer, "deliver_now"):  # JAX fetches a step's record late unless a signal's checkpoint follows
+            trainer.deliver_now = lambda step: bool(stop.signum)
         if checkpoint is not None:
             saver.restore(checkpoint, step)
             report.restart(saver.history)
@@ -270,10 +286,10 @@ def _distributed(trainer: Any, policy: Any, token_rows: list, cfg: TrainConfig) 
     """Under torchrun (WORLD_SIZE > 1): DDP or FSDP2 around the torch policy (`train.torch_dp`), and the
     trainer's hooks (this rank's micro-batches, the all-reduced normaliser, records summed over the ranks);
     whether this process writes (rank 0). One process: no hooks, it writes."""
-    from .torch_dp import data_parallel, global_record, in_torchrun
-
     if not in_torchrun():
         return {}, True
+    from .torch_dp import data_parallel, global_record
+
     if not trainer.DATA_PARALLEL:
         raise TrainError("under torchrun, train on a PyTorch backend; JAX shards over its devices in one process")
     run = data_parallel(policy, token_rows, cfg, fsdp=cfg.fsdp)

@@ -36,17 +36,10 @@ from linnet.errors import TrainError
 from ..parallel.torch_tp import DIST_BACKENDS, init_mesh
 from .data import TokenRow, batches
 
-__all__ = ["DataParallel", "data_parallel", "in_torchrun", "global_record"]
+__all__ = ["DataParallel", "data_parallel", "global_record"]
 
 # the records' fields that are sums over a step's rows (summed over the ranks too)
 SUMMED = ("loss", "num_loss_tokens", "num_tokens")
-
-
-def in_torchrun() -> bool:
-    """Whether this process is one of several started by torchrun (WORLD_SIZE > 1)."""
-    import os
-
-    return int(os.environ.get("WORLD_SIZE", "1")) > 1
 
 
 @dataclass
