@@ -19,7 +19,8 @@ Measured, each in a fresh process:
 Contention: the CPU pressure (Linux PSI, the share of the time some task waited for a CPU) over each phase is
 recorded beside it; a high wait means the numbers are slower than the machine can do.
 Goals (issue 45): diagnostics within 2 s of opening, `exit` honoured within 1 s whatever runs, `linnet check` <= 5 s.
-Run: `python bench/lsp_bigdoc.py [--copies N] [--peer DIR] [--skip-lsp] [--out PATH]`. Timings live here, never in
+Run: `python bench/lsp_bigdoc.py [--copies N] [--peer DIR] [--server-root DIR] [--skip-check] [--skip-lsp]
+[--out PATH]`. Timings live here, never in
 tests.
 """
 
@@ -144,11 +145,12 @@ async def hover_s(session: Session, uri: str, position: T.Position) -> float:
     return time.perf_counter() - t0
 
 
-async def lsp_run(text: str, root: Path, timeout_s: float) -> dict:
-    """The language-server measurements described in the module docstring."""
+async def lsp_run(text: str, root: Path, timeout_s: float, tree: Path = ROOT) -> dict:
+    """The language-server measurements described in the module docstring, of the server in `tree`."""
     phases: dict = {}
-    env = dict(os.environ, PYTHONPATH=str(ROOT), LINNET_BENCH_GC_TRACE=str(root / "gc.jsonl"))
+    env = dict(os.environ, PYTHONPATH=str(tree), LINNET_BENCH_GC_TRACE=str(root / "gc.jsonl"))
     lsp_latency.TIMEOUT_S = timeout_s
+    lsp_latency.SERVER_ROOT[0] = tree
     session = Session(env)
     await session.start(root)
     example = EXAMPLE.read_text(encoding="utf-8")
@@ -206,6 +208,8 @@ def main() -> None:
     parser.add_argument("--copies", type=int, default=570)
     parser.add_argument("--peer", type=Path, help="also time `linnet check` from this checkout (e.g. main)")
     parser.add_argument("--skip-lsp", action="store_true")
+    parser.add_argument("--skip-check", action="store_true")
+    parser.add_argument("--server-root", type=Path, default=ROOT, help="time the language server of this checkout")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for each publish")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "lsp_bigdoc.json")
     args = parser.parse_args()
@@ -221,13 +225,15 @@ def main() -> None:
         root = Path(tmp)
         path = root / "big.linnet"
         path.write_text(text, encoding="utf-8")
-        result["linnet_check"] = time_check(ROOT, path)
-        print(json.dumps(result["linnet_check"]), flush=True)
+        if not args.skip_check:
+            result["linnet_check"] = time_check(ROOT, path)
+            print(json.dumps(result["linnet_check"]), flush=True)
         if args.peer is not None:
             result["linnet_check_peer"] = time_check(args.peer.resolve(), path)
             print(json.dumps(result["linnet_check_peer"]), flush=True)
         if not args.skip_lsp:
-            result["lsp"] = asyncio.run(lsp_run(text, root, args.timeout))
+            result["lsp_server"] = {"tree": str(args.server_root), "git": git_state(args.server_root.resolve())}
+            result["lsp"] = asyncio.run(lsp_run(text, root, args.timeout, args.server_root.resolve()))
             print(json.dumps(result["lsp"]), flush=True)
     result["pressure_after"] = pressure_snapshot()
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -258,10 +258,12 @@ class LinnetServer(LanguageServer):
         text, version, revision, preset = doc.text, doc.version, doc.revision, self.settings.preset
         starts = doc.index.line_starts
         first_end = starts[FIRST_LINES] if len(starts) > FIRST_LINES else len(text)
-        cut = next((offset for offset, _ in split_items(text) if offset >= first_end), len(text))
-        later = names_after(text, cut)
+        later: set[str] = set()
 
         def check() -> Analysis:
+            """(In a worker thread: splitting 5 MB into items took the event loop a second.)"""
+            cut = next((offset for offset, _ in split_items(text) if offset >= first_end), len(text))
+            later.update(names_after(text, cut))
             with doc.workspace.lock:  # `only` leaves out the unread checks: a later item may read what these do not
                 return doc.workspace.open(doc.path, text[:cut]).analyze(preset, only=lambda item: True)
 
