@@ -7,6 +7,7 @@ numpy, never torch).
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 from pathlib import Path
@@ -50,6 +51,9 @@ def _display(path: str) -> str:
 
 def cmd_check(args: argparse.Namespace) -> int:
     """Check the files given, and every file they import (each once)."""
+    # A one-shot run that only accumulates (a 5 MB file's analysis holds millions of objects, whose full
+    # collections, each scanning all of them, took a third of the time): collect less often, as mypy's main does.
+    gc.set_threshold(200_000, 30, 30)
     from linnet.semantics.program import Workspace
     from linnet.semantics.render import render_github, render_json, render_text, use_color
 

@@ -37,6 +37,7 @@ from linnet import __version__
 from linnet.semantics.program import Analysis
 from linnet.syntax import ast as A
 from linnet.syntax.fmt import FormatError, format_source
+from linnet.syntax.items import names_after, split_items
 
 from . import compare as compare_
 from . import completion as completion_
@@ -247,23 +248,34 @@ class LinnetServer(LanguageServer):
             self.collector.after_check()  # the analysis this one replaced is garbage now: collected at once
 
     async def _check_first_items(self, doc: OpenDocument) -> Analysis | None:
-        """The first pass over a big file just opened: parse it all, check only the items that start in its first
-        FIRST_LINES lines and publish what that found (every syntax error, those items' findings), so the editor
-        shows something in well under the whole check's time; the full check follows (`_diagnose`) and reuses
-        these items' results. Returns the partial analysis (hover answers from it meanwhile:
-        `early_analysis`), or None when the text changed under it."""
+        """The first pass over a big file just opened: parse and check only the items that start in its first
+        FIRST_LINES lines, as if the file ended after them, and publish what that found, so the editor shows
+        something in well under the whole check's time (a 5 MB file's parse alone is seconds); the full check
+        follows (`_diagnose`) and reuses these items' parses and results. What names an item further down
+        (an unknown name there, as far as the first items know) is left for the full check, as are the later
+        items' syntax errors and what is never read. Returns the partial analysis (hover answers from it
+        meanwhile: `early_analysis`), or None when the text changed under it."""
         text, version, revision, preset = doc.text, doc.version, doc.revision, self.settings.preset
         starts = doc.index.line_starts
         first_end = starts[FIRST_LINES] if len(starts) > FIRST_LINES else len(text)
+        later: set[str] = set()
 
         def check() -> Analysis:
-            with doc.workspace.lock:
-                return doc.workspace.open(doc.path, text).analyze(preset, only=lambda item: item.offset < first_end)
+            """(In a worker thread: splitting 5 MB into items took the event loop a second.)"""
+            cut = next((offset for offset, _ in split_items(text) if offset >= first_end), len(text))
+            later.update(names_after(text, cut))
+            with doc.workspace.lock:  # `only` leaves out the unread checks: a later item may read what these do not
+                return doc.workspace.open(doc.path, text[:cut]).analyze(preset, only=lambda item: True)
 
         analysis = await asyncio.to_thread(check)
         if self.documents.get(doc.uri) is not doc or doc.revision != revision:
             return None
-        diagnostics = published_diagnostics(analysis.diagnostics, doc.path)
+        found = [
+            d
+            for d in analysis.diagnostics
+            if d.location.path != doc.path or text[d.location.start.offset : d.location.end.offset] not in later
+        ]
+        diagnostics = published_diagnostics(found, doc.path)
         self.text_document_publish_diagnostics(T.PublishDiagnosticsParams(doc.uri, diagnostics, version))
         return analysis
 

@@ -503,22 +503,19 @@ class ConfigEvaluator:
         `config_names` are the analysed file's names for the configs it sees; a scenario's
         `configs` are keyed by them."""
 
-        def defaults() -> dict[str, ConfigValue]:
-            out = {}
-            for n in config_names:
-                config = self.config_item(n)
-                value = self.defaults(config) if config is not None else None
-                if value is not None:
-                    out[n] = value
-            return out
-
-        out = [Scenario("defaults", defaults(), None)]
+        base = {}
+        for n in config_names:
+            config = self.config_item(n)
+            value = self.defaults(config) if config is not None else None
+            if value is not None:
+                base[n] = value
+        out = [Scenario("defaults", dict(base), None)]
         for p in presets:
             before = len(self.findings.get(p, []))
             value = self.preset(p)
             if value is None or len(self.findings.get(p, [])) > before:
                 continue
-            configs = defaults()
+            configs = dict(base)  # a copy (C speed): the defaults were evaluated once, not once per preset
             configs[p.ast.value.type_name.id] = value
             out.append(Scenario(p.name, configs, p))
         return out
@@ -534,34 +531,45 @@ class Scenario:
 def values_by_type(scenarios: list[Scenario], lookup) -> dict[Item, list[tuple[Any, list[str]]]]:
     """Per config (item), the distinct values (None for `none`) occurring in any scenario, each
     with the scenario names it occurs in. `lookup(name, site)` finds the config a field's type
-    names (imports.Globals)."""
-    found: dict[Item, dict[Any, tuple[Any, list[str]]]] = {}
+    names (imports.Globals).
 
-    def add(config: Item, v, scenario: str):
-        key = v.key() if isinstance(v, ConfigValue) else None
-        slot = found.setdefault(config, {})
-        if key not in slot:
-            slot[key] = (v, [])
-        if scenario not in slot[key][1]:
-            slot[key][1].append(scenario)
+    Every scenario holds every config (at its defaults but one), so this visits scenarios x configs values: each
+    value's reach (itself and the config values its fields hold) is walked once and remembered, and a scenario is
+    recorded against a value in constant time (a 5 MB file of 570 configs and 2,280 presets: quadratic in the
+    walk and cubic in the list scans before)."""
+    found: dict[Item, dict[Any, tuple[Any, list[str], set[str]]]] = {}
+    reaches: dict[int, tuple[ConfigValue, list[tuple[Item, Any, Any]]]] = {}
 
-    def visit(cv: ConfigValue, scenario: str):
-        add(cv.item, cv, scenario)
+    def reach(cv: ConfigValue) -> list[tuple[Item, Any, Any]]:
+        """(config, key, value) for `cv` and each config value its fields hold, in visiting order."""
+        known = reaches.get(id(cv))
+        if known is not None:
+            return known[1]
+        out = [(cv.item, cv.key(), cv)]
         for name, v in cv.values.items():
             fdef = cv.field_def(name)
             if fdef is None or not isinstance(fdef.type, A.NamedType) or fdef.type.name.id in SCALAR_TYPES:
                 continue
             if isinstance(v, ConfigValue):
-                visit(v, scenario)
+                out.extend(reach(v))
             elif v is None:
                 config = lookup(fdef.type.name.id, cv.item)
                 if config is not None and config.kind == "config":
-                    add(config, None, scenario)
+                    out.append((config, None, None))
+        reaches[id(cv)] = (cv, out)  # the value is kept so that its id is not reused while remembered
+        return out
 
     for s in scenarios:
         for cv in s.configs.values():
-            visit(cv, s.name)
-    return {t: list(slot.values()) for t, slot in found.items()}
+            for config, key, v in reach(cv):
+                slot = found.setdefault(config, {})
+                entry = slot.get(key)
+                if entry is None:
+                    entry = slot[key] = (v, [], set())
+                if s.name not in entry[2]:
+                    entry[2].add(s.name)
+                    entry[1].append(s.name)
+    return {t: [(v, names) for v, names, _ in slot.values()] for t, slot in found.items()}
 
 
 class _ConstEval:

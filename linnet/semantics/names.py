@@ -32,11 +32,18 @@ from .describe import kind_text, wrapped
 from .diagnostics import Fix, Label, SymbolAnchor, symbol
 from .resolved import Ref
 from .scope import Binding, FnTarget, MemberInfo, Scope
-from .suggest import closest, suggestions
+from .suggest import close_to, closest, suggestions
 
 SCALAR_TYPE_NAMES = ("int", "float", "bool", "str")
 LOAD_TIME_DIMS = {"max_batch": const("max_batch"), "max_positions": const("max_positions")}
 BUILTIN_CONSTANTS = {"pi": math.pi, "inf": math.inf}
+
+
+def _builtin_names() -> frozenset[str]:
+    """The names every scope sees besides its own: ops, dtypes and constants."""
+    return frozenset(REGISTRY).union(DTYPES, BUILTIN_CONSTANTS)
+
+
 DIM_OPERATORS = ("+", "-", "*", "/", "//", "%")
 NAMES_DEP = "<names>"  # the dependency of a result on the set of top-level names
 
@@ -105,14 +112,14 @@ class NamesMixin:
         self.result.deps[(self.item.source.path, NAMES_DEP)] = self.ctx.lookup.names_key(self.item)
         return found
 
-    def _global_names_near(self, name: str) -> list[str]:
-        """The top-level names that may be suggested for `name` (`suggest.NameIndex`); the result then depends on
-        the set of names."""
+    def _global_suggestions(self, name: str) -> list[str]:
+        """The best suggestions for `name` among the top-level names and the built-in ones (ops, dtypes,
+        constants); the result then depends on the set of names."""
         index = getattr(self.ctx.lookup, "name_index", None)
         if index is None:
-            return self._global_names()
+            return suggestions(name, set(self._global_names()) | _builtin_names(), 3)
         self.result.deps[(self.item.source.path, NAMES_DEP)] = self.ctx.lookup.names_key(self.item)
-        return index(self.item).near(name)
+        return index(self.item).best(name, _builtin_names(), 3)
 
     def _is_config(self, name: str) -> bool:
         item = self.global_item(name)
@@ -404,14 +411,15 @@ class NamesMixin:
             inst = getattr(self._module_scope(scope), "instance", None)
             if inst is not None:
                 candidates |= set(self.members(inst, report=False).by_name)
-            candidates |= set(self._global_names_near(e.id)) | set(REGISTRY) | set(DTYPES) | set(BUILTIN_CONSTANTS)
+            # the top-level and built-in names' best are those of their union's best (one score per candidate)
+            candidates |= set(self._global_suggestions(e.id))
         # config fields are reached through the config parameter: offer `c.field`
         config_hints = []
         for name in scope.all_names():
             b = scope.lookup(name)
             if b is not None and isinstance(b.type, ConfigT):
-                for f in b.type.value.values:
-                    if (closest(e.id, [f]) or f == e.id) and (
+                for f in close_to(e.id, tuple(b.type.value.values)):
+                    if (
                         not dim
                         or b.type.value.field_def(f) is not None
                         and getattr(b.type.value.field_def(f).type, "name", None)

@@ -816,22 +816,24 @@ def _merge(ia: ItemAnalysis, preferred: str | None) -> list[Finding]:
     (the first preset, as hover does) when it occurs there."""
     if len(ia.results) == 1:
         return list(ia.results[0][1].findings)
-    occurrences: dict[Any, tuple[Finding, list[str], int]] = {}
-    order = []
+    # Which bindings each finding occurs under, as indices: the scenario names are gathered only for the findings
+    # that do not occur under all of them (a binding of a file's config defaults runs under every other config's
+    # presets too: thousands of names, which each finding copied once per binding).
+    occurrences: dict[Any, tuple[Finding, list[int]]] = {}
     results = sorted(ia.results, key=lambda r: 0 if preferred and r[0] and preferred in r[0] else 1)
-    for names, result in results:
+    for index, (_, result) in enumerate(results):
         for f in result.findings:
             key = (f.code, f.key()[1])
-            if key not in occurrences:
-                occurrences[key] = (f, [], 0)
-                order.append(key)
-            first, scen, count = occurrences[key]
-            occurrences[key] = (first, scen + [n for n in (names or []) if n not in scen], count + 1)
+            found = occurrences.get(key)
+            if found is None:
+                occurrences[key] = (f, [index])
+            elif found[1][-1] != index:
+                found[1].append(index)
     total = len(ia.results)
     out = []
-    for key in order:
-        f, scen, count = occurrences[key]
-        if count < total:
+    for f, where in occurrences.values():
+        if len(where) < total:
+            scen = dict.fromkeys(n for index in where for n in (results[index][0] or []))
             f = Finding(f.code, f.message, f.anchor, f.label, f.labels, f.notes, f.fixes, f.severity, tuple(scen))
         out.append(f)
     return out

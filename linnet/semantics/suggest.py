@@ -65,6 +65,17 @@ class NameIndex:
             longest, group = self.groups.get(mask, (0, []))
             group.append(name)
             self.groups[mask] = (max(longest, len(name)), group)
+        self._best: dict[tuple[str, int], list[str]] = {}
+
+    def best(self, name: str, also: frozenset[str] = frozenset(), limit: int = 3) -> list[str]:
+        """`suggestions(name, near(name) | also, limit)`, remembered per name: a file repeats its unknown names
+        (one per preset it is checked under, and the same typo in many items), and each search scans every group.
+        `also` is the same set on every call (the built-in names)."""
+        key = (name, limit)
+        found = self._best.get(key)
+        if found is None:
+            found = self._best[key] = suggestions(name, also.union(self.near(name)), limit)
+        return found
 
     def near(self, name: str) -> list[str]:
         """The names that may be suggested for `name` (a superset of what `suggestions` keeps of them)."""
@@ -117,6 +128,13 @@ def suggestions(name: str, candidates, limit: int = 3) -> list[str]:
             scored.append((d, c))
     scored.sort()
     return [c for _, c in scored[:limit]]
+
+
+@functools.lru_cache(maxsize=4096)
+def close_to(name: str, candidates: tuple[str, ...]) -> tuple[str, ...]:
+    """The `candidates` equal to `name` or each `closest` to it alone, in their order (a config's fields, asked
+    about for every unknown name in every item that takes the config)."""
+    return tuple(c for c in candidates if c == name or closest(name, [c]))
 
 
 def closest(name: str, candidates) -> str | None:

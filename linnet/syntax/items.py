@@ -130,6 +130,12 @@ def split_items(text: str) -> list[tuple[int, str]]:
     ]
 
 
+def names_after(text: str, start: int) -> set[str]:
+    """The names of the items whose header lines start at or after `start` (a line start), read from the headers
+    alone: no parse."""
+    return {m.group(2) for m in _HEADER.finditer(lexable(text), start) if m.group(2) and m.group(1) != "from"}
+
+
 def _attribute_above(text: str, line_start: int) -> int | None:
     """The start of the `@name(` line that an indented or `)` line at `line_start` continues (the
     lines between are indented too), or None."""

@@ -34,3 +34,53 @@ def test_suggestions_compute_no_distance_for_candidates_out_of_reach(monkeypatch
     candidates = [f"helper_{i}" for i in range(5000)] + ["missing_count"]
     assert suggest.suggestions("missing_cont", candidates) == ["missing_count"]
     assert len(calls) < 50, f"{len(calls)} distances computed among {len(candidates)} candidates"
+
+
+def _configs_and_presets(n: int) -> str:
+    """`n` configs, each with two presets and a module that takes it (and one unknown name, the same in each)."""
+    item = (
+        "config C{i} {{\n    width: int = 8\n    depth: int = 2\n}}\n\n"
+        "preset small_{i} = C{i} {{ width = 4 }}\n\npreset large_{i} = C{i} {{ width = 16 }}\n\n"
+        "module M{i}(c: C{i}) {{\n    fn forward(x: f32[B, c.width]) -> f32[B, c.width] {{\n"
+        "        x + missng\n    }}\n}}\n\n"
+    )
+    return "".join(item.format(i=i) for i in range(n))
+
+
+def test_scenarios_walk_each_config_value_once(monkeypatch):
+    """Every preset's scenario holds every config (at its defaults but one): the values each config reaches were
+    walked field by field once per scenario and config (quadratic in a file's configs; with list scans per scenario
+    name, cubic), and are now walked once per value."""
+    from linnet.semantics import configs
+
+    walked = []
+    real = configs.ConfigValue.field_def
+    monkeypatch.setattr(configs.ConfigValue, "field_def", lambda self, name: walked.append(name) or real(self, name))
+    seen = {}
+    real_values = configs.values_by_type
+
+    def counting(scenarios, lookup):
+        walked.clear()
+        out = real_values(scenarios, lookup)
+        seen["walked"] = len(walked)
+        return out
+
+    monkeypatch.setattr("linnet.semantics.program.values_by_type", counting)
+    n = 40
+    analysis = Document("/tmp/configs.linnet", _configs_and_presets(n)).analyze()
+    assert len(analysis.scenarios) == 2 * n + 1
+    assert seen["walked"] <= 2 * 3 * n + 20, f"{seen['walked']} fields walked for {3 * n} config values"
+    # each module is still checked under its config's three values, each error reported once
+    assert sum(1 for d in analysis.diagnostics if d.code == "L101") == n
+
+
+def test_an_unknown_name_is_looked_up_among_the_top_level_names_once(monkeypatch):
+    """The same unknown name in many items, each checked under several presets, searched every top-level name's
+    group each time; the search is now remembered per name for the namespace."""
+    calls = []
+    real = suggest.NameIndex.near
+    monkeypatch.setattr(suggest.NameIndex, "near", lambda self, name: calls.append(name) or real(self, name))
+    analysis = Document("/tmp/configs.linnet", _configs_and_presets(30)).analyze()
+    errors = [d for d in analysis.diagnostics if d.code == "L101"]
+    assert len(errors) == 30 and "did you mean" not in errors[0].message
+    assert calls == ["missng"], f"{len(calls)} searches of the top-level names for one unknown name"
