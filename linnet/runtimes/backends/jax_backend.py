@@ -386,7 +386,8 @@ def load(
     parameters are drawn from N(0, 0.02) (norm scales 1, biases 0) with `options.seed`. With
     `fuse_linear_weights=False`, `params` holds every weight under its checkpoint name (no fused
     keys): what sharding (`linnet.runtimes.parallel`) and training by checkpoint name use. `scan_layers` (None: as
-    `fuse_linear_weights`, so on for inference): each list of identical layers is held stacked and its loops run as
+    `fuse_linear_weights` on the CPU, so on for inference there, and off on an accelerator until measured there):
+    each list of identical layers is held stacked and its loops run as
     one `lax.scan` (`linnet.compiler.jax.scan`: one layer traced and compiled, not every layer); not under
     `--dtype stored` with quantized matrices, whose pairs are not stacked yet (those loops run unrolled). Called by
     `Backend.load` (`linnet.jax.load`, `linnet.load`), which checks the options first.
@@ -423,7 +424,9 @@ def load_prepared(
     # bf16 on the CPU: matrices held in f32 (the module docstring); not for the per-name layout that sharding and
     # training compile themselves
     f32_matrices = dev.platform == "cpu" and program.dtype.name == "bf16" and fuse_linear_weights
-    scan = fuse_linear_weights if scan_layers is None else scan_layers
+    # scanned by default on the CPU only: on an accelerator the scanned decode step has not been measured against the
+    # unrolled one yet (its per-layer cache slices may cost a serving batch's step), so it stays opt-in there
+    scan = (fuse_linear_weights and dev.platform == "cpu") if scan_layers is None else scan_layers
     quantized = stored_matrices(prepared)  # --dtype stored: the Q8_0 matrices, held as int8 codes and f16 scales
     layout = cache_layout_for(dev)
     # a program holding quantized pairs is not scanned (compile_program: stacked stays empty), whatever `scan` says
