@@ -95,6 +95,8 @@ def cmd_stablehlo(args: argparse.Namespace) -> int:
             "fused_weights": {k: v for k, v in fused_member_shapes(program, compiled.fused).items() if k in takes},
             # the XLA options its numerics need (`JaxProgram.compiler_options`): `load_exported` compiles with them
             "compiler_options": compiled.compiler_options or {},
+            # its block writes drop a padded batch's rows past the cache (`JaxModel.drops_padded_rows`)
+            "drops_padded_rows": True,
         }
         try:
             written = save_exported(exported, args.serialized, meta)

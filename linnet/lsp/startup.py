@@ -34,6 +34,7 @@ import gc
 import marshal
 import os
 import sys
+import types
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -82,17 +83,20 @@ class CodeCache:
         self.hits = self.misses = 0
         if path is None:
             return
-        with contextlib.suppress(OSError, EOFError, ValueError, TypeError):
+        # a file cut short or overwritten may hold anything marshal reads: only code objects under text keys are kept
+        with contextlib.suppress(OSError, EOFError, ValueError, TypeError, MemoryError, RecursionError):
             loaded = marshal.loads(path.read_bytes())  # marshal.load(file) reads in small pieces: 5x slower
             if isinstance(loaded, dict):
-                self.codes = loaded
+                self.codes = {k: v for k, v in loaded.items() if isinstance(k, str) and isinstance(v, types.CodeType)}
 
     def compile(self, source: str, filename: str) -> Any:
         """`compile(source, filename, "exec")`, from the cache when this text was compiled before."""
         key = f"{filename}\0{source}"
         code = self.codes.get(key)
         if code is None:
-            code = compile(source, filename, "exec")
+            # dont_inherit: not this module's `from __future__ import annotations` (dataclasses' own `exec` has none,
+            # so its generated methods' annotations would turn into strings)
+            code = compile(source, filename, "exec", dont_inherit=True)
             self.misses += 1
         else:
             self.hits += 1

@@ -101,6 +101,36 @@ def test_an_unreadable_or_foreign_cache_file_only_means_compiling(tmp_path):
     unwritable.save()  # no error: the next start compiles again
 
 
+def test_a_cache_file_holding_other_values_than_code_is_not_run(tmp_path):
+    """Review: values read back were handed to exec as they came; a file overwritten with other marshal data (here
+    strings under the right keys) must only mean compiling."""
+    import marshal
+
+    first = CodeCache(tmp_path / "codes.marshal")
+    with generated_code_cached(first):
+        load_classes(tmp_path, "classes_d")
+    first.save()
+    keys = list(marshal.loads((tmp_path / "codes.marshal").read_bytes()))
+    (tmp_path / "codes.marshal").write_bytes(marshal.dumps({k: "print('not code')" for k in keys}))
+    cache = CodeCache(tmp_path / "codes.marshal")
+    with generated_code_cached(cache):
+        m = load_classes(tmp_path, "classes_e")
+    assert cache.hits == 0 and m.Span(1, 2) == m.Span(1, 2)
+
+
+def test_generated_methods_keep_their_annotations_as_types(tmp_path):
+    """Review: compiled under startup.py's `from __future__ import annotations`, a dataclass's generated `__init__`
+    got string annotations (`typing.get_type_hints` then fails); dataclasses' own exec has no future flags."""
+    import typing
+
+    cache = CodeCache(tmp_path / "codes.marshal")
+    with generated_code_cached(cache):
+        m = load_classes(tmp_path, "classes_f")
+    assert cache.misses >= 1
+    assert all(not isinstance(v, str) for v in m.Span.__init__.__annotations__.values())
+    assert typing.get_type_hints(m.Span.__init__)["start"] is int
+
+
 def test_the_cache_file_is_in_linnet_cache_folder_which_lists_and_clears_it(monkeypatch, tmp_path):
     monkeypatch.setenv("LINNET_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("LINNET_NO_CACHE", raising=False)

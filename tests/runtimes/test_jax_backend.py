@@ -223,6 +223,12 @@ def test_artifact_binds_fused_weights_from_checkpoint_names(tmp_path):
         e = lj.load_exported(tmp_path / "step.bin", **kw)
         assert "model.layers.0.self_attn.{q,k,v}_proj.weight" in e.params
         np.testing.assert_array_equal(np.asarray(e.step(ids, pos, pos)), want)
+    # review: an artifact whose JSON does not say its block writes drop rows past the cache (one exported before they
+    # did) clamps such a write onto the last row: its prefill steps are never padded, nor batched by the engine
+    assert not e.drops_padded_rows
+    sm = e.step_model(batch_buckets=True)
+    sm.warm_up_prefill(6, [2, 3])
+    assert sm.prefill_batch(6) == 1
 
     q, k = "model.layers.0.self_attn.q_proj.weight", "model.layers.0.self_attn.k_proj.weight"
     swapped = {**tensors, q: tensors[q][: tensors[k].shape[0]], k: np.concatenate([tensors[k], tensors[q]])[:64]}

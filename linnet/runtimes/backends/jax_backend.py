@@ -148,6 +148,9 @@ class JaxModel(ModelBase):
     backend: str = "jax"
     numerics: str = "equivalent"
     cache_layout: str = "flat"  # how the generated code holds KV caches (`cache_layout_for`)
+    # whether a block write to a row past the cache is dropped (the prelude's `_block_fits`, since 2026-12-06): an
+    # artifact exported before clamps it onto the last row, so its prefill steps are never padded with such rows
+    drops_padded_rows: bool = True
     # the `step` compiled ahead of time per input_ids shape [B, S] (`JaxStepModel`), shared by its step models
     step_executables: dict = field(default_factory=dict, repr=False)
     # where inputs go: None for `device` alone; a `jax.sharding.Sharding` (replicated over a mesh) once the
@@ -288,8 +291,8 @@ class JaxStepModel:
         chunks of `length` tokens at once for each k of `counts` (as `decode_batch` rounds them); afterwards
         `prefill_batch(length)` is the largest. Only with batch buckets (an accelerator): on the CPU a row's logits
         may depend on the batch's size, and serving there promises each request the tokens it gets alone."""
-        if not self.batch_buckets or length < 2:
-            return
+        if not self.batch_buckets or length < 2 or not self.model.drops_padded_rows:
+            return  # (an artifact exported before padded rows were dropped: `JaxModel.drops_padded_rows`)
         for k in sorted({self.decode_batch(k) for k in counts if k > 1}):
             zeros = np.zeros(k, dtype=np.int64)
             np.asarray(self.step(np.zeros((k, length), dtype=np.int64), zeros, np.arange(k, dtype=np.int64)))
@@ -313,7 +316,7 @@ class JaxStepModel:
     def _call(self, ids: np.ndarray, positions: np.ndarray, rows: np.ndarray):
         m = self.model
         b, s = ids.shape
-        runs = self.decode_batch(b) if s == 1 or b > 1 else b
+        runs = self.decode_batch(b) if s == 1 or (b > 1 and self.model.drops_padded_rows) else b
         if runs > b:  # rows past the cache: a step's writes there are dropped, its reads clamped, its logits cut
             ids = np.concatenate([ids, np.zeros((runs - b, s), np.int64)])
             positions = np.concatenate([positions, np.zeros(runs - b, np.int64)])
@@ -618,7 +621,7 @@ def save_exported(exported, path: str | Path, metadata: dict[str, Any]) -> list[
 
 # The metadata fields that change what the artifact computes or how it is driven; the others (source, model, ...)
 # are for people, and may be edited.
-_BINDING_FIELDS = ("entry", "max_batch", "max_positions", "fused_weights", "compiler_options")
+_BINDING_FIELDS = ("entry", "max_batch", "max_positions", "fused_weights", "compiler_options", "drops_padded_rows")
 
 
 def _digest(data: bytes, meta: dict[str, Any]) -> str:
@@ -776,6 +779,7 @@ def load_exported(
         device=dev,
         load_s=time.perf_counter() - t0,
         compiler_options=meta.get("compiler_options") or None,
+        drops_padded_rows=meta.get("drops_padded_rows") is True,
     )
 
 

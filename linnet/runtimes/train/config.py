@@ -117,5 +117,7 @@ class TrainConfig:
             raise TrainError(f"unknown lr schedule `{self.lr_scheduler_type}` (schedules: {', '.join(SCHEDULES)})")
         if self.max_length is not None and self.max_length < 2:
             raise TrainError(f"max_length must be at least 2 tokens, got {self.max_length}")
+        if not 0 <= self.seed < 2**32:  # LoRA's initial A: a Mersenne Twister seeded as torch.manual_seed does
+            raise TrainError(f"seed must be in [0, 2^32), got {self.seed}")
         if self.lora is not None:
             self.lora.check()

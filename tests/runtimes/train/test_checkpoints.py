@@ -343,6 +343,7 @@ def test_resume_refuses_what_would_not_continue_the_run(tiny_llama, data, tmp_pa
         "--max-steps", "4", f"--resume={tmp_path / 'nowhere'}", "-o", str(empty)
     )
     assert "save_steps must be at least 1, got 0" in bad("--save-steps", "0")
+    assert "seed must be in [0, 2^32), got 4294967296" in bad("--seed", "4294967296")  # was a numpy traceback
     assert f"{out}: no checkpoint-N folder to resume from" in bad("--resume")
     assert not out.exists()
     assert main(["train", *args, "--max-steps", "2", "--save-steps", "2"]) == 0
