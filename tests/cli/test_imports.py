@@ -59,7 +59,9 @@ def test_code_emitters_write_the_imported_modules(emitter, tmp_path):
     text = out.read_text()
     compile(text, str(out), "exec")
     assert "class LlamaMLP(Module):" in text and "'down_proj.weight'" in text
-    assert "class CausalLM(Module):" in text and "for layer in self.layers:" in text
+    # the loop over the layers: a plain loop (torch), `scan_layers` over the list (jax: one `lax.scan` when stacked)
+    loop = "for layer in self.layers:" if emitter == "torch" else "= scan_layers(self.layers, "
+    assert "class CausalLM(Module):" in text and loop in text
 
 
 @pytest.mark.torch

@@ -43,8 +43,8 @@ def q8_gguf(request, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def models(q8_gguf):
-    stored = BACKENDS["xla"].load(LLAMA, weights=q8_gguf, dtype="stored", **OPTIONS)
-    f32 = BACKENDS["xla"].load(LLAMA, weights=q8_gguf, dtype="f32", **OPTIONS)
+    stored = BACKENDS["xla"].load(LLAMA, weights=q8_gguf, dtype="stored", scan_layers=True, **OPTIONS)
+    f32 = BACKENDS["xla"].load(LLAMA, weights=q8_gguf, dtype="f32", scan_layers=True, **OPTIONS)
     return stored, f32
 
 

@@ -388,8 +388,8 @@ def load(
     dims, and run from the artifact) under `options`. Without weights and with `options.random_weights`,
     parameters are drawn from N(0, 0.02) (norm scales 1, biases 0) with `options.seed`. With
     `fuse_linear_weights=False`, `params` holds every weight under its checkpoint name (no fused
-    keys): what sharding (`linnet.runtimes.parallel`) and training by checkpoint name use. `scan_layers` (None: as
-    `fuse_linear_weights` on the CPU, so on for inference there, and off on an accelerator until measured there):
+    keys): what sharding (`linnet.runtimes.parallel`) and training by checkpoint name use. `scan_layers` (None: off
+    for now):
     each list of identical layers is held stacked and its loops run as
     one `lax.scan` (`linnet.compiler.jax.scan`: one layer traced and compiled, not every layer); not under
     `--dtype stored` with quantized matrices, whose pairs are not stacked yet (those loops run unrolled). Called by
@@ -427,9 +427,10 @@ def load_prepared(
     # bf16 on the CPU: matrices held in f32 (the module docstring); not for the per-name layout that sharding and
     # training compile themselves
     f32_matrices = dev.platform == "cpu" and program.dtype.name == "bf16" and fuse_linear_weights
-    # scanned by default on the CPU only: on an accelerator the scanned decode step has not been measured against the
-    # unrolled one yet (its per-layer cache slices may cost a serving batch's step), so it stays opt-in there
-    scan = (fuse_linear_weights and dev.platform == "cpu") if scan_layers is None else scan_layers
+    # opt-in for now (None: off): on an accelerator the scanned decode step has not been measured against the unrolled
+    # one (its per-layer cache slices may cost a serving batch's step), and a list whose items the generated code
+    # has no class for (DINOv2's `encoder.layer`) reads None members when stacked (tests/runtimes/test_jax_scan.py)
+    scan = bool(scan_layers)
     quantized = stored_matrices(prepared)  # --dtype stored: the Q8_0 matrices, held as int8 codes and f16 scales
     layout = cache_layout_for(dev)
     # a program holding quantized pairs is not scanned (compile_program: stacked stays empty), whatever `scan` says

@@ -125,18 +125,22 @@ def test_a_request_arriving_during_multi_step_decode_is_served(model, make_engin
     assert began + [t for e in events for t in getattr(e, "token_ids", [])] == expected_first
 
 
+@pytest.mark.parametrize("scan", [False, True], ids=["unrolled", "scanned"])
 @pytest.mark.parametrize("layout", ["flat", "token_major"])
-def test_batched_prefill_pads_to_its_bucket_and_writes_only_its_own_rows(layout, monkeypatch):
+def test_batched_prefill_pads_to_its_bucket_and_writes_only_its_own_rows(layout, scan, monkeypatch):
     """3 prompts' chunks prefilled as one step of 4 rows (batch buckets), the 4th pointing past the cache: row 3's
     cache is untouched (a dynamic-update-slice would have clamped the block onto it), and each row's logits are
     those of its prompt prefilled alone (within f32 rounding: the dots run at another batch size)."""
     monkeypatch.setattr(jax_backend, "cache_layout_for", lambda device: layout)
-    m = lj.load(LLAMA, config=SMALL, max_batch=4, max_positions=32, random_weights=True, seed=6, progress=False)
+    m = lj.load(
+        LLAMA, config=SMALL, max_batch=4, max_positions=32, random_weights=True, seed=6, progress=False,
+        scan_layers=scan,
+    )  # fmt: skip
     sm = m.step_model(batch_buckets=True)
     i64 = lambda *x: np.array(x, dtype=np.int64)  # noqa: E731
     sm.step(i64([9, 9, 9, 9, 9, 9]), i64(0), i64(3))  # row 3 holds something
-    # the layers run as one scan: the writes go through the stacked caches' lead index (`model.layers.*.…`)
-    assert all(".*." in k for k in m.state)
+    # scanned, the writes go through the stacked caches' lead index (`model.layers.*.…`)
+    assert all((".*." in k) == scan for k in m.state)
     before = layer_states(m.state)
     logits = sm.step(np.array(SAME_LENGTH, dtype=np.int64), i64(0, 0, 0), i64(0, 1, 2))
     assert (4, jax_backend.bucket_for(5, 32)) in sm.compiled_shapes  # padded to the power of two
@@ -173,13 +177,22 @@ def test_the_engine_prefills_equal_chunks_together_where_the_model_compiled_them
     assert got == [solo(model.step_model(), None, p, SamplingParams(), 5).token_ids for p in SAME_LENGTH]
 
 
-def test_the_scanned_layers_serve_the_tokens_of_the_unrolled_ones(model, make_engine):
+def test_the_scanned_layers_serve_the_tokens_of_the_unrolled_ones(make_engine):
     """The multi-step decode (`jax_loop.BatchSteps`) and the batched prefill call the step whose layers run as one
     `lax.scan`: served together, each prompt gets the tokens the same weights give unrolled (`scan_layers=False`)."""
-    unrolled = lj.load(
-        LLAMA, config=SMALL, max_batch=4, max_positions=48, random_weights=True, seed=4, progress=False,
-        scan_layers=False,
-    )  # fmt: skip
+    model, unrolled = (
+        lj.load(
+            LLAMA,
+            config=SMALL,
+            max_batch=4,
+            max_positions=48,
+            random_weights=True,
+            seed=4,
+            progress=False,
+            scan_layers=scan,
+        )  # fmt: skip
+        for scan in (True, False)
+    )
     assert all(".*." in k for k in model.state) and not any(".*." in k for k in unrolled.state)
     lengths = [BATCH_STEPS + 3, 7, 12]
     expected = [
