@@ -313,14 +313,25 @@ class JaxStepModel:
             bucket *= 2
         return min(bucket, self.max_batch)
 
+    def _pad_rows(
+        self, ids: np.ndarray, positions: np.ndarray, rows: np.ndarray, runs: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`ids` [B, S], `positions` and `rows` [B] with `runs - B` rows added past the cache (row `max_batch`,
+        token 0 at position 0): a step's writes there are dropped, its reads clamped, its logits cut by the caller."""
+        b, s = ids.shape
+        if runs <= b:
+            return ids, positions, rows
+        return (
+            np.concatenate([ids, np.zeros((runs - b, s), np.int64)]),
+            np.concatenate([positions, np.zeros(runs - b, np.int64)]),
+            np.concatenate([rows, np.full(runs - b, self.max_batch, np.int64)]),
+        )
+
     def _call(self, ids: np.ndarray, positions: np.ndarray, rows: np.ndarray):
         m = self.model
         b, s = ids.shape
         runs = self.decode_batch(b) if s == 1 or (b > 1 and self.model.drops_padded_rows) else b
-        if runs > b:  # rows past the cache: a step's writes there are dropped, its reads clamped, its logits cut
-            ids = np.concatenate([ids, np.zeros((runs - b, s), np.int64)])
-            positions = np.concatenate([positions, np.zeros(runs - b, np.int64)])
-            rows = np.concatenate([rows, np.full(runs - b, self.max_batch, np.int64)])
+        ids, positions, rows = self._pad_rows(ids, positions, rows, runs)
         put = lambda a: m.put_input(np.ascontiguousarray(a, dtype=np.int64))  # noqa: E731
         logits, m.state = self._executable(ids.shape)(m.params, m.state, put(ids), put(positions), put(rows))
         return logits  # [runs, V], on the device: the caller keeps the first b rows on the host (a slice on the
@@ -351,12 +362,7 @@ class JaxStepModel:
         ids = np.asarray(input_ids, dtype=np.int64)
         positions, rows = np.asarray(positions, dtype=np.int64), np.asarray(rows, dtype=np.int64)
         b = ids.shape[0]
-        runs = self.decode_batch(b)
-        if runs > b:  # rows past the cache, as `_call` pads a decode step
-            ids = np.concatenate([ids, np.zeros((runs - b, 1), np.int64)])
-            positions = np.concatenate([positions, np.zeros(runs - b, np.int64)])
-            rows = np.concatenate([rows, np.full(runs - b, self.max_batch, np.int64)])
-        tokens, bad = self._steps(ids, positions, rows, steps)
+        tokens, bad = self._steps(*self._pad_rows(ids, positions, rows, self.decode_batch(b)), steps)
         return tokens[:b], bad[:b]
 
     def step(self, input_ids: np.ndarray, positions: np.ndarray, rows: np.ndarray) -> np.ndarray:
