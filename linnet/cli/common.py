@@ -94,6 +94,14 @@ def add_common(
             help="working dtype (default f32); stored: a GGUF file's quantized matrices stay quantized (weight-only "
             "quantized matmuls), the rest runs in f32",
         )
+        p.add_argument(
+            "--cpu-offload-gb",
+            type=gib,
+            default=None,
+            metavar="GiB",
+            help="hold that many GiB of the layers' weights in host memory and stream them to the device each step, "
+            "for a model larger than the device (vLLM's option; the jax backend)",
+        )
     else:
         p.add_argument("--dtype", choices=("f32", "bf16", "f16"), default="f32", help="working dtype (default f32)")
     p.add_argument("--max-positions", type=int, default=768, metavar="N", help="cache positions per row (768)")
@@ -102,6 +110,17 @@ def add_common(
         p.add_argument("--weights", metavar="W", help="HF directory, .gguf file or embedded id")
         p.add_argument("--numerics", choices=("equivalent", "fast"), default="equivalent")
         p.add_argument("--device", default="cpu", help=DEVICE_HELP)
+
+
+def gib(text: str) -> float:
+    """`--cpu-offload-gb`'s value: a finite number of GiB >= 0. Raises argparse.ArgumentTypeError (exit 2)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not (0 <= value < float("inf")):
+        raise argparse.ArgumentTypeError(f"takes a number of GiB >= 0 (8, 7.5), got {text!r}")
+    return value
 
 
 DEVICE_HELP = "cpu (the default), cuda[:N] or tpu[:N]; `linnet backends` lists which backend runs on which"
@@ -173,6 +192,11 @@ def load_model(args: argparse.Namespace, random_weights: bool):
             takes = ", ".join(b.name for b in BACKENDS.values() if "providers" in b.options)
             raise BackendError(f"--provider is an option of {takes}, not of {backend.name}")
         options["providers"] = args.provider
+    if getattr(args, "cpu_offload_gb", None) is not None:
+        if "cpu_offload_gb" not in backend.options:
+            takes = ", ".join(b.name for b in BACKENDS.values() if "cpu_offload_gb" in b.options)
+            raise UsageError(f"--cpu-offload-gb is an option of {takes}, not of {backend.name}")
+        options["cpu_offload_gb"] = args.cpu_offload_gb
     if getattr(args, "tensor_parallel", False):
         options.update(tensor_parallel_options(backend))  # JAX: every weight under its checkpoint name, split by it
     model = backend.load(

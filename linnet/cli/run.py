@@ -228,6 +228,7 @@ def compare_backends(args: argparse.Namespace) -> int:
         mine = copy(args)
         mine.backend = name
         mine.provider = args.provider if "providers" in backend.options else None
+        mine.cpu_offload_gb = args.cpu_offload_gb if "cpu_offload_gb" in backend.options else None
         try:
             model = load_model(mine, random_weights=args.weights is None)
             outs, elapsed, _ = _run_entry(mine, model, entry, inputs)

@@ -220,13 +220,14 @@ BACKENDS: dict[str, Backend] = {
         Backend(
             "jax", "JAX", "jax", "jax_backend", "generated",
             "the generated JAX under jax.jit", "jax", ("f32", "bf16"), ("cpu", "cuda", "tpu"), ("jax", "jaxlib"),
-            options=("fuse_linear_weights", "scan_layers"), trainer="jax_trainer", tensor_parallel="jax_mesh",
+            options=("fuse_linear_weights", "scan_layers", "cpu_offload_gb"), trainer="jax_trainer",
+            tensor_parallel="jax_mesh",
             stored=True,
         ),
         Backend(
             "xla", "XLA", "jax", "jax_backend", "stablehlo",
             "the exported StableHLO artifact on XLA", "stablehlo", ("f32", "bf16"), ("cpu", "cuda", "tpu"),
-            ("jax", "jaxlib"), options=("scan_layers",), tensor_parallel="jax_mesh", stored=True,
+            ("jax", "jaxlib"), options=("scan_layers", "cpu_offload_gb"), tensor_parallel="jax_mesh", stored=True,
         ),
         Backend(
             "onnxruntime", "ONNX Runtime", "onnx", "onnx_backend", None,

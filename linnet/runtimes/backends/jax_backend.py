@@ -157,6 +157,7 @@ class JaxModel(ModelBase):
     # parameters are sharded (`linnet.runtimes.parallel.jax_mesh`)
     input_sharding: Any = None
     compiler_options: dict | None = None  # the XLA options its entries compile with (`JaxProgram.compiler_options`)
+    offload: Any = None  # the `jax_offload.OffloadPlan` when layers are held in host memory (`cpu_offload_gb`)
 
     def put_input(self, a):
         """A numpy input on the model's device (or replicated over its mesh)."""
@@ -228,7 +229,7 @@ class JaxStepModel:
         self._greedy = self._jax.jit(greedy_tokens)
         self._loop = self._steps = None
         self._prefill_batches: dict[int, int] = {}  # chunk length -> the most chunks a step takes (warmed up)
-        if decode_loop and model.input_sharding is None:
+        if decode_loop and model.input_sharding is None and model.offload is None:
             from .jax_loop import BatchSteps, GreedyLoop
 
             jitted = model.functions[step_entry(model.functions, 1)]
@@ -388,6 +389,7 @@ def load(
     mode: str = "generated",
     fuse_linear_weights: bool = True,
     scan_layers: bool | None = None,
+    cpu_offload_gb: float | None = None,
 ) -> JaxModel:
     """Load `source` with `weights` for JAX in `mode` ("generated": the generated JAX under
     jax.jit; "stablehlo": each entry exported through jax.export, symbolic batch and sequence
@@ -398,7 +400,9 @@ def load(
     for now):
     each list of identical layers is held stacked and its loops run as
     one `lax.scan` (`linnet.compiler.jax.scan`: one layer traced and compiled, not every layer); not under
-    `--dtype stored` with quantized matrices, whose pairs are not stacked yet (those loops run unrolled). Called by
+    `--dtype stored` with quantized matrices, whose pairs are not stacked yet (those loops run unrolled).
+    `cpu_offload_gb`: hold that many GiB of the layers' weights in host memory, streamed to the device each step
+    (`jax_offload`; `--cpu-offload-gb`, vLLM's name). Called by
     `Backend.load` (`linnet.jax.load`, `linnet.load`), which checks the options first.
 
     Raises LoadError (source, config, names or shapes) and BackendError (mode, dtype, device)."""
@@ -407,7 +411,7 @@ def load(
     t0 = time.perf_counter()
     _device(options.device)
     prepared = prepare(source, weights, options)
-    return load_prepared(prepared, options, mode, fuse_linear_weights, t0, scan_layers)
+    return load_prepared(prepared, options, mode, fuse_linear_weights, t0, scan_layers, cpu_offload_gb)
 
 
 def load_prepared(
@@ -417,11 +421,12 @@ def load_prepared(
     fuse_linear_weights: bool = True,
     t0: float | None = None,
     scan_layers: bool | None = None,
+    cpu_offload_gb: float | None = None,
 ) -> JaxModel:
     """A model from an already prepared program and checkpoint (`loading.prepare`): compiled in `mode` under
     `options`' numerics, its weights put on `options.device` (random ones from `options.seed` when there is no
-    checkpoint). `load` does the preparing; a source transform (LoRA) prepares its own; `scan_layers` as `load` takes
-    it. Raises LoadError, BackendError."""
+    checkpoint). `load` does the preparing; a source transform (LoRA) prepares its own; `scan_layers` and
+    `cpu_offload_gb` as `load` takes them. Raises LoadError, BackendError."""
     numerics, device, seed, progress = options.numerics, options.device, options.seed, options.progress
     from linnet.compiler.jax.module import compile_program, export_entry, exported_fn, param_specs
 
@@ -443,9 +448,14 @@ def load_prepared(
     compiled = compile_program(
         program, numerics, fuse_linear_weights, f32_matrices, layout, scan_layers=scan, quantized=quantized
     )
+    plan = _offload_plan(compiled, cpu_offload_gb, layout, scan) if cpu_offload_gb is not None else None
     binder = _Binder(
         dev, compiled.fused, compiled.held_dtype, compiled.stacked, _kernel_layout(dev) if quantized else None
     )
+    if plan is not None:
+        from .jax_offload import host_sharding
+
+        binder.host, binder.offloads = host_sharding(dev), plan.offloads
     if prepared.checkpoint is not None:
         params = _checkpoint_params(prepared, progress, binder)
     else:
@@ -454,7 +464,14 @@ def load_prepared(
     state = {path: jax.device_put(np.zeros(s.shape, dtype=s.dtype), dev) for path, s in held.items()}
     stateful = {name: compiled.stateful(name) for name in program.entries}
     exported = {}
-    if mode == "generated":
+    if plan is not None:
+        from .jax_offload import SegmentedEntry
+
+        specs = None if mode == "generated" else param_specs(program, compiled.fused, compiled.held_dtype, layout)
+        functions = {
+            n: SegmentedEntry(compiled, n, plan, dev, compiled.compiler_options, specs) for n in program.entries
+        }
+    elif mode == "generated":
         functions = {name: compiled.jitted(name) for name in program.entries}
     else:
         platform = dev.platform
@@ -477,12 +494,31 @@ def load_prepared(
         exported=exported,
         device=dev,
         load_s=time.perf_counter() - t0,
-        notes=list(prepared.notes) + ([F32_MATRICES_NOTE] if f32_matrices else []),
+        notes=list(prepared.notes) + ([F32_MATRICES_NOTE] if f32_matrices else []) + ([plan.note()] if plan else []),
         backend=backend.name,
         numerics=numerics,
         compiler_options=compiled.compiler_options,
         cache_layout=compiled.cache_layout,
+        offload=plan,
     )
+
+
+def _offload_plan(compiled, cpu_offload_gb: float, layout: str, scan: bool):
+    """The `jax_offload.OffloadPlan` of `cpu_offload_gb` GiB for `compiled`. Raises BackendError for what offload
+    does not combine with (`--dtype stored`, `scan_layers`)."""
+    from linnet.compiler.jax.module import param_specs
+
+    from .jax_offload import plan_offload
+
+    refused = {
+        "--dtype stored (its quantized pairs): use --dtype bf16 or f32": bool(compiled.quantized),
+        "scan_layers (the layers as one scan)": scan,
+    }
+    for why, applies in refused.items():
+        if applies:
+            raise BackendError(f"--cpu-offload-gb is not built for {why}")
+    specs, _ = param_specs(compiled.program, compiled.fused, compiled.held_dtype, layout)
+    return plan_offload(specs, compiled.namespace.get("STACKED_LISTS", {}), cpu_offload_gb)
 
 
 def _kernel_layout(device) -> Callable | None:
@@ -532,6 +568,9 @@ class _Binder:
         self.pending: dict[str, dict[str, np.ndarray]] = {}
         self.slots: dict[str, tuple[np.ndarray, set[int]]] = {}  # stacked key -> (host array, indices filled)
         self.params: dict = {}
+        # offloaded parameters (`jax_offload`): which keys are held in host memory, and where (None: numpy arrays)
+        self.offloads: Callable[[str], bool] = lambda key: False
+        self.host: Any = None
 
     def put(self, path: str, a: np.ndarray | GroupQuantized) -> None:
         if isinstance(a, GroupQuantized):
@@ -555,6 +594,9 @@ class _Binder:
         from linnet.compiler.jax.scan import STACKED_INDEX, stacked_key
 
         found = stacked_key(key, self.stacked)
+        if found is None and self.offloads(key):
+            self.params[key] = np.asarray(a) if self.host is None else self.jax.device_put(a, self.host)
+            return
         if found is None:
             self.params[key] = self.jax.device_put(self._relaid(a), self.device)
             return
