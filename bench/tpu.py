@@ -20,6 +20,8 @@ Rows, each written to DIR/tpu_<date>.json and .md as it completes (a call cut sh
   cold and from the persistent cache, with its 22 layers unrolled and scanned.
 - train (only when asked: `--only train`, `--train-batches`): goal 8's LoRA SFT on the 1.1B shape, tokens/s and MFU,
   and the losses against the CPU's (bench/tpu_train.py says what).
+- offload (only when asked: `--only offload`, `--offload-gib`): goal 5's Llama-3.1-8B shape in bf16 with its last
+  layers in host memory, streamed to the chip each step (bench/tpu_offload.py says what).
 
 Weights: each model's preset (examples/llama.linnet) with seeded random weights (`random_weights`: biases 0, norm
 scales 1, the rest N(0, 0.02)). The loader's own `random_params` draws them one tensor after another in f64, which
@@ -396,12 +398,13 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     ap.add_argument("--dry-run", action="store_true", help="the CPU, tiny sizes")
     ap.add_argument("--budget-s", type=float, default=420, help="start no new shape after this many seconds")
-    rows = ("calibration", "numerics", "speed", "serve", "peer", "q8", "compile", "train")
+    rows = ("calibration", "numerics", "speed", "serve", "peer", "q8", "compile", "train", "offload")
     ap.add_argument("--only", choices=rows, action="append")
     ap.add_argument("--q8-shapes", nargs="+", choices=("llama-3.1-8b", "qwen3-8b"), help="q8's decode rows (tpu_q8)")
     ap.add_argument(
         "--train-batches", type=lambda s: s.split(","), help="train rows (tpu_train): 4,8r (r: checkpointed)"
     )
+    ap.add_argument("--offload-gib", type=float, nargs="+", help="offload's caps in GiB (tpu_offload; default 8)")
     args = ap.parse_args(argv)
     start = time.monotonic()
 
@@ -445,6 +448,10 @@ def main(argv=None) -> int:
         from tpu_train import train_rows
 
         train_rows(report, device, args.dry_run, calibration, start + args.budget_s, args.train_batches)
+    if "offload" in only and args.only:  # goal 5's offload rows (bench/tpu_offload.py): by name, minutes of their own
+        from tpu_offload import offload_rows
+
+        offload_rows(report, device, args.dry_run, calibration, start + args.budget_s, args.offload_gib)
     report.data["wall_s"] = round(time.monotonic() - start, 1)
     report.write()
     return 0

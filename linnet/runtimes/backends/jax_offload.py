@@ -269,8 +269,8 @@ class SegmentedEntry:
     def _run(self, head, group, tail, params, state, inputs):
         plan = self.plan
         base, head_params, head_state, layers = self._split(params, state)
+        pending = self._put(layers[0][0]) if layers else None  # issued first: the transfer overlaps head
         carry, new_state = head(head_params, head_state, *inputs)
-        pending = self._put(layers[0][0]) if layers else None
         for i, (_, layer_state) in enumerate(layers):
             current, pending = pending, (self._put(layers[i + 1][0]) if i + 1 < len(layers) else None)
             carry, written = group({**base, **current}, layer_state, *inputs, carry)

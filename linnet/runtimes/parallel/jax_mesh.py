@@ -89,10 +89,13 @@ def shard_model(model: JaxModel, mesh, plan: dict[str, str] = LLAMA_TP_PLAN) -> 
     """`model` (loaded with `fuse_linear_weights=False`) with its parameters and KV cache placed on `mesh`
     by `plan`, and its entries jitted with those shardings (the state keeps its sharding from step to step,
     outputs replicated). In place; returns `model`. Raises BackendError for fused weights, a StableHLO
-    artifact (`--backend xla`), weights held quantized (`--dtype stored`) or a plan that does not fit."""
+    artifact (`--backend xla`), weights held quantized (`--dtype stored`), layers held in host memory
+    (`--cpu-offload-gb`) or a plan that does not fit."""
     jax = jax_module()
     from linnet.compiler.jax.module import compile_program
 
+    if model.offload is not None:
+        raise BackendError("--cpu-offload-gb and tensor parallelism do not combine (not built): give one")
     fused = [k for k in model.params if "{" in k]
     if fused:
         raise BackendError(
