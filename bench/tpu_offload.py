@@ -19,8 +19,8 @@ Rows (section "offload ..."):
   measured pinned H2D GB/s (the bound when the transfer is the whole step) and against the resident bytes over the
   calibration's HBM GB/s, the chip's memory in use, and the greedy tokens.
 
-Device time (estimated, not measured: the chip's disk speed is unknown): the folder ~40 s (8e9 normal draws on 8
-threads ~10 s, 16 GB written at >= 0.5 GB/s), distance ~60 s (three loads of 3.9 GB and their compiles), each cap's
+Device time (estimated, not measured: the chip's disk speed is unknown): the folder ~40 s (8e9 normal draws on 12
+threads ~10-20 s, 16 GB written at >= 0.5 GB/s), distance ~60 s (three loads of 3.9 GB and their compiles), each cap's
 decode ~90-120 s at 8 GiB (load ~30 s, cold compile ~30-45 s, a 2-token warm-up and the 16 tokens: ~22 passes of
 8.7 GB at ~6.7 GB/s ~ 30 s), ~70 s at 4 GiB. One cap: ~4 minutes; both: ~5.5. A call's budget (`--budget-s`) skips
 what would start after it, saying so.
@@ -61,8 +61,11 @@ def _program(dry: bool, layers: int | None = None):
 def write_random_folder(folder: Path, program, seed: int = 0, workers: int = 8) -> dict:
     """A Hugging Face folder of `program`'s parameters (config.json, model-*.safetensors and their index): the
     distribution `bench/tpu.py`'s `fast_random_params` draws (norm scales 1, the rest N(0, 0.02)) in bf16, one
-    seeded stream per tensor, a shard per layer (and one for the rest) drawn and written by `workers` threads, so
-    at most `workers` shards are in memory at once. Returns its size and how long writing took."""
+    seeded stream per tensor, a shard per layer and one per other tensor (the 8B's embeddings and head are 1 GB
+    each: one shard for both would be the last thread's alone) drawn and written by `workers` threads, so at most
+    `workers` shards are in memory at once (the 8B's: ~0.7 GB each with the f32 draw). Returns its size and how long
+    writing took. Measured on the 2-core dev machine (load 8, shared): 2.97 GB (the 8B's dims, 2 layers) in 86 s on
+    2 threads, the normal draws most of it (42 M values/s a core there; the bf16 cast and the write ~10 %)."""
     from safetensors.numpy import save_file
 
     from linnet.runtimes.formats.checkpoints import numpy_dtype
@@ -71,7 +74,7 @@ def write_random_folder(folder: Path, program, seed: int = 0, workers: int = 8) 
     shards: dict[str, list] = {}
     for index, spec in enumerate(program.params):
         parts = spec.path.split(".")
-        name = f"layer-{int(parts[2]):03d}" if parts[1:2] == ["layers"] else "rest"
+        name = f"layer-{int(parts[2]):03d}" if parts[1:2] == ["layers"] else f"other-{index:03d}"  # embeddings, head
         shards.setdefault(name, []).append((index, spec))
 
     def write(item) -> dict[str, str]:
@@ -179,7 +182,8 @@ def distance_rows(report, device: str, dry: bool) -> None:
     ):
         t = time.perf_counter()
         m = _load_config(dev_name, dry, config, cap)
-        runs[name] = (last_logits(m, ids), _generate(m, ids, NEW)[0].token_ids, time.perf_counter() - t, m.notes[-1])
+        note = next((n for n in m.notes if "offload" in n), "")
+        runs[name] = (last_logits(m, ids), _generate(m, ids, NEW)[0].token_ids, time.perf_counter() - t, note)
         _free(m)
     resident, cpu = runs["device resident"], runs["cpu bf16 equivalent"]
     for name, (logits, tokens, seconds, note) in runs.items():
@@ -195,7 +199,7 @@ def distance_rows(report, device: str, dry: bool) -> None:
                 "greedy_agree_vs_cpu": f"{sum(a == b for a, b in zip(tokens, cpu[1]))}/{len(tokens)}",
                 "logits_max_abs": float(np.max(np.abs(resident[0]))),
                 "s": round(seconds, 1),
-                "note": note if "offload" in note else "",
+                "note": note,
             },
         )
 
@@ -236,7 +240,7 @@ def decode_rows(report, device: str, dry: bool, calibration: dict, caps: list[fl
         if free < size * 1.05:
             report.add("offload decode", {"skipped": f"{size / 1e9:.1f} GB folder, {free / 1e9:.1f} GB free in {tmp}"})
             return
-        written = write_random_folder(tmp / "llama-3.1-8b-bf16", program, workers=min(8, os.cpu_count() or 4))
+        written = write_random_folder(tmp / "llama-3.1-8b-bf16", program, workers=min(12, os.cpu_count() or 4))
         report.data.setdefault("offload_folder", written)
         ids = np.random.default_rng(2).integers(0, program.config["vocab_size"], PROMPT).astype(np.int64)
         for cap in caps:
