@@ -95,6 +95,34 @@ def test_greedy_tokens_equal_the_resident_models(pair):
     assert tokens[0] == tokens[1] and len(tokens[0]) == 12
 
 
+def test_each_layer_is_put_before_the_one_before_it_runs_and_two_at_most_are_on_the_device(pair):
+    # The overlap: layer i + 1's transfer is issued before layer i's program, and layer i + 2's only once the driver
+    # has waited for layer i's program (its weights then freed), so at most two offloaded layers are on the device.
+    _, offloaded = pair
+    entry = offloaded.functions["forward"]
+    events, live = [], []
+    put, wait = entry._put, entry._wait
+
+    def recording_put(host):
+        events.append("put")
+        live.append(len(events))
+        assert len(live) <= 2, events
+        return put(host)
+
+    def recording_wait(carry):
+        events.append("wait")
+        live.pop(0)  # the layer that ran: done, its weights freed
+        return wait(carry)
+
+    entry._put, entry._wait = recording_put, recording_wait
+    try:
+        offloaded.forward(np.asarray([PROMPT]))
+    finally:
+        del entry._put, entry._wait  # the methods again
+    # layers 1, 2, 3 offloaded: 1 and 2 put before 1 runs, 3 once 1 is done; no wait after the last
+    assert events == ["put", "put", "wait", "put", "wait"]
+
+
 def test_nothing_asked_offloads_nothing_and_too_much_offloads_every_layer():
     program = prepare(LLAMA, None, LoadOptions(config=SMALL, random_weights=True)).program
     specs = {k: jax.ShapeDtypeStruct(a.shape, a.dtype) for k, a in random_params(program).items()}

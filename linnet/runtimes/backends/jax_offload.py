@@ -263,6 +263,9 @@ class SegmentedEntry:
     def _put(self, host_params: dict) -> dict:
         return self.jax.device_put(host_params, self.on_device)
 
+    def _wait(self, carry) -> None:
+        self.jax.block_until_ready(carry)
+
     def __call__(self, params: dict, state: dict, *inputs):
         return self._run(self.head, self.group, self.tail, params, state, inputs)
 
@@ -277,7 +280,7 @@ class SegmentedEntry:
             new_state.update((plan.renamed(k, 0, plan.resident + i), v) for k, v in written.items())
             del current
             if pending is not None:
-                self.jax.block_until_ready(carry)  # group i done: its weights can go before group i + 2's come
+                self._wait(carry)  # group i done: its weights can go before group i + 2's come
         out = tail(base, {}, *inputs, carry)
         return (out, new_state) if self.stateful else out
 
