@@ -261,7 +261,7 @@ def decode_rows(report, device: str, dry: bool, calibration: dict, caps: list[fl
             row |= {"offloaded": f"layers {plan.resident}..{plan.count - 1} ({len(plan.offloaded)} of {plan.count})"}
             row |= {"offloaded_gb": round(plan.offloaded_bytes / 1e9, 3)}
             row |= {"resident_gb": round(plan.resident_bytes / 1e9, 3)}
-            row |= {"load_s": round(load_s, 1), "compile_and_warm_s": round(warm_s, 1)}
+            row |= {"load_s": round(load_s, 1), "compile_cold_and_warm_up_s": round(warm_s, 1)}
             row |= {"ttft_ms": round(result.prefill_s * 1e3, 1), "ms_per_token": round(ms_token, 1)}
             row |= {"h2d_gbps": h2d_gbps, "h2d_bound_ms": round(h2d_ms, 1), "of_h2d_bound": f"{h2d_ms / ms_token:.0%}"}
             row |= {"hbm_bound_ms": round(hbm_ms, 2), "h2d_plus_hbm_ms": round(h2d_ms + hbm_ms, 1)}
