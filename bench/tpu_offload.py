@@ -11,6 +11,11 @@ Rows (section "offload ..."):
   (the bf16 values held in f32 there: jax_backend's docstring).
 - h2d: host-to-device GB/s of one layer's bytes (436 MB), from numpy and from pinned host memory (what the offloaded
   layers are held in), in this call: the bandwidth a token's offloaded bytes stream at.
+- streaming: 8 layers of the 8B's matrices (3.5 GB) streamed from pinned host memory through a layer's matrix reads,
+  the two ways the issue names, on the same arrays: the driver `jax_offload` runs (a program a layer, the next
+  layer's transfer issued first) and one jitted program taking them in host memory (XLA's host offload:
+  `jax.device_put(w, jax.memory.Space.Device)` inside it). ms a pass, GB/s, and whether the outputs agree: which is
+  faster on the chip (`--cpu-offload-gb` runs the first; the second is not built into the backends).
 - decode, per cap (`--offload-gib`, default 8: the mission row's "GPU capped at 8 GiB, streaming half the weights";
   4 is about the least that fits the chip): a Hugging Face folder of the 8B shape written on the machine's disk
   (`write_random_folder`: one seeded stream per tensor, a shard per layer, a thread pool; 16.06 GB), loaded through
@@ -20,10 +25,11 @@ Rows (section "offload ..."):
   calibration's HBM GB/s, the chip's memory in use, and the greedy tokens.
 
 Device time (estimated, not measured: the chip's disk speed is unknown): the folder ~40 s (8e9 normal draws on 12
-threads ~10-20 s, 16 GB written at >= 0.5 GB/s), distance ~60 s (three loads of 3.9 GB and their compiles), each cap's
-decode ~90-120 s at 8 GiB (load ~30 s, cold compile ~30-45 s, a 2-token warm-up and the 16 tokens: ~22 passes of
-8.7 GB at ~6.7 GB/s ~ 30 s), ~70 s at 4 GiB. One cap: ~4 minutes; both: ~5.5. A call's budget (`--budget-s`) skips
-what would start after it, saying so.
+threads ~10-20 s, 16 GB written at >= 0.5 GB/s), distance ~60 s (three loads of 3.9 GB and their compiles), the
+streaming row ~15 s (3.5 GB put in pinned memory, 2 x 4 passes at ~0.5 s, two compiles), each cap's decode ~90-120 s
+at 8 GiB (load ~30 s, cold compile ~30-45 s, a 2-token warm-up and the 16 tokens: ~22 passes of 8.7 GB at ~6.7 GB/s
+~ 30 s), ~70 s at 4 GiB. One cap: ~4.5 minutes; both: ~5.5-6. A call's budget (`--budget-s`) skips a cap that would
+start after it, saying so.
 """
 
 from __future__ import annotations
@@ -126,6 +132,78 @@ def h2d_row(dev, layer_bytes: int) -> dict:
         row["pinned_host_gbps"] = round(layer_bytes / seconds / 1e9, 2)
         del held
     return row
+
+
+def _layer(h, w: dict):
+    """A Llama layer's matrix reads (no attention): each of its matrices read once, h [1, hidden]."""
+    import jax
+
+    a = (h @ w["qkv"].T)[:, : h.shape[1]] @ w["o"].T
+    gate_up = (h + a) @ w["gate_up"].T
+    half = gate_up.shape[1] // 2
+    return h + a + (jax.nn.silu(gate_up[:, :half]) * gate_up[:, half:]) @ w["down"].T
+
+
+def streaming_rows(report, dev, dry: bool, layers: int = 8) -> None:
+    """The two ways to stream `layers` layers of the 8B's matrices (bf16, 436 MB each) from pinned host memory, on
+    the same arrays in one call: the driver `jax_offload` runs (a program a layer, the next layer's `device_put`
+    issued before the current layer runs) and one jitted program taking them in host memory and moving each inside
+    (`jax.device_put(w, jax.memory.Space.Device)`: XLA's host offload, its scheduler free to prefetch). ms a pass
+    against the bytes at the measured H2D GB/s, and whether both give the same output."""
+    import jax
+    import jax.numpy as jnp
+    from tpu import median_s
+
+    from linnet.runtimes.backends.jax_offload import host_sharding
+
+    hidden, inter, kv = (64, 128, 32) if dry else (4096, 14336, 2048)
+    shapes = {
+        "qkv": (hidden + kv, hidden),
+        "o": (hidden, hidden),
+        "gate_up": (2 * inter, hidden),
+        "down": (hidden, inter),
+    }
+    host, on_device = host_sharding(dev), jax.sharding.SingleDeviceSharding(dev)
+    if host is None:
+        report.add("offload streaming", {"skipped": f"{dev.platform} has no pinned host memory"})
+        return
+    bf16 = jnp.bfloat16
+    # one block of random values repeated (np.resize): 1.75e9 fresh draws would cost more than the row measures
+    block = (np.random.default_rng(0).standard_normal(1 << 20, dtype=np.float32) * 0.02).astype(bf16)
+    ws = [{k: jax.device_put(np.resize(block, s), host) for k, s in shapes.items()} for _ in range(layers)]
+    h = jax.device_put(np.ones((1, hidden), bf16), on_device)
+    one = jax.jit(_layer)
+
+    def driver():
+        pending, x = jax.device_put(ws[0], on_device), h
+        for i in range(layers):
+            current, pending = pending, (jax.device_put(ws[i + 1], on_device) if i + 1 < layers else None)
+            x = one(x, current)
+            del current
+            if pending is not None:
+                x.block_until_ready()
+        return x.block_until_ready()
+
+    @jax.jit
+    def whole(ws, x):
+        for w in ws:
+            x = _layer(x, jax.device_put(w, jax.memory.Space.Device))
+        return x
+
+    nbytes = sum(int(np.prod(s)) * 2 for s in shapes.values()) * layers
+    row = {"layers": layers, "gb": round(nbytes / 1e9, 3)}
+    outs = {}
+    for name, fn in (("driver (jax_offload's)", driver), ("one program, XLA host offload", lambda: whole(ws, h))):
+        try:
+            outs[name] = np.asarray(jax.block_until_ready(fn()), np.float32)
+            row[f"{name} ms"] = round(median_s(lambda fn=fn: jax.block_until_ready(fn()), 3) * 1e3, 1)
+            row[f"{name} gbps"] = round(nbytes / row[f"{name} ms"] / 1e6, 2)
+        except Exception as err:  # the other variant still runs
+            row[f"{name} error"] = f"{type(err).__name__}: {err}"[:500]
+    if len(outs) == 2:
+        a, b = outs.values()
+        row["max_abs_diff"] = float(np.max(np.abs(a - b)))
+    report.add("offload streaming", row)
 
 
 def _load(dev_name: str, dry: bool, **options):
@@ -232,6 +310,7 @@ def decode_rows(report, device: str, dry: bool, calibration: dict, caps: list[fl
     layer_bytes = sum(int(np.prod(s.shape)) * 2 for s in program.params if ".layers.0." in s.path)
     h2d = h2d_row(dev, layer_bytes)
     report.add("offload h2d", h2d)
+    streaming_rows(report, dev, dry)
     h2d_gbps = h2d.get("pinned_host_gbps", h2d["numpy_gbps"])
     size = sum(int(np.prod(s.shape)) * 2 for s in program.params)
     tmp = Path(tempfile.mkdtemp(prefix="linnet-offload-"))
