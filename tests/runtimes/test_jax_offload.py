@@ -132,6 +132,10 @@ def test_nothing_asked_offloads_nothing_and_too_much_offloads_every_layer():
         plan_offload(specs, {}, 1)
 
 
+def test_zero_gib_loads_the_resident_model():
+    assert load(cpu_offload_gb=0).offload is None
+
+
 def test_offload_with_scanned_layers_is_refused():
     with pytest.raises(BackendError, match="not built for scan_layers"):
         load(cpu_offload_gb=THREE_LAYERS_GB, scan_layers=True)

@@ -448,7 +448,7 @@ def load_prepared(
     compiled = compile_program(
         program, numerics, fuse_linear_weights, f32_matrices, layout, scan_layers=scan, quantized=quantized
     )
-    plan = _offload_plan(compiled, cpu_offload_gb, layout, scan) if cpu_offload_gb is not None else None
+    plan = _offload_plan(compiled, cpu_offload_gb, layout, scan) if cpu_offload_gb else None  # 0: none, as vLLM's
     binder = _Binder(
         dev, compiled.fused, compiled.held_dtype, compiled.stacked, _kernel_layout(dev) if quantized else None
     )
