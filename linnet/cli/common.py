@@ -100,7 +100,7 @@ def add_common(
             default=None,
             metavar="GiB",
             help="hold that many GiB of the layers' weights in host memory and stream them to the device each step, "
-            "for a model larger than the device (vLLM's option; the jax backend)",
+            "for a model larger than the device (vLLM's option; the jax and xla backends)",
         )
     else:
         p.add_argument("--dtype", choices=("f32", "bf16", "f16"), default="f32", help="working dtype (default f32)")
