@@ -147,9 +147,12 @@ def test_stored_on_the_tpu_is_the_dequantized_model(q8_gguf, tpu_device, numeric
     # On the chip: the int8 pairs held there, and the logits against the same file dequantized in f32 there under
     # `equivalent` (f32 dots at highest precision). Under `equivalent` both multiply the same f32 values, so only
     # summation order and the chip's transcendentals differ: bounded at 1e-4 of the logits' scale. Under `fast` the
-    # chip rounds each dot's operands to bf16 (2^-9 relative) over K = 64 and 96 and two layers: bounded as the
-    # bf16 parity tests are, TPU_LOGITS_ATOL on logits of this scale (about 1).
-    from tests.runtimes.conftest import TPU_LOGITS_ATOL, record
+    # chip rounds each dot's operands to bf16 (2^-9 relative), and the two sides round different values: the kernel
+    # the activations only (int8 codes are exact in bf16, the f32 scales applied after the dot), the dequantized
+    # model also each code x scale. Two layers of four dots and the head: bounded at 2^-7 of the logits' scale
+    # (four such roundings). The chip measured 2.2e-3 tied and 5.0e-3 untied on logits of scale 1.4 and 1.5 (one
+    # more rounded dot: the head); TPU_LOGITS_ATOL (3e-3, the f32 decoders' bound) was too tight for the second.
+    from tests.runtimes.conftest import record
 
     options = dict(OPTIONS, device=tpu_device)
     stored = BACKENDS["xla"].load(LLAMA, weights=q8_gguf, dtype="stored", numerics=numerics, **options)
@@ -169,7 +172,7 @@ def test_stored_on_the_tpu_is_the_dequantized_model(q8_gguf, tpu_device, numeric
         checkpoint=q8_gguf.name,
         against="f32 dequantized",
     )
-    bound = 1e-4 * np.abs(want).max() if numerics == "equivalent" else TPU_LOGITS_ATOL
+    bound = (1e-4 if numerics == "equivalent" else 2**-7) * np.abs(want).max()
     assert delta <= bound, (delta, bound)
 
 
