@@ -38,10 +38,14 @@ import types
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from linnet.syntax.optional import without_optional
+
 CACHE_NAME = f"generated-code-{sys.implementation.cache_tag}.marshal"
+PARSES_NAME = f"parses-{sys.implementation.cache_tag}.pickle"  # linnet/lsp/parses.py
+# asyncio imports ssl (~8 ms) when it can, for TLS connections: the server speaks over stdio
+OPTIONAL_FOR_ASYNCIO = ("ssl",)
 IMPORT_YOUNG_THRESHOLD = 10_000  # generation 0's collection threshold while the server imports (CPython's: 700)
 STALE_SHARE = 0.05  # the share of lookups that missed above which the cache file is written again
-OPTIONAL_FOR_LARK = ("regex", "interegular")  # lark uses them only for grammars with `regex=True`
 # what an editor and the server send each other from spawning to the first diagnostics
 STARTUP_METHODS = (
     "initialize",
@@ -56,10 +60,10 @@ STARTUP_METHODS = (
 )
 
 
-def cache_path() -> Path | None:
-    """The cache file of generated code: `lsp/` of Linnet's cache folder, as `linnet.runtimes.backends.caches`
-    finds it (not imported: it imports tempfile and shutil, a start's worth of milliseconds); None when
-    `LINNET_NO_CACHE` is set."""
+def cache_path(name: str = CACHE_NAME) -> Path | None:
+    """The cache file `name` (default: the generated code's) in `lsp/` of Linnet's cache folder, as
+    `linnet.runtimes.backends.caches` finds it (not imported: it imports tempfile and shutil, a start's worth of
+    milliseconds); None when `LINNET_NO_CACHE` is set."""
     if os.environ.get("LINNET_NO_CACHE", "") not in ("", "0"):
         return None
     if os.environ.get("LINNET_CACHE_DIR"):
@@ -67,7 +71,7 @@ def cache_path() -> Path | None:
     else:
         xdg = os.environ.get("XDG_CACHE_HOME")
         root = (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "linnet"
-    return root / "lsp" / CACHE_NAME
+    return root / "lsp" / name
 
 
 class CodeCache:
@@ -157,21 +161,6 @@ def generated_code_cached(cache: CodeCache) -> Iterator[CodeCache]:
             attrs_make._compile_and_eval = original
 
 
-@contextlib.contextmanager
-def without_optional(names: tuple[str, ...]) -> Iterator[None]:
-    """Importing any of `names` raises ImportError while the block runs (the modules a library imports only to
-    offer an option we do not use); modules already imported are left alone."""
-    hidden = [name for name in names if name not in sys.modules]
-    for name in hidden:
-        sys.modules[name] = None  # type: ignore[assignment]  # import raises ImportError
-    try:
-        yield
-    finally:
-        for name in hidden:
-            if sys.modules.get(name, 0) is None:
-                del sys.modules[name]
-
-
 def warm_converter(converter: Any) -> None:
     """Have `converter` (cattrs, pygls's) generate its functions for the messages of a start: the requests and
     notifications in `STARTUP_METHODS` and their responses."""
@@ -194,7 +183,10 @@ def load_server() -> Callable[[], int]:
     gc.set_threshold(IMPORT_YOUNG_THRESHOLD, *threshold[1:])
     cache = CodeCache(cache_path())
     try:
-        with generated_code_cached(cache), without_optional(OPTIONAL_FOR_LARK):
+        with generated_code_cached(cache), without_optional(OPTIONAL_FOR_ASYNCIO):
+            from linnet.syntax.parser import set_parse_cache
+
+            from .parses import ParseCache
             from .server import create_server, main
 
             server = create_server()
@@ -202,4 +194,6 @@ def load_server() -> Callable[[], int]:
     finally:
         gc.set_threshold(*threshold)
     cache.save()
+    server.parse_cache = ParseCache(cache_path(PARSES_NAME))
+    set_parse_cache(server.parse_cache)
     return functools.partial(main, server)

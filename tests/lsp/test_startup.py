@@ -13,8 +13,9 @@ import attrs
 import pytest
 
 import linnet.cli
-from linnet.lsp.startup import CodeCache, cache_path, generated_code_cached, warm_converter, without_optional
+from linnet.lsp.startup import CodeCache, cache_path, generated_code_cached, warm_converter
 from linnet.runtimes.backends import caches
+from linnet.syntax.optional import without_optional
 from tests.conftest import ROOT
 
 CLASSES = textwrap.dedent(
