@@ -1,8 +1,8 @@
 """`linnet lsp`'s cold start: what the process does before it can answer, kept short.
 
 Before its first diagnostics the server imports pygls, lsprotocol and the front end and checks the opened file.
-Measured on two shared cores (`python -X importtime`, cProfile, and `bench/lsp_latency.py --cold-start`), three
-costs in that import were not work the server needs:
+Measured on two shared cores (`python -X importtime`, cProfile, and `bench/lsp_cold_start.py`), these costs of a
+start were not work the server needs:
 
 - the cyclic garbage collector: about 240 collections of a heap growing to 110,000 objects while modules import
   (~0.1 s), and a full collection of it before serving (~60 ms). Here the young generation's threshold is
@@ -16,13 +16,24 @@ costs in that import were not work the server needs:
   start that finds them evaluates them without compiling.
 - cattrs generating (and compiling) the functions that read and write each message type the first time one
   arrives: ~25 ms for those of a start (initialize with a client's capabilities, didOpen, publishDiagnostics,
-  ...). `load_server` makes the server and has its converter generate those at once, through the same cache.
-- lark imports `regex` and `interegular` when they are installed, for grammars that ask for them (ours does not):
-  hidden from lark while it imports (~30 ms).
+  ...). `load_server` makes the server and has its converter generate those at once, through the same cache, each
+  in the one direction the server needs (it reads a client's capabilities and never writes them).
+- attrs copying the globals of a class's module into those of its generated `__init__`, for each of lsprotocol's
+  554 classes (~20 ms): `attrs_init_without_module_globals`.
+- parsing: the standard library and the opened file, with lark's import and tables, ~90 ms. The parses of a start
+  are kept between starts (`linnet.lsp.parses`): a start whose items were all parsed before never imports lark
+  (`linnet.syntax.lalr`). lark imports `regex` and `interegular` when they are installed, for grammars that ask
+  for them (ours does not): hidden from lark while it imports (~30 ms; `linnet.syntax.optional`).
+- modules only some requests use, imported where they are used: tempfile and shutil (views, compare), hashlib
+  (compare), and ssl, which asyncio imports when it can, hidden while the server imports (it speaks over stdio).
 
-The cache file is `lsp/generated-code-<python>.marshal` in Linnet's cache folder (`$LINNET_CACHE_DIR`, else
-`$XDG_CACHE_HOME/linnet`, else `~/.cache/linnet`; `LINNET_NO_CACHE=1` turns it off; `linnet cache` lists and clears
-it); a folder that cannot be read or written only means compiling as before.
+Measured: bench/results/lsp_cold_start.md. A test (tests/lsp/test_startup.py) pins what a second start has not
+imported when it first publishes diagnostics.
+
+The cache files are `lsp/generated-code-<python>.marshal` and `lsp/parses-<python>.pickle` in Linnet's cache
+folder (`$LINNET_CACHE_DIR`, else `$XDG_CACHE_HOME/linnet`, else `~/.cache/linnet`; `LINNET_NO_CACHE=1` turns them
+off; `linnet cache` lists and clears them); a folder that cannot be read or written only means compiling and
+parsing as before.
 """
 
 from __future__ import annotations
@@ -46,18 +57,17 @@ PARSES_NAME = f"parses-{sys.implementation.cache_tag}.pickle"  # linnet/lsp/pars
 OPTIONAL_FOR_ASYNCIO = ("ssl",)
 IMPORT_YOUNG_THRESHOLD = 10_000  # generation 0's collection threshold while the server imports (CPython's: 700)
 STALE_SHARE = 0.05  # the share of lookups that missed above which the cache file is written again
-# what an editor and the server send each other from spawning to the first diagnostics
-STARTUP_METHODS = (
+# what an editor sends the server, and the server the editor, from spawning to the first diagnostics and the first
+# edit; the server reads the first and writes their responses, writes the second and reads their responses
+FROM_CLIENT = (
     "initialize",
     "initialized",
-    "workspace/configuration",
-    "client/registerCapability",
     "textDocument/didOpen",
-    "textDocument/publishDiagnostics",
     "textDocument/didChange",
     "shutdown",
     "exit",
 )
+FROM_SERVER = ("workspace/configuration", "client/registerCapability", "textDocument/publishDiagnostics")
 
 
 def cache_path(name: str = CACHE_NAME) -> Path | None:
@@ -125,6 +135,35 @@ class CodeCache:
 
 
 @contextlib.contextmanager
+def attrs_init_without_module_globals() -> Iterator[None]:
+    """While the block runs, the `__init__` attrs generates for a class gets only the globals its code uses, not a
+    copy of the class's module's too (attrs copies them so that `typing.get_type_hints(cls.__init__)` can resolve
+    string annotations; nothing in the server asks that): lsprotocol.types defines 554 classes in one module, so
+    that was 554 copies of a module of growing size, ~20 ms of its import. attrs reads the module from the class's
+    `__module__` in `attr._make._make_init_script(cls, ...)`, which this calls with `__module__` set to a name no
+    module has; where that function differs (another attrs), classes are made as usual."""
+    import attr._make as attrs_make
+
+    original = getattr(attrs_make, "_make_init_script", None)
+
+    def make_init_script(cls, *args, **kwargs):
+        module = cls.__module__
+        cls.__module__ = "<no module: linnet.lsp.startup>"
+        try:
+            return original(cls, *args, **kwargs)
+        finally:
+            cls.__module__ = module
+
+    if original is not None:
+        attrs_make._make_init_script = make_init_script
+    try:
+        yield
+    finally:
+        if original is not None:
+            attrs_make._make_init_script = original
+
+
+@contextlib.contextmanager
 def generated_code_cached(cache: CodeCache) -> Iterator[CodeCache]:
     """While the block runs, attrs, dataclasses and cattrs compile the code they generate through `cache`; all are
     restored after. attrs compiles in `attr._make._compile_and_eval(script, globs, locs, filename)`; dataclasses
@@ -162,17 +201,20 @@ def generated_code_cached(cache: CodeCache) -> Iterator[CodeCache]:
 
 
 def warm_converter(converter: Any) -> None:
-    """Have `converter` (cattrs, pygls's) generate its functions for the messages of a start: the requests and
-    notifications in `STARTUP_METHODS` and their responses."""
+    """Have `converter` (cattrs, pygls's) generate its functions for the messages of a start, in the direction the
+    server handles each: reading `FROM_CLIENT`'s messages and writing their responses, writing `FROM_SERVER`'s and
+    reading their responses (the other directions, such as writing a client's capabilities, were half the work)."""
     from lsprotocol import types as T
 
-    for method in STARTUP_METHODS:
-        message, response = T.METHOD_TO_TYPES[method][:2]
-        converter.get_structure_hook(message)
-        converter.get_unstructure_hook(message)  # the server sends some (configuration, registerCapability)
-        if response is not None:
-            converter.get_structure_hook(response)
-            converter.get_unstructure_hook(response)
+    for methods, message_hook, response_hook in (
+        (FROM_CLIENT, converter.get_structure_hook, converter.get_unstructure_hook),
+        (FROM_SERVER, converter.get_unstructure_hook, converter.get_structure_hook),
+    ):
+        for method in methods:
+            message, response = T.METHOD_TO_TYPES[method][:2]
+            message_hook(message)
+            if response is not None:
+                response_hook(response)
 
 
 def load_server() -> Callable[[], int]:
@@ -183,7 +225,7 @@ def load_server() -> Callable[[], int]:
     gc.set_threshold(IMPORT_YOUNG_THRESHOLD, *threshold[1:])
     cache = CodeCache(cache_path())
     try:
-        with generated_code_cached(cache), without_optional(OPTIONAL_FOR_ASYNCIO):
+        with generated_code_cached(cache), attrs_init_without_module_globals(), without_optional(OPTIONAL_FOR_ASYNCIO):
             from linnet.syntax.parser import set_parse_cache
 
             from .parses import ParseCache
