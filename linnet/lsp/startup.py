@@ -49,8 +49,6 @@ import types
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from linnet.syntax.optional import without_optional
-
 CACHE_NAME = f"generated-code-{sys.implementation.cache_tag}.marshal"
 PARSES_NAME = f"parses-{sys.implementation.cache_tag}.pickle"  # linnet/lsp/parses.py
 # asyncio imports ssl (~8 ms) when it can, for TLS connections: the server speaks over stdio
@@ -225,14 +223,18 @@ def load_server() -> Callable[[], int]:
     gc.set_threshold(IMPORT_YOUNG_THRESHOLD, *threshold[1:])
     cache = CodeCache(cache_path())
     try:
-        with generated_code_cached(cache), attrs_init_without_module_globals(), without_optional(OPTIONAL_FOR_ASYNCIO):
-            from linnet.syntax.parser import set_parse_cache
+        with generated_code_cached(cache), attrs_init_without_module_globals():
+            # imported in the block: linnet.syntax makes the AST's dataclasses (their methods' code is cached)
+            from linnet.syntax.optional import without_optional
 
-            from .parses import ParseCache
-            from .server import create_server, main
+            with without_optional(OPTIONAL_FOR_ASYNCIO):
+                from linnet.syntax.parser import set_parse_cache
 
-            server = create_server()
-            warm_converter(server.protocol._converter)  # pygls keeps the converter private
+                from .parses import ParseCache
+                from .server import create_server, main
+
+                server = create_server()
+                warm_converter(server.protocol._converter)  # pygls keeps the converter private
     finally:
         gc.set_threshold(*threshold)
     cache.save()
