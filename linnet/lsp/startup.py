@@ -238,6 +238,8 @@ def load_server() -> Callable[[], int]:
     finally:
         gc.set_threshold(*threshold)
     cache.save()
-    server.parse_cache = ParseCache(cache_path(PARSES_NAME))
-    set_parse_cache(server.parse_cache)
+    parses = cache_path(PARSES_NAME)
+    if parses is not None:  # LINNET_NO_CACHE: every start parses (keeping parses in memory would only cost)
+        server.parse_cache = ParseCache(parses)
+        set_parse_cache(server.parse_cache)
     return functools.partial(main, server)
