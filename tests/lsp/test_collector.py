@@ -9,7 +9,7 @@ import weakref
 
 import pytest
 
-from linnet.lsp.collector import IdleCollector
+from linnet.lsp.collector import FIRST_CHECK_YOUNG_THRESHOLD, IdleCollector
 
 
 class Node:
@@ -52,6 +52,8 @@ def test_start_freezes_and_raises_the_full_threshold(full_collections):
     collector.start()
     # frozen objects can still die (refcounting, in any thread of this process) but none are added
     assert collector.survivors > 0 and 0.99 * collector.survivors <= gc.get_freeze_count() <= collector.survivors
+    assert gc.get_threshold() == (FIRST_CHECK_YOUNG_THRESHOLD, middle, full * 100)
+    collector.after_check()  # the first check ended: young collections as usual again
     assert gc.get_threshold() == (young, middle, full * 100)
 
 
