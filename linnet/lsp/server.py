@@ -24,7 +24,7 @@ import sys
 import threading
 import traceback
 import uuid
-from typing import Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from lsprotocol import types as T
 from pygls.exceptions import FeatureRequestError, JsonRpcException, JsonRpcInvalidParams
@@ -38,7 +38,6 @@ from linnet.semantics.program import Analysis
 from linnet.syntax import ast as A
 from linnet.syntax.fmt import FormatError, format_source
 from linnet.syntax.items import names_after, split_items
-from linnet.syntax.parser import set_parse_cache
 
 from . import compare as compare_
 from . import completion as completion_
@@ -61,10 +60,12 @@ from .convert import (
 from .documents import Documents, OpenDocument, Settings
 from .hover import hover_markdown
 from .import_completion import import_completions
-from .parses import ParseCache
 from .rpc import AnswerEveryRequest, FramedReader, OneLineReaderErrors, refusal, strict_strings
 from .tokens import TOKEN_MODIFIERS, TOKEN_TYPES, semantic_tokens
 from .weights import WeightChecks
+
+if TYPE_CHECKING:
+    from .startup import StartCaches
 
 log = logging.getLogger("linnet.lsp")
 
@@ -137,7 +138,7 @@ class LinnetServer(LanguageServer):
         self.collector = IdleCollector(busy=self.checking)
         # uri -> (revision, the first pass over a big file just opened: `_check_first_items`)
         self.first_items: dict[str, tuple[int, asyncio.Future]] = {}
-        self.parse_cache: ParseCache | None = None  # a start's parses, until typing begins (linnet/lsp/parses.py)
+        self.start_caches: StartCaches | None = None  # the start's caches until typing begins (linnet/lsp/startup.py)
 
     def _start_io_async(self, stdin=None, stdout=None):
         """pygls's stdio loop (`LanguageServer.start_io`) reading through `rpc.FramedReader`."""
@@ -240,8 +241,8 @@ class LinnetServer(LanguageServer):
                 if self.documents.get(doc.uri) is not doc or revision != doc.revision:
                     continue
                 self.text_document_publish_diagnostics(T.PublishDiagnosticsParams(doc.uri, diagnostics, version))
-                if self.parse_cache is not None and revision == 0:  # a document as opened: the next start reads it
-                    self.parse_cache.save()
+                if self.start_caches is not None and revision == 0:  # a document as opened: the next start reads it
+                    self.start_caches.save()
                 if doc.text_version != doc.notified_version:  # its importers read this text now
                     doc.notified_version = doc.text_version
                     self.schedule_importers(doc.path)
@@ -297,12 +298,11 @@ class LinnetServer(LanguageServer):
         return analysis if item is not None and item in analysis.items else None
 
     def end_start(self) -> None:
-        """Typing began: write the start's parses (`parse_cache`) and parse without a cache from now on (what is
-        typed is new text, and the parses kept would grow with every edit)."""
-        if self.parse_cache is not None:
-            self.parse_cache.save()
-            set_parse_cache(None)
-            self.parse_cache = None
+        """Typing began: close the start's caches (`start_caches`): what is typed is new text, and what they kept
+        would grow with every edit."""
+        if self.start_caches is not None:
+            self.start_caches.close()
+            self.start_caches = None
 
     def schedule_importers(self, path: str) -> None:
         """Diagnostics again for the open documents that import the file at `path`."""

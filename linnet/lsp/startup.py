@@ -46,6 +46,7 @@ import marshal
 import os
 import sys
 import types
+import typing
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -101,14 +102,14 @@ class CodeCache:
             if isinstance(loaded, dict):
                 self.codes = {k: v for k, v in loaded.items() if isinstance(k, str) and isinstance(v, types.CodeType)}
 
-    def compile(self, source: str, filename: str) -> Any:
-        """`compile(source, filename, "exec")`, from the cache when this text was compiled before."""
-        key = f"{filename}\0{source}"
+    def compile(self, source: str, filename: str, mode: str = "exec") -> Any:
+        """`compile(source, filename, mode)` ("exec" or "eval"), from the cache when this text was compiled before."""
+        key = f"{filename}\0{source}" if mode == "exec" else f"{mode}\0{filename}\0{source}"
         code = self.codes.get(key)
         if code is None:
             # dont_inherit: not this module's `from __future__ import annotations` (dataclasses' own `exec` has none,
             # so its generated methods' annotations would turn into strings)
-            code = compile(source, filename, "exec", dont_inherit=True)
+            code = compile(source, filename, mode, dont_inherit=True)
             self.misses += 1
         else:
             self.hits += 1
@@ -163,10 +164,12 @@ def attrs_init_without_module_globals() -> Iterator[None]:
 
 @contextlib.contextmanager
 def generated_code_cached(cache: CodeCache) -> Iterator[CodeCache]:
-    """While the block runs, attrs, dataclasses and cattrs compile the code they generate through `cache`; all are
+    """While the block runs, attrs, dataclasses and cattrs compile the code they generate through `cache`, and typing
+    the expressions of forward references (`Optional["Range"]`: 310 of them in lsprotocol.types, ~10 ms); all are
     restored after. attrs compiles in `attr._make._compile_and_eval(script, globs, locs, filename)`; dataclasses
-    calls the builtin `exec(text, globals, ns)` and cattrs's generators the builtin `compile`, each shadowed by a
-    module global for the block. Where one differs (another version), it compiles as usual."""
+    calls the builtin `exec(text, globals, ns)`, cattrs's generators the builtin `compile` and `typing.ForwardRef`
+    `compile(text, "<string>", "eval")`, each shadowed by a module global for the block. Where one differs (another
+    version), it compiles as usual."""
     import attr._make as attrs_make
     import cattrs.gen
 
@@ -185,15 +188,22 @@ def generated_code_cached(cache: CodeCache) -> Iterator[CodeCache]:
             return compile(source, filename, mode, *args, **kwargs)
         return cache.compile(source, filename)
 
+    def typing_compile(source, filename, mode, *args, **kwargs):
+        if mode != "eval" or args or kwargs or not isinstance(source, str):
+            return compile(source, filename, mode, *args, **kwargs)
+        return cache.compile(source, filename, "eval")
+
     if original is not None:
         attrs_make._compile_and_eval = attrs_compile_and_eval
     dataclasses.exec = dataclasses_exec  # a module global shadows the builtin in dataclasses' functions
     cattrs.gen.compile = cattrs_compile  # and in cattrs.gen's
+    typing.compile = typing_compile  # and in typing's
     try:
         yield cache
     finally:
         del dataclasses.exec
         del cattrs.gen.compile
+        del typing.compile
         if original is not None:
             attrs_make._compile_and_eval = original
 
@@ -215,15 +225,46 @@ def warm_converter(converter: Any) -> None:
                 response_hook(response)
 
 
+class StartCaches:
+    """What a start fills and the next one reads: the generated code (`CodeCache`: attrs's, dataclasses' and
+    cattrs's compile stays patched until `close`, so the functions cattrs generates while serving the first messages,
+    such as those writing each concrete capability of the initialize result, ~10 ms, are cached too) and the parses
+    (`linnet.lsp.parses.ParseCache`, or None). The server calls `save` once a document as opened is checked, and
+    `close` when typing begins (what is typed is new text, and what the caches keep would grow with it)."""
+
+    def __init__(self, code: CodeCache, code_block: contextlib.ExitStack, parses: Any | None):
+        self.code = code
+        self.code_block = code_block  # the patch `generated_code_cached` made
+        self.parses = parses
+
+    def save(self) -> None:
+        """Write both caches (each only when it has something new)."""
+        self.code.save()
+        if self.parses is not None:
+            self.parses.save()
+
+    def close(self) -> None:
+        """Restore the compile functions, write the parses (when new) and parse without a cache from now on."""
+        from linnet.syntax.parser import set_parse_cache
+
+        self.code_block.close()
+        if self.parses is not None:
+            self.parses.save()
+            set_parse_cache(None)
+
+
 def load_server() -> Callable[[], int]:
     """Import the language server and make it, with fewer collections and generated code cached (see the module
     docstring); returns a function that serves on stdio (`linnet.lsp.server.main`, whose `IdleCollector.start`
-    freezes what this loaded) and returns the exit status. Raises ImportError without pygls or lsprotocol."""
+    freezes what this loaded) and returns the exit status. The server holds the start's caches (`StartCaches`) until
+    typing begins. Raises ImportError without pygls or lsprotocol."""
     threshold = gc.get_threshold()
     gc.set_threshold(IMPORT_YOUNG_THRESHOLD, *threshold[1:])
     cache = CodeCache(cache_path())
+    code_block = contextlib.ExitStack()
+    code_block.enter_context(generated_code_cached(cache))
     try:
-        with generated_code_cached(cache), attrs_init_without_module_globals():
+        with attrs_init_without_module_globals():
             # imported in the block: linnet.syntax makes the AST's dataclasses (their methods' code is cached)
             from linnet.syntax.optional import without_optional
 
@@ -235,11 +276,15 @@ def load_server() -> Callable[[], int]:
 
                 server = create_server()
                 warm_converter(server.protocol._converter)  # pygls keeps the converter private
+    except BaseException:
+        code_block.close()
+        raise
     finally:
         gc.set_threshold(*threshold)
     cache.save()
-    parses = cache_path(PARSES_NAME)
-    if parses is not None:  # LINNET_NO_CACHE: every start parses (keeping parses in memory would only cost)
-        server.parse_cache = ParseCache(parses)
-        set_parse_cache(server.parse_cache)
+    path = cache_path(PARSES_NAME)
+    # LINNET_NO_CACHE: every start parses (keeping parses in memory would only cost)
+    parses = ParseCache(path) if path is not None else None
+    set_parse_cache(parses)
+    server.start_caches = StartCaches(cache, code_block, parses)
     return functools.partial(main, server)
