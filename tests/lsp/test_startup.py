@@ -283,3 +283,22 @@ def test_a_second_start_reaches_its_first_diagnostics_without_lark_or_what_runs_
     imported += sorted(m for m in second if any(m.startswith(f"{name}.") for name in NOT_BEFORE_FIRST_DIAGNOSTICS))
     assert imported == []
     assert second_found == first_found
+
+
+def test_forward_references_compile_through_the_cache_and_still_resolve(tmp_path):
+    """typing compiles each forward reference's text (`Optional["Range"]`): a second start reads the code back, and
+    the annotation resolves to the same class."""
+    import typing
+
+    caches = []
+    for _ in range(2):
+        cache = CodeCache(tmp_path / "codes.marshal")
+        with generated_code_cached(cache):
+            ref = typing.ForwardRef("Optional[Range]")
+        cache.save()
+        caches.append(cache)
+        module = load_classes(tmp_path, f"classes_ref{len(caches)}")
+        resolved = typing._eval_type(ref, {"Optional": typing.Optional, "Range": module.Range}, None)
+        assert resolved == typing.Optional[module.Range]
+    assert caches[0].misses == 1 and caches[1].hits == 1 and caches[1].misses == 0
+    assert not hasattr(typing, "compile"), "the builtin is typing's compile again after the block"
