@@ -160,6 +160,23 @@ def test_training_and_sharding_layouts_keep_the_layers_by_name():
     assert "model.layers.2.self_attn.q_proj.weight" in m.params
 
 
+def test_sharding_and_training_refuse_stacked_layers_by_name():
+    """Asked to scan in the per-name layout, tensor parallelism and the JAX trainer say what to load instead (their
+    plans and adapters name each layer's weights; auto unrolls them there), not a KeyError from deep inside."""
+    from linnet.errors import BackendError, TrainError
+    from linnet.runtimes.parallel.jax_mesh import make_mesh, shard_model
+    from linnet.runtimes.train.jax_trainer import JaxPolicy
+
+    m = lj.load(
+        LLAMA, config=SMALL, fuse_linear_weights=False, scan_layers=True, random_weights=True, progress=False,
+        max_positions=32,
+    )  # fmt: skip
+    with pytest.raises(BackendError, match=r"loaded with scan_layers=False \(it holds `model\.layers\.\*\."):
+        shard_model(m, make_mesh(jax.devices()[:1]))
+    with pytest.raises(TrainError, match="loaded with scan_layers=False"):
+        JaxPolicy(m, ["model.layers.0.self_attn.q_proj.weight"])
+
+
 def test_a_scanned_artifact_binds_its_stacked_layers_from_checkpoint_names(tmp_path):
     """A step exported from a scanned model takes the layers stacked; `load_exported` stacks them from a checkpoint
     (or a dict) by checkpoint name, fused weights made from their members first, and runs as the model does. An item
