@@ -70,3 +70,19 @@ def test_scanned_layers_give_what_unrolled_layers_give(family):
     for name in unrolled:
         for a, b in zip(scanned[name], unrolled[name], strict=True):
             np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0, atol=ATOL, err_msg=f"{family} {name}")
+
+
+def test_the_standalone_module_scans_a_list_without_a_class():
+    """`linnet jax` output (the prelude's definitions carried in the file) over DINOv2's layers stacked by its own
+    `stack_layers`: the classless `encoder.layer` scanned gives what the plain loop over arrays by name gives."""
+    from linnet.compiler.jax.codegen import generate
+
+    config, dims = SHRUNK["dinov2"]
+    m = lj.load(source("dinov2"), config=config, random_weights=True, progress=False, scan_layers=False)
+    namespace: dict = {}
+    exec(compile(generate(m.prepared.program, standalone=True), "standalone", "exec"), namespace)
+    assert namespace["STACKED_LISTS"] == {"encoder.layer": 2}
+    (x,) = random_inputs(m.prepared.program.entries["forward"], {**DIMS, **dims}, seed=5)
+    plain = namespace["forward"](dict(m.params), x)
+    scanned = namespace["forward"](namespace["stack_layers"](dict(m.params)), x)
+    np.testing.assert_allclose(np.asarray(scanned), np.asarray(plain), rtol=0, atol=ATOL)
