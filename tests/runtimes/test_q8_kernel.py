@@ -90,25 +90,26 @@ def test_the_load_holds_pairs_for_the_kernel_where_it_runs(tmp_path, monkeypatch
     plain = BACKENDS["xla"].load(LLAMA, weights=path, dtype="stored", **OPTIONS)
     monkeypatch.setattr(q8_kernel, "uses_kernel", lambda platform: True)  # the CPU as a TPU would hold them
     relaid = BACKENDS["xla"].load(LLAMA, weights=path, dtype="stored", **OPTIONS)
+    assert "model.layers.*.mlp.down_proj.weight" in relaid.params  # scanned (the CPU's default): stacked pairs
     for key, pair in plain.params.items():
         if isinstance(pair, tuple):
             held = relaid.params[key]
             assert isinstance(held, q8_kernel.KMajorQ8), key
             np.testing.assert_array_equal(held.codes, pair[0])
-            np.testing.assert_array_equal(held.scales_t, np.asarray(pair[1], np.float32).T)
+            np.testing.assert_array_equal(held.scales_t, np.swapaxes(np.asarray(pair[1], np.float32), -1, -2))
     ids = np.random.default_rng(0).integers(0, 96, (2, 24))
     (got,), (want,) = relaid.run("forward", ids), plain.run("forward", ids)  # tiny dims: XLA's dot, re-laid scales
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * np.abs(want).max())
 
 
 def kernel_sized_llama():
-    """A one-layer transformers Llama whose every matrix tiles for the kernel (N a multiple of 128, K of 256)."""
+    """A two-layer transformers Llama whose every matrix tiles for the kernel (N a multiple of 128, K of 256)."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(2)
     config = LlamaConfig(
-        vocab_size=256, hidden_size=256, intermediate_size=512, num_hidden_layers=1, num_attention_heads=4,
+        vocab_size=256, hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, tie_word_embeddings=False, max_position_embeddings=128, rms_norm_eps=1e-5,
     )  # fmt: skip
     return LlamaForCausalLM(config)
@@ -135,6 +136,8 @@ def test_decode_through_the_kernel_generates_the_xla_paths_tokens(tmp_path, monk
     kernel = q8_kernel.q8_matmul
     monkeypatch.setattr(q8_kernel, "q8_matmul", lambda *a, **kw: calls.append(a[1].shape) or kernel(*a, **kw))
     relaid = BACKENDS["jax"].load(LLAMA, **options)
+    # the layers scanned (the CPU's default): the kernel is traced once, on the scan's slice of the stacked pairs
+    assert isinstance(relaid.params["model.layers.*.self_attn.o_proj.weight"], q8_kernel.KMajorQ8)
     prompt, params = [5, 17, 42, 8, 3, 61, 29], SamplingParams(max_new_tokens=8)
     for loop in (False, True):
         tokens = [
