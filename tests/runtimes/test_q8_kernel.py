@@ -46,6 +46,71 @@ def test_kernel_equals_the_dequantized_product(m, n, k, tn, tk):
         assert np.all(np.abs(fast - want) <= 2.0**-9 * (np.abs(x) @ np.abs(w).T) + 1e-6), widen
 
 
+# (rows M, N, K, tile targets) for the dequantizing kernel: rows past one tile of 512 (two tiles, the last padded),
+# several tiles along N and K, and rows not a multiple of 16 (padded)
+PREFILL_SHAPES = [(520, 256, 512, 128, 256), (70, 384, 1536, 128, 512), (3, 128, 256, 1024, 512)]
+
+
+@pytest.mark.parametrize("m,n,k,tn,tk", PREFILL_SHAPES)
+def test_the_dequantizing_kernel_equals_the_dequantized_product(m, n, k, tn, tk):
+    from linnet.compiler.jax.q8_kernel import hold, q8_matmul
+
+    codes, scales, w = q8_matrix(n, k, seed=m)
+    x = np.random.default_rng(m + 1).standard_normal((m, k), dtype=np.float32)
+    want = x.astype(np.float64) @ w.T
+    held = hold(codes, scales)
+    options = dict(tn=tn, tk=tk, prefill=True, interpret=True)
+    # equivalent: W's tile dequantized exactly in f32, one f32 dot per tile: f32 rounding of the sums, as above
+    exact = np.asarray(q8_matmul(x, held.codes, held.scales_t, precision="highest", **options))
+    np.testing.assert_allclose(exact, want, rtol=0, atol=1e-6 * np.abs(want).max())
+    # fast: x and the dequantized W each rounded to bf16 (2^-9 relative) before an exact dot: 2^-8 * sum |x| |w|
+    fast = np.asarray(q8_matmul(x, held.codes, held.scales_t, **options))
+    assert np.all(np.abs(fast - want) <= 2.0**-8 * (np.abs(x) @ np.abs(w).T) + 1e-6)
+
+
+def test_prefill_rows_go_through_the_dequantizing_kernel(monkeypatch):
+    # Past PREFILL_ROWS the block-diagonal spread would cost G (16) times a plain dot's MXU work: the kernel that
+    # dequantizes its tile takes those rows; decode's rows keep the decode kernel.
+    from linnet.compiler.jax import q8_kernel
+
+    used = []
+    for name in ("_kernel", "_dequantizing_kernel"):
+        original = getattr(q8_kernel, name)
+        monkeypatch.setattr(q8_kernel, name, lambda *a, _f=original, _n=name, **kw: used.append(_n) or _f(*a, **kw))
+    codes, scales, w = q8_matrix(128, 256)
+    held = q8_kernel.hold(codes, scales)
+    for rows, kernel in ((1, "_kernel"), (q8_kernel.PREFILL_ROWS, "_kernel"), (q8_kernel.PREFILL_ROWS + 1, None)):
+        used.clear()
+        x = np.random.default_rng(rows).standard_normal((rows, 256), dtype=np.float32)
+        got = np.asarray(q8_kernel.q8_matmul(x, held.codes, held.scales_t, precision="highest", interpret=True))
+        assert set(used) == {kernel or "_dequantizing_kernel"}, rows
+        want = x.astype(np.float64) @ w.T
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-6 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("rows,prefill", [(1, False), (64, False), (512, True)])
+def test_the_kernels_lower_for_a_tpu_at_the_8b_shapes(rows, prefill):
+    # Pallas's TPU lowering (the kernel's Mosaic program), run on the CPU: what fails here fails on the chip before
+    # Mosaic's own compiler sees it (that one runs only there). The 8B's matrices: fused gate/up, down_proj over
+    # 14336, Qwen3's lm_head over its vocab 151936 (tiles of 128 x 2048).
+    import functools
+
+    import jax.numpy as jnp
+
+    from linnet.compiler.jax.q8_kernel import BLOCK, q8_matmul
+
+    for n, k in ((28672, 4096), (4096, 14336), (151936, 4096)):
+        for precision in (None, "highest"):
+            args = (
+                jax.ShapeDtypeStruct((rows, k), jnp.float32),
+                jax.ShapeDtypeStruct((n, k), jnp.int8),
+                jax.ShapeDtypeStruct((k // BLOCK, n), jnp.float32),
+            )
+            f = jax.jit(functools.partial(q8_matmul, precision=precision, prefill=prefill, interpret=False))
+            text = f.trace(*args).lower(lowering_platforms=("tpu",)).as_text()
+            assert "tpu_custom_call" in text, (n, k, precision)
+
+
 def test_tiles_of_the_8b_matrices_and_none_for_a_tiny_model():
     from linnet.compiler.jax.q8_kernel import tiles
 
@@ -53,6 +118,10 @@ def test_tiles_of_the_8b_matrices_and_none_for_a_tiny_model():
     assert [tiles(n, 4096) for n in (28672, 6144, 4096, 128256)] == [(1024, 512)] * 3 + [(768, 512)]
     assert tiles(4096, 14336) == (1024, 512) and tiles(4096, 14336, 2048, 2048) == (2048, 2048)
     assert tiles(128, 96) is None and tiles(96, 256) is None  # K = 96, N = 96: XLA's dot
+    # Qwen3-8B: fused gate/up 24576, down_proj over 12288; its vocab 151936 = 128 x 1187 takes tiles of 128 along N,
+    # so K's grow to 2048 (1187 steps of 256 KB, not 9496 of 64 KB); less for a batch's spread (64 rows: 512)
+    assert tiles(24576, 4096) == (1024, 512) and tiles(4096, 12288) == (1024, 512)
+    assert tiles(151936, 4096) == (128, 2048) and tiles(151936, 4096, rows=64) == (128, 512)
 
 
 def test_a_kernel_pair_multiplies_by_the_kernel_for_any_known_rows(monkeypatch):

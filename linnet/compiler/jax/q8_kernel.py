@@ -21,11 +21,17 @@ Numerics: `fast` (precision None) dots x in bf16 with the codes in bf16, f32 acc
 dots in f32. Both apply the f32 scales in f32. The sum runs per block first, then over blocks (the dequantized
 matrix's dot sums over K at once): the same values in another order, within f32 rounding.
 
-Rows are tiled by `TILE_M` (64; more rows, prefill, padded to a multiple): every multiply of a matrix on the chip
-goes through the kernel, so no dequantized matrix is ever made (XLA's dot over a dequantized matrix materialised
-them, out of HBM for the 8B), at the price of G times the MXU work for prefill (the spread rows), about 0.7 s of
-v5e MXU time for a 512-token prompt of an 8B model. Only shapes no tiling fits and rows unknown when traced (an
-exported entry's symbolic batch: the `xla` backend) keep XLA's dequantized dot (`KMajorQ8.matmul`).
+Rows: up to `PREFILL_ROWS` (64: decode, a serving batch) in one grid step of the kernel above. The spread costs G
+times the MXU work of x's rows, free while the codes' stream bounds the step (a few rows), not for prefill (16
+times the FLOPs: 0.62 s TTFT for a 512-token prompt of the 8B on a v5e, against a 50 ms FLOP bound). So more rows
+go through a second kernel (`_dequantizing_kernel`): each step dequantizes its codes tile to the dot's dtype in VMEM
+(codes [tn, tk] widened to f32 and transposed to [tk, tn], times the scales [tk / 32, tn] broadcast over each
+block's 32 sublanes) and runs one plain [tm, tk] x [tk, tn] dot, rows tiled by up to `TILE_M_PREFILL` (512: the
+codes read once per 512 rows). Its `fast` dot rounds the dequantized weights to bf16 (the decode kernel's keeps them
+exact and scales in f32 after), as a bf16 model's weights are. Every multiply of a matrix on the chip goes through
+one of the two, so no dequantized matrix is ever made in HBM (XLA's dot over a dequantized matrix materialised them,
+out of HBM for the 8B). Only shapes no tiling fits and rows unknown when traced (an exported entry's symbolic
+batch: the `xla` backend) keep XLA's dot over the dequantized matrix (`KMajorQ8.matmul`).
 """
 
 from __future__ import annotations
@@ -40,11 +46,15 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-__all__ = ["KMajorQ8", "hold", "held_spec", "uses_kernel", "q8_matmul", "tiles", "TILE_M", "BLOCK"]
+__all__ = ["KMajorQ8", "hold", "held_spec", "uses_kernel", "q8_matmul", "tiles", "TILE_M", "PREFILL_ROWS", "BLOCK"]
 
 BLOCK = 32  # Q8_0's values per scale
-TILE_M = 64  # rows of x (batch * tokens) a grid step takes: decode's in one; prefill's in tiles of 64
+TILE_M = 64  # rows of x (batch * tokens) a grid step of the decode kernel takes
+PREFILL_ROWS = TILE_M  # more rows than this go through the dequantizing kernel (None: never, the decode kernel's tiles)
+TILE_M_PREFILL = 512  # rows of x a grid step of the dequantizing kernel takes (the codes read once per tile)
 TILE_N, TILE_K = 1024, 512  # default tile targets: codes 512 KB a step, double-buffered
+MAX_TILE_K = 2048  # K's tile grows up to this where N has few divisors (`tiles`)
+SPREAD_BYTES = 4 * 1024 * 1024  # the decode kernel's spread x (f32 [M * tk / 32, tk]) stays under this
 WIDEN_CODES = True  # codes widened to bf16 on the VPU before a `fast` dot (False: the dot takes them as int8)
 VMEM_LIMIT = 64 * 1024 * 1024  # a step's buffers at the largest bench tiles (2048 x 2048) stay well under it
 
@@ -101,12 +111,19 @@ def _tile(dim: int, unit: int, target: int) -> int | None:
     return next((t for t in range(min(target, dim) // unit * unit, 0, -unit) if dim % t == 0), None)
 
 
-def tiles(n: int, k: int, tn: int = TILE_N, tk: int = TILE_K) -> tuple[int, int] | None:
+def tiles(n: int, k: int, tn: int = TILE_N, tk: int = TILE_K, rows: int = 1) -> tuple[int, int] | None:
     """(tn, tk) for an [N, K] matrix: tn a multiple of 128 (lanes) dividing N, tk a multiple of 256 (8 sublanes of
-    scales: 8 blocks of 32) dividing K, each the largest at most its target. None when N or K has no such divisor
-    (a tiny model's 64 or 96: then XLA's dot); the 8B's N (4096, 6144, 28672, 128256) and K (4096, 14336) have."""
-    tn, tk = _tile(n, 128, tn), _tile(k, 8 * BLOCK, tk)
-    return None if tn is None or tk is None else (tn, tk)
+    scales: 8 blocks of 32) dividing K, each the largest at most its target. Where N's tile falls short of its
+    target (Qwen3's vocab 151936 = 128 x 1187 takes tiles of 128), K's target grows by as much (up to `MAX_TILE_K`,
+    and while the decode kernel's spread of `rows` rows stays under `SPREAD_BYTES`): a step still reads about tn x tk
+    codes, so the grid's per-step cost does not multiply. None when N or K has no such divisor (a tiny model's 64 or
+    96: then XLA's dot); the 8B's N (4096, 6144, 24576, 28672, 128256, 151936) and K (4096, 12288, 14336) have."""
+    fit_n = _tile(n, 128, tn)
+    if fit_n is not None and fit_n < tn:
+        spread_cap = int(np.sqrt(SPREAD_BYTES * BLOCK / 4 / max(rows, 1)))  # rows * (tk / 32) * tk * 4 bytes
+        tk = max(tk, min(tk * tn // fit_n, MAX_TILE_K, spread_cap))
+    fit_k = _tile(k, 8 * BLOCK, tk)
+    return None if fit_n is None or fit_k is None else (fit_n, fit_k)
 
 
 def _kernel(x_ref, q_ref, s_ref, o_ref, *, dot_dtype, precision, widen_codes):
@@ -133,29 +150,61 @@ def _kernel(x_ref, q_ref, s_ref, o_ref, *, dot_dtype, precision, widen_codes):
     o_ref[...] += jnp.sum(partial.reshape(m, g, tn) * s_ref[...][None], axis=1)
 
 
-@functools.partial(jax.jit, static_argnames=("precision", "tn", "tk", "widen_codes", "interpret"))
-def q8_matmul(x, codes, scales_t, *, precision=None, tn=TILE_N, tk=TILE_K, widen_codes=WIDEN_CODES, interpret=None):
-    """y f32[M, N] = x[M, K] @ (codes i8[N, K] * scales_t f32[K / 32, N] per block)^T, by the Pallas kernel (the
-    module docstring). `precision` None (`fast`: a bf16 dot) or "highest" (`equivalent`: an f32 dot); `tn`, `tk`
-    tile targets (`tiles`); `widen_codes` False hands a `fast` dot the int8 codes (Mosaic widens them);
-    `interpret` None runs the kernel compiled on a TPU and interpreted elsewhere (slow: for
-    tests). Raises ValueError when no tiling fits (`tiles`)."""
+def _dequantizing_kernel(x_ref, q_ref, s_ref, o_ref, *, dot_dtype, precision):
+    """One grid step (m tile r, n tile j, k tile i) for many rows: o[tm, tn] += x[tm, tk] @ W^T[tk, tn], W^T's tile
+    dequantized here (codes^T * each block's scales) in the dot's dtype."""
+
+    @pl.when(pl.program_id(2) == 0)
+    def _():
+        o_ref[...] = jnp.zeros_like(o_ref)
+
+    codes_t = q_ref[...].astype(jnp.float32).T  # [tk, tn]: a 32-bit transpose (Mosaic's XLU has those)
+    g, tn = s_ref.shape
+    scales = jnp.broadcast_to(s_ref[...][:, None, :], (g, BLOCK, tn)).reshape(g * BLOCK, tn)  # [tk, tn]
+    w_t = (codes_t * scales).astype(dot_dtype)  # exact in f32; `fast`: rounded to bf16
+    o_ref[...] += lax.dot_general(
+        x_ref[...].astype(dot_dtype), w_t, (((1,), (0,)), ((), ())), precision=precision,
+        preferred_element_type=jnp.float32,
+    )  # fmt: skip
+
+
+def _row_tile(rows: int, prefill: bool) -> int:
+    """The rows a grid step takes: all of decode's (up to `TILE_M`) or `TILE_M`; for the dequantizing kernel all
+    rows rounded up to 16 (sublanes of a bf16 tile), up to `TILE_M_PREFILL`."""
+    if not prefill:
+        return rows if rows <= TILE_M else TILE_M
+    return min(-(-rows // 16) * 16, TILE_M_PREFILL)
+
+
+@functools.partial(
+    jax.jit, static_argnames=("precision", "tn", "tk", "widen_codes", "prefill", "interpret")
+)  # fmt: skip
+def q8_matmul(
+    x, codes, scales_t, *, precision=None, tn=TILE_N, tk=TILE_K, widen_codes=WIDEN_CODES, prefill=None, interpret=None
+):
+    """y f32[M, N] = x[M, K] @ (codes i8[N, K] * scales_t f32[K / 32, N] per block)^T, by a Pallas kernel (the
+    module docstring): the decode kernel (block-diagonal x, scales after the dot) for up to `PREFILL_ROWS` rows, the
+    dequantizing kernel for more (`prefill` True or False forces one). `precision` None (`fast`: a bf16 dot) or
+    "highest" (`equivalent`: an f32 dot); `tn`, `tk` tile targets (`tiles`); `widen_codes` False hands the decode
+    kernel's `fast` dot the int8 codes (Mosaic widens them); `interpret` None runs the kernel compiled on a TPU and
+    interpreted elsewhere (slow: for tests). Raises ValueError when no tiling fits (`tiles`)."""
     rows, k = x.shape
     n = codes.shape[0]
-    tm = rows if rows <= TILE_M else TILE_M
-    m = -(-rows // tm) * tm  # prefill's rows padded to whole tiles
+    if prefill is None:
+        prefill = PREFILL_ROWS is not None and rows > PREFILL_ROWS
+    tm = _row_tile(rows, prefill)
+    m = -(-rows // tm) * tm  # rows padded to whole tiles
     x = jnp.pad(x, ((0, m - rows), (0, 0))) if m > rows else x
-    fit = tiles(n, k, tn, tk)
+    fit = tiles(n, k, tn, tk, rows=1 if prefill else tm)
     if fit is None:
         raise ValueError(f"q8_matmul: no tiling of a [{n}, {k}] matrix (N a multiple of 128, K of 256)")
     tn, tk = fit
     highest = precision is not None and str(precision).lower().endswith("highest")
-    kernel = functools.partial(
-        _kernel,
-        dot_dtype=jnp.float32 if highest else jnp.bfloat16,
-        precision=lax.Precision.HIGHEST if highest else None,
-        widen_codes=widen_codes or highest,
-    )
+    dot = dict(dot_dtype=jnp.float32 if highest else jnp.bfloat16, precision=lax.Precision.HIGHEST if highest else None)
+    if prefill:
+        kernel = functools.partial(_dequantizing_kernel, **dot)
+    else:
+        kernel = functools.partial(_kernel, **dot, widen_codes=widen_codes or highest)
     return pl.pallas_call(
         kernel,
         out_shape=jax.ShapeDtypeStruct((m, n), jnp.float32),
