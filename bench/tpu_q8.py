@@ -12,6 +12,13 @@ Rows (section "q8 ..."):
   `equivalent`: ms, GB/s of the bytes held (codes and scales), and whether XLA fused the dequantization into the dot
   (no [28672, 4096] float array in the optimized HLO) or materialised the matrix; a variant that fails to compile
   says why.
+- prefill: a 512-row product through the same matrix (a 512-token prompt): bf16 dense (the FLOP reference), XLA
+  dequantizing to bf16 then the dot, the decode kernel in row tiles of 64 (block-diagonal x: 16 times the MXU
+  work), and the dequantizing kernel (each codes tile dequantized in VMEM, one plain dot) at three tile targets,
+  `fast` and `equivalent`: ms and TFLOP/s against the calibration's matmul. When the dequantizing kernel does not
+  compile, the decode rows keep the decode kernel for prompts and say so.
+- vocab (by default only with qwen3-8b): Qwen3's lm_head (151936 x 4096, N's tiles 128) at one row, K's tile 512
+  against the 2048 `tiles` picks: ms against streaming it.
 - decode (llama-3.1-8b, and qwen3-8b with `--q8-shapes`): a GGUF of the preset's shape written on the machine
   (`write_q8_gguf`: seeded N(0, 0.02) weights quantized to Q8_0 by gguf-py's own vectorised quantizer, threaded
   over row chunks, streamed to a temporary file), loaded through the real path (`linnet.load(..., dtype="stored")`,
@@ -20,13 +27,14 @@ Rows (section "q8 ..."):
   for a 512-token prompt, decode tok/s at batch 1 over 128 new tokens with the on-device decode loop against the
   streaming limit (the bytes held, codes + scales + norms, over the calibration's measured GB/s), the chip's
   memory in use, and the first 32 greedy tokens.
-- distance: the same dims with 4 layers (the dequantized 8B, 32 GB in f32 and 16 GB in bf16, does not fit the
-  chip): the last-token logits of a 64-token prompt and 32 greedy tokens of the stored model (`fast` and
-  `equivalent`) against the same file loaded dequantized in f32 (`equivalent`) on the chip, and against the host
-  CPU's f32 `equivalent` (16 greedy tokens).
+- distance (per shape): the same dims with 4 layers (the dequantized 8B, 32 GB in f32 and 16 GB in bf16, does not
+  fit the chip): the last-token logits of a 96-token prompt and 32 greedy tokens of the stored model (`fast` and
+  `equivalent`, on `xla` and on `jax`: the kernels) against the same file loaded dequantized in f32
+  (`equivalent`) on the chip, and against the host CPU's f32 `equivalent` (16 greedy tokens).
 
-Disk: the 8B file is 8.5 GB (qwen3-8b's 8.7 GB), written under $TMPDIR and removed after its row; a shape whose file
-does not fit the free space is skipped, saying so.
+`--q8-sections` keeps some of kernel, prefill, vocab, decode, distance (one device call must stay under 9 minutes).
+Disk: the 8B file is 8.5 GB (qwen3-8b's 8.7 GB), written under $TMPDIR and removed after its row; a shape whose
+file does not fit the free space is skipped, saying so.
 """
 
 from __future__ import annotations
@@ -243,7 +251,6 @@ def kernel_rows(report, device: str, dry: bool, calibration: dict) -> None:
     optimized HLO written beside the report (`q8_kernel_<i>.hlo.txt`)."""
     import jax
     import jax.numpy as jnp
-    from tpu import median_s, ready
 
     from linnet.compiler.jax.prelude import dequantize, quantized_linear
     from linnet.compiler.jax.q8_kernel import hold, q8_matmul
@@ -301,26 +308,141 @@ def kernel_rows(report, device: str, dry: bool, calibration: dict) -> None:
     }
     want = np.asarray(quantized_linear(x, (codes, scales), "highest"))
     for i, (label, (fn, args)) in enumerate(variants.items()):
-        jitted = jax.jit(fn)
-        try:  # a variant that fails to compile (a kernel's tiles on this chip) says why; the others still run
-            text = jitted.lower(*args).compile().as_text()
-        except Exception as err:
-            report.add("q8 kernel (one matrix-vector product)", {"variant": label, "error": f"{err}"[:1500]})
-            continue
-        (report.out / f"q8_kernel_{i}.hlo.txt").write_text(f"# {label}\n{text}")
-        ready(jitted, *args)
-        s = median_s(functools.partial(ready, jitted, *args), 20)
         quantized = label.startswith("q8")
         read = n * k + n * k // 32 * 2 if quantized else n * k * 2
-        row = {"variant": label, "matrix": f"{n} x {k}", "ms": round(s * 1e3, 4), "gb_read": round(read / 1e9, 4)}
+        row = _time_variant(report, "q8 kernel (one matrix-vector product)", label, fn, args, f"q8_kernel_{i}")
+        if row is None:
+            continue
+        s = row.pop("s")
+        row |= {"matrix": f"{n} x {k}", "ms": round(s * 1e3, 4), "gb_read": round(read / 1e9, 4)}
         row |= {
             "gbps": round(read / s / 1e9, 1),
             "of_stream_limit": f"{read / s / 1e9 / calibration['stream_bf16_gbps']:.0%}",
         }
         if quantized:
-            row["dequantization_fused"] = _fused(text, n, k)
-            row["max_abs_diff_vs_highest"] = float(np.max(np.abs(np.asarray(jitted(*args)) - want)))
+            row["dequantization_fused"] = _fused(row.pop("hlo"), n, k)
+            row["max_abs_diff_vs_highest"] = float(np.max(np.abs(np.asarray(fn(*args)) - want)))
+        row.pop("hlo", None)
         report.add("q8 kernel (one matrix-vector product)", row)
+
+
+def _time_variant(report, section: str, label: str, fn, args, hlo_name: str) -> dict | None:
+    """`fn(*args)` jitted: compiled (its optimized HLO written beside the report as `<hlo_name>.hlo.txt`), run once,
+    then the median of 20 runs. {"variant", "s", "hlo"}; None, after a row saying why, when it fails to compile (a
+    kernel's tiles on this chip): the other variants still run."""
+    import jax
+    from tpu import median_s, ready
+
+    jitted = jax.jit(fn)
+    try:
+        text = jitted.lower(*args).compile().as_text()
+    except Exception as err:
+        report.add(section, {"variant": label, "error": f"{err}"[:1500]})
+        return None
+    (report.out / f"{hlo_name}.hlo.txt").write_text(f"# {label}\n{text}")
+    ready(jitted, *args)
+    return {"variant": label, "s": median_s(functools.partial(ready, jitted, *args), 20), "hlo": text}
+
+
+def prefill_kernel_rows(report, device: str, dry: bool, calibration: dict) -> bool:
+    """A 512-row Q8_0 matrix product (a 512-token prompt through the 8B's fused gate/up, 28672 x 4096) several
+    ways: ms and TFLOP/s against the calibration's bf16 matmul (the FLOP bound), the distance from XLA's f32 product
+    at `highest`. True when the dequantizing kernel (`fast`, default tiles) compiled here: the decode rows' prefill
+    then uses it (else they keep the decode kernel, `q8_kernel.PREFILL_ROWS = None`, and say so)."""
+    import jax
+    import jax.numpy as jnp
+
+    from linnet.compiler.jax.prelude import dequantize, quantized_linear
+    from linnet.compiler.jax.q8_kernel import hold, q8_matmul
+
+    section = "q8 prefill kernel (512 rows)"
+    m, n, k = (128, 256, 512) if dry else (512, 28672, 4096)  # dry: more rows than PREFILL_ROWS
+    dev = jax.devices(device)[0]
+    rng = np.random.default_rng(0)
+    codes_np = rng.integers(-127, 128, (n, k), dtype=np.int8)
+    scales_np = (rng.random((n, k // 32), dtype=np.float32) * 1e-3).astype(np.float16)
+    codes, scales = jax.device_put(codes_np, dev), jax.device_put(scales_np, dev)
+    x = jax.device_put(rng.standard_normal((m, k), dtype=np.float32), dev)
+    kernel_args = (x, codes, jax.device_put(hold(codes_np, scales_np).scales_t, dev))
+    dense = jax.device_put(jnp.ones((n, k), jnp.bfloat16), dev)
+
+    def xla_dequantized_bf16(x, c, s):  # the matrix dequantized to bf16 by XLA (made in HBM), then the dot
+        w = dequantize((c, s), jnp.bfloat16)
+        return jnp.einsum("mk,nk->mn", x.astype(jnp.bfloat16), w, preferred_element_type=jnp.float32)
+
+    def bf16_dense(x, w):
+        return jnp.einsum("mk,nk->mn", x.astype(jnp.bfloat16), w)
+
+    kernel = "q8_0 fast, Pallas dequantizing kernel tn=1024 tk=512"
+    variants = {
+        "bf16 dense (the FLOP reference)": (
+            lambda x, w: jnp.einsum("mk,nk->mn", x.astype(jnp.bfloat16), w),
+            (x, dense),
+        ),
+        "q8_0 fast, XLA: dequantized to bf16, then the dot": (xla_dequantized_bf16, (x, codes, scales)),
+        "q8_0 fast, Pallas decode kernel (block-diagonal x), rows in tiles of 64": (
+            functools.partial(q8_matmul, prefill=False),
+            kernel_args,
+        ),
+        kernel: (functools.partial(q8_matmul, prefill=True), kernel_args),
+        "q8_0 fast, Pallas dequantizing kernel tn=2048 tk=512": (
+            functools.partial(q8_matmul, prefill=True, tn=2048),
+            kernel_args,
+        ),
+        "q8_0 fast, Pallas dequantizing kernel tn=1024 tk=1024": (
+            functools.partial(q8_matmul, prefill=True, tk=1024),
+            kernel_args,
+        ),
+        "q8_0 equivalent (highest), Pallas dequantizing kernel tn=1024 tk=512": (
+            functools.partial(q8_matmul, prefill=True, precision="highest"),
+            kernel_args,
+        ),
+    }
+    want = np.asarray(quantized_linear(x, (codes, scales), "highest"))
+    flop = 2 * m * n * k
+    tflops = calibration["matmul_bf16_tflops"]
+    compiled = False
+    for i, (label, (fn, args)) in enumerate(variants.items()):
+        row = _time_variant(report, section, label, fn, args, f"q8_prefill_{i}")
+        if row is None:
+            continue
+        s, _ = row.pop("s"), row.pop("hlo")
+        compiled |= label == kernel
+        row |= {"rows": m, "matrix": f"{n} x {k}", "ms": round(s * 1e3, 4), "tflops": round(flop / s / 1e12, 1)}
+        row |= {"flop_bound_ms": round(flop / (tflops * 1e12) * 1e3, 4) if tflops else None}
+        row |= {"of_flop_bound": f"{flop / s / 1e12 / tflops:.0%}" if tflops else None}
+        if label.startswith("q8"):
+            row["max_abs_diff_vs_highest"] = float(np.max(np.abs(np.asarray(fn(*args)) - want)))
+            row["max_abs_highest"] = float(np.max(np.abs(want)))
+        report.add(section, row)
+    return compiled
+
+
+def vocab_kernel_rows(report, device: str, dry: bool, calibration: dict) -> None:
+    """Qwen3-8B's lm_head (151936 x 4096; 151936 = 128 x 1187, so N's tiles are 128) at one row through the decode
+    kernel, K's tile 512 (9496 grid steps) against the 2048 `tiles` now picks (2374): ms against streaming the
+    codes and scales at the calibration's GB/s."""
+    import jax
+
+    from linnet.compiler.jax.q8_kernel import hold, q8_matmul
+
+    section = "q8 kernel (Qwen3 lm_head, one row)"
+    n, k = (128 * 11, 4096) if dry else (151936, 4096)
+    dev = jax.devices(device)[0]
+    rng = np.random.default_rng(0)
+    codes_np = rng.integers(-127, 128, (n, k), dtype=np.int8)
+    held = hold(codes_np, (rng.random((n, k // 32), dtype=np.float32) * 1e-3).astype(np.float16))
+    args = (jax.device_put(rng.standard_normal((1, k), dtype=np.float32), dev),)
+    args += (jax.device_put(held.codes, dev), jax.device_put(held.scales_t, dev))
+    read = n * k + n * k // 32 * 4
+    for i, (label, tn, tk) in enumerate((("tiles 128 x 512", 128, 512), ("tiles 128 x 2048 (`tiles`)", 1024, 512))):
+        row = _time_variant(report, section, label, functools.partial(q8_matmul, tn=tn, tk=tk), args, f"q8_vocab_{i}")
+        if row is None:
+            continue
+        s, _ = row.pop("s"), row.pop("hlo")
+        row |= {"matrix": f"{n} x {k}", "ms": round(s * 1e3, 4), "gbps": round(read / s / 1e9, 1)}
+        row |= {"stream_ms": round(read / (calibration["stream_bf16_gbps"] * 1e9) * 1e3, 4)}
+        report.add(section, row)
 
 
 def _tmp_gguf(tmp: Path, shape: str, config: dict | None, report, section: str) -> Path | None:
@@ -335,8 +457,11 @@ def _tmp_gguf(tmp: Path, shape: str, config: dict | None, report, section: str) 
     return path
 
 
-def decode_rows(report, device: str, dry: bool, calibration: dict, shapes: list[str], budget_end: float) -> None:
-    """Each 8B shape: load, compile, TTFT, decode tok/s against the streaming limit, memory, greedy tokens."""
+def decode_rows(
+    report, device: str, dry: bool, calibration: dict, shapes: list[str], budget_end: float, prefill: str
+) -> None:
+    """Each 8B shape: load, compile, TTFT against the FLOP bound, decode tok/s against the streaming limit, memory,
+    greedy tokens. `prefill` names the kernel the prompt's rows go through (for the row)."""
     from tpu import greedy
 
     prompt, new = (64, 16) if dry else (512, 128)
@@ -366,9 +491,11 @@ def decode_rows(report, device: str, dry: bool, calibration: dict, shapes: list[
             seconds = {"load_s": load_s, "compile_cold_s": compile_s}  # the compile: an empty persistent cache
             seconds["compile_from_persistent_cache_s"] = _recompile_s(m, prompt)
             ms = {"ttft": result.prefill_s * 1e3, "ttft_flop_bound": flop_ms, "step": ms_step, "held_stream": stream_ms}
-            row = {"shape": shape, "dtype": "stored (q8_0), fast", "backend": "jax", "params_b": round(params / 1e9, 2)}
+            row = {"shape": shape, "dtype": "stored (q8_0), fast", "backend": "jax", "prefill": prefill}
+            row |= {"params_b": round(params / 1e9, 2)}
             row |= {"held_gb": round(held / 1e9, 3), **report.data["q8_files"][shape]}
             row |= {k: round(v, 1) for k, v in seconds.items()} | {f"{k}_ms": round(v, 3) for k, v in ms.items()}
+            row["ttft_of_flop_bound"] = f"{flop_ms / ms['ttft']:.0%}"
             row |= {"decode_tok_s": round(result.decode_tokens_per_s, 2), "of_limit": f"{stream_ms / ms_step:.0%}"}
             row |= {**_memory_gb(device), "greedy_32": " ".join(str(i) for i in result.token_ids[:32])}
             report.add("q8 decode", row)
@@ -402,8 +529,10 @@ def _recompile_s(model, prompt: int) -> float:
 
 
 def distance_rows(report, device: str, dry: bool, shape: str, budget_end: float) -> None:
-    """`shape`'s dims with 4 layers: the stored model under both numerics against the same file dequantized in f32
-    on the device, and against the CPU's f32 `equivalent`."""
+    """`shape`'s dims with 4 layers: the stored model under both numerics, on `xla` (XLA's dot over the dequantized
+    matrices) and on `jax` (on a TPU the kernels: a 96-token prompt, past `PREFILL_ROWS`, through the dequantizing
+    kernel, each new token through the decode kernel), against the same file dequantized in f32 on the device, and
+    against the CPU's f32 `equivalent`."""
     from tpu import greedy, last_logits
 
     if time.monotonic() > budget_end:
@@ -417,18 +546,20 @@ def distance_rows(report, device: str, dry: bool, shape: str, budget_end: float)
             return
         label = f"{shape} dims, {config['num_hidden_layers']} layers"
         vocab = _program(shape, config).config["vocab_size"]
-        ids = np.random.default_rng(1).integers(0, vocab, 64).astype(np.int64)
+        ids = np.random.default_rng(1).integers(0, vocab, 96).astype(np.int64)
         runs = {}
-        for name, dev, dtype, numerics, new in (
-            ("device f32 equivalent (dequantized)", device, "f32", "equivalent", 32),
-            ("device stored fast", device, "stored", "fast", 32),
-            ("device stored equivalent", device, "stored", "equivalent", 32),
-            ("cpu f32 equivalent (dequantized)", "cpu", "f32", "equivalent", 16),
+        for name, dev, dtype, numerics, new, backend in (
+            ("device f32 equivalent (dequantized)", device, "f32", "equivalent", 32, "xla"),
+            ("device stored fast", device, "stored", "fast", 32, "xla"),
+            ("device stored equivalent", device, "stored", "equivalent", 32, "xla"),
+            ("device stored fast, jax (the kernels)", device, "stored", "fast", 32, "jax"),
+            ("device stored equivalent, jax (the kernels)", device, "stored", "equivalent", 32, "jax"),
+            ("cpu f32 equivalent (dequantized)", "cpu", "f32", "equivalent", 16, "xla"),
         ):
             if time.monotonic() > budget_end:
                 break
             t = time.perf_counter()
-            m = _load(path, shape, dev, dtype, numerics, 128)
+            m = _load(path, shape, dev, dtype, numerics, 192, backend=backend)
             runs[name] = (last_logits(m, ids), greedy(m, ids, new, warm=False)[0].token_ids, time.perf_counter() - t)
             _free(m)
         ref_logits, ref_tokens, _ = runs["device f32 equivalent (dequantized)"]
@@ -451,16 +582,42 @@ def distance_rows(report, device: str, dry: bool, shape: str, budget_end: float)
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def q8_rows(report, device: str, dry: bool, calibration: dict, budget_end: float, shapes: list[str] | None = None):
-    """The rows of this module (its docstring), in order: kernel, decode per shape (`shapes`, default the Llama
-    3.1 8B shape), distance on the Llama shape with 4 layers."""
+SECTIONS = ("kernel", "prefill", "vocab", "decode", "distance")
+
+
+def q8_rows(
+    report,
+    device: str,
+    dry: bool,
+    calibration: dict,
+    budget_end: float,
+    shapes: list[str] | None = None,
+    sections: list[str] | None = None,
+):
+    """The rows of this module (its docstring), in order: kernel, prefill kernel, the Qwen3 lm_head's tiles (by
+    default only with qwen3-8b in `shapes`), decode per shape (`shapes`, default the Llama 3.1 8B shape), distance
+    per shape with 4 layers; `sections` (of `SECTIONS`) keeps only those."""
+    from linnet.compiler.jax import q8_kernel
+
     shapes = shapes or ["llama-3.1-8b"]
+    sections = sections or [s for s in SECTIONS if s != "vocab" or "qwen3-8b" in shapes]
+    prefill = {"kernel": "the dequantizing kernel (rows past PREFILL_ROWS)"}
+
+    def prefill_rows():
+        if not prefill_kernel_rows(report, device, dry, calibration):
+            q8_kernel.PREFILL_ROWS = None  # the decode rows' prompts through the decode kernel, as before
+            prefill["kernel"] = "the decode kernel (the dequantizing kernel did not compile: its row says why)"
+
     for section, rows in (
-        ("q8 kernel", lambda: kernel_rows(report, device, dry, calibration)),
-        ("q8 decode", lambda: decode_rows(report, device, dry, calibration, shapes, budget_end)),
-        ("q8 distance", lambda: distance_rows(report, device, dry, shapes[0], budget_end)),
+        ("kernel", lambda: kernel_rows(report, device, dry, calibration)),
+        ("prefill", prefill_rows),
+        ("vocab", lambda: vocab_kernel_rows(report, device, dry, calibration)),
+        ("decode", lambda: decode_rows(report, device, dry, calibration, shapes, budget_end, prefill["kernel"])),
+        ("distance", lambda: [distance_rows(report, device, dry, shape, budget_end) for shape in shapes]),
     ):
+        if section not in sections:
+            continue
         try:
             rows()
         except Exception as err:  # a section that fails says why, and the next still runs (one device call)
-            report.add(section, {"error": f"{type(err).__name__}: {err}"[:2000]})
+            report.add(f"q8 {section}", {"error": f"{type(err).__name__}: {err}"[:2000]})
