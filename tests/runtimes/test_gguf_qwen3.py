@@ -20,14 +20,15 @@ QWEN3 = EXAMPLES / "qwen3.linnet"
 OPTIONS = dict(max_positions=64, progress=False)
 
 
-def tiny_qwen3():
-    torch.manual_seed(0)
-    config = transformers.Qwen3Config(
+def tiny_qwen3(seed: int = 0, **dims):
+    """A seeded two-layer transformers Qwen3 (`dims` override its config), its norms not ones."""
+    torch.manual_seed(seed)
+    config = dict(
         vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, head_dim=32, max_position_embeddings=128, rms_norm_eps=1e-6, rope_theta=10000.0,
         tie_word_embeddings=False,
     )  # fmt: skip
-    model = transformers.Qwen3ForCausalLM(config).eval()
+    model = transformers.Qwen3ForCausalLM(transformers.Qwen3Config(**(config | dims))).eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("norm.weight"):  # ones at init: make them count
@@ -100,19 +101,9 @@ def test_a_qwen3_q8_0_gguf_runs_stored_as_its_dequantized_self(reference, tmp_pa
 
 def kernel_sized_qwen3(tied: bool):
     """A one-layer Qwen3 whose every matrix tiles for the TPU's kernels (N a multiple of 128, K of 256; the vocab
-    384 = 3 x 128, so its tiles are 128 wide, as Qwen3-8B's 151936 = 1187 x 128), norms not ones."""
-    torch.manual_seed(3)
-    config = transformers.Qwen3Config(
-        vocab_size=384, hidden_size=256, intermediate_size=512, num_hidden_layers=1, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=64, max_position_embeddings=256, rms_norm_eps=1e-6, rope_theta=1e6,
-        tie_word_embeddings=tied,
-    )  # fmt: skip
-    model = transformers.Qwen3ForCausalLM(config).eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("norm.weight"):
-                p.copy_(torch.rand_like(p) + 0.5)
-    return model
+    384 = 3 x 128, so its tiles are 128 wide, as Qwen3-8B's 151936 = 1187 x 128)."""
+    dims = dict(vocab_size=384, hidden_size=256, intermediate_size=512, num_hidden_layers=1, head_dim=64)
+    return tiny_qwen3(seed=3, **dims, max_position_embeddings=256, rope_theta=1e6, tie_word_embeddings=tied)
 
 
 @pytest.mark.parametrize("tied", [False, True], ids=["untied", "tied"])
