@@ -23,14 +23,15 @@ Rows (section "q8 ..."):
   (`write_q8_gguf`: seeded N(0, 0.02) weights quantized to Q8_0 by gguf-py's own vectorised quantizer, threaded
   over row chunks, streamed to a temporary file), loaded through the real path (`linnet.load(..., dtype="stored")`,
   `jax`, `fast`: the generated module jitted with the step's shapes, so a decode step's matrices go through the
-  kernel; `xla`'s exported entries have symbolic rows and keep XLA's dot), then: load time, compile (cold), TTFT
-  for a 512-token prompt, decode tok/s at batch 1 over 128 new tokens with the on-device decode loop against the
-  streaming limit (the bytes held, codes + scales + norms, over the calibration's measured GB/s), the chip's
-  memory in use, and the first 32 greedy tokens.
+  kernels with the rows known when traced), then: load time, compile (cold), TTFT for a 512-token prompt, decode
+  tok/s at batch 1 over 128 new tokens with the on-device decode loop against the streaming limit (the bytes held,
+  codes + scales + norms, over the calibration's measured GB/s), the chip's memory in use, and the first 32 greedy
+  tokens.
 - distance (per shape): the same dims with 4 layers (the dequantized 8B, 32 GB in f32 and 16 GB in bf16, does not
   fit the chip): the last-token logits of a 96-token prompt and 32 greedy tokens of the stored model (`fast` and
-  `equivalent`, on `xla` and on `jax`: the kernels) against the same file loaded dequantized in f32
-  (`equivalent`) on the chip, and against the host CPU's f32 `equivalent` (16 greedy tokens).
+  `equivalent`, on `xla` and on `jax`: both through the kernels on a TPU, `xla`'s with symbolic rows) against the
+  same file loaded dequantized in f32 (`equivalent`) on the chip, and against the host CPU's f32 `equivalent` (16
+  greedy tokens).
 
 `--q8-sections` keeps some of kernel, prefill, vocab, decode, distance (one device call must stay under 9 minutes).
 Disk: the 8B file is 8.5 GB (qwen3-8b's 8.7 GB), written under $TMPDIR and removed after its row; a shape whose
@@ -476,7 +477,7 @@ def decode_rows(
                 continue
             t = time.perf_counter()
             # `jax` (the generated module, jitted with the step's real shapes): on a TPU its Q8_0 matrices go
-            # through the Pallas kernel; `xla`'s exported entries have symbolic rows and keep XLA's dot
+            # through the Pallas kernels with their rows known when traced (`xla`'s symbolic rows pick one at run time)
             m = _load(path, shape, device, "stored", "fast", prompt + new, backend="jax")
             load_s = time.perf_counter() - t
             path.unlink()  # the model holds its own copy: free the disk (and a tmpfs's memory) now
@@ -550,10 +551,10 @@ def distance_rows(report, device: str, dry: bool, shape: str, budget_end: float)
         runs = {}
         for name, dev, dtype, numerics, new, backend in (
             ("device f32 equivalent (dequantized)", device, "f32", "equivalent", 32, "xla"),
-            ("device stored fast", device, "stored", "fast", 32, "xla"),
-            ("device stored equivalent", device, "stored", "equivalent", 32, "xla"),
-            ("device stored fast, jax (the kernels)", device, "stored", "fast", 32, "jax"),
-            ("device stored equivalent, jax (the kernels)", device, "stored", "equivalent", 32, "jax"),
+            ("device stored fast, xla", device, "stored", "fast", 32, "xla"),
+            ("device stored equivalent, xla", device, "stored", "equivalent", 32, "xla"),
+            ("device stored fast, jax", device, "stored", "fast", 32, "jax"),
+            ("device stored equivalent, jax", device, "stored", "equivalent", 32, "jax"),
             ("cpu f32 equivalent (dequantized)", "cpu", "f32", "equivalent", 16, "xla"),
         ):
             if time.monotonic() > budget_end:

@@ -213,3 +213,62 @@ def test_decode_through_the_kernel_generates_the_xla_paths_tokens(tmp_path, monk
         assert len(tokens[0]) == 8 and tokens[0] == tokens[1], loop
     # every matrix of the decode step through the kernel: q/k/v, o_proj, gate/up, down_proj, lm_head
     assert {(512, 256), (256, 256), (1024, 256), (256, 512)} <= set(calls)
+
+
+def test_symbolic_rows_export_for_a_tpu_through_all_three_kernel_choices():
+    # An exported entry's rows (`B * S`, symbolic) lowered for a TPU on the CPU: the grid's row count a dynamic
+    # bound, one Mosaic call per branch of the switch (decode kernel in tiles of 8 and 64, dequantizing kernel)
+    import jax.numpy as jnp
+    from jax import export
+
+    from linnet.compiler.jax.q8_kernel import BLOCK, q8_matmul
+
+    (rows,) = export.symbolic_shape("m")
+    for n, k in ((28672, 4096), (151936, 4096)):
+        args = (
+            jax.ShapeDtypeStruct((rows, k), jnp.float32),
+            jax.ShapeDtypeStruct((n, k), jnp.int8),
+            jax.ShapeDtypeStruct((k // BLOCK, n), jnp.float32),
+        )
+        exported = export.export(jax.jit(lambda x, c, s: q8_matmul(x, c, s, interpret=False)), platforms=["tpu"])(*args)
+        assert exported.mlir_module().count("@tpu_custom_call(") == 3, (n, k)
+
+
+def test_the_xla_backends_exported_entries_run_the_kernels_for_any_rows(tmp_path, monkeypatch):
+    # `xla` exports each entry once with symbolic batch and sequence dims: the kernels' row count is then symbolic,
+    # and which kernel runs (decode in tiles of 8 or 64, dequantizing in tiles of 256) is picked when it runs. On a
+    # CPU holding the pairs as a TPU does (the kernels interpreted), against the pairs as the CPU holds them (XLA's
+    # dot), both `equivalent`: logits at 7, 40 and 80 rows (each branch), and the same greedy tokens on both loops.
+    pytest.importorskip("torch")
+    pytest.importorskip("gguf")
+    from linnet.compiler.jax import q8_kernel
+    from linnet.runtimes.generation import Generator
+    from linnet.runtimes.sampling import SamplingParams
+    from tests.runtimes.gguf_writing import write_llama_gguf
+    from tests.runtimes.test_jax_stored import ALL_Q8_0, OPTIONS
+
+    path = tmp_path / "kernel-sized-q8_0.gguf"
+    write_llama_gguf(path, kernel_sized_llama(), quantize=ALL_Q8_0)
+    options = dict(OPTIONS, weights=path, dtype="stored", numerics="equivalent")
+    plain = BACKENDS["xla"].load(LLAMA, **options)
+    monkeypatch.setattr(q8_kernel, "uses_kernel", lambda platform: True)
+    used = []
+    for name in ("_kernel", "_dequantizing_kernel"):
+        original = getattr(q8_kernel, name)
+        monkeypatch.setattr(q8_kernel, name, lambda *a, _f=original, _n=name, **kw: used.append(_n) or _f(*a, **kw))
+    q8_kernel.q8_matmul.clear_cache()
+    relaid = BACKENDS["xla"].load(LLAMA, **options)
+    assert isinstance(relaid.params["lm_head.weight"], q8_kernel.KMajorQ8)
+    for rows in (7, 40, 80):
+        ids = np.random.default_rng(rows).integers(0, 256, (1, rows))
+        (got,), (want,) = relaid.run("forward", ids), plain.run("forward", ids)
+        # the kernels sum each block's products, then the blocks (or W's tile dequantized in f32, one dot a tile):
+        # f32 rounding of the sums only (test_kernel_equals_the_dequantized_product)
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * np.abs(want).max())
+    assert set(used) == {"_kernel", "_dequantizing_kernel"}  # traced when the entries were exported: both kernels
+    prompt, params = [5, 17, 42, 8, 3, 61, 29], SamplingParams(max_new_tokens=8)
+    for loop in (False, True):
+        tokens = [
+            Generator(m.step_model(decode_loop=loop), None).generate(prompt, params).token_ids for m in (plain, relaid)
+        ]
+        assert len(tokens[0]) == 8 and tokens[0] == tokens[1], loop

@@ -30,13 +30,19 @@ block's 32 sublanes) and runs one plain [tm, tk] x [tk, tn] dot, rows tiled by u
 codes read once per 512 rows). Its `fast` dot rounds the dequantized weights to bf16 (the decode kernel's keeps them
 exact and scales in f32 after), as a bf16 model's weights are. Every multiply of a matrix on the chip goes through
 one of the two, so no dequantized matrix is ever made in HBM (XLA's dot over a dequantized matrix materialised them,
-out of HBM for the 8B). Only shapes no tiling fits and rows unknown when traced (an exported entry's symbolic
-batch: the `xla` backend) keep XLA's dot over the dequantized matrix (`KMajorQ8.matmul`).
+out of HBM for the 8B). Only shapes no tiling fits (a tiny model's) keep XLA's dot over the dequantized matrix
+(`KMajorQ8.matmul`).
+
+Rows unknown when traced (an exported entry's symbolic batch and sequence: the `xla` backend) reach the kernels too:
+the grid's row count is then symbolic (Pallas lowers it as a dynamic grid bound), and the kernel and its row tile
+are picked when the entry runs (`lax.switch` on the row count): the decode kernel in tiles of 8 rows (up to 8) or
+64 (up to `PREFILL_ROWS`), the dequantizing kernel in tiles of `TILE_M_SYMBOLIC` (256) beyond.
 """
 
 from __future__ import annotations
 
 import functools
+import operator
 from typing import NamedTuple
 
 import jax
@@ -52,6 +58,7 @@ BLOCK = 32  # Q8_0's values per scale
 TILE_M = 64  # rows of x (batch * tokens) a grid step of the decode kernel takes
 PREFILL_ROWS = TILE_M  # more rows than this go through the dequantizing kernel (None: never, the decode kernel's tiles)
 TILE_M_PREFILL = 512  # rows of x a grid step of the dequantizing kernel takes (the codes read once per tile)
+TILE_M_SYMBOLIC = 256  # its rows a step when the count is symbolic (a tile fixed at trace time: at most 255 padded)
 TILE_N, TILE_K = 1024, 512  # default tile targets: codes 512 KB a step, double-buffered
 MAX_TILE_K = 2048  # K's tile grows up to this where N has few divisors (`tiles`)
 SPREAD_BYTES = 4 * 1024 * 1024  # the decode kernel's spread x (f32 [M * tk / 32, tk]) stays under this
@@ -81,14 +88,12 @@ class KMajorQ8(NamedTuple):
         return jnp.moveaxis(jnp.take(self.scales_t, indices, axis=1, mode="clip"), 0, -1)
 
     def matmul(self, x, precision):
-        """`x @ W^T`: x [..., K] -> [..., N] in x's dtype; the kernel when x's rows are known when traced and a
-        tiling fits, else XLA's dot over the matrix dequantized in x's dtype (an exported entry's symbolic rows: the
-        `xla` backend; tiny dims)."""
+        """`x @ W^T`: x [..., K] -> [..., N] in x's dtype; the kernels when a tiling fits (rows known when traced
+        or symbolic: an exported entry's), else XLA's dot over the matrix dequantized in x's dtype (tiny dims)."""
         *lead, k = x.shape
         n = self.codes.shape[0]
-        known = all(isinstance(d, int) for d in lead)  # an exported entry's batch and sequence are symbolic
-        rows = int(np.prod(lead, dtype=np.int64)) if known else None
-        if known and tiles(n, k) is not None:
+        if tiles(n, k) is not None:
+            rows = functools.reduce(operator.mul, lead, 1)  # an int, or a symbolic dim (`B * S`)
             y = q8_matmul(x.reshape(rows, k), self.codes, self.scales_t, precision=precision)
             return y.reshape(*lead, n).astype(x.dtype)
         w = self.codes.reshape(n, k // BLOCK, BLOCK).astype(x.dtype) * self.row_scales().astype(x.dtype)[..., None]
@@ -184,21 +189,41 @@ def q8_matmul(
 ):
     """y f32[M, N] = x[M, K] @ (codes i8[N, K] * scales_t f32[K / 32, N] per block)^T, by a Pallas kernel (the
     module docstring): the decode kernel (block-diagonal x, scales after the dot) for up to `PREFILL_ROWS` rows, the
-    dequantizing kernel for more (`prefill` True or False forces one). `precision` None (`fast`: a bf16 dot) or
-    "highest" (`equivalent`: an f32 dot); `tn`, `tk` tile targets (`tiles`); `widen_codes` False hands the decode
-    kernel's `fast` dot the int8 codes (Mosaic widens them); `interpret` None runs the kernel compiled on a TPU and
-    interpreted elsewhere (slow: for tests). Raises ValueError when no tiling fits (`tiles`)."""
+    dequantizing kernel for more (`prefill` True or False forces one); M may be symbolic (an exported entry's: the
+    kernel picked when it runs). `precision` None (`fast`: a bf16 dot) or "highest" (`equivalent`: an f32 dot);
+    `tn`, `tk` tile targets (`tiles`); `widen_codes` False hands the decode kernel's `fast` dot the int8 codes
+    (Mosaic widens them); `interpret` None runs the kernel compiled on a TPU and interpreted elsewhere (slow: for
+    tests). Raises ValueError when no tiling fits (`tiles`)."""
     rows, k = x.shape
     n = codes.shape[0]
-    if prefill is None:
-        prefill = PREFILL_ROWS is not None and rows > PREFILL_ROWS
-    tm = _row_tile(rows, prefill)
-    m = -(-rows // tm) * tm  # rows padded to whole tiles
-    x = jnp.pad(x, ((0, m - rows), (0, 0))) if m > rows else x
-    fit = tiles(n, k, tn, tk, rows=1 if prefill else tm)
-    if fit is None:
+    if tiles(n, k, tn, tk) is None:
         raise ValueError(f"q8_matmul: no tiling of a [{n}, {k}] matrix (N a multiple of 128, K of 256)")
-    tn, tk = fit
+    interpret = jax.default_backend() != "tpu" if interpret is None else interpret
+    call = functools.partial(
+        _padded_call, codes=codes, scales_t=scales_t, precision=precision, tn=tn, tk=tk, widen_codes=widen_codes,
+        interpret=interpret,
+    )  # fmt: skip
+    if isinstance(rows, int):
+        if prefill is None:
+            prefill = PREFILL_ROWS is not None and rows > PREFILL_ROWS
+        return call(x, prefill=prefill, tm=_row_tile(rows, prefill))
+    # symbolic rows: a tile fixed now, the kernel and tile picked when the entry runs
+    branches = [functools.partial(call, prefill=False, tm=8), functools.partial(call, prefill=False, tm=TILE_M)]
+    branches.append(functools.partial(call, prefill=True, tm=TILE_M_SYMBOLIC))
+    if prefill is not None or PREFILL_ROWS is None:
+        return branches[2 if prefill else 1](x)
+    count = jnp.asarray(rows)
+    return lax.switch((count > 8).astype(jnp.int32) + (count > PREFILL_ROWS).astype(jnp.int32), branches, x)
+
+
+def _padded_call(x, *, codes, scales_t, precision, tn, tk, widen_codes, prefill: bool, tm: int, interpret: bool):
+    """`q8_matmul` by one kernel (`prefill`: the dequantizing one), x's rows (an int or symbolic) padded to whole
+    tiles of `tm`: f32[M, N]."""
+    rows, k = x.shape
+    n = codes.shape[0]
+    m = (rows + tm - 1) // tm * tm  # rows padded to whole tiles (symbolic arithmetic too)
+    x = x if isinstance(m, int) and m == rows else jnp.pad(x, ((0, m - rows), (0, 0)))
+    tn, tk = tiles(n, k, tn, tk, rows=1 if prefill else tm)
     highest = precision is not None and str(precision).lower().endswith("highest")
     dot = dict(dot_dtype=jnp.float32 if highest else jnp.bfloat16, precision=lax.Precision.HIGHEST if highest else None)
     if prefill:
@@ -218,5 +243,5 @@ def q8_matmul(
         compiler_params=pltpu.CompilerParams(
             dimension_semantics=("parallel", "parallel", "arbitrary"), vmem_limit_bytes=VMEM_LIMIT
         ),
-        interpret=jax.default_backend() != "tpu" if interpret is None else interpret,
+        interpret=interpret,
     )(x, codes, scales_t)[:rows]
