@@ -113,15 +113,13 @@ def test_a_qwen3_q8_0_gguf_through_the_tpu_kernels_gives_its_dequantized_logits(
     # PREFILL_ROWS) through the dequantizing kernel, q/k norms and the head (tied: the embeddings' pair) included,
     # against the same file dequantized to f32 at load, on XLA.
     from linnet.compiler.jax import q8_kernel
+    from tests.runtimes.test_q8_kernel import spy_kernels
 
     path = tmp_path / "qwen3-kernel-sized-q8_0.gguf"
     write_qwen3_gguf(path, kernel_sized_qwen3(tied), q8_0=True)
     f32 = BACKENDS["xla"].load(QWEN3, weights=path, dtype="f32", **OPTIONS)
     monkeypatch.setattr(q8_kernel, "uses_kernel", lambda platform: True)
-    kernels = []
-    for name in ("_kernel", "_dequantizing_kernel"):
-        original = getattr(q8_kernel, name)
-        monkeypatch.setattr(q8_kernel, name, lambda *a, _f=original, _n=name, **kw: kernels.append(_n) or _f(*a, **kw))
+    kernels = spy_kernels(monkeypatch)
     options = dict(OPTIONS, max_positions=128)
     for numerics in ("equivalent", "fast"):
         stored = BACKENDS["jax"].load(QWEN3, weights=path, dtype="stored", numerics=numerics, **options)

@@ -46,6 +46,17 @@ def test_kernel_equals_the_dequantized_product(m, n, k, tn, tk):
         assert np.all(np.abs(fast - want) <= 2.0**-9 * (np.abs(x) @ np.abs(w).T) + 1e-6), widen
 
 
+def spy_kernels(monkeypatch) -> list[str]:
+    """The names of the kernels (`_kernel`, `_dequantizing_kernel`) traced from now on, in a list that grows."""
+    from linnet.compiler.jax import q8_kernel
+
+    used = []
+    for name in ("_kernel", "_dequantizing_kernel"):
+        original = getattr(q8_kernel, name)
+        monkeypatch.setattr(q8_kernel, name, lambda *a, _f=original, _n=name, **kw: used.append(_n) or _f(*a, **kw))
+    return used
+
+
 # (rows M, N, K, tile targets) for the dequantizing kernel: rows past one tile of 512 (two tiles, the last padded),
 # several tiles along N and K, and rows not a multiple of 16 (padded)
 PREFILL_SHAPES = [(520, 256, 512, 128, 256), (70, 384, 1536, 128, 512), (3, 128, 256, 1024, 512)]
@@ -73,10 +84,7 @@ def test_prefill_rows_go_through_the_dequantizing_kernel(monkeypatch):
     # dequantizes its tile takes those rows; decode's rows keep the decode kernel.
     from linnet.compiler.jax import q8_kernel
 
-    used = []
-    for name in ("_kernel", "_dequantizing_kernel"):
-        original = getattr(q8_kernel, name)
-        monkeypatch.setattr(q8_kernel, name, lambda *a, _f=original, _n=name, **kw: used.append(_n) or _f(*a, **kw))
+    used = spy_kernels(monkeypatch)
     codes, scales, w = q8_matrix(128, 256)
     held = q8_kernel.hold(codes, scales)
     for rows, kernel in ((1, "_kernel"), (q8_kernel.PREFILL_ROWS, "_kernel"), (q8_kernel.PREFILL_ROWS + 1, None)):
@@ -184,33 +192,48 @@ def kernel_sized_llama():
     return LlamaForCausalLM(config)
 
 
-def test_decode_through_the_kernel_generates_the_xla_paths_tokens(tmp_path, monkeypatch):
-    # The generated module (`jax`: the step jitted with its real shapes) on a CPU that holds the pairs as a TPU
-    # does, so its decode step runs the kernel (interpreted) inside the decode loop, against the pairs as the CPU
-    # holds them (XLA's dot), both `equivalent`: the same greedy tokens, host loop and device loop.
+def kernel_sized_models(tmp_path, monkeypatch, backend: str):
+    """The kernel-sized Llama as a Q8_0 GGUF loaded `--dtype stored`, `equivalent`, on `backend` twice: as the CPU
+    holds the pairs (XLA's dot) and as a TPU does (for the kernels, interpreted); (plain, relaid)."""
     pytest.importorskip("torch")
     pytest.importorskip("gguf")
     from linnet.compiler.jax import q8_kernel
-    from linnet.runtimes.generation import Generator
-    from linnet.runtimes.sampling import SamplingParams
     from tests.runtimes.gguf_writing import write_llama_gguf
     from tests.runtimes.test_jax_stored import ALL_Q8_0, OPTIONS
 
     path = tmp_path / "kernel-sized-q8_0.gguf"
     write_llama_gguf(path, kernel_sized_llama(), quantize=ALL_Q8_0)
     options = dict(OPTIONS, weights=path, dtype="stored", numerics="equivalent")
-    plain = BACKENDS["jax"].load(LLAMA, **options)
+    plain = BACKENDS[backend].load(LLAMA, **options)
     monkeypatch.setattr(q8_kernel, "uses_kernel", lambda platform: True)
-    calls = []
-    kernel = q8_kernel.q8_matmul
-    monkeypatch.setattr(q8_kernel, "q8_matmul", lambda *a, **kw: calls.append(a[1].shape) or kernel(*a, **kw))
-    relaid = BACKENDS["jax"].load(LLAMA, **options)
+    q8_kernel.q8_matmul.clear_cache()
+    return plain, lambda: BACKENDS[backend].load(LLAMA, **options)
+
+
+def assert_same_greedy_tokens(plain, relaid) -> None:
+    """8 greedy tokens of a 7-token prompt, equal on both models, with the host loop and the device loop."""
+    from linnet.runtimes.generation import Generator
+    from linnet.runtimes.sampling import SamplingParams
+
     prompt, params = [5, 17, 42, 8, 3, 61, 29], SamplingParams(max_new_tokens=8)
     for loop in (False, True):
         tokens = [
             Generator(m.step_model(decode_loop=loop), None).generate(prompt, params).token_ids for m in (plain, relaid)
         ]
         assert len(tokens[0]) == 8 and tokens[0] == tokens[1], loop
+
+
+def test_decode_through_the_kernel_generates_the_xla_paths_tokens(tmp_path, monkeypatch):
+    # The generated module (`jax`: the step jitted with its real shapes) on a CPU that holds the pairs as a TPU
+    # does, so its decode step runs the kernel (interpreted) inside the decode loop, against the pairs as the CPU
+    # holds them (XLA's dot), both `equivalent`: the same greedy tokens, host loop and device loop.
+    from linnet.compiler.jax import q8_kernel
+
+    plain, load_relaid = kernel_sized_models(tmp_path, monkeypatch, "jax")
+    calls = []
+    kernel = q8_kernel.q8_matmul
+    monkeypatch.setattr(q8_kernel, "q8_matmul", lambda *a, **kw: calls.append(a[1].shape) or kernel(*a, **kw))
+    assert_same_greedy_tokens(plain, load_relaid())
     # every matrix of the decode step through the kernel: q/k/v, o_proj, gate/up, down_proj, lm_head
     assert {(512, 256), (256, 256), (1024, 256), (256, 512)} <= set(calls)
 
@@ -239,25 +262,11 @@ def test_the_xla_backends_exported_entries_run_the_kernels_for_any_rows(tmp_path
     # and which kernel runs (decode in tiles of 8 or 64, dequantizing in tiles of 256) is picked when it runs. On a
     # CPU holding the pairs as a TPU does (the kernels interpreted), against the pairs as the CPU holds them (XLA's
     # dot), both `equivalent`: logits at 7, 40 and 80 rows (each branch), and the same greedy tokens on both loops.
-    pytest.importorskip("torch")
-    pytest.importorskip("gguf")
     from linnet.compiler.jax import q8_kernel
-    from linnet.runtimes.generation import Generator
-    from linnet.runtimes.sampling import SamplingParams
-    from tests.runtimes.gguf_writing import write_llama_gguf
-    from tests.runtimes.test_jax_stored import ALL_Q8_0, OPTIONS
 
-    path = tmp_path / "kernel-sized-q8_0.gguf"
-    write_llama_gguf(path, kernel_sized_llama(), quantize=ALL_Q8_0)
-    options = dict(OPTIONS, weights=path, dtype="stored", numerics="equivalent")
-    plain = BACKENDS["xla"].load(LLAMA, **options)
-    monkeypatch.setattr(q8_kernel, "uses_kernel", lambda platform: True)
-    used = []
-    for name in ("_kernel", "_dequantizing_kernel"):
-        original = getattr(q8_kernel, name)
-        monkeypatch.setattr(q8_kernel, name, lambda *a, _f=original, _n=name, **kw: used.append(_n) or _f(*a, **kw))
-    q8_kernel.q8_matmul.clear_cache()
-    relaid = BACKENDS["xla"].load(LLAMA, **options)
+    plain, load_relaid = kernel_sized_models(tmp_path, monkeypatch, "xla")
+    used = spy_kernels(monkeypatch)
+    relaid = load_relaid()
     assert isinstance(relaid.params["lm_head.weight"], q8_kernel.KMajorQ8)
     for rows in (7, 40, 80):
         ids = np.random.default_rng(rows).integers(0, 256, (1, rows))
@@ -266,9 +275,4 @@ def test_the_xla_backends_exported_entries_run_the_kernels_for_any_rows(tmp_path
         # f32 rounding of the sums only (test_kernel_equals_the_dequantized_product)
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * np.abs(want).max())
     assert set(used) == {"_kernel", "_dequantizing_kernel"}  # traced when the entries were exported: both kernels
-    prompt, params = [5, 17, 42, 8, 3, 61, 29], SamplingParams(max_new_tokens=8)
-    for loop in (False, True):
-        tokens = [
-            Generator(m.step_model(decode_loop=loop), None).generate(prompt, params).token_ids for m in (plain, relaid)
-        ]
-        assert len(tokens[0]) == 8 and tokens[0] == tokens[1], loop
+    assert_same_greedy_tokens(plain, relaid)
