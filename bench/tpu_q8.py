@@ -560,9 +560,14 @@ def distance_rows(report, device: str, dry: bool, shape: str, budget_end: float)
             if time.monotonic() > budget_end:
                 break
             t = time.perf_counter()
-            m = _load(path, shape, dev, dtype, numerics, 192, backend=backend)
-            runs[name] = (last_logits(m, ids), greedy(m, ids, new, warm=False)[0].token_ids, time.perf_counter() - t)
-            _free(m)
+            try:  # a run that fails (a kernel's compile on this chip) says why; the others still run
+                m = _load(path, shape, dev, dtype, numerics, 192, backend=backend)
+                logits, tokens = last_logits(m, ids), greedy(m, ids, new, warm=False)[0].token_ids
+                runs[name] = (logits, tokens, time.perf_counter() - t)
+                _free(m)
+            except Exception as err:
+                report.add("q8 distance", {"shape": label, "run": name, "error": f"{type(err).__name__}: {err}"[:1500]})
+                gc.collect()
         ref_logits, ref_tokens, _ = runs["device f32 equivalent (dequantized)"]
         cpu = runs.get("cpu f32 equivalent (dequantized)")
         for name, (logits, tokens, s) in runs.items():

@@ -59,6 +59,7 @@ TILE_M = 64  # rows of x (batch * tokens) a grid step of the decode kernel takes
 PREFILL_ROWS = TILE_M  # more rows than this go through the dequantizing kernel (None: never, the decode kernel's tiles)
 TILE_M_PREFILL = 512  # rows of x a grid step of the dequantizing kernel takes (the codes read once per tile)
 TILE_M_SYMBOLIC = 256  # its rows a step when the count is symbolic (a tile fixed at trace time: at most 255 padded)
+SYMBOLIC_ROWS = True  # symbolic row counts through the kernels (False: XLA's dequantized dot, as before they could)
 TILE_N, TILE_K = 1024, 512  # default tile targets: codes 512 KB a step, double-buffered
 MAX_TILE_K = 2048  # K's tile grows up to this where N has few divisors (`tiles`)
 SPREAD_BYTES = 4 * 1024 * 1024  # the decode kernel's spread x (f32 [M * tk / 32, tk]) stays under this
@@ -89,11 +90,12 @@ class KMajorQ8(NamedTuple):
 
     def matmul(self, x, precision):
         """`x @ W^T`: x [..., K] -> [..., N] in x's dtype; the kernels when a tiling fits (rows known when traced
-        or symbolic: an exported entry's), else XLA's dot over the matrix dequantized in x's dtype (tiny dims)."""
+        or symbolic: an exported entry's, unless `SYMBOLIC_ROWS` is off), else XLA's dot over the matrix dequantized
+        in x's dtype (tiny dims)."""
         *lead, k = x.shape
         n = self.codes.shape[0]
-        if tiles(n, k) is not None:
-            rows = functools.reduce(operator.mul, lead, 1)  # an int, or a symbolic dim (`B * S`)
+        rows = functools.reduce(operator.mul, lead, 1)  # an int, or a symbolic dim (`B * S`)
+        if tiles(n, k) is not None and (isinstance(rows, int) or SYMBOLIC_ROWS):
             y = q8_matmul(x.reshape(rows, k), self.codes, self.scales_t, precision=precision)
             return y.reshape(*lead, n).astype(x.dtype)
         w = self.codes.reshape(n, k // BLOCK, BLOCK).astype(x.dtype) * self.row_scales().astype(x.dtype)[..., None]
