@@ -33,7 +33,9 @@ Rows (section "q8 ..."):
   same file loaded dequantized in f32 (`equivalent`) on the chip, and against the host CPU's f32 `equivalent` (16
   greedy tokens).
 
-`--q8-sections` keeps some of kernel, prefill, vocab, decode, distance (one device call must stay under 9 minutes).
+`--q8-sections` keeps some of kernel, prefill, vocab, decode, distance (one device call must stay under 9 minutes);
+`--q8-backends jax xla` runs the decode rows on both (`xla`: the exported entries, rows symbolic, each kernel picked
+when an entry runs; default `jax` alone).
 Disk: the 8B file is 8.5 GB (qwen3-8b's 8.7 GB), written under $TMPDIR and removed after its row; a shape whose
 file does not fit the free space is skipped, saying so.
 """
@@ -459,13 +461,18 @@ def _tmp_gguf(tmp: Path, shape: str, config: dict | None, report, section: str) 
 
 
 def decode_rows(
-    report, device: str, dry: bool, calibration: dict, shapes: list[str], budget_end: float, prefill: str
+    report,
+    device: str,
+    dry: bool,
+    calibration: dict,
+    shapes: list[str],
+    budget_end: float,
+    prefill: str,
+    backends: list[str] | None = None,
 ) -> None:
-    """Each 8B shape: load, compile, TTFT against the FLOP bound, decode tok/s against the streaming limit, memory,
-    greedy tokens. `prefill` names the kernel the prompt's rows go through (for the row)."""
-    from tpu import greedy
-
-    prompt, new = (64, 16) if dry else (512, 128)
+    """Each 8B shape on each of `backends` (default `jax`): load, compile, TTFT against the FLOP bound, decode tok/s
+    against the streaming limit, memory, greedy tokens. `prefill` names the kernel the prompt's rows go through."""
+    backends = backends or ["jax"]
     for shape in shapes:
         if time.monotonic() > budget_end:
             report.add("q8 decode", {"shape": shape, "skipped": "time budget spent"})
@@ -473,36 +480,58 @@ def decode_rows(
         tmp = Path(tempfile.mkdtemp(prefix="linnet-q8-"))
         try:
             path = _tmp_gguf(tmp, shape, TINY if dry else None, report, "q8 decode")
-            if path is None:
-                continue
-            t = time.perf_counter()
-            # `jax` (the generated module, jitted with the step's real shapes): on a TPU its Q8_0 matrices go
-            # through the Pallas kernels with their rows known when traced (`xla`'s symbolic rows pick one at run time)
-            m = _load(path, shape, device, "stored", "fast", prompt + new, backend="jax")
-            load_s = time.perf_counter() - t
-            path.unlink()  # the model holds its own copy: free the disk (and a tmpfs's memory) now
-            held = held_bytes(m)
-            ids = np.random.default_rng(2).integers(0, m.vocab_size, prompt).astype(np.int64)
-            result, compile_s = greedy(m, ids, new, decode_loop=True)
-            ms_step = 1e3 / result.decode_tokens_per_s if result.decode_tokens_per_s else float("nan")
-            stream_ms = held / (calibration["stream_bf16_gbps"] * 1e9) * 1e3
-            tflops = calibration["matmul_bf16_tflops"]
-            params = sum(int(np.prod(s.shape)) for s in m.program.params)
-            flop_ms = 2 * params * prompt / (tflops * 1e12) * 1e3 if tflops else float("nan")  # dry: 0.0 TFLOP/s
-            seconds = {"load_s": load_s, "compile_cold_s": compile_s}  # the compile: an empty persistent cache
-            seconds["compile_from_persistent_cache_s"] = _recompile_s(m, prompt)
-            ms = {"ttft": result.prefill_s * 1e3, "ttft_flop_bound": flop_ms, "step": ms_step, "held_stream": stream_ms}
-            row = {"shape": shape, "dtype": "stored (q8_0), fast", "backend": "jax", "prefill": prefill}
-            row |= {"params_b": round(params / 1e9, 2)}
-            row |= {"held_gb": round(held / 1e9, 3), **report.data["q8_files"][shape]}
-            row |= {k: round(v, 1) for k, v in seconds.items()} | {f"{k}_ms": round(v, 3) for k, v in ms.items()}
-            row["ttft_of_flop_bound"] = f"{flop_ms / ms['ttft']:.0%}"
-            row |= {"decode_tok_s": round(result.decode_tokens_per_s, 2), "of_limit": f"{stream_ms / ms_step:.0%}"}
-            row |= {**_memory_gb(device), "greedy_32": " ".join(str(i) for i in result.token_ids[:32])}
-            report.add("q8 decode", row)
-            _free(m)
+            for i, backend in enumerate(backends if path is not None else []):
+                if time.monotonic() > budget_end:
+                    report.add("q8 decode", {"shape": shape, "backend": backend, "skipped": "time budget spent"})
+                    continue
+                try:  # one backend's failure (a kernel's compile on this chip) says why; the next still runs
+                    _decode_row(
+                        report, path, shape, backend, device, dry, calibration, prefill, last=i == len(backends) - 1
+                    )
+                except Exception as err:
+                    report.add(
+                        "q8 decode",
+                        {"shape": shape, "backend": backend, "error": f"{type(err).__name__}: {err}"[:2000]},
+                    )
+                    gc.collect()
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _decode_row(
+    report, path: Path, shape: str, backend: str, device: str, dry: bool, calibration: dict, prefill: str, last: bool
+):
+    """One decode row (`decode_rows`): `shape`'s file at `path` loaded on `backend` (`jax`: the generated module
+    jitted with the step's real shapes, the kernels with their rows known when traced; `xla`: the exported entries,
+    symbolic rows, the kernel picked when they run), `path` removed after the `last` load."""
+    from tpu import greedy
+
+    prompt, new = (64, 16) if dry else (512, 128)
+    t = time.perf_counter()
+    m = _load(path, shape, device, "stored", "fast", prompt + new, backend=backend)
+    load_s = time.perf_counter() - t
+    if last:
+        path.unlink()  # the model holds its own copy: free the disk (and a tmpfs's memory) now
+    held = held_bytes(m)
+    ids = np.random.default_rng(2).integers(0, m.vocab_size, prompt).astype(np.int64)
+    result, compile_s = greedy(m, ids, new, decode_loop=True)
+    ms_step = 1e3 / result.decode_tokens_per_s if result.decode_tokens_per_s else float("nan")
+    stream_ms = held / (calibration["stream_bf16_gbps"] * 1e9) * 1e3
+    tflops = calibration["matmul_bf16_tflops"]
+    params = sum(int(np.prod(s.shape)) for s in m.program.params)
+    flop_ms = 2 * params * prompt / (tflops * 1e12) * 1e3 if tflops else float("nan")  # dry: 0.0 TFLOP/s
+    seconds = {"load_s": load_s, "compile_cold_s": compile_s}  # the compile: an empty persistent cache
+    seconds["compile_from_persistent_cache_s"] = _recompile_s(m, prompt)
+    ms = {"ttft": result.prefill_s * 1e3, "ttft_flop_bound": flop_ms, "step": ms_step, "held_stream": stream_ms}
+    row = {"shape": shape, "dtype": "stored (q8_0), fast", "backend": backend, "prefill": prefill}
+    row |= {"params_b": round(params / 1e9, 2)}
+    row |= {"held_gb": round(held / 1e9, 3), **report.data["q8_files"][shape]}
+    row |= {k: round(v, 1) for k, v in seconds.items()} | {f"{k}_ms": round(v, 3) for k, v in ms.items()}
+    row["ttft_of_flop_bound"] = f"{flop_ms / ms['ttft']:.0%}"
+    row |= {"decode_tok_s": round(result.decode_tokens_per_s, 2), "of_limit": f"{stream_ms / ms_step:.0%}"}
+    row |= {**_memory_gb(device), "greedy_32": " ".join(str(i) for i in result.token_ids[:32])}
+    report.add("q8 decode", row)
+    _free(m)
 
 
 def _free(model) -> None:
@@ -599,10 +628,11 @@ def q8_rows(
     budget_end: float,
     shapes: list[str] | None = None,
     sections: list[str] | None = None,
+    backends: list[str] | None = None,
 ):
     """The rows of this module (its docstring), in order: kernel, prefill kernel, the Qwen3 lm_head's tiles (by
-    default only with qwen3-8b in `shapes`), decode per shape (`shapes`, default the Llama 3.1 8B shape), distance
-    per shape with 4 layers; `sections` (of `SECTIONS`) keeps only those."""
+    default only with qwen3-8b in `shapes`), decode per shape (`shapes`, default the Llama 3.1 8B shape) on each of
+    `backends` (default `jax`), distance per shape with 4 layers; `sections` (of `SECTIONS`) keeps only those."""
     from linnet.compiler.jax import q8_kernel
 
     shapes = shapes or ["llama-3.1-8b"]
@@ -618,7 +648,10 @@ def q8_rows(
         ("kernel", lambda: kernel_rows(report, device, dry, calibration)),
         ("prefill", prefill_rows),
         ("vocab", lambda: vocab_kernel_rows(report, device, dry, calibration)),
-        ("decode", lambda: decode_rows(report, device, dry, calibration, shapes, budget_end, prefill["kernel"])),
+        (
+            "decode",
+            lambda: decode_rows(report, device, dry, calibration, shapes, budget_end, prefill["kernel"], backends),
+        ),
         ("distance", lambda: [distance_rows(report, device, dry, shape, budget_end) for shape in shapes]),
     ):
         if section not in sections:
