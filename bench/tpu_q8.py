@@ -350,15 +350,17 @@ def _time_variant(report, section: str, label: str, fn, args, hlo_name: str) -> 
 def prefill_kernel_rows(report, device: str, dry: bool, calibration: dict) -> bool:
     """A 512-row Q8_0 matrix product (a 512-token prompt through the 8B's fused gate/up, 28672 x 4096) several
     ways: ms and TFLOP/s against the calibration's bf16 matmul (the FLOP bound), the distance from XLA's f32 product
-    at `highest`. True when the dequantizing kernel (`fast`, default tiles) compiled here: the decode rows' prefill
-    then uses it (else they keep the decode kernel, `q8_kernel.PREFILL_ROWS = None`, and say so)."""
+    at `highest`; then 8, 32 and 64 rows through each kernel (GB/s of the codes and scales read, TFLOP/s): where the
+    dequantizing kernel overtakes the decode kernel. True when the dequantizing kernel (`fast`, default tiles)
+    compiled here: the decode rows' prefill then uses it (else they keep the decode kernel, `q8_kernel.PREFILL_ROWS =
+    None`, and say so)."""
     import jax
     import jax.numpy as jnp
 
     from linnet.compiler.jax.prelude import dequantize, quantized_linear
     from linnet.compiler.jax.q8_kernel import hold, q8_matmul
 
-    section = "q8 prefill kernel (512 rows)"
+    section = "q8 prefill kernel"
     m, n, k = (128, 256, 512) if dry else (512, 28672, 4096)  # dry: more rows than PREFILL_ROWS
     dev = jax.devices(device)[0]
     rng = np.random.default_rng(0)
@@ -378,10 +380,7 @@ def prefill_kernel_rows(report, device: str, dry: bool, calibration: dict) -> bo
 
     kernel = "q8_0 fast, Pallas dequantizing kernel tn=1024 tk=512"
     variants = {
-        "bf16 dense (the FLOP reference)": (
-            lambda x, w: jnp.einsum("mk,nk->mn", x.astype(jnp.bfloat16), w),
-            (x, dense),
-        ),
+        "bf16 dense (the FLOP reference)": (bf16_dense, (x, dense)),
         "q8_0 fast, XLA: dequantized to bf16, then the dot": (xla_dequantized_bf16, (x, codes, scales)),
         "q8_0 fast, Pallas decode kernel (block-diagonal x), rows in tiles of 64": (
             functools.partial(q8_matmul, prefill=False),
@@ -418,6 +417,25 @@ def prefill_kernel_rows(report, device: str, dry: bool, calibration: dict) -> bo
             row["max_abs_diff_vs_highest"] = float(np.max(np.abs(np.asarray(fn(*args)) - want)))
             row["max_abs_highest"] = float(np.max(np.abs(want)))
         report.add(section, row)
+    for rows in (8, 32, 64):  # where the dequantizing kernel overtakes the decode kernel (PREFILL_ROWS is 64)
+        for label, fn in (
+            ("decode kernel", functools.partial(q8_matmul, prefill=False)),
+            ("dequantizing kernel", None),
+        ):
+            if fn is None and not compiled:
+                continue
+            fn = fn or functools.partial(q8_matmul, prefill=True)
+            args = (x[:rows], *kernel_args[1:])
+            row = _time_variant(report, section, f"q8_0 fast, {label}", fn, args, f"q8_rows_{rows}_{label[:3]}")
+            if row is None:
+                continue
+            s, _ = row.pop("s"), row.pop("hlo")
+            row |= {"rows": rows, "matrix": f"{n} x {k}", "ms": round(s * 1e3, 4)}
+            row |= {
+                "gbps": round((n * k + n * k // 32 * 4) / s / 1e9, 1),
+                "tflops": round(2 * rows * n * k / s / 1e12, 1),
+            }
+            report.add(section, row)
     return compiled
 
 
