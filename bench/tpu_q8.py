@@ -14,9 +14,10 @@ Rows (section "q8 ..."):
   says why.
 - prefill: a 512-row product through the same matrix (a 512-token prompt): bf16 dense (the FLOP reference), XLA
   dequantizing to bf16 then the dot, the decode kernel in row tiles of 64 (block-diagonal x: 16 times the MXU
-  work), and the dequantizing kernel (each codes tile dequantized in VMEM, one plain dot) at three tile targets,
-  `fast` and `equivalent`: ms and TFLOP/s against the calibration's matmul. When the dequantizing kernel does not
-  compile, the decode rows keep the decode kernel for prompts and say so.
+  work), and the dequantizing kernel (each codes tile dequantized in VMEM, one plain dot) at three tile targets and
+  both ways of repeating the scales (`q8_kernel.SCALE_EXPAND`), `fast` and `equivalent`: ms and TFLOP/s against the
+  calibration's matmul; then 8, 32 and 64 rows through each kernel. The decode rows' prompts take the first way that
+  compiled; when neither did, the decode kernel, saying so.
 - vocab (by default only with qwen3-8b): Qwen3's lm_head (151936 x 4096, N's tiles 128) at one row, K's tile 512
   against the 2048 `tiles` picks: ms against streaming it.
 - decode (llama-3.1-8b, and qwen3-8b with `--q8-shapes`): a GGUF of the preset's shape written on the machine
@@ -347,13 +348,13 @@ def _time_variant(report, section: str, label: str, fn, args, hlo_name: str) -> 
     return {"variant": label, "s": median_s(functools.partial(ready, jitted, *args), 20), "hlo": text}
 
 
-def prefill_kernel_rows(report, device: str, dry: bool, calibration: dict) -> bool:
+def prefill_kernel_rows(report, device: str, dry: bool, calibration: dict) -> str | None:
     """A 512-row Q8_0 matrix product (a 512-token prompt through the 8B's fused gate/up, 28672 x 4096) several
     ways: ms and TFLOP/s against the calibration's bf16 matmul (the FLOP bound), the distance from XLA's f32 product
     at `highest`; then 8, 32 and 64 rows through each kernel (GB/s of the codes and scales read, TFLOP/s): where the
-    dequantizing kernel overtakes the decode kernel. True when the dequantizing kernel (`fast`, default tiles)
-    compiled here: the decode rows' prefill then uses it (else they keep the decode kernel, `q8_kernel.PREFILL_ROWS =
-    None`, and say so)."""
+    dequantizing kernel overtakes the decode kernel. The first of the dequantizing kernel's `SCALE_EXPAND` ways
+    that compiled here (`fast`, default tiles), which the decode rows' prefill then uses; None when neither did
+    (they keep the decode kernel, `q8_kernel.PREFILL_ROWS = None`, and say so)."""
     import jax
     import jax.numpy as jnp
 
@@ -379,6 +380,7 @@ def prefill_kernel_rows(report, device: str, dry: bool, calibration: dict) -> bo
         return jnp.einsum("mk,nk->mn", x.astype(jnp.bfloat16), w)
 
     kernel = "q8_0 fast, Pallas dequantizing kernel tn=1024 tk=512"
+    expands = {kernel: "broadcast", f"{kernel}, scales repeated by a dot": "dot"}
     variants = {
         "bf16 dense (the FLOP reference)": (bf16_dense, (x, dense)),
         "q8_0 fast, XLA: dequantized to bf16, then the dot": (xla_dequantized_bf16, (x, codes, scales)),
@@ -386,7 +388,7 @@ def prefill_kernel_rows(report, device: str, dry: bool, calibration: dict) -> bo
             functools.partial(q8_matmul, prefill=False),
             kernel_args,
         ),
-        kernel: (functools.partial(q8_matmul, prefill=True), kernel_args),
+        **{label: (functools.partial(q8_matmul, prefill=True, expand=e), kernel_args) for label, e in expands.items()},
         "q8_0 fast, Pallas dequantizing kernel tn=2048 tk=512": (
             functools.partial(q8_matmul, prefill=True, tn=2048),
             kernel_args,
@@ -403,13 +405,13 @@ def prefill_kernel_rows(report, device: str, dry: bool, calibration: dict) -> bo
     want = np.asarray(quantized_linear(x, (codes, scales), "highest"))
     flop = 2 * m * n * k
     tflops = calibration["matmul_bf16_tflops"]
-    compiled = False
+    compiled = []
     for i, (label, (fn, args)) in enumerate(variants.items()):
         row = _time_variant(report, section, label, fn, args, f"q8_prefill_{i}")
         if row is None:
             continue
         s, _ = row.pop("s"), row.pop("hlo")
-        compiled |= label == kernel
+        compiled += [expands[label]] if label in expands else []
         row |= {"rows": m, "matrix": f"{n} x {k}", "ms": round(s * 1e3, 4), "tflops": round(flop / s / 1e12, 1)}
         row |= {"flop_bound_ms": round(flop / (tflops * 1e12) * 1e3, 4) if tflops else None}
         row |= {"of_flop_bound": f"{flop / s / 1e12 / tflops:.0%}" if tflops else None}
@@ -424,7 +426,7 @@ def prefill_kernel_rows(report, device: str, dry: bool, calibration: dict) -> bo
         ):
             if fn is None and not compiled:
                 continue
-            fn = fn or functools.partial(q8_matmul, prefill=True)
+            fn = fn or functools.partial(q8_matmul, prefill=True, expand=compiled[0])
             args = (x[:rows], *kernel_args[1:])
             row = _time_variant(report, section, f"q8_0 fast, {label}", fn, args, f"q8_rows_{rows}_{label[:3]}")
             if row is None:
@@ -436,7 +438,7 @@ def prefill_kernel_rows(report, device: str, dry: bool, calibration: dict) -> bo
                 "tflops": round(2 * rows * n * k / s / 1e12, 1),
             }
             report.add(section, row)
-    return compiled
+    return compiled[0] if compiled else None
 
 
 def vocab_kernel_rows(report, device: str, dry: bool, calibration: dict) -> None:
@@ -658,9 +660,13 @@ def q8_rows(
     prefill = {"kernel": "the dequantizing kernel (rows past PREFILL_ROWS)"}
 
     def prefill_rows():
-        if not prefill_kernel_rows(report, device, dry, calibration):
+        expand = prefill_kernel_rows(report, device, dry, calibration)
+        if expand is None:
             q8_kernel.PREFILL_ROWS = None  # the decode rows' prompts through the decode kernel, as before
             prefill["kernel"] = "the decode kernel (the dequantizing kernel did not compile: its row says why)"
+        else:
+            q8_kernel.SCALE_EXPAND = expand
+            prefill["kernel"] += f", scales repeated by {expand}"
 
     for section, rows in (
         ("kernel", lambda: kernel_rows(report, device, dry, calibration)),

@@ -62,15 +62,16 @@ def spy_kernels(monkeypatch) -> list[str]:
 PREFILL_SHAPES = [(520, 256, 512, 128, 256), (70, 384, 1536, 128, 512), (3, 128, 256, 1024, 512)]
 
 
+@pytest.mark.parametrize("expand", ["broadcast", "dot"])
 @pytest.mark.parametrize("m,n,k,tn,tk", PREFILL_SHAPES)
-def test_the_dequantizing_kernel_equals_the_dequantized_product(m, n, k, tn, tk):
+def test_the_dequantizing_kernel_equals_the_dequantized_product(m, n, k, tn, tk, expand):
     from linnet.compiler.jax.q8_kernel import hold, q8_matmul
 
     codes, scales, w = q8_matrix(n, k, seed=m)
     x = np.random.default_rng(m + 1).standard_normal((m, k), dtype=np.float32)
     want = x.astype(np.float64) @ w.T
     held = hold(codes, scales)
-    options = dict(tn=tn, tk=tk, prefill=True, interpret=True)
+    options = dict(tn=tn, tk=tk, prefill=True, expand=expand, interpret=True)
     # equivalent: W's tile dequantized exactly in f32, one f32 dot per tile: f32 rounding of the sums, as above
     exact = np.asarray(q8_matmul(x, held.codes, held.scales_t, precision="highest", **options))
     np.testing.assert_allclose(exact, want, rtol=0, atol=1e-6 * np.abs(want).max())
@@ -97,8 +98,10 @@ def test_prefill_rows_go_through_the_dequantizing_kernel(monkeypatch):
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-6 * np.abs(want).max())
 
 
-@pytest.mark.parametrize("rows,prefill", [(1, False), (64, False), (512, True)])
-def test_the_kernels_lower_for_a_tpu_at_the_8b_shapes(rows, prefill):
+@pytest.mark.parametrize(
+    "rows,prefill,expand", [(1, False, None), (64, False, None), (512, True, "broadcast"), (512, True, "dot")]
+)
+def test_the_kernels_lower_for_a_tpu_at_the_8b_shapes(rows, prefill, expand):
     # Pallas's TPU lowering (the kernel's Mosaic program), run on the CPU: what fails here fails on the chip before
     # Mosaic's own compiler sees it (that one runs only there). The 8B's matrices: fused gate/up, down_proj over
     # 14336, Qwen3's lm_head over its vocab 151936 (tiles of 128 x 2048).
@@ -115,7 +118,8 @@ def test_the_kernels_lower_for_a_tpu_at_the_8b_shapes(rows, prefill):
                 jax.ShapeDtypeStruct((n, k), jnp.int8),
                 jax.ShapeDtypeStruct((k // BLOCK, n), jnp.float32),
             )
-            f = jax.jit(functools.partial(q8_matmul, precision=precision, prefill=prefill, interpret=False))
+            options = dict(precision=precision, prefill=prefill, expand=expand, interpret=False)
+            f = jax.jit(functools.partial(q8_matmul, **options))
             text = f.trace(*args).lower(lowering_platforms=("tpu",)).as_text()
             assert "tpu_custom_call" in text, (n, k, precision)
 

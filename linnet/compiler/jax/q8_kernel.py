@@ -21,17 +21,16 @@ Numerics: `fast` (precision None) dots x in bf16 with the codes in bf16, f32 acc
 dots in f32. Both apply the f32 scales in f32. The sum runs per block first, then over blocks (the dequantized
 matrix's dot sums over K at once): the same values in another order, within f32 rounding.
 
-Rows: up to `PREFILL_ROWS` (64: decode, a serving batch) in one grid step of the kernel above. The spread costs G
-times the MXU work of x's rows, free while the codes' stream bounds the step (a few rows), not for prefill (16
-times the FLOPs: 0.62 s TTFT for a 512-token prompt of the 8B on a v5e, against a 50 ms FLOP bound). So more rows
-go through a second kernel (`_dequantizing_kernel`): each step dequantizes its codes tile to the dot's dtype in VMEM
-(codes [tn, tk] widened to f32 and transposed to [tk, tn], times the scales [tk / 32, tn] broadcast over each
-block's 32 sublanes) and runs one plain [tm, tk] x [tk, tn] dot, rows tiled by up to `TILE_M_PREFILL` (512: the
-codes read once per 512 rows). Its `fast` dot rounds the dequantized weights to bf16 (the decode kernel's keeps them
-exact and scales in f32 after), as a bf16 model's weights are. Every multiply of a matrix on the chip goes through
-one of the two, so no dequantized matrix is ever made in HBM (XLA's dot over a dequantized matrix materialised them,
-out of HBM for the 8B). Only shapes no tiling fits (a tiny model's) keep XLA's dot over the dequantized matrix
-(`KMajorQ8.matmul`).
+Rows: up to `PREFILL_ROWS` (64: decode, a serving batch) in one grid step of the kernel above. The spread costs G times
+the MXU work of x's rows, free while the codes' stream bounds the step (a few rows), not for prefill (16 times the
+FLOPs: 0.62 s TTFT for a 512-token prompt of the 8B on a v5e, against a 50 ms FLOP bound). So more rows go through a
+second kernel (`_dequantizing_kernel`): each step dequantizes its codes tile to the dot's dtype in VMEM (codes [tn, tk]
+widened to f32 and transposed to [tk, tn], times the scales [tk / 32, tn] repeated over each block's 32 sublanes:
+`SCALE_EXPAND`) and runs one plain [tm, tk] x [tk, tn] dot, rows tiled by up to `TILE_M_PREFILL` (512: the codes read
+once per 512 rows). Its `fast` dot rounds the dequantized weights to bf16 (the decode kernel's keeps them exact and
+scales in f32 after), as a bf16 model's weights are. Every multiply of a matrix on the chip goes through one of the two,
+so no dequantized matrix is ever made in HBM (XLA's dot over a dequantized matrix materialised them, out of HBM for the
+8B). Only shapes no tiling fits (a tiny model's) keep XLA's dot over the dequantized matrix (`KMajorQ8.matmul`).
 
 Rows unknown when traced (an exported entry's symbolic batch and sequence: the `xla` backend) reach the kernels too:
 the grid's row count is then symbolic (Pallas lowers it as a dynamic grid bound), and the kernel and its row tile
@@ -59,6 +58,11 @@ TILE_M = 64  # rows of x (batch * tokens) a grid step of the decode kernel takes
 PREFILL_ROWS = TILE_M  # more rows than this go through the dequantizing kernel (None: never, the decode kernel's tiles)
 TILE_M_PREFILL = 512  # rows of x a grid step of the dequantizing kernel takes (the codes read once per tile)
 TILE_M_SYMBOLIC = 256  # its rows a step when the count is symbolic (a tile fixed at trace time: at most 255 padded)
+# How the dequantizing kernel repeats each block's scale over its 32 rows of W^T's tile: "broadcast" (a sublane
+# broadcast and a tile-aligned reshape) or "dot" (a 0/1 matrix [tk, G] times the scales on the MXU, split in two
+# bf16 halves so the product is exact: an f16 scale has 11 significant bits, bf16 8). Two ways to the same values,
+# for whichever Mosaic compiles (bench/tpu_q8.py's prefill section tries both on the chip).
+SCALE_EXPAND = "broadcast"
 SYMBOLIC_ROWS = True  # symbolic row counts through the kernels (False: XLA's dequantized dot, as before they could)
 TILE_N, TILE_K = 1024, 512  # default tile targets: codes 512 KB a step, double-buffered
 MAX_TILE_K = 2048  # K's tile grows up to this where N has few divisors (`tiles`)
@@ -157,7 +161,24 @@ def _kernel(x_ref, q_ref, s_ref, o_ref, *, dot_dtype, precision, widen_codes):
     o_ref[...] += jnp.sum(partial.reshape(m, g, tn) * s_ref[...][None], axis=1)
 
 
-def _dequantizing_kernel(x_ref, q_ref, s_ref, o_ref, *, dot_dtype, precision):
+def _expanded_scales(s, expand: str):
+    """f32[G, tn] -> f32[G * 32, tn]: row g repeated 32 times (`SCALE_EXPAND` says the two ways), exactly."""
+    g, tn = s.shape
+    if expand == "broadcast":
+        return jnp.broadcast_to(s[:, None, :], (g, BLOCK, tn)).reshape(g * BLOCK, tn)
+    offset = lax.broadcasted_iota(jnp.int32, (g * BLOCK, g), 0) - BLOCK * lax.broadcasted_iota(
+        jnp.int32, (g * BLOCK, g), 1
+    )
+    ones = ((offset >= 0) & (offset < BLOCK)).astype(jnp.bfloat16)  # [tk, G]: row k has a 1 in column k // 32
+    high = s.astype(jnp.bfloat16)
+    low = (s - high.astype(jnp.float32)).astype(jnp.bfloat16)  # exact: the 3 bits of an f16 that bf16 drops
+    dot = functools.partial(
+        lax.dot_general, dimension_numbers=(((1,), (0,)), ((), ())), preferred_element_type=jnp.float32
+    )
+    return dot(ones, high) + dot(ones, low)  # one nonzero term per output: exact in f32
+
+
+def _dequantizing_kernel(x_ref, q_ref, s_ref, o_ref, *, dot_dtype, precision, expand):
     """One grid step (m tile r, n tile j, k tile i) for many rows: o[tm, tn] += x[tm, tk] @ W^T[tk, tn], W^T's tile
     dequantized here (codes^T * each block's scales) in the dot's dtype."""
 
@@ -166,8 +187,7 @@ def _dequantizing_kernel(x_ref, q_ref, s_ref, o_ref, *, dot_dtype, precision):
         o_ref[...] = jnp.zeros_like(o_ref)
 
     codes_t = q_ref[...].astype(jnp.float32).T  # [tk, tn]: a 32-bit transpose (Mosaic's XLU has those)
-    g, tn = s_ref.shape
-    scales = jnp.broadcast_to(s_ref[...][:, None, :], (g, BLOCK, tn)).reshape(g * BLOCK, tn)  # [tk, tn]
+    scales = _expanded_scales(s_ref[...], expand)  # [tk, tn]
     w_t = (codes_t * scales).astype(dot_dtype)  # exact in f32; `fast`: rounded to bf16
     o_ref[...] += lax.dot_general(
         x_ref[...].astype(dot_dtype), w_t, (((1,), (0,)), ((), ())), precision=precision,
@@ -184,18 +204,20 @@ def _row_tile(rows: int, prefill: bool) -> int:
 
 
 @functools.partial(
-    jax.jit, static_argnames=("precision", "tn", "tk", "widen_codes", "prefill", "interpret")
+    jax.jit, static_argnames=("precision", "tn", "tk", "widen_codes", "prefill", "expand", "interpret")
 )  # fmt: skip
 def q8_matmul(
-    x, codes, scales_t, *, precision=None, tn=TILE_N, tk=TILE_K, widen_codes=WIDEN_CODES, prefill=None, interpret=None
-):
-    """y f32[M, N] = x[M, K] @ (codes i8[N, K] * scales_t f32[K / 32, N] per block)^T, by a Pallas kernel (the
-    module docstring): the decode kernel (block-diagonal x, scales after the dot) for up to `PREFILL_ROWS` rows, the
+    x, codes, scales_t, *, precision=None, tn=TILE_N, tk=TILE_K, widen_codes=WIDEN_CODES, prefill=None, expand=None,
+    interpret=None,
+):  # fmt: skip
+    """y f32[M, N] = x[M, K] @ (codes i8[N, K] * scales_t f32[K / 32, N] per block)^T, by a Pallas kernel (the module
+    docstring): the decode kernel (block-diagonal x, scales after the dot) for up to `PREFILL_ROWS` rows, the
     dequantizing kernel for more (`prefill` True or False forces one); M may be symbolic (an exported entry's: the
-    kernel picked when it runs). `precision` None (`fast`: a bf16 dot) or "highest" (`equivalent`: an f32 dot);
-    `tn`, `tk` tile targets (`tiles`); `widen_codes` False hands the decode kernel's `fast` dot the int8 codes
-    (Mosaic widens them); `interpret` None runs the kernel compiled on a TPU and interpreted elsewhere (slow: for
-    tests). Raises ValueError when no tiling fits (`tiles`)."""
+    kernel picked when it runs). `precision` None (`fast`: a bf16 dot) or "highest" (`equivalent`: an f32 dot); `tn`,
+    `tk` tile targets (`tiles`); `widen_codes` False hands the decode kernel's `fast` dot the int8 codes (Mosaic widens
+    them); `expand` the dequantizing kernel's way to repeat the scales (None: `SCALE_EXPAND`); `interpret` None runs the
+    kernel compiled on a TPU and interpreted elsewhere (slow: for tests). Raises ValueError when no tiling fits
+    (`tiles`)."""
     rows, k = x.shape
     n = codes.shape[0]
     if tiles(n, k, tn, tk) is None:
@@ -203,7 +225,7 @@ def q8_matmul(
     interpret = jax.default_backend() != "tpu" if interpret is None else interpret
     call = functools.partial(
         _padded_call, codes=codes, scales_t=scales_t, precision=precision, tn=tn, tk=tk, widen_codes=widen_codes,
-        interpret=interpret,
+        expand=expand or SCALE_EXPAND, interpret=interpret,
     )  # fmt: skip
     if isinstance(rows, int):
         if prefill is None:
@@ -218,7 +240,7 @@ def q8_matmul(
     return lax.switch((count > 8).astype(jnp.int32) + (count > PREFILL_ROWS).astype(jnp.int32), branches, x)
 
 
-def _padded_call(x, *, codes, scales_t, precision, tn, tk, widen_codes, prefill: bool, tm: int, interpret: bool):
+def _padded_call(x, *, codes, scales_t, precision, tn, tk, widen_codes, expand, prefill: bool, tm: int, interpret):
     """`q8_matmul` by one kernel (`prefill`: the dequantizing one), x's rows (an int or symbolic) padded to whole
     tiles of `tm`: f32[M, N]."""
     rows, k = x.shape
@@ -229,7 +251,7 @@ def _padded_call(x, *, codes, scales_t, precision, tn, tk, widen_codes, prefill:
     highest = precision is not None and str(precision).lower().endswith("highest")
     dot = dict(dot_dtype=jnp.float32 if highest else jnp.bfloat16, precision=lax.Precision.HIGHEST if highest else None)
     if prefill:
-        kernel = functools.partial(_dequantizing_kernel, **dot)
+        kernel = functools.partial(_dequantizing_kernel, **dot, expand=expand)
     else:
         kernel = functools.partial(_kernel, **dot, widen_codes=widen_codes or highest)
     return pl.pallas_call(
