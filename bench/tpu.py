@@ -401,6 +401,8 @@ def main(argv=None) -> int:
     rows = ("calibration", "numerics", "speed", "serve", "peer", "q8", "compile", "train", "offload")
     ap.add_argument("--only", choices=rows, action="append")
     ap.add_argument("--q8-shapes", nargs="+", choices=("llama-3.1-8b", "qwen3-8b"), help="q8's decode rows (tpu_q8)")
+    ap.add_argument("--q8-sections", nargs="+", choices=("kernel", "prefill", "vocab", "decode", "distance"))
+    ap.add_argument("--q8-backends", nargs="+", choices=("jax", "xla"), help="q8's decode rows' backends (jax)")
     ap.add_argument(
         "--train-batches", type=lambda s: s.split(","), help="train rows (tpu_train): 4,8r (r: checkpointed)"
     )
@@ -439,7 +441,16 @@ def main(argv=None) -> int:
     if "q8" in only and args.only:  # goal 5's 8B rows: asked for by name (`--only q8`), minutes of their own
         from tpu_q8 import q8_rows
 
-        q8_rows(report, device, args.dry_run, calibration, start + args.budget_s, args.q8_shapes)
+        q8_rows(
+            report,
+            device,
+            args.dry_run,
+            calibration,
+            start + args.budget_s,
+            args.q8_shapes,
+            args.q8_sections,
+            args.q8_backends,
+        )
     if "compile" in only:  # not by default: layers unrolled against scanned (bench/tpu_compile.py)
         from tpu_compile import compile_scan_rows
 

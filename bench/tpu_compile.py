@@ -15,9 +15,11 @@ in one process, each with an empty persistent cache of its own (`LINNET_CACHE_DI
   again, XLA's compiles are not);
 - the distance of the last prompt token's logits from the CPU's f32 reference (scanned, on the host's CPU) and the
   greedy agreement of 32 new tokens with the unrolled variant on the chip;
-- what the scan costs when running: ms a token of a 512 + 128 generation (the on-device decode loop), and the
-  median decode step of 32 rows at position 512 of 640 (serving's shape, where the caches are large: the scanned
-  step reads each layer's cache slice as a copy on the CPU, and whether XLA does so on the chip is to be seen).
+- what the scan costs when running: ms a token of a 512 + 128 generation (the on-device decode loop), and a
+  decode step of 32 rows at position 512 of 640 (serving's shape, where the caches are large: the scanned step
+  reads each layer's cache slice as a copy on the CPU, and whether XLA does so on the chip is to be seen), timed
+  three ways (`_batch_decode`): waited for step by step, 300 steps back to back (the device's time a step), and
+  through serving's multi-step decode (`step_greedy_steps`).
 
 The CPU breakdown (`cpu_breakdown`): the same programs as the chip runs them (token-major caches, bf16 matrices as
 they are) traced, lowered and compiled for this machine's CPU from shapes alone (no weights): per program, the
@@ -79,9 +81,10 @@ def _warm_up(model, prompt: int):
 
 def compile_scan_rows(report, device: str, dry: bool) -> None:
     """One `compile` row per variant (unrolled, scanned) of the 1.1B shape (the module docstring), into `report`
-    (bench/tpu.py's `Report`). Device time, estimated: about 75 s unrolled (25 s cold and 4.3 s cached were
-    measured; two loads of ~6 s, a 32-row model compiled ~20 s) and 40 s scanned, plus ~40 s for the CPU reference
-    on the host: about 3 minutes, with bench/tpu.py's start and calibration (~45 s) under 4."""
+    (bench/tpu.py's `Report`). Device time, estimated: about 95 s unrolled (25 s cold and 4.3 s cached were
+    measured; two loads of ~6 s, a 32-row model's step and multi-step decode compiled ~20 s each, 600 steps of ~8
+    ms) and 55 s scanned, plus ~40 s for the CPU reference on the host: about 3.5 minutes, with bench/tpu.py's start
+    and calibration (~45 s) under 4.5."""
     import jax
 
     from linnet.runtimes.sampling import SamplingParams
@@ -124,7 +127,7 @@ def compile_scan_rows(report, device: str, dry: bool) -> None:
                 "greedy_agree_with_unrolled": f"{sum(a == b for a, b in zip(tokens[name], tokens['unrolled']))}/{new}",
                 "max_abs_diff_vs_unrolled": float(np.max(np.abs(logits[name] - logits["unrolled"]))),
                 f"generate_{prompt}+{4 * new}_ms_per_token": round(generate_s / (4 * new) * 1e3, 3),
-                "decode_step_ms_at_32_rows": _batch_decode_ms(dry, device, scan),
+                **_batch_decode(dry, device, scan),
             },
         )
     ref = _load(dry, "cpu", True, dtype="f32", max_positions=prompt + 16)
@@ -138,20 +141,46 @@ def compile_scan_rows(report, device: str, dry: bool) -> None:
     )
 
 
-def _batch_decode_ms(dry: bool, device: str, scan: bool, rows: int = 32, steps: int = 20) -> float:
-    """Median ms of a decode step of `rows` rows at position 512 of 640 (serving's shape: the caches are read
-    whole), per-token path: what the scan's read of each layer's cache slice costs where the caches are large."""
-    positions = 48 if dry else 512
+def _batch_decode(dry: bool, device: str, scan: bool, rows: int = 32) -> dict:
+    """A decode step of `rows` rows at position 512 of 640 (serving's shape: the caches are read whole), where the
+    scan's read of each layer's cache slice would cost if XLA copies it. Three ways, ms a step:
+    - `decode_step_ms_at_32_rows`: the median of 20 steps each waited for (the host's per-token path);
+    - `device_step_ms_at_32_rows`: 300 steps dispatched back to back, one wait at the end (each step's inputs put
+      and the donated cache threaded, as serving's steps are): the host's dispatch overlaps the chip's work, so this
+      is the device time of a step;
+    - `batch_steps_ms_per_step_at_32_rows`: serving's multi-step decode (`step_greedy_steps`, `jax_loop.BatchSteps`:
+      BATCH_STEPS greedy steps a dispatch, the tokens read back after each dispatch), 300 steps, per step."""
+    import jax
+
+    from linnet.runtimes.backends.jax_loop import BATCH_STEPS
+
+    positions, steps = (48, 24) if dry else (512, 300)
     m = _load(dry, device, scan, max_positions=positions + 128, max_batch=rows)
-    sm = m.step_model(decode_loop=False, batch_buckets=False)
+    sm = m.step_model(decode_loop=True, batch_buckets=False)
     ids, at, which = np.ones((rows, 1), np.int64), np.full(rows, positions, np.int64), np.arange(rows, dtype=np.int64)
     sm.step(ids, at, which)  # compile and first run
     times = []
-    for _ in range(steps):
+    for _ in range(20):
         t = time.perf_counter()
         sm.step(ids, at, which)
         times.append(time.perf_counter() - t)
-    return round(float(np.median(times)) * 1e3, 3)
+    t = time.perf_counter()
+    for _ in range(steps):
+        logits = sm._call(ids, at, which)  # the logits left on the device: no wait between steps
+    jax.block_until_ready((logits, m.state))
+    device_s = time.perf_counter() - t
+    sm.step_greedy_steps(ids, at, which, BATCH_STEPS)  # compile and first run
+    t = time.perf_counter()
+    for _ in range(steps // BATCH_STEPS):
+        sm.step_greedy_steps(ids, at, which, BATCH_STEPS)
+    batch_s = time.perf_counter() - t
+    del m, sm
+    return {
+        "decode_step_ms_at_32_rows": round(float(np.median(times)) * 1e3, 3),
+        "device_step_ms_at_32_rows": round(device_s / steps * 1e3, 3),
+        "batch_steps_ms_per_step_at_32_rows": round(batch_s / (steps // BATCH_STEPS * BATCH_STEPS) * 1e3, 3),
+        "decode_steps_timed": steps,
+    }
 
 
 # ----------------------------------------------------------------------------- the CPU breakdown

@@ -288,7 +288,7 @@ def _load_config(dev_name: str, dry: bool, config: dict, cap: str | None):
     layers where they are held in bf16, the TPU; one on the CPU, which holds the matrices in f32)."""
     import linnet
 
-    options = {}
+    options = {"scan_layers": False}  # the resident layers unrolled, as the offloaded model runs them (the CPU scans)
     if cap is not None:
         from linnet.runtimes.backends.jax_offload import GIB
 

@@ -12,21 +12,33 @@ Rows (section "q8 ..."):
   `equivalent`: ms, GB/s of the bytes held (codes and scales), and whether XLA fused the dequantization into the dot
   (no [28672, 4096] float array in the optimized HLO) or materialised the matrix; a variant that fails to compile
   says why.
+- prefill: a 512-row product through the same matrix (a 512-token prompt): bf16 dense (the FLOP reference), XLA
+  dequantizing to bf16 then the dot, the decode kernel in row tiles of 64 (block-diagonal x: 16 times the MXU
+  work), and the dequantizing kernel (each codes tile dequantized in VMEM, one plain dot) at three tile targets and
+  both ways of repeating the scales (`q8_kernel.SCALE_EXPAND`), `fast` and `equivalent`: ms and TFLOP/s against the
+  calibration's matmul; then 8, 32 and 64 rows through each kernel. The decode rows' prompts take the first way that
+  compiled; when neither did, the decode kernel, saying so.
+- vocab (by default only with qwen3-8b): Qwen3's lm_head (151936 x 4096, N's tiles 128) at one row, K's tile 512
+  against the 2048 `tiles` picks: ms against streaming it.
 - decode (llama-3.1-8b, and qwen3-8b with `--q8-shapes`): a GGUF of the preset's shape written on the machine
   (`write_q8_gguf`: seeded N(0, 0.02) weights quantized to Q8_0 by gguf-py's own vectorised quantizer, threaded
   over row chunks, streamed to a temporary file), loaded through the real path (`linnet.load(..., dtype="stored")`,
   `jax`, `fast`: the generated module jitted with the step's shapes, so a decode step's matrices go through the
-  kernel; `xla`'s exported entries have symbolic rows and keep XLA's dot), then: load time, compile (cold), TTFT
-  for a 512-token prompt, decode tok/s at batch 1 over 128 new tokens with the on-device decode loop against the
-  streaming limit (the bytes held, codes + scales + norms, over the calibration's measured GB/s), the chip's
-  memory in use, and the first 32 greedy tokens.
-- distance: the same dims with 4 layers (the dequantized 8B, 32 GB in f32 and 16 GB in bf16, does not fit the
-  chip): the last-token logits of a 64-token prompt and 32 greedy tokens of the stored model (`fast` and
-  `equivalent`) against the same file loaded dequantized in f32 (`equivalent`) on the chip, and against the host
-  CPU's f32 `equivalent` (16 greedy tokens).
+  kernels with the rows known when traced), then: load time, compile (cold), TTFT for a 512-token prompt, decode
+  tok/s at batch 1 over 128 new tokens with the on-device decode loop against the streaming limit (the bytes held,
+  codes + scales + norms, over the calibration's measured GB/s), the chip's memory in use, and the first 32 greedy
+  tokens.
+- distance (per shape): the same dims with 4 layers (the dequantized 8B, 32 GB in f32 and 16 GB in bf16, does not
+  fit the chip): the last-token logits of a 96-token prompt and 32 greedy tokens of the stored model (`fast` and
+  `equivalent`, on `xla` and on `jax`: both through the kernels on a TPU, `xla`'s with symbolic rows) against the
+  same file loaded dequantized in f32 (`equivalent`) on the chip, and against the host CPU's f32 `equivalent` (16
+  greedy tokens).
 
-Disk: the 8B file is 8.5 GB (qwen3-8b's 8.7 GB), written under $TMPDIR and removed after its row; a shape whose file
-does not fit the free space is skipped, saying so.
+`--q8-sections` keeps some of kernel, prefill, vocab, decode, distance (one device call must stay under 9 minutes);
+`--q8-backends jax xla` runs the decode rows on both (`xla`: the exported entries, rows symbolic, each kernel picked
+when an entry runs; default `jax` alone).
+Disk: the 8B file is 8.5 GB (qwen3-8b's 8.7 GB), written under $TMPDIR and removed after its row; a shape whose
+file does not fit the free space is skipped, saying so.
 """
 
 from __future__ import annotations
@@ -243,7 +255,6 @@ def kernel_rows(report, device: str, dry: bool, calibration: dict) -> None:
     optimized HLO written beside the report (`q8_kernel_<i>.hlo.txt`)."""
     import jax
     import jax.numpy as jnp
-    from tpu import median_s, ready
 
     from linnet.compiler.jax.prelude import dequantize, quantized_linear
     from linnet.compiler.jax.q8_kernel import hold, q8_matmul
@@ -301,26 +312,160 @@ def kernel_rows(report, device: str, dry: bool, calibration: dict) -> None:
     }
     want = np.asarray(quantized_linear(x, (codes, scales), "highest"))
     for i, (label, (fn, args)) in enumerate(variants.items()):
-        jitted = jax.jit(fn)
-        try:  # a variant that fails to compile (a kernel's tiles on this chip) says why; the others still run
-            text = jitted.lower(*args).compile().as_text()
-        except Exception as err:
-            report.add("q8 kernel (one matrix-vector product)", {"variant": label, "error": f"{err}"[:1500]})
-            continue
-        (report.out / f"q8_kernel_{i}.hlo.txt").write_text(f"# {label}\n{text}")
-        ready(jitted, *args)
-        s = median_s(functools.partial(ready, jitted, *args), 20)
         quantized = label.startswith("q8")
         read = n * k + n * k // 32 * 2 if quantized else n * k * 2
-        row = {"variant": label, "matrix": f"{n} x {k}", "ms": round(s * 1e3, 4), "gb_read": round(read / 1e9, 4)}
+        row = _time_variant(report, "q8 kernel (one matrix-vector product)", label, fn, args, f"q8_kernel_{i}")
+        if row is None:
+            continue
+        s = row.pop("s")
+        row |= {"matrix": f"{n} x {k}", "ms": round(s * 1e3, 4), "gb_read": round(read / 1e9, 4)}
         row |= {
             "gbps": round(read / s / 1e9, 1),
             "of_stream_limit": f"{read / s / 1e9 / calibration['stream_bf16_gbps']:.0%}",
         }
         if quantized:
-            row["dequantization_fused"] = _fused(text, n, k)
-            row["max_abs_diff_vs_highest"] = float(np.max(np.abs(np.asarray(jitted(*args)) - want)))
+            row["dequantization_fused"] = _fused(row.pop("hlo"), n, k)
+            row["max_abs_diff_vs_highest"] = float(np.max(np.abs(np.asarray(fn(*args)) - want)))
+        row.pop("hlo", None)
         report.add("q8 kernel (one matrix-vector product)", row)
+
+
+def _time_variant(report, section: str, label: str, fn, args, hlo_name: str) -> dict | None:
+    """`fn(*args)` jitted: compiled (its optimized HLO written beside the report as `<hlo_name>.hlo.txt`), run once,
+    then the median of 20 runs. {"variant", "s", "hlo"}; None, after a row saying why, when it fails to compile (a
+    kernel's tiles on this chip): the other variants still run."""
+    import jax
+    from tpu import median_s, ready
+
+    jitted = jax.jit(fn)
+    try:
+        text = jitted.lower(*args).compile().as_text()
+    except Exception as err:
+        report.add(section, {"variant": label, "error": f"{err}"[:1500]})
+        return None
+    (report.out / f"{hlo_name}.hlo.txt").write_text(f"# {label}\n{text}")
+    ready(jitted, *args)
+    return {"variant": label, "s": median_s(functools.partial(ready, jitted, *args), 20), "hlo": text}
+
+
+def prefill_kernel_rows(report, device: str, dry: bool, calibration: dict) -> str | None:
+    """A 512-row Q8_0 matrix product (a 512-token prompt through the 8B's fused gate/up, 28672 x 4096) several
+    ways: ms and TFLOP/s against the calibration's bf16 matmul (the FLOP bound), the distance from XLA's f32 product
+    at `highest`; then 8, 32 and 64 rows through each kernel (GB/s of the codes and scales read, TFLOP/s): where the
+    dequantizing kernel overtakes the decode kernel. The first of the dequantizing kernel's `SCALE_EXPAND` ways
+    that compiled here (`fast`, default tiles), which the decode rows' prefill then uses; None when neither did
+    (they keep the decode kernel, `q8_kernel.PREFILL_ROWS = None`, and say so)."""
+    import jax
+    import jax.numpy as jnp
+
+    from linnet.compiler.jax.prelude import dequantize, quantized_linear
+    from linnet.compiler.jax.q8_kernel import hold, q8_matmul
+
+    section = "q8 prefill kernel"
+    m, n, k = (128, 256, 512) if dry else (512, 28672, 4096)  # dry: more rows than PREFILL_ROWS
+    dev = jax.devices(device)[0]
+    rng = np.random.default_rng(0)
+    codes_np = rng.integers(-127, 128, (n, k), dtype=np.int8)
+    scales_np = (rng.random((n, k // 32), dtype=np.float32) * 1e-3).astype(np.float16)
+    codes, scales = jax.device_put(codes_np, dev), jax.device_put(scales_np, dev)
+    x = jax.device_put(rng.standard_normal((m, k), dtype=np.float32), dev)
+    kernel_args = (x, codes, jax.device_put(hold(codes_np, scales_np).scales_t, dev))
+    dense = jax.device_put(jnp.ones((n, k), jnp.bfloat16), dev)
+
+    def xla_dequantized_bf16(x, c, s):  # the matrix dequantized to bf16 by XLA (made in HBM), then the dot
+        w = dequantize((c, s), jnp.bfloat16)
+        return jnp.einsum("mk,nk->mn", x.astype(jnp.bfloat16), w, preferred_element_type=jnp.float32)
+
+    def bf16_dense(x, w):
+        return jnp.einsum("mk,nk->mn", x.astype(jnp.bfloat16), w)
+
+    kernel = "q8_0 fast, Pallas dequantizing kernel tn=1024 tk=512"
+    expands = {kernel: "broadcast", f"{kernel}, scales repeated by a dot": "dot"}
+    variants = {
+        "bf16 dense (the FLOP reference)": (bf16_dense, (x, dense)),
+        "q8_0 fast, XLA: dequantized to bf16, then the dot": (xla_dequantized_bf16, (x, codes, scales)),
+        "q8_0 fast, Pallas decode kernel (block-diagonal x), rows in tiles of 64": (
+            functools.partial(q8_matmul, prefill=False),
+            kernel_args,
+        ),
+        **{label: (functools.partial(q8_matmul, prefill=True, expand=e), kernel_args) for label, e in expands.items()},
+        "q8_0 fast, Pallas dequantizing kernel tn=2048 tk=512": (
+            functools.partial(q8_matmul, prefill=True, tn=2048),
+            kernel_args,
+        ),
+        "q8_0 fast, Pallas dequantizing kernel tn=1024 tk=1024": (
+            functools.partial(q8_matmul, prefill=True, tk=1024),
+            kernel_args,
+        ),
+        "q8_0 equivalent (highest), Pallas dequantizing kernel tn=1024 tk=512": (
+            functools.partial(q8_matmul, prefill=True, precision="highest"),
+            kernel_args,
+        ),
+    }
+    want = np.asarray(quantized_linear(x, (codes, scales), "highest"))
+    flop = 2 * m * n * k
+    tflops = calibration["matmul_bf16_tflops"]
+    compiled = []
+    for i, (label, (fn, args)) in enumerate(variants.items()):
+        row = _time_variant(report, section, label, fn, args, f"q8_prefill_{i}")
+        if row is None:
+            continue
+        s, _ = row.pop("s"), row.pop("hlo")
+        compiled += [expands[label]] if label in expands else []
+        row |= {"rows": m, "matrix": f"{n} x {k}", "ms": round(s * 1e3, 4), "tflops": round(flop / s / 1e12, 1)}
+        row |= {"flop_bound_ms": round(flop / (tflops * 1e12) * 1e3, 4) if tflops else None}
+        row |= {"of_flop_bound": f"{flop / s / 1e12 / tflops:.0%}" if tflops else None}
+        if label.startswith("q8"):
+            row["max_abs_diff_vs_highest"] = float(np.max(np.abs(np.asarray(fn(*args)) - want)))
+            row["max_abs_highest"] = float(np.max(np.abs(want)))
+        report.add(section, row)
+    for rows in (8, 32, 64):  # where the dequantizing kernel overtakes the decode kernel (PREFILL_ROWS is 64)
+        for label, fn in (
+            ("decode kernel", functools.partial(q8_matmul, prefill=False)),
+            ("dequantizing kernel", None),
+        ):
+            if fn is None and not compiled:
+                continue
+            fn = fn or functools.partial(q8_matmul, prefill=True, expand=compiled[0])
+            args = (x[:rows], *kernel_args[1:])
+            row = _time_variant(report, section, f"q8_0 fast, {label}", fn, args, f"q8_rows_{rows}_{label[:3]}")
+            if row is None:
+                continue
+            s, _ = row.pop("s"), row.pop("hlo")
+            row |= {"rows": rows, "matrix": f"{n} x {k}", "ms": round(s * 1e3, 4)}
+            row |= {
+                "gbps": round((n * k + n * k // 32 * 4) / s / 1e9, 1),
+                "tflops": round(2 * rows * n * k / s / 1e12, 1),
+            }
+            report.add(section, row)
+    return compiled[0] if compiled else None
+
+
+def vocab_kernel_rows(report, device: str, dry: bool, calibration: dict) -> None:
+    """Qwen3-8B's lm_head (151936 x 4096; 151936 = 128 x 1187, so N's tiles are 128) at one row through the decode
+    kernel, K's tile 512 (9496 grid steps) against the 2048 `tiles` now picks (2374): ms against streaming the
+    codes and scales at the calibration's GB/s."""
+    import jax
+
+    from linnet.compiler.jax.q8_kernel import hold, q8_matmul
+
+    section = "q8 kernel (Qwen3 lm_head, one row)"
+    n, k = (128 * 11, 4096) if dry else (151936, 4096)
+    dev = jax.devices(device)[0]
+    rng = np.random.default_rng(0)
+    codes_np = rng.integers(-127, 128, (n, k), dtype=np.int8)
+    held = hold(codes_np, (rng.random((n, k // 32), dtype=np.float32) * 1e-3).astype(np.float16))
+    args = (jax.device_put(rng.standard_normal((1, k), dtype=np.float32), dev),)
+    args += (jax.device_put(held.codes, dev), jax.device_put(held.scales_t, dev))
+    read = n * k + n * k // 32 * 4
+    for i, (label, tn, tk) in enumerate((("tiles 128 x 512", 128, 512), ("tiles 128 x 2048 (`tiles`)", 1024, 512))):
+        row = _time_variant(report, section, label, functools.partial(q8_matmul, tn=tn, tk=tk), args, f"q8_vocab_{i}")
+        if row is None:
+            continue
+        s, _ = row.pop("s"), row.pop("hlo")
+        row |= {"matrix": f"{n} x {k}", "ms": round(s * 1e3, 4), "gbps": round(read / s / 1e9, 1)}
+        row |= {"stream_ms": round(read / (calibration["stream_bf16_gbps"] * 1e9) * 1e3, 4)}
+        report.add(section, row)
 
 
 def _tmp_gguf(tmp: Path, shape: str, config: dict | None, report, section: str) -> Path | None:
@@ -335,11 +480,19 @@ def _tmp_gguf(tmp: Path, shape: str, config: dict | None, report, section: str) 
     return path
 
 
-def decode_rows(report, device: str, dry: bool, calibration: dict, shapes: list[str], budget_end: float) -> None:
-    """Each 8B shape: load, compile, TTFT, decode tok/s against the streaming limit, memory, greedy tokens."""
-    from tpu import greedy
-
-    prompt, new = (64, 16) if dry else (512, 128)
+def decode_rows(
+    report,
+    device: str,
+    dry: bool,
+    calibration: dict,
+    shapes: list[str],
+    budget_end: float,
+    prefill: str,
+    backends: list[str] | None = None,
+) -> None:
+    """Each 8B shape on each of `backends` (default `jax`): load, compile, TTFT against the FLOP bound, decode tok/s
+    against the streaming limit, memory, greedy tokens. `prefill` names the kernel the prompt's rows go through."""
+    backends = backends or ["jax"]
     for shape in shapes:
         if time.monotonic() > budget_end:
             report.add("q8 decode", {"shape": shape, "skipped": "time budget spent"})
@@ -347,34 +500,58 @@ def decode_rows(report, device: str, dry: bool, calibration: dict, shapes: list[
         tmp = Path(tempfile.mkdtemp(prefix="linnet-q8-"))
         try:
             path = _tmp_gguf(tmp, shape, TINY if dry else None, report, "q8 decode")
-            if path is None:
-                continue
-            t = time.perf_counter()
-            # `jax` (the generated module, jitted with the step's real shapes): on a TPU its Q8_0 matrices go
-            # through the Pallas kernel; `xla`'s exported entries have symbolic rows and keep XLA's dot
-            m = _load(path, shape, device, "stored", "fast", prompt + new, backend="jax")
-            load_s = time.perf_counter() - t
-            path.unlink()  # the model holds its own copy: free the disk (and a tmpfs's memory) now
-            held = held_bytes(m)
-            ids = np.random.default_rng(2).integers(0, m.vocab_size, prompt).astype(np.int64)
-            result, compile_s = greedy(m, ids, new, decode_loop=True)
-            ms_step = 1e3 / result.decode_tokens_per_s if result.decode_tokens_per_s else float("nan")
-            stream_ms = held / (calibration["stream_bf16_gbps"] * 1e9) * 1e3
-            tflops = calibration["matmul_bf16_tflops"]
-            params = sum(int(np.prod(s.shape)) for s in m.program.params)
-            flop_ms = 2 * params * prompt / (tflops * 1e12) * 1e3 if tflops else float("nan")  # dry: 0.0 TFLOP/s
-            seconds = {"load_s": load_s, "compile_cold_s": compile_s}  # the compile: an empty persistent cache
-            seconds["compile_from_persistent_cache_s"] = _recompile_s(m, prompt)
-            ms = {"ttft": result.prefill_s * 1e3, "ttft_flop_bound": flop_ms, "step": ms_step, "held_stream": stream_ms}
-            row = {"shape": shape, "dtype": "stored (q8_0), fast", "backend": "jax", "params_b": round(params / 1e9, 2)}
-            row |= {"held_gb": round(held / 1e9, 3), **report.data["q8_files"][shape]}
-            row |= {k: round(v, 1) for k, v in seconds.items()} | {f"{k}_ms": round(v, 3) for k, v in ms.items()}
-            row |= {"decode_tok_s": round(result.decode_tokens_per_s, 2), "of_limit": f"{stream_ms / ms_step:.0%}"}
-            row |= {**_memory_gb(device), "greedy_32": " ".join(str(i) for i in result.token_ids[:32])}
-            report.add("q8 decode", row)
-            _free(m)
+            for i, backend in enumerate(backends if path is not None else []):
+                if time.monotonic() > budget_end:
+                    report.add("q8 decode", {"shape": shape, "backend": backend, "skipped": "time budget spent"})
+                    continue
+                try:  # one backend's failure (a kernel's compile on this chip) says why; the next still runs
+                    _decode_row(
+                        report, path, shape, backend, device, dry, calibration, prefill, last=i == len(backends) - 1
+                    )
+                except Exception as err:
+                    report.add(
+                        "q8 decode",
+                        {"shape": shape, "backend": backend, "error": f"{type(err).__name__}: {err}"[:2000]},
+                    )
+                    gc.collect()
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _decode_row(
+    report, path: Path, shape: str, backend: str, device: str, dry: bool, calibration: dict, prefill: str, last: bool
+):
+    """One decode row (`decode_rows`): `shape`'s file at `path` loaded on `backend` (`jax`: the generated module
+    jitted with the step's real shapes, the kernels with their rows known when traced; `xla`: the exported entries,
+    symbolic rows, the kernel picked when they run), `path` removed after the `last` load."""
+    from tpu import greedy
+
+    prompt, new = (64, 16) if dry else (512, 128)
+    t = time.perf_counter()
+    m = _load(path, shape, device, "stored", "fast", prompt + new, backend=backend)
+    load_s = time.perf_counter() - t
+    if last:
+        path.unlink()  # the model holds its own copy: free the disk (and a tmpfs's memory) now
+    held = held_bytes(m)
+    ids = np.random.default_rng(2).integers(0, m.vocab_size, prompt).astype(np.int64)
+    result, compile_s = greedy(m, ids, new, decode_loop=True)
+    ms_step = 1e3 / result.decode_tokens_per_s if result.decode_tokens_per_s else float("nan")
+    stream_ms = held / (calibration["stream_bf16_gbps"] * 1e9) * 1e3
+    tflops = calibration["matmul_bf16_tflops"]
+    params = sum(int(np.prod(s.shape)) for s in m.program.params)
+    flop_ms = 2 * params * prompt / (tflops * 1e12) * 1e3 if tflops else float("nan")  # dry: 0.0 TFLOP/s
+    seconds = {"load_s": load_s, "compile_cold_s": compile_s}  # the compile: an empty persistent cache
+    seconds["compile_from_persistent_cache_s"] = _recompile_s(m, prompt)
+    ms = {"ttft": result.prefill_s * 1e3, "ttft_flop_bound": flop_ms, "step": ms_step, "held_stream": stream_ms}
+    row = {"shape": shape, "dtype": "stored (q8_0), fast", "backend": backend, "prefill": prefill}
+    row |= {"params_b": round(params / 1e9, 2)}
+    row |= {"held_gb": round(held / 1e9, 3), **report.data["q8_files"][shape]}
+    row |= {k: round(v, 1) for k, v in seconds.items()} | {f"{k}_ms": round(v, 3) for k, v in ms.items()}
+    row["ttft_of_flop_bound"] = f"{flop_ms / ms['ttft']:.0%}"
+    row |= {"decode_tok_s": round(result.decode_tokens_per_s, 2), "of_limit": f"{stream_ms / ms_step:.0%}"}
+    row |= {**_memory_gb(device), "greedy_32": " ".join(str(i) for i in result.token_ids[:32])}
+    report.add("q8 decode", row)
+    _free(m)
 
 
 def _free(model) -> None:
@@ -402,8 +579,10 @@ def _recompile_s(model, prompt: int) -> float:
 
 
 def distance_rows(report, device: str, dry: bool, shape: str, budget_end: float) -> None:
-    """`shape`'s dims with 4 layers: the stored model under both numerics against the same file dequantized in f32
-    on the device, and against the CPU's f32 `equivalent`."""
+    """`shape`'s dims with 4 layers: the stored model under both numerics, on `xla` (XLA's dot over the dequantized
+    matrices) and on `jax` (on a TPU the kernels: a 96-token prompt, past `PREFILL_ROWS`, through the dequantizing
+    kernel, each new token through the decode kernel), against the same file dequantized in f32 on the device, and
+    against the CPU's f32 `equivalent`."""
     from tpu import greedy, last_logits
 
     if time.monotonic() > budget_end:
@@ -417,20 +596,27 @@ def distance_rows(report, device: str, dry: bool, shape: str, budget_end: float)
             return
         label = f"{shape} dims, {config['num_hidden_layers']} layers"
         vocab = _program(shape, config).config["vocab_size"]
-        ids = np.random.default_rng(1).integers(0, vocab, 64).astype(np.int64)
+        ids = np.random.default_rng(1).integers(0, vocab, 96).astype(np.int64)
         runs = {}
-        for name, dev, dtype, numerics, new in (
-            ("device f32 equivalent (dequantized)", device, "f32", "equivalent", 32),
-            ("device stored fast", device, "stored", "fast", 32),
-            ("device stored equivalent", device, "stored", "equivalent", 32),
-            ("cpu f32 equivalent (dequantized)", "cpu", "f32", "equivalent", 16),
+        for name, dev, dtype, numerics, new, backend in (
+            ("device f32 equivalent (dequantized)", device, "f32", "equivalent", 32, "xla"),
+            ("device stored fast, xla", device, "stored", "fast", 32, "xla"),
+            ("device stored equivalent, xla", device, "stored", "equivalent", 32, "xla"),
+            ("device stored fast, jax", device, "stored", "fast", 32, "jax"),
+            ("device stored equivalent, jax", device, "stored", "equivalent", 32, "jax"),
+            ("cpu f32 equivalent (dequantized)", "cpu", "f32", "equivalent", 16, "xla"),
         ):
             if time.monotonic() > budget_end:
                 break
             t = time.perf_counter()
-            m = _load(path, shape, dev, dtype, numerics, 128)
-            runs[name] = (last_logits(m, ids), greedy(m, ids, new, warm=False)[0].token_ids, time.perf_counter() - t)
-            _free(m)
+            try:  # a run that fails (a kernel's compile on this chip) says why; the others still run
+                m = _load(path, shape, dev, dtype, numerics, 192, backend=backend)
+                logits, tokens = last_logits(m, ids), greedy(m, ids, new, warm=False)[0].token_ids
+                runs[name] = (logits, tokens, time.perf_counter() - t)
+                _free(m)
+            except Exception as err:
+                report.add("q8 distance", {"shape": label, "run": name, "error": f"{type(err).__name__}: {err}"[:1500]})
+                gc.collect()
         ref_logits, ref_tokens, _ = runs["device f32 equivalent (dequantized)"]
         cpu = runs.get("cpu f32 equivalent (dequantized)")
         for name, (logits, tokens, s) in runs.items():
@@ -451,16 +637,50 @@ def distance_rows(report, device: str, dry: bool, shape: str, budget_end: float)
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def q8_rows(report, device: str, dry: bool, calibration: dict, budget_end: float, shapes: list[str] | None = None):
-    """The rows of this module (its docstring), in order: kernel, decode per shape (`shapes`, default the Llama
-    3.1 8B shape), distance on the Llama shape with 4 layers."""
+SECTIONS = ("kernel", "prefill", "vocab", "decode", "distance")
+
+
+def q8_rows(
+    report,
+    device: str,
+    dry: bool,
+    calibration: dict,
+    budget_end: float,
+    shapes: list[str] | None = None,
+    sections: list[str] | None = None,
+    backends: list[str] | None = None,
+):
+    """The rows of this module (its docstring), in order: kernel, prefill kernel, the Qwen3 lm_head's tiles (by
+    default only with qwen3-8b in `shapes`), decode per shape (`shapes`, default the Llama 3.1 8B shape) on each of
+    `backends` (default `jax`), distance per shape with 4 layers; `sections` (of `SECTIONS`) keeps only those."""
+    from linnet.compiler.jax import q8_kernel
+
     shapes = shapes or ["llama-3.1-8b"]
+    sections = sections or [s for s in SECTIONS if s != "vocab" or "qwen3-8b" in shapes]
+    prefill = {"kernel": "the dequantizing kernel (rows past PREFILL_ROWS)"}
+
+    def prefill_rows():
+        expand = prefill_kernel_rows(report, device, dry, calibration)
+        if expand is None:
+            q8_kernel.PREFILL_ROWS = None  # the decode rows' prompts through the decode kernel, as before
+            prefill["kernel"] = "the decode kernel (the dequantizing kernel did not compile: its row says why)"
+        else:
+            q8_kernel.SCALE_EXPAND = expand
+            prefill["kernel"] += f", scales repeated by {expand}"
+
     for section, rows in (
-        ("q8 kernel", lambda: kernel_rows(report, device, dry, calibration)),
-        ("q8 decode", lambda: decode_rows(report, device, dry, calibration, shapes, budget_end)),
-        ("q8 distance", lambda: distance_rows(report, device, dry, shapes[0], budget_end)),
+        ("kernel", lambda: kernel_rows(report, device, dry, calibration)),
+        ("prefill", prefill_rows),
+        ("vocab", lambda: vocab_kernel_rows(report, device, dry, calibration)),
+        (
+            "decode",
+            lambda: decode_rows(report, device, dry, calibration, shapes, budget_end, prefill["kernel"], backends),
+        ),
+        ("distance", lambda: [distance_rows(report, device, dry, shape, budget_end) for shape in shapes]),
     ):
+        if section not in sections:
+            continue
         try:
             rows()
         except Exception as err:  # a section that fails says why, and the next still runs (one device call)
-            report.add(section, {"error": f"{type(err).__name__}: {err}"[:2000]})
+            report.add(f"q8 {section}", {"error": f"{type(err).__name__}: {err}"[:2000]})

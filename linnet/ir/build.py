@@ -89,6 +89,8 @@ class ConfigLayer:
         errors point into the values written as JSON under `label`.
     checkpoint: a checkpoint's config, whose keys may also be bookkeeping (METADATA_KEYS) or
         declared inert by the source (`@inert`), both skipped; `--config` values must be fields.
+    flattened: keys the file held that `values` holds under other names (a flat `rope_parameters`,
+        read as `rope_theta` and `rope_scaling`): a source field of that name is refused (L507).
     """
 
     values: dict[str, Any]
@@ -96,6 +98,7 @@ class ConfigLayer:
     path: str | None = None
     text: str | None = None
     checkpoint: bool = True
+    flattened: frozenset[str] = frozenset()
 
     def where(self) -> tuple[str, str]:
         """(path, text) errors about these values point into: the file, else the values written as
@@ -242,6 +245,7 @@ def bind_config(info: SourceInfo, *overrides: dict[str, Any] | ConfigLayer, labe
                 binder.inits[f.name.id] = (value, [], item.resolve(f.span), binder.declaration(f.name.id))
     for layer in layers:
         binder.bind(layer)
+        binder.refuse_flattened(layer)
     if binder.refused:
         texts = {**_source_texts(info.analysis), **dict(layer.where() for layer in layers)}
         raise ConfigError("\n\n".join(render_text(d, texts.get) for d in binder.refused), diagnostics=binder.refused)
@@ -354,6 +358,27 @@ class _Binder:
                 [LocatedLabel(decl, "declared here")],
             )
         )
+
+    def refuse_flattened(self, layer: ConfigLayer) -> None:
+        """L507 for each field of the source's config named as a key the layer's file held but loading reads under
+        other names (`layer.flattened`): the field would keep its default whatever the file says."""
+        item = self.globals(self.info.config_type)
+        for f in item.ast.fields:
+            if isinstance(f, A.ConfigField) and f.name.id in layer.flattened:
+                name = item.ast.name.id
+                self.refused.append(
+                    _diagnostic(
+                        "L507",
+                        f"`{f.name.id}` in {layer.label} is read as `rope_theta` and `rope_scaling`, so the field "
+                        f"`{name}.{f.name.id}` would keep its default",
+                        _key_location(layer, (f.name.id,)),
+                        [LocatedLabel(item.resolve(f.span), "the source declares the field here")],
+                        [
+                            "loading spreads transformers 5's `rope_parameters` over transformers 4's keys; declare "
+                            "`rope_theta: float` and `rope_scaling: RopeScaling?` (linnet/std/rope.linnet) instead"
+                        ],
+                    )
+                )
 
     def _refuse_unknown(self, layer: ConfigLayer, item, keys: tuple[str, ...], fields: list[str], at: Location) -> None:
         name = item.ast.name.id

@@ -6,7 +6,9 @@ collection took 0.6-0.9 s (traced in the server: one every 75-80 edits), paid by
 to allocate, and 1.5 s of the first check of such a file went to full collections. So the server:
 
 - freezes what startup loaded (`gc.freeze()`: modules, tables; no collection scans frozen objects again; imported
-  with fewer young collections, `startup.py`);
+  with fewer young collections, `startup.py`), counted once the first check's diagnostics are out (counting walks
+  them: ~10 ms of a cold start), and makes the young collections rarer until then (the first check builds a live
+  analysis they would only scan);
 - keeps the automatic young collections (generations 0 and 1: what was allocated since; about a millisecond), and
   puts the automatic full collection out of the way (generation 2's threshold 100 times CPython's, a backstop for a
   session that never pauses);
@@ -45,6 +47,9 @@ IDLE_S = 2.0  # a pause in typing this long is where collections go
 FULL_THRESHOLD_FACTOR = 100  # generation 2's automatic threshold, times CPython's (the backstop)
 GROWTH_FOR_FULL = 1.0  # frozen since the last full collection, as a share of its survivors
 YOUNG_LIMIT = 150_000  # unfrozen objects a collection after a check or in a pause scans at most (about 0.1 s)
+# generation 0's threshold until the first check ends (CPython's: 700): that check builds a live analysis, which the
+# young collections only scanned (~10 ms of 65 in the first check of examples/llama.linnet); `after_check` restores it
+FIRST_CHECK_YOUNG_THRESHOLD = 10_000
 
 
 class IdleCollector:
@@ -62,16 +67,19 @@ class IdleCollector:
         self.full_collections = 0
         self.young_collections = 0
         self._timer: asyncio.TimerHandle | None = None
+        self._young_threshold: int | None = None  # generation 0's threshold after the first check (`start`)
+        self._count_due = False  # what `start` froze is not counted yet
 
     def start(self) -> None:
         """Freeze what startup loaded, and move the automatic full collection out of the way. What startup loaded
         is frozen without a full collection first: that cost ~60 ms of every cold start, and the young collections
         while it imported (`linnet.lsp.startup`) left little garbage (what is left, the next full collection
-        frees)."""
+        frees). Until the first check ends, the young collections are rarer (`FIRST_CHECK_YOUNG_THRESHOLD`)."""
         gc.freeze()
-        self.survivors = self.frozen = gc.get_freeze_count()
+        self._count_due = True  # counted after the first check (`_count_startup`): ~10 ms of the first diagnostics
         young, middle, full = gc.get_threshold()
-        gc.set_threshold(young, middle, full * FULL_THRESHOLD_FACTOR)
+        self._young_threshold = young
+        gc.set_threshold(max(young, FIRST_CHECK_YOUNG_THRESHOLD), middle, full * FULL_THRESHOLD_FACTOR)
 
     def activity(self) -> None:
         """Something happened (a message arrived, a check ended): the pause starts again from now."""
@@ -86,15 +94,28 @@ class IdleCollector:
         """A check ended (its diagnostics are out): collect what is not frozen now, while it is one edit's worth
         (the analysis it replaced, and what the check allocated; a few milliseconds), rather than a whole burst's
         in the pause, where a request waited on it (0.1-0.3 s). Above `YOUNG_LIMIT` objects (a big file just
-        opened: its whole analysis, live) freeze them instead of scanning them. The pause starts again from now."""
+        opened: its whole analysis, live) freeze them instead of scanning them. The pause starts again from now.
+        After the first check, the young collections run at their usual threshold again."""
+        if self._young_threshold is not None:
+            gc.set_threshold(self._young_threshold, *gc.get_threshold()[1:])
+            self._young_threshold = None
+        self._count_startup()
         self.collect_young(freeze_above_limit=True)
         self.activity()
+
+    def _count_startup(self) -> None:
+        """Count what `start` froze (`gc.get_freeze_count()` walks them: ~10 ms for a start's 56,000 objects), once,
+        before anything else is frozen: after the first check's diagnostics are out, or at a pause before any."""
+        if self._count_due:
+            self._count_due = False
+            self.survivors = self.frozen = gc.get_freeze_count()
 
     def _idle(self) -> None:
         self._timer = None
         if self.busy():
             self.activity()  # a check still runs in a worker thread: not a pause yet
             return
+        self._count_startup()
         self.collect_young()
         gc.freeze()
         self.frozen += self.unfrozen

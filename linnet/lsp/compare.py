@@ -12,9 +12,7 @@ naming the file (Neovim 0.7, 0.8); the command also returns the report with its 
 
 from __future__ import annotations
 
-import hashlib
 import os
-import tempfile
 from pathlib import Path
 
 from .views import ViewError, backend_label, worker_report
@@ -64,6 +62,8 @@ def report_folder() -> Path:
 
     root = cache_root()
     if root is None:
+        import tempfile  # here: with shutil, ~10 ms of a start that never compares
+
         return Path(tempfile.gettempdir()) / f"linnet-{os.getuid()}" / "reports"
     return root / "reports"
 
@@ -73,6 +73,8 @@ def write_report(report: dict, source: str, folder: Path | None = None) -> Path:
     replacing the last one of that source and entry, read-only (0444). Returns its path. Raises
     ViewError when the folder cannot be written."""
     folder = folder or report_folder()
+    import hashlib  # here: its import (OpenSSL's) is ~5 ms of a start that never compares
+
     digest = hashlib.sha256(source.encode("utf-8", "surrogateescape")).hexdigest()[:8]
     path = folder / f"{Path(source).stem}-{digest}.{report['entry']}.compare.md"
     try:

@@ -24,7 +24,7 @@ import sys
 import threading
 import traceback
 import uuid
-from typing import Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from lsprotocol import types as T
 from pygls.exceptions import FeatureRequestError, JsonRpcException, JsonRpcInvalidParams
@@ -63,6 +63,9 @@ from .import_completion import import_completions
 from .rpc import AnswerEveryRequest, FramedReader, OneLineReaderErrors, refusal, strict_strings
 from .tokens import TOKEN_MODIFIERS, TOKEN_TYPES, semantic_tokens
 from .weights import WeightChecks
+
+if TYPE_CHECKING:
+    from .startup import StartCaches
 
 log = logging.getLogger("linnet.lsp")
 
@@ -135,6 +138,7 @@ class LinnetServer(LanguageServer):
         self.collector = IdleCollector(busy=self.checking)
         # uri -> (revision, the first pass over a big file just opened: `_check_first_items`)
         self.first_items: dict[str, tuple[int, asyncio.Future]] = {}
+        self.start_caches: StartCaches | None = None  # the start's caches until typing begins (linnet/lsp/startup.py)
 
     def _start_io_async(self, stdin=None, stdout=None):
         """pygls's stdio loop (`LanguageServer.start_io`) reading through `rpc.FramedReader`."""
@@ -237,6 +241,8 @@ class LinnetServer(LanguageServer):
                 if self.documents.get(doc.uri) is not doc or revision != doc.revision:
                     continue
                 self.text_document_publish_diagnostics(T.PublishDiagnosticsParams(doc.uri, diagnostics, version))
+                if self.start_caches is not None and revision == 0:  # a document as opened: the next start reads it
+                    self.start_caches.save()
                 if doc.text_version != doc.notified_version:  # its importers read this text now
                     doc.notified_version = doc.text_version
                     self.schedule_importers(doc.path)
@@ -290,6 +296,13 @@ class LinnetServer(LanguageServer):
             return None
         item = analysis.item_at(offset_at(analysis.document.source.index, position))
         return analysis if item is not None and item in analysis.items else None
+
+    def end_start(self) -> None:
+        """Typing began: close the start's caches (`start_caches`): what is typed is new text, and what they kept
+        would grow with every edit."""
+        if self.start_caches is not None:
+            self.start_caches.close()
+            self.start_caches = None
 
     def schedule_importers(self, path: str) -> None:
         """Diagnostics again for the open documents that import the file at `path`."""
@@ -515,6 +528,7 @@ def _register_text_sync(server: LinnetServer) -> None:
     @server.feature(T.TEXT_DOCUMENT_DID_CHANGE)
     @guarded()
     def did_change(ls: LinnetServer, params: T.DidChangeTextDocumentParams):
+        ls.end_start()
         doc = ls.documents.get(params.text_document.uri)
         if doc is None:
             return

@@ -270,8 +270,9 @@ def bind_checkpoint_config(
     """`info` checked again under its preset overridden by the checkpoint's config (config.json or the GGUF
     metadata; `null`s of fields with defaults dropped, see `_drop_unset`) and then `config` (`--config`), as
     loading binds them (ARCHITECTURE.md, "Configuration precedence"). Errors about a config.json value point at
-    its key in the file. Raises ConfigError (L503, L505, L401) or ProgramError, each carrying its `diagnostics`."""
-    ckpt_config = ConfigLayer(_drop_unset(info, checkpoint.config), f"{weights} config")
+    its key in the file. Raises ConfigError (L503, L505, L507, L401) or ProgramError, each carrying its
+    `diagnostics`."""
+    ckpt_config = ConfigLayer(_drop_unset(info, checkpoint.config), f"{weights} config", flattened=checkpoint.flattened)
     if checkpoint.format == "hf" and checkpoint.path is not None:  # errors point at the key in config.json
         config_json = Path(checkpoint.path) / "config.json"
         ckpt_config.label = str(config_json)

@@ -47,22 +47,25 @@ def params_weights(model: Any) -> dict[str, np.ndarray]:
         raise ExportError(f"cannot read the parameters of a {type(model).__name__} ({model.backend})")
     from linnet.compiler.jax.scan import unstacked
 
-    # a list of layers the JAX backend scans is held stacked, `list.*.member` (`linnet.compiler.jax.scan`); a program
-    # holding quantized pairs is never scanned, so every stacked array is a plain one
+    # a list of layers the JAX backend scans is held stacked, `list.*.member` (`linnet.compiler.jax.scan`); a stacked
+    # quantized pair is dequantized whole first (`_on_host`), then split like any stacked array
     held = unstacked({path: _on_host(a) for path, a in params.items()})
     _split_fused(held, {s.path: s.shape for s in model.program.params})
     return held
 
 
 def _on_host(a: Any) -> np.ndarray:
-    """A held parameter as a host array: a matrix JAX holds quantized (`--dtype stored`: the pair codes i8[N, K],
-    scales f16[N, K / G]; `jax_quantized`) dequantized in f32, exactly."""
+    """A held parameter as a host array: a matrix JAX holds quantized (`--dtype stored`: the pair codes i8[..., N, K],
+    scales f16[..., N, K / G], or for the TPU's kernel scales_t f32[..., K / G, N], `q8_kernel.KMajorQ8`; the leading
+    dims a stacked list's items; `jax_quantized`) dequantized in f32, exactly."""
     if not isinstance(a, tuple):
         return np.asarray(a)
     codes, scales = (np.asarray(x) for x in a)
-    n, k = codes.shape
-    w = codes.reshape(n, scales.shape[1], -1).astype(np.float32) * scales.astype(np.float32)[..., None]
-    return w.reshape(n, k)
+    if hasattr(a, "scales_t"):
+        scales = np.swapaxes(scales, -1, -2)
+    *lead, n, k = codes.shape
+    w = codes.reshape(*lead, n, scales.shape[-1], -1).astype(np.float32) * scales.astype(np.float32)[..., None]
+    return w.reshape(*lead, n, k)
 
 
 def _split_fused(held: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...]]) -> None:

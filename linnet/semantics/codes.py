@@ -575,6 +575,19 @@ _ALL = [
         "Fix the path (relative to the `.linnet` file), install the package the embedded id comes from, or "
         "convert the weights to safetensors.",
     ),
+    Code(
+        "L507",
+        "config field a checkpoint never sets",
+        "error",
+        "The source's config declares a field named as a key of the checkpoint's config.json that loading reads "
+        "under other names: transformers 5's `rope_parameters` (for one attention type) becomes `rope_theta` and "
+        "`rope_scaling`, the keys transformers 4 wrote and the sources in linnet/std read. A field called "
+        "`rope_parameters` would keep its default whatever the checkpoint says (a scaled rotary embedding run "
+        "unscaled), so the load stops. A per-layer-type `rope_parameters` (a dict of such dicts, ModernBERT's "
+        "and Gemma 3's) is kept as it is and may be declared.",
+        "rope_parameters: RopeScaling? = none  # in config Llama, loading a transformers 5 checkpoint",
+        "Declare `rope_theta: float` and `rope_scaling: RopeScaling?` (linnet/std/rope.linnet) instead.",
+    ),
     # ----- L9xx style warnings
     Code(
         "L901",

@@ -18,8 +18,7 @@ A file with syntax errors is not formatted (`FormatError`).
 from __future__ import annotations
 
 from functools import lru_cache
-
-from lark import Lark
+from typing import TYPE_CHECKING
 
 from .items import Source, make_item, split_items
 from .parser import GRAMMAR_PATH
@@ -50,6 +49,9 @@ OPERATOR_KEYWORDS = {"if", "else", "not", "and", "or", "in", "let", "for"}
 OPERANDS = {"NAME", "INT", "FLOAT", "STRING", "RPAR", "RSQB", "ELLIPSIS"}
 ITEM_KEYWORDS = {"config", "preset", "module", "model", "fn"}
 
+if TYPE_CHECKING:
+    from lark import Lark
+
 
 class FormatError(Exception):
     """The source has a syntax error at `line`:`column` (1-based)."""
@@ -62,6 +64,8 @@ class FormatError(Exception):
 
 @lru_cache(maxsize=1)
 def _lexer() -> Lark:
+    from lark import Lark  # here: the language server imports this module, and needs lark only to format
+
     return Lark(GRAMMAR_PATH.read_text(), parser="lalr", lexer="basic", start="item_source", cache=True)
 
 

@@ -12,87 +12,25 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
-
-from lark import Lark, Token
-from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
-from lark.lexer import BasicLexer
+from typing import TYPE_CHECKING, Protocol
 
 from . import ast as A
 from .ast import Span
-from .builder import build
 from .positions import lexable
 from .recursion import deep_recursion
+
+if TYPE_CHECKING:
+    from lark import Token
+    from lark.exceptions import UnexpectedInput
+
+__all__ = ["GRAMMAR_PATH", "ItemCache", "ParsedItem", "SyntaxProblem", "code_mask", "parse_item", "set_parse_cache"]
 
 GRAMMAR_PATH = Path(__file__).with_name("grammar.lark")
 MAX_RECOVERIES = 40
 
 _OPENERS = {"(": ")", "[": "]", "{": "}"}
 _CLOSERS = {")": "(", "]": "[", "}": "{"}
-
-
-class _NewlinePostLex:
-    """Drops newlines inside ( ) and [ ], and collapses runs of newlines into one."""
-
-    always_accept = ("_NL",)
-
-    def process(self, stream):
-        # Tokens are passed on at once: the contextual lexer picks the terminals for the next
-        # token from the parser state, so holding a newline back would mislex what follows.
-        stack: list[str] = []
-        last_nl = True
-        for tok in stream:
-            kind = tok.type
-            if kind == "_NL":
-                if (stack and stack[-1] != "{") or last_nl:
-                    continue
-                last_nl = True
-                yield tok
-                continue
-            last_nl = False
-            if kind in ("LPAR", "LSQB", "LBRACE"):
-                stack.append({"LPAR": "(", "LSQB": "[", "LBRACE": "{"}[kind])
-            elif kind in ("RPAR", "RSQB", "RBRACE") and stack:
-                stack.pop()
-            yield tok
-
-
-class _KeywordLexer(BasicLexer):
-    """lark's basic lexer, with keywords that are contextual: a keyword token the parser
-    cannot take where it stands becomes a NAME (`model.layers`, `self(x)`), as with lark's
-    contextual lexer. That lexer compiles one regex per parser state on first use, which
-    costs ~90 ms per process; this one compiles one regex in all."""
-
-    __future_interface__ = 2
-
-    def __init__(self, conf, comparator=None):
-        super().__init__(conf, comparator)
-        self.keywords = {t.name for t in conf.terminals if t.pattern.type == "str" and t.pattern.value.isidentifier()}
-
-    def next_token(self, lex_state, parser_state=None):
-        tok = super().next_token(lex_state, parser_state)
-        if tok.type in self.keywords and parser_state is not None:
-            actions = parser_state.parse_conf.parse_table.states[parser_state.position]
-            if tok.type not in actions and "NAME" in actions:
-                tok.type = "NAME"
-        return tok
-
-
-@lru_cache(maxsize=1)
-def lark_parser() -> Lark:
-    """The LALR parser for one item. Its tables are cached by lark in the temp directory
-    (keyed by the grammar's hash), which makes a cold start about 15 ms instead of 300."""
-    return Lark(
-        GRAMMAR_PATH.read_text(),
-        parser="lalr",
-        lexer=_KeywordLexer,
-        start="item_source",
-        postlex=_NewlinePostLex(),
-        propagate_positions=False,
-        maybe_placeholders=True,
-        cache=True,
-    )
 
 
 @dataclass(slots=True)
@@ -132,6 +70,8 @@ def _describe_terminal(name: str) -> str:
     if name in _TERMINAL_TEXT:
         return _TERMINAL_TEXT[name]
     try:
+        from .lalr import lark_parser
+
         term = lark_parser().get_terminal(name)
         if term.pattern.type == "str":
             return f"`{term.pattern.value}`"
@@ -279,9 +219,44 @@ def _blank(text: str, span: Span) -> str:
 # ----------------------------------------------------------------------------- recovery
 
 
+class ItemCache(Protocol):
+    """What `parse_item` asks of a parse cache (`linnet.lsp.parses.ParseCache`: the syntax package does no IO)."""
+
+    def get(self, text: str) -> ParsedItem | None:
+        """The parse of an item's `text` met before (a fresh copy), else None."""
+
+    def put(self, text: str, parsed: ParsedItem) -> None:
+        """Keep `parsed`, the parse of `text`."""
+
+
+_cache: list[ItemCache | None] = [None]  # the parse cache in use (`set_parse_cache`), else None
+
+
+def set_parse_cache(cache: ItemCache | None) -> None:
+    """Have `parse_item` read and fill `cache` (None: parse every item; the default). The language server sets one
+    (`linnet.lsp.startup`): with every item of the standard library and of the file opened in it, a start parses
+    nothing and never imports lark."""
+    _cache[0] = cache
+
+
 def parse_item(text: str) -> ParsedItem:
     """Parse the text of one top-level item. Returns its AST (None when nothing could be
-    recovered) and its syntax problems with item-relative spans. Never raises."""
+    recovered) and its syntax problems with item-relative spans. Never raises.
+
+    With a parse cache set (`set_parse_cache`), an item's text parsed before is read from it (a fresh copy)."""
+    cache = _cache[0]
+    if cache is not None and (parsed := cache.get(text)) is not None:
+        return parsed
+    parsed = _parse(text)
+    if cache is not None:
+        cache.put(text, parsed)
+    return parsed
+
+
+def _parse(text: str) -> ParsedItem:
+    """`parse_item` without the cache: lark's parse with recovery, then the AST built from its tree."""
+    from .lalr import UnexpectedInput, lark_parser  # first: lark is imported without its optional modules
+
     text = lexable(text)  # a lone `\r` ends a line too; the grammar knows `\n` and `\r\n`
     parser = lark_parser()
     problems: list[SyntaxProblem] = []
@@ -311,6 +286,8 @@ def parse_item(text: str) -> ParsedItem:
         if not problems:
             problems.append(SyntaxProblem("L001", "cannot parse this item", Span(0, 0), [], []))
         return ParsedItem(None, problems)
+    from .builder import build
+
     try:
         with deep_recursion():
             item = build(tree)
@@ -332,6 +309,8 @@ def parse_item(text: str) -> ParsedItem:
 
 def _recover(work: str, err: UnexpectedInput, problems: list[SyntaxProblem], reported_lines: set[int]):
     """Record `err` and return the text to try next (and the region skipped), or None."""
+    from .lalr import UnexpectedCharacters, UnexpectedEOF, UnexpectedToken
+
     mask = code_mask(work)
     at_end = isinstance(err, UnexpectedEOF) or (isinstance(err, UnexpectedToken) and err.token.type == "$END")
     if at_end:

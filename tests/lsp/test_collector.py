@@ -9,7 +9,7 @@ import weakref
 
 import pytest
 
-from linnet.lsp.collector import IdleCollector
+from linnet.lsp.collector import FIRST_CHECK_YOUNG_THRESHOLD, IdleCollector
 
 
 class Node:
@@ -50,14 +50,19 @@ def test_start_freezes_and_raises_the_full_threshold(full_collections):
     young, middle, full = gc.get_threshold()
     collector = IdleCollector(busy=lambda: False)
     collector.start()
+    assert collector.survivors == 0, "counted after the first check: not on the way to the first diagnostics"
+    assert gc.get_threshold() == (FIRST_CHECK_YOUNG_THRESHOLD, middle, full * 100)
+    frozen_at_start = gc.get_freeze_count()
+    collector.after_check()  # the first check ended: what start froze is counted, young collections as usual again
     # frozen objects can still die (refcounting, in any thread of this process) but none are added
-    assert collector.survivors > 0 and 0.99 * collector.survivors <= gc.get_freeze_count() <= collector.survivors
+    assert collector.survivors > 0 and 0.99 * collector.survivors <= frozen_at_start <= collector.survivors
     assert gc.get_threshold() == (young, middle, full * 100)
 
 
 def test_a_pause_collects_cycles_left_among_frozen_objects(full_collections):
     collector = IdleCollector(busy=lambda: False, idle_s=0.01)
     collector.start()
+    collector._count_startup()  # as the first check's end does
     freed = [cycle() for _ in range(10)]
     gc.freeze()  # as a pause without a due full collection leaves them: frozen, not scanned
     gc.collect()
@@ -116,6 +121,7 @@ def test_no_collection_while_a_check_runs(full_collections):
     checking = [True]
     collector = IdleCollector(busy=lambda: checking[0], idle_s=0.01)
     collector.start()
+    collector._count_startup()  # as the first check's end does
     collector.survivors = 1
 
     async def pause_then_check_ends() -> None:
@@ -181,6 +187,7 @@ def test_a_pause_does_not_walk_the_frozen_objects_to_count_them(full_collections
     a 3,000-line file's 800,000; a completion sent then waited on it). The count is kept as objects are frozen."""
     collector = IdleCollector(busy=lambda: False, idle_s=0.01)
     collector.start()
+    collector.after_check()  # the first check's end counts what start froze, once (not on the way to diagnostics)
     kept = Node()
     walks: list[int] = []
     real = gc.get_freeze_count
@@ -201,6 +208,7 @@ def test_a_big_file_frozen_as_it_opens_does_not_make_the_next_pause_a_full_colle
     first pause after opening a 3,000-line file ran a full collection over its 800,000 live objects (1-2.4 s)."""
     collector = IdleCollector(busy=lambda: False, idle_s=0.01)
     collector.start()
+    collector._count_startup()  # as the first check's end does
     opened = [Node() for _ in range(2 * collector.survivors)]  # more than doubles what startup froze
     monkeypatch.setattr("linnet.lsp.collector.YOUNG_LIMIT", 0)
     collector.after_check()

@@ -5,6 +5,7 @@ modules hidden, and without the CLI's other commands. Real attrs classes and dat
 from __future__ import annotations
 
 import importlib.util
+import json
 import subprocess
 import sys
 import textwrap
@@ -13,8 +14,9 @@ import attrs
 import pytest
 
 import linnet.cli
-from linnet.lsp.startup import CodeCache, cache_path, generated_code_cached, warm_converter, without_optional
+from linnet.lsp.startup import PARSES_NAME, CodeCache, cache_path, generated_code_cached, warm_converter
 from linnet.runtimes.backends import caches
+from linnet.syntax.optional import without_optional
 from tests.conftest import ROOT
 
 CLASSES = textwrap.dedent(
@@ -185,3 +187,118 @@ def test_the_server_imports_without_lark_extras_or_the_ir_and_restores_the_colle
     assert run.returncode == 0, run.stderr
     assert run.stdout.splitlines() == ["True True", "[]", "True True"]
     assert list(tmp_path.iterdir()), "the first start writes the generated code's cache"
+
+
+# the server process as `linnet lsp` runs it, writing what it has imported when it first publishes diagnostics
+FIRST_PUBLISH_MODULES = textwrap.dedent(
+    """
+    import json, os, sys
+    from linnet.lsp.startup import load_server
+
+    serve = load_server()
+    server = serve.args[0]
+    publish = server.text_document_publish_diagnostics
+
+    def first_publish(params):
+        if not os.path.exists(os.environ["MODULES_OUT"]):
+            with open(os.environ["MODULES_OUT"], "w") as out:
+                json.dump(sorted(sys.modules), out)
+        publish(params)
+
+    server.text_document_publish_diagnostics = first_publish
+    sys.exit(serve())
+    """
+)
+# what a start needs no part of before its first diagnostics (lark: when its items' parses are cached)
+NOT_BEFORE_FIRST_DIAGNOSTICS = (
+    "lark",
+    "linnet.syntax.lalr",
+    "linnet.syntax.builder",
+    "regex",
+    "interegular",
+    "ssl",
+    "tempfile",
+    "shutil",
+    "hashlib",
+    "numpy",
+    "torch",
+    "jax",
+    "onnxruntime",
+    "linnet.ir",
+    "linnet.compiler",
+    "linnet.runtimes",
+)
+
+
+def frame(message: dict) -> bytes:
+    body = json.dumps({"jsonrpc": "2.0", **message}).encode()
+    return b"Content-Length: %d\r\n\r\n" % len(body) + body
+
+
+def first_diagnostics(tmp_path, out: str) -> tuple[list[str], list[dict]]:
+    """Start the server (caches in `tmp_path`), open examples/llama.linnet, read up to its first publishDiagnostics,
+    shut down; the modules the server had imported then, and those diagnostics."""
+    path = ROOT / "examples" / "llama.linnet"
+    env = {"LINNET_CACHE_DIR": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin", "MODULES_OUT": str(tmp_path / out)}
+    process = subprocess.Popen(
+        [sys.executable, "-c", FIRST_PUBLISH_MODULES],
+        cwd=ROOT,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    document = {"uri": path.as_uri(), "languageId": "linnet", "version": 1, "text": path.read_text(encoding="utf-8")}
+    process.stdin.write(
+        frame({"id": 1, "method": "initialize", "params": {"processId": None, "rootUri": None, "capabilities": {}}})
+        + frame({"method": "initialized", "params": {}})
+        + frame({"method": "textDocument/didOpen", "params": {"textDocument": document}})
+    )
+    process.stdin.flush()
+    while True:
+        length = None
+        while (line := process.stdout.readline()).strip():
+            if line.lower().startswith(b"content-length:"):
+                length = int(line.split(b":")[1])
+        assert length is not None, process.stderr.read().decode()
+        message = json.loads(process.stdout.read(length))
+        if message.get("method") == "textDocument/publishDiagnostics":
+            break
+    process.stdin.write(frame({"id": 2, "method": "shutdown"}) + frame({"method": "exit"}))
+    process.stdin.flush()
+    assert process.wait(timeout=60) == 0
+    return json.loads((tmp_path / out).read_text()), message["params"]["diagnostics"]
+
+
+def test_a_second_start_reaches_its_first_diagnostics_without_lark_or_what_runs_need(tmp_path):
+    """Issue 45: the first start parses (lark) and keeps its parses; the next start reads them back and publishes
+    the same diagnostics having imported none of NOT_BEFORE_FIRST_DIAGNOSTICS."""
+    first, first_found = first_diagnostics(tmp_path, "first.json")
+    assert "lark" in first, "the first start parses its items"
+    assert (tmp_path / "cache" / "lsp" / PARSES_NAME).exists()
+    second, second_found = first_diagnostics(tmp_path, "second.json")
+    imported = sorted(
+        m for m in second if m.split(".")[0] in NOT_BEFORE_FIRST_DIAGNOSTICS or m in NOT_BEFORE_FIRST_DIAGNOSTICS
+    )
+    imported += sorted(m for m in second if any(m.startswith(f"{name}.") for name in NOT_BEFORE_FIRST_DIAGNOSTICS))
+    assert imported == []
+    assert second_found == first_found
+
+
+def test_forward_references_compile_through_the_cache_and_still_resolve(tmp_path):
+    """typing compiles each forward reference's text (`Optional["Range"]`): a second start reads the code back, and
+    the annotation resolves to the same class."""
+    import typing
+
+    caches = []
+    for _ in range(2):
+        cache = CodeCache(tmp_path / "codes.marshal")
+        with generated_code_cached(cache):
+            ref = typing.ForwardRef("Optional[Range]")
+        cache.save()
+        caches.append(cache)
+        module = load_classes(tmp_path, f"classes_ref{len(caches)}")
+        resolved = typing._eval_type(ref, {"Optional": typing.Optional, "Range": module.Range}, None)
+        assert resolved == typing.Optional[module.Range]
+    assert caches[0].misses == 1 and caches[1].hits == 1 and caches[1].misses == 0
+    assert not hasattr(typing, "compile"), "the builtin is typing's compile again after the block"

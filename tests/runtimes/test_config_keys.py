@@ -268,3 +268,46 @@ INERT_WHILE_FALSE = {
     "layer_types": "use_sliding_window",
     "max_window_layers": "use_sliding_window",
 }
+
+
+def test_a_field_named_rope_parameters_is_refused_where_loading_reads_other_keys(llama, tmp_path):
+    """transformers 5 writes a flat `rope_parameters`; loading reads it as `rope_theta` and `rope_scaling`. A source
+    that declares `rope_parameters` instead ran with its default (here linear scaling by 4 where the checkpoint
+    says none) and no error: now L507 at the config.json key, labelled at the field."""
+    folder, _ = llama
+    ckpt, cfg, text = with_config(folder, tmp_path, rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    source = LLAMA.read_text(encoding="utf-8").replace(
+        "    rope_scaling: RopeScaling? = none\n",
+        "    rope_scaling: RopeScaling? = none\n"
+        '    rope_parameters: RopeScaling? = RopeScaling { rope_type = "linear", factor = 4.0 }\n',
+    )
+    assert "rope_parameters: RopeScaling?" in source
+    port = tmp_path / "port.linnet"
+    port.write_text(source.replace("c.rope_scaling)", "c.rope_parameters)"), encoding="utf-8")
+    assert "c.rope_parameters)" in port.read_text()
+    with pytest.raises(LoadError) as err:
+        lt.load(port, weights=ckpt, mode="interpret", max_positions=16, progress=False)
+    lines = err.value.message.splitlines()
+    assert lines[0] == (
+        f"{cfg}:{line_of(text, 'rope_parameters')}:3: error[L507]: `rope_parameters` in {cfg} is read as "
+        "`rope_theta` and `rope_scaling`, so the field `Llama.rope_parameters` would keep its default"
+    )
+    assert "the source declares the field here" in err.value.message
+    # `linnet check --weights` (pre-commit, the editor's `@weights`) reads the headers the same way
+    r = subprocess.run(
+        [sys.executable, "-m", "linnet", "check", str(port), "--weights", str(ckpt)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert "error[L507]: `rope_parameters`" in r.stdout + r.stderr
+
+
+def test_a_per_layer_type_rope_parameters_is_still_bound(tmp_path):
+    """ModernBERT's `rope_parameters` (one entry per attention type) is not spread over other keys: its field binds."""
+    from linnet.runtimes.formats.checkpoints import flattened_keys
+
+    nested = {"full_attention": {"rope_type": "default", "rope_theta": 160000.0}}
+    assert flattened_keys({"rope_parameters": nested}) == frozenset()
+    assert flattened_keys({"rope_parameters": {"rope_type": "default", "rope_theta": 1e4}}) == {"rope_parameters"}

@@ -182,15 +182,16 @@ def test_compiled_decode_step_does_not_copy_the_cache(mode, scan):
 
 def test_linear_layers_sharing_an_input_are_one_dot(model):
     """q, k and v (and gate and up) read one fused weight, concatenated along the output dim
-    under a key naming its members; their own names are not parameters any more. (With `scan_layers=True` they are
-    held stacked, `list.*.member` with the layer first: tests/runtimes/test_jax_scan.py.)"""
+    under a key naming its members; their own names are not parameters any more. (The layers are scanned on the
+    CPU by default, so held stacked, `list.*.member` with the layer first: tests/runtimes/test_jax_scan.py.)"""
     hd = SMALL["hidden_size"] // SMALL["num_attention_heads"]
-    qkv = model.params["model.layers.0.self_attn.{q,k,v}_proj.weight"]
+    n = SMALL["num_hidden_layers"]
+    qkv = model.params["model.layers.*.self_attn.{q,k,v}_proj.weight"]
     rows = (SMALL["num_attention_heads"] + 2 * SMALL["num_key_value_heads"]) * hd
-    assert qkv.shape == (rows, SMALL["hidden_size"])
-    assert model.params["model.layers.1.mlp.{gate,up}_proj.weight"].shape == (2 * SMALL["intermediate_size"], 64)
+    assert qkv.shape == (n, rows, SMALL["hidden_size"])
+    assert model.params["model.layers.*.mlp.{gate,up}_proj.weight"].shape == (n, 2 * SMALL["intermediate_size"], 64)
     assert not any(k.endswith(("q_proj.weight", "gate_proj.weight")) for k in model.params)
-    assert "model.layers.0.self_attn.o_proj.weight" in model.params  # its input is not shared
+    assert "model.layers.*.self_attn.o_proj.weight" in model.params  # its input is not shared
 
 
 def test_artifact_binds_fused_weights_from_checkpoint_names(tmp_path):

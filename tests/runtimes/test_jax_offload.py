@@ -40,8 +40,12 @@ PROMPT = [5, 17, 3, 42, 8, 11, 60, 2, 9]
 
 
 def load(dtype: str = "f32", mode: str = "generated", **options):
+    """SMALL's Llama; the resident one (no `cpu_offload_gb`) with its layers unrolled, as the offloaded one runs them
+    (the CPU scans them by default: the same values up to ~4e-7, tests/runtimes/test_jax_scan.py)."""
     opts = {"max_positions": 64, "max_batch": 2, "random_weights": True, "seed": 4, "progress": False}
-    return lj.load(LLAMA, config=SMALL, dtype=dtype, mode=mode, **opts, **options)
+    if "cpu_offload_gb" not in options:
+        opts["scan_layers"] = False
+    return lj.load(LLAMA, config=SMALL, dtype=dtype, mode=mode, **opts | options)
 
 
 # the jax backend (generated JAX under jit) and xla (the three programs exported with symbolic dims)
@@ -134,6 +138,11 @@ def test_nothing_asked_offloads_nothing_and_too_much_offloads_every_layer():
 
 def test_zero_gib_loads_the_resident_model():
     assert load(cpu_offload_gb=0).offload is None
+
+
+def test_offload_unrolls_the_layers_the_cpu_would_scan():
+    model = load(cpu_offload_gb=THREE_LAYERS_GB)  # scan_layers left to its default, which scans on the CPU
+    assert "model.layers.0.mlp.down_proj.weight" in model.params and not any(".*." in k for k in model.params)
 
 
 def test_offload_with_scanned_layers_is_refused():

@@ -160,6 +160,23 @@ def test_training_and_sharding_layouts_keep_the_layers_by_name():
     assert "model.layers.2.self_attn.q_proj.weight" in m.params
 
 
+def test_sharding_and_training_refuse_stacked_layers_by_name():
+    """Asked to scan in the per-name layout, tensor parallelism and the JAX trainer say what to load instead (their
+    plans and adapters name each layer's weights; auto unrolls them there), not a KeyError from deep inside."""
+    from linnet.errors import BackendError, TrainError
+    from linnet.runtimes.parallel.jax_mesh import make_mesh, shard_model
+    from linnet.runtimes.train.jax_trainer import JaxPolicy
+
+    m = lj.load(
+        LLAMA, config=SMALL, fuse_linear_weights=False, scan_layers=True, random_weights=True, progress=False,
+        max_positions=32,
+    )  # fmt: skip
+    with pytest.raises(BackendError, match=r"loaded with scan_layers=False \(it holds `model\.layers\.\*\."):
+        shard_model(m, make_mesh(jax.devices()[:1]))
+    with pytest.raises(TrainError, match="loaded with scan_layers=False"):
+        JaxPolicy(m, ["model.layers.0.self_attn.q_proj.weight"])
+
+
 def test_a_scanned_artifact_binds_its_stacked_layers_from_checkpoint_names(tmp_path):
     """A step exported from a scanned model takes the layers stacked; `load_exported` stacks them from a checkpoint
     (or a dict) by checkpoint name, fused weights made from their members first, and runs as the model does. An item
@@ -206,3 +223,34 @@ def test_the_standalone_module_scans_what_stack_layers_stacks(pair):
     unrolled.reset_state()
     want = unrolled.step_model(decode_loop=False).step(ids, zero, zero)
     np.testing.assert_allclose(np.asarray(plain)[:, :], want, rtol=0, atol=ATOL)
+
+
+def test_auto_scans_on_the_cpu_unrolls_by_name_and_the_environment_turns_it_off(monkeypatch):
+    """`scan_layers=None` (auto, `scans_layers`): scanned on the CPU, on an accelerator as `SCAN_ON_ACCELERATORS`
+    says, never in the per-name layout (the trainer's and tensor parallelism's: they unroll); `LINNET_SCAN_LAYERS`
+    overrides auto (not an explicit value), and another value of it is a clear error."""
+    from linnet.errors import BackendError
+    from linnet.runtimes.backends import jax_backend
+    from linnet.runtimes.backends.jax_backend import SCAN_LAYERS_ENV, scans_layers
+
+    monkeypatch.delenv(SCAN_LAYERS_ENV, raising=False)
+    assert scans_layers(None, "cpu") and not scans_layers(None, "cpu", fuse_linear_weights=False)
+    assert scans_layers(None, "tpu") == jax_backend.SCAN_ON_ACCELERATORS
+    monkeypatch.setattr(jax_backend, "SCAN_ON_ACCELERATORS", True)  # the one-line flip after the chip's numbers
+    assert scans_layers(None, "tpu") and scans_layers(None, "gpu")
+    monkeypatch.setenv(SCAN_LAYERS_ENV, "0")
+    assert not scans_layers(None, "cpu") and not scans_layers(None, "tpu") and scans_layers(True, "cpu")
+    m = lj.load(LLAMA, config=SMALL, random_weights=True, progress=False, max_positions=32)
+    assert "model.layers.0.mlp.down_proj.weight" in m.params  # the environment turned the CPU's default off
+    monkeypatch.setenv(SCAN_LAYERS_ENV, "1")
+    assert scans_layers(None, "tpu") and not scans_layers(None, "cpu", fuse_linear_weights=False)
+    monkeypatch.setenv(SCAN_LAYERS_ENV, "maybe")
+    with pytest.raises(BackendError, match="LINNET_SCAN_LAYERS must be 0 or 1 \\(off or on\\), got 'maybe'"):
+        scans_layers(None, "cpu")
+    m = lj.load(LLAMA, config=SMALL, random_weights=True, progress=False, max_positions=32, scan_layers=False)
+    assert "model.layers.0.mlp.down_proj.weight" in m.params  # an explicit value does not read the variable
+
+
+def test_the_cpu_scans_by_default():
+    m = lj.load(LLAMA, config=SMALL, random_weights=True, progress=False, max_positions=32)
+    assert "model.layers.*.mlp.down_proj.weight" in m.params

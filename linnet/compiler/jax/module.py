@@ -133,9 +133,8 @@ def compile_program(
     of each list of identical layers its loops can scan (`scan.stacked_lists`) are taken stacked, `list.*.member`
     [items, ...] (`stacked`, `param_specs`; the runtime stacks them once at load), so that each such loop is one
     `lax.scan`: one layer traced and compiled instead of every layer. `quantized`: the parameters (by checkpoint
-    name) held quantized, each -> its values per scale (`--dtype stored`; `JaxProgram.quantized`). The two do not
-    combine yet: a program holding any quantized parameter is not scanned (`stacked` empty; its loops run plain),
-    since stacking, unstacking and the stacked specs handle plain arrays, not (codes, scales) pairs. Raises
+    name) held quantized, each -> its values per scale (`--dtype stored`; `JaxProgram.quantized`). In a stacked list a
+    quantized pair's codes and scales are each stacked (a pytree: `lax.scan` gives each layer its own pair). Raises
     BackendError for unknown numerics and for a fused group whose members are not all quantized alike."""
     if numerics not in NUMERICS:
         raise BackendError(f"numerics must be one of {', '.join(NUMERICS)}, got {numerics!r}")
@@ -157,7 +156,7 @@ def compile_program(
         fused=fused,
         f32_matrices=f32_matrices,
         cache_layout=cache_layout,
-        stacked=stacked_lists(prepared) if scan_layers and not held_quantized else {},
+        stacked=stacked_lists(prepared) if scan_layers else {},
         quantized=held_quantized,
     )
 
@@ -209,8 +208,7 @@ def param_specs(
     (`JaxProgram.held_dtype`); a `quantized` one (key -> values per scale) as its pair (i8[N, K],
     f16[N, K / group]), or with `kernel_layout` as a TPU holds it for its kernel (`q8_kernel.held_spec`). The
     members of the `stacked` lists (`JaxProgram.stacked`) are one spec each, `list.*.member` [items, ...]
-    (`scan.stacked_key`), in place of the items'; `stacked` and `quantized` do not combine (`compile_program`): a
-    quantized pair is never stacked."""
+    (`scan.stacked_key`), in place of the items' (a quantized pair's: each of its specs)."""
     held = held_dtype or (lambda name, rank: name)
     params = {
         t.path: jax.ShapeDtypeStruct(t.shape, jax_dtype(held(t.type.dtype.name, len(t.shape)))) for t in program.params
@@ -238,7 +236,7 @@ def _stacked_specs(specs: dict, stacked: dict[str, int]) -> dict:
             out[path] = spec
         elif found[0] not in out:
             count = stacked[found[0].split(f".{STACKED_INDEX}.")[0]]
-            out[found[0]] = jax.ShapeDtypeStruct((count, *spec.shape), spec.dtype)
+            out[found[0]] = jax.tree.map(lambda s, n=count: jax.ShapeDtypeStruct((n, *s.shape), s.dtype), spec)
     return out
 
 

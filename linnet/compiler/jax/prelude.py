@@ -35,16 +35,27 @@ class Module:
                 setattr(self, name, items if items is not None else Stacked(child[0], stacked, child[1]))
             else:
                 setattr(self, name, child(arrays, f"{prefix}{name}."))
+        # lists without a class of their own held stacked (`encoder.layer.*.norm1.weight`): `Stacked`s, by list path
+        self._stacked = _stacked_classless(self.PARAMS, self.STATE, arrays, prefix)
+        for head, items in self._stacked.items():
+            *parents, name = head.split(".")
+            setattr(self._node(parents, name), name, items)
         for path in self.PARAMS + self.STATE:
-            *parents, name = path.split(".")
-            node = self
-            for part, after in zip(parents, parents[1:] + [name]):
-                if isinstance(node, list):  # a list of submodules without a class (`layers.0.weight`)
-                    node.extend(Module({}, "") for _ in range(int(part) + 1 - len(node)))
-                elif not hasattr(node, part):
-                    setattr(node, part, [] if after.isdigit() else Module({}, ""))
-                node = _child(node, part)
-            setattr(node, name, arrays.get(prefix + path))  # state is absent for an entry that reads none
+            if _list_of(path, self._stacked) is None:
+                *parents, name = path.split(".")
+                setattr(self._node(parents, name), name, arrays.get(prefix + path))  # state absent: an entry reads none
+
+    def _node(self, parents, name):
+        """The module at path `parents` (made as the path goes: plain `Module`s, and lists for a list's items without
+        a class, `layers.0.weight`), whose member `name` is next."""
+        node = self
+        for part, after in zip(parents, parents[1:] + [name]):
+            if isinstance(node, list):
+                node.extend(Module({}, "") for _ in range(int(part) + 1 - len(node)))
+            elif not hasattr(node, part):
+                setattr(node, part, [] if after.isdigit() else Module({}, ""))
+            node = _child(node, part)
+        return node
 
     def __getitem__(self, i):
         """Item `i` of a list whose items are modules of different classes (`layers[0]`)."""
@@ -71,7 +82,11 @@ class Module:
     def state(self):
         """The state tensors of this module and its submodules, by checkpoint name."""
         out = {}
+        for head, items in self._stacked.items():
+            out.update({f"{self._prefix}{head}.*.{k}": v for k, v in items.state.items()})
         for path in self.STATE:
+            if _list_of(path, self._stacked) is not None:
+                continue
             node = self
             for part in path.split("."):
                 node = _child(node, part)
@@ -154,6 +169,40 @@ def scan_layers(items, body, carry):
     for item in items:
         carry = body(item, carry)
     return carry
+
+
+def _stacked_classless(params, state, arrays, prefix):
+    """The lists of submodules that have no class of their own (their items' members are among a module's `params`
+    and `state` paths, `encoder.layer.0.norm1.weight`: a module the generated code inlined) and that `arrays` holds
+    stacked (`encoder.layer.*.norm1.weight`, the runtime's `scan.stacked_key`), each as a `Stacked` of a class made
+    for its items from item 0's paths (the items are alike: `scan.stacked_lists`), by list path relative to
+    `prefix`."""
+    heads = {k[len(prefix) :].partition(".*.")[0] for k in arrays if ".*." in k and k.startswith(prefix)}
+    members, counts = {}, {}
+    for kind, paths in (("PARAMS", params), ("STATE", state)):
+        for path in paths:
+            found = _list_of(path, heads)
+            if found is not None:
+                head, index, rest = found
+                counts[head] = max(counts.get(head, 0), index + 1)
+                if index == 0:
+                    members.setdefault(head, {"PARAMS": [], "STATE": []})[kind].append(rest)
+    out = {}
+    for head, kinds in members.items():
+        item = type("StackedItem", (Module,), {k: tuple(v) for k, v in kinds.items()})
+        held = f"{prefix}{head}.*."
+        out[head] = Stacked(item, {k[len(held) :]: v for k, v in arrays.items() if k.startswith(held)}, counts[head])
+    return out
+
+
+def _list_of(path, heads):
+    """(list path, item index, the member's path in the item) when `path` is a member of an item of a list in
+    `heads` (`encoder.layer.3.norm1.weight` -> ("encoder.layer", 3, "norm1.weight")), else None."""
+    parts = path.split(".")
+    for i in range(1, len(parts) - 1):
+        if parts[i].isdigit() and ".".join(parts[:i]) in heads:
+            return ".".join(parts[:i]), int(parts[i]), ".".join(parts[i + 1 :])
+    return None
 
 
 def _child(node, part):

@@ -21,16 +21,27 @@ Numerics: `fast` (precision None) dots x in bf16 with the codes in bf16, f32 acc
 dots in f32. Both apply the f32 scales in f32. The sum runs per block first, then over blocks (the dequantized
 matrix's dot sums over K at once): the same values in another order, within f32 rounding.
 
-Rows are tiled by `TILE_M` (64; more rows, prefill, padded to a multiple): every multiply of a matrix on the chip
-goes through the kernel, so no dequantized matrix is ever made (XLA's dot over a dequantized matrix materialised
-them, out of HBM for the 8B), at the price of G times the MXU work for prefill (the spread rows), about 0.7 s of
-v5e MXU time for a 512-token prompt of an 8B model. Only shapes no tiling fits and rows unknown when traced (an
-exported entry's symbolic batch: the `xla` backend) keep XLA's dequantized dot (`KMajorQ8.matmul`).
+Rows: up to `PREFILL_ROWS` (64: decode, a serving batch) in one grid step of the kernel above. The spread costs G times
+the MXU work of x's rows, free while the codes' stream bounds the step (a few rows), not for prefill (16 times the
+FLOPs: 0.62 s TTFT for a 512-token prompt of the 8B on a v5e, against a 50 ms FLOP bound). So more rows go through a
+second kernel (`_dequantizing_kernel`): each step dequantizes its codes tile to the dot's dtype in VMEM (codes [tn, tk]
+widened to f32 and transposed to [tk, tn], times the scales [tk / 32, tn] repeated over each block's 32 sublanes:
+`SCALE_EXPAND`) and runs one plain [tm, tk] x [tk, tn] dot, rows tiled by up to `TILE_M_PREFILL` (512: the codes read
+once per 512 rows). Its `fast` dot rounds the dequantized weights to bf16 (the decode kernel's keeps them exact and
+scales in f32 after), as a bf16 model's weights are. Every multiply of a matrix on the chip goes through one of the two,
+so no dequantized matrix is ever made in HBM (XLA's dot over a dequantized matrix materialised them, out of HBM for the
+8B). Only shapes no tiling fits (a tiny model's) keep XLA's dot over the dequantized matrix (`KMajorQ8.matmul`).
+
+Rows unknown when traced (an exported entry's symbolic batch and sequence: the `xla` backend) reach the kernels too:
+the grid's row count is then symbolic (Pallas lowers it as a dynamic grid bound), and the kernel and its row tile
+are picked when the entry runs (`lax.switch` on the row count): the decode kernel in tiles of 8 rows (up to 8) or
+64 (up to `PREFILL_ROWS`), the dequantizing kernel in tiles of `TILE_M_SYMBOLIC` (256) beyond.
 """
 
 from __future__ import annotations
 
 import functools
+import operator
 from typing import NamedTuple
 
 import jax
@@ -40,11 +51,22 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-__all__ = ["KMajorQ8", "hold", "held_spec", "uses_kernel", "q8_matmul", "tiles", "TILE_M", "BLOCK"]
+__all__ = ["KMajorQ8", "hold", "held_spec", "uses_kernel", "q8_matmul", "tiles", "TILE_M", "PREFILL_ROWS", "BLOCK"]
 
 BLOCK = 32  # Q8_0's values per scale
-TILE_M = 64  # rows of x (batch * tokens) a grid step takes: decode's in one; prefill's in tiles of 64
+TILE_M = 64  # rows of x (batch * tokens) a grid step of the decode kernel takes
+PREFILL_ROWS = TILE_M  # more rows than this go through the dequantizing kernel (None: never, the decode kernel's tiles)
+TILE_M_PREFILL = 512  # rows of x a grid step of the dequantizing kernel takes (the codes read once per tile)
+TILE_M_SYMBOLIC = 256  # its rows a step when the count is symbolic (a tile fixed at trace time: at most 255 padded)
+# How the dequantizing kernel repeats each block's scale over its 32 rows of W^T's tile: "broadcast" (a sublane
+# broadcast and a tile-aligned reshape) or "dot" (a 0/1 matrix [tk, G] times the scales on the MXU, split in two
+# bf16 halves so the product is exact: an f16 scale has 11 significant bits, bf16 8). Two ways to the same values,
+# for whichever Mosaic compiles (bench/tpu_q8.py's prefill section tries both on the chip).
+SCALE_EXPAND = "broadcast"
+SYMBOLIC_ROWS = True  # symbolic row counts through the kernels (False: XLA's dequantized dot, as before they could)
 TILE_N, TILE_K = 1024, 512  # default tile targets: codes 512 KB a step, double-buffered
+MAX_TILE_K = 2048  # K's tile grows up to this where N has few divisors (`tiles`)
+SPREAD_BYTES = 4 * 1024 * 1024  # the decode kernel's spread x (f32 [M * tk / 32, tk]) stays under this
 WIDEN_CODES = True  # codes widened to bf16 on the VPU before a `fast` dot (False: the dot takes them as int8)
 VMEM_LIMIT = 64 * 1024 * 1024  # a step's buffers at the largest bench tiles (2048 x 2048) stay well under it
 
@@ -71,14 +93,13 @@ class KMajorQ8(NamedTuple):
         return jnp.moveaxis(jnp.take(self.scales_t, indices, axis=1, mode="clip"), 0, -1)
 
     def matmul(self, x, precision):
-        """`x @ W^T`: x [..., K] -> [..., N] in x's dtype; the kernel when x's rows are known when traced and a
-        tiling fits, else XLA's dot over the matrix dequantized in x's dtype (an exported entry's symbolic rows: the
-        `xla` backend; tiny dims)."""
+        """`x @ W^T`: x [..., K] -> [..., N] in x's dtype; the kernels when a tiling fits (rows known when traced
+        or symbolic: an exported entry's, unless `SYMBOLIC_ROWS` is off), else XLA's dot over the matrix dequantized
+        in x's dtype (tiny dims)."""
         *lead, k = x.shape
         n = self.codes.shape[0]
-        known = all(isinstance(d, int) for d in lead)  # an exported entry's batch and sequence are symbolic
-        rows = int(np.prod(lead, dtype=np.int64)) if known else None
-        if known and tiles(n, k) is not None:
+        rows = functools.reduce(operator.mul, lead, 1)  # an int, or a symbolic dim (`B * S`)
+        if tiles(n, k) is not None and (isinstance(rows, int) or SYMBOLIC_ROWS):
             y = q8_matmul(x.reshape(rows, k), self.codes, self.scales_t, precision=precision)
             return y.reshape(*lead, n).astype(x.dtype)
         w = self.codes.reshape(n, k // BLOCK, BLOCK).astype(x.dtype) * self.row_scales().astype(x.dtype)[..., None]
@@ -101,12 +122,19 @@ def _tile(dim: int, unit: int, target: int) -> int | None:
     return next((t for t in range(min(target, dim) // unit * unit, 0, -unit) if dim % t == 0), None)
 
 
-def tiles(n: int, k: int, tn: int = TILE_N, tk: int = TILE_K) -> tuple[int, int] | None:
+def tiles(n: int, k: int, tn: int = TILE_N, tk: int = TILE_K, rows: int = 1) -> tuple[int, int] | None:
     """(tn, tk) for an [N, K] matrix: tn a multiple of 128 (lanes) dividing N, tk a multiple of 256 (8 sublanes of
-    scales: 8 blocks of 32) dividing K, each the largest at most its target. None when N or K has no such divisor
-    (a tiny model's 64 or 96: then XLA's dot); the 8B's N (4096, 6144, 28672, 128256) and K (4096, 14336) have."""
-    tn, tk = _tile(n, 128, tn), _tile(k, 8 * BLOCK, tk)
-    return None if tn is None or tk is None else (tn, tk)
+    scales: 8 blocks of 32) dividing K, each the largest at most its target. Where N's tile falls short of its
+    target (Qwen3's vocab 151936 = 128 x 1187 takes tiles of 128), K's target grows by as much (up to `MAX_TILE_K`,
+    and while the decode kernel's spread of `rows` rows stays under `SPREAD_BYTES`): a step still reads about tn x tk
+    codes, so the grid's per-step cost does not multiply. None when N or K has no such divisor (a tiny model's 64 or
+    96: then XLA's dot); the 8B's N (4096, 6144, 24576, 28672, 128256, 151936) and K (4096, 12288, 14336) have."""
+    fit_n = _tile(n, 128, tn)
+    if fit_n is not None and fit_n < tn:
+        spread_cap = int(np.sqrt(SPREAD_BYTES * BLOCK / 4 / max(rows, 1)))  # rows * (tk / 32) * tk * 4 bytes
+        tk = max(tk, min(tk * tn // fit_n, MAX_TILE_K, spread_cap))
+    fit_k = _tile(k, 8 * BLOCK, tk)
+    return None if fit_n is None or fit_k is None else (fit_n, fit_k)
 
 
 def _kernel(x_ref, q_ref, s_ref, o_ref, *, dot_dtype, precision, widen_codes):
@@ -133,29 +161,99 @@ def _kernel(x_ref, q_ref, s_ref, o_ref, *, dot_dtype, precision, widen_codes):
     o_ref[...] += jnp.sum(partial.reshape(m, g, tn) * s_ref[...][None], axis=1)
 
 
-@functools.partial(jax.jit, static_argnames=("precision", "tn", "tk", "widen_codes", "interpret"))
-def q8_matmul(x, codes, scales_t, *, precision=None, tn=TILE_N, tk=TILE_K, widen_codes=WIDEN_CODES, interpret=None):
-    """y f32[M, N] = x[M, K] @ (codes i8[N, K] * scales_t f32[K / 32, N] per block)^T, by the Pallas kernel (the
-    module docstring). `precision` None (`fast`: a bf16 dot) or "highest" (`equivalent`: an f32 dot); `tn`, `tk`
-    tile targets (`tiles`); `widen_codes` False hands a `fast` dot the int8 codes (Mosaic widens them);
-    `interpret` None runs the kernel compiled on a TPU and interpreted elsewhere (slow: for
-    tests). Raises ValueError when no tiling fits (`tiles`)."""
+def _expanded_scales(s, expand: str):
+    """f32[G, tn] -> f32[G * 32, tn]: row g repeated 32 times (`SCALE_EXPAND` says the two ways), exactly."""
+    g, tn = s.shape
+    if expand == "broadcast":
+        return jnp.broadcast_to(s[:, None, :], (g, BLOCK, tn)).reshape(g * BLOCK, tn)
+    offset = lax.broadcasted_iota(jnp.int32, (g * BLOCK, g), 0) - BLOCK * lax.broadcasted_iota(
+        jnp.int32, (g * BLOCK, g), 1
+    )
+    ones = ((offset >= 0) & (offset < BLOCK)).astype(jnp.bfloat16)  # [tk, G]: row k has a 1 in column k // 32
+    high = s.astype(jnp.bfloat16)
+    low = (s - high.astype(jnp.float32)).astype(jnp.bfloat16)  # exact: the 3 bits of an f16 that bf16 drops
+    dot = functools.partial(
+        lax.dot_general, dimension_numbers=(((1,), (0,)), ((), ())), preferred_element_type=jnp.float32
+    )
+    return dot(ones, high) + dot(ones, low)  # one nonzero term per output: exact in f32
+
+
+def _dequantizing_kernel(x_ref, q_ref, s_ref, o_ref, *, dot_dtype, precision, expand):
+    """One grid step (m tile r, n tile j, k tile i) for many rows: o[tm, tn] += x[tm, tk] @ W^T[tk, tn], W^T's tile
+    dequantized here (codes^T * each block's scales) in the dot's dtype."""
+
+    @pl.when(pl.program_id(2) == 0)
+    def _():
+        o_ref[...] = jnp.zeros_like(o_ref)
+
+    codes_t = q_ref[...].astype(jnp.float32).T  # [tk, tn]: a 32-bit transpose (Mosaic's XLU has those)
+    scales = _expanded_scales(s_ref[...], expand)  # [tk, tn]
+    w_t = (codes_t * scales).astype(dot_dtype)  # exact in f32; `fast`: rounded to bf16
+    o_ref[...] += lax.dot_general(
+        x_ref[...].astype(dot_dtype), w_t, (((1,), (0,)), ((), ())), precision=precision,
+        preferred_element_type=jnp.float32,
+    )  # fmt: skip
+
+
+def _row_tile(rows: int, prefill: bool) -> int:
+    """The rows a grid step takes: all of decode's (up to `TILE_M`) or `TILE_M`; for the dequantizing kernel all
+    rows rounded up to 16 (sublanes of a bf16 tile), up to `TILE_M_PREFILL`."""
+    if not prefill:
+        return rows if rows <= TILE_M else TILE_M
+    return min(-(-rows // 16) * 16, TILE_M_PREFILL)
+
+
+@functools.partial(
+    jax.jit, static_argnames=("precision", "tn", "tk", "widen_codes", "prefill", "expand", "interpret")
+)  # fmt: skip
+def q8_matmul(
+    x, codes, scales_t, *, precision=None, tn=TILE_N, tk=TILE_K, widen_codes=WIDEN_CODES, prefill=None, expand=None,
+    interpret=None,
+):  # fmt: skip
+    """y f32[M, N] = x[M, K] @ (codes i8[N, K] * scales_t f32[K / 32, N] per block)^T, by a Pallas kernel (the module
+    docstring): the decode kernel (block-diagonal x, scales after the dot) for up to `PREFILL_ROWS` rows, the
+    dequantizing kernel for more (`prefill` True or False forces one); M may be symbolic (an exported entry's: the
+    kernel picked when it runs). `precision` None (`fast`: a bf16 dot) or "highest" (`equivalent`: an f32 dot); `tn`,
+    `tk` tile targets (`tiles`); `widen_codes` False hands the decode kernel's `fast` dot the int8 codes (Mosaic widens
+    them); `expand` the dequantizing kernel's way to repeat the scales (None: `SCALE_EXPAND`); `interpret` None runs the
+    kernel compiled on a TPU and interpreted elsewhere (slow: for tests). Raises ValueError when no tiling fits
+    (`tiles`)."""
     rows, k = x.shape
     n = codes.shape[0]
-    tm = rows if rows <= TILE_M else TILE_M
-    m = -(-rows // tm) * tm  # prefill's rows padded to whole tiles
-    x = jnp.pad(x, ((0, m - rows), (0, 0))) if m > rows else x
-    fit = tiles(n, k, tn, tk)
-    if fit is None:
+    if tiles(n, k, tn, tk) is None:
         raise ValueError(f"q8_matmul: no tiling of a [{n}, {k}] matrix (N a multiple of 128, K of 256)")
-    tn, tk = fit
+    interpret = jax.default_backend() != "tpu" if interpret is None else interpret
+    call = functools.partial(
+        _padded_call, codes=codes, scales_t=scales_t, precision=precision, tn=tn, tk=tk, widen_codes=widen_codes,
+        expand=expand or SCALE_EXPAND, interpret=interpret,
+    )  # fmt: skip
+    if isinstance(rows, int):
+        if prefill is None:
+            prefill = PREFILL_ROWS is not None and rows > PREFILL_ROWS
+        return call(x, prefill=prefill, tm=_row_tile(rows, prefill))
+    # symbolic rows: a tile fixed now, the kernel and tile picked when the entry runs
+    branches = [functools.partial(call, prefill=False, tm=8), functools.partial(call, prefill=False, tm=TILE_M)]
+    branches.append(functools.partial(call, prefill=True, tm=TILE_M_SYMBOLIC))
+    if prefill is not None or PREFILL_ROWS is None:
+        return branches[2 if prefill else 1](x)
+    count = jnp.asarray(rows)
+    return lax.switch((count > 8).astype(jnp.int32) + (count > PREFILL_ROWS).astype(jnp.int32), branches, x)
+
+
+def _padded_call(x, *, codes, scales_t, precision, tn, tk, widen_codes, expand, prefill: bool, tm: int, interpret):
+    """`q8_matmul` by one kernel (`prefill`: the dequantizing one), x's rows (an int or symbolic) padded to whole
+    tiles of `tm`: f32[M, N]."""
+    rows, k = x.shape
+    n = codes.shape[0]
+    m = (rows + tm - 1) // tm * tm  # rows padded to whole tiles (symbolic arithmetic too)
+    x = x if isinstance(m, int) and m == rows else jnp.pad(x, ((0, m - rows), (0, 0)))
+    tn, tk = tiles(n, k, tn, tk, rows=1 if prefill else tm)
     highest = precision is not None and str(precision).lower().endswith("highest")
-    kernel = functools.partial(
-        _kernel,
-        dot_dtype=jnp.float32 if highest else jnp.bfloat16,
-        precision=lax.Precision.HIGHEST if highest else None,
-        widen_codes=widen_codes or highest,
-    )
+    dot = dict(dot_dtype=jnp.float32 if highest else jnp.bfloat16, precision=lax.Precision.HIGHEST if highest else None)
+    if prefill:
+        kernel = functools.partial(_dequantizing_kernel, **dot, expand=expand)
+    else:
+        kernel = functools.partial(_kernel, **dot, widen_codes=widen_codes or highest)
     return pl.pallas_call(
         kernel,
         out_shape=jax.ShapeDtypeStruct((m, n), jnp.float32),
@@ -169,5 +267,5 @@ def q8_matmul(x, codes, scales_t, *, precision=None, tn=TILE_N, tk=TILE_K, widen
         compiler_params=pltpu.CompilerParams(
             dimension_semantics=("parallel", "parallel", "arbitrary"), vmem_limit_bytes=VMEM_LIMIT
         ),
-        interpret=jax.default_backend() != "tpu" if interpret is None else interpret,
+        interpret=interpret,
     )(x, codes, scales_t)[:rows]

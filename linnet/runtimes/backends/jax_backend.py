@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import struct
 import time
 from dataclasses import dataclass, field
@@ -396,13 +397,12 @@ def load(
     dims, and run from the artifact) under `options`. Without weights and with `options.random_weights`,
     parameters are drawn from N(0, 0.02) (norm scales 1, biases 0) with `options.seed`. With
     `fuse_linear_weights=False`, `params` holds every weight under its checkpoint name (no fused
-    keys): what sharding (`linnet.runtimes.parallel`) and training by checkpoint name use. `scan_layers` (None: off
-    for now):
-    each list of identical layers is held stacked and its loops run as
-    one `lax.scan` (`linnet.compiler.jax.scan`: one layer traced and compiled, not every layer); not under
-    `--dtype stored` with quantized matrices, whose pairs are not stacked yet (those loops run unrolled).
-    `cpu_offload_gb`: hold that many GiB of the layers' weights in host memory, streamed to the device each step
-    (`jax_offload`; `--cpu-offload-gb`, vLLM's name). Called by
+    keys): what sharding (`linnet.runtimes.parallel`) and training by checkpoint name use. `scan_layers`: each list
+    of identical layers is held stacked and its loops run as one `lax.scan` (`linnet.compiler.jax.scan`: one layer
+    traced and compiled, not every layer); None (auto) as `scans_layers` decides (on the CPU, not in the per-name
+    layout, `LINNET_SCAN_LAYERS=0` turns it off; never with `cpu_offload_gb`). `cpu_offload_gb`: hold that many GiB
+    of the layers' weights in host memory, streamed to the device each step (`jax_offload`; `--cpu-offload-gb`,
+    vLLM's name). Called by
     `Backend.load` (`linnet.jax.load`, `linnet.load`), which checks the options first.
 
     Raises LoadError (source, config, names or shapes) and BackendError (mode, dtype, device)."""
@@ -438,10 +438,9 @@ def load_prepared(
     # bf16 on the CPU: matrices held in f32 (the module docstring); not for the per-name layout that sharding and
     # training compile themselves
     f32_matrices = dev.platform == "cpu" and program.dtype.name == "bf16" and fuse_linear_weights
-    # opt-in for now (None: off): on an accelerator the scanned decode step has not been measured against the unrolled
-    # one (its per-layer cache slices may cost a serving batch's step), and a list whose items the generated code
-    # has no class for (DINOv2's `encoder.layer`) reads None members when stacked (tests/runtimes/test_jax_scan.py)
-    scan = bool(scan_layers)
+    # offload cuts the loop over the layers unrolled (`jax_offload`): auto is then unrolled, asked-for scan refused
+    auto = False if cpu_offload_gb and scan_layers is None else scan_layers
+    scan = scans_layers(auto, dev.platform, fuse_linear_weights)
     quantized = stored_matrices(prepared)  # --dtype stored: the Q8_0 matrices, held as int8 codes and f16 scales
     layout = cache_layout_for(dev)
     # a program holding quantized pairs is not scanned (compile_program: stacked stays empty), whatever `scan` says
@@ -521,6 +520,35 @@ def _offload_plan(compiled, cpu_offload_gb: float, layout: str, scan: bool):
     return plan_offload(specs, compiled.namespace.get("STACKED_LISTS", {}), cpu_offload_gb)
 
 
+# Whether an accelerator (a TPU, a GPU) scans the layers by default: the one line to flip once the chip's numbers
+# (`bench/tpu.sh --only compile`: compile cold and cached, a token of a generation, a 32-row decode step, scanned
+# against unrolled) show the scanned step costs a serving batch nothing. The CPU scans by default (21-22 s -> 2.2-4.1
+# s a program cold, 9.4 -> 0.25 s cached: bench/results/tpu_compile_cpu.json).
+SCAN_ON_ACCELERATORS = False
+# `LINNET_SCAN_LAYERS=0` (or 1): the layers unrolled (or scanned) wherever `scan_layers` is left to its default
+SCAN_LAYERS_ENV = "LINNET_SCAN_LAYERS"
+_SCAN_VALUES = {"0": False, "off": False, "false": False, "no": False, "1": True, "on": True, "true": True, "yes": True}
+
+
+def scans_layers(scan_layers: bool | None, platform: str, fuse_linear_weights: bool = True) -> bool:
+    """Whether a load holds its lists of identical layers stacked and runs their loops as one `lax.scan`
+    (`linnet.compiler.jax.scan`). `scan_layers` True or False is that; None (auto) is: never in the per-name layout
+    (`fuse_linear_weights=False`: tensor-parallel sharding and the JAX trainer address each layer's weights by
+    checkpoint name, so they unroll); else `LINNET_SCAN_LAYERS` when set (0/off or 1/on); else on the CPU, and on an
+    accelerator (jax's `platform`: "tpu", "gpu") as `SCAN_ON_ACCELERATORS` says. Raises BackendError for another
+    value of the variable."""
+    if scan_layers is not None:
+        return bool(scan_layers)
+    if not fuse_linear_weights:
+        return False
+    value = os.environ.get(SCAN_LAYERS_ENV, "").strip().lower()
+    if value:
+        if value not in _SCAN_VALUES:
+            raise BackendError(f"{SCAN_LAYERS_ENV} must be 0 or 1 (off or on), got {value!r}")
+        return _SCAN_VALUES[value]
+    return platform == "cpu" or SCAN_ON_ACCELERATORS
+
+
 def _kernel_layout(device) -> Callable | None:
     """How a quantized pair is re-laid at load for `device`'s matmul kernel (`q8_kernel.hold`: on a TPU, the Pallas
     kernel), or None (the CPU: XLA's dot over the pair as the file holds it)."""
@@ -551,7 +579,7 @@ class _Binder:
     `held_dtype(dtype, rank)` (`JaxProgram.held_dtype`: the bf16 matrices widened to f32 on the CPU; an exact
     cast); a `GroupQuantized` matrix (`--dtype stored`) as its pair of codes and scales (`jax_quantized.held_pair`;
     a fused group's pairs concatenated), re-laid by `relayout` when given (a kernel's layout: `q8_kernel.hold`),
-    never stacked (a program holding pairs has no stacked lists)."""
+    and in a stacked list each of its arrays stacked (codes [items, N, K]: a scan's item gets its layer's pair)."""
 
     def __init__(
         self,
@@ -566,7 +594,7 @@ class _Binder:
         self.stacked = stacked or {}
         self.group = {n: key for key, names in fused.items() for n in names}
         self.pending: dict[str, dict[str, np.ndarray]] = {}
-        self.slots: dict[str, tuple[np.ndarray, set[int]]] = {}  # stacked key -> (host array, indices filled)
+        self.slots: dict[str, tuple] = {}  # stacked key -> (host array of each leaf, their tree, indices filled)
         self.params: dict = {}
         # offloaded parameters (`jax_offload`): which keys are held in host memory, and where (None: numpy arrays)
         self.offloads: Callable[[str], bool] = lambda key: False
@@ -589,27 +617,32 @@ class _Binder:
             self._place(key, concat_pairs(parts) if isinstance(parts[0], tuple) else np.concatenate(parts))
 
     def _place(self, key: str, a: np.ndarray | tuple) -> None:
-        """Put `a` (an array, or a quantized pair: never in a stacked list) under `key`, or into its slot of a
-        stacked array (put once full)."""
+        """Put `a` (an array, or a quantized pair, re-laid for the kernel first) under `key`, or into its slot of a
+        stacked array (put once full; a pair's codes and scales each stacked: one [items, ...] array per leaf)."""
         from linnet.compiler.jax.scan import STACKED_INDEX, stacked_key
 
+        a = self._relaid(a)
         found = stacked_key(key, self.stacked)
         if found is None and self.offloads(key):
             self.params[key] = np.asarray(a) if self.host is None else self.jax.device_put(a, self.host)
             return
         if found is None:
-            self.params[key] = self.jax.device_put(self._relaid(a), self.device)
+            self.params[key] = self.jax.device_put(a, self.device)
             return
         stacked, index = found
         count = self.stacked[stacked.split(f".{STACKED_INDEX}.")[0]]
-        whole, filled = self.slots.setdefault(stacked, (np.empty((count, *a.shape), a.dtype), set()))
-        if whole.shape[1:] != a.shape or whole.dtype != a.dtype:  # the loop's lowering makes its items alike
-            items = f"{list(whole.shape[1:])} {whole.dtype}"
-            raise LoadError(f"`{key}` is {list(a.shape)} {a.dtype}, the other items of its list {items}", code="L501")
-        whole[index] = a
+        leaves, tree = self.jax.tree.flatten(a)
+        new = ([np.empty((count, *x.shape), x.dtype) for x in leaves], tree, set())
+        wholes, tree, filled = self.slots.setdefault(stacked, new)
+        for whole, x in zip(wholes, leaves):
+            if whole.shape[1:] != x.shape or whole.dtype != x.dtype:  # the loop's lowering makes its items alike
+                items = f"{list(whole.shape[1:])} {whole.dtype}"
+                raise LoadError(f"`{key}` is {list(x.shape)} {x.dtype}, the other items of its list {items}", "L501")
+            whole[index] = x
         filled.add(index)
         if len(filled) == count:
-            self.params[stacked] = self.jax.device_put(self.slots.pop(stacked)[0], self.device)
+            held = self.jax.tree.unflatten(tree, self.slots.pop(stacked)[0])
+            self.params[stacked] = self.jax.device_put(held, self.device)
 
     def _relaid(self, a):
         return self.relayout(*a) if self.relayout is not None and isinstance(a, tuple) else a
@@ -619,8 +652,8 @@ class _Binder:
             raise _missing_members(key, [n for n in self.fused[key] if n not in held])
         from linnet.compiler.jax.scan import stacked_names
 
-        for key, (whole, filled) in self.slots.items():
-            missing = [n for i, n in enumerate(stacked_names(key, len(whole))) if i not in filled]
+        for key, (wholes, _, filled) in self.slots.items():
+            missing = [n for i, n in enumerate(stacked_names(key, len(wholes[0]))) if i not in filled]
             names = ", ".join(f"`{n}`" for n in missing[:4])
             raise LoadError(f"no tensor for {names} (stacked as `{key}`)", code="L502")
         return self.params
@@ -950,4 +983,7 @@ __all__ = [
     "JaxStepModel",
     "BACKEND_MODES",
     "buckets",
+    "scans_layers",
+    "SCAN_ON_ACCELERATORS",
+    "SCAN_LAYERS_ENV",
 ]

@@ -107,6 +107,18 @@ def _check_rope_spellings(cfg: dict[str, Any], params: dict[str, Any], where: st
         )
 
 
+def _is_flat_rope_parameters(params: Any) -> bool:
+    """transformers 5's `rope_parameters` for one attention type (not a dict of them per layer type)."""
+    return isinstance(params, dict) and not any(isinstance(v, dict) for v in params.values())
+
+
+def flattened_keys(config: dict[str, Any]) -> frozenset[str]:
+    """The keys of a raw config.json that `normalize_config` spreads over others and removes: a flat
+    `rope_parameters` (read as `rope_theta`, `rope_scaling` and `partial_rotary_factor`). A source field of such a
+    name would never be set from the checkpoint and keep its default: loading refuses it (L507)."""
+    return frozenset({"rope_parameters"}) if _is_flat_rope_parameters(config.get("rope_parameters")) else frozenset()
+
+
 def normalize_config(config: dict[str, Any], where: str = "config.json") -> dict[str, Any]:
     """A config.json dict with rotary settings in one spelling: flat `rope_theta` and `rope_scaling`.
 
@@ -127,7 +139,7 @@ def normalize_config(config: dict[str, Any], where: str = "config.json") -> dict
     if isinstance(cfg.get("id2label"), dict) and "num_labels" not in cfg:
         cfg["num_labels"] = len(cfg["id2label"])
     params = cfg.get("rope_parameters")
-    if isinstance(params, dict) and not any(isinstance(v, dict) for v in params.values()):
+    if _is_flat_rope_parameters(params):
         if "rope_scaling" in cfg:
             _check_rope_spellings(cfg, params, where)
         params = dict(params)
@@ -168,6 +180,7 @@ class Checkpoint:
         buffer_names: the names that are non-parameter buffers (e.g. "embeddings.position_ids"); a subset of
             tensor_names.
         path: the folder or .gguf file actually read (for an embedded id: inside the package or the cache).
+        flattened: keys of the file's config that `config` holds under other names (`flattened_keys`).
     """
 
     source: str
@@ -176,6 +189,7 @@ class Checkpoint:
     tensor_names: list[str] = field(repr=False)
     buffer_names: set[str] = field(default_factory=set, repr=False)
     path: Path | None = None
+    flattened: frozenset[str] = frozenset()
 
     def shape(self, name: str) -> tuple[int, ...]:
         """The shape of tensor `name` in PyTorch order, read from the header. Raises CheckpointError for an

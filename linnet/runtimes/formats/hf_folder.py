@@ -27,6 +27,7 @@ from linnet.runtimes.formats.checkpoints import (
     Checkpoint,
     cast_floating,
     check_finite,
+    flattened_keys,
     normalize_config,
     numpy_dtype,
 )
@@ -263,6 +264,7 @@ class HFCheckpoint(Checkpoint):
             source=source,
             format="hf",
             config=normalize_config(config, str(cfg_path)),
+            flattened=flattened_keys(config),
             tensor_names=names,
             buffer_names={n for n in names if _is_buffer(n, where[n].dtype)},
             path=folder,

@@ -88,9 +88,9 @@ def param_sharding(
 def shard_model(model: JaxModel, mesh, plan: dict[str, str] = LLAMA_TP_PLAN) -> JaxModel:
     """`model` (loaded with `fuse_linear_weights=False`) with its parameters and KV cache placed on `mesh`
     by `plan`, and its entries jitted with those shardings (the state keeps its sharding from step to step,
-    outputs replicated). In place; returns `model`. Raises BackendError for fused weights, a StableHLO
-    artifact (`--backend xla`), weights held quantized (`--dtype stored`), layers held in host memory
-    (`--cpu-offload-gb`) or a plan that does not fit."""
+    outputs replicated). In place; returns `model`. Raises BackendError for fused weights, stacked layers
+    (`scan_layers=True`), a StableHLO artifact (`--backend xla`), weights held quantized (`--dtype stored`), layers
+    held in host memory (`--cpu-offload-gb`) or a plan that does not fit."""
     jax = jax_module()
     from linnet.compiler.jax.module import compile_program
 
@@ -101,6 +101,9 @@ def shard_model(model: JaxModel, mesh, plan: dict[str, str] = LLAMA_TP_PLAN) -> 
         raise BackendError(
             f"shard a JAX model loaded with fuse_linear_weights=False (it has fused weights: {fused[0]})"
         )
+    stacked = [k for k in model.params if ".*." in k]  # the plan names each layer's weights: auto unrolls them
+    if stacked:
+        raise BackendError(f"shard a JAX model loaded with scan_layers=False (it holds `{stacked[0]}` stacked)")
     if model.mode != "generated" or model.prepared is None:
         raise BackendError("tensor parallelism on JAX runs the generated code (backend jax), not an exported artifact")
     if any(isinstance(v, tuple) for v in model.params.values()):

@@ -229,7 +229,8 @@ class JaxPolicy:
     """A `JaxModel` being trained: the pure `forward(params, {}, input_ids)` of its generated code, the trained
     parameters by checkpoint name (`trainable`), the others held fixed.
 
-    Raises TrainError for a model with fused weights (load with `fuse_linear_weights=False`), without a
+    Raises TrainError for a model with fused weights (load with `fuse_linear_weights=False`) or stacked layers
+    (`scan_layers=True`; auto leaves them unrolled in that layout), without a
     `forward` entry, or an unknown trainable name."""
 
     def __init__(self, model: Any, trainable: list[str]):
@@ -240,6 +241,9 @@ class JaxPolicy:
         fused = [k for k in model.params if "{" in k]
         if fused:
             raise TrainError(f"train a JAX model loaded with fuse_linear_weights=False (it holds `{fused[0]}`)")
+        stacked = [k for k in model.params if ".*." in k]  # its layers by name: the default (auto) unrolls them
+        if stacked:
+            raise TrainError(f"train a JAX model loaded with scan_layers=False (it holds `{stacked[0]}` stacked)")
         program = model.prepared.program
         forward = program.entries.get("forward")
         if forward is None:
