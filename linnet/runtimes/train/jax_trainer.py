@@ -65,6 +65,7 @@ from typing import Any
 import numpy as np
 
 from linnet.compiler.jax.codegen import DROPOUT_KEY
+from linnet.compiler.jax.x64 import x64_scoped
 from linnet.errors import TrainError
 from linnet.runtimes.backends.jax_backend import jax_module
 
@@ -232,6 +233,7 @@ class JaxPolicy:
     Raises TrainError for a model with fused weights (load with `fuse_linear_weights=False`), without a
     `forward` entry, or an unknown trainable name."""
 
+    @x64_scoped
     def __init__(self, model: Any, trainable: list[str]):
         import jax.numpy as jnp
 
@@ -275,6 +277,7 @@ class JaxPolicy:
         """`forward`'s logits [B, S, vocab] with the trained `params` (a pytree by checkpoint name)."""
         return self.forward({**self.frozen, **self.cast(params)}, {}, input_ids)
 
+    @x64_scoped
     def commit(self) -> None:
         """Put the trained parameters back into the model (its entries then run with them), in its dtypes; the
         f32 master values stay beside them as `model.master_params` (what `lora.save_adapter` writes)."""
@@ -291,6 +294,7 @@ class JaxTrainer:
     `deliver_now(step)` (set by `train.run`: a signal is pending) asks for step `step`'s record before the next
     step is dispatched (see the module docstring); `state_step` is the step the trained values hold."""
 
+    @x64_scoped
     def __init__(
         self,
         policy: JaxPolicy,
@@ -387,6 +391,7 @@ class JaxTrainer:
         mask[:b, : s - 1] = batch.loss_mask
         return tuple(jax.make_array_from_callback(a.shape, self.rows_sharding, a.__getitem__) for a in (ids, mask))
 
+    @x64_scoped
     def dispatch(self, step: int) -> dict[str, Any]:
         """Queue optimizer step `step` (1-based) on the device without waiting for it; returns what `record`
         turns into its record once it is done (its metrics and gradient norm still on the device)."""
@@ -416,6 +421,7 @@ class JaxTrainer:
         return {"step": step, "micro": micro, "metrics": metrics, "grad_norm": grad_norm, "lr": lr_used, "t0": t0}
 
     @staticmethod
+    @x64_scoped
     def record(queued: dict[str, Any], since: float) -> dict[str, Any]:
         """The record of a step `dispatch` queued (`trainer.Trainer.step`'s keys), its values fetched from the
         device in one transfer (waiting for the step); its time counted from `since`."""
@@ -488,6 +494,7 @@ class JaxTrainer:
         key = {"dropout_key": np.asarray(self.dropout_key).tolist(), "seed": cfg.seed}
         (folder / "rng_state.json").write_text(json.dumps(key) + "\n", encoding="utf-8")
 
+    @x64_scoped
     def load_state(self, folder: Path, step: int, arrays: dict[str, np.ndarray]) -> None:
         """Continue after optimizer step `step` of the checkpoint `folder`: the trained values `arrays`, the optax
         state (every leaf by its tree path, of the shape this run's state has), the dropout key and the data
