@@ -8,11 +8,11 @@ Linnet function that traces, compiles, puts integer inputs on a device or calls 
 `jax.enable_x64(True)`, JAX's thread-local context manager (`x64_scoped` below; its enter and exit cost well under
 a microsecond, measured in bench/x64_scope.py), and the caller's config is what it was before.
 
-What JAX does across the scope's edge (JAX 0.10.2, checked in tests/compiler/test_x64_scope.py): arrays made inside
+What JAX does across the scope's edge (JAX 0.10.2; tests/runtimes/test_jax_x64_scope.py runs on it): arrays made inside
 keep their dtype outside (an i64 token array read back with numpy is i64); an executable compiled inside
 (`jit(f).lower(...).compile()`) runs outside too, on arrays made inside; but a `jax.jit` function *called* outside
 retraces with 32-bit types (the flag is part of its cache key), so Linnet's jitted functions are called only from
-scoped functions. Imports jax only when a scoped function is called.
+scoped functions, or held as a `ScopedJit`. Imports jax only when a scoped function is called.
 """
 
 from __future__ import annotations
@@ -60,4 +60,6 @@ class ScopedJit:
             return self.jitted.lower(*args, **kwargs)
 
     def __getattr__(self, name: str):
+        if name == "jitted":  # not set yet (a copy made without __init__): no recursion
+            raise AttributeError(name)
         return getattr(self.jitted, name)

@@ -65,7 +65,7 @@ from typing import Any
 import numpy as np
 
 from linnet.compiler.jax.codegen import DROPOUT_KEY
-from linnet.compiler.jax.x64 import x64_scoped
+from linnet.compiler.jax.x64 import ScopedJit, x64_scoped
 from linnet.errors import TrainError
 from linnet.runtimes.backends.jax_backend import jax_module
 
@@ -359,7 +359,7 @@ class JaxTrainer:
             (_, metrics), g = grad(*args, **extra)
             return jax.tree.map(lambda a, b: a + b, grads, g), metrics
 
-        self._accumulate = jax.jit(accumulate, static_argnames=static, donate_argnums=0)
+        self._accumulate = ScopedJit(jax.jit(accumulate, static_argnames=static, donate_argnums=0))  # i64 ids
         self._zeros = jax.jit(lambda tree: jax.tree.map(jax.numpy.zeros_like, tree))
         self._apply = jax.jit(self._apply_updates, donate_argnums=(0, 2))  # the new values take the old's buffers
         self.rows_bucket = 0  # the most rows a micro-batch has had: every micro-batch is padded to it
@@ -375,6 +375,7 @@ class JaxTrainer:
         updates, opt_state = self.optimizer.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, norm
 
+    @x64_scoped  # the ids i64
     def _padded(self, batch: Batch) -> tuple[Any, Any]:
         """The micro-batch padded to its length bucket (`padded_length`) and to `rows_bucket` rows, a multiple of
         the mesh's devices (padding rows hold pad tokens and a zero loss mask: they add nothing), split on its rows
