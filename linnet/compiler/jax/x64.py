@@ -30,12 +30,22 @@ def scope():
     return jax.enable_x64(True)
 
 
+def enabled() -> bool:
+    """Whether 64-bit types are on here already (an outer scope, or the caller's own config): reading the flag costs
+    a quarter of entering the context, and a decode step nests a few scoped calls."""
+    import jax
+
+    return bool(jax.config.jax_enable_x64)
+
+
 def x64_scoped(fn: F) -> F:
-    """`fn` run under `scope()` at each call (not for a generator's body, which runs after the call returns: scope
-    its steps instead)."""
+    """`fn` run under `scope()` at each call, unless 64-bit types are on already (not for a generator's body, which
+    runs after the call returns: scope its steps instead)."""
 
     @functools.wraps(fn)
     def scoped(*args, **kwargs):
+        if enabled():
+            return fn(*args, **kwargs)
         with scope():
             return fn(*args, **kwargs)
 
@@ -51,6 +61,8 @@ class ScopedJit:
         self.jitted = jitted
 
     def __call__(self, *args, **kwargs):
+        if enabled():
+            return self.jitted(*args, **kwargs)
         with scope():
             return self.jitted(*args, **kwargs)
 
