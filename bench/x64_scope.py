@@ -25,15 +25,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 LLAMA = ROOT / "examples" / "llama.linnet"
-SMALL = {
-    "vocab_size": 96,
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 8,
-    "num_key_value_heads": 2,
-}
-MODELS = {"small Llama (2 layers, hidden 64)": {"config": SMALL}, "SmolLM2-135M shape": {"preset": "smollm2_135m"}}
+MODELS = {"small Llama (2 layers, hidden 64)": "small", "SmolLM2-135M shape": {"preset": "smollm2_135m"}}
 
 
 def cpu_wait_us() -> int | None:
@@ -74,6 +66,10 @@ def measure(name: str, how: dict, steps: int, blocks: int) -> dict:
 
     import linnet.jax as lj
 
+    if how == "small":  # tests/runtimes/test_jax_backend.py's Llama (8 query heads over 2 KV heads)
+        from tests.runtimes.test_jax_backend import SMALL
+
+        how = {"config": SMALL}
     m = lj.load(LLAMA, max_positions=64, random_weights=True, seed=0, progress=False, **how)
     sm = m.step_model()
     times: dict[str, list[float]] = {"scoped": [], "process-wide": []}
