@@ -36,6 +36,15 @@ def cpu_wait_us() -> int | None:
         return None
 
 
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo), else what `platform` says."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+        return text.split("model name", 1)[1].split(":", 1)[1].splitlines()[0].strip()
+    except (OSError, IndexError):
+        return platform.processor() or platform.machine()
+
+
 def context_us(n: int = 200_000) -> float:
     """Microseconds to enter and leave `jax.enable_x64(True)` once (median of 5 runs of `n`)."""
     import jax
@@ -97,7 +106,7 @@ def main(argv=None) -> int:
     load0, wait0, t0 = os.getloadavg(), cpu_wait_us(), time.perf_counter()
     record = {
         "what": __doc__.splitlines()[0],
-        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, jax {jax.__version__}",
+        "machine": f"{cpu_model()}, {os.cpu_count()} CPUs, jax {jax.__version__}",
         "enter_and_exit_us": round(context_us(), 3),
         "rows": [measure(name, how, args.steps, args.blocks) for name, how in MODELS.items()],
     }
