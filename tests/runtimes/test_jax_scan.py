@@ -216,8 +216,9 @@ def test_the_standalone_module_scans_what_stack_layers_stacks(pair):
     ids, zero = np.array([PROMPT]), np.zeros(1, np.int64)
     state = {k: jax.numpy.zeros_like(v) for k, v in unrolled.state.items()}
     by_name = {**unrolled.params, **state}
-    plain, _ = namespace["step"](by_name, ids, zero, zero)
-    scanned, new_state = namespace["step"](namespace["stack_layers"](by_name), ids, zero, zero)
+    with jax.enable_x64(True):  # the module's i64, which Linnet's own calls scope (docs/backends.md, "JAX's config")
+        plain, _ = namespace["step"](by_name, ids, zero, zero)
+        scanned, new_state = namespace["step"](namespace["stack_layers"](by_name), ids, zero, zero)
     assert "model.layers.*.self_attn.k_cache" in new_state
     np.testing.assert_allclose(np.asarray(scanned), np.asarray(plain), rtol=0, atol=ATOL)
     unrolled.reset_state()

@@ -31,6 +31,10 @@ generated code dots over them as XLA's bf16 dot did (`linnet.compiler.jax.codege
 `f32_matrices`): the same arithmetic (bit for bit with XLA's excess-precision rewrites off, as
 `equivalent` compiles: `JaxProgram.compiler_options`; tests/runtimes/test_jax_f32_matrices.py),
 for twice the matrices' memory (what f32 holds).
+
+64-bit types. The generated code's integers are i64, as the IR's; loading, putting inputs on the device and running
+steps happen under `jax.enable_x64(True)` for that call and thread only (`linnet.compiler.jax.x64`), so JAX's
+process-wide `jax_enable_x64` stays what the caller set (docs/backends.md).
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
+from linnet.compiler.jax.x64 import x64_scoped
 from linnet.errors import BackendError, LoadError
 from linnet.runtimes.backends import backend_for
 from linnet.runtimes.formats.checkpoints import cast_floating
@@ -64,13 +69,10 @@ MIN_BUCKET = 16
 
 
 def jax_module():
-    """The `jax` module, imported on first use (loading Linnet never imports JAX) with 64-bit integers enabled,
-    as the generated code's i64 indices need (`linnet.compiler.jax.module.enable_x64`)."""
+    """The `jax` module, imported on first use (loading Linnet never imports JAX). Its config is left as it is: the
+    functions that need 64-bit types (the generated code's i64) run under `x64_scoped`."""
     import jax
 
-    from linnet.compiler.jax.module import enable_x64
-
-    enable_x64()
     return jax
 
 
@@ -159,6 +161,7 @@ class JaxModel(ModelBase):
     input_sharding: Any = None
     compiler_options: dict | None = None  # the XLA options its entries compile with (`JaxProgram.compiler_options`)
 
+    @x64_scoped  # an i64 input stays i64
     def put_input(self, a):
         """A numpy input on the model's device (or replicated over its mesh)."""
         return jax_module().device_put(np.asarray(a), self.input_sharding or self.device)
@@ -171,6 +174,7 @@ class JaxModel(ModelBase):
         self.graph(name)
         fn = self.functions[name]
 
+        @x64_scoped
         def call(*inputs):
             inputs = [self.put_input(x) if isinstance(x, np.ndarray) else x for x in inputs]
             if not self.stateful[name]:
@@ -185,6 +189,7 @@ class JaxModel(ModelBase):
         out = self._native_entry(entry)(*arrays)
         return [np.asarray(o) for o in (out if isinstance(out, tuple) else (out,))]
 
+    @x64_scoped
     def reset_state(self) -> None:
         """Zero the KV cache (not needed between requests: a step only reads what it wrote)."""
         jax = jax_module()
@@ -254,6 +259,7 @@ class JaxStepModel:
         """The `input_ids` shapes ([B, S]) compiled so far, in order."""
         return sorted(self._compiled)
 
+    @x64_scoped
     def _executable(self, shape: tuple[int, int]) -> Callable:
         """The step compiled for `input_ids` of `shape` ([B, S]; `positions` and `rows` [B]), compiled on first
         use. The compile goes through JAX's persistent cache when one is set (`caches.enable`)."""
@@ -267,6 +273,7 @@ class JaxStepModel:
             exe = self._compiled[shape] = fn.lower(m.params, m.state, ids, vec, vec).compile()
         return exe
 
+    @x64_scoped
     def warm_up(self, prefill_lengths: list[int], batch_sizes: list[int]) -> None:
         """Compile now the shapes that prefilling steps of `prefill_lengths` tokens (one entry each) and decoding
         `batch_sizes` rows at once will run (each prefill's padded bucket, the decode step per batch size), and run
@@ -328,6 +335,7 @@ class JaxStepModel:
             np.concatenate([rows, np.full(runs - b, self.max_batch, np.int64)]),
         )
 
+    @x64_scoped
     def _call(self, ids: np.ndarray, positions: np.ndarray, rows: np.ndarray):
         m = self.model
         b, s = ids.shape
@@ -338,6 +346,7 @@ class JaxStepModel:
         return logits  # [runs, V], on the device: the caller keeps the first b rows on the host (a slice on the
         # device would compile once per b, which batch buckets are there to avoid)
 
+    @x64_scoped
     def step_greedy(
         self, input_ids: np.ndarray, positions: np.ndarray, rows: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
@@ -382,6 +391,7 @@ class JaxStepModel:
         return np.asarray(logits, dtype=np.float32)[:b]
 
 
+@x64_scoped
 def load(
     source: str | Path,
     weights: str | Path | None = None,
@@ -410,6 +420,7 @@ def load(
     return load_prepared(prepared, options, mode, fuse_linear_weights, t0, scan_layers)
 
 
+@x64_scoped
 def load_prepared(
     prepared: Prepared,
     options: LoadOptions = LoadOptions(),
@@ -743,6 +754,7 @@ def _read_exported(path: Path) -> tuple[bytes, dict[str, Any], Path]:
     return data, meta, meta_path
 
 
+@x64_scoped
 def load_exported(
     path: str | Path, params: dict | None = None, weights: str | Path | None = None, device: str = "cpu"
 ) -> JaxModel:
