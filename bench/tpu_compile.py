@@ -247,9 +247,7 @@ def main(argv=None) -> int:
         ap.error("on the chip run bench/tpu.py --only compile; here, --cpu")
     import jax
 
-    from linnet.compiler.jax.module import enable_x64
-
-    enable_x64()
+    jax.config.update("jax_enable_x64", True)  # the IR's i64, for the whole of this bench's own process
     wait0, t0 = _cpu_wait_us(), time.perf_counter()
     rows = {}
     for name, scan in VARIANTS.items():

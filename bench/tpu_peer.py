@@ -27,9 +27,9 @@ differently, so some divergence is expected) and the last prompt token's logits 
 against the CPU reference: Linnet in f32 on the host's CPU from the same folder (the prompt's last logits and 16
 greedy tokens). Rows: `peer` (speed, the ratios Linnet / KerasHub) and `peer distance`.
 
-One process holds both: Linnet turns `jax_enable_x64` on process-wide (its i64 indices), under which KerasHub's
-`dynamic_slice` fails (int64 and int32 indices); the flag is set off for KerasHub's part and Linnet's next compile
-sets it on again.
+One process holds both: Linnet runs its i64 code under a scoped `jax.enable_x64` (docs/backends.md), so the
+process-wide flag KerasHub needs off (its `dynamic_slice` fails on int64 with int32 indices) stays off; the
+flag is still set off explicitly for KerasHub's part, in case the caller turned it on.
 
 Device time (estimated from the CPU runs, not yet measured on the chip): about 3.5-4 minutes for TinyLlama (the
 folder ~15 s, the CPU reference ~30 s, KerasHub's load ~30 s and its four compiles, Linnet's load and compiles ~25 s
@@ -90,7 +90,7 @@ def kerashub_side(folder: Path, config: dict, ids: np.ndarray, new: int) -> dict
     os.environ.setdefault("KERAS_BACKEND", "jax")
     import jax
 
-    jax.config.update("jax_enable_x64", False)  # Linnet's process-wide x64 breaks KerasHub's int32 slicing
+    jax.config.update("jax_enable_x64", False)  # x64 on breaks KerasHub's int32 slicing (Linnet's is scoped)
     t = time.perf_counter()
     import keras
     import keras_hub

@@ -172,12 +172,15 @@ def write_output(text: str, out: str | None, cmd: str) -> int:
     return EXIT_OK
 
 
-def load_model(args: argparse.Namespace, random_weights: bool):
+def load_model(args: argparse.Namespace, random_weights: bool, throughput: bool = False):
     """The model of `args.file` on `--backend`, through the registry, with the backend's
     persistent compile cache on (`linnet.runtimes.backends.caches`) and, on PyTorch, one thread per idle
     core of the process's CPU affinity (per core of it where the compiled kernels are specialised to
     the thread count, `Backend.thread_specific`; `linnet.runtimes.backends.threads`); `args.setup` says what
     was chosen.
+    `throughput` (`linnet serve`): on an accelerator the JAX backends' layers unrolled, unless `LINNET_SCAN_LAYERS`
+    says otherwise (the scanned decode step costs ~8 % more a 32-row batch on a TPU:
+    `jax_backend.SCAN_ON_ACCELERATORS`).
     Raises LinnetError (a backend option it lacks included), ValueError (a bad `--config`) or
     OSError."""
     from linnet.runtimes.backends import BACKENDS, get_backend
@@ -197,6 +200,11 @@ def load_model(args: argparse.Namespace, random_weights: bool):
             takes = ", ".join(b.name for b in BACKENDS.values() if "cpu_offload_gb" in b.options)
             raise UsageError(f"--cpu-offload-gb is an option of {takes}, not of {backend.name}")
         options["cpu_offload_gb"] = args.cpu_offload_gb
+    if throughput and "scan_layers" in backend.options and args.device != "cpu":
+        from linnet.runtimes.backends.jax_backend import SCAN_LAYERS_ENV
+
+        if SCAN_LAYERS_ENV not in os.environ:
+            options["scan_layers"] = False
     if getattr(args, "tensor_parallel", False):
         options.update(tensor_parallel_options(backend))  # JAX: every weight under its checkpoint name, split by it
     model = backend.load(

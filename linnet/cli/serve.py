@@ -46,7 +46,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
             return serve_on_ray(args)
         pick_model(args)
-        model = load_model(args, random_weights=False)
+        model = load_model(args, random_weights=False, throughput=True)
     except UsageError as err:
         print(f"linnet serve: {err}", file=sys.stderr)
         return EXIT_USAGE

@@ -82,9 +82,8 @@ class Runner:
             import jax
 
             from linnet.compiler.jax.codegen import module_source
-            from linnet.compiler.jax.module import enable_x64
 
-            enable_x64()
+            jax.config.update("jax_enable_x64", True)  # the generated code's i64, run here without Linnet's scope
             ns = {}
             exec(module_source(prepared, numerics), ns)
             self.ns, self.jax = ns, jax

@@ -216,8 +216,9 @@ def test_the_standalone_module_scans_what_stack_layers_stacks(pair):
     ids, zero = np.array([PROMPT]), np.zeros(1, np.int64)
     state = {k: jax.numpy.zeros_like(v) for k, v in unrolled.state.items()}
     by_name = {**unrolled.params, **state}
-    plain, _ = namespace["step"](by_name, ids, zero, zero)
-    scanned, new_state = namespace["step"](namespace["stack_layers"](by_name), ids, zero, zero)
+    with jax.enable_x64(True):  # the module's i64, which Linnet's own calls scope (docs/backends.md, "JAX's config")
+        plain, _ = namespace["step"](by_name, ids, zero, zero)
+        scanned, new_state = namespace["step"](namespace["stack_layers"](by_name), ids, zero, zero)
     assert "model.layers.*.self_attn.k_cache" in new_state
     np.testing.assert_allclose(np.asarray(scanned), np.asarray(plain), rtol=0, atol=ATOL)
     unrolled.reset_state()
@@ -230,14 +231,11 @@ def test_auto_scans_on_the_cpu_unrolls_by_name_and_the_environment_turns_it_off(
     says, never in the per-name layout (the trainer's and tensor parallelism's: they unroll); `LINNET_SCAN_LAYERS`
     overrides auto (not an explicit value), and another value of it is a clear error."""
     from linnet.errors import BackendError
-    from linnet.runtimes.backends import jax_backend
     from linnet.runtimes.backends.jax_backend import SCAN_LAYERS_ENV, scans_layers
 
     monkeypatch.delenv(SCAN_LAYERS_ENV, raising=False)
     assert scans_layers(None, "cpu") and not scans_layers(None, "cpu", fuse_linear_weights=False)
-    assert scans_layers(None, "tpu") == jax_backend.SCAN_ON_ACCELERATORS
-    monkeypatch.setattr(jax_backend, "SCAN_ON_ACCELERATORS", True)  # the one-line flip after the chip's numbers
-    assert scans_layers(None, "tpu") and scans_layers(None, "gpu")
+    assert scans_layers(None, "tpu") and scans_layers(None, "gpu")  # SCAN_ON_ACCELERATORS, after the chip's numbers
     monkeypatch.setenv(SCAN_LAYERS_ENV, "0")
     assert not scans_layers(None, "cpu") and not scans_layers(None, "tpu") and scans_layers(True, "cpu")
     m = lj.load(LLAMA, config=SMALL, random_weights=True, progress=False, max_positions=32)
@@ -254,3 +252,34 @@ def test_auto_scans_on_the_cpu_unrolls_by_name_and_the_environment_turns_it_off(
 def test_the_cpu_scans_by_default():
     m = lj.load(LLAMA, config=SMALL, random_weights=True, progress=False, max_positions=32)
     assert "model.layers.*.mlp.down_proj.weight" in m.params
+
+
+@pytest.mark.parametrize("command, device, env, want", [
+    ("serve", "tpu", None, False),  # a server's steps unrolled on an accelerator: ~8 % faster a 32-row step there
+    ("serve", "tpu", "1", None),  # LINNET_SCAN_LAYERS says otherwise: auto, which reads it
+    ("serve", "cpu", None, None),  # the CPU: auto (scanned)
+    ("generate", "tpu", None, None),  # a generation: auto (scanned on a TPU too)
+])  # fmt: skip
+def test_serve_on_an_accelerator_asks_for_the_layers_unrolled(monkeypatch, command, device, env, want):
+    """`linnet serve --device tpu` loads the JAX backends' layers unrolled (`load_model(..., throughput=True)`),
+    other commands leave `scan_layers` to auto; the option reaches the backend's `load`."""
+    import argparse
+
+    from linnet.cli.common import load_model
+    from linnet.runtimes.backends import BACKENDS
+    from linnet.runtimes.backends.jax_backend import SCAN_LAYERS_ENV
+
+    monkeypatch.delenv(SCAN_LAYERS_ENV, raising=False)
+    if env is not None:
+        monkeypatch.setenv(SCAN_LAYERS_ENV, env)
+    seen = {}
+    backend = type(BACKENDS["xla"])  # a frozen dataclass: its methods patched on the class
+    monkeypatch.setattr(backend, "setup_process", lambda self, device: "")
+    monkeypatch.setattr(backend, "load", lambda self, *a, **kw: seen.update(kw))
+    args = argparse.Namespace(
+        file=str(LLAMA), weights=None, preset=None, config=[], dtype="f32", numerics="equivalent", device=device,
+        max_batch=1, max_positions=32, provider=None, backend="xla", tensor_parallel=False,
+    )  # fmt: skip
+    monkeypatch.setattr("linnet.cli.common.check_paths", lambda args: None)
+    load_model(args, random_weights=True, throughput=command == "serve")
+    assert seen.get("scan_layers") is want

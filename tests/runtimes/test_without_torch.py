@@ -105,3 +105,60 @@ def test_backend_runs_without_torch(backend, numpy_folder):
         m = linnet.load(LLAMA, numpy_folder, backend="torch", max_positions=32, progress=False)
         expected = Generator(m.step_model(), None).generate([1, 2, 3], SamplingParams(max_new_tokens=4)).token_ids
         assert lines["TOKENS"] == str(expected)
+
+
+# Runs in the child: torch blocked by a meta path finder (what a machine without torch answers: an ImportError), then
+# `linnet train` on JAX with each preference method, and on PyTorch.
+TRAIN_CHILD = """
+import sys
+
+
+class NoTorch:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "torch":
+            raise ImportError(f"No module named {name!r} (blocked by the test)")
+        return None
+
+
+sys.meta_path.insert(0, NoTorch())
+from linnet.cli import main
+
+folder, data, out = sys.argv[1], sys.argv[2], sys.argv[3]
+common = ["train", "{llama}", "--weights", folder, "--max-steps", "2", "--max-length", "16", "--quiet"]
+runs = {
+    "dpo-jax": ["--method", "dpo", "--backend", "jax", "--data", data + "/dpo.jsonl", "-o", out + "/dpo"],
+    "grpo-jax": ["--method", "grpo", "--backend", "jax", "--data", data + "/grpo.jsonl", "-o", out + "/grpo",
+                 "--reward", "tests.runtimes.train.toy_pref:digit_share_reward"],
+    "dpo-torch": ["--method", "dpo", "--backend", "torch", "--data", data + "/dpo.jsonl", "-o", out + "/torch"],
+}
+for name, args in runs.items():
+    print(f"RC {name} {main(common + args)}", flush=True)
+print("TORCH", sorted(k for k, v in sys.modules.items() if v is not None and k.split(".")[0] == "torch"))
+"""
+
+
+def test_preference_training_without_torch(numpy_folder, tmp_path):
+    """DPO trains on JAX where torch cannot be imported (its module imported torch at load: a traceback); GRPO,
+    which JAX does not train yet, and training on PyTorch say so and exit 2, naming what to install."""
+    pytest.importorskip("jax")
+    pytest.importorskip("optax")
+    with open(tmp_path / "dpo.jsonl", "w") as f:
+        for i in range(4):
+            f.write(json.dumps({"prompt_ids": [1, 2 + i, 3], "chosen_ids": [5, 6], "rejected_ids": [7, 8 + i]}) + "\n")
+    (tmp_path / "grpo.jsonl").write_text("".join(json.dumps({"prompt_ids": [1, 2 + i, 3]}) + "\n" for i in range(4)))
+    code = textwrap.dedent(TRAIN_CHILD).replace("{llama}", str(LLAMA))
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(numpy_folder), str(tmp_path), str(tmp_path / "out")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    rcs = dict(line.split()[1:] for line in done.stdout.splitlines() if line.startswith("RC "))
+    assert rcs == {"dpo-jax": "0", "grpo-jax": "2", "dpo-torch": "2"}, (rcs, done.stderr[-4000:])
+    assert "method grpo does not train on JAX yet (JAX trains: sft, full, dpo)" in done.stderr
+    assert "training on torch needs torch, which is not installed (pip install 'linnet[torch]')" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert (tmp_path / "out" / "dpo" / "metrics.jsonl").read_text().count("\n") == 2
+    assert "TORCH []" in done.stdout

@@ -13,8 +13,9 @@ runs an `Exported` (fresh or deserialized) with the same calling convention.
 Parameters and state are arguments, never constants: the folded constants of the IR (a few
 small arrays, such as the rotary exponents) are the only values baked into a trace.
 
-Integer inputs and indices are i64, as in the IR: this module turns on `jax_enable_x64`
-(process-wide; f32 stays f32, since Python scalars are weakly typed).
+Integer inputs and indices are i64, as in the IR: tracing, exporting and calling these functions needs 64-bit types
+on, which this module turns on for its own calls only (`x64.scope`, thread-local; never `jax_enable_x64` for the
+process): the jitted functions run under `x64.scope()` whoever calls them (`x64.ScopedJit`).
 """
 
 from __future__ import annotations
@@ -35,13 +36,9 @@ from linnet.ir.render import dim_text
 from . import q8_kernel
 from .codegen import JAX_DTYPES, NUMERICS, PASSES, held_in_f32, module_source, state_shape
 from .scan import STACKED_INDEX, stacked_key, stacked_lists
+from .x64 import ScopedJit, x64_scoped
 
 MODES = ("generated", "stablehlo")
-
-
-def enable_x64() -> None:
-    if not jax.config.jax_enable_x64:
-        jax.config.update("jax_enable_x64", True)
 
 
 def jax_dtype(name: str):
@@ -107,14 +104,16 @@ class JaxProgram:
 
     def jitted(self, name: str) -> Callable:
         """The entry under `jax.jit` with `compiler_options`, the state (argument 1) donated when the entry writes
-        it."""
-        return jax.jit(
+        it, called and lowered under `x64.scope()` (`ScopedJit`)."""
+        jitted = jax.jit(
             self.entry_fn(name),
             donate_argnums=(1,) if self.stateful(name) else (),
             compiler_options=self.compiler_options,
         )
+        return ScopedJit(jitted)
 
 
+@x64_scoped  # anything the generated module makes as it is executed is made in the IR's dtypes
 def compile_program(
     program: Program,
     numerics: str = "equivalent",
@@ -138,7 +137,6 @@ def compile_program(
     BackendError for unknown numerics and for a fused group whose members are not all quantized alike."""
     if numerics not in NUMERICS:
         raise BackendError(f"numerics must be one of {', '.join(NUMERICS)}, got {numerics!r}")
-    enable_x64()
     passes = replace(PASSES, fuse_linear_weights=fuse_linear_weights, cache_layout=cache_layout)
     prepared = prepare(program, passes, numerics)
     fused = {t.key: list(t.sources) for t in prepared.param_transforms}
@@ -256,11 +254,11 @@ def input_specs(graph: Graph, max_positions: int | None = None) -> list:
     return specs
 
 
+@x64_scoped
 def export_entry(compiled: JaxProgram, name: str, platforms: list[str] | None = None):
     """Entry `name` as a `jax.export.Exported`: arguments `(params, state, *inputs)` (params
     and state as dicts by checkpoint name), batch and sequence dims symbolic. The weights are
     arguments; nothing but the small folded constants is in the artifact."""
-    enable_x64()
     graph = compiled.program.entries[name]
     params, state = param_specs(
         compiled.program,
@@ -272,7 +270,7 @@ def export_entry(compiled: JaxProgram, name: str, platforms: list[str] | None = 
         kernel_layout=bool(platforms) and all(q8_kernel.uses_kernel(p) for p in platforms),
     )
     state = state if compiled.stateful(name) else {}  # an entry that writes no state takes none
-    fn = compiled.jitted(name)
+    fn = compiled.jitted(name).jitted  # the jax.jit itself, which jax.export takes (this function is scoped)
     inputs = input_specs(graph, compiled.program.max_positions if state else None)
     return jax.export.export(fn, platforms=platforms)(params, state, *inputs)
 
@@ -280,9 +278,9 @@ def export_entry(compiled: JaxProgram, name: str, platforms: list[str] | None = 
 def exported_fn(exported, stateful: bool, compiler_options: dict | None = None) -> Callable:
     """A jitted `f(params, state, *inputs)` running `exported` (the state donated when the entry
     writes it), compiled with `compiler_options` (`JaxProgram.compiler_options`; XLA's defaults when None). Each
-    new input shape is a new specialisation of the artifact (one compile)."""
-    enable_x64()
-    return jax.jit(exported.call, donate_argnums=(1,) if stateful else (), compiler_options=compiler_options)
+    new input shape is a new specialisation of the artifact (one compile). Called and lowered under `x64.scope()`
+    (`ScopedJit`)."""
+    return ScopedJit(jax.jit(exported.call, donate_argnums=(1,) if stateful else (), compiler_options=compiler_options))
 
 
 def exported_signature(exported) -> tuple[dict, dict, list]:

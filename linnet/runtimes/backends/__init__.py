@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from linnet.errors import BackendError
+from linnet.errors import BackendError, TrainError
 from linnet.runtimes.formats.gguf_quants import STORED, working_dtype
 
 if TYPE_CHECKING:
@@ -126,9 +126,13 @@ class Backend:
 
     def trainer_module(self) -> Any:
         """The training module of this backend (`trainer`; imports its framework). Raises BackendError for a backend
-        that does not train."""
+        that does not train, TrainError (`linnet train` exits 2) naming what to install when its framework is
+        missing (`--backend torch` on a machine without torch was an ImportError's traceback)."""
         if self.trainer is None:
             raise BackendError(f"backend {self.name} does not train ({self.label} runs inference only)")
+        missing = self._missing()
+        if missing is not None:
+            raise TrainError(f"training on {missing}")
         return importlib.import_module(f"linnet.runtimes.train.{self.trainer}")
 
     def setup_process(self, device: str = "cpu", instances: int | None = None) -> str:

@@ -31,6 +31,10 @@ generated code dots over them as XLA's bf16 dot did (`linnet.compiler.jax.codege
 `f32_matrices`): the same arithmetic (bit for bit with XLA's excess-precision rewrites off, as
 `equivalent` compiles: `JaxProgram.compiler_options`; tests/runtimes/test_jax_f32_matrices.py),
 for twice the matrices' memory (what f32 holds).
+
+64-bit types. The generated code's integers are i64, as the IR's; loading, putting inputs on the device and running
+steps happen under `jax.enable_x64(True)` for that call and thread only (`linnet.compiler.jax.x64`), so JAX's
+process-wide `jax_enable_x64` stays what the caller set (docs/backends.md).
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
+from linnet.compiler.jax.x64 import x64_scoped
 from linnet.errors import BackendError, LoadError
 from linnet.runtimes.backends import backend_for
 from linnet.runtimes.formats.checkpoints import cast_floating
@@ -64,13 +69,10 @@ MIN_BUCKET = 16
 
 
 def jax_module():
-    """The `jax` module, imported on first use (loading Linnet never imports JAX) with 64-bit integers enabled,
-    as the generated code's i64 indices need (`linnet.compiler.jax.module.enable_x64`)."""
+    """The `jax` module, imported on first use (loading Linnet never imports JAX). Its config is left as it is: the
+    functions that need 64-bit types (the generated code's i64) run under `x64_scoped`."""
     import jax
 
-    from linnet.compiler.jax.module import enable_x64
-
-    enable_x64()
     return jax
 
 
@@ -160,6 +162,7 @@ class JaxModel(ModelBase):
     compiler_options: dict | None = None  # the XLA options its entries compile with (`JaxProgram.compiler_options`)
     offload: Any = None  # the `jax_offload.OffloadPlan` when layers are held in host memory (`cpu_offload_gb`)
 
+    @x64_scoped  # an i64 input stays i64
     def put_input(self, a):
         """A numpy input on the model's device (or replicated over its mesh)."""
         return jax_module().device_put(np.asarray(a), self.input_sharding or self.device)
@@ -172,6 +175,7 @@ class JaxModel(ModelBase):
         self.graph(name)
         fn = self.functions[name]
 
+        @x64_scoped
         def call(*inputs):
             inputs = [self.put_input(x) if isinstance(x, np.ndarray) else x for x in inputs]
             if not self.stateful[name]:
@@ -186,6 +190,7 @@ class JaxModel(ModelBase):
         out = self._native_entry(entry)(*arrays)
         return [np.asarray(o) for o in (out if isinstance(out, tuple) else (out,))]
 
+    @x64_scoped
     def reset_state(self) -> None:
         """Zero the KV cache (not needed between requests: a step only reads what it wrote)."""
         jax = jax_module()
@@ -255,6 +260,7 @@ class JaxStepModel:
         """The `input_ids` shapes ([B, S]) compiled so far, in order."""
         return sorted(self._compiled)
 
+    @x64_scoped
     def _executable(self, shape: tuple[int, int]) -> Callable:
         """The step compiled for `input_ids` of `shape` ([B, S]; `positions` and `rows` [B]), compiled on first
         use. The compile goes through JAX's persistent cache when one is set (`caches.enable`)."""
@@ -268,6 +274,7 @@ class JaxStepModel:
             exe = self._compiled[shape] = fn.lower(m.params, m.state, ids, vec, vec).compile()
         return exe
 
+    @x64_scoped
     def warm_up(self, prefill_lengths: list[int], batch_sizes: list[int]) -> None:
         """Compile now the shapes that prefilling steps of `prefill_lengths` tokens (one entry each) and decoding
         `batch_sizes` rows at once will run (each prefill's padded bucket, the decode step per batch size), and run
@@ -329,6 +336,7 @@ class JaxStepModel:
             np.concatenate([rows, np.full(runs - b, self.max_batch, np.int64)]),
         )
 
+    @x64_scoped
     def _call(self, ids: np.ndarray, positions: np.ndarray, rows: np.ndarray):
         m = self.model
         b, s = ids.shape
@@ -339,6 +347,7 @@ class JaxStepModel:
         return logits  # [runs, V], on the device: the caller keeps the first b rows on the host (a slice on the
         # device would compile once per b, which batch buckets are there to avoid)
 
+    @x64_scoped
     def step_greedy(
         self, input_ids: np.ndarray, positions: np.ndarray, rows: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
@@ -383,6 +392,7 @@ class JaxStepModel:
         return np.asarray(logits, dtype=np.float32)[:b]
 
 
+@x64_scoped
 def load(
     source: str | Path,
     weights: str | Path | None = None,
@@ -414,6 +424,7 @@ def load(
     return load_prepared(prepared, options, mode, fuse_linear_weights, t0, scan_layers, cpu_offload_gb)
 
 
+@x64_scoped
 def load_prepared(
     prepared: Prepared,
     options: LoadOptions = LoadOptions(),
@@ -520,11 +531,13 @@ def _offload_plan(compiled, cpu_offload_gb: float, layout: str, scan: bool):
     return plan_offload(specs, compiled.namespace.get("STACKED_LISTS", {}), cpu_offload_gb)
 
 
-# Whether an accelerator (a TPU, a GPU) scans the layers by default: the one line to flip once the chip's numbers
-# (`bench/tpu.sh --only compile`: compile cold and cached, a token of a generation, a 32-row decode step, scanned
-# against unrolled) show the scanned step costs a serving batch nothing. The CPU scans by default (21-22 s -> 2.2-4.1
-# s a program cold, 9.4 -> 0.25 s cached: bench/results/tpu_compile_cpu.json).
-SCAN_ON_ACCELERATORS = False
+# Whether an accelerator (a TPU, a GPU) scans the layers by default. The chip (bench/results/tpu_compile_2026-12-06:
+# the 1.1B shape) compiled a generation's programs in 5.8 s cold and 0.40 s cached scanned against 46.3 s and 8.5 s
+# unrolled, for a decode that costs 12 % more a token at batch 1 and 8 % more a 32-row step: a generation waits far
+# less scanned, so scanned is the default; `linnet serve`, whose throughput is what it is for and whose compiles are
+# paid once at start, asks for the layers unrolled there (`linnet.cli.common.load_model`). The CPU scans by default
+# (21-22 s -> 2.2-4.1 s a program cold, 9.4 -> 0.25 s cached: bench/results/tpu_compile_cpu.json).
+SCAN_ON_ACCELERATORS = True
 # `LINNET_SCAN_LAYERS=0` (or 1): the layers unrolled (or scanned) wherever `scan_layers` is left to its default
 SCAN_LAYERS_ENV = "LINNET_SCAN_LAYERS"
 _SCAN_VALUES = {"0": False, "off": False, "false": False, "no": False, "1": True, "on": True, "true": True, "yes": True}
@@ -785,6 +798,7 @@ def _read_exported(path: Path) -> tuple[bytes, dict[str, Any], Path]:
     return data, meta, meta_path
 
 
+@x64_scoped
 def load_exported(
     path: str | Path, params: dict | None = None, weights: str | Path | None = None, device: str = "cpu"
 ) -> JaxModel:

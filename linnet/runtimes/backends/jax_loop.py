@@ -24,6 +24,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from linnet.compiler.jax.x64 import x64_scoped
+
 CHUNK = 32  # decode steps a dispatch at most: tokens reach the host at least every CHUNK steps
 BATCH_STEPS = 8  # a serving batch's decode steps a dispatch at most: a request arriving meanwhile waits that many
 
@@ -87,6 +89,7 @@ class GreedyLoop:
         self._fn = jax.jit(build_loop(step, chunk), donate_argnums=(1,), compiler_options=compiler_options)
         self._compiled: dict[int, Callable] = {}
 
+    @x64_scoped  # the i64 specs; the executable then runs anywhere on the i64 arrays `put_input` makes
     def executable(self, table_size: int) -> Callable:
         """The loop compiled for a stop table of `table_size` ids (ahead of time, kept)."""
         exe = self._compiled.get(table_size)
@@ -195,6 +198,7 @@ class BatchSteps:
         self._fn = jax.jit(build_batch_steps(step, chunk), donate_argnums=(1,), compiler_options=compiler_options)
         self._compiled: dict[int, Callable] = {}
 
+    @x64_scoped  # the i64 specs; the executable then runs anywhere on the i64 arrays `put_input` makes
     def executable(self, b: int) -> Callable:
         """The steps compiled for a batch of `b` rows (ahead of time, kept)."""
         exe = self._compiled.get(b)

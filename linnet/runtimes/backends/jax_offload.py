@@ -35,6 +35,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from linnet.compiler.jax.x64 import x64_scoped
 from linnet.errors import BackendError
 
 GIB = 1 << 30
@@ -204,6 +205,7 @@ class SegmentedEntry:
     inputs' shapes ahead of time, as `jax.jit(...).lower(...).compile()` does for one (`JaxStepModel` calls it).
     The module docstring says how it runs."""
 
+    @x64_scoped  # the generated module is executed, and the xla programs exported, in the IR's dtypes (i64)
     def __init__(
         self, compiled, name: str, plan: OffloadPlan, device, compiler_options: dict | None = None, specs=None
     ):
@@ -266,6 +268,7 @@ class SegmentedEntry:
     def _wait(self, carry) -> None:
         self.jax.block_until_ready(carry)
 
+    @x64_scoped  # a jitted function called outside the scope would retrace with 32-bit types
     def __call__(self, params: dict, state: dict, *inputs):
         return self._run(self.head, self.group, self.tail, params, state, inputs)
 
@@ -296,6 +299,7 @@ class _Lowered:
     def __init__(self, entry: SegmentedEntry, params: dict, state: dict, inputs: tuple):
         self.entry, self.params, self.state, self.inputs = entry, params, state, inputs
 
+    @x64_scoped
     def compile(self) -> Callable:
         entry, jax = self.entry, self.entry.jax
         spec = lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=entry.on_device)  # noqa: E731
@@ -309,6 +313,7 @@ class _Lowered:
             group = entry.group.lower(group_params, layers[0][1], *self.inputs, carry).compile()
         tail = entry.tail.lower(base, {}, *self.inputs, carry).compile()
 
+        @x64_scoped
         def run(params: dict, state: dict, *inputs):
             return entry._run(head, group, tail, params, state, inputs)
 

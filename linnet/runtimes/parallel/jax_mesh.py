@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from linnet.compiler.jax.x64 import ScopedJit, x64_scoped
 from linnet.errors import BackendError
 from linnet.runtimes.backends import backend_for
 from linnet.runtimes.backends.jax_backend import JaxModel, jax_module
@@ -85,6 +86,7 @@ def param_sharding(
     return jax.sharding.NamedSharding(mesh, P(*spec))
 
 
+@x64_scoped
 def shard_model(model: JaxModel, mesh, plan: dict[str, str] = LLAMA_TP_PLAN) -> JaxModel:
     """`model` (loaded with `fuse_linear_weights=False`) with its parameters and KV cache placed on `mesh`
     by `plan`, and its entries jitted with those shardings (the state keeps its sharding from step to step,
@@ -123,7 +125,8 @@ def shard_model(model: JaxModel, mesh, plan: dict[str, str] = LLAMA_TP_PLAN) -> 
     for name in model.functions:
         stateful = model.stateful[name]
         out = (replicated, state_shardings) if stateful else replicated
-        functions[name] = jax.jit(compiled.entry_fn(name), out_shardings=out, donate_argnums=(1,) if stateful else ())
+        jitted = jax.jit(compiled.entry_fn(name), out_shardings=out, donate_argnums=(1,) if stateful else ())
+        functions[name] = ScopedJit(jitted)
     model.functions = functions
     model.step_executables.clear()
     model.input_sharding = replicated

@@ -13,25 +13,30 @@ The reference π_ref is, as in TRL with a PEFT model and `ref_model=None`, the s
 disabled (computed live each step under `torch.no_grad`, `precompute_ref_log_probs=False`); without LoRA it is a
 frozen copy of the starting weights. Chosen and rejected rows go through the model in one batch,
 `[chosen_0..chosen_{B-1}, rejected_0..rejected_{B-1}]`, as TRL's `DataCollatorForPreference` stacks them.
+
+torch is imported where a loss or a reference runs on PyTorch, not with this module: on JAX (`jax_trainer`) DPO's
+rows, batches and losses need none, and train there on a machine without torch.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-import torch.nn.functional as F
+import numpy as np
 
 from linnet.errors import TrainError
 
 from .data import Batch, Row, TokenRow, encode_prompt_completion, field_choice
-from .logprobs import token_logps
 from .objectives import LossOutput, Objective, Policy, register
-from .reference import ReferenceModel
 
-__all__ = ["DPO", "DPO_DEFAULT_BETA", "dpo_loss", "preference_batch", "masked_logps"]
+if TYPE_CHECKING:
+    import torch
+
+    from .reference import ReferenceModel
+
+__all__ = ["DPO", "DPO_DEFAULT_BETA", "dpo_loss", "preference_batch", "preference_arrays", "masked_logps"]
 
 DPO_DEFAULT_BETA = 0.1  # trl/trainer/dpo_config.py, DPOConfig.beta
 
@@ -54,6 +59,8 @@ def dpo_loss(
     `rewards/chosen` = mean β·chosen_logratio, `rewards/rejected` likewise, `rewards/accuracies` = the share of
     pairs with chosen reward > rejected reward, `rewards/margins` = mean of their difference, `logps/chosen`,
     `logps/rejected` = mean summed log-probs under the trained model."""
+    import torch.nn.functional as F
+
     chosen_logratios = chosen_logps - ref_chosen_logps
     rejected_logratios = rejected_logps - ref_rejected_logps
     loss = -F.logsigmoid(beta * (chosen_logratios - rejected_logratios)).mean()
@@ -88,6 +95,17 @@ def preference_batch(
     """Stack `rows` of (prompt_ids, chosen_ids, rejected_ids) as TRL's `DataCollatorForPreference` does
     (trl/trainer/dpo_trainer.py): [prompt + chosen for each row] then [prompt + rejected for each row], each cut
     to its first `max_length` tokens (`truncation_mode="keep_start"`), right-padded with `pad_id`."""
+    import torch
+
+    input_ids, completion_mask, n_tokens = preference_arrays(rows, pad_id, max_length)
+    return PreferenceBatch(torch.from_numpy(input_ids), torch.from_numpy(completion_mask), n_tokens)
+
+
+def preference_arrays(
+    rows: list[tuple[list[int], list[int], list[int]]], pad_id: int, max_length: int | None = None
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """`preference_batch` in numpy (what the JAX trainer takes, without torch): i64[2B, S] input_ids, i64[2B, S]
+    completion_mask and the real tokens' count."""
     sequences, masks = [], []
     for part in (1, 2):
         for row in rows:
@@ -99,12 +117,12 @@ def preference_batch(
             sequences.append(ids)
             masks.append(mask)
     width = max(len(s) for s in sequences)
-    input_ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
-    completion_mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    input_ids = np.full((len(sequences), width), pad_id, dtype=np.int64)
+    completion_mask = np.zeros((len(sequences), width), dtype=np.int64)
     for i, (ids, mask) in enumerate(zip(sequences, masks, strict=True)):
-        input_ids[i, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-        completion_mask[i, : len(mask)] = torch.tensor(mask, dtype=torch.long)
-    return PreferenceBatch(input_ids, completion_mask, sum(len(s) for s in sequences))
+        input_ids[i, : len(ids)] = ids
+        completion_mask[i, : len(mask)] = mask
+    return input_ids, completion_mask, sum(len(s) for s in sequences)
 
 
 class DPO(Objective):
@@ -158,19 +176,23 @@ class DPO(Objective):
 
     def collate(self, rows: Sequence[TokenRow], pad_token_id: int) -> Batch:
         triples = [(r.extra["prompt_ids"], r.extra["chosen_ids"], r.extra["rejected_ids"]) for r in rows]
-        pb = preference_batch(triples, pad_token_id, self.max_length)
-        mask = pb.completion_mask.numpy().astype("float32")[:, 1:].copy()
+        input_ids, completion_mask, _ = preference_arrays(triples, pad_token_id, self.max_length)
+        mask = completion_mask.astype("float32")[:, 1:].copy()
         lengths = [len(p) + len(c) for p, c, _ in triples] + [len(p) + len(r) for p, _, r in triples]
         if self.max_length is not None:
             lengths = [min(n, self.max_length) for n in lengths]
-        return Batch(pb.input_ids.numpy(), mask, lengths, list(rows))
+        return Batch(input_ids, mask, lengths, list(rows))
 
     def prepare_step(self, policy: Policy, micro_batches: list[Batch]) -> list[Batch]:
+        from .reference import ReferenceModel
+
         if self.reference is None:  # before the first update: a full fine-tune's reference is the start
             self.reference = ReferenceModel(policy)
         return micro_batches
 
     def resume(self, policy: Policy, step: int) -> None:
+        from .reference import ReferenceModel
+
         if self.reference is None:  # the start's reference, before the checkpoint's values are bound
             self.reference = ReferenceModel(policy)
 
@@ -178,6 +200,8 @@ class DPO(Objective):
         return 1
 
     def loss(self, policy: Policy, batch: Batch, num_items: int) -> LossOutput:
+        import torch
+
         ids = torch.as_tensor(batch.input_ids, device=policy.device)
         mask = torch.as_tensor(batch.loss_mask, device=policy.device)
         logps = masked_logps(policy.logits(ids), ids, mask)
@@ -190,6 +214,8 @@ class DPO(Objective):
 
 def masked_logps(logits: torch.Tensor, input_ids: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
     """Summed log-probs f32[B] of the tokens `loss_mask` f32[B, S - 1] selects (entry s: token s + 1)."""
+    from .logprobs import token_logps
+
     return (token_logps(logits[:, :-1], input_ids[:, 1:]) * loss_mask).sum(dim=1)
 
 

@@ -16,26 +16,32 @@ The ratio on the k3 term is TRL 1.16's `use_bias_correction_kl=True` default (De
 value is 1 when num_iterations = 1, but it turns the term's gradient into the unbiased reverse-KL gradient.
 Log-probs are taken from logits divided by the sampling temperature, as TRL does. With β > 0 and LoRA the
 reference is the model with adapters disabled (TRL with a PEFT model and no `ref_model`).
+
+torch is imported where the loss, the advantages or a reference run (on PyTorch), not with this module, so that
+`--method grpo` on a machine without torch reaches the JAX trainer's error (it does not train GRPO yet) instead of
+failing on the import.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from linnet.errors import TrainError
 
 from ..generation import Generator
 from ..sampling import SamplingParams
 from .data import Batch, Row, TokenRow, field_choice, pad_batch, token_ids
-from .logprobs import token_logps
 from .objectives import LossOutput, Objective, Policy, register
-from .reference import ReferenceModel
 from .rewards import load_reward
+
+if TYPE_CHECKING:
+    import torch
+
+    from .reference import ReferenceModel
 
 __all__ = [
     "GRPO",
@@ -59,6 +65,8 @@ def group_advantages(rewards: torch.Tensor, num_generations: int) -> tuple[torch
 
     Returns (advantages f32[N], metrics): TRL's `reward` (mean), `reward_std` (Bessel std over all N),
     `frac_reward_zero_std` (share of completions whose group has equal rewards)."""
+    import torch
+
     grouped = rewards.view(-1, num_generations)
     mean = grouped.mean(dim=1).repeat_interleave(num_generations)
     std = grouped.std(dim=1, unbiased=True).repeat_interleave(num_generations)
@@ -83,6 +91,8 @@ def completion_logps(
         temperature: the sampling temperature; the logits are divided by it (TRL does).
 
     Returns f32[N, C]."""
+    from .logprobs import token_logps
+
     c = completion_ids.shape[1]
     return token_logps(logits[:, prompt_length - 1 : prompt_length - 1 + c], completion_ids, temperature)
 
@@ -115,6 +125,8 @@ def grpo_loss(
 
     Returns (loss, metrics): `kl` (masked mean of KL_t, when β > 0) and `clip_ratio/region_mean`.
     Raises ValueError when β > 0 without reference log-probs."""
+    import torch
+
     mask = completion_mask.to(per_token_logps.dtype)
     old = per_token_logps.detach() if old_per_token_logps is None else old_per_token_logps
     ratio = torch.exp(per_token_logps - old)
@@ -254,6 +266,10 @@ class GRPO(Objective):
         return out
 
     def prepare_step(self, policy: Policy, micro_batches: list[Batch]) -> list[Batch]:
+        import torch
+
+        from .reference import ReferenceModel
+
         if self.reference is None and self.beta != 0.0:
             self.reference = ReferenceModel(policy)
         step = self.steps_done
@@ -289,6 +305,8 @@ class GRPO(Objective):
         return out
 
     def resume(self, policy: Policy, step: int) -> None:
+        from .reference import ReferenceModel
+
         if self.reference is None and self.beta != 0.0:  # the start's reference, before the checkpoint's values
             self.reference = ReferenceModel(policy)
         self.steps_done = step  # the sampling seeds of step t are drawn from (seed, t, ...)
@@ -300,6 +318,10 @@ class GRPO(Objective):
         return [tok.decode(c, skip_special_tokens=True) for c in completions]
 
     def loss(self, policy: Policy, batch: Batch, num_items: int) -> LossOutput:
+        import torch
+
+        from .logprobs import token_logps
+
         ids = torch.as_tensor(batch.input_ids, device=policy.device)
         mask = torch.as_tensor(batch.loss_mask, device=policy.device)
         advantages = torch.tensor([r.extra["advantage"] for r in batch.rows], device=policy.device)

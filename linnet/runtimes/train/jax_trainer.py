@@ -65,6 +65,7 @@ from typing import Any
 import numpy as np
 
 from linnet.compiler.jax.codegen import DROPOUT_KEY
+from linnet.compiler.jax.x64 import ScopedJit, x64_scoped
 from linnet.errors import TrainError
 from linnet.runtimes.backends.jax_backend import jax_module
 
@@ -233,6 +234,7 @@ class JaxPolicy:
     (`scan_layers=True`; auto leaves them unrolled in that layout), without a
     `forward` entry, or an unknown trainable name."""
 
+    @x64_scoped
     def __init__(self, model: Any, trainable: list[str]):
         import jax.numpy as jnp
 
@@ -279,6 +281,7 @@ class JaxPolicy:
         """`forward`'s logits [B, S, vocab] with the trained `params` (a pytree by checkpoint name)."""
         return self.forward({**self.frozen, **self.cast(params)}, {}, input_ids)
 
+    @x64_scoped
     def commit(self) -> None:
         """Put the trained parameters back into the model (its entries then run with them), in its dtypes; the
         f32 master values stay beside them as `model.master_params` (what `lora.save_adapter` writes)."""
@@ -295,6 +298,7 @@ class JaxTrainer:
     `deliver_now(step)` (set by `train.run`: a signal is pending) asks for step `step`'s record before the next
     step is dispatched (see the module docstring); `state_step` is the step the trained values hold."""
 
+    @x64_scoped
     def __init__(
         self,
         policy: JaxPolicy,
@@ -359,7 +363,7 @@ class JaxTrainer:
             (_, metrics), g = grad(*args, **extra)
             return jax.tree.map(lambda a, b: a + b, grads, g), metrics
 
-        self._accumulate = jax.jit(accumulate, static_argnames=static, donate_argnums=0)
+        self._accumulate = ScopedJit(jax.jit(accumulate, static_argnames=static, donate_argnums=0))  # i64 ids
         self._zeros = jax.jit(lambda tree: jax.tree.map(jax.numpy.zeros_like, tree))
         self._apply = jax.jit(self._apply_updates, donate_argnums=(0, 2))  # the new values take the old's buffers
         self.rows_bucket = 0  # the most rows a micro-batch has had: every micro-batch is padded to it
@@ -375,6 +379,7 @@ class JaxTrainer:
         updates, opt_state = self.optimizer.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, norm
 
+    @x64_scoped  # the ids i64
     def _padded(self, batch: Batch) -> tuple[Any, Any]:
         """The micro-batch padded to its length bucket (`padded_length`) and to `rows_bucket` rows, a multiple of
         the mesh's devices (padding rows hold pad tokens and a zero loss mask: they add nothing), split on its rows
@@ -391,6 +396,7 @@ class JaxTrainer:
         mask[:b, : s - 1] = batch.loss_mask
         return tuple(jax.make_array_from_callback(a.shape, self.rows_sharding, a.__getitem__) for a in (ids, mask))
 
+    @x64_scoped
     def dispatch(self, step: int) -> dict[str, Any]:
         """Queue optimizer step `step` (1-based) on the device without waiting for it; returns what `record`
         turns into its record once it is done (its metrics and gradient norm still on the device)."""
@@ -420,6 +426,7 @@ class JaxTrainer:
         return {"step": step, "micro": micro, "metrics": metrics, "grad_norm": grad_norm, "lr": lr_used, "t0": t0}
 
     @staticmethod
+    @x64_scoped
     def record(queued: dict[str, Any], since: float) -> dict[str, Any]:
         """The record of a step `dispatch` queued (`trainer.Trainer.step`'s keys), its values fetched from the
         device in one transfer (waiting for the step); its time counted from `since`."""
@@ -492,6 +499,7 @@ class JaxTrainer:
         key = {"dropout_key": np.asarray(self.dropout_key).tolist(), "seed": cfg.seed}
         (folder / "rng_state.json").write_text(json.dumps(key) + "\n", encoding="utf-8")
 
+    @x64_scoped
     def load_state(self, folder: Path, step: int, arrays: dict[str, np.ndarray]) -> None:
         """Continue after optimizer step `step` of the checkpoint `folder`: the trained values `arrays`, the optax
         state (every leaf by its tree path, of the shape this run's state has), the dropout key and the data

@@ -103,10 +103,11 @@ def test_lora_dropout_on_jax_draws_masks_from_the_key_it_is_given(tiny_llama, tm
     model = result.model
     program = compile_program(model.prepared.program, model.numerics, fuse_linear_weights=False)
     forward = jax.jit(program.entry_fn("forward"))
-    ids = jax.numpy.asarray(IDS)
-    plain = np.asarray(forward(model.params, {}, ids))
+    with jax.enable_x64(True):  # the entry's i64, as Linnet's own calls run it (docs/backends.md, "JAX's config")
+        ids = jax.numpy.asarray(IDS)
+        plain = np.asarray(forward(model.params, {}, ids))
+        keyed = [np.asarray(forward({**model.params, DROPOUT_KEY: jax.random.PRNGKey(k)}, {}, ids)) for k in (0, 0, 1)]
     np.testing.assert_array_equal(plain, model.forward(IDS))
-    keyed = [np.asarray(forward({**model.params, DROPOUT_KEY: jax.random.PRNGKey(k)}, {}, ids)) for k in (0, 0, 1)]
     np.testing.assert_array_equal(keyed[0], keyed[1])
     assert np.abs(keyed[0] - plain).max() > 1e-6 and np.abs(keyed[0] - keyed[2]).max() > 1e-6
 
