@@ -49,7 +49,9 @@ def load(dtype: str = "f32", mode: str = "generated", **options):
 
 
 # the jax backend (generated JAX under jit) and xla (the three programs exported with symbolic dims)
-@pytest.fixture(scope="module", params=[("generated", "f32"), ("generated", "bf16"), ("stablehlo", "f32")])
+@pytest.fixture(
+    scope="module", params=[("generated", "f32"), ("generated", "bf16"), ("stablehlo", "f32"), ("stablehlo", "bf16")]
+)
 def pair(request):
     mode, dtype = request.param
     return load(dtype, mode), load(dtype, mode, cpu_offload_gb=THREE_LAYERS_GB)

@@ -304,9 +304,9 @@ class _Lowered:
         entry, jax = self.entry, self.entry.jax
         spec = lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=entry.on_device)  # noqa: E731
         base, head_params, head_state, layers = entry._split(self.params, self.state)
-        head = entry.head.lower(head_params, head_state, *self.inputs).compile()
-        carry, _ = jax.eval_shape(entry.head, head_params, head_state, *self.inputs)
-        carry = jax.tree.map(spec, carry)
+        lowered = entry.head.lower(head_params, head_state, *self.inputs)
+        carry = jax.tree.map(spec, lowered.out_info[0])  # (not eval_shape: a jit with XLA options may not nest)
+        head = lowered.compile()
         group = tail = None
         if layers:
             group_params = {**base, **jax.tree.map(spec, layers[0][0])}
