@@ -91,17 +91,25 @@ class NameIndex:
 
 def suggestions(name: str, candidates, limit: int = 3) -> list[str]:
     """The closest candidates to `name`: within an edit distance of a third of its length
-    (at least 1, at most 3), or sharing most characters; best first.
+    (at least 1, at most 3), or sharing most characters; best first (by distance, then name: the order of
+    `candidates` does not matter).
 
     Linear in the candidates with a small constant: a candidate whose length alone rules out both tests is
     skipped, and the character-sharing ratio is bounded by difflib's quick ratios (`name` is the matcher's
-    cached second sequence) before it is computed; the distance stops once it exceeds what can be kept."""
+    cached second sequence) before it is computed; the distance stops once it exceeds what can be kept.
+    Remembered per name and set of candidates: a module is checked once per config, and an unknown name in it
+    asked the same question under each (five times per typo in llama.linnet)."""
+    return list(_suggestions(name, frozenset(candidates), limit))
+
+
+@functools.lru_cache(maxsize=4096)
+def _suggestions(name: str, candidates: frozenset[str], limit: int) -> tuple[str, ...]:
     scored = []
     max_dist = max(1, min(3, len(name) // 3))
     lowered = name.lower()
     matcher = SequenceMatcher(None, "", lowered)
     name_mask = _mask(lowered)
-    for c in set(candidates):
+    for c in candidates:
         if not c or c == name:
             continue
         other = c.lower()
@@ -127,7 +135,7 @@ def suggestions(name: str, candidates, limit: int = 3) -> list[str]:
         if d <= max_dist or similar:
             scored.append((d, c))
     scored.sort()
-    return [c for _, c in scored[:limit]]
+    return tuple(c for _, c in scored[:limit])
 
 
 @functools.lru_cache(maxsize=4096)
