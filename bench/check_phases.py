@@ -11,7 +11,9 @@ as the process's CPU seconds (os.wait4) minus what it had spent when the work wa
 Per edit (`--edits N`, the language server's path without its transport): bench/lsp_latency.py's 3,000-line file
 (llama.linnet grown with renamed copies of its modules) in one Document; N keystrokes typed into LlamaMLP's body
 (` + gate_projj(x)`, a character at a time, again and again: unknown names and broken syntax as typing leaves
-them), each followed by the analysis; CPU seconds of each (time.process_time), p50 / p95 / p99 / max.
+them), each followed by the analysis; CPU seconds of each (time.process_time), p50 / p95 / p99 / max. The
+collector as the server sets it (linnet/lsp/collector.py: the open file's analysis frozen, no automatic full
+collection; the server runs those in pauses).
 
 `--peer DIR` runs every row again with DIR's `linnet` (e.g. main before a change), right after this tree's.
 
@@ -81,12 +83,20 @@ def child(copies: int, setting: str) -> None:
 
 def edits(path: str, n: int) -> None:
     """The per-edit workload in this process (`--child-edits`): prints one JSON line of CPU seconds per edit."""
+    import gc
+
     from linnet.semantics.program import Document
 
     text = Path(path).read_text(encoding="utf-8")
     document = Document(path, text)
     document.analyze()
-    at = text.index("down_proj(silu(gate_proj(x)) * up_proj(x))") + len("down_proj(silu(gate_proj(x)) * up_proj(x))")
+    # as the server's collector (linnet/lsp/collector.py) does: the open file's analysis frozen, the automatic full
+    # collection put out of the way (the server runs it in pauses, not in an edit)
+    gc.freeze()
+    young, middle, full = gc.get_threshold()
+    gc.set_threshold(young, middle, full * 100)
+    body = "        down_proj(silu(gate_proj(x)) * up_proj(x))"  # the code, not the doc comment that quotes it
+    at = text.index(body) + len(body)
     typed, costs = "", []
     for _ in range(n):
         if len(typed) == len(TYPED):  # the whole text typed: take it away, and type it again
