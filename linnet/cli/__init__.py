@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 # Commands whose process ends without the interpreter's teardown (`entry`): the front end alone, with no atexit work
 # (no thread, cache or temporary folder to finish), and analyses of millions of objects that teardown would free one by
-# one after a full collection (4.4-4.9 of 13.2-13.7 CPU s of `linnet check` on 100 copies of llama.linnet:
+# one after a full collection (4.6-4.9 of 12.5-14.5 CPU s of `linnet check` on 100 copies of llama.linnet:
 # bench/results/check_phases.md).
 FAST_EXIT_COMMANDS = frozenset({"check", "fmt"})
 

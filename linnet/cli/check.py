@@ -52,10 +52,10 @@ def _display(path: str) -> str:
 def cmd_check(args: argparse.Namespace) -> int:
     """Check the files given, and every file they import (each once)."""
     # A one-shot run that only accumulates: what it allocates lives until the process ends (with `linnet.cli.entry`,
-    # without the interpreter's teardown), so a collection finds next to nothing to free. The collections took a
-    # sixth to a fifth of the analysis of 100 copies of llama.linnet (6.3-6.5 CPU s with CPython's young collections
-    # at mypy's threshold, 5.2-5.3 s without; peak RSS 343 MB against 372: bench/results/check_phases.md). Enabled
-    # again after, for a caller in the same process (a test).
+    # without the interpreter's teardown), so a collection finds next to nothing to free. The collections took up
+    # to a quarter of the analysis of 100 copies of llama.linnet (5.7-7.1 CPU s with young collections at mypy's
+    # threshold, 5.2-5.3 s without; peak RSS 344 MB against 373: bench/results/check_phases.md). Enabled again
+    # after, for a caller in the same process (a test).
     enabled = gc.isenabled()
     gc.disable()
     try:
