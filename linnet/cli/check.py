@@ -51,9 +51,21 @@ def _display(path: str) -> str:
 
 def cmd_check(args: argparse.Namespace) -> int:
     """Check the files given, and every file they import (each once)."""
-    # A one-shot run that only accumulates (a 5 MB file's analysis holds millions of objects, whose full
-    # collections, each scanning all of them, took a third of the time): collect less often, as mypy's main does.
-    gc.set_threshold(200_000, 30, 30)
+    # A one-shot run that only accumulates: what it allocates lives until the process ends (with `linnet.cli.entry`,
+    # without the interpreter's teardown), so a collection finds next to nothing to free. The collections took up
+    # to a quarter of the analysis of 100 copies of llama.linnet (5.7-7.1 CPU s with young collections at mypy's
+    # threshold, 5.2-5.3 s without; peak RSS 344 MB against 373: bench/results/check_phases.md). Enabled again
+    # after, for a caller in the same process (a test).
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _check(args)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _check(args: argparse.Namespace) -> int:
     from linnet.semantics.program import Workspace
     from linnet.semantics.render import render_github, render_json, render_text, use_color
 

@@ -133,6 +133,7 @@ def read_headers(spec: str | os.PathLike[str]) -> CheckpointHeaders:
             tensor_names=names,
             buffer_names=set(ckpt.buffer_names),
             path=ckpt.path,
+            flattened=ckpt.flattened,
             shapes={n: tuple(ckpt.shape(n)) for n in names},
             dtypes={n: ckpt.dtype(n) for n in names},
             files={Path(f): (mtime, size) for f, mtime, size in key[1]},

@@ -764,6 +764,7 @@ class CallsMixin:
                 errors,
             )
             self.ctx.signatures[key] = sig
+            self.ctx.remember("signatures", key, target.item, inst.item if inst is not None else None)
         for k, v in sig.deps.items():
             self.result.deps.setdefault(k, v)
         return sig

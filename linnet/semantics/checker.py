@@ -80,6 +80,16 @@ class CheckContext:
         # those are unchanged) lends its caches, so a body edit does not recompute them.
         self.members_cache: dict[Any, Members] = previous.members_cache if previous else {}
         self.signatures: dict[Any, Any] = previous.signatures if previous else {}
+        # The keys of both caches by each item whose replacement leaves them stale (an instance's module, a callee's
+        # item): an edit drops its items' entries without reading the rest (`program._prune_caches`).
+        self.cache_keys: dict[Item, list[tuple[str, Any]]] = previous.cache_keys if previous else {}
+
+    def remember(self, cache: str, key, *items: Item | None) -> None:
+        """Index the entry `key` of `cache` ("members" or "signatures") under `items`: it is dropped when one of
+        them is replaced."""
+        for item in dict.fromkeys(items):
+            if item is not None:
+                self.cache_keys.setdefault(item, []).append((cache, key))
 
 
 @dataclass

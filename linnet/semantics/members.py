@@ -267,6 +267,8 @@ class MembersMixin:
             members = _MemberEvaluator(self, inst).run()
         finally:
             self.ctx.computing.discard(key)
+        if key not in cache:
+            self.ctx.remember("members", key, inst.item)
         cache[key] = members
         inst.members = members
         if report:

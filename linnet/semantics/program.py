@@ -691,15 +691,15 @@ class Document:
 def _prune_caches(ctx: CheckContext, replaced: list[Item]) -> None:
     """Drop cached members and signatures of items an edit replaced. Their keys hold the old
     `Item` (or its function nodes), so they are never hit again; kept, they would grow the
-    server's memory with every edit."""
-    dead = set(replaced)
-    dead_fns = {
-        id(node) for i in replaced if i.ast is not None for node in A.definitions(i.ast) if isinstance(node, A.FnDef)
-    }
-    ctx.members_cache = {k: v for k, v in ctx.members_cache.items() if k[0] not in dead}
-    ctx.signatures = {
-        k: v for k, v in ctx.signatures.items() if id(k[0]) not in dead_fns and (k[1] is None or k[1][0] not in dead)
-    }
+    server's memory with every edit. The entries are found through `ctx.cache_keys`: filtering
+    every entry took a tenth of an edit's analysis of a 3,000-line file. The caches are copied,
+    not changed in place: an earlier analysis (a hover on the version before) keeps its own."""
+    keys = dict(ctx.cache_keys)
+    caches = {"members": dict(ctx.members_cache), "signatures": dict(ctx.signatures)}
+    for item in dict.fromkeys(replaced):
+        for cache, key in keys.pop(item, ()):
+            caches[cache].pop(key, None)
+    ctx.cache_keys, ctx.members_cache, ctx.signatures = keys, caches["members"], caches["signatures"]
 
 
 def _check_item(ctx: CheckContext, item: Item, binding: dict[str, Type]) -> ItemResult:

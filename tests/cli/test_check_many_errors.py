@@ -84,3 +84,25 @@ def test_an_unknown_name_is_looked_up_among_the_top_level_names_once(monkeypatch
     errors = [d for d in analysis.diagnostics if d.code == "L101"]
     assert len(errors) == 30 and "did you mean" not in errors[0].message
     assert calls == ["missng"], f"{len(calls)} searches of the top-level names for one unknown name"
+
+
+def test_an_unknown_name_is_matched_once_for_all_the_configs_of_its_module(monkeypatch):
+    """A module is checked once per config (llama.linnet: its defaults and four presets), and an unknown name in it
+    asked for did-you-mean suggestions among the same names under each: `siluu` was measured against `silu` six
+    times (five searches of the module's names, one of the top-level names), now twice."""
+    from collections import Counter
+
+    from tests.conftest import EXAMPLES
+
+    llama = (EXAMPLES / "llama.linnet").read_text(encoding="utf-8")
+    text = llama.replace("    down_proj(silu(", "    down_proj(siluu(")
+    distances = []
+    real = suggest.edit_distance
+    monkeypatch.setattr(suggest, "edit_distance", lambda a, b, *r: distances.append((a, b)) or real(a, b, *r))
+    suggest._suggestions.cache_clear()
+    analysis = Document("/tmp/typo.linnet", text).analyze()
+    assert len(analysis.items[next(i for i in analysis.items if i.name == "LlamaMLP")].results) == 5
+    (typo,) = [d for d in analysis.diagnostics if d.code == "L101"]
+    assert typo.message == "unknown name `siluu`; did you mean `silu`?" and typo.presets is None
+    asked = Counter(pair for pair in distances if pair[0] == "siluu")
+    assert asked[("siluu", "silu")] == 2, f"distances computed per config: {asked}"

@@ -119,8 +119,9 @@ def test_repeated_body_edits_do_not_grow_the_check_caches():
         doc.update(edited if n % 2 else text)
         doc.analyze()
         ctx = doc._context[1]
-        sizes.append((len(ctx.members_cache), len(ctx.signatures)))
+        sizes.append((len(ctx.members_cache), len(ctx.signatures), sum(map(len, ctx.cache_keys.values()))))
     assert sizes[-1] == sizes[1] and sizes[-1][0] > 0
+    assert sizes[-1][2] == sizes[-1][0] + sizes[-1][1]  # the index of the caches' keys: each entry once
 
 
 def test_reordering_config_fields_reorders_printed_products():

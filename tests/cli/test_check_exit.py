@@ -1,0 +1,68 @@
+"""How a `linnet check` process ends and collects (issue 45: `linnet check` on the 5 MB document): the analysis runs
+without the cyclic garbage collector, which found next to nothing to free and cost 30 % of it, and the process ends
+without the interpreter's teardown (a full collection and the freeing of millions of objects one by one), its output
+flushed first; other commands end as usual (their atexit work: threads, caches, temporary folders). Timings live in
+bench/check_phases.py, not here: these tests check the behaviour."""
+
+from __future__ import annotations
+
+import gc
+import subprocess
+import sys
+
+from linnet.cli import main
+from linnet.semantics import program
+from tests.conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "bench"))
+import bigdoc_source  # noqa: E402  (bench/ is not a package; stdlib-only)
+
+ATEXIT = "import atexit, sys\natexit.register(lambda: print('teardown ran', file=sys.stderr))\n"
+
+
+def run_entry(args: list[str], tmp_path) -> subprocess.CompletedProcess:
+    """`linnet ARGS` through the process entry (`python -m linnet`), with an atexit hook that reports teardown."""
+    code = ATEXIT + f"sys.argv = ['linnet', *{args!r}]\nimport runpy\nrunpy.run_module('linnet', run_name='__main__')\n"
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "NO_COLOR": "1", "PYTHONPATH": str(ROOT)},
+        timeout=300,
+    )
+
+
+def test_check_ends_without_teardown_and_with_all_its_output(tmp_path):
+    path = tmp_path / "bigdoc.linnet"
+    path.write_text(bigdoc_source.big_source(3), encoding="utf-8")
+    result = run_entry(["check", str(path)], tmp_path)
+    assert result.returncode == 1
+    assert "teardown ran" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == "checked 1 file: 30 errors, 3 warnings"
+    # every diagnostic printed (a pipe's buffer flushed before the process ended), the last one whole
+    assert result.stdout.count("error[L") == 30 and result.stdout.count("warning[L901]") == 3
+    last_note = "= note: `a @ b` contracts the last dim of `a` with the second-to-last of `b`"
+    assert result.stdout.rstrip().endswith(last_note)
+
+
+def test_other_commands_end_with_teardown(tmp_path):
+    result = run_entry(["--version"], tmp_path)
+    assert result.returncode == 0 and "teardown ran" in result.stderr
+
+
+def test_check_analyses_without_the_collector_and_enables_it_again(monkeypatch, tmp_path):
+    path = tmp_path / "one.linnet"
+    path.write_text(bigdoc_source.big_source(1), encoding="utf-8")
+    enabled_during = []
+    real = program.Document.analyze
+
+    def analyze(self, *args, **kwargs):
+        enabled_during.append(gc.isenabled())
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(program.Document, "analyze", analyze)
+    assert gc.isenabled()
+    assert main(["check", str(path)]) == 1
+    assert enabled_during == [False]
+    assert gc.isenabled()  # a caller in the same process (this test) gets its collector back
