@@ -236,12 +236,17 @@ def test_auto_scans_on_the_cpu_unrolls_by_name_and_the_environment_turns_it_off(
     monkeypatch.delenv(SCAN_LAYERS_ENV, raising=False)
     assert scans_layers(None, "cpu") and not scans_layers(None, "cpu", fuse_linear_weights=False)
     assert scans_layers(None, "tpu") and scans_layers(None, "gpu")  # SCAN_ON_ACCELERATORS, after the chip's numbers
+    # --dtype stored's pairs through the kernels: unrolled on an accelerator (scanned, the chip's decode was 21 % of
+    # streaming), scanned on the CPU (XLA's dot)
+    assert not scans_layers(None, "tpu", stored=True) and scans_layers(None, "cpu", stored=True)
+    assert scans_layers(True, "tpu", stored=True)
     monkeypatch.setenv(SCAN_LAYERS_ENV, "0")
     assert not scans_layers(None, "cpu") and not scans_layers(None, "tpu") and scans_layers(True, "cpu")
     m = lj.load(LLAMA, config=SMALL, random_weights=True, progress=False, max_positions=32)
     assert "model.layers.0.mlp.down_proj.weight" in m.params  # the environment turned the CPU's default off
     monkeypatch.setenv(SCAN_LAYERS_ENV, "1")
     assert scans_layers(None, "tpu") and not scans_layers(None, "cpu", fuse_linear_weights=False)
+    assert scans_layers(None, "tpu", stored=True)
     monkeypatch.setenv(SCAN_LAYERS_ENV, "maybe")
     with pytest.raises(BackendError, match="LINNET_SCAN_LAYERS must be 0 or 1 \\(off or on\\), got 'maybe'"):
         scans_layers(None, "cpu")

@@ -451,10 +451,9 @@ def load_prepared(
     f32_matrices = dev.platform == "cpu" and program.dtype.name == "bf16" and fuse_linear_weights
     # offload cuts the loop over the layers unrolled (`jax_offload`): auto is then unrolled, asked-for scan refused
     auto = False if cpu_offload_gb and scan_layers is None else scan_layers
-    scan = scans_layers(auto, dev.platform, fuse_linear_weights)
     quantized = stored_matrices(prepared)  # --dtype stored: the Q8_0 matrices, held as int8 codes and f16 scales
+    scan = scans_layers(auto, dev.platform, fuse_linear_weights, stored=bool(quantized))
     layout = cache_layout_for(dev)
-    # a program holding quantized pairs is not scanned (compile_program: stacked stays empty), whatever `scan` says
     compiled = compile_program(
         program, numerics, fuse_linear_weights, f32_matrices, layout, scan_layers=scan, quantized=quantized
     )
@@ -538,17 +537,26 @@ def _offload_plan(compiled, cpu_offload_gb: float, layout: str, scan: bool):
 # paid once at start, asks for the layers unrolled there (`linnet.cli.common.load_model`). The CPU scans by default
 # (21-22 s -> 2.2-4.1 s a program cold, 9.4 -> 0.25 s cached: bench/results/tpu_compile_cpu.json).
 SCAN_ON_ACCELERATORS = True
+# `--dtype stored` (Q8_0 pairs through the Pallas kernels) on an accelerator is not scanned by default: on the chip
+# Qwen3-8B's stored decode ran scanned at 73.6 ms a step, 21 % of streaming the 9.2 GB it holds
+# (bench/results/tpu_q8_qwen3_2026-12-06.json), where Llama-3.1-8B's ran unrolled at 14.93 ms, 100 %
+# (tpu_q8_pallas_2026-12-06.json). Not profiled; the likely cause is each layer's slice of the stacked pairs copied
+# out of the stack for the kernel's custom call (which takes no fused slice), three times a layer's bytes a step.
+STORED_SCANS_ON_ACCELERATORS = False
 # `LINNET_SCAN_LAYERS=0` (or 1): the layers unrolled (or scanned) wherever `scan_layers` is left to its default
 SCAN_LAYERS_ENV = "LINNET_SCAN_LAYERS"
 _SCAN_VALUES = {"0": False, "off": False, "false": False, "no": False, "1": True, "on": True, "true": True, "yes": True}
 
 
-def scans_layers(scan_layers: bool | None, platform: str, fuse_linear_weights: bool = True) -> bool:
+def scans_layers(
+    scan_layers: bool | None, platform: str, fuse_linear_weights: bool = True, stored: bool = False
+) -> bool:
     """Whether a load holds its lists of identical layers stacked and runs their loops as one `lax.scan`
     (`linnet.compiler.jax.scan`). `scan_layers` True or False is that; None (auto) is: never in the per-name layout
     (`fuse_linear_weights=False`: tensor-parallel sharding and the JAX trainer address each layer's weights by
-    checkpoint name, so they unroll); else `LINNET_SCAN_LAYERS` when set (0/off or 1/on); else on the CPU, and on an
-    accelerator (jax's `platform`: "tpu", "gpu") as `SCAN_ON_ACCELERATORS` says. Raises BackendError for another
+    checkpoint name, so they unroll); else `LINNET_SCAN_LAYERS` when set (0/off or 1/on); else unrolled for
+    `--dtype stored` matrices (`stored`) on an accelerator (`STORED_SCANS_ON_ACCELERATORS`); else on the CPU, and on
+    an accelerator (jax's `platform`: "tpu", "gpu") as `SCAN_ON_ACCELERATORS` says. Raises BackendError for another
     value of the variable."""
     if scan_layers is not None:
         return bool(scan_layers)
@@ -559,6 +567,8 @@ def scans_layers(scan_layers: bool | None, platform: str, fuse_linear_weights: b
         if value not in _SCAN_VALUES:
             raise BackendError(f"{SCAN_LAYERS_ENV} must be 0 or 1 (off or on), got {value!r}")
         return _SCAN_VALUES[value]
+    if stored and platform != "cpu":
+        return STORED_SCANS_ON_ACCELERATORS
     return platform == "cpu" or SCAN_ON_ACCELERATORS
 
 
@@ -999,5 +1009,6 @@ __all__ = [
     "buckets",
     "scans_layers",
     "SCAN_ON_ACCELERATORS",
+    "STORED_SCANS_ON_ACCELERATORS",
     "SCAN_LAYERS_ENV",
 ]
