@@ -48,9 +48,16 @@ def load(dtype: str = "f32", mode: str = "generated", **options):
     return lj.load(LLAMA, config=SMALL, dtype=dtype, mode=mode, **opts | options)
 
 
-# the jax backend (generated JAX under jit) and xla (the three programs exported with symbolic dims)
+# the jax backend (generated JAX under jit) and xla (the three programs exported with symbolic dims); two of the four
+# in the slow set (`make test-all`): each backend and each dtype stays in the default run
 @pytest.fixture(
-    scope="module", params=[("generated", "f32"), ("generated", "bf16"), ("stablehlo", "f32"), ("stablehlo", "bf16")]
+    scope="module",
+    params=[
+        ("generated", "f32"),
+        pytest.param(("generated", "bf16"), marks=pytest.mark.slow),
+        pytest.param(("stablehlo", "f32"), marks=pytest.mark.slow),
+        ("stablehlo", "bf16"),
+    ],
 )
 def pair(request):
     mode, dtype = request.param

@@ -42,7 +42,10 @@ STACKED = {
     "vit": {"vit.encoder.layer"},
     "dinov2": {"encoder.layer"},
 }
-SLOW = {"whisper", "sam", "unet_2d_condition", "gpt_oss"}  # 4-6 s each on the CPU
+# in the default run: a decoder, an encoder, a vision model and DINOv2's classless list; the rest (4-8 s each on the
+# CPU) with `make test-all`
+FAST = {"llama", "gpt2", "bert", "vit", "dinov2"}
+SLOW = set(SHRUNK) - FAST
 CASES = [pytest.param(f, marks=pytest.mark.slow) if f in SLOW else f for f in SHRUNK]
 
 
