@@ -39,6 +39,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from generate_speed import cpu_pressure_us  # stdlib-only at import time (bench/ is on sys.path)
 
 ROOT = Path(__file__).resolve().parent.parent
 LLAMA = ROOT / "examples" / "llama.linnet"
@@ -186,14 +187,6 @@ def _batch_decode(dry: bool, device: str, scan: bool, rows: int = 32) -> dict:
 # ----------------------------------------------------------------------------- the CPU breakdown
 
 
-def _cpu_wait_us() -> int | None:
-    """Microseconds some task here waited for a CPU so far (Linux PSI, /proc/pressure/cpu), None without PSI."""
-    try:
-        return int(Path("/proc/pressure/cpu").read_text().split("total=", 1)[1].split()[0])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
 def cpu_breakdown(layers: int, scan: bool) -> dict:
     """Per program of a generation on the chip (the 512 prefill bucket, the decode step, a decode batch bucket of 4
     rows, the decode loop), traced, lowered and compiled for the CPU from shapes alone, cold and then from the
@@ -248,12 +241,12 @@ def main(argv=None) -> int:
     import jax
 
     jax.config.update("jax_enable_x64", True)  # the IR's i64, for the whole of this bench's own process
-    wait0, t0 = _cpu_wait_us(), time.perf_counter()
+    wait0, t0 = cpu_pressure_us(), time.perf_counter()
     rows = {}
     for name, scan in VARIANTS.items():
         rows[name] = cpu_breakdown(args.layers, scan)
         print(name, json.dumps(rows[name]), flush=True)
-    wall, wait1 = time.perf_counter() - t0, _cpu_wait_us()
+    wall, wait1 = time.perf_counter() - t0, cpu_pressure_us()
     record = {
         "what": f"{PRESET} ({args.layers} layers), bf16, xla programs of the chip compiled for the CPU, no weights",
         "machine": f"{os.cpu_count()} CPUs, jax {jax.__version__}",

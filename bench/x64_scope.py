@@ -16,33 +16,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import time
 from pathlib import Path
 
 import numpy as np
+from generate_speed import cpu_pressure_us, machine  # stdlib-only at import time (bench/ is on sys.path)
 
 ROOT = Path(__file__).resolve().parents[1]
 LLAMA = ROOT / "examples" / "llama.linnet"
 MODELS = {"small Llama (2 layers, hidden 64)": "small", "SmolLM2-135M shape": {"preset": "smollm2_135m"}}
-
-
-def cpu_wait_us() -> int | None:
-    """Microseconds some task waited for a CPU so far (Linux PSI, /proc/pressure/cpu), None without PSI."""
-    try:
-        return int(Path("/proc/pressure/cpu").read_text().split("total=", 1)[1].split()[0])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def cpu_model() -> str:
-    """The CPU's model name (/proc/cpuinfo), else what `platform` says."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-        return text.split("model name", 1)[1].split(":", 1)[1].splitlines()[0].strip()
-    except (OSError, IndexError):
-        return platform.processor() or platform.machine()
 
 
 def context_us(n: int = 200_000) -> float:
@@ -103,14 +86,14 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     import jax
 
-    load0, wait0, t0 = os.getloadavg(), cpu_wait_us(), time.perf_counter()
+    load0, wait0, t0 = os.getloadavg(), cpu_pressure_us(), time.perf_counter()
     record = {
         "what": __doc__.splitlines()[0],
-        "machine": f"{cpu_model()}, {os.cpu_count()} CPUs, jax {jax.__version__}",
+        "machine": f"{machine()['processor']}, {os.cpu_count()} CPUs, jax {jax.__version__}",
         "enter_and_exit_us": round(context_us(), 3),
         "rows": [measure(name, how, args.steps, args.blocks) for name, how in MODELS.items()],
     }
-    wall, wait1 = time.perf_counter() - t0, cpu_wait_us()
+    wall, wait1 = time.perf_counter() - t0, cpu_pressure_us()
     record["wall_s"] = round(wall, 1)
     record["cpu_wait_pct"] = None if wait0 is None or wait1 is None else round(100 * (wait1 - wait0) / 1e6 / wall, 1)
     record["loadavg_before"], record["loadavg_after"] = load0, os.getloadavg()
