@@ -248,7 +248,11 @@ def test_decode_through_the_kernel_generates_the_xla_paths_tokens(tmp_path, monk
 
 def test_symbolic_rows_export_for_a_tpu_through_all_three_kernel_choices():
     # An exported entry's rows (`B * S`, symbolic) lowered for a TPU on the CPU: the grid's row count a dynamic
-    # bound, one Mosaic call per branch of the switch (decode kernel in tiles of 8 and 64, dequantizing kernel)
+    # bound, one Mosaic call per branch of the switch (decode kernel in tiles of 8 and 64, dequantizing kernel).
+    # Exported under 64-bit types, as Linnet traces (linnet/compiler/jax/x64.py): no operand of a Mosaic call may be
+    # 64-bit (the TPU compiler cannot narrow one inside a custom call: the chip refused every such `xla` entry)
+    import re
+
     import jax.numpy as jnp
     from jax import export
 
@@ -261,8 +265,13 @@ def test_symbolic_rows_export_for_a_tpu_through_all_three_kernel_choices():
             jax.ShapeDtypeStruct((n, k), jnp.int8),
             jax.ShapeDtypeStruct((k // BLOCK, n), jnp.float32),
         )
-        exported = export.export(jax.jit(lambda x, c, s: q8_matmul(x, c, s, interpret=False)), platforms=["tpu"])(*args)
-        assert exported.mlir_module().count("@tpu_custom_call(") == 3, (n, k)
+        with jax.enable_x64(True):
+            kernel = jax.jit(lambda x, c, s: q8_matmul(x, c, s, interpret=False))
+            module = export.export(kernel, platforms=["tpu"])(*args).mlir_module()
+        calls = [line for line in module.splitlines() if "@tpu_custom_call(" in line]
+        assert len(calls) == 3, (n, k)
+        operand_types = [re.search(r": \((.*?)\) ->", line).group(1) for line in calls]
+        assert not [t for t in operand_types if re.search(r"[iuf]64>", t)], operand_types
 
 
 def test_the_xla_backends_exported_entries_run_the_kernels_for_any_rows(tmp_path, monkeypatch):
@@ -284,3 +293,39 @@ def test_the_xla_backends_exported_entries_run_the_kernels_for_any_rows(tmp_path
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * np.abs(want).max())
     assert set(used) == {"_kernel", "_dequantizing_kernel"}  # traced when the entries were exported: both kernels
     assert_same_greedy_tokens(plain, relaid)
+
+
+@pytest.mark.tpu
+@pytest.mark.parametrize("backend", ["jax", "xla"])
+def test_the_kernels_on_the_tpu_give_the_dequantized_models_logits(tmp_path, monkeypatch, tpu_device, backend):
+    # On the chip, with matrices that tile (tiny ones keep XLA's dot, so test_jax_stored's tpu test never reached
+    # the kernels there): the pairs held for the kernels against the same file dequantized in f32 on the chip,
+    # both `equivalent`, at 7 rows (the decode kernel) and 80 (the dequantizing kernel; on `xla` picked when the
+    # symbolic-row entry runs: the chip refused those entries while their grid bound was 64-bit). Same summation
+    # bound as test_the_xla_backends_exported_entries_run_the_kernels_for_any_rows.
+    pytest.importorskip("torch")
+    pytest.importorskip("gguf")
+    from linnet.compiler.jax import q8_kernel
+    from tests.runtimes.conftest import record
+    from tests.runtimes.gguf_writing import write_llama_gguf
+    from tests.runtimes.test_jax_stored import ALL_Q8_0, OPTIONS
+
+    path = tmp_path / "kernel-sized-q8_0.gguf"
+    write_llama_gguf(path, kernel_sized_llama(), quantize=ALL_Q8_0)
+    options = dict(OPTIONS, weights=path, numerics="equivalent", device=tpu_device)
+    used = spy_kernels(monkeypatch)
+    stored = BACKENDS[backend].load(LLAMA, dtype="stored", **options)
+    f32 = BACKENDS[backend].load(LLAMA, dtype="f32", **options)
+    if tpu_device == "tpu":
+        assert isinstance(stored.params["lm_head.weight"], q8_kernel.KMajorQ8)
+    for rows in (7, 80):
+        ids = np.random.default_rng(rows).integers(0, 256, (1, rows))
+        (got,), (want,) = stored.run("forward", ids), f32.run("forward", ids)
+        delta = float(np.abs(got - want).max())
+        record(
+            f"stored kernels {rows} rows", delta, model="llama", backend=backend, checkpoint=path.name,
+            against="f32 dequantized",
+        )  # fmt: skip
+        assert delta <= 1e-4 * np.abs(want).max(), (rows, delta)
+    if tpu_device == "tpu":
+        assert set(used) == {"_kernel", "_dequantizing_kernel"}

@@ -254,7 +254,7 @@ def _padded_call(x, *, codes, scales_t, precision, tn, tk, widen_codes, expand, 
         kernel = functools.partial(_dequantizing_kernel, **dot, expand=expand)
     else:
         kernel = functools.partial(_kernel, **dot, widen_codes=widen_codes or highest)
-    return pl.pallas_call(
+    call = pl.pallas_call(
         kernel,
         out_shape=jax.ShapeDtypeStruct((m, n), jnp.float32),
         grid=(m // tm, n // tn, k // tk),
@@ -268,4 +268,12 @@ def _padded_call(x, *, codes, scales_t, precision, tn, tk, widen_codes, expand, 
             dimension_semantics=("parallel", "parallel", "arbitrary"), vmem_limit_bytes=VMEM_LIMIT
         ),
         interpret=interpret,
-    )(x, codes, scales_t)[:rows]
+    )
+    if isinstance(m, int):
+        return call(x, codes, scales_t)[:rows]
+    # A symbolic grid bound is an operand of the kernel's custom call, of the dimension type: i64 under Linnet's
+    # 64-bit scope, which the TPU compiler cannot rewrite to 32-bit inside a custom call ("While rewriting
+    # computation to not contain X64 element types ... not implemented": every `xla` entry with stored matrices
+    # failed to compile on the chip). Traced with 32-bit types, the bound is i32.
+    with jax.enable_x64(False):
+        return call(x, codes, scales_t)[:rows]
