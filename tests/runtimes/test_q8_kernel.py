@@ -104,7 +104,8 @@ def test_prefill_rows_go_through_the_dequantizing_kernel(monkeypatch):
 def test_the_kernels_lower_for_a_tpu_at_the_8b_shapes(rows, prefill, expand):
     # Pallas's TPU lowering (the kernel's Mosaic program), run on the CPU: what fails here fails on the chip before
     # Mosaic's own compiler sees it (that one runs only there). The 8B's matrices: fused gate/up, down_proj over
-    # 14336, Qwen3's lm_head over its vocab 151936 (tiles of 128 x 2048).
+    # 14336, Qwen3's lm_head over its vocab 151936 (tiles of 128 x 2048); each held alone, and a layer's of 36
+    # stacked (a scan's: the layer's index prefetched, its tiles read from the stacks).
     import functools
 
     import jax.numpy as jnp
@@ -112,16 +113,17 @@ def test_the_kernels_lower_for_a_tpu_at_the_8b_shapes(rows, prefill, expand):
     from linnet.compiler.jax.q8_kernel import BLOCK, q8_matmul
 
     for n, k in ((28672, 4096), (4096, 14336), (151936, 4096)):
-        for precision in (None, "highest"):
+        for precision, layers in ((None, ()), ("highest", ()), (None, (36,)), ("highest", (36,))):
             args = (
                 jax.ShapeDtypeStruct((rows, k), jnp.float32),
-                jax.ShapeDtypeStruct((n, k), jnp.int8),
-                jax.ShapeDtypeStruct((k // BLOCK, n), jnp.float32),
+                jax.ShapeDtypeStruct((*layers, n, k), jnp.int8),
+                jax.ShapeDtypeStruct((*layers, k // BLOCK, n), jnp.float32),
+                *([jax.ShapeDtypeStruct((), jnp.int32)] if layers else []),
             )
             options = dict(precision=precision, prefill=prefill, expand=expand, interpret=False)
             f = jax.jit(functools.partial(q8_matmul, **options))
             text = f.trace(*args).lower(lowering_platforms=("tpu",)).as_text()
-            assert "tpu_custom_call" in text, (n, k, precision)
+            assert "tpu_custom_call" in text, (n, k, precision, layers)
 
 
 def test_tiles_of_the_8b_matrices_and_none_for_a_tiny_model():
