@@ -136,7 +136,8 @@ def test_the_scanned_models_step_hands_the_kernels_its_stacked_pairs(tmp_path, m
         assert not re.search(r"dynamic_slice[^\n]*-> tensor<[^>]*xi8>", text), entry
 
 
-@pytest.mark.parametrize("backend", ["jax", "xla"])
+# `xla` in the slow set: the default run's tests/runtimes/test_q8_kernel.py runs its scanned kernels against XLA's dot
+@pytest.mark.parametrize("backend", ["jax", pytest.param("xla", marks=pytest.mark.slow)])
 def test_scanned_stored_logits_equal_the_unrolled_models(tmp_path, monkeypatch, backend):
     # The same Q8_0 file held for the kernels (interpreted), layers scanned (the kernels reading the stacks) and
     # unrolled (each layer's own pairs): the same logits at 7 and 80 rows (the decode kernel, the dequantizing one;
