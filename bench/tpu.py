@@ -400,9 +400,11 @@ def main(argv=None) -> int:
     ap.add_argument("--budget-s", type=float, default=420, help="start no new shape after this many seconds")
     rows = ("calibration", "numerics", "speed", "serve", "peer", "q8", "compile", "train", "offload")
     ap.add_argument("--only", choices=rows, action="append")
-    ap.add_argument("--q8-shapes", nargs="+", choices=("llama-3.1-8b", "qwen3-8b"), help="q8's decode rows (tpu_q8)")
+    shapes = ("llama-3.1-8b", "qwen3-8b", "tinyllama-1.1b")
+    ap.add_argument("--q8-shapes", nargs="+", choices=shapes, help="q8's decode rows (tpu_q8)")
     ap.add_argument("--q8-sections", nargs="+", choices=("kernel", "prefill", "vocab", "decode", "distance"))
     ap.add_argument("--q8-backends", nargs="+", choices=("jax", "xla"), help="q8's decode rows' backends (jax)")
+    ap.add_argument("--q8-layers", nargs="+", choices=("scanned", "unrolled"), help="q8's decode rows' layers")
     ap.add_argument(
         "--train-batches", type=lambda s: s.split(","), help="train rows (tpu_train): 4,8r (r: checkpointed)"
     )
@@ -450,6 +452,7 @@ def main(argv=None) -> int:
             args.q8_shapes,
             args.q8_sections,
             args.q8_backends,
+            args.q8_layers,
         )
     if "compile" in only:  # not by default: layers unrolled against scanned (bench/tpu_compile.py)
         from tpu_compile import compile_scan_rows

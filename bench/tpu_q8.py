@@ -20,14 +20,17 @@ Rows (section "q8 ..."):
   compiled; when neither did, the decode kernel, saying so.
 - vocab (by default only with qwen3-8b): Qwen3's lm_head (151936 x 4096, N's tiles 128) at one row, K's tile 512
   against the 2048 `tiles` picks: ms against streaming it.
-- decode (llama-3.1-8b, and qwen3-8b with `--q8-shapes`): a GGUF of the preset's shape written on the machine
-  (`write_q8_gguf`: seeded N(0, 0.02) weights quantized to Q8_0 by gguf-py's own vectorised quantizer, threaded
+- decode (llama-3.1-8b, and qwen3-8b or tinyllama-1.1b with `--q8-shapes`): a GGUF of the preset's shape written on the
+  machine (`write_q8_gguf`: seeded N(0, 0.02) weights quantized to Q8_0 by gguf-py's own vectorised quantizer, threaded
   over row chunks, streamed to a temporary file), loaded through the real path (`linnet.load(..., dtype="stored")`,
-  `jax`, `fast`: the generated module jitted with the step's shapes, so a decode step's matrices go through the
-  kernels with the rows known when traced), then: load time, compile (cold), TTFT for a 512-token prompt, decode
-  tok/s at batch 1 over 128 new tokens with the on-device decode loop against the streaming limit (the bytes held,
-  codes + scales + norms, over the calibration's measured GB/s), the chip's memory in use, and the first 32 greedy
-  tokens.
+  `jax`, `fast`: the generated module jitted with the step's shapes, so a decode step's matrices go through the kernels
+  with the rows known when traced), then: load time, compile (cold), TTFT for a 512-token prompt, decode tok/s at batch
+  1 over 128 new tokens with the on-device decode loop against the streaming limit (the bytes held, codes + scales +
+  norms, over the calibration's measured GB/s), the chip's memory in use, and the first 32 greedy tokens. `--q8-layers
+  scanned unrolled` loads each shape both ways in the same call (`scan_layers`: one `lax.scan` over the stacked layers,
+  the kernels reading each layer's tiles from the stacks, or every layer traced and compiled; default: the backend's own
+  choice, `jax_backend.STORED_SCANS_ON_ACCELERATORS`), each later row with its prompt's last logits and greedy tokens
+  against the first's.
 - distance (per shape): the same dims with 4 layers (the dequantized 8B, 32 GB in f32 and 16 GB in bf16, does not
   fit the chip): the last-token logits of a 96-token prompt and 32 greedy tokens of the stored model (`fast` and
   `equivalent`, on `xla` and on `jax`: both through the kernels on a TPU, `xla`'s with symbolic rows) against the
@@ -57,7 +60,12 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCES = {"llama-3.1-8b": ("llama.linnet", "llama_3_1_8b"), "qwen3-8b": ("qwen3.linnet", "qwen3_8b")}
+SOURCES = {
+    "llama-3.1-8b": ("llama.linnet", "llama_3_1_8b"),
+    "qwen3-8b": ("qwen3.linnet", "qwen3_8b"),
+    "tinyllama-1.1b": ("llama.linnet", "tinyllama_1_1b"),  # 1.2 GB of Q8_0: the decode rows' form, cheaply
+}
+LAYERS = {"scanned": True, "unrolled": False}  # `--q8-layers`: the decode rows' `scan_layers`
 TINY = {  # --dry-run: a 2-layer model, every matrix dim a multiple of Q8_0's block of 32
     "vocab_size": 256, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
     "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
@@ -203,10 +211,21 @@ def file_bytes(shape: str, config: dict | None = None) -> int:
     return sum(n * 34 // 32 if rank == 2 else 4 * n for n, rank in values) + (1 << 20)
 
 
-def _load(path: Path, shape: str, device: str, dtype: str, numerics: str, max_positions: int, backend: str = "xla"):
+def _load(
+    path: Path,
+    shape: str,
+    device: str,
+    dtype: str,
+    numerics: str,
+    max_positions: int,
+    backend: str = "xla",
+    scan_layers: bool | None = None,
+):
+    """`shape`'s file at `path` through `linnet.load`; `scan_layers` None: the backend's default."""
     import linnet
 
     source, _ = SOURCES[shape]
+    options = {} if scan_layers is None else {"scan_layers": scan_layers}
     return linnet.load(
         ROOT / "examples" / source,
         weights=path,
@@ -216,6 +235,7 @@ def _load(path: Path, shape: str, device: str, dtype: str, numerics: str, max_po
         device=device,
         max_positions=max_positions,
         progress=False,
+        **options,
     )
 
 
@@ -489,10 +509,14 @@ def decode_rows(
     budget_end: float,
     prefill: str,
     backends: list[str] | None = None,
+    layers: list[str] | None = None,
 ) -> None:
-    """Each 8B shape on each of `backends` (default `jax`): load, compile, TTFT against the FLOP bound, decode tok/s
-    against the streaming limit, memory, greedy tokens. `prefill` names the kernel the prompt's rows go through."""
+    """Each 8B shape on each of `backends` (default `jax`) with its layers each way of `layers` (`LAYERS`' names;
+    default the backend's own): load, compile, TTFT against the FLOP bound, decode tok/s against the streaming limit,
+    memory, greedy tokens (a later way's against the first's). `prefill` names the kernel the prompt's rows go
+    through."""
     backends = backends or ["jax"]
+    runs = [(backend, way) for backend in backends for way in layers or [None]]
     for shape in shapes:
         if time.monotonic() > budget_end:
             report.add("q8 decode", {"shape": shape, "skipped": "time budget spent"})
@@ -500,35 +524,46 @@ def decode_rows(
         tmp = Path(tempfile.mkdtemp(prefix="linnet-q8-"))
         try:
             path = _tmp_gguf(tmp, shape, TINY if dry else None, report, "q8 decode")
-            for i, backend in enumerate(backends if path is not None else []):
+            first: dict = {}  # backend -> the first way's (name, last logits, greedy tokens)
+            for i, (backend, way) in enumerate(runs if path is not None else []):
+                label = {"shape": shape, "backend": backend, "layers": way or "default"}
                 if time.monotonic() > budget_end:
-                    report.add("q8 decode", {"shape": shape, "backend": backend, "skipped": "time budget spent"})
+                    report.add("q8 decode", {**label, "skipped": "time budget spent"})
                     continue
-                try:  # one backend's failure (a kernel's compile on this chip) says why; the next still runs
+                try:  # one run's failure (a kernel's compile on this chip) says why; the next still runs
                     _decode_row(
-                        report, path, shape, backend, device, dry, calibration, prefill, last=i == len(backends) - 1
+                        report, path, shape, backend, device, dry, calibration, prefill, i == len(runs) - 1, way, first
                     )
                 except Exception as err:
-                    report.add(
-                        "q8 decode",
-                        {"shape": shape, "backend": backend, "error": f"{type(err).__name__}: {err}"[:2000]},
-                    )
+                    report.add("q8 decode", {**label, "error": f"{type(err).__name__}: {err}"[:2000]})
                     gc.collect()
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _decode_row(
-    report, path: Path, shape: str, backend: str, device: str, dry: bool, calibration: dict, prefill: str, last: bool
+    report,
+    path: Path,
+    shape: str,
+    backend: str,
+    device: str,
+    dry: bool,
+    calibration: dict,
+    prefill: str,
+    last: bool,
+    way: str | None = None,
+    first: dict | None = None,
 ):
     """One decode row (`decode_rows`): `shape`'s file at `path` loaded on `backend` (`jax`: the generated module
     jitted with the step's real shapes, the kernels with their rows known when traced; `xla`: the exported entries,
-    symbolic rows, the kernel picked when they run), `path` removed after the `last` load."""
-    from tpu import greedy
+    symbolic rows, the kernel picked when they run), its layers `way` (`LAYERS`; None: the backend's default), `path`
+    removed after the `last` load. `first` (backend -> the first way's name, last logits and tokens) gets this run's
+    when it has none for `backend`, else the row compares with it."""
+    from tpu import greedy, last_logits
 
     prompt, new = (64, 16) if dry else (512, 128)
     t = time.perf_counter()
-    m = _load(path, shape, device, "stored", "fast", prompt + new, backend=backend)
+    m = _load(path, shape, device, "stored", "fast", prompt + new, backend=backend, scan_layers=LAYERS.get(way))
     load_s = time.perf_counter() - t
     if last:
         path.unlink()  # the model holds its own copy: free the disk (and a tmpfs's memory) now
@@ -543,15 +578,32 @@ def _decode_row(
     seconds = {"load_s": load_s, "compile_cold_s": compile_s}  # the compile: an empty persistent cache
     seconds["compile_from_persistent_cache_s"] = _recompile_s(m, prompt)
     ms = {"ttft": result.prefill_s * 1e3, "ttft_flop_bound": flop_ms, "step": ms_step, "held_stream": stream_ms}
-    row = {"shape": shape, "dtype": "stored (q8_0), fast", "backend": backend, "prefill": prefill}
+    row = {"shape": shape, "dtype": "stored (q8_0), fast", "backend": backend, "layers": _layers(m, way)}
+    row["prefill"] = prefill
     row |= {"params_b": round(params / 1e9, 2)}
     row |= {"held_gb": round(held / 1e9, 3), **report.data["q8_files"][shape]}
     row |= {k: round(v, 1) for k, v in seconds.items()} | {f"{k}_ms": round(v, 3) for k, v in ms.items()}
     row["ttft_of_flop_bound"] = f"{flop_ms / ms['ttft']:.0%}"
     row |= {"decode_tok_s": round(result.decode_tokens_per_s, 2), "of_limit": f"{stream_ms / ms_step:.0%}"}
     row |= {**_memory_gb(device), "greedy_32": " ".join(str(i) for i in result.token_ids[:32])}
+    logits = last_logits(m, ids)  # the prompt's last logits (its prefill bucket, compiled above)
+    if first is not None and backend in first:  # against the first way's, as the distance rows compare
+        name, ref_logits, ref_tokens = first[backend]
+        row[f"max_abs_diff_logits_vs_{name}"] = float(np.max(np.abs(logits - ref_logits)))
+        row[f"greedy_agree_vs_{name}"] = (
+            f"{sum(a == b for a, b in zip(result.token_ids, ref_tokens))}/{len(ref_tokens)}"
+        )
+    elif first is not None:
+        first[backend] = (row["layers"], logits, list(result.token_ids))
     report.add("q8 decode", row)
     _free(m)
+
+
+def _layers(model, way: str | None) -> str:
+    """How `model` runs its layers: `way` when asked for, else what the backend's default gave (stacked params: a
+    scan), "(default)" added."""
+    scanned = any(".*." in key for key in model.params)
+    return way or ("scanned" if scanned else "unrolled") + " (default)"
 
 
 def _free(model) -> None:
@@ -649,10 +701,12 @@ def q8_rows(
     shapes: list[str] | None = None,
     sections: list[str] | None = None,
     backends: list[str] | None = None,
+    layers: list[str] | None = None,
 ):
     """The rows of this module (its docstring), in order: kernel, prefill kernel, the Qwen3 lm_head's tiles (by
     default only with qwen3-8b in `shapes`), decode per shape (`shapes`, default the Llama 3.1 8B shape) on each of
-    `backends` (default `jax`), distance per shape with 4 layers; `sections` (of `SECTIONS`) keeps only those."""
+    `backends` (default `jax`) with its layers each way of `layers` (`LAYERS`' names; default the backend's own),
+    distance per shape with 4 layers; `sections` (of `SECTIONS`) keeps only those."""
     from linnet.compiler.jax import q8_kernel
 
     shapes = shapes or ["llama-3.1-8b"]
@@ -674,7 +728,9 @@ def q8_rows(
         ("vocab", lambda: vocab_kernel_rows(report, device, dry, calibration)),
         (
             "decode",
-            lambda: decode_rows(report, device, dry, calibration, shapes, budget_end, prefill["kernel"], backends),
+            lambda: decode_rows(
+                report, device, dry, calibration, shapes, budget_end, prefill["kernel"], backends, layers
+            ),
         ),
         ("distance", lambda: [distance_rows(report, device, dry, shape, budget_end) for shape in shapes]),
     ):

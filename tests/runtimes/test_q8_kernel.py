@@ -104,7 +104,8 @@ def test_prefill_rows_go_through_the_dequantizing_kernel(monkeypatch):
 def test_the_kernels_lower_for_a_tpu_at_the_8b_shapes(rows, prefill, expand):
     # Pallas's TPU lowering (the kernel's Mosaic program), run on the CPU: what fails here fails on the chip before
     # Mosaic's own compiler sees it (that one runs only there). The 8B's matrices: fused gate/up, down_proj over
-    # 14336, Qwen3's lm_head over its vocab 151936 (tiles of 128 x 2048).
+    # 14336, Qwen3's lm_head over its vocab 151936 (tiles of 128 x 2048); each held alone, and a layer's of 36
+    # stacked (a scan's: the layer's index prefetched, its tiles read from the stacks).
     import functools
 
     import jax.numpy as jnp
@@ -112,16 +113,17 @@ def test_the_kernels_lower_for_a_tpu_at_the_8b_shapes(rows, prefill, expand):
     from linnet.compiler.jax.q8_kernel import BLOCK, q8_matmul
 
     for n, k in ((28672, 4096), (4096, 14336), (151936, 4096)):
-        for precision in (None, "highest"):
+        for precision, layers in ((None, ()), ("highest", ()), (None, (36,)), ("highest", (36,))):
             args = (
                 jax.ShapeDtypeStruct((rows, k), jnp.float32),
-                jax.ShapeDtypeStruct((n, k), jnp.int8),
-                jax.ShapeDtypeStruct((k // BLOCK, n), jnp.float32),
+                jax.ShapeDtypeStruct((*layers, n, k), jnp.int8),
+                jax.ShapeDtypeStruct((*layers, k // BLOCK, n), jnp.float32),
+                *([jax.ShapeDtypeStruct((), jnp.int32)] if layers else []),
             )
             options = dict(precision=precision, prefill=prefill, expand=expand, interpret=False)
             f = jax.jit(functools.partial(q8_matmul, **options))
             text = f.trace(*args).lower(lowering_platforms=("tpu",)).as_text()
-            assert "tpu_custom_call" in text, (n, k, precision)
+            assert "tpu_custom_call" in text, (n, k, precision, layers)
 
 
 def test_tiles_of_the_8b_matrices_and_none_for_a_tiny_model():
@@ -237,9 +239,9 @@ def test_decode_through_the_kernel_generates_the_xla_paths_tokens(tmp_path, monk
     plain, load_relaid = kernel_sized_models(tmp_path, monkeypatch, "jax")
     calls = []
     kernel = q8_kernel.q8_matmul
-    monkeypatch.setattr(q8_kernel, "q8_matmul", lambda *a, **kw: calls.append(a[1].shape) or kernel(*a, **kw))
+    monkeypatch.setattr(q8_kernel, "q8_matmul", lambda *a, **kw: calls.append(a[1].shape[-2:]) or kernel(*a, **kw))
     relaid = load_relaid()
-    # the layers scanned (the CPU's default): the kernel is traced once, on the scan's slice of the stacked pairs
+    # the layers scanned (the CPU's default): the kernel is traced once, on the stacked pairs and the layer's index
     assert isinstance(relaid.params["model.layers.*.self_attn.o_proj.weight"], q8_kernel.KMajorQ8)
     assert_same_greedy_tokens(plain, relaid)
     # every matrix of the decode step through the kernel: q/k/v, o_proj, gate/up, down_proj, lm_head

@@ -113,17 +113,23 @@ class Stacked:
 
     def scan(self, body, carry):
         """`body(item, carry) -> carry` over the items in order, as one `lax.scan` over the stacked parameters; the
-        stacked state is carried, each item holding its slots of it (`StateSlot`: written in place at its index)."""
+        stacked state is carried, each item holding its slots of it (`StateSlot`: written in place at its index).
+        A parameter that can be seen as one item's without slicing (`at_layer`: a quantized pair held stacked for a
+        kernel, which reads its item's tiles from the stack) is not scanned over: the item gets `at_layer(i)`, since
+        a scan's slice handed to a kernel's custom call is copied out of the stack first."""
+        views = {k: v for k, v in self.params.items() if hasattr(v, "at_layer")}
+        sliced = {k: v for k, v in self.params.items() if k not in views}
 
         def one(carried, xs):
             carry, state = carried
             i, params = xs
             slots = {k: StateSlot(v, i) for k, v in state.items()}
-            carry = body(self.cls({**params, **slots}), carry)
+            held = {k: v.at_layer(i) for k, v in views.items()}
+            carry = body(self.cls({**params, **held, **slots}), carry)
             return (carry, {k: slot.stacked for k, slot in slots.items()}), None
 
         try:
-            (carry, self.state), _ = lax.scan(one, (carry, self.state), (jnp.arange(self.count), self.params))
+            (carry, self.state), _ = lax.scan(one, (carry, self.state), (jnp.arange(self.count), sliced))
         finally:
             StateSlot.reads.clear()  # the traced slices are dead once the body is traced
         return carry
@@ -374,6 +380,7 @@ def dequantize(w, dtype=jnp.float32):
     codes * scales, exact in f32 (an 8-bit integer times an f16)."""
     if not isinstance(w, tuple):
         return w
+    w = _own_pair(w)
     codes, scales = w[0], _row_scales(w)
     *rows, k = codes.shape
     groups = scales.shape[-1]
@@ -395,7 +402,14 @@ def quantized_take(w, indices, axis):
     dequantized in f32: exactly the dequantized table's rows, without the table."""
     if not isinstance(w, tuple):
         return jnp.take(w, indices, axis=axis, mode="clip")
+    w = _own_pair(w)
     return dequantize((jnp.take(w[0], indices, axis=0, mode="clip"), _row_scales(w, indices)))
+
+
+def _own_pair(w):
+    """A quantized pair as its own arrays: a scanned item's view of a pair held stacked (`Stacked.scan`, `at_layer`)
+    as the item's pair (`pair()`: a slice of each stack), any other pair itself."""
+    return w.pair() if hasattr(w, "pair") else w
 
 
 def _row_scales(w, indices=None):

@@ -32,6 +32,15 @@ scales in f32 after), as a bf16 model's weights are. Every multiply of a matrix 
 so no dequantized matrix is ever made in HBM (XLA's dot over a dequantized matrix materialised them, out of HBM for the
 8B). Only shapes no tiling fits (a tiny model's) keep XLA's dot over the dequantized matrix (`KMajorQ8.matmul`).
 
+Layers scanned (`lax.scan` over stacked layers, the prelude's `Stacked.scan`): each pair is held stacked, codes
+i8[L, N, K] and scales f32[L, K / 32, N]. A scan's slice of them, handed to a custom call (which takes its operands
+as whole buffers and fuses no slice), was copied out of the stack for every layer before its kernel ran: three times
+a layer's bytes a step, one copy after another (the chip: Qwen3-8B's scanned decode at 21 % of streaming, unrolled
+Llama-3.1-8B's at 100 %). So the scan hands its body each stacked pair as a view of layer `i`
+(`KMajorQ8.at_layer`: `StackedLayerQ8`), whose `matmul` gives the kernel the whole stacks and the layer's index as a
+scalar prefetched into SMEM (`pltpu.PrefetchScalarGridSpec`); the blocks' index maps read layer `i`'s tiles from
+the stacks, so each is read once, from where it is held (Pallas's paged attention indexes its pages so).
+
 Rows unknown when traced (an exported entry's symbolic batch and sequence: the `xla` backend) reach the kernels too:
 the grid's row count is then symbolic (Pallas lowers it as a dynamic grid bound), and the kernel and its row tile
 are picked when the entry runs (`lax.switch` on the row count): the decode kernel in tiles of 8 rows (up to 8) or
@@ -51,7 +60,18 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-__all__ = ["KMajorQ8", "hold", "held_spec", "uses_kernel", "q8_matmul", "tiles", "TILE_M", "PREFILL_ROWS", "BLOCK"]
+__all__ = [
+    "KMajorQ8",
+    "StackedLayerQ8",
+    "hold",
+    "held_spec",
+    "uses_kernel",
+    "q8_matmul",
+    "tiles",
+    "TILE_M",
+    "PREFILL_ROWS",
+    "BLOCK",
+]
 
 BLOCK = 32  # Q8_0's values per scale
 TILE_M = 64  # rows of x (batch * tokens) a grid step of the decode kernel takes
@@ -104,6 +124,40 @@ class KMajorQ8(NamedTuple):
             return y.reshape(*lead, n).astype(x.dtype)
         w = self.codes.reshape(n, k // BLOCK, BLOCK).astype(x.dtype) * self.row_scales().astype(x.dtype)[..., None]
         return jnp.einsum("...i,oi->...o", x, w.reshape(n, k), precision=precision)
+
+    def at_layer(self, layer) -> StackedLayerQ8:
+        """This pair held stacked (codes i8[L, N, K], scales_t f32[L, K / 32, N]: a scanned list's member) seen as
+        layer `layer`'s (an int32 or int64 scalar, traced: a scan's index), without slicing it (`StackedLayerQ8`)."""
+        return StackedLayerQ8(self.codes, self.scales_t, layer)
+
+
+class StackedLayerQ8(NamedTuple):
+    """Layer `layer` of a pair held stacked for the kernel (codes i8[L, N, K], scales_t f32[L, K / 32, N]), as a scan's
+    body reads it (`KMajorQ8.at_layer`): `matmul` hands the kernel the stacks and the index (read in place, tile by
+    tile); what takes no kernel (tiny dims' dot, `row_scales`) reads the layer's own pair (`pair`: a slice)."""
+
+    codes: jax.Array
+    scales_t: jax.Array
+    layer: jax.Array
+
+    def pair(self) -> KMajorQ8:
+        """The layer's own pair (codes i8[N, K], scales_t f32[K / 32, N]): a dynamic slice of each stack."""
+        return KMajorQ8(*(lax.dynamic_index_in_dim(a, self.layer, 0, False) for a in (self.codes, self.scales_t)))
+
+    def row_scales(self, indices=None):
+        """The layer's scales f32[N, K / 32] (or rows `indices`'), as `KMajorQ8.row_scales`."""
+        return self.pair().row_scales(indices)
+
+    def matmul(self, x, precision):
+        """`x @ W^T` of the layer's W: x [..., K] -> [..., N] in x's dtype, as `KMajorQ8.matmul`, the kernels reading
+        the layer's tiles from the stacks (no copy of the layer's matrices)."""
+        *lead, k = x.shape
+        n = self.codes.shape[1]
+        rows = functools.reduce(operator.mul, lead, 1)
+        if tiles(n, k) is None or not (isinstance(rows, int) or SYMBOLIC_ROWS):
+            return self.pair().matmul(x, precision)
+        y = q8_matmul(x.reshape(rows, k), self.codes, self.scales_t, self.layer, precision=precision)
+        return y.reshape(*lead, n).astype(x.dtype)
 
 
 def hold(codes: np.ndarray, scales: np.ndarray) -> KMajorQ8:
@@ -207,25 +261,27 @@ def _row_tile(rows: int, prefill: bool) -> int:
     jax.jit, static_argnames=("precision", "tn", "tk", "widen_codes", "prefill", "expand", "interpret")
 )  # fmt: skip
 def q8_matmul(
-    x, codes, scales_t, *, precision=None, tn=TILE_N, tk=TILE_K, widen_codes=WIDEN_CODES, prefill=None, expand=None,
-    interpret=None,
+    x, codes, scales_t, layer=None, *, precision=None, tn=TILE_N, tk=TILE_K, widen_codes=WIDEN_CODES, prefill=None,
+    expand=None, interpret=None,
 ):  # fmt: skip
     """y f32[M, N] = x[M, K] @ (codes i8[N, K] * scales_t f32[K / 32, N] per block)^T, by a Pallas kernel (the module
     docstring): the decode kernel (block-diagonal x, scales after the dot) for up to `PREFILL_ROWS` rows, the
     dequantizing kernel for more (`prefill` True or False forces one); M may be symbolic (an exported entry's: the
-    kernel picked when it runs). `precision` None (`fast`: a bf16 dot) or "highest" (`equivalent`: an f32 dot); `tn`,
-    `tk` tile targets (`tiles`); `widen_codes` False hands the decode kernel's `fast` dot the int8 codes (Mosaic widens
-    them); `expand` the dequantizing kernel's way to repeat the scales (None: `SCALE_EXPAND`); `interpret` None runs the
-    kernel compiled on a TPU and interpreted elsewhere (slow: for tests). Raises ValueError when no tiling fits
-    (`tiles`)."""
+    kernel picked when it runs). With `layer` (an integer scalar, traced or not), codes i8[L, N, K] and scales_t
+    f32[L, K / 32, N] are stacks and the matrix is their layer `layer`, read in place (the module docstring).
+    `precision` None (`fast`: a bf16 dot) or "highest" (`equivalent`: an f32 dot); `tn`, `tk` tile targets (`tiles`);
+    `widen_codes` False hands the decode kernel's `fast` dot the int8 codes (Mosaic widens them); `expand` the
+    dequantizing kernel's way to repeat the scales (None: `SCALE_EXPAND`); `interpret` None runs the kernel compiled
+    on a TPU and interpreted elsewhere (slow: for tests). Raises ValueError when no tiling fits (`tiles`)."""
     rows, k = x.shape
-    n = codes.shape[0]
+    n = codes.shape[-2]
     if tiles(n, k, tn, tk) is None:
         raise ValueError(f"q8_matmul: no tiling of a [{n}, {k}] matrix (N a multiple of 128, K of 256)")
     interpret = jax.default_backend() != "tpu" if interpret is None else interpret
     call = functools.partial(
         _padded_call, codes=codes, scales_t=scales_t, precision=precision, tn=tn, tk=tk, widen_codes=widen_codes,
         expand=expand or SCALE_EXPAND, interpret=interpret,
+        layer=None if layer is None else jnp.asarray(layer, jnp.int32).reshape(1),
     )  # fmt: skip
     if isinstance(rows, int):
         if prefill is None:
@@ -240,11 +296,13 @@ def q8_matmul(
     return lax.switch((count > 8).astype(jnp.int32) + (count > PREFILL_ROWS).astype(jnp.int32), branches, x)
 
 
-def _padded_call(x, *, codes, scales_t, precision, tn, tk, widen_codes, expand, prefill: bool, tm: int, interpret):
+def _padded_call(
+    x, *, codes, scales_t, precision, tn, tk, widen_codes, expand, prefill: bool, tm: int, interpret, layer=None
+):  # fmt: skip
     """`q8_matmul` by one kernel (`prefill`: the dequantizing one), x's rows (an int or symbolic) padded to whole
-    tiles of `tm`: f32[M, N]."""
+    tiles of `tm`: f32[M, N]. `layer` (i32[1]) or None: the stacks' layer whose tiles the blocks read, prefetched."""
     rows, k = x.shape
-    n = codes.shape[0]
+    n = codes.shape[-2]
     m = (rows + tm - 1) // tm * tm  # rows padded to whole tiles (symbolic arithmetic too)
     x = x if isinstance(m, int) and m == rows else jnp.pad(x, ((0, m - rows), (0, 0)))
     tn, tk = tiles(n, k, tn, tk, rows=1 if prefill else tm)
@@ -254,26 +312,46 @@ def _padded_call(x, *, codes, scales_t, precision, tn, tk, widen_codes, expand, 
         kernel = functools.partial(_dequantizing_kernel, **dot, expand=expand)
     else:
         kernel = functools.partial(_kernel, **dot, widen_codes=widen_codes or highest)
+    # blocks (r: x's rows, j: N, i: K), and in a stack layer `layer[0]`'s (its dim squeezed out of the block)
+    blocks = [((tm, tk), lambda r, j, i: (r, i)), ((tn, tk), lambda r, j, i: (j, i))]
+    blocks += [((tk // BLOCK, tn), lambda r, j, i: (i, j)), ((tm, tn), lambda r, j, i: (r, j))]
+    stacked = (False, True, True, False)  # x, codes, scales, out
+    grid = (m // tm, n // tn, k // tk)
+    if layer is None:
+        specs = [pl.BlockSpec(shape, index) for shape, index in blocks]
+        grid_spec = pl.GridSpec(grid=grid, in_specs=specs[:3], out_specs=specs[3])
+        operands = (x, codes, scales_t)
+    else:
+        specs = [
+            pl.BlockSpec((pl.squeezed, *shape), lambda r, j, i, ly, f=index: (ly[0], *f(r, j, i)))
+            if lead
+            else pl.BlockSpec(shape, lambda r, j, i, ly, f=index: f(r, j, i))
+            for (shape, index), lead in zip(blocks, stacked)
+        ]
+        grid_spec = pltpu.PrefetchScalarGridSpec(
+            num_scalar_prefetch=1, grid=grid, in_specs=specs[:3], out_specs=specs[3]
+        )
+        kernel = functools.partial(_after_prefetch, kernel)
+        operands = (layer, x, codes, scales_t)
     call = pl.pallas_call(
         kernel,
         out_shape=jax.ShapeDtypeStruct((m, n), jnp.float32),
-        grid=(m // tm, n // tn, k // tk),
-        in_specs=[
-            pl.BlockSpec((tm, tk), lambda r, j, i: (r, i)),
-            pl.BlockSpec((tn, tk), lambda r, j, i: (j, i)),
-            pl.BlockSpec((tk // BLOCK, tn), lambda r, j, i: (i, j)),
-        ],
-        out_specs=pl.BlockSpec((tm, tn), lambda r, j, i: (r, j)),
+        grid_spec=grid_spec,
         compiler_params=pltpu.CompilerParams(
             dimension_semantics=("parallel", "parallel", "arbitrary"), vmem_limit_bytes=VMEM_LIMIT
         ),
         interpret=interpret,
     )
     if isinstance(m, int):
-        return call(x, codes, scales_t)[:rows]
+        return call(*operands)[:rows]
     # A symbolic grid bound is an operand of the kernel's custom call, of the dimension type: i64 under Linnet's
     # 64-bit scope, which the TPU compiler cannot rewrite to 32-bit inside a custom call ("While rewriting
     # computation to not contain X64 element types ... not implemented": every `xla` entry with stored matrices
     # failed to compile on the chip). Traced with 32-bit types, the bound is i32.
     with jax.enable_x64(False):
-        return call(x, codes, scales_t)[:rows]
+        return call(*operands)[:rows]
+
+
+def _after_prefetch(kernel, layer_ref, *refs):
+    """`kernel(*refs)`: a kernel body called past the scalar-prefetch ref, which only the index maps read."""
+    return kernel(*refs)

@@ -540,8 +540,9 @@ SCAN_ON_ACCELERATORS = True
 # `--dtype stored` (Q8_0 pairs through the Pallas kernels) on an accelerator is not scanned by default: on the chip
 # Qwen3-8B's stored decode ran scanned at 73.6 ms a step, 21 % of streaming the 9.2 GB it holds
 # (bench/results/tpu_q8_qwen3_2026-12-06.json), where Llama-3.1-8B's ran unrolled at 14.93 ms, 100 %
-# (tpu_q8_pallas_2026-12-06.json). Not profiled; the likely cause is each layer's slice of the stacked pairs copied
-# out of the stack for the kernel's custom call (which takes no fused slice), three times a layer's bytes a step.
+# (tpu_q8_pallas_2026-12-06.json). The cause (seen on the CPU): each layer's slice of the stacked pairs was copied
+# out of the stack for the kernel's custom call; the kernels now read a layer's tiles from the stacks
+# (`q8_kernel.StackedLayerQ8`), not yet measured on the chip (`bench/tpu_q8.py`'s `--q8-layers scanned unrolled`).
 STORED_SCANS_ON_ACCELERATORS = False
 # `LINNET_SCAN_LAYERS=0` (or 1): the layers unrolled (or scanned) wherever `scan_layers` is left to its default
 SCAN_LAYERS_ENV = "LINNET_SCAN_LAYERS"
