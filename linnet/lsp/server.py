@@ -52,6 +52,7 @@ from .convert import (
     markup,
     offset_at,
     path_of,
+    position_encoding,
     published_diagnostics,
     range_of_offsets,
     set_position_encoding,
@@ -224,7 +225,8 @@ class LinnetServer(LanguageServer):
         version when done: edits that arrive during an analysis fold into the next one, and a
         stale result is never published."""
         try:
-            if doc.text_version == 0 and len(doc.index.line_starts) >= PROGRESSIVE_LINES:
+            early = self._publish_as_before(doc)
+            if early is None and doc.text_version == 0 and len(doc.index.line_starts) >= PROGRESSIVE_LINES:
                 first = asyncio.ensure_future(self._check_first_items(doc))
                 self.first_items[doc.uri] = (doc.revision, first)
                 await first
@@ -234,14 +236,19 @@ class LinnetServer(LanguageServer):
                     if not doc.is_current(analysis):
                         continue
                     version, revision = doc.version, doc.revision
-                    diagnostics = published_diagnostics(analysis.diagnostics, doc.path)
-                    diagnostics += self.weight_checks.diagnostics(self, doc, analysis)
-                    for text, found in self.lens_results.get(doc.uri, {}).values():
-                        diagnostics += found if text == doc.text else []  # an edit makes a diff's result stale
+                    found = published_diagnostics(analysis.diagnostics, doc.path)
+                    diagnostics = found + self.weight_checks.diagnostics(self, doc, analysis)
+                    for text, lens_found in self.lens_results.get(doc.uri, {}).values():
+                        diagnostics += lens_found if text == doc.text else []  # an edit makes a diff's result stale
+                    given = any(s[1] for s in doc.workspace.stamp(analysis.files[1:]))  # an import open in the editor
                 if self.documents.get(doc.uri) is not doc or revision != doc.revision:
                     continue
-                self.text_document_publish_diagnostics(T.PublishDiagnosticsParams(doc.uri, diagnostics, version))
+                if early is None or revision != 0 or diagnostics != early:  # else published already (the cache)
+                    self.text_document_publish_diagnostics(T.PublishDiagnosticsParams(doc.uri, diagnostics, version))
                 if self.start_caches is not None and revision == 0:  # a document as opened: the next start reads it
+                    if not given:
+                        settings = (preset, position_encoding())
+                        self.start_caches.published.put(doc.path, doc.text, settings, analysis.files[1:], found)
                     self.start_caches.save()
                 if doc.text_version != doc.notified_version:  # its importers read this text now
                     doc.notified_version = doc.text_version
@@ -252,6 +259,21 @@ class LinnetServer(LanguageServer):
         finally:
             self.first_items.pop(doc.uri, None)
             self.collector.after_check()  # the analysis this one replaced is garbage now: collected at once
+
+    def _publish_as_before(self, doc: OpenDocument) -> list[T.Diagnostic] | None:
+        """A start's first publish of a document as opened: what a previous start published for the same text and
+        settings, read from the start's caches (`linnet.lsp.published`), published now, before the check; None when
+        there is none (or the document is not as opened, or one of the files it read is open in the editor)."""
+        caches = self.start_caches
+        if caches is None or doc.revision != 0 or doc.text_version != 0:
+            return None
+        ws = doc.workspace
+        others = {ws.key(d.path) for d in self.documents if d is not doc}
+        settings = (self.settings.preset, position_encoding())
+        early = caches.published.get(doc.path, doc.text, settings, lambda path: ws.key(path) in others)
+        if early is not None:
+            self.text_document_publish_diagnostics(T.PublishDiagnosticsParams(doc.uri, early, doc.version))
+        return early
 
     async def _check_first_items(self, doc: OpenDocument) -> Analysis | None:
         """The first pass over a big file just opened: parse and check only the items that start in its first
