@@ -192,8 +192,8 @@ def markdown(result: dict) -> str:
         + f". {result['runs']} fresh processes per file and checkout, interleaved, caches warm (a second start).",
         "",
         "| file | checkout | first diagnostics p50 / p90 / max ms | initialize p50 ms | server CPU p50 / p90 ms "
-        "| server waited for a CPU p50 ms |",
-        "|---|---|---|---:|---|---:|",
+        "| server waited for a CPU p50 ms | machine's CPU wait (PSI) % |",
+        "|---|---|---|---:|---|---:|---:|",
     ]
     for file_name, row in result["files"].items():
         for name in result["checkouts"]:
@@ -203,7 +203,7 @@ def markdown(result: dict) -> str:
                 f"| {file_name} ({row['lines']} lines) | {name} | {f['p50_ms']:.0f} / {f['p90_ms']:.0f} / "
                 f"{f['max_ms']:.0f} | {r['initialize']['p50_ms']:.0f} | {r['server_cpu']['p50_ms']:.0f} / "
                 f"{r['server_cpu']['p90_ms']:.0f} "
-                f"| {r['server_cpu_wait']['p50_ms']:.0f} |"
+                f"| {r['server_cpu_wait']['p50_ms']:.0f} | {row.get('cpu_wait_pct', float('nan')):.0f} |"
             )
     lines += ["", f"Goal: examples/llama.linnet p90 <= {result['goal_p90_ms']:.0f} ms.", ""]
     for name, rows in result["importtime"].items():

@@ -94,6 +94,8 @@ class PublishedCache:
     def put(self, doc_path: str, text: str, settings: tuple, files: list[str], diagnostics: list[Any]) -> None:
         """Record `diagnostics`, published for `doc_path` holding `text` under `settings`, whose analysis read
         `files` besides (their stamps are taken now; a file that cannot be read leaves nothing recorded)."""
+        if self.path is None:  # LINNET_NO_CACHE: no start reads it
+            return
         stamps = tuple((file, file_stamp(file)) for file in files)
         if any(stamp is None for _, stamp in stamps):
             self.entries.pop(doc_path, None)
