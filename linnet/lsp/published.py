@@ -94,7 +94,7 @@ class PublishedCache:
     def put(self, doc_path: str, text: str, settings: tuple, files: list[str], diagnostics: list[Any]) -> None:
         """Record `diagnostics`, published for `doc_path` holding `text` under `settings`, whose analysis read
         `files` besides (their stamps are taken now; a file that cannot be read leaves nothing recorded)."""
-        if self.path is None:  # LINNET_NO_CACHE: no start reads it
+        if self.path is None or len(text) > MAX_BYTES:  # LINNET_NO_CACHE (no start reads it), or too big to keep
             return
         stamps = tuple((file, file_stamp(file)) for file in files)
         if any(stamp is None for _, stamp in stamps):
@@ -115,10 +115,9 @@ class PublishedCache:
         self.changed = False
         kept, size = {}, 0
         for doc_path, entry in reversed(list(self.entries.items())):
-            size += len(entry[0]) + len(entry[3])
-            if size > MAX_BYTES:
-                break
-            kept[doc_path] = entry
+            if size + len(entry[0]) + len(entry[3]) <= MAX_BYTES:  # a document too big for the file is not kept
+                kept[doc_path] = entry
+                size += len(entry[0]) + len(entry[3])
         tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)

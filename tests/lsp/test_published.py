@@ -89,3 +89,20 @@ def test_the_code_stamp_follows_the_checker_s_sources(tmp_path):
     stamp = code_stamp()
     assert "semantics/checker.py:" in stamp and "std/nn.linnet:" in stamp and "lsp/convert.py:" in stamp
     assert code_stamp() == stamp
+
+
+def test_a_document_too_big_to_keep_leaves_the_others_kept(tmp_path, monkeypatch):
+    import linnet.lsp.published as published
+
+    tower, text = importing_files(tmp_path)
+    found, files = checked(tower)
+    cache = PublishedCache(tmp_path / "published.pickle")
+    cache.put(str(tower), text, SETTINGS, files, found)
+    kept = len(text) + len(cache.entries[str(tower)][3])
+    monkeypatch.setattr(published, "MAX_BYTES", kept)
+    big = text + " " * kept  # over the limit alone
+    cache.put(str(tmp_path / "big.linnet"), big, SETTINGS, [], [])  # not kept
+    cache.entries[str(tmp_path / "big2.linnet")] = (big, SETTINGS, (), b"")  # as a file of a larger limit holds
+    cache.save()
+    again = PublishedCache(tmp_path / "published.pickle")
+    assert list(again.entries) == [str(tower)] and again.get(str(tower), text, SETTINGS, never_open) == found
