@@ -226,8 +226,8 @@ class LinnetServer(LanguageServer):
         stale result is never published."""
         try:
             early = self._publish_as_before(doc)
-            if early is None and doc.text_version == 0 and len(doc.index.line_starts) >= PROGRESSIVE_LINES:
-                first = asyncio.ensure_future(self._check_first_items(doc))
+            if doc.text_version == 0 and len(doc.index.line_starts) >= PROGRESSIVE_LINES:
+                first = asyncio.ensure_future(self._check_first_items(doc, publish=early is None))
                 self.first_items[doc.uri] = (doc.revision, first)
                 await first
             while self.documents.get(doc.uri) is doc:
@@ -275,11 +275,12 @@ class LinnetServer(LanguageServer):
             self.text_document_publish_diagnostics(T.PublishDiagnosticsParams(doc.uri, early, doc.version))
         return early
 
-    async def _check_first_items(self, doc: OpenDocument) -> Analysis | None:
+    async def _check_first_items(self, doc: OpenDocument, publish: bool = True) -> Analysis | None:
         """The first pass over a big file just opened: parse and check only the items that start in its first
-        FIRST_LINES lines, as if the file ended after them, and publish what that found, so the editor shows
-        something in well under the whole check's time (a 5 MB file's parse alone is seconds); the full check
-        follows (`_diagnose`) and reuses these items' parses and results. What names an item further down
+        FIRST_LINES lines, as if the file ended after them, and publish what that found (unless not `publish`: the
+        whole file's diagnostics are out already, from the start's caches), so the editor shows something in well
+        under the whole check's time (a 5 MB file's parse alone is seconds); the full check follows
+        (`_diagnose`) and reuses these items' parses and results. What names an item further down
         (an unknown name there, as far as the first items know) is left for the full check, as are the later
         items' syntax errors and what is never read. Returns the partial analysis (hover answers from it
         meanwhile: `early_analysis`), or None when the text changed under it."""
@@ -303,8 +304,9 @@ class LinnetServer(LanguageServer):
             for d in analysis.diagnostics
             if d.location.path != doc.path or text[d.location.start.offset : d.location.end.offset] not in later
         ]
-        diagnostics = published_diagnostics(found, doc.path)
-        self.text_document_publish_diagnostics(T.PublishDiagnosticsParams(doc.uri, diagnostics, version))
+        if publish:
+            diagnostics = published_diagnostics(found, doc.path)
+            self.text_document_publish_diagnostics(T.PublishDiagnosticsParams(doc.uri, diagnostics, version))
         return analysis
 
     async def early_analysis(self, doc: OpenDocument, position: T.Position) -> Analysis | None:

@@ -242,9 +242,12 @@ def frame(message: dict) -> bytes:
     return b"Content-Length: %d\r\n\r\n" % len(body) + body
 
 
-def first_diagnostics(tmp_path, out: str, path=ROOT / "examples" / "llama.linnet") -> tuple[dict, list[dict]]:
-    """Start the server (caches in `tmp_path`), open `path`, read up to its first publishDiagnostics, shut down; what
-    the server had done then (`modules` imported, `analyses` run), and those diagnostics."""
+def first_diagnostics(
+    tmp_path, out: str, path=ROOT / "examples" / "llama.linnet", publishes: int = 1
+) -> tuple[dict, list[dict]]:
+    """Start the server (caches in `tmp_path`), open `path`, read up to its `publishes`-th publishDiagnostics, shut
+    down; what the server had done at its first (`modules` imported, `analyses` run) with the diagnostics of each
+    publish read (`published`), and those read last."""
     env = {"LINNET_CACHE_DIR": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin", "MODULES_OUT": str(tmp_path / out)}
     process = subprocess.Popen(
         [sys.executable, "-c", FIRST_PUBLISH_MODULES],
@@ -261,6 +264,7 @@ def first_diagnostics(tmp_path, out: str, path=ROOT / "examples" / "llama.linnet
         + frame({"method": "textDocument/didOpen", "params": {"textDocument": document}})
     )
     process.stdin.flush()
+    published = []
     while True:
         length = None
         while (line := process.stdout.readline()).strip():
@@ -269,11 +273,14 @@ def first_diagnostics(tmp_path, out: str, path=ROOT / "examples" / "llama.linnet
         assert length is not None, process.stderr.read().decode()
         message = json.loads(process.stdout.read(length))
         if message.get("method") == "textDocument/publishDiagnostics":
-            break
+            published.append(message["params"]["diagnostics"])
+            publishes -= 1
+            if publishes == 0:
+                break
     process.stdin.write(frame({"id": 2, "method": "shutdown"}) + frame({"method": "exit"}))
     process.stdin.flush()
     assert process.wait(timeout=60) == 0
-    return json.loads((tmp_path / out).read_text()), message["params"]["diagnostics"]
+    return {**json.loads((tmp_path / out).read_text()), "published": published}, published[-1]
 
 
 def test_a_second_start_reaches_its_first_diagnostics_without_lark_or_what_runs_need(tmp_path):
@@ -327,3 +334,16 @@ def test_forward_references_compile_through_the_cache_and_still_resolve(tmp_path
         assert resolved == typing.Optional[module.Range]
     assert caches[0].misses == 1 and caches[1].hits == 1 and caches[1].misses == 0
     assert not hasattr(typing, "compile"), "the builtin is typing's compile again after the block"
+
+
+def test_a_big_file_s_second_start_publishes_all_its_diagnostics_first(tmp_path):
+    """A big file's first start publishes its first items' diagnostics, then the whole file's; the next start
+    publishes the whole file's at once, before any analysis."""
+    from tests.lsp.test_progressive import big_file
+
+    path = tmp_path / "big.linnet"
+    path.write_text(big_file(150, unknown_in=(1, 140)), encoding="utf-8")
+    first, whole = first_diagnostics(tmp_path, "first.json", path, publishes=2)
+    assert len(first["published"][0]) < len(whole)  # the first items' diagnostics, then the whole file's
+    second, second_found = first_diagnostics(tmp_path, "second.json", path)
+    assert second["analyses"] == 0 and second_found == whole
