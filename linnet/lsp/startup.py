@@ -30,8 +30,9 @@ start were not work the server needs:
 - modules only some requests use, imported where they are used: tempfile and shutil (views, compare), hashlib
   (compare), and ssl, which asyncio imports when it can, hidden while the server imports (it speaks over stdio).
 
-Measured: bench/results/lsp_cold_start.md. A test (tests/lsp/test_startup.py) pins what a second start has not
-imported, nor checked, when it first publishes diagnostics.
+Measured: bench/results/lsp_cold_start.md and bench/results/lsp_cold_start_published.md. A test
+(tests/lsp/test_startup.py) pins what a second start has not imported, nor checked, when it first publishes
+diagnostics.
 
 The cache files are `lsp/generated-code-<python>.marshal`, `lsp/parses-<python>.pickle` and
 `lsp/published-<python>.pickle` in Linnet's cache folder (`$LINNET_CACHE_DIR`, else `$XDG_CACHE_HOME/linnet`, else
