@@ -52,6 +52,7 @@ from .convert import (
     markup,
     offset_at,
     path_of,
+    position_encoding,
     published_diagnostics,
     range_of_offsets,
     set_position_encoding,
@@ -224,8 +225,9 @@ class LinnetServer(LanguageServer):
         version when done: edits that arrive during an analysis fold into the next one, and a
         stale result is never published."""
         try:
+            early = self._publish_as_before(doc)
             if doc.text_version == 0 and len(doc.index.line_starts) >= PROGRESSIVE_LINES:
-                first = asyncio.ensure_future(self._check_first_items(doc))
+                first = asyncio.ensure_future(self._check_first_items(doc, publish=early is None))
                 self.first_items[doc.uri] = (doc.revision, first)
                 await first
             while self.documents.get(doc.uri) is doc:
@@ -234,14 +236,19 @@ class LinnetServer(LanguageServer):
                     if not doc.is_current(analysis):
                         continue
                     version, revision = doc.version, doc.revision
-                    diagnostics = published_diagnostics(analysis.diagnostics, doc.path)
-                    diagnostics += self.weight_checks.diagnostics(self, doc, analysis)
-                    for text, found in self.lens_results.get(doc.uri, {}).values():
-                        diagnostics += found if text == doc.text else []  # an edit makes a diff's result stale
+                    found = published_diagnostics(analysis.diagnostics, doc.path)
+                    diagnostics = found + self.weight_checks.diagnostics(self, doc, analysis)
+                    for text, lens_found in self.lens_results.get(doc.uri, {}).values():
+                        diagnostics += lens_found if text == doc.text else []  # an edit makes a diff's result stale
+                    given = any(s[1] for s in doc.workspace.stamp(analysis.files[1:]))  # an import open in the editor
                 if self.documents.get(doc.uri) is not doc or revision != doc.revision:
                     continue
-                self.text_document_publish_diagnostics(T.PublishDiagnosticsParams(doc.uri, diagnostics, version))
+                if early is None or revision != 0 or diagnostics != early:  # else published already (the cache)
+                    self.text_document_publish_diagnostics(T.PublishDiagnosticsParams(doc.uri, diagnostics, version))
                 if self.start_caches is not None and revision == 0:  # a document as opened: the next start reads it
+                    if not given:
+                        settings = (preset, position_encoding())
+                        self.start_caches.published.put(doc.path, doc.text, settings, analysis.files[1:], found)
                     self.start_caches.save()
                 if doc.text_version != doc.notified_version:  # its importers read this text now
                     doc.notified_version = doc.text_version
@@ -253,11 +260,27 @@ class LinnetServer(LanguageServer):
             self.first_items.pop(doc.uri, None)
             self.collector.after_check()  # the analysis this one replaced is garbage now: collected at once
 
-    async def _check_first_items(self, doc: OpenDocument) -> Analysis | None:
+    def _publish_as_before(self, doc: OpenDocument) -> list[T.Diagnostic] | None:
+        """A start's first publish of a document as opened: what a previous start published for the same text and
+        settings, read from the start's caches (`linnet.lsp.published`), published now, before the check; None when
+        there is none (or the document is not as opened, or one of the files it read is open in the editor)."""
+        caches = self.start_caches
+        if caches is None or doc.revision != 0 or doc.text_version != 0:
+            return None
+        ws = doc.workspace
+        others = {ws.key(d.path) for d in self.documents if d is not doc}
+        settings = (self.settings.preset, position_encoding())
+        early = caches.published.get(doc.path, doc.text, settings, lambda path: ws.key(path) in others)
+        if early is not None:
+            self.text_document_publish_diagnostics(T.PublishDiagnosticsParams(doc.uri, early, doc.version))
+        return early
+
+    async def _check_first_items(self, doc: OpenDocument, publish: bool = True) -> Analysis | None:
         """The first pass over a big file just opened: parse and check only the items that start in its first
-        FIRST_LINES lines, as if the file ended after them, and publish what that found, so the editor shows
-        something in well under the whole check's time (a 5 MB file's parse alone is seconds); the full check
-        follows (`_diagnose`) and reuses these items' parses and results. What names an item further down
+        FIRST_LINES lines, as if the file ended after them, and publish what that found (unless not `publish`: the
+        whole file's diagnostics are out already, from the start's caches), so the editor shows something in well
+        under the whole check's time (a 5 MB file's parse alone is seconds); the full check follows
+        (`_diagnose`) and reuses these items' parses and results. What names an item further down
         (an unknown name there, as far as the first items know) is left for the full check, as are the later
         items' syntax errors and what is never read. Returns the partial analysis (hover answers from it
         meanwhile: `early_analysis`), or None when the text changed under it."""
@@ -281,8 +304,9 @@ class LinnetServer(LanguageServer):
             for d in analysis.diagnostics
             if d.location.path != doc.path or text[d.location.start.offset : d.location.end.offset] not in later
         ]
-        diagnostics = published_diagnostics(found, doc.path)
-        self.text_document_publish_diagnostics(T.PublishDiagnosticsParams(doc.uri, diagnostics, version))
+        if publish:
+            diagnostics = published_diagnostics(found, doc.path)
+            self.text_document_publish_diagnostics(T.PublishDiagnosticsParams(doc.uri, diagnostics, version))
         return analysis
 
     async def early_analysis(self, doc: OpenDocument, position: T.Position) -> Analysis | None:

@@ -24,16 +24,20 @@ start were not work the server needs:
   are kept between starts (`linnet.lsp.parses`): a start whose items were all parsed before never imports lark
   (`linnet.syntax.lalr`). lark imports `regex` and `interegular` when they are installed, for grammars that ask
   for them (ours does not): hidden from lark while it imports (~30 ms; `linnet.syntax.optional`).
+- checking the opened file (~70 ms for examples/llama.linnet), which an editor most often opens again unchanged:
+  what a start published for each document as opened is kept with what it depends on (`linnet.lsp.published`),
+  and a start of the same text publishes it before its check (which follows, publishing only what differs).
 - modules only some requests use, imported where they are used: tempfile and shutil (views, compare), hashlib
   (compare), and ssl, which asyncio imports when it can, hidden while the server imports (it speaks over stdio).
 
-Measured: bench/results/lsp_cold_start.md. A test (tests/lsp/test_startup.py) pins what a second start has not
-imported when it first publishes diagnostics.
+Measured: bench/results/lsp_cold_start.md and bench/results/lsp_cold_start_published.md. A test
+(tests/lsp/test_startup.py) pins what a second start has not imported, nor checked, when it first publishes
+diagnostics.
 
-The cache files are `lsp/generated-code-<python>.marshal` and `lsp/parses-<python>.pickle` in Linnet's cache
-folder (`$LINNET_CACHE_DIR`, else `$XDG_CACHE_HOME/linnet`, else `~/.cache/linnet`; `LINNET_NO_CACHE=1` turns them
-off; `linnet cache` lists and clears them); a folder that cannot be read or written only means compiling and
-parsing as before.
+The cache files are `lsp/generated-code-<python>.marshal`, `lsp/parses-<python>.pickle` and
+`lsp/published-<python>.pickle` in Linnet's cache folder (`$LINNET_CACHE_DIR`, else `$XDG_CACHE_HOME/linnet`, else
+`~/.cache/linnet`; `LINNET_NO_CACHE=1` turns them off; `linnet cache` lists and clears them); a folder that cannot
+be read or written only means compiling, parsing and checking as before.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ from typing import Any, Callable, Iterator
 
 CACHE_NAME = f"generated-code-{sys.implementation.cache_tag}.marshal"
 PARSES_NAME = f"parses-{sys.implementation.cache_tag}.pickle"  # linnet/lsp/parses.py
+PUBLISHED_NAME = f"published-{sys.implementation.cache_tag}.pickle"  # linnet/lsp/published.py
 # asyncio imports ssl (~8 ms) when it can, for TLS connections: the server speaks over stdio
 OPTIONAL_FOR_ASYNCIO = ("ssl",)
 IMPORT_YOUNG_THRESHOLD = 10_000  # generation 0's collection threshold while the server imports (CPython's: 700)
@@ -232,22 +237,26 @@ class StartCaches:
     (`linnet.lsp.parses.ParseCache`, or None). The server calls `save` once a document as opened is checked, and
     `close` when typing begins (what is typed is new text, and what the caches keep would grow with it)."""
 
-    def __init__(self, code: CodeCache, code_block: contextlib.ExitStack, parses: Any | None):
+    def __init__(self, code: CodeCache, code_block: contextlib.ExitStack, parses: Any | None, published: Any):
         self.code = code
         self.code_block = code_block  # the patch `generated_code_cached` made
         self.parses = parses
+        self.published = published  # linnet.lsp.published.PublishedCache
 
     def save(self) -> None:
-        """Write both caches (each only when it has something new)."""
+        """Write the caches (each only when it has something new)."""
         self.code.save()
+        self.published.save()
         if self.parses is not None:
             self.parses.save()
 
     def close(self) -> None:
-        """Restore the compile functions, write the parses (when new) and parse without a cache from now on."""
+        """Restore the compile functions, write the parses and published diagnostics (when new) and parse without a
+        cache from now on."""
         from linnet.syntax.parser import set_parse_cache
 
         self.code_block.close()
+        self.published.save()
         if self.parses is not None:
             self.parses.save()
             set_parse_cache(None)
@@ -272,6 +281,7 @@ def load_server() -> Callable[[], int]:
                 from linnet.syntax.parser import set_parse_cache
 
                 from .parses import ParseCache
+                from .published import PublishedCache
                 from .server import create_server, main
 
                 server = create_server()
@@ -286,5 +296,6 @@ def load_server() -> Callable[[], int]:
     # LINNET_NO_CACHE: every start parses (keeping parses in memory would only cost)
     parses = ParseCache(path) if path is not None else None
     set_parse_cache(parses)
-    server.start_caches = StartCaches(cache, code_block, parses)
+    published = PublishedCache(cache_path(PUBLISHED_NAME))
+    server.start_caches = StartCaches(cache, code_block, parses, published)
     return functools.partial(main, server)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -14,7 +15,7 @@ import attrs
 import pytest
 
 import linnet.cli
-from linnet.lsp.startup import PARSES_NAME, CodeCache, cache_path, generated_code_cached, warm_converter
+from linnet.lsp.startup import PARSES_NAME, PUBLISHED_NAME, CodeCache, cache_path, generated_code_cached, warm_converter
 from linnet.runtimes.backends import caches
 from linnet.syntax.optional import without_optional
 from tests.conftest import ROOT
@@ -189,7 +190,8 @@ def test_the_server_imports_without_lark_extras_or_the_ir_and_restores_the_colle
     assert list(tmp_path.iterdir()), "the first start writes the generated code's cache"
 
 
-# the server process as `linnet lsp` runs it, writing what it has imported when it first publishes diagnostics
+# the server process as `linnet lsp` runs it, writing what it has imported when it first publishes diagnostics, and
+# how many analyses it had run by then
 FIRST_PUBLISH_MODULES = textwrap.dedent(
     """
     import json, os, sys
@@ -198,11 +200,16 @@ FIRST_PUBLISH_MODULES = textwrap.dedent(
     serve = load_server()
     server = serve.args[0]
     publish = server.text_document_publish_diagnostics
+    from linnet.semantics.program import Document
+
+    analyses = []
+    analyze = Document.analyze
+    Document.analyze = lambda self, *args, **kwargs: analyses.append(1) or analyze(self, *args, **kwargs)
 
     def first_publish(params):
         if not os.path.exists(os.environ["MODULES_OUT"]):
             with open(os.environ["MODULES_OUT"], "w") as out:
-                json.dump(sorted(sys.modules), out)
+                json.dump({"modules": sorted(sys.modules), "analyses": len(analyses)}, out)
         publish(params)
 
     server.text_document_publish_diagnostics = first_publish
@@ -235,10 +242,12 @@ def frame(message: dict) -> bytes:
     return b"Content-Length: %d\r\n\r\n" % len(body) + body
 
 
-def first_diagnostics(tmp_path, out: str) -> tuple[list[str], list[dict]]:
-    """Start the server (caches in `tmp_path`), open examples/llama.linnet, read up to its first publishDiagnostics,
-    shut down; the modules the server had imported then, and those diagnostics."""
-    path = ROOT / "examples" / "llama.linnet"
+def first_diagnostics(
+    tmp_path, out: str, path=ROOT / "examples" / "llama.linnet", publishes: int = 1
+) -> tuple[dict, list[dict]]:
+    """Start the server (caches in `tmp_path`), open `path`, read up to its `publishes`-th publishDiagnostics, shut
+    down; what the server had done at its first (`modules` imported, `analyses` run) with the diagnostics of each
+    publish read (`published`), and those read last."""
     env = {"LINNET_CACHE_DIR": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin", "MODULES_OUT": str(tmp_path / out)}
     process = subprocess.Popen(
         [sys.executable, "-c", FIRST_PUBLISH_MODULES],
@@ -255,6 +264,7 @@ def first_diagnostics(tmp_path, out: str) -> tuple[list[str], list[dict]]:
         + frame({"method": "textDocument/didOpen", "params": {"textDocument": document}})
     )
     process.stdin.flush()
+    published = []
     while True:
         length = None
         while (line := process.stdout.readline()).strip():
@@ -263,26 +273,48 @@ def first_diagnostics(tmp_path, out: str) -> tuple[list[str], list[dict]]:
         assert length is not None, process.stderr.read().decode()
         message = json.loads(process.stdout.read(length))
         if message.get("method") == "textDocument/publishDiagnostics":
-            break
+            published.append(message["params"]["diagnostics"])
+            publishes -= 1
+            if publishes == 0:
+                break
     process.stdin.write(frame({"id": 2, "method": "shutdown"}) + frame({"method": "exit"}))
     process.stdin.flush()
     assert process.wait(timeout=60) == 0
-    return json.loads((tmp_path / out).read_text()), message["params"]["diagnostics"]
+    return {**json.loads((tmp_path / out).read_text()), "published": published}, published[-1]
 
 
 def test_a_second_start_reaches_its_first_diagnostics_without_lark_or_what_runs_need(tmp_path):
     """Issue 45: the first start parses (lark) and keeps its parses; the next start reads them back and publishes
     the same diagnostics having imported none of NOT_BEFORE_FIRST_DIAGNOSTICS."""
     first, first_found = first_diagnostics(tmp_path, "first.json")
-    assert "lark" in first, "the first start parses its items"
+    assert "lark" in first["modules"], "the first start parses its items"
     assert (tmp_path / "cache" / "lsp" / PARSES_NAME).exists()
     second, second_found = first_diagnostics(tmp_path, "second.json")
+    modules = second["modules"]
     imported = sorted(
-        m for m in second if m.split(".")[0] in NOT_BEFORE_FIRST_DIAGNOSTICS or m in NOT_BEFORE_FIRST_DIAGNOSTICS
+        m for m in modules if m.split(".")[0] in NOT_BEFORE_FIRST_DIAGNOSTICS or m in NOT_BEFORE_FIRST_DIAGNOSTICS
     )
-    imported += sorted(m for m in second if any(m.startswith(f"{name}.") for name in NOT_BEFORE_FIRST_DIAGNOSTICS))
+    imported += sorted(m for m in modules if any(m.startswith(f"{name}.") for name in NOT_BEFORE_FIRST_DIAGNOSTICS))
     assert imported == []
     assert second_found == first_found
+
+
+def test_a_second_start_publishes_what_the_first_did_before_checking_unless_an_import_changed(tmp_path):
+    """Issue 45: the first start checks, publishes and keeps what it published (linnet/lsp/published.py); the next
+    start of the same text publishes the same diagnostics before any analysis; after an import changed on disk, a
+    start checks first and publishes the new findings."""
+    for name in ("tower.linnet", "shared.linnet"):
+        shutil.copy(ROOT / "tests" / "lsp" / "workspace" / "imports" / name, tmp_path / name)
+    tower, shared = tmp_path / "tower.linnet", tmp_path / "shared.linnet"
+    tower.write_text(tower.read_text(encoding="utf-8").replace("second(first(x))", "second(first(y))"))
+    first, first_found = first_diagnostics(tmp_path, "first.json", tower)
+    assert first["analyses"] >= 1 and [d["code"] for d in first_found] == ["L101"]
+    assert (tmp_path / "cache" / "lsp" / PUBLISHED_NAME).exists()
+    second, second_found = first_diagnostics(tmp_path, "second.json", tower)
+    assert second["analyses"] == 0 and second_found == first_found
+    shared.write_text(shared.read_text(encoding="utf-8").replace("module FeedForward(", "module MLP("))
+    third, third_found = first_diagnostics(tmp_path, "third.json", tower)
+    assert third["analyses"] >= 1 and len(third_found) > 1 and "FeedForward" in third_found[0]["message"]
 
 
 def test_forward_references_compile_through_the_cache_and_still_resolve(tmp_path):
@@ -302,3 +334,16 @@ def test_forward_references_compile_through_the_cache_and_still_resolve(tmp_path
         assert resolved == typing.Optional[module.Range]
     assert caches[0].misses == 1 and caches[1].hits == 1 and caches[1].misses == 0
     assert not hasattr(typing, "compile"), "the builtin is typing's compile again after the block"
+
+
+def test_a_big_file_s_second_start_publishes_all_its_diagnostics_first(tmp_path):
+    """A big file's first start publishes its first items' diagnostics, then the whole file's; the next start
+    publishes the whole file's at once, before any analysis."""
+    from tests.lsp.test_progressive import big_file
+
+    path = tmp_path / "big.linnet"
+    path.write_text(big_file(150, unknown_in=(1, 140)), encoding="utf-8")
+    first, whole = first_diagnostics(tmp_path, "first.json", path, publishes=2)
+    assert len(first["published"][0]) < len(whole)  # the first items' diagnostics, then the whole file's
+    second, second_found = first_diagnostics(tmp_path, "second.json", path)
+    assert second["analyses"] == 0 and second_found == whole
