@@ -574,7 +574,10 @@ def solve_linear(pattern: Dim, target: Dim, unknown: Atom) -> Dim | DivisionErro
     for mono, coeff in pattern.val.terms:
         powers = dict(mono)
         p = powers.get(unknown, 0)
-        if any(a is not unknown and unknown in Dim.atom(a).atoms() for a in powers):
+        if any(
+            a is not unknown and (a.args is not None or a.quot is not None) and unknown in Dim.atom(a).atoms()
+            for a in powers
+        ):
             return None  # also inside a floor division: not linear
         if p == 0:
             rest[mono] = rest.get(mono, 0) + coeff
@@ -586,6 +589,8 @@ def solve_linear(pattern: Dim, target: Dim, unknown: Atom) -> Dim | DivisionErro
             return None
     if not k.terms:
         return None
+    if not rest and k._t == {(): 1}:  # `pattern` is `unknown` itself (most dims of a signature): no division
+        return target
     return divide(target - Dim(rest), k)
 
 
