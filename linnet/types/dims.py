@@ -92,7 +92,7 @@ class Dim:
     Terms are kept in a dict (monomial -> coefficient, no zeros); comparisons use the dict,
     and the canonical order is computed only to print or hash."""
 
-    __slots__ = ("_t", "_val", "_sorted", "_hash", "_key")
+    __slots__ = ("_t", "_val", "_sorted", "_hash", "_key", "_atoms")
 
     def __init__(self, terms: dict[Monomial, int] | None = None):
         self._t: dict[Monomial, int] = {m: c for m, c in terms.items() if c} if terms else {}
@@ -100,12 +100,13 @@ class Dim:
         self._sorted = None
         self._hash = None
         self._key = None
+        self._atoms: frozenset[Atom] | None = None
 
     @staticmethod
     def _raw(terms: dict[Monomial, int]) -> "Dim":
         d = Dim.__new__(Dim)
         d._t = terms
-        d._val = d._sorted = d._hash = d._key = None
+        d._val = d._sorted = d._hash = d._key = d._atoms = None
         return d
 
     # ----- constructors
@@ -140,9 +141,15 @@ class Dim:
     def is_int(self) -> bool:
         return self.as_int() is not None
 
-    def atoms(self) -> set[Atom]:
+    def atoms(self) -> frozenset[Atom]:
         """Every atom this dim is made of, those inside a written quotient or floor division
-        included (`(H - 1) // 2` holds `H`)."""
+        included (`(H - 1) // 2` holds `H`). Computed once (a dim is immutable): the checker asks for it on
+        every substitution."""
+        if self._atoms is None:
+            self._atoms = frozenset(self._collect_atoms())
+        return self._atoms
+
+    def _collect_atoms(self) -> set[Atom]:
         out: set[Atom] = set()
         for m in self._t:
             for a, _ in m:
@@ -232,6 +239,10 @@ class Dim:
         return Dim._raw({m: -c for m, c in self._t.items()})
 
     def __mul__(self, other: "Dim") -> "Dim":
+        if len(other._t) == 1 and () in other._t:  # by a constant (`val` and `__pow__` start from one): scale
+            return self._scaled(other._t[()])
+        if len(self._t) == 1 and () in self._t:
+            return other._scaled(self._t[()])
         out: dict[Monomial, int] = {}
         for m1, c1 in self._t.items():
             for m2, c2 in other._t.items():
@@ -243,7 +254,15 @@ class Dim:
                     out.pop(m, None)
         return Dim._raw(out)
 
+    def _scaled(self, c: int) -> "Dim":
+        """This dim times the integer `c` (not zero: a constant dim has no zero term)."""
+        if c == 1:
+            return self  # immutable: shared, with its cached value
+        return Dim._raw({m: c * k for m, k in self._t.items()})
+
     def __pow__(self, n: int) -> "Dim":
+        if n == 1:  # almost every power in `val` and `substitute`
+            return self
         result = Dim.of(1)
         for _ in range(n):
             result = result * self
@@ -555,7 +574,10 @@ def solve_linear(pattern: Dim, target: Dim, unknown: Atom) -> Dim | DivisionErro
     for mono, coeff in pattern.val.terms:
         powers = dict(mono)
         p = powers.get(unknown, 0)
-        if any(a is not unknown and unknown in Dim.atom(a).atoms() for a in powers):
+        if any(
+            a is not unknown and (a.args is not None or a.quot is not None) and unknown in Dim.atom(a).atoms()
+            for a in powers
+        ):
             return None  # also inside a floor division: not linear
         if p == 0:
             rest[mono] = rest.get(mono, 0) + coeff
@@ -567,6 +589,8 @@ def solve_linear(pattern: Dim, target: Dim, unknown: Atom) -> Dim | DivisionErro
             return None
     if not k.terms:
         return None
+    if not rest and k._t == {(): 1}:  # `pattern` is `unknown` itself (most dims of a signature): no division
+        return target
     return divide(target - Dim(rest), k)
 
 

@@ -108,6 +108,16 @@ def test_solve_linear():
     assert solve_linear(Dim.atom(g) * Dim.atom(g), Dim.of(16), g) is None
 
 
+@given(dims(), st.integers(-5, 5).filter(bool))
+def test_a_bare_unknown_is_solved_as_the_division_by_one_would(a, k):
+    g = var("G")
+    # `G == a` is solved without dividing (the checker's most common equation): the same form and value
+    assert solve_linear(Dim.atom(g), a, g) == divide(a, Dim.of(1))
+    # a product by a constant scales each term: the same terms as adding `a` |k| times
+    total = sum([a] * abs(k), Dim.of(0))
+    assert a * Dim.of(k) == Dim.of(k) * a == (total if k > 0 else -total)
+
+
 # ----------------------------------------------------------------------------- floor division
 
 
