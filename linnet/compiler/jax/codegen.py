@@ -736,7 +736,8 @@ class JaxModule(ModuleWriter):
                 "and the attention dots read them where they lie.",
             ]
         lines += [
-            'Integer inputs are i64 (run with `jax.config.update("jax_enable_x64", True)`).',
+            "Integer inputs are i64: trace and call the entries under `with jax.enable_x64(True):`",
+            "(thread-local; Linnet's own runtime does so rather than set `jax_enable_x64` for the process).",
             '"""',
             "",
             "import jax",

@@ -5,7 +5,8 @@ Each entry function takes `p`, the parameters and state by checkpoint name, and 
 an entry that writes state (the KV cache) returns its outputs and a dict of the new state.
 Pass `p = {**fuse_weights(params), **state}`: linear layers that share an input are one dot
 over their weights fused (FUSED_WEIGHTS), made once by `fuse_weights`.
-Integer inputs are i64 (run with `jax.config.update("jax_enable_x64", True)`).
+Integer inputs are i64: trace and call the entries under `with jax.enable_x64(True):`
+(thread-local; Linnet's own runtime does so rather than set `jax_enable_x64` for the process).
 """
 
 import jax

@@ -8,7 +8,8 @@ over their weights fused (FUSED_WEIGHTS), made once by `fuse_weights`.
 KV caches declared [max_batch, H, T, D] are held as [max_batch * H, T, D], so that XLA
 writes them in place (when the caller donates them: `jax.jit(..., donate_argnums=...)`)
 and the attention dots read them where they lie.
-Integer inputs are i64 (run with `jax.config.update("jax_enable_x64", True)`).
+Integer inputs are i64: trace and call the entries under `with jax.enable_x64(True):`
+(thread-local; Linnet's own runtime does so rather than set `jax_enable_x64` for the process).
 """
 
 import jax
