@@ -81,8 +81,9 @@ def serve_on_ray(args: argparse.Namespace) -> int:
 
 def replica_app(args: argparse.Namespace):
     """The app one replica serves, built in the replica's process: the model of `args` loaded as `linnet serve`
-    loads it, its engine started. Raises what `load_model` and `build_app` raise (Ray retries, then reports it)."""
-    model = load_model(args, random_weights=False)
+    loads it (on an accelerator, its layers unrolled: `load_model(..., throughput=True)`), its engine
+    started. Raises what `load_model` and `build_app` raise (Ray retries, then reports it)."""
+    model = load_model(args, random_weights=False, throughput=True)
     print_notes(model)
     app, _, summary = build_app(args, model)
     print(f"linnet serve: replica ready ({summary})", file=sys.stderr, flush=True)

@@ -264,6 +264,7 @@ def test_the_cpu_scans_by_default():
     ("serve", "tpu", "1", None),  # LINNET_SCAN_LAYERS says otherwise: auto, which reads it
     ("serve", "cpu", None, None),  # the CPU: auto (scanned)
     ("generate", "tpu", None, None),  # a generation: auto (scanned on a TPU too)
+    ("serve ray", "tpu", None, False),  # a Ray Serve replica loads as `linnet serve` does
 ])  # fmt: skip
 def test_serve_on_an_accelerator_asks_for_the_layers_unrolled(monkeypatch, command, device, env, want):
     """`linnet serve --device tpu` loads the JAX backends' layers unrolled (`load_model(..., throughput=True)`),
@@ -286,5 +287,12 @@ def test_serve_on_an_accelerator_asks_for_the_layers_unrolled(monkeypatch, comma
         max_batch=1, max_positions=32, provider=None, backend="xla", tensor_parallel=False,
     )  # fmt: skip
     monkeypatch.setattr("linnet.cli.common.check_paths", lambda args: None)
-    load_model(args, random_weights=True, throughput=command == "serve")
+    if command == "serve ray":
+        from linnet.cli import serve_ray
+
+        monkeypatch.setattr(serve_ray, "build_app", lambda args, model: (None, None, ""))
+        monkeypatch.setattr(serve_ray, "print_notes", lambda model: None)
+        serve_ray.replica_app(args)
+    else:
+        load_model(args, random_weights=True, throughput=command == "serve")
     assert seen.get("scan_layers") is want
