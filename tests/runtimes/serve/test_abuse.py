@@ -203,6 +203,29 @@ def test_content_parts_other_than_text_are_named(server, part):
     assert error["param"] == "messages.0.content"
 
 
+NULLABLE = ["temperature", "top_p", "n", "stream", "max_tokens"]
+
+
+@pytest.mark.parametrize("field", NULLABLE)
+@pytest.mark.parametrize("chat", [False, True], ids=["completions", "chat"])
+def test_null_is_the_default_of_the_fields_openai_makes_nullable(server, field, chat):
+    """OpenAI's schema types these fields `Optional` (the openai client's `CompletionCreateParams` and chat's), and
+    the client sends `temperature=None` as `"temperature": null`: that is the default, not a 400 (each was one)."""
+    openai = pytest.importorskip("openai")
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+    asked = {"seed": 7} | ({} if field == "max_tokens" else {"max_tokens": 4})
+    if chat:
+        messages = [{"role": "user", "content": "Hi"}]
+        default = client.chat.completions.create(model=server.model, messages=messages, **asked)
+        given = client.chat.completions.create(model=server.model, messages=messages, **asked, **{field: None})
+        texts = [[c.message.content for c in r.choices] for r in (default, given)]
+    else:
+        default = client.completions.create(model=server.model, prompt="Hi", **asked)
+        given = client.completions.create(model=server.model, prompt="Hi", **asked, **{field: None})
+        texts = [[c.text for c in r.choices] for r in (default, given)]
+    assert texts[1] == texts[0] and given.usage.completion_tokens == default.usage.completion_tokens
+
+
 # ---- the fuzz ------------------------------------------------------------------------------------------------------
 
 TEXT = st.text(
