@@ -182,12 +182,18 @@ def format_text(report: dict) -> str:
         f"seed {report['seed']}), inputs {inputs}"
     ]
     width = max(len(r["backend"]) for r in report["backends"])
+    reference_ran = any(r["backend"] == report["reference"] and r["status"] == "ok" for r in report["backends"])
     for r in report["backends"]:
         if r["status"] != "ok":
             lines.append(f"  {r['backend']:<{width}}  {r['status']}: {r['reason']}")
             continue
         outs = "; ".join(f"{o['shape']} {o['dtype']}" for o in r["outputs"])
-        delta = "reference" if r["backend"] == report["reference"] else f"max |Δ| {format_delta(r['max_abs_diff'])}"
+        if r["backend"] == report["reference"]:
+            delta = "reference"
+        elif reference_ran:
+            delta = f"max |Δ| {format_delta(r['max_abs_diff'])}"
+        else:  # no distance to the reference to show (None would read "shapes differ")
+            delta = "max |Δ| - (no reference)"
         scale = f"max |out| {r['max_abs']:.3g}"
         lines.append(f"  {r['backend']:<{width}}  {outs}  {scale}  {delta}  ({r['time_ms']:.2f} ms)")
     if report["pairs"]:
