@@ -193,13 +193,15 @@ class _TextPart(BaseModel):
 
 class ChatMessage(BaseModel):
     """One message: `role` and `content` (a string, or a list of `{"type": "text", "text": ...}` parts, joined
-    with no separator as transformers' templates see a string); `name` is passed to the template. Other content
-    parts (images, audio, files) are refused naming their type: the served model reads text only."""
+    with no separator as transformers' templates see a string); `name` is passed to the template, and so is a
+    `tool` message's `tool_call_id` (which OpenAI's schema requires of it). Other content parts (images, audio,
+    files) are refused naming their type: the served model reads text only."""
 
     model_config = _STRICT
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[_TextPart] | None = None
     name: str | None = None
+    tool_call_id: str | None = None
 
     @field_validator("content", mode="before")
     @classmethod
@@ -217,7 +219,10 @@ class ChatMessage(BaseModel):
         content = self.content
         if isinstance(content, list):
             content = "".join(part.text for part in content)
-        return {"role": self.role, "content": content if content is not None else "", "name": self.name}
+        message = {"role": self.role, "content": content if content is not None else "", "name": self.name}
+        if self.tool_call_id is not None:  # as transformers' templates see a tool message (Qwen's, Llama 3's)
+            message["tool_call_id"] = self.tool_call_id
+        return message
 
 
 class ChatCompletionRequest(_SamplingFields):

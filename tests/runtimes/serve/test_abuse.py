@@ -226,6 +226,26 @@ def test_null_is_the_default_of_the_fields_openai_makes_nullable(server, field, 
     assert texts[1] == texts[0] and given.usage.completion_tokens == default.usage.completion_tokens
 
 
+def test_a_tool_message_with_its_tool_call_id_is_templated_as_transformers_does(server, checkpoint):
+    """OpenAI's schema requires `tool_call_id` on a `tool` message (the openai client's
+    `ChatCompletionToolMessageParam`); the server refused it as an unknown field, so the documented `tool` role
+    could not be sent by any client that follows the schema. The prompt is transformers' `apply_chat_template` of
+    the same conversation."""
+    openai = pytest.importorskip("openai")
+    from transformers import AutoTokenizer
+
+    messages = [
+        {"role": "user", "content": "What is 6 times 7?"},
+        {"role": "assistant", "content": "Let me compute it."},
+        {"role": "tool", "tool_call_id": "call_0", "content": "42"},
+    ]
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+    reply = client.chat.completions.create(model=server.model, messages=messages, max_tokens=2, temperature=0)
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    assert reply.usage.prompt_tokens == len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
 # ---- the fuzz ------------------------------------------------------------------------------------------------------
 
 TEXT = st.text(
