@@ -116,3 +116,29 @@ def test_a_checkpoint_of_another_model_exits_2(tmp_path, capsys):
     assert "gpt2 holds a gpt2 model (its config.json's model_type), and " in err
     assert "llama.linnet is LlamaForCausalLM (llama)" in err and "is not a field of `Llama`" in err
     assert not out.exists() and not list(tmp_path.glob(".out.*"))
+
+
+@pytest.mark.parametrize("backend", ["torch", pytest.param("jax", marks=pytest.mark.jax)])
+def test_a_step_whose_loss_is_nan_stops_the_run_and_writes_no_adapter(tiny_llama, tmp_path, capsys, backend):
+    """Weights whose activations overflow f32 (finite, so loading takes them) give a NaN loss and gradients: the
+    run went on, wrote adapters of NaN and exited 0 (adapters that this project's own `--resume` refuses: "holds
+    NaN or inf"). Now the first such step stops it, before anything of it is written."""
+    if backend == "jax":
+        pytest.importorskip("jax")
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    weights = shutil.copytree(tiny_llama, tmp_path / "overflowing")
+    tensors = load_file(weights / "model.safetensors")
+    tensors["model.layers.0.input_layernorm.weight"][:] = 3e38  # q . k overflows to inf, softmax gives NaN
+    save_file(tensors, weights / "model.safetensors", metadata={"format": "pt"})
+    data = write_jsonl(tmp_path / "d.jsonl", id_rows(4))
+    out = tmp_path / "out"
+    capsys.readouterr()
+    args = [str(LLAMA), "--weights", str(weights), "--data", str(data), "-o", str(out), "--max-steps", "2"]
+    status = main(["train", *args, "--backend", backend, "--quiet"])
+    err = capsys.readouterr().err
+    assert status == 1, err
+    assert "Traceback" not in err and err.startswith("linnet train: step 1: the loss is nan"), err
+    assert not out.exists() or not any(out.glob("adapter_model.safetensors")), sorted(out.iterdir())
