@@ -201,9 +201,9 @@ def load_model(args: argparse.Namespace, random_weights: bool, throughput: bool 
             raise UsageError(f"--cpu-offload-gb is an option of {takes}, not of {backend.name}")
         options["cpu_offload_gb"] = args.cpu_offload_gb
     if throughput and "scan_layers" in backend.options and args.device != "cpu":
-        from linnet.runtimes.backends.jax_backend import SCAN_LAYERS_ENV
+        from linnet.runtimes.backends.jax_backend import scan_layers_env
 
-        if SCAN_LAYERS_ENV not in os.environ:
+        if scan_layers_env() is None:  # unset or empty, as auto reads it
             options["scan_layers"] = False
     if getattr(args, "tensor_parallel", False):
         options.update(tensor_parallel_options(backend))  # JAX: every weight under its checkpoint name, split by it
