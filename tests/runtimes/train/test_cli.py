@@ -142,3 +142,16 @@ def test_a_step_whose_loss_is_nan_stops_the_run_and_writes_no_adapter(tiny_llama
     assert status == 1, err
     assert "Traceback" not in err and err.startswith("linnet train: step 1: the loss is nan"), err
     assert not out.exists() or not any(out.glob("adapter_model.safetensors")), sorted(out.iterdir())
+
+
+@pytest.mark.parametrize("backend", ["torch", pytest.param("jax", marks=pytest.mark.jax)])
+def test_fsdp_outside_torchrun_is_refused_not_ignored(tiny_llama, tmp_path, capsys, monkeypatch, backend):
+    """`--fsdp` shards across the processes torchrun starts (its help says so); in one process it was accepted and
+    ignored, the run training unsharded and exiting 0, on JAX too."""
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    data = write_jsonl(tmp_path / "d.jsonl", id_rows(2))
+    out = tmp_path / "out"
+    err = bad(capsys, str(LLAMA), "--weights", str(tiny_llama), "--data", str(data), "-o", str(out), "--fsdp",
+              "--backend", backend)  # fmt: skip
+    assert "--fsdp shards across the processes torchrun starts" in err
+    assert not out.exists()
