@@ -155,3 +155,31 @@ def test_fsdp_outside_torchrun_is_refused_not_ignored(tiny_llama, tmp_path, caps
               "--backend", backend)  # fmt: skip
     assert "--fsdp shards across the processes torchrun starts" in err
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "option, value, message",
+    [
+        ("--max-grad-norm", "-1", "max_grad_norm must be a number >= 0 (0 turns clipping off), got -1.0"),
+        ("--max-grad-norm", "nan", "max_grad_norm must be a number >= 0 (0 turns clipping off), got nan"),
+        ("--weight-decay", "nan", "weight_decay must be a finite number, got nan"),
+        ("--lora-alpha", "nan", "--lora-alpha must be a finite number, got nan"),
+        ("--lora-alpha", "inf", "--lora-alpha must be a finite number, got inf"),
+    ],
+)
+def test_values_that_train_wrong_are_refused_before_anything_runs(tiny_llama, tmp_path, capsys, option, value, message):
+    """`--max-grad-norm -1` trained uphill (the loss of the shrunk Llama rose step after step: `clip_grad_norm_`'s
+    coefficient max_norm / norm is then negative and flips every gradient, below), NaN there or in
+    `--weight-decay` made the parameters NaN, and a NaN `--lora-alpha` reached the LoRA source transform
+    (`scaling=nan`: "unknown name `nan`" on a line of code the user never wrote)."""
+    import torch
+
+    w = torch.nn.Parameter(torch.ones(2))
+    w.grad = torch.full((2,), 3.0)
+    torch.nn.utils.clip_grad_norm_([w], -1.0)
+    assert (w.grad < 0).all()  # the reference: a negative max_norm turns the gradient around
+    data = write_jsonl(tmp_path / "d.jsonl", id_rows(2))
+    out = tmp_path / "out"
+    err = bad(capsys, str(LLAMA), "--weights", str(tiny_llama), "--data", str(data), "-o", str(out), option, value)
+    assert err == f"linnet train: {message}\n"
+    assert not out.exists()
