@@ -104,12 +104,23 @@ def add_common(
         )
     else:
         p.add_argument("--dtype", choices=("f32", "bf16", "f16"), default="f32", help="working dtype (default f32)")
-    p.add_argument("--max-positions", type=int, default=768, metavar="N", help="cache positions per row (768)")
-    p.add_argument("--max-batch", type=int, default=max_batch, metavar="N", help=f"cache rows ({max_batch})")
+    p.add_argument("--max-positions", type=at_least_one, default=768, metavar="N", help="cache positions per row (768)")
+    p.add_argument("--max-batch", type=at_least_one, default=max_batch, metavar="N", help=f"cache rows ({max_batch})")
     if weights:
         p.add_argument("--weights", metavar="W", help="HF directory, .gguf file or embedded id")
         p.add_argument("--numerics", choices=("equivalent", "fast"), default="equivalent")
         p.add_argument("--device", default="cpu", help=DEVICE_HELP)
+
+
+def at_least_one(text: str) -> int:
+    """A count of cache rows or positions: an integer >= 1. Raises argparse.ArgumentTypeError (exit 2)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"takes an integer >= 1, got {text!r}")
+    return value
 
 
 def gib(text: str) -> float:
@@ -201,9 +212,9 @@ def load_model(args: argparse.Namespace, random_weights: bool, throughput: bool 
             raise UsageError(f"--cpu-offload-gb is an option of {takes}, not of {backend.name}")
         options["cpu_offload_gb"] = args.cpu_offload_gb
     if throughput and "scan_layers" in backend.options and args.device != "cpu":
-        from linnet.runtimes.backends.jax_backend import SCAN_LAYERS_ENV
+        from linnet.runtimes.backends.jax_backend import scan_layers_env
 
-        if SCAN_LAYERS_ENV not in os.environ:
+        if scan_layers_env() is None:  # unset or empty, as auto reads it
             options["scan_layers"] = False
     if getattr(args, "tensor_parallel", False):
         options.update(tensor_parallel_options(backend))  # JAX: every weight under its checkpoint name, split by it

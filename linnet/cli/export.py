@@ -15,6 +15,7 @@ from linnet.cli.common import (
     FAILURES,
     UsageError,
     add_common,
+    at_least_one,
     check_paths,
     check_utf8,
     fail,
@@ -158,8 +159,10 @@ def _add_export_triton(formats) -> None:
     tr.add_argument("--preset", metavar="NAME", help="the preset to build (default: the first with default weights)")
     tr.add_argument("--dtype", choices=("f32", "bf16", "f16"), default="f32", help="working dtype (default f32)")
     tr.add_argument("--backend", choices=BACKEND_NAMES, default="torch", metavar="BACKEND", help=BACKEND_HELP)
-    tr.add_argument("--max-batch", type=int, default=8, metavar="N", help="cache rows per model instance (8)")
-    tr.add_argument("--max-positions", type=int, default=768, metavar="N", help="cache positions per row (768)")
+    tr.add_argument("--max-batch", type=at_least_one, default=8, metavar="N", help="cache rows per model instance (8)")
+    tr.add_argument(
+        "--max-positions", type=at_least_one, default=768, metavar="N", help="cache positions per row (768)"
+    )
     tr.add_argument("--instances", type=int, default=1, metavar="N", help="model instances, one process each (1)")
     tr.add_argument("--name", help="the model's name in the repository (default: the weights' or FILE's stem)")
     tr.add_argument(

@@ -181,6 +181,8 @@ def _check_args(args: argparse.Namespace) -> None:
             raise UsageError(f"{given[0]} is an option of Ray Serve: add --ray")
     if args.api_key is not None and not args.api_key:
         raise UsageError(f"--api-key (or {API_KEY_ENV}) must not be empty")
+    if args.served_model_name is not None and not args.served_model_name:
+        raise UsageError("--served-model-name must not be empty (without it, the model is named by its weights)")
 
 
 def register(sub) -> None:

@@ -35,6 +35,14 @@ def format_delta(value) -> str:
     return registry_format_delta(value)
 
 
+def delta_to_reference(report: dict, row: dict) -> str:
+    """The registry's `delta_to_reference` (a row's max |Δ| against the reference, as `linnet run --compare`
+    prints it), imported when a report is written."""
+    from linnet.runtimes.backends.compare import delta_to_reference as registry_delta_to_reference
+
+    return registry_delta_to_reference(report, row)
+
+
 COMPARE_BACKENDS = ("torch", "xla", "onnxruntime")  # the lens's; torch-interpret, the reference, is always added
 
 
@@ -109,7 +117,7 @@ def report_markdown(report: dict) -> str:
             out.append(f"| {name} | {row['status']}: {_cell(row['reason'])} | | | | |")
             continue
         outs = "; ".join(_output_cell(o) for o in row["outputs"])
-        delta = "reference" if row["backend"] == report["reference"] else format_delta(row.get("max_abs_diff"))
+        delta = delta_to_reference(report, row)
         out.append(f"| {name} | ok | {outs} | {row['max_abs']:.3g} | {delta} | {row['time_ms']:.2f} ms |")
     if report["pairs"]:
         out += ["", f"## max |Δ| between backends (tolerance {report['tolerance']:g})", ""]

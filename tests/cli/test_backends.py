@@ -196,6 +196,43 @@ def test_a_device_this_machine_lacks_is_refused_before_loading():
     assert r.returncode == 1 and "needs CUDA" in r.stderr and "Traceback" not in r.stderr
 
 
+@pytest.mark.torch
+@pytest.mark.parametrize("device", ["CPU", "cpu:x"])
+@pytest.mark.parametrize("command", ["run", "train"])
+def test_a_device_string_torch_cannot_read_is_one_line_not_a_traceback(device, command, tmp_path):
+    """The kind check reads "CPU" as cpu and "cpu:x" as cpu, but `torch.device` refuses both (RuntimeError): a
+    traceback from `linnet run` and `linnet train`."""
+    torch = pytest.importorskip("torch")
+    with pytest.raises(RuntimeError):
+        torch.device(device)  # the reference: what torch reads
+    args = ("examples/mlp.linnet", "--preset", "tiny")
+    if command == "train":
+        data = tmp_path / "d.jsonl"
+        data.write_text('{"prompt_ids": [1, 2], "completion_ids": [3]}\n')
+        args = ("examples/llama.linnet", "--preset", "smollm2_135m", "--data", str(data), "-o", str(tmp_path / "o"))
+    r = run_cli(command, *args, "--device", device)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.strip().splitlines()[-1] == (
+        f"linnet {command}: backend torch: device {device!r} is not a device torch reads (cpu, cuda or cuda:N)"
+    )
+
+
+@pytest.mark.torch
+def test_train_on_cuda_without_cuda_is_refused_as_run_refuses_it(tmp_path):
+    """LoRA training loads around `Backend.load` and skipped its device probe: torch's AssertionError ("Torch not
+    compiled with CUDA enabled") came out as a traceback."""
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"prompt_ids": [1, 2], "completion_ids": [3]}\n')
+    r = run_cli("train", "examples/llama.linnet", "--preset", "smollm2_135m", "--data", str(data),
+                "-o", str(tmp_path / "o"), "--device", "cuda")  # fmt: skip
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.strip().splitlines()[-1].startswith("linnet train: backend torch: device 'cuda' needs CUDA")
+    assert not (tmp_path / "o").exists()
+
+
 def test_dtype_stored_is_refused_where_it_is_not_built():
     r = run_cli(
         "run", "examples/llama.linnet", "--preset", "smollm2_135m", "--backend", "torch-interpret", "--dtype", "stored"

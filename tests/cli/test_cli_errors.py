@@ -121,6 +121,12 @@ def test_a_cache_too_big_for_memory_is_refused_before_allocating(tmp_path):
     [
         (("ir", MLP, "--config", "in_features"), "linnet ir: --config takes key=value, got 'in_features'"),
         (("onnx", MLP), "linnet onnx: give -o OUT (the .onnx file) or --text"),
+        # a cache of no rows or positions: exit 1 ("max_batch and max_positions are at least 1") as a load failure
+        *(
+            ((command, MLP, flag, "0"), f"linnet {command}: error: argument {flag}: takes an integer >= 1, got '0'")
+            for command in ("run", "generate", "serve")
+            for flag in ("--max-batch", "--max-positions")
+        ),
     ],
 )
 def test_option_values_a_command_cannot_take_are_usage_errors(args, message):

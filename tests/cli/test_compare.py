@@ -161,3 +161,24 @@ def test_pairs_beyond_the_tolerance_and_shape_mismatches_are_disagreements():
         "torch and jax give outputs of different shapes",
         "xla and jax give outputs of different shapes",
     ]
+
+
+@pytest.mark.torch
+@pytest.mark.jax
+def test_rows_without_the_reference_say_so_not_that_shapes_differ(tmp_path):
+    """`--dtype stored`: torch-interpret does not run it, so no row has a distance to the reference; each row
+    said "max |Δ| shapes differ" of outputs of the same shape as the others'."""
+    pytest.importorskip("gguf")
+    pytest.importorskip("transformers")
+    from tests.runtimes.gguf_writing import write_llama_gguf
+    from tests.runtimes.test_gguf_stored import tiny_llama
+
+    write_llama_gguf(tmp_path / "q8.gguf", tiny_llama(), quantize={"*": "q8_0"})
+    r = run_cli("run", "examples/llama.linnet", "--weights", str(tmp_path / "q8.gguf"), "--dtype", "stored",
+                "--compare", "torch,jax")  # fmt: skip
+    lines = r.stdout.splitlines()
+    assert lines[1].startswith("  torch-interpret  unavailable: "), r.stdout + r.stderr
+    for line, name in zip(lines[2:4], ("torch", "jax")):
+        assert line.startswith(f"  {name} ") and "[1, 8, 96] float32" in line, line
+        assert "shapes differ" not in line and "max |Δ| - (no reference)" in line, line
+    assert lines[4].startswith("max |Δ| between backends") and lines[5].startswith("  torch vs jax: ")

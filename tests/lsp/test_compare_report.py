@@ -59,6 +59,17 @@ def test_the_report_marks_disagreements_and_says_why_a_backend_did_not_run():
     assert "- `onnxruntime`: upcast \\| op" in lines  # a pipe cannot break the list or a table
 
 
+def test_without_the_reference_the_rows_say_so_not_that_shapes_differ():
+    """The reference unavailable (`--dtype stored`, which torch-interpret does not run): the rows' distance to it is
+    None, which the table showed as "shapes differ" of outputs of one shape, as `linnet run --compare` did."""
+    row = REPORT["backends"][0] | {"status": "unavailable", "reason": "torch-interpret does not run --dtype stored"}
+    ran = {"backend": "torch", "label": "PyTorch", "status": "ok", "reason": None, "disagreements": [],
+           "outputs": [{"shape": [1, 2], "dtype": "float32", "checker_shape": [1, 2], "checker_dtype": "float32"}],
+           "time_ms": 1.0, "max_abs": 0.5, "max_abs_diff": None, "notes": []}  # fmt: skip
+    lines = report_markdown(REPORT | {"backends": [row, ran], "pairs": [], "disagreements": []}).splitlines()
+    assert "| PyTorch (`torch`) | ok | [1, 2] float32 | 0.5 | - (no reference) | 1.00 ms |" in lines
+
+
 def test_the_report_file_is_read_only_and_replaced_by_the_next_run(tmp_path):
     path = write_report(REPORT, "/work/examples/mlp.linnet", tmp_path)
     assert path.parent == tmp_path and path.name.startswith("mlp-") and path.name.endswith(".forward.compare.md")

@@ -159,6 +159,21 @@ def test_offload_with_scanned_layers_is_refused():
         load(cpu_offload_gb=THREE_LAYERS_GB, scan_layers=True)
 
 
+def test_the_variable_asking_for_scanned_layers_is_refused_as_scan_layers_is(monkeypatch):
+    """`LINNET_SCAN_LAYERS=1` (scan, docs/backends.md) under offload was ignored without a word, the layers unrolled,
+    and any other value ("maybe", refused everywhere else) passed unread; `0` asks for what offload does."""
+    from linnet.runtimes.backends.jax_backend import SCAN_LAYERS_ENV
+
+    monkeypatch.setenv(SCAN_LAYERS_ENV, "1")
+    with pytest.raises(BackendError, match=f"not built for scan_layers .*{SCAN_LAYERS_ENV}=1"):
+        load(cpu_offload_gb=THREE_LAYERS_GB)
+    monkeypatch.setenv(SCAN_LAYERS_ENV, "maybe")
+    with pytest.raises(BackendError, match=f"{SCAN_LAYERS_ENV} must be 0 or 1"):
+        load(cpu_offload_gb=THREE_LAYERS_GB)
+    monkeypatch.setenv(SCAN_LAYERS_ENV, "0")
+    assert load(cpu_offload_gb=THREE_LAYERS_GB).offload is not None
+
+
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
     """A Hugging Face folder of SMALL's Llama with seeded random weights (numpy and safetensors; no tokenizer)."""

@@ -262,6 +262,7 @@ def test_the_cpu_scans_by_default():
 @pytest.mark.parametrize("command, device, env, want", [
     ("serve", "tpu", None, False),  # a server's steps unrolled on an accelerator: ~8 % faster a 32-row step there
     ("serve", "tpu", "1", None),  # LINNET_SCAN_LAYERS says otherwise: auto, which reads it
+    ("serve", "tpu", "", False),  # set but empty says nothing (auto reads it as unset): unrolled, not scanned
     ("serve", "cpu", None, None),  # the CPU: auto (scanned)
     ("generate", "tpu", None, None),  # a generation: auto (scanned on a TPU too)
     ("serve ray", "tpu", None, False),  # a Ray Serve replica loads as `linnet serve` does

@@ -187,7 +187,8 @@ def format_text(report: dict) -> str:
             lines.append(f"  {r['backend']:<{width}}  {r['status']}: {r['reason']}")
             continue
         outs = "; ".join(f"{o['shape']} {o['dtype']}" for o in r["outputs"])
-        delta = "reference" if r["backend"] == report["reference"] else f"max |Δ| {format_delta(r['max_abs_diff'])}"
+        delta = delta_to_reference(report, r)
+        delta = delta if delta == "reference" else f"max |Δ| {delta}"
         scale = f"max |out| {r['max_abs']:.3g}"
         lines.append(f"  {r['backend']:<{width}}  {outs}  {scale}  {delta}  ({r['time_ms']:.2f} ms)")
     if report["pairs"]:
@@ -197,6 +198,17 @@ def format_text(report: dict) -> str:
             lines.append(f"  {p['a']} vs {p['b']}: {format_delta(p['max_abs_diff'])}{mark}")
     lines.extend(f"disagreement: {d}" for d in report["disagreements"])
     return "\n".join(lines)
+
+
+def delta_to_reference(report: dict, row: dict) -> str:
+    """A row's max |Δ| against the reference for a person: "reference" on the reference's own row, "- (no
+    reference)" where the reference did not run (`--dtype stored`: its None is not "shapes differ"), else
+    `format_delta`."""
+    if row["backend"] == report["reference"]:
+        return "reference"
+    if not any(r["backend"] == report["reference"] and r["status"] == "ok" for r in report["backends"]):
+        return "- (no reference)"
+    return format_delta(row.get("max_abs_diff"))
 
 
 def format_delta(value: float | None) -> str:

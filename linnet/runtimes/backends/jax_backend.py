@@ -449,8 +449,9 @@ def load_prepared(
     # bf16 on the CPU: matrices held in f32 (the module docstring); not for the per-name layout that sharding and
     # training compile themselves
     f32_matrices = dev.platform == "cpu" and program.dtype.name == "bf16" and fuse_linear_weights
-    # offload cuts the loop over the layers unrolled (`jax_offload`): auto is then unrolled, asked-for scan refused
-    auto = False if cpu_offload_gb and scan_layers is None else scan_layers
+    # offload cuts the loop over the layers unrolled (`jax_offload`): auto is then unrolled, a scan asked for (the
+    # argument, or the variable) refused
+    auto = (scan_layers_env() or False) if cpu_offload_gb and scan_layers is None else scan_layers
     quantized = stored_matrices(prepared)  # --dtype stored: the Q8_0 matrices, held as int8 codes and f16 scales
     scan = scans_layers(auto, dev.platform, fuse_linear_weights, stored=bool(quantized))
     layout = cache_layout_for(dev)
@@ -521,7 +522,7 @@ def _offload_plan(compiled, cpu_offload_gb: float, layout: str, scan: bool):
 
     refused = {
         "--dtype stored (its quantized pairs): use --dtype bf16 or f32": bool(compiled.quantized),
-        "scan_layers (the layers as one scan)": scan,
+        f"scan_layers (the layers as one scan; {SCAN_LAYERS_ENV}=1 or scan_layers=True asks for it)": scan,
     }
     for why, applies in refused.items():
         if applies:
@@ -566,14 +567,23 @@ def scans_layers(
         return bool(scan_layers)
     if not fuse_linear_weights:
         return False
-    value = os.environ.get(SCAN_LAYERS_ENV, "").strip().lower()
-    if value:
-        if value not in _SCAN_VALUES:
-            raise BackendError(f"{SCAN_LAYERS_ENV} must be 0 or 1 (off or on), got {value!r}")
-        return _SCAN_VALUES[value]
+    asked = scan_layers_env()
+    if asked is not None:
+        return asked
     if stored and platform != "cpu":
         return STORED_SCANS_ON_ACCELERATORS
     return platform == "cpu" or SCAN_ON_ACCELERATORS
+
+
+def scan_layers_env() -> bool | None:
+    """What `LINNET_SCAN_LAYERS` asks (True: scan, False: unroll), or None when it is unset or empty. Raises
+    BackendError for another value."""
+    value = os.environ.get(SCAN_LAYERS_ENV, "").strip().lower()
+    if not value:
+        return None
+    if value not in _SCAN_VALUES:
+        raise BackendError(f"{SCAN_LAYERS_ENV} must be 0 or 1 (off or on), got {value!r}")
+    return _SCAN_VALUES[value]
 
 
 def _kernel_layout(device) -> Callable | None:

@@ -122,6 +122,10 @@ def setup_process(backend: Backend, instances: int | None = None) -> str:
 
 def device_problem(device: str) -> str | None:
     """Why PyTorch cannot use `device` here, or None."""
+    try:
+        torch.device(device)
+    except RuntimeError:  # the kind check reads "CPU" and "cpu:x" as cpu; torch refuses both
+        return f"device {device!r} is not a device torch reads (cpu, cuda or cuda:N)"
     if device_kind(device) == "cuda" and not torch.cuda.is_available():
         return f"device {device!r} needs CUDA, and torch.cuda.is_available() is False here"
     return None

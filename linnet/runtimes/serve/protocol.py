@@ -9,8 +9,9 @@ Fields that only label a request (`user`, `metadata`, `store`, `service_tier`) a
 
 Types are strict, as OpenAI's schema has them and answers them (400): `"max_tokens": "5"`, `"max_tokens": 5.0`,
 `"temperature": "0.5"` and `"n": true` are refused, not converted (pydantic's strict mode, on every model); a
-number field takes an integer (`"temperature": 1`). A content part other than text (`image_url`, `input_audio`,
-`file`) is refused naming its type: the served models read text only.
+number field takes an integer (`"temperature": 1`), and null where OpenAI's schema makes the field nullable
+(`NULL_MEANS_DEFAULT`: `"temperature": null` is the default). A content part other than text (`image_url`,
+`input_audio`, `file`) is refused naming its type: the served models read text only.
 
 Every model raises pydantic's `ValidationError` (which the app answers with 400 in OpenAI's error shape).
 """
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, StrictBool, Tag, field_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, StrictBool, Tag, field_validator, model_validator
 
 __all__ = ["ChatCompletionRequest", "ChatMessage", "CompletionRequest", "StreamOptions", "quoted"]
 
@@ -29,6 +30,9 @@ _STRICT = ConfigDict(extra="forbid", strict=True)
 QUOTE_CHARS = 80  # the most characters of a client's value an error message quotes
 MAX_STOP_STRINGS = 4  # OpenAI's API reference: "Up to 4 sequences where the API will stop generating"
 MAX_STOP_LENGTH = 1024  # characters of one stop string (ours: OpenAI states none)
+# fields OpenAI's schema makes nullable with a default (the openai client sends `temperature=None` as null), and
+# vLLM's Optional extra_body fields: null is their default, not a 400
+NULL_MEANS_DEFAULT = frozenset({"n", "stream", "temperature", "top_p", "max_tokens", "top_k", "stop_token_ids"})
 
 
 def quoted(value: Any) -> str:
@@ -127,6 +131,13 @@ class _SamplingFields(BaseModel):
     def _top_k_off(cls, top_k: int) -> int:
         return 0 if top_k == -1 else top_k  # vLLM's -1 and 0 both turn top-k off
 
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_default(cls, body: Any) -> Any:
+        if not isinstance(body, dict):
+            return body
+        return {k: v for k, v in body.items() if v is not None or k not in NULL_MEANS_DEFAULT}
+
     _penalties = _neutral_only("frequency_penalty", "presence_penalty", neutral=(None, 0.0))
     _logit_bias = _neutral_only("logit_bias", neutral=(None, {}))
 
@@ -182,13 +193,15 @@ class _TextPart(BaseModel):
 
 class ChatMessage(BaseModel):
     """One message: `role` and `content` (a string, or a list of `{"type": "text", "text": ...}` parts, joined
-    with no separator as transformers' templates see a string); `name` is passed to the template. Other content
-    parts (images, audio, files) are refused naming their type: the served model reads text only."""
+    with no separator as transformers' templates see a string); `name` is passed to the template, and so is a
+    `tool` message's `tool_call_id` (which OpenAI's schema requires of it). Other content parts (images, audio,
+    files) are refused naming their type: the served model reads text only."""
 
     model_config = _STRICT
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[_TextPart] | None = None
     name: str | None = None
+    tool_call_id: str | None = None
 
     @field_validator("content", mode="before")
     @classmethod
@@ -206,7 +219,10 @@ class ChatMessage(BaseModel):
         content = self.content
         if isinstance(content, list):
             content = "".join(part.text for part in content)
-        return {"role": self.role, "content": content if content is not None else "", "name": self.name}
+        message = {"role": self.role, "content": content if content is not None else "", "name": self.name}
+        if self.tool_call_id is not None:  # as transformers' templates see a tool message (Qwen's, Llama 3's)
+            message["tool_call_id"] = self.tool_call_id
+        return message
 
 
 class ChatCompletionRequest(_SamplingFields):

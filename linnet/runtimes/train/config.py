@@ -7,6 +7,7 @@ Every backend's trainer reads the same `TrainConfig` (the torch trainer here, th
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from linnet.errors import TrainError
@@ -34,9 +35,12 @@ class LoraSettings:
         return self.lora_alpha / self.r
 
     def check(self) -> None:
-        """Raises TrainError for a rank below 1 or a dropout outside [0, 1)."""
+        """Raises TrainError for a rank below 1, an alpha that is not finite (the scaling written into the source)
+        or a dropout outside [0, 1)."""
         if self.r < 1:
             raise TrainError(f"--lora-r must be at least 1, got {self.r}")
+        if not math.isfinite(self.lora_alpha):
+            raise TrainError(f"--lora-alpha must be a finite number, got {self.lora_alpha}")
         if not 0.0 <= self.lora_dropout < 1.0:
             raise TrainError(f"--lora-dropout must be in [0, 1), got {self.lora_dropout}")
 
@@ -111,6 +115,11 @@ class TrainConfig:
             raise TrainError(f"save_steps must be at least 1, got {self.save_steps}")
         if self.warmup_steps < 0:
             raise TrainError(f"warmup_steps must be 0 or more, got {self.warmup_steps}")
+        # a negative max_norm makes clip_grad_norm_'s (and optax's) coefficient negative: every step climbs the loss
+        if self.max_grad_norm is not None and not self.max_grad_norm >= 0:  # NaN fails it too
+            raise TrainError(f"max_grad_norm must be a number >= 0 (0 turns clipping off), got {self.max_grad_norm}")
+        if not math.isfinite(self.weight_decay):
+            raise TrainError(f"weight_decay must be a finite number, got {self.weight_decay}")
         if self.learning_rate is not None and not self.learning_rate > 0:
             raise TrainError(f"learning_rate must be positive, got {self.learning_rate}")
         if self.lr_scheduler_type not in SCHEDULES:

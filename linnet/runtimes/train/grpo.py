@@ -197,8 +197,13 @@ class GRPO(Objective):
             )
         if max_completion_length < 1:
             raise TrainError(f"max_completion_length must be at least 1, got {max_completion_length}")
-        if beta < 0:
+        if not beta >= 0:  # NaN fails it too
             raise TrainError(f"--beta must be 0 or more for GRPO, got {beta}")
+        if not 0 < temperature < float("inf"):  # greedy sampling (0) would divide the log-probabilities' logits by 0
+            raise TrainError(
+                "GRPO's --temperature must be a number > 0 (its log-probabilities divide the logits by it), got "
+                f"{float(temperature)}"
+            )
         self.reward = load_reward(reward)
         self.num_generations = int(num_generations)
         self.sampling = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k,

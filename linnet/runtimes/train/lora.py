@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from linnet.errors import TrainError
+from linnet.errors import BackendError, TrainError
 
 from .config import LoraSettings
 
@@ -409,6 +409,9 @@ def load_with_adapters(
     if not b.can_train:
         raise TrainError(f"LoRA loads on the backends that train; {backend} is {b.label}")
     check_options(b, dtype, "equivalent", device)  # what `Backend.load` checks, which this load goes around
+    problem = b.runtime_module().device_problem(device)
+    if problem is not None:
+        raise BackendError(f"backend {b.name}: {problem}")
     prepared, adapters = prepare_with_adapters(
         source, weights, lora, adapter=adapter, preset=preset, config=config, seed=seed, max_batch=max_batch,
         dtype=dtype,

@@ -159,6 +159,9 @@ def train(
         lora = LoraSettings()
     cfg = TrainConfig(method=method, lora=lora if method != "full" else None, **options)
     cfg.check()
+    if cfg.fsdp and not in_torchrun():
+        raise TrainError("--fsdp shards across the processes torchrun starts, and this is one process: run it under "
+                         "torchrun (docs/distributed.md) or drop --fsdp")  # fmt: skip
     if in_torchrun() and (cfg.save_steps or resume):
         raise TrainError("checkpoints (--save-steps, --resume) are written and read by one process: under torchrun, "
                          "train without them")  # fmt: skip

@@ -203,6 +203,49 @@ def test_content_parts_other_than_text_are_named(server, part):
     assert error["param"] == "messages.0.content"
 
 
+NULLABLE = ["temperature", "top_p", "n", "stream", "max_tokens"]
+
+
+@pytest.mark.parametrize("field", NULLABLE)
+@pytest.mark.parametrize("chat", [False, True], ids=["completions", "chat"])
+def test_null_is_the_default_of_the_fields_openai_makes_nullable(server, field, chat):
+    """OpenAI's schema types these fields `Optional` (the openai client's `CompletionCreateParams` and chat's), and
+    the client sends `temperature=None` as `"temperature": null`: that is the default, not a 400 (each was one)."""
+    openai = pytest.importorskip("openai")
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+    asked = {"seed": 7} | ({} if field == "max_tokens" else {"max_tokens": 4})
+    if chat:
+        messages = [{"role": "user", "content": "Hi"}]
+        default = client.chat.completions.create(model=server.model, messages=messages, **asked)
+        given = client.chat.completions.create(model=server.model, messages=messages, **asked, **{field: None})
+        texts = [[c.message.content for c in r.choices] for r in (default, given)]
+    else:
+        default = client.completions.create(model=server.model, prompt="Hi", **asked)
+        given = client.completions.create(model=server.model, prompt="Hi", **asked, **{field: None})
+        texts = [[c.text for c in r.choices] for r in (default, given)]
+    assert texts[1] == texts[0] and given.usage.completion_tokens == default.usage.completion_tokens
+
+
+def test_a_tool_message_with_its_tool_call_id_is_templated_as_transformers_does(server, checkpoint):
+    """OpenAI's schema requires `tool_call_id` on a `tool` message (the openai client's
+    `ChatCompletionToolMessageParam`); the server refused it as an unknown field, so the documented `tool` role
+    could not be sent by any client that follows the schema. The prompt is transformers' `apply_chat_template` of
+    the same conversation."""
+    openai = pytest.importorskip("openai")
+    from transformers import AutoTokenizer
+
+    messages = [
+        {"role": "user", "content": "What is 6 times 7?"},
+        {"role": "assistant", "content": "Let me compute it."},
+        {"role": "tool", "tool_call_id": "call_0", "content": "42"},
+    ]
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+    reply = client.chat.completions.create(model=server.model, messages=messages, max_tokens=2, temperature=0)
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    assert reply.usage.prompt_tokens == len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
 # ---- the fuzz ------------------------------------------------------------------------------------------------------
 
 TEXT = st.text(

@@ -54,6 +54,7 @@ def test_a_source_with_errors_exits_1_with_one_line(tmp_path):
     [
         (["--port", "70000"], "--port"),
         (["--api-key", ""], "--api-key"),
+        (["--served-model-name", ""], "--served-model-name must not be empty"),  # was served as the weights' path
         (["--prefill-chunk", "0"], "--prefill-chunk"),
         (["--max-num-batched-tokens", "-1"], "--max-num-batched-tokens"),
         (["--max-queue-delay-ms", "-1"], "--max-queue-delay-ms"),

@@ -116,3 +116,70 @@ def test_a_checkpoint_of_another_model_exits_2(tmp_path, capsys):
     assert "gpt2 holds a gpt2 model (its config.json's model_type), and " in err
     assert "llama.linnet is LlamaForCausalLM (llama)" in err and "is not a field of `Llama`" in err
     assert not out.exists() and not list(tmp_path.glob(".out.*"))
+
+
+@pytest.mark.parametrize("backend", ["torch", pytest.param("jax", marks=pytest.mark.jax)])
+def test_a_step_whose_loss_is_nan_stops_the_run_and_writes_no_adapter(tiny_llama, tmp_path, capsys, backend):
+    """Weights whose activations overflow f32 (finite, so loading takes them) give a NaN loss and gradients: the
+    run went on, wrote adapters of NaN and exited 0 (adapters that this project's own `--resume` refuses: "holds
+    NaN or inf"). Now the first such step stops it, before anything of it is written."""
+    if backend == "jax":
+        pytest.importorskip("jax")
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    weights = shutil.copytree(tiny_llama, tmp_path / "overflowing")
+    tensors = load_file(weights / "model.safetensors")
+    tensors["model.layers.0.input_layernorm.weight"][:] = 3e38  # q . k overflows to inf, softmax gives NaN
+    save_file(tensors, weights / "model.safetensors", metadata={"format": "pt"})
+    data = write_jsonl(tmp_path / "d.jsonl", id_rows(4))
+    out = tmp_path / "out"
+    capsys.readouterr()
+    args = [str(LLAMA), "--weights", str(weights), "--data", str(data), "-o", str(out), "--max-steps", "2"]
+    status = main(["train", *args, "--backend", backend, "--quiet"])
+    err = capsys.readouterr().err
+    assert status == 1, err
+    assert "Traceback" not in err and err.startswith("linnet train: step 1: the loss is nan"), err
+    assert not out.exists() or not any(out.glob("adapter_model.safetensors")), sorted(out.iterdir())
+
+
+@pytest.mark.parametrize("backend", ["torch", pytest.param("jax", marks=pytest.mark.jax)])
+def test_fsdp_outside_torchrun_is_refused_not_ignored(tiny_llama, tmp_path, capsys, monkeypatch, backend):
+    """`--fsdp` shards across the processes torchrun starts (its help says so); in one process it was accepted and
+    ignored, the run training unsharded and exiting 0, on JAX too."""
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    data = write_jsonl(tmp_path / "d.jsonl", id_rows(2))
+    out = tmp_path / "out"
+    err = bad(capsys, str(LLAMA), "--weights", str(tiny_llama), "--data", str(data), "-o", str(out), "--fsdp",
+              "--backend", backend)  # fmt: skip
+    assert "--fsdp shards across the processes torchrun starts" in err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "option, value, message",
+    [
+        ("--max-grad-norm", "-1", "max_grad_norm must be a number >= 0 (0 turns clipping off), got -1.0"),
+        ("--max-grad-norm", "nan", "max_grad_norm must be a number >= 0 (0 turns clipping off), got nan"),
+        ("--weight-decay", "nan", "weight_decay must be a finite number, got nan"),
+        ("--lora-alpha", "nan", "--lora-alpha must be a finite number, got nan"),
+        ("--lora-alpha", "inf", "--lora-alpha must be a finite number, got inf"),
+    ],
+)
+def test_values_that_train_wrong_are_refused_before_anything_runs(tiny_llama, tmp_path, capsys, option, value, message):
+    """`--max-grad-norm -1` trained uphill (the loss of the shrunk Llama rose step after step: `clip_grad_norm_`'s
+    coefficient max_norm / norm is then negative and flips every gradient, below), NaN there or in
+    `--weight-decay` made the parameters NaN, and a NaN `--lora-alpha` reached the LoRA source transform
+    (`scaling=nan`: "unknown name `nan`" on a line of code the user never wrote)."""
+    import torch
+
+    w = torch.nn.Parameter(torch.ones(2))
+    w.grad = torch.full((2,), 3.0)
+    torch.nn.utils.clip_grad_norm_([w], -1.0)
+    assert (w.grad < 0).all()  # the reference: a negative max_norm turns the gradient around
+    data = write_jsonl(tmp_path / "d.jsonl", id_rows(2))
+    out = tmp_path / "out"
+    err = bad(capsys, str(LLAMA), "--weights", str(tiny_llama), "--data", str(data), "-o", str(out), option, value)
+    assert err == f"linnet train: {message}\n"
+    assert not out.exists()

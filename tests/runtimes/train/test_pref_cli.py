@@ -53,3 +53,26 @@ def test_cli_refuses_an_option_of_another_method(model_dir, tmp_path, capsys):
                    "--reward", "m:f", "--quiet"])  # fmt: skip
     err = capsys.readouterr().err
     assert status == 2 and "--reward is an option of --method grpo, not sft" in err
+
+
+@pytest.mark.parametrize(
+    "option, value, message",
+    [
+        # TRL's log-probabilities divide the logits by the temperature: 0 made the loss NaN (a run of NaN adapters)
+        ("--temperature", "0", "GRPO's --temperature must be a number > 0 (its log-probabilities divide the logits "
+                               "by it), got 0.0"),
+        ("--temperature", "nan", "GRPO's --temperature must be a number > 0 (its log-probabilities divide the logits "
+                                 "by it), got nan"),
+        ("--beta", "nan", "--beta must be 0 or more for GRPO, got nan"),  # -1 was refused, NaN passed
+    ],
+)  # fmt: skip
+def test_grpo_values_that_make_the_loss_nan_are_usage_errors(model_dir, tmp_path, capsys, option, value, message):
+    data = write_jsonl(tmp_path / "g.jsonl", toy_pref.multiplication_prompts(2))
+    out = tmp_path / "o"
+    status = main(["train", str(LLAMA), "--weights", str(model_dir), "--method", "grpo", "--data", str(data),
+                   "--reward", "tests.runtimes.train.toy_pref:exact_product_reward", "--num-generations", "2",
+                   "--max-completion-length", "4", "--max-steps", "1", "-o", str(out), "--quiet",
+                   option, value])  # fmt: skip
+    err = capsys.readouterr().err
+    assert status == 2 and err == f"linnet train: {message}\n", err
+    assert not out.exists()
