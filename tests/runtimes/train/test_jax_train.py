@@ -123,3 +123,35 @@ def test_jax_refuses_what_it_does_not_train(tiny_llama, tmp_path):
     with pytest.raises(TrainError, match="backend xla does not train"):
         linnet.train(LLAMA, tiny_llama, data=data, backend="xla", max_steps=1, progress=False)
     assert not any(tmp_path.iterdir()) or [p.name for p in tmp_path.iterdir()] == ["sft.jsonl"]
+
+
+def test_each_steps_time_is_its_own_dispatch_and_wait_the_last_included(monkeypatch):
+    # The pipelined loop fetches step N's record after step N+1 is dispatched. On a host-bound run (a dispatch of
+    # 1.0 s of host work, the device done by the time it is asked), every step costs 1.0 s; the last step's
+    # record, fetched with no dispatch after it, read only its wait (0 s: tokens/s of 1e18, the breaker's
+    # 99,718 against ~5). A fake clock, so the accounting is exact: each step 1.0 s, and they add to the run's 5.0.
+    from types import SimpleNamespace
+
+    from linnet.runtimes.train import jax_trainer
+
+    clock = [0.0]
+    monkeypatch.setattr(jax_trainer.time, "perf_counter", lambda: clock[0])
+    trainer = object.__new__(jax_trainer.JaxTrainer)
+    trainer.config = SimpleNamespace(max_steps=5, save_steps=0)
+    trainer.first_step, trainer.history, trainer.on_step = 1, [], None
+    trainer.policy = SimpleNamespace(commit=lambda: None)
+    trainer.deliver_now = lambda step: step == 3  # a signal asks for step 3's record before step 4 starts
+
+    def dispatch(step):
+        t0 = clock[0]
+        clock[0] += 1.0  # host work: collate, pad, queue
+        micro = [SimpleNamespace(num_tokens=10)]
+        metrics = [{"sums": {"loss": 1.0}, "means": {}}]
+        return {"step": step, "micro": micro, "metrics": metrics, "grad_norm": 1.0, "lr": 1e-3, "t0": t0,
+                "dispatch_s": clock[0] - t0}  # fmt: skip
+
+    trainer.dispatch = dispatch
+    records = trainer.train()
+    assert [r["step"] for r in records] == [1, 2, 3, 4, 5]
+    assert [r["elapsed_s"] for r in records] == [1.0] * 5
+    assert [r["tokens_per_s"] for r in records] == [10.0] * 5
