@@ -7,7 +7,8 @@ opened, with what that depended on; the next start of the same text publishes it
 publishes again only when the check finds otherwise (a stale entry is corrected within one check, never kept).
 
 An entry is used only when all of this is as it was: the document's path and text, the preset and the position
-encoding, and the size and modification time of each file its analysis read besides (its imports). The file holds
+encoding, and the size and modification time of each file its analysis read besides (its imports), and that no
+file has appeared where an import found none (L120 "no such file"). The file holds
 a stamp of the front end's and the server's sources (`code_stamp`: the standard library's `.linnet` files too),
 so a changed checker or converter never reads an older start's diagnostics. It is
 `lsp/published-<python>.pickle` in Linnet's cache folder (`linnet.lsp.startup.cache_path`); a file that cannot be
@@ -91,15 +92,19 @@ class PublishedCache:
             return None
         return diagnostics if isinstance(diagnostics, list) else None
 
-    def put(self, doc_path: str, text: str, settings: tuple, files: list[str], diagnostics: list[Any]) -> None:
+    def put(
+        self, doc_path: str, text: str, settings: tuple, files: list[str], diagnostics: list[Any], absent=()
+    ) -> None:
         """Record `diagnostics`, published for `doc_path` holding `text` under `settings`, whose analysis read
-        `files` besides (their stamps are taken now; a file that cannot be read leaves nothing recorded)."""
+        `files` besides and found no file at the paths `absent` (an import's L120: one appearing there changes them).
+        Their stamps are taken now; a file of `files` that cannot be read leaves nothing recorded."""
         if self.path is None or len(text) > MAX_BYTES:  # LINNET_NO_CACHE (no start reads it), or too big to keep
             return
         stamps = tuple((file, file_stamp(file)) for file in files)
         if any(stamp is None for _, stamp in stamps):
             self.entries.pop(doc_path, None)
             return
+        stamps += tuple((file, file_stamp(file)) for file in absent)  # None while there is still none
         with contextlib.suppress(Exception):  # what pickle cannot take is checked first next time
             entry = (text, settings, stamps, pickle.dumps(diagnostics, protocol=pickle.HIGHEST_PROTOCOL))
             if self.entries.get(doc_path) != entry:

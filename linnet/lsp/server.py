@@ -241,6 +241,7 @@ class LinnetServer(LanguageServer):
                     for text, lens_found in self.lens_results.get(doc.uri, {}).values():
                         diagnostics += lens_found if text == doc.text else []  # an edit makes a diff's result stale
                     given = any(s[1] for s in doc.workspace.stamp(analysis.files[1:]))  # an import open in the editor
+                    absent = analysis.absent_files  # (read under the analysis's lock: items of the files it read)
                 if self.documents.get(doc.uri) is not doc or revision != doc.revision:
                     continue
                 if early is None or revision != 0 or diagnostics != early:  # else published already (the cache)
@@ -248,7 +249,8 @@ class LinnetServer(LanguageServer):
                 if self.start_caches is not None and revision == 0:  # a document as opened: the next start reads it
                     if not given:
                         settings = (preset, position_encoding())
-                        self.start_caches.published.put(doc.path, doc.text, settings, analysis.files[1:], found)
+                        files = analysis.files[1:]
+                        self.start_caches.published.put(doc.path, doc.text, settings, files, found, absent)
                     self.start_caches.save()
                 if doc.text_version != doc.notified_version:  # its importers read this text now
                     doc.notified_version = doc.text_version

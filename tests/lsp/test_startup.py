@@ -317,6 +317,20 @@ def test_a_second_start_publishes_what_the_first_did_before_checking_unless_an_i
     assert third["analyses"] >= 1 and len(third_found) > 1 and "FeedForward" in third_found[0]["message"]
 
 
+def test_a_start_after_a_missing_import_appeared_checks_first(tmp_path):
+    """A start whose document imports a file that did not exist when the previous start published (L120 "no such
+    file") must not publish that error again once the file exists: the file's absence is what it depended on."""
+    shutil.copy(ROOT / "tests" / "lsp" / "workspace" / "imports" / "tower.linnet", tmp_path / "tower.linnet")
+    tower = tmp_path / "tower.linnet"
+    first, first_found = first_diagnostics(tmp_path, "first.json", tower)
+    assert [d["code"] for d in first_found] == ["L120"] and "no such file" in first_found[0]["message"]
+    second, second_found = first_diagnostics(tmp_path, "second.json", tower)
+    assert second["analyses"] == 0 and second_found == first_found  # still absent: read back
+    shutil.copy(ROOT / "tests" / "lsp" / "workspace" / "imports" / "shared.linnet", tmp_path / "shared.linnet")
+    third, third_found = first_diagnostics(tmp_path, "third.json", tower)
+    assert third["analyses"] >= 1 and third_found == []
+
+
 def test_forward_references_compile_through_the_cache_and_still_resolve(tmp_path):
     """typing compiles each forward reference's text (`Optional["Range"]`): a second start reads the code back, and
     the annotation resolves to the same class."""
