@@ -24,6 +24,8 @@ import pickle
 from pathlib import Path
 from typing import Any, Callable
 
+from .cachefile import read_intact, write_atomic
+
 # what the entries may hold (the documents' texts and their diagnostics); a start that opens more drops the oldest
 MAX_BYTES = 4 << 20
 # the folders of the `linnet` package whose sources decide what a document's diagnostics are
@@ -67,9 +69,10 @@ class PublishedCache:
         self.changed = False
         if path is None:
             return
-        # a file cut short, or of other sources: only well-formed entries under this stamp are kept
-        with contextlib.suppress(OSError, EOFError, ValueError, TypeError, pickle.UnpicklingError, MemoryError):
-            loaded = pickle.loads(path.read_bytes())
+        # an intact file (`cachefile`) of other sources: only well-formed entries under this stamp are kept
+        data = read_intact(path)
+        with contextlib.suppress(EOFError, ValueError, TypeError, pickle.UnpicklingError, MemoryError):
+            loaded = pickle.loads(data) if data is not None else None
             if isinstance(loaded, dict) and loaded.get("code") == self.code and isinstance(loaded.get("entries"), dict):
                 self.entries = {
                     k: v
@@ -123,12 +126,5 @@ class PublishedCache:
             if size + len(entry[0]) + len(entry[3]) <= MAX_BYTES:  # a document too big for the file is not kept
                 kept[doc_path] = entry
                 size += len(entry[0]) + len(entry[3])
-        tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            entries = dict(reversed(list(kept.items())))
-            tmp.write_bytes(pickle.dumps({"code": self.code, "entries": entries}, protocol=pickle.HIGHEST_PROTOCOL))
-            os.replace(tmp, self.path)
-        except (OSError, ValueError):
-            with contextlib.suppress(OSError):
-                tmp.unlink()
+        entries = dict(reversed(list(kept.items())))
+        write_atomic(self.path, pickle.dumps({"code": self.code, "entries": entries}, protocol=pickle.HIGHEST_PROTOCOL))

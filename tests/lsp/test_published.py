@@ -8,6 +8,7 @@ import os
 import pickle
 import shutil
 
+from linnet.lsp.cachefile import write_atomic
 from linnet.lsp.convert import published_diagnostics
 from linnet.lsp.published import PublishedCache, code_stamp
 from linnet.semantics.program import Workspace
@@ -77,7 +78,7 @@ def test_a_file_of_other_sources_or_damaged_only_means_checking_first(tmp_path):
     path.write_bytes(b"not a pickle")
     assert PublishedCache(path).entries == {}
     entries = {str(tower): (text, SETTINGS, (), b"not a pickle either")}
-    path.write_bytes(pickle.dumps({"code": code_stamp(), "entries": entries}))
+    write_atomic(path, pickle.dumps({"code": code_stamp(), "entries": entries}))
     assert PublishedCache(path).get(str(tower), text, SETTINGS, never_open) is None
     (tmp_path / "file").write_text("")
     unwritable = PublishedCache(tmp_path / "file" / "published.pickle")  # its folder is a file
