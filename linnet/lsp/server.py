@@ -61,7 +61,14 @@ from .convert import (
 from .documents import Documents, OpenDocument, Settings
 from .hover import hover_markdown
 from .import_completion import import_completions
-from .rpc import AnswerEveryRequest, FramedReader, OneLineReaderErrors, refusal, strict_strings
+from .rpc import (
+    AnswerEveryRequest,
+    FramedReader,
+    OneLineReaderErrors,
+    raised_by_json_decoder,
+    refusal,
+    strict_strings,
+)
 from .tokens import TOKEN_MODIFIERS, TOKEN_TYPES, semantic_tokens
 from .weights import WeightChecks
 
@@ -171,7 +178,9 @@ class LinnetServer(LanguageServer):
         to a pop-up. A request's error already went back as its response."""
         if source is FeatureRequestError:
             return
-        if isinstance(error, (json.JSONDecodeError, UnicodeDecodeError)):  # a body that is not JSON
+        unreadable = source is JsonRpcException and raised_by_json_decoder(error)  # (the reader loop's json.loads)
+        if isinstance(error, (json.JSONDecodeError, UnicodeDecodeError)) or unreadable:
+            # a body that is not JSON, or JSON the decoder cannot take (too deep, a number too long for `int`)
             self.protocol.answer_unreadable(error)
             return
         self.log_error(f"pygls ({getattr(source, '__name__', source)})", error)
