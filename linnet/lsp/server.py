@@ -124,6 +124,19 @@ class LinnetProtocol(AnswerEveryRequest, LanguageServerProtocol):
     def lsp_text_document__did_close(self, params: T.DidCloseTextDocumentParams):
         yield from self._user_handler(T.TEXT_DOCUMENT_DID_CLOSE, params)
 
+    @lsp_method(T.SHUTDOWN)
+    def lsp_shutdown(self, *args):
+        """pygls's shutdown, cancelling the requests in flight over a copy of `_request_futures`: a command's future
+        (workspace/executeCommand: a run, a comparison, a preset being picked) drops itself from the dict as it is
+        cancelled, and pygls's loop over the dict itself raised RuntimeError, answering shutdown with
+        InternalError and a traceback (pygls issue #606)."""
+        if (handler := self.fm.features.get(T.SHUTDOWN)) is not None:
+            yield handler, args, None
+        for msg_id, future in list(self._request_futures.items()):
+            if msg_id != self.msg_id and not future.done():
+                future.cancel()
+        self._shutdown = True
+
 
 class LinnetServer(LanguageServer):
     """The server's state: open documents, settings, workspace roots."""
