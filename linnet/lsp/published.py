@@ -22,9 +22,12 @@ import contextlib
 import os
 import pickle
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from .cachefile import read_intact, write_atomic
+
+if TYPE_CHECKING:
+    from linnet.semantics.workspace import Workspace
 
 # what the entries may hold (the documents' texts and their diagnostics); a start that opens more drops the oldest
 MAX_BYTES = 4 << 20
@@ -46,6 +49,12 @@ def code_stamp() -> str:
                     st = entry.stat()
                     parts.append(f"{entry.path}:{st.st_size}:{st.st_mtime_ns}")
     return ";".join(parts)
+
+
+def read_stamps(workspace: Workspace, files: list[str]) -> list[tuple[str, tuple[int, int] | None]]:
+    """Each of `files` with the (size, modification time in ns) it had when `workspace` read the text an analysis
+    checked (`Workspace.read_stamp`; None for a file whose text is given, open in the editor)."""
+    return [(file, workspace.read_stamp(file)) for file in files]
 
 
 def file_stamp(path: str) -> tuple[int, int] | None:
@@ -95,19 +104,18 @@ class PublishedCache:
             return None
         return diagnostics if isinstance(diagnostics, list) else None
 
-    def put(
-        self, doc_path: str, text: str, settings: tuple, files: list[str], diagnostics: list[Any], absent=()
-    ) -> None:
-        """Record `diagnostics`, published for `doc_path` holding `text` under `settings`, whose analysis read
-        `files` besides and found no file at the paths `absent` (an import's L120: one appearing there changes them).
-        Their stamps are taken now; a file of `files` that cannot be read leaves nothing recorded."""
+    def put(self, doc_path: str, text: str, settings: tuple, read: list, diagnostics: list[Any], absent=()) -> None:
+        """Record `diagnostics`, published for `doc_path` holding `text` under `settings`, whose analysis read the
+        files of `read` besides, as `(path, (size, mtime ns))` when it read them (`read_stamps`: a stamp taken now
+        would pass off a file changed since as the one checked), and found no file at the paths `absent` (an
+        import's L120: one appearing there changes them). A file read without a stamp leaves nothing recorded."""
         if self.path is None or len(text) > MAX_BYTES:  # LINNET_NO_CACHE (no start reads it), or too big to keep
             return
-        stamps = tuple((file, file_stamp(file)) for file in files)
+        stamps = tuple(read)
         if any(stamp is None for _, stamp in stamps):
             self.entries.pop(doc_path, None)
             return
-        stamps += tuple((file, file_stamp(file)) for file in absent)  # None while there is still none
+        stamps += tuple((file, None) for file in absent)  # as the analysis found them: no file there
         with contextlib.suppress(Exception):  # what pickle cannot take is checked first next time
             entry = (text, settings, stamps, pickle.dumps(diagnostics, protocol=pickle.HIGHEST_PROTOCOL))
             if self.entries.get(doc_path) != entry:

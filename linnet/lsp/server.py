@@ -61,6 +61,7 @@ from .convert import (
 from .documents import Documents, OpenDocument, Settings
 from .hover import hover_markdown
 from .import_completion import import_completions
+from .published import read_stamps
 from .rpc import (
     AnswerEveryRequest,
     FramedReader,
@@ -264,6 +265,9 @@ class LinnetServer(LanguageServer):
                         diagnostics += lens_found if text == doc.text else []  # an edit makes a diff's result stale
                     given = any(s[1] for s in doc.workspace.stamp(analysis.files[1:]))  # an import open in the editor
                     absent = analysis.absent_files  # (read under the analysis's lock: items of the files it read)
+                    read = read_stamps(doc.workspace, analysis.files[1:])  # as the analysis read them
+                    if not doc.is_current(analysis):  # an import read again meanwhile (in a worker thread)
+                        read = [(file, None) for file, _ in read]  # (its stamp may be of a newer text): not kept
                 if self.documents.get(doc.uri) is not doc or revision != doc.revision:
                     continue
                 if early is None or revision != 0 or diagnostics != early:  # else published already (the cache)
@@ -271,8 +275,7 @@ class LinnetServer(LanguageServer):
                 if self.start_caches is not None and revision == 0:  # a document as opened: the next start reads it
                     if not given:
                         settings = (preset, position_encoding())
-                        files = analysis.files[1:]
-                        self.start_caches.published.put(doc.path, doc.text, settings, files, found, absent)
+                        self.start_caches.published.put(doc.path, doc.text, settings, read, found, absent)
                     self.start_caches.save()
                 if doc.text_version != doc.notified_version:  # its importers read this text now
                     doc.notified_version = doc.text_version
