@@ -20,9 +20,10 @@ MAGIC = b"LNC1"
 HEADER_BYTES = len(MAGIC) + 4
 
 
-def read_intact(path: Path) -> bytes | None:
-    """The payload of the cache file at `path`, or None when it cannot be read or its CRC-32 does not match (a file
-    cut short, altered, or of a format before this header)."""
+def read_intact(path: Path) -> memoryview | None:
+    """The payload of the cache file at `path` (a view of the bytes read: copying the 2 MB of generated code would
+    cost more than its CRC-32, and marshal and pickle read views), or None when it cannot be read or its CRC-32 does
+    not match (a file cut short, altered, or of a format before this header)."""
     try:
         data = path.read_bytes()
     except (OSError, ValueError):
@@ -30,7 +31,7 @@ def read_intact(path: Path) -> bytes | None:
     payload = memoryview(data)[HEADER_BYTES:]
     if data[: len(MAGIC)] != MAGIC or int.from_bytes(data[len(MAGIC) : HEADER_BYTES], "little") != zlib.crc32(payload):
         return None
-    return bytes(payload)
+    return payload
 
 
 def write_atomic(path: Path, payload: bytes) -> None:
