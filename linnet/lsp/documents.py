@@ -82,6 +82,7 @@ class OpenDocument:
     workspace: Workspace = field(default_factory=Workspace)
     path: str = ""
     files: list[str] = field(default_factory=list)  # what its last analysis read: itself, then its imports
+    absent: list[str] = field(default_factory=list)  # where its imports found no file (L120): one may appear
     notified_version: int = 0  # the text version its importers were last re-checked for
     _analysis: Analysis | None = None
     _analysis_key: tuple | None = None  # (revision, preset, stamp of the imported files)
@@ -126,7 +127,7 @@ class OpenDocument:
     def _analyze(self, text: str, preset: str | None) -> tuple[Analysis, tuple]:
         with self.workspace.lock:
             analysis = self.workspace.open(self.path, text).analyze(preset)
-            return analysis, self.workspace.stamp(analysis.files[1:])
+            return analysis, self.workspace.stamp(analysis.files[1:] + analysis.absent_files)
 
     @property
     def text_version(self) -> int:
@@ -140,11 +141,11 @@ class OpenDocument:
         `preset`, held for the `async with` block: offsets and items stay valid until it ends
         (the next analysis moves items)."""
         async with self._lock:
-            key = (self.revision, preset, self.workspace.stamp(self.files[1:]))
+            key = (self.revision, preset, self.workspace.stamp(self.depends_on))
             if self._analysis is None or self._analysis_key != key:
                 revision, text = self.revision, self.text
                 self._analysis, stamp = await asyncio.to_thread(self._analyze, text, preset)
-                self.files = self._analysis.files
+                self.files, self.absent = self._analysis.files, self._analysis.absent_files
                 self._analysis_key = (revision, preset, stamp)
             yield self._analysis
 
@@ -156,8 +157,14 @@ class OpenDocument:
             analysis is self._analysis
             and key is not None
             and key[0] == self.revision
-            and key[2] == self.workspace.stamp(self.files[1:])
+            and key[2] == self.workspace.stamp(self.depends_on)
         )
+
+    @property
+    def depends_on(self) -> list[str]:
+        """The paths besides its own whose change changes its last analysis: the files it read, and those its
+        imports looked for and did not find."""
+        return self.files[1:] + self.absent
 
 
 class Documents:
@@ -190,10 +197,12 @@ class Documents:
 
     def importers(self, path: str) -> list[OpenDocument]:
         """Open documents whose last analysis read the file at `path` (they import it,
-        directly or through other files)."""
+        directly or through other files) or looked for it and found none."""
         key = self.workspace.key(path)
         return [
-            d for d in self.by_uri.values() if d.path != path and any(self.workspace.key(f) == key for f in d.files[1:])
+            d
+            for d in self.by_uri.values()
+            if d.path != path and any(self.workspace.key(f) == key for f in d.depends_on)
         ]
 
     def __iter__(self):

@@ -16,13 +16,14 @@ is trusted (pickle runs what it holds).
 from __future__ import annotations
 
 import contextlib
-import os
 import pickle
 import zlib
 from pathlib import Path
 
 import linnet.syntax
 from linnet.syntax.parser import ParsedItem
+
+from .cachefile import read_intact, write_atomic
 
 MAX_BYTES = 8 << 20  # what the file (and the parses kept meanwhile) may hold: a 3,000-line file's items are ~1 MB
 
@@ -54,9 +55,10 @@ class ParseCache:
         self._saved_misses = 0
         if path is None:
             return
-        # a file cut short, or of another parser: only text keys to bytes under this digest are kept
-        with contextlib.suppress(OSError, EOFError, ValueError, TypeError, pickle.UnpicklingError, MemoryError):
-            loaded = pickle.loads(path.read_bytes())
+        # an intact file (`cachefile`) of another parser: only text keys to bytes under this digest are kept
+        data = read_intact(path)
+        with contextlib.suppress(EOFError, ValueError, TypeError, pickle.UnpicklingError, MemoryError):
+            loaded = pickle.loads(data) if data is not None else None
             if isinstance(loaded, dict) and loaded.get("key") == self.key and isinstance(loaded.get("items"), dict):
                 self.stored = {k: v for k, v in loaded["items"].items() if isinstance(k, str) and isinstance(v, bytes)}
 
@@ -99,11 +101,4 @@ class ParseCache:
             if text not in items and size + len(text) + len(data) <= MAX_BYTES:
                 items[text] = data
                 size += len(text) + len(data)
-        tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp.write_bytes(pickle.dumps({"key": self.key, "items": items}, protocol=pickle.HIGHEST_PROTOCOL))
-            os.replace(tmp, self.path)
-        except (OSError, ValueError):
-            with contextlib.suppress(OSError):
-                tmp.unlink()
+        write_atomic(self.path, pickle.dumps({"key": self.key, "items": items}, protocol=pickle.HIGHEST_PROTOCOL))

@@ -7,7 +7,8 @@ opened, with what that depended on; the next start of the same text publishes it
 publishes again only when the check finds otherwise (a stale entry is corrected within one check, never kept).
 
 An entry is used only when all of this is as it was: the document's path and text, the preset and the position
-encoding, and the size and modification time of each file its analysis read besides (its imports). The file holds
+encoding, and the size and modification time of each file its analysis read besides (its imports), and that no
+file has appeared where an import found none (L120 "no such file"). The file holds
 a stamp of the front end's and the server's sources (`code_stamp`: the standard library's `.linnet` files too),
 so a changed checker or converter never reads an older start's diagnostics. It is
 `lsp/published-<python>.pickle` in Linnet's cache folder (`linnet.lsp.startup.cache_path`); a file that cannot be
@@ -21,7 +22,12 @@ import contextlib
 import os
 import pickle
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
+
+from .cachefile import read_intact, write_atomic
+
+if TYPE_CHECKING:
+    from linnet.semantics.workspace import Workspace
 
 # what the entries may hold (the documents' texts and their diagnostics); a start that opens more drops the oldest
 MAX_BYTES = 4 << 20
@@ -45,6 +51,12 @@ def code_stamp() -> str:
     return ";".join(parts)
 
 
+def read_stamps(workspace: Workspace, files: list[str]) -> list[tuple[str, tuple[int, int] | None]]:
+    """Each of `files` with the (size, modification time in ns) it had when `workspace` read the text an analysis
+    checked (`Workspace.read_stamp`; None for a file whose text is given, open in the editor)."""
+    return [(file, workspace.read_stamp(file)) for file in files]
+
+
 def file_stamp(path: str) -> tuple[int, int] | None:
     """(size, modification time in ns) of `path`, or None when it cannot be read."""
     try:
@@ -66,9 +78,10 @@ class PublishedCache:
         self.changed = False
         if path is None:
             return
-        # a file cut short, or of other sources: only well-formed entries under this stamp are kept
-        with contextlib.suppress(OSError, EOFError, ValueError, TypeError, pickle.UnpicklingError, MemoryError):
-            loaded = pickle.loads(path.read_bytes())
+        # an intact file (`cachefile`) of other sources: only well-formed entries under this stamp are kept
+        data = read_intact(path)
+        with contextlib.suppress(EOFError, ValueError, TypeError, pickle.UnpicklingError, MemoryError):
+            loaded = pickle.loads(data) if data is not None else None
             if isinstance(loaded, dict) and loaded.get("code") == self.code and isinstance(loaded.get("entries"), dict):
                 self.entries = {
                     k: v
@@ -91,15 +104,18 @@ class PublishedCache:
             return None
         return diagnostics if isinstance(diagnostics, list) else None
 
-    def put(self, doc_path: str, text: str, settings: tuple, files: list[str], diagnostics: list[Any]) -> None:
-        """Record `diagnostics`, published for `doc_path` holding `text` under `settings`, whose analysis read
-        `files` besides (their stamps are taken now; a file that cannot be read leaves nothing recorded)."""
+    def put(self, doc_path: str, text: str, settings: tuple, read: list, diagnostics: list[Any], absent=()) -> None:
+        """Record `diagnostics`, published for `doc_path` holding `text` under `settings`, whose analysis read the
+        files of `read` besides, as `(path, (size, mtime ns))` when it read them (`read_stamps`: a stamp taken now
+        would pass off a file changed since as the one checked), and found no file at the paths `absent` (an
+        import's L120: one appearing there changes them). A file read without a stamp leaves nothing recorded."""
         if self.path is None or len(text) > MAX_BYTES:  # LINNET_NO_CACHE (no start reads it), or too big to keep
             return
-        stamps = tuple((file, file_stamp(file)) for file in files)
+        stamps = tuple(read)
         if any(stamp is None for _, stamp in stamps):
             self.entries.pop(doc_path, None)
             return
+        stamps += tuple((file, None) for file in absent)  # as the analysis found them: no file there
         with contextlib.suppress(Exception):  # what pickle cannot take is checked first next time
             entry = (text, settings, stamps, pickle.dumps(diagnostics, protocol=pickle.HIGHEST_PROTOCOL))
             if self.entries.get(doc_path) != entry:
@@ -118,12 +134,5 @@ class PublishedCache:
             if size + len(entry[0]) + len(entry[3]) <= MAX_BYTES:  # a document too big for the file is not kept
                 kept[doc_path] = entry
                 size += len(entry[0]) + len(entry[3])
-        tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            entries = dict(reversed(list(kept.items())))
-            tmp.write_bytes(pickle.dumps({"code": self.code, "entries": entries}, protocol=pickle.HIGHEST_PROTOCOL))
-            os.replace(tmp, self.path)
-        except (OSError, ValueError):
-            with contextlib.suppress(OSError):
-                tmp.unlink()
+        entries = dict(reversed(list(kept.items())))
+        write_atomic(self.path, pickle.dumps({"code": self.code, "entries": entries}, protocol=pickle.HIGHEST_PROTOCOL))

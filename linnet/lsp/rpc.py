@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 from typing import Any, Callable
 
@@ -274,6 +275,16 @@ class FramedReader:
                 except ValueError:
                     continue
         return body
+
+
+def raised_by_json_decoder(err: BaseException) -> bool:
+    """Whether the JSON decoder itself raised `err` (its innermost frame is in the `json` package), not the code
+    its object hook runs: JSONDecodeError, a UnicodeDecodeError of bytes, and JSON it cannot take, nested deeper
+    than it recurses (RecursionError) or a number of more digits than `int` converts (ValueError)."""
+    tb = err.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and os.path.dirname(tb.tb_frame.f_code.co_filename) == os.path.dirname(json.__file__)
 
 
 class OneLineReaderErrors(logging.Filter):

@@ -61,7 +61,15 @@ from .convert import (
 from .documents import Documents, OpenDocument, Settings
 from .hover import hover_markdown
 from .import_completion import import_completions
-from .rpc import AnswerEveryRequest, FramedReader, OneLineReaderErrors, refusal, strict_strings
+from .published import read_stamps
+from .rpc import (
+    AnswerEveryRequest,
+    FramedReader,
+    OneLineReaderErrors,
+    raised_by_json_decoder,
+    refusal,
+    strict_strings,
+)
 from .tokens import TOKEN_MODIFIERS, TOKEN_TYPES, semantic_tokens
 from .weights import WeightChecks
 
@@ -117,6 +125,19 @@ class LinnetProtocol(AnswerEveryRequest, LanguageServerProtocol):
     def lsp_text_document__did_close(self, params: T.DidCloseTextDocumentParams):
         yield from self._user_handler(T.TEXT_DOCUMENT_DID_CLOSE, params)
 
+    @lsp_method(T.SHUTDOWN)
+    def lsp_shutdown(self, *args):
+        """pygls's shutdown, cancelling the requests in flight over a copy of `_request_futures`: a command's future
+        (workspace/executeCommand: a run, a comparison, a preset being picked) drops itself from the dict as it is
+        cancelled, and pygls's loop over the dict itself raised RuntimeError, answering shutdown with
+        InternalError and a traceback (pygls issue #606)."""
+        if (handler := self.fm.features.get(T.SHUTDOWN)) is not None:
+            yield handler, args, None
+        for msg_id, future in list(self._request_futures.items()):
+            if msg_id != self.msg_id and not future.done():
+                future.cancel()
+        self._shutdown = True
+
 
 class LinnetServer(LanguageServer):
     """The server's state: open documents, settings, workspace roots."""
@@ -171,7 +192,9 @@ class LinnetServer(LanguageServer):
         to a pop-up. A request's error already went back as its response."""
         if source is FeatureRequestError:
             return
-        if isinstance(error, (json.JSONDecodeError, UnicodeDecodeError)):  # a body that is not JSON
+        unreadable = source is JsonRpcException and raised_by_json_decoder(error)  # (the reader loop's json.loads)
+        if isinstance(error, (json.JSONDecodeError, UnicodeDecodeError)) or unreadable:
+            # a body that is not JSON, or JSON the decoder cannot take (too deep, a number too long for `int`)
             self.protocol.answer_unreadable(error)
             return
         self.log_error(f"pygls ({getattr(source, '__name__', source)})", error)
@@ -241,6 +264,10 @@ class LinnetServer(LanguageServer):
                     for text, lens_found in self.lens_results.get(doc.uri, {}).values():
                         diagnostics += lens_found if text == doc.text else []  # an edit makes a diff's result stale
                     given = any(s[1] for s in doc.workspace.stamp(analysis.files[1:]))  # an import open in the editor
+                    absent = analysis.absent_files  # (read under the analysis's lock: items of the files it read)
+                    read = read_stamps(doc.workspace, analysis.files[1:])  # as the analysis read them
+                    if not doc.is_current(analysis):  # an import read again meanwhile (in a worker thread)
+                        read = [(file, None) for file, _ in read]  # (its stamp may be of a newer text): not kept
                 if self.documents.get(doc.uri) is not doc or revision != doc.revision:
                     continue
                 if early is None or revision != 0 or diagnostics != early:  # else published already (the cache)
@@ -248,7 +275,7 @@ class LinnetServer(LanguageServer):
                 if self.start_caches is not None and revision == 0:  # a document as opened: the next start reads it
                     if not given:
                         settings = (preset, position_encoding())
-                        self.start_caches.published.put(doc.path, doc.text, settings, analysis.files[1:], found)
+                        self.start_caches.published.put(doc.path, doc.text, settings, read, found, absent)
                     self.start_caches.save()
                 if doc.text_version != doc.notified_version:  # its importers read this text now
                     doc.notified_version = doc.text_version

@@ -54,6 +54,8 @@ import typing
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from .cachefile import read_intact, write_atomic
+
 CACHE_NAME = f"generated-code-{sys.implementation.cache_tag}.marshal"
 PARSES_NAME = f"parses-{sys.implementation.cache_tag}.pickle"  # linnet/lsp/parses.py
 PUBLISHED_NAME = f"published-{sys.implementation.cache_tag}.pickle"  # linnet/lsp/published.py
@@ -101,9 +103,10 @@ class CodeCache:
         self.hits = self.misses = 0
         if path is None:
             return
-        # a file cut short or overwritten may hold anything marshal reads: only code objects under text keys are kept
-        with contextlib.suppress(OSError, EOFError, ValueError, TypeError, MemoryError, RecursionError):
-            loaded = marshal.loads(path.read_bytes())  # marshal.load(file) reads in small pieces: 5x slower
+        # an intact file (`cachefile`) of another Python may still hold anything: only code objects under text keys
+        data = read_intact(path)  # (marshal.load(file) reads in small pieces: 5x slower)
+        with contextlib.suppress(EOFError, ValueError, TypeError, MemoryError, RecursionError):
+            loaded = marshal.loads(data) if data is not None else None
             if isinstance(loaded, dict):
                 self.codes = {k: v for k, v in loaded.items() if isinstance(k, str) and isinstance(v, types.CodeType)}
 
@@ -128,14 +131,7 @@ class CodeCache:
         reads the old file or the new one."""
         if self.path is None or self.misses <= STALE_SHARE * (self.hits + self.misses):
             return
-        tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp.write_bytes(marshal.dumps(self.used))
-            os.replace(tmp, self.path)
-        except (OSError, ValueError):
-            with contextlib.suppress(OSError):
-                tmp.unlink()
+        write_atomic(self.path, marshal.dumps(self.used))
 
 
 @contextlib.contextmanager

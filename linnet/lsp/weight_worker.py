@@ -53,12 +53,14 @@ def _stamp(files: list[Path]) -> tuple:
     return tuple(out)
 
 
-_cache: dict[tuple, tuple[tuple, list, list[Path]]] = {}
+_cache: dict[tuple, tuple[tuple, list, list[Path], list[Path]]] = {}
 
 
 def check_target(path: str, text: str, target: tuple) -> tuple[list, list[Path]]:
     """One target's header check (`linnet.runtimes.headers.check_weights`) as LSP diagnostics in `path`, and the
-    files it read; cached by (path, text, target) while those files are unchanged."""
+    files it read; cached by (path, text, target) while those files and the checkpoint's own path are unchanged (a
+    folder or file made where none was, or entries added to the folder: a check that could not open it read no
+    file, and was otherwise cached for as long as the text stayed the same)."""
     from linnet.runtimes.headers import check_weights
     from linnet.runtimes.loading import resolve_preset_weights
 
@@ -68,7 +70,7 @@ def check_target(path: str, text: str, target: tuple) -> tuple[list, list[Path]]
     where = (named_at.path, named_at.start.offset, named_at.end.offset) if named_at is not None else None
     key = (path, text, preset, spec, base, where)
     found = _cache.get(key)
-    if found is not None and found[0] == _stamp(found[2]):
+    if found is not None and found[0] == _stamp(found[3]):
         return found[1], found[2]
     weights = resolve_preset_weights(str(Path(base) / "_"), spec)  # a relative path starts from `base`
     report = check_weights(path, text, weights, preset, weights_at=named_at)
@@ -76,7 +78,8 @@ def check_target(path: str, text: str, target: tuple) -> tuple[list, list[Path]]
     files = list(report.files)
     if len(_cache) >= CACHE_SIZE:
         _cache.pop(next(iter(_cache)))
-    _cache[key] = (_stamp(files), diagnostics, files)
+    stamped = [Path(weights), *files]  # (an embedded id is no path here: its stamp stays "no such file")
+    _cache[key] = (_stamp(stamped), diagnostics, files, stamped)
     return diagnostics, files
 
 

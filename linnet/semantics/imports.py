@@ -142,6 +142,21 @@ class Namespaces:
         self.by_source[source] = globals_
         self.by_path[source.path] = globals_
 
+    def absent(self) -> list[str]:
+        """The paths the file imports of these files name (and the `.linnet` one its hint looks at) where no file
+        was read: what the analysis found there (L120 "no such file") changes when a file appears."""
+        read = {d.source.path for d in self.files}
+        out: list[str] = []
+        for doc in self.files:
+            for item in doc.items:
+                node = item.ast
+                if item.kind != "import" or not isinstance(node, A.ImportDef) or not isinstance(node.source, A.StrLit):
+                    continue
+                path = import_path(doc, node)
+                if path is not None and path not in read:
+                    out += [p for p in (path, path + ".linnet") if p not in out and not p.endswith(".linnet.linnet")]
+        return out
+
     def world(self) -> tuple:
         """What the analysis of the first file can depend on outside its own item texts: the
         namespaces of every file it reaches (the standard library does not change)."""

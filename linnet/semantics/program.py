@@ -136,6 +136,12 @@ class Analysis:
         return [d.source.path for d in self.namespaces.files] if self.namespaces is not None else []
 
     @property
+    def absent_files(self) -> list[str]:
+        """The paths the file imports of `files` name where no file could be read (their appearing changes what
+        this analysis found)."""
+        return self.namespaces.absent() if self.namespaces is not None else []
+
+    @property
     def presets(self) -> list[str]:
         """The presets checked under (those whose config evaluated without errors)."""
         return [s.name for s in self.scenarios if s.preset is not None]

@@ -108,6 +108,13 @@ class Workspace:
             )
         return tuple(out)
 
+    def read_stamp(self, path: str) -> tuple[int, int] | None:
+        """(size, modification time in ns) the file at `path` had when the text its document holds was read from
+        disk (taken before reading it: a change while it was read shows as another stamp); None when its text is
+        given (open) or it was not read."""
+        cached = self._disk.get(self.key(path))
+        return (cached[0][1], cached[0][0]) if cached is not None else None
+
     def documents(self) -> list[Document]:
         """Every document loaded: given ones first, then those read from disk."""
         return list(self._given.values()) + [doc for _, doc in self._disk.values()]

@@ -148,6 +148,23 @@ async def test_an_importer_is_checked_again_when_the_imported_file_changes_on_di
     doc.close()
 
 
+async def test_an_importer_is_checked_again_when_the_file_it_could_not_find_is_created(client, tmp_path):
+    """An import of a file that does not exist (L120) is checked again when the client reports the file created:
+    the importer's last analysis read no file there, but what it found depends on there being none."""
+    main = tmp_path / "main.linnet"
+    main.write_text('from "lib.linnet" import double\n\nfn quad(x: [N]) -> [N] {\n    double(double(x))\n}\n')
+    doc = await open_doc(client, main)
+    assert [d.code for d in await doc.diagnostics()] == ["L120"]
+    before = len(client.published)
+    lib = tmp_path / "lib.linnet"
+    lib.write_text("fn double(x: [N]) -> [N] {\n    x * 2.0\n}\n")
+    client.workspace_did_change_watched_files(
+        T.DidChangeWatchedFilesParams([T.FileEvent(lib.as_uri(), T.FileChangeType.Created)])
+    )
+    assert await _next_publish(client, doc, before) == []
+    doc.close()
+
+
 async def _complete(client, doc, needle: str) -> dict[str, T.CompletionItem]:
     position = doc.pos(needle, len(needle))
     result = await client.text_document_completion_async(T.CompletionParams(doc.id, position))

@@ -16,7 +16,7 @@ from lsprotocol import types as T
 
 from linnet.lsp.server import create_server
 
-from .conftest import SERVER, TIMEOUT_S, WORKSPACE
+from .conftest import EXAMPLES, SERVER, TIMEOUT_S, WORKSPACE
 
 NOT_SENT = {T.INITIALIZE, T.SHUTDOWN}  # the session's own lifecycle
 URI = (WORKSPACE / "malformed.linnet").as_uri()
@@ -154,6 +154,61 @@ def test_bodies_that_are_not_json_rpc_2_are_answered_with_id_null():
     assert sorted(nulls) == [-32700, -32600, -32600, -32600]
     assert "Traceback" not in stderr
     assert client.process.returncode == 0
+
+
+def test_json_nested_too_deep_or_a_number_too_long_for_int_is_a_parse_error():
+    """Bodies that are JSON the decoder cannot take (arrays nested 100,000 deep: RecursionError; an integer of 5,000
+    digits: ValueError, Python's int limit) get ParseError (-32700) with id null, as a body that is not JSON does,
+    and no traceback on stderr or to the client; the server keeps serving."""
+    client = RawClient()
+    try:
+        client.send({"id": 0, "method": "initialize", "params": {"capabilities": {}}})
+        assert client.responses({0})
+        position = b'{"line": 1' + b"0" * 5000 + b', "character": 0}'
+        too_long = b'{"jsonrpc": "2.0", "id": 3, "method": "textDocument/hover", "params": {"position": %s}}' % position
+        for body in (b"[" * 100_000 + b"]" * 100_000, too_long):
+            send_raw(client, body)
+        client.send({"id": 8, "method": "workspace/symbol", "params": {"query": ""}})
+        assert client.responses({8})[8].get("error") is None  # still serving
+        deadline = time.monotonic() + TIMEOUT_S
+        while time.monotonic() < deadline and sum(m.get("id", 0) is None for m in client.messages) < 2:
+            time.sleep(0.05)
+        nulls = [m["error"]["code"] for m in client.messages if "id" in m and m["id"] is None]
+    finally:
+        stderr = client.close()
+    assert nulls == [-32700, -32700]
+    assert "Traceback" not in stderr
+    logged = [m["params"]["message"] for m in client.messages if m.get("method") == "window/logMessage"]
+    assert not [m for m in logged if "Traceback" in m]
+
+
+def test_shutdown_while_a_command_waits_is_answered_and_cancels_it():
+    """`shutdown` while a workspace/executeCommand is in flight (here linnet.selectPreset waiting for the client to
+    pick from its message request; a run or comparison under way is the same) is answered null, and the command
+    RequestCancelled (-32800), with no traceback. pygls cancelled the requests in flight while iterating the dict
+    that a cancelled command's future drops itself from (pygls issue #606): shutdown got InternalError."""
+    client = RawClient()
+    try:
+        client.send({"id": 0, "method": "initialize", "params": {"capabilities": {}}})
+        assert client.responses({0})
+        client.send({"method": "initialized", "params": {}})
+        llama = EXAMPLES / "llama.linnet"  # four presets to pick from
+        text = llama.read_text(encoding="utf-8")
+        open_params = {"textDocument": {"uri": llama.as_uri(), "languageId": "linnet", "version": 1, "text": text}}
+        client.send({"method": "textDocument/didOpen", "params": open_params})
+        client.send({"id": 1, "method": "workspace/executeCommand", "params": {"command": "linnet.selectPreset"}})
+        deadline = time.monotonic() + TIMEOUT_S
+        while time.monotonic() < deadline and not any(
+            m.get("method") == "window/showMessageRequest" for m in client.messages
+        ):
+            time.sleep(0.05)
+        client.send({"id": 2, "method": "shutdown"})
+        answered = client.responses({1, 2})
+    finally:
+        stderr = client.close()
+    assert answered[2] == {"jsonrpc": "2.0", "id": 2, "result": None}
+    assert answered[1]["error"]["code"] == -32800
+    assert "Traceback" not in stderr
 
 
 def test_exit_without_shutdown_exits_1():

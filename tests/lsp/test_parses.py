@@ -7,6 +7,7 @@ import pickle
 
 import pytest
 
+from linnet.lsp.cachefile import write_atomic
 from linnet.lsp.parses import ParseCache, syntax_digest
 from linnet.syntax.items import split_items
 from linnet.syntax.parser import parse_item, set_parse_cache
@@ -55,12 +56,12 @@ def test_a_second_start_reads_every_parse_back_equal_to_lark_s(tmp_path, parsed_
 
 def test_a_file_of_another_parser_or_damaged_only_means_parsing(tmp_path, parsed_with):
     path = tmp_path / "parses.pickle"
-    path.write_bytes(pickle.dumps({"key": "another parser", "items": {TEXTS[0]: pickle.dumps(parse_item(TEXTS[0]))}}))
+    write_atomic(path, pickle.dumps({"key": "another parser", "items": {TEXTS[0]: pickle.dumps(parse_item(TEXTS[0]))}}))
     cache = ParseCache(path)
     assert cache.stored == {} and shown(parsed_with(cache, TEXTS[:1])) == shown([parse_item(TEXTS[0])])
     path.write_bytes(b"not a pickle")
     assert ParseCache(path).stored == {}
-    path.write_bytes(pickle.dumps({"key": syntax_digest(), "items": {TEXTS[0]: b"damaged"}}))
+    write_atomic(path, pickle.dumps({"key": syntax_digest(), "items": {TEXTS[0]: b"damaged"}}))
     damaged = ParseCache(path)
     assert shown(parsed_with(damaged, TEXTS[:1])) == shown([parse_item(TEXTS[0])]) and damaged.misses == 1
     (tmp_path / "file").write_text("")

@@ -8,8 +8,9 @@ import os
 import pickle
 import shutil
 
+from linnet.lsp.cachefile import write_atomic
 from linnet.lsp.convert import published_diagnostics
-from linnet.lsp.published import PublishedCache, code_stamp
+from linnet.lsp.published import PublishedCache, code_stamp, read_stamps
 from linnet.semantics.program import Workspace
 from tests.conftest import ROOT
 
@@ -21,11 +22,12 @@ def never_open(path: str) -> bool:
     return False
 
 
-def checked(path) -> tuple[list, list[str]]:
+def checked(path) -> tuple[list, list]:
     """The diagnostics a server publishes for the file at `path` as on disk, and the files its analysis read
-    besides."""
-    analysis = Workspace().open(str(path), path.read_text(encoding="utf-8")).analyze(None)
-    return published_diagnostics(analysis.diagnostics, str(path)), analysis.files[1:]
+    besides with their stamps as read (what the server records)."""
+    workspace = Workspace()
+    analysis = workspace.open(str(path), path.read_text(encoding="utf-8")).analyze(None)
+    return published_diagnostics(analysis.diagnostics, str(path)), read_stamps(workspace, analysis.files[1:])
 
 
 def importing_files(tmp_path):
@@ -40,7 +42,7 @@ def importing_files(tmp_path):
 def test_a_second_start_reads_back_what_the_first_published(tmp_path):
     tower, text = importing_files(tmp_path)
     found, files = checked(tower)
-    assert any(d.code == "L101" for d in found) and [os.path.basename(f) for f in files] == ["shared.linnet"]
+    assert any(d.code == "L101" for d in found) and [os.path.basename(f) for f, _ in files] == ["shared.linnet"]
     first = PublishedCache(tmp_path / "cache" / "published.pickle")
     assert first.get(str(tower), text, SETTINGS, never_open) is None
     first.put(str(tower), text, SETTINGS, files, found)
@@ -65,6 +67,20 @@ def test_an_edit_another_preset_or_encoding_an_import_changed_or_open_misses(tmp
     assert cache.get(str(tower), text, SETTINGS, never_open) is None
 
 
+def test_an_import_changed_after_the_check_read_it_is_not_kept_as_the_one_checked(tmp_path):
+    """The stamps kept are those the imported files had when the analysis read them: a stamp taken as the entry is
+    recorded would pass off a shared.linnet changed in between (saved while the first start checked) as the one
+    checked, and the next start would publish the old text's findings for the new one."""
+    tower, text = importing_files(tmp_path)
+    found, read = checked(tower)
+    shared = tmp_path / "shared.linnet"
+    shared.write_text(shared.read_text(encoding="utf-8").replace("module FeedForward(", "module MLP("))
+    assert checked(tower)[0] != found  # what a check of the files now finds
+    cache = PublishedCache(tmp_path / "published.pickle")
+    cache.put(str(tower), text, SETTINGS, read, found)
+    assert cache.get(str(tower), text, SETTINGS, never_open) is None
+
+
 def test_a_file_of_other_sources_or_damaged_only_means_checking_first(tmp_path):
     tower, text = importing_files(tmp_path)
     found, files = checked(tower)
@@ -77,7 +93,7 @@ def test_a_file_of_other_sources_or_damaged_only_means_checking_first(tmp_path):
     path.write_bytes(b"not a pickle")
     assert PublishedCache(path).entries == {}
     entries = {str(tower): (text, SETTINGS, (), b"not a pickle either")}
-    path.write_bytes(pickle.dumps({"code": code_stamp(), "entries": entries}))
+    write_atomic(path, pickle.dumps({"code": code_stamp(), "entries": entries}))
     assert PublishedCache(path).get(str(tower), text, SETTINGS, never_open) is None
     (tmp_path / "file").write_text("")
     unwritable = PublishedCache(tmp_path / "file" / "published.pickle")  # its folder is a file

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import marshal
+import random
 import shutil
 import subprocess
 import sys
@@ -15,7 +17,18 @@ import attrs
 import pytest
 
 import linnet.cli
-from linnet.lsp.startup import PARSES_NAME, PUBLISHED_NAME, CodeCache, cache_path, generated_code_cached, warm_converter
+from linnet.lsp.cachefile import read_intact, write_atomic
+from linnet.lsp.parses import ParseCache
+from linnet.lsp.published import PublishedCache
+from linnet.lsp.startup import (
+    CACHE_NAME,
+    PARSES_NAME,
+    PUBLISHED_NAME,
+    CodeCache,
+    cache_path,
+    generated_code_cached,
+    warm_converter,
+)
 from linnet.runtimes.backends import caches
 from linnet.syntax.optional import without_optional
 from tests.conftest import ROOT
@@ -107,14 +120,12 @@ def test_an_unreadable_or_foreign_cache_file_only_means_compiling(tmp_path):
 def test_a_cache_file_holding_other_values_than_code_is_not_run(tmp_path):
     """Review: values read back were handed to exec as they came; a file overwritten with other marshal data (here
     strings under the right keys) must only mean compiling."""
-    import marshal
-
     first = CodeCache(tmp_path / "codes.marshal")
     with generated_code_cached(first):
         load_classes(tmp_path, "classes_d")
     first.save()
-    keys = list(marshal.loads((tmp_path / "codes.marshal").read_bytes()))
-    (tmp_path / "codes.marshal").write_bytes(marshal.dumps({k: "print('not code')" for k in keys}))
+    keys = list(marshal.loads(read_intact(tmp_path / "codes.marshal")))
+    write_atomic(tmp_path / "codes.marshal", marshal.dumps({k: "print('not code')" for k in keys}))
     cache = CodeCache(tmp_path / "codes.marshal")
     with generated_code_cached(cache):
         m = load_classes(tmp_path, "classes_e")
@@ -315,6 +326,74 @@ def test_a_second_start_publishes_what_the_first_did_before_checking_unless_an_i
     shared.write_text(shared.read_text(encoding="utf-8").replace("module FeedForward(", "module MLP("))
     third, third_found = first_diagnostics(tmp_path, "third.json", tower)
     assert third["analyses"] >= 1 and len(third_found) > 1 and "FeedForward" in third_found[0]["message"]
+
+
+def test_a_start_after_a_missing_import_appeared_checks_first(tmp_path):
+    """A start whose document imports a file that did not exist when the previous start published (L120 "no such
+    file") must not publish that error again once the file exists: the file's absence is what it depended on."""
+    shutil.copy(ROOT / "tests" / "lsp" / "workspace" / "imports" / "tower.linnet", tmp_path / "tower.linnet")
+    tower = tmp_path / "tower.linnet"
+    first, first_found = first_diagnostics(tmp_path, "first.json", tower)
+    assert [d["code"] for d in first_found] == ["L120"] and "no such file" in first_found[0]["message"]
+    second, second_found = first_diagnostics(tmp_path, "second.json", tower)
+    assert second["analyses"] == 0 and second_found == first_found  # still absent: read back
+    shutil.copy(ROOT / "tests" / "lsp" / "workspace" / "imports" / "shared.linnet", tmp_path / "shared.linnet")
+    third, third_found = first_diagnostics(tmp_path, "third.json", tower)
+    assert third["analyses"] >= 1 and third_found == []
+
+
+# pickles a damaged file may turn into: one calls `append` on a str (AttributeError), one declares a frame larger
+# than memory can be (OverflowError)
+def hostile_marshal() -> bytes:
+    """marshal data of a code object with one byte altered that marshal raises SystemError on (CPython checks a code
+    object's fields as it builds it): the first such of a seeded search."""
+    data, rnd = marshal.dumps({"key": compile("x = 1", "f", "exec")}), random.Random(0)
+    for _ in range(5000):
+        altered = bytearray(data)
+        altered[rnd.randrange(len(data))] ^= rnd.randrange(1, 256)
+        try:
+            marshal.loads(bytes(altered))
+        except SystemError:
+            return bytes(altered)
+        except (EOFError, ValueError, TypeError):
+            pass
+    raise AssertionError("no byte altered makes marshal raise SystemError")
+
+
+def kept_diagnostics(cache: PublishedCache) -> dict:
+    """What `cache` would publish for each document it holds, as it was opened."""
+    return {k: cache.get(k, v[0], v[1], lambda path: False) for k, v in cache.entries.items()}
+
+
+def test_a_damaged_cache_file_only_means_doing_the_work_again(tmp_path):
+    """A start's cache file altered on disk reads as no file: neither bytes that marshal or pickle fail on outside
+    their format errors (a code object's SystemError; a pickle calling `append` on a str, or declaring a frame
+    larger than memory) nor a byte altered anywhere raise, or turn the kept diagnostics into others; a start with all
+    three damaged publishes what a start without them does."""
+    first, found = first_diagnostics(tmp_path, "first.json")
+    folder = tmp_path / "cache" / "lsp"
+    kinds = {CACHE_NAME: CodeCache, PARSES_NAME: ParseCache, PUBLISHED_NAME: PublishedCache}
+    hostile = {
+        CACHE_NAME: hostile_marshal(),
+        PARSES_NAME: b"\x80\x04X\x01\x00\x00\x00aX\x01\x00\x00\x00ba.",
+        PUBLISHED_NAME: b"\x80\x05\x95" + (2**63).to_bytes(8, "little") + b"N.",
+    }
+    kept = kept_diagnostics(PublishedCache(folder / PUBLISHED_NAME))
+    assert [found] == list(kept.values())
+    rnd = random.Random(45)
+    for name, kind in kinds.items():
+        data = (folder / name).read_bytes()
+        damaged = folder / f"{name}.damaged"
+        for _ in range(200):
+            altered = bytearray(data)
+            altered[rnd.randrange(len(data))] ^= rnd.randrange(1, 256)
+            damaged.write_bytes(bytes(altered))
+            cache = kind(damaged)  # raises nothing
+            if kind is PublishedCache:
+                assert all(d is None or d == kept[k] for k, d in kept_diagnostics(cache).items())
+        (folder / name).write_bytes(hostile[name])
+    damaged_start, damaged_found = first_diagnostics(tmp_path, "damaged.json")
+    assert damaged_found == found
 
 
 def test_forward_references_compile_through_the_cache_and_still_resolve(tmp_path):

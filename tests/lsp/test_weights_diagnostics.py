@@ -132,6 +132,29 @@ async def test_weights_that_cannot_be_opened_show_on_the_attribute(client, tmp_p
     doc.close()
 
 
+async def test_a_checkpoint_created_after_it_could_not_be_opened_is_checked_again_on_reopening(client, base, tmp_path):
+    """L506 for a `@weights` folder that did not exist; the folder is then made. Reopening the file (as
+    docs/editors.md says to, where the client reports no file changes) checks it again: the worker's cache of the
+    first check, which read no file, held L506 as unchanged for as long as the text was the same."""
+    pytest.importorskip("safetensors")
+    source = tmp_path / "model.linnet"
+    source.write_text((EXAMPLES / "llama.linnet").read_text() + TINY_PRESET)
+    after = len(client.published)
+    doc = await open_doc(client, source)
+    await _published(client, doc.uri, after, lambda ds: "L506" in _codes(ds))
+    doc.close()
+    shutil.copytree(base, tmp_path / "ckpt")
+    after = len(client.published)
+    doc = await open_doc(client, source)
+    for _ in range(int(TIMEOUT_S / 0.05)):  # the file's own diagnostics, then with the check's (the close's [] before)
+        opened = [p.diagnostics for p in client.published[after:] if p.uri == doc.uri and p.version == 1]
+        if len(opened) >= 2:
+            break
+        await asyncio.sleep(0.05)
+    assert list(opened[1]) == []
+    doc.close()
+
+
 async def _maps_after_weight_checks(client, workspace):
     """Open the workspace's model.linnet and wait for its weight checks (clean); the server's pid, its
     /proc/PID/maps then, and the document. Skips without /proc."""
