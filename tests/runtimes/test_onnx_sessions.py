@@ -35,6 +35,18 @@ LLAMA = {"num_hidden_layers": 1, "vocab_size": 64, "hidden_size": 32, "intermedi
 BERT = {"num_hidden_layers": 1, "vocab_size": 64, "hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 2}
 
 
+@pytest.fixture(autouse=True)
+def _without_ort_cache(monkeypatch):
+    """These tests make sessions from the weights (`_new_session`: the mapped route, its folders). ONNX Runtime's
+    persistent cache is process-wide once a backend's `setup_process` turns it on (`caches.enable`), and an earlier
+    test in the same worker may have: its hits skip `_new_session`, so the mapped route was never tried (the suite
+    failed three of these whenever pytest-xdist put such a test first). Off here, as in a process that never
+    enabled it."""
+    from linnet.runtimes.backends import caches
+
+    monkeypatch.delitem(caches._ENABLED, "onnxruntime", raising=False)
+
+
 def test_a_decoder_runs_without_the_memory_pattern_and_an_encoder_with_it():
     decoder = lo.load(EXAMPLES / "llama.linnet", config=LLAMA, random_weights=True, max_positions=16, progress=False)
     encoder = lo.load(EXAMPLES / "bert.linnet", config=BERT, random_weights=True, max_positions=16, progress=False)
