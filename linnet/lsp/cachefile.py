@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pickle
 import zlib
 from pathlib import Path
 
@@ -46,3 +47,20 @@ def write_atomic(path: Path, payload: bytes) -> None:
     except (OSError, ValueError):
         with contextlib.suppress(OSError):
             tmp.unlink()
+
+
+def read_table(path: Path, stamp_field: str, stamp: str, table_field: str) -> dict:
+    """The dict `table_field` of the pickled dict that the intact cache file at `path` holds (`read_intact`), when
+    its `stamp_field` is `stamp` (what its entries were made under: a parser's digest, the checker's sources); {}
+    for a missing, damaged or other-stamped file. Its entries are the caller's to check."""
+    data = read_intact(path)
+    with contextlib.suppress(EOFError, ValueError, TypeError, pickle.UnpicklingError, MemoryError):
+        loaded = pickle.loads(data) if data is not None else None
+        if isinstance(loaded, dict) and loaded.get(stamp_field) == stamp and isinstance(loaded.get(table_field), dict):
+            return loaded[table_field]
+    return {}
+
+
+def write_table(path: Path, stamp_field: str, stamp: str, table_field: str, table: dict) -> None:
+    """`read_table`'s file: `{stamp_field: stamp, table_field: table}` pickled, written by `write_atomic`."""
+    write_atomic(path, pickle.dumps({stamp_field: stamp, table_field: table}, protocol=pickle.HIGHEST_PROTOCOL))

@@ -23,7 +23,7 @@ from pathlib import Path
 import linnet.syntax
 from linnet.syntax.parser import ParsedItem
 
-from .cachefile import read_intact, write_atomic
+from .cachefile import read_table, write_table
 
 MAX_BYTES = 8 << 20  # what the file (and the parses kept meanwhile) may hold: a 3,000-line file's items are ~1 MB
 
@@ -56,11 +56,8 @@ class ParseCache:
         if path is None:
             return
         # an intact file (`cachefile`) of another parser: only text keys to bytes under this digest are kept
-        data = read_intact(path)
-        with contextlib.suppress(EOFError, ValueError, TypeError, pickle.UnpicklingError, MemoryError):
-            loaded = pickle.loads(data) if data is not None else None
-            if isinstance(loaded, dict) and loaded.get("key") == self.key and isinstance(loaded.get("items"), dict):
-                self.stored = {k: v for k, v in loaded["items"].items() if isinstance(k, str) and isinstance(v, bytes)}
+        stored = read_table(path, "key", self.key, "items")
+        self.stored = {k: v for k, v in stored.items() if isinstance(k, str) and isinstance(v, bytes)}
 
     def get(self, text: str) -> ParsedItem | None:
         """The parse of `text` from the file (a fresh copy), else None (a miss)."""
@@ -101,4 +98,4 @@ class ParseCache:
             if text not in items and size + len(text) + len(data) <= MAX_BYTES:
                 items[text] = data
                 size += len(text) + len(data)
-        write_atomic(self.path, pickle.dumps({"key": self.key, "items": items}, protocol=pickle.HIGHEST_PROTOCOL))
+        write_table(self.path, "key", self.key, "items", items)

@@ -24,7 +24,7 @@ import pickle
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from .cachefile import read_intact, write_atomic
+from .cachefile import read_table, write_table
 
 if TYPE_CHECKING:
     from linnet.semantics.workspace import Workspace
@@ -79,15 +79,11 @@ class PublishedCache:
         if path is None:
             return
         # an intact file (`cachefile`) of other sources: only well-formed entries under this stamp are kept
-        data = read_intact(path)
-        with contextlib.suppress(EOFError, ValueError, TypeError, pickle.UnpicklingError, MemoryError):
-            loaded = pickle.loads(data) if data is not None else None
-            if isinstance(loaded, dict) and loaded.get("code") == self.code and isinstance(loaded.get("entries"), dict):
-                self.entries = {
-                    k: v
-                    for k, v in loaded["entries"].items()
-                    if isinstance(k, str) and isinstance(v, tuple) and len(v) == 4 and isinstance(v[3], bytes)
-                }
+        self.entries = {
+            k: v
+            for k, v in read_table(path, "code", self.code, "entries").items()
+            if isinstance(k, str) and isinstance(v, tuple) and len(v) == 4 and isinstance(v[3], bytes)
+        }
 
     def get(self, doc_path: str, text: str, settings: tuple, is_open: Callable[[str], bool]) -> list | None:
         """The diagnostics published for `doc_path` holding `text` under `settings` (preset, position encoding),
@@ -135,4 +131,4 @@ class PublishedCache:
                 kept[doc_path] = entry
                 size += len(entry[0]) + len(entry[3])
         entries = dict(reversed(list(kept.items())))
-        write_atomic(self.path, pickle.dumps({"code": self.code, "entries": entries}, protocol=pickle.HIGHEST_PROTOCOL))
+        write_table(self.path, "code", self.code, "entries", entries)
