@@ -116,12 +116,11 @@ class KMajorQ8(NamedTuple):
         """`x @ W^T`: x [..., K] -> [..., N] in x's dtype; the kernels when a tiling fits (rows known when traced
         or symbolic: an exported entry's, unless `SYMBOLIC_ROWS` is off), else XLA's dot over the matrix dequantized
         in x's dtype (tiny dims)."""
-        *lead, k = x.shape
+        y = _through_kernel(x, self.codes, self.scales_t, None, precision)
+        if y is not None:
+            return y
+        *_, k = x.shape
         n = self.codes.shape[0]
-        rows = functools.reduce(operator.mul, lead, 1)  # an int, or a symbolic dim (`B * S`)
-        if tiles(n, k) is not None and (isinstance(rows, int) or SYMBOLIC_ROWS):
-            y = q8_matmul(x.reshape(rows, k), self.codes, self.scales_t, precision=precision)
-            return y.reshape(*lead, n).astype(x.dtype)
         w = self.codes.reshape(n, k // BLOCK, BLOCK).astype(x.dtype) * self.row_scales().astype(x.dtype)[..., None]
         return jnp.einsum("...i,oi->...o", x, w.reshape(n, k), precision=precision)
 
@@ -151,13 +150,21 @@ class StackedLayerQ8(NamedTuple):
     def matmul(self, x, precision):
         """`x @ W^T` of the layer's W: x [..., K] -> [..., N] in x's dtype, as `KMajorQ8.matmul`, the kernels reading
         the layer's tiles from the stacks (no copy of the layer's matrices)."""
-        *lead, k = x.shape
-        n = self.codes.shape[1]
-        rows = functools.reduce(operator.mul, lead, 1)
-        if tiles(n, k) is None or not (isinstance(rows, int) or SYMBOLIC_ROWS):
-            return self.pair().matmul(x, precision)
-        y = q8_matmul(x.reshape(rows, k), self.codes, self.scales_t, self.layer, precision=precision)
-        return y.reshape(*lead, n).astype(x.dtype)
+        y = _through_kernel(x, self.codes, self.scales_t, self.layer, precision)
+        return y if y is not None else self.pair().matmul(x, precision)
+
+
+def _through_kernel(x, codes, scales_t, layer, precision):
+    """`x @ W^T` (x [..., K] -> [..., N] in x's dtype) by `q8_matmul` when a tiling fits and the rows are known when
+    traced or symbolic (an exported entry's, unless `SYMBOLIC_ROWS` is off); else None (the caller's dot). `layer`
+    None: codes [N, K] is the matrix; else the stacks' layer `layer`."""
+    *lead, k = x.shape
+    n = codes.shape[-2]
+    rows = functools.reduce(operator.mul, lead, 1)  # an int, or a symbolic dim (`B * S`)
+    if tiles(n, k) is None or not (isinstance(rows, int) or SYMBOLIC_ROWS):
+        return None
+    y = q8_matmul(x.reshape(rows, k), codes, scales_t, layer, precision=precision)
+    return y.reshape(*lead, n).astype(x.dtype)
 
 
 def hold(codes: np.ndarray, scales: np.ndarray) -> KMajorQ8:
