@@ -405,6 +405,7 @@ def main(argv=None) -> int:
     ap.add_argument("--q8-sections", nargs="+", choices=("kernel", "prefill", "vocab", "decode", "distance"))
     ap.add_argument("--q8-backends", nargs="+", choices=("jax", "xla"), help="q8's decode rows' backends (jax)")
     ap.add_argument("--q8-layers", nargs="+", choices=("scanned", "unrolled"), help="q8's decode rows' layers")
+    ap.add_argument("--peer-shapes", nargs="+", choices=("tinyllama-1.1b", "smollm2-135m"), help="peer's shapes")
     ap.add_argument(
         "--train-batches", type=lambda s: s.split(","), help="train rows (tpu_train): 4,8r (r: checkpointed)"
     )
@@ -439,7 +440,8 @@ def main(argv=None) -> int:
     if "peer" in only:  # not in the default set: its own call (bench/tpu_peer.py, KerasHub from .whl-peer)
         from tpu_peer import peer_rows
 
-        peer_rows(report, device, args.dry_run, calibration, start + args.budget_s)
+        peer_shapes = tuple(args.peer_shapes or ("tinyllama-1.1b", "smollm2-135m"))
+        peer_rows(report, device, args.dry_run, calibration, start + args.budget_s, peer_shapes)
     if "q8" in only and args.only:  # goal 5's 8B rows: asked for by name (`--only q8`), minutes of their own
         from tpu_q8 import q8_rows
 
