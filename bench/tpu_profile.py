@@ -1,11 +1,12 @@
 """Where a decode step's time goes on the TPU: one greedy generation of bench/tpu.py's SmolLM2-135M shape (bf16,
 seeded random weights, the device decode loop) under `jax.profiler.trace` with a Perfetto trace, summed by device op.
 
-    python bench/tpu_profile.py --out DIR [--shape smollm2-135m] [--new 128]   on the TPU machine (bench/tpu.sh's install)
+    python bench/tpu_profile.py --out DIR [--shape smollm2-135m] [--new 128]   on the TPU (bench/tpu.sh's install)
     python bench/tpu_profile.py --out DIR --dry-run                             the CPU, tiny sizes
 
-Writes DIR/ops.json (each device op name: total µs, count, µs per decode step) and DIR/decode_hlo.txt (the compiled
-decode loop's optimized HLO, when JAX gives it), and prints the top rows. LINNET_SCAN_LAYERS picks scanned/unrolled.
+Writes DIR/ops.json (each device op name: total µs, count, µs per decode step) and DIR/trace (the profile), and prints
+the top rows. LINNET_SCAN_LAYERS picks scanned/unrolled; `XLA_FLAGS=--xla_dump_to=D --xla_dump_hlo_as_text
+--xla_dump_hlo_module_re=.*jit_run.*` dumps the decode loop's optimized HLO.
 """
 
 from __future__ import annotations
