@@ -157,3 +157,58 @@ def test_a_lazy_dict_builds_values_on_lookup_and_all_of_them_to_iterate():
     assert d["b"] == 2 and d.get("z") is None and made == [2]
     assert list(d.items()) == [("a", 1), ("b", 2), ("c", 3)] and made == [2, 1, 3]  # the first order
     assert len(d) == 3 and dict(d) == {"a": 1, "b": 2, "c": 3}
+
+
+def test_threads_building_the_same_names_get_the_same_classes():
+    """A worker thread may look a class up while the event loop's thread builds it: each name is built once."""
+    import threading
+    from types import ModuleType
+
+    from linnet.lsp.lazytypes import LazyModule
+
+    source = "\n".join(f"class C{i}:\n    peer = {'C%d' % (i - 1) if i else 'None'}" for i in range(200))
+    module = ModuleType("threaded")
+    the_plan = plan(source, "<threaded>")
+    runner = LazyModule(module, the_plan)
+    runner.run(the_plan)
+    seen: list[list] = []
+
+    def look():
+        seen.append([getattr(module, f"C{i}") for i in reversed(range(200))])
+
+    threads = [threading.Thread(target=look) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert runner.built == 200 and all(row == seen[0] for row in seen)
+    assert module.C5.peer is module.C4
+
+
+def test_a_damaged_or_foreign_plan_file_only_means_planning_again(tmp_path):
+    """The plan is kept like the other start caches (an intact file, under the module's size, time and Python): a
+    file altered on disk, or made for another file, is planned again, never run."""
+    import lsprotocol.types
+
+    from linnet.lsp.cachefile import read_intact, write_atomic
+    from linnet.lsp.lazytypes import load_plan
+
+    origin, path = lsprotocol.types.__file__, tmp_path / "plan.marshal"
+    first = load_plan(origin, path)
+    assert path.exists() and set(first["lazy"]) >= {"Range", "Diagnostic", "InitializeParams"}
+    data = path.read_bytes()
+    path.write_bytes(data[:100] + bytes([data[100] ^ 0xFF]) + data[101:])  # one byte altered
+    assert read_intact(path) is None and load_plan(origin, path)["stamp"] == first["stamp"]
+    import marshal
+
+    write_atomic(path, marshal.dumps({"stamp": "another lsprotocol", "lazy": {}, "eager": [], "dicts": {}}))
+    assert set(load_plan(origin, path)["lazy"]) == set(first["lazy"])
+
+
+def test_without_a_cache_folder_lsprotocol_is_imported_as_usual():
+    """LINNET_NO_CACHE: no plan can be kept, and making one at every start would cost more than it saves."""
+    from linnet.lsp.lazytypes import lazy_types
+
+    before = list(sys.meta_path)
+    with lazy_types(None):
+        assert sys.meta_path == before
