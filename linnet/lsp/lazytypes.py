@@ -13,9 +13,9 @@ called). Each attrs class has its forward references resolved as it is built (`a
 converter does for every class at once), so cattrs finds them as before. `METHOD_TO_TYPES` and `ALL_TYPES_MAP` are
 `LazyDict`s: a dict whose values are built when looked up, and all of them when it is iterated.
 
-`lazy_types(cache)` installs the import hook for a block (`linnet.lsp.startup.load_server`); `prefer_lazy_types`
+`lazy_types(plan_file)` installs the import hook for a block (`linnet.lsp.startup.load_server`); `prefer_lazy_types`
 tells lsprotocol's converter not to resolve every class (it has a flag for "done already"). The statements' code
-objects (the file parsed with `ast` and each statement compiled, ~0.3 s) are kept between starts, marshalled, under
+objects (the file parsed with `ast` and each statement compiled, ~0.25 s) are kept between starts, marshalled, under
 the file's size, modification time and Python's version; a file of another lsprotocol is planned afresh.
 Where lsprotocol's module does not fit this plan (a name defined twice, a statement of several names), those
 statements run at import as before.
@@ -61,8 +61,9 @@ def used_names(node: ast.AST) -> list[str]:
 def plan(source: str, filename: str) -> dict:
     """The plan of a module's source: `eager`, its statements that run at import, in order, as (code, names used);
     `lazy`, name -> (statement index, code, names used) of each statement that binds one name, run when that name
-    is first looked up; `dicts`, name -> (annotation code or None, [(key code, value code)]) of the dict displays
-    whose values use lazily built names; `order`, the public names in the order the module binds them."""
+    is first looked up; `dicts`, name -> (statement index, annotation code or None, [(key code, value code)], names
+    used) of each dict display bound to one name, made at import with its values computed on lookup (`LazyDict`);
+    `order`, the public names in the order the module binds them."""
     tree = ast.parse(source, filename)
     bound: dict[str, int] = {}
     for node in tree.body:
@@ -221,7 +222,11 @@ class LazyModule:
                 if ann is not None:
                     with contextlib.suppress(NameError):  # (an annotation over lazy names is left out)
                         g["__annotations__"][name] = eval(ann, g)  # noqa: S307
-                g[name] = LazyDict({eval(k, g): self.value_of(v) for k, v in pairs}, self.lock)  # noqa: S307
+                keys = []
+                for k, _ in pairs:
+                    self.build_all(k.co_names)
+                    keys.append(eval(k, g))  # noqa: S307
+                g[name] = LazyDict({key: self.value_of(v) for key, (_, v) in zip(keys, pairs)}, self.lock)
 
     def value_of(self, code: CodeType) -> Callable[[], Any]:
         """A function evaluating a lazy dict's value expression `code`, the names it uses built first."""
@@ -238,22 +243,25 @@ class LazyModule:
         after index `after` (None: any)."""
         for name in names:
             index = self.index.get(name)
-            if index is None or name in self.globals:
-                continue
+            if index is None or name in self.globals or name in self.building:
+                continue  # (one being built: what this statement uses after it, done when that one is)
             if (before is None or index < before) and (after is None or index > after):
                 self.build(name)
 
     def build(self, name: str) -> Any:
         """The module's `name`, its statement run now if it has not run (the names it uses first); KeyError when the
-        module defines no such name."""
+        module defines no such name, NameError when it is needed while its own statement is being built (a cycle
+        the module itself could not have run)."""
         g = self.globals
         if name in g:
             return g[name]
         if name not in self.lazy:
             raise KeyError(name)  # (a name the module binds at import is in `g`)
         with self.lock:
-            if name in g or name in self.building:
-                return g.get(name)
+            if name in g:
+                return g[name]
+            if name in self.building:
+                raise NameError(f"{self.module.__name__}.{name} is needed while it is being built")
             self.building.add(name)
             try:
                 index, code, used = self.lazy[name]
