@@ -191,6 +191,7 @@ def test_the_server_imports_without_lark_extras_or_the_ir_and_restores_the_colle
         print(sorted(m for m in unwanted if m in sys.modules))
         from linnet.lsp.collector import IdleCollector
         IdleCollector(busy=lambda: False).start()
+        # (what the imports left, frozen: ~49,000 objects with lsprotocol's classes built lazily, ~56,000 before)
         print(gc.get_threshold()[2] == 100 * before[2], gc.get_freeze_count() > 30_000)
         """
     )
