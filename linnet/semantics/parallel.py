@@ -37,7 +37,9 @@ __all__ = ["MIN_ITEMS_PER_JOB", "WARM_SHARE", "Forked", "Made", "can_fork", "ind
 # Below this many items for each process the fork, the pickling and the pipe cost more than they save (a module
 # of llama.linnet under its five configs is ~10 ms to check; a fork of a 2 GB process ~50 ms).
 MIN_ITEMS_PER_JOB = 16
-WARM_SHARE = 0.05  # the share of the items the parent checks before the fork (see the module docstring)
+# The share of the items the parent checks before the fork, rounded up to where a share may start (see the module
+# docstring)
+WARM_SHARE = 0.05
 
 
 class Made:

@@ -632,10 +632,12 @@ class Document:
         a cache entry an earlier share made too (`parallel.Made`), or a worker failed, no worker's items are
         returned: `_check_items` then checks them here, in order, as one process does. The config
         evaluator's findings a worker added (a config first evaluated in its checks) are added here."""
-        warm = todo[: int(len(todo) * parallel.WARM_SHARE)]
-        rest = todo[len(warm) :]
         own = {name: i for name, i in analysis.globals.by_name.items() if i.source is self.source}
-        runs = parallel.shares(rest, jobs, parallel.independent_cuts(rest, own))
+        cuts = parallel.independent_cuts(todo, own)
+        head = int(len(todo) * parallel.WARM_SHARE)  # then on to where a share may start (a whole first part)
+        head = next((p for p in range(max(head, 1), len(todo)) if cuts[p]), len(todo)) if head else 0
+        warm = todo[:head]
+        runs = parallel.shares(todo[head:], jobs, cuts[head:])
         if len(runs) < 2:
             return {}
         out = {item: self._check_one(analysis, ctx, world, values, preset, item, record=True) for item in warm}
