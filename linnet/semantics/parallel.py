@@ -7,7 +7,7 @@ of each item (its findings merged across bindings, its calls for the recursion c
 `Item`s travel as their place in a table both sides built before the fork, so a finding's anchors are the
 parent's own items again. The parent checks the first share meanwhile and merges the shares in the items' order,
 so the diagnostics are those one process finds, in the same order. A worker that fails (killed, out of memory)
-costs nothing but time: its share is checked in the parent.
+costs nothing but time: the parent then checks every share itself, in order.
 
 One process's checks share caches whose entries keep the first maker's details: an instance's members and a
 callee's signature are cached by their arguments' values (`Embedding(49152, 576)` is one entry for every config
@@ -32,7 +32,16 @@ from typing import Any, Callable, Sequence
 
 from ..syntax.items import Item
 
-__all__ = ["MIN_ITEMS_PER_JOB", "WARM_SHARE", "Forked", "Made", "can_fork", "independent_cuts", "shares"]
+__all__ = [
+    "MIN_ITEMS_PER_JOB",
+    "WARM_SHARE",
+    "Forked",
+    "Made",
+    "can_fork",
+    "config_values",
+    "independent_cuts",
+    "shares",
+]
 
 # Below this many items for each process the fork, the pickling and the pipe cost more than they save (a module
 # of llama.linnet under its five configs is ~10 ms to check; a fork of a 2 GB process ~50 ms).
@@ -107,9 +116,9 @@ def shares(items: Sequence[Item], jobs: int, cuts: Sequence[bool] | None = None)
 def independent_cuts(items: Sequence[Item], by_name: dict[str, Item]) -> list[bool]:
     """For each of `items` (in the file's order), whether no item before it and no item from it on name a common
     item of the file (`by_name`: the file's own items by name, not the standard library's), directly or through
-    others: where a share may start
-    without its checks wanting the cache entries of the share before (a module's instance, a config's atoms).
-    A syntactic guess (the identifiers of each item's text): a wrong one only costs time (`Made`)."""
+    others: where a share may start without its checks wanting the cache entries of the share before (a module's
+    instance, a config's atoms). A syntactic guess (the identifiers of each item's text, comments left out: an
+    item's text ends with the comments above the next one); a wrong one only costs time (`Made`)."""
     names = set(by_name)
     parent: dict[Item, Item] = {}
 
@@ -142,7 +151,7 @@ def independent_cuts(items: Sequence[Item], by_name: dict[str, Item]) -> list[bo
 
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_COMMENT = re.compile(r"#[^\n\r]*")  # an item's text ends with the comments above the next item
+_COMMENT = re.compile(r"#[^\n\r]*")
 
 
 class _Pickler(pickle.Pickler):

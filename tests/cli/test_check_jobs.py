@@ -96,3 +96,16 @@ def test_every_case_and_example_checks_the_same_in_shares(path, monkeypatch):
 def test_jobs_must_be_a_positive_whole_number(value, capsys):
     assert main(["check", "--jobs", value, str(EXAMPLES / "llama.linnet")]) == 2
     assert "argument --jobs: expected" in capsys.readouterr().err
+
+
+def test_shares_start_only_where_no_item_names_one_before():
+    document = Document("/tmp/big.linnet", bigdoc_source.big_source(COPIES))
+    items = [i for i in document.items if i.kind in ("module", "fn")]
+    own = {i.name: i for i in document.items}
+    cuts = parallel.independent_cuts(items, own)
+    # each copy's five modules name each other and the copy's config; the copies name nothing of each other
+    # (the comment above copy 1 naming `LlamaForCausalLM_1` ends copy 0's last item's text)
+    assert [p for p, cut in enumerate(cuts) if cut] == list(range(0, 5 * COPIES, 5))
+    runs = parallel.shares(items, 3, cuts)
+    assert len(runs) == 3 and [i for run in runs for i in run] == items
+    assert all(run[0].name.startswith("LlamaMLP_") for run in runs)
