@@ -44,7 +44,7 @@ __all__ = [
 ]
 
 # Below this many items for each process the fork, the pickling and the pipe cost more than they save (a module
-# of llama.linnet under its five configs is ~10 ms to check; a fork of a 2 GB process ~50 ms).
+# of llama.linnet under its five configs is ~10 ms to check: 16 of them outweigh a fork and its pipe).
 MIN_ITEMS_PER_JOB = 16
 # The share of the items the parent checks before the fork, rounded up to where a share may start (see the module
 # docstring)
