@@ -16,12 +16,15 @@ collector as the server sets it (linnet/lsp/collector.py: the open file's analys
 collection; the server runs those in pauses).
 
 `--peer DIR` runs every row again with DIR's `linnet` (e.g. main before a change), right after this tree's.
+`--jobs 1 2` adds rows of the analysis in that many processes (`linnet check --jobs`: its forked workers' CPU
+seconds are counted with the parent's; analyze wall s beside them); a tree without it runs one process.
 
 Contention: the CPU pressure (Linux PSI avg10, the share of time some task waited for a CPU) before and after each
 process is recorded beside it; under contention CPU seconds grow too (shared caches, SMT siblings), so compare rows
 of one run only.
 
-Run: `python bench/check_phases.py [--copies 20 100] [--edits 200] [--peer DIR] [--out PATH]`. Timings live here,
+Run: `python bench/check_phases.py [--copies 20 100] [--jobs 1 2] [--settings disabled] [--edits 200] [--peer DIR]
+[--out PATH]`. Timings live here,
 never in tests.
 """
 
@@ -45,9 +48,19 @@ SETTINGS = ("threshold", "disabled")
 TYPED = " + gate_projj(x)"  # typed into LlamaMLP's body, a character at a time (`edits`)
 
 
-def child(copies: int, setting: str) -> None:
-    """The phases in this process (`--child`): prints one JSON line, then ends as `setting` says."""
+def _cpu_s() -> float:
+    """CPU seconds of this process and of its waited-for children (`linnet check --jobs`'s workers)."""
+    import resource
+
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
+def child(copies: int, setting: str, jobs: int = 1) -> None:
+    """The phases in this process (`--child`): prints one JSON line, then ends as `setting` says. `jobs` > 1:
+    the analysis as `linnet check --jobs` runs it (workers' CPU seconds counted; a tree without it: one process)."""
     import gc
+    import inspect
 
     if setting == "threshold":
         gc.set_threshold(200_000, 30, 30)
@@ -58,19 +71,24 @@ def child(copies: int, setting: str) -> None:
 
     text = big_source(copies)
     path = "/tmp/bigdoc.linnet"
-    t0 = time.process_time()
+    t0, w0 = _cpu_s(), time.perf_counter()
     document = Workspace().open(path, text)
-    t1 = time.process_time()
-    analysis = document.analyze()
-    t2 = time.process_time()
+    t1, w1 = _cpu_s(), time.perf_counter()
+    has_jobs = "jobs" in inspect.signature(document.analyze).parameters
+    analysis = document.analyze(jobs=jobs) if has_jobs else document.analyze()
+    t2, w2 = _cpu_s(), time.perf_counter()
     sources = {path: text}
     rendered = [
         render_text(d, lambda p: sources.get(p) or Path(p).read_text(encoding="utf-8")) for d in analysis.diagnostics
     ]
-    t3 = time.process_time()
+    t3 = _cpu_s()
     row = {
         "parse_cpu_s": t1 - t0,
         "analyze_cpu_s": t2 - t1,
+        "parse_wall_s": w1 - w0,
+        "analyze_wall_s": w2 - w1,
+        "jobs": jobs if has_jobs else 1,
+        "checked_by_workers": len(getattr(analysis, "remote", {})),
         "render_cpu_s": t3 - t2,
         "cpu_s_when_done": t3,
         "checks_run": analysis.stats.checks_run,
@@ -147,18 +165,18 @@ def measure_edits(path: Path, n: int, tree: Path) -> dict:
     }
 
 
-def measure(copies: int, setting: str, tree: Path = ROOT) -> dict:
+def measure(copies: int, setting: str, tree: Path = ROOT, jobs: int = 1) -> dict:
     """One fresh process of `child`: its phases, its whole CPU seconds and peak RSS, and the CPU wait around it."""
     from lsp_latency import pressure_snapshot  # the client's modules (pygls) in the parent only
 
     before = pressure_snapshot()
-    row, usage = run_child(["--child", str(copies), setting], tree)
+    row, usage = run_child(["--child", str(copies), setting, str(jobs)], tree)
     row["tree"] = str(tree)
     row["process_cpu_s"] = usage.ru_utime + usage.ru_stime
     row["teardown_cpu_s"] = row["process_cpu_s"] - row["cpu_s_when_done"]
     row["peak_rss_mb"] = usage.ru_maxrss / 1024
     row["pressure_before"], row["pressure_after"] = before, pressure_snapshot()
-    return {"copies": copies, "setting": setting, **row}
+    return {"copies": copies, "setting": setting, **row}  # `jobs`: what the tree ran (1 where it has no --jobs)
 
 
 def markdown(result: dict) -> str:
@@ -170,15 +188,16 @@ def markdown(result: dict) -> str:
         f"{result['machine'].get('cpus')} CPUs. CPU seconds of one process per row; CPU wait is Linux PSI avg10 "
         "before / after the row's process (contention inflates CPU seconds too: compare rows of this run only).",
         "",
-        "| tree | copies | collector | parse s | analyze s | checks | render s | teardown s | process CPU s "
-        "| peak RSS MB | CPU wait % |",
-        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| tree | copies | collector | jobs | parse s | analyze s | analyze wall s | checks | render s | teardown s "
+        "| process CPU s | peak RSS MB | CPU wait % |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in result["rows"]:
         wait = f"{r['pressure_before'].get('avg10', '?')} / {r['pressure_after'].get('avg10', '?')}"
         lines.append(
-            f"| {r['tree']} | {r['copies']} | {r['setting']} | {r['parse_cpu_s']:.2f} | {r['analyze_cpu_s']:.2f} "
-            f"| {r['checks_run']} | {r['render_cpu_s']:.2f} | {r['teardown_cpu_s']:.2f} | {r['process_cpu_s']:.2f} "
+            f"| {r['tree']} | {r['copies']} | {r['setting']} | {r.get('jobs', 1)} | {r['parse_cpu_s']:.2f} "
+            f"| {r['analyze_cpu_s']:.2f} | {r.get('analyze_wall_s', float('nan')):.2f} | {r['checks_run']} "
+            f"| {r['render_cpu_s']:.2f} | {r['teardown_cpu_s']:.2f} | {r['process_cpu_s']:.2f} "
             f"| {r['peak_rss_mb']:.0f} | {wait} |"
         )
     if result.get("edits"):
@@ -201,14 +220,16 @@ def markdown(result: dict) -> str:
 
 
 def main() -> None:
-    if len(sys.argv) == 4 and sys.argv[1] == "--child":
-        child(int(sys.argv[2]), sys.argv[3])
+    if len(sys.argv) in (4, 5) and sys.argv[1] == "--child":
+        child(int(sys.argv[2]), sys.argv[3], int(sys.argv[4]) if len(sys.argv) == 5 else 1)
         return
     if len(sys.argv) == 4 and sys.argv[1] == "--child-edits":
         edits(sys.argv[2], int(sys.argv[3]))
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--copies", type=int, nargs="*", default=[20, 100])
+    parser.add_argument("--jobs", type=int, nargs="*", default=[1], help="processes of the analysis (each a row)")
+    parser.add_argument("--settings", nargs="*", default=list(SETTINGS), choices=SETTINGS, help="collector settings")
     parser.add_argument("--edits", type=int, default=0, help="keystrokes of the per-edit workload (0: none)")
     parser.add_argument("--peer", type=Path, help="also measure this checkout's linnet (e.g. main before a change)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "check_phases.json")
@@ -225,11 +246,12 @@ def main() -> None:
         "edits": [],
     }
     for copies in args.copies:
-        for setting in SETTINGS:
-            for tree in trees:
-                row = measure(copies, setting, tree)
-                print(json.dumps(row), flush=True)
-                result["rows"].append(row)
+        for setting in args.settings:
+            for jobs in args.jobs:
+                for tree in trees:
+                    row = measure(copies, setting, tree, jobs)
+                    print(json.dumps(row), flush=True)
+                    result["rows"].append(row)
     if args.edits:
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "llama_3k.linnet"

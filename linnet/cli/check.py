@@ -49,6 +49,25 @@ def _display(path: str) -> str:
         return path
 
 
+def _usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity, where the platform tells it), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # macOS, Windows: no affinity
+        return max(1, os.cpu_count() or 1)
+
+
+def _jobs(text: str) -> int:
+    """`--jobs`'s value: a whole number of processes, at least 1."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number of processes, got `{text}`") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected at least 1 process, got {n}")
+    return n
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     """Check the files given, and every file they import (each once)."""
     # A one-shot run that only accumulates: what it allocates lives until the process ends (with `linnet.cli.entry`,
@@ -99,7 +118,7 @@ def _check(args: argparse.Namespace) -> int:
         documents.append(workspace.open(str(f), text))
     checked = {workspace.key(d.source.path) for d in documents}
     for doc in documents:  # grows with the files they import
-        analysis = doc.analyze(args.preset)
+        analysis = doc.analyze(args.preset, jobs=args.jobs)
         analyses[doc.source.path] = analysis
         for path in analysis.files:
             if workspace.key(path) not in checked and (imported := workspace.get(path)) is not None:
@@ -229,6 +248,14 @@ def register(sub) -> None:
         metavar="W",
         help="also check the files against a checkpoint's headers (a Hugging Face folder, a .gguf file or an "
         "embedded id), as loading would, under --preset (default: the config defaults); reads no tensor data",
+    )
+    check.add_argument(
+        "--jobs",
+        type=_jobs,
+        default=_usable_cpus(),
+        metavar="N",
+        help="check a big file's items in N processes (default: the CPUs this process may use; 1: one process); "
+        "the output is the same",
     )
     from linnet.summary import add_arguments
 

@@ -26,6 +26,7 @@ from ..syntax.ast import Span
 from ..syntax.items import Item, Location, Source, make_item, split_items
 from ..syntax.recursion import RECURSION_LIMIT, deep_recursion
 from ..types.core import NONE, ConfigT, NoneT, Type, format_type
+from . import parallel
 from .attributes import check_attributes
 from .checker import NAMES_DEP, CheckContext, ItemChecker, ItemResult
 from .codes import CODES
@@ -128,6 +129,9 @@ class Analysis:
         self.item_refs: dict[Item, list[tuple[Span, Any]]] = {}
         self.context: CheckContext | None = None  # what its item checks shared (for checks on demand)
         self._checked_now: dict[Any, Resolved] = {}  # `resolved`'s checks under bindings made on demand
+        # What forked workers checked (`Document.analyze(jobs=...)`): each item's merged findings and calls; those
+        # items are not in `items` (`resolved` checks them again on demand)
+        self.remote: dict[Item, _Checked] = {}
 
     @property
     def files(self) -> list[str]:
@@ -443,7 +447,7 @@ class Document:
         self.update(text[:start] + new_text + text[end:])
 
     # ----- analysis
-    def analyze(self, preset: str | None = None, only: Callable[[Item], bool] | None = None) -> Analysis:
+    def analyze(self, preset: str | None = None, only: Callable[[Item], bool] | None = None, jobs: int = 1) -> Analysis:
         """Analyse the current text. `preset` (else the first preset) is the config whose
         numbers a diagnostic quotes when it occurs under several.
 
@@ -451,7 +455,11 @@ class Document:
         quick pass over a big file: the items an editor shows on opening it). The others are
         not checked, so their findings, types and model tree are missing, never wrong; syntax
         errors, duplicate names and config errors are reported for every item. Their results
-        are cached as usual: the full analysis that follows checks only the rest."""
+        are cached as usual: the full analysis that follows checks only the rest.
+
+        `jobs` > 1: a big file's items are checked in that many processes (`parallel.py`, `linnet check`): the
+        same diagnostics, in the same order; the items the workers checked have no results in the analysis (a
+        query about one checks it again) and are not cached for the next analysis."""
         analysis = Analysis(self)
         analysis.stats.items_parsed = self.last_parsed
         self.last_parsed = 0
@@ -478,7 +486,7 @@ class Document:
                 )
             )
         default_preset = preset or (presets[0].name if presets else None)
-        findings.extend(self._check_items(analysis, ctx, world, values, only, default_preset))
+        findings.extend(self._check_items(analysis, ctx, world, values, only, default_preset, jobs))
         for item, found in evaluator.findings.items():
             if item.source is self.source:
                 findings.extend(found)
@@ -533,50 +541,139 @@ class Document:
         values: dict,
         only: Callable[[Item], bool] | None,
         preset: str | None,
+        jobs: int = 1,
     ) -> list[Finding]:
         """Check each module and function (those `only` accepts) once per binding of its config parameters,
         reusing a cached result where it is still valid; record them in `analysis` (items, model trees,
-        stats) and return their findings, merged across bindings (quoting `preset`'s numbers)."""
+        stats) and return their findings, merged across bindings (quoting `preset`'s numbers). With `jobs` > 1,
+        a big file's items are shared among forked workers (`parallel.py`); what a worker checked is in
+        `analysis.remote` (its findings and calls), not in `analysis.items`, and is not cached."""
+        todo = [
+            item
+            for item in self.items
+            if item.ast is not None and item.kind in ("module", "fn") and (only is None or only(item))
+        ]
+        remote: dict[Item, _Checked] = {}  # the items checked ahead, in parallel
+        if jobs > 1 and parallel.can_fork() and only is None:
+            remote = self._check_remote(analysis, ctx, world, values, preset, todo, jobs)
         findings: list[Finding] = []
-        ns, globals_ = analysis.namespaces, analysis.globals
         previous_unclosed = False
         for item in self.items:
             unclosed = any(p.code == "L003" and p.message == "unclosed `{`" for p in item.problems)
             if item.ast is None or item.kind not in ("module", "fn") or (only is not None and not only(item)):
                 previous_unclosed = unclosed
                 continue
-            ia = ItemAnalysis(item)
-            after_unclosed = previous_unclosed
-            checked = False
-            for binding, key, names in self._bindings(item, values, world, globals_):
-                cached = self._results.get((item, key))
-                if cached is not None and (cached.world == world or self._valid(cached, ns)):
-                    result = cached
-                    result.world = world
-                else:
-                    result = _check_item(ctx, item, binding)
-                    result.world = world
-                    self._results[(item, key)] = result
-                    analysis.stats.checks_run += 1
-                    checked = True
-                ia.results.append((names, result))
-                ia.bindings.append(binding)
-                tree = getattr(result, "tree", None)
-                if tree is not None:
-                    for n in names or ["defaults"]:
-                        analysis.trees.setdefault(n, tree)
-            if checked:
+            done = remote.get(item)
+            if done is None:
+                done = self._check_one(analysis, ctx, world, values, preset, item, record=True)
+            elif item in analysis.remote and _is_model(item):
+                # its model tree and full results (the unread-parameters walk) are wanted here; the worker's
+                # findings stand (checked in the file's order, with the cache entries one process would have)
+                done = replace(
+                    done,
+                    checks_run=done.checks_run
+                    + self._check_one(analysis, ctx, world, values, preset, item, record=True).checks_run,
+                )
+            analysis.stats.checks_run += done.checks_run
+            if done.checks_run:
                 analysis.stats.items_checked += 1
                 analysis.stats.checked_names.append(item.name)
-            analysis.items[item] = ia
-            merged = _merge(ia, preset)
-            if after_unclosed:
+            merged = done.findings
+            if previous_unclosed:
                 # This item likely belongs inside the one above, whose `{` never closed (a
                 # column-0 `fn` inside a module): names from there are not news.
                 merged = [f for f in merged if f.code not in ("L101", "L102")]
             findings.extend(merged)
             previous_unclosed = unclosed
         return findings
+
+    def _check_one(
+        self, analysis: Analysis, ctx: CheckContext, world: Any, values: dict, preset: str | None, item: Item, record
+    ) -> "_Checked":
+        """Check `item` under each of its bindings (a cached result where still valid); `record`: keep what was
+        found in `analysis` (items, model trees) and in this document's cache (a worker keeps nothing)."""
+        ns, globals_ = analysis.namespaces, analysis.globals
+        ia = ItemAnalysis(item)
+        checks_run = 0
+        for binding, key, names in self._bindings(item, values, world, globals_):
+            cached = self._results.get((item, key))
+            if cached is not None and (cached.world == world or self._valid(cached, ns)):
+                result = cached
+                result.world = world
+            else:
+                result = _check_item(ctx, item, binding)
+                result.world = world
+                if record:
+                    self._results[(item, key)] = result
+                checks_run += 1
+            ia.results.append((names, result))
+            ia.bindings.append(binding)
+            tree = getattr(result, "tree", None)
+            if tree is not None and record:
+                for n in names or ["defaults"]:
+                    analysis.trees.setdefault(n, tree)
+        if record:
+            analysis.items[item] = ia
+        calls = ia.results[0][1].calls if ia.results else []
+        return _Checked(_merge(ia, preset), calls, checks_run)
+
+    def _check_remote(
+        self,
+        analysis: Analysis,
+        ctx: CheckContext,
+        world: Any,
+        values: dict,
+        preset: str | None,
+        todo: list[Item],
+        jobs: int,
+    ) -> "dict[Item, _Checked]":
+        """`todo`'s items checked ahead: a head of them here, then the rest in shares, the first share here and
+        the others in forked workers (`parallel.py`); what each check found, by item. When a worker's share made
+        a cache entry an earlier share made too (`parallel.Made`), or a worker failed, no worker's items are
+        returned: `_check_items` then checks them here, in order, as one process does. The config
+        evaluator's findings a worker added (a config first evaluated in its checks) are added here."""
+        own = {name: i for name, i in analysis.globals.by_name.items() if i.source is self.source}
+        cuts = parallel.independent_cuts(todo, own)
+        head = int(len(todo) * parallel.WARM_SHARE)  # then on to where a share may start (a whole first part)
+        head = next((p for p in range(max(head, 1), len(todo)) if cuts[p]), len(todo)) if head else 0
+        warm = todo[:head]
+        runs = parallel.shares(todo[head:], jobs, cuts[head:])
+        if len(runs) < 2:
+            return {}
+        out = {item: self._check_one(analysis, ctx, world, values, preset, item, record=True) for item in warm}
+        evaluator = ctx.evaluator
+        roots = [cv for s in analysis.scenarios for cv in s.configs.values()] + list(evaluator._defaults.values())
+        made = parallel.Made(ctx, parallel.config_values(roots))
+        before = {item: len(found) for item, found in evaluator.findings.items()}
+
+        def work(share: list[Item]):
+            checked = {i: self._check_one(analysis, ctx, world, values, preset, i, record=False) for i in share}
+            added = {i: found[before.get(i, 0) :] for i, found in evaluator.findings.items()}
+            return checked, {i: found for i, found in added.items() if found}, made.since()
+
+        workers = parallel.Forked(runs[1:], work, list(dict.fromkeys(self._reachable_items(analysis))))
+        out.update({item: self._check_one(analysis, ctx, world, values, preset, item, record=True) for item in runs[0]})
+        seen = made.since()
+        results = workers.collect()
+        for value in results:
+            if value is None or value[2] & seen:
+                return out  # every worker's share is checked here, in order (the parent lacks their entries)
+            seen |= value[2]
+        for checked, added, _ in results:
+            out.update(checked)
+            analysis.remote.update(checked)
+            for item, found in added.items():
+                known = evaluator.findings.setdefault(item, [])
+                known.extend(f for f in found if f not in known)
+        return out
+
+    def _reachable_items(self, analysis: Analysis):
+        """Every item a finding can anchor in: this file's, every file's it reaches, the standard library's."""
+        yield from self.items
+        for doc in analysis.namespaces.files if analysis.namespaces is not None else ():
+            yield from doc.items
+        if self.std is not None:
+            yield from self.std.items
 
     def _model_findings(self, analysis: Analysis) -> list[Finding]:
         """Set `analysis.model` to the file's root `model`, the first one; the others are findings (L110)."""
@@ -694,6 +791,20 @@ class Document:
         return None
 
 
+@dataclass
+class _Checked:
+    """What the rest of an analysis needs of one item's checks: its findings merged across bindings, the calls
+    of its first binding's check (`_recursion`), and how many checks ran (not cached)."""
+
+    findings: list[Finding]
+    calls: list
+    checks_run: int
+
+
+def _is_model(item: Item) -> bool:
+    return isinstance(item.ast, A.ModuleDef) and item.ast.is_model
+
+
 def _prune_caches(ctx: CheckContext, replaced: list[Item]) -> None:
     """Drop cached members and signatures of items an edit replaced. Their keys hold the old
     `Item` (or its function nodes), so they are never hit again; kept, they would grow the
@@ -747,10 +858,13 @@ def _recursion(analysis: "Analysis") -> list[Finding]:
     every call into straight-line code, so a call cycle has no meaning. One finding per cycle
     (strongly connected component of the call graph, Tarjan's algorithm, iterative)."""
     edges: dict[tuple, list[tuple[tuple, Item, Span]]] = {}
-    for item, ia in analysis.items.items():
-        for _, result in ia.results[:1]:
-            for caller, callee, span in result.calls:
-                edges.setdefault(caller, []).append((callee, item, span))
+    for item in analysis.document.items:  # the items' order, whichever process checked them
+        ia = analysis.items.get(item)
+        calls = ia.results[0][1].calls if ia is not None and ia.results else ()
+        if item in analysis.remote:
+            calls = analysis.remote[item].calls
+        for caller, callee, span in calls:
+            edges.setdefault(caller, []).append((callee, item, span))
     # only functions checked here can close a cycle (the standard library calls no user code)
     edges = {k: [e for e in v if e[0] in edges] for k, v in edges.items()}
     edges = {k: v for k, v in edges.items() if v}

@@ -190,6 +190,13 @@ class Dim:
         denominator (`2 * (h / 2)` is `h`, `c.heads * (c.hidden / c.heads)` is `c.hidden`:
         the quotient was accepted as exact when it was written)."""
         if self._val is None:
+            if len(self._t) == 1:
+                # one atom to the power one (a config field, `c.hidden_size`: the checker asks each dim of every
+                # tensor type it writes whether it is negative): its value's own, computed once per value
+                ((mono, coeff),) = self._t.items()
+                if coeff == 1 and len(mono) == 1 and mono[0][1] == 1 and mono[0][0].value is not None:
+                    self._val = mono[0][0].value.val
+                    return self._val
             if not any(a.value is not None or a.quot is not None for m in self._t for a, _ in m):
                 self._val = self
             else:

@@ -1,0 +1,111 @@
+"""`linnet check --jobs N` (issue 45): a big file's items checked in forked workers print exactly what one process
+prints, in the same order; the workers really ran; a worker share that would have used an earlier share's cache
+entries, or a worker that dies, leaves the parent to check every share itself, with the same output."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from linnet.cli import main
+from linnet.semantics import parallel
+from linnet.semantics.program import Document
+from linnet.semantics.render import render_text
+from tests.conftest import EXAMPLES, ROOT
+
+sys.path.insert(0, str(ROOT / "bench"))
+import bigdoc_source  # noqa: E402  (bench/ is not a package; stdlib-only)
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="worker processes are forked (POSIX)")
+
+CASES = ROOT / "tests" / "semantics" / "cases"
+COPIES = 12  # 60 modules: the first copy's five checked before the fork, then three shares of at least 16
+
+
+def rendered(path: str, text: str, jobs: int) -> tuple[str, int]:
+    """The diagnostics of `text` checked with `jobs` processes, as `linnet check` prints them, and how many of
+    its items the workers checked."""
+    analysis = Document(path, text).analyze(jobs=jobs)
+
+    def read(p: str) -> str:
+        return text if p == path else Path(p).read_text(encoding="utf-8")
+
+    return "\n\n".join(render_text(d, read) for d in analysis.diagnostics), len(analysis.remote)
+
+
+def test_workers_print_what_one_process_prints(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("NO_COLOR", "1")
+    path = tmp_path / "big.linnet"
+    path.write_text(bigdoc_source.big_source(COPIES), encoding="utf-8")
+    outputs = []
+    for jobs in ("1", "3"):
+        rc = main(["check", "--jobs", jobs, str(path)])
+        out, err = capsys.readouterr()
+        outputs.append((rc, out, err))
+    assert outputs[0][0] == 1 and outputs[0][1].count("error[") == 10 * COPIES
+    assert outputs[1] == outputs[0]
+
+
+def test_the_workers_check_most_items_and_the_labels_stay_those_of_one_process():
+    text = bigdoc_source.big_source(COPIES)
+    alone, remote_alone = rendered("/tmp/big.linnet", text, 1)
+    shared, remote = rendered("/tmp/big.linnet", text, 3)
+    assert remote_alone == 0 and remote >= 30  # two of three shares of 55 modules were the workers'
+    # every copy's `Embedding(49152, 576)` is the first copy's in one process: its label quotes the first copy's
+    # preset (line 35), which a worker that made the entry again would have quoted from its own copy
+    assert shared == alone
+    assert len(re.findall(r"\n +35 \|     vocab_size = 49152", alone)) > COPIES
+
+
+def test_a_share_that_would_use_an_earlier_shares_entries_is_checked_by_the_parent(monkeypatch):
+    # every place a share may start: a copy's modules then fall in two shares, and the second makes the
+    # instances and config atoms the first one made
+    monkeypatch.setattr(parallel, "independent_cuts", lambda items, by_name: [True] * len(items))
+    text = bigdoc_source.big_source(COPIES)
+    shared, remote = rendered("/tmp/big.linnet", text, 3)
+    assert remote == 0
+    assert shared == rendered("/tmp/big.linnet", text, 1)[0]
+
+
+def test_a_worker_that_dies_leaves_its_share_to_the_parent(monkeypatch):
+    def dies(self, value):
+        os._exit(3)
+
+    monkeypatch.setattr(parallel._Pickler, "dump", dies)
+    text = bigdoc_source.big_source(COPIES)
+    shared, remote = rendered("/tmp/big.linnet", text, 3)
+    assert remote == 0
+    assert shared == rendered("/tmp/big.linnet", text, 1)[0]
+
+
+@pytest.mark.parametrize(
+    "path", sorted(CASES.glob("*.linnet")) + sorted(EXAMPLES.glob("*.linnet")), ids=lambda p: p.name
+)
+def test_every_case_and_example_checks_the_same_in_shares(path, monkeypatch):
+    monkeypatch.setattr(parallel, "MIN_ITEMS_PER_JOB", 1)  # shares of a few items: every file is split
+    monkeypatch.setattr(parallel, "WARM_SHARE", 0.0)
+    text = path.read_text(encoding="utf-8")
+    assert rendered(str(path), text, 3)[0] == rendered(str(path), text, 1)[0]
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "two"])
+def test_jobs_must_be_a_positive_whole_number(value, capsys):
+    assert main(["check", "--jobs", value, str(EXAMPLES / "llama.linnet")]) == 2
+    assert "argument --jobs: expected" in capsys.readouterr().err
+
+
+def test_shares_start_only_where_no_item_names_one_before():
+    document = Document("/tmp/big.linnet", bigdoc_source.big_source(COPIES))
+    items = [i for i in document.items if i.kind in ("module", "fn")]
+    own = {i.name: i for i in document.items}
+    cuts = parallel.independent_cuts(items, own)
+    # each copy's five modules name each other and the copy's config; the copies name nothing of each other
+    # (the comment above copy 1 naming `LlamaForCausalLM_1` ends copy 0's last item's text)
+    assert [p for p, cut in enumerate(cuts) if cut] == list(range(0, 5 * COPIES, 5))
+    runs = parallel.shares(items, 3, cuts)
+    assert len(runs) == 3 and [i for run in runs for i in run] == items
+    assert all(run[0].name.startswith("LlamaMLP_") for run in runs)
