@@ -42,6 +42,16 @@ def fast_or_none(text: str) -> str | None:
     return repr(item)
 
 
+def assert_given_up_on_or_as_lark(text: str) -> None:
+    """The fast parser gives up on `text`, or lark accepts it and builds the same AST."""
+    fast = fast_or_none(text)
+    if fast is None:
+        return
+    reference = parse_with_lark(text)
+    assert not reference.problems, f"the fast parser accepted what lark rejects: {reference.problems[0].message}"
+    assert fast == repr(reference.ast)
+
+
 def test_the_corpus_is_the_repository_s_linnet_files():
     assert len(SOURCES) > 70 and any(p.startswith("examples/") for p in SOURCES)
     assert any(p.startswith("linnet/std/") for p in SOURCES) and len(ITEMS) > 500
@@ -109,12 +119,7 @@ def mutated_items(draw) -> str:
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(mutated_items())
 def test_mutated_items_are_given_up_on_or_parsed_as_lark_parses_them(text):
-    fast = fast_or_none(text)
-    if fast is None:
-        return
-    reference = parse_with_lark(text)
-    assert not reference.problems, f"the fast parser accepted what lark rejects: {reference.problems[0].message}"
-    assert fast == repr(reference.ast)
+    assert_given_up_on_or_as_lark(text)
 
 
 # operands, prefixes and operators of expressions, for chains of them in a function's body (what lark's levels,
@@ -140,10 +145,4 @@ def chains(draw) -> str:
 @settings(max_examples=400, deadline=None)
 @given(chains())
 def test_operator_chains_are_given_up_on_or_parsed_as_lark_parses_them(chain):
-    text = "fn f(x: [B]) {\n    let z = " + chain + "\n}\n"
-    fast = fast_or_none(text)
-    if fast is None:
-        return
-    reference = parse_with_lark(text)
-    assert not reference.problems, f"the fast parser accepted what lark rejects: {reference.problems[0].message}"
-    assert fast == repr(reference.ast)
+    assert_given_up_on_or_as_lark("fn f(x: [B]) {\n    let z = " + chain + "\n}\n")
