@@ -2,15 +2,17 @@
 
 lark's LALR parser (`lalr.py`) and the tree-to-AST transform (`builder.py`) run in Python once per rule and node;
 on a 5 MB document that is most of `linnet check`'s parse. This parser reads the same grammar (`grammar.lark`)
-with a compiled `re` tokenizer and one function per precedence level, and builds the nodes, with the spans lark's
-route gives them, as it goes.
+with a compiled `re` tokenizer, one method per rule and precedence climbing for the operators, and builds the
+nodes, with the spans lark's route gives them, as it goes: ~5x faster than lark's route
+(bench/results/check_phases_parser.md).
 
 It is a fast path, not a second parser: for any item it is not sure of (any syntax error, any construct or
 contextual keyword whose reading it does not cover) it gives up (`parse_fast` returns None) and `parser.parse_item`
 parses the item with lark. So `grammar.lark` stays the one specification of the syntax, and every syntax error,
 its message, code, labels and recovery stay lark's. What it accepts it must build exactly as lark's route does:
-tests/syntax/test_descent.py compares the two on every item of every `.linnet` file in the repository and on
-mutations of them (hypothesis), and requires the fast parser to give up wherever lark reports an error.
+tests/syntax/test_descent.py compares the two on every item of every `.linnet` file in the repository, on
+mutations of them and on chains of operators (hypothesis), and requires the fast parser to give up wherever lark
+reports an error.
 
 Contextual keywords (see `lalr._KeywordLexer`): a keyword is a NAME where the LALR parser cannot take it but can
 take a NAME. Here a keyword's spelling is read as a name only where the grammar admits no keyword at all, or only
