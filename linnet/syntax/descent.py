@@ -31,19 +31,19 @@ from .ast import Span
 
 __all__ = ["parse_fast", "unquote"]
 
-# The lexer's terminals in lark's order (linnet/syntax/lalr.py builds one alternation, first match wins): the
-# regular expressions of grammar.lark (FLOAT before INT), then the strings, longest first. Whitespace and comments
-# (ignored) lead each match; BAD is a character no terminal matches, EOF the end of the text.
+# The lexer's terminals (grammar.lark's), first match wins as in lark's one alternation (linnet/syntax/lalr.py):
+# only FLOAT and INT share a first character, and FLOAT comes first there too. Whitespace and a comment (ignored:
+# a comment runs to the line's end) lead each match; BAD is a character no terminal matches, EOF the text's end.
 _TOKEN = re.compile(
     r"""
-    (?:[\t \f\r]++|\#[^\n]*+)*+
+    [\t \f\r]*+(?:\#[^\n]*+)?
     (?:
-    (?P<FLOAT>[0-9](?:_?[0-9])*\.[0-9](?:_?[0-9])*(?:[eE][+-]?[0-9]+)?|[0-9](?:_?[0-9])*[eE][+-]?[0-9]+)
-    |(?P<NAME>[A-Za-z_][A-Za-z0-9_]*)
-    |(?P<STRING>"(?:[^"\\\n]|\\.)*")
-    |(?P<INT>[0-9](?:_?[0-9])*)
-    |(?P<NL>(?:\r?\n[\t \f]*)+)
+    (?P<NAME>[A-Za-z_][A-Za-z0-9_]*)
     |(?P<OP>\.\.\.|->|==|!=|<=|>=|\*\*|//|[-+*/%@()\[\]{}:;,.<>=?|])
+    |(?P<NL>(?:\r?\n[\t \f]*)+)
+    |(?P<FLOAT>[0-9](?:_?[0-9])*\.[0-9](?:_?[0-9])*(?:[eE][+-]?[0-9]+)?|[0-9](?:_?[0-9])*[eE][+-]?[0-9]+)
+    |(?P<INT>[0-9](?:_?[0-9])*)
+    |(?P<STRING>"(?:[^"\\\n]|\\.)*")
     |(?P<EOF>\Z)
     |(?P<BAD>.)
     )
@@ -646,8 +646,12 @@ class _Parser:
             left = A.Not(_new(Span, (starts[i], operand.span.end)), operand)
         elif powers is _DIM_PRECEDENCE:
             left = self.dim_unary()
-        else:
+        elif kinds[i] == "-":
             left = self.unary()
+        else:  # `unary` without the call: most operands are a postfix expression
+            left = self.postfix()
+            if kinds[self.i] == "**":
+                left = self.power(left)
         while True:
             op = self.i
             kind = kinds[op]
@@ -673,23 +677,33 @@ class _Parser:
             operand = self.unary()
             return A.Neg(_new(Span, (self.starts[i], operand.span[1])), operand)
         left = self.postfix()
-        if self.kinds[self.i] == "**":
-            self.i += 1
-            right = self.unary()
-            return A.BinOp(
-                _new(Span, (left.span[0], right.span[1])), "**", left, right, _new(Span, (left.span[1], right.span[0]))
-            )
-        return left
+        return self.power(left) if self.kinds[self.i] == "**" else left
+
+    def power(self, left: A.Expr) -> A.BinOp:
+        """`left ** unary`, at the `**`."""
+        self.i += 1
+        right = self.unary()
+        return A.BinOp(
+            _new(Span, (left.span[0], right.span[1])), "**", left, right, _new(Span, (left.span[1], right.span[0]))
+        )
 
     def postfix(self) -> A.Expr:
-        node = self.atom()
-        kinds = self.kinds
+        kinds, texts, starts, ends = self.kinds, self.texts, self.starts, self.ends
+        i = self.i
+        if kinds[i] == "NAME" and texts[i] not in KEYWORDS:  # `atom`'s most common case, without the call
+            self.i = i + 1
+            node = A.Name(_new(Span, (starts[i], ends[i])), texts[i])
+        else:
+            node = self.atom()
         while True:
-            kind = kinds[self.i]
+            i = self.i
+            kind = kinds[i]
             if kind == ".":
-                self.i += 1
-                attr = self.name()
-                node = A.Attr(_new(Span, (node.span.start, attr.span.end)), node, attr)
+                if kinds[i + 1] != "NAME":
+                    raise _GiveUp
+                self.i = i + 2
+                attr = A.Name(_new(Span, (starts[i + 1], ends[i + 1])), texts[i + 1])
+                node = A.Attr(_new(Span, (node.span[0], ends[i + 1])), node, attr)
             elif kind == "(":
                 self.i += 1
                 args = self.args() if kinds[self.i] != ")" else []
