@@ -222,9 +222,11 @@ def numerics_rows(report: Report, device: str, dry: bool) -> None:
             del m
 
 
-def speed_rows(report: Report, device: str, dry: bool, calibration: dict, budget_end: float) -> None:
+def speed_rows(
+    report: Report, device: str, dry: bool, calibration: dict, budget_end: float, only: list[str] | None = None
+) -> None:
     prompt, new = (64, 16) if dry else (512, 256)
-    shapes = ["smollm2-135m"] if dry else list(SHAPES)
+    shapes = ["smollm2-135m"] if dry else list(only or SHAPES)
     for shape in shapes:
         if time.monotonic() > budget_end:
             report.add("decode", {"shape": shape, "skipped": "time budget spent"})
@@ -405,6 +407,8 @@ def main(argv=None) -> int:
     ap.add_argument("--q8-sections", nargs="+", choices=("kernel", "prefill", "vocab", "decode", "distance"))
     ap.add_argument("--q8-backends", nargs="+", choices=("jax", "xla"), help="q8's decode rows' backends (jax)")
     ap.add_argument("--q8-layers", nargs="+", choices=("scanned", "unrolled"), help="q8's decode rows' layers")
+    ap.add_argument("--speed-shapes", nargs="+", choices=tuple(SHAPES), help="speed's decode rows (all)")
+    ap.add_argument("--peer-shapes", nargs="+", choices=("tinyllama-1.1b", "smollm2-135m"), help="peer's shapes")
     ap.add_argument(
         "--train-batches", type=lambda s: s.split(","), help="train rows (tpu_train): 4,8r (r: checkpointed)"
     )
@@ -432,14 +436,16 @@ def main(argv=None) -> int:
     if "numerics" in only:
         numerics_rows(report, device, args.dry_run)
     if "speed" in only:
-        speed_rows(report, device, args.dry_run, calibration, start + args.budget_s)
-        compile_rows(report, device, args.dry_run)
+        speed_rows(report, device, args.dry_run, calibration, start + args.budget_s, args.speed_shapes)
+        if args.dry_run or "tinyllama-1.1b" in (args.speed_shapes or SHAPES):  # its cold compiles were timed
+            compile_rows(report, device, args.dry_run)
     if "serve" in only and time.monotonic() < start + args.budget_s:
         serve_rows(report, device, args.dry_run, calibration)
     if "peer" in only:  # not in the default set: its own call (bench/tpu_peer.py, KerasHub from .whl-peer)
         from tpu_peer import peer_rows
 
-        peer_rows(report, device, args.dry_run, calibration, start + args.budget_s)
+        peer_shapes = tuple(args.peer_shapes or ("tinyllama-1.1b", "smollm2-135m"))
+        peer_rows(report, device, args.dry_run, calibration, start + args.budget_s, peer_shapes)
     if "q8" in only and args.only:  # goal 5's 8B rows: asked for by name (`--only q8`), minutes of their own
         from tpu_q8 import q8_rows
 

@@ -17,9 +17,9 @@
 # (not tensorflow-text nor TensorFlow, which keras-hub declares; tokenizers comes from .whl-tpu):
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.11 --implementation cp \
 #       --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any -d .whl-peer \
-#       keras-hub==0.32.0 keras==3.15.1 absl-py==2.5.1 rich==15.0.0 markdown-it-py==4.3.0 mdurl==0.1.2 \
+#       keras-hub==0.32.0 keras==3.15.1 rich==15.0.0 markdown-it-py==4.3.0 mdurl==0.1.2 \
 #       pygments==2.21.0 namex==0.1.0 h5py==3.14.0 optree==0.16.0 typing-extensions==4.16.0 packaging==26.4 \
-#       regex==2026.12.2 sentencepiece==0.2.0
+#       regex==2026.12.2 sentencepiece==0.2.0       (absl-py comes from .whl-tpu: pip refuses the same wheel twice)
 # The machine's own JAX stays first on PYTHONPATH; they go under /tmp/site, after it.
 set -euo pipefail
 cd "$(dirname "$0")/.."

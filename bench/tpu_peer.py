@@ -232,11 +232,14 @@ class Phases:
         return took
 
 
-def peer_rows(report, device: str, dry: bool, calibration: dict, budget_end: float) -> None:
-    """Issue 41 goal 6's rows (see the module docstring) into `report`, sections `peer` and `peer distance`; a shape
-    is skipped once `budget_end` (time.monotonic()) has passed, and a side that fails reports its error."""
+def peer_rows(
+    report, device: str, dry: bool, calibration: dict, budget_end: float, shapes: tuple[str, ...] = SHAPES
+) -> None:
+    """Issue 41 goal 6's rows (see the module docstring) into `report`, sections `peer` and `peer distance`, for
+    `shapes` (of SHAPES); a shape is skipped once `budget_end` (time.monotonic()) has passed, and a side that fails
+    reports its error."""
     prompt, new = (64, 16) if dry else (512, 128)
-    for shape in ("tiny",) if dry else SHAPES:
+    for shape in ("tiny",) if dry else shapes:
         if time.monotonic() > budget_end:
             report.add("peer", {"shape": shape, "skipped": "time budget spent"})
             continue

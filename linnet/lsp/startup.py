@@ -20,6 +20,10 @@ start were not work the server needs:
   in the one direction the server needs (it reads a client's capabilities and never writes them).
 - attrs copying the globals of a class's module into those of its generated `__init__`, for each of lsprotocol's
   554 classes (~20 ms): `attrs_init_without_module_globals`.
+- building the lsprotocol classes a start never uses: of its 599 classes (and the forward references of each,
+  resolved when lsprotocol's converter is made) a start to its first diagnostics uses ~320, the rest only when a
+  request needs them. `linnet.lsp.lazytypes` imports lsprotocol.types with each class built on first use (~50 ms
+  of a start's CPU).
 - parsing: the standard library and the opened file, ~90 ms with lark's import and tables; the fast parser
   (`linnet.syntax.descent`) now parses every item without a syntax error, with no lark. The parses of a start
   are kept between starts (`linnet.lsp.parses`): a start whose items were all parsed before imports neither
@@ -36,9 +40,10 @@ Measured: bench/results/lsp_cold_start.md and bench/results/lsp_cold_start_publi
 (tests/lsp/test_startup.py) pins what a second start has not imported, nor checked, when it first publishes
 diagnostics.
 
-The cache files are `lsp/generated-code-<python>.marshal`, `lsp/parses-<python>.pickle` and
-`lsp/published-<python>.pickle` in Linnet's cache folder (`$LINNET_CACHE_DIR`, else `$XDG_CACHE_HOME/linnet`, else
-`~/.cache/linnet`; `LINNET_NO_CACHE=1` turns them off; `linnet cache` lists and clears them); a folder that cannot
+The cache files are `lsp/generated-code-<python>.marshal`, `lsp/parses-<python>.pickle`,
+`lsp/published-<python>.pickle` and `lsp/lazy-types-<python>.marshal` in Linnet's cache folder
+(`$LINNET_CACHE_DIR`, else `$XDG_CACHE_HOME/linnet`, else `~/.cache/linnet`; `LINNET_NO_CACHE=1` turns them off, and
+lsprotocol is then imported whole; `linnet cache` lists and clears them); a folder that cannot
 be read or written only means compiling, parsing and checking as before.
 """
 
@@ -57,10 +62,12 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from .cachefile import read_intact, write_atomic
+from .lazytypes import lazy_types, prefer_lazy_types
 
 CACHE_NAME = f"generated-code-{sys.implementation.cache_tag}.marshal"
 PARSES_NAME = f"parses-{sys.implementation.cache_tag}.pickle"  # linnet/lsp/parses.py
 PUBLISHED_NAME = f"published-{sys.implementation.cache_tag}.pickle"  # linnet/lsp/published.py
+LAZY_TYPES_NAME = f"lazy-types-{sys.implementation.cache_tag}.marshal"  # linnet/lsp/lazytypes.py
 # asyncio imports ssl (~8 ms) when it can, for TLS connections: the server speaks over stdio
 OPTIONAL_FOR_ASYNCIO = ("ssl",)
 IMPORT_YOUNG_THRESHOLD = 10_000  # generation 0's collection threshold while the server imports (CPython's: 700)
@@ -275,13 +282,14 @@ def load_server() -> Callable[[], int]:
             # imported in the block: linnet.syntax makes the AST's dataclasses (their methods' code is cached)
             from linnet.syntax.optional import without_optional
 
-            with without_optional(OPTIONAL_FOR_ASYNCIO):
+            with without_optional(OPTIONAL_FOR_ASYNCIO), lazy_types(cache_path(LAZY_TYPES_NAME)):
                 from linnet.syntax.parser import set_parse_cache
 
                 from .parses import ParseCache
                 from .published import PublishedCache
                 from .server import create_server, main
 
+                prefer_lazy_types()
                 server = create_server()
                 warm_converter(server.protocol._converter)  # pygls keeps the converter private
     except BaseException:

@@ -45,11 +45,17 @@ PIECES = st.one_of(
 TEXT = st.lists(PIECES, max_size=200).map("".join)
 
 
+@pytest.fixture(scope="module")
+def smollm2_bound(smollm2):
+    """Made once: `length_bound` reads the whole vocabulary (made per example, 19-33 s of the suite's time)."""
+    return length_bound(smollm2, 128)
+
+
 @settings(max_examples=100, deadline=None)
 @given(text=TEXT, repeat=st.integers(1, 8))
-def test_no_text_has_fewer_tokens_than_the_bound_says(smollm2, text, repeat):
+def test_no_text_has_fewer_tokens_than_the_bound_says(smollm2, smollm2_bound, text, repeat):
     """The bound's claim, tokens >= kept characters / span, on the real tokenizer."""
-    bound = length_bound(smollm2, 128)
+    bound = smollm2_bound
     text = text * repeat
     assert len(smollm2.encode(text, add_special_tokens=False)) * bound.span >= bound.kept_chars(text)
 
