@@ -24,10 +24,12 @@ start were not work the server needs:
   resolved when lsprotocol's converter is made) a start to its first diagnostics uses ~320, the rest only when a
   request needs them. `linnet.lsp.lazytypes` imports lsprotocol.types with each class built on first use (~50 ms
   of a start's CPU).
-- parsing: the standard library and the opened file, with lark's import and tables, ~90 ms. The parses of a start
-  are kept between starts (`linnet.lsp.parses`): a start whose items were all parsed before never imports lark
-  (`linnet.syntax.lalr`). lark imports `regex` and `interegular` when they are installed, for grammars that ask
-  for them (ours does not): hidden from lark while it imports (~30 ms; `linnet.syntax.optional`).
+- parsing: the standard library and the opened file, ~90 ms with lark's import and tables; the fast parser
+  (`linnet.syntax.descent`) now parses every item without a syntax error, with no lark. The parses of a start
+  are kept between starts (`linnet.lsp.parses`): a start whose items were all parsed before imports neither
+  parser, and one whose items parse cleanly never imports lark (`linnet.syntax.lalr`). lark imports `regex` and
+  `interegular` when they are installed, for grammars that ask for them (ours does not): hidden from lark while it
+  imports (~30 ms; `linnet.syntax.optional`).
 - checking the opened file (~70 ms for examples/llama.linnet), which an editor most often opens again unchanged:
   what a start published for each document as opened is kept with what it depends on (`linnet.lsp.published`),
   and a start of the same text publishes it before its check (which follows, publishing only what differs).

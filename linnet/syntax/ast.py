@@ -436,18 +436,30 @@ class ImportDef(Node):
 ItemDef = Union[ConfigDef, PresetDef, ModuleDef, FnDef, ImportDef]
 
 
-def children(node: Node):
-    """Yield the direct child nodes of `node`, in source order."""
-    for name in node.__slots__:
-        if name == "span" or name.endswith("_span"):
-            continue
+_CHILD_FIELDS: dict[type, tuple[str, ...]] = {}  # per node class: its fields that may hold nodes, in order
+
+
+def _child_fields(cls: type) -> tuple[str, ...]:
+    fields = _CHILD_FIELDS.get(cls)
+    if fields is None:  # a class's own slots: `span` is Node's
+        fields = _CHILD_FIELDS[cls] = tuple(n for n in cls.__slots__ if n != "span" and not n.endswith("_span"))
+    return fields
+
+
+def _child_list(node: Node) -> list[Node]:
+    kids: list[Node] = []
+    for name in _child_fields(type(node)):
         value = getattr(node, name)
         if isinstance(value, Node):
-            yield value
+            kids.append(value)
         elif isinstance(value, list):
-            for v in value:
-                if isinstance(v, Node):
-                    yield v
+            kids += [v for v in value if isinstance(v, Node)]
+    return kids
+
+
+def children(node: Node):
+    """Yield the direct child nodes of `node`, in source order."""
+    yield from _child_list(node)
 
 
 def walk(node: Node):
@@ -456,7 +468,9 @@ def walk(node: Node):
     while stack:
         n = stack.pop()
         yield n
-        stack.extend(reversed(list(children(n))))
+        kids = _child_list(n)
+        kids.reverse()
+        stack += kids
 
 
 def flat_members(members: list) -> "Iterator[Member]":

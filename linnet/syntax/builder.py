@@ -7,12 +7,11 @@ triples the parse time.
 
 from __future__ import annotations
 
-import ast as pyast
-
 from lark import Token, Transformer, Tree
 
 from . import ast as A
 from .ast import Span
+from .descent import unquote as _unquote
 
 
 def _start(x) -> int | None:
@@ -63,13 +62,6 @@ def _tok_span(tok: Token) -> Span:
 
 def _name(tok: Token) -> A.Name:
     return A.Name(_tok_span(tok), str(tok))
-
-
-def _unquote(text: str) -> str:
-    try:
-        return pyast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return text[1:-1]
 
 
 def _inner(c) -> list:

@@ -249,18 +249,16 @@ def _config_uses(ast: A.Node) -> str:
     }
     if not names:
         return ""
-    bodies = [node.body for node in A.definitions(ast) if isinstance(node, A.FnDef)]
-    for body in bodies:  # local aliases (`let d = c`)
-        for n in A.walk(body):
-            if isinstance(n, A.Let) and isinstance(n.value, A.Name) and n.value.id in names:
-                names.update(t.id for t in n.targets)
+    nodes = [n for node in A.definitions(ast) if isinstance(node, A.FnDef) for n in A.walk(node.body)]
+    for n in nodes:  # local aliases (`let d = c`)
+        if isinstance(n, A.Let) and isinstance(n.value, A.Name) and n.value.id in names:
+            names.update(t.id for t in n.targets)
     uses = set()
-    for body in bodies:
-        for n in A.walk(body):
-            if isinstance(n, A.Attr) and isinstance(n.value, A.Name) and n.value.id in names:
-                uses.add(f"{n.value.id}.{n.name.id}")
-            elif isinstance(n, A.Call) and isinstance(n.func, A.Name):
-                passed = [a.value.id for a in n.args if isinstance(a.value, A.Name) and a.value.id in names]
-                if passed:
-                    uses.add(f"{n.func.id}({','.join(passed)})")
+    for n in nodes:
+        if isinstance(n, A.Attr) and isinstance(n.value, A.Name) and n.value.id in names:
+            uses.add(f"{n.value.id}.{n.name.id}")
+        elif isinstance(n, A.Call) and isinstance(n.func, A.Name):
+            passed = [a.value.id for a in n.args if isinstance(a.value, A.Name) and a.value.id in names]
+            if passed:
+                uses.add(f"{n.func.id}({','.join(passed)})")
     return " reads " + " ".join(sorted(uses)) if uses else ""

@@ -2,7 +2,8 @@
 
 Kept apart from `parser.py` so that importing the front end does not import lark (~35 ms of a language server's
 start, plus ~10 ms to load the parser's tables): `parser.parse_item` imports this module only for an item's text
-that is not in its parse cache (`parser.set_parse_cache`; the language server's is `linnet.lsp.parses`).
+that is not in its parse cache (`parser.set_parse_cache`; the language server's is `linnet.lsp.parses`) and that
+the fast parser (`descent.py`) gives up on: one with a syntax error, or a construct it leaves to lark.
 """
 
 from __future__ import annotations

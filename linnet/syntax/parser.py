@@ -24,7 +24,16 @@ if TYPE_CHECKING:
     from lark import Token
     from lark.exceptions import UnexpectedInput
 
-__all__ = ["GRAMMAR_PATH", "ItemCache", "ParsedItem", "SyntaxProblem", "code_mask", "parse_item", "set_parse_cache"]
+__all__ = [
+    "GRAMMAR_PATH",
+    "ItemCache",
+    "ParsedItem",
+    "SyntaxProblem",
+    "code_mask",
+    "parse_item",
+    "parse_with_lark",
+    "set_parse_cache",
+]
 
 GRAMMAR_PATH = Path(__file__).with_name("grammar.lark")
 MAX_RECOVERIES = 40
@@ -254,10 +263,24 @@ def parse_item(text: str) -> ParsedItem:
 
 
 def _parse(text: str) -> ParsedItem:
-    """`parse_item` without the cache: lark's parse with recovery, then the AST built from its tree."""
-    from .lalr import UnexpectedInput, lark_parser  # first: lark is imported without its optional modules
+    """`parse_item` without the cache: the fast parser's AST (`descent.parse_fast`) when it is sure of the item,
+    else lark's parse with recovery and the AST built from its tree."""
+    from .descent import parse_fast
 
     text = lexable(text)  # a lone `\r` ends a line too; the grammar knows `\n` and `\r\n`
+    item = parse_fast(text)
+    if item is not None:
+        _attach_docs(item, text)
+        return ParsedItem(item, [])
+    return parse_with_lark(text)
+
+
+def parse_with_lark(text: str) -> ParsedItem:
+    """lark's parse of one item's `text` (lexable: `positions.lexable`) with recovery, and the AST built from its
+    tree: the reference the fast parser (`descent.py`) is checked against, and the route of every item it gives up
+    on. Never raises."""
+    from .lalr import UnexpectedInput, lark_parser  # first: lark is imported without its optional modules
+
     parser = lark_parser()
     problems: list[SyntaxProblem] = []
     skipped: list[Span] = []
