@@ -28,6 +28,7 @@ import io
 import os
 import pickle
 import re
+import signal
 from typing import Any, Callable, Sequence
 
 from ..syntax.items import Item
@@ -177,28 +178,67 @@ class _Unpickler(pickle.Unpickler):
 class Forked:
     """Worker processes, one per share, each running `work(share)` (a picklable value, which may hold the items
     of `table`) in a fork of this process. `collect()` waits for them and gives each share's value, or None for
-    a share whose worker failed."""
+    a share whose worker failed or could not be started (`os.fork` or `os.pipe` raising OSError: the process
+    limit, memory; the workers already started are then ended). Used as a context manager: leaving the block by
+    an exception (Ctrl-C's KeyboardInterrupt while the parent checks its own share or waits) ends the workers
+    not yet collected, so none runs on as an orphan."""
 
     def __init__(self, share_list: list[list[Item]], work: Callable[[list[Item]], Any], table: list[Item]):
         self.table = table
+        self.n_shares = len(share_list)
         ids = {id(item): n for n, item in enumerate(table)}
-        self.workers: list[tuple[int, int]] = []  # (pid, read end of its pipe)
-        for share in share_list:
-            read_fd, write_fd = os.pipe()
-            pid = os.fork()
-            if pid == 0:  # the worker: never returns
-                os.close(read_fd)
-                _worker(share, work, ids, write_fd)
-            os.close(write_fd)
-            self.workers.append((pid, read_fd))
+        self.workers: list[tuple[int, int]] = []  # (pid, read end of its pipe), those not collected yet
+        try:
+            for share in share_list:
+                read_fd, write_fd = os.pipe()
+                try:
+                    pid = os.fork()
+                except OSError:
+                    os.close(read_fd)
+                    os.close(write_fd)
+                    raise
+                if pid == 0:  # the worker: never returns
+                    os.close(read_fd)
+                    _worker(share, work, ids, write_fd)
+                os.close(write_fd)
+                self.workers.append((pid, read_fd))
+        except OSError:  # no more processes or memory: the parent checks every share (`collect` gives None)
+            self.end()
+            self.n_shares = -1
+
+    def __enter__(self) -> "Forked":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.end()
+
+    def end(self) -> None:
+        """End (SIGKILL) and reap the workers not collected, and close their pipes."""
+        workers, self.workers = self.workers, []
+        for pid, read_fd in workers:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:  # gone already
+                pass
+            os.close(read_fd)
+        for pid, _ in workers:
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
 
     def collect(self) -> list[Any]:
-        """Each share's value, in the order of the shares (None where its worker failed)."""
+        """Each share's value, in the order of the shares (None where its worker failed or was not started)."""
+        if self.n_shares < 0:
+            return [None]
         out = []
-        for pid, read_fd in self.workers:
-            with os.fdopen(read_fd, "rb") as pipe:
+        while self.workers:
+            pid, read_fd = self.workers[0]
+            with os.fdopen(read_fd, "rb", closefd=False) as pipe:
                 data = pipe.read()
             _, status = os.waitpid(pid, 0)
+            self.workers.pop(0)
+            os.close(read_fd)
             value = None
             if os.waitstatus_to_exitcode(status) == 0 and data:
                 try:

@@ -651,10 +651,12 @@ class Document:
             added = {i: found[before.get(i, 0) :] for i, found in evaluator.findings.items()}
             return checked, {i: found for i, found in added.items() if found}, made.since()
 
-        workers = parallel.Forked(runs[1:], work, list(dict.fromkeys(self._reachable_items(analysis))))
-        out.update({item: self._check_one(analysis, ctx, world, values, preset, item, record=True) for item in runs[0]})
-        seen = made.since()
-        results = workers.collect()
+        with parallel.Forked(runs[1:], work, list(dict.fromkeys(self._reachable_items(analysis)))) as workers:
+            out.update(
+                {item: self._check_one(analysis, ctx, world, values, preset, item, record=True) for item in runs[0]}
+            )
+            seen = made.since()
+            results = workers.collect()
         for value in results:
             if value is None or value[2] & seen:
                 return out  # every worker's share is checked here, in order (the parent lacks their entries)

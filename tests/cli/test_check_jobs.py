@@ -4,9 +4,12 @@ entries, or a worker that dies, leaves the parent to check every share itself, w
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import signal
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -109,3 +112,52 @@ def test_shares_start_only_where_no_item_names_one_before():
     runs = parallel.shares(items, 3, cuts)
     assert len(runs) == 3 and [i for run in runs for i in run] == items
     assert all(run[0].name.startswith("LlamaMLP_") for run in runs)
+
+
+def test_a_fork_that_fails_leaves_every_share_to_the_parent(monkeypatch):
+    # os.fork raises OSError (EAGAIN: the process limit; ENOMEM) after the first worker started: that worker is
+    # ended and the parent checks every share itself, as one process does, without a traceback
+    real_fork, forks = os.fork, []
+
+    def fork_once():
+        if forks:
+            raise BlockingIOError(11, "Resource temporarily unavailable")
+        forks.append(real_fork())
+        return forks[-1]
+
+    monkeypatch.setattr(os, "fork", fork_once)
+    text = bigdoc_source.big_source(COPIES)
+    shared, remote = rendered("/tmp/big.linnet", text, 3)
+    assert remote == 0 and forks and forks[0] != 0
+    with pytest.raises(ChildProcessError):  # the worker that started was ended and reaped
+        os.waitpid(forks[0], os.WNOHANG)
+    assert shared == rendered("/tmp/big.linnet", text, 1)[0]
+
+
+def test_an_interrupted_parent_ends_its_workers(monkeypatch):
+    # Ctrl-C (KeyboardInterrupt) while the parent waits for its workers: they are ended and reaped, not left to
+    # run their shares to the end as orphans
+    real_worker, started = parallel._worker, []
+
+    def slow_worker(*args):
+        time.sleep(60)  # a share that takes long
+        real_worker(*args)
+
+    def interrupted(self):
+        started.extend(pid for pid, _ in self.workers)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(parallel, "_worker", slow_worker)
+    monkeypatch.setattr(parallel.Forked, "collect", interrupted)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            Document("/tmp/big.linnet", bigdoc_source.big_source(COPIES)).analyze(jobs=3)
+        assert len(started) == 2
+        for pid in started:
+            with pytest.raises(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+    finally:
+        for pid in started:  # before the fix: end them here so that no test leaves processes behind
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
