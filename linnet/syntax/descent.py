@@ -798,8 +798,9 @@ class _Parser:
 def parse_fast(text: str) -> A.ItemDef | None:
     """The AST of one item's `text` (lexable: no lone `\\r`, `positions.lexable`), with item-relative spans, as lark's
     route builds it without its doc comments (`parser._attach_docs`); None when the fast parser is not sure of the
-    item (a syntax error, or a construct it leaves to lark). Never raises."""
+    item (a syntax error, or a construct it leaves to lark; an integer `int()` refuses, past Python's digit limit).
+    Never raises."""
     try:
         return _Parser(text).item_source()
-    except (_GiveUp, RecursionError, IndexError):
+    except (_GiveUp, RecursionError, IndexError, ValueError):
         return None

@@ -6,6 +6,7 @@ reports an error in."""
 from __future__ import annotations
 
 import subprocess
+import sys
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -146,3 +147,18 @@ def chains(draw) -> str:
 @given(chains())
 def test_operator_chains_are_given_up_on_or_parsed_as_lark_parses_them(chain):
     assert_given_up_on_or_as_lark("fn f(x: [B]) {\n    let z = " + chain + "\n}\n")
+
+
+@pytest.mark.parametrize("where", ["fn f(x: [B]) -> [B] {{\n    x + {}\n}}\n", "module M() {{\n    w: [{}]\n}}\n"])
+def test_an_integer_past_python_s_digit_limit_is_a_located_syntax_error_not_a_traceback(where):
+    # int() refuses a decimal string of more than sys.get_int_max_str_digits() digits (4300: CVE-2020-10735); the
+    # fast parser raised that ValueError out of `linnet check`, lark's route reported it at the item's start
+    digits = "1_" + "9" * sys.get_int_max_str_digits()
+    text = where.format(digits)
+    assert parse_fast(text) is None
+    parsed = parse_item(text)
+    start = text.index(digits)
+    assert parsed.ast is None and len(parsed.problems) == 1
+    problem = parsed.problems[0]
+    assert problem.code == "L001" and problem.span == (start, start + len(digits))
+    assert problem.message == f"this integer has {len(digits) - 1} digits: at most {sys.get_int_max_str_digits()}"
