@@ -16,8 +16,10 @@ from linnet.cli.common import EXIT_ERRORS, EXIT_OK, EXIT_USAGE
 
 
 def _collect(paths: list[str]) -> tuple[list[Path], list[str]]:
-    """`.linnet` files under `paths` (files as given, folders searched), and I/O problems."""
-    files: list[Path] = []
+    """`.linnet` files under `paths` (files as given, folders searched), each once (a file named again, by another
+    spelling of its path or inside a folder given too, is checked once: its diagnostics would print twice), and
+    I/O problems."""
+    files: dict[str, Path] = {}  # by the file's resolved path, the first spelling given
     problems: list[str] = []
     for raw in paths:
         p = Path(raw)
@@ -25,12 +27,14 @@ def _collect(paths: list[str]) -> tuple[list[Path], list[str]]:
             found = sorted(f for f in p.rglob("*.linnet") if f.is_file())
             if not found:
                 problems.append(f"{raw}: no .linnet files in this folder")
-            files.extend(found)
         elif p.is_file():
-            files.append(p)
+            found = [p]
         else:
             problems.append(f"{raw}: no such file or folder")
-    return files, problems
+            continue
+        for f in found:
+            files.setdefault(os.path.realpath(f), f)
+    return list(files.values()), problems
 
 
 def read_source(path: Path) -> str:

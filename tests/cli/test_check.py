@@ -149,6 +149,17 @@ def test_an_unreadable_file_does_not_hide_the_others(tmp_path, capsys):
     assert main(["fmt", "--check", str(tmp_path / "a.linnet")]) == 2
 
 
+def test_a_file_named_twice_is_checked_and_reported_once(tmp_path, capsys, monkeypatch):
+    # as itself twice, by another spelling of its path, and inside a folder given too (ruff and mypy check it once)
+    (tmp_path / "b.linnet").write_text("fn f(x: [N]) -> [M] {\n    x\n}\n")
+    (tmp_path / "c.linnet").write_text("fn g(x: [N]) -> [N] {\n    x\n}\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["check", "b.linnet", "./b.linnet", str(tmp_path / "b.linnet"), str(tmp_path)]) == 1
+    captured = capsys.readouterr()
+    assert captured.out.count("error[L101]: unknown dim `M`") == 1
+    assert captured.err.strip() == "checked 2 files: 1 error, 0 warnings"
+
+
 def test_version(capsys):
     assert main(["--version"]) == 0
     assert capsys.readouterr().out.startswith("linnet ")
