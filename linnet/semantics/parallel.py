@@ -29,6 +29,7 @@ import os
 import pickle
 import re
 import signal
+import sys
 from typing import Any, Callable, Sequence
 
 from ..syntax.items import Item
@@ -188,6 +189,8 @@ class Forked:
         self.n_shares = len(share_list)
         ids = {id(item): n for n, item in enumerate(table)}
         self.workers: list[tuple[int, int]] = []  # (pid, read end of its pipe), those not collected yet
+        prctl = _prctl()  # looked up before the fork: each worker asks for its parent-death signal with it
+        parent = os.getpid()
         try:
             for share in share_list:
                 read_fd, write_fd = os.pipe()
@@ -199,6 +202,7 @@ class Forked:
                     raise
                 if pid == 0:  # the worker: never returns
                     os.close(read_fd)
+                    _end_with(parent, prctl)
                     _worker(share, work, ids, write_fd)
                 os.close(write_fd)
                 self.workers.append((pid, read_fd))
@@ -247,6 +251,32 @@ class Forked:
                     value = None
             out.append(value)
         return out
+
+
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def _prctl() -> Callable[..., int] | None:
+    """libc's `prctl` (Linux), else None."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+def _end_with(parent: int, prctl: Callable[..., int] | None) -> None:
+    """In a worker: have the kernel SIGKILL it when the parent (the thread that forked it) dies (Linux's parent-death
+    signal, prctl(2)), so that a parent killed outright (SIGTERM, SIGKILL: no `Forked.end`) leaves no worker running
+    its share as an orphan; and exit at once if the parent died before this was asked for. Elsewhere a no-op."""
+    if prctl is None:
+        return
+    prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(1)
 
 
 def _worker(share: list[Item], work: Callable[[list[Item]], Any], ids: dict[int, int], write_fd: int) -> None:

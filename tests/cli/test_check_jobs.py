@@ -8,6 +8,7 @@ import contextlib
 import os
 import re
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -178,3 +179,55 @@ def test_sizes_that_recur_across_the_file_still_let_the_workers_checks_count():
     shared, remote = rendered("/tmp/big.linnet", text, 3)
     assert shared == rendered("/tmp/big.linnet", text, 1)[0]
     assert remote >= 30
+
+
+_KILLED_PARENT = """
+import sys, time
+sys.path.insert(0, {bench!r})
+import bigdoc_source
+from linnet.semantics import parallel
+from linnet.semantics.program import Document
+
+real_worker, real_collect = parallel._worker, parallel.Forked.collect
+
+def slow_worker(*args):
+    time.sleep(60)
+    real_worker(*args)
+
+def collect(self):
+    print(*[pid for pid, _ in self.workers], flush=True)
+    return real_collect(self)
+
+parallel._worker, parallel.Forked.collect = slow_worker, collect
+Document("/tmp/big.linnet", bigdoc_source.big_source({copies})).analyze(jobs=3)
+"""
+
+
+def _running(pid: int) -> bool:
+    """Whether process `pid` exists and is not a zombie (one that exited, waiting to be reaped)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the workers' parent-death signal is Linux's")
+def test_workers_end_when_their_parent_is_killed():
+    # SIGTERM or SIGKILL of `linnet check` (a CI timeout, an editor's task stopped) gives it no chance to end its
+    # workers: they must not run their shares on as orphans
+    code = _KILLED_PARENT.format(bench=str(ROOT / "bench"), copies=COPIES)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env)
+    workers = [int(pid) for pid in parent.stdout.readline().split()]
+    try:
+        assert len(workers) == 2
+        parent.kill()
+        parent.wait()
+        deadline = time.monotonic() + 10
+        while any(map(_running, workers)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(map(_running, workers))
+    finally:
+        for pid in workers:  # before the fix: end them here so that no test leaves processes behind
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
