@@ -62,7 +62,9 @@ def _usable_cpus() -> int:
 
 
 def _jobs(text: str) -> int:
-    """`--jobs`'s value: a whole number of processes, at least 1."""
+    """`--jobs`'s value: a whole number of processes, at least 1, or `auto` (the CPUs this process may use)."""
+    if text == "auto":
+        return _usable_cpus()
     try:
         n = int(text)
     except ValueError:
@@ -256,10 +258,11 @@ def register(sub) -> None:
     check.add_argument(
         "--jobs",
         type=_jobs,
-        default=_usable_cpus(),
+        default=1,
         metavar="N",
-        help="check a big file's items in N processes (default: the CPUs this process may use; 1: one process); "
-        "the output is the same",
+        help="check a big file's items in N processes (`auto`: the CPUs this process may use; default 1: one "
+        "process); the output is the same. Not the default: where layer sizes recur across a file, the workers' "
+        "checks can be thrown away and redone in the parent (slower than one process)",
     )
     from linnet.summary import add_arguments
 

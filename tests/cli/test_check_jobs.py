@@ -102,6 +102,16 @@ def test_jobs_must_be_a_positive_whole_number(value, capsys):
     assert "argument --jobs: expected" in capsys.readouterr().err
 
 
+def test_one_process_is_the_default_and_auto_takes_the_usable_cpus():
+    """`--jobs` is opt-in (see the xfail below: recurring sizes can make the workers' checks count for nothing)."""
+    from linnet.cli import build_parser
+    from linnet.cli.check import _usable_cpus
+
+    parser = build_parser()
+    assert parser.parse_args(["check", "x.linnet"]).jobs == 1
+    assert parser.parse_args(["check", "--jobs", "auto", "x.linnet"]).jobs == _usable_cpus()
+
+
 def test_shares_start_only_where_no_item_names_one_before():
     document = Document("/tmp/big.linnet", bigdoc_source.big_source(COPIES))
     items = [i for i in document.items if i.kind in ("module", "fn")]
@@ -168,8 +178,8 @@ def test_an_interrupted_parent_ends_its_workers(monkeypatch):
     strict=True,
     reason="a cache entry two shares both make (`Embedding(1001, 576)`, first met after the fork in two shares) "
     "sends every share back to the parent (`parallel.Made`): where sizes recur across a file but not in its warm "
-    "head, the workers' checks are thrown away and --jobs (the default) costs more than one process (40 copies "
-    "of llama.linnet with sizes drawn from a few: 3.2-3.3 s wall against 2.4-2.6 s, --jobs 2, contended); "
+    "head, the workers' checks are thrown away and --jobs costs more than one process (so it is not the default) "
+    "(40 copies of llama.linnet with sizes drawn from a few: 3.2-3.3 s wall against 2.4-2.6 s, --jobs 2, contended); "
     "redoing only the items that used such an entry needs the entries each item used, which `Made` does not keep",
 )
 def test_sizes_that_recur_across_the_file_still_let_the_workers_checks_count():
