@@ -54,8 +54,10 @@ def test_start_freezes_and_raises_the_full_threshold(full_collections):
     assert gc.get_threshold() == (FIRST_CHECK_YOUNG_THRESHOLD, middle, full * 100)
     frozen_at_start = gc.get_freeze_count()
     collector.after_check()  # the first check ended: what start froze is counted, young collections as usual again
-    # frozen objects can still die (refcounting, in any thread of this process) but none are added
-    assert collector.survivors > 0 and 0.99 * collector.survivors <= frozen_at_start <= collector.survivors
+    # frozen objects can still die (refcounting, in any thread of this process) but none are added: the count can
+    # only have fallen (a CI run saw 1,968,994 frozen at start and 1,968,990 counted, which the bound the other way
+    # round refused)
+    assert collector.survivors > 0 and 0.99 * frozen_at_start <= collector.survivors <= frozen_at_start
     assert gc.get_threshold() == (young, middle, full * 100)
 
 
