@@ -53,18 +53,12 @@ def _display(path: str) -> str:
         return path
 
 
-def _usable_cpus() -> int:
-    """The CPUs this process may run on (its affinity, where the platform tells it), at least 1."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # macOS, Windows: no affinity
-        return max(1, os.cpu_count() or 1)
-
-
 def _jobs(text: str) -> int:
     """`--jobs`'s value: a whole number of processes, at least 1, or `auto` (the CPUs this process may use)."""
     if text == "auto":
-        return _usable_cpus()
+        from linnet.runtimes.backends.threads import usable_cores  # (only here: it imports numpy)
+
+        return len(usable_cores())
     try:
         n = int(text)
     except ValueError:

@@ -548,13 +548,9 @@ class Document:
         stats) and return their findings, merged across bindings (quoting `preset`'s numbers). With `jobs` > 1,
         a big file's items are shared among forked workers (`parallel.py`); what a worker checked is in
         `analysis.remote` (its findings and calls), not in `analysis.items`, and is not cached."""
-        todo = [
-            item
-            for item in self.items
-            if item.ast is not None and item.kind in ("module", "fn") and (only is None or only(item))
-        ]
         remote: dict[Item, _Checked] = {}  # the items checked ahead, in parallel
         if jobs > 1 and parallel.can_fork() and only is None:
+            todo = [item for item in self.items if item.ast is not None and item.kind in ("module", "fn")]
             remote = self._check_remote(analysis, ctx, world, values, preset, todo, jobs)
         findings: list[Finding] = []
         previous_unclosed = False

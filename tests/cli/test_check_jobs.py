@@ -105,11 +105,11 @@ def test_jobs_must_be_a_positive_whole_number(value, capsys):
 def test_one_process_is_the_default_and_auto_takes_the_usable_cpus():
     """`--jobs` is opt-in (see the xfail below: recurring sizes can make the workers' checks count for nothing)."""
     from linnet.cli import build_parser
-    from linnet.cli.check import _usable_cpus
+    from linnet.runtimes.backends.threads import usable_cores
 
     parser = build_parser()
     assert parser.parse_args(["check", "x.linnet"]).jobs == 1
-    assert parser.parse_args(["check", "--jobs", "auto", "x.linnet"]).jobs == _usable_cpus()
+    assert parser.parse_args(["check", "--jobs", "auto", "x.linnet"]).jobs == len(usable_cores())
 
 
 def test_shares_start_only_where_no_item_names_one_before():
