@@ -37,7 +37,6 @@ import sys
 from typing import Any, Callable, Sequence
 
 from ..syntax.items import Item
-from ..types.dims import Atom
 
 __all__ = [
     "MIN_ITEMS_PER_JOB",
@@ -76,8 +75,9 @@ class Made:
     def since(self) -> set[int]:
         """Hashes of the entries made since (each cache is a dict, in the order its entries were made)."""
         ctx = self.ctx
-        made = {hash(_portable(k)) for k, v in ctx.members_cache.items() if self.members.get(k) is not v}
-        made |= {hash(("signature", _portable(k))) for k in list(ctx.signatures)[self.signatures :]}
+        seen: dict[int, Any] = {}  # the parts of the keys (an instance's key is in its methods' keys too) by id
+        made = {hash(_portable(k, seen)) for k, v in ctx.members_cache.items() if self.members.get(k) is not v}
+        made |= {hash(("signature", _portable(k, seen))) for k in list(ctx.signatures)[self.signatures :]}
         made |= {hash(("defaults", id(k))) for k in list(ctx.evaluator._defaults)[self.defaults :]}
         for cv, n in zip(self.config_values, self.atoms):
             if len(cv._atoms) > n:
@@ -85,20 +85,44 @@ class Made:
         return made
 
 
-def _portable(key):
+def _portable(key, seen: dict[int, Any]):
     """`key` (of the members or signatures cache) with each dim atom as its uid and name: the keys hold the atoms of
     the arguments as written (`c.hidden_size` of one config, `c.head_dim / 2`), and these atoms are made by their
     first use, so after the fork each process makes its own objects at the same addresses (ids, hence hashes, that
     name another config's atom in another process); the uid a config value gave the field before the fork names it
-    in every process, and a quotient is named by its operands."""
-    if isinstance(key, Atom):
-        operands = key.quot or key.args  # a quotient's atom is made per written quotient: named by its operands
-        if operands is not None:
-            return (key.kind, key.name, *(_portable(d.key()) for d in operands))
-        return ("atom", key.uid, key.name)
-    if isinstance(key, (tuple, frozenset)):
-        return type(key)(_portable(x) for x in key)
-    return key
+    in every process, and a quotient is named by its operands. Only an int argument's dim holds atoms
+    (`scope.type_key`: `("int", Dim.key())`, a frozenset of terms; a config's is its fields' values), so only those
+    are rewritten; `seen` holds the rewritten tuples by id (alive while the caches hold them: an instance's key is in
+    its methods' keys too)."""
+    if type(key) is not tuple:
+        return key
+    out = seen.get(id(key))
+    if out is None:
+        if len(key) == 2 and key[0] == "int" and type(key[1]) is frozenset:
+            out = ("int", _portable_dim(key[1], seen))
+        elif len(key) == 2 and key[0] == "config":
+            out = key  # a config value's key: its fields' values, no atoms
+        else:
+            out = tuple([_portable(x, seen) if type(x) is tuple else x for x in key])
+        seen[id(key)] = out
+    return out
+
+
+def _portable_dim(terms: frozenset, seen: dict[int, Any]) -> frozenset:
+    """A dim's key (`Dim.key()`: (monomial, coefficient) pairs, a monomial (atom, power) pairs) with each atom as
+    `_portable` says."""
+    out = []
+    for mono, coeff in terms:
+        factors = []
+        for atom, power in mono:
+            operands = atom.quot or atom.args  # a quotient's atom is made per written quotient: named by its operands
+            if operands is not None:
+                name = (atom.kind, atom.name, *(_portable_dim(d.key(), seen) for d in operands))
+            else:
+                name = ("atom", atom.uid, atom.name)
+            factors.append((name, power))
+        out.append((tuple(factors), coeff))
+    return frozenset(out)
 
 
 def config_values(roots) -> list:
