@@ -20,13 +20,14 @@ from ..errors import ConfigError, SourceError
 from ..semantics.attributes import inert_keys, takes_part
 from ..semantics.diagnostics import Diagnostic, LocatedLabel
 from ..semantics.preset_weights import preset_model_mismatch, preset_weights_at  # noqa: F401 - re-exported
-from ..semantics.program import Analysis, Document
+from ..semantics.program import Analysis
 from ..semantics.render import render_text
 from ..semantics.suggest import closest
 from ..syntax import ast as A
 from ..syntax.items import Location
 from ..syntax.positions import LineIndex
 from ..types.core import DTYPES
+from .analyses import analyze_source
 from .core import Program
 from .inline import inline_calls, layer_calls
 from .lower import Lowering, LoweringError
@@ -161,7 +162,7 @@ def _names_a_path(text: str) -> bool:
 
 def check_source(path: str, text: str, preset: str | None = None) -> SourceInfo:
     """Check a source and find its root model and config type. Raises ProgramError."""
-    analysis = Document(path, text).analyze(preset)
+    analysis = analyze_source(path, text, preset)
     _raise_errors(analysis, f"{path} has errors:")
     return _source_info(path, text, analysis, preset)
 
@@ -261,7 +262,7 @@ def bind_config(info: SourceInfo, *overrides: dict[str, Any] | ConfigLayer, labe
         offset += len(line)
     text = prefix + "".join(body) + "}\n"
     label = f"{info.preset or 'defaults'} + {' + '.join(layer.label for layer in layers if layer.values)}"
-    analysis = Document(info.path, text).analyze(BOUND_PRESET)
+    analysis = analyze_source(info.path, text, BOUND_PRESET)
     _raise_errors(
         analysis,
         f"{info.path} does not check under the loaded config ({label}):",
