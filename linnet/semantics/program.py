@@ -627,7 +627,9 @@ class Document:
         ia = ItemAnalysis(item)
         checks_run = 0
         edit = self._body_edits.get(item)
+        checked = set()  # the binding keys checked now
         for binding, key, names in self._bindings(item, values, world, globals_):
+            checked.add(key)
             cached = self._results.get((item, key))
             if cached is not None and (cached.world == world or self._valid(cached, ns)):
                 result = cached
@@ -653,8 +655,8 @@ class Document:
         if record:
             analysis.items[item] = ia
             if self._body_edits.pop(item, None) is not None:  # results under bindings not checked now are stale
-                kept = {id(result) for _, result in ia.results}
-                self._results = {k: v for k, v in self._results.items() if k[0] is not item or id(v) in kept}
+                for stale in [k for k in self._results if k[0] is item and k[1] not in checked]:
+                    del self._results[stale]
         calls = ia.results[0][1].calls if ia.results else []
         return _Checked(_merge(ia, preset), calls, checks_run)
 
