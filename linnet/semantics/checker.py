@@ -114,7 +114,8 @@ class ItemResult:
     @property
     def resolved(self) -> Resolved:
         """This result in resolved form: names, calls and types (`resolved.Resolved`)."""
-        return Resolved(self.names, self.call_info, self.types)
+        parts = {s.fn: s for s in self.segments if s.fn is not None} if self.segments else None
+        return Resolved(self.names, self.call_info, self.types, parts=parts)
 
 
 class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):

@@ -127,7 +127,7 @@ def _recheck(
                 c.check_method(info, inst)
             continue
         _add(new, taken, edit, item)
-        parts.segments.append(Segment(seg.fn, seg.counts, seg.deps))
+        parts.segments.append(seg)  # the same part: what was derived from it stays valid (unread.py's summaries)
         new.deps.update(seg.deps)
     _add(new, [src[at:] for src, at in zip(sources, offsets)], edit, item)  # what follows the functions
     parts.close()

@@ -286,3 +286,19 @@ def test_a_body_edit_keeps_the_modules_other_functions_and_checks_one():
         assert new.call_info[step_call] is old.call_info[step_call]  # taken over, not checked again
     assert [d.code for d in after.diagnostics] == ["L901"]
     assert summary(after) == summary(Document("llama.linnet", doc.text).analyze())
+
+
+def test_unread_members_follow_body_edits_checked_in_parts():
+    """What the entries read is found again for the edited function only (the others' parts are the same objects,
+    `Resolved.parts`): calling `v_proj` in place of `k_proj` leaves `k_proj` unread (L904), and undoing it reads
+    it again, as fresh analyses find."""
+    doc = Document("llama.linnet", LLAMA)
+    assert not [d for d in doc.analyze().diagnostics if d.code == "L904"]
+    at = LLAMA.index("k_proj(x)")
+    for text in (LLAMA[:at] + "v" + LLAMA[at + 1 :], LLAMA, LLAMA[:at] + "v" + LLAMA[at + 1 :]):
+        doc.update(text)
+        again = doc.analyze()
+        assert summary(again) == summary(Document("llama.linnet", text).analyze())
+        assert [d.message.split("`")[1] for d in again.diagnostics if d.code == "L904"] == (
+            ["k_proj"] if text != LLAMA else []
+        )
