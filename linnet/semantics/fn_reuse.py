@@ -163,9 +163,10 @@ def _moved_finding(f: Finding, item: Item, cut: int, delta: int) -> Finding:
 
 
 def prune_moved(ctx: CheckContext, edits: dict[Item, BodyEdit]) -> None:
-    """Drop the cached members and signatures (`CheckContext` caches) of the items `edits` changed whose findings
-    point after an edit (their spans moved): the rest stay valid, since the items' nodes are kept. Copied, not
-    changed in place, as `program._prune_caches` does."""
+    """Drop the cached members and signatures (`CheckContext` caches) of the items `edits` just changed whose
+    findings point after an edit (their spans moved): the rest stay valid, since the items' nodes are kept (every
+    document's context that may hold them is pruned at the edit: an importer's too). Copied, not changed in place,
+    as `program._prune_caches` does."""
     stale = []
     for item, edit in edits.items():
         for cache, key in ctx.cache_keys.get(item, ()):

@@ -465,6 +465,9 @@ class Document:
             edit = splice_body(old, chunk, pending.fn if pending is not None else None)
             if edit is None:
                 return None
+            for doc in dict.fromkeys([self, *self.workspace.documents()]):  # whose checks may have cached its members
+                if doc._context is not None:
+                    fn_reuse.prune_moved(doc._context[1], {old: edit})
             if pending is not None:
                 edit = BodyEdit(edit.fn, pending.cut, pending.delta + edit.delta)
             self._body_edits[old] = edit
@@ -508,7 +511,6 @@ class Document:
         analysis.scenarios = scenarios
         values = values_by_type(scenarios, globals_)
         world, ctx = self._check_context(ns, values, globals_, evaluator)
-        fn_reuse.prune_moved(ctx, self._body_edits)
         analysis.context = ctx
         findings: list[Finding] = list(own_imports.findings)
         for first, dup in globals_.duplicates:

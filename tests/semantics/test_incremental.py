@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from linnet.semantics.program import Document
+from linnet.semantics.program import Document, Workspace
 from linnet.syntax import ast as A
 from linnet.types.core import format_type
 from tests.conftest import EXAMPLES
@@ -302,3 +302,64 @@ def test_unread_members_follow_body_edits_checked_in_parts():
         assert [d.message.split("`")[1] for d in again.diagnostics if d.code == "L904"] == (
             ["k_proj"] if text != LLAMA else []
         )
+
+
+MODULE_WITH_A_SIGNATURE_ERROR = """config C {
+    n: int = 7
+}
+
+preset p = C { n = 7 }
+
+module M(c: C) {
+    fn f(x: [B, 4]) -> [B, 4] {
+        x
+    }
+
+    fn g(x: [B, c.n / 2]) -> [B, c.n / 2] {
+        x
+    }
+}
+"""
+USER = """
+module User(c: C) {
+    m: M(c)
+
+    fn forward(x: [B, 3]) -> [B, 3] {
+        m.g(x)
+    }
+}
+"""
+
+
+def _located(analysis):
+    return [
+        (d.location.path, d.code, d.location.start.offset, d.message, [lb.location.start.offset for lb in d.labels])
+        for d in analysis.diagnostics
+    ]
+
+
+def test_cached_signature_errors_after_a_body_edit_point_where_the_text_moved():
+    """`M.g`'s signature error under `User`'s call is cached with the call's values; an edit in `M.f`'s body above it
+    moves `g`: a check of `User` after it (here and in a file importing `M`) labels the new place, as a fresh
+    analysis does (the cached entry is dropped at the edit)."""
+    at = MODULE_WITH_A_SIGNATURE_ERROR.index("        x\n    }\n\n    fn g") + 9
+    edited = MODULE_WITH_A_SIGNATURE_ERROR[:at] + " + x" + MODULE_WITH_A_SIGNATURE_ERROR[at:]
+    user_edited = USER.replace("m.g(x)", "m.g(x) + x")
+    # one file
+    doc = Document("t.linnet", MODULE_WITH_A_SIGNATURE_ERROR + USER)
+    doc.analyze()
+    doc.update(edited + USER)
+    doc.analyze()
+    doc.update(edited + user_edited)
+    assert _located(doc.analyze()) == _located(Document("t.linnet", edited + user_edited).analyze())
+    # a file importing the module
+    ws, fresh = Workspace(), Workspace()
+    importer = 'from "m.linnet" import C, M\n' + USER
+    ws.open("m.linnet", MODULE_WITH_A_SIGNATURE_ERROR)
+    ws.open("u.linnet", importer).analyze()
+    ws.open("m.linnet", edited).analyze()
+    fresh.open("m.linnet", edited)
+    importer_edited = 'from "m.linnet" import C, M\n' + user_edited
+    again = ws.open("u.linnet", importer_edited).analyze()
+    assert _located(again) == _located(fresh.open("u.linnet", importer_edited).analyze())
+    assert any(d[1] == "L206" and d[4] for d in _located(again))
