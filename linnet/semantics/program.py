@@ -5,7 +5,9 @@ A `Document` holds a source's items. `update(text)` re-splits the text (a line s
 reparses only items whose text changed; `analyze()` rechecks only items whose own text, or
 the interface of something they use (`Item.interface`: an item without its function
 bodies), changed, under each config binding. Everything else is reused, which is what keeps
-an edit inside one function body to one item's work.
+an edit inside one function body to one item's work; inside a module, to one function's: the
+item keeps its nodes but for the edited body (`syntax.splice`), and its checks are made from
+the ones before with that function checked again (`fn_reuse`).
 
 Documents live in a `Workspace` (the files a session can reach, by path): what a document
 imports is found there, so an importer's analysis sees the imported file's current text, and
