@@ -124,7 +124,7 @@ def _same_tree(old: A.Node, new: A.Node, fn: A.FnDef, cut: int, delta: int) -> A
             continue
         if moved(a.span, cut, delta) != b.span:
             return None
-        for name in A._child_fields(type(a)):
+        for name in A.child_fields(type(a)):
             x, y = getattr(a, name), getattr(b, name)
             if isinstance(x, A.Node) or isinstance(y, A.Node):
                 if not (isinstance(x, A.Node) and isinstance(y, A.Node)):
@@ -158,4 +158,4 @@ def _move(tree: A.Node, fn: A.FnDef, cut: int, delta: int) -> None:
         node.span = moved(node.span, cut, delta)
         for name in _span_fields(node):
             setattr(node, name, moved(getattr(node, name), cut, delta))
-        stack += A._child_list(node)
+        stack += A.children(node)
