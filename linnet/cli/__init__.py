@@ -15,6 +15,7 @@ import sys
 from typing import NoReturn
 
 from linnet.cli.common import EXIT_ERRORS, EXIT_OK, EXIT_USAGE
+from linnet.cli.pipes import readers_may_leave
 
 
 def cmd_lsp(args: argparse.Namespace | None) -> int:
@@ -49,6 +50,10 @@ def build_parser() -> argparse.ArgumentParser:
 # one after a full collection (4.6-4.9 of 12.5-14.5 CPU s of `linnet check` on 100 copies of llama.linnet:
 # bench/results/check_phases.md).
 FAST_EXIT_COMMANDS = frozenset({"check", "fmt"})
+# Commands whose exit status is a verdict (errors found, files to reformat, a source that disagrees with itself or
+# its reference): it stands when the reader of their output leaves early (`linnet check FILE | head -1`), which
+# ended them with 0 before (linnet/cli/pipes.py). The others (generate, run, the code views) stop there, with 0.
+VERDICT_COMMANDS = frozenset({"check", "fmt", "verify", "diff"})
 
 
 def entry() -> NoReturn:
@@ -78,13 +83,16 @@ def main(argv: list[str] | None = None) -> int:
     from linnet.errors import LinnetError
 
     try:
+        if args.command in VERDICT_COMMANDS:
+            with readers_may_leave():
+                return args.func(args)
         return args.func(args)
     except LinnetError as err:  # each command reports its own; this keeps a traceback from any that slips
         print(f"linnet {args.command}: {err}", file=sys.stderr)
         return EXIT_ERRORS
     except KeyboardInterrupt:
         return 130
-    except BrokenPipeError:
+    except BrokenPipeError:  # the reader of a command's output went away (`linnet generate ... | head -c 20`)
         return EXIT_OK
 
 

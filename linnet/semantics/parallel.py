@@ -9,14 +9,18 @@ parent's own items again. The parent checks the first share meanwhile and merges
 so the diagnostics are those one process finds, in the same order. A worker that fails (killed, out of memory)
 costs nothing but time: the parent then checks every share itself, in order.
 
-One process's checks share caches whose entries keep the first maker's details: an instance's members and a
-callee's signature are cached by their arguments' values (`Embedding(49152, 576)` is one entry for every config
-with those sizes), and a config value's dim atoms (`c.hidden_size`) are made by their first use; a label's place
-(which preset's `vocab_size = 49152`) and a dim's name come from that first maker. So each process tells which
-entries it made (`Made`): a worker whose share made an entry that an earlier share also made would have seen
-the earlier one in a single process, and then every worker's share is checked again in the parent, in order (as
-one process does). The parent first checks a head of the file alone (`WARM_SHARE`), so that the entries every
-part of a file shares (the standard library's layers at the file's sizes) are made before the fork.
+One process's checks share caches. An instance's members and a callee's signature are cached by their arguments
+as written (`Embedding(c.vocab_size, c.hidden_size)` of one config value: its dim atoms), so an entry is the same
+whichever check made it. Some details still come from a first maker: a config value's dim atoms are made by their
+first use and shared by equal config values (two presets that agree on every field: the first one's line labels
+both), a quotient's atom (`c.head_dim / 2`) is made once per process with a number that orders a product's factors
+when it is printed, and a config's defaults are evaluated on first use. So each process tells which entries it made
+(`Made`): a worker whose share made an entry that an earlier share also made would have seen the earlier one in a
+single process, and then every worker's share is checked again in the parent, in order (as one process does).
+Since the caches are keyed by the sizes as written, two shares make the same entry only where they use the same
+config value or literal sizes (rare: `independent_cuts` keeps a config's users in one share). The parent first
+checks a head of the file alone (`WARM_SHARE`), so that the entries every part of a file shares (the standard
+library's layers at literal sizes, functions without compile-time arguments) are made before the fork.
 
 Only where `os.fork` exists (POSIX) and only for `linnet check`: the language server checks in one process (its
 edits touch one item; a fork of a process with threads and an open editor connection is not safe).
@@ -56,8 +60,9 @@ WARM_SHARE = 0.05
 class Made:
     """Which cache entries a process made since this was taken: of `ctx`'s members and signatures, of
     `config_values`' dim atoms, of `evaluator`'s config defaults. `since()` gives them as hashes (a fork keeps
-    the hash seed and the objects' ids of what existed before it, so equal keys hash equal in every process; a
-    collision only costs a needless check in the parent)."""
+    the hash seed and the objects' ids of what existed before it, so equal keys hash equal in every process; the
+    dim atoms in the keys, which may be made after it, are hashed by `_portable`; a collision only costs a
+    needless check in the parent)."""
 
     def __init__(self, ctx, config_values: list):
         self.ctx = ctx
@@ -70,13 +75,54 @@ class Made:
     def since(self) -> set[int]:
         """Hashes of the entries made since (each cache is a dict, in the order its entries were made)."""
         ctx = self.ctx
-        made = {hash(k) for k, v in ctx.members_cache.items() if self.members.get(k) is not v}
-        made |= {hash(("signature", k)) for k in list(ctx.signatures)[self.signatures :]}
+        seen: dict[int, Any] = {}  # the parts of the keys (an instance's key is in its methods' keys too) by id
+        made = {hash(_portable(k, seen)) for k, v in ctx.members_cache.items() if self.members.get(k) is not v}
+        made |= {hash(("signature", _portable(k, seen))) for k in list(ctx.signatures)[self.signatures :]}
         made |= {hash(("defaults", id(k))) for k in list(ctx.evaluator._defaults)[self.defaults :]}
         for cv, n in zip(self.config_values, self.atoms):
             if len(cv._atoms) > n:
                 made |= {hash(("atom", id(cv), name)) for name in list(cv._atoms)[n:]}
         return made
+
+
+def _portable(key, seen: dict[int, Any]):
+    """`key` (of the members or signatures cache) with each dim atom as its uid and name: the keys hold the atoms of
+    the arguments as written (`c.hidden_size` of one config, `c.head_dim / 2`), and these atoms are made by their
+    first use, so after the fork each process makes its own objects at the same addresses (ids, hence hashes, that
+    name another config's atom in another process); the uid a config value gave the field before the fork names it
+    in every process, and a quotient is named by its operands. Only an int argument's dim holds atoms
+    (`scope.type_key`: `("int", Dim.key())`, a frozenset of terms; a config's is its fields' values), so only those
+    are rewritten; `seen` holds the rewritten tuples by id (alive while the caches hold them: an instance's key is in
+    its methods' keys too)."""
+    if type(key) is not tuple:
+        return key
+    out = seen.get(id(key))
+    if out is None:
+        if len(key) == 2 and key[0] == "int" and type(key[1]) is frozenset:
+            out = ("int", _portable_dim(key[1], seen))
+        elif len(key) == 2 and key[0] == "config":
+            out = key  # a config value's key: its fields' values, no atoms
+        else:
+            out = tuple([_portable(x, seen) if type(x) is tuple else x for x in key])
+        seen[id(key)] = out
+    return out
+
+
+def _portable_dim(terms: frozenset, seen: dict[int, Any]) -> frozenset:
+    """A dim's key (`Dim.key()`: (monomial, coefficient) pairs, a monomial (atom, power) pairs) with each atom as
+    `_portable` says."""
+    out = []
+    for mono, coeff in terms:
+        factors = []
+        for atom, power in mono:
+            operands = atom.quot or atom.args  # a quotient's atom is made per written quotient: named by its operands
+            if operands is not None:
+                name = (atom.kind, atom.name, *(_portable_dim(d.key(), seen) for d in operands))
+            else:
+                name = ("atom", atom.uid, atom.name)
+            factors.append((name, power))
+        out.append((tuple(factors), coeff))
+    return frozenset(out)
 
 
 def config_values(roots) -> list:

@@ -8,10 +8,12 @@ triples the parse time.
 from __future__ import annotations
 
 from lark import Token, Transformer, Tree
+from lark.exceptions import VisitError
 
 from . import ast as A
 from .ast import Span
-from .descent import unquote as _unquote
+from .literals import LiteralError, integer
+from .literals import unquote as _unquote
 
 
 def _start(x) -> int | None:
@@ -77,7 +79,8 @@ class Builder(Transformer):
         return _name(c[0])
 
     def int_lit(self, c):
-        return A.IntLit(_tok_span(c[0]), int(str(c[0]).replace("_", "")))
+        span = _tok_span(c[0])
+        return A.IntLit(span, integer(str(c[0]), span))
 
     def float_lit(self, c):
         text = str(c[0])
@@ -331,5 +334,11 @@ class Builder(Transformer):
 
 
 def build(tree: Tree) -> A.ItemDef:
-    """Turn lark's tree for `item_source` into an item node."""
-    return Builder().transform(tree)
+    """Turn lark's tree for `item_source` into an item node. Raises LiteralError (located) for a literal whose
+    value cannot be read (an integer past Python's digit limit)."""
+    try:
+        return Builder().transform(tree)
+    except VisitError as err:  # lark wraps what a rule's method raises
+        if isinstance(err.orig_exc, LiteralError):
+            raise err.orig_exc from None
+        raise

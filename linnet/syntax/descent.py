@@ -23,13 +23,13 @@ keyword's spelling gives up.
 
 from __future__ import annotations
 
-import ast as pyast
 import re
 
 from . import ast as A
 from .ast import Span
+from .literals import LiteralError, integer, unquote
 
-__all__ = ["parse_fast", "unquote"]
+__all__ = ["parse_fast"]
 
 # The lexer's terminals (grammar.lark's), first match wins as in lark's one alternation (linnet/syntax/lalr.py):
 # only FLOAT and INT share a first character, and FLOAT comes first there too. Whitespace and a comment (ignored:
@@ -69,17 +69,6 @@ _new = tuple.__new__  # Span(start, end) without the NamedTuple's Python-level _
 
 class _GiveUp(Exception):
     """The item is not one the fast parser is sure of: lark's route parses it."""
-
-
-def unquote(text: str) -> str:
-    """The value of a STRING token's text (`"a\\n"`), as Python reads the literal; the text between the quotes when
-    Python cannot (an escape it does not know)."""
-    if "\\" not in text:
-        return text[1:-1]  # what literal_eval gives, ~50 times faster: no escape
-    try:
-        return pyast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return text[1:-1]
 
 
 def _tokens(text: str) -> tuple[list[str], list[str], list[int], list[int]]:
@@ -548,7 +537,8 @@ class _Parser:
             node: A.Expr = self.plain_name()
         elif kind == "INT":
             self.i += 1
-            node = A.IntLit(_new(Span, (self.starts[i], self.ends[i])), int(self.texts[i].replace("_", "")))
+            span = _new(Span, (self.starts[i], self.ends[i]))
+            node = A.IntLit(span, integer(self.texts[i], span))
         elif kind == "(":
             self.i += 1
             node = self.binary(5, _DIM_PRECEDENCE)
@@ -771,7 +761,7 @@ class _Parser:
             return A.Name(span, text)
         if kind == "INT":
             self.i += 1
-            return A.IntLit(span, int(text.replace("_", "")))
+            return A.IntLit(span, integer(text, span))
         if kind == "FLOAT":
             self.i += 1
             return A.FloatLit(span, float(text.replace("_", "")), text)
@@ -798,9 +788,9 @@ class _Parser:
 def parse_fast(text: str) -> A.ItemDef | None:
     """The AST of one item's `text` (lexable: no lone `\\r`, `positions.lexable`), with item-relative spans, as lark's
     route builds it without its doc comments (`parser._attach_docs`); None when the fast parser is not sure of the
-    item (a syntax error, or a construct it leaves to lark; an integer `int()` refuses, past Python's digit limit).
-    Never raises."""
+    item (a syntax error, or a construct it leaves to lark; an integer past Python's digit limit: lark's route
+    reports it). Never raises."""
     try:
         return _Parser(text).item_source()
-    except (_GiveUp, RecursionError, IndexError, ValueError):
+    except (_GiveUp, LiteralError, RecursionError, IndexError, ValueError):
         return None

@@ -11,7 +11,6 @@ lines already skipped are consequences, not news.
 from __future__ import annotations
 
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -311,6 +310,7 @@ def parse_with_lark(text: str) -> ParsedItem:
             problems.append(SyntaxProblem("L001", "cannot parse this item", Span(0, 0), [], []))
         return ParsedItem(None, problems)
     from .builder import build
+    from .literals import LiteralError
 
     try:
         with deep_recursion():
@@ -318,10 +318,12 @@ def parse_with_lark(text: str) -> ParsedItem:
     except RecursionError:
         problems.append(SyntaxProblem("L000", "this item nests too deeply to build", Span(0, 0), [], []))
         return ParsedItem(None, problems)
+    except LiteralError as err:  # an integer past Python's digit limit, located on its token
+        problems.append(SyntaxProblem("L001", err.message, err.span, [], []))
+        return ParsedItem(None, problems)
     except Exception as err:  # a builder bug must not take the checker down
         problems.append(
-            _long_integer(text)
-            or SyntaxProblem("L001", f"cannot build this item ({type(err).__name__}: {err})", Span(0, 0), [], [])
+            SyntaxProblem("L001", f"cannot build this item ({type(err).__name__}: {err})", Span(0, 0), [], [])
         )
         return ParsedItem(None, problems)
     if len(work) > len(text):  # closers were supplied past the end
@@ -330,26 +332,6 @@ def parse_with_lark(text: str) -> ParsedItem:
         _insert_error_stmt(item, region, text)
     _attach_docs(item, text)
     return ParsedItem(item, problems)
-
-
-_INTEGER = re.compile(r"(?<![A-Za-z0-9_.])[0-9](?:_?[0-9])*(?![A-Za-z0-9_.])")
-
-
-def _long_integer(text: str) -> SyntaxProblem | None:
-    """The first integer literal of `text` with more digits than `int()` converts (`sys.get_int_max_str_digits()`,
-    4300 by default: Python's guard against quadratic conversions), as a problem located on it; None if none."""
-    limit = sys.get_int_max_str_digits()
-    if not limit:
-        return None
-    mask = None
-    for m in _INTEGER.finditer(text):
-        digits = len(m.group()) - m.group().count("_")
-        if digits > limit:
-            mask = mask or code_mask(text)
-            if mask[m.start()]:
-                message = f"this integer has {digits} digits: at most {limit}"
-                return SyntaxProblem("L001", message, Span(m.start(), m.end()), [], [])
-    return None
 
 
 def _recover(work: str, err: UnexpectedInput, problems: list[SyntaxProblem], reported_lines: set[int]):

@@ -21,7 +21,9 @@ match anything, which is what keeps one error from cascading.
 
 from __future__ import annotations
 
+import decimal
 import itertools
+import math
 import weakref
 from dataclasses import dataclass
 from typing import Iterable
@@ -544,6 +546,30 @@ def _operand(d: Dim, right: bool) -> str:
     return s
 
 
+# Past this many bits an int is described by its length, not written out: decimal conversion is quadratic (Python
+# refuses `str()` past 4,300 digits, `sys.get_int_max_str_digits`, for that reason); 65,536 bits is ~19,700 digits,
+# written in ~5 ms.
+MAX_WRITTEN_BITS = 65536
+
+
+def int_text(n: int) -> str:
+    """`n` in decimal, also past Python's limit on `str(int)` (4,300 digits), which raised ValueError from a
+    diagnostic's message; past MAX_WRITTEN_BITS, its length (`a 30,103-digit int`)."""
+    try:
+        return str(n)
+    except ValueError:  # past sys.get_int_max_str_digits()
+        if n.bit_length() > MAX_WRITTEN_BITS:
+            return f"a {_digit_count(n):,}-digit int"
+        return str(decimal.Decimal(n))  # decimal's conversion has no such limit
+
+
+def _digit_count(n: int) -> int:
+    """How many decimal digits `abs(n)` has (n != 0), without writing it out."""
+    n = abs(n)
+    digits = int(n.bit_length() * math.log10(2))  # this many or one more
+    return digits + (n >= 10**digits)
+
+
 def format_dim(d: Dim | None) -> str:
     """Render a dim in Linnet notation (which is also Python's): `B`, `576`, `2 * S + 1`,
     `c.hidden_size / 2`, `(H - 1) // 2 + 1`."""
@@ -561,11 +587,11 @@ def format_dim(d: Dim | None) -> str:
             factors.extend([name] * p)
         mag = abs(coeff)
         if not factors:
-            body = str(mag)
+            body = int_text(mag)
         elif mag == 1:
             body = " * ".join(factors)
         else:
-            body = " * ".join([str(mag)] + factors)
+            body = " * ".join([int_text(mag)] + factors)
         if i == 0:
             parts.append(("-" if coeff < 0 else "") + body)
         else:

@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 import operator
 
-from .dims import Dim, DivisionError, divide, floor_divide, format_dim, remainder
+from .dims import Dim, DivisionError, divide, floor_divide, format_dim, int_text, remainder
 
 ARITHMETIC = ("+", "-", "*", "/", "//", "%", "**")
 COMPARISONS = ("==", "!=", "<", "<=", ">", ">=")
@@ -112,12 +112,22 @@ def _int_arithmetic(op: str, a: Int, b: Int):
             if d.reason == "division by zero":
                 raise ScalarError("zero", f"`{op}` by zero has no value", d)
             raise ScalarError("inexact", f"{format_dim(x)} / {format_dim(y)} is not exact: {d.reason}", d)
-    if plain:
-        n = d.as_int()
-        if n.bit_length() > MAX_INT_BITS:
-            raise ScalarError("too_large", f"`{op}` of {a} and {b} is too large for a compile-time int")
-        return n
-    return d
+    # a dim too: its written form's numbers (`A * B` of two 3,000-digit literals is one) are printed in messages
+    if any(abs(c).bit_length() > MAX_INT_BITS for c in d._t.values()):
+        raise ScalarError(
+            "too_large",
+            f"`{op}` of {_operand_text(a)} and {_operand_text(b)} is too large for a compile-time int "
+            f"(more than {MAX_INT_BITS} bits)",
+        )
+    return d.as_int() if plain else d
+
+
+def _operand_text(v: Int) -> str:
+    """An int operand as a message quotes it: a number of more than 30 digits by its length."""
+    n = known_int(v)
+    if n is None:
+        return format_dim(v)
+    return f"a {len(int_text(abs(n)))}-digit int" if abs(n) >= 10**30 else str(n)
 
 
 def _int_power(a: Int, b: Int):

@@ -1,14 +1,18 @@
 """How a `linnet check` process ends and collects (issue 45: `linnet check` on the 5 MB document): the analysis runs
 without the cyclic garbage collector, which found next to nothing to free and cost 30 % of it, and the process ends
 without the interpreter's teardown (a full collection and the freeing of millions of objects one by one), its output
-flushed first; other commands end as usual (their atexit work: threads, caches, temporary folders). Timings live in
-bench/check_phases.py, not here: these tests check the behaviour."""
+flushed first; other commands end as usual (their atexit work: threads, caches, temporary folders). A reader that
+leaves early (`linnet check FILE | head -1`) does not change the verdict. Timings live in bench/check_phases.py, not
+here: these tests check the behaviour."""
 
 from __future__ import annotations
 
 import gc
+import os
 import subprocess
 import sys
+
+import pytest
 
 from linnet.cli import main
 from linnet.semantics import program
@@ -66,3 +70,42 @@ def test_check_analyses_without_the_collector_and_enables_it_again(monkeypatch, 
     assert main(["check", str(path)]) == 1
     assert enabled_during == [False]
     assert gc.isenabled()  # a caller in the same process (this test) gets its collector back
+
+
+def run_with_reader_gone(args: list[str], tmp_path) -> subprocess.CompletedProcess:
+    """`linnet ARGS` (`python -m linnet`) whose stdout is a pipe closed before it writes: `linnet ... | head -0`."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        return subprocess.run(
+            [sys.executable, "-m", "linnet", *args],
+            cwd=tmp_path,
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={"PATH": "/usr/bin:/bin", "NO_COLOR": "1", "PYTHONPATH": str(ROOT)},
+            timeout=300,
+        )
+    finally:
+        os.close(write_end)
+
+
+@pytest.mark.parametrize("output", ["text", "json", "github"])
+def test_check_with_errors_exits_1_when_its_reader_has_gone(tmp_path, output):
+    # `linnet check FILE | head -1` on a file with errors exited 0: the closed pipe's BrokenPipeError was taken for
+    # success. The verdict stands (1: errors), with no traceback; what it could not print is dropped
+    path = tmp_path / "bigdoc.linnet"
+    path.write_text(bigdoc_source.big_source(10), encoding="utf-8")  # 100 errors: more than the stream's buffer
+    result = run_with_reader_gone(["check", "--format", output, str(path)], tmp_path)
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr and "Broken pipe" not in result.stderr
+    if output == "text":
+        assert result.stderr.strip().splitlines()[-1] == "checked 1 file: 100 errors, 10 warnings"
+
+
+def test_fmt_check_exits_1_when_its_reader_has_gone(tmp_path):
+    for n in range(400):  # enough `would reformat` lines to fill a pipe's buffer
+        (tmp_path / f"model_{n:03}.linnet").write_text("config C {\n  x: int = 1\n}\n", encoding="utf-8")
+    result = run_with_reader_gone(["fmt", "--check", str(tmp_path)], tmp_path)
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr

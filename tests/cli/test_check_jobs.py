@@ -59,10 +59,11 @@ def test_the_workers_check_most_items_and_the_labels_stay_those_of_one_process()
     alone, remote_alone = rendered("/tmp/big.linnet", text, 1)
     shared, remote = rendered("/tmp/big.linnet", text, 3)
     assert remote_alone == 0 and remote >= 30  # two of three shares of 55 modules were the workers'
-    # every copy's `Embedding(49152, 576)` is the first copy's in one process: its label quotes the first copy's
-    # preset (line 35), which a worker that made the entry again would have quoted from its own copy
+    # every copy's `Embedding(c.vocab_size, c.hidden_size)` is its own cache entry (the sizes as written, not their
+    # values), so each copy's L202 labels its own preset's `vocab_size = 49152`: the first copy's (line 35) once
     assert shared == alone
-    assert len(re.findall(r"\n +35 \|     vocab_size = 49152", alone)) > COPIES
+    assert len(re.findall(r"vocab_size = 49152, hidden_size = 576.*\n.*`vocab_size` = 49152", alone)) == COPIES
+    assert len(re.findall(r"\n +35 \|     vocab_size = 49152", alone)) == 1
 
 
 def test_a_share_that_would_use_an_earlier_shares_entries_is_checked_by_the_parent(monkeypatch):
@@ -103,7 +104,7 @@ def test_jobs_must_be_a_positive_whole_number(value, capsys):
 
 
 def test_one_process_is_the_default_and_auto_takes_the_usable_cpus():
-    """`--jobs` is opt-in (see the xfail below: recurring sizes can make the workers' checks count for nothing)."""
+    """`--jobs` is opt-in (two shares that make the same cache entry still send every share back to the parent)."""
     from linnet.cli import build_parser
     from linnet.runtimes.backends.threads import usable_cores
 
@@ -174,16 +175,10 @@ def test_an_interrupted_parent_ends_its_workers(monkeypatch):
                 os.waitpid(pid, 0)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a cache entry two shares both make (`Embedding(1001, 576)`, first met after the fork in two shares) "
-    "sends every share back to the parent (`parallel.Made`): where sizes recur across a file but not in its warm "
-    "head, the workers' checks are thrown away and --jobs costs more than one process (so it is not the default) "
-    "(40 copies of llama.linnet with sizes drawn from a few: 3.2-3.3 s wall against 2.4-2.6 s, --jobs 2, contended); "
-    "redoing only the items that used such an entry needs the entries each item used, which `Made` does not keep",
-)
 def test_sizes_that_recur_across_the_file_still_let_the_workers_checks_count():
-    # each copy's smollm2_135m vocabulary is one of three sizes, so copies in different shares make equal entries
+    # each copy's smollm2_135m vocabulary is one of three sizes: copies in different shares once made the same
+    # cache entry (`Embedding(1001, 576)`, keyed by the sizes' values), which sent every share back to the parent
+    # (`parallel.Made`); keyed by the sizes as written (each copy's `c.vocab_size`), they make entries of their own
     copies = re.split(r"(?=^config Llama_\d+ )", bigdoc_source.big_source(COPIES), flags=re.M)
     text = "".join(part.replace("vocab_size = 49152", f"vocab_size = {1000 + k % 3}") for k, part in enumerate(copies))
     shared, remote = rendered("/tmp/big.linnet", text, 3)

@@ -162,3 +162,17 @@ def test_an_integer_past_python_s_digit_limit_is_a_located_syntax_error_not_a_tr
     problem = parsed.problems[0]
     assert problem.code == "L001" and problem.span == (start, start + len(digits))
     assert problem.message == f"this integer has {len(digits) - 1} digits: at most {sys.get_int_max_str_digits()}"
+
+
+def test_an_integer_past_the_limit_is_located_where_the_ast_builder_met_it():
+    # the builder's failure was located by scanning the item's text for the first long integer: one in a statement
+    # that recovery skipped (not built, its error already reported) took the place of the one the builder met
+    skipped, built = "9" * 4301, "8" * 4301
+    text = f"fn f(x: [B]) -> [B] {{\n    let a = ) {skipped}\n    x + {built}\n}}\n"
+    parsed = parse_item(text)
+    assert [(p.code, p.message) for p in parsed.problems] == [
+        ("L001", "unexpected `)`"),
+        ("L001", f"this integer has 4301 digits: at most {sys.get_int_max_str_digits()}"),
+    ]
+    start = text.index(built)
+    assert parsed.problems[1].span == (start, start + len(built))

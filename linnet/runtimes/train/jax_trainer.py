@@ -207,6 +207,13 @@ def _dpo_micro_loss(policy: JaxPolicy, objective: Objective):
 JAX_LOSSES: dict[str, Callable] = {"sft": _sft_micro_loss, "full": _sft_micro_loss, "dpo": _dpo_micro_loss}
 
 
+def check_method(method: str) -> None:
+    """Refuse a training method (an objective's name: `grpo`) that JAX does not train; `train.run` asks before it
+    claims the output folder, loads the model or draws its progress. Raises TrainError naming those it trains."""
+    if method not in JAX_LOSSES:
+        raise TrainError(f"method {method} does not train on JAX yet (JAX trains: {', '.join(JAX_LOSSES)})")
+
+
 def checkpoint_layers(namespace: dict, saveable: Any) -> list[str]:
     """Run the `forward` of each module class of the generated code `namespace` whose instances make a list (a
     decoder's `layers`) under `jax.checkpoint` with the policy `saveable` (what a layer keeps for the backward pass;
@@ -316,9 +323,8 @@ class JaxTrainer:
     ):
         import optax
 
-        loss_fn = JAX_LOSSES.get(objective.name)
-        if loss_fn is None:
-            raise TrainError(f"method {objective.name} does not train on JAX yet (JAX trains: {', '.join(JAX_LOSSES)})")
+        check_method(objective.name)
+        loss_fn = JAX_LOSSES[objective.name]
         jax = jax_module()
         self.policy, self.objective, self.config = policy, objective, config
         self.on_step, self.reduce_sum = on_step, reduce_sum

@@ -104,6 +104,17 @@ def check_trains(backend: str) -> None:
         raise TrainError(f"backend {b.name} does not train ({b.label} runs inference only); backends that train: {can}")
 
 
+def _check_backend_trains(backend: str, method: str) -> None:
+    """Refuse, before the output folder is claimed, the model loaded or any progress drawn, a backend that does not
+    train or does not train `method` (its trainer module's `check_method`: JAX and GRPO). Raises TrainError."""
+    from ..backends import get_backend
+
+    check_trains(backend)
+    check_method = getattr(get_backend(backend).trainer_module(), "check_method", None)
+    if check_method is not None:
+        check_method(method)
+
+
 def train(
     source: str | Path,
     weights: str | Path | None = None,
@@ -159,6 +170,8 @@ def train(
         lora = LoraSettings()
     cfg = TrainConfig(method=method, lora=lora if method != "full" else None, **options)
     cfg.check()
+    objective = objective_for(cfg.method, **cfg.method_options)  # an unknown method, a bad option: refused here
+    _check_backend_trains(backend, objective.name)
     if cfg.fsdp and not in_torchrun():
         raise TrainError("--fsdp shards across the processes torchrun starts, and this is one process: run it under "
                          "torchrun (docs/distributed.md) or drop --fsdp")  # fmt: skip
@@ -178,7 +191,7 @@ def train(
                 print(f"linnet train: {note}", file=sys.stderr)
             inputs = dict(source=source, weights=weights, data=data, backend=backend, adapter=adapter, preset=preset,
                           config=config, progress=progress, device=device)  # fmt: skip
-            result = _train_claimed(cfg, inputs, claim, stop, resume, output, save_merged, savers)
+            result = _train_claimed(cfg, objective, inputs, claim, stop, resume, output, save_merged, savers)
             finished = True
             return result
     except Interrupt as sig:
@@ -189,17 +202,16 @@ def train(
 
 
 def _train_claimed(
-    cfg: TrainConfig, inputs: dict[str, Any], claim: OutputClaim | None, stop: StopSignals, resume: Any,
-    output: str | Path | None, save_merged: bool, savers: list,
+    cfg: TrainConfig, objective: Any, inputs: dict[str, Any], claim: OutputClaim | None, stop: StopSignals,
+    resume: Any, output: str | Path | None, save_merged: bool, savers: list,
 ) -> TrainResult:  # fmt: skip
     """`train` once `output` is claimed (`claim`, None when this process writes nothing): read, load, restore a
-    checkpoint when resuming, train with checkpoints, write the result."""
+    checkpoint when resuming, train `objective` (`cfg.method`'s) with checkpoints, write the result."""
     from ..backends import get_backend
 
     source, weights, backend = inputs["source"], inputs["weights"], inputs["backend"]
     target = claim.path if claim is not None else None
     checkpoint = resolve_resume(resume, Path(output) if output is not None else None) if resume else None
-    objective = objective_for(cfg.method, **cfg.method_options)
     rows = read_jsonl(inputs["data"])
     trainer_module = get_backend(backend).trainer_module() if get_backend(backend).can_train else None
     if trainer_module is not None and trainer_module.DATA_PARALLEL:  # PyTorch's trainers (JAX trains without torch)

@@ -76,3 +76,19 @@ def test_grpo_values_that_make_the_loss_nan_are_usage_errors(model_dir, tmp_path
     err = capsys.readouterr().err
     assert status == 2 and err == f"linnet train: {message}\n", err
     assert not out.exists()
+
+
+def test_grpo_on_jax_is_refused_before_anything_is_drawn_or_loaded(model_dir, tmp_path, capsys):
+    # JAX does not train GRPO: the refusal came from the JAX trainer, after the output folder was claimed, the model
+    # loaded and the progress bar drawn (its `training` line and the loader's on stderr before the message)
+    pytest.importorskip("jax")
+    data = write_jsonl(tmp_path / "g.jsonl", toy_pref.multiplication_prompts(2))
+    out = tmp_path / "o"
+    capsys.readouterr()
+    status = main(["train", str(LLAMA), "--weights", str(model_dir), "--method", "grpo", "--backend", "jax",
+                   "--reward", "tests.runtimes.train.toy_pref:exact_product_reward", "--data", str(data),
+                   "--max-steps", "1", "-o", str(out)])  # fmt: skip
+    err = capsys.readouterr().err
+    assert status == 2
+    assert err == "linnet train: method grpo does not train on JAX yet (JAX trains: sft, full, dpo)\n"
+    assert not out.exists()
