@@ -13,6 +13,9 @@ from tests.conftest import EXAMPLES
 
 LLAMA = (EXAMPLES / "llama.linnet").read_text()
 GPT2 = (EXAMPLES / "gpt2.linnet").read_text()
+# modules with `if`s among their members and int parameters (checked generically in them)
+VAE = (EXAMPLES / "autoencoder_kl.linnet").read_text()
+MODERNBERT = (EXAMPLES / "modernbert.linnet").read_text()
 SNIPPETS = [
     "x",
     " + 1.0",
@@ -243,8 +246,8 @@ def body_edits(draw, doc):
     return out
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(st.sampled_from([LLAMA, GPT2]), st.data())
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.sampled_from([LLAMA, GPT2, VAE, MODERNBERT]), st.data())
 def test_body_edits_checked_in_parts_equal_a_fresh_check(source, data):
     """Typing inside function bodies, through the function-level reuse: diagnostics, hover and every result of
     every check equal a fresh analysis of the same text."""
