@@ -13,7 +13,9 @@ Per edit (`--edits N`, the language server's path without its transport): bench/
 (` + gate_projj(x)`, a character at a time, again and again: unknown names and broken syntax as typing leaves
 them), each followed by the analysis; CPU seconds of each (time.process_time), p50 / p95 / p99 / max. The
 collector as the server sets it (linnet/lsp/collector.py: the open file's analysis frozen, no automatic full
-collection; the server runs those in pauses).
+collection; the server runs those in pauses). A second workload, `toggle`, is bench/lsp_latency.py --burst-pause's
+keystroke: `q_proj` <-> `v_proj` toggled inside LlamaAttention.project (a module of three functions), each edit
+then analysed.
 
 `--peer DIR` runs every row again with DIR's `linnet` (e.g. main before a change), right after this tree's.
 `--jobs 1 2` adds rows of the analysis in that many processes (`linnet check --jobs`: its forked workers' CPU
@@ -23,8 +25,8 @@ Contention: the CPU pressure (Linux PSI avg10, the share of time some task waite
 process is recorded beside it; under contention CPU seconds grow too (shared caches, SMT siblings), so compare rows
 of one run only.
 
-Run: `python bench/check_phases.py [--copies 20 100] [--jobs 1 2] [--settings disabled] [--edits 200] [--peer DIR]
-[--out PATH]`. Timings live here,
+Run: `python bench/check_phases.py [--copies 20 100] [--jobs 1 2] [--settings disabled] [--edits 200]
+[--workloads typed toggle] [--peer DIR] [--out PATH]`. Timings live here,
 never in tests.
 """
 
@@ -99,8 +101,10 @@ def child(copies: int, setting: str, jobs: int = 1) -> None:
         os._exit(0)
 
 
-def edits(path: str, n: int) -> None:
-    """The per-edit workload in this process (`--child-edits`): prints one JSON line of CPU seconds per edit."""
+def edits(path: str, n: int, workload: str = "typed") -> None:
+    """The per-edit workload in this process (`--child-edits`): prints one JSON line of CPU seconds per edit.
+    `workload`: "typed" (TYPED typed into LlamaMLP's body) or "toggle" (`q_proj` <-> `v_proj` in
+    LlamaAttention.project, as bench/lsp_latency.py --burst-pause types)."""
     import gc
 
     from linnet.semantics.program import Document
@@ -116,6 +120,15 @@ def edits(path: str, n: int) -> None:
     body = "        down_proj(silu(gate_proj(x)) * up_proj(x))"  # the code, not the doc comment that quotes it
     at = text.index(body) + len(body)
     typed, costs = "", []
+    if workload == "toggle":
+        at = text.index("q_proj(x)", text.index("fn project("))
+        for _ in range(n):
+            t0 = time.process_time()
+            document.edit(at, at + 1, "v" if document.text[at] == "q" else "q")
+            document.analyze()
+            costs.append(time.process_time() - t0)
+        print(json.dumps({"edit_cpu_s": costs}), flush=True)
+        return
     for _ in range(n):
         if len(typed) == len(TYPED):  # the whole text typed: take it away, and type it again
             document.edit(at, at + len(typed), "")
@@ -140,12 +153,12 @@ def run_child(args: list[str], tree: Path) -> tuple[dict, object]:
     return json.loads(out.strip().splitlines()[-1]), usage
 
 
-def measure_edits(path: Path, n: int, tree: Path) -> dict:
+def measure_edits(path: Path, n: int, tree: Path, workload: str = "typed") -> dict:
     """Per-edit CPU seconds of `tree`'s analysis (`edits`), summarised, with the CPU wait around them."""
     from lsp_latency import git_state, pressure_snapshot
 
     before = pressure_snapshot()
-    row, _ = run_child(["--child-edits", str(path), str(n)], tree)
+    row, _ = run_child(["--child-edits", str(path), str(n), workload], tree)
     costs = sorted(row["edit_cpu_s"])
 
     def at(q: float) -> float:
@@ -154,6 +167,7 @@ def measure_edits(path: Path, n: int, tree: Path) -> dict:
     return {
         "tree": str(tree),
         "git": git_state(tree),
+        "workload": workload,
         "edits": n,
         "p50_ms": 1000 * at(0.5),
         "p95_ms": 1000 * at(0.95),
@@ -203,16 +217,18 @@ def markdown(result: dict) -> str:
     if result.get("edits"):
         lines += [
             "",
-            f"Per edit on the 3,000-line file: `{TYPED}` typed into LlamaMLP's body a character at a time, "
-            "each edit then analysed (CPU ms per edit):",
+            f"Per edit on the 3,000-line file (CPU ms per edit, each edit then analysed): `typed`: `{TYPED}` typed "
+            "into LlamaMLP's body a character at a time; `toggle`: `q_proj` <-> `v_proj` in LlamaAttention.project "
+            "(the burst benchmark's keystroke):",
             "",
-            "| tree | commit | edits | p50 | p95 | p99 | max | mean | CPU wait % |",
-            "|---|---|---:|---:|---:|---:|---:|---:|---|",
+            "| tree | commit | workload | edits | p50 | p95 | p99 | max | mean | CPU wait % |",
+            "|---|---|---|---:|---:|---:|---:|---:|---:|---|",
         ]
         for r in result["edits"]:
             wait = f"{r['pressure_before'].get('avg10', '?')} / {r['pressure_after'].get('avg10', '?')}"
             lines.append(
-                f"| {r['tree']} | {r['git']['commit'][:10]}{' (dirty)' if r['git']['dirty'] else ''} | {r['edits']} "
+                f"| {r['tree']} | {r['git']['commit'][:10]}{' (dirty)' if r['git']['dirty'] else ''} "
+                f"| {r.get('workload', 'typed')} | {r['edits']} "
                 f"| {r['p50_ms']:.1f} | {r['p95_ms']:.1f} | {r['p99_ms']:.1f} | {r['max_ms']:.1f} | {r['mean_ms']:.1f} "
                 f"| {wait} |"
             )
@@ -223,14 +239,17 @@ def main() -> None:
     if len(sys.argv) in (4, 5) and sys.argv[1] == "--child":
         child(int(sys.argv[2]), sys.argv[3], int(sys.argv[4]) if len(sys.argv) == 5 else 1)
         return
-    if len(sys.argv) == 4 and sys.argv[1] == "--child-edits":
-        edits(sys.argv[2], int(sys.argv[3]))
+    if len(sys.argv) in (4, 5) and sys.argv[1] == "--child-edits":
+        edits(sys.argv[2], int(sys.argv[3]), *sys.argv[4:])
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--copies", type=int, nargs="*", default=[20, 100])
     parser.add_argument("--jobs", type=int, nargs="*", default=[1], help="processes of the analysis (each a row)")
     parser.add_argument("--settings", nargs="*", default=list(SETTINGS), choices=SETTINGS, help="collector settings")
     parser.add_argument("--edits", type=int, default=0, help="keystrokes of the per-edit workload (0: none)")
+    parser.add_argument(
+        "--workloads", nargs="*", default=["typed"], choices=("typed", "toggle"), help="per-edit workloads (`edits`)"
+    )
     parser.add_argument("--peer", type=Path, help="also measure this checkout's linnet (e.g. main before a change)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "check_phases.json")
     args = parser.parse_args()
@@ -256,10 +275,11 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "llama_3k.linnet"
             path.write_text(weights_file(3000), encoding="utf-8")
-            for tree in trees:
-                row = measure_edits(path, args.edits, tree)
-                print(json.dumps(row), flush=True)
-                result["edits"].append(row)
+            for workload in args.workloads:
+                for tree in trees:
+                    row = measure_edits(path, args.edits, tree, workload)
+                    print(json.dumps(row), flush=True)
+                    result["edits"].append(row)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     args.out.with_suffix(".md").write_text(markdown(result), encoding="utf-8")

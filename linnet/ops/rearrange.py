@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 from ..types.core import Shape, format_shape
 from ..types.dims import Dim, format_dim, product
@@ -44,8 +45,10 @@ class Pattern:
     rhs_span: tuple[int, int]
 
 
+@lru_cache(maxsize=1024)
 def parse_pattern(pattern: str) -> Pattern:
-    """Parse `"lhs -> rhs"`; raises OpError(L207) with `inner` set."""
+    """Parse `"lhs -> rhs"`; raises OpError(L207) with `inner` set. Memoized (a pattern is parsed once, not at
+    every check of its call under every config): the Pattern returned is shared, read only."""
     arrow = pattern.find("->")
     if arrow == -1 or pattern.find("->", arrow + 1) != -1:
         raise OpError("L207", "a rearrange pattern has one `->`", "pattern", inner=(0, len(pattern)))

@@ -38,6 +38,7 @@ from ..types.core import (
     format_type,
 )
 from ..types.dims import Dim, const
+from . import fn_reuse
 from .calls import CallsMixin
 from .configs import ConfigEvaluator
 from .describe import (
@@ -106,11 +107,15 @@ class ItemResult:
     calls: list[tuple[tuple, tuple, Span]] = field(default_factory=list)
     names: dict[A.Name, Ref] = field(default_factory=dict)  # what each name use refers to (resolved.py)
     call_info: dict[A.Call, CallInfo] = field(default_factory=dict)  # how each call binds (resolved.py)
+    # A module's check in parts: its parameters and members, each function, the rest (`fn_reuse.Segment`); an edit
+    # inside one function body re-checks that function only (`fn_reuse.recheck_body`). None: not in parts.
+    segments: list | None = None
 
     @property
     def resolved(self) -> Resolved:
         """This result in resolved form: names, calls and types (`resolved.Resolved`)."""
-        return Resolved(self.names, self.call_info, self.types)
+        parts = {s.fn: s for s in self.segments if s.fn is not None} if self.segments else None
+        return Resolved(self.names, self.call_info, self.types, parts=parts)
 
 
 class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
@@ -183,16 +188,23 @@ class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
         inst = Instance(self.item, args, generic=True)
         self.instance = inst
         members = self.members(inst, report=True)
+        parts = fn_reuse.Parts(self.result)
         for info in members.order:
             if info.kind == "fn" and info.present is not False:
-                fn = info.node
-                saved = self.assumptions
-                self.assumptions = list(info.conditions)
-                self.check_fn(fn, inst, self.module_scope(inst))
-                self.assumptions = saved
+                with parts.segment(self, info.node):
+                    self.check_method(info, inst)
+        parts.close()
         for info in members.order:
             if info.kind == "fn" and info.node.entry and not mdef.is_model:
                 self.report("L111", "`entry` marks functions of a `model`; this is a `module`", info.node.name)
+
+    def check_method(self, info: MemberInfo, inst: Instance) -> None:
+        """Check the function member `info` of the module instance `inst` (the conditions of the `if`s around
+        it assumed)."""
+        saved = self.assumptions
+        self.assumptions = list(info.conditions)
+        self.check_fn(info.node, inst, self.module_scope(inst))
+        self.assumptions = saved
 
     def param_value(self, p: A.Param, scope: Scope) -> Type:
         """The value a module or function parameter has in its own generic check."""

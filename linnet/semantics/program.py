@@ -5,7 +5,9 @@ A `Document` holds a source's items. `update(text)` re-splits the text (a line s
 reparses only items whose text changed; `analyze()` rechecks only items whose own text, or
 the interface of something they use (`Item.interface`: an item without its function
 bodies), changed, under each config binding. Everything else is reused, which is what keeps
-an edit inside one function body to one item's work.
+an edit inside one function body to one item's work; inside a module, to one function's: the
+item keeps its nodes but for the edited body (`syntax.splice`), and its checks are made from
+the ones before with that function checked again (`fn_reuse`).
 
 Documents live in a `Workspace` (the files a session can reach, by path): what a document
 imports is found there, so an importer's analysis sees the imported file's current text, and
@@ -23,10 +25,11 @@ from typing import Any, Callable
 
 from ..syntax import ast as A
 from ..syntax.ast import Span
-from ..syntax.items import Item, Location, Source, make_item, split_items
+from ..syntax.items import Item, Location, Source, header_name, make_item, split_items
 from ..syntax.recursion import RECURSION_LIMIT, deep_recursion
+from ..syntax.splice import BodyEdit, splice_body
 from ..types.core import NONE, ConfigT, NoneT, Type, format_type
-from . import parallel
+from . import fn_reuse, parallel
 from .attributes import check_attributes
 from .checker import NAMES_DEP, CheckContext, ItemChecker, ItemResult
 from .codes import CODES
@@ -386,6 +389,8 @@ class Document:
         self._results: dict[tuple[Item, Any], ItemResult] = {}
         self._context = None  # (world key, CheckContext) of the last analysis
         self._binding_cache: dict[Item, tuple] = {}
+        # modules edited inside one function body since their last check, kept with their nodes (syntax.splice)
+        self._body_edits: dict[Item, BodyEdit] = {}
         self._replaced: list[Item] = []  # items dropped since the last analysis (cache pruning)
         self._field_atoms = weakref.WeakValueDictionary()  # config fields' dim atoms (ConfigValue.atom)
         self._unread_cache: dict = {}  # what each function reads under each check of the last analysis (unread.py)
@@ -411,7 +416,8 @@ class Document:
         return self._workspace
 
     def update(self, text: str) -> None:
-        """Replace the text; items whose text is unchanged keep their parse."""
+        """Replace the text; items whose text is unchanged keep their parse, and a module edited inside one
+        function body keeps its other functions' nodes (`_splice`)."""
         if self.items and text == self.source.text:
             return
         self.version += 1
@@ -419,24 +425,57 @@ class Document:
         for item in self.items:
             by_text.setdefault(item.text, []).append(item)
         self.source.set_text(text)
-        items = []
-        parsed = 0
+        items: list[Item | tuple[int, str]] = []
         for offset, chunk in split_items(text):
             reuse = by_text.get(chunk)
             if reuse:
                 item = reuse.pop(0)
                 item.offset = offset
+                items.append(item)
             else:
+                items.append((offset, chunk))
+        left = [i for reusable in by_text.values() for i in reusable]  # not reused as they were
+        parsed = 0
+        for n, entry in enumerate(items):
+            if isinstance(entry, Item):
+                continue
+            offset, chunk = entry
+            item = self._splice(left, chunk)
+            if item is None:
                 item = make_item(self.source, offset, chunk)
                 item.is_std = self.is_std
-                parsed += 1
-            items.append(item)
-        self._replaced.extend(i for reusable in by_text.values() for i in reusable)  # not reused
+            item.offset = offset
+            items[n] = item
+            parsed += 1
+        self._replaced.extend(left)
         self.items = items
         self.last_parsed = parsed
         live = set(items)
         self._results = {k: v for k, v in self._results.items() if k[0] in live}
         self._binding_cache = {k: v for k, v in self._binding_cache.items() if k in live}
+        self._body_edits = {k: v for k, v in self._body_edits.items() if k in live}
+
+    def _splice(self, left: list[Item], chunk: str) -> Item | None:
+        """The item of `left` (not reused; removed from it here) that `chunk` is by an edit inside one function
+        body of a module, with that edit applied in place (`syntax.splice.splice_body`); None when there is none.
+        Edits of one item made between two analyses combine when they are in the same function."""
+        name = header_name(chunk)
+        for n, old in enumerate(left):
+            if old.kind != "module" or old.name != name or name is None:
+                continue
+            pending = self._body_edits.get(old)
+            edit = splice_body(old, chunk, pending.fn if pending is not None else None)
+            if edit is None:
+                return None
+            for doc in dict.fromkeys([self, *self.workspace.documents()]):  # whose checks may have cached its members
+                if doc._context is not None:
+                    fn_reuse.prune_moved(doc._context[1], {old: edit})
+            if pending is not None:
+                edit = BodyEdit(edit.fn, pending.cut, pending.delta + edit.delta)
+            self._body_edits[old] = edit
+            del left[n]
+            return old
+        return None
 
     def edit(self, start: int, end: int, new_text: str) -> None:
         """Replace characters `start:end` with `new_text`. Raises ValueError for a range
@@ -591,10 +630,19 @@ class Document:
         ns, globals_ = analysis.namespaces, analysis.globals
         ia = ItemAnalysis(item)
         checks_run = 0
+        edit = self._body_edits.get(item)
+        checked = set()  # the binding keys checked now
         for binding, key, names in self._bindings(item, values, world, globals_):
+            checked.add(key)
             cached = self._results.get((item, key))
             if cached is not None and (cached.world == world or self._valid(cached, ns)):
                 result = cached
+                if edit is not None:  # its nodes are kept but for one function's body: that one is checked again
+                    result = fn_reuse.recheck_body(ctx, item, binding, cached, edit, ItemChecker)
+                    result = result if result is not None else _check_item(ctx, item, binding)
+                    if record:
+                        self._results[(item, key)] = result
+                    checks_run += 1
                 result.world = world
             else:
                 result = _check_item(ctx, item, binding)
@@ -610,6 +658,9 @@ class Document:
                     analysis.trees.setdefault(n, tree)
         if record:
             analysis.items[item] = ia
+            if self._body_edits.pop(item, None) is not None:  # results under bindings not checked now are stale
+                for stale in [k for k in self._results if k[0] is item and k[1] not in checked]:
+                    del self._results[stale]
         calls = ia.results[0][1].calls if ia.results else []
         return _Checked(_merge(ia, preset), calls, checks_run)
 
@@ -826,6 +877,7 @@ def _check_item(ctx: CheckContext, item: Item, binding: dict[str, Type]) -> Item
             ItemChecker(ctx, item, binding, result).run()
             if isinstance(item.ast, A.ModuleDef) and item.ast.is_model:
                 result.tree = check_model(ItemChecker(ctx, item, binding, result), item)  # type: ignore[attr-defined]
+                result.segments = None  # the model's checks come after its parts (never re-checked in parts)
     except RecursionError:
         result = ItemResult(
             findings=[

@@ -134,6 +134,9 @@ class Resolved:
     calls: dict[A.Call, CallInfo] = field(default_factory=dict)
     types: dict[A.Node, Type] = field(default_factory=dict)
     errors: list = field(default_factory=list)
+    # A module's check in parts (`fn_reuse.Segment`), by function: a function whose part is the same object has the
+    # same names, calls and types as before (an edit in another function's body re-checked only that one).
+    parts: dict[A.FnDef, Any] | None = None
 
     def ref(self, node: A.Name) -> Ref | None:
         """What the name `node` refers to (None: not resolved, e.g. after an error)."""

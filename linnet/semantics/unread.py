@@ -148,10 +148,13 @@ class _Walk:
     def summary(self, fn: A.FnDef, res: Resolved) -> tuple[list, list]:
         """What `fn` reads (member paths from its module) and calls ((receiver path, callee, receiver instance or
         None for its own module)), under the check `res`: the same for every path the function is reached at,
-        so made once per check (kept across analyses in `cache` while the check's result is the same object)."""
-        key = (id(fn), id(res.names))
+        so made once per check (kept across analyses in `cache` while the check's result, or the part of it that
+        checked `fn`, is the same object: `Resolved.parts`)."""
+        token = res.parts.get(fn) if res.parts else None
+        token = token if token is not None else res.names
+        key = (id(fn), id(token))
         hit = self.cache.get(key) or self.old.get(key)
-        if hit is not None and hit[0] is fn and hit[1] is res.names:
+        if hit is not None and hit[0] is fn and hit[1] is token:
             self.cache[key] = hit
             if hit[2] is None:
                 raise _Untraceable
@@ -159,9 +162,9 @@ class _Walk:
         try:
             found = _summarise(fn, res)
         except _Untraceable:
-            self.cache[key] = (fn, res.names, None)
+            self.cache[key] = (fn, token, None)
             raise
-        self.cache[key] = (fn, res.names, found)
+        self.cache[key] = (fn, token, found)
         return found
 
     # ----- the tree

@@ -457,6 +457,11 @@ def _child_list(node: Node) -> list[Node]:
     return kids
 
 
+def child_fields(cls: type) -> tuple[str, ...]:
+    """The fields of node class `cls` that may hold nodes (or lists of them), in source order; spans aside."""
+    return _child_fields(cls)
+
+
 def children(node: Node):
     """Yield the direct child nodes of `node`, in source order."""
     yield from _child_list(node)

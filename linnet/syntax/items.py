@@ -149,6 +149,11 @@ def _attribute_above(text: str, line_start: int) -> int | None:
     return None
 
 
+def header_name(text: str) -> str | None:
+    """The name an item's header line gives (None for an import or text without a header): no parse."""
+    return _header(lexable(text))[1]
+
+
 def _header(text: str) -> tuple[str | None, str | None]:
     m = _HEADER.search(text)
     if not m:

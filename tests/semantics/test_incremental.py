@@ -6,11 +6,16 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from linnet.semantics.program import Document
+from linnet.semantics.program import Document, Workspace
+from linnet.syntax import ast as A
+from linnet.types.core import format_type
 from tests.conftest import EXAMPLES
 
 LLAMA = (EXAMPLES / "llama.linnet").read_text()
 GPT2 = (EXAMPLES / "gpt2.linnet").read_text()
+# modules with `if`s among their members and int parameters (checked generically in them)
+VAE = (EXAMPLES / "autoencoder_kl.linnet").read_text()
+MODERNBERT = (EXAMPLES / "modernbert.linnet").read_text()
 SNIPPETS = [
     "x",
     " + 1.0",
@@ -165,3 +170,199 @@ def test_a_partial_analysis_checks_only_the_items_asked_and_the_full_one_reuses_
     full = doc.analyze()
     assert summary(full) == summary(fresh)
     assert full.stats.items_checked == len(checked) - len(first)
+
+
+# ----- function-level reuse: an edit inside one function body re-checks that function only (semantics/fn_reuse.py)
+
+BODY_SNIPPETS = SNIPPETS + ["let unused_probe = x\n", "x + y", "q_proj", "v_proj", "c.head_dim", "1.0 / 0"]
+
+
+def _bodies(doc):
+    """(start, end) of the text inside the braces of every method body of the document's non-model modules."""
+    out = []
+    for item in doc.items:
+        tree = item.ast
+        if item.kind != "module" or tree is None or tree.is_model:
+            continue
+        for m in A.flat_members(tree.members):
+            if isinstance(m, A.FnDef):
+                out.append((item.offset + m.body.span.start + 1, item.offset + m.body.span.end - 1))
+    return out
+
+
+def _node(item, node):
+    return (type(node).__name__, item.offset + node.span.start, item.offset + node.span.end)
+
+
+def _anchor(analysis, anchor):
+    loc = analysis.resolve(anchor)
+    return (loc.start.offset, loc.end.offset) if loc is not None else repr(analysis.canonical(anchor))
+
+
+def results(analysis):
+    """Everything the checks of the document's modules and functions found, by position: located findings with
+    their labels, references, calls, types, resolved names and calls, per binding."""
+    out = []
+    for item in analysis.document.items:
+        ia = analysis.items.get(item)
+        for names, result in ia.results if ia is not None else ():
+            located = []
+            for f in result.findings:
+                labels = tuple((_anchor(analysis, lb.anchor), lb.message) for lb in f.labels)
+                located.append((f.code, f.message, _anchor(analysis, f.anchor), labels, tuple(f.notes)))
+            out.append(
+                (
+                    item.name,
+                    tuple(names or ()),
+                    located,
+                    [(s.start, s.end, _anchor(analysis, t)) for s, t in result.refs],
+                    [(caller, callee, s.start, s.end) for caller, callee, s in result.calls],
+                    sorted((_node(item, n), format_type(t, concrete=True)) for n, t in result.types.items()),
+                    sorted((_node(item, n), r.kind, r.name) for n, r in result.names.items()),
+                    sorted((_node(item, n), c.kind, sorted(c.args)) for n, c in result.call_info.items()),
+                    [(s.fn is not None and s.fn.name.id, s.counts) for s in result.segments or ()],
+                )
+            )
+    return out
+
+
+@st.composite
+def body_edits(draw, doc):
+    """Edits inside method bodies of `doc`'s current text (inserting a snippet, deleting a few characters), some
+    analysed one by one, some together."""
+    out = []
+    text = doc.text
+    for _ in range(draw(st.integers(1, 8))):
+        probe = Document("probe.linnet", text, std=doc.std)
+        bodies = _bodies(probe)
+        if not bodies:
+            break
+        lo, hi = draw(st.sampled_from(bodies))
+        start = draw(st.integers(lo, hi))
+        end = min(hi, start + draw(st.integers(0, 12)))
+        new = draw(st.sampled_from(BODY_SNIPPETS)) if draw(st.booleans()) else ""
+        out.append((start, end, new, draw(st.booleans())))
+        text = text[:start] + new + text[end:]
+    return out
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.sampled_from([LLAMA, GPT2, VAE, MODERNBERT]), st.data())
+def test_body_edits_checked_in_parts_equal_a_fresh_check(source, data):
+    """Typing inside function bodies, through the function-level reuse: diagnostics, hover and every result of
+    every check equal a fresh analysis of the same text."""
+    doc = Document("t.linnet", source)
+    incremental = doc.analyze()
+    for start, end, new, analyse in data.draw(body_edits(doc)):
+        doc.edit(start, end, new)
+        if analyse:
+            incremental = doc.analyze()
+    incremental = doc.analyze()
+    fresh = Document("t.linnet", doc.text).analyze()
+    assert summary(incremental) == summary(fresh)
+    assert results(incremental) == results(fresh)
+    for offset in range(0, len(doc.text), max(1, len(doc.text) // 40)):
+        a, b = incremental.type_at(offset), fresh.type_at(offset)
+        assert (a and (a.symbolic, a.concrete)) == (b and (b.symbolic, b.concrete))
+
+
+def test_a_body_edit_keeps_the_modules_other_functions_and_checks_one():
+    """An edit inside `LlamaAttention.project` keeps the item and its other functions' nodes (their results are
+    reused), moves the spans after it, and checks `project` again under each binding."""
+    doc = Document("llama.linnet", LLAMA)
+    before = doc.analyze()
+    item = next(i for i in doc.items if i.name == "LlamaAttention")
+    fns = {m.name.id: m for m in A.flat_members(item.ast.members) if isinstance(m, A.FnDef)}
+    step_span = fns["step"].span
+    old_results = [r for _, r in before.items[item].results]
+    at = LLAMA.index("let k = rearrange(k_proj(x)")
+    doc.edit(at, at, "let unused_probe = x\n        ")
+    after = doc.analyze()
+    assert next(i for i in doc.items if i.name == "LlamaAttention") is item
+    now = {m.name.id: m for m in A.flat_members(item.ast.members) if isinstance(m, A.FnDef)}
+    assert all(now[name] is fn for name, fn in fns.items())
+    assert now["step"].span.start == step_span.start + len("let unused_probe = x\n        ")
+    assert after.stats.checked_names == ["LlamaAttention"]
+    for old, (_, new) in zip(old_results, after.items[item].results):
+        assert new is not old and new.segments is not None
+        step_call = next(n for n in A.walk(now["step"].body) if isinstance(n, A.Call))
+        assert new.call_info[step_call] is old.call_info[step_call]  # taken over, not checked again
+    assert [d.code for d in after.diagnostics] == ["L901"]
+    assert summary(after) == summary(Document("llama.linnet", doc.text).analyze())
+
+
+def test_unread_members_follow_body_edits_checked_in_parts():
+    """What the entries read is found again for the edited function only (the others' parts are the same objects,
+    `Resolved.parts`): calling `v_proj` in place of `k_proj` leaves `k_proj` unread (L904), and undoing it reads
+    it again, as fresh analyses find."""
+    doc = Document("llama.linnet", LLAMA)
+    assert not [d for d in doc.analyze().diagnostics if d.code == "L904"]
+    at = LLAMA.index("k_proj(x)")
+    for text in (LLAMA[:at] + "v" + LLAMA[at + 1 :], LLAMA, LLAMA[:at] + "v" + LLAMA[at + 1 :]):
+        doc.update(text)
+        again = doc.analyze()
+        assert summary(again) == summary(Document("llama.linnet", text).analyze())
+        assert [d.message.split("`")[1] for d in again.diagnostics if d.code == "L904"] == (
+            ["k_proj"] if text != LLAMA else []
+        )
+
+
+MODULE_WITH_A_SIGNATURE_ERROR = """config C {
+    n: int = 7
+}
+
+preset p = C { n = 7 }
+
+module M(c: C) {
+    fn f(x: [B, 4]) -> [B, 4] {
+        x
+    }
+
+    fn g(x: [B, c.n / 2]) -> [B, c.n / 2] {
+        x
+    }
+}
+"""
+USER = """
+module User(c: C) {
+    m: M(c)
+
+    fn forward(x: [B, 3]) -> [B, 3] {
+        m.g(x)
+    }
+}
+"""
+
+
+def _located(analysis):
+    return [
+        (d.location.path, d.code, d.location.start.offset, d.message, [lb.location.start.offset for lb in d.labels])
+        for d in analysis.diagnostics
+    ]
+
+
+def test_cached_signature_errors_after_a_body_edit_point_where_the_text_moved():
+    """`M.g`'s signature error under `User`'s call is cached with the call's values; an edit in `M.f`'s body above it
+    moves `g`: a check of `User` after it (here and in a file importing `M`) labels the new place, as a fresh
+    analysis does (the cached entry is dropped at the edit)."""
+    at = MODULE_WITH_A_SIGNATURE_ERROR.index("        x\n    }\n\n    fn g") + 9
+    edited = MODULE_WITH_A_SIGNATURE_ERROR[:at] + " + x" + MODULE_WITH_A_SIGNATURE_ERROR[at:]
+    user_edited = USER.replace("m.g(x)", "m.g(x) + x")
+    # one file
+    doc = Document("t.linnet", MODULE_WITH_A_SIGNATURE_ERROR + USER)
+    doc.analyze()
+    doc.update(edited + USER)
+    doc.analyze()
+    doc.update(edited + user_edited)
+    assert _located(doc.analyze()) == _located(Document("t.linnet", edited + user_edited).analyze())
+    # a file importing the module
+    ws, fresh = Workspace(), Workspace()
+    importer = 'from "m.linnet" import C, M\n' + USER
+    ws.open("m.linnet", MODULE_WITH_A_SIGNATURE_ERROR)
+    ws.open("u.linnet", importer).analyze()
+    ws.open("m.linnet", edited).analyze()
+    fresh.open("m.linnet", edited)
+    importer_edited = 'from "m.linnet" import C, M\n' + user_edited
+    again = ws.open("u.linnet", importer_edited).analyze()
+    assert _located(again) == _located(fresh.open("u.linnet", importer_edited).analyze())
+    assert any(d[1] == "L206" and d[4] for d in _located(again))

@@ -1,0 +1,161 @@
+"""An edit inside one function body of a module, applied to the module's item in place.
+
+Item-level reuse (`items.py`) keeps the parse of every item whose text is unchanged; an edited item gets a new
+parse. For a module whose edit stays inside the braces of one function's body, `splice_body` keeps the item and
+its nodes instead: the text is parsed again (and must give the same tree outside that body), the function's
+`body` is replaced by the new one, and the spans of the nodes after it move by the change in length. The
+module's other functions keep their nodes, so what a check derived for them (keyed by node) stays valid and only
+the edited function needs checking again (`semantics.fn_reuse`). Spans in what was derived before the edit move
+as the nodes did: `BodyEdit` says how.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import ast as A
+from .ast import Span
+from .items import Item, make_item
+
+__all__ = ["BodyEdit", "moved", "splice_body"]
+
+
+@dataclass(frozen=True, slots=True)
+class BodyEdit:
+    """An edit inside the body of `fn` (a method of the item's module). Spans (item-relative) from before the edit
+    that start at or after `cut` (where the body ended) moved by `delta` characters; those that start before it
+    and end at or after it (the function, the module, an `if` around the function) grew by `delta`."""
+
+    fn: A.FnDef
+    cut: int
+    delta: int
+
+
+def moved(span: Span, cut: int, delta: int) -> Span:
+    """`span` (from before an edit ending before `cut`) as it is after the edit: see `BodyEdit`."""
+    if span.end < cut or not delta:
+        return span
+    if span.start >= cut:
+        return Span(span.start + delta, span.end + delta)
+    return Span(span.start, span.end + delta)
+
+
+def splice_body(item: Item, text: str, only: A.FnDef | None = None) -> BodyEdit | None:
+    """Apply the edit that turns `item`'s text into `text` in place, when it changes the text inside the braces of
+    one function body of a `module` (not a `model`: its check is not made in parts) and the new text parses to
+    the same tree outside that body, with the same interface (`Item.interface`); `only`: and that function is
+    `only`. Returns the edit, or None (the item is left as it was) otherwise. The item's `text`, `problems` and
+    nodes are updated; its `offset` is the caller's to set."""
+    tree = item.ast
+    if item.kind != "module" or not isinstance(tree, A.ModuleDef) or tree.is_model:
+        return None
+    old = item.text
+    start = _common_prefix(old, text)
+    tail = _common_suffix(old, text, min(len(old), len(text)) - start)
+    old_end = len(old) - tail
+    fn = next(
+        (
+            m
+            for m in A.flat_members(tree.members)
+            if isinstance(m, A.FnDef) and m.body.span.start < start and old_end < m.body.span.end
+        ),
+        None,
+    )
+    if fn is None or (only is not None and fn is not only):
+        return None
+    new = make_item(item.source, item.offset, text)
+    delta = len(text) - len(old)
+    cut = fn.body.span.end
+    if new.kind != item.kind or new.name != item.name or new.interface != item.interface:
+        return None
+    body = _same_tree(tree, new.ast, fn, cut, delta)
+    if body is None:
+        return None
+    _move(tree, fn, cut, delta)
+    fn.body = body
+    item.text = text
+    item.problems = new.problems
+    item._refs = None
+    item._attribute_findings = None
+    return BodyEdit(fn, cut, delta)
+
+
+def _common_prefix(a: str, b: str) -> int:
+    """The length of the longest common prefix of `a` and `b` (a binary search over slices: compared in C)."""
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _common_suffix(a: str, b: str, limit: int) -> int:
+    """The length of the longest common suffix of `a` and `b`, at most `limit`."""
+    lo, hi = 0, max(limit, 0)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[len(a) - mid : len(a) - lo] == b[len(b) - mid : len(b) - lo]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _span_fields(node: A.Node) -> tuple[str, ...]:
+    return tuple(n for n in type(node).__slots__ if n.endswith("_span"))
+
+
+def _same_tree(old: A.Node, new: A.Node, fn: A.FnDef, cut: int, delta: int) -> A.Block | None:
+    """The body in `new` of the function that is `fn` in `old`, when the two trees are the same apart from that
+    body: node for node of the same class, with the same values, at the spans `moved` gives; else None."""
+    body = None
+    stack = [(old, new)]
+    while stack:
+        a, b = stack.pop()
+        if type(a) is not type(b):
+            return None
+        if a is fn.body:
+            if b.span != (a.span.start, a.span.end + delta):
+                return None
+            body = b
+            continue
+        if moved(a.span, cut, delta) != b.span:
+            return None
+        for name in A.child_fields(type(a)):
+            x, y = getattr(a, name), getattr(b, name)
+            if isinstance(x, A.Node) or isinstance(y, A.Node):
+                if not (isinstance(x, A.Node) and isinstance(y, A.Node)):
+                    return None
+                stack.append((x, y))
+            elif isinstance(x, list) and isinstance(y, list):
+                if len(x) != len(y):
+                    return None
+                for u, v in zip(x, y):
+                    if isinstance(u, A.Node) and isinstance(v, A.Node):
+                        stack.append((u, v))
+                    elif isinstance(u, A.Node) or isinstance(v, A.Node) or u != v:
+                        return None
+            elif x != y:
+                return None
+        for name in _span_fields(a):
+            if moved(getattr(a, name), cut, delta) != getattr(b, name):
+                return None
+    return body
+
+
+def _move(tree: A.Node, fn: A.FnDef, cut: int, delta: int) -> None:
+    """Move the spans of `tree`'s nodes, but for `fn`'s body (replaced), as the edit did (`moved`)."""
+    if not delta:
+        return
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if node is fn.body:
+            continue
+        node.span = moved(node.span, cut, delta)
+        for name in _span_fields(node):
+            setattr(node, name, moved(getattr(node, name), cut, delta))
+        stack += A.children(node)
