@@ -100,9 +100,10 @@ class ConfigValue:
         declaration order must not decide how this one prints."""
         a = self._atoms.get(name)
         if a is None:
-            # where the value came from too: the atom's origin labels findings (a preset's `d = 8` is not the
-            # config's default `d: int = 8`, though an earlier version's value of equal fields made the atom there)
-            key = (self.key(), name, self.origins.get(name))
+            # where the values came from too: the atom's origin labels findings (a preset's `d = 8` is not the
+            # config's default `d: int = 8`, though an earlier version's value of equal fields made the atom there);
+            # every field's origin, so that a value's atoms are all shared or all new (their uids order products)
+            key = (self.key(), self.origins_key(), name)
             shared = self.shared_atoms if self.shared_atoms is not None else weakref.WeakValueDictionary()
             a = shared.get(key)
             if a is None:

@@ -419,3 +419,27 @@ def test_labels_follow_where_equal_config_values_come_from_after_an_edit():
     fresh = Workspace().open("t.linnet", spelt_out).analyze("p")
     (error,) = [d for d in fresh.diagnostics if d.code == "L203"]
     assert (error.labels[-1].location.start.line, error.labels[-1].message) == (6, "`d` = 8")  # 1-based: the preset
+
+
+def test_products_print_in_declaration_order_when_a_preset_leaves_its_defaults():
+    """A preset equal to the defaults until a default changes: its value's atoms are all made again (its `a` now
+    comes from the preset), not only the field whose origin changed; a product of a new atom and a reused one
+    printed in the order of their making (`c.hd * c.a`), not as declared (`c.a * c.hd`), as a fresh analysis does."""
+    text = """config C {
+    a: int = 5
+    hd: int = 64
+}
+
+preset p = C { a = 5 }
+
+fn g(c: C, x: [B, c.a * c.hd]) -> [B, c.a] {
+    x
+}
+"""
+    edited = text.replace("a: int = 5", "a: int = 3")
+    for preset in (None, "p"):
+        ws = Workspace()
+        ws.open("t.linnet", text).analyze(preset)
+        messages = [d.message for d in ws.open("t.linnet", edited).analyze(preset).diagnostics]
+        assert messages == [d.message for d in Workspace().open("t.linnet", edited).analyze(preset).diagnostics]
+        assert all("c.hd * c.a" not in m for m in messages)
