@@ -221,7 +221,11 @@ def _differ(a: dict, b: dict, what: str, log) -> bool:
     return bool(diff)
 
 
-def run_sequence(rng, path, original, steps, presets, n_offsets, log):
+def run_sequence(rng, path, original, steps, presets, n_offsets, log, trace=None):
+    """Random edits of `original` at `path` analysed in one workspace, each compared with a fresh one; None, or (the
+    text, the edits, the texts before) at the first difference. `trace` (a list) gets every analysis made in the
+    incremental workspace: (path, text, preset, partial), to replay."""
+    trace = [] if trace is None else trace
     ws = Workspace()
     importers = [str(ROOT / "examples" / name) for name in IMPORTERS.get(Path(path).name, [])]
     text = original
@@ -229,6 +233,7 @@ def run_sequence(rng, path, original, steps, presets, n_offsets, log):
     edits = []
     preset = rng.choice(presets)
     ws.open(path, text).analyze(preset)
+    trace.append((path, text, preset, False))
     for step in range(steps):
         kind, new = random_edit(rng, text, original, history)
         at = changed_region(text, new)
@@ -243,13 +248,16 @@ def run_sequence(rng, path, original, steps, presets, n_offsets, log):
         if rng.random() < 0.15:  # the server's first pass over a file: its first items as if the file ended there
             cut = next((o for o, _ in split_items(text) if o >= rng.randint(0, len(text))), len(text))
             ws.open(path, text[:cut]).analyze(preset, only=lambda item: True)
+            trace.append((path, text[:cut], preset, True))
             edits.append(("prefix", cut, len(text), cut))
         inc = ws.open(path, text).analyze(preset)
+        trace.append((path, text, preset, False))
         fresh_ws = Workspace()
         fresh = fresh_ws.open(path, text).analyze(preset)
         for imp in importers:  # a file importing the edited one, analysed after the edit in the same workspace
             source = Path(imp).read_text()
             a = views(ws.open(imp, source).analyze(), source, None, range(0, len(source), 97))
+            trace.append((imp, source, None, False))
             b = views(fresh_ws.open(imp, source).analyze(), source, None, range(0, len(source), 97))
             if _differ(a, b, f"importer {imp} of {path} step {step} kinds {[e[0] for e in edits]}", log):
                 return text, edits, history
