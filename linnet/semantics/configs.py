@@ -70,6 +70,15 @@ class ConfigValue:
             self._key = (self.type_name, tuple(parts), tuple(sorted(self.poisoned)), tuple(self._uids))
         return self._key
 
+    def origins_key(self) -> tuple:
+        """Where each field's value came from (`origins`), nested values' too: equal values from different places
+        label findings differently, so a result checked under one is not another's."""
+        parts = []
+        for name, v in self.values.items():
+            nested = v.origins_key() if isinstance(v, ConfigValue) else None
+            parts.append((name, self.origins.get(name), nested))
+        return tuple(parts)
+
     @property
     def config_def(self) -> A.ConfigDef:
         return self.item.ast
@@ -86,11 +95,15 @@ class ConfigValue:
         """The dim atom of an int field: shown as `display` (`c.hidden_size`), valued when known.
         Atoms are shared by equal config values across analyses of one document: a field whose
         value is not known compares by atom, and cached results of an earlier analysis must
-        agree. Never across documents: an atom's creation orders the factors it is printed
-        with, and another file's declaration order must not decide how this one prints."""
+        agree (equal values from the same places: the origin labels findings). Never across
+        documents: an atom's creation orders the factors it is printed with, and another file's
+        declaration order must not decide how this one prints."""
         a = self._atoms.get(name)
         if a is None:
-            key = (self.key(), name)
+            # where the values came from too: the atom's origin labels findings (a preset's `d = 8` is not the
+            # config's default `d: int = 8`, though an earlier version's value of equal fields made the atom there);
+            # every field's origin, so that a value's atoms are all shared or all new (their uids order products)
+            key = (self.key(), self.origins_key(), name)
             shared = self.shared_atoms if self.shared_atoms is not None else weakref.WeakValueDictionary()
             a = shared.get(key)
             if a is None:

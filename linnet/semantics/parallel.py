@@ -100,8 +100,8 @@ def _portable(key, seen: dict[int, Any]):
     if out is None:
         if len(key) == 2 and key[0] == "int" and type(key[1]) is frozenset:
             out = ("int", _portable_dim(key[1], seen))
-        elif len(key) == 2 and key[0] == "config":
-            out = key  # a config value's key: its fields' values, no atoms
+        elif len(key) == 3 and key[0] == "config":
+            out = key  # a config value's key: its fields' values and their origins (symbol anchors), no atoms
         else:
             out = tuple([_portable(x, seen) if type(x) is tuple else x for x in key])
         seen[id(key)] = out

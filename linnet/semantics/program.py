@@ -823,7 +823,9 @@ class Document:
             names: list[str] = []
             for (pname, _), (value, scen) in zip(slots, combo):
                 binding[pname] = ConfigT(value) if isinstance(value, ConfigValue) else NONE
-                key.append((pname, value.key() if isinstance(value, ConfigValue) else None))
+                # where the values came from too: a result's labels point there (`the value 8 of d` at the preset
+                # that sets it, not at an equal default that an earlier version's shared binding took)
+                key.append((pname, (value.key(), value.origins_key()) if isinstance(value, ConfigValue) else None))
                 names = scen if not names else [n for n in names if n in scen] or names + scen
             out.append((binding, tuple(key), names))
         return out

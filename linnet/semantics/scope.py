@@ -73,12 +73,13 @@ def type_key(t: Type):
     """A hashable key for a compile-time argument value (instance caching). An int is keyed by its dim as written
     (`c.num_attention_heads * c.head_dim`, the atoms of one config value), not by its value: the cached members and
     signatures hold the argument's atoms, whose names and origins label findings, so two uses of equal size (`o_proj`
-    and `q_proj`'s 576, or another config's 576) must not share an entry."""
+    and `q_proj`'s 576, or another config's 576) must not share an entry. A config value is keyed by its values and
+    where they came from (`ConfigValue.origins_key`): a preset and the config's defaults may give the same values."""
     if isinstance(t, ScalarT):
         v = t.value
         return (t.kind, v.key() if isinstance(v, Dim) else v)
     if isinstance(t, ConfigT):
-        return ("config", t.value.key())
+        return ("config", t.value.key(), t.value.origins_key())
     if isinstance(t, NoneT):
         return ("none",)
     if isinstance(t, UnknownT):
