@@ -321,15 +321,9 @@ def test_a_stale_lock_of_a_killed_run_is_taken_over(tiny_llama, data, tmp_path, 
     assert steps_done(out) == last + 1 and leftovers(out) == []
 
 
-def test_resume_refuses_what_would_not_continue_the_run(tiny_llama, data, tmp_path, capsys, monkeypatch):
-    # Each refusal below comes once the model is loaded, and loading checks the source first: the same
-    # llama.linnet (with its LoRA adapters) every time, so it is checked once (half of each load's time); the
-    # checkpoint's config is bound and checked again in each run, and what is refused is the run's own
-    import functools
-
-    from linnet.runtimes import loading
-
-    monkeypatch.setattr(loading, "check_source", functools.cache(loading.check_source))
+def test_resume_refuses_what_would_not_continue_the_run(tiny_llama, data, tmp_path, capsys):
+    # Each refusal below comes once the model is loaded; the same llama.linnet is analysed once in the process
+    # (linnet/ir/analyses.py), and the checkpoint's config is bound and checked in each run
     out = tmp_path / "out"
     args = [str(LLAMA), "--weights", str(tiny_llama), "--data", str(data), "-o", str(out), "--quiet",
             "--batch-size", "2", "--lr", "1e-3"]  # fmt: skip
