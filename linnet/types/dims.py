@@ -559,11 +559,11 @@ def int_text(n: int) -> str:
         return str(n)
     except ValueError:  # past sys.get_int_max_str_digits()
         if n.bit_length() > MAX_WRITTEN_BITS:
-            return f"a {_digit_count(n):,}-digit int"
+            return f"a {digit_count(n):,}-digit int"
         return str(decimal.Decimal(n))  # decimal's conversion has no such limit
 
 
-def _digit_count(n: int) -> int:
+def digit_count(n: int) -> int:
     """How many decimal digits `abs(n)` has (n != 0), without writing it out."""
     n = abs(n)
     digits = int(n.bit_length() * math.log10(2))  # this many or one more

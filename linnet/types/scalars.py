@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 import operator
 
-from .dims import Dim, DivisionError, divide, floor_divide, format_dim, int_text, remainder
+from .dims import Dim, DivisionError, digit_count, divide, floor_divide, format_dim, remainder
 
 ARITHMETIC = ("+", "-", "*", "/", "//", "%", "**")
 COMPARISONS = ("==", "!=", "<", "<=", ">", ">=")
@@ -127,7 +127,7 @@ def _operand_text(v: Int) -> str:
     n = known_int(v)
     if n is None:
         return format_dim(v)
-    return f"a {len(int_text(abs(n)))}-digit int" if abs(n) >= 10**30 else str(n)
+    return f"a {digit_count(n)}-digit int" if abs(n) >= 10**30 else str(n)
 
 
 def _int_power(a: Int, b: Int):
