@@ -391,6 +391,9 @@ class Document:
         self._binding_cache: dict[Item, tuple] = {}
         # modules edited inside one function body since their last check, kept with their nodes (syntax.splice)
         self._body_edits: dict[Item, BodyEdit] = {}
+        # item -> (world, preset, ItemAnalysis, _Checked) of its last check, taken as it is while the world is the
+        # same object and the item has no body edit (`_check_one`)
+        self._checked: dict[Item, tuple] = {}
         self._replaced: list[Item] = []  # items dropped since the last analysis (cache pruning)
         self._field_atoms = weakref.WeakValueDictionary()  # config fields' dim atoms (ConfigValue.atom)
         self._unread_cache: dict = {}  # what each function reads under each check of the last analysis (unread.py)
@@ -450,10 +453,14 @@ class Document:
         self._replaced.extend(left)
         self.items = items
         self.last_parsed = parsed
-        live = set(items)
-        self._results = {k: v for k, v in self._results.items() if k[0] in live}
-        self._binding_cache = {k: v for k, v in self._binding_cache.items() if k in live}
-        self._body_edits = {k: v for k, v in self._body_edits.items() if k in live}
+        if left:
+            # the caches hold entries of the items of the last text only, so what they lose is what this text
+            # dropped (rebuilding them on every keystroke was half of a 3,000-line file's update: 2.5 of 5 ms)
+            dead = set(left)
+            self._results = {k: v for k, v in self._results.items() if k[0] not in dead}
+            self._binding_cache = {k: v for k, v in self._binding_cache.items() if k not in dead}
+            self._body_edits = {k: v for k, v in self._body_edits.items() if k not in dead}
+            self._checked = {k: v for k, v in self._checked.items() if k not in dead}
 
     def _splice(self, left: list[Item], chunk: str) -> Item | None:
         """The item of `left` (not reused; removed from it here) that `chunk` is by an edit inside one function
@@ -628,9 +635,19 @@ class Document:
         """Check `item` under each of its bindings (a cached result where still valid); `record`: keep what was
         found in `analysis` (items, model trees) and in this document's cache (a worker keeps nothing)."""
         ns, globals_ = analysis.namespaces, analysis.globals
+        edit = self._body_edits.get(item)
+        memo = self._checked.get(item) if record and edit is None else None
+        if memo is not None and memo[0] is world and memo[1] == preset:
+            # nothing it depends on changed since its last check (the same world object: the interfaces and config
+            # values it reads; the same item, unedited), so every binding's cached result stands, and so do their
+            # merged findings: a 3,000-line file's untouched items took 4.5 ms of each keystroke's check to
+            # validate one by one
+            ia, done = memo[2], memo[3]
+            analysis.items[item] = ia
+            self._record_trees(analysis, ia)
+            return _Checked(done.findings, done.calls, 0)
         ia = ItemAnalysis(item)
         checks_run = 0
-        edit = self._body_edits.get(item)
         checked = set()  # the binding keys checked now
         for binding, key, names in self._bindings(item, values, world, globals_):
             checked.add(key)
@@ -652,17 +669,25 @@ class Document:
                 checks_run += 1
             ia.results.append((names, result))
             ia.bindings.append(binding)
-            tree = getattr(result, "tree", None)
-            if tree is not None and record:
-                for n in names or ["defaults"]:
-                    analysis.trees.setdefault(n, tree)
+        calls = ia.results[0][1].calls if ia.results else []
+        done = _Checked(_merge(ia, preset), calls, checks_run)
         if record:
+            self._record_trees(analysis, ia)
             analysis.items[item] = ia
             if self._body_edits.pop(item, None) is not None:  # results under bindings not checked now are stale
                 for stale in [k for k in self._results if k[0] is item and k[1] not in checked]:
                     del self._results[stale]
-        calls = ia.results[0][1].calls if ia.results else []
-        return _Checked(_merge(ia, preset), calls, checks_run)
+            self._checked[item] = (world, preset, ia, done)
+        return done
+
+    @staticmethod
+    def _record_trees(analysis: Analysis, ia: ItemAnalysis) -> None:
+        """The model trees of `ia`'s checks, by the scenario names each was checked under (the first wins)."""
+        for names, result in ia.results:
+            tree = getattr(result, "tree", None)
+            if tree is not None:
+                for n in names or ["defaults"]:
+                    analysis.trees.setdefault(n, tree)
 
     def _check_remote(
         self,
