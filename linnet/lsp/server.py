@@ -157,7 +157,7 @@ class LinnetServer(LanguageServer):
         # uri -> (the text it ran on, its diagnostics) of the last `linnet.diff` / `linnet.verify` (linnet/lsp/diff.py)
         self.lens_results: dict[str, dict[str, tuple[str, list[T.Diagnostic]]]] = {}
         self._workspace_items: dict[str, tuple[float, list]] = {}
-        self.collector = IdleCollector(busy=self.checking)
+        self.collector = IdleCollector(busy=self.checking, answering=lambda: bool(self.protocol._request_futures))
         # uri -> (revision, the first pass over a big file just opened: `_check_first_items`)
         self.first_items: dict[str, tuple[int, asyncio.Future]] = {}
         self.start_caches: StartCaches | None = None  # the start's caches until typing begins (linnet/lsp/startup.py)
@@ -285,7 +285,7 @@ class LinnetServer(LanguageServer):
             self.log_error("diagnostics", err)
         finally:
             self.first_items.pop(doc.uri, None)
-            self.collector.after_check()  # the analysis this one replaced is garbage now: collected at once
+            self.collector.check_ended()  # the analysis this one replaced is garbage now: collected once answered
 
     def _publish_as_before(self, doc: OpenDocument) -> list[T.Diagnostic] | None:
         """A start's first publish of a document as opened: what a previous start published for the same text and

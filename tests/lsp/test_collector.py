@@ -223,3 +223,36 @@ def test_a_big_file_frozen_as_it_opens_does_not_make_the_next_pause_a_full_colle
 
     asyncio.run(pause())
     assert collector.full_collections == 0
+
+
+def test_the_collection_after_a_check_waits_for_the_requests_in_flight(full_collections):
+    """Issue 45 (typing in bursts): a completion sent with a keystroke waited for that keystroke's check, then for
+    the collection that followed it (`after_check`, run on the event loop before the completion's answer was
+    written); the collection now waits until no request is in flight, and still runs once they are answered."""
+    answering = [True]
+    collector = IdleCollector(busy=lambda: False, idle_s=60.0, answering=lambda: answering[0])
+    collector.start()
+    seen: list[int] = []
+
+    async def check_then_answer() -> None:
+        collector.check_ended()
+        await asyncio.sleep(0.02)
+        seen.append(collector.young_collections)  # a request is in flight: not yet
+        answering[0] = False
+        await asyncio.sleep(0.02)
+        seen.append(collector.young_collections)  # answered: collected
+
+    asyncio.run(check_then_answer())
+    assert seen == [0, 1]
+
+
+def test_the_collection_after_a_check_is_left_to_the_next_check_when_one_began(full_collections):
+    collector = IdleCollector(busy=lambda: True, idle_s=60.0)
+    collector.start()
+
+    async def check_ended_and_another_began() -> None:
+        collector.check_ended()
+        await asyncio.sleep(0.02)
+
+    asyncio.run(check_ended_and_another_began())
+    assert collector.young_collections == 0
