@@ -446,14 +446,6 @@ fn g(c: C, x: [B, c.a * c.hd]) -> [B, c.a] {
         assert all("c.hd * c.a" not in m for m in messages)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an importer's analysis lowers the imported module's body from before an edit: after the server's "
-    "first-items pass over the imported file (a partial analysis of its start), an edit that breaks "
-    "`LlamaDecoderLayer.step`'s body leaves mistral.linnet's lowering (the LSP's cost hover, generated views) "
-    "succeeding where a fresh workspace's raises (this statement did not parse). Older than function-level reuse: "
-    "at be254fa it fails without the first-items pass too (main fixed that case)",
-)
 def test_an_importer_lowers_the_imported_body_as_edited_after_a_first_items_pass():
     from linnet.errors import SourceError
     from linnet.ir.build import lower_analysis
