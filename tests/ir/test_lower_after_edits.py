@@ -97,6 +97,20 @@ def test_a_model_lowers_its_own_file_as_edited(edit: str):
     assert lowered(doc.analyze()) == expected
 
 
+def test_a_check_made_in_parts_keeps_naming_the_old_function():
+    """An edit of `mix`'s body, then one inside `Gain.twice`'s (spliced: `Gain`'s check is made from the one before,
+    `twice` checked again, `forward`'s part kept as it was, naming the old `mix`): lowered as a fresh analysis."""
+    path = "/nowhere/model.linnet"
+    doc = Document(path, LIB + "\n" + MODEL)
+    doc.analyze()
+    doc.update(doc.text.replace("    x\n}\n\nmodule", "    x @ w\n}\n\nmodule"))
+    doc.analyze()
+    doc.update(doc.text.replace("        x + x", "        x - x"))
+    analysis = doc.analyze()
+    assert analysis.stats.checked_names == ["Gain"]  # `twice` only (fn_reuse), the model's check reused
+    assert lowered(analysis) == lowered(Document(path, doc.text).analyze())
+
+
 def test_a_reused_check_is_made_again_once_per_analysis():
     """The check naming the old function is made again for lowering, once per analysis, and not when nothing was
     replaced."""
