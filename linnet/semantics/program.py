@@ -201,8 +201,8 @@ class Analysis:
         (else the first preset, else the defaults). When no check of this analysis has those
         values (an item imported under the importer's config, a standard-library function
         under an argument no preset gives, a method's config argument), the item is checked
-        under them now, once per analysis, in its own file's namespace; that check's errors
-        are in `Resolved.errors` (the analysis's diagnostics do not have them).
+        under them now, once per analysis, in its own file's namespace; that check's errors, and the
+        item's syntax errors, are in `Resolved.errors` (the analysis's diagnostics do not have them).
 
         A check this analysis reused from an earlier one (`Document._check_one`: what it looked up kept its
         interface) may name items an edit has replaced since: a function whose body changed, an imported module
@@ -264,7 +264,10 @@ class Analysis:
         found = self._checked_now.get(key)
         if found is None:
             result = _check_item(self.context, item, binding)
-            errors = [d for f in result.findings if (d := locate(f, self.resolve)) is not None and d.is_error]
+            # with its syntax errors: an imported item's are not the importer's diagnostics, and lowering a body
+            # that did not parse whole would meet the holes error recovery left in it
+            findings = _syntax_findings(item) + result.findings
+            errors = [d for f in findings if (d := locate(f, self.resolve)) is not None and d.is_error]
             found = self._checked_now[key] = replace(result.resolved, errors=errors)
         return found
 
@@ -362,6 +365,20 @@ class Analysis:
 
     def resolve(self, anchor) -> Location | None:
         return self.document.resolve(anchor, self.globals)
+
+
+def _syntax_findings(item: Item) -> list[Finding]:
+    """The item's syntax problems as findings."""
+    return [
+        Finding(
+            p.code,
+            p.message,
+            LocalAnchor(item, p.span),
+            labels=[Label(LocalAnchor(item, s), t) for s, t in p.labels],
+            notes=list(p.notes),
+        )
+        for p in item.problems
+    ]
 
 
 def _has_errors(items: list[Item], findings: list[Finding]) -> bool:
@@ -782,14 +799,7 @@ class Document:
         order of their positions (this file's first)."""
         diagnostics = []
         for item in self.items:
-            for p in item.problems:
-                f = Finding(
-                    p.code,
-                    p.message,
-                    LocalAnchor(item, p.span),
-                    labels=[Label(LocalAnchor(item, s), t) for s, t in p.labels],
-                    notes=list(p.notes),
-                )
+            for f in _syntax_findings(item):
                 d = locate(f, lambda a: self.resolve(a, globals_))
                 if d is not None:
                     diagnostics.append(d)
