@@ -56,9 +56,9 @@ def _display(path: str) -> str:
 def _jobs(text: str) -> int:
     """`--jobs`'s value: a whole number of processes, at least 1, or `auto` (the CPUs this process may use)."""
     if text == "auto":
-        from linnet.runtimes.backends.threads import usable_cores  # (only here: it imports numpy)
+        from linnet.semantics.parallel import usable_cpus
 
-        return len(usable_cores())
+        return len(usable_cpus())
     try:
         n = int(text)
     except ValueError:
@@ -85,6 +85,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
+    from linnet.semantics.parallel import default_jobs
     from linnet.semantics.program import Workspace
     from linnet.semantics.render import render_github, render_json, render_text, use_color
 
@@ -118,7 +119,7 @@ def _check(args: argparse.Namespace) -> int:
         documents.append(workspace.open(str(f), text))
     checked = {workspace.key(d.source.path) for d in documents}
     for doc in documents:  # grows with the files they import
-        analysis = doc.analyze(args.preset, jobs=args.jobs)
+        analysis = doc.analyze(args.preset, jobs=args.jobs if args.jobs is not None else default_jobs(doc.text))
         analyses[doc.source.path] = analysis
         for path in analysis.files:
             if workspace.key(path) not in checked and (imported := workspace.get(path)) is not None:
@@ -252,11 +253,10 @@ def register(sub) -> None:
     check.add_argument(
         "--jobs",
         type=_jobs,
-        default=1,
+        default=None,
         metavar="N",
-        help="check a big file's items in N processes (`auto`: the CPUs this process may use; default 1: one "
-        "process); the output is the same. Not the default: where layer sizes recur across a file, the workers' "
-        "checks can be thrown away and redone in the parent (slower than one process)",
+        help="check a big file's items in N processes (`auto`: the CPUs this process may use); the output is the "
+        "same. Default: `auto` for a file of 64,000 characters or more, one process for a smaller one",
     )
     from linnet.summary import add_arguments
 

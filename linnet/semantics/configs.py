@@ -22,7 +22,7 @@ from typing import Any
 from ..syntax import ast as A
 from ..syntax.items import Item
 from ..types.core import NONE, UNKNOWN, ConfigT, ListT, ScalarT, Type
-from ..types.dims import Atom, Dim, const, new_uid
+from ..types.dims import Atom, Dim, const, derived_key, new_uid
 from ..types.scalars import CONVERSIONS, ScalarError, arithmetic, compare, is_number
 from .diagnostics import Finding, Label, LocalAnchor, SymbolAnchor
 from .suggest import closest
@@ -42,7 +42,7 @@ class ConfigValue:
     values: dict[str, Any]
     origins: dict[str, Any]
     scenarios: list[str] = field(default_factory=list)
-    _atoms: dict[str, Atom] = field(default_factory=dict)
+    _atoms: dict[str, Atom] = field(default_factory=dict)  # by display (`atom`)
     _key: tuple | None = None
     _uids: dict[str, int] = field(default_factory=dict)
     _fields: dict[str, A.ConfigField] | None = None
@@ -92,31 +92,53 @@ class ConfigValue:
         return self._fields.get(name)
 
     def atom(self, name: str, display: str) -> Atom:
-        """The dim atom of an int field: shown as `display` (`c.hidden_size`), valued when known.
-        Atoms are shared by equal config values across analyses of one document: a field whose
-        value is not known compares by atom, and cached results of an earlier analysis must
-        agree (equal values from the same places: the origin labels findings). Never across
-        documents: an atom's creation orders the factors it is printed with, and another file's
-        declaration order must not decide how this one prints."""
-        a = self._atoms.get(name)
+        """The dim atom of int field `name` as this use writes it (`display`: `c.hidden_size`,
+        `c.vision_config.hidden_size`), valued when known. One atom per way of writing a field, so that
+        each use prints what it wrote, whichever use came first (a module taking the vision config as
+        `c` and the model reading it as `c.vision_config` both print their own; a check's output never
+        depends on what was checked before it: `linnet check --jobs`). Equal values share them across
+        analyses of one document (`shared_atoms`): a field whose value is not known compares by atom,
+        and cached results of an earlier analysis must agree (equal values from the same places: the
+        origin labels findings). An unknown value's atoms of every display alias one atom
+        (`Atom.alias`), so that `c.d` and `cfg.d` of one value are equal. Never shared across documents:
+        an atom's id orders the factors it is printed with, and another file's declaration order must
+        not decide how this one prints."""
+        a = self._atoms.get(display)
         if a is None:
+            shared = self.shared_atoms if self.shared_atoms is not None else weakref.WeakValueDictionary()
             # where the values came from too: the atom's origin labels findings (a preset's `d = 8` is not the
             # config's default `d: int = 8`, though an earlier version's value of equal fields made the atom there);
             # every field's origin, so that a value's atoms are all shared or all new (their uids order products)
-            key = (self.key(), self.origins_key(), name)
-            shared = self.shared_atoms if self.shared_atoms is not None else weakref.WeakValueDictionary()
+            value_key = (self.key(), self.origins_key())
+            # the ids of the first value made of those equal ones (`register`), not of the first one read: the
+            # order of the atoms' ids is the order the values were evaluated in, not the order of the checks
+            first = shared.get(value_key, self)
+            uid = first._uids.get(name)
+            key = (value_key, display)
             a = shared.get(key)
             if a is None:
                 v = self.values.get(name, MISSING)
-                a = const(
-                    display,
-                    Dim.of(v) if isinstance(v, int) and not isinstance(v, bool) else None,
-                    origin=self.origins.get(name),
-                    uid=self._uids.get(name),
-                )
+                known = isinstance(v, int) and not isinstance(v, bool)
+                a = const(display, Dim.of(v) if known else None, origin=self.origins.get(name), uid=uid)
+                a._key = derived_key(a._key, display)  # a product of `c.d` and `cfg.d` prints in one order
+                if not known:
+                    base_key = (value_key, name)
+                    base = shared.get(base_key)
+                    if base is None:
+                        base = const(f"{self.type_name}.{name}", None, origin=self.origins.get(name), uid=uid)
+                        shared[base_key] = base
+                    a.alias = base
                 shared[key] = a
-            self._atoms[name] = a
+            self._atoms[display] = a
         return a
+
+    def register(self) -> None:
+        """Record this value, once evaluated, as the first of the values equal to it (`atom`: their atoms' ids
+        are this one's) unless one was evaluated before it."""
+        if self.shared_atoms is not None:
+            value_key = (self.key(), self.origins_key())
+            if self.shared_atoms.get(value_key) is None:
+                self.shared_atoms[value_key] = self
 
     def field_type(self, name: str, display: str) -> Type:
         """The Linnet type of reading field `name` (as `display`, e.g. `c.hidden_size`)."""
@@ -347,6 +369,7 @@ class ConfigEvaluator:
 
         for name in fields:
             get(name)
+        value.register()
         return value
 
     def _bad_field_types(self, cfg: Item) -> set[str]:
