@@ -59,8 +59,11 @@ MIN_ITEMS_PER_JOB = 16
 # entries made again in each worker outweigh what 10 modules per process save. Every example is under 26 kB.
 DEFAULT_JOBS_MIN_CHARS = 64_000
 # The share of the items the parent checks before the fork, rounded up to where a share may start (see the module
-# docstring)
-WARM_SHARE = 0.05
+# docstring): the 5 MB document's first copy. Since a check prints the same whatever came before it, the head only
+# saves work the workers would each do again (the standard library's entries): 5 % of the items (28 copies) ran
+# 1.2 CPU s alone before the fork, and one copy leaves each of 8 shares ~0.1 s more to do (3.03 -> 3.13 CPU s,
+# bench/results/check_phases_s7.md)
+WARM_SHARE = 0.002
 
 
 def can_fork() -> bool:
