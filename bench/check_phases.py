@@ -206,7 +206,8 @@ def measure_cli(path: Path, tree: Path, jobs: str) -> dict:
     env = dict(os.environ, PYTHONPATH=str(tree), NO_COLOR="1")
     args = [sys.executable, "-m", "linnet", "check", *([] if jobs == "default" else ["--jobs", jobs]), str(path)]
     start = time.perf_counter()
-    process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT, env=env)
+    # cwd `tree`: `-m` puts the working directory first on sys.path, before PYTHONPATH
+    process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tree, env=env)
     _, status, usage = os.wait4(process.pid, 0)
     wall = time.perf_counter() - start
     return {
