@@ -12,6 +12,7 @@ import os
 import sys
 from pathlib import Path
 
+from linnet.cli import common
 from linnet.cli.common import EXIT_ERRORS, EXIT_OK, EXIT_USAGE
 
 
@@ -74,13 +75,15 @@ def cmd_check(args: argparse.Namespace) -> int:
     # without the interpreter's teardown), so a collection finds next to nothing to free. The collections took up
     # to a quarter of the analysis of 100 copies of llama.linnet (5.7-7.1 CPU s with young collections at mypy's
     # threshold, 5.2-5.3 s without; peak RSS 344 MB against 373: bench/results/check_phases.md). Enabled again
-    # after, for a caller in the same process (a test).
+    # after for a caller in the same process (a test), not where the process ends at once (`common.EXITS_AT_ONCE`):
+    # the first allocation after enabling ran a young collection over every object made while it was off (the 5 MB
+    # document: ~9 of 35 CPU s, after the diagnostics were printed).
     enabled = gc.isenabled()
     gc.disable()
     try:
         return _check(args)
     finally:
-        if enabled:
+        if enabled and not common.EXITS_AT_ONCE:
             gc.enable()
 
 
