@@ -8,8 +8,8 @@ workers' results came back. On a machine with N free cores the analysis's wall t
 fork + the slowest share + after, plus the results' pickling (not counted): an estimate, which this script prints
 beside the measured wall time of this machine (whose cores may be fewer than N).
 
-Run: `python bench/check_shares.py [--jobs 8] [--copies 570] [--out PATH]` (writes JSON; timings live here, never in
-tests).
+Run: `python bench/check_shares.py [--jobs 8] [--copies 570] [--out PATH]` (writes PATH and the same run as a table
+beside it, `.md`; timings live here, never in tests).
 """
 
 from __future__ import annotations
@@ -93,6 +93,34 @@ def measure(copies: int, jobs: int) -> dict:
     }
 
 
+def markdown(result: dict) -> str:
+    """`result` as a short table and the estimate, said to be one."""
+    workers = result["worker_share_cpu_s"]
+    wait = f"{result['pressure_before'].get('avg10', '?')} / {result['pressure_after'].get('avg10', '?')}"
+    return "\n".join(
+        [
+            f"# `linnet check --jobs {result['jobs']}` on the {result['copies']}-copy document, share by share",
+            "",
+            f"Written by `bench/check_shares.py` ({result['when']}) at {result['git']['commit'][:10]}"
+            f"{' (dirty)' if result['git']['dirty'] else ''}, on {result['cpus_here']} usable CPUs (CPU wait, PSI "
+            f"avg10 before / after: {wait} %; {result['jobs']} processes on fewer cores inflate each one's CPU "
+            "seconds). CPU seconds:",
+            "",
+            "| parse | before the fork | parent's share | workers' shares (min / max) | after the results |",
+            "|---:|---:|---:|---|---:|",
+            f"| {result['parse_cpu_s']:.2f} | {result['before_fork_cpu_s']:.2f} | {result['own_share_cpu_s']:.2f} "
+            f"| {min(workers):.2f} / {max(workers):.2f} ({len(workers)} workers, {result['checked_by_workers']} "
+            f"items) | {result['after_collect_cpu_s']:.2f} |",
+            "",
+            f"An estimate, not a measurement: on {result['jobs']} free cores the parse and the analysis would take "
+            f"about {result['estimate_wall_s_on_free_cores']:.1f} s of wall time (parse + before the fork + the "
+            "slowest share + after; the results' pickling and the process's start and printing not counted). "
+            f"Measured here: {result['measured_parse_and_analyze_wall_s']:.1f} s.",
+            "",
+        ]
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=8)
@@ -108,6 +136,7 @@ def main() -> None:
     print(json.dumps(result, indent=2))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    args.out.with_suffix(".md").write_text(markdown(result), encoding="utf-8")
 
 
 if __name__ == "__main__":

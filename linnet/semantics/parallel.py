@@ -54,15 +54,16 @@ __all__ = [
 MIN_ITEMS_PER_JOB = 16
 # `linnet check` without `--jobs` checks a file of at least this many characters in as many processes as it has usable
 # CPUs (`default_jobs`), a smaller one in one process: 8 copies of llama.linnet (77 kB, 40 modules under five configs)
-# took 342 ms in one process and 213 ms in two on 2 shared cores (bench/results/check_phases_s7.md), while 4 copies
-# (39 kB, 20 modules) were slower forked (165 vs 192 ms): the fork, the pickled results and the standard library's
-# entries made again in each worker outweigh what 10 modules per process save. Every example is under 26 kB.
+# took 0.48 s of analysis in one process and 0.36 s in two on 2 shared cores, 16 copies 0.65 and 0.43 s
+# (bench/results/check_phases_s7_threshold.md); 4 copies (39 kB, 20 modules) are too few items for two shares
+# (MIN_ITEMS_PER_JOB). The threshold keeps a file of many small items (a gain of a few ms against a fork, pickled
+# results and the standard library's entries made again in each worker) in one process. Every example is under 26 kB.
 DEFAULT_JOBS_MIN_CHARS = 64_000
 # The share of the items the parent checks before the fork, rounded up to where a share may start (see the module
 # docstring): the 5 MB document's first copy. Since a check prints the same whatever came before it, the head only
 # saves work the workers would each do again (the standard library's entries): 5 % of the items (28 copies) ran
-# 1.2 CPU s alone before the fork, and one copy leaves each of 8 shares ~0.1 s more to do (3.03 -> 3.13 CPU s,
-# bench/results/check_phases_s7.md)
+# ~1.2 CPU s alone before the fork (a one-off measurement, 2 shared cores), one copy leaves 0.69 s before the fork
+# (bench/results/check_shares.md) and each of 8 shares ~0.1 s more to do
 WARM_SHARE = 0.002
 
 
