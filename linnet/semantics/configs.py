@@ -122,7 +122,7 @@ class ConfigValue:
                 a = const(display, Dim.of(v) if known else None, origin=self.origins.get(name), uid=uid)
                 a._key = derived_key(a._key, display)  # a product of `c.d` and `cfg.d` prints in one order
                 if not known:
-                    base_key = (value_key, name)
+                    base_key = (value_key, name, None)  # not a display: one written without a prefix is `name`
                     base = shared.get(base_key)
                     if base is None:
                         base = const(f"{self.type_name}.{name}", None, origin=self.origins.get(name), uid=uid)
