@@ -22,6 +22,8 @@ with `--jobs N`, or without `--jobs` for `default`), its output written to /dev/
 exit, CPU seconds of the process and its workers (os.wait4), peak RSS, exit status.
 
 `--peer DIR` runs every row again with DIR's `linnet` (e.g. main before a change), right after this tree's.
+`--rounds N` runs the per-edit rows N times, the trees alternating, so that a difference can be told from the
+machine's drift (each row is one process: a few ms of p50 come and go between runs on shared cores).
 `--jobs 1 2` adds rows of the analysis in that many processes (`linnet check --jobs`: its forked workers' CPU
 seconds are counted with the parent's; analyze wall s beside them); a tree without it runs one process.
 
@@ -30,7 +32,7 @@ process is recorded beside it; under contention CPU seconds grow too (shared cac
 of one run only.
 
 Run: `python bench/check_phases.py [--copies 20 100] [--jobs 1 2] [--settings disabled] [--edits 200]
-[--workloads typed toggle] [--cli-jobs 1 default] [--peer DIR] [--out PATH]`. Timings live here,
+[--workloads typed toggle] [--rounds N] [--cli-jobs 1 default] [--peer DIR] [--out PATH]`. Timings live here,
 never in tests.
 """
 
@@ -266,13 +268,14 @@ def markdown(result: dict) -> str:
             "into LlamaMLP's body a character at a time; `toggle`: `q_proj` <-> `v_proj` in LlamaAttention.project "
             "(the burst benchmark's keystroke):",
             "",
-            "| tree | commit | workload | edits | p50 | p95 | p99 | max | mean | CPU wait % |",
-            "|---|---|---|---:|---:|---:|---:|---:|---:|---|",
+            "| round | tree | commit | workload | edits | p50 | p95 | p99 | max | mean | CPU wait % |",
+            "|---:|---|---|---|---:|---:|---:|---:|---:|---:|---|",
         ]
         for r in result["edits"]:
             wait = f"{r['pressure_before'].get('avg10', '?')} / {r['pressure_after'].get('avg10', '?')}"
+            dirty = " (dirty)" if r["git"]["dirty"] else ""
             lines.append(
-                f"| {r['tree']} | {r['git']['commit'][:10]}{' (dirty)' if r['git']['dirty'] else ''} "
+                f"| {r.get('round', 1)} | {r['tree']} | {r['git']['commit'][:10]}{dirty} "
                 f"| {r.get('workload', 'typed')} | {r['edits']} "
                 f"| {r['p50_ms']:.1f} | {r['p95_ms']:.1f} | {r['p99_ms']:.1f} | {r['max_ms']:.1f} | {r['mean_ms']:.1f} "
                 f"| {wait} |"
@@ -295,6 +298,7 @@ def main() -> None:
     parser.add_argument(
         "--workloads", nargs="*", default=["typed"], choices=("typed", "toggle"), help="per-edit workloads (`edits`)"
     )
+    parser.add_argument("--rounds", type=int, default=1, help="times the per-edit rows run, the trees alternating")
     parser.add_argument(
         "--cli-jobs", nargs="*", default=[], help="rows of the whole `linnet check` (`--jobs` values; `default`: none)"
     )
@@ -335,11 +339,12 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "llama_3k.linnet"
             path.write_text(weights_file(3000), encoding="utf-8")
-            for workload in args.workloads:
-                for tree in trees:
-                    row = measure_edits(path, args.edits, tree, workload)
-                    print(json.dumps(row), flush=True)
-                    result["edits"].append(row)
+            for round_ in range(1, args.rounds + 1):
+                for workload in args.workloads:
+                    for tree in trees:
+                        row = {"round": round_, **measure_edits(path, args.edits, tree, workload)}
+                        print(json.dumps(row), flush=True)
+                        result["edits"].append(row)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     args.out.with_suffix(".md").write_text(markdown(result), encoding="utf-8")

@@ -132,6 +132,8 @@ class Analysis:
         self.item_refs: dict[Item, list[tuple[Span, Any]]] = {}
         self.context: CheckContext | None = None  # what its item checks shared (for checks on demand)
         self._checked_now: dict[Any, Resolved] = {}  # `resolved`'s checks under bindings made on demand
+        self._live: set[Item] | None = None  # the items of every file this analysis saw (`_names_replaced`)
+        self._replaced_in: dict[int, tuple[ItemResult, bool]] = {}  # by check: whether it names a replaced item
         # What forked workers checked (`Document.analyze(jobs=...)`): each item's merged findings and calls; those
         # items are not in `items` (`resolved` checks them again on demand)
         self.remote: dict[Item, _Checked] = {}
@@ -182,7 +184,9 @@ class Analysis:
         ordered = sorted(ia.results, key=lambda r: 0 if (r[0] is None or wanted in r[0]) else 1)
         return ordered
 
-    def resolved(self, item: Item | str, preset: str | None = None, config: dict | None = None) -> Resolved | None:
+    def resolved(
+        self, item: Item | str, preset: str | None = None, config: dict | None = None, *, current: bool = True
+    ) -> Resolved | None:
         """The resolved, typed form of a checked module or function: what each name use refers
         to, how each call binds (arguments to parameters, defaults filled, values converted,
         dims solved) and each expression's type with folded compile-time values
@@ -197,8 +201,14 @@ class Analysis:
         (else the first preset, else the defaults). When no check of this analysis has those
         values (an item imported under the importer's config, a standard-library function
         under an argument no preset gives, a method's config argument), the item is checked
-        under them now, once per analysis, in its own file's namespace; that check's errors
-        are in `Resolved.errors` (the analysis's diagnostics do not have them)."""
+        under them now, once per analysis, in its own file's namespace; that check's errors, and the
+        item's syntax errors, are in `Resolved.errors` (the analysis's diagnostics do not have them).
+
+        A check this analysis reused from an earlier one (`Document._check_one`: what it looked up kept its
+        interface) may name items an edit has replaced since: a function whose body changed, an imported module
+        parsed again. Its findings and types hold, but its names and calls lead to the old bodies, which lowering
+        would compile. Such a check is made again now, once per analysis, as above (`_names_replaced`);
+        `current=False` returns it as it is (unread.py, which maps those items by name itself, on every edit)."""
         if isinstance(item, str):
             item = self.globals(item) if self.globals is not None else None
         if item is None or item.kind not in ("module", "fn") or item.ast is None:
@@ -209,14 +219,40 @@ class Analysis:
             ia = std.items.get(item) if std is not None else None
         if config is None:
             if ia is not None and ia.results:
-                return self._results_of(ia, preset)[0][1].resolved
+                result = self._results_of(ia, preset)[0][1]
+                binding = ia.bindings[next(n for n, r in enumerate(ia.results) if r[1] is result)]
+                return self._current(item, binding, result) if current else result.resolved
             config = {}  # an imported item: under its config defaults
         for binding, (_, result) in zip(ia.bindings, ia.results) if ia is not None else ():
             if binding.keys() == config.keys() and all(
                 _config_key(binding[k]) == _config_key(v) for k, v in config.items()
             ):
-                return result.resolved
+                return self._current(item, binding, result) if current else result.resolved
         return self._check_under(item, config)
+
+    def _current(self, item: Item, binding: dict, result: ItemResult) -> Resolved:
+        """`item`'s check `result` under `binding` in resolved form, or that check made again now when it names an
+        item an edit has replaced since it was made (see `resolved`)."""
+        if item.is_std or not self._names_replaced(result):
+            return result.resolved
+        return self._check_under(item, binding)
+
+    def _names_replaced(self, result: ItemResult) -> bool:
+        """Whether a name or call of `result` leads to an item that is not among the items of its file this
+        analysis saw (what lowering follows: `Ref.item`, `CallInfo.item`). Judged once per check and analysis."""
+        found = self._replaced_in.get(id(result))
+        if found is not None and found[0] is result:
+            return found[1]
+        if self.namespaces is None:
+            return False
+        if self._live is None:
+            files = {id(g): g for g in self.namespaces.by_path.values()}  # the standard library's once
+            self._live = {i for g in files.values() for i in g.items}
+        live = self._live
+        named = itertools.chain((r.item for r in result.names.values()), (c.item for c in result.call_info.values()))
+        replaced = any(i is not None and not i.is_std and i not in live for i in named)
+        self._replaced_in[id(result)] = (result, replaced)
+        return replaced
 
     def _check_under(self, item: Item, config: dict) -> Resolved:
         """`item` checked now under the config values `config` (see `resolved`)."""
@@ -228,7 +264,10 @@ class Analysis:
         found = self._checked_now.get(key)
         if found is None:
             result = _check_item(self.context, item, binding)
-            errors = [d for f in result.findings if (d := locate(f, self.resolve)) is not None and d.is_error]
+            # with its syntax errors: an imported item's are not the importer's diagnostics, and lowering a body
+            # that did not parse whole would meet the holes error recovery left in it
+            findings = _syntax_findings(item) + result.findings
+            errors = [d for f in findings if (d := locate(f, self.resolve)) is not None and d.is_error]
             found = self._checked_now[key] = replace(result.resolved, errors=errors)
         return found
 
@@ -326,6 +365,20 @@ class Analysis:
 
     def resolve(self, anchor) -> Location | None:
         return self.document.resolve(anchor, self.globals)
+
+
+def _syntax_findings(item: Item) -> list[Finding]:
+    """The item's syntax problems as findings."""
+    return [
+        Finding(
+            p.code,
+            p.message,
+            LocalAnchor(item, p.span),
+            labels=[Label(LocalAnchor(item, s), t) for s, t in p.labels],
+            notes=list(p.notes),
+        )
+        for p in item.problems
+    ]
 
 
 def _has_errors(items: list[Item], findings: list[Finding]) -> bool:
@@ -739,14 +792,7 @@ class Document:
         order of their positions (this file's first)."""
         diagnostics = []
         for item in self.items:
-            for p in item.problems:
-                f = Finding(
-                    p.code,
-                    p.message,
-                    LocalAnchor(item, p.span),
-                    labels=[Label(LocalAnchor(item, s), t) for s, t in p.labels],
-                    notes=list(p.notes),
-                )
+            for f in _syntax_findings(item):
                 d = locate(f, lambda a: self.resolve(a, globals_))
                 if d is not None:
                     diagnostics.append(d)
