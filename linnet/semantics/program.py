@@ -563,6 +563,11 @@ class Document:
         evaluator = ConfigEvaluator(globals_, self._field_atoms)
         presets = [i for i in self.items if i.kind == "preset" and i.ast is not None]
         scenarios = evaluator.scenarios(presets, globals_.config_names())
+        # every other config a check can name (an imported file's, the standard library's) at its defaults now, not
+        # on first use: the values' atoms are then made in one order, whatever is checked first (`--jobs`' shares)
+        for item in self._reachable_items(analysis):
+            if item.kind == "config" and item.ast is not None and item.source is not self.source:
+                evaluator.defaults(item)
         analysis.scenarios = scenarios
         values = values_by_type(scenarios, globals_)
         world, ctx = self._check_context(ns, values, globals_, evaluator)
@@ -728,10 +733,10 @@ class Document:
         jobs: int,
     ) -> "dict[Item, _Checked]":
         """`todo`'s items checked ahead: a head of them here, then the rest in shares, the first share here and
-        the others in forked workers (`parallel.py`); what each check found, by item. When a worker's share made
-        a cache entry an earlier share made too (`parallel.Made`), or a worker failed, no worker's items are
-        returned: `_check_items` then checks them here, in order, as one process does. The config
-        evaluator's findings a worker added (a config first evaluated in its checks) are added here."""
+        the others in forked workers (`parallel.py`); what each check found, by item. A check's findings do not
+        depend on what was checked before it in the process (the caches' entries are the same whichever check
+        made them: see `parallel.py`), so each share's are those one process finds. When a worker failed, no
+        worker's items are returned: `_check_items` then checks them here, in order, as one process does."""
         own = {name: i for name, i in analysis.globals.by_name.items() if i.source is self.source}
         cuts = parallel.independent_cuts(todo, own)
         head = int(len(todo) * parallel.WARM_SHARE)  # then on to where a share may start (a whole first part)
@@ -741,32 +746,20 @@ class Document:
         if len(runs) < 2:
             return {}
         out = {item: self._check_one(analysis, ctx, world, values, preset, item, record=True) for item in warm}
-        evaluator = ctx.evaluator
-        roots = [cv for s in analysis.scenarios for cv in s.configs.values()] + list(evaluator._defaults.values())
-        made = parallel.Made(ctx, parallel.config_values(roots))
-        before = {item: len(found) for item, found in evaluator.findings.items()}
 
         def work(share: list[Item]):
-            checked = {i: self._check_one(analysis, ctx, world, values, preset, i, record=False) for i in share}
-            added = {i: found[before.get(i, 0) :] for i, found in evaluator.findings.items()}
-            return checked, {i: found for i, found in added.items() if found}, made.since()
+            return {i: self._check_one(analysis, ctx, world, values, preset, i, record=False) for i in share}
 
         with parallel.Forked(runs[1:], work, list(dict.fromkeys(self._reachable_items(analysis)))) as workers:
             out.update(
                 {item: self._check_one(analysis, ctx, world, values, preset, item, record=True) for item in runs[0]}
             )
-            seen = made.since()
             results = workers.collect()
-        for value in results:
-            if value is None or value[2] & seen:
-                return out  # every worker's share is checked here, in order (the parent lacks their entries)
-            seen |= value[2]
-        for checked, added, _ in results:
+        if any(value is None for value in results):
+            return out  # every worker's share is checked here, in order
+        for checked in results:
             out.update(checked)
             analysis.remote.update(checked)
-            for item, found in added.items():
-                known = evaluator.findings.setdefault(item, [])
-                known.extend(f for f in found if f not in known)
         return out
 
     def _reachable_items(self, analysis: Analysis):
