@@ -17,7 +17,13 @@ collection; the server runs those in pauses). A second workload, `toggle`, is be
 keystroke: `q_proj` <-> `v_proj` toggled inside LlamaAttention.project (a module of three functions), each edit
 then analysed.
 
+`--cli-jobs 1 default` adds rows of the whole `linnet check` command on the document (`python -m linnet check FILE`,
+with `--jobs N`, or without `--jobs` for `default`), its output written to /dev/null: wall seconds from start to
+exit, CPU seconds of the process and its workers (os.wait4), peak RSS, exit status.
+
 `--peer DIR` runs every row again with DIR's `linnet` (e.g. main before a change), right after this tree's.
+`--rounds N` runs the per-edit rows N times, the trees alternating, so that a difference can be told from the
+machine's drift (each row is one process: a few ms of p50 come and go between runs on shared cores).
 `--jobs 1 2` adds rows of the analysis in that many processes (`linnet check --jobs`: its forked workers' CPU
 seconds are counted with the parent's; analyze wall s beside them); a tree without it runs one process.
 
@@ -26,7 +32,7 @@ process is recorded beside it; under contention CPU seconds grow too (shared cac
 of one run only.
 
 Run: `python bench/check_phases.py [--copies 20 100] [--jobs 1 2] [--settings disabled] [--edits 200]
-[--workloads typed toggle] [--peer DIR] [--out PATH]`. Timings live here,
+[--workloads typed toggle] [--rounds N] [--cli-jobs 1 default] [--peer DIR] [--out PATH]`. Timings live here,
 never in tests.
 """
 
@@ -193,6 +199,32 @@ def measure(copies: int, setting: str, tree: Path = ROOT, jobs: int = 1) -> dict
     return {"copies": copies, "setting": setting, **row}  # `jobs`: what the tree ran (1 where it has no --jobs)
 
 
+def measure_cli(path: Path, tree: Path, jobs: str) -> dict:
+    """The whole `linnet check` of `path` with `tree`'s linnet (`jobs`: `--jobs`' value, or "default" for none):
+    wall and CPU seconds (the process and the workers it waited for), peak RSS, exit status, CPU wait around it."""
+    from lsp_latency import git_state, pressure_snapshot
+
+    before = pressure_snapshot()
+    env = dict(os.environ, PYTHONPATH=str(tree), NO_COLOR="1")
+    args = [sys.executable, "-m", "linnet", "check", *([] if jobs == "default" else ["--jobs", jobs]), str(path)]
+    start = time.perf_counter()
+    # cwd `tree`: `-m` puts the working directory first on sys.path, before PYTHONPATH
+    process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tree, env=env)
+    _, status, usage = os.wait4(process.pid, 0)
+    wall = time.perf_counter() - start
+    return {
+        "tree": str(tree),
+        "git": git_state(tree),
+        "jobs": jobs,
+        "wall_s": wall,
+        "cpu_s": usage.ru_utime + usage.ru_stime,
+        "peak_rss_mb": usage.ru_maxrss / 1024,
+        "exit": os.waitstatus_to_exitcode(status),
+        "pressure_before": before,
+        "pressure_after": pressure_snapshot(),
+    }
+
+
 def markdown(result: dict) -> str:
     lines = [
         "# `linnet check` on the 5 MB document, phase by phase",
@@ -214,6 +246,21 @@ def markdown(result: dict) -> str:
             f"| {r['render_cpu_s']:.2f} | {r['teardown_cpu_s']:.2f} | {r['process_cpu_s']:.2f} "
             f"| {r['peak_rss_mb']:.0f} | {wait} |"
         )
+    if result.get("cli"):
+        lines += [
+            "",
+            f"The whole `linnet check` of the {result['cli_copies']}-copy document (`python -m linnet check FILE`, "
+            "output to /dev/null; `default`: no `--jobs`); CPU s counts the workers:",
+            "",
+            "| tree | commit | --jobs | wall s | CPU s | peak RSS MB | exit | CPU wait % |",
+            "|---|---|---|---:|---:|---:|---:|---|",
+        ]
+        for r in result["cli"]:
+            wait = f"{r['pressure_before'].get('avg10', '?')} / {r['pressure_after'].get('avg10', '?')}"
+            lines.append(
+                f"| {r['tree']} | {r['git']['commit'][:10]}{' (dirty)' if r['git']['dirty'] else ''} | {r['jobs']} "
+                f"| {r['wall_s']:.2f} | {r['cpu_s']:.2f} | {r['peak_rss_mb']:.0f} | {r['exit']} | {wait} |"
+            )
     if result.get("edits"):
         lines += [
             "",
@@ -221,13 +268,14 @@ def markdown(result: dict) -> str:
             "into LlamaMLP's body a character at a time; `toggle`: `q_proj` <-> `v_proj` in LlamaAttention.project "
             "(the burst benchmark's keystroke):",
             "",
-            "| tree | commit | workload | edits | p50 | p95 | p99 | max | mean | CPU wait % |",
-            "|---|---|---|---:|---:|---:|---:|---:|---:|---|",
+            "| round | tree | commit | workload | edits | p50 | p95 | p99 | max | mean | CPU wait % |",
+            "|---:|---|---|---|---:|---:|---:|---:|---:|---:|---|",
         ]
         for r in result["edits"]:
             wait = f"{r['pressure_before'].get('avg10', '?')} / {r['pressure_after'].get('avg10', '?')}"
+            dirty = " (dirty)" if r["git"]["dirty"] else ""
             lines.append(
-                f"| {r['tree']} | {r['git']['commit'][:10]}{' (dirty)' if r['git']['dirty'] else ''} "
+                f"| {r.get('round', 1)} | {r['tree']} | {r['git']['commit'][:10]}{dirty} "
                 f"| {r.get('workload', 'typed')} | {r['edits']} "
                 f"| {r['p50_ms']:.1f} | {r['p95_ms']:.1f} | {r['p99_ms']:.1f} | {r['max_ms']:.1f} | {r['mean_ms']:.1f} "
                 f"| {wait} |"
@@ -250,6 +298,11 @@ def main() -> None:
     parser.add_argument(
         "--workloads", nargs="*", default=["typed"], choices=("typed", "toggle"), help="per-edit workloads (`edits`)"
     )
+    parser.add_argument("--rounds", type=int, default=1, help="times the per-edit rows run, the trees alternating")
+    parser.add_argument(
+        "--cli-jobs", nargs="*", default=[], help="rows of the whole `linnet check` (`--jobs` values; `default`: none)"
+    )
+    parser.add_argument("--cli-copies", type=int, default=570, help="copies of the document the --cli-jobs rows check")
     parser.add_argument("--peer", type=Path, help="also measure this checkout's linnet (e.g. main before a change)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "check_phases.json")
     args = parser.parse_args()
@@ -262,6 +315,8 @@ def main() -> None:
         "git": git_state(),
         "when": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
         "rows": [],
+        "cli": [],
+        "cli_copies": args.cli_copies,
         "edits": [],
     }
     for copies in args.copies:
@@ -271,15 +326,25 @@ def main() -> None:
                     row = measure(copies, setting, tree, jobs)
                     print(json.dumps(row), flush=True)
                     result["rows"].append(row)
+    if args.cli_jobs:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "bigdoc.linnet"
+            path.write_text(big_source(args.cli_copies), encoding="utf-8")
+            for jobs in args.cli_jobs:
+                for tree in trees:
+                    row = measure_cli(path, tree, jobs)
+                    print(json.dumps(row), flush=True)
+                    result["cli"].append(row)
     if args.edits:
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "llama_3k.linnet"
             path.write_text(weights_file(3000), encoding="utf-8")
-            for workload in args.workloads:
-                for tree in trees:
-                    row = measure_edits(path, args.edits, tree, workload)
-                    print(json.dumps(row), flush=True)
-                    result["edits"].append(row)
+            for round_ in range(1, args.rounds + 1):
+                for workload in args.workloads:
+                    for tree in trees:
+                        row = {"round": round_, **measure_edits(path, args.edits, tree, workload)}
+                        print(json.dumps(row), flush=True)
+                        result["edits"].append(row)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     args.out.with_suffix(".md").write_text(markdown(result), encoding="utf-8")

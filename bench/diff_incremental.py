@@ -1,9 +1,13 @@
 """Differential test of the incremental analysis: random edit sequences applied through `Workspace().open(path,
 text).analyze(preset)` (as the language server does), each analysis compared with a fresh workspace's analysis of
 the same text: diagnostics (code, severity, message, range, labels, notes, fixes, presets), hover, definition and
-inlay hints at sampled offsets. Prints the first difference of each sequence (with the edits that led to it).
+inlay hints at sampled offsets, and with `--lower` the root model's Core IR (`lower_analysis`: what the cost hover
+and inlay hints compile; the error text when it does not lower). Prints the first difference of each sequence (with
+the edits that led to it). A file that others import (`IMPORTERS`: llama.linnet's) has its importers analysed after
+each edit in the same workspace and compared too.
 
     python bench/diff_incremental.py [--seed N] [--sequences N] [--steps N] [--files llama,gpt2,...] [--bigdoc N]
+        [--lower]
 """
 
 from __future__ import annotations
@@ -51,8 +55,24 @@ def loc_key(x):
     return None if x is None else (x.path, x.start.offset, x.end.offset)
 
 
-def views(analysis, text, preset, offsets):
+def lowered(analysis, preset) -> str:
+    """The root model's Core IR under `preset`, or why it does not lower."""
+    from linnet.errors import LinnetError
+    from linnet.ir import format_program
+    from linnet.ir.build import lower_analysis
+
+    if analysis.model is None:
+        return "no model"
+    try:
+        return format_program(lower_analysis(analysis, preset))
+    except (LinnetError, ValueError) as err:
+        return f"{type(err).__name__}: {err}"
+
+
+def views(analysis, text, preset, offsets, lower=False):
     out = {"diagnostics": sorted(map(repr, map(diag_key, analysis.diagnostics)))}
+    if lower:
+        out["lowered"] = lowered(analysis, preset)
     out["hints"] = [(h.offset, h.label, h.kind) for h in inlay_hints(analysis, 0, len(text), preset, 120)]
     for at in offsets:
         out[f"hover@{at}"] = hover_markdown(analysis, at, preset)
@@ -221,10 +241,10 @@ def _differ(a: dict, b: dict, what: str, log) -> bool:
     return bool(diff)
 
 
-def run_sequence(rng, path, original, steps, presets, n_offsets, log, trace=None):
+def run_sequence(rng, path, original, steps, presets, n_offsets, log, trace=None, lower=False):
     """Random edits of `original` at `path` analysed in one workspace, each compared with a fresh one; None, or (the
     text, the edits, the texts before) at the first difference. `trace` (a list) gets every analysis made in the
-    incremental workspace: (path, text, preset, partial), to replay."""
+    incremental workspace: (path, text, preset, partial), to replay. `lower`: compare the lowered model too."""
     trace = [] if trace is None else trace
     ws = Workspace()
     importers = [str(ROOT / "examples" / name) for name in IMPORTERS.get(Path(path).name, [])]
@@ -256,16 +276,16 @@ def run_sequence(rng, path, original, steps, presets, n_offsets, log, trace=None
         fresh = fresh_ws.open(path, text).analyze(preset)
         for imp in importers:  # a file importing the edited one, analysed after the edit in the same workspace
             source = Path(imp).read_text()
-            a = views(ws.open(imp, source).analyze(), source, None, range(0, len(source), 97))
+            a = views(ws.open(imp, source).analyze(), source, None, range(0, len(source), 97), lower)
             trace.append((imp, source, None, False))
-            b = views(fresh_ws.open(imp, source).analyze(), source, None, range(0, len(source), 97))
+            b = views(fresh_ws.open(imp, source).analyze(), source, None, range(0, len(source), 97), lower)
             if _differ(a, b, f"importer {imp} of {path} step {step} kinds {[e[0] for e in edits]}", log):
                 return text, edits, history
         offsets = sorted(
             {rng.randint(0, len(text)) for _ in range(n_offsets)}
             | set(range(max(0, at - 40), min(len(text), at + 40), 3))
         )
-        a, b = views(inc, text, preset, offsets), views(fresh, text, preset, offsets)
+        a, b = views(inc, text, preset, offsets, lower), views(fresh, text, preset, offsets, lower)
         if _differ(a, b, f"{path} step {step} preset {preset} kinds {[e[0] for e in edits]}", log):
             return text, edits, history
     return None
@@ -280,6 +300,7 @@ def main(argv=None):
     p.add_argument("--bigdoc", type=int, default=0, help="copies of the big document (0: none)")
     p.add_argument("--offsets", type=int, default=30)
     p.add_argument("--save", default="")
+    p.add_argument("--lower", action="store_true", help="also compare the root model's Core IR (cost hover, hints)")
     args = p.parse_args(argv)
     _count_reuse()
     sources = [
@@ -298,7 +319,7 @@ def main(argv=None):
         rng = random.Random(args.seed * 100003 + seq)
         path, original = rng.choice(sources)
         presets = [None] + sorted(set(re.findall(r"^preset (\w+)", original, re.M)))
-        bad = run_sequence(rng, path, original, args.steps, presets, args.offsets, print)
+        bad = run_sequence(rng, path, original, args.steps, presets, args.offsets, print, lower=args.lower)
         if bad is not None:
             found += 1
             if args.save:

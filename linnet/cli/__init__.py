@@ -14,6 +14,7 @@ import os
 import sys
 from typing import NoReturn
 
+from linnet.cli import common
 from linnet.cli.common import EXIT_ERRORS, EXIT_OK, EXIT_USAGE
 from linnet.cli.pipes import readers_may_leave
 
@@ -61,6 +62,7 @@ def entry() -> NoReturn:
     status. After a command of FAST_EXIT_COMMANDS the output is flushed and the process ends at once (`os._exit`, as
     mypy's `--fast-exit` does); `main` itself never exits, so tests call it in their own process."""
     command = sys.argv[1] if len(sys.argv) > 1 else None
+    common.EXITS_AT_ONCE = command in FAST_EXIT_COMMANDS
     code = main()
     if command in FAST_EXIT_COMMANDS:
         for stream in (sys.stdout, sys.stderr):

@@ -12,6 +12,7 @@ import os
 import sys
 from pathlib import Path
 
+from linnet.cli import common
 from linnet.cli.common import EXIT_ERRORS, EXIT_OK, EXIT_USAGE
 
 
@@ -56,9 +57,9 @@ def _display(path: str) -> str:
 def _jobs(text: str) -> int:
     """`--jobs`'s value: a whole number of processes, at least 1, or `auto` (the CPUs this process may use)."""
     if text == "auto":
-        from linnet.runtimes.backends.threads import usable_cores  # (only here: it imports numpy)
+        from linnet.semantics.parallel import usable_cpus
 
-        return len(usable_cores())
+        return len(usable_cpus())
     try:
         n = int(text)
     except ValueError:
@@ -74,17 +75,20 @@ def cmd_check(args: argparse.Namespace) -> int:
     # without the interpreter's teardown), so a collection finds next to nothing to free. The collections took up
     # to a quarter of the analysis of 100 copies of llama.linnet (5.7-7.1 CPU s with young collections at mypy's
     # threshold, 5.2-5.3 s without; peak RSS 344 MB against 373: bench/results/check_phases.md). Enabled again
-    # after, for a caller in the same process (a test).
+    # after for a caller in the same process (a test), not where the process ends at once (`common.EXITS_AT_ONCE`):
+    # the first allocation after enabling ran a young collection over every object made while it was off (the 5 MB
+    # document: ~9 of 35 CPU s, after the diagnostics were printed).
     enabled = gc.isenabled()
     gc.disable()
     try:
         return _check(args)
     finally:
-        if enabled:
+        if enabled and not common.EXITS_AT_ONCE:
             gc.enable()
 
 
 def _check(args: argparse.Namespace) -> int:
+    from linnet.semantics.parallel import default_jobs
     from linnet.semantics.program import Workspace
     from linnet.semantics.render import render_github, render_json, render_text, use_color
 
@@ -118,7 +122,7 @@ def _check(args: argparse.Namespace) -> int:
         documents.append(workspace.open(str(f), text))
     checked = {workspace.key(d.source.path) for d in documents}
     for doc in documents:  # grows with the files they import
-        analysis = doc.analyze(args.preset, jobs=args.jobs)
+        analysis = doc.analyze(args.preset, jobs=args.jobs if args.jobs is not None else default_jobs(doc.text))
         analyses[doc.source.path] = analysis
         for path in analysis.files:
             if workspace.key(path) not in checked and (imported := workspace.get(path)) is not None:
@@ -252,11 +256,10 @@ def register(sub) -> None:
     check.add_argument(
         "--jobs",
         type=_jobs,
-        default=1,
+        default=None,
         metavar="N",
-        help="check a big file's items in N processes (`auto`: the CPUs this process may use; default 1: one "
-        "process); the output is the same. Not the default: where layer sizes recur across a file, the workers' "
-        "checks can be thrown away and redone in the parent (slower than one process)",
+        help="check a big file's items in N processes (`auto`: the CPUs this process may use); the output is the "
+        "same. Default: `auto` for a file of 64,000 characters or more, one process for a smaller one",
     )
     from linnet.summary import add_arguments
 

@@ -18,6 +18,9 @@ from pathlib import Path
 from linnet.errors import BackendError, LinnetError
 
 EXIT_OK, EXIT_ERRORS, EXIT_USAGE = 0, 1, 2
+# Set by `linnet.cli.entry` when the process ends at once after this command (FAST_EXIT_COMMANDS, `os._exit`): a
+# command then leaves the collector as it set it (`linnet check` turns it off)
+EXITS_AT_ONCE = False
 
 
 class UsageError(ValueError):

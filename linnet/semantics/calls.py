@@ -29,7 +29,7 @@ from ..types.core import (
     format_shape,
     format_type,
 )
-from ..types.dims import Dim, format_dim
+from ..types.dims import Dim, format_dim, shown_value
 from ..types.scalars import ARITHMETIC, CONVERSIONS, finite_float, to_int
 from .describe import dotted, kind_text, number
 from .diagnostics import Fix, Label, LocalAnchor, SymbolAnchor, symbol
@@ -706,14 +706,14 @@ class CallsMixin:
                 unifier.sources.get(a) for a in (err.pattern.atoms() if err.pattern else ())
             ]
             labels += self.atom_labels(sources)
-            a = format_dim(err.actual.val) if err.actual is not None else "?"
+            a = format_dim(shown_value(err.actual)) if err.actual is not None else "?"
             if err.kind == "differ":
                 expected = pattern_types[err.arg]
                 shown = format_shape(substitute_shape(expected.shape, unifier.solved, unifier.prefixes), concrete=True)
                 bound = unifier.bindings_text(err.pattern, tensor_names, parens=False)
                 message = (
                     f"argument `{p.name.id}` of {callee} is {format_shape(actual.shape, concrete=True)}, "
-                    f"expected {shown} (dim {err.dim}: {a} vs {format_dim(err.expected.val)}"
+                    f"expected {shown} (dim {err.dim}: {a} vs {format_dim(shown_value(err.expected))}"
                     + (f"; {bound})" if bound else ")")
                 )
             elif err.kind == "divide":
@@ -836,6 +836,6 @@ def _moved_dim_note(err, shape: Shape) -> list[str]:
     at = [i for i, d in enumerate(shape.dims) if d is not None and d.same(err.expected) and i != here]
     if len(at) != 1:
         return []
-    size = format_dim(err.expected.val)
+    size = format_dim(shown_value(err.expected))
     hint = ' (channels-last? consider `rearrange(x, "b h w c -> b c h w")`)' if here == 1 and at[0] == 3 else ""
     return [f"the argument has {size} at dim {at[0]}, not {here}: its dims may be in another order{hint}"]

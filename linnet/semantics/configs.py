@@ -22,7 +22,7 @@ from typing import Any
 from ..syntax import ast as A
 from ..syntax.items import Item
 from ..types.core import NONE, UNKNOWN, ConfigT, ListT, ScalarT, Type
-from ..types.dims import Atom, Dim, const, new_uid
+from ..types.dims import Atom, Dim, const, derived_key, new_uid
 from ..types.scalars import CONVERSIONS, ScalarError, arithmetic, compare, is_number
 from .diagnostics import Finding, Label, LocalAnchor, SymbolAnchor
 from .suggest import closest
@@ -42,7 +42,7 @@ class ConfigValue:
     values: dict[str, Any]
     origins: dict[str, Any]
     scenarios: list[str] = field(default_factory=list)
-    _atoms: dict[str, Atom] = field(default_factory=dict)
+    _atoms: dict[str, Atom] = field(default_factory=dict)  # by display (`atom`)
     _key: tuple | None = None
     _uids: dict[str, int] = field(default_factory=dict)
     _fields: dict[str, A.ConfigField] | None = None
@@ -92,31 +92,53 @@ class ConfigValue:
         return self._fields.get(name)
 
     def atom(self, name: str, display: str) -> Atom:
-        """The dim atom of an int field: shown as `display` (`c.hidden_size`), valued when known.
-        Atoms are shared by equal config values across analyses of one document: a field whose
-        value is not known compares by atom, and cached results of an earlier analysis must
-        agree (equal values from the same places: the origin labels findings). Never across
-        documents: an atom's creation orders the factors it is printed with, and another file's
-        declaration order must not decide how this one prints."""
-        a = self._atoms.get(name)
+        """The dim atom of int field `name` as this use writes it (`display`: `c.hidden_size`,
+        `c.vision_config.hidden_size`), valued when known. One atom per way of writing a field, so that
+        each use prints what it wrote, whichever use came first (a module taking the vision config as
+        `c` and the model reading it as `c.vision_config` both print their own; a check's output never
+        depends on what was checked before it: `linnet check --jobs`). Equal values share them across
+        analyses of one document (`shared_atoms`): a field whose value is not known compares by atom,
+        and cached results of an earlier analysis must agree (equal values from the same places: the
+        origin labels findings). An unknown value's atoms of every display alias one atom
+        (`Atom.alias`), so that `c.d` and `cfg.d` of one value are equal. Never shared across documents:
+        an atom's id orders the factors it is printed with, and another file's declaration order must
+        not decide how this one prints."""
+        a = self._atoms.get(display)
         if a is None:
+            shared = self.shared_atoms if self.shared_atoms is not None else weakref.WeakValueDictionary()
             # where the values came from too: the atom's origin labels findings (a preset's `d = 8` is not the
             # config's default `d: int = 8`, though an earlier version's value of equal fields made the atom there);
             # every field's origin, so that a value's atoms are all shared or all new (their uids order products)
-            key = (self.key(), self.origins_key(), name)
-            shared = self.shared_atoms if self.shared_atoms is not None else weakref.WeakValueDictionary()
+            value_key = (self.key(), self.origins_key())
+            # the ids of the first value made of those equal ones (`register`), not of the first one read: the
+            # order of the atoms' ids is the order the values were evaluated in, not the order of the checks
+            first = shared.get(value_key, self)
+            uid = first._uids.get(name)
+            key = (value_key, display)
             a = shared.get(key)
             if a is None:
                 v = self.values.get(name, MISSING)
-                a = const(
-                    display,
-                    Dim.of(v) if isinstance(v, int) and not isinstance(v, bool) else None,
-                    origin=self.origins.get(name),
-                    uid=self._uids.get(name),
-                )
+                known = isinstance(v, int) and not isinstance(v, bool)
+                a = const(display, Dim.of(v) if known else None, origin=self.origins.get(name), uid=uid)
+                a._key = derived_key(a._key, display)  # a product of `c.d` and `cfg.d` prints in one order
+                if not known:
+                    base_key = (value_key, name, None)  # not a display: one written without a prefix is `name`
+                    base = shared.get(base_key)
+                    if base is None:
+                        base = const(f"{self.type_name}.{name}", None, origin=self.origins.get(name), uid=uid)
+                        shared[base_key] = base
+                    a.alias = base
                 shared[key] = a
-            self._atoms[name] = a
+            self._atoms[display] = a
         return a
+
+    def register(self) -> None:
+        """Record this value, once evaluated, as the first of the values equal to it (`atom`: their atoms' ids
+        are this one's) unless one was evaluated before it."""
+        if self.shared_atoms is not None:
+            value_key = (self.key(), self.origins_key())
+            if self.shared_atoms.get(value_key) is None:
+                self.shared_atoms[value_key] = self
 
     def field_type(self, name: str, display: str) -> Type:
         """The Linnet type of reading field `name` (as `display`, e.g. `c.hidden_size`)."""
@@ -347,6 +369,7 @@ class ConfigEvaluator:
 
         for name in fields:
             get(name)
+        value.register()
         return value
 
     def _bad_field_types(self, cfg: Item) -> set[str]:
@@ -530,7 +553,7 @@ class ConfigEvaluator:
                 continue
             configs = dict(base)  # a copy (C speed): the defaults were evaluated once, not once per preset
             configs[p.ast.value.type_name.id] = value
-            out.append(Scenario(p.name, configs, p))
+            out.append(Scenario(p.name, configs, p, (p.ast.value.type_name.id,)))
         return out
 
 
@@ -539,6 +562,9 @@ class Scenario:
     name: str
     configs: dict[str, ConfigValue]  # by the analysed file's name of each config
     preset: Item | None
+    # the names in `configs` whose values are not the first scenario's (which has every other name, the same
+    # values), in `configs`' order: a preset's config; None where not known (`values_by_type` then walks every value)
+    changed: tuple[str, ...] | None = None
 
 
 def values_by_type(scenarios: list[Scenario], lookup) -> dict[Item, list[tuple[Any, list[str]]]]:
@@ -546,10 +572,11 @@ def values_by_type(scenarios: list[Scenario], lookup) -> dict[Item, list[tuple[A
     with the scenario names it occurs in. `lookup(name, site)` finds the config a field's type
     names (imports.Globals).
 
-    Every scenario holds every config (at its defaults but one), so this visits scenarios x configs values: each
-    value's reach (itself and the config values its fields hold) is walked once and remembered, and a scenario is
-    recorded against a value in constant time (a 5 MB file of 570 configs and 2,280 presets: quadratic in the
-    walk and cubic in the list scans before)."""
+    Every scenario holds every config, at its defaults but the one its preset sets (`Scenario.changed`): the
+    first scenario's values are walked once, each other scenario's preset value once, and a value of the first
+    scenario is recorded against every scenario but those whose preset replaced all that reach it (a 5 MB file of
+    570 configs and 2,280 presets: each value's reach was walked once but visited per scenario, 1.3 million
+    visits, ~1.5 s before the checks could start)."""
     found: dict[Item, dict[Any, tuple[Any, list[str], set[str]]]] = {}
     reaches: dict[int, tuple[ConfigValue, list[tuple[Item, Any, Any]]]] = {}
 
@@ -572,8 +599,10 @@ def values_by_type(scenarios: list[Scenario], lookup) -> dict[Item, list[tuple[A
         reaches[id(cv)] = (cv, out)  # the value is kept so that its id is not reused while remembered
         return out
 
-    for s in scenarios:
-        for cv in s.configs.values():
+    def visit(s: Scenario, values) -> set[tuple[Item, Any]]:
+        """Record scenario `s` against every value `values` reach; the (config, key) of each."""
+        seen = set()
+        for cv in values:
             for config, key, v in reach(cv):
                 slot = found.setdefault(config, {})
                 entry = slot.get(key)
@@ -582,6 +611,36 @@ def values_by_type(scenarios: list[Scenario], lookup) -> dict[Item, list[tuple[A
                 if s.name not in entry[2]:
                     entry[2].add(s.name)
                     entry[1].append(s.name)
+                seen.add((config, key))
+        return seen
+
+    if len(scenarios) < 2 or any(s.changed is None for s in scenarios[1:]):
+        for s in scenarios:
+            visit(s, s.configs.values())
+        return {t: [(v, names) for v, names, _ in slot.values()] for t, slot in found.items()}
+    first = scenarios[0]
+    base = first.configs
+    reached_by: dict[tuple[Item, Any], set[str]] = {}  # a first-scenario value -> the names whose values reach it
+    for name, cv in base.items():
+        for config, key, _ in reach(cv):
+            reached_by.setdefault((config, key), set()).add(name)
+    visit(first, base.values())
+    absent: dict[tuple[Item, Any], set[int]] = {}  # a first-scenario value -> the scenarios without it
+    for n, s in enumerate(scenarios[1:], 1):
+        changed = set(s.changed)
+        present = visit(s, [s.configs[name] for name in s.changed if name in s.configs])
+        for name in changed:
+            if name not in base:
+                continue
+            for config, key, _ in reach(base[name]):
+                if (config, key) not in present and reached_by[(config, key)] <= changed:
+                    absent.setdefault((config, key), set()).add(n)
+    for (config, key), gone in absent.items():
+        entry = found[config][key]
+        names = [s.name for n, s in enumerate(scenarios) if n not in gone]
+        entry[1][:] = list(dict.fromkeys(names))
+    for config, key in reached_by.keys() - absent.keys():
+        found[config][key][1][:] = list(dict.fromkeys(s.name for s in scenarios))
     return {t: [(v, names) for v, names, _ in slot.values()] for t, slot in found.items()}
 
 

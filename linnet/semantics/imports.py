@@ -66,6 +66,9 @@ class Globals:
         self.namespaces = namespaces
         self._names_key: str | None = None
         self._name_index: NameIndex | None = None
+        # the file's items as this namespace saw them (a document's list is replaced, not changed, by an edit): an
+        # item not among them was replaced since (`Analysis.resolved` checks again what names one)
+        self.items = items
         for item in items:
             if item.name is None:
                 continue

@@ -26,7 +26,7 @@ from ..types.core import (
     UnknownT,
     format_type,
 )
-from ..types.dims import Atom, Dim, DivisionError, const, format_dim, var
+from ..types.dims import Atom, Dim, DivisionError, const, format_dim, shown_value, var
 from ..types.scalars import ScalarError, arithmetic
 from .describe import kind_text, wrapped
 from .diagnostics import Fix, Label, SymbolAnchor, symbol
@@ -260,7 +260,7 @@ class NamesMixin:
             "L206",
             f"{format_dim(a)} / {format_dim(b)} is not exact: {err.reason}",
             e,
-            label=f"{format_dim(a.val)} / {format_dim(b.val)}",
+            label=f"{format_dim(shown_value(a))} / {format_dim(shown_value(b))}",
             labels=labels,
             notes=[]
             if "provably" not in err.reason

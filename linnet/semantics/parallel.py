@@ -9,18 +9,17 @@ parent's own items again. The parent checks the first share meanwhile and merges
 so the diagnostics are those one process finds, in the same order. A worker that fails (killed, out of memory)
 costs nothing but time: the parent then checks every share itself, in order.
 
-One process's checks share caches. An instance's members and a callee's signature are cached by their arguments
-as written (`Embedding(c.vocab_size, c.hidden_size)` of one config value: its dim atoms), so an entry is the same
-whichever check made it. Some details still come from a first maker: a config value's dim atoms are made by their
-first use and shared by equal config values (two presets that agree on every field: the first one's line labels
-both), a quotient's atom (`c.head_dim / 2`) is made once per process with a number that orders a product's factors
-when it is printed, and a config's defaults are evaluated on first use. So each process tells which entries it made
-(`Made`): a worker whose share made an entry that an earlier share also made would have seen the earlier one in a
-single process, and then every worker's share is checked again in the parent, in order (as one process does).
-Since the caches are keyed by the sizes as written, two shares make the same entry only where they use the same
-config value or literal sizes (rare: `independent_cuts` keeps a config's users in one share). The parent first
-checks a head of the file alone (`WARM_SHARE`), so that the entries every part of a file shares (the standard
-library's layers at literal sizes, functions without compile-time arguments) are made before the fork.
+One process's checks share caches, and a check's findings do not depend on what was checked before it: an
+instance's members and a callee's signature are cached by their arguments as written (`Embedding(c.vocab_size,
+c.hidden_size)` of one config value: its dim atoms), so an entry is the same whichever check made it; a config
+field's dim atom is made per way of writing it (`c.d`, `cfg.d`: each use prints what it wrote) with the id of the
+first of the equal config values evaluated, and every config's defaults are evaluated before the checks, so the
+atoms' ids (which order a product's factors when it is printed) are those of the evaluation, not of the checks; a
+written division's atom (`c.head_dim / 2`) orders after its operands by its text (`dims.derived_key`), not by when it
+was first written. So a worker's share finds what one process finds, whichever shares came before it (tests:
+tests/cli/test_check_jobs.py, a file for each of those effects). The parent first checks a head of the file alone
+(`WARM_SHARE`), so that the entries every part of a file shares (the standard library's layers at literal sizes,
+functions without compile-time arguments) are made once, before the fork, not once per worker.
 
 Only where `os.fork` exists (POSIX) and only for `linnet check`: the language server checks in one process (its
 edits touch one item; a fork of a process with threads and an open editor connection is not safe).
@@ -41,108 +40,54 @@ from ..syntax.items import Item
 __all__ = [
     "MIN_ITEMS_PER_JOB",
     "WARM_SHARE",
+    "DEFAULT_JOBS_MIN_CHARS",
     "Forked",
-    "Made",
     "can_fork",
-    "config_values",
+    "default_jobs",
     "independent_cuts",
     "shares",
+    "usable_cpus",
 ]
 
 # Below this many items for each process the fork, the pickling and the pipe cost more than they save (a module
 # of llama.linnet under its five configs is ~10 ms to check: 16 of them outweigh a fork and its pipe).
 MIN_ITEMS_PER_JOB = 16
+# `linnet check` without `--jobs` checks a file of at least this many characters in as many processes as it has usable
+# CPUs (`default_jobs`), a smaller one in one process: 8 copies of llama.linnet (77 kB, 40 modules under five configs)
+# took 0.48 s of analysis in one process and 0.36 s in two on 2 shared cores, 16 copies 0.65 and 0.43 s
+# (bench/results/check_phases_s7_threshold.md); 4 copies (39 kB, 20 modules) are too few items for two shares
+# (MIN_ITEMS_PER_JOB). The threshold keeps a file of many small items (a gain of a few ms against a fork, pickled
+# results and the standard library's entries made again in each worker) in one process. Every example is under 26 kB.
+DEFAULT_JOBS_MIN_CHARS = 64_000
 # The share of the items the parent checks before the fork, rounded up to where a share may start (see the module
-# docstring)
-WARM_SHARE = 0.05
-
-
-class Made:
-    """Which cache entries a process made since this was taken: of `ctx`'s members and signatures, of
-    `config_values`' dim atoms, of `evaluator`'s config defaults. `since()` gives them as hashes (a fork keeps
-    the hash seed and the objects' ids of what existed before it, so equal keys hash equal in every process; the
-    dim atoms in the keys, which may be made after it, are hashed by `_portable`; a collision only costs a
-    needless check in the parent)."""
-
-    def __init__(self, ctx, config_values: list):
-        self.ctx = ctx
-        self.config_values = config_values
-        self.members = dict(ctx.members_cache)  # a module's own check makes its entry again (`members(report=True)`)
-        self.signatures = len(ctx.signatures)
-        self.defaults = len(ctx.evaluator._defaults)
-        self.atoms = [len(cv._atoms) for cv in config_values]
-
-    def since(self) -> set[int]:
-        """Hashes of the entries made since (each cache is a dict, in the order its entries were made)."""
-        ctx = self.ctx
-        seen: dict[int, Any] = {}  # the parts of the keys (an instance's key is in its methods' keys too) by id
-        made = {hash(_portable(k, seen)) for k, v in ctx.members_cache.items() if self.members.get(k) is not v}
-        made |= {hash(("signature", _portable(k, seen))) for k in list(ctx.signatures)[self.signatures :]}
-        made |= {hash(("defaults", id(k))) for k in list(ctx.evaluator._defaults)[self.defaults :]}
-        for cv, n in zip(self.config_values, self.atoms):
-            if len(cv._atoms) > n:
-                made |= {hash(("atom", id(cv), name)) for name in list(cv._atoms)[n:]}
-        return made
-
-
-def _portable(key, seen: dict[int, Any]):
-    """`key` (of the members or signatures cache) with each dim atom as its uid and name: the keys hold the atoms of
-    the arguments as written (`c.hidden_size` of one config, `c.head_dim / 2`), and these atoms are made by their
-    first use, so after the fork each process makes its own objects at the same addresses (ids, hence hashes, that
-    name another config's atom in another process); the uid a config value gave the field before the fork names it
-    in every process, and a quotient is named by its operands. Only an int argument's dim holds atoms
-    (`scope.type_key`: `("int", Dim.key())`, a frozenset of terms; a config's is its fields' values), so only those
-    are rewritten; `seen` holds the rewritten tuples by id (alive while the caches hold them: an instance's key is in
-    its methods' keys too)."""
-    if type(key) is not tuple:
-        return key
-    out = seen.get(id(key))
-    if out is None:
-        if len(key) == 2 and key[0] == "int" and type(key[1]) is frozenset:
-            out = ("int", _portable_dim(key[1], seen))
-        elif len(key) == 3 and key[0] == "config":
-            out = key  # a config value's key: its fields' values and their origins (symbol anchors), no atoms
-        else:
-            out = tuple([_portable(x, seen) if type(x) is tuple else x for x in key])
-        seen[id(key)] = out
-    return out
-
-
-def _portable_dim(terms: frozenset, seen: dict[int, Any]) -> frozenset:
-    """A dim's key (`Dim.key()`: (monomial, coefficient) pairs, a monomial (atom, power) pairs) with each atom as
-    `_portable` says."""
-    out = []
-    for mono, coeff in terms:
-        factors = []
-        for atom, power in mono:
-            operands = atom.quot or atom.args  # a quotient's atom is made per written quotient: named by its operands
-            if operands is not None:
-                name = (atom.kind, atom.name, *(_portable_dim(d.key(), seen) for d in operands))
-            else:
-                name = ("atom", atom.uid, atom.name)
-            factors.append((name, power))
-        out.append((tuple(factors), coeff))
-    return frozenset(out)
-
-
-def config_values(roots) -> list:
-    """Every config value reachable from `roots` (those of the scenarios: nested values too), each once."""
-    from .configs import ConfigValue
-
-    seen: dict[int, object] = {}
-    todo = [v for v in roots if isinstance(v, ConfigValue)]
-    while todo:
-        v = todo.pop()
-        if id(v) in seen:
-            continue
-        seen[id(v)] = v
-        todo.extend(x for x in v.values.values() if isinstance(x, ConfigValue))
-    return list(seen.values())
+# docstring): the 5 MB document's first copy. Since a check prints the same whatever came before it, the head only
+# saves work the workers would each do again (the standard library's entries): 5 % of the items (28 copies) ran
+# ~1.2 CPU s alone before the fork (a one-off measurement, 2 shared cores), one copy leaves 0.69 s before the fork
+# (bench/results/check_shares.md) and each of 8 shares ~0.1 s more to do
+WARM_SHARE = 0.002
 
 
 def can_fork() -> bool:
     """Whether this platform can fork worker processes (POSIX)."""
     return hasattr(os, "fork")
+
+
+def usable_cpus() -> set[int]:
+    """The CPUs this process may run on: its CPU affinity where the platform has one (Linux), else all of
+    `os.cpu_count()`'s; never empty."""
+    try:
+        cpus = set(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # macOS and Windows have no sched_getaffinity
+        cpus = set(range(os.cpu_count() or 1))
+    return cpus or {0}
+
+
+def default_jobs(text: str) -> int:
+    """How many processes `linnet check` checks a file of `text` in when `--jobs` is not given: one per usable CPU
+    for a file of at least DEFAULT_JOBS_MIN_CHARS characters where processes can be forked, else 1."""
+    if len(text) < DEFAULT_JOBS_MIN_CHARS or not can_fork():
+        return 1
+    return len(usable_cpus())
 
 
 def shares(items: Sequence[Item], jobs: int, cuts: Sequence[bool] | None = None) -> list[list[Item]]:
@@ -166,7 +111,8 @@ def independent_cuts(items: Sequence[Item], by_name: dict[str, Item]) -> list[bo
     item of the file (`by_name`: the file's own items by name, not the standard library's), directly or through
     others: where a share may start without its checks wanting the cache entries of the share before (a module's
     instance, a config's atoms). A syntactic guess (the identifiers of each item's text, comments left out: an
-    item's text ends with the comments above the next one); a wrong one only costs time (`Made`)."""
+    item's text ends with the comments above the next one); a wrong one only costs time (two shares then make the
+    same entries)."""
     names = set(by_name)
     parent: dict[Item, Item] = {}
 

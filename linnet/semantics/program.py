@@ -137,6 +137,8 @@ class Analysis:
         self.item_refs: dict[Item, list[tuple[Span, Any]]] = {}
         self.context: CheckContext | None = None  # what its item checks shared (for checks on demand)
         self._checked_now: dict[Any, Resolved] = {}  # `resolved`'s checks under bindings made on demand
+        self._live: set[Item] | None = None  # the items of every file this analysis saw (`_names_replaced`)
+        self._replaced_in: dict[int, tuple[ItemResult, bool]] = {}  # by check: whether it names a replaced item
         # What forked workers checked (`Document.analyze(jobs=...)`): each item's merged findings and calls; those
         # items are not in `items` (`resolved` checks them again on demand)
         self.remote: dict[Item, _Checked] = {}
@@ -199,7 +201,9 @@ class Analysis:
         config defaults."""
         return preset or (self.presets[0] if self.presets else "defaults")
 
-    def resolved(self, item: Item | str, preset: str | None = None, config: dict | None = None) -> Resolved | None:
+    def resolved(
+        self, item: Item | str, preset: str | None = None, config: dict | None = None, *, current: bool = True
+    ) -> Resolved | None:
         """The resolved, typed form of a checked module or function: what each name use refers
         to, how each call binds (arguments to parameters, defaults filled, values converted,
         dims solved) and each expression's type with folded compile-time values
@@ -214,8 +218,14 @@ class Analysis:
         (else the first preset, else the defaults). When no check of this analysis has those
         values (an item imported under the importer's config, a standard-library function
         under an argument no preset gives, a method's config argument), the item is checked
-        under them now, once per analysis, in its own file's namespace; that check's errors
-        are in `Resolved.errors` (the analysis's diagnostics do not have them)."""
+        under them now, once per analysis, in its own file's namespace; that check's errors, and the
+        item's syntax errors, are in `Resolved.errors` (the analysis's diagnostics do not have them).
+
+        A check this analysis reused from an earlier one (`Document._check_one`: what it looked up kept its
+        interface) may name items an edit has replaced since: a function whose body changed, an imported module
+        parsed again. Its findings and types hold, but its names and calls lead to the old bodies, which lowering
+        would compile. Such a check is made again now, once per analysis, as above (`_names_replaced`);
+        `current=False` returns it as it is (unread.py, which maps those items by name itself, on every edit)."""
         if isinstance(item, str):
             item = self.globals(item) if self.globals is not None else None
         if item is None or item.kind not in ("module", "fn") or item.ast is None:
@@ -226,14 +236,40 @@ class Analysis:
             ia = std.items.get(item) if std is not None else None
         if config is None:
             if ia is not None and ia.results:
-                return self._results_of(ia, preset)[0][1].resolved
+                result = self._results_of(ia, preset)[0][1]
+                binding = ia.bindings[next(n for n, r in enumerate(ia.results) if r[1] is result)]
+                return self._current(item, binding, result) if current else result.resolved
             config = {}  # an imported item: under its config defaults
         for binding, (_, result) in zip(ia.bindings, ia.results) if ia is not None else ():
             if binding.keys() == config.keys() and all(
                 _config_key(binding[k]) == _config_key(v) for k, v in config.items()
             ):
-                return result.resolved
+                return self._current(item, binding, result) if current else result.resolved
         return self._check_under(item, config)
+
+    def _current(self, item: Item, binding: dict, result: ItemResult) -> Resolved:
+        """`item`'s check `result` under `binding` in resolved form, or that check made again now when it names an
+        item an edit has replaced since it was made (see `resolved`)."""
+        if item.is_std or not self._names_replaced(result):
+            return result.resolved
+        return self._check_under(item, binding)
+
+    def _names_replaced(self, result: ItemResult) -> bool:
+        """Whether a name or call of `result` leads to an item that is not among the items of its file this
+        analysis saw (what lowering follows: `Ref.item`, `CallInfo.item`). Judged once per check and analysis."""
+        found = self._replaced_in.get(id(result))
+        if found is not None and found[0] is result:
+            return found[1]
+        if self.namespaces is None:
+            return False
+        if self._live is None:
+            files = {id(g): g for g in self.namespaces.by_path.values()}  # the standard library's once
+            self._live = {i for g in files.values() for i in g.items}
+        live = self._live
+        named = itertools.chain((r.item for r in result.names.values()), (c.item for c in result.call_info.values()))
+        replaced = any(i is not None and not i.is_std and i not in live for i in named)
+        self._replaced_in[id(result)] = (result, replaced)
+        return replaced
 
     def _check_under(self, item: Item, config: dict) -> Resolved:
         """`item` checked now under the config values `config` (see `resolved`)."""
@@ -245,7 +281,10 @@ class Analysis:
         found = self._checked_now.get(key)
         if found is None:
             result = _check_item(self.context, item, binding)
-            errors = [d for f in result.findings if (d := locate(f, self.resolve)) is not None and d.is_error]
+            # with its syntax errors: an imported item's are not the importer's diagnostics, and lowering a body
+            # that did not parse whole would meet the holes error recovery left in it
+            findings = _syntax_findings(item) + result.findings
+            errors = [d for f in findings if (d := locate(f, self.resolve)) is not None and d.is_error]
             found = self._checked_now[key] = replace(result.resolved, errors=errors)
         return found
 
@@ -343,6 +382,20 @@ class Analysis:
 
     def resolve(self, anchor) -> Location | None:
         return self.document.resolve(anchor, self.globals)
+
+
+def _syntax_findings(item: Item) -> list[Finding]:
+    """The item's syntax problems as findings."""
+    return [
+        Finding(
+            p.code,
+            p.message,
+            LocalAnchor(item, p.span),
+            labels=[Label(LocalAnchor(item, s), t) for s, t in p.labels],
+            notes=list(p.notes),
+        )
+        for p in item.problems
+    ]
 
 
 def _has_errors(items: list[Item], findings: list[Finding]) -> bool:
@@ -551,6 +604,11 @@ class Document:
         evaluator = ConfigEvaluator(globals_, self._field_atoms)
         presets = [i for i in self.items if i.kind == "preset" and i.ast is not None]
         scenarios = evaluator.scenarios(presets, globals_.config_names())
+        # every other config a check can name (an imported file's, the standard library's) at its defaults now, not
+        # on first use: the values' atoms are then made in one order, whatever is checked first (`--jobs`' shares)
+        for item in self._reachable_items(analysis):
+            if item.kind == "config" and item.ast is not None and item.source is not self.source:
+                evaluator.defaults(item)
         analysis.scenarios = scenarios
         values = values_by_type(scenarios, globals_)
         world, ctx = self._check_context(ns, values, globals_, evaluator)
@@ -770,10 +828,10 @@ class Document:
         jobs: int,
     ) -> "dict[Item, _Checked]":
         """`todo`'s items checked ahead: a head of them here, then the rest in shares, the first share here and
-        the others in forked workers (`parallel.py`); what each check found, by item. When a worker's share made
-        a cache entry an earlier share made too (`parallel.Made`), or a worker failed, no worker's items are
-        returned: `_check_items` then checks them here, in order, as one process does. The config
-        evaluator's findings a worker added (a config first evaluated in its checks) are added here."""
+        the others in forked workers (`parallel.py`); what each check found, by item. A check's findings do not
+        depend on what was checked before it in the process (the caches' entries are the same whichever check
+        made them: see `parallel.py`), so each share's are those one process finds. When a worker failed, no
+        worker's items are returned: `_check_items` then checks them here, in order, as one process does."""
         own = {name: i for name, i in analysis.globals.by_name.items() if i.source is self.source}
         cuts = parallel.independent_cuts(todo, own)
         head = int(len(todo) * parallel.WARM_SHARE)  # then on to where a share may start (a whole first part)
@@ -783,32 +841,20 @@ class Document:
         if len(runs) < 2:
             return {}
         out = {item: self._check_one(analysis, ctx, world, values, preset, item, record=True) for item in warm}
-        evaluator = ctx.evaluator
-        roots = [cv for s in analysis.scenarios for cv in s.configs.values()] + list(evaluator._defaults.values())
-        made = parallel.Made(ctx, parallel.config_values(roots))
-        before = {item: len(found) for item, found in evaluator.findings.items()}
 
         def work(share: list[Item]):
-            checked = {i: self._check_one(analysis, ctx, world, values, preset, i, record=False) for i in share}
-            added = {i: found[before.get(i, 0) :] for i, found in evaluator.findings.items()}
-            return checked, {i: found for i, found in added.items() if found}, made.since()
+            return {i: self._check_one(analysis, ctx, world, values, preset, i, record=False) for i in share}
 
         with parallel.Forked(runs[1:], work, list(dict.fromkeys(self._reachable_items(analysis)))) as workers:
             out.update(
                 {item: self._check_one(analysis, ctx, world, values, preset, item, record=True) for item in runs[0]}
             )
-            seen = made.since()
             results = workers.collect()
-        for value in results:
-            if value is None or value[2] & seen:
-                return out  # every worker's share is checked here, in order (the parent lacks their entries)
-            seen |= value[2]
-        for checked, added, _ in results:
+        if any(value is None for value in results):
+            return out  # every worker's share is checked here, in order
+        for checked in results:
             out.update(checked)
             analysis.remote.update(checked)
-            for item, found in added.items():
-                known = evaluator.findings.setdefault(item, [])
-                known.extend(f for f in found if f not in known)
         return out
 
     def _reachable_items(self, analysis: Analysis):
@@ -841,14 +887,7 @@ class Document:
         order of their positions (this file's first)."""
         diagnostics = []
         for item in self.items:
-            for p in item.problems:
-                f = Finding(
-                    p.code,
-                    p.message,
-                    LocalAnchor(item, p.span),
-                    labels=[Label(LocalAnchor(item, s), t) for s, t in p.labels],
-                    notes=list(p.notes),
-                )
+            for f in _syntax_findings(item):
                 d = locate(f, lambda a: self.resolve(a, globals_))
                 if d is not None:
                     diagnostics.append(d)

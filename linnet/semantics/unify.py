@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..types.core import DType, EllipsisVar, Shape, format_shape
-from ..types.dims import Atom, Dim, DivisionError, format_dim, solve_linear
+from ..types.dims import Atom, Dim, DivisionError, format_dim, shown_value, solve_linear
 
 
 def substitute(d: Dim | None, mapping: dict[Atom, Dim | None]) -> Dim | None:
@@ -189,7 +189,7 @@ class Unifier:
                 src = ""
                 if origin is not None and origin < len(names):
                     src = f" (from `{names[origin]}`)" if parens else f" from `{names[origin]}`"
-                parts.append(f"{a.name} = {format_dim(self.solved[a].val)}{src}")
+                parts.append(f"{a.name} = {format_dim(shown_value(self.solved[a]))}{src}")
         return ", ".join(parts)
 
 
@@ -201,5 +201,5 @@ def _dt(d: DType) -> str:
 
 def _prefix_text(prefix) -> str:
     var, dims = prefix
-    parts = (["..."] if var is not None else []) + [format_dim(d.val) if d is not None else "?" for d in dims]
+    parts = (["..."] if var is not None else []) + [format_dim(shown_value(d)) if d is not None else "?" for d in dims]
     return "[" + ", ".join(parts) + "]"

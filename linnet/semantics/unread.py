@@ -122,7 +122,9 @@ class _Walk:
 
     def resolved_of(self, inst: Instance) -> Resolved:
         config = {k: v for k, v in inst.args.items() if isinstance(v, (ConfigT, NoneT))}
-        res = self.analysis.resolved(inst.item, config=config)
+        # as cached (`current=False`): a reused check naming a replaced item is walked as it is, mapped by `current`
+        # (checking it again would cost every edit after that one a check)
+        res = self.analysis.resolved(inst.item, config=config, current=False)
         if res is None or res.errors:
             raise _Untraceable
         return res

@@ -11,7 +11,7 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
-from .dims import Dim, format_dim
+from .dims import Dim, format_dim, shown_value
 
 _uid = itertools.count(1)
 
@@ -88,7 +88,7 @@ class Shape:
 def format_shape(shape: Shape, concrete: bool = False) -> str:
     parts = ["..."] if shape.prefix is not None else []
     for d in shape.dims:
-        parts.append(format_dim(d.val if (concrete and d is not None) else d))
+        parts.append(format_dim(shown_value(d) if (concrete and d is not None) else d))
     return "[" + ", ".join(parts) + "]"
 
 

@@ -22,6 +22,7 @@ match anything, which is what keeps one error from cascading.
 from __future__ import annotations
 
 import decimal
+import hashlib
 import itertools
 import math
 import weakref
@@ -42,10 +43,13 @@ class Atom:
     `DIVISIONS` ("//", "%": a floor quotient or remainder, `args` its operands as written,
     `value` its canonical form, None when it is canonical itself).
     `origin` is an opaque reference to where the value came from (a preset field), used by
-    diagnostics to label it.
+    diagnostics to label it. `alias`: the atom this one stands for when its value is not known (a
+    config field written two ways, `c.d` and `cfg.d`: each prints as written, both are `alias` in
+    `val`). `_key` orders the factors of a product when it is printed: an atom's id (the order atoms
+    were made in), a written division's derived from its operands' (`derived_key`).
     """
 
-    __slots__ = ("kind", "name", "uid", "value", "origin", "quot", "args", "_key", "__weakref__")
+    __slots__ = ("kind", "name", "uid", "value", "origin", "quot", "args", "alias", "_key", "__weakref__")
 
     def __init__(
         self,
@@ -64,13 +68,27 @@ class Atom:
         self.origin = origin
         self.quot = quot  # (numerator, denominator) of a quotient assumed exact
         self.args = args  # (numerator, denominator) of a floor quotient or remainder
-        self._key = self.uid  # creation order: factors print in the order they were written
+        self.alias: Atom | None = None
+        self._key = self.uid << _KEY_BITS  # creation order: factors print in the order they were written
 
     def __repr__(self) -> str:
         return self.name
 
     def __lt__(self, other: "Atom") -> bool:
         return self._key < other._key
+
+
+# An atom's `_key` is its id shifted by this many bits; the room below orders the atoms made with one id (a config
+# field's ways of writing it) or after one (a written division of it: `derived_key`).
+_KEY_BITS = 64
+
+
+def derived_key(key: int, text: str) -> int:
+    """A sort key just after `key` (an atom's `_key`), the same in every process and run for the same `text`: the
+    atoms that stand for `text` (a field written so, a division of operands so written) then print in one order
+    whichever check made them first."""
+    digest = int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "big")
+    return key + 1 + (digest >> 2)
 
 
 def var(name: str) -> Atom:
@@ -196,10 +214,15 @@ class Dim:
                 # one atom to the power one (a config field, `c.hidden_size`: the checker asks each dim of every
                 # tensor type it writes whether it is negative): its value's own, computed once per value
                 ((mono, coeff),) = self._t.items()
-                if coeff == 1 and len(mono) == 1 and mono[0][1] == 1 and mono[0][0].value is not None:
-                    self._val = mono[0][0].value.val
-                    return self._val
-            if not any(a.value is not None or a.quot is not None for m in self._t for a, _ in m):
+                if coeff == 1 and len(mono) == 1 and mono[0][1] == 1:
+                    a = mono[0][0]
+                    if a.value is not None:
+                        self._val = a.value.val
+                        return self._val
+                    if a.alias is not None:
+                        self._val = Dim.atom(a.alias)
+                        return self._val
+            if not any(a.value is not None or a.quot is not None or a.alias is not None for m in self._t for a, _ in m):
                 self._val = self
             else:
                 result = Dim()
@@ -208,7 +231,10 @@ class Dim:
                     if term is None:
                         term = Dim.of(coeff)
                         for a, p in mono:
-                            base = a.value.val if a.value is not None else Dim.atom(a)
+                            if a.value is not None:
+                                base = a.value.val
+                            else:
+                                base = Dim.atom(a.alias if a.alias is not None else a)
                             term = term * base**p
                     result = result + term
                 self._val = result
@@ -307,7 +333,7 @@ def _cancel_quotient(mono: Monomial, coeff: int) -> Dim | None:
 
 def _term_order(term):
     mono, _ = term
-    return (-sum(p for _, p in mono), [(a.uid, p) for a, p in mono])
+    return (-sum(p for _, p in mono), [(a._key, p) for a, p in mono])
 
 
 def _mono_mul(m1: Monomial, m2: Monomial) -> Monomial:
@@ -391,8 +417,18 @@ def _quot_atom(num: Dim, den: Dim, value: Dim | None) -> Atom:
     atom = _QUOTIENTS.get(key)
     if atom is None:
         atom = Atom("quot", _quot_name(num, den), value=value, quot=(num, den))
+        atom._key = _division_key(atom, num, den)
         _QUOTIENTS[key] = atom
     return atom
+
+
+def _division_key(atom: Atom, num: Dim, den: Dim) -> int:
+    """A written division's sort key: just after its operands' last atom (`derived_key` of its text), not the order
+    it was first written in (which is the order of the checks: a quotient made first in another item, or another
+    process, printed its products in another order)."""
+    last = max((a._key for a in num.atoms() | den.atoms()), default=0)
+    value = format_dim(atom.value) if atom.value is not None else ""
+    return derived_key(last, f"{atom.kind} {atom.name} {value}")
 
 
 def _int(d: Dim) -> int | None:
@@ -521,6 +557,7 @@ def _division_atom(kind: str, num: Dim, den: Dim, value: Dim | None) -> Atom:
     atom = _DIVISION_ATOMS.get(key)
     if atom is None:
         atom = Atom(kind, f"{_operand(num, False)} {kind} {_operand(den, True)}", value=value, args=(num, den))
+        atom._key = _division_key(atom, num, den)
         _DIVISION_ATOMS[key] = atom
     return atom
 
@@ -568,6 +605,14 @@ def digit_count(n: int) -> int:
     n = abs(n)
     digits = int(n.bit_length() * math.log10(2))  # this many or one more
     return digits + (n >= 10**digits)
+
+
+def shown_value(d: Dim) -> Dim:
+    """`d.val` as a message shows it: a config field of unknown value as `d` writes it (`cfg.d`), not as the atom
+    its ways of writing stand for (`Atom.alias`)."""
+    v = d.val
+    back = {a.alias: Dim.atom(a) for a in d.atoms() if a.alias is not None}
+    return v.substitute(back) if back else v
 
 
 def format_dim(d: Dim | None) -> str:

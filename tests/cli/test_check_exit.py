@@ -1,5 +1,6 @@
 """How a `linnet check` process ends and collects (issue 45: `linnet check` on the 5 MB document): the analysis runs
-without the cyclic garbage collector, which found next to nothing to free and cost 30 % of it, and the process ends
+without the cyclic garbage collector, which found next to nothing to free and cost 30 % of it (and stays off to the end:
+enabled again, it collected every object the analysis made), and the process ends
 without the interpreter's teardown (a full collection and the freeing of millions of objects one by one), its output
 flushed first; other commands end as usual (their atexit work: threads, caches, temporary folders). A reader that
 leaves early (`linnet check FILE | head -1`) does not change the verdict. Timings live in bench/check_phases.py, not
@@ -24,9 +25,14 @@ import bigdoc_source  # noqa: E402  (bench/ is not a package; stdlib-only)
 ATEXIT = "import atexit, sys\natexit.register(lambda: print('teardown ran', file=sys.stderr))\n"
 
 
-def run_entry(args: list[str], tmp_path) -> subprocess.CompletedProcess:
-    """`linnet ARGS` through the process entry (`python -m linnet`), with an atexit hook that reports teardown."""
-    code = ATEXIT + f"sys.argv = ['linnet', *{args!r}]\nimport runpy\nrunpy.run_module('linnet', run_name='__main__')\n"
+def run_entry(args: list[str], tmp_path, hook: str = "") -> subprocess.CompletedProcess:
+    """`linnet ARGS` through the process entry (`python -m linnet`), with an atexit hook that reports teardown and
+    `hook`'s code run first."""
+    code = (
+        ATEXIT
+        + hook
+        + f"sys.argv = ['linnet', *{args!r}]\nimport runpy\nrunpy.run_module('linnet', run_name='__main__')\n"
+    )
     return subprocess.run(
         [sys.executable, "-c", code],
         cwd=tmp_path,
@@ -48,6 +54,22 @@ def test_check_ends_without_teardown_and_with_all_its_output(tmp_path):
     assert result.stdout.count("error[L") == 30 and result.stdout.count("warning[L901]") == 3
     last_note = "= note: `a @ b` contracts the last dim of `a` with the second-to-last of `b`"
     assert result.stdout.rstrip().endswith(last_note)
+
+
+def test_check_leaves_the_collector_off_when_the_process_ends_at_once(tmp_path):
+    # the collector was enabled again when the command returned, and the first allocation after (printing the
+    # summary, the exit's flush) ran a young collection over every object the analysis made with it off: ~9 of 35
+    # CPU s of the 5 MB document (bench/results/check_phases_s7.md), for a process about to end without teardown
+    path = tmp_path / "bigdoc.linnet"
+    path.write_text(bigdoc_source.big_source(1), encoding="utf-8")
+    hook = (
+        "import gc, os\nreal_exit = os._exit\n"
+        "def _exit(code):\n    print('collector at exit:', gc.isenabled(), file=sys.stderr, flush=True)\n"
+        "    real_exit(code)\nos._exit = _exit\n"
+    )
+    result = run_entry(["check", str(path)], tmp_path, hook)
+    assert result.returncode == 1
+    assert "collector at exit: False" in result.stderr and "teardown ran" not in result.stderr
 
 
 def test_other_commands_end_with_teardown(tmp_path):

@@ -183,3 +183,19 @@ def test_an_imported_body_that_fails_under_the_importers_config_is_a_located_err
     """tests/fixtures/imports/odd: `c.d / 2` in the imported `Half` with the importer's d = 5."""
     with pytest.raises(ProgramError, match=r"lib\.linnet:7:21: error\[L206\]: c\.d / 2 is not exact"):
         build(ROOT / "tests" / "fixtures" / "imports" / "odd" / "main.linnet", preset="odd")
+
+
+def test_an_imported_module_that_did_not_parse_whole_is_its_located_syntax_error(tmp_path: Path):
+    """An imported file's syntax errors are not the importer's diagnostics, so the importer lowers; a member
+    declaration of llama.linnet's `LlamaAttention` that did not parse whole (recovery dropped its arguments) then
+    crashed lowering (AttributeError in an op's dtype rule) where it is the syntax error, located in its file."""
+    good = "v_proj: Linear(c.hidden_size, c.num_key_value_heads * c.head_dim, use_bias=c.attention_bias)"
+    llama = (EXAMPLES / "llama.linnet").read_text(encoding="utf-8")
+    assert llama.count(good) == 1
+    broken = llama.replace(good, good.replace("head_dim,", "head_dim,,"))
+    (tmp_path / "llama.linnet").write_text(broken, encoding="utf-8")
+    (tmp_path / "mistral.linnet").write_text((EXAMPLES / "mistral.linnet").read_text(encoding="utf-8"))
+    info = check_source(*read_source(tmp_path / "mistral.linnet"), None)
+    assert not info.analysis.errors
+    with pytest.raises(ProgramError, match=r"llama\.linnet:83:\d+: error\[L001\]: unexpected `,` \(`LlamaAttention`"):
+        lower_program(info, max_positions=16)

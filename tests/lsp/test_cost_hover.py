@@ -83,3 +83,36 @@ async def test_parameter_inlay_hints_are_opt_in(client):
             T.DidChangeConfigurationParams({"linnet": {"inlayHints": {"shapes": True, "maxLength": 40}}})
         )
     doc.close()
+
+
+async def test_an_importers_cost_follows_an_edit_of_an_imported_function(client, tmp_path):
+    """The importer's checks are reused after an edit of an imported function's body (its interface is unchanged);
+    its cost is the edited body's, as a fresh workspace's analysis shows it (before the fix: the old body's)."""
+    from linnet.lsp.hover import hover_markdown
+    from linnet.semantics.program import Workspace
+    from tests.ir.test_lower_after_edits import EDITS, LIB, USER
+
+    from .test_imports import _next_publish
+
+    (tmp_path / "lib.linnet").write_text(LIB, encoding="utf-8")
+    (tmp_path / "user.linnet").write_text(USER, encoding="utf-8")
+    lib = await open_doc(client, tmp_path / "lib.linnet")
+    user = await open_doc(client, tmp_path / "user.linnet")
+    before = await hover(client, user, "model M", len("model "))
+    old, new = EDITS["a function's body"]  # `x` -> `x @ w`: a matmul more
+    published = len(client.published)
+    await lib.change(lib.pos(old), lib.pos(old, len(old)), new)
+    await _next_publish(client, user, published)  # the importer checked again after the edit
+    shown = await hover(client, user, "model M", len("model "))
+    fresh = Workspace()
+    fresh.open(str(tmp_path / "lib.linnet"), lib.text)
+    analysis = fresh.open(str(tmp_path / "user.linnet"), USER).analyze()
+    expected, _ = hover_markdown(analysis, USER.index("model M") + len("model "), None)
+
+    def cost(text: str) -> str:
+        return text[text.index("**Cost**") :]
+
+    assert cost(expected) != cost(before)
+    assert cost(shown) == cost(expected)
+    lib.close()
+    user.close()

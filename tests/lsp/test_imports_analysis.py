@@ -139,3 +139,39 @@ def test_a_worker_runs_the_editors_text_with_its_imports(files):
     assert f"{folder / 'user.linnet'}:4:9: warning[L901]: `unused` is never used" in result.stdout
     assert "checked 2 files" in result.stderr
     assert sorted(p.name for p in folder.iterdir()) == ["aliased.linnet", "lib.linnet", "user.linnet"]
+
+
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        ("x * factor", "let y = x\n\n\n    y * factor"),  # a body edit that moves what follows down
+        ("x * factor", "x *\n\n\n        factor"),  # the same, the expression split over lines
+        ("factor: float = 2.0)", "\n    factor: float = 2.0)"),  # a parameter moved, the interface kept
+    ],
+)
+def test_an_importers_views_follow_an_edit_that_moves_the_imported_lines(tmp_path: Path, old: str, new: str):
+    """After an edit of lib.linnet that keeps its interfaces (user.linnet's checks are reused, naming the function
+    from before the edit), definitions, hovers and types in user.linnet are a fresh workspace's: their anchors
+    name definitions by path, found in the current text."""
+    from linnet.lsp.hover import hover_markdown
+
+    lib, user = str(tmp_path / "lib.linnet"), str(tmp_path / "user.linnet")
+    edited = LIB.replace(old, new)
+    ws = Workspace()
+    ws.open(lib, LIB)
+    ws.open(user, USER).analyze()
+    ws.open(lib, edited)
+    reused = ws.open(user, USER).analyze()
+    assert reused.stats.checks_run == 0
+    fresh = Workspace()
+    fresh.open(lib, edited)
+    expected = fresh.open(user, USER).analyze()
+
+    def views(analysis):
+        for at in range(len(USER)):
+            t = analysis.type_at(at)
+            found = navigation.definition(analysis, at)
+            place = found and (found.path, found.start, found.end)
+            yield at, hover_markdown(analysis, at, None), place, t and (t.symbolic, t.concrete)
+
+    assert list(views(reused)) == list(views(expected))

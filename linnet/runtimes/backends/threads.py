@@ -24,6 +24,8 @@ from __future__ import annotations
 import os
 import time
 
+from linnet.semantics.parallel import usable_cpus
+
 __all__ = ["usable_cores", "idle_cores", "choose_torch_threads", "set_torch_threads"]
 
 SAMPLE_S = 0.1  # long enough for 10 clock ticks (USER_HZ is 100) per core
@@ -31,12 +33,8 @@ SAMPLE_S = 0.1  # long enough for 10 clock ticks (USER_HZ is 100) per core
 
 def usable_cores() -> set[int]:
     """The CPUs this process may run on: its CPU affinity where the platform has one (Linux), else all of
-    `os.cpu_count()`'s; never empty."""
-    try:
-        cpus = set(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # macOS and Windows have no sched_getaffinity
-        cpus = set(range(os.cpu_count() or 1))
-    return cpus or {0}
+    `os.cpu_count()`'s; never empty (`linnet.semantics.parallel.usable_cpus`)."""
+    return usable_cpus()
 
 
 def _cpu_times(stat: str = "/proc/stat") -> dict[int, tuple[int, int]]:
