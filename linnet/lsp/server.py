@@ -255,10 +255,7 @@ class LinnetServer(LanguageServer):
                 await first
             while self.documents.get(doc.uri) is doc:
                 preset = self.settings.preset
-                try:  # what a completion waiting on this check reads, while the rest runs
-                    await doc.check_first(preset)
-                except Exception as err:  # noqa: BLE001 - the full check below still runs, and reports
-                    self.log_error("the first stage of a check", err)
+                await doc.check_first(preset)  # what a completion waiting on this check reads, while the rest runs
                 async with doc.analyzed(preset) as analysis:
                     if not doc.is_current(analysis):
                         continue
