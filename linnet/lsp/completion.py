@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from linnet.ops import REGISTRY
 from linnet.semantics.configs import MISSING, ConfigValue
 from linnet.semantics.describe import dotted
-from linnet.semantics.program import Analysis, PartialAnalysis
+from linnet.semantics.program import Analysis
 from linnet.syntax import ast as A
 from linnet.syntax.items import Item
 from linnet.syntax.parser import code_mask
@@ -72,14 +72,11 @@ def _chain_before(text: str, end: int) -> str:
 
 def _type_of_chain(analysis: Analysis, item: Item, chain: str, preset: str | None):
     """The type of a dotted name as recorded anywhere in the item's check (the statement being
-    typed may not parse, but the name usually occurs elsewhere). Raises PartialAnalysis when `analysis` has one
-    of the item's checks only (a staged analysis) and that one does not name it."""
+    typed may not parse, but the name usually occurs elsewhere)."""
     for _, result in analysis.results_for(item, preset):
         for node, t in result.types.items():
             if isinstance(node, (A.Name, A.Attr)) and dotted(node) == chain:
                 return t
-    if item in analysis.partial:  # the full analysis would look in the item's other checks next
-        raise PartialAnalysis(f"`{chain}` has no type in {item.name}'s check under {analysis.staged_for}")
     if item.ast is not None and "." not in chain:
         params = list(getattr(item.ast, "params", []))
         for node in A.walk(item.ast):

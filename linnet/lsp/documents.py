@@ -86,7 +86,6 @@ class OpenDocument:
     notified_version: int = 0  # the text version its importers were last re-checked for
     _analysis: Analysis | None = None
     _analysis_key: tuple | None = None  # (revision, preset, stamp of the imported files)
-    _first: tuple | None = None  # (key as above, the first stage of a staged analysis: `check_first`)
     revision: int = 0  # counts text changes: a save with text, or a client reusing a version, still re-analyses
     _index: LineIndex | None = None
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -130,26 +129,6 @@ class OpenDocument:
             analysis = self.workspace.open(self.path, text).analyze(preset)
             return analysis, self.workspace.stamp(analysis.files[1:] + analysis.absent_files)
 
-    def _analyze_first(self, text: str, preset: str | None) -> tuple[Analysis | None, tuple]:
-        with self.workspace.lock:
-            analysis = self.workspace.open(self.path, text).analyze_first(preset)
-            if analysis is None:
-                return None, ()
-            return analysis, self.workspace.stamp(analysis.files[1:] + analysis.absent_files)
-
-    async def check_first(self, preset: str | None) -> None:
-        """The first stage of the current text's analysis (`Document.analyze_first`: an item edited inside one
-        function body checked under `preset`'s binding only), kept for `analyzed(staged=True)`; a request waiting
-        on the document reads it before the rest is checked (the lock is released in between). Nothing when the
-        analysis of the current text is there, or when no such edit is pending."""
-        async with self._lock:
-            key = (self.revision, preset, self.workspace.stamp(self.depends_on))
-            if (self._analysis is not None and self._analysis_key == key) or (self._first and self._first[0] == key):
-                return
-            revision = self.revision
-            analysis, stamp = await asyncio.to_thread(self._analyze_first, self.text, preset)
-            self._first = ((revision, preset, stamp), analysis) if analysis is not None else None
-
     @property
     def text_version(self) -> int:
         """The version of the text the workspace holds for this document (its last analysis)."""
@@ -157,25 +136,18 @@ class OpenDocument:
         return doc.version if doc is not None else 0
 
     @contextlib.asynccontextmanager
-    async def analyzed(self, preset: str | None, staged: bool = False) -> AsyncIterator[Analysis]:
+    async def analyzed(self, preset: str | None) -> AsyncIterator[Analysis]:
         """The analysis of the current text (and of the current text of what it imports) under
         `preset`, held for the `async with` block: offsets and items stay valid until it ends
-        (the next analysis moves items). `staged`: the first stage of a staged analysis will do while the full
-        one is not there (`check_first`; its `partial` items have one binding's results: a query that needs more
-        raises PartialAnalysis, and asks again without `staged`)."""
+        (the next analysis moves items)."""
         async with self._lock:
             key = (self.revision, preset, self.workspace.stamp(self.depends_on))
-            current = self._analysis is not None and self._analysis_key == key
-            if staged and not current and self._first is not None and self._first[0] == key:
-                yield self._first[1]
-            else:
-                if not current:
-                    revision, text = self.revision, self.text
-                    self._analysis, stamp = await asyncio.to_thread(self._analyze, text, preset)
-                    self.files, self.absent = self._analysis.files, self._analysis.absent_files
-                    self._analysis_key = (revision, preset, stamp)
-                    self._first = None
-                yield self._analysis
+            if self._analysis is None or self._analysis_key != key:
+                revision, text = self.revision, self.text
+                self._analysis, stamp = await asyncio.to_thread(self._analyze, text, preset)
+                self.files, self.absent = self._analysis.files, self._analysis.absent_files
+                self._analysis_key = (revision, preset, stamp)
+            yield self._analysis
 
     def is_current(self, analysis: Analysis) -> bool:
         """Whether `analysis` is of the client's current text and of the current text of what

@@ -41,7 +41,7 @@ from .resolved import Resolved
 from .unread import unread_findings
 from .workspace import Workspace
 
-__all__ = ["Analysis", "Document", "Globals", "PartialAnalysis", "StdLib", "TypeInfo", "Workspace", "std_library"]
+__all__ = ["Analysis", "Document", "Globals", "StdLib", "TypeInfo", "Workspace", "std_library"]
 
 STD_FILES = ("nn.linnet", "functional.linnet", "rope.linnet", "attention.linnet")
 
@@ -115,11 +115,6 @@ class Stats:
     checked_names: list[str] = field(default_factory=list)
 
 
-class PartialAnalysis(Exception):
-    """A query's answer from a staged analysis (`Analysis.partial`) could differ from the full analysis's: ask
-    the full one."""
-
-
 class Analysis:
     """The analysis of one document version."""
 
@@ -142,11 +137,6 @@ class Analysis:
         # What forked workers checked (`Document.analyze(jobs=...)`): each item's merged findings and calls; those
         # items are not in `items` (`resolved` checks them again on demand)
         self.remote: dict[Item, _Checked] = {}
-        # Items checked under one binding only, the one `results_for` puts first (`Document.analyze_first`): their
-        # other results are missing, so are the analysis's diagnostics; a query those results could change raises
-        # PartialAnalysis
-        self.partial: set[Item] = set()
-        self.staged_for: str | None = None  # the scenario whose binding `partial` items were checked under
 
     @property
     def files(self) -> list[str]:
@@ -187,19 +177,12 @@ class Analysis:
         ia = self.items.get(item)
         if ia is None or not ia.results:
             return []
-        if item in self.partial and self.wanted_scenario(preset) != self.staged_for:
-            raise PartialAnalysis(f"{item.name} is checked under {self.staged_for} only")
         return self._results_of(ia, preset)
 
     def _results_of(self, ia: ItemAnalysis, preset: str | None):
-        wanted = self.wanted_scenario(preset)
+        wanted = preset or (self.presets[0] if self.presets else "defaults")
         ordered = sorted(ia.results, key=lambda r: 0 if (r[0] is None or wanted in r[0]) else 1)
         return ordered
-
-    def wanted_scenario(self, preset: str | None) -> str:
-        """The scenario whose results queries read first: `preset`, else the first preset checked, else the
-        config defaults."""
-        return preset or (self.presets[0] if self.presets else "defaults")
 
     def resolved(
         self, item: Item | str, preset: str | None = None, config: dict | None = None, *, current: bool = True
@@ -464,8 +447,6 @@ class Document:
         # item -> (world, preset, ItemAnalysis, _Checked) of its last check, taken as it is while the world is the
         # same object and the item has no body edit (`_check_one`)
         self._checked: dict[Item, tuple] = {}
-        # (item, binding key) -> its result for the current text, checked by `analyze_first` ahead of the others
-        self._staged: dict[tuple[Item, Any], ItemResult] = {}
         self._replaced: list[Item] = []  # items dropped since the last analysis (cache pruning)
         self._field_atoms = weakref.WeakValueDictionary()  # config fields' dim atoms (ConfigValue.atom)
         self._unread_cache: dict = {}  # what each function reads under each check of the last analysis (unread.py)
@@ -496,7 +477,6 @@ class Document:
         if self.items and text == self.source.text:
             return
         self.version += 1
-        self._staged.clear()  # checked for the text before
         by_text: dict[str, list[Item]] = {}
         for item in self.items:
             by_text.setdefault(item.text, []).append(item)
@@ -566,21 +546,7 @@ class Document:
         self.update(text[:start] + new_text + text[end:])
 
     # ----- analysis
-    def analyze_first(self, preset: str | None = None) -> Analysis | None:
-        """The first stage of a staged analysis, for the queries that read one binding's results (completion):
-        the items edited inside one function body since their last check are checked under the binding their
-        queries read first (`preset`'s, else the first preset's, else the defaults'; `Analysis.wanted_scenario`)
-        only, the other items as `analyze` does. The next `analyze` of the same text takes those results and
-        checks the other bindings. The analysis has those items in `partial`; its diagnostics are incomplete
-        (no unread-parameter or recursion findings, and those items' findings under one binding only): never
-        publish them. None when no item has such an edit pending (`analyze` is then as quick)."""
-        if not self._body_edits:
-            return None
-        return self.analyze(preset, first=True)
-
-    def analyze(
-        self, preset: str | None = None, only: Callable[[Item], bool] | None = None, jobs: int = 1, first: bool = False
-    ) -> Analysis:
+    def analyze(self, preset: str | None = None, only: Callable[[Item], bool] | None = None, jobs: int = 1) -> Analysis:
         """Analyse the current text. `preset` (else the first preset) is the config whose
         numbers a diagnostic quotes when it occurs under several.
 
@@ -624,13 +590,11 @@ class Document:
                 )
             )
         default_preset = preset or (presets[0].name if presets else None)
-        staged = analysis.staged_for = analysis.wanted_scenario(preset) if first else None
-        findings.extend(self._check_items(analysis, ctx, world, values, only, default_preset, jobs, staged))
+        findings.extend(self._check_items(analysis, ctx, world, values, only, default_preset, jobs))
         for item, found in evaluator.findings.items():
             if item.source is self.source:
                 findings.extend(found)
-        if not first:
-            findings.extend(_recursion(analysis))
+        findings.extend(_recursion(analysis))
         for item in self.items:
             if item.kind == "import":
                 analysis.item_refs[item] = own_imports.refs.get(item, [])
@@ -643,7 +607,7 @@ class Document:
             if item._attribute_findings is None:
                 item._attribute_findings = check_attributes(item)
             findings.extend(item._attribute_findings)
-        if only is None and not first and not self.is_std and not _has_errors(self.items, findings):
+        if only is None and not self.is_std and not _has_errors(self.items, findings):
             findings.extend(unread_findings(analysis, self._unread_cache))
         analysis.diagnostics = self._diagnostics(findings, globals_)
         return analysis
@@ -682,14 +646,12 @@ class Document:
         only: Callable[[Item], bool] | None,
         preset: str | None,
         jobs: int = 1,
-        staged: str | None = None,
     ) -> list[Finding]:
         """Check each module and function (those `only` accepts) once per binding of its config parameters,
         reusing a cached result where it is still valid; record them in `analysis` (items, model trees,
         stats) and return their findings, merged across bindings (quoting `preset`'s numbers). With `jobs` > 1,
         a big file's items are shared among forked workers (`parallel.py`); what a worker checked is in
-        `analysis.remote` (its findings and calls), not in `analysis.items`, and is not cached. `staged` (a scenario
-        name, `analyze_first`): an item with a body edit is checked under the binding of that scenario only."""
+        `analysis.remote` (its findings and calls), not in `analysis.items`, and is not cached."""
         remote: dict[Item, _Checked] = {}  # the items checked ahead, in parallel
         if jobs > 1 and parallel.can_fork() and only is None:
             todo = [item for item in self.items if item.ast is not None and item.kind in ("module", "fn")]
@@ -702,8 +664,6 @@ class Document:
                 previous_unclosed = unclosed
                 continue
             done = remote.get(item)
-            if done is None and staged is not None and item in self._body_edits:
-                done = self._check_staged(analysis, ctx, world, values, staged, item)
             if done is None:
                 done = self._check_one(analysis, ctx, world, values, preset, item, record=True)
             elif item in analysis.remote and _is_model(item):
@@ -750,13 +710,7 @@ class Document:
         for binding, key, names in self._bindings(item, values, world, globals_):
             checked.add(key)
             cached = self._results.get((item, key))
-            staged = self._staged.pop((item, key), None) if edit is not None else None
-            if staged is not None and staged.world is world:  # checked for this text by `analyze_first`
-                result = staged
-                if record:
-                    self._results[(item, key)] = result
-                checks_run += 1
-            elif cached is not None and (cached.world == world or self._valid(cached, ns)):
+            if cached is not None and (cached.world == world or self._valid(cached, ns)):
                 result = cached
                 if edit is not None:  # its nodes are kept but for one function's body: that one is checked again
                     result = fn_reuse.recheck_body(ctx, item, binding, cached, edit, ItemChecker)
@@ -783,30 +737,6 @@ class Document:
                     del self._results[stale]
             self._checked[item] = (world, preset, ia, done)
         return done
-
-    def _check_staged(
-        self, analysis: Analysis, ctx: CheckContext, world: Any, values: dict, wanted: str, item: Item
-    ) -> "_Checked":
-        """`item`, edited inside one function body, checked under the one binding that queries of `wanted` read
-        first (`Analysis._results_of`: the first whose scenarios hold `wanted`, else the first), kept for the next
-        `analyze` (`_staged`); the edit stays pending for the other bindings. The item goes in `analysis.partial`."""
-        ns, globals_ = analysis.namespaces, analysis.globals
-        bindings = self._bindings(item, values, world, globals_)
-        binding, key, names = next((b for b in bindings if b[2] is None or wanted in b[2]), bindings[0])
-        result = self._staged.get((item, key))
-        if result is None or result.world is not world:
-            cached = self._results.get((item, key))
-            result = None
-            if cached is not None and (cached.world == world or self._valid(cached, ns)):
-                result = fn_reuse.recheck_body(ctx, item, binding, cached, self._body_edits[item], ItemChecker)
-            result = result if result is not None else _check_item(ctx, item, binding)
-            result.world = world
-            self._staged[(item, key)] = result
-        ia = ItemAnalysis(item, [(names, result)], [binding])
-        analysis.items[item] = ia
-        analysis.partial.add(item)
-        self._record_trees(analysis, ia)
-        return _Checked(list(result.findings), result.calls, 1)
 
     @staticmethod
     def _record_trees(analysis: Analysis, ia: ItemAnalysis) -> None:
