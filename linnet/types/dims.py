@@ -22,7 +22,6 @@ match anything, which is what keeps one error from cascading.
 from __future__ import annotations
 
 import decimal
-import hashlib
 import itertools
 import math
 import weakref
@@ -87,8 +86,17 @@ def derived_key(key: int, text: str) -> int:
     """A sort key just after `key` (an atom's `_key`), the same in every process and run for the same `text`: the
     atoms that stand for `text` (a field written so, a division of operands so written) then print in one order
     whichever check made them first."""
-    digest = int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "big")
-    return key + 1 + (digest >> 2)
+    return key + 1 + (_fnv1a_64(text.encode("utf-8")) >> 2)
+
+
+def _fnv1a_64(data: bytes) -> int:
+    """The 64-bit FNV-1a hash of `data` (Fowler, Noll, Vo; http://www.isthe.com/chongo/tech/comp/fnv/): stable
+    across processes, unlike `hash`, and without importing hashlib, which the language server's start leaves out
+    (tests/lsp/test_startup.py)."""
+    h = 0xCBF29CE484222325
+    for byte in data:
+        h = ((h ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return h
 
 
 def var(name: str) -> Atom:
