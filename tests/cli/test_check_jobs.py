@@ -186,6 +186,35 @@ module Outer(c: C) {
     assert rendered("/tmp/alias.linnet", text, 1)[0] == ""
 
 
+def test_an_exact_quotient_of_an_unknown_field_written_two_ways_is_one_value():
+    # `k.d / 2` in Outer and `c.d / 2` in Inner, of one config value: each way of writing `d` is its own atom
+    # (aliased), and the quotient atoms were keyed by those atoms, so the call said `argument `x` of `inner` is
+    # [B, k.d / 2], expected [B, c.d / 2]` (0400f9a: no error; `//` and `%` compare by their canonical values)
+    text = """config C {
+    d: int
+}
+
+module Inner(c: C) {
+    fn forward(x: [B, c.d / 2, S]) -> [B, S * (c.d / 2)] {
+        reshape(x, [B, S * (c.d / 2)])
+    }
+}
+
+module Outer(k: C) {
+    inner: Inner(k)
+
+    fn forward(x: [B, k.d / 2, S]) -> [B, (k.d / 2) * S] {
+        inner(x)
+    }
+
+    fn halves(x: [B, k.d / 2]) -> [B, 2 * (k.d / 2)] {
+        concat([x, x], dim=-1)
+    }
+}
+"""
+    assert rendered("/tmp/alias.linnet", text, 1)[0] == ""
+
+
 def test_imported_configs_are_evaluated_before_any_check(tmp_path):
     # a config only an imported item names was evaluated at its defaults by the first check that reached it: its
     # atoms' ids (the order of a product's factors) were then the checks' order, a worker's share its own
