@@ -412,12 +412,18 @@ _QUOTIENTS: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
 
 
 def _quot_atom(num: Dim, den: Dim, value: Dim | None) -> Atom:
-    """One atom per written quotient, so `n / 2` equals `n / 2` wherever it is written."""
+    """One atom per written quotient, so `n / 2` equals `n / 2` wherever it is written. A quotient of unknown value
+    whose operands write a config field one of its ways (`k.d / 2`) is `alias` of the quotient of the atoms those
+    ways stand for, so that it equals `c.d / 2` of the same value and prints as written."""
     key = (num.key(), den.key(), value.key() if value is not None else None)
     atom = _QUOTIENTS.get(key)
     if atom is None:
         atom = Atom("quot", _quot_name(num, den), value=value, quot=(num, den))
         atom._key = _division_key(atom, num, den)
+        if value is None:
+            ways = {a: Dim.atom(a.alias) for a in num.atoms() | den.atoms() if a.alias is not None}
+            if ways:
+                atom.alias = _quot_atom(num.substitute(ways), den.substitute(ways), None)
         _QUOTIENTS[key] = atom
     return atom
 
