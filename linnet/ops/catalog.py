@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 from ..types.core import BOOL, F32, I64, DType, Shape, TensorT, format_shape
-from ..types.dims import Dim, format_dim, product
+from ..types.dims import Dim, format_dim, product, shown_value
 from ..types.scalars import arithmetic
 from . import cases
 from .cases import array, dims
@@ -412,7 +412,7 @@ def _matmul_shape(a):
             raise OpError(
                 "L202",
                 f"cannot matmul {format_shape(x)} with {format_shape(y)}: "
-                f"{format_dim(xd[-1].val)} vs {format_dim(yd[0].val)}",
+                f"{format_dim(shown_value(xd[-1]))} vs {format_dim(shown_value(yd[0]))}",
                 arg_labels={"x": format_shape(x), "y": format_shape(y)},
                 dims=(xd[-1], yd[0]),
                 notes=["`a @ b` contracts the last dim of `a` with the second-to-last of `b`"],
@@ -430,7 +430,8 @@ def _matmul_shape(a):
     if not same_dim(k1, k2):
         raise OpError(
             "L202",
-            f"cannot matmul {format_shape(x)} with {format_shape(y)}: {format_dim(k1.val)} vs {format_dim(k2.val)}",
+            f"cannot matmul {format_shape(x)} with {format_shape(y)}: "
+            f"{format_dim(shown_value(k1))} vs {format_dim(shown_value(k2))}",
             arg_labels={"x": format_shape(x), "y": format_shape(y)},
             dims=(k1, k2),
             notes=["`a @ b` contracts the last dim of `a` with the second-to-last of `b`"],
@@ -488,7 +489,7 @@ def _linear_shape(a):
         raise OpError(
             "L202",
             f"cannot apply a weight {format_shape(w)} to {format_shape(x)}: "
-            f"{format_dim(k.val)} vs {format_dim(n[1].val)}",
+            f"{format_dim(shown_value(k))} vs {format_dim(shown_value(n[1]))}",
             arg_labels={"x": format_shape(x), "weight": format_shape(w)},
             notes=["`linear(x, weight)` is `x @ transpose(weight)`: weight is [out_features, in_features]"],
         )
@@ -526,7 +527,7 @@ def _reshape_shape(a):
         raise OpError(
             "L205",
             f"reshape from {format_shape(x)} to {format_shape(Shape(tuple(target)))} changes the "
-            f"element count: {format_dim(before.val)} vs {format_dim(after.val)}",
+            f"element count: {format_dim(shown_value(before))} vs {format_dim(shown_value(after))}",
             "shape",
         )
     return Shape(tuple(target))
@@ -636,7 +637,7 @@ def _squeeze_shape(a):
     if dims[d] is not None and dims[d].as_int() != 1:
         raise OpError(
             "L208",
-            f"squeeze needs a dim of size 1, dim {a['dim']} of {format_shape(x)} is {format_dim(dims[d].val)}",
+            f"squeeze needs a dim of size 1, dim {a['dim']} of {format_shape(x)} is {format_dim(shown_value(dims[d]))}",
             "dim",
         )
     del dims[d]
@@ -674,7 +675,7 @@ def _expand_shape(a):
         raise OpError(
             "L201",
             f"cannot expand {format_shape(x)} to {format_shape(target)} "
-            f"(dim {len(x.dims) - i}: {format_dim(dx.val)} vs {format_dim(dt.val)})",
+            f"(dim {len(x.dims) - i}: {format_dim(shown_value(dx))} vs {format_dim(shown_value(dt))})",
             "shape",
         )
     return target
@@ -779,8 +780,8 @@ def _split_shapes(a):
     if total is not None and have is not None and not total.same(have):
         raise OpError(
             "L211",
-            f"split sizes add up to {format_dim(total.val)} but dim {a['dim']} of "
-            f"{format_shape(x)} is {format_dim(have.val)}",
+            f"split sizes add up to {format_dim(shown_value(total))} but dim {a['dim']} of "
+            f"{format_shape(x)} is {format_dim(shown_value(have))}",
             "sizes",
         )
     out = []

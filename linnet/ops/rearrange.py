@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ..types.core import Shape, format_shape
-from ..types.dims import Dim, format_dim, product
+from ..types.dims import Dim, format_dim, product, shown_value
 from .registry import OpError, exact
 
 _TOKEN = re.compile(r"\s*(?:(?P<name>[A-Za-z_]\w*)|(?P<one>1)|(?P<ell>\.\.\.)|(?P<open>\()|(?P<close>\))|(?P<bad>\S))")
@@ -200,20 +200,20 @@ def rearrange_shape(x: Shape, pattern_text: str, sizes: dict[str, Dim | None]) -
             continue
         text = _group_text(pattern_text, group)
         if unknown:
-            what = f"{text} = {format_dim(dim.val)} with {_given_text(group, unknown, known)}"
+            what = f"{text} = {format_dim(shown_value(dim))} with {_given_text(group, unknown, known)}"
             try:
                 known[unknown[0].name] = exact(dim, given, what, "pattern")
             except OpError as err:
                 raise OpError(
                     "L205",
-                    f"{what}: {format_dim(dim.val)} is not divisible by {format_dim(given.val)}",
+                    f"{what}: {format_dim(shown_value(dim))} is not divisible by {format_dim(shown_value(given))}",
                     "pattern",
                     inner=(group.start, group.end),
                 ) from err
         elif not given.same(dim):
             raise OpError(
                 "L205",
-                f"{text} is {format_dim(given.val)} but the input dim is {format_dim(dim.val)}",
+                f"{text} is {format_dim(shown_value(given))} but the input dim is {format_dim(shown_value(dim))}",
                 "pattern",
                 inner=(group.start, group.end),
             )
@@ -235,7 +235,7 @@ def _group_text(pattern: str, group: Group) -> str:
 
 def _given_text(group: Group, unknown: list[Axis], known: dict) -> str:
     parts = [
-        f"{a.name} = {format_dim(known[a.name].val)}"
+        f"{a.name} = {format_dim(shown_value(known[a.name]))}"
         for a in group.axes
         if a.name is not None and a not in unknown and known.get(a.name) is not None
     ]

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..types.core import BOOL, F32, WORK, DType, Shape, TensorT, format_shape
-from ..types.dims import Dim, DivisionError, divide, format_dim
+from ..types.dims import Dim, DivisionError, divide, format_dim, shown_value
 
 REQUIRED = object()
 
@@ -231,7 +231,7 @@ def broadcast(a: Shape, b: Shape, names=("x", "y")) -> Shape:
             raise OpError(
                 "L201",
                 f"shapes don't broadcast: {format_shape(a)} and {format_shape(b)} "
-                f"(dim {pos}: {format_dim(da.val)} vs {format_dim(db.val)})",
+                f"(dim {pos}: {format_dim(shown_value(da))} vs {format_dim(shown_value(db))})",
                 arg_labels={names[0]: format_shape(a), names[1]: format_shape(b)},
                 dims=(da, db),
             )

@@ -206,7 +206,7 @@ def format_type(t: Type, concrete: bool = False) -> str:
         return prefix + format_shape(t.shape, concrete)
     if isinstance(t, ScalarT):
         if t.kind == "int" and t.value is not None:
-            shown = format_dim(t.value.val if concrete else t.value)
+            shown = format_dim(shown_value(t.value) if concrete else t.value)
             return f"int = {shown}" if concrete or t.value.is_int() else "int"
         if t.value is not None and t.kind in ("float", "bool"):
             shown = str(t.value).lower() if isinstance(t.value, bool) else repr(t.value)
@@ -227,7 +227,7 @@ def format_type(t: Type, concrete: bool = False) -> str:
     if isinstance(t, ModuleT):
         return t.instance.describe()
     if isinstance(t, ModuleListT):
-        count = format_dim(t.count.val if concrete and t.count is not None else t.count)
+        count = format_dim(shown_value(t.count) if concrete and t.count is not None else t.count)
         if t.index is not None:
             return f"[{t.instance.describe()} for {t.index.name} in range({count})]"
         return f"[{t.instance.describe()}; {count}]"

@@ -420,12 +420,19 @@ _QUOTIENTS: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
 
 
 def _quot_atom(num: Dim, den: Dim, value: Dim | None) -> Atom:
-    """One atom per written quotient, so `n / 2` equals `n / 2` wherever it is written."""
+    """One atom per written quotient, so `n / 2` equals `n / 2` wherever it is written. A quotient of unknown value
+    whose operands are not their values (a config field written one of its ways, `k.d / k.e`) is `alias` of the
+    quotient of the values (`d / 4`), so that it equals `c.d / c.e` and `c.d / 4` of the same values and prints as
+    written."""
     key = (num.key(), den.key(), value.key() if value is not None else None)
     atom = _QUOTIENTS.get(key)
     if atom is None:
         atom = Atom("quot", _quot_name(num, den), value=value, quot=(num, den))
         atom._key = _division_key(atom, num, den)
+        if value is None:
+            nv, dv = num.val, den.val  # no aliases nor known values left: the alias is its own value
+            if (nv.key(), dv.key()) != (num.key(), den.key()):
+                atom.alias = _quot_atom(nv, dv, None)
         _QUOTIENTS[key] = atom
     return atom
 

@@ -186,6 +186,86 @@ module Outer(c: C) {
     assert rendered("/tmp/alias.linnet", text, 1)[0] == ""
 
 
+def test_an_exact_quotient_of_an_unknown_field_written_two_ways_is_one_value():
+    # `k.d / 2` in Outer and `c.d / 2` in Inner, of one config value: each way of writing `d` is its own atom
+    # (aliased), and the quotient atoms were keyed by those atoms, so the call said `argument `x` of `inner` is
+    # [B, k.d / 2], expected [B, c.d / 2]` (0400f9a: no error; `//` and `%` compare by their canonical values)
+    text = """config C {
+    d: int
+}
+
+module Inner(c: C) {
+    fn forward(x: [B, c.d / 2, S]) -> [B, S * (c.d / 2)] {
+        reshape(x, [B, S * (c.d / 2)])
+    }
+}
+
+module Outer(k: C) {
+    inner: Inner(k)
+
+    fn forward(x: [B, k.d / 2, S]) -> [B, (k.d / 2) * S] {
+        inner(x)
+    }
+
+    fn halves(x: [B, k.d / 2]) -> [B, 2 * (k.d / 2)] {
+        concat([x, x], dim=-1)
+    }
+}
+"""
+    assert rendered("/tmp/alias.linnet", text, 1)[0] == ""
+
+
+def test_an_exact_quotient_is_one_value_however_its_known_operands_are_written():
+    # `k.d / k.e` and `k.d / 4` against `c.d / c.e` (e = 4) of one config value: a quotient of unknown value was keyed
+    # by its operands as written, so main said L203 `k.d / k.e vs c.d / c.e` (0400f9a: `c.d / 4 vs c.d / c.e`)
+    text = """config C {
+    d: int
+    e: int = 4
+}
+
+module Inner(c: C) {
+    fn forward(x: [B, c.d], y: [B, c.d / c.e]) -> [B, c.d + c.d / c.e] {
+        concat([x, y], dim=-1)
+    }
+}
+
+module Outer(k: C) {
+    inner: Inner(k)
+
+    fn forward(x: [B, k.d], y: [B, k.d / k.e]) -> [B, k.d + k.d / k.e] {
+        inner(x, y)
+    }
+
+    fn literal(x: [B, k.d], y: [B, k.d / 4]) -> [B, k.d + k.d / 4] {
+        inner(x, y)
+    }
+}
+"""
+    assert rendered("/tmp/alias.linnet", text, 1)[0] == ""
+
+
+def test_a_message_prints_an_unknown_field_as_written():
+    # messages that print a dim's value (`.val`) printed the atom the ways of writing a field stand for, `C.d`, a
+    # name the source never writes (0400f9a: `k.d * B`)
+    text = """config C {
+    d: int
+}
+
+module Outer(k: C) {
+    fn f(x: [B, k.d]) -> [B, 1] {
+        reshape(x, [B, 1])
+    }
+
+    fn g(x: [B, k.d], w: [k.d + 1, 2]) -> [B, 2] {
+        x @ w
+    }
+}
+"""
+    out = rendered("/tmp/alias.linnet", text, 1)[0]
+    assert "element count: k.d * B vs B" in out and "k.d vs k.d + 1" in out
+    assert "C.d" not in out
+
+
 def test_imported_configs_are_evaluated_before_any_check(tmp_path):
     # a config only an imported item names was evaluated at its defaults by the first check that reached it: its
     # atoms' ids (the order of a product's factors) were then the checks' order, a worker's share its own

@@ -124,3 +124,85 @@ def test_a_reused_check_is_made_again_once_per_analysis():
     assert second.resolved(model, current=False).names is cached  # reused: `mix`'s interface is unchanged
     again = second.resolved(model)
     assert again.names is not cached and second.resolved(model) is again
+
+
+CHAIN_LIB = """config C {
+    d: int = 8
+    h: int = 2
+}
+
+fn scale(x: [B, N], f: float) -> [B, N] {
+    x * f
+}
+
+module Mlp(c: C) {
+    up: Linear(c.d, c.d * c.h)
+    down: Linear(c.d * c.h, c.d)
+
+    fn forward(x: [B, c.d]) -> [B, c.d] {
+        down(gelu(up(x)))
+    }
+}
+"""
+CHAIN_USER = """from "lib.linnet" import C, Mlp, scale
+
+preset small = C { d = 4 }
+
+model M(c: C) {
+    mlp: Mlp(c)
+
+    entry fn forward(x: [B, c.d]) -> [B, c.d] {
+        scale(mlp(x), 2.0)
+    }
+}
+"""
+CHAIN_SCALE_BODY = ("x * f\n}", "x * (f * 2.0)\n}")
+
+
+@pytest.mark.parametrize(
+    "preset, edits",
+    [
+        (None, [("user", ("scale(mlp(x), 2.0)", "mlp(scale(x, 2.0))")), ("lib", CHAIN_SCALE_BODY)]),
+        ("small", [("lib", ("x * f", "x * f * 3.0"))]),
+        (None, [("lib", ("x * f", "x + f"))]),
+        (
+            None,
+            [
+                ("lib", ("up: Linear(c.d, c.d * c.h)", "up: Linear(c.d, c.d * c.h, use_bias=false)")),
+                ("user", ("scale(mlp(x), 2.0)", "scale(mlp(x), 3.0)")),
+                ("lib", CHAIN_SCALE_BODY),
+            ],
+        ),
+        (
+            None,
+            [
+                ("lib", ("down(gelu(up(x)))", "down(silu(up(x)))")),
+                ("user", ("scale(mlp(x), 2.0)", "scale(mlp(x), 3.0)")),
+                ("lib", CHAIN_SCALE_BODY),
+            ],
+        ),
+        (None, [("lib", ("d: int = 8", "d: int = 16")), ("lib", ("down(gelu(up(x)))", "down(up(x) * 2.0)"))]),
+    ],
+    ids=["user-then-fn", "fn-under-preset", "fn-op", "member-then-fn", "method-then-fn", "default-then-method"],
+)
+def test_an_importer_lowers_what_a_fresh_workspace_lowers_after_each_edit(tmp_path: Path, preset, edits):
+    """Sequences of edits of an imported config, function, member and method and of the importer's entry (found by
+    a random edit differential, the importer analysed after each): the five that edit `scale`'s body lowered its
+    old body at 0400f9a; the config default then method body held there too."""
+    lib, user = str(tmp_path / "lib.linnet"), str(tmp_path / "user.linnet")
+    (tmp_path / "lib.linnet").write_text(CHAIN_LIB, encoding="utf-8")
+    texts = {"lib": CHAIN_LIB, "user": CHAIN_USER}
+    ws = Workspace()
+    ws.open(lib, CHAIN_LIB)
+    lowered = format_program(lower_analysis(ws.open(user, CHAIN_USER).analyze(preset), preset))
+    for step, (which, (old, new)) in enumerate(edits):
+        assert texts[which].count(old) == 1
+        texts[which] = texts[which].replace(old, new)
+        ws.open(lib, texts["lib"])
+        reused = format_program(lower_analysis(ws.open(user, texts["user"]).analyze(preset), preset))
+        fresh = Workspace()
+        fresh.open(lib, texts["lib"])
+        expected = format_program(lower_analysis(fresh.open(user, texts["user"]).analyze(preset), preset))
+        assert reused == expected, f"after edit {step}"
+        assert reused != lowered  # every edit changes what lowers
+        lowered = reused
