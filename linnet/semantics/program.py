@@ -1049,13 +1049,16 @@ def _recursion(analysis: "Analysis") -> list[Finding]:
 def _merge(ia: ItemAnalysis, preferred: str | None) -> list[Finding]:
     """Findings of all bindings of one item, each once, naming the configs it occurs under
     when that is not all of them. A finding's message is taken from the `preferred` config
-    (the first preset, as hover does) when it occurs there."""
+    (the first preset, as hover does) when it occurs there; where the message differs under
+    another config it occurs under (the sizes a shape error quotes), a note says whose values
+    it shows, so that one config's numbers are not read as every config's."""
     if len(ia.results) == 1:
         return list(ia.results[0][1].findings)
     # Which bindings each finding occurs under, as indices: the scenario names are gathered only for the findings
     # that do not occur under all of them (a binding of a file's config defaults runs under every other config's
     # presets too: thousands of names, which each finding copied once per binding).
     occurrences: dict[Any, tuple[Finding, list[int]]] = {}
+    differs: set[Any] = set()  # keys whose message is not the same under every binding it occurs under
     results = sorted(ia.results, key=lambda r: 0 if preferred and r[0] and preferred in r[0] else 1)
     for index, (_, result) in enumerate(results):
         for f in result.findings:
@@ -1065,14 +1068,33 @@ def _merge(ia: ItemAnalysis, preferred: str | None) -> list[Finding]:
                 occurrences[key] = (f, [index])
             elif found[1][-1] != index:
                 found[1].append(index)
+                if f.message != found[0].message:
+                    differs.add(key)
     total = len(ia.results)
     out = []
-    for f, where in occurrences.values():
-        if len(where) < total:
-            scen = dict.fromkeys(n for index in where for n in (results[index][0] or []))
-            f = Finding(f.code, f.message, f.anchor, f.label, f.labels, f.notes, f.fixes, f.severity, tuple(scen))
+    for key, (f, where) in occurrences.items():
+        scen = (
+            tuple(dict.fromkeys(n for index in where for n in (results[index][0] or [])))
+            if len(where) < total
+            else f.scenarios
+        )
+        notes = f.notes
+        if key in differs:
+            whose = _scenarios_text(results[where[0]][0])
+            notes = [*f.notes, f"the values in this message are those under {whose}; they differ under the others"]
+        if scen is not f.scenarios or notes is not f.notes:
+            f = Finding(f.code, f.message, f.anchor, f.label, f.labels, notes, f.fixes, f.severity, scen)
         out.append(f)
     return out
+
+
+def _scenarios_text(names: list[str] | None, shown: int = 2) -> str:
+    """`names` (a binding's scenarios: presets, `defaults` for the config defaults) as a note names them: the
+    first `shown`, then how many more."""
+    named = [("the config defaults" if n == "defaults" else f"`{n}`") for n in (names or ["defaults"])]
+    if len(named) <= shown + 1:
+        return ", ".join(named)
+    return f"{', '.join(named[:shown])} and {len(named) - shown} more with the same values"
 
 
 def _item_refs(item: Item) -> list[tuple[Span, Any]]:

@@ -52,7 +52,7 @@ def test_check_ends_without_teardown_and_with_all_its_output(tmp_path):
     assert result.stderr.strip().splitlines()[-1] == "checked 1 file: 30 errors, 3 warnings"
     # every diagnostic printed (a pipe's buffer flushed before the process ended), the last one whole
     assert result.stdout.count("error[L") == 30 and result.stdout.count("warning[L901]") == 3
-    last_note = "= note: `a @ b` contracts the last dim of `a` with the second-to-last of `b`"
+    last_note = "= note: the values in this message are those under `smollm2_135m_2`; they differ under the others"
     assert result.stdout.rstrip().endswith(last_note)
 
 
