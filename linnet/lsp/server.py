@@ -157,6 +157,7 @@ class LinnetServer(LanguageServer):
         # uri -> (the text it ran on, its diagnostics) of the last `linnet.diff` / `linnet.verify` (linnet/lsp/diff.py)
         self.lens_results: dict[str, dict[str, tuple[str, list[T.Diagnostic]]]] = {}
         self._workspace_items: dict[str, tuple[float, list]] = {}
+        # pygls keeps a future per request in flight (both ways) in `_request_futures` until its answer is written
         self.collector = IdleCollector(busy=self.checking, answering=lambda: bool(self.protocol._request_futures))
         # uri -> (revision, the first pass over a big file just opened: `_check_first_items`)
         self.first_items: dict[str, tuple[int, asyncio.Future]] = {}

@@ -761,7 +761,8 @@ class Document:
         the others in forked workers (`parallel.py`); what each check found, by item. A check's findings do not
         depend on what was checked before it in the process (the caches' entries are the same whichever check
         made them: see `parallel.py`), so each share's are those one process finds. When a worker failed, no
-        worker's items are returned: `_check_items` then checks them here, in order, as one process does."""
+        worker's items are returned (nor where a worker's checks reported a config finding: see `work`):
+        `_check_items` then checks them here, in order, as one process does."""
         own = {name: i for name, i in analysis.globals.by_name.items() if i.source is self.source}
         cuts = parallel.independent_cuts(todo, own)
         head = int(len(todo) * parallel.WARM_SHARE)  # then on to where a share may start (a whole first part)
@@ -773,7 +774,11 @@ class Document:
         out = {item: self._check_one(analysis, ctx, world, values, preset, item, record=True) for item in warm}
 
         def work(share: list[Item]):
-            return {i: self._check_one(analysis, ctx, world, values, preset, i, record=False) for i in share}
+            reported = ctx.evaluator._count()
+            checked = {i: self._check_one(analysis, ctx, world, values, preset, i, record=False) for i in share}
+            # every config a check reads was evaluated before the fork (`analyze`), so a check reports nothing
+            # through the evaluator; a finding one did report would stay in this worker: the parent checks instead
+            return checked if ctx.evaluator._count() == reported else None
 
         with parallel.Forked(runs[1:], work, list(dict.fromkeys(self._reachable_items(analysis)))) as workers:
             out.update(
