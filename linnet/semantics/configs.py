@@ -567,10 +567,13 @@ class Scenario:
     changed: tuple[str, ...] | None = None
 
 
-def values_by_type(scenarios: list[Scenario], lookup) -> dict[Item, list[tuple[Any, list[str]]]]:
+def values_by_type(scenarios: list[Scenario], lookup) -> dict[Item, list[tuple[Any, list[str], set[str]]]]:
     """Per config (item), the distinct values (None for `none`) occurring in any scenario, each
-    with the scenario names it occurs in. `lookup(name, site)` finds the config a field's type
-    names (imports.Globals).
+    with the scenario names it occurs in and the names of those whose own configs reach it: the first
+    scenario's (every config at its defaults), and a preset's whose value holds it. A preset scenario holds every
+    other config at its defaults too, so a value it holds only that way is not the preset's: a module taking
+    `VisionConfig` checked under `VisionConfig`'s defaults is not what a preset of a config nesting another
+    `VisionConfig` gives it. `lookup(name, site)` finds the config a field's type names (imports.Globals).
 
     Every scenario holds every config, at its defaults but the one its preset sets (`Scenario.changed`): the
     first scenario's values are walked once, each other scenario's preset value once, and a value of the first
@@ -579,6 +582,7 @@ def values_by_type(scenarios: list[Scenario], lookup) -> dict[Item, list[tuple[A
     visits, ~1.5 s before the checks could start)."""
     found: dict[Item, dict[Any, tuple[Any, list[str], set[str]]]] = {}
     reaches: dict[int, tuple[ConfigValue, list[tuple[Item, Any, Any]]]] = {}
+    own: dict[tuple[Item, Any], set[str]] = {}  # (config, key) -> the scenarios whose own configs reach it
 
     def reach(cv: ConfigValue) -> list[tuple[Item, Any, Any]]:
         """(config, key, value) for `cv` and each config value its fields hold, in visiting order."""
@@ -614,21 +618,34 @@ def values_by_type(scenarios: list[Scenario], lookup) -> dict[Item, list[tuple[A
                 seen.add((config, key))
         return seen
 
-    if len(scenarios) < 2 or any(s.changed is None for s in scenarios[1:]):
-        for s in scenarios:
-            visit(s, s.configs.values())
-        return {t: [(v, names) for v, names, _ in slot.values()] for t, slot in found.items()}
+    def result() -> dict[Item, list[tuple[Any, list[str], set[str]]]]:
+        return {t: [(v, names, own.get((t, k), set())) for k, (v, names, _) in vs.items()] for t, vs in found.items()}
+
+    if not scenarios:
+        return {}
     first = scenarios[0]
     base = first.configs
+    if any(s.changed is None for s in scenarios[1:]):
+        for n, s in enumerate(scenarios):
+            configs = list(s.configs.items())
+            reached = visit(s, [cv for _, cv in configs])
+            if n:  # a preset's own configs: those whose values are not the first scenario's
+                reached = {(c, key) for name, cv in configs if base.get(name) is not cv for c, key, _ in reach(cv)}
+            for slot in reached:
+                own.setdefault(slot, set()).add(s.name)
+        return result()
     reached_by: dict[tuple[Item, Any], set[str]] = {}  # a first-scenario value -> the names whose values reach it
     for name, cv in base.items():
         for config, key, _ in reach(cv):
             reached_by.setdefault((config, key), set()).add(name)
-    visit(first, base.values())
+    for slot in visit(first, base.values()):
+        own.setdefault(slot, set()).add(first.name)
     absent: dict[tuple[Item, Any], set[int]] = {}  # a first-scenario value -> the scenarios without it
     for n, s in enumerate(scenarios[1:], 1):
         changed = set(s.changed)
         present = visit(s, [s.configs[name] for name in s.changed if name in s.configs])
+        for slot in present:
+            own.setdefault(slot, set()).add(s.name)
         for name in changed:
             if name not in base:
                 continue
@@ -641,7 +658,7 @@ def values_by_type(scenarios: list[Scenario], lookup) -> dict[Item, list[tuple[A
         entry[1][:] = list(dict.fromkeys(names))
     for config, key in reached_by.keys() - absent.keys():
         found[config][key][1][:] = list(dict.fromkeys(s.name for s in scenarios))
-    return {t: [(v, names) for v, names, _ in slot.values()] for t, slot in found.items()}
+    return result()
 
 
 class _ConstEval:

@@ -619,7 +619,7 @@ class Document:
         unchanged (its caches pruned of the items an edit replaced), else a new one."""
         values_key = tuple(
             sorted(
-                ((t.source.path, t.name), tuple(v.key() if v is not None else None for v, _ in vs))
+                ((t.source.path, t.name), tuple(v.key() if v is not None else None for v, *_ in vs))
                 for t, vs in values.items()
             )
         )
@@ -890,12 +890,18 @@ class Document:
             binding: dict[str, Type] = {}
             key = []
             names: list[str] = []
-            for (pname, _), (value, scen) in zip(slots, combo):
+            owned: set[str] = set()
+            for (pname, _), (value, scen, own) in zip(slots, combo):
                 binding[pname] = ConfigT(value) if isinstance(value, ConfigValue) else NONE
                 # where the values came from too: a result's labels point there (`the value 8 of d` at the preset
                 # that sets it, not at an equal default that an earlier version's shared binding took)
                 key.append((pname, (value.key(), value.origins_key()) if isinstance(value, ConfigValue) else None))
                 names = scen if not names else [n for n in names if n in scen] or names + scen
+                owned |= own
+            # the scenarios that give the item these values: not a preset that holds them only as other configs'
+            # defaults (a module taking `VisionConfig`, under `VisionConfig`'s defaults, and presets of a config
+            # whose `vision` field is another `VisionConfig`: its findings there are not the presets')
+            names = [n for n in names if n in owned] or names
             out.append((binding, tuple(key), names))
         return out
 

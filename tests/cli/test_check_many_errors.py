@@ -144,8 +144,8 @@ def test_config_values_are_recorded_against_scenarios_without_visiting_each_scen
     walks.clear()
     full = configs.values_by_type([dataclasses.replace(s, changed=None) for s in scenarios], analysis.globals)
     assert len(scenarios) == 1 + 3 + 2 * 30
-    assert {t: [(id(v), n) for v, n in vs] for t, vs in fast.items()} == {
-        t: [(id(v), n) for v, n in vs] for t, vs in full.items()
+    assert {t: [(id(v), n, own) for v, n, own in vs] for t, vs in fast.items()} == {
+        t: [(id(v), n, own) for v, n, own in vs] for t, vs in full.items()
     }
     assert list(fast) == list(full)
     assert fast_walks <= 2 and len(walks) == len(scenarios)  # the first scenario's configs only
