@@ -151,6 +151,10 @@ class ConfigValue:
             return ConfigT(v)
         if v is None:
             return NONE
+        if v is MISSING and fdef is not None and kind is None and isinstance(fdef.type, A.NamedType):
+            # a config-typed field without a default, under the config defaults: its value is not known there (every
+            # preset must set it: L403), so what reads it is checked under the presets; not an int
+            return UNKNOWN
         if isinstance(fdef.type, A.ListType) if fdef is not None else False:
             return UNKNOWN if v is MISSING else ListT(tuple(_scalar_type(x) for x in v))
         if kind == "int":
