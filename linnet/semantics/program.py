@@ -131,7 +131,8 @@ class Analysis:
         self.imports: FileImports | None = None  # what the document's imports bound
         self.item_refs: dict[Item, list[tuple[Span, Any]]] = {}
         self.context: CheckContext | None = None  # what its item checks shared (for checks on demand)
-        self._checked_now: dict[Any, Resolved] = {}  # `resolved`'s checks under bindings made on demand
+        # `resolved`'s checks under bindings made on demand: the result and its resolved form
+        self._checked_now: dict[Any, tuple[ItemResult, Resolved]] = {}
         self._live: set[Item] | None = None  # the items of every file this analysis saw (`_names_replaced`)
         self._replaced_in: dict[int, tuple[ItemResult, bool]] = {}  # by check: whether it names a replaced item
         # What forked workers checked (`Document.analyze(jobs=...)`): each item's merged findings and calls; those
@@ -235,7 +236,9 @@ class Analysis:
         item an edit has replaced since it was made (see `resolved`)."""
         if item.is_std or not self._names_replaced(result):
             return result.resolved
-        return self._check_under(item, binding)
+        fresh, resolved = self._check_now(item, binding)
+        self.document._keep_fresh(self.context, item, binding, result, fresh)
+        return resolved
 
     def _names_replaced(self, result: ItemResult) -> bool:
         """Whether a name or call of `result` leads to an item that is not among the items of its file this
@@ -260,6 +263,10 @@ class Analysis:
             k: v if isinstance(v, (ConfigT, NoneT)) else ConfigT(v) if isinstance(v, ConfigValue) else NONE
             for k, v in config.items()
         }
+        return self._check_now(item, binding)[1]
+
+    def _check_now(self, item: Item, binding: dict[str, Type]) -> tuple[ItemResult, Resolved]:
+        """`item` checked now under `binding`, once per analysis: the result and its resolved form."""
         key = (item, tuple(sorted((k, _config_key(v)) for k, v in binding.items())))
         found = self._checked_now.get(key)
         if found is None:
@@ -268,7 +275,7 @@ class Analysis:
             # that did not parse whole would meet the holes error recovery left in it
             findings = _syntax_findings(item) + result.findings
             errors = [d for f in findings if (d := locate(f, self.resolve)) is not None and d.is_error]
-            found = self._checked_now[key] = replace(result.resolved, errors=errors)
+            found = self._checked_now[key] = (result, replace(result.resolved, errors=errors))
         return found
 
     def type_at(self, offset: int, preset: str | None = None) -> TypeInfo | None:
@@ -738,6 +745,26 @@ class Document:
             self._checked[item] = (world, preset, ia, done)
         return done
 
+    def _keep_fresh(self, ctx: CheckContext, item: Item, binding: dict, stale: ItemResult, fresh: ItemResult) -> None:
+        """Keep `fresh`, `item`'s check under `binding` made again by an analysis because the check it reused
+        (`stale`) names items an edit has replaced since (`Analysis._current`), for the next analyses in place of
+        `stale`: kept, `stale` would be reused by each of them, and each lowering would check it again, until an
+        edit of `item` itself. Only from this document's latest analysis (`ctx`), whose caches these are. Entries
+        are replaced, none added: a lowering on the language server's event loop may run while a worker thread
+        analyses the document (a big file's first items); the analysis that made `fresh` keeps its own results."""
+        if self._context is None or self._context[1] is not ctx:
+            return
+        key = (item, _binding_key(binding))
+        if self._results.get(key) is not stale:
+            return
+        fresh.world = stale.world
+        self._results[key] = fresh
+        memo = self._checked.get(item)
+        if memo is not None and any(r is stale for _, r in memo[2].results):
+            ia = memo[2]
+            results = [(names, fresh if r is stale else r) for names, r in ia.results]
+            self._checked[item] = (*memo[:2], ItemAnalysis(item, results, ia.bindings), *memo[3:])
+
     @staticmethod
     def _record_trees(analysis: Analysis, ia: ItemAnalysis) -> None:
         """The model trees of `ia`'s checks, by the scenario names each was checked under (the first wins)."""
@@ -888,21 +915,17 @@ class Document:
         out = []
         for combo in itertools.product(*[options for _, options in slots]):
             binding: dict[str, Type] = {}
-            key = []
             names: list[str] = []
             owned: set[str] = set()
             for (pname, _), (value, scen, own) in zip(slots, combo):
                 binding[pname] = ConfigT(value) if isinstance(value, ConfigValue) else NONE
-                # where the values came from too: a result's labels point there (`the value 8 of d` at the preset
-                # that sets it, not at an equal default that an earlier version's shared binding took)
-                key.append((pname, (value.key(), value.origins_key()) if isinstance(value, ConfigValue) else None))
                 names = scen if not names else [n for n in names if n in scen] or names + scen
                 owned |= own
             # the scenarios that give the item these values: not a preset that holds them only as other configs'
             # defaults (a module taking `VisionConfig`, under `VisionConfig`'s defaults, and presets of a config
             # whose `vision` field is another `VisionConfig`: its findings there are not the presets')
             names = [n for n in names if n in owned] or names
-            out.append((binding, tuple(key), names))
+            out.append((binding, _binding_key(binding), names))
         return out
 
     # ----- anchors
@@ -915,6 +938,16 @@ class Document:
                 item, span = found
                 return item.resolve(span)
         return None
+
+
+def _binding_key(binding: dict[str, Type]) -> tuple:
+    """The key of an item's check under `binding` in `Document._results`: each config parameter's value, and where
+    its values came from too (a result's labels point there: `the value 8 of d` at the preset that sets it, not at
+    an equal default that an earlier version's shared binding took)."""
+    return tuple(
+        (name, (t.value.key(), t.value.origins_key()) if isinstance(t, ConfigT) else None)
+        for name, t in binding.items()
+    )
 
 
 @dataclass

@@ -206,3 +206,27 @@ def test_an_importer_lowers_what_a_fresh_workspace_lowers_after_each_edit(tmp_pa
         assert reused == expected, f"after edit {step}"
         assert reused != lowered  # every edit changes what lowers
         lowered = reused
+
+
+def test_a_check_made_again_is_kept_for_the_next_analyses(monkeypatch):
+    """The check made again for lowering replaces the reused one in the document's caches: the next analysis (an
+    edit of another item) reuses the new check, and lowering it checks nothing again (before: the reused check
+    stayed cached, and every analysis's lowering checked the model again until the model itself was edited)."""
+    from linnet.semantics import program
+
+    other = "fn other(x: [N]) -> [N] {\n    x\n}\n\n"
+    doc = Document("/nowhere/model.linnet", other + LIB + "\n" + MODEL)
+    doc.analyze()
+    doc.update(doc.text.replace("    x\n}\n\nmodule", "    x @ w\n}\n\nmodule"))
+    second = doc.analyze()
+    again = second.resolved(second.model)
+    checks = []
+    real = program._check_item
+    monkeypatch.setattr(program, "_check_item", lambda *args: checks.append(args[1].name) or real(*args))
+    doc.update(doc.text.replace("    x\n}\n\nfn mix", "    x * 2.0\n}\n\nfn mix"))  # `other`'s body
+    third = doc.analyze()
+    assert checks == ["other"]  # the model's check is reused
+    resolved = third.resolved(third.model)
+    assert checks == ["other"]  # and is not made again (before: ["other", "M"])
+    assert resolved.names is again.names
+    assert lowered(third) == lowered(Document("/nowhere/model.linnet", doc.text).analyze())
