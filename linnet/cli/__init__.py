@@ -10,6 +10,8 @@ adds the checkpoint header reader (`linnet.runtimes.headers`: numpy, never torch
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import os
 import sys
 from typing import NoReturn
@@ -44,6 +46,23 @@ def build_parser() -> argparse.ArgumentParser:
     for command_family in (emit, run, verify, diff, generate, export, backends, serve, train, transcribe):
         command_family.register(sub)
     return parser
+
+
+def _editor_buffers():
+    """The context in which a command reads the files `common.BUFFERS_ENV` gives as given
+    (`linnet.ir.analyses.buffers`): a language server's worker; nothing to do without it."""
+    path = os.environ.get(common.BUFFERS_ENV)
+    if not path:
+        return contextlib.nullcontext()
+    from linnet.errors import LinnetError
+    from linnet.ir.analyses import buffers
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            texts = json.load(f)
+    except (OSError, ValueError) as err:
+        raise LinnetError(f"{common.BUFFERS_ENV}={path}: cannot read the editor's buffers: {err}") from err
+    return buffers(texts)
 
 
 # Commands whose process ends without the interpreter's teardown (`entry`): the front end alone, with no atexit work
@@ -85,10 +104,11 @@ def main(argv: list[str] | None = None) -> int:
     from linnet.errors import LinnetError
 
     try:
-        if args.command in VERDICT_COMMANDS:
-            with readers_may_leave():
-                return args.func(args)
-        return args.func(args)
+        with _editor_buffers():
+            if args.command in VERDICT_COMMANDS:
+                with readers_may_leave():
+                    return args.func(args)
+            return args.func(args)
     except LinnetError as err:  # each command reports its own; this keeps a traceback from any that slips
         print(f"linnet {args.command}: {err}", file=sys.stderr)
         return EXIT_ERRORS

@@ -52,15 +52,22 @@ def lens_title(backends: tuple[str, ...] = COMPARE_BACKENDS) -> str:
 
 
 async def compare_entry(
-    interpreter: str | None, path: str, text: str, entry: str, backends: list[str], preset: str | None
+    interpreter: str | None,
+    path: str,
+    text: str,
+    entry: str,
+    backends: list[str],
+    preset: str | None,
+    buffers: dict[str, str] | None = None,
 ) -> dict:
     """The report of `linnet run --compare` for `entry` of `text` (saved as `path`) under
-    `preset`, from a worker. Raises ViewError with the worker's message when it prints no report
-    (a source that does not check, an unknown entry or backend)."""
+    `preset`, from a worker reading the files it imports from `buffers` where given. Raises
+    ViewError with the worker's message when it prints no report (a source that does not check,
+    an unknown entry or backend)."""
     args = ["run", "{file}", "--entry", entry, "--compare", ",".join(backends), "--format", "json"]
     if preset:
         args += ["--preset", preset]
-    return await worker_report(interpreter, args, path, text)
+    return await worker_report(interpreter, args, path, text, buffers)
 
 
 def report_folder() -> Path:

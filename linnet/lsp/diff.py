@@ -36,22 +36,38 @@ def weights_for(targets: list, preset: str | None) -> str | None:
     return None
 
 
-async def diff_report(interpreter: str | None, path: str, text: str, weights: str, preset: str | None) -> dict:
-    """`linnet diff`'s JSON report for `text` (saved as `path`) on `weights`. Raises ViewError with the worker's
-    message when it prints none (a reference that cannot run: exit 2)."""
+async def diff_report(
+    interpreter: str | None,
+    path: str,
+    text: str,
+    weights: str,
+    preset: str | None,
+    buffers: dict[str, str] | None = None,
+) -> dict:
+    """`linnet diff`'s JSON report for `text` (saved as `path`, its imports read from `buffers` where given) on
+    `weights`. Raises ViewError with the worker's message when it prints none (a reference that cannot run: exit
+    2)."""
     args = ["diff", "{file}", "--weights", weights, "--format", "json"]
     if preset:
         args += ["--preset", preset]
-    return await worker_report(interpreter, args, path, text)
+    return await worker_report(interpreter, args, path, text, buffers)
 
 
-async def verify_run(interpreter: str | None, path: str, text: str, weights: str | None, preset: str | None) -> dict:
-    """`linnet verify --format json`'s report on `text` (its `agree`, and `checks`: each pair of computations with
+async def verify_run(
+    interpreter: str | None,
+    path: str,
+    text: str,
+    weights: str | None,
+    preset: str | None,
+    buffers: dict[str, str] | None = None,
+) -> dict:
+    """`linnet verify --format json`'s report on `text`, its imports read from `buffers` where given (its `agree`,
+    and `checks`: each pair of computations with
     `kind`, `description`, `agree`, `position` and the first parting `module` {path, methods, max_delta, ...}).
     Raises ViewError when it prints none (a source that does not check, weights it cannot load: exit 2)."""
     args = ["verify", "{file}", "--format", "json"]
     args += (["--weights", weights] if weights else []) + (["--preset", preset] if preset else [])
-    return await worker_report(interpreter, args, path, text)
+    return await worker_report(interpreter, args, path, text, buffers)
 
 
 def diff_diagnostic(report: dict, analysis, path: str) -> T.Diagnostic | None:

@@ -415,6 +415,11 @@ class LinnetServer(LanguageServer):
         except (OSError, UnicodeDecodeError):
             return None
 
+    def buffers(self, but: OpenDocument) -> dict[str, str]:
+        """The editor's text of every open document but `but`, by path: what a view or a run of `but` reads for
+        the files it imports (unsaved edits included), as its diagnostics and hovers do."""
+        return {doc.path: doc.text for doc in self.documents if doc is not but}
+
     def workspace_items(self) -> list[tuple[str, list]]:
         """(path, items) of every `.linnet` file under the workspace roots (parsed once per
         modification time) and of every open document."""
@@ -912,7 +917,7 @@ def _register_views(server: LinnetServer) -> None:
     async def show_ir(ls: LinnetServer, params):
         doc = _document_param(ls, params)
         preset = await _preset_param(ls, doc, _field(params, "preset"))
-        return await asyncio.to_thread(views.show_ir, doc.path, doc.text, preset)
+        return await asyncio.to_thread(views.show_ir, doc.path, doc.text, preset, ls.buffers(doc))
 
     @server.feature(SHOW_GENERATED)
     @guarded()
@@ -920,7 +925,7 @@ def _register_views(server: LinnetServer) -> None:
         doc = _document_param(ls, params)
         preset = await _preset_param(ls, doc, _field(params, "preset"))
         target = _field(params, "target") or "torch"
-        return await views.show_generated(ls.settings.interpreter, doc.path, doc.text, target, preset)
+        return await views.show_generated(ls.settings.interpreter, doc.path, doc.text, target, preset, ls.buffers(doc))
 
     @server.feature(PRESETS)
     @guarded([])
@@ -1014,7 +1019,9 @@ async def _run(ls: LinnetServer, args: tuple) -> dict:
     preset = await _preset_param(ls, doc, spec.get("preset"))
     title = f"Running {entry} on {views.backend_label(backend)}"
     async with _progress(ls, title, entry):
-        report = await views.run_entry(ls.settings.interpreter, doc.path, doc.text, entry, backend, preset)
+        report = await views.run_entry(
+            ls.settings.interpreter, doc.path, doc.text, entry, backend, preset, ls.buffers(doc)
+        )
     summary = views.summary(report)
     kind = T.MessageType.Warning if report.get("disagreements") else T.MessageType.Info
     ls.window_show_message(T.ShowMessageParams(kind, summary))
@@ -1068,7 +1075,9 @@ async def _compare(ls: LinnetServer, args: tuple) -> dict:
     preset = await _preset_param(ls, doc, spec.get("preset"))
     count = len({compare_.REFERENCE, *backends})  # the worker adds the reference
     async with _progress(ls, f"Comparing {entry} on {count} backends", entry):
-        report = await compare_.compare_entry(ls.settings.interpreter, doc.path, doc.text, entry, backends, preset)
+        report = await compare_.compare_entry(
+            ls.settings.interpreter, doc.path, doc.text, entry, backends, preset, ls.buffers(doc)
+        )
     path = await asyncio.to_thread(compare_.write_report, report, doc.path)
     report["reportUri"] = uri_of(str(path))
     kind = T.MessageType.Warning if report["disagreements"] else T.MessageType.Info
@@ -1095,7 +1104,7 @@ async def _diff(ls: LinnetServer, args: tuple, kind: str) -> dict:
         raise views.ViewError(f"linnet.{kind} takes one argument {{uri, preset}}")
     doc = _document_param(ls, spec)
     preset = await _preset_param(ls, doc, spec.get("preset"))
-    text = doc.text
+    text, buffers = doc.text, ls.buffers(doc)
     async with doc.analyzed(ls.settings.preset) as a:
         weights = diff_.weights_for(ls.weight_checks.targets(ls, doc, a), preset)
     if kind == "diff" and weights is None:
@@ -1103,9 +1112,9 @@ async def _diff(ls: LinnetServer, args: tuple, kind: str) -> dict:
     title = "Diffing against transformers" if kind == "diff" else "Verifying"
     async with _progress(ls, f"{title} ({preset or 'defaults'})", kind):
         if kind == "diff":
-            report = await diff_.diff_report(ls.settings.interpreter, doc.path, text, weights, preset)
+            report = await diff_.diff_report(ls.settings.interpreter, doc.path, text, weights, preset, buffers)
         else:
-            report = await diff_.verify_run(ls.settings.interpreter, doc.path, text, weights, preset)
+            report = await diff_.verify_run(ls.settings.interpreter, doc.path, text, weights, preset, buffers)
     async with doc.analyzed(ls.settings.preset) as a:
         found = (diff_.diff_diagnostic if kind == "diff" else diff_.verify_diagnostic)(report, a, doc.path)
     ls.lens_results.setdefault(doc.uri, {})[kind] = (text, [found] if found else [])

@@ -8,13 +8,17 @@ without importing their framework. StableHLO (needs jax), the ONNX graph (needs 
 (`linnet stablehlo`, `linnet onnx --text`, `linnet run --format json`), run on a copy of the
 editor's text, so unsaved edits count and the server never imports a framework. The copy sits
 in a temporary folder, or, when the text imports files (found relative to it), next to the
-original as a hidden file, deleted after.
+original as a hidden file, deleted after. The files it imports are read as the editor holds them
+too (`buffers`: the open documents' texts, by path), as diagnostics and hovers read them: in this
+process through `linnet.ir.analyses.buffers`, in a worker from the JSON file `LINNET_BUFFERS`
+names (`linnet.cli.common.BUFFERS_ENV`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import sys
 import uuid
@@ -62,26 +66,31 @@ class ViewError(Exception):
     """The source cannot be shown or run as asked; the message says why (shown to the user)."""
 
 
-def _program(path: str, text: str, preset: str | None):
+def _program(path: str, text: str, preset: str | None, buffers: dict[str, str] | None):
+    from linnet.ir.analyses import buffers as reading
     from linnet.ir.build import bind_config, check_source, lower_program
 
     try:
-        info = check_source(path, text, preset)
-        return lower_program(bind_config(info, {}))
+        with reading(buffers or {}):
+            info = check_source(path, text, preset)
+            return lower_program(bind_config(info, {}))
     except LinnetError as err:
         raise ViewError(str(err)) from err
 
 
-def show_ir(path: str, text: str, preset: str | None) -> str:
-    """The Core IR of the file's root model under `preset` (`linnet ir`). Raises ViewError."""
+def show_ir(path: str, text: str, preset: str | None, buffers: dict[str, str] | None = None) -> str:
+    """The Core IR of the file's root model under `preset` (`linnet ir`), the files it imports read from
+    `buffers` (path -> text) where given. Raises ViewError."""
     from linnet.ir import format_program
 
-    return format_program(_program(path, text, preset))
+    return format_program(_program(path, text, preset, buffers))
 
 
-def show_generated_in_process(path: str, text: str, target: str, preset: str | None) -> str:
-    """Generated PyTorch or JAX source (`linnet torch`, `linnet jax`). Raises ViewError."""
-    program = _program(path, text, preset)
+def show_generated_in_process(
+    path: str, text: str, target: str, preset: str | None, buffers: dict[str, str] | None = None
+) -> str:
+    """Generated PyTorch or JAX source (`linnet torch`, `linnet jax`), as `show_ir`. Raises ViewError."""
+    program = _program(path, text, preset, buffers)
     if target == "torch":
         from linnet.compiler.torch.codegen import generate
     else:
@@ -99,10 +108,18 @@ class WorkerResult:
     stderr: str
 
 
-async def run_worker(interpreter: str | None, args: list[str], path: str, text: str, timeout: float) -> WorkerResult:
+async def run_worker(
+    interpreter: str | None,
+    args: list[str],
+    path: str,
+    text: str,
+    timeout: float,
+    buffers: dict[str, str] | None = None,
+) -> WorkerResult:
     """Run `python -m linnet ARGS...` on a temporary copy of `text` named like `path` (the
-    placeholder `{file}` in `args`), with the copy's path replaced by `path` in the output.
-    Raises ViewError when the interpreter cannot start or the run exceeds `timeout` seconds."""
+    placeholder `{file}` in `args`), with the copy's path replaced by `path` in the output; the
+    files it imports are read from `buffers` (path -> text) where given. Raises ViewError when the
+    interpreter cannot start or the run exceeds `timeout` seconds."""
     name = Path(path).name if path.endswith(".linnet") else "source.linnet"
     import tempfile  # here: with shutil, ~10 ms of a start that never runs a view
 
@@ -112,8 +129,15 @@ async def run_worker(interpreter: str | None, args: list[str], path: str, text: 
         if _imports_files(text) and beside.is_dir():
             copy = beside / f".{Path(name).stem}.linnet-lsp-{uuid.uuid4().hex[:8]}.linnet"
         copy.write_text(text, encoding="utf-8")
+        env = None
+        if buffers:
+            from linnet.cli.common import BUFFERS_ENV
+
+            given = Path(tmp) / "buffers.json"
+            given.write_text(json.dumps(buffers), encoding="utf-8")
+            env = {**os.environ, BUFFERS_ENV: str(given)}
         try:
-            return await _run(interpreter, args, path, copy, timeout)
+            return await _run(interpreter, args, path, copy, timeout, env)
         finally:
             if copy.parent != Path(tmp):
                 copy.unlink(missing_ok=True)
@@ -124,12 +148,18 @@ def _imports_files(text: str) -> bool:
     return re.search(r'^from[ \t]+"', text, re.M) is not None
 
 
-async def _run(interpreter: str | None, args: list[str], path: str, copy: Path, timeout: float) -> WorkerResult:
-    """Run the worker on `copy`; its output names `path` instead."""
+async def _run(
+    interpreter: str | None, args: list[str], path: str, copy: Path, timeout: float, env: dict[str, str] | None
+) -> WorkerResult:
+    """Run the worker on `copy` (in the environment `env`, None: the server's); its output names `path` instead."""
     argv = [interpreter or sys.executable, "-m", "linnet", *[str(copy) if a == "{file}" else a for a in args]]
     try:
         proc = await asyncio.create_subprocess_exec(
-            *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, stdin=asyncio.subprocess.DEVNULL
+            *argv,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            stdin=asyncio.subprocess.DEVNULL,
+            env=env,
         )
     except OSError as err:
         raise ViewError(f"cannot start the worker `{argv[0]}`: {err}") from err
@@ -150,43 +180,61 @@ async def _run(interpreter: str | None, args: list[str], path: str, copy: Path, 
     return WorkerResult(proc.returncode or 0, restore(out), restore(err))
 
 
-async def show_generated(interpreter: str | None, path: str, text: str, target: str, preset: str | None) -> str:
-    """`linnet/showGenerated`: the file as `target` source. Raises ViewError."""
+async def show_generated(
+    interpreter: str | None,
+    path: str,
+    text: str,
+    target: str,
+    preset: str | None,
+    buffers: dict[str, str] | None = None,
+) -> str:
+    """`linnet/showGenerated`: the file as `target` source, its imports read from `buffers` where given. Raises
+    ViewError."""
     targets = _registry()[1]
     if target not in targets:
         raise ViewError(f"unknown target `{target}` (targets: {', '.join(targets)})")
     if target in IN_PROCESS_VIEWS:
-        return await asyncio.to_thread(show_generated_in_process, path, text, target, preset)
+        return await asyncio.to_thread(show_generated_in_process, path, text, target, preset, buffers)
     command, *options = WORKER_VIEWS[target]
     args = [command, "{file}", *options]
     if preset:
         args += ["--preset", preset]
-    result = await run_worker(interpreter, args, path, text, WORKER_TIMEOUT_S)
+    result = await run_worker(interpreter, args, path, text, WORKER_TIMEOUT_S, buffers)
     if result.returncode != 0:
         raise ViewError(result.stderr.strip() or f"`linnet {args[0]}` failed with exit code {result.returncode}")
     return result.stdout
 
 
 async def run_entry(
-    interpreter: str | None, path: str, text: str, entry: str, backend: str, preset: str | None
+    interpreter: str | None,
+    path: str,
+    text: str,
+    entry: str,
+    backend: str,
+    preset: str | None,
+    buffers: dict[str, str] | None = None,
 ) -> dict:
     """`linnet.run`: the entry on random inputs (and random weights) in a worker; the report of
     `linnet run --format json` (output shapes, dtypes, summary values, time in ms, and any
-    disagreement between the checker's shapes and the runtime's). Raises ViewError."""
+    disagreement between the checker's shapes and the runtime's). The files it imports are read
+    from `buffers` where given. Raises ViewError."""
     backends = _registry()[0]
     if backend not in backends:
         raise ViewError(f"unknown backend `{backend}` (backends: {', '.join(backends)})")
     args = ["run", "{file}", "--entry", entry, "--backend", backend, "--format", "json"]
     if preset:
         args += ["--preset", preset]
-    return await worker_report(interpreter, args, path, text)
+    return await worker_report(interpreter, args, path, text, buffers)
 
 
-async def worker_report(interpreter: str | None, args: list[str], path: str, text: str) -> dict:
+async def worker_report(
+    interpreter: str | None, args: list[str], path: str, text: str, buffers: dict[str, str] | None = None
+) -> dict:
     """The JSON report a worker `linnet ARGS... --format json` prints as its last `{` line, whatever
-    its exit status (a disagreement exits 1 with a report). Raises ViewError with the worker's
-    stderr when it prints none (a source that does not check, an unknown entry)."""
-    result = await run_worker(interpreter, args, path, text, WORKER_TIMEOUT_S)
+    its exit status (a disagreement exits 1 with a report), the files it imports read from `buffers`
+    where given. Raises ViewError with the worker's stderr when it prints none (a source that does
+    not check, an unknown entry)."""
+    result = await run_worker(interpreter, args, path, text, WORKER_TIMEOUT_S, buffers)
     lines = [ln for ln in result.stdout.splitlines() if ln.startswith("{")]
     if not lines:
         raise ViewError(result.stderr.strip() or f"`linnet {args[0]}` failed with exit code {result.returncode}")

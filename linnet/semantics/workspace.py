@@ -30,7 +30,10 @@ MAX_SOURCE_BYTES = 16 * 2**20  # an import of anything larger is refused, not re
 class Workspace:
     """Documents by path; see the module docstring."""
 
-    def __init__(self) -> None:
+    def __init__(self, texts: dict[str, str] | None = None) -> None:
+        """`texts`: the texts of files to read instead of the disk's, by path (an editor's unsaved buffers, for
+        what the language server lowers and runs), each taken as given when an import first names it."""
+        self._texts = {self.key(path): text for path, text in (texts or {}).items()}
         self._given: dict[str, Document] = {}
         self._disk: dict[str, tuple[tuple[int, int], Document]] = {}
         self._problems: dict[str, str] = {}
@@ -80,6 +83,8 @@ class Workspace:
         doc = self._given.get(key)
         if doc is not None:
             return doc
+        if key in self._texts:
+            return self.open(path, self._texts.pop(key))
         return self._read(path, key)
 
     def problem(self, path: str) -> str | None:

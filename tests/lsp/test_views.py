@@ -260,3 +260,70 @@ def _workers(pid: int) -> list[str]:
         if int(fields[1]) == pid and " run " in cmdline:
             out.append(cmdline)
     return out
+
+
+IMPORTED = "fn head(x: [B, N]) -> [B, N] {\n    x\n}\n"
+IMPORTER = """from "head.linnet" import head
+
+config C {
+    d: int = 4
+}
+
+preset p = C { d = 4 }
+
+model M(c: C) {
+    w: Linear(c.d, c.d)
+
+    entry fn forward(x: [B, c.d]) -> [B, c.d] {
+        head(w(x))
+    }
+}
+"""
+# an edit of the imported function that is not saved: what the IR and a run show must follow it
+UNSAVED = IMPORTED.replace("    x\n", "    x * 2.0\n")
+
+
+async def test_the_ir_view_reads_the_unsaved_text_of_an_imported_file(client, tmp_path):
+    """The IR view lowers the files the document imports as the editor holds them, as diagnostics and the cost
+    hover do (before: as saved on disk)."""
+    (tmp_path / "head.linnet").write_text(IMPORTED, encoding="utf-8")
+    (tmp_path / "model.linnet").write_text(IMPORTER, encoding="utf-8")
+    lib = await open_doc(client, tmp_path / "head.linnet", UNSAVED)
+    doc = await open_doc(client, tmp_path / "model.linnet")
+    ir = await client.protocol.send_request_async("linnet/showIR", {"uri": doc.uri})
+    assert " mul(" in ir
+    torch_src = await client.protocol.send_request_async("linnet/showGenerated", {"uri": doc.uri, "target": "torch"})
+    assert "* 2.0" in torch_src
+    lib.close()
+    ir = await client.protocol.send_request_async("linnet/showIR", {"uri": doc.uri})
+    assert " mul(" not in ir  # closed unsaved: the file on disk again
+    doc.close()
+
+
+async def test_a_worker_reads_the_unsaved_text_of_an_imported_file(tmp_path):
+    """A worker (`linnet ir` here: no framework needed) reads the imported files from the buffers it is given,
+    the document's own text from its copy; without buffers, from disk."""
+    from linnet.lsp import views
+
+    (tmp_path / "head.linnet").write_text(IMPORTED, encoding="utf-8")
+    path = str(tmp_path / "model.linnet")
+    buffers = {str(tmp_path / "head.linnet"): UNSAVED, path: "not this: the document's text is the copy's"}
+    given = await views.run_worker(None, ["ir", "{file}"], path, IMPORTER, 120, buffers)
+    assert given.returncode == 0, given.stderr
+    assert " mul(" in given.stdout and given.stdout.startswith(f"# {path}:")
+    on_disk = await views.run_worker(None, ["ir", "{file}"], path, IMPORTER, 120)
+    assert on_disk.returncode == 0, on_disk.stderr
+    assert " mul(" not in on_disk.stdout
+
+
+async def test_a_run_reads_the_unsaved_text_of_an_imported_file(client, tmp_path):
+    """`linnet.run` checks the files the document imports as the editor holds them: an unsaved edit that breaks
+    the imported function is what the worker reports (before: it ran the file as saved)."""
+    (tmp_path / "head.linnet").write_text(IMPORTED, encoding="utf-8")
+    (tmp_path / "model.linnet").write_text(IMPORTER, encoding="utf-8")
+    lib = await open_doc(client, tmp_path / "head.linnet", IMPORTED.replace("    x\n", "    x[:, :1]\n"))
+    doc = await open_doc(client, tmp_path / "model.linnet")
+    with pytest.raises(JsonRpcException, match=r"head\.linnet:2:5: error\[L204\]: `head` returns \[B, 1\]"):
+        await run(client, doc, "forward", "torch")
+    lib.close()
+    doc.close()
