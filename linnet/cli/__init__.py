@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import sys
 from typing import NoReturn
@@ -19,6 +18,7 @@ from typing import NoReturn
 from linnet.cli import common
 from linnet.cli.common import EXIT_ERRORS, EXIT_OK, EXIT_USAGE
 from linnet.cli.pipes import readers_may_leave
+from linnet.lsp.worker_env import BUFFERS_ENV
 
 
 def cmd_lsp(args: argparse.Namespace | None) -> int:
@@ -49,11 +49,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _editor_buffers():
-    """The context in which a command reads the files `common.BUFFERS_ENV` gives as given
-    (`linnet.ir.analyses.buffers`): a language server's worker; nothing to do without it."""
-    path = os.environ.get(common.BUFFERS_ENV)
+    """The context in which a command reads the files `BUFFERS_ENV` gives as given (`linnet.ir.analyses.buffers`):
+    a language server's worker; nothing to do without it."""
+    path = os.environ.get(BUFFERS_ENV)
     if not path:
         return contextlib.nullcontext()
+    import json
+
     from linnet.errors import LinnetError
     from linnet.ir.analyses import buffers
 
@@ -61,7 +63,7 @@ def _editor_buffers():
         with open(path, encoding="utf-8") as f:
             texts = json.load(f)
     except (OSError, ValueError) as err:
-        raise LinnetError(f"{common.BUFFERS_ENV}={path}: cannot read the editor's buffers: {err}") from err
+        raise LinnetError(f"{BUFFERS_ENV}={path}: cannot read the editor's buffers: {err}") from err
     return buffers(texts)
 
 

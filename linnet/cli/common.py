@@ -17,11 +17,6 @@ from pathlib import Path
 
 from linnet.errors import BackendError, LinnetError
 
-# The variable naming a JSON file of {path: text}: the editor's buffers a language server's worker reads instead of
-# the files on disk (linnet/lsp/views.py), so that a run, a StableHLO or ONNX view, a comparison, a diff or a
-# verification sees the unsaved edits of the files the source imports, as the server's diagnostics do.
-BUFFERS_ENV = "LINNET_BUFFERS"
-
 EXIT_OK, EXIT_ERRORS, EXIT_USAGE = 0, 1, 2
 # Set by `linnet.cli.entry` when the process ends at once after this command (FAST_EXIT_COMMANDS, `os._exit`): a
 # command then leaves the collector as it set it (`linnet check` turns it off)

@@ -11,7 +11,7 @@ in a temporary folder, or, when the text imports files (found relative to it), n
 original as a hidden file, deleted after. The files it imports are read as the editor holds them
 too (`buffers`: the open documents' texts, by path), as diagnostics and hovers read them: in this
 process through `linnet.ir.analyses.buffers`, in a worker from the JSON file `LINNET_BUFFERS`
-names (`linnet.cli.common.BUFFERS_ENV`).
+names (`worker_env.BUFFERS_ENV`).
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from linnet.errors import LinnetError
+
+from .worker_env import BUFFERS_ENV
 
 # How each code view is made: in this process (a code generator, no framework) or by a worker's
 # `linnet` command. The views offered are the registry's (`CODE_VIEWS`, `TARGETS`).
@@ -131,8 +133,6 @@ async def run_worker(
         copy.write_text(text, encoding="utf-8")
         env = None
         if buffers:
-            from linnet.cli.common import BUFFERS_ENV
-
             given = Path(tmp) / "buffers.json"
             given.write_text(json.dumps(buffers), encoding="utf-8")
             env = {**os.environ, BUFFERS_ENV: str(given)}
