@@ -18,7 +18,6 @@ from typing import NoReturn
 from linnet.cli import common
 from linnet.cli.common import EXIT_ERRORS, EXIT_OK, EXIT_USAGE
 from linnet.cli.pipes import readers_may_leave
-from linnet.lsp.worker_env import BUFFERS_ENV
 
 
 def cmd_lsp(args: argparse.Namespace | None) -> int:
@@ -37,6 +36,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(prog="linnet", description="Linnet: statically checked neural-network models.")
     parser.add_argument("--version", action="version", version=f"linnet {__version__}")
+    parser.add_argument(
+        "--buffers",
+        metavar="JSON",
+        help="read the files this JSON object maps (path -> text) from it, not from disk: an editor's unsaved "
+        "buffers (the language server's workers)",
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     from linnet.cli import backends, check, diff, emit, export, generate, run, serve, train, transcribe, verify
 
@@ -48,10 +53,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _editor_buffers():
-    """The context in which a command reads the files `BUFFERS_ENV` gives as given (`linnet.ir.analyses.buffers`):
-    a language server's worker; nothing to do without it."""
-    path = os.environ.get(BUFFERS_ENV)
+def _buffers(path: str | None):
+    """The context in which a command reads the files of `--buffers` (a JSON file of {path: text}) as given there,
+    not from disk (`linnet.ir.analyses.buffers`): a language server's worker reads the editor's buffers so
+    (linnet/lsp/views.py); nothing to do without it."""
     if not path:
         return contextlib.nullcontext()
     import json
@@ -63,7 +68,9 @@ def _editor_buffers():
         with open(path, encoding="utf-8") as f:
             texts = json.load(f)
     except (OSError, ValueError) as err:
-        raise LinnetError(f"{BUFFERS_ENV}={path}: cannot read the editor's buffers: {err}") from err
+        raise LinnetError(f"--buffers {path}: {err}") from err
+    if not isinstance(texts, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in texts.items()):
+        raise LinnetError(f"--buffers {path}: not a JSON object of path -> text")
     return buffers(texts)
 
 
@@ -106,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     from linnet.errors import LinnetError
 
     try:
-        with _editor_buffers():
+        with _buffers(args.buffers):
             if args.command in VERDICT_COMMANDS:
                 with readers_may_leave():
                     return args.func(args)

@@ -32,7 +32,7 @@ _local = threading.local()  # `texts`: the files this thread's analyses read as 
 def buffers(texts: dict[str, str]) -> Iterator[None]:
     """Within the block, this thread's analyses read the files in `texts` (path -> text) as given there, not from
     disk: an editor's buffers, unsaved edits included, for what the language server lowers (its code views) and
-    what its workers run (`linnet.cli`, from `BUFFERS_ENV`), as its diagnostics and hovers see them."""
+    what its workers run (`linnet --buffers FILE`), as its diagnostics and hovers see them."""
     previous = getattr(_local, "texts", None)
     _local.texts = {Workspace.key(path): text for path, text in texts.items()}
     try:

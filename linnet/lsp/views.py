@@ -10,15 +10,14 @@ editor's text, so unsaved edits count and the server never imports a framework. 
 in a temporary folder, or, when the text imports files (found relative to it), next to the
 original as a hidden file, deleted after. The files it imports are read as the editor holds them
 too (`buffers`: the open documents' texts, by path), as diagnostics and hovers read them: in this
-process through `linnet.ir.analyses.buffers`, in a worker from the JSON file `LINNET_BUFFERS`
-names (`worker_env.BUFFERS_ENV`).
+process through `linnet.ir.analyses.buffers`, in a worker from a JSON file of them
+(`linnet --buffers FILE ...`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 import sys
 import uuid
@@ -26,8 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from linnet.errors import LinnetError
-
-from .worker_env import BUFFERS_ENV
 
 # How each code view is made: in this process (a code generator, no framework) or by a worker's
 # `linnet` command. The views offered are the registry's (`CODE_VIEWS`, `TARGETS`).
@@ -131,13 +128,12 @@ async def run_worker(
         if _imports_files(text) and beside.is_dir():
             copy = beside / f".{Path(name).stem}.linnet-lsp-{uuid.uuid4().hex[:8]}.linnet"
         copy.write_text(text, encoding="utf-8")
-        env = None
+        given = None
         if buffers:
             given = Path(tmp) / "buffers.json"
             given.write_text(json.dumps(buffers), encoding="utf-8")
-            env = {**os.environ, BUFFERS_ENV: str(given)}
         try:
-            return await _run(interpreter, args, path, copy, timeout, env)
+            return await _run(interpreter, args, path, copy, timeout, given)
         finally:
             if copy.parent != Path(tmp):
                 copy.unlink(missing_ok=True)
@@ -149,17 +145,18 @@ def _imports_files(text: str) -> bool:
 
 
 async def _run(
-    interpreter: str | None, args: list[str], path: str, copy: Path, timeout: float, env: dict[str, str] | None
+    interpreter: str | None, args: list[str], path: str, copy: Path, timeout: float, buffers: Path | None
 ) -> WorkerResult:
-    """Run the worker on `copy` (in the environment `env`, None: the server's); its output names `path` instead."""
-    argv = [interpreter or sys.executable, "-m", "linnet", *[str(copy) if a == "{file}" else a for a in args]]
+    """Run the worker on `copy`, reading the files the JSON file `buffers` maps from it; its output names `path`
+    instead."""
+    given = ["--buffers", str(buffers)] if buffers is not None else []
+    argv = [interpreter or sys.executable, "-m", "linnet", *given, *[str(copy) if a == "{file}" else a for a in args]]
     try:
         proc = await asyncio.create_subprocess_exec(
             *argv,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             stdin=asyncio.subprocess.DEVNULL,
-            env=env,
         )
     except OSError as err:
         raise ViewError(f"cannot start the worker `{argv[0]}`: {err}") from err
