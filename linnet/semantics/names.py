@@ -323,9 +323,9 @@ class NamesMixin:
             return self.member_value(b.type, node)
         return b.type
 
-    def resolve(self, use: A.Name, kind: str, **kw) -> None:
+    def resolve(self, use: A.Name, kind: str, node: A.Node | None = None, item=None, value=None) -> None:
         """Record what the name `use` refers to (`resolved.Ref`)."""
-        self.result.names[use] = Ref(kind, use.id, **kw)
+        self.result.names[use] = Ref(kind, use.id, node, item, value)
 
     def resolve_binding(self, node: A.Name, b: Binding) -> None:
         if b.kind == "member":
