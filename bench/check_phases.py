@@ -33,8 +33,8 @@ process is recorded beside it; under contention CPU seconds grow too (shared cac
 of one run only.
 
 Run: `python bench/check_phases.py [--copies 20 100] [--jobs 1 2] [--settings disabled] [--edits 200]
-[--workloads typed toggle] [--rounds N] [--cli-jobs 1 default] [--cli-rounds N] [--peer DIR] [--out PATH]`. Timings live here,
-never in tests.
+[--workloads typed toggle] [--rounds N] [--cli-jobs 1 default] [--cli-rounds N] [--peer DIR] [--out PATH]`.
+Timings live here, never in tests.
 """
 
 from __future__ import annotations
