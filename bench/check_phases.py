@@ -22,6 +22,7 @@ with `--jobs N`, or without `--jobs` for `default`), its output written to /dev/
 exit, CPU seconds of the process and its workers (os.wait4), peak RSS, exit status.
 
 `--peer DIR` runs every row again with DIR's `linnet` (e.g. main before a change), right after this tree's.
+`--cli-rounds N` runs the `--cli-jobs` rows N times, the trees alternating within each round.
 `--rounds N` runs the per-edit rows N times, the trees alternating, so that a difference can be told from the
 machine's drift (each row is one process: a few ms of p50 come and go between runs on shared cores).
 `--jobs 1 2` adds rows of the analysis in that many processes (`linnet check --jobs`: its forked workers' CPU
@@ -32,8 +33,8 @@ process is recorded beside it; under contention CPU seconds grow too (shared cac
 of one run only.
 
 Run: `python bench/check_phases.py [--copies 20 100] [--jobs 1 2] [--settings disabled] [--edits 200]
-[--workloads typed toggle] [--rounds N] [--cli-jobs 1 default] [--peer DIR] [--out PATH]`. Timings live here,
-never in tests.
+[--workloads typed toggle] [--rounds N] [--cli-jobs 1 default] [--cli-rounds N] [--peer DIR] [--out PATH]`.
+Timings live here, never in tests.
 """
 
 from __future__ import annotations
@@ -252,13 +253,14 @@ def markdown(result: dict) -> str:
             f"The whole `linnet check` of the {result['cli_copies']}-copy document (`python -m linnet check FILE`, "
             "output to /dev/null; `default`: no `--jobs`); CPU s counts the workers:",
             "",
-            "| tree | commit | --jobs | wall s | CPU s | peak RSS MB | exit | CPU wait % |",
-            "|---|---|---|---:|---:|---:|---:|---|",
+            "| round | tree | commit | --jobs | wall s | CPU s | peak RSS MB | exit | CPU wait % |",
+            "|---:|---|---|---|---:|---:|---:|---:|---|",
         ]
         for r in result["cli"]:
             wait = f"{r['pressure_before'].get('avg10', '?')} / {r['pressure_after'].get('avg10', '?')}"
             lines.append(
-                f"| {r['tree']} | {r['git']['commit'][:10]}{' (dirty)' if r['git']['dirty'] else ''} | {r['jobs']} "
+                f"| {r.get('round', 1)} | {r['tree']} | {r['git']['commit'][:10]}"
+                f"{' (dirty)' if r['git']['dirty'] else ''} | {r['jobs']} "
                 f"| {r['wall_s']:.2f} | {r['cpu_s']:.2f} | {r['peak_rss_mb']:.0f} | {r['exit']} | {wait} |"
             )
     if result.get("edits"):
@@ -303,6 +305,9 @@ def main() -> None:
         "--cli-jobs", nargs="*", default=[], help="rows of the whole `linnet check` (`--jobs` values; `default`: none)"
     )
     parser.add_argument("--cli-copies", type=int, default=570, help="copies of the document the --cli-jobs rows check")
+    parser.add_argument(
+        "--cli-rounds", type=int, default=1, help="times the --cli-jobs rows run, the trees alternating in each"
+    )
     parser.add_argument("--peer", type=Path, help="also measure this checkout's linnet (e.g. main before a change)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "check_phases.json")
     args = parser.parse_args()
@@ -330,11 +335,12 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "bigdoc.linnet"
             path.write_text(big_source(args.cli_copies), encoding="utf-8")
-            for jobs in args.cli_jobs:
-                for tree in trees:
-                    row = measure_cli(path, tree, jobs)
-                    print(json.dumps(row), flush=True)
-                    result["cli"].append(row)
+            for round_ in range(1, args.cli_rounds + 1):
+                for jobs in args.cli_jobs:
+                    for tree in trees:
+                        row = {"round": round_, **measure_cli(path, tree, jobs)}
+                        print(json.dumps(row), flush=True)
+                        result["cli"].append(row)
     if args.edits:
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "llama_3k.linnet"

@@ -777,7 +777,9 @@ def _is_member(anchor: SymbolAnchor) -> bool:
     return anchor.path[1] == "member"
 
 
-@dataclass(frozen=True)
+# _FnCall and _Signature are made once per call (and per uncached callee): plain slotted dataclasses, since a frozen
+# one's __init__ sets each field through object.__setattr__. Nothing changes them after they are made.
+@dataclass(slots=True)
 class _FnCall:
     """A call of a Linnet function being checked, once its arguments are matched: `callee` as the call
     writes it (for messages), `owner` the callee's symbol path in `owner_file`, `matched` the argument of
@@ -795,7 +797,7 @@ class _FnCall:
     info: CallInfo
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _Signature:
     params: list
     ret: Type

@@ -18,13 +18,16 @@ from ..syntax.items import Item, Location
 from .codes import CODES
 
 
-@dataclass(frozen=True, slots=True)
+# Anchors compare and hash by value (unsafe_hash: what frozen=True gave) but are not frozen: a frozen dataclass's
+# __init__ sets each field through object.__setattr__, and a check makes an anchor for every name it resolves (860,000
+# SymbolAnchors in the 5 MB document of issue 45). Nothing changes an anchor after it is made.
+@dataclass(slots=True, unsafe_hash=True)
 class LocalAnchor:
     item: Item
     span: Span
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)
 class SymbolAnchor:
     """A definition named by path: `("Llama", "hidden_size")` is the config field,
     `("smollm2_135m", "rope_scaling", "factor")` a preset's nested field init,

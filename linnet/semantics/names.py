@@ -64,6 +64,7 @@ class Binder:
         self.dtypes: dict[str, DType] = dict(generics or {})
         self.frozen = False
         self.new_dims: list[tuple[str, Atom, A.Name]] = []
+        self.introduced: dict[str, A.Name] = {}  # the name node that introduced each of `new_dims`
 
     def get_ellipsis(self) -> EllipsisVar:
         if self.ellipsis is None:
@@ -201,16 +202,17 @@ class NamesMixin:
                 if b is not None:
                     b.uses += 1
                     self.ref(e, b.anchor)
-                introduced = next((n for name, _, n in binder.new_dims if name == e.id), None)
-                self.resolve(e, "dim", node=introduced, item=self.item, value=binder.dims[e.id])
-                self.record(e, ScalarT("int", Dim.atom(binder.dims[e.id])))
-                return Dim.atom(binder.dims[e.id])
+                atom = binder.dims[e.id]
+                self.resolve(e, "dim", node=binder.introduced.get(e.id), item=self.item, value=atom)
+                self.record(e, ScalarT("int", Dim.atom(atom)))
+                return Dim.atom(atom)
             b = self.lookup_value(e.id, scope)
             if b is None:
                 if binder is not None and not binder.frozen:
                     atom = var(e.id)
                     binder.dims[e.id] = atom
                     binder.new_dims.append((e.id, atom, e))
+                    binder.introduced[e.id] = e
                     self.resolve(e, "dim", node=e, item=self.item, value=atom)
                     self.record(e, ScalarT("int", Dim.atom(atom)))
                     return Dim.atom(atom)
@@ -323,9 +325,9 @@ class NamesMixin:
             return self.member_value(b.type, node)
         return b.type
 
-    def resolve(self, use: A.Name, kind: str, **kw) -> None:
+    def resolve(self, use: A.Name, kind: str, node: A.Node | None = None, item=None, value=None) -> None:
         """Record what the name `use` refers to (`resolved.Ref`)."""
-        self.result.names[use] = Ref(kind, use.id, **kw)
+        self.result.names[use] = Ref(kind, use.id, node, item, value)
 
     def resolve_binding(self, node: A.Name, b: Binding) -> None:
         if b.kind == "member":

@@ -1135,10 +1135,13 @@ def _merge(ia: ItemAnalysis, preferred: str | None) -> list[Finding]:
 def _scenarios_text(names: list[str] | None, shown: int = 2) -> str:
     """`names` (a binding's scenarios: presets, `defaults` for the config defaults) as a note names them: the
     first `shown`, then how many more."""
-    named = [("the config defaults" if n == "defaults" else f"`{n}`") for n in (names or ["defaults"])]
-    if len(named) <= shown + 1:
+    names = names or ["defaults"]
+    # only the names shown are formatted: the config defaults' binding of a file of many presets runs under every
+    # preset of the other configs (2,851 names in the 5 MB document of issue 45, for each of its 1,140 notes)
+    named = [("the config defaults" if n == "defaults" else f"`{n}`") for n in names[: shown + 1]]
+    if len(names) <= shown + 1:
         return ", ".join(named)
-    return f"{', '.join(named[:shown])} and {len(named) - shown} more with the same values"
+    return f"{', '.join(named[:shown])} and {len(names) - shown} more with the same values"
 
 
 def _item_refs(item: Item) -> list[tuple[Span, Any]]:

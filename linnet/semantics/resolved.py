@@ -62,7 +62,10 @@ REF_KINDS = (
 )  # fmt: skip
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+# Not frozen: a frozen dataclass's __init__ sets each field through object.__setattr__, and a check makes a Ref for
+# every name it reads (1.7 million in the 5 MB document of issue 45: the frozen form's __init__ was ~3 % of its check).
+# Nothing changes a Ref after it is made; it hashes by identity either way (eq=False).
+@dataclass(slots=True, eq=False)
 class Ref:
     """What a name use refers to. `item` is the item holding the definition (None for
     built-ins); see `REF_KINDS` for `node` and `value`."""

@@ -159,7 +159,8 @@ class Dim:
     # ----- inspection
     def as_int(self) -> int | None:
         """The integer this dim equals after substituting known constants, else None."""
-        t = self.val._t
+        v = self._val  # `val` computed before (the common case), without the property's call
+        t = (v if v is not None else self.val)._t
         if not t:
             return 0
         if len(t) == 1:
