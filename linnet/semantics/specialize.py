@@ -77,4 +77,3 @@ def first_error_at(
     found = next((f for f in sub.result.findings if f.severity in (None, "error")), None)
     cache[key] = found
     return found
-
