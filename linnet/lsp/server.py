@@ -94,6 +94,11 @@ TEXT_CHANGES = frozenset(
     (T.TEXT_DOCUMENT_DID_OPEN, T.TEXT_DOCUMENT_DID_CHANGE, T.TEXT_DOCUMENT_DID_SAVE, T.TEXT_DOCUMENT_DID_CLOSE)
 )
 FIRST_LINES = 150
+# How long a thread holding the GIL keeps it when another wants it (CPython's default: 5 ms). A check runs in a worker
+# thread; a request is read by a reader thread, dispatched and answered on the event loop, and each of those steps
+# waited up to the whole interval for the check's thread (traced in the server during bursts of typing: a hover sent
+# while a keystroke's check ran arrived 15-25 ms later, after the check had ended)
+SWITCH_INTERVAL_S = 0.0005
 
 
 class LinnetProtocol(AnswerEveryRequest, LanguageServerProtocol):
@@ -1185,6 +1190,7 @@ def main(server: LinnetServer | None = None) -> int:
     for handler in logging.getLogger().handlers:  # pygls logs the reader loop's errors through its own loggers
         handler.addFilter(OneLineReaderErrors())
     server = server or create_server()
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     server.collector.start()  # after the imports: they are frozen, never scanned again
     server.start_io()
     exit_process(server)  # the client closed stdin: no thread still analysing holds the process up
