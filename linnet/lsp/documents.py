@@ -86,6 +86,7 @@ class OpenDocument:
     notified_version: int = 0  # the text version its importers were last re-checked for
     _analysis: Analysis | None = None
     _analysis_key: tuple | None = None  # (revision, preset, stamp of the imported files)
+    _first: tuple | None = None  # (key as above, the first stage of a staged analysis: `check_first`)
     revision: int = 0  # counts text changes: a save with text, or a client reusing a version, still re-analyses
     _index: LineIndex | None = None
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -129,6 +130,27 @@ class OpenDocument:
             analysis = self.workspace.open(self.path, text).analyze(preset)
             return analysis, self.workspace.stamp(analysis.files[1:] + analysis.absent_files)
 
+    def _analyze_first(self, text: str, preset: str | None) -> tuple[Analysis | None, tuple]:
+        with self.workspace.lock:
+            analysis = self.workspace.open(self.path, text).analyze_first(preset)
+            if analysis is None:
+                return None, ()
+            return analysis, self.workspace.stamp(analysis.files[1:] + analysis.absent_files)
+
+    async def check_first(self, preset: str | None) -> None:
+        """The first stage of the current text's analysis (`Document.analyze_first`: after an edit inside one
+        function body, that module checked under `preset`'s binding only, the rest taken from the last analysis),
+        kept for `analyzed(staged=True)`: a request reads it while the rest is checked. Nothing when the analysis
+        of the current text is there, or when the change since the last analysis is not such an edit."""
+        async with self._lock:
+            key = (self.revision, preset, self.workspace.stamp(self.depends_on))
+            last = self._analysis_key
+            if last is None or last == key or last[1:] != key[1:] or (self._first and self._first[0] == key):
+                return  # (no analysis to start from, the current one is there, or imports or preset changed)
+            revision = self.revision
+            analysis, stamp = await asyncio.to_thread(self._analyze_first, self.text, preset)
+            self._first = ((revision, preset, stamp), analysis) if analysis is not None else None
+
     @property
     def text_version(self) -> int:
         """The version of the text the workspace holds for this document (its last analysis)."""
@@ -136,10 +158,22 @@ class OpenDocument:
         return doc.version if doc is not None else 0
 
     @contextlib.asynccontextmanager
-    async def analyzed(self, preset: str | None) -> AsyncIterator[Analysis]:
+    async def analyzed(self, preset: str | None, staged: bool = False) -> AsyncIterator[Analysis]:
         """The analysis of the current text (and of the current text of what it imports) under
         `preset`, held for the `async with` block: offsets and items stay valid until it ends
-        (the next analysis moves items)."""
+        (the next analysis moves items). `staged`: the first stage of the current text's analysis will do while
+        the full one is not there (`check_first`), read without waiting for the rest of the check: that reads the
+        same text (the document's items stay as they are) and writes other objects. Its `partial` item has one
+        binding's check: a query that needs more raises PartialAnalysis, and asks again without `staged`."""
+        if staged:
+            view = self._staged_view(preset)
+            if view is None and self._lock.locked():
+                async with self._lock:  # the first stage may be running: wait for it, not for the whole check
+                    pass
+                view = self._staged_view(preset)
+            if view is not None:
+                yield view
+                return
         async with self._lock:
             key = (self.revision, preset, self.workspace.stamp(self.depends_on))
             if self._analysis is None or self._analysis_key != key:
@@ -147,7 +181,16 @@ class OpenDocument:
                 self._analysis, stamp = await asyncio.to_thread(self._analyze, text, preset)
                 self.files, self.absent = self._analysis.files, self._analysis.absent_files
                 self._analysis_key = (revision, preset, stamp)
+                self._first = None
             yield self._analysis
+
+    def _staged_view(self, preset: str | None) -> Analysis | None:
+        """The first stage of the current text's analysis under `preset` (`check_first`) when it is there and the
+        full analysis is not."""
+        first = self._first
+        if first is None or self._analysis_key == first[0]:
+            return None
+        return first[1] if first[0] == (self.revision, preset, self.workspace.stamp(self.depends_on)) else None
 
     def is_current(self, analysis: Analysis) -> bool:
         """Whether `analysis` is of the client's current text and of the current text of what

@@ -34,7 +34,7 @@ from pygls.protocol import LanguageServerProtocol, default_converter
 from pygls.protocol.language_server import lsp_method
 
 from linnet import __version__
-from linnet.semantics.program import Analysis
+from linnet.semantics.program import Analysis, PartialAnalysis
 from linnet.syntax import ast as A
 from linnet.syntax.fmt import FormatError, format_source
 from linnet.syntax.items import names_after, split_items
@@ -94,6 +94,11 @@ TEXT_CHANGES = frozenset(
     (T.TEXT_DOCUMENT_DID_OPEN, T.TEXT_DOCUMENT_DID_CHANGE, T.TEXT_DOCUMENT_DID_SAVE, T.TEXT_DOCUMENT_DID_CLOSE)
 )
 FIRST_LINES = 150
+# How long a thread holding the GIL keeps it when another wants it (CPython's default: 5 ms). A check runs in a worker
+# thread; a request is read by a reader thread, dispatched and answered on the event loop, and each of those steps
+# waited up to the whole interval for the check's thread (traced in the server during bursts of typing: a hover sent
+# while a keystroke's check ran arrived 15-25 ms later, after the check had ended)
+SWITCH_INTERVAL_S = 0.0005
 
 
 class LinnetProtocol(AnswerEveryRequest, LanguageServerProtocol):
@@ -256,6 +261,10 @@ class LinnetServer(LanguageServer):
                 await first
             while self.documents.get(doc.uri) is doc:
                 preset = self.settings.preset
+                try:  # what a completion or hover sent with the keystroke reads, while the rest is checked
+                    await doc.check_first(preset)
+                except Exception as err:  # noqa: BLE001 - the full check below still runs, and reports
+                    self.log_error("the first stage of a check", err)
                 async with doc.analyzed(preset) as analysis:
                     if not doc.is_current(analysis):
                         continue
@@ -482,12 +491,16 @@ def guarded(default: Any = None):
     return wrap
 
 
-def document_feature(server: LinnetServer, method: str, options: Any = None, default: Any = None, early=False):
+def document_feature(
+    server: LinnetServer, method: str, options: Any = None, default: Any = None, early=False, staged=False
+):
     """Register `fn(ls, params, doc, analysis)` for a request about an open document: it runs,
     guarded, with the analysis of the document's current text held for the call; a document
     that is not open gets `default`. `early`: while a big file just opened is checked, a
     request at a position the first pass checked is answered from that pass
-    (`LinnetServer.early_analysis`)."""
+    (`LinnetServer.early_analysis`). `staged`: while a keystroke's check runs, answered from its first stage
+    when that can answer it as the full analysis would (`OpenDocument.check_first`; `fn` raises PartialAnalysis
+    when it cannot, and is called again with the full analysis)."""
 
     def wrap(fn):
         async def handler(ls: LinnetServer, params):
@@ -496,6 +509,10 @@ def document_feature(server: LinnetServer, method: str, options: Any = None, def
                 return default
             if early and (first := await ls.early_analysis(doc, params.position)) is not None:
                 return fn(ls, params, doc, first)
+            if staged:
+                async with doc.analyzed(ls.settings.preset, staged=True) as analysis:
+                    with contextlib.suppress(PartialAnalysis):
+                        return fn(ls, params, doc, analysis)
             async with doc.analyzed(ls.settings.preset) as analysis:
                 return fn(ls, params, doc, analysis)
 
@@ -627,7 +644,7 @@ def _register_text_sync(server: LinnetServer) -> None:
 def _register_hover(server: LinnetServer) -> None:
     """Hover and inlay hints (shapes, parameter names)."""
 
-    @document_feature(server, T.TEXT_DOCUMENT_HOVER, early=True)
+    @document_feature(server, T.TEXT_DOCUMENT_HOVER, early=True, staged=True)
     def hover(ls: LinnetServer, params: T.HoverParams, doc: OpenDocument, a: Analysis):
         index = a.document.source.index
         found = hover_markdown(a, offset_at(index, params.position), ls.preset_for(a))
@@ -769,7 +786,7 @@ def _register_completion(server: LinnetServer) -> None:
     """Completion and signature help."""
     completion_options = T.CompletionOptions(trigger_characters=[".", '"', "/"])
 
-    @document_feature(server, T.TEXT_DOCUMENT_COMPLETION, completion_options)
+    @document_feature(server, T.TEXT_DOCUMENT_COMPLETION, completion_options, staged=True)
     def completion(ls: LinnetServer, params: T.CompletionParams, doc: OpenDocument, a: Analysis):
         index = a.document.source.index
         offset = offset_at(index, params.position)
@@ -1182,6 +1199,7 @@ def main(server: LinnetServer | None = None) -> int:
     for handler in logging.getLogger().handlers:  # pygls logs the reader loop's errors through its own loggers
         handler.addFilter(OneLineReaderErrors())
     server = server or create_server()
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     server.collector.start()  # after the imports: they are frozen, never scanned again
     server.start_io()
     exit_process(server)  # the client closed stdin: no thread still analysing holds the process up

@@ -42,7 +42,7 @@ from .resolved import Resolved
 from .unread import unread_findings
 from .workspace import Workspace
 
-__all__ = ["Analysis", "Document", "Globals", "StdLib", "TypeInfo", "Workspace", "std_library"]
+__all__ = ["Analysis", "Document", "Globals", "PartialAnalysis", "StdLib", "TypeInfo", "Workspace", "std_library"]
 
 STD_FILES = ("nn.linnet", "functional.linnet", "rope.linnet", "attention.linnet")
 
@@ -116,6 +116,11 @@ class Stats:
     checked_names: list[str] = field(default_factory=list)
 
 
+class PartialAnalysis(Exception):
+    """A query's answer from a staged analysis (`Analysis.partial`) could differ from the full analysis's: ask
+    the full one."""
+
+
 class Analysis:
     """The analysis of one document version."""
 
@@ -139,6 +144,25 @@ class Analysis:
         # What forked workers checked (`Document.analyze(jobs=...)`): each item's merged findings and calls; those
         # items are not in `items` (`resolved` checks them again on demand)
         self.remote: dict[Item, _Checked] = {}
+        # Items checked under one binding only, the one `results_for` puts first (`Document.analyze_first`): their
+        # other results are missing, and the analysis's diagnostics are an earlier analysis's; a query those results
+        # could change raises PartialAnalysis
+        self.partial: set[Item] = set()
+        self.staged_for: str | None = None  # the scenario whose binding `partial` items were checked under
+
+    def staged_copy(self) -> "Analysis":
+        """A copy to stage a body edit in (`Document.analyze_first`): what it holds is this analysis's, but for its
+        items' checks (a dict of its own) and what queries compute on demand (nothing yet)."""
+        view = Analysis(self.document)
+        view.diagnostics = self.diagnostics
+        view.items = dict(self.items)
+        view.scenarios = self.scenarios
+        view.model = self.model
+        view.trees = dict(self.trees)
+        view.globals, view.namespaces, view.imports = self.globals, self.namespaces, self.imports
+        view.item_refs = dict(self.item_refs)
+        view.context = self.context
+        return view
 
     @property
     def files(self) -> list[str]:
@@ -179,12 +203,21 @@ class Analysis:
         ia = self.items.get(item)
         if ia is None or not ia.results:
             return []
+        if item in self.partial:
+            if self.wanted_scenario(preset) != self.staged_for:
+                raise PartialAnalysis(f"{item.name} is checked under {self.staged_for} only")
+            return _only_check(ia.results[0], item)
         return self._results_of(ia, preset)
 
     def _results_of(self, ia: ItemAnalysis, preset: str | None):
-        wanted = preset or (self.presets[0] if self.presets else "defaults")
+        wanted = self.wanted_scenario(preset)
         ordered = sorted(ia.results, key=lambda r: 0 if (r[0] is None or wanted in r[0]) else 1)
         return ordered
+
+    def wanted_scenario(self, preset: str | None) -> str:
+        """The scenario whose results queries read first: `preset`, else the first preset checked, else the
+        config defaults."""
+        return preset or (self.presets[0] if self.presets else "defaults")
 
     def resolved(
         self, item: Item | str, preset: str | None = None, config: dict | None = None, *, current: bool = True
@@ -211,6 +244,8 @@ class Analysis:
         parsed again. Its findings and types hold, but its names and calls lead to the old bodies, which lowering
         would compile. Such a check is made again now, once per analysis, as above (`_names_replaced`);
         `current=False` returns it as it is (unread.py, which maps those items by name itself, on every edit)."""
+        if self.partial:  # (its checks on demand would share the context with the full analysis running meanwhile)
+            raise PartialAnalysis("a staged analysis resolves nothing")
         if isinstance(item, str):
             item = self.globals(item) if self.globals is not None else None
         if item is None or item.kind not in ("module", "fn") or item.ast is None:
@@ -315,18 +350,22 @@ class Analysis:
             return None
         rel = offset - item.offset
         best = None
-        for span, target in self.refs_of(item):
+        for span, target in self.refs_of(item, at=rel):
             if span.start <= rel <= span.end and (best is None or span.end - span.start < best[0].end - best[0].start):
                 best = (span, target)
         return best[1] if best is not None else None
 
-    def refs_of(self, item: Item):
+    def refs_of(self, item: Item, at: int | None = None):
         """(span, anchor) of every name in `item` that names a definition; anchors of
-        top-level definitions name their defining file (`canonical`)."""
+        top-level definitions name their defining file (`canonical`). `at`: only those around item-relative
+        offset `at` are wanted (of a `partial` item, those are known outside compile-time branches)."""
         for span, target in self.item_refs.get(item, ()):
             yield span, self.canonical(target)
         ia = self.items.get(item)
         if ia is not None:
+            if item in self.partial and _in_branch(item.ast, at):
+                # a compile-time branch is checked only under the bindings that take it: their checks name more
+                raise PartialAnalysis(f"{item.name} is checked under {self.staged_for} only")
             for _, result in ia.results:
                 for span, target in result.refs:
                     yield span, self.canonical(target)
@@ -455,6 +494,9 @@ class Document:
         # item -> (world, preset, ItemAnalysis, _Checked) of its last check, taken as it is while the world is the
         # same object and the item has no body edit (`_check_one`)
         self._checked: dict[Item, tuple] = {}
+        # (item, binding key) -> its result for the current text, checked by `analyze_first` ahead of the others
+        self._staged: dict[tuple[Item, Any], ItemResult] = {}
+        self._last: tuple | None = None  # (analysis, config values by type, items) of the last full `analyze`
         self._replaced: list[Item] = []  # items dropped since the last analysis (cache pruning)
         self._field_atoms = weakref.WeakValueDictionary()  # config fields' dim atoms (ConfigValue.atom)
         self._unread_cache: dict = {}  # what each function reads under each check of the last analysis (unread.py)
@@ -485,6 +527,7 @@ class Document:
         if self.items and text == self.source.text:
             return
         self.version += 1
+        self._staged.clear()  # checked for the text before
         by_text: dict[str, list[Item]] = {}
         for item in self.items:
             by_text.setdefault(item.text, []).append(item)
@@ -554,6 +597,34 @@ class Document:
         self.update(text[:start] + new_text + text[end:])
 
     # ----- analysis
+    def analyze_first(self, preset: str | None = None) -> Analysis | None:
+        """The first stage of a staged analysis, for the queries that read the selected preset's check of what
+        the cursor is in (completion, hover): when the only change since this document's last analysis is an
+        edit inside one function body of one module (`_splice`), that module is checked again under the binding
+        its queries read first (`preset`'s, else the first preset's, else the defaults'; `Analysis.wanted_scenario`)
+        and everything else is taken from the last analysis (what a body edit leaves as it was: the names, the
+        configs' values, the other items' checks, the model trees). The next `analyze` of the same text takes
+        that result and checks the other bindings. The module is in the analysis's `partial`: a query that would
+        read its other checks raises PartialAnalysis. Its diagnostics are the last analysis's: never publish
+        them. None when the change since the last analysis is anything else (`analyze` then does it all)."""
+        last = self._last
+        if last is None or len(self._body_edits) != 1 or self._context is None:
+            return None
+        previous, values, items = last
+        if len(items) != len(self.items) or any(a is not b for a, b in zip(items, self.items)):
+            return None  # an item was parsed anew (or dropped): names and values may have changed
+        (item,) = self._body_edits
+        world, ctx = self._context
+        if previous.context is not ctx or previous.partial or item not in previous.items:
+            return None
+        view = previous.staged_copy()
+        view.staged_for = view.wanted_scenario(preset)
+        self._check_staged(view, ctx, world, values, view.staged_for, item)
+        if item._refs is None:
+            item._refs = _item_refs(item)
+        view.item_refs[item] = item._refs
+        return view
+
     def analyze(self, preset: str | None = None, only: Callable[[Item], bool] | None = None, jobs: int = 1) -> Analysis:
         """Analyse the current text. `preset` (else the first preset) is the config whose
         numbers a diagnostic quotes when it occurs under several.
@@ -620,6 +691,8 @@ class Document:
         if only is None and not self.is_std and not _has_errors(self.items, findings):
             findings.extend(unread_findings(analysis, self._unread_cache))
         analysis.diagnostics = self._diagnostics(findings, globals_)
+        # what `analyze_first` starts from: an analysis whose every item is checked here, under every binding
+        self._last = (analysis, values, list(self.items)) if only is None and not analysis.remote else None
         return analysis
 
     def _check_context(
@@ -720,7 +793,13 @@ class Document:
         for binding, key, names in self._bindings(item, values, world, globals_):
             checked.add(key)
             cached = self._results.get((item, key))
-            if cached is not None and (cached.world == world or self._valid(cached, ns)):
+            staged = self._staged.pop((item, key), None) if edit is not None else None
+            if staged is not None and staged.world is world:  # checked for this text by `analyze_first`
+                result = staged
+                if record:
+                    self._results[(item, key)] = result
+                checks_run += 1
+            elif cached is not None and (cached.world == world or self._valid(cached, ns)):
                 result = cached
                 if edit is not None:  # its nodes are kept but for one function's body: that one is checked again
                     result = fn_reuse.recheck_body(ctx, item, binding, cached, edit, ItemChecker)
@@ -767,6 +846,30 @@ class Document:
             ia = memo[2]
             results = [(names, fresh if r is stale else r) for names, r in ia.results]
             self._checked[item] = (*memo[:2], ItemAnalysis(item, results, ia.bindings), *memo[3:])
+
+    def _check_staged(
+        self, analysis: Analysis, ctx: CheckContext, world: Any, values: dict, wanted: str, item: Item
+    ) -> "_Checked":
+        """`item`, edited inside one function body, checked under the one binding that queries of `wanted` read
+        first (`Analysis._results_of`: the first whose scenarios hold `wanted`, else the first), kept for the next
+        `analyze` (`_staged`); the edit stays pending for the other bindings. The item goes in `analysis.partial`."""
+        ns, globals_ = analysis.namespaces, analysis.globals
+        bindings = self._bindings(item, values, world, globals_)
+        binding, key, names = next((b for b in bindings if b[2] is None or wanted in b[2]), bindings[0])
+        result = self._staged.get((item, key))
+        if result is None or result.world is not world:
+            cached = self._results.get((item, key))
+            result = None
+            if cached is not None and (cached.world == world or self._valid(cached, ns)):
+                result = fn_reuse.recheck_body(ctx, item, binding, cached, self._body_edits[item], ItemChecker)
+            result = result if result is not None else _check_item(ctx, item, binding)
+            result.world = world
+            self._staged[(item, key)] = result
+        ia = ItemAnalysis(item, [(names, result)], [binding])
+        analysis.items[item] = ia
+        analysis.partial.add(item)
+        self._record_trees(analysis, ia)
+        return _Checked(list(result.findings), result.calls, 1)
 
     @staticmethod
     def _record_trees(analysis: Analysis, ia: ItemAnalysis) -> None:
@@ -1145,6 +1248,22 @@ def _scenarios_text(names: list[str] | None, shown: int = 2) -> str:
     if len(names) <= shown + 1:
         return ", ".join(named)
     return f"{', '.join(named[:shown])} and {len(names) - shown} more with the same values"
+
+
+def _only_check(pair: tuple, item: Item):
+    """The one check of a `partial` item, then PartialAnalysis: a query that would go on to the item's next check
+    (the full analysis's `results_for`) cannot be answered from a staged analysis."""
+    yield pair
+    raise PartialAnalysis(f"{item.name} is checked under one binding only")
+
+
+def _in_branch(tree: A.Node | None, at: int | None) -> bool:
+    """Whether item-relative offset `at` is inside a compile-time `if` of `tree` (an expression, or members
+    declared under one; None: anywhere in `tree`), which a check walks only where its config takes it."""
+    if tree is None:
+        return False
+    nodes = A.walk(tree) if at is None else A.node_at(tree, at)
+    return any(isinstance(n, (A.IfExpr, A.MemberIf)) for n in nodes)
 
 
 def _item_refs(item: Item) -> list[tuple[Span, Any]]:

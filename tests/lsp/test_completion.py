@@ -129,3 +129,39 @@ async def test_nothing_inside_comments_and_strings(client):
     help_ = await signature(client, doc, doc.pos('"b s (h d) -> b h s d"', len('"b s (h d')))
     assert help_.signatures[0].label.startswith("rearrange(") and help_.active_parameter == 1
     doc.close()
+
+
+async def test_completions_and_hovers_sent_with_each_keystroke_answer_for_the_new_text(client):
+    """Issue 45 (completion during typing bursts): a completion or hover sent right after a keystroke is answered
+    from the first stage of that keystroke's check (the edited function under the selected preset only, the rest
+    as the last analysis had it) while the rest is checked; what it says is what a fresh analysis of the client's
+    text says: the `let` being renamed under its new name only, the config's fields after `c.` with their values,
+    the type of the `let` just above."""
+    from linnet.lsp.completion import completions
+    from linnet.lsp.hover import hover_markdown
+    from linnet.semantics.program import Workspace
+
+    doc = await open_doc(client, EXAMPLES / "llama.linnet")
+    tuple_line = "        (apply_rope(q, cos, sin), apply_rope(k, cos, sin), v)"
+    where = doc.pos(tuple_line)
+    await doc.change(where, where, "        let w = k\n")
+    name = "w"
+    for letter in "eights":
+        end = doc.pos(f"let {name} = k", len(f"let {name}"))
+        await doc.change(end, end, letter)
+        name += letter
+        in_scope = doc.pos(tuple_line, len("        "))
+        member = doc.pos("h=c.num_attention_heads", len("h=c."))
+        got_scope = await complete(client, doc, in_scope)  # sent before the keystroke's diagnostics arrive
+        got_member = await complete(client, doc, member)
+        on_let = doc.pos(f"let {name} = k", len("let "))
+        hover = await client.text_document_hover_async(T.HoverParams(doc.id, on_let))
+        fresh = Workspace().open(str(EXAMPLES / "llama.linnet"), doc.text).analyze()
+        for got, position in ((got_scope, in_scope), (got_member, member)):
+            want = {c.label: c.detail or None for c in completions(fresh, doc.offset(position), None)}
+            assert {label: item.detail for label, item in got.items()} == want
+        assert name in got_scope and name[:-1] not in got_scope
+        assert got_member["num_attention_heads"].detail == "num_attention_heads: int = 9 (smollm2_135m)"
+        assert hover.contents.value == hover_markdown(fresh, doc.offset(on_let), None)[0]
+        assert f"{name}: [B, c.num_key_value_heads, S, c.head_dim]" in hover.contents.value
+    doc.close()

@@ -107,3 +107,38 @@ def test_the_unread_check_keeps_nothing_of_the_checks_an_edit_replaced():
     finally:
         tracemalloc.stop()
     assert grown < 1_000_000, f"{grown / 1e6:.1f} MB kept by 12 edits"
+
+
+def test_a_request_reads_the_first_stage_of_a_check_without_waiting_for_the_rest():
+    """Issue 45: a completion or hover sent with a keystroke waited for the whole check of the new text (every
+    preset's binding of the edited module); once the first stage is there (`OpenDocument.check_first`), a staged
+    request reads it while the rest of the check holds the document, and says what a fresh analysis says."""
+    import asyncio
+
+    from linnet.lsp.convert import uri_of
+    from linnet.lsp.documents import OpenDocument
+    from linnet.lsp.hover import hover_markdown
+
+    async def run() -> None:
+        path = str(EXAMPLES / "llama.linnet")
+        text = (EXAMPLES / "llama.linnet").read_text(encoding="utf-8")
+        doc = OpenDocument(uri_of(path), text, 1, Workspace())
+        async with doc.analyzed(None):
+            pass
+        at = text.index("q_proj(x)", text.index("fn project("))
+        doc.apply_changes([T.TextDocumentContentChangeWholeDocument(text[:at] + "k" + text[at + 1 :])], 2)
+        await doc.check_first(None)
+        on_q = doc.text.index("let q") + 4
+        async with doc._lock:  # what the rest of the check holds while it runs
+            async with asyncio.timeout(TIMEOUT_S):
+                async with doc.analyzed(None, staged=True) as first:
+                    assert first.partial and first.staged_for == "smollm2_135m"
+                    got = hover_markdown(first, on_q, None)
+        fresh = Workspace().open(path, doc.text).analyze(None)
+        assert got == hover_markdown(fresh, on_q, None) and "q: ?" in got[0]  # `k_proj` has fewer features: no type
+        async with doc.analyzed(None) as full:  # the rest of the check
+            assert not full.partial
+        async with doc.analyzed(None, staged=True) as after:  # once there, the full analysis is what all read
+            assert after is full
+
+    asyncio.run(run())
