@@ -182,7 +182,8 @@ def rearrange_shape(x: Shape, pattern_text: str, sizes: dict[str, Dim | None]) -
     for name, size in sizes.items():
         n = size.as_int() if size is not None else None
         if n is not None and n <= 0:  # a size not known yet (`heads`, an int parameter) is no error
-            raise OpError("L213", f"axis `{name}` has size {format_dim(size)}: sizes are positive", name)
+            shown = format_dim(size) if format_dim(size) == str(n) else f"{format_dim(size)} = {n}"
+            raise OpError("L213", f"axis `{name}` has size {shown}: sizes are positive", name)
     for group, dim in matched:
         unknown = [a for a in group.axes if a.name is not None and a.name not in known]
         if len(unknown) > 1:

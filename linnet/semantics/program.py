@@ -35,6 +35,7 @@ from .checker import NAMES_DEP, CheckContext, ItemChecker, ItemResult
 from .codes import CODES
 from .configs import ConfigEvaluator, ConfigValue, Scenario, values_by_type
 from .diagnostics import Diagnostic, Finding, Label, LocalAnchor, SymbolAnchor, locate
+from .imported import imported_findings
 from .imports import FileImports, Globals, Namespaces, canonical, namespaces
 from .model import ModelTree, check_model
 from .resolved import Resolved
@@ -685,6 +686,8 @@ class Document:
             if item._attribute_findings is None:
                 item._attribute_findings = check_attributes(item)
             findings.extend(item._attribute_findings)
+        if only is None and not self.is_std and not _has_errors(self.items, findings):
+            findings.extend(imported_findings(analysis))
         if only is None and not self.is_std and not _has_errors(self.items, findings):
             findings.extend(unread_findings(analysis, self._unread_cache))
         analysis.diagnostics = self._diagnostics(findings, globals_)

@@ -259,11 +259,17 @@ def test_an_imported_module_is_resolved_under_the_importers_config():
 
 def test_the_errors_of_a_check_on_demand_are_kept():
     """tests/fixtures/imports/odd: a body that checks under its own file's config but not under
-    the importer's. The importer's analysis does not check imported bodies; its check on
-    demand does."""
+    the importer's. Its check on demand keeps the error in the imported file; the importer's
+    analysis reports it too, at the member that builds the module (`imported.py`: it had no
+    error, and lowering then failed)."""
     main = ROOT / "tests" / "fixtures" / "imports" / "odd" / "main.linnet"
     analysis = Document(str(main), main.read_text()).analyze()
-    assert [d for d in analysis.diagnostics if d.is_error] == []
+    (reported,) = [d for d in analysis.diagnostics if d.is_error]
+    assert reported.code == "L206" and reported.location.path == str(main) and reported.location.start.line == 9
+    assert reported.message.startswith("`Half` under this config: c.d / 2 is not exact")
+    assert [(lab.location.path.endswith("lib.linnet"), lab.location.start.line) for lab in reported.labels] == [
+        (True, 7)
+    ]
     odd = next(s for s in analysis.scenarios if s.name == "odd").configs["C"]
     (error,) = analysis.resolved(analysis.globals("Half"), config={"c": odd}).errors
     assert error.code == "L206" and error.location.path.endswith("lib.linnet") and error.location.start.line == 7
