@@ -7,6 +7,9 @@ module declared over `Llama`, `sharing.py`). Lowering checks the module under th
 `LlamaAttention` split `(h d)` with h = 0. So the importer's check does the same, once per imported module and
 config value that its own checks build (through the submodules the imported module builds in turn), and reports
 the first error at the member that builds the module, the imported line labelled.
+
+It reads the call information of the analysis's own results: with `--jobs`, a module other than a model that a
+worker checked has none here, and what it builds is not looked at (a model is checked here as well).
 """
 
 from __future__ import annotations
