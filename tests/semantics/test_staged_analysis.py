@@ -70,7 +70,9 @@ def test_the_first_stage_answers_as_a_fresh_analysis(name):
             for (query, offset), found in got.items():
                 if found is not PartialAnalysis:
                     answered[query] += 1
-                    assert found == want[query, offset], f"step {step} ({kind}) {query} at {offset}: {text[offset - 30 : offset]!r}"
+                    assert found == want[query, offset], (
+                        f"step {step} ({kind}) {query} at {offset}: {text[offset - 30 : offset]!r}"
+                    )
         if rng.random() < 0.3:  # another keystroke before the rest of the check: the first stage is of the last text
             kind, new = random_edit(rng, text, original, history)
             at = changed_region(text, new)
