@@ -771,6 +771,11 @@ class _APIKeyMiddleware:
 
 
 SHUTDOWN_GRACE_S = 5  # after SIGINT/SIGTERM, running requests may finish for this long
+# How long an idle keep-alive connection stays open. uvicorn's default (5 s) equals the idle expiry of httpx's pool,
+# which the `openai` client uses: a client reusing a connection idle for just under 5 s raced the server closing it
+# and got "Server disconnected without sending a response" (seen in CI). Longer than the clients' expiry, the client
+# always drops an idle connection first (nginx's default keepalive_timeout is 75 s too).
+KEEP_ALIVE_S = 75
 _SHUTDOWN_WRITE_S = 5  # then the cancelled ones have this long to send their 503 or last stream events
 
 
@@ -789,6 +794,7 @@ def run_server(
         host=host,
         port=port,
         log_level=log_level,
+        timeout_keep_alive=KEEP_ALIVE_S,
         # uvicorn's own limit, past which it cancels the handlers, leaves them time to write their last events
         timeout_graceful_shutdown=SHUTDOWN_GRACE_S + _SHUTDOWN_WRITE_S,
     )

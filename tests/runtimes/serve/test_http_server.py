@@ -429,3 +429,28 @@ def test_dropped_clients_free_their_rows(server, client):
     assert after["linnet:cache_rows_in_use"] == 0
     got = client.completions.create(model=MODEL, prompt=PROMPT, temperature=0, max_tokens=4)
     assert got.choices[0].finish_reason in ("stop", "length")
+
+
+def test_an_idle_keep_alive_connection_outlives_the_clients_expiry(server):
+    """The server keeps an idle connection open longer than httpx's pool (the `openai` client's) keeps one for
+    reuse (5 s): with uvicorn's default, also 5 s, a client reusing a connection idle for just under 5 s raced the
+    server closing it ("Server disconnected without sending a response"). Here the same connection, idle for 5.5 s,
+    serves a second request (with the default the server had closed it at 5 s)."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    url = urlsplit(server)
+    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=30)
+    try:
+        headers = {"Authorization": f"Bearer {API_KEY}"}
+        conn.request("GET", "/health", headers=headers)
+        first = conn.getresponse()
+        first.read()
+        assert first.status == 200 and not first.will_close
+        time.sleep(5.5)
+        conn.request("GET", "/health", headers=headers)  # on the same socket: http.client does not reconnect
+        second = conn.getresponse()
+        second.read()
+        assert second.status == 200
+    finally:
+        conn.close()
