@@ -84,11 +84,11 @@ def window_output(size, before, after, kernel, stride, dilation, op: str, axis: 
     span = dilation * (kernel - Dim.of(1)) + Dim.of(1)
     p, w = padded.as_int(), span.as_int()
     if p is not None and w is not None and w > p:
-        padding = "" if padded.same(size) else f" ({format_dim(size)} padded to {p})"
-        dilated = "" if span.same(kernel) else f" (kernel {format_dim(kernel)} dilated by {format_dim(dilation)})"
+        padding = "" if padded.same(size) else f" ({_valued(size)} padded to {p})"
+        dilated = "" if span.same(kernel) else f" (kernel {_valued(kernel)} dilated by {_valued(dilation)})"
         raise OpError(
             "L214",
-            f"`{op}`: a window of {w}{dilated} is larger than the input's {axis} of {format_dim(size)}{padding}",
+            f"`{op}`: a window of {w}{dilated} is larger than the input's {axis} of {_valued(size)}{padding}",
             arg,
             arg_labels={"x": format_shape(x)},
             notes=["consider a smaller kernel, padding, or a larger input"],
@@ -97,6 +97,13 @@ def window_output(size, before, after, kernel, stride, dilation, op: str, axis: 
     if isinstance(q, DivisionError):  # a zero stride: refused by `per_dim` where it is known
         raise OpError("L206", f"`{op}`: {q.reason}", "stride")
     return q + Dim.of(1)
+
+
+def _valued(d: Dim) -> str:
+    """A dim as written, with its value where that is not the same text (`c.image_size = 7`): the sizes a
+    caller's preset gives a layer checked for every size."""
+    text, n = format_dim(d), d.as_int()
+    return text if n is None or text == str(n) else f"{text} = {n}"
 
 
 def channels_first(x: Shape, n: int, op: str, arg: str = "x") -> tuple[Dim | None, Dim | None, list]:

@@ -31,6 +31,7 @@ from ..types.core import (
 )
 from ..types.dims import Dim, format_dim, shown_value
 from ..types.scalars import ARITHMETIC, CONVERSIONS, finite_float, to_int
+from . import specialize
 from .describe import dotted, kind_text, number
 from .diagnostics import Fix, Label, LocalAnchor, SymbolAnchor, symbol
 from .names import Binder
@@ -613,7 +614,60 @@ class CallsMixin:
         info.dtypes = {d.name: unifier.dtypes.get(d) for d in sig.dtype_patterns}
         if len(self.result.findings) > findings_before or unknown_arg:
             return UNKNOWN  # the call is wrong, or its input unknown: what it returns would only cascade
-        return _substitute_type(sig.ret, unifier, unifier.shown)
+        returned = _substitute_type(sig.ret, unifier, unifier.shown)
+        if self._report_specialized(call, compile_time, returned) or self._report_negative_return(call, returned):
+            return UNKNOWN
+        return returned
+
+    def _report_specialized(self, call: "_FnCall", compile_time: dict[str, Type], returned: Type) -> bool:
+        """Report the first error of a standard-library callee's body checked with this call's values
+        (`specialize.py`: a `Conv2d` whose window does not fit this input), at the call, the callee's line
+        labelled. Returns whether it reported."""
+        if not call.target.item.is_std:
+            return False
+        args = {
+            p.name.id: compile_time[p.name.id]
+            if p.name.id in compile_time
+            else call.arg_types[id(call.matched[p.name.id])]
+            if p.name.id in call.matched
+            else UNKNOWN
+            for p in call.target.fn.params
+        }
+        found = specialize.first_error_at(self, call.target, args, call.info.dims, returned)
+        if found is None:
+            return False
+        self.report(
+            found.code,
+            f"{call.callee} with these sizes: {found.message}",
+            call.node,
+            labels=[Label(found.anchor, "fails here")] + list(found.labels),
+            notes=list(found.notes),
+        )
+        return True
+
+    def _report_negative_return(self, call: "_FnCall", returned: Type) -> bool:
+        """Report (L213) a dim the callee would return that is negative under this call's values: a callee
+        checked for every size (`Conv2d.forward`'s `(H - kernel_size) // stride + 1`) is wrong for these sizes
+        (a 16-wide window over 8 rows), as an op that would make such a dim is (`apply_op`); lowering refuses
+        it. Returns whether it reported."""
+        items = returned.items if isinstance(returned, TupleT) else (returned,)
+        for t in items:
+            if not isinstance(t, TensorT):
+                continue
+            for i, d in enumerate(t.shape.dims):
+                n = d.as_int() if d is not None else None
+                if n is None or n >= 0:
+                    continue
+                self.report(
+                    "L213",
+                    f"{call.callee} would return a dim of {n} (dim {i} of {format_shape(t.shape, concrete=True)}): "
+                    "dims are sizes",
+                    call.node,
+                    labels=[Label(SymbolAnchor(call.owner, call.owner_file), f"declared {format_type(t)} here")],
+                    notes=["the callee was checked for every size: these sizes make its return type negative"],
+                )
+                return True
+        return False
 
     def _compile_time_args(self, call: "_FnCall", tensor_params: list[A.Param]) -> dict[str, Type]:
         """The call's compile-time arguments (every parameter but the tensor ones), each checked against its

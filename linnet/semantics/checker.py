@@ -81,6 +81,11 @@ class CheckContext:
         # those are unchanged) lends its caches, so a body edit does not recompute them.
         self.members_cache: dict[Any, Members] = previous.members_cache if previous else {}
         self.signatures: dict[Any, Any] = previous.signatures if previous else {}
+        # The first error of a standard-library function's body checked with one call's values, by callee,
+        # instance and argument types (`specialize.py`); not lent: its keys hold the callers' atoms.
+        self.specialized: dict[Any, Any] = {}
+        # Whether a standard-library function's body could fail with concrete sizes, by function (`specialize.py`).
+        self.size_dependent: dict[Any, bool] = {}
         # The keys of both caches by each item whose replacement leaves them stale (an instance's module, a callee's
         # item): an edit drops its items' entries without reading the rest (`program._prune_caches`).
         self.cache_keys: dict[Item, list[tuple[str, Any]]] = previous.cache_keys if previous else {}

@@ -333,7 +333,8 @@ _ALL = [
         "negative dim",
         "error",
         "Dims are sizes: a dim (or a submodule list's length) that comes out negative under a config, "
-        "or an op that would make one (`zeros([N, -1])`), is refused.",
+        "an op that would make one (`zeros([N, -1])`), or a call of a function whose return type does with "
+        "the call's sizes (`fn crop(x: [B, N], k: int) -> [B, N - k]` called with N = 8, k = 11), is refused.",
         "preset p = C { hidden = -8 }   # w: [c.hidden, 4]",
         "Use sizes of 0 or more.",
     ),
@@ -343,7 +344,9 @@ _ALL = [
         "error",
         "A convolution's or pooling's window (its kernel, spread by the dilation) must fit in the input's "
         "spatial size plus its padding: PyTorch refuses it at run time; Linnet names both sizes when it "
-        "checks the call.",
+        "checks the call. A layer of the standard library (`Conv2d`) is checked for every size, then again at "
+        "each call with the call's sizes: a preset that makes the window too large is reported at the call "
+        "(`` `conv` with these sizes: ... ``), the layer's line labelled.",
         "conv2d(x, weight)  # x: [B, 3, 8, 8], weight: [64, 3, 16, 16]",
         "Use a smaller kernel, pad the input, or feed a larger one.",
     ),

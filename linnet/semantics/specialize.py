@@ -1,0 +1,145 @@
+"""Standard-library functions checked again at each call, with the call's sizes.
+
+A module of the standard library is checked once for every size: `Conv2d(in_channels, out_channels,
+kernel_size)` keeps `kernel_size` and the input's `H` symbolic, so its `conv2d` cannot know whether the window
+fits. Lowering runs the same op rules with the instance's numbers, and a window of 16 over 8 rows fails there,
+after `linnet check` said nothing. So a call into the standard library checks the callee's body once more with
+this call's values bound (the instance's parameters, the argument types, the solved dim variables): each op's own
+rule (`linnet.ops`) reports what these sizes break, and the call reports it, located at the call with the
+callee's line as a label.
+
+Only the standard library: its bodies never change, so a caller's findings still depend only on what it can see
+of its callees (their interfaces, `syntax.items.interface_key`); a user's module keeps being checked generically.
+The bodies are small (one op, or a few), each checked once per callee, instance and argument types
+(`CheckContext.specialized`). And only the bodies that concrete sizes can break (`may_fail_with_sizes`): most
+(`Linear`, `rms_norm`, `attention`) use only ops whose rules decide everything with symbolic sizes, so their
+generic check already said all a specialised one would, and checking them again cost a third of `linnet check`."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..ops import REGISTRY
+from ..syntax import ast as A
+from ..types.core import ScalarT, TensorT, Type, UnitT, UnknownT
+from .describe import tail_node
+from .diagnostics import Finding
+from .scope import Binding, Scope, type_key
+
+if TYPE_CHECKING:
+    from .checker import ItemChecker
+    from .scope import FnTarget
+
+
+def _arg_key(t: Type):
+    """A hashable key for an argument's type: a tensor by its dtype and its dims as written; None where one is
+    not known (no specialised check then)."""
+    if isinstance(t, TensorT):
+        if t.shape.prefix is not None or any(d is None for d in t.shape.dims):
+            return None
+        return ("tensor", t.dtype, tuple(d.key() for d in t.shape.dims))
+    if isinstance(t, UnknownT):
+        return None
+    return type_key(t)
+
+
+def first_error_at(
+    checker: "ItemChecker", target: "FnTarget", args: dict[str, Type], dims: dict, returned: Type
+) -> Finding | None:
+    """The first error of `target`'s body (a standard-library function) checked with the parameters bound to
+    `args` (by name), its dim variables to `dims` (name -> Dim, solved at the call) and its result compared with
+    `returned` (the return type at the call); None when it checks clean or cannot be specialised."""
+    fn = target.fn
+    if not target.item.is_std or fn.body is None or not may_fail_with_sizes(checker, target.item, fn):
+        return None
+    keys = [_arg_key(t) for t in args.values()]
+    if any(k is None for k in keys) or any(d is None for d in dims.values()):
+        return None
+    inst = target.instance
+    key = (
+        fn,
+        inst.key() if inst is not None else None,
+        tuple(zip(args, keys)),
+        tuple((n, d.key()) for n, d in dims.items()),
+    )
+    cache = checker.ctx.specialized
+    if key in cache:
+        return cache[key]
+    cache[key] = None  # a recursive call of the same function with the same values: no second check
+    sub = type(checker)(checker.ctx, target.item, {})
+    sub.instance = inst
+    scope = Scope(sub.module_scope(inst) if inst is not None else sub.global_scope(), "fn")
+    for name, t in args.items():
+        scope.bind(name, Binding(t, "param"))
+    for name, d in dims.items():
+        scope.bind(name, Binding(ScalarT("int", d), "dim"))
+    sub.current_binder = None
+    body = sub.block(fn.body, Scope(scope, "block"))
+    if fn.ret is not None and not isinstance(body, (UnknownT, UnitT)):
+        what = f"`{fn.name.id}` returns"
+        sub.check_same(body, returned, tail_node(fn.body), fn.ret, what, "L204", "L305")
+    found = next((f for f in sub.result.findings if f.severity in (None, "error")), None)
+    cache[key] = found
+    return found
+
+
+# The ops whose rules hold a condition on sizes or compile-time values that they skip while one is symbolic (a
+# window larger than its input, a group split `(g c)` that does not divide, slice bounds, a size of 0 or less,
+# dropout's p), or that make dims by arithmetic that a value can make negative (`apply_op`'s L213). Every other
+# op (elementwise, reductions but top_k, matmul, transpose, concat, take, where, cast) decides its rule from the
+# dims as written: what it proves for symbolic sizes holds for every value. So does `arange`: its step must be
+# known and positive in the generic check already, and a concrete span below 0 makes 0 entries, not an error.
+SIZED_OPS = frozenset(
+    {"dropout", "top_k", "reshape", "squeeze", "expand", "rearrange", "split", "repeat_interleave", "slice", "select"}
+    | {"full", "zeros", "ones", "tensor", "cache_write"}
+    | {n for n, op in REGISTRY.items() if op.category == "spatial"}
+)
+
+
+def may_fail_with_sizes(checker: "ItemChecker", item, fn: A.FnDef) -> bool:
+    """Whether `fn`'s body (in `item`, of the standard library) could fail with concrete sizes where its generic
+    check passed: it indexes a tensor (slice and select bounds), calls an op of `SIZED_OPS` (but for the calls
+    `_sizeless` clears), a standard-library function that could, or anything else but an op (a submodule, a
+    method: not followed). Computed once per function and check (`CheckContext.size_dependent`)."""
+    cache = checker.ctx.size_dependent
+    if fn in cache:
+        return cache[fn]
+    cache[fn] = True  # a recursive function: as if it could
+    sizes = {
+        n.id for p in fn.params if isinstance(p.type, A.TensorType) for n in A.walk(p.type) if isinstance(n, A.Name)
+    }
+    found = False
+    for node in A.walk(fn.body):
+        if isinstance(node, A.Index):
+            found = True
+        elif isinstance(node, A.Call):
+            found = not isinstance(node.func, A.Name) or _call_may_fail(checker, item, node, sizes)
+        if found:
+            break
+    cache[fn] = found
+    return found
+
+
+def _call_may_fail(checker: "ItemChecker", item, call: A.Call, sizes: set[str]) -> bool:
+    """Whether `call` in `item`'s body could fail with concrete sizes (`may_fail_with_sizes`); `sizes` are the
+    names its function's tensor parameters use as dims."""
+    name = call.func.id
+    callee = checker.global_item(name, item)
+    if callee is None and name in REGISTRY:
+        return name in SIZED_OPS and not _sizeless(name, call.args, sizes)
+    if callee is not None and callee.kind == "fn" and callee.is_std and callee.ast is not None:
+        return may_fail_with_sizes(checker, callee, callee.ast)
+    return True
+
+
+def _sizeless(op: str, args: list[A.Arg], sizes: set[str]) -> bool:
+    """Whether this call of a `SIZED_OPS` op has none of its size conditions: a `rearrange` whose literal pattern
+    splits no group and matches no number on its left (`"t -> 1 1 t"`), with no sizes given; a `repeat_interleave`
+    by a size (a dim of a tensor parameter, as attention's `G`) or a literal, which cannot make a negative dim."""
+    if op == "rearrange" and len(args) == 2 and isinstance(args[1].value, A.StrLit):
+        left = args[1].value.value.split("->")[0]
+        return "(" not in left and not any(c.isdigit() for c in left)
+    if op == "repeat_interleave" and len(args) >= 2:
+        repeats = args[1].value
+        return isinstance(repeats, A.IntLit) or (isinstance(repeats, A.Name) and repeats.id in sizes)
+    return False
