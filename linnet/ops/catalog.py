@@ -207,9 +207,9 @@ def _numbers(d, op):
     return d
 
 
-_binary("add", "+", "Elementwise sum with broadcasting.", lambda x, y: x + y, _scalar("+"))
-_binary("sub", "-", "Elementwise difference with broadcasting.", lambda x, y: x - y, _scalar("-"))
-_binary("mul", "*", "Elementwise product with broadcasting.", lambda x, y: x * y, _scalar("*"))
+_binary("add", "+", "Elementwise sum with broadcasting.", lambda x, y: x + y, _scalar("+"), result=_numbers)
+_binary("sub", "-", "Elementwise difference with broadcasting.", lambda x, y: x - y, _scalar("-"), result=_numbers)
+_binary("mul", "*", "Elementwise product with broadcasting.", lambda x, y: x * y, _scalar("*"), result=_numbers)
 _binary(
     "div",
     "/",
