@@ -876,6 +876,21 @@ register(
 )
 
 
+def _symbolic_bound(bound: Dim, size: Dim, start: Dim, stop: Dim) -> Dim:
+    """A slice bound of a dim whose size is symbolic, as Python's slices read it: one a known number below the size's
+    negative (`-S`, `1 - S`) counts from the end (`x[:, -S:]` is all of `S`, not `2 * S`), and one a known number
+    from the end beyond either end (`-S - 1`, `S + 1`) is out of range (L212). Others are taken as written."""
+    if bound.as_int() is not None:
+        return bound
+    from_end = (size + bound).as_int()
+    past = (bound - size).as_int()
+    if (from_end is not None and from_end < 0) or (past is not None and past > 0):
+        raise OpError(
+            "L212", f"slice {format_dim(start)}:{format_dim(stop)} is out of range for a dim of size {format_dim(size)}"
+        )
+    return Dim.of(from_end) if from_end is not None else bound
+
+
 def _slice_shape(a):
     x: Shape = a["x"].shape
     d = dim_index(x, a["dim"])
@@ -905,6 +920,8 @@ def _slice_shape(a):
                 return Shape(tuple(dims), x.prefix)
             start = size + start if s_int is not None and s_int < 0 else start
             stop = size + stop if e_int is not None and e_int < 0 else stop
+        if n_int is None and size is not None:
+            start, stop = _symbolic_bound(start, size, start, stop), _symbolic_bound(stop, size, start, stop)
         length = stop - start
         li = length.as_int()
         if li is not None and li < 0:
