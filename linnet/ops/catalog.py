@@ -151,15 +151,19 @@ register(
 # ----------------------------------------------------------------------------- elementwise binary
 
 
-def _binary(name, op, doc, ref, fold, result=None, exact=True, draw=cases.binary):
+def _binary(name, op, doc, ref, fold, result=None, exact=True, draw=cases.binary, divides=False):
     """An elementwise binary op: exact (correctly rounded, foldable) unless `exact=False`;
-    the backends' op tests hold every exact op to the reference bit for bit."""
+    the backends' op tests hold every exact op to the reference bit for bit. `divides`: a compile-time zero `y` is
+    L408, as in compile-time arithmetic (`ids % 0` fails on PyTorch and ONNX Runtime and gives garbage on XLA)."""
     params = [T("x", "operand"), T("y", "operand")]
 
     def shape_rule(a):
         return broadcast(shape_of(a["x"]), shape_of(a["y"]))
 
     def dtype_rule(a, _op=op or name):
+        y = a["y"]
+        if divides and ((isinstance(y, Dim) and y.as_int() == 0) or (isinstance(y, float) and y == 0.0)):
+            raise OpError("L408", f"`{_op}` by zero has no value", "y")
         d = operand_dtype(a, op=_op)
         if result is not None:
             return result(d, _op)
@@ -227,6 +231,7 @@ _binary(
     _scalar("//"),
     result=_numbers,
     draw=cases.signed_division,
+    divides=True,
 )
 _binary(
     "mod",
@@ -237,6 +242,7 @@ _binary(
     _scalar("%"),
     result=_numbers,
     draw=cases.signed_division,
+    divides=True,
 )
 _binary(
     "pow",
