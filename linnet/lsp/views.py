@@ -244,7 +244,9 @@ async def worker_report(
 def summary(report: dict) -> str:
     """One line for the editor: `forward on PyTorch: [1, 8, 49152] float32 (mean …) in 12.3 ms`."""
     outs = "; ".join(
-        f"{o['shape']} {o['dtype']} (mean {o['mean']:.4g}, std {o['std']:.4g}, min {o['min']:.4g}, max {o['max']:.4g})"
+        f"{o['shape']} {o['dtype']} (empty)"  # a zero-sized dim: `linnet run` reports no summary values
+        if o.get("mean") is None
+        else f"{o['shape']} {o['dtype']} (mean {o['mean']:.4g}, std {o['std']:.4g}, min {o['min']:.4g}, max {o['max']:.4g})"
         for o in report.get("outputs", [])
     )
     backend = backend_label(report.get("backend", ""))

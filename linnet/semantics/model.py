@@ -163,6 +163,12 @@ def check_model(checker: ItemChecker, item: Item) -> ModelTree | None:
             )
             return None
         args[p.name.id] = t
+    if len(mdef.params) != 1:  # loading builds it from one preset's config (`linnet run` refused it, after a clean check)
+        checker.report(
+            "L110",
+            f"a root `model` takes one config (it is built from a preset and a checkpoint), got {len(mdef.params)}",
+            mdef.name,
+        )
     inst = Instance(item, args)
     findings: list[Finding] = []
     tree = elaborate(checker, inst, "", None, findings)
