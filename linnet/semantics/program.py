@@ -36,6 +36,7 @@ from .codes import CODES
 from .configs import ConfigEvaluator, ConfigValue, Scenario, values_by_type
 from .diagnostics import Diagnostic, Finding, Label, LocalAnchor, SymbolAnchor, locate
 from .imported import imported_findings
+from .imported import item_findings as imported_item_findings
 from .imports import FileImports, Globals, Namespaces, canonical, namespaces
 from .model import ModelTree, check_model
 from .resolved import Resolved
@@ -771,10 +772,19 @@ class Document:
         return findings
 
     def _check_one(
-        self, analysis: Analysis, ctx: CheckContext, world: Any, values: dict, preset: str | None, item: Item, record
+        self,
+        analysis: Analysis,
+        ctx: CheckContext,
+        world: Any,
+        values: dict,
+        preset: str | None,
+        item: Item,
+        record: bool,
+        results: dict | None = None,
     ) -> "_Checked":
         """Check `item` under each of its bindings (a cached result where still valid); `record`: keep what was
-        found in `analysis` (items, model trees) and in this document's cache (a worker keeps nothing)."""
+        found in `analysis` (items, model trees) and in this document's cache (a worker keeps nothing); `results`:
+        where to put its (scenario names, result) pairs (a worker's, for `imported.item_findings`)."""
         ns, globals_ = analysis.namespaces, analysis.globals
         edit = self._body_edits.get(item)
         memo = self._checked.get(item) if record and edit is None else None
@@ -818,6 +828,8 @@ class Document:
             ia.bindings.append(binding)
         calls = ia.results[0][1].calls if ia.results else []
         done = _Checked(_merge(ia, preset), calls, checks_run)
+        if results is not None:
+            results[item] = ia.results
         if record:
             self._record_trees(analysis, ia)
             analysis.items[item] = ia
@@ -908,7 +920,13 @@ class Document:
 
         def work(share: list[Item]):
             reported = ctx.evaluator._count()
-            checked = {i: self._check_one(analysis, ctx, world, values, preset, i, record=False) for i in share}
+            results: dict[Item, list] = {}
+            checked = {i: self._check_one(analysis, ctx, world, values, preset, i, False, results) for i in share}
+            # what the imported modules these checks build find (their results stay here); after the share's own
+            # checks, as one process finds them after all of its own
+            verdicts: dict = {}
+            for item, done in checked.items():
+                done.imported = imported_item_findings(analysis, item, results[item], verdicts)
             # every config a check reads was evaluated before the fork (`analyze`), so a check reports nothing
             # through the evaluator; a finding one did report would stay in this worker: the parent checks instead
             return checked if ctx.evaluator._count() == reported else None
@@ -1064,6 +1082,7 @@ class _Checked:
     findings: list[Finding]
     calls: list
     checks_run: int
+    imported: list[Finding] | None = None  # a worker's: what the modules it builds of other files find (imported.py)
 
 
 def _is_model(item: Item) -> bool:
