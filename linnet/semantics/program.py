@@ -325,6 +325,7 @@ class Analysis:
         # the innermost node that has a type of its own: an expression, a name, a type
         # annotation; statements and blocks are passed over, an expression is not (a branch
         # not taken under this config has no types, and shows none rather than its `if`'s)
+        wanted = self.wanted_scenario(preset)
         for names, result in self.results_for(item, preset):
             for node in reversed(chain):
                 t = result.types.get(node)
@@ -333,7 +334,8 @@ class Analysis:
                         item.resolve(node.span),
                         format_type(t),
                         format_type(t, concrete=True),
-                        names[0] if names else None,
+                        # the scenario asked for when it shares this check with others (the defaults among them)
+                        (wanted if wanted in names else names[0]) if names else None,
                         t,
                     )
                 if isinstance(node, _TYPED_NODES):
