@@ -8,6 +8,13 @@ thread, under the document's lock and the workspace's: while one analysis runs, 
 keeps reading, and every edit that arrives meanwhile is folded into the next analysis (bursts
 coalesce with no fixed delay). A result whose version is no longer the client's, or that read
 an imported file that has changed since, is never published.
+
+A request reads its document's analysis on the event loop, and through it the items of the files it imports,
+which their own analyses change in place in a worker thread (an imported file open in the editor, typed in).
+`analyzed` and `reading` hold the workspace's `editing` lock while the request reads (semantics/workspace.py):
+an update of an imported file waits for the read, and the read waits at most for one update's change (its parse
+is done before), never for an analysis; an analysis whose imported files changed meanwhile is made again first,
+as for a request that came after the change.
 """
 
 from __future__ import annotations
@@ -23,6 +30,9 @@ from linnet.semantics.program import Analysis, Workspace, std_library
 from linnet.syntax.positions import LineIndex
 
 from .convert import offset_at, path_of
+
+# how often a read asks again for the workspace's `editing` lock while an update's change holds it (a few ms at most)
+READ_WAIT_S = 0.001
 
 
 @dataclass
@@ -172,17 +182,38 @@ class OpenDocument:
                     pass
                 view = self._staged_view(preset)
             if view is not None:
-                yield view
-                return
+                async with self.reading():
+                    if self._staged_view(preset) is view:  # (else an imported file changed: the full analysis)
+                        yield view
+                        return
         async with self._lock:
-            key = (self.revision, preset, self.workspace.stamp(self.depends_on))
-            if self._analysis is None or self._analysis_key != key:
-                revision, text = self.revision, self.text
-                self._analysis, stamp = await asyncio.to_thread(self._analyze, text, preset)
-                self.files, self.absent = self._analysis.files, self._analysis.absent_files
-                self._analysis_key = (revision, preset, stamp)
-                self._first = None
-            yield self._analysis
+            while True:
+                key = (self.revision, preset, self.workspace.stamp(self.depends_on))
+                if self._analysis is None or self._analysis_key != key:
+                    revision, text = self.revision, self.text
+                    self._analysis, stamp = await asyncio.to_thread(self._analyze, text, preset)
+                    self.files, self.absent = self._analysis.files, self._analysis.absent_files
+                    self._analysis_key = (revision, preset, stamp)
+                    self._first = None
+                async with self.reading():
+                    # the files it read as it read them (one it imports may have changed while it was made, or
+                    # while this waited for the lock: then it is made again); the client's text may be newer
+                    if self._analysis_key[2] == self.workspace.stamp(self.depends_on):
+                        yield self._analysis
+                        return
+
+    @contextlib.asynccontextmanager
+    async def reading(self) -> AsyncIterator[None]:
+        """Hold the workspace's `editing` lock for a read of analyses on the event loop (see the module docstring):
+        no document's text or items change until the block ends, which must not await (an update waiting for the
+        lock holds the workspace's analysis lock). Waits for the lock without blocking the event loop."""
+        editing = self.workspace.editing
+        while not editing.acquire(blocking=False):
+            await asyncio.sleep(READ_WAIT_S)
+        try:
+            yield
+        finally:
+            editing.release()
 
     def _staged_view(self, preset: str | None) -> Analysis | None:
         """The first stage of the current text's analysis under `preset` (`check_first`) when it is there and the

@@ -355,7 +355,8 @@ class LinnetServer(LanguageServer):
         analysis = await asyncio.shield(entry[1])
         if analysis is None or doc.revision != entry[0]:
             return None
-        item = analysis.item_at(offset_at(analysis.document.source.index, position))
+        async with doc.reading():  # (the full check's update of the text may be under way)
+            item = analysis.item_at(offset_at(analysis.document.source.index, position))
         return analysis if item is not None and item in analysis.items else None
 
     def end_start(self) -> None:
@@ -508,7 +509,8 @@ def document_feature(
             if doc is None:
                 return default
             if early and (first := await ls.early_analysis(doc, params.position)) is not None:
-                return fn(ls, params, doc, first)
+                async with doc.reading():
+                    return fn(ls, params, doc, first)
             if staged:
                 async with doc.analyzed(ls.settings.preset, staged=True) as analysis:
                     with contextlib.suppress(PartialAnalysis):

@@ -30,9 +30,10 @@ class Source:
         self.path = path
         self.set_text(text)
 
-    def set_text(self, text: str) -> None:
+    def set_text(self, text: str, index: LineIndex | None = None) -> None:
+        """Replace the text; `index`: its line index, when made already (`LineIndex(text)`)."""
         self.text = text
-        self.index = LineIndex(text)
+        self.index = index if index is not None else LineIndex(text)
 
     def __repr__(self) -> str:
         return f"Source({self.path!r})"

@@ -17,7 +17,7 @@ from . import ast as A
 from .ast import Span
 from .items import Item, make_item
 
-__all__ = ["BodyEdit", "moved", "splice_body"]
+__all__ = ["BodyEdit", "Splice", "moved", "plan_splice", "splice_body"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +46,37 @@ def splice_body(item: Item, text: str, only: A.FnDef | None = None) -> BodyEdit 
     the same tree outside that body, with the same interface (`Item.interface`); `only`: and that function is
     `only`. Returns the edit, or None (the item is left as it was) otherwise. The item's `text`, `problems` and
     nodes are updated; its `offset` is the caller's to set."""
+    plan = plan_splice(item, text, only)
+    return plan.apply() if plan is not None else None
+
+
+@dataclass(frozen=True, slots=True)
+class Splice:
+    """A body edit found and parsed (`plan_splice`), not yet applied: `apply` changes the item. Apart, so that the
+    parse is done before the edit is made where others read the item (semantics.program: `Document.update`)."""
+
+    item: Item
+    text: str
+    fn: A.FnDef
+    body: A.Block
+    problems: list
+    cut: int
+    delta: int
+
+    def apply(self) -> BodyEdit:
+        """Make the edit in place: the function's body replaced, the nodes after it moved, the item's text set."""
+        item = self.item
+        _move(item.ast, self.fn, self.cut, self.delta)
+        self.fn.body = self.body
+        item.text = self.text
+        item.problems = self.problems
+        item._refs = None
+        item._attribute_findings = None
+        return BodyEdit(self.fn, self.cut, self.delta)
+
+
+def plan_splice(item: Item, text: str, only: A.FnDef | None = None) -> Splice | None:
+    """The edit `splice_body` would make, parsed and checked, without changing `item`; None where it makes none."""
     tree = item.ast
     if item.kind != "module" or not isinstance(tree, A.ModuleDef) or tree.is_model:
         return None
@@ -71,13 +102,7 @@ def splice_body(item: Item, text: str, only: A.FnDef | None = None) -> BodyEdit 
     body = _same_tree(tree, new.ast, fn, cut, delta)
     if body is None:
         return None
-    _move(tree, fn, cut, delta)
-    fn.body = body
-    item.text = text
-    item.problems = new.problems
-    item._refs = None
-    item._attribute_findings = None
-    return BodyEdit(fn, cut, delta)
+    return Splice(item, text, fn, body, new.problems, cut, delta)
 
 
 def _common_prefix(a: str, b: str) -> int:
