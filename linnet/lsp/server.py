@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from lsprotocol import types as T
 from pygls.exceptions import FeatureRequestError, JsonRpcException, JsonRpcInvalidParams
-from pygls.io_ import StdinAsyncReader, StdoutWriter, run_async
+from pygls.io_ import StdoutWriter, run_async
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol, default_converter
 from pygls.protocol.language_server import lsp_method
@@ -66,6 +66,7 @@ from .rpc import (
     AnswerEveryRequest,
     FramedReader,
     OneLineReaderErrors,
+    PrefetchingStdin,
     raised_by_json_decoder,
     refusal,
     strict_strings,
@@ -171,9 +172,7 @@ class LinnetServer(LanguageServer):
     def _start_io_async(self, stdin=None, stdout=None):
         """pygls's stdio loop (`LanguageServer.start_io`) reading through `rpc.FramedReader`."""
         self._stop_event = threading.Event()
-        reader = FramedReader(
-            StdinAsyncReader(stdin or sys.stdin.buffer, self.thread_pool), self.protocol.answer_unframed
-        )
+        reader = FramedReader(PrefetchingStdin(stdin or sys.stdin.buffer), self.protocol.answer_unframed)
         self.protocol.set_writer(StdoutWriter(stdout or sys.stdout.buffer))
         try:
             asyncio.run(
