@@ -104,18 +104,20 @@ class OpenDocument:
 
     def apply_changes(self, changes: list, version: int) -> None:
         """Apply didChange content changes in order (ranged or whole-text)."""
-        text = self.text
+        text, index = self.text, self.index
         for change in changes:
             if isinstance(change, T.TextDocumentContentChangePartial) and change.range is not None:
-                index = self.index if text is self.text else LineIndex(text)
+                index = index if index is not None else LineIndex(text)
                 start = offset_at(index, change.range.start)
                 end = offset_at(index, change.range.end)
                 if end < start:
                     start, end = end, start
                 text = text[:start] + change.text + text[end:]
+                index = index.edited(text, start, end, start + len(change.text))  # (a new one took 0.6 ms of 3k lines)
             else:
-                text = change.text
+                text, index = change.text, None
         self.text = text
+        self._index = index
         self.version = version
         self.revision += 1
 

@@ -25,7 +25,8 @@ from typing import Any, Callable
 
 from ..syntax import ast as A
 from ..syntax.ast import Span
-from ..syntax.items import Item, Location, Source, header_name, make_item, split_items
+from ..syntax.items import Item, Location, Source, header_name, make_item, split_items_edited
+from ..syntax.positions import changed_range
 from ..syntax.recursion import RECURSION_LIMIT, deep_recursion
 from ..syntax.splice import BodyEdit, splice_body
 from ..types.core import NONE, ConfigT, NoneT, Type, format_type
@@ -531,9 +532,13 @@ class Document:
         by_text: dict[str, list[Item]] = {}
         for item in self.items:
             by_text.setdefault(item.text, []).append(item)
-        self.source.set_text(text)
+        # an editor's keystroke changes a few characters: the line index and the split into items are made from the
+        # last ones where they can be (`LineIndex.edited`, `split_items_edited`)
+        start, old_end, new_end = changed_range(self.source.text, text)
+        chunks = [(item.offset, item.text) for item in self.items]
+        self.source.set_text(text, self.source.index.edited(text, start, old_end, new_end))
         items: list[Item | tuple[int, str]] = []
-        for offset, chunk in split_items(text):
+        for offset, chunk in split_items_edited(chunks, text, start, old_end, new_end):
             reuse = by_text.get(chunk)
             if reuse:
                 item = reuse.pop(0)

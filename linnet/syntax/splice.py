@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from . import ast as A
 from .ast import Span
 from .items import Item, make_item
-from .positions import lexable
+from .positions import changed_range, lexable
 
 __all__ = ["BodyEdit", "moved", "splice_body"]
 
@@ -51,9 +51,7 @@ def splice_body(item: Item, text: str, only: A.FnDef | None = None) -> BodyEdit 
     if item.kind != "module" or not isinstance(tree, A.ModuleDef) or tree.is_model:
         return None
     old = item.text
-    start = _common_prefix(old, text)
-    tail = _common_suffix(old, text, min(len(old), len(text)) - start)
-    old_end = len(old) - tail
+    start, old_end, _ = changed_range(old, text)
     fn = next(
         (
             m
@@ -96,30 +94,6 @@ def _parse_body(item: Item, text: str, start: int, end: int) -> A.Block | None:
     if item.problems:
         return None
     return parse_block(lexable(text), start, end)
-
-
-def _common_prefix(a: str, b: str) -> int:
-    """The length of the longest common prefix of `a` and `b` (a binary search over slices: compared in C)."""
-    lo, hi = 0, min(len(a), len(b))
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if a[lo:mid] == b[lo:mid]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
-
-
-def _common_suffix(a: str, b: str, limit: int) -> int:
-    """The length of the longest common suffix of `a` and `b`, at most `limit`."""
-    lo, hi = 0, max(limit, 0)
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if a[len(a) - mid : len(a) - lo] == b[len(b) - mid : len(b) - lo]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
 
 
 def _span_fields(node: A.Node) -> tuple[str, ...]:
