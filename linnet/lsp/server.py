@@ -264,6 +264,7 @@ class LinnetServer(LanguageServer):
                     await doc.check_first(preset)
                 except Exception as err:  # noqa: BLE001 - the full check below still runs, and reports
                     self.log_error("the first stage of a check", err)
+                await doc.staged_answers.wait()  # what the first stage answers goes out before the rest takes the GIL
                 async with doc.analyzed(preset) as analysis:
                     if not doc.is_current(analysis):
                         continue
@@ -509,9 +510,14 @@ def document_feature(
             if early and (first := await ls.early_analysis(doc, params.position)) is not None:
                 return fn(ls, params, doc, first)
             if staged:
-                async with doc.analyzed(ls.settings.preset, staged=True) as analysis:
-                    with contextlib.suppress(PartialAnalysis):
-                        return fn(ls, params, doc, analysis)
+                end = doc.staged_answers.begin()  # the rest of the check waits for it to end (`StagedAnswers`)
+                try:
+                    async with doc.analyzed(ls.settings.preset, staged=True) as analysis:
+                        with contextlib.suppress(PartialAnalysis):
+                            return fn(ls, params, doc, analysis)
+                finally:  # two turns of the loop on: pygls's callback that writes the answer is scheduled as this returns
+                    loop = asyncio.get_running_loop()
+                    loop.call_soon(loop.call_soon, end)
             async with doc.analyzed(ls.settings.preset) as analysis:
                 return fn(ls, params, doc, analysis)
 
