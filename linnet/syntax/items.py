@@ -143,7 +143,9 @@ def split_items_edited(chunks: list[tuple[int, str]], text: str, start: int, old
     return found if found is not None else split_items(text)
 
 
-def _edited_chunks(chunks, text, start, old_end, new_end):
+def _edited_chunks(
+    chunks: list[tuple[int, str]], text: str, start: int, old_end: int, new_end: int
+) -> list[tuple[int, str]] | None:
     if "\r" in text:  # (lexable: a lone `\r` would count as a line break)
         return None
     k = bisect_right(chunks, start, key=lambda chunk: chunk[0]) - 1
