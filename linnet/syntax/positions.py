@@ -111,6 +111,9 @@ class Position:
         return self.character
 
 
+EDITED_INDEX_MAX = 4096  # characters of new text `LineIndex.edited` searches for line breaks; past that, a new index
+
+
 class LineIndex:
     """Maps offsets in `text` to lines, columns, bytes and UTF-8/16/32 columns, and back."""
 
@@ -130,8 +133,8 @@ class LineIndex:
         `text[start:new_end]` (`changed_range`): the line starts before the edit kept, those after it moved, those
         in it found again (~0.1 ms on a 3,000-line file, where a new index took 0.6: an editor's keystroke makes
         one). A text with a `\r` is indexed anew (an edit can join or split a `\r\n`)."""
-        if "\r" in text or "\r" in self.text[start:old_end]:
-            return LineIndex(text)
+        if new_end - start > EDITED_INDEX_MAX or "\r" in text or "\r" in self.text[start:old_end]:
+            return LineIndex(text)  # (a long new part: finding its breaks one by one would be slower)
         index = LineIndex.__new__(LineIndex)
         index.text = text
         starts = self.line_starts
