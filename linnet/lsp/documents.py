@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
 from lsprotocol import types as T
 
@@ -82,6 +82,35 @@ class Settings:
             self.weights = {k: v for k, v in pairs if isinstance(k, str) and isinstance(v, str) and v}
 
 
+class StagedAnswers:
+    """The requests about a document being answered from the first stage of its check (`OpenDocument.analyzed(staged=
+    True)`) whose answers are not written yet. The rest of the check waits for them (`wait`): started first, its
+    thread took the GIL from the event loop while the loop wrote those answers (traced during bursts on the 3,000-line
+    file, busy machine: a median 5 ms between a completion's answer and its write, 0.3 ms in pauses)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._idle: asyncio.Event | None = None
+
+    def begin(self) -> Callable[[], None]:
+        """Count one request; returns what ends it (call it once)."""
+        self.count += 1
+
+        def end() -> None:
+            self.count -= 1
+            if self.count == 0 and self._idle is not None:
+                self._idle.set()
+
+        return end
+
+    async def wait(self) -> None:
+        """Until no request is counted."""
+        while self.count:
+            self._idle = self._idle or asyncio.Event()
+            self._idle.clear()
+            await self._idle.wait()
+
+
 @dataclass
 class OpenDocument:
     """A document the client has open: its latest text and the analysis of some version."""
@@ -101,6 +130,7 @@ class OpenDocument:
     _index: LineIndex | None = None
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     diagnose_task: asyncio.Task | None = None
+    staged_answers: StagedAnswers = field(default_factory=StagedAnswers)
 
     def __post_init__(self) -> None:
         self.path = path_of(self.uri)
@@ -114,18 +144,20 @@ class OpenDocument:
 
     def apply_changes(self, changes: list, version: int) -> None:
         """Apply didChange content changes in order (ranged or whole-text)."""
-        text = self.text
+        text, index = self.text, self.index
         for change in changes:
             if isinstance(change, T.TextDocumentContentChangePartial) and change.range is not None:
-                index = self.index if text is self.text else LineIndex(text)
+                index = index if index is not None else LineIndex(text)
                 start = offset_at(index, change.range.start)
                 end = offset_at(index, change.range.end)
                 if end < start:
                     start, end = end, start
                 text = text[:start] + change.text + text[end:]
+                index = index.edited(text, start, end, start + len(change.text))  # (a new one took 0.6 ms of 3k lines)
             else:
-                text = change.text
+                text, index = change.text, None
         self.text = text
+        self._index = index
         self.version = version
         self.revision += 1
 

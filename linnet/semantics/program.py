@@ -26,8 +26,8 @@ from typing import Any, Callable
 
 from ..syntax import ast as A
 from ..syntax.ast import Span
-from ..syntax.items import Item, Location, Source, header_name, make_item, split_items
-from ..syntax.positions import LineIndex
+from ..syntax.items import Item, Location, Source, header_name, make_item, split_items_edited
+from ..syntax.positions import LineIndex, changed_range
 from ..syntax.recursion import RECURSION_LIMIT, deep_recursion
 from ..syntax.splice import BodyEdit, Splice, plan_splice
 from ..types.core import NONE, ConfigT, NoneT, Type, format_type
@@ -536,8 +536,12 @@ class Document:
         by_text: dict[str, list[Item]] = {}
         for item in self.items:
             by_text.setdefault(item.text, []).append(item)
+        # an editor's keystroke changes a few characters: the line index and the split into items are made from the
+        # last ones where they can be (`LineIndex.edited`, `split_items_edited`)
+        start, old_end, new_end = changed_range(self.source.text, text)
+        chunks = [(item.offset, item.text) for item in self.items]
         entries: list[tuple[int, Item | str]] = []
-        for offset, chunk in split_items(text):
+        for offset, chunk in split_items_edited(chunks, text, start, old_end, new_end):
             reuse = by_text.get(chunk)
             entries.append((offset, reuse.pop(0) if reuse else chunk))
         left = [i for reusable in by_text.values() for i in reusable]  # not reused as they were
@@ -549,7 +553,7 @@ class Document:
                     new = make_item(self.source, offset, entry)
                     new.is_std = self.is_std
                 made.append(new)
-        index = LineIndex(text)  # (a tenth of a second for 5 MB: not where readers wait)
+        index = self.source.index.edited(text, start, old_end, new_end)  # (made before readers wait)
         with self._workspace.editing if self._workspace is not None else contextlib.nullcontext():
             self._commit(text, index, entries, made, left)
         if left:

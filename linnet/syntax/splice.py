@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from . import ast as A
 from .ast import Span
 from .items import Item, make_item
+from .positions import changed_range, lexable
 
 __all__ = ["BodyEdit", "Splice", "moved", "plan_splice", "splice_body"]
 
@@ -81,9 +82,7 @@ def plan_splice(item: Item, text: str, only: A.FnDef | None = None) -> Splice | 
     if item.kind != "module" or not isinstance(tree, A.ModuleDef) or tree.is_model:
         return None
     old = item.text
-    start = _common_prefix(old, text)
-    tail = _common_suffix(old, text, min(len(old), len(text)) - start)
-    old_end = len(old) - tail
+    start, old_end, _ = changed_range(old, text)
     fn = next(
         (
             m
@@ -94,39 +93,32 @@ def plan_splice(item: Item, text: str, only: A.FnDef | None = None) -> Splice | 
     )
     if fn is None or (only is not None and fn is not only):
         return None
-    new = make_item(item.source, item.offset, text)
     delta = len(text) - len(old)
     cut = fn.body.span.end
-    if new.kind != item.kind or new.name != item.name or new.interface != item.interface:
-        return None
-    body = _same_tree(tree, new.ast, fn, cut, delta)
+    body = _parse_body(item, text, fn.body.span.start, cut + delta)
+    problems: list = []
     if body is None:
+        new = make_item(item.source, item.offset, text)
+        if new.kind != item.kind or new.name != item.name or new.interface != item.interface:
+            return None
+        body = _same_tree(tree, new.ast, fn, cut, delta)
+        if body is None:
+            return None
+        problems = new.problems
+    return Splice(item, text, fn, body, problems, cut, delta)
+
+
+def _parse_body(item: Item, text: str, start: int, end: int) -> A.Block | None:
+    """The function body that is `text[start:end]` parsed alone (`descent.parse_block`), when that is the parse the
+    whole of `text` gets: the item parsed with no problem, so the rest of its text, unchanged, parses as before
+    (what the fast parser accepts, lark's route builds alike); None otherwise (the whole item is then parsed
+    again and compared). Parsing a 60-line module and comparing the trees was ~1.8 of the 5 ms a keystroke's
+    first stage took on the 3,000-line file (bench/lsp_latency.py --burst-pause)."""
+    from .descent import parse_block  # (as `parser._parse` does: a start that parses nothing never loads it)
+
+    if item.problems:
         return None
-    return Splice(item, text, fn, body, new.problems, cut, delta)
-
-
-def _common_prefix(a: str, b: str) -> int:
-    """The length of the longest common prefix of `a` and `b` (a binary search over slices: compared in C)."""
-    lo, hi = 0, min(len(a), len(b))
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if a[lo:mid] == b[lo:mid]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
-
-
-def _common_suffix(a: str, b: str, limit: int) -> int:
-    """The length of the longest common suffix of `a` and `b`, at most `limit`."""
-    lo, hi = 0, max(limit, 0)
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if a[len(a) - mid : len(a) - lo] == b[len(b) - mid : len(b) - lo]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
+    return parse_block(lexable(text), start, end)
 
 
 def _span_fields(node: A.Node) -> tuple[str, ...]:
