@@ -31,13 +31,13 @@ if TYPE_CHECKING:
     from .scope import FnTarget
 
 
-def _arg_key(t: Type):
+def _arg_key(t: Type, partial: bool = False):
     """A hashable key for an argument's type: a tensor by its dtype and its dims as written; None where one is
-    not known (no specialised check then)."""
+    not known (no specialised check then), but with `partial` an unknown dim, which matches any size."""
     if isinstance(t, TensorT):
-        if t.shape.prefix is not None or any(d is None for d in t.shape.dims):
+        if t.shape.prefix is not None or (not partial and any(d is None for d in t.shape.dims)):
             return None
-        return ("tensor", t.dtype, tuple(d.key() for d in t.shape.dims))
+        return ("tensor", t.dtype, tuple(d.key() if d is not None else None for d in t.shape.dims))
     if isinstance(t, UnknownT):
         return None
     return type_key(t)
@@ -46,27 +46,31 @@ def _arg_key(t: Type):
 def first_error_at(
     checker: "ItemChecker", target: "FnTarget", args: dict[str, Type], dims: dict, returned: Type
 ) -> Finding | None:
-    """The first error of `target`'s body (a standard-library function) checked with the parameters bound to
-    `args` (by name), its dim variables to `dims` (name -> Dim, solved at the call) and its result compared with
-    `returned` (the return type at the call); None when it checks clean or cannot be specialised."""
+    """The first error of `target`'s body (a standard-library function, or a function of the checker's own item:
+    `same_item_call`) checked with the parameters bound to `args` (by name), its dim variables to `dims` (name ->
+    Dim, solved at the call) and its result compared with `returned` (the return type at the call); None when it
+    checks clean or cannot be specialised."""
     fn = target.fn
-    if not target.item.is_std or fn.body is None or not may_fail_with_sizes(checker, target.item, fn):
+    if fn.body is None or (target.item.is_std and not may_fail_with_sizes(checker, target.item, fn)):
         return None
-    keys = [_arg_key(t) for t in args.values()]
-    if any(k is None for k in keys) or any(d is None for d in dims.values()):
+    # The caller's own function may be checked with a dim it did not solve: an unknown dim matches any size, so
+    # the body's other values still decide (unet's `layer(h1, s1, ..., 2)` after `pop` left `N` unknown).
+    partial = not target.item.is_std
+    keys = [_arg_key(t, partial) for t in args.values()]
+    if any(k is None for k in keys) or (not partial and any(d is None for d in dims.values())):
         return None
     inst = target.instance
     key = (
         fn,
         inst.key() if inst is not None else None,
         tuple(zip(args, keys)),
-        tuple((n, d.key()) for n, d in dims.items()),
+        tuple((n, d.key() if d is not None else None) for n, d in dims.items()),
     )
     cache = checker.ctx.specialized
     if key in cache:
         return cache[key]
     cache[key] = None  # a recursive call of the same function with the same values: no second check
-    sub = type(checker)(checker.ctx, target.item, {})
+    sub = type(checker)(checker.ctx, target.item, checker.binding if target.item is checker.item else {})
     sub.instance = inst
     scope = Scope(sub.module_scope(inst) if inst is not None else sub.global_scope(), "fn")
     for name, t in args.items():
@@ -143,3 +147,14 @@ def _sizeless(op: str, args: list[A.Arg], sizes: set[str]) -> bool:
         repeats = args[1].value
         return isinstance(repeats, A.IntLit) or (isinstance(repeats, A.Name) and repeats.id in sizes)
     return False
+
+
+def same_item_call(checker: "ItemChecker", target: "FnTarget", compile_time: dict[str, Type]) -> bool:
+    """Whether a call of `target` is checked again with its values (`first_error_at`): a function of the
+    checker's own item (a module's method, as unet's `layer(x, temb, context, 2)`) given a known int or bool.
+    Its body was checked with that parameter symbolic, so `resnets[i]` could not know that `i` is past the list's
+    end; lowering then indexes it with the value. Only the caller's own item: its findings still depend on
+    nothing but its text and its callees' interfaces."""
+    if target.item is not checker.item or target.item.is_std:
+        return False
+    return any(isinstance(t, ScalarT) and t.kind in ("int", "bool") and t.value is not None for t in compile_time.values())
