@@ -147,6 +147,11 @@ class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
         self.varied = False  # whether such a local changed shape in the loop body being checked
         self.fn_locals: list[tuple[str, Binding]] = []
         self.current_fn: tuple | None = None  # the file and symbol path of the function being checked
+        # Whether calls into user modules are checked again with their instances' values and each element of an
+        # indexed list is looped over by itself (`instances.py`: the model's check under a preset, as lowering
+        # runs it); an item's own check is generic and never does.
+        self.follow = False
+        self.unrolled_loops: list[int] = []  # the `unsure` depths of the loops `unrolled` encloses
 
     def report(self, code: str, message: str, node_or_span, **kw) -> None:
         span = node_or_span if isinstance(node_or_span, Span) else node_or_span.span
@@ -488,6 +493,9 @@ class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
             return
         self.ref(s.target, b.anchor)
         self.record(s.target, b.type)
+        if any(b.depth < depth for depth in self.unrolled_loops) and _same_rank(t, b.type):
+            b.type = t  # each element in turn, as lowering runs them: the local takes each one's size
+            return
         if any(b.depth < depth for depth in self.varying_loops) and isinstance(t, TensorT):
             varied = self.varied_type(t, b.type)
             if varied is not b.type and varied.shape.dims != b.type.shape.dims:
@@ -543,8 +551,31 @@ class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
                 "L210", f"assignment changes `{s.target.id}` from {format_type(declared)} to {format_type(t)}", s.value
             )
 
+    def unrolled(self, s: A.For, t: ModuleListT, n: int, scope: Scope) -> bool:
+        """Check the body of `for block in blocks` once per element, in order, each bound to its own instance
+        (`follow`: lowering unrolls the loop so); False when an element is not known."""
+        elements = [t.at(k) for k in range(n)]
+        if any(e is None for e in elements):
+            return False
+        self.unsure += 1
+        self.unrolled_loops.append(self.unsure)
+        try:
+            for element in elements:
+                b = Binding(ModuleT(element), "loop", self.anchor(s.var), s.var, uses=1)
+                inner = Scope(scope, "block")
+                inner.bind(s.var.id, b)
+                self.block(s.body, inner)
+        finally:
+            self.unrolled_loops.pop()
+            self.unsure -= 1
+        return True
+
     def for_loop(self, s: A.For, scope: Scope) -> None:
         t = self.expr(s.iter, scope)
+        if self.follow and isinstance(t, ModuleListT) and t.element is not None and t.count is not None:
+            n = t.count.as_int()
+            if n is not None and self.unrolled(s, t, n, scope):
+                return
         if isinstance(t, ModuleListT):
             elem: Type = ModuleT(t.instance)
         elif isinstance(t, UnknownT):
@@ -587,3 +618,10 @@ class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
             if varying:
                 self.varying_loops.pop()
             self.varied = varied or self.varied
+
+
+def _same_rank(t: Type, declared: Type) -> bool:
+    """Whether `t` may replace a local of type `declared` in an unrolled loop: tensors of one dtype and rank."""
+    if not isinstance(t, TensorT) or not isinstance(declared, TensorT) or t.dtype != declared.dtype:
+        return False
+    return t.shape.prefix is None and declared.shape.prefix is None and len(t.shape) == len(declared.shape)

@@ -36,6 +36,7 @@ from .codes import CODES
 from .configs import ConfigEvaluator, ConfigValue, Scenario, values_by_type
 from .diagnostics import Diagnostic, Finding, Label, LocalAnchor, SymbolAnchor, locate
 from .imported import imported_findings
+from .instances import instance_findings
 from .imports import FileImports, Globals, Namespaces, canonical, namespaces
 from .model import ModelTree, check_model
 from .resolved import Resolved
@@ -688,6 +689,8 @@ class Document:
             findings.extend(item._attribute_findings)
         if only is None and not self.is_std and not _has_errors(self.items, findings):
             findings.extend(imported_findings(analysis))
+        if only is None and not self.is_std and not _has_errors(self.items, findings):
+            findings.extend(instance_findings(analysis))
         if only is None and not self.is_std and not _has_errors(self.items, findings):
             findings.extend(unread_findings(analysis, self._unread_cache))
         analysis.diagnostics = self._diagnostics(findings, globals_)

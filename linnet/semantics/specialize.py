@@ -72,6 +72,7 @@ def first_error_at(
     cache[key] = None  # a recursive call of the same function with the same values: no second check
     sub = type(checker)(checker.ctx, target.item, checker.binding if target.item is checker.item else {})
     sub.instance = inst
+    sub.follow = checker.follow
     scope = Scope(sub.module_scope(inst) if inst is not None else sub.global_scope(), "fn")
     for name, t in args.items():
         scope.bind(name, Binding(t, "param"))
