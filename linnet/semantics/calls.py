@@ -624,7 +624,9 @@ class CallsMixin:
         (`specialize.py`: a `Conv2d` whose window does not fit this input), at the call, the callee's line
         labelled; the same for a method of the caller's own module given a known int or bool
         (`specialize.same_item_call`: unet's `layer(..., 8)` indexing `resnets[i]`). Returns whether it reported."""
-        own = specialize.same_item_call(self, call.target, compile_time) or self.follow
+        own = specialize.same_item_call(self, call.target, compile_time) or (
+            self.follow is not None and call.target.item.source is self.follow
+        )
         if not call.target.item.is_std and not own:
             return False
         args = {

@@ -84,6 +84,12 @@ class CheckContext:
         # The first error of a standard-library function's body checked with one call's values, by callee,
         # instance and argument types (`specialize.py`); not lent: its keys hold the callers' atoms.
         self.specialized: dict[Any, Any] = {}
+        # The same for the `follow` check of the root model (`instances.py`), which follows calls into user modules:
+        # lent, each entry with the items its checks read, dropped when one is replaced (`program._prune_caches`); and
+        # the dim variables that check's signatures made, by name node, so that its keys hold the same atoms.
+        self.followed: dict[Any, Any] = previous.followed if previous else {}
+        self.follow_atoms: dict[Any, Any] = previous.follow_atoms if previous else {}
+        self.following: list[set] = []  # the items read by each `follow` check under way, innermost last
         # Whether a standard-library function's body could fail with concrete sizes, by function (`specialize.py`).
         self.size_dependent: dict[Any, bool] = {}
         # The keys of both caches by each item whose replacement leaves them stale (an instance's module, a callee's
@@ -147,10 +153,10 @@ class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
         self.varied = False  # whether such a local changed shape in the loop body being checked
         self.fn_locals: list[tuple[str, Binding]] = []
         self.current_fn: tuple | None = None  # the file and symbol path of the function being checked
-        # Whether calls into user modules are checked again with their instances' values and each element of an
-        # indexed list is looped over by itself (`instances.py`: the model's check under a preset, as lowering
-        # runs it); an item's own check is generic and never does.
-        self.follow = False
+        # The root model's source when calls into its file's modules are checked again with their instances'
+        # values and each element of an indexed list is looped over by itself (`instances.py`: the model's check
+        # under a preset, as lowering runs it); None in an item's own check, which is generic.
+        self.follow: Any = None
         self.unrolled_loops: list[int] = []  # the `unsure` depths of the loops `unrolled` encloses
 
     def report(self, code: str, message: str, node_or_span, **kw) -> None:
@@ -572,7 +578,7 @@ class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
 
     def for_loop(self, s: A.For, scope: Scope) -> None:
         t = self.expr(s.iter, scope)
-        if self.follow and isinstance(t, ModuleListT) and t.element is not None and t.count is not None:
+        if self.follow is not None and isinstance(t, ModuleListT) and t.element is not None and t.count is not None:
             n = t.count.as_int()
             if n is not None and self.unrolled(s, t, n, scope):
                 return

@@ -719,6 +719,9 @@ class Document:
         ctx = CheckContext(globals_, evaluator, previous[1] if previous else None)
         if previous is not None and self._replaced:
             _prune_caches(ctx, self._replaced)
+        if previous is not None and (self._replaced or self._body_edits):
+            # an item edited in place (`_splice`) is the same object: its followed entries go by it too
+            _prune_followed(ctx, [*self._replaced, *self._body_edits])
         self._replaced = []
         self._context = (world, ctx)
         return world, ctx
@@ -1085,6 +1088,14 @@ def _prune_caches(ctx: CheckContext, replaced: list[Item]) -> None:
         for cache, key in keys.pop(item, ()):
             caches[cache].pop(key, None)
     ctx.cache_keys, ctx.members_cache, ctx.signatures = keys, caches["members"], caches["signatures"]
+
+
+def _prune_followed(ctx: CheckContext, gone: list[Item]) -> None:
+    """Drop the entries of the model's `follow` check (instances.py) that read an item an edit replaced or
+    changed in place. Each holds the set of items it read: filtered by it (a few hundred entries), rather than
+    indexed under each; copied, as `_prune_caches` does."""
+    gone_items = set(gone)
+    ctx.followed = {key: entry for key, entry in ctx.followed.items() if not (entry[1] & gone_items)}
 
 
 def _check_item(ctx: CheckContext, item: Item, binding: dict[str, Type]) -> ItemResult:

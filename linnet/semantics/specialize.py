@@ -66,10 +66,46 @@ def first_error_at(
         tuple(zip(args, keys)),
         tuple((n, d.key() if d is not None else None) for n, d in dims.items()),
     )
+    if checker.follow is not None:
+        return followed(checker, target.item, key, lambda: _check_body(checker, target, args, dims, returned))
     cache = checker.ctx.specialized
     if key in cache:
         return cache[key]
     cache[key] = None  # a recursive call of the same function with the same values: no second check
+    found = cache[key] = _check_body(checker, target, args, dims, returned)
+    return found
+
+
+def followed(checker: "ItemChecker", item, key, check) -> Finding | None:
+    """`check()` (of a body in `item`) once per key for the `follow` check (`CheckContext.followed`, lent from one analysis to the
+    next): each entry remembers the items its check read, its callee's and those of the checks it followed in
+    turn, and is dropped when one of them is replaced (an edit in one module's body checks again only the
+    instances that lead into it)."""
+    ctx = checker.ctx
+    reading = ctx.following
+    if key in ctx.followed:
+        found, items = ctx.followed[key]
+        if reading:
+            reading[-1].update(items)
+        return found
+    ctx.followed[key] = (None, frozenset())  # a recursive call of the same function with the same values
+    reading.append(set() if item.is_std else {item})  # the standard library's items are never replaced
+    try:
+        found = check()
+    finally:
+        items = frozenset(reading.pop())
+    ctx.followed[key] = (found, items)
+    if reading:
+        reading[-1].update(items)
+    return found
+
+
+def _check_body(
+    checker: "ItemChecker", target: "FnTarget", args: dict[str, Type], dims: dict, returned: Type
+) -> Finding | None:
+    """The first error of `target`'s body checked with `args`, `dims` and `returned` (`first_error_at`)."""
+    fn = target.fn
+    inst = target.instance
     sub = type(checker)(checker.ctx, target.item, checker.binding if target.item is checker.item else {})
     sub.instance = inst
     sub.follow = checker.follow
@@ -83,9 +119,7 @@ def first_error_at(
     if fn.ret is not None and not isinstance(body, (UnknownT, UnitT)):
         what = f"`{fn.name.id}` returns"
         sub.check_same(body, returned, tail_node(fn.body), fn.ret, what, "L204", "L305")
-    found = next((f for f in sub.result.findings if f.severity in (None, "error")), None)
-    cache[key] = found
-    return found
+    return next((f for f in sub.result.findings if f.severity in (None, "error")), None)
 
 
 # The ops whose rules hold a condition on sizes or compile-time values that they skip while one is symbolic (a
