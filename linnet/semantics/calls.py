@@ -625,7 +625,9 @@ class CallsMixin:
         labelled; the same for a method of the caller's own module given a known int or bool
         (`specialize.same_item_call`: unet's `layer(..., 8)` indexing `resnets[i]`). Returns whether it reported."""
         own = specialize.same_item_call(self, call.target, compile_time) or (
-            self.follow is not None and call.target.item.source is self.follow
+            self.follow is not None
+            and call.target.item.source is self.follow
+            and specialize.worth_following(call.target, compile_time, call.info.dims)
         )
         if not call.target.item.is_std and not own:
             return False

@@ -157,7 +157,7 @@ class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
         # values and each element of an indexed list is looped over by itself (`instances.py`: the model's check
         # under a preset, as lowering runs it); None in an item's own check, which is generic.
         self.follow: Any = None
-        self.unrolled_loops: list[int] = []  # the `unsure` depths of the loops `unrolled` encloses
+        self.unrolled_loops = 0  # how many loops `unrolled` encloses the code being checked
 
     def report(self, code: str, message: str, node_or_span, **kw) -> None:
         span = node_or_span if isinstance(node_or_span, Span) else node_or_span.span
@@ -499,8 +499,10 @@ class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
             return
         self.ref(s.target, b.anchor)
         self.record(s.target, b.type)
-        if any(b.depth < depth for depth in self.unrolled_loops) and _same_rank(t, b.type):
-            b.type = t  # each element in turn, as lowering runs them: the local takes each one's size
+        if self.unrolled_loops and _same_rank(t, b.type):
+            # each element in turn, as lowering runs them: the local takes each one's size (the item's own check
+            # reported a local that changes shape in one run of a body)
+            b.type = t
             return
         if any(b.depth < depth for depth in self.varying_loops) and isinstance(t, TensorT):
             varied = self.varied_type(t, b.type)
@@ -560,11 +562,12 @@ class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
     def unrolled(self, s: A.For, t: ModuleListT, n: int, scope: Scope) -> bool:
         """Check the body of `for block in blocks` once per element, in order, each bound to its own instance
         (`follow`: lowering unrolls the loop so); False when an element is not known."""
-        elements = [t.at(k) for k in range(n)]
+        elements = [t.at(k) for k in range(n)] if t.element is not None else [t.instance] * n
         if any(e is None for e in elements):
             return False
-        self.unsure += 1
-        self.unrolled_loops.append(self.unsure)
+        # Not `unsure`: the body runs once per element in order, so a compile-time local holds each value lowering
+        # computes (`k = k + 1`), and a tensor local each element's size.
+        self.unrolled_loops += 1
         try:
             for element in elements:
                 b = Binding(ModuleT(element), "loop", self.anchor(s.var), s.var, uses=1)
@@ -572,13 +575,12 @@ class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
                 inner.bind(s.var.id, b)
                 self.block(s.body, inner)
         finally:
-            self.unrolled_loops.pop()
-            self.unsure -= 1
+            self.unrolled_loops -= 1
         return True
 
     def for_loop(self, s: A.For, scope: Scope) -> None:
         t = self.expr(s.iter, scope)
-        if self.follow is not None and isinstance(t, ModuleListT) and t.element is not None and t.count is not None:
+        if self.follow is not None and isinstance(t, ModuleListT) and t.count is not None:
             n = t.count.as_int()
             if n is not None and self.unrolled(s, t, n, scope):
                 return

@@ -193,3 +193,25 @@ def same_item_call(checker: "ItemChecker", target: "FnTarget", compile_time: dic
     if target.item is not checker.item or target.item.is_std:
         return False
     return any(isinstance(t, ScalarT) and t.kind in ("int", "bool") and t.value is not None for t in compile_time.values())
+
+
+def worth_following(target: "FnTarget", compile_time: dict[str, Type], dims: dict) -> bool:
+    """Whether the `follow` check (instances.py) checks this call's body again: the call knows something the
+    callee's own check did not, an int or bool of its instance (`DownBlock`'s `out_channels`) or of the call, or
+    a dim variable of its signature solved to more than a dim variable (`H` = c.sample_size, `C` = 320). A module
+    of config parameters only (`LlamaAttention(c)`) called with symbolic sizes was checked under the same config
+    values already: following it would cost each edit of its body a check of the model."""
+    inst = target.instance
+    scalars = list(inst.args.values()) if inst is not None else []
+    if any(isinstance(t, ScalarT) and t.value is not None for t in scalars + list(compile_time.values())):
+        return True
+    return any(d is not None and not _bare_variable(d) for d in dims.values())
+
+
+def _bare_variable(d) -> bool:
+    """Whether dim `d` is one dim variable (`S`, a caller's symbolic size), nothing the callee's check lacked."""
+    terms = d.terms
+    if len(terms) != 1:
+        return False
+    mono, coeff = terms[0]
+    return coeff == 1 and len(mono) == 1 and mono[0][1] == 1 and mono[0][0].kind == "var"
