@@ -36,8 +36,8 @@ from .codes import CODES
 from .configs import ConfigEvaluator, ConfigValue, Scenario, values_by_type
 from .diagnostics import Diagnostic, Finding, Label, LocalAnchor, SymbolAnchor, locate
 from .imported import imported_findings
-from .instances import instance_findings
 from .imports import FileImports, Globals, Namespaces, canonical, namespaces
+from .instances import instance_findings
 from .model import ModelTree, check_model
 from .resolved import Resolved
 from .unread import unread_findings

@@ -77,10 +77,10 @@ def first_error_at(
 
 
 def followed(checker: "ItemChecker", item, key, check) -> Finding | None:
-    """`check()` (of a body in `item`) once per key for the `follow` check (`CheckContext.followed`, lent from one analysis to the
-    next): each entry remembers the items its check read, its callee's and those of the checks it followed in
-    turn, and is dropped when one of them is replaced (an edit in one module's body checks again only the
-    instances that lead into it)."""
+    """`check()` (of a body in `item`) once per key for the `follow` check (`CheckContext.followed`, lent from
+    one analysis to the next): each entry remembers the items its check read, its callee's and those of the
+    checks it followed in turn, and is dropped when one of them is replaced or edited (an edit in one module's
+    body checks again only the instances that lead into it)."""
     ctx = checker.ctx
     reading = ctx.following
     if key in ctx.followed:
@@ -192,7 +192,9 @@ def same_item_call(checker: "ItemChecker", target: "FnTarget", compile_time: dic
     nothing but its text and its callees' interfaces."""
     if target.item is not checker.item or target.item.is_std:
         return False
-    return any(isinstance(t, ScalarT) and t.kind in ("int", "bool") and t.value is not None for t in compile_time.values())
+    return any(
+        isinstance(t, ScalarT) and t.kind in ("int", "bool") and t.value is not None for t in compile_time.values()
+    )
 
 
 def worth_following(target: "FnTarget", compile_time: dict[str, Type], dims: dict) -> bool:

@@ -487,10 +487,10 @@ def test_a_body_edit_in_a_module_the_model_builds_is_checked_again_with_its_inst
     doc = Document("instance_values.linnet", text)
     assert doc.analyze().errors == []
     at = text.index("norm(x)\n")
-    doc.edit(at, at + len("norm(x)"), "rearrange(x, \"b (g c) h w -> b (c g) h w\", g=8)")
+    doc.edit(at, at + len("norm(x)"), 'rearrange(x, "b (g c) h w -> b (c g) h w", g=8)')
     broken = doc.analyze()
     assert [d.code for d in broken.errors] == ["L205"] and "12 is not divisible by 8" in broken.errors[0].message
     fresh = Document("instance_values.linnet", doc.text).analyze()
     assert [d.message for d in fresh.errors] == [d.message for d in broken.errors]
-    doc.edit(at, at + len("rearrange(x, \"b (g c) h w -> b (c g) h w\", g=8)"), "norm(x)")
+    doc.edit(at, at + len('rearrange(x, "b (g c) h w -> b (c g) h w", g=8)'), "norm(x)")
     assert doc.analyze().errors == []
