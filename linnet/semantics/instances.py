@@ -50,7 +50,9 @@ def instance_findings(analysis: "Analysis") -> list[Finding]:
         if found is None:
             continue
         where = ", ".join(f"`{n}`" for n in names or ())
-        scenario = f"under {'presets' if len(names) > 1 else 'preset'} {where}" if names else "under the config defaults"
+        scenario = (
+            f"under {'presets' if len(names) > 1 else 'preset'} {where}" if names else "under the config defaults"
+        )
         out.append(
             Finding(
                 found.code,
