@@ -627,7 +627,7 @@ class CallsMixin:
         own = specialize.same_item_call(self, call.target, compile_time) or (
             self.follow is not None
             and call.target.item.source is self.follow
-            and specialize.worth_following(call.target, compile_time, call.info.dims)
+            and specialize.worth_following(self, call.target, compile_time, call.info.dims)
         )
         if not call.target.item.is_std and not own:
             return False

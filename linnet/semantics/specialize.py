@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from ..ops import REGISTRY
 from ..syntax import ast as A
-from ..types.core import ScalarT, TensorT, Type, UnitT, UnknownT
+from ..types.core import ModuleListT, ModuleT, ScalarT, TensorT, Type, UnitT, UnknownT
 from .describe import tail_node
 from .diagnostics import Finding
 from .scope import Binding, Scope, type_key
@@ -197,13 +197,18 @@ def same_item_call(checker: "ItemChecker", target: "FnTarget", compile_time: dic
     )
 
 
-def worth_following(target: "FnTarget", compile_time: dict[str, Type], dims: dict) -> bool:
+def worth_following(checker: "ItemChecker", target: "FnTarget", compile_time: dict[str, Type], dims: dict) -> bool:
     """Whether the `follow` check (instances.py) checks this call's body again: the call knows something the
     callee's own check did not, an int or bool of its instance (`DownBlock`'s `out_channels`) or of the call, or
-    a dim variable of its signature solved to more than a dim variable (`H` = c.sample_size, `C` = 320). A module
-    of config parameters only (`LlamaAttention(c)`) called with symbolic sizes was checked under the same config
-    values already: following it would cost each edit of its body a check of the model."""
+    a dim variable of its signature solved to more than a dim variable (`H` = c.sample_size, `C` = 320); or the
+    instance holds, at any depth, a user's module built with a known int or bool or a list whose elements differ
+    (`_varies`: resnet's model holds the encoder, whose stages differ). A module of config parameters only
+    (`LlamaDecoderLayer(c)`, holding such modules and the standard library's layers) called with symbolic sizes
+    was checked under the same config values already: following it would cost each edit of its body a check of
+    the model."""
     inst = target.instance
+    if inst is not None and _varies(checker, inst):
+        return True
     scalars = list(inst.args.values()) if inst is not None else []
     if any(isinstance(t, ScalarT) and t.value is not None for t in scalars + list(compile_time.values())):
         return True
@@ -217,3 +222,29 @@ def _bare_variable(d) -> bool:
         return False
     mono, coeff = terms[0]
     return coeff == 1 and len(mono) == 1 and mono[0][1] == 1 and mono[0][0].kind == "var"
+
+
+def _varies(checker: "ItemChecker", inst) -> bool:
+    """Whether instance `inst` holds, at any depth of its members, a submodule of a user's module built with a
+    known int or bool, or a list whose elements receive their index; once per instance and check."""
+    cache = checker.ctx.size_dependent
+    key = ("varies", inst.key())
+    if key in cache:
+        return cache[key]
+    cache[key] = False  # a module that contains itself (reported where it is declared)
+    found = False
+    for info in checker.members(inst, report=False).order:
+        t = info.type
+        if isinstance(t, ModuleListT) and t.element is not None and not t.instance.item.is_std:
+            found = True
+        elif isinstance(t, (ModuleT, ModuleListT)) and not t.instance.item.is_std:
+            found = _known_scalar(t.instance) or _varies(checker, t.instance)
+        if found:
+            break
+    cache[key] = found
+    return found
+
+
+def _known_scalar(inst) -> bool:
+    """Whether one of `inst`'s arguments is an int, bool or other scalar with a known value (not a config)."""
+    return any(isinstance(t, ScalarT) and t.value is not None for t in inst.args.values())
