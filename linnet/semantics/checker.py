@@ -90,9 +90,10 @@ class CheckContext:
         self.followed: dict[Any, Any] = previous.followed if previous else {}
         self.follow_atoms: dict[Any, Any] = previous.follow_atoms if previous else {}
         self.following: list[set] = []  # the items read by each `follow` check under way, innermost last
-        # Whether a standard-library function's body could fail with concrete sizes, by function, and whether an
-        # instance holds modules that differ, by ("varies", instance key) (`specialize.py`).
+        # Whether a standard-library function's body could fail with concrete sizes, by function (`specialize.py`).
         self.size_dependent: dict[Any, bool] = {}
+        # Whether an instance holds modules that differ, by instance key (`specialize.worth_following`).
+        self.varies: dict[Any, bool] = {}
         # The keys of both caches by each item whose replacement leaves them stale (an instance's module, a callee's
         # item): an edit drops its items' entries without reading the rest (`program._prune_caches`).
         self.cache_keys: dict[Item, list[tuple[str, Any]]] = previous.cache_keys if previous else {}

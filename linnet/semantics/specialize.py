@@ -227,8 +227,8 @@ def _bare_variable(d) -> bool:
 def _varies(checker: "ItemChecker", inst) -> bool:
     """Whether instance `inst` holds, at any depth of its members, a submodule of a user's module built with a
     known int or bool, or a list whose elements receive their index; once per instance and check."""
-    cache = checker.ctx.size_dependent
-    key = ("varies", inst.key())
+    cache = checker.ctx.varies
+    key = inst.key()
     if key in cache:
         return cache[key]
     cache[key] = False  # a module that contains itself (reported where it is declared)
