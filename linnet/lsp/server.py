@@ -68,7 +68,7 @@ from .rpc import (
     OneLineReaderErrors,
     raised_by_json_decoder,
     refusal,
-    strict_strings,
+    strict_scalars,
 )
 from .tokens import TOKEN_MODIFIERS, TOKEN_TYPES, semantic_tokens
 from .weights import WeightChecks
@@ -153,7 +153,7 @@ class LinnetServer(LanguageServer):
             __version__,
             text_document_sync_kind=T.TextDocumentSyncKind.Incremental,
             protocol_cls=LinnetProtocol,
-            converter_factory=lambda: strict_strings(default_converter()),
+            converter_factory=lambda: strict_scalars(default_converter()),
         )
         self.documents = Documents()
         self.settings = Settings()
