@@ -118,6 +118,8 @@ def strict_scalars(converter: cattrs.Converter) -> cattrs.Converter:
 
     converter.register_structure_hook(str, structure_str)
     converter.register_structure_hook(int, structure_int)
+    # a `bool` is an `int` to the hook dispatch: without its own hook, `snippetSupport: true` would hit the one above
+    converter.register_structure_hook(bool, lambda value, _type: bool(value))
     return converter
 
 
