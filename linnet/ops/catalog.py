@@ -29,6 +29,7 @@ from .registry import (
     join_dtypes,
     operand_dtype,
     register,
+    require_fit,
     same_dim,
     shape_of,
 )
@@ -1085,13 +1086,18 @@ register(
     )
 )
 
+def _full_dtype(a):
+    require_fit(a["value"], a["dtype"], "full", "value")
+    return a["dtype"]
+
+
 register(
     OpDef(
         "full",
         [T("shape", "ints"), T("value", "float"), T("dtype", "dtype")],
         "A tensor of one value.",
         lambda a: Shape(tuple(a["shape"])),
-        lambda a: a["dtype"],
+        _full_dtype,
         reference=lambda shape, value, dtype: _np().full([int(s) for s in shape], value, dtype=dtype),
         category="construction",
         exact=True,
