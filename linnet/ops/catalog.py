@@ -1086,6 +1086,7 @@ register(
     )
 )
 
+
 def _full_dtype(a):
     require_fit(a["value"], a["dtype"], "full", "value")
     return a["dtype"]

@@ -351,7 +351,9 @@ def require_fit(value, dtype: DType, op: str, arg: str) -> None:
         low, high = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
         if isinstance(number, int) and not low <= number <= high:
             raise OpError(
-                "L216", f"`{op}` requires a constant that fits {dtype.name}, got {number}", arg,
+                "L216",
+                f"`{op}` requires a constant that fits {dtype.name}, got {number}",
+                arg,
                 notes=[f"{dtype.name} holds {low} to {high}"],
             )
     elif dtype.name in _FLOAT_FORMATS:
@@ -359,7 +361,9 @@ def require_fit(value, dtype: DType, op: str, arg: str) -> None:
         if abs(number) >= (2 - 2.0 ** -(mantissa + 1)) * 2.0**emax:
             largest = (2 - 2.0**-mantissa) * 2.0**emax
             raise OpError(
-                "L216", f"`{op}` requires a constant that fits {dtype.name}, got {number!r}", arg,
+                "L216",
+                f"`{op}` requires a constant that fits {dtype.name}, got {number!r}",
+                arg,
                 notes=[f"{dtype.name}'s largest finite value is {largest!r}: this one would be inf"],
             )
 

@@ -36,7 +36,8 @@ def test_a_config_values_fields_not_yet_set():
 def test_a_nested_config_values_fields():
     text = MLP.replace(
         "    out_features: int = 4\n}",
-        "    out_features: int = 4\n    inner: Inner = Inner { a = 3,  }\n}\n\nconfig Inner {\n    a: int = 1\n    b: int = 2\n}",
+        "    out_features: int = 4\n    inner: Inner = Inner { a = 3,  }\n}\n\n"
+        "config Inner {\n    a: int = 1\n    b: int = 2\n}",
     )
     assert labels_at(text, "Inner { a = 3, | }") == ["b"]
 
@@ -80,7 +81,8 @@ def test_names_in_scope_elsewhere_stay():
     """A default value, a body (an `if a == b {` block too) and an index are expressions: the names in scope."""
     text = MLP.replace("let h = gelu(fc1(x))", "let h = gelu(fc1(x[:, ]))")
     assert {"x", "fc1", "c", "gelu"} <= set(labels_at(text, "x[:, |]"))
-    text = MLP.replace("        fc2(h)", "        if c.in_features == c.out_features {\n            \n        }\n        fc2(h)")
+    branch = "        if c.in_features == c.out_features {\n            \n        }\n        fc2(h)"
+    text = MLP.replace("        fc2(h)", branch)
     assert {"h", "fc2", "gelu"} <= set(labels_at(text, "c.out_features {\n            |\n"))
     text = MLP.replace(SIGNATURE, "    entry fn forward(x: [B, c.in_features], k: int = ) -> [B, c.out_features] {")
     assert "c" in labels_at(text, "k: int = |)")
