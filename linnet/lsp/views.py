@@ -246,7 +246,8 @@ def summary(report: dict) -> str:
     outs = "; ".join(
         f"{o['shape']} {o['dtype']} (empty)"  # a zero-sized dim: `linnet run` reports no summary values
         if o.get("mean") is None
-        else f"{o['shape']} {o['dtype']} (mean {o['mean']:.4g}, std {o['std']:.4g}, min {o['min']:.4g}, max {o['max']:.4g})"
+        else f"{o['shape']} {o['dtype']} (mean {o['mean']:.4g}, std {o['std']:.4g}, "
+        f"min {o['min']:.4g}, max {o['max']:.4g})"
         for o in report.get("outputs", [])
     )
     backend = backend_label(report.get("backend", ""))

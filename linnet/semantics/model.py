@@ -163,7 +163,8 @@ def check_model(checker: ItemChecker, item: Item) -> ModelTree | None:
             )
             return None
         args[p.name.id] = t
-    if len(mdef.params) != 1:  # loading builds it from one preset's config (`linnet run` refused it, after a clean check)
+    # loading builds it from one preset's config (`linnet run` refused it, after a clean check)
+    if len(mdef.params) != 1:
         checker.report(
             "L110",
             f"a root `model` takes one config (it is built from a preset and a checkpoint), got {len(mdef.params)}",
