@@ -4,6 +4,7 @@ computed with the one scalar semantics (`types/scalars.py`), tensor ones emitted
 from __future__ import annotations
 
 from ..ops import OPERATORS, REGISTRY
+from ..ops.catalog import resolved_slice_bound
 from ..semantics.configs import MISSING, ConfigValue
 from ..syntax import ast as A
 from ..types.dims import Dim
@@ -244,6 +245,7 @@ class ExprsMixin:
                     continue
                 start = self.expr(it.start, env) if it.start is not None else Dim.of(0)
                 stop = self.expr(it.stop, env) if it.stop is not None else None
+                start, stop = resolved_slice_bound(start, x.dims[pos]), resolved_slice_bound(stop, x.dims[pos])
                 x = self.apply(REGISTRY["slice"], {"x": x, "dim": pos, "start": start, "stop": stop}, it)
                 continue
             v = self.expr(it, env)
