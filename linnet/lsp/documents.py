@@ -153,7 +153,9 @@ class OpenDocument:
                 if end < start:
                     start, end = end, start
                 text = text[:start] + change.text + text[end:]
-                index = index.edited(text, start, end, start + len(change.text))  # (a new one took 0.6 ms of 3k lines)
+                # a new index each time, not `LineIndex.edited`: with it the LSP fuzz (tests/lsp/test_fuzz.py, seed
+                # 20260517) got semantic tokens of another version's text at version 712; cause not found yet
+                index = LineIndex(text)
             else:
                 text, index = change.text, None
         self.text = text
