@@ -194,8 +194,6 @@ def test_a_config_values_origins_are_walked_once_it_is_evaluated():
     """Every instance, signature and binding key of a check holds its config values' origins
     (`ConfigValue.origins_key`): each walked the value's fields again (76,000 walks in the 5 MB document). An
     evaluated value keeps its key; the key is the one a walk makes, nested values' origins included."""
-    from linnet.semantics import configs
-
     nested = (
         "config Scaling {\n    factor: int = 2\n}\n\n"
         "config Outer {\n    inner: Scaling = Scaling {}\n    width: int = 8\n}\n\n"
