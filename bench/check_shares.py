@@ -9,7 +9,8 @@ fork + the slowest share + after, plus the results' pickling (not counted): an e
 beside the measured wall time of this machine (whose cores may be fewer than N).
 
 Run: `python bench/check_shares.py [--jobs 8] [--copies 570] [--out PATH]` (writes PATH and the same run as a table
-beside it, `.md`; timings live here, never in tests).
+beside it, `.md`; timings live here, never in tests). `PYTHONPATH=CHECKOUT` measures that checkout's `linnet`, and
+the result records its commit (`git`) and path (`linnet`).
 """
 
 from __future__ import annotations
@@ -121,17 +122,28 @@ def markdown(result: dict) -> str:
     )
 
 
+def measured_checkout() -> Path:
+    """The checkout whose `linnet` is measured: the one PYTHONPATH names (else the installed one), imported here
+    before `lsp_latency`, which puts its own checkout first on `sys.path` (this folder's: run from another checkout
+    than PYTHONPATH's, that one's `linnet` was measured and its commit recorded)."""
+    import linnet
+
+    return Path(linnet.__file__).resolve().parents[1]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=8)
     parser.add_argument("--copies", type=int, default=570)
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "check_shares.json")
     args = parser.parse_args()
+    checkout = measured_checkout()
     from lsp_latency import git_state, pressure_snapshot
 
     before = pressure_snapshot()
     row = measure(args.copies, args.jobs)
-    result = {"git": git_state(), "when": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), **row}
+    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    result = {"git": git_state(checkout), "linnet": str(checkout), "when": when, **row}
     result["pressure_before"], result["pressure_after"] = before, pressure_snapshot()
     print(json.dumps(result, indent=2))
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -95,7 +95,7 @@ def _check(args: argparse.Namespace) -> int:
     files, problems = _collect(args.paths)
     for p in problems:
         print(f"linnet check: {p}", file=sys.stderr)
-    if problems:
+    if problems and (args.summary or not files):
         return EXIT_USAGE
     if args.summary:
         if args.weights is not None:  # the cost model reads the source's config, not a checkpoint's
@@ -134,7 +134,7 @@ def _check(args: argparse.Namespace) -> int:
             preset_seen = True
             diags = [d for d in diags if d.presets is None or args.preset in d.presets]
         all_diags.extend(diags)
-    if args.preset and not preset_seen and not unreadable:
+    if args.preset and not preset_seen and not unreadable and not problems:
         print(f"linnet check: no file declares preset `{args.preset}`", file=sys.stderr)
         return EXIT_USAGE
     if args.weights is not None:
@@ -167,10 +167,12 @@ def _check(args: argparse.Namespace) -> int:
         checked = len(documents)
         print(
             f"checked {checked} file{'s' if checked != 1 else ''}: {n_err} error{'s' if n_err != 1 else ''}, "
-            f"{n_warn} warning{'s' if n_warn != 1 else ''}" + (f"; {unreadable} unreadable" if unreadable else ""),
+            f"{n_warn} warning{'s' if n_warn != 1 else ''}"
+            + (f"; {unreadable} unreadable" if unreadable else "")
+            + (f"; {len(problems)} not found" if problems else ""),
             file=sys.stderr,
         )
-    if unreadable:
+    if unreadable or problems:  # the other paths were still checked and reported
         return EXIT_USAGE
     return EXIT_ERRORS if n_err else EXIT_OK
 

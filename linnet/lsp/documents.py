@@ -8,6 +8,13 @@ thread, under the document's lock and the workspace's: while one analysis runs, 
 keeps reading, and every edit that arrives meanwhile is folded into the next analysis (bursts
 coalesce with no fixed delay). A result whose version is no longer the client's, or that read
 an imported file that has changed since, is never published.
+
+A request reads its document's analysis on the event loop, and through it the items of the files it imports,
+which their own analyses change in place in a worker thread (an imported file open in the editor, typed in).
+`analyzed` and `reading` hold the workspace's `editing` lock while the request reads (semantics/workspace.py):
+an update of an imported file waits for the read, and the read waits at most for one update's change (its parse
+is done before), never for an analysis; an analysis whose imported files changed meanwhile is made again first,
+as for a request that came after the change.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
 from lsprotocol import types as T
 
@@ -23,6 +30,9 @@ from linnet.semantics.program import Analysis, Workspace, std_library
 from linnet.syntax.positions import LineIndex
 
 from .convert import offset_at, path_of
+
+# how often a read asks again for the workspace's `editing` lock while an update's change holds it (a few ms at most)
+READ_WAIT_S = 0.001
 
 
 @dataclass
@@ -72,6 +82,35 @@ class Settings:
             self.weights = {k: v for k, v in pairs if isinstance(k, str) and isinstance(v, str) and v}
 
 
+class StagedAnswers:
+    """The requests about a document being answered from the first stage of its check (`OpenDocument.analyzed(staged=
+    True)`) whose answers are not written yet. The rest of the check waits for them (`wait`): started first, its
+    thread took the GIL from the event loop while the loop wrote those answers (traced during bursts on the 3,000-line
+    file, busy machine: a median 5 ms between a completion's answer and its write, 0.3 ms in pauses)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._idle: asyncio.Event | None = None
+
+    def begin(self) -> Callable[[], None]:
+        """Count one request; returns what ends it (call it once)."""
+        self.count += 1
+
+        def end() -> None:
+            self.count -= 1
+            if self.count == 0 and self._idle is not None:
+                self._idle.set()
+
+        return end
+
+    async def wait(self) -> None:
+        """Until no request is counted."""
+        while self.count:
+            self._idle = self._idle or asyncio.Event()
+            self._idle.clear()
+            await self._idle.wait()
+
+
 @dataclass
 class OpenDocument:
     """A document the client has open: its latest text and the analysis of some version."""
@@ -91,6 +130,7 @@ class OpenDocument:
     _index: LineIndex | None = None
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     diagnose_task: asyncio.Task | None = None
+    staged_answers: StagedAnswers = field(default_factory=StagedAnswers)
 
     def __post_init__(self) -> None:
         self.path = path_of(self.uri)
@@ -104,18 +144,20 @@ class OpenDocument:
 
     def apply_changes(self, changes: list, version: int) -> None:
         """Apply didChange content changes in order (ranged or whole-text)."""
-        text = self.text
+        text, index = self.text, self.index
         for change in changes:
             if isinstance(change, T.TextDocumentContentChangePartial) and change.range is not None:
-                index = self.index if text is self.text else LineIndex(text)
+                index = index if index is not None else LineIndex(text)
                 start = offset_at(index, change.range.start)
                 end = offset_at(index, change.range.end)
                 if end < start:
                     start, end = end, start
                 text = text[:start] + change.text + text[end:]
+                index = index.edited(text, start, end, start + len(change.text))  # (a new one took 0.6 ms of 3k lines)
             else:
-                text = change.text
+                text, index = change.text, None
         self.text = text
+        self._index = index
         self.version = version
         self.revision += 1
 
@@ -172,17 +214,38 @@ class OpenDocument:
                     pass
                 view = self._staged_view(preset)
             if view is not None:
-                yield view
-                return
+                async with self.reading():
+                    if self._staged_view(preset) is view:  # (else an imported file changed: the full analysis)
+                        yield view
+                        return
         async with self._lock:
-            key = (self.revision, preset, self.workspace.stamp(self.depends_on))
-            if self._analysis is None or self._analysis_key != key:
-                revision, text = self.revision, self.text
-                self._analysis, stamp = await asyncio.to_thread(self._analyze, text, preset)
-                self.files, self.absent = self._analysis.files, self._analysis.absent_files
-                self._analysis_key = (revision, preset, stamp)
-                self._first = None
-            yield self._analysis
+            while True:
+                key = (self.revision, preset, self.workspace.stamp(self.depends_on))
+                if self._analysis is None or self._analysis_key != key:
+                    revision, text = self.revision, self.text
+                    self._analysis, stamp = await asyncio.to_thread(self._analyze, text, preset)
+                    self.files, self.absent = self._analysis.files, self._analysis.absent_files
+                    self._analysis_key = (revision, preset, stamp)
+                    self._first = None
+                async with self.reading():
+                    # the files it read as it read them (one it imports may have changed while it was made, or
+                    # while this waited for the lock: then it is made again); the client's text may be newer
+                    if self._analysis_key[2] == self.workspace.stamp(self.depends_on):
+                        yield self._analysis
+                        return
+
+    @contextlib.asynccontextmanager
+    async def reading(self) -> AsyncIterator[None]:
+        """Hold the workspace's `editing` lock for a read of analyses on the event loop (see the module docstring):
+        no document's text or items change until the block ends, which must not await (an update waiting for the
+        lock holds the workspace's analysis lock). Waits for the lock without blocking the event loop."""
+        editing = self.workspace.editing
+        while not editing.acquire(blocking=False):
+            await asyncio.sleep(READ_WAIT_S)
+        try:
+            yield
+        finally:
+            editing.release()
 
     def _staged_view(self, preset: str | None) -> Analysis | None:
         """The first stage of the current text's analysis under `preset` (`check_first`) when it is there and the

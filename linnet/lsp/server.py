@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from lsprotocol import types as T
 from pygls.exceptions import FeatureRequestError, JsonRpcException, JsonRpcInvalidParams
-from pygls.io_ import StdinAsyncReader, StdoutWriter, run_async
+from pygls.io_ import StdoutWriter, run_async
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol, default_converter
 from pygls.protocol.language_server import lsp_method
@@ -66,6 +66,7 @@ from .rpc import (
     AnswerEveryRequest,
     FramedReader,
     OneLineReaderErrors,
+    PrefetchingStdin,
     raised_by_json_decoder,
     refusal,
     strict_strings,
@@ -171,9 +172,7 @@ class LinnetServer(LanguageServer):
     def _start_io_async(self, stdin=None, stdout=None):
         """pygls's stdio loop (`LanguageServer.start_io`) reading through `rpc.FramedReader`."""
         self._stop_event = threading.Event()
-        reader = FramedReader(
-            StdinAsyncReader(stdin or sys.stdin.buffer, self.thread_pool), self.protocol.answer_unframed
-        )
+        reader = FramedReader(PrefetchingStdin(stdin or sys.stdin.buffer), self.protocol.answer_unframed)
         self.protocol.set_writer(StdoutWriter(stdout or sys.stdout.buffer))
         try:
             asyncio.run(
@@ -265,6 +264,7 @@ class LinnetServer(LanguageServer):
                     await doc.check_first(preset)
                 except Exception as err:  # noqa: BLE001 - the full check below still runs, and reports
                     self.log_error("the first stage of a check", err)
+                await doc.staged_answers.wait()  # what the first stage answers goes out before the rest takes the GIL
                 async with doc.analyzed(preset) as analysis:
                     if not doc.is_current(analysis):
                         continue
@@ -355,7 +355,8 @@ class LinnetServer(LanguageServer):
         analysis = await asyncio.shield(entry[1])
         if analysis is None or doc.revision != entry[0]:
             return None
-        item = analysis.item_at(offset_at(analysis.document.source.index, position))
+        async with doc.reading():  # (the full check's update of the text may be under way)
+            item = analysis.item_at(offset_at(analysis.document.source.index, position))
         return analysis if item is not None and item in analysis.items else None
 
     def end_start(self) -> None:
@@ -508,11 +509,18 @@ def document_feature(
             if doc is None:
                 return default
             if early and (first := await ls.early_analysis(doc, params.position)) is not None:
-                return fn(ls, params, doc, first)
+                async with doc.reading():
+                    return fn(ls, params, doc, first)
             if staged:
-                async with doc.analyzed(ls.settings.preset, staged=True) as analysis:
-                    with contextlib.suppress(PartialAnalysis):
-                        return fn(ls, params, doc, analysis)
+                end = doc.staged_answers.begin()  # the rest of the check waits for it to end (`StagedAnswers`)
+                try:
+                    async with doc.analyzed(ls.settings.preset, staged=True) as analysis:
+                        with contextlib.suppress(PartialAnalysis):
+                            return fn(ls, params, doc, analysis)
+                finally:
+                    # two turns of the loop on: pygls's callback that writes the answer is scheduled as this returns
+                    loop = asyncio.get_running_loop()
+                    loop.call_soon(loop.call_soon, end)
             async with doc.analyzed(ls.settings.preset) as analysis:
                 return fn(ls, params, doc, analysis)
 

@@ -241,12 +241,19 @@ async def worker_report(
         raise ViewError(f"`linnet {args[0]}` printed something that is not its report: {err}") from err
 
 
+def _output_summary(o: dict) -> str:
+    """`[1, 8, 49152] float32 (mean …, std …, min …, max …)`; `(empty)` for a zero-sized dim, which `linnet run`
+    reports without summary values."""
+    if o.get("mean") is None:
+        return f"{o['shape']} {o['dtype']} (empty)"
+    return (
+        f"{o['shape']} {o['dtype']} (mean {o['mean']:.4g}, std {o['std']:.4g}, min {o['min']:.4g}, max {o['max']:.4g})"
+    )
+
+
 def summary(report: dict) -> str:
     """One line for the editor: `forward on PyTorch: [1, 8, 49152] float32 (mean …) in 12.3 ms`."""
-    outs = "; ".join(
-        f"{o['shape']} {o['dtype']} (mean {o['mean']:.4g}, std {o['std']:.4g}, min {o['min']:.4g}, max {o['max']:.4g})"
-        for o in report.get("outputs", [])
-    )
+    outs = "; ".join(_output_summary(o) for o in report.get("outputs", []))
     backend = backend_label(report.get("backend", ""))
     preset = f" under preset `{report['preset']}`" if report.get("preset") else ""
     text = f"{report.get('entry')} on {backend}{preset}: {outs} in {report.get('time_ms', 0):.1f} ms"

@@ -151,15 +151,19 @@ register(
 # ----------------------------------------------------------------------------- elementwise binary
 
 
-def _binary(name, op, doc, ref, fold, result=None, exact=True, draw=cases.binary):
+def _binary(name, op, doc, ref, fold, result=None, exact=True, draw=cases.binary, divides=False):
     """An elementwise binary op: exact (correctly rounded, foldable) unless `exact=False`;
-    the backends' op tests hold every exact op to the reference bit for bit."""
+    the backends' op tests hold every exact op to the reference bit for bit. `divides`: a compile-time zero `y` is
+    L408, as in compile-time arithmetic (`ids % 0` fails on PyTorch and ONNX Runtime and gives garbage on XLA)."""
     params = [T("x", "operand"), T("y", "operand")]
 
     def shape_rule(a):
         return broadcast(shape_of(a["x"]), shape_of(a["y"]))
 
     def dtype_rule(a, _op=op or name):
+        y = a["y"]
+        if divides and ((isinstance(y, Dim) and y.as_int() == 0) or (isinstance(y, float) and y == 0.0)):
+            raise OpError("L408", f"`{_op}` by zero has no value", "y")
         d = operand_dtype(a, op=_op)
         if result is not None:
             return result(d, _op)
@@ -207,9 +211,9 @@ def _numbers(d, op):
     return d
 
 
-_binary("add", "+", "Elementwise sum with broadcasting.", lambda x, y: x + y, _scalar("+"))
-_binary("sub", "-", "Elementwise difference with broadcasting.", lambda x, y: x - y, _scalar("-"))
-_binary("mul", "*", "Elementwise product with broadcasting.", lambda x, y: x * y, _scalar("*"))
+_binary("add", "+", "Elementwise sum with broadcasting.", lambda x, y: x + y, _scalar("+"), result=_numbers)
+_binary("sub", "-", "Elementwise difference with broadcasting.", lambda x, y: x - y, _scalar("-"), result=_numbers)
+_binary("mul", "*", "Elementwise product with broadcasting.", lambda x, y: x * y, _scalar("*"), result=_numbers)
 _binary(
     "div",
     "/",
@@ -227,6 +231,7 @@ _binary(
     _scalar("//"),
     result=_numbers,
     draw=cases.signed_division,
+    divides=True,
 )
 _binary(
     "mod",
@@ -237,6 +242,7 @@ _binary(
     _scalar("%"),
     result=_numbers,
     draw=cases.signed_division,
+    divides=True,
 )
 _binary(
     "pow",
@@ -876,6 +882,21 @@ register(
 )
 
 
+def _symbolic_bound(bound: Dim, size: Dim, start: Dim, stop: Dim) -> Dim:
+    """A slice bound of a dim whose size is symbolic, as Python's slices read it: one a known number below the size's
+    negative (`-S`, `1 - S`) counts from the end (`x[:, -S:]` is all of `S`, not `2 * S`), and one a known number
+    from the end beyond either end (`-S - 1`, `S + 1`) is out of range (L212). Others are taken as written."""
+    if bound.as_int() is not None:
+        return bound
+    from_end = (size + bound).as_int()
+    past = (bound - size).as_int()
+    if (from_end is not None and from_end < 0) or (past is not None and past > 0):
+        raise OpError(
+            "L212", f"slice {format_dim(start)}:{format_dim(stop)} is out of range for a dim of size {format_dim(size)}"
+        )
+    return Dim.of(from_end) if from_end is not None else bound
+
+
 def _slice_shape(a):
     x: Shape = a["x"].shape
     d = dim_index(x, a["dim"])
@@ -905,6 +926,8 @@ def _slice_shape(a):
                 return Shape(tuple(dims), x.prefix)
             start = size + start if s_int is not None and s_int < 0 else start
             stop = size + stop if e_int is not None and e_int < 0 else stop
+        if n_int is None and size is not None:
+            start, stop = _symbolic_bound(start, size, start, stop), _symbolic_bound(stop, size, start, stop)
         length = stop - start
         li = length.as_int()
         if li is not None and li < 0:

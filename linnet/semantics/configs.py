@@ -52,6 +52,7 @@ class ConfigValue:
     # check reads it (the 5 MB document: 76,000 walks of its fields)
     _origins_key: tuple | None = None
     _evaluated: bool = False
+    _deriving: set[str] = field(default_factory=set)  # the derived fields whose value `atom` is deriving now
 
     def __post_init__(self):
         # Atom ids in declaration order: products print as written (`c.heads * c.head_dim`).
@@ -137,9 +138,51 @@ class ConfigValue:
                         base = const(f"{self.type_name}.{name}", None, origin=self.origins.get(name), uid=uid)
                         shared[base_key] = base
                     a.alias = base
+                    a.value = self._derived(name, display)
                 shared[key] = a
             self._atoms[display] = a
         return a
+
+    def _derived(self, name: str, display: str) -> Dim | None:
+        """The value of int field `name`, not known here, as its default derives it from the other fields (`head_dim:
+        int = hidden / heads` written `c.head_dim` is `c.hidden / c.heads`, its inputs' atoms as this use writes
+        them), so that it follows from their unknown values rather than being a dim of its own (docs/language.md:
+        a field without a default is unknown under the config defaults); None when it has no default, an error left
+        it unknown, or its default is more than integer arithmetic of fields and literals."""
+        fdef = self.field_def(name)
+        if fdef is None or fdef.default is None or name in self.poisoned or name in self._deriving:
+            return None
+        prefix = display[: len(display) - len(name)] if display.endswith(name) else ""
+        self._deriving.add(name)  # (a cycle of derived fields is reported on the config; here it stays unknown)
+        try:
+            return self._symbolic(fdef.default, prefix)
+        finally:
+            self._deriving.discard(name)
+
+    def _symbolic(self, e, prefix: str) -> Dim | None:
+        """Default expression `e` as a dim over the fields' atoms (written `prefix` + name); None for anything but
+        integer literals, int fields, `-` and arithmetic (`types/scalars.py`), or arithmetic without a dim value."""
+        if isinstance(e, A.IntLit):
+            return Dim.of(e.value)
+        if isinstance(e, A.Name):
+            fdef = self.field_def(e.id)
+            v = self.values.get(e.id, MISSING)
+            if fdef is None or _field_kind(fdef.type) != "int" or e.id in self.poisoned or isinstance(v, bool):
+                return None
+            return Dim.atom(self.atom(e.id, prefix + e.id)) if v is MISSING or isinstance(v, int) else None
+        if isinstance(e, A.Neg):
+            operand = self._symbolic(e.operand, prefix)
+            return -operand if operand is not None else None
+        if isinstance(e, A.BinOp):
+            left, right = self._symbolic(e.left, prefix), self._symbolic(e.right, prefix)
+            if left is None or right is None:
+                return None
+            try:
+                out = arithmetic(e.op, left, right)
+            except ScalarError:
+                return None
+            return out if isinstance(out, Dim) else None
+        return None
 
     def register(self) -> None:
         """Record this value, once evaluated, as the first of the values equal to it (`atom`: their atoms' ids

@@ -8,8 +8,9 @@ module declared over `Llama`, `sharing.py`). Lowering checks the module under th
 config value that its own checks build (through the submodules the imported module builds in turn), and reports
 the first error at the member that builds the module, the imported line labelled.
 
-It reads the call information of the analysis's own results: with `--jobs`, a module other than a model that a
-worker checked has none here, and what it builds is not looked at (a model is checked here as well).
+It reads the call information of the item checks: with `--jobs`, a worker finds what the items it checked build
+(`item_findings`, after its share's checks) and sends the findings back with theirs (`Analysis.remote`), since their
+results stay in the worker; the parent takes them in the file's order, so one process and N print the same.
 """
 
 from __future__ import annotations
@@ -26,29 +27,40 @@ if TYPE_CHECKING:
 def imported_findings(analysis: "Analysis") -> list[Finding]:
     """The first error of each imported module checked under a config value of the analysed file's checks,
     located at the constructor call in the analysed file that builds it (directly or through the modules it
-    builds), with the scenarios (presets) the building check ran under."""
-    source = analysis.document.source
+    builds), with the scenarios (presets) the building check ran under; in the file's order, an item a worker
+    checked with what the worker found (`item_findings`)."""
     out: list[Finding] = []
     verdicts: dict = {}  # (item, config key) -> the first error found under it, or None
-    for item, ia in analysis.items.items():
-        if item.source is not source:
-            continue
-        for names, result in ia.results:
-            for call, info in result.call_info.items():
-                found = _first_error(analysis, info, verdicts, source, set())
-                if found is None:
-                    continue
-                where = ", ".join(f"`{n}`" for n in names or ())
-                out.append(
-                    Finding(
-                        found.code,
-                        f"`{info.item.name}` under this config: {found.message}",
-                        LocalAnchor(item, call.span),
-                        labels=[Label(found.anchor, "fails here")],
-                        notes=([f"under {'presets' if len(names) > 1 else 'preset'} {where}"] if names else [])
-                        + list(found.notes),
-                    )
+    for item in analysis.document.items:
+        ia = analysis.items.get(item)
+        if ia is not None:
+            out.extend(item_findings(analysis, item, ia.results, verdicts))
+        elif item in analysis.remote:
+            out.extend(analysis.remote[item].imported or ())
+    return out
+
+
+def item_findings(analysis: "Analysis", item, results, verdicts: dict) -> list[Finding]:
+    """`imported_findings` of one item of the analysed file, from its (scenario names, result) pairs; `verdicts`:
+    each imported module's first error under each config key, shared by the calls that build it."""
+    source = analysis.document.source
+    out: list[Finding] = []
+    for names, result in results:
+        for call, info in result.call_info.items():
+            found = _first_error(analysis, info, verdicts, source, set())
+            if found is None:
+                continue
+            where = ", ".join(f"`{n}`" for n in names or ())
+            out.append(
+                Finding(
+                    found.code,
+                    f"`{info.item.name}` under this config: {found.message}",
+                    LocalAnchor(item, call.span),
+                    labels=[Label(found.anchor, "fails here")],
+                    notes=([f"under {'presets' if len(names) > 1 else 'preset'} {where}"] if names else [])
+                    + list(found.notes),
                 )
+            )
     return out
 
 

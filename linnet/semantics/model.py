@@ -163,6 +163,13 @@ def check_model(checker: ItemChecker, item: Item) -> ModelTree | None:
             )
             return None
         args[p.name.id] = t
+    # loading builds a root model from one preset's config (`linnet run` refused another, after a clean check)
+    if len(mdef.params) != 1:
+        checker.report(
+            "L110",
+            f"a root `model` takes one config (it is built from a preset and a checkpoint), got {len(mdef.params)}",
+            mdef.name,
+        )
     inst = Instance(item, args)
     findings: list[Finding] = []
     tree = elaborate(checker, inst, "", None, findings)

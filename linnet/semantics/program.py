@@ -16,6 +16,7 @@ an edit inside an imported function body rechecks nothing in the importer.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import weakref
 from dataclasses import dataclass, field, replace
@@ -25,9 +26,10 @@ from typing import Any, Callable
 
 from ..syntax import ast as A
 from ..syntax.ast import Span
-from ..syntax.items import Item, Location, Source, header_name, make_item, split_items
+from ..syntax.items import Item, Location, Source, header_name, make_item, split_items_edited
+from ..syntax.positions import LineIndex, changed_range
 from ..syntax.recursion import RECURSION_LIMIT, deep_recursion
-from ..syntax.splice import BodyEdit, splice_body
+from ..syntax.splice import BodyEdit, Splice, plan_splice
 from ..types.core import NONE, ConfigT, NoneT, Type, format_type
 from . import fn_reuse, parallel
 from .attributes import check_attributes
@@ -36,6 +38,7 @@ from .codes import CODES
 from .configs import ConfigEvaluator, ConfigValue, Scenario, values_by_type
 from .diagnostics import Diagnostic, Finding, Label, LocalAnchor, SymbolAnchor, locate
 from .imported import imported_findings
+from .imported import item_findings as imported_item_findings
 from .imports import FileImports, Globals, Namespaces, canonical, namespaces
 from .model import ModelTree, check_model
 from .resolved import Resolved
@@ -324,6 +327,7 @@ class Analysis:
         # the innermost node that has a type of its own: an expression, a name, a type
         # annotation; statements and blocks are passed over, an expression is not (a branch
         # not taken under this config has no types, and shows none rather than its `if`'s)
+        wanted = self.wanted_scenario(preset)
         for names, result in self.results_for(item, preset):
             for node in reversed(chain):
                 t = result.types.get(node)
@@ -332,7 +336,8 @@ class Analysis:
                         item.resolve(node.span),
                         format_type(t),
                         format_type(t, concrete=True),
-                        names[0] if names else None,
+                        # the scenario asked for when it shares this check with others (the defaults among them)
+                        (wanted if wanted in names else names[0]) if names else None,
                         t,
                     )
                 if isinstance(node, _TYPED_NODES):
@@ -523,70 +528,88 @@ class Document:
 
     def update(self, text: str) -> None:
         """Replace the text; items whose text is unchanged keep their parse, and a module edited inside one
-        function body keeps its other functions' nodes (`_splice`)."""
+        function body keeps its other functions' nodes (`_plan_splice`). The new items are parsed first and the change
+        made after, under the workspace's `editing` lock: a reader holding it sees this document's text, items and
+        their offsets all of one version (the language server's requests, while an analysis runs in a worker)."""
         if self.items and text == self.source.text:
             return
-        self.version += 1
-        self._staged.clear()  # checked for the text before
         by_text: dict[str, list[Item]] = {}
         for item in self.items:
             by_text.setdefault(item.text, []).append(item)
-        self.source.set_text(text)
-        items: list[Item | tuple[int, str]] = []
-        for offset, chunk in split_items(text):
+        # an editor's keystroke changes a few characters: the line index and the split into items are made from the
+        # last ones where they can be (`LineIndex.edited`, `split_items_edited`)
+        start, old_end, new_end = changed_range(self.source.text, text)
+        chunks = [(item.offset, item.text) for item in self.items]
+        entries: list[tuple[int, Item | str]] = []
+        for offset, chunk in split_items_edited(chunks, text, start, old_end, new_end):
             reuse = by_text.get(chunk)
-            if reuse:
-                item = reuse.pop(0)
-                item.offset = offset
-                items.append(item)
-            else:
-                items.append((offset, chunk))
+            entries.append((offset, reuse.pop(0) if reuse else chunk))
         left = [i for reusable in by_text.values() for i in reusable]  # not reused as they were
-        parsed = 0
-        for n, entry in enumerate(items):
-            if isinstance(entry, Item):
-                continue
-            offset, chunk = entry
-            item = self._splice(left, chunk)
-            if item is None:
-                item = make_item(self.source, offset, chunk)
-                item.is_std = self.is_std
-            item.offset = offset
-            items[n] = item
-            parsed += 1
-        self._replaced.extend(left)
-        self.items = items
-        self.last_parsed = parsed
+        made: list[Item | Splice] = []  # for each chunk not reused: an item parsed now, or an edit of one of `left`
+        for offset, entry in entries:
+            if isinstance(entry, str):
+                new = self._plan_splice(left, entry)
+                if new is None:
+                    new = make_item(self.source, offset, entry)
+                    new.is_std = self.is_std
+                made.append(new)
+        index = self.source.index.edited(text, start, old_end, new_end)  # (made before readers wait)
+        with self._workspace.editing if self._workspace is not None else contextlib.nullcontext():
+            self._commit(text, index, entries, made, left)
         if left:
             # the caches hold entries of the items of the last text only, so what they lose is what this text
-            # dropped (rebuilding them on every keystroke was half of a 3,000-line file's update: 2.5 of 5 ms)
+            # dropped (rebuilding them on every keystroke was half of a 3,000-line file's update: 2.5 of 5 ms; a
+            # fifth of a second of the 5 MB document's, which readers need not wait for: these are this document's)
             dead = set(left)
             self._results = {k: v for k, v in self._results.items() if k[0] not in dead}
             self._binding_cache = {k: v for k, v in self._binding_cache.items() if k not in dead}
             self._body_edits = {k: v for k, v in self._body_edits.items() if k not in dead}
             self._checked = {k: v for k, v in self._checked.items() if k not in dead}
 
-    def _splice(self, left: list[Item], chunk: str) -> Item | None:
-        """The item of `left` (not reused; removed from it here) that `chunk` is by an edit inside one function
-        body of a module, with that edit applied in place (`syntax.splice.splice_body`); None when there is none.
-        Edits of one item made between two analyses combine when they are in the same function."""
+    def _commit(self, text: str, index: LineIndex, entries: list, made: list, left: list[Item]) -> None:
+        """`update`'s change, its items parsed: the text, the items at their offsets, the body edits applied."""
+        self.version += 1
+        self._staged.clear()  # checked for the text before
+        self.source.set_text(text, index)
+        fresh = iter(made)
+        items: list[Item] = []
+        for offset, entry in entries:
+            if isinstance(entry, str):
+                entry = next(fresh)
+                entry = self._apply_splice(entry) if isinstance(entry, Splice) else entry
+            entry.offset = offset
+            items.append(entry)
+        self._replaced.extend(left)
+        self.items = items
+        self.last_parsed = len(made)
+
+    def _plan_splice(self, left: list[Item], chunk: str) -> Splice | None:
+        """The edit inside one function body of a module of `left` (not reused; removed from it here) that makes it
+        `chunk` (`syntax.splice.plan_splice`: parsed, not applied); None when there is none. Edits of one item made
+        between two analyses combine when they are in the same function."""
         name = header_name(chunk)
         for n, old in enumerate(left):
             if old.kind != "module" or old.name != name or name is None:
                 continue
             pending = self._body_edits.get(old)
-            edit = splice_body(old, chunk, pending.fn if pending is not None else None)
-            if edit is None:
-                return None
-            for doc in dict.fromkeys([self, *self.workspace.documents()]):  # whose checks may have cached its members
-                if doc._context is not None:
-                    fn_reuse.prune_moved(doc._context[1], {old: edit})
-            if pending is not None:
-                edit = BodyEdit(edit.fn, pending.cut, pending.delta + edit.delta)
-            self._body_edits[old] = edit
-            del left[n]
-            return old
+            plan = plan_splice(old, chunk, pending.fn if pending is not None else None)
+            if plan is not None:
+                del left[n]
+            return plan
         return None
+
+    def _apply_splice(self, plan: Splice) -> Item:
+        """Make a planned body edit (`_plan_splice`) in place, and move what checks cached of the item's nodes."""
+        old = plan.item
+        edit = plan.apply()
+        for doc in dict.fromkeys([self, *self.workspace.documents()]):  # whose checks may have cached its members
+            if doc._context is not None:
+                fn_reuse.prune_moved(doc._context[1], {old: edit})
+        pending = self._body_edits.get(old)
+        if pending is not None:
+            edit = BodyEdit(edit.fn, pending.cut, pending.delta + edit.delta)
+        self._body_edits[old] = edit
+        return old
 
     def edit(self, start: int, end: int, new_text: str) -> None:
         """Replace characters `start:end` with `new_text`. Raises ValueError for a range
@@ -771,10 +794,19 @@ class Document:
         return findings
 
     def _check_one(
-        self, analysis: Analysis, ctx: CheckContext, world: Any, values: dict, preset: str | None, item: Item, record
+        self,
+        analysis: Analysis,
+        ctx: CheckContext,
+        world: Any,
+        values: dict,
+        preset: str | None,
+        item: Item,
+        record: bool,
+        results: dict | None = None,
     ) -> "_Checked":
         """Check `item` under each of its bindings (a cached result where still valid); `record`: keep what was
-        found in `analysis` (items, model trees) and in this document's cache (a worker keeps nothing)."""
+        found in `analysis` (items, model trees) and in this document's cache (a worker keeps nothing); `results`:
+        where to put its (scenario names, result) pairs (a worker's, for `imported.item_findings`)."""
         ns, globals_ = analysis.namespaces, analysis.globals
         edit = self._body_edits.get(item)
         memo = self._checked.get(item) if record and edit is None else None
@@ -818,6 +850,8 @@ class Document:
             ia.bindings.append(binding)
         calls = ia.results[0][1].calls if ia.results else []
         done = _Checked(_merge(ia, preset), calls, checks_run)
+        if results is not None:
+            results[item] = ia.results
         if record:
             self._record_trees(analysis, ia)
             analysis.items[item] = ia
@@ -908,7 +942,13 @@ class Document:
 
         def work(share: list[Item]):
             reported = ctx.evaluator._count()
-            checked = {i: self._check_one(analysis, ctx, world, values, preset, i, record=False) for i in share}
+            results: dict[Item, list] = {}
+            checked = {i: self._check_one(analysis, ctx, world, values, preset, i, False, results) for i in share}
+            # what the imported modules these checks build find (their results stay here); after the share's own
+            # checks, as one process finds them after all of its own
+            verdicts: dict = {}
+            for item, done in checked.items():
+                done.imported = imported_item_findings(analysis, item, results[item], verdicts)
             # every config a check reads was evaluated before the fork (`analyze`), so a check reports nothing
             # through the evaluator; a finding one did report would stay in this worker: the parent checks instead
             return checked if ctx.evaluator._count() == reported else None
@@ -1077,6 +1117,7 @@ class _Checked:
     findings: list[Finding]
     calls: list
     checks_run: int
+    imported: list[Finding] | None = None  # a worker's: what the modules it builds of other files find (imported.py)
 
 
 def _is_model(item: Item) -> bool:
@@ -1321,7 +1362,7 @@ def find_symbol(
     path = anchor.path
     item = globals_.anchor_item(anchor)
     if item is None and anchor.file and workspace is not None:
-        doc = workspace.get(anchor.file)
+        doc = workspace.loaded(anchor.file)  # (read nothing: a request's reader may be on another thread than analyses)
         item = next((i for i in doc.items if i.name == path[0]), None) if doc is not None else None
     if item is None or item.ast is None:
         return None

@@ -12,7 +12,13 @@ Documents are keyed by their absolute path; a document keeps the path it was fir
 
 Analyses of documents that share a workspace must not run at the same time (the language
 server analyses in worker threads): hold `lock` around `open`, `get`, `Document.update` and
-`analyze`. `file_changed` and `stamp` may be called without it.
+`analyze`. `file_changed`, `stamp` and `loaded` may be called without it.
+
+What an analysis holds leads to other documents' items (an importer's names of what it imports), which an
+analysis of those documents changes in place (`Document.update`: the text, the items' offsets, a module's
+edited body). A reader on another thread than the analyses (the language server's requests, on its event loop)
+holds `editing` while it reads: each update makes its change under it, after parsing, so the reader sees every
+document as of one text, and waits at most for one update's change, never for an analysis.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ class Workspace:
         self._stale: set[str] = set()  # files reported changed on disk: read again
         self._changes: dict[str, int] = {}  # per file, how often it was reported changed
         self.lock = threading.RLock()
+        self.editing = threading.RLock()  # held while a document's text and items change (see the module docstring)
 
     @staticmethod
     def key(path: str) -> str:
@@ -86,6 +93,16 @@ class Workspace:
         if key in self._texts:
             return self.open(path, self._texts.pop(key))
         return self._read(path, key)
+
+    def loaded(self, path: str) -> Document | None:
+        """The document at `path` as an analysis last saw it (given text first, else the file as last read), or None:
+        `get` without reading anything."""
+        key = self.key(path)
+        doc = self._given.get(key)
+        if doc is None:
+            cached = self._disk.get(key)
+            doc = cached[1] if cached is not None else None
+        return doc
 
     def problem(self, path: str) -> str | None:
         """Why the last `get(path)` found nothing: "no such file", "not UTF-8 text", ..."""

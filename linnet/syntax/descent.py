@@ -29,7 +29,7 @@ from . import ast as A
 from .ast import Span
 from .literals import LiteralError, integer, unquote
 
-__all__ = ["parse_fast"]
+__all__ = ["parse_block", "parse_fast"]
 
 # The lexer's terminals (grammar.lark's), first match wins as in lark's one alternation (linnet/syntax/lalr.py):
 # only FLOAT and INT share a first character, and FLOAT comes first there too. Whitespace and a comment (ignored:
@@ -115,8 +115,12 @@ class _Parser:
 
     __slots__ = ("kinds", "texts", "starts", "ends", "i")
 
-    def __init__(self, text: str):
+    def __init__(self, text: str, offset: int = 0):
+        """`text`'s tokens, at offsets `offset` on (the text is a part of an item's, from there)."""
         self.kinds, self.texts, self.starts, self.ends = _tokens(text)
+        if offset:
+            self.starts = [start + offset for start in self.starts]
+            self.ends = [end + offset for end in self.ends]
         self.i = 0
 
     # ----- tokens
@@ -792,5 +796,22 @@ def parse_fast(text: str) -> A.ItemDef | None:
     reports it). Never raises."""
     try:
         return _Parser(text).item_source()
+    except (_GiveUp, LiteralError, RecursionError, IndexError, ValueError):
+        return None
+
+
+def parse_block(text: str, start: int, end: int) -> A.Block | None:
+    """The block (`{ ... }`, a function's body) that is `text[start:end]` (lexable), with spans relative to `text`, as
+    `parse_fast` builds it in the whole of `text`; None when the fast parser is not sure of it (as `parse_fast`) or
+    the part is not exactly one block. Never raises.
+
+    The same as in the whole text because the tokens of the part are: a block starts with `{` and ends with its `}`,
+    and every bracket between is matched by the grammar, so the lexer's bracket stack (what drops newlines inside
+    `( )` and `[ ]`) is the same inside it whatever encloses it; and the parse of a block reads no token after its
+    `}`. Used to re-parse one edited function body of a module (`splice.splice_body`)."""
+    try:
+        parser = _Parser(text[start:end], start)
+        block = parser.block()
+        return block if parser.kinds[parser.i] == "EOF" else None
     except (_GiveUp, LiteralError, RecursionError, IndexError, ValueError):
         return None

@@ -11,6 +11,7 @@ items whose text it changes.
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from dataclasses import dataclass, field
 
 from . import ast as A
@@ -30,9 +31,10 @@ class Source:
         self.path = path
         self.set_text(text)
 
-    def set_text(self, text: str) -> None:
+    def set_text(self, text: str, index: LineIndex | None = None) -> None:
+        """Replace the text; `index`: its line index, when the caller has it (`LineIndex.edited`)."""
         self.text = text
-        self.index = LineIndex(text)
+        self.index = index if index is not None else LineIndex(text)
 
     def __repr__(self) -> str:
         return f"Source({self.path!r})"
@@ -128,6 +130,43 @@ def split_items(text: str) -> list[tuple[int, str]]:
         for i in range(len(starts))
         if bounds[i + 1] > bounds[i] or len(starts) == 1
     ]
+
+
+def split_items_edited(chunks: list[tuple[int, str]], text: str, start: int, old_end: int, new_end: int):
+    """`split_items(text)`, where `text` is the text split into `chunks` with characters `start:old_end` replaced by
+    `text[start:new_end]` (`positions.changed_range`): the old chunks, the edited one's text replaced and those after
+    it moved, when the edit is inside one item, after its header line and before its last line, adds no header
+    line, and that last line is one the next item's header never takes in (it starts with none of `#`, `@`, a space,
+    a tab or `)`): then every header and every line a header takes in above it are as they were. Else
+    `split_items(text)`. Splitting a 3,000-line file anew took ~0.9 ms of each keystroke's first stage."""
+    found = _edited_chunks(chunks, text, start, old_end, new_end)
+    return found if found is not None else split_items(text)
+
+
+def _edited_chunks(
+    chunks: list[tuple[int, str]], text: str, start: int, old_end: int, new_end: int
+) -> list[tuple[int, str]] | None:
+    if "\r" in text:  # (lexable: a lone `\r` would count as a line break)
+        return None
+    k = bisect_right(chunks, start, key=lambda chunk: chunk[0]) - 1
+    if k < 0:
+        return None
+    offset, chunk = chunks[k]
+    end = offset + len(chunk)
+    header = _HEADER.search(chunk)
+    if header is None or old_end > end:
+        return None
+    first_end = chunk.find("\n", header.start())  # the header line's break
+    last = chunk.rfind("\n", 0, len(chunk) - 1) + 1  # the last line's start
+    if first_end < 0 or not offset + first_end < start or not old_end < offset + last:
+        return None
+    if chunk.startswith(("#", "@", " ", "\t", ")"), last):
+        return None
+    delta = new_end - old_end
+    if _HEADER.search(text, offset + first_end + 1, offset + last + delta) is not None:
+        return None
+    edited = (offset, text[offset : end + delta])
+    return chunks[:k] + [edited] + [(o + delta, c) for o, c in chunks[k + 1 :]]
 
 
 def names_after(text: str, start: int) -> set[str]:

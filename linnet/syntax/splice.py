@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from . import ast as A
 from .ast import Span
 from .items import Item, make_item
+from .positions import changed_range, lexable
 
-__all__ = ["BodyEdit", "moved", "splice_body"]
+__all__ = ["BodyEdit", "Splice", "moved", "plan_splice", "splice_body"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,13 +47,42 @@ def splice_body(item: Item, text: str, only: A.FnDef | None = None) -> BodyEdit 
     the same tree outside that body, with the same interface (`Item.interface`); `only`: and that function is
     `only`. Returns the edit, or None (the item is left as it was) otherwise. The item's `text`, `problems` and
     nodes are updated; its `offset` is the caller's to set."""
+    plan = plan_splice(item, text, only)
+    return plan.apply() if plan is not None else None
+
+
+@dataclass(frozen=True, slots=True)
+class Splice:
+    """A body edit found and parsed (`plan_splice`), not yet applied: `apply` changes the item. Apart, so that the
+    parse is done before the edit is made where others read the item (semantics.program: `Document.update`)."""
+
+    item: Item
+    text: str
+    fn: A.FnDef
+    body: A.Block
+    problems: list
+    cut: int
+    delta: int
+
+    def apply(self) -> BodyEdit:
+        """Make the edit in place: the function's body replaced, the nodes after it moved, the item's text set."""
+        item = self.item
+        _move(item.ast, self.fn, self.cut, self.delta)
+        self.fn.body = self.body
+        item.text = self.text
+        item.problems = self.problems
+        item._refs = None
+        item._attribute_findings = None
+        return BodyEdit(self.fn, self.cut, self.delta)
+
+
+def plan_splice(item: Item, text: str, only: A.FnDef | None = None) -> Splice | None:
+    """The edit `splice_body` would make, parsed and checked, without changing `item`; None where it makes none."""
     tree = item.ast
     if item.kind != "module" or not isinstance(tree, A.ModuleDef) or tree.is_model:
         return None
     old = item.text
-    start = _common_prefix(old, text)
-    tail = _common_suffix(old, text, min(len(old), len(text)) - start)
-    old_end = len(old) - tail
+    start, old_end, _ = changed_range(old, text)
     fn = next(
         (
             m
@@ -63,45 +93,32 @@ def splice_body(item: Item, text: str, only: A.FnDef | None = None) -> BodyEdit 
     )
     if fn is None or (only is not None and fn is not only):
         return None
-    new = make_item(item.source, item.offset, text)
     delta = len(text) - len(old)
     cut = fn.body.span.end
-    if new.kind != item.kind or new.name != item.name or new.interface != item.interface:
-        return None
-    body = _same_tree(tree, new.ast, fn, cut, delta)
+    body = _parse_body(item, text, fn.body.span.start, cut + delta)
+    problems: list = []
     if body is None:
+        new = make_item(item.source, item.offset, text)
+        if new.kind != item.kind or new.name != item.name or new.interface != item.interface:
+            return None
+        body = _same_tree(tree, new.ast, fn, cut, delta)
+        if body is None:
+            return None
+        problems = new.problems
+    return Splice(item, text, fn, body, problems, cut, delta)
+
+
+def _parse_body(item: Item, text: str, start: int, end: int) -> A.Block | None:
+    """The function body that is `text[start:end]` parsed alone (`descent.parse_block`), when that is the parse the
+    whole of `text` gets: the item parsed with no problem, so the rest of its text, unchanged, parses as before
+    (what the fast parser accepts, lark's route builds alike); None otherwise (the whole item is then parsed
+    again and compared). Parsing a 60-line module and comparing the trees was ~1.8 of the 5 ms a keystroke's
+    first stage took on the 3,000-line file (bench/lsp_latency.py --burst-pause)."""
+    from .descent import parse_block  # (as `parser._parse` does: a start that parses nothing never loads it)
+
+    if item.problems:
         return None
-    _move(tree, fn, cut, delta)
-    fn.body = body
-    item.text = text
-    item.problems = new.problems
-    item._refs = None
-    item._attribute_findings = None
-    return BodyEdit(fn, cut, delta)
-
-
-def _common_prefix(a: str, b: str) -> int:
-    """The length of the longest common prefix of `a` and `b` (a binary search over slices: compared in C)."""
-    lo, hi = 0, min(len(a), len(b))
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if a[lo:mid] == b[lo:mid]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
-
-
-def _common_suffix(a: str, b: str, limit: int) -> int:
-    """The length of the longest common suffix of `a` and `b`, at most `limit`."""
-    lo, hi = 0, max(limit, 0)
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if a[len(a) - mid : len(a) - lo] == b[len(b) - mid : len(b) - lo]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
+    return parse_block(lexable(text), start, end)
 
 
 def _span_fields(node: A.Node) -> tuple[str, ...]:

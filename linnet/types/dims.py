@@ -239,12 +239,16 @@ class Dim:
                     term = _cancel_quotient(mono, coeff)
                     if term is None:
                         term = Dim.of(coeff)
+                        quotient = False  # an atom's value holds a quotient of unknowns
                         for a, p in mono:
                             if a.value is not None:
                                 base = a.value.val
+                                quotient = quotient or any(_unknown_quotient(m) for m in base._t)
                             else:
                                 base = Dim.atom(a.alias if a.alias is not None else a)
                             term = term * base**p
+                        if quotient:  # a field derived from unknown ones (`c.heads * c.head_dim` is `c.hidden`)
+                            term = _cancel_quotients(term)
                     result = result + term
                 self._val = result
         return self._val
@@ -338,6 +342,21 @@ def _cancel_quotient(mono: Monomial, coeff: int) -> Dim | None:
             if q is not None:
                 return q * num.val
     return None
+
+
+def _unknown_quotient(mono: Monomial) -> bool:
+    """Whether `mono` holds a quotient of unknown value (what `_cancel_quotient` cancels)."""
+    return any(a.value is None and a.quot is not None for a, _ in mono)
+
+
+def _cancel_quotients(d: Dim) -> Dim:
+    """`d` (a value: no known constants left) with each term's quotient of unknown value cancelled where the rest of
+    the term is a multiple of its denominator (`_cancel_quotient`)."""
+    result = Dim()
+    for mono, coeff in d._t.items():
+        term = _cancel_quotient(mono, coeff) if _unknown_quotient(mono) else None
+        result = result + (term if term is not None else Dim._raw({mono: coeff}))
+    return result
 
 
 def _term_order(term):

@@ -137,6 +137,20 @@ def test_preset_with_its_own_config_error(tmp_path, capsys):
     assert "error[L401]" in capsys.readouterr().out
 
 
+def test_a_missing_path_does_not_hide_the_others(tmp_path, capsys):
+    """language.md section 12: exit 2 on no such file or an empty folder, "the other files are still checked and
+    reported"."""
+    (tmp_path / "b.linnet").write_text("fn f(x: [N]) -> [M] {\n    x\n}\n")
+    (tmp_path / "empty").mkdir()
+    args = ["check", str(tmp_path / "missing.linnet"), str(tmp_path / "empty"), str(tmp_path / "b.linnet")]
+    assert main(args) == 2
+    captured = capsys.readouterr()
+    assert "missing.linnet: no such file or folder" in captured.err
+    assert "empty: no .linnet files in this folder" in captured.err
+    assert "b.linnet:1:18: error[L101]: unknown dim `M`" in captured.out
+    assert "checked 1 file: 1 error, 0 warnings; 2 not found" in captured.err
+
+
 def test_an_unreadable_file_does_not_hide_the_others(tmp_path, capsys):
     (tmp_path / "a.linnet").write_bytes("# caf\xe9\n".encode("latin-1"))
     (tmp_path / "b.linnet").write_text("fn f(x: [N]) -> [M] {\n    x\n}\n")

@@ -451,3 +451,44 @@ def test_workers_end_when_their_parent_is_killed():
         for pid in workers:  # before the fix: end them here so that no test leaves processes behind
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
+
+
+# mistral.linnet with a preset of 0 attention heads (its `head_dim` given, so the config itself evaluates), and a
+# second module building llama.linnet's layer that nothing names, so a share of its own can start at it
+BAD_HEADS = (
+    "    num_attention_heads = 32, num_key_value_heads = 8, head_dim = 128,",
+    "    num_attention_heads = 0, num_key_value_heads = 8, head_dim = 128,",
+)
+LAYER_PAIR = """
+## Two decoder layers side by side.
+module MistralLayerPair(c: Mistral) {
+    first: LlamaDecoderLayer(c)
+    second: LlamaDecoderLayer(c)
+}
+"""
+
+
+def test_what_imported_modules_find_under_the_importers_presets_is_the_same_in_shares(tmp_path, capsys, monkeypatch):
+    # imported.py reads the call information of the importer's checks, which a worker's share keeps to itself: the
+    # layers MistralLayerPair builds (checked by a worker) went unchecked, and `--jobs 3` printed 1 error of 3
+    _split_in_two(monkeypatch)
+    monkeypatch.setenv("NO_COLOR", "1")
+    (tmp_path / "llama.linnet").write_text((EXAMPLES / "llama.linnet").read_text(encoding="utf-8"), encoding="utf-8")
+    text = (EXAMPLES / "mistral.linnet").read_text(encoding="utf-8")
+    assert text.count(BAD_HEADS[0]) == 1
+    path = tmp_path / "mistral.linnet"
+    path.write_text(text.replace(*BAD_HEADS) + LAYER_PAIR, encoding="utf-8")
+    assert "MistralLayerPair" in [i.name for i in Document(str(path), path.read_text()).analyze(jobs=3).remote]
+    outputs = []
+    for jobs in ("1", "3"):
+        rc = main(["check", "--jobs", jobs, str(path)])
+        outputs.append((rc, *capsys.readouterr()))
+    assert outputs[1] == outputs[0]
+    out = outputs[0][1]
+    # the stack's layers and the pair's two, each at the member that builds it, the imported line labelled
+    assert (
+        out.count("error[L213]: `LlamaDecoderLayer` under this config: axis `h` has size c.num_attention_heads = 0")
+        == 3
+    )
+    assert "first: LlamaDecoderLayer(c)" in out and "second: LlamaDecoderLayer(c)" in out
+    assert out.count("= note: under preset `mistral_7b_instruct_v0_3`") == 3

@@ -60,3 +60,23 @@ def test_inputs_too_big_for_memory_are_a_usage_error_before_allocating():
     assert line.startswith(
         "linnet run: --dim K=10000000 --dim N=10000000: the random inputs of entry `forward` need 372529.2 GiB"
     ) and line.endswith("available: give smaller sizes")
+
+
+@pytest.mark.torch
+def test_an_output_with_a_zero_sized_dim_is_reported_empty(tmp_path):
+    """A config size of 0 checks (L213 asks for sizes of 0 or more); the output has no mean or min to print, and
+    `linnet run` once died there with numpy's ValueError."""
+    pytest.importorskip("torch")
+    source = tmp_path / "zero.linnet"
+    source.write_text(
+        "config C {\n    out: int = 0\n}\n\nmodel M(c: C) {\n    proj: Linear(4, c.out)\n\n"
+        "    entry fn forward(x: [B, 4]) -> [B, c.out] {\n        proj(x)\n    }\n}\n"
+    )
+    r = run_cli("run", str(source), "--backend", "torch-interpret")
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    assert "  output [1, 0] float32: empty" in r.stdout.splitlines()
+    r = run_cli("run", str(source), "--backend", "torch-interpret", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    (out,) = json.loads(r.stdout)["outputs"]
+    assert out["shape"] == out["checker_shape"] == [1, 0]
+    assert (out["mean"], out["std"], out["min"], out["max"]) == (None, None, None, None)

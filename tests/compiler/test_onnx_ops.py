@@ -20,6 +20,7 @@ from linnet.ir import build
 from linnet.ir.core import Program
 from linnet.ops import REGISTRY
 from linnet.types.core import F32
+from linnet.types.dims import Dim
 from tests.compiler.op_cases import assert_matches, case, reference, single_op_graph
 from tests.conftest import EXAMPLES
 
@@ -206,3 +207,14 @@ def test_pooling_whose_ceil_mode_overhang_reaches_the_kernel_runs(ort, name):
         hits += 1
         assert_matches(name, run_onnx(ort, g, inputs)[0], np.asarray(reference(name, tensors, const)), "onnx")
     assert hits > 0, "no draw reached the kernel: the test no longer tests the padded path"
+
+
+@pytest.mark.onnxruntime
+def test_a_reshape_to_a_zero_sized_dim_keeps_its_zero(ort):
+    """ONNX's Reshape reads a 0 in its shape as "copy the input's dim" unless `allowzero` is set: a reshape of
+    [0, 3] to [3, 0] came out [0, 3] where the checker and PyTorch give [3, 0] (and `repeat_interleave(x, 0, dim=1)`
+    on [B, 4], whose lowering reshapes to [B, 0], gave [0, 4])."""
+    x = np.zeros((0, 3), dtype=np.float32)
+    g, types, inputs = single_op_graph("reshape", {"x": x}, {"shape": [Dim.of(3), Dim.of(0)]})
+    (out,) = run_onnx(ort, g, inputs)
+    assert out.shape == (3, 0) == tuple(d.as_int() for d in types[0].shape.dims)

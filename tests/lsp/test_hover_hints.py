@@ -153,3 +153,37 @@ async def test_hover_and_hints_in_a_list_whose_elements_receive_their_index(clie
     normed = doc.pos("let normed = ", len("let normed"))
     assert by_place[(normed.line, normed.character)] == ": [B, S, 768]"
     doc.close()
+
+
+SHARED_BINDING = """config C {
+    n: int = 4
+}
+
+preset small = C { n = 4 }
+
+preset big = C { n = 8 }
+
+model M(c: C) {
+    w: [c.n, c.n]
+
+    fn forward(x: [B, c.n]) -> [B, c.n] {
+        let y = x @ w
+        y
+    }
+}
+"""
+
+
+async def test_hover_names_the_selected_preset_where_the_defaults_share_its_check(client, tmp_path):
+    # `small` gives the defaults' values, so one check holds both scenarios (`defaults`, `small`): hover named the
+    # check's first scenario, the defaults, and so said nothing of the preset it quoted
+    doc = await open_doc(client, tmp_path / "shared.linnet", SHARED_BINDING)
+    text = await hover(client, doc, "let y", 4)  # no preset selected: the first, `small`, is quoted
+    assert "= `[B, 4]` under preset `small`" in text
+    select = "linnet.selectPreset"
+    for preset, shape in (("small", "[B, 4]"), ("big", "[B, 8]")):
+        await client.workspace_execute_command_async(T.ExecuteCommandParams(select, [{"preset": preset}]))
+        text = await hover(client, doc, "let y", 4)
+        assert f"= `{shape}` under preset `{preset}`" in text
+    await client.workspace_execute_command_async(T.ExecuteCommandParams(select, [{"preset": ""}]))
+    doc.close()

@@ -80,9 +80,14 @@ def test_the_greedy_loop_runs_on_token_major_caches(monkeypatch):
 
 
 def test_the_generated_module_says_how_it_holds_its_caches(monkeypatch):
+    """Token-major caches are written by `write_cache_tokens`, and the scan over the layers hands each layer its
+    slice of them (`state_per_item`: carried whole, the TPU re-laid the stack at every layer); flat ones stay
+    carried, written in place (tests/runtimes/test_jax_backend.py: no copy of them on the CPU)."""
     model = load(monkeypatch, "llama", "token_major")
     assert "held as [max_batch, T, H * D]" in model.source
     assert "write_cache_tokens(" in model.source
+    assert "state_per_item=True)" in model.source
+    assert "state_per_item" not in load(monkeypatch, "llama", "flat").source
 
 
 @pytest.mark.tpu

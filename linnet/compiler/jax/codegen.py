@@ -173,6 +173,9 @@ class Emitter(GraphEmitter):
     held: dict[int, str] | None = None
     # the ids of the `loop` ops written as `scan_layers` (`scan.scanned_loops`: their lists may be held stacked)
     scanned: frozenset[int] = frozenset()
+    # whether `scan_layers` hands each item its slice of the stacked state (`Stacked.scan`'s `state_per_item`): for
+    # KV caches held token-major, the TPU's layout, whose carried stack the chip's compiler re-laid at every layer
+    state_per_item: bool = False
     # `quantized` (the module docstring): value id -> the member of each matrix parameter, which may be held as a
     # quantized pair; None when off. Their generic rendering reads them through `dequantize(...)`.
     quantized: dict[int, str] | None = None
@@ -253,7 +256,10 @@ class Emitter(GraphEmitter):
         one = len(carried) == 1
         head = [f"def {fn}({var}, {ins[0] if one else 'carry'}):"] + ([] if one else [f"    {', '.join(ins)} = carry"])
         start = self.r(carried[0]) if one else f"({', '.join(map(self.r, carried))})"
-        call = f"{', '.join(outs)} = scan_layers({items}, {fn}, {start})" + (f"  # {op.origin}" if op.origin else "")
+        per_item = ", state_per_item=True" if self.state_per_item else ""
+        call = f"{', '.join(outs)} = scan_layers({items}, {fn}, {start}{per_item})" + (
+            f"  # {op.origin}" if op.origin else ""
+        )
         return [*head, *("    " + line for line in inner), f"    return {returned}", call]
 
     def is_member(self, text: str) -> bool:
@@ -688,13 +694,14 @@ class JaxModule(ModuleWriter):
         quantized: bool = False,
     ):
         self.scanned = frozenset(scanned_loops(program))  # before the writer renders any method
+        self.state_per_item = _cache_layout(program) == "token_major"
         super().__init__(program, numerics, standalone)
         self.f32_matrices, self.quantized = f32_matrices, quantized
 
     def new_emitter(self) -> Emitter:
         e = super().new_emitter()
         e.held = {} if self.f32_matrices else None
-        e.scanned = self.scanned
+        e.scanned, e.state_per_item = self.scanned, self.state_per_item
         e.quantized = {} if self.quantized else None
         return e
 

@@ -233,6 +233,13 @@ class Lowering:
             return self.const(np.array(n, dtype=np.int64), "dim")
         return self.op("Squeeze", [self.dim(d), self.const(np.array([0], dtype=np.int64), "axes")], hint="dim")
 
+    def reshape(self, x: ir.Value, dims, hint: str) -> ir.Value:
+        """`x` reshaped to `dims`. A 0 in Reshape's shape copies the input's dim unless `allowzero` is set, so it is
+        set where a dim is a literal 0 (`repeat_interleave(x, 0, dim=1)` came out [0, 4], not [1, 0]); only there, so
+        ONNX Runtime's fusions see the Reshape nodes they match everywhere else."""
+        zero = any((d if isinstance(d, Dim) else Dim.of(d)).as_int() == 0 for d in dims)
+        return self.op("Reshape", [x, self.shape(dims)], {"allowzero": 1} if zero else None, hint=hint)
+
     def shape(self, dims) -> ir.Value:
         """int64[len(dims)] of a shape."""
         dims = [d if isinstance(d, Dim) else Dim.of(d) for d in dims]
@@ -480,9 +487,7 @@ def _linear(L: Lowering, op: Op) -> ir.Value:
 
 
 LOWERINGS["linear"] = _linear
-LOWERINGS["reshape"] = lambda L, op: L.op(
-    "Reshape", [L.get(op.args["x"]), L.shape(op.args["shape"])], hint=op.result.name
-)
+LOWERINGS["reshape"] = lambda L, op: L.reshape(L.get(op.args["x"]), op.args["shape"], hint=op.result.name)
 
 
 def _perm(rank: int, dim0: int, dim1: int) -> list[int]:
@@ -555,7 +560,7 @@ def _repeat_interleave(L: Lowering, op: Op) -> ir.Value:
     u = L.op("Unsqueeze", [L.get(x), L.const(np.array([dim + 1], dtype=np.int64), "axes")], hint="repeat")
     e = L.op("Expand", [u, L.shape(wide)], hint="repeat")
     e.dtype, e.shape = ONNX_DTYPES[x.dtype.name], ir_shape(wide)
-    return L.op("Reshape", [e, L.shape(op.result.dims)], hint=op.result.name)
+    return L.reshape(e, op.result.dims, hint=op.result.name)
 
 
 LOWERINGS["repeat_interleave"] = _repeat_interleave
@@ -566,12 +571,12 @@ def _rearrange(L: Lowering, op: Op) -> ir.Value:
     expanded, perm, out = rearrange_plan(list(x.dims), op.args["pattern"], dict(op.args["sizes"]))
     cur = L.get(x)
     if [d.key() for d in expanded] != [d.key() for d in x.dims]:
-        cur = L.op("Reshape", [cur, L.shape(expanded)], hint="rearrange")
+        cur = L.reshape(cur, expanded, hint="rearrange")
     if perm != list(range(len(perm))):
         cur = L.op("Transpose", [cur], {"perm": list(perm)}, hint="rearrange")
     permuted = [expanded[i] for i in perm]
     if [d.key() for d in out] != [d.key() for d in permuted]:
-        cur = L.op("Reshape", [cur, L.shape(out)], hint="rearrange")
+        cur = L.reshape(cur, out, hint="rearrange")
     if cur is L.get(x):
         cur = L.op("Identity", [cur], hint=op.result.name)
     return cur
