@@ -14,6 +14,7 @@ from pathlib import Path
 
 from linnet.cli import common
 from linnet.cli.common import EXIT_ERRORS, EXIT_OK, EXIT_USAGE
+from linnet.syntax.sources import read_source_text
 
 
 def _collect(paths: list[str]) -> tuple[list[Path], list[str]]:
@@ -41,9 +42,8 @@ def _collect(paths: list[str]) -> tuple[list[Path], list[str]]:
 def read_source(path: Path) -> str:
     """A source file's text: UTF-8, a leading byte-order mark dropped, line endings kept as they are (`\r\n`
     and a lone `\r` are line breaks to the front end, so positions and byte offsets are the file's own). Raises
-    OSError and UnicodeDecodeError."""
-    with path.open(encoding="utf-8-sig", newline="") as f:
-        return f.read()
+    OSError and UnicodeDecodeError (NotUtf8, which says the line and column)."""
+    return read_source_text(path)
 
 
 def _display(path: str) -> str:

@@ -26,6 +26,7 @@ from ..semantics.suggest import closest
 from ..syntax import ast as A
 from ..syntax.items import Location
 from ..syntax.positions import LineIndex
+from ..syntax.sources import NotUtf8, read_source_text
 from ..types.core import DTYPES
 from .analyses import analyze_source
 from .core import Program
@@ -137,18 +138,16 @@ def read_source(source: str | Path) -> tuple[str, str]:
     misspelt `model.linet` is not parsed as source text). A file is UTF-8, a leading byte-order
     mark dropped (as `linnet check` reads it). Raises OSError when a path cannot be read (a missing
     file; a folder, as IsADirectoryError "PATH is a folder: give a .linnet file") and SourceError
-    for a file that is not UTF-8, naming the byte."""
+    for a file that is not UTF-8, naming the byte and its line and column."""
     text = str(source)
     if isinstance(source, Path) or ("\n" not in text and (text.endswith(".linnet") or _names_a_path(text))):
         p = Path(source)
         if p.is_dir():
             raise IsADirectoryError(f"{p} is a folder: give a .linnet file")
         try:
-            with p.open(encoding="utf-8-sig", newline="") as f:  # line endings as in the file
-                return str(p), f.read()
-        except UnicodeDecodeError as e:
-            byte = e.object[e.start]
-            raise SourceError(f"{p}: not UTF-8 text (byte 0x{byte:02x} at byte {e.start}): {e.reason}") from None
+            return str(p), read_source_text(p)
+        except NotUtf8 as e:
+            raise SourceError(f"{p}: {e}") from None
     return "<source>", text
 
 

@@ -4,6 +4,7 @@ computed with the one scalar semantics (`types/scalars.py`), tensor ones emitted
 from __future__ import annotations
 
 from ..ops import OPERATORS, REGISTRY
+from ..ops.catalog import resolved_slice_bound
 from ..semantics.configs import MISSING, ConfigValue
 from ..syntax import ast as A
 from ..types.dims import Dim
@@ -213,17 +214,22 @@ class ExprsMixin:
             raise LoweringError(self.where(env.item, e) + f"`{e.op}` of symbolic dims is not known at compile time")
         return result
 
+    def _check_in_range(self, i: int, n: int, env: Env, e: A.Index, what: str = "") -> None:
+        """Refuse (located) an index outside a list of `n`: an int parameter's value that the checker did not
+        know, as a method's `i` in `resnets[i]` (L212 where the checker sees the value)."""
+        if not -n <= i < n:
+            raise LoweringError(self.where(env.item, e.items[0]) + f"index {i} is out of range for a list of {n}{what}")
+
     def index(self, e: A.Index, env: Env):
         base = self.expr(e.value, env)
         if isinstance(base, ModList):
-            i = self.expr(e.items[0], env)
-            return self.list_items(base)[_number(i)]
+            i = _number(self.expr(e.items[0], env))
+            items = self.list_items(base)
+            self._check_in_range(i, len(items), env, e, " submodules")
+            return items[i]
         if isinstance(base, list):  # a `list[...]` config field, indexed by a compile-time int
             i = _number(self.expr(e.items[0], env))
-            if not -len(base) <= i < len(base):  # an int parameter's value, which the checker did not know
-                raise LoweringError(
-                    self.where(env.item, e.items[0]) + f"index {i} is out of range for a list of {len(base)}"
-                )
+            self._check_in_range(i, len(base), env, e)
             return _config_scalar(base[i])
         if not isinstance(base, Value):
             raise LoweringError(self.where(env.item, e) + "only tensors can be indexed")
@@ -239,6 +245,7 @@ class ExprsMixin:
                     continue
                 start = self.expr(it.start, env) if it.start is not None else Dim.of(0)
                 stop = self.expr(it.stop, env) if it.stop is not None else None
+                start, stop = resolved_slice_bound(start, x.dims[pos]), resolved_slice_bound(stop, x.dims[pos])
                 x = self.apply(REGISTRY["slice"], {"x": x, "dim": pos, "start": start, "stop": stop}, it)
                 continue
             v = self.expr(it, env)

@@ -4,8 +4,10 @@ Completion offers, after `x.`, the members of what `x` is (a config's fields, a 
 members and methods, a tensor's `dtype`); elsewhere the names in scope at the cursor
 (function and module parameters, `let`s above it, loop variables, dims, members), the
 file's and the standard library's items, the primitive ops with their signatures and docs,
-keywords, dtypes, and item snippets at the start of a line. It reads the text before the
-cursor, so it works while the statement being typed does not parse.
+keywords, dtypes, and item snippets at the start of a line. Where only a type can go (`fn f(y: |`,
+`-> |`) it offers types, and at a field name of a config value (`MlpConfig { in_features = 8, | }`)
+the fields not yet set (`completion_context`). It reads the text before the cursor, so it works
+while the statement being typed does not parse.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from linnet.ops import REGISTRY
-from linnet.semantics.configs import MISSING, ConfigValue
+from linnet.semantics.configs import MISSING, SCALAR_TYPES, ConfigValue
 from linnet.semantics.describe import dotted
 from linnet.semantics.program import Analysis
 from linnet.syntax import ast as A
@@ -21,6 +23,7 @@ from linnet.syntax.items import Item
 from linnet.syntax.parser import code_mask
 from linnet.types.core import DTYPES, ConfigT, ModuleListT, ModuleT, TensorT
 
+from .completion_context import BEFORE_ITEM_CHARS, Place, completion_place
 from .lookup import doc_of, field_value, header, line_start, place_kind, value_text
 from .navigation import KEYWORDS
 
@@ -182,6 +185,34 @@ def _scope_names(item: Item, rel: int) -> list[Completion]:
     return list(out.values())
 
 
+def _type_completions(analysis: Analysis, item: Item | None, rel: int, place: Place) -> list[Completion]:
+    """What can start a type: the scalar types, the configs, the dtypes (`f32[B, S]`), a function's dtype
+    variables, and in a config field `list`."""
+    out = [Completion(n, "Keyword", "type", sort="0") for n in SCALAR_TYPES + (("list",) if place.in_config else ())]
+    generics = list(place.generics)
+    if not generics and item is not None and item.ast is not None:
+        generics = [g.name.id for node in A.node_at(item.ast, rel) if isinstance(node, A.FnDef) for g in node.generics]
+    out.extend(Completion(name, "TypeParameter", "dtype variable", sort="0") for name in generics)
+    if analysis.globals is not None:
+        for name, it in analysis.globals.by_name.items():
+            if it.kind == "config":
+                out.append(Completion(name, "Struct", header(it, it.ast) if it.ast is not None else "config", sort="1"))
+    out.extend(Completion(name, "TypeParameter", "dtype", sort="2") for name in sorted(set(DTYPES) - set(SCALAR_TYPES)))
+    return out
+
+
+def _place_completions(
+    analysis: Analysis, item: Item | None, place: Place, start: int, preset: str | None
+) -> list[Completion]:
+    """Completions where only a type or a config value's field can go (`completion_context`)."""
+    if place.kind == "type":
+        return _type_completions(analysis, item, start - item.offset if item is not None else 0, place)
+    config = analysis.globals(place.config) if analysis.globals is not None else None
+    if config is None or config.kind != "config":
+        return []
+    return [c for c in _config_fields(analysis, config, preset) if c.label not in place.written]
+
+
 def completions(analysis: Analysis, offset: int, preset: str | None) -> list[Completion]:
     """Completions at character `offset`; none inside comments and strings."""
     text = analysis.document.text
@@ -197,6 +228,11 @@ def completions(analysis: Analysis, offset: int, preset: str | None) -> list[Com
         if item is None or not chain:
             return []
         return member_completions(analysis, item, chain, preset)
+    floor = item.offset if item is not None else max(0, start - BEFORE_ITEM_CHARS)
+    limit = item.offset + len(item.text) if item is not None else len(text)
+    place = completion_place(text, floor, start, limit)
+    if place is not None:
+        return _place_completions(analysis, item, place, start, preset)
     if text[begin:start].strip() == "" and start == begin:
         return [Completion(k, "Snippet", f"{k} …", snippet=s, sort="0") for k, s in SNIPPETS.items()] + [
             Completion(k, "Keyword", sort="1") for k in ("entry",)

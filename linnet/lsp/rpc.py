@@ -99,17 +99,30 @@ def envelope_problem(data: dict[str, Any]) -> str | None:
     return None
 
 
-def strict_strings(converter: cattrs.Converter) -> cattrs.Converter:
-    """`converter` with strings structured strictly: cattrs's default structures any value into a `str` field with
-    `str(value)`, so `rename` with `newName: null` renamed the symbol to `None`; a value that is not a string is an
-    error instead (answered with InvalidParams, naming the field)."""
+def strict_scalars(converter: cattrs.Converter) -> cattrs.Converter:
+    """`converter` with strings and integers structured strictly: cattrs's default structures any value into a
+    `str` field with `str(value)` and into an `int` field with `int(value)`, so `rename` with `newName: null`
+    renamed the symbol to `None` and a position's `character: 1.5`, `true` or `"3"` became 1 or 3 (and a hover
+    there answered null). A value that is not a string, or not an integer (a float with a fraction, a boolean, a
+    string of digits), is an error instead, answered with InvalidParams naming the field. A float without a
+    fraction (`2.0`) is an integer in JSON, which does not tell them apart, and is taken."""
 
     def structure_str(value: Any, _type: type) -> str:
         if not isinstance(value, str):
             raise TypeError(f"expected a string, got {type(value).__name__}")
         return value
 
+    def structure_int(value: Any, _type: type) -> int:
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(f"expected an integer, got {value!r}")
+        return value
+
     converter.register_structure_hook(str, structure_str)
+    converter.register_structure_hook(int, structure_int)
+    # a `bool` is an `int` to the hook dispatch: without its own hook, `snippetSupport: true` would hit the one above
+    converter.register_structure_hook(bool, lambda value, _type: bool(value))
     return converter
 
 

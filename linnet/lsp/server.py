@@ -69,7 +69,7 @@ from .rpc import (
     PrefetchingStdin,
     raised_by_json_decoder,
     refusal,
-    strict_strings,
+    strict_scalars,
 )
 from .tokens import TOKEN_MODIFIERS, TOKEN_TYPES, semantic_tokens
 from .weights import WeightChecks
@@ -154,7 +154,7 @@ class LinnetServer(LanguageServer):
             __version__,
             text_document_sync_kind=T.TextDocumentSyncKind.Incremental,
             protocol_cls=LinnetProtocol,
-            converter_factory=lambda: strict_strings(default_converter()),
+            converter_factory=lambda: strict_scalars(default_converter()),
         )
         self.documents = Documents()
         self.settings = Settings()

@@ -29,6 +29,7 @@ from .registry import (
     join_dtypes,
     operand_dtype,
     register,
+    require_fit,
     same_dim,
     shape_of,
 )
@@ -894,7 +895,19 @@ def _symbolic_bound(bound: Dim, size: Dim, start: Dim, stop: Dim) -> Dim:
         raise OpError(
             "L212", f"slice {format_dim(start)}:{format_dim(stop)} is out of range for a dim of size {format_dim(size)}"
         )
-    return Dim.of(from_end) if from_end is not None else bound
+    return resolved_slice_bound(bound, size)
+
+
+def resolved_slice_bound(bound, size):
+    """A slice bound as the checker reads it (`_symbolic_bound`): one a known number below a symbolic size's negative
+    (`-S`, `1 - S` of a dim of size `S`) is that number from the start (0, 1); any other as written. The lowering
+    emits this, not the bound as written: a backend that compares `1 - S` with 0 cannot (jax.export's symbolic
+    dims: InconclusiveDimensionOperation), and one that can would read `1 - S` as 0 where `S` is 1, not as the
+    checker's 1."""
+    if not isinstance(bound, Dim) or not isinstance(size, Dim) or bound.as_int() is not None:
+        return bound
+    from_end = (size + bound).as_int()
+    return Dim.of(from_end) if from_end is not None and from_end >= 0 else bound
 
 
 def _slice_shape(a):
@@ -1073,13 +1086,19 @@ register(
     )
 )
 
+
+def _full_dtype(a):
+    require_fit(a["value"], a["dtype"], "full", "value")
+    return a["dtype"]
+
+
 register(
     OpDef(
         "full",
         [T("shape", "ints"), T("value", "float"), T("dtype", "dtype")],
         "A tensor of one value.",
         lambda a: Shape(tuple(a["shape"])),
-        lambda a: a["dtype"],
+        _full_dtype,
         reference=lambda shape, value, dtype: _np().full([int(s) for s in shape], value, dtype=dtype),
         category="construction",
         exact=True,

@@ -327,7 +327,45 @@ def operand_dtype(args: dict, names=("x", "y"), op: str = "") -> DType:
         )
     if kind == "bool" and tensor_dtype != BOOL:
         raise OpError("L303", f"`{op}` mixes {describe_dtype(tensor_dtype)} with a bool")
+    require_fit(scalar, tensor_dtype, op, names[1] if ta is not None else names[0])
     return tensor_dtype
+
+
+# (mantissa bits, largest exponent) of the float dtypes a constant is rounded into: one at or past the midpoint
+# between the largest finite value and the next power of two rounds to inf
+_FLOAT_FORMATS = {"f16": (10, 15), "bf16": (7, 127), "f32": (23, 127)}
+_INT_BITS = {"i32": 32, "i64": 64}
+
+
+def require_fit(value, dtype: DType, op: str, arg: str) -> None:
+    """L216 for a compile-time number `value` that `dtype` (a concrete one: not the working dtype, not a variable)
+    cannot hold: an int outside i32's or i64's range (PyTorch and XLA wrap it around, ONNX Runtime refuses the
+    model), or a number a float dtype rounds to inf (`full([n], 1e40, f32)`)."""
+    if dtype.var or isinstance(value, (bool, UnknownNumber)):
+        return
+    number = value.as_int() if isinstance(value, Dim) else value
+    if not isinstance(number, (int, float)):
+        return
+    if dtype.name in _INT_BITS:
+        bits = _INT_BITS[dtype.name]
+        low, high = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+        if isinstance(number, int) and not low <= number <= high:
+            raise OpError(
+                "L216",
+                f"`{op}` requires a constant that fits {dtype.name}, got {number}",
+                arg,
+                notes=[f"{dtype.name} holds {low} to {high}"],
+            )
+    elif dtype.name in _FLOAT_FORMATS:
+        mantissa, emax = _FLOAT_FORMATS[dtype.name]
+        if abs(number) >= (2 - 2.0 ** -(mantissa + 1)) * 2.0**emax:
+            largest = (2 - 2.0**-mantissa) * 2.0**emax
+            raise OpError(
+                "L216",
+                f"`{op}` requires a constant that fits {dtype.name}, got {number!r}",
+                arg,
+                notes=[f"{dtype.name}'s largest finite value is {largest!r}: this one would be inf"],
+            )
 
 
 def _type_text(t) -> str:

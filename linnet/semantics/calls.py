@@ -622,8 +622,14 @@ class CallsMixin:
     def _report_specialized(self, call: "_FnCall", compile_time: dict[str, Type], returned: Type) -> bool:
         """Report the first error of a standard-library callee's body checked with this call's values
         (`specialize.py`: a `Conv2d` whose window does not fit this input), at the call, the callee's line
-        labelled. Returns whether it reported."""
-        if not call.target.item.is_std:
+        labelled; the same for a method of the caller's own module given a known int or bool
+        (`specialize.same_item_call`: unet's `layer(..., 8)` indexing `resnets[i]`). Returns whether it reported."""
+        own = specialize.same_item_call(self, call.target, compile_time) or (
+            self.follow is not None
+            and call.target.item.source is self.follow
+            and specialize.worth_following(self, call.target, compile_time, call.info.dims)
+        )
+        if not call.target.item.is_std and not own:
             return False
         args = {
             p.name.id: compile_time[p.name.id]
@@ -638,7 +644,7 @@ class CallsMixin:
             return False
         self.report(
             found.code,
-            f"{call.callee} with these sizes: {found.message}",
+            f"{call.callee} with {'these arguments' if own else 'these sizes'}: {found.message}",
             call.node,
             labels=[Label(found.anchor, "fails here")] + list(found.labels),
             notes=list(found.notes),

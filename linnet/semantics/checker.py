@@ -84,8 +84,16 @@ class CheckContext:
         # The first error of a standard-library function's body checked with one call's values, by callee,
         # instance and argument types (`specialize.py`); not lent: its keys hold the callers' atoms.
         self.specialized: dict[Any, Any] = {}
+        # The same for the `follow` check of the root model (`instances.py`), which follows calls into user modules:
+        # lent, each entry with the items its checks read, dropped when one is replaced (`program._prune_caches`); and
+        # the dim variables that check's signatures made, by name node, so that its keys hold the same atoms.
+        self.followed: dict[Any, Any] = previous.followed if previous else {}
+        self.follow_atoms: dict[Any, Any] = previous.follow_atoms if previous else {}
+        self.following: list[set] = []  # the items read by each `follow` check under way, innermost last
         # Whether a standard-library function's body could fail with concrete sizes, by function (`specialize.py`).
         self.size_dependent: dict[Any, bool] = {}
+        # Whether an instance holds modules that differ, by instance key (`specialize.worth_following`).
+        self.varies: dict[Any, bool] = {}
         # The keys of both caches by each item whose replacement leaves them stale (an instance's module, a callee's
         # item): an edit drops its items' entries without reading the rest (`program._prune_caches`).
         self.cache_keys: dict[Item, list[tuple[str, Any]]] = previous.cache_keys if previous else {}
@@ -147,6 +155,11 @@ class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
         self.varied = False  # whether such a local changed shape in the loop body being checked
         self.fn_locals: list[tuple[str, Binding]] = []
         self.current_fn: tuple | None = None  # the file and symbol path of the function being checked
+        # The root model's source when calls into its file's modules are checked again with their instances'
+        # values and each element of an indexed list is looped over by itself (`instances.py`: the model's check
+        # under a preset, as lowering runs it); None in an item's own check, which is generic.
+        self.follow: Any = None
+        self.unrolled_loops = 0  # how many loops `unrolled` encloses the code being checked
 
     def report(self, code: str, message: str, node_or_span, **kw) -> None:
         span = node_or_span if isinstance(node_or_span, Span) else node_or_span.span
@@ -488,6 +501,11 @@ class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
             return
         self.ref(s.target, b.anchor)
         self.record(s.target, b.type)
+        if self.unrolled_loops and _same_rank(t, b.type):
+            # each element in turn, as lowering runs them: the local takes each one's size (the item's own check
+            # reported a local that changes shape in one run of a body)
+            b.type = t
+            return
         if any(b.depth < depth for depth in self.varying_loops) and isinstance(t, TensorT):
             varied = self.varied_type(t, b.type)
             if varied is not b.type and varied.shape.dims != b.type.shape.dims:
@@ -543,8 +561,31 @@ class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
                 "L210", f"assignment changes `{s.target.id}` from {format_type(declared)} to {format_type(t)}", s.value
             )
 
+    def unrolled(self, s: A.For, t: ModuleListT, n: int, scope: Scope) -> bool:
+        """Check the body of `for block in blocks` once per element, in order, each bound to its own instance
+        (`follow`: lowering unrolls the loop so); False when an element is not known."""
+        elements = [t.at(k) for k in range(n)] if t.element is not None else [t.instance] * n
+        if any(e is None for e in elements):
+            return False
+        # Not `unsure`: the body runs once per element in order, so a compile-time local holds each value lowering
+        # computes (`k = k + 1`), and a tensor local each element's size.
+        self.unrolled_loops += 1
+        try:
+            for element in elements:
+                b = Binding(ModuleT(element), "loop", self.anchor(s.var), s.var, uses=1)
+                inner = Scope(scope, "block")
+                inner.bind(s.var.id, b)
+                self.block(s.body, inner)
+        finally:
+            self.unrolled_loops -= 1
+        return True
+
     def for_loop(self, s: A.For, scope: Scope) -> None:
         t = self.expr(s.iter, scope)
+        if self.follow is not None and isinstance(t, ModuleListT) and t.count is not None:
+            n = t.count.as_int()
+            if n is not None and self.unrolled(s, t, n, scope):
+                return
         if isinstance(t, ModuleListT):
             elem: Type = ModuleT(t.instance)
         elif isinstance(t, UnknownT):
@@ -587,3 +628,10 @@ class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
             if varying:
                 self.varying_loops.pop()
             self.varied = varied or self.varied
+
+
+def _same_rank(t: Type, declared: Type) -> bool:
+    """Whether `t` may replace a local of type `declared` in an unrolled loop: tensors of one dtype and rank."""
+    if not isinstance(t, TensorT) or not isinstance(declared, TensorT) or t.dtype != declared.dtype:
+        return False
+    return t.shape.prefix is None and declared.shape.prefix is None and len(t.shape) == len(declared.shape)

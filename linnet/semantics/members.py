@@ -4,6 +4,7 @@ and refusing modules that contain themselves."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ..syntax import ast as A
@@ -23,7 +24,7 @@ from ..types.core import (
 )
 from ..types.dims import Dim, const
 from .describe import cond_key, cond_text, kind_text
-from .diagnostics import Label, LocalAnchor, symbol
+from .diagnostics import Finding, Label, LocalAnchor, symbol
 from .names import LOAD_TIME_DIMS, SCALAR_TYPE_NAMES
 from .resolved import Arg, CallInfo
 from .scope import Binding, FnTarget, Instance, MemberInfo, Members, Scope
@@ -31,6 +32,10 @@ from .sharing import config_reads, field_fits, param_owner, type_text
 
 if TYPE_CHECKING:
     from .checker import ItemChecker
+
+# A list of submodules whose elements (each built with its index) are checked one by one up to this length: a
+# longer one (a model tree of a million tensors) is checked with its index symbolic only.
+MAX_CHECKED_ELEMENTS = 1024
 
 
 class MembersMixin:
@@ -452,7 +457,9 @@ class _MemberEvaluator:
         scope.bind(index.id, binding)
         c.record(index, index_t)
         c.resolve(index, "dim", node=index, item=c.item, value=atom)
+        before = len(c.result.findings)
         inst = c.instantiate(item, m.ctor.args, scope, m.ctor)
+        generic_error = any(f.severity in (None, "error") for f in c.result.findings[before:])
         if binding.uses == 0 and not index.id.startswith("_"):
             c.report(
                 "L901",
@@ -465,6 +472,7 @@ class _MemberEvaluator:
             return MemberInfo(m.name.id, "list", m, UNKNOWN)
         outer, owner = self.outer, self.inst
         elements: dict[int, Instance | None] = {}
+        errors: dict[int, Finding | None] = {}
 
         def element(k: int) -> Instance | None:
             if k not in elements:
@@ -473,11 +481,29 @@ class _MemberEvaluator:
                 at = Scope(self.scope, "block")
                 at.bind(index.id, Binding(ScalarT("int", Dim.of(k)), "dim", None, index))
                 elements[k] = quiet.instantiate(item, m.ctor.args, at, m.ctor)
+                errors[k] = next((f for f in quiet.result.findings if f.severity in (None, "error")), None)
             return elements[k]
 
+        n = count.as_int() if count is not None else None
+        if n is not None and n <= MAX_CHECKED_ELEMENTS and not generic_error:
+            self.check_elements(m, index, n, element, errors)
         t = ModuleListT(inst, count, index=atom, element=element)
         c.record(m.name, t)
         return MemberInfo(m.name.id, "list", m, t, checkpoint_name=checkpoint)
+
+    def check_elements(self, m: A.FieldDecl, index: A.Name, n: int, element, errors: dict) -> None:
+        """Report the first error of the constructor's arguments evaluated with the index at each of its `n`
+        values (`c.block_out_channels[c.num_levels - 1 - i]` past the list's end for one `i`): the list is
+        checked with a symbolic index, and lowering builds each element with its own. The elements are built
+        once (the model tree and lowering read them)."""
+        for k in range(n):
+            element(k)
+            found = errors.get(k)
+            if found is not None:
+                self.c.result.findings.append(
+                    replace(found, message=f"element {k} of `{m.name.id}` ({index.id} = {k}): {found.message}")
+                )
+                return
 
 
 def _joined(texts: tuple[str, ...]) -> str:

@@ -191,6 +191,17 @@ class NamesMixin:
         )
         return None
 
+    def dim_var(self, e: A.Name):
+        """A new dim variable for `e`, where a signature first names it; in the `follow` check (instances.py) the
+        one the last such check of this node made, so that the calls it follows have the same values as then and
+        their checks are found in `CheckContext.followed`."""
+        if self.follow is None:
+            return var(e.id)
+        atoms = self.ctx.follow_atoms
+        if e not in atoms:
+            atoms[e] = var(e.id)
+        return atoms[e]
+
     def eval_dim(self, e: A.Expr, scope: Scope, binder: Binder | None) -> Dim | None:
         """A dim expression: int literals, dim variables, int config fields and module
         parameters, and + - * / // % over them (`/` exact, `//` and `%` floor)."""
@@ -209,7 +220,7 @@ class NamesMixin:
             b = self.lookup_value(e.id, scope)
             if b is None:
                 if binder is not None and not binder.frozen:
-                    atom = var(e.id)
+                    atom = self.dim_var(e)
                     binder.dims[e.id] = atom
                     binder.new_dims.append((e.id, atom, e))
                     binder.introduced[e.id] = e

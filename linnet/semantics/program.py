@@ -40,6 +40,7 @@ from .diagnostics import Diagnostic, Finding, Label, LocalAnchor, SymbolAnchor, 
 from .imported import imported_findings
 from .imported import item_findings as imported_item_findings
 from .imports import FileImports, Globals, Namespaces, canonical, namespaces
+from .instances import instance_findings
 from .model import ModelTree, check_model
 from .resolved import Resolved
 from .unread import unread_findings
@@ -712,6 +713,8 @@ class Document:
         if only is None and not self.is_std and not _has_errors(self.items, findings):
             findings.extend(imported_findings(analysis))
         if only is None and not self.is_std and not _has_errors(self.items, findings):
+            findings.extend(instance_findings(analysis))
+        if only is None and not self.is_std and not _has_errors(self.items, findings):
             findings.extend(unread_findings(analysis, self._unread_cache))
         analysis.diagnostics = self._diagnostics(findings, globals_)
         # what `analyze_first` starts from: an analysis whose every item is checked here, under every binding
@@ -739,6 +742,9 @@ class Document:
         ctx = CheckContext(globals_, evaluator, previous[1] if previous else None)
         if previous is not None and self._replaced:
             _prune_caches(ctx, self._replaced)
+        if previous is not None and (self._replaced or self._body_edits):
+            # an item edited in place (`_splice`) is the same object: its followed entries go by it too
+            _prune_followed(ctx, [*self._replaced, *self._body_edits])
         self._replaced = []
         self._context = (world, ctx)
         return world, ctx
@@ -1136,6 +1142,14 @@ def _prune_caches(ctx: CheckContext, replaced: list[Item]) -> None:
         for cache, key in keys.pop(item, ()):
             caches[cache].pop(key, None)
     ctx.cache_keys, ctx.members_cache, ctx.signatures = keys, caches["members"], caches["signatures"]
+
+
+def _prune_followed(ctx: CheckContext, gone: list[Item]) -> None:
+    """Drop the entries of the model's `follow` check (instances.py) that read an item an edit replaced or
+    changed in place. Each holds the set of items it read: filtered by it (a few hundred entries), rather than
+    indexed under each; copied, as `_prune_caches` does."""
+    gone_items = set(gone)
+    ctx.followed = {key: entry for key, entry in ctx.followed.items() if not (entry[1] & gone_items)}
 
 
 def _check_item(ctx: CheckContext, item: Item, binding: dict[str, Type]) -> ItemResult:

@@ -23,6 +23,7 @@ from ..syntax.items import Location
 from ..syntax.positions import split_lines
 from .diagnostics import Diagnostic
 
+TAB_WIDTH = 4  # columns a tab is shown as in an excerpt (the caret line is counted the same way)
 _COLORS = {
     "error": "\033[1;31m",
     "warning": "\033[1;33m",
@@ -70,11 +71,16 @@ def render_text(
         source = read_source(where.path)
         if source is None:
             continue
-        line_text = _line(source, where.line).expandtabs(4)
+        raw_line = _line(source, where.line)
+        line_text = raw_line.expandtabs(TAB_WIDTH)
         lines.append(f"{paint(f'{where.line:>{width}} |', 'gutter')} {line_text}".rstrip())
         for mark_loc, text, primary in group:
-            start_col = mark_loc.start.column - 1
-            end_col = mark_loc.end.column - 1 if mark_loc.end.line == mark_loc.line else len(line_text)
+            start_col = _shown_column(raw_line, mark_loc.start.column - 1)
+            end_col = (
+                _shown_column(raw_line, mark_loc.end.column - 1)
+                if mark_loc.end.line == mark_loc.line
+                else len(line_text)
+            )
             end_col = max(end_col, start_col + 1)
             mark = ("^" if primary else "-") * (end_col - start_col)
             underline = " " * start_col + paint(
@@ -88,6 +94,12 @@ def render_text(
     for fix in diag.fixes:
         lines.append(f"{' ' * width} = {paint('help', 'note')}: {fix.message}")
     return "\n".join(lines)
+
+
+def _shown_column(raw_line: str, column: int) -> int:
+    """Where character `column` (0-based) of `raw_line` is in the line as shown, its tabs expanded: a caret
+    under a tab-indented line counted each tab as one column and landed left of what it marks."""
+    return len(raw_line[:column].expandtabs(TAB_WIDTH)) + max(0, column - len(raw_line))
 
 
 def _ordered(marks: list[tuple[Location, str, bool]]):

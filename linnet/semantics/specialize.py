@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from ..ops import REGISTRY
 from ..syntax import ast as A
-from ..types.core import ScalarT, TensorT, Type, UnitT, UnknownT
+from ..types.core import ModuleListT, ModuleT, ScalarT, TensorT, Type, UnitT, UnknownT
 from .describe import tail_node
 from .diagnostics import Finding
 from .scope import Binding, Scope, type_key
@@ -31,13 +31,13 @@ if TYPE_CHECKING:
     from .scope import FnTarget
 
 
-def _arg_key(t: Type):
+def _arg_key(t: Type, partial: bool = False):
     """A hashable key for an argument's type: a tensor by its dtype and its dims as written; None where one is
-    not known (no specialised check then)."""
+    not known (no specialised check then), but with `partial` an unknown dim, which matches any size."""
     if isinstance(t, TensorT):
-        if t.shape.prefix is not None or any(d is None for d in t.shape.dims):
+        if t.shape.prefix is not None or (not partial and any(d is None for d in t.shape.dims)):
             return None
-        return ("tensor", t.dtype, tuple(d.key() for d in t.shape.dims))
+        return ("tensor", t.dtype, tuple(d.key() if d is not None else None for d in t.shape.dims))
     if isinstance(t, UnknownT):
         return None
     return type_key(t)
@@ -46,28 +46,69 @@ def _arg_key(t: Type):
 def first_error_at(
     checker: "ItemChecker", target: "FnTarget", args: dict[str, Type], dims: dict, returned: Type
 ) -> Finding | None:
-    """The first error of `target`'s body (a standard-library function) checked with the parameters bound to
-    `args` (by name), its dim variables to `dims` (name -> Dim, solved at the call) and its result compared with
-    `returned` (the return type at the call); None when it checks clean or cannot be specialised."""
+    """The first error of `target`'s body (a standard-library function, or a function of the checker's own item:
+    `same_item_call`) checked with the parameters bound to `args` (by name), its dim variables to `dims` (name ->
+    Dim, solved at the call) and its result compared with `returned` (the return type at the call); None when it
+    checks clean or cannot be specialised."""
     fn = target.fn
-    if not target.item.is_std or fn.body is None or not may_fail_with_sizes(checker, target.item, fn):
+    if fn.body is None or (target.item.is_std and not may_fail_with_sizes(checker, target.item, fn)):
         return None
-    keys = [_arg_key(t) for t in args.values()]
-    if any(k is None for k in keys) or any(d is None for d in dims.values()):
+    # The caller's own function may be checked with a dim it did not solve: an unknown dim matches any size, so
+    # the body's other values still decide (unet's `layer(h1, s1, ..., 2)` after `pop` left `N` unknown).
+    partial = not target.item.is_std
+    keys = [_arg_key(t, partial) for t in args.values()]
+    if any(k is None for k in keys) or (not partial and any(d is None for d in dims.values())):
         return None
     inst = target.instance
     key = (
         fn,
         inst.key() if inst is not None else None,
         tuple(zip(args, keys)),
-        tuple((n, d.key()) for n, d in dims.items()),
+        tuple((n, d.key() if d is not None else None) for n, d in dims.items()),
     )
+    if checker.follow is not None:
+        return followed(checker, target.item, key, lambda: _check_body(checker, target, args, dims, returned))
     cache = checker.ctx.specialized
     if key in cache:
         return cache[key]
     cache[key] = None  # a recursive call of the same function with the same values: no second check
-    sub = type(checker)(checker.ctx, target.item, {})
+    found = cache[key] = _check_body(checker, target, args, dims, returned)
+    return found
+
+
+def followed(checker: "ItemChecker", item, key, check) -> Finding | None:
+    """`check()` (of a body in `item`) once per key for the `follow` check (`CheckContext.followed`, lent from
+    one analysis to the next): each entry remembers the items its check read, its callee's and those of the
+    checks it followed in turn, and is dropped when one of them is replaced or edited (an edit in one module's
+    body checks again only the instances that lead into it)."""
+    ctx = checker.ctx
+    reading = ctx.following
+    if key in ctx.followed:
+        found, items = ctx.followed[key]
+        if reading:
+            reading[-1].update(items)
+        return found
+    ctx.followed[key] = (None, frozenset())  # a recursive call of the same function with the same values
+    reading.append(set() if item.is_std else {item})  # the standard library's items are never replaced
+    try:
+        found = check()
+    finally:
+        items = frozenset(reading.pop())
+    ctx.followed[key] = (found, items)
+    if reading:
+        reading[-1].update(items)
+    return found
+
+
+def _check_body(
+    checker: "ItemChecker", target: "FnTarget", args: dict[str, Type], dims: dict, returned: Type
+) -> Finding | None:
+    """The first error of `target`'s body checked with `args`, `dims` and `returned` (`first_error_at`)."""
+    fn = target.fn
+    inst = target.instance
+    sub = type(checker)(checker.ctx, target.item, checker.binding if target.item is checker.item else {})
     sub.instance = inst
+    sub.follow = checker.follow
     scope = Scope(sub.module_scope(inst) if inst is not None else sub.global_scope(), "fn")
     for name, t in args.items():
         scope.bind(name, Binding(t, "param"))
@@ -78,9 +119,7 @@ def first_error_at(
     if fn.ret is not None and not isinstance(body, (UnknownT, UnitT)):
         what = f"`{fn.name.id}` returns"
         sub.check_same(body, returned, tail_node(fn.body), fn.ret, what, "L204", "L305")
-    found = next((f for f in sub.result.findings if f.severity in (None, "error")), None)
-    cache[key] = found
-    return found
+    return next((f for f in sub.result.findings if f.severity in (None, "error")), None)
 
 
 # The ops whose rules hold a condition on sizes or compile-time values that they skip while one is symbolic (a
@@ -143,3 +182,69 @@ def _sizeless(op: str, args: list[A.Arg], sizes: set[str]) -> bool:
         repeats = args[1].value
         return isinstance(repeats, A.IntLit) or (isinstance(repeats, A.Name) and repeats.id in sizes)
     return False
+
+
+def same_item_call(checker: "ItemChecker", target: "FnTarget", compile_time: dict[str, Type]) -> bool:
+    """Whether a call of `target` is checked again with its values (`first_error_at`): a function of the
+    checker's own item (a module's method, as unet's `layer(x, temb, context, 2)`) given a known int or bool.
+    Its body was checked with that parameter symbolic, so `resnets[i]` could not know that `i` is past the list's
+    end; lowering then indexes it with the value. Only the caller's own item: its findings still depend on
+    nothing but its text and its callees' interfaces."""
+    if target.item is not checker.item or target.item.is_std:
+        return False
+    return any(
+        isinstance(t, ScalarT) and t.kind in ("int", "bool") and t.value is not None for t in compile_time.values()
+    )
+
+
+def worth_following(checker: "ItemChecker", target: "FnTarget", compile_time: dict[str, Type], dims: dict) -> bool:
+    """Whether the `follow` check (instances.py) checks this call's body again: the call knows something the
+    callee's own check did not, an int or bool of its instance (`DownBlock`'s `out_channels`) or of the call, or
+    a dim variable of its signature solved to more than a dim variable (`H` = c.sample_size, `C` = 320); or the
+    instance holds, at any depth, a user's module built with a known int or bool or a list whose elements differ
+    (`_varies`: resnet's model holds the encoder, whose stages differ). A module of config parameters only
+    (`LlamaDecoderLayer(c)`, holding such modules and the standard library's layers) called with symbolic sizes
+    was checked under the same config values already: following it would cost each edit of its body a check of
+    the model."""
+    inst = target.instance
+    if inst is not None and _varies(checker, inst):
+        return True
+    scalars = list(inst.args.values()) if inst is not None else []
+    if any(isinstance(t, ScalarT) and t.value is not None for t in scalars + list(compile_time.values())):
+        return True
+    return any(d is not None and not _bare_variable(d) for d in dims.values())
+
+
+def _bare_variable(d) -> bool:
+    """Whether dim `d` is one dim variable (`S`, a caller's symbolic size), nothing the callee's check lacked."""
+    terms = d.terms
+    if len(terms) != 1:
+        return False
+    mono, coeff = terms[0]
+    return coeff == 1 and len(mono) == 1 and mono[0][1] == 1 and mono[0][0].kind == "var"
+
+
+def _varies(checker: "ItemChecker", inst) -> bool:
+    """Whether instance `inst` holds, at any depth of its members, a submodule of a user's module built with a
+    known int or bool, or a list whose elements receive their index; once per instance and check."""
+    cache = checker.ctx.varies
+    key = inst.key()
+    if key in cache:
+        return cache[key]
+    cache[key] = False  # a module that contains itself (reported where it is declared)
+    found = False
+    for info in checker.members(inst, report=False).order:
+        t = info.type
+        if isinstance(t, ModuleListT) and t.element is not None and not t.instance.item.is_std:
+            found = True
+        elif isinstance(t, (ModuleT, ModuleListT)) and not t.instance.item.is_std:
+            found = _known_scalar(t.instance) or _varies(checker, t.instance)
+        if found:
+            break
+    cache[key] = found
+    return found
+
+
+def _known_scalar(inst) -> bool:
+    """Whether one of `inst`'s arguments is an int, bool or other scalar with a known value (not a config)."""
+    return any(isinstance(t, ScalarT) and t.value is not None for t in inst.args.values())

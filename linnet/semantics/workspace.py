@@ -27,6 +27,8 @@ import os
 import threading
 from typing import TYPE_CHECKING
 
+from ..syntax.sources import NotUtf8, read_source_text
+
 if TYPE_CHECKING:
     from .program import Document
 
@@ -159,10 +161,9 @@ class Workspace:
             return cached[1]
         self._stale.discard(key)
         try:
-            with open(key, encoding="utf-8-sig", newline="") as f:  # line endings as in the file
-                text = f.read()
-        except UnicodeDecodeError:
-            return self._missing(key, "not UTF-8 text")
+            text = read_source_text(key)
+        except NotUtf8 as err:
+            return self._missing(key, str(err))
         except OSError as err:
             return self._missing(key, err.strerror or str(err))
         self._problems.pop(key, None)

@@ -96,6 +96,8 @@ def plan_splice(item: Item, text: str, only: A.FnDef | None = None) -> Splice | 
     delta = len(text) - len(old)
     cut = fn.body.span.end
     body = _parse_body(item, text, fn.body.span.start, cut + delta)
+    if body is not None and _name_uses(body) != _name_uses(fn.body):
+        body = None  # what the body reads of a config may be part of the interface (`items._config_uses`)
     problems: list = []
     if body is None:
         new = make_item(item.source, item.offset, text)
@@ -106,6 +108,22 @@ def plan_splice(item: Item, text: str, only: A.FnDef | None = None) -> Splice | 
             return None
         problems = new.problems
     return Splice(item, text, fn, body, problems, cut, delta)
+
+
+def _name_uses(body: A.Block) -> set[str]:
+    """What `items._config_uses` could read of `body`: each `name.field`, `let x = name` and `f(..., name, ...)` in
+    it. Equal for the old and new body, the item's interface (`Item.interface`) is unchanged by the edit; else the
+    whole item is parsed again and its interface compared (a body reading a new `c.scale` changes what importers
+    must declare: semantics.sharing)."""
+    uses = set()
+    for n in A.walk(body):
+        if isinstance(n, A.Attr) and isinstance(n.value, A.Name):
+            uses.add(f"{n.value.id}.{n.name.id}")
+        elif isinstance(n, A.Let) and isinstance(n.value, A.Name):
+            uses.add(f"let {','.join(t.id for t in n.targets)}={n.value.id}")
+        elif isinstance(n, A.Call) and isinstance(n.func, A.Name):
+            uses.add(f"{n.func.id}({','.join(a.value.id for a in n.args if isinstance(a.value, A.Name))})")
+    return uses
 
 
 def _parse_body(item: Item, text: str, start: int, end: int) -> A.Block | None:

@@ -163,6 +163,29 @@ def test_an_unreadable_file_does_not_hide_the_others(tmp_path, capsys):
     assert main(["fmt", "--check", str(tmp_path / "a.linnet")]) == 2
 
 
+def test_a_file_that_is_not_utf8_is_reported_at_its_line_and_column(tmp_path, capsys):
+    """The error said "position 712": a byte offset into the chunk Python's reader had decoded (so past 8 KiB
+    not even the file's). It says the line and column of the bad byte, as a diagnostic would."""
+    lines = ["config C {"] + [f"    a{i}: int = {i}" for i in range(700)] + ["    b: int = 1  # caf\xe9", "}"]
+    path = tmp_path / "a.linnet"
+    path.write_bytes("\ufeff".encode() + "\r\n".join(lines).encode("latin-1"))  # a BOM, CRLF line endings
+    assert main(["check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "cannot read (not UTF-8 text: byte 0xe9 at line 702, column 22 (invalid continuation byte))" in err, err
+    assert main(["torch", str(path)]) != 0
+    assert f"{path}: not UTF-8 text: byte 0xe9 at line 702, column 22" in capsys.readouterr().err
+
+
+def test_carets_under_a_tab_indented_line_sit_under_what_they_mark(tmp_path, capsys):
+    """The excerpt expanded tabs but the caret counted each tab as one column: it landed 3 columns left."""
+    (tmp_path / "t.linnet").write_text("fn f(x: [B, S]) -> [B, S] {\n\tlet y = x + zz\n\t\ty\n}\n")
+    assert main(["check", str(tmp_path / "t.linnet")]) == 1
+    out = capsys.readouterr().out
+    shown = next(line for line in out.splitlines() if "let y" in line)
+    caret = next(line for line in out.splitlines() if "^" in line)
+    assert "\t" not in shown and caret.index("^^") == shown.index("zz"), out
+
+
 def test_a_file_named_twice_is_checked_and_reported_once(tmp_path, capsys, monkeypatch):
     # as itself twice, by another spelling of its path, and inside a folder given too (ruff and mypy check it once)
     (tmp_path / "b.linnet").write_text("fn f(x: [N]) -> [M] {\n    x\n}\n")

@@ -104,3 +104,43 @@ def test_floor_division_dims_run(backend, tmp_path):
     (out,) = model.run("forward", pixels)
     assert out.shape == (2, 3 * 2 + 1, 4)
     np.testing.assert_allclose(out, want, atol=1e-5)
+
+
+# A slice bound a known number below a symbolic size's negative (`1 - S`, `-S`) counts from the end, as the checker
+# types it ([B, S - 1], [B, S]). Emitted as written, `x[:, -S + 1:]` made jax.export compare `-S + 1` with 0
+# (InconclusiveDimensionOperation), and every entry of the file failed on xla; and where `S` is 1, `1 - S` is 0 to
+# Python, so torch gave [B, 1] where the type says [B, 0]. The lowering emits the checker's bound (1, 0).
+FROM_THE_END = """config C {
+    n: int = 1
+}
+
+model M(c: C) {
+    entry fn a(x: [B, S]) -> [B, S - 1] {
+        x[:, 1 - S:]
+    }
+
+    entry fn d(x: [B, S]) -> [B, S] {
+        x[:, -S:]
+    }
+}
+"""
+
+
+def test_slice_bounds_from_the_end_are_emitted_as_the_checker_reads_them():
+    code = [line.split("#")[0].strip() for line in generate_jax(build(FROM_THE_END)).splitlines()]
+    assert "t = x[:, 1:]" in code and "t = x[:, :]" in code
+
+
+@pytest.mark.parametrize("backend", PATCH_BACKENDS)
+@pytest.mark.parametrize("seq", [1, 5])
+def test_slice_bounds_from_the_end_run(backend, seq, tmp_path):
+    import linnet
+
+    path = tmp_path / "from_the_end.linnet"
+    path.write_text(FROM_THE_END)
+    model = linnet.load(path, backend=backend, random_weights=True, progress=False)
+    x = np.arange(2 * seq, dtype=np.float32).reshape(2, seq)
+    (a,) = model.run("a", x)
+    (d,) = model.run("d", x)
+    np.testing.assert_array_equal(a, x[:, 1:])
+    np.testing.assert_array_equal(d, x)

@@ -27,9 +27,11 @@ def test_each_element_gets_its_own_sizes():
     assert [str(d) for d in out.dims] == ["B", "8", "2 * H", "2 * W"]
 
 
-def test_a_wrong_declared_result_is_an_error_when_lowered():
+def test_a_wrong_declared_result_is_an_error():
+    """The check that follows the model's calls into each element (semantics/instances.py) reports it before
+    lowering would (L204)."""
     wrong = source().replace("-> [B, 8, 2 * H, 2 * W]", "-> [B, 8, 4 * H, 2 * W]")
-    with pytest.raises(SourceError, match=r"`decode` returns .*\[B, 8, 2 \* H, 2 \* W\].* declares .*4 \* H"):
+    with pytest.raises(SourceError, match=r"L204\]: `decode` returns \[B, 8, 2 \* H, 2 \* W\], declared .*4 \* H"):
         build(wrong)
 
 
@@ -81,7 +83,11 @@ def test_an_if_on_a_module_parameter_takes_its_instance_branch():
     assert [str(d) for d in graph.outputs[0].dims] == ["B", "4", "(H - 1) // 2 + 1", "(W - 1) // 2 + 1"]
 
 
-def test_a_branch_that_breaks_its_function_type_is_an_error_when_lowered():
+def test_a_branch_that_breaks_its_function_type_is_an_error():
+    """Reported by the check that follows the model's calls with each instance's values (semantics/instances.py),
+    at the model's call, before lowering would."""
     wrong = BRANCHES.replace("x[:, :, :(H - 1) // 2 + 1,", "x[:, :, :(H - 1) // 2,")
-    with pytest.raises(SourceError, match=r"`forward` returns .*\(H - 1\) // 2, .* declares"):
+    with pytest.raises(
+        SourceError, match=r"L204\]: `d` with these arguments: `forward` returns .*\(H - 1\) // 2, .* declared"
+    ):
         build(wrong)

@@ -10,6 +10,7 @@ type) to the real server process over stdio, and each must get what the JSON-RPC
 - a valid notification gets nothing;
 - nothing logs a traceback (stderr, window/logMessage), and the server keeps serving.
 
+A request about a position whose `line` or `character` is not a `uinteger` (1.5, true, "3") is InvalidParams too.
 `rename` with `newName: null` (or any non-string) is InvalidParams, not a rename to `None`."""
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ import itertools
 import json
 import time
 
+import attrs
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from lsprotocol import types as T
 
 from .conftest import TIMEOUT_S
 from .test_malformed import URI, RawClient, request_methods, send_raw
@@ -41,7 +44,9 @@ json_values = st.recursive(
     lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=8), inner, max_size=3)),
     max_leaves=8,
 )
-positions = st.fixed_dictionaries({"line": json_values, "character": json_values})
+# a coordinate is mostly a fit one (so that the other is the one that decides) or any JSON value
+coordinates = st.one_of(st.integers(0, 3), st.integers(0, 3), st.sampled_from([1.5, True, "1", -1.0, 2.0]), json_values)
+positions = st.fixed_dictionaries({"line": coordinates, "character": coordinates})
 lsp_like = st.fixed_dictionaries(
     {"textDocument": st.one_of(st.just({"uri": URI}), json_values)},
     optional={"position": st.one_of(positions, json_values), "newName": json_values, "query": json_values},
@@ -56,10 +61,37 @@ messages = st.fixed_dictionaries(
     optional={"result": json_values, "error": json_values},
 )
 _ids = itertools.count(10_000)
+# the protocol's requests whose params carry a `position` (hover, completion, definition, rename...)
+POSITION_METHODS = {
+    method
+    for method, (_request, _response, params, _result) in T.METHOD_TO_TYPES.items()
+    if method in METHODS and params is not None and "position" in attrs.fields_dict(params)
+}
 
 
 def _valid_id(value) -> bool:
     return isinstance(value, (int, str)) and not isinstance(value, bool)
+
+
+def _uinteger(value) -> bool:
+    """Whether `value` is an LSP `uinteger` as JSON has it: an integer in [0, 2**31 - 1], written with or without a
+    `.0` (JSON does not tell `2` from `2.0`); not a boolean, a string or a fraction."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31
+
+
+def _misplaced(message: dict) -> bool:
+    """Whether `message` is a request about a position whose `line` or `character` is not a `uinteger`: params that
+    do not fit the method, which get InvalidParams (a `character` of 1.5 or true was taken as 1 and answered null)."""
+    params, method = message.get("params"), message.get("method")
+    position = params.get("position") if isinstance(params, dict) else None
+    return (
+        isinstance(method, str)
+        and method in POSITION_METHODS
+        and isinstance(position, dict)
+        and not all(_uinteger(position.get(k)) for k in ("line", "character"))
+    )
 
 
 def _expected(message: dict) -> int | None:
@@ -140,6 +172,34 @@ def test_every_message_is_answered_as_json_rpc_2_says(server, fields):
         found = _wait(server, lambda m: "method" not in m and m.get("id") == message["id"], since=before)
         error = found.get("error")
         assert error is None or error["code"] in (-32601, -32602, -32803), (message, found)
+        if _misplaced(message):
+            assert error is not None and error["code"] == -32602, (message, found)
+
+
+position_requests = st.fixed_dictionaries(
+    {
+        "method": st.sampled_from(sorted(POSITION_METHODS)),
+        "params": st.fixed_dictionaries(
+            {"textDocument": st.just({"uri": URI}), "position": positions},
+            optional={"newName": st.just("D"), "context": st.just({"includeDeclaration": True})},
+        ),
+    }
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(fields=position_requests)
+def test_every_request_about_a_position_gets_invalid_params_when_it_is_not_one(server, fields):
+    """Valid requests about a position (the envelope fuzz above makes few): one whose `line` or `character` is not a
+    `uinteger` gets InvalidParams; the others a result or a refusal."""
+    message = {"id": next(_ids), **fields}
+    send_raw(server, json.dumps({"jsonrpc": "2.0", **message}).encode())
+    found = _wait(server, lambda m: "method" not in m and m.get("id") == message["id"])
+    error = found.get("error")
+    if _misplaced(message):
+        assert error is not None and error["code"] == -32602, (message, found)
+    else:
+        assert error is None or error["code"] in (-32602, -32803), (message, found)
 
 
 def test_rename_to_null_is_invalid_params(server):
@@ -157,6 +217,23 @@ def test_rename_to_null_is_invalid_params(server):
     server.send({"id": msg_id, "method": "textDocument/rename", "params": params})
     found = _wait(server, lambda m: "method" not in m and m.get("id") == msg_id)
     assert found["result"]["changes"][URI][0]["newText"] == "D"
+
+
+def test_a_position_that_is_not_an_integer_is_invalid_params(server):
+    """A `character` (or `line`) of 1.5, true or "3" was taken as 1 or 3 and answered with a null result."""
+    reopen(server)
+    for method in sorted(POSITION_METHODS):
+        for line, character in ((0, 1.5), (0, True), (0, "3"), ("0", 7), (False, 7)):
+            msg_id = next(_ids)
+            params = {"textDocument": {"uri": URI}, "position": {"line": line, "character": character}, "newName": "D"}
+            server.send({"id": msg_id, "method": method, "params": params})
+            found = _wait(server, lambda m, i=msg_id: "method" not in m and m.get("id") == i)
+            assert found.get("error", {}).get("code") == -32602, (method, line, character, found)
+            assert "$.params.position." in found["error"]["message"]
+    msg_id = next(_ids)
+    params = {"textDocument": {"uri": URI}, "position": {"line": 0.0, "character": 7.0}}  # JSON: 7.0 is 7
+    server.send({"id": msg_id, "method": "textDocument/hover", "params": params})
+    assert _wait(server, lambda m: "method" not in m and m.get("id") == msg_id).get("result") is not None
 
 
 def test_object_and_list_ids_and_integer_methods_are_invalid_requests(server):

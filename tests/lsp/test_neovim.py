@@ -229,10 +229,10 @@ def test_neovim_receives_the_planted_diagnostics_and_hover(tmp_path):
     assert got["omnifunc"] == "v:lua.vim.lsp.omnifunc" and got["k_buffer_local"] is True
 
     # K on `h` in `let h = up(x)`: Neovim's hover window, in plain text as the doc's snippet asks (0.7 showed
-    # Markdown's inline code with its backticks): the symbolic shape, then its numbers (the defaults; tiny_a
-    # agrees), no backtick anywhere
+    # Markdown's inline code with its backticks): the symbolic shape, then its numbers under the preset queries
+    # read with none selected (the first, tiny_a, named though the defaults agree), no backtick anywhere
     assert got["hover"][0] == "h: [B, S, c.intermediate_size]", got["hover"]
-    assert got["hover"][-1] == "= [B, S, 16]", got["hover"]
+    assert got["hover"][-1] == "= [B, S, 16] under preset tiny_a", got["hover"]
     assert not any("`" in line for line in got["hover"]), got["hover"]
 
     # <C-x><C-o> after `c.` on a new line in the body: the config's fields, the first one inserted

@@ -153,7 +153,7 @@ def test_an_import_of_something_that_is_not_a_source_is_a_located_error(tmp_path
     found = Document(str(tmp_path / "main.linnet"), main).analyze()
     assert [(d.code, d.location.line, d.message.split(": ", 1)[1].split(" (")[0]) for d in found.diagnostics] == [
         ("L120", 1, "2,000 bytes is more than a Linnet source"),
-        ("L120", 2, "not UTF-8 text"),
+        ("L120", 2, "not UTF-8 text: byte 0xff at line 1, column 1"),  # where, not a byte offset
         ("L120", 3, "not a file"),
     ]
 

@@ -3,6 +3,8 @@ function body re-checks that one item."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -125,8 +127,10 @@ def test_repeated_body_edits_do_not_grow_the_check_caches():
         doc.update(edited if n % 2 else text)
         doc.analyze()
         ctx = doc._context[1]
-        sizes.append((len(ctx.members_cache), len(ctx.signatures), sum(map(len, ctx.cache_keys.values()))))
-    assert sizes[-1] == sizes[1] and sizes[-1][0] > 0
+        sizes.append(
+            (len(ctx.members_cache), len(ctx.signatures), sum(map(len, ctx.cache_keys.values())), len(ctx.followed))
+        )
+    assert sizes[-1] == sizes[1] and sizes[-1][0] > 0 and sizes[-1][3] > 0
     assert sizes[-1][2] == sizes[-1][0] + sizes[-1][1]  # the index of the caches' keys: each entry once
 
 
@@ -471,3 +475,24 @@ def test_an_importer_lowers_the_imported_body_as_edited_after_a_first_items_pass
     ws.open(llama, broken)
     with pytest.raises(SourceError, match=refused):
         lower_analysis(ws.open(mistral, importer).analyze(), "mistral_7b_instruct_v0_3")
+
+
+def test_a_body_edit_in_a_module_the_model_builds_is_checked_again_with_its_instances():
+    """The root model's check that follows its calls into each instance (instances.py) keeps what it found
+    across edits: an edit in a module's body that breaks one instance is reported, and taking it back clears it,
+    as a fresh analysis does (a kept finding would stay stale)."""
+    text = (Path(__file__).parent / "cases" / "instance_values.linnet").read_text()
+    text = text.replace("preset odd = Widths { width = 6 }", "preset odd = Widths { width = 12 }")
+    text = text.replace("if stride == 3 { x[:, :, :H - 1] } else { x }", "x").replace(
+        "linears[k](x)", "linears[k - 1](x)"
+    )
+    doc = Document("instance_values.linnet", text)
+    assert doc.analyze().errors == []
+    at = text.index("norm(x)\n")
+    doc.edit(at, at + len("norm(x)"), 'rearrange(x, "b (g c) h w -> b (c g) h w", g=8)')
+    broken = doc.analyze()
+    assert [d.code for d in broken.errors] == ["L205"] and "12 is not divisible by 8" in broken.errors[0].message
+    fresh = Document("instance_values.linnet", doc.text).analyze()
+    assert [d.message for d in fresh.errors] == [d.message for d in broken.errors]
+    doc.edit(at, at + len('rearrange(x, "b (g c) h w -> b (c g) h w", g=8)'), "norm(x)")
+    assert doc.analyze().errors == []
