@@ -48,6 +48,10 @@ class ConfigValue:
     _fields: dict[str, A.ConfigField] | None = None
     poisoned: set[str] = field(default_factory=set)  # fields whose value an error left unknown
     shared_atoms: "weakref.WeakValueDictionary | None" = None  # the document's (ConfigEvaluator)
+    # `origins_key`, kept once the value is evaluated (`register`): every instance, signature and binding key of a
+    # check reads it (the 5 MB document: 76,000 walks of its fields)
+    _origins_key: tuple | None = None
+    _evaluated: bool = False
     _deriving: set[str] = field(default_factory=set)  # the derived fields whose value `atom` is deriving now
 
     def __post_init__(self):
@@ -74,11 +78,16 @@ class ConfigValue:
     def origins_key(self) -> tuple:
         """Where each field's value came from (`origins`), nested values' too: equal values from different places
         label findings differently, so a result checked under one is not another's."""
+        if self._origins_key is not None:
+            return self._origins_key
         parts = []
         for name, v in self.values.items():
             nested = v.origins_key() if isinstance(v, ConfigValue) else None
             parts.append((name, self.origins.get(name), nested))
-        return tuple(parts)
+        out = tuple(parts)
+        if self._evaluated:  # while its fields are evaluated, `origins` still grows
+            self._origins_key = out
+        return out
 
     @property
     def config_def(self) -> A.ConfigDef:
@@ -178,6 +187,7 @@ class ConfigValue:
     def register(self) -> None:
         """Record this value, once evaluated, as the first of the values equal to it (`atom`: their atoms' ids
         are this one's) unless one was evaluated before it."""
+        self._evaluated = True
         if self.shared_atoms is not None:
             value_key = (self.key(), self.origins_key())
             if self.shared_atoms.get(value_key) is None:

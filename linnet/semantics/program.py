@@ -1071,12 +1071,16 @@ class Document:
             owned: set[str] = set()
             for (pname, _), (value, scen, own) in zip(slots, combo):
                 binding[pname] = ConfigT(value) if isinstance(value, ConfigValue) else NONE
-                names = scen if not names else [n for n in names if n in scen] or names + scen
+                if names:
+                    in_scen = set(scen)
+                    names = [n for n in names if n in in_scen] or names + scen
+                else:
+                    names = scen
                 owned |= own
             # the scenarios that give the item these values: not a preset that holds them only as other configs'
             # defaults (a module taking `VisionConfig`, under `VisionConfig`'s defaults, and presets of a config
             # whose `vision` field is another `VisionConfig`: its findings there are not the presets')
-            names = [n for n in names if n in owned] or names
+            names = _among(names, owned) or names
             out.append((binding, _binding_key(binding), names))
         return out
 
@@ -1090,6 +1094,15 @@ class Document:
                 item, span = found
                 return item.resolve(span)
         return None
+
+
+def _among(names: list[str], kept: set[str]) -> list[str]:
+    """The scenario names of `names` (distinct) that are in `kept`, in `names`' order. The config defaults' binding
+    of a file of many configs runs under thousands of scenarios and keeps one or two: those are looked up in `names`
+    (the 5 MB document: a filter over 2,280 names for each of its 2,850 items' default bindings, 5 % of the check)."""
+    if len(kept) * 16 > len(names):
+        return [n for n in names if n in kept]
+    return sorted((n for n in kept if n in names), key=names.index)
 
 
 def _binding_key(binding: dict[str, Type]) -> tuple:
