@@ -130,6 +130,9 @@ class Analysis:
 
     def __init__(self, document: "Document"):
         self.document = document
+        # the document's version this analysis is of: the items it reads are the document's, which a later update
+        # moves in place (`holds_text`)
+        self.version = document.version
         self.diagnostics: list[Diagnostic] = []
         self.items: dict[Item, ItemAnalysis] = {}
         self.scenarios: list[Scenario] = []
@@ -217,6 +220,12 @@ class Analysis:
         wanted = self.wanted_scenario(preset)
         ordered = sorted(ia.results, key=lambda r: 0 if (r[0] is None or wanted in r[0]) else 1)
         return ordered
+
+    def holds_text(self) -> bool:
+        """Whether the document still holds the text this analysis is of (its items, offsets and line index are read
+        in place): another update of the same document (a second editor buffer of the file, one closed with its
+        analysis still running) made it stale."""
+        return self.document.version == self.version
 
     def wanted_scenario(self, preset: str | None) -> str:
         """The scenario whose results queries read first: `preset`, else the first preset checked, else the

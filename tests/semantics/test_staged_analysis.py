@@ -152,3 +152,17 @@ def test_the_first_stage_refuses_what_only_another_binding_checked():
     assert first is not None and [c.label for c in completions(fresh, after_dot, None)] == ["dtype"]
     with pytest.raises(PartialAnalysis):
         completions(first, after_dot, None)
+
+
+def test_an_analysis_knows_when_its_document_moved_on():
+    """The server reads an analysis's items in place (`OpenDocument.analyzed`): one made before another update of
+    the same workspace document (a closed buffer's check still running when the file is opened again) no longer
+    holds its text, and is made again rather than read."""
+    from linnet.semantics.workspace import Workspace
+
+    ws = Workspace()
+    doc = ws.open("/tmp/moved_on.linnet", "config C {\n    d: int = 4\n}\n")
+    first = doc.analyze()
+    assert first.holds_text()
+    ws.open("/tmp/moved_on.linnet", "config C {\n    d: int = 8\n}\n").analyze()
+    assert not first.holds_text()
