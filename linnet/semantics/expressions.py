@@ -51,6 +51,14 @@ class ExpressionsMixin:
         return t
 
     def _expr(self, e, scope: Scope) -> Type:
+        # the commonest kinds first, by exact type (the chain below tests five literal kinds before a name)
+        kind = type(e)
+        if kind is A.Name:
+            return self.name_value(e, scope)
+        if kind is A.Attr:
+            return self.attr(e, scope)
+        if kind is A.Call:
+            return self.call(e, scope)
         if isinstance(e, A.IntLit):
             return ScalarT("int", Dim.of(e.value))
         if isinstance(e, A.FloatLit):
