@@ -59,7 +59,7 @@ class Mismatch:
         return {"differ": "L203", "divide": "L206", "infer": "L209"}[self.kind]
 
 
-@dataclass
+@dataclass(slots=True)
 class Unifier:
     """Solves the dim and dtype variables of one call."""
 
