@@ -322,7 +322,7 @@ class NamesMixin:
             return b
         inst = getattr(self._module_scope(scope), "instance", None)
         if inst is not None:
-            members = self.members(inst, report=False)
+            members = inst.members if inst.members is not None else self.members(inst, report=False)
             info = members.by_name.get(name)
             if info is not None:
                 kind = "fn" if info.kind == "fn" else "member"
