@@ -34,6 +34,8 @@ from lsprotocol.types import ResponseErrorMessage
 from pygls.exceptions import JsonRpcException
 from pygls.protocol import JsonRPCResponseMessage
 
+from .priority import RequestsFirst
+
 log = logging.getLogger("linnet.lsp")
 
 _ANSWERED = object()  # a message already answered (or dropped) while it was being read
@@ -259,14 +261,16 @@ class PrefetchingStdin:
 
     CHUNK_BYTES = 1 << 16
 
-    def __init__(self, stdin):
+    def __init__(self, stdin, requests: RequestsFirst | None = None):
         self.stdin = stdin
+        self.requests = requests  # told as soon as a chunk holding a request is read (`priority.RequestsFirst`)
         self._buffer: asyncio.StreamReader | None = None
 
     def _start(self) -> asyncio.StreamReader:
         loop = asyncio.get_running_loop()
         buffer = asyncio.StreamReader(limit=sys.maxsize)  # (pygls read a header line of any length)
         read = getattr(self.stdin, "read1", None) or self.stdin.read  # read1: what one read of the pipe gives
+        requests = self.requests
 
         def pump() -> None:
             """(In its own thread: the blocking reads.) Hands each chunk to the loop, then the end of input."""
@@ -279,7 +283,12 @@ class PrefetchingStdin:
                     if not chunk:
                         loop.call_soon_threadsafe(buffer.feed_eof)
                         return
+                    request = requests is not None and b'"id"' in chunk  # (a request, or a response to ours)
+                    if request:
+                        requests.arrived()
                     loop.call_soon_threadsafe(buffer.feed_data, chunk)
+                    if request:
+                        loop.call_soon_threadsafe(requests.settle)
                 except RuntimeError:  # the loop is closed: nobody reads any more
                     return
 
