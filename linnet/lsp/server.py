@@ -293,7 +293,6 @@ class LinnetServer(LanguageServer):
                     continue
                 if early is None or revision != 0 or diagnostics != early:  # else published already (the cache)
                     self.text_document_publish_diagnostics(T.PublishDiagnosticsParams(doc.uri, diagnostics, version))
-                    self._warm_converters()
                 if self.start_caches is not None and revision == 0:  # a document as opened: the next start reads it
                     if not given:
                         settings = (preset, position_encoding())
@@ -302,6 +301,7 @@ class LinnetServer(LanguageServer):
                 if doc.text_version != doc.notified_version:  # its importers read this text now
                     doc.notified_version = doc.text_version
                     self.schedule_importers(doc.path)
+                self._warm_converters()
                 return
         except Exception as err:  # noqa: BLE001
             self.log_error("diagnostics", err)
@@ -318,8 +318,11 @@ class LinnetServer(LanguageServer):
         self.converters_warmed = True
 
         def warm() -> None:
-            with pausing_with(self.documents.requests.wait):
-                warm_converters(self.protocol)
+            try:
+                with pausing_with(self.documents.requests.wait):
+                    warm_converters(self.protocol)
+            except Exception as err:  # noqa: BLE001 - only the first requests' speed depends on it
+                self.log_error("warming the message converters", err)
 
         asyncio.get_running_loop().run_in_executor(None, warm)
 
