@@ -127,6 +127,8 @@ class OpenDocument:
     _analysis_key: tuple | None = None  # (revision, preset, stamp of the imported files)
     _first: tuple | None = None  # (key as above, the first stage of a staged analysis: `check_first`)
     revision: int = 0  # counts text changes: a save with text, or a client reusing a version, still re-analyses
+    # the workspace's token for its path when it was opened (`Workspace.opening`)
+    opened: int = field(default=0, init=False)
     _index: LineIndex | None = None
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     diagnose_task: asyncio.Task | None = None
@@ -134,6 +136,9 @@ class OpenDocument:
 
     def __post_init__(self) -> None:
         self.path = path_of(self.uri)
+        # once the editor closes it, a check of its text still due reads a document of its own, not the workspace's
+        # (the file's buffer opened since, or the file on disk: what other files import)
+        self.opened = self.workspace.opening(self.path)
 
     @property
     def index(self) -> LineIndex:
@@ -173,12 +178,12 @@ class OpenDocument:
 
     def _analyze(self, text: str, preset: str | None) -> tuple[Analysis, tuple]:
         with self.workspace.lock:
-            analysis = self.workspace.open(self.path, text).analyze(preset)
+            analysis = self.workspace.open(self.path, text, since=self.opened).analyze(preset)
             return analysis, self.workspace.stamp(analysis.files[1:] + analysis.absent_files)
 
     def _analyze_first(self, text: str, preset: str | None) -> tuple[Analysis | None, tuple]:
         with self.workspace.lock:
-            analysis = self.workspace.open(self.path, text).analyze_first(preset)
+            analysis = self.workspace.open(self.path, text, since=self.opened).analyze_first(preset)
             if analysis is None:
                 return None, ()
             return analysis, self.workspace.stamp(analysis.files[1:] + analysis.absent_files)
@@ -291,6 +296,8 @@ class Documents:
         self.workspace = Workspace()
 
     def open(self, uri: str, text: str, version: int) -> OpenDocument:
+        if uri in self.by_uri:  # opened again without a close: the first buffer's checks still due are its own
+            self.close(uri)
         doc = OpenDocument(uri, text, version, self.workspace)
         self.by_uri[uri] = doc
         return doc

@@ -265,6 +265,8 @@ class LinnetServer(LanguageServer):
                 except Exception as err:  # noqa: BLE001 - the full check below still runs, and reports
                     self.log_error("the first stage of a check", err)
                 await doc.staged_answers.wait()  # what the first stage answers goes out before the rest takes the GIL
+                if self.documents.get(doc.uri) is not doc:
+                    return  # closed while its first stage ran: no check of a buffer no editor shows
                 async with doc.analyzed(preset) as analysis:
                     if not doc.is_current(analysis):
                         continue
@@ -331,7 +333,8 @@ class LinnetServer(LanguageServer):
             cut = next((offset for offset, _ in split_items(text) if offset >= first_end), len(text))
             later.update(names_after(text, cut))
             with doc.workspace.lock:  # `only` leaves out the unread checks: a later item may read what these do not
-                return doc.workspace.open(doc.path, text[:cut]).analyze(preset, only=lambda item: True)
+                document = doc.workspace.open(doc.path, text[:cut], since=doc.opened)
+                return document.analyze(preset, only=lambda item: True)
 
         analysis = await asyncio.to_thread(check)
         if self.documents.get(doc.uri) is not doc or doc.revision != revision:
