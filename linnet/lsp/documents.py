@@ -158,11 +158,7 @@ class OpenDocument:
                 if end < start:
                     start, end = end, start
                 text = text[:start] + change.text + text[end:]
-                # a new index each time, not `LineIndex.edited` (equal to a new one over 70,000 random edits):
-                # with it the LSP fuzz (tests/lsp/test_fuzz.py, seed 20260517) got semantic tokens of another
-                # version's text at version 712 in 3 of 4 runs, a race its speed exposed; not found for sure
-                # (`Analysis.holds_text` below guards one candidate)
-                index = LineIndex(text)
+                index = index.edited(text, start, end, start + len(change.text))  # (a new one took 0.6 ms of 3k lines)
             else:
                 text, index = change.text, None
         self.text = text
@@ -244,9 +240,9 @@ class OpenDocument:
                         yield self._analysis
                         return
                     if not self._analysis.holds_text():
-                        # the workspace's document was updated to another text after this analysis (a closed
-                        # buffer's check of the same file, still running when it was opened again): its items
-                        # moved, so it is made again (LSP fuzz: semantic tokens of another version's text)
+                        # the workspace's document was updated to another text after this analysis: another buffer
+                        # of the same file, open under another URI (`sub/../x.linnet`), was checked meanwhile; its
+                        # items moved, so it is made again (tests/lsp/test_closed_buffer.py)
                         self._analysis = None
 
     @contextlib.asynccontextmanager
