@@ -190,6 +190,8 @@ class OpenDocument:
         kept for `analyzed(staged=True)`: a request reads it while the rest is checked. Nothing when the analysis
         of the current text is there, or when the change since the last analysis is not such an edit."""
         async with self._lock:
+            if self.closed:
+                return  # (its check would start from nothing, in a document of its own: `Workspace.open`'s `since`)
             key = (self.revision, preset, self.workspace.stamp(self.depends_on))
             last = self._analysis_key
             if last is None or last == key or last[1:] != key[1:] or (self._first and self._first[0] == key):
@@ -197,6 +199,12 @@ class OpenDocument:
             revision = self.revision
             analysis, stamp = await asyncio.to_thread(self._analyze_first, self.text, preset)
             self._first = ((revision, preset, stamp), analysis) if analysis is not None else None
+
+    @property
+    def closed(self) -> bool:
+        """Whether the editor closed this buffer: the workspace's text of its path is another's since (the buffer of
+        the file opened again, or the file on disk)."""
+        return self.workspace.opening(self.path) != self.opened
 
     @property
     def text_version(self) -> int:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
 from lsprotocol import types as T
 
 from linnet.lsp import navigation
@@ -106,9 +107,11 @@ def test_a_closed_buffers_due_check_leaves_the_reopened_buffer_and_its_importers
     assert tokens == semantic_tokens(Document(str(tmp_path / "lib.linnet"), TYPED).analyze())
 
 
-def test_a_check_due_when_the_buffer_closed_leaves_importers_the_file_on_disk(tmp_path):
+@pytest.mark.parametrize("checked", [True, False], ids=["checked-before", "never-checked"])
+def test_a_check_due_when_the_buffer_closed_leaves_importers_the_file_on_disk(tmp_path, checked):
     # A request sent before the close and answered after it checks the closed buffer's text: that check made the
-    # buffer the workspace's text of lib.linnet again, for good (importers read it, not the file on disk).
+    # buffer the workspace's text of lib.linnet again, for good (importers read it, not the file on disk), whether
+    # the buffer had been checked before (its document was dropped at the close) or not (none was registered yet).
     lib_uri, user_uri = _files(tmp_path)
     documents = Documents()
     user = documents.open(user_uri, USER, 1)
@@ -116,8 +119,9 @@ def test_a_check_due_when_the_buffer_closed_leaves_importers_the_file_on_disk(tm
     on_use = USER.index("double(y)")
 
     async def run():
-        async with lib.analyzed(None):
-            pass
+        if checked:
+            async with lib.analyzed(None):
+                pass
         lib.apply_changes([T.TextDocumentContentChangeWholeDocument(TYPED)], 2)
         documents.close(lib_uri)
         async with lib.analyzed(None) as analysis:  # the request sent before the close: the closed buffer's text
@@ -128,6 +132,26 @@ def test_a_check_due_when_the_buffer_closed_leaves_importers_the_file_on_disk(tm
     found = asyncio.run(run())
     assert not documents.workspace.is_open(str(tmp_path / "lib.linnet"))
     assert (found.start.line, found.start.column) == (1, 4)  # the file on disk's `double`
+
+
+def test_a_closed_buffer_stages_no_check(tmp_path, monkeypatch):
+    # `check_first` of a buffer closed since its edit (its `_diagnose` at the close) does nothing: the first stage
+    # would start from nothing, in a document of its own.
+    lib_uri, _ = _files(tmp_path)
+    documents = Documents()
+    lib = documents.open(lib_uri, LIB, 1)
+    staged: list[str] = []
+
+    async def run() -> None:
+        async with lib.analyzed(None):
+            pass
+        lib.apply_changes([T.TextDocumentContentChangeWholeDocument(LIB.replace("x * 2.0", "x * 3.0"))], 2)
+        documents.close(lib_uri)
+        monkeypatch.setattr(lib, "_analyze_first", lambda text, preset: staged.append(text) or (None, ()))
+        await lib.check_first(None)
+
+    asyncio.run(run())
+    assert staged == []
 
 
 def test_a_document_opened_again_without_a_close_owns_the_text(tmp_path):
