@@ -160,6 +160,10 @@ class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
         # under a preset, as lowering runs it); None in an item's own check, which is generic.
         self.follow: Any = None
         self.unrolled_loops = 0  # how many loops `unrolled` encloses the code being checked
+        # The functions of this item whose bodies the check read at a call (`specialize.checked_body`: a method
+        # given known values, or one whose int result is evaluated): `fn_reuse` checks the reader again when one
+        # of them is edited.
+        self.bodies_read: set[A.FnDef] = set()
 
     def report(self, code: str, message: str, node_or_span, **kw) -> None:
         span = node_or_span if isinstance(node_or_span, Span) else node_or_span.span
