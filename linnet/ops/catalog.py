@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 from ..types.core import BOOL, F32, I64, DType, Shape, TensorT, format_shape
-from ..types.dims import Dim, format_dim, product, shown_value
+from ..types.dims import Dim, format_dim, minimum, product, shown_value
 from ..types.scalars import arithmetic
 from . import cases
 from .cases import array, dims
@@ -910,6 +910,24 @@ def resolved_slice_bound(bound, size):
     return Dim.of(from_end) if from_end is not None and from_end >= 0 else bound
 
 
+def _clamped(start: Dim, stop: Dim, size: Dim) -> tuple[Dim, Dim]:
+    """A slice's bounds over a dim whose size holds a dim variable (`S`), clamped to it as numpy, torch, JAX and
+    ONNX clamp them: a stop it may exceed is `min(stop, S)` (`x[:, :4]` is `[B, min(4, S)]`: 4 rows only where `S`
+    has them), a start counted a known number from the end is `S - min(k, S)` (`x[:, -4:]` is `[B, min(4, S)]`).
+    Bounds within the dim for every size stay as they are (`:S - 1`, `:R` of `2 * R`), and so do a stop of 1 and a
+    start 1 from the end: a dim has at least one element (`x[:, 0]` reads it). A start that is not from the end is
+    taken as written: the length `S - 1` of `x[:, 1:]` is a size, which the checker takes as at least 0 (every dim
+    is). Over a size of int parameters only (a module's `channels`, symbolic in its generic check), each
+    instance's values decide (L212 where a bound is past the end), so the bounds stay as written."""
+    if not any(a.kind == "var" for a in size.val.atoms()):
+        return start, stop
+    back = (size - start).as_int()
+    if back is not None and back > 1:
+        start = size - minimum(Dim.of(back), size)
+    n = stop.as_int()
+    return start, stop if n is not None and n <= 1 else minimum(stop, size)
+
+
 def _slice_shape(a):
     x: Shape = a["x"].shape
     d = dim_index(x, a["dim"])
@@ -941,6 +959,7 @@ def _slice_shape(a):
             stop = size + stop if e_int is not None and e_int < 0 else stop
         if n_int is None and size is not None:
             start, stop = _symbolic_bound(start, size, start, stop), _symbolic_bound(stop, size, start, stop)
+            start, stop = _clamped(start, stop, size)
         length = stop - start
         li = length.as_int()
         if li is not None and li < 0:

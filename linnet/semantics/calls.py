@@ -791,6 +791,11 @@ class CallsMixin:
                     f"argument `{p.name.id}` of {callee}: dim {err.dim} is {a}, but must be "
                     f"{format_dim(err.pattern)}" + (f" with {bound}" if bound else "") + f": {err.reason}"
                 )
+            elif err.kind == "negative":
+                message = (
+                    f"argument `{p.name.id}` of {callee}: dim {err.dim} is {a}, but must be {format_dim(err.pattern)}: "
+                    f"{err.reason}, and dims are sizes"
+                )
             else:
                 message = (
                     f"argument `{p.name.id}` of {callee}: cannot infer "
