@@ -826,6 +826,10 @@ def _repeat_shape(a):
     d = dim_index(x, a["dim"])
     dims = list(x.dims)
     r = a["repeats"]
+    n = r.as_int() if r is not None else None
+    if n is not None and n < 1:
+        # torch gives an empty dim for 0; ONNX Runtime's Expand refused the lowering's [.., 0, ..] (fixed dims)
+        raise OpError("L216", f"`repeat_interleave` requires `repeats` of 1 or more, got {n}", "repeats")
     dims[d] = None if (dims[d] is None or r is None) else dims[d] * r
     return Shape(tuple(dims), x.prefix)
 
@@ -834,7 +838,7 @@ register(
     OpDef(
         "repeat_interleave",
         [T("x", "tensor"), T("repeats", "int"), T("dim", "index")],
-        "Repeat each slice along `dim` `repeats` times in place (torch.repeat_interleave): with "
+        "Repeat each slice along `dim` `repeats` (1 or more) times in place (torch.repeat_interleave): with "
         "dim=1 on [B, Hkv, S, D], query head h reads KV head h // repeats (GQA).",
         _repeat_shape,
         lambda a: a["x"].dtype,
