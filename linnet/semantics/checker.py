@@ -59,6 +59,12 @@ from .scope import Binding, Instance, MemberInfo, Members, Scope
 
 __all__ = ["NAMES_DEP", "CheckContext", "ItemChecker", "ItemResult"]
 
+# Why a declared type does not match a slice's `min(...)`, and what says that a dim holds what it slices.
+_CLAMPED_NOTE = (
+    "a slice takes what the dim has, as numpy and torch do: `x[:, :4]` of [B, S] is [B, min(4, S)]; a parameter "
+    "type that has the rows says so (`x: [B, 4 + E]`)"
+)
+
 EXPRESSION_KEYWORDS = {"true", "false", "none", "not", "and", "or", "if", "else", "let", "for", "in"}
 
 
@@ -373,12 +379,14 @@ class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
                 )
                 return
             if not shapes_equal(actual.shape, declared.shape):
+                clamped = any(a.kind == "min" for d in actual.shape.dims if d is not None for a in d.atoms())
                 self.report(
                     shape_code,
                     f"{what} {shape_pair(actual.shape, declared.shape)}",
                     actual_node,
                     label=format_type(actual),
                     labels=[Label(self.anchor(declared_node), f"declared {format_type(declared)} here")],
+                    notes=[_CLAMPED_NOTE] if clamped else [],
                 )
             return
         if isinstance(actual, TupleT) and isinstance(declared, TupleT) and len(actual.items) == len(declared.items):
