@@ -762,11 +762,14 @@ def _register_navigation(server: LinnetServer) -> None:
         async with doc.analyzed(ls.settings.preset) as a:
             plan = navigation.plan_rename(a, offset_at(a.document.source.index, params.position), new_name)
             locs = navigation.rename_edits([a], plan, new_name)
+            note = navigation.checkpoint_rename_note(a, plan, new_name)
         if plan.target.home is not None:
             locs += await ls.across(plan.target.home, doc, lambda b: navigation.rename_edits([b], plan, new_name))
         changes: dict[str, list[T.TextEdit]] = {}
         for loc in navigation.unique(locs):
             changes.setdefault(uri_of(loc.path), []).append(T.TextEdit(lsp_range(loc), new_name))
+        if note is not None:  # a member whose name is part of checkpoint names: the rename changes them too
+            ls.window_show_message(T.ShowMessageParams(T.MessageType.Warning, f"linnet: {note}"))
         return T.WorkspaceEdit(changes=changes)
 
     @document_feature(server, T.TEXT_DOCUMENT_DOCUMENT_HIGHLIGHT, default=[])
