@@ -26,10 +26,12 @@ from typing import Any, AsyncIterator, Callable
 
 from lsprotocol import types as T
 
+from linnet.semantics.pausing import pausing_with
 from linnet.semantics.program import Analysis, Workspace, std_library
 from linnet.syntax.positions import LineIndex
 
 from .convert import offset_at, path_of
+from .priority import RequestsFirst
 
 # how often a read asks again for the workspace's `editing` lock while an update's change holds it (a few ms at most)
 READ_WAIT_S = 0.001
@@ -103,12 +105,15 @@ class StagedAnswers:
 
         return end
 
-    async def wait(self) -> None:
-        """Until no request is counted."""
+    async def wait(self) -> bool:
+        """Until no request is counted; whether one was."""
+        waited = False
         while self.count:
+            waited = True
             self._idle = self._idle or asyncio.Event()
             self._idle.clear()
             await self._idle.wait()
+        return waited
 
 
 @dataclass
@@ -133,6 +138,7 @@ class OpenDocument:
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     diagnose_task: asyncio.Task | None = None
     staged_answers: StagedAnswers = field(default_factory=StagedAnswers)
+    requests: RequestsFirst = field(default_factory=RequestsFirst)  # the server's: its checks wait for requests
 
     def __post_init__(self) -> None:
         self.path = path_of(self.uri)
@@ -173,7 +179,7 @@ class OpenDocument:
             self.revision += 1
 
     def _analyze(self, text: str, preset: str | None) -> tuple[Analysis, tuple]:
-        with self.workspace.lock:
+        with self.workspace.lock, pausing_with(self.requests.wait):
             analysis = self.workspace.open(self.path, text, since=self.opened).analyze(preset)
             return analysis, self.workspace.stamp(analysis.files[1:] + analysis.absent_files)
 
@@ -223,8 +229,9 @@ class OpenDocument:
         if staged:
             view = self._staged_view(preset)
             if view is None and self._lock.locked():
-                async with self._lock:  # the first stage may be running: wait for it, not for the whole check
-                    pass
+                with self.requests.waiting():
+                    async with self._lock:  # the first stage may be running: wait for it, not for the whole check
+                        pass
                 view = self._staged_view(preset)
             if view is not None:
                 async with self.reading():
@@ -232,12 +239,15 @@ class OpenDocument:
                     if self._staged_view(preset) is view and view.holds_text():
                         yield view
                         return
-        async with self._lock:
+        with self.requests.waiting():  # (the checks this waits for go on)
+            await self._lock.acquire()
+        try:
             while True:
                 key = (self.revision, preset, self.workspace.stamp(self.depends_on))
                 if self._analysis is None or self._analysis_key != key:
                     revision, text = self.revision, self.text
-                    self._analysis, stamp = await asyncio.to_thread(self._analyze, text, preset)
+                    with self.requests.waiting():
+                        self._analysis, stamp = await asyncio.to_thread(self._analyze, text, preset)
                     self.files, self.absent = self._analysis.files, self._analysis.absent_files
                     self._analysis_key = (revision, preset, stamp)
                     self._first = None
@@ -252,6 +262,8 @@ class OpenDocument:
                         # of the same file, open under another URI (`sub/../x.linnet`), was checked meanwhile; its
                         # items moved, so it is made again (tests/lsp/test_closed_buffer.py)
                         self._analysis = None
+        finally:
+            self._lock.release()
 
     @contextlib.asynccontextmanager
     async def reading(self) -> AsyncIterator[None]:
@@ -298,11 +310,12 @@ class Documents:
     def __init__(self) -> None:
         self.by_uri: dict[str, OpenDocument] = {}
         self.workspace = Workspace()
+        self.requests = RequestsFirst()  # every document's checks wait for the requests being answered
 
     def open(self, uri: str, text: str, version: int) -> OpenDocument:
         if uri in self.by_uri:  # opened again without a close: the first buffer's checks still due are its own
             self.close(uri)
-        doc = OpenDocument(uri, text, version, self.workspace)
+        doc = OpenDocument(uri, text, version, self.workspace, requests=self.requests)
         self.by_uri[uri] = doc
         return doc
 

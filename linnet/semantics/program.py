@@ -42,6 +42,7 @@ from .imported import item_findings as imported_item_findings
 from .imports import FileImports, Globals, Namespaces, canonical, namespaces
 from .instances import instance_findings
 from .model import ModelTree, check_model
+from .pausing import pause_point
 from .resolved import Resolved
 from .unread import unread_findings
 from .workspace import Workspace
@@ -707,6 +708,7 @@ class Document:
             if item.source is self.source:
                 findings.extend(found)
         findings.extend(_recursion(analysis))
+        pause_point()
         for item in self.items:
             if item.kind == "import":
                 analysis.item_refs[item] = own_imports.refs.get(item, [])
@@ -715,16 +717,20 @@ class Document:
                 item._refs = _item_refs(item)
             analysis.item_refs[item] = item._refs
         findings.extend(self._model_findings(analysis))
+        pause_point()
         for item in self.items:
             if item._attribute_findings is None:
                 item._attribute_findings = check_attributes(item)
             findings.extend(item._attribute_findings)
         if only is None and not self.is_std and not _has_errors(self.items, findings):
             findings.extend(imported_findings(analysis))
+            pause_point()
         if only is None and not self.is_std and not _has_errors(self.items, findings):
             findings.extend(instance_findings(analysis))
+            pause_point()
         if only is None and not self.is_std and not _has_errors(self.items, findings):
             findings.extend(unread_findings(analysis, self._unread_cache))
+            pause_point()
         analysis.diagnostics = self._diagnostics(findings, globals_)
         # what `analyze_first` starts from: an analysis whose every item is checked here, under every binding
         self._last = (analysis, values, list(self.items)) if only is None and not analysis.remote else None
@@ -838,6 +844,7 @@ class Document:
         checks_run = 0
         checked = set()  # the binding keys checked now
         for binding, key, names in self._bindings(item, values, world, globals_):
+            pause_point()
             checked.add(key)
             cached = self._results.get((item, key))
             staged = self._staged.pop((item, key), None) if edit is not None else None

@@ -78,6 +78,7 @@ class Item:
     # what analyses derive from the item's text alone, computed once (semantics.program)
     _refs: list | None = field(default=None, repr=False)
     _attribute_findings: list | None = field(default=None, repr=False)
+    _config_names: frozenset | None = field(default=None, repr=False)  # `config_names(ast)`, kept by a body splice
 
     def resolve(self, span: Span) -> Location:
         index = self.source.index
@@ -260,14 +261,20 @@ def _bare_import(source: Source, offset: int, text: str) -> Item:
     return Item(source, offset, text, "import", None, None, [problem])
 
 
+def shows_body(fn: A.FnDef) -> bool:
+    """Whether `fn`'s body is part of its item's interface: a function that returns an `int`, whose value its
+    callers take (semantics/fn_values.py: `reshape(x, [B, width(), 8, 8])` is what `width()`'s body computes)."""
+    return isinstance(fn.ret, A.NamedType) and fn.ret.name.id == "int"
+
+
 def interface_key(item: Item) -> str:
-    """What other items can see of `item`: its text without function bodies. Two versions of
-    an item with equal keys look the same from outside, so an edit inside a function body
-    leaves every other item's analysis valid."""
+    """What other items can see of `item`: its text without function bodies (but those `shows_body` keeps). Two
+    versions of an item with equal keys look the same from outside, so an edit inside a function body leaves
+    every other item's analysis valid."""
     if item.ast is None:
         return f"<unparsed {item.kind} {item.name}>"
     text = item.text
-    cut = [node.body.span for node in A.definitions(item.ast) if isinstance(node, A.FnDef)]
+    cut = [node.body.span for node in A.definitions(item.ast) if isinstance(node, A.FnDef) and not shows_body(node)]
     if not cut:
         return " ".join(text.split())
     parts, pos = [], 0
@@ -284,6 +291,20 @@ def _config_uses(ast: A.Node) -> str:
     """The config fields function bodies read (`c.hidden_size`) and the calls they pass a
     config parameter to (`rotary(c)`): part of what others see, since a module taking one
     config accepts another that declares the fields it reads (semantics.sharing)."""
+    names = config_names(ast)
+    if not names:
+        return ""
+    uses = set()
+    for node in A.definitions(ast):
+        if isinstance(node, A.FnDef):
+            uses |= body_config_uses(node.body, names)
+    return " reads " + " ".join(sorted(uses)) if uses else ""
+
+
+def config_names(ast: A.Node) -> frozenset[str]:
+    """The names that may hold a config in `ast`'s function bodies: the parameters of its modules and functions
+    typed by a name other than `int`, `float`, `bool`, `str`, and the locals bound to one of them (`let d = c`,
+    in the bodies' order)."""
     names = {
         p.name.id
         for node in A.definitions(ast)
@@ -291,18 +312,24 @@ def _config_uses(ast: A.Node) -> str:
         for p in node.params
         if isinstance(p.type, A.NamedType) and p.type.name.id not in ("int", "float", "bool", "str")
     }
-    if not names:
-        return ""
-    nodes = [n for node in A.definitions(ast) if isinstance(node, A.FnDef) for n in A.walk(node.body)]
-    for n in nodes:  # local aliases (`let d = c`)
-        if isinstance(n, A.Let) and isinstance(n.value, A.Name) and n.value.id in names:
-            names.update(t.id for t in n.targets)
+    if names:
+        for node in A.definitions(ast):
+            if isinstance(node, A.FnDef):
+                for n in A.walk(node.body):
+                    if isinstance(n, A.Let) and isinstance(n.value, A.Name) and n.value.id in names:
+                        names.update(t.id for t in n.targets)
+    return frozenset(names)
+
+
+def body_config_uses(body: A.Node, names: frozenset[str]) -> set[str]:
+    """What `body` reads of the configs `names` hold (`config_names`): each `c.field`, and each call passing one
+    (`rotary(c)`), as `_config_uses` writes them."""
     uses = set()
-    for n in nodes:
+    for n in A.walk(body):
         if isinstance(n, A.Attr) and isinstance(n.value, A.Name) and n.value.id in names:
             uses.add(f"{n.value.id}.{n.name.id}")
         elif isinstance(n, A.Call) and isinstance(n.func, A.Name):
             passed = [a.value.id for a in n.args if isinstance(a.value, A.Name) and a.value.id in names]
             if passed:
                 uses.add(f"{n.func.id}({','.join(passed)})")
-    return " reads " + " ".join(sorted(uses)) if uses else ""
+    return uses

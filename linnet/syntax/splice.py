@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from . import ast as A
 from .ast import Span
-from .items import Item, make_item
+from .items import Item, body_config_uses, config_names, make_item, shows_body
 from .positions import changed_range, lexable
 
 __all__ = ["BodyEdit", "Splice", "moved", "plan_splice", "splice_body"]
@@ -63,6 +63,7 @@ class Splice:
     problems: list
     cut: int
     delta: int
+    same_lets: bool = False  # the body binds the same `let x = name` as before: `Item._config_names` holds
 
     def apply(self) -> BodyEdit:
         """Make the edit in place: the function's body replaced, the nodes after it moved, the item's text set."""
@@ -73,6 +74,8 @@ class Splice:
         item.problems = self.problems
         item._refs = None
         item._attribute_findings = None
+        if not self.same_lets:
+            item._config_names = None
         return BodyEdit(self.fn, self.cut, self.delta)
 
 
@@ -91,14 +94,15 @@ def plan_splice(item: Item, text: str, only: A.FnDef | None = None) -> Splice | 
         ),
         None,
     )
-    if fn is None or (only is not None and fn is not only):
-        return None
+    if fn is None or (only is not None and fn is not only) or shows_body(fn):
+        return None  # (a body `shows_body` keeps is part of the interface: the item is replaced whole)
     delta = len(text) - len(old)
     cut = fn.body.span.end
     body = _parse_body(item, text, fn.body.span.start, cut + delta)
-    if body is not None and _name_uses(body) != _name_uses(fn.body):
-        body = None  # what the body reads of a config may be part of the interface (`items._config_uses`)
+    if body is not None and not _same_config_uses(item, fn.body, body):
+        body = None  # what the body reads of a config is part of the interface (`items._config_uses`)
     problems: list = []
+    same_lets = body is not None
     if body is None:
         new = make_item(item.source, item.offset, text)
         if new.kind != item.kind or new.name != item.name or new.interface != item.interface:
@@ -107,23 +111,31 @@ def plan_splice(item: Item, text: str, only: A.FnDef | None = None) -> Splice | 
         if body is None:
             return None
         problems = new.problems
-    return Splice(item, text, fn, body, problems, cut, delta)
+    return Splice(item, text, fn, body, problems, cut, delta, same_lets)
 
 
-def _name_uses(body: A.Block) -> set[str]:
-    """What `items._config_uses` could read of `body`: each `name.field`, `let x = name` and `f(..., name, ...)` in
-    it. Equal for the old and new body, the item's interface (`Item.interface`) is unchanged by the edit; else the
-    whole item is parsed again and its interface compared (a body reading a new `c.scale` changes what importers
-    must declare: semantics.sharing)."""
-    uses = set()
-    for n in A.walk(body):
-        if isinstance(n, A.Attr) and isinstance(n.value, A.Name):
-            uses.add(f"{n.value.id}.{n.name.id}")
-        elif isinstance(n, A.Let) and isinstance(n.value, A.Name):
-            uses.add(f"let {','.join(t.id for t in n.targets)}={n.value.id}")
-        elif isinstance(n, A.Call) and isinstance(n.func, A.Name):
-            uses.add(f"{n.func.id}({','.join(a.value.id for a in n.args if isinstance(a.value, A.Name))})")
-    return uses
+def _same_config_uses(item: Item, old: A.Block, new: A.Block) -> bool:
+    """Whether the item's interface (`Item.interface`) is the same with `new` in place of the body `old`: what its
+    bodies read of a config (`items._config_uses`) is part of it (a body edit reading a new `c.scale` changes what
+    importers must declare: semantics.sharing). The same when the two bodies bind the same locals to names in the
+    same order (so the names that may hold a config, `config_names`, are the same) and read the same of those:
+    an edit of `q_proj(x)` into `v_proj(x)` keeps it, `c.hidden_size` into `c.scale` does not."""
+    if item._config_names is None:
+        item._config_names = config_names(item.ast)
+    if not item._config_names:
+        return True
+    return _name_lets(old) == _name_lets(new) and body_config_uses(old, item._config_names) == body_config_uses(
+        new, item._config_names
+    )
+
+
+def _name_lets(body: A.Block) -> list[tuple[tuple[str, ...], str]]:
+    """The `let x = name` of `body`, in order: what `config_names` reads of it."""
+    return [
+        (tuple(t.id for t in n.targets), n.value.id)
+        for n in A.walk(body)
+        if isinstance(n, A.Let) and isinstance(n.value, A.Name)
+    ]
 
 
 def _parse_body(item: Item, text: str, start: int, end: int) -> A.Block | None:

@@ -46,6 +46,7 @@ def _spliced(old: str, new: str) -> tuple[str, list] | None:
     item = make_item(SOURCE, 0, old)
     if splice.splice_body(item, new) is None:
         return None
+    assert item.interface == make_item(SOURCE, 0, new).interface  # what importers see is unchanged
     return repr(item.ast), [(p.code, p.message, p.span) for p in item.problems]
 
 
@@ -71,3 +72,57 @@ def test_a_valid_body_edit_takes_the_parse_of_the_body_alone(monkeypatch):
     new = old.replace("x + 1", "(x *\n 2) + 1")
     assert _spliced(old, new) == (repr(make_item(SOURCE, 0, new).ast), [])
     assert len(calls) == 1 and isinstance(calls[0], A.Block)
+
+
+CONFIGURED = (
+    "module M(c: C) {\n    q_proj: Linear(c.n, c.n)\n    v_proj: Linear(c.n, c.n)\n\n"
+    "    fn f(x: [B, c.n]) -> [B, c.n] {\n        let y = q_proj(x)\n        y * c.scale\n    }\n\n"
+    "    fn g(x: [B, c.n]) -> [B, c.n] {\n        let d = c\n        x\n    }\n}\n"
+)
+
+
+def _whole_parses(monkeypatch) -> list:
+    """The items `plan_splice` parses whole (it parses the body alone where it can)."""
+    made = []
+    monkeypatch.setattr(splice, "make_item", lambda *args: made.append(item := make_item(*args)) or item)
+    return made
+
+
+def test_an_edit_that_reads_no_other_config_field_takes_the_body_alone(monkeypatch):
+    made = _whole_parses(monkeypatch)
+    new = CONFIGURED.replace("q_proj(x)", "v_proj(x)")
+    assert _spliced(CONFIGURED, new) == (repr(make_item(SOURCE, 0, new).ast), [])
+    assert made == []  # (a call to another member, `v_proj(x)`, is not a config read)
+
+
+def test_an_edit_that_reads_another_config_field_changes_the_interface(monkeypatch):
+    made = _whole_parses(monkeypatch)
+    for new in (
+        CONFIGURED.replace("y * c.scale", "y * c.eps"),  # through the parameter
+        CONFIGURED.replace("y * c.scale", "y * d.eps"),  # through `let d = c` in another function
+    ):
+        made.clear()
+        assert _spliced(CONFIGURED, new) is None  # the item is checked anew: its interface differs
+        assert len(made) == 1
+
+
+def test_successive_body_edits_keep_the_interface_a_whole_parse_gives():
+    item = make_item(SOURCE, 0, CONFIGURED)
+    text = CONFIGURED
+    steps = [
+        ("let y = q_proj(x)", "let e = c\n        let y = q_proj(x)"),  # a new alias of the config, unused
+        ("y * c.scale", "y * c.scale + 0"),  # an edit that keeps the interface
+        ("y * c.scale + 0", "(y + 1) * c.scale"),
+        ("(y + 1) * c.scale", "(y + 1) * c.scale * e.eps"),  # reads `eps` through the new alias: another interface
+    ]
+    results = []
+    for old, new in steps:
+        text = text.replace(old, new)
+        edit = splice.splice_body(item, text)
+        if edit is None:
+            item = make_item(SOURCE, 0, text)
+        else:
+            assert repr(item.ast) == repr(make_item(SOURCE, 0, text).ast)
+        assert item.interface == make_item(SOURCE, 0, text).interface
+        results.append(edit is not None)
+    assert results == [True, True, True, False]
