@@ -276,6 +276,8 @@ class LinnetServer(LanguageServer):
                 # woken by the answer on this CPU, would wait for the check's time slice
                 if await doc.staged_answers.wait():
                     await asyncio.sleep(ANSWER_READ_S)
+                if self.documents.get(doc.uri) is not doc:
+                    return  # closed while its first stage ran: no check of a buffer no editor shows
                 async with doc.analyzed(preset) as analysis:
                     if not doc.is_current(analysis):
                         continue
@@ -360,7 +362,8 @@ class LinnetServer(LanguageServer):
             cut = next((offset for offset, _ in split_items(text) if offset >= first_end), len(text))
             later.update(names_after(text, cut))
             with doc.workspace.lock:  # `only` leaves out the unread checks: a later item may read what these do not
-                return doc.workspace.open(doc.path, text[:cut]).analyze(preset, only=lambda item: True)
+                document = doc.workspace.open(doc.path, text[:cut], since=doc.opened)
+                return document.analyze(preset, only=lambda item: True)
 
         analysis = await asyncio.to_thread(check)
         if self.documents.get(doc.uri) is not doc or doc.revision != revision:
