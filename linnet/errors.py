@@ -6,7 +6,8 @@ catches one class and prints one line or block, never a traceback:
 
     LinnetError
     ├── SourceError        the source does not check, or cannot be lowered (`linnet.ir.ProgramError`)
-    │   └── ConfigError    a config value (preset, checkpoint config, --config) the config type refuses
+    │   ├── ConfigError    a config value (preset, checkpoint config, --config) the config type refuses
+    │   └── UnknownPreset  a preset name the source does not declare (`--preset`: a usage error, exit 2)
     ├── LoadError          a model cannot be loaded: names or shapes that don't match (L501, L502),
     │   │                  no weights to load, random weights that would not fit in memory
     │   └── CheckpointError  a checkpoint that cannot be opened or read (path, format, corrupt data)
@@ -42,6 +43,7 @@ __all__ = [
     "LinnetError",
     "SourceError",
     "ConfigError",
+    "UnknownPreset",
     "LoadError",
     "CheckpointError",
     "BackendError",
@@ -90,6 +92,11 @@ class SourceError(LinnetError):
 class ConfigError(SourceError):
     """A config value that does not fit the source's config type: a `--config` override, or a
     checkpoint's config.json / GGUF metadata field of the wrong kind. Names the field."""
+
+
+class UnknownPreset(SourceError):
+    """A preset the source does not declare, asked for by name (`--preset nope`, `load(preset=...)`): on the
+    command line a usage error (exit 2), as `linnet check --preset nope` is. The message lists the presets."""
 
 
 class LoadError(LinnetError):

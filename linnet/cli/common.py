@@ -15,7 +15,7 @@ import os
 import sys
 from pathlib import Path
 
-from linnet.errors import BackendError, LinnetError
+from linnet.errors import BackendError, LinnetError, UnknownPreset
 
 EXIT_OK, EXIT_ERRORS, EXIT_USAGE = 0, 1, 2
 # Set by `linnet.cli.entry` when the process ends at once after this command (FAST_EXIT_COMMANDS, `os._exit`): a
@@ -142,9 +142,10 @@ DEVICE_HELP = "cpu (the default), cuda[:N] or tpu[:N]; `linnet backends` lists w
 
 def fail(cmd: str, err: Exception) -> int:
     """Print `err` for `cmd`; the exit status: 2 for a file that cannot be read or written, or an
-    option value the command cannot take (usage or I/O), 1 for anything else."""
+    option value the command cannot take (usage or I/O: a `--preset` the source does not declare), 1 for
+    anything else."""
     print(f"linnet {cmd}: {err}", file=sys.stderr)
-    return EXIT_USAGE if isinstance(err, (OSError, UsageError)) else EXIT_ERRORS
+    return EXIT_USAGE if isinstance(err, (OSError, UsageError, UnknownPreset)) else EXIT_ERRORS
 
 
 def check_paths(args: argparse.Namespace) -> None:

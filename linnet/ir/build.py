@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, SourceError
+from ..errors import ConfigError, SourceError, UnknownPreset
 from ..semantics.attributes import inert_keys, takes_part
 from ..semantics.diagnostics import Diagnostic, LocatedLabel
 from ..semantics.preset_weights import preset_model_mismatch, preset_weights_at  # noqa: F401 - re-exported
@@ -199,7 +199,7 @@ def _source_info(path: str, text: str, analysis: Analysis, preset: str | None) -
         raise ProgramError(f"{path}: model `{mdef.name.id}` takes one config, got {len(config_types)}")
     if preset is not None and preset not in analysis.declared_presets:
         known = ", ".join(analysis.declared_presets) or "none"
-        raise ProgramError(f"{path} has no preset `{preset}` (presets: {known})")
+        raise UnknownPreset(f"{path} has no preset `{preset}` (presets: {known})")
     return SourceInfo(path, text, analysis, config_types[0], preset)
 
 

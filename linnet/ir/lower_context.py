@@ -11,7 +11,7 @@ from ..semantics.resolved import CallInfo, Resolved
 from ..syntax import ast as A
 from ..syntax.items import Item
 from ..types.core import WORK, ConfigT, DType, NoneT, ScalarT, TensorT, Type
-from ..types.dims import Atom, Dim, DivisionError, divide, floor_divide, remainder
+from ..types.dims import Atom, Dim, DivisionError, divide, floor_divide, minimum, remainder
 from .core import tensor_type
 from .lower_values import (
     _UNKNOWN,
@@ -25,8 +25,8 @@ from .lower_values import (
     _whole_dims,
 )
 
-# A floor quotient's or remainder's atom, recomputed from its operands when they get values.
-_DIVISIONS = {"//": floor_divide, "%": remainder}
+# A floor quotient's, remainder's or clamped slice bound's atom, recomputed from its operands when they get values.
+_DIVISIONS = {"//": floor_divide, "%": remainder, "min": minimum}
 
 
 class ContextMixin:
@@ -165,7 +165,7 @@ class ContextMixin:
         value = ctx.subst.get(a)
         if value is not None:
             return value
-        if a.args is not None:  # a floor quotient or remainder: of its operands' values
+        if a.args is not None:  # a floor quotient, remainder or minimum: of its operands' values
             num, den = (self.concrete_dim(ctx, x, node) for x in a.args)
             found = _DIVISIONS[a.kind](num, den)
         elif a.kind == "quot" and a.value is None:  # an exact quotient of unknown values

@@ -38,7 +38,7 @@ from typing import Any, Callable, ClassVar
 from ..errors import CodegenError
 from ..ops import REGISTRY
 from ..types.core import DType
-from ..types.dims import Dim, format_dim
+from ..types.dims import Dim, const, format_dim
 from .core import Graph, Op, Program, Value, body_ops, format_tensor_type
 from .passes import runs_random
 
@@ -57,22 +57,28 @@ def infix_emitter(symbol: str):
     return lambda e, op: f"{e.r(op.args['x'])} {symbol} {e.r(op.args['y'])}"
 
 
-def dim_text(d: Dim) -> str:
+def dim_text(d: Dim, min_call: str = "min") -> str:
     """A dim as generated code computes it. A dim with a floor division or remainder is
     written in its canonical form, the value the checker compares (`(H - 8) // 8 + 1` is
     `H // 8`): its divisions then have operands that cannot be negative, which `jax.export`'s
     symbolic shapes need to decide that a size is at least 0, where `(H - 8) // 8` is
-    inconclusive."""
+    inconclusive. A slice bound clamped to its dim's size (`min(4, S)`) is a call of `min_call`
+    (generated JAX: `jax.core.min_dim`, since Python's `min` cannot compare symbolic dims)."""
     n = d.as_int()
     if n is not None:
         return str(n)
     if any(a.kind in ("//", "%") for a in d.atoms()):
-        return format_dim(d.val)
-    return format_dim(d)
+        d = d.val
+    calls = {
+        a: Dim.atom(const(f"{min_call}({dim_text(a.args[0], min_call)}, {dim_text(a.args[1], min_call)})"))
+        for a in d.atoms()
+        if a.kind == "min" and a.args is not None
+    }
+    return format_dim(d.substitute(calls) if calls else d)
 
 
-def shape_text(v: Value) -> str:
-    return "[" + ", ".join(dim_text(d) for d in v.dims) + "]"
+def shape_text(v: Value, min_call: str = "min") -> str:
+    return "[" + ", ".join(dim_text(d, min_call) for d in v.dims) + "]"
 
 
 def index_text(rank: int, dim: int, item: str) -> str:
@@ -81,8 +87,8 @@ def index_text(rank: int, dim: int, item: str) -> str:
     return ", ".join([":"] * dim + [item])
 
 
-def dims_text(dims, as_list: bool = False) -> str:
-    text = ", ".join(dim_text(d) if isinstance(d, Dim) else str(d) for d in dims)
+def dims_text(dims, as_list: bool = False, min_call: str = "min") -> str:
+    text = ", ".join(dim_text(d, min_call) if isinstance(d, Dim) else str(d) for d in dims)
     return f"[{text}]" if as_list else text
 
 
@@ -123,6 +129,8 @@ class GraphEmitter:
     `receivers` maps a path prefix to the Python name holding that module (`""` -> `self`,
     `layers.{i0}.` -> `layer` inside a loop)."""
 
+    # How a dim's `min(a, b)` (a slice bound clamped to its dim's size) is called in the generated code (`dim_text`).
+    MIN_CALL: ClassVar[str] = "min"
     numerics: str = "equivalent"
     names: dict[Any, str] = field(default_factory=dict)
     taken: set[str] = field(default_factory=set)
@@ -174,7 +182,7 @@ class GraphEmitter:
             except KeyError:
                 raise CodegenError(f"%{v.name} is used before it is defined") from None
         if isinstance(v, Dim):
-            return dim_text(v)
+            return dim_text(v, self.MIN_CALL)
         if isinstance(v, bool):
             return "True" if v else "False"
         if isinstance(v, DType):

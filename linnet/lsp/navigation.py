@@ -17,12 +17,13 @@ from typing import Iterable
 import linnet.ops.catalog
 from linnet.ops import REGISTRY
 from linnet.semantics.diagnostics import SymbolAnchor
+from linnet.semantics.members import checkpoint_name_attribute
 from linnet.semantics.program import Analysis
 from linnet.syntax import ast as A
 from linnet.syntax.items import Location
 from linnet.syntax.positions import LineIndex
 
-from .lookup import place_kind, word_at
+from .lookup import find_definition, place_kind, word_at
 
 OP_DOCS = Path(__file__).resolve().parents[2] / "docs" / "language.md"  # section 9, "Primitive ops"
 OP_CATALOG = Path(linnet.ops.catalog.__file__)
@@ -217,6 +218,25 @@ def rename_edits(analyses: Iterable[Analysis], plan: Rename, new_name: str) -> l
             )
         out.extend(found)
     return unique(out)
+
+
+def checkpoint_rename_note(analysis: Analysis, plan: Rename, new_name: str) -> str | None:
+    """A warning for a rename of a member whose name is part of its parameters' checkpoint names (a parameter, a
+    submodule, a list of submodules, without `@name`): those names change with it (`norm.weight` becomes
+    `ln.weight`), so a checkpoint that names them as before no longer loads (L501), and `@weights` finds nothing
+    where it did; `@name("norm")` keeps them. None for any other rename."""
+    anchor = plan.target.anchor
+    if plan.alias or not isinstance(anchor, SymbolAnchor) or len(anchor.path) != 3 or anchor.path[1] != "member":
+        return None
+    found = find_definition(analysis, anchor)
+    node = found.node if found is not None else None
+    if not isinstance(node, A.FieldDecl) or checkpoint_name_attribute(node) is not None:
+        return None
+    return (
+        f"renaming `{plan.old}` renames the checkpoint names under it (`{plan.old}.` becomes `{new_name}.` in "
+        "each): a checkpoint that names them as before no longer loads; "
+        f'consider `@name("{plan.old}")` on the member to keep them'
+    )
 
 
 def highlights(analysis: Analysis, offset: int) -> list[tuple[Location, bool]]:

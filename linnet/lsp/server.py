@@ -276,6 +276,8 @@ class LinnetServer(LanguageServer):
                 # woken by the answer on this CPU, would wait for the check's time slice
                 if await doc.staged_answers.wait():
                     await asyncio.sleep(ANSWER_READ_S)
+                if self.documents.get(doc.uri) is not doc:
+                    return  # closed while its first stage ran: no check of a buffer no editor shows
                 async with doc.analyzed(preset) as analysis:
                     if not doc.is_current(analysis):
                         continue
@@ -360,7 +362,8 @@ class LinnetServer(LanguageServer):
             cut = next((offset for offset, _ in split_items(text) if offset >= first_end), len(text))
             later.update(names_after(text, cut))
             with doc.workspace.lock:  # `only` leaves out the unread checks: a later item may read what these do not
-                return doc.workspace.open(doc.path, text[:cut]).analyze(preset, only=lambda item: True)
+                document = doc.workspace.open(doc.path, text[:cut], since=doc.opened)
+                return document.analyze(preset, only=lambda item: True)
 
         analysis = await asyncio.to_thread(check)
         if self.documents.get(doc.uri) is not doc or doc.revision != revision:
@@ -762,11 +765,14 @@ def _register_navigation(server: LinnetServer) -> None:
         async with doc.analyzed(ls.settings.preset) as a:
             plan = navigation.plan_rename(a, offset_at(a.document.source.index, params.position), new_name)
             locs = navigation.rename_edits([a], plan, new_name)
+            note = navigation.checkpoint_rename_note(a, plan, new_name)
         if plan.target.home is not None:
             locs += await ls.across(plan.target.home, doc, lambda b: navigation.rename_edits([b], plan, new_name))
         changes: dict[str, list[T.TextEdit]] = {}
         for loc in navigation.unique(locs):
             changes.setdefault(uri_of(loc.path), []).append(T.TextEdit(lsp_range(loc), new_name))
+        if note is not None:  # a member whose name is part of checkpoint names: the rename changes them too
+            ls.window_show_message(T.ShowMessageParams(T.MessageType.Warning, f"linnet: {note}"))
         return T.WorkspaceEdit(changes=changes)
 
     @document_feature(server, T.TEXT_DOCUMENT_DOCUMENT_HIGHLIGHT, default=[])

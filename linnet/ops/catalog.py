@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 from ..types.core import BOOL, F32, I64, DType, Shape, TensorT, format_shape
-from ..types.dims import Dim, format_dim, product, shown_value
+from ..types.dims import Dim, format_dim, minimum, product, shown_value
 from ..types.scalars import arithmetic
 from . import cases
 from .cases import array, dims
@@ -826,6 +826,10 @@ def _repeat_shape(a):
     d = dim_index(x, a["dim"])
     dims = list(x.dims)
     r = a["repeats"]
+    n = r.as_int() if r is not None else None
+    if n is not None and n < 1:
+        # torch gives an empty dim for 0; ONNX Runtime's Expand refused the lowering's [.., 0, ..] (fixed dims)
+        raise OpError("L216", f"`repeat_interleave` requires `repeats` of 1 or more, got {n}", "repeats")
     dims[d] = None if (dims[d] is None or r is None) else dims[d] * r
     return Shape(tuple(dims), x.prefix)
 
@@ -834,7 +838,7 @@ register(
     OpDef(
         "repeat_interleave",
         [T("x", "tensor"), T("repeats", "int"), T("dim", "index")],
-        "Repeat each slice along `dim` `repeats` times in place (torch.repeat_interleave): with "
+        "Repeat each slice along `dim` `repeats` (1 or more) times in place (torch.repeat_interleave): with "
         "dim=1 on [B, Hkv, S, D], query head h reads KV head h // repeats (GQA).",
         _repeat_shape,
         lambda a: a["x"].dtype,
@@ -883,19 +887,24 @@ register(
 )
 
 
-def _symbolic_bound(bound: Dim, size: Dim, start: Dim, stop: Dim) -> Dim:
+def _symbolic_bound(bound: Dim, size: Dim, written: str) -> Dim:
     """A slice bound of a dim whose size is symbolic, as Python's slices read it: one a known number below the size's
     negative (`-S`, `1 - S`) counts from the end (`x[:, -S:]` is all of `S`, not `2 * S`), and one a known number
-    from the end beyond either end (`-S - 1`, `S + 1`) is out of range (L212). Others are taken as written."""
+    from the end beyond either end (`-S - 1`, `S + 1`) is out of range (L212, quoting the slice as `written`).
+    Others are taken as written."""
     if bound.as_int() is not None:
         return bound
     from_end = (size + bound).as_int()
     past = (bound - size).as_int()
     if (from_end is not None and from_end < 0) or (past is not None and past > 0):
-        raise OpError(
-            "L212", f"slice {format_dim(start)}:{format_dim(stop)} is out of range for a dim of size {format_dim(size)}"
-        )
+        raise OpError("L212", f"slice {written} is out of range for a dim of size {format_dim(size)}")
     return resolved_slice_bound(bound, size)
+
+
+def _slice_text(start: Dim | None, stop: Dim | None) -> str:
+    """A slice as written, `-5:`, `:7`, `1:-2` (a start of 0 and a stop of the whole dim left out, as they are)."""
+    a = "" if start is None or start.as_int() == 0 else format_dim(start)
+    return f"{a}:{format_dim(stop) if stop is not None else ''}"
 
 
 def resolved_slice_bound(bound, size):
@@ -910,12 +919,31 @@ def resolved_slice_bound(bound, size):
     return Dim.of(from_end) if from_end is not None and from_end >= 0 else bound
 
 
+def _clamped(start: Dim, stop: Dim, size: Dim) -> tuple[Dim, Dim]:
+    """A slice's bounds over a dim whose size holds a dim variable (`S`), clamped to it as numpy, torch, JAX and
+    ONNX clamp them: a stop it may exceed is `min(stop, S)` (`x[:, :4]` is `[B, min(4, S)]`: 4 rows only where `S`
+    has them), a start counted a known number from the end is `S - min(k, S)` (`x[:, -4:]` is `[B, min(4, S)]`).
+    Bounds within the dim for every size stay as they are (`:S - 1`, `:R` of `2 * R`), and so do a stop of 1 and a
+    start 1 from the end: a dim has at least one element (`x[:, 0]` reads it). A start that is not from the end is
+    taken as written: the length `S - 1` of `x[:, 1:]` is a size, which the checker takes as at least 0 (every dim
+    is). Over a size of int parameters only (a module's `channels`, symbolic in its generic check), each
+    instance's values decide (L212 where a bound is past the end), so the bounds stay as written."""
+    if not any(a.kind == "var" for a in size.val.atoms()):
+        return start, stop
+    back = (size - start).as_int()
+    if back is not None and back > 1:
+        start = size - minimum(Dim.of(back), size)
+    n = stop.as_int()
+    return start, stop if n is not None and n <= 1 else minimum(stop, size)
+
+
 def _slice_shape(a):
     x: Shape = a["x"].shape
     d = dim_index(x, a["dim"])
     dims = list(x.dims)
     size = dims[d]
     start, stop = a["start"], a["stop"]
+    written = _slice_text(start, stop)  # what the messages quote; the bounds counted from the end only explain it
     if stop is None:
         stop = size
     if start is None or stop is None:
@@ -929,10 +957,12 @@ def _slice_shape(a):
             if e_int is not None and e_int < 0:
                 stop = Dim.of(n_int + e_int)
                 e_int = n_int + e_int
+            from_end = start is not a["start"] or (a["stop"] is not None and stop is not a["stop"])
+            why = f" (from the end: {format_dim(start)}:{format_dim(stop)})" if from_end else ""
             if (s_int is not None and not 0 <= s_int <= n_int) or (e_int is not None and not 0 <= e_int <= n_int):
-                raise OpError(
-                    "L212", f"slice {format_dim(start)}:{format_dim(stop)} is out of range for a dim of size {n_int}"
-                )
+                raise OpError("L212", f"slice {written} is out of range for a dim of size {n_int}{why}")
+            if s_int is not None and e_int is not None and e_int < s_int:
+                raise OpError("L212", f"slice {written} has negative length{why}")
         elif (s_int is not None and s_int < 0) or (e_int is not None and e_int < 0):
             if size is None:
                 dims[d] = None
@@ -940,11 +970,12 @@ def _slice_shape(a):
             start = size + start if s_int is not None and s_int < 0 else start
             stop = size + stop if e_int is not None and e_int < 0 else stop
         if n_int is None and size is not None:
-            start, stop = _symbolic_bound(start, size, start, stop), _symbolic_bound(stop, size, start, stop)
+            start, stop = _symbolic_bound(start, size, written), _symbolic_bound(stop, size, written)
+            start, stop = _clamped(start, stop, size)
         length = stop - start
         li = length.as_int()
         if li is not None and li < 0:
-            raise OpError("L212", f"slice {format_dim(start)}:{format_dim(stop)} has negative length")
+            raise OpError("L212", f"slice {written} has negative length")
         dims[d] = length
     return Shape(tuple(dims), x.prefix)
 

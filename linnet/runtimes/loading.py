@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from linnet.errors import LoadError, SourceError
+from linnet.errors import LoadError, SourceError, UnknownPreset
 from linnet.ir.build import (
     ConfigLayer,
     SourceInfo,
@@ -150,7 +150,7 @@ def prepare(
     `stored`, so that `planned_tensors` keeps the GGUF file's quantized tensors quantized; it needs a GGUF
     checkpoint with quantized tensors.
 
-    Raises LoadError (OSError for an unreadable source)."""
+    Raises LoadError (UnknownPreset for a preset the source does not declare, OSError for an unreadable source)."""
     preset, config, random_weights = options.preset, options.config, options.random_weights
     max_batch, max_positions = options.max_batch, options.max_positions
     stored, dtype = options.dtype == STORED, working_dtype(options.dtype)
@@ -186,6 +186,8 @@ def prepare(
             )
             program = lower_program(info, dtype, max_batch, table, entries)
         _check_fits_in_memory(program, random_weights=checkpoint is None)
+    except UnknownPreset:
+        raise  # the caller's usage error (exit 2 on the command line), not the source's
     except SourceError as err:  # a source or config error met while loading (CheckpointError is a LoadError)
         raise LoadError(err.message, code=err.code) from err
     if checkpoint is not None:

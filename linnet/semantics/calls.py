@@ -31,7 +31,7 @@ from ..types.core import (
 )
 from ..types.dims import Dim, format_dim, shown_value
 from ..types.scalars import ARITHMETIC, CONVERSIONS, finite_float, to_int
-from . import specialize
+from . import fn_values, specialize
 from .describe import dotted, kind_text, number
 from .diagnostics import Fix, Label, LocalAnchor, SymbolAnchor, symbol
 from .names import Binder
@@ -617,7 +617,23 @@ class CallsMixin:
         returned = _substitute_type(sig.ret, unifier, unifier.shown)
         if self._report_specialized(call, compile_time, returned) or self._report_negative_return(call, returned):
             return UNKNOWN
+        if isinstance(returned, ScalarT) and returned.kind == "int" and returned.value is None:
+            # the call is what its body would be in its place (fn_values.py: a size a method returns)
+            value = fn_values.value_at(self, call.target, self._call_args(call, compile_time), call.info.dims)
+            return value if value is not None else returned
         return returned
+
+    def _call_args(self, call: "_FnCall", compile_time: dict[str, Type]) -> dict[str, Type]:
+        """Each parameter of the callee (by name) bound to its value at this call: the compile-time ones as
+        checked, a tensor to its argument's type (UNKNOWN when not given)."""
+        return {
+            p.name.id: compile_time[p.name.id]
+            if p.name.id in compile_time
+            else call.arg_types[id(call.matched[p.name.id])]
+            if p.name.id in call.matched
+            else UNKNOWN
+            for p in call.target.fn.params
+        }
 
     def _report_specialized(self, call: "_FnCall", compile_time: dict[str, Type], returned: Type) -> bool:
         """Report the first error of a standard-library callee's body checked with this call's values
@@ -631,14 +647,7 @@ class CallsMixin:
         )
         if not call.target.item.is_std and not own:
             return False
-        args = {
-            p.name.id: compile_time[p.name.id]
-            if p.name.id in compile_time
-            else call.arg_types[id(call.matched[p.name.id])]
-            if p.name.id in call.matched
-            else UNKNOWN
-            for p in call.target.fn.params
-        }
+        args = self._call_args(call, compile_time)
         found = specialize.first_error_at(self, call.target, args, call.info.dims, returned)
         if found is None:
             return False
@@ -781,6 +790,11 @@ class CallsMixin:
                 message = (
                     f"argument `{p.name.id}` of {callee}: dim {err.dim} is {a}, but must be "
                     f"{format_dim(err.pattern)}" + (f" with {bound}" if bound else "") + f": {err.reason}"
+                )
+            elif err.kind == "negative":
+                message = (
+                    f"argument `{p.name.id}` of {callee}: dim {err.dim} is {a}, but must be {format_dim(err.pattern)}: "
+                    f"{err.reason}, and dims are sizes"
                 )
             else:
                 message = (

@@ -59,6 +59,12 @@ from .scope import Binding, Instance, MemberInfo, Members, Scope
 
 __all__ = ["NAMES_DEP", "CheckContext", "ItemChecker", "ItemResult"]
 
+# Why a declared type does not match a slice's `min(...)`, and what says that a dim holds what it slices.
+_CLAMPED_NOTE = (
+    "a slice takes what the dim has, as numpy and torch do: `x[:, :4]` of [B, S] is [B, min(4, S)]; a parameter "
+    "type that has the rows says so (`x: [B, 4 + E]`)"
+)
+
 EXPRESSION_KEYWORDS = {"true", "false", "none", "not", "and", "or", "if", "else", "let", "for", "in"}
 
 
@@ -160,6 +166,10 @@ class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
         # under a preset, as lowering runs it); None in an item's own check, which is generic.
         self.follow: Any = None
         self.unrolled_loops = 0  # how many loops `unrolled` encloses the code being checked
+        # The functions of this item whose bodies the check read at a call (`specialize.checked_body`: a method
+        # given known values, or one whose int result is evaluated): `fn_reuse` checks the reader again when one
+        # of them is edited.
+        self.bodies_read: set[A.FnDef] = set()
 
     def report(self, code: str, message: str, node_or_span, **kw) -> None:
         span = node_or_span if isinstance(node_or_span, Span) else node_or_span.span
@@ -369,12 +379,14 @@ class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
                 )
                 return
             if not shapes_equal(actual.shape, declared.shape):
+                clamped = any(a.kind == "min" for d in actual.shape.dims if d is not None for a in d.atoms())
                 self.report(
                     shape_code,
                     f"{what} {shape_pair(actual.shape, declared.shape)}",
                     actual_node,
                     label=format_type(actual),
                     labels=[Label(self.anchor(declared_node), f"declared {format_type(declared)} here")],
+                    notes=[_CLAMPED_NOTE] if clamped else [],
                 )
             return
         if isinstance(actual, TupleT) and isinstance(declared, TupleT) and len(actual.items) == len(declared.items):

@@ -366,7 +366,8 @@ _ALL = [
         "error",
         "A compile-time argument of an op lies outside the values the op is defined for: `dropout`'s "
         "probability `p` must be in [0, 1) (p is the chance an element is zeroed while training; p = 1 would "
-        "zero the whole input and divide by 0 in its scale 1 / (1 - p)). A constant must also fit the dtype "
+        "zero the whole input and divide by 0 in its scale 1 / (1 - p)); `repeat_interleave`'s `repeats` must be "
+        "1 or more. A constant must also fit the dtype "
         "it is used in: `ids + 10000000000` with `ids: i32[B, S]` (PyTorch and XLA wrap it around, ONNX "
         "Runtime refuses the model), `full([n], 1e40, f32)` (inf).",
         "dropout(x, 1.5)",

@@ -4,11 +4,12 @@ A module's check (`ItemChecker.check_module`) is made in parts (`Segment`s): its
 each function, then what follows; each part's findings, references, calls, types, resolved names and calls are
 contiguous in the `ItemResult`. When an edit changed one function's body and nothing else
 (`syntax.splice.splice_body`: the item and its other nodes kept, spans moved), `recheck_body` makes the module's
-result under one binding from the result before the edit: the edited function checked again, every other part
-taken as it was, its spans moved as the edit moved the text. That is what a full check gives: a function's
-check reads and writes only its own part (the parts of one check never share a node), and the parameters,
-members and the other functions do not depend on the edited body (the interface, which holds what the bodies
-read of the configs, is unchanged).
+result under one binding from the result before the edit: the edited function checked again, and each function
+whose check read its body at a call (`Segment.reads`: a method given known values, `specialize.same_item_call`; a
+size it returns, `fn_values`), every other part taken as it was, its spans moved as the edit moved the text. That
+is what a full check gives: a function's check reads and writes only its own part (the parts of one check never
+share a node), and the parameters, members and the other functions do not depend on the edited body (the
+interface, which holds what the bodies read of the configs, is unchanged).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ class Segment:
     fn: A.FnDef | None
     counts: tuple[int, ...]
     deps: dict
+    reads: frozenset = frozenset()  # the other functions of the module whose bodies it read (`bodies_read`)
 
 
 class Parts:
@@ -58,11 +60,14 @@ class Parts:
         main = self.result
         part = type(main)()
         checker.result = part
+        outer, checker.bodies_read = checker.bodies_read, set()
         try:
             yield
         finally:
             checker.result = main
-        self.segments.append(Segment(fn, _counts(part), part.deps))
+            reads = frozenset(checker.bodies_read - {fn})
+            checker.bodies_read = outer | reads
+        self.segments.append(Segment(fn, _counts(part), part.deps, reads))
         self.ok = _append(main, part) and self.ok
 
     def close(self) -> None:
@@ -111,7 +116,7 @@ def _recheck(
     inst = Instance(item, {p.name.id: c.param_value(p, scope) for p in item.ast.params}, generic=True)
     c.instance = inst
     members = c.members(inst, report=False)
-    info = next((m for m in members.order if m.node is edit.fn and m.kind == "fn"), None)
+    infos = {m.node: m for m in members.order if m.kind == "fn"}
     new = type(old)()
     parts = Parts(new)
     parts.segments = []
@@ -120,7 +125,10 @@ def _recheck(
     for seg in old.segments:
         taken = [src[at : at + n] for src, at, n in zip(sources, offsets, seg.counts)]
         offsets = [at + n for at, n in zip(offsets, seg.counts)]
-        if seg.fn is edit.fn:
+        if seg.fn is not None and (seg.fn is edit.fn or edit.fn in seg.reads):
+            # the edited function, or one that read its body at a call (a method given known values, a size it
+            # returns): checked again
+            info = infos.get(seg.fn)
             if info is None or info.present is False:
                 return None
             with parts.segment(c, seg.fn):

@@ -224,8 +224,8 @@ class Analysis:
 
     def holds_text(self) -> bool:
         """Whether the document still holds the text this analysis is of (its items, offsets and line index are read
-        in place): another update of the same document (a second editor buffer of the file, one closed with its
-        analysis still running) made it stale."""
+        in place): another update of the same document made it stale (a second editor buffer of the file, open
+        under another URI; a closed buffer's check reads a document of its own: `Workspace.open`'s `since`)."""
         return self.document.version == self.version
 
     def wanted_scenario(self, preset: str | None) -> str:

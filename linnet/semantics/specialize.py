@@ -68,11 +68,26 @@ def first_error_at(
     )
     if checker.follow is not None:
         return followed(checker, target.item, key, lambda: _check_body(checker, target, args, dims, returned))
+    return once(checker, key, lambda: _check_body(checker, target, args, dims, returned))
+
+
+def once(checker: "ItemChecker", key, check):
+    """`check()` (of a body) once per key and analysis (`CheckContext.specialized`); each use records again in
+    `checker.bodies_read` the functions of its own item whose bodies that check read (`fn_reuse`: an edit of one
+    of them checks the reader's function again)."""
     cache = checker.ctx.specialized
     if key in cache:
-        return cache[key]
-    cache[key] = None  # a recursive call of the same function with the same values: no second check
-    found = cache[key] = _check_body(checker, target, args, dims, returned)
+        found, reads = cache[key]
+        checker.bodies_read |= reads
+        return found
+    cache[key] = (None, frozenset())  # a recursive call of the same function with the same values: no second check
+    outer, checker.bodies_read = checker.bodies_read, set()
+    try:
+        found = check()
+    finally:
+        reads = frozenset(checker.bodies_read)
+        checker.bodies_read = outer | reads
+    cache[key] = (found, reads)
     return found
 
 
@@ -100,13 +115,13 @@ def followed(checker: "ItemChecker", item, key, check) -> Finding | None:
     return found
 
 
-def _check_body(
-    checker: "ItemChecker", target: "FnTarget", args: dict[str, Type], dims: dict, returned: Type
-) -> Finding | None:
-    """The first error of `target`'s body checked with `args`, `dims` and `returned` (`first_error_at`)."""
-    fn = target.fn
+def checked_body(checker: "ItemChecker", target: "FnTarget", args: dict[str, Type], dims: dict):
+    """`target`'s body checked with its parameters bound to `args` (by name) and its dim variables to `dims`:
+    the checker that checked it (its findings) and the body's type. A body of `checker`'s own item is recorded
+    in `checker.bodies_read`, with the bodies its check read in turn."""
     inst = target.instance
-    sub = type(checker)(checker.ctx, target.item, checker.binding if target.item is checker.item else {})
+    own = target.item is checker.item
+    sub = type(checker)(checker.ctx, target.item, checker.binding if own else {})
     sub.instance = inst
     sub.follow = checker.follow
     scope = Scope(sub.module_scope(inst) if inst is not None else sub.global_scope(), "fn")
@@ -115,7 +130,18 @@ def _check_body(
     for name, d in dims.items():
         scope.bind(name, Binding(ScalarT("int", d), "dim"))
     sub.current_binder = None
-    body = sub.block(fn.body, Scope(scope, "block"))
+    body = sub.block(target.fn.body, Scope(scope, "block"))
+    if own:
+        checker.bodies_read |= sub.bodies_read | {target.fn}
+    return sub, body
+
+
+def _check_body(
+    checker: "ItemChecker", target: "FnTarget", args: dict[str, Type], dims: dict, returned: Type
+) -> Finding | None:
+    """The first error of `target`'s body checked with `args`, `dims` and `returned` (`first_error_at`)."""
+    fn = target.fn
+    sub, body = checked_body(checker, target, args, dims)
     if fn.ret is not None and not isinstance(body, (UnknownT, UnitT)):
         what = f"`{fn.name.id}` returns"
         sub.check_same(body, returned, tail_node(fn.body), fn.ret, what, "L204", "L305")

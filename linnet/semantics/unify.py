@@ -43,8 +43,9 @@ def substitute_shape(
 @dataclass(slots=True)
 class Mismatch:
     """One failed equation. kind: "differ" (a dim is not what the signature says),
-    "divide" (solving for a variable needs an inexact division), "infer" (a variable appears
-    nowhere alone). `dim` is the dim's index in the argument's shape (negative under `...`)."""
+    "divide" (solving for a variable needs an inexact division), "negative" (it solves a variable
+    to a number below 0), "infer" (a variable appears nowhere alone). `dim` is the dim's index in the
+    argument's shape (negative under `...`)."""
 
     arg: int
     dim: int | None
@@ -56,7 +57,7 @@ class Mismatch:
 
     @property
     def code(self) -> str:
-        return {"differ": "L203", "divide": "L206", "infer": "L209"}[self.kind]
+        return {"differ": "L203", "divide": "L206", "negative": "L213", "infer": "L209"}[self.kind]
 
 
 @dataclass(slots=True)
@@ -169,6 +170,9 @@ class Unifier:
                         continue
                     self.solved[unknown[0]] = sol
                     self.sources[unknown[0]] = a
+                    n = sol.as_int()
+                    if n is not None and n < 0:  # `x: [B, 4 + E]` given 2 columns: no E is a size
+                        self.errors.append(Mismatch(arg, dim, "negative", p, ps, a, f"{unknown[0].name} would be {n}"))
                     continue
                 rest.append((p, a, arg, dim))
             self.pending = rest

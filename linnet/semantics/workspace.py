@@ -12,7 +12,12 @@ Documents are keyed by their absolute path; a document keeps the path it was fir
 
 Analyses of documents that share a workspace must not run at the same time (the language
 server analyses in worker threads): hold `lock` around `open`, `get`, `Document.update` and
-`analyze`. `file_changed`, `stamp` and `loaded` may be called without it.
+`analyze`. `file_changed`, `stamp`, `loaded`, `opening` and `close` may be called without it.
+
+An editor closes a buffer on the language server's event loop while a check of it may still be due, in a worker
+thread (and may open the file again, and type in it, before that check runs): `open(path, text, since=...)` with
+the token `opening` gave when the buffer was opened makes a closed buffer's late check read a document of its own,
+so that it never writes the text the workspace holds for the path (the buffer opened since, or the file on disk).
 
 What an analysis holds leads to other documents' items (an importer's names of what it imports), which an
 analysis of those documents changes in place (`Document.update`: the text, the items' offsets, a module's
@@ -47,6 +52,8 @@ class Workspace:
         self._problems: dict[str, str] = {}
         self._stale: set[str] = set()  # files reported changed on disk: read again
         self._changes: dict[str, int] = {}  # per file, how often it was reported changed
+        self._closes: dict[str, int] = {}  # per file, how often its given text was closed (`opening`)
+        self._registry = threading.Lock()  # `open`'s registration of a given text, against `close` on another thread
         self.lock = threading.RLock()
         self.editing = threading.RLock()  # held while a document's text and items change (see the module docstring)
 
@@ -56,20 +63,33 @@ class Workspace:
         return os.path.normcase(os.path.abspath(path))
 
     # ----- documents whose text is given
-    def open(self, path: str, text: str) -> Document:
+    def open(self, path: str, text: str, since: int | None = None) -> Document:
         """The document at `path` with `text` (an editor's buffer, a file the CLI was given);
-        it wins over the file on disk until `close`. Creates it, or updates its text."""
+        it wins over the file on disk until `close`. Creates it, or updates its text.
+
+        `since`: the token `opening(path)` gave when the buffer whose text this is was opened. When `path` was
+        closed after that (the buffer's check was due when the editor closed it), `text` is not the workspace's: the
+        document returned is one of its own, which no other document reads, and the workspace's stays as it is."""
         from .program import Document  # program imports this module
 
         key = self.key(path)
-        doc = self._given.get(key)
+        with self._registry:  # a `close` meanwhile comes before the check below, or after the registration
+            closed = since is not None and self._closes.get(key, 0) != since
+            doc = None if closed else self._given.get(key)
+            if doc is None and not closed:
+                cached = self._disk.pop(key, None)
+                # (made empty, not parsed under the lock: its text is set below, as for a document that had one)
+                doc = cached[1] if cached is not None else Document(path, "", workspace=self, given=False)
+                self._given[key] = doc
         if doc is None:
-            cached = self._disk.pop(key, None)
-            doc = cached[1] if cached is not None else Document(path, text, workspace=self)
-            self._given[key] = doc
+            return Document(path, text, workspace=self, given=False)
         if doc.text != text:
             doc.update(text)
         return doc
+
+    def opening(self, path: str) -> int:
+        """A token for `open(path, text, since=...)`: the buffer of `path` opened now gives its text until `close`."""
+        return self._closes.get(self.key(path), 0)
 
     def add(self, doc: Document) -> None:
         """Register a document made with this workspace as one whose text is given."""
@@ -78,8 +98,10 @@ class Workspace:
     def close(self, path: str) -> None:
         """Forget the given text of `path`: from now on the file on disk is what others see."""
         key = self.key(path)
-        if self._given.pop(key, None) is not None:
-            self._changes[key] = self._changes.get(key, 0) + 1
+        with self._registry:
+            self._closes[key] = self._closes.get(key, 0) + 1  # (also when its first check has not registered it yet)
+            if self._given.pop(key, None) is not None:
+                self._changes[key] = self._changes.get(key, 0) + 1
 
     def is_open(self, path: str) -> bool:
         return self.key(path) in self._given

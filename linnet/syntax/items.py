@@ -261,14 +261,20 @@ def _bare_import(source: Source, offset: int, text: str) -> Item:
     return Item(source, offset, text, "import", None, None, [problem])
 
 
+def shows_body(fn: A.FnDef) -> bool:
+    """Whether `fn`'s body is part of its item's interface: a function that returns an `int`, whose value its
+    callers take (semantics/fn_values.py: `reshape(x, [B, width(), 8, 8])` is what `width()`'s body computes)."""
+    return isinstance(fn.ret, A.NamedType) and fn.ret.name.id == "int"
+
+
 def interface_key(item: Item) -> str:
-    """What other items can see of `item`: its text without function bodies. Two versions of
-    an item with equal keys look the same from outside, so an edit inside a function body
-    leaves every other item's analysis valid."""
+    """What other items can see of `item`: its text without function bodies (but those `shows_body` keeps). Two
+    versions of an item with equal keys look the same from outside, so an edit inside a function body leaves
+    every other item's analysis valid."""
     if item.ast is None:
         return f"<unparsed {item.kind} {item.name}>"
     text = item.text
-    cut = [node.body.span for node in A.definitions(item.ast) if isinstance(node, A.FnDef)]
+    cut = [node.body.span for node in A.definitions(item.ast) if isinstance(node, A.FnDef) and not shows_body(node)]
     if not cut:
         return " ".join(text.split())
     parts, pos = [], 0

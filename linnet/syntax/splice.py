@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from . import ast as A
 from .ast import Span
-from .items import Item, body_config_uses, config_names, make_item
+from .items import Item, body_config_uses, config_names, make_item, shows_body
 from .positions import changed_range, lexable
 
 __all__ = ["BodyEdit", "Splice", "moved", "plan_splice", "splice_body"]
@@ -94,8 +94,8 @@ def plan_splice(item: Item, text: str, only: A.FnDef | None = None) -> Splice | 
         ),
         None,
     )
-    if fn is None or (only is not None and fn is not only):
-        return None
+    if fn is None or (only is not None and fn is not only) or shows_body(fn):
+        return None  # (a body `shows_body` keeps is part of the interface: the item is replaced whole)
     delta = len(text) - len(old)
     cut = fn.body.span.end
     body = _parse_body(item, text, fn.body.span.start, cut + delta)

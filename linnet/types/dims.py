@@ -203,7 +203,7 @@ class Dim:
                     rep = mapping[a]
                 elif a.args is not None and (a.args[0].atoms() | a.args[1].atoms()) & mapping.keys():
                     num, den = (x.substitute(mapping) for x in a.args)
-                    rep = _DIVISION_FUNCTIONS[a.kind](num, den)
+                    rep = _ARG_FUNCTIONS[a.kind](num, den)
                     if isinstance(rep, DivisionError):
                         rep = Dim.atom(_division_atom(a.kind, num, den, None))
                 else:
@@ -581,6 +581,58 @@ def _canonical_remainder(num: Dim, den: Dim) -> Dim:
 
 _CANONICAL = {"//": _canonical_floor, "%": _canonical_remainder}
 _DIVISION_FUNCTIONS = {"//": floor_divide, "%": remainder}
+
+
+def minimum(a: Dim, b: Dim) -> Dim:
+    """`min(a, b)`: what a slice's bound is once clamped to its dim's size (`x[:, :4]` of `[B, S]` has
+    `min(4, S)` elements, as numpy, torch, JAX and ONNX read it). The smaller one when their difference is a known
+    number or has one sign for every value of its atoms (`nonnegative`: `S` and `S + 1`); else one written atom,
+    `min(4, S)`, the same wherever it is written, valued when its operands are."""
+    av, bv = a.val, b.val
+    diff = bv - av
+    if nonnegative(diff):
+        return a
+    if nonnegative(-diff):
+        return b
+    value = None if (av.key(), bv.key()) == (a.key(), b.key()) else minimum(av, bv)
+    key = ("min", a.key(), b.key(), value.key() if value is not None else None)
+    atom = _DIVISION_ATOMS.get(key)
+    if atom is None:
+        atom = Atom("min", f"min({format_dim(a)}, {format_dim(b)})", value=value, args=(a, b))
+        atom._key = _division_key(atom, a, b)
+        _DIVISION_ATOMS[key] = atom
+    return Dim.atom(atom)
+
+
+def nonnegative(d: Dim) -> bool:
+    """Whether `d` is at least 0 for every value of its atoms, which are sizes: a dim variable at least 1 (a tensor
+    has a row, a sequence a token: `S - 1` is at least 0), the rest (int parameters, quotients and minima of sizes)
+    at least 0. True when `d`, with each dim variable `S` written `1 + s`, has no negative coefficient."""
+    v = d.val
+    shift = {a: Dim.atom(a) + _SMALL[1] for a in v.atoms() if a.kind == "var"}
+    return _no_negative_term(v.substitute(shift) if shift else v, 4)
+
+
+def _no_negative_term(p: Dim, depth: int) -> bool:
+    """Whether `p` has no negative coefficient once each floor quotient it subtracts, `n // k` (`k` a positive
+    number), is replaced by what bounds it above, `n / k` (`p` multiplied by `k`): `H - (H + 1) // 2` is at least
+    0 since `2 * H - (H + 1)` is, with `H` at least 1."""
+    if all(c >= 0 for c in p._t.values()):
+        return True
+    if depth == 0:
+        return False
+    for mono, c in p._t.items():
+        if c < 0 and len(mono) == 1 and mono[0][1] == 1:
+            a = mono[0][0]
+            k = a.args[1].as_int() if a.kind == "//" and a.args is not None else None
+            if k is not None and k > 0:
+                rest = Dim({m: n for m, n in p._t.items() if m != mono})
+                return _no_negative_term(rest * Dim.of(k) + a.args[0] * Dim.of(c), depth - 1)
+    return False
+
+
+# What an atom with `args` is made from its operands by (`Dim.substitute` makes it again from new operands).
+_ARG_FUNCTIONS = {**_DIVISION_FUNCTIONS, "min": minimum}
 DIVISIONS = tuple(_CANONICAL)
 _DIVISION_ATOMS: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
 
@@ -663,7 +715,8 @@ def format_dim(d: Dim | None) -> str:
         # a written division inside a product, or negated in front, keeps its parentheses
         alone = sum(p for _, p in mono) == 1 and abs(coeff) == 1 and not (i == 0 and coeff < 0)
         for a, p in mono:
-            name = f"({a.name})" if (a.kind == "quot" or a.args is not None) and not alone else a.name
+            divided = a.kind == "quot" or (a.args is not None and a.kind != "min")
+            name = f"({a.name})" if divided and not alone else a.name
             factors.extend([name] * p)
         mag = abs(coeff)
         if not factors:
@@ -753,6 +806,8 @@ def _atom_value(a: Atom, sizes: dict[str, int]) -> int:
         return sizes[a.name]
     if a.value is not None:
         return evaluate(a.value, sizes)
+    if a.args is not None and a.kind == "min":  # a slice bound clamped to its dim's size
+        return min(evaluate(x, sizes) for x in a.args)
     if a.args is not None:  # a written floor division or remainder
         num, den = (evaluate(x, sizes) for x in a.args)
         if den == 0:

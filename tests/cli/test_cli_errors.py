@@ -209,3 +209,17 @@ def test_a_source_that_is_a_folder_says_a_file_is_needed(command, tmp_path):
     extra = ("--text",) if command == "onnx" else ()
     r = linnet(command, str(tmp_path), *extra)
     assert one_line(r, 2) == f"linnet {command}: {tmp_path} is a folder: give a .linnet file"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["check"], ["ir"], ["torch"], ["run"], ["generate", "--prompt", "hi"]],
+    ids=["check", "ir", "torch", "run", "generate"],
+)
+def test_a_preset_the_source_does_not_declare_is_a_usage_error(command):
+    """`--preset nope` exits 2 (usage) on every command, as `linnet check` does and docs/language.md says (`ir` and
+    `run` exited 1: the loader took the unknown name for an error of the source)."""
+    line = one_line(linnet(*command, MLP, "--preset", "nope"), 2)
+    assert "`nope`" in line
+    if command[0] != "check":
+        assert line == f"linnet {command[0]}: {MLP} has no preset `nope` (presets: tiny)"

@@ -144,3 +144,44 @@ def test_slice_bounds_from_the_end_run(backend, seq, tmp_path):
     (d,) = model.run("d", x)
     np.testing.assert_array_equal(a, x[:, 1:])
     np.testing.assert_array_equal(d, x)
+
+
+# A slice bound a dim of symbolic size may not reach is clamped to the size, as numpy, torch, JAX and ONNX clamp it:
+# `x[:, :4]` of [B, S, 3] is [B, min(4, S), 3] (was [B, 4, 3], and where S is 2 every backend failed to reshape the
+# slice to the 12 columns the type promised). A shape that holds the clamped dim is computed with it: `min` in
+# generated torch, `jax.core.min_dim` in generated JAX (Python's `min` cannot compare jax.export's symbolic dims), a
+# Min node in ONNX.
+CLAMPED = """config C {
+    d: int = 3
+}
+
+model M(c: C) {
+    entry fn forward(x: [B, S, c.d]) -> [B, c.d] {
+        let first = rearrange(x[:, :4], "b s d -> b (s d)")
+        let last = rearrange(x[:, -4:], "b s d -> b (d s)")
+        sum(rearrange(first + last, "b (s d) -> b s d", d=c.d), dim=1)
+    }
+}
+"""
+
+
+def test_clamped_slice_dims_are_computed_with_min():
+    torch_code = [line.split("#")[0].strip() for line in generate_torch(build(CLAMPED)).splitlines()]
+    jax_code = [line.split("#")[0].strip() for line in generate_jax(build(CLAMPED)).splitlines()]
+    assert "first = t.reshape(B, 3 * min(4, S))" in torch_code
+    assert "t_3 = t_2.reshape(B, jax.core.min_dim(4, S), 3)" in jax_code
+
+
+@pytest.mark.parametrize("backend", PATCH_BACKENDS)
+@pytest.mark.parametrize("seq", [2, 6])
+def test_clamped_slices_run(backend, seq, tmp_path):
+    import linnet
+
+    path = tmp_path / "clamped.linnet"
+    path.write_text(CLAMPED)
+    model = linnet.load(path, backend=backend, random_weights=True, progress=False)
+    x = np.arange(2 * seq * 3, dtype=np.float32).reshape(2, seq, 3)
+    (out,) = model.run("forward", x)
+    first = x[:, :4].reshape(2, -1)
+    last = np.swapaxes(x[:, -4:], 1, 2).reshape(2, -1)
+    np.testing.assert_allclose(out, (first + last).reshape(2, -1, 3).sum(axis=1), rtol=1e-6)

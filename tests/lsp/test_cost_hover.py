@@ -120,19 +120,31 @@ async def test_an_importers_cost_follows_an_edit_of_an_imported_function(client,
 
 NOT_LOWERED = """config C {
     ch: int = 64
+    n: int = 4
 }
 
-preset small = C { ch = 48 }
+preset small = C { ch = 48, n = 3 }
+
+module Stack(c: C) {
+    norm: GroupNorm(32, 64)
+    linears: [Linear(8, 8); c.n]
+
+    fn forward(x: [B, c.ch, 8, 8]) -> [B, 64, 8, 8] {
+        let h = x
+        let width = 0
+        for linear in linears {
+            h = linear(h)
+            width = width + 16
+        }
+        norm(reshape(h, [B, width, 8, 8]))
+    }
+}
 
 model M(c: C) {
-    norm: GroupNorm(32, 64)
-
-    fn width() -> int {
-        c.ch
-    }
+    stack: Stack(c)
 
     entry fn forward(x: [B, c.ch, 8, 8]) -> [B, 64, 8, 8] {
-        norm(reshape(x, [B, width(), 8, 8]))
+        stack(x)
     }
 }
 """
@@ -140,8 +152,10 @@ model M(c: C) {
 
 async def test_the_hover_says_why_a_model_that_checks_has_no_cost(client, tmp_path):
     """A model that checks but does not lower under the preset (48 channels in GroupNorm's 32 groups, through a size
-    a user function returns, which the checker does not evaluate: the gap tools/lower_gap_fuzz.py still finds in
-    unet): the hover on the model and the preset says so, with lowering's message (before: no cost, silently)."""
+    a loop counts in a module of config parameters only: its own check has no one value for the count, and the
+    model's check that follows instances does not follow it): the hover on the model and the preset says so, with
+    lowering's message (before: no cost, silently). (The size a user function returns, which this test used
+    before, is a check error since the checker evaluates such calls: semantics/fn_values.py.)"""
     path = tmp_path / "patches.linnet"
     path.write_text(NOT_LOWERED, encoding="utf-8")
     doc = await open_doc(client, path)

@@ -193,3 +193,24 @@ async def test_rename_refuses_names_that_change_meaning(client, needle, new_name
     with pytest.raises(JsonRpcException, match=why):
         await client.text_document_rename_async(T.RenameParams(doc.id, doc.pos(needle, delta), new_name))
     doc.close()
+
+
+async def test_renaming_a_member_warns_that_its_checkpoint_names_change(client):
+    """A member's name is part of its parameters' checkpoint names (`fc1.weight`): renaming it renames them, and a
+    checkpoint saved under the old names then no longer loads. The rename says so and suggests `@name`; a local's
+    rename and a member that has `@name` say nothing."""
+    doc = await open_doc(client, EXAMPLES / "mlp.linnet")
+    before = len(client.messages)
+    edit = await client.text_document_rename_async(T.RenameParams(doc.id, doc.pos("fc1(x)", 1, nth=1), "dense"))
+    assert {doc.slice(e.range) for e in edit.changes[doc.uri]} == {"fc1"}
+    shown = [m for m in client.messages[before:] if "checkpoint" in m.message]
+    assert len(shown) == 1 and shown[0].type == T.MessageType.Warning
+    assert "(`fc1.` becomes `dense.` in each)" in shown[0].message and '@name("fc1")' in shown[0].message
+    before = len(client.messages)
+    await client.text_document_rename_async(T.RenameParams(doc.id, doc.pos("let h", 4), "hidden"))
+    at = doc.text.index("    fc1: ")
+    await doc.change(doc.at(at), doc.at(at), '    @name("fc1")\n')
+    await doc.diagnostics()
+    await client.text_document_rename_async(T.RenameParams(doc.id, doc.pos("fc1(x)", 1, nth=1), "dense"))
+    assert not [m for m in client.messages[before:] if "checkpoint" in m.message]
+    doc.close()

@@ -496,3 +496,25 @@ def test_a_body_edit_in_a_module_the_model_builds_is_checked_again_with_its_inst
     assert [d.message for d in fresh.errors] == [d.message for d in broken.errors]
     doc.edit(at, at + len('rearrange(x, "b (g c) h w -> b (c g) h w", g=8)'), "norm(x)")
     assert doc.analyze().errors == []
+
+
+@pytest.mark.parametrize(
+    ("case", "old", "new"),
+    [
+        ("method_values", "linears[i](x)", "linears[0](x)"),  # `layer(h, 2)` checked with its value read this body
+        ("returned_sizes", "channels / 2", "channels / 4"),  # `half()`'s value: the body of a size a method returns
+    ],
+)
+def test_a_body_edit_checks_again_the_functions_that_read_that_body(case, old, new):
+    """A function whose check read another method's body at a call (`fn_reuse.Segment.reads`) is checked again
+    when that body is edited: before, its part was taken as it was, and an L212 that the edit removed stayed."""
+    text = (Path(__file__).parent / "cases" / f"{case}.linnet").read_text()
+    doc = Document(f"{case}.linnet", text)
+    doc.analyze()
+    at = text.index(old)
+    doc.edit(at, at + len(old), new)
+    incremental = doc.analyze()
+    fresh = Document(f"{case}.linnet", doc.text).analyze()
+    assert summary(incremental) == summary(fresh)
+    assert results(incremental) == results(fresh)
+    assert {d.code for d in fresh.errors} != {d.code for d in Document(case, text).analyze().errors}

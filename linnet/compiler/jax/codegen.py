@@ -63,8 +63,6 @@ from linnet.ir.render import (
     ModuleWriter,
     Prelude,
     constant_values,
-    dim_text,
-    dims_text,
     index_text,
     infix_emitter,
     np_dtype_name,
@@ -74,6 +72,7 @@ from linnet.ir.render import (
 from linnet.ops.rearrange import rearrange_plan
 from linnet.types.dims import Dim
 
+from .dims import MIN_CALL, dim_text, dims_text
 from .scan import scanned_loops, stacked_lists
 from .spatial import EMITTERS as SPATIAL_EMITTERS
 
@@ -167,6 +166,8 @@ class Emitter(GraphEmitter):
     A value held as a flat KV cache ([rows * H, T, D]: the ops the passes marked `layout`
     flat) renders as its declared [rows, H, T, D] (a reshape) for any op; `flat_name` gives the
     array as held, for the ops that work on it directly (cache_write, take, attention)."""
+
+    MIN_CALL = MIN_CALL
 
     # `f32_matrices` (the module docstring): value id -> the member holding it in f32, for the params held so; None
     # when off. Their generic rendering (`names`) reads them through `.astype(...)`, so any use is correct.

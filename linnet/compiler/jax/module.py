@@ -31,10 +31,10 @@ import numpy as np
 from linnet.errors import BackendError
 from linnet.ir.core import Graph, Program
 from linnet.ir.pipeline import prepare
-from linnet.ir.render import dim_text
 
 from . import q8_kernel
 from .codegen import JAX_DTYPES, NUMERICS, PASSES, held_in_f32, module_source, state_shape
+from .dims import dim_text
 from .scan import STACKED_INDEX, stacked_key, stacked_lists
 from .x64 import ScopedJit, x64_scoped
 

@@ -6,9 +6,10 @@ arguments are known ints once a program is lowered; padding is made explicit per
 from __future__ import annotations
 
 from linnet.ir.core import Op
-from linnet.ir.render import dim_text
 from linnet.ops.resample import pool_window
 from linnet.ops.spatial import explicit_padding, ints
+
+from .dims import dim_text
 
 EMITTERS: dict = {}
 

@@ -219,6 +219,8 @@ class Lowering:
         (fmod=0) taking the divisor's sign as `%` does. Raises CodegenError for anything else."""
         if atom.name in self.dim_sources:
             return self.dim_sources[atom.name]
+        if atom.kind == "min" and atom.args is not None:  # a slice bound clamped to its dim's size
+            return self.op("Min", [self.dim(x) for x in atom.args], hint="dim")
         if atom.kind in ("//", "%") and atom.args is not None:
             num, den = (self.dim(x) for x in atom.args)
             rest = self.op("Mod", [num, den], {"fmod": 0}, hint="dim")

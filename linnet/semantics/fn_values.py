@@ -1,0 +1,70 @@
+"""The int a user function returns, evaluated at a call whose arguments are known.
+
+A function's signature says `-> int` and nothing of the value, so `reshape(x, [B, width(), 8, 8])` had a dim the
+checker did not know: a model could check clean and fail in lowering, which computes `width()` (48 channels in
+GroupNorm's 32 groups; unet's `skip(i)`). So a call of an int-returning function whose compile-time arguments all
+have a value (a number, or a symbolic size such as a module's `out_channels`) checks the callee's body with them
+bound, as `specialize.first_error_at` does, and takes the body's value when the body checks clean and has one: the
+call is then what the body would be written in its place.
+
+Any function's: the body of one that returns an int is part of its item's interface (`syntax.items.shows_body`),
+so a caller's check, which depends on its callees' interfaces only, is made again when that body changes (an edit
+there is not spliced into the module either: `syntax.splice`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..types.core import ScalarT, TensorT, Type
+from .scope import type_key
+from .specialize import checked_body, followed, once
+
+if TYPE_CHECKING:
+    from .checker import ItemChecker
+    from .scope import FnTarget
+
+
+def value_at(checker: "ItemChecker", target: "FnTarget", args: dict[str, Type], dims: dict) -> ScalarT | None:
+    """The int `target` returns at a call with `args` (every parameter, by name) and its dim variables solved to
+    `dims`: `ScalarT("int", value)` when its body, checked with them, is clean and has a value; None when an
+    argument has no value, or the body has none."""
+    fn = target.fn
+    if fn.body is None:
+        return None
+    keys = []
+    for name, t in args.items():
+        if isinstance(t, TensorT):
+            if t.shape.prefix is not None or any(d is None for d in t.shape.dims):
+                return None
+            keys.append((name, ("tensor", t.dtype, tuple(d.key() for d in t.shape.dims))))
+        elif isinstance(t, ScalarT) and t.value is None:
+            return None
+        else:
+            key = type_key(t)
+            if key[0] in ("unknown", "other"):
+                return None
+            keys.append((name, key))
+    if any(d is None for d in dims.values()):
+        return None
+    inst = target.instance
+    key = (
+        "value",
+        fn,
+        inst.key() if inst is not None else None,
+        tuple(keys),
+        tuple((n, d.key()) for n, d in dims.items()),
+    )
+    if checker.follow is not None:
+        return followed(checker, target.item, key, lambda: _body_value(checker, target, args, dims))
+    return once(checker, key, lambda: _body_value(checker, target, args, dims))
+
+
+def _body_value(checker: "ItemChecker", target: "FnTarget", args: dict[str, Type], dims: dict) -> ScalarT | None:
+    """The int value of `target`'s body checked with `args` and `dims`; None when it has an error or no value."""
+    sub, body = checked_body(checker, target, args, dims)
+    if any(f.severity in (None, "error") for f in sub.result.findings):
+        return None
+    if isinstance(body, ScalarT) and body.kind == "int" and body.value is not None:
+        return ScalarT("int", body.value)
+    return None

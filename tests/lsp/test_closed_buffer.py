@@ -1,0 +1,191 @@
+"""A buffer the editor closes while a check of it is due: that check, made after the close, never writes the text
+the workspace holds for the file (linnet/semantics/workspace.py, `Workspace.open(..., since=...)`), which is the
+buffer of the file opened since, or the file on disk: what the reopened buffer's requests and every importer read.
+
+The LSP fuzz (tests/lsp/test_fuzz.py, seed 20260517) closes and reopens its document at once and types on: the
+closed buffer's `_diagnose` was in its first stage (`check_first`) at the close and went on to the full check of
+its last text, which updated the workspace's document, made anew for the reopened buffer, back to that text. The
+reopened buffer's analysis, made just before, then read items of the closed buffer's text: semantic tokens of
+another version's text (at version 712, or a document symbol's range elsewhere: traced in the server)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from lsprotocol import types as T
+
+from linnet.lsp import navigation
+from linnet.lsp.convert import uri_of
+from linnet.lsp.documents import Documents
+from linnet.lsp.server import create_server
+from linnet.lsp.tokens import semantic_tokens
+from linnet.semantics.program import Document
+
+LIB = """## Doubles `x`.
+fn double(x: [N]) -> [N] {
+    x * 2.0
+}
+"""
+# typed in the reopened buffer: an item above `double`, which moves two lines down
+TYPED = "fn first(x: [N]) -> [N] { x }\n\n" + LIB
+USER = """from "lib.linnet" import double
+
+fn quad(y: [N]) -> [N] {
+    double(double(y))
+}
+"""
+ON_DISK = "fn double(x: [N]) -> [N] {\n    x + x\n}\n"  # the file as saved: `double` on its first line
+TIMEOUT_S = 20.0
+
+
+def _files(tmp_path: Path) -> tuple[str, str]:
+    (tmp_path / "lib.linnet").write_text(ON_DISK, encoding="utf-8")
+    (tmp_path / "user.linnet").write_text(USER, encoding="utf-8")
+    return uri_of(str(tmp_path / "lib.linnet")), uri_of(str(tmp_path / "user.linnet"))
+
+
+def _edit(uri: str, version: int, text: str) -> T.DidChangeTextDocumentParams:
+    change = T.TextDocumentContentChangeWholeDocument(text)
+    return T.DidChangeTextDocumentParams(T.VersionedTextDocumentIdentifier(version, uri), [change])
+
+
+def _opened(uri: str, version: int, text: str) -> T.DidOpenTextDocumentParams:
+    return T.DidOpenTextDocumentParams(T.TextDocumentItem(uri, "linnet", version, text))
+
+
+def test_a_closed_buffers_due_check_leaves_the_reopened_buffer_and_its_importers_their_text(tmp_path, monkeypatch):
+    # The server's own handlers, in the fuzz's order: lib.linnet's `_diagnose` pauses at a hook after the first
+    # stage of its check of an edit, while the editor closes lib.linnet, opens it again with the same text, types
+    # `first` above `double`, and the reopened buffer is checked; then the paused check goes on. It made the full
+    # check of the closed buffer's text, which put that text back into the workspace: user.linnet's definition of
+    # `double` then led to line 1, where the closed buffer has it, not line 3, where the open buffer has it.
+    lib_uri, user_uri = _files(tmp_path)
+    server = create_server()
+    monkeypatch.setattr(server, "text_document_publish_diagnostics", lambda params: None)
+    handle = server.protocol.fm.features
+    on_use = USER.index("double(y)")
+    checked: list[str] = []  # the texts of the closed buffer's full checks after the hook
+
+    async def run() -> tuple:
+        handle[T.TEXT_DOCUMENT_DID_OPEN](_opened(user_uri, 1, USER))
+        handle[T.TEXT_DOCUMENT_DID_OPEN](_opened(lib_uri, 1, LIB))
+        closed = server.documents.get(lib_uri)
+        await asyncio.wait_for(closed.diagnose_task, TIMEOUT_S)
+        reached, resume = asyncio.Event(), asyncio.Event()
+
+        async def paused() -> None:  # the hook: the closed buffer's check, between its first stage and the rest
+            reached.set()
+            await resume.wait()
+
+        monkeypatch.setattr(closed.staged_answers, "wait", paused)
+        real_analyze = closed._analyze
+        monkeypatch.setattr(closed, "_analyze", lambda text, preset: checked.append(text) or real_analyze(text, preset))
+        handle[T.TEXT_DOCUMENT_DID_CHANGE](_edit(lib_uri, 2, LIB + "\n"))
+        await asyncio.wait_for(reached.wait(), TIMEOUT_S)
+        handle[T.TEXT_DOCUMENT_DID_CLOSE](T.DidCloseTextDocumentParams(T.TextDocumentIdentifier(lib_uri)))
+        handle[T.TEXT_DOCUMENT_DID_OPEN](_opened(lib_uri, 3, LIB + "\n"))
+        handle[T.TEXT_DOCUMENT_DID_CHANGE](_edit(lib_uri, 4, TYPED))
+        reopened = server.documents.get(lib_uri)
+        await asyncio.wait_for(reopened.diagnose_task, TIMEOUT_S)
+        resume.set()
+        await asyncio.wait_for(closed.diagnose_task, TIMEOUT_S)
+        held = server.documents.workspace.loaded(reopened.path).text  # what lib.linnet's importers read now
+
+        user = server.documents.get(user_uri)
+        async with user.analyzed(None) as analysis:
+            found = navigation.definition(analysis, on_use)
+        params = T.SemanticTokensParams(T.TextDocumentIdentifier(lib_uri))
+        tokens = await handle[T.TEXT_DOCUMENT_SEMANTIC_TOKENS_FULL](params)
+        return held, found, tokens.data
+
+    held, found, tokens = asyncio.run(run())
+    assert checked == []  # the closed buffer's `_diagnose` ended at the close: its check would read a text no one shows
+    assert held == TYPED  # what the workspace holds for lib.linnet: the open buffer's text
+    assert (found.path, found.start.line, found.start.column) == (str(tmp_path / "lib.linnet"), 4, 4)
+    assert tokens == semantic_tokens(Document(str(tmp_path / "lib.linnet"), TYPED).analyze())
+
+
+@pytest.mark.parametrize("checked", [True, False], ids=["checked-before", "never-checked"])
+def test_a_check_due_when_the_buffer_closed_leaves_importers_the_file_on_disk(tmp_path, checked):
+    # A request sent before the close and answered after it checks the closed buffer's text: that check made the
+    # buffer the workspace's text of lib.linnet again, for good (importers read it, not the file on disk), whether
+    # the buffer had been checked before (its document was dropped at the close) or not (none was registered yet).
+    lib_uri, user_uri = _files(tmp_path)
+    documents = Documents()
+    user = documents.open(user_uri, USER, 1)
+    lib = documents.open(lib_uri, LIB, 1)
+    on_use = USER.index("double(y)")
+
+    async def run():
+        if checked:
+            async with lib.analyzed(None):
+                pass
+        lib.apply_changes([T.TextDocumentContentChangeWholeDocument(TYPED)], 2)
+        documents.close(lib_uri)
+        async with lib.analyzed(None) as analysis:  # the request sent before the close: the closed buffer's text
+            assert analysis.document.text == TYPED
+        async with user.analyzed(None) as analysis:
+            return navigation.definition(analysis, on_use)
+
+    found = asyncio.run(run())
+    assert not documents.workspace.is_open(str(tmp_path / "lib.linnet"))
+    assert (found.start.line, found.start.column) == (1, 4)  # the file on disk's `double`
+
+
+def test_a_closed_buffer_stages_no_check(tmp_path, monkeypatch):
+    # `check_first` of a buffer closed since its edit (its `_diagnose` at the close) does nothing: the first stage
+    # would start from nothing, in a document of its own.
+    lib_uri, _ = _files(tmp_path)
+    documents = Documents()
+    lib = documents.open(lib_uri, LIB, 1)
+    staged: list[str] = []
+
+    async def run() -> None:
+        async with lib.analyzed(None):
+            pass
+        lib.apply_changes([T.TextDocumentContentChangeWholeDocument(LIB.replace("x * 2.0", "x * 3.0"))], 2)
+        documents.close(lib_uri)
+        monkeypatch.setattr(lib, "_analyze_first", lambda text, preset: staged.append(text) or (None, ()))
+        await lib.check_first(None)
+
+    asyncio.run(run())
+    assert staged == []
+
+
+def test_a_document_opened_again_without_a_close_owns_the_text(tmp_path):
+    # A client that sends didOpen for a URI already open: the first buffer's check still due leaves the second's text.
+    lib_uri, _ = _files(tmp_path)
+    documents = Documents()
+    first = documents.open(lib_uri, LIB, 1)
+    second = documents.open(lib_uri, TYPED, 1)
+
+    async def run() -> str:
+        async with second.analyzed(None):
+            pass
+        async with first.analyzed(None):
+            pass
+        return documents.workspace.loaded(second.path).text
+
+    assert asyncio.run(run()) == TYPED
+
+
+def test_two_buffers_of_one_file_each_read_their_own_text(tmp_path):
+    # What `Analysis.holds_text` still guards: two URIs naming one file (`sub/../lib.linnet`), open at once, share
+    # the workspace's document of the path; each one's analysis updates it to its own text. A request about the
+    # first, whose analysis was made before the second's, read the items of the second's text without it.
+    documents = Documents()
+    one = documents.open(uri_of(str(tmp_path / "lib.linnet")), LIB, 1)
+    other = documents.open(uri_of(str(tmp_path / "sub" / ".." / "lib.linnet")), TYPED, 1)
+
+    async def run() -> list[int]:
+        async with one.analyzed(None):
+            pass
+        async with other.analyzed(None):
+            pass
+        async with one.analyzed(None) as analysis:
+            assert analysis.document.text == LIB
+            return semantic_tokens(analysis)
+
+    assert asyncio.run(run()) == semantic_tokens(Document(str(tmp_path / "lib.linnet"), LIB).analyze())
