@@ -11,8 +11,10 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from .ir.cost import ProgramCost, program_cost
+if TYPE_CHECKING:  # the IR loads with `--summary` alone: every `linnet check` builds the parser that imports this
+    from .ir.cost import ProgramCost
 
 EXIT_OK, EXIT_ERRORS, EXIT_USAGE = 0, 1, 2
 
@@ -121,6 +123,7 @@ def cmd_summary(args: argparse.Namespace, files: list[Path]) -> int:
     diagnostics on stderr and makes the exit status 1; bad sizes are a usage error (2)."""
     from .errors import SourceError
     from .ir.build import lower_analysis, read_source
+    from .ir.cost import program_cost
     from .semantics.program import Document
 
     for flag, value in (("--seq-len", args.seq_len), ("--max-positions", args.max_positions)):

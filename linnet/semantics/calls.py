@@ -610,7 +610,7 @@ class CallsMixin:
                 p.name.id, given.value if given else None, arg_types[id(given)] if given else UNKNOWN
             )
         info.args = {p.name.id: info.args[p.name.id] for p in fn.params}  # declaration order
-        info.dims = {a.name: unifier.solved.get(a) for a in sorted(sig.patterns, key=lambda a: a.uid)}
+        info.dims = {a.name: unifier.solved.get(a) for a in sig.ordered_patterns}
         info.dtypes = {d.name: unifier.dtypes.get(d) for d in sig.dtype_patterns}
         if len(self.result.findings) > findings_before or unknown_arg:
             return UNKNOWN  # the call is wrong, or its input unknown: what it returns would only cascade
@@ -829,13 +829,15 @@ class CallsMixin:
             # Errors here depend on this call's values (the callee's own check did not know them):
             # `n / 2` in a return type when `n` is 7.
             errors = [f for f in sub.result.findings if f.code[1] in "24"]
+            patterns = frozenset(binder.dims.values())
             sig = _Signature(
                 params,
                 ret,
-                frozenset(binder.dims.values()),
+                patterns,
                 frozenset(generics.values()),
                 dict(sub.result.deps),
                 errors,
+                tuple(sorted(patterns, key=lambda a: a.uid)),
             )
             self.ctx.signatures[key] = sig
             self.ctx.remember("signatures", key, target.item, inst.item if inst is not None else None)
@@ -879,6 +881,7 @@ class _Signature:
     dtype_patterns: frozenset
     deps: dict
     errors: list
+    ordered_patterns: tuple  # `patterns` by id (the order of `CallInfo.dims`), sorted once, not at each call
 
 
 def _substitute_type(t: Type, u: Unifier, shown: list[Dim] | None = None) -> Type:

@@ -39,9 +39,16 @@ LOAD_TIME_DIMS = {"max_batch": const("max_batch"), "max_positions": const("max_p
 BUILTIN_CONSTANTS = {"pi": math.pi, "inf": math.inf}
 
 
+_builtin_names_made: tuple[int, frozenset[str]] | None = None  # (how many ops there were, the names then)
+
+
 def _builtin_names() -> frozenset[str]:
-    """The names every scope sees besides its own: ops, dtypes and constants."""
-    return frozenset(REGISTRY).union(DTYPES, BUILTIN_CONSTANTS)
+    """The names every scope sees besides its own: ops, dtypes and constants. Made again only when an op was
+    registered since (each unknown name of every check asks: the 5 MB document's 17,000 made it anew, ~1 %)."""
+    global _builtin_names_made
+    if _builtin_names_made is None or _builtin_names_made[0] != len(REGISTRY):
+        _builtin_names_made = (len(REGISTRY), frozenset(REGISTRY).union(DTYPES, BUILTIN_CONSTANTS))
+    return _builtin_names_made[1]
 
 
 DIM_OPERATORS = ("+", "-", "*", "/", "//", "%")
@@ -60,6 +67,9 @@ class Binder:
     def __init__(self, mode: str, generics: dict[str, DType] | None = None):
         self.mode = mode
         self.dims: dict[str, Atom] = {}
+        # the dim of each of `dims`' atoms, made at its first use: every use of `S` in a signature is this one Dim, its
+        # value and atoms computed once
+        self.atom_dims: dict[str, Dim] = {}
         self.ellipsis: EllipsisVar | None = None
         self.dtypes: dict[str, DType] = dict(generics or {})
         self.frozen = False
@@ -214,9 +224,12 @@ class NamesMixin:
                     b.uses += 1
                     self.ref(e, b.anchor)
                 atom = binder.dims[e.id]
+                d = binder.atom_dims.get(e.id)
+                if d is None:
+                    d = binder.atom_dims[e.id] = Dim.atom(atom)
                 self.resolve(e, "dim", node=binder.introduced.get(e.id), item=self.item, value=atom)
-                self.record(e, ScalarT("int", Dim.atom(atom)))
-                return Dim.atom(atom)
+                self.record(e, ScalarT("int", d))
+                return d
             b = self.lookup_value(e.id, scope)
             if b is None:
                 if binder is not None and not binder.frozen:
@@ -224,9 +237,10 @@ class NamesMixin:
                     binder.dims[e.id] = atom
                     binder.new_dims.append((e.id, atom, e))
                     binder.introduced[e.id] = e
+                    d = binder.atom_dims[e.id] = Dim.atom(atom)
                     self.resolve(e, "dim", node=e, item=self.item, value=atom)
-                    self.record(e, ScalarT("int", Dim.atom(atom)))
-                    return Dim.atom(atom)
+                    self.record(e, ScalarT("int", d))
+                    return d
                 if binder is not None and binder.mode == "pattern":
                     return None
                 self.unknown_name(e, scope, dim=True)
@@ -308,7 +322,7 @@ class NamesMixin:
             return b
         inst = getattr(self._module_scope(scope), "instance", None)
         if inst is not None:
-            members = self.members(inst, report=False)
+            members = inst.members if inst.members is not None else self.members(inst, report=False)
             info = members.by_name.get(name)
             if info is not None:
                 kind = "fn" if info.kind == "fn" else "member"
@@ -464,6 +478,8 @@ def _atom_of(t: Type):
     """The atom an int binding stands for (a dim variable, a module's int parameter)."""
     if isinstance(t, ScalarT) and t.kind == "int" and t.value is not None:
         atoms = t.value.atoms()
-        if len(atoms) == 1 and Dim.atom(next(iter(atoms))) == t.value:
-            return next(iter(atoms))
+        if len(atoms) == 1:
+            (atom,) = atoms
+            if t.value._t == {((atom, 1),): 1}:  # the dim is the atom itself (`Dim.atom(atom)`, without making it)
+                return atom
     return None

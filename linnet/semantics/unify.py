@@ -60,7 +60,7 @@ class Mismatch:
         return {"differ": "L203", "divide": "L206", "negative": "L213", "infer": "L209"}[self.kind]
 
 
-@dataclass
+@dataclass(slots=True)
 class Unifier:
     """Solves the dim and dtype variables of one call."""
 

@@ -735,6 +735,11 @@ def format_dim(d: Dim | None) -> str:
 def solve_linear(pattern: Dim, target: Dim, unknown: Atom) -> Dim | DivisionError | None:
     """Solve `pattern == target` for `unknown` when `pattern` is `k * unknown + rest` with no
     other occurrence of `unknown`. Returns None when `pattern` is not of that form."""
+    terms = pattern.val._t
+    if len(terms) == 1:  # `pattern` is `unknown` itself (most dims of a signature): what the loop below returns
+        ((mono, coeff),) = terms.items()
+        if coeff == 1 and len(mono) == 1 and mono[0][0] is unknown and mono[0][1] == 1:
+            return target
     k = Dim()
     rest: dict[Monomial, int] = {}
     for mono, coeff in pattern.val.terms:
