@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ..types.core import Shape, format_shape
-from ..types.dims import Dim, format_dim, product, shown_value
+from ..types.dims import Dim, format_dim, format_division, product, shown_value
 from .registry import OpError, exact
 
 _TOKEN = re.compile(r"\s*(?:(?P<name>[A-Za-z_]\w*)|(?P<one>1)|(?P<ell>\.\.\.)|(?P<open>\()|(?P<close>\))|(?P<bad>\S))")
@@ -279,7 +279,7 @@ def rearrange_plan(dims: list[Dim], pattern: str, sizes: dict[str, Dim]) -> tupl
         if unknown is not None:
             q = divide(dim, known)
             if isinstance(q, DivisionError):
-                raise OpError("L206", f"rearrange: {format_dim(dim)} / {format_dim(known)} is not exact", "pattern")
+                raise OpError("L206", f"rearrange: {format_division(dim, known)} is not exact", "pattern")
             shape_by_axis[unknown] = q
         for a in g.axes:
             if a.name is not None:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..types.core import BOOL, F32, WORK, DType, Shape, TensorT, format_shape
-from ..types.dims import Dim, DivisionError, divide, format_dim, shown_value
+from ..types.dims import Dim, DivisionError, divide, format_dim, format_division, shown_value
 
 REQUIRED = object()
 
@@ -399,5 +399,5 @@ def shape_of(value) -> Shape:
 def exact(num: Dim, den: Dim, what: str, arg: str | None = None) -> Dim:
     q = divide(num, den)
     if isinstance(q, DivisionError):
-        raise OpError("L206", f"{what}: {format_dim(num)} / {format_dim(den)} is not exact ({q.reason})", arg)
+        raise OpError("L206", f"{what}: {format_division(num, den)} is not exact ({q.reason})", arg)
     return q

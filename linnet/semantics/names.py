@@ -26,7 +26,7 @@ from ..types.core import (
     UnknownT,
     format_type,
 )
-from ..types.dims import Atom, Dim, DivisionError, const, format_dim, shown_value, var
+from ..types.dims import Atom, Dim, DivisionError, const, format_dim, format_division, shown_value, var
 from ..types.scalars import ScalarError, arithmetic
 from .describe import kind_text, wrapped
 from .diagnostics import Fix, Label, SymbolAnchor, symbol
@@ -285,9 +285,9 @@ class NamesMixin:
         labels = self.atom_labels([a, b])
         self.report(
             "L206",
-            f"{format_dim(a)} / {format_dim(b)} is not exact: {err.reason}",
+            f"{format_division(a, b)} is not exact: {err.reason}",
             e,
-            label=f"{format_dim(shown_value(a))} / {format_dim(shown_value(b))}",
+            label=format_division(shown_value(a), shown_value(b)),
             labels=labels,
             notes=[]
             if "provably" not in err.reason

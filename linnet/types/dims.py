@@ -732,6 +732,17 @@ def format_dim(d: Dim | None) -> str:
     return " ".join(parts)
 
 
+def format_division(numerator: Dim | None, denominator: Dim | None) -> str:
+    """`numerator / denominator` as a message writes it: an operand of more than one term or factor in parentheses
+    (`(c.n - 1) / 2`; without them it read `c.n - 1 / 2`, another expression)."""
+
+    def operand(d: Dim | None) -> str:
+        text = format_dim(d)
+        return f"({text})" if " " in text else text
+
+    return f"{operand(numerator)} / {operand(denominator)}"
+
+
 def solve_linear(pattern: Dim, target: Dim, unknown: Atom) -> Dim | DivisionError | None:
     """Solve `pattern == target` for `unknown` when `pattern` is `k * unknown + rest` with no
     other occurrence of `unknown`. Returns None when `pattern` is not of that form."""

@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 import operator
 
-from .dims import Dim, DivisionError, digit_count, divide, floor_divide, format_dim, remainder
+from .dims import Dim, DivisionError, digit_count, divide, floor_divide, format_dim, format_division, remainder
 
 ARITHMETIC = ("+", "-", "*", "/", "//", "%", "**")
 COMPARISONS = ("==", "!=", "<", "<=", ">", ">=")
@@ -111,7 +111,7 @@ def _int_arithmetic(op: str, a: Int, b: Int):
         if isinstance(d, DivisionError):
             if d.reason == "division by zero":
                 raise ScalarError("zero", f"`{op}` by zero has no value", d)
-            raise ScalarError("inexact", f"{format_dim(x)} / {format_dim(y)} is not exact: {d.reason}", d)
+            raise ScalarError("inexact", f"{format_division(x, y)} is not exact: {d.reason}", d)
     # a dim too: its written form's numbers (`A * B` of two 3,000-digit literals is one) are printed in messages
     if any(abs(c).bit_length() > MAX_INT_BITS for c in d._t.values()):
         raise ScalarError(
