@@ -44,7 +44,7 @@ from . import compare as compare_
 from . import completion as completion_
 from . import diff as diff_
 from . import hints as hints_
-from . import navigation, symbols, views
+from . import navigation, priority, symbols, views
 from .collector import IdleCollector
 from .convert import (
     lsp_diagnostic,
@@ -102,10 +102,6 @@ FIRST_LINES = 150
 # waited up to the whole interval for the check's thread (traced in the server during bursts of typing: a hover sent
 # while a keystroke's check ran arrived 15-25 ms later, after the check had ended)
 SWITCH_INTERVAL_S = 0.0005
-# how long the rest of a keystroke's check waits after answers from its first stage are written: the client is
-# woken on the CPU the check would take (traced on the 3,000-line file, quiet: a median 4.0 ms from an answer's
-# write to the client's read when the check started at once, 0.9 ms with this wait)
-ANSWER_READ_S = 0.002
 
 
 class LinnetProtocol(AnswerEveryRequest, LanguageServerProtocol):
@@ -275,7 +271,7 @@ class LinnetServer(LanguageServer):
                 # what the first stage answers goes out before the rest takes the GIL, and is read: the client,
                 # woken by the answer on this CPU, would wait for the check's time slice
                 if await doc.staged_answers.wait():
-                    await asyncio.sleep(ANSWER_READ_S)
+                    await asyncio.sleep(priority.ANSWER_READ_S)
                 if self.documents.get(doc.uri) is not doc:
                     return  # closed while its first stage ran: no check of a buffer no editor shows
                 async with doc.analyzed(preset) as analysis:

@@ -177,3 +177,23 @@ def test_after_warming_the_first_completion_builds_no_converter_function(monkeyp
     item = T.CompletionItem("hidden_size", kind=T.CompletionItemKind.Field, detail="int", sort_text="1hidden_size")
     json.dumps(T.CompletionResponse(7, T.CompletionList(False, [item])), default=server.protocol._serialize_message)
     assert made == []
+
+
+def test_the_gate_opens_answer_read_s_after_the_last_answer(monkeypatch):
+    """The client, woken by an answer, reads it before a check takes the CPU back."""
+    monkeypatch.setattr(priority, "MAX_PAUSE_S", 30.0)
+    monkeypatch.setattr(priority, "ANSWER_READ_S", 0.2)
+
+    async def scenario() -> float:
+        gate = RequestsFirst()
+
+        async def request() -> float:
+            gate.begin()
+            gate.end()  # (its answer written)
+            start = time.monotonic()
+            await asyncio.to_thread(gate.wait)
+            return time.monotonic() - start
+
+        return await asyncio.ensure_future(request())
+
+    assert 0.1 <= asyncio.run(scenario()) < 5
