@@ -17,8 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..types.core import ScalarT, TensorT, Type
-from .scope import type_key
-from .specialize import checked_body, followed, once
+from .specialize import arg_key, checked_body, followed, once
 
 if TYPE_CHECKING:
     from .checker import ItemChecker
@@ -34,17 +33,12 @@ def value_at(checker: "ItemChecker", target: "FnTarget", args: dict[str, Type], 
         return None
     keys = []
     for name, t in args.items():
-        if isinstance(t, TensorT):
-            if t.shape.prefix is not None or any(d is None for d in t.shape.dims):
-                return None
-            keys.append((name, ("tensor", t.dtype, tuple(d.key() for d in t.shape.dims))))
-        elif isinstance(t, ScalarT) and t.value is None:
+        key = arg_key(t)  # (None for a tensor with an unknown dim, or an unknown type)
+        if key is None or (isinstance(t, ScalarT) and t.value is None):
             return None
-        else:
-            key = type_key(t)
-            if key[0] in ("unknown", "other"):
-                return None
-            keys.append((name, key))
+        if not isinstance(t, TensorT) and key[0] in ("unknown", "other"):
+            return None
+        keys.append((name, key))
     if any(d is None for d in dims.values()):
         return None
     inst = target.instance

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from .scope import FnTarget
 
 
-def _arg_key(t: Type, partial: bool = False):
+def arg_key(t: Type, partial: bool = False):
     """A hashable key for an argument's type: a tensor by its dtype and its dims as written; None where one is
     not known (no specialised check then), but with `partial` an unknown dim, which matches any size."""
     if isinstance(t, TensorT):
@@ -56,7 +56,7 @@ def first_error_at(
     # The caller's own function may be checked with a dim it did not solve: an unknown dim matches any size, so
     # the body's other values still decide (unet's `layer(h1, s1, ..., 2)` after `pop` left `N` unknown).
     partial = not target.item.is_std
-    keys = [_arg_key(t, partial) for t in args.values()]
+    keys = [arg_key(t, partial) for t in args.values()]
     if any(k is None for k in keys) or (not partial and any(d is None for d in dims.values())):
         return None
     inst = target.instance

@@ -22,20 +22,9 @@ from linnet.lsp.documents import Documents
 from linnet.lsp.server import create_server
 from linnet.lsp.tokens import semantic_tokens
 from linnet.semantics.program import Document
+from tests.lsp.test_import_reads import EDITED as TYPED  # typed in the reopened buffer: `double` moves down
+from tests.lsp.test_import_reads import LIB, USER  # (the same library and importer)
 
-LIB = """## Doubles `x`.
-fn double(x: [N]) -> [N] {
-    x * 2.0
-}
-"""
-# typed in the reopened buffer: an item above `double`, which moves two lines down
-TYPED = "fn first(x: [N]) -> [N] { x }\n\n" + LIB
-USER = """from "lib.linnet" import double
-
-fn quad(y: [N]) -> [N] {
-    double(double(y))
-}
-"""
 ON_DISK = "fn double(x: [N]) -> [N] {\n    x + x\n}\n"  # the file as saved: `double` on its first line
 TIMEOUT_S = 20.0
 

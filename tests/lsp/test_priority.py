@@ -9,8 +9,6 @@ import threading
 import time
 from pathlib import Path
 
-import pytest
-
 from linnet.lsp import priority
 from linnet.lsp.priority import RequestsFirst
 from linnet.semantics import pausing
@@ -132,8 +130,8 @@ def test_a_pause_point_does_nothing_outside_a_paused_check():
     assert calls == [1]
 
 
-@pytest.mark.parametrize("threads", [2])
-def test_each_thread_has_its_own_wait(threads):
+def test_each_thread_has_its_own_wait():
+    threads = 2
     calls: list[str] = []
     barrier = threading.Barrier(threads)
 
