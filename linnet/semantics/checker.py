@@ -90,6 +90,9 @@ class CheckContext:
         # The first error of a standard-library function's body checked with one call's values, by callee,
         # instance and argument types (`specialize.py`); not lent: its keys hold the callers' atoms.
         self.specialized: dict[Any, Any] = {}
+        # The calls among them that checked clean, keyed by their sizes' values alone (`specialize.sizes_key`): lent,
+        # as the standard library's bodies never change and these keys hold no caller's atom.
+        self.specialized_clean: dict[Any, bool] = previous.specialized_clean if previous else {}
         # The same for the `follow` check of the root model (`instances.py`), which follows calls into user modules:
         # lent, each entry with the items its checks read, dropped when one is replaced (`program._prune_caches`); and
         # the dim variables that check's signatures made, by name node, so that its keys hold the same atoms.

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from ..ops import REGISTRY
 from ..syntax import ast as A
 from ..types.core import ModuleListT, ModuleT, ScalarT, TensorT, Type, UnitT, UnknownT
+from ..types.dims import Dim
 from .describe import tail_node
 from .diagnostics import Finding
 from .scope import Binding, Scope, type_key
@@ -68,7 +69,74 @@ def first_error_at(
     )
     if checker.follow is not None:
         return followed(checker, target.item, key, lambda: _check_body(checker, target, args, dims, returned))
-    return once(checker, key, lambda: _check_body(checker, target, args, dims, returned))
+    sizes = sizes_key(fn, args, dims) if target.item.is_std and inst is None else None
+    clean = checker.ctx.specialized_clean
+    if sizes is not None and sizes in clean:
+        return None
+    fresh = key not in checker.ctx.specialized  # else a recursive call's guard, which is no result
+    found = once(checker, key, lambda: _check_body(checker, target, args, dims, returned))
+    if found is None and sizes is not None and fresh:
+        if len(clean) >= _CLEAN_ENTRIES:
+            clean.clear()
+        clean[sizes] = True
+    return found
+
+
+# How many clean specialisations `CheckContext.specialized_clean` keeps before it starts again: each entry is a few
+# hundred bytes, and a language server's session could otherwise grow it with every size it ever saw.
+_CLEAN_ENTRIES = 4096
+
+
+class _Symbolic(Exception):
+    """A dim that `sizes_key` cannot key by value: it holds a quotient, a floor division or an alias."""
+
+
+def sizes_key(fn: A.FnDef, args: dict[str, Type], dims: dict):
+    """A key for a standard-library free function's specialised check by values alone: each dim by its value, the
+    atoms left unknown (dim variables, `B`, `S`) renumbered in the order they occur, so that `apply_rope` with
+    [B, 9, S, 64] is one key in every caller, binding and analysis; None when an argument has no such key (not a
+    tensor of known dims nor a scalar, or a dim holding a quotient, floor division or alias).
+
+    Only a clean result is shared under it (`CheckContext.specialized_clean`): whether a body checks clean depends
+    only on these values (every rule compares dims by `Dim.val`), and two keys are equal only when one renaming
+    of the unknown atoms maps one call's sizes onto the other's; a finding, which names the caller's atoms and
+    origins, is kept under the exact key only (`once`)."""
+    numbers: dict = {}
+
+    def dim(d: Dim):
+        v = d.val
+        n = v.as_int()
+        if n is not None:
+            return n
+        terms = []
+        for mono, coeff in v.terms:
+            factors = []
+            for a, p in mono:
+                if a.value is not None or a.quot is not None or a.args is not None or a.alias is not None:
+                    raise _Symbolic
+                factors.append((a.kind, numbers.setdefault(a, len(numbers)), p))
+            terms.append((tuple(factors), coeff))
+        return tuple(terms)
+
+    try:
+        keys = []
+        for name, t in args.items():
+            if isinstance(t, TensorT):
+                if t.shape.prefix is not None or any(d is None for d in t.shape.dims):
+                    return None
+                keys.append((name, t.dtype, tuple(dim(d) for d in t.shape.dims)))
+            elif isinstance(t, ScalarT) and not isinstance(t.value, Dim):
+                keys.append((name, t.kind, t.value))
+            elif isinstance(t, ScalarT) and t.value is not None:
+                keys.append((name, "int", dim(t.value)))
+            else:
+                return None
+        solved = tuple((n, dim(d)) for n, d in dims.items() if d is not None)
+    except _Symbolic:
+        return None
+    if len(solved) != len(dims):
+        return None
+    return (fn, tuple(keys), solved)
 
 
 def once(checker: "ItemChecker", key, check):
