@@ -59,7 +59,7 @@ from .convert import (
     set_position_encoding,
     uri_of,
 )
-from .documents import Documents, OpenDocument, Settings
+from .documents import DocumentClosed, Documents, OpenDocument, Settings
 from .hover import hover_markdown
 from .import_completion import import_completions
 from .published import read_stamps
@@ -301,6 +301,8 @@ class LinnetServer(LanguageServer):
                     self.schedule_importers(doc.path)
                 self._warm_converters()
                 return
+        except DocumentClosed:
+            return  # closed while this waited for the document's lock
         except Exception as err:  # noqa: BLE001
             self.log_error("diagnostics", err)
         finally:
@@ -410,9 +412,10 @@ class LinnetServer(LanguageServer):
         for doc in self.documents:
             if doc is skip:
                 continue
-            async with doc.analyzed(self.settings.preset) as analysis:
-                if home_key in {ws.key(f) for f in analysis.files}:
-                    out.extend(collect(analysis))
+            with contextlib.suppress(DocumentClosed):  # (closed since the loop began: its file is read from disk)
+                async with doc.analyzed(self.settings.preset) as analysis:
+                    if home_key in {ws.key(f) for f in analysis.files}:
+                        out.extend(collect(analysis))
         open_keys = {ws.key(d.path) for d in self.documents}
         paths = [str(f) for f in symbols.workspace_files(self.roots)] + [home]
         paths = list(dict.fromkeys(p for p in paths if ws.key(p) not in open_keys))
@@ -491,6 +494,8 @@ def guarded(default: Any = None):
         def failed(ls: LinnetServer, err: Exception):
             if isinstance(err, JsonRpcException):
                 raise err
+            if isinstance(err, DocumentClosed):
+                return default  # (a request the editor no longer waits for: the LSP leaves its answer to the server)
             if isinstance(err, (navigation.RenameError, views.ViewError)):
                 raise refusal(str(err)) from err
             ls.log_error(fn.__name__, err)

@@ -18,7 +18,7 @@ from lsprotocol import types as T
 
 from linnet.lsp import navigation
 from linnet.lsp.convert import uri_of
-from linnet.lsp.documents import Documents
+from linnet.lsp.documents import DocumentClosed, Documents
 from linnet.lsp.server import create_server
 from linnet.lsp.tokens import semantic_tokens
 from linnet.semantics.program import Document
@@ -98,9 +98,10 @@ def test_a_closed_buffers_due_check_leaves_the_reopened_buffer_and_its_importers
 
 @pytest.mark.parametrize("checked", [True, False], ids=["checked-before", "never-checked"])
 def test_a_check_due_when_the_buffer_closed_leaves_importers_the_file_on_disk(tmp_path, checked):
-    # A request sent before the close and answered after it checks the closed buffer's text: that check made the
+    # A request sent before the close and answered after it checked the closed buffer's text: that check made the
     # buffer the workspace's text of lib.linnet again, for good (importers read it, not the file on disk), whether
     # the buffer had been checked before (its document was dropped at the close) or not (none was registered yet).
+    # Such a request is now refused (DocumentClosed: the handler answers its default) without a check.
     lib_uri, user_uri = _files(tmp_path)
     documents = Documents()
     user = documents.open(user_uri, USER, 1)
@@ -113,8 +114,9 @@ def test_a_check_due_when_the_buffer_closed_leaves_importers_the_file_on_disk(tm
                 pass
         lib.apply_changes([T.TextDocumentContentChangeWholeDocument(TYPED)], 2)
         documents.close(lib_uri)
-        async with lib.analyzed(None) as analysis:  # the request sent before the close: the closed buffer's text
-            assert analysis.document.text == TYPED
+        with pytest.raises(DocumentClosed):  # the request sent before the close
+            async with lib.analyzed(None):
+                pass
         async with user.analyzed(None) as analysis:
             return navigation.definition(analysis, on_use)
 
@@ -144,7 +146,8 @@ def test_a_closed_buffer_stages_no_check(tmp_path, monkeypatch):
 
 
 def test_a_document_opened_again_without_a_close_owns_the_text(tmp_path):
-    # A client that sends didOpen for a URI already open: the first buffer's check still due leaves the second's text.
+    # A client that sends didOpen for a URI already open: the first buffer's check still due leaves the second's text
+    # (a request about the first buffer is refused: DocumentClosed).
     lib_uri, _ = _files(tmp_path)
     documents = Documents()
     first = documents.open(lib_uri, LIB, 1)
@@ -153,8 +156,9 @@ def test_a_document_opened_again_without_a_close_owns_the_text(tmp_path):
     async def run() -> str:
         async with second.analyzed(None):
             pass
-        async with first.analyzed(None):
-            pass
+        with pytest.raises(DocumentClosed):
+            async with first.analyzed(None):
+                pass
         return documents.workspace.loaded(second.path).text
 
     assert asyncio.run(run()) == TYPED
@@ -178,3 +182,35 @@ def test_two_buffers_of_one_file_each_read_their_own_text(tmp_path):
             return semantic_tokens(analysis)
 
     assert asyncio.run(run()) == semantic_tokens(Document(str(tmp_path / "lib.linnet"), LIB).analyze())
+
+
+def test_a_request_in_flight_at_a_close_is_answered_without_checking_the_closed_text(tmp_path, monkeypatch):
+    # A hover sent with a keystroke waits for the buffer's lock while the editor closes the buffer: it was answered
+    # from a check of the closed text made from nothing, under the workspace's lock (seconds on a 5 MB file, which
+    # every other document's requests waited for). Now it gets the hover's default, and nothing is checked.
+    lib_uri, _ = _files(tmp_path)
+    server = create_server()
+    monkeypatch.setattr(server, "text_document_publish_diagnostics", lambda params: None)
+    handle = server.protocol.fm.features
+    checked: list[str] = []
+
+    async def run():
+        handle[T.TEXT_DOCUMENT_DID_OPEN](_opened(lib_uri, 1, LIB))
+        doc = server.documents.get(lib_uri)
+        await asyncio.wait_for(doc.diagnose_task, TIMEOUT_S)
+        real_analyze = doc._analyze
+        monkeypatch.setattr(doc, "_analyze", lambda text, preset: checked.append(text) or real_analyze(text, preset))
+        await doc._lock.acquire()  # a check of the document under way
+        handle[T.TEXT_DOCUMENT_DID_CHANGE](_edit(lib_uri, 2, TYPED))
+        hover = asyncio.ensure_future(
+            handle[T.TEXT_DOCUMENT_HOVER](T.HoverParams(T.TextDocumentIdentifier(lib_uri), T.Position(0, 4)))
+        )
+        await asyncio.sleep(0.05)  # the hover waits for the lock
+        handle[T.TEXT_DOCUMENT_DID_CLOSE](T.DidCloseTextDocumentParams(T.TextDocumentIdentifier(lib_uri)))
+        doc._lock.release()
+        answer = await asyncio.wait_for(hover, TIMEOUT_S)
+        await asyncio.wait_for(doc.diagnose_task, TIMEOUT_S)
+        return answer
+
+    assert asyncio.run(run()) is None
+    assert checked == []
