@@ -14,8 +14,10 @@ Measured, each in a fresh process:
   that already holds examples/llama.linnet -> the first publishDiagnostics (the server checks the first screenful
   first) and -> the complete one, and how many diagnostics each published (capped: linnet/lsp/convert.py's
   MAX_PUBLISHED plus one summary); a hover on llama.linnet sent right after the didOpen (it waits for nothing the
-  big file does); didClose of the big file, then a hover; then the big file opened again and, half a second
-  later while it is analysed, `shutdown` + `exit`: the time until the process has ended.
+  big file does); didClose of the big file, then a hover; the big file opened again under another name and closed
+  at its first publish, while the rest of it is checked, then a keystroke in llama.linnet: the time to that
+  keystroke's diagnostics (its check needs the lock the closed file's check held); then the big file opened again
+  and, half a second later while it is analysed, `shutdown` + `exit`: the time until the process has ended.
 
 Contention: the CPU pressure (Linux PSI, the share of the time some task waited for a CPU) over each phase is
 recorded beside it; a high wait means the numbers are slower than the machine can do.
@@ -135,6 +137,16 @@ async def lsp_run(text: str, root: Path, timeout_s: float, tree: Path = ROOT) ->
     with Phase("close", phases):
         session.client.text_document_did_close(T.DidCloseTextDocumentParams(T.TextDocumentIdentifier(session.uri)))
         out["hover_after_close_s"] = await hover_s(session, small_uri, hover_at)
+    with Phase("close_while_checking", phases):
+        session.open(root / "big_closed.linnet", text)
+        big_uri = session.uri
+        await wait_for(lambda: published(session, big_uri), timeout_s)  # its first screenful: the rest is checked now
+        session.client.text_document_did_close(T.DidCloseTextDocumentParams(T.TextDocumentIdentifier(big_uri)))
+        session.uri, session.text, session.version = small_uri, example, 1  # a keystroke in llama.linnet
+        at = example.index("q_proj(x)", example.index("fn project("))
+        sent = session.change(at, at + 1, "v")  # (same shapes: a check, no new diagnostics)
+        arrived, _ = await session.diagnostics(session.version)
+        out["edit_after_closing_while_checking_s"] = arrived - sent
     with Phase("exit", phases):
         session.open(root / "big_again.linnet", text)
         await asyncio.sleep(0.5)  # its analysis is under way

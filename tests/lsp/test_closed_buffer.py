@@ -22,6 +22,7 @@ from linnet.lsp.documents import DocumentClosed, Documents
 from linnet.lsp.server import create_server
 from linnet.lsp.tokens import semantic_tokens
 from linnet.semantics.program import Document
+from tests.conftest import EXAMPLES
 from tests.lsp.test_import_reads import EDITED as TYPED  # typed in the reopened buffer: `double` moves down
 from tests.lsp.test_import_reads import LIB, USER  # (the same library and importer)
 
@@ -214,3 +215,33 @@ def test_a_request_in_flight_at_a_close_is_answered_without_checking_the_closed_
 
     assert asyncio.run(run()) is None
     assert checked == []
+
+
+def test_the_check_of_a_buffer_closed_meanwhile_stops_at_its_next_pause_point(tmp_path, monkeypatch):
+    # A buffer closed while its full check runs: the check went on to its end under the workspace's lock (the rest of
+    # a 5 MB file's 20 s, which every other document's check waited for). It now stops at its next pause point.
+    uri = uri_of(str(tmp_path / "llama.linnet"))
+    documents = Documents()
+    doc = documents.open(uri, (EXAMPLES / "llama.linnet").read_text(encoding="utf-8"), 1)
+    paused: list[bool] = []
+
+    def close_at_first_pause() -> None:  # (the request gate's wait, in the check's thread)
+        paused.append(doc.closed)
+        if len(paused) == 1:
+            documents.workspace.close(doc.path)  # the editor's didClose, as the worker thread sees it
+
+    monkeypatch.setattr(doc.requests, "wait", close_at_first_pause)
+
+    async def run(doc) -> None:
+        async with doc.analyzed(None):
+            pass
+
+    with pytest.raises(DocumentClosed):
+        asyncio.run(run(doc))
+    assert paused == [False]  # the pause point after the close stopped the check
+
+    left_open = Documents().open(uri, (EXAMPLES / "llama.linnet").read_text(encoding="utf-8"), 1)
+    counted: list[bool] = []  # the same check, left open: it passes many pause points
+    monkeypatch.setattr(left_open.requests, "wait", lambda: counted.append(True))
+    asyncio.run(run(left_open))
+    assert len(counted) > 10
