@@ -943,10 +943,17 @@ def _clamped(start: Dim, stop: Dim, size: Dim) -> tuple[Dim, Dim]:
 
 
 def _clamped_bound(bound: Dim, size: Dim) -> Dim:
-    back = (size - bound).as_int()
+    back, n = (size - bound).as_int(), bound.as_int()
     if back is not None:
-        return size - minimum(Dim.of(back), size)
-    return minimum(bound, size)
+        return size - _within(back, size)
+    return bound if n is not None and n <= 1 else minimum(bound, size)
+
+
+def _within(n: int, size: Dim) -> Dim:
+    """`min(n, size)` for a known `n`, with 0 and 1 taken as within every dim: a dim has at least one element, as
+    `x[:, 0]` assumes (also one of floor quotients, `(H // 8) * (W // 8)` patches, which may be 0 for all the
+    algebra knows)."""
+    return Dim.of(n) if n <= 1 else minimum(Dim.of(n), size)
 
 
 def _slice_length(start: Dim, stop: Dim, size: Dim) -> Dim:
@@ -959,7 +966,7 @@ def _slice_length(start: Dim, stop: Dim, size: Dim) -> Dim:
     W`), is taken as written, as it was before slices clamped: where it is negative, Python counts it from the end."""
     a, b = start.as_int(), (size - stop).as_int()
     if a is not None and b is not None and a >= 0 and b >= 0:
-        return size - minimum(Dim.of(a + b), size)
+        return size - _within(a + b, size)
     signed = all(x.as_int() is not None or (size - x).as_int() is not None or nonnegative(x) for x in (start, stop))
     start, stop = _clamped(start, stop, size)
     return stop - minimum(start, stop) if signed else stop - start

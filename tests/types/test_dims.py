@@ -241,3 +241,30 @@ def test_evaluate_names_what_it_lacks():
     with pytest.raises(ValueError, match="`n` has no known value"):
         dim_algebra.evaluate(Dim.atom(U) + Dim.atom(B), {"B": 1})
     assert dim_algebra.evaluate(floor_divide(Dim.atom(S) - Dim.of(1), Dim.of(2)), {"S": 8}) == 3
+
+
+def test_minima_are_bounded_by_their_operands():
+    """`nonnegative` replaces each `min` by its operands before it shifts dim variables to `1 + s`: a `min` remade
+    of shifted operands compared them as if each variable were at least 2, so `min(2, S) - 2` (-1 where S is 1)
+    was taken as at least 0, and `min(2, min(2, S))` as 2."""
+    s = Dim.atom(S)
+    two, four, six = (Dim.of(n) for n in (2, 4, 6))
+    assert not dim_algebra.nonnegative(dim_algebra.minimum(two, s) - two)
+    assert format_dim(dim_algebra.minimum(two, dim_algebra.minimum(two, s))) == "min(2, S)"
+    assert dim_algebra.nonnegative(s - dim_algebra.minimum(four, s))
+    assert dim_algebra.nonnegative(dim_algebra.minimum(six, s) - dim_algebra.minimum(two, s))
+    assert not dim_algebra.nonnegative(dim_algebra.minimum(two, s) - dim_algebra.minimum(six, s))
+
+
+@given(
+    st.lists(st.tuples(st.integers(-3, 3), st.integers(0, 8)), min_size=1, max_size=3),
+    st.integers(-3, 3),
+    st.integers(-8, 8),
+)
+def test_nonnegative_with_minima_holds_for_every_size(mins, s_coeff, constant):
+    s = Dim.atom(S)
+    d = s * Dim.of(s_coeff) + Dim.of(constant)
+    for coeff, bound in mins:
+        d = d + dim_algebra.minimum(Dim.of(bound), s) * Dim.of(coeff)
+    if dim_algebra.nonnegative(d):
+        assert all(dim_algebra.evaluate(d, {"S": n}) >= 0 for n in range(1, 20)), format_dim(d)
