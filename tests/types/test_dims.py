@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -256,15 +258,14 @@ def test_minima_are_bounded_by_their_operands():
     assert not dim_algebra.nonnegative(dim_algebra.minimum(two, s) - dim_algebra.minimum(six, s))
 
 
-@given(
-    st.lists(st.tuples(st.integers(-3, 3), st.integers(0, 8)), min_size=1, max_size=3),
-    st.integers(-3, 3),
-    st.integers(-8, 8),
-)
-def test_nonnegative_with_minima_holds_for_every_size(mins, s_coeff, constant):
+def test_nonnegative_with_minima_holds_for_every_size():
+    """Every sum of up to two `min(k, S)` (coefficients -1, 1 or 2), a multiple of `S` and a number that
+    `nonnegative` takes as at least 0 is, for every `S` from 1 to 19."""
     s = Dim.atom(S)
-    d = s * Dim.of(s_coeff) + Dim.of(constant)
-    for coeff, bound in mins:
-        d = d + dim_algebra.minimum(Dim.of(bound), s) * Dim.of(coeff)
-    if dim_algebra.nonnegative(d):
-        assert all(dim_algebra.evaluate(d, {"S": n}) >= 0 for n in range(1, 20)), format_dim(d)
+    terms = [(c, k) for c in (-1, 1, 2) for k in range(6)]
+    for (c1, k1), (c2, k2) in itertools.product(terms, terms):
+        for s_coeff, constant in itertools.product((-1, 0, 1), range(-4, 5)):
+            d = s * Dim.of(s_coeff) + Dim.of(constant)
+            d = d + dim_algebra.minimum(Dim.of(k1), s) * Dim.of(c1) + dim_algebra.minimum(Dim.of(k2), s) * Dim.of(c2)
+            if dim_algebra.nonnegative(d):
+                assert all(dim_algebra.evaluate(d, {"S": n}) >= 0 for n in range(1, 20)), format_dim(d)
