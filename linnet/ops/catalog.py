@@ -943,6 +943,7 @@ def _clamped(start: Dim, stop: Dim, size: Dim) -> tuple[Dim, Dim]:
 
 
 def _clamped_bound(bound: Dim, size: Dim) -> Dim:
+    """One bound of `_clamped`."""
     back, n = (size - bound).as_int(), bound.as_int()
     if back is not None:
         return size - _within(back, size)
@@ -1012,6 +1013,8 @@ def _slice_shape(a):
             start, stop = _symbolic_bound(start, size, written), _symbolic_bound(stop, size, written)
             if any(a.kind == "var" for a in size.val.atoms()):
                 length = _slice_length(start, stop, size)
+            else:  # int parameters only: each instance's values decide (`_clamped`)
+                length = stop - start
         dims[d] = length
     return Shape(tuple(dims), x.prefix)
 

@@ -624,8 +624,8 @@ def _without_minima(v: Dim, depth: int) -> bool:
         return True  # minima, like every atom, are at least 0
     linear = [(m, c) for m, c in v._t.items() if len(m) == 1 and m[0][1] == 1 and m[0][0].kind == "min"]
     if not linear:
-        if any(a.kind == "min" for m in v._t for a, _ in m):
-            return False  # a minimum inside a product: not bounded here
+        if any(a.kind == "min" for a in v.atoms()):
+            return False  # a minimum inside a product or a floor division: not bounded here
         shift = {a: Dim.atom(a) + _SMALL[1] for a in v.atoms() if a.kind == "var"}
         return _no_negative_term(v.substitute(shift) if shift else v, 4)
     if depth == 0:

@@ -201,8 +201,9 @@ fn flat(x: [B, N, D]) -> [B, N * D] {
 
 model M(c: C) {
     entry fn forward(x: [B, S, c.d]) -> [B, c.d] {
-        let parts = [flat(x[:, 4:]), flat(x[:, :-4]), flat(x[:, 2:-2]), flat(x[:, 2:6]), flat(x[:, :S - 4]), flat(x[:, S - 4:]), flat(x[:, -4:6])]
-        sum(rearrange(concat(parts, 1), "b (s d) -> b s d", d=c.d), dim=1)
+        let front = concat([flat(x[:, 4:]), flat(x[:, :-4]), flat(x[:, 2:-2]), flat(x[:, 2:6])], 1)
+        let back = concat([flat(x[:, :S - 4]), flat(x[:, S - 4:]), flat(x[:, -4:6])], 1)
+        sum(rearrange(concat([front, back], 1), "b (s d) -> b s d", d=c.d), dim=1)
     }
 }
 """
