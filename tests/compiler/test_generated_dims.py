@@ -172,16 +172,25 @@ def test_clamped_slice_dims_are_computed_with_min():
     assert "t_3 = t_2.reshape(B, jax.core.min_dim(4, S), 3)" in jax_code
 
 
+def _load(source: str, backend: str, tmp_path):
+    """`source` loaded on `backend` with random weights."""
+    import linnet
+
+    path = tmp_path / "model.linnet"
+    path.write_text(source)
+    return linnet.load(path, backend=backend, random_weights=True, progress=False)
+
+
+def _tokens(seq: int) -> np.ndarray:
+    """An input [2, seq, 3] of distinct values."""
+    return np.arange(2 * seq * 3, dtype=np.float32).reshape(2, seq, 3)
+
+
 @pytest.mark.parametrize("backend", PATCH_BACKENDS)
 @pytest.mark.parametrize("seq", [2, 6])
 def test_clamped_slices_run(backend, seq, tmp_path):
-    import linnet
-
-    path = tmp_path / "clamped.linnet"
-    path.write_text(CLAMPED)
-    model = linnet.load(path, backend=backend, random_weights=True, progress=False)
-    x = np.arange(2 * seq * 3, dtype=np.float32).reshape(2, seq, 3)
-    (out,) = model.run("forward", x)
+    x = _tokens(seq)
+    (out,) = _load(CLAMPED, backend, tmp_path).run("forward", x)
     first = x[:, :4].reshape(2, -1)
     last = np.swapaxes(x[:, -4:], 1, 2).reshape(2, -1)
     np.testing.assert_allclose(out, (first + last).reshape(2, -1, 3).sum(axis=1), rtol=1e-6)
@@ -227,13 +236,8 @@ def test_clamped_slice_starts_are_emitted_and_computed_with_min():
 @pytest.mark.parametrize("backend", PATCH_BACKENDS)
 @pytest.mark.parametrize("seq", [2, 3, 8])
 def test_clamped_slice_starts_run(backend, seq, tmp_path):
-    import linnet
-
-    path = tmp_path / "starts.linnet"
-    path.write_text(STARTS)
-    model = linnet.load(path, backend=backend, random_weights=True, progress=False)
-    x = np.arange(2 * seq * 3, dtype=np.float32).reshape(2, seq, 3)
-    (out,) = model.run("forward", x)
+    x = _tokens(seq)
+    (out,) = _load(STARTS, backend, tmp_path).run("forward", x)
     np.testing.assert_allclose(out, _starts_in_numpy(x), rtol=1e-6)
 
 
@@ -242,12 +246,8 @@ def test_clamped_slice_starts_run(backend, seq, tmp_path):
 def test_clamped_slice_starts_run_compiled(tmp_path):
     """torch.compile (~30 s here for the three lengths, each a recompile) computes the same clamped dims."""
     pytest.importorskip("torch")
-    import linnet
-
-    path = tmp_path / "starts.linnet"
-    path.write_text(STARTS)
-    model = linnet.load(path, backend="torch-compile", random_weights=True, progress=False)
+    model = _load(STARTS, "torch-compile", tmp_path)
     for seq in (2, 3, 8):
-        x = np.arange(2 * seq * 3, dtype=np.float32).reshape(2, seq, 3)
+        x = _tokens(seq)
         (out,) = model.run("forward", x)
         np.testing.assert_allclose(out, _starts_in_numpy(x), rtol=1e-6)
