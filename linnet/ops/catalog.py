@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 from ..types.core import BOOL, F32, I64, DType, Shape, TensorT, format_shape
-from ..types.dims import Dim, format_dim, minimum, product, shown_value
+from ..types.dims import Dim, format_dim, minimum, nonnegative, product, shown_value
 from ..types.scalars import arithmetic
 from . import cases
 from .cases import array, dims
@@ -898,7 +898,7 @@ def _symbolic_bound(bound: Dim, size: Dim, written: str) -> Dim:
     past = (bound - size).as_int()
     if (from_end is not None and from_end < 0) or (past is not None and past > 0):
         raise OpError("L212", f"slice {written} is out of range for a dim of size {format_dim(size)}")
-    return resolved_slice_bound(bound, size)
+    return _from_the_start(bound, size)
 
 
 def _slice_text(start: Dim | None, stop: Dim | None) -> str:
@@ -909,10 +909,22 @@ def _slice_text(start: Dim | None, stop: Dim | None) -> str:
 
 def resolved_slice_bound(bound, size):
     """A slice bound as the checker reads it (`_symbolic_bound`): one a known number below a symbolic size's negative
-    (`-S`, `1 - S` of a dim of size `S`) is that number from the start (0, 1); any other as written. The lowering
-    emits this, not the bound as written: a backend that compares `1 - S` with 0 cannot (jax.export's symbolic
-    dims: InconclusiveDimensionOperation), and one that can would read `1 - S` as 0 where `S` is 1, not as the
-    checker's 1."""
+    (`-S`, `1 - S` of a dim of size `S`) is that number from the start (0, 1); one a known number `k` below a size
+    that holds a dim variable (`S - 4`) is `S - min(k, S)`; any other as written. The lowering emits this, not the
+    bound as written: a backend that compares `1 - S` with 0 cannot (jax.export's symbolic dims:
+    InconclusiveDimensionOperation), and one that can would read `1 - S` as 0 where `S` is 1, not as the checker's
+    1; and `S - 4` where `S` is 3 is -1, which Python's slices count from the end (2 rows, not the checker's 0)."""
+    bound = _from_the_start(bound, size)
+    if not isinstance(bound, Dim) or not isinstance(size, Dim) or bound.as_int() is not None:
+        return bound
+    back = (size - bound).as_int()
+    if back is not None and back > 1 and any(a.kind == "var" for a in size.val.atoms()):
+        return size - minimum(Dim.of(back), size)
+    return bound
+
+
+def _from_the_start(bound, size):
+    """A bound a known number below a symbolic size's negative (`1 - S`) as that number (1), else as it is."""
     if not isinstance(bound, Dim) or not isinstance(size, Dim) or bound.as_int() is not None:
         return bound
     from_end = (size + bound).as_int()
@@ -921,20 +933,44 @@ def resolved_slice_bound(bound, size):
 
 def _clamped(start: Dim, stop: Dim, size: Dim) -> tuple[Dim, Dim]:
     """A slice's bounds over a dim whose size holds a dim variable (`S`), clamped to it as numpy, torch, JAX and
-    ONNX clamp them: a stop it may exceed is `min(stop, S)` (`x[:, :4]` is `[B, min(4, S)]`: 4 rows only where `S`
-    has them), a start counted a known number from the end is `S - min(k, S)` (`x[:, -4:]` is `[B, min(4, S)]`).
-    Bounds within the dim for every size stay as they are (`:S - 1`, `:R` of `2 * R`), and so do a stop of 1 and a
-    start 1 from the end: a dim has at least one element (`x[:, 0]` reads it). A start that is not from the end is
-    taken as written: the length `S - 1` of `x[:, 1:]` is a size, which the checker takes as at least 0 (every dim
-    is). Over a size of int parameters only (a module's `channels`, symbolic in its generic check), each
-    instance's values decide (L212 where a bound is past the end), so the bounds stay as written."""
-    if not any(a.kind == "var" for a in size.val.atoms()):
-        return start, stop
-    back = (size - start).as_int()
-    if back is not None and back > 1:
-        start = size - minimum(Dim.of(back), size)
-    n = stop.as_int()
-    return start, stop if n is not None and n <= 1 else minimum(stop, size)
+    ONNX clamp them: a bound it may exceed is `min(bound, S)` (`x[:, :4]` is `[B, min(4, S)]`: 4 rows only where
+    `S` has them; `x[:, 4:]` starts at `min(4, S)`), and one counted a known number `k` from the end is
+    `S - min(k, S)` (`x[:, -4:]` is `[B, min(4, S)]`, `x[:, :-4]` is `[B, S - min(4, S)]`). A bound within the dim
+    for every size stays as it is (`:S - 1`, `:R` of `2 * R`, `1:`, `:1`: a dim variable is at least 1, as
+    `x[:, 0]` assumes). Over a size of int parameters only (a module's `channels`, symbolic in its generic check),
+    each instance's values decide (L212 where a bound is past the end), so the bounds stay as written."""
+    return _clamped_bound(start, size), _clamped_bound(stop, size)
+
+
+def _clamped_bound(bound: Dim, size: Dim) -> Dim:
+    """One bound of `_clamped`."""
+    back, n = (size - bound).as_int(), bound.as_int()
+    if back is not None:
+        return size - _within(back, size)
+    return bound if n is not None and n <= 1 else minimum(bound, size)
+
+
+def _within(n: int, size: Dim) -> Dim:
+    """`min(n, size)` for a known `n`, with 0 and 1 taken as within every dim: a dim has at least one element, as
+    `x[:, 0]` assumes (also one of floor quotients, `(H // 8) * (W // 8)` patches, which may be 0 for all the
+    algebra knows)."""
+    return Dim.of(n) if n <= 1 else minimum(Dim.of(n), size)
+
+
+def _slice_length(start: Dim, stop: Dim, size: Dim) -> Dim:
+    """The length of `start:stop` over a dim whose size holds a dim variable, as numpy's slices count it, the
+    bounds clamped to the dim (`_clamped`) and 0 where `stop` comes first. A start `a` from the front and a stop `b`
+    from the end (known numbers: `4:`, `:-4`, `2:-2`, `1:`) take `S - min(a + b, S)` (`S - min(4, S)`, which is
+    `S - 4` only where `S` has 4 rows; `E` for `x[:, 4:]` of `[B, 4 + E]`); other bounds `stop - min(start, stop)`
+    of the clamped ones, `stop - start` where `start` is provably the smaller (`min(6, S) - min(2, S)` for `2:6`).
+    A bound that may be negative for all the checker knows, neither a number nor one from the end (`:N - C * H *
+    W`), is taken as written, as it was before slices clamped: where it is negative, Python counts it from the end."""
+    a, b = start.as_int(), (size - stop).as_int()
+    if a is not None and b is not None and a >= 0 and b >= 0:
+        return size - _within(a + b, size)
+    signed = all(x.as_int() is not None or (size - x).as_int() is not None or nonnegative(x) for x in (start, stop))
+    start, stop = _clamped(start, stop, size)
+    return stop - minimum(start, stop) if signed else stop - start
 
 
 def _slice_shape(a):
@@ -969,13 +1005,16 @@ def _slice_shape(a):
                 return Shape(tuple(dims), x.prefix)
             start = size + start if s_int is not None and s_int < 0 else start
             stop = size + stop if e_int is not None and e_int < 0 else stop
-        if n_int is None and size is not None:
-            start, stop = _symbolic_bound(start, size, written), _symbolic_bound(stop, size, written)
-            start, stop = _clamped(start, stop, size)
         length = stop - start
         li = length.as_int()
         if li is not None and li < 0:
             raise OpError("L212", f"slice {written} has negative length")
+        if n_int is None and size is not None:
+            start, stop = _symbolic_bound(start, size, written), _symbolic_bound(stop, size, written)
+            if any(a.kind == "var" for a in size.val.atoms()):
+                length = _slice_length(start, stop, size)
+            else:  # int parameters only: each instance's values decide (`_clamped`)
+                length = stop - start
         dims[d] = length
     return Shape(tuple(dims), x.prefix)
 

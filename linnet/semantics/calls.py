@@ -803,6 +803,8 @@ class CallsMixin:
                     f"from dim {err.dim} ({format_dim(err.pattern)} = {a})"
                 )
             notes = _moved_dim_note(err, actual.shape) if err.kind == "differ" else []
+            if err.kind == "negative" and err.actual is not None and err.actual.as_int() is None:
+                notes = [_lower_bound_note(err, actual.shape, written)]
             self.report(
                 err.code, message, arg.value, label=format_type(actual, concrete=True), labels=labels, notes=notes
             )
@@ -918,3 +920,19 @@ def _moved_dim_note(err, shape: Shape) -> list[str]:
     size = format_dim(shown_value(err.expected))
     hint = ' (channels-last? consider `rearrange(x, "b h w c -> b c h w")`)' if here == 1 and at[0] == 3 else ""
     return [f"the argument has {size} at dim {at[0]}, not {here}: its dims may be in another order{hint}"]
+
+
+def _lower_bound_note(err, shape: Shape, written: str) -> str:
+    """How a caller says that a dim holds what a parameter pattern needs (`x: [B, 4 + E]` given `[B, S]`): with the
+    same pattern where the dim is declared (`written`, the parameter's type as written, where it has no `...`),
+    since a dim variable alone may be any size."""
+    dims = [format_dim(shown_value(d)) if d is not None else "?" for d in shape.dims]
+    given = "[" + ", ".join((["..."] if shape.prefix is not None else []) + dims) + "]"
+    wanted = written
+    if "..." in written and err.dim is not None and -len(dims) <= err.dim < len(dims):
+        dims[err.dim] = format_dim(err.pattern)
+        wanted = "[" + ", ".join((["..."] if shape.prefix is not None else []) + dims) + "]"
+    return (
+        f"consider declaring the dim as the parameter does where it comes from ({wanted} for {given}): a dim variable "
+        "alone may be any size"
+    )

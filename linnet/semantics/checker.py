@@ -61,8 +61,8 @@ __all__ = ["NAMES_DEP", "CheckContext", "ItemChecker", "ItemResult"]
 
 # Why a declared type does not match a slice's `min(...)`, and what says that a dim holds what it slices.
 _CLAMPED_NOTE = (
-    "a slice takes what the dim has, as numpy and torch do: `x[:, :4]` of [B, S] is [B, min(4, S)]; a parameter "
-    "type that has the rows says so (`x: [B, 4 + E]`)"
+    "a slice takes what the dim has, as numpy and torch do: `x[:, :4]` of [B, S] is [B, min(4, S)], `x[:, 4:]` is "
+    "[B, S - min(4, S)]; a parameter type that has the rows says so (`x: [B, 4 + E]`)"
 )
 
 EXPRESSION_KEYWORDS = {"true", "false", "none", "not", "and", "or", "if", "else", "let", "for", "in"}

@@ -334,9 +334,12 @@ _ALL = [
         "error",
         "Dims are sizes: a dim (or a submodule list's length) that comes out negative under a config, "
         "an op that would make one (`zeros([N, -1])`), or a call of a function whose return type does with "
-        "the call's sizes (`fn crop(x: [B, N], k: int) -> [B, N - k]` called with N = 8, k = 11), is refused.",
+        "the call's sizes (`fn crop(x: [B, N], k: int) -> [B, N - k]` called with N = 8, k = 11), is refused. "
+        "So is a parameter pattern that a call's dim would solve to a negative size, or to one not provably a "
+        "size: `x: [B, 4 + E]` given `[B, 2]` (E = -2), or given `[B, S]` (E = S - 4, negative where S is less "
+        "than 4).",
         "preset p = C { hidden = -8 }   # w: [c.hidden, 4]",
-        "Use sizes of 0 or more.",
+        "Use sizes of 0 or more; a caller whose dim must hold 4 rows declares it so (`x: [B, 4 + E]`).",
     ),
     Code(
         "L214",

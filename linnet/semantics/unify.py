@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..types.core import DType, EllipsisVar, Shape, format_shape
-from ..types.dims import Atom, Dim, DivisionError, format_dim, shown_value, solve_linear
+from ..types.dims import Atom, Dim, DivisionError, const, format_dim, nonnegative, shown_value, solve_linear
 
 
 def substitute(d: Dim | None, mapping: dict[Atom, Dim | None]) -> Dim | None:
@@ -173,6 +173,9 @@ class Unifier:
                     n = sol.as_int()
                     if n is not None and n < 0:  # `x: [B, 4 + E]` given 2 columns: no E is a size
                         self.errors.append(Mismatch(arg, dim, "negative", p, ps, a, f"{unknown[0].name} would be {n}"))
+                    elif n is None and not _a_size(sol, ps, a, unknown[0]):  # `S` columns: maybe fewer than 4
+                        why = f"{unknown[0].name} would be {format_dim(shown_value(sol))}, {_when_negative(sol, a)}"
+                        self.errors.append(Mismatch(arg, dim, "negative", p, ps, a, why))
                     continue
                 rest.append((p, a, arg, dim))
             self.pending = rest
@@ -195,6 +198,27 @@ class Unifier:
                     src = f" (from `{names[origin]}`)" if parens else f" from `{names[origin]}`"
                 parts.append(f"{a.name} = {format_dim(shown_value(self.solved[a]))}{src}")
         return ", ".join(parts)
+
+
+def _a_size(sol: Dim, pattern: Dim, actual: Dim, unknown: Atom) -> bool:
+    """Whether a variable solved to `sol` (from `pattern == actual`) is a size for every size of the caller's dim
+    variables (`E` of `4 + E` given `4 + F`, or given `2 * S + 2`). A solution of int parameters or config fields
+    only is left to the values each instance or preset gives them (a negative one is L213 there), and one that
+    holds no more than the argument's dim (`E` of `[B, E]`) is the size the argument has. Else the argument's dim is
+    taken as any size (`A`): `1 + E` given `S - 1` is `A - 1`, negative where the argument has no column."""
+    if sol is actual or not any(x.kind == "var" for x in sol.val.atoms()) or nonnegative(sol):
+        return True
+    alt = solve_linear(pattern, Dim.atom(const("A")), unknown)
+    return isinstance(alt, Dim) and nonnegative(alt)
+
+
+def _when_negative(sol: Dim, actual: Dim) -> str:
+    """When a solution that is not provably a size is negative: `negative where S is less than 4` for `S - 4`."""
+    k = (actual - sol).as_int()
+    if k is None or k <= 0:
+        return "which may be negative"
+    shown = format_dim(shown_value(actual))
+    return f"negative where {shown if len(actual.terms) == 1 else f'`{shown}`'} is less than {k}"
 
 
 def _dt(d: DType) -> str:

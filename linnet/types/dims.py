@@ -607,10 +607,33 @@ def minimum(a: Dim, b: Dim) -> Dim:
 def nonnegative(d: Dim) -> bool:
     """Whether `d` is at least 0 for every value of its atoms, which are sizes: a dim variable at least 1 (a tensor
     has a row, a sequence a token: `S - 1` is at least 0), the rest (int parameters, quotients and minima of sizes)
-    at least 0. True when `d`, with each dim variable `S` written `1 + s`, has no negative coefficient."""
-    v = d.val
-    shift = {a: Dim.atom(a) + _SMALL[1] for a in v.atoms() if a.kind == "var"}
-    return _no_negative_term(v.substitute(shift) if shift else v, 4)
+    at least 0. True when `d`, with each dim variable `S` written `1 + s`, has no negative coefficient, once each
+    `min(a, b)` it adds or subtracts is replaced by its operands (`_without_minima`): `S - min(4, S)` is at least 0
+    since `S - S` is, and `min(6, S) - min(2, S)` since both `6 - min(2, S)` and `S - min(2, S)` are."""
+    return _without_minima(d.val, 6)
+
+
+def _without_minima(v: Dim, depth: int) -> bool:
+    """`nonnegative` of `v` (a `val`). A `min(a, b)` added (a positive coefficient) is one of its operands, so `v` is
+    at least 0 if it is with either operand in its place; one subtracted is at most either operand, so `v` is at
+    least 0 if it is with one of them in its place. The added ones are split first: the operands of a subtracted
+    `min` that one of them matches (`S - min(2, S)` once `min(6, S)` is `S`) then cancel. Minima are replaced
+    before dim variables are shifted to `1 + s`: a `min` remade of shifted operands would compare them as if
+    each variable were at least 2."""
+    if all(c >= 0 for c in v._t.values()):
+        return True  # minima, like every atom, are at least 0
+    linear = [(m, c) for m, c in v._t.items() if len(m) == 1 and m[0][1] == 1 and m[0][0].kind == "min"]
+    if not linear:
+        if any(a.kind == "min" for a in v.atoms()):
+            return False  # a minimum inside a product or a floor division: not bounded here
+        shift = {a: Dim.atom(a) + _SMALL[1] for a in v.atoms() if a.kind == "var"}
+        return _no_negative_term(v.substitute(shift) if shift else v, 4)
+    if depth == 0:
+        return False
+    mono, c = next(((m, c) for m, c in linear if c > 0), linear[0])
+    rest = Dim({m: n for m, n in v._t.items() if m != mono})
+    cases = (_without_minima(rest + arg.val * Dim.of(c), depth - 1) for arg in mono[0][0].args)
+    return all(cases) if c > 0 else any(cases)
 
 
 def _no_negative_term(p: Dim, depth: int) -> bool:

@@ -182,3 +182,29 @@ def test_rows_without_the_reference_say_so_not_that_shapes_differ(tmp_path):
         assert line.startswith(f"  {name} ") and "[1, 8, 96] float32" in line, line
         assert "shapes differ" not in line and "max |Δ| - (no reference)" in line, line
     assert lines[4].startswith("max |Δ| between backends") and lines[5].startswith("  torch vs jax: ")
+
+
+@pytest.mark.torch
+@pytest.mark.jax
+@pytest.mark.onnxruntime
+@pytest.mark.parametrize("seq", [2, 8])
+def test_clamped_slice_starts_agree_with_the_checker_and_numpy(seq, tmp_path):
+    """Slices whose start a sequence of `seq` tokens may not reach (`x[:, 4:]`, `x[:, :-4]`, `x[:, :S - 4]`, ...)
+    on every backend, at a length below the bounds and one above: the checker's clamped dims are what each backend
+    computes (the reshapes to them ran; `x[:, 4:]` was [B, S - 4], -2 columns at 2 tokens), and the values are
+    numpy's."""
+    _backends_installed()
+    from tests.compiler.test_generated_dims import STARTS, _starts_in_numpy
+
+    path = tmp_path / "starts.linnet"
+    path.write_text(STARTS)
+    status, report = compare(str(path), "--seq", str(seq), "--compare")
+    assert status == 0, report
+    from linnet.ir import build
+    from linnet.runtimes.model import random_inputs
+
+    (x,) = random_inputs(build(path).entries["forward"], {"B": 1, "S": seq}, seed=0)
+    expected = np.abs(_starts_in_numpy(x.astype(np.float64))).max()
+    for row in report["backends"]:
+        assert row["status"] == "ok" and row["disagreements"] == [], row
+        assert row["max_abs"] == pytest.approx(expected, rel=1e-5)

@@ -172,16 +172,82 @@ def test_clamped_slice_dims_are_computed_with_min():
     assert "t_3 = t_2.reshape(B, jax.core.min_dim(4, S), 3)" in jax_code
 
 
+def _load(source: str, backend: str, tmp_path):
+    """`source` loaded on `backend` with random weights."""
+    import linnet
+
+    path = tmp_path / "model.linnet"
+    path.write_text(source)
+    return linnet.load(path, backend=backend, random_weights=True, progress=False)
+
+
+def _tokens(seq: int) -> np.ndarray:
+    """An input [2, seq, 3] of distinct values."""
+    return np.arange(2 * seq * 3, dtype=np.float32).reshape(2, seq, 3)
+
+
 @pytest.mark.parametrize("backend", PATCH_BACKENDS)
 @pytest.mark.parametrize("seq", [2, 6])
 def test_clamped_slices_run(backend, seq, tmp_path):
-    import linnet
-
-    path = tmp_path / "clamped.linnet"
-    path.write_text(CLAMPED)
-    model = linnet.load(path, backend=backend, random_weights=True, progress=False)
-    x = np.arange(2 * seq * 3, dtype=np.float32).reshape(2, seq, 3)
-    (out,) = model.run("forward", x)
+    x = _tokens(seq)
+    (out,) = _load(CLAMPED, backend, tmp_path).run("forward", x)
     first = x[:, :4].reshape(2, -1)
     last = np.swapaxes(x[:, -4:], 1, 2).reshape(2, -1)
     np.testing.assert_allclose(out, (first + last).reshape(2, -1, 3).sum(axis=1), rtol=1e-6)
+
+
+# A slice's start a symbolic dim may not reach is clamped too, as numpy's is: `x[:, 4:]` of [B, S, 3] is
+# [B, S - min(4, S), 3] (was [B, S - 4, 3], negative where S < 4: every backend gave 0 rows, which the reshapes to the
+# checker's sizes refused). A bound written `S - 4` is emitted as the checker reads it, `S - min(4, S)`: as written,
+# where S is 3 it is -1, which every backend counts from the end (2 rows where the checker says 0).
+STARTS = """config C {
+    d: int = 3
+}
+
+fn flat(x: [B, N, D]) -> [B, N * D] {
+    rearrange(x, "b s d -> b (s d)")
+}
+
+model M(c: C) {
+    entry fn forward(x: [B, S, c.d]) -> [B, c.d] {
+        let front = concat([flat(x[:, 4:]), flat(x[:, :-4]), flat(x[:, 2:-2]), flat(x[:, 2:6])], 1)
+        let back = concat([flat(x[:, :S - 4]), flat(x[:, S - 4:]), flat(x[:, -4:6])], 1)
+        sum(rearrange(concat([front, back], 1), "b (s d) -> b s d", d=c.d), dim=1)
+    }
+}
+"""
+
+
+def _starts_in_numpy(x: np.ndarray) -> np.ndarray:
+    s = x.shape[1]
+    parts = [x[:, 4:], x[:, :-4], x[:, 2:-2], x[:, 2:6], x[:, : s - 4 if s >= 4 else 0], x[:, max(s - 4, 0) :]]
+    parts.append(x[:, -4:6])
+    return np.concatenate(parts, axis=1).sum(axis=1)
+
+
+def test_clamped_slice_starts_are_emitted_and_computed_with_min():
+    torch_code = [line.split("#")[0].strip() for line in generate_torch(build(STARTS)).splitlines()]
+    jax_code = [line.split("#")[0].strip() for line in generate_jax(build(STARTS)).splitlines()]
+    assert "t_8 = x[:, :S - min(4, S)]" in torch_code and "t_10 = x[:, S - min(4, S):]" in torch_code
+    assert "t_1 = t.reshape(B, 3 * S - 3 * min(4, S))" in torch_code
+    assert any(line.endswith("x[:, :S - jax.core.min_dim(4, S)]") for line in jax_code)
+
+
+@pytest.mark.parametrize("backend", PATCH_BACKENDS)
+@pytest.mark.parametrize("seq", [2, 3, 8])
+def test_clamped_slice_starts_run(backend, seq, tmp_path):
+    x = _tokens(seq)
+    (out,) = _load(STARTS, backend, tmp_path).run("forward", x)
+    np.testing.assert_allclose(out, _starts_in_numpy(x), rtol=1e-6)
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_clamped_slice_starts_run_compiled(tmp_path):
+    """torch.compile (~30 s here for the three lengths, each a recompile) computes the same clamped dims."""
+    pytest.importorskip("torch")
+    model = _load(STARTS, "torch-compile", tmp_path)
+    for seq in (2, 3, 8):
+        x = _tokens(seq)
+        (out,) = model.run("forward", x)
+        np.testing.assert_allclose(out, _starts_in_numpy(x), rtol=1e-6)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -241,3 +243,29 @@ def test_evaluate_names_what_it_lacks():
     with pytest.raises(ValueError, match="`n` has no known value"):
         dim_algebra.evaluate(Dim.atom(U) + Dim.atom(B), {"B": 1})
     assert dim_algebra.evaluate(floor_divide(Dim.atom(S) - Dim.of(1), Dim.of(2)), {"S": 8}) == 3
+
+
+def test_minima_are_bounded_by_their_operands():
+    """`nonnegative` replaces each `min` by its operands before it shifts dim variables to `1 + s`: a `min` remade
+    of shifted operands compared them as if each variable were at least 2, so `min(2, S) - 2` (-1 where S is 1)
+    was taken as at least 0, and `min(2, min(2, S))` as 2."""
+    s = Dim.atom(S)
+    two, four, six = (Dim.of(n) for n in (2, 4, 6))
+    assert not dim_algebra.nonnegative(dim_algebra.minimum(two, s) - two)
+    assert format_dim(dim_algebra.minimum(two, dim_algebra.minimum(two, s))) == "min(2, S)"
+    assert dim_algebra.nonnegative(s - dim_algebra.minimum(four, s))
+    assert dim_algebra.nonnegative(dim_algebra.minimum(six, s) - dim_algebra.minimum(two, s))
+    assert not dim_algebra.nonnegative(dim_algebra.minimum(two, s) - dim_algebra.minimum(six, s))
+
+
+def test_nonnegative_with_minima_holds_for_every_size():
+    """Every sum of up to two `min(k, S)` (coefficients -1, 1 or 2), a multiple of `S` and a number that
+    `nonnegative` takes as at least 0 is, for every `S` from 1 to 19."""
+    s = Dim.atom(S)
+    terms = [(c, k) for c in (-1, 1, 2) for k in range(6)]
+    for (c1, k1), (c2, k2) in itertools.product(terms, terms):
+        for s_coeff, constant in itertools.product((-1, 0, 1), range(-4, 5)):
+            d = s * Dim.of(s_coeff) + Dim.of(constant)
+            d = d + dim_algebra.minimum(Dim.of(k1), s) * Dim.of(c1) + dim_algebra.minimum(Dim.of(k2), s) * Dim.of(c2)
+            if dim_algebra.nonnegative(d):
+                assert all(dim_algebra.evaluate(d, {"S": n}) >= 0 for n in range(1, 20)), format_dim(d)
