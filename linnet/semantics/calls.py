@@ -619,7 +619,7 @@ class CallsMixin:
             return UNKNOWN
         if isinstance(returned, ScalarT) and returned.kind in VALUE_RETURNS and returned.value is None:
             # the call is what its body would be in its place (fn_values.py: a size a method returns, a branch a
-            # predicate chooses)
+            # predicate chooses, a rate)
             value = fn_values.value_at(self, call.target, self._call_args(call, compile_time), call.info.dims)
             return value if value is not None else returned
         return returned

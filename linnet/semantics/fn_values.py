@@ -1,4 +1,4 @@
-"""The int or bool a user function returns, evaluated at a call whose arguments are known.
+"""The int, bool or float a user function returns, evaluated at a call whose arguments are known.
 
 A function's signature says `-> int` and nothing of the value, so `reshape(x, [B, width(), 8, 8])` had a dim the
 checker did not know: a model could check clean and fail in lowering, which computes `width()` (48 channels in
@@ -8,9 +8,10 @@ bound, as `specialize.first_error_at` does, and takes the body's value when the 
 call is then what the body would be written in its place. The same for a function returning a bool (`fn
 has_window(c: C) -> bool { c.window != none }`): an `if` on its call checked both branches, the one that cannot
 run under a preset too (`c.window` is `none` there: a false error), and took an unknown size from the one that
-runs (a size choice that lowering then refused against the declared type).
+runs (a size choice that lowering then refused against the declared type). And for one returning a float: a rate
+it computes (`dropout(x, doubled_rate())`) had no value, so an op's range (`p` in [0, 1)) went unchecked.
 
-Any function's: the body of one that returns an int or a bool is part of its item's interface
+Any function's: the body of one that returns an int, a bool or a float is part of its item's interface
 (`syntax.items.shows_body`), so a caller's check, which depends on its callees' interfaces only, is made again when
 that body changes (an edit there is not spliced into the module either: `syntax.splice`).
 """
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 
 
 def value_at(checker: "ItemChecker", target: "FnTarget", args: dict[str, Type], dims: dict) -> ScalarT | None:
-    """The int or bool `target` returns at a call with `args` (every parameter, by name) and its dim variables
+    """The int, bool or float `target` returns at a call with `args` (every parameter, by name) and its dim variables
     solved to `dims`: `ScalarT(kind, value)` when its body, checked with them, is clean and has a value of the
     declared kind; None when an argument has no value, or the body has none."""
     fn = target.fn
@@ -60,8 +61,8 @@ def value_at(checker: "ItemChecker", target: "FnTarget", args: dict[str, Type], 
 
 
 def _body_value(checker: "ItemChecker", target: "FnTarget", args: dict[str, Type], dims: dict) -> ScalarT | None:
-    """The int or bool value of `target`'s body checked with `args` and `dims`; None when it has an error or no
-    value."""
+    """The int, bool or float value of `target`'s body checked with `args` and `dims`; None when it has an error or
+    no value."""
     sub, body = checked_body(checker, target, args, dims)
     if any(f.severity in (None, "error") for f in sub.result.findings):
         return None
