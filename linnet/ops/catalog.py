@@ -887,17 +887,17 @@ register(
 )
 
 
-def _symbolic_bound(bound: Dim, size: Dim, written: str) -> Dim:
+def _symbolic_bound(bound: Dim, size: Dim, written: str, why: str = "") -> Dim:
     """A slice bound of a dim whose size is symbolic, as Python's slices read it: one a known number below the size's
     negative (`-S`, `1 - S`) counts from the end (`x[:, -S:]` is all of `S`, not `2 * S`), and one a known number
-    from the end beyond either end (`-S - 1`, `S + 1`) is out of range (L212, quoting the slice as `written`).
-    Others are taken as written."""
+    from the end beyond either end (`-S - 1`, `S + 1`) is out of range (L212, quoting the slice as `written`, `why`
+    after the message). Others are taken as written."""
     if bound.as_int() is not None:
         return bound
     from_end = (size + bound).as_int()
     past = (bound - size).as_int()
     if (from_end is not None and from_end < 0) or (past is not None and past > 0):
-        raise OpError("L212", f"slice {written} is out of range for a dim of size {format_dim(size)}")
+        raise OpError("L212", f"slice {written} is out of range for a dim of size {format_dim(size)}{why}")
     return _from_the_start(bound, size)
 
 
@@ -905,6 +905,12 @@ def _slice_text(start: Dim | None, stop: Dim | None) -> str:
     """A slice as written, `-5:`, `:7`, `1:-2` (a start of 0 and a stop of the whole dim left out, as they are)."""
     a = "" if start is None or start.as_int() == 0 else format_dim(start)
     return f"{a}:{format_dim(stop) if stop is not None else ''}"
+
+
+def _why(*parts: str) -> str:
+    """The explanation after a slice's message: its non-empty `parts`, in parentheses; "" when there is none."""
+    given = [p for p in parts if p]
+    return f" ({'; '.join(given)})" if given else ""
 
 
 def resolved_slice_bound(bound, size):
@@ -979,7 +985,11 @@ def _slice_shape(a):
     dims = list(x.dims)
     size = dims[d]
     start, stop = a["start"], a["stop"]
-    written = _slice_text(start, stop)  # what the messages quote; the bounds counted from the end only explain it
+    # What the messages quote: the slice's text where the checker gives it (`:k`), else its bounds' values; the
+    # values of bounds written as names or expressions (`k = 2`, given with the text) and the bounds counted from
+    # the end only explain it.
+    written = a.get("written") or _slice_text(start, stop)
+    shown = a.get("written_values") or ""
     if stop is None:
         stop = size
     if start is None or stop is None:
@@ -994,7 +1004,7 @@ def _slice_shape(a):
                 stop = Dim.of(n_int + e_int)
                 e_int = n_int + e_int
             from_end = start is not a["start"] or (a["stop"] is not None and stop is not a["stop"])
-            why = f" (from the end: {format_dim(start)}:{format_dim(stop)})" if from_end else ""
+            why = _why(shown, f"from the end: {format_dim(start)}:{format_dim(stop)}" if from_end else "")
             if (s_int is not None and not 0 <= s_int <= n_int) or (e_int is not None and not 0 <= e_int <= n_int):
                 raise OpError("L212", f"slice {written} is out of range for a dim of size {n_int}{why}")
             if s_int is not None and e_int is not None and e_int < s_int:
@@ -1005,12 +1015,13 @@ def _slice_shape(a):
                 return Shape(tuple(dims), x.prefix)
             start = size + start if s_int is not None and s_int < 0 else start
             stop = size + stop if e_int is not None and e_int < 0 else stop
+        why = _why(shown)
         length = stop - start
         li = length.as_int()
         if li is not None and li < 0:
-            raise OpError("L212", f"slice {written} has negative length")
+            raise OpError("L212", f"slice {written} has negative length{why}")
         if n_int is None and size is not None:
-            start, stop = _symbolic_bound(start, size, written), _symbolic_bound(stop, size, written)
+            start, stop = _symbolic_bound(start, size, written, why), _symbolic_bound(stop, size, written, why)
             if any(a.kind == "var" for a in size.val.atoms()):
                 length = _slice_length(start, stop, size)
             else:  # int parameters only: each instance's values decide (`_clamped`)

@@ -41,6 +41,7 @@ from ..types.dims import Dim, const
 from . import fn_reuse
 from .calls import CallsMixin
 from .configs import ConfigEvaluator
+from .counted import count_through
 from .describe import (
     binding_kind,
     dtype_text,
@@ -169,6 +170,9 @@ class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
         # under a preset, as lowering runs it); None in an item's own check, which is generic.
         self.follow: Any = None
         self.unrolled_loops = 0  # how many loops `unrolled` encloses the code being checked
+        # Whether this checker runs a loop once per element to count its compile-time locals (`counted.py`): the
+        # loops in it are unrolled too.
+        self.counting = False
         # The functions of this item whose bodies the check read at a call (`specialize.checked_body`: a method
         # given known values, or one whose int result is evaluated): `fn_reuse` checks the reader again when one
         # of them is edited.
@@ -597,7 +601,7 @@ class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
 
     def for_loop(self, s: A.For, scope: Scope) -> None:
         t = self.expr(s.iter, scope)
-        if self.follow is not None and isinstance(t, ModuleListT) and t.count is not None:
+        if (self.follow is not None or self.counting) and isinstance(t, ModuleListT) and t.count is not None:
             n = t.count.as_int()
             if n is not None and self.unrolled(s, t, n, scope):
                 return
@@ -614,10 +618,12 @@ class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
         self.ref(s.var, b.anchor)
         self.record(s.var, elem)
         # The body runs once per item: a compile-time local it assigns has no one value in it.
+        counted: dict[int, tuple[Binding, ScalarT]] = {}
         for node in A.walk(s.body):
             if isinstance(node, A.Assign):
                 outer = scope.lookup_in_fn(node.target.id)
                 if outer is not None and outer.kind == "local" and isinstance(outer.type, ScalarT):
+                    counted.setdefault(id(outer), (outer, outer.type))
                     outer.type = ScalarT(outer.type.kind, None)
         varying = isinstance(t, ModuleListT) and t.index is not None
         marks = (len(self.result.findings), len(self.result.refs), len(self.result.calls), len(self.fn_locals))
@@ -643,6 +649,9 @@ class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
             if varying:
                 self.varying_loops.pop()
             self.varied = varied or self.varied
+        if counted and isinstance(t, ModuleListT):
+            # after it, each holds what lowering computes where the list's length is known (`counted.py`)
+            count_through(self, s, t, scope, list(counted.values()))
 
 
 def _same_rank(t: Type, declared: Type) -> bool:

@@ -24,7 +24,7 @@ from ..types.core import (
     format_shape,
     format_type,
 )
-from ..types.dims import Dim
+from ..types.dims import Dim, format_dim, shown_value
 from ..types.scalars import ScalarError, arithmetic, compare
 from .branches import equalities, merged, permuted
 from .configs import ConfigValue
@@ -425,9 +425,8 @@ class ExpressionsMixin:
                     if it.start is None and it.stop is None:
                         out.append(d)
                         continue
-                    r = self.run_rule(
-                        REGISTRY["slice"], {"x": one, "dim": 0, "start": start or Dim.of(0), "stop": stop}, it
-                    )
+                    values = {"x": one, "dim": 0, "start": start or Dim.of(0), "stop": stop}
+                    r = self.run_rule(REGISTRY["slice"], values | self.slice_as_written(it, start, stop), it)
                     out.extend(r.dims if isinstance(r, Shape) else [None])
                     continue
                 t = self.expr(it, scope)
@@ -469,6 +468,18 @@ class ExpressionsMixin:
             self.report("L212", f"index {i} is out of range for a list of {n}", e.items[0])
             return UNKNOWN
         return base.items[i]
+
+    def slice_as_written(self, s: A.Slice, start: Dim | None, stop: Dim | None) -> dict[str, str]:
+        """What the slice rule's messages quote of `s` (L212): its text (`:k`, `0:5`) and the values of the bounds
+        written as names or expressions (`k = 2`), which only explain it."""
+        bounds = (s.start, s.stop)
+        texts = [" ".join(self.item.text[b.span.start : b.span.end].split()) if b is not None else "" for b in bounds]
+        values = []
+        for text, bound in zip(texts, (start, stop)):
+            value = format_dim(shown_value(bound)) if bound is not None else text
+            if text.replace(" ", "") != value.replace(" ", ""):
+                values.append(f"{text} = {value}")
+        return {"written": ":".join(texts), "written_values": ", ".join(values)}
 
     def int_arg(self, e, scope: Scope) -> Dim | None:
         t = self.expr(e, scope)

@@ -261,10 +261,15 @@ def _bare_import(source: Source, offset: int, text: str) -> Item:
     return Item(source, offset, text, "import", None, None, [problem])
 
 
+# The return types whose value a caller takes from the function's body (semantics/fn_values.py).
+VALUE_RETURNS = frozenset({"int", "bool", "float"})
+
+
 def shows_body(fn: A.FnDef) -> bool:
-    """Whether `fn`'s body is part of its item's interface: a function that returns an `int`, whose value its
-    callers take (semantics/fn_values.py: `reshape(x, [B, width(), 8, 8])` is what `width()`'s body computes)."""
-    return isinstance(fn.ret, A.NamedType) and fn.ret.name.id == "int"
+    """Whether `fn`'s body is part of its item's interface: a function that returns an `int`, a `bool` or a
+    `float`, whose value its callers take (semantics/fn_values.py: `reshape(x, [B, width(), 8, 8])` is what
+    `width()`'s body computes, `if is_sliding(c, i)` runs the branch its body chooses)."""
+    return isinstance(fn.ret, A.NamedType) and fn.ret.name.id in VALUE_RETURNS
 
 
 def interface_key(item: Item) -> str:

@@ -251,3 +251,32 @@ def test_clamped_slice_starts_run_compiled(tmp_path):
         x = _tokens(seq)
         (out,) = model.run("forward", x)
         np.testing.assert_allclose(out, _starts_in_numpy(x), rtol=1e-6)
+
+
+@pytest.mark.torch
+@pytest.mark.slow  # ~9 s here: two inductor compiles
+def test_clamped_slices_run_under_torch_compile(tmp_path):
+    """`min(4, S)` under torch.compile (inductor): S = 2 (the slice keeps both rows) compiles with S fixed, S = 8
+    (four of eight) recompiles with S dynamic, and S = 3 is on the other side of the clamp again (that graph guards
+    `min(4, S) == 4`: dynamo's slice of a symbolic dim decides its clamp when it traces, so it compiles once more);
+    each equals eager PyTorch's result."""
+    pytest.importorskip("torch")
+    import torch._dynamo
+
+    import linnet
+
+    torch._dynamo.reset()
+    path = tmp_path / "clamped.linnet"
+    path.write_text(CLAMPED)
+    compiled = linnet.load(path, backend="torch-compile", random_weights=True, progress=False)
+    eager = linnet.load(path, backend="torch", random_weights=True, progress=False)
+
+    def check(seq: int) -> None:
+        x = np.arange(2 * seq * 3, dtype=np.float32).reshape(2, seq, 3)
+        (out,) = compiled.run("forward", x)
+        (expected,) = eager.run("forward", x)
+        assert out.shape == expected.shape == (2, 3)
+        np.testing.assert_allclose(out, expected, rtol=1e-6)
+
+    for seq in (2, 8, 3):
+        check(seq)

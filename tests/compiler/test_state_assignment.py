@@ -58,10 +58,10 @@ def test_state_read_before_a_loop_that_writes_it_is_a_located_error():
 
 def test_an_entry_returning_another_shape_than_declared_is_a_located_error():
     """The loop's carried value changes shape with the element's count: lowering found it (`forward` returns
-    f32[B, 1], declares f32[B, 4] under n = 1); the check now follows the loop element by element as lowering runs
-    it (linnet/semantics/instances.py), so the build stops at the check's located error under the defaults (n = 3:
-    the second element slices 2 columns of 1)."""
-    message = r"loop_shape.linnet:\d+:28: error\[L212\]: slice :2 is out of range for a dim of size 1"
+    f32[B, 1], declares f32[B, 4] under n = 1); the check now runs the loop element by element as lowering runs
+    it (linnet/semantics/counted.py), so the build stops at the check's located error under the defaults (n = 3:
+    the second element slices 2 columns of 1, quoted as written)."""
+    message = r"loop_shape.linnet:\d+:28: error\[L212\]: slice :k is out of range for a dim of size 1 \(k = 2\)"
     with pytest.raises(ProgramError, match=message):
         build(FIXTURES / "loop_shape.linnet", config={"n": 1})
 

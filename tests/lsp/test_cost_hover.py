@@ -120,23 +120,20 @@ async def test_an_importers_cost_follows_an_edit_of_an_imported_function(client,
 
 NOT_LOWERED = """config C {
     ch: int = 64
-    n: int = 4
 }
 
-preset small = C { ch = 48, n = 3 }
+preset small = C { ch = 48 }
 
 module Stack(c: C) {
     norm: GroupNorm(32, 64)
-    linears: [Linear(8, 8); c.n]
+
+    fn sizes() -> (int, int) {
+        (c.ch, 8)
+    }
 
     fn forward(x: [B, c.ch, 8, 8]) -> [B, 64, 8, 8] {
-        let h = x
-        let width = 0
-        for linear in linears {
-            h = linear(h)
-            width = width + 16
-        }
-        norm(reshape(h, [B, width, 8, 8]))
+        let (width, rows) = sizes()
+        norm(reshape(x, [B, width, rows, 8]))
     }
 }
 
@@ -151,11 +148,11 @@ model M(c: C) {
 
 
 async def test_the_hover_says_why_a_model_that_checks_has_no_cost(client, tmp_path):
-    """A model that checks but does not lower under the preset (48 channels in GroupNorm's 32 groups, through a size
-    a loop counts in a module of config parameters only: its own check has no one value for the count, and the
-    model's check that follows instances does not follow it): the hover on the model and the preset says so, with
-    lowering's message (before: no cost, silently). (The size a user function returns, which this test used
-    before, is a check error since the checker evaluates such calls: semantics/fn_values.py.)"""
+    """A model that checks but does not lower under the preset (48 channels in GroupNorm's 32 groups, through the
+    sizes a user function returns as a tuple: the checker evaluates a call of a function returning an int, not a
+    tuple of them): the hover on the model and the preset says so, with lowering's message (before: no cost,
+    silently). (The size a loop counts in a module of config parameters only, which this test used before, is a
+    check error since the checker runs such a loop once per element: semantics/counted.py.)"""
     path = tmp_path / "patches.linnet"
     path.write_text(NOT_LOWERED, encoding="utf-8")
     doc = await open_doc(client, path)

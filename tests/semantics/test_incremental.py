@@ -503,6 +503,9 @@ def test_a_body_edit_in_a_module_the_model_builds_is_checked_again_with_its_inst
     [
         ("method_values", "linears[i](x)", "linears[0](x)"),  # `layer(h, 2)` checked with its value read this body
         ("returned_sizes", "channels / 2", "channels / 4"),  # `half()`'s value: the body of a size a method returns
+        ("returned_bools", "c.d > 4", "c.d > 8"),  # `doubled()`'s value: the branch a method chooses
+        ("returned_bools", "c.window != none", "c.window == none"),  # a top-level function's: the model's check
+        ("returned_floats", "2.0 * c.rate", "c.rate"),  # `doubled_rate()`'s value: a rate dropout needs below 1
     ],
 )
 def test_a_body_edit_checks_again_the_functions_that_read_that_body(case, old, new):
