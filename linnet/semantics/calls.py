@@ -10,7 +10,7 @@ from ..ops import REGISTRY, REQUIRED, OpDef, OpError
 from ..ops.registry import UnknownNumber
 from ..syntax import ast as A
 from ..syntax.ast import Span
-from ..syntax.items import VALUE_RETURNS, Item
+from ..syntax.items import Item
 from ..types.core import (
     UNIT,
     UNKNOWN,
@@ -617,9 +617,9 @@ class CallsMixin:
         returned = _substitute_type(sig.ret, unifier, unifier.shown)
         if self._report_specialized(call, compile_time, returned) or self._report_negative_return(call, returned):
             return UNKNOWN
-        if isinstance(returned, ScalarT) and returned.kind in VALUE_RETURNS and returned.value is None:
+        if fn_values.lacks_value(returned):
             # the call is what its body would be in its place (fn_values.py: a size a method returns, a branch a
-            # predicate chooses, a rate)
+            # predicate chooses, a rate, sizes returned as a tuple)
             value = fn_values.value_at(self, call.target, self._call_args(call, compile_time), call.info.dims)
             return value if value is not None else returned
         return returned

@@ -9,9 +9,12 @@ call is then what the body would be written in its place. The same for a functio
 has_window(c: C) -> bool { c.window != none }`): an `if` on its call checked both branches, the one that cannot
 run under a preset too (`c.window` is `none` there: a false error), and took an unknown size from the one that
 runs (a size choice that lowering then refused against the declared type). And for one returning a float: a rate
-it computes (`dropout(x, doubled_rate())`) had no value, so an op's range (`p` in [0, 1)) went unchecked.
+it computes (`dropout(x, doubled_rate())`) had no value, so an op's range (`p` in [0, 1)) went unchecked. And for
+one returning a tuple of those values (`fn sizes() -> (int, int) { (c.ch, 8) }`, tuples of tuples too): `let (w,
+h) = sizes()` gave two sizes without a value, so `GroupNorm(32, w)` at 48 channels checked clean.
 
-Any function's: the body of one that returns an int, a bool or a float is part of its item's interface
+Any function's: the body of one that returns an int, a bool, a float or a tuple of them is part of its item's
+interface
 (`syntax.items.shows_body`), so a caller's check, which depends on its callees' interfaces only, is made again when
 that body changes (an edit there is not spliced into the module either: `syntax.splice`).
 """
@@ -22,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from ..syntax import ast as A
 from ..syntax.items import VALUE_RETURNS
-from ..types.core import ScalarT, TensorT, Type
+from ..types.core import ScalarT, TensorT, TupleT, Type
 from .specialize import arg_key, checked_body, followed, once
 
 if TYPE_CHECKING:
@@ -30,10 +33,28 @@ if TYPE_CHECKING:
     from .scope import FnTarget
 
 
-def value_at(checker: "ItemChecker", target: "FnTarget", args: dict[str, Type], dims: dict) -> ScalarT | None:
-    """The int, bool or float `target` returns at a call with `args` (every parameter, by name) and its dim variables
-    solved to `dims`: `ScalarT(kind, value)` when its body, checked with them, is clean and has a value of the
-    declared kind; None when an argument has no value, or the body has none."""
+def lacks_value(returned: Type) -> bool:
+    """Whether `returned`, a call's return type from the callee's signature, is an int, a bool, a float or a tuple of
+    them with some part not known: what `value_at` may find in the callee's body."""
+    if isinstance(returned, ScalarT):
+        return returned.kind in VALUE_RETURNS and returned.value is None
+    if not isinstance(returned, TupleT) or not returned.items:
+        return False
+    return all(_holds_values(t) for t in returned.items) and any(lacks_value(t) for t in returned.items)
+
+
+def _holds_values(t: Type) -> bool:
+    """Whether `t` is an int, a bool, a float or a tuple of them, known or not."""
+    if isinstance(t, ScalarT):
+        return t.kind in VALUE_RETURNS
+    return isinstance(t, TupleT) and bool(t.items) and all(_holds_values(i) for i in t.items)
+
+
+def value_at(checker: "ItemChecker", target: "FnTarget", args: dict[str, Type], dims: dict) -> ScalarT | TupleT | None:
+    """The int, bool or float (or tuple of them) `target` returns at a call with `args` (every parameter, by name)
+    and its dim variables solved to `dims`: `ScalarT(kind, value)` (a `TupleT` of them) when its body, checked with
+    them, is clean and has a value of the declared type in every part; None when an argument has no value, or the
+    body has none."""
     fn = target.fn
     if fn.body is None:
         return None
@@ -60,13 +81,26 @@ def value_at(checker: "ItemChecker", target: "FnTarget", args: dict[str, Type], 
     return once(checker, key, lambda: _body_value(checker, target, args, dims))
 
 
-def _body_value(checker: "ItemChecker", target: "FnTarget", args: dict[str, Type], dims: dict) -> ScalarT | None:
-    """The int, bool or float value of `target`'s body checked with `args` and `dims`; None when it has an error or
-    no value."""
+def _body_value(
+    checker: "ItemChecker", target: "FnTarget", args: dict[str, Type], dims: dict
+) -> ScalarT | TupleT | None:
+    """The int, bool or float value (or tuple of them) of `target`'s body checked with `args` and `dims`; None when
+    it has an error or no value in some part."""
     sub, body = checked_body(checker, target, args, dims)
     if any(f.severity in (None, "error") for f in sub.result.findings):
         return None
-    declared = target.fn.ret.name.id if isinstance(target.fn.ret, A.NamedType) else None
-    if isinstance(body, ScalarT) and body.kind == declared in VALUE_RETURNS and body.value is not None:
-        return ScalarT(body.kind, body.value)
-    return None
+    return _declared_value(body, target.fn.ret)
+
+
+def _declared_value(body: Type, declared: A.Node | None) -> ScalarT | TupleT | None:
+    """`body`'s value as the declared return type has it (each part of a tuple in turn); None when a part has no
+    value or is not of the declared kind."""
+    if isinstance(declared, A.NamedType):
+        kind = declared.name.id
+        if isinstance(body, ScalarT) and body.kind == kind in VALUE_RETURNS and body.value is not None:
+            return ScalarT(body.kind, body.value)
+        return None
+    if not isinstance(declared, A.TupleType) or not isinstance(body, TupleT) or len(body.items) != len(declared.items):
+        return None
+    parts = [_declared_value(b, d) for b, d in zip(body.items, declared.items)]
+    return TupleT(tuple(parts)) if all(p is not None for p in parts) else None

@@ -506,6 +506,8 @@ def test_a_body_edit_in_a_module_the_model_builds_is_checked_again_with_its_inst
         ("returned_bools", "c.d > 4", "c.d > 8"),  # `doubled()`'s value: the branch a method chooses
         ("returned_bools", "c.window != none", "c.window == none"),  # a top-level function's: the model's check
         ("returned_floats", "2.0 * c.rate", "c.rate"),  # `doubled_rate()`'s value: a rate dropout needs below 1
+        ("returned_tuples", "(c.ch, 8)", "(64, 8)"),  # `sizes()`'s values: the sizes a `let` takes apart
+        ("returned_tuples", "2.0 * c.rate)", "c.rate)"),  # a float in a tuple of a tuple and a float
     ],
 )
 def test_a_body_edit_checks_again_the_functions_that_read_that_body(case, old, new):
