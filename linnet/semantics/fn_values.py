@@ -11,7 +11,8 @@ run under a preset too (`c.window` is `none` there: a false error), and took an 
 runs (a size choice that lowering then refused against the declared type). And for one returning a float: a rate
 it computes (`dropout(x, doubled_rate())`) had no value, so an op's range (`p` in [0, 1)) went unchecked. And for
 one returning a tuple of those values (`fn sizes() -> (int, int) { (c.ch, 8) }`, tuples of tuples too): `let (w,
-h) = sizes()` gave two sizes without a value, so `GroupNorm(32, w)` at 48 channels checked clean.
+h) = sizes()` gave two sizes without a value, so `GroupNorm(32, w)` at 48 channels checked clean. An argument may
+be a tuple of known values too (`first((c.ch, 8))`).
 
 Any function's: the body of one that returns an int, a bool, a float or a tuple of them is part of its item's
 interface
@@ -58,15 +59,8 @@ def value_at(checker: "ItemChecker", target: "FnTarget", args: dict[str, Type], 
     fn = target.fn
     if fn.body is None:
         return None
-    keys = []
-    for name, t in args.items():
-        key = arg_key(t)  # (None for a tensor with an unknown dim, or an unknown type)
-        if key is None or (isinstance(t, ScalarT) and t.value is None):
-            return None
-        if not isinstance(t, TensorT) and key[0] in ("unknown", "other"):
-            return None
-        keys.append((name, key))
-    if any(d is None for d in dims.values()):
+    keys = [(name, _known_key(t)) for name, t in args.items()]
+    if any(key is None for _, key in keys) or any(d is None for d in dims.values()):
         return None
     inst = target.instance
     key = (
@@ -79,6 +73,20 @@ def value_at(checker: "ItemChecker", target: "FnTarget", args: dict[str, Type], 
     if checker.follow is not None:
         return followed(checker, target.item, key, lambda: _body_value(checker, target, args, dims))
     return once(checker, key, lambda: _body_value(checker, target, args, dims))
+
+
+def _known_key(t: Type):
+    """A hashable key for an argument whose value is known: a tensor with known dims, a number, a config, or a tuple
+    of them (`first((c.ch, 8))`); None when a part has no value."""
+    if isinstance(t, TupleT):
+        keys = tuple(_known_key(i) for i in t.items)
+        return None if any(k is None for k in keys) else ("tuple", keys)
+    key = arg_key(t)  # (None for a tensor with an unknown dim, or an unknown type)
+    if key is None or (isinstance(t, ScalarT) and t.value is None):
+        return None
+    if not isinstance(t, TensorT) and key[0] in ("unknown", "other"):
+        return None
+    return key
 
 
 def _body_value(
