@@ -1,4 +1,4 @@
-"""The int, bool or float a user function returns, evaluated at a call whose arguments are known.
+"""The int, bool, float, str or tuple of them a user function returns, evaluated at a call whose arguments are known.
 
 A function's signature says `-> int` and nothing of the value, so `reshape(x, [B, width(), 8, 8])` had a dim the
 checker did not know: a model could check clean and fail in lowering, which computes `width()` (48 channels in
@@ -12,9 +12,10 @@ runs (a size choice that lowering then refused against the declared type). And f
 it computes (`dropout(x, doubled_rate())`) had no value, so an op's range (`p` in [0, 1)) went unchecked. And for
 one returning a tuple of those values (`fn sizes() -> (int, int) { (c.ch, 8) }`, tuples of tuples too): `let (w,
 h) = sizes()` gave two sizes without a value, so `GroupNorm(32, w)` at 48 channels checked clean. An argument may
-be a tuple of known values too (`first((c.ch, 8))`).
+be a tuple of known values too (`first((c.ch, 8))`). And for one returning a `str` (`fn mode() -> "wide" |
+"narrow" { c.mode }`): `if mode() == "wide"` checked both branches and took an unknown size from the one that runs.
 
-Any function's: the body of one that returns an int, a bool, a float or a tuple of them is part of its item's
+Any function's: the body of one that returns an int, a bool, a float, a str or a tuple of them is part of its item's
 interface
 (`syntax.items.shows_body`), so a caller's check, which depends on its callees' interfaces only, is made again when
 that body changes (an edit there is not spliced into the module either: `syntax.splice`).
@@ -35,8 +36,8 @@ if TYPE_CHECKING:
 
 
 def lacks_value(returned: Type) -> bool:
-    """Whether `returned`, a call's return type from the callee's signature, is an int, a bool, a float or a tuple of
-    them with some part not known: what `value_at` may find in the callee's body."""
+    """Whether `returned`, a call's return type from the callee's signature, is an int, a bool, a float, a str or a
+    tuple of them with some part not known: what `value_at` may find in the callee's body."""
     if isinstance(returned, ScalarT):
         return returned.kind in VALUE_RETURNS and returned.value is None
     if not isinstance(returned, TupleT) or not returned.items:
@@ -45,14 +46,14 @@ def lacks_value(returned: Type) -> bool:
 
 
 def _holds_values(t: Type) -> bool:
-    """Whether `t` is an int, a bool, a float or a tuple of them, known or not."""
+    """Whether `t` is an int, a bool, a float, a str or a tuple of them, known or not."""
     if isinstance(t, ScalarT):
         return t.kind in VALUE_RETURNS
     return isinstance(t, TupleT) and bool(t.items) and all(_holds_values(i) for i in t.items)
 
 
 def value_at(checker: "ItemChecker", target: "FnTarget", args: dict[str, Type], dims: dict) -> ScalarT | TupleT | None:
-    """The int, bool or float (or tuple of them) `target` returns at a call with `args` (every parameter, by name)
+    """The int, bool, float or str (or tuple of them) `target` returns at a call with `args` (every parameter, by name)
     and its dim variables solved to `dims`: `ScalarT(kind, value)` (a `TupleT` of them) when its body, checked with
     them, is clean and has a value of the declared type in every part; None when an argument has no value, or the
     body has none."""
@@ -92,7 +93,7 @@ def _known_key(t: Type):
 def _body_value(
     checker: "ItemChecker", target: "FnTarget", args: dict[str, Type], dims: dict
 ) -> ScalarT | TupleT | None:
-    """The int, bool or float value (or tuple of them) of `target`'s body checked with `args` and `dims`; None when
+    """The int, bool, float or str value (or tuple of them) of `target`'s body checked with `args` and `dims`; None when
     it has an error or no value in some part."""
     sub, body = checked_body(checker, target, args, dims)
     if any(f.severity in (None, "error") for f in sub.result.findings):
@@ -103,8 +104,8 @@ def _body_value(
 def _declared_value(body: Type, declared: A.Node | None) -> ScalarT | TupleT | None:
     """`body`'s value as the declared return type has it (each part of a tuple in turn); None when a part has no
     value or is not of the declared kind."""
-    if isinstance(declared, A.NamedType):
-        kind = declared.name.id
+    if isinstance(declared, (A.NamedType, A.LiteralType)):
+        kind = declared.name.id if isinstance(declared, A.NamedType) else declared.kind
         if isinstance(body, ScalarT) and body.kind == kind in VALUE_RETURNS and body.value is not None:
             return ScalarT(body.kind, body.value)
         return None

@@ -262,22 +262,25 @@ def _bare_import(source: Source, offset: int, text: str) -> Item:
 
 
 # The return types whose value a caller takes from the function's body (semantics/fn_values.py), alone or in a
-# tuple (`-> (int, int)`, tuples of tuples too: `returns_value`).
-VALUE_RETURNS = frozenset({"int", "bool", "float"})
+# tuple (`-> (int, int)`, tuples of tuples too: `returns_value`); a `str` also as a union of literals.
+VALUE_RETURNS = frozenset({"int", "bool", "float", "str"})
 
 
 def returns_value(ret: A.Node | None) -> bool:
     """Whether a declared return type is one whose value a caller takes from the function's body: an `int`, a
-    `bool`, a `float`, or a tuple of them (`-> (int, int)`, `-> ((int, bool), float)`)."""
+    `bool`, a `float`, a `str` (`-> "wide" | "narrow"` too), or a tuple of them (`-> (int, int)`, `-> ((int,
+    bool), float)`)."""
     if isinstance(ret, A.NamedType):
         return ret.name.id in VALUE_RETURNS
+    if isinstance(ret, A.LiteralType):
+        return not ret.optional
     return isinstance(ret, A.TupleType) and bool(ret.items) and all(returns_value(t) for t in ret.items)
 
 
 def shows_body(fn: A.FnDef) -> bool:
-    """Whether `fn`'s body is part of its item's interface: a function that returns an `int`, a `bool`, a `float`
-    or a tuple of them, whose value its callers take (semantics/fn_values.py: `reshape(x, [B, width(), 8, 8])` is
-    what `width()`'s body computes, `if is_sliding(c, i)` runs the branch its body chooses, `let (w, h) =
+    """Whether `fn`'s body is part of its item's interface: a function that returns an `int`, a `bool`, a `float`,
+    a `str` or a tuple of them, whose value its callers take (semantics/fn_values.py: `reshape(x, [B, width(), 8,
+    8])` is what `width()`'s body computes, `if is_sliding(c, i)` runs the branch its body chooses, `let (w, h) =
     sizes()` takes both sizes)."""
     return returns_value(fn.ret)
 

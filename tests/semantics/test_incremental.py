@@ -508,6 +508,7 @@ def test_a_body_edit_in_a_module_the_model_builds_is_checked_again_with_its_inst
         ("returned_floats", "2.0 * c.rate", "c.rate"),  # `doubled_rate()`'s value: a rate dropout needs below 1
         ("returned_tuples", "(c.ch, 8)", "(64, 8)"),  # `sizes()`'s values: the sizes a `let` takes apart
         ("returned_tuples", "2.0 * c.rate)", "c.rate)"),  # a float in a tuple of a tuple and a float
+        ("returned_strs", "c.ch > 8", "c.ch < 8"),  # `activation(c)`'s value: a top-level function's str
     ],
 )
 def test_a_body_edit_checks_again_the_functions_that_read_that_body(case, old, new):
