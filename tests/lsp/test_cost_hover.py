@@ -127,13 +127,13 @@ preset small = C { ch = 48 }
 module Stack(c: C) {
     norm: GroupNorm(32, 64)
 
-    fn sizes() -> (int, int) {
-        (c.ch, 8)
+    fn sized(x: [B, c.ch, 8, 8]) -> ([B, c.ch, 8, 8], int) {
+        (x, c.ch)
     }
 
     fn forward(x: [B, c.ch, 8, 8]) -> [B, 64, 8, 8] {
-        let (width, rows) = sizes()
-        norm(reshape(x, [B, width, rows, 8]))
+        let (h, width) = sized(x)
+        norm(reshape(h, [B, width, 8, 8]))
     }
 }
 
@@ -148,11 +148,11 @@ model M(c: C) {
 
 
 async def test_the_hover_says_why_a_model_that_checks_has_no_cost(client, tmp_path):
-    """A model that checks but does not lower under the preset (48 channels in GroupNorm's 32 groups, through the
-    sizes a user function returns as a tuple: the checker evaluates a call of a function returning an int, not a
-    tuple of them): the hover on the model and the preset says so, with lowering's message (before: no cost,
-    silently). (The size a loop counts in a module of config parameters only, which this test used before, is a
-    check error since the checker runs such a loop once per element: semantics/counted.py.)"""
+    """A model that checks but does not lower under the preset (48 channels in GroupNorm's 32 groups, through a size
+    a user function returns in a tuple beside a tensor: the checker evaluates a call of a function returning ints,
+    bools, floats, strs or tuples of them only, not one whose tuple holds a tensor): the hover on the model and the
+    preset says so, with lowering's message (before: no cost, silently). (The sizes returned as a tuple of ints,
+    which this test used before, are a check error since such a call takes its body's value: fn_values.py.)"""
     path = tmp_path / "patches.linnet"
     path.write_text(NOT_LOWERED, encoding="utf-8")
     doc = await open_doc(client, path)
