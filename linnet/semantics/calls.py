@@ -621,7 +621,10 @@ class CallsMixin:
             # the call is what its body would be in its place (fn_values.py: a size a method returns, a branch a
             # predicate chooses, a rate, sizes returned as a tuple)
             value = fn_values.value_at(self, call.target, self._call_args(call, compile_time), call.info.dims)
-            return value if value is not None else returned
+            if value is not None:
+                return value
+            if getattr(fn.ret, "optional", False):
+                return UNKNOWN  # `-> int?` without a value may be none: neither `int` (`w == none` false) nor none
         return returned
 
     def _call_args(self, call: "_FnCall", compile_time: dict[str, Type]) -> dict[str, Type]:

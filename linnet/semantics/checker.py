@@ -26,6 +26,7 @@ from ..types.core import (
     DType,
     ModuleListT,
     ModuleT,
+    NoneT,
     ScalarT,
     Shape,
     TensorT,
@@ -333,7 +334,7 @@ class ItemChecker(NamesMixin, MembersMixin, ExpressionsMixin, CallsMixin):
                         labels=[Label(self.anchor(fn.ret), "declared here")],
                         notes=["the last expression of a block is its value"],
                     )
-            else:
+            elif not (isinstance(body, NoneT) and getattr(fn.ret, "optional", False)):  # `-> int?` may give none
                 self.check_same(body, declared, tail_node(fn.body), fn.ret, f"`{fn.name.id}` returns", "L204", "L305")
         self._warn_unused()
         self.fn_locals = saved_locals

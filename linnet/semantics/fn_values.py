@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from ..syntax import ast as A
 from ..syntax.items import VALUE_RETURNS
-from ..types.core import ScalarT, TensorT, TupleT, Type
+from ..types.core import NONE, NoneT, ScalarT, TensorT, TupleT, Type
 from .specialize import arg_key, checked_body, followed, once
 
 if TYPE_CHECKING:
@@ -52,7 +52,9 @@ def _holds_values(t: Type) -> bool:
     return isinstance(t, TupleT) and bool(t.items) and all(_holds_values(i) for i in t.items)
 
 
-def value_at(checker: "ItemChecker", target: "FnTarget", args: dict[str, Type], dims: dict) -> ScalarT | TupleT | None:
+def value_at(
+    checker: "ItemChecker", target: "FnTarget", args: dict[str, Type], dims: dict
+) -> ScalarT | TupleT | NoneT | None:
     """The int, bool, float or str (or tuple of them) `target` returns at a call with `args` (every parameter, by name)
     and its dim variables solved to `dims`: `ScalarT(kind, value)` (a `TupleT` of them) when its body, checked with
     them, is clean and has a value of the declared type in every part; None when an argument has no value, or the
@@ -101,10 +103,12 @@ def _body_value(
     return _declared_value(body, target.fn.ret)
 
 
-def _declared_value(body: Type, declared: A.Node | None) -> ScalarT | TupleT | None:
-    """`body`'s value as the declared return type has it (each part of a tuple in turn); None when a part has no
-    value or is not of the declared kind."""
+def _declared_value(body: Type, declared: A.Node | None) -> ScalarT | TupleT | NoneT | None:
+    """`body`'s value as the declared return type has it (each part of a tuple in turn; `none` where the type is
+    optional, `-> int?`); None when a part has no value or is not of the declared kind."""
     if isinstance(declared, (A.NamedType, A.LiteralType)):
+        if isinstance(body, NoneT) and declared.optional:
+            return NONE  # `-> int?` returning a config field left `none`
         kind = declared.name.id if isinstance(declared, A.NamedType) else declared.kind
         if isinstance(body, ScalarT) and body.kind == kind in VALUE_RETURNS and body.value is not None:
             return ScalarT(body.kind, body.value)
