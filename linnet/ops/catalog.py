@@ -924,9 +924,15 @@ def resolved_slice_bound(bound, size):
     if not isinstance(bound, Dim) or not isinstance(size, Dim) or bound.as_int() is not None:
         return bound
     back = (size - bound).as_int()
-    if back is not None and back > 1 and any(a.kind == "var" for a in size.val.atoms()):
+    if back is not None and back > 1 and _holds_dim_variable(size):
         return size - minimum(Dim.of(back), size)
     return bound
+
+
+def _holds_dim_variable(size: Dim) -> bool:
+    """Whether a dim's size holds a dim variable (`S`), which slices clamp to; one of int parameters only (a
+    module's `channels`) is left to each instance's values."""
+    return any(a.kind == "var" for a in size.val.atoms())
 
 
 def _from_the_start(bound, size):
@@ -1022,7 +1028,7 @@ def _slice_shape(a):
             raise OpError("L212", f"slice {written} has negative length{why}")
         if n_int is None and size is not None:
             start, stop = _symbolic_bound(start, size, written, why), _symbolic_bound(stop, size, written, why)
-            if any(a.kind == "var" for a in size.val.atoms()):
+            if _holds_dim_variable(size):
                 length = _slice_length(start, stop, size)
             else:  # int parameters only: each instance's values decide (`_clamped`)
                 length = stop - start

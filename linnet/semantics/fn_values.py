@@ -16,9 +16,8 @@ be a tuple of known values too (`first((c.ch, 8))`). And for one returning a `st
 "narrow" { c.mode }`): `if mode() == "wide"` checked both branches and took an unknown size from the one that runs.
 
 Any function's: the body of one that returns an int, a bool, a float, a str or a tuple of them is part of its item's
-interface
-(`syntax.items.shows_body`), so a caller's check, which depends on its callees' interfaces only, is made again when
-that body changes (an edit there is not spliced into the module either: `syntax.splice`).
+interface (`syntax.items.shows_body`), so a caller's check, which depends on its callees' interfaces only, is made
+again when that body changes (an edit there is not spliced into the module either: `syntax.splice`).
 """
 
 from __future__ import annotations
@@ -94,7 +93,7 @@ def _known_key(t: Type):
 
 def _body_value(
     checker: "ItemChecker", target: "FnTarget", args: dict[str, Type], dims: dict
-) -> ScalarT | TupleT | None:
+) -> ScalarT | TupleT | NoneT | None:
     """The int, bool, float or str value (or tuple of them) of `target`'s body checked with `args` and `dims`; None when
     it has an error or no value in some part."""
     sub, body = checked_body(checker, target, args, dims)

@@ -131,10 +131,8 @@ def sizes_key(fn: A.FnDef, args: dict[str, Type], dims: dict):
                 keys.append((name, "int", dim(t.value)))
             else:
                 return None
-        solved = tuple((n, dim(d)) for n, d in dims.items() if d is not None)
+        solved = tuple((n, dim(d)) for n, d in dims.items())  # (every one solved: `first_error_at`)
     except _Symbolic:
-        return None
-    if len(solved) != len(dims):
         return None
     return (fn, tuple(keys), solved)
 

@@ -273,7 +273,7 @@ def returns_value(ret: A.Node | None) -> bool:
     if isinstance(ret, A.NamedType):
         return ret.name.id in VALUE_RETURNS
     if isinstance(ret, A.LiteralType):
-        return not ret.optional
+        return ret.kind in VALUE_RETURNS
     return isinstance(ret, A.TupleType) and bool(ret.items) and all(returns_value(t) for t in ret.items)
 
 
