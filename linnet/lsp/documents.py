@@ -140,6 +140,9 @@ class OpenDocument:
     revision: int = 0  # counts text changes: a save with text, or a client reusing a version, still re-analyses
     # the workspace's token for its path when it was opened (`Workspace.opening`)
     opened: int = field(default=0, init=False)
+    # the editor closed this buffer (its URI: `Documents.close`); `closed` is of its path, which another buffer of the
+    # same file, open under another URI (`sub/../x.linnet`), shares and keeps open
+    dropped: bool = field(default=False, init=False)
     _index: LineIndex | None = None
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     diagnose_task: asyncio.Task | None = None
@@ -191,11 +194,12 @@ class OpenDocument:
 
     def _pause(self) -> None:
         """(The full check's pause points, in its worker thread.) Stop the check of a buffer the editor closed
-        (DocumentClosed: its check holds the workspace's lock, which every other document's check waits for: up to
-        the rest of a 5 MB file's 20 s), else let requests go first (`priority.RequestsFirst.wait`). A check stopped
-        so leaves nothing that another reads: its document is no longer the workspace's (`Workspace.close`), or
-        was one of its own (`Workspace.open(since=...)`), and its context is lent to no other document."""
-        if self.closed:
+        (`dropped`; DocumentClosed: its check holds the workspace's lock, which every other document's check waits
+        for: up to the rest of a 5 MB file's 20 s), else let requests go first (`priority.RequestsFirst.wait`). A
+        check stopped so leaves nothing that another reads: its document is no longer the workspace's
+        (`Workspace.close`), or was one of its own (`Workspace.open(since=...)`), and its context is lent to no other
+        document."""
+        if self.dropped:
             raise DocumentClosed(self.path)
         self.requests.wait()
 
@@ -262,7 +266,7 @@ class OpenDocument:
             while True:
                 key = (self.revision, preset, self.workspace.stamp(self.depends_on))
                 if self._analysis is None or self._analysis_key != key:
-                    if self.closed:
+                    if self.dropped:
                         raise DocumentClosed(self.path)
                     revision, text = self.revision, self.text
                     with self.requests.waiting():
@@ -351,6 +355,7 @@ class Documents:
         """Forget a document; the files that import it now read it from disk."""
         doc = self.by_uri.pop(uri, None)
         if doc is not None:
+            doc.dropped = True  # (its check still under way stops at its next pause point: `OpenDocument._pause`)
             self.workspace.close(doc.path)
         return doc
 

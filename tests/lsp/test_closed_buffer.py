@@ -226,9 +226,9 @@ def test_the_check_of_a_buffer_closed_meanwhile_stops_at_its_next_pause_point(tm
     paused: list[bool] = []
 
     def close_at_first_pause() -> None:  # (the request gate's wait, in the check's thread)
-        paused.append(doc.closed)
+        paused.append(doc.dropped)
         if len(paused) == 1:
-            documents.workspace.close(doc.path)  # the editor's didClose, as the worker thread sees it
+            documents.close(uri)  # the editor's didClose, as the worker thread sees it
 
     monkeypatch.setattr(doc.requests, "wait", close_at_first_pause)
 
@@ -245,3 +245,26 @@ def test_the_check_of_a_buffer_closed_meanwhile_stops_at_its_next_pause_point(tm
     monkeypatch.setattr(left_open.requests, "wait", lambda: counted.append(True))
     asyncio.run(run(left_open))
     assert len(counted) > 10
+
+
+def test_closing_one_of_two_buffers_of_a_file_leaves_the_other_answered(tmp_path):
+    # Two URIs naming one file (`sub/../lib.linnet`), open at once: the editor closes one. The other is still open and
+    # its requests are answered from its own text; the refusal of a closed buffer's requests (DocumentClosed) went by
+    # the file's path, which both share, and refused them.
+    (tmp_path / "sub").mkdir()
+    lib_uri, _ = _files(tmp_path)
+    documents = Documents()
+    one = documents.open(lib_uri, LIB, 1)
+    other = documents.open(uri_of(str(tmp_path / "sub" / ".." / "lib.linnet")), LIB, 1)
+
+    async def run() -> str:
+        async with one.analyzed(None):
+            pass
+        async with other.analyzed(None):
+            pass
+        documents.close(lib_uri)
+        other.apply_changes([T.TextDocumentContentChangeWholeDocument(TYPED)], 2)
+        async with other.analyzed(None) as analysis:
+            return analysis.document.text
+
+    assert asyncio.run(run()) == TYPED
