@@ -115,6 +115,8 @@ class LinnetProtocol(AnswerEveryRequest, LanguageServerProtocol):
             # typing ends a pause; requests do not (a client that asks for hovers or completions every few hundred
             # milliseconds would otherwise postpone every collection, and garbage grew with every edit)
             self._server.collector.activity()
+        else:
+            self._server.collector.request_seen()  # a pause when none is due: a client that only asks has one too
         return super().handle_message(message)
 
     def _user_handler(self, method: str, params):
