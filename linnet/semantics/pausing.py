@@ -28,6 +28,18 @@ def pausing_with(wait: Callable[[], None]) -> Iterator[None]:
         _local.wait = previous
 
 
+@contextlib.contextmanager
+def not_pausing() -> Iterator[None]:
+    """Within the block, this thread's pause points do nothing: it holds a lock that what a pause lets go first may
+    take (a `wait` that closes the buffer, or blocks until requests whose handlers take it are answered)."""
+    previous = getattr(_local, "wait", None)
+    _local.wait = None
+    try:
+        yield
+    finally:
+        _local.wait = previous
+
+
 def pause_point() -> None:
     """Let more urgent work go first, when this thread's check was lent a `wait` (`pausing_with`)."""
     wait = getattr(_local, "wait", None)

@@ -559,6 +559,9 @@ class Document:
         made: list[Item | Splice] = []  # for each chunk not reused: an item parsed now, or an edit of one of `left`
         for offset, entry in entries:
             if isinstance(entry, str):
+                # nothing is changed until `_commit`: a check stopped here (its buffer closed: the 5 MB document's
+                # parse took 2.5 s, which every other document's check waited for) leaves the document as it was
+                pause_point()
                 new = self._plan_splice(left, entry)
                 if new is None:
                     new = make_item(self.source, offset, entry)

@@ -33,6 +33,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from ..syntax.sources import NotUtf8, read_source_text
+from .pausing import not_pausing
 
 if TYPE_CHECKING:
     from .program import Document
@@ -73,7 +74,9 @@ class Workspace:
         from .program import Document  # program imports this module
 
         key = self.key(path)
-        with self._registry:  # a `close` meanwhile comes before the check below, or after the registration
+        # a `close` meanwhile comes before the check below, or after the registration; no pause point under the lock
+        # (a document made empty parses one empty item): a pause lets the editor's didClose, which takes it, go first
+        with self._registry, not_pausing():
             closed = since is not None and self._closes.get(key, 0) != since
             doc = None if closed else self._given.get(key)
             if doc is None and not closed:

@@ -268,3 +268,36 @@ def test_closing_one_of_two_buffers_of_a_file_leaves_the_other_answered(tmp_path
             return analysis.document.text
 
     assert asyncio.run(run()) == TYPED
+
+
+def test_the_parse_of_a_buffer_closed_meanwhile_stops_and_leaves_its_document_as_it_was(tmp_path, monkeypatch):
+    # The full check of a buffer whose text changed parses its new items first, with no pause point: the 5 MB file,
+    # closed at its first screenful's diagnostics, went on to parse all of itself (2.5 s under the workspace's lock,
+    # which a keystroke in another file waited for: bench/lsp_bigdoc.py's `close_while_checking`). The parse now stops
+    # at the close, before it changes anything.
+    uri = uri_of(str(tmp_path / "llama.linnet"))
+    llama = (EXAMPLES / "llama.linnet").read_text(encoding="utf-8")
+    documents = Documents()
+    doc = documents.open(uri, llama, 1)
+
+    async def run(doc) -> None:
+        async with doc.analyzed(None):
+            pass
+
+    asyncio.run(run(doc))
+    document = doc._analysis.document
+    items = list(document.items)
+    many = "".join(f"fn f{i}(x: [N]) -> [N] {{\n    x + x\n}}\n\n" for i in range(40))
+    doc.apply_changes([T.TextDocumentContentChangeWholeDocument(many)], 2)
+    paused: list[bool] = []
+
+    def close_at_first_pause() -> None:  # (the request gate's wait, in the check's thread)
+        paused.append(doc.dropped)
+        if len(paused) == 1:
+            documents.close(uri)
+
+    monkeypatch.setattr(doc.requests, "wait", close_at_first_pause)
+    with pytest.raises(DocumentClosed):
+        asyncio.run(run(doc))
+    assert paused == [False]
+    assert document.source.text == llama and document.items == items  # nothing of the new text was committed
