@@ -6,22 +6,98 @@ negative and clamped to the dim (numpy, torch, JAX and ONNX clamp them), with si
 from __future__ import annotations
 
 from ..types.core import Shape
-from ..types.dims import Dim, format_dim, minimum, nonnegative
+from ..types.dims import Dim, format_dim, minimum, nonnegative, shown_value
 from .registry import OpError, dim_index
 
 
-def _symbolic_bound(bound: Dim, size: Dim, written: str, why: str = "") -> Dim:
-    """A slice bound of a dim whose size is symbolic, as Python's slices read it: one a known number below the size's
-    negative (`-S`, `1 - S`) counts from the end (`x[:, -S:]` is all of `S`, not `2 * S`), and one a known number
-    from the end beyond either end (`-S - 1`, `S + 1`) is out of range (L212, quoting the slice as `written`, `why`
-    after the message). Others are taken as written."""
+def _symbolic_bound(bound: Dim, size: Dim, which: str, written: str, why: str = "") -> Dim:
+    """A slice bound (the slice's `which`, "start" or "stop") over a dim, as Python's slices read it, where the bound
+    or the size is symbolic: one a known number below the size's negative (`-S`, `1 - S`) counts from the end
+    (`x[:, -S:]` is all of `S`, not `2 * S`), and one a known number from the end beyond either end (`-S - 1`,
+    `S + 1`) is out of range (L212, quoting the slice as `written`, `why` after the message). One negative for
+    every size (`-A`: a dim variable is at least 1) counts from the end too, `S - min(A, S)` (`_from_the_end`). One
+    whose sign the checker cannot tell (`N - K`, negative where N is less than K) is L212: Python would count it
+    from the end where it is negative, and from the start elsewhere, which no one type says; unless the sign is
+    left to values the check does not know (`_left_to_values`). Others are taken as written."""
     if bound.as_int() is not None:
         return bound
     from_end = (size + bound).as_int()
     past = (bound - size).as_int()
     if (from_end is not None and from_end < 0) or (past is not None and past > 0):
         raise OpError("L212", f"slice {written} is out of range for a dim of size {format_dim(size)}{why}")
-    return _from_the_start(bound, size)
+    bound = _from_the_start(bound, size)
+    if bound.as_int() is not None or (size - bound).as_int() is not None or nonnegative(bound):
+        return bound
+    counted = _from_the_end(bound, size)
+    if counted is not None:
+        return counted
+    if _left_to_values(bound):
+        return bound
+    raise OpError("L212", may_be_negative(bound, which, written, why), notes=[_sign_note(bound)])
+
+
+def _from_the_end(bound: Dim, size: Dim) -> Dim | None:
+    """A symbolic bound negative for every size (`-A`, `-A - 1`: a dim variable is at least 1) as Python's slices
+    count it, from the end and clamped at the start: `size - min(-bound, size)` (`x[:, -A:]` of [B, S] is
+    [B, min(A, S)], `x[:, :-A]` is [B, S - min(A, S)]); None for any other bound."""
+    if bound.as_int() is not None or not nonnegative(-bound - Dim.of(1)):
+        return None
+    return size - minimum(-bound, size)
+
+
+def _left_to_values(bound: Dim) -> bool:
+    """Whether a bound's sign is left to values its check does not know: an int parameter (`S - k` in a module
+    `M(k: int)`, checked once for every `k`) or a config field without a value. Each instance's check (the model's
+    check follows its calls into them: semantics/instances.py) and lowering know them, and read the bound again:
+    `S - 5`, clamped, or L212 where its sign is still not known."""
+    return any(a.kind == "const" for a in bound.val.atoms())
+
+
+def may_be_negative(bound: Dim, which: str, written: str, why: str = "") -> str:
+    """The message of a slice bound (the slice's `which`, "start" or "stop") whose sign the checker cannot tell:
+    `slice :N - K has a stop that may be negative: it is negative where N is less than K, and Python would count it
+    from the end`."""
+    ahead, behind = _signed_parts(bound)
+    n = ahead.as_int()
+    where = (
+        f"{_quoted(behind)} is more than {n}" if n is not None else f"{_quoted(ahead)} is less than {_quoted(behind)}"
+    )
+    return (
+        f"slice {written} has a {which} that may be negative{why}: it is negative where {where}, and Python would "
+        "count it from the end"
+    )
+
+
+def _signed_parts(bound: Dim) -> tuple[Dim, Dim]:
+    """A bound as it is shown, `ahead - behind`: its terms of positive coefficients, and the others negated
+    (`N` and `K` of `N - K`)."""
+    shown = shown_value(bound)
+    ahead = Dim({m: c for m, c in shown.terms if c > 0})
+    return ahead, ahead - shown
+
+
+def _quoted(d: Dim) -> str:
+    """A dim in a sentence: as it prints where it is one term (`N`, `2 * K`), in backquotes where it is a sum."""
+    text = format_dim(d)
+    return text if len(d.terms) <= 1 else f"`{text}`"
+
+
+def _sign_note(bound: Dim) -> str:
+    """How a function says that a bound is at least 0: a parameter type whose dim has what the bound takes away
+    (`x: [B, K + E]` where `N - K` is written: the bound is then `E`), or concrete values."""
+    ahead, behind = _signed_parts(bound)
+    ((mono, coeff),) = ahead.terms if len(ahead.terms) == 1 else (((), 0),)
+    if coeff == 1 and len(mono) == 1 and mono[0][1] == 1 and mono[0][0].kind == "var":  # one dim variable, `N`
+        taken = format_dim(behind)
+        return (
+            f"consider declaring {format_dim(ahead)} as `{taken} + E` where a parameter's type names it (`x: [B, "
+            f"{taken} + E]`: {format_dim(ahead - behind)} is then E), or concrete values: a dim variable alone may "
+            "be any size (an entry's dims are whole names, L110)"
+        )
+    return (
+        "consider parameter types whose dims make the bound at least 0 (`x: [B, K + E]` has at least K rows), or "
+        "concrete values: a dim variable alone may be any size"
+    )
 
 
 def _slice_text(start: Dim | None, stop: Dim | None) -> str:
@@ -39,17 +115,19 @@ def _why(*parts: str) -> str:
 def resolved_slice_bound(bound, size):
     """A slice bound as the checker reads it (`_symbolic_bound`): one a known number below a symbolic size's negative
     (`-S`, `1 - S` of a dim of size `S`) is that number from the start (0, 1); one a known number `k` below a size
-    that holds a dim variable (`S - 4`) is `S - min(k, S)`; any other as written. The lowering emits this, not the
-    bound as written: a backend that compares `1 - S` with 0 cannot (jax.export's symbolic dims:
-    InconclusiveDimensionOperation), and one that can would read `1 - S` as 0 where `S` is 1, not as the checker's
-    1; and `S - 4` where `S` is 3 is -1, which Python's slices count from the end (2 rows, not the checker's 0)."""
+    that holds a dim variable (`S - 4`) is `S - min(k, S)`; one negative for every size (`-A`) is `S - min(A, S)`;
+    any other as written. The lowering emits this, not the bound as written: a backend that compares `1 - S` with
+    0 cannot (jax.export's symbolic dims: InconclusiveDimensionOperation), and one that can would read `1 - S` as 0
+    where `S` is 1, not as the checker's 1; and `S - 4` where `S` is 3 is -1, which Python's slices count from the
+    end (2 rows, not the checker's 0)."""
     bound = _from_the_start(bound, size)
     if not isinstance(bound, Dim) or not isinstance(size, Dim) or bound.as_int() is not None:
         return bound
     back = (size - bound).as_int()
     if back is not None and back > 1 and _holds_dim_variable(size):
         return size - minimum(Dim.of(back), size)
-    return bound
+    counted = _from_the_end(bound, size)
+    return counted if counted is not None else bound
 
 
 def _holds_dim_variable(size: Dim) -> bool:
@@ -95,22 +173,37 @@ def _within(n: int, size: Dim) -> Dim:
 def _slice_length(start: Dim, stop: Dim, size: Dim) -> Dim:
     """The length of `start:stop` over a dim whose size holds a dim variable, as numpy's slices count it, the
     bounds clamped to the dim (`_clamped`) and 0 where `stop` comes first. A start `a` from the front and a stop `b`
-    from the end (known numbers: `4:`, `:-4`, `2:-2`, `1:`) take `S - min(a + b, S)` (`S - min(4, S)`, which is
-    `S - 4` only where `S` has 4 rows; `E` for `x[:, 4:]` of `[B, 4 + E]`); other bounds `stop - min(start, stop)`
+    from the end (known numbers: `4:`, `:-4`, `2:-2`, `1:`; or `b` a symbolic one, `:-K` read as `S - min(K, S)`)
+    take `S - min(a + b, S)` (`S - min(4, S)`, which is `S - 4` only where `S` has 4 rows; `E` for `x[:, 4:]` of
+    `[B, 4 + E]`; `S - min(K + 1, S)` for `1:-K`); other bounds `stop - min(start, stop)`
     of the clamped ones, `stop - start` where `start` is provably the smaller (`min(6, S) - min(2, S)` for `2:6`).
-    A bound that may be negative for all the checker knows, neither a number nor one from the end (`:N - C * H *
-    W`), is taken as written, as it was before slices clamped: where it is negative, Python counts it from the end."""
-    a, b = start.as_int(), (size - stop).as_int()
-    if a is not None and b is not None and a >= 0 and b >= 0:
-        return size - _within(a + b, size)
+    A bound whose sign is left to values the check does not know (`:S - k` of a module's `k`: `_left_to_values`) is
+    taken as written; each instance's check reads it again with its values."""
+    a, b = start.as_int(), _back(stop, size)
+    if a is not None and b is not None and a >= 0:
+        n = b.as_int()
+        return size - (_within(a + n, size) if n is not None else minimum(Dim.of(a) + b, size))
     signed = all(x.as_int() is not None or (size - x).as_int() is not None or nonnegative(x) for x in (start, stop))
     start, stop = _clamped(start, stop, size)
     return stop - minimum(start, stop) if signed else stop - start
 
 
+def _back(stop: Dim, size: Dim) -> Dim | None:
+    """How far from the end a stop is: a known number of 0 or more (`size - 4`: 4), or the `K` of a stop counted
+    from the end by a symbolic one (`size - min(K, size)`, `_from_the_end`); None for any other stop."""
+    back = size - stop
+    n = back.as_int()
+    if n is not None:
+        return back if n >= 0 else None
+    ((mono, coeff),) = back.terms if len(back.terms) == 1 else (((), 0),)
+    if coeff == 1 and len(mono) == 1 and mono[0][1] == 1 and mono[0][0].kind == "min" and mono[0][0].args[1].same(size):
+        return mono[0][0].args[0]
+    return None
+
+
 def slice_shape(a):
-    """The shape of `slice` (`x[..., start:stop]` of one dim): the bounds read as `_symbolic_bound` and
-    `_slice_length` read them over a symbolic size, checked against a known one (L212)."""
+    """The shape of `slice` (`x[..., start:stop]` of one dim): known bounds checked against a known size (L212),
+    symbolic ones (or a symbolic size) read as `_symbolic_bound` and `_slice_length` read them."""
     x: Shape = a["x"].shape
     d = dim_index(x, a["dim"])
     dims = list(x.dims)
@@ -151,9 +244,10 @@ def slice_shape(a):
         li = length.as_int()
         if li is not None and li < 0:
             raise OpError("L212", f"slice {written} has negative length{why}")
-        if n_int is None and size is not None:
-            start, stop = _symbolic_bound(start, size, written, why), _symbolic_bound(stop, size, written, why)
-            if _holds_dim_variable(size):
+        if size is not None and (n_int is None or s_int is None or e_int is None):
+            start = _symbolic_bound(start, size, "start", written, why)
+            stop = _symbolic_bound(stop, size, "stop", written, why)
+            if any(_holds_dim_variable(b) for b in (size, start, stop)):
                 length = _slice_length(start, stop, size)
             else:  # int parameters only: each instance's values decide (`_clamped`)
                 length = stop - start

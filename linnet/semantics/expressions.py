@@ -3,6 +3,8 @@ compile-time `if`."""
 
 from __future__ import annotations
 
+import re
+
 from ..ops import OPERATORS, REGISTRY, OpDef, OpError
 from ..syntax import ast as A
 from ..types.core import (
@@ -40,6 +42,9 @@ from .describe import (
 from .diagnostics import Fix, Label, symbol
 from .scope import Instance, Scope
 from .suggest import closest
+
+# The names in a bound as written or as valued (`c.k`, `N`): where they are the same, the value only orders them.
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 
 
 class ExpressionsMixin:
@@ -471,13 +476,14 @@ class ExpressionsMixin:
 
     def slice_as_written(self, s: A.Slice, start: Dim | None, stop: Dim | None) -> dict[str, str]:
         """What the slice rule's messages quote of `s` (L212): its text (`:k`, `0:5`) and the values of the bounds
-        written as names or expressions (`k = 2`), which only explain it."""
+        written as names or expressions (`k = 2`), which only explain it; not a value that names what the text
+        does, which only orders it otherwise (`1 - K` is `-K + 1`)."""
         bounds = (s.start, s.stop)
         texts = [" ".join(self.item.text[b.span.start : b.span.end].split()) if b is not None else "" for b in bounds]
         values = []
         for text, bound in zip(texts, (start, stop)):
             value = format_dim(shown_value(bound)) if bound is not None else text
-            if text.replace(" ", "") != value.replace(" ", ""):
+            if sorted(_NAME.findall(text)) != sorted(_NAME.findall(value)):
                 values.append(f"{text} = {value}")
         return {"written": ":".join(texts), "written_values": ", ".join(values)}
 
