@@ -59,13 +59,13 @@ def may_be_negative(bound: Dim, which: str, written: str, why: str = "") -> str:
     from the end`."""
     ahead, behind = _signed_parts(bound)
     n = ahead.as_int()
-    where = (
-        f"{_quoted(behind)} is more than {n}" if n is not None else f"{_quoted(ahead)} is less than {_quoted(behind)}"
-    )
-    return (
-        f"slice {written} has a {which} that may be negative{why}: it is negative where {where}, and Python would "
-        "count it from the end"
-    )
+    if any(a.kind != "var" for a in ahead.atoms() | behind.atoms()):  # `(N - K) // 2`: its canonical form is no help
+        where = ""
+    elif n is not None:
+        where = f": it is negative where {_quoted(behind)} is more than {n}"
+    else:
+        where = f": it is negative where {_quoted(ahead)} is less than {_quoted(behind)}"
+    return f"slice {written} has a {which} that may be negative{why}{where}, and Python would count it from the end"
 
 
 def _signed_parts(bound: Dim) -> tuple[Dim, Dim]:

@@ -85,6 +85,11 @@ PATCH_BACKENDS = [
 ]
 
 
+def _code(generate, source: str) -> list[str]:
+    """The lines `generate` (torch's or JAX's code generator) writes for `source`, without comments."""
+    return [line.split("#")[0].strip() for line in generate(build(source)).splitlines()]
+
+
 def test_floor_division_dims_are_written_in_canonical_form():
     code = [line.split("#")[0] for line in generate_jax(build(PATCHES)).splitlines()]  # not comments
     assert any(".reshape(B, (H // 8) * (W // 8) + 1, 4)" in line for line in code)
@@ -127,7 +132,7 @@ model M(c: C) {
 
 
 def test_slice_bounds_from_the_end_are_emitted_as_the_checker_reads_them():
-    code = [line.split("#")[0].strip() for line in generate_jax(build(FROM_THE_END)).splitlines()]
+    code = _code(generate_jax, FROM_THE_END)
     assert "t = x[:, 1:]" in code and "t = x[:, :]" in code
 
 
@@ -166,8 +171,8 @@ model M(c: C) {
 
 
 def test_clamped_slice_dims_are_computed_with_min():
-    torch_code = [line.split("#")[0].strip() for line in generate_torch(build(CLAMPED)).splitlines()]
-    jax_code = [line.split("#")[0].strip() for line in generate_jax(build(CLAMPED)).splitlines()]
+    torch_code = _code(generate_torch, CLAMPED)
+    jax_code = _code(generate_jax, CLAMPED)
     assert "first = t.reshape(B, 3 * min(4, S))" in torch_code
     assert "t_3 = t_2.reshape(B, jax.core.min_dim(4, S), 3)" in jax_code
 
@@ -226,8 +231,8 @@ def _starts_in_numpy(x: np.ndarray) -> np.ndarray:
 
 
 def test_clamped_slice_starts_are_emitted_and_computed_with_min():
-    torch_code = [line.split("#")[0].strip() for line in generate_torch(build(STARTS)).splitlines()]
-    jax_code = [line.split("#")[0].strip() for line in generate_jax(build(STARTS)).splitlines()]
+    torch_code = _code(generate_torch, STARTS)
+    jax_code = _code(generate_jax, STARTS)
     assert "t_8 = x[:, :S - min(4, S)]" in torch_code and "t_10 = x[:, S - min(4, S):]" in torch_code
     assert "t_1 = t.reshape(B, 3 * S - 3 * min(4, S))" in torch_code
     assert any(line.endswith("x[:, :S - jax.core.min_dim(4, S)]") for line in jax_code)
@@ -311,8 +316,8 @@ def _from_the_end_in_numpy(x: np.ndarray, z: np.ndarray, k: int) -> np.ndarray:
 
 
 def test_symbolic_bounds_from_the_end_are_emitted_with_min():
-    torch_code = [line.split("#")[0].strip() for line in generate_torch(build(SYMBOLIC_FROM_THE_END)).splitlines()]
-    jax_code = [line.split("#")[0].strip() for line in generate_jax(build(SYMBOLIC_FROM_THE_END)).splitlines()]
+    torch_code = _code(generate_torch, SYMBOLIC_FROM_THE_END)
+    jax_code = _code(generate_jax, SYMBOLIC_FROM_THE_END)
     assert "t = x[:, S - min(K, S):]" in torch_code and "t_2 = x[:, :S - min(K, S)]" in torch_code
     assert "t_7 = t_6.reshape(B, 3 * S - 3 * min(K + 1, S))" in torch_code
     assert any(line.endswith("x[:, S - jax.core.min_dim(K, S):]") for line in jax_code)
