@@ -6,7 +6,7 @@ negative and clamped to the dim (numpy, torch, JAX and ONNX clamp them), with si
 from __future__ import annotations
 
 from ..types.core import Shape
-from ..types.dims import Dim, format_dim, minimum, nonnegative, shown_value
+from ..types.dims import Atom, Dim, format_dim, minimum, nonnegative, shown_value
 from .registry import OpError, dim_index
 
 
@@ -86,8 +86,8 @@ def _sign_note(bound: Dim) -> str:
     """How a function says that a bound is at least 0: a parameter type whose dim has what the bound takes away
     (`x: [B, K + E]` where `N - K` is written: the bound is then `E`), or concrete values."""
     ahead, behind = _signed_parts(bound)
-    ((mono, coeff),) = ahead.terms if len(ahead.terms) == 1 else (((), 0),)
-    if coeff == 1 and len(mono) == 1 and mono[0][1] == 1 and mono[0][0].kind == "var":  # one dim variable, `N`
+    one = _one_atom(ahead)
+    if one is not None and one.kind == "var":  # one dim variable, `N`
         taken = format_dim(behind)
         return (
             f"consider declaring {format_dim(ahead)} as `{taken} + E` where a parameter's type names it (`x: [B, "
@@ -195,10 +195,17 @@ def _back(stop: Dim, size: Dim) -> Dim | None:
     n = back.as_int()
     if n is not None:
         return back if n >= 0 else None
-    ((mono, coeff),) = back.terms if len(back.terms) == 1 else (((), 0),)
-    if coeff == 1 and len(mono) == 1 and mono[0][1] == 1 and mono[0][0].kind == "min" and mono[0][0].args[1].same(size):
-        return mono[0][0].args[0]
-    return None
+    one = _one_atom(back)
+    return one.args[0] if one is not None and one.kind == "min" and one.args[1].same(size) else None
+
+
+def _one_atom(d: Dim) -> Atom | None:
+    """The atom `d` is, where it is one atom alone (`N`, `min(K, S)`; not `2 * N`, `N * K` or `N + 1`), else None."""
+    terms = d.terms
+    if len(terms) != 1:
+        return None
+    ((mono, coeff),) = terms
+    return mono[0][0] if coeff == 1 and len(mono) == 1 and mono[0][1] == 1 else None
 
 
 def slice_shape(a):
