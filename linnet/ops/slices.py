@@ -145,11 +145,11 @@ def _from_the_start(bound, size):
 
 
 def _clamped(start: Dim, stop: Dim, size: Dim) -> tuple[Dim, Dim]:
-    """A slice's bounds over a dim whose size holds a dim variable (`S`), clamped to it as numpy, torch, JAX and
-    ONNX clamp them: a bound it may exceed is `min(bound, S)` (`x[:, :4]` is `[B, min(4, S)]`: 4 rows only where
-    `S` has them; `x[:, 4:]` starts at `min(4, S)`), and one counted a known number `k` from the end is
-    `S - min(k, S)` (`x[:, -4:]` is `[B, min(4, S)]`, `x[:, :-4]` is `[B, S - min(4, S)]`). A bound within the dim
-    for every size stays as it is (`:S - 1`, `:R` of `2 * R`, `1:`, `:1`: a dim variable is at least 1, as
+    """A slice's bounds over a dim whose size (`S`) or a bound (`K`) holds a dim variable, clamped to the dim as
+    numpy, torch, JAX and ONNX clamp them: a bound it may exceed is `min(bound, S)` (`x[:, :4]` is `[B, min(4, S)]`:
+    4 rows only where `S` has them; `x[:, 4:]` starts at `min(4, S)`), and one counted a known number `k` from the
+    end is `S - min(k, S)` (`x[:, -4:]` is `[B, min(4, S)]`, `x[:, :-4]` is `[B, S - min(4, S)]`). A bound within
+    the dim for every size stays as it is (`:S - 1`, `:R` of `2 * R`, `1:`, `:1`: a dim variable is at least 1, as
     `x[:, 0]` assumes). Over a size of int parameters only (a module's `channels`, symbolic in its generic check),
     each instance's values decide (L212 where a bound is past the end), so the bounds stay as written."""
     return _clamped_bound(start, size), _clamped_bound(stop, size)
@@ -171,13 +171,13 @@ def _within(n: int, size: Dim) -> Dim:
 
 
 def _slice_length(start: Dim, stop: Dim, size: Dim) -> Dim:
-    """The length of `start:stop` over a dim whose size holds a dim variable, as numpy's slices count it, the
-    bounds clamped to the dim (`_clamped`) and 0 where `stop` comes first. A start `a` from the front and a stop `b`
-    from the end (known numbers: `4:`, `:-4`, `2:-2`, `1:`; or `b` a symbolic one, `:-K` read as `S - min(K, S)`)
-    take `S - min(a + b, S)` (`S - min(4, S)`, which is `S - 4` only where `S` has 4 rows; `E` for `x[:, 4:]` of
-    `[B, 4 + E]`; `S - min(K + 1, S)` for `1:-K`); other bounds `stop - min(start, stop)`
-    of the clamped ones, `stop - start` where `start` is provably the smaller (`min(6, S) - min(2, S)` for `2:6`).
-    A bound whose sign is left to values the check does not know (`:S - k` of a module's `k`: `_left_to_values`) is
+    """The length of `start:stop` where the dim's size or a bound holds a dim variable (`:4` of `S`, `:K` of 4), as
+    numpy's slices count it, the bounds clamped to the dim (`_clamped`) and 0 where `stop` comes first. A start `a`
+    from the front and a stop `b` from the end (known numbers: `4:`, `:-4`, `2:-2`, `1:`; or `b` symbolic, `:-K`
+    read as `S - min(K, S)`) take `S - min(a + b, S)` (`S - min(4, S)`, which is `S - 4` only where `S` has 4 rows;
+    `E` for `x[:, 4:]` of `[B, 4 + E]`; `S - min(K + 1, S)` for `1:-K`); other bounds `stop - min(start, stop)` of
+    the clamped ones, `stop - start` where `start` is provably the smaller (`min(6, S) - min(2, S)` for `2:6`). A
+    bound whose sign is left to values the check does not know (`:S - k` of a module's `k`: `_left_to_values`) is
     taken as written; each instance's check reads it again with its values."""
     a, b = start.as_int(), _back(stop, size)
     if a is not None and b is not None and a >= 0:
