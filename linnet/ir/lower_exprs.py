@@ -4,7 +4,7 @@ computed with the one scalar semantics (`types/scalars.py`), tensor ones emitted
 from __future__ import annotations
 
 from ..ops import OPERATORS, REGISTRY
-from ..ops.catalog import resolved_slice_bound
+from ..ops.slices import resolved_slice_bound
 from ..semantics.configs import MISSING, ConfigValue
 from ..syntax import ast as A
 from ..types.dims import Dim

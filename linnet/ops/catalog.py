@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 from ..types.core import BOOL, F32, I64, DType, Shape, TensorT, format_shape
-from ..types.dims import Dim, format_dim, minimum, nonnegative, product, shown_value
+from ..types.dims import Dim, format_dim, product, shown_value
 from ..types.scalars import arithmetic
 from . import cases
 from .cases import array, dims
@@ -34,6 +34,7 @@ from .registry import (
     shape_of,
 )
 from .registry import require_float as _require_float
+from .slices import slice_shape
 
 
 def _np():
@@ -887,161 +888,12 @@ register(
 )
 
 
-def _symbolic_bound(bound: Dim, size: Dim, written: str, why: str = "") -> Dim:
-    """A slice bound of a dim whose size is symbolic, as Python's slices read it: one a known number below the size's
-    negative (`-S`, `1 - S`) counts from the end (`x[:, -S:]` is all of `S`, not `2 * S`), and one a known number
-    from the end beyond either end (`-S - 1`, `S + 1`) is out of range (L212, quoting the slice as `written`, `why`
-    after the message). Others are taken as written."""
-    if bound.as_int() is not None:
-        return bound
-    from_end = (size + bound).as_int()
-    past = (bound - size).as_int()
-    if (from_end is not None and from_end < 0) or (past is not None and past > 0):
-        raise OpError("L212", f"slice {written} is out of range for a dim of size {format_dim(size)}{why}")
-    return _from_the_start(bound, size)
-
-
-def _slice_text(start: Dim | None, stop: Dim | None) -> str:
-    """A slice as written, `-5:`, `:7`, `1:-2` (a start of 0 and a stop of the whole dim left out, as they are)."""
-    a = "" if start is None or start.as_int() == 0 else format_dim(start)
-    return f"{a}:{format_dim(stop) if stop is not None else ''}"
-
-
-def _why(*parts: str) -> str:
-    """The explanation after a slice's message: its non-empty `parts`, in parentheses; "" when there is none."""
-    given = [p for p in parts if p]
-    return f" ({'; '.join(given)})" if given else ""
-
-
-def resolved_slice_bound(bound, size):
-    """A slice bound as the checker reads it (`_symbolic_bound`): one a known number below a symbolic size's negative
-    (`-S`, `1 - S` of a dim of size `S`) is that number from the start (0, 1); one a known number `k` below a size
-    that holds a dim variable (`S - 4`) is `S - min(k, S)`; any other as written. The lowering emits this, not the
-    bound as written: a backend that compares `1 - S` with 0 cannot (jax.export's symbolic dims:
-    InconclusiveDimensionOperation), and one that can would read `1 - S` as 0 where `S` is 1, not as the checker's
-    1; and `S - 4` where `S` is 3 is -1, which Python's slices count from the end (2 rows, not the checker's 0)."""
-    bound = _from_the_start(bound, size)
-    if not isinstance(bound, Dim) or not isinstance(size, Dim) or bound.as_int() is not None:
-        return bound
-    back = (size - bound).as_int()
-    if back is not None and back > 1 and _holds_dim_variable(size):
-        return size - minimum(Dim.of(back), size)
-    return bound
-
-
-def _holds_dim_variable(size: Dim) -> bool:
-    """Whether a dim's size holds a dim variable (`S`), which slices clamp to; one of int parameters only (a
-    module's `channels`) is left to each instance's values."""
-    return any(a.kind == "var" for a in size.val.atoms())
-
-
-def _from_the_start(bound, size):
-    """A bound a known number below a symbolic size's negative (`1 - S`) as that number (1), else as it is."""
-    if not isinstance(bound, Dim) or not isinstance(size, Dim) or bound.as_int() is not None:
-        return bound
-    from_end = (size + bound).as_int()
-    return Dim.of(from_end) if from_end is not None and from_end >= 0 else bound
-
-
-def _clamped(start: Dim, stop: Dim, size: Dim) -> tuple[Dim, Dim]:
-    """A slice's bounds over a dim whose size holds a dim variable (`S`), clamped to it as numpy, torch, JAX and
-    ONNX clamp them: a bound it may exceed is `min(bound, S)` (`x[:, :4]` is `[B, min(4, S)]`: 4 rows only where
-    `S` has them; `x[:, 4:]` starts at `min(4, S)`), and one counted a known number `k` from the end is
-    `S - min(k, S)` (`x[:, -4:]` is `[B, min(4, S)]`, `x[:, :-4]` is `[B, S - min(4, S)]`). A bound within the dim
-    for every size stays as it is (`:S - 1`, `:R` of `2 * R`, `1:`, `:1`: a dim variable is at least 1, as
-    `x[:, 0]` assumes). Over a size of int parameters only (a module's `channels`, symbolic in its generic check),
-    each instance's values decide (L212 where a bound is past the end), so the bounds stay as written."""
-    return _clamped_bound(start, size), _clamped_bound(stop, size)
-
-
-def _clamped_bound(bound: Dim, size: Dim) -> Dim:
-    """One bound of `_clamped`."""
-    back, n = (size - bound).as_int(), bound.as_int()
-    if back is not None:
-        return size - _within(back, size)
-    return bound if n is not None and n <= 1 else minimum(bound, size)
-
-
-def _within(n: int, size: Dim) -> Dim:
-    """`min(n, size)` for a known `n`, with 0 and 1 taken as within every dim: a dim has at least one element, as
-    `x[:, 0]` assumes (also one of floor quotients, `(H // 8) * (W // 8)` patches, which may be 0 for all the
-    algebra knows)."""
-    return Dim.of(n) if n <= 1 else minimum(Dim.of(n), size)
-
-
-def _slice_length(start: Dim, stop: Dim, size: Dim) -> Dim:
-    """The length of `start:stop` over a dim whose size holds a dim variable, as numpy's slices count it, the
-    bounds clamped to the dim (`_clamped`) and 0 where `stop` comes first. A start `a` from the front and a stop `b`
-    from the end (known numbers: `4:`, `:-4`, `2:-2`, `1:`) take `S - min(a + b, S)` (`S - min(4, S)`, which is
-    `S - 4` only where `S` has 4 rows; `E` for `x[:, 4:]` of `[B, 4 + E]`); other bounds `stop - min(start, stop)`
-    of the clamped ones, `stop - start` where `start` is provably the smaller (`min(6, S) - min(2, S)` for `2:6`).
-    A bound that may be negative for all the checker knows, neither a number nor one from the end (`:N - C * H *
-    W`), is taken as written, as it was before slices clamped: where it is negative, Python counts it from the end."""
-    a, b = start.as_int(), (size - stop).as_int()
-    if a is not None and b is not None and a >= 0 and b >= 0:
-        return size - _within(a + b, size)
-    signed = all(x.as_int() is not None or (size - x).as_int() is not None or nonnegative(x) for x in (start, stop))
-    start, stop = _clamped(start, stop, size)
-    return stop - minimum(start, stop) if signed else stop - start
-
-
-def _slice_shape(a):
-    x: Shape = a["x"].shape
-    d = dim_index(x, a["dim"])
-    dims = list(x.dims)
-    size = dims[d]
-    start, stop = a["start"], a["stop"]
-    # What the messages quote: the slice's text where the checker gives it (`:k`), else its bounds' values; the
-    # values of bounds written as names or expressions (`k = 2`, given with the text) and the bounds counted from
-    # the end only explain it.
-    written = a.get("written") or _slice_text(start, stop)
-    shown = a.get("written_values") or ""
-    if stop is None:
-        stop = size
-    if start is None or stop is None:
-        dims[d] = None
-    else:
-        s_int, e_int, n_int = start.as_int(), stop.as_int(), size.as_int() if size is not None else None
-        if n_int is not None:
-            if s_int is not None and s_int < 0:
-                start = Dim.of(n_int + s_int)
-                s_int = n_int + s_int
-            if e_int is not None and e_int < 0:
-                stop = Dim.of(n_int + e_int)
-                e_int = n_int + e_int
-            from_end = start is not a["start"] or (a["stop"] is not None and stop is not a["stop"])
-            why = _why(shown, f"from the end: {format_dim(start)}:{format_dim(stop)}" if from_end else "")
-            if (s_int is not None and not 0 <= s_int <= n_int) or (e_int is not None and not 0 <= e_int <= n_int):
-                raise OpError("L212", f"slice {written} is out of range for a dim of size {n_int}{why}")
-            if s_int is not None and e_int is not None and e_int < s_int:
-                raise OpError("L212", f"slice {written} has negative length{why}")
-        elif (s_int is not None and s_int < 0) or (e_int is not None and e_int < 0):
-            if size is None:
-                dims[d] = None
-                return Shape(tuple(dims), x.prefix)
-            start = size + start if s_int is not None and s_int < 0 else start
-            stop = size + stop if e_int is not None and e_int < 0 else stop
-        why = _why(shown)
-        length = stop - start
-        li = length.as_int()
-        if li is not None and li < 0:
-            raise OpError("L212", f"slice {written} has negative length{why}")
-        if n_int is None and size is not None:
-            start, stop = _symbolic_bound(start, size, written, why), _symbolic_bound(stop, size, written, why)
-            if _holds_dim_variable(size):
-                length = _slice_length(start, stop, size)
-            else:  # int parameters only: each instance's values decide (`_clamped`)
-                length = stop - start
-        dims[d] = length
-    return Shape(tuple(dims), x.prefix)
-
-
 register(
     OpDef(
         "slice",
         [T("x", "tensor"), T("dim", "index"), T("start", "int", None), T("stop", "int", None)],
         "Elements `start:stop` of one dim (what `x[..., a:b]` means). Negative bounds count from the end.",
-        _slice_shape,
+        slice_shape,
         lambda a: a["x"].dtype,
         reference=lambda x, dim, start=None, stop=None: _np().take(
             x, range(*slice(start, stop).indices(x.shape[dim])), axis=dim

@@ -324,9 +324,12 @@ _ALL = [
         "L212",
         "index out of range",
         "error",
-        "A constant index or slice bound lies outside a dim of known size.",
+        "A constant index or slice bound lies outside a dim of known size. So is a symbolic slice bound whose sign "
+        "the checker cannot tell: `x[:, :N - K]` of `[B, N]` is negative where N is less than K, which Python "
+        "counts from the end (a bound negative for every size, `x[:, -K:]`, counts from the end as Python's does).",
         "x[:, 5]  # x: [B, 4]",
-        "Index within the dim.",
+        "Index within the dim; for a symbolic bound, declare the dim with what the bound takes away (`x: [B, K + E]`, "
+        "then `x[:, :E]`), or use concrete values.",
     ),
     Code(
         "L213",

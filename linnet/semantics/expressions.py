@@ -3,6 +3,8 @@ compile-time `if`."""
 
 from __future__ import annotations
 
+import re
+
 from ..ops import OPERATORS, REGISTRY, OpDef, OpError
 from ..syntax import ast as A
 from ..types.core import (
@@ -40,6 +42,9 @@ from .describe import (
 from .diagnostics import Fix, Label, symbol
 from .scope import Instance, Scope
 from .suggest import closest
+
+# The names in a bound as written or as valued (`c.k`, `N`): where they are the same, the value only orders them.
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 
 
 class ExpressionsMixin:
@@ -471,13 +476,14 @@ class ExpressionsMixin:
 
     def slice_as_written(self, s: A.Slice, start: Dim | None, stop: Dim | None) -> dict[str, str]:
         """What the slice rule's messages quote of `s` (L212): its text (`:k`, `0:5`) and the values of the bounds
-        written as names or expressions (`k = 2`), which only explain it."""
+        written as names or expressions (`k = 2`), which only explain it; not a value that names what the text
+        does, which only orders it otherwise (`1 - K` is `-K + 1`)."""
         bounds = (s.start, s.stop)
-        texts = [" ".join(self.item.text[b.span.start : b.span.end].split()) if b is not None else "" for b in bounds]
+        texts = [" ".join(_parenthesized(self.item.text, b.span).split()) if b is not None else "" for b in bounds]
         values = []
         for text, bound in zip(texts, (start, stop)):
             value = format_dim(shown_value(bound)) if bound is not None else text
-            if text.replace(" ", "") != value.replace(" ", ""):
+            if set(_NAME.findall(text)) != set(_NAME.findall(value)):
                 values.append(f"{text} = {value}")
         return {"written": ":".join(texts), "written_values": ", ".join(values)}
 
@@ -512,3 +518,17 @@ def _same_value(a, b) -> bool:
     if isinstance(a, Dim) and isinstance(b, Dim):
         return a.same(b)
     return type(a) is type(b) and a == b
+
+
+def _parenthesized(text: str, span) -> str:
+    """The source of an expression at `span`, with the parentheses its span leaves out: a parenthesized operand
+    keeps its contents' span, so `(H - 1) // 2` spans `H - 1) // 2`, and `2 * (H - 1)` spans `2 * (H - 1`."""
+    start, end = span.start, span.end
+    part = text[start:end]
+    while part.count(")") > part.count("(") and "(" in text[:start]:
+        start = text.rindex("(", 0, start)
+        part = text[start:end]
+    while part.count("(") > part.count(")") and ")" in text[end:]:
+        end = text.index(")", end) + 1
+        part = text[start:end]
+    return part

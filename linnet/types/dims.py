@@ -627,7 +627,9 @@ def _without_minima(v: Dim, depth: int) -> bool:
         if any(a.kind == "min" for a in v.atoms()):
             return False  # a minimum inside a product or a floor division: not bounded here
         shift = {a: Dim.atom(a) + _SMALL[1] for a in v.atoms() if a.kind == "var"}
-        return _no_negative_term(v.substitute(shift) if shift else v, 4)
+        # `.val` again: a floor quotient remade of shifted operands is written `(H + 2) // 2`, whose canonical form
+        # takes the 1 out (`H // 2 + 1`), so `(H - 1) // 2`, canonically `(H + 1) // 2 - 1`, is at least 0
+        return _no_negative_term(v.substitute(shift).val if shift else v, 4)
     if depth == 0:
         return False
     mono, c = next(((m, c) for m, c in linear if c > 0), linear[0])

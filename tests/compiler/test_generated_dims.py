@@ -85,6 +85,11 @@ PATCH_BACKENDS = [
 ]
 
 
+def _code(generate, source: str) -> list[str]:
+    """The lines `generate` (torch's or JAX's code generator) writes for `source`, without comments."""
+    return [line.split("#")[0].strip() for line in generate(build(source)).splitlines()]
+
+
 def test_floor_division_dims_are_written_in_canonical_form():
     code = [line.split("#")[0] for line in generate_jax(build(PATCHES)).splitlines()]  # not comments
     assert any(".reshape(B, (H // 8) * (W // 8) + 1, 4)" in line for line in code)
@@ -127,7 +132,7 @@ model M(c: C) {
 
 
 def test_slice_bounds_from_the_end_are_emitted_as_the_checker_reads_them():
-    code = [line.split("#")[0].strip() for line in generate_jax(build(FROM_THE_END)).splitlines()]
+    code = _code(generate_jax, FROM_THE_END)
     assert "t = x[:, 1:]" in code and "t = x[:, :]" in code
 
 
@@ -166,8 +171,8 @@ model M(c: C) {
 
 
 def test_clamped_slice_dims_are_computed_with_min():
-    torch_code = [line.split("#")[0].strip() for line in generate_torch(build(CLAMPED)).splitlines()]
-    jax_code = [line.split("#")[0].strip() for line in generate_jax(build(CLAMPED)).splitlines()]
+    torch_code = _code(generate_torch, CLAMPED)
+    jax_code = _code(generate_jax, CLAMPED)
     assert "first = t.reshape(B, 3 * min(4, S))" in torch_code
     assert "t_3 = t_2.reshape(B, jax.core.min_dim(4, S), 3)" in jax_code
 
@@ -226,8 +231,8 @@ def _starts_in_numpy(x: np.ndarray) -> np.ndarray:
 
 
 def test_clamped_slice_starts_are_emitted_and_computed_with_min():
-    torch_code = [line.split("#")[0].strip() for line in generate_torch(build(STARTS)).splitlines()]
-    jax_code = [line.split("#")[0].strip() for line in generate_jax(build(STARTS)).splitlines()]
+    torch_code = _code(generate_torch, STARTS)
+    jax_code = _code(generate_jax, STARTS)
     assert "t_8 = x[:, :S - min(4, S)]" in torch_code and "t_10 = x[:, S - min(4, S):]" in torch_code
     assert "t_1 = t.reshape(B, 3 * S - 3 * min(4, S))" in torch_code
     assert any(line.endswith("x[:, :S - jax.core.min_dim(4, S)]") for line in jax_code)
@@ -280,3 +285,47 @@ def test_clamped_slices_run_under_torch_compile(tmp_path):
 
     for seq in (2, 8, 3):
         check(seq)
+
+
+# A symbolic bound negative for every size counts from the end, as Python's does: `x[:, -K:]` of [B, S, 3] is
+# [B, min(K, S), 3] and `x[:, :-K]` is [B, S - min(K, S), 3] (a dim variable is at least 1, so `-K` is at least one
+# from the end). They were typed as written ([B, S + K, 3], [B, -K, 3]), which every backend's reshape refused. Each
+# is emitted as the checker reads it, `S - min(K, S)`; a symbolic bound over a known size is clamped too (`z[:, :K]`
+# of [B, 4, 3] is [B, min(K, 4), 3], was [B, K, 3]).
+SYMBOLIC_FROM_THE_END = """config C {
+    d: int = 3
+}
+
+fn flat(x: [B, N, D]) -> [B, N * D] {
+    rearrange(x, "b s d -> b (s d)")
+}
+
+model M(c: C) {
+    entry fn forward(x: [B, S, c.d], z: [B, 4, c.d], k: [B, K]) -> [B, c.d] {
+        let parts = concat([flat(x[:, -K:]), flat(x[:, :-K]), flat(x[:, -K - 1:]), flat(x[:, 1:-K])], 1)
+        let known = concat([flat(z[:, :-K]), flat(z[:, -K:]), flat(z[:, :K]), flat(z[:, K:])], 1)
+        sum(rearrange(concat([parts, known], 1), "b (s d) -> b s d", d=c.d), dim=1)
+    }
+}
+"""
+
+
+def _from_the_end_in_numpy(x: np.ndarray, z: np.ndarray, k: int) -> np.ndarray:
+    parts = [x[:, -k:], x[:, :-k], x[:, -k - 1 :], x[:, 1:-k], z[:, :-k], z[:, -k:], z[:, :k], z[:, k:]]
+    return np.concatenate(parts, axis=1).sum(axis=1)
+
+
+def test_symbolic_bounds_from_the_end_are_emitted_with_min():
+    torch_code = _code(generate_torch, SYMBOLIC_FROM_THE_END)
+    jax_code = _code(generate_jax, SYMBOLIC_FROM_THE_END)
+    assert "t = x[:, S - min(K, S):]" in torch_code and "t_2 = x[:, :S - min(K, S)]" in torch_code
+    assert "t_7 = t_6.reshape(B, 3 * S - 3 * min(K + 1, S))" in torch_code
+    assert any(line.endswith("x[:, S - jax.core.min_dim(K, S):]") for line in jax_code)
+
+
+@pytest.mark.parametrize("backend", PATCH_BACKENDS)
+@pytest.mark.parametrize(("seq", "k"), [(2, 1), (2, 3), (6, 2), (3, 8), (1, 1)])
+def test_symbolic_bounds_from_the_end_run(backend, seq, k, tmp_path):
+    x, z = _tokens(seq), _tokens(4) + 100
+    (out,) = _load(SYMBOLIC_FROM_THE_END, backend, tmp_path).run("forward", x, z, np.zeros((2, k), np.float32))
+    np.testing.assert_allclose(out, _from_the_end_in_numpy(x, z, k), rtol=1e-6)

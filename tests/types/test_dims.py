@@ -269,3 +269,17 @@ def test_nonnegative_with_minima_holds_for_every_size():
             d = d + dim_algebra.minimum(Dim.of(k1), s) * Dim.of(c1) + dim_algebra.minimum(Dim.of(k2), s) * Dim.of(c2)
             if dim_algebra.nonnegative(d):
                 assert all(dim_algebra.evaluate(d, {"S": n}) >= 0 for n in range(1, 20)), format_dim(d)
+
+
+def test_floor_quotients_of_shifted_sizes_are_canonical():
+    """`nonnegative` shifts each dim variable to `1 + s` and remakes the floor quotients that hold it: `(H - 1) // 2`,
+    canonically `(H + 1) // 2 - 1`, became `(h + 2) // 2 - 1`, whose 1 stayed inside the quotient, so it was not
+    taken as at least 0 (and `x[:, :, :(H - 1) // 2]` was a bound that may be negative). Whatever it takes as at
+    least 0 is, for every `H` from 1 to 29."""
+    h = Dim.atom(S)
+    assert dim_algebra.nonnegative(floor_divide(h - Dim.of(1), Dim.of(2)))
+    assert not dim_algebra.nonnegative(floor_divide(h - Dim.of(3), Dim.of(2)))
+    for num, den, minus in itertools.product(range(-4, 3), (2, 3, 4), range(3)):
+        d = floor_divide(h + Dim.of(num), Dim.of(den)) - Dim.of(minus)
+        if dim_algebra.nonnegative(d):
+            assert all(dim_algebra.evaluate(d, {"S": n}) >= 0 for n in range(1, 30)), format_dim(d)
