@@ -14,7 +14,9 @@ Measured, each in a fresh process:
   that already holds examples/llama.linnet -> the first publishDiagnostics (the server checks the first screenful
   first) and -> the complete one, and how many diagnostics each published (capped: linnet/lsp/convert.py's
   MAX_PUBLISHED plus one summary); a hover on llama.linnet sent right after the didOpen (it waits for nothing the
-  big file does); didClose of the big file, then a hover; the big file opened again under another name and closed
+  big file does); didClose of the big file, then a hover, then a hover every 250 ms for 6 s (past the server's pause
+  after a close, where the closed file's memory is collected): the longest of those hovers and the server's RSS
+  after them (`close_pause`); the big file opened again under another name and closed
   at its first publish, while the rest of it is checked, then a keystroke in llama.linnet: the time to that
   keystroke's diagnostics (its check needs the lock the closed file's check held); then the big file opened again
   and, half a second later while it is analysed, `shutdown` + `exit`: the time until the process has ended.
@@ -102,6 +104,10 @@ async def hover_s(session: Session, uri: str, position: T.Position) -> float:
     return time.perf_counter() - t0
 
 
+CLOSE_PAUSE_HOVERS = 24  # a hover every HOVER_EVERY_S after the close: 6 s, past the server's pause (2 s)
+HOVER_EVERY_S = 0.25
+
+
 async def lsp_run(text: str, root: Path, timeout_s: float, tree: Path = ROOT) -> dict:
     """The language-server measurements described in the module docstring, of the server in `tree`."""
     phases: dict = {}
@@ -137,6 +143,13 @@ async def lsp_run(text: str, root: Path, timeout_s: float, tree: Path = ROOT) ->
     with Phase("close", phases):
         session.client.text_document_did_close(T.DidCloseTextDocumentParams(T.TextDocumentIdentifier(session.uri)))
         out["hover_after_close_s"] = await hover_s(session, small_uri, hover_at)
+    with Phase("close_pause", phases):
+        hovers = []
+        for _ in range(CLOSE_PAUSE_HOVERS):
+            hovers.append(await hover_s(session, small_uri, hover_at))
+            await asyncio.sleep(HOVER_EVERY_S)
+        out["close_pause_longest_hover_s"] = max(hovers)
+        out["rss_after_close_pause_mb"] = session.status()
     with Phase("close_while_checking", phases):
         session.open(root / "big_closed.linnet", text)
         big_uri = session.uri

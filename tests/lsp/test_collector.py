@@ -331,3 +331,57 @@ def test_no_pause_between_a_checks_end_and_its_after_check(full_collections):
     asyncio.run(check_ends_while_a_request_is_answered())
     assert seen[0] == (0, 0), "a pause ran before the check's after_check"
     assert seen[1][1] >= 1  # after_check ran once the request was answered (a pause may follow it)
+
+
+def _freeze_as_a_big_files_analysis(collector: IdleCollector, uri: str, monkeypatch) -> list[weakref.ref]:
+    """Cycles made as a big file's first check makes its analysis, frozen as live at that check's end (above the
+    young limit, made small here); weak references to them."""
+    made = [cycle() for _ in range(200)]
+    with monkeypatch.context() as patched:
+        patched.setattr("linnet.lsp.collector.YOUNG_LIMIT", 10)
+        collector.after_check(uri)
+    return made
+
+
+def test_a_closed_files_analysis_frozen_as_live_is_collected_at_the_next_pause(full_collections, monkeypatch):
+    """Issue 45: a big file's analysis, frozen as live at the end of its check, stayed frozen after the editor closed
+    the file: no pause ran the full collection that frees its cycles, and the server's RSS grew by 520 MB with every
+    open and close of a 200-copy file. Its close counts it as garbage."""
+    open_uris = {"file:///big.linnet"}
+    collector = IdleCollector(busy=lambda: False, idle_s=0.01, is_open=lambda uri: uri in open_uris)
+    collector.start()
+    collector._count_startup()
+    collector.survivors = collector.frozen = 10  # (what startup froze, made small beside the file's analysis)
+    made = _freeze_as_a_big_files_analysis(collector, "file:///big.linnet", monkeypatch)
+    assert all(frozen(ref()) for ref in made[:10])
+
+    async def pause() -> None:
+        collector.activity()
+        await asyncio.sleep(0.1)
+
+    asyncio.run(pause())
+    assert collector.full_collections == 0 and all(ref() is not None for ref in made), "open: live"
+    open_uris.clear()
+    collector.closed("file:///big.linnet")
+    asyncio.run(pause())
+    assert collector.full_collections == 1
+    assert all(ref() is None for ref in made)
+
+
+def test_what_the_check_of_a_file_closed_meanwhile_froze_is_not_counted_as_live(full_collections, monkeypatch):
+    """A client closes a file as its diagnostics arrive, before the collection after that check runs: what the check
+    made is garbage when it is frozen, and counts as growth, not as the file's."""
+    collector = IdleCollector(busy=lambda: False, idle_s=0.01, is_open=lambda uri: False)
+    collector.start()
+    collector._count_startup()
+    collector.survivors = collector.frozen = 10
+    collector.closed("file:///big.linnet")  # (before the check's `after_check`: nothing to take back yet)
+    made = _freeze_as_a_big_files_analysis(collector, "file:///big.linnet", monkeypatch)
+
+    async def pause() -> None:
+        collector.activity()
+        await asyncio.sleep(0.1)
+
+    asyncio.run(pause())
+    assert collector.full_collections == 1
+    assert all(ref() is None for ref in made)
