@@ -40,12 +40,13 @@ to allocate, and 1.5 s of the first check of such a file went to full collection
   check leaves), so the growth of the allocator's blocks (`sys.getallocatedblocks()`, a counter; about 1.5 blocks
   an object in an analysis) says first when it is far above `YOUNG_LIMIT`, and it is then frozen uncounted.
 
-A big file's analysis frozen as live stops being live when the editor closes the file (`closed`): what was frozen at
-the end of its checks no longer counts as surviving, so the next pause runs the full collection that frees it (a
-200-copy file's 520 MB stayed after each close, and the server's RSS grew by that much with every open and close of
-it: its VmRSS 6 s after each close). That pause is a close's one cost: a request sent during it waits for the
-collection (seconds, for a 5 MB file's 13 million objects). Nothing else frees them while analyses hold reference
-cycles (an `Instance` and its `Scope`; a method's `FnTarget` and its instance; a document and its analysis).
+Not solved: a big file's analysis, frozen as live at the end of its first check, stays frozen after the editor closes
+the file, until enough growth makes a full collection due; RSS grows by it with every open and close of such a file
+(520 MB for a 200-copy file). Counting it as garbage at the close was tried: the next pause's full collection freed
+1.1 GB of the 5 MB file's 1.5 GB, and a hover sent during it waited 13.9 s (bench/results/lsp_bigdoc_s12_close_*,
+`close_pause`). No collection of 13 million objects is short; freeing them without one needs analyses without
+reference cycles (an `Instance` and its `Scope`, a method's `FnTarget` and its instance, a document and its
+analysis), released in steps that let requests go first.
 
 Memory: measured by `bench/lsp_latency.py --burst-pause` (RSS after every burst of edits).
 """
@@ -84,20 +85,12 @@ class IdleCollector:
     """Moves the server's full garbage collections into its idle pauses (see the module docstring).
 
     `busy()` says whether a check is running or due (then it is not a pause); `answering()` whether a request is
-    in flight; `is_open(uri)` whether the editor has the document at `uri` open. `activity()` on every text change,
-    `request_seen()` on every other message, `check_ended(uri)` at the end of every check, `closed(uri)` when the
-    editor closes a document; `start()` once, after startup's imports and before serving."""
+    in flight. `activity()` on every message, `check_ended()` at the end of every check; `start()` once, after
+    startup's imports and before serving."""
 
-    def __init__(
-        self,
-        busy: Callable[[], bool],
-        idle_s: float = IDLE_S,
-        answering: Callable[[], bool] = lambda: False,
-        is_open: Callable[[str], bool] = lambda uri: True,
-    ):
+    def __init__(self, busy: Callable[[], bool], idle_s: float = IDLE_S, answering: Callable[[], bool] = lambda: False):
         self.busy = busy
         self.answering = answering
-        self.is_open = is_open
         self.idle_s = idle_s
         self.survivors = 0  # objects frozen by the last full collection
         self.frozen = 0  # objects frozen since startup (those refcounting freed since are not subtracted)
@@ -109,7 +102,6 @@ class IdleCollector:
         self._young_threshold: int | None = None  # generation 0's threshold after the first check (`start`)
         self._count_due = False  # what `start` froze is not counted yet
         self._after_check_due = False  # a check ended and its `after_check` has not run yet
-        self._frozen_for: dict[str, int] = {}  # objects frozen as live at the end of a document's checks, by its URI
 
     def start(self) -> None:
         """Freeze what startup loaded, and turn the automatic full collection off. What startup loaded
@@ -139,14 +131,14 @@ class IdleCollector:
         if self._timer is None:
             self.activity()
 
-    def check_ended(self, uri: str = "") -> None:
-        """A check of the document at `uri` ended: `after_check` once no request is in flight (those that waited on
-        the check are answered first; at most `AFTER_CHECK_WAIT_S`), on the event loop. When another check has begun
-        by then, its end collects instead. Outside an event loop, at once."""
+    def check_ended(self) -> None:
+        """A check ended: `after_check` once no request is in flight (those that waited on the check are answered
+        first; at most `AFTER_CHECK_WAIT_S`), on the event loop. When another check has begun by then, its end
+        collects instead. Outside an event loop, at once."""
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
-            self.after_check(uri)
+            self.after_check()
             return
         deadline = loop.time() + AFTER_CHECK_WAIT_S
         self._after_check_due = True
@@ -155,18 +147,13 @@ class IdleCollector:
             if self.answering() and loop.time() < deadline:
                 loop.call_later(AFTER_CHECK_POLL_S, when_answered)
             elif not self.busy():
-                self.after_check(uri)
+                self.after_check()
             else:
                 self._after_check_due = False  # the next check's end collects instead
 
         loop.call_soon(when_answered)
 
-    def closed(self, uri: str) -> None:
-        """The editor closed the document at `uri`: what was frozen as live at the end of its checks is garbage now,
-        and counts as growth, so the next pause runs a full collection when it is a big share of what is frozen."""
-        self.survivors = max(self.survivors - self._frozen_for.pop(uri, 0), 0)
-
-    def after_check(self, uri: str = "") -> None:
+    def after_check(self) -> None:
         """A check ended (its diagnostics are out): collect what is not frozen now, while it is one edit's worth
         (the analysis it replaced, and what the check allocated; a few milliseconds), rather than a whole burst's
         in the pause, where a request waited on it (0.1-0.3 s). Above `YOUNG_LIMIT` objects (a big file just
@@ -177,15 +164,7 @@ class IdleCollector:
             gc.set_threshold(self._young_threshold, *gc.get_threshold()[1:])
             self._young_threshold = None
         self._count_startup()
-        survivors = self.survivors
         self.collect_young(freeze_above_limit=True)
-        if self.survivors != survivors:  # frozen as live (`collect_young`): the document's, until it is closed
-            if uri and not self.is_open(uri):
-                # closed since the check ended (a client closes a file as its diagnostics arrive) or while it ran:
-                # what it made is garbage, so growth
-                self.survivors = survivors
-            elif uri:
-                self._frozen_for[uri] = self._frozen_for.get(uri, 0) + self.survivors - survivors
         self.activity()
 
     def _count_startup(self) -> None:

@@ -168,11 +168,7 @@ class LinnetServer(LanguageServer):
         self.lens_results: dict[str, dict[str, tuple[str, list[T.Diagnostic]]]] = {}
         self._workspace_items: dict[str, tuple[float, list]] = {}
         # pygls keeps a future per request in flight (both ways) in `_request_futures` until its answer is written
-        self.collector = IdleCollector(
-            busy=self.checking,
-            answering=lambda: bool(self.protocol._request_futures),
-            is_open=lambda uri: self.documents.get(uri) is not None,
-        )
+        self.collector = IdleCollector(busy=self.checking, answering=lambda: bool(self.protocol._request_futures))
         # uri -> (revision, the first pass over a big file just opened: `_check_first_items`)
         self.first_items: dict[str, tuple[int, asyncio.Future]] = {}
         self.start_caches: StartCaches | None = None  # the start's caches until typing begins (linnet/lsp/startup.py)
@@ -313,8 +309,7 @@ class LinnetServer(LanguageServer):
             self.log_error("diagnostics", err)
         finally:
             self.first_items.pop(doc.uri, None)
-            # the analysis this one replaced is garbage now: collected once the requests in flight are answered
-            self.collector.check_ended(doc.uri)
+            self.collector.check_ended()  # the analysis this one replaced is garbage now: collected once answered
 
     def _warm_converters(self) -> None:
         """Once, in a worker thread that gives way to requests: the (un)structuring functions of the messages
@@ -680,7 +675,6 @@ def _register_text_sync(server: LinnetServer) -> None:
     def did_close(ls: LinnetServer, params: T.DidCloseTextDocumentParams):
         doc = ls.documents.close(params.text_document.uri)
         ls.weight_checks.cancel(params.text_document.uri)
-        ls.collector.closed(params.text_document.uri)  # its analysis is garbage: a full collection may be due
         if doc is not None:
             ls.text_document_publish_diagnostics(T.PublishDiagnosticsParams(params.text_document.uri, []))
             ls.schedule_importers(doc.path)  # they read the file on disk now
