@@ -18,8 +18,9 @@ _local = threading.local()
 
 
 @contextlib.contextmanager
-def pausing_with(wait: Callable[[], None]) -> Iterator[None]:
-    """Within the block, this thread's pause points call `wait()` (which returns when the check may go on)."""
+def pausing_with(wait: Callable[[], None] | None) -> Iterator[None]:
+    """Within the block, this thread's pause points call `wait()` (which returns when the check may go on); None:
+    they do nothing."""
     previous = getattr(_local, "wait", None)
     _local.wait = wait
     try:
@@ -28,16 +29,10 @@ def pausing_with(wait: Callable[[], None]) -> Iterator[None]:
         _local.wait = previous
 
 
-@contextlib.contextmanager
-def not_pausing() -> Iterator[None]:
+def not_pausing() -> contextlib.AbstractContextManager[None]:
     """Within the block, this thread's pause points do nothing: it holds a lock that what a pause lets go first may
     take (a `wait` that closes the buffer, or blocks until requests whose handlers take it are answered)."""
-    previous = getattr(_local, "wait", None)
-    _local.wait = None
-    try:
-        yield
-    finally:
-        _local.wait = previous
+    return pausing_with(None)
 
 
 def pause_point() -> None:
