@@ -11,11 +11,10 @@ to allocate, and 1.5 s of the first check of such a file went to full collection
   analysis they would only scan);
 - keeps the automatic young collections (generations 0 and 1: what was allocated since; about a millisecond), and
   turns the automatic full collection off (generation 2's threshold out of reach): it scans every object not frozen,
-  and while a 5 MB file's first check runs that is its whole growing analysis (13 million objects: one such
-  collection took 5.2 s right after that check, and a hover waited 7.4-8.4 s, bench/results/lsp_bigdoc_s11_*).
-  What it was a backstop for is collected anyway: a session that types without pausing has what each check left
-  collected at its end (below), and one that only sends requests, which do not start a pause again, has a pause
-  scheduled by them when none is (`request_seen`);
+  and while a 5 MB file's first check runs that is its whole growing analysis (up to 13 million objects: a full
+  collection over them took 4.8 s). What it was a backstop for is collected anyway: a session that types without
+  pausing has what each check left collected at its end (below), and one that only sends requests, which do not
+  start a pause again, has a pause scheduled by them when none is (`request_seen`);
 - after every check (its diagnostics published) collects what is not frozen: one edit's worth, the analysis it
   replaced and what it allocated (milliseconds; a big file just opened is frozen instead: its analysis is live),
   once the requests that waited on the check are answered (`check_ended`: a completion sent with a keystroke
