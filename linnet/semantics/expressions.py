@@ -519,5 +519,3 @@ def _same_value(a, b) -> bool:
     if isinstance(a, Dim) and isinstance(b, Dim):
         return a.same(b)
     return type(a) is type(b) and a == b
-
-

@@ -253,7 +253,14 @@ class Builder(Transformer):
     def fn_def(self, c):
         attrs, entry, _fn, name, generics, params, ret, body = c
         return A.FnDef(
-            self._span(c), _name(name), params, ret, body, entry=entry is not None, generics=generics or [], attributes=attrs
+            self._span(c),
+            _name(name),
+            params,
+            ret,
+            body,
+            entry=entry is not None,
+            generics=generics or [],
+            attributes=attrs,
         )
 
     def members(self, c):
