@@ -5,20 +5,15 @@ parse."""
 from __future__ import annotations
 
 from linnet.semantics.program import Document
+from tests.conftest import apply_fix
 
 SOURCE = "fn widths(a: i64[N], b: i32[N]) -> i32[N] {\n    (a) * 2 + b\n}\n"
-
-
-def apply(text: str, fix) -> str:
-    for edit in sorted(fix.edits, key=lambda e: -e.location.start.offset):
-        text = text[: edit.location.start.offset] + edit.new_text + text[edit.location.end.offset :]
-    return text
 
 
 def test_a_cast_fix_casts_the_whole_parenthesised_operand_and_checks_clean():
     (diag,) = Document("widths.linnet", SOURCE).analyze().diagnostics
     assert diag.code == "L302" and diag.message == "`+` mixes i64 and i32"
     (fix,) = [f for f in diag.fixes if f.message == "cast `(a) * 2` to i32"]
-    fixed = apply(SOURCE, fix)
+    fixed = apply_fix(SOURCE, fix)
     assert fixed == SOURCE.replace("(a) * 2 + b", "cast((a) * 2, i32) + b")
     assert Document("widths.linnet", fixed).analyze().diagnostics == []
