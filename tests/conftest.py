@@ -168,6 +168,13 @@ def check_golden(path: Path, actual: str) -> None:
     assert actual == expected, f"output differs from {path.relative_to(ROOT)} (LINNET_UPDATE_GOLDEN=1 rewrites it)"
 
 
+def apply_fix(text: str, fix) -> str:
+    """`text` with a diagnostic's fix (`Diagnostic.fixes`) applied: each edit's range replaced by its new text."""
+    for edit in sorted(fix.edits, key=lambda e: -e.location.start.offset):
+        text = text[: edit.location.start.offset] + edit.new_text + text[edit.location.end.offset :]
+    return text
+
+
 @pytest.fixture
 def analyze():
     """Analyse a source text: `analyze(text, path="t.linnet")` returns the Analysis."""

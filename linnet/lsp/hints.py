@@ -61,8 +61,8 @@ def inlay_hints(analysis: Analysis, start: int, end: int, preset: str | None, ma
                 tail = node.stmts[-1].expr
                 if isinstance(tail, A.Call):
                     text = label(tail)
-                    if text:
-                        hints.append(Hint(item.offset + tail.span.end, f"-> {text}", "result"))
+                    if text:  # after the statement: after the parentheses of a parenthesised call too
+                        hints.append(Hint(item.offset + node.stmts[-1].span.end, f"-> {text}", "result"))
     return [h for h in hints if start <= h.offset <= end]
 
 

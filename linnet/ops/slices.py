@@ -6,7 +6,7 @@ negative and clamped to the dim (numpy, torch, JAX and ONNX clamp them), with si
 from __future__ import annotations
 
 from ..types.core import Shape
-from ..types.dims import Atom, Dim, format_dim, minimum, nonnegative, shown_value
+from ..types.dims import Atom, Dim, format_dim, minimum, negative, nonnegative, shown_value
 from .registry import OpError, dim_index
 
 
@@ -40,7 +40,7 @@ def _from_the_end(bound: Dim, size: Dim) -> Dim | None:
     """A symbolic bound negative for every size (`-A`, `-A - 1`: a dim variable is at least 1) as Python's slices
     count it, from the end and clamped at the start: `size - min(-bound, size)` (`x[:, -A:]` of [B, S] is
     [B, min(A, S)], `x[:, :-A]` is [B, S - min(A, S)]); None for any other bound."""
-    if bound.as_int() is not None or not nonnegative(-bound - Dim.of(1)):
+    if bound.as_int() is not None or not negative(bound):
         return None
     return size - minimum(-bound, size)
 

@@ -340,7 +340,8 @@ _ALL = [
         "the call's sizes (`fn crop(x: [B, N], k: int) -> [B, N - k]` called with N = 8, k = 11), is refused. "
         "So is a parameter pattern that a call's dim would solve to a negative size, or to one not provably a "
         "size: `x: [B, 4 + E]` given `[B, 2]` (E = -2), or given `[B, S]` (E = S - 4, negative where S is less "
-        "than 4).",
+        "than 4). So is a declared dim negative for every size of its dim variables (`-> [B, 0 - A]`, `[B, -A - 1]`: "
+        "each dim variable is at least 1); one whose sign is only unknown (`[B, N - K]`) is the declaration's claim.",
         "preset p = C { hidden = -8 }   # w: [c.hidden, 4]",
         "Use sizes of 0 or more; a caller whose dim must hold 4 rows declares it so (`x: [B, 4 + E]`).",
     ),

@@ -479,7 +479,8 @@ class ExpressionsMixin:
         written as names or expressions (`k = 2`), which only explain it; not a value that names what the text
         does, which only orders it otherwise (`1 - K` is `-K + 1`)."""
         bounds = (s.start, s.stop)
-        texts = [" ".join(_parenthesized(self.item.text, b.span).split()) if b is not None else "" for b in bounds]
+        text = self.item.text
+        texts = [" ".join(text[b.span.start : b.span.end].split()) if b is not None else "" for b in bounds]
         values = []
         for text, bound in zip(texts, (start, stop)):
             value = format_dim(shown_value(bound)) if bound is not None else text
@@ -518,17 +519,3 @@ def _same_value(a, b) -> bool:
     if isinstance(a, Dim) and isinstance(b, Dim):
         return a.same(b)
     return type(a) is type(b) and a == b
-
-
-def _parenthesized(text: str, span) -> str:
-    """The source of an expression at `span`, with the parentheses its span leaves out: a parenthesized operand
-    keeps its contents' span, so `(H - 1) // 2` spans `H - 1) // 2`, and `2 * (H - 1)` spans `2 * (H - 1`."""
-    start, end = span.start, span.end
-    part = text[start:end]
-    while part.count(")") > part.count("(") and "(" in text[:start]:
-        start = text.rindex("(", 0, start)
-        part = text[start:end]
-    while part.count("(") > part.count(")") and ")" in text[end:]:
-        end = text.index(")", end) + 1
-        part = text[start:end]
-    return part

@@ -26,7 +26,7 @@ from ..types.core import (
     UnknownT,
     format_type,
 )
-from ..types.dims import Atom, Dim, DivisionError, const, format_dim, format_division, shown_value, var
+from ..types.dims import Atom, Dim, DivisionError, const, format_dim, format_division, negative, shown_value, var
 from ..types.scalars import ScalarError, arithmetic
 from .describe import kind_text, wrapped
 from .diagnostics import Fix, Label, SymbolAnchor, symbol
@@ -161,9 +161,8 @@ class NamesMixin:
                     continue
                 dims.append(self.eval_dim(d, scope, binder))
             for d, node in zip(dims, [x for x in t.dims if not isinstance(x, A.EllipsisDim)]):
-                if d is not None and (d.as_int() or 0) < 0:
-                    shown = format_dim(d) if format_dim(d) == str(d.as_int()) else f"{format_dim(d)} = {d.as_int()}"
-                    self.report("L213", f"dims are sizes: {shown} is negative", node, labels=self.atom_labels([d]))
+                if d is not None:
+                    self._refuse_negative_dim(d, node)
             result = TensorT(dtype if dtype is not None else WORK, Shape(tuple(dims), prefix))
             return self.record(t, result)
         if isinstance(t, A.TupleType):
@@ -182,6 +181,27 @@ class NamesMixin:
         if isinstance(t, A.LiteralType):
             return ScalarT(t.kind, None, tuple(s.value for s in t.values) if t.kind == "str" else None)
         return UNKNOWN
+
+    def _refuse_negative_dim(self, d: Dim, node: A.Node) -> None:
+        """Report (L213) a declared dim that no tensor can have: a negative number (`4 - 5`), or one negative for
+        every size of its dim variables (`0 - A`, `-A - 1`). A dim of int parameters or config fields without a
+        value is left to the values each instance or preset gives them (`-k` is 0 where `k` is); a sign merely
+        unknown (`N - K`) is the declaration's claim, which the body's type is checked against."""
+        n = d.as_int()
+        if n is not None:
+            if n < 0:
+                shown = format_dim(d) if format_dim(d) == str(n) else f"{format_dim(d)} = {n}"
+                self.report("L213", f"dims are sizes: {shown} is negative", node, labels=self.atom_labels([d]))
+            return
+        atoms = d.val.atoms()
+        if any(a.kind == "const" for a in atoms) or not negative(d):
+            return
+        names = sorted({a.name for a in atoms if a.kind == "var"})
+        every = " and ".join(names) if len(names) <= 2 else ", ".join(names[:-1]) + " and " + names[-1]
+        shown = format_dim(d)
+        self.report(
+            "L213", f"dims are sizes: {shown} is negative for every {every}", node, labels=self.atom_labels([d])
+        )
 
     def eval_dtype_name(self, node: A.Name, scope: Scope, binder: Binder | None) -> DType | None:
         name = node.id

@@ -6,6 +6,10 @@ item moves it, the item's nodes stay valid and only `Item.offset` changes. `Item
 turns a span into absolute offsets, byte offsets, 1-based line/column and LSP (UTF-16)
 positions.
 
+A node's span runs from its first token to its last. A parenthesised expression is its contents' node, spanning
+its contents; its parentheses are in the spans of the nodes around it, as in Python's ast: `(H - 1) // 2` spans
+all of itself and its left operand `H - 1`, and a name inside parentheses spans the name alone.
+
 Nodes compare by identity (`eq=False`) so checker results can be keyed by node.
 """
 

@@ -271,9 +271,8 @@ class _Parser:
         default = None
         if self.accept("="):
             default = self.config_value()
-        end = (default or ftype).span.end
         start = attrs[0].span.start if attrs else name.span.start
-        return A.ConfigField(_new(Span, (start, end)), name, ftype, default, attributes=attrs)
+        return A.ConfigField(_new(Span, (start, self.ends[self.i - 1])), name, ftype, default, attributes=attrs)
 
     def config_value(self) -> A.Expr | A.RecordLit:
         i = self.i
@@ -290,7 +289,7 @@ class _Parser:
         name = self.name()
         self.expect("=")
         value = self.config_value()
-        return A.FieldInit(_new(Span, (name.span.start, value.span.end)), name, value)
+        return A.FieldInit(_new(Span, (name.span.start, self.ends[self.i - 1])), name, value)
 
     def braced(self, parse_one) -> tuple[list, int]:
         """`{ _NL? (one (_sep one)* _sep?)? }` (`_sep`: a comma and a new line, or either): what `parse_one` parses,
@@ -341,7 +340,7 @@ class _Parser:
             self.expect(":")
             ptype = self.type()
             default = self.expr() if self.accept("=") else None
-            params.append(A.Param(_new(Span, (name.span.start, (default or ptype).span.end)), name, ptype, default))
+            params.append(A.Param(_new(Span, (name.span.start, self.ends[self.i - 1])), name, ptype, default))
             if not self.accept(","):
                 break
         self.expect(")")
@@ -536,7 +535,7 @@ class _Parser:
         if kind == "-":
             self.i += 1
             operand = self.dim_unary()
-            return A.Neg(_new(Span, (self.starts[i], operand.span.end)), operand)
+            return A.Neg(_new(Span, (self.starts[i], self.ends[self.i - 1])), operand)
         if kind == "NAME":
             node: A.Expr = self.plain_name()
         elif kind == "INT":
@@ -551,7 +550,7 @@ class _Parser:
             raise _GiveUp
         while self.accept("."):
             attr = self.name()
-            node = A.Attr(_new(Span, (node.span.start, attr.span.end)), node, attr)
+            node = A.Attr(_new(Span, (self.starts[i], attr.span.end)), node, attr)
         return node
 
     # ----- statements
@@ -582,9 +581,9 @@ class _Parser:
                 self.i += 2
                 value = self.expr()
                 target = A.Name(_new(Span, (self.starts[i], self.ends[i])), word)
-                return A.Assign(_new(Span, (self.starts[i], value.span.end)), target, value)
+                return A.Assign(_new(Span, (self.starts[i], self.ends[self.i - 1])), target, value)
         expr = self.expr()
-        return A.ExprStmt(expr.span, expr)
+        return A.ExprStmt(_new(Span, (self.starts[i], self.ends[self.i - 1])), expr)
 
     def let_stmt(self) -> A.Let:
         start = self.starts[self.i]
@@ -604,7 +603,7 @@ class _Parser:
         annotation = self.type() if self.accept(":") else None
         self.expect("=")
         value = self.expr()
-        return A.Let(_new(Span, (start, value.span.end)), targets, annotation, value, is_tuple=is_tuple)
+        return A.Let(_new(Span, (start, self.ends[self.i - 1])), targets, annotation, value, is_tuple=is_tuple)
 
     # ----- expressions, lowest precedence first
 
@@ -637,7 +636,7 @@ class _Parser:
         if min_power <= _NOT and kinds[i] == "NAME" and texts[i] == "not":
             self.i = i + 1
             operand = self.binary(_NOT)
-            left = A.Not(_new(Span, (starts[i], operand.span.end)), operand)
+            left = A.Not(_new(Span, (starts[i], ends[self.i - 1])), operand)
         elif powers is _DIM_PRECEDENCE:
             left = self.dim_unary()
         elif kinds[i] == "-":
@@ -645,7 +644,7 @@ class _Parser:
         else:  # `unary` without the call: most operands are a postfix expression
             left = self.postfix()
             if kinds[self.i] == "**":
-                left = self.power(left)
+                left = self.power(left, i)
         while True:
             op = self.i
             kind = kinds[op]
@@ -654,13 +653,13 @@ class _Parser:
                 return left
             self.i = op + 1
             right = self.binary(power + 1, powers)
-            span = _new(Span, (left.span[0], right.span[1]))
+            span = _new(Span, (starts[i], ends[self.i - 1]))
             if power == _COMPARE:
                 left = A.Compare(span, kind, left, right, _new(Span, (starts[op], ends[op])))
                 if powers.get(kinds[self.i]) == _COMPARE:
                     raise _GiveUp  # `a < b < c`: comparisons do not chain
             elif power < _NOT:  # `and`, `or`: the operator's span is the gap between the operands
-                left = A.BinOp(span, texts[op], left, right, _new(Span, (left.span[1], right.span[0])))
+                left = A.BinOp(span, texts[op], left, right, _new(Span, (ends[op - 1], starts[op + 1])))
             else:
                 left = A.BinOp(span, kind, left, right, _new(Span, (starts[op], ends[op])))
 
@@ -669,21 +668,22 @@ class _Parser:
         if self.kinds[i] == "-":
             self.i += 1
             operand = self.unary()
-            return A.Neg(_new(Span, (self.starts[i], operand.span[1])), operand)
+            return A.Neg(_new(Span, (self.starts[i], self.ends[self.i - 1])), operand)
         left = self.postfix()
-        return self.power(left) if self.kinds[self.i] == "**" else left
+        return self.power(left, i) if self.kinds[self.i] == "**" else left
 
-    def power(self, left: A.Expr) -> A.BinOp:
-        """`left ** unary`, at the `**`."""
+    def power(self, left: A.Expr, first: int) -> A.BinOp:
+        """`left ** unary`, at the `**`; `left` starts at token `first`."""
+        op = self.i
         self.i += 1
         right = self.unary()
-        return A.BinOp(
-            _new(Span, (left.span[0], right.span[1])), "**", left, right, _new(Span, (left.span[1], right.span[0]))
-        )
+        starts, ends = self.starts, self.ends
+        gap = _new(Span, (ends[op - 1], starts[op + 1]))
+        return A.BinOp(_new(Span, (starts[first], ends[self.i - 1])), "**", left, right, gap)
 
     def postfix(self) -> A.Expr:
         kinds, texts, starts, ends = self.kinds, self.texts, self.starts, self.ends
-        i = self.i
+        first = i = self.i
         if kinds[i] == "NAME" and texts[i] not in KEYWORDS:  # `atom`'s most common case, without the call
             self.i = i + 1
             node = A.Name(_new(Span, (starts[i], ends[i])), texts[i])
@@ -697,17 +697,17 @@ class _Parser:
                     raise _GiveUp
                 self.i = i + 2
                 attr = A.Name(_new(Span, (starts[i + 1], ends[i + 1])), texts[i + 1])
-                node = A.Attr(_new(Span, (node.span[0], ends[i + 1])), node, attr)
+                node = A.Attr(_new(Span, (starts[first], ends[i + 1])), node, attr)
             elif kind == "(":
                 self.i += 1
                 args = self.args() if kinds[self.i] != ")" else []
                 end = self.ends[self.expect(")")]
-                node = A.Call(_new(Span, (node.span.start, end)), node, args)
+                node = A.Call(_new(Span, (starts[first], end)), node, args)
             elif kind == "[":
                 self.i += 1
                 items = self.listed(self.index_item, "]")
                 end = self.ends[self.expect("]")]
-                node = A.Index(_new(Span, (node.span.start, end)), node, items)
+                node = A.Index(_new(Span, (starts[first], end)), node, items)
             else:
                 return node
 
@@ -720,17 +720,9 @@ class _Parser:
         start = None if kinds[i] == ":" else self.expr()
         if kinds[self.i] != ":":
             return start
-        colon = self.i
-        self.i += 1
+        self.i += 1  # `:`
         stop = None if kinds[self.i] in (",", "]") else self.expr()
-        span = _new(
-            Span,
-            (
-                start.span.start if start is not None else self.starts[colon],
-                stop.span.end if stop is not None else self.ends[colon],
-            ),
-        )
-        return A.Slice(span, start, stop)
+        return A.Slice(_new(Span, (self.starts[i], self.ends[self.i - 1])), start, stop)
 
     def args(self) -> list[A.Arg]:
         args = []
@@ -741,10 +733,10 @@ class _Parser:
                 self.i += 2
                 value = self.expr()
                 name = A.Name(_new(Span, (self.starts[i], self.ends[i])), texts[i])
-                args.append(A.Arg(_new(Span, (self.starts[i], value.span.end)), name, value))
+                args.append(A.Arg(_new(Span, (self.starts[i], self.ends[self.i - 1])), name, value))
             else:
                 value = self.expr()
-                args.append(A.Arg(value.span, None, value))
+                args.append(A.Arg(_new(Span, (self.starts[i], self.ends[self.i - 1])), None, value))
             if not self.accept(",") or kinds[self.i] == ")":
                 return args
 

@@ -613,6 +613,12 @@ def nonnegative(d: Dim) -> bool:
     return _without_minima(d.val, 6)
 
 
+def negative(d: Dim) -> bool:
+    """Whether `d` is below 0 for every value of its atoms, which are sizes (`nonnegative`): `-A`, `-A - 1` and
+    `A - 2 * A` are, a dim variable being at least 1; `N - K` and `-k` (an int, which may be 0) are not."""
+    return nonnegative(-d - _SMALL[1])
+
+
 def _without_minima(v: Dim, depth: int) -> bool:
     """`nonnegative` of `v` (a `val`). A `min(a, b)` added (a positive coefficient) is one of its operands, so `v` is
     at least 0 if it is with either operand in its place; one subtracted is at most either operand, so `v` is at

@@ -100,7 +100,7 @@ def test_preset_filter(capsys):
     assert main(["check", "--preset", "wide", str(CASES / "presets.linnet")]) == 0
 
 
-@pytest.mark.parametrize("case", ["gqa", "presets", "syntax", "dtypes", "sharing"])
+@pytest.mark.parametrize("case", ["gqa", "presets", "syntax", "dtypes", "sharing", "parenthesised_quotes"])
 def test_rendered_snapshots(case, capsys):
     main(["check", str((CASES / f"{case}.linnet").relative_to(ROOT))]) if Path.cwd() == ROOT else None
     result = run_cli("check", str((CASES / f"{case}.linnet").relative_to(ROOT)))

@@ -13,6 +13,7 @@ from linnet.semantics.program import Document
 from linnet.types.core import F32, I32, I64, Shape, TensorT
 from linnet.types.dims import Dim
 from tests.compiler.test_operators_agree import BACKENDS, MARKS
+from tests.conftest import apply_fix
 
 SOURCE = """config C {
     heads: int = 2
@@ -29,17 +30,11 @@ module Cache(c: C) {
 """
 
 
-def apply(text: str, fix) -> str:
-    for edit in sorted(fix.edits, key=lambda e: -e.location.start.offset):
-        text = text[: edit.location.start.offset] + edit.new_text + text[edit.location.end.offset :]
-    return text
-
-
 def test_the_offered_fix_checks_clean():
     (diag,) = Document("cache.linnet", SOURCE).analyze().diagnostics
     assert diag.code == "L303" and "requires i64 `positions`, got i32" in diag.message
     (fix,) = diag.fixes
-    fixed = apply(SOURCE, fix)
+    fixed = apply_fix(SOURCE, fix)
     assert "cache_write(k_cache, rows, cast(short, i64), k)" in fixed
     assert Document("cache.linnet", fixed).analyze().diagnostics == []
 

@@ -127,6 +127,7 @@ def test_mutated_items_are_given_up_on_or_parsed_as_lark_parses_them(text):
 # associativity and contextual keywords decide), and stray tokens to break them with
 OPERANDS = ["x", "model.in", "1", "1.5", '"s"', "true", "none", "(x)", "(x,)", "[x, 1]", "f(x, y=1)", "x[1:, ...]"]
 OPERANDS += ["if x {y} else {z}", "x.for", "(not x)", "in", "else"]
+OPERANDS += ["(x + 1)", "(x).y", "(x)[1]", "(x)(1)", "f((x), y=(1))", "x[(1):(2)]", "((x))", "-(x)"]
 PREFIXES = ["", "", "", "-", "not ", "- -", "not not "]
 OPERATORS = ["+", "-", "*", "/", "//", "%", "@", "**", "==", "!=", "<", "<=", ">", ">=", "and", "or", "if"]
 STRAY = ["(", ")", "[", "]", "{", "}", ",", "\n", "=", ":", "..."]

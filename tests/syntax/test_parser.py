@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -12,10 +13,12 @@ from lark import Lark
 
 from linnet.semantics.program import Document
 from linnet.syntax import ast as A
+from linnet.syntax.descent import parse_fast
 from linnet.syntax.items import Source, make_item, split_items
-from linnet.syntax.parser import GRAMMAR_PATH, parse_item
+from linnet.syntax.parser import GRAMMAR_PATH, code_mask, parse_item, parse_with_lark
+from linnet.syntax.positions import lexable
 from linnet.syntax.printer import dump
-from tests.conftest import EXAMPLES, check_golden
+from tests.conftest import EXAMPLES, ROOT, check_golden
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -159,3 +162,78 @@ def test_nesting_too_deep_is_a_diagnostic_not_a_crash():
     deep = "fn f(x: [N]) -> [N] {\n    " + " + ".join(["x"] * 12000) + "\n}\n"
     diags = Document("t.linnet", deep).analyze().diagnostics
     assert [d.code for d in diags] == ["L000"] and "too deeply" in diags[0].message
+
+
+PARENTHESISED = """fn f(x: [B, (H + 1) * 2, -(H), (c).n]) -> [B] {
+    let a = (H - 1) // 2
+    let b = 2 * (H - 1)
+    let t = (x) and (y)
+    g((a + b), k=(1))
+    let s = x[(1):(2), :(H - 1) // 2]
+    (a).b(c)[0] ** (2)
+    -(a) + (not (b))
+    (a + b)
+}
+"""
+
+
+@pytest.mark.parametrize("route", ["fast", "lark"])
+def test_a_parenthesised_operand_s_parentheses_are_in_the_spans_around_it(route):
+    # `(H - 1) // 2` spanned `H - 1) // 2`, and a message quoting it by its span was cut; the node of `(e)` keeps
+    # its contents' span (as Python's ast does), so a name inside parentheses is where it was
+    text = PARENTHESISED
+    tree = parse_fast(text) if route == "fast" else parse_with_lark(text).ast
+    quoted = {(type(n).__name__, text[n.span.start : n.span.end]) for n in A.walk(tree)}
+    expected = [
+        ("BinOp", "(H + 1) * 2"),
+        ("BinOp", "H + 1"),
+        ("Neg", "-(H)"),
+        ("Attr", "(c).n"),
+        ("Let", "let a = (H - 1) // 2"),
+        ("BinOp", "(H - 1) // 2"),
+        ("BinOp", "H - 1"),
+        ("BinOp", "2 * (H - 1)"),
+        ("BinOp", "(x) and (y)"),
+        ("Arg", "(a + b)"),
+        ("Arg", "k=(1)"),
+        ("Slice", "(1):(2)"),
+        ("Slice", ":(H - 1) // 2"),
+        ("Attr", "(a).b"),
+        ("Call", "(a).b(c)"),
+        ("Index", "(a).b(c)[0]"),
+        ("BinOp", "(a).b(c)[0] ** (2)"),
+        ("Neg", "-(a)"),
+        ("Not", "not (b)"),
+        ("BinOp", "-(a) + (not (b))"),
+        ("ExprStmt", "(a + b)"),
+        ("BinOp", "a + b"),
+    ]
+    assert [e for e in expected if e not in quoted] == []
+    for node in A.walk(tree):
+        if isinstance(node, A.Name):
+            assert text[node.span.start : node.span.end] == node.id
+        if isinstance(node, A.BinOp) and node.op in ("and", "**"):  # no token of its own: the gap between operands
+            assert text[node.op_span.start : node.op_span.end] == f" {node.op} "
+
+
+def test_every_node_s_span_has_balanced_parentheses():
+    """In every item of every `.linnet` file of the repository: a span that ends inside parentheses it does not
+    start in (or starts inside ones it does not end in) quotes a cut expression."""
+    listed = subprocess.run(["git", "ls-files", "*.linnet"], cwd=ROOT, capture_output=True, text=True, check=True)
+    checked = 0
+    for path in listed.stdout.split():
+        for offset, chunk in split_items((ROOT / path).read_text(encoding="utf-8")):
+            parsed = parse_item(lexable(chunk))
+            if parsed.ast is None or parsed.problems:
+                continue
+            depth = [0]  # parentheses open before each offset, in code (not strings or comments)
+            for ch, code in zip(chunk, code_mask(chunk)):
+                depth.append(depth[-1] + (ch == "(" if code else 0) - (ch == ")" if code else 0))
+            for node in A.walk(parsed.ast):
+                start, end = node.span
+                inside = depth[start : end + 1]
+                assert inside[-1] == inside[0] and min(inside) == inside[0], (
+                    f"{path}@{offset}: {type(node).__name__} spans {chunk[start:end]!r}"
+                )
+                checked += 1
+    assert checked > 10_000

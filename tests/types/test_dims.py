@@ -283,3 +283,16 @@ def test_floor_quotients_of_shifted_sizes_are_canonical():
         d = floor_divide(h + Dim.of(num), Dim.of(den)) - Dim.of(minus)
         if dim_algebra.nonnegative(d):
             assert all(dim_algebra.evaluate(d, {"S": n}) >= 0 for n in range(1, 30)), format_dim(d)
+
+
+def test_negative_is_below_zero_for_every_size_and_only_then():
+    """`negative`: below 0 for every value of a dim's atoms (a dim variable at least 1, an int parameter at least
+    0), what a declared dim no tensor can have is (L213); a sign only unknown is not."""
+    b, s, u = Dim.atom(B), Dim.atom(S), Dim.atom(U)
+    one = Dim.of(1)
+    for d in (-s, Dim.of(0) - s, -s - one, s - s * Dim.of(2), -(s + b), -u - one, Dim.of(-1)):
+        assert dim_algebra.negative(d), format_dim(d)
+        if not d.atoms() & {U}:
+            assert all(dim_algebra.evaluate(d, {"S": n, "B": m}) < 0 for n in range(1, 9) for m in range(1, 9))
+    for d in (s - b, -u, one - s, Dim.of(0), s - one, floor_divide(s - one, Dim.of(2)) - s + one):
+        assert not dim_algebra.negative(d), format_dim(d)
