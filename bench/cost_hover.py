@@ -19,13 +19,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+from generate_speed import machine  # noqa: E402  (stdlib-only at import time)
+from lsp_latency import pressure_snapshot  # noqa: E402
+
 EXAMPLES = ("gpt_oss", "llama", "bert")
 
 # one tree, one example: run in a fresh process whose path starts with that tree
@@ -73,15 +77,6 @@ def run_tree(tree: Path, example: str, runs: int) -> dict:
     }
 
 
-def cpu_wait() -> float | None:
-    """Linux PSI: the share of the last 60 s some task waited for a CPU (None where unavailable)."""
-    try:
-        line = Path("/proc/pressure/cpu").read_text().splitlines()[0]
-    except OSError:
-        return None
-    return float(dict(part.split("=") for part in line.split()[1:])["avg60"])
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--peer", type=Path, help="also run this checkout (e.g. main before a change)")
@@ -92,12 +87,12 @@ def main() -> None:
     if args.runs < 2:
         parser.error("--runs is at least 2 (the first run is reported apart)")
     trees = [ROOT] + ([args.peer.resolve()] if args.peer else [])
-    before = cpu_wait()
+    before = pressure_snapshot().get("avg60")  # (Linux PSI: % of the last 60 s some task waited for a CPU)
     rows = [run_tree(tree, example, args.runs) for example in args.examples for tree in trees]
     result = {
-        "machine": {"python": platform.python_version(), "processor": platform.processor(), "cpus": os.cpu_count()},
+        "machine": machine(),
         "cpu_wait_pct_before": before,
-        "cpu_wait_pct_after": cpu_wait(),
+        "cpu_wait_pct_after": pressure_snapshot().get("avg60"),
         "runs": args.runs,
         "rows": rows,
     }

@@ -479,8 +479,8 @@ class ExpressionsMixin:
         written as names or expressions (`k = 2`), which only explain it; not a value that names what the text
         does, which only orders it otherwise (`1 - K` is `-K + 1`)."""
         bounds = (s.start, s.stop)
-        text = self.item.text
-        texts = [" ".join(text[b.span.start : b.span.end].split()) if b is not None else "" for b in bounds]
+        source = self.item.text
+        texts = [" ".join(source[b.span.start : b.span.end].split()) if b is not None else "" for b in bounds]
         values = []
         for text, bound in zip(texts, (start, stop)):
             value = format_dim(shown_value(bound)) if bound is not None else text
